@@ -1,0 +1,271 @@
+"""One error root, its codes, and messages built from structured fields.
+
+Every error the runtime raises on purpose is a :class:`DshError`. Each
+subclass stands for one cause and builds its message in ``__init__`` from the
+fields it keeps, so code that handles an error reads the fields, never parses
+the message. ``code`` is a class attribute (an :class:`ErrorCode`); the only
+class with two codes is :class:`AbortError`, whose instance code says whether
+the tool body had been invoked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import ToolBatchResult, ToolCallResult
+
+__all__ = [
+    "AbortError",
+    "CodeRunFailedError",
+    "DshError",
+    "ErrorCode",
+    "JsonSchemaError",
+    "LosslessJsonError",
+    "RegistrationError",
+    "ToolArgsError",
+    "ToolBatchExecutionError",
+    "ToolNotFoundError",
+    "ToolOutputError",
+    "ToolTimeoutError",
+    "ToolFailedError",
+    "ExecutorUnavailableError",
+    "ToolPolicyError",
+    "safe_str",
+]
+
+
+class ErrorCode(str, Enum):
+    """The closed vocabulary of failure codes (SPEC section 9, plus the
+    runtime's own). A ``str`` enum: ``ErrorCode.UNKNOWN_TOOL == "UNKNOWN_TOOL"``."""
+
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    INVALID_ARGS = "INVALID_ARGS"
+    INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
+    ABORTED = "ABORTED"
+    ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
+    TOOL_TIMEOUT = "TOOL_TIMEOUT"
+    UNSUPPORTED_SCHEMA = "UNSUPPORTED_SCHEMA"
+    CODE_RUN_FAILED = "CODE_RUN_FAILED"
+    # Not in SPEC's table: causes the runtime also has to name.
+    INVALID_JSON = "INVALID_JSON"
+    REGISTRATION_FAILED = "REGISTRATION_FAILED"
+    BATCH_EXECUTION_FAILED = "BATCH_EXECUTION_FAILED"
+    EXECUTOR_UNAVAILABLE = "EXECUTOR_UNAVAILABLE"
+    TOOL_FAILED = "TOOL_FAILED"
+    POLICY_FAILED = "POLICY_FAILED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or ``<unprintable thrown value>`` when that raises
+    (or returns something that is not a ``str``)."""
+    try:
+        text = str(value)
+    except BaseException:  # noqa: BLE001 - a hostile __str__ may raise anything
+        return "<unprintable thrown value>"
+    if type(text) is not str:
+        return "<unprintable thrown value>"
+    return text
+
+
+def _join(violations: Iterable[str]) -> str:
+    return "; ".join(violations)
+
+
+class DshError(Exception):
+    """The root of every error dsh-actors raises on purpose.
+
+    ``code`` is the error's :class:`ErrorCode`; ``message`` the text without
+    any ``Error:`` envelope (also ``str(err)``).
+    """
+
+    code: ErrorCode = ErrorCode.TOOL_FAILED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take structured fields; pickling keeps the built message.
+        return (_rebuild, (type(self), self.message, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[DshError], message: str, state: dict[str, Any]) -> DshError:
+    err = DshError.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
+
+class ToolFailedError(DshError):
+    """A tool failed with a message of its own choosing. Tools may raise it
+    to fail a call with exactly ``message`` (no class name, no traceback)."""
+
+    code = ErrorCode.TOOL_FAILED
+
+
+class ToolNotFoundError(DshError):
+    """``unknown tool "<name>"``; ``hint`` (optional) is appended after a
+    period, e.g. to route a model-direct call to ``run_code``."""
+
+    code = ErrorCode.UNKNOWN_TOOL
+
+    def __init__(self, name: str, hint: str | None = None) -> None:
+        self.name = name
+        self.hint = hint
+        message = f'unknown tool "{name}"'
+        if hint:
+            message = f"{message}. {hint}"
+        super().__init__(message)
+
+
+class ToolArgsError(DshError):
+    """``invalid arguments: <v1>; <v2>``: each violation names its path."""
+
+    code = ErrorCode.INVALID_ARGS
+
+    def __init__(self, violations: Sequence[str]) -> None:
+        self.violations = tuple(violations)
+        super().__init__(f"invalid arguments: {_join(self.violations)}")
+
+
+class ToolOutputError(DshError):
+    """``tool "<name>" returned invalid output: <violations>``."""
+
+    code = ErrorCode.INVALID_TOOL_OUTPUT
+
+    def __init__(self, name: str, violations: Sequence[str]) -> None:
+        self.name = name
+        self.violations = tuple(violations)
+        super().__init__(f'tool "{name}" returned invalid output: {_join(self.violations)}')
+
+
+class AbortError(DshError):
+    """``tool call aborted`` (code ``ABORTED``: the body had been invoked) or
+    ``tool call aborted before dispatch`` (``ABORTED_BEFORE_DISPATCH``)."""
+
+    code = ErrorCode.ABORTED
+
+    def __init__(self, *, before_dispatch: bool = False, reason: object = None) -> None:
+        self.before_dispatch = before_dispatch
+        self.reason = reason
+        if before_dispatch:
+            self.code = ErrorCode.ABORTED_BEFORE_DISPATCH
+            super().__init__("tool call aborted before dispatch")
+        else:
+            self.code = ErrorCode.ABORTED
+            super().__init__("tool call aborted")
+
+
+class ToolTimeoutError(DshError):
+    """``tool call timed out after <ms>ms``."""
+
+    code = ErrorCode.TOOL_TIMEOUT
+
+    def __init__(self, timeout_ms: float) -> None:
+        self.timeout_ms = timeout_ms
+        shown = int(timeout_ms) if float(timeout_ms).is_integer() else timeout_ms
+        super().__init__(f"tool call timed out after {shown}ms")
+
+
+class JsonSchemaError(DshError):
+    """``unsupported JSON schema: <v1>; <v2>``: every violation, each with
+    its path from ``schema`` (``schema.properties.a.type: ...``)."""
+
+    code = ErrorCode.UNSUPPORTED_SCHEMA
+
+    def __init__(self, violations: Sequence[str]) -> None:
+        self.violations = tuple(violations)
+        super().__init__(f"unsupported JSON schema: {_join(self.violations)}")
+
+
+class CodeRunFailedError(DshError):
+    """``code run failed (<kind>): <msg>``; ``kind`` names how the run ended
+    (``timeout``, ``memory``, ``output``, ``error``, ``aborted``, ...)."""
+
+    code = ErrorCode.CODE_RUN_FAILED
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"code run failed ({kind}): {detail}")
+
+
+class LosslessJsonError(DshError):
+    """A value is not lossless JSON: ``<path>: <problem>`` (``value.a[3]:
+    float nan is not lossless JSON``)."""
+
+    code = ErrorCode.INVALID_JSON
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class RegistrationError(DshError):
+    """``cannot register tool "<name>": <problem>`` (or, for a restriction
+    or another registry effect, ``<problem>`` alone when no tool is named)."""
+
+    code = ErrorCode.REGISTRATION_FAILED
+
+    def __init__(self, problem: str, *, tool: str | None = None) -> None:
+        self.tool = tool
+        self.problem = problem
+        if tool is None:
+            super().__init__(problem)
+        else:
+            super().__init__(f'cannot register tool "{tool}": {problem}')
+
+
+class ExecutorUnavailableError(DshError):
+    """No executor is available for the batch's scope."""
+
+    code = ErrorCode.EXECUTOR_UNAVAILABLE
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        super().__init__(f"no tool executor is available for {scope}")
+
+
+class ToolPolicyError(DshError):
+    """A policy (listener, approval service, guard, renderer) failed or broke
+    its contract: ``<where>: <detail>``."""
+
+    code = ErrorCode.POLICY_FAILED
+
+    def __init__(self, where: str, detail: str) -> None:
+        self.where = where
+        self.detail = detail
+        super().__init__(f"{where}: {detail}")
+
+
+class ToolBatchExecutionError(DshError):
+    """The batch could not complete (a bug, a session write failure). Raised
+    only after every started call settled; ``results`` holds the outcomes
+    committed so far, ``partial`` the whole partial :class:`ToolBatchResult`."""
+
+    code = ErrorCode.BATCH_EXECUTION_FAILED
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        results: Sequence[ToolCallResult] = (),
+        partial: ToolBatchResult | None = None,
+    ) -> None:
+        self.detail = detail
+        self.results = tuple(results)
+        self.partial = partial
+        super().__init__(f"tool batch failed: {detail}")

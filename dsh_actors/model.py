@@ -1,0 +1,520 @@
+"""The data model: content blocks, calls, batches, results, decisions.
+
+Every record here is a frozen dataclass (slots; sequences are tuples) that
+compares by value, except :class:`Agent`, which is a scope key and compares
+by identity. Constructors normalise sequences to tuples, so a caller keeping
+a reference to the list it passed cannot change a record afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, Union
+
+from .errors import LosslessJsonError, safe_str
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import Session
+    from .signals import AbortSignal
+    from .toolset import ResolvedToolSet
+
+__all__ = [
+    "UNSET",
+    "Accept",
+    "Agent",
+    "Allow",
+    "Ask",
+    "Block",
+    "Cancel",
+    "ContentBlock",
+    "Deny",
+    "ImageBlock",
+    "LogStep",
+    "ModelSelection",
+    "PostToolDecision",
+    "PreToolDecision",
+    "ReasoningBlock",
+    "TextBlock",
+    "ToolActivationContext",
+    "ToolBatchInput",
+    "ToolBatchResult",
+    "ToolCall",
+    "ToolCallResult",
+    "ToolErrorInfo",
+    "ToolExecutionFailure",
+    "ToolExecutionResult",
+    "ToolExecutionSuccess",
+    "ToolFailure",
+    "ToolRestriction",
+    "UserMessage",
+    "content_from_json",
+    "content_to_json",
+    "text",
+]
+
+
+class _Unset:
+    """The type of :data:`UNSET`: "no value given" where ``None`` is a value."""
+
+    __slots__ = ()
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset()
+
+
+# --------------------------------------------------------------------------
+# Content blocks
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    """Plain text for the model."""
+
+    text: str
+    type: Literal["text"] = field(default="text", init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageBlock:
+    """An image: base64 ``data`` of ``mime_type`` (``image/png``, ...)."""
+
+    data: str
+    mime_type: str
+    type: Literal["image"] = field(default="image", init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningBlock:
+    """Model reasoning carried through a conversation; ``signature`` is the
+    provider's opaque integrity token, when it gives one."""
+
+    text: str
+    signature: str | None = None
+    type: Literal["reasoning"] = field(default="reasoning", init=False, repr=False)
+
+
+ContentBlock: TypeAlias = Union[TextBlock, ImageBlock, ReasoningBlock]
+_BLOCK_TYPES: Final = (TextBlock, ImageBlock, ReasoningBlock)
+
+
+def text(value: str) -> TextBlock:
+    """``text("x") == TextBlock("x")``."""
+    return TextBlock(value)
+
+
+def _check_str(value: object, where: str) -> str:
+    if type(value) is not str:
+        raise LosslessJsonError(where, f"expected a str, got {type(value).__qualname__}")
+    return value
+
+
+def check_content(blocks: object, path: str = "content") -> tuple[ContentBlock, ...]:
+    """Return ``blocks`` as a tuple of well-formed content blocks, or raise
+    :class:`LosslessJsonError` naming the first bad block."""
+    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, (list, tuple)):
+        raise LosslessJsonError(
+            path, f"content must be a list of content blocks, got {type(blocks).__qualname__}"
+        )
+    out: list[ContentBlock] = []
+    for i, block in enumerate(blocks):
+        where = f"{path}[{i}]"
+        kind = type(block)
+        if kind is TextBlock:
+            _check_str(block.text, f"{where}.text")
+        elif kind is ImageBlock:
+            _check_str(block.data, f"{where}.data")
+            _check_str(block.mime_type, f"{where}.mime_type")
+        elif kind is ReasoningBlock:
+            _check_str(block.text, f"{where}.text")
+            if block.signature is not None:
+                _check_str(block.signature, f"{where}.signature")
+        else:
+            raise LosslessJsonError(
+                where, f"{kind.__qualname__} is not a content block (TextBlock, ImageBlock, ReasoningBlock)"
+            )
+        out.append(block)
+    return tuple(out)
+
+
+def content_to_json(blocks: Iterable[ContentBlock]) -> list[dict[str, Any]]:
+    """The durable JSON form of content blocks (``{"type": "text", "text": ...}``)."""
+    out: list[dict[str, Any]] = []
+    for block in blocks:
+        if type(block) is TextBlock:
+            out.append({"type": "text", "text": block.text})
+        elif type(block) is ImageBlock:
+            out.append({"type": "image", "data": block.data, "mime_type": block.mime_type})
+        elif type(block) is ReasoningBlock:
+            item: dict[str, Any] = {"type": "reasoning", "text": block.text}
+            if block.signature is not None:
+                item["signature"] = block.signature
+            out.append(item)
+        else:
+            raise LosslessJsonError("content", f"{type(block).__qualname__} is not a content block")
+    return out
+
+
+def content_from_json(items: object, path: str = "content") -> tuple[ContentBlock, ...]:
+    """Inverse of :func:`content_to_json`; raises :class:`LosslessJsonError`
+    on anything that is not a logged content block."""
+    if not isinstance(items, (list, tuple)):
+        raise LosslessJsonError(path, "content must be a list")
+    out: list[ContentBlock] = []
+    for i, item in enumerate(items):
+        where = f"{path}[{i}]"
+        if not isinstance(item, Mapping):
+            raise LosslessJsonError(where, "a content block must be an object")
+        kind = item.get("type")
+        if kind == "text":
+            out.append(TextBlock(_check_str(item.get("text"), f"{where}.text")))
+        elif kind == "image":
+            out.append(
+                ImageBlock(
+                    _check_str(item.get("data"), f"{where}.data"),
+                    _check_str(item.get("mime_type"), f"{where}.mime_type"),
+                )
+            )
+        elif kind == "reasoning":
+            sig = item.get("signature")
+            out.append(
+                ReasoningBlock(
+                    _check_str(item.get("text"), f"{where}.text"),
+                    None if sig is None else _check_str(sig, f"{where}.signature"),
+                )
+            )
+        else:
+            raise LosslessJsonError(where, f"unknown content block type {safe_str(kind)!r}")
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    """Context for the model's next request: ``content`` blocks, the plugin
+    or tool that minted it (``source``) and lossless JSON ``meta``."""
+
+    content: tuple[ContentBlock, ...]
+    source: str | None = None
+    meta: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", tuple(self.content))
+
+
+# --------------------------------------------------------------------------
+# Agents, steps and activation
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Agent:
+    """A scope key: who is calling. ``parent`` makes scope chains (a
+    sub-agent sees what its parent sees, narrowed by restrictions); a
+    ``session`` receives the durable log of batches run with ``log``.
+
+    Agents compare and hash by identity: two ``Agent("main")`` objects are
+    two scopes.
+    """
+
+    id: str
+    parent: Agent | None = None
+    session: Session | None = None
+
+    def chain(self) -> tuple[Agent, ...]:
+        """This agent and its ancestors, farthest first (root ... self)."""
+        out: list[Agent] = []
+        node: Agent | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        out.reverse()
+        return tuple(out)
+
+    @property
+    def path(self) -> str:
+        """``root/child/self`` ids, for messages and logs."""
+        return "/".join(a.id for a in self.chain())
+
+    def __repr__(self) -> str:
+        return f"Agent({self.path!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSelection:
+    """The model a step is prepared for."""
+
+    provider: str
+    model: str
+    reasoning_effort: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolActivationContext:
+    """What a ``when`` condition sees: the preparing agent, the captured
+    model selection, and the step preparation's cancellation signal."""
+
+    agent: Agent | None
+    model_selection: ModelSelection
+    signal: AbortSignal
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRestriction:
+    """One scope's filter over the tools it inherits. ``allow``: only these
+    inherited names stay visible; ``deny``: these are removed. The names are
+    copied at construction."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("allow", "deny"):
+            names = getattr(self, name)
+            if names is None:
+                continue
+            if isinstance(names, str):
+                # A bare string would silently become its characters.
+                raise TypeError(f"ToolRestriction.{name} must be a sequence of names, not a str")
+            object.__setattr__(self, name, tuple(names))
+
+
+@dataclass(frozen=True, slots=True)
+class LogStep:
+    """The committed model step that receives root ``tool/call`` and
+    ``tool/result`` events."""
+
+    turn: int
+    step: int
+
+
+# --------------------------------------------------------------------------
+# Calls and batches
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call as the model produced it. ``arguments`` is the raw JSON text
+    from the model (empty text means ``{}``), or an already parsed mapping."""
+
+    id: str
+    name: str
+    arguments: str | Mapping[str, Any] = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBatchInput:
+    """A model response's tool calls, run as one batch.
+
+    ``signal`` cancels the batch; ``max_parallel_tool_calls`` overrides the
+    executor's limit for this batch (a positive int); ``agent`` supplies the
+    scope (and its session for ``log``); ``tool_set`` is the step's admission;
+    ``log`` is the model step receiving root call/result events.
+    """
+
+    calls: tuple[ToolCall, ...]
+    signal: AbortSignal | None = None
+    max_parallel_tool_calls: int | None = None
+    agent: Agent | None = None
+    tool_set: ResolvedToolSet | None = None
+    log: LogStep | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "calls", tuple(self.calls))
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolErrorInfo:
+    """Structured identity of a failure: the error class ``name``, its
+    ``code``, and an optional raw user-facing ``reason`` (kept in durable
+    projections, never in model-facing content)."""
+
+    name: str
+    code: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFailure:
+    """Why a call failed: ``message`` has no ``Error: `` prefix."""
+
+    message: str
+    info: ToolErrorInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionSuccess:
+    """A successful call: the canonical ``value`` (execution-local, never
+    logged), the model-facing ``content``, presentation ``meta``, deferred
+    contexts, and whether it concludes the agent's turn."""
+
+    value: Any
+    content: tuple[ContentBlock, ...]
+    meta: Any = None
+    additional_contexts: tuple[UserMessage, ...] = ()
+    concludes_turn: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", tuple(self.content))
+        object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
+
+    @property
+    def is_error(self) -> Literal[False]:
+        return False
+
+    @property
+    def error(self) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutionFailure:
+    """A failed call: its ``error`` and the model-facing ``content``
+    (``[TextBlock("Error: " + message)]`` unless a policy replaced it)."""
+
+    error: ToolFailure
+    content: tuple[ContentBlock, ...]
+    meta: Any = None
+    additional_contexts: tuple[UserMessage, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", tuple(self.content))
+        object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
+
+    @property
+    def is_error(self) -> Literal[True]:
+        return True
+
+    @property
+    def value(self) -> None:
+        return None
+
+    @property
+    def concludes_turn(self) -> Literal[False]:
+        return False
+
+    @property
+    def code(self) -> str | None:
+        """The failure's code, when it has structured identity."""
+        return None if self.error.info is None else self.error.info.code
+
+
+ToolExecutionResult: TypeAlias = Union[ToolExecutionSuccess, ToolExecutionFailure]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallResult:
+    """One settled result correlated with its model call."""
+
+    call_id: str
+    result: ToolExecutionResult
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBatchResult:
+    """Model-ordered outcomes, the contexts accepted for the next step (after
+    the last result), and whether a success concluded the turn."""
+
+    results: tuple[ToolCallResult, ...]
+    additional_contexts: tuple[UserMessage, ...] = ()
+    concluded: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "results", tuple(self.results))
+        object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
+
+
+# --------------------------------------------------------------------------
+# Decisions
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    """Pre-execute: run the call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """Pre-execute: fail the call with ``reason`` as its message."""
+
+    reason: str
+    info: ToolErrorInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Pre-execute: the canonical pre-dispatch cancellation result."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Pre-execute: run only if the approval service answers ``allowed-once``.
+    ``reason`` is the audited reason; ``display_reason`` localized prompt
+    text (``{"en": ..., "fr": ...}``)."""
+
+    reason: str | None = None
+    display_reason: Mapping[str, str] | None = None
+
+
+PreToolDecision: TypeAlias = Union[Allow, Deny, Cancel, Ask]
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """Post-execute: keep the result, replacing its ``content`` *or* its
+    ``value`` (never both), and/or attaching contexts."""
+
+    content: tuple[ContentBlock, ...] | None = None
+    value: Any = UNSET
+    additional_contexts: tuple[UserMessage, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.content is not None and not isinstance(self.content, (str, bytes)):
+            try:
+                object.__setattr__(self, "content", tuple(self.content))
+            except TypeError:
+                pass  # left as is: the pipeline reports the bad content
+        object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Post-execute: turn the result into a failure whose content is
+    ``feedback`` (corrective text for the model)."""
+
+    feedback: tuple[ContentBlock, ...]
+    additional_contexts: tuple[UserMessage, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.feedback, (str, bytes)):
+            try:
+                object.__setattr__(self, "feedback", tuple(self.feedback))
+            except TypeError:
+                pass
+        object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
+
+
+PostToolDecision: TypeAlias = Union[Accept, Block]
+
