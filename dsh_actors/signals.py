@@ -1,0 +1,372 @@
+"""Abort signals: a level-triggered, thread-safe cancellation flag, and fusion.
+
+A running tool body cannot read a mailbox, so an :class:`AbortSignal` is the
+one piece of state the runtime shares between threads (ARCHITECTURE.md, "The
+abort flag itself"). It follows trio's model rather than an event's:
+
+* **Level-triggered.** Once aborted, always aborted: every later
+  :attr:`~AbortSignal.aborted`, :meth:`~AbortSignal.wait` and
+  :meth:`~AbortSignal.add_callback` sees it.
+* **First reason wins.** Only the first :meth:`AbortController.abort` takes
+  effect and returns ``True``; later ones are no-ops returning ``False``.
+* **Fusion is a subscription.** :meth:`AbortSignal.any` returns a child
+  subscribed to each parent. The child unsubscribes from *every* parent as
+  soon as it fires or is closed, so a long-lived signal never accumulates
+  listeners (Node's ``AbortSignal.any`` leaked exactly there,
+  nodejs/node#55351).
+
+Each signal has one small lock guarding its state; callbacks never run under
+it, so a callback may read the signal, subscribe, unsubscribe or abort other
+signals freely.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import partial
+from types import TracebackType
+from typing import Final
+
+from loguru import logger
+
+from .errors import AbortError
+
+__all__ = ["AbortCallback", "AbortController", "AbortSignal", "Unsubscribe"]
+
+AbortCallback = Callable[["AbortSignal"], object]
+"""``fn(signal)``, run once when the signal aborts (see :meth:`AbortSignal.add_callback`)."""
+
+Unsubscribe = Callable[[], None]
+"""Removes one subscription; idempotent and O(1)."""
+
+
+class _Pending:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<pending>"
+
+
+# ``_reason is _PENDING`` is the whole "not aborted" state: one slot, written
+# once under the lock, so a lock-free reader sees the flag and the reason
+# change together.
+_PENDING: Final = _Pending()
+
+
+def _noop() -> None:
+    return None
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not break ours
+        return "<unprintable>"
+    return text if type(text) is str else "<unprintable>"
+
+
+def _describe(fn: object) -> str:
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) else _safe_repr(fn)
+
+
+class AbortSignal:
+    """A level-triggered, thread-safe abort flag.
+
+    Obtain one from :class:`AbortController` (which can abort it) or from
+    :meth:`AbortSignal.any` (which aborts when a parent does). A bare
+    ``AbortSignal()`` has no controller and never aborts.
+
+    Signals compare and hash by identity. Creating one is cheap (a lock and
+    an empty dict); the :class:`threading.Event` behind :meth:`wait` is made
+    only when somebody actually waits.
+    """
+
+    __slots__ = (
+        "_lock",
+        "_reason",
+        "_callbacks",
+        "_next_token",
+        "_event",
+        "_links",
+        "_closed",
+        "__weakref__",
+    )
+
+    _lock: threading.Lock
+    _reason: object
+    # Pending callbacks keyed by a per-signal token, so unsubscribe is O(1).
+    # Invariant: empty once the signal has aborted and dispatch has finished.
+    _callbacks: dict[int, AbortCallback]
+    _next_token: int
+    _event: threading.Event | None
+    # ``None`` for a plain signal. For a fused signal: the unsubscribers of
+    # its live parent subscriptions. Invariant: empty once it fired or closed.
+    _links: list[Unsubscribe] | None
+    # Only a fused signal is ever closed; a closed signal never aborts.
+    _closed: bool
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reason = _PENDING
+        self._callbacks = {}
+        self._next_token = 0
+        self._event = None
+        self._links = None
+        self._closed = False
+
+    # -- reading ------------------------------------------------------------
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the signal has aborted. Lock-free; once ``True``, always ``True``."""
+        return self._reason is not _PENDING
+
+    @property
+    def reason(self) -> object:
+        """The reason given to the first abort (an :class:`AbortError` when
+        none was given); ``None`` while the signal is pending."""
+        reason = self._reason
+        return None if reason is _PENDING else reason
+
+    @property
+    def listener_count(self) -> int:
+        """How many callbacks are subscribed right now (a debugging aid:
+        fused children that are still open count one each)."""
+        return len(self._callbacks)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until the signal aborts or ``timeout``
+        seconds pass; return :attr:`aborted`.
+
+        Returns ``True`` at once if the signal has already aborted. Waiting
+        does not poll: it sleeps on a :class:`threading.Event`. A signal that
+        can no longer abort (no controller, or a closed fused signal) makes
+        ``wait()`` without a timeout block forever.
+        """
+        if self._reason is not _PENDING:
+            return True
+        with self._lock:
+            if self._reason is not _PENDING:
+                return True
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+        return event.wait(timeout)
+
+    def throw_if_aborted(self) -> None:
+        """Raise if the signal has aborted, else return.
+
+        Raises the reason itself when it is an exception instance (the same
+        instance every time), otherwise ``AbortError(reason=reason)``.
+        """
+        reason = self._reason
+        if reason is _PENDING:
+            return
+        if isinstance(reason, BaseException):
+            raise reason
+        raise AbortError(reason=reason)
+
+    # -- subscribing ----------------------------------------------------------
+
+    def add_callback(self, fn: AbortCallback) -> Unsubscribe:
+        """Call ``fn(signal)`` once, when the signal aborts; return an
+        unsubscribe function (idempotent, O(1)).
+
+        Which thread runs ``fn``: the thread that aborts (inside its
+        :meth:`AbortController.abort` call, or inside the parent's abort for
+        a fused signal), after :attr:`aborted` is already visible and with no
+        lock held. If the signal has already aborted, ``fn`` runs right now
+        on the calling thread and the returned unsubscribe does nothing.
+
+        ``fn`` must not block: it delays the aborter and every callback after
+        it. Exceptions it raises are logged and contained; they never reach
+        the aborter and never stop the other callbacks. Callbacks run in
+        subscription order; one may unsubscribe itself or others meanwhile
+        (an unsubscribed callback that has not run yet will not run).
+
+        On a closed fused signal that has not aborted (it never will),
+        ``fn`` is not kept and the unsubscribe does nothing.
+        """
+        with self._lock:
+            if self._reason is _PENDING:
+                if self._closed:
+                    return _noop
+                token = self._next_token
+                self._next_token = token + 1
+                self._callbacks[token] = fn
+                return partial(self._unsubscribe, token)
+        self._invoke(fn)
+        return _noop
+
+    def _unsubscribe(self, token: int) -> None:
+        with self._lock:
+            self._callbacks.pop(token, None)
+
+    def _invoke(self, fn: AbortCallback) -> None:
+        try:
+            fn(self)
+        except Exception:
+            logger.exception("abort callback {} raised; ignored", _describe(fn))
+
+    # -- aborting -------------------------------------------------------------
+
+    def _abort(self, reason: object) -> bool:
+        """Abort with ``reason`` unless already aborted (or closed); return
+        whether this call did it. Runs the callbacks on the calling thread."""
+        with self._lock:
+            if self._reason is not _PENDING or self._closed:
+                return False
+            self._reason = reason
+            event = self._event
+            links = self._links
+            if links is not None:
+                self._links = []
+            tokens = list(self._callbacks) if self._callbacks else None
+        # `aborted` is now visible to every thread; nothing below holds our lock.
+        if event is not None:
+            event.set()
+        if links:
+            for unlink in links:
+                unlink()
+        if tokens is not None:
+            for token in tokens:
+                # Pop before running: an earlier callback may have
+                # unsubscribed this one. No callback is added after the abort
+                # (add_callback runs it at once), so `tokens` is complete.
+                with self._lock:
+                    fn = self._callbacks.pop(token, None)
+                if fn is not None:
+                    self._invoke(fn)
+        return True
+
+    # -- fusion ---------------------------------------------------------------
+
+    @classmethod
+    def any(cls, *signals: AbortSignal) -> AbortSignal:
+        """A fresh signal that aborts, with that parent's reason, as soon as
+        any of ``signals`` aborts (first abort wins).
+
+        If a parent has already aborted, the result is born aborted with the
+        reason of the first such parent in argument order. With no parents
+        the result never aborts; with one it is still a distinct signal.
+        Passing a signal twice subscribes once.
+
+        The result subscribes once to each parent and unsubscribes from all
+        of them when it fires or when it is closed (:meth:`close`),
+        whichever comes first. Close it when the work it guards settles (or
+        use it as a context manager): an unclosed child of a long-lived
+        parent stays subscribed, and so stays alive, for as long as the
+        parent does. Its callbacks run on the thread that aborted the parent.
+        """
+        for signal in signals:
+            if not isinstance(signal, AbortSignal):
+                raise TypeError(
+                    f"AbortSignal.any() takes AbortSignals, not {type(signal).__name__}"
+                )
+        parents = signals if len(signals) < 2 else tuple(dict.fromkeys(signals))
+        child = cls()
+        links: list[Unsubscribe] = []
+        child._links = links
+        for parent in parents:
+            reason = parent._reason
+            if reason is not _PENDING:
+                child._reason = reason  # born aborted: nothing to subscribe or notify
+                return child
+        on_parent_abort = child._on_parent_abort
+        for parent in parents:
+            # A parent may abort, here or on another thread, at any point of
+            # this loop. Nobody else holds `child` yet, so only its firing can
+            # race us: a fire swaps `_links` out under the lock and unlinks
+            # what it took; the check below unlinks whatever it missed.
+            unlink = parent.add_callback(on_parent_abort)
+            if unlink is not _noop:
+                links.append(unlink)
+            if child._reason is not _PENDING:
+                break
+        with child._lock:
+            fired = child._reason is not _PENDING
+        if fired:
+            # Invariant restored: a fired child holds no subscription.
+            for unlink in links:
+                unlink()  # idempotent, so overlapping the fire's sweep is fine
+        return child
+
+    def _on_parent_abort(self, parent: AbortSignal) -> None:
+        self._abort(parent._reason)
+
+    def close(self) -> None:
+        """Detach a fused signal from its parents; idempotent.
+
+        For a signal from :meth:`any`: unsubscribes from every parent (each
+        parent's :attr:`listener_count` drops by one) and, if the signal has
+        not aborted, freezes it as not aborted for good and drops its pending
+        callbacks, which could never run. ``aborted``, ``reason`` and
+        ``wait()`` keep working. Closing a fused signal that already fired
+        changes nothing (it detached when it fired).
+
+        For a controller's signal (or a bare ``AbortSignal()``) ``close()``
+        does nothing: its controller may still abort it, and its callbacks
+        belong to their subscribers, who remove them with their unsubscribe
+        (dropping them here would silently disconnect fused children).
+        """
+        with self._lock:
+            links = self._links
+            if links is None or self._closed:
+                return
+            self._closed = True
+            self._links = []
+            if self._reason is _PENDING:
+                self._callbacks = {}
+        for unlink in links:
+            unlink()
+
+    def __enter__(self) -> AbortSignal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        reason = self._reason
+        if reason is not _PENDING:
+            return f"<AbortSignal aborted reason={_safe_repr(reason)}>"
+        if self._closed:
+            return "<AbortSignal pending closed>"
+        return f"<AbortSignal pending listeners={len(self._callbacks)}>"
+
+
+class AbortController:
+    """Owns an :class:`AbortSignal` and is the only way to abort it."""
+
+    __slots__ = ("_signal",)
+
+    def __init__(self) -> None:
+        self._signal = AbortSignal()
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The signal this controller aborts."""
+        return self._signal
+
+    def abort(self, reason: object = None) -> bool:
+        """Abort the signal; return ``True`` if this call did it, ``False``
+        if it had already aborted (the first reason stays).
+
+        ``reason=None`` means a fresh :class:`AbortError`. The signal's
+        callbacks, and those of fused children that fire with it, run on the
+        calling thread before this returns.
+        """
+        signal = self._signal
+        if signal._reason is not _PENDING:
+            return False
+        return signal._abort(AbortError() if reason is None else reason)
+
+    def __repr__(self) -> str:
+        return f"<AbortController {self._signal!r}>"
