@@ -1,0 +1,590 @@
+"""Tool definitions: what a registry holds and how an author writes one.
+
+A :class:`ToolDefinition` is the raw, MCP-style form: a model-facing schema
+(``name``, ``description``, ``parameters``), a mandatory :class:`ToolOutput`
+declaration, the ``execute`` body, and host-only metadata and callbacks that
+never reach the model. The runtime does not validate a raw definition's
+arguments: its body validates its own input.
+
+:func:`define_tool` is the author path: it compiles the schema DSL, checks
+everything registration would reject, and wraps the callbacks so that the
+body only ever sees arguments that match ``parameters`` (invalid ones fail
+the call with ``ToolArgsError``), the classifier answers ``False`` and the
+presenters ``None`` on invalid arguments, and neither ever raises.
+
+:func:`validate_definition` is what registration runs: every structural
+check, with every problem reported at once, and the output and parameter
+validators compiled once into a :class:`CheckedDefinition`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TypedDict, cast
+
+from loguru import logger
+
+from .errors import DshError, JsonSchemaError, RegistrationError, ToolArgsError, safe_str
+from .json import thaw
+from .model import ContentBlock, ToolExecutionResult
+from .presentation import PresentedResult, ToolCallView, ToolResultView
+from .schema import (
+    CompiledJsonSchema,
+    assert_object_json_schema,
+    assert_supported_json_schema,
+    compile_json_schema,
+    parameter_schema_spec_to_json_schema,
+    validate_args,
+    value_schema_spec_to_json_schema,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .execution import ToolExecution, ToolRunContext
+
+__all__ = [
+    "CheckedDefinition",
+    "ToolDefinition",
+    "ToolOutput",
+    "ToolSchema",
+    "define_tool",
+    "is_async_callable",
+    "validate_definition",
+]
+
+
+class ToolSchema(TypedDict):
+    """The model-facing projection of a tool: exactly these three keys.
+    ``schemas()`` builds fresh ones; no callback, ``timeout_ms``, classifier
+    or ``meta`` ever appears in them."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+Render = Callable[[Any, Any], "list[ContentBlock]"]
+PresentationMeta = Callable[[Any, Any], Any]
+Execute = Callable[[Any, "ToolRunContext"], Any]
+Classifier = Callable[[Any], bool]
+ContentHook = Callable[["ToolExecution", ToolExecutionResult], "list[ContentBlock] | None"]
+PresentCall = Callable[[Any], "ToolCallView | None"]
+PresentResult = Callable[[Any, PresentedResult], "ToolResultView | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's canonical output contract, applied after the body returns.
+
+    Both callbacks run on the thread that finalizes the call (the
+    executor's finalize step), after the value passed ``schema``; they must
+    be pure, fast and non-blocking.
+    """
+
+    schema: Any
+    """The JSON Schema every successful value must satisfy: raw (enforced
+    subset) on a :class:`ToolDefinition`; a ``ValueSchemaSpec`` when given to
+    :func:`define_tool`, which stores the compiled raw schema on the
+    definition it returns."""
+
+    render: Render
+    """``render(args, value) -> list[ContentBlock]``: the model-facing
+    content of a validated value."""
+
+    presentation_meta: PresentationMeta | None = None
+    """``presentation_meta(args, value) -> JSON``: replayable presentation
+    data logged as the result's ``meta`` (root calls only)."""
+
+
+def _required_output() -> ToolOutput:
+    # Typed as required; a definition built without one is rejected by
+    # registration with "output is required" (SPEC section 4).
+    return cast(ToolOutput, None)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True, slots=True)
+class ToolDefinition:
+    """A registered tool: its model-facing schema, its output contract, its
+    body, and host-only callbacks.
+
+    Definitions compare by identity: registering an equal-looking definition
+    again is a different registration. A raw definition is not
+    argument-validated by the runtime; :func:`define_tool` builds one whose
+    callbacks validate.
+    """
+
+    name: str
+    """The tool's name, as the model calls it."""
+
+    description: str
+    """Model-facing description."""
+
+    parameters: Mapping[str, Any]
+    """Raw JSON Schema of the arguments (enforced subset, ``type: object``
+    root)."""
+
+    output: ToolOutput = field(default_factory=_required_output)
+    """The canonical output contract. Required: registration rejects a
+    definition without one."""
+
+    execute: Execute
+    """``execute(args, ctx)``: run one accepted call and return its
+    canonical lossless-JSON value. ``args`` are the frozen arguments, ``ctx``
+    a :class:`~dsh_actors.execution.ToolRunContext`. A plain function runs on
+    a call actor's worker thread and may block (it should watch
+    ``ctx.signal``); an ``async def`` runs on the runtime's asyncio loop
+    thread and must not block it. Either way the call settles only after the
+    body returns."""
+
+    is_concurrency_safe: Classifier | None = None
+    """``is_concurrency_safe(args) -> bool``: whether this call may overlap
+    its siblings. Only an exact ``True`` opts in; ``None``, an exception or
+    any other answer means exclusive. Runs on the executor's thread when the
+    call is about to start: pure, fast, non-blocking."""
+
+    timeout_ms: float | None = None
+    """Cooperative deadline in milliseconds (a positive finite number), or
+    ``None`` for none; enforced by the timeout policy. Declaring it asserts
+    the body watches ``ctx.signal``. Never model-visible."""
+
+    project_content: ContentHook | None = None
+    """``project_content(execution, result) -> content | None``: replace the
+    rendered content before ``tools/post-execute`` (``None`` keeps it). Runs
+    once per outcome entering post-execute, on the executor's finalize
+    thread: pure, fast, non-blocking."""
+
+    finalize_content: ContentHook | None = None
+    """``finalize_content(execution, result) -> content | None``: last-mile
+    transform of the model-facing content, called exactly once for every
+    outcome (pipeline failures included) just before the result is frozen.
+    Runs on the executor's finalize thread; must be total, pure, fast and
+    non-blocking."""
+
+    present_call: PresentCall | None = None
+    """``present_call(args) -> ToolCallView | None``: the pending call's UI
+    card (``None``: the generic card). Runs on the caller's thread, live and
+    on replay: pure, depending only on ``args``."""
+
+    present_result: PresentResult | None = None
+    """``present_result(args, result) -> ToolResultView | None``: the
+    completed call's UI card, from the durable result projection
+    (:class:`~dsh_actors.presentation.ToolResultProjection`). Runs on the
+    caller's thread, live and on replay: pure, depending only on its
+    arguments."""
+
+    meta: Mapping[str, Any] | None = None
+    """Free host-only metadata (``{"idempotent": True}`` for a retry
+    policy); never model-visible."""
+
+    _checked: CheckedDefinition | None = field(default=None, init=False, repr=False)
+    # Set by define_tool: the registration check it already ran, with the
+    # parameter validator its wrappers use, so registration compiles nothing
+    # twice. dataclasses.replace() drops it (the copy is checked afresh).
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedDefinition:
+    """A definition that passed :func:`validate_definition`, with what the
+    registry needs compiled once: the output and parameter validators, and
+    detached deep-frozen copies of both schemas (later changes to the
+    caller's dicts change nothing)."""
+
+    definition: ToolDefinition
+    """The definition as registered (compared by identity)."""
+
+    output_validator: CompiledJsonSchema
+    """Compiled ``definition.output.schema``; ``.schema`` is its frozen copy."""
+
+    parameter_validator: CompiledJsonSchema
+    """Compiled ``definition.parameters``; ``.schema`` is its frozen copy."""
+
+    is_async: bool
+    """Whether ``definition.execute`` is an ``async def`` (runs on the
+    runtime's loop thread) rather than a plain function (a worker thread)."""
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def output(self) -> ToolOutput:
+        return self.definition.output
+
+    @property
+    def parameters(self) -> Any:
+        """The frozen copy of the parameter schema that was checked."""
+        return self.parameter_validator.schema
+
+    def tool_schema(self) -> ToolSchema:
+        """A fresh model-facing projection (plain dicts, safe to mutate)."""
+        return {
+            "name": self.definition.name,
+            "description": self.definition.description,
+            "parameters": thaw(self.parameter_validator.schema),
+        }
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine to await: an ``async def``
+    (also behind ``functools.partial``) or an object whose ``__call__`` is
+    one."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)
+    return not inspect.isroutine(fn) and call is not None and inspect.iscoroutinefunction(call)
+
+
+# --------------------------------------------------------------------------
+# Registration checks
+# --------------------------------------------------------------------------
+
+_OPTIONAL_CALLBACKS: Final = (
+    "is_concurrency_safe",
+    "project_content",
+    "finalize_content",
+    "present_call",
+    "present_result",
+)
+
+
+def _shown(value: object) -> str:
+    try:
+        return safe_str(repr(value))
+    except Exception:  # noqa: BLE001 - a hostile __repr__
+        return "<unprintable value>"
+
+
+# Registration is a trusted same-process contract, but its input is typed
+# only statically: these checks take ``object`` so that the type checker
+# does not call the runtime checks unreachable.
+def _callable(value: object) -> bool:
+    return callable(value)
+
+
+def _is_instance(value: object, cls: type) -> bool:
+    return isinstance(value, cls)
+
+
+def _timeout_problem(timeout_ms: object) -> str | None:
+    if timeout_ms is None:
+        return None
+    if type(timeout_ms) in (int, float) and math.isfinite(cast(float, timeout_ms)) and cast(float, timeout_ms) > 0:
+        return None
+    return f"timeout_ms must be a positive finite number (got {_shown(timeout_ms)})"
+
+
+def _name_problem(name: object) -> str | None:
+    if type(name) is str and name:
+        return None
+    return f"name must be a non-empty str (got {_shown(name)})"
+
+
+def _callback_problems(callbacks: Mapping[str, object]) -> list[str]:
+    return [
+        f"{key} must be callable or None (got {_shown(value)})"
+        for key, value in callbacks.items()
+        if value is not None and not callable(value)
+    ]
+
+
+def _output_problems(output: object) -> list[str]:
+    """Structural problems of ``output`` (not its schema)."""
+    if output is None:
+        return ["output is required"]
+    if not isinstance(output, ToolOutput):
+        return [f"output must be a ToolOutput (got {type(output).__qualname__})"]
+    problems = []
+    if not _callable(output.render):
+        problems.append(f"output.render must be callable (got {_shown(output.render)})")
+    if output.presentation_meta is not None and not _callable(output.presentation_meta):
+        problems.append(f"output.presentation_meta must be callable or None (got {_shown(output.presentation_meta)})")
+    return problems
+
+
+def _raise(problems: list[str], tool: str | None) -> None:
+    if problems:
+        raise RegistrationError("; ".join(problems), tool=tool)
+
+
+def _tool_label(name: object) -> str | None:
+    return name if type(name) is str and name else None
+
+
+def _compile(check: Callable[[object], None], schema: object, where: str, problems: list[str]) -> CompiledJsonSchema | None:
+    try:
+        check(schema)
+        return compile_json_schema(schema)
+    except DshError as err:  # JsonSchemaError, or LosslessJsonError from a hostile schema
+        problems.append(f"{where}: {err.message}")
+    return None
+
+
+def validate_definition(defn: object) -> CheckedDefinition:
+    """Check ``defn`` the way registration does and compile its schemas.
+
+    Rejects (all problems at once, joined with ``"; "``, in one
+    :class:`RegistrationError` naming the tool): something that is not a
+    :class:`ToolDefinition`; a name that is not a non-empty str; a
+    description that is not a str; a missing ``output``, one that is not a
+    :class:`ToolOutput`, a ``render`` that is not callable or a
+    ``presentation_meta`` that is neither callable nor ``None``; an output
+    schema outside the enforced subset; parameters that are not an
+    object-rooted schema of the subset; an ``execute`` that is not callable;
+    a ``timeout_ms`` that is not a positive finite int or float; other
+    callbacks that are neither callable nor ``None``; a ``meta`` that is not
+    a mapping. The reserved name and duplicates are the registry's checks.
+
+    Runs on the registering thread; pure apart from compiling (cached).
+    """
+    if not isinstance(defn, ToolDefinition):
+        raise RegistrationError(f"expected a ToolDefinition, got {type(defn).__qualname__}")
+    if defn._checked is not None and defn._checked.definition is defn:
+        return defn._checked
+    return _check(defn, parameter_validator=None)
+
+
+def _check(defn: ToolDefinition, parameter_validator: CompiledJsonSchema | None) -> CheckedDefinition:
+    problems: list[str] = []
+    name_problem = _name_problem(defn.name)
+    if name_problem is not None:
+        problems.append(name_problem)
+    if type(defn.description) is not str:
+        problems.append(f"description must be a str (got {_shown(defn.description)})")
+    output_problems = _output_problems(defn.output)
+    problems.extend(output_problems)
+    output_validator = None
+    if not output_problems:
+        output_validator = _compile(assert_supported_json_schema, defn.output.schema, "output.schema", problems)
+    if parameter_validator is None:
+        parameter_validator = _compile(assert_object_json_schema, defn.parameters, "parameters", problems)
+    if not _callable(defn.execute):
+        problems.append(f"execute must be callable (got {_shown(defn.execute)})")
+    timeout_problem = _timeout_problem(defn.timeout_ms)
+    if timeout_problem is not None:
+        problems.append(timeout_problem)
+    problems.extend(_callback_problems({key: getattr(defn, key) for key in _OPTIONAL_CALLBACKS}))
+    if defn.meta is not None and not _is_instance(defn.meta, Mapping):
+        problems.append(f"meta must be a mapping or None (got {type(defn.meta).__qualname__})")
+    _raise(problems, _tool_label(defn.name))
+    assert output_validator is not None and parameter_validator is not None
+    return CheckedDefinition(
+        definition=defn,
+        output_validator=output_validator,
+        parameter_validator=parameter_validator,
+        is_async=is_async_callable(defn.execute),
+    )
+
+
+# --------------------------------------------------------------------------
+# The author path
+# --------------------------------------------------------------------------
+
+
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: Mapping[str, Any],
+    output: ToolOutput,
+    execute: Execute,
+    is_concurrency_safe: Classifier | None = None,
+    timeout_ms: float | None = None,
+    project_content: ContentHook | None = None,
+    finalize_content: ContentHook | None = None,
+    present_call: PresentCall | None = None,
+    present_result: PresentResult | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> ToolDefinition:
+    """Build a :class:`ToolDefinition` from the author DSL.
+
+    ``parameters`` is a ``ParameterSchemaSpec`` (a dict of property specs,
+    each optionally ``"required": True``) and ``output.schema`` a
+    ``ValueSchemaSpec``; both are compiled to raw JSON Schema, stored on the
+    returned definition as detached deep-frozen copies, and the parameter
+    validator is compiled once, here (registration reuses it).
+
+    The returned definition's callbacks wrap the ones given:
+
+    * ``execute`` validates the arguments before the body and raises
+      :class:`ToolArgsError` (``invalid arguments: a; b``) without calling it
+      when they do not match; it is an ``async def`` exactly when the body
+      is one. The body stays reachable as ``definition.execute.__wrapped__``.
+    * ``is_concurrency_safe`` answers ``False`` on invalid arguments and when
+      the classifier raises; otherwise the classifier's answer, unchanged.
+    * ``present_call`` / ``present_result`` answer ``None`` on invalid
+      arguments, when the presenter raises (logged at debug), or when it
+      returns something that is not a view; they never raise.
+
+    Raises :class:`RegistrationError` (naming the tool, every problem at
+    once) for what registration would reject, and :class:`JsonSchemaError`
+    for a schema spec outside the DSL, each violation naming the tool and
+    its path (``tool "x": parameters.q.type: ...``, ``tool "x":
+    output.schema.items: ...``), both specs' violations in one error.
+    """
+    problems: list[str] = []
+    name_problem = _name_problem(name)
+    if name_problem is not None:
+        problems.append(name_problem)
+    if type(description) is not str:
+        problems.append(f"description must be a str (got {_shown(description)})")
+    problems.extend(_output_problems(output))
+    if not _callable(execute):
+        problems.append(f"execute must be callable (got {_shown(execute)})")
+    timeout_problem = _timeout_problem(timeout_ms)
+    if timeout_problem is not None:
+        problems.append(timeout_problem)
+    problems.extend(
+        _callback_problems(
+            {
+                "is_concurrency_safe": is_concurrency_safe,
+                "project_content": project_content,
+                "finalize_content": finalize_content,
+                "present_call": present_call,
+                "present_result": present_result,
+            }
+        )
+    )
+    if meta is not None and not _is_instance(meta, Mapping):
+        problems.append(f"meta must be a mapping or None (got {type(meta).__qualname__})")
+    _raise(problems, _tool_label(name))
+
+    # Compile both specs before raising, so one error lists every violation.
+    violations: list[str] = []
+    raw_parameters: Any = None
+    raw_output: Any = None
+    try:
+        raw_parameters = parameter_schema_spec_to_json_schema(parameters)
+    except JsonSchemaError as err:
+        violations.extend(f'tool "{name}": {v}' for v in err.violations)  # paths read "parameters..."
+    try:
+        raw_output = value_schema_spec_to_json_schema(output.schema)
+    except JsonSchemaError as err:
+        violations.extend(f'tool "{name}": {_output_path(v)}' for v in err.violations)
+    if violations:
+        raise JsonSchemaError(violations)
+    try:
+        validator = compile_json_schema(raw_parameters)
+        output_schema = compile_json_schema(raw_output).schema
+    except JsonSchemaError as err:  # pragma: no cover - the DSL compiles into the subset
+        raise JsonSchemaError([f'tool "{name}": {v}' for v in err.violations]) from err
+
+    definition = ToolDefinition(
+        name=name,
+        description=description,
+        parameters=validator.schema,
+        output=ToolOutput(schema=output_schema, render=output.render, presentation_meta=output.presentation_meta),
+        execute=_validating_execute(name, validator, execute),
+        is_concurrency_safe=None if is_concurrency_safe is None else _classifier(name, validator, is_concurrency_safe),
+        timeout_ms=timeout_ms,
+        project_content=project_content,
+        finalize_content=finalize_content,
+        present_call=None if present_call is None else _call_presenter(name, validator, present_call),
+        present_result=None if present_result is None else _result_presenter(name, validator, present_result),
+        meta=meta,
+    )
+    checked = _check(definition, parameter_validator=validator)
+    object.__setattr__(definition, "_checked", checked)
+    return definition
+
+
+def _output_path(violation: str) -> str:
+    """Root a DSL violation's ``spec`` path at ``output.schema``, where the
+    author wrote it."""
+    if violation.startswith("spec") and violation[4:5] in (".", "[", ":"):
+        return "output.schema" + violation[4:]
+    return f"output.schema: {violation}"
+
+
+def _validating_execute(name: str, validator: CompiledJsonSchema, body: Execute) -> Execute:
+    # Hot path: one compiled is_valid call, messages built only when invalid.
+    is_valid = validator.is_valid
+
+    def reject(args: Any) -> ToolArgsError:
+        validate_args(validator, args)  # raises with every violation
+        return ToolArgsError([f'"value" does not match the parameters of tool "{name}"'])  # pragma: no cover
+
+    if is_async_callable(body):
+
+        async def execute_async(args: Any, ctx: ToolRunContext) -> Any:
+            if not is_valid(args):
+                raise reject(args)
+            return await body(args, ctx)
+
+        wrapper: Execute = execute_async
+    else:
+
+        def execute_sync(args: Any, ctx: ToolRunContext) -> Any:
+            if not is_valid(args):
+                raise reject(args)
+            return body(args, ctx)
+
+        wrapper = execute_sync
+    _label(wrapper, name, "execute", body)
+    return wrapper
+
+
+def _classifier(name: str, validator: CompiledJsonSchema, classifier: Classifier) -> Classifier:
+    is_valid = validator.is_valid
+
+    def is_concurrency_safe(args: Any) -> bool:
+        if not is_valid(args):
+            return False
+        try:
+            return classifier(args)
+        except Exception as err:  # noqa: BLE001 - a raising classifier means exclusive
+            logger.debug("tool {!r}: is_concurrency_safe raised {}; treating the call as exclusive", name, safe_str(err))
+            return False
+
+    _label(is_concurrency_safe, name, "is_concurrency_safe", classifier)
+    return is_concurrency_safe
+
+
+def _call_presenter(name: str, validator: CompiledJsonSchema, presenter: PresentCall) -> PresentCall:
+    is_valid = validator.is_valid
+
+    def present_call(args: Any) -> ToolCallView | None:
+        if not is_valid(args):
+            return None
+        try:
+            view = presenter(args)
+        except Exception as err:  # noqa: BLE001 - presenters never raise
+            logger.debug("tool {!r}: present_call raised {}; using the generic card", name, safe_str(err))
+            return None
+        if view is not None and not _is_instance(view, ToolCallView):
+            logger.debug("tool {!r}: present_call returned a {}, not a ToolCallView", name, type(view).__qualname__)
+            return None
+        return view
+
+    _label(present_call, name, "present_call", presenter)
+    return present_call
+
+
+def _result_presenter(name: str, validator: CompiledJsonSchema, presenter: PresentResult) -> PresentResult:
+    is_valid = validator.is_valid
+
+    def present_result(args: Any, result: PresentedResult) -> ToolResultView | None:
+        if not is_valid(args):
+            return None
+        try:
+            view = presenter(args, result)
+        except Exception as err:  # noqa: BLE001 - presenters never raise
+            logger.debug("tool {!r}: present_result raised {}; using the generic card", name, safe_str(err))
+            return None
+        if view is not None and not _is_instance(view, ToolResultView):
+            logger.debug("tool {!r}: present_result returned a {}, not a ToolResultView", name, type(view).__qualname__)
+            return None
+        return view
+
+    _label(present_result, name, "present_result", presenter)
+    return present_result
+
+
+def _label(wrapper: Any, name: str, role: str, original: object) -> None:
+    """Name a wrapper after its tool and keep the author's callable
+    reachable as ``__wrapped__``."""
+    wrapper.__name__ = role
+    wrapper.__qualname__ = f"define_tool({name!r}).{role}"
+    wrapper.__wrapped__ = original
+
