@@ -1,0 +1,50 @@
+"""Shared fixtures: a started runtime that is always stopped, and a check
+that no test leaves a thread behind."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "dsh",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("dsh")
+
+
+def live_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.is_alive()}
+
+
+def assert_no_new_threads(before: set[threading.Thread]) -> None:
+    """Every thread started since ``before`` has ended."""
+    leaked = [t for t in live_threads() - before if not t.name.startswith("pytest_timeout")]
+    for thread in leaked:  # stop() joins; this only absorbs a thread's last instructions
+        thread.join(5.0)
+    leaked = [t.name for t in leaked if t.is_alive()]
+    assert not leaked, f"threads left running: {leaked}"
+
+
+@pytest.fixture
+def runtime() -> Iterator[object]:
+    """A started ``ToolRuntime``; stopped afterwards, leaving no thread."""
+    from dsh_actors.runtime import ToolRuntime
+
+    before = live_threads()
+    rt = ToolRuntime().start()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+    assert_no_new_threads(before)
+
+
+@pytest.fixture
+def rt(runtime: object) -> object:
+    return runtime

@@ -1,0 +1,637 @@
+"""The durable session log: JSONL on disk, torn-line recovery, repair, replay.
+
+Threads are synchronised with a Barrier only; ``join(timeout=...)`` is a
+deadlock guard, never a way to wait for something to happen.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsh_actors.errors import ErrorCode, LosslessJsonError
+from dsh_actors.json import FrozenDict, materialize
+from dsh_actors.model import (
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolFailure,
+)
+from dsh_actors.presentation import ToolResultProjection, generic_result_view
+from dsh_actors.session import (
+    REPAIR_ERROR_CODE,
+    REPAIR_ERROR_NAME,
+    REPAIR_MESSAGE,
+    LoggedResult,
+    Session,
+    SessionCorruptError,
+    call_event,
+    ptc_dispatch_event,
+    ptc_dispatch_start_event,
+    result_event,
+    results_by_call,
+)
+
+GUARD = 10.0  # seconds; only ever reached if something deadlocks
+
+
+def ok(value: Any, *texts: str, meta: Any = None) -> ToolExecutionSuccess:
+    return ToolExecutionSuccess(value=value, content=tuple(TextBlock(t) for t in texts), meta=meta)
+
+
+def failed(message: str, info: ToolErrorInfo | None = None) -> ToolExecutionFailure:
+    return ToolExecutionFailure(
+        error=ToolFailure(message, info), content=(TextBlock("Error: " + message),)
+    )
+
+
+def file_lines(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    return data[:-1].split(b"\n")
+
+
+def file_events(path: Path) -> list[Any]:
+    return [orjson.loads(line) for line in file_lines(path)]
+
+
+class FailingFile:
+    """Wraps a session's file: while ``failing``, a write puts ``partial``
+    bytes of its data in the file, then raises ENOSPC."""
+
+    def __init__(self, real: Any, partial: int = 7) -> None:
+        self.real = real
+        self.partial = partial
+        self.failing = True
+
+    def write(self, data: Any) -> int:
+        if self.failing:
+            self.real.write(bytes(data[: self.partial]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return int(self.real.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+# --------------------------------------------------------------------------
+# Event builders
+# --------------------------------------------------------------------------
+
+
+def test_call_event_has_the_documented_keys_and_keeps_raw_text_arguments() -> None:
+    assert call_event(1, 2, "c1", "echo", {"message": "hi"}) == {
+        "type": "tool/call",
+        "turn": 1,
+        "step": 2,
+        "call_id": "c1",
+        "name": "echo",
+        "arguments": {"message": "hi"},
+    }
+    assert call_event(1, 2, "c2", "echo", '{"message": ')["arguments"] == '{"message": '
+
+
+def test_call_event_rejects_ids_and_counters_of_the_wrong_type() -> None:
+    with pytest.raises(TypeError, match="turn must be an int"):
+        call_event(True, 1, "c1", "echo", {})
+    with pytest.raises(TypeError, match="call_id must be a str"):
+        call_event(1, 1, 7, "echo", {})  # type: ignore[arg-type]
+
+
+def test_result_event_logs_content_error_and_meta_but_never_the_value() -> None:
+    event = result_event("c1", ok({"secret": "VALUE"}, "shown", meta={"lines": 3}))
+    assert event == {
+        "type": "tool/result",
+        "call_id": "c1",
+        "is_error": False,
+        "content": [{"type": "text", "text": "shown"}],
+        "error": None,
+        "meta": {"lines": 3},
+    }
+    assert "value" not in event and b"VALUE" not in orjson.dumps(event)
+
+
+def test_result_event_of_a_failure_carries_message_and_structured_info() -> None:
+    info = ToolErrorInfo("ToolArgsError", ErrorCode.INVALID_ARGS, reason="raw detail")
+    event = result_event("c1", failed("invalid arguments: x", info))
+    assert event["is_error"] is True
+    assert event["content"] == [{"type": "text", "text": "Error: invalid arguments: x"}]
+    assert event["error"] == {
+        "message": "invalid arguments: x",
+        "info": {"name": "ToolArgsError", "code": "INVALID_ARGS", "reason": "raw detail"},
+    }
+    # The str enum became a plain str, so the event is lossless JSON.
+    assert type(event["error"]["info"]["code"]) is str
+    assert result_event("c2", failed("boom"))["error"] == {"message": "boom", "info": None}
+
+
+def test_ptc_events_carry_pairing_ids_name_and_outcome_but_no_schema() -> None:
+    start = ptc_dispatch_start_event("r1", "r1", "r1:ptc:1", "read", {"path": "a"})
+    assert start == {
+        "type": "tool/ptc-dispatch-start",
+        "root_call_id": "r1",
+        "parent_call_id": "r1",
+        "sub_call_id": "r1:ptc:1",
+        "name": "read",
+        "arguments": {"path": "a"},
+    }
+    settled = ptc_dispatch_event(
+        "r1", "r1", "r1:ptc:1", "read", True, [TextBlock("Error: gone")], ToolFailure("gone"), None
+    )
+    assert settled == {
+        "type": "tool/ptc-dispatch",
+        "root_call_id": "r1",
+        "parent_call_id": "r1",
+        "sub_call_id": "r1:ptc:1",
+        "name": "read",
+        "is_error": True,
+        "content": [{"type": "text", "text": "Error: gone"}],
+        "error": {"message": "gone", "info": None},
+        "meta": None,
+    }
+
+
+# --------------------------------------------------------------------------
+# Appending and reading
+# --------------------------------------------------------------------------
+
+
+def test_an_in_memory_session_returns_its_events_in_order() -> None:
+    with Session() as session:
+        assert session.path is None
+        session.append(call_event(1, 1, "c1", "echo", {"message": "hi"}))
+        session.append(result_event("c1", ok("hi", "hi")))
+        session.append({"type": "custom", "n": 1})
+        assert [e["type"] for e in session.events()] == ["tool/call", "tool/result", "custom"]
+        assert len(session) == 3
+        assert "memory" in repr(session) and "3 events" in repr(session)
+
+
+def test_events_are_fresh_plain_dicts_the_caller_may_change() -> None:
+    with Session() as session:
+        session.append(call_event(1, 1, "c1", "echo", materialize({"a": [1, {"b": 2}]})))
+        first = session.events()
+        assert type(first[0]) is dict and type(first[0]["arguments"]["a"]) is list
+        first[0]["arguments"]["a"].append("changed")
+        assert session.events()[0]["arguments"] == {"a": [1, {"b": 2}]}
+
+
+def test_a_file_session_writes_one_flushed_object_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        assert session.path == path and str(path) in repr(session)
+        session.append(call_event(1, 1, "c1", "echo", {"message": "multi\nline"}))
+        # Readable by another handle while the session is still open.
+        assert file_events(path) == session.events()
+        session.append(result_event("c1", ok("x", "a\nb")))
+        lines = file_lines(path)
+        assert len(lines) == 2
+        assert [orjson.loads(line)["type"] for line in lines] == ["tool/call", "tool/result"]
+        assert file_events(path) == session.events()
+    assert "closed" in repr(session)
+
+
+def test_fsync_mode_fsyncs_every_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    with Session(tmp_path / "log.jsonl", fsync=True) as session:
+        session.append({"type": "a"})
+        session.append({"type": "b"})
+    assert len(synced) == 2
+
+
+def test_the_canonical_value_never_reaches_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        session.append(call_event(1, 1, "c1", "lookup", {}))
+        session.append(result_event("c1", ok({"token": "CANONICAL-SECRET"}, "3 rows")))
+    assert b"CANONICAL-SECRET" not in path.read_bytes()
+    assert "value" not in file_events(path)[1]
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not (f == 0 and str(f)[0] == "-"))
+    | st.text(st.characters(blacklist_categories=["Cs"])),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), max_size=5), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(JSON, min_size=1, max_size=5))
+def test_any_lossless_event_round_trips_through_the_file_unchanged(payloads: list[Any]) -> None:
+    events = [{"type": "custom", "payload": payload} for payload in payloads]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "log.jsonl"
+        with Session(path) as session:
+            for event in events:
+                session.append(event)
+            assert session.events() == events
+        with Session.open(path) as reopened:
+            assert reopened.events() == events
+
+
+def test_events_built_from_frozen_values_are_logged_as_plain_json() -> None:
+    with Session() as session:
+        session.append(FrozenDict({"type": "custom", "items": [1, 2]}))
+        assert session.events() == [{"type": "custom", "items": [1, 2]}]
+
+
+def test_an_event_that_is_not_lossless_json_is_rejected_and_not_logged(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        with pytest.raises(LosslessJsonError, match=r"event\.meta\.x: float nan is not lossless JSON"):
+            session.append({"type": "custom", "meta": {"x": float("nan")}})
+        with pytest.raises(LosslessJsonError, match=r"event\.arguments\[0\]"):
+            session.append(call_event(1, 1, "c1", "t", [-0.0]))
+        with pytest.raises(LosslessJsonError, match="event.meta"):
+            session.append(result_event("c1", ok(None, "x", meta={1, 2})))
+        assert session.events() == [] and session.pending_calls() == []
+    assert path.read_bytes() == b""
+
+
+def test_an_event_without_a_type_or_call_id_is_rejected() -> None:
+    with Session() as session:
+        with pytest.raises(ValueError, match='"type" must be a non-empty str'):
+            session.append({"call_id": "c1"})
+        with pytest.raises(ValueError, match='"type" must be a non-empty str'):
+            session.append({"type": ""})
+        with pytest.raises(ValueError, match='tool/call event needs a str "call_id"'):
+            session.append({"type": "tool/call", "call_id": 3})
+        with pytest.raises(TypeError, match="must be a mapping"):
+            session.append(["tool/call"])  # type: ignore[arg-type]
+        assert session.events() == []
+
+
+def test_concurrent_appends_from_eight_threads_never_interleave(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    threads_n, per_thread = 8, 200
+    barrier = threading.Barrier(threads_n)
+    # A long payload makes a torn or interleaved line easy to notice.
+    padding = "x" * 2000
+
+    def worker(index: int) -> None:
+        barrier.wait()
+        for seq in range(per_thread):
+            session.append({"type": "custom", "thread": index, "seq": seq, "pad": padding})
+
+    with Session(path) as session:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(threads_n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(GUARD)
+        assert not any(thread.is_alive() for thread in threads), "deadlock"
+        events = session.events()
+    on_disk = file_events(path)  # every line parses
+    assert on_disk == events
+    assert len(on_disk) == threads_n * per_thread
+    for index in range(threads_n):
+        assert [e["seq"] for e in on_disk if e["thread"] == index] == list(range(per_thread))
+
+
+# --------------------------------------------------------------------------
+# Opening files
+# --------------------------------------------------------------------------
+
+
+def test_a_new_session_needs_an_existing_directory(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="session log directory does not exist"):
+        Session(tmp_path / "missing" / "log.jsonl")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_new_session_refuses_a_file_that_already_holds_events(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"type":"custom"}\n')
+    with pytest.raises(FileExistsError, match=r"use Session\.open\(path\)"):
+        Session(path)
+    assert path.read_bytes() == b'{"type":"custom"}\n'
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    with Session(empty) as session:
+        session.append({"type": "custom"})
+    assert file_events(empty) == [{"type": "custom"}]
+
+
+def test_open_needs_an_existing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="session log does not exist"):
+        Session.open(tmp_path / "nope.jsonl")
+    assert not (tmp_path / "nope.jsonl").exists()
+
+
+def test_open_reads_the_log_and_continues_it(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with Session(path) as first:
+        first.append(call_event(1, 1, "c1", "echo", {}))
+        first.append(result_event("c1", ok(1, "one")))
+        first.append(call_event(1, 2, "c2", "echo", {}))
+    with Session.open(str(path)) as second:
+        assert second.events() == first.events()
+        assert second.pending_calls() == ["c2"]
+        assert second.torn_line is None
+        second.append(result_event("c2", ok(2, "two")))
+        assert second.pending_calls() == []
+    assert [e.get("call_id") for e in file_events(path)] == ["c1", "c1", "c2", "c2"]
+    with Session.open(path) as third:
+        assert len(third.events()) == 4
+
+
+def test_a_torn_last_line_is_ignored_and_cut_off_before_the_next_append(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    good = orjson.dumps(call_event(1, 1, "c1", "echo", {"message": "hi"})) + b"\n"
+    torn = orjson.dumps(result_event("c1", ok(1, "hi")))[:25]  # cut mid-JSON
+    path.write_bytes(good + torn)
+    with Session.open(path) as session:
+        assert [e["type"] for e in session.events()] == ["tool/call"]
+        assert session.torn_line == 2
+        assert session.pending_calls() == ["c1"]
+        # Reading alone does not change the file.
+        assert path.read_bytes() == good + torn
+        session.append(result_event("c1", ok(1, "hi")))
+    assert [e["type"] for e in file_events(path)] == ["tool/call", "tool/result"]
+    with Session.open(path) as reopened:
+        assert reopened.torn_line is None and len(reopened.events()) == 2
+
+
+def test_a_torn_last_line_is_ignored_even_when_newline_terminated(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"type":"a"}\n{"type": "b", "x": \n')
+    with Session.open(path) as session:
+        assert session.events() == [{"type": "a"}]
+        assert session.torn_line == 2
+
+
+def test_a_valid_last_line_without_newline_is_kept_and_the_next_append_starts_a_fresh_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"type":"a"}\n{"type":"b"}')
+    with Session.open(path) as session:
+        assert session.events() == [{"type": "a"}, {"type": "b"}]
+        assert session.torn_line is None
+        session.append({"type": "c"})
+    assert path.read_bytes() == b'{"type":"a"}\n{"type":"b"}\n{"type":"c"}\n'
+
+
+def test_blank_lines_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'\n{"type":"a"}\n\n  \n{"type":"b"}\n\n')
+    with Session.open(path) as session:
+        assert session.events() == [{"type": "a"}, {"type": "b"}]
+        session.append({"type": "c"})
+    with Session.open(path) as session:
+        assert [e["type"] for e in session.events()] == ["a", "b", "c"]
+
+
+def test_an_empty_file_opens_as_an_empty_session(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"")
+    with Session.open(path) as session:
+        assert session.events() == []
+        session.append({"type": "a"})
+    assert path.read_bytes() == b'{"type":"a"}\n'
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "problem"),
+    [
+        (b'{"type": "b", "x": ', "invalid JSON text"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"kind": "b"}', '"type" must be a non-empty str'),
+        (b'{"type": "tool/result"}', 'needs a str "call_id"'),
+        (b'{"type": "b", "x": -0.0}', "-0.0"),
+        (b'{"type": "b", "x": 99999999999999999999999}', "out of range"),
+    ],
+)
+def test_a_corrupt_line_before_the_last_is_an_error_naming_its_line_number(
+    tmp_path: Path, bad_line: bytes, problem: str
+) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"type":"a"}\n\n' + bad_line + b'\n{"type":"c"}\n')
+    with pytest.raises(SessionCorruptError) as caught:
+        Session.open(path)
+    err = caught.value
+    assert isinstance(err, LosslessJsonError) and err.code is ErrorCode.INVALID_JSON
+    assert err.lineno == 3 and err.file == str(path)
+    assert str(err).startswith(f"{path}:3: ")
+    assert problem in str(err)
+
+
+# --------------------------------------------------------------------------
+# Write failures and closing
+# --------------------------------------------------------------------------
+
+
+def test_a_failed_write_raises_logs_nothing_and_leaves_the_file_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        session.append(call_event(1, 1, "c1", "echo", {}))
+        failing = FailingFile(session._file)
+        monkeypatch.setattr(session, "_file", failing)
+        with pytest.raises(OSError) as caught:
+            session.append(result_event("c1", ok(1, "one")))
+        assert caught.value.errno == errno.ENOSPC
+        assert [e["type"] for e in session.events()] == ["tool/call"]
+        assert session.pending_calls() == ["c1"]
+        # The partial bytes were cut off.
+        assert [e["type"] for e in file_events(path)] == ["tool/call"]
+        failing.failing = False
+        session.append(result_event("c1", ok(1, "one")))
+        assert file_events(path) == session.events()
+        assert session.pending_calls() == []
+
+
+def test_when_a_torn_write_cannot_be_cut_the_next_append_starts_a_fresh_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+
+    def no_truncate(fd: int, size: int) -> None:
+        raise OSError(errno.EPERM, "cannot truncate")
+
+    with Session(path) as session:
+        session.append({"type": "a"})
+        failing = FailingFile(session._file, partial=5)
+        monkeypatch.setattr(session, "_file", failing)
+        monkeypatch.setattr(os, "ftruncate", no_truncate)
+        with pytest.raises(OSError, match="No space left"):
+            session.append({"type": "lost"})
+        assert path.read_bytes() == b'{"type":"a"}\n{"typ'
+        failing.failing = False
+        session.append({"type": "b"})
+        assert session.events() == [{"type": "a"}, {"type": "b"}]
+    # The torn bytes stand on a line of their own; no good line is merged.
+    assert path.read_bytes() == b'{"type":"a"}\n{"typ\n{"type":"b"}\n'
+
+
+def test_a_failed_fsync_unlogs_the_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "log.jsonl"
+
+    def broken_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    with Session(path, fsync=True) as session:
+        session.append({"type": "a"})
+        monkeypatch.setattr(os, "fsync", broken_fsync)
+        with pytest.raises(OSError, match="I/O error"):
+            session.append({"type": "b"})
+        monkeypatch.undo()
+        assert session.events() == [{"type": "a"}]
+        assert path.read_bytes() == b'{"type":"a"}\n'
+        session.append({"type": "c"})
+    assert file_events(path) == [{"type": "a"}, {"type": "c"}]
+
+
+def test_appending_after_close_raises_os_error(tmp_path: Path) -> None:
+    for session in (Session(), Session(tmp_path / "log.jsonl")):
+        session.append({"type": "a"})
+        session.close()
+        session.close()  # idempotent
+        assert session.closed
+        with pytest.raises(OSError, match="session is closed"):
+            session.append({"type": "b"})
+        assert session.events() == [{"type": "a"}]
+
+
+def test_the_context_manager_closes_the_session(tmp_path: Path) -> None:
+    with Session(tmp_path / "log.jsonl") as session:
+        assert not session.closed
+    assert session.closed
+
+
+# --------------------------------------------------------------------------
+# Repair
+# --------------------------------------------------------------------------
+
+
+def test_repair_fails_every_pending_call_in_call_order_once(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        for call_id in ("c1", "c2", "c3", "c4"):
+            session.append(call_event(1, 1, call_id, "t", {}))
+        session.append(result_event("c2", ok(2, "two")))
+        assert session.pending_calls() == ["c1", "c3", "c4"]
+
+        appended = session.repair()
+        assert [e["call_id"] for e in appended] == ["c1", "c3", "c4"]
+        for event in appended:
+            assert event["type"] == "tool/result" and event["is_error"] is True
+            assert event["content"] == [{"type": "text", "text": "Error: " + REPAIR_MESSAGE}]
+            assert event["error"] == {
+                "message": REPAIR_MESSAGE,
+                "info": {"name": REPAIR_ERROR_NAME, "code": REPAIR_ERROR_CODE, "reason": None},
+            }
+        assert session.events()[-3:] == appended
+        assert session.pending_calls() == []
+        assert session.repair() == []
+        assert len(session.events()) == 8
+    assert file_events(path) == session.events()
+
+
+def test_repair_after_a_crash_completes_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    lines = [
+        orjson.dumps(call_event(3, 1, "c1", "t", {})),
+        orjson.dumps(call_event(3, 1, "c2", "t", {})),
+        orjson.dumps(result_event("c1", ok(1, "one"))),
+    ]
+    torn = orjson.dumps(result_event("c2", ok(2, "two")))[:30]
+    path.write_bytes(b"\n".join(lines) + b"\n" + torn)
+    with Session.open(path) as session:
+        assert session.pending_calls() == ["c2"]
+        assert [e["call_id"] for e in session.repair()] == ["c2"]
+    with Session.open(path) as reopened:
+        assert reopened.pending_calls() == [] and reopened.torn_line is None
+        assert reopened.repair() == []
+        assert reopened.results_by_call()["c2"].error == ToolFailure(
+            REPAIR_MESSAGE, ToolErrorInfo(REPAIR_ERROR_NAME, REPAIR_ERROR_CODE)
+        )
+
+
+def test_repair_on_a_closed_session_with_pending_calls_raises() -> None:
+    session = Session()
+    session.append(call_event(1, 1, "c1", "t", {}))
+    session.close()
+    with pytest.raises(OSError, match="session is closed"):
+        session.repair()
+    assert session.pending_calls() == ["c1"]
+
+
+# --------------------------------------------------------------------------
+# Replay
+# --------------------------------------------------------------------------
+
+
+def test_logged_results_rebuild_what_present_result_needs(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    live_ok = ToolExecutionSuccess(
+        value={"canonical": True},
+        content=(TextBlock("t"), ImageBlock("aGk=", "image/png"), ReasoningBlock("r", "sig")),
+        meta=materialize({"rows": [1, 2]}),  # the registry freezes live results
+    )
+    live_bad = failed("nope", ToolErrorInfo("ToolFailedError", "TOOL_FAILED", "why"))
+    with Session(path) as session:
+        session.append(call_event(1, 1, "c1", "t", {}))
+        session.append(result_event("c1", live_ok))
+        session.append(call_event(1, 1, "c2", "t", {}))
+        session.append(result_event("c2", live_bad))
+    with Session.open(path) as replay:
+        logged = replay.results_by_call()
+    assert list(logged) == ["c1", "c2"]
+    first, second = logged["c1"], logged["c2"]
+    assert first == LoggedResult("c1", live_ok.content, False, None, materialize({"rows": [1, 2]}))
+    assert first.projection() == ToolResultProjection.of(live_ok)
+    assert second.projection() == ToolResultProjection.of(live_bad)
+    assert generic_result_view(second.projection()).content == live_bad.content
+    # A logged result can be logged again, identically.
+    assert orjson.loads(orjson.dumps(result_event("c1", first))) == replay.events()[1]
+
+
+def test_results_by_call_reads_ptc_dispatches_when_asked() -> None:
+    events = [
+        ptc_dispatch_start_event("r1", "r1", "r1:ptc:1", "read", {}),
+        ptc_dispatch_event("r1", "r1", "r1:ptc:1", "read", False, [TextBlock("x")], None, {"m": 1}),
+        result_event("r1", ok(None, "done")),
+    ]
+    assert list(results_by_call(events)) == ["r1"]
+    nested = results_by_call(events, ptc=True)
+    assert list(nested) == ["r1:ptc:1"]
+    assert nested["r1:ptc:1"].content == (TextBlock("x"),) and nested["r1:ptc:1"].meta == {"m": 1}
+
+
+def test_a_malformed_result_event_is_reported_with_the_bad_field() -> None:
+    event = result_event("c1", ok(None, "x"))
+    event["content"] = [{"type": "text", "text": 5}]
+    with pytest.raises(LosslessJsonError, match=r"event\.content\[0\]\.text"):
+        LoggedResult.from_event(event)
+    event = result_event("c1", failed("x"))
+    event["error"] = {"message": "x", "info": {"name": "N"}}
+    with pytest.raises(LosslessJsonError, match=r"event\.error\.info\.code"):
+        LoggedResult.from_event(event)
+    with pytest.raises(ValueError, match="not a tool/result"):
+        LoggedResult.from_event({"type": "tool/call"})
