@@ -1,0 +1,203 @@
+"""The event bus: ``emit`` and ``waterfall`` dispatch, scope-filtered.
+
+Listener lists are immutable tuples replaced on every change (copy on write),
+so dispatching an event takes no lock and never waits for a subscriber.
+
+Scope filtering: a listener subscribed with ``scope=agent`` sees events of
+that agent and of its descendants; a listener without a scope sees every
+event. ``tools/change`` is unfiltered: a change anywhere can affect every
+agent's next request, so scoped listeners receive it too.
+
+Event names and listener signatures (SPEC section 1):
+
+==========================  ========  ==========================================
+``tools/pre-execute``       waterfall ``fn(execution, next) -> PreToolDecision``
+``tools/execute``           waterfall ``fn(execution, next) -> ToolExecutionResult``
+``tools/post-execute``      waterfall ``fn(execution, result, next) -> PostToolDecision``
+``tools/result``            emit      ``fn(execution, result) -> None``
+``tools/change``            emit      ``fn() -> None``
+``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
+==========================  ========  ==========================================
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from loguru import logger
+
+from .errors import safe_str
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import Agent
+
+__all__ = ["Disposer", "EventBus", "Listener", "UNFILTERED_EVENTS", "disposer"]
+
+T = TypeVar("T")
+Listener = Callable[..., Any]
+
+#: Events every listener receives whatever its scope.
+UNFILTERED_EVENTS = frozenset({"tools/change"})
+
+
+class Disposer:
+    """Undoes exactly one effect. Calling it again does nothing."""
+
+    __slots__ = ("_fn", "_lock", "__weakref__")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn: Callable[[], Any] | None = fn
+        self._lock = threading.Lock()
+
+    @property
+    def disposed(self) -> bool:
+        return self._fn is None
+
+    def __call__(self) -> None:
+        with self._lock:
+            fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
+
+    def __repr__(self) -> str:
+        return f"<Disposer {'disposed' if self._fn is None else 'active'}>"
+
+
+def disposer(fn: Callable[[], Any]) -> Disposer:
+    """Wrap ``fn`` as an idempotent :class:`Disposer`."""
+    return Disposer(fn)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Entry:
+    listener: Listener
+    scope: Agent | None
+    seq: int
+
+
+def _in_scope(scope: Agent, agent: Agent | None) -> bool:
+    node = agent
+    while node is not None:
+        if node is scope:
+            return True
+        node = node.parent
+    return False
+
+
+class EventBus:
+    """Subscriptions and dispatch for the ``tools/*`` events.
+
+    Dispatch runs listeners on the thread that dispatches: the docstring of
+    each event's producer says which thread that is. Subscribing and
+    disposing are thread-safe and may happen during a dispatch; a dispatch
+    already running keeps the listener list it started with.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lists: dict[str, tuple[_Entry, ...]] = {}
+        self._seq = itertools.count()
+
+    def on(
+        self,
+        name: str,
+        listener: Listener,
+        scope: Agent | None = None,
+        prepend: bool = False,
+    ) -> Disposer:
+        """Subscribe ``listener`` to ``name``; returns its disposer.
+
+        ``scope``: receive only events of that agent and its descendants.
+        ``prepend``: put the listener first (outermost in a waterfall).
+        """
+        if not callable(listener):
+            raise TypeError(f"listener for {name!r} must be callable")
+        entry = _Entry(listener, scope, next(self._seq))
+        with self._lock:
+            current = self._lists.get(name, ())
+            self._lists[name] = (entry, *current) if prepend else (*current, entry)
+
+        def remove() -> None:
+            with self._lock:
+                current = self._lists.get(name, ())
+                kept = tuple(e for e in current if e is not entry)
+                if kept:
+                    self._lists[name] = kept
+                else:
+                    self._lists.pop(name, None)
+
+        return Disposer(remove)
+
+    def has_listeners(self, name: str) -> bool:
+        return name in self._lists
+
+    def listeners(self, name: str, agent: Agent | None = None) -> tuple[Listener, ...]:
+        """The listeners an event of ``agent`` reaches, outermost first."""
+        entries = self._lists.get(name)
+        if not entries:
+            return ()
+        if name in UNFILTERED_EVENTS:
+            return tuple(e.listener for e in entries)
+        return tuple(
+            e.listener for e in entries if e.scope is None or _in_scope(e.scope, agent)
+        )
+
+    def emit(self, name: str, *args: Any, agent: Agent | None = None) -> None:
+        """Call every listener with ``args``; a listener that raises is
+        logged (loguru) and the others still run."""
+        for fn in self.listeners(name, agent):
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - observers are contained
+                logger.opt(exception=exc).error(
+                    "{} listener {} raised: {}", name, _describe(fn), safe_str(exc)
+                )
+
+    def emit_strict(self, name: str, *args: Any, agent: Agent | None = None) -> None:
+        """Like :meth:`emit`, but the first listener that raises stops the
+        dispatch and its exception propagates (``tools/change`` rollback)."""
+        for fn in self.listeners(name, agent):
+            fn(*args)
+
+    def waterfall(
+        self,
+        name: str,
+        default: Callable[[], T],
+        *args: Any,
+        agent: Agent | None = None,
+    ) -> T:
+        """Run ``name``'s listeners as a chain ending in ``default``.
+
+        Each listener is called ``fn(*args, next)``; ``next()`` (no
+        arguments) runs the rest of the chain and returns its result. A
+        listener that returns without calling ``next()`` vetoes the rest.
+        ``next`` may be called more than once (a retry wrapper does).
+        Exceptions propagate to the caller, who decides what they mean.
+        """
+        chain = self.listeners(name, agent)
+        if not chain:
+            return default()
+        return _run_chain(chain, 0, default, args)
+
+
+def _run_chain(
+    chain: tuple[Listener, ...], index: int, default: Callable[[], T], args: tuple[Any, ...]
+) -> T:
+    if index == len(chain):
+        return default()
+    fn = chain[index]
+
+    def next_() -> T:
+        return _run_chain(chain, index + 1, default, args)
+
+    result: T = fn(*args, next_)
+    return result
+
+
+def _describe(fn: Listener) -> str:
+    name = getattr(fn, "__qualname__", None)
+    return safe_str(name) if name is not None else type(fn).__qualname__

@@ -1,0 +1,239 @@
+"""Execution identity: what every phase of one call's trip sees.
+
+A :class:`ToolExecution` is created by the pipeline once the arguments have
+been materialized (so every phase sees the same frozen object). Its identity
+fields are read-only; the one field a ``tools/execute`` wrapper may set is
+``signal``, and only while the call is dispatching. The pipeline freezes the
+whole object before ``tools/result`` observers run.
+
+A :class:`ToolRunContext` is what a tool body receives: the same identity,
+the body's own fused signal, and the two channels a body has back to the
+pipeline (``defer_context`` and ``conclude_turn``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .model import UserMessage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .definition import ToolSchema
+    from .model import Agent
+    from .signals import AbortSignal
+    from .toolset import ResolvedToolSet
+
+__all__ = ["ToolExecution", "ToolExecutionInput", "ToolExecutionToken", "ToolRunContext"]
+
+_token_ids = itertools.count(1)
+
+
+class ToolExecutionToken:
+    """Opaque identity of one execution, shared with nested calls only as
+    their ``parent``. Compares by identity."""
+
+    __slots__ = ("_id", "__weakref__")
+
+    def __init__(self) -> None:
+        self._id = next(_token_ids)
+
+    def __repr__(self) -> str:
+        return f"<ToolExecutionToken #{self._id}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a ToolExecutionToken cannot be copied")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolExecutionInput:
+    """Parsed input to the shared pipeline; the pipeline adds the token.
+
+    ``root_call_id`` is omitted for a root execution (it defaults to
+    ``call_id``); nested dispatchers pass the enclosing value, the enclosing
+    execution's ``token`` as ``parent``, and (PTC) the binding-time
+    ``schema``.
+    """
+
+    call_id: str
+    name: str
+    arguments: Any
+    signal: AbortSignal
+    root_call_id: str | None = None
+    schema: ToolSchema | Mapping[str, Any] | None = None
+    agent: Agent | None = None
+    tool_set: ResolvedToolSet | None = None
+    parent: ToolExecutionToken | None = None
+
+
+_IDENTITY = frozenset(
+    {"call_id", "root_call_id", "name", "arguments", "agent", "tool_set", "parent", "token", "schema"}
+)
+
+
+class ToolExecution:
+    """One pending call inside the pipeline.
+
+    Identity (``call_id``, ``root_call_id``, ``name``, ``arguments`` (frozen
+    lossless JSON), ``agent``, ``tool_set``, ``parent``, ``token``,
+    ``schema``) is read-only. ``signal`` is the caller's signal, except while
+    ``tools/execute`` wrappers run, when a wrapper may replace it for its
+    delegated lifetime. After :meth:`freeze` nothing may be set.
+    """
+
+    __slots__ = (
+        "call_id",
+        "root_call_id",
+        "name",
+        "arguments",
+        "agent",
+        "tool_set",
+        "parent",
+        "token",
+        "schema",
+        "_signal",
+        "_mutable_signal",
+        "_frozen",
+    )
+
+    call_id: str
+    root_call_id: str
+    name: str
+    arguments: Any
+    agent: Agent | None
+    tool_set: ResolvedToolSet | None
+    parent: ToolExecutionToken | None
+    token: ToolExecutionToken
+    schema: Any
+    _signal: AbortSignal
+    _mutable_signal: bool
+    _frozen: bool
+
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        name: str,
+        arguments: Any,
+        signal: AbortSignal,
+        root_call_id: str | None = None,
+        agent: Agent | None = None,
+        tool_set: ResolvedToolSet | None = None,
+        parent: ToolExecutionToken | None = None,
+        schema: Any = None,
+        token: ToolExecutionToken | None = None,
+    ) -> None:
+        setter = object.__setattr__
+        setter(self, "call_id", call_id)
+        setter(self, "root_call_id", call_id if root_call_id is None else root_call_id)
+        setter(self, "name", name)
+        setter(self, "arguments", arguments)
+        setter(self, "agent", agent)
+        setter(self, "tool_set", tool_set)
+        setter(self, "parent", parent)
+        setter(self, "token", ToolExecutionToken() if token is None else token)
+        setter(self, "schema", schema)
+        setter(self, "_signal", signal)
+        setter(self, "_mutable_signal", False)
+        setter(self, "_frozen", False)
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The caller's cancellation signal (a wrapper's replacement while
+        ``tools/execute`` runs)."""
+        return self._signal
+
+    @signal.setter
+    def signal(self, value: AbortSignal) -> None:
+        if self._frozen:
+            raise AttributeError("the execution is frozen")
+        if not self._mutable_signal:
+            raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
+        from .signals import AbortSignal
+
+        if not isinstance(value, AbortSignal):
+            raise TypeError("execution.signal must be an AbortSignal (it cannot be removed)")
+        object.__setattr__(self, "_signal", value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "signal":
+            ToolExecution.signal.__set__(self, value)  # type: ignore[attr-defined]
+            return
+        if name in _IDENTITY:
+            raise AttributeError(f"execution.{name} is read-only")
+        raise AttributeError(f"ToolExecution has no settable attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"execution.{name} cannot be deleted")
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    # -- pipeline-only -----------------------------------------------------
+
+    def _open_signal(self) -> None:
+        object.__setattr__(self, "_mutable_signal", True)
+
+    def _restore_signal(self, caller: AbortSignal) -> None:
+        object.__setattr__(self, "_mutable_signal", False)
+        object.__setattr__(self, "_signal", caller)
+
+    def _freeze(self) -> None:
+        object.__setattr__(self, "_mutable_signal", False)
+        object.__setattr__(self, "_frozen", True)
+
+    def __repr__(self) -> str:
+        return f"<ToolExecution {self.name} call_id={self.call_id!r}>"
+
+
+class ToolRunContext:
+    """What a tool body receives: the execution's identity, the body's own
+    signal (fused from the caller's and any wrapper's), and
+    :meth:`defer_context` / :meth:`conclude_turn`.
+
+    A sync body runs on a call actor's worker thread; an ``async def`` body on
+    the runtime's asyncio loop thread. Both methods are thread-safe.
+    """
+
+    __slots__ = ("_execution", "signal", "_lock", "_contexts", "_concludes")
+
+    def __init__(self, execution: ToolExecution, signal: AbortSignal) -> None:
+        self._execution = execution
+        self.signal = signal
+        self._lock = threading.Lock()
+        self._contexts: list[UserMessage] = []
+        self._concludes = False
+
+    call_id = property(lambda self: self._execution.call_id, doc="The call's id.")
+    root_call_id = property(lambda self: self._execution.root_call_id, doc="The root call's id.")
+    name = property(lambda self: self._execution.name, doc="The tool's name.")
+    arguments = property(lambda self: self._execution.arguments, doc="The frozen arguments.")
+    agent = property(lambda self: self._execution.agent, doc="The calling agent, if any.")
+    tool_set = property(lambda self: self._execution.tool_set, doc="The step's admission, if any.")
+    parent = property(lambda self: self._execution.parent, doc="The enclosing execution's token.")
+    token = property(lambda self: self._execution.token, doc="This execution's token.")
+    schema = property(lambda self: self._execution.schema, doc="Binding-time schema (PTC).")
+
+    @property
+    def execution(self) -> ToolExecution:
+        return self._execution
+
+    def defer_context(self, context: UserMessage) -> None:
+        """Attach ``context`` to this call's own result; the agent loop
+        appends it only after the ``tool/result``."""
+        if not isinstance(context, UserMessage):
+            raise TypeError("defer_context takes a UserMessage")
+        with self._lock:
+            self._contexts.append(context)
+
+    def conclude_turn(self) -> None:
+        """Mark a successful final result as terminal for the agent's turn."""
+        self._concludes = True
+
+    def _take(self) -> tuple[tuple[UserMessage, ...], bool]:
+        with self._lock:
+            return tuple(self._contexts), self._concludes

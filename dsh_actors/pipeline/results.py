@@ -1,0 +1,186 @@
+"""Building and normalising results: failures from exceptions, successes
+from values, and the final lossless freeze."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AbortError, DshError, LosslessJsonError, ToolOutputError, safe_str
+from ..json import materialize
+from ..model import (
+    ContentBlock,
+    TextBlock,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolFailure,
+    UserMessage,
+    check_content,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..execution import ToolExecution
+
+__all__ = [
+    "aborted",
+    "failure",
+    "failure_from_exception",
+    "freeze_result",
+    "is_result",
+    "render_success",
+]
+
+
+def failure(
+    message: str,
+    info: ToolErrorInfo | None = None,
+    additional_contexts: tuple[UserMessage, ...] = (),
+    meta: Any = None,
+) -> ToolExecutionFailure:
+    """A failure whose content is ``[TextBlock("Error: " + message)]``."""
+    return ToolExecutionFailure(
+        error=ToolFailure(message, info),
+        content=(TextBlock("Error: " + message),),
+        meta=meta,
+        additional_contexts=additional_contexts,
+    )
+
+
+def error_info(exc: DshError) -> ToolErrorInfo:
+    return ToolErrorInfo(name=type(exc).__name__, code=str(exc.code))
+
+
+def failure_from_exception(
+    exc: BaseException, additional_contexts: tuple[UserMessage, ...] = ()
+) -> ToolExecutionFailure:
+    """The failure for anything a tool, listener or renderer raised.
+
+    A :class:`DshError` keeps its message and gets ``info`` (class name and
+    code); anything else gives its ``str`` (the class name when empty), and a
+    hostile exception whose ``str`` raises gives ``<unprintable thrown value>``.
+    """
+    if isinstance(exc, DshError):
+        try:
+            message = exc.message if type(exc.message) is str else safe_str(exc)
+        except BaseException:  # noqa: BLE001
+            message = "<unprintable thrown value>"
+        return failure(message, error_info(exc), additional_contexts)
+    message = safe_str(exc)
+    if message == "":
+        message = type(exc).__name__
+    return failure(message, None, additional_contexts)
+
+
+def aborted(
+    *, before_dispatch: bool, additional_contexts: tuple[UserMessage, ...] = ()
+) -> ToolExecutionFailure:
+    """``ABORTED`` (the body was invoked) or ``ABORTED_BEFORE_DISPATCH``."""
+    return failure_from_exception(AbortError(before_dispatch=before_dispatch), additional_contexts)
+
+
+def is_result(value: object) -> bool:
+    return type(value) is ToolExecutionSuccess or type(value) is ToolExecutionFailure
+
+
+def render_success(
+    execution: ToolExecution,
+    definition: Any,
+    output_validator: Any,
+    value: Any,
+    *,
+    additional_contexts: tuple[UserMessage, ...] = (),
+    concludes_turn: bool = False,
+) -> ToolExecutionResult:
+    """Validate a body's (or a policy's) value against the tool's output
+    schema, freeze it, render it and compute presentation meta (root calls
+    only). Any problem is an ``INVALID_TOOL_OUTPUT`` failure."""
+    name = execution.name
+    try:
+        frozen = materialize(value)
+    except LosslessJsonError as exc:
+        return failure_from_exception(ToolOutputError(name, [exc.message]), additional_contexts)
+    violations = output_validator.validate(frozen)
+    if violations:
+        return failure_from_exception(ToolOutputError(name, violations), additional_contexts)
+    output = definition.output
+    try:
+        content = check_content(output.render(execution.arguments, frozen))
+    except BaseException as exc:  # noqa: BLE001 - a renderer may raise anything
+        detail = exc.message if isinstance(exc, LosslessJsonError) else f"render raised {_describe(exc)}"
+        return failure_from_exception(ToolOutputError(name, [detail]), additional_contexts)
+    meta = None
+    if execution.parent is None and output.presentation_meta is not None:
+        try:
+            meta = materialize(output.presentation_meta(execution.arguments, frozen), "meta")
+        except BaseException as exc:  # noqa: BLE001
+            detail = (
+                exc.message
+                if isinstance(exc, LosslessJsonError)
+                else f"presentation_meta raised {_describe(exc)}"
+            )
+            return failure_from_exception(ToolOutputError(name, [detail]), additional_contexts)
+    return ToolExecutionSuccess(
+        value=frozen,
+        content=content,
+        meta=meta,
+        additional_contexts=additional_contexts,
+        concludes_turn=concludes_turn,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = safe_str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _freeze_contexts(contexts: Any) -> tuple[UserMessage, ...]:
+    out: list[UserMessage] = []
+    for i, ctx in enumerate(tuple(contexts)):
+        where = f"additional_contexts[{i}]"
+        if type(ctx) is not UserMessage:
+            raise LosslessJsonError(where, f"{type(ctx).__qualname__} is not a UserMessage")
+        content = check_content(ctx.content, f"{where}.content")
+        if ctx.source is not None and type(ctx.source) is not str:
+            raise LosslessJsonError(f"{where}.source", "must be a str")
+        meta = materialize(ctx.meta, f"{where}.meta")
+        out.append(UserMessage(content, ctx.source, meta))
+    return tuple(out)
+
+
+def _freeze_error(error: Any) -> ToolFailure:
+    if type(error) is not ToolFailure:
+        raise LosslessJsonError("error", f"{type(error).__qualname__} is not a ToolFailure")
+    if type(error.message) is not str:
+        raise LosslessJsonError("error.message", "must be a str")
+    info = error.info
+    if info is not None:
+        if type(info) is not ToolErrorInfo:
+            raise LosslessJsonError("error.info", f"{type(info).__qualname__} is not a ToolErrorInfo")
+        for field in ("name", "code"):
+            if type(getattr(info, field)) is not str:
+                raise LosslessJsonError(f"error.info.{field}", "must be a str")
+        if info.reason is not None and type(info.reason) is not str:
+            raise LosslessJsonError("error.info.reason", "must be a str")
+    return error
+
+
+def freeze_result(result: ToolExecutionResult) -> ToolExecutionResult:
+    """Check and deep-freeze every field of a candidate result, or raise
+    :class:`LosslessJsonError` naming the first bad field."""
+    content: tuple[ContentBlock, ...] = check_content(result.content)
+    meta = materialize(result.meta, "meta")
+    contexts = _freeze_contexts(result.additional_contexts)
+    if type(result) is ToolExecutionSuccess:
+        value = materialize(result.value)
+        return replace(
+            result,
+            value=value,
+            content=content,
+            meta=meta,
+            additional_contexts=contexts,
+            concludes_turn=result.concludes_turn is True,
+        )
+    error = _freeze_error(result.error)
+    return ToolExecutionFailure(error=error, content=content, meta=meta, additional_contexts=contexts)

@@ -1,0 +1,574 @@
+"""One call's trip through the pipeline (SPEC section 5), as three stages.
+
+* :func:`prepare` (the executor's thread, in model order): the pre-aborted
+  check, the ``tools/pre-execute`` waterfall, approval routing for ``Ask``,
+  guards, and the recheck of cancellation.
+* :func:`dispatch` (a call actor's thread; the only stage that overlaps):
+  the ``tools/execute`` waterfall around the body, output validation,
+  ``render`` and ``presentation_meta``.
+* :func:`finalize` (the executor's thread, in model order):
+  ``project_content``, the ``tools/post-execute`` waterfall, the cancellation
+  replacement, ``finalize_content`` (exactly once), the final freeze and
+  ``tools/result``.
+
+A :class:`Call` carries one call between the stages. It is owned by exactly
+one thread at a time: the executor hands it to a call actor for
+:func:`dispatch` and gets it back in a ``CallSettled`` message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from dataclasses import replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from ..definition import is_async_callable
+from ..errors import (
+    AbortError,
+    LosslessJsonError,
+    ToolArgsError,
+    ToolNotFoundError,
+    ToolPolicyError,
+    safe_str,
+)
+from ..execution import ToolExecution, ToolExecutionInput, ToolRunContext
+from ..json import materialize
+from ..model import (
+    Accept,
+    Allow,
+    Ask,
+    Block,
+    Cancel,
+    Deny,
+    TextBlock,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    UNSET,
+    UserMessage,
+    check_content,
+)
+from ..signals import AbortSignal
+from .results import aborted, failure, failure_from_exception, freeze_result, is_result, render_success
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+__all__ = ["Call", "CallPhase", "begin", "dispatch", "finalize", "prepare"]
+
+BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
+
+
+class CallPhase(str, Enum):
+    """Where a call is on its trip. Transitions only move forward:
+    PENDING → (READY → DISPATCHING → DISPATCHED | RESOLVED) → DONE."""
+
+    PENDING = "pending"
+    READY = "ready"  # prepared and allowed: waits for a call actor
+    DISPATCHING = "dispatching"  # a call actor runs its wrappers and body
+    DISPATCHED = "dispatched"  # the dispatch outcome is back
+    RESOLVED = "resolved"  # decided without dispatch (denied, aborted, ...)
+    DONE = "done"  # finalized: the final result is frozen and published
+
+
+class Call:
+    """One call's mutable trip state (see the module docstring for which
+    thread owns it when)."""
+
+    __slots__ = (
+        "index",
+        "execution",
+        "caller",
+        "phase",
+        "registration",
+        "outcome",
+        "run_post",
+        "body_invoked",
+        "body_contexts",
+        "body_results",
+        "final",
+        "unknown_hint",
+        "mode",
+        "raw_arguments",
+    )
+
+    def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
+        self.index = index
+        self.execution = execution
+        self.caller: AbortSignal = execution.signal
+        self.phase = CallPhase.PENDING
+        self.registration: Any = None
+        self.outcome: ToolExecutionResult | None = None
+        # Invariant: run_post is False only for outcomes that bypass
+        # post-execute (no phases at all, or a throwing policy/wrapper).
+        self.run_post = False
+        self.body_invoked = False
+        self.body_contexts: tuple[UserMessage, ...] = ()
+        self.body_results: list[ToolExecutionResult] = []
+        self.final: ToolExecutionResult | None = None
+        self.unknown_hint: str | None = None
+        self.mode: str | None = None
+        self.raw_arguments = raw_arguments
+
+    def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
+        self.outcome = outcome
+        self.run_post = run_post
+        self.phase = CallPhase.RESOLVED
+
+    def __repr__(self) -> str:
+        return f"<Call #{self.index} {self.execution.name} {self.phase.value}>"
+
+
+def begin(index: int, inp: ToolExecutionInput) -> Call:
+    """Materialize the arguments (once, before any policy) and create the
+    execution. Non-JSON arguments resolve the call at once with
+    ``INVALID_ARGS``: no phase runs, but it still publishes its result."""
+    raw = inp.arguments
+    bad: LosslessJsonError | None = None
+    try:
+        arguments = materialize(raw, "arguments")
+    except LosslessJsonError as exc:
+        arguments = None
+        bad = exc
+    execution = ToolExecution(
+        call_id=inp.call_id,
+        name=inp.name,
+        arguments=arguments,
+        signal=inp.signal,
+        root_call_id=inp.root_call_id,
+        agent=inp.agent,
+        tool_set=inp.tool_set,
+        parent=inp.parent,
+        schema=inp.schema,
+    )
+    call = Call(index, execution, raw)
+    if bad is not None:
+        call.resolve(
+            failure_from_exception(ToolArgsError([f"arguments are not lossless JSON: {bad.message}"])),
+            run_post=False,
+        )
+    return call
+
+
+# --------------------------------------------------------------------------
+# prepare
+# --------------------------------------------------------------------------
+
+
+def prepare(rt: ToolRuntime, call: Call) -> None:
+    """Run the pre-dispatch phases of ``call`` on the calling thread.
+
+    Leaves the call READY (allowed: dispatch it) or RESOLVED. Pre-execute
+    listeners, the approval service and guards run here; they may block
+    (an approval waits for a person) but must observe ``execution.signal``.
+    """
+    if call.phase is CallPhase.RESOLVED:
+        return
+    execution = call.execution
+    if call.caller.aborted:
+        call.resolve(aborted(before_dispatch=True), run_post=False)
+        return
+    from ..registry import check_guards, executable
+
+    state = rt.state
+    call.registration = executable(state, execution.name, execution.agent, execution.tool_set)
+    reason: str | None
+    try:
+        decision: Any = rt.events.waterfall(
+            "tools/pre-execute", _allow, execution, agent=execution.agent
+        )
+        if type(decision) is Ask:
+            decision = _route_approval(rt, call, decision)
+    except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
+        call.resolve(failure_from_exception(exc), run_post=False)
+        return
+    match decision:
+        case Allow():
+            pass
+        case Deny(reason=reason, info=info):
+            call.resolve(failure(safe_str(reason), info), run_post=True)
+            return
+        case Cancel():
+            call.resolve(aborted(before_dispatch=True), run_post=True)
+            return
+        case ToolExecutionFailure():  # from approval routing: a denial
+            call.resolve(decision, run_post=True)
+            return
+        case _:
+            problem = ToolPolicyError(
+                "tools/pre-execute",
+                f"a listener returned {type(decision).__qualname__}; expected Allow, Deny, Cancel or Ask",
+            )
+            call.resolve(failure_from_exception(problem), run_post=False)
+            return
+    # Guards run only after an allow, and nothing can turn their denial back.
+    reason = check_guards(state, execution)
+    if reason is not None:
+        call.resolve(failure(reason), run_post=True)
+        return
+    caller: AbortSignal = call.caller  # the listeners may have aborted it meanwhile
+    if caller.aborted:
+        call.resolve(aborted(before_dispatch=True), run_post=True)
+        return
+    call.phase = CallPhase.READY
+
+
+def _allow() -> Allow:
+    return Allow()
+
+
+def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
+    """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
+    else a denial (a failure). A raising service propagates."""
+    from ..runtime import ApprovalRequest
+
+    execution = call.execution
+    name = execution.name
+    service = rt.approvals.service
+    if service is None:
+        return failure(
+            ask.reason
+            if type(ask.reason) is str and ask.reason
+            else f'tool "{name}" requires approval, but no approval service is installed'
+        )
+    if execution.agent is None:
+        return failure(f'tool "{name}" requires approval, but the call has no agent to route it through')
+    request = ApprovalRequest(
+        agent=execution.agent,
+        tool_name=name,
+        call_id=execution.call_id,
+        reason=ask.reason,
+        display_reason=ask.display_reason,
+        signal=call.caller,
+        arguments=execution.arguments,
+    )
+    answer = service(request)
+    if answer == "allowed-once" and type(answer) is str:
+        return Allow()
+    if answer == "rejected":
+        return failure(f'the user rejected tool "{name}"')
+    if answer == "cancelled":
+        return failure(f'approval for tool "{name}" was cancelled')
+    if answer == "unavailable":
+        return failure(f'tool "{name}" requires approval, but no approval channel is available')
+    raise ToolPolicyError(
+        "approval", f'the approval service answered {safe_str(repr(answer))} for tool "{name}"'
+    )
+
+
+# --------------------------------------------------------------------------
+# dispatch
+# --------------------------------------------------------------------------
+
+
+def dispatch(rt: ToolRuntime, call: Call) -> None:
+    """Run the ``tools/execute`` waterfall around the body (a call actor's
+    thread). Leaves the call DISPATCHED with its outcome; never raises."""
+    execution = call.execution
+    caller = call.caller
+    execution._open_signal()
+    try:
+        result: Any = rt.events.waterfall(
+            "tools/execute", lambda: _run_body(rt, call), execution, agent=execution.agent
+        )
+        skip_post = False
+        if not is_result(result):
+            result = failure_from_exception(
+                ToolPolicyError(
+                    "tools/execute",
+                    f"a wrapper returned {type(result).__qualname__}; expected a ToolExecutionResult",
+                )
+            )
+            skip_post = True
+        elif type(result) is ToolExecutionSuccess and not any(r is result for r in call.body_results):
+            # A success the body did not produce: revalidate and re-render it.
+            result = _revalidate(rt, call, result)
+    except BaseException as exc:  # noqa: BLE001 - a throwing wrapper skips post-execute
+        result = failure_from_exception(exc)
+        skip_post = True
+    finally:
+        execution._restore_signal(caller)
+    call.outcome = result
+    call.run_post = not skip_post
+    call.phase = CallPhase.DISPATCHED
+
+
+def _lookup(rt: ToolRuntime, call: Call) -> Any:
+    from ..registry import executable
+
+    execution = call.execution
+    return executable(rt.state, execution.name, execution.agent, execution.tool_set)
+
+
+def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
+    """The innermost step of ``tools/execute``: look the tool up, fuse a
+    fresh signal, invoke the body, normalize its outcome."""
+    execution = call.execution
+    registration = _lookup(rt, call)
+    if registration is None:
+        result: ToolExecutionResult = failure_from_exception(
+            ToolNotFoundError(execution.name, call.unknown_hint)
+        )
+        call.body_results.append(result)
+        return result
+    if call.registration is None:
+        call.registration = registration
+    definition = registration.definition
+    wrapper_signal = execution.signal
+    signals = (call.caller,) if wrapper_signal is call.caller else (call.caller, wrapper_signal)
+    body_signal = AbortSignal.any(*signals)
+    ctx = ToolRunContext(execution, body_signal)
+    call.body_invoked = True
+    try:
+        value = _invoke(rt, definition.execute, execution.arguments, ctx, body_signal)
+    except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
+        contexts, _ = ctx._take()
+        result = failure_from_exception(exc, contexts)
+    else:
+        contexts, concludes = ctx._take()
+        result = render_success(
+            execution,
+            definition,
+            registration.output_validator,
+            value,
+            additional_contexts=contexts,
+            concludes_turn=concludes,
+        )
+    finally:
+        body_signal.close()
+    call.body_contexts = call.body_contexts + contexts
+    call.body_results.append(result)
+    return result
+
+
+def _invoke(rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, signal: AbortSignal) -> Any:
+    """Call a tool body: a sync body here; an ``async def`` body (or a sync
+    one that returns a coroutine) on the runtime's loop thread, cancelled
+    (``ABORTED``) when its signal fires. Never abandons a started body."""
+    if is_async_callable(fn):
+        return _await_on_loop(rt, fn(args, ctx), signal)
+    value = fn(args, ctx)
+    if inspect.iscoroutine(value):
+        return _await_on_loop(rt, value, signal)
+    return value
+
+
+def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
+    """Run ``coro`` as a task on the runtime's loop and wait for it to end.
+
+    When ``signal`` fires the *task* is cancelled (so ``await``s inside the
+    body raise ``CancelledError``), but the wait goes on until the task has
+    really finished: a body that catches the cancellation to clean up is
+    never abandoned. A task that ends cancelled because of the signal gives
+    :class:`AbortError` (``ABORTED``).
+    """
+    loop_thread = rt.loop
+    if loop_thread.in_loop_thread():  # pragma: no cover - defensive
+        coro.close()
+        raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
+    loop = loop_thread.loop
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    tasks: list[asyncio.Task[Any]] = []
+    cancelled_by_signal = False
+
+    def settle(task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            done.set_exception(asyncio.CancelledError())
+        elif task.exception() is not None:
+            done.set_exception(task.exception())
+        else:
+            done.set_result(task.result())
+
+    def start() -> None:
+        task = loop.create_task(coro)
+        tasks.append(task)
+        task.add_done_callback(settle)
+
+    def cancel() -> None:
+        for task in tasks:
+            task.cancel()
+
+    def on_abort(_: AbortSignal) -> None:
+        nonlocal cancelled_by_signal
+        cancelled_by_signal = True
+        loop.call_soon_threadsafe(cancel)  # FIFO: always after start()
+
+    loop.call_soon_threadsafe(start)
+    unsubscribe = signal.add_callback(on_abort)
+    try:
+        try:
+            return done.result()
+        except asyncio.CancelledError:
+            if cancelled_by_signal:
+                raise AbortError() from None
+            raise
+    finally:
+        unsubscribe()
+
+
+def _revalidate(rt: ToolRuntime, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:
+    registration = _lookup(rt, call)
+    if registration is None:
+        return failure_from_exception(
+            ToolNotFoundError(call.execution.name, call.unknown_hint), result.additional_contexts
+        )
+    return render_success(
+        call.execution,
+        registration.definition,
+        registration.output_validator,
+        result.value,
+        additional_contexts=result.additional_contexts,
+        concludes_turn=result.concludes_turn,
+    )
+
+
+# --------------------------------------------------------------------------
+# finalize
+# --------------------------------------------------------------------------
+
+
+def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
+    """Post-execute, cancellation, ``finalize_content``, freeze and
+    ``tools/result`` (the executor's thread). Never raises."""
+    execution = call.execution
+    result = call.outcome
+    assert result is not None, "finalize() before the call was prepared or dispatched"
+    if call.registration is None:
+        # Resolved without any phase (pre-aborted, non-JSON, skipped): its
+        # finalize_content still runs exactly once.
+        call.registration = _lookup(rt, call)
+    definition = None if call.registration is None else call.registration.definition
+    if call.run_post:
+        result = _post_execute(rt, call, result, definition)
+    # Caller cancellation replaces only a successful outcome.
+    if call.caller.aborted and type(result) is ToolExecutionSuccess:
+        result = aborted(
+            before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts
+        )
+    result = _freeze_or_fail(result)
+    finalize_content = None if definition is None else definition.finalize_content
+    if finalize_content is not None:
+        try:
+            replacement = finalize_content(execution, result)
+            if replacement is not None:
+                result = replace(result, content=check_content(replacement))
+        except BaseException as exc:  # noqa: BLE001 - finalize_content must be total; contain it
+            logger.opt(exception=exc).error(
+                "finalize_content of tool {!r} raised: {}", execution.name, safe_str(exc)
+            )
+            result = failure_from_exception(
+                ToolPolicyError("finalize_content", safe_str(exc)), result.additional_contexts
+            )
+        result = _freeze_or_fail(result)
+    execution._freeze()
+    call.final = result
+    call.phase = CallPhase.DONE
+    rt.events.emit("tools/result", execution, result, agent=execution.agent)
+    return result
+
+
+def _freeze_or_fail(result: ToolExecutionResult) -> ToolExecutionResult:
+    try:
+        return freeze_result(result)
+    except LosslessJsonError as exc:
+        fallback = failure_from_exception(ToolPolicyError("result", f"not lossless JSON: {exc.message}"))
+        return freeze_result(fallback)
+    except BaseException as exc:  # noqa: BLE001 - hostile objects in a result
+        fallback = failure_from_exception(ToolPolicyError("result", safe_str(exc)))
+        return freeze_result(fallback)
+
+
+def _post_execute(
+    rt: ToolRuntime, call: Call, result: ToolExecutionResult, definition: Any
+) -> ToolExecutionResult:
+    execution = call.execution
+    project = None if definition is None else definition.project_content
+    if project is not None:
+        try:
+            projected = project(execution, result)
+            if projected is not None:
+                result = replace(result, content=check_content(projected))
+        except BaseException as exc:  # noqa: BLE001
+            return failure_from_exception(
+                ToolPolicyError("project_content", safe_str(exc)), result.additional_contexts
+            )
+    entering = result
+    try:
+        decision = rt.events.waterfall(
+            "tools/post-execute", _accept, execution, entering, agent=execution.agent
+        )
+    except BaseException as exc:  # noqa: BLE001
+        return failure_from_exception(exc, entering.additional_contexts)
+    return _apply_post_decision(rt, call, entering, decision)
+
+
+def _accept() -> Accept:
+    return Accept()
+
+
+def _apply_post_decision(
+    rt: ToolRuntime, call: Call, result: ToolExecutionResult, decision: Any
+) -> ToolExecutionResult:
+    kind = type(decision)
+    if kind is Block:
+        try:
+            feedback = check_content(decision.feedback, "feedback")
+        except LosslessJsonError as exc:
+            return failure_from_exception(ToolPolicyError("tools/post-execute", exc.message))
+        message = "".join(b.text for b in feedback if type(b) is TextBlock) or BLOCKED_DEFAULT
+        body = call.body_contexts
+        kept = tuple(c for c in result.additional_contexts if not any(c is b for b in body))
+        return ToolExecutionFailure(
+            error=failure(message).error,
+            content=feedback,
+            meta=result.meta,
+            additional_contexts=kept + tuple(decision.additional_contexts),
+        )
+    if kind is not Accept:
+        return failure_from_exception(
+            ToolPolicyError(
+                "tools/post-execute",
+                f"a listener returned {kind.__qualname__}; expected Accept or Block",
+            ),
+            result.additional_contexts,
+        )
+    contexts = result.additional_contexts + tuple(decision.additional_contexts)
+    has_value = decision.value is not UNSET
+    if decision.content is not None and has_value:
+        return failure_from_exception(
+            ToolPolicyError("tools/post-execute", "Accept cannot replace both content and value"),
+            result.additional_contexts,
+        )
+    if has_value:
+        if type(result) is not ToolExecutionSuccess:
+            return failure_from_exception(
+                ToolPolicyError("tools/post-execute", "Accept(value=...) is not allowed on a failure"),
+                result.additional_contexts,
+            )
+        registration = _lookup(rt, call)
+        if registration is None:
+            return failure_from_exception(
+                ToolNotFoundError(call.execution.name, call.unknown_hint), contexts
+            )
+        return render_success(
+            call.execution,
+            registration.definition,
+            registration.output_validator,
+            decision.value,
+            additional_contexts=contexts,
+            concludes_turn=result.concludes_turn,
+        )
+    if decision.content is not None:
+        try:
+            content = check_content(decision.content)
+        except LosslessJsonError as exc:
+            return failure_from_exception(ToolPolicyError("tools/post-execute", exc.message), contexts)
+        return replace(result, content=content, additional_contexts=contexts)
+    if decision.additional_contexts:
+        return replace(result, additional_contexts=contexts)
+    return result

@@ -1,0 +1,246 @@
+"""ToolRuntime: starts and stops the whole actor system of one runtime.
+
+``rt = ToolRuntime().start()`` (or ``with ToolRuntime() as rt:``) spawns the
+registry actor (which owns the scope actors), the asyncio loop thread for
+``async def`` bodies, and the default :class:`NativeExecutor`. ``stop()``
+stops exactly the actors and threads this runtime started; two runtimes in
+one process never affect each other (pykka's process-global ``stop_all()``
+is never called).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pykka
+
+from .actors import ActorGroup
+from .events import Disposer, EventBus
+from .loop import LoopThread
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import Agent
+    from .registry import RegistryState, ToolsService
+    from .scheduling import NativeExecutor
+    from .signals import AbortSignal
+
+__all__ = ["ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What an approval service is asked: which agent's call of which tool,
+    why (``reason``, audited; ``display_reason``, localized prompt text), and
+    the call's cancellation ``signal`` (a service that waits for a person
+    must observe it and answer ``"cancelled"`` when it fires)."""
+
+    agent: Agent
+    tool_name: str
+    call_id: str
+    reason: str | None
+    display_reason: Any
+    signal: AbortSignal
+    arguments: Any = None
+
+
+class ApprovalService(Protocol):
+    """``fn(request) -> str``: ``"allowed-once"`` runs the call; ``"rejected"``,
+    ``"cancelled"``, ``"unavailable"`` deny it with the pinned reasons; any
+    other answer fails it without running it. Runs on the executor thread
+    that prepares the call, and may block (a person answering)."""
+
+    def __call__(self, request: ApprovalRequest) -> str: ...
+
+
+class ApprovalChannel:
+    """``rt.approvals``: where ``Ask`` decisions are routed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stack: list[tuple[object, ApprovalService]] = []
+
+    @property
+    def service(self) -> ApprovalService | None:
+        """The service installed last (and not yet disposed), if any."""
+        stack = self._stack
+        return stack[-1][1] if stack else None
+
+    def set(self, service: ApprovalService) -> Disposer:
+        """Install ``service``; its disposer restores the previous one."""
+        if not callable(service):
+            raise TypeError("an approval service must be callable: fn(request) -> str")
+        key = object()
+        with self._lock:
+            self._stack = [*self._stack, (key, service)]
+
+        def remove() -> None:
+            with self._lock:
+                self._stack = [item for item in self._stack if item[0] is not key]
+
+        return Disposer(remove)
+
+
+class Plugin(Protocol):
+    """A module or object with ``apply(rt, **config) -> disposer``."""
+
+    def apply(self, rt: ToolRuntime, /, **config: Any) -> Callable[[], Any]: ...
+
+
+class ToolRuntime:
+    """The runtime: the registry actor, its scopes, executors and policies.
+
+    ``max_parallel_tool_calls`` is the default executor's limit (a positive
+    int, default 10).
+    """
+
+    def __init__(self, max_parallel_tool_calls: int = 10) -> None:
+        if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
+            raise ValueError(
+                f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}"
+            )
+        self.max_parallel_tool_calls = max_parallel_tool_calls
+        self.events = EventBus()
+        self.approvals = ApprovalChannel()
+        self._lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+        self._group = ActorGroup()
+        self._loop: LoopThread | None = None
+        self._workers: ThreadPoolExecutor | None = None
+        self._registry: pykka.ActorRef[Any] | None = None
+        self._state: RegistryState | None = None
+        self._tools: ToolsService | None = None
+        self._native: NativeExecutor | None = None
+        self._stop_hooks: list[Callable[[], Any]] = []
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> ToolRuntime:
+        from .registry import RegistryActor, RegistryState, ToolsService
+        from .scheduling import NativeExecutor
+
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("a stopped ToolRuntime cannot be started again")
+            if self._started:
+                return self
+            self._started = True
+        try:
+            self._loop = LoopThread()
+            self._state = RegistryState()
+            self._registry = RegistryActor.spawn(self._group, self)
+            self._tools = ToolsService(self, scope=None)
+            self._native = NativeExecutor(self.max_parallel_tool_calls)
+            self._tools.set_executor(self._native)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every actor and thread this runtime started. Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        hooks, self._stop_hooks = self._stop_hooks, []
+        for hook in reversed(hooks):
+            try:
+                hook()
+            except Exception:  # noqa: BLE001
+                from loguru import logger
+
+                logger.exception("a runtime stop hook failed")
+        self._group.stop_all()
+        if self._workers is not None:
+            self._workers.shutdown(wait=True, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.stop()
+
+    def __enter__(self) -> ToolRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopped
+
+    def _require(self) -> None:
+        if not self._started:
+            raise RuntimeError("the ToolRuntime is not started: call start() or use it as a context manager")
+        if self._stopped:
+            raise RuntimeError("the ToolRuntime is stopped")
+
+    # -- public parts ------------------------------------------------------
+
+    @property
+    def tools(self) -> ToolsService:
+        """The global :class:`ToolsService`; ``rt.tools.scope(agent)`` for a scope."""
+        self._require()
+        assert self._tools is not None
+        return self._tools
+
+    @property
+    def registry(self) -> pykka.ActorRef[Any]:
+        """The registry actor (messages in :mod:`dsh_actors.messages`)."""
+        self._require()
+        assert self._registry is not None
+        return self._registry
+
+    @property
+    def native_executor(self) -> NativeExecutor:
+        """The default executor every runtime installs globally."""
+        self._require()
+        assert self._native is not None
+        return self._native
+
+    def use(self, plugin: Plugin, /, **config: Any) -> Disposer:
+        """Apply ``plugin`` (``plugin.apply(rt, **config) -> disposer``) and
+        return an idempotent disposer that undoes it."""
+        apply = getattr(plugin, "apply", None)
+        if not callable(apply):
+            raise TypeError(f"{plugin!r} is not a plugin: it has no apply(rt, **config)")
+        undo = apply(self, **config)
+        if undo is None:
+            return Disposer(lambda: None)
+        if not callable(undo):
+            raise TypeError(f"{plugin!r}.apply() must return a disposer (a callable)")
+        return undo if isinstance(undo, Disposer) else Disposer(undo)
+
+    # -- internals shared by the runtime's parts ---------------------------
+
+    @property
+    def group(self) -> ActorGroup:
+        return self._group
+
+    @property
+    def state(self) -> RegistryState:
+        assert self._state is not None
+        return self._state
+
+    @property
+    def loop(self) -> LoopThread:
+        assert self._loop is not None
+        return self._loop
+
+    def workers(self) -> ThreadPoolExecutor:
+        """Threads for executors that only offer a blocking ``execute``."""
+        with self._lock:
+            if self._workers is None:
+                self._workers = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dsh-worker")
+            return self._workers
+
+    def on_stop(self, hook: Callable[[], Any]) -> None:
+        """Run ``hook`` first thing in :meth:`stop` (executors stop pools)."""
+        with self._lock:
+            self._stop_hooks.append(hook)
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else ("stopped" if self._stopped else "new")
+        return f"<ToolRuntime {state} actors={len(self._group)}>"

@@ -1,0 +1,521 @@
+"""The native executor: a rolling pool with exclusive barriers.
+
+One :class:`ExecutorActor` runs one batch at a time (executor actors are
+pooled and reused across batches). It prepares and finalizes calls on its
+own thread, strictly in model order, and hands each allowed call's dispatch
+to a pooled :class:`CallActor`: the next call goes to whichever call actor
+reported done first. Only dispatch overlaps.
+
+The schedule is one state machine. Each call has a :class:`CallPhase`; after
+every message the actor runs :meth:`ExecutorActor._advance`, which commits
+what may be committed and starts what may start. Its invariants:
+
+* ``calls[:next_commit]`` are DONE and their results are in ``results``, in
+  model order; ``next_commit <= next_start``.
+* ``calls[next_start:]`` are PENDING (never prepared, never logged).
+* ``running`` is the number of DISPATCHING calls; ``running <= limit``.
+* ``barrier`` is the index of the exclusive call that has started and is
+  not yet committed, or None. While it is set nothing else starts, and an
+  exclusive call starts only when ``next_commit == next_start`` (everything
+  before it has committed) — so an exclusive call never overlaps another.
+* Once the batch signal has fired (or the batch failed internally), no call
+  starts: every PENDING call becomes RESOLVED as ``ABORTED_BEFORE_DISPATCH``
+  without running any phase, and is committed in its turn.
+* The batch replies only when ``next_commit == len(calls)`` and
+  ``running == 0``: a started call is never abandoned.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, assert_never
+
+import orjson
+import pykka
+from loguru import logger
+
+from ..actors import ActorBase
+from ..errors import ToolBatchExecutionError, safe_str
+from ..execution import ToolExecutionInput
+from ..executor import ToolModelInput
+from ..json import thaw
+from ..model import (
+    ToolBatchInput,
+    ToolBatchResult,
+    ToolCall,
+    ToolCallResult,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    UserMessage,
+)
+from ..pipeline.results import aborted
+from ..pipeline.stages import Call, CallPhase, begin, dispatch, finalize, prepare
+from ..signals import AbortController, AbortSignal
+from .messages import AbortBatch, CallSettled, Dispatch, RunBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..definition import ToolDefinition
+    from ..runtime import ToolRuntime
+    from ..session import Session
+
+__all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "check_limit", "parse_arguments"]
+
+_IDLE_EXECUTORS_KEPT = 32
+_IDLE_WORKERS_KEPT = 256
+
+
+def check_limit(limit: object, what: str = "max_parallel_tool_calls") -> int:
+    """A concurrency limit must be a positive int (``bool`` is not)."""
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"{what} must be a positive integer, got {safe_str(repr(limit))}")
+    return limit
+
+
+def parse_arguments(raw: object) -> Any:
+    """Raw model arguments: JSON text is parsed (empty text means ``{}``);
+    text that is not JSON is kept as the raw string (the tool's validation
+    then fails it with ``INVALID_ARGS``); anything else is passed on as is."""
+    if type(raw) is str:
+        if raw.strip() == "":
+            return {}
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return raw
+    return raw
+
+
+class NativeExecutor:
+    """The built-in executor (the default of every runtime).
+
+    ``max_parallel_tool_calls`` (default 10) bounds how many calls of a batch
+    dispatch at once; a batch's own ``max_parallel_tool_calls`` overrides
+    it; 1 runs the batch serially.
+    """
+
+    sections: tuple[Any, ...] = ()
+
+    def __init__(self, max_parallel_tool_calls: int = 10) -> None:
+        self.max_parallel_tool_calls = check_limit(max_parallel_tool_calls)
+        self._rt: ToolRuntime | None = None
+        self._lock = threading.Lock()
+        self._idle_executors: list[pykka.ActorRef[Any]] = []
+        self._idle_workers: list[pykka.ActorRef[Any]] = []
+        self._active: set[ExecutorActor] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<NativeExecutor max_parallel_tool_calls={self.max_parallel_tool_calls}>"
+
+    # -- the executor protocol ---------------------------------------------
+
+    def bind(self, runtime: ToolRuntime) -> None:
+        """Attach to ``runtime`` (called by ``set_executor``)."""
+        with self._lock:
+            if self._rt is runtime:
+                return
+            if self._rt is not None:
+                raise RuntimeError("this NativeExecutor is already installed in another runtime")
+            self._rt = runtime
+        runtime.on_stop(self._shutdown)
+
+    def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
+        schemas = tuple(
+            {"name": d.name, "description": d.description, "parameters": thaw(d.parameters)}
+            for d in tools
+        )
+        return ToolModelInput(schemas=schemas, known_names=tuple(d.name for d in tools))
+
+    def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
+        """Run ``batch`` and block the calling thread until it settles."""
+        return self.submit(batch).result()
+
+    def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
+        """Start ``batch``; the future settles once every started call has."""
+        rt = self._rt
+        if rt is None:
+            raise RuntimeError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
+        if not isinstance(batch, ToolBatchInput):
+            raise TypeError(f"expected a ToolBatchInput, got {type(batch).__qualname__}")
+        limit = (
+            self.max_parallel_tool_calls
+            if batch.max_parallel_tool_calls is None
+            else check_limit(batch.max_parallel_tool_calls)
+        )
+        for i, call in enumerate(batch.calls):
+            if type(call) is not ToolCall:
+                raise TypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
+            if type(call.id) is not str or type(call.name) is not str:
+                raise TypeError(f"calls[{i}]: a ToolCall's id and name must be str")
+        future: Future[ToolBatchResult] = Future()
+        executor = self._acquire_executor(rt)
+        executor.tell(RunBatch(batch=batch, reply=future, limit=limit))
+        return future
+
+    # -- pools ---------------------------------------------------------------
+
+    def _acquire_executor(self, rt: ToolRuntime) -> pykka.ActorRef[Any]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the runtime is stopped")
+            if self._idle_executors:
+                return self._idle_executors.pop()
+        return ExecutorActor.spawn(rt.group, self, rt)
+
+    def _release_executor(self, ref: pykka.ActorRef[Any]) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle_executors) < _IDLE_EXECUTORS_KEPT:
+                self._idle_executors.append(ref)
+                return
+        ref.stop(block=False)
+
+    def _acquire_worker(self, rt: ToolRuntime) -> pykka.ActorRef[Any]:
+        with self._lock:
+            if self._idle_workers:
+                return self._idle_workers.pop()
+        return CallActor.spawn(rt.group, rt)
+
+    def _release_worker(self, ref: pykka.ActorRef[Any]) -> None:
+        # Invariant: a worker is idle here, so handing it to the next call
+        # is "whichever call actor reported done first".
+        with self._lock:
+            if not self._closed and len(self._idle_workers) < _IDLE_WORKERS_KEPT:
+                self._idle_workers.append(ref)
+                return
+        ref.stop(block=False)
+
+    def _register_active(self, actor: ExecutorActor, active: bool) -> None:
+        with self._lock:
+            if active:
+                self._active.add(actor)
+            else:
+                self._active.discard(actor)
+
+    def _shutdown(self) -> None:
+        """Runtime stop: abort every running batch; the group stops actors."""
+        with self._lock:
+            self._closed = True
+            active = list(self._active)
+            self._idle_executors.clear()
+            self._idle_workers.clear()
+        for actor in active:
+            ctl = actor._controller
+            if ctl is not None:
+                ctl.abort("the runtime is stopping")
+
+
+class CallActor(ActorBase):
+    """Runs one call's dispatch at a time on its own thread (pooled)."""
+
+    def __init__(self, rt: ToolRuntime) -> None:
+        super().__init__()
+        self._rt = rt
+
+    def receive(self, message: Dispatch) -> None:
+        try:
+            dispatch(self._rt, message.call)
+        except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
+            from ..pipeline.results import failure_from_exception
+
+            logger.opt(exception=exc).error("dispatch of {!r} failed", message.call)
+            message.call.outcome = failure_from_exception(exc)
+            message.call.run_post = False
+            message.call.phase = CallPhase.DISPATCHED
+        try:
+            message.executor.tell(
+                CallSettled(batch_id=message.batch_id, index=message.call.index, worker=self.actor_ref)
+            )
+        except pykka.ActorDeadError:
+            pass  # the runtime is stopping
+
+
+class ExecutorActor(ActorBase):
+    """Schedules one batch at a time (see the module docstring)."""
+
+    def __init__(self, native: NativeExecutor, rt: ToolRuntime) -> None:
+        super().__init__()
+        self._native = native
+        self._rt = rt
+        self._batch_id = 0
+        self._controller: AbortController | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._active = False
+        self._batch: ToolBatchInput | None = None
+        self._reply: Future[ToolBatchResult] | None = None
+        self._calls: list[Call] = []
+        self._limit = 1
+        self._next_start = 0
+        self._next_commit = 0
+        self._running = 0
+        self._barrier: int | None = None
+        self._results: list[ToolCallResult] = []
+        self._committed = 0  # results whose tool/result reached the session
+        self._session: Session | None = None
+        self._bug: BaseException | None = None
+        self._log_error: BaseException | None = None
+        self._signal: AbortSignal | None = None
+        self._fused: AbortSignal | None = None
+        self._unsubscribe: Any = None
+        self._controller = None
+
+    # -- messages -------------------------------------------------------------
+
+    def receive(self, message: RunBatch | AbortBatch | CallSettled) -> None:
+        match message:
+            case RunBatch():
+                self._start(message)
+            case CallSettled():
+                self._native._release_worker(message.worker)
+                if not self._active or message.batch_id != self._batch_id:
+                    return
+                self._running -= 1
+                self._advance()
+            case AbortBatch():
+                if self._active and message.batch_id == self._batch_id:
+                    self._advance()
+            case _:
+                assert_never(message)
+
+    def on_stop(self) -> None:
+        reply = self._reply
+        if self._active and reply is not None and not reply.done():
+            reply.set_exception(
+                ToolBatchExecutionError(
+                    "the runtime stopped while the batch was running", results=self._results
+                )
+            )
+
+    # -- the batch --------------------------------------------------------------
+
+    def _start(self, message: RunBatch) -> None:
+        self._reset()
+        self._batch_id += 1
+        batch_id = self._batch_id
+        batch = message.batch
+        self._active = True
+        self._batch = batch
+        self._reply = message.reply
+        self._limit = message.limit
+        self._native._register_active(self, True)
+        try:
+            controller = AbortController()
+            self._controller = controller
+            if batch.signal is None:
+                signal = controller.signal
+            else:
+                signal = AbortSignal.any(batch.signal, controller.signal)
+                self._fused = signal
+            self._signal = signal
+            agent = batch.agent
+            if batch.log is not None and agent is not None:
+                self._session = agent.session
+            self._calls = [
+                begin(
+                    i,
+                    ToolExecutionInput(
+                        call_id=call.id,
+                        name=call.name,
+                        arguments=parse_arguments(call.arguments),
+                        signal=signal,
+                        agent=agent,
+                        tool_set=batch.tool_set,
+                    ),
+                )
+                for i, call in enumerate(batch.calls)
+            ]
+            ref = self.actor_ref
+
+            def on_abort(_: AbortSignal) -> None:
+                try:
+                    ref.tell(AbortBatch(batch_id=batch_id))
+                except pykka.ActorDeadError:
+                    pass
+
+            self._unsubscribe = signal.add_callback(on_abort)
+        except BaseException as exc:  # noqa: BLE001
+            self._bug = exc
+        self._advance()
+
+    def _advance(self) -> None:
+        try:
+            self._step()
+        except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
+            logger.opt(exception=exc).error("the batch scheduler failed")
+            if self._bug is None:
+                self._bug = exc
+        self._maybe_finish()
+
+    def _step(self) -> None:
+        calls = self._calls
+        total = len(calls)
+        signal = self._signal
+        assert signal is not None or total == 0 or self._bug is not None
+        while True:
+            progressed = False
+            # Commit in model order everything that has an outcome.
+            while self._next_commit < self._next_start:
+                call = calls[self._next_commit]
+                if call.phase is not CallPhase.DISPATCHED and call.phase is not CallPhase.RESOLVED:
+                    break
+                self._commit(call)
+                if self._barrier == call.index:
+                    self._barrier = None
+                self._next_commit += 1
+                progressed = True
+            if self._bug is not None:
+                return
+            stopping = (signal is not None and signal.aborted) or self._log_error is not None
+            if stopping:
+                # No barrier and no call starts after an abort.
+                while self._next_start < total:
+                    call = calls[self._next_start]
+                    self._next_start += 1
+                    self._log_call(call)
+                    call.resolve(aborted(before_dispatch=True), run_post=False)
+                    progressed = True
+            else:
+                while self._next_start < total and self._barrier is None:
+                    call = calls[self._next_start]
+                    if call.mode is None:
+                        call.mode = self._classify(call)  # lazily, as it is about to start
+                    exclusive = call.mode == "exclusive"
+                    if exclusive:
+                        if self._next_commit < self._next_start:
+                            break  # an exclusive call waits for everything before it
+                    elif self._running >= self._limit:
+                        break
+                    self._next_start += 1
+                    if not self._log_call(call):
+                        # Its tool/call could not be written: it does not run.
+                        call.resolve(aborted(before_dispatch=True), run_post=False)
+                        progressed = True
+                        break
+                    prepare(self._rt, call)
+                    progressed = True
+                    if exclusive:
+                        self._barrier = call.index
+                    if call.phase is CallPhase.READY:
+                        self._send(call)
+                    if signal is not None and signal.aborted:
+                        break
+            if not progressed:
+                return
+
+    def _classify(self, call: Call) -> str:
+        if call.phase is CallPhase.RESOLVED:
+            return "parallel"  # it will not dispatch: no reason to hold others back
+        from ..registry import execution_mode
+
+        execution = call.execution
+        try:
+            return execution_mode(
+                self._rt.state, execution.name, execution.arguments, execution.agent, execution.tool_set
+            )
+        except BaseException:  # noqa: BLE001 - anything odd means exclusive
+            return "exclusive"
+
+    def _send(self, call: Call) -> None:
+        worker = self._native._acquire_worker(self._rt)
+        call.phase = CallPhase.DISPATCHING
+        self._running += 1
+        worker.tell(Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id))
+
+    def _log_call(self, call: Call) -> bool:
+        """Write the call's ``tool/call``; False if the session failed."""
+        session = self._session
+        if session is None:
+            return True
+        if self._log_error is not None:
+            return False
+        from ..session import call_event
+
+        batch = self._batch
+        assert batch is not None and batch.log is not None
+        execution = call.execution
+        arguments = execution.arguments
+        logged = thaw(arguments) if arguments is not None else _loggable(call.raw_arguments)
+        try:
+            session.append(
+                call_event(batch.log.turn, batch.log.step, execution.call_id, execution.name, logged)
+            )
+        except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
+            self._log_error = exc
+            return False
+        return True
+
+    def _commit(self, call: Call) -> None:
+        result = finalize(self._rt, call)
+        self._results.append(ToolCallResult(call_id=call.execution.call_id, result=result))
+        session = self._session
+        if session is None:
+            self._committed = len(self._results)
+            return
+        if self._log_error is not None:
+            return
+        from ..session import result_event
+
+        try:
+            session.append(result_event(call.execution.call_id, result))
+        except BaseException as exc:  # noqa: BLE001
+            self._log_error = exc
+            return
+        self._committed = len(self._results)
+
+    def _maybe_finish(self) -> None:
+        if not self._active or self._running > 0:
+            return
+        done = self._next_commit == len(self._calls)
+        if not done and self._bug is None:
+            return
+        reply = self._reply
+        results = tuple(self._results)
+        failure = self._bug or self._log_error
+        if failure is None:
+            outcome: ToolBatchResult | BaseException = _batch_result(results)
+        else:
+            detail = (
+                f"the session log could not be written: {safe_str(failure)}"
+                if failure is self._log_error
+                else f"internal error: {type(failure).__name__}: {safe_str(failure)}"
+            )
+            error = ToolBatchExecutionError(
+                detail, results=results[: self._committed], partial=_batch_result(results)
+            )
+            error.__cause__ = failure
+            outcome = error
+        self._cleanup()
+        self._native._release_executor(self.actor_ref)
+        if reply is not None and reply.set_running_or_notify_cancel():
+            if isinstance(outcome, BaseException):
+                reply.set_exception(outcome)
+            else:
+                reply.set_result(outcome)
+
+    def _cleanup(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._fused is not None:
+            self._fused.close()
+        self._native._register_active(self, False)
+        self._reset()
+
+
+def _batch_result(results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
+    contexts: list[UserMessage] = []
+    concluded = False
+    for item in results:
+        result: ToolExecutionResult = item.result
+        contexts.extend(result.additional_contexts)
+        if type(result) is ToolExecutionSuccess and result.concludes_turn:
+            concluded = True
+    return ToolBatchResult(results=results, additional_contexts=tuple(contexts), concluded=concluded)
+
+
+def _loggable(raw: object) -> Any:
+    if type(raw) is str:
+        return raw
+    return f"<arguments that are not lossless JSON: {type(raw).__qualname__}>"

@@ -1,0 +1,63 @@
+"""The executor actor's and call actors' vocabulary (internal)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pykka
+
+    from ..model import ToolBatchInput
+    from ..pipeline.stages import Call
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunBatch:
+    """Run ``batch`` and settle ``reply`` with its ToolBatchResult."""
+
+    batch: ToolBatchInput
+    """The raw batch from the caller."""
+    reply: Future[Any]
+    """Settled once every started call has settled."""
+    limit: int
+    """The concurrency limit for this batch (already validated)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AbortBatch:
+    """The batch's signal fired: stop starting calls."""
+
+    batch_id: int
+    """Which batch (a stale abort for an earlier batch is ignored)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallSettled:
+    """A call actor finished dispatching call ``index``."""
+
+    batch_id: int
+    """The batch the call belongs to."""
+    index: int
+    """The call's position in the batch (model order)."""
+    worker: pykka.ActorRef[Any]
+    """The call actor, free again: the next call goes to it."""
+
+
+ExecutorMessage = Union[RunBatch, AbortBatch, CallSettled]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dispatch:
+    """Run the dispatch stage of ``call`` and tell ``executor`` when done."""
+
+    call: Call
+    """The call; owned by the call actor until it reports CallSettled."""
+    executor: pykka.ActorRef[Any]
+    """Where to send CallSettled."""
+    batch_id: int
+    """Echoed back in CallSettled."""
+
+
+CallMessage = Dispatch
