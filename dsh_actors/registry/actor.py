@@ -1,0 +1,236 @@
+"""RegistryActor: the runtime's front door (``rt.registry``).
+
+It understands :data:`dsh_actors.messages.RegistryMessage` and never blocks
+inside a handler:
+
+* writes go to the scope actor of the written layer (spawned on first use,
+  retired when its layer is empty again), which settles the reply;
+* ``ExecuteBatch`` picks the nearest executor on the batch's chain when the
+  message is handled and chains the executor's future to the reply (an
+  executor with ``submit(batch)`` is called on this thread and must not
+  block; one with only a blocking ``execute(batch)`` runs on the runtime's
+  worker threads);
+* ``ResolveToolSet`` spawns a tool-set actor that settles the reply.
+
+Every reply is a :class:`~dsh_actors.actors.Deferred` bound to the message's
+``reply`` future and, for a pykka ``ask``, to the ask's future too. When the
+registry stops, queued requests fail with ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import CancelledError, Future
+from typing import TYPE_CHECKING, Any, TypeAlias, Union, assert_never
+
+import pykka
+from loguru import logger
+
+from ..actors import ActorBase, Deferred
+from ..errors import ExecutorUnavailableError
+from ..messages import (
+    AddGuard,
+    ExecuteBatch,
+    Register,
+    ResolveToolSet,
+    Restrict,
+    Retract,
+    SetExecutor,
+    Unregister,
+)
+from ..model import Agent, ToolActivationContext, ToolBatchInput
+from ._private import WriteRequest, _Apply, _ScopeIdle, fail_queued
+from .scope import ScopeActor
+from .state import describe_scope, select_executor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+__all__ = ["RegistryActor"]
+
+_Inbox: TypeAlias = Union[
+    Register, Unregister, Restrict, AddGuard, SetExecutor, Retract, ExecuteBatch, ResolveToolSet, _ScopeIdle
+]
+_ACCEPTED = (
+    Register,
+    Unregister,
+    Restrict,
+    AddGuard,
+    SetExecutor,
+    Retract,
+    ExecuteBatch,
+    ResolveToolSet,
+    _ScopeIdle,
+)
+
+
+class _ScopeEntry:
+    __slots__ = ("ref", "forwarded")
+
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+        self.ref = ref
+        self.forwarded = 0
+
+
+def _thread_of(ref: pykka.ActorRef[Any]) -> threading.Thread | None:
+    thread = getattr(getattr(ref, "_actor", None), "_thread", None)
+    return thread if isinstance(thread, threading.Thread) else None
+
+
+class RegistryActor(ActorBase):
+    """See the module doc. Spawned by ``ToolRuntime.start()``."""
+
+    def __init__(self, runtime: ToolRuntime) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self._state = runtime.state
+        self._scopes: dict[Agent | None, _ScopeEntry] = {}
+        # Stopped or short-lived actors still recorded in the runtime's group:
+        # dropped from it once their thread has ended (so a long-running
+        # runtime does not accumulate them, and stop() still joins the rest).
+        self._reapable: list[pykka.ActorRef[Any]] = []
+
+    def __repr__(self) -> str:
+        return f"<RegistryActor scopes={len(self._scopes)}>"
+
+    def receive(self, message: Any) -> Any:
+        if not isinstance(message, _ACCEPTED):
+            raise TypeError(
+                f"the registry does not understand {type(message).__qualname__} "
+                "(see dsh_actors.messages)"
+            )
+        inbox: _Inbox = message
+        match inbox:
+            case Register() | Restrict() | AddGuard() | SetExecutor():
+                return self._forward(inbox, inbox.scope, spawn=True)
+            case Unregister():
+                return self._forward(inbox, getattr(inbox.registration, "scope", None), spawn=False)
+            case Retract():
+                return self._forward(inbox, getattr(inbox.contribution, "scope", None), spawn=False)
+            case ExecuteBatch():
+                return self._execute(inbox)
+            case ResolveToolSet():
+                return self._resolve(inbox)
+            case _ScopeIdle():
+                self._retire(inbox)
+                return None
+            case _:
+                assert_never(inbox)
+
+    def _actor_loop_teardown(self) -> None:
+        fail_queued(self)
+
+    # -- writes ------------------------------------------------------------
+
+    def _forward(self, request: WriteRequest, scope: Any, *, spawn: bool) -> Deferred:
+        deferred = Deferred(request.reply)
+        try:
+            if scope is not None and not isinstance(scope, Agent):
+                raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+            entry = self._scopes.get(scope)
+            if entry is None:
+                if not spawn:
+                    # No actor, so an empty layer: the effect is already gone.
+                    deferred.resolve(False)
+                    return deferred
+                ref = ScopeActor.spawn(self.runtime.group, self.runtime, scope, self.actor_ref)
+                entry = self._scopes[scope] = _ScopeEntry(ref)
+            entry.forwarded += 1
+            entry.ref.tell(_Apply(request=request, deferred=deferred))
+        except BaseException as exc:  # noqa: BLE001 - goes to the requester
+            deferred.fail(exc)
+        return deferred
+
+    def _retire(self, idle: _ScopeIdle) -> None:
+        entry = self._scopes.get(idle.scope)
+        if entry is None or entry.ref.actor_urn != idle.actor_urn or entry.forwarded != idle.handled:
+            return  # something was forwarded since: the actor reports again if still empty
+        del self._scopes[idle.scope]
+        # The retired actor has handled everything it was sent and will never
+        # publish again, so the registry may remove its (empty) entry.
+        self._state._retire(idle.scope)
+        try:
+            entry.ref.stop(block=False)
+        except pykka.ActorDeadError:
+            pass
+        self._reap(entry.ref)
+
+    def _reap(self, also: pykka.ActorRef[Any] | None = None) -> None:
+        group = self.runtime.group
+        kept: list[pykka.ActorRef[Any]] = []
+        for ref in self._reapable:
+            thread = _thread_of(ref)
+            if ref.actor_stopped.is_set() and (thread is None or not thread.is_alive()):
+                group.discard(ref)
+            else:
+                kept.append(ref)
+        if also is not None:
+            kept.append(also)
+        self._reapable = kept
+
+    # -- batches -----------------------------------------------------------
+
+    def _execute(self, message: ExecuteBatch) -> Deferred:
+        deferred = Deferred(message.reply)
+        try:
+            batch = message.batch
+            if not isinstance(batch, ToolBatchInput):
+                raise TypeError(f"ExecuteBatch.batch must be a ToolBatchInput, not {type(batch).__qualname__}")
+            executor = select_executor(self._state, batch.agent)
+            if executor is None:
+                raise ExecutorUnavailableError(describe_scope(batch.agent))
+            submit = getattr(executor, "submit", None)
+            if callable(submit):
+                future = submit(batch)
+                if not isinstance(future, Future):
+                    raise TypeError(
+                        f"{type(executor).__qualname__}.submit() must return a concurrent.futures.Future, "
+                        f"not {type(future).__qualname__}"
+                    )
+            else:
+                future = self.runtime.workers().submit(executor.execute, batch)
+            future.add_done_callback(lambda done: _settle(deferred, done))
+        except BaseException as exc:  # noqa: BLE001 - goes to the requester
+            deferred.fail(exc)
+        return deferred
+
+    # -- conditional activation ----------------------------------------------
+
+    def _resolve(self, message: ResolveToolSet) -> Deferred:
+        from ..toolset import ToolSetActor  # toolset imports this package
+
+        deferred = Deferred(message.reply)
+        try:
+            context = message.context
+            if not isinstance(context, ToolActivationContext):
+                raise TypeError(
+                    f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}"
+                )
+            ref = ToolSetActor.spawn(self.runtime.group, self.runtime, context, deferred)
+            self._reap(ref)
+            ref.tell(_begin())
+        except BaseException as exc:  # noqa: BLE001 - goes to the requester
+            deferred.fail(exc)
+        return deferred
+
+
+def _begin() -> Any:
+    from ..toolset import _Begin
+
+    return _Begin()
+
+
+def _settle(deferred: Deferred, future: Future[Any]) -> None:
+    # On whichever thread completed the executor's future.
+    try:
+        if future.cancelled():
+            deferred.fail(CancelledError("the executor cancelled the batch"))
+            return
+        exc = future.exception()
+        if exc is not None:
+            deferred.fail(exc)
+        else:
+            deferred.resolve(future.result())
+    except BaseException as exc:  # noqa: BLE001 - never lose a reply
+        logger.opt(exception=exc).error("settling a batch reply failed")
+        deferred.fail(exc)

@@ -1,0 +1,373 @@
+"""ScopeActor: the only writer of one layer of the registry.
+
+A scope actor is spawned by the registry actor the first time a write for
+its scope arrives, and retired (stopped, its empty entry removed) when its
+layer becomes empty again; the global layer's actor lives as long as the
+runtime. It handles one write at a time, on its own thread:
+
+1. validate the request against its layer (and the published layers it
+   inherits),
+2. publish the new immutable snapshot (readers see it at once),
+3. for registrations and restrictions, announce ``tools/change`` to every
+   listener, on this thread; if a listener raises, publish the previous
+   layer again, tell the listeners that already ran (their errors are
+   logged and contained), and fail the request with a ``RegistrationError``
+   whose ``__cause__`` is the listener's exception,
+4. once the change is committed, tell every live resolved tool set on the
+   affected chains what they can still see, so a replaced or restricted
+   admission is withdrawn for good before this actor handles another write.
+
+``tools/change`` listeners therefore run on a scope actor's thread: they may
+read the registry (reads never wait), but a write from there would wait for
+this very actor; ``ToolsService`` refuses it with a clear error (and
+queues a disposer instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, assert_never, cast
+
+import pykka
+from loguru import logger
+
+from ..actors import ActorBase
+from ..definition import ToolDefinition, validate_definition
+from ..errors import RegistrationError, safe_str
+from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
+from ..model import Agent, ToolRestriction
+from ._private import WriteRequest, _Apply, _ScopeIdle, fail_queued
+from .state import (
+    RESERVED_NAMES,
+    Contribution,
+    Registration,
+    ScopeSnapshot,
+    _next_seq,
+    describe_scope,
+    in_chain,
+    inherited,
+    visible,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+__all__ = ["ScopeActor"]
+
+
+def _quoted(names: list[str] | tuple[str, ...]) -> str:
+    return ", ".join(f'"{n}"' for n in names) if names else "(none)"
+
+
+def _listener_problem(exc: BaseException) -> str:
+    detail = safe_str(exc)
+    return f"a tools/change listener raised {type(exc).__name__}" + (f": {detail}" if detail else "")
+
+
+class ScopeActor(ActorBase):
+    """Owns the layer of ``scope`` (``None``: global). See the module doc."""
+
+    def __init__(self, runtime: ToolRuntime, scope: Agent | None, registry: pykka.ActorRef[Any]) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self.scope = scope
+        self._state = runtime.state
+        self._registry = registry
+        self._snap: ScopeSnapshot = self._state.snapshot(scope)
+        self._handled = 0
+
+    def __repr__(self) -> str:
+        return f"<ScopeActor {describe_scope(self.scope)} v{self._snap.version}>"
+
+    # -- the loop ----------------------------------------------------------
+
+    def receive(self, message: Any) -> Any:
+        if not isinstance(message, _Apply):
+            raise TypeError(f"a scope actor does not understand {type(message).__qualname__}")
+        self._handled += 1
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = self._apply(message.request)
+        except BaseException as exc:  # noqa: BLE001 - goes to the requester
+            error = exc
+        if self.scope is not None and self._snap.empty:
+            # Before replying: whatever the requester sends the registry next
+            # is handled after this notice.
+            try:
+                self._registry.tell(
+                    _ScopeIdle(scope=self.scope, actor_urn=self.actor_urn, handled=self._handled)
+                )
+            except pykka.ActorDeadError:
+                pass
+        if error is not None:
+            message.deferred.fail(error)
+        else:
+            message.deferred.resolve(value)
+        return None
+
+    def _actor_loop_teardown(self) -> None:
+        fail_queued(self)
+
+    def _apply(self, request: WriteRequest) -> Any:
+        match request:
+            case Register():
+                return self._register(request)
+            case Unregister():
+                return self._unregister(request)
+            case Restrict():
+                return self._restrict(request)
+            case AddGuard():
+                return self._add_guard(request)
+            case SetExecutor():
+                return self._set_executor(request)
+            case Retract():
+                return self._retract(request)
+            case _:
+                assert_never(request)
+
+    # -- publication -------------------------------------------------------
+
+    def _publish(self, snap: ScopeSnapshot) -> None:
+        self._snap = snap
+        self._state._publish(snap)
+
+    def _commit(
+        self,
+        snap: ScopeSnapshot,
+        *,
+        announce: bool,
+        failure: Callable[[BaseException], RegistrationError] | None = None,
+    ) -> None:
+        """Publish ``snap``; with ``announce``, emit ``tools/change`` and roll
+        back (raising ``failure(exc)`` from ``exc``) if a listener raises."""
+        old = self._snap
+        self._publish(snap)
+        if not announce:
+            return
+        listeners = self.runtime.events.listeners("tools/change")
+        notified = 0
+        try:
+            for fn in listeners:
+                fn()
+                notified += 1
+        except BaseException as exc:  # noqa: BLE001 - rolled back, reported to the caller
+            self._publish(old.evolve())
+            for fn in listeners[:notified]:
+                try:
+                    fn()  # they saw the change: let them see it undone
+                except BaseException as again:  # noqa: BLE001 - contained, as emit does
+                    logger.opt(exception=again).error(
+                        "tools/change listener raised while a change was rolled back: {}", safe_str(again)
+                    )
+            assert failure is not None
+            raise failure(exc) from exc
+        self._note_toolsets()
+
+    def _note_toolsets(self) -> None:
+        # Runs after the change is committed and before this actor handles
+        # anything else, so no later write of this scope (a lift, an
+        # unregister of a shadowing tool) can re-expose a withdrawn admission.
+        state = self._state
+        for ts in state._live_toolsets():
+            if in_chain(self.scope, ts.agent):
+                try:
+                    ts._note_visible(visible(state, ts.agent))
+                except Exception:  # pragma: no cover - defensive: never fail a committed change
+                    logger.exception("recording a withdrawal in {!r} failed", ts)
+
+    # -- registrations -----------------------------------------------------
+
+    def _register(self, request: Register) -> Registration:
+        defn = request.definition
+        when = request.when
+        problems: list[str] = []
+        checked = None
+        try:
+            checked = validate_definition(defn)
+        except RegistrationError as err:
+            if not isinstance(defn, ToolDefinition):
+                raise
+            problems.append(err.problem)
+        name = defn.name if type(defn.name) is str and defn.name else None
+        if name in RESERVED_NAMES:
+            problems.insert(0, f'"{name}" is reserved for the code-mode transport')
+        if when is not None and not callable(cast(object, when)):
+            problems.append(f"when must be callable or None (got {type(when).__qualname__})")
+        if name is not None and name in self._snap.registrations:
+            problems.append(f"a tool with this name is already registered in {describe_scope(self.scope)}")
+        if problems or checked is None:
+            raise RegistrationError("; ".join(problems), tool=name)
+        reg = Registration(
+            definition=defn, checked=checked, scope=self.scope, when=when, seq=_next_seq()
+        )
+        regs = dict(self._snap.registrations)
+        regs[reg.name] = reg
+
+        def failure(exc: BaseException) -> RegistrationError:
+            return RegistrationError(
+                f"{_listener_problem(exc)}; the registration was rolled back", tool=reg.name
+            )
+
+        self._commit(self._snap.evolve(registrations=regs), announce=True, failure=failure)
+        return reg
+
+    def _unregister(self, request: Unregister) -> bool:
+        reg = request.registration
+        if not isinstance(reg, Registration):
+            raise RegistrationError(f"Unregister takes a Registration, got {type(reg).__qualname__}")
+        if self._snap.registrations.get(reg.name) is not reg:
+            return False
+        regs = dict(self._snap.registrations)
+        del regs[reg.name]
+
+        def failure(exc: BaseException) -> RegistrationError:
+            return RegistrationError(
+                f'cannot unregister tool "{reg.name}" from {describe_scope(self.scope)}: '
+                f"{_listener_problem(exc)}; the tool stays registered"
+            )
+
+        self._commit(self._snap.evolve(registrations=regs), announce=True, failure=failure)
+        return True
+
+    # -- restrictions ------------------------------------------------------
+
+    def _restrict(self, request: Restrict) -> Contribution:
+        scope = self.scope
+        if scope is None:
+            raise RegistrationError(
+                "restrict() needs a scoped service (rt.tools.scope(agent).restrict(...)): "
+                "the global layer inherits nothing to filter"
+            )
+        where = describe_scope(scope)
+        restriction = request.restriction
+        if not isinstance(restriction, ToolRestriction):
+            raise RegistrationError(
+                f"cannot restrict {where}: expected a ToolRestriction, got {type(restriction).__qualname__}"
+            )
+        allow = _names(restriction.allow, "allow", where)
+        deny = _names(restriction.deny, "deny", where)
+        if not allow and not deny:
+            raise RegistrationError(
+                f"cannot restrict {where}: the restriction is empty (give allow and/or deny tool names)"
+            )
+        named = tuple(dict.fromkeys((*(allow or ()), *(deny or ()))))
+        reserved = [n for n in named if n in RESERVED_NAMES]
+        if reserved:
+            raise RegistrationError(
+                f"cannot restrict {where}: {_quoted(reserved)} is the reserved code-mode transport "
+                "and cannot be restricted"
+            )
+        known = inherited(self._state, scope)
+        unknown = [n for n in named if n not in known]
+        if unknown:
+            own = [n for n in unknown if n in self._snap.registrations]
+            note = (
+                f" ({_quoted(own)} {'is' if len(own) == 1 else 'are'} registered in this scope itself, "
+                "and a scope's own tools are never restricted)"
+                if own
+                else ""
+            )
+            raise RegistrationError(
+                f"cannot restrict {where}: unknown tool name{'s' if len(unknown) > 1 else ''} "
+                f"{_quoted(unknown)}{note}; the names it inherits are: {_quoted(sorted(known))}"
+            )
+        contribution = Contribution(
+            kind="restriction",
+            scope=scope,
+            value=ToolRestriction(allow=allow, deny=deny),
+            seq=_next_seq(),
+        )
+
+        def failure(exc: BaseException) -> RegistrationError:
+            return RegistrationError(
+                f"cannot restrict {where}: {_listener_problem(exc)}; the restriction was rolled back"
+            )
+
+        self._commit(
+            self._snap.evolve(restrictions=(*self._snap.restrictions, contribution)),
+            announce=True,
+            failure=failure,
+        )
+        return contribution
+
+    # -- guards and executors ----------------------------------------------
+
+    def _add_guard(self, request: AddGuard) -> Contribution:
+        fn = request.guard
+        if not callable(fn):
+            raise RegistrationError(
+                f"a guard must be callable: fn(execution) -> str | None (got {type(fn).__qualname__})"
+            )
+        contribution = Contribution(kind="guard", scope=self.scope, value=fn, seq=_next_seq())
+        self._commit(self._snap.evolve(guards=(*self._snap.guards, contribution)), announce=False)
+        return contribution
+
+    def _set_executor(self, request: SetExecutor) -> Contribution:
+        executor = request.executor
+        runs = callable(getattr(executor, "submit", None)) or callable(getattr(executor, "execute", None))
+        if not callable(getattr(executor, "describe", None)) or not runs:
+            raise RegistrationError(
+                "an executor needs describe(tools) and submit(batch) or execute(batch); "
+                f"{type(executor).__qualname__} does not have them"
+            )
+        self._bind(executor)
+        contribution = Contribution(kind="executor", scope=self.scope, value=executor, seq=_next_seq())
+        self._commit(self._snap.evolve(executors=(*self._snap.executors, contribution)), announce=False)
+        return contribution
+
+    def _bind(self, executor: Any) -> None:
+        bind = getattr(executor, "bind", None)
+        if bind is None:
+            return
+        if not callable(bind):
+            raise RegistrationError(f"{type(executor).__qualname__}.bind must be callable")
+        state = self._state
+        with state._bind_lock:  # once per executor object per runtime
+            if id(executor) in state._bound:
+                return
+            try:
+                bind(self.runtime)
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller
+                raise RegistrationError(
+                    f"{type(executor).__qualname__}.bind(runtime) failed: {safe_str(exc)}"
+                ) from exc
+            state._bound[id(executor)] = executor
+
+    def _retract(self, request: Retract) -> bool:
+        contribution = request.contribution
+        if not isinstance(contribution, Contribution):
+            raise RegistrationError(f"Retract takes a Contribution, got {type(contribution).__qualname__}")
+        snap = self._snap
+        kind = contribution.kind
+        field = {"restriction": "restrictions", "guard": "guards", "executor": "executors"}[kind]
+        items: tuple[Contribution, ...] = getattr(snap, field)
+        if not any(item is contribution for item in items):
+            return False
+        kept = tuple(item for item in items if item is not contribution)
+
+        def failure(exc: BaseException) -> RegistrationError:
+            return RegistrationError(
+                f"cannot lift a restriction of {describe_scope(self.scope)}: "
+                f"{_listener_problem(exc)}; the restriction stays in place"
+            )
+
+        self._commit(snap.evolve(**{field: kept}), announce=kind == "restriction", failure=failure)
+        return True
+
+
+def _names(names: object, field: str, where: str) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    if isinstance(names, str) or not isinstance(names, (tuple, list, frozenset, set)):
+        raise RegistrationError(
+            f"cannot restrict {where}: {field} must be a sequence of tool names "
+            f"(got {type(names).__qualname__})"
+        )
+    out = tuple(names)
+    bad = [n for n in out if type(n) is not str]
+    if bad:
+        raise RegistrationError(
+            f"cannot restrict {where}: {field} names must be str (got {type(bad[0]).__qualname__})"
+        )
+    return out

@@ -1,0 +1,347 @@
+"""ToolsService: the blocking facade over the registry actor's messages.
+
+``rt.tools`` is the global service; ``rt.tools.scope(agent)`` is the same
+service seen from, and writing into, ``agent``'s scope. Reads
+(:meth:`~ToolsService.get`, :meth:`~ToolsService.executable`,
+:meth:`~ToolsService.definitions`, :meth:`~ToolsService.schemas`,
+:meth:`~ToolsService.check_guards`) read published snapshots on the calling
+thread; writes send a message and wait for the reply, at most
+``ASK_TIMEOUT`` seconds, in the calling thread.
+
+Every effect returns a :class:`~dsh_actors.events.Disposer` that undoes
+exactly that effect; calling it again does nothing, and calling it after
+``rt.stop()`` does nothing. If a ``tools/change`` listener makes the undo
+fail (and rolls it back), the disposer raises and stays armed.
+
+Writes cannot wait from a ``tools/change`` listener: the listener runs on the
+very scope actor that would have to handle the write. There, ``register``,
+``restrict``, ``guard`` and ``set_executor`` raise ``RegistrationError``; a
+disposer is queued instead (it takes effect right after the change being
+announced settles, and returns at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import pykka
+from loguru import logger
+
+from ..actors import ASK_TIMEOUT, actor_thread_ident
+from ..errors import RegistrationError, safe_str
+from ..events import Disposer
+from ..messages import (
+    AddGuard,
+    ExecuteBatch,
+    Register,
+    ResolveToolSet,
+    Restrict,
+    Retract,
+    SetExecutor,
+    Unregister,
+)
+from ..model import Agent, ToolActivationContext, ToolBatchInput, ToolBatchResult, ToolRestriction
+from ._private import STOPPED, WriteRequest
+from .actor import RegistryActor
+from .scope import ScopeActor
+from .state import (
+    Condition,
+    Guard,
+    check_guards,
+    definitions,
+    executable,
+    lookup,
+    schemas,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..definition import ToolDefinition, ToolSchema
+    from ..execution import ToolExecution
+    from ..runtime import ToolRuntime
+    from ..toolset import ResolvedToolSet
+
+__all__ = ["ToolsService"]
+
+T = TypeVar("T")
+
+#: How often a blocked caller checks that the runtime is still running.
+_SLICE: Final = 0.2
+
+
+class _Own:
+    """The default ``scope`` of a read: the service's own scope."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<the service's scope>"
+
+
+_OWN: Final = _Own()
+
+
+class _EffectDisposer(Disposer):
+    """A disposer that stays armed when the undo fails (a ``tools/change``
+    listener rolled it back, so the effect is still in place)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        with self._lock:
+            fn, self._fn = self._fn, None
+        if fn is None:
+            return
+        try:
+            fn()
+        except BaseException:
+            with self._lock:
+                if self._fn is None:
+                    self._fn = fn
+            raise
+
+
+class ToolsService:
+    """The registry of one runtime, seen from one scope (``agent``; ``None``
+    for the global service). Thread-safe; create scoped services freely
+    with :meth:`scope` (they are cheap views)."""
+
+    __slots__ = ("_rt", "_state", "_scope")
+
+    def __init__(self, runtime: ToolRuntime, scope: Agent | None = None) -> None:
+        if scope is not None and not isinstance(scope, Agent):
+            raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+        self._rt = runtime
+        self._state = runtime.state
+        self._scope = scope
+
+    @property
+    def agent(self) -> Agent | None:
+        """The scope this service reads from and writes into (``None``: global)."""
+        return self._scope
+
+    def scope(self, agent: Agent | None) -> ToolsService:
+        """The same registry seen from, and registering into, ``agent``'s
+        scope (``None``: the global service)."""
+        return ToolsService(self._rt, agent)
+
+    def __repr__(self) -> str:
+        where = "global" if self._scope is None else repr(self._scope)
+        return f"<ToolsService {where}>"
+
+    # -- effects -----------------------------------------------------------
+
+    def register(self, definition: ToolDefinition, *, when: Condition | None = None) -> Disposer:
+        """Register ``definition`` in this service's layer; scoped tools
+        shadow inherited ones of the same name, whichever came first.
+
+        ``when(context)`` (sync or ``async def``) makes the tool conditional:
+        only a step whose :meth:`resolve` admitted it may call it.
+
+        Raises ``RegistrationError`` naming the tool: an invalid definition
+        (every problem at once), the reserved name ``run_code``, a duplicate
+        name in this layer, a ``when`` that is not callable, or a
+        ``tools/change`` listener that raised (rolled back; its exception is
+        the ``__cause__``). Returns the disposer that unregisters exactly
+        this registration.
+        """
+        reg = self._write(lambda f: Register(definition=definition, scope=self._scope, when=when, reply=f))
+        return self._disposer(lambda f: Unregister(registration=reg, reply=f))
+
+    def restrict(self, restriction: ToolRestriction) -> Disposer:
+        """Filter what this scope (and its descendants) inherit: the global
+        layer and its ancestors' own tools. This scope's own registrations
+        are never hidden. Restrictions intersect; a deny-only filter admits
+        inherited tools registered later, an allow-list excludes them. The
+        names are copied now.
+
+        Raises ``RegistrationError`` on the global service, for an empty
+        filter, ``run_code``, or any name this scope does not inherit (its
+        own names count as unknown; the message lists the known names).
+        Returns the disposer that lifts exactly this restriction.
+        """
+        contribution = self._write(lambda f: Restrict(restriction=restriction, scope=self._scope, reply=f))
+        return self._disposer(lambda f: Retract(contribution=contribution, reply=f))
+
+    def guard(self, fn: Guard) -> Disposer:
+        """Add a monotonic guard ``fn(execution) -> str | None`` to this
+        layer: it runs (on the thread preparing a call) only after
+        pre-execute policy allowed the call, and a reason denies it. Returns
+        the disposer that removes exactly this guard."""
+        contribution = self._write(lambda f: AddGuard(guard=fn, scope=self._scope, reply=f))
+        return self._disposer(lambda f: Retract(contribution=contribution, reply=f))
+
+    def set_executor(self, executor: Any) -> Disposer:
+        """Provide the executor for this scope (global: the deployment
+        default). Batches go to the nearest contribution on their agent's
+        chain, chosen when each batch starts. ``executor.bind(runtime)``,
+        if present, runs once per runtime first. Disposing leaves the scope
+        without an executor until another is set (or restores the one it
+        replaced in this scope)."""
+        contribution = self._write(lambda f: SetExecutor(executor=executor, scope=self._scope, reply=f))
+        return self._disposer(lambda f: Retract(contribution=contribution, reply=f))
+
+    # -- reads -------------------------------------------------------------
+
+    def _viewer(self, scope: Agent | None | _Own) -> Agent | None:
+        if isinstance(scope, _Own):
+            return self._scope
+        if scope is not None and not isinstance(scope, Agent):
+            raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+        return scope
+
+    def get(
+        self,
+        name: str,
+        scope: Agent | None | _Own = _OWN,
+        tool_set: ResolvedToolSet | None = None,
+    ) -> ToolDefinition | None:
+        """The definition ``scope`` resolves ``name`` to (scoped shadows
+        inherited; restricted-away reads as absent), or ``None``. ``scope``
+        defaults to this service's scope; pass ``None`` for the global view.
+        Without ``tool_set`` conditional registrations are included
+        (inspection); with one, only what it admits."""
+        reg = lookup(self._state, name, self._viewer(scope), tool_set)
+        return None if reg is None else reg.definition
+
+    def executable(
+        self,
+        name: str,
+        scope: Agent | None | _Own = _OWN,
+        tool_set: ResolvedToolSet | None = None,
+    ) -> ToolDefinition | None:
+        """The definition a call of ``name`` may run, or ``None`` (the call
+        fails as ``UNKNOWN_TOOL``). With ``tool_set`` the set decides;
+        without one, conditional registrations are not executable."""
+        reg = executable(self._state, name, self._viewer(scope), tool_set)
+        return None if reg is None else reg.definition
+
+    def definitions(
+        self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None
+    ) -> list[ToolDefinition]:
+        """The visible definitions, in registration order (a fresh list)."""
+        return definitions(self._state, self._viewer(scope), tool_set)
+
+    def schemas(
+        self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None
+    ) -> list[ToolSchema]:
+        """One fresh, detached ``{"name", "description", "parameters"}`` dict
+        per visible tool, in registration order."""
+        return schemas(self._state, self._viewer(scope), tool_set)
+
+    def check_guards(self, execution: ToolExecution) -> str | None:
+        """The first denial of the guards that apply to ``execution.agent``
+        (global first, then the chain farthest first), or ``None``. Guards
+        run on the calling thread; one that fails denies."""
+        return check_guards(self._state, execution)
+
+    # -- conditional activation ----------------------------------------------
+
+    def resolve(self, context: ToolActivationContext) -> ResolvedToolSet:
+        """Evaluate every condition visible to ``context.agent`` once and
+        return the step's complete selection; dispose it after the step's
+        batch settles. Blocks the calling thread (conditions run elsewhere).
+
+        Raises ``AbortError`` if ``context.signal`` aborts first, and
+        ``ToolPolicyError`` (the condition's exception as ``__cause__``) if
+        a condition raises; either way nothing is published.
+        """
+        if not isinstance(context, ToolActivationContext):
+            raise TypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
+        future: Future[ResolvedToolSet] = Future()
+        self._tell(ResolveToolSet(context=context, reply=future), future)
+        return self._wait(future, "the tool set resolution", limit=None)
+
+    # -- batches -----------------------------------------------------------
+
+    def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
+        """Start ``batch`` on the nearest executor of its agent (a scoped
+        service fills in its own agent when the batch has none) and return
+        the future of its result. Never blocks."""
+        if not isinstance(batch, ToolBatchInput):
+            raise TypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
+        if batch.agent is None and self._scope is not None:
+            batch = replace(batch, agent=self._scope)
+        future: Future[ToolBatchResult] = Future()
+        self._tell(ExecuteBatch(batch=batch, reply=future), future)
+        return future
+
+    def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
+        """Run ``batch`` and return its settled result, blocking the calling
+        thread (however long the batch takes, but not past ``rt.stop()``).
+        Raises ``ExecutorUnavailableError`` when no executor is available."""
+        return self._wait(self.submit(batch), "the batch", limit=None)
+
+    async def execute_async(self, batch: ToolBatchInput) -> ToolBatchResult:
+        """``await`` the batch without blocking the event loop."""
+        return await asyncio.wrap_future(self.submit(batch))
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _on_registry_thread(self) -> bool:
+        actor = actor_thread_ident()
+        return isinstance(actor, (ScopeActor, RegistryActor)) and actor.runtime is self._rt
+
+    def _tell(self, message: Any, future: Future[Any]) -> None:
+        try:
+            self._rt.registry.tell(message)
+        except pykka.ActorDeadError:
+            raise RuntimeError(STOPPED) from None
+
+    def _write(self, make: Callable[[Future[Any]], WriteRequest]) -> Any:
+        if self._on_registry_thread():
+            raise RegistrationError(
+                "the registry cannot be changed from a tools/change listener "
+                "(it runs on the scope actor that would apply the change)"
+            )
+        future: Future[Any] = Future()
+        self._tell(make(future), future)
+        return self._wait(future, "the registry change", limit=ASK_TIMEOUT)
+
+    def _disposer(self, make: Callable[[Future[Any]], WriteRequest]) -> Disposer:
+        rt = self._rt
+
+        def undo() -> None:
+            if not rt.running:
+                return  # stopped: everything is gone already
+            future: Future[Any] = Future()
+            try:
+                rt.registry.tell(make(future))
+            except (pykka.ActorDeadError, RuntimeError):
+                return
+            if self._on_registry_thread():
+                future.add_done_callback(_log_queued_failure)
+                return  # queued: applied right after the change being announced
+            try:
+                self._wait(future, "the undo", limit=ASK_TIMEOUT)
+            except RuntimeError:
+                if _running(rt):
+                    raise
+
+        return _EffectDisposer(undo)
+
+    def _wait(self, future: Future[T], what: str, *, limit: float | None) -> T:
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            try:
+                return future.result(timeout=_SLICE)
+            except FutureTimeout:
+                if not self._rt.running:
+                    raise RuntimeError(f"{STOPPED} (before {what} finished)") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"{what} did not finish within {limit}s") from None
+
+
+def _running(rt: ToolRuntime) -> bool:
+    return rt.running
+
+
+def _log_queued_failure(future: Future[Any]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        logger.opt(exception=exc).error("a disposer queued from a tools/change listener failed: {}", safe_str(exc))

@@ -1,0 +1,563 @@
+"""Registry state: immutable per-scope snapshots, and the pure read functions
+over them.
+
+Every scope that has ever been written to has one :class:`ScopeSnapshot` in
+:attr:`RegistryState.scopes` (``None`` is the global layer). Only that
+scope's :class:`~dsh_actors.registry.scope.ScopeActor` replaces its entry,
+always with a new immutable snapshot, and then bumps
+:attr:`RegistryState.generation`. Everybody else reads without a lock and
+without a thread hop.
+
+Visibility of a scope S (SPEC section 4): the global registrations,
+overlaid by each ancestor's own registrations farthest to nearest (nearer
+shadows farther); a name is kept only if every restriction on S's chain
+(its ancestors' and its own) admits it; then S's own registrations are
+overlaid, which no restriction hides. The result is cached per agent for
+the current generation, so a repeated read is a dict lookup.
+
+Every function here is pure, thread-safe, and may be called from any thread
+(the pipeline calls them from executor and call actors). Guards run on the
+calling thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+
+import orjson
+
+from ..errors import safe_str
+from ..json import dumps
+from ..model import Agent, ToolActivationContext, ToolRestriction
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..definition import CheckedDefinition, ToolDefinition, ToolSchema
+    from ..execution import ToolExecution
+    from ..schema import CompiledJsonSchema
+    from ..toolset import ResolvedToolSet
+
+__all__ = [
+    "RESERVED_NAMES",
+    "Condition",
+    "Contribution",
+    "ContributionKind",
+    "ExecutionMode",
+    "Guard",
+    "Registration",
+    "RegistryState",
+    "ScopeKey",
+    "ScopeSnapshot",
+    "check_guards",
+    "definitions",
+    "describe_scope",
+    "executable",
+    "execution_mode",
+    "in_chain",
+    "inherited",
+    "lookup",
+    "schemas",
+    "select_executor",
+    "visible",
+]
+
+ScopeKey: TypeAlias = "Agent | None"
+"""A layer of the registry: an agent's scope, or ``None`` for the global layer."""
+
+Condition: TypeAlias = Callable[[ToolActivationContext], Any]
+"""``when(context) -> bool`` (or an awaitable of one): whether a conditional
+registration takes part in a step. Only an exact ``True`` admits it."""
+
+Guard: TypeAlias = "Callable[[ToolExecution], str | None]"
+"""``guard(execution) -> str | None``: a reason denies the call."""
+
+ContributionKind: TypeAlias = Literal["restriction", "guard", "executor"]
+ExecutionMode: TypeAlias = Literal["parallel", "exclusive"]
+
+#: Names no registration may take and no restriction may mention: the
+#: code-mode executor's transport.
+RESERVED_NAMES: Final = frozenset({"run_code"})
+
+_seqs = itertools.count(1)
+
+
+def _next_seq() -> int:
+    # itertools.count.__next__ is atomic under the GIL: unique across threads.
+    return next(_seqs)
+
+
+# --------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Registration:
+    """One registered tool in one layer. Compares by identity: registering
+    the same definition again (elsewhere, or after unregistering) is a
+    different registration, and its disposer removes exactly this one."""
+
+    definition: ToolDefinition
+    """The definition as registered (borrowed, never copied)."""
+
+    checked: CheckedDefinition
+    """What registration checked and compiled (validators, frozen schemas)."""
+
+    scope: Agent | None
+    """The layer it was registered in (``None``: global)."""
+
+    when: Condition | None
+    """The activation condition, or ``None`` for an unconditional tool."""
+
+    seq: int
+    """Unique, increasing in registration order across the process; also
+    the order in which reads list tools."""
+
+    schema_json: bytes = field(init=False, repr=False)
+    """The model-facing projection (``name``, ``description``, the checked
+    ``parameters``) as JSON, encoded once: :func:`schemas` parses a fresh,
+    detached copy from it (several times faster than a deep copy)."""
+
+    def __post_init__(self) -> None:
+        projection = {
+            "name": self.definition.name,
+            "description": self.definition.description,
+            "parameters": self.checked.parameters,
+        }
+        object.__setattr__(self, "schema_json", dumps(projection))
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def conditional(self) -> bool:
+        """Whether a step must admit it (``when`` given)."""
+        return self.when is not None
+
+    @property
+    def output_validator(self) -> CompiledJsonSchema:
+        return self.checked.output_validator
+
+    @property
+    def parameter_validator(self) -> CompiledJsonSchema:
+        return self.checked.parameter_validator
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the body is an ``async def`` (runs on the loop thread)."""
+        return self.checked.is_async
+
+    def __repr__(self) -> str:
+        cond = " conditional" if self.when is not None else ""
+        return f"<Registration {self.name!r} in {describe_scope(self.scope)}{cond} #{self.seq}>"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Contribution:
+    """One restriction, guard or executor contributed to a scope. Compares
+    by identity; its disposer retracts exactly this contribution."""
+
+    kind: ContributionKind
+    scope: Agent | None
+    value: Any
+    """A :class:`ToolRestriction` (a copy taken at the call), a guard
+    function, or an executor."""
+
+    seq: int
+
+    def __repr__(self) -> str:
+        return f"<Contribution {self.kind} in {describe_scope(self.scope)} #{self.seq}>"
+
+
+_Filter: TypeAlias = "tuple[frozenset[str] | None, frozenset[str] | None]"
+
+
+def _compile_filter(restriction: ToolRestriction) -> _Filter:
+    allow = None if restriction.allow is None else frozenset(restriction.allow)
+    deny = None if restriction.deny is None else frozenset(restriction.deny)
+    return allow, deny
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScopeSnapshot:
+    """One layer as its scope actor last published it. Immutable."""
+
+    scope: Agent | None
+    version: int
+    """Increases with every publication (unique across the process)."""
+
+    registrations: Mapping[str, Registration]
+    """The layer's own registrations by name (read-only), in registration order."""
+
+    restrictions: tuple[Contribution, ...] = ()
+    """Restrictions (``.value`` a :class:`ToolRestriction`), in order."""
+
+    guards: tuple[Contribution, ...] = ()
+    """Guards (``.value`` the function), in registration order."""
+
+    executors: tuple[Contribution, ...] = ()
+    """Executor contributions, a stack: the last one is the scope's executor."""
+
+    filters: tuple[_Filter, ...] = field(init=False, repr=False)
+    """``restrictions`` compiled to ``(allow, deny)`` frozensets."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "filters", tuple(_compile_filter(c.value) for c in self.restrictions)
+        )
+
+    @property
+    def empty(self) -> bool:
+        return not (self.registrations or self.restrictions or self.guards or self.executors)
+
+    def evolve(self, **changes: Any) -> ScopeSnapshot:
+        """A new snapshot with ``changes`` and a fresh version."""
+        fields: dict[str, Any] = {
+            "scope": self.scope,
+            "registrations": self.registrations,
+            "restrictions": self.restrictions,
+            "guards": self.guards,
+            "executors": self.executors,
+        }
+        fields.update(changes)
+        regs = fields["registrations"]
+        if not isinstance(regs, MappingProxyType):
+            fields["registrations"] = MappingProxyType(dict(regs))
+        return ScopeSnapshot(version=_next_seq(), **fields)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ScopeSnapshot {describe_scope(self.scope)} v{self.version} "
+            f"tools={list(self.registrations)} restrictions={len(self.restrictions)} "
+            f"guards={len(self.guards)} executors={len(self.executors)}>"
+        )
+
+
+def empty_snapshot(scope: Agent | None) -> ScopeSnapshot:
+    return ScopeSnapshot(scope=scope, version=0, registrations=MappingProxyType({}))
+
+
+# A per-generation cache of computed views may hold at most this many agents
+# (it is dropped whole when exceeded, and on every publication).
+_CACHE_LIMIT: Final = 4096
+
+
+class _ViewCache:
+    __slots__ = ("generation", "views")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.views: dict[Agent | None, Mapping[str, Registration]] = {}
+
+
+class RegistryState:
+    """The published registry of one runtime.
+
+    ``scopes`` maps a scope to its latest snapshot; a scope that was never
+    written (or whose layer became empty and was retired) has no entry and
+    reads as empty. ``generation`` increases on every publication. Only
+    scope actors write (each its own entry); reads take no lock.
+    """
+
+    def __init__(self) -> None:
+        self.scopes: dict[Agent | None, ScopeSnapshot] = {}
+        self.generation = 0
+        self._gen_lock = threading.Lock()
+        self._cache = _ViewCache(-1)
+        # Resolved tool sets that are being resolved or are live: scope
+        # actors tell them what became invisible after every committed change.
+        # Weak: a set its owner dropped without disposing stops being told.
+        self._toolsets: weakref.WeakValueDictionary[int, ResolvedToolSet] = weakref.WeakValueDictionary()
+        self._toolsets_lock = threading.Lock()
+        # Executors whose bind(runtime) has run, by id (the value keeps the
+        # object alive so the id is never reused while recorded).
+        self._bound: dict[int, object] = {}
+        self._bind_lock = threading.Lock()
+
+    def snapshot(self, scope: Agent | None) -> ScopeSnapshot:
+        """``scope``'s latest snapshot (an empty one if it has none)."""
+        snap = self.scopes.get(scope)
+        return empty_snapshot(scope) if snap is None else snap
+
+    # -- writers (scope actors and the registry actor only) -----------------
+
+    def _publish(self, snapshot: ScopeSnapshot) -> None:
+        # Invariant: the snapshot is visible before the generation moves, so a
+        # reader that saw generation g computes from data at least as new as g.
+        self.scopes[snapshot.scope] = snapshot
+        self._bump()
+
+    def _retire(self, scope: Agent | None) -> None:
+        snap = self.scopes.get(scope)
+        if snap is not None and snap.empty:
+            del self.scopes[scope]
+            self._bump()
+
+    def _bump(self) -> None:
+        with self._gen_lock:
+            self.generation += 1
+
+    def _add_toolset(self, ts: ResolvedToolSet) -> None:
+        with self._toolsets_lock:
+            self._toolsets[id(ts)] = ts
+
+    def _remove_toolset(self, ts: ResolvedToolSet) -> None:
+        with self._toolsets_lock:
+            self._toolsets.pop(id(ts), None)
+
+    def _live_toolsets(self) -> tuple[ResolvedToolSet, ...]:
+        toolsets = self._toolsets
+        if not toolsets:
+            return ()
+        with self._toolsets_lock:
+            return tuple(toolsets.values())
+
+    def __repr__(self) -> str:
+        return f"<RegistryState generation={self.generation} scopes={len(self.scopes)}>"
+
+
+# --------------------------------------------------------------------------
+# Visibility
+# --------------------------------------------------------------------------
+
+
+def describe_scope(scope: Agent | None) -> str:
+    """``agent "main/sub"`` or ``the global scope``, for messages."""
+    if scope is None:
+        return "the global scope"
+    try:
+        return f'agent "{scope.path}"'
+    except Exception:  # noqa: BLE001 - a hostile id
+        return "an agent"
+
+
+def in_chain(scope: Agent | None, agent: Agent | None) -> bool:
+    """Whether a change in ``scope`` can affect what ``agent`` sees."""
+    if scope is None:
+        return True
+    node = agent
+    while node is not None:
+        if node is scope:
+            return True
+        node = node.parent
+    return False
+
+
+def _admits(filters: tuple[_Filter, ...], name: str) -> bool:
+    for allow, deny in filters:
+        if allow is not None and name not in allow:
+            return False
+        if deny is not None and name in deny:
+            return False
+    return True
+
+
+def _layered(
+    scopes: Mapping[Agent | None, ScopeSnapshot], agent: Agent | None, *, own: bool
+) -> dict[str, Registration]:
+    """The visibility rule. ``own=False`` gives what ``agent`` *inherits*:
+    global plus ancestors' own registrations, filtered by the ancestors'
+    restrictions only (what a new restriction of ``agent`` may name)."""
+    glob = scopes.get(None)
+    result: dict[str, Registration] = dict(glob.registrations) if glob is not None else {}
+    if agent is None:
+        return result
+    chain = agent.chain()
+    ancestors = chain[:-1]
+    for node in ancestors:
+        snap = scopes.get(node)
+        if snap is not None and snap.registrations:
+            result.update(snap.registrations)
+    filtered_by = chain if own else ancestors
+    for node in filtered_by:
+        snap = scopes.get(node)
+        if snap is not None and snap.filters:
+            filters = snap.filters
+            result = {name: reg for name, reg in result.items() if _admits(filters, name)}
+    if own:
+        mine = scopes.get(agent)
+        if mine is not None and mine.registrations:
+            result.update(mine.registrations)
+    return result
+
+
+def inherited(state: RegistryState, agent: Agent) -> dict[str, Registration]:
+    """What ``agent`` inherits (global + ancestors' own, filtered by the
+    ancestors' restrictions): the names a restriction of ``agent`` may use."""
+    return _layered(state.scopes, agent, own=False)
+
+
+def _current(state: RegistryState) -> _ViewCache:
+    gen = state.generation  # read first: see RegistryState._publish
+    cache = state._cache
+    if cache.generation != gen:
+        cache = _ViewCache(gen)
+        state._cache = cache
+    return cache
+
+
+def _visible(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
+    cache = _current(state)
+    view = cache.views.get(agent)
+    if view is None:
+        layered = _layered(state.scopes, agent, own=True)
+        ordered = sorted(layered.values(), key=_by_seq)
+        view = MappingProxyType({reg.name: reg for reg in ordered})
+        if len(cache.views) >= _CACHE_LIMIT:
+            cache.views.clear()
+        cache.views[agent] = view
+    return view
+
+
+def _by_seq(reg: Registration) -> int:
+    return reg.seq
+
+
+def visible(
+    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> Mapping[str, Registration]:
+    """The registrations ``agent`` (``None``: the global view) sees, by name,
+    in registration order (read-only; do not keep it across changes).
+
+    Without ``tool_set``: every visible registration, conditional ones
+    included (inspection). With one: only what the set admitted for exactly
+    this agent and still sees (another agent's set admits nothing).
+    """
+    if tool_set is None:
+        return _visible(state, agent)
+    return tool_set._admitted(state, agent)
+
+
+def lookup(
+    state: RegistryState, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> Registration | None:
+    """``get``: the registration ``agent`` resolves ``name`` to, conditional
+    ones included when no ``tool_set`` is given."""
+    return visible(state, agent, tool_set).get(name)
+
+
+def executable(
+    state: RegistryState, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> Registration | None:
+    """The registration a call of ``name`` by ``agent`` may run, or ``None``
+    (the call fails as ``UNKNOWN_TOOL``). With ``tool_set`` the set decides;
+    without one, conditional registrations are not executable."""
+    if tool_set is not None:
+        return tool_set._admitted(state, agent).get(name)
+    reg = _visible(state, agent).get(name)
+    if reg is None or reg.when is not None:
+        return None
+    return reg
+
+
+def definitions(
+    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> list[ToolDefinition]:
+    """The visible definitions (see :func:`visible`), in registration order.
+    A fresh list of the registered (borrowed) definitions."""
+    return [reg.definition for reg in visible(state, agent, tool_set).values()]
+
+
+def schemas(
+    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> list[ToolSchema]:
+    """One fresh ``{"name", "description", "parameters"}`` dict per visible
+    tool. ``parameters`` is a deep plain copy of the schema checked at
+    registration: mutating the result never affects the registry, and no
+    callback, ``timeout_ms``, classifier or ``meta`` ever appears in it."""
+    loads = orjson.loads
+    return [loads(reg.schema_json) for reg in visible(state, agent, tool_set).values()]
+
+
+def _guard_name(fn: object) -> str:
+    name = getattr(fn, "__qualname__", None)
+    if type(name) is not str:
+        name = getattr(type(fn), "__qualname__", "guard")
+    return safe_str(name)
+
+
+def _chain_layers(agent: Agent | None) -> Iterable[Agent | None]:
+    yield None
+    if agent is not None:
+        yield from agent.chain()
+
+
+def check_guards(state: RegistryState, execution: ToolExecution) -> str | None:
+    """Run the guards that apply to ``execution.agent``: the global layer's
+    first, then the scope chain farthest first, each layer in registration
+    order. The first reason (a ``str``) denies: it is returned and no later
+    guard runs. ``None`` when no guard denies.
+
+    Fail closed: a guard that raises, or returns something that is neither a
+    ``str`` nor ``None``, denies with ``guard <name> failed: ...``; an empty
+    string denies with ``guard <name> denied the call``. Guards run on the
+    calling thread (the executor preparing the call), in this call.
+    """
+    scopes = state.scopes
+    for layer in _chain_layers(execution.agent):
+        snap = scopes.get(layer)
+        if snap is None or not snap.guards:
+            continue
+        for contribution in snap.guards:
+            fn = contribution.value
+            try:
+                reason = fn(execution)
+            except BaseException as exc:  # noqa: BLE001 - fail closed, never propagate
+                return f"guard {_guard_name(fn)} failed: {safe_str(exc) or type(exc).__name__}"
+            if reason is None:
+                continue
+            if type(reason) is not str:
+                return (
+                    f"guard {_guard_name(fn)} failed: it returned "
+                    f"{type(reason).__qualname__} (expected str or None)"
+                )
+            return reason if reason else f"guard {_guard_name(fn)} denied the call"
+    return None
+
+
+def execution_mode(
+    state: RegistryState,
+    name: str,
+    args: Any,
+    agent: Agent | None,
+    tool_set: ResolvedToolSet | None = None,
+) -> ExecutionMode:
+    """``"parallel"`` only when the executable definition's
+    ``is_concurrency_safe(args)`` returns exactly ``True``; a missing
+    classifier, an exception, any other answer (truthy non-bools included)
+    or an unknown tool mean ``"exclusive"``. The classifier runs on the
+    calling thread."""
+    reg = executable(state, name, agent, tool_set)
+    if reg is None:
+        return "exclusive"
+    classifier = reg.definition.is_concurrency_safe
+    if classifier is None:
+        return "exclusive"
+    try:
+        answer = classifier(args)
+    except Exception:  # noqa: BLE001 - a failing classifier means exclusive
+        return "exclusive"
+    return "parallel" if answer is True else "exclusive"
+
+
+def select_executor(state: RegistryState, agent: Agent | None) -> Any:
+    """The executor for a batch of ``agent``: the nearest contribution on its
+    chain (its own scope, then its ancestors nearest first, then global);
+    ``None`` when no scope on the chain contributes one."""
+    scopes = state.scopes
+    node = agent
+    while node is not None:
+        snap = scopes.get(node)
+        if snap is not None and snap.executors:
+            return snap.executors[-1].value
+        node = node.parent
+    glob = scopes.get(None)
+    if glob is not None and glob.executors:
+        return glob.executors[-1].value
+    return None

@@ -1,0 +1,130 @@
+"""The registry's actors inside runtimes: raw messages, stopping, and two
+runtimes in one process."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from dsh_actors.errors import RegistrationError
+from dsh_actors.messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
+from dsh_actors.model import Agent, ToolRestriction
+from dsh_actors.registry import Contribution, Registration
+from dsh_actors.runtime import ToolRuntime
+
+from .helpers import WAIT, RecordingExecutor, activation, batch, execution, labelled, names, tool
+
+
+def test_write_messages_work_through_a_raw_registry_ask(rt: Any) -> None:
+    agent = Agent("main")
+    reg = rt.registry.ask(Register(definition=tool("a")), timeout=WAIT)
+    assert isinstance(reg, Registration) and reg.scope is None
+    restriction = rt.registry.ask(Restrict(restriction=ToolRestriction(deny=["a"]), scope=agent), timeout=WAIT)
+    assert isinstance(restriction, Contribution) and restriction.kind == "restriction"
+    assert names(rt.tools.definitions(agent)) == []
+    guard = rt.registry.ask(AddGuard(guard=lambda e: "no", scope=agent), timeout=WAIT)
+    assert rt.tools.check_guards(execution("a", agent)) == "no"
+    executor = rt.registry.ask(SetExecutor(executor=RecordingExecutor("raw"), scope=agent), timeout=WAIT)
+    assert rt.tools.execute(batch(agent)) == labelled("raw")
+    for contribution in (restriction, guard, executor):
+        assert rt.registry.ask(Retract(contribution=contribution), timeout=WAIT) is True
+        assert rt.registry.ask(Retract(contribution=contribution), timeout=WAIT) is False
+    assert rt.registry.ask(Unregister(registration=reg), timeout=WAIT) is True
+    assert rt.registry.ask(Unregister(registration=reg), timeout=WAIT) is False
+    assert rt.tools.get("a") is None
+
+
+def test_a_raw_write_reports_errors_to_the_asker_and_to_its_reply_future(rt: Any) -> None:
+    with pytest.raises(RegistrationError, match="reserved"):
+        rt.registry.ask(Register(definition=tool("run_code")), timeout=WAIT)
+    future: Future[Any] = Future()
+    rt.registry.tell(Register(definition=tool("run_code"), reply=future))
+    with pytest.raises(RegistrationError, match="reserved"):
+        future.result(timeout=WAIT)
+
+
+def test_restrict_of_the_global_layer_through_a_raw_message_is_rejected(rt: Any) -> None:
+    with pytest.raises(RegistrationError, match="scoped service"):
+        rt.registry.ask(Restrict(restriction=ToolRestriction(deny=["a"]), scope=None), timeout=WAIT)
+
+
+def test_the_registry_rejects_a_message_it_does_not_understand(rt: Any) -> None:
+    with pytest.raises(TypeError, match="the registry does not understand str"):
+        rt.registry.ask("hello", timeout=WAIT)
+    with pytest.raises(TypeError, match="scope is an Agent or None"):
+        rt.registry.ask(Register(definition=tool("a"), scope="main"), timeout=WAIT)  # type: ignore[arg-type]
+    # and keeps working
+    rt.tools.register(tool("a"))
+
+
+def test_stop_returns_the_thread_count_to_where_it_was() -> None:
+    before = threading.active_count()
+    rt = ToolRuntime().start()
+    agents = [Agent(f"a{i}") for i in range(4)]
+    for agent in agents:
+        rt.tools.scope(agent).register(tool("t"))
+        rt.tools.scope(agent).set_executor(RecordingExecutor("r"))
+    rt.tools.register(tool("g"), when=lambda ctx: True)
+    ts = rt.tools.resolve(activation(agents[0]))
+    rt.tools.execute(batch(agents[1]))
+    assert threading.active_count() > before
+    rt.stop()
+    assert ts is not None
+    assert threading.active_count() == before
+
+
+def test_two_runtimes_in_one_process_do_not_affect_each_other() -> None:
+    one = ToolRuntime().start()
+    two = ToolRuntime().start()
+    try:
+        agent = Agent("main")
+        one.tools.register(tool("only-in-one"))
+        two.tools.register(tool("only-in-two"))
+        one.tools.scope(agent).restrict(ToolRestriction(deny=["only-in-one"]))
+        assert names(one.tools.definitions()) == ["only-in-one"]
+        assert names(two.tools.definitions()) == ["only-in-two"]
+        assert names(two.tools.definitions(agent)) == ["only-in-two"]
+        heard: list[str] = []
+        two.events.on("tools/change", lambda: heard.append("two"))
+        one.tools.register(tool("more"))
+        assert heard == []
+        one.stop()
+        # Stopping one leaves the other fully working.
+        undo = two.tools.register(tool("after"))
+        assert names(two.tools.definitions()) == ["only-in-two", "after"]
+        undo()
+        ts = two.tools.resolve(activation(agent))
+        assert names(ts.view(agent)) == ["only-in-two"]
+        ts.dispose()
+        outcome = two.tools.execute(batch(agent)).results[0].result
+        assert outcome.is_error and outcome.error.message == 'unknown tool "echo"'
+    finally:
+        one.stop()
+        two.stop()
+
+
+def test_a_write_racing_with_stop_never_hangs() -> None:
+    rt = ToolRuntime().start()
+    tools = rt.tools
+    errors: list[BaseException] = []
+    go = threading.Event()
+
+    def writer() -> None:
+        go.wait(WAIT)
+        for i in range(50):
+            try:
+                tools.register(tool(f"t{i}"))
+            except RuntimeError as exc:
+                errors.append(exc)
+                return
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    go.set()
+    rt.stop()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert all("stopped" in str(e) for e in errors)
