@@ -1,0 +1,170 @@
+"""dsh-actors: the tool-call runtime of LLM agents, as an actor system.
+
+This module is the public surface (SPEC.md section 1) and nothing else.
+"""
+
+from .definition import ToolDefinition, ToolOutput, ToolSchema, define_tool
+from .errors import (
+    AbortError,
+    CodeRunFailedError,
+    DshError,
+    ErrorCode,
+    JsonSchemaError,
+    RegistrationError,
+    ToolArgsError,
+    ToolBatchExecutionError,
+    ToolNotFoundError,
+    ToolOutputError,
+    ToolTimeoutError,
+)
+from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
+from .executor import ToolExecutor, ToolModelInput, ToolPromptSection
+from .json import MAX_JSON_DEPTH, dumps, loads, materialize, thaw
+from .model import (
+    Accept,
+    Agent,
+    Allow,
+    Ask,
+    Block,
+    Cancel,
+    Deny,
+    ImageBlock,
+    LogStep,
+    ModelSelection,
+    ReasoningBlock,
+    TextBlock,
+    ToolActivationContext,
+    ToolBatchInput,
+    ToolBatchResult,
+    ToolCall,
+    ToolCallResult,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolFailure,
+    ToolRestriction,
+    UserMessage,
+    text,
+)
+from .presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    FileLocation,
+    GenericCallView,
+    GenericResultView,
+    ReadFileLine,
+    ReadResultView,
+    SearchResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolCallKind,
+    ToolCallView,
+    ToolResultView,
+    WebResultView,
+)
+from .registry import ToolsService
+from .runtime import ApprovalRequest, ToolRuntime
+from .scheduling import NativeExecutor
+from .schema import (
+    assert_object_json_schema,
+    assert_supported_json_schema,
+    parameter_schema_spec_to_json_schema,
+    validate_args,
+    validate_json_schema_value,
+    value_schema_spec_to_json_schema,
+)
+from .session import Session
+from .signals import AbortController, AbortSignal
+from .toolset import ResolvedToolSet
+
+__all__ = [
+    # runtime and scopes
+    "ToolRuntime",
+    "Agent",
+    "Session",
+    "ModelSelection",
+    "ToolActivationContext",
+    "ToolRestriction",
+    "ToolsService",
+    "ResolvedToolSet",
+    "ApprovalRequest",
+    "ToolExecutor",
+    "ToolModelInput",
+    "ToolPromptSection",
+    "NativeExecutor",
+    # definitions
+    "define_tool",
+    "ToolDefinition",
+    "ToolOutput",
+    "ToolSchema",
+    # calls and results
+    "ToolCall",
+    "ToolBatchInput",
+    "LogStep",
+    "ToolBatchResult",
+    "ToolCallResult",
+    "ToolExecution",
+    "ToolRunContext",
+    "ToolExecutionInput",
+    "ToolExecutionSuccess",
+    "ToolExecutionFailure",
+    "ToolFailure",
+    "ToolErrorInfo",
+    "TextBlock",
+    "ImageBlock",
+    "ReasoningBlock",
+    "UserMessage",
+    "text",
+    # decisions
+    "Allow",
+    "Deny",
+    "Cancel",
+    "Ask",
+    "Accept",
+    "Block",
+    # cancellation
+    "AbortController",
+    "AbortSignal",
+    # errors
+    "DshError",
+    "ToolArgsError",
+    "ToolOutputError",
+    "ToolNotFoundError",
+    "JsonSchemaError",
+    "ToolBatchExecutionError",
+    "AbortError",
+    "ToolTimeoutError",
+    "RegistrationError",
+    "CodeRunFailedError",
+    "ErrorCode",
+    # lossless JSON
+    "materialize",
+    "thaw",
+    "dumps",
+    "loads",
+    "MAX_JSON_DEPTH",
+    # schema
+    "assert_supported_json_schema",
+    "validate_json_schema_value",
+    "assert_object_json_schema",
+    "value_schema_spec_to_json_schema",
+    "parameter_schema_spec_to_json_schema",
+    "validate_args",
+    # presentation
+    "ToolCallView",
+    "ToolResultView",
+    "GenericCallView",
+    "TerminalCallView",
+    "DiffCallView",
+    "GenericResultView",
+    "TerminalResultView",
+    "DiffResultView",
+    "SearchResultView",
+    "ReadResultView",
+    "WebResultView",
+    "ToolCallKind",
+    "FileLocation",
+    "FileDiff",
+    "ReadFileLine",
+]

@@ -1,0 +1,163 @@
+"""``./dev demo``: a short, real run of the runtime, printed for a person.
+
+It registers a few tools, runs one model batch with parallel-safe and
+exclusive calls, a policy denial and a guard, then a batch that is aborted
+mid-way, and prints each result, the schedule it ran on and the session log.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from . import (
+    AbortController,
+    Agent,
+    Deny,
+    LogStep,
+    Session,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+    text,
+)
+
+
+def _tools(timeline: list[tuple[str, str, float]], lock: threading.Lock, t0: float) -> list[Any]:
+    def mark(call_id: str, what: str) -> None:
+        with lock:
+            timeline.append((call_id, what, (time.perf_counter() - t0) * 1000))
+
+    def fetch(args: Any, ctx: Any) -> dict[str, Any]:
+        mark(ctx.call_id, "start")
+        # Cooperative work: waits on the call's signal instead of sleeping blindly.
+        ctx.signal.wait(args["ms"] / 1000)
+        mark(ctx.call_id, "end")
+        return {"url": args["url"], "bytes": 1024 * args["ms"]}
+
+    def write(args: Any, ctx: Any) -> str:
+        mark(ctx.call_id, "start")
+        ctx.signal.wait(0.02)
+        mark(ctx.call_id, "end")
+        return f"wrote {len(args['text'])} bytes to {args['path']}"
+
+    fetch_tool = define_tool(
+        name="fetch",
+        description="Fetch a URL (simulated; takes `ms` milliseconds).",
+        parameters={
+            "url": {"type": "string", "required": True},
+            "ms": {"type": "integer", "required": True},
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "properties": {
+                    "url": {"type": "string", "required": True},
+                    "bytes": {"type": "integer", "required": True},
+                },
+                "additional_properties": False,
+            },
+            render=lambda args, v: [text(f"{v['url']}: {v['bytes']} bytes")],
+        ),
+        execute=fetch,
+        is_concurrency_safe=lambda args: True,
+    )
+    write_tool = define_tool(
+        name="write_file",
+        description="Write a file (exclusive: runs alone).",
+        parameters={
+            "path": {"type": "string", "required": True},
+            "text": {"type": "string", "required": True},
+        },
+        output=ToolOutput(schema={"type": "string"}, render=lambda args, v: [text(v)]),
+        execute=write,
+    )
+    return [fetch_tool, write_tool]
+
+
+def _row(call_id: str, name: str, result: Any) -> str:
+    status = "error" if result.is_error else "ok"
+    shown = result.content[0].text if result.content else ""
+    code = result.error.info.code if result.is_error and result.error.info else ""
+    return f"  {call_id:<4} {name:<11} {status:<6} {code:<24} {shown[:60]}"
+
+
+def main() -> None:
+    timeline: list[tuple[str, str, float]] = []
+    lock = threading.Lock()
+    t0 = time.perf_counter()
+    with ToolRuntime(max_parallel_tool_calls=3) as rt:
+        for tool in _tools(timeline, lock, t0):
+            rt.tools.register(tool)
+        rt.events.on(
+            "tools/pre-execute",
+            lambda ex, nxt: Deny("writes under /etc are not allowed")
+            if ex.name == "write_file" and str(ex.arguments.get("path", "")).startswith("/etc")
+            else nxt(),
+        )
+        session = Session()
+        agent = Agent("demo", session=session)
+        calls = [
+            ToolCall("c1", "fetch", '{"url": "https://a.example", "ms": 40}'),
+            ToolCall("c2", "fetch", '{"url": "https://b.example", "ms": 10}'),
+            ToolCall("c3", "fetch", '{"url": "https://c.example", "ms": 20}'),
+            ToolCall("c4", "write_file", '{"path": "notes.txt", "text": "hello"}'),
+            ToolCall("c5", "write_file", '{"path": "/etc/passwd", "text": "x"}'),
+            ToolCall("c6", "fetch", '{"url": 5}'),
+            ToolCall("c7", "nope", "{}"),
+        ]
+        started = time.perf_counter()
+        batch = rt.tools.execute(ToolBatchInput(calls=tuple(calls), agent=agent, log=LogStep(turn=1, step=1)))
+        elapsed = (time.perf_counter() - started) * 1000
+        print(f"dsh-actors demo: one batch of {len(calls)} calls, cap 3, in {elapsed:.1f} ms\n")
+        print(f"  {'id':<4} {'tool':<11} {'status':<6} {'code':<24} content")
+        for call, item in zip(calls, batch.results):
+            print(_row(item.call_id, call.name, item.result))
+        print("\n  schedule (ms since start): fetches overlap; the write runs alone")
+        for call_id, what, at in sorted(timeline, key=lambda x: x[2]):
+            print(f"    {at:7.1f}  {call_id} {what}")
+
+        print("\nan aborted batch: the controller fires while c1 runs")
+        controller = AbortController()
+        gate = threading.Event()
+
+        def on_result(ex: Any, result: Any) -> None:
+            if ex.call_id == "a1":
+                gate.set()
+
+        dispose = rt.events.on("tools/result", on_result)
+        rt.events.on(
+            "tools/pre-execute",
+            lambda ex, nxt: (controller.abort("user pressed stop"), nxt())[1]
+            if ex.call_id == "a2"
+            else nxt(),
+        )
+        aborted = rt.tools.execute(
+            ToolBatchInput(
+                calls=(
+                    ToolCall("a1", "fetch", '{"url": "https://d.example", "ms": 5}'),
+                    ToolCall("a2", "write_file", '{"path": "x", "text": "y"}'),
+                    ToolCall("a3", "fetch", '{"url": "https://e.example", "ms": 5}'),
+                ),
+                agent=agent,
+                signal=controller.signal,
+                log=LogStep(turn=1, step=2),
+            )
+        )
+        dispose()
+        for item in aborted.results:
+            print(_row(item.call_id, "", item.result))
+
+        print(f"\nsession log: {len(session.events())} events")
+        for event in session.events():
+            if event["type"] == "tool/call":
+                print(f"  tool/call   {event['call_id']:<4} {event['name']}")
+            else:
+                print(f"  tool/result {event['call_id']:<4} {'error' if event['is_error'] else 'ok'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""``Ask`` goes to the approval service (SPEC section 8, approval): the
+pinned denial reasons, the request, and guards after approval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsh_actors import AbortController, AbortSignal, Agent, ApprovalRequest, Ask
+
+from .helpers import Journal, Trip, assert_failure, echo_tool, run_one
+
+
+def ask(reason: str | None = None, display_reason: Any = None) -> Any:
+    def pre(execution: Any, next_: Any) -> Any:
+        return Ask(reason=reason, display_reason=display_reason)
+
+    return pre
+
+
+def test_without_an_approval_service_ask_is_denied_with_the_pinned_reason(rt: Any) -> None:
+    rt.events.on("tools/pre-execute", ask())
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert_failure(result, 'tool "echo" requires approval, but no approval service is installed')
+    assert "body" not in trip.journal
+
+
+def test_without_an_approval_service_ask_is_denied_with_the_asks_own_reason(rt: Any) -> None:
+    rt.events.on("tools/pre-execute", ask(reason="deploys need a human"))
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert_failure(result, "deploys need a human")
+    assert "body" not in trip.journal
+
+
+def test_a_call_without_an_agent_cannot_be_routed_to_the_approval_service(rt: Any) -> None:
+    asked: list[Any] = []
+    rt.approvals.set(lambda request: asked.append(request) or "allowed-once")
+    rt.events.on("tools/pre-execute", ask(reason="why"))
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=None)
+
+    assert_failure(result, 'tool "echo" requires approval, but the call has no agent to route it through')
+    assert asked == []
+    assert "body" not in trip.journal
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ("rejected", 'the user rejected tool "echo"'),
+        ("cancelled", 'approval for tool "echo" was cancelled'),
+        ("unavailable", 'tool "echo" requires approval, but no approval channel is available'),
+    ],
+)
+def test_each_denying_answer_gives_its_pinned_reason(rt: Any, answer: str, message: str) -> None:
+    rt.approvals.set(lambda request: answer)
+    rt.events.on("tools/pre-execute", ask(reason="audited reason"))
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert_failure(result, message)
+    assert "body" not in trip.journal
+
+
+def test_an_approval_denial_still_passes_through_post_execute(rt: Any) -> None:
+    rt.approvals.set(lambda request: "rejected")
+    rt.events.on("tools/pre-execute", ask())
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    assert run_one(rt, agent=Agent("main")).is_error
+    assert "post" in trip.journal
+    assert trip.post_results[0].error.message == 'the user rejected tool "echo"'
+
+
+def test_allowed_once_runs_the_body(rt: Any) -> None:
+    rt.approvals.set(lambda request: "allowed-once")
+    rt.events.on("tools/pre-execute", ask())
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert not result.is_error and result.value == "hi"
+    assert trip.phases == ["execute", "body", "post"]  # the Ask listener vetoed the later "pre"
+
+
+def test_the_approval_request_carries_the_agent_tool_call_reasons_and_signal(rt: Any) -> None:
+    requests: list[ApprovalRequest] = []
+    display = {"en": "Run echo?", "fr": "Lancer echo ?"}
+
+    def service(request: ApprovalRequest) -> str:
+        requests.append(request)
+        return "allowed-once"
+
+    rt.approvals.set(service)
+    rt.events.on("tools/pre-execute", ask(reason="echo talks to the world", display_reason=display))
+    rt.tools.register(echo_tool())
+    agent = Agent("main")
+
+    assert not run_one(rt, agent=agent).is_error
+
+    assert len(requests) == 1
+    request = requests[0]
+    assert request.agent is agent
+    assert request.tool_name == "echo"
+    assert request.call_id == "c1"
+    assert request.reason == "echo talks to the world"
+    assert request.display_reason == display
+    assert isinstance(request.signal, AbortSignal)
+
+
+def test_the_approval_request_signal_fires_when_the_batch_is_aborted_and_a_cancelled_answer_is_kept(
+    rt: Any,
+) -> None:
+    controller = AbortController()
+    observed: list[bool] = []
+
+    def service(request: ApprovalRequest) -> str:
+        observed.append(request.signal.aborted)
+        controller.abort()
+        observed.append(request.signal.aborted)
+        return "cancelled"
+
+    rt.approvals.set(service)
+    rt.events.on("tools/pre-execute", ask())
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"), signal=controller.signal)
+
+    assert observed == [False, True]
+    # A denial that settles after cancellation is kept as it is.
+    assert_failure(result, 'approval for tool "echo" was cancelled')
+    assert "body" not in trip.journal
+
+
+def test_a_raising_approval_service_fails_the_call_and_skips_post_execute(rt: Any) -> None:
+    def service(request: ApprovalRequest) -> str:
+        raise RuntimeError("the approval UI crashed")
+
+    rt.approvals.set(service)
+    rt.events.on("tools/pre-execute", ask())
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert_failure(result, "the approval UI crashed")
+    assert "body" not in trip.journal
+    assert "post" not in trip.journal
+    assert trip.journal.count(("result", "c1")) == 1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param("maybe", id="maybe"),
+        pytest.param("", id="empty"),
+        pytest.param("Allowed-Once", id="wrong-case"),
+        pytest.param(None, id="None"),
+        pytest.param(True, id="True"),
+    ],
+)
+def test_an_unknown_answer_fails_the_call_without_running_it(rt: Any, answer: Any) -> None:
+    rt.approvals.set(lambda request: answer)
+    rt.events.on("tools/pre-execute", ask())
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert result.is_error and result.value is None
+    assert result.content[0].text.startswith("Error: ")
+    assert "body" not in trip.journal
+    assert "execute" not in trip.journal
+
+
+def test_guards_run_after_allowed_once(rt: Any) -> None:
+    journal = Journal()
+
+    def guard(execution: Any) -> str | None:
+        journal.add("guard")
+        return "the guard still denies"
+
+    rt.approvals.set(lambda request: "allowed-once")
+    rt.events.on("tools/pre-execute", ask())
+    rt.tools.guard(guard)
+    rt.tools.register(echo_tool())
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert journal.entries == ["guard"]
+    assert_failure(result, "the guard still denies")
+
+
+def test_guards_do_not_run_after_a_rejected_ask(rt: Any) -> None:
+    journal = Journal()
+
+    def guard(execution: Any) -> str | None:
+        journal.add("guard")
+        return None
+
+    rt.approvals.set(lambda request: "rejected")
+    rt.events.on("tools/pre-execute", ask())
+    rt.tools.guard(guard)
+    rt.tools.register(echo_tool())
+
+    assert run_one(rt, agent=Agent("main")).is_error
+    assert journal.entries == []
+
+
+def test_disposing_the_approval_service_restores_the_previous_one(rt: Any) -> None:
+    rt.approvals.set(lambda request: "allowed-once")
+    dispose = rt.approvals.set(lambda request: "rejected")
+    rt.events.on("tools/pre-execute", ask())
+    rt.tools.register(echo_tool())
+    agent = Agent("main")
+
+    assert_failure(run_one(rt, agent=agent), 'the user rejected tool "echo"')
+    dispose()
+    assert not run_one(rt, agent=agent).is_error

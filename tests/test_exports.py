@@ -1,0 +1,96 @@
+"""The public surface: every name SPEC.md section 1 pins is exported from
+``dsh_actors``, and ``__all__`` is exactly that list (plus the card
+classes, which SPEC names as "each card class")."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import dsh_actors
+from dsh_actors import presentation
+
+SPEC_NAMES = {
+    # runtime and scopes
+    "ToolRuntime", "Agent", "Session", "ModelSelection", "ToolActivationContext",
+    "ToolRestriction", "ToolsService", "ResolvedToolSet", "ApprovalRequest",
+    "ToolExecutor", "ToolModelInput", "ToolPromptSection", "NativeExecutor",
+    # definitions
+    "define_tool", "ToolDefinition", "ToolOutput", "ToolSchema",
+    # calls and results
+    "ToolCall", "ToolBatchInput", "LogStep", "ToolBatchResult", "ToolCallResult",
+    "ToolExecution", "ToolRunContext", "ToolExecutionInput",
+    "ToolExecutionSuccess", "ToolExecutionFailure", "ToolFailure", "ToolErrorInfo",
+    "TextBlock", "ImageBlock", "ReasoningBlock", "UserMessage", "text",
+    # decisions
+    "Allow", "Deny", "Cancel", "Ask", "Accept", "Block",
+    # cancellation
+    "AbortController", "AbortSignal",
+    # errors
+    "DshError", "ToolArgsError", "ToolOutputError", "ToolNotFoundError",
+    "JsonSchemaError", "ToolBatchExecutionError", "AbortError", "ToolTimeoutError",
+    "RegistrationError", "CodeRunFailedError", "ErrorCode",
+    # lossless JSON
+    "materialize", "thaw", "dumps", "loads", "MAX_JSON_DEPTH",
+    # schema
+    "assert_supported_json_schema", "validate_json_schema_value",
+    "assert_object_json_schema", "value_schema_spec_to_json_schema",
+    "parameter_schema_spec_to_json_schema", "validate_args",
+    # presentation
+    "ToolCallView", "ToolResultView", "ToolCallKind", "FileLocation", "FileDiff",
+    "ReadFileLine",
+}  # fmt: skip
+
+CARD_NAMES = {cls.__name__ for cls in presentation.CARD_CLASSES}
+
+
+def test_every_name_spec_section_1_pins_is_importable_from_dsh_actors() -> None:
+    missing = sorted(name for name in SPEC_NAMES if not hasattr(dsh_actors, name))
+    assert missing == []
+
+
+def test_every_card_class_is_exported() -> None:
+    for name in CARD_NAMES:
+        assert getattr(dsh_actors, name) is getattr(presentation, name)
+
+
+def test_dunder_all_is_exactly_the_spec_names_and_the_card_classes() -> None:
+    assert set(dsh_actors.__all__) == SPEC_NAMES | CARD_NAMES
+    assert len(dsh_actors.__all__) == len(set(dsh_actors.__all__)), "a name is listed twice"
+
+
+def test_the_list_here_matches_spec_md_when_the_shared_folder_is_present() -> None:
+    spec = Path(__file__).resolve().parents[2] / "shared" / "SPEC.md"
+    if not spec.exists():  # a checkout without ../shared: the list above is the contract
+        return
+    block = spec.read_text().split("## 1. Public surface", 1)[1].split("```python", 1)[1]
+    block = block.split("```", 1)[0]
+    names: set[str] = set()
+    for line in block.splitlines():
+        code = line.split("#", 1)[0]
+        names.update(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code))
+    names -= {"and", "each", "card", "class"}
+    assert names == SPEC_NAMES
+
+
+def test_star_import_gives_exactly_dunder_all() -> None:
+    namespace: dict[str, object] = {}
+    exec("from dsh_actors import *", namespace)  # noqa: S102
+    namespace.pop("__builtins__")
+    assert set(namespace) == set(dsh_actors.__all__)
+
+
+def test_the_core_never_imports_executors_or_policies() -> None:
+    root = Path(dsh_actors.__file__).parent
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if re.search(r"^\s*(from|import)\s+(executors|policies)\b", path.read_text(), re.M)
+    ]
+    assert offenders == []
+
+
+def test_the_messages_module_is_public() -> None:
+    messages = importlib.import_module("dsh_actors.messages")
+    assert hasattr(messages, "ExecuteBatch")
