@@ -491,9 +491,10 @@ class Accept:
     additional_contexts: tuple[UserMessage, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.content is not None and not isinstance(self.content, (str, bytes)):
+        raw: Any = self.content
+        if raw is not None and not isinstance(raw, (str, bytes)):
             try:
-                object.__setattr__(self, "content", tuple(self.content))
+                object.__setattr__(self, "content", tuple(raw))
             except TypeError:
                 pass  # left as is: the pipeline reports the bad content
         object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
@@ -508,9 +509,10 @@ class Block:
     additional_contexts: tuple[UserMessage, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.feedback, (str, bytes)):
+        raw: Any = self.feedback
+        if not isinstance(raw, (str, bytes)):
             try:
-                object.__setattr__(self, "feedback", tuple(self.feedback))
+                object.__setattr__(self, "feedback", tuple(raw))
             except TypeError:
                 pass
         object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
