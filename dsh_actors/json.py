@@ -190,7 +190,9 @@ class FrozenDict(dict[str, JsonValue], metaclass=_FrozenDictType):
         return _walk(merged, "value", True, True, None)
 
     @classmethod
-    def fromkeys(cls, keys: Iterable[str], value: object = None, /) -> Any:  # type: ignore[override]
+    def fromkeys(  # type: ignore[override]
+        cls, keys: Iterable[str], value: object = None, /
+    ) -> Any:
         return _walk({key: value for key in keys}, "value", True, True, None)
 
 
@@ -329,7 +331,8 @@ def _key_repr(key: Any) -> str | None:
 def _key_problem(key: object) -> str:
     cls = type(key)
     shown = _key_repr(key)
-    what = f"dict key {shown} ({_type_name(cls)})" if shown else f"dict key of type {_type_name(cls)}"
+    name = _type_name(cls)
+    what = f"dict key {shown} ({name})" if shown else f"dict key of type {name}"
     if _first_base(cls, (str,)) is not None:
         return f"{what} is a str subclass, not an exact str (exact types only)"
     return f"{what} is not a string"
@@ -653,7 +656,8 @@ def materialize(value: object, path: str = "value") -> JsonValue:
     (``str`` included, whatever its length) are returned as they are, and so
     is anything already frozen. ``path`` names ``value`` in error messages
     (``arguments.files[2]: float nan is not lossless JSON``). Pure and
-    thread-safe; a flat dict of ten scalars takes about a microsecond.
+    thread-safe. Cost: about 2 µs for a flat dict of ten scalars, 0.1 µs for
+    a FrozenDict (``./dev python -m benchmarks.bench_json``).
     """
     t = type(value)
     if t is FrozenDict:

@@ -373,7 +373,8 @@ def test_max_json_depth_levels_are_accepted_and_one_more_is_rejected(nest: Any) 
 
 
 def test_a_scalar_has_depth_zero_and_an_empty_container_depth_one() -> None:
-    assert materialize(_nested_lists(MAX_JSON_DEPTH - 1, [])) == _nested_tuples(MAX_JSON_DEPTH - 1, ())
+    deepest = _nested_lists(MAX_JSON_DEPTH - 1, [])
+    assert materialize(deepest) == _nested_tuples(MAX_JSON_DEPTH - 1, ())
     with pytest.raises(LosslessJsonError):
         materialize(_nested_lists(MAX_JSON_DEPTH, []))
 
@@ -412,7 +413,9 @@ def test_a_dict_inside_itself_through_a_nested_path_is_a_cycle() -> None:
     outer["a"]["b"].append(outer["a"])
     with pytest.raises(LosslessJsonError) as info:
         materialize({"root": outer})
-    assert str(info.value) == "value.root.a.b[1]: cycle: value.root.a.b[1] refers back to value.root.a"
+    assert str(info.value) == (
+        "value.root.a.b[1]: cycle: value.root.a.b[1] refers back to value.root.a"
+    )
     assert not is_lossless(outer)
 
 
