@@ -1,0 +1,159 @@
+"""Session write failures (SPEC sections 6 and 10): the batch fails with
+``ToolBatchExecutionError`` only after every started call has settled, and
+the error carries what was committed before the failure.
+
+Threads are synchronised with Events; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_actors import Agent, LogStep, Session, ToolBatchExecutionError, ToolBatchInput
+
+from .helpers import GUARD, Timeline, calls, counting_body, logged_batch, make_tool, must
+
+
+class FailingSession(Session):
+    """An in-memory session whose ``fail_at``-th append raises ``OSError``
+    (disk full); every other append works."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.attempts = 0
+        self.failed = threading.Event()
+
+    def append(self, event: Any) -> None:
+        self.attempts += 1
+        if self.attempts == self.fail_at:
+            self.failed.set()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().append(event)
+
+
+def gated_tools(rt: Any, timeline: Timeline, release: threading.Event, started: threading.Event, finished: threading.Event) -> None:
+    """``first``: exclusive and quick; ``gated``: blocks until ``release``;
+    ``quick``: returns at once. All record on ``timeline``."""
+
+    def gated(args: Any, ctx: Any) -> str:
+        started.set()
+        must(release, "the test to release the gated call")
+        finished.set()
+        return "gated"
+
+    rt.tools.register(make_tool("first", counting_body(timeline, lambda a, c: "first"), classifier=None))
+    rt.tools.register(make_tool("gated", counting_body(timeline, gated)))
+    rt.tools.register(make_tool("quick", counting_body(timeline, lambda a, c: "quick")))
+
+
+def test_a_session_write_failure_raises_only_after_every_started_call_settled_with_the_committed_results(
+    rt: Any,
+) -> None:
+    timeline = Timeline()
+    release, started, finished = threading.Event(), threading.Event(), threading.Event()
+    gated_tools(rt, timeline, release, started, finished)
+    # Events: 1 tool/call c0, 2 tool/result c0, 3 tool/call c1 (gated starts),
+    # 4 tool/call c2: fails while the gated body is running.
+    session = FailingSession(fail_at=4)
+    settled_while_running: list[bool] = []
+    try:
+        future = rt.tools.submit(logged_batch(calls("first", "gated", "quick"), session))
+        future.add_done_callback(lambda _: settled_while_running.append(not finished.is_set()))
+        must(session.failed, "the session write to fail")
+        must(started, "the gated call to start")
+        assert not future.done()
+    finally:
+        release.set()
+    with pytest.raises(ToolBatchExecutionError) as info:
+        future.result(GUARD)
+    assert settled_while_running == [False], "the batch failed while a started call was still running"
+    err = info.value
+    assert [r.call_id for r in err.results] == ["c0"]
+    assert err.results[0].result.value == "first"
+    assert isinstance(err.__cause__, OSError)
+    assert [(e["type"], e["call_id"]) for e in session.events()] == [
+        ("tool/call", "c0"),
+        ("tool/result", "c0"),
+        ("tool/call", "c1"),
+    ]
+
+
+def test_execute_raises_the_batch_error_carrying_the_results_committed_before_a_failed_result_write(
+    rt: Any,
+) -> None:
+    rt.tools.register(make_tool("t", lambda args, ctx: f"v{args['i']}"))
+    # 1-3: the three tool/call events, 4: tool/result c0, 5: tool/result c1 fails.
+    session = FailingSession(fail_at=5)
+    with pytest.raises(ToolBatchExecutionError) as info:
+        rt.tools.execute(logged_batch(calls("t", "t", "t"), session))
+    err = info.value
+    assert [r.call_id for r in err.results] == ["c0"]
+    assert err.results[0].result.value == "v0"
+    assert "session" in str(err)
+    assert [e["type"] for e in session.events()] == ["tool/call"] * 3 + ["tool/result"]
+
+
+def test_a_call_whose_tool_call_event_could_not_be_written_is_not_run(rt: Any) -> None:
+    """A call must be in the log before it runs: a body that ran without its
+    ``tool/call`` on record could not be repaired after a crash."""
+    timeline = Timeline()
+    timeline.listen(rt)
+    rt.tools.register(make_tool("first", counting_body(timeline), classifier=None))
+    rt.tools.register(make_tool("quick", counting_body(timeline)))
+    # 1 tool/call c0, 2 tool/result c0, 3 tool/call c1: fails.
+    session = FailingSession(fail_at=3)
+    with pytest.raises(ToolBatchExecutionError):
+        rt.tools.execute(logged_batch(calls("first", "quick"), session))
+    assert "c1" not in timeline.starts, "c1 ran although its tool/call was never logged"
+
+
+def test_no_call_starts_after_a_session_write_failure(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    release, started, finished = threading.Event(), threading.Event(), threading.Event()
+    gated_tools(rt, timeline, release, started, finished)
+    session = FailingSession(fail_at=4)  # the tool/call of c2, while c1 runs
+    try:
+        future = rt.tools.submit(logged_batch(calls("first", "gated", "quick", "quick", "first"), session))
+        must(session.failed, "the session write to fail")
+    finally:
+        release.set()
+    with pytest.raises(ToolBatchExecutionError):
+        future.result(GUARD)
+    assert set(timeline.starts) == {"c0", "c1"}, "calls started after the session failed"
+    assert set(timeline.pre) == {"c0", "c1"}, "calls were prepared after the session failed"
+
+
+def test_a_session_closed_mid_batch_fails_the_batch_and_the_file_can_be_repaired(
+    rt: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "session.jsonl"
+    session = Session(path)
+
+    def closer(args: Any, ctx: Any) -> str:
+        session.close()
+        return "closed"
+
+    rt.tools.register(make_tool("closer", closer, classifier=None))
+    rt.tools.register(make_tool("after", lambda args, ctx: "after"))
+    batch = ToolBatchInput(
+        calls=calls("closer", "after"), agent=Agent("a", session=session), log=LogStep(turn=1, step=1)
+    )
+    with pytest.raises(ToolBatchExecutionError) as info:
+        rt.tools.execute(batch)
+    assert info.value.results == ()
+
+    reopened = Session.open(path)
+    try:
+        assert [(e["type"], e["call_id"]) for e in reopened.events()] == [("tool/call", "c0")]
+        repaired = reopened.repair()
+        assert [(e["type"], e["call_id"]) for e in repaired] == [("tool/result", "c0")]
+        assert reopened.pending_calls() == []
+    finally:
+        reopened.close()

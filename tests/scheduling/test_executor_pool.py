@@ -1,0 +1,468 @@
+"""The rolling pool and its exclusive barriers (SPEC section 6,
+ARCHITECTURE.md "Threads"): the concurrency limit, rolling replenishment,
+barriers, lazy classification, where bodies run, and pooled call actors.
+
+Overlap is measured with a :class:`~.helpers.Timeline` (one global sequence
+number), concurrency is forced with Barriers, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from dsh_actors import NativeExecutor, ToolBatchInput, ToolRuntime
+
+from .helpers import (
+    GUARD,
+    Timeline,
+    call,
+    calls,
+    counting_body,
+    make_tool,
+    must,
+    started_runtime,
+)
+
+
+def all_ok(batch: Any) -> bool:
+    return all(not r.result.is_error for r in batch.results)
+
+
+def errors(batch: Any) -> list[str]:
+    return [f"{r.call_id}: {r.result.error.message}" for r in batch.results if r.result.is_error]
+
+
+def meeting_body(timeline: Timeline, parties: int, who: set[int]) -> Any:
+    """Calls whose ``i`` is in ``who`` wait for each other at one Barrier:
+    they succeed only if ``parties`` of them run at the same time."""
+    meet = threading.Barrier(parties, timeout=GUARD)
+
+    def work(args: Any, ctx: Any) -> str:
+        if args["i"] in who:
+            meet.wait()
+        return "ok"
+
+    return counting_body(timeline, work)
+
+
+# -- the limit -------------------------------------------------------------------
+
+
+def test_with_a_cap_of_3_no_more_than_3_of_9_parallel_safe_calls_run_at_once(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    release = threading.Event()
+    three_running = threading.Event()
+
+    def on_body_start(count: int, ctx: Any) -> None:
+        if count == 3:
+            three_running.set()
+
+    timeline.on_body_start = on_body_start
+
+    def work(args: Any, ctx: Any) -> str:
+        if args["i"] < 3:
+            must(release, "the test to release the first three calls")
+        return "ok"
+
+    rt.tools.register(make_tool("t", counting_body(timeline, work)))
+    try:
+        future = rt.tools.submit(ToolBatchInput(calls=calls(*["t"] * 9), max_parallel_tool_calls=3))
+        must(three_running, "three calls to run")
+        with timeline.lock:
+            # The pool is full: nothing else may even have been prepared.
+            assert timeline.running == 3
+            assert sorted(timeline.pre) == ["c0", "c1", "c2"]
+    finally:
+        release.set()
+    batch = future.result(GUARD)
+    assert all_ok(batch), errors(batch)
+    assert timeline.max_running == 3
+    assert len(timeline.starts) == 9
+
+
+def test_the_pool_rolls_a_long_call_does_not_stop_the_others_from_finishing(rt: Any) -> None:
+    release = threading.Event()
+    long_started = threading.Event()
+    long_finished = threading.Event()
+    others_done = threading.Event()
+    lock = threading.Lock()
+    done: list[int] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        i = args["i"]
+        if i == 0:
+            long_started.set()
+            must(release, "the test to release the long call")
+            long_finished.set()
+            return "long"
+        with lock:
+            done.append(i)
+            if len(done) == 8:
+                others_done.set()
+        return "short"
+
+    rt.tools.register(make_tool("t", body))
+    try:
+        future = rt.tools.submit(ToolBatchInput(calls=calls(*["t"] * 9), max_parallel_tool_calls=3))
+        # Waves of 3 would wait for call 0 before starting calls 3..8.
+        must(others_done, "the 8 short calls to finish while the long one runs")
+        assert long_started.is_set() and not long_finished.is_set()
+        assert sorted(done) == list(range(1, 9))
+        assert not future.done()
+    finally:
+        release.set()
+    batch = future.result(GUARD)
+    assert [r.result.value for r in batch.results] == ["long"] + ["short"] * 8
+
+
+def test_a_limit_of_1_runs_the_batch_serially(rt: Any) -> None:
+    timeline = Timeline()
+    rt.tools.register(make_tool("t", counting_body(timeline)))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls(*["t"] * 6), max_parallel_tool_calls=1))
+    assert all_ok(batch), errors(batch)
+    assert timeline.max_running == 1
+    for i in range(5):
+        assert timeline.ends[f"c{i}"] < timeline.starts[f"c{i + 1}"]
+
+
+def test_the_default_limit_is_the_runtimes_and_a_per_batch_limit_overrides_it() -> None:
+    with started_runtime(max_parallel_tool_calls=2) as rt:
+        default_tl, wide_tl, narrow_tl = Timeline(), Timeline(), Timeline()
+        rt.tools.register(make_tool("default", meeting_body(default_tl, 2, {0, 1})))
+        rt.tools.register(make_tool("wide", meeting_body(wide_tl, 4, {0, 1, 2, 3})))
+        rt.tools.register(make_tool("narrow", counting_body(narrow_tl)))
+
+        batch = rt.tools.execute(ToolBatchInput(calls=calls(*["default"] * 6)))
+        assert all_ok(batch), errors(batch)
+        assert default_tl.max_running == 2
+
+        batch = rt.tools.execute(ToolBatchInput(calls=calls(*["wide"] * 8), max_parallel_tool_calls=4))
+        assert all_ok(batch), errors(batch)  # the 4-party barrier met: the override won
+        assert wide_tl.max_running == 4
+
+        batch = rt.tools.execute(ToolBatchInput(calls=calls(*["narrow"] * 4), max_parallel_tool_calls=1))
+        assert all_ok(batch), errors(batch)
+        assert narrow_tl.max_running == 1
+
+
+def test_the_default_limit_of_a_runtime_is_10(rt: Any) -> None:
+    timeline = Timeline()
+    rt.tools.register(make_tool("t", meeting_body(timeline, 10, set(range(10)))))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls(*["t"] * 14)))
+    assert all_ok(batch), errors(batch)
+    assert timeline.max_running == 10
+
+
+BAD_LIMITS = [0, -1, 1.5, True, False, "2"]
+
+
+@pytest.mark.parametrize("limit", BAD_LIMITS, ids=repr)
+def test_a_batch_limit_that_is_not_a_positive_integer_is_rejected_before_anything_runs(
+    rt: Any, limit: Any
+) -> None:
+    ran: list[str] = []
+    rt.tools.register(make_tool("t", lambda args, ctx: ran.append("body") or "x"))
+    rt.events.on("tools/pre-execute", lambda execution, next_: ran.append("pre") or next_())
+    with pytest.raises(ValueError, match="max_parallel_tool_calls"):
+        rt.tools.execute(ToolBatchInput(calls=calls("t", "t"), max_parallel_tool_calls=limit))
+    assert ran == []
+
+
+@pytest.mark.parametrize("limit", BAD_LIMITS, ids=repr)
+def test_a_runtime_or_native_executor_limit_that_is_not_a_positive_integer_is_rejected(
+    limit: Any,
+) -> None:
+    with pytest.raises(ValueError, match="max_parallel_tool_calls"):
+        ToolRuntime(max_parallel_tool_calls=limit)
+    with pytest.raises(ValueError, match="max_parallel_tool_calls"):
+        NativeExecutor(max_parallel_tool_calls=limit)
+
+
+# -- exclusive barriers --------------------------------------------------------------
+
+
+def assert_barrier(timeline: Timeline, n: int, exclusive: set[int]) -> None:
+    """Every exclusive call ran alone, after every earlier call settled,
+    and nothing after it started before it settled."""
+    ids = [f"c{i}" for i in range(n)]
+    for x in exclusive:
+        xid = ids[x]
+        for other in ids:
+            if other != xid and other in timeline.starts:
+                assert not timeline.overlaps(xid, other), f"{xid} overlapped {other}"
+        for earlier in ids[:x]:
+            assert timeline.result_seq(earlier) < timeline.starts[xid], f"{xid} started before {earlier} settled"
+        for later in ids[x + 1 :]:
+            first_pre = min(timeline.pre[later])
+            assert timeline.result_seq(xid) < first_pre, f"{later} started before {xid} settled"
+
+
+def test_an_exclusive_call_never_overlaps_another_call(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    pairs = [threading.Barrier(2, timeout=GUARD) for _ in range(3)]
+
+    def safe_work(args: Any, ctx: Any) -> str:
+        pairs[args["i"] // 3].wait()  # calls 0-1, 3-4, 6-7 overlap each other
+        return "safe"
+
+    rt.tools.register(make_tool("safe", counting_body(timeline, safe_work)))
+    rt.tools.register(make_tool("excl", counting_body(timeline), classifier=None))
+    names = ["safe", "safe", "excl", "safe", "safe", "excl", "safe", "safe"]
+    batch = rt.tools.execute(ToolBatchInput(calls=calls(*names)))
+    assert all_ok(batch), errors(batch)
+    assert timeline.overlaps("c0", "c1") and timeline.overlaps("c3", "c4")
+    assert_barrier(timeline, len(names), {2, 5})
+
+
+def raising_classifier(args: Any) -> bool:
+    raise RuntimeError("cannot classify")
+
+
+@pytest.mark.parametrize(
+    "classifier",
+    [None, lambda args: False, lambda args: 1, lambda args: "yes", raising_classifier],
+    ids=["no classifier", "False", "truthy int", "truthy str", "raises"],
+)
+def test_a_call_is_exclusive_unless_its_classifier_returns_exactly_true(rt: Any, classifier: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    rt.tools.register(make_tool("safe", counting_body(timeline)))
+    rt.tools.register(make_tool("maybe", counting_body(timeline), classifier=classifier))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls("safe", "safe", "maybe", "safe", "safe")))
+    assert all_ok(batch), errors(batch)
+    assert_barrier(timeline, 5, {2})
+
+
+def test_an_exclusive_call_starts_only_after_every_earlier_call_has_settled(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    release = threading.Event()
+    first_started = threading.Event()
+    second_done = threading.Event()
+    exclusive_started = threading.Event()
+
+    def safe_work(args: Any, ctx: Any) -> str:
+        if args["i"] == 0:
+            first_started.set()
+            must(release, "the test to release call 0")
+        else:
+            second_done.set()
+        return "safe"
+
+    def excl_work(args: Any, ctx: Any) -> str:
+        exclusive_started.set()
+        return "excl"
+
+    rt.tools.register(make_tool("safe", counting_body(timeline, safe_work)))
+    rt.tools.register(make_tool("excl", counting_body(timeline, excl_work), classifier=None))
+    try:
+        future = rt.tools.submit(ToolBatchInput(calls=calls("safe", "safe", "excl")))
+        must(first_started, "call 0 to start")
+        must(second_done, "call 1 to finish")
+        assert not exclusive_started.is_set(), "the exclusive call started while call 0 was running"
+        assert "c2" not in timeline.pre
+    finally:
+        release.set()
+    batch = future.result(GUARD)
+    assert all_ok(batch), errors(batch)
+    assert_barrier(timeline, 3, {2})
+
+
+def test_nothing_after_an_exclusive_call_starts_until_it_settles(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    release = threading.Event()
+    exclusive_started = threading.Event()
+
+    def excl_work(args: Any, ctx: Any) -> str:
+        exclusive_started.set()
+        must(release, "the test to release the exclusive call")
+        return "excl"
+
+    rt.tools.register(make_tool("safe", counting_body(timeline)))
+    rt.tools.register(make_tool("excl", counting_body(timeline, excl_work), classifier=None))
+    try:
+        future = rt.tools.submit(ToolBatchInput(calls=calls("excl", "safe", "safe")))
+        must(exclusive_started, "the exclusive call to start")
+        assert "c1" not in timeline.pre and "c2" not in timeline.pre
+        assert "c1" not in timeline.starts and "c2" not in timeline.starts
+    finally:
+        release.set()
+    batch = future.result(GUARD)
+    assert all_ok(batch), errors(batch)
+    assert_barrier(timeline, 3, {0})
+
+
+def test_two_exclusive_calls_in_a_row_run_one_after_the_other(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    rt.tools.register(make_tool("excl", counting_body(timeline), classifier=None))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls("excl", "excl", "excl")))
+    assert all_ok(batch), errors(batch)
+    assert_barrier(timeline, 3, {0, 1, 2})
+
+
+# -- lazy classification -----------------------------------------------------------------
+
+
+def test_a_barrier_that_registers_a_tool_lets_later_calls_of_it_run_in_parallel(rt: Any) -> None:
+    """``late`` is unknown when the batch starts (so exclusive); the barrier
+    registers it as concurrency-safe and its two calls must then overlap
+    (they meet at a two-party barrier)."""
+    meet = threading.Barrier(2, timeout=GUARD)
+
+    def late_body(args: Any, ctx: Any) -> str:
+        meet.wait()
+        return "late"
+
+    late = make_tool("late", late_body)
+
+    def registrar(args: Any, ctx: Any) -> str:
+        rt.tools.register(late)
+        return "registered"
+
+    rt.tools.register(make_tool("registrar", registrar, classifier=None))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls("registrar", "late", "late")))
+    assert all_ok(batch), errors(batch)
+    assert [r.result.value for r in batch.results] == ["registered", "late", "late"]
+
+
+def test_a_barrier_that_flips_a_classifier_makes_later_calls_parallel(rt: Any) -> None:
+    timeline = Timeline()
+    state = {"safe": False}
+    classified_at: list[int] = []
+
+    def classifier(args: Any) -> bool:
+        with timeline.lock:
+            classified_at.append(timeline._tick())
+        return state["safe"]
+
+    def flip(args: Any, ctx: Any) -> str:
+        state["safe"] = True
+        return "flipped"
+
+    meet = threading.Barrier(2, timeout=GUARD)
+
+    def flex_work(args: Any, ctx: Any) -> str:
+        meet.wait()
+        return "flex"
+
+    rt.tools.register(make_tool("flip", counting_body(timeline, flip), classifier=None))
+    rt.tools.register(make_tool("flex", counting_body(timeline, flex_work), classifier=classifier))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls("flip", "flex", "flex")))
+    assert all_ok(batch), errors(batch)
+    assert classified_at, "the classifier was never asked"
+    assert min(classified_at) > timeline.ends["c0"], "a later call was classified before the barrier ran"
+
+
+def test_a_barrier_that_flips_a_classifier_makes_later_calls_exclusive(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    state = {"safe": True}
+
+    def flip(args: Any, ctx: Any) -> str:
+        state["safe"] = False
+        return "flipped"
+
+    rt.tools.register(make_tool("flip", counting_body(timeline, flip), classifier=None))
+    rt.tools.register(make_tool("flex", counting_body(timeline), classifier=lambda args: state["safe"]))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls("flip", "flex", "flex", "flex")))
+    assert all_ok(batch), errors(batch)
+    assert_barrier(timeline, 4, {0, 1, 2, 3})
+
+
+# -- where bodies run ------------------------------------------------------------------
+
+
+def test_sync_bodies_run_on_call_actor_threads_not_the_callers(rt: Any) -> None:
+    timeline = Timeline()
+    rt.tools.register(make_tool("t", meeting_body(timeline, 2, {0, 1})))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls(*["t"] * 6), max_parallel_tool_calls=2))
+    assert all_ok(batch), errors(batch)
+    threads = set(timeline.body_threads.values())
+    assert threading.get_ident() not in threads
+    assert threading.main_thread().ident not in threads
+    # Call actors are pooled: a batch at cap 2 needs at most 2 of them.
+    assert 1 < len(threads) <= 2
+
+
+def test_async_bodies_run_on_the_runtimes_one_loop_thread(rt: Any) -> None:
+    lock = threading.Lock()
+    async_threads: set[int] = set()
+    sync_threads: set[int] = set()
+    loops: set[int] = set()
+
+    async def async_body(args: Any, ctx: Any) -> str:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # a real await on the loop (not synchronisation)
+        with lock:
+            async_threads.add(threading.get_ident())
+            loops.add(id(loop))
+        return "async"
+
+    def sync_body(args: Any, ctx: Any) -> str:
+        with lock:
+            sync_threads.add(threading.get_ident())
+        return "sync"
+
+    rt.tools.register(make_tool("a", async_body))
+    rt.tools.register(make_tool("s", sync_body))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls("a", "s", "a", "s", "a", "a")))
+    assert all_ok(batch), errors(batch)
+    assert [r.result.value for r in batch.results] == ["async", "sync", "async", "sync", "async", "async"]
+    assert len(async_threads) == 1 and len(loops) == 1
+    (loop_thread,) = async_threads
+    assert loop_thread != threading.get_ident()
+    assert loop_thread not in sync_threads
+
+    # A second batch uses the same loop thread.
+    batch = rt.tools.execute(ToolBatchInput(calls=calls("a")))
+    assert all_ok(batch), errors(batch)
+    assert async_threads == {loop_thread}
+
+
+# -- pooled call actors ------------------------------------------------------------------
+
+
+def test_a_2000_call_batch_does_not_start_a_thread_per_call(rt: Any) -> None:
+    lock = threading.Lock()
+    peak = [0]
+
+    def body(args: Any, ctx: Any) -> str:
+        alive = threading.active_count()
+        with lock:
+            if alive > peak[0]:
+                peak[0] = alive
+        return "x"
+
+    rt.tools.register(make_tool("t", body))
+    baseline = threading.active_count()
+    batch = rt.tools.execute(
+        ToolBatchInput(calls=[call(i, "t") for i in range(2000)], max_parallel_tool_calls=8)
+    )
+    assert len(batch.results) == 2000
+    assert all_ok(batch), errors(batch)[:3]
+    assert peak[0] - baseline <= 8 + 10, f"{peak[0] - baseline} threads beyond the baseline"
+
+
+def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
+    def run(rounds: int) -> set[int]:
+        timeline = Timeline()
+        name = f"t{rounds}"
+        rt.tools.register(make_tool(name, meeting_body(timeline, 4, {0, 1, 2, 3})))
+        batch = rt.tools.execute(ToolBatchInput(calls=calls(*[name] * 20), max_parallel_tool_calls=4))
+        assert all_ok(batch), errors(batch)
+        return set(timeline.body_threads.values())
+
+    first = run(1)
+    assert len(first) == 4  # the barrier forced 4 at once; at cap 4 no more are needed
+    second = run(2)
+    assert second <= first
+    third = run(3)
+    assert third <= first
