@@ -59,7 +59,7 @@ from .results import aborted, failure, failure_from_exception, freeze_result, is
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
 
-__all__ = ["Call", "CallPhase", "begin", "dispatch", "finalize", "prepare"]
+__all__ = ["Call", "CallPhase", "begin", "dispatch", "finalize", "prepare", "run_inline"]
 
 BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
 
@@ -95,6 +95,7 @@ class Call:
         "unknown_hint",
         "mode",
         "raw_arguments",
+        "override",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -114,6 +115,9 @@ class Call:
         self.unknown_hint: str | None = None
         self.mode: str | None = None
         self.raw_arguments = raw_arguments
+        # A tool the executor itself provides (PTC's run_code): a checked
+        # definition used instead of the registry's for this call.
+        self.override: Any = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
@@ -124,10 +128,23 @@ class Call:
         return f"<Call #{self.index} {self.execution.name} {self.phase.value}>"
 
 
-def begin(index: int, inp: ToolExecutionInput) -> Call:
+def begin(
+    index: int,
+    inp: ToolExecutionInput,
+    *,
+    override: Any = None,
+    unknown_hint: str | None = None,
+    route_to_executor: bool = False,
+) -> Call:
     """Materialize the arguments (once, before any policy) and create the
     execution. Non-JSON arguments resolve the call at once with
-    ``INVALID_ARGS``: no phase runs, but it still publishes its result."""
+    ``INVALID_ARGS``: no phase runs, but it still publishes its result.
+
+    ``override`` is a checked definition the executor provides for this
+    call (instead of the registry's). ``route_to_executor`` resolves the call
+    at once as ``UNKNOWN_TOOL`` with ``unknown_hint`` (the PTC-only rule:
+    a model-direct call to a native tool), again without any phase.
+    """
     raw = inp.arguments
     bad: LosslessJsonError | None = None
     try:
@@ -147,7 +164,11 @@ def begin(index: int, inp: ToolExecutionInput) -> Call:
         schema=inp.schema,
     )
     call = Call(index, execution, raw)
-    if bad is not None:
+    call.override = override
+    call.unknown_hint = unknown_hint
+    if route_to_executor:
+        call.resolve(failure_from_exception(ToolNotFoundError(inp.name, unknown_hint)), run_post=False)
+    elif bad is not None:
         call.resolve(
             failure_from_exception(ToolArgsError([f"arguments are not lossless JSON: {bad.message}"])),
             run_post=False,
@@ -173,10 +194,10 @@ def prepare(rt: ToolRuntime, call: Call) -> None:
     if call.caller.aborted:
         call.resolve(aborted(before_dispatch=True), run_post=False)
         return
-    from ..registry import check_guards, executable
+    from ..registry import check_guards
 
     state = rt.state
-    call.registration = executable(state, execution.name, execution.agent, execution.tool_set)
+    call.registration = _lookup(rt, call)
     reason: str | None
     try:
         decision: Any = rt.events.waterfall(
@@ -299,6 +320,8 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
 
 
 def _lookup(rt: ToolRuntime, call: Call) -> Any:
+    if call.override is not None:
+        return call.override
     from ..registry import executable
 
     execution = call.execution
@@ -318,6 +341,11 @@ def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
         return result
     if call.registration is None:
         call.registration = registration
+    if call.caller.aborted:
+        # Aborted after it was prepared, before its body ran: not invoked.
+        result = aborted(before_dispatch=True)
+        call.body_results.append(result)
+        return result
     definition = registration.definition
     wrapper_signal = execution.signal
     signals = (call.caller,) if wrapper_signal is call.caller else (call.caller, wrapper_signal)
@@ -572,3 +600,15 @@ def _apply_post_decision(
     if decision.additional_contexts:
         return replace(result, additional_contexts=contexts)
     return result
+
+
+def run_inline(rt: ToolRuntime, inp: ToolExecutionInput) -> ToolExecutionResult:
+    """One call's whole trip (prepare, dispatch, finalize) on the calling
+    thread: nested dispatch (PTC sub-calls, composite tools). The caller
+    does the scheduling."""
+    call = begin(0, inp)
+    prepare(rt, call)
+    if call.phase is CallPhase.READY:
+        call.phase = CallPhase.DISPATCHING
+        dispatch(rt, call)
+    return finalize(rt, call)

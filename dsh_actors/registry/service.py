@@ -46,7 +46,14 @@ from ..messages import (
     SetExecutor,
     Unregister,
 )
-from ..model import Agent, ToolActivationContext, ToolBatchInput, ToolBatchResult, ToolRestriction
+from ..model import (
+    Agent,
+    ToolActivationContext,
+    ToolBatchInput,
+    ToolBatchResult,
+    ToolExecutionResult,
+    ToolRestriction,
+)
 from ._private import STOPPED, WriteRequest
 from .actor import RegistryActor
 from .scope import ScopeActor
@@ -62,7 +69,7 @@ from .state import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition, ToolSchema
-    from ..execution import ToolExecution
+    from ..execution import ToolExecution, ToolExecutionInput
     from ..runtime import ToolRuntime
     from ..toolset import ResolvedToolSet
 
@@ -270,6 +277,31 @@ class ToolsService:
         future: Future[ToolBatchResult] = Future()
         self._tell(ExecuteBatch(batch=batch, reply=future), future)
         return future
+
+    def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
+        """Run ONE call through the whole pipeline on the calling thread and
+        return its final result: nested dispatch (a PTC program's sub-call,
+        a composite tool calling another tool).
+
+        Every policy applies (pre-execute, approval, guards, wrappers,
+        post-execute, ``tools/result``); nothing is scheduled or logged: the
+        caller decides concurrency and writes its own events. Pass the
+        enclosing execution's ``token`` as ``parent`` and its
+        ``root_call_id``. A sync body runs on this thread, an async one on
+        the runtime's loop thread (so do not call this from the loop).
+        A scoped service fills in its agent when ``execution.agent`` is None.
+        """
+        from ..execution import ToolExecutionInput
+        from ..pipeline.stages import run_inline
+
+        if not isinstance(execution, ToolExecutionInput):
+            raise TypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
+        rt = self._rt
+        if not rt.running:
+            raise RuntimeError("the ToolRuntime is not running")
+        if execution.agent is None and self._scope is not None:
+            execution = replace(execution, agent=self._scope)
+        return run_inline(rt, execution)
 
     def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
         """Run ``batch`` and return its settled result, blocking the calling

@@ -536,12 +536,18 @@ def execution_mode(
     reg = executable(state, name, agent, tool_set)
     if reg is None:
         return "exclusive"
-    classifier = reg.definition.is_concurrency_safe
+    return definition_mode(reg.definition, args)
+
+
+def definition_mode(definition: ToolDefinition, args: Any) -> ExecutionMode:
+    """The execution mode ``definition``'s classifier gives ``args`` (see
+    :func:`execution_mode`)."""
+    classifier = definition.is_concurrency_safe
     if classifier is None:
         return "exclusive"
     try:
         answer = classifier(args)
-    except Exception:  # noqa: BLE001 - a failing classifier means exclusive
+    except BaseException:  # noqa: BLE001 - a failing classifier means exclusive
         return "exclusive"
     return "parallel" if answer is True else "exclusive"
 

@@ -105,9 +105,41 @@ class NativeExecutor:
         self._idle_workers: list[pykka.ActorRef[Any]] = []
         self._active: set[ExecutorActor] = set()
         self._closed = False
+        self._checked_own: dict[int, Any] = {}
 
     def __repr__(self) -> str:
-        return f"<NativeExecutor max_parallel_tool_calls={self.max_parallel_tool_calls}>"
+        return f"<{type(self).__name__} max_parallel_tool_calls={self.max_parallel_tool_calls}>"
+
+    # -- extension points (for executors built on this one, e.g. PTC) -------
+
+    def executor_tools(self) -> Sequence[ToolDefinition]:
+        """Tools this executor provides itself, callable by the model and
+        run through the full pipeline, but not in the registry (PTC's
+        ``run_code``). Called once per batch; the default is none."""
+        return ()
+
+    def direct_call_hint(self, name: str) -> str | None:
+        """For a model-direct call of ``name`` that is not one of
+        :meth:`executor_tools`: ``None`` lets the registry decide (the
+        default); a string fails the call as ``UNKNOWN_TOOL`` with that hint
+        appended, before any policy (PTC routes the model to ``run_code``)."""
+        return None
+
+    def _own(self) -> dict[str, Any]:
+        tools = self.executor_tools()
+        if not tools:
+            return {}
+        from ..definition import validate_definition
+
+        cache = self._checked_own
+        out: dict[str, Any] = {}
+        for definition in tools:
+            checked = cache.get(id(definition))
+            if checked is None or checked.definition is not definition:
+                checked = validate_definition(definition)
+                cache[id(definition)] = checked
+            out[definition.name] = checked
+        return out
 
     # -- the executor protocol ---------------------------------------------
 
@@ -313,20 +345,24 @@ class ExecutorActor(ActorBase):
             agent = batch.agent
             if batch.log is not None and agent is not None:
                 self._session = agent.session
-            self._calls = [
-                begin(
-                    i,
-                    ToolExecutionInput(
-                        call_id=call.id,
-                        name=call.name,
-                        arguments=parse_arguments(call.arguments),
-                        signal=signal,
-                        agent=agent,
-                        tool_set=batch.tool_set,
-                    ),
+            native = self._native
+            own = native._own()
+            calls: list[Call] = []
+            for i, tool_call in enumerate(batch.calls):
+                override = own.get(tool_call.name)
+                hint = None if override is not None else native.direct_call_hint(tool_call.name)
+                inp = ToolExecutionInput(
+                    call_id=tool_call.id,
+                    name=tool_call.name,
+                    arguments=parse_arguments(tool_call.arguments),
+                    signal=signal,
+                    agent=agent,
+                    tool_set=batch.tool_set,
                 )
-                for i, call in enumerate(batch.calls)
-            ]
+                calls.append(
+                    begin(i, inp, override=override, unknown_hint=hint, route_to_executor=hint is not None)
+                )
+            self._calls = calls
             ref = self.actor_ref
 
             def on_abort(_: AbortSignal) -> None:
@@ -408,9 +444,11 @@ class ExecutorActor(ActorBase):
     def _classify(self, call: Call) -> str:
         if call.phase is CallPhase.RESOLVED:
             return "parallel"  # it will not dispatch: no reason to hold others back
-        from ..registry import execution_mode
+        from ..registry import definition_mode, execution_mode
 
         execution = call.execution
+        if call.override is not None:
+            return definition_mode(call.override.definition, execution.arguments)
         try:
             return execution_mode(
                 self._rt.state, execution.name, execution.arguments, execution.agent, execution.tool_set
