@@ -18,6 +18,24 @@ Event names and listener signatures (SPEC section 1):
 ``tools/change``            emit      ``fn() -> None``
 ``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
 ==========================  ========  ==========================================
+
+Which thread runs a listener (none of them may assume another):
+
+* ``tools/pre-execute`` and ``tools/post-execute`` listeners, guards, the
+  approval service, ``project_content``/``finalize_content`` and
+  ``tools/result`` observers run on the thread that prepares and finalizes
+  the call: the batch's executor actor thread for batch calls (so a
+  listener that blocks holds up that batch's model-order progress, and only
+  that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
+  services may block (a person answers) but must observe the signal.
+* ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
+  the call actor thread that dispatches the call (several at once, one per
+  running call); a sync tool body runs there too, an ``async def`` body on
+  the runtime's asyncio loop thread.
+* ``tools/change`` listeners run on the scope actor thread that made the
+  change; they may read the registry but not change it.
+* ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
+  thread.
 """
 
 from __future__ import annotations
