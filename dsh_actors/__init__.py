@@ -21,6 +21,7 @@ from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
 from .executor import ToolExecutor, ToolModelInput, ToolPromptSection
 from .json import MAX_JSON_DEPTH, dumps, loads, materialize, thaw
 from .model import (
+    UNSET,
     Accept,
     Agent,
     Allow,
@@ -78,6 +79,8 @@ from .session import Session
 from .signals import AbortController, AbortSignal
 from .toolset import ResolvedToolSet
 
+# Importable but not in __all__ (SPEC section 1 is the list): UNSET is the
+# default of Accept(value=UNSET), "no replacement value".
 __all__ = [
     # runtime and scopes
     "ToolRuntime",

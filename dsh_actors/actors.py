@@ -18,6 +18,7 @@ Every actor a runtime starts is recorded in its :class:`ActorGroup`, and
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from concurrent.futures import Future as ConcurrentFuture
@@ -28,6 +29,15 @@ from loguru import logger
 from pykka import messages as pykka_messages
 
 __all__ = ["ActorBase", "ActorGroup", "Deferred", "ASK_TIMEOUT", "actor_thread_ident"]
+
+#: pykka's own messages (stop, proxy calls): they go through pykka's handler;
+#: everything else goes straight to ``receive``.
+_PYKKA_MESSAGES = (
+    pykka_messages._ActorStop,
+    pykka_messages.ProxyCall,
+    pykka_messages.ProxyGetAttr,
+    pykka_messages.ProxySetAttr,
+)
 
 #: Seconds any ``ask``/``get`` between runtime parts waits before giving up.
 #: pykka can lose an ask that races with ``stop()``; nothing waits forever.
@@ -137,7 +147,12 @@ class ActorGroup:
         return len(self._refs)
 
     def stop_all(self, timeout: float = ASK_TIMEOUT) -> None:
-        """Stop every actor of this group and wait for their threads."""
+        """Stop every actor of this group and wait for their threads, all
+        within ``timeout`` seconds in total (an actor stuck in a body that
+        ignores its signal is left behind, with a warning)."""
+        import time
+
+        deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
             refs = list(self._refs.values())
@@ -150,14 +165,22 @@ class ActorGroup:
                 futures.append(ref.stop(block=False))
             except Exception:  # noqa: BLE001 - already dead
                 pass
+        stuck = 0
         for fut in futures:
             try:
-                fut.get(timeout=timeout)
+                fut.get(timeout=max(0.0, deadline - time.monotonic()))
             except Exception:  # noqa: BLE001
-                logger.warning("an actor did not stop within {}s", timeout)
+                stuck += 1
         for thread in threads:
             if thread is not threading.current_thread():
-                thread.join(timeout)
+                thread.join(max(0.0, deadline - time.monotonic()))
+        alive = sum(1 for t in threads if t.is_alive())
+        if stuck or alive:
+            logger.warning(
+                "{} actor thread(s) did not stop within {}s (a tool body ignoring its signal?)",
+                max(stuck, alive),
+                timeout,
+            )
 
 
 class ActorBase(pykka.ThreadingActor):
@@ -168,6 +191,14 @@ class ActorBase(pykka.ThreadingActor):
     """
 
     use_daemon_thread = True
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        # Hot path: a hand-off is one put and one get. queue.SimpleQueue does
+        # both in C (its get waits with the GIL released), where pykka's
+        # default queue.Queue runs a Python Condition on each side; every
+        # caller uses only put, get and empty, which both provide.
+        return queue.SimpleQueue()
 
     def __init__(self) -> None:
         super().__init__()
@@ -211,12 +242,16 @@ class ActorBase(pykka.ThreadingActor):
 
     def _handle_envelope(self, envelope: Any) -> None:
         reply = envelope.reply_to
+        message = envelope.message
         try:
-            response = self._handle_receive(envelope.message)
+            if isinstance(message, _PYKKA_MESSAGES):
+                response = self._handle_receive(message)
+            else:
+                response = self.receive(message)  # what pykka's handler ends in
         except BaseException as exc:  # noqa: BLE001 - nothing escapes the loop
             if reply is not None:
                 reply.set_exception(exc_info=(type(exc), exc, exc.__traceback__))
-            elif not isinstance(envelope.message, pykka_messages._ActorStop):
+            elif not isinstance(message, pykka_messages._ActorStop):
                 self.on_failure(*sys.exc_info())
             return
         if reply is None:

@@ -78,9 +78,10 @@ PresentResult = Callable[[Any, PresentedResult], "ToolResultView | None"]
 class ToolOutput:
     """A tool's canonical output contract, applied after the body returns.
 
-    Both callbacks run on the thread that finalizes the call (the
-    executor's finalize step), after the value passed ``schema``; they must
-    be pure, fast and non-blocking.
+    Both callbacks run after the value passed ``schema``: on the call actor
+    thread that dispatched the call (right after the body), or on the
+    finalizing thread when a post-execute ``Accept(value=...)`` replaces the
+    value. They must be pure, fast and non-blocking.
     """
 
     schema: Any
@@ -529,11 +530,11 @@ def _classifier(name: str, validator: CompiledJsonSchema, classifier: Classifier
     is_valid = validator.is_valid
 
     def is_concurrency_safe(args: Any) -> bool:
-        if not is_valid(args):
-            return False
         try:
+            if not is_valid(args):
+                return False
             return classifier(args)
-        except Exception as err:  # noqa: BLE001 - a raising classifier means exclusive
+        except BaseException as err:  # noqa: BLE001 - a raising classifier means exclusive
             logger.debug("tool {!r}: is_concurrency_safe raised {}; treating the call as exclusive", name, safe_str(err))
             return False
 
@@ -545,11 +546,11 @@ def _call_presenter(name: str, validator: CompiledJsonSchema, presenter: Present
     is_valid = validator.is_valid
 
     def present_call(args: Any) -> ToolCallView | None:
-        if not is_valid(args):
-            return None
         try:
+            if not is_valid(args):
+                return None
             view = presenter(args)
-        except Exception as err:  # noqa: BLE001 - presenters never raise
+        except BaseException as err:  # noqa: BLE001 - presenters never raise
             logger.debug("tool {!r}: present_call raised {}; using the generic card", name, safe_str(err))
             return None
         if view is not None and not _is_instance(view, ToolCallView):
@@ -565,11 +566,11 @@ def _result_presenter(name: str, validator: CompiledJsonSchema, presenter: Prese
     is_valid = validator.is_valid
 
     def present_result(args: Any, result: PresentedResult) -> ToolResultView | None:
-        if not is_valid(args):
-            return None
         try:
+            if not is_valid(args):
+                return None
             view = presenter(args, result)
-        except Exception as err:  # noqa: BLE001 - presenters never raise
+        except BaseException as err:  # noqa: BLE001 - presenters never raise
             logger.debug("tool {!r}: present_result raised {}; using the generic card", name, safe_str(err))
             return None
         if view is not None and not _is_instance(view, ToolResultView):

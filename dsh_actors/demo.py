@@ -120,7 +120,7 @@ def main() -> None:
         for call_id, what, at in sorted(timeline, key=lambda x: x[2]):
             print(f"    {at:7.1f}  {call_id} {what}")
 
-        print("\nan aborted batch: the controller fires while c1 runs")
+        print("\nan aborted batch: the user presses stop while a2 is being prepared")
         controller = AbortController()
         gate = threading.Event()
 

@@ -197,6 +197,12 @@ class ToolRunContext:
 
     A sync body runs on a call actor's worker thread; an ``async def`` body on
     the runtime's asyncio loop thread. Both methods are thread-safe.
+
+    Cancellation is cooperative: a sync body should poll or wait on
+    ``signal``. An async body's task is also cancelled when ``signal`` fires,
+    so ``CancelledError`` may arrive at any ``await`` (cleanup included); the
+    runtime still waits for the task to finish, and a body that ends
+    cancelled that way settles as ``ABORTED``.
     """
 
     __slots__ = ("_execution", "signal", "_lock", "_contexts", "_concludes")

@@ -9,6 +9,8 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from loguru import logger
+
 __all__ = ["LoopThread"]
 
 T = TypeVar("T")
@@ -19,6 +21,7 @@ class LoopThread:
 
     def __init__(self, name: str = "dsh-asyncio") -> None:
         self._loop = asyncio.new_event_loop()
+        self._stopping = False
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -36,7 +39,13 @@ class LoopThread:
         asyncio.set_event_loop(self._loop)
         self._loop.call_soon(self._ready.set)
         try:
-            self._loop.run_forever()
+            while not self._stopping:
+                try:
+                    self._loop.run_forever()
+                except BaseException as exc:  # noqa: BLE001 - e.g. SystemExit from a task
+                    # asyncio re-raises SystemExit/KeyboardInterrupt out of
+                    # run_forever; the loop must outlive whatever user code did.
+                    logger.opt(exception=exc).error("the runtime's event loop caught {!r}", exc)
         finally:
             try:
                 pending = asyncio.all_tasks(self._loop)
@@ -60,6 +69,7 @@ class LoopThread:
     def stop(self, timeout: float = 30.0) -> None:
         if self._loop.is_closed():
             return
+        self._stopping = True
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             if threading.current_thread() is not self._thread:

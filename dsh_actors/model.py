@@ -122,6 +122,11 @@ def text(value: str) -> TextBlock:
 def _check_str(value: object, where: str) -> str:
     if type(value) is not str:
         raise LosslessJsonError(where, f"expected a str, got {type(value).__qualname__}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise LosslessJsonError(where, "str with a lone surrogate is not lossless JSON") from None
     return value
 
 
@@ -214,6 +219,9 @@ class UserMessage:
     meta: Any = None
 
     def __post_init__(self) -> None:
+        content: Any = self.content
+        if isinstance(content, (str, bytes)):
+            raise TypeError("UserMessage.content is a sequence of content blocks, e.g. [text(...)]")
         object.__setattr__(self, "content", tuple(self.content))
 
 

@@ -116,6 +116,9 @@ class ToolRuntime:
         self._tools: ToolsService | None = None
         self._native: NativeExecutor | None = None
         self._stop_hooks: list[Callable[[], Any]] = []
+        from .signals import AbortController
+
+        self._stop_controller = AbortController()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -147,6 +150,8 @@ class ToolRuntime:
             if self._stopped:
                 return
             self._stopped = True
+        # First: every running body and batch sees the runtime going away.
+        self._stop_controller.abort("the runtime is stopping")
         hooks, self._stop_hooks = self._stop_hooks, []
         for hook in reversed(hooks):
             try:
@@ -214,6 +219,12 @@ class ToolRuntime:
         return undo if isinstance(undo, Disposer) else Disposer(undo)
 
     # -- internals shared by the runtime's parts ---------------------------
+
+    @property
+    def stop_signal(self) -> AbortSignal:
+        """Fires when :meth:`stop` begins: fused into every tool body's
+        signal, so cooperative bodies end when the runtime stops."""
+        return self._stop_controller.signal
 
     @property
     def group(self) -> ActorGroup:

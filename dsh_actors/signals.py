@@ -207,7 +207,7 @@ class AbortSignal:
     def _invoke(self, fn: AbortCallback) -> None:
         try:
             fn(self)
-        except Exception:
+        except BaseException:  # noqa: BLE001 - one callback must not stop the fan-out
             logger.exception("abort callback {} raised; ignored", _describe(fn))
 
     # -- aborting -------------------------------------------------------------

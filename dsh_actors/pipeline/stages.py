@@ -59,7 +59,7 @@ from .results import aborted, failure, failure_from_exception, freeze_result, is
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
 
-__all__ = ["Call", "CallPhase", "begin", "dispatch", "finalize", "prepare", "run_inline"]
+__all__ = ["BadArguments", "Call", "CallPhase", "begin", "dispatch", "finalize", "prepare", "run_inline"]
 
 BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
 
@@ -128,6 +128,19 @@ class Call:
         return f"<Call #{self.index} {self.execution.name} {self.phase.value}>"
 
 
+class BadArguments:
+    """Argument text that parsed as JSON but is not lossless (an integer out
+    of range): the call fails ``INVALID_ARGS`` without any phase."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: LosslessJsonError) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"BadArguments({self.error.message!r})"
+
+
 def begin(
     index: int,
     inp: ToolExecutionInput,
@@ -147,11 +160,14 @@ def begin(
     """
     raw = inp.arguments
     bad: LosslessJsonError | None = None
-    try:
-        arguments = materialize(raw, "arguments")
-    except LosslessJsonError as exc:
-        arguments = None
-        bad = exc
+    arguments: Any = None
+    if type(raw) is BadArguments:
+        bad = raw.error
+    else:
+        try:
+            arguments = materialize(raw, "arguments")
+        except LosslessJsonError as exc:
+            bad = exc
     execution = ToolExecution(
         call_id=inp.call_id,
         name=inp.name,
@@ -341,14 +357,21 @@ def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
         return result
     if call.registration is None:
         call.registration = registration
-    if call.caller.aborted:
+    stopping = rt.stop_signal
+    if call.caller.aborted or stopping.aborted:
         # Aborted after it was prepared, before its body ran: not invoked.
         result = aborted(before_dispatch=True)
         call.body_results.append(result)
         return result
     definition = registration.definition
     wrapper_signal = execution.signal
-    signals = (call.caller,) if wrapper_signal is call.caller else (call.caller, wrapper_signal)
+    # A fresh signal for the body: the caller's, the wrapper's replacement
+    # (if any), and the runtime's stop signal; the first abort wins.
+    signals = (
+        (call.caller, stopping)
+        if wrapper_signal is call.caller
+        else (call.caller, wrapper_signal, stopping)
+    )
     body_signal = AbortSignal.any(*signals)
     ctx = ToolRunContext(execution, body_signal)
     call.body_invoked = True
@@ -386,6 +409,13 @@ def _invoke(rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, signal: Ab
     return value
 
 
+class _Escaped:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
 def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
     """Run ``coro`` as a task on the runtime's loop and wait for it to end.
 
@@ -410,10 +440,24 @@ def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
         elif task.exception() is not None:
             done.set_exception(task.exception())
         else:
-            done.set_result(task.result())
+            value = task.result()
+            if type(value) is _Escaped:
+                done.set_exception(value.exc)
+            else:
+                done.set_result(value)
+
+    async def shielded() -> Any:
+        # SystemExit/KeyboardInterrupt escaping a task would stop the loop;
+        # carry them back to this thread as the body's exception instead.
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            return _Escaped(exc)
 
     def start() -> None:
-        task = loop.create_task(coro)
+        task = loop.create_task(shielded())
         tasks.append(task)
         task.add_done_callback(settle)
 

@@ -28,6 +28,7 @@ from loguru import logger
 
 from ..actors import ActorBase, Deferred
 from ..errors import ExecutorUnavailableError
+from ..scheduling.executor import check_batch
 from ..messages import (
     AddGuard,
     ExecuteBatch,
@@ -176,6 +177,7 @@ class RegistryActor(ActorBase):
             batch = message.batch
             if not isinstance(batch, ToolBatchInput):
                 raise TypeError(f"ExecuteBatch.batch must be a ToolBatchInput, not {type(batch).__qualname__}")
+            check_batch(batch)
             executor = select_executor(self._state, batch.agent)
             if executor is None:
                 raise ExecutorUnavailableError(describe_scope(batch.agent))

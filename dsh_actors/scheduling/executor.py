@@ -27,6 +27,7 @@ what may be committed and starts what may start. Its invariants:
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -40,7 +41,8 @@ from ..actors import ActorBase
 from ..errors import ToolBatchExecutionError, safe_str
 from ..execution import ToolExecutionInput
 from ..executor import ToolModelInput
-from ..json import thaw
+from ..errors import LosslessJsonError
+from ..json import loads, materialize, thaw
 from ..model import (
     ToolBatchInput,
     ToolBatchResult,
@@ -51,7 +53,7 @@ from ..model import (
     UserMessage,
 )
 from ..pipeline.results import aborted
-from ..pipeline.stages import Call, CallPhase, begin, dispatch, finalize, prepare
+from ..pipeline.stages import BadArguments, Call, CallPhase, begin, dispatch, finalize, prepare
 from ..signals import AbortController, AbortSignal
 from .messages import AbortBatch, CallSettled, Dispatch, RunBatch
 
@@ -73,18 +75,60 @@ def check_limit(limit: object, what: str = "max_parallel_tool_calls") -> int:
     return limit
 
 
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
 def parse_arguments(raw: object) -> Any:
     """Raw model arguments: JSON text is parsed (empty text means ``{}``);
     text that is not JSON is kept as the raw string (the tool's validation
-    then fails it with ``INVALID_ARGS``); anything else is passed on as is."""
-    if type(raw) is str:
-        if raw.strip() == "":
-            return {}
+    then fails it with ``INVALID_ARGS``); JSON that is not lossless (an
+    integer out of range, a lone surrogate) gives :class:`BadArguments`;
+    anything else is passed on as is (and materialized by the pipeline)."""
+    if type(raw) is not str:
+        return raw
+    if raw.strip() == "":
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    if _LONG_DIGITS.search(raw) is not None:
+        # orjson reads integer literals beyond 64 bits as floats: re-read
+        # with the lossless loader, which rejects them.
         try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return raw
-    return raw
+            return loads(raw, frozen=False, path="arguments")
+        except LosslessJsonError as exc:
+            return BadArguments(exc)
+    return value
+
+
+def check_batch(batch: ToolBatchInput) -> None:
+    """Reject a malformed batch before anything runs (a clear TypeError or
+    ValueError naming the field)."""
+    from ..model import Agent, LogStep, _check_str
+    from ..toolset import ResolvedToolSet
+
+    for field, kind in (
+        ("signal", AbortSignal),
+        ("agent", Agent),
+        ("tool_set", ResolvedToolSet),
+        ("log", LogStep),
+    ):
+        value = getattr(batch, field)
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
+            )
+    for i, call in enumerate(batch.calls):
+        if type(call) is not ToolCall:
+            raise TypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
+        if type(call.id) is not str or type(call.name) is not str:
+            raise TypeError(f"calls[{i}]: a ToolCall's id and name must be str")
+        try:
+            _check_str(call.id, f"calls[{i}].id")
+            _check_str(call.name, f"calls[{i}].name")
+        except LosslessJsonError as exc:
+            raise ValueError(exc.message) from None
 
 
 class NativeExecutor:
@@ -176,11 +220,7 @@ class NativeExecutor:
             if batch.max_parallel_tool_calls is None
             else check_limit(batch.max_parallel_tool_calls)
         )
-        for i, call in enumerate(batch.calls):
-            if type(call) is not ToolCall:
-                raise TypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
-            if type(call.id) is not str or type(call.name) is not str:
-                raise TypeError(f"calls[{i}]: a ToolCall's id and name must be str")
+        check_batch(batch)
         future: Future[ToolBatchResult] = Future()
         executor = self._acquire_executor(rt)
         executor.tell(RunBatch(batch=batch, reply=future, limit=limit))
@@ -226,16 +266,12 @@ class NativeExecutor:
                 self._active.discard(actor)
 
     def _shutdown(self) -> None:
-        """Runtime stop: abort every running batch; the group stops actors."""
+        """Runtime stop (after ``rt.stop_signal`` fired, which every running
+        batch and body observes): close the pools; the group stops actors."""
         with self._lock:
             self._closed = True
-            active = list(self._active)
             self._idle_executors.clear()
             self._idle_workers.clear()
-        for actor in active:
-            ctl = actor._controller
-            if ctl is not None:
-                ctl.abort("the runtime is stopping")
 
 
 class CallActor(ActorBase):
@@ -271,7 +307,6 @@ class ExecutorActor(ActorBase):
         self._native = native
         self._rt = rt
         self._batch_id = 0
-        self._controller: AbortController | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -290,9 +325,8 @@ class ExecutorActor(ActorBase):
         self._bug: BaseException | None = None
         self._log_error: BaseException | None = None
         self._signal: AbortSignal | None = None
-        self._fused: AbortSignal | None = None
         self._unsubscribe: Any = None
-        self._controller = None
+        self._halted = False
 
     # -- messages -------------------------------------------------------------
 
@@ -334,13 +368,9 @@ class ExecutorActor(ActorBase):
         self._limit = message.limit
         self._native._register_active(self, True)
         try:
-            controller = AbortController()
-            self._controller = controller
-            if batch.signal is None:
-                signal = controller.signal
-            else:
-                signal = AbortSignal.any(batch.signal, controller.signal)
-                self._fused = signal
+            # The caller's signal is the batch's own (every phase sees that
+            # very object); a batch without one gets a private never-fired one.
+            signal = AbortController().signal if batch.signal is None else batch.signal
             self._signal = signal
             agent = batch.agent
             if batch.log is not None and agent is not None:
@@ -354,7 +384,7 @@ class ExecutorActor(ActorBase):
                 inp = ToolExecutionInput(
                     call_id=tool_call.id,
                     name=tool_call.name,
-                    arguments=parse_arguments(tool_call.arguments),
+                    arguments=parse_arguments(tool_call.arguments),  # may be BadArguments
                     signal=signal,
                     agent=agent,
                     tool_set=batch.tool_set,
@@ -371,7 +401,14 @@ class ExecutorActor(ActorBase):
                 except pykka.ActorDeadError:
                     pass
 
-            self._unsubscribe = signal.add_callback(on_abort)
+            unsubscribe_batch = signal.add_callback(on_abort)
+            unsubscribe_stop = self._rt.stop_signal.add_callback(on_abort)
+
+            def unsubscribe() -> None:
+                unsubscribe_batch()
+                unsubscribe_stop()
+
+            self._unsubscribe = unsubscribe
         except BaseException as exc:  # noqa: BLE001
             self._bug = exc
         self._advance()
@@ -404,7 +441,12 @@ class ExecutorActor(ActorBase):
                 progressed = True
             if self._bug is not None:
                 return
-            stopping = (signal is not None and signal.aborted) or self._log_error is not None
+            stopping = (
+                (signal is not None and signal.aborted)
+                or self._rt.stop_signal.aborted
+                or self._log_error is not None
+                or self._halted
+            )
             if stopping:
                 # No barrier and no call starts after an abort.
                 while self._next_start < total:
@@ -457,7 +499,13 @@ class ExecutorActor(ActorBase):
             return "exclusive"
 
     def _send(self, call: Call) -> None:
-        worker = self._native._acquire_worker(self._rt)
+        try:
+            worker = self._native._acquire_worker(self._rt)
+        except RuntimeError:
+            # The runtime is stopping under the batch: this call never runs.
+            self._halted = True
+            call.resolve(aborted(before_dispatch=True), run_post=False)
+            return
         call.phase = CallPhase.DISPATCHING
         self._running += 1
         worker.tell(Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id))
@@ -536,8 +584,6 @@ class ExecutorActor(ActorBase):
     def _cleanup(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
-        if self._fused is not None:
-            self._fused.close()
         self._native._register_active(self, False)
         self._reset()
 
@@ -554,6 +600,12 @@ def _batch_result(results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
 
 
 def _loggable(raw: object) -> Any:
+    """What ``tool/call`` records for arguments that did not materialize."""
     if type(raw) is str:
-        return raw
+        try:
+            return materialize(raw)
+        except LosslessJsonError:  # a lone surrogate: keep the rest readable
+            return raw.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if type(raw) is BadArguments:
+        return f"<arguments that are not lossless JSON: {raw.error.message}>"
     return f"<arguments that are not lossless JSON: {type(raw).__qualname__}>"
