@@ -1,0 +1,298 @@
+"""Batch files: the tool calls of one model response, read from JSON.
+
+Three families of shapes are accepted (:data:`ACCEPTED_SHAPES` says so in
+one line, for error messages):
+
+* **ours** (``"dsh"``): ``{"calls": [{"id", "name", "arguments"}, ...]}`` or
+  a bare list of those. ``arguments`` is an object, JSON text, or absent
+  (``{}``); ``id`` may be left out (``c1``, ``c2``, ... by position).
+* **OpenAI** (``"openai"``): the ``tool_calls`` list (``[{"id", "type":
+  "function", "function": {"name", "arguments": "<json text>"}}]``), an
+  assistant message holding it (``{"role": "assistant", "tool_calls":
+  [...]}``), or a chat completion (``{"choices": [{"message": {...}}]}``).
+  Responses-API ``function_call`` items (``{"type": "function_call",
+  "call_id", "name", "arguments"}``, bare or as a response's ``"output"``)
+  are read too (``"openai-responses"``).
+* **Anthropic** (``"anthropic"``): ``tool_use`` content blocks (``{"type":
+  "tool_use", "id", "name", "input": {...}}``), bare or as an assistant
+  message's ``"content"``; other blocks (text, thinking) are skipped.
+
+A list of chat messages (a conversation) is read from its last assistant
+message. Model-produced argument *text* is kept as text: the executor
+parses it (SPEC section 6), so arguments that are not JSON fail their call
+with ``INVALID_ARGS`` instead of failing the whole file.
+
+Every problem raises :class:`BatchFileError` with a one-line message that
+names the file and the JSON path of the bad field.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, TypeAlias
+
+from ..errors import LosslessJsonError
+from ..json import loads
+from ..model import ToolCall
+
+__all__ = ["ACCEPTED_SHAPES", "Batch", "BatchFileError", "BatchShape", "parse_batch", "read_batch"]
+
+BatchShape: TypeAlias = Literal["dsh", "openai", "openai-responses", "anthropic"]
+
+ACCEPTED_SHAPES: Final = (
+    'ours ({"calls": [{"id", "name", "arguments"}]} or a list of such calls), '
+    'OpenAI (a "tool_calls" list, an assistant message with "tool_calls", or a chat completion with "choices"), '
+    'Anthropic ("tool_use" content blocks, or an assistant message whose "content" holds them)'
+)
+"""The accepted shapes, in one line (for error messages)."""
+
+_OURS_KEYS: Final = frozenset({"id", "name", "arguments"})
+_SKIPPED_BLOCKS: Final = frozenset(
+    {"text", "thinking", "redacted_thinking", "image", "document", "server_tool_use", "web_search_tool_result"}
+)
+_SKIPPED_ITEMS: Final = frozenset({"message", "reasoning", "web_search_call", "file_search_call"})
+
+
+class BatchFileError(ValueError):
+    """A batch file that cannot be read: the one-line message says which
+    file, where in it, and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The calls read from a batch file, in model order, and the shape they
+    were found in."""
+
+    calls: tuple[ToolCall, ...]
+    shape: BatchShape
+
+
+def read_batch(path: str | Path) -> Batch:
+    """Read and parse the batch file at ``path`` (``-``: standard input)."""
+    name = str(path)
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(path).read_bytes()
+    except FileNotFoundError:
+        raise BatchFileError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise BatchFileError(f"{name}: is a directory, not a batch file") from None
+    except OSError as err:
+        raise BatchFileError(f"{name}: cannot read: {err.strerror or err}") from None
+    source = "<stdin>" if name == "-" else name
+    try:
+        value = loads(data, frozen=False, path="batch")
+    except LosslessJsonError as err:
+        where = "" if err.path == "batch" else f" at {err.path}"
+        raise BatchFileError(f"{source}: not valid JSON{where}: {err.problem}") from None
+    return parse_batch(value, source)
+
+
+def parse_batch(data: Any, source: str = "batch") -> Batch:
+    """The calls of a parsed JSON document in any accepted shape."""
+    parser = _Parser(source)
+    calls, shape = parser.document(data)
+    if not calls:
+        raise BatchFileError(f"{source}: no tool calls found (in the {_SHAPE_NAMES[shape]} shape)")
+    seen: dict[str, str] = {}
+    for call, where in zip(calls, parser.places):
+        if call.id in seen:
+            raise BatchFileError(f"{source}: duplicate call id {call.id!r} ({seen[call.id]} and {where})")
+        seen[call.id] = where
+    return Batch(tuple(calls), shape)
+
+
+_SHAPE_NAMES: Final[dict[BatchShape, str]] = {
+    "dsh": "dsh-actors",
+    "openai": "OpenAI tool_calls",
+    "openai-responses": "OpenAI Responses",
+    "anthropic": "Anthropic tool_use",
+}
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__qualname__
+
+
+class _Parser:
+    """One document's parse; ``places`` holds each call's JSON path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.places: list[str] = []
+
+    def fail(self, where: str, problem: str) -> BatchFileError:
+        return BatchFileError(f"{self.source}: {where}: {problem}")
+
+    def unknown(self, what: str) -> BatchFileError:
+        return BatchFileError(f"{self.source}: unknown batch shape ({what}); accepted: {ACCEPTED_SHAPES}")
+
+    # -- documents ----------------------------------------------------------
+
+    def document(self, data: Any) -> tuple[list[ToolCall], BatchShape]:
+        if isinstance(data, Mapping):
+            return self.mapping(data, "batch")
+        if isinstance(data, list):
+            return self.sequence(data, "batch")
+        raise self.unknown(f"the document is {_kind(data)}")
+
+    def mapping(self, data: Mapping[str, Any], where: str) -> tuple[list[ToolCall], BatchShape]:
+        if "calls" in data:
+            return self.ours(self.list_at(data, "calls", where), f"{where}.calls"), "dsh"
+        if "choices" in data:
+            return self.completion(data, where)
+        if "tool_calls" in data:
+            if data["tool_calls"] is None:
+                raise self.fail(where, '"tool_calls" is null: no tool calls')
+            return self.openai(self.list_at(data, "tool_calls", where), f"{where}.tool_calls"), "openai"
+        if isinstance(data.get("content"), list) and (data.get("role") == "assistant" or data.get("type") == "message"):
+            return self.anthropic(data["content"], f"{where}.content"), "anthropic"
+        if isinstance(data.get("output"), list):
+            return self.responses(data["output"], f"{where}.output"), "openai-responses"
+        if data.get("role") == "assistant":
+            raise self.fail(where, 'an assistant message without "tool_calls" or a "content" list: no tool calls')
+        keys = ", ".join(repr(k) for k in list(data)[:6]) or "no keys"
+        raise self.unknown(f"an object with {keys}")
+
+    def sequence(self, items: list[Any], where: str) -> tuple[list[ToolCall], BatchShape]:
+        if not items:
+            raise BatchFileError(f"{self.source}: no tool calls found (the list is empty)")
+        first = items[0]
+        if not isinstance(first, Mapping):
+            raise self.unknown(f"a list whose first item is {_kind(first)}")
+        kind = first.get("type")
+        if "role" in first:
+            return self.conversation(items, where)
+        if "function" in first:
+            return self.openai(items, where), "openai"
+        if kind == "function_call" or kind in _SKIPPED_ITEMS:
+            return self.responses(items, where), "openai-responses"
+        if kind == "tool_use" or kind in _SKIPPED_BLOCKS:
+            return self.anthropic(items, where), "anthropic"
+        if "name" in first and kind is None:
+            return self.ours(items, where), "dsh"
+        keys = ", ".join(repr(k) for k in list(first)[:6]) or "no keys"
+        raise self.unknown(f"a list of objects with {keys}")
+
+    def completion(self, data: Mapping[str, Any], where: str) -> tuple[list[ToolCall], BatchShape]:
+        choices = self.list_at(data, "choices", where)
+        if len(choices) != 1:
+            raise self.fail(f"{where}.choices", f"holds {len(choices)} choices; a batch is one message (save one choice)")
+        choice = self.object_at(choices, 0, f"{where}.choices")
+        message = choice.get("message")
+        if not isinstance(message, Mapping):
+            raise self.fail(f"{where}.choices[0].message", f"must be an object, got {_kind(message)}")
+        if "tool_calls" not in message or message["tool_calls"] is None:
+            raise self.fail(f"{where}.choices[0].message", 'has no "tool_calls": no tool calls')
+        tool_calls = self.list_at(message, "tool_calls", f"{where}.choices[0].message")
+        return self.openai(tool_calls, f"{where}.choices[0].message.tool_calls"), "openai"
+
+    def conversation(self, messages: list[Any], where: str) -> tuple[list[ToolCall], BatchShape]:
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if isinstance(message, Mapping) and message.get("role") == "assistant":
+                return self.mapping(message, f"{where}[{index}]")
+        raise self.fail(where, "a list of messages without an assistant message: no tool calls")
+
+    # -- one family each ------------------------------------------------------
+
+    def ours(self, items: list[Any], where: str) -> list[ToolCall]:
+        calls = []
+        for index, item in enumerate(items):
+            at = f"{where}[{index}]"
+            call = self.object_at(items, index, where)
+            extra = sorted(set(call) - _OURS_KEYS)
+            if extra:
+                raise self.fail(at, f"unknown key {extra[0]!r} (a call has \"id\", \"name\" and \"arguments\")")
+            call_id = self.text(call, "id", at) if "id" in call else f"c{index + 1}"
+            calls.append(self.call(call_id, self.text(call, "name", at), call.get("arguments", ""), at, "arguments"))
+        return calls
+
+    def openai(self, items: list[Any], where: str) -> list[ToolCall]:
+        calls = []
+        for index, item in enumerate(items):
+            at = f"{where}[{index}]"
+            call = self.object_at(items, index, where)
+            kind = call.get("type", "function")
+            if kind != "function":
+                raise self.fail(f"{at}.type", f'must be "function", got {kind!r}')
+            function = call.get("function")
+            if not isinstance(function, Mapping):
+                raise self.fail(f"{at}.function", f"must be an object, got {_kind(function)}")
+            name = self.text(function, "name", f"{at}.function")
+            calls.append(self.call(self.text(call, "id", at), name, function.get("arguments", ""), f"{at}.function", "arguments"))
+        return calls
+
+    def responses(self, items: list[Any], where: str) -> list[ToolCall]:
+        calls = []
+        for index, item in enumerate(items):
+            at = f"{where}[{index}]"
+            entry = self.object_at(items, index, where)
+            kind = entry.get("type")
+            if kind in _SKIPPED_ITEMS:
+                continue
+            if kind != "function_call":
+                raise self.fail(f"{at}.type", f'must be "function_call" (or a skipped item type), got {kind!r}')
+            key = "call_id" if "call_id" in entry else "id"
+            calls.append(self.call(self.text(entry, key, at), self.text(entry, "name", at), entry.get("arguments", ""), at, "arguments"))
+        return calls
+
+    def anthropic(self, items: list[Any], where: str) -> list[ToolCall]:
+        calls = []
+        for index, item in enumerate(items):
+            at = f"{where}[{index}]"
+            block = self.object_at(items, index, where)
+            kind = block.get("type")
+            if kind == "tool_use":
+                arguments = block.get("input", {})
+                if not isinstance(arguments, Mapping):
+                    raise self.fail(f"{at}.input", f"must be an object, got {_kind(arguments)}")
+                calls.append(self.call(self.text(block, "id", at), self.text(block, "name", at), arguments, at, "input"))
+            elif not isinstance(kind, str):
+                raise self.fail(f"{at}.type", f"a content block needs a string type, got {_kind(kind)}")
+            # other blocks (text, thinking, ...) carry no call
+        return calls
+
+    # -- fields ----------------------------------------------------------------
+
+    def call(self, call_id: str, name: str, arguments: Any, at: str, key: str) -> ToolCall:
+        if arguments is None:
+            arguments = ""
+        if not isinstance(arguments, (str, Mapping)):
+            raise self.fail(f"{at}.{key}", f"must be an object or JSON text, got {_kind(arguments)}")
+        self.places.append(at)
+        return ToolCall(id=call_id, name=name, arguments=arguments)
+
+    def text(self, data: Mapping[str, Any], key: str, at: str) -> str:
+        value = data.get(key)
+        if key not in data:
+            raise self.fail(at, f"missing {key!r}")
+        if not isinstance(value, str) or not value:
+            raise self.fail(f"{at}.{key}", f"must be a non-empty string, got {_kind(value)}")
+        return value
+
+    def list_at(self, data: Mapping[str, Any], key: str, where: str) -> list[Any]:
+        value = data[key]
+        if not isinstance(value, list):
+            raise self.fail(f"{where}.{key}", f"must be a list, got {_kind(value)}")
+        return value
+
+    def object_at(self, items: Sequence[Any], index: int, where: str) -> Mapping[str, Any]:
+        item = items[index]
+        if not isinstance(item, Mapping):
+            raise self.fail(f"{where}[{index}]", f"must be an object, got {_kind(item)}")
+        return item

@@ -1,0 +1,228 @@
+"""What the commands load: a tool module (``--tools MODULE[:ATTR]``) and an
+executor (``--executor native|ptc``), with every failure turned into a
+one-line :class:`CliError`.
+
+``MODULE`` is a module name imported with the current directory on
+``sys.path`` (``examples.tools``), or the path of a ``.py`` file. ``ATTR``
+(dotted for a nested attribute; default ``register``, else ``TOOLS``) is one
+of:
+
+* ``register(rt)``: a function of one required argument, called with the
+  started ``ToolRuntime`` (or with ``rt.tools`` when that parameter is
+  annotated ``ToolsService`` or named ``tools``/``service``/``tools_service``);
+  it registers tools, guards, listeners and approval services itself;
+* a ``ToolDefinition`` or a sequence of them, registered globally;
+* a function of no required argument returning one of those.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final
+
+from ..definition import ToolDefinition
+from ..errors import DshError, safe_str
+from ..runtime import ToolRuntime
+
+__all__ = ["CliError", "ToolSource", "install_executor", "install_tools", "load_tool_source"]
+
+_DEFAULT_ATTRS: Final = ("register", "TOOLS")
+_SERVICE_NAMES: Final = frozenset({"tools", "service", "tools_service", "registry"})
+EXECUTORS: Final = ("native", "ptc")
+
+
+class CliError(Exception):
+    """The command cannot run; the message is one line, shown as it is
+    (exit status 1)."""
+
+
+def _describe(err: BaseException) -> str:
+    """``Type: message`` for an unexpected exception, on one line."""
+    if isinstance(err, DshError):
+        return " ".join(err.message.split())
+    message = safe_str(err)
+    if isinstance(err, SyntaxError) and err.filename:
+        message = f"{err.msg} ({err.filename}, line {err.lineno})"
+    text = f"{type(err).__name__}: {message}" if message else type(err).__name__
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSource:
+    """A resolved ``--tools`` value: what to call or register."""
+
+    spec: str
+    """The value as given."""
+    label: str
+    """The attribute's name (``register``), for messages."""
+    target: object
+    """The attribute it names."""
+
+
+def _import(module_name: str, spec: str) -> ModuleType:
+    looks_like_file = module_name.endswith(".py") or "/" in module_name or os.sep in module_name
+    try:
+        if looks_like_file:
+            return _import_file(Path(module_name), spec)
+        cwd = os.getcwd()
+        if cwd not in sys.path:
+            sys.path.insert(0, cwd)
+        return importlib.import_module(module_name)
+    except CliError:
+        raise
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise CliError(
+                f"--tools {spec}: no module named {module_name!r} (looked in the current directory and sys.path)"
+            ) from None
+        raise CliError(f"--tools {spec}: importing {module_name} failed: {_describe(err)}") from None
+    except DshError as err:
+        raise CliError(f"--tools {spec}: a tool in {module_name} is invalid: {_describe(err)}") from None
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - any import-time failure is a clear message
+        raise CliError(f"--tools {spec}: importing {module_name} failed: {_describe(err)}") from None
+
+
+def _import_file(path: Path, spec: str) -> ModuleType:
+    if not path.is_file():
+        raise CliError(f"--tools {spec}: no such file {str(path)!r}")
+    name = f"_dsh_tools_{path.stem}_{abs(hash(str(path.resolve())))}"
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise CliError(f"--tools {spec}: cannot import {str(path)!r} as a Python module")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def load_tool_source(spec: str) -> ToolSource:
+    """Import ``MODULE`` and find ``ATTR`` (see the module docstring)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise CliError(f"--tools {spec!r}: name a module (MODULE or MODULE:ATTR)")
+    module = _import(module_name, spec)
+    if attr:
+        target: object = module
+        for part in attr.split("."):
+            if not hasattr(target, part):
+                raise CliError(f"--tools {spec}: {module_name} has no attribute {attr!r}")
+            target = getattr(target, part)
+        return ToolSource(spec, attr, target)
+    for candidate in _DEFAULT_ATTRS:
+        if hasattr(module, candidate):
+            return ToolSource(spec, candidate, getattr(module, candidate))
+    raise CliError(
+        f"--tools {spec}: {module_name} has neither register(rt) nor TOOLS; name one with --tools {module_name}:ATTR"
+    )
+
+
+def _a(value: object) -> str:
+    name = type(value).__qualname__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def _definitions(value: object, spec: str, label: str) -> list[ToolDefinition]:
+    if isinstance(value, ToolDefinition):
+        return [value]
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        items = list(value)
+        for index, item in enumerate(items):
+            if not isinstance(item, ToolDefinition):
+                raise CliError(f"--tools {spec}: {label}[{index}] is {_a(item)}, not a ToolDefinition")
+        return items
+    raise CliError(
+        f"--tools {spec}: {label} is {_a(value)}; expected register(rt), "
+        "a ToolDefinition, a sequence of them, or a function returning one"
+    )
+
+
+def _call_style(fn: Callable[..., Any]) -> str:
+    """``"factory"`` (no required argument), ``"tools"`` (wants
+    ``rt.tools``) or ``"runtime"`` (wants the runtime)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return "runtime"
+    positional = [
+        p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    if not positional or positional[0].kind is inspect.Parameter.VAR_POSITIONAL or positional[0].default is not inspect.Parameter.empty:
+        return "factory"
+    first = positional[0]
+    annotation = first.annotation
+    shown = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    if "ToolsService" in shown:
+        return "tools"
+    if "ToolRuntime" in shown:
+        return "runtime"
+    return "tools" if first.name in _SERVICE_NAMES else "runtime"
+
+
+def install_tools(source: ToolSource, rt: ToolRuntime) -> None:
+    """Register ``source``'s tools into ``rt``; any failure is a
+    :class:`CliError` naming the source."""
+    target = source.target
+    label = source.label
+    try:
+        if callable(target) and not isinstance(target, ToolDefinition):
+            style = _call_style(target)
+            if style == "factory":
+                definitions = _definitions(target(), source.spec, f"{label}() returned")
+            else:
+                target(rt.tools if style == "tools" else rt)
+                return
+        else:
+            definitions = _definitions(target, source.spec, label)
+        for definition in definitions:
+            rt.tools.register(definition)
+    except CliError:
+        raise
+    except DshError as err:
+        raise CliError(f"--tools {source.spec}: cannot register the tools: {_describe(err)}") from None
+    except AttributeError as err:
+        hint = ""
+        if "'ToolRuntime' object" in safe_str(err):
+            hint = " (register(rt) gets the ToolRuntime; name its parameter `tools` to get rt.tools instead)"
+        raise CliError(f"--tools {source.spec}: {label}(...) failed: {_describe(err)}{hint}") from None
+    except Exception as err:  # noqa: BLE001 - a user module's failure is a clear message
+        raise CliError(f"--tools {source.spec}: {label}(...) failed: {_describe(err)}") from None
+
+
+def install_executor(name: str, rt: ToolRuntime) -> Any:
+    """Install the executor ``name`` (``native`` keeps the runtime's own)
+    and return it."""
+    if name == "native":
+        return rt.native_executor
+    if name != "ptc":  # pragma: no cover - argparse restricts the choice
+        raise CliError(f"--executor {name}: unknown executor (choose {', '.join(EXECUTORS)})")
+    try:
+        # Imported by name: the core never imports executors/ statically.
+        module = importlib.import_module("executors.ptc")
+    except ModuleNotFoundError as err:
+        if err.name in ("executors", "executors.ptc"):
+            raise CliError("--executor ptc: the PTC executor is not installed (no module executors.ptc)") from None
+        raise CliError(f"--executor ptc: importing executors.ptc failed: {_describe(err)}") from None
+    except Exception as err:  # noqa: BLE001
+        raise CliError(f"--executor ptc: importing executors.ptc failed: {_describe(err)}") from None
+    executor_class = getattr(module, "PtcExecutor", None)
+    if executor_class is None:
+        raise CliError("--executor ptc: the PTC executor is not available (executors.ptc has no PtcExecutor)")
+    try:
+        executor = executor_class()
+        rt.tools.set_executor(executor)
+    except Exception as err:  # noqa: BLE001
+        raise CliError(f"--executor ptc: cannot start the PTC executor: {_describe(err)}") from None
+    return executor

@@ -1,0 +1,242 @@
+"""The ``dsh-actors`` command: argument parsing and exit statuses.
+
+``main(argv)`` parses ``argv`` (default ``sys.argv[1:]``), runs one command
+and returns its exit status; it never lets a traceback reach the user
+(``DSH_ACTORS_DEBUG=1`` shows the one of an internal error).
+
+Exit statuses: ``0`` the command ran (for ``run``: the batch ran, even if
+some calls failed; the summary line counts them); ``1`` it could not run (a
+one-line ``dsh-actors <command>: error: ...`` on stderr); ``2`` a bad
+command line (argparse's usage message); ``130`` interrupted. ``bench``
+returns the benchmarks' own status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+
+from .batchfile import ACCEPTED_SHAPES
+from .loading import EXECUTORS, CliError
+from .run import APPROVE_MODES, EXIT_INTERRUPTED
+
+__all__ = ["build_parser", "main"]
+
+PROG = "dsh-actors"
+BENCH_PACKAGE = "benchmarks"
+"""The package ``dsh-actors bench`` runs as ``python -m``."""
+
+_EPILOG = """\
+exit status: 0 the command ran (run: the batch ran, even if calls failed);
+1 it could not run (one line on stderr says why); 2 a bad command line;
+130 interrupted.
+
+examples:
+  dsh-actors run examples/batch.json --tools examples.tools
+  dsh-actors run examples/batch_openai.json --tools examples.tools --log run.jsonl
+  dsh-actors replay run.jsonl --tools examples.tools
+  dsh-actors schemas --tools examples.tools --format anthropic
+  dsh-actors bench --quick
+"""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dsh-actors")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of lines (0: no limit), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of lines (0: no limit), got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command (``bench`` is forwarded before
+    parsing: its options belong to the benchmarks)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run, inspect and replay batches of LLM tool calls with the dsh-actors runtime.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    display = argparse.ArgumentParser(add_help=False)
+    display.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the cards: auto (default) only on a terminal and when NO_COLOR is unset",
+    )
+    display.add_argument(
+        "--max-lines",
+        type=_count,
+        default=40,
+        metavar="N",
+        help="show at most N lines of each card's body (default 40; 0: no limit)",
+    )
+
+    tools_help = (
+        "the tools: a module (imported with the current directory on sys.path) or a .py file; "
+        "ATTR (default: register, else TOOLS) is register(rt), register(tools), "
+        "a sequence of ToolDefinitions, or a function returning one"
+    )
+
+    run = commands.add_parser(
+        "run",
+        parents=[display],
+        help="execute a batch of tool calls read from a JSON file",
+        description=(
+            "Execute the tool calls of a JSON batch file against the tools a Python module registers, "
+            "as one model step, and print each result with its tool's card, then a summary line "
+            f"('3 calls: 2 ok, 1 error'). Accepted batch shapes: {ACCEPTED_SHAPES}."
+        ),
+        epilog="exit status: 0 when the batch ran (even if some calls failed), 1 when it could not run, 130 when interrupted.",
+    )
+    run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
+    run.add_argument("--tools", required=True, metavar="MODULE[:ATTR]", help=tools_help)
+    run.add_argument("--executor", choices=EXECUTORS, default="native", help="the batch executor (default native)")
+    run.add_argument("--log", metavar="FILE", help="write the session log (JSONL) to FILE, a new file")
+    run.add_argument(
+        "--max-parallel", type=_positive_int, metavar="N", help="run at most N calls at once (default: the executor's, 10)"
+    )
+    run.add_argument("--agent", default="cli", metavar="ID", help="the agent id the batch runs as (default cli)")
+    run.add_argument(
+        "--approve",
+        choices=APPROVE_MODES,
+        help=(
+            "answer the calls a policy asks approval for: yes, no, or prompt on the terminal "
+            "(default: prompt when stdin is a terminal, else no approval service: asking calls are denied)"
+        ),
+    )
+    run.add_argument("--json", action="store_true", help="print the results as one JSON document instead of cards")
+
+    schemas = commands.add_parser(
+        "schemas",
+        help="print the model-facing tool schemas in a provider's format",
+        description="Print the tool schemas the executor offers the model, as JSON in a provider's tool format.",
+    )
+    schemas.add_argument("--tools", required=True, metavar="MODULE[:ATTR]", help=tools_help)
+    schemas.add_argument(
+        "--format",
+        choices=("openai", "anthropic", "raw"),
+        default="openai",
+        help='openai: {"type": "function", "function": {...}} (default); anthropic: {"name", "description", "input_schema"}; raw: ours',
+    )
+    schemas.add_argument("--executor", choices=EXECUTORS, default="native", help="whose model input to describe (ptc: run_code)")
+
+    replay = commands.add_parser(
+        "replay",
+        parents=[display],
+        help="render a session log with the tools' cards",
+        description=(
+            "Render a session log (JSONL) in the terminal with each tool's present_call/present_result cards, "
+            "grouped by model step, PTC sub-calls nested under their call; generic cards for unknown tools."
+        ),
+    )
+    replay.add_argument("file", metavar="FILE", help="the session log")
+    replay.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (without it: generic cards)")
+
+    commands.add_parser(
+        "bench",
+        add_help=False,
+        help="run the benchmarks (python -m benchmarks; try: dsh-actors bench --help)",
+    )
+    return parser
+
+
+def bench(argv: Sequence[str]) -> int:
+    """Run ``python -m benchmarks`` with ``argv``; its exit status."""
+    package = BENCH_PACKAGE
+    try:
+        found = importlib.util.find_spec(f"{package}.__main__") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        _error(
+            "bench",
+            f"the benchmarks are not installed (no module {package}.__main__; run from a checkout of the repository)",
+        )
+        return 1
+    saved = sys.argv
+    sys.argv = [f"{PROG} bench", *argv]
+    try:
+        runpy.run_module(package, run_name="__main__", alter_sys=True)
+    except SystemExit as exit:
+        code = exit.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        sys.stderr.write(f"{code}\n")
+        return 1
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def _error(command: str | None, message: str) -> None:
+    where = PROG if command is None else f"{PROG} {command}"
+    sys.stderr.write(f"{where}: error: {message}\n")
+    sys.stderr.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its exit status (see the module docstring)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] == "bench":
+        return bench(args_list[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exit:
+        return exit.code if isinstance(exit.code, int) else 2
+    from .replay import replay_command
+    from .run import run_command
+    from .schemas import schemas_command
+
+    handlers = {"run": run_command, "schemas": schemas_command, "replay": replay_command}
+    try:
+        return handlers[args.command](args)
+    except CliError as err:
+        _error(args.command, str(err))
+        return 1
+    except KeyboardInterrupt:
+        _error(args.command, "interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (dsh-actors replay log | head): not an error.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
+    except Exception as err:  # noqa: BLE001 - never a traceback for the user
+        if os.environ.get("DSH_ACTORS_DEBUG"):
+            raise
+        text = " ".join(str(err).split()) or type(err).__name__
+        _error(args.command, f"internal error: {type(err).__name__}: {text} (DSH_ACTORS_DEBUG=1 shows the traceback)")
+        return 1

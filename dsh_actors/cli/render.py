@@ -1,0 +1,552 @@
+"""Terminal rendering of session-log events with the tools' cards.
+
+:func:`log_entries` turns the events of a session log into a tree: one
+:class:`CallEntry` per root ``tool/call`` (paired with its ``tool/result``),
+with the PTC sub-dispatches of that call (``tool/ptc-dispatch-start`` and
+``tool/ptc-dispatch``) nested under it. :func:`render_log` draws that tree,
+asking each tool for its cards (``present_call(args)`` and
+``present_result(args, projection)``) and falling back to the generic cards
+when the tool is unknown, its presenter returns ``None``, or raises.
+
+A card becomes lines of text:
+
+* terminal: ``$ command``, the captured output and the exit status;
+* diff: a unified diff (``difflib``) with ``+``/``-`` lines;
+* read: a line-numbered window of the file;
+* search: matches grouped by file, and whether the result was capped;
+* web: the answer and sources of a search, or the URL and status of a fetch;
+* generic: the title and the content's text.
+
+Colour is an ANSI :class:`Style`; :func:`choose_style` turns it on only for
+a terminal, and never when ``NO_COLOR`` is set. Everything here is pure and
+runs on the calling thread.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Final, Literal
+
+from ..definition import ToolDefinition
+from ..json import dumps, thaw
+from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock
+from ..presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    GenericCallView,
+    GenericResultView,
+    ReadResultView,
+    SearchResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolCallView,
+    ToolResultProjection,
+    ToolResultView,
+    WebResultView,
+    generic_call_view,
+    generic_result_view,
+)
+from ..session import CALL, PTC_DISPATCH, PTC_DISPATCH_START, RESULT, LoggedResult
+
+__all__ = [
+    "CallEntry",
+    "ColorMode",
+    "Lookup",
+    "Style",
+    "choose_style",
+    "count_results",
+    "log_entries",
+    "render_log",
+    "resolve_views",
+    "summary_line",
+]
+
+ColorMode = Literal["auto", "always", "never"]
+Lookup = Callable[[str], "ToolDefinition | None"]
+"""Finds the definition of a tool by name (``None``: unknown)."""
+
+_HEAD_ARGS_WIDTH: Final = 80
+_INDENT: Final = "    "
+
+
+# --------------------------------------------------------------------------
+# Style
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How text is painted: ANSI colours or none, Unicode glyphs or ASCII."""
+
+    color: bool = False
+    unicode: bool = True
+
+    def paint(self, value: str, code: str) -> str:
+        return f"\x1b[{code}m{value}\x1b[0m" if self.color and value else value
+
+    def bold(self, value: str) -> str:
+        return self.paint(value, "1")
+
+    def dim(self, value: str) -> str:
+        return self.paint(value, "2")
+
+    def red(self, value: str) -> str:
+        return self.paint(value, "31")
+
+    def green(self, value: str) -> str:
+        return self.paint(value, "32")
+
+    def yellow(self, value: str) -> str:
+        return self.paint(value, "33")
+
+    def cyan(self, value: str) -> str:
+        return self.paint(value, "36")
+
+    def glyph(self, fancy: str, plain: str) -> str:
+        return fancy if self.unicode else plain
+
+
+def choose_style(stream: IO[str], mode: ColorMode = "auto") -> Style:
+    """Colour for ``always``; for ``auto`` only when ``stream`` is a
+    terminal and ``NO_COLOR`` is unset (or empty). Unicode glyphs when the
+    stream's encoding is UTF-8."""
+    if mode == "always":
+        color = True
+    elif mode == "never":
+        color = False
+    else:
+        isatty = getattr(stream, "isatty", None)
+        color = bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+    return Style(color=color, unicode=encoding in ("utf8", "utf_8"))
+
+
+# --------------------------------------------------------------------------
+# The log as a tree of calls
+# --------------------------------------------------------------------------
+
+
+@dataclass(slots=True, eq=False)
+class CallEntry:
+    """One call of the log: a root call (``tool/call``) or a PTC sub-call
+    (``tool/ptc-dispatch-start``), its result when one was logged, and the
+    sub-calls it made."""
+
+    call_id: str
+    name: str | None
+    arguments: Any
+    turn: int | None = None
+    step: int | None = None
+    result: LoggedResult | None = None
+    children: list[CallEntry] = field(default_factory=list)
+    logged_call: bool = True
+    """False when only a result was logged (its call is not in the log)."""
+
+
+class LogShapeError(ValueError):
+    """An event of a known type is malformed; the message says which."""
+
+
+def _str_field(event: Mapping[str, Any], key: str, index: int) -> str:
+    value = event.get(key)
+    if type(value) is not str:
+        raise LogShapeError(f"event {index + 1} ({event.get('type')}): {key!r} must be a string")
+    return value
+
+
+def _result(event: Mapping[str, Any], index: int) -> LoggedResult:
+    try:
+        return LoggedResult.from_event(event)
+    except Exception as err:  # LosslessJsonError naming the field, ValueError
+        raise LogShapeError(f"event {index + 1} ({event.get('type')}): {err}") from None
+
+
+def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
+    """The root calls of ``events`` in log order, each with its result and
+    nested sub-calls. A result pairs with the latest call of its id that has
+    none yet (ids may repeat across steps); a result or a sub-call whose
+    call is not in the log gets an entry of its own (``logged_call`` False).
+    Events of other types are ignored. Raises :class:`LogShapeError` for a
+    malformed call, result or dispatch event."""
+    roots: list[CallEntry] = []
+    latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
+    subs: dict[str, CallEntry] = {}  # sub-call id -> its latest entry
+
+    def parent_of(event: Mapping[str, Any], index: int) -> CallEntry:
+        parent_id = event.get("parent_call_id")
+        if type(parent_id) is str and parent_id in subs:
+            return subs[parent_id]
+        root_id = _str_field(event, "root_call_id", index)
+        if type(parent_id) is str and parent_id in latest:
+            return latest[parent_id]
+        if root_id in latest:
+            return latest[root_id]
+        placeholder = CallEntry(call_id=root_id, name=None, arguments=None, logged_call=False)
+        roots.append(placeholder)
+        latest[root_id] = placeholder
+        return placeholder
+
+    for index, event in enumerate(events):
+        kind = event.get("type")
+        if kind == CALL:
+            call_id = _str_field(event, "call_id", index)
+            turn, step = event.get("turn"), event.get("step")
+            entry = CallEntry(
+                call_id=call_id,
+                name=_str_field(event, "name", index),
+                arguments=event.get("arguments"),
+                turn=turn if type(turn) is int else None,
+                step=step if type(step) is int else None,
+            )
+            roots.append(entry)
+            latest[call_id] = entry
+        elif kind == RESULT:
+            result = _result(event, index)
+            entry_or_none = latest.get(result.call_id)
+            if entry_or_none is None or entry_or_none.result is not None:
+                entry_or_none = CallEntry(call_id=result.call_id, name=None, arguments=None, logged_call=False)
+                roots.append(entry_or_none)
+                latest[result.call_id] = entry_or_none
+            entry_or_none.result = result
+        elif kind == PTC_DISPATCH_START:
+            sub_id = _str_field(event, "sub_call_id", index)
+            child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))
+            parent_of(event, index).children.append(child)
+            subs[sub_id] = child
+        elif kind == PTC_DISPATCH:
+            result = _result(event, index)
+            child_or_none = subs.get(result.call_id)
+            if child_or_none is None or child_or_none.result is not None:
+                child_or_none = CallEntry(
+                    call_id=result.call_id, name=_str_field(event, "name", index), arguments=None, logged_call=False
+                )
+                parent_of(event, index).children.append(child_or_none)
+                subs[result.call_id] = child_or_none
+            child_or_none.result = result
+    return roots
+
+
+def _walk(entries: Iterable[CallEntry]) -> Iterable[CallEntry]:
+    for entry in entries:
+        yield entry
+        yield from _walk(entry.children)
+
+
+def count_results(entries: Sequence[CallEntry]) -> tuple[int, int, int, int]:
+    """``(calls, ok, errors, without a result)`` over the root calls."""
+    ok = sum(1 for e in entries if e.result is not None and not e.result.is_error)
+    errors = sum(1 for e in entries if e.result is not None and e.result.is_error)
+    return len(entries), ok, errors, len(entries) - ok - errors
+
+
+def _plural(count: int, word: str, plural: str | None = None) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {plural or word + 's'}"
+
+
+def summary_line(entries: Sequence[CallEntry]) -> str:
+    """``3 calls: 2 ok, 1 error`` (and the calls without a result, and the
+    PTC sub-calls, when there are any)."""
+    calls, ok, errors, pending = count_results(entries)
+    line = f"{_plural(calls, 'call')}: {ok} ok, {_plural(errors, 'error')}"
+    if pending:
+        line += f", {pending} without a result"
+    nested = sum(1 for _ in _walk(entries)) - calls
+    if nested:
+        line += f" ({_plural(nested, 'nested call')})"
+    return line
+
+
+# --------------------------------------------------------------------------
+# Views
+# --------------------------------------------------------------------------
+
+
+def _present_call(definition: ToolDefinition | None, args: Any) -> ToolCallView | None:
+    presenter = None if definition is None else definition.present_call
+    if presenter is None:
+        return None
+    try:
+        view = presenter(args)
+    except Exception:  # noqa: BLE001 - a raw definition's presenter may raise: generic card
+        return None
+    return view if isinstance(view, ToolCallView) else None
+
+
+def _present_result(definition: ToolDefinition | None, args: Any, result: ToolResultProjection) -> ToolResultView | None:
+    presenter = None if definition is None else definition.present_result
+    if presenter is None:
+        return None
+    try:
+        view = presenter(args, result)
+    except Exception:  # noqa: BLE001 - a raw definition's presenter may raise: generic card
+        return None
+    return view if isinstance(view, ToolResultView) else None
+
+
+def resolve_views(entry: CallEntry, lookup: Lookup) -> tuple[ToolCallView, ToolResultView | None]:
+    """The call's cards: its tool's, or the generic ones."""
+    name = entry.name if entry.name is not None else "?"
+    definition = lookup(name) if entry.name is not None else None
+    call_view = _present_call(definition, entry.arguments) or generic_call_view(name, entry.arguments)
+    if entry.result is None:
+        return call_view, None
+    projection = entry.result.projection()
+    result_view = _present_result(definition, entry.arguments, projection) or generic_result_view(projection)
+    return call_view, result_view
+
+
+# --------------------------------------------------------------------------
+# Drawing
+# --------------------------------------------------------------------------
+
+
+def _compact(value: Any) -> str:
+    try:
+        return dumps(value).decode("utf-8")
+    except Exception:  # noqa: BLE001 - not lossless: show its repr
+        return repr(value)
+
+
+def _split(value: str) -> list[str]:
+    return value.splitlines() or ([""] if value else [])
+
+
+def _block_lines(blocks: Iterable[ContentBlock], style: Style, error: bool) -> list[str]:
+    lines: list[str] = []
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            paint = style.red if error else str
+            lines.extend(paint(line) for line in _split(block.text))
+        elif isinstance(block, ImageBlock):
+            size = len(block.data) * 3 // 4
+            lines.append(style.dim(f"[image {block.mime_type}, about {size} bytes]"))
+        elif isinstance(block, ReasoningBlock):
+            lines.extend(style.dim(f"(reasoning) {line}") for line in _split(block.text))
+    return lines
+
+
+def _head(view: ToolCallView, name: str, style: Style) -> tuple[str, list[str]]:
+    """The call's one-line summary, and the argument lines to show under it
+    when the summary had to cut them."""
+    if isinstance(view, TerminalCallView):
+        head = style.bold(f"$ {view.title}")
+        return (f"{head}  {style.dim('in ' + view.cwd)}" if view.cwd else head), []
+    if isinstance(view, GenericCallView) and view.title == name:
+        if view.raw_input is None or view.raw_input == {}:
+            return "", []
+        shown = _compact(view.raw_input)
+        cut = len(shown) > _HEAD_ARGS_WIDTH
+        if cut:
+            shown = shown[: _HEAD_ARGS_WIDTH - 3] + "..."
+        # Arguments the one line cannot show well are listed under it.
+        return style.dim(shown), _argument_lines(view.raw_input, style) if cut or "\\n" in shown else []
+    return view.title if isinstance(view, (GenericCallView, DiffCallView)) else "", []
+
+
+def _argument_lines(raw: Any, style: Style) -> list[str]:
+    if not isinstance(raw, Mapping):
+        return [style.dim(line) for line in _split(str(raw))]
+    lines: list[str] = []
+    bar = style.glyph("│", "|")
+    for key, value in raw.items():
+        if isinstance(value, str) and "\n" in value:
+            lines.append(style.dim(f"{key}:"))
+            lines.extend(style.dim(f"  {bar} {line}") for line in value.splitlines())
+        else:
+            lines.append(style.dim(f"{key}: {_compact(thaw(value))}"))
+    return lines
+
+
+def _diff_lines(diffs: Sequence[FileDiff], style: Style) -> list[str]:
+    lines: list[str] = []
+    for diff in diffs:
+        old = [] if diff.old_text is None else diff.old_text.splitlines()
+        new = diff.new_text.splitlines()
+        before = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
+        body = list(difflib.unified_diff(old, new, fromfile=before, tofile=f"b/{diff.path}", lineterm=""))
+        if not body:
+            lines.append(style.dim(f"{diff.path}: no changes"))
+            continue
+        for line in body:
+            if line.startswith(("---", "+++")):
+                lines.append(style.bold(line))
+            elif line.startswith("@@"):
+                lines.append(style.cyan(line))
+            elif line.startswith("+"):
+                lines.append(style.green(line))
+            elif line.startswith("-"):
+                lines.append(style.red(line))
+            else:
+                lines.append(line)
+    return lines
+
+
+def _call_body(view: ToolCallView, style: Style) -> list[str]:
+    """What a pending call shows (its result is not in the log)."""
+    if isinstance(view, TerminalCallView):
+        return [style.dim(view.description)] if view.description else []
+    if isinstance(view, DiffCallView):
+        return _diff_lines(view.diffs, style)
+    if isinstance(view, GenericCallView):
+        lines = _block_lines(view.content or (), style, error=False)
+        arrow = style.glyph("↳", "->")
+        for location in view.locations:
+            where = location.path if location.line is None else f"{location.path}:{location.line}"
+            lines.append(style.dim(f"{arrow} {where}"))
+        return lines
+    return []
+
+
+def _result_body(view: ToolResultView, result: LoggedResult, head: str, style: Style) -> list[str]:
+    lines: list[str] = []
+    title = getattr(view, "title", None)
+    if isinstance(title, str) and title and title not in head:
+        lines.append(style.bold(title))
+    if isinstance(view, TerminalResultView):
+        if view.output:
+            lines.extend(_split(view.output.rstrip("\n")))
+        if view.signal is not None:
+            lines.append(style.red(f"killed by {view.signal}"))
+        elif view.exit_code is not None:
+            status = f"exit {view.exit_code}"
+            lines.append(style.green(status) if view.exit_code == 0 else style.red(status))
+        elif not view.output:
+            lines.append(style.dim("(no output)"))
+    elif isinstance(view, DiffResultView):
+        lines.extend(_diff_lines(view.diffs, style))
+    elif isinstance(view, ReadResultView):
+        lines.extend(_read_lines(view, style))
+    elif isinstance(view, SearchResultView):
+        lines.extend(_search_lines(view, style))
+    elif isinstance(view, WebResultView):
+        lines.extend(_web_lines(view, result, style))
+    elif isinstance(view, GenericResultView):
+        content = result.content if view.content is None else view.content
+        lines.extend(_block_lines(content, style, error=result.is_error))
+    return lines
+
+
+def _read_lines(view: ReadResultView, style: Style) -> list[str]:
+    if not view.lines:
+        return [style.dim(f"{view.path}: no lines at offset {view.offset} (the file has {view.total_lines})")]
+    last = view.lines[-1].number
+    dot, dash = style.glyph(" ·", ":"), style.glyph("–", "-")
+    about = f"{view.path}{dot} lines {view.offset}{dash}{last} of {view.total_lines}"
+    if view.lang:
+        about += f" ({view.lang})"
+    width = len(str(last))
+    bar = style.glyph("│", "|")
+    return [style.dim(about), *(f"{style.dim(f'{line.number:>{width}} {bar}')} {line.text}" for line in view.lines)]
+
+
+def _search_lines(view: SearchResultView, style: Style) -> list[str]:
+    lines: list[str] = []
+    if view.shape == "paths":
+        lines.extend(view.paths)
+        shown = len(view.paths)
+        summary = _plural(view.total, "path")
+    else:
+        shown = 0
+        for group in view.matches:
+            lines.append(style.cyan(group.path))
+            width = max((len(str(m.line)) for m in group.lines), default=1)
+            for match in group.lines:
+                lines.append(f"  {style.dim(f'{match.line:>{width}}:')} {match.text}")
+                shown += 1
+        files = len(view.matches)
+        summary = f"{_plural(view.total, 'match', 'matches')} in {_plural(files, 'file')}"
+    if view.truncated:
+        summary += f" (truncated: {shown} shown)"
+    lines.append(style.dim(summary))
+    return lines
+
+
+def _web_lines(view: WebResultView, result: LoggedResult, style: Style) -> list[str]:
+    lines: list[str] = []
+    if view.kind == "search":
+        if view.answer:
+            lines.extend(_split(view.answer))
+        for number, source in enumerate(view.sources, 1):
+            lines.append(f"[{number}] {style.bold(source.title)} {style.dim(source.url)}")
+            if source.snippet:
+                lines.extend(style.dim(f"    {line}") for line in _split(source.snippet))
+        if view.truncated:
+            lines.append(style.dim("(truncated)"))
+        return lines
+    status = "" if view.status_code is None else f" {style.glyph('→', '->')} {view.status_code}"
+    lines.append(f"{view.url or '?'}{status}" + (style.dim(" (truncated)") if view.truncated else ""))
+    lines.extend(_block_lines(result.content, style, error=result.is_error))
+    return lines
+
+
+def _clip(lines: list[str], max_lines: int | None, style: Style) -> list[str]:
+    if max_lines is None or len(lines) <= max_lines:
+        return lines
+    hidden = len(lines) - max_lines
+    return [*lines[:max_lines], style.dim(f"... {_plural(hidden, 'more line')}")]
+
+
+def _status(entry: CallEntry, style: Style) -> tuple[str, str]:
+    result = entry.result
+    if result is None:
+        return style.yellow(style.glyph("…", "?")), style.yellow("no result recorded")
+    if not result.is_error:
+        return style.green(style.glyph("✓", "ok")), ""
+    code = None if result.error is None or result.error.info is None else result.error.info.code
+    return style.red(style.glyph("✗", "error")), style.red(code or "error")
+
+
+def _render_entry(
+    entry: CallEntry, lookup: Lookup, style: Style, pad: str, max_lines: int | None, out: list[str]
+) -> None:
+    name = entry.name if entry.name is not None else "?"
+    call_view, result_view = resolve_views(entry, lookup)
+    icon, note = _status(entry, style)
+    head, argument_lines = _head(call_view, name, style)
+    parts = [icon, style.dim(entry.call_id), style.bold(name)]
+    if head:
+        parts.extend((style.dim(style.glyph("·", "-")), head))
+    if note:
+        parts.append(f" {note}")
+    if not entry.logged_call:
+        parts.append(style.dim("(call not in the log)"))
+    out.append(pad + " ".join(parts))
+    inner = pad + _INDENT
+    body = list(argument_lines)
+    if result_view is None:
+        body.extend(_call_body(call_view, style))
+    out.extend(inner + line for line in _clip(body, max_lines, style))
+    for child in entry.children:
+        _render_entry(child, lookup, style, inner, max_lines, out)
+    if result_view is not None and entry.result is not None:
+        lines = _result_body(result_view, entry.result, head, style)
+        out.extend(inner + line for line in _clip(lines, max_lines, style))
+
+
+def render_log(
+    entries: Sequence[CallEntry],
+    lookup: Lookup,
+    style: Style,
+    *,
+    max_lines: int | None = None,
+    steps: bool = True,
+) -> list[str]:
+    """The lines that show ``entries``: a header per model step (when
+    ``steps``), then each call with its cards, sub-calls nested under their
+    root call. ``max_lines`` caps each card's body."""
+    out: list[str] = []
+    rule = style.glyph("──", "--")
+    step: tuple[int | None, int | None] | None = None
+    for entry in entries:
+        here = (entry.turn, entry.step)
+        if steps and entry.turn is not None and here != step:
+            where = f"turn {entry.turn}{style.glyph(' ·', ',')} step {entry.step}"
+            out.append(style.dim(f"{rule} {where} {rule}"))
+        if entry.turn is not None:
+            step = here
+        _render_entry(entry, lookup, style, "", max_lines, out)
+    return out

@@ -1,0 +1,201 @@
+"""``dsh-actors run BATCH.json --tools MODULE``: run one batch of tool calls.
+
+The batch runs as one model step (``LogStep(turn=1, step=1)``) of one agent
+(``--agent``, default ``cli``) whose session is in memory, or the JSONL file
+``--log`` names, so the cards printed afterwards are drawn from the logged
+events exactly as ``dsh-actors replay`` draws them. ``--json`` prints the
+live results instead, canonical values included.
+
+Exit status: 0 when the batch ran, whatever its calls returned (the summary
+line says how many failed); 1 when it could not run (bad file, module,
+tools, executor or log); 130 when interrupted (Ctrl-C aborts the batch:
+started calls drain, the rest are skipped, and the results are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from ..errors import DshError
+from ..json import thaw
+from ..model import Agent, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
+from ..runtime import ApprovalRequest, ToolRuntime
+from ..session import Session, error_to_json
+from ..signals import AbortController
+from .batchfile import Batch, BatchFileError, read_batch
+from .loading import CliError, ToolSource, install_executor, install_tools, load_tool_source
+from .render import choose_style, log_entries, render_log, resolve_views, summary_line
+
+__all__ = ["APPROVE_MODES", "run_command"]
+
+APPROVE_MODES: Final = ("yes", "no", "prompt")
+EXIT_INTERRUPTED: Final = 130
+
+
+class TerminalApprover:
+    """An approval service that asks on the terminal (``stderr`` for the
+    question, ``stdin`` for the answer). Runs on the executor thread that
+    prepares the call and blocks it until answered; one question at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ApprovalRequest) -> str:
+        with self._lock:
+            if request.signal.aborted:
+                return "cancelled"
+            why = _display(request.display_reason) or request.reason
+            sys.stderr.write(f"? {request.tool_name} ({request.call_id}) needs approval: {why or 'no reason given'}\n")
+            sys.stderr.write("  allow it once? [y/N] ")
+            sys.stderr.flush()
+            answer = sys.stdin.readline()
+            if not answer:
+                return "unavailable"
+            return "allowed-once" if answer.strip().lower() in ("y", "yes") else "rejected"
+
+
+def _display(reason: Any) -> str | None:
+    """The prompt text of a localized ``display_reason`` (English, else any)."""
+    if isinstance(reason, str):
+        return reason
+    if isinstance(reason, Mapping) and reason:
+        chosen = reason.get("en", next(iter(reason.values())))
+        return chosen if isinstance(chosen, str) else None
+    return None
+
+
+def _approver(mode: str) -> Any:
+    if mode == "yes":
+        return lambda request: "allowed-once"
+    if mode == "no":
+        return lambda request: "rejected"
+    return TerminalApprover()
+
+
+def _open_log(path: str | None) -> Session:
+    if path is None:
+        return Session()
+    target = Path(path)
+    if target.is_dir():
+        raise CliError(f"--log {path}: is a directory")
+    if target.exists() and target.stat().st_size > 0:
+        raise CliError(f"--log {path}: the file already holds events; choose a new file")
+    try:
+        return Session(target)
+    except FileNotFoundError:
+        raise CliError(f"--log {path}: the folder {str(target.parent)!r} does not exist") from None
+    except OSError as err:
+        raise CliError(f"--log {path}: cannot write it: {err.strerror or err}") from None
+
+
+def _wait(future: Future[ToolBatchResult], controller: AbortController) -> tuple[ToolBatchResult, bool]:
+    """The batch's result; a first Ctrl-C aborts the batch and keeps
+    waiting for it to settle (a second one gives up)."""
+    try:
+        return future.result(), False
+    except KeyboardInterrupt:
+        sys.stderr.write("dsh-actors run: interrupted; aborting the batch (Ctrl-C again to quit at once)\n")
+        controller.abort("interrupted from the terminal")
+        return future.result(), True
+
+
+def _json_document(batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str, summary: dict[str, int]) -> bytes:
+    results = []
+    for item in batch.results:
+        outcome = item.result
+        entry: dict[str, Any] = {
+            "call_id": item.call_id,
+            "name": names.get(item.call_id),
+            "is_error": outcome.is_error,
+        }
+        if not outcome.is_error:
+            entry["value"] = thaw(outcome.value)
+        entry["content"] = content_to_json(outcome.content)
+        entry["error"] = error_to_json(outcome.error)
+        entry["meta"] = thaw(outcome.meta)
+        call_view, result_view = views.get(item.call_id, (None, None))
+        entry["call_view"] = None if call_view is None else call_view.to_json()
+        entry["result_view"] = None if result_view is None else result_view.to_json()
+        results.append(entry)
+    document = {
+        "shape": shape,
+        "results": results,
+        "additional_contexts": [
+            {"content": content_to_json(m.content), "source": m.source, "meta": thaw(m.meta)}
+            for m in batch.additional_contexts
+        ],
+        "concluded": batch.concluded,
+        "summary": summary,
+    }
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource) -> None:
+    """The tools, the approval service and the executor the batch runs with."""
+    explicit = args.approve is not None
+    if not explicit and sys.stdin.isatty() and sys.stderr.isatty():
+        rt.approvals.set(TerminalApprover())  # installed first: the module's own service, if any, wins
+    install_tools(source, rt)
+    if explicit:
+        rt.approvals.set(_approver(args.approve))  # asked for: it wins
+    install_executor(args.executor, rt)
+
+
+def _print(args: argparse.Namespace, rt: ToolRuntime, batch: ToolBatchResult, session: Session, batch_file: Batch) -> None:
+    entries = log_entries(session.events())
+    lookup = rt.tools.get
+    out = sys.stdout
+    if args.json:
+        views = {e.call_id: resolve_views(e, lookup) for e in entries}
+        names = {call.id: call.name for call in batch_file.calls}
+        ok = sum(1 for r in batch.results if not r.result.is_error)
+        summary = {"calls": len(batch.results), "ok": ok, "error": len(batch.results) - ok}
+        out.write(_json_document(batch, names, views, batch_file.shape, summary).decode("utf-8"))
+    else:
+        style = choose_style(out, args.color)
+        for line in render_log(entries, lookup, style, max_lines=args.max_lines or None, steps=False):
+            out.write(line + "\n")
+        out.write(summary_line(entries) + "\n")
+    out.flush()
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the batch; see the module docstring for the exit status."""
+    try:
+        batch_file = read_batch(args.batch)
+    except BatchFileError as err:
+        raise CliError(str(err)) from None
+    source = load_tool_source(args.tools)
+    existed = args.log is not None and Path(args.log).exists()
+    session = _open_log(args.log)
+    ran = False
+    try:
+        with ToolRuntime() as rt:
+            _install(rt, args, source)
+            controller = AbortController()
+            batch_input = ToolBatchInput(
+                calls=batch_file.calls,
+                signal=controller.signal,
+                max_parallel_tool_calls=args.max_parallel,
+                agent=Agent(args.agent, session=session),
+                log=LogStep(turn=1, step=1),
+            )
+            ran = True
+            try:
+                batch, interrupted = _wait(rt.tools.submit(batch_input), controller)
+            except DshError as err:
+                raise CliError(f"the batch failed: {err.message}") from None
+            _print(args, rt, batch, session, batch_file)
+    finally:
+        session.close()
+        if not ran and not existed and session.path is not None:
+            session.path.unlink(missing_ok=True)  # the batch never ran: leave no empty log behind
+    return EXIT_INTERRUPTED if interrupted else 0

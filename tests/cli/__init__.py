@@ -1,0 +1,1 @@
+"""The command line (``dsh-actors``) and the examples it runs."""

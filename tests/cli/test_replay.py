@@ -1,0 +1,198 @@
+"""``dsh-actors replay``: a session log drawn with the tools' cards, generic
+cards where a tool is unknown, PTC sub-calls nested under their call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from dsh_actors import text
+from dsh_actors.presentation import ToolResultProjection
+from dsh_actors.session import call_event, ptc_dispatch_event, ptc_dispatch_start_event, result_event
+
+from .conftest import EXAMPLES, Cli, assert_one_line_error
+
+BATCH = EXAMPLES / "batch.json"
+
+
+def _log(path: Path, *events: dict[str, Any]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    return path
+
+
+def _ok(content: str, meta: Any = None) -> ToolResultProjection:
+    return ToolResultProjection(content=(text(content),), is_error=False, meta=meta)
+
+
+def test_a_log_written_by_run_replays_with_the_same_cards(cli: Cli, root: Path) -> None:
+    ran = cli("run", BATCH, "--tools", "examples.tools", "--log", "run.jsonl")
+    assert ran.code == 0
+    replayed = cli("replay", "run.jsonl", "--tools", "examples.tools")
+    assert replayed.code == 0 and replayed.err == ""
+    header, _, cards = replayed.out.partition("\n")
+    assert header == "── turn 1 · step 1 ──"
+    assert cards == ran.out
+    assert "+def greet(name):" in cards  # the diff card
+    assert "$ echo hello from the shell\n    hello from the shell\n    exit 0" in cards  # the terminal card
+
+
+def test_the_log_holds_a_call_and_a_result_event_per_call_of_step_one(cli: Cli, root: Path) -> None:
+    cli("run", BATCH, "--tools", "examples.tools", "--log", "run.jsonl", "--agent", "me")
+    events = [orjson.loads(line) for line in (root / "run.jsonl").read_bytes().splitlines()]
+    calls = [e["call_id"] for e in events if e["type"] == "tool/call"]
+    results = [e["call_id"] for e in events if e["type"] == "tool/result"]
+    assert calls == results == ["c1", "c2", "c3", "c4"]
+    assert {(e["turn"], e["step"]) for e in events if e["type"] == "tool/call"} == {(1, 1)}
+
+
+def test_without_tools_the_replay_uses_generic_cards(cli: Cli, root: Path) -> None:
+    cli("run", BATCH, "--tools", "examples.tools", "--log", "run.jsonl")
+    out = cli("replay", "run.jsonl").out
+    assert "+def greet" not in out and "$ echo" not in out
+    assert '✓ c4 run_shell · {"command":"echo hello from the shell"}\n    hello from the shell\n    [exit code 0]' in out
+    assert '✓ c2 read_file · {"path":"scratch/hello.py"}\n    scratch/hello.py (lines 1-5 of 5)' in out
+    assert out.endswith("4 calls: 4 ok, 0 errors\n")
+
+
+def test_a_tool_the_module_does_not_register_degrades_to_the_generic_cards(cli: Cli, root: Path) -> None:
+    log = _log(
+        root / "log.jsonl",
+        call_event(1, 1, "m", "mystery_tool", {"depth": 3}),
+        result_event("m", _ok("the answer is 42")),
+        call_event(1, 1, "s", "run_shell", {"command": "echo known"}),
+        result_event("s", _ok("known\n[exit code 0]", {"output": "known\n", "exit_code": 0, "signal": None})),
+    )
+    out = cli("replay", log, "--tools", "examples.tools").out
+    assert '✓ m mystery_tool · {"depth":3}\n    the answer is 42\n' in out
+    assert "✓ s run_shell · $ echo known\n    known\n    exit 0\n" in out
+
+
+def test_a_presenter_that_raises_or_answers_none_gives_the_generic_card(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    module = write_module(
+        "odd_presenters",
+        """
+        from dsh_actors import ToolDefinition, ToolOutput, text
+
+        def boom(*args):
+            raise RuntimeError("presenter bug")
+
+        TOOLS = [ToolDefinition(
+            name="odd", description="", parameters={"type": "object"},
+            output=ToolOutput(schema={}, render=lambda a, v: [text(str(v))]),
+            execute=lambda a, c: 1, present_call=boom, present_result=lambda args, result: None,
+        )]
+        """,
+    )
+    log = _log(root / "log.jsonl", call_event(1, 1, "o", "odd", {"x": 1}), result_event("o", _ok("1")))
+    outcome = cli("replay", log, "--tools", module)
+    assert outcome.code == 0
+    assert '✓ o odd · {"x":1}\n    1\n' in outcome.out
+
+
+def test_ptc_dispatches_are_nested_under_their_root_call(cli: Cli, root: Path) -> None:
+    code = "a = await tools.read_file(path='notes.md')\nreturn a"
+    log = _log(
+        root / "log.jsonl",
+        call_event(1, 1, "rc", "run_code", {"code": code}),
+        ptc_dispatch_start_event("rc", "rc", "rc:ptc:1", "run_shell", {"command": "echo nested"}),
+        ptc_dispatch_start_event("rc", "rc", "rc:ptc:2", "nope", {}),
+        ptc_dispatch_event("rc", "rc", "rc:ptc:1", "run_shell", False, [text("nested\n[exit code 0]")], None, None),
+        ptc_dispatch_event("rc", "rc", "rc:ptc:2", "nope", True, [text('Error: unknown tool "nope"')], None, None),
+        result_event("rc", _ok('{"result": "done", "output": ""}')),
+        call_event(1, 2, "after", "run_shell", {"command": "true"}),
+    )
+    out = cli("replay", log, "--tools", "examples.tools").out
+    assert out == (
+        "── turn 1 · step 1 ──\n"
+        "✓ rc run_code · {\"code\":\"a = await tools.read_file(path='notes.md')\\nreturn a\"}\n"
+        "    code:\n"
+        "      │ a = await tools.read_file(path='notes.md')\n"
+        "      │ return a\n"
+        "    ✓ rc:ptc:1 run_shell · $ echo nested\n"  # a known tool's pending card; no meta on sub-calls
+        "        nested\n"
+        "        [exit code 0]\n"
+        "    ✗ rc:ptc:2 nope  error\n"
+        "        Error: unknown tool \"nope\"\n"
+        "    {\"result\": \"done\", \"output\": \"\"}\n"
+        "── turn 1 · step 2 ──\n"
+        "… after run_shell · $ true  no result recorded\n"
+        "2 calls: 1 ok, 0 errors, 1 without a result (2 nested calls)\n"
+    )
+
+
+def test_a_result_whose_call_is_not_in_the_log_is_still_shown(cli: Cli, root: Path) -> None:
+    log = _log(root / "log.jsonl", result_event("lost", _ok("orphan")))
+    out = cli("replay", log).out
+    assert "✓ lost ? (call not in the log)\n    orphan\n" in out
+
+
+def test_a_torn_last_line_is_ignored_with_a_note(cli: Cli, root: Path) -> None:
+    log = _log(root / "log.jsonl", call_event(1, 1, "a", "x", {}), result_event("a", _ok("fine")))
+    log.write_bytes(log.read_bytes() + b'{"type": "tool/call", "call_')
+    outcome = cli("replay", log)
+    assert outcome.code == 0
+    assert "✓ a x\n    fine\n" in outcome.out
+    assert outcome.err == f"dsh-actors replay: {log}:3: ignored a torn last line (an interrupted write)\n"
+    assert log.read_bytes().endswith(b'"call_'), "replay never changes the file"
+
+
+def test_an_empty_log_shows_that_it_holds_no_calls(cli: Cli, root: Path) -> None:
+    (root / "empty.jsonl").write_text("\n")
+    outcome = cli("replay", "empty.jsonl")
+    assert (outcome.code, outcome.out) == (0, "(no tool calls in the log)\n")
+
+
+def test_a_file_that_is_not_a_session_log_exits_1_with_one_line(cli: Cli, root: Path) -> None:
+    (root / "middle.jsonl").write_text('{"type": "tool/call", "call_id": "a", "name": "x", "turn": 1, "step": 1}\nnope\n{}\n')
+    (root / "one.json").write_text('{"calls": []}')
+    (root / "bad_result.jsonl").write_text('{"type": "tool/result", "call_id": "a", "is_error": "no"}\n')
+    cases = {
+        "missing.jsonl": ["missing.jsonl: no such file"],
+        "middle.jsonl": ["middle.jsonl:2: not a session event: invalid JSON text"],
+        "one.json": ["one.json: not a session log (line 1 is not a session event)"],
+        str(BATCH): ["batch.json:1: not a session event"],
+        "bad_result.jsonl": ["bad_result.jsonl: event 1 (tool/result):", "is_error"],
+        ".": ["is a directory"],
+    }
+    for name, fragments in cases.items():
+        assert_one_line_error(cli("replay", name), "replay", *fragments)
+    (root / "good.jsonl").write_text("")
+    assert_one_line_error(cli("replay", "good.jsonl", "--tools", "nowhere_module"), "replay", "no module named")
+
+
+def test_colour_is_used_only_when_asked_for_or_on_a_terminal(cli: Cli, root: Path) -> None:
+    log = _log(root / "log.jsonl", call_event(1, 1, "a", "x", {}), result_event("a", _ok("fine")))
+    assert "\x1b[" not in cli("replay", log).out  # captured output is not a terminal
+    coloured = cli("replay", log, "--color", "always").out
+    assert "\x1b[32m✓\x1b[0m" in coloured
+    assert "\x1b[" not in cli("replay", log, "--color", "never").out
+
+
+def test_max_lines_caps_each_card_body(cli: Cli, root: Path) -> None:
+    output = "\n".join(f"line {i}" for i in range(100))
+    log = _log(root / "log.jsonl", call_event(1, 1, "a", "x", {}), result_event("a", _ok(output)))
+    capped = cli("replay", log, "--max-lines", "3").out
+    assert "    line 2\n    ... 97 more lines\n" in capped and "line 3\n" not in capped
+    assert "line 99" in cli("replay", log, "--max-lines", "0").out
+
+
+def test_a_run_code_batch_under_the_ptc_executor_replays_its_sub_calls_nested(cli: Cli, root: Path) -> None:
+    ptc = pytest.importorskip("executors.ptc")
+    if not hasattr(ptc, "PtcExecutor"):
+        pytest.skip("executors.ptc has no PtcExecutor yet")
+    code = "await tools.write_file(path='scratch/a.txt', content='hi\\n')\nreturn (await tools.run_shell(command='cat scratch/a.txt'))['output']"
+    batch = root / "ptc.json"
+    batch.write_text(json.dumps({"calls": [{"id": "p", "name": "run_code", "arguments": {"code": code}}]}))
+    ran = cli("run", batch, "--tools", "examples.tools", "--executor", "ptc", "--log", "ptc.jsonl")
+    assert ran.code == 0, ran.err
+    out = cli("replay", "ptc.jsonl", "--tools", "examples.tools").out
+    assert "✓ p run_code · " in out
+    assert "    ✓ p:ptc:1 write_file · write scratch/a.txt\n" in out
+    assert "    ✓ p:ptc:2 run_shell · $ cat scratch/a.txt\n        hi\n" in out
+    assert out.endswith("1 call: 1 ok, 0 errors (2 nested calls)\n")

@@ -1,0 +1,409 @@
+"""``dsh-actors run``: a batch file against a tool module, printed as
+cards (or JSON), exit 0 whenever the batch ran."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_actors import ToolBatchResult
+from dsh_actors.cli.run import _wait
+from dsh_actors.signals import AbortController
+
+from .conftest import EXAMPLES, Cli, assert_one_line_error
+
+BATCH = EXAMPLES / "batch.json"
+HELLO = 'def greet(name):\n    return f"hello, {name}"\n\n\nprint(greet("world"))\n'
+
+
+def _batch(folder: Path, *calls: dict[str, Any]) -> Path:
+    path = folder / "batch.json"
+    path.write_text(json.dumps({"calls": list(calls)}))
+    return path
+
+
+def test_the_example_batch_runs_every_call_and_prints_its_card(cli: Cli, root: Path) -> None:
+    outcome = cli("run", BATCH, "--tools", "examples.tools")
+    assert outcome.code == 0, outcome.err
+    assert outcome.err == ""
+    assert (root / "scratch" / "hello.py").read_text() == HELLO
+    out = outcome.out
+    # write_file: a diff card of a new file
+    assert "✓ c1 write_file · write scratch/hello.py" in out
+    assert "--- /dev/null" in out and "+++ b/scratch/hello.py" in out and "+def greet(name):" in out
+    # read_file: a line-numbered window
+    assert "scratch/hello.py · lines 1–5 of 5 (python)" in out
+    assert "1 │ def greet(name):" in out and "5 │ print(greet(\"world\"))" in out
+    # search_text: matches grouped by file
+    assert "scratch/hello.py\n      1: def greet(name):\n      5: print(greet(\"world\"))\n    2 matches in 1 file" in out
+    # run_shell: the command, its output and its exit status
+    assert "$ echo hello from the shell\n    hello from the shell\n    exit 0" in out
+    assert out.endswith("4 calls: 4 ok, 0 errors\n")
+
+
+@pytest.mark.parametrize("name", ["batch.json", "batch_openai.json", "batch_anthropic.json"])
+def test_each_example_batch_file_gives_the_same_results(cli: Cli, root: Path, name: str) -> None:
+    outcome = cli("run", EXAMPLES / name, "--tools", "examples.tools", "--json")
+    assert outcome.code == 0, outcome.err
+    document = json.loads(outcome.out)
+    assert [(r["name"], r["is_error"]) for r in document["results"]] == [
+        ("write_file", False), ("read_file", False), ("search_text", False), ("run_shell", False)
+    ]  # fmt: skip
+    values = [r["value"] for r in document["results"]]
+    assert values[0] == {"path": "scratch/hello.py", "created": True, "bytes": len(HELLO), "old_text": None, "new_text": HELLO}
+    assert [line["text"] for line in values[1]["lines"]] == HELLO.splitlines()
+    assert values[2]["total"] == 2 and values[2]["matches"][0]["path"] == "scratch/hello.py"
+    assert values[3]["output"] == "hello from the shell\n" and values[3]["exit_code"] == 0
+    assert document["summary"] == {"calls": 4, "ok": 4, "error": 0}
+
+
+def test_json_output_carries_content_errors_and_both_cards(cli: Cli, root: Path) -> None:
+    batch = _batch(
+        root,
+        {"id": "s", "name": "run_shell", "arguments": {"command": "echo hi"}},
+        {"id": "u", "name": "unknown_tool", "arguments": {}},
+    )
+    document = json.loads(cli("run", batch, "--tools", "examples.tools", "--json").out)
+    shell, unknown = document["results"]
+    assert shell["call_view"] == {"card": "terminal", "title": "echo hi"}
+    assert shell["result_view"] == {"card": "terminal", "output": "hi\n", "exit_code": 0}
+    assert shell["content"] == [{"type": "text", "text": "hi\n[exit code 0]"}]
+    assert unknown["is_error"] and "value" not in unknown
+    assert unknown["error"]["info"]["code"] == "UNKNOWN_TOOL"
+    assert unknown["result_view"] == {"card": "generic", "content": [{"type": "text", "text": 'Error: unknown tool "unknown_tool"'}]}
+    assert document["shape"] == "dsh" and document["summary"] == {"calls": 2, "ok": 1, "error": 1}
+
+
+def test_a_denied_shell_command_fails_its_call_but_the_batch_exits_0(cli: Cli, root: Path) -> None:
+    batch = _batch(root, {"id": "x", "name": "run_shell", "arguments": {"command": "sudo reboot"}})
+    outcome = cli("run", batch, "--tools", "examples.tools")
+    assert outcome.code == 0
+    assert "✗ x run_shell · $ sudo reboot" in outcome.out
+    assert "Error: command refused by the shell deny list (sudo): sudo reboot" in outcome.out
+    assert outcome.out.endswith("1 call: 0 ok, 1 error\n")
+
+
+def test_a_write_outside_scratch_is_denied_when_no_approval_service_is_installed(cli: Cli, root: Path) -> None:
+    batch = _batch(root, {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "x"}})
+    outcome = cli("run", batch, "--tools", "examples.tools")
+    assert outcome.code == 0
+    assert "Error: write outside scratch/: notes.md" in outcome.out
+    assert not (root / "notes.md").exists()
+
+
+def test_a_write_outside_scratch_runs_when_the_approval_service_allows_it(
+    cli: Cli, root: Path, write_module: Any, tmp_path: Path
+) -> None:
+    answers = tmp_path / "approvals.txt"
+    module = write_module(
+        "approving_tools",
+        f"""
+        import examples.tools
+
+        def register(rt):
+            examples.tools.register(rt)
+
+            def approve(request):
+                with open({str(answers)!r}, "a") as log:
+                    log.write(f"{{request.tool_name}} {{request.call_id}}: {{request.reason}}\\n")
+                return "allowed-once"
+
+            rt.approvals.set(approve)
+        """,
+    )
+    (root / "notes.md").write_text("old line\nkept\n")
+    batch = _batch(
+        root,
+        {"id": "w1", "name": "write_file", "arguments": {"path": "notes.md", "content": "new line\nkept\n"}},
+        {"id": "w2", "name": "write_file", "arguments": {"path": "scratch/a.txt", "content": "a"}},
+    )
+    outcome = cli("run", batch, "--tools", module)
+    assert outcome.code == 0, outcome.err
+    assert (root / "notes.md").read_text() == "new line\nkept\n"
+    assert answers.read_text() == "write_file w1: write outside scratch/: notes.md\n"  # scratch/ needs none
+    assert "--- a/notes.md\n    +++ b/notes.md\n    @@ -1,2 +1,2 @@\n    -old line\n    +new line\n     kept" in outcome.out
+
+
+@pytest.mark.parametrize(("mode", "written"), [("yes", True), ("no", False)])
+def test_approve_answers_every_approval_request(cli: Cli, root: Path, mode: str, written: bool) -> None:
+    batch = _batch(root, {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "x"}})
+    outcome = cli("run", batch, "--tools", "examples.tools", "--approve", mode)
+    assert outcome.code == 0
+    assert (root / "notes.md").exists() is written
+    if not written:
+        assert 'Error: the user rejected tool "write_file"' in outcome.out
+
+
+def test_paths_outside_the_root_folder_are_refused(cli: Cli, root: Path) -> None:
+    (root.parent / "secret.txt").write_text("secret")
+    batch = _batch(
+        root,
+        {"id": "r", "name": "read_file", "arguments": {"path": "../secret.txt"}},
+        {"id": "a", "name": "read_file", "arguments": {"path": str(root.parent / "secret.txt")}},
+        {"id": "s", "name": "search_text", "arguments": {"pattern": "secret", "path": ".."}},
+    )
+    outcome = cli("run", batch, "--tools", "examples.tools")
+    assert outcome.out.count("is outside the root folder") == 3
+    assert "secret\n" not in outcome.out
+    assert outcome.out.endswith("3 calls: 0 ok, 3 errors\n")
+
+
+def test_tool_modules_may_give_a_sequence_a_factory_or_a_register_of_the_tools_service(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    tool = textwrap.dedent("""
+        from dsh_actors import ToolOutput, define_tool, text
+
+        def make(name):
+            return define_tool(
+                name=name, description="Say hi.", parameters={},
+                output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+                execute=lambda args, ctx: "hi from " + name,
+            )
+    """)
+    variants = {
+        "as_sequence": tool + "\nTOOLS = [make('hi')]\n",
+        "as_factory": tool + "\ndef tools():\n    return (make('hi'),)\n",
+        "as_single": tool + "\nHI = make('hi')\n",
+        "as_service": tool + "\ndef register(tools):\n    tools.register(make('hi'))\n",
+        "as_annotated": tool + "\ndef register(svc: 'ToolsService'):\n    svc.register(make('hi'))\n",
+    }
+    attrs = {"as_factory": ":tools", "as_single": ":HI"}
+    batch = _batch(root, {"id": "c", "name": "hi"})
+    for name, source in variants.items():
+        path = write_module(name, source)
+        outcome = cli("run", batch, "--tools", f"{path}{attrs.get(name, '')}")
+        assert outcome.code == 0, (name, outcome.err)
+        assert "✓ c hi\n    hi from hi\n1 call: 1 ok, 0 errors\n" == outcome.out, name
+
+
+def test_a_module_name_is_imported_from_the_current_directory(cli: Cli, root: Path) -> None:
+    (root / "cwd_tools_for_the_cli_test.py").write_text("import examples.tools\nregister = examples.tools.register\n")
+    outcome = cli("run", BATCH, "--tools", "cwd_tools_for_the_cli_test")
+    assert outcome.code == 0, outcome.err
+    assert outcome.out.endswith("4 calls: 4 ok, 0 errors\n")
+
+
+def test_max_parallel_caps_how_many_calls_overlap(cli: Cli, root: Path, write_module: Any, tmp_path: Path) -> None:
+    module = write_module(
+        "overlap_tools",
+        """
+        import threading
+        from dsh_actors import ToolOutput, define_tool, text
+
+        barrier = threading.Barrier(3, timeout=10)
+        lock = threading.Lock()
+        state = {"active": 0, "peak": 0}
+
+        def together(args, ctx):
+            barrier.wait()  # passes only if three calls run at once
+            return "met"
+
+        def alone(args, ctx):
+            with lock:
+                state["active"] += 1
+                state["peak"] = max(state["peak"], state["active"])
+            with lock:
+                state["active"] -= 1
+            return str(state["peak"])
+
+        def register(rt):
+            for name, body in (("together", together), ("alone", alone)):
+                rt.tools.register(define_tool(
+                    name=name, description=name, parameters={},
+                    output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+                    execute=body, is_concurrency_safe=lambda args: True,
+                ))
+        """,
+    )
+    together = _batch(tmp_path, *({"id": f"t{i}", "name": "together"} for i in range(3)))
+    outcome = cli("run", together, "--tools", module, "--max-parallel", "3", "--json")
+    assert [r["value"] for r in json.loads(outcome.out)["results"]] == ["met"] * 3
+    alone = _batch(tmp_path, *({"id": f"a{i}", "name": "alone"} for i in range(6)))
+    outcome = cli("run", alone, "--tools", module, "--max-parallel", "1", "--json")
+    assert [r["value"] for r in json.loads(outcome.out)["results"]] == ["1"] * 6
+
+
+def test_the_batch_reads_from_standard_input(cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stdin:
+        buffer = __import__("io").BytesIO(b'[{"name": "run_shell", "arguments": {"command": "echo piped"}}]')
+
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    outcome = cli("run", "-", "--tools", "examples.tools")
+    assert "$ echo piped\n    piped\n    exit 0\n1 call: 1 ok, 0 errors\n" in outcome.out
+
+
+def test_an_interrupt_aborts_the_batch_and_waits_for_it_to_settle() -> None:
+    class Interrupted(Future[ToolBatchResult]):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def result(self, timeout: float | None = None) -> ToolBatchResult:
+            self.calls += 1
+            if self.calls == 1:
+                raise KeyboardInterrupt
+            return super().result(timeout)
+
+    future = Interrupted()
+    controller = AbortController()
+    settled = ToolBatchResult(results=())
+    controller.signal.add_callback(lambda signal: future.set_result(settled))
+    result, interrupted = _wait(future, controller)
+    assert controller.signal.aborted and interrupted and result is settled
+
+
+# --------------------------------------------------------------------------
+# A batch that cannot run: exit 1 and one line on stderr
+# --------------------------------------------------------------------------
+
+
+def _bad_inputs(root: Path, write_module: Any) -> dict[str, tuple[list[Any], list[str]]]:
+    (root / "not_json.json").write_text("{")
+    (root / "shape.json").write_text('{"messages": []}')
+    (root / "used.jsonl").write_text('{"type": "tool/call"}\n')
+    no_output = write_module(
+        "no_output",
+        """
+        from dsh_actors import ToolDefinition
+        TOOLS = [ToolDefinition(name="x", description="", parameters={"type": "object"}, execute=lambda a, c: 1)]
+        """,
+    )
+    raising = write_module("raising", "def register(rt):\n    raise RuntimeError('no database')\n")
+    broken = write_module("broken", "def register(rt:\n")
+    needs_dep = write_module("needs_dep", "import a_dependency_that_is_not_installed\n")
+    invalid_tool = write_module(
+        "invalid_tool",
+        """
+        from dsh_actors import ToolOutput, define_tool, text
+        TOOLS = [define_tool(name="x", description="", parameters={"q": {"type": "strng"}},
+                             output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+                             execute=lambda a, c: "")]
+        """,
+    )
+    wrong_items = write_module("wrong_items", "TOOLS = ['read_file']\n")
+    nothing = write_module("nothing", "X = 1\n")
+    batch = str(BATCH)
+    return {
+        "missing file": (["missing.json", "--tools", "examples.tools"], ["missing.json: no such file"]),
+        "not JSON": (["not_json.json", "--tools", "examples.tools"], ["not_json.json: not valid JSON"]),
+        "unknown shape": (["shape.json", "--tools", "examples.tools"], ["unknown batch shape", "accepted: ours"]),
+        "unknown module": ([batch, "--tools", "no_such_module_anywhere"], ["no module named 'no_such_module_anywhere'"]),
+        "missing file module": ([batch, "--tools", "nowhere/tools.py"], ["no such file 'nowhere/tools.py'"]),
+        "bad ATTR": ([batch, "--tools", "examples.tools:nope"], ["examples.tools has no attribute 'nope'"]),
+        "no default ATTR": ([batch, "--tools", str(nothing)], ["has neither register(rt) nor TOOLS"]),
+        "ATTR of the wrong type": ([batch, "--tools", f"{nothing}:X"], ["X is an int; expected register(rt), a ToolDefinition"]),
+        "not definitions": ([batch, "--tools", str(wrong_items)], ["TOOLS[0] is a str, not a ToolDefinition"]),
+        "registration fails": ([batch, "--tools", str(no_output)], ['cannot register tool "x": output is required']),
+        "invalid definition": ([batch, "--tools", str(invalid_tool)], ["a tool in", "is invalid", "parameters.q.type"]),
+        "register raises": ([batch, "--tools", str(raising)], ["raising.py: register(...) failed: RuntimeError: no database"]),
+        "syntax error": ([batch, "--tools", str(broken)], ["importing", "failed: SyntaxError"]),
+        "missing dependency": ([batch, "--tools", str(needs_dep)], ["No module named 'a_dependency_that_is_not_installed'"]),
+        "used log": ([batch, "--tools", "examples.tools", "--log", "used.jsonl"], ["already holds events"]),
+        "log folder missing": ([batch, "--tools", "examples.tools", "--log", "no/dir/x.jsonl"], ["the folder 'no/dir' does not exist"]),
+    }
+
+
+def test_every_batch_that_cannot_run_exits_1_with_one_line_and_no_traceback(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    for case, (argv, fragments) in _bad_inputs(root, write_module).items():
+        outcome = cli("run", *argv)
+        assert_one_line_error(outcome, "run", *fragments)
+    assert not (root / "scratch").exists(), "no batch ran"
+
+
+def test_a_missing_ptc_executor_is_a_clear_error(cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "executors.ptc", None)  # import raises ModuleNotFoundError
+    outcome = cli("run", BATCH, "--tools", "examples.tools", "--executor", "ptc", "--log", "x.jsonl")
+    assert_one_line_error(outcome, "run", "--executor ptc: the PTC executor is not installed")
+    assert not (root / "x.jsonl").exists(), "a batch that never ran leaves no log"
+
+
+def test_the_ptc_executor_runs_the_batch_when_it_is_installed(
+    cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _fake_ptc_module()
+    monkeypatch.setitem(sys.modules, "executors.ptc", fake)
+    outcome = cli("run", BATCH, "--tools", "examples.tools", "--executor", "ptc", "--json")
+    assert outcome.code == 0, outcome.err
+    assert fake.PtcExecutor.batches == [4]
+
+
+def _fake_ptc_module() -> Any:
+    import types
+
+    from dsh_actors import ToolModelInput
+
+    class PtcExecutor:
+        batches: list[int] = []
+
+        def __init__(self) -> None:
+            self.native: Any = None
+
+        def bind(self, rt: Any) -> None:
+            self.native = rt.native_executor
+
+        def describe(self, tools: Any) -> ToolModelInput:
+            run_code = {"name": "run_code", "description": "Run a Python program.", "parameters": {"type": "object"}}
+            return ToolModelInput(schemas=(run_code,), known_names=("run_code",))
+
+        def execute(self, batch: Any) -> Any:
+            PtcExecutor.batches.append(len(batch.calls))
+            return self.native.execute(batch)
+
+    module = types.ModuleType("executors.ptc")
+    module.PtcExecutor = PtcExecutor  # type: ignore[attr-defined]
+    return module
+
+
+def test_a_bad_command_line_exits_2_with_the_usage(cli: Cli, root: Path) -> None:
+    for argv in (["run", BATCH], ["run", BATCH, "--tools", "examples.tools", "--max-parallel", "0"], ["frobnicate"], []):
+        outcome = cli(*argv)
+        assert outcome.code == 2, argv
+        assert "usage: dsh-actors" in outcome.err and "Traceback" not in outcome.err
+
+
+def test_help_and_version_exit_0(cli: Cli) -> None:
+    top = cli("--help")
+    assert top.code == 0
+    for command in ("run", "schemas", "replay", "bench"):
+        assert command in top.out
+    assert "exit status" in top.out
+    run_help = cli("run", "--help")
+    assert run_help.code == 0 and "--max-parallel" in run_help.out and "tool_use" in run_help.out
+    version = cli("--version")
+    assert version.code == 0 and version.out.startswith("dsh-actors ")
+
+
+def test_a_command_leaves_no_thread_behind(cli: Cli, root: Path) -> None:
+    before = set(threading.enumerate())
+    cli("run", BATCH, "--tools", "examples.tools")
+    assert {t for t in threading.enumerate() if t.is_alive()} - before == set()
+
+
+@pytest.mark.parametrize(("answer", "decision"), [("y\n", "allowed-once"), ("yes\n", "allowed-once"), ("n\n", "rejected"), ("\n", "rejected"), ("", "unavailable")])
+def test_the_terminal_approver_asks_on_stderr_and_reads_the_answer_from_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, decision: str
+) -> None:
+    from dsh_actors import Agent
+    from dsh_actors.cli.run import TerminalApprover
+    from dsh_actors.runtime import ApprovalRequest
+
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(answer))
+    request = ApprovalRequest(
+        agent=Agent("a"), tool_name="write_file", call_id="w", reason="write outside scratch/: x",
+        display_reason={"en": "Allow writing x?"}, signal=AbortController().signal,
+    )  # fmt: skip
+    assert TerminalApprover()(request) == decision
+    assert capsys.readouterr().err == "? write_file (w) needs approval: Allow writing x?\n  allow it once? [y/N] "
