@@ -247,10 +247,18 @@ class ToolRuntime:
                 self._workers = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dsh-worker")
             return self._workers
 
-    def on_stop(self, hook: Callable[[], Any]) -> None:
-        """Run ``hook`` first thing in :meth:`stop` (executors stop pools)."""
+    def on_stop(self, hook: Callable[[], Any]) -> Disposer:
+        """Run ``hook`` early in :meth:`stop` (after ``stop_signal`` fired;
+        hooks run last-registered first): executors close pools, policies
+        stop their threads. The disposer unregisters the hook."""
         with self._lock:
             self._stop_hooks.append(hook)
+
+        def remove() -> None:
+            with self._lock:
+                self._stop_hooks = [h for h in self._stop_hooks if h is not hook]
+
+        return Disposer(remove)
 
     def __repr__(self) -> str:
         state = "running" if self.running else ("stopped" if self._stopped else "new")

@@ -1,0 +1,18 @@
+"""Policies: plugins on the pipeline's waterfalls (SPEC section 8).
+
+Each module is itself a plugin (``apply(rt, **config) -> disposer``)::
+
+    import policies
+
+    rt.use(policies.retry, tools=("fetch",))       # retry outside timeout ...
+    rt.use(policies.timeout)                       # ... so each attempt has its deadline
+    rt.use(policies.spill, directory=path, max_inline_bytes=16384)
+    rt.use(policies.approval, service=policies.approval.TerminalPrompt())
+    metrics = policies.metrics.install(rt)         # last: it prepends its listeners
+
+They use only what ``dsh_actors`` exports.
+"""
+
+from . import approval, metrics, retry, spill, timeout
+
+__all__ = ["approval", "metrics", "retry", "spill", "timeout"]

@@ -1,0 +1,157 @@
+"""Small pieces the policies share: an idempotent disposer, config checks,
+and the types the core's public surface does not name.
+
+Private to ``policies``; nothing here is part of a policy's API.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias, Union
+
+from dsh_actors import (
+    Accept,
+    ErrorCode,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolRuntime,
+)
+
+__all__ = [
+    "ContentBlock",
+    "ToolExecutionResult",
+    "UNSET",
+    "Undo",
+    "check_bool",
+    "check_callable",
+    "check_names",
+    "check_positive_int",
+    "check_positive_number",
+    "check_runtime",
+    "code_of",
+    "executable_definition",
+]
+
+# The core defines these two aliases but does not export them.
+ToolExecutionResult: TypeAlias = Union[ToolExecutionSuccess, ToolExecutionFailure]
+ContentBlock: TypeAlias = Union[TextBlock, ImageBlock, ReasoningBlock]
+
+#: ``Accept().value`` when no value replacement was given (the core's
+#: ``UNSET`` sentinel, which it does not export).
+UNSET: Any = Accept().value
+
+_ERROR = "ERROR"
+
+
+class Undo:
+    """An idempotent disposer: runs each undo step once, last first.
+
+    Thread-safe; calling it again does nothing. ``rt.use`` wraps it in the
+    core's own disposer, so it is only ever called through that.
+    """
+
+    __slots__ = ("_lock", "_steps", "_done")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: list[Callable[[], object]] = []
+        self._done = False
+
+    def add(self, step: Callable[[], object]) -> None:
+        with self._lock:
+            if self._done:
+                raise RuntimeError("this policy was already disposed")
+            self._steps.append(step)
+
+    @property
+    def disposed(self) -> bool:
+        return self._done
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            steps, self._steps = self._steps, []
+        first_error: BaseException | None = None
+        for step in reversed(steps):
+            try:
+                step()
+            except BaseException as exc:  # noqa: BLE001 - run every step, raise the first failure
+                if first_error is None:
+                    first_error = exc
+        if first_error is not None:
+            raise first_error
+
+    def __repr__(self) -> str:
+        return f"<policy disposer {'disposed' if self._done else 'active'}>"
+
+
+def check_runtime(policy: str, rt: object) -> ToolRuntime:
+    if not isinstance(rt, ToolRuntime):
+        raise TypeError(f"{policy}: apply() takes a ToolRuntime, not {type(rt).__qualname__}")
+    return rt
+
+
+def check_bool(policy: str, name: str, value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"{policy}: {name} must be True or False, got {value!r}")
+    return value
+
+
+def check_positive_number(policy: str, name: str, value: object) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type,operator]
+        raise ValueError(f"{policy}: {name} must be a positive finite number, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_positive_int(policy: str, name: str, value: object) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{policy}: {name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_callable(policy: str, name: str, value: object) -> Callable[..., Any] | None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{policy}: {name} must be callable or None, got {type(value).__qualname__}")
+    return value
+
+
+def check_names(policy: str, name: str, value: object) -> frozenset[str]:
+    """A collection of strings (a bare ``str`` would become its characters)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{policy}: {name} must be a collection of strings, got {value!r}")
+    names = tuple(value)
+    for item in names:
+        if type(item) is not str or not item:
+            raise TypeError(f"{policy}: {name} must contain non-empty strings, got {item!r}")
+    return frozenset(names)
+
+
+def code_of(result: ToolExecutionResult) -> str:
+    """``"ok"`` for a success; a failure's ``error.info.code``, or ``"ERROR"``
+    when it has no structured identity."""
+    if type(result) is ToolExecutionSuccess:
+        return "ok"
+    info = result.error.info if type(result) is ToolExecutionFailure else None
+    if info is None:
+        return _ERROR
+    code = info.code
+    return str(code) if isinstance(code, (str, ErrorCode)) else _ERROR
+
+
+def executable_definition(rt: ToolRuntime, execution: ToolExecution) -> ToolDefinition | None:
+    """The definition ``execution`` runs (as the pipeline looks it up), or
+    ``None``: unknown, an executor's own tool (PTC's ``run_code``), or a
+    runtime that is stopping."""
+    try:
+        return rt.tools.executable(execution.name, execution.agent, execution.tool_set)
+    except RuntimeError:  # the runtime is stopping: the call is being torn down
+        return None

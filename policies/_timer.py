@@ -1,0 +1,199 @@
+"""One timer thread serving many deadlines from a heap.
+
+A policy that needs deadlines owns one :class:`DeadlineTimer`: a single
+thread sleeps on a condition until the earliest deadline is due, then runs
+its callback. No thread or ``threading.Timer`` per deadline.
+
+Cancelled deadlines are skipped lazily when they reach the top of the heap,
+and the heap is compacted whenever cancelled entries outnumber live ones,
+so a long-running runtime that cancels almost every deadline (calls that
+finish in time) keeps the heap at most about twice its live size.
+
+The thread starts with the first :meth:`DeadlineTimer.schedule` and ends
+with :meth:`DeadlineTimer.stop`, which drops every pending deadline
+without running it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+from loguru import logger
+
+__all__ = ["Deadline", "DeadlineTimer"]
+
+_PENDING: Final = 0
+_CANCELLED: Final = 1
+_FIRED: Final = 2
+
+#: Compact only past this many cancelled entries (small heaps are cheap).
+_COMPACT_MIN: Final = 64
+
+
+class Deadline:
+    """One scheduled callback; :meth:`cancel` it when the work it bounds
+    settles first."""
+
+    __slots__ = ("when", "_fn", "_state", "_timer")
+
+    def __init__(self, when: float, fn: Callable[[], object], timer: DeadlineTimer) -> None:
+        self.when = when
+        self._fn: Callable[[], object] | None = fn
+        self._state = _PENDING
+        self._timer = timer
+
+    @property
+    def fired(self) -> bool:
+        return self._state == _FIRED
+
+    def cancel(self) -> bool:
+        """Cancel the deadline; ``True`` if it had not fired (it never will)."""
+        return self._timer._cancel(self)
+
+    def __repr__(self) -> str:
+        state = {_PENDING: "pending", _CANCELLED: "cancelled", _FIRED: "fired"}[self._state]
+        return f"<Deadline {state} at {self.when:.3f}>"
+
+
+class DeadlineTimer:
+    """Deadlines on one lazily started thread.
+
+    ``schedule`` and ``cancel`` are thread-safe and O(log n). Callbacks run
+    on the timer thread, one after another, with no lock held: they must not
+    block (aborting a signal is what they are for).
+    """
+
+    def __init__(self, name: str = "dsh-policy-timer", clock: Callable[[], float] = time.monotonic) -> None:
+        self._name = name
+        self._clock = clock
+        self._cond = threading.Condition(threading.Lock())
+        # Invariant: every PENDING deadline is in the heap; ``_cancelled``
+        # counts the CANCELLED ones still in it.
+        self._heap: list[tuple[float, int, Deadline]] = []
+        self._cancelled = 0
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    # -- reading ------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Deadlines that may still fire."""
+        with self._cond:
+            return len(self._heap) - self._cancelled
+
+    @property
+    def heap_size(self) -> int:
+        """Entries held, cancelled ones not yet dropped included."""
+        with self._cond:
+            return len(self._heap)
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The timer thread, once started."""
+        return self._thread
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    # -- scheduling ------------------------------------------------------------
+
+    def schedule(self, delay: float, fn: Callable[[], object]) -> Deadline | None:
+        """Run ``fn()`` on the timer thread ``delay`` seconds from now.
+
+        Returns the :class:`Deadline`, or ``None`` once the timer is stopped
+        (nothing will ever fire then).
+        """
+        with self._cond:
+            if self._stopped:
+                return None
+            deadline = Deadline(self._clock() + max(0.0, delay), fn, self)
+            earliest = not self._heap or deadline.when < self._heap[0][0]
+            heapq.heappush(self._heap, (deadline.when, next(self._seq), deadline))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            elif earliest:
+                self._cond.notify()
+        return deadline
+
+    def _cancel(self, deadline: Deadline) -> bool:
+        with self._cond:
+            if deadline._state != _PENDING:
+                return False
+            deadline._state = _CANCELLED
+            deadline._fn = None
+            if self._stopped:
+                return True
+            self._cancelled += 1
+            heap = self._heap
+            if self._cancelled >= _COMPACT_MIN and self._cancelled * 2 > len(heap):
+                self._heap = [entry for entry in heap if entry[2]._state == _PENDING]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+            return True
+
+    def stop(self) -> None:
+        """Drop every pending deadline and end the thread (joined, unless
+        called from a callback on the timer thread itself). Idempotent."""
+        with self._cond:
+            self._stopped = True
+            for _, _, deadline in self._heap:
+                if deadline._state == _PENDING:
+                    deadline._state = _CANCELLED
+                deadline._fn = None
+            self._heap = []
+            self._cancelled = 0
+            thread = self._thread
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    # -- the thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            due: list[Callable[[], object]] = []
+            with cond:
+                while True:
+                    if self._stopped:
+                        return
+                    heap = self._heap
+                    while heap and heap[0][2]._state != _PENDING:
+                        heapq.heappop(heap)
+                        self._cancelled -= 1
+                    if not heap:
+                        cond.wait()
+                        continue
+                    delay = heap[0][0] - self._clock()
+                    if delay > 0:
+                        cond.wait(delay)
+                        continue
+                    break
+                now = self._clock()
+                while heap and heap[0][0] <= now:
+                    _, _, deadline = heapq.heappop(heap)
+                    if deadline._state != _PENDING:
+                        self._cancelled -= 1
+                        continue
+                    deadline._state = _FIRED
+                    fn, deadline._fn = deadline._fn, None
+                    if fn is not None:
+                        due.append(fn)
+            for fn in due:  # no lock held: a callback may schedule or cancel
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+                    logger.exception("a deadline callback raised; ignored")
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else ("running" if self._thread else "idle")
+        return f"<DeadlineTimer {state} pending={self.pending}>"

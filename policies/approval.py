@@ -1,0 +1,272 @@
+"""Ready approval services for ``rt.approvals.set(...)``.
+
+The routing is core (SPEC section 8): a ``tools/pre-execute`` listener
+returns ``Ask``, the pipeline calls the installed service with an
+:class:`~dsh_actors.ApprovalRequest`, and only ``"allowed-once"`` runs the
+call (``"rejected"``, ``"cancelled"``, ``"unavailable"`` deny it with their
+pinned reasons). This module provides services to install:
+
+:class:`RuleService`
+    Rules by tool name and by a predicate on the arguments: allow, deny or
+    ask (delegate to another service). First match wins; a default applies
+    when none matches.
+:class:`RememberingService`
+    Wraps a service and remembers the answers the user chose to make
+    permanent ("always" / "never"), keyed by agent, tool and the exact
+    arguments (canonical JSON). A remembered answer is never applied to
+    another tool, other arguments, or (by default) another agent.
+:class:`TerminalPrompt`
+    Asks a person on a terminal: shows the tool, the reason and the
+    arguments and reads ``y``/``n``/``a`` (always)/``never``. It observes
+    the request's signal (``"cancelled"``) and end of input
+    (``"unavailable"``).
+
+Each service is a plain callable ``service(request) -> str`` and also has
+``decide(request) -> Answer``, which says whether the answer should be
+remembered; the services compose::
+
+    prompt = TerminalPrompt()
+    service = RuleService(
+        [allow("read_file"), deny("rm", when=lambda a: a.get("recursive") is True)],
+        default="ask",
+        ask=RememberingService(prompt),
+    )
+    rt.use(policies.approval, service=service)      # or rt.approvals.set(service)
+
+(Rules outside the memory, as above, means a rule added later still beats
+a remembered "always".)
+
+Threads: a service runs on the thread that prepares the call (a batch's
+executor thread, so a pending prompt holds up only that batch) and may
+block; the prompt serves one request at a time and waits for its turn
+observing each request's signal.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final, Literal, cast
+
+from dsh_actors import Agent, ApprovalRequest, ToolRuntime, dumps, materialize
+
+from ._answer import ALLOWED_ONCE, CANCELLED, REJECTED, UNAVAILABLE, Answer, Service, decide
+from ._common import check_runtime
+from ._terminal import PROMPT, TerminalPrompt, printable
+
+__all__ = [
+    "ALLOWED_ONCE",
+    "CANCELLED",
+    "PROMPT",
+    "REJECTED",
+    "UNAVAILABLE",
+    "Answer",
+    "RememberingService",
+    "Rule",
+    "RuleService",
+    "TerminalPrompt",
+    "allow",
+    "apply",
+    "ask",
+    "canonical_arguments",
+    "decide",
+    "deny",
+    "printable",
+]
+
+_POLICY = "policies.approval"
+
+Action = Literal["allow", "deny", "ask"]
+_ACTIONS: Final = ("allow", "deny", "ask")
+
+
+# --------------------------------------------------------------------------
+# rules
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """``action`` for calls of ``tools`` (``None``: any tool) whose
+    arguments satisfy ``when(arguments)`` (``None``: always). ``when`` gets
+    the frozen arguments and must answer exactly ``True`` to match; if it
+    raises, the exception fails the call (it is not run)."""
+
+    action: Action
+    tools: frozenset[str] | None = None
+    when: Callable[[Any], object] | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in _ACTIONS:
+            raise ValueError(f"{_POLICY}: a rule's action is one of {_ACTIONS}, got {self.action!r}")
+        if self.tools is not None:
+            object.__setattr__(self, "tools", _names(self.tools))
+        if self.when is not None and not callable(self.when):
+            raise TypeError(f"{_POLICY}: a rule's when= must be callable (it gets the arguments)")
+
+    def matches(self, request: ApprovalRequest) -> bool:
+        if self.tools is not None and request.tool_name not in self.tools:
+            return False
+        return self.when is None or self.when(request.arguments) is True
+
+
+def _names(tools: object) -> frozenset[str]:
+    if isinstance(tools, str):
+        return frozenset((tools,))
+    if not isinstance(tools, Iterable):
+        raise TypeError(f"{_POLICY}: tools must be a name or a collection of names, got {tools!r}")
+    names = tuple(tools)
+    for name in names:
+        if type(name) is not str or not name:
+            raise TypeError(f"{_POLICY}: tool names must be non-empty strings, got {name!r}")
+    return frozenset(names)
+
+
+def _rule(action: Action, tools: tuple[str, ...], when: Callable[[Any], object] | None) -> Rule:
+    return Rule(action, _names(tools) if tools else None, when)
+
+
+def allow(*tools: str, when: Callable[[Any], object] | None = None) -> Rule:
+    """Allow calls of ``tools`` (all tools when none is named)."""
+    return _rule("allow", tools, when)
+
+
+def deny(*tools: str, when: Callable[[Any], object] | None = None) -> Rule:
+    """Deny (``"rejected"``) calls of ``tools`` (all tools when none is named)."""
+    return _rule("deny", tools, when)
+
+
+def ask(*tools: str, when: Callable[[Any], object] | None = None) -> Rule:
+    """Ask the delegate service about calls of ``tools``."""
+    return _rule("ask", tools, when)
+
+
+class RuleService(Service):
+    """First matching rule wins; ``default`` when none matches.
+
+    ``allow`` answers ``"allowed-once"``, ``deny`` ``"rejected"`` (so the
+    model reads ``the user rejected tool "<n>"``), ``ask`` delegates to the
+    ``ask`` service (its answer, remember flag included), or answers
+    ``"unavailable"`` when there is none.
+    """
+
+    def __init__(
+        self,
+        rules: Iterable[Rule],
+        *,
+        default: Action = "ask",
+        ask: Callable[[ApprovalRequest], Any] | None = None,
+    ) -> None:
+        if isinstance(rules, Rule):
+            raise TypeError(f"{_POLICY}: rules must be a collection of Rule, not a single Rule")
+        self.rules = tuple(rules)
+        for rule in self.rules:
+            if not isinstance(rule, Rule):
+                raise TypeError(f"{_POLICY}: rules must be Rule objects, got {type(rule).__qualname__}")
+        if default not in _ACTIONS:
+            raise ValueError(f"{_POLICY}: default is one of {_ACTIONS}, got {default!r}")
+        if ask is not None and not callable(ask):
+            raise TypeError(f"{_POLICY}: ask= must be an approval service (callable)")
+        self.default: Action = default
+        self.ask = ask
+
+    def action_for(self, request: ApprovalRequest) -> Action:
+        for rule in self.rules:
+            if rule.matches(request):
+                return rule.action
+        return self.default
+
+    def decide(self, request: ApprovalRequest) -> Answer:
+        action = self.action_for(request)
+        if action == "allow":
+            return Answer(ALLOWED_ONCE)
+        if action == "deny":
+            return Answer(REJECTED)
+        if self.ask is None:
+            return Answer(UNAVAILABLE)
+        return decide(self.ask, request)
+
+
+# --------------------------------------------------------------------------
+# remembered decisions
+# --------------------------------------------------------------------------
+
+
+def canonical_arguments(arguments: Any) -> bytes | None:
+    """The exact arguments as canonical JSON (sorted keys), or ``None`` when
+    they are not lossless JSON (such calls are never remembered)."""
+    try:
+        return dumps(materialize(arguments), sort_keys=True)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class RememberingService(Service):
+    """Remembers the answers ``inner`` marks ``remember=True``
+    (``"allowed-once"`` or ``"rejected"`` only) and gives them again, without
+    asking, for a later request with the same key: the tool name, the exact
+    arguments (canonical JSON) and, with ``per_agent=True`` (the default),
+    the same :class:`~dsh_actors.Agent` object. Everything else is asked.
+    Thread-safe."""
+
+    def __init__(self, inner: Callable[[ApprovalRequest], Any], *, per_agent: bool = True) -> None:
+        if not callable(inner):
+            raise TypeError(f"{_POLICY}: RememberingService wraps an approval service (a callable)")
+        if type(per_agent) is not bool:
+            raise TypeError(f"{_POLICY}: per_agent must be True or False")
+        self.inner = inner
+        self.per_agent = per_agent
+        self._lock = threading.Lock()
+        self._answers: dict[tuple[Agent | None, str, bytes], str] = {}
+
+    def _key(self, request: ApprovalRequest) -> tuple[Agent | None, str, bytes] | None:
+        canonical = canonical_arguments(request.arguments)
+        if canonical is None:
+            return None
+        return (request.agent if self.per_agent else None, request.tool_name, canonical)
+
+    def decide(self, request: ApprovalRequest) -> Answer:
+        key = self._key(request)
+        if key is not None:
+            with self._lock:
+                known = self._answers.get(key)
+            if known is not None:
+                return Answer(known)
+        answer = decide(self.inner, request)
+        if key is not None and answer.remember and answer.answer in (ALLOWED_ONCE, REJECTED):
+            with self._lock:
+                self._answers[key] = answer.answer
+        return Answer(answer.answer)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._answers)
+
+    def forget(self, tool_name: str | None = None) -> None:
+        """Forget every remembered answer (of ``tool_name`` only, if given)."""
+        with self._lock:
+            if tool_name is None:
+                self._answers.clear()
+            else:
+                self._answers = {k: v for k, v in self._answers.items() if k[1] != tool_name}
+
+
+# --------------------------------------------------------------------------
+# the plugin
+# --------------------------------------------------------------------------
+
+
+def apply(
+    rt: ToolRuntime, /, *, service: Callable[[ApprovalRequest], str] | None = None, **unknown: Any
+) -> Callable[[], None]:
+    """Install ``service`` with ``rt.approvals.set``; the disposer restores
+    the previous service."""
+    check_runtime(_POLICY, rt)
+    if unknown:
+        raise TypeError(f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes service=")
+    if service is None:
+        raise TypeError(f"{_POLICY}: service= is required (for example RuleService(...) or TerminalPrompt())")
+    if not callable(service):
+        raise TypeError(f"{_POLICY}: service must be callable: service(request) -> str")
+    return rt.approvals.set(cast(Any, service))

@@ -1,0 +1,136 @@
+"""The timeout policy: a ``tools/execute`` wrapper enforcing ``timeout_ms``.
+
+``rt.use(policies.timeout)`` (config: ``prepend=False``).
+
+For a call whose executable definition declares ``timeout_ms``, the wrapper
+swaps in a deadline signal fused with the caller's
+(``AbortSignal.any(execution.signal, deadline)``) for its delegated
+lifetime, and restores the caller's in a ``finally``. The body then gets a
+fresh signal fused from the caller's and this one (the pipeline does that),
+so:
+
+* a cooperative sync body sees the deadline on ``ctx.signal``
+  (``wait``/``aborted``/``throw_if_aborted``; the abort reason is a
+  :class:`~dsh_actors.ToolTimeoutError`); callbacks it added with
+  ``ctx.signal.add_callback`` run on the timer thread when the deadline
+  fires, so they must not block (they would delay other deadlines);
+* an ``async def`` body is cancelled by the runtime when the signal fires;
+* a body that ignores its signal is never abandoned: the call settles when
+  it returns, and is still a timeout.
+
+Outcome: if the deadline fired *first*, the result is a ``TOOL_TIMEOUT``
+failure, ``tool call timed out after <N>ms``, whatever the body then
+returned (deferred contexts are kept). If the caller aborted first the
+result is left alone and the pipeline's cancellation rule applies
+(``ABORTED``): "first" is decided by the fused signal's reason, since a
+fused signal takes the reason of the parent that fired first. A failure
+is returned, never raised, so post-execute still sees it.
+
+Calls of tools without ``timeout_ms`` (and an executor's own tools, such as
+PTC's ``run_code``, which bounds itself) are untouched: the signal is not
+replaced and the wrapper just returns ``next()``.
+
+**What the budget covers.** The clock starts when this wrapper is entered,
+i.e. at dispatch, on the call actor's thread: time spent waiting for a pool
+slot (``max_parallel_tool_calls``), in pre-execute policy or in an approval
+prompt does not count. It covers the wrappers inside this one and the body.
+Put it inside a retry policy (apply retry first) to give each attempt its
+own budget, outside it to bound all attempts together.
+
+**Threads.** The wrapper runs on the call actor thread that dispatches the
+call. All deadlines of one applied policy are served by ONE timer thread
+(``dsh-policy-timeout``) holding a heap; it starts with the first deadline
+and is stopped by the disposer and by ``rt.stop()``. Deadlines cancelled
+because calls finished in time are removed (lazily, with compaction), so
+they never accumulate. Disposing drops the deadlines still pending: a call
+still inside the wrapper then runs on without a deadline (and is not a
+timeout), exactly like a call entering it afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dsh_actors import (
+    AbortController,
+    AbortSignal,
+    ErrorCode,
+    TextBlock,
+    ToolErrorInfo,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolFailure,
+    ToolRuntime,
+    ToolTimeoutError,
+)
+
+from ._common import ToolExecutionResult, Undo, check_bool, check_runtime, executable_definition
+from ._timer import DeadlineTimer
+
+__all__ = ["TimeoutPolicy", "apply", "timeout_failure"]
+
+_POLICY = "policies.timeout"
+
+
+def timeout_failure(timeout_ms: float, result: ToolExecutionResult | None = None) -> ToolExecutionFailure:
+    """The ``TOOL_TIMEOUT`` failure, built the way the pipeline builds
+    failures, keeping ``result``'s deferred contexts."""
+    error = ToolTimeoutError(timeout_ms)
+    message = error.message
+    return ToolExecutionFailure(
+        error=ToolFailure(message, ToolErrorInfo(name=type(error).__name__, code=str(ErrorCode.TOOL_TIMEOUT))),
+        content=(TextBlock("Error: " + message),),
+        additional_contexts=() if result is None else result.additional_contexts,
+    )
+
+
+class TimeoutPolicy:
+    """The wrapper and its timer, for one runtime. Built by :func:`apply`."""
+
+    def __init__(self, rt: ToolRuntime) -> None:
+        self._rt = rt
+        self.timer = DeadlineTimer(name="dsh-policy-timeout")
+
+    def wrapper(self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+        """The ``tools/execute`` wrapper (a call actor's thread)."""
+        definition = executable_definition(self._rt, execution)
+        timeout_ms = None if definition is None else definition.timeout_ms
+        if timeout_ms is None:
+            return next_()
+        reason = ToolTimeoutError(timeout_ms)
+        controller = AbortController()
+        deadline = self.timer.schedule(timeout_ms / 1000.0, lambda: controller.abort(reason))
+        if deadline is None:  # disposed while this call was on its way in
+            return next_()
+        caller = execution.signal
+        fused = AbortSignal.any(caller, controller.signal)
+        execution.signal = fused
+        try:
+            result = next_()
+        finally:
+            execution.signal = caller
+            deadline.cancel()
+            fused.close()
+        # The fused signal keeps the reason of whichever parent fired first.
+        if fused.aborted and fused.reason is reason:
+            return timeout_failure(timeout_ms, result)
+        return result
+
+
+def apply(rt: ToolRuntime, /, *, prepend: bool = False, **unknown: Any) -> Callable[[], None]:
+    """Install the timeout wrapper on ``rt``; return its disposer.
+
+    ``prepend=True`` makes it the outermost ``tools/execute`` wrapper
+    instead of the innermost one installed so far.
+    """
+    check_runtime(_POLICY, rt)
+    if unknown:
+        raise TypeError(f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes prepend=")
+    check_bool(_POLICY, "prepend", prepend)
+    policy = TimeoutPolicy(rt)
+    undo = Undo()
+    undo.add(policy.timer.stop)
+    undo.add(rt.events.on("tools/execute", policy.wrapper, prepend=prepend))
+    rt.on_stop(policy.timer.stop)
+    return undo
