@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "aborted",
+    "checked_content",
     "failure",
     "failure_from_exception",
     "freeze_result",
@@ -106,7 +107,7 @@ def render_success(
         return failure_from_exception(ToolOutputError(name, violations), additional_contexts)
     output = definition.output
     try:
-        content = check_content(output.render(execution.arguments, frozen))
+        content = checked_content(output.render(execution.arguments, frozen))
     except BaseException as exc:  # noqa: BLE001 - a renderer may raise anything
         detail = exc.message if isinstance(exc, LosslessJsonError) else f"render raised {_describe(exc)}"
         return failure_from_exception(ToolOutputError(name, [detail]), additional_contexts)
@@ -166,21 +167,50 @@ def _freeze_error(error: Any) -> ToolFailure:
     return error
 
 
+def checked_content(blocks: object) -> tuple[ContentBlock, ...]:
+    """:func:`~dsh_actors.model.check_content` with a fast path for what
+    renders almost always return: a list or tuple of :class:`TextBlock` with
+    ASCII text (valid by construction, so only the tuple is built). Anything
+    else goes through ``check_content``, which names the first bad block."""
+    kind = type(blocks)
+    if kind is tuple or kind is list:
+        for block in blocks:  # type: ignore[attr-defined]
+            if type(block) is not TextBlock:
+                break
+            text = block.text
+            if type(text) is not str or not text.isascii():
+                break
+        else:
+            return blocks if kind is tuple else tuple(blocks)  # type: ignore[return-value,arg-type]
+    return check_content(blocks)
+
+
 def freeze_result(result: ToolExecutionResult) -> ToolExecutionResult:
     """Check and deep-freeze every field of a candidate result, or raise
-    :class:`LosslessJsonError` naming the first bad field."""
-    content: tuple[ContentBlock, ...] = check_content(result.content)
+    :class:`LosslessJsonError` naming the first bad field.
+
+    A result whose every field is frozen already is returned as it is (the
+    usual case: the pipeline built it from frozen parts), so the final freeze
+    costs a check, not a copy."""
+    content: tuple[ContentBlock, ...] = checked_content(result.content)
     meta = materialize(result.meta, "meta")
-    contexts = _freeze_contexts(result.additional_contexts)
+    given = result.additional_contexts
+    contexts = () if type(given) is tuple and not given else _freeze_contexts(given)
+    same = content is result.content and meta is result.meta and contexts is given
     if type(result) is ToolExecutionSuccess:
         value = materialize(result.value)
+        concludes = result.concludes_turn
+        if same and value is result.value and (concludes is True or concludes is False):
+            return result
         return replace(
             result,
             value=value,
             content=content,
             meta=meta,
             additional_contexts=contexts,
-            concludes_turn=result.concludes_turn is True,
+            concludes_turn=concludes is True,
         )
     error = _freeze_error(result.error)
+    if same and error is result.error and type(result) is ToolExecutionFailure:
+        return result
     return ToolExecutionFailure(error=error, content=content, meta=meta, additional_contexts=contexts)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 from dataclasses import replace
 from enum import Enum
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -59,7 +59,17 @@ from .results import aborted, failure, failure_from_exception, freeze_result, is
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
 
-__all__ = ["BadArguments", "Call", "CallPhase", "begin", "dispatch", "finalize", "prepare", "run_inline"]
+__all__ = [
+    "BadArguments",
+    "Call",
+    "CallPhase",
+    "begin",
+    "begin_call",
+    "dispatch",
+    "finalize",
+    "prepare",
+    "run_inline",
+]
 
 BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
 
@@ -96,6 +106,7 @@ class Call:
         "mode",
         "raw_arguments",
         "override",
+        "sealed",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -118,6 +129,10 @@ class Call:
         # A tool the executor itself provides (PTC's run_code): a checked
         # definition used instead of the registry's for this call.
         self.override: Any = None
+        # The body's result when render_success built it from frozen parts
+        # only (no deferred contexts): finalize skips re-freezing exactly
+        # that object. Compared by identity, so a replacement is frozen.
+        self.sealed: ToolExecutionResult | None = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
@@ -158,7 +173,41 @@ def begin(
     at once as ``UNKNOWN_TOOL`` with ``unknown_hint`` (the PTC-only rule:
     a model-direct call to a native tool), again without any phase.
     """
-    raw = inp.arguments
+    return begin_call(
+        index,
+        inp.call_id,
+        inp.name,
+        inp.arguments,
+        inp.signal,
+        inp.agent,
+        inp.tool_set,
+        root_call_id=inp.root_call_id,
+        parent=inp.parent,
+        schema=inp.schema,
+        override=override,
+        unknown_hint=unknown_hint,
+        route_to_executor=route_to_executor,
+    )
+
+
+def begin_call(
+    index: int,
+    call_id: str,
+    name: str,
+    raw: Any,
+    signal: AbortSignal,
+    agent: Any,
+    tool_set: Any,
+    *,
+    root_call_id: str | None = None,
+    parent: Any = None,
+    schema: Any = None,
+    override: Any = None,
+    unknown_hint: str | None = None,
+    route_to_executor: bool = False,
+) -> Call:
+    """:func:`begin` from the fields of a ``ToolExecutionInput`` (the batch
+    executor's hot path builds no input record per call)."""
     bad: LosslessJsonError | None = None
     arguments: Any = None
     if type(raw) is BadArguments:
@@ -169,21 +218,21 @@ def begin(
         except LosslessJsonError as exc:
             bad = exc
     execution = ToolExecution(
-        call_id=inp.call_id,
-        name=inp.name,
+        call_id=call_id,
+        name=name,
         arguments=arguments,
-        signal=inp.signal,
-        root_call_id=inp.root_call_id,
-        agent=inp.agent,
-        tool_set=inp.tool_set,
-        parent=inp.parent,
-        schema=inp.schema,
+        signal=signal,
+        root_call_id=root_call_id,
+        agent=agent,
+        tool_set=tool_set,
+        parent=parent,
+        schema=schema,
     )
     call = Call(index, execution, raw)
     call.override = override
     call.unknown_hint = unknown_hint
     if route_to_executor:
-        call.resolve(failure_from_exception(ToolNotFoundError(inp.name, unknown_hint)), run_post=False)
+        call.resolve(failure_from_exception(ToolNotFoundError(name, unknown_hint)), run_post=False)
     elif bad is not None:
         call.resolve(
             failure_from_exception(ToolArgsError([f"arguments are not lossless JSON: {bad.message}"])),
@@ -210,20 +259,21 @@ def prepare(rt: ToolRuntime, call: Call) -> None:
     if call.caller.aborted:
         call.resolve(aborted(before_dispatch=True), run_post=False)
         return
-    from ..registry import check_guards
-
     state = rt.state
     call.registration = _lookup(rt, call)
     reason: str | None
-    try:
-        decision: Any = rt.events.waterfall(
-            "tools/pre-execute", _allow, execution, agent=execution.agent
-        )
-        if type(decision) is Ask:
-            decision = _route_approval(rt, call, decision)
-    except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
-        call.resolve(failure_from_exception(exc), run_post=False)
-        return
+    events = rt.events
+    # Without a listener the waterfall is its default, Allow(): skip it.
+    if events.listeners("tools/pre-execute", execution.agent):
+        try:
+            decision: Any = events.waterfall("tools/pre-execute", _allow, execution, agent=execution.agent)
+            if type(decision) is Ask:
+                decision = _route_approval(rt, call, decision)
+        except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
+            call.resolve(failure_from_exception(exc), run_post=False)
+            return
+    else:
+        decision = _ALLOW
     match decision:
         case Allow():
             pass
@@ -244,7 +294,7 @@ def prepare(rt: ToolRuntime, call: Call) -> None:
             call.resolve(failure_from_exception(problem), run_post=False)
             return
     # Guards run only after an allow, and nothing can turn their denial back.
-    reason = check_guards(state, execution)
+    reason = _registry().check_guards(state, execution)
     if reason is not None:
         call.resolve(failure(reason), run_post=True)
         return
@@ -257,6 +307,35 @@ def prepare(rt: ToolRuntime, call: Call) -> None:
 
 def _allow() -> Allow:
     return Allow()
+
+
+_ALLOW = Allow()
+
+
+class _Registry:
+    """The registry's read functions, bound on first use: ``registry``
+    imports this module (through the executor), so a module-level import
+    here would be circular; a per-call ``from ..registry import`` costs
+    about a microsecond on the hot path."""
+
+    __slots__ = ("executable", "check_guards")
+
+    def __init__(self) -> None:
+        from ..registry import check_guards, executable
+
+        self.executable = executable
+        self.check_guards = check_guards
+
+
+_bound: _Registry | None = None
+
+
+def _registry() -> _Registry:
+    global _bound
+    bound = _bound
+    if bound is None:
+        bound = _bound = _Registry()
+    return bound
 
 
 def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
@@ -310,9 +389,13 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
     caller = call.caller
     execution._open_signal()
     try:
-        result: Any = rt.events.waterfall(
-            "tools/execute", lambda: _run_body(rt, call), execution, agent=execution.agent
-        )
+        events = rt.events
+        if events.listeners("tools/execute", execution.agent):
+            result: Any = events.waterfall(
+                "tools/execute", lambda: _run_body(rt, call), execution, agent=execution.agent
+            )
+        else:
+            result = _run_body(rt, call)  # what the waterfall's default does
         skip_post = False
         if not is_result(result):
             result = failure_from_exception(
@@ -322,7 +405,7 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
                 )
             )
             skip_post = True
-        elif type(result) is ToolExecutionSuccess and not any(r is result for r in call.body_results):
+        elif type(result) is ToolExecutionSuccess and not _produced(result, call.body_results):
             # A success the body did not produce: revalidate and re-render it.
             result = _revalidate(rt, call, result)
     except BaseException as exc:  # noqa: BLE001 - a throwing wrapper skips post-execute
@@ -335,13 +418,18 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
     call.phase = CallPhase.DISPATCHED
 
 
+def _produced(result: Any, body_results: list[ToolExecutionResult]) -> bool:
+    for produced in body_results:
+        if produced is result:
+            return True
+    return False
+
+
 def _lookup(rt: ToolRuntime, call: Call) -> Any:
     if call.override is not None:
         return call.override
-    from ..registry import executable
-
     execution = call.execution
-    return executable(rt.state, execution.name, execution.agent, execution.tool_set)
+    return _registry().executable(rt.state, execution.name, execution.agent, execution.tool_set)
 
 
 def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
@@ -376,7 +464,7 @@ def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
     ctx = ToolRunContext(execution, body_signal)
     call.body_invoked = True
     try:
-        value = _invoke(rt, definition.execute, execution.arguments, ctx, body_signal)
+        value = _invoke(rt, definition.execute, execution.arguments, ctx, body_signal, registration.is_async)
     except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
         contexts, _ = ctx._take()
         result = failure_from_exception(exc, contexts)
@@ -390,21 +478,31 @@ def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
             additional_contexts=contexts,
             concludes_turn=concludes,
         )
+        if not contexts and type(result) is ToolExecutionSuccess:
+            # Invariant: render_success materialized the value and the meta
+            # and checked the content; with no deferred contexts (which it
+            # does not check) nothing in it is left to freeze.
+            call.sealed = result
     finally:
         body_signal.close()
-    call.body_contexts = call.body_contexts + contexts
+    if contexts:
+        call.body_contexts = call.body_contexts + contexts
     call.body_results.append(result)
     return result
 
 
-def _invoke(rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, signal: AbortSignal) -> Any:
+def _invoke(
+    rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, signal: AbortSignal, is_async: bool | None = None
+) -> Any:
     """Call a tool body: a sync body here; an ``async def`` body (or a sync
     one that returns a coroutine) on the runtime's loop thread, cancelled
-    (``ABORTED``) when its signal fires. Never abandons a started body."""
-    if is_async_callable(fn):
+    (``ABORTED``) when its signal fires. Never abandons a started body.
+    ``is_async`` is what registration found (``is_async_callable(fn)``,
+    computed once); ``None`` computes it."""
+    if is_async_callable(fn) if is_async is None else is_async:
         return _await_on_loop(rt, fn(args, ctx), signal)
     value = fn(args, ctx)
-    if inspect.iscoroutine(value):
+    if isinstance(value, CoroutineType):  # inspect.iscoroutine
         return _await_on_loop(rt, value, signal)
     return value
 
@@ -515,14 +613,19 @@ def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
         # finalize_content still runs exactly once.
         call.registration = _lookup(rt, call)
     definition = None if call.registration is None else call.registration.definition
-    if call.run_post:
+    if call.run_post and (
+        (definition is not None and definition.project_content is not None)
+        or rt.events.listeners("tools/post-execute", execution.agent)
+    ):
+        # (Without either, post-execute is Accept() with nothing to apply.)
         result = _post_execute(rt, call, result, definition)
     # Caller cancellation replaces only a successful outcome.
     if call.caller.aborted and type(result) is ToolExecutionSuccess:
         result = aborted(
             before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts
         )
-    result = _freeze_or_fail(result)
+    if result is not call.sealed:
+        result = _freeze_or_fail(result)
     finalize_content = None if definition is None else definition.finalize_content
     if finalize_content is not None:
         try:

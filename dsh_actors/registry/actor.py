@@ -28,7 +28,7 @@ from loguru import logger
 
 from ..actors import ActorBase, Deferred
 from ..errors import ExecutorUnavailableError
-from ..scheduling.executor import check_batch
+from ..scheduling.executor import NativeExecutor, check_batch
 from ..messages import (
     AddGuard,
     ExecuteBatch,
@@ -173,27 +173,15 @@ class RegistryActor(ActorBase):
 
     def _execute(self, message: ExecuteBatch) -> Deferred:
         deferred = Deferred(message.reply)
-        try:
-            batch = message.batch
-            if not isinstance(batch, ToolBatchInput):
-                raise TypeError(f"ExecuteBatch.batch must be a ToolBatchInput, not {type(batch).__qualname__}")
-            check_batch(batch)
-            executor = select_executor(self._state, batch.agent)
-            if executor is None:
-                raise ExecutorUnavailableError(describe_scope(batch.agent))
-            submit = getattr(executor, "submit", None)
-            if callable(submit):
-                future = submit(batch)
-                if not isinstance(future, Future):
-                    raise TypeError(
-                        f"{type(executor).__qualname__}.submit() must return a concurrent.futures.Future, "
-                        f"not {type(future).__qualname__}"
-                    )
-            else:
-                future = self.runtime.workers().submit(executor.execute, batch)
-            future.add_done_callback(lambda done: _settle(deferred, done))
-        except BaseException as exc:  # noqa: BLE001 - goes to the requester
-            deferred.fail(exc)
+        batch: Any = message.batch  # a sender may put anything in a message
+        if not isinstance(batch, ToolBatchInput):
+            deferred.fail(
+                TypeError(f"ExecuteBatch.batch must be a ToolBatchInput, not {type(batch).__qualname__}")
+            )
+            return deferred
+        done: Future[Any] = Future()
+        done.add_done_callback(lambda settled: _settle(deferred, settled))
+        start_batch(self.runtime, batch, done)
         return deferred
 
     # -- conditional activation ----------------------------------------------
@@ -214,6 +202,65 @@ class RegistryActor(ActorBase):
         except BaseException as exc:  # noqa: BLE001 - goes to the requester
             deferred.fail(exc)
         return deferred
+
+
+def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Future[Any]) -> None:
+    """What ``ExecuteBatch`` means: check ``batch``, pick the nearest
+    executor on its agent's chain, start the batch there and settle
+    ``reply`` with its ``ToolBatchResult`` or its error. Never raises.
+
+    The one implementation behind both entry points: the registry actor's
+    handler, and ``ToolsService.submit`` on the caller's thread (selection
+    reads a published snapshot and an executor's ``submit`` must not block,
+    so neither needs the registry's thread, and a batch saves a hop).
+
+    An executor with ``submit(batch)`` is called on the calling thread; one
+    with only a blocking ``execute(batch)`` runs on the runtime's workers.
+    The native executor (``submit`` not overridden) settles ``reply`` itself.
+    """
+    try:
+        check_batch(batch)
+        executor = select_executor(runtime.state, batch.agent)
+        if executor is None:
+            raise ExecutorUnavailableError(describe_scope(batch.agent))
+        if isinstance(executor, NativeExecutor) and type(executor).submit is NativeExecutor.submit:
+            executor._submit(batch, reply, checked=True)
+            return
+        submit = getattr(executor, "submit", None)
+        if callable(submit):
+            future = submit(batch)
+            if not isinstance(future, Future):
+                raise TypeError(
+                    f"{type(executor).__qualname__}.submit() must return a concurrent.futures.Future, "
+                    f"not {type(future).__qualname__}"
+                )
+        else:
+            future = runtime.workers().submit(executor.execute, batch)
+        future.add_done_callback(lambda done: _chain(done, reply))
+    except BaseException as exc:  # noqa: BLE001 - goes to the requester
+        if reply.set_running_or_notify_cancel():
+            reply.set_exception(exc)
+
+
+def _chain(future: Future[Any], reply: Future[Any]) -> None:
+    # On whichever thread completed the executor's future.
+    try:
+        if future.cancelled():
+            outcome: Any = CancelledError("the executor cancelled the batch")
+            failed = True
+        else:
+            outcome = future.exception()
+            failed = outcome is not None
+            if not failed:
+                outcome = future.result()
+    except BaseException as exc:  # noqa: BLE001 - never lose a reply
+        logger.opt(exception=exc).error("settling a batch reply failed")
+        outcome, failed = exc, True
+    if reply.set_running_or_notify_cancel():
+        if failed:
+            reply.set_exception(outcome)
+        else:
+            reply.set_result(outcome)
 
 
 def _begin() -> Any:

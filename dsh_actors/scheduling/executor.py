@@ -29,21 +29,23 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, assert_never
 
 import orjson
 import pykka
 from loguru import logger
+from pykka._envelope import Envelope
 
 from ..actors import ActorBase
 from ..errors import ToolBatchExecutionError, safe_str
-from ..execution import ToolExecutionInput
 from ..executor import ToolModelInput
 from ..errors import LosslessJsonError
 from ..json import loads, materialize, thaw
 from ..model import (
+    Agent,
+    LogStep,
     ToolBatchInput,
     ToolBatchResult,
     ToolCall,
@@ -51,9 +53,10 @@ from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
     UserMessage,
+    _check_str,
 )
 from ..pipeline.results import aborted
-from ..pipeline.stages import BadArguments, Call, CallPhase, begin, dispatch, finalize, prepare
+from ..pipeline.stages import BadArguments, Call, CallPhase, begin_call, dispatch, finalize, prepare
 from ..signals import AbortController, AbortSignal
 from .messages import AbortBatch, CallSettled, Dispatch, RunBatch
 
@@ -105,15 +108,7 @@ def parse_arguments(raw: object) -> Any:
 def check_batch(batch: ToolBatchInput) -> None:
     """Reject a malformed batch before anything runs (a clear TypeError or
     ValueError naming the field)."""
-    from ..model import Agent, LogStep, _check_str
-    from ..toolset import ResolvedToolSet
-
-    for field, kind in (
-        ("signal", AbortSignal),
-        ("agent", Agent),
-        ("tool_set", ResolvedToolSet),
-        ("log", LogStep),
-    ):
+    for field, kind in _batch_field_kinds():
         value = getattr(batch, field)
         if value is not None and not isinstance(value, kind):
             raise TypeError(
@@ -122,13 +117,36 @@ def check_batch(batch: ToolBatchInput) -> None:
     for i, call in enumerate(batch.calls):
         if type(call) is not ToolCall:
             raise TypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
-        if type(call.id) is not str or type(call.name) is not str:
+        call_id = call.id
+        name = call.name
+        if type(call_id) is not str or type(name) is not str:
             raise TypeError(f"calls[{i}]: a ToolCall's id and name must be str")
-        try:
-            _check_str(call.id, f"calls[{i}].id")
-            _check_str(call.name, f"calls[{i}].name")
-        except LosslessJsonError as exc:
-            raise ValueError(exc.message) from None
+        # Hot path (once per call): ASCII text is valid UTF-8, so only
+        # other text pays for the check (and for its path).
+        if not (call_id.isascii() and name.isascii()):
+            try:
+                _check_str(call_id, f"calls[{i}].id")
+                _check_str(name, f"calls[{i}].name")
+            except LosslessJsonError as exc:
+                raise ValueError(exc.message) from None
+
+
+_field_kinds: tuple[tuple[str, type], ...] | None = None
+
+
+def _batch_field_kinds() -> tuple[tuple[str, type], ...]:
+    # Bound on first use: toolset imports the registry, which imports us.
+    global _field_kinds
+    if _field_kinds is None:
+        from ..toolset import ResolvedToolSet
+
+        _field_kinds = (
+            ("signal", AbortSignal),
+            ("agent", Agent),
+            ("tool_set", ResolvedToolSet),
+            ("log", LogStep),
+        )
+    return _field_kinds
 
 
 class NativeExecutor:
@@ -210,21 +228,27 @@ class NativeExecutor:
 
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
         """Start ``batch``; the future settles once every started call has."""
+        future: Future[ToolBatchResult] = Future()
+        self._submit(batch, future, checked=False)
+        return future
+
+    def _submit(self, batch: ToolBatchInput, reply: Future[Any], *, checked: bool) -> None:
+        """:meth:`submit` into a given future (``checked``: the caller ran
+        ``check_batch`` already, as the registry's ``start_batch`` does)."""
         rt = self._rt
         if rt is None:
             raise RuntimeError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
-        if not isinstance(batch, ToolBatchInput):
+        if not checked and not isinstance(batch, ToolBatchInput):
             raise TypeError(f"expected a ToolBatchInput, got {type(batch).__qualname__}")
         limit = (
             self.max_parallel_tool_calls
             if batch.max_parallel_tool_calls is None
             else check_limit(batch.max_parallel_tool_calls)
         )
-        check_batch(batch)
-        future: Future[ToolBatchResult] = Future()
+        if not checked:
+            check_batch(batch)
         executor = self._acquire_executor(rt)
-        executor.tell(RunBatch(batch=batch, reply=future, limit=limit))
-        return future
+        executor.tell(RunBatch(batch=batch, reply=reply, limit=limit))
 
     # -- pools ---------------------------------------------------------------
 
@@ -292,9 +316,7 @@ class CallActor(ActorBase):
             message.call.run_post = False
             message.call.phase = CallPhase.DISPATCHED
         try:
-            message.executor.tell(
-                CallSettled(batch_id=message.batch_id, index=message.call.index, worker=self.actor_ref)
-            )
+            _tell(message.executor, CallSettled(batch_id=message.batch_id, index=message.call.index, worker=self.actor_ref))
         except pykka.ActorDeadError:
             pass  # the runtime is stopping
 
@@ -377,20 +399,27 @@ class ExecutorActor(ActorBase):
                 self._session = agent.session
             native = self._native
             own = native._own()
+            # The default direct_call_hint always answers None: skip the call.
+            hinting = type(native).direct_call_hint is not NativeExecutor.direct_call_hint
+            tool_set = batch.tool_set
             calls: list[Call] = []
             for i, tool_call in enumerate(batch.calls):
-                override = own.get(tool_call.name)
-                hint = None if override is not None else native.direct_call_hint(tool_call.name)
-                inp = ToolExecutionInput(
-                    call_id=tool_call.id,
-                    name=tool_call.name,
-                    arguments=parse_arguments(tool_call.arguments),  # may be BadArguments
-                    signal=signal,
-                    agent=agent,
-                    tool_set=batch.tool_set,
-                )
+                name = tool_call.name
+                override = own.get(name) if own else None
+                hint = native.direct_call_hint(name) if hinting and override is None else None
                 calls.append(
-                    begin(i, inp, override=override, unknown_hint=hint, route_to_executor=hint is not None)
+                    begin_call(
+                        i,
+                        tool_call.id,
+                        name,
+                        parse_arguments(tool_call.arguments),  # may be BadArguments
+                        signal,
+                        agent,
+                        tool_set,
+                        override=override,
+                        unknown_hint=hint,
+                        route_to_executor=hint is not None,
+                    )
                 )
             self._calls = calls
             ref = self.actor_ref
@@ -486,8 +515,7 @@ class ExecutorActor(ActorBase):
     def _classify(self, call: Call) -> str:
         if call.phase is CallPhase.RESOLVED:
             return "parallel"  # it will not dispatch: no reason to hold others back
-        from ..registry import definition_mode, execution_mode
-
+        definition_mode, execution_mode = _modes()
         execution = call.execution
         if call.override is not None:
             return definition_mode(call.override.definition, execution.arguments)
@@ -508,7 +536,7 @@ class ExecutorActor(ActorBase):
             return
         call.phase = CallPhase.DISPATCHING
         self._running += 1
-        worker.tell(Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id))
+        _tell(worker, Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id))
 
     def _log_call(self, call: Call) -> bool:
         """Write the call's ``tool/call``; False if the session failed."""
@@ -535,7 +563,7 @@ class ExecutorActor(ActorBase):
 
     def _commit(self, call: Call) -> None:
         result = finalize(self._rt, call)
-        self._results.append(ToolCallResult(call_id=call.execution.call_id, result=result))
+        self._results.append(ToolCallResult(call.execution.call_id, result))
         session = self._session
         if session is None:
             self._committed = len(self._results)
@@ -586,6 +614,30 @@ class ExecutorActor(ActorBase):
             self._unsubscribe()
         self._native._register_active(self, False)
         self._reset()
+
+
+def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:
+    """``ref.tell(message)`` inlined for the two hand-offs every call makes
+    (Dispatch, CallSettled): the same liveness check and envelope, minus two
+    method calls."""
+    if ref.actor_stopped.is_set():
+        raise pykka.ActorDeadError(f"{ref} not found")
+    ref.actor_inbox.put(Envelope(message))
+
+
+_ModeFn = Callable[..., str]
+_mode_fns: tuple[_ModeFn, _ModeFn] | None = None
+
+
+def _modes() -> tuple[_ModeFn, _ModeFn]:
+    # Bound on first use (the registry imports this module): a per-call
+    # ``from ..registry import`` costs about a microsecond.
+    global _mode_fns
+    if _mode_fns is None:
+        from ..registry import definition_mode, execution_mode
+
+        _mode_fns = (definition_mode, execution_mode)
+    return _mode_fns
 
 
 def _batch_result(results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
