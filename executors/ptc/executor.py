@@ -1,0 +1,360 @@
+"""``PtcExecutor``: programmatic tool calling through ``run_code``.
+
+The model sees one tool, ``run_code(code)``; every other tool is an
+``async`` function of ``tools`` inside the program. It is a
+:class:`~dsh_actors.NativeExecutor` (batches, barriers, the log of root
+calls) with two extension points filled in: ``executor_tools()`` provides
+``run_code`` (run through the full pipeline like any tool), and
+``direct_call_hint()`` fails a model-direct call of a native tool as
+``UNKNOWN_TOOL`` with a hint that routes the model to ``run_code``, before
+any policy.
+
+A ``run_code`` call runs its program in a worker process (see
+:mod:`.workers`, :mod:`.worker`), started ahead and used once; each tool
+call of the program is a sub-dispatch through the whole pipeline (see
+:mod:`.run`). ``run_code`` calls are exclusive: two programs of one batch
+never run at once, so an exclusive sub-call never overlaps anything.
+
+Threads: the ``run_code`` body runs on a call actor's thread, and drives
+its run there; sub-calls dispatch on the executor's own pool of
+``dsh-ptc-sub`` threads (``tools/ptc-dispatch-log`` listeners run there
+too). ``bind`` (``set_executor``) starts the spare workers; ``close()``
+(also run first thing by ``rt.stop()``) kills every worker, waits for the
+runs to end and stops the pool.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final
+
+from loguru import logger
+
+from dsh_actors import (
+    CodeRunFailedError,
+    NativeExecutor,
+    ToolDefinition,
+    ToolModelInput,
+    ToolOutput,
+    ToolPromptSection,
+    ToolRunContext,
+    define_tool,
+    dumps,
+    materialize,
+    text,
+    thaw,
+)
+
+from . import signatures
+from .run import Run, cpu_seconds
+from .workers import WorkerPool, default_command
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_actors import ToolRuntime
+
+__all__ = ["PtcExecutor", "RUN_CODE_PARAMETERS"]
+
+RUN_CODE: Final = "run_code"
+
+RUN_CODE_PARAMETERS: Final = {
+    "type": "object",
+    "properties": {"code": {"type": "string"}},
+    "required": ["code"],
+}
+"""The model-facing parameters of ``run_code``."""
+
+_RUN_CODE_OUTPUT: Final = {
+    "type": "object",
+    "additional_properties": False,
+    "properties": {
+        "result": {"type": "json", "required": True},
+        "output": {"type": "string", "required": True},
+    },
+}
+
+_CLOSE_WAIT_SECONDS: Final = 30.0
+_BINDINGS_CACHED: Final = 64
+
+
+def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int) -> str:
+    seconds = timeout_ms / 1000
+    shown = int(seconds) if float(seconds).is_integer() else seconds
+    return (
+        "Call tools by writing a Python program and running it with run_code; tools cannot be "
+        "called directly. Each tool is an async function of `tools`.\n"
+        "- The code is the body of an `async def`: use top-level `await` and `return`.\n"
+        "- Call a tool with `await tools.NAME(arg=value, ...)`; positional arguments follow the "
+        "signature, and one positional dict is taken as the whole arguments object.\n"
+        "- Run independent calls concurrently with `asyncio.gather(...)` (at most "
+        f"{limit} at once; a call that is not safe to overlap runs alone, in order).\n"
+        "- A failed call raises `ToolError` (`str(err)` is the reason, `err.code` the error code); "
+        "catch it to recover, or let it fail the run.\n"
+        "- `print()` output is captured. The run's value is "
+        '{"result": <the value you return, as JSON>, "output": <the printed text>}.\n'
+        f"- Limits: {shown} s, {memory_mb} MB of memory, {max_output} bytes of output and result. "
+        "No network and no subprocesses; write files only in the current folder (a fresh "
+        "temporary folder for each run).\n"
+        "- If a run fails, its error lists the tool calls that had already run: check it before "
+        "running them again."
+    )
+
+
+def _render(args: Any, value: Any) -> list[Any]:
+    result = dumps(value["result"]).decode()
+    output = value["output"]
+    if output:
+        return [text(f"result: {result}\noutput:\n{output}")]
+    return [text(f"result: {result}")]
+
+
+def _positive_int(value: object, what: str) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def _default_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+
+
+class PtcExecutor(NativeExecutor):
+    """Programmatic tool calling (SPEC section 7).
+
+    ``timeout_ms`` bounds a run's wall-clock time (and, with a second to
+    spare, its CPU time); ``max_parallel_sub_calls`` how many of a
+    program's tool calls dispatch at once; ``memory_limit_mb`` the worker's
+    address space (also the largest file it may write); ``max_output_bytes``
+    the program's printed output plus its returned value. A run past a
+    limit, or whose batch is aborted, is killed and fails
+    ``CODE_RUN_FAILED`` (``code run failed (<kind>): ...``).
+
+    Keyword-only: ``max_parallel_tool_calls`` (the batch limit, as for
+    ``NativeExecutor``); ``worker_command``, the argv that starts a worker
+    (default ``[sys.executable, "-I", <path of worker.py>]``; ``{python}``,
+    ``{worker}`` and ``{workdir}`` in an element are replaced, so it can
+    be ``bwrap ...`` or ``docker run -i ...``; it runs in the run's working
+    folder, in its own session); ``worker_env``, the worker's whole
+    environment (default: ``PATH``, ``LANG``, ``PYTHONIOENCODING``; never
+    the parent's secrets), plus ``TMPDIR`` and ``HOME`` set to the working
+    folder unless given; ``spare_workers``, how many workers are kept
+    started ahead (at least 1).
+    """
+
+    def __init__(
+        self,
+        timeout_ms: float = 30000,
+        max_parallel_sub_calls: int = 10,
+        memory_limit_mb: int = 512,
+        max_output_bytes: int = 65536,
+        *,
+        max_parallel_tool_calls: int = 10,
+        worker_command: Sequence[str] | None = None,
+        worker_env: Mapping[str, str] | None = None,
+        spare_workers: int = 1,
+    ) -> None:
+        super().__init__(max_parallel_tool_calls)
+        if type(timeout_ms) not in (int, float) or not math.isfinite(timeout_ms) or timeout_ms <= 0:
+            raise ValueError(f"timeout_ms must be a positive finite number, got {timeout_ms!r}")
+        self.timeout_ms = timeout_ms
+        self.max_parallel_sub_calls = _positive_int(max_parallel_sub_calls, "max_parallel_sub_calls")
+        self.memory_limit_mb = _positive_int(memory_limit_mb, "memory_limit_mb")
+        self.max_output_bytes = _positive_int(max_output_bytes, "max_output_bytes")
+        self.max_message_bytes = max(8 << 20, 4 * self.max_output_bytes)
+        spares = _positive_int(spare_workers, "spare_workers")
+        command = default_command() if worker_command is None else list(worker_command)
+        if not command or not all(type(part) is str for part in command):
+            raise ValueError("worker_command must be a non-empty sequence of str")
+        env = _default_env() if worker_env is None else dict(worker_env)
+        if not all(type(k) is str and type(v) is str for k, v in env.items()):
+            raise ValueError("worker_env must map str to str")
+        self.worker_command = tuple(command)
+        self.workers = WorkerPool(command, env, spares)
+        self.sub_calls = ThreadPoolExecutor(
+            max_workers=max(32, 4 * self.max_parallel_sub_calls), thread_name_prefix="dsh-ptc-sub"
+        )
+        guide = _guide(timeout_ms, self.max_parallel_sub_calls, self.memory_limit_mb, self.max_output_bytes)
+        self._guide = guide
+        self.sections = (ToolPromptSection(title="Programmatic tool calling (run_code)", content=guide),)
+        self._run_code = define_tool(
+            name=RUN_CODE,
+            description=guide,
+            parameters={"code": {"type": "string", "required": True}},
+            output=ToolOutput(schema=_RUN_CODE_OUTPUT, render=_render),
+            execute=self._execute_run_code,
+        )
+        self._runtime: ToolRuntime | None = None
+        self._ptc_lock = threading.Lock()
+        self._runs_done = threading.Condition(self._ptc_lock)
+        self._runs: set[Run] = set()
+        self._ptc_closed = False
+        self._bindings_cache: dict[tuple[int, ...], tuple[tuple[Any, ...], Any, Any]] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<PtcExecutor timeout_ms={self.timeout_ms} max_parallel_sub_calls={self.max_parallel_sub_calls} "
+            f"memory_limit_mb={self.memory_limit_mb} max_output_bytes={self.max_output_bytes}>"
+        )
+
+    # -- the extension points of NativeExecutor ----------------------------
+
+    def executor_tools(self) -> Sequence[ToolDefinition]:
+        return (self._run_code,)
+
+    def direct_call_hint(self, name: str) -> str | None:
+        py = signatures.py_name(name, set(), prefix="tool")
+        return (
+            "Tools are called from Python here: run a program with run_code, "
+            f"e.g. run_code(code='return await tools.{py}(...)')"
+        )
+
+    # -- the executor protocol ---------------------------------------------
+
+    def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
+        """Only ``run_code``, its description listing the callable tools
+        (``tools`` minus ``run_code``) as Python signatures."""
+        found = signatures.bindings(tools)
+        description = self._guide
+        if found:
+            description += (
+                "\n\nThe tools (call them as `await tools.NAME(...)`):\n```python\n"
+                + signatures.render_signatures(found)
+                + "\n```"
+            )
+        else:
+            description += "\n\nNo tools are available to programs right now."
+        schema = {"name": RUN_CODE, "description": description, "parameters": thaw(RUN_CODE_PARAMETERS)}
+        return ToolModelInput(schemas=(schema,), known_names=(RUN_CODE,))
+
+    def prompt_sections(self, tools: Sequence[ToolDefinition]) -> tuple[ToolPromptSection, ...]:
+        """The guide and the signatures of ``tools``, as prompt sections."""
+        found = signatures.bindings(tools)
+        listing = signatures.render_signatures(found) if found else "# no tools are available"
+        return (
+            *self.sections,
+            ToolPromptSection(title="Tools callable from run_code", content=f"```python\n{listing}\n```"),
+        )
+
+    def bind(self, runtime: ToolRuntime) -> None:
+        """Attach to ``runtime`` (``set_executor`` calls it) and start the
+        spare workers; ``rt.stop()`` then runs :meth:`close` first."""
+        with self._ptc_lock:
+            if self._runtime is runtime:
+                return
+            if self._ptc_closed:
+                raise RuntimeError("this PtcExecutor is closed")
+        super().bind(runtime)
+        with self._ptc_lock:
+            self._runtime = runtime
+        runtime.on_stop(self.close)
+        self.workers.fill()
+
+    def close(self) -> None:
+        """Kill every worker (spare or running: a running program fails
+        ``CODE_RUN_FAILED`` aborted), wait for the runs to end (at most 30
+        s) and stop the sub-call threads. Idempotent."""
+        with self._ptc_lock:
+            if self._ptc_closed:
+                return
+            self._ptc_closed = True
+            runs = list(self._runs)
+        for run in runs:
+            run.request_stop("aborted", "the PTC executor is shutting down; the program was killed")
+        self.workers.close()
+        with self._runs_done:
+            if not self._runs_done.wait_for(lambda: not self._runs, timeout=_CLOSE_WAIT_SECONDS):
+                logger.error("PTC runs still running after {}s: {}", _CLOSE_WAIT_SECONDS, list(self._runs))
+        self.sub_calls.shutdown(wait=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._ptc_closed
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the worker processes alive now (spares and running)."""
+        return self.workers.pids()
+
+    def limits(self) -> dict[str, Any]:
+        """The resource limits a worker applies (the ``run`` message's)."""
+        memory = self.memory_limit_mb << 20
+        return {
+            "memory_bytes": memory,
+            "cpu_seconds": cpu_seconds(self.timeout_ms),
+            "file_bytes": memory,
+            "no_processes": True,
+        }
+
+    # -- run_code ------------------------------------------------------------
+
+    def _execute_run_code(self, args: Any, ctx: ToolRunContext) -> dict[str, Any]:
+        """The body of ``run_code`` (a call actor's thread)."""
+        rt = self._runtime
+        if rt is None or self._ptc_closed:
+            raise CodeRunFailedError("unavailable", "the PTC executor is closed or not installed")
+        if ctx.signal.aborted:
+            raise CodeRunFailedError("aborted", "the tool batch was aborted before the program started")
+        found, schemas = self._bindings(rt, ctx)
+        try:
+            worker = self.workers.acquire()
+        except RuntimeError:
+            raise CodeRunFailedError("unavailable", "the PTC executor is closed") from None
+        except OSError as exc:
+            raise CodeRunFailedError("crashed", f"the worker process could not be started: {exc}") from exc
+        try:
+            run = Run(self, rt, ctx, worker, args["code"], found, schemas)
+        except BaseException:
+            self.workers.discard(worker)
+            self._refill()
+            raise
+        with self._ptc_lock:
+            closed = self.closed  # again: close() may have run meanwhile
+            if not closed:
+                self._runs.add(run)
+        if closed:
+            run.request_stop("aborted", "the PTC executor is shutting down; the program was killed")
+        try:
+            return run.execute()
+        finally:
+            with self._runs_done:
+                self._runs.discard(run)
+                self._runs_done.notify_all()
+            self._refill()
+
+    def _refill(self) -> None:
+        """Replace the spare a run used, in the background, once the run is
+        over: a booting interpreter does not compete with the run for CPU,
+        and boots while the model thinks about the result. (Back-to-back
+        runs want ``spare_workers=2``.)"""
+        try:
+            self.sub_calls.submit(self.workers.fill)
+        except RuntimeError:  # shut down: the runtime is stopping
+            pass
+
+    def _bindings(self, rt: ToolRuntime, ctx: ToolRunContext) -> tuple[Any, dict[str, Any]]:
+        """The tools this call's program may call (as the calling scope and
+        step see them now) and their binding-time schemas, frozen."""
+        agent, tool_set = ctx.agent, ctx.tool_set
+        tools = rt.tools
+        definitions = tuple(
+            d
+            for d in tools.definitions(agent, tool_set)
+            if d.name != RUN_CODE and tools.executable(d.name, agent, tool_set) is d
+        )
+        key = tuple(id(d) for d in definitions)
+        with self._ptc_lock:
+            cached = self._bindings_cache.get(key)
+        if cached is not None and all(a is b for a, b in zip(cached[0], definitions)):
+            return cached[1], cached[2]
+        found = signatures.bindings(definitions)
+        schemas = {
+            d.name: materialize({"name": d.name, "description": d.description, "parameters": d.parameters})
+            for d in definitions
+        }
+        with self._ptc_lock:
+            if len(self._bindings_cache) >= _BINDINGS_CACHED:
+                self._bindings_cache.clear()
+            self._bindings_cache[key] = (definitions, found, schemas)
+        return found, schemas

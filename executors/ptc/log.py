@@ -1,0 +1,144 @@
+"""The durable log of sub-calls: the waterfall record and the two events.
+
+The event dicts have exactly the shapes of the core's session builders
+(``dsh_actors.session``, SPEC section 10), which are not exported:
+
+``tool/ptc-dispatch-start``
+    ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
+    "arguments"}``: pairing ids, name and arguments, when a sub-call
+    actually starts (after the run's scheduler let it, before any policy).
+    Never the schema or the description.
+``tool/ptc-dispatch``
+    ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
+    "is_error", "content", "error", "meta"}``: the settled sub-call's
+    durable copy; ``content`` is what the ``tools/ptc-dispatch-log``
+    waterfall returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dsh_actors import (
+    Agent,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolFailure,
+    thaw,
+)
+
+__all__ = ["PTC_DISPATCH", "PTC_DISPATCH_START", "PtcDispatchLog", "dispatch_event", "dispatch_start_event"]
+
+PTC_DISPATCH_START: Final = "tool/ptc-dispatch-start"
+PTC_DISPATCH: Final = "tool/ptc-dispatch"
+
+
+@dataclass(frozen=True, slots=True)
+class PtcDispatchLog:
+    """One settled ``run_code`` sub-call about to be logged, as the
+    ``tools/ptc-dispatch-log`` waterfall sees it: ``fn(dispatch, next) ->
+    content``. Listeners run on the PTC executor's sub-call thread, after
+    the sub-call settled and before the program gets its value; they may
+    block only briefly (the program waits).
+
+    Only the ``tool/ptc-dispatch`` event's copy of the content changes: the
+    program gets the complete value, and the model sees neither.
+    """
+
+    exec: ToolExecution
+    """The outer ``run_code`` execution (session owner, outer call id)."""
+
+    agent: Agent | None
+    """The calling agent (the scope routing key), when the outer call has one."""
+
+    sub_call_id: str
+    """``<outer call id>:ptc:<n>``."""
+
+    name: str
+    """The dispatched tool's name."""
+
+    is_error: bool
+    """Whether the sub-call settled as a failure."""
+
+    content: tuple[TextBlock | ImageBlock | ReasoningBlock, ...]
+    """The sub-call's complete model-facing content (the default payload)."""
+
+
+def _str(value: object) -> str:
+    return str(value)  # a str enum (ErrorCode) gives its value; an exact str stays itself
+
+
+def content_json(blocks: Iterable[Any]) -> list[dict[str, Any]]:
+    """The logged form of content blocks (the core's ``content_to_json``)."""
+    out: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = type(block)
+        if kind is TextBlock:
+            out.append({"type": "text", "text": block.text})
+        elif kind is ImageBlock:
+            out.append({"type": "image", "data": block.data, "mime_type": block.mime_type})
+        elif kind is ReasoningBlock:
+            item: dict[str, Any] = {"type": "reasoning", "text": block.text}
+            if block.signature is not None:
+                item["signature"] = block.signature
+            out.append(item)
+        else:
+            raise TypeError(f"{kind.__qualname__} is not a content block")
+    return out
+
+
+def error_json(error: ToolFailure | None) -> dict[str, Any] | None:
+    """The logged form of a failure (the core's ``error_to_json``)."""
+    if error is None:
+        return None
+    info = error.info
+    return {
+        "message": _str(error.message),
+        "info": None
+        if info is None
+        else {
+            "name": _str(info.name),
+            "code": _str(info.code),
+            "reason": None if info.reason is None else _str(info.reason),
+        },
+    }
+
+
+def dispatch_start_event(
+    root_call_id: str, parent_call_id: str, sub_call_id: str, name: str, arguments: Any
+) -> dict[str, Any]:
+    return {
+        "type": PTC_DISPATCH_START,
+        "root_call_id": root_call_id,
+        "parent_call_id": parent_call_id,
+        "sub_call_id": sub_call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def dispatch_event(
+    root_call_id: str,
+    parent_call_id: str,
+    sub_call_id: str,
+    name: str,
+    result: ToolExecutionSuccess | ToolExecutionFailure,
+    content: Iterable[Any],
+) -> dict[str, Any]:
+    return {
+        "type": PTC_DISPATCH,
+        "root_call_id": root_call_id,
+        "parent_call_id": parent_call_id,
+        "sub_call_id": sub_call_id,
+        "name": name,
+        "is_error": bool(result.is_error),
+        "content": content_json(content),
+        "error": error_json(result.error),
+        "meta": None if result.meta is None else thaw(result.meta),
+    }

@@ -1,0 +1,226 @@
+"""The wire protocol between the PTC executor and its worker process.
+
+Both sides import this module, so it uses only the standard library (and
+orjson when it is installed): the worker must run in a bare Python, e.g.
+inside a container that has none of this project's dependencies.
+
+**Framing.** One JSON object per line, UTF-8, ``\\n``-terminated, in each
+direction: the parent writes to the worker's stdin, the worker writes to
+its (original) stdout. Every message has a ``"t"`` key naming its kind. A
+line longer than the receiver's limit is a protocol violation.
+
+**Messages, worker → parent**
+
+``{"t": "ready", "v": VERSION, "pid": int}``
+    The interpreter is up and the worker waits for its one run. Written
+    once, right after start-up (so a spare worker's ``ready`` sits in the
+    pipe until a run picks the worker).
+``{"t": "out", "data": str}``
+    Captured ``print``/``sys.stdout``/``sys.stderr`` text, in order (long
+    writes are split into chunks of at most :data:`OUT_CHUNK` characters).
+``{"t": "call", "id": n, "name": str, "args": {...}}``
+    The program calls tool ``name`` with ``args``. ``n`` counts from 1 in
+    the order the program made its calls.
+``{"t": "done", "ok": true, "result": <JSON>}``
+    The program returned ``result``.
+``{"t": "done", "ok": false, "kind": str, "message": str, "traceback": str}``
+    The program failed: ``kind`` is ``error`` (an uncaught exception),
+    ``syntax`` (it does not compile), ``memory`` (``MemoryError``) or
+    ``result`` (the returned value is not JSON); ``message`` is one line,
+    ``traceback`` the last lines of the traceback (may be empty).
+
+**Messages, parent → worker**
+
+``{"t": "run", "v": VERSION, "code": str, "tools": [...], "limits": {...}}``
+    Run ``code``. ``tools`` lists the bindings (see
+    :func:`executors.ptc.signatures.bindings`): ``{"py", "name", "params",
+    "omit_none"}`` each. ``limits``: ``memory_bytes``, ``cpu_seconds``,
+    ``file_bytes`` (each an int or null) and ``no_processes`` (a bool).
+``{"t": "result", "id": n, "ok": true, "value": <JSON>}``
+``{"t": "result", "id": n, "ok": false, "name": str, "error": str, "code": str | null, "sub_call_id": str}``
+    The outcome of call ``n``: its value, or the tool's name, the failure
+    message and code, and the sub-call's id.
+
+A worker runs one program and then exits; the parent kills its whole
+process group in any case, and never reuses a worker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+_orjson: Any
+try:  # orjson is faster; the worker falls back to json in a bare Python
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the interpreter
+    _orjson = None
+
+__all__ = [
+    "CALL",
+    "DONE",
+    "EXIT_MEMORY",
+    "FAILURE_KINDS",
+    "FrameTooLong",
+    "LineFramer",
+    "MAX_DEPTH",
+    "OUT",
+    "OUT_CHUNK",
+    "READY",
+    "RESULT",
+    "RUN",
+    "VERSION",
+    "decode",
+    "encode",
+    "json_problem",
+]
+
+VERSION = 1
+
+READY = "ready"
+OUT = "out"
+CALL = "call"
+DONE = "done"
+RUN = "run"
+RESULT = "result"
+
+#: The ``kind`` values a worker may report in a failed ``done``.
+FAILURE_KINDS = frozenset({"error", "syntax", "memory", "result"})
+
+#: Exit status of a worker that ran out of memory and could not say so.
+EXIT_MEMORY = 86
+
+#: Characters of captured output per ``out`` message.
+OUT_CHUNK = 16384
+
+#: Deepest nesting the worker sends (the envelope adds one level; the core
+#: accepts 256, orjson writes 254).
+MAX_DEPTH = 250
+
+_MIN_INT = -(2**63)
+_MAX_INT = 2**64 - 1
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as a ``\\n``-terminated line (the worker's side: values
+    were checked with :func:`json_problem` first)."""
+    if _orjson is not None:
+        try:
+            data: bytes = _orjson.dumps(message)
+            return data + b"\n"
+        except (TypeError, _orjson.JSONEncodeError):  # pragma: no cover - checked values
+            pass
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def decode(line: bytes) -> Any:
+    """Parse one line (the worker's side; the parent parses with the
+    core's lossless ``loads``)."""
+    if _orjson is not None:
+        return _orjson.loads(line)
+    return json.loads(line)  # pragma: no cover - depends on the interpreter
+
+
+class FrameTooLong(ValueError):
+    """A line passed the receiver's limit."""
+
+
+class LineFramer:
+    """Splits a byte stream into lines of at most ``max_line`` bytes.
+
+    ``feed(chunk)`` returns the complete lines (without the ``\\n``) that
+    ``chunk`` finished, in order; a line that grows past ``max_line``
+    raises :class:`FrameTooLong` (the stream is then unusable).
+    """
+
+    __slots__ = ("_buffer", "_max")
+
+    def __init__(self, max_line: int) -> None:
+        self._buffer = bytearray()
+        self._max = max_line
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buffer = self._buffer
+        start = len(buffer)
+        buffer += chunk
+        lines: list[bytes] = []
+        begin = 0
+        search = start
+        while True:
+            end = buffer.find(b"\n", search)
+            if end < 0:
+                break
+            if end - begin > self._max:
+                raise FrameTooLong(f"a message of more than {self._max} bytes")
+            lines.append(bytes(buffer[begin:end]))
+            begin = search = end + 1
+        if begin:
+            del buffer[:begin]
+        if len(buffer) > self._max:
+            raise FrameTooLong(f"a message of more than {self._max} bytes")
+        return lines
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an unfinished line."""
+        return len(self._buffer)
+
+
+def _key_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+
+
+def json_problem(value: object, path: str = "value") -> str | None:
+    """Why ``value`` is not lossless JSON (the core's rules, SPEC section
+    2), or None: exact ``dict`` (``str`` keys), ``list``/``tuple``, ``str``
+    (no lone surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
+    other than ``-0.0``, ``bool``, ``None``; no cycles, at most
+    :data:`MAX_DEPTH` levels. Iterative, so a deep value cannot exhaust the
+    stack."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    open_ids: set[int] = set()
+    exits: list[tuple[int, int]] = []  # (stack length, id) to release on the way back
+    while stack:
+        while exits and exits[-1][0] > len(stack):
+            open_ids.discard(exits.pop()[1])
+        item, where, depth = stack.pop()
+        kind = type(item)
+        if item is None or kind is bool:
+            continue
+        if kind is str:
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{where}: a str with a lone surrogate is not JSON"
+            continue
+        if kind is int:
+            if not _MIN_INT <= item <= _MAX_INT:
+                return f"{where}: the int {item} is outside [-2**63, 2**64-1]"
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return f"{where}: the float {item!r} is not JSON"
+            if item == 0.0 and math.copysign(1.0, item) < 0:
+                return f"{where}: -0.0 is not lossless JSON"
+            continue
+        if kind is dict or kind is list or kind is tuple:
+            if depth >= MAX_DEPTH:
+                return f"{where}: nesting deeper than {MAX_DEPTH} levels"
+            ident = id(item)
+            if ident in open_ids:
+                return f"{where}: a value that contains itself is not JSON"
+            open_ids.add(ident)
+            exits.append((len(stack) + 1, ident))
+            if kind is dict:
+                for key, child in reversed(list(item.items())):
+                    if type(key) is not str:
+                        return f"{where}: a dict key must be a str, not {type(key).__name__} {key!r}"
+                    stack.append((child, _key_path(where, key), depth + 1))
+            else:
+                children = list(item)
+                for index in range(len(children) - 1, -1, -1):
+                    stack.append((children[index], f"{where}[{index}]", depth + 1))
+            continue
+        return f"{where}: a {kind.__name__} is not JSON (use dict, list, str, int, float, bool or None)"
+    return None

@@ -1,0 +1,611 @@
+"""One ``run_code`` run: the worker's messages, the sub-call schedule, the
+durable log, and how the run ends.
+
+A :class:`Run` lives on the thread that runs the ``run_code`` body (a call
+actor's). It is one small state machine driven by :meth:`Run._loop`: a
+``select`` over the worker's stdout, its stdin (while output is queued) and
+a wake-up pipe that the sub-call threads and the abort callback write to.
+After every event, :meth:`Run._advance` starts what may start.
+
+Sub-calls are scheduled like a batch. Each one is PENDING (queued, in the
+order the program made them), RUNNING (its start was logged and it is
+dispatching on the executor's sub-call pool), SETTLED, or SKIPPED (never
+started: the run ended first). Invariants:
+
+* ``running`` is the number of RUNNING sub-calls; it never exceeds
+  ``limit``.
+* ``barrier`` is the RUNNING exclusive sub-call, or None. An exclusive
+  sub-call starts only when ``running == 0``, and while ``barrier`` is set
+  nothing starts; its dispatch (hence the barrier) lasts through its
+  post-execute, because ``dispatch()`` runs the whole trip.
+* Sub-calls start in the order they were made (a waiting exclusive call
+  holds back the calls after it).
+* Once the run has ended (``ended``), nothing starts: every PENDING
+  sub-call becomes SKIPPED, and the run's signal has fired so RUNNING ones
+  are asked to stop. :meth:`Run.execute` returns only when ``running == 0``:
+  a started sub-call is never abandoned.
+* The worker is killed (its whole process group) as soon as the run ends,
+  whatever the reason, and reaped before :meth:`Run.execute` returns.
+
+Results go back to the program straight from the sub-call thread that
+settled them (one thread hop less per call), under ``_send_lock``: a
+completion is queued *before* its result is sent, so the run's thread
+settles a sub-call before it can see the next call the program makes on
+hearing of it; once the run's signal has fired, results are left to the
+run's thread, which drops them once the run has ended (nothing an abort
+caused reaches the program).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import selectors
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Final
+
+from loguru import logger
+
+from dsh_actors import AbortController, AbortSignal, CodeRunFailedError, DshError, ToolRunContext, dumps, loads, thaw
+
+from . import protocol
+from .subcalls import (
+    Result,
+    SubCall,
+    SubState,
+    classify,
+    dispatch,
+    failure,
+    forward,
+    log_settle,
+    log_start,
+    safe_str,
+)
+from .workers import Worker, exit_description
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_actors import ToolRuntime
+
+    from .executor import PtcExecutor
+    from .signatures import Binding
+
+__all__ = ["Ending", "Run", "cpu_seconds"]
+
+#: Most tool calls one program may make.
+MAX_SUB_CALLS: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a run ended: ``kind`` None for a success (``value`` set)."""
+
+    kind: str | None
+    headline: str = ""
+    traceback: str = ""
+    value: Any = None
+
+
+class _Phase(str, Enum):
+    STARTING = "starting"  # waiting for the worker's ready
+    RUNNING = "running"  # the program runs
+    ENDED = "ended"  # the worker is dead; sub-calls may still drain
+
+
+class Run:
+    """Runs one program on ``worker`` for the ``run_code`` call ``ctx``
+    (see the module docstring)."""
+
+    def __init__(
+        self,
+        executor: PtcExecutor,
+        rt: ToolRuntime,
+        ctx: ToolRunContext,
+        worker: Worker,
+        code: str,
+        bindings: Sequence[Binding],
+        schemas: Mapping[str, Any],
+    ) -> None:
+        self._executor = executor
+        self._rt = rt
+        self._ctx = ctx
+        self._worker = worker
+        self._code = code
+        self._bindings = bindings
+        self._schemas = schemas
+        self._limit = executor.max_parallel_sub_calls
+        self._max_output = executor.max_output_bytes
+        agent = ctx.agent
+        self._session = None if agent is None else agent.session
+        self._controller = AbortController()
+        self._signal = AbortSignal.any(ctx.signal, self._controller.signal)
+        self._framer = protocol.LineFramer(executor.max_message_bytes)
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._wake_lock = threading.Lock()
+        self._wake_closed = False
+        # (sub-call, its result, whether its sub-call thread sent it already)
+        self._completions: queue.SimpleQueue[tuple[SubCall, Result, bool]] = queue.SimpleQueue()
+        self._stop_lock = threading.Lock()
+        self._stop: Ending | None = None
+        # State of the schedule (the run's thread only).
+        self._phase = _Phase.STARTING
+        self._calls: list[SubCall] = []
+        self._pending: deque[SubCall] = deque()
+        self._running = 0
+        self._barrier: SubCall | None = None
+        self._output: list[str] = []
+        self._output_bytes = 0
+        self._writing = False  # stdin registered for EVENT_WRITE
+        self._thread = 0  # the run's thread
+        # What goes to the worker: the run's thread and the sub-call threads
+        # (which send results themselves) write under this lock. Invariant:
+        # nothing is written once ``accepting`` is False (the run ended, the
+        # worker's pipes may be closed).
+        self._send_lock = threading.Lock()
+        self._accepting = False
+        self._outbox = bytearray()
+        self._ending: Ending | None = None
+        self._deadline = time.monotonic() + executor.timeout_ms / 1000
+
+    def __repr__(self) -> str:
+        return f"<Run {self._ctx.call_id} {self._phase.value} running={self._running}>"
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended (the worker is dead)."""
+        return self._phase is _Phase.ENDED
+
+    # -- the outside world ----------------------------------------------------
+
+    def request_stop(self, kind: str, headline: str) -> None:
+        """Ask the run to end (any thread): the first request wins."""
+        with self._stop_lock:
+            if self._stop is None:
+                self._stop = Ending(kind=kind, headline=headline)
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            if self._wake_closed:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # the pipe is full: the run is awake anyway
+
+    # -- the run ------------------------------------------------------------
+
+    def execute(self) -> dict[str, Any]:
+        """Run the program; its value, or raise ``CodeRunFailedError``.
+        Returns only once the worker is reaped and every started sub-call
+        has settled."""
+        self._thread = threading.get_ident()
+        unsubscribe = self._ctx.signal.add_callback(
+            lambda _signal: self.request_stop("aborted", "the tool batch was aborted; the program was killed")
+        )
+        try:
+            self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            self._selector.register(self._worker.stdout_fd, selectors.EVENT_READ, "out")
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - a bug: end the run cleanly all the same
+            logger.opt(exception=exc).error("the PTC run of {} failed internally", self._ctx.call_id)
+            self._end(Ending(kind="internal", headline=f"the PTC run failed internally: {safe_str(exc)}"))
+        finally:
+            unsubscribe()
+            self._end(Ending(kind="internal", headline="the PTC run failed internally"))  # no-op once ended
+            while self._running > 0:  # a started sub-call is never abandoned
+                sub, result, _ = self._completions.get()
+                sub.state, sub.result = SubState.SETTLED, result
+                self._running -= 1
+                forward(self._ctx, sub, result)
+            self._signal.close()
+            with self._wake_lock:
+                self._wake_closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+            self._selector.close()
+            self._executor.workers.discard(self._worker)
+        ending = self._ending
+        assert ending is not None
+        if ending.kind is None:
+            return {"result": ending.value, "output": "".join(self._output)}
+        raise CodeRunFailedError(ending.kind, self._detail(ending))
+
+    def _requested_stop(self) -> Ending | None:
+        """A stop asked for from outside (an abort, the executor closing)."""
+        stop = self._stop
+        if stop is None and self._ctx.signal.aborted:
+            stop = Ending(kind="aborted", headline="the tool batch was aborted; the program was killed")
+        return stop
+
+    def _check_stop(self) -> None:
+        if self._phase is _Phase.ENDED:
+            return
+        stop = self._requested_stop()
+        if stop is not None:
+            self._end(stop)
+        elif time.monotonic() >= self._deadline:
+            ms = self._executor.timeout_ms
+            shown = int(ms) if float(ms).is_integer() else ms
+            self._end(Ending(kind="timeout", headline=f"the program did not finish within {shown} ms and was killed"))
+
+    def _loop(self) -> None:
+        while True:
+            if self._phase is _Phase.ENDED and self._running == 0:
+                return
+            timeout = None if self._phase is _Phase.ENDED else max(0.0, self._deadline - time.monotonic())
+            events = self._selector.select(timeout)
+            # A stop or the deadline before the worker's news: what the
+            # program did after it does not count.
+            self._check_stop()
+            for key, _mask in events:
+                if self._phase is _Phase.ENDED and key.data != "wake":
+                    continue
+                if key.data == "wake":
+                    self._drain_wake()
+                elif key.data == "out":
+                    self._read_worker()
+                elif key.data == "in":
+                    self._flush_outbox()
+            self._check_stop()
+            self._drain_completions()
+            self._advance()
+            self._sync_writer()
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    # -- the worker's side ------------------------------------------------------
+
+    def _read_worker(self) -> None:
+        fd = self._worker.stdout_fd
+        while self._phase is not _Phase.ENDED:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._worker_gone()
+                return
+            try:
+                lines = self._framer.feed(chunk)
+            except protocol.FrameTooLong as exc:
+                self._end(Ending(kind="protocol", headline=f"the worker sent {exc}"))
+                return
+            for line in lines:
+                self._handle(line)
+                if self.ended:
+                    return
+
+    def _protocol_error(self, problem: str) -> None:
+        self._end(Ending(kind="protocol", headline=f"the worker broke the protocol: {problem}"))
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            message = loads(line)
+        except DshError as exc:
+            self._protocol_error(f"a line that is not JSON ({exc})")
+            return
+        kind = message.get("t") if isinstance(message, Mapping) else None
+        if self._phase is _Phase.STARTING:
+            if kind != protocol.READY:
+                self._protocol_error(f"expected {protocol.READY!r}, got {safe_str(kind)!r}")
+                return
+            if message.get("v") != protocol.VERSION:
+                self._protocol_error(
+                    f"the worker speaks version {message.get('v')!r}, not {protocol.VERSION}"
+                )
+                return
+            self._phase = _Phase.RUNNING
+            with self._send_lock:
+                self._accepting = True
+            self._send(
+                {
+                    "t": protocol.RUN,
+                    "v": protocol.VERSION,
+                    "code": self._code,
+                    "tools": [b.wire() for b in self._bindings],
+                    "limits": self._executor.limits(),
+                }
+            )
+            return
+        if kind == protocol.OUT:
+            data = message.get("data")
+            if type(data) is not str:
+                self._protocol_error("an out message without text")
+                return
+            self._capture(data)
+        elif kind == protocol.CALL:
+            self._on_call(message)
+        elif kind == protocol.DONE:
+            self._on_done(message)
+        else:
+            self._protocol_error(f"an unexpected message {safe_str(kind)!r}")
+
+    def _capture(self, data: str) -> None:
+        encoded = data.encode("utf-8")
+        room = self._max_output - self._output_bytes
+        if len(encoded) > room:
+            self._output.append(encoded[: max(room, 0)].decode("utf-8", "ignore"))
+            self._output_bytes = self._max_output
+            self._end(
+                Ending(
+                    kind="output",
+                    headline=f"the program printed more than {self._max_output} bytes and was killed",
+                )
+            )
+            return
+        self._output.append(data)
+        self._output_bytes += len(encoded)
+
+    def _on_call(self, message: Mapping[str, Any]) -> None:
+        n = len(self._calls) + 1
+        if message.get("id") != n:
+            self._protocol_error(f"call id {safe_str(message.get('id'))!r}, expected {n}")
+            return
+        name = message.get("name")
+        arguments = message.get("args")
+        if type(name) is not str or not isinstance(arguments, Mapping):
+            self._protocol_error("a call without a tool name or an arguments object")
+            return
+        if n > MAX_SUB_CALLS:
+            self._end(Ending(kind="limit", headline=f"the program made more than {MAX_SUB_CALLS} tool calls"))
+            return
+        call_id = f"{self._ctx.call_id}:ptc:{n}"
+        schema = self._schemas.get(name)
+        sub = SubCall(n, call_id, name, arguments, schema)
+        self._calls.append(sub)
+        if schema is None:  # only a worker that ignores its bindings gets here
+            sub.state = SubState.SKIPPED
+            self._reply(sub, failure(f'unknown tool "{name}"', name="ToolNotFoundError", code="UNKNOWN_TOOL"))
+            return
+        self._pending.append(sub)
+
+    def _on_done(self, message: Mapping[str, Any]) -> None:
+        if message.get("ok") is True:
+            if "result" not in message:
+                self._protocol_error("a done message without a result")
+                return
+            result = message.get("result")
+            size = len(dumps(result))
+            if self._output_bytes + size > self._max_output:
+                self._end(
+                    Ending(
+                        kind="output",
+                        headline=(
+                            f"the program's output and returned value ({self._output_bytes + size} bytes) "
+                            f"are more than {self._max_output} bytes"
+                        ),
+                    )
+                )
+                return
+            self._end(Ending(kind=None, value=thaw(result)))
+            return
+        kind = message.get("kind")
+        headline = message.get("message")
+        tb = message.get("traceback", "")
+        if kind not in protocol.FAILURE_KINDS or type(headline) is not str or type(tb) is not str:
+            self._protocol_error("a malformed done message")
+            return
+        self._end(Ending(kind=kind, headline=headline, traceback=tb))
+
+    def _worker_gone(self) -> None:
+        """The worker closed its stdout without a ``done``."""
+        stop = self._requested_stop()
+        if stop is not None:  # killed by close(), or an abort raced with it
+            self._end(stop)
+            return
+        worker = self._worker
+        status = worker.kill()
+        tail = worker.stderr_tail()
+        shown = "" if status is None else f" ({exit_description(status)})"
+        if status == -signal.SIGXCPU:
+            kind, headline = "cpu", "the program used up its CPU time limit and was killed"
+        elif status == protocol.EXIT_MEMORY:
+            kind, headline = "memory", f"the program ran out of memory (limit {self._executor.memory_limit_mb} MB)"
+        elif self._phase is _Phase.STARTING:
+            kind, headline = "crashed", f"the worker process exited before it was ready{shown}"
+        else:
+            kind, headline = "crashed", f"the worker process exited without finishing the run{shown}"
+        self._end(Ending(kind=kind, headline=headline, traceback=f"Worker stderr:\n{tail}" if tail else ""))
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        """Queue ``message`` for the worker and write what the pipe takes
+        (any thread; the run's thread then waits for the pipe to take the
+        rest). Dropped once the run has ended."""
+        line = dumps(message) + b"\n"  # raises before anything is queued
+        with self._send_lock:
+            if not self._accepting:
+                return
+            self._outbox += line
+            self._write_locked()
+            left = bool(self._outbox)
+        if left and threading.get_ident() != self._thread:
+            self._wake()  # the run's thread registers for EVENT_WRITE
+
+    def _write_locked(self) -> None:
+        fd = self._worker.stdin_fd
+        while self._outbox:
+            try:
+                written = os.write(fd, self._outbox)
+            except BlockingIOError:
+                return
+            except OSError:  # the worker is gone; its stdout's EOF says how
+                self._outbox.clear()
+                return
+            del self._outbox[:written]
+
+    def _flush_outbox(self) -> None:
+        """EVENT_WRITE on the worker's stdin (the run's thread)."""
+        with self._send_lock:
+            if self._accepting:
+                self._write_locked()
+
+    def _sync_writer(self) -> None:
+        """Watch the worker's stdin exactly while output waits (the run's thread)."""
+        with self._send_lock:
+            want = self._accepting and bool(self._outbox)
+        if want != self._writing:
+            fd = self._worker.stdin_fd
+            if want:
+                self._selector.register(fd, selectors.EVENT_WRITE, "in")
+            else:
+                self._selector.unregister(fd)
+            self._writing = want
+
+    def _reply(self, sub: SubCall, result: Result) -> None:
+        """Send ``sub``'s outcome to the program (any thread)."""
+        if result.is_error:
+            error = result.error
+            assert error is not None
+            code = None if error.info is None else str(error.info.code)
+            self._send(
+                {
+                    "t": protocol.RESULT,
+                    "id": sub.n,
+                    "ok": False,
+                    "name": sub.name,
+                    "error": error.message,
+                    "code": code,
+                    "sub_call_id": sub.call_id,
+                }
+            )
+        else:
+            try:
+                self._send({"t": protocol.RESULT, "id": sub.n, "ok": True, "value": result.value})
+            except DshError as exc:  # e.g. a value nested as deep as the core allows, plus the envelope
+                self._reply(sub, failure(f"the value of tool {sub.name!r} cannot be sent to the program: {exc}"))
+
+    # -- ending ------------------------------------------------------------
+
+    def _end(self, ending: Ending) -> None:
+        """End the run: kill the worker's group, stop the sub-calls."""
+        if self._phase is _Phase.ENDED:
+            return
+        self._phase = _Phase.ENDED
+        self._ending = ending
+        with self._send_lock:  # after this, no thread writes to the worker
+            self._accepting = False
+            self._outbox.clear()
+        for fd in (self._worker.stdout_fd, self._worker.stdin_fd):
+            try:
+                self._selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+        self._writing = False
+        self._worker.kill()
+        self._controller.abort(f"the run ended ({ending.kind or 'returned'})")
+        while self._pending:
+            self._pending.popleft().state = SubState.SKIPPED
+
+    def _detail(self, ending: Ending) -> str:
+        parts = [ending.headline]
+        if ending.traceback:
+            parts.append(ending.traceback)
+        made = [sub for sub in self._calls if sub.state is not SubState.PENDING]
+        if made:
+            lines = [f"Tool calls the program made ({len(made)}):"]
+            lines.extend(sub.summary() for sub in made)
+            parts.append("\n".join(lines))
+        else:
+            parts.append("The program made no tool calls.")
+        output = "".join(self._output)
+        if output:
+            parts.append(f"Output before the run ended:\n{output}")
+        return "\n\n".join(parts)
+
+    # -- the schedule --------------------------------------------------------
+
+    def _advance(self) -> None:
+        if self._phase is not _Phase.RUNNING:
+            return
+        while self._pending:
+            sub = self._pending[0]
+            if sub.mode is None:
+                sub.mode = classify(self._rt, self._ctx, sub)  # lazily, as it is about to start
+            if sub.mode == "exclusive":
+                if self._running > 0:
+                    break  # an exclusive sub-call waits for every running one
+            elif self._barrier is not None or self._running >= self._limit:
+                break
+            self._pending.popleft()
+            if not self._start(sub):
+                return
+            if sub.mode == "exclusive":
+                self._barrier = sub
+
+    def _start(self, sub: SubCall) -> bool:
+        """Log the start and hand the sub-call to the pool; False when the
+        start could not be logged (the run then ends)."""
+        session = self._session
+        if session is not None:
+            try:
+                log_start(session, self._ctx, sub)
+            except BaseException as exc:  # noqa: BLE001
+                sub.state = SubState.SKIPPED
+                self._end(Ending(kind="internal", headline=f"the session log could not be written: {safe_str(exc)}"))
+                return False
+        sub.state = SubState.RUNNING
+        self._running += 1
+        try:
+            self._executor.sub_calls.submit(self._dispatch, sub)
+        except RuntimeError:  # the pool is shut down: the runtime is stopping
+            self._completions.put((sub, failure("the runtime is stopping"), False))
+        return True
+
+    def _dispatch(self, sub: SubCall) -> None:
+        """A sub-call's whole trip, then its settle event (the executor's
+        sub-call thread)."""
+        result = dispatch(self._rt, self._ctx, sub, self._signal)
+        session = self._session
+        if session is not None:
+            try:
+                log_settle(self._rt, session, self._ctx, sub, result)
+            except BaseException as exc:  # noqa: BLE001 - the program must not go on unlogged
+                self._completions.put((sub, result, True))
+                self.request_stop("internal", f"the session log could not be written: {safe_str(exc)}")
+                return
+        # Straight to the worker (one thread hop less), unless the run is
+        # being stopped: then the run's thread decides, and a result caused
+        # by the abort never reaches the program. Queued first, so the run's
+        # thread settles this sub-call before it handles the next call the
+        # program makes on hearing of it.
+        direct = not self._signal.aborted
+        self._completions.put((sub, result, direct))
+        if direct:
+            self._reply(sub, result)
+        self._wake()
+
+    def _drain_completions(self) -> None:
+        while True:
+            try:
+                sub, result, replied = self._completions.get_nowait()
+            except queue.Empty:
+                return
+            sub.state = SubState.SETTLED
+            sub.result = result
+            self._running -= 1
+            if self._barrier is sub:
+                self._barrier = None
+            forward(self._ctx, sub, result)
+            if not replied:
+                self._reply(sub, result)  # dropped if the run has ended
+
+def cpu_seconds(timeout_ms: float) -> int:
+    """The CPU-time limit that backs up a wall-clock timeout."""
+    return max(1, math.ceil(timeout_ms / 1000)) + 1

@@ -1,0 +1,206 @@
+"""One tool call of a program: its record, how it is classified, its trip
+through the pipeline, its durable log, and what it brings back.
+
+The functions here run on the run's thread (:func:`classify`,
+:func:`log_start`, :func:`forward`) or on a sub-call thread
+(:func:`dispatch`, :func:`log_settle`, and so the ``tools/ptc-dispatch-log``
+listeners).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from dsh_actors import (
+    AbortSignal,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    ToolExecutionSuccess,
+    ToolFailure,
+    ToolRunContext,
+    UserMessage,
+    thaw,
+)
+
+from .log import PtcDispatchLog, dispatch_event, dispatch_start_event
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_actors import Session, ToolRuntime
+
+__all__ = [
+    "Result",
+    "SubCall",
+    "SubState",
+    "classify",
+    "dispatch",
+    "failure",
+    "forward",
+    "log_settle",
+    "log_start",
+    "logged_content",
+    "safe_str",
+]
+
+Result = ToolExecutionSuccess | ToolExecutionFailure
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or a placeholder when that raises."""
+    try:
+        text = str(value)
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        return "<unprintable thrown value>"
+    return text if type(text) is str else "<unprintable thrown value>"
+
+
+def failure(message: str, *, name: str | None = None, code: str | None = None) -> ToolExecutionFailure:
+    """A failure as the pipeline builds them (``Error: `` + message)."""
+    info = None if name is None or code is None else ToolErrorInfo(name=name, code=code)
+    return ToolExecutionFailure(error=ToolFailure(message, info), content=(TextBlock("Error: " + message),))
+
+
+class SubState(str, Enum):
+    """PENDING → RUNNING → SETTLED, or PENDING → SKIPPED (never started)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SETTLED = "settled"
+    SKIPPED = "skipped"
+
+
+class SubCall:
+    """One tool call of the program. Its state is the run's thread's; a
+    sub-call thread only reads its identity while it dispatches it."""
+
+    __slots__ = ("n", "call_id", "name", "arguments", "schema", "mode", "state", "result")
+
+    def __init__(self, n: int, call_id: str, name: str, arguments: Any, schema: Any) -> None:
+        self.n = n
+        self.call_id = call_id
+        self.name = name
+        self.arguments = arguments
+        self.schema = schema
+        self.mode: str | None = None
+        self.state = SubState.PENDING
+        self.result: Result | None = None
+
+    def __repr__(self) -> str:
+        return f"<SubCall {self.call_id} {self.name} {self.state.value}>"
+
+    def summary(self) -> str:
+        match self.state:
+            case SubState.SETTLED if self.result is not None and not self.result.is_error:
+                status = "succeeded"
+            case SubState.SETTLED if self.result is not None:
+                error = self.result.error
+                code = None if error is None or error.info is None else error.info.code
+                message = "" if error is None else error.message
+                if len(message) > 300:
+                    message = message[:300] + "..."
+                status = f"failed ({code}): {message}" if code else f"failed: {message}"
+            case SubState.RUNNING:
+                status = "still running"  # pragma: no cover - execute() waits for it
+            case _:
+                status = "not started"
+        return f"- {self.call_id} {self.name}: {status}"
+
+
+def classify(rt: ToolRuntime, ctx: ToolRunContext, sub: SubCall) -> str:
+    """``parallel`` only when the definition the call would run says
+    ``is_concurrency_safe(args) is True`` now; anything else (no
+    classifier, an exception, an unknown tool) is ``exclusive``."""
+    try:
+        definition = rt.tools.executable(sub.name, ctx.agent, ctx.tool_set)
+        classifier = None if definition is None else definition.is_concurrency_safe
+        if classifier is not None and classifier(sub.arguments) is True:
+            return "parallel"
+    except BaseException:  # noqa: BLE001 - anything odd means exclusive
+        pass
+    return "exclusive"
+
+
+def dispatch(rt: ToolRuntime, ctx: ToolRunContext, sub: SubCall, signal: AbortSignal) -> Result:
+    """``sub``'s whole trip through the pipeline, on the calling thread,
+    as a nested call of ``ctx`` (the ``run_code`` execution). Never raises."""
+    try:
+        return rt.tools.dispatch(
+            ToolExecutionInput(
+                call_id=sub.call_id,
+                name=sub.name,
+                arguments=sub.arguments,
+                signal=signal,
+                root_call_id=ctx.root_call_id,
+                schema=sub.schema,
+                agent=ctx.agent,
+                tool_set=ctx.tool_set,
+                parent=ctx.token,
+            )
+        )
+    except BaseException as exc:  # noqa: BLE001 - e.g. the runtime stopped
+        return failure(f"the tool call could not be dispatched: {safe_str(exc)}")
+
+
+def log_start(session: Session, ctx: ToolRunContext, sub: SubCall) -> None:
+    """Append ``sub``'s ``tool/ptc-dispatch-start`` (raises what the session raises)."""
+    session.append(dispatch_start_event(ctx.root_call_id, ctx.call_id, sub.call_id, sub.name, thaw(sub.arguments)))
+
+
+def log_settle(rt: ToolRuntime, session: Session, ctx: ToolRunContext, sub: SubCall, result: Result) -> None:
+    """Append ``sub``'s ``tool/ptc-dispatch``, its content through the
+    ``tools/ptc-dispatch-log`` waterfall first (raises what the session raises)."""
+    content = logged_content(rt, ctx, sub, result)
+    session.append(dispatch_event(ctx.root_call_id, ctx.call_id, sub.call_id, sub.name, result, content))
+
+
+def logged_content(rt: ToolRuntime, ctx: ToolRunContext, sub: SubCall, result: Result) -> tuple[Any, ...]:
+    """The ``tools/ptc-dispatch-log`` waterfall over the durable copy's
+    content; a raising listener or a bad replacement keeps the original."""
+    original = tuple(result.content)
+    record = PtcDispatchLog(
+        exec=ctx.execution,
+        agent=ctx.agent,
+        sub_call_id=sub.call_id,
+        name=sub.name,
+        is_error=result.is_error,
+        content=original,
+    )
+    try:
+        replaced = rt.events.waterfall(
+            "tools/ptc-dispatch-log", lambda: original, record, agent=ctx.agent
+        )
+    except BaseException as exc:  # noqa: BLE001 - contained, as SPEC says
+        logger.opt(exception=exc).error(
+            "a tools/ptc-dispatch-log listener raised for {}: {}; logging the original content",
+            sub.call_id,
+            safe_str(exc),
+        )
+        return original
+    if isinstance(replaced, (list, tuple)) and all(
+        type(b) in (TextBlock, ImageBlock, ReasoningBlock) for b in replaced
+    ):
+        return tuple(replaced)
+    logger.error(
+        "a tools/ptc-dispatch-log listener returned {} for {}, not content blocks; logging the original content",
+        type(replaced).__qualname__,
+        sub.call_id,
+    )
+    return original
+
+
+def forward(ctx: ToolRunContext, sub: SubCall, result: Result) -> None:
+    """Images and contexts of a sub-result ride the outer result; a
+    nested conclude_turn only from a success."""
+    images = tuple(b for b in result.content if type(b) is ImageBlock)
+    if images:
+        ctx.defer_context(UserMessage(images, source="run_code", meta={"sub_call_id": sub.call_id, "tool": sub.name}))
+    for context in result.additional_contexts:
+        ctx.defer_context(context)
+    if type(result) is ToolExecutionSuccess and result.concludes_turn:
+        ctx.conclude_turn()

@@ -1,0 +1,486 @@
+"""The PTC worker: the child process that runs one ``run_code`` program.
+
+Run as a file (``python -I executors/ptc/worker.py``, the default command)
+or as ``python -m executors.ptc.worker``. It uses only the standard library
+and :mod:`protocol` and :mod:`audit` next to it (orjson if installed), so
+it also runs in a bare Python inside a container: copy ``worker.py``,
+``protocol.py`` and ``audit.py``.
+
+Life of a worker (see :mod:`protocol` for the messages):
+
+1. Start-up, ahead of any run: take the protocol pipes off fds 0 and 1
+   (which then point at ``/dev/null``, so a stray C-level write cannot
+   corrupt the protocol), import what programs commonly use, create the
+   event loop (its self-pipe is a socket pair, made before sockets are
+   refused), write ``ready``, and block until the ``run`` message.
+2. The run: apply the resource limits, compile the program as the body of
+   an ``async def``, install the capture streams and the audit hook, then
+   run it on the loop. Tool calls are ``call`` messages; their results come
+   back on stdin (read by the loop, no thread).
+3. Write ``done`` and exit. The parent kills the process group anyway.
+
+The audit hook is :mod:`audit`'s (what it refuses is listed there).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import builtins
+import io
+import linecache
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+resource: Any
+try:
+    import resource
+except ImportError:  # pragma: no cover - not POSIX
+    resource = None
+
+if __package__:
+    from . import audit, protocol
+else:  # run as a file, e.g. inside a container
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import audit  # type: ignore[no-redef, import-not-found]
+    import protocol  # type: ignore[no-redef, import-not-found]
+
+    del sys.path[0]
+
+PROGRAM = audit.PROGRAM
+
+_PRELOAD = (
+    "json",
+    "re",
+    "math",
+    "itertools",
+    "collections",
+    "functools",
+    "datetime",
+    "textwrap",
+    "dataclasses",
+    "typing",
+    "string",
+    "random",
+    "base64",
+    "hashlib",
+)
+
+# --------------------------------------------------------------------------
+# The channel to the parent
+# --------------------------------------------------------------------------
+
+
+class Channel:
+    """The protocol pipes: blocking writes, reads driven by the loop."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd = read_fd
+        self.write_fd = write_fd
+        self.framer = protocol.LineFramer(1 << 30)
+        self.lines: list[bytes] = []
+        self.on_message: Callable[[Any], None] | None = None
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = memoryview(protocol.encode(message))
+        try:
+            while data:
+                written = os.write(self.write_fd, data)
+                data = data[written:]
+        except OSError:  # the parent is gone
+            os._exit(0)
+
+    def read_blocking(self) -> Any:
+        """The next message, waiting for it (before the loop runs)."""
+        while not self.lines:
+            chunk = os.read(self.read_fd, 1 << 16)
+            if not chunk:
+                os._exit(0)  # the parent closed the pipe: nothing to run
+            self.lines.extend(self.framer.feed(chunk))
+        return protocol.decode(self.lines.pop(0))
+
+    def on_readable(self) -> None:
+        """Loop callback: read what is there and hand over each message."""
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                os._exit(0)  # the parent is gone
+            self.lines.extend(self.framer.feed(chunk))
+        lines, self.lines = self.lines, []
+        for line in lines:
+            if self.on_message is not None:
+                self.on_message(protocol.decode(line))
+
+
+class Capture(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of the program: text goes to the
+    parent as ``out`` messages, a line (or a chunk) at a time."""
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__()
+        self._channel = channel
+        self._buffer: list[str] = []
+        self._size = 0
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if not text:
+            return 0
+        self._buffer.append(text)
+        self._size += len(text)
+        if self._size >= 4096 or "\n" in text:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        text = "".join(self._buffer)
+        self._buffer = []
+        self._size = 0
+        chunk = protocol.OUT_CHUNK
+        for start in range(0, len(text), chunk):
+            piece = text[start : start + chunk]
+            try:
+                piece.encode("utf-8")
+            except UnicodeEncodeError:
+                piece = piece.encode("utf-8", "replace").decode("utf-8")
+            self._channel.send({"t": protocol.OUT, "data": piece})
+
+
+# --------------------------------------------------------------------------
+# Tools inside the program
+# --------------------------------------------------------------------------
+
+
+class ToolError(Exception):
+    """A tool call failed: ``str(err)`` is the failure message; ``tool`` the
+    tool's name, ``code`` its failure code (``INVALID_ARGS``, ...) or None,
+    ``call_id`` the sub-call's id."""
+
+    def __init__(self, message: str, *, tool: str, code: str | None = None, call_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tool = tool
+        self.code = code
+        self.call_id = call_id
+
+    def __str__(self) -> str:
+        return self.message
+
+
+ToolError.__module__ = "builtins"  # ``ToolError: ...`` in tracebacks, however the worker runs
+
+
+class Client:
+    """Sends calls and matches results to the program's awaiting calls."""
+
+    def __init__(self, channel: Channel, loop: asyncio.AbstractEventLoop, capture: Capture) -> None:
+        self._channel = channel
+        self._loop = loop
+        self._capture = capture
+        self._next = 1
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        channel.on_message = self._on_message
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        n = self._next
+        self._next += 1
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[n] = future
+        self._capture.flush()  # output printed before the call stays before it
+        self._channel.send({"t": protocol.CALL, "id": n, "name": name, "args": arguments})
+        try:
+            return await future
+        finally:
+            self._pending.pop(n, None)
+
+    def _on_message(self, message: Any) -> None:
+        if type(message) is not dict or message.get("t") != protocol.RESULT:
+            return
+        future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        if future is None or future.done():
+            return  # the program stopped waiting (cancelled)
+        if message.get("ok") is True:
+            future.set_result(message.get("value"))
+        else:
+            future.set_exception(
+                ToolError(
+                    str(message.get("error")),
+                    tool=str(message.get("name", "")),
+                    code=message.get("code"),
+                    call_id=message.get("sub_call_id"),
+                )
+            )
+
+
+class Tool:
+    """``tools.NAME``: calling it gives the coroutine of one tool call.
+
+    Arguments: keywords (``path="a"``), positionals in signature order, or
+    one positional dict that is the whole argument object."""
+
+    def __init__(self, client: Client, binding: dict[str, Any]) -> None:
+        self._client = client
+        self._name: str = binding["name"]
+        self.__name__ = binding["py"]
+        self._params: list[tuple[str, str]] = [(p, r) for p, r in binding["params"]]
+        self._to_real = dict(self._params)
+        self._omit_none: list[str] = list(binding["omit_none"])
+
+    def __repr__(self) -> str:
+        return f"<tool {self._name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        py = self.__name__
+        if len(args) == 1 and not kwargs and type(args[0]) is dict:
+            arguments = dict(args[0])
+        else:
+            if len(args) > len(self._params):
+                raise TypeError(
+                    f"tools.{py}() takes at most {len(self._params)} positional arguments ({len(args)} given)"
+                )
+            arguments = {real: value for (_, real), value in zip(self._params, args)}
+            for key, value in kwargs.items():
+                real = self._to_real.get(key, key)
+                if real in arguments:
+                    raise TypeError(f"tools.{py}() got multiple values for argument {key!r}")
+                arguments[real] = value
+            for real in self._omit_none:
+                if real in arguments and arguments[real] is None:
+                    del arguments[real]
+        problem = protocol.json_problem(arguments, "arguments")
+        if problem is not None:
+            raise TypeError(f"tools.{py}(): {problem}")
+        return self._client.call(self._name, arguments)
+
+
+class Tools:
+    """The ``tools`` namespace of a program: one attribute per tool.
+    ``getattr(tools, "registered-name")`` works too."""
+
+    def __init__(self, functions: dict[str, Tool], by_name: dict[str, Tool]) -> None:
+        # Python names never start with "_" (signatures.py prefixes them).
+        self.__dict__.update(functions)
+        self.__dict__["_by_name"] = by_name
+
+    def __getattr__(self, name: str) -> Tool:
+        tool: Tool | None = self.__dict__.get("_by_name", {}).get(name)
+        if tool is not None:
+            return tool
+        names = sorted(k for k in self.__dict__ if not k.startswith("_"))
+        raise AttributeError(f"there is no tool {name!r} (available: {', '.join(names) or 'none'})")
+
+    def __dir__(self) -> list[str]:
+        return sorted(k for k in self.__dict__ if not k.startswith("_"))
+
+    def __repr__(self) -> str:
+        return f"<tools: {', '.join(self.__dir__())}>"
+
+
+# --------------------------------------------------------------------------
+# Limits, compilation, the audit hook
+# --------------------------------------------------------------------------
+
+
+def apply_limits(limits: dict[str, Any]) -> None:
+    """Best effort: a limit the platform refuses is skipped."""
+    if resource is None:  # pragma: no cover - not POSIX
+        return
+
+    def cap(which: int, value: int) -> None:
+        try:
+            _, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            resource.setrlimit(which, (value, value))
+        except (OSError, ValueError):  # pragma: no cover - platform dependent
+            pass
+
+    cap(resource.RLIMIT_CORE, 0)
+    memory = limits.get("memory_bytes")
+    if type(memory) is int and memory > 0:
+        cap(resource.RLIMIT_AS, memory)
+    cpu = limits.get("cpu_seconds")
+    if type(cpu) is int and cpu > 0:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cap(resource.RLIMIT_CPU, int(usage.ru_utime + usage.ru_stime) + cpu)
+    files = limits.get("file_bytes")
+    if type(files) is int and files > 0:
+        cap(resource.RLIMIT_FSIZE, files)
+    if limits.get("no_processes") is True and hasattr(resource, "RLIMIT_NPROC"):
+        # Counts every process of the user, and root is exempt: the audit
+        # hook is what refuses fork/exec; this only backs it up.
+        cap(resource.RLIMIT_NPROC, 0)
+
+
+def compile_program(code: str) -> Any:
+    """``code`` as the body of ``async def __run_code__()``, line numbers
+    unchanged (the AST is wrapped, the text is not re-indented)."""
+    tree = ast.parse(code, PROGRAM, "exec")
+    fields: dict[str, Any] = {
+        "name": "__run_code__",
+        "args": ast.arguments(
+            posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+        ),
+        "body": tree.body or [ast.Pass()],
+        "decorator_list": [],
+        "returns": None,
+        "type_comment": None,
+    }
+    if "type_params" in ast.AsyncFunctionDef._fields:  # pragma: no cover - Python 3.12+
+        fields["type_params"] = []
+    function = ast.AsyncFunctionDef(**fields)
+    function.lineno, function.col_offset = 1, 0
+    module = ast.Module(body=[function], type_ignores=[])
+    ast.fix_missing_locations(module)
+    return compile(module, PROGRAM, "exec", dont_inherit=True)
+
+
+# --------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------
+
+
+_OWN_FILES = frozenset(
+    os.path.realpath(f) for f in (__file__, protocol.__file__, audit.__file__)
+)
+
+
+def _traceback_text(exc: BaseException, limit: int = 20) -> str:
+    """The traceback without the worker's own frames, its last lines."""
+    report = traceback.TracebackException(type(exc), exc, exc.__traceback__, capture_locals=False)
+    seen: set[int] = set()
+    todo = [report]
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        frames = list(item.stack)
+        first = next((i for i, f in enumerate(frames) if f.filename == PROGRAM), 0)
+        kept = [f for f in frames[first:] if os.path.realpath(f.filename) not in _OWN_FILES]
+        item.stack = traceback.StackSummary.from_list(kept)
+        todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
+    text = "".join(report.format()).rstrip("\n").splitlines()
+    if len(text) > limit:
+        text = ["  ..."] + text[-limit:]
+    return "\n".join(text)[-8000:]
+
+
+def _headline(exc: BaseException) -> str:
+    lines = traceback.format_exception_only(type(exc), exc)
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def _failure(kind: str, message: str, tb: str = "") -> dict[str, Any]:
+    return {"t": protocol.DONE, "ok": False, "kind": kind, "message": message, "traceback": tb}
+
+
+def run(
+    channel: Channel, loop: asyncio.AbstractEventLoop, guard: audit.Guard, message: dict[str, Any]
+) -> dict[str, Any]:
+    """Run the program of ``message``; the ``done`` message to send."""
+    apply_limits(message.get("limits") or {})
+    code = message.get("code")
+    if not isinstance(code, str):
+        return _failure("error", "the run message has no code")
+    try:
+        compiled = compile_program(code)
+    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        return _failure("syntax", _headline(exc), detail)
+    linecache.cache[PROGRAM] = (len(code), None, code.splitlines(True), PROGRAM)
+
+    capture = Capture(channel)
+    client = Client(channel, loop, capture)
+    functions: dict[str, Tool] = {}
+    by_name: dict[str, Tool] = {}
+    for binding in message.get("tools") or ():
+        tool = Tool(client, binding)
+        functions[binding["py"]] = tool
+        by_name[binding["name"]] = tool
+    tools = Tools(functions, by_name)
+    namespace: dict[str, Any] = {
+        "__name__": "__run_code__",
+        "__builtins__": builtins,
+        "tools": tools,
+        "ToolError": ToolError,
+        "asyncio": asyncio,
+    }
+    exec(compiled, namespace)  # defines __run_code__; runs nothing of the program
+    program = namespace.pop("__run_code__")
+
+    sys.stdout = sys.stderr = capture
+    sys.stdin = io.StringIO("")
+    audit.disarm_process_spawning()
+    sys.addaudithook(guard)
+    guard.armed = True
+    os.set_blocking(channel.read_fd, False)
+    loop.add_reader(channel.read_fd, channel.on_readable)
+
+    try:
+        coroutine = program()
+        value = loop.run_until_complete(coroutine)
+    except MemoryError as exc:
+        capture.flush()
+        return _failure("memory", _headline(exc), _traceback_text(exc))
+    except BaseException as exc:  # noqa: BLE001 - whatever the program raised
+        capture.flush()
+        return _failure("error", _headline(exc), _traceback_text(exc))
+    capture.flush()
+    problem = protocol.json_problem(value, "result")
+    if problem is not None:
+        return _failure("result", f"the returned value is not JSON: {problem}")
+    return {"t": protocol.DONE, "ok": True, "result": value}
+
+
+def main() -> None:
+    read_fd, write_fd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    channel = Channel(read_fd, write_fd)
+    for name in _PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:  # pragma: no cover - a trimmed Python
+            pass
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    guard = audit.Guard(os.getcwd())
+    channel.send({"t": protocol.READY, "v": protocol.VERSION, "pid": os.getpid()})
+    try:
+        message = channel.read_blocking()
+        if type(message) is not dict or message.get("t") != protocol.RUN:
+            done = _failure("error", "the worker expected a run message")
+        elif message.get("v") != protocol.VERSION:
+            done = _failure("error", f"protocol version {message.get('v')!r}, the worker speaks {protocol.VERSION}")
+        else:
+            done = run(channel, loop, guard, message)
+        channel.send(done)
+    except MemoryError:
+        os._exit(protocol.EXIT_MEMORY)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

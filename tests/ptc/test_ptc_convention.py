@@ -1,0 +1,156 @@
+"""The program convention (SPEC section 7): the body of an async def,
+`await tools.NAME(...)`, asyncio.gather, captured print, the value
+{"result", "output"}, and how failures reach the model."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dsh_actors import ToolExecutionSuccess
+
+from .helpers import GUARD, code_of, echo_tool, run_code, tool
+
+
+def test_a_program_awaits_tools_returns_a_value_and_its_print_output_is_captured(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    result = run_code(
+        rt,
+        'print("starting")\n'
+        'first = await tools.echo(message="a")\n'
+        "print('got', first)\n"
+        "return {'first': first, 'n': 3}\n",
+    )
+    assert type(result) is ToolExecutionSuccess
+    assert result.value == {"result": {"first": {"message": "a"}, "n": 3}, "output": "starting\ngot {'message': 'a'}\n"}
+    assert result.content[0].text.startswith('result: {"first":{"message":"a"},"n":3}\noutput:\nstarting\n')
+
+
+def test_a_program_without_return_gives_a_null_result(rt: Any, ptc: Any) -> None:
+    result = run_code(rt, "x = 1")
+    assert result.value == {"result": None, "output": ""}
+    assert result.content[0].text == "result: null"
+
+
+def test_a_tool_is_called_with_keywords_positionals_or_one_positional_dict(rt: Any, ptc: Any) -> None:
+    rt.tools.register(
+        tool(
+            "pair",
+            lambda args, ctx: dict(args),
+            parameters={"a": {"type": "string", "required": True}, "b": {"type": "integer"}},
+        )
+    )
+    result = run_code(
+        rt,
+        "return [await tools.pair(a='x', b=1), await tools.pair('y', 2), await tools.pair({'a': 'z'}),"
+        " await tools.pair('w', b=None)]",
+    )
+    assert result.value["result"] == ({"a": "x", "b": 1}, {"a": "y", "b": 2}, {"a": "z"}, {"a": "w"})
+
+
+def test_asyncio_gather_runs_safe_calls_concurrently(rt: Any, ptc: Any) -> None:
+    both_in = threading.Barrier(2, timeout=GUARD)  # passes only if the two calls overlap
+
+    def meet(args: Any, ctx: Any) -> str:
+        both_in.wait()
+        return args["who"]
+
+    rt.tools.register(tool("meet", meet, parameters={"who": {"type": "string"}}))
+    result = run_code(rt, "return list(await asyncio.gather(tools.meet(who='a'), tools.meet(who='b')))")
+    assert result.value["result"] == ("a", "b")
+
+
+def test_a_failed_sub_call_raises_a_tool_error_the_program_can_catch(rt: Any, ptc: Any) -> None:
+    def refuse(args: Any, ctx: Any) -> Any:
+        raise ValueError("the disk is read-only")
+
+    rt.tools.register(tool("write", refuse))
+    rt.tools.register(tool("need", lambda args, ctx: "ok", parameters={"x": {"type": "integer", "required": True}}))
+    result = run_code(
+        rt,
+        "out = []\n"
+        "try:\n"
+        "    await tools.write()\n"
+        "except ToolError as err:\n"
+        "    out.append([str(err), err.code, err.tool, err.call_id])\n"
+        "try:\n"
+        "    await tools.need(x='not an int')\n"
+        "except ToolError as err:\n"
+        "    out.append([str(err), err.code])\n"
+        "return out\n",
+    )
+    assert result.value["result"][0] == ("the disk is read-only", None, "write", "c1:ptc:1")
+    message, code = result.value["result"][1]
+    assert code == "INVALID_ARGS" and message.startswith("invalid arguments:")
+
+
+def test_an_uncaught_tool_error_fails_the_run_with_the_traceback_output_and_the_sub_calls(rt: Any, ptc: Any) -> None:
+    def refuse(args: Any, ctx: Any) -> Any:
+        raise ValueError("no such file")
+
+    rt.tools.register(echo_tool())
+    rt.tools.register(tool("read", refuse))
+    result = run_code(
+        rt,
+        "await tools.echo(message='one')\n"
+        "print('before the failure')\n"
+        "data = await tools.read()\n"
+        "return data\n",
+    )
+    assert code_of(result) == "CODE_RUN_FAILED"
+    message = result.error.message
+    assert message.startswith("code run failed (error): ToolError: no such file\n")
+    assert 'File "<run_code>", line 3' in message and "data = await tools.read()" in message
+    assert "worker.py" not in message  # the worker's own frames are not shown
+    assert "- c1:ptc:1 echo: succeeded" in message
+    assert "- c1:ptc:2 read: failed: no such file" in message
+    assert message.endswith("Output before the run ended:\nbefore the failure\n")
+    assert result.error.info.name == "CodeRunFailedError"
+
+
+def test_an_uncaught_exception_of_the_program_itself_fails_the_run(rt: Any, ptc: Any) -> None:
+    result = run_code(rt, "def half(x):\n    return x / 0\nreturn half(3)\n")
+    assert code_of(result) == "CODE_RUN_FAILED"
+    assert result.error.message.startswith("code run failed (error): ZeroDivisionError: division by zero")
+    assert "The program made no tool calls." in result.error.message
+
+
+def test_a_returned_value_that_is_not_json_fails_the_run_clearly(rt: Any, ptc: Any) -> None:
+    result = run_code(rt, "return {'a': {1, 2}}")
+    assert result.error.message.startswith(
+        "code run failed (result): the returned value is not JSON: result.a: a set is not JSON"
+    )
+    nan = run_code(rt, "return [float('nan')]")
+    assert "result[0]: the float nan is not JSON" in nan.error.message
+
+
+def test_a_syntax_error_fails_the_run_before_anything_runs(rt: Any, ptc: Any) -> None:
+    result = run_code(rt, "x = = 1")
+    assert result.error.message.startswith("code run failed (syntax): SyntaxError: invalid syntax")
+    assert 'File "<run_code>", line 1' in result.error.message
+
+
+def test_calling_a_tool_that_is_not_bound_raises_attribute_error_naming_the_tools(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    result = run_code(rt, "await tools.nothing()")
+    assert "AttributeError: there is no tool 'nothing' (available: echo)" in result.error.message
+
+
+def test_arguments_that_are_not_json_raise_type_error_at_the_call(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    result = run_code(
+        rt,
+        "try:\n    await tools.echo(message={1})\nexcept TypeError as err:\n    return str(err)\n",
+    )
+    assert result.value["result"] == "tools.echo(): arguments.message: a set is not JSON (use dict, list, str, int, float, bool or None)"
+
+
+def test_output_printed_before_a_call_stays_before_it_and_stderr_is_captured_too(rt: Any, ptc: Any) -> None:
+    seen: list[str] = []
+    rt.tools.register(tool("mark", lambda args, ctx: seen.append("call") or "m"))
+    result = run_code(
+        rt,
+        "import sys\nprint('a', end='')\nawait tools.mark()\nprint('b', file=sys.stderr)\nreturn 1",
+    )
+    assert result.value == {"result": 1, "output": "ab\n"}
+    assert seen == ["call"]

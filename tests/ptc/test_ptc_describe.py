@@ -1,0 +1,200 @@
+"""What the model is offered: only run_code, whose description lists the
+callable tools as Python signatures generated from their schemas; names
+that are not identifiers are sanitized; the PTC-only rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsh_actors import Agent, Allow, ToolBatchInput, ToolCall, ToolDefinition, ToolOutput, ToolRestriction, text
+from executors.ptc import PtcExecutor
+from executors.ptc.signatures import bindings, py_name, type_hint
+
+from .helpers import code_of, echo_tool, install, run_code, tool
+
+
+def raw(name: str, parameters: dict[str, Any], output: Any = None, description: str = "A tool.") -> ToolDefinition:
+    return ToolDefinition(
+        name=name,
+        description=description,
+        parameters=parameters,
+        output=ToolOutput(schema={} if output is None else output, render=lambda a, v: [text(str(v))]),
+        execute=lambda args, ctx: dict(args),
+    )
+
+
+def test_describe_exposes_only_run_code_with_the_tools_as_python_signatures() -> None:
+    read_file = raw(
+        "read_file",
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "the file to read"},
+                "limit": {"type": "integer"},
+            },
+            "required": ["path"],
+        },
+        output={"type": "string"},
+        description="Read a text file.",
+    )
+    model = PtcExecutor().describe([read_file])
+    assert model.known_names == ("run_code",)
+    (schema,) = model.schemas
+    assert schema["name"] == "run_code"
+    assert schema["parameters"] == {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+    assert (
+        "```python\n"
+        "async def read_file(path: str, limit: int | None = None) -> str:\n"
+        '    """Read a text file.\n'
+        "\n"
+        "    path: the file to read\n"
+        '    """\n'
+        "```"
+    ) in schema["description"]
+    assert "top-level `await` and `return`" in schema["description"]
+
+
+def test_signatures_map_types_enums_nested_objects_arrays_and_one_of() -> None:
+    assert type_hint({}) == "Any"
+    assert type_hint({"type": "number"}) == "float"
+    assert type_hint({"type": "boolean"}) == "bool"
+    assert type_hint({"type": "null"}) == "None"
+    assert type_hint({"type": "string", "enum": ["fast", "full"]}) == "Literal['fast', 'full']"
+    assert type_hint({"type": "integer", "const": 3}) == "Literal[3]"
+    assert type_hint({"type": "object", "properties": {"a": {"type": "string"}}}) == "dict"
+    assert type_hint({"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}) == "list[list[int]]"
+    assert type_hint({"type": "array"}) == "list"
+    assert type_hint({"oneOf": [{"type": "string"}, {"type": "null"}]}) == "str | None"
+    assert type_hint({"oneOf": [{"type": "string"}, {}]}) == "Any"
+    (binding,) = bindings(
+        [
+            raw(
+                "search",
+                {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "full"]},
+                        "query": {"type": "string"},
+                        "filter": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+                    },
+                    "required": ["query"],
+                },
+                output={"type": "array", "items": {"type": "object"}},
+            )
+        ]
+    )
+    assert binding.signature.splitlines()[0] == (
+        "async def search(query: str, mode: Literal['fast', 'full'] | None = None, "
+        "filter: str | None = None) -> list[dict]:"
+    )
+    assert binding.omit_none == ("mode",)  # filter accepts null: None is sent as null
+
+
+def test_names_that_are_not_identifiers_are_sanitized() -> None:
+    taken: set[str] = set()
+    assert py_name("my-tool", taken, prefix="tool") == "my_tool"
+    assert py_name("my.tool", taken, prefix="tool") == "my_tool_2"
+    assert py_name("2fast", taken, prefix="tool") == "tool_2fast"
+    assert py_name("__class__", taken, prefix="tool") == "tool___class__"
+    assert py_name("class", taken, prefix="tool") == "class_"
+    assert py_name("café", taken, prefix="tool") == "caf_"
+    assert py_name("", taken, prefix="tool") == "tool"
+    (binding,) = bindings([raw("odd-name", {"type": "object", "properties": {"from": {}, "file-path": {}}})])
+    assert binding.py == "odd_name"
+    assert binding.params == (("from_", "from"), ("file_path", "file-path"))
+    assert binding.signature.splitlines()[0] == "async def odd_name(from_: Any = None, file_path: Any = None) -> Any:"
+
+
+def test_a_tool_with_a_sanitized_name_and_parameters_is_callable_from_a_program(rt: Any) -> None:
+    install(rt, timeout_ms=2000)
+    rt.tools.register(raw("odd-name", {"type": "object", "properties": {"from": {}, "file-path": {}}}))
+    result = run_code(
+        rt,
+        "a = await tools.odd_name(from_=1, file_path='p')\n"
+        "b = await getattr(tools, 'odd-name')({'from': 2})\n"
+        "return [a, b]",
+    )
+    assert result.value["result"] == ({"from": 1, "file-path": "p"}, {"from": 2})
+
+
+def test_a_model_direct_call_to_a_native_tool_fails_unknown_tool_before_any_policy(rt: Any) -> None:
+    install(rt, timeout_ms=2000)
+    rt.tools.register(echo_tool())
+    seen: list[str] = []
+    rt.events.on("tools/pre-execute", lambda execution, next: seen.append(execution.name) or next())
+    batch = rt.tools.execute(
+        ToolBatchInput(calls=(ToolCall(id="c1", name="echo", arguments='{"message": "hi"}'),))
+    )
+    result = batch.results[0].result
+    assert code_of(result) == "UNKNOWN_TOOL"
+    assert result.error.message.startswith('unknown tool "echo". Tools are called from Python here: run a program with run_code')
+    assert "await tools.echo(...)" in result.error.message
+    assert seen == []  # no policy saw it
+
+
+def test_an_executor_set_for_one_scope_applies_only_to_that_agents_batches(rt: Any) -> None:
+    rt.tools.register(echo_tool())
+    coder = Agent("coder")
+    rt.tools.scope(coder).set_executor(PtcExecutor(timeout_ms=2000))
+    direct = ToolCall(id="d", name="echo", arguments='{"message": "hi"}')
+    plain = rt.tools.execute(ToolBatchInput(calls=(direct,), agent=Agent("other"))).results[0].result
+    assert plain.value == {"message": "hi"}
+    routed = rt.tools.execute(ToolBatchInput(calls=(direct,), agent=coder)).results[0].result
+    assert code_of(routed) == "UNKNOWN_TOOL"
+    assert run_code(rt, "return await tools.echo(message='x')", agent=coder).value["result"] == {"message": "x"}
+    # run_code itself does not exist for the other agent
+    missing = run_code(rt, "return 1", agent=Agent("other"))
+    assert code_of(missing) == "UNKNOWN_TOOL"
+
+
+def test_a_program_sees_exactly_the_tools_of_its_scope(rt: Any) -> None:
+    install(rt, timeout_ms=2000)
+    rt.tools.register(echo_tool())
+    rt.tools.register(tool("secret", lambda args, ctx: "s"))
+    child = Agent("child")
+    rt.tools.scope(child).register(tool("mine", lambda args, ctx: "m"))
+    rt.tools.scope(child).restrict(ToolRestriction(deny=["secret"]))
+    listing = run_code(rt, "return sorted(dir(tools))", agent=child).value["result"]
+    assert listing == ("echo", "mine")
+    assert run_code(rt, "return sorted(dir(tools))").value["result"] == ("echo", "secret")
+
+
+def test_the_prompt_sections_hold_the_guide_and_the_signatures() -> None:
+    executor = PtcExecutor(timeout_ms=1500, max_parallel_sub_calls=4)
+    (guide,) = executor.sections
+    assert "at most 4 at once" in guide.content and "1.5 s" in guide.content
+    sections = executor.prompt_sections([raw("a", {"type": "object"})])
+    assert sections[0] is guide
+    assert sections[1].content == '```python\nasync def a(**arguments: Any) -> Any:\n    """A tool."""\n```'
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"timeout_ms": 0},
+        {"timeout_ms": float("inf")},
+        {"max_parallel_sub_calls": 0},
+        {"memory_limit_mb": True},
+        {"max_output_bytes": -1},
+        {"spare_workers": 0},
+        {"worker_command": []},
+    ],
+)
+def test_invalid_options_are_rejected(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        PtcExecutor(**options)
+
+
+def test_policies_see_run_code_itself_as_a_normal_call(rt: Any) -> None:
+    install(rt, timeout_ms=2000)
+    seen: list[tuple[str, Any]] = []
+
+    def record(execution: Any, next: Any) -> Any:
+        seen.append((execution.name, execution.parent))
+        return Allow()
+
+    rt.events.on("tools/pre-execute", record)
+    assert run_code(rt, "return 5").value["result"] == 5
+    assert seen == [("run_code", None)]

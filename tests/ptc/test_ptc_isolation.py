@@ -1,0 +1,264 @@
+"""Isolation (SPEC section 7): the program runs in a separate, limited
+process that is killed with its whole process group when it runs too
+long, uses too much memory, prints too much, forks, or its batch is
+aborted; after every run nothing is left running. The audit hook refuses
+sockets, subprocesses, new code and writes outside the working folder."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from dsh_actors import AbortController, ToolBatchExecutionError
+
+from .helpers import GUARD, alive, assert_gone, batch, children, code_of, install, must, run_code, tool
+
+
+def pid_reporter(rt: Any) -> list[int]:
+    """A tool ``pid(pid=os.getpid())`` the program calls first, so the test
+    knows the worker's pid even when the run is killed."""
+    pids: list[int] = []
+    rt.tools.register(tool("pid", lambda args, ctx: pids.append(args["pid"]) or 0, parameters={"pid": {"type": "integer"}}))
+    return pids
+
+
+REPORT = "import os\nawait tools.pid(pid=os.getpid())\n"
+
+
+def failed_as(result: Any, kind: str) -> str:
+    assert code_of(result) == "CODE_RUN_FAILED", result
+    message: str = result.error.message
+    assert message.startswith(f"code run failed ({kind}): "), message[:300]
+    return message
+
+
+def test_an_infinite_loop_is_killed_at_the_timeout_with_its_output_and_sub_calls(rt: Any, ptc: Any) -> None:
+    pids = pid_reporter(rt)
+    result = run_code(rt, REPORT + "print('looping')\nwhile True:\n    pass\n")
+    message = failed_as(result, "timeout")
+    assert "the program did not finish within 2000 ms and was killed" in message
+    assert "- c1:ptc:1 pid: succeeded" in message
+    assert message.endswith("Output before the run ended:\nlooping\n")
+    assert_gone(pids[0])
+
+
+def test_a_4_gib_allocation_fails_as_memory(rt: Any, ptc: Any) -> None:
+    pids = pid_reporter(rt)
+    result = run_code(rt, REPORT + "block = bytearray(4 * 1024 ** 3)\nreturn len(block)")
+    message = failed_as(result, "memory")
+    assert "MemoryError" in message
+    assert_gone(pids[0])
+
+
+def test_growing_memory_until_the_limit_fails_as_memory(rt: Any) -> None:
+    install(rt, timeout_ms=10000, memory_limit_mb=128)
+    result = run_code(rt, "chunks = []\nwhile True:\n    chunks.append(bytearray(8 * 1024 * 1024))\n")
+    failed_as(result, "memory")
+
+
+def test_a_fork_bomb_is_blocked_and_leaves_nothing_behind(rt: Any, ptc: Any) -> None:
+    pids = pid_reporter(rt)
+    result = run_code(rt, REPORT + "while True:\n    os.fork()\n")
+    message = failed_as(result, "error")
+    assert "Blocked: run_code does not allow os.fork" in message
+    assert_gone(pids[0])
+    shell = run_code(rt, REPORT + "import subprocess\nsubprocess.run(['sh', '-c', ':(){ :|:& };:'])\n")
+    assert "run_code does not allow subprocess.Popen" in failed_as(shell, "error")
+    assert_gone(pids[1])
+    raw = run_code(rt, "import _posixsubprocess\n_posixsubprocess.fork_exec()")
+    assert "does not allow" in failed_as(raw, "error")
+
+
+def test_a_100_mb_print_flood_is_killed_at_the_output_limit(rt: Any, ptc: Any) -> None:
+    pids = pid_reporter(rt)
+    result = run_code(rt, REPORT + "print('x' * 100_000_000)\n")
+    message = failed_as(result, "output")
+    assert "the program printed more than 65536 bytes and was killed" in message
+    output = message.split("Output before the run ended:\n", 1)[1]
+    assert output == "x" * 65536
+    assert_gone(pids[0])
+    lines = run_code(rt, REPORT + "while True:\n    print('spam ' * 20)\n")
+    assert len(failed_as(lines, "output").split("Output before the run ended:\n", 1)[1].encode()) <= 65536
+    assert_gone(pids[1])
+
+
+def test_a_returned_value_counts_toward_the_output_limit(rt: Any) -> None:
+    install(rt, timeout_ms=5000, max_output_bytes=1000)
+    message = failed_as(run_code(rt, "print('a' * 10)\nreturn 'b' * 2000"), "output")
+    assert "are more than 1000 bytes" in message
+
+
+def test_aborting_the_batch_kills_the_program_and_fires_the_running_sub_calls_signal(rt: Any, ptc: Any) -> None:
+    pids = pid_reporter(rt)
+    started = threading.Event()
+    saw_abort: list[bool] = []
+
+    def wait_for_abort(args: Any, ctx: Any) -> str:
+        started.set()
+        saw_abort.append(ctx.signal.wait(GUARD))
+        return "finished anyway"
+
+    rt.tools.register(tool("slow", wait_for_abort))
+    controller = AbortController()
+    future: Future[Any] = rt.tools.submit(batch(REPORT + "await tools.slow()\nawait tools.pid(pid=0)\n", signal=controller.signal))
+    must(started, "the sub-call started")
+    controller.abort("the user pressed stop")
+    result = future.result(GUARD).results[0].result
+    message = failed_as(result, "aborted")
+    assert "the tool batch was aborted; the program was killed" in message
+    assert saw_abort == [True]
+    assert "- c1:ptc:2 slow: failed (ABORTED): tool call aborted" in message
+    assert "c1:ptc:3" not in message  # never made: the program was killed first
+    assert_gone(pids[0])
+
+
+def test_aborting_kills_a_program_that_is_busy_computing(rt: Any, ptc: Any) -> None:
+    pids = pid_reporter(rt)
+    started = threading.Event()
+    rt.tools.register(tool("started", lambda args, ctx: started.set() or 0))
+    controller = AbortController()
+    future: Future[Any] = rt.tools.submit(batch(REPORT + "await tools.started()\nwhile True:\n    pass\n", signal=controller.signal))
+    must(started, "the program started computing")
+    controller.abort()
+    failed_as(future.result(GUARD).results[0].result, "aborted")
+    assert_gone(pids[0])
+
+
+def test_a_batch_aborted_before_the_run_starts_runs_nothing(rt: Any, ptc: Any) -> None:
+    controller = AbortController()
+    controller.abort()
+    result = run_code(rt, "return 1", signal=controller.signal)
+    assert code_of(result) == "ABORTED_BEFORE_DISPATCH"
+
+
+def test_stopping_the_runtime_kills_running_programs_and_spare_workers(rt: Any, ptc: Any) -> None:
+    pids = pid_reporter(rt)
+    started = threading.Event()
+    saw_abort: list[bool] = []
+
+    def wait_for_abort(args: Any, ctx: Any) -> str:
+        started.set()
+        saw_abort.append(ctx.signal.wait(GUARD))
+        return "x"
+
+    rt.tools.register(tool("slow", wait_for_abort))
+    future: Future[Any] = rt.tools.submit(batch(REPORT + "await tools.slow()"))
+    must(started, "the sub-call started")
+    spares = ptc.worker_pids()
+    assert pids[0] in spares  # the running worker, and the spare(s)
+    rt.stop()
+    assert saw_abort == [True]
+    try:
+        failed_as(future.result(GUARD).results[0].result, "aborted")
+    except ToolBatchExecutionError:
+        pass  # the batch's actor may have stopped before it could reply
+    for pid in (*spares, *pids):
+        assert_gone(pid)
+    assert children() == []
+
+
+def test_closing_the_executor_kills_its_spare_workers_and_later_runs_fail(rt: Any) -> None:
+    executor = install(rt, timeout_ms=2000, spare_workers=2)
+    spares = executor.worker_pids()
+    assert len(spares) == 2 and all(alive(p) for p in spares)
+    executor.close()
+    for pid in spares:
+        assert_gone(pid)
+    assert executor.worker_pids() == []
+    assert failed_as(run_code(rt, "return 1"), "unavailable")
+    executor.close()  # idempotent
+
+
+def test_a_worker_runs_one_program_only(rt: Any, ptc: Any) -> None:
+    first = run_code(rt, "import os\nreturn os.getpid()").value["result"]
+    second = run_code(rt, "import os\nreturn os.getpid()").value["result"]
+    assert first != second
+    assert_gone(first)
+    assert_gone(second)
+
+
+def test_a_worker_that_dies_fails_the_run_as_crashed(rt: Any, ptc: Any) -> None:
+    message = failed_as(run_code(rt, "import os\nprint('bye')\nos._exit(3)"), "crashed")
+    assert "the worker process exited without finishing the run (exit code 3)" in message
+    assert message.endswith("Output before the run ended:\nbye\n")
+
+
+def test_a_worker_command_that_cannot_start_fails_the_run_as_crashed(rt: Any) -> None:
+    install(rt, timeout_ms=2000, worker_command=["/nonexistent/python"])
+    message = failed_as(run_code(rt, "return 1"), "crashed")
+    assert "the worker process could not be started" in message
+
+
+def test_a_worker_that_is_not_a_worker_breaks_the_protocol(rt: Any) -> None:
+    import sys
+
+    install(rt, timeout_ms=2000, worker_command=[sys.executable, "-c", "print('hello', flush=True); import time; time.sleep(60)"])
+    message = failed_as(run_code(rt, "return 1"), "protocol")
+    assert "a line that is not JSON" in message
+
+
+@pytest.mark.parametrize(
+    ("code", "refusal"),
+    [
+        ("import socket\nsocket.socket()", "run_code does not allow socket.__new__"),
+        ("import socket\nsocket.create_connection(('127.0.0.1', 9))", "run_code does not allow socket."),
+        ("import os\nos.system('true')", "run_code does not allow os.system"),
+        ("import os\nos.execv('/bin/true', ['true'])", "run_code does not allow os.exec"),
+        ("import os\nos.posix_spawn('/bin/true', ['true'], {})", "run_code does not allow os.posix_spawn"),
+        ("import os\nos.kill(os.getpid(), 0)", "run_code does not allow os.kill"),
+        ("exec('x = 1')", "run_code does not allow compiling new code"),
+        ("eval(compile('1', 'f', 'eval'))", "run_code does not allow compiling new code"),
+        ("import ctypes", "run_code does not allow importing ctypes"),
+        ("import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "run_code does not allow resource.setrlimit"),
+        ("open('/tmp/dsh-ptc-escape', 'w')", "run_code does not allow writing '/tmp/dsh-ptc-escape'"),
+        ("import os\nos.remove('/etc/hostname')", "run_code does not allow os.remove on '/etc/hostname'"),
+        ("import os\nos.symlink('/etc/passwd', 'link')\nopen('link', 'a')", "run_code does not allow writing 'link'"),
+        ("import os\nos.chdir('/')", "run_code does not allow os.chdir"),
+    ],
+)
+def test_the_audit_hook_refuses(rt: Any, ptc: Any, code: str, refusal: str) -> None:
+    message = failed_as(run_code(rt, code), "error")
+    assert refusal in message, message[:400]
+
+
+def test_what_programs_may_do_despite_the_audit_hook(rt: Any, ptc: Any) -> None:
+    result = run_code(
+        rt,
+        "import dataclasses, collections, statistics, json, os, tempfile\n"
+        "@dataclasses.dataclass\nclass P:\n    x: int\n"
+        "Pair = collections.namedtuple('Pair', 'a b')\n"
+        "with open('notes.txt', 'w') as fh:\n    fh.write('kept')\n"
+        "with tempfile.NamedTemporaryFile('w', delete=False) as tmp:\n    tmp.write('t')\n"
+        "os.mkdir('sub')\n"
+        "os.rename('notes.txt', 'sub/notes.txt')\n"
+        "await asyncio.sleep(0)\n"
+        "return [repr(P(1)), Pair(1, 2).b, statistics.mean([1, 3]), open('sub/notes.txt').read(),\n"
+        "        os.path.dirname(tmp.name) == os.getcwd(), len(open('/etc/hostname').read()) > 0]",
+    )
+    assert result.value["result"] == ("__run_code__.<locals>.P(x=1)", 2, 2, "kept", True, True)
+
+
+def test_the_working_folder_is_removed_after_the_run(rt: Any, ptc: Any) -> None:
+    folder = run_code(rt, "import os\nopen('f', 'w').write('x')\nreturn os.getcwd()").value["result"]
+    assert os.path.basename(folder).startswith("dsh-ptc-")
+    assert not os.path.exists(folder)
+    locked = run_code(
+        rt,
+        "import os\nos.makedirs('a/b')\nopen('a/b/f', 'w').write('x')\nos.chmod('a/b', 0)\nos.chmod('a', 0)\n"
+        "return os.getcwd()",
+    ).value["result"]
+    assert not os.path.exists(locked)
+
+
+def test_the_worker_does_not_inherit_the_parents_environment(rt: Any, ptc: Any) -> None:
+    os.environ["DSH_PTC_SECRET"] = "s3cret"
+    try:
+        result = run_code(rt, "import os\nreturn sorted(os.environ)")
+    finally:
+        del os.environ["DSH_PTC_SECRET"]
+    assert "DSH_PTC_SECRET" not in result.value["result"]
+    assert "TMPDIR" in result.value["result"]

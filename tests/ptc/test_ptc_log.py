@@ -1,0 +1,188 @@
+"""The durable log of sub-calls (SPEC sections 7 and 10): a start event
+when a sub-call actually starts (ids, name, arguments; no schema, no
+description), a settle event whose content first passes the
+tools/ptc-dispatch-log waterfall; a raising listener is contained."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dsh_actors import Agent, ImageBlock, Session, text
+from executors.ptc import PtcDispatchLog
+
+from .helpers import GUARD, batch, echo_tool, events_of, install, run_code, tool, with_session
+
+KINDS = ("tool/call", "tool/result", "tool/ptc-dispatch-start", "tool/ptc-dispatch")
+
+
+def test_the_log_holds_start_and_settle_events_in_order_with_the_core_shapes(rt: Any, ptc: Any) -> None:
+    def fail(args: Any, ctx: Any) -> Any:
+        raise ValueError("broken")
+
+    rt.tools.register(echo_tool())
+    rt.tools.register(tool("fail", fail))
+    agent = with_session()
+    run_code(
+        rt,
+        "await tools.echo(message='a')\ntry:\n    await tools.fail()\nexcept ToolError:\n    pass\nreturn 1",
+        agent=agent,
+    )
+    events = events_of(agent.session, *KINDS)
+    assert [e["type"] for e in events] == [
+        "tool/call",
+        "tool/ptc-dispatch-start",
+        "tool/ptc-dispatch",
+        "tool/ptc-dispatch-start",
+        "tool/ptc-dispatch",
+        "tool/result",
+    ]
+    assert events[1] == {
+        "type": "tool/ptc-dispatch-start",
+        "root_call_id": "c1",
+        "parent_call_id": "c1",
+        "sub_call_id": "c1:ptc:1",
+        "name": "echo",
+        "arguments": {"message": "a"},
+    }
+    assert events[2] == {
+        "type": "tool/ptc-dispatch",
+        "root_call_id": "c1",
+        "parent_call_id": "c1",
+        "sub_call_id": "c1:ptc:1",
+        "name": "echo",
+        "is_error": False,
+        "content": [{"type": "text", "text": '{"message":"a"}'}],
+        "error": None,
+        "meta": None,
+    }
+    assert events[4]["is_error"] is True
+    assert events[4]["error"] == {"message": "broken", "info": None}
+    assert events[4]["content"] == [{"type": "text", "text": "Error: broken"}]
+    replayed = agent.session.results_by_call(ptc=True)
+    assert sorted(replayed) == ["c1:ptc:1", "c1:ptc:2"]
+
+
+def test_the_events_match_the_core_session_builders(rt: Any, ptc: Any) -> None:
+    from dsh_actors.session import ptc_dispatch_event, ptc_dispatch_start_event  # the shapes to keep
+
+    rt.tools.register(echo_tool())
+    agent = with_session()
+    result = run_code(rt, "return await tools.echo(message='b')", agent=agent)
+    start, settle = events_of(agent.session, "tool/ptc-dispatch-start", "tool/ptc-dispatch")
+    assert start == ptc_dispatch_start_event("c1", "c1", "c1:ptc:1", "echo", {"message": "b"})
+    assert result.value["result"] == {"message": "b"}
+    assert settle == ptc_dispatch_event(
+        "c1", "c1", "c1:ptc:1", "echo", False, [text('{"message":"b"}')], None, None
+    )
+
+
+def test_the_dispatch_log_waterfall_replaces_only_the_logged_content(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    seen: list[PtcDispatchLog] = []
+
+    def shorten(dispatch: PtcDispatchLog, next: Any) -> Any:
+        seen.append(dispatch)
+        original = next()
+        return [text(f"logged {len(original)} block(s)")]
+
+    rt.events.on("tools/ptc-dispatch-log", shorten)
+    agent = with_session()
+    result = run_code(rt, "return await tools.echo(message='the full value')", agent=agent)
+    assert result.value["result"] == {"message": "the full value"}  # the program got everything
+    (settle,) = events_of(agent.session, "tool/ptc-dispatch")
+    assert settle["content"] == [{"type": "text", "text": "logged 1 block(s)"}]
+    (dispatch,) = seen
+    assert dispatch.sub_call_id == "c1:ptc:1" and dispatch.name == "echo" and dispatch.is_error is False
+    assert dispatch.agent is agent
+    assert dispatch.exec.call_id == "c1" and dispatch.exec.name == "run_code"
+    assert dispatch.content == (text('{"message":"the full value"}'),)
+
+
+def test_a_raising_dispatch_log_listener_is_contained_and_the_original_content_logged(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+
+    def explode(dispatch: Any, next: Any) -> Any:
+        raise RuntimeError("listener bug")
+
+    rt.events.on("tools/ptc-dispatch-log", explode)
+    agent = with_session()
+    result = run_code(rt, "return await tools.echo(message='x')", agent=agent)
+    assert result.value["result"] == {"message": "x"}
+    (settle,) = events_of(agent.session, "tool/ptc-dispatch")
+    assert settle["content"] == [{"type": "text", "text": '{"message":"x"}'}]
+
+
+def test_a_listener_that_returns_something_else_than_content_keeps_the_original(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    rt.events.on("tools/ptc-dispatch-log", lambda dispatch, next: "not blocks")
+    agent = with_session()
+    run_code(rt, "return await tools.echo(message='x')", agent=agent)
+    (settle,) = events_of(agent.session, "tool/ptc-dispatch")
+    assert settle["content"] == [{"type": "text", "text": '{"message":"x"}'}]
+
+
+def test_a_scoped_dispatch_log_listener_sees_only_its_agents_dispatches(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    mine = with_session()
+    other = with_session()
+    seen: list[str] = []
+    rt.events.on("tools/ptc-dispatch-log", lambda d, next: seen.append(d.agent.id) or next(), scope=mine)
+    run_code(rt, "return await tools.echo(message='m')", agent=mine)
+    run_code(rt, "return await tools.echo(message='o')", agent=other)
+    assert seen == ["main"] and len(events_of(other.session, "tool/ptc-dispatch")) == 1
+
+
+def test_images_are_logged_in_the_settle_event(rt: Any, ptc: Any) -> None:
+    from dsh_actors import ToolOutput
+
+    image = ImageBlock(data="aGk=", mime_type="image/png")
+    rt.tools.register(tool("shot", lambda a, c: "s", output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [image])))
+    agent = with_session()
+    run_code(rt, "return await tools.shot()", agent=agent)
+    (settle,) = events_of(agent.session, "tool/ptc-dispatch")
+    assert settle["content"] == [{"type": "image", "data": "aGk=", "mime_type": "image/png"}]
+
+
+def test_sub_calls_that_never_started_are_not_logged_and_are_listed_as_not_started(rt: Any) -> None:
+    # The run times out while the first call holds the only slot: the second
+    # call (made microseconds after the first, long before the deadline)
+    # never starts.
+    install(rt, timeout_ms=1000, max_parallel_sub_calls=1)
+    saw_abort: list[bool] = []
+
+    def slow(args: Any, ctx: Any) -> str:
+        saw_abort.append(ctx.signal.wait(GUARD))
+        return "late"
+
+    rt.tools.register(tool("slow", slow))
+    rt.tools.register(echo_tool())
+    agent = with_session()
+    result = run_code(rt, "await asyncio.gather(tools.slow(), tools.echo(message='queued'))", agent=agent)
+    message = result.error.message
+    assert message.startswith("code run failed (timeout): ")
+    assert saw_abort == [True]
+    assert "- c1:ptc:1 slow: failed (ABORTED): tool call aborted" in message
+    assert "- c1:ptc:2 echo: not started" in message
+    assert [e["sub_call_id"] for e in events_of(agent.session, "tool/ptc-dispatch-start")] == ["c1:ptc:1"]
+    assert [e["sub_call_id"] for e in events_of(agent.session, "tool/ptc-dispatch")] == ["c1:ptc:1"]
+
+
+def test_nothing_is_logged_for_an_agent_without_a_session(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    called: list[Any] = []
+    rt.events.on("tools/ptc-dispatch-log", lambda d, next: called.append(d) or next())
+    assert run_code(rt, "return await tools.echo(message='x')", agent=Agent("a")).value["result"] == {"message": "x"}
+    assert called == []
+
+
+def test_a_session_that_cannot_be_written_ends_the_run(rt: Any, ptc: Any, tmp_path: Any) -> None:
+    rt.tools.register(echo_tool())
+    session = Session(tmp_path / "log.jsonl")
+    agent = Agent("a", session=session)
+    ran: list[str] = []
+    rt.tools.register(tool("work", lambda a, c: ran.append("work") or 1))
+    session.close()  # every append now raises
+    result = rt.tools.execute(batch("return await tools.work()", agent=agent, log=False)).results[0].result
+    assert result.error.message.startswith("code run failed (internal): the session log could not be written")
+    assert ran == []
