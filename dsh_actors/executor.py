@@ -25,15 +25,19 @@ class ToolPromptSection:
 @dataclass(frozen=True, slots=True)
 class ToolModelInput:
     """What the model is offered: tool ``schemas`` (``{"name",
-    "description", "parameters"}`` dicts) and the ``known_names`` used to
-    check the model's calls."""
+    "description", "parameters"}`` dicts), the ``known_names`` used to
+    check the model's calls, and prompt ``sections`` that depend on the
+    described tools (PTC lists them as Python signatures); an executor's
+    fixed guidance is its ``sections`` attribute."""
 
     schemas: tuple[dict[str, Any], ...]
     known_names: tuple[str, ...]
+    sections: tuple[ToolPromptSection, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schemas", tuple(self.schemas))
         object.__setattr__(self, "known_names", tuple(self.known_names))
+        object.__setattr__(self, "sections", tuple(self.sections))
 
 
 @runtime_checkable

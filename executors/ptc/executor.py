@@ -227,7 +227,9 @@ class PtcExecutor(NativeExecutor):
         else:
             description += "\n\nNo tools are available to programs right now."
         schema = {"name": RUN_CODE, "description": description, "parameters": thaw(RUN_CODE_PARAMETERS)}
-        return ToolModelInput(schemas=(schema,), known_names=(RUN_CODE,))
+        return ToolModelInput(
+            schemas=(schema,), known_names=(RUN_CODE,), sections=self.prompt_sections(tools)
+        )
 
     def prompt_sections(self, tools: Sequence[ToolDefinition]) -> tuple[ToolPromptSection, ...]:
         """The guide and the signatures of ``tools``, as prompt sections."""

@@ -198,3 +198,24 @@ def test_policies_see_run_code_itself_as_a_normal_call(rt: Any) -> None:
     rt.events.on("tools/pre-execute", record)
     assert run_code(rt, "return 5").value["result"] == 5
     assert seen == [("run_code", None)]
+
+
+def test_describe_also_returns_the_signature_sections_for_the_described_tools() -> None:
+    from dsh_actors import ToolOutput, define_tool, text
+    from executors.ptc import PtcExecutor
+
+    tool = define_tool(
+        name="lookup",
+        description="Look a word up.",
+        parameters={"word": {"type": "string", "required": True}},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+        execute=lambda args, ctx: args["word"],
+    )
+    executor = PtcExecutor()
+    try:
+        model_input = executor.describe([tool])
+        listing = model_input.sections[-1].content
+        assert "lookup" in listing and "word: str" in listing
+        assert model_input.known_names == ("run_code",)
+    finally:
+        executor.close()
