@@ -63,6 +63,7 @@ __all__ = [
     "BadArguments",
     "Call",
     "CallPhase",
+    "LOOK_UP",
     "begin",
     "begin_call",
     "dispatch",
@@ -107,6 +108,7 @@ class Call:
         "raw_arguments",
         "override",
         "sealed",
+        "body_parent",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -133,6 +135,10 @@ class Call:
         # only (no deferred contexts): finalize skips re-freezing exactly
         # that object. Compared by identity, so a replacement is frozen.
         self.sealed: ToolExecutionResult | None = None
+        # Set by the batch executor: the batch's signal already fused with
+        # the runtime's stop signal, so the body's fresh signal needs one
+        # subscription instead of two. None: fuse both here.
+        self.body_parent: AbortSignal | None = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
@@ -246,12 +252,20 @@ def begin_call(
 # --------------------------------------------------------------------------
 
 
-def prepare(rt: ToolRuntime, call: Call) -> None:
+#: ``prepare(..., registration=LOOK_UP)``: look the tool up now.
+LOOK_UP: Any = object()
+
+
+def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
     Leaves the call READY (allowed: dispatch it) or RESOLVED. Pre-execute
     listeners, the approval service and guards run here; they may block
     (an approval waits for a person) but must observe ``execution.signal``.
+
+    ``registration``: what the caller looked up for this call just now, on
+    this thread (the executor classifies a call right before preparing it);
+    by default the tool is looked up here.
     """
     if call.phase is CallPhase.RESOLVED:
         return
@@ -260,7 +274,7 @@ def prepare(rt: ToolRuntime, call: Call) -> None:
         call.resolve(aborted(before_dispatch=True), run_post=False)
         return
     state = rt.state
-    call.registration = _lookup(rt, call)
+    call.registration = _lookup(rt, call) if registration is LOOK_UP else registration
     reason: str | None
     events = rt.events
     # Without a listener the waterfall is its default, Allow(): skip it.
@@ -455,11 +469,12 @@ def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
     wrapper_signal = execution.signal
     # A fresh signal for the body: the caller's, the wrapper's replacement
     # (if any), and the runtime's stop signal; the first abort wins.
-    signals = (
-        (call.caller, stopping)
-        if wrapper_signal is call.caller
-        else (call.caller, wrapper_signal, stopping)
-    )
+    if wrapper_signal is not call.caller:
+        signals: tuple[AbortSignal, ...] = (call.caller, wrapper_signal, stopping)
+    elif call.body_parent is not None:
+        signals = (call.body_parent,)  # fires exactly when the caller or the stop does
+    else:
+        signals = (call.caller, stopping)
     body_signal = AbortSignal.any(*signals)
     ctx = ToolRunContext(execution, body_signal)
     call.body_invoked = True

@@ -36,6 +36,7 @@ from loguru import logger
 from ..actors import ASK_TIMEOUT, actor_thread_ident
 from ..errors import RegistrationError, safe_str
 from ..events import Disposer
+from ..execution import ToolExecutionInput
 from ..messages import (
     AddGuard,
     Register,
@@ -54,6 +55,7 @@ from ..model import (
     ToolRestriction,
 )
 from ._private import STOPPED, WriteRequest
+from ..pipeline.stages import run_inline
 from .actor import RegistryActor, start_batch
 from .scope import ScopeActor
 from .state import (
@@ -68,7 +70,7 @@ from .state import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition, ToolSchema
-    from ..execution import ToolExecution, ToolExecutionInput
+    from ..execution import ToolExecution
     from ..runtime import ToolRuntime
     from ..toolset import ResolvedToolSet
 
@@ -294,9 +296,6 @@ class ToolsService:
         the runtime's loop thread (so do not call this from the loop).
         A scoped service fills in its agent when ``execution.agent`` is None.
         """
-        from ..execution import ToolExecutionInput
-        from ..pipeline.stages import run_inline
-
         if not isinstance(execution, ToolExecutionInput):
             raise TypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
         rt = self._rt

@@ -11,8 +11,13 @@ every message the actor runs :meth:`ExecutorActor._advance`, which commits
 what may be committed and starts what may start. Its invariants:
 
 * ``calls[:next_commit]`` are DONE and their results are in ``results``, in
-  model order; ``next_commit <= next_start``.
-* ``calls[next_start:]`` are PENDING (never prepared, never logged).
+  model order; ``next_commit <= next_start``. A committed call is dropped
+  from ``calls`` (``None``): nothing reads it again, and a 10,000-call batch
+  then keeps 10,000 results alive, not 10,000 trips (less for the cyclic GC
+  to walk).
+* ``calls[next_start:]`` are PENDING (never prepared, never logged); a
+  call whose arguments are JSON text may not even be built yet (``None``
+  until :meth:`ExecutorActor._call_at` builds it, as it is about to start).
 * ``running`` is the number of DISPATCHING calls; ``running <= limit``.
 * ``barrier`` is the index of the exclusive call that has started and is
   not yet committed, or None. While it is set nothing else starts, and an
@@ -56,7 +61,7 @@ from ..model import (
     _check_str,
 )
 from ..pipeline.results import aborted
-from ..pipeline.stages import BadArguments, Call, CallPhase, begin_call, dispatch, finalize, prepare
+from ..pipeline.stages import LOOK_UP, BadArguments, Call, CallPhase, begin_call, dispatch, finalize, prepare
 from ..signals import AbortController, AbortSignal
 from .messages import AbortBatch, CallSettled, Dispatch, RunBatch
 
@@ -165,7 +170,6 @@ class NativeExecutor:
         self._lock = threading.Lock()
         self._idle_executors: list[pykka.ActorRef[Any]] = []
         self._idle_workers: list[pykka.ActorRef[Any]] = []
-        self._active: set[ExecutorActor] = set()
         self._closed = False
         self._checked_own: dict[int, Any] = {}
 
@@ -282,13 +286,6 @@ class NativeExecutor:
                 return
         ref.stop(block=False)
 
-    def _register_active(self, actor: ExecutorActor, active: bool) -> None:
-        with self._lock:
-            if active:
-                self._active.add(actor)
-            else:
-                self._active.discard(actor)
-
     def _shutdown(self) -> None:
         """Runtime stop (after ``rt.stop_signal`` fired, which every running
         batch and body observes): close the pools; the group stops actors."""
@@ -329,13 +326,19 @@ class ExecutorActor(ActorBase):
         self._native = native
         self._rt = rt
         self._batch_id = 0
+        self._rt_stopping = rt.stop_signal
         self._reset()
+        # One subscription for the actor's life, not one per batch: when the
+        # runtime stops, the batch running here (if any) is woken up.
+        self._unsubscribe_stop = self._rt_stopping.add_callback(self._on_runtime_stop)
 
     def _reset(self) -> None:
         self._active = False
         self._batch: ToolBatchInput | None = None
         self._reply: Future[ToolBatchResult] | None = None
-        self._calls: list[Call] = []
+        self._calls: list[Call | None] = []
+        # For each call not built yet: (the model's call, override, hint).
+        self._unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
         self._limit = 1
         self._next_start = 0
         self._next_commit = 0
@@ -348,6 +351,11 @@ class ExecutorActor(ActorBase):
         self._log_error: BaseException | None = None
         self._signal: AbortSignal | None = None
         self._unsubscribe: Any = None
+        # What every body's fresh signal of this batch subscribes to: the
+        # batch's signal fused once with the runtime's stop signal (or the
+        # stop signal alone when the batch has none: nothing else can fire).
+        self._body_parent: AbortSignal | None = None
+        self._owns_body_parent = False
         self._halted = False
 
     # -- messages -------------------------------------------------------------
@@ -368,7 +376,18 @@ class ExecutorActor(ActorBase):
             case _:
                 assert_never(message)
 
+    def _on_runtime_stop(self, _: AbortSignal) -> None:
+        # On the thread that stops the runtime, so it reads two fields this
+        # actor writes; a stale read is harmless: a batch that starts after
+        # the stop signal fired sees it in its first _step.
+        if self._active:
+            try:
+                _tell(self.actor_ref, AbortBatch(batch_id=self._batch_id))
+            except pykka.ActorDeadError:
+                pass
+
     def on_stop(self) -> None:
+        self._unsubscribe_stop()
         reply = self._reply
         if self._active and reply is not None and not reply.done():
             reply.set_exception(
@@ -380,7 +399,8 @@ class ExecutorActor(ActorBase):
     # -- the batch --------------------------------------------------------------
 
     def _start(self, message: RunBatch) -> None:
-        self._reset()
+        if self._active:  # pragma: no cover - the pool hands out idle actors only
+            self._reset()
         self._batch_id += 1
         batch_id = self._batch_id
         batch = message.batch
@@ -388,12 +408,17 @@ class ExecutorActor(ActorBase):
         self._batch = batch
         self._reply = message.reply
         self._limit = message.limit
-        self._native._register_active(self, True)
         try:
             # The caller's signal is the batch's own (every phase sees that
             # very object); a batch without one gets a private never-fired one.
             signal = AbortController().signal if batch.signal is None else batch.signal
             self._signal = signal
+            if batch.signal is None:
+                body_parent = self._rt_stopping
+            else:
+                body_parent = AbortSignal.any(signal, self._rt_stopping)
+                self._owns_body_parent = True
+            self._body_parent = body_parent
             agent = batch.agent
             if batch.log is not None and agent is not None:
                 self._session = agent.session
@@ -401,46 +426,68 @@ class ExecutorActor(ActorBase):
             own = native._own()
             # The default direct_call_hint always answers None: skip the call.
             hinting = type(native).direct_call_hint is not NativeExecutor.direct_call_hint
-            tool_set = batch.tool_set
-            calls: list[Call] = []
+            calls: list[Call | None] = []
+            unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
+            self._calls = calls
+            self._unbuilt = unbuilt
             for i, tool_call in enumerate(batch.calls):
                 name = tool_call.name
                 override = own.get(name) if own else None
                 hint = native.direct_call_hint(name) if hinting and override is None else None
-                calls.append(
-                    begin_call(
-                        i,
-                        tool_call.id,
-                        name,
-                        parse_arguments(tool_call.arguments),  # may be BadArguments
-                        signal,
-                        agent,
-                        tool_set,
-                        override=override,
-                        unknown_hint=hint,
-                        route_to_executor=hint is not None,
-                    )
-                )
-            self._calls = calls
-            ref = self.actor_ref
+                if type(tool_call.arguments) is str:
+                    # JSON text cannot change: it is parsed and materialized,
+                    # and its call built, when the call is about to start, so
+                    # the first call does not wait for the whole batch.
+                    calls.append(None)
+                    unbuilt.append((tool_call, override, hint))
+                else:
+                    # A mapping is materialized now, as the batch arrives.
+                    unbuilt.append(None)
+                    calls.append(self._build(i, tool_call, override, hint))
+            if batch.signal is not None:
+                # (A batch without a signal has a private one nobody can
+                # abort; the runtime's stop reaches it through
+                # _on_runtime_stop.)
+                ref = self.actor_ref
 
-            def on_abort(_: AbortSignal) -> None:
-                try:
-                    ref.tell(AbortBatch(batch_id=batch_id))
-                except pykka.ActorDeadError:
-                    pass
+                def on_abort(_: AbortSignal) -> None:
+                    try:
+                        ref.tell(AbortBatch(batch_id=batch_id))
+                    except pykka.ActorDeadError:
+                        pass
 
-            unsubscribe_batch = signal.add_callback(on_abort)
-            unsubscribe_stop = self._rt.stop_signal.add_callback(on_abort)
-
-            def unsubscribe() -> None:
-                unsubscribe_batch()
-                unsubscribe_stop()
-
-            self._unsubscribe = unsubscribe
+                self._unsubscribe = signal.add_callback(on_abort)
         except BaseException as exc:  # noqa: BLE001
             self._bug = exc
         self._advance()
+
+    def _build(self, index: int, tool_call: ToolCall, override: Any, hint: str | None) -> Call:
+        batch = self._batch
+        assert batch is not None and self._signal is not None
+        call = begin_call(
+            index,
+            tool_call.id,
+            tool_call.name,
+            parse_arguments(tool_call.arguments),  # may be BadArguments
+            self._signal,
+            batch.agent,
+            batch.tool_set,
+            override=override,
+            unknown_hint=hint,
+            route_to_executor=hint is not None,
+        )
+        call.body_parent = self._body_parent
+        return call
+
+    def _call_at(self, index: int) -> Call:
+        """Call ``index``, built now if it was not yet."""
+        call = self._calls[index]
+        if call is None:
+            pending = self._unbuilt[index]
+            assert pending is not None
+            self._unbuilt[index] = None
+            call = self._calls[index] = self._build(index, *pending)
+        return call
 
     def _advance(self) -> None:
         try:
@@ -461,34 +508,40 @@ class ExecutorActor(ActorBase):
             # Commit in model order everything that has an outcome.
             while self._next_commit < self._next_start:
                 call = calls[self._next_commit]
+                assert call is not None  # built when it started, dropped once committed
                 if call.phase is not CallPhase.DISPATCHED and call.phase is not CallPhase.RESOLVED:
                     break
                 self._commit(call)
                 if self._barrier == call.index:
                     self._barrier = None
+                calls[self._next_commit] = None
                 self._next_commit += 1
                 progressed = True
             if self._bug is not None:
                 return
             stopping = (
                 (signal is not None and signal.aborted)
-                or self._rt.stop_signal.aborted
+                or self._rt_stopping.aborted
                 or self._log_error is not None
                 or self._halted
             )
             if stopping:
                 # No barrier and no call starts after an abort.
                 while self._next_start < total:
-                    call = calls[self._next_start]
+                    call = self._call_at(self._next_start)
                     self._next_start += 1
                     self._log_call(call)
                     call.resolve(aborted(before_dispatch=True), run_post=False)
                     progressed = True
             else:
                 while self._next_start < total and self._barrier is None:
-                    call = calls[self._next_start]
+                    call = self._call_at(self._next_start)
+                    looked_up: Any = LOOK_UP
                     if call.mode is None:
-                        call.mode = self._classify(call)  # lazily, as it is about to start
+                        # Lazily, as it is about to start. The lookup behind
+                        # the answer is handed to prepare() only if it runs
+                        # right now, in this iteration.
+                        call.mode, looked_up = self._classify(call)
                     exclusive = call.mode == "exclusive"
                     if exclusive:
                         if self._next_commit < self._next_start:
@@ -501,7 +554,7 @@ class ExecutorActor(ActorBase):
                         call.resolve(aborted(before_dispatch=True), run_post=False)
                         progressed = True
                         break
-                    prepare(self._rt, call)
+                    prepare(self._rt, call, looked_up)
                     progressed = True
                     if exclusive:
                         self._barrier = call.index
@@ -512,19 +565,23 @@ class ExecutorActor(ActorBase):
             if not progressed:
                 return
 
-    def _classify(self, call: Call) -> str:
+    def _classify(self, call: Call) -> tuple[str, Any]:
+        """The call's mode, and the registration the answer came from (or
+        ``LOOK_UP`` when none was looked up)."""
         if call.phase is CallPhase.RESOLVED:
-            return "parallel"  # it will not dispatch: no reason to hold others back
-        definition_mode, execution_mode = _modes()
+            return "parallel", LOOK_UP  # it will not dispatch: no reason to hold others back
+        definition_mode, executable = _modes()
         execution = call.execution
         if call.override is not None:
-            return definition_mode(call.override.definition, execution.arguments)
+            return definition_mode(call.override.definition, execution.arguments), LOOK_UP
         try:
-            return execution_mode(
-                self._rt.state, execution.name, execution.arguments, execution.agent, execution.tool_set
-            )
+            # What registry.execution_mode does, keeping the lookup.
+            registration = executable(self._rt.state, execution.name, execution.agent, execution.tool_set)
+            if registration is None:
+                return "exclusive", registration
+            return definition_mode(registration.definition, execution.arguments), registration
         except BaseException:  # noqa: BLE001 - anything odd means exclusive
-            return "exclusive"
+            return "exclusive", LOOK_UP
 
     def _send(self, call: Call) -> None:
         try:
@@ -612,7 +669,8 @@ class ExecutorActor(ActorBase):
     def _cleanup(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
-        self._native._register_active(self, False)
+        if self._owns_body_parent and self._body_parent is not None:
+            self._body_parent.close()
         self._reset()
 
 
@@ -625,18 +683,18 @@ def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:
     ref.actor_inbox.put(Envelope(message))
 
 
-_ModeFn = Callable[..., str]
-_mode_fns: tuple[_ModeFn, _ModeFn] | None = None
+_mode_fns: tuple[Callable[..., str], Callable[..., Any]] | None = None
 
 
-def _modes() -> tuple[_ModeFn, _ModeFn]:
-    # Bound on first use (the registry imports this module): a per-call
-    # ``from ..registry import`` costs about a microsecond.
+def _modes() -> tuple[Callable[..., str], Callable[..., Any]]:
+    """``registry.definition_mode`` and ``registry.executable``, bound on
+    first use (the registry imports this module): a per-call ``from
+    ..registry import`` costs about a microsecond."""
     global _mode_fns
     if _mode_fns is None:
-        from ..registry import definition_mode, execution_mode
+        from ..registry import definition_mode, executable
 
-        _mode_fns = (definition_mode, execution_mode)
+        _mode_fns = (definition_mode, executable)
     return _mode_fns
 
 

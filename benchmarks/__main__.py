@@ -1,0 +1,299 @@
+"""Scheduling benchmarks of dsh-actors: ``python -m benchmarks`` (also
+``./dev bench`` and ``dsh-actors bench``).
+
+Runs every workload against baselines measured in the same process and the
+same run (see ``benchmarks/scheduling.py``), shows a progress bar on stderr,
+prints a table on stdout and, with ``--json PATH``, writes the figures as
+JSON (flat dotted keys, floats). Targets are reported with ✓/✗, never
+asserted. ``--trace PATH`` also writes a Chrome trace of the pool workloads
+(open it in https://ui.perfetto.dev; see benchmarks/README.md).
+
+    python -m benchmarks [--quick] [--json PATH] [--trace PATH] [--only SECTION ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import scheduling
+from ._util import Progress, Row, Target, fmt_ms, fmt_us, machine, ratio, render_table
+
+SECTIONS = ("overhead", "pool", "abort", "agents", "ptc")
+
+
+def run(quick: bool, trace_path: str | None, only: Sequence[str]) -> dict[str, Any]:
+    plan = scheduling.Plan(quick=quick)
+    wanted = set(only or SECTIONS)
+    progress = Progress(plan.steps())
+    report: dict[str, Any] = {"quick": quick, "machine_start": machine()}
+    started = time.perf_counter()
+    try:
+        if "overhead" in wanted:
+            report["overhead"] = scheduling.run_overhead(plan, progress)
+        if "pool" in wanted:
+            recorders: list[Any] | None = [] if trace_path else None
+            report["pool"] = scheduling.run_pool(plan, progress, recorders)
+            if trace_path and recorders is not None:
+                from policies.trace import write_trace
+
+                events: list[dict[str, Any]] = []
+                for rec in recorders:
+                    events.extend(rec.trace_events())
+                write_trace(trace_path, events)
+                report["trace_path"] = trace_path
+        if "abort" in wanted:
+            report["abort"] = scheduling.run_abort(plan, progress)
+        if "agents" in wanted:
+            report["agents"] = scheduling.run_agents(plan, progress)
+        if "ptc" in wanted:
+            from . import ptc
+
+            progress.note("ptc")
+            report["ptc"] = ptc.run(plan)
+            progress.advance("ptc")
+    finally:
+        progress.close()
+    report["seconds"] = time.perf_counter() - started
+    report["machine_end"] = machine()
+    return report
+
+
+# --------------------------------------------------------------------------
+# Flat figures and targets
+# --------------------------------------------------------------------------
+
+
+def figures(report: dict[str, Any]) -> dict[str, float]:
+    """The flat dotted keys of issue 7 (floats), plus a few more."""
+    out: dict[str, float] = {}
+    m0, m1 = report["machine_start"], report["machine_end"]
+    out["machine.cpu_count"] = m0["cpu_count"]
+    out["machine.cpu_usable"] = m0["cpu_usable"]
+    out["machine.load_1m"] = m0["load_1m"]
+    out["machine.load_5m"] = m0["load_5m"]
+    out["machine.load_15m"] = m0["load_15m"]
+    out["machine.load_1m_end"] = m1["load_1m"]
+    oh = report.get("overhead")
+    if oh:
+        out["overhead.dsh_marginal_us"] = oh["dsh_marginal_us"]
+        out["overhead.threadpool_marginal_us"] = oh["threadpool_marginal_us"]
+        out["overhead.asyncio_marginal_us"] = oh["asyncio_marginal_us"]
+        out["overhead.direct_marginal_us"] = oh["direct_marginal_us"]
+        out["overhead.dsh_n1_us"] = oh["dsh_n1_us"]
+        out["overhead.threadpool_n1_us"] = oh["threadpool_n1_us"]
+        out["overhead.asyncio_n1_us"] = oh["asyncio_n1_us"]
+        out["overhead.direct_n1_us"] = oh["direct_n1_us"]
+        for n, row in oh["sizes"].items():
+            for key in ("dsh", "threadpool", "asyncio", "direct"):
+                out[f"overhead.n{n}.{key}_per_call_us"] = row[key] / n
+        out["scale.n10000_marginal_us"] = oh["dsh_n10000_marginal_us"]
+        out["scale.n100_marginal_us"] = oh["dsh_marginal_us"]
+        out["scale.threadpool_n10000_marginal_us"] = oh["threadpool_n10000_marginal_us"]
+        out["scale.max_threads"] = float(oh["max_threads"])
+        out["scale.threads_before"] = float(oh["threads_before"])
+        out["scale.cap"] = float(scheduling.CAP)
+    pool = report.get("pool")
+    if pool:
+        out["pool.sleep_overshoot_ms"] = pool["sleep_overshoot_ms"]
+        for name in ("equal", "mixed", "barrier"):
+            row = pool[name]
+            for key in ("makespan_ms", "ideal_ms", "threadpool_ms", "nominal_ms", "lower_bound_ms", "best_ms"):
+                out[f"pool.{name}.{key}"] = float(row[key])
+    ab = report.get("abort")
+    if ab:
+        out["abort.settle_ms"] = ab["poll"]["settle_ms"]
+        out["abort.settle_max_ms"] = ab["poll"]["max_ms"]
+        out["abort.wait_settle_ms"] = ab["wait"]["settle_ms"]
+    ag = report.get("agents")
+    if ag:
+        out["agents.dsh_calls_per_s"] = ag["dsh_calls_per_s"]
+        out["agents.threadpool_calls_per_s"] = ag["threadpool_calls_per_s"]
+        out["agents.dsh_round_ms"] = ag["dsh_round_ms"]
+        out["agents.threadpool_round_ms"] = ag["threadpool_round_ms"]
+    ptc = report.get("ptc")
+    if ptc and ptc.get("available"):
+        for key, value in ptc.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[f"ptc.{key}"] = float(value)
+    return {k: float(v) for k, v in out.items()}
+
+
+def targets(f: dict[str, float]) -> dict[str, Target]:
+    t: dict[str, Target] = {}
+    if "overhead.dsh_marginal_us" in f:
+        t["marginal"] = Target("≤ 30 µs", f["overhead.dsh_marginal_us"], 30.0)
+        t["n1"] = Target("≤ 2.0× threadpool", ratio(f["overhead.dsh_n1_us"], f["overhead.threadpool_n1_us"]), 2.0)
+        t["scale"] = Target(
+            "≤ 1.2× n100 marginal", ratio(f["scale.n10000_marginal_us"], f["scale.n100_marginal_us"]), 1.2
+        )
+        t["threads"] = Target(f"≤ cap + 10 = {f['scale.cap'] + 10:.0f}", f["scale.max_threads"], f["scale.cap"] + 10)
+    for name in ("equal", "mixed", "barrier"):
+        key = f"pool.{name}.makespan_ms"
+        if key in f:
+            t[f"pool.{name}"] = Target("≤ 1.03× ideal", ratio(f[key], f[f"pool.{name}.ideal_ms"]), 1.03)
+    if "abort.settle_ms" in f:
+        t["abort"] = Target("≤ 2 ms", f["abort.settle_ms"], 2.0)
+        t["abort.wait"] = Target("≤ 2 ms", f["abort.wait_settle_ms"], 2.0)
+    return t
+
+
+def table(report: dict[str, Any], f: dict[str, float]) -> str:
+    t = targets(f)
+    rows: list[Row] = []
+    oh = report.get("overhead")
+    if oh:
+        for n, row in oh["sizes"].items():
+            per = {k: row[k] / n for k in ("dsh", "threadpool", "asyncio", "direct")}
+            rows.append(
+                Row(
+                    "overhead",
+                    f"{n:,} no-op calls, per call",
+                    fmt_us(per["dsh"]),
+                    f"tpe {fmt_us(per['threadpool'])} · asyncio {fmt_us(per['asyncio'])} · direct {fmt_us(per['direct'])}",
+                    f"{ratio(per['dsh'], per['threadpool']):.1f}× tpe",
+                )
+            )
+        rows.append(
+            Row(
+                "overhead",
+                "marginal call (slope 10→100)",
+                fmt_us(f["overhead.dsh_marginal_us"]),
+                f"tpe {fmt_us(f['overhead.threadpool_marginal_us'])} · asyncio {fmt_us(f['overhead.asyncio_marginal_us'])}",
+                f"{ratio(f['overhead.dsh_marginal_us'], f['overhead.threadpool_marginal_us']):.1f}× tpe",
+                t["marginal"],
+            )
+        )
+        rows.append(
+            Row(
+                "overhead",
+                "one-call batch (fixed cost)",
+                fmt_us(f["overhead.dsh_n1_us"]),
+                f"tpe {fmt_us(f['overhead.threadpool_n1_us'])} · asyncio {fmt_us(f['overhead.asyncio_n1_us'])}",
+                f"{t['n1'].value:.2f}× tpe",
+                t["n1"],
+            )
+        )
+        rows.append(
+            Row(
+                "scale",
+                "marginal call, 10,000-call batch (slope 1k→10k)",
+                fmt_us(f["scale.n10000_marginal_us"]),
+                f"n100 {fmt_us(f['scale.n100_marginal_us'])} · tpe {fmt_us(f['scale.threadpool_n10000_marginal_us'])}",
+                f"{t['scale'].value:.2f}× n100",
+                t["scale"],
+            )
+        )
+        rows.append(
+            Row(
+                "scale",
+                "peak threads in the 10,000-call batch",
+                f"{f['scale.max_threads']:.0f}",
+                f"{f['scale.threads_before']:.0f} before it, cap {f['scale.cap']:.0f}",
+                "",
+                t["threads"],
+            )
+        )
+    pool = report.get("pool")
+    if pool:
+        for name, label in (("equal", "64 × 10 ms"), ("mixed", "64 × 2–18 ms"), ("barrier", "64 × 10 ms, 4 exclusive")):
+            rows.append(
+                Row(
+                    "pool",
+                    f"{label}, cap 8",
+                    fmt_ms(f[f"pool.{name}.makespan_ms"]),
+                    f"ideal {fmt_ms(f[f'pool.{name}.ideal_ms'])} · tpe {fmt_ms(f[f'pool.{name}.threadpool_ms'])}",
+                    f"{t[f'pool.{name}'].value:.3f}× ideal",
+                    t[f"pool.{name}"],
+                )
+            )
+    ab = report.get("abort")
+    if ab:
+        rows.append(
+            Row("abort", "16 calls polling every 1 ms, cap 8: abort → settled", fmt_ms(f["abort.settle_ms"]),
+                f"worst {fmt_ms(f['abort.settle_max_ms'])}", "", t["abort"])
+        )
+        rows.append(
+            Row("abort", "16 calls waiting on the signal, cap 8", fmt_ms(f["abort.wait_settle_ms"]), "", "", t["abort.wait"])
+        )
+    ag = report.get("agents")
+    if ag:
+        rows.append(
+            Row(
+                "agents",
+                "100 agents × batch of 10, concurrently",
+                f"{f['agents.dsh_calls_per_s']:,.0f} calls/s",
+                f"tpe {f['agents.threadpool_calls_per_s']:,.0f} calls/s",
+                f"{ratio(f['agents.dsh_calls_per_s'], f['agents.threadpool_calls_per_s']):.2f}× tpe",
+            )
+        )
+    ptc = report.get("ptc")
+    if ptc is not None:
+        if ptc.get("available"):
+            for key, label in (
+                ("subcall_us", "one sub-call round trip"),
+                ("warm_start_us", "warm run's start (submit → first sub-call)"),
+                ("warm_run_us", "warm trivial run (return 1)"),
+            ):
+                if key in ptc:
+                    rows.append(Row("ptc", label, fmt_us(ptc[key]), ptc.get(f"{key}_baseline", ""), ""))
+        else:
+            rows.append(Row("ptc", "sub-call round trip, warm start", "skipped", "", "", note=ptc.get("note", "")))
+    m = report["machine_start"]
+    header = [
+        f"dsh-actors scheduling benchmarks ({'quick' if report['quick'] else 'full'} run, {report['seconds']:.1f}s) — "
+        f"{m['cpu_count']:.0f} CPUs ({m['cpu_usable']:.0f} usable), load {m['load_1m']:.2f}/{m['load_5m']:.2f}/"
+        f"{m['load_15m']:.2f}, Python {m['python']}, pykka {m['pykka']}",
+        "medians over repetitions after warm-up; baselines measured in the same run; tpe = ThreadPoolExecutor",
+    ]
+    if pool:
+        header.append(
+            f"pool ideal = zero-overhead rolling pool in model order, each call + {pool['sleep_overshoot_ms']:.3f} ms "
+            "measured sleep(0.010) overshoot"
+        )
+    return render_table(rows, header)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    prog = sys.argv[0] if sys.argv and not sys.argv[0].endswith("__main__.py") else "python -m benchmarks"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (finishes within 60 s on 2 cores)")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH")
+    parser.add_argument("--trace", metavar="PATH", help="write a Chrome trace of the pool workloads to PATH")
+    parser.add_argument(
+        "--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=f"run only these sections ({', '.join(SECTIONS)})"
+    )
+    args = parser.parse_args(argv)
+    report = run(args.quick, args.trace, args.only or ())
+    f = figures(report)
+    print(table(report, f))
+    if args.trace:
+        print(f"\ntrace of the pool workloads written to {args.trace} (open it in https://ui.perfetto.dev)")
+    if args.json:
+        t = targets(f)
+        payload: dict[str, Any] = dict(f)
+        payload["targets"] = {
+            name: {"text": tg.text, "value": float(tg.value), "limit": float(tg.limit), "met": tg.met}
+            for name, tg in t.items()
+        }
+        payload["details"] = _jsonable(report)
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

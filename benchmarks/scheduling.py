@@ -1,0 +1,430 @@
+"""The scheduling workloads of ``python -m benchmarks`` (issue 7), each
+against baselines measured in the same process and the same run.
+
+* **overhead**: batches of 1, 10, 100, 1,000 and 10,000 no-op
+  ``define_tool`` calls through the full pipeline (native executor, argument
+  and output validation, no listeners, no log) against a direct call, a
+  ``ThreadPoolExecutor(cap)`` submit+result and asyncio create_task+gather.
+* **pool**: 64 calls at cap 8 (equal 10 ms, mixed 2–18 ms, 4 exclusive
+  among equal ones) against the ideal makespan (a zero-overhead rolling pool,
+  each call lengthened by the machine's measured sleep overshoot) and a
+  ``ThreadPoolExecutor(8)``.
+* **scale**: the 10,000-call batch's marginal cost against the 100-call
+  one, and the peak thread count sampled from inside the bodies.
+* **abort**: from ``abort()`` to the batch settling, for bodies that poll
+  ``ctx.signal.aborted`` every 1 ms and for bodies that wait on the signal.
+* **many agents**: 100 agents in nested scopes, each sending a batch of 10
+  at the same time, against a ``ThreadPoolExecutor`` running the same calls.
+
+Every figure is a median over repetitions after a warm-up; nothing is
+asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from dsh_actors import (
+    AbortController,
+    Agent,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+    text,
+)
+
+from ._util import Progress, ThreadPeak, median, sleep_overshoot_ms
+
+OVERHEAD_SIZES = (1, 10, 100, 1000, 10_000)
+CAP = 10  # the runtime's default max_parallel_tool_calls
+POOL_CAP = 8
+POOL_CALLS = 64
+EXCLUSIVE_AT = (8, 24, 40, 56)
+
+TEXT = ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)])
+
+
+def _safe(args: Any) -> bool:
+    return True
+
+
+def noop_body(args: Any, ctx: Any) -> str:
+    return "ok"
+
+
+def noop_tool(name: str = "noop", body: Callable[[Any, Any], Any] = noop_body) -> Any:
+    """A no-op tool with one validated integer argument and a validated
+    string output: both validations run, nothing else does."""
+    return define_tool(
+        name=name,
+        description="Does nothing.",
+        parameters={"i": {"type": "integer"}},
+        output=TEXT,
+        execute=body,
+        is_concurrency_safe=_safe,
+    )
+
+
+def noop_batch(n: int, name: str = "noop", **kwargs: Any) -> ToolBatchInput:
+    calls = tuple(ToolCall(id=f"c{i}", name=name, arguments='{"i": %d}' % i) for i in range(n))
+    return ToolBatchInput(calls=calls, **kwargs)
+
+
+@dataclass
+class Plan:
+    """How much work each section does (``--quick`` or full)."""
+
+    quick: bool
+
+    def overhead_reps(self, n: int) -> int:
+        table = {1: (150, 2000), 10: (80, 800), 100: (25, 200), 1000: (5, 30), 10_000: (3, 8)}
+        return table[n][0 if self.quick else 1]
+
+    @property
+    def pool_reps(self) -> int:
+        return 3 if self.quick else 15
+
+    @property
+    def abort_reps(self) -> int:
+        return 7 if self.quick else 40
+
+    @property
+    def agent_rounds(self) -> int:
+        return 3 if self.quick else 15
+
+    @property
+    def overshoot_samples(self) -> int:
+        return 15 if self.quick else 40
+
+    def steps(self) -> int:
+        return len(OVERHEAD_SIZES) + 3 + 1 + 2 + 1 + 1
+
+
+# --------------------------------------------------------------------------
+# overhead and scale
+# --------------------------------------------------------------------------
+
+
+def _asyncio_gather_us(loop: asyncio.AbstractEventLoop, n: int) -> float:
+    async def one() -> str:
+        return "ok"
+
+    async def run() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*[asyncio.create_task(one()) for _ in range(n)])
+        return time.perf_counter() - start
+
+    return loop.run_until_complete(run()) * 1e6
+
+
+def _threadpool_us(pool: ThreadPoolExecutor, n: int) -> float:
+    args: dict[str, Any] = {"i": 1}
+    start = time.perf_counter()
+    futures = [pool.submit(noop_body, args, None) for _ in range(n)]
+    for f in futures:
+        f.result()
+    return (time.perf_counter() - start) * 1e6
+
+
+def _direct_us(n: int) -> float:
+    args: dict[str, Any] = {"i": 1}
+    body = noop_body
+    start = time.perf_counter()
+    for _ in range(n):
+        body(args, None)
+    return (time.perf_counter() - start) * 1e6
+
+
+def _dsh_us(rt: ToolRuntime, batch: ToolBatchInput) -> float:
+    start = time.perf_counter()
+    result = rt.tools.execute(batch)
+    elapsed = (time.perf_counter() - start) * 1e6
+    assert len(result.results) == len(batch.calls)
+    return elapsed
+
+
+def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
+    """Per-batch medians (µs) for every size, dsh-actors and baselines
+    interleaved rep by rep (so a slow patch of the machine hits them all)."""
+    out: dict[str, Any] = {"sizes": {}}
+    loop = asyncio.new_event_loop()
+    try:
+        with ToolRuntime(max_parallel_tool_calls=CAP) as rt, ThreadPoolExecutor(CAP) as pool:
+            rt.tools.register(noop_tool())
+            # Warm every path (threads started, pools filled, caches built).
+            for _ in range(3):
+                rt.tools.execute(noop_batch(CAP * 2))
+                _threadpool_us(pool, CAP * 2)
+                _asyncio_gather_us(loop, CAP * 2)
+            for n in OVERHEAD_SIZES:
+                progress.note(f"overhead: batches of {n}")
+                batch = noop_batch(n)
+                reps = plan.overhead_reps(n)
+                warm = max(1, min(reps // 5, 20))
+                for _ in range(warm):
+                    _dsh_us(rt, batch)
+                    _threadpool_us(pool, n)
+                samples: dict[str, list[float]] = {"dsh": [], "threadpool": [], "asyncio": [], "direct": []}
+                for _ in range(reps):
+                    samples["dsh"].append(_dsh_us(rt, batch))
+                    samples["threadpool"].append(_threadpool_us(pool, n))
+                    samples["asyncio"].append(_asyncio_gather_us(loop, n))
+                    samples["direct"].append(_direct_us(n))
+                out["sizes"][n] = {k: median(v) for k, v in samples.items()}
+                out["sizes"][n]["reps"] = reps
+                progress.advance(f"overhead: batches of {n}")
+    finally:
+        loop.close()
+    progress.note("scale: peak threads in a 10,000-call batch")
+    # A runtime of its own, with no baseline pool alive: every thread counted
+    # is the process's main thread or one the runtime started.
+    before = threading.active_count()
+    peak = ThreadPeak()
+    with ToolRuntime(max_parallel_tool_calls=CAP) as rt:
+        rt.tools.register(noop_tool("sampling", lambda args, ctx: peak.sample() or "ok"))
+        rt.tools.execute(noop_batch(10_000, name="sampling"))
+    out["threads_before"] = before
+    out["max_threads"] = peak.peak
+    progress.advance("scale: peak threads")
+    sizes = out["sizes"]
+
+    def slope(key: str, a: int, b: int) -> float:
+        return (sizes[b][key] - sizes[a][key]) / (b - a)
+
+    for key in ("dsh", "threadpool", "asyncio", "direct"):
+        out[f"{key}_marginal_us"] = slope(key, 10, 100)
+        out[f"{key}_n1_us"] = sizes[1][key]
+        out[f"{key}_n10000_marginal_us"] = slope(key, 1000, 10_000)
+    return out
+
+
+# --------------------------------------------------------------------------
+# pool
+# --------------------------------------------------------------------------
+
+
+def pool_workloads() -> dict[str, list[tuple[float, bool]]]:
+    """Each workload: (ms, exclusive) per call, in model order."""
+    rng = random.Random(7)
+    equal = [(10.0, False)] * POOL_CALLS
+    mixed = [(float(rng.randint(2, 18)), False) for _ in range(POOL_CALLS)]
+    barrier = [(10.0, i in EXCLUSIVE_AT) for i in range(POOL_CALLS)]
+    return {"equal": equal, "mixed": mixed, "barrier": barrier}
+
+
+def ideal_makespan_ms(calls: Sequence[tuple[float, bool]], cap: int, overshoot_ms: float) -> float:
+    """A zero-overhead rolling pool in model order: each call starts on the
+    first slot to free up; an exclusive call waits for everything before it
+    and nothing starts until it ends. Each call lasts ``ms + overshoot``."""
+    now = 0.0
+    running: list[float] = []  # end times
+    for ms, exclusive in calls:
+        duration = ms + overshoot_ms
+        if exclusive:
+            now = max([now, *running])
+            running = []
+            now += duration
+            continue
+        if len(running) >= cap:
+            now = max(now, heapq.heappop(running))
+        heapq.heappush(running, now + duration)
+    return max([now, *running])
+
+
+def _sleep_body(args: Any, ctx: Any) -> str:
+    time.sleep(args["ms"] / 1000)
+    return "ok"
+
+
+def _pool_tool() -> Any:
+    return define_tool(
+        name="sleep",
+        description="Sleeps.",
+        parameters={"ms": {"type": "number", "required": True}, "exclusive": {"type": "boolean"}},
+        output=TEXT,
+        execute=_sleep_body,
+        is_concurrency_safe=lambda args: not args.get("exclusive", False),
+    )
+
+
+def _pool_batch(calls: Sequence[tuple[float, bool]]) -> ToolBatchInput:
+    import orjson
+
+    return ToolBatchInput(
+        calls=tuple(
+            ToolCall(id=f"c{i}", name="sleep", arguments=orjson.dumps({"ms": ms, "exclusive": ex}).decode())
+            for i, (ms, ex) in enumerate(calls)
+        ),
+        max_parallel_tool_calls=POOL_CAP,
+    )
+
+
+def _threadpool_pool_ms(pool: ThreadPoolExecutor, calls: Sequence[tuple[float, bool]]) -> float:
+    """The same calls on a ThreadPoolExecutor(8); an exclusive call waits for
+    everything submitted before it and runs alone (what a caller would do)."""
+    start = time.perf_counter()
+    pending: list[Future[Any]] = []
+    for ms, exclusive in calls:
+        if exclusive:
+            wait(pending)
+            pool.submit(time.sleep, ms / 1000).result()
+            pending = []
+        else:
+            pending.append(pool.submit(time.sleep, ms / 1000))
+    wait(pending)
+    return (time.perf_counter() - start) * 1000
+
+
+def run_pool(plan: Plan, progress: Progress, trace_recorders: list[Any] | None = None) -> dict[str, Any]:
+    progress.note("pool: sleep overshoot")
+    overshoot = sleep_overshoot_ms(plan.overshoot_samples)
+    out: dict[str, Any] = {"sleep_overshoot_ms": overshoot, "cap": POOL_CAP, "calls": POOL_CALLS}
+    workloads = pool_workloads()
+    with ToolRuntime(max_parallel_tool_calls=CAP) as rt, ThreadPoolExecutor(POOL_CAP) as pool:
+        rt.tools.register(_pool_tool())
+        rt.tools.execute(_pool_batch([(1.0, False)] * 16))  # warm: call actors exist
+        _threadpool_pool_ms(pool, [(1.0, False)] * 16)
+        for name, calls in workloads.items():
+            progress.note(f"pool: {name}")
+            batch = _pool_batch(calls)
+            dsh, tpe = [], []
+            for _ in range(plan.pool_reps):
+                start = time.perf_counter()
+                rt.tools.execute(batch)
+                dsh.append((time.perf_counter() - start) * 1000)
+                tpe.append(_threadpool_pool_ms(pool, calls))
+            out[name] = {
+                "makespan_ms": median(dsh),
+                "best_ms": min(dsh),
+                "threadpool_ms": median(tpe),
+                "ideal_ms": ideal_makespan_ms(calls, POOL_CAP, overshoot),
+                "nominal_ms": ideal_makespan_ms(calls, POOL_CAP, 0.0),
+                "lower_bound_ms": max(
+                    sum(ms for ms, _ in calls) / POOL_CAP, max(ms for ms, _ in calls)
+                ),
+                "reps": plan.pool_reps,
+            }
+            progress.advance(f"pool: {name}")
+        if trace_recorders is not None:
+            import policies.trace as trace
+
+            for pid, (name, calls) in enumerate(workloads.items(), start=1):
+                progress.note(f"pool: tracing {name}")
+                recorder = trace.Recorder(pid=pid, process_name=f"pool.{name} (64 calls, cap 8)")
+                off = rt.use(trace, recorder=recorder)
+                try:
+                    rt.tools.execute(_pool_batch(calls))
+                finally:
+                    off()
+                trace_recorders.append(recorder)
+    return out
+
+
+# --------------------------------------------------------------------------
+# abort
+# --------------------------------------------------------------------------
+
+
+def run_abort(plan: Plan, progress: Progress) -> dict[str, Any]:
+    """16 cooperative calls at cap 8: abort once the first 8 are running;
+    time from ``abort()`` to the batch's result (8 drain, 8 are skipped)."""
+    out: dict[str, Any] = {"calls": 16, "cap": POOL_CAP}
+    started = threading.Semaphore(0)
+
+    def polling(args: Any, ctx: Any) -> str:
+        started.release()
+        signal = ctx.signal
+        while not signal.aborted:
+            time.sleep(0.001)
+        return "stopped"
+
+    def waiting(args: Any, ctx: Any) -> str:
+        started.release()
+        ctx.signal.wait(30)
+        return "stopped"
+
+    with ToolRuntime(max_parallel_tool_calls=CAP) as rt:
+        rt.tools.register(noop_tool("poll", polling))
+        rt.tools.register(noop_tool("wait", waiting))
+        for kind in ("poll", "wait"):
+            progress.note(f"abort: {kind}")
+            samples = []
+            for rep in range(plan.abort_reps + 2):
+                controller = AbortController()
+                batch = noop_batch(16, name=kind, signal=controller.signal, max_parallel_tool_calls=POOL_CAP)
+                future = rt.tools.submit(batch)
+                for _ in range(POOL_CAP):
+                    started.acquire(timeout=30)
+                time.sleep(0.002)  # let them settle into their poll/wait
+                start = time.perf_counter()
+                controller.abort()
+                future.result(timeout=30)
+                if rep >= 2:  # two warm-ups
+                    samples.append((time.perf_counter() - start) * 1000)
+            out[kind] = {"settle_ms": median(samples), "max_ms": max(samples), "reps": len(samples)}
+            progress.advance(f"abort: {kind}")
+    return out
+
+
+# --------------------------------------------------------------------------
+# many agents
+# --------------------------------------------------------------------------
+
+
+def run_agents(plan: Plan, progress: Progress) -> dict[str, Any]:
+    """10 parent agents with 9 children each (100 agents, nested scopes,
+    each scope with its own tool shadowing the global one); every agent
+    submits a batch of 10 no-op calls at once; a round ends when all 100
+    have settled."""
+    progress.note("many agents")
+    agents_n, per_batch = 100, 10
+    out: dict[str, Any] = {"agents": agents_n, "calls_per_batch": per_batch}
+    with ToolRuntime(max_parallel_tool_calls=CAP) as rt, ThreadPoolExecutor(CAP) as pool:
+        rt.tools.register(noop_tool())
+        agents: list[Agent] = []
+        for p in range(10):
+            parent = Agent(f"p{p}")
+            rt.tools.scope(parent).register(noop_tool())
+            agents.append(parent)
+            for c in range(9):
+                agents.append(Agent(f"p{p}.c{c}", parent=parent))
+        services = [rt.tools.scope(a) for a in agents]
+        batch = noop_batch(per_batch)
+        peak = ThreadPeak()
+
+        def dsh_round() -> float:
+            start = time.perf_counter()
+            futures = [s.submit(batch) for s in services]
+            for f in futures:
+                f.result(timeout=60)
+            peak.sample()
+            return time.perf_counter() - start
+
+        def tpe_round() -> float:
+            return _threadpool_us(pool, agents_n * per_batch) / 1e6
+
+        dsh_round()
+        tpe_round()
+        dsh, tpe = [], []
+        for _ in range(plan.agent_rounds):
+            dsh.append(dsh_round())
+            tpe.append(tpe_round())
+        total = agents_n * per_batch
+        out["dsh_calls_per_s"] = total / median(dsh)
+        out["threadpool_calls_per_s"] = total / median(tpe)
+        out["dsh_round_ms"] = median(dsh) * 1000
+        out["threadpool_round_ms"] = median(tpe) * 1000
+        out["threads_after_round"] = peak.peak
+        out["rounds"] = plan.agent_rounds
+    progress.advance("many agents")
+    return out
