@@ -119,6 +119,7 @@ class ActorGroup:
         self._lock = threading.Lock()
         self._refs: dict[str, pykka.ActorRef[Any]] = {}
         self._threads: dict[str, threading.Thread] = {}
+        self._retiring: list[threading.Thread] = []
         self._closed = False
 
     def add(self, ref: pykka.ActorRef[Any], thread: threading.Thread | None = None) -> None:
@@ -139,6 +140,21 @@ class ActorGroup:
             self._refs.pop(ref.actor_urn, None)
             self._threads.pop(ref.actor_urn, None)
 
+    def retire(self, ref: pykka.ActorRef[Any]) -> None:
+        """Stop one actor now (a pool's surplus) and forget it once its
+        thread has ended, so bursts do not grow the group for good;
+        :meth:`stop_all` still joins a thread that has not ended yet."""
+        with self._lock:
+            self._refs.pop(ref.actor_urn, None)
+            thread = self._threads.pop(ref.actor_urn, None)
+            self._retiring = [t for t in self._retiring if t.is_alive()]
+            if thread is not None:
+                self._retiring.append(thread)
+        try:
+            ref.stop(block=False)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -156,9 +172,10 @@ class ActorGroup:
         with self._lock:
             self._closed = True
             refs = list(self._refs.values())
-            threads = list(self._threads.values())
+            threads = list(self._threads.values()) + self._retiring
             self._refs.clear()
             self._threads.clear()
+            self._retiring = []
         futures = []
         for ref in refs:
             try:

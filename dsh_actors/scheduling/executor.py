@@ -269,7 +269,7 @@ class NativeExecutor:
             if not self._closed and len(self._idle_executors) < _IDLE_EXECUTORS_KEPT:
                 self._idle_executors.append(ref)
                 return
-        ref.stop(block=False)
+        self._retire(ref)
 
     def _acquire_worker(self, rt: ToolRuntime) -> pykka.ActorRef[Any]:
         with self._lock:
@@ -284,7 +284,14 @@ class NativeExecutor:
             if not self._closed and len(self._idle_workers) < _IDLE_WORKERS_KEPT:
                 self._idle_workers.append(ref)
                 return
-        ref.stop(block=False)
+        self._retire(ref)
+
+    def _retire(self, ref: pykka.ActorRef[Any]) -> None:
+        rt = self._rt
+        if rt is None:
+            ref.stop(block=False)
+        else:
+            rt.group.retire(ref)
 
     def _shutdown(self) -> None:
         """Runtime stop (after ``rt.stop_signal`` fired, which every running

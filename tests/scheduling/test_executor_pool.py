@@ -466,3 +466,27 @@ def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
     assert second <= first
     third = run(3)
     assert third <= first
+
+
+def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(rt: Any) -> None:
+    import dsh_actors.scheduling.executor as executor_module
+    from dsh_actors.scheduling.executor import ExecutorActor
+
+    rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+    kept = executor_module._IDLE_EXECUTORS_KEPT
+    executor_module._IDLE_EXECUTORS_KEPT = 1
+    try:
+        sizes = []
+        for _ in range(4):
+            futures = [
+                rt.tools.submit(ToolBatchInput(calls=calls("t", "t"))) for _ in range(6)
+            ]  # six batches at once: six executor actors, five of them surplus
+            for future in futures:
+                future.result(GUARD)
+            # An executor actor is back in its pool (or retired) before it replies.
+            sizes.append(
+                sum(1 for ref in rt.group._refs.values() if ref.actor_class is ExecutorActor)
+            )
+        assert sizes == [1, 1, 1, 1], f"surplus executor actors stayed in the group: {sizes}"
+    finally:
+        executor_module._IDLE_EXECUTORS_KEPT = kept
