@@ -1,6 +1,8 @@
 """Shared helpers for the benchmark suite: a progress bar on stderr, timing
 (medians over repetitions after warm-up), the machine's description, the
-table on stdout, and the targets.
+table on stdout, the targets, and the pieces the micro-benchmarks
+(``bench_json``, ``bench_registry``, ``bench_schema``, ``bench_ptc``) share:
+timed cases, their ratios to a baseline, their table, and their command line.
 
 Nothing here asserts: a benchmark reports what it measured, and a missed
 target is a ✗ in the table, never an exception.
@@ -8,6 +10,8 @@ target is a ✗ in the table, never an exception.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import statistics
@@ -19,14 +23,21 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 __all__ = [
+    "Case",
     "Progress",
     "Row",
     "Target",
+    "add_baseline_ratios",
+    "bench_main",
+    "case_table",
     "machine",
     "median",
+    "per_op_us",
     "render_table",
     "sleep_overshoot_ms",
+    "summary_us",
     "ThreadPeak",
+    "time_cases",
     "timed",
 ]
 
@@ -115,6 +126,67 @@ def sleep_overshoot_ms(samples: int = 20, seconds: float = 0.010) -> float:
         time.sleep(seconds)
         extra.append((time.perf_counter() - start - seconds) * 1000)
     return max(0.0, median(extra))
+
+
+def summary_us(samples: Sequence[float]) -> dict[str, Any]:
+    """``median_us`` and ``best_us`` of ``samples`` (already in µs)."""
+    return {"median_us": median(samples), "best_us": min(samples)}
+
+
+def per_op_us(
+    fn: Callable[[], object],
+    *,
+    repeat: int,
+    target_ns: int = 20_000_000,
+    calls_key: str = "calls",
+) -> dict[str, Any]:
+    """Median and best µs per call of ``fn`` over ``repeat`` timed batches,
+    each sized to run about ``target_ns``, after a warm-up that calibrates;
+    the batch size is reported under ``calls_key``."""
+    number = 1
+    while True:  # warm-up and calibration
+        start = time.perf_counter_ns()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter_ns() - start
+        if elapsed >= target_ns // 4:
+            break
+        number *= 2
+    number = max(1, number * target_ns // max(elapsed, 1))
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter_ns()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter_ns() - start) / number / 1000)
+    return summary_us(samples) | {calls_key: number}
+
+
+Case = tuple[str, Callable[[], object], str | None]
+"""``(name, operation, name of its baseline case or None)``."""
+
+
+def add_baseline_ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Give every entry that names a ``baseline`` its ``x_baseline``: its
+    median over the baseline's. Returns ``results`` (changed in place)."""
+    for entry in results.values():
+        baseline = entry.get("baseline")
+        if baseline is not None:
+            entry["x_baseline"] = entry["median_us"] / results[baseline]["median_us"]
+    return results
+
+
+def time_cases(
+    cases: Iterable[Case], *, repeat: int, calls_key: str = "calls"
+) -> dict[str, dict[str, Any]]:
+    """:func:`per_op_us` of every case, in order, with its baseline ratio."""
+    results: dict[str, dict[str, Any]] = {}
+    for name, fn, baseline in cases:
+        entry = per_op_us(fn, repeat=repeat, calls_key=calls_key)
+        if baseline is not None:
+            entry["baseline"] = baseline
+        results[name] = entry
+    return add_baseline_ratios(results)
 
 
 class ThreadPeak:
@@ -211,21 +283,93 @@ def render_table(rows: Sequence[Row], header_lines: Sequence[str] = ()) -> str:
         if row.note:
             mark = (mark + " " + row.note).strip()
         cells.append((row.section, row.case, row.dsh, row.baseline, row.ratio, target, mark))
-    widths = [max(_width(c[i]) for c in cells) for i in range(len(heads))]
+    return _grid(cells, header_lines, left=(0, 1, 5, 6), strip=True)
+
+
+def _grid(
+    cells: Sequence[Sequence[str]],
+    header_lines: Sequence[str],
+    *,
+    left: Sequence[int],
+    strip: bool,
+) -> str:
+    """``header_lines``, then ``cells`` as aligned columns (the ``left`` ones
+    left-aligned, the others right-aligned) with a dashed rule under the
+    first row; ``strip`` drops trailing blanks."""
+    widths = [max(_width(c[i]) for c in cells) for i in range(len(cells[0]))]
     lines = list(header_lines)
     for n, c in enumerate(cells):
         parts = []
         for i, cell in enumerate(c):
             pad = widths[i] - _width(cell)
-            parts.append(cell + " " * pad if i in (0, 1, 5, 6) else " " * pad + cell)
-        lines.append("  ".join(parts).rstrip())
+            parts.append(cell + " " * pad if i in left else " " * pad + cell)
+        line = "  ".join(parts)
+        lines.append(line.rstrip() if strip else line)
         if n == 0:
-            lines.append("  ".join("-" * w for w in widths).rstrip())
+            rule = "  ".join("-" * w for w in widths)
+            lines.append(rule.rstrip() if strip else rule)
     return "\n".join(lines)
 
 
 def _width(text: str) -> int:
     return len(text)
+
+
+def case_table(
+    results: dict[str, dict[str, Any]],
+    *,
+    unit: str = "µs/op",
+    digits: int = 3,
+    ratio_head: str = "x baseline",
+    ratio_key: str = "x_baseline",
+    header_lines: Sequence[str] = (),
+) -> str:
+    """The micro-benchmarks' table: case, median, best (``digits`` decimals,
+    in ``unit``) and the ratio under ``ratio_key`` (blank where absent)."""
+    cells = [("case", f"median {unit}", f"best {unit}", ratio_head)]
+    for name, entry in results.items():
+        value = entry.get(ratio_key)
+        cells.append(
+            (
+                name,
+                f"{entry['median_us']:.{digits}f}",
+                f"{entry['best_us']:.{digits}f}",
+                "" if value is None else f"{value:.1f}",
+            )
+        )
+    return _grid(cells, header_lines, left=(0,), strip=False)
+
+
+def bench_main(
+    argv: Sequence[str] | None,
+    *,
+    doc: str | None,
+    run: Callable[..., dict[str, Any]],
+    table: Callable[[dict[str, Any]], str],
+    repeat: int = 15,
+    repeat_help: str = "timed batches per case",
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> int:
+    """A micro-benchmark's command line: ``--repeat N`` (and what
+    ``add_arguments`` adds, each passed to ``run`` by name), then
+    ``--json PATH``; prints ``table(report)`` and, with ``--json``, also
+    writes the report there."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument(
+        "--repeat", type=int, default=repeat, help=f"{repeat_help} (default {repeat})"
+    )
+    if add_arguments is not None:
+        add_arguments(parser)
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+    options = vars(parser.parse_args(argv))
+    path = options.pop("json")
+    report = run(**options)
+    print(table(report))
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2)
+            fh.write("\n")
+    return 0
 
 
 def fmt_us(value: float) -> str:

@@ -20,14 +20,13 @@ Each case is repeated; the table shows the median and the best.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from benchmarks._util import add_baseline_ratios, bench_main, case_table, summary_us, timed
 from dsh_actors import ToolBatchInput, ToolCall, ToolOutput, ToolRuntime, define_tool, text
 from executors.ptc import PtcExecutor
 
@@ -49,14 +48,12 @@ def _run(rt: ToolRuntime, code: str) -> None:
 
 
 def _timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter_ns()
-    fn()
-    return (time.perf_counter_ns() - start) / 1000
+    """µs one call of ``fn`` took."""
+    return timed(fn) * 1e6
 
 
-def _summary(samples: list[float], per: int = 1) -> dict[str, float]:
-    values = [s / per for s in samples]
-    return {"median_us": statistics.median(values), "best_us": min(values), "samples": len(values)}
+def _summary(samples: list[float]) -> dict[str, Any]:
+    return summary_us(samples) | {"samples": len(samples)}
 
 
 def _settle(executor: PtcExecutor, seconds: float = 0.4) -> None:
@@ -116,10 +113,7 @@ def run(repeat: int = 9, calls: int = 200) -> dict[str, Any]:
             "baseline": "run start, warm worker: run_code('return 1')"
         }
 
-    for entry in results.values():
-        baseline = entry.get("baseline")
-        if baseline is not None:
-            entry["x_baseline"] = entry["median_us"] / results[baseline]["median_us"]
+    add_baseline_ratios(results)
     return {
         "benchmark": "ptc",
         "python": platform.python_version(),
@@ -130,42 +124,31 @@ def run(repeat: int = 9, calls: int = 200) -> dict[str, Any]:
 
 
 def _table(report: dict[str, Any]) -> str:
-    rows = [("case", "median µs", "best µs", "x baseline")]
-    for name, entry in report["results"].items():
-        ratio = entry.get("x_baseline")
-        rows.append(
-            (
-                name,
-                f"{entry['median_us']:.1f}",
-                f"{entry['best_us']:.1f}",
-                "" if ratio is None else f"{ratio:.1f}",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [f"PTC executor, {report['calls_per_program']} calls per program, Python {report['python']}"]
-    for i, row in enumerate(rows):
-        lines.append(
-            "  ".join(cell.ljust(widths[0]) if j == 0 else cell.rjust(widths[j]) for j, cell in enumerate(row))
-        )
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return case_table(
+        report["results"],
+        unit="µs",
+        digits=1,
+        header_lines=[
+            f"PTC executor, {report['calls_per_program']} calls per program, Python {report['python']}"
+        ],
+    )
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calls", type=int, default=200, help="tool calls per program (default 200)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table; with ``--json PATH``, also write the report there."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeat", type=int, default=9, help="repetitions per case (default 9)")
-    parser.add_argument("--calls", type=int, default=200, help="tool calls per program (default 200)")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
-    args = parser.parse_args(argv)
-    report = run(repeat=args.repeat, calls=args.calls)
-    print(_table(report))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2)
-            fh.write("\n")
-    return 0
+    return bench_main(
+        argv,
+        doc=__doc__,
+        run=run,
+        table=_table,
+        repeat=9,
+        repeat_help="repetitions per case",
+        add_arguments=_add_arguments,
+    )
 
 
 if __name__ == "__main__":

@@ -13,16 +13,13 @@ Prints median and best µs per op over repetitions, after a warm-up.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from benchmarks._util import Case, bench_main, case_table, time_cases
 from dsh_actors.definition import ToolOutput, define_tool
 from dsh_actors.messages import Retract
 from dsh_actors.model import Agent, ToolRestriction, text
@@ -54,30 +51,6 @@ def _tool(name: str) -> Any:
         execute=lambda args, ctx: name,
         is_concurrency_safe=lambda args: True,
     )
-
-
-def _per_op_us(
-    fn: Callable[[], object], *, repeat: int, target_ns: int = 20_000_000
-) -> dict[str, float]:
-    """Median and best µs per call of ``fn`` over ``repeat`` timed batches,
-    each sized to run about ``target_ns``, after a warm-up that calibrates."""
-    number = 1
-    while True:  # warm-up and calibration
-        start = time.perf_counter_ns()
-        for _ in range(number):
-            fn()
-        elapsed = time.perf_counter_ns() - start
-        if elapsed >= target_ns // 4:
-            break
-        number *= 2
-    number = max(1, number * target_ns // max(elapsed, 1))
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter_ns()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter_ns() - start) / number / 1000)
-    return {"median_us": statistics.median(samples), "best_us": min(samples), "calls": number}
 
 
 def _populate(rt: ToolRuntime) -> Agent:
@@ -113,7 +86,7 @@ def run(repeat: int = 15) -> dict[str, Any]:
             state._bump()  # as after any publication: the per-agent view is recomputed
             return visible(state, leaf)
 
-        cases: list[tuple[str, Callable[[], object], str | None]] = [
+        cases: list[Case] = [
             ("baseline: dict lookup", lambda: plain.get("t50"), None),
             (
                 "baseline: registry actor round trip",
@@ -133,13 +106,7 @@ def run(repeat: int = 15) -> dict[str, Any]:
             ),
             ("visible(state, leaf) after a change", cold_visible, None),
         ]
-        results: dict[str, dict[str, Any]] = {}
-        for label, fn, baseline in cases:
-            entry: dict[str, Any] = _per_op_us(fn, repeat=repeat)
-            if baseline is not None:
-                entry["baseline"] = baseline
-                entry["x_baseline"] = entry["median_us"] / results[baseline]["median_us"]
-            results[label] = entry
+        results = time_cases(cases, repeat=repeat)
     return {
         "benchmark": "registry",
         "python": platform.python_version(),
@@ -152,47 +119,18 @@ def run(repeat: int = 15) -> dict[str, Any]:
 
 
 def _table(report: dict[str, Any]) -> str:
-    rows = [("case", "median µs/op", "best µs/op", "x baseline")]
-    for name, entry in report["results"].items():
-        ratio = entry.get("x_baseline")
-        rows.append(
-            (
-                name,
-                f"{entry['median_us']:.3f}",
-                f"{entry['best_us']:.3f}",
-                "" if ratio is None else f"{ratio:.1f}",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [
-        f"{report['registered_tools']} registered tools, {report['visible_from_leaf']} visible "
-        f"from the leaf of a {report['chain_depth']}-deep chain"
-    ]
-    for i, row in enumerate(rows):
-        lines.append(
-            "  ".join(
-                cell.ljust(widths[0]) if j == 0 else cell.rjust(widths[j])
-                for j, cell in enumerate(row)
-            )
-        )
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return case_table(
+        report["results"],
+        header_lines=[
+            f"{report['registered_tools']} registered tools, {report['visible_from_leaf']} visible "
+            f"from the leaf of a {report['chain_depth']}-deep chain"
+        ],
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table; with ``--json PATH``, also write the report there."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeat", type=int, default=15, help="timed batches per case (default 15)")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
-    args = parser.parse_args(argv)
-    report = run(repeat=args.repeat)
-    print(_table(report))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2)
-            fh.write("\n")
-    return 0
+    return bench_main(argv, doc=__doc__, run=run, table=_table)
 
 
 if __name__ == "__main__":

@@ -10,17 +10,14 @@ object) with :func:`dsh_actors.schema.compile_json_schema` and with a compiled
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonschema
 
+from benchmarks._util import bench_main, case_table, time_cases
 from dsh_actors.json import materialize
 from dsh_actors.schema import compile_json_schema, validate_json_schema_value
 
@@ -51,34 +48,6 @@ VALUE: dict[str, Any] = {
 INVALID: dict[str, Any] = {"path": 3, "limit": True, "mode": "slow", "options": {"x": 1}}
 
 
-def _per_op_us(
-    fn: Callable[[], object], *, repeat: int, target_s: float = 0.02
-) -> dict[str, float]:
-    """Median and best µs per call of ``fn`` over ``repeat`` timed batches,
-    each batch sized to run about ``target_s`` seconds, after a warm-up."""
-    number = 1
-    while True:  # warm-up and calibration
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed >= target_s / 4:
-            break
-        number *= 2
-    number = max(1, int(number * target_s / max(elapsed, 1e-9)))
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) / number * 1e6)
-    return {
-        "median_us": statistics.median(samples),
-        "best_us": min(samples),
-        "calls_per_batch": number,
-    }
-
-
 def run(repeat: int = 15) -> dict[str, Any]:
     """Run every case; return the results as a JSON-ready dict."""
     ours = compile_json_schema(SCHEMA)
@@ -97,7 +66,9 @@ def run(repeat: int = 15) -> dict[str, Any]:
         "jsonschema is_valid (compiled)": lambda: theirs.is_valid(VALUE),
         "jsonschema iter_errors (invalid)": lambda: list(theirs.iter_errors(INVALID)),
     }
-    results = {name: _per_op_us(fn, repeat=repeat) for name, fn in cases.items()}
+    results = time_cases(
+        ((name, fn, None) for name, fn in cases.items()), repeat=repeat, calls_key="calls_per_batch"
+    )
     baseline = results["jsonschema is_valid (compiled)"]["median_us"]
     for entry in results.values():
         entry["speedup_vs_jsonschema"] = baseline / entry["median_us"]
@@ -115,50 +86,20 @@ def run(repeat: int = 15) -> dict[str, Any]:
 
 
 def _table(report: dict[str, Any]) -> str:
-    rows = [("case", "median µs/op", "best µs/op", "x vs jsonschema")]
-    for name, entry in report["results"].items():
-        rows.append(
-            (
-                name,
-                f"{entry['median_us']:.3f}",
-                f"{entry['best_us']:.3f}",
-                f"{entry['speedup_vs_jsonschema']:.1f}",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = []
-    for i, row in enumerate(rows):
-        lines.append(
-            "  ".join(
-                cell.ljust(widths[0]) if j == 0 else cell.rjust(widths[j])
-                for j, cell in enumerate(row)
-            )
-        )
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    headline = report["headline"]
+    table = case_table(
+        report["results"], ratio_head="x vs jsonschema", ratio_key="speedup_vs_jsonschema"
+    )
+    return (
+        f"{table}\n"
+        f"\nsmall object (5 properties, one nested): ours {headline['ours_us']:.2f} µs, "
+        f"jsonschema {headline['jsonschema_us']:.2f} µs, {headline['speedup']:.1f}x faster"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table; with ``--json PATH``, also write the report there."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--repeat", type=int, default=15, help="timed batches per case (default 15)"
-    )
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
-    args = parser.parse_args(argv)
-    report = run(repeat=args.repeat)
-    print(_table(report))
-    headline = report["headline"]
-    print(
-        f"\nsmall object (5 properties, one nested): ours {headline['ours_us']:.2f} µs, "
-        f"jsonschema {headline['jsonschema_us']:.2f} µs, {headline['speedup']:.1f}x faster"
-    )
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2)
-            fh.write("\n")
-    return 0
+    return bench_main(argv, doc=__doc__, run=run, table=_table)
 
 
 if __name__ == "__main__":

@@ -155,6 +155,63 @@ def _read_text(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------
+# What the four tools share: schema pieces, the logged meta, define_tool
+# --------------------------------------------------------------------------
+
+_PATH_PARAMETER: Final = {"type": "string", "required": True, "description": "File path, relative to the project root."}
+
+
+def _required(kind: str, **more: Any) -> dict[str, Any]:
+    """A required property of JSON type ``kind`` (``more``: e.g. ``items``)."""
+    return {"type": kind, "required": True, **more}
+
+
+def _required_or_null(kind: str) -> dict[str, Any]:
+    """A required property that is of JSON type ``kind`` or ``null``."""
+    return {"oneOf": [{"type": kind}, {"type": "null"}], "required": True}
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    """A closed object with these ``properties``."""
+    return {"type": "object", "additional_properties": False, "properties": properties}
+
+
+def _whole_value(args: Any, value: Any) -> Any:
+    return value
+
+
+def _keys(*keys: str) -> Callable[[Any, Any], Any]:
+    """A ``presentation_meta`` that logs only ``keys`` of the value."""
+
+    def presentation_meta(args: Any, value: Any) -> Any:
+        return {key: value[key] for key in keys}
+
+    return presentation_meta
+
+
+def _meta(result: Any) -> Mapping[str, Any] | None:
+    """The logged ``meta`` of a successful result; ``None`` for an error
+    (or a result logged without one): the generic card shows it."""
+    meta = result.meta
+    return None if result.is_error or not isinstance(meta, Mapping) else meta
+
+
+def _define(
+    *,
+    schema: dict[str, Any],
+    render: Callable[[Any, Any], list[Any]],
+    presentation_meta: Callable[[Any, Any], Any],
+    **options: Any,
+) -> ToolDefinition:
+    """:func:`define_tool` with an output of a closed object with ``schema``
+    as its properties, drawn by ``render`` and logged by ``presentation_meta``."""
+    return define_tool(
+        output=ToolOutput(schema=_object(schema), render=render, presentation_meta=presentation_meta),
+        **options,
+    )
+
+
+# --------------------------------------------------------------------------
 # read_file
 # --------------------------------------------------------------------------
 
@@ -189,8 +246,8 @@ def _read_tool(root: Path) -> ToolDefinition:
         return GenericCallView(title=f"read {args['path']}", kind="read", locations=(FileLocation(args["path"], args.get("offset")),))
 
     def present_result(args: Any, result: Any) -> ReadResultView | None:
-        meta = result.meta
-        if result.is_error or not isinstance(meta, Mapping):
+        meta = _meta(result)
+        if meta is None:
             return None
         lines = tuple(ReadFileLine(line["number"], line["text"]) for line in meta["lines"])
         return ReadResultView(
@@ -203,42 +260,25 @@ def _read_tool(root: Path) -> ToolDefinition:
             content="\n".join(line.text for line in lines),
         )
 
-    return define_tool(
+    return _define(
         name="read_file",
         description=(
             "Read a text file under the project root. Returns numbered lines; use offset "
             "(1-based) and limit to page through long files."
         ),
         parameters={
-            "path": {"type": "string", "required": True, "description": "File path, relative to the project root."},
+            "path": _PATH_PARAMETER,
             "offset": {"type": "integer", "description": "First line to return (1-based).", "default": 1},
             "limit": {"type": "integer", "description": f"Maximum lines to return (at most {MAX_READ_LINES}).", "default": 200},
         },
-        output=ToolOutput(
-            schema={
-                "type": "object",
-                "additional_properties": False,
-                "properties": {
-                    "path": {"type": "string", "required": True},
-                    "offset": {"type": "integer", "required": True},
-                    "total_lines": {"type": "integer", "required": True},
-                    "lines": {
-                        "type": "array",
-                        "required": True,
-                        "items": {
-                            "type": "object",
-                            "additional_properties": False,
-                            "properties": {
-                                "number": {"type": "integer", "required": True},
-                                "text": {"type": "string", "required": True},
-                            },
-                        },
-                    },
-                },
-            },
-            render=render,
-            presentation_meta=lambda args, value: value,
-        ),
+        schema={
+            "path": _required("string"),
+            "offset": _required("integer"),
+            "total_lines": _required("integer"),
+            "lines": _required("array", items=_object({"number": _required("integer"), "text": _required("string")})),
+        },
+        render=render,
+        presentation_meta=_whole_value,
         execute=execute,
         is_concurrency_safe=lambda args: True,
         present_call=present_call,
@@ -306,8 +346,8 @@ def _search_tool(root: Path) -> ToolDefinition:
         return GenericCallView(title=f"search {args['pattern']!r} in {args.get('path', '.')}", kind="search")
 
     def present_result(args: Any, result: Any) -> SearchResultView | None:
-        meta = result.meta
-        if result.is_error or not isinstance(meta, Mapping):
+        meta = _meta(result)
+        if meta is None:
             return None
         return SearchResultView(
             shape="matches",
@@ -320,12 +360,8 @@ def _search_tool(root: Path) -> ToolDefinition:
             ),
         )
 
-    line = {
-        "type": "object",
-        "additional_properties": False,
-        "properties": {"line": {"type": "integer", "required": True}, "text": {"type": "string", "required": True}},
-    }
-    return define_tool(
+    line = _object({"line": _required("integer"), "text": _required("string")})
+    return _define(
         name="search_text",
         description=(
             "Search the text files under a folder of the project for a regular expression "
@@ -336,31 +372,14 @@ def _search_tool(root: Path) -> ToolDefinition:
             "path": {"type": "string", "description": "Folder or file to search, relative to the project root.", "default": "."},
             "max_results": {"type": "integer", "description": "Maximum matching lines to return.", "default": 100},
         },
-        output=ToolOutput(
-            schema={
-                "type": "object",
-                "additional_properties": False,
-                "properties": {
-                    "pattern": {"type": "string", "required": True},
-                    "total": {"type": "integer", "required": True},
-                    "truncated": {"type": "boolean", "required": True},
-                    "matches": {
-                        "type": "array",
-                        "required": True,
-                        "items": {
-                            "type": "object",
-                            "additional_properties": False,
-                            "properties": {
-                                "path": {"type": "string", "required": True},
-                                "lines": {"type": "array", "required": True, "items": line},
-                            },
-                        },
-                    },
-                },
-            },
-            render=render,
-            presentation_meta=lambda args, value: value,
-        ),
+        schema={
+            "pattern": _required("string"),
+            "total": _required("integer"),
+            "truncated": _required("boolean"),
+            "matches": _required("array", items=_object({"path": _required("string"), "lines": _required("array", items=line)})),
+        },
+        render=render,
+        presentation_meta=_whole_value,
         execute=execute,
         is_concurrency_safe=lambda args: True,
         present_call=present_call,
@@ -396,48 +415,38 @@ def _write_tool(root: Path) -> ToolDefinition:
         verb = "created" if value["created"] else "updated"
         return [text(f"{verb} {value['path']} ({value['bytes']} bytes)")]
 
-    def presentation_meta(args: Any, value: Any) -> Any:
-        return {key: value[key] for key in ("path", "created", "old_text", "new_text")}
-
     def present_call(args: Any) -> GenericCallView:
         # The before-image is unknown until the body reads it: a pure
         # presenter cannot look at the disk, so the pending card is generic.
         return GenericCallView(title=f"write {args['path']}", kind="edit", locations=(FileLocation(args["path"]),))
 
     def present_result(args: Any, result: Any) -> DiffResultView | None:
-        meta = result.meta
-        if result.is_error or not isinstance(meta, Mapping) or meta["new_text"] is None:
+        meta = _meta(result)
+        if meta is None or meta["new_text"] is None:
             return None  # too large to diff inline: the generic card shows the summary
         return DiffResultView(
             diffs=(FileDiff(meta["path"], None if meta["created"] else meta["old_text"], meta["new_text"]),),
         )
 
-    nullable = {"oneOf": [{"type": "string"}, {"type": "null"}]}
-    return define_tool(
+    return _define(
         name="write_file",
         description=(
             "Write a text file under the project root (created with its folders if missing, "
             "replaced otherwise). Writes outside scratch/ need the user's approval."
         ),
         parameters={
-            "path": {"type": "string", "required": True, "description": "File path, relative to the project root."},
+            "path": _PATH_PARAMETER,
             "content": {"type": "string", "required": True, "description": "The complete new text of the file."},
         },
-        output=ToolOutput(
-            schema={
-                "type": "object",
-                "additional_properties": False,
-                "properties": {
-                    "path": {"type": "string", "required": True},
-                    "created": {"type": "boolean", "required": True},
-                    "bytes": {"type": "integer", "required": True},
-                    "old_text": {**nullable, "required": True},
-                    "new_text": {**nullable, "required": True},
-                },
-            },
-            render=render,
-            presentation_meta=presentation_meta,
-        ),
+        schema={
+            "path": _required("string"),
+            "created": _required("boolean"),
+            "bytes": _required("integer"),
+            "old_text": _required_or_null("string"),
+            "new_text": _required_or_null("string"),
+        },
+        render=render,
+        presentation_meta=_keys("path", "created", "old_text", "new_text"),
         execute=execute,
         present_call=present_call,
         present_result=present_result,
@@ -521,21 +530,16 @@ def _shell_tool(root: Path) -> ToolDefinition:
         output = value["output"].rstrip("\n")
         return [text(f"{output}\n[{status}]" if output else f"[{status}]")]
 
-    def presentation_meta(args: Any, value: Any) -> Any:
-        return {key: value[key] for key in ("output", "exit_code", "signal")}
-
     def present_call(args: Any) -> TerminalCallView:
         return TerminalCallView(title=args["command"])
 
     def present_result(args: Any, result: Any) -> TerminalResultView | None:
-        meta = result.meta
-        if result.is_error or not isinstance(meta, Mapping):
+        meta = _meta(result)
+        if meta is None:
             return None
         return TerminalResultView(output=meta["output"], exit_code=meta["exit_code"], signal=meta["signal"])
 
-    nullable_int = {"oneOf": [{"type": "integer"}, {"type": "null"}]}
-    nullable_str = {"oneOf": [{"type": "string"}, {"type": "null"}]}
-    return define_tool(
+    return _define(
         name="run_shell",
         description=(
             "Run a shell command (/bin/sh) in the project root and return its combined "
@@ -549,21 +553,15 @@ def _shell_tool(root: Path) -> ToolDefinition:
                 "default": DEFAULT_SHELL_TIMEOUT_MS,
             },
         },
-        output=ToolOutput(
-            schema={
-                "type": "object",
-                "additional_properties": False,
-                "properties": {
-                    "command": {"type": "string", "required": True},
-                    "output": {"type": "string", "required": True},
-                    "exit_code": {**nullable_int, "required": True},
-                    "signal": {**nullable_str, "required": True},
-                    "timed_out": {"type": "boolean", "required": True},
-                },
-            },
-            render=render,
-            presentation_meta=presentation_meta,
-        ),
+        schema={
+            "command": _required("string"),
+            "output": _required("string"),
+            "exit_code": _required_or_null("integer"),
+            "signal": _required_or_null("string"),
+            "timed_out": _required("boolean"),
+        },
+        render=render,
+        presentation_meta=_keys("output", "exit_code", "signal"),
         execute=execute,
         timeout_ms=MAX_SHELL_TIMEOUT_MS + 5_000,
         present_call=present_call,
