@@ -6,6 +6,12 @@ own thread, strictly in model order, and hands each allowed call's dispatch
 to a pooled :class:`CallActor`: the next call goes to whichever call actor
 reported done first. Only dispatch overlaps.
 
+When the pool is full the executor may prepare up to ``limit`` more calls
+ahead and put them, READY, in the batch's :class:`ReadyQueue`: a call actor
+that finishes a call takes the first of them itself instead of going to
+sleep (one thread wake-up less per call) and says so in its
+``CallSettled(took=index)``. Only the executor writes its counters.
+
 The schedule is one state machine. Each call has a :class:`CallPhase`; after
 every message the actor runs :meth:`ExecutorActor._advance`, which commits
 what may be committed and starts what may start. Its invariants:
@@ -18,22 +24,40 @@ what may be committed and starts what may start. Its invariants:
 * ``calls[next_start:]`` are PENDING (never prepared, never logged); a
   call whose arguments are JSON text may not even be built yet (``None``
   until :meth:`ExecutorActor._call_at` builds it, as it is about to start).
-* ``running`` is the number of DISPATCHING calls; ``running <= limit``.
+* ``running`` is the number of DISPATCHING calls the executor knows of (a
+  call a call actor took from the ready queue counts once its
+  ``CallSettled(took=...)`` arrives, and replaces that actor's own settled
+  call); the calls actually dispatching are never more, so at most
+  ``limit`` run at once. The executor sends a Dispatch only while
+  ``running < limit``, and then first from the ready queue (model order).
+* ``queued`` counts calls put in the ready queue and not yet reported taken
+  or reclaimed; ``running + queued <= 2 * limit``. A call is prepared ahead
+  (while ``running == limit``) only if preparing it runs nothing observable
+  (no ``tools/pre-execute`` listener, no guard for its agent) and the batch
+  is not serial (``limit >= 2``: a serial batch commits each call before
+  the next one is prepared). The queue's lock makes a call either taken by
+  a call actor or reclaimed by the executor, never both.
 * ``barrier`` is the index of the exclusive call that has started and is
   not yet committed, or None. While it is set nothing else starts, and an
   exclusive call starts only when ``next_commit == next_start`` (everything
-  before it has committed) — so an exclusive call never overlaps another.
+  before it has committed, so nothing runs or is queued) — so an exclusive
+  call never overlaps another, and nothing after it is prepared until it
+  commits.
 * Once the batch signal has fired (or the batch failed internally), no call
   starts: every PENDING call becomes RESOLVED as ``ABORTED_BEFORE_DISPATCH``
-  without running any phase, and is committed in its turn.
-* The batch replies only when ``next_commit == len(calls)`` and
-  ``running == 0``: a started call is never abandoned.
+  without running any phase, and is committed in its turn. Calls still in
+  the ready queue are reclaimed and resolved the same way (their prepare
+  ran no observable phase, so they end as unstarted calls do:
+  ``run_post=False``); a call actor takes no call once the signal fired.
+* The batch replies only when ``next_commit == len(calls)``,
+  ``running == 0`` and ``queued == 0``: a started call is never abandoned.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, assert_never
@@ -302,27 +326,73 @@ class NativeExecutor:
             self._idle_workers.clear()
 
 
+class ReadyQueue:
+    """One batch's prepared, allowed calls (READY) waiting for a call actor,
+    in model order. The executor appends; a call actor that has just
+    finished a call takes the first one (and reports it in its
+    ``CallSettled``); on abort the executor reclaims what is left. Both sides
+    hold ``lock``, so a call is either taken or reclaimed, never both."""
+
+    __slots__ = ("lock", "calls", "closed", "signal", "stopping")
+
+    def __init__(self, signal: AbortSignal | None, stopping: AbortSignal) -> None:
+        self.lock = threading.Lock()
+        self.calls: deque[Call] = deque()
+        self.closed = False
+        self.signal = signal
+        self.stopping = stopping
+
+    def take(self) -> Call | None:
+        """The next ready call, now DISPATCHING, or None (a call actor)."""
+        if not self.calls or self.closed:
+            return None
+        signal = self.signal
+        if (signal is not None and signal.aborted) or self.stopping.aborted:
+            return None  # the executor reclaims it
+        with self.lock:
+            if self.closed or not self.calls:
+                return None
+            call = self.calls.popleft()
+            call.phase = CallPhase.DISPATCHING
+            return call
+
+
 class CallActor(ActorBase):
-    """Runs one call's dispatch at a time on its own thread (pooled)."""
+    """Runs one call's dispatch at a time on its own thread (pooled); when
+    done, it takes the batch's next ready call, if any, before sleeping."""
 
     def __init__(self, rt: ToolRuntime) -> None:
         super().__init__()
         self._rt = rt
 
     def receive(self, message: Dispatch) -> None:
-        try:
-            dispatch(self._rt, message.call)
-        except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
-            from ..pipeline.results import failure_from_exception
+        call = message.call
+        ready: ReadyQueue | None = message.ready
+        rt = self._rt
+        while True:
+            try:
+                dispatch(rt, call)
+            except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
+                from ..pipeline.results import failure_from_exception
 
-            logger.opt(exception=exc).error("dispatch of {!r} failed", message.call)
-            message.call.outcome = failure_from_exception(exc)
-            message.call.run_post = False
-            message.call.phase = CallPhase.DISPATCHED
-        try:
-            _tell(message.executor, CallSettled(batch_id=message.batch_id, index=message.call.index, worker=self.actor_ref))
-        except pykka.ActorDeadError:
-            pass  # the runtime is stopping
+                logger.opt(exception=exc).error("dispatch of {!r} failed", call)
+                call.outcome = failure_from_exception(exc)
+                call.run_post = False
+                call.phase = CallPhase.DISPATCHED
+            nxt = None if ready is None else ready.take()
+            try:
+                if nxt is None:
+                    _tell(message.executor, CallSettled(batch_id=message.batch_id, index=call.index, worker=self.actor_ref))
+                else:
+                    _tell(
+                        message.executor,
+                        CallSettled(batch_id=message.batch_id, index=call.index, worker=None, took=nxt.index),
+                    )
+            except pykka.ActorDeadError:
+                return  # the runtime is stopping
+            if nxt is None:
+                return
+            call = nxt
 
 
 class ExecutorActor(ActorBase):
@@ -350,6 +420,10 @@ class ExecutorActor(ActorBase):
         self._next_start = 0
         self._next_commit = 0
         self._running = 0
+        # Calls appended to the ready queue and not yet reported taken (a
+        # call actor's CallSettled(took=...)) nor reclaimed.
+        self._queued = 0
+        self._ready: ReadyQueue | None = None
         self._barrier: int | None = None
         self._results: list[ToolCallResult] = []
         self._committed = 0  # results whose tool/result reached the session
@@ -372,10 +446,15 @@ class ExecutorActor(ActorBase):
             case RunBatch():
                 self._start(message)
             case CallSettled():
-                self._native._release_worker(message.worker)
+                worker = message.worker
+                if worker is not None:
+                    self._native._release_worker(worker)
                 if not self._active or message.batch_id != self._batch_id:
                     return
-                self._running -= 1
+                if message.took is not None:
+                    self._queued -= 1  # it left the queue and runs: running is unchanged
+                else:
+                    self._running -= 1
                 self._advance()
             case AbortBatch():
                 if self._active and message.batch_id == self._batch_id:
@@ -420,6 +499,7 @@ class ExecutorActor(ActorBase):
             # very object); a batch without one gets a private never-fired one.
             signal = AbortController().signal if batch.signal is None else batch.signal
             self._signal = signal
+            self._ready = ReadyQueue(signal, self._rt_stopping)
             if batch.signal is None:
                 body_parent = self._rt_stopping
             else:
@@ -525,6 +605,7 @@ class ExecutorActor(ActorBase):
                 self._next_commit += 1
                 progressed = True
             if self._bug is not None:
+                self._reclaim()
                 return
             stopping = (
                 (signal is not None and signal.aborted)
@@ -533,7 +614,10 @@ class ExecutorActor(ActorBase):
                 or self._halted
             )
             if stopping:
-                # No barrier and no call starts after an abort.
+                # No barrier and no call starts after an abort; prepared
+                # calls still in the ready queue do not dispatch.
+                if self._reclaim():
+                    progressed = True
                 while self._next_start < total:
                     call = self._call_at(self._next_start)
                     self._next_start += 1
@@ -541,6 +625,8 @@ class ExecutorActor(ActorBase):
                     call.resolve(aborted(before_dispatch=True), run_post=False)
                     progressed = True
             else:
+                if self._queued and self._running < self._limit and self._refill():
+                    progressed = True
                 while self._next_start < total and self._barrier is None:
                     call = self._call_at(self._next_start)
                     looked_up: Any = LOOK_UP
@@ -553,8 +639,10 @@ class ExecutorActor(ActorBase):
                     if exclusive:
                         if self._next_commit < self._next_start:
                             break  # an exclusive call waits for everything before it
-                    elif self._running >= self._limit:
-                        break
+                    elif self._running >= self._limit and (
+                        self._running + self._queued >= 2 * self._limit or not self._may_prepare_ahead(call)
+                    ):
+                        break  # the pool is full (and `limit` calls are ready ahead)
                     self._next_start += 1
                     if not self._log_call(call):
                         # Its tool/call could not be written: it does not run.
@@ -566,7 +654,10 @@ class ExecutorActor(ActorBase):
                     if exclusive:
                         self._barrier = call.index
                     if call.phase is CallPhase.READY:
-                        self._send(call)
+                        if self._running < self._limit and not self._queued:
+                            self._send(call)
+                        else:
+                            self._enqueue(call)
                     if signal is not None and signal.aborted:
                         break
             if not progressed:
@@ -590,6 +681,70 @@ class ExecutorActor(ActorBase):
         except BaseException:  # noqa: BLE001 - anything odd means exclusive
             return "exclusive", LOOK_UP
 
+    def _may_prepare_ahead(self, call: Call) -> bool:
+        """Whether ``call`` may be prepared before a slot frees: only when
+        preparing it runs nothing anyone can observe (no pre-execute
+        listener, no guard) and the batch is not serial (a serial batch
+        commits each call before the next starts)."""
+        if self._limit < 2:
+            return False
+        agent = call.execution.agent
+        rt = self._rt
+        if rt.events.listeners("tools/pre-execute", agent):
+            return False
+        scopes = rt.state.scopes
+        snap = scopes.get(None)
+        if snap is not None and snap.guards:
+            return False
+        if agent is not None:
+            for layer in agent.chain():
+                snap = scopes.get(layer)
+                if snap is not None and snap.guards:
+                    return False
+        return True
+
+    def _enqueue(self, call: Call) -> None:
+        """Put a READY call in the ready queue (a call actor that finishes
+        takes it; see :meth:`_refill` and :meth:`_reclaim`)."""
+        ready = self._ready
+        assert ready is not None
+        with ready.lock:
+            ready.calls.append(call)
+        self._queued += 1
+
+    def _refill(self) -> bool:
+        """Free slots go to the ready queue's first calls, in model order."""
+        ready = self._ready
+        assert ready is not None
+        sent = False
+        while self._running < self._limit and self._queued:
+            with ready.lock:
+                call = ready.calls.popleft() if ready.calls else None
+            if call is None:
+                return sent  # taken by call actors whose reports are on the way
+            self._queued -= 1
+            self._send(call)
+            sent = True
+        return sent
+
+    def _reclaim(self) -> bool:
+        """Take back every call still in the ready queue: it was prepared
+        but never dispatches (resolved ABORTED_BEFORE_DISPATCH, post-execute
+        runs, as for the pipeline's own recheck of the signal)."""
+        ready = self._ready
+        if ready is None:
+            return False
+        with ready.lock:
+            ready.closed = True
+            left = list(ready.calls)
+            ready.calls.clear()
+        for call in left:
+            self._queued -= 1
+            # Prepared ahead only when that ran no observable phase (see
+            # _may_prepare_ahead): it ends as an unstarted call does.
+            call.resolve(aborted(before_dispatch=True), run_post=False)
+        return bool(left)
+
     def _send(self, call: Call) -> None:
         try:
             worker = self._native._acquire_worker(self._rt)
@@ -600,7 +755,7 @@ class ExecutorActor(ActorBase):
             return
         call.phase = CallPhase.DISPATCHING
         self._running += 1
-        _tell(worker, Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id))
+        _tell(worker, Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id, ready=self._ready))
 
     def _log_call(self, call: Call) -> bool:
         """Write the call's ``tool/call``; False if the session failed."""
@@ -644,7 +799,7 @@ class ExecutorActor(ActorBase):
         self._committed = len(self._results)
 
     def _maybe_finish(self) -> None:
-        if not self._active or self._running > 0:
+        if not self._active or self._running > 0 or self._queued > 0:
             return
         done = self._next_commit == len(self._calls)
         if not done and self._bug is None:

@@ -41,8 +41,12 @@ class CallSettled:
     """The batch the call belongs to."""
     index: int
     """The call's position in the batch (model order)."""
-    worker: pykka.ActorRef[Any]
-    """The call actor, free again: the next call goes to it."""
+    worker: pykka.ActorRef[Any] | None
+    """The call actor, free again: the next call goes to it (None when it
+    took the next ready call itself, see ``took``)."""
+    took: int | None = None
+    """The index of the ready call the call actor took from the batch's
+    ready queue and is now dispatching, if any."""
 
 
 ExecutorMessage = Union[RunBatch, AbortBatch, CallSettled]
@@ -58,6 +62,9 @@ class Dispatch:
     """Where to send CallSettled."""
     batch_id: int
     """Echoed back in CallSettled."""
+    ready: Any = None
+    """The batch's ready queue (a ``ReadyQueue``): prepared calls the call
+    actor may take when it is done, instead of waiting for a Dispatch."""
 
 
 CallMessage = Dispatch
