@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict, cast
 
 from loguru import logger
 
-from .errors import DshError, JsonSchemaError, RegistrationError, ToolArgsError, safe_str
+from .errors import DshError, JsonSchemaError, RegistrationError, ToolArgsError, safe_repr, safe_str
 from .json import thaw
 from .model import ContentBlock, ToolExecutionResult
 from .presentation import PresentedResult, ToolCallView, ToolResultView
@@ -251,10 +251,7 @@ _OPTIONAL_CALLBACKS: Final = (
 
 
 def _shown(value: object) -> str:
-    try:
-        return safe_str(repr(value))
-    except Exception:  # noqa: BLE001 - a hostile __repr__
-        return "<unprintable value>"
+    return safe_repr(value, "<unprintable value>")
 
 
 # Registration is a trusted same-process contract, but its input is typed

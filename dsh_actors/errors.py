@@ -33,6 +33,8 @@ __all__ = [
     "ToolFailedError",
     "ExecutorUnavailableError",
     "ToolPolicyError",
+    "callable_name",
+    "safe_repr",
     "safe_str",
 ]
 
@@ -71,6 +73,24 @@ def safe_str(value: object) -> str:
     if type(text) is not str:
         return "<unprintable thrown value>"
     return text
+
+
+def safe_repr(value: object, fallback: str = "<unprintable>") -> str:
+    """``repr(value)``, or ``fallback`` when that raises (or is not a ``str``)."""
+    try:
+        text = repr(value)
+    except BaseException:  # noqa: BLE001 - a hostile __repr__ must not break ours
+        return fallback
+    return text if type(text) is str else fallback
+
+
+def callable_name(fn: object) -> str:
+    """A name for a user callback in messages and logs: its ``__qualname__``,
+    else its type's (a callable object); never raises."""
+    name = getattr(fn, "__qualname__", None)
+    if type(name) is not str:
+        name = getattr(type(fn), "__qualname__", None)
+    return name if type(name) is str else "<callable>"
 
 
 def _join(violations: Iterable[str]) -> str:

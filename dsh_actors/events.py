@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from loguru import logger
 
-from .errors import safe_str
+from .errors import callable_name, safe_str
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Agent
@@ -172,7 +172,7 @@ class EventBus:
                 fn(*args)
             except BaseException as exc:  # noqa: BLE001 - observers are contained
                 logger.opt(exception=exc).error(
-                    "{} listener {} raised: {}", name, _describe(fn), safe_str(exc)
+                    "{} listener {} raised: {}", name, callable_name(fn), safe_str(exc)
                 )
 
     def emit_strict(self, name: str, *args: Any, agent: Agent | None = None) -> None:
@@ -214,8 +214,3 @@ def _run_chain(
 
     result: T = fn(*args, next_)
     return result
-
-
-def _describe(fn: Listener) -> str:
-    name = getattr(fn, "__qualname__", None)
-    return safe_str(name) if name is not None else type(fn).__qualname__

@@ -30,7 +30,7 @@ from typing import Final
 
 from loguru import logger
 
-from .errors import AbortError
+from .errors import AbortError, callable_name, safe_repr
 
 __all__ = ["AbortCallback", "AbortController", "AbortSignal", "Unsubscribe"]
 
@@ -56,19 +56,6 @@ _PENDING: Final = _Pending()
 
 def _noop() -> None:
     return None
-
-
-def _safe_repr(value: object) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a hostile __repr__ must not break ours
-        return "<unprintable>"
-    return text if type(text) is str else "<unprintable>"
-
-
-def _describe(fn: object) -> str:
-    name = getattr(fn, "__qualname__", None)
-    return name if isinstance(name, str) else _safe_repr(fn)
 
 
 class AbortSignal:
@@ -208,7 +195,7 @@ class AbortSignal:
         try:
             fn(self)
         except BaseException:  # noqa: BLE001 - one callback must not stop the fan-out
-            logger.exception("abort callback {} raised; ignored", _describe(fn))
+            logger.exception("abort callback {} raised; ignored", callable_name(fn))
 
     # -- aborting -------------------------------------------------------------
 
@@ -336,7 +323,7 @@ class AbortSignal:
     def __repr__(self) -> str:
         reason = self._reason
         if reason is not _PENDING:
-            return f"<AbortSignal aborted reason={_safe_repr(reason)}>"
+            return f"<AbortSignal aborted reason={safe_repr(reason)}>"
         if self._closed:
             return "<AbortSignal pending closed>"
         return f"<AbortSignal pending listeners={len(self._callbacks)}>"

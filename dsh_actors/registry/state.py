@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import orjson
 
-from ..errors import safe_str
+from ..errors import callable_name, safe_str
 from ..json import dumps
 from ..model import Agent, ToolActivationContext, ToolRestriction
 
@@ -475,13 +475,6 @@ def schemas(
     return [loads(reg.schema_json) for reg in visible(state, agent, tool_set).values()]
 
 
-def _guard_name(fn: object) -> str:
-    name = getattr(fn, "__qualname__", None)
-    if type(name) is not str:
-        name = getattr(type(fn), "__qualname__", "guard")
-    return safe_str(name)
-
-
 def _chain_layers(agent: Agent | None) -> Iterable[Agent | None]:
     yield None
     if agent is not None:
@@ -509,15 +502,15 @@ def check_guards(state: RegistryState, execution: ToolExecution) -> str | None:
             try:
                 reason = fn(execution)
             except BaseException as exc:  # noqa: BLE001 - fail closed, never propagate
-                return f"guard {_guard_name(fn)} failed: {safe_str(exc) or type(exc).__name__}"
+                return f"guard {callable_name(fn)} failed: {safe_str(exc) or type(exc).__name__}"
             if reason is None:
                 continue
             if type(reason) is not str:
                 return (
-                    f"guard {_guard_name(fn)} failed: it returned "
+                    f"guard {callable_name(fn)} failed: it returned "
                     f"{type(reason).__qualname__} (expected str or None)"
                 )
-            return reason if reason else f"guard {_guard_name(fn)} denied the call"
+            return reason if reason else f"guard {callable_name(fn)} denied the call"
     return None
 
 
