@@ -634,8 +634,9 @@ def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
     ):
         # (Without either, post-execute is Accept() with nothing to apply.)
         result = _post_execute(rt, call, result, definition)
-    # Caller cancellation replaces only a successful outcome.
-    if call.caller.aborted and type(result) is ToolExecutionSuccess:
+    # Caller cancellation (or the runtime stopping under the call) replaces
+    # only a successful outcome.
+    if type(result) is ToolExecutionSuccess and (call.caller.aborted or rt.stop_signal.aborted):
         result = aborted(
             before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts
         )

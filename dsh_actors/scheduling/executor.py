@@ -87,7 +87,7 @@ from ..model import (
 from ..pipeline.results import aborted
 from ..pipeline.stages import LOOK_UP, BadArguments, Call, CallPhase, begin_call, dispatch, finalize, prepare
 from ..signals import AbortController, AbortSignal
-from .messages import AbortBatch, CallSettled, Dispatch, RunBatch
+from .messages import AbortBatch, CallSettled, Dispatch, RunBatch, Serve, Served
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
@@ -357,6 +357,83 @@ class ReadyQueue:
             return call
 
 
+class SelfServe:
+    """A run of *self-served* calls: calls whose whole trip runs nothing the
+    executor has to order (see :meth:`ExecutorActor._servable`), claimed in
+    model order by whoever is free (the executor itself and up to
+    ``limit - 1`` call actors), each running its call start to finish like
+    a thread pool's worker, without a hand-off per call.
+
+    While a run is open its ``lock`` guards the executor's ``_next_start``
+    and the building of calls; a claimer builds and classifies the next
+    call under the lock and claims it only if it may be self-served, so a
+    call that needs the executor (an exclusive one, one with a finalize
+    hook, ...) ends the run *before* anything after it starts. A finished
+    call's slot in the executor's ``_calls`` becomes its ``ToolCallResult``.
+    The run ends for good (``closed``) at the first call it cannot claim,
+    when the batch's signal or the runtime's stop fired, or on a bug."""
+
+    __slots__ = ("lock", "executor", "closed", "signal", "stopping", "rt")
+
+    def __init__(self, executor: ExecutorActor, signal: AbortSignal, stopping: AbortSignal) -> None:
+        self.lock = threading.Lock()
+        self.executor = executor
+        self.closed = False
+        self.signal = signal
+        self.stopping = stopping
+        self.rt = executor._rt
+
+    def claim(self) -> tuple[Call, Any] | None:
+        """The next call, claimed, with the registration its classification
+        looked up; or None (and the run is closed)."""
+        with self.lock:
+            if self.closed:
+                return None
+            executor = self.executor
+            index = executor._next_start
+            if index >= len(executor._calls) or self.signal.aborted or self.stopping.aborted:
+                self.closed = True
+                return None
+            call = executor._call_at(index)
+            if call.mode is None:
+                call.mode, looked_up = executor._classify(call)
+            else:
+                looked_up = LOOK_UP
+            if not executor._servable(call, looked_up):
+                self.closed = True
+                return None
+            executor._next_start = index + 1
+            return call, looked_up
+
+    def serve(self, first: tuple[Call, Any] | None = None) -> tuple[int, BaseException | None]:
+        """Run ``first`` (already claimed), then claim and run calls until
+        none is left: (how many ran, a bug)."""
+        rt = self.rt
+        calls = self.executor._calls
+        count = 0
+        try:
+            while True:
+                claimed = self.claim() if first is None else first
+                first = None
+                if claimed is None:
+                    return count, None
+                call, looked_up = claimed
+                prepare(rt, call, looked_up)
+                if call.phase is CallPhase.READY:
+                    call.phase = CallPhase.DISPATCHING
+                    dispatch(rt, call)
+                result = finalize(rt, call)
+                # The call is done: its slot keeps only the result (the
+                # executor commits it once the run has ended).
+                calls[call.index] = ToolCallResult(call.execution.call_id, result)
+                count += 1
+        except BaseException as exc:  # noqa: BLE001 - a bug: close the run, fail the batch
+            logger.opt(exception=exc).error("a self-served call failed")
+            with self.lock:
+                self.closed = True
+            return count, exc
+
+
 class CallActor(ActorBase):
     """Runs one call's dispatch at a time on its own thread (pooled); when
     done, it takes the batch's next ready call, if any, before sleeping."""
@@ -365,7 +442,18 @@ class CallActor(ActorBase):
         super().__init__()
         self._rt = rt
 
-    def receive(self, message: Dispatch) -> None:
+    def receive(self, message: Dispatch | Serve) -> None:
+        if type(message) is Serve:
+            count, error = message.serving.serve()
+            try:
+                _tell(
+                    message.executor,
+                    Served(batch_id=message.batch_id, worker=self.actor_ref, count=count, error=error),
+                )
+            except pykka.ActorDeadError:
+                pass  # the runtime is stopping
+            return
+        assert type(message) is Dispatch
         call = message.call
         ready: ReadyQueue | None = message.ready
         rt = self._rt
@@ -413,7 +501,8 @@ class ExecutorActor(ActorBase):
         self._active = False
         self._batch: ToolBatchInput | None = None
         self._reply: Future[ToolBatchResult] | None = None
-        self._calls: list[Call | None] = []
+        # A call, or (self-served and finished) its result, or None (committed).
+        self._calls: list[Call | ToolCallResult | None] = []
         # For each call not built yet: (the model's call, override, hint).
         self._unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
         self._limit = 1
@@ -438,10 +527,14 @@ class ExecutorActor(ActorBase):
         self._body_parent: AbortSignal | None = None
         self._owns_body_parent = False
         self._halted = False
+        # The open self-served run, and how many call actors serve it.
+        self._may_serve = False
+        self._serving: SelfServe | None = None
+        self._serving_workers = 0
 
     # -- messages -------------------------------------------------------------
 
-    def receive(self, message: RunBatch | AbortBatch | CallSettled) -> None:
+    def receive(self, message: RunBatch | AbortBatch | CallSettled | Served) -> None:
         match message:
             case RunBatch():
                 self._start(message)
@@ -456,6 +549,16 @@ class ExecutorActor(ActorBase):
                 else:
                     self._running -= 1
                 self._advance()
+            case Served():
+                self._native._release_worker(message.worker)
+                if not self._active or message.batch_id != self._batch_id:
+                    return
+                self._serving_workers -= 1
+                if message.error is not None and self._bug is None:
+                    self._bug = message.error
+                if self._serving_workers == 0:
+                    self._serving = None
+                    self._advance()
             case AbortBatch():
                 if self._active and message.batch_id == self._batch_id:
                     self._advance()
@@ -509,11 +612,13 @@ class ExecutorActor(ActorBase):
             agent = batch.agent
             if batch.log is not None and agent is not None:
                 self._session = agent.session
+            # A logged batch commits tool/call and tool/result in model order.
+            self._may_serve = self._session is None
             native = self._native
             own = native._own()
             # The default direct_call_hint always answers None: skip the call.
             hinting = type(native).direct_call_hint is not NativeExecutor.direct_call_hint
-            calls: list[Call | None] = []
+            calls: list[Call | ToolCallResult | None] = []
             unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
             self._calls = calls
             self._unbuilt = unbuilt
@@ -574,6 +679,7 @@ class ExecutorActor(ActorBase):
             assert pending is not None
             self._unbuilt[index] = None
             call = self._calls[index] = self._build(index, *pending)
+        assert type(call) is Call  # not started: not served
         return call
 
     def _advance(self) -> None:
@@ -586,6 +692,10 @@ class ExecutorActor(ActorBase):
         self._maybe_finish()
 
     def _step(self) -> None:
+        if self._serving is not None:
+            # Call actors still serve the run (its lock owns _next_start);
+            # they see an abort themselves. Their Served reports resume us.
+            return
         calls = self._calls
         total = len(calls)
         signal = self._signal
@@ -596,11 +706,17 @@ class ExecutorActor(ActorBase):
             while self._next_commit < self._next_start:
                 call = calls[self._next_commit]
                 assert call is not None  # built when it started, dropped once committed
-                if call.phase is not CallPhase.DISPATCHED and call.phase is not CallPhase.RESOLVED:
-                    break
-                self._commit(call)
-                if self._barrier == call.index:
-                    self._barrier = None
+                if type(call) is ToolCallResult:
+                    # Self-served: finalized already, with nothing to log.
+                    self._results.append(call)
+                    self._committed = len(self._results)
+                else:
+                    assert type(call) is Call
+                    if call.phase is not CallPhase.DISPATCHED and call.phase is not CallPhase.RESOLVED:
+                        break
+                    self._commit(call)
+                    if self._barrier == call.index:
+                        self._barrier = None
                 calls[self._next_commit] = None
                 self._next_commit += 1
                 progressed = True
@@ -625,6 +741,17 @@ class ExecutorActor(ActorBase):
                     call.resolve(aborted(before_dispatch=True), run_post=False)
                     progressed = True
             else:
+                if (
+                    self._may_serve
+                    and self._running == 0
+                    and not self._queued
+                    and self._barrier is None
+                    and self._next_start < total
+                    and self._serve_run()
+                ):
+                    if self._serving_workers:
+                        return  # call actors still serve: their Served resumes us
+                    continue  # commit what was served, then go on
                 if self._queued and self._running < self._limit and self._refill():
                     progressed = True
                 while self._next_start < total and self._barrier is None:
@@ -689,18 +816,74 @@ class ExecutorActor(ActorBase):
         if self._limit < 2:
             return False
         agent = call.execution.agent
-        rt = self._rt
-        if rt.events.listeners("tools/pre-execute", agent):
-            return False
-        scopes = rt.state.scopes
+        return not self._rt.events.listeners("tools/pre-execute", agent) and not self._guarded(agent)
+
+    def _guarded(self, agent: Agent | None) -> bool:
+        """Whether a guard applies to calls of ``agent``."""
+        scopes = self._rt.state.scopes
         snap = scopes.get(None)
         if snap is not None and snap.guards:
-            return False
+            return True
         if agent is not None:
             for layer in agent.chain():
                 snap = scopes.get(layer)
                 if snap is not None and snap.guards:
-                    return False
+                    return True
+        return False
+
+    def _servable(self, call: Call, looked_up: Any) -> bool:
+        """Whether ``call`` may be self-served (see :class:`SelfServe`): its
+        prepare and finalize run nothing that anyone can observe or that
+        model order could matter to — no ``tools/pre-execute``,
+        ``tools/post-execute`` or ``tools/result`` listener and no guard for
+        its agent, no ``project_content`` / ``finalize_content`` hook, and
+        the batch writes no session log (checked per batch) — and it is a
+        parallel call of a tool found just now (an exclusive call is a
+        barrier; a resolved or unknown one takes the executor's path)."""
+        if call.mode != "parallel" or call.phase is not CallPhase.PENDING:
+            return False
+        registration = call.override if call.override is not None else looked_up
+        if registration is LOOK_UP or registration is None:
+            return False
+        definition = registration.definition
+        if definition.project_content is not None or definition.finalize_content is not None:
+            return False
+        agent = call.execution.agent
+        listeners = self._rt.events.listeners
+        if (
+            listeners("tools/pre-execute", agent)
+            or listeners("tools/post-execute", agent)
+            or listeners("tools/result", agent)
+        ):
+            return False
+        return not self._guarded(agent)
+
+    def _serve_run(self) -> bool:
+        """Open a self-served run at ``_next_start`` if that call may be
+        self-served: wake up to ``limit - 1`` call actors to serve it and
+        serve it here too, until nothing is left to claim. False (and
+        nothing started) when the call needs the executor's path."""
+        signal = self._signal
+        assert signal is not None
+        serving = SelfServe(self, signal, self._rt_stopping)
+        first = serving.claim()
+        if first is None:
+            return False
+        self._serving = serving
+        wake = min(self._limit - 1, len(self._calls) - self._next_start)
+        message = Serve(serving=serving, executor=self.actor_ref, batch_id=self._batch_id)
+        for _ in range(wake):
+            try:
+                worker = self._native._acquire_worker(self._rt)
+                _tell(worker, message)
+            except (RuntimeError, pykka.ActorDeadError):
+                break  # the runtime is stopping: the claims see it
+            self._serving_workers += 1
+        _, error = serving.serve(first)
+        if error is not None and self._bug is None:
+            self._bug = error
+        if self._serving_workers == 0:
+            self._serving = None
         return True
 
     def _enqueue(self, call: Call) -> None:
@@ -799,7 +982,7 @@ class ExecutorActor(ActorBase):
         self._committed = len(self._results)
 
     def _maybe_finish(self) -> None:
-        if not self._active or self._running > 0 or self._queued > 0:
+        if not self._active or self._running > 0 or self._queued > 0 or self._serving is not None:
             return
         done = self._next_commit == len(self._calls)
         if not done and self._bug is None:

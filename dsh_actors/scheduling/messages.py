@@ -49,7 +49,23 @@ class CallSettled:
     ready queue and is now dispatching, if any."""
 
 
-ExecutorMessage = Union[RunBatch, AbortBatch, CallSettled]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Served:
+    """A call actor stopped serving the batch's self-served run (see
+    ``Serve``): nothing was left to claim, or the next call needs the
+    executor, or the batch stopped."""
+
+    batch_id: int
+    """The batch served."""
+    worker: pykka.ActorRef[Any]
+    """The call actor, free again."""
+    count: int
+    """How many calls it ran, start to finish."""
+    error: BaseException | None = None
+    """A bug in the pipeline while serving (the batch then fails)."""
+
+
+ExecutorMessage = Union[RunBatch, AbortBatch, CallSettled, Served]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,4 +83,18 @@ class Dispatch:
     actor may take when it is done, instead of waiting for a Dispatch."""
 
 
-CallMessage = Dispatch
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Serve:
+    """Claim calls from the batch's self-served run (a ``SelfServe``) in
+    model order and run each one's whole trip (prepare, dispatch,
+    finalize) until none is left; then tell ``executor`` ``Served``."""
+
+    serving: Any
+    """The run's shared cursor (a ``SelfServe``)."""
+    executor: pykka.ActorRef[Any]
+    """Where to send Served."""
+    batch_id: int
+    """Echoed back in Served."""
+
+
+CallMessage = Union[Dispatch, Serve]
