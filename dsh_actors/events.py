@@ -29,9 +29,11 @@ Which thread runs a listener (none of them may assume another):
   that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
   services may block (a person answers) but must observe the signal.
 * ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
-  the call actor thread that dispatches the call (several at once, one per
-  running call); a sync tool body runs there too, an ``async def`` body on
-  the runtime's asyncio loop thread.
+  the thread that dispatches the call (several at once, one per running
+  call): a call actor, or the executor actor itself in a self-served run
+  (a batch with none of the observers above, see ``scheduling/executor.py``);
+  a sync tool body runs there too, an ``async def`` body on the runtime's
+  asyncio loop thread.
 * ``tools/change`` listeners run on the scope actor thread that made the
   change; they may read the registry but not change it.
 * ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call

@@ -12,6 +12,14 @@ that finishes a call takes the first of them itself instead of going to
 sleep (one thread wake-up less per call) and says so in its
 ``CallSettled(took=index)``. Only the executor writes its counters.
 
+When prepare and finalize are unobservable as well (see
+:meth:`ExecutorActor._servable`), the batch is *self-served*: a
+:class:`SelfServe` run lets the executor and up to ``limit - 1`` call actors
+(woken with ``Serve``) claim calls in model order and run each one's whole
+trip, as a thread pool's workers would, reporting once (``Served``) when
+nothing is left to claim. Only call order could tell the two paths apart,
+and nothing that could see it is there.
+
 The schedule is one state machine. Each call has a :class:`CallPhase`; after
 every message the actor runs :meth:`ExecutorActor._advance`, which commits
 what may be committed and starts what may start. Its invariants:
@@ -49,8 +57,20 @@ what may be committed and starts what may start. Its invariants:
   the ready queue are reclaimed and resolved the same way (their prepare
   ran no observable phase, so they end as unstarted calls do:
   ``run_post=False``); a call actor takes no call once the signal fired.
+* While a self-served run is open (``serving`` is set) its lock owns
+  ``next_start`` and the building of calls: a claimer builds and classifies
+  call ``next_start`` and claims it (``next_start += 1``) only if it may be
+  self-served, else closes the run, so nothing after an exclusive (or
+  otherwise unservable) call starts before the executor's path has it.
+  The run claims nothing once the batch's signal or the runtime's stop
+  fired. A finished self-served call's slot in ``calls`` holds its
+  ``ToolCallResult``. The executor's ``_step`` does nothing until every
+  call actor serving the run has reported ``Served``; at most ``limit``
+  calls run at once (the executor and ``limit - 1`` call actors). A run
+  starts only when nothing else is running or queued and no barrier is set.
 * The batch replies only when ``next_commit == len(calls)``,
-  ``running == 0`` and ``queued == 0``: a started call is never abandoned.
+  ``running == 0``, ``queued == 0`` and no run is open: a started call is
+  never abandoned.
 """
 
 from __future__ import annotations
