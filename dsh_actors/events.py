@@ -155,6 +155,23 @@ class EventBus:
     def has_listeners(self, name: str) -> bool:
         return name in self._lists
 
+    def observed(self, names: tuple[str, ...], agent: Agent | None = None) -> bool:
+        """Whether an event of ``agent`` named any of ``names`` would reach a
+        listener (what ``any(listeners(n, agent) for n in names)`` says,
+        without building the tuples: the executor asks it per call)."""
+        lists = self._lists
+        if not lists:
+            return False
+        for name in names:
+            entries = lists.get(name)
+            if entries:
+                if name in UNFILTERED_EVENTS:
+                    return True
+                for e in entries:
+                    if e.scope is None or _in_scope(e.scope, agent):
+                        return True
+        return False
+
     def listeners(self, name: str, agent: Agent | None = None) -> tuple[Listener, ...]:
         """The listeners an event of ``agent`` reaches, outermost first."""
         entries = self._lists.get(name)

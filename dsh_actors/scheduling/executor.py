@@ -116,6 +116,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "check_limit", "parse_arguments"]
 
+#: The events whose listeners see a call's prepare or finalize (so its order).
+_OBSERVERS = ("tools/pre-execute", "tools/post-execute", "tools/result")
+
 _IDLE_EXECUTORS_KEPT = 32
 _IDLE_WORKERS_KEPT = 256
 
@@ -622,7 +625,6 @@ class ExecutorActor(ActorBase):
             # very object); a batch without one gets a private never-fired one.
             signal = AbortController().signal if batch.signal is None else batch.signal
             self._signal = signal
-            self._ready = ReadyQueue(signal, self._rt_stopping)
             if batch.signal is None:
                 body_parent = self._rt_stopping
             else:
@@ -869,14 +871,7 @@ class ExecutorActor(ActorBase):
         if definition.project_content is not None or definition.finalize_content is not None:
             return False
         agent = call.execution.agent
-        listeners = self._rt.events.listeners
-        if (
-            listeners("tools/pre-execute", agent)
-            or listeners("tools/post-execute", agent)
-            or listeners("tools/result", agent)
-        ):
-            return False
-        return not self._guarded(agent)
+        return not self._rt.events.observed(_OBSERVERS, agent) and not self._guarded(agent)
 
     def _serve_run(self) -> bool:
         """Open a self-served run at ``_next_start`` if that call may be
@@ -958,7 +953,12 @@ class ExecutorActor(ActorBase):
             return
         call.phase = CallPhase.DISPATCHING
         self._running += 1
-        _tell(worker, Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id, ready=self._ready))
+        ready = self._ready
+        if ready is None and self._limit >= 2:
+            # Made on the first Dispatch (a self-served batch needs none).
+            assert self._signal is not None
+            ready = self._ready = ReadyQueue(self._signal, self._rt_stopping)
+        _tell(worker, Dispatch(call=call, executor=self.actor_ref, batch_id=self._batch_id, ready=ready))
 
     def _log_call(self, call: Call) -> bool:
         """Write the call's ``tool/call``; False if the session failed."""
