@@ -22,6 +22,7 @@ signals freely.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -58,6 +59,13 @@ def _noop() -> None:
     return None
 
 
+# Stamps each abort in the order aborts happen (``next`` on a count is atomic
+# under the GIL), so a signal fused *after* several parents aborted can take
+# the reason of the one that aborted first, as it would have had it been
+# subscribed all along (see :func:`fuse_late`).
+_abort_order = itertools.count(1)
+
+
 class AbortSignal:
     """A level-triggered, thread-safe abort flag.
 
@@ -78,6 +86,7 @@ class AbortSignal:
         "_event",
         "_links",
         "_closed",
+        "_order",
         "__weakref__",
     )
 
@@ -93,6 +102,9 @@ class AbortSignal:
     _links: list[Unsubscribe] | None
     # Only a fused signal is ever closed; a closed signal never aborts.
     _closed: bool
+    # When it aborted, from ``_abort_order`` (0 while pending). Written
+    # before ``_reason``, so a reader that sees the reason sees the order.
+    _order: int
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -102,6 +114,7 @@ class AbortSignal:
         self._event = None
         self._links = None
         self._closed = False
+        self._order = 0
 
     # -- reading ------------------------------------------------------------
 
@@ -205,6 +218,7 @@ class AbortSignal:
         with self._lock:
             if self._reason is not _PENDING or self._closed:
                 return False
+            self._order = next(_abort_order)
             self._reason = reason
             event = self._event
             links = self._links
@@ -259,7 +273,10 @@ class AbortSignal:
         for parent in parents:
             reason = parent._reason
             if reason is not _PENDING:
-                child._reason = reason  # born aborted: nothing to subscribe or notify
+                # Born aborted: nothing to subscribe or notify. It aborted
+                # "with" this parent, so it takes the parent's place in order.
+                child._order = parent._order
+                child._reason = reason
                 return child
         on_parent_abort = child._on_parent_abort
         for parent in parents:
@@ -357,3 +374,29 @@ class AbortController:
 
     def __repr__(self) -> str:
         return f"<AbortController {self._signal!r}>"
+
+
+def fuse_late(parents: tuple[AbortSignal, ...]) -> AbortSignal:
+    """``AbortSignal.any(*parents)`` for a fused signal made lazily, some
+    time after the moment it stands for (a tool body's signal, created when
+    the body first reads ``ctx.signal``).
+
+    The one difference from ``any``: when several parents have aborted
+    already, the result takes the reason (and the place in abort order) of
+    the parent that aborted *first*, not of the first in argument order,
+    which is what a signal subscribed since that moment would have fired
+    with. With at most one parent aborted the two are the same.
+    """
+    child = AbortSignal.any(*parents)
+    if len(parents) > 1 and child._reason is not _PENDING:
+        # Nobody else holds `child` yet and it has no callbacks or waiters;
+        # an aborted signal ignores later parent aborts, so nothing races
+        # these two writes.
+        first = min((p for p in parents if p._reason is not _PENDING), key=_abort_order_of)
+        child._order = first._order
+        child._reason = first._reason
+    return child
+
+
+def _abort_order_of(signal: AbortSignal) -> int:
+    return signal._order

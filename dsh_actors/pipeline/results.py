@@ -3,7 +3,7 @@ from values, and the final lossless freeze."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AbortError, DshError, LosslessJsonError, ToolOutputError, safe_str
@@ -122,13 +122,48 @@ def render_success(
                 else f"presentation_meta raised {_describe(exc)}"
             )
             return failure_from_exception(ToolOutputError(name, [detail]), additional_contexts)
-    return ToolExecutionSuccess(
-        value=frozen,
-        content=content,
-        meta=meta,
-        additional_contexts=additional_contexts,
-        concludes_turn=concludes_turn,
+    return _success(
+        frozen,
+        content,
+        meta,
+        additional_contexts if type(additional_contexts) is tuple else tuple(additional_contexts),
+        concludes_turn,
     )
+
+
+# A success built field by field through the slot descriptors: what
+# ``ToolExecutionSuccess(...)`` builds (its __post_init__ only turns content
+# and contexts into tuples, which the caller passes already), in a quarter of
+# the time (a frozen dataclass's __init__ goes through object.__setattr__
+# per field). The check below fails the import if the fields change.
+if tuple(f.name for f in fields(ToolExecutionSuccess)) != (
+    "value",
+    "content",
+    "meta",
+    "additional_contexts",
+    "concludes_turn",
+):  # pragma: no cover - a guard for whoever changes the model
+    raise ImportError("results._success must set every field of ToolExecutionSuccess")
+_new_success = ToolExecutionSuccess.__new__
+_set_value, _set_content, _set_meta, _set_contexts, _set_concludes = (
+    vars(ToolExecutionSuccess)[f.name].__set__ for f in fields(ToolExecutionSuccess)
+)
+
+
+def _success(
+    value: Any,
+    content: tuple[ContentBlock, ...],
+    meta: Any,
+    additional_contexts: tuple[UserMessage, ...],
+    concludes_turn: bool,
+) -> ToolExecutionSuccess:
+    result = _new_success(ToolExecutionSuccess)
+    _set_value(result, value)
+    _set_content(result, content)
+    _set_meta(result, meta)
+    _set_contexts(result, additional_contexts)
+    _set_concludes(result, concludes_turn)
+    return result
 
 
 def _describe(exc: BaseException) -> str:

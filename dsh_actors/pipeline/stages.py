@@ -468,18 +468,19 @@ def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
     definition = registration.definition
     wrapper_signal = execution.signal
     # A fresh signal for the body: the caller's, the wrapper's replacement
-    # (if any), and the runtime's stop signal; the first abort wins.
+    # (if any), and the runtime's stop signal; the first abort wins. It is
+    # fused only if the body (or the async path) reads ctx.signal, and
+    # closed by ctx._close() below (see ToolRunContext._fused).
     if wrapper_signal is not call.caller:
         signals: tuple[AbortSignal, ...] = (call.caller, wrapper_signal, stopping)
     elif call.body_parent is not None:
         signals = (call.body_parent,)  # fires exactly when the caller or the stop does
     else:
         signals = (call.caller, stopping)
-    body_signal = AbortSignal.any(*signals)
-    ctx = ToolRunContext(execution, body_signal)
+    ctx = ToolRunContext._fused(execution, signals)
     call.body_invoked = True
     try:
-        value = _invoke(rt, definition.execute, execution.arguments, ctx, body_signal, registration.is_async)
+        value = _invoke(rt, definition.execute, execution.arguments, ctx, registration.is_async)
     except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
         contexts, _ = ctx._take()
         result = failure_from_exception(exc, contexts)
@@ -499,26 +500,25 @@ def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
             # does not check) nothing in it is left to freeze.
             call.sealed = result
     finally:
-        body_signal.close()
+        ctx._close()
     if contexts:
         call.body_contexts = call.body_contexts + contexts
     call.body_results.append(result)
     return result
 
 
-def _invoke(
-    rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, signal: AbortSignal, is_async: bool | None = None
-) -> Any:
+def _invoke(rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None) -> Any:
     """Call a tool body: a sync body here; an ``async def`` body (or a sync
     one that returns a coroutine) on the runtime's loop thread, cancelled
-    (``ABORTED``) when its signal fires. Never abandons a started body.
+    (``ABORTED``) when ``ctx.signal`` fires. Never abandons a started body.
     ``is_async`` is what registration found (``is_async_callable(fn)``,
     computed once); ``None`` computes it."""
     if is_async_callable(fn) if is_async is None else is_async:
+        signal = ctx.signal  # the task's cancellation needs it: fuse it now
         return _await_on_loop(rt, fn(args, ctx), signal)
     value = fn(args, ctx)
     if isinstance(value, CoroutineType):  # inspect.iscoroutine
-        return _await_on_loop(rt, value, signal)
+        return _await_on_loop(rt, value, ctx.signal)
     return value
 
 
