@@ -441,14 +441,20 @@ class SelfServe:
                 if claimed is None:
                     return count, None
                 call, looked_up = claimed
-                prepare(rt, call, looked_up)
+                if call.caller.aborted:
+                    prepare(rt, call, looked_up)  # resolves it ABORTED_BEFORE_DISPATCH
+                else:
+                    # What prepare() does for a call that claim() has just
+                    # found unobserved (no pre-execute listener, no guard).
+                    call.registration = looked_up
+                    call.phase = CallPhase.READY
                 if call.phase is CallPhase.READY:
                     call.phase = CallPhase.DISPATCHING
                     dispatch(rt, call)
                 result = finalize(rt, call)
                 # The call is done: its slot keeps only the result (the
                 # executor commits it once the run has ended).
-                calls[call.index] = ToolCallResult(call.execution.call_id, result)
+                calls[call.index] = _call_result(call.execution.call_id, result)
                 count += 1
         except BaseException as exc:  # noqa: BLE001 - a bug: close the run, fail the batch
             logger.opt(exception=exc).error("a self-served call failed")
@@ -985,7 +991,7 @@ class ExecutorActor(ActorBase):
 
     def _commit(self, call: Call) -> None:
         result = finalize(self._rt, call)
-        self._results.append(ToolCallResult(call.execution.call_id, result))
+        self._results.append(_call_result(call.execution.call_id, result))
         session = self._session
         if session is None:
             self._committed = len(self._results)
@@ -1037,6 +1043,20 @@ class ExecutorActor(ActorBase):
         if self._owns_body_parent and self._body_parent is not None:
             self._body_parent.close()
         self._reset()
+
+
+_new_call_result = ToolCallResult.__new__
+_set_result_id, _set_result = (vars(ToolCallResult)[f].__set__ for f in ("call_id", "result"))
+
+
+def _call_result(call_id: str, result: ToolExecutionResult) -> ToolCallResult:
+    """``ToolCallResult(call_id, result)`` through its slot descriptors (a
+    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per
+    field); a test compares the two."""
+    item = _new_call_result(ToolCallResult)
+    _set_result_id(item, call_id)
+    _set_result(item, result)
+    return item
 
 
 def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:

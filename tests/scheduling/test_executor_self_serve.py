@@ -198,3 +198,15 @@ def test_a_bug_while_serving_fails_the_batch_and_leaves_the_runtime_usable(monke
         monkeypatch.setattr(executor_module, "finalize", real_finalize)
         again = rt.tools.execute(ToolBatchInput(calls=tuple(calls(*["t"] * 8))))
         assert [r.result.is_error for r in again.results] == [False] * 8
+
+
+def test_the_fast_call_result_is_a_tool_call_result() -> None:
+    from dataclasses import fields
+
+    from dsh_actors.model import ToolCallResult
+
+    assert [f.name for f in fields(ToolCallResult)] == ["call_id", "result"]
+    outcome = executor_module.aborted(before_dispatch=True)
+    fast = executor_module._call_result("c1", outcome)
+    assert type(fast) is ToolCallResult and fast == ToolCallResult("c1", outcome)
+    assert hash(fast) == hash(ToolCallResult("c1", outcome))
