@@ -406,9 +406,14 @@ class SelfServe:
         self.stopping = stopping
         self.rt = executor._rt
 
-    def claim(self) -> tuple[Call, Any] | None:
-        """The next call, claimed, with the registration its classification
-        looked up; or None (and the run is closed)."""
+    def claim(self, alone: bool = False) -> tuple[Call, Any] | None:
+        """The next call, claimed, with the registration it runs (looked up
+        just now); or None (and the run is closed).
+
+        ``alone``: the executor opening a run, with nothing running and
+        everything before committed. Then an exclusive call may be claimed
+        too: the run closes behind it, so it runs alone, on the executor,
+        and nothing after it starts until it has committed."""
         with self.lock:
             if self.closed:
                 return None
@@ -421,11 +426,18 @@ class SelfServe:
             if call.mode is None:
                 call.mode, looked_up = executor._classify(call)
             else:
-                looked_up = LOOK_UP
-            if not executor._servable(call, looked_up):
+                looked_up = LOOK_UP  # classified by an earlier claim: look again
+            if call.override is not None:
+                looked_up = call.override
+            elif looked_up is LOOK_UP and call.phase is CallPhase.PENDING:
+                looked_up = executor._executable(call)
+            exclusive = call.mode != "parallel"
+            if (exclusive and not alone) or not executor._servable(call, looked_up):
                 self.closed = True
                 return None
             executor._next_start = index + 1
+            if exclusive:
+                self.closed = True  # a barrier: nothing else joins this run
             return call, looked_up
 
     def serve(self, first: tuple[Call, Any] | None = None) -> tuple[int, BaseException | None]:
@@ -859,18 +871,26 @@ class ExecutorActor(ActorBase):
                     return True
         return False
 
-    def _servable(self, call: Call, looked_up: Any) -> bool:
+    def _executable(self, call: Call) -> Any:
+        """The registration ``call`` would run now (None when none)."""
+        execution = call.execution
+        try:
+            return _modes()[1](self._rt.state, execution.name, execution.agent, execution.tool_set)
+        except BaseException:  # noqa: BLE001 - as _classify: anything odd takes the executor's path
+            return None
+
+    def _servable(self, call: Call, registration: Any) -> bool:
         """Whether ``call`` may be self-served (see :class:`SelfServe`): its
         prepare and finalize run nothing that anyone can observe or that
         model order could matter to — no ``tools/pre-execute``,
         ``tools/post-execute`` or ``tools/result`` listener and no guard for
         its agent, no ``project_content`` / ``finalize_content`` hook, and
         the batch writes no session log (checked per batch) — and it is a
-        parallel call of a tool found just now (an exclusive call is a
-        barrier; a resolved or unknown one takes the executor's path)."""
-        if call.mode != "parallel" or call.phase is not CallPhase.PENDING:
+        call of a tool found just now (a resolved or unknown one takes the
+        executor's path). Whether an exclusive call may join a run is
+        :meth:`SelfServe.claim`'s decision."""
+        if call.phase is not CallPhase.PENDING:
             return False
-        registration = call.override if call.override is not None else looked_up
         if registration is LOOK_UP or registration is None:
             return False
         definition = registration.definition
@@ -882,16 +902,20 @@ class ExecutorActor(ActorBase):
     def _serve_run(self) -> bool:
         """Open a self-served run at ``_next_start`` if that call may be
         self-served: wake up to ``limit - 1`` call actors to serve it and
-        serve it here too, until nothing is left to claim. False (and
-        nothing started) when the call needs the executor's path."""
+        serve it here too, until nothing is left to claim (an exclusive call
+        is served here alone). False (and nothing started) when the call
+        needs the executor's path."""
         signal = self._signal
         assert signal is not None
         serving = SelfServe(self, signal, self._rt_stopping)
-        first = serving.claim()
+        # Nothing runs or is queued (the caller checked) and, once everything
+        # before has committed, an exclusive call may run here, alone.
+        first = serving.claim(alone=self._next_commit == self._next_start)
         if first is None:
             return False
         self._serving = serving
-        wake = min(self._limit - 1, len(self._calls) - self._next_start)
+        # (An exclusive first call closed the run: nobody else joins it.)
+        wake = 0 if serving.closed else min(self._limit - 1, len(self._calls) - self._next_start)
         message = Serve(serving=serving, executor=self.actor_ref, batch_id=self._batch_id)
         for _ in range(wake):
             try:

@@ -210,3 +210,29 @@ def test_the_fast_call_result_is_a_tool_call_result() -> None:
     fast = executor_module._call_result("c1", outcome)
     assert type(fast) is ToolCallResult and fast == ToolCallResult("c1", outcome)
     assert hash(fast) == hash(ToolCallResult("c1", outcome))
+
+
+def test_an_exclusive_call_among_self_served_ones_runs_alone_on_the_executor() -> None:
+    timeline = Timeline()
+    threads: dict[str, str] = {}
+
+    def body(args: Any, ctx: Any) -> str:
+        threads[ctx.call_id] = threading.current_thread().name
+        with timeline.body(ctx):
+            spin(2000)
+        return "ok"
+
+    with started_runtime() as rt:
+        rt.tools.register(make_tool("t", body))
+        rt.tools.register(make_tool("x", body, classifier=None))
+        names = ["t", "t", "t", "x", "t", "t", "x", "x", "t"]
+        batch = rt.tools.execute(ToolBatchInput(calls=tuple(calls(*names)), max_parallel_tool_calls=3))
+    assert [r.result.is_error for r in batch.results] == [False] * len(names)
+    ids = [f"c{i}" for i in range(len(names))]
+    for i, name in enumerate(names):
+        if name != "x":
+            continue
+        x = ids[i]
+        assert threads[x] == "dsh-ExecutorActor"
+        assert all(timeline.ends[e] < timeline.starts[x] for e in ids[:i])
+        assert all(timeline.ends[x] < timeline.starts[later] for later in ids[i + 1 :])
