@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any
 
@@ -28,7 +29,7 @@ import pykka
 from loguru import logger
 from pykka import messages as pykka_messages
 
-__all__ = ["ActorBase", "ActorGroup", "Deferred", "ASK_TIMEOUT", "actor_thread_ident"]
+__all__ = ["ActorBase", "ActorGroup", "Deferred", "ASK_TIMEOUT", "actor_thread_ident", "acquire_politely"]
 
 #: pykka's own messages (stop, proxy calls): they go through pykka's handler;
 #: everything else goes straight to ``receive``.
@@ -277,3 +278,27 @@ class ActorBase(pykka.ThreadingActor):
             response._bind(reply)
         else:
             reply.set(response)
+
+
+_POLITE_SPINS = 64
+
+
+def acquire_politely(lock: threading.Lock) -> None:
+    """Take ``lock``, shared by threads that all run Python, without a lock
+    convoy.
+
+    A plain blocking ``acquire`` waits *without* the GIL, so a waiter is
+    handed the lock while it cannot run; the thread that holds the GIL then
+    blocks on the lock at its next turn, and from then on every acquisition
+    costs two context switches (measured: 2 per call, 36 -> 81 us per
+    self-served call, with only two threads). Here a waiter tries without
+    blocking and, between tries, yields the GIL (``time.sleep(0)``) so the
+    holder can run and release; it blocks only after ``_POLITE_SPINS``
+    yields (a holder that is really busy: never burn a core waiting)."""
+    if lock.acquire(False):
+        return
+    for _ in range(_POLITE_SPINS):
+        time.sleep(0)
+        if lock.acquire(False):
+            return
+    lock.acquire()

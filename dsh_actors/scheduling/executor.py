@@ -87,7 +87,7 @@ import pykka
 from loguru import logger
 from pykka._envelope import Envelope
 
-from ..actors import ActorBase
+from ..actors import ActorBase, acquire_politely
 from ..errors import ToolBatchExecutionError, safe_str
 from ..executor import ToolModelInput
 from ..errors import LosslessJsonError
@@ -372,12 +372,16 @@ class ReadyQueue:
         signal = self.signal
         if (signal is not None and signal.aborted) or self.stopping.aborted:
             return None  # the executor reclaims it
-        with self.lock:
+        lock = self.lock
+        acquire_politely(lock)  # call actors race for it: no convoy
+        try:
             if self.closed or not self.calls:
                 return None
             call = self.calls.popleft()
             call.phase = CallPhase.DISPATCHING
             return call
+        finally:
+            lock.release()
 
 
 class SelfServe:
@@ -414,7 +418,9 @@ class SelfServe:
         everything before committed. Then an exclusive call may be claimed
         too: the run closes behind it, so it runs alone, on the executor,
         and nothing after it starts until it has committed."""
-        with self.lock:
+        lock = self.lock
+        acquire_politely(lock)  # every server claims through it: no convoy
+        try:
             if self.closed:
                 return None
             executor = self.executor
@@ -439,6 +445,8 @@ class SelfServe:
             if exclusive:
                 self.closed = True  # a barrier: nothing else joins this run
             return call, looked_up
+        finally:
+            lock.release()
 
     def serve(self, first: tuple[Call, Any] | None = None) -> tuple[int, BaseException | None]:
         """Run ``first`` (already claimed), then claim and run calls until
