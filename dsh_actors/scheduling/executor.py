@@ -16,8 +16,9 @@ When prepare and finalize are unobservable as well (see
 :meth:`ExecutorActor._servable`), the batch is *self-served*: a
 :class:`SelfServe` run lets the executor and up to ``limit - 1`` call actors
 (woken with ``Serve``) claim calls in model order and run each one's whole
-trip, as a thread pool's workers would, reporting once (``Served``) when
-nothing is left to claim. Only call order could tell the two paths apart,
+trip, as a thread pool's workers would; each call actor goes back to the
+pool by itself when nothing is left to claim, and the last server to leave
+ends the run (a call actor tells the executor ``Served``). Only call order could tell the two paths apart,
 and nothing that could see it is there.
 
 The schedule is one state machine. Each call has a :class:`CallPhase`; after
@@ -62,10 +63,12 @@ what may be committed and starts what may start. Its invariants:
   call ``next_start`` and claims it (``next_start += 1``) only if it may be
   self-served, else closes the run, so nothing after an exclusive (or
   otherwise unservable) call starts before the executor's path has it.
-  The run claims nothing once the batch's signal or the runtime's stop
+  (An exclusive call may be the executor's opening claim, when nothing
+  runs and everything before has committed: it closes the run behind it
+  and runs alone, on the executor.) The run claims nothing once the batch's signal or the runtime's stop
   fired. A finished self-served call's slot in ``calls`` holds its
-  ``ToolCallResult``. The executor's ``_step`` does nothing until every
-  call actor serving the run has reported ``Served``; at most ``limit``
+  ``ToolCallResult``. The executor's ``_step`` does nothing until the
+  last server has left the run (``SelfServe.active`` is 0); at most ``limit``
   calls run at once (the executor and ``limit - 1`` call actors). A run
   starts only when nothing else is running or queued and no barrier is set.
 * The batch replies only when ``next_commit == len(calls)``,
@@ -115,6 +118,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..session import Session
 
 __all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "check_limit", "parse_arguments"]
+
+#: What ExecutorActor._serve_run did: no run (the call needs the executor's
+#: path), a run that is over, a run that call actors still serve.
+_NO_RUN, _RUN_OVER, _RUN_OPEN = object(), object(), object()
 
 #: The events whose listeners see a call's prepare or finalize (so its order).
 _OBSERVERS = ("tools/pre-execute", "tools/post-execute", "tools/result")
@@ -400,12 +407,16 @@ class SelfServe:
     The run ends for good (``closed``) at the first call it cannot claim,
     when the batch's signal or the runtime's stop fired, or on a bug."""
 
-    __slots__ = ("lock", "executor", "closed", "signal", "stopping", "rt")
+    __slots__ = ("lock", "executor", "closed", "signal", "stopping", "rt", "active", "error")
 
     def __init__(self, executor: ExecutorActor, signal: AbortSignal, stopping: AbortSignal) -> None:
         self.lock = threading.Lock()
         self.executor = executor
         self.closed = False
+        # Servers inside the run (the executor counts from the start); the
+        # last to leave ends it. And the first bug any of them met.
+        self.active = 1
+        self.error: BaseException | None = None
         self.signal = signal
         self.stopping = stopping
         self.rt = executor._rt
@@ -447,6 +458,19 @@ class SelfServe:
             return call, looked_up
         finally:
             lock.release()
+
+    def join(self) -> None:
+        """One more server (the executor, before it wakes a call actor)."""
+        with self.lock:
+            self.active += 1
+
+    def leave(self, error: BaseException | None) -> bool:
+        """A server is done; True for the last one (the run is over)."""
+        with self.lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self.active -= 1
+            return self.active == 0
 
     def serve(self, first: tuple[Call, Any] | None = None) -> tuple[int, BaseException | None]:
         """Run ``first`` (already claimed), then claim and run calls until
@@ -493,14 +517,15 @@ class CallActor(ActorBase):
 
     def receive(self, message: Dispatch | Serve) -> None:
         if type(message) is Serve:
-            count, error = message.serving.serve()
-            try:
-                _tell(
-                    message.executor,
-                    Served(batch_id=message.batch_id, worker=self.actor_ref, count=count, error=error),
-                )
-            except pykka.ActorDeadError:
-                pass  # the runtime is stopping
+            serving: SelfServe = message.serving
+            _, error = serving.serve()
+            # Back to the pool first, so the batch's next run finds it idle.
+            serving.executor._native._release_worker(self.actor_ref)
+            if serving.leave(error):
+                try:
+                    _tell(message.executor, Served(batch_id=message.batch_id, error=serving.error))
+                except pykka.ActorDeadError:
+                    pass  # the runtime is stopping
             return
         assert type(message) is Dispatch
         call = message.call
@@ -576,10 +601,9 @@ class ExecutorActor(ActorBase):
         self._body_parent: AbortSignal | None = None
         self._owns_body_parent = False
         self._halted = False
-        # The open self-served run, and how many call actors serve it.
+        # The open self-served run (call actors still serve it).
         self._may_serve = False
         self._serving: SelfServe | None = None
-        self._serving_workers = 0
 
     # -- messages -------------------------------------------------------------
 
@@ -599,15 +623,12 @@ class ExecutorActor(ActorBase):
                     self._running -= 1
                 self._advance()
             case Served():
-                self._native._release_worker(message.worker)
                 if not self._active or message.batch_id != self._batch_id:
                     return
-                self._serving_workers -= 1
+                self._serving = None
                 if message.error is not None and self._bug is None:
                     self._bug = message.error
-                if self._serving_workers == 0:
-                    self._serving = None
-                    self._advance()
+                self._advance()
             case AbortBatch():
                 if self._active and message.batch_id == self._batch_id:
                     self._advance()
@@ -795,11 +816,12 @@ class ExecutorActor(ActorBase):
                     and not self._queued
                     and self._barrier is None
                     and self._next_start < total
-                    and self._serve_run()
                 ):
-                    if self._serving_workers:
-                        return  # call actors still serve: their Served resumes us
-                    continue  # commit what was served, then go on
+                    served = self._serve_run()
+                    if served is _RUN_OPEN:
+                        return  # call actors still serve: the last one's Served resumes us
+                    if served is _RUN_OVER:
+                        continue  # commit what was served, then go on
                 if self._queued and self._running < self._limit and self._refill():
                     progressed = True
                 while self._next_start < total and self._barrier is None:
@@ -907,12 +929,13 @@ class ExecutorActor(ActorBase):
         agent = call.execution.agent
         return not self._rt.events.observed(_OBSERVERS, agent) and not self._guarded(agent)
 
-    def _serve_run(self) -> bool:
+    def _serve_run(self) -> object:
         """Open a self-served run at ``_next_start`` if that call may be
         self-served: wake up to ``limit - 1`` call actors to serve it and
         serve it here too, until nothing is left to claim (an exclusive call
         is served here alone). False (and nothing started) when the call
-        needs the executor's path."""
+        needs the executor's path: ``_NO_RUN``; else ``_RUN_OVER`` (this
+        thread left last) or ``_RUN_OPEN`` (call actors still serve it)."""
         signal = self._signal
         assert signal is not None
         serving = SelfServe(self, signal, self._rt_stopping)
@@ -920,24 +943,26 @@ class ExecutorActor(ActorBase):
         # before has committed, an exclusive call may run here, alone.
         first = serving.claim(alone=self._next_commit == self._next_start)
         if first is None:
-            return False
+            return _NO_RUN
         self._serving = serving
         # (An exclusive first call closed the run: nobody else joins it.)
         wake = 0 if serving.closed else min(self._limit - 1, len(self._calls) - self._next_start)
         message = Serve(serving=serving, executor=self.actor_ref, batch_id=self._batch_id)
         for _ in range(wake):
+            serving.join()
             try:
                 worker = self._native._acquire_worker(self._rt)
                 _tell(worker, message)
             except (RuntimeError, pykka.ActorDeadError):
+                serving.leave(None)  # never reached it (not the last: we are in)
                 break  # the runtime is stopping: the claims see it
-            self._serving_workers += 1
         _, error = serving.serve(first)
-        if error is not None and self._bug is None:
-            self._bug = error
-        if self._serving_workers == 0:
-            self._serving = None
-        return True
+        if not serving.leave(error):
+            return _RUN_OPEN
+        self._serving = None
+        if serving.error is not None and self._bug is None:
+            self._bug = serving.error
+        return _RUN_OVER
 
     def _enqueue(self, call: Call) -> None:
         """Put a READY call in the ready queue (a call actor that finishes

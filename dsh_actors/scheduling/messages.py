@@ -51,18 +51,14 @@ class CallSettled:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Served:
-    """A call actor stopped serving the batch's self-served run (see
-    ``Serve``): nothing was left to claim, or the next call needs the
-    executor, or the batch stopped."""
+    """The batch's self-served run is over: the last call actor to stop
+    serving it says so (each one went back to the pool by itself; when the
+    executor is the last, no message is needed)."""
 
     batch_id: int
     """The batch served."""
-    worker: pykka.ActorRef[Any]
-    """The call actor, free again."""
-    count: int
-    """How many calls it ran, start to finish."""
     error: BaseException | None = None
-    """A bug in the pipeline while serving (the batch then fails)."""
+    """The first bug in the pipeline while serving (the batch then fails)."""
 
 
 ExecutorMessage = Union[RunBatch, AbortBatch, CallSettled, Served]
