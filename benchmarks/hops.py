@@ -6,9 +6,11 @@ Two measurements, both on the no-op tool of the overhead workload:
   timestamp (``perf_counter_ns``) at every hand-off, taken by thin wrappers
   installed around the executor's hot-path functions for this measurement
   only (each adds well under a microsecond). Medians over many batches of
-  the time between consecutive points: the thread hops
-  (caller → executor actor → call actor → executor actor → caller) and the
-  work in between.
+  the time between consecutive points: the thread hops and the work in
+  between, twice: self-served (caller → executor actor → caller, the whole
+  trip on the executor) and on the executor's path, which a
+  ``tools/result`` listener forces (caller → executor actor → call actor →
+  executor actor → caller).
 * **the stages in isolation**: each piece of the pipeline called in a loop
   on one thread (no hand-off), µs per call: argument parsing and
   materialization, ``ToolExecution`` creation, classification, prepare, the
@@ -56,7 +58,10 @@ def _per_call_us(fn: Callable[[], object], n: int = 20_000, repeat: int = 7) -> 
 # The trip
 # --------------------------------------------------------------------------
 
-POINTS = (
+#: The executor's path (prepare and finalize on the executor, the body on a
+#: call actor): what a batch takes when something observes it. The trip
+#: measures it with a no-op ``tools/result`` listener installed.
+EXECUTOR_POINTS = (
     ("caller: execute() called", "t_call"),
     ("executor thread: RunBatch handled", "t_start"),
     ("executor: calls begun (parse, materialize, ToolExecution)", "t_begun"),
@@ -65,6 +70,18 @@ POINTS = (
     ("call actor thread: Dispatch handled", "t_received"),
     ("call actor: dispatch done (signal, body, validate, render)", "t_dispatched"),
     ("executor thread: CallSettled handled", "t_settled"),
+    ("executor: finalize done (freeze, tools/result)", "t_finalized"),
+    ("executor: reply future set", "t_replied"),
+    ("caller: execute() returned", "t_returned"),
+)
+
+#: A self-served lone call (nothing observes it): its whole trip on the
+#: executor actor, two hops in all.
+SERVED_POINTS = (
+    ("caller: execute() called", "t_call"),
+    ("executor thread: RunBatch handled", "t_start"),
+    ("executor: call claimed (parse, materialize, ToolExecution, classify)", "t_claimed"),
+    ("executor: dispatch done (body, validate, render)", "t_dispatched"),
     ("executor: finalize done (freeze, tools/result)", "t_finalized"),
     ("executor: reply future set", "t_replied"),
     ("caller: execute() returned", "t_returned"),
@@ -84,100 +101,41 @@ def _instrument(stamps: dict[str, int]) -> Callable[[], None]:
         saved.append((owner, name, original))
         setattr(owner, name, make(original))
 
-    def start(original: Any) -> Any:
-        def wrapped(self: Any, message: Any) -> Any:
-            stamps["t_start"] = now()
-            return original(self, message)
+    def stamp_before(key: str, only: str | None = None) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                if only is None or type(args[-1]).__name__ == only:
+                    stamps.setdefault(key, now())
+                return original(*args, **kwargs)
 
-        return wrapped
+            return wrapped
 
-    def advance(original: Any) -> Any:
-        def wrapped(self: Any) -> Any:
-            if "t_begun" not in stamps:
-                stamps["t_begun"] = now()
-            return original(self)
+        return make
 
-        return wrapped
-
-    def prepare(original: Any) -> Any:
-        def wrapped(rt: Any, call: Any, *rest: Any) -> Any:
-            result = original(rt, call, *rest)
-            stamps["t_prepared"] = now()
-            return result
-
-        return wrapped
-
-    def tell(original: Any) -> Any:
-        def wrapped(ref: Any, message: Any) -> Any:
-            result = original(ref, message)
-            if type(message).__name__ == "Dispatch":
-                stamps["t_sent"] = now()
-            return result
-
-        return wrapped
-
-    def call_receive(original: Any) -> Any:
-        def wrapped(self: Any, message: Any) -> Any:
-            stamps["t_received"] = now()
-            return original(self, message)
-
-        return wrapped
-
-    def dispatch(original: Any) -> Any:
-        def wrapped(rt: Any, call: Any) -> Any:
-            result = original(rt, call)
-            stamps["t_dispatched"] = now()
-            return result
-
-        return wrapped
-
-    def executor_receive(original: Any) -> Any:
-        def wrapped(self: Any, message: Any) -> Any:
-            if type(message).__name__ == "CallSettled":
-                stamps["t_settled"] = now()
-            return original(self, message)
-
-        return wrapped
-
-    def finalize(original: Any) -> Any:
-        def wrapped(rt: Any, call: Any) -> Any:
-            result = original(rt, call)
-            stamps["t_finalized"] = now()
-            return result
-
-        return wrapped
-
-    def cleanup(original: Any) -> Any:
-        def wrapped(self: Any) -> Any:
-            result = original(self)
-            stamps["t_replied"] = now()  # the reply is set right after cleanup
-            return result
-
-        return wrapped
-
-    patch(ex.ExecutorActor, "_start", start)
-    patch(ex.ExecutorActor, "_advance", advance)
-    patch(ex, "prepare", prepare)
-    if hasattr(ex, "_tell"):
-        patch(ex, "_tell", tell)
-    else:  # an older executor that used ActorRef.tell
-        import pykka
-
-        def ref_tell(original: Any) -> Any:
-            def wrapped(self: Any, message: Any) -> Any:
-                result = original(self, message)
-                if type(message).__name__ == "Dispatch":
-                    stamps["t_sent"] = now()
+    def stamp_after(key: str, only: str | None = None, first: bool = False) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                result = original(*args, **kwargs)
+                if only is None or type(args[-1]).__name__ == only:
+                    if not (first and key in stamps):
+                        stamps[key] = now()
                 return result
 
             return wrapped
 
-        patch(pykka.ActorRef, "tell", ref_tell)
-    patch(ex.CallActor, "receive", call_receive)
-    patch(ex, "dispatch", dispatch)
-    patch(ex.ExecutorActor, "receive", executor_receive)
-    patch(ex, "finalize", finalize)
-    patch(ex.ExecutorActor, "_cleanup", cleanup)
+        return make
+
+    patch(ex.ExecutorActor, "_start", stamp_before("t_start"))
+    patch(ex.ExecutorActor, "_advance", stamp_before("t_begun"))
+    patch(ex, "prepare", stamp_after("t_prepared"))
+    patch(ex, "_tell", stamp_after("t_sent", only="Dispatch"))
+    patch(ex.CallActor, "receive", stamp_before("t_received"))
+    patch(ex.SelfServe, "claim", stamp_after("t_claimed", first=True))  # (then one that finds none)
+    patch(ex, "dispatch", stamp_after("t_dispatched"))
+    patch(ex.ExecutorActor, "receive", stamp_before("t_settled", only="CallSettled"))
+    patch(ex, "finalize", stamp_after("t_finalized"))
+    # The reply is set right after cleanup.
+    patch(ex.ExecutorActor, "_cleanup", stamp_after("t_replied"))
 
     def undo() -> None:
         for owner, name, original in reversed(saved):
@@ -186,24 +144,32 @@ def _instrument(stamps: dict[str, int]) -> Callable[[], None]:
     return undo
 
 
-def measure_trip(batches: int = 3000) -> list[tuple[str, float, float]]:
-    """(segment, median µs, p90 µs) for each step of a one-call batch."""
+def measure_trip(batches: int = 3000, *, observed: bool = False) -> list[tuple[str, float, float]]:
+    """(segment, median µs, p90 µs) for each step of a one-call batch: the
+    self-served trip, or (``observed``) the executor's path, forced by a
+    no-op ``tools/result`` listener."""
+    points = EXECUTOR_POINTS if observed else SERVED_POINTS
     stamps: dict[str, int] = {}
-    deltas: dict[str, list[float]] = {label: [] for label, _ in POINTS[1:]}
+    deltas: dict[str, list[float]] = {label: [] for label, _ in points[1:]}
     totals: list[float] = []
     undo = _instrument(stamps)
     try:
         with ToolRuntime() as rt:
             rt.tools.register(noop_tool())
+            if observed:
+                rt.events.on("tools/result", lambda execution, result: None)
             batch = noop_batch(1)
             for i in range(batches + 200):
                 stamps.clear()
                 stamps["t_call"] = time.perf_counter_ns()
                 rt.tools.execute(batch)
                 stamps["t_returned"] = time.perf_counter_ns()
-                if i < 200 or len(stamps) != len(POINTS):
+                if i < 200:
                     continue
-                for (_, prev), (label, key) in zip(POINTS, POINTS[1:]):
+                missing = [key for _, key in points if key not in stamps]
+                if missing:
+                    raise RuntimeError(f"the trip took another path: no {missing} stamp")
+                for (_, prev), (label, key) in zip(points, points[1:]):
                     deltas[label].append((stamps[key] - stamps[prev]) / 1000)
                 totals.append((stamps["t_returned"] - stamps["t_call"]) / 1000)
     finally:
@@ -379,11 +345,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=3000)
     args = parser.parse_args(argv)
     out: dict[str, Any] = {}
-    print("one-call batch, step by step (µs: median, p90)")
-    trip = measure_trip(args.batches)
-    for label, med, p90 in trip:
-        print(f"  {med:8.1f} {p90:8.1f}  {label}")
-    out["trip"] = trip
+    for key, observed, title in (
+        ("trip", False, "self-served (nothing observes it)"),
+        ("trip_observed", True, "the executor's path (a tools/result listener)"),
+    ):
+        print(f"one-call batch, {title}, step by step (µs: median, p90)")
+        trip = measure_trip(args.batches, observed=observed)
+        for label, med, p90 in trip:
+            print(f"  {med:8.1f} {p90:8.1f}  {label}")
+        out[key] = trip
     print("hand-off floor (µs, median)")
     floor = measure_pingpong()
     for label, value in floor.items():
