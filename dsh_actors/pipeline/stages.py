@@ -396,20 +396,37 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
 # --------------------------------------------------------------------------
 
 
-def dispatch(rt: ToolRuntime, call: Call) -> None:
+_EXECUTE = ("tools/execute",)
+
+
+def dispatch(rt: ToolRuntime, call: Call, *, fresh: bool = False) -> None:
     """Run the ``tools/execute`` waterfall around the body (a call actor's
-    thread). Leaves the call DISPATCHED with its outcome; never raises."""
+    thread). Leaves the call DISPATCHED with its outcome; never raises.
+
+    ``fresh``: ``call.registration`` was looked up just now, on this thread
+    (a self-served call): without a wrapper, the body runs it instead of
+    looking the tool up once more."""
     execution = call.execution
+    if not rt.events.observed(_EXECUTE, execution.agent):
+        # No wrapper: nothing can replace the signal, or hand back a result
+        # the body did not produce, or unregister the tool in between.
+        try:
+            result: Any = _run_body(rt, call, call.registration if fresh else None)
+            skip_post = False
+        except BaseException as exc:  # noqa: BLE001 - _run_body contains the body; be sure
+            result = failure_from_exception(exc)
+            skip_post = True
+        call.outcome = result
+        call.run_post = not skip_post
+        call.phase = CallPhase.DISPATCHED
+        return
     caller = call.caller
     execution._open_signal()
     try:
         events = rt.events
-        if events.listeners("tools/execute", execution.agent):
-            result: Any = events.waterfall(
-                "tools/execute", lambda: _run_body(rt, call), execution, agent=execution.agent
-            )
-        else:
-            result = _run_body(rt, call)  # what the waterfall's default does
+        result = events.waterfall(
+            "tools/execute", lambda: _run_body(rt, call), execution, agent=execution.agent
+        )
         skip_post = False
         if not is_result(result):
             result = failure_from_exception(
@@ -446,11 +463,13 @@ def _lookup(rt: ToolRuntime, call: Call) -> Any:
     return _registry().executable(rt.state, execution.name, execution.agent, execution.tool_set)
 
 
-def _run_body(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
-    """The innermost step of ``tools/execute``: look the tool up, fuse a
-    fresh signal, invoke the body, normalize its outcome."""
+def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExecutionResult:
+    """The innermost step of ``tools/execute``: look the tool up (unless
+    ``registration`` is given), fuse a fresh signal, invoke the body,
+    normalize its outcome."""
     execution = call.execution
-    registration = _lookup(rt, call)
+    if registration is None:
+        registration = _lookup(rt, call)
     if registration is None:
         result: ToolExecutionResult = failure_from_exception(
             ToolNotFoundError(execution.name, call.unknown_hint)

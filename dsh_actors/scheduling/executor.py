@@ -494,7 +494,7 @@ class SelfServe:
                     call.phase = CallPhase.READY
                 if call.phase is CallPhase.READY:
                     call.phase = CallPhase.DISPATCHING
-                    dispatch(rt, call)
+                    dispatch(rt, call, fresh=True)
                 result = finalize(rt, call)
                 # The call is done: its slot keeps only the result (the
                 # executor commits it once the run has ended).
