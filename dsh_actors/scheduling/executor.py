@@ -15,7 +15,7 @@ sleep (one thread wake-up less per call) and says so in its
 When prepare and finalize are unobservable as well (see
 :meth:`ExecutorActor._servable`), the batch is *self-served*: a
 :class:`SelfServe` run lets the executor and up to ``limit - 1`` call actors
-(woken with ``Serve``) claim calls in model order and run each one's whole
+(woken one at a time with ``Serve``, while calls are left) claim calls in model order and run each one's whole
 trip, as a thread pool's workers would; each call actor goes back to the
 pool by itself when nothing is left to claim, and the last server to leave
 ends the run (a call actor tells the executor ``Served``). Only call order could tell the two paths apart,
@@ -398,45 +398,80 @@ class SelfServe:
     ``limit - 1`` call actors), each running its call start to finish like
     a thread pool's worker, without a hand-off per call.
 
-    While a run is open its ``lock`` guards the executor's ``_next_start``
-    and the building of calls; a claimer builds and classifies the next
-    call under the lock and claims it only if it may be self-served, so a
-    call that needs the executor (an exclusive one, one with a finalize
-    hook, ...) ends the run *before* anything after it starts. A finished
-    call's slot in the executor's ``_calls`` becomes its ``ToolCallResult``.
-    The run ends for good (``closed``) at the first call it cannot claim,
-    when the batch's signal or the runtime's stop fired, or on a bug."""
+    While a run is open its ``lock`` guards the executor's ``_next_start``,
+    the building of calls and the counters below; a claimer builds and
+    classifies the next call under the lock and claims it only if it may be
+    self-served, so a call that needs the executor (an exclusive one, one
+    with a finalize hook, ...) ends the run *before* anything after it
+    starts. A finished call's slot in the executor's ``_calls`` becomes its
+    ``ToolCallResult``. The run ends for good (``closed``) at the first
+    call it cannot claim, when the batch's signal or the runtime's stop
+    fired, or on a bug.
 
-    __slots__ = ("lock", "executor", "closed", "signal", "stopping", "rt", "active", "error")
+    Call actors join lazily, one at a time. Invariant: a server that has
+    claimed a call and is about to run it, while calls are left to claim,
+    makes sure a *spare* server is on its way (woken, not yet claiming) as
+    long as fewer than ``limit`` serve the run. So a body that blocks
+    always has someone behind it to take the next call (the run reaches
+    ``limit`` calls at once, one wake-up after another), and a run of quick
+    calls wakes one call actor, not ``limit - 1``: the executor has usually
+    served them all before the spare gets the GIL.
+    """
 
-    def __init__(self, executor: ExecutorActor, signal: AbortSignal, stopping: AbortSignal) -> None:
+    __slots__ = (
+        "lock",
+        "executor",
+        "closed",
+        "signal",
+        "stopping",
+        "rt",
+        "active",
+        "servers",
+        "spare",
+        "limit",
+        "error",
+        "message",
+    )
+
+    def __init__(self, executor: ExecutorActor, signal: AbortSignal, stopping: AbortSignal, limit: int) -> None:
         self.lock = threading.Lock()
         self.executor = executor
         self.closed = False
         # Servers inside the run (the executor counts from the start); the
-        # last to leave ends it. And the first bug any of them met.
+        # last to leave ends it.
         self.active = 1
-        self.error: BaseException | None = None
+        # Servers that ever joined (at most `limit`), and woken call actors
+        # that have not tried to claim yet.
+        self.servers = 1
+        self.spare = 0
+        self.limit = limit
+        self.error: BaseException | None = None  # the first bug a server met
         self.signal = signal
         self.stopping = stopping
         self.rt = executor._rt
+        self.message = Serve(serving=self, executor=executor.actor_ref, batch_id=executor._batch_id)
 
-    def claim(self, alone: bool = False) -> tuple[Call, Any] | None:
+    def claim(self, alone: bool = False, woken: bool = False) -> tuple[Call, Any, bool] | None:
         """The next call, claimed, with the registration it runs (looked up
-        just now); or None (and the run is closed).
+        just now) and whether the claimer must wake a spare server first;
+        or None (and the run is closed).
 
         ``alone``: the executor opening a run, with nothing running and
         everything before committed. Then an exclusive call may be claimed
         too: the run closes behind it, so it runs alone, on the executor,
-        and nothing after it starts until it has committed."""
+        and nothing after it starts until it has committed. ``woken``: a
+        spare call actor's first claim (it is no longer spare)."""
         lock = self.lock
         acquire_politely(lock)  # every server claims through it: no convoy
         try:
+            if woken:
+                self.spare -= 1
             if self.closed:
                 return None
             executor = self.executor
             index = executor._next_start
-            if index >= len(executor._calls) or self.signal.aborted or self.stopping.aborted:
+            total = len(executor._calls)
+            if index >= total or self.signal.aborted or self.stopping.aborted:
                 self.closed = True
                 return None
             call = executor._call_at(index)
@@ -455,14 +490,27 @@ class SelfServe:
             executor._next_start = index + 1
             if exclusive:
                 self.closed = True  # a barrier: nothing else joins this run
-            return call, looked_up
+                return call, looked_up, False
+            wake = not self.spare and self.servers < self.limit and index + 1 < total
+            if wake:
+                self.spare += 1
+                self.servers += 1
+                self.active += 1
+            return call, looked_up, wake
         finally:
             lock.release()
 
-    def join(self) -> None:
-        """One more server (the executor, before it wakes a call actor)."""
-        with self.lock:
-            self.active += 1
+    def _wake_spare(self) -> None:
+        """Wake the spare server :meth:`claim` reserved (a pooled call actor)."""
+        executor = self.executor
+        try:
+            worker = executor._native._acquire_worker(self.rt)
+            _tell(worker, self.message)
+        except (RuntimeError, pykka.ActorDeadError):
+            # The runtime is stopping (the claims see it): nobody is coming.
+            with self.lock:
+                self.spare -= 1
+                self.active -= 1  # never the last: the waker is inside
 
     def leave(self, error: BaseException | None) -> bool:
         """A server is done; True for the last one (the run is over)."""
@@ -472,19 +520,27 @@ class SelfServe:
             self.active -= 1
             return self.active == 0
 
-    def serve(self, first: tuple[Call, Any] | None = None) -> tuple[int, BaseException | None]:
+    def serve(
+        self, first: tuple[Call, Any, bool] | None = None, *, woken: bool = False
+    ) -> tuple[int, BaseException | None]:
         """Run ``first`` (already claimed), then claim and run calls until
-        none is left: (how many ran, a bug)."""
+        none is left: (how many ran, a bug). ``woken``: a spare call actor."""
         rt = self.rt
         calls = self.executor._calls
         count = 0
         try:
             while True:
-                claimed = self.claim() if first is None else first
-                first = None
+                if first is not None:
+                    claimed: tuple[Call, Any, bool] | None = first
+                    first = None
+                else:
+                    first_claim, woken = woken, False
+                    claimed = self.claim(woken=first_claim)
                 if claimed is None:
                     return count, None
-                call, looked_up = claimed
+                call, looked_up, wake = claimed
+                if wake:
+                    self._wake_spare()
                 if call.caller.aborted:
                     prepare(rt, call, looked_up)  # resolves it ABORTED_BEFORE_DISPATCH
                 else:
@@ -518,7 +574,7 @@ class CallActor(ActorBase):
     def receive(self, message: Dispatch | Serve) -> None:
         if type(message) is Serve:
             serving: SelfServe = message.serving
-            _, error = serving.serve()
+            _, error = serving.serve(woken=True)
             # Back to the pool first, so the batch's next run finds it idle.
             serving.executor._native._release_worker(self.actor_ref)
             if serving.leave(error):
@@ -931,31 +987,20 @@ class ExecutorActor(ActorBase):
 
     def _serve_run(self) -> object:
         """Open a self-served run at ``_next_start`` if that call may be
-        self-served: wake up to ``limit - 1`` call actors to serve it and
-        serve it here too, until nothing is left to claim (an exclusive call
-        is served here alone). False (and nothing started) when the call
+        self-served and serve it here, with up to ``limit - 1`` call actors
+        woken one at a time (see :class:`SelfServe`), until nothing is left
+        to claim (an exclusive call is served here alone). False (and nothing started) when the call
         needs the executor's path: ``_NO_RUN``; else ``_RUN_OVER`` (this
         thread left last) or ``_RUN_OPEN`` (call actors still serve it)."""
         signal = self._signal
         assert signal is not None
-        serving = SelfServe(self, signal, self._rt_stopping)
+        serving = SelfServe(self, signal, self._rt_stopping, self._limit)
         # Nothing runs or is queued (the caller checked) and, once everything
         # before has committed, an exclusive call may run here, alone.
         first = serving.claim(alone=self._next_commit == self._next_start)
         if first is None:
             return _NO_RUN
         self._serving = serving
-        # (An exclusive first call closed the run: nobody else joins it.)
-        wake = 0 if serving.closed else min(self._limit - 1, len(self._calls) - self._next_start)
-        message = Serve(serving=serving, executor=self.actor_ref, batch_id=self._batch_id)
-        for _ in range(wake):
-            serving.join()
-            try:
-                worker = self._native._acquire_worker(self._rt)
-                _tell(worker, message)
-            except (RuntimeError, pykka.ActorDeadError):
-                serving.leave(None)  # never reached it (not the last: we are in)
-                break  # the runtime is stopping: the claims see it
         _, error = serving.serve(first)
         if not serving.leave(error):
             return _RUN_OPEN
