@@ -236,3 +236,24 @@ def test_an_exclusive_call_among_self_served_ones_runs_alone_on_the_executor() -
         assert threads[x] == "dsh-ExecutorActor"
         assert all(timeline.ends[e] < timeline.starts[x] for e in ids[:i])
         assert all(timeline.ends[x] < timeline.starts[later] for later in ids[i + 1 :])
+
+
+@pytest.mark.parametrize("cap", [2, 4, 7])
+def test_call_actors_join_one_at_a_time_until_cap_bodies_block_together(cap: int) -> None:
+    # Every body waits until `cap` bodies are inside at once: this only
+    # finishes if each server that starts a blocking body has woken the next.
+    barrier = threading.Barrier(cap)
+    timeline = Timeline()
+
+    def body(args: Any, ctx: Any) -> str:
+        with timeline.body(ctx):
+            barrier.wait(GUARD)
+        return "ok"
+
+    with started_runtime() as rt:
+        rt.tools.register(make_tool("t", body))
+        batch = rt.tools.submit(
+            ToolBatchInput(calls=tuple(calls(*["t"] * (2 * cap))), max_parallel_tool_calls=cap)
+        ).result(GUARD)
+    assert [r.result.is_error for r in batch.results] == [False] * (2 * cap)
+    assert timeline.max_running == cap
