@@ -848,6 +848,8 @@ class ExecutorActor(ActorBase):
             if self._bug is not None:
                 self._reclaim()
                 return
+            if self._next_commit == total:
+                return  # every call committed: nothing runs, is queued or can start
             stopping = (
                 (signal is not None and signal.aborted)
                 or self._rt_stopping.aborted
