@@ -26,7 +26,10 @@ Which thread runs a listener (none of them may assume another):
   ``tools/result`` observers run on the thread that prepares and finalizes
   the call: the batch's executor actor thread for batch calls (so a
   listener that blocks holds up that batch's model-order progress, and only
-  that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
+  that batch's), or the caller's thread for ``rt.tools.dispatch``. (One
+  exception: a pre-execute listener or guard installed while a batch runs
+  self-served prepares that batch's later calls on the call actor that
+  claims each, still one at a time and in model order.) Approval
   services may block (a person answers) but must observe the signal.
 * ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
   the thread that dispatches the call (several at once, one per running

@@ -12,14 +12,17 @@ that finishes a call takes the first of them itself instead of going to
 sleep (one thread wake-up less per call) and says so in its
 ``CallSettled(took=index)``. Only the executor writes its counters.
 
-When prepare and finalize are unobservable as well (see
-:meth:`ExecutorActor._servable`), the batch is *self-served*: a
-:class:`SelfServe` run lets the executor and up to ``limit - 1`` call actors
-(woken one at a time with ``Serve``, while calls are left) claim calls in model order and run each one's whole
-trip, as a thread pool's workers would; each call actor goes back to the
+When preparing is unobservable (no pre-execute listener, no guard; see
+:meth:`ExecutorActor._observed`) and the batch writes no session log, the
+batch is *self-served*: a :class:`SelfServe` run lets the executor and up to
+``limit - 1`` call actors (woken one at a time with ``Serve``, while calls
+are left) claim calls in model order and run each one's prepare and
+dispatch, as a thread pool's workers would; each call actor goes back to the
 pool by itself when nothing is left to claim, and the last server to leave
-ends the run (a call actor tells the executor ``Served``). Only call order could tell the two paths apart,
-and nothing that could see it is there.
+ends the run (a call actor tells the executor ``Served``). Finalize stays
+on the executor, in model order: it commits what is ready between its own
+calls and after the run. So post-execute, ``tools/result`` listeners and
+finalize hooks see what they see on the executor's path.
 
 The schedule is one state machine. Each call has a :class:`CallPhase`; after
 every message the actor runs :meth:`ExecutorActor._advance`, which commits
@@ -60,17 +63,21 @@ what may be committed and starts what may start. Its invariants:
   ``run_post=False``); a call actor takes no call once the signal fired.
 * While a self-served run is open (``serving`` is set) its lock owns
   ``next_start`` and the building of calls: a claimer builds and classifies
-  call ``next_start`` and claims it (``next_start += 1``) only if it may be
-  self-served, else closes the run, so nothing after an exclusive (or
-  otherwise unservable) call starts before the executor's path has it.
-  (An exclusive call may be the executor's opening claim, when nothing
-  runs and everything before has committed: it closes the run behind it
-  and runs alone, on the executor.) The run claims nothing once the batch's signal or the runtime's stop
-  fired. A finished self-served call's slot in ``calls`` holds its
-  ``ToolCallResult``. The executor's ``_step`` does nothing until the
-  last server has left the run (``SelfServe.active`` is 0); at most ``limit``
-  calls run at once (the executor and ``limit - 1`` call actors). A run
-  starts only when nothing else is running or queued and no barrier is set.
+  call ``next_start`` and claims it (``next_start += 1``) unless it is
+  exclusive, which closes the run, so nothing after it starts before the
+  executor's path has it. (An exclusive call of a known tool may be the
+  executor's opening claim, when nothing runs and everything before has
+  committed: it closes the run behind it and runs alone, on the executor.)
+  A run never opens on a call whose prepare is observed; if a pre-execute
+  listener or guard appears while a run is open, each later call is
+  prepared by its claimer under the lock (one at a time, in model order).
+  The run claims nothing once the batch's signal or the runtime's stop
+  fired. Only the executor commits (``_commit_ready``), reading
+  ``next_start`` and the phases servers write (DISPATCHED last). Its
+  ``_step`` does nothing else until the last server has left the run
+  (``SelfServe.active`` is 0); at most ``limit`` calls run at once (the
+  executor and ``limit - 1`` call actors). A run starts only when nothing
+  else is running or queued and no barrier is set.
 * The batch replies only when ``next_commit == len(calls)``,
   ``running == 0``, ``queued == 0`` and no run is open: a started call is
   never abandoned.
@@ -123,8 +130,9 @@ __all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "check_limit", "parse
 #: path), a run that is over, a run that call actors still serve.
 _NO_RUN, _RUN_OVER, _RUN_OPEN = object(), object(), object()
 
-#: The events whose listeners see a call's prepare or finalize (so its order).
-_OBSERVERS = ("tools/pre-execute", "tools/post-execute", "tools/result")
+#: The events whose listeners see a call's prepare (so where and in which
+#: order it runs); finalize always runs on the executor, in model order.
+_OBSERVERS = ("tools/pre-execute",)
 
 _IDLE_EXECUTORS_KEPT = 32
 _IDLE_WORKERS_KEPT = 256
@@ -392,21 +400,19 @@ class ReadyQueue:
 
 
 class SelfServe:
-    """A run of *self-served* calls: calls whose whole trip runs nothing the
-    executor has to order (see :meth:`ExecutorActor._servable`), claimed in
-    model order by whoever is free (the executor itself and up to
-    ``limit - 1`` call actors), each running its call start to finish like
-    a thread pool's worker, without a hand-off per call.
+    """A run of *self-served* calls: calls whose prepare runs nothing anyone
+    can observe (see :meth:`ExecutorActor._observed`), claimed in model
+    order by whoever is free (the executor itself and up to ``limit - 1``
+    call actors), each preparing and dispatching its call like a thread
+    pool's worker, without a hand-off per call; the executor finalizes
+    them, in model order.
 
     While a run is open its ``lock`` guards the executor's ``_next_start``,
     the building of calls and the counters below; a claimer builds and
-    classifies the next call under the lock and claims it only if it may be
-    self-served, so a call that needs the executor (an exclusive one, one
-    with a finalize hook, ...) ends the run *before* anything after it
-    starts. A finished call's slot in the executor's ``_calls`` becomes its
-    ``ToolCallResult``. The run ends for good (``closed``) at the first
-    call it cannot claim, when the batch's signal or the runtime's stop
-    fired, or on a bug.
+    classifies the next call under the lock, so an exclusive call ends the
+    run *before* anything after it starts. The run ends for good
+    (``closed``) at an exclusive call, at the end of the batch, when the
+    batch's signal or the runtime's stop fired, or on a bug.
 
     Call actors join lazily, one at a time. Invariant: a server that has
     claimed a call and is about to run it, while calls are left to claim,
@@ -484,10 +490,21 @@ class SelfServe:
             elif looked_up is LOOK_UP and call.phase is CallPhase.PENDING:
                 looked_up = executor._executable(call)
             exclusive = call.mode != "parallel"
-            if (exclusive and not alone) or not executor._servable(call, looked_up):
+            if exclusive and not alone:
+                self.closed = True  # a barrier: the executor's path takes it
+                return None
+            observed = call.phase is CallPhase.PENDING and executor._observed(call)
+            if alone and (observed or (exclusive and looked_up is None)):
+                # Not worth a run: the executor's path prepares it (and an
+                # unknown tool is a barrier there).
                 self.closed = True
                 return None
             executor._next_start = index + 1
+            if observed:
+                # A pre-execute listener or guard appeared while the run was
+                # open: prepare this call now, under the lock, so prepares
+                # still run one at a time in model order (on this thread).
+                prepare(self.rt, call, looked_up)
             if exclusive:
                 self.closed = True  # a barrier: nothing else joins this run
                 return call, looked_up, False
@@ -510,6 +527,7 @@ class SelfServe:
             # The runtime is stopping (the claims see it): nobody is coming.
             with self.lock:
                 self.spare -= 1
+                self.servers -= 1  # a later claim may wake another
                 self.active -= 1  # never the last: the waker is inside
 
     def leave(self, error: BaseException | None) -> bool:
@@ -526,7 +544,8 @@ class SelfServe:
         """Run ``first`` (already claimed), then claim and run calls until
         none is left: (how many ran, a bug). ``woken``: a spare call actor."""
         rt = self.rt
-        calls = self.executor._calls
+        executor = self.executor
+        on_executor = not woken
         count = 0
         try:
             while True:
@@ -541,21 +560,20 @@ class SelfServe:
                 call, looked_up, wake = claimed
                 if wake:
                     self._wake_spare()
-                if call.caller.aborted:
-                    prepare(rt, call, looked_up)  # resolves it ABORTED_BEFORE_DISPATCH
-                else:
-                    # What prepare() does for a call that claim() has just
-                    # found unobserved (no pre-execute listener, no guard).
-                    call.registration = looked_up
-                    call.phase = CallPhase.READY
+                if call.phase is CallPhase.PENDING:  # (a resolved one only commits)
+                    if call.caller.aborted:
+                        prepare(rt, call, looked_up)  # resolves it ABORTED_BEFORE_DISPATCH
+                    else:
+                        # What prepare() does for a call that claim() has just
+                        # found unobserved (no pre-execute listener, no guard).
+                        call.registration = looked_up
+                        call.phase = CallPhase.READY
                 if call.phase is CallPhase.READY:
                     call.phase = CallPhase.DISPATCHING
-                    dispatch(rt, call, fresh=True)
-                result = finalize(rt, call)
-                # The call is done: its slot keeps only the result (the
-                # executor commits it once the run has ended).
-                calls[call.index] = _call_result(call.execution.call_id, result)
+                    dispatch(rt, call, fresh=True)  # ends DISPATCHED: the executor commits it
                 count += 1
+                if on_executor:
+                    executor._commit_ready()  # finalize what is ready, in model order
         except BaseException as exc:  # noqa: BLE001 - a bug: close the run, fail the batch
             logger.opt(exception=exc).error("a self-served call failed")
             with self.lock:
@@ -631,8 +649,8 @@ class ExecutorActor(ActorBase):
         self._active = False
         self._batch: ToolBatchInput | None = None
         self._reply: Future[ToolBatchResult] | None = None
-        # A call, or (self-served and finished) its result, or None (committed).
-        self._calls: list[Call | ToolCallResult | None] = []
+        # A call, or None (not built yet, or committed).
+        self._calls: list[Call | None] = []
         # For each call not built yet: (the model's call, override, hint).
         self._unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
         self._limit = 1
@@ -743,7 +761,7 @@ class ExecutorActor(ActorBase):
             own = native._own()
             # The default direct_call_hint always answers None: skip the call.
             hinting = type(native).direct_call_hint is not NativeExecutor.direct_call_hint
-            calls: list[Call | ToolCallResult | None] = []
+            calls: list[Call | None] = []
             unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
             self._calls = calls
             self._unbuilt = unbuilt
@@ -804,7 +822,6 @@ class ExecutorActor(ActorBase):
             assert pending is not None
             self._unbuilt[index] = None
             call = self._calls[index] = self._build(index, *pending)
-        assert type(call) is Call  # not started: not served
         return call
 
     def _advance(self) -> None:
@@ -826,25 +843,7 @@ class ExecutorActor(ActorBase):
         signal = self._signal
         assert signal is not None or total == 0 or self._bug is not None
         while True:
-            progressed = False
-            # Commit in model order everything that has an outcome.
-            while self._next_commit < self._next_start:
-                call = calls[self._next_commit]
-                assert call is not None  # built when it started, dropped once committed
-                if type(call) is ToolCallResult:
-                    # Self-served: finalized already, with nothing to log.
-                    self._results.append(call)
-                    self._committed = len(self._results)
-                else:
-                    assert type(call) is Call
-                    if call.phase is not CallPhase.DISPATCHED and call.phase is not CallPhase.RESOLVED:
-                        break
-                    self._commit(call)
-                    if self._barrier == call.index:
-                        self._barrier = None
-                calls[self._next_commit] = None
-                self._next_commit += 1
-                progressed = True
+            progressed = self._commit_ready()
             if self._bug is not None:
                 self._reclaim()
                 return
@@ -918,6 +917,27 @@ class ExecutorActor(ActorBase):
             if not progressed:
                 return
 
+    def _commit_ready(self) -> bool:
+        """Commit (finalize, record, log) in model order every started call
+        that has its outcome; whether any was. The executor's thread only:
+        also between its own calls of a self-served run, while call actors
+        still serve (their calls become DISPATCHED last thing, and
+        ``_next_start`` only grows)."""
+        calls = self._calls
+        progressed = False
+        while self._next_commit < self._next_start:
+            call = calls[self._next_commit]
+            assert call is not None  # built when it started, dropped once committed
+            if call.phase is not CallPhase.DISPATCHED and call.phase is not CallPhase.RESOLVED:
+                break
+            self._commit(call)
+            if self._barrier == call.index:
+                self._barrier = None
+            calls[self._next_commit] = None
+            self._next_commit += 1
+            progressed = True
+        return progressed
+
     def _classify(self, call: Call) -> tuple[str, Any]:
         """The call's mode, and the registration the answer came from (or
         ``LOOK_UP`` when none was looked up)."""
@@ -967,25 +987,14 @@ class ExecutorActor(ActorBase):
         except BaseException:  # noqa: BLE001 - as _classify: anything odd takes the executor's path
             return None
 
-    def _servable(self, call: Call, registration: Any) -> bool:
-        """Whether ``call`` may be self-served (see :class:`SelfServe`): its
-        prepare and finalize run nothing that anyone can observe or that
-        model order could matter to — no ``tools/pre-execute``,
-        ``tools/post-execute`` or ``tools/result`` listener and no guard for
-        its agent, no ``project_content`` / ``finalize_content`` hook, and
-        the batch writes no session log (checked per batch) — and it is a
-        call of a tool found just now (a resolved or unknown one takes the
-        executor's path). Whether an exclusive call may join a run is
-        :meth:`SelfServe.claim`'s decision."""
-        if call.phase is not CallPhase.PENDING:
-            return False
-        if registration is LOOK_UP or registration is None:
-            return False
-        definition = registration.definition
-        if definition.project_content is not None or definition.finalize_content is not None:
-            return False
+    def _observed(self, call: Call) -> bool:
+        """Whether preparing ``call`` runs something anyone can observe (a
+        ``tools/pre-execute`` listener or a guard for its agent): then a run
+        does not open on it (see :meth:`SelfServe.claim`). Finalize always
+        runs on the executor, in model order (:meth:`_commit_ready`), and a
+        batch with a session log is never self-served."""
         agent = call.execution.agent
-        return not self._rt.events.observed(_OBSERVERS, agent) and not self._guarded(agent)
+        return self._rt.events.observed(_OBSERVERS, agent) or self._guarded(agent)
 
     def _serve_run(self) -> object:
         """Open a self-served run at ``_next_start`` if that call may be

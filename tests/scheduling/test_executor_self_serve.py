@@ -176,7 +176,7 @@ def test_a_call_with_a_finalize_hook_takes_the_executor_path_between_self_served
 
 
 def test_a_bug_while_serving_fails_the_batch_and_leaves_the_runtime_usable(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_finalize = executor_module.finalize
+    real_dispatch = executor_module.dispatch
     release = threading.Event()
 
     def body(args: Any, ctx: Any) -> str:
@@ -184,20 +184,36 @@ def test_a_bug_while_serving_fails_the_batch_and_leaves_the_runtime_usable(monke
             must(release, "the test to release call 0")
         return "ok"
 
+    def buggy_dispatch(rt: Any, call: Any, **kwargs: Any) -> Any:
+        if call.index == 3:  # on a call actor, while call 0 blocks another server
+            release.set()
+            raise RuntimeError("dispatch bug")
+        return real_dispatch(rt, call, **kwargs)
+
+    monkeypatch.setattr(executor_module, "dispatch", buggy_dispatch)
+    with started_runtime() as rt:
+        rt.tools.register(make_tool("t", body))
+        with pytest.raises(ToolBatchExecutionError, match="internal error: RuntimeError: dispatch bug"):
+            rt.tools.submit(ToolBatchInput(calls=tuple(calls(*["t"] * 8)), max_parallel_tool_calls=3)).result(GUARD)
+        monkeypatch.setattr(executor_module, "dispatch", real_dispatch)
+        again = rt.tools.execute(ToolBatchInput(calls=tuple(calls(*["t"] * 8))))
+        assert [r.result.is_error for r in again.results] == [False] * 8
+
+
+def test_a_bug_while_committing_a_self_served_call_fails_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_finalize = executor_module.finalize
+
     def buggy_finalize(rt: Any, call: Any) -> Any:
         if call.index == 3:
-            release.set()
             raise RuntimeError("finalize bug")
         return real_finalize(rt, call)
 
     monkeypatch.setattr(executor_module, "finalize", buggy_finalize)
     with started_runtime() as rt:
-        rt.tools.register(make_tool("t", body))
-        with pytest.raises(ToolBatchExecutionError, match="internal error: RuntimeError: finalize bug"):
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+        with pytest.raises(ToolBatchExecutionError, match="internal error: RuntimeError: finalize bug") as caught:
             rt.tools.submit(ToolBatchInput(calls=tuple(calls(*["t"] * 8)), max_parallel_tool_calls=3)).result(GUARD)
-        monkeypatch.setattr(executor_module, "finalize", real_finalize)
-        again = rt.tools.execute(ToolBatchInput(calls=tuple(calls(*["t"] * 8))))
-        assert [r.result.is_error for r in again.results] == [False] * 8
+        assert [r.call_id for r in caught.value.results] == ["c0", "c1", "c2"]
 
 
 def test_the_fast_call_result_is_a_tool_call_result() -> None:
