@@ -132,6 +132,16 @@ def check_invariants(timeline: Timeline, names: list[str], cap: int, batch: Any,
     assert batch.concluded is False
 
 
+def abort_at_body_start(timeline: Timeline, controller: AbortController, at: int | None) -> None:
+    """Abort ``controller`` as the ``at``-th body starts (never when None)."""
+
+    def on_body_start(count: int, ctx: Any) -> None:
+        if count == at:
+            timeline.abort(controller)
+
+    timeline.on_body_start = on_body_start
+
+
 @st.composite
 def batch_plans(draw: Any, max_calls: int) -> tuple[list[str], int, int | None]:
     names = draw(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=max_calls))
@@ -147,12 +157,7 @@ def test_scheduling_invariants_hold_for_random_batches_with_busy_work(plan: Any,
     works = data.draw(st.lists(st.integers(0, 4000), min_size=len(names), max_size=len(names)), label="work")
     controller = AbortController()
     timeline = Timeline()
-
-    def on_body_start(count: int, ctx: Any) -> None:
-        if count == abort_at:
-            timeline.abort(controller)
-
-    timeline.on_body_start = on_body_start
+    abort_at_body_start(timeline, controller, abort_at)
     with started_runtime() as rt:
         timeline.listen(rt)
         register_kinds(rt, timeline, lambda args, ctx: spin(args["work"]))

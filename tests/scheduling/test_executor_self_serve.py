@@ -20,7 +20,7 @@ from dsh_actors import AbortController, Deny, ToolBatchExecutionError, ToolBatch
 from dsh_actors.scheduling import executor as executor_module
 
 from .helpers import GUARD, Timeline, call, calls, code_of, make_tool, must, started_runtime
-from .test_executor_properties import KINDS, classifier_for, spin
+from .test_executor_properties import KINDS, abort_at_body_start, register_kinds, spin
 
 
 def _batch(names: list[str], cap: int, signal: Any = None, **arguments: Any) -> ToolBatchInput:
@@ -42,23 +42,9 @@ def test_self_served_batches_keep_the_cap_the_barriers_the_order_and_the_abort(
     abort_at = data.draw(st.none() | st.integers(1, n), label="abort at body start")
     controller = AbortController()
     timeline = Timeline()
-
-    def on_body_start(count: int, ctx: Any) -> None:
-        if count == abort_at:
-            timeline.abort(controller)
-
-    timeline.on_body_start = on_body_start
-    with started_runtime() as rt:
-        for name, (_, fails) in KINDS.items():
-
-            def body(args: Any, ctx: Any, fails: bool = fails) -> str:
-                with timeline.body(ctx):
-                    spin(args["work"])
-                    if fails:
-                        raise ValueError(f"fail {ctx.call_id}")
-                    return f"ok {ctx.call_id}"
-
-            rt.tools.register(make_tool(name, body, classifier=classifier_for(name)))
+    abort_at_body_start(timeline, controller, abort_at)
+    with started_runtime() as rt:  # no listener: the batch is self-served
+        register_kinds(rt, timeline, lambda args, ctx: spin(args["work"]))
         batch = rt.tools.submit(_batch(names, cap, controller.signal, work=works)).result(GUARD)
 
     ids = [f"c{i}" for i in range(n)]
@@ -150,7 +136,7 @@ def test_a_pre_execute_listener_added_by_a_body_applies_to_every_later_call() ->
     assert outcomes[2].error.message == "no more"  # type: ignore[union-attr]
 
 
-def test_a_call_with_a_finalize_hook_takes_the_executor_path_between_self_served_ones() -> None:
+def test_a_finalize_hook_runs_once_and_in_model_order_between_self_served_calls() -> None:
     order: list[str] = []
     lock = threading.Lock()
 
