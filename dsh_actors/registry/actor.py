@@ -29,6 +29,7 @@ from loguru import logger
 from ..actors import ActorBase, Deferred
 from ..errors import ExecutorUnavailableError
 from ..scheduling.executor import NativeExecutor, check_batch
+from ..scheduling.messages import Reply
 from ..messages import (
     AddGuard,
     ExecuteBatch,
@@ -204,7 +205,7 @@ class RegistryActor(ActorBase):
         return deferred
 
 
-def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Future[Any]) -> None:
+def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply) -> None:
     """What ``ExecuteBatch`` means: check ``batch``, pick the nearest
     executor on its agent's chain, start the batch there and settle
     ``reply`` with its ``ToolBatchResult`` or its error. Never raises.
@@ -242,7 +243,7 @@ def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Future[Any])
             reply.set_exception(exc)
 
 
-def _chain(future: Future[Any], reply: Future[Any]) -> None:
+def _chain(future: Future[Any], reply: Reply) -> None:
     # On whichever thread completed the executor's future.
     try:
         if future.cancelled():

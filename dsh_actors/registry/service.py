@@ -22,6 +22,7 @@ announced settles, and returns at once).
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import time
 from collections.abc import Callable
@@ -56,6 +57,7 @@ from ..model import (
 )
 from ._private import STOPPED, WriteRequest
 from ..pipeline.stages import run_inline
+from ..scheduling.messages import Reply
 from .actor import RegistryActor, start_batch
 from .scope import ScopeActor
 from .state import (
@@ -80,6 +82,53 @@ T = TypeVar("T")
 
 #: How often a blocked caller checks that the runtime is still running.
 _SLICE: Final = 0.2
+
+
+class _Reply:
+    """Where a caller blocked in :meth:`ToolsService.execute` gets its batch
+    result: the part of ``concurrent.futures.Future`` an executor settles
+    (``set_running_or_notify_cancel``, ``set_result``, ``set_exception``,
+    ``done``) on one lock the caller waits on, without a Condition and its
+    waiter list (nobody else can see this object: it is never cancelled
+    and has no callbacks). Settled once; later settlements are ignored."""
+
+    __slots__ = ("_lock", "_settled", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()  # released once, when settled
+        self._settled = _thread.allocate_lock()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return not self._settled.locked()
+
+    def set_result(self, result: Any) -> None:
+        if self._settled.acquire(False):
+            self._value = result
+            self._lock.release()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        if self._settled.acquire(False):
+            self._error = exception if exception is not None else RuntimeError("the batch failed")
+            self._lock.release()
+
+    def done(self) -> bool:
+        return self._settled.locked()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it is settled, waiting up to ``timeout`` seconds."""
+        if self._lock.acquire(timeout=timeout):
+            self._lock.release()  # (so that a second wait returns at once)
+            return True
+        return False
+
+    def outcome(self) -> Any:
+        error = self._error
+        if error is not None:
+            raise error
+        return self._value
 
 
 class _Own:
@@ -271,17 +320,20 @@ class ToolsService:
         """Start ``batch`` on the nearest executor of its agent (a scoped
         service fills in its own agent when the batch has none) and return
         the future of its result. Never blocks."""
+        future: Future[ToolBatchResult] = Future()
+        self._start(batch, future)
+        return future
+
+    def _start(self, batch: ToolBatchInput, reply: Reply) -> None:
         if not isinstance(batch, ToolBatchInput):
             raise TypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
         if batch.agent is None and self._scope is not None:
             batch = replace(batch, agent=self._scope)
         rt = self._rt
         rt._require()  # a stopped runtime raises here, as a tell to its registry would
-        future: Future[ToolBatchResult] = Future()
         # What the registry actor does with ExecuteBatch(batch), run here:
         # one implementation, minus the hop to the registry's thread.
-        start_batch(rt, batch, future)
-        return future
+        start_batch(rt, batch, reply)
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
         """Run ONE call through the whole pipeline on the calling thread and
@@ -309,7 +361,13 @@ class ToolsService:
         """Run ``batch`` and return its settled result, blocking the calling
         thread (however long the batch takes, but not past ``rt.stop()``).
         Raises ``ExecutorUnavailableError`` when no executor is available."""
-        return self._wait(self.submit(batch), "the batch", limit=None)
+        reply = _Reply()
+        self._start(batch, reply)
+        while not reply.wait(_SLICE):
+            if not self._rt.running:
+                raise RuntimeError(f"{STOPPED} (before the batch finished)")
+        result: ToolBatchResult = reply.outcome()
+        return result
 
     async def execute_async(self, batch: ToolBatchInput) -> ToolBatchResult:
         """``await`` the batch without blocking the event loop."""

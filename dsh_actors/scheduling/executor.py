@@ -117,7 +117,7 @@ from ..model import (
 from ..pipeline.results import aborted
 from ..pipeline.stages import LOOK_UP, BadArguments, Call, CallPhase, begin_call, dispatch, finalize, prepare
 from ..signals import AbortController, AbortSignal
-from .messages import AbortBatch, CallSettled, Dispatch, RunBatch, Serve, Served
+from .messages import AbortBatch, CallSettled, Dispatch, Reply, RunBatch, Serve, Served
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
@@ -298,7 +298,7 @@ class NativeExecutor:
         self._submit(batch, future, checked=False)
         return future
 
-    def _submit(self, batch: ToolBatchInput, reply: Future[Any], *, checked: bool) -> None:
+    def _submit(self, batch: ToolBatchInput, reply: Reply, *, checked: bool) -> None:
         """:meth:`submit` into a given future (``checked``: the caller ran
         ``check_batch`` already, as the registry's ``start_batch`` does)."""
         rt = self._rt
@@ -648,7 +648,7 @@ class ExecutorActor(ActorBase):
     def _reset(self) -> None:
         self._active = False
         self._batch: ToolBatchInput | None = None
-        self._reply: Future[ToolBatchResult] | None = None
+        self._reply: Reply | None = None
         # A call, or None (not built yet, or committed).
         self._calls: list[Call | None] = []
         # For each call not built yet: (the model's call, override, hint).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     import pykka
@@ -13,13 +13,27 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..pipeline.stages import Call
 
 
+class Reply(Protocol):
+    """What a batch's result is settled into: a
+    ``concurrent.futures.Future``, or anything with the same four methods
+    (``ToolsService.execute`` uses a lighter one-shot reply)."""
+
+    def set_running_or_notify_cancel(self) -> bool: ...
+
+    def set_result(self, result: Any) -> None: ...
+
+    def set_exception(self, exception: BaseException | None) -> None: ...
+
+    def done(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunBatch:
     """Run ``batch`` and settle ``reply`` with its ToolBatchResult."""
 
     batch: ToolBatchInput
     """The raw batch from the caller."""
-    reply: Future[Any]
+    reply: Reply
     """Settled once every started call has settled."""
     limit: int
     """The concurrency limit for this batch (already validated)."""
