@@ -455,7 +455,7 @@ class SelfServe:
         self.signal = signal
         self.stopping = stopping
         self.rt = executor._rt
-        self.message = Serve(serving=self, executor=executor.actor_ref, batch_id=executor._batch_id)
+        self.message: Serve | None = None  # made when a first spare is woken
 
     def claim(self, alone: bool = False, woken: bool = False) -> tuple[Call, Any, bool] | None:
         """The next call, claimed, with the registration it runs (looked up
@@ -520,9 +520,12 @@ class SelfServe:
     def _wake_spare(self) -> None:
         """Wake the spare server :meth:`claim` reserved (a pooled call actor)."""
         executor = self.executor
+        message = self.message
+        if message is None:
+            message = self.message = Serve(serving=self, executor=executor.actor_ref, batch_id=executor._batch_id)
         try:
             worker = executor._native._acquire_worker(self.rt)
-            _tell(worker, self.message)
+            _tell(worker, message)
         except (RuntimeError, pykka.ActorDeadError):
             # The runtime is stopping (the claims see it): nobody is coming.
             with self.lock:
