@@ -543,13 +543,13 @@ class SelfServe:
 
     def serve(
         self, first: tuple[Call, Any, bool] | None = None, *, woken: bool = False
-    ) -> tuple[int, BaseException | None]:
+    ) -> BaseException | None:
         """Run ``first`` (already claimed), then claim and run calls until
-        none is left: (how many ran, a bug). ``woken``: a spare call actor."""
+        none is left; the bug that stopped it, if any. ``woken``: a spare call
+        actor."""
         rt = self.rt
         executor = self.executor
         on_executor = not woken
-        count = 0
         try:
             while True:
                 if first is not None:
@@ -559,7 +559,7 @@ class SelfServe:
                     first_claim, woken = woken, False
                     claimed = self.claim(woken=first_claim)
                 if claimed is None:
-                    return count, None
+                    return None
                 call, looked_up, wake = claimed
                 if wake:
                     self._wake_spare()
@@ -574,14 +574,13 @@ class SelfServe:
                 if call.phase is CallPhase.READY:
                     call.phase = CallPhase.DISPATCHING
                     dispatch(rt, call, fresh=True)  # ends DISPATCHED: the executor commits it
-                count += 1
                 if on_executor:
                     executor._commit_ready()  # finalize what is ready, in model order
         except BaseException as exc:  # noqa: BLE001 - a bug: close the run, fail the batch
             logger.opt(exception=exc).error("a self-served call failed")
             with self.lock:
                 self.closed = True
-            return count, exc
+            return exc
 
 
 class CallActor(ActorBase):
@@ -595,7 +594,7 @@ class CallActor(ActorBase):
     def receive(self, message: Dispatch | Serve) -> None:
         if type(message) is Serve:
             serving: SelfServe = message.serving
-            _, error = serving.serve(woken=True)
+            error = serving.serve(woken=True)
             # Back to the pool first, so the batch's next run finds it idle.
             serving.executor._native._release_worker(self.actor_ref)
             if serving.leave(error):
@@ -1015,7 +1014,7 @@ class ExecutorActor(ActorBase):
         if first is None:
             return _NO_RUN
         self._serving = serving
-        _, error = serving.serve(first)
+        error = serving.serve(first)
         if not serving.leave(error):
             return _RUN_OPEN
         self._serving = None
