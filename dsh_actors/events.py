@@ -58,7 +58,7 @@ from .errors import callable_name, safe_str
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Agent
 
-__all__ = ["Disposer", "EventBus", "Listener", "UNFILTERED_EVENTS", "disposer"]
+__all__ = ["Disposer", "EventBus", "Listener", "UNFILTERED_EVENTS", "disposer", "in_scope"]
 
 T = TypeVar("T")
 Listener = Callable[..., Any]
@@ -102,7 +102,8 @@ class _Entry:
     seq: int
 
 
-def _in_scope(scope: Agent, agent: Agent | None) -> bool:
+def in_scope(scope: Agent, agent: Agent | None) -> bool:
+    """Whether ``agent`` is ``scope`` or one of its descendants."""
     node = agent
     while node is not None:
         if node is scope:
@@ -171,7 +172,7 @@ class EventBus:
                 if name in UNFILTERED_EVENTS:
                     return True
                 for e in entries:
-                    if e.scope is None or _in_scope(e.scope, agent):
+                    if e.scope is None or in_scope(e.scope, agent):
                         return True
         return False
 
@@ -183,7 +184,7 @@ class EventBus:
         if name in UNFILTERED_EVENTS:
             return tuple(e.listener for e in entries)
         return tuple(
-            e.listener for e in entries if e.scope is None or _in_scope(e.scope, agent)
+            e.listener for e in entries if e.scope is None or in_scope(e.scope, agent)
         )
 
     def emit(self, name: str, *args: Any, agent: Agent | None = None) -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 import orjson
 
 from ..errors import callable_name, safe_str
+from ..events import in_scope
 from ..json import dumps
 from ..model import Agent, ToolActivationContext, ToolRestriction
 
@@ -339,14 +340,7 @@ def describe_scope(scope: Agent | None) -> str:
 
 def in_chain(scope: Agent | None, agent: Agent | None) -> bool:
     """Whether a change in ``scope`` can affect what ``agent`` sees."""
-    if scope is None:
-        return True
-    node = agent
-    while node is not None:
-        if node is scope:
-            return True
-        node = node.parent
-    return False
+    return scope is None or in_scope(scope, agent)
 
 
 def _admits(filters: tuple[_Filter, ...], name: str) -> bool:
