@@ -29,7 +29,7 @@ import pykka
 from loguru import logger
 from pykka import messages as pykka_messages
 
-__all__ = ["ActorBase", "ActorGroup", "Deferred", "ASK_TIMEOUT", "actor_thread_ident", "acquire_politely"]
+__all__ = ["ActorBase", "ActorGroup", "Deferred", "ASK_TIMEOUT", "actor_thread_ident", "acquire_politely", "PoliteLock"]
 
 #: pykka's own messages (stop, proxy calls): they go through pykka's handler;
 #: everything else goes straight to ``receive``.
@@ -302,3 +302,19 @@ def acquire_politely(lock: threading.Lock) -> None:
         if lock.acquire(False):
             return
     lock.acquire()
+
+
+class PoliteLock:
+    """A lock that ``with`` takes through :func:`acquire_politely`: for
+    state that several Python threads reach on a hot path."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        acquire_politely(self._lock)
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()

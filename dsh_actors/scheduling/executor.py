@@ -97,7 +97,7 @@ import pykka
 from loguru import logger
 from pykka._envelope import Envelope
 
-from ..actors import ActorBase, acquire_politely
+from ..actors import ActorBase, PoliteLock
 from ..errors import ToolBatchExecutionError, safe_str
 from ..executor import ToolModelInput
 from ..errors import LosslessJsonError
@@ -374,7 +374,7 @@ class ReadyQueue:
     __slots__ = ("lock", "calls", "closed", "signal", "stopping")
 
     def __init__(self, signal: AbortSignal | None, stopping: AbortSignal) -> None:
-        self.lock = threading.Lock()
+        self.lock = PoliteLock()  # call actors race for it
         self.calls: deque[Call] = deque()
         self.closed = False
         self.signal = signal
@@ -387,16 +387,12 @@ class ReadyQueue:
         signal = self.signal
         if (signal is not None and signal.aborted) or self.stopping.aborted:
             return None  # the executor reclaims it
-        lock = self.lock
-        acquire_politely(lock)  # call actors race for it: no convoy
-        try:
+        with self.lock:
             if self.closed or not self.calls:
                 return None
             call = self.calls.popleft()
             call.phase = CallPhase.DISPATCHING
             return call
-        finally:
-            lock.release()
 
 
 class SelfServe:
@@ -440,7 +436,7 @@ class SelfServe:
     )
 
     def __init__(self, executor: ExecutorActor, signal: AbortSignal, stopping: AbortSignal, limit: int) -> None:
-        self.lock = threading.Lock()
+        self.lock = PoliteLock()  # every server claims through it
         self.executor = executor
         self.closed = False
         # Servers inside the run (the executor counts from the start); the
@@ -467,9 +463,7 @@ class SelfServe:
         too: the run closes behind it, so it runs alone, on the executor,
         and nothing after it starts until it has committed. ``woken``: a
         spare call actor's first claim (it is no longer spare)."""
-        lock = self.lock
-        acquire_politely(lock)  # every server claims through it: no convoy
-        try:
+        with self.lock:
             if woken:
                 self.spare -= 1
             if self.closed:
@@ -514,8 +508,6 @@ class SelfServe:
                 self.servers += 1
                 self.active += 1
             return call, looked_up, wake
-        finally:
-            lock.release()
 
     def _wake_spare(self) -> None:
         """Wake the spare server :meth:`claim` reserved (a pooled call actor)."""
@@ -963,10 +955,7 @@ class ExecutorActor(ActorBase):
         preparing it runs nothing anyone can observe (no pre-execute
         listener, no guard) and the batch is not serial (a serial batch
         commits each call before the next starts)."""
-        if self._limit < 2:
-            return False
-        agent = call.execution.agent
-        return not self._rt.events.listeners("tools/pre-execute", agent) and not self._guarded(agent)
+        return self._limit >= 2 and not self._observed(call)
 
     def _guarded(self, agent: Agent | None) -> bool:
         """Whether a guard applies to calls of ``agent``."""
@@ -991,8 +980,9 @@ class ExecutorActor(ActorBase):
 
     def _observed(self, call: Call) -> bool:
         """Whether preparing ``call`` runs something anyone can observe (a
-        ``tools/pre-execute`` listener or a guard for its agent): then a run
-        does not open on it (see :meth:`SelfServe.claim`). Finalize always
+        ``tools/pre-execute`` listener or a guard for its agent): then it is
+        neither prepared ahead nor does a run open on it (see
+        :meth:`SelfServe.claim`). Finalize always
         runs on the executor, in model order (:meth:`_commit_ready`), and a
         batch with a session log is never self-served."""
         agent = call.execution.agent
