@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .model import UserMessage
+from .model import UserMessage, slot_setters
 from .signals import fuse_late
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -193,23 +193,36 @@ class ToolExecution:
         return f"<ToolExecution {self.name} call_id={self.call_id!r}>"
 
 
-def _slot_setter(name: str) -> Callable[[ToolExecution, Any], None]:
-    setter: Callable[[ToolExecution, Any], None] = vars(ToolExecution)[name].__set__
-    return setter
-
-
-_set_call_id = _slot_setter("call_id")
-_set_root_call_id = _slot_setter("root_call_id")
-_set_name = _slot_setter("name")
-_set_arguments = _slot_setter("arguments")
-_set_agent = _slot_setter("agent")
-_set_tool_set = _slot_setter("tool_set")
-_set_parent = _slot_setter("parent")
-_set_token = _slot_setter("token")
-_set_schema = _slot_setter("schema")
-_set_signal = _slot_setter("_signal")
-_set_mutable_signal = _slot_setter("_mutable_signal")
-_set_frozen = _slot_setter("_frozen")
+(
+    _set_call_id,
+    _set_root_call_id,
+    _set_name,
+    _set_arguments,
+    _set_agent,
+    _set_tool_set,
+    _set_parent,
+    _set_token,
+    _set_schema,
+    _set_signal,
+    _set_mutable_signal,
+    _set_frozen,
+) = slot_setters(
+    ToolExecution,
+    (
+        "call_id",
+        "root_call_id",
+        "name",
+        "arguments",
+        "agent",
+        "tool_set",
+        "parent",
+        "token",
+        "schema",
+        "_signal",
+        "_mutable_signal",
+        "_frozen",
+    ),
+)
 
 
 class ToolRunContext:

@@ -8,8 +8,8 @@ a reference to the list it passed cannot change a record afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, Union
 
 from .errors import LosslessJsonError, safe_str
@@ -528,3 +528,13 @@ class Block:
 
 PostToolDecision: TypeAlias = Union[Accept, Block]
 
+
+def slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...]:
+    """The setters of ``cls``'s slots ``names``, for the few hot-path
+    constructors that skip a frozen dataclass's ``__init__`` (which goes
+    through ``object.__setattr__`` once per field). For a dataclass,
+    ``names`` must be all its fields, in order: otherwise ``ImportError``,
+    so whoever changes the class also changes the constructor."""
+    if is_dataclass(cls) and tuple(f.name for f in fields(cls)) != names:
+        raise ImportError(f"a fast constructor of {cls.__qualname__} must set exactly its fields {names}")
+    return tuple(vars(cls)[name].__set__ for name in names)

@@ -3,7 +3,7 @@ from values, and the final lossless freeze."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AbortError, DshError, LosslessJsonError, ToolOutputError, safe_str
@@ -18,6 +18,7 @@ from ..model import (
     ToolFailure,
     UserMessage,
     check_content,
+    slot_setters,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,19 +135,10 @@ def render_success(
 # A success built field by field through the slot descriptors: what
 # ``ToolExecutionSuccess(...)`` builds (its __post_init__ only turns content
 # and contexts into tuples, which the caller passes already), in a quarter of
-# the time (a frozen dataclass's __init__ goes through object.__setattr__
-# per field). The check below fails the import if the fields change.
-if tuple(f.name for f in fields(ToolExecutionSuccess)) != (
-    "value",
-    "content",
-    "meta",
-    "additional_contexts",
-    "concludes_turn",
-):  # pragma: no cover - a guard for whoever changes the model
-    raise ImportError("results._success must set every field of ToolExecutionSuccess")
+# the time.
 _new_success = ToolExecutionSuccess.__new__
-_set_value, _set_content, _set_meta, _set_contexts, _set_concludes = (
-    vars(ToolExecutionSuccess)[f.name].__set__ for f in fields(ToolExecutionSuccess)
+_set_value, _set_content, _set_meta, _set_contexts, _set_concludes = slot_setters(
+    ToolExecutionSuccess, ("value", "content", "meta", "additional_contexts", "concludes_turn")
 )
 
 

@@ -113,6 +113,7 @@ from ..model import (
     ToolExecutionSuccess,
     UserMessage,
     _check_str,
+    slot_setters,
 )
 from ..pipeline.results import aborted
 from ..pipeline.stages import LOOK_UP, BadArguments, Call, CallPhase, begin_call, dispatch, finalize, prepare
@@ -1151,7 +1152,7 @@ class ExecutorActor(ActorBase):
 
 
 _new_call_result = ToolCallResult.__new__
-_set_result_id, _set_result = (vars(ToolCallResult)[f].__set__ for f in ("call_id", "result"))
+_set_result_id, _set_result = slot_setters(ToolCallResult, ("call_id", "result"))
 
 
 def _call_result(call_id: str, result: ToolExecutionResult) -> ToolCallResult:
