@@ -616,18 +616,24 @@ def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
 
 
 def _revalidate(rt: ToolRuntime, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:
+    return _render_value(rt, call, result.value, result.additional_contexts, result.concludes_turn)
+
+
+def _render_value(
+    rt: ToolRuntime, call: Call, value: Any, contexts: tuple[UserMessage, ...], concludes_turn: bool
+) -> ToolExecutionResult:
+    """``value`` validated and rendered by the tool as registered now (a
+    success a wrapper or a post-execute policy supplied), or UNKNOWN_TOOL."""
     registration = _lookup(rt, call)
     if registration is None:
-        return failure_from_exception(
-            ToolNotFoundError(call.execution.name, call.unknown_hint), result.additional_contexts
-        )
+        return failure_from_exception(ToolNotFoundError(call.execution.name, call.unknown_hint), contexts)
     return render_success(
         call.execution,
         registration.definition,
         registration.output_validator,
-        result.value,
-        additional_contexts=result.additional_contexts,
-        concludes_turn=result.concludes_turn,
+        value,
+        additional_contexts=contexts,
+        concludes_turn=concludes_turn,
     )
 
 
@@ -760,19 +766,7 @@ def _apply_post_decision(
                 ToolPolicyError("tools/post-execute", "Accept(value=...) is not allowed on a failure"),
                 result.additional_contexts,
             )
-        registration = _lookup(rt, call)
-        if registration is None:
-            return failure_from_exception(
-                ToolNotFoundError(call.execution.name, call.unknown_hint), contexts
-            )
-        return render_success(
-            call.execution,
-            registration.definition,
-            registration.output_validator,
-            decision.value,
-            additional_contexts=contexts,
-            concludes_turn=result.concludes_turn,
-        )
+        return _render_value(rt, call, decision.value, contexts, result.concludes_turn)
     if decision.content is not None:
         try:
             content = check_content(decision.content)
