@@ -543,16 +543,7 @@ def _call_presenter(name: str, validator: CompiledJsonSchema, presenter: Present
     is_valid = validator.is_valid
 
     def present_call(args: Any) -> ToolCallView | None:
-        try:
-            if not is_valid(args):
-                return None
-            view = presenter(args)
-        except BaseException as err:  # noqa: BLE001 - presenters never raise
-            logger.debug("tool {!r}: present_call raised {}; using the generic card", name, safe_str(err))
-            return None
-        if view is not None and not _is_instance(view, ToolCallView):
-            logger.debug("tool {!r}: present_call returned a {}, not a ToolCallView", name, type(view).__qualname__)
-            return None
+        view: ToolCallView | None = _view(name, "present_call", ToolCallView, is_valid, args, presenter, args)
         return view
 
     _label(present_call, name, "present_call", presenter)
@@ -563,20 +554,31 @@ def _result_presenter(name: str, validator: CompiledJsonSchema, presenter: Prese
     is_valid = validator.is_valid
 
     def present_result(args: Any, result: PresentedResult) -> ToolResultView | None:
-        try:
-            if not is_valid(args):
-                return None
-            view = presenter(args, result)
-        except BaseException as err:  # noqa: BLE001 - presenters never raise
-            logger.debug("tool {!r}: present_result raised {}; using the generic card", name, safe_str(err))
-            return None
-        if view is not None and not _is_instance(view, ToolResultView):
-            logger.debug("tool {!r}: present_result returned a {}, not a ToolResultView", name, type(view).__qualname__)
-            return None
+        view: ToolResultView | None = _view(
+            name, "present_result", ToolResultView, is_valid, args, presenter, args, result
+        )
         return view
 
     _label(present_result, name, "present_result", presenter)
     return present_result
+
+
+def _view(
+    name: str, role: str, kind: type, is_valid: Callable[[Any], bool], args: Any, presenter: Any, *inputs: Any
+) -> Any:
+    """``presenter(*inputs)`` if ``args`` are valid and it returns a ``kind``
+    (or None); None, logged, for anything else: presenters never raise."""
+    try:
+        if not is_valid(args):
+            return None
+        view = presenter(*inputs)
+    except BaseException as err:  # noqa: BLE001 - presenters never raise
+        logger.debug("tool {!r}: {} raised {}; using the generic card", name, role, safe_str(err))
+        return None
+    if view is not None and not _is_instance(view, kind):
+        logger.debug("tool {!r}: {} returned a {}, not a {}", name, role, type(view).__qualname__, kind.__name__)
+        return None
+    return view
 
 
 def _label(wrapper: Any, name: str, role: str, original: object) -> None:
