@@ -253,11 +253,18 @@ def ptc_dispatch_start_event(
     description)."""
     return {
         "type": PTC_DISPATCH_START,
+        **_pairing(root_call_id, parent_call_id, sub_call_id, name),
+        "arguments": arguments,
+    }
+
+
+def _pairing(root_call_id: str, parent_call_id: str | None, sub_call_id: str, name: str) -> dict[str, Any]:
+    """The ids and name both sub-dispatch events carry, checked."""
+    return {
         "root_call_id": _plain_str(root_call_id, "root_call_id"),
         "parent_call_id": None if parent_call_id is None else _plain_str(parent_call_id, "parent_call_id"),
         "sub_call_id": _plain_str(sub_call_id, "sub_call_id"),
         "name": _plain_str(name, "name"),
-        "arguments": arguments,
     }
 
 
@@ -275,10 +282,7 @@ def ptc_dispatch_event(
     sub-dispatch (``content`` is the logged, possibly replaced, copy)."""
     return {
         "type": PTC_DISPATCH,
-        "root_call_id": _plain_str(root_call_id, "root_call_id"),
-        "parent_call_id": None if parent_call_id is None else _plain_str(parent_call_id, "parent_call_id"),
-        "sub_call_id": _plain_str(sub_call_id, "sub_call_id"),
-        "name": _plain_str(name, "name"),
+        **_pairing(root_call_id, parent_call_id, sub_call_id, name),
         "is_error": bool(is_error),
         "content": content_to_json(content),
         "error": error_to_json(error),
