@@ -256,7 +256,7 @@ def begin_call(
 LOOK_UP: Any = object()
 
 
-def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
+def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP, unobserved: bool = False) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
     Leaves the call READY (allowed: dispatch it) or RESOLVED. Pre-execute
@@ -265,7 +265,9 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
 
     ``registration``: what the caller looked up for this call just now, on
     this thread (the executor classifies a call right before preparing it);
-    by default the tool is looked up here.
+    by default the tool is looked up here. ``unobserved``: the caller has
+    just found, on this thread, no pre-execute listener and no guard for
+    the call (a self-served claim): neither is looked for again.
     """
     if call.phase is CallPhase.RESOLVED:
         return
@@ -273,8 +275,11 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     if call.caller.aborted:
         call.resolve(aborted(before_dispatch=True), run_post=False)
         return
-    state = rt.state
     call.registration = _lookup(rt, call) if registration is LOOK_UP else registration
+    if unobserved:
+        call.phase = CallPhase.READY  # Allow(), no guard; the signal was checked just now
+        return
+    state = rt.state
     reason: str | None
     events = rt.events
     # Without a listener the waterfall is its default, Allow(): skip it.

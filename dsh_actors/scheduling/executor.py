@@ -557,13 +557,7 @@ class SelfServe:
                 if wake:
                     self._wake_spare()
                 if call.phase is CallPhase.PENDING:  # (a resolved one only commits)
-                    if call.caller.aborted:
-                        prepare(rt, call, looked_up)  # resolves it ABORTED_BEFORE_DISPATCH
-                    else:
-                        # What prepare() does for a call that claim() has just
-                        # found unobserved (no pre-execute listener, no guard).
-                        call.registration = looked_up
-                        call.phase = CallPhase.READY
+                    prepare(rt, call, looked_up, True)  # unobserved: claim() just checked
                 if call.phase is CallPhase.READY:
                     call.phase = CallPhase.DISPATCHING
                     dispatch(rt, call, fresh=True)  # ends DISPATCHED: the executor commits it
