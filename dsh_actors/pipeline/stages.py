@@ -69,6 +69,7 @@ __all__ = [
     "dispatch",
     "finalize",
     "prepare",
+    "registry_functions",
     "run_inline",
 ]
 
@@ -313,7 +314,7 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP, unobserved
             call.resolve(failure_from_exception(problem), run_post=False)
             return
     # Guards run only after an allow, and nothing can turn their denial back.
-    reason = _registry().check_guards(state, execution)
+    reason = registry_functions().check_guards(state, execution)
     if reason is not None:
         call.resolve(failure(reason), run_post=True)
         return
@@ -331,29 +332,32 @@ def _allow() -> Allow:
 _ALLOW = Allow()
 
 
-class _Registry:
-    """The registry's read functions, bound on first use: ``registry``
-    imports this module (through the executor), so a module-level import
-    here would be circular; a per-call ``from ..registry import`` costs
-    about a microsecond on the hot path."""
+class RegistryFunctions:
+    """The registry's read functions the pipeline and the executor call per
+    call, bound on first use: ``registry`` imports this module (through the
+    executor), so a module-level import here would be circular, and a
+    per-call ``from ..registry import`` costs about a microsecond."""
 
-    __slots__ = ("executable", "check_guards")
+    __slots__ = ("executable", "check_guards", "has_guards", "definition_mode")
 
     def __init__(self) -> None:
-        from ..registry import check_guards, executable
+        from ..registry import check_guards, definition_mode, executable, has_guards
 
         self.executable = executable
         self.check_guards = check_guards
+        self.has_guards = has_guards
+        self.definition_mode = definition_mode
 
 
-_bound: _Registry | None = None
+_bound: RegistryFunctions | None = None
 
 
-def _registry() -> _Registry:
+def registry_functions() -> RegistryFunctions:
+    """The :class:`RegistryFunctions`, bound once."""
     global _bound
     bound = _bound
     if bound is None:
-        bound = _bound = _Registry()
+        bound = _bound = RegistryFunctions()
     return bound
 
 
@@ -465,7 +469,7 @@ def _lookup(rt: ToolRuntime, call: Call) -> Any:
     if call.override is not None:
         return call.override
     execution = call.execution
-    return _registry().executable(rt.state, execution.name, execution.agent, execution.tool_set)
+    return registry_functions().executable(rt.state, execution.name, execution.agent, execution.tool_set)
 
 
 def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExecutionResult:

@@ -475,6 +475,22 @@ def _chain_layers(agent: Agent | None) -> Iterable[Agent | None]:
         yield from agent.chain()
 
 
+def has_guards(state: RegistryState, agent: Agent | None) -> bool:
+    """Whether any guard applies to calls of ``agent`` (whether
+    :func:`check_guards` would run one). Without a generator: the executor
+    asks it per call."""
+    scopes = state.scopes
+    snap = scopes.get(None)
+    if snap is not None and snap.guards:
+        return True
+    if agent is not None:
+        for layer in agent.chain():
+            snap = scopes.get(layer)
+            if snap is not None and snap.guards:
+                return True
+    return False
+
+
 def check_guards(state: RegistryState, execution: ToolExecution) -> str | None:
     """Run the guards that apply to ``execution.agent``: the global layer's
     first, then the scope chain farthest first, each layer in registration

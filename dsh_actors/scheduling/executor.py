@@ -88,7 +88,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -116,7 +116,17 @@ from ..model import (
     slot_setters,
 )
 from ..pipeline.results import aborted
-from ..pipeline.stages import LOOK_UP, BadArguments, Call, CallPhase, begin_call, dispatch, finalize, prepare
+from ..pipeline.stages import (
+    LOOK_UP,
+    BadArguments,
+    Call,
+    CallPhase,
+    begin_call,
+    dispatch,
+    finalize,
+    prepare,
+    registry_functions,
+)
 from ..signals import AbortController, AbortSignal
 from .messages import AbortBatch, CallSettled, Dispatch, Reply, RunBatch, Serve, Served
 
@@ -932,13 +942,14 @@ class ExecutorActor(ActorBase):
         ``LOOK_UP`` when none was looked up)."""
         if call.phase is CallPhase.RESOLVED:
             return "parallel", LOOK_UP  # it will not dispatch: no reason to hold others back
-        definition_mode, executable = _modes()
+        fns = registry_functions()
+        definition_mode = fns.definition_mode
         execution = call.execution
         if call.override is not None:
             return definition_mode(call.override.definition, execution.arguments), LOOK_UP
         try:
             # What registry.execution_mode does, keeping the lookup.
-            registration = executable(self._rt.state, execution.name, execution.agent, execution.tool_set)
+            registration = fns.executable(self._rt.state, execution.name, execution.agent, execution.tool_set)
             if registration is None:
                 return "exclusive", registration
             return definition_mode(registration.definition, execution.arguments), registration
@@ -954,22 +965,16 @@ class ExecutorActor(ActorBase):
 
     def _guarded(self, agent: Agent | None) -> bool:
         """Whether a guard applies to calls of ``agent``."""
-        scopes = self._rt.state.scopes
-        snap = scopes.get(None)
-        if snap is not None and snap.guards:
-            return True
-        if agent is not None:
-            for layer in agent.chain():
-                snap = scopes.get(layer)
-                if snap is not None and snap.guards:
-                    return True
-        return False
+        has: bool = registry_functions().has_guards(self._rt.state, agent)
+        return has
 
     def _executable(self, call: Call) -> Any:
         """The registration ``call`` would run now (None when none)."""
         execution = call.execution
         try:
-            return _modes()[1](self._rt.state, execution.name, execution.agent, execution.tool_set)
+            return registry_functions().executable(
+                self._rt.state, execution.name, execution.agent, execution.tool_set
+            )
         except BaseException:  # noqa: BLE001 - as _classify: anything odd takes the executor's path
             return None
 
@@ -1166,21 +1171,6 @@ def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:
     if ref.actor_stopped.is_set():
         raise pykka.ActorDeadError(f"{ref} not found")
     ref.actor_inbox.put(Envelope(message))
-
-
-_mode_fns: tuple[Callable[..., str], Callable[..., Any]] | None = None
-
-
-def _modes() -> tuple[Callable[..., str], Callable[..., Any]]:
-    """``registry.definition_mode`` and ``registry.executable``, bound on
-    first use (the registry imports this module): a per-call ``from
-    ..registry import`` costs about a microsecond."""
-    global _mode_fns
-    if _mode_fns is None:
-        from ..registry import definition_mode, executable
-
-        _mode_fns = (definition_mode, executable)
-    return _mode_fns
 
 
 def _batch_result(results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
