@@ -314,7 +314,9 @@ class PoliteLock:
         self._lock = threading.Lock()
 
     def __enter__(self) -> None:
-        acquire_politely(self._lock)
+        lock = self._lock
+        if not lock.acquire(False):  # (uncontended: no second call)
+            acquire_politely(lock)
 
     def __exit__(self, *exc: object) -> None:
         self._lock.release()

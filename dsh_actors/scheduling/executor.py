@@ -963,11 +963,6 @@ class ExecutorActor(ActorBase):
         commits each call before the next starts)."""
         return self._limit >= 2 and not self._observed(call)
 
-    def _guarded(self, agent: Agent | None) -> bool:
-        """Whether a guard applies to calls of ``agent``."""
-        has: bool = registry_functions().has_guards(self._rt.state, agent)
-        return has
-
     def _executable(self, call: Call) -> Any:
         """The registration ``call`` would run now (None when none)."""
         execution = call.execution
@@ -986,7 +981,8 @@ class ExecutorActor(ActorBase):
         runs on the executor, in model order (:meth:`_commit_ready`), and a
         batch with a session log is never self-served."""
         agent = call.execution.agent
-        return self._rt.events.observed(_OBSERVERS, agent) or self._guarded(agent)
+        rt = self._rt
+        return rt.events.observed(_OBSERVERS, agent) or registry_functions().has_guards(rt.state, agent)
 
     def _serve_run(self) -> object:
         """Open a self-served run at ``_next_start`` if that call may be
