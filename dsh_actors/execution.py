@@ -206,23 +206,7 @@ class ToolExecution:
     _set_signal,
     _set_mutable_signal,
     _set_frozen,
-) = slot_setters(
-    ToolExecution,
-    (
-        "call_id",
-        "root_call_id",
-        "name",
-        "arguments",
-        "agent",
-        "tool_set",
-        "parent",
-        "token",
-        "schema",
-        "_signal",
-        "_mutable_signal",
-        "_frozen",
-    ),
-)
+) = slot_setters(ToolExecution, ToolExecution.__slots__)  # every slot, in __slots__ order
 
 
 class ToolRunContext:
