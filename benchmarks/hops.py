@@ -260,7 +260,7 @@ def measure_stages() -> list[tuple[str, float]]:
     from dsh_actors.pipeline import stages
     from dsh_actors.pipeline.results import freeze_result, render_success
     from dsh_actors.registry import check_guards, executable, execution_mode
-    from dsh_actors.scheduling.executor import check_batch, parse_arguments
+    from dsh_actors.pipeline.intake import check_batch, parse_arguments
 
     rows: list[tuple[str, float]] = []
     with ToolRuntime() as rt:

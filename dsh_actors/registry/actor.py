@@ -28,7 +28,8 @@ from loguru import logger
 
 from ..actors import ActorBase, Deferred
 from ..errors import ExecutorUnavailableError
-from ..scheduling.executor import NativeExecutor, check_batch
+from ..pipeline.intake import check_batch
+from ..scheduling.executor import NativeExecutor
 from ..scheduling.messages import Reply
 from ..messages import (
     AddGuard,

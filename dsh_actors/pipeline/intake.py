@@ -1,0 +1,107 @@
+"""Batch intake: what a batch and its calls must be before anything runs,
+and what the log records of arguments that did not materialize."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from ..errors import LosslessJsonError, safe_str
+from ..json import loads, materialize
+from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
+from ..signals import AbortSignal
+from .stages import BadArguments
+
+__all__ = ["check_batch", "check_limit", "loggable", "parse_arguments"]
+
+
+def check_limit(limit: object, what: str = "max_parallel_tool_calls") -> int:
+    """A concurrency limit must be a positive int (``bool`` is not)."""
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"{what} must be a positive integer, got {safe_str(repr(limit))}")
+    return limit
+
+
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def parse_arguments(raw: object) -> Any:
+    """Raw model arguments: JSON text is parsed (empty text means ``{}``);
+    text that is not JSON is kept as the raw string (the tool's validation
+    then fails it with ``INVALID_ARGS``); JSON that is not lossless (an
+    integer out of range, a lone surrogate) gives :class:`BadArguments`;
+    anything else is passed on as is (and materialized by the pipeline)."""
+    if type(raw) is not str:
+        return raw
+    if raw.strip() == "":
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    if _LONG_DIGITS.search(raw) is not None:
+        # orjson reads integer literals beyond 64 bits as floats: re-read
+        # with the lossless loader, which rejects them.
+        try:
+            return loads(raw, frozen=False, path="arguments")
+        except LosslessJsonError as exc:
+            return BadArguments(exc)
+    return value
+
+
+def check_batch(batch: ToolBatchInput) -> None:
+    """Reject a malformed batch before anything runs (a clear TypeError or
+    ValueError naming the field)."""
+    for field, kind in _batch_field_kinds():
+        value = getattr(batch, field)
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
+            )
+    for i, call in enumerate(batch.calls):
+        if type(call) is not ToolCall:
+            raise TypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
+        call_id = call.id
+        name = call.name
+        if type(call_id) is not str or type(name) is not str:
+            raise TypeError(f"calls[{i}]: a ToolCall's id and name must be str")
+        # Hot path (once per call): ASCII text is valid UTF-8, so only
+        # other text pays for the check (and for its path).
+        if not (call_id.isascii() and name.isascii()):
+            try:
+                _check_str(call_id, f"calls[{i}].id")
+                _check_str(name, f"calls[{i}].name")
+            except LosslessJsonError as exc:
+                raise ValueError(exc.message) from None
+
+
+_field_kinds: tuple[tuple[str, type], ...] | None = None
+
+
+def _batch_field_kinds() -> tuple[tuple[str, type], ...]:
+    # Bound on first use: toolset imports the registry, which imports us.
+    global _field_kinds
+    if _field_kinds is None:
+        from ..toolset import ResolvedToolSet
+
+        _field_kinds = (
+            ("signal", AbortSignal),
+            ("agent", Agent),
+            ("tool_set", ResolvedToolSet),
+            ("log", LogStep),
+        )
+    return _field_kinds
+
+
+def loggable(raw: object) -> Any:
+    """What ``tool/call`` records for arguments that did not materialize."""
+    if type(raw) is str:
+        try:
+            return materialize(raw)
+        except LosslessJsonError:  # a lone surrogate: keep the rest readable
+            return raw.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if type(raw) is BadArguments:
+        return f"<arguments that are not lossless JSON: {raw.error.message}>"
+    return f"<arguments that are not lossless JSON: {type(raw).__qualname__}>"
