@@ -110,6 +110,7 @@ class Call:
         "override",
         "sealed",
         "body_parent",
+        "body_hook",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -140,6 +141,9 @@ class Call:
         # the runtime's stop signal, so the body's fresh signal needs one
         # subscription instead of two. None: fuse both here.
         self.body_parent: AbortSignal | None = None
+        # The executor's ``tool_body(definition)`` (None: the definition's
+        # own body runs), asked when the body is about to run.
+        self.body_hook: Any = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
@@ -506,9 +510,16 @@ def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExec
     else:
         signals = (call.caller, stopping)
     ctx = ToolRunContext._fused(execution, signals)
+    body = definition.execute
+    is_async = registration.is_async
+    hook = call.body_hook
+    if hook is not None:
+        replacement = hook(definition)
+        if replacement is not None:
+            body, is_async = replacement, None
     call.body_invoked = True
     try:
-        value = _invoke(rt, definition.execute, execution.arguments, ctx, registration.is_async)
+        value = _invoke(rt, body, execution.arguments, ctx, is_async)
     except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
         contexts, _ = ctx._take()
         result = failure_from_exception(exc, contexts)

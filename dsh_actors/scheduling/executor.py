@@ -180,6 +180,17 @@ class NativeExecutor:
         appended, before any policy (PTC routes the model to ``run_code``)."""
         return None
 
+    def tool_body(self, definition: ToolDefinition) -> Any:
+        """The body a call of ``definition`` runs under this executor, or
+        ``None`` for ``definition.execute`` (the default). An executor that
+        runs bodies elsewhere (a cluster) returns a replacement with the same
+        signature, ``fn(args, ctx)``, sync or ``async def``. Everything else
+        stays here: policies, wrappers, validation, render, the log. Called
+        on the thread that dispatches the call; it must not block. A
+        replacement that raises ``AbortError(before_dispatch=True)`` settles
+        the call ``ABORTED_BEFORE_DISPATCH`` (the work never started)."""
+        return None
+
     def _own(self) -> dict[str, Any]:
         tools = self.executor_tools()
         if not tools:
@@ -590,6 +601,7 @@ class ExecutorActor(ActorBase):
         self._body_parent: AbortSignal | None = None
         self._owns_body_parent = False
         self._halted = False
+        self._body_hook: Any = None
         # The open self-served run (call actors still serve it).
         self._may_serve = False
         self._serving: SelfServe | None = None
@@ -674,6 +686,10 @@ class ExecutorActor(ActorBase):
             self._may_serve = self._session is None
             native = self._native
             own = native._own()
+            # The default tool_body always answers None: skip the call.
+            self._body_hook = (
+                native.tool_body if type(native).tool_body is not NativeExecutor.tool_body else None
+            )
             # The default direct_call_hint always answers None: skip the call.
             hinting = type(native).direct_call_hint is not NativeExecutor.direct_call_hint
             calls: list[Call | None] = []
@@ -727,6 +743,8 @@ class ExecutorActor(ActorBase):
             route_to_executor=hint is not None,
         )
         call.body_parent = self._body_parent
+        if self._body_hook is not None:
+            call.body_hook = self._body_hook
         return call
 
     def _call_at(self, index: int) -> Call:
