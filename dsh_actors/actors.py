@@ -1,322 +1,291 @@
-"""The actor base every dsh-actors actor derives from.
+"""The actor base every dsh-actors actor derives from, on pykka's public API.
 
-pykka's ``ThreadingActor`` runs one thread per actor. This base changes two
-things about how a message is handled, and nothing else:
+Every actor is a pykka ``ThreadingActor`` (one thread each). This base uses
+only pykka's documented hooks (``on_start``, ``on_receive``, ``on_stop``,
+``on_failure``) and references (``ActorRef.tell``/``ask``/``stop``), and adds
+three things around them:
 
-* A handler may return a :class:`Deferred` to reply *later*, from any thread,
-  without blocking the actor (the registry forwards a batch to an executor
-  and replies when the executor is done). This is how "no actor blocks
-  waiting for another inside a handler" holds for request/reply protocols.
-* Nothing a handler raises escapes the loop. pykka's own loop answers a
-  ``BaseException`` by calling the process-global ``ActorRegistry.stop_all()``,
-  which would stop every actor of every runtime in the process; here the
-  exception goes to the asker (or to the log) and the actor keeps running.
+* **Nothing a handler raises escapes the loop.** pykka stops an actor whose
+  handler raised and answers a ``BaseException`` with the process-global
+  ``ActorRegistry.stop_all()``, which would stop every actor of every runtime
+  in the process. :meth:`ActorBase.on_receive` contains everything and logs
+  it; an actor keeps running.
+* **Replies travel in the messages.** Requests that are answered later (a
+  batch, a registry write forwarded to a scope actor) carry a ``reply``
+  future that whoever finishes the work settles once (:func:`settle`), so no
+  actor blocks inside a handler waiting for another. pykka's ``ask`` on
+  ``rt.registry`` works too: :class:`RegistryRef` puts its own future in the
+  request and answers the ask from it.
+* **A runtime stops exactly what it started.** Each actor enlists in its
+  runtime's :class:`ActorGroup` when it is constructed and records its
+  thread when it starts; :meth:`ActorGroup.stop_all` stops those actors and
+  joins those threads (and only those), within one overall timeout.
 
-Every actor a runtime starts is recorded in its :class:`ActorGroup`, and
-``ToolRuntime.stop()`` stops exactly that group (never ``stop_all``).
+Supported pykka: ``pykka>=4.3,<5`` (pinned in ``pyproject.toml``).
 """
 
 from __future__ import annotations
 
-import queue
-import sys
 import threading
 import time
-from concurrent.futures import Future as ConcurrentFuture
+import weakref
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 import pykka
 from loguru import logger
-from pykka import messages as pykka_messages
 
-__all__ = ["ActorBase", "ActorGroup", "Deferred", "ASK_TIMEOUT", "actor_thread_ident", "acquire_politely", "PoliteLock"]
+__all__ = ["ASK_TIMEOUT", "ActorBase", "ActorGroup", "RegistryRef", "actor_thread_ident", "settle"]
 
-#: pykka's own messages (stop, proxy calls): they go through pykka's handler;
-#: everything else goes straight to ``receive``.
-_PYKKA_MESSAGES = (
-    pykka_messages._ActorStop,
-    pykka_messages.ProxyCall,
-    pykka_messages.ProxyGetAttr,
-    pykka_messages.ProxySetAttr,
-)
-
-#: Seconds any ``ask``/``get`` between runtime parts waits before giving up.
-#: pykka can lose an ask that races with ``stop()``; nothing waits forever.
+#: Seconds any wait between runtime parts gives up after (nothing waits forever).
 ASK_TIMEOUT = 30.0
 
 _local = threading.local()
 
 
 def actor_thread_ident() -> ActorBase | None:
-    """The actor whose handler is running on this thread, if any."""
+    """The actor whose thread this is, if any (set when the actor starts)."""
     return getattr(_local, "actor", None)
 
 
-class Deferred:
-    """A reply that a handler promises to give later, from any thread.
-
-    Resolve it exactly once with :meth:`resolve` or :meth:`fail`; later calls
-    are ignored. It forwards the outcome to the asker's pykka future (bound
-    by the actor loop when the handler returns it) and to an optional
-    ``concurrent.futures.Future`` given at construction.
-    """
-
-    __slots__ = ("_lock", "_done", "_value", "_exc", "_pykka", "_future")
-
-    def __init__(self, future: ConcurrentFuture[Any] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._done = False
-        self._value: Any = None
-        self._exc: BaseException | None = None
-        self._pykka: pykka.Future[Any] | None = None
-        self._future = future
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def _bind(self, reply: pykka.Future[Any]) -> None:
-        with self._lock:
-            if not self._done:
-                self._pykka = reply
-                return
-        self._deliver_pykka(reply)
-
-    def _deliver_pykka(self, reply: pykka.Future[Any]) -> None:
-        if self._exc is not None:
-            exc = self._exc
-            reply.set_exception(exc_info=(type(exc), exc, exc.__traceback__))
+def settle(reply: Any, value: Any = None, error: BaseException | None = None) -> None:
+    """Settle ``reply`` (a ``concurrent.futures.Future``, anything with the
+    same four methods, or ``None``) once; a second settlement is ignored."""
+    if reply is None:
+        return
+    try:
+        if not reply.set_running_or_notify_cancel():
+            return  # cancelled by its owner
+        if error is not None:
+            reply.set_exception(error)
         else:
-            reply.set(self._value)
+            reply.set_result(value)
+    except RuntimeError:  # InvalidStateError: settled already
+        pass
 
-    def resolve(self, value: Any) -> None:
-        self._settle(value, None)
 
-    def fail(self, exc: BaseException) -> None:
-        self._settle(None, exc)
+class _Member:
+    __slots__ = ("ref", "actor", "thread")
 
-    def _settle(self, value: Any, exc: BaseException | None) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._done = True
-            self._value = value
-            self._exc = exc
-            reply = self._pykka
-        if reply is not None:
-            self._deliver_pykka(reply)
-        future = self._future
-        if future is not None and future.set_running_or_notify_cancel():
-            if exc is not None:
-                future.set_exception(exc)
-            else:
-                future.set_result(value)
+    def __init__(self, ref: pykka.ActorRef[Any], actor: ActorBase) -> None:
+        self.ref = ref
+        self.actor: weakref.ref[ActorBase] = weakref.ref(actor)
+        self.thread: threading.Thread | None = None
 
 
 class ActorGroup:
-    """The actors one runtime started: stopped together, never process-wide."""
+    """The actors one runtime started: stopped together, never process-wide.
+
+    Invariant: every actor of the runtime is a member from its construction
+    until its thread has ended (members whose thread ended are dropped
+    lazily, so a long-lived runtime does not accumulate them), so
+    :meth:`stop_all` can stop and join every one of them.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._refs: dict[str, pykka.ActorRef[Any]] = {}
-        self._threads: dict[str, threading.Thread] = {}
-        self._retiring: list[threading.Thread] = []
+        self._members: dict[str, _Member] = {}
         self._closed = False
+        self._enlisted = 0
 
-    def add(self, ref: pykka.ActorRef[Any], thread: threading.Thread | None = None) -> None:
+    def enlist(self, actor: ActorBase) -> None:
+        """Record ``actor`` (its constructor calls this, on the spawning
+        thread, before its thread starts). Raises once the group is closed."""
         with self._lock:
             if self._closed:
-                closed = True
-            else:
-                closed = False
-                self._refs[ref.actor_urn] = ref
-                if thread is not None:
-                    self._threads[ref.actor_urn] = thread
-        if closed:
-            ref.stop(block=False)
-            raise RuntimeError("the runtime is stopped")
+                raise RuntimeError("the runtime is stopped")
+            self._members[actor.actor_urn] = _Member(actor.actor_ref, actor)
+            self._enlisted += 1
+            if self._enlisted % 64 == 0:
+                self._prune()
 
-    def discard(self, ref: pykka.ActorRef[Any]) -> None:
+    def started(self, urn: str, thread: threading.Thread) -> None:
         with self._lock:
-            self._refs.pop(ref.actor_urn, None)
-            self._threads.pop(ref.actor_urn, None)
+            member = self._members.get(urn)
+            if member is not None:
+                member.thread = thread
+
+    def actor(self, ref: pykka.ActorRef[Any]) -> ActorBase | None:
+        """The actor object behind ``ref`` (for :class:`RegistryRef`)."""
+        with self._lock:
+            member = self._members.get(ref.actor_urn)
+        return None if member is None else member.actor()
+
+    def _prune(self) -> None:
+        # Under the lock: drop members that stopped and whose thread ended.
+        dead = [
+            urn
+            for urn, m in self._members.items()
+            if m.thread is not None and not m.thread.is_alive()
+        ]
+        for urn in dead:
+            del self._members[urn]
 
     def retire(self, ref: pykka.ActorRef[Any]) -> None:
-        """Stop one actor now (a pool's surplus) and forget it once its
-        thread has ended, so bursts do not grow the group for good;
-        :meth:`stop_all` still joins a thread that has not ended yet."""
-        with self._lock:
-            self._refs.pop(ref.actor_urn, None)
-            thread = self._threads.pop(ref.actor_urn, None)
-            self._retiring = [t for t in self._retiring if t.is_alive()]
-            if thread is not None:
-                self._retiring.append(thread)
+        """Stop one actor now (a pool's surplus, an idle scope); it stays a
+        member until its thread has ended, so :meth:`stop_all` still joins it."""
         try:
             ref.stop(block=False)
-        except Exception:  # noqa: BLE001 - already dead
+        except pykka.ActorDeadError:
             pass
 
     @property
     def closed(self) -> bool:
         return self._closed
 
+    def threads(self) -> list[threading.Thread]:
+        """The threads of the members that started (alive or not)."""
+        with self._lock:
+            return [m.thread for m in self._members.values() if m.thread is not None]
+
     def __len__(self) -> int:
-        return len(self._refs)
+        with self._lock:
+            return sum(1 for m in self._members.values() if not m.ref.actor_stopped.is_set())
 
-    def stop_all(self, timeout: float = ASK_TIMEOUT) -> None:
-        """Stop every actor of this group and wait for their threads, all
-        within ``timeout`` seconds in total (an actor stuck in a body that
-        ignores its signal is left behind, with a warning)."""
-        import time
-
+    def stop_all(self, timeout: float = ASK_TIMEOUT) -> list[str]:
+        """Stop every member and join its thread, all within ``timeout``
+        seconds in total. Returns the names of threads still alive then (an
+        actor stuck in a tool body that ignores its signal), also logged."""
         deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
-            refs = list(self._refs.values())
-            threads = list(self._threads.values()) + self._retiring
-            self._refs.clear()
-            self._threads.clear()
-            self._retiring = []
+            members = list(self._members.values())
         futures = []
-        for ref in refs:
+        for member in members:
             try:
-                futures.append(ref.stop(block=False))
-            except Exception:  # noqa: BLE001 - already dead
+                futures.append(member.ref.stop(block=False))
+            except pykka.ActorDeadError:
                 pass
-        stuck = 0
         for fut in futures:
             try:
                 fut.get(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001
-                stuck += 1
-        for thread in threads:
-            if thread is not threading.current_thread():
+            except Exception:  # noqa: BLE001 - a stuck actor: joined (and reported) below
+                pass
+        me = threading.current_thread()
+        for member in members:
+            thread = member.thread
+            if thread is not None and thread is not me:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        alive = sum(1 for t in threads if t.is_alive())
-        if stuck or alive:
+        alive = [m.thread.name for m in members if m.thread is not None and m.thread is not me and m.thread.is_alive()]
+        with self._lock:
+            self._members = {
+                urn: m for urn, m in self._members.items() if m.thread is None or m.thread.is_alive()
+            }
+        if alive:
             logger.warning(
-                "{} actor thread(s) did not stop within {}s (a tool body ignoring its signal?)",
-                max(stuck, alive),
+                "{} actor thread(s) did not stop within {}s (a tool body ignoring its signal?): {}",
+                len(alive),
                 timeout,
+                ", ".join(alive),
             )
+        return alive
 
 
 class ActorBase(pykka.ThreadingActor):
-    """A pykka actor with deferred replies and a loop nothing can kill.
+    """A pykka actor whose handler cannot kill its loop, enlisted in its
+    runtime's :class:`ActorGroup`.
 
     Subclasses implement :meth:`receive` (``match`` on their closed message
-    union). ``receive`` runs on the actor's own thread, one message at a time.
+    union); it runs on the actor's own thread, one message at a time. The
+    first constructor argument is always the group.
     """
 
     use_daemon_thread = True
 
-    @staticmethod
-    def _create_actor_inbox() -> Any:
-        # Hot path: a hand-off is one put and one get. queue.SimpleQueue does
-        # both in C (its get waits with the GIL released), where pykka's
-        # default queue.Queue runs a Python Condition on each side; every
-        # caller uses only put, get and empty, which both provide.
-        return queue.SimpleQueue()
-
-    def __init__(self) -> None:
+    def __init__(self, group: ActorGroup) -> None:
         super().__init__()
-        self._thread: threading.Thread | None = None
+        self.group = group
+        group.enlist(self)
 
     @classmethod
     def spawn(cls: type[Any], group: ActorGroup, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:
-        """Start an actor of this class and record it in ``group``."""
-        ref: pykka.ActorRef[Any] = cls.start(*args, **kwargs)
-        actor = ref._actor_weakref()
-        group.add(ref, None if actor is None else actor._thread)
+        """Start an actor of this class in ``group``."""
+        ref: pykka.ActorRef[Any] = cls.start(group, *args, **kwargs)
         return ref
 
-    def _start_actor_loop(self) -> None:
-        thread = threading.Thread(
-            target=self._actor_loop, name=f"dsh-{type(self).__name__}", daemon=True
-        )
-        self._thread = thread
-        thread.start()
+    def on_start(self) -> None:
+        thread = threading.current_thread()
+        thread.name = f"dsh-{type(self).__name__}"
+        _local.actor = self
+        self.group.started(self.actor_urn, thread)
 
     def receive(self, message: Any) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def on_receive(self, message: Any) -> Any:
-        return self.receive(message)
+        try:
+            return self.receive(message)
+        except BaseException as exc:  # noqa: BLE001 - nothing escapes the loop
+            logger.opt(exception=exc).error(
+                "{} failed handling {}", type(self).__name__, type(message).__qualname__
+            )
+            return None
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
         logger.opt(exception=(exception_type, exception_value, traceback)).error(
-            "{} failed handling a message", type(self).__name__
+            "{} failed", type(self).__name__
         )
 
-    def _actor_loop_running(self) -> None:
-        _local.actor = self
+
+#: How often a blocked ask checks that the registry is still alive.
+_SLICE = 0.2
+
+
+class RegistryRef(pykka.ActorRef[Any]):
+    """``rt.registry``: a pykka ``ActorRef`` whose :meth:`ask` answers a
+    request of :mod:`dsh_actors.messages` when the work is done (the
+    registry forwards it and replies later), not when the registry has
+    handled the message. Other messages go through pykka's own ``ask``."""
+
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        if type(message).__module__ == "pykka.messages":
+            return super().ask(message, block=block, timeout=timeout)  # pykka's own (proxies, stop)
+        fields = getattr(type(message), "__dataclass_fields__", None)
+        if fields is None or "reply" not in fields or type(message).__module__ != "dsh_actors.messages":
+            raise TypeError(
+                f"the registry does not understand {type(message).__qualname__} (see dsh_actors.messages)"
+            )
+        answer: Future[Any] = Future()
+        theirs = message.reply
+        if theirs is not None:
+            answer.add_done_callback(lambda done: _copy(done, theirs))
         try:
-            while not self.actor_stopped.is_set():
-                # One call per envelope: its locals (the message, the reply)
-                # are released when it returns, not when the next one arrives.
-                self._handle_envelope(self.actor_inbox.get())
-        finally:
-            _local.actor = None
-
-    def _handle_envelope(self, envelope: Any) -> None:
-        reply = envelope.reply_to
-        message = envelope.message
-        try:
-            if isinstance(message, _PYKKA_MESSAGES):
-                response = self._handle_receive(message)
-            else:
-                response = self.receive(message)  # what pykka's handler ends in
-        except BaseException as exc:  # noqa: BLE001 - nothing escapes the loop
-            if reply is not None:
-                reply.set_exception(exc_info=(type(exc), exc, exc.__traceback__))
-            elif not isinstance(message, pykka_messages._ActorStop):
-                self.on_failure(*sys.exc_info())
-            return
-        if reply is None:
-            return
-        if isinstance(response, Deferred):
-            response._bind(reply)
-        else:
-            reply.set(response)
+            self.tell(replace(message, reply=answer))
+        except pykka.ActorDeadError as exc:
+            settle(answer, error=exc)
+        if not block:
+            out: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
+            answer.add_done_callback(lambda done: _to_pykka(done, out))
+            return out
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = _SLICE if deadline is None else max(0.0, min(_SLICE, deadline - time.monotonic()))
+            try:
+                return answer.result(timeout=wait)
+            except FutureTimeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise pykka.Timeout(f"{timeout} seconds") from None
+                if not self.is_alive() and not answer.done():
+                    try:
+                        return answer.result(timeout=_SLICE)  # a reply already on its way
+                    except FutureTimeout:
+                        raise pykka.ActorDeadError(f"{self} stopped before answering") from None
 
 
-_POLITE_SPINS = 64
+def _copy(done: Future[Any], theirs: Any) -> None:
+    if done.cancelled():
+        settle(theirs, error=RuntimeError("cancelled"))
+    elif done.exception() is not None:
+        settle(theirs, error=done.exception())
+    else:
+        settle(theirs, done.result())
 
 
-def acquire_politely(lock: threading.Lock) -> None:
-    """Take ``lock``, shared by threads that all run Python, without a lock
-    convoy.
-
-    A plain blocking ``acquire`` waits *without* the GIL, so a waiter is
-    handed the lock while it cannot run; the thread that holds the GIL then
-    blocks on the lock at its next turn, and from then on every acquisition
-    costs two context switches (measured: 2 per call, 36 -> 81 us per
-    self-served call, with only two threads). Here a waiter tries without
-    blocking and, between tries, yields the GIL (``time.sleep(0)``) so the
-    holder can run and release; it blocks only after ``_POLITE_SPINS``
-    yields (a holder that is really busy: never burn a core waiting)."""
-    if lock.acquire(False):
-        return
-    for _ in range(_POLITE_SPINS):
-        time.sleep(0)
-        if lock.acquire(False):
-            return
-    lock.acquire()
-
-
-class PoliteLock:
-    """A lock that ``with`` takes through :func:`acquire_politely`: for
-    state that several Python threads reach on a hot path."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        lock = self._lock
-        if not lock.acquire(False):  # (uncontended: no second call)
-            acquire_politely(lock)
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+def _to_pykka(done: Future[Any], out: pykka.ThreadingFuture[Any]) -> None:
+    exc = done.exception()
+    if exc is not None:
+        out.set_exception((type(exc), exc, exc.__traceback__))
+    else:
+        out.set(done.result())

@@ -11,6 +11,7 @@ is never called).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pykka
 
-from .actors import ActorGroup
+from .actors import ActorGroup, RegistryRef
 from .events import Disposer, EventBus
 from .loop import LoopThread
 
@@ -26,9 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import Agent
     from .registry import RegistryState, ToolsService
     from .scheduling import NativeExecutor
+    from .scheduling.pool import CallPool
     from .signals import AbortSignal
 
-__all__ = ["ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
+__all__ = ["DEFAULT_CALL_ACTORS", "ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,19 +92,34 @@ class Plugin(Protocol):
     def apply(self, rt: ToolRuntime, /, **config: Any) -> Callable[[], Any]: ...
 
 
+#: The default budget of call actors (threads running sync tool bodies)
+#: shared by every batch of a runtime.
+DEFAULT_CALL_ACTORS = 64
+
+
 class ToolRuntime:
     """The runtime: the registry actor, its scopes, executors and policies.
 
-    ``max_parallel_tool_calls`` is the default executor's limit (a positive
-    int, default 10).
+    ``max_parallel_tool_calls`` is the default executor's limit per batch (a
+    positive int, default 10). ``max_call_actors`` bounds the call actors
+    (threads that run sync tool bodies) serving all batches at once (default
+    ``DEFAULT_CALL_ACTORS``, 64): concurrent batches share them first come,
+    first served, each within its own limit; a body waiting on a nested
+    batch lends its slot meanwhile, so nested batches never deadlock.
     """
 
-    def __init__(self, max_parallel_tool_calls: int = 10) -> None:
+    def __init__(self, max_parallel_tool_calls: int = 10, *, max_call_actors: int = DEFAULT_CALL_ACTORS) -> None:
         if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
             raise ValueError(
                 f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}"
             )
+        if type(max_call_actors) is not int or max_call_actors < 1:
+            raise ValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
         self.max_parallel_tool_calls = max_parallel_tool_calls
+        self.max_call_actors = max_call_actors
+        self._pool: CallPool | None = None
+        self._halted = False
+        self._stop_deadline = 0.0
         self.events = EventBus()
         self.approvals = ApprovalChannel()
         self._lock = threading.Lock()
@@ -125,6 +142,7 @@ class ToolRuntime:
     def start(self) -> ToolRuntime:
         from .registry import RegistryActor, RegistryState, ToolsService
         from .scheduling import NativeExecutor
+        from .scheduling.pool import CallPool
 
         with self._lock:
             if self._stopped:
@@ -135,7 +153,11 @@ class ToolRuntime:
         try:
             self._loop = LoopThread()
             self._state = RegistryState()
-            self._registry = RegistryActor.spawn(self._group, self)
+            self._pool = CallPool(self, self.max_call_actors)
+            ref = RegistryActor.spawn(self._group, self)
+            actor = self._group.actor(ref)
+            assert actor is not None
+            self._registry = RegistryRef(actor)
             self._tools = ToolsService(self, scope=None)
             self._native = NativeExecutor(self.max_parallel_tool_calls)
             self._tools.set_executor(self._native)
@@ -144,12 +166,21 @@ class ToolRuntime:
             raise
         return self
 
-    def stop(self) -> None:
-        """Stop every actor and thread this runtime started. Idempotent."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop every actor and thread this runtime started, within about
+        ``timeout`` seconds in all. Idempotent.
+
+        Running batches drain first: no call starts any more, every unstarted
+        call gets ``ABORTED_BEFORE_DISPATCH``, running bodies see their
+        signal fire and finish, and each call gets exactly one result (and,
+        when logged, its ``tool/result``). A body still running at the
+        timeout is committed ``ABORTED`` and named in its batch's
+        ``ToolBatchExecutionError``; its thread is named in a warning."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
+            self._stop_deadline = time.monotonic() + timeout
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
         hooks, self._stop_hooks = self._stop_hooks, []
@@ -160,11 +191,24 @@ class ToolRuntime:
                 from loguru import logger
 
                 logger.exception("a runtime stop hook failed")
-        self._group.stop_all()
+        if self._pool is not None:
+            self._pool.close()
+        self._group.stop_all(max(0.5, self.stop_remaining()))
         if self._workers is not None:
             self._workers.shutdown(wait=True, cancel_futures=True)
         if self._loop is not None:
             self._loop.stop()
+        self._halted = True
+
+    def stop_remaining(self) -> float:
+        """Seconds left until the running :meth:`stop`'s deadline (0 when
+        none is running)."""
+        return max(0.0, self._stop_deadline - time.monotonic()) if self._stopped else 0.0
+
+    @property
+    def halted(self) -> bool:
+        """Whether :meth:`stop` has finished (every thread joined or named)."""
+        return self._halted
 
     def __enter__(self) -> ToolRuntime:
         return self.start()
@@ -229,6 +273,12 @@ class ToolRuntime:
     @property
     def group(self) -> ActorGroup:
         return self._group
+
+    @property
+    def call_pool(self) -> CallPool:
+        """The call actors every batch of this runtime shares (the budget)."""
+        assert self._pool is not None
+        return self._pool
 
     @property
     def state(self) -> RegistryState:

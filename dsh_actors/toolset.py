@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import threading
-import weakref
 from collections.abc import Awaitable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -34,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, Union, assert_never
 
 import pykka
 
-from .actors import ActorBase, Deferred
+from .actors import ActorBase, ActorGroup, settle
 from .errors import AbortError, DshError, ToolPolicyError, safe_str
 from .model import Agent, ToolActivationContext
-from .registry._private import STOPPED, fail_queued
+from .registry._private import STOPPED
 from .registry.state import Registration, RegistryState, _visible, describe_scope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,8 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ResolvedToolSet", "ToolSetActor"]
 
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
-_SPENT: Final = Deferred()
-_SPENT.resolve(None)
 
 
 class ResolvedToolSet:
@@ -57,15 +54,13 @@ class ResolvedToolSet:
 
     Reads (:meth:`view`, and the registry read functions given this set)
     take no lock and no thread hop; they are safe from any thread.
-    :meth:`dispose` closes admission (idempotent, any thread) and stops the
-    set's actor. A disposed set, or one used with another agent or another
+    :meth:`dispose` closes admission (idempotent, any thread) A disposed set, or one used with another agent or another
     runtime, admits nothing.
     """
 
     __slots__ = (
         "_state",
         "_agent",
-        "_actor",
         "_lock",
         "_candidates",
         "_admitted_map",
@@ -76,10 +71,9 @@ class ResolvedToolSet:
         "__weakref__",
     )
 
-    def __init__(self, state: RegistryState, agent: Agent | None, actor: pykka.ActorRef[Any]) -> None:
+    def __init__(self, state: RegistryState, agent: Agent | None) -> None:
         self._state = state
         self._agent = agent
-        self._actor = actor
         self._lock = threading.Lock()
         # Invariant: _withdrawn only grows, _wversion counts its changes.
         self._candidates: Mapping[str, Registration] | None = None
@@ -88,9 +82,6 @@ class ResolvedToolSet:
         self._wversion = 0
         self._disposed = False
         self._cache: tuple[Any, int, Mapping[str, Registration], Mapping[str, ToolDefinition]] | None = None
-        # A safety net: a set dropped without dispose() still stops its actor.
-        finalizer = weakref.finalize(self, _stop_quietly, actor)
-        finalizer.atexit = False
 
     @property
     def agent(self) -> Agent | None:
@@ -140,13 +131,12 @@ class ResolvedToolSet:
     # -- lifecycle ---------------------------------------------------------
 
     def dispose(self) -> None:
-        """Close admission and stop the set's actor. Idempotent; any thread."""
+        """Close admission. Idempotent; any thread."""
         with self._lock:
             if self._disposed:
                 return
             self._disposed = True
         self._state._remove_toolset(self)
-        _stop_quietly(self._actor)
 
     def __enter__(self) -> ResolvedToolSet:
         return self
@@ -205,13 +195,6 @@ class ResolvedToolSet:
         self._state._remove_toolset(self)
 
 
-def _stop_quietly(actor: pykka.ActorRef[Any]) -> None:
-    try:
-        actor.stop(block=False)
-    except pykka.ActorDeadError:
-        pass
-
-
 # --------------------------------------------------------------------------
 # The actor
 # --------------------------------------------------------------------------
@@ -243,8 +226,8 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 
 class ToolSetActor(ActorBase):
-    """Resolves one :class:`ResolvedToolSet` (see the module doc), then lives
-    until the set is disposed or the runtime stops.
+    """Resolves one :class:`ResolvedToolSet` (see the module doc), then
+    stops: a published set needs no thread.
 
     Sync conditions run on this actor's thread, one after the other (they
     should be quick and must observe ``context.signal`` if they wait);
@@ -252,11 +235,11 @@ class ToolSetActor(ActorBase):
     and are cancelled if the resolution fails or is cancelled.
     """
 
-    def __init__(self, runtime: ToolRuntime, context: ToolActivationContext, deferred: Deferred) -> None:
-        super().__init__()
+    def __init__(self, group: ActorGroup, runtime: ToolRuntime, context: ToolActivationContext, reply: Any) -> None:
+        super().__init__(group)
         self._runtime = runtime
         self._context = context
-        self._deferred = deferred
+        self._reply = reply
         self._set: ResolvedToolSet | None = None
         self._candidates: Mapping[str, Registration] = _EMPTY
         self._answers: dict[int, Any] = {}
@@ -285,8 +268,9 @@ class ToolSetActor(ActorBase):
                 assert_never(inbox)
         return None
 
-    def _actor_loop_teardown(self) -> None:
-        fail_queued(self)
+    def on_stop(self) -> None:
+        # Stopped before it finished (the runtime stopping): never leave the
+        # resolver waiting.
         self._fail(RuntimeError(STOPPED), stop=False)
 
     # -- evaluation --------------------------------------------------------
@@ -294,7 +278,7 @@ class ToolSetActor(ActorBase):
     def _begin(self) -> None:
         context = self._context
         signal: AbortSignal = context.signal
-        ts = ResolvedToolSet(self._runtime.state, context.agent, self.actor_ref)
+        ts = ResolvedToolSet(self._runtime.state, context.agent)
         self._set = ts
         self._runtime.state._add_toolset(ts)
         self._candidates = candidates = ts._begin()
@@ -377,13 +361,14 @@ class ToolSetActor(ActorBase):
         ts._publish(admitted)
         self._finished = True
         self._detach()
-        # From here on only the caller holds the set (so dropping it undisposed
-        # lets its finalizer stop this actor).
+        # From here on only the caller holds the set: this actor's work is
+        # done, and it stops (the set needs no thread).
         self._set = None
         self._candidates = _EMPTY
         self._answers = {}
-        deferred, self._deferred = self._deferred, _SPENT
-        deferred.resolve(ts)
+        reply, self._reply = self._reply, None
+        settle(reply, ts)
+        self.stop()
 
     # -- endings -----------------------------------------------------------
 
@@ -402,7 +387,8 @@ class ToolSetActor(ActorBase):
             future.cancel()
         if self._set is not None:
             self._set._abandon()
-        self._deferred.fail(exc)
+        reply, self._reply = self._reply, None
+        settle(reply, error=exc)
         if stop:
             self.stop()
 

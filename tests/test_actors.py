@@ -1,62 +1,121 @@
-"""acquire_politely: a lock shared by Python threads, taken without a lock
-convoy (see dsh_actors/actors.py)."""
+"""The actor base (dsh_actors/actors.py): pykka's public API only, handlers
+that cannot kill their loop, groups that stop and join exactly their own
+threads, and pykka's ask on rt.registry answered when the work is done."""
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
+from typing import Any
 
-from dsh_actors.actors import acquire_politely
+import pykka
+import pytest
+
+from dsh_actors import ToolBatchInput, ToolCall, ToolOutput, ToolRuntime, define_tool, text
+from dsh_actors.actors import ActorBase, ActorGroup, RegistryRef, actor_thread_ident, settle
+from dsh_actors.messages import ExecuteBatch
 
 GUARD = 10.0
 
 
-def test_it_waits_for_a_holder_that_keeps_the_lock_and_then_takes_it() -> None:
-    lock = threading.Lock()
-    trying = threading.Event()
-    acquired = threading.Event()
+class Echo(ActorBase):
+    def __init__(self, group: ActorGroup, seen: list[Any], done: threading.Event) -> None:
+        super().__init__(group)
+        self.seen = seen
+        self.done = done
 
-    def waiter() -> None:
-        trying.set()
-        acquire_politely(lock)  # spins a little, then blocks
-        acquired.set()
-        lock.release()
+    def receive(self, message: Any) -> Any:
+        if message == "raise":
+            raise ValueError("a handler bug")
+        if message == "exit":
+            raise SystemExit(3)  # pykka would answer this with ActorRegistry.stop_all()
+        if message == "who":
+            self.seen.append(actor_thread_ident() is self)
+        self.seen.append(message)
+        if message == "last":
+            self.done.set()
+        return message
 
-    lock.acquire()
-    thread = threading.Thread(target=waiter)
-    thread.start()
+
+def test_a_raising_handler_leaves_the_actor_and_every_other_actor_running() -> None:
+    group = ActorGroup()
+    seen: list[Any] = []
+    done = threading.Event()
+    bystander = Echo.spawn(group, [], threading.Event())
+    ref = Echo.spawn(group, seen, done)
     try:
-        assert trying.wait(GUARD)
-        assert not acquired.is_set()  # the lock is held: it cannot have it
+        for message in ("raise", "exit", "who", "last"):
+            ref.tell(message)
+        assert done.wait(GUARD)
+        assert seen == [True, "who", "last"]
+        assert ref.is_alive() and bystander.is_alive()
     finally:
-        lock.release()
-    assert acquired.wait(GUARD)
-    thread.join(GUARD)
-    assert not thread.is_alive() and not lock.locked()
+        assert group.stop_all(GUARD) == []
 
 
-def test_it_excludes_under_contention() -> None:
-    lock = threading.Lock()
-    start = threading.Barrier(4)
-    inside = 0
-    worst = 0
-    counter = 0
+def test_stop_all_stops_and_joins_every_thread_of_the_group_and_only_those() -> None:
+    group, other = ActorGroup(), ActorGroup()
+    refs = [Echo.spawn(group, [], threading.Event()) for _ in range(5)]
+    outsider = Echo.spawn(other, [], threading.Event())
+    retired = Echo.spawn(group, [], threading.Event())
+    group.retire(retired)
+    try:
+        for ref in refs:
+            ref.ask("ping", timeout=GUARD)  # every actor has started (and named its thread)
+        threads = group.threads()
+        assert len(threads) >= 5 and all(t.name == "dsh-Echo" for t in threads)
+        assert group.stop_all(GUARD) == []
+        assert not any(t.is_alive() for t in threads)
+        assert outsider.is_alive()
+        with pytest.raises(RuntimeError, match="stopped"):
+            Echo.spawn(group, [], threading.Event())
+    finally:
+        other.stop_all(GUARD)
 
-    def worker() -> None:
-        nonlocal inside, worst, counter
-        start.wait(GUARD)
-        for _ in range(2000):
-            acquire_politely(lock)
-            try:
-                inside += 1
-                worst = max(worst, inside)
-                counter += 1
-                inside -= 1
-            finally:
-                lock.release()
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(GUARD)
-    assert counter == 8000 and worst == 1 and not lock.locked()
+def test_settle_settles_a_reply_once() -> None:
+    future: Future[Any] = Future()
+    settle(future, 1)
+    settle(future, 2)
+    settle(future, error=ValueError("late"))
+    settle(None, 3)
+    assert future.result() == 1
+
+
+def _echo_tool() -> Any:
+    return define_tool(
+        name="echo",
+        description="echo",
+        parameters={"message": {"type": "string", "required": True}},
+        output=ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)]),
+        execute=lambda args, ctx: args["message"],
+        is_concurrency_safe=lambda args: True,
+    )
+
+
+def test_ask_on_the_registry_answers_with_the_batch_result_and_settles_the_requests_own_reply() -> None:
+    with ToolRuntime() as rt:
+        rt.tools.register(_echo_tool())
+        assert isinstance(rt.registry, pykka.ActorRef) and isinstance(rt.registry, RegistryRef)
+        batch = ToolBatchInput(calls=[ToolCall("c1", "echo", '{"message": "hi"}')])
+        assert rt.registry.ask(ExecuteBatch(batch), timeout=GUARD).results[0].result.value == "hi"
+        theirs: Future[Any] = Future()
+        answer = rt.registry.ask(ExecuteBatch(batch, reply=theirs), block=False)
+        assert answer.get(timeout=GUARD).results[0].call_id == "c1"
+        assert theirs.result(GUARD).results[0].result.value == "hi"
+        with pytest.raises(TypeError, match="ToolBatchInput"):
+            rt.registry.ask(ExecuteBatch("not a batch"), timeout=GUARD)  # type: ignore[arg-type]
+
+
+def test_the_runtime_joins_every_thread_it_started() -> None:
+    before = set(threading.enumerate())
+    rt = ToolRuntime().start()
+    rt.tools.register(_echo_tool())
+    calls = [ToolCall(f"c{i}", "echo", '{"message": "hi"}') for i in range(30)]
+    rt.tools.execute(ToolBatchInput(calls=calls))
+    started = set(threading.enumerate()) - before
+    assert any(t.name == "dsh-CallActor" for t in started)
+    threads = rt.group.threads()
+    rt.stop()
+    assert not any(t.is_alive() for t in threads)
+    assert not any(t.is_alive() for t in started)

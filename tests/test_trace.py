@@ -109,10 +109,15 @@ def test_spans_never_overlap_within_a_lane(traced: Any) -> None:
 
 def test_dispatch_spans_are_on_pool_slot_lanes_and_prepare_finalize_on_the_batch_lane(traced: Any) -> None:
     names = lane_names(traced)
-    dispatch_lanes = {e["tid"] for e in spans(traced, "dispatch")}
+    dispatches = spans(traced, "dispatch")
+    pooled = {e["tid"] for e in dispatches if e["args"]["tool"] != "alone"}
+    (inline,) = {e["tid"] for e in dispatches if e["args"]["tool"] == "alone"}
     home_lanes = {e["tid"] for e in spans(traced, "prepare") + spans(traced, "finalize")}
-    assert all(names[tid].startswith("slot ") for tid in dispatch_lanes)
-    assert 1 < len(dispatch_lanes) <= 3  # the trios ran at once, never more than the cap
+    assert all(names[tid].startswith("slot ") for tid in pooled | {inline})
+    assert 1 < len(pooled) <= 3  # the trios ran at once, on no more call actors than the cap
+    assert all("dsh-CallActor" in names[tid] for tid in pooled)
+    # The exclusive call, the only one that could start, ran inline on the executor.
+    assert "dsh-ExecutorActor" in names[inline]
     assert len(home_lanes) == 1 and names[home_lanes.pop()].startswith("batch 0 ")
 
 

@@ -1,19 +1,22 @@
 """One call's trip through the pipeline (SPEC section 5), as three stages.
 
-* :func:`prepare` (the executor's thread, in model order): the pre-aborted
-  check, the ``tools/pre-execute`` waterfall, approval routing for ``Ask``,
-  guards, and the recheck of cancellation.
-* :func:`dispatch` (a call actor's thread; the only stage that overlaps):
-  the ``tools/execute`` waterfall around the body, output validation,
-  ``render`` and ``presentation_meta``.
-* :func:`finalize` (the executor's thread, in model order):
-  ``project_content``, the ``tools/post-execute`` waterfall, the cancellation
-  replacement, ``finalize_content`` (exactly once), the final freeze and
-  ``tools/result``.
+* :func:`prepare` (the batch's executor actor, in model order): the
+  pre-aborted check, the ``tools/pre-execute`` waterfall, approval routing
+  for ``Ask``, guards, and the recheck of cancellation.
+* :func:`dispatch` (a call actor, or the executor itself for a call it runs
+  inline; the only stage that overlaps): the ``tools/execute`` waterfall
+  around the body, output validation, ``render`` and
+  ``presentation_meta``.
+* :func:`finalize` (the executor actor, in model order):
+  ``project_content``, the ``tools/post-execute`` waterfall, the
+  cancellation replacement, ``finalize_content`` (exactly once), the final
+  freeze and ``tools/result``.
 
 A :class:`Call` carries one call between the stages. It is owned by exactly
-one thread at a time: the executor hands it to a call actor for
-:func:`dispatch` and gets it back in a ``CallSettled`` message.
+one thread at a time: the executor puts it in the batch's work mailbox, a
+call actor takes it from there, dispatches it and hands it back in a
+``Settled`` message. ``rt.tools.dispatch`` runs all three stages inline on
+the caller's thread (:func:`run_inline`).
 """
 
 from __future__ import annotations
@@ -261,7 +264,7 @@ def begin_call(
 LOOK_UP: Any = object()
 
 
-def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP, unobserved: bool = False) -> None:
+def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
     Leaves the call READY (allowed: dispatch it) or RESOLVED. Pre-execute
@@ -270,9 +273,7 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP, unobserved
 
     ``registration``: what the caller looked up for this call just now, on
     this thread (the executor classifies a call right before preparing it);
-    by default the tool is looked up here. ``unobserved``: the caller has
-    just found, on this thread, no pre-execute listener and no guard for
-    the call (a self-served claim): neither is looked for again.
+    by default the tool is looked up here.
     """
     if call.phase is CallPhase.RESOLVED:
         return
@@ -281,9 +282,6 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP, unobserved
         call.resolve(aborted(before_dispatch=True), run_post=False)
         return
     call.registration = _lookup(rt, call) if registration is LOOK_UP else registration
-    if unobserved:
-        call.phase = CallPhase.READY  # Allow(), no guard; the signal was checked just now
-        return
     state = rt.state
     reason: str | None
     events = rt.events
@@ -412,19 +410,16 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
 _EXECUTE = ("tools/execute",)
 
 
-def dispatch(rt: ToolRuntime, call: Call, *, fresh: bool = False) -> None:
-    """Run the ``tools/execute`` waterfall around the body (a call actor's
-    thread). Leaves the call DISPATCHED with its outcome; never raises.
-
-    ``fresh``: ``call.registration`` was looked up just now, on this thread
-    (a self-served call): without a wrapper, the body runs it instead of
-    looking the tool up once more."""
+def dispatch(rt: ToolRuntime, call: Call) -> None:
+    """Run the ``tools/execute`` waterfall around the body (on a call actor,
+    or on the executor for a call run inline). Leaves the call DISPATCHED
+    with its outcome; never raises."""
     execution = call.execution
     if not rt.events.observed(_EXECUTE, execution.agent):
         # No wrapper: nothing can replace the signal, or hand back a result
         # the body did not produce, or unregister the tool in between.
         try:
-            result: Any = _run_body(rt, call, call.registration if fresh else None)
+            result: Any = _run_body(rt, call)
             skip_post = False
         except BaseException as exc:  # noqa: BLE001 - _run_body contains the body; be sure
             result = failure_from_exception(exc)
@@ -626,7 +621,8 @@ def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
     unsubscribe = signal.add_callback(on_abort)
     try:
         try:
-            return done.result()
+            with rt.call_pool.lent():  # a parked call actor holds no slot
+                return done.result()
         except asyncio.CancelledError:
             if cancelled_by_signal:
                 raise AbortError() from None

@@ -1,16 +1,10 @@
-"""Messages between the registry actor and its scope actors, and the helper
-that fails whatever is still queued when one of them stops."""
+"""Messages between the registry actor and its scope actors."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeAlias, Union
 
-import pykka
-from pykka import messages as pykka_messages
-
-from ..actors import Deferred
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent
 
@@ -23,10 +17,10 @@ STOPPED = "the ToolRuntime is stopped"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Apply:
     """Registry → scope actor: apply ``request`` to your layer and settle
-    ``deferred`` with the reply."""
+    ``reply`` (``request.reply``, or the facade's own) with the answer."""
 
     request: WriteRequest
-    deferred: Deferred
+    reply: Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,31 +31,3 @@ class _ScopeIdle:
     scope: Agent
     actor_urn: str
     handled: int
-
-
-def fail_queued(actor: pykka.Actor, settle: Any = None) -> None:
-    """Drain ``actor``'s inbox after it stopped, failing every reply that
-    would otherwise never come: pykka asks (like pykka does), the ``reply``
-    future of a public request, and the deferred of a forwarded one."""
-    inbox = actor.actor_inbox
-    while not inbox.empty():
-        envelope = inbox.get()
-        message = envelope.message
-        if isinstance(message, _Apply):
-            message.deferred.fail(RuntimeError(STOPPED))
-        else:
-            reply = getattr(message, "reply", None)
-            if isinstance(reply, Future):
-                try:
-                    if reply.set_running_or_notify_cancel():
-                        reply.set_exception(RuntimeError(STOPPED))
-                except RuntimeError:  # already settled by someone else
-                    pass
-            if settle is not None:
-                settle(message)
-        if envelope.reply_to is not None:
-            if isinstance(message, pykka_messages._ActorStop):
-                envelope.reply_to.set(None)
-            else:
-                exc = pykka.ActorDeadError(f"{actor.actor_ref} stopped before handling the message")
-                envelope.reply_to.set_exception(exc_info=(type(exc), exc, None))

@@ -12,21 +12,21 @@ inside a handler:
   worker threads);
 * ``ResolveToolSet`` spawns a tool-set actor that settles the reply.
 
-Every reply is a :class:`~dsh_actors.actors.Deferred` bound to the message's
-``reply`` future and, for a pykka ``ask``, to the ask's future too. When the
-registry stops, queued requests fail with ``RuntimeError``.
+Every request's reply travels in the request (its ``reply`` future), and
+whoever finishes the work settles it; pykka's ``ask`` on ``rt.registry``
+(a :class:`~dsh_actors.actors.RegistryRef`) answers from that future. When
+the runtime stops, a caller waiting on a reply gets ``RuntimeError``.
 """
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, assert_never
 
 import pykka
 from loguru import logger
 
-from ..actors import ActorBase, Deferred
+from ..actors import ActorBase, ActorGroup, settle
 from ..errors import ExecutorUnavailableError
 from ..pipeline.intake import check_batch
 from ..scheduling.executor import NativeExecutor
@@ -42,7 +42,8 @@ from ..messages import (
     Unregister,
 )
 from ..model import Agent, ToolActivationContext, ToolBatchInput
-from ._private import WriteRequest, _Apply, _ScopeIdle, fail_queued
+from ._private import WriteRequest, _Apply, _ScopeIdle
+from ..toolset import ToolSetActor, _Begin
 from .scope import ScopeActor
 from .state import describe_scope, select_executor
 
@@ -75,23 +76,14 @@ class _ScopeEntry:
         self.forwarded = 0
 
 
-def _thread_of(ref: pykka.ActorRef[Any]) -> threading.Thread | None:
-    thread = getattr(getattr(ref, "_actor", None), "_thread", None)
-    return thread if isinstance(thread, threading.Thread) else None
-
-
 class RegistryActor(ActorBase):
     """See the module doc. Spawned by ``ToolRuntime.start()``."""
 
-    def __init__(self, runtime: ToolRuntime) -> None:
-        super().__init__()
+    def __init__(self, group: ActorGroup, runtime: ToolRuntime) -> None:
+        super().__init__(group)
         self.runtime = runtime
         self._state = runtime.state
         self._scopes: dict[Agent | None, _ScopeEntry] = {}
-        # Stopped or short-lived actors still recorded in the runtime's group:
-        # dropped from it once their thread has ended (so a long-running
-        # runtime does not accumulate them, and stop() still joins the rest).
-        self._reapable: list[pykka.ActorRef[Any]] = []
 
     def __repr__(self) -> str:
         return f"<RegistryActor scopes={len(self._scopes)}>"
@@ -105,28 +97,24 @@ class RegistryActor(ActorBase):
         inbox: _Inbox = message
         match inbox:
             case Register() | Restrict() | AddGuard() | SetExecutor():
-                return self._forward(inbox, inbox.scope, spawn=True)
+                self._forward(inbox, inbox.scope, spawn=True)
             case Unregister():
-                return self._forward(inbox, getattr(inbox.registration, "scope", None), spawn=False)
+                self._forward(inbox, getattr(inbox.registration, "scope", None), spawn=False)
             case Retract():
-                return self._forward(inbox, getattr(inbox.contribution, "scope", None), spawn=False)
+                self._forward(inbox, getattr(inbox.contribution, "scope", None), spawn=False)
             case ExecuteBatch():
-                return self._execute(inbox)
+                self._execute(inbox)
             case ResolveToolSet():
-                return self._resolve(inbox)
+                self._resolve(inbox)
             case _ScopeIdle():
                 self._retire(inbox)
-                return None
             case _:
                 assert_never(inbox)
-
-    def _actor_loop_teardown(self) -> None:
-        fail_queued(self)
+        return None
 
     # -- writes ------------------------------------------------------------
 
-    def _forward(self, request: WriteRequest, scope: Any, *, spawn: bool) -> Deferred:
-        deferred = Deferred(request.reply)
+    def _forward(self, request: WriteRequest, scope: Any, *, spawn: bool) -> None:
         try:
             if scope is not None and not isinstance(scope, Agent):
                 raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
@@ -134,15 +122,14 @@ class RegistryActor(ActorBase):
             if entry is None:
                 if not spawn:
                     # No actor, so an empty layer: the effect is already gone.
-                    deferred.resolve(False)
-                    return deferred
-                ref = ScopeActor.spawn(self.runtime.group, self.runtime, scope, self.actor_ref)
+                    settle(request.reply, False)
+                    return
+                ref = ScopeActor.spawn(self.group, self.runtime, scope, self.actor_ref)
                 entry = self._scopes[scope] = _ScopeEntry(ref)
             entry.forwarded += 1
-            entry.ref.tell(_Apply(request=request, deferred=deferred))
+            entry.ref.tell(_Apply(request=request, reply=request.reply))
         except BaseException as exc:  # noqa: BLE001 - goes to the requester
-            deferred.fail(exc)
-        return deferred
+            settle(request.reply, error=exc)
 
     def _retire(self, idle: _ScopeIdle) -> None:
         entry = self._scopes.get(idle.scope)
@@ -152,58 +139,37 @@ class RegistryActor(ActorBase):
         # The retired actor has handled everything it was sent and will never
         # publish again, so the registry may remove its (empty) entry.
         self._state._retire(idle.scope)
-        try:
-            entry.ref.stop(block=False)
-        except pykka.ActorDeadError:
-            pass
-        self._reap(entry.ref)
-
-    def _reap(self, also: pykka.ActorRef[Any] | None = None) -> None:
-        group = self.runtime.group
-        kept: list[pykka.ActorRef[Any]] = []
-        for ref in self._reapable:
-            thread = _thread_of(ref)
-            if ref.actor_stopped.is_set() and (thread is None or not thread.is_alive()):
-                group.discard(ref)
-            else:
-                kept.append(ref)
-        if also is not None:
-            kept.append(also)
-        self._reapable = kept
+        self.group.retire(entry.ref)
 
     # -- batches -----------------------------------------------------------
 
-    def _execute(self, message: ExecuteBatch) -> Deferred:
-        deferred = Deferred(message.reply)
+    def _execute(self, message: ExecuteBatch) -> None:
         batch: Any = message.batch  # a sender may put anything in a message
         if not isinstance(batch, ToolBatchInput):
-            deferred.fail(
-                TypeError(f"ExecuteBatch.batch must be a ToolBatchInput, not {type(batch).__qualname__}")
+            settle(
+                message.reply,
+                error=TypeError(f"ExecuteBatch.batch must be a ToolBatchInput, not {type(batch).__qualname__}"),
             )
-            return deferred
-        done: Future[Any] = Future()
-        done.add_done_callback(lambda settled: _settle(deferred, settled))
-        start_batch(self.runtime, batch, done)
-        return deferred
+            return
+        if message.reply is None:
+            done: Future[Any] = Future()  # nobody waits: still run it
+            start_batch(self.runtime, batch, done)
+        else:
+            start_batch(self.runtime, batch, message.reply)
 
     # -- conditional activation ----------------------------------------------
 
-    def _resolve(self, message: ResolveToolSet) -> Deferred:
-        from ..toolset import ToolSetActor  # toolset imports this package
-
-        deferred = Deferred(message.reply)
+    def _resolve(self, message: ResolveToolSet) -> None:
         try:
             context = message.context
             if not isinstance(context, ToolActivationContext):
                 raise TypeError(
                     f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}"
                 )
-            ref = ToolSetActor.spawn(self.runtime.group, self.runtime, context, deferred)
-            self._reap(ref)
-            ref.tell(_begin())
+            ref = ToolSetActor.spawn(self.group, self.runtime, context, message.reply)
+            ref.tell(_Begin())
         except BaseException as exc:  # noqa: BLE001 - goes to the requester
-            deferred.fail(exc)
-        return deferred
+            settle(message.reply, error=exc)
 
 
 def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply) -> None:
@@ -263,25 +229,3 @@ def _chain(future: Future[Any], reply: Reply) -> None:
             reply.set_exception(outcome)
         else:
             reply.set_result(outcome)
-
-
-def _begin() -> Any:
-    from ..toolset import _Begin
-
-    return _Begin()
-
-
-def _settle(deferred: Deferred, future: Future[Any]) -> None:
-    # On whichever thread completed the executor's future.
-    try:
-        if future.cancelled():
-            deferred.fail(CancelledError("the executor cancelled the batch"))
-            return
-        exc = future.exception()
-        if exc is not None:
-            deferred.fail(exc)
-        else:
-            deferred.resolve(future.result())
-    except BaseException as exc:  # noqa: BLE001 - never lose a reply
-        logger.opt(exception=exc).error("settling a batch reply failed")
-        deferred.fail(exc)

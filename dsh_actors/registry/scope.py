@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, assert_never, cast
 import pykka
 from loguru import logger
 
-from ..actors import ActorBase
+from ..actors import ActorBase, ActorGroup, settle
 from ..definition import ToolDefinition, validate_definition
 from ..errors import RegistrationError, safe_str
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
-from ._private import WriteRequest, _Apply, _ScopeIdle, fail_queued
+from ._private import WriteRequest, _Apply, _ScopeIdle
 from .state import (
     RESERVED_NAMES,
     Contribution,
@@ -67,8 +67,10 @@ def _listener_problem(exc: BaseException) -> str:
 class ScopeActor(ActorBase):
     """Owns the layer of ``scope`` (``None``: global). See the module doc."""
 
-    def __init__(self, runtime: ToolRuntime, scope: Agent | None, registry: pykka.ActorRef[Any]) -> None:
-        super().__init__()
+    def __init__(
+        self, group: ActorGroup, runtime: ToolRuntime, scope: Agent | None, registry: pykka.ActorRef[Any]
+    ) -> None:
+        super().__init__(group)
         self.runtime = runtime
         self.scope = scope
         self._state = runtime.state
@@ -100,14 +102,8 @@ class ScopeActor(ActorBase):
                 )
             except pykka.ActorDeadError:
                 pass
-        if error is not None:
-            message.deferred.fail(error)
-        else:
-            message.deferred.resolve(value)
+        settle(message.reply, value, error)
         return None
-
-    def _actor_loop_teardown(self) -> None:
-        fail_queued(self)
 
     def _apply(self, request: WriteRequest) -> Any:
         match request:

@@ -363,9 +363,13 @@ class ToolsService:
         Raises ``ExecutorUnavailableError`` when no executor is available."""
         reply = _Reply()
         self._start(batch, reply)
-        while not reply.wait(_SLICE):
-            if not self._rt.running:
-                raise RuntimeError(f"{STOPPED} (before the batch finished)")
+        rt = self._rt
+        with rt.call_pool.lent():  # a tool body's nested batch holds no slot
+            while not reply.wait(_SLICE):
+                # A stopping runtime drains its batches and answers them; only
+                # a batch stuck past the end of stop() has no answer.
+                if rt.halted and not reply.wait(_SLICE):
+                    raise RuntimeError(f"{STOPPED} (before the batch finished)")
         result: ToolBatchResult = reply.outcome()
         return result
 

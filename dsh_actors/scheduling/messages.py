@@ -1,16 +1,24 @@
-"""The executor actor's and call actors' vocabulary (internal)."""
+"""The scheduler's vocabulary (internal).
+
+Every message carries values, or exactly one owned :class:`Call` (whoever
+holds the message owns the call), never a lock or a cursor.
+
+* caller → executor actor (its pykka inbox): :class:`RunBatch`.
+* pool → call actor (its pykka inbox): :class:`Serve`.
+* call actor → the batch's inbox: :class:`Settled`; the batch's signal, the
+  runtime's stop signal → the batch's inbox: :class:`Wake`; ``rt.stop()``
+  past its timeout → the batch's inbox: :class:`Deadline`.
+"""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pykka
-
     from ..model import ToolBatchInput
     from ..pipeline.stages import Call
+    from .pool import WorkMailbox
 
 
 class Reply(Protocol):
@@ -32,79 +40,39 @@ class RunBatch:
     """Run ``batch`` and settle ``reply`` with its ToolBatchResult."""
 
     batch: ToolBatchInput
-    """The raw batch from the caller."""
+    """The raw batch from the caller (already checked)."""
     reply: Reply
-    """Settled once every started call has settled."""
+    """Settled once every call has committed."""
     limit: int
     """The concurrency limit for this batch (already validated)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AbortBatch:
-    """The batch's signal fired: stop starting calls."""
+class Serve:
+    """Serve ``mailbox``: take its calls, dispatch each, report each
+    ``Settled``, until a LEAVE; then go back to the pool."""
 
-    batch_id: int
-    """Which batch (a stale abort for an earlier batch is ignored)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallSettled:
-    """A call actor finished dispatching call ``index``."""
-
-    batch_id: int
-    """The batch the call belongs to."""
-    index: int
-    """The call's position in the batch (model order)."""
-    worker: pykka.ActorRef[Any] | None
-    """The call actor, free again: the next call goes to it (None when it
-    took the next ready call itself, see ``took``)."""
-    took: int | None = None
-    """The index of the ready call the call actor took from the batch's
-    ready queue and is now dispatching, if any."""
+    mailbox: WorkMailbox
+    """The batch's work mailbox (a reference, like an actor ref)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Served:
-    """The batch's self-served run is over: the last call actor to stop
-    serving it says so (each one went back to the pool by itself; when the
-    executor is the last, no message is needed)."""
-
-    batch_id: int
-    """The batch served."""
-    error: BaseException | None = None
-    """The first bug in the pipeline while serving (the batch then fails)."""
-
-
-ExecutorMessage = Union[RunBatch, AbortBatch, CallSettled, Served]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Dispatch:
-    """Run the dispatch stage of ``call`` and tell ``executor`` when done."""
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A call actor dispatched ``call``; the call is the executor's again."""
 
     call: Call
-    """The call; owned by the call actor until it reports CallSettled."""
-    executor: pykka.ActorRef[Any]
-    """Where to send CallSettled."""
-    batch_id: int
-    """Echoed back in CallSettled."""
-    ready: Any = None
-    """The batch's ready queue (a ``ReadyQueue``): prepared calls the call
-    actor may take when it is done, instead of waiting for a Dispatch."""
+    """The call, DISPATCHED, with its outcome."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Serve:
-    """Claim calls from the batch's self-served run (a ``SelfServe``) in
-    model order and run each one's whole trip (prepare, dispatch,
-    finalize) until none is left; then tell ``executor`` ``Served``."""
-
-    serving: Any
-    """The run's shared cursor (a ``SelfServe``)."""
-    executor: pykka.ActorRef[Any]
-    """Where to send Served."""
-    batch_id: int
-    """Echoed back in Served."""
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """The batch's signal or the runtime's stop signal fired: look again."""
 
 
-CallMessage = Union[Dispatch, Serve]
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """``rt.stop()``'s timeout passed with this batch still running: commit
+    the calls still out as ABORTED and reply now."""
+
+
+BatchMessage = Union[Settled, Wake, Deadline]

@@ -473,8 +473,6 @@ def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
 
 def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(rt: Any) -> None:
     import dsh_actors.scheduling.executor as executor_module
-    from dsh_actors.scheduling.executor import ExecutorActor
-
     rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
     kept = executor_module._IDLE_EXECUTORS_KEPT
     executor_module._IDLE_EXECUTORS_KEPT = 1
@@ -486,10 +484,14 @@ def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(
             ]  # six batches at once: six executor actors, five of them surplus
             for future in futures:
                 future.result(GUARD)
-            # An executor actor is back in its pool (or retired) before it replies.
-            sizes.append(
-                sum(1 for ref in rt.group._refs.values() if ref.actor_class is ExecutorActor)
-            )
+            # An executor actor is back in its pool (or retired) before it
+            # replies; a retired one's thread ends.
+            executors = [t for t in rt.group.threads() if t.name == "dsh-ExecutorActor"]
+            idle = {id(ref) for ref in rt.native_executor._idle_executors}
+            assert len(idle) == 1
+            for thread in executors:
+                thread.join(0.05)
+            sizes.append(sum(1 for t in executors if t.is_alive()))
         assert sizes == [1, 1, 1, 1], f"surplus executor actors stayed in the group: {sizes}"
     finally:
         executor_module._IDLE_EXECUTORS_KEPT = kept

@@ -1,0 +1,525 @@
+"""One batch's schedule: the rolling pool with exclusive barriers.
+
+A :class:`BatchRun` holds everything one batch needs while it runs, and
+only the executor actor's thread touches it. The executor actor makes one
+per ``RunBatch`` and drops it when the batch has replied: resetting an
+executor is dropping that object.
+
+The schedule is one state machine. After every message (``Settled``,
+``Wake``, ``Deadline``) :meth:`BatchRun._step` commits what may be
+committed and starts what may start; :meth:`BatchRun._assert_invariants`
+states what holds between steps (the property tests run it after every
+step). Starting a call means: build it (arguments parsed and materialized
+as it is about to start), classify it (lazily, so a barrier that changes
+the registry affects later calls), log its ``tool/call``, prepare it (the
+pre-execute waterfall, approval, guards: in model order, here), then
+
+* run it **inline**, here, when it is the only call that can start
+  (nothing else is out, and it is exclusive, or the batch is serial, or it
+  is the last call): no hop at all;
+* or put it in the batch's :class:`~.pool.WorkMailbox`, where the next free
+  call actor serving the batch takes it and reports ``Settled``.
+
+A call commits (finalize, ``tools/result``, its result and ``tool/result``)
+as soon as it has settled and every call before it has committed: a call's
+``tools/result`` never waits for unrelated siblings.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from loguru import logger
+
+from ..errors import ToolBatchExecutionError, safe_str
+from ..json import thaw
+from ..model import (
+    ToolBatchInput,
+    ToolBatchResult,
+    ToolCall,
+    ToolCallResult,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    UserMessage,
+    slot_setters,
+)
+from ..pipeline.intake import loggable, parse_arguments
+from ..pipeline.results import aborted
+from ..pipeline.stages import LOOK_UP, Call, CallPhase, begin_call, dispatch, finalize, prepare, registry_functions
+from ..signals import AbortController, AbortSignal
+from .messages import Deadline, Reply, Settled, Wake
+from .pool import WorkMailbox
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+    from ..session import Session
+    from .executor import NativeExecutor
+
+__all__ = ["BatchRun"]
+
+
+class BatchRun:
+    """The schedule of one batch (see the module docstring).
+
+    State (the executor actor's thread only):
+
+    * ``calls[i]``: call ``i``, or None (not built yet, or committed).
+    * ``next_start``: calls before it have started (built, logged, prepared,
+      then out, inline, or resolved); calls from it on are PENDING.
+    * ``next_commit``: calls before it have committed.
+    * ``out``: indexes of the calls in the mailbox or on a call actor (owned
+      by whoever holds them: the executor does not read them until their
+      ``Settled`` arrives).
+    * ``barrier``: the exclusive call that started and has not committed.
+    * ``halted``: why no call starts any more (None while calls may start).
+    """
+
+    #: Set by the property tests: assert the invariants after every step.
+    check_invariants: ClassVar[bool] = False
+
+    __slots__ = (
+        "rt",
+        "native",
+        "batch",
+        "limit",
+        "inbox",
+        "mailbox",
+        "calls",
+        "unbuilt",
+        "next_start",
+        "next_commit",
+        "out",
+        "barrier",
+        "results",
+        "committed",
+        "session",
+        "signal",
+        "body_parent",
+        "owns_body_parent",
+        "unsubscribe",
+        "bug",
+        "log_error",
+        "stuck",
+        "halted",
+        "hook",
+        "reply",
+    )
+
+    def __init__(self, rt: ToolRuntime, native: NativeExecutor, batch: ToolBatchInput, limit: int, reply: Reply) -> None:
+        self.rt = rt
+        self.native = native
+        self.batch = batch
+        self.limit = limit
+        self.reply = reply
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.mailbox: WorkMailbox | None = None  # made on the first call put in it
+        self.calls: list[Call | None] = []
+        # For each call not built yet: (the model's call, override, hint).
+        self.unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
+        self.next_start = 0
+        self.next_commit = 0
+        self.out: set[int] = set()
+        self.barrier: int | None = None
+        self.results: list[ToolCallResult] = []
+        self.committed = 0  # results whose tool/result reached the session
+        self.session: Session | None = None
+        self.signal: AbortSignal = AbortController().signal if batch.signal is None else batch.signal
+        self.body_parent: AbortSignal = rt.stop_signal
+        self.owns_body_parent = False
+        self.unsubscribe: Any = None
+        self.bug: BaseException | None = None
+        self.log_error: BaseException | None = None
+        self.stuck: list[Call] = []  # still out when the stop's deadline came
+        self.halted: str | None = None
+        self.hook: Any = None
+
+    # -- the run -------------------------------------------------------------------
+
+    def run(self) -> ToolBatchResult | BaseException:
+        """Run the batch to its end on this thread; its outcome."""
+        try:
+            self._open()
+        except BaseException as exc:  # noqa: BLE001 - a bug: fail the batch
+            self.bug = exc
+        self._advance()
+        inbox = self.inbox
+        while not self._done():
+            message = inbox.get()
+            kind = type(message)
+            if kind is Settled:
+                call = message.call
+                self.out.discard(call.index)
+            elif kind is Deadline:
+                self._deadline()
+            else:
+                assert kind is Wake, message
+            self._advance()
+        return self._close()
+
+    def _open(self) -> None:
+        batch = self.batch
+        rt = self.rt
+        stopping = rt.stop_signal
+        if batch.signal is not None:
+            # What every body's fresh signal of this batch subscribes to: the
+            # batch's signal fused once with the runtime's stop signal.
+            self.body_parent = AbortSignal.any(self.signal, stopping)
+            self.owns_body_parent = True
+        inbox = self.inbox
+
+        def wake(_: AbortSignal) -> None:
+            inbox.put(Wake())
+
+        self.unsubscribe = self.body_parent.add_callback(wake)
+        agent = batch.agent
+        if batch.log is not None and agent is not None:
+            self.session = agent.session
+        native = self.native
+        own = native._own()
+        hook = native._body_hook()
+        self.hook = hook
+        # The default direct_call_hint always answers None: skip the call.
+        hinting = native._hints()
+        calls = self.calls
+        unbuilt = self.unbuilt
+        for i, tool_call in enumerate(batch.calls):
+            name = tool_call.name
+            override = own.get(name) if own else None
+            hint = native.direct_call_hint(name) if hinting and override is None else None
+            if type(tool_call.arguments) is str:
+                # JSON text cannot change: it is parsed and materialized, and
+                # its call built, when the call is about to start, so the
+                # first call does not wait for the whole batch.
+                calls.append(None)
+                unbuilt.append((tool_call, override, hint))
+            else:
+                # A mapping is materialized now, as the batch arrives.
+                unbuilt.append(None)
+                calls.append(self._build(i, tool_call, override, hint))
+
+    def _done(self) -> bool:
+        # A started call is never abandoned: nothing may be out. After a bug,
+        # what settled has committed (_step commits first) and the batch fails.
+        if self.out:
+            return False
+        return self.bug is not None or self.next_commit == len(self.calls)
+
+    def _close(self) -> ToolBatchResult | BaseException:
+        if self.unsubscribe is not None:
+            self.unsubscribe()
+        if self.owns_body_parent:
+            self.body_parent.close()
+        if self.mailbox is not None:
+            self.mailbox.close()
+        results = tuple(self.results)
+        failure = self.bug or self.log_error
+        if failure is None and not self.stuck:
+            return _batch_result(results)
+        if self.stuck:
+            names = ", ".join(f'{c.execution.call_id} (tool "{c.execution.name}")' for c in self.stuck)
+            detail = f"the runtime stopped while tool bodies were still running: {names}"
+        elif failure is self.log_error:
+            detail = f"the session log could not be written: {safe_str(failure)}"
+        else:
+            detail = f"internal error: {type(failure).__name__}: {safe_str(failure)}"
+        error = ToolBatchExecutionError(detail, results=results[: self.committed], partial=_batch_result(results))
+        if failure is not None:
+            error.__cause__ = failure
+        return error
+
+    # -- the state machine -----------------------------------------------------------
+
+    def _advance(self) -> None:
+        try:
+            self._step()
+        except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
+            logger.opt(exception=exc).error("the batch scheduler failed")
+            if self.bug is None:
+                self.bug = exc
+            try:
+                self._halt("internal error", reclaim=False)
+            except BaseException:  # noqa: BLE001
+                pass
+        if BatchRun.check_invariants:
+            self._assert_invariants()
+
+    def _halt(self, why: str, *, reclaim: bool) -> None:
+        """No call starts any more. ``reclaim``: an abort, so calls still in
+        the mailbox come back unrun (after a log failure or a bug they were
+        started: logged and prepared, they still run)."""
+        if self.halted is None:
+            self.halted = why
+        mailbox = self.mailbox
+        if mailbox is not None:
+            if reclaim:
+                for call in mailbox.reclaim():
+                    self.out.discard(call.index)
+                    # Prepared (its pre-execute phases ran) but never dispatched.
+                    call.resolve(aborted(before_dispatch=True), run_post=True)
+            mailbox.release_idle()
+
+    def _step(self) -> None:
+        calls = self.calls
+        total = len(calls)
+        signal = self.signal
+        stopping = self.rt.stop_signal
+        while True:
+            self._commit_ready()
+            if self.next_commit == total:
+                return
+            if self.halted is None:
+                if signal.aborted or stopping.aborted:
+                    self._halt("aborted", reclaim=True)
+                elif self.log_error is not None or self.bug is not None:
+                    self._halt("failed", reclaim=False)
+            if self.halted is not None:
+                if self.bug is not None:
+                    return  # started calls drain; nothing more is committed
+                # No barrier and no call starts after an abort: every unstarted
+                # call gets its tool/call and ABORTED_BEFORE_DISPATCH.
+                while self.next_start < total:
+                    call = self._call_at(self.next_start)
+                    self.next_start += 1
+                    self._log_call(call)
+                    call.resolve(aborted(before_dispatch=True), run_post=False)
+                if self._commit_ready():
+                    continue
+                return
+            if self.next_start == total:
+                self._release_idle()  # nothing left to start: idle servers go
+                return
+            if self.barrier is not None:
+                return  # (servers stay: calls after the barrier start soon)
+            index = self.next_start
+            call = self._call_at(index)
+            looked_up: Any = LOOK_UP
+            if call.mode is None:
+                # Lazily, as it is about to start. The lookup behind the answer
+                # is handed to prepare(), which runs right now.
+                call.mode, looked_up = self._classify(call)
+            exclusive = call.mode == "exclusive"
+            if exclusive:
+                if self.next_commit < index:
+                    return  # an exclusive call waits for everything before it
+            elif len(self.out) >= self.limit:
+                return  # the pool is full
+            self.next_start = index + 1
+            if not self._log_call(call):
+                # Its tool/call could not be written: it does not run.
+                call.resolve(aborted(before_dispatch=True), run_post=False)
+                continue
+            prepare(self.rt, call, looked_up)
+            if exclusive:
+                self.barrier = index
+            if call.phase is not CallPhase.READY:
+                continue  # resolved without dispatch: it commits in its turn
+            call.phase = CallPhase.DISPATCHING
+            if not self.out and (exclusive or self.limit == 1 or self.next_start == total):
+                # The only call that can start: run it here, no hop.
+                dispatch(self.rt, call)
+            else:
+                self._put(call)
+
+    def _put(self, call: Call) -> None:
+        mailbox = self.mailbox
+        if mailbox is None:
+            mailbox = self.mailbox = WorkMailbox(self.limit, self.native._pool(), self.inbox)
+        self.out.add(call.index)
+        mailbox.put(call)
+
+    def _release_idle(self) -> None:
+        if self.mailbox is not None:
+            self.mailbox.release_idle()
+
+    def _commit_ready(self) -> bool:
+        """Commit (finalize, record, log), in model order, every started call
+        that has its outcome; whether any was."""
+        calls = self.calls
+        out = self.out
+        progressed = False
+        stuck = self.stuck
+        while self.next_commit < self.next_start:
+            index = self.next_commit
+            if index in out:
+                break
+            call = calls[index]
+            assert call is not None  # built when it started, dropped once committed
+            if stuck and any(c is call for c in stuck):
+                self._commit_stuck(call)
+            else:
+                phase = call.phase
+                if phase is not CallPhase.DISPATCHED and phase is not CallPhase.RESOLVED:
+                    break
+                self._commit(call)
+            if self.barrier == index:
+                self.barrier = None
+            calls[index] = None
+            self.next_commit = index + 1
+            progressed = True
+        return progressed
+
+    def _deadline(self) -> None:
+        """``rt.stop()`` gave up waiting: the calls still out commit as
+        ABORTED now, in their turn (the batch names them in its error). Their
+        ``Call`` stays with the call actor still running the body: the
+        executor commits a result of its own for each, never touching it."""
+        self._halt("the runtime stopped", reclaim=True)
+        for index in sorted(self.out):
+            call = self.calls[index]
+            assert call is not None
+            self.stuck.append(call)
+        self.out.clear()
+
+    # -- one call --------------------------------------------------------------------
+
+    def _build(self, index: int, tool_call: ToolCall, override: Any, hint: str | None) -> Call:
+        batch = self.batch
+        call = begin_call(
+            index,
+            tool_call.id,
+            tool_call.name,
+            parse_arguments(tool_call.arguments),  # may be BadArguments
+            self.signal,
+            batch.agent,
+            batch.tool_set,
+            override=override,
+            unknown_hint=hint,
+            route_to_executor=hint is not None,
+        )
+        call.body_parent = self.body_parent
+        call.body_hook = self.hook
+        return call
+
+    def _call_at(self, index: int) -> Call:
+        """Call ``index``, built now if it was not yet."""
+        call = self.calls[index]
+        if call is None:
+            pending = self.unbuilt[index]
+            assert pending is not None
+            self.unbuilt[index] = None
+            call = self.calls[index] = self._build(index, *pending)
+        return call
+
+    def _classify(self, call: Call) -> tuple[str, Any]:
+        """The call's mode, and the registration the answer came from (or
+        ``LOOK_UP`` when none was looked up)."""
+        if call.phase is CallPhase.RESOLVED:
+            return "parallel", LOOK_UP  # it will not dispatch: no reason to hold others back
+        fns = registry_functions()
+        definition_mode = fns.definition_mode
+        execution = call.execution
+        if call.override is not None:
+            return definition_mode(call.override.definition, execution.arguments), LOOK_UP
+        try:
+            # What registry.execution_mode does, keeping the lookup.
+            registration = fns.executable(self.rt.state, execution.name, execution.agent, execution.tool_set)
+            if registration is None:
+                return "exclusive", registration
+            return definition_mode(registration.definition, execution.arguments), registration
+        except BaseException:  # noqa: BLE001 - anything odd means exclusive
+            return "exclusive", LOOK_UP
+
+    def _log_call(self, call: Call) -> bool:
+        """Write the call's ``tool/call``; False if the session failed."""
+        session = self.session
+        if session is None:
+            return True
+        if self.log_error is not None:
+            return False
+        from ..session import call_event
+
+        log = self.batch.log
+        assert log is not None
+        execution = call.execution
+        arguments = execution.arguments
+        logged = thaw(arguments) if arguments is not None else loggable(call.raw_arguments)
+        try:
+            session.append(call_event(log.turn, log.step, execution.call_id, execution.name, logged))
+        except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
+            self.log_error = exc
+            return False
+        return True
+
+    def _commit(self, call: Call) -> None:
+        self._record(call, finalize(self.rt, call))
+
+    def _commit_stuck(self, call: Call) -> None:
+        """A call whose body outlived ``rt.stop()``'s timeout: ABORTED, with
+        its ``tools/result`` and ``tool/result``; no other phase runs."""
+        result = aborted(before_dispatch=False)
+        self.rt.events.emit("tools/result", call.execution, result, agent=call.execution.agent)
+        self._record(call, result)
+
+    def _record(self, call: Call, result: ToolExecutionResult) -> None:
+        self.results.append(_call_result(call.execution.call_id, result))
+        session = self.session
+        if session is None:
+            self.committed = len(self.results)
+            return
+        if self.log_error is not None:
+            return
+        from ..session import result_event
+
+        try:
+            session.append(result_event(call.execution.call_id, result))
+        except BaseException as exc:  # noqa: BLE001
+            self.log_error = exc
+            return
+        self.committed = len(self.results)
+
+    # -- invariants ------------------------------------------------------------------
+
+    def _assert_invariants(self) -> None:
+        """What holds between two steps (see the class docstring)."""
+        calls = self.calls
+        total = len(calls)
+        assert 0 <= self.next_commit <= self.next_start <= total
+        assert len(self.results) == self.next_commit
+        assert all(c is None for c in calls[: self.next_commit]), "a committed call is still held"
+        for index in range(self.next_start, total):
+            call = calls[index]
+            assert call is None or call.phase is CallPhase.PENDING or call.phase is CallPhase.RESOLVED, (
+                f"call {index} was prepared before it started"
+            )
+        for index in range(self.next_commit, self.next_start):
+            assert calls[index] is not None, f"started call {index} was dropped before it committed"
+        assert all(self.next_commit <= i < self.next_start for i in self.out), "a call out of range is out"
+        assert len(self.out) <= self.limit, f"{len(self.out)} calls out at cap {self.limit}"
+        if self.barrier is not None:
+            assert self.next_commit <= self.barrier < self.next_start
+            assert self.out <= {self.barrier}, "a call runs beside an exclusive one"
+            assert self.barrier == self.next_start - 1, "a call started after an exclusive one before it committed"
+        if self.halted is not None and self.bug is None:
+            assert self.next_start == total, "a call stayed unstarted after the batch halted"
+        if not self.out and self.bug is None and self.next_commit < self.next_start:
+            # Nothing is out, so the next call in order has its outcome.
+            call = calls[self.next_commit]
+            assert call is not None and call.phase is not CallPhase.PENDING
+        if self.mailbox is not None:
+            self.mailbox.assert_invariants()
+
+
+_new_call_result = ToolCallResult.__new__
+_set_result_id, _set_result = slot_setters(ToolCallResult, ("call_id", "result"))
+
+
+def _call_result(call_id: str, result: ToolExecutionResult) -> ToolCallResult:
+    """``ToolCallResult(call_id, result)`` through its slot descriptors (a
+    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per
+    field); a test compares the two."""
+    item = _new_call_result(ToolCallResult)
+    _set_result_id(item, call_id)
+    _set_result(item, result)
+    return item
+
+
+def _batch_result(results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
+    contexts: list[UserMessage] = []
+    concluded = False
+    for item in results:
+        result: ToolExecutionResult = item.result
+        contexts.extend(result.additional_contexts)
+        if type(result) is ToolExecutionSuccess and result.concludes_turn:
+            concluded = True
+    return ToolBatchResult(results=results, additional_contexts=tuple(contexts), concluded=concluded)

@@ -1,0 +1,320 @@
+"""Delivery of startable calls to call actors: the batches' work mailboxes
+and the runtime's budget of call actors.
+
+A batch's :class:`WorkMailbox` is a balancing pool's shared mailbox (Akka's
+``BalancingPool``, Erlang's worker pools): the batch's executor puts each
+startable call into it (an owned :class:`~dsh_actors.pipeline.stages.Call`,
+in model order), the call actors serving the batch take the next one when
+they are free and report ``Settled`` to the batch's inbox. The executor
+alone decides *what* starts and when; the mailbox decides only *which call
+actor* runs it, and how many serve the batch.
+
+The :class:`CallPool` lends call actors to mailboxes within one
+runtime-wide budget (``ToolRuntime(max_call_actors=...)``): a mailbox that
+wants one more server gets an idle call actor, a new one, or, at the
+budget, a place in a first-come first-served queue; a call actor that
+leaves a mailbox serves the next waiting one before it goes idle. So
+concurrent batches share the budget fairly, and each batch still respects
+its own cap (its executor never has more than ``limit`` calls out, and at
+most ``limit`` call actors serve it).
+
+A body that blocks on a nested batch (``rt.tools.execute`` from a tool
+body) or parks on an async body *lends* its slot back while it waits
+(:meth:`CallPool.lend`), so nested batches can never deadlock the budget.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import pykka
+
+from ..actors import actor_thread_ident
+from .messages import Serve, Settled
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..pipeline.stages import Call
+    from ..runtime import ToolRuntime
+
+__all__ = ["CallPool", "LEAVE", "WorkMailbox"]
+
+
+class _Leave:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "LEAVE"
+
+
+#: The sentinel a call actor takes to leave a mailbox.
+LEAVE: Any = _Leave()
+
+
+class WorkMailbox:
+    """One batch's work mailbox (see the module docstring).
+
+    The executor calls :meth:`put`, :meth:`reclaim`, :meth:`release_idle`
+    and :meth:`close`; call actors call :meth:`arrive`, :meth:`take` and
+    :meth:`report`. Its counters are the mailbox's own (the executor reads
+    none of them), guarded by ``_lock``; items move through a
+    ``SimpleQueue`` without it. Invariants, under the lock:
+
+    * ``0 <= spare <= servers <= limit``: ``servers`` counts call actors
+      serving or on their way (``spare`` of them not arrived yet).
+    * ``0 <= sentinels <= servers``: LEAVE items queued and not yet taken;
+      each takes one server away. ``servers - sentinels`` are the servers
+      that stay.
+    * While a call is queued and the mailbox is open, ``servers -
+      sentinels >= 1``: someone will take it.
+    * Nobody waits behind a blocking body: when a call is queued while no
+      server is idle and none is on the way, or a server takes a call while
+      others still wait with none on the way, one more server is asked for
+      (below ``limit``). Growth is one server at a time, so a run of quick
+      calls that one server keeps up with wakes few call actors.
+    """
+
+    __slots__ = ("_q", "_lock", "limit", "servers", "spare", "idle", "sentinels", "closed", "_pool", "inbox")
+
+    def __init__(self, limit: int, pool: CallPool, inbox: queue.SimpleQueue[Any]) -> None:
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.limit = limit
+        self.servers = 0
+        self.spare = 0
+        self.idle = 0  # servers blocked in take()
+        self.sentinels = 0
+        self.closed = False
+        self._pool = pool
+        self.inbox = inbox  # the batch's inbox: where Settled goes
+
+    def __repr__(self) -> str:
+        return f"<WorkMailbox servers={self.servers} spare={self.spare} idle={self.idle} closed={self.closed}>"
+
+    def assert_invariants(self) -> None:
+        with self._lock:
+            assert 0 <= self.spare <= self.servers <= self.limit, self
+            assert 0 <= self.sentinels <= self.servers, self
+            assert 0 <= self.idle <= self.servers, self
+
+    # -- the executor's side -------------------------------------------------
+
+    def put(self, call: Call) -> None:
+        """Queue a startable call; make sure someone will take it."""
+        with self._lock:
+            self._q.put(call)
+            staying = self.servers - self.sentinels
+            # Nobody serves, or everybody is busy and nobody is on the way:
+            # one more (below the limit), so a call never waits behind
+            # bodies that block.
+            need = not self.closed and (
+                staying == 0 or (self.idle == 0 and self.spare == 0 and staying < self.limit)
+            )
+            if need:
+                self.servers += 1
+                self.spare += 1
+        if need:
+            self._pool.request(self)
+
+    def reclaim(self) -> list[Call]:
+        """Take back every call no server has taken yet (an abort)."""
+        taken: list[Call] = []
+        leaves = 0
+        with self._lock:
+            while True:
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is LEAVE:
+                    leaves += 1
+                else:
+                    taken.append(item)
+            for _ in range(leaves):
+                self._q.put(LEAVE)
+        return taken
+
+    def release_idle(self) -> None:
+        """Nothing more will be put for now: servers blocked waiting leave
+        (and go back to the pool for other batches)."""
+        with self._lock:
+            extra = self.idle - self.sentinels
+            for _ in range(extra):
+                self._q.put(LEAVE)
+            if extra > 0:
+                self.sentinels += extra
+
+    def close(self) -> None:
+        """The batch is over: every server leaves (after its current call)."""
+        with self._lock:
+            self.closed = True
+            extra = self.servers - self.sentinels
+            for _ in range(extra):
+                self._q.put(LEAVE)
+            if extra > 0:
+                self.sentinels += extra
+
+    # -- the call actors' side -----------------------------------------------
+
+    def arrive(self) -> None:
+        """A requested server has arrived (it is no longer spare)."""
+        with self._lock:
+            self.spare -= 1
+
+    def refused(self) -> None:
+        """A requested server will never come (the runtime is stopping)."""
+        with self._lock:
+            self.spare -= 1
+            self.servers -= 1
+
+    def take(self) -> Call | None:
+        """The next call to run (now owned by the caller), or None: leave."""
+        q = self._q
+        try:
+            item = q.get_nowait()
+        except queue.Empty:
+            with self._lock:
+                self.idle += 1
+            try:
+                item = q.get()
+            finally:
+                with self._lock:
+                    self.idle -= 1
+        if item is LEAVE:
+            with self._lock:
+                self.sentinels -= 1
+                self.servers -= 1
+            return None
+        if not self.spare and self.servers < self.limit and not q.empty():
+            with self._lock:
+                grow = (
+                    not self.closed
+                    and self.spare == 0
+                    and self.servers - self.sentinels < self.limit
+                    and self._q.qsize() > self.sentinels
+                )
+                if grow:
+                    self.servers += 1
+                    self.spare += 1
+            if grow:
+                self._pool.request(self)
+        return item
+
+    def report(self, call: Call) -> None:
+        """Hand ``call`` (dispatched) back to its executor."""
+        self.inbox.put(Settled(call=call))
+
+
+class CallPool:
+    """The runtime's call actors and their budget (see the module docstring).
+
+    Invariants, under ``_lock``: ``serving`` counts call actors lent to a
+    mailbox and not lent back (:meth:`lend`); a request waits in
+    ``waiting`` only while ``serving >= budget``; ``len(idle) <= idle_kept``.
+    """
+
+    def __init__(self, rt: ToolRuntime, budget: int, idle_kept: int | None = None) -> None:
+        self._rt = rt
+        self.budget = budget
+        self.idle_kept = budget if idle_kept is None else idle_kept
+        self._lock = threading.Lock()
+        self.serving = 0
+        self.peak = 0
+        self._idle: list[pykka.ActorRef[Any]] = []
+        self._waiting: deque[WorkMailbox] = deque()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<CallPool serving={self.serving}/{self.budget} idle={len(self._idle)} waiting={len(self._waiting)}>"
+
+    def request(self, mailbox: WorkMailbox) -> None:
+        """``mailbox`` wants one more server (its counters say so already)."""
+        with self._lock:
+            if self._closed:
+                grant = False
+                worker = None
+            elif self.serving < self.budget:
+                grant = True
+                self.serving += 1
+                self.peak = max(self.peak, self.serving)
+                worker = self._idle.pop() if self._idle else None
+            else:
+                self._waiting.append(mailbox)
+                return
+        if not grant:
+            mailbox.refused()
+            return
+        self._send(worker, mailbox)
+
+    def _send(self, worker: pykka.ActorRef[Any] | None, mailbox: WorkMailbox) -> None:
+        from .executor import CallActor
+
+        try:
+            if worker is None:
+                worker = CallActor.spawn(self._rt.group, self._rt, self)
+            worker.tell(Serve(mailbox=mailbox))
+        except (RuntimeError, pykka.ActorDeadError):
+            # The runtime is stopping: nobody is coming.
+            with self._lock:
+                self.serving -= 1
+            mailbox.refused()
+
+    def release(self, worker: pykka.ActorRef[Any]) -> WorkMailbox | None:
+        """A call actor left a mailbox: the next waiting mailbox it should
+        serve, or None (it is idle now, or retired if the pool keeps
+        enough idle ones)."""
+        with self._lock:
+            while self._waiting:
+                mailbox = self._waiting.popleft()
+                if not mailbox.closed:
+                    return mailbox
+            self.serving -= 1
+            if not self._closed and len(self._idle) < self.idle_kept:
+                self._idle.append(worker)
+                return None
+        self._rt.group.retire(worker)
+        return None
+
+    def lend(self) -> None:
+        """The calling call actor blocks on work the runtime must do (a
+        nested batch): its slot serves a waiting mailbox meanwhile."""
+        with self._lock:
+            self.serving -= 1
+            if not self._waiting or self._closed or self.serving >= self.budget:
+                return
+            mailbox = self._waiting.popleft()
+            self.serving += 1
+            worker = self._idle.pop() if self._idle else None
+        self._send(worker, mailbox)
+
+    def unlend(self) -> None:
+        with self._lock:
+            self.serving += 1  # may exceed the budget until it leaves its mailbox
+
+    @contextmanager
+    def lent(self) -> Iterator[None]:
+        """Around a wait that needs the runtime to make progress (a nested
+        batch, an async body): on one of this pool's call actors, lend its
+        slot for the wait; anywhere else, nothing."""
+        if getattr(actor_thread_ident(), "pool", None) is not self:
+            yield
+            return
+        self.lend()
+        try:
+            yield
+        finally:
+            self.unlend()
+
+    def close(self) -> None:
+        """Runtime stop: no more grants; idle call actors are forgotten (the
+        runtime's group stops them)."""
+        with self._lock:
+            self._closed = True
+            self._idle.clear()
+            waiting, self._waiting = list(self._waiting), deque()
+        for mailbox in waiting:
+            mailbox.refused()
