@@ -1,0 +1,113 @@
+"""The runtime-wide budget of call actors (ToolRuntime(max_call_actors=...)):
+concurrent batches share it, each batch keeps its own cap, and a body that
+runs a nested batch never deadlocks it."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from dsh_actors import ToolBatchInput, ToolRuntime
+from dsh_actors.runtime import DEFAULT_CALL_ACTORS
+
+from .helpers import GUARD, calls, make_tool, must, started_runtime
+
+
+class Occupancy:
+    """Bodies running at once: on call actors overall, and per batch."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.on_call_actors = 0
+        self.worst_on_call_actors = 0
+        self.per_batch: Counter[str] = Counter()
+        self.worst_per_batch: Counter[str] = Counter()
+        self.started = 0
+        self.first_wave = threading.Event()
+        self.wave = 0
+
+    def body(self, release: threading.Event) -> Any:
+        def run(args: Any, ctx: Any) -> str:
+            batch = ctx.call_id.split(":")[0]
+            pooled = threading.current_thread().name == "dsh-CallActor"
+            with self.lock:
+                self.started += 1
+                if pooled:
+                    self.on_call_actors += 1
+                    self.worst_on_call_actors = max(self.worst_on_call_actors, self.on_call_actors)
+                self.per_batch[batch] += 1
+                self.worst_per_batch[batch] = max(self.worst_per_batch[batch], self.per_batch[batch])
+                if self.on_call_actors == self.wave:
+                    self.first_wave.set()
+            try:
+                must(release, "the release")
+            finally:
+                with self.lock:
+                    if pooled:
+                        self.on_call_actors -= 1
+                    self.per_batch[batch] -= 1
+            return "ok"
+
+        return run
+
+
+def test_concurrent_batches_share_the_budget_and_each_keeps_its_own_cap() -> None:
+    occupancy = Occupancy()
+    occupancy.wave = 3
+    release = threading.Event()
+    with started_runtime(max_call_actors=3) as rt:
+        rt.tools.register(make_tool("t", occupancy.body(release)))
+        futures = []
+        for b in range(4):
+            the_calls = [c.__class__(f"b{b}:{c.id}", c.name, c.arguments) for c in calls(*["t"] * 5)]
+            futures.append(rt.tools.submit(ToolBatchInput(calls=the_calls, max_parallel_tool_calls=2)))
+        try:
+            must(occupancy.first_wave, "the budget to fill")
+        finally:
+            release.set()
+        results = [f.result(GUARD) for f in futures]
+    assert all(not r.result.is_error for batch in results for r in batch.results)
+    assert occupancy.started == 20
+    assert occupancy.worst_on_call_actors == 3  # the budget, reached and never passed
+    assert max(occupancy.worst_per_batch.values()) <= 2  # each batch's cap
+
+
+def test_a_body_running_a_nested_batch_lends_its_slot_so_the_budget_cannot_deadlock() -> None:
+    with started_runtime(max_call_actors=1) as rt:
+        rt.tools.register(make_tool("leaf", lambda args, ctx: "leaf"))
+
+        def parent(args: Any, ctx: Any) -> str:
+            inner = rt.tools.execute(ToolBatchInput(calls=calls("leaf", "leaf", "leaf")))
+            return "+".join(r.result.value for r in inner.results)
+
+        rt.tools.register(make_tool("parent", parent))
+        # Two parents at once: both want the single call actor, each nests.
+        batch = rt.tools.submit(ToolBatchInput(calls=calls("parent", "parent", "parent"))).result(GUARD)
+    assert [r.result.value for r in batch.results] == ["leaf+leaf+leaf"] * 3
+
+
+def test_the_budget_is_a_positive_int_with_a_documented_default() -> None:
+    assert ToolRuntime().max_call_actors == DEFAULT_CALL_ACTORS == 64
+    for bad in (0, -1, 1.5, True, "8"):
+        with pytest.raises(ValueError, match="max_call_actors"):
+            ToolRuntime(max_call_actors=bad)  # type: ignore[arg-type]
+
+
+def test_call_actors_go_back_to_the_pool_and_idle_ones_are_kept_within_the_budget() -> None:
+    release = threading.Event()
+    occupancy = Occupancy()
+    occupancy.wave = 4
+    with started_runtime(max_call_actors=4) as rt:
+        rt.tools.register(make_tool("t", occupancy.body(release)))
+        futures = [rt.tools.submit(ToolBatchInput(calls=calls("t", "t", "t", "t"))) for _ in range(3)]
+        try:
+            must(occupancy.first_wave, "the budget to fill")
+        finally:
+            release.set()
+        for future in futures:
+            future.result(GUARD)
+        pooled = [t for t in rt.group.threads() if t.name == "dsh-CallActor" and t.is_alive()]
+        assert len(pooled) <= 4
