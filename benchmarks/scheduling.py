@@ -46,6 +46,7 @@ from dsh_actors import (
 from ._util import Progress, ThreadPeak, median, sleep_overshoot_ms
 
 OVERHEAD_SIZES = (1, 10, 100, 1000, 10_000)
+REALISTIC_SIZES = (1, 10, 100)  # the realistic configuration, measured beside the bare one
 CAP = 10  # the runtime's default max_parallel_tool_calls
 POOL_CAP = 8
 POOL_CALLS = 64
@@ -80,6 +81,51 @@ def noop_batch(n: int, name: str = "noop", **kwargs: Any) -> ToolBatchInput:
     return ToolBatchInput(calls=calls, **kwargs)
 
 
+# --------------------------------------------------------------------------
+# The realistic configuration: what an agent harness runs
+# --------------------------------------------------------------------------
+
+
+def _allow_all(execution: Any) -> None:
+    return None
+
+
+def _delegate(execution: Any, next_: Callable[[], Any]) -> Any:
+    return next_()
+
+
+def realistic(rt: ToolRuntime) -> Agent:
+    """Policies every real harness has, installed on ``rt``: one global
+    guard returning None, one delegating ``tools/pre-execute`` listener and
+    ``policies.timeout`` (the tools declare ``timeout_ms``). Returns an
+    agent with an in-memory ``Session``; batches that ``log`` to it are the
+    realistic configuration."""
+    import policies.timeout as timeout
+
+    from dsh_actors import Session
+
+    rt.tools.guard(_allow_all)
+    rt.events.on("tools/pre-execute", _delegate)
+    rt.use(timeout)
+    return Agent("harness", session=Session())
+
+
+def realistic_tool(tool: Any) -> Any:
+    """``tool`` declaring a (generous) ``timeout_ms``, for ``policies.timeout``."""
+    from dataclasses import replace
+
+    return replace(tool, timeout_ms=60_000)
+
+
+def realistic_batch(batch: ToolBatchInput, agent: Agent) -> ToolBatchInput:
+    """``batch`` for ``agent``, logged (turn 1, step 1)."""
+    from dataclasses import replace
+
+    from dsh_actors import LogStep
+
+    return replace(batch, agent=agent, log=LogStep(turn=1, step=1))
+
+
 @dataclass
 class Plan:
     """How much work each section does (``--quick`` or full)."""
@@ -107,7 +153,7 @@ class Plan:
         return 15 if self.quick else 40
 
     def steps(self) -> int:
-        return len(OVERHEAD_SIZES) + 3 + 1 + 2 + 1 + 1
+        return len(OVERHEAD_SIZES) + 3 + 1 + 1 + 2 + 1 + 1 + 3
 
 
 # --------------------------------------------------------------------------
@@ -159,11 +205,18 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
     out: dict[str, Any] = {"sizes": {}}
     loop = asyncio.new_event_loop()
     try:
-        with ToolRuntime(max_parallel_tool_calls=CAP) as rt, ThreadPoolExecutor(CAP) as pool:
+        with (
+            ToolRuntime(max_parallel_tool_calls=CAP) as rt,
+            ToolRuntime(max_parallel_tool_calls=CAP) as real,
+            ThreadPoolExecutor(CAP) as pool,
+        ):
             rt.tools.register(noop_tool())
+            real.tools.register(realistic_tool(noop_tool()))
+            harness = realistic(real)
             # Warm every path (threads started, pools filled, caches built).
             for _ in range(3):
                 rt.tools.execute(noop_batch(CAP * 2))
+                real.tools.execute(realistic_batch(noop_batch(CAP * 2), harness))
                 _threadpool_us(pool, CAP * 2)
                 _asyncio_gather_us(loop, CAP * 2)
             for n in OVERHEAD_SIZES:
@@ -175,8 +228,15 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                     _dsh_us(rt, batch)
                     _threadpool_us(pool, n)
                 samples: dict[str, list[float]] = {"dsh": [], "threadpool": [], "asyncio": [], "direct": []}
+                real_batch = realistic_batch(batch, harness) if n in REALISTIC_SIZES else None
+                if real_batch is not None:
+                    samples["realistic"] = []
+                    for _ in range(warm):
+                        _dsh_us(real, real_batch)
                 for _ in range(reps):
                     samples["dsh"].append(_dsh_us(rt, batch))
+                    if real_batch is not None:
+                        samples["realistic"].append(_dsh_us(real, real_batch))
                     samples["threadpool"].append(_threadpool_us(pool, n))
                     samples["asyncio"].append(_asyncio_gather_us(loop, n))
                     samples["direct"].append(_direct_us(n))
@@ -205,7 +265,45 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
         out[f"{key}_marginal_us"] = slope(key, 10, 100)
         out[f"{key}_n1_us"] = sizes[1][key]
         out[f"{key}_n10000_marginal_us"] = slope(key, 1000, 10_000)
+    out["realistic_marginal_us"] = slope("realistic", 10, 100)
+    out["realistic_n1_us"] = sizes[1]["realistic"]
+    progress.note("scale: 200 concurrent batches")
+    out.update(concurrent_threads())
+    progress.advance("scale: 200 concurrent batches")
     return out
+
+
+CONCURRENT_BATCHES = 200
+
+
+def concurrent_threads() -> dict[str, Any]:
+    """200 batches of 10 calls at cap 10 submitted at once (each body sleeps
+    2 ms, so they really overlap); the peak thread count of the process,
+    sampled inside the bodies, against the bound the runtime documents
+    (docs/ARCHITECTURE.md, "Threads"): the threads before it, plus the
+    registry, the loop thread and the global scope actor, plus one executor
+    actor per batch running at once, plus the call-actor budget."""
+    before = threading.active_count()
+    peak = ThreadPeak()
+
+    def body(args: Any, ctx: Any) -> str:
+        peak.sample()
+        time.sleep(0.002)
+        return "ok"
+
+    with ToolRuntime(max_parallel_tool_calls=CAP) as rt:
+        rt.tools.register(noop_tool("concurrent", body))
+        batch = noop_batch(10, name="concurrent")
+        futures = [rt.tools.submit(batch) for _ in range(CONCURRENT_BATCHES)]
+        for future in futures:
+            future.result(timeout=120)
+        budget = rt.max_call_actors
+    return {
+        "concurrent_batches": CONCURRENT_BATCHES,
+        "concurrent_peak_threads": peak.peak,
+        "concurrent_threads_bound": before + 3 + CONCURRENT_BATCHES + budget,
+        "concurrent_budget": budget,
+    }
 
 
 # --------------------------------------------------------------------------
@@ -290,19 +388,32 @@ def run_pool(plan: Plan, progress: Progress, trace_recorders: list[Any] | None =
     overshoot = sleep_overshoot_ms(plan.overshoot_samples)
     out: dict[str, Any] = {"sleep_overshoot_ms": overshoot, "cap": POOL_CAP, "calls": POOL_CALLS}
     workloads = pool_workloads()
-    with ToolRuntime(max_parallel_tool_calls=CAP) as rt, ThreadPoolExecutor(POOL_CAP) as pool:
+    with (
+        ToolRuntime(max_parallel_tool_calls=CAP) as rt,
+        ToolRuntime(max_parallel_tool_calls=CAP) as real,
+        ThreadPoolExecutor(POOL_CAP) as pool,
+    ):
         rt.tools.register(_pool_tool())
+        real.tools.register(realistic_tool(_pool_tool()))
+        harness = realistic(real)
         rt.tools.execute(_pool_batch([(1.0, False)] * 16))  # warm: call actors exist
+        real.tools.execute(realistic_batch(_pool_batch([(1.0, False)] * 16), harness))
         _threadpool_pool_ms(pool, [(1.0, False)] * 16)
         for name, calls in workloads.items():
             progress.note(f"pool: {name}")
             batch = _pool_batch(calls)
-            dsh, tpe = [], []
+            real_batch = realistic_batch(batch, harness)
+            dsh, tpe, realistic_ms = [], [], []
             for _ in range(plan.pool_reps):
                 start = time.perf_counter()
                 rt.tools.execute(batch)
                 dsh.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                real.tools.execute(real_batch)
+                realistic_ms.append((time.perf_counter() - start) * 1000)
                 tpe.append(_threadpool_pool_ms(pool, calls))
+            ideal = ideal_makespan_ms(calls, POOL_CAP, overshoot)
+            out[f"realistic_{name}"] = {"makespan_ms": median(realistic_ms), "ideal_ms": ideal, "reps": plan.pool_reps}
             out[name] = {
                 "makespan_ms": median(dsh),
                 "best_ms": min(dsh),

@@ -537,6 +537,25 @@ class Session:
         with self._lock:
             self._append_line(line, kind, call_id)
 
+    def append_lossless(self, event: dict[str, Any]) -> None:
+        """:meth:`append` for an event whose values are all lossless JSON
+        already (materialized, or built from materialized values, as the
+        executor's ``tool/call`` and ``tool/result`` events are): the check is
+        not made twice. A subclass that overrides :meth:`append` gets every
+        event through its :meth:`append`, as before."""
+        if type(self).append is not Session.append or type(event) is not dict:
+            self.append(event)
+            return
+        problem = _shape_problem(event)
+        if problem is not None:
+            raise ValueError(f"invalid session event: {problem}")
+        try:
+            line = orjson.dumps(event)
+        except orjson.JSONEncodeError:
+            line = _encode(event)  # too deep for orjson: the checked path says why
+        with self._lock:
+            self._append_line(line, event["type"], event.get("call_id"))
+
     def _append_line(self, line: bytes, kind: str, call_id: object) -> None:
         # Called with the lock held.
         if self._closed:

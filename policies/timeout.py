@@ -98,9 +98,9 @@ class TimeoutPolicy:
         timeout_ms = None if definition is None else definition.timeout_ms
         if timeout_ms is None:
             return next_()
-        reason = ToolTimeoutError(timeout_ms)
         controller = AbortController()
-        deadline = self.timer.schedule(timeout_ms / 1000.0, lambda: controller.abort(reason))
+        # The reason is made only if the deadline fires (most calls end first).
+        deadline = self.timer.schedule(timeout_ms / 1000.0, lambda: controller.abort(ToolTimeoutError(timeout_ms)))
         if deadline is None:  # disposed while this call was on its way in
             return next_()
         caller = execution.signal
@@ -113,7 +113,7 @@ class TimeoutPolicy:
             deadline.cancel()
             fused.close()
         # The fused signal keeps the reason of whichever parent fired first.
-        if fused.aborted and fused.reason is reason:
+        if fused.aborted and controller.signal.aborted and fused.reason is controller.signal.reason:
             return timeout_failure(timeout_ms, result)
         return result
 

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from loguru import logger
 
 from ..errors import ToolBatchExecutionError, safe_str
-from ..json import thaw
 from ..model import (
     ToolBatchInput,
     ToolBatchResult,
@@ -47,6 +46,7 @@ from ..model import (
 from ..pipeline.intake import loggable, parse_arguments
 from ..pipeline.results import aborted
 from ..pipeline.stages import LOOK_UP, Call, CallPhase, begin_call, dispatch, finalize, prepare, registry_functions
+from ..session import call_event, result_event
 from ..signals import AbortController, AbortSignal
 from .messages import Deadline, Reply, Settled, Wake
 from .pool import WorkMailbox
@@ -57,6 +57,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .executor import NativeExecutor
 
 __all__ = ["BatchRun"]
+
+#: The events whose listeners see a call's prepare (so when it runs).
+_OBSERVERS = ("tools/pre-execute",)
 
 
 class BatchRun:
@@ -70,7 +73,10 @@ class BatchRun:
     * ``next_commit``: calls before it have committed.
     * ``out``: indexes of the calls in the mailbox or on a call actor (owned
       by whoever holds them: the executor does not read them until their
-      ``Settled`` arrives).
+      ``Settled`` arrives). At most ``limit`` of them run: no more call
+      actors serve the batch. Beyond ``limit`` out, a call is put only if it
+      was prepared ahead (``early``), which needs a prepare nothing can
+      observe; at most ``2 * limit`` are out.
     * ``barrier``: the exclusive call that started and has not committed.
     * ``halted``: why no call starts any more (None while calls may start).
     """
@@ -104,6 +110,7 @@ class BatchRun:
         "halted",
         "hook",
         "reply",
+        "early",
     )
 
     def __init__(self, rt: ToolRuntime, native: NativeExecutor, batch: ToolBatchInput, limit: int, reply: Reply) -> None:
@@ -133,6 +140,7 @@ class BatchRun:
         self.stuck: list[Call] = []  # still out when the stop's deadline came
         self.halted: str | None = None
         self.hook: Any = None
+        self.early: set[int] = set()  # calls prepared ahead of a free slot
 
     # -- the run -------------------------------------------------------------------
 
@@ -255,8 +263,10 @@ class BatchRun:
             if reclaim:
                 for call in mailbox.reclaim():
                     self.out.discard(call.index)
-                    # Prepared (its pre-execute phases ran) but never dispatched.
-                    call.resolve(aborted(before_dispatch=True), run_post=True)
+                    # Prepared but never dispatched: it passes post-execute,
+                    # unless it was prepared ahead (which ran no observable
+                    # phase: it ends as an unstarted call does).
+                    call.resolve(aborted(before_dispatch=True), run_post=call.index not in self.early)
             mailbox.release_idle()
 
     def _step(self) -> None:
@@ -299,11 +309,17 @@ class BatchRun:
                 # is handed to prepare(), which runs right now.
                 call.mode, looked_up = self._classify(call)
             exclusive = call.mode == "exclusive"
+            early = False
             if exclusive:
                 if self.next_commit < index:
                     return  # an exclusive call waits for everything before it
             elif len(self.out) >= self.limit:
-                return  # the pool is full
+                # The pool is full. A call may still be prepared ahead (at most
+                # `limit` of them) when nothing can observe its prepare: the
+                # call actor that frees a slot then takes it without a hop here.
+                if len(self.out) >= 2 * self.limit or not self._may_prepare_ahead(call):
+                    return
+                early = True
             self.next_start = index + 1
             if not self._log_call(call):
                 # Its tool/call could not be written: it does not run.
@@ -315,11 +331,24 @@ class BatchRun:
             if call.phase is not CallPhase.READY:
                 continue  # resolved without dispatch: it commits in its turn
             call.phase = CallPhase.DISPATCHING
+            if early:
+                self.early.add(index)
             if not self.out and (exclusive or self.limit == 1 or self.next_start == total):
                 # The only call that can start: run it here, no hop.
                 dispatch(self.rt, call)
             else:
                 self._put(call)
+
+    def _may_prepare_ahead(self, call: Call) -> bool:
+        """Whether preparing ``call`` before a slot frees runs nothing anyone
+        can observe: no session log (its ``tool/call`` would be written
+        early), no ``tools/pre-execute`` listener and no guard for its agent,
+        and a batch that is not serial."""
+        if self.limit < 2 or self.session is not None:
+            return False
+        agent = call.execution.agent
+        rt = self.rt
+        return not rt.events.observed(_OBSERVERS, agent) and not registry_functions().has_guards(rt.state, agent)
 
     def _put(self, call: Call) -> None:
         mailbox = self.mailbox
@@ -427,15 +456,15 @@ class BatchRun:
             return True
         if self.log_error is not None:
             return False
-        from ..session import call_event
-
         log = self.batch.log
         assert log is not None
         execution = call.execution
         arguments = execution.arguments
-        logged = thaw(arguments) if arguments is not None else loggable(call.raw_arguments)
+        # Materialized arguments are lossless JSON as they are (orjson writes
+        # the frozen mapping and tuples); others get a readable stand-in.
+        logged = arguments if arguments is not None else loggable(call.raw_arguments)
         try:
-            session.append(call_event(log.turn, log.step, execution.call_id, execution.name, logged))
+            session.append_lossless(call_event(log.turn, log.step, execution.call_id, execution.name, logged))
         except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
             self.log_error = exc
             return False
@@ -459,10 +488,9 @@ class BatchRun:
             return
         if self.log_error is not None:
             return
-        from ..session import result_event
-
         try:
-            session.append(result_event(call.execution.call_id, result))
+            # The final result is frozen: every value in it is lossless JSON.
+            session.append_lossless(result_event(call.execution.call_id, result))
         except BaseException as exc:  # noqa: BLE001
             self.log_error = exc
             return
@@ -485,7 +513,10 @@ class BatchRun:
         for index in range(self.next_commit, self.next_start):
             assert calls[index] is not None, f"started call {index} was dropped before it committed"
         assert all(self.next_commit <= i < self.next_start for i in self.out), "a call out of range is out"
-        assert len(self.out) <= self.limit, f"{len(self.out)} calls out at cap {self.limit}"
+        # At most `limit` run (no more call actors serve the batch), and at
+        # most `limit` more wait, prepared ahead, in the mailbox.
+        assert len(self.out) <= 2 * self.limit, f"{len(self.out)} calls out at cap {self.limit}"
+        assert len(self.out) <= self.limit or self.session is None, "a logged call was prepared ahead"
         if self.barrier is not None:
             assert self.next_commit <= self.barrier < self.next_start
             assert self.out <= {self.barrier}, "a call runs beside an exclusive one"

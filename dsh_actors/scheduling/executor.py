@@ -34,7 +34,7 @@ from ..pipeline.results import failure_from_exception
 from ..pipeline.stages import CallPhase, dispatch
 from .batch import BatchRun
 from .messages import Deadline, Reply, RunBatch, Serve
-from .pool import CallPool, WorkMailbox
+from .pool import LEAVE, CallPool, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
@@ -261,18 +261,19 @@ class CallActor(ActorBase):
             case Serve():
                 mailbox: WorkMailbox | None = message.mailbox
                 while mailbox is not None:
-                    self._serve(mailbox)
-                    mailbox = self.pool.release(self.actor_ref)
+                    mailbox = self._serve(mailbox)
             case _:
                 assert_never(message)
 
-    def _serve(self, mailbox: WorkMailbox) -> None:
+    def _serve(self, mailbox: WorkMailbox) -> WorkMailbox | None:
+        """Serve ``mailbox`` until told to leave; the next mailbox the pool
+        sends this actor to, or None (idle)."""
         rt = self.rt
+        pool = self.pool
         mailbox.arrive()
-        while True:
-            call = mailbox.take()
-            if call is None:
-                return
+        item = mailbox.take()
+        while item is not LEAVE:
+            call: Any = item
             try:
                 dispatch(rt, call)
             except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
@@ -280,4 +281,14 @@ class CallActor(ActorBase):
                 call.outcome = failure_from_exception(exc)
                 call.run_post = False
                 call.phase = CallPhase.DISPATCHED
+            item = mailbox.take(wait=False)
+            if item is LEAVE:
+                # Back in the pool before the executor hears of this call: a
+                # batch the caller sends next finds this actor idle.
+                nxt = pool.release(self.actor_ref)
+                mailbox.report(call)
+                return nxt
             mailbox.report(call)
+            if item is None:
+                item = mailbox.take()
+        return pool.release(self.actor_ref)

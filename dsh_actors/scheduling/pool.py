@@ -54,6 +54,10 @@ class _Leave:
 #: The sentinel a call actor takes to leave a mailbox.
 LEAVE: Any = _Leave()
 
+#: Seconds a server waits idle on a mailbox before it leaves if another
+#: batch is waiting for a slot of the budget.
+SHED_AFTER = 0.05
+
 
 class WorkMailbox:
     """One batch's work mailbox (see the module docstring).
@@ -69,6 +73,11 @@ class WorkMailbox:
     * ``0 <= sentinels <= servers``: LEAVE items queued and not yet taken;
       each takes one server away. ``servers - sentinels`` are the servers
       that stay.
+    * No server idles on a draining mailbox (the executor said nothing more
+      is coming for now): one that runs out of calls leaves. A server idle
+      for ``SHED_AFTER`` seconds leaves too when another batch waits for a
+      slot. So idle servers never hold the budget that another batch (a
+      nested one, say) needs to finish.
     * While a call is queued and the mailbox is open, ``servers -
       sentinels >= 1``: someone will take it.
     * Nobody waits behind a blocking body: when a call is queued while no
@@ -78,7 +87,7 @@ class WorkMailbox:
       calls that one server keeps up with wakes few call actors.
     """
 
-    __slots__ = ("_q", "_lock", "limit", "servers", "spare", "idle", "sentinels", "closed", "_pool", "inbox")
+    __slots__ = ("_q", "_lock", "limit", "servers", "spare", "idle", "sentinels", "closed", "draining", "_pool", "inbox")
 
     def __init__(self, limit: int, pool: CallPool, inbox: queue.SimpleQueue[Any]) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -89,6 +98,7 @@ class WorkMailbox:
         self.idle = 0  # servers blocked in take()
         self.sentinels = 0
         self.closed = False
+        self.draining = False  # the executor has nothing more to put for now
         self._pool = pool
         self.inbox = inbox  # the batch's inbox: where Settled goes
 
@@ -107,6 +117,7 @@ class WorkMailbox:
         """Queue a startable call; make sure someone will take it."""
         with self._lock:
             self._q.put(call)
+            self.draining = False
             staying = self.servers - self.sentinels
             # Nobody serves, or everybody is busy and nobody is on the way:
             # one more (below the limit), so a call never waits behind
@@ -139,9 +150,11 @@ class WorkMailbox:
         return taken
 
     def release_idle(self) -> None:
-        """Nothing more will be put for now: servers blocked waiting leave
-        (and go back to the pool for other batches)."""
+        """Nothing more will be put for now: servers blocked waiting leave,
+        and so does every server that runs out of calls from now on (until
+        the next :meth:`put`), going back to the pool for other batches."""
         with self._lock:
+            self.draining = True
             extra = self.idle - self.sentinels
             for _ in range(extra):
                 self._q.put(LEAVE)
@@ -171,16 +184,35 @@ class WorkMailbox:
             self.spare -= 1
             self.servers -= 1
 
-    def take(self) -> Call | None:
-        """The next call to run (now owned by the caller), or None: leave."""
+    def take(self, *, wait: bool = True) -> Call | None | _Leave:
+        """The next call to run (now owned by the caller), or LEAVE (the
+        caller no longer serves this mailbox). ``wait=False``: None when no
+        item is queued right now."""
         q = self._q
         try:
             item = q.get_nowait()
         except queue.Empty:
+            if not wait:
+                return None
             with self._lock:
+                if self.draining and self._q.empty():
+                    # Nothing more is coming for now: leave instead of
+                    # holding a slot of the budget while idle.
+                    self.servers -= 1
+                    return LEAVE
                 self.idle += 1
             try:
-                item = q.get()
+                while True:
+                    try:
+                        item = q.get(timeout=SHED_AFTER)
+                        break
+                    except queue.Empty:
+                        # Idle for a while: give the slot to a batch waiting
+                        # for one (so idle servers never starve the budget).
+                        with self._lock:
+                            if (self.draining or self._pool.waiting) and self._q.empty():
+                                self.servers -= 1
+                                return LEAVE
             finally:
                 with self._lock:
                     self.idle -= 1
@@ -188,7 +220,7 @@ class WorkMailbox:
             with self._lock:
                 self.sentinels -= 1
                 self.servers -= 1
-            return None
+            return LEAVE
         if not self.spare and self.servers < self.limit and not q.empty():
             with self._lock:
                 grow = (
@@ -278,6 +310,12 @@ class CallPool:
                 return None
         self._rt.group.retire(worker)
         return None
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a mailbox waits for a slot of the budget (a racy read:
+        an idle server polls it to decide to leave)."""
+        return bool(self._waiting)
 
     def lend(self) -> None:
         """The calling call actor blocks on work the runtime must do (a

@@ -111,3 +111,22 @@ def test_call_actors_go_back_to_the_pool_and_idle_ones_are_kept_within_the_budge
             future.result(GUARD)
         pooled = [t for t in rt.group.threads() if t.name == "dsh-CallActor" and t.is_alive()]
         assert len(pooled) <= 4
+
+
+def test_nested_batches_finish_however_the_budget_and_the_caps_meet() -> None:
+    """Budget 1 or 2, outer caps 1 to 3, several parents each nesting a batch:
+    an idle call actor never keeps the slot a nested batch needs."""
+    for budget in (1, 2):
+        for cap in (1, 2, 3):
+            with started_runtime(max_call_actors=budget) as rt:
+                rt.tools.register(make_tool("leaf", lambda args, ctx: "leaf"))
+
+                def parent(args: Any, ctx: Any, rt: Any = rt) -> str:
+                    inner = rt.tools.execute(ToolBatchInput(calls=calls("leaf", "leaf")))
+                    return "+".join(r.result.value for r in inner.results)
+
+                rt.tools.register(make_tool("parent", parent))
+                batch = rt.tools.submit(
+                    ToolBatchInput(calls=calls(*["parent"] * 5), max_parallel_tool_calls=cap)
+                ).result(GUARD)
+            assert [r.result.value for r in batch.results] == ["leaf+leaf"] * 5, (budget, cap)
