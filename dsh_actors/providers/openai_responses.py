@@ -22,7 +22,8 @@ items out.
 
 Content: an output that is one text block is a string; otherwise a list of
 ``input_text`` and ``input_image`` parts (a ``function_call_output`` takes
-images directly; the image is a ``data:`` URL). An image of a type the
+images directly; the image is a ``data:`` URL with ``detail: "auto"``,
+which a message's image part requires). An image of a type the
 provider does not accept (:data:`~dsh_actors.providers.IMAGE_TYPES`)
 becomes a note saying it was left out. Reasoning blocks are sent as text.
 """
@@ -155,7 +156,7 @@ def _parts(blocks: Iterable[ContentBlock], what: str) -> list[dict[str, Any]]:
             if mime is None:
                 parts.append({"type": "input_text", "text": image_left_out(block, _PROVIDER)})
             else:
-                parts.append({"type": "input_image", "image_url": data_url(block, mime)})
+                parts.append({"type": "input_image", "image_url": data_url(block, mime), "detail": "auto"})
         else:
             assert isinstance(block, (TextBlock, ReasoningBlock))
             parts.append({"type": "input_text", "text": block.text})
