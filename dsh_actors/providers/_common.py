@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ..errors import safe_repr
 from ..executor import ToolModelInput
 from ..model import (
     ContentBlock,
@@ -107,12 +108,13 @@ def sequence_or_none(value: Any) -> Sequence[Any] | None:
 
 
 class Reader:
-    """One response's read: each call's path (for duplicate ids) and errors
-    that name the path of the bad field."""
+    """One response's read: the calls in model order, where each was read
+    (to name both places of a duplicate id), and errors that name the path
+    of the bad field."""
 
     def __init__(self) -> None:
         self.calls: list[ToolCall] = []
-        self.places: list[str] = []
+        self.places: dict[str, str] = {}  # call id -> where it was read
 
     def fail(self, where: str, problem: str) -> ProviderFormatError:
         return ProviderFormatError(where, problem)
@@ -143,11 +145,11 @@ class Reader:
             arguments = ""
         if not isinstance(arguments, (str, Mapping)):
             raise self.fail(f"{where}.{key}", f"must be an object or JSON text, got {kind(arguments)}")
-        for seen, place in zip(self.calls, self.places):
-            if seen.id == call_id:
-                raise self.fail(where, f"duplicate call id {call_id!r} (also at {place})")
+        place = self.places.get(call_id)
+        if place is not None:
+            raise self.fail(where, f"duplicate call id {safe_repr(call_id)} (also at {place})")
         self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
-        self.places.append(where)
+        self.places[call_id] = where
 
     def done(self) -> tuple[ToolCall, ...]:
         return tuple(self.calls)
