@@ -14,6 +14,14 @@
   "input_schema"}`` per tool the agent's executor offers (under PTC, only
   ``run_code``).
 
+In a loop::
+
+    message = client.messages.create(model=..., max_tokens=..., messages=messages, tools=anthropic.tools(rt, agent))
+    messages.append({"role": "assistant", "content": message.content})
+    calls = anthropic.calls(message)          # () when stop_reason is not "tool_use"
+    if calls:
+        messages.extend(anthropic.results(rt.tools.execute(ToolBatchInput(calls=calls, agent=agent))))
+
 Content: a result that is one text block is a string; otherwise a list of
 ``text`` and ``image`` blocks (a ``tool_result`` takes images directly, as
 base64 sources); empty text blocks are dropped (the API refuses them), and

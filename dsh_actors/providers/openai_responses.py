@@ -14,6 +14,9 @@ items out.
   model order, then one user message item (``{"type": "message", "role":
   "user", "content": [...]}``) per additional context. A failure is marked
   by its text, which starts ``Error: `` (the API has no error flag).
+  Send them as the next ``input`` with ``previous_response_id``, or, in a
+  conversation you keep yourself, after the response's ``output`` items
+  (reasoning items included, as the API asks).
 * :func:`tools` gives the ``tools`` parameter: ``{"type": "function",
   "name", "description", "parameters", "strict": false}`` per tool the
   agent's executor offers (under PTC, only ``run_code``). ``strict`` is
