@@ -1,16 +1,46 @@
 """The README's contract with a newcomer: its first code block holds exactly
-the two commands, and its first Python example runs as written."""
+the two commands, its first Python example runs as written, and so do all
+its Python blocks, in order, in one namespace (as a reader pasting them
+into one session would run them)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletion
+
+from conftest import assert_no_new_threads, live_threads
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), re.S)
+
+
+@pytest.fixture
+def namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A namespace to run README blocks in, from an empty folder (they may
+    write files such as trace.json); any runtime they left running is
+    stopped afterwards, and no thread may survive that."""
+    monkeypatch.chdir(tmp_path)
+    before = live_threads()
+    names: dict[str, Any] = {"__name__": "readme"}
+    try:
+        yield names
+    finally:
+        rt = names.get("rt")
+        if rt is not None:
+            rt.stop()
+    assert_no_new_threads(before)
+
+
+def run(block: str, names: dict[str, Any]) -> None:
+    exec(compile(block, "README.md", "exec"), names)  # noqa: S102
 
 
 def test_the_first_code_block_is_the_main_job_then_the_tests() -> None:
@@ -24,7 +54,58 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "./dev test" in ci.splitlines()
 
 
-def test_the_first_use_example_runs_as_written(capsys: object) -> None:
+def test_the_first_use_example_runs_as_written(namespace: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     example = next(b for b in blocks("python") if b.startswith("from dsh_actors import"))
-    namespace: dict[str, object] = {}
-    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
+    assert "providers import openai" in example
+    run(example, namespace)
+    assert "tool/result" in capsys.readouterr().out
+
+
+def test_every_python_block_runs_in_order_in_one_namespace(namespace: dict[str, Any]) -> None:
+    python = blocks("python")
+    assert len(python) >= 5
+    for index, block in enumerate(python):
+        try:
+            run(block, namespace)
+        except Exception as exc:
+            raise AssertionError(f"README Python block {index + 1} failed:\n{block}") from exc
+    assert (Path.cwd() / "trace.json").exists()
+    assert not namespace["rt"].running  # the last snippets stop it
+
+
+def test_the_loop_of_the_first_use_runs_against_a_chat_client(namespace: dict[str, Any]) -> None:
+    first_use, loop = blocks("python")[:2]
+    assert loop.startswith("def agent_turn(")
+    run(first_use, namespace)
+    run(loop, namespace)
+
+    class Completions:
+        """A scripted client.chat.completions: one echo call, then an answer."""
+
+        def __init__(self) -> None:
+            self.requests: list[dict[str, Any]] = []
+
+        def create(self, **request: Any) -> ChatCompletion:
+            self.requests.append(request)
+            if len(self.requests) == 1:
+                call = {"id": "call_2", "type": "function", "function": {"name": "echo", "arguments": '{"message": "again"}'}}
+                message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
+            else:
+                message = {"role": "assistant", "content": "Said it twice."}
+            return ChatCompletion.model_validate({
+                "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 1, "model": request["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
+            })  # fmt: skip
+
+    class Client:
+        class chat:  # noqa: N801 - the SDK's attribute names
+            completions = Completions()
+
+    messages = namespace["messages"]
+    answer = namespace["agent_turn"](Client(), "gpt-4.1", messages, 2)
+    assert answer == "Said it twice."
+    assert messages[-2] == {"role": "tool", "tool_call_id": "call_2", "content": "again"}
+    requests = Client.chat.completions.requests
+    assert [t["function"]["name"] for t in requests[0]["tools"]] == ["echo"]
+    logged = [e for e in namespace["agent"].session.events() if e["type"] == "tool/call"]
+    assert [(e["call_id"], e["turn"], e["step"]) for e in logged] == [("call_1", 1, 1), ("call_2", 2, 1)]

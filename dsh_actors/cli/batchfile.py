@@ -17,8 +17,10 @@ one line, for error messages):
   "tool_use", "id", "name", "input": {...}}``), bare or as an assistant
   message's ``"content"``; other blocks (text, thinking) are skipped.
 
-A list of chat messages (a conversation) is read from its last assistant
-message. Model-produced argument *text* is kept as text: the executor
+The provider shapes are read by :mod:`dsh_actors.providers` (``openai``,
+``openai_responses``, ``anthropic``: the same ``calls()`` a loop uses); this
+module decides which family a document is in. A list of chat messages (a
+conversation) is read from its last assistant message. Model-produced argument *text* is kept as text: the executor
 parses it (SPEC section 6), so arguments that are not JSON fail their call
 with ``INVALID_ARGS`` instead of failing the whole file.
 
@@ -29,7 +31,7 @@ names the file and the JSON path of the bad field.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
@@ -37,6 +39,7 @@ from typing import Any, Final, Literal, TypeAlias
 from ..errors import LosslessJsonError
 from ..json import loads
 from ..model import ToolCall
+from ..providers import ProviderFormatError, anthropic, openai, openai_responses
 
 __all__ = ["ACCEPTED_SHAPES", "Batch", "BatchFileError", "BatchShape", "parse_batch", "read_batch"]
 
@@ -154,15 +157,15 @@ class _Parser:
         if "calls" in data:
             return self.ours(self.list_at(data, "calls", where), f"{where}.calls"), "dsh"
         if "choices" in data:
-            return self.completion(data, where)
+            return self.provider(openai._calls, data, where), "openai"
         if "tool_calls" in data:
             if data["tool_calls"] is None:
                 raise self.fail(where, '"tool_calls" is null: no tool calls')
-            return self.openai(self.list_at(data, "tool_calls", where), f"{where}.tool_calls"), "openai"
+            return self.provider(openai._calls, data, where), "openai"
         if isinstance(data.get("content"), list) and (data.get("role") == "assistant" or data.get("type") == "message"):
-            return self.anthropic(data["content"], f"{where}.content"), "anthropic"
+            return self.provider(anthropic._calls, data, where), "anthropic"
         if isinstance(data.get("output"), list):
-            return self.responses(data["output"], f"{where}.output"), "openai-responses"
+            return self.provider(openai_responses._calls, data, where), "openai-responses"
         if data.get("role") == "assistant":
             raise self.fail(where, 'an assistant message without "tool_calls" or a "content" list: no tool calls')
         keys = ", ".join(repr(k) for k in list(data)[:6]) or "no keys"
@@ -178,28 +181,15 @@ class _Parser:
         if "role" in first:
             return self.conversation(items, where)
         if "function" in first:
-            return self.openai(items, where), "openai"
+            return self.provider(openai._calls, items, where), "openai"
         if kind == "function_call" or kind in _SKIPPED_ITEMS:
-            return self.responses(items, where), "openai-responses"
+            return self.provider(openai_responses._calls, items, where), "openai-responses"
         if kind == "tool_use" or kind in _SKIPPED_BLOCKS:
-            return self.anthropic(items, where), "anthropic"
+            return self.provider(anthropic._calls, items, where), "anthropic"
         if "name" in first and kind is None:
             return self.ours(items, where), "dsh"
         keys = ", ".join(repr(k) for k in list(first)[:6]) or "no keys"
         raise self.unknown(f"a list of objects with {keys}")
-
-    def completion(self, data: Mapping[str, Any], where: str) -> tuple[list[ToolCall], BatchShape]:
-        choices = self.list_at(data, "choices", where)
-        if len(choices) != 1:
-            raise self.fail(f"{where}.choices", f"holds {len(choices)} choices; a batch is one message (save one choice)")
-        choice = self.object_at(choices, 0, f"{where}.choices")
-        message = choice.get("message")
-        if not isinstance(message, Mapping):
-            raise self.fail(f"{where}.choices[0].message", f"must be an object, got {_kind(message)}")
-        if "tool_calls" not in message or message["tool_calls"] is None:
-            raise self.fail(f"{where}.choices[0].message", 'has no "tool_calls": no tool calls')
-        tool_calls = self.list_at(message, "tool_calls", f"{where}.choices[0].message")
-        return self.openai(tool_calls, f"{where}.choices[0].message.tool_calls"), "openai"
 
     def conversation(self, messages: list[Any], where: str) -> tuple[list[ToolCall], BatchShape]:
         for index in range(len(messages) - 1, -1, -1):
@@ -222,50 +212,14 @@ class _Parser:
             calls.append(self.call(call_id, self.text(call, "name", at), call.get("arguments", ""), at, "arguments"))
         return calls
 
-    def openai(self, items: list[Any], where: str) -> list[ToolCall]:
-        calls = []
-        for index, item in enumerate(items):
-            at = f"{where}[{index}]"
-            call = self.object_at(items, index, where)
-            kind = call.get("type", "function")
-            if kind != "function":
-                raise self.fail(f"{at}.type", f'must be "function", got {kind!r}')
-            function = call.get("function")
-            if not isinstance(function, Mapping):
-                raise self.fail(f"{at}.function", f"must be an object, got {_kind(function)}")
-            name = self.text(function, "name", f"{at}.function")
-            calls.append(self.call(self.text(call, "id", at), name, function.get("arguments", ""), f"{at}.function", "arguments"))
-        return calls
-
-    def responses(self, items: list[Any], where: str) -> list[ToolCall]:
-        calls = []
-        for index, item in enumerate(items):
-            at = f"{where}[{index}]"
-            entry = self.object_at(items, index, where)
-            kind = entry.get("type")
-            if kind in _SKIPPED_ITEMS:
-                continue
-            if kind != "function_call":
-                raise self.fail(f"{at}.type", f'must be "function_call" (or a skipped item type), got {kind!r}')
-            key = "call_id" if "call_id" in entry else "id"
-            calls.append(self.call(self.text(entry, key, at), self.text(entry, "name", at), entry.get("arguments", ""), at, "arguments"))
-        return calls
-
-    def anthropic(self, items: list[Any], where: str) -> list[ToolCall]:
-        calls = []
-        for index, item in enumerate(items):
-            at = f"{where}[{index}]"
-            block = self.object_at(items, index, where)
-            kind = block.get("type")
-            if kind == "tool_use":
-                arguments = block.get("input", {})
-                if not isinstance(arguments, Mapping):
-                    raise self.fail(f"{at}.input", f"must be an object, got {_kind(arguments)}")
-                calls.append(self.call(self.text(block, "id", at), self.text(block, "name", at), arguments, at, "input"))
-            elif not isinstance(kind, str):
-                raise self.fail(f"{at}.type", f"a content block needs a string type, got {_kind(kind)}")
-            # other blocks (text, thinking, ...) carry no call
-        return calls
+    def provider(self, read: Callable[[Any, str], tuple[ToolCall, ...]], data: Any, where: str) -> list[ToolCall]:
+        """The calls one of :mod:`dsh_actors.providers` reads from ``data``."""
+        try:
+            calls = read(data, where)
+        except ProviderFormatError as err:
+            raise BatchFileError(f"{self.source}: {err}") from None
+        self.places.extend(where for _ in calls)
+        return list(calls)
 
     # -- fields ----------------------------------------------------------------
 

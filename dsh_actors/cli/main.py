@@ -24,6 +24,7 @@ from importlib import metadata
 from .batchfile import ACCEPTED_SHAPES
 from .loading import EXECUTORS, CliError
 from .run import APPROVE_MODES, EXIT_INTERRUPTED
+from .schemas import FORMATS
 
 __all__ = ["build_parser", "main"]
 
@@ -142,9 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     schemas.add_argument("--tools", required=True, metavar="MODULE[:ATTR]", help=tools_help)
     schemas.add_argument(
         "--format",
-        choices=("openai", "anthropic", "raw"),
+        choices=FORMATS,
         default="openai",
-        help='openai: {"type": "function", "function": {...}} (default); anthropic: {"name", "description", "input_schema"}; raw: ours',
+        help='openai: Chat Completions {"type": "function", "function": {...}} (default); '
+        'openai-responses: {"type": "function", "name", ..., "strict": false}; '
+        'anthropic: {"name", "description", "input_schema"}; raw: ours',
     )
     schemas.add_argument("--executor", choices=EXECUTORS, default="native", help="whose model input to describe (ptc: run_code)")
 

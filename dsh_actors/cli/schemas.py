@@ -1,13 +1,16 @@
 """``dsh-actors schemas --tools MODULE``: the model-facing tool schemas.
 
-The schemas are what the executor offers the model (``describe``): with the
-native executor, one per registered tool; with ``--executor ptc``, the one
-``run_code`` tool. ``--format`` writes them in a provider's tool format:
+The schemas are what the model is offered (``rt.tools.model_tools()``, the
+executor's ``describe``): with the native executor, one per registered
+tool; with ``--executor ptc``, the one ``run_code`` tool. ``--format``
+writes them as a provider's ``tools`` parameter, with
+:mod:`dsh_actors.providers`:
 
 * ``openai``: ``{"type": "function", "function": {"name", "description",
-  "parameters"}}`` (Chat Completions ``tools``);
-* ``anthropic``: ``{"name", "description", "input_schema"}`` (Messages
-  ``tools``);
+  "parameters"}}`` (Chat Completions);
+* ``openai-responses``: ``{"type": "function", "name", "description",
+  "parameters", "strict": false}`` (Responses API);
+* ``anthropic``: ``{"name", "description", "input_schema"}`` (Messages);
 * ``raw``: ours, ``{"name", "description", "parameters"}``.
 
 Printed as one indented JSON list. Exit status 0, or 1 when the tools or
@@ -18,42 +21,38 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
 
-from ..json import thaw
+from ..providers import anthropic, openai, openai_responses
 from ..runtime import ToolRuntime
 from .loading import install_executor, install_tools, load_tool_source
 
-__all__ = ["FORMATS", "provider_schemas", "schemas_command"]
-
-FORMATS: Final = ("openai", "anthropic", "raw")
+__all__ = ["FORMATS", "schemas_command"]
 
 
-def provider_schemas(schemas: Iterable[Mapping[str, Any]], fmt: str) -> list[dict[str, Any]]:
-    """``schemas`` (``{"name", "description", "parameters"}``) in the tool
-    format of ``fmt`` (one of :data:`FORMATS`)."""
-    out: list[dict[str, Any]] = []
-    for schema in schemas:
-        name, description, parameters = schema["name"], schema["description"], thaw(schema["parameters"])
-        if fmt == "openai":
-            out.append({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
-        elif fmt == "anthropic":
-            out.append({"name": name, "description": description, "input_schema": parameters})
-        else:
-            out.append({"name": name, "description": description, "parameters": parameters})
-    return out
+def _raw(rt: ToolRuntime) -> list[dict[str, Any]]:
+    return list(rt.tools.model_tools().schemas)
+
+
+_FORMATTERS: Final[dict[str, Callable[[ToolRuntime], list[dict[str, Any]]]]] = {
+    "openai": openai.tools,
+    "openai-responses": openai_responses.tools,
+    "anthropic": anthropic.tools,
+    "raw": _raw,
+}
+
+FORMATS: Final = tuple(_FORMATTERS)
 
 
 def schemas_command(args: argparse.Namespace) -> int:
     source = load_tool_source(args.tools)
     with ToolRuntime() as rt:
         install_tools(source, rt)
-        executor = install_executor(args.executor, rt)
-        model_input = executor.describe(rt.tools.definitions())
-        document = provider_schemas(model_input.schemas, args.format)
+        install_executor(args.executor, rt)
+        document = _FORMATTERS[args.format](rt)
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n")
     sys.stdout.flush()
     return 0

@@ -73,6 +73,7 @@ from .state import (
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition, ToolSchema
     from ..execution import ToolExecution
+    from ..executor import ToolModelInput
     from ..runtime import ToolRuntime
     from ..toolset import ResolvedToolSet
 
@@ -290,6 +291,21 @@ class ToolsService:
         """One fresh, detached ``{"name", "description", "parameters"}`` dict
         per visible tool, in registration order."""
         return schemas(self._state, self._viewer(scope), tool_set)
+
+    def model_tools(self, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> ToolModelInput:
+        """What the model is offered for ``agent``'s next step (``None``:
+        this service's scope): the ``ToolModelInput`` that the executor
+        which would run the agent's batch (the nearest on its chain) gives
+        for what the agent may call. Under the native executor, one schema
+        per callable tool; under PTC, only ``run_code`` (its description
+        listing the tools as Python signatures). Without ``tool_set``
+        conditional tools are left out (they are callable only in a step
+        that admitted them); with one, exactly what it admits. The schemas
+        are fresh dicts. Runs ``describe`` on the calling thread; raises
+        ``ExecutorUnavailableError`` when no executor is set."""
+        from .offer import model_tools
+
+        return model_tools(self._state, self._scope if agent is None else self._viewer(agent), tool_set)
 
     def check_guards(self, execution: ToolExecution) -> str | None:
         """The first denial of the guards that apply to ``execution.agent``

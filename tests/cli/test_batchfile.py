@@ -147,7 +147,7 @@ def test_an_unknown_shape_says_which_shapes_are_accepted() -> None:
         ([{"id": "a", "function": "x"}], "batch[0].function: must be an object, got a string"),
         ([{"type": "function", "function": {"name": "x", "arguments": "{}"}}], "batch[0]: missing 'id'"),
         ({"choices": []}, "batch.choices: holds 0 choices"),
-        ({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}, 'has no "tool_calls": no tool calls'),
+        ({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}, "no tool calls found (in the OpenAI tool_calls shape)"),
         ({"role": "assistant", "tool_calls": None}, '"tool_calls" is null: no tool calls'),
         ({"role": "assistant", "content": "just text"}, "an assistant message without"),
         ({"role": "assistant", "content": [{"type": "text", "text": "hi"}]}, "no tool calls found (in the Anthropic tool_use shape)"),

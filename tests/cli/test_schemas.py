@@ -41,6 +41,11 @@ def test_anthropic_format_names_the_parameters_input_schema(cli: Cli, ours: list
     assert tools == [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in ours]
 
 
+def test_openai_responses_format_is_flat_function_tools_without_strict_mode(cli: Cli, ours: list[dict[str, Any]]) -> None:
+    tools = json.loads(cli("schemas", "--tools", "examples.tools", "--format", "openai-responses").out)
+    assert tools == [{"type": "function", **s, "strict": False} for s in ours]
+
+
 def test_raw_format_is_ours_and_openai_is_the_default(cli: Cli, ours: list[dict[str, Any]]) -> None:
     assert json.loads(cli("schemas", "--tools", "examples.tools", "--format", "raw").out) == ours
     default = json.loads(cli("schemas", "--tools", "examples.tools").out)

@@ -1,0 +1,233 @@
+"""What the three wire formats share: reading SDK objects or dicts with a
+path for every error, the result list, and content helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import safe_repr
+from ..executor import ToolModelInput
+from ..model import (
+    ContentBlock,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolBatchResult,
+    ToolCall,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model import Agent
+    from ..toolset import ResolvedToolSet
+
+__all__ = ["IMAGE_TYPES", "ProviderFormatError", "Results"]
+
+IMAGE_TYPES: Final = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The image types all three providers accept; an image of another type
+reaches the model as a text note saying it was left out."""
+
+
+class ProviderFormatError(ValueError):
+    """A response (or part of one) that is not in the shape the module
+    reads. ``path`` says where (``response.choices[0].message.tool_calls[1]
+    .function``), ``problem`` what is wrong; the message is ``path: problem``,
+    one line."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class Results(list[dict[str, Any]]):
+    """What ``results(batch)`` returns: the provider's input for the next
+    request (a plain ``list`` of plain dicts, to ``extend`` the conversation
+    with), plus whether the batch concluded the agent's turn.
+
+    ``concluded`` is ``batch.concluded``: a tool called
+    ``ctx.conclude_turn()`` and succeeded. The messages still belong in the
+    conversation (every call needs its result), but the loop should stop
+    asking the model and hand the turn back to the user. ``concluded_by``
+    holds the ids of the calls that concluded it, in model order.
+    """
+
+    __slots__ = ("concluded", "concluded_by")
+
+    def __init__(
+        self, items: Iterable[dict[str, Any]] = (), *, concluded: bool = False, concluded_by: Sequence[str] = ()
+    ) -> None:
+        super().__init__(items)
+        self.concluded = concluded
+        self.concluded_by = tuple(concluded_by)
+
+    def __repr__(self) -> str:
+        return f"Results({list.__repr__(self)}, concluded={self.concluded!r})"
+
+
+# -- reading responses ------------------------------------------------------
+
+
+def kind(value: object) -> str:
+    """What ``value`` is, for an error message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__qualname__
+
+
+def plain(value: Any) -> Any:
+    """An SDK object (anything with ``model_dump()``) as its dict; anything
+    else as it is. Only this level is converted: the reader converts each
+    level it descends into."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, (Mapping, str, bytes, list, tuple)):
+        return dump()
+    return value
+
+
+def mapping_or_none(value: Any) -> Mapping[str, Any] | None:
+    value = plain(value)
+    return value if isinstance(value, Mapping) else None
+
+
+def sequence_or_none(value: Any) -> Sequence[Any] | None:
+    value = plain(value)
+    return value if isinstance(value, (list, tuple)) else None
+
+
+class Reader:
+    """One response's read: the calls in model order, where each was read
+    (to name both places of a duplicate id), and errors that name the path
+    of the bad field."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+        self.places: dict[str, str] = {}  # call id -> where it was read
+
+    def fail(self, where: str, problem: str) -> ProviderFormatError:
+        return ProviderFormatError(where, problem)
+
+    def obj(self, value: Any, where: str) -> Mapping[str, Any]:
+        found = mapping_or_none(value)
+        if found is None:
+            raise self.fail(where, f"must be an object, got {kind(value)}")
+        return found
+
+    def items(self, value: Any, where: str) -> Sequence[Any]:
+        found = sequence_or_none(value)
+        if found is None:
+            raise self.fail(where, f"must be a list, got {kind(value)}")
+        return found
+
+    def text(self, data: Mapping[str, Any], key: str, where: str) -> str:
+        if key not in data:
+            raise self.fail(where, f"missing {key!r}")
+        value = data[key]
+        if type(value) is not str or not value:
+            raise self.fail(f"{where}.{key}", f"must be a non-empty string, got {kind(value)}")
+        return value
+
+    def add(self, call_id: str, name: str, arguments: Any, where: str, key: str) -> None:
+        arguments = plain(arguments)
+        if arguments is None:
+            arguments = ""
+        if not isinstance(arguments, (str, Mapping)):
+            raise self.fail(f"{where}.{key}", f"must be an object or JSON text, got {kind(arguments)}")
+        place = self.places.get(call_id)
+        if place is not None:
+            raise self.fail(where, f"duplicate call id {safe_repr(call_id)} (also at {place})")
+        self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+        self.places[call_id] = where
+
+    def done(self) -> tuple[ToolCall, ...]:
+        return tuple(self.calls)
+
+
+# -- writing results ----------------------------------------------------------
+
+
+def check_batch_result(batch_result: object, fn: str) -> ToolBatchResult:
+    if not isinstance(batch_result, ToolBatchResult):
+        raise TypeError(
+            f"{fn}() takes the ToolBatchResult that rt.tools.execute(...) returned, "
+            f"not {type(batch_result).__qualname__}"
+        )
+    return batch_result
+
+
+def model_content(call_id: str, result: object) -> tuple[ContentBlock, ...]:
+    """The content the model reads for one result; a failure whose content
+    a policy emptied still says it failed (``Error: <message>``)."""
+    if isinstance(result, ToolExecutionFailure):
+        if result.content:
+            return result.content
+        return (TextBlock(f"Error: {result.error.message}"),)
+    if isinstance(result, ToolExecutionSuccess):
+        return result.content
+    raise TypeError(f"the result of call {call_id!r} is a {type(result).__qualname__}, not a tool execution result")
+
+
+def is_error(result: object) -> bool:
+    return isinstance(result, ToolExecutionFailure)
+
+
+def block_kind(call: str, block: object) -> type:
+    t = type(block)
+    if t not in (TextBlock, ImageBlock, ReasoningBlock):
+        raise TypeError(f"{call}: {t.__qualname__} is not a content block (TextBlock, ImageBlock, ReasoningBlock)")
+    return t
+
+
+def image_type(block: ImageBlock) -> str | None:
+    """The block's media type as the providers spell it, or ``None`` when
+    they do not accept it (``image/jpg`` is read as ``image/jpeg``)."""
+    mime = block.mime_type.strip().lower()
+    if mime == "image/jpg":
+        mime = "image/jpeg"
+    return mime if mime in IMAGE_TYPES else None
+
+
+def data_url(block: ImageBlock, mime: str) -> str:
+    return f"data:{mime};base64,{block.data}"
+
+
+def image_left_out(block: ImageBlock, provider: str) -> str:
+    return f"[an image of type {block.mime_type} was left out: {provider} accepts {', '.join(IMAGE_TYPES)}]"
+
+
+def concluded_by(batch: ToolBatchResult) -> tuple[str, ...]:
+    return tuple(
+        item.call_id
+        for item in batch.results
+        if isinstance(item.result, ToolExecutionSuccess) and item.result.concludes_turn
+    )
+
+
+def results_of(batch: ToolBatchResult, items: Iterable[dict[str, Any]]) -> Results:
+    return Results(items, concluded=batch.concluded, concluded_by=concluded_by(batch))
+
+
+# -- tools ------------------------------------------------------------------
+
+
+def model_input(rt: Any, agent: Agent | None, tool_set: ResolvedToolSet | None) -> ToolModelInput:
+    """``rt.tools.model_tools(agent, tool_set)``; ``rt`` is a ToolRuntime
+    or a ToolsService (``rt.tools.scope(agent)``)."""
+    from ..registry.service import ToolsService
+
+    service = rt if isinstance(rt, ToolsService) else getattr(rt, "tools", None)
+    if not isinstance(service, ToolsService):
+        raise TypeError(f"tools() takes a ToolRuntime (or its rt.tools), not {type(rt).__qualname__}")
+    return service.model_tools(agent, tool_set)

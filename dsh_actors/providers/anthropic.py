@@ -1,0 +1,161 @@
+"""Anthropic Messages: ``tool_use`` blocks in, ``tool_result`` blocks out.
+
+* :func:`calls` reads a message (``{"role": "assistant", "content":
+  [...]}``, as the SDK's ``Message`` or a dict), its content blocks, or one
+  ``tool_use`` block. Other blocks (text, thinking, server tool use and its
+  results) carry nothing for the client to run and are skipped.
+* :func:`results` gives the one user message that follows the assistant
+  message: its content is a ``{"type": "tool_result", "tool_use_id",
+  "content", "is_error"}`` block per call, in model order, then the blocks
+  of each additional context, in order (the API wants the tool results
+  first in that turn and text after them). A failure has ``is_error:
+  true``. A batch with neither results nor contexts gives ``[]``.
+* :func:`tools` gives the ``tools`` parameter: ``{"name", "description",
+  "input_schema"}`` per tool the agent's executor offers (under PTC, only
+  ``run_code``).
+
+In a loop::
+
+    message = client.messages.create(model=..., max_tokens=..., messages=messages, tools=anthropic.tools(rt, agent))
+    messages.append({"role": "assistant", "content": message.content})
+    calls = anthropic.calls(message)          # () when stop_reason is not "tool_use"
+    if calls:
+        messages.extend(anthropic.results(rt.tools.execute(ToolBatchInput(calls=calls, agent=agent))))
+
+Content: a result that is one text block is a string; otherwise a list of
+``text`` and ``image`` blocks (a ``tool_result`` takes images directly, as
+base64 sources); empty text blocks are dropped (the API refuses them), and
+a result with no content left has no ``content`` key. An image of a type
+the API does not accept (:data:`~dsh_actors.providers.IMAGE_TYPES`)
+becomes a note saying it was left out. Reasoning blocks are sent as text (a
+tool result cannot carry thinking blocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import safe_repr
+from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCall, ToolExecutionFailure
+from ._common import (
+    Reader,
+    Results,
+    block_kind,
+    check_batch_result,
+    image_left_out,
+    image_type,
+    is_error,
+    kind,
+    mapping_or_none,
+    model_content,
+    model_input,
+    results_of,
+    sequence_or_none,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model import Agent, ToolBatchResult
+    from ..toolset import ResolvedToolSet
+
+__all__ = ["calls", "results", "tools"]
+
+_PROVIDER: Final = "Anthropic"
+
+
+def calls(response: Any) -> tuple[ToolCall, ...]:
+    """The ``tool_use`` blocks of an assistant message (or of its content
+    list), as tool calls in model order. Raises
+    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field."""
+    return _calls(response, "response")
+
+
+def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
+    reader = Reader()
+    data = mapping_or_none(response)
+    if data is not None:
+        if data.get("type") == "tool_use":
+            _read_block(reader, data, where)
+            return reader.done()
+        if "content" not in data:
+            raise reader.fail(where, 'expected a message (with "content") or its content blocks')
+        role = data.get("role", "assistant")
+        if role != "assistant":
+            raise reader.fail(f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message")
+        content = data["content"]
+        if isinstance(content, str):
+            return ()  # a text-only message
+        blocks = reader.items(content, f"{where}.content")
+        where = f"{where}.content"
+    else:
+        found = sequence_or_none(response)
+        if found is None:
+            raise reader.fail(where, f"expected a message or its content blocks, got {kind(response)}")
+        blocks = found
+    for index, block in enumerate(blocks):
+        _read_block(reader, reader.obj(block, f"{where}[{index}]"), f"{where}[{index}]")
+    return reader.done()
+
+
+def _read_block(reader: Reader, block: Any, at: str) -> None:
+    block_type = block.get("type")
+    if type(block_type) is not str:
+        raise reader.fail(f"{at}.type", f"a content block needs a string type, got {kind(block_type)}")
+    if block_type != "tool_use":
+        return  # text, thinking, server tool use and results: nothing to run
+    arguments = block.get("input")
+    if arguments is None:
+        arguments = {}
+    elif mapping_or_none(arguments) is None:
+        raise reader.fail(f"{at}.input", f"must be an object, got {kind(arguments)}")
+    reader.add(reader.text(block, "id", at), reader.text(block, "name", at), arguments, at, "input")
+
+
+def results(batch_result: ToolBatchResult) -> Results:
+    """The user message that follows the assistant message (see the module
+    docstring), in a :class:`~dsh_actors.providers.Results` list whose
+    ``concluded`` says whether the batch concluded the turn."""
+    batch = check_batch_result(batch_result, "anthropic.results")
+    content: list[dict[str, Any]] = []
+    for item in batch.results:
+        blocks = _blocks(model_content(item.call_id, item.result), f"call {item.call_id!r}")
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": item.call_id}
+        if len(blocks) == 1 and blocks[0]["type"] == "text":
+            block["content"] = blocks[0]["text"]
+        elif blocks:
+            block["content"] = blocks
+        elif isinstance(item.result, ToolExecutionFailure):
+            block["content"] = f"Error: {item.result.error.message}"  # only empty text was left
+        block["is_error"] = is_error(item.result)
+        content.append(block)
+    for context in batch.additional_contexts:
+        content.extend(_blocks(context.content, "an additional context"))
+    return results_of(batch, [{"role": "user", "content": content}] if content else [])
+
+
+def tools(rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> list[dict[str, Any]]:
+    """The ``tools`` parameter for ``agent``'s next request: what its
+    executor offers (``rt.tools.model_tools(agent, tool_set)``), as
+    Anthropic client tools. ``rt`` is the runtime (or a ``ToolsService``)."""
+    return [
+        {"name": schema["name"], "description": schema["description"], "input_schema": schema["parameters"]}
+        for schema in model_input(rt, agent, tool_set).schemas
+    ]
+
+
+def _blocks(blocks: Iterable[ContentBlock], what: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for block in blocks:
+        t = block_kind(what, block)
+        if t is ImageBlock:
+            assert isinstance(block, ImageBlock)
+            mime = image_type(block)
+            if mime is None:
+                out.append({"type": "text", "text": image_left_out(block, _PROVIDER)})
+            else:
+                out.append({"type": "image", "source": {"type": "base64", "media_type": mime, "data": block.data}})
+        else:
+            assert isinstance(block, (TextBlock, ReasoningBlock))
+            if block.text:
+                out.append({"type": "text", "text": block.text})
+    return out

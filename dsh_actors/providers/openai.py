@@ -1,0 +1,190 @@
+"""OpenAI Chat Completions: ``tool_calls`` in, ``role: "tool"`` messages out.
+
+* :func:`calls` reads a chat completion (``{"choices": [...]}``, exactly
+  one choice), one choice (``{"message": ...}``), an assistant message, or
+  its bare ``tool_calls`` list, as SDK objects or dicts. A message without
+  tool calls (a final answer, a refusal) gives ``()``. Argument text is kept
+  as text: the executor parses it, so arguments that are not JSON fail
+  their own call ``INVALID_ARGS`` instead of the whole response.
+* :func:`results` gives the messages that follow the assistant message:
+  one ``{"role": "tool", "tool_call_id", "content"}`` per call, in model
+  order; then, when some results hold images, one user message with them
+  (a tool message takes only text, so its text says where each image
+  went); then one user message per additional context, in order. A failure
+  is marked the way Chat Completions expects: by its text, which starts
+  ``Error: `` (the pipeline's failure content; a policy may have replaced
+  it, and an emptied one says ``Error: <message>``).
+* :func:`tools` gives the ``tools`` request parameter: ``{"type":
+  "function", "function": {"name", "description", "parameters"}}`` for
+  each tool the agent's executor offers (under PTC, only ``run_code``).
+
+Content: one text block becomes a string; several become text parts.
+Images become ``image_url`` parts with a ``data:`` URL; an image of a type
+the provider does not accept (:data:`~dsh_actors.providers.IMAGE_TYPES`)
+becomes a note saying it was left out. Reasoning blocks are sent as text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import safe_repr
+from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCall
+from ._common import (
+    Reader,
+    Results,
+    block_kind,
+    check_batch_result,
+    data_url,
+    image_left_out,
+    image_type,
+    kind,
+    mapping_or_none,
+    model_content,
+    model_input,
+    results_of,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model import Agent, ToolBatchResult
+    from ..toolset import ResolvedToolSet
+
+__all__ = ["calls", "results", "tools"]
+
+_PROVIDER: Final = "OpenAI"
+
+
+def calls(response: Any) -> tuple[ToolCall, ...]:
+    """The tool calls of a chat completion, a choice, an assistant message
+    or a ``tool_calls`` list, in model order. Raises
+    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field
+    (a completion with several choices, a call without an id, a duplicate
+    id, a non-function call, ...)."""
+    return _calls(response, "response")
+
+
+def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
+    reader = Reader()
+    data = mapping_or_none(response)
+    if data is None:
+        if isinstance(response, (list, tuple)):
+            _read_tool_calls(reader, response, where)
+            return reader.done()
+        raise reader.fail(where, f"expected a chat completion, a choice or an assistant message, got {kind(response)}")
+    if "choices" in data:
+        choices = reader.items(data["choices"], f"{where}.choices")
+        if len(choices) != 1:
+            raise reader.fail(
+                f"{where}.choices",
+                f"holds {len(choices)} choices; tool calls are read from one (pass response.choices[i])",
+            )
+        data = reader.obj(choices[0], f"{where}.choices[0]")
+        where = f"{where}.choices[0]"
+    if "message" in data and "role" not in data:
+        data = reader.obj(data["message"], f"{where}.message")
+        where = f"{where}.message"
+    role = data.get("role", "assistant")
+    if role != "assistant":
+        raise reader.fail(f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message")
+    tool_calls = data.get("tool_calls")
+    if tool_calls is not None:
+        _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
+    return reader.done()
+
+
+def _read_tool_calls(reader: Reader, items: Iterable[Any], where: str) -> None:
+    for index, item in enumerate(items):
+        at = f"{where}[{index}]"
+        call = reader.obj(item, at)
+        call_type = call.get("type", "function")
+        if call_type is None:
+            call_type = "function"
+        if call_type != "function":
+            raise reader.fail(f"{at}.type", f'must be "function", got {safe_repr(call_type)}')
+        function = reader.obj(call.get("function"), f"{at}.function")
+        name = reader.text(function, "name", f"{at}.function")
+        reader.add(reader.text(call, "id", at), name, function.get("arguments"), f"{at}.function", "arguments")
+
+
+def results(batch_result: ToolBatchResult) -> Results:
+    """The messages that follow the assistant message (see the module
+    docstring), as a :class:`~dsh_actors.providers.Results` list whose
+    ``concluded`` says whether the batch concluded the turn."""
+    batch = check_batch_result(batch_result, "openai.results")
+    messages: list[dict[str, Any]] = []
+    images: list[dict[str, Any]] = []
+    for item in batch.results:
+        texts: list[str] = []
+        attached = 0
+        for block in model_content(item.call_id, item.result):
+            t = block_kind(f"call {item.call_id!r}", block)
+            if t is ImageBlock:
+                assert isinstance(block, ImageBlock)
+                mime = image_type(block)
+                if mime is None:
+                    texts.append(image_left_out(block, _PROVIDER))
+                    continue
+                if not attached:
+                    images.append({"type": "text", "text": f"The images returned by tool call {item.call_id}:"})
+                attached += 1
+                images.append(_image_part(block, mime))
+                texts.append(f"[image {attached} ({mime}) is attached to the next user message]")
+            else:
+                assert isinstance(block, (TextBlock, ReasoningBlock))
+                texts.append(block.text)
+        messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _text_content(texts)})
+    if images:
+        messages.append({"role": "user", "content": images})
+    for context in batch.additional_contexts:
+        content = _user_content(context.content)
+        if content:
+            messages.append({"role": "user", "content": content})
+    return results_of(batch, messages)
+
+
+def tools(rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> list[dict[str, Any]]:
+    """The ``tools`` parameter for ``agent``'s next request: what its
+    executor offers (``rt.tools.model_tools(agent, tool_set)``), as
+    Chat Completions function tools. ``rt`` is the runtime (or a
+    ``ToolsService``)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": schema["name"],
+                "description": schema["description"],
+                "parameters": schema["parameters"],
+            },
+        }
+        for schema in model_input(rt, agent, tool_set).schemas
+    ]
+
+
+def _text_content(texts: list[str]) -> str | list[dict[str, Any]]:
+    if len(texts) <= 1:
+        return texts[0] if texts else ""
+    return [{"type": "text", "text": value} for value in texts]
+
+
+def _image_part(block: ImageBlock, mime: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": data_url(block, mime)}}
+
+
+def _user_content(blocks: Iterable[ContentBlock]) -> str | list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        t = block_kind("an additional context", block)
+        if t is ImageBlock:
+            assert isinstance(block, ImageBlock)
+            mime = image_type(block)
+            if mime is None:
+                parts.append({"type": "text", "text": image_left_out(block, _PROVIDER)})
+            else:
+                parts.append(_image_part(block, mime))
+        else:
+            assert isinstance(block, (TextBlock, ReasoningBlock))
+            parts.append({"type": "text", "text": block.text})
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return str(parts[0]["text"])
+    return parts

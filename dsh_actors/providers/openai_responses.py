@@ -1,0 +1,166 @@
+"""OpenAI Responses API: ``function_call`` items in, ``function_call_output``
+items out.
+
+* :func:`calls` reads a response (``{"output": [...]}``), its ``output``
+  list, or one ``function_call`` item, as SDK objects or dicts. Other
+  output items (messages, reasoning, server-side tool calls such as web or
+  file search) carry nothing to run and are skipped; an item the client
+  would have to run that is not a function call (``custom_tool_call``,
+  ``computer_call``, ``shell_call``, ...) is an error, since no
+  ``function_call_output`` can answer it. Argument text is kept as text
+  (the executor parses it).
+* :func:`results` gives the input items for the next request: one
+  ``{"type": "function_call_output", "call_id", "output"}`` per call, in
+  model order, then one user message item (``{"type": "message", "role":
+  "user", "content": [...]}``) per additional context. A failure is marked
+  by its text, which starts ``Error: `` (the API has no error flag).
+  Send them as the next ``input`` with ``previous_response_id``, or, in a
+  conversation you keep yourself, after the response's ``output`` items
+  (reasoning items included, as the API asks).
+* :func:`tools` gives the ``tools`` parameter: ``{"type": "function",
+  "name", "description", "parameters", "strict": false}`` per tool the
+  agent's executor offers (under PTC, only ``run_code``). ``strict`` is
+  off: strict mode needs every property required and every object closed,
+  which the tools' schemas do not promise.
+
+Content: an output that is one text block is a string; otherwise a list of
+``input_text`` and ``input_image`` parts (a ``function_call_output`` takes
+images directly; the image is a ``data:`` URL with ``detail: "auto"``,
+which a message's image part requires). An image of a type the
+provider does not accept (:data:`~dsh_actors.providers.IMAGE_TYPES`)
+becomes a note saying it was left out. Reasoning blocks are sent as text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import safe_repr
+from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCall
+from ._common import (
+    Reader,
+    Results,
+    block_kind,
+    check_batch_result,
+    data_url,
+    image_left_out,
+    image_type,
+    kind,
+    mapping_or_none,
+    model_content,
+    model_input,
+    results_of,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model import Agent, ToolBatchResult
+    from ..toolset import ResolvedToolSet
+
+__all__ = ["calls", "results", "tools"]
+
+_PROVIDER: Final = "OpenAI"
+
+CLIENT_CALLS: Final = frozenset(
+    {"custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call", "mcp_approval_request"}
+)
+"""Output items the client must answer that a ``function_call_output``
+cannot: reading one is an error rather than a call silently left unanswered."""
+
+
+def calls(response: Any) -> tuple[ToolCall, ...]:
+    """The ``function_call`` items of a response (or of its ``output``
+    list), as tool calls in model order. Raises
+    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field."""
+    return _calls(response, "response")
+
+
+def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
+    reader = Reader()
+    data = mapping_or_none(response)
+    if data is not None:
+        if data.get("type") == "function_call":
+            _read_item(reader, data, where)
+            return reader.done()
+        if "output" not in data:
+            raise reader.fail(where, 'expected a response (with "output") or its output items')
+        items: Any = reader.items(data["output"], f"{where}.output")
+        where = f"{where}.output"
+    elif isinstance(response, (list, tuple)):
+        items = response
+    else:
+        raise reader.fail(where, f"expected a response or its output items, got {kind(response)}")
+    for index, item in enumerate(items):
+        _read_item(reader, reader.obj(item, f"{where}[{index}]"), f"{where}[{index}]")
+    return reader.done()
+
+
+def _read_item(reader: Reader, item: Any, at: str) -> None:
+    item_type = item.get("type")
+    if type(item_type) is not str:
+        raise reader.fail(f"{at}.type", f"an output item needs a string type, got {kind(item_type)}")
+    if item_type in CLIENT_CALLS:
+        raise reader.fail(
+            f"{at}.type",
+            f"a {safe_repr(item_type)} item asks the client to run something that is not a function tool; "
+            'only "function_call" items are read',
+        )
+    if item_type != "function_call":
+        return  # messages, reasoning, server-side tool calls: nothing to run
+    reader.add(reader.text(item, "call_id", at), reader.text(item, "name", at), item.get("arguments"), at, "arguments")
+
+
+def results(batch_result: ToolBatchResult) -> Results:
+    """The input items that follow the response's output (see the module
+    docstring), as a :class:`~dsh_actors.providers.Results` list whose
+    ``concluded`` says whether the batch concluded the turn."""
+    batch = check_batch_result(batch_result, "openai_responses.results")
+    items: list[dict[str, Any]] = []
+    for item in batch.results:
+        parts = _parts(model_content(item.call_id, item.result), f"call {item.call_id!r}")
+        output: str | list[dict[str, Any]]
+        if not parts:
+            output = ""
+        elif len(parts) == 1 and parts[0]["type"] == "input_text":
+            output = str(parts[0]["text"])
+        else:
+            output = parts
+        items.append({"type": "function_call_output", "call_id": item.call_id, "output": output})
+    for context in batch.additional_contexts:
+        content = _parts(context.content, "an additional context")
+        if content:
+            items.append({"type": "message", "role": "user", "content": content})
+    return results_of(batch, items)
+
+
+def tools(rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> list[dict[str, Any]]:
+    """The ``tools`` parameter for ``agent``'s next request: what its
+    executor offers (``rt.tools.model_tools(agent, tool_set)``), as
+    Responses function tools. ``rt`` is the runtime (or a ``ToolsService``)."""
+    return [
+        {
+            "type": "function",
+            "name": schema["name"],
+            "description": schema["description"],
+            "parameters": schema["parameters"],
+            "strict": False,
+        }
+        for schema in model_input(rt, agent, tool_set).schemas
+    ]
+
+
+def _parts(blocks: Iterable[ContentBlock], what: str) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        t = block_kind(what, block)
+        if t is ImageBlock:
+            assert isinstance(block, ImageBlock)
+            mime = image_type(block)
+            if mime is None:
+                parts.append({"type": "input_text", "text": image_left_out(block, _PROVIDER)})
+            else:
+                parts.append({"type": "input_image", "image_url": data_url(block, mime), "detail": "auto"})
+        else:
+            assert isinstance(block, (TextBlock, ReasoningBlock))
+            parts.append({"type": "input_text", "text": block.text})
+    return parts

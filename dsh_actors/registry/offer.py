@@ -1,0 +1,80 @@
+"""What the model is offered: the agent's executor describing what the agent
+may call (``rt.tools.model_tools``).
+
+A pure read over the published snapshots, like the other reads in
+:mod:`.state`, plus one call of the executor's ``describe`` on the calling
+thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ExecutorUnavailableError, LosslessJsonError
+from ..executor import ToolModelInput
+from ..json import thaw
+from .state import RegistryState, describe_scope, select_executor, visible
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..definition import ToolDefinition
+    from ..model import Agent
+    from ..toolset import ResolvedToolSet
+
+__all__ = ["callable_definitions", "model_tools"]
+
+
+def callable_definitions(
+    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> list[ToolDefinition]:
+    """The definitions a call by ``agent`` may run, in registration order:
+    with ``tool_set``, what it admits; without one, every visible
+    registration that is not conditional (a conditional tool is callable
+    only in a step that admitted it)."""
+    return [
+        reg.definition
+        for reg in visible(state, agent, tool_set).values()
+        if tool_set is not None or reg.when is None
+    ]
+
+
+def model_tools(
+    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> ToolModelInput:
+    """The executor that would run ``agent``'s next batch (the nearest on its
+    chain) describing :func:`callable_definitions`: its ``ToolModelInput``,
+    with fresh, detached schema dicts. Raises ``ExecutorUnavailableError``
+    when no executor is set on the chain, and ``TypeError`` naming the
+    executor when its ``describe`` returns something malformed."""
+    executor = select_executor(state, agent)
+    if executor is None:
+        raise ExecutorUnavailableError(describe_scope(agent))
+    described = executor.describe(callable_definitions(state, agent, tool_set))
+    if not isinstance(described, ToolModelInput):
+        raise TypeError(
+            f"{type(executor).__qualname__}.describe() must return a ToolModelInput, "
+            f"not {type(described).__qualname__}"
+        )
+    return ToolModelInput(
+        schemas=tuple(_checked_schema(executor, i, schema) for i, schema in enumerate(described.schemas)),
+        known_names=described.known_names,
+        sections=described.sections,
+    )
+
+
+def _checked_schema(executor: Any, index: int, schema: Any) -> dict[str, Any]:
+    where = f"{type(executor).__qualname__}.describe() schemas[{index}]"
+    if not isinstance(schema, Mapping):
+        raise TypeError(f"{where} must be a {{name, description, parameters}} dict, not {type(schema).__qualname__}")
+    name, description, parameters = schema.get("name"), schema.get("description"), schema.get("parameters")
+    if type(name) is not str or not name:
+        raise TypeError(f"{where}: name must be a non-empty str")
+    if type(description) is not str:
+        raise TypeError(f"{where} ({name}): description must be a str")
+    if not isinstance(parameters, Mapping):
+        raise TypeError(f"{where} ({name}): parameters must be a JSON Schema object")
+    try:
+        detached = thaw(parameters)
+    except LosslessJsonError as exc:
+        raise TypeError(f"{where} ({name}): parameters are not lossless JSON: {exc}") from None
+    return {"name": name, "description": description, "parameters": detached}

@@ -1,0 +1,59 @@
+"""A complete agent loop: a scripted model (no network) reads, searches and writes through
+dsh-actors. ``python -m examples.agent_loop [--provider openai|anthropic]``"""
+
+import dataclasses, json, sys, tempfile  # noqa: E401
+from pathlib import Path
+
+import examples.tools
+import policies
+from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolRuntime
+from dsh_actors.providers import anthropic, openai
+from policies.approval import RuleService, allow
+
+PLAN = [("read_file", {"path": "notes.txt"}), ("search_text", {"pattern": "TODO"}),
+        ("write_file", {"path": "todo.md", "content": "- tests\n- docs\n"})]  # fmt: skip
+
+
+def scripted_model(provider: str, messages: list, tools: list) -> dict:
+    """Stands in for client.chat.completions.create(...) / client.messages.create(...)."""
+    step = sum(m["role"] == "assistant" for m in messages)
+    name, args = PLAN[step] if step < len(PLAN) else (None, None)
+    if provider == "anthropic":
+        use = {"type": "tool_use", "id": f"toolu_{step}", "name": name, "input": args}
+        return {"role": "assistant", "content": [use if name else {"type": "text", "text": "Done: see todo.md."}]}
+    call = {"id": f"call_{step}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]} if name else {"role": "assistant", "content": "Done: see todo.md."}
+    return {"choices": [{"message": message, "finish_reason": "tool_calls" if name else "stop"}]}
+
+
+def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list]:
+    wire = anthropic if provider == "anthropic" else openai
+    root = Path(root or tempfile.mkdtemp())
+    (root / "notes.txt").write_text("TODO: tests\nTODO: docs\n")
+    with ToolRuntime() as rt:
+        for tool in examples.tools.build_tools(root):  # a 5 s budget each, for policies.timeout
+            rt.tools.register(dataclasses.replace(tool, timeout_ms=tool.timeout_ms or 5000))
+        examples.tools.install_policies(rt, root)  # a write outside scratch/ asks for approval
+        rt.use(policies.approval, service=RuleService([allow("write_file", when=lambda a: a["path"].endswith(".md"))], default="deny"))
+        rt.use(policies.timeout)
+        agent = Agent("main", session=Session())
+        messages = [{"role": "user", "content": "Collect the TODOs of notes.txt in todo.md."}]
+        for step in range(1, 10):
+            reply = scripted_model(provider, messages, wire.tools(rt, agent))  # tools: what it is offered
+            messages.append(reply["choices"][0]["message"] if provider == "openai" else reply)
+            calls = wire.calls(reply)
+            if not calls:
+                break  # the final answer
+            batch = rt.tools.execute(ToolBatchInput(calls=calls, agent=agent, log=LogStep(turn=1, step=step)))
+            results = wire.results(batch)
+            messages.extend(results)
+            if results.concluded:
+                break  # a tool ended the turn
+    events = agent.session.events()  # the durable log: tool/call, tool/result
+    print(*map(json.dumps, messages), sep="\n")
+    print(*(f"{e['type']:12} {e['call_id']:8} {e.get('name') or ('error' if e['is_error'] else 'ok')}" for e in events), sep="\n")
+    return messages, events
+
+
+if __name__ == "__main__":
+    main(sys.argv[sys.argv.index("--provider") + 1] if "--provider" in sys.argv else "openai")

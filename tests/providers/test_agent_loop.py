@@ -1,0 +1,60 @@
+"""examples/agent_loop.py: the scripted three-step loop in both wire formats."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+
+from examples import agent_loop
+
+from .helpers import validate
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_openai_loop_reads_searches_writes_and_logs_each_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    messages, events = agent_loop.main("openai", tmp_path)
+    assert (tmp_path / "todo.md").read_text() == "- tests\n- docs\n"
+    assert [m["role"] for m in messages] == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    assert messages[-1]["content"] == "Done: see todo.md."
+    assert [(e["type"], e["call_id"]) for e in events] == [
+        (kind, f"call_{n}") for n in range(3) for kind in ("tool/call", "tool/result")
+    ]
+    assert [e["name"] for e in events if e["type"] == "tool/call"] == ["read_file", "search_text", "write_file"]
+    assert not any(e["is_error"] for e in events if e["type"] == "tool/result")
+    validate(CompletionCreateParamsNonStreaming, {"model": "gpt-4.1", "messages": messages}, exact=False)
+    out = capsys.readouterr().out
+    assert '"tool_call_id": "call_2", "content": "created todo.md (15 bytes)"' in out
+    assert "tool/result  call_2   ok" in out
+
+
+def test_the_anthropic_loop_speaks_tool_use_and_tool_result(tmp_path: Path) -> None:
+    messages, events = agent_loop.main("anthropic", tmp_path)
+    assert (tmp_path / "todo.md").exists()
+    assert [m["role"] for m in messages] == ["user"] + ["assistant", "user"] * 3 + ["assistant"]
+    assert [b["tool_use_id"] for m in messages[2::2] for b in m["content"]] == ["toolu_0", "toolu_1", "toolu_2"]
+    assert len(events) == 6
+    validate(MessageCreateParamsNonStreaming, {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages}, exact=False)
+
+
+def test_the_approval_policy_guards_the_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = [*agent_loop.PLAN[:2], ("write_file", {"path": "todo.txt", "content": "x"})]
+    monkeypatch.setattr(agent_loop, "PLAN", plan)
+    messages, events = agent_loop.main("openai", tmp_path)
+    assert not (tmp_path / "todo.txt").exists()
+    assert messages[6] == {"role": "tool", "tool_call_id": "call_2", "content": 'Error: the user rejected tool "write_file"'}
+    assert events[-1]["is_error"] is True
+
+
+def test_python_dash_m_runs_the_loop_in_either_shape() -> None:
+    for argv, marker in (([], '"role": "tool"'), (["--provider", "anthropic"], '"type": "tool_result"')):
+        done = subprocess.run(
+            [sys.executable, "-m", "examples.agent_loop", *argv], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert marker in done.stdout and "tool/result  " in done.stdout

@@ -1,0 +1,196 @@
+"""providers.openai (Chat Completions): a completion with parallel tool calls
+in, tool messages out, every result valid as the SDK's request params."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessageParam,
+    ChatCompletionToolUnionParam,
+)
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+
+from dsh_actors import Agent, ToolCall, ToolRuntime
+from dsh_actors.providers import ProviderFormatError, Results, openai
+
+from .helpers import ERROR_CASES, ERROR_IDS, PNG, aborted_batch, kit, run, validate, validate_all
+
+COMPLETION: dict[str, Any] = {
+    "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
+    "object": "chat.completion",
+    "created": 1741570283,
+    "model": "gpt-4.1-2025-04-14",
+    "choices": [{
+        "index": 0,
+        "message": {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "annotations": [],
+            "tool_calls": [
+                {"id": "call_HgMTzlLXGk0xYbsYGVtvQWKB", "type": "function",
+                 "function": {"name": "read_file", "arguments": "{\"path\": \"src/app.py\"}"}},
+                {"id": "call_9VnUjgHzkkXc5Rkk0FDXhvBd", "type": "function",
+                 "function": {"name": "read_file", "arguments": "{\"path\": \"README.md\"}"}},
+                {"id": "call_LaGRs7rW8Dm3OH1bJNgvS2mu", "type": "function",
+                 "function": {"name": "screenshot", "arguments": "{}"}},
+            ],
+        },
+        "logprobs": None,
+        "finish_reason": "tool_calls",
+    }],
+    "usage": {"prompt_tokens": 82, "completion_tokens": 61, "total_tokens": 143},
+    "service_tier": "default",
+    "system_fingerprint": "fp_a1102cf978",
+}  # fmt: skip
+
+IDS = ["call_HgMTzlLXGk0xYbsYGVtvQWKB", "call_9VnUjgHzkkXc5Rkk0FDXhvBd", "call_LaGRs7rW8Dm3OH1bJNgvS2mu"]
+
+
+@pytest.fixture
+def tools_rt(rt: ToolRuntime) -> ToolRuntime:
+    kit(rt)
+    return rt
+
+
+def test_a_completion_a_choice_a_message_and_its_dict_give_the_same_parallel_calls() -> None:
+    completion = ChatCompletion.model_validate(COMPLETION)
+    message = completion.choices[0].message
+    expected = (
+        ToolCall(IDS[0], "read_file", '{"path": "src/app.py"}'),
+        ToolCall(IDS[1], "read_file", '{"path": "README.md"}'),
+        ToolCall(IDS[2], "screenshot", "{}"),
+    )
+    for response in (completion, completion.choices[0], message, message.tool_calls, COMPLETION, message.model_dump()):
+        assert openai.calls(response) == expected
+
+
+def test_a_round_trip_answers_every_call_in_model_order_with_sdk_valid_messages(tools_rt: ToolRuntime) -> None:
+    completion = ChatCompletion.model_validate(COMPLETION)
+    batch = run(tools_rt, openai.calls(completion))
+    messages = openai.results(batch)
+    assert isinstance(messages, Results) and not messages.concluded
+    tool_messages = [m for m in messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == IDS
+    assert tool_messages[0]["content"] == "contents of src/app.py"
+    validate_all(ChatCompletionMessageParam, messages)
+    validate_all(ChatCompletionToolUnionParam, openai.tools(tools_rt))
+    request = {
+        "model": "gpt-4.1",
+        "messages": [{"role": "user", "content": "Look at the app."},
+                     completion.choices[0].message.model_dump(exclude_none=True), *messages],
+        "tools": openai.tools(tools_rt),
+    }  # fmt: skip
+    validate(CompletionCreateParamsNonStreaming, request, exact=False)
+
+
+def test_images_go_to_a_user_message_after_the_tool_messages_which_say_so(tools_rt: ToolRuntime) -> None:
+    batch = run(tools_rt, [ToolCall("c1", "screenshot", "{}"), ToolCall("c2", "read_file", '{"path": "a"}')])
+    messages = openai.results(batch)
+    assert messages[0] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [
+            {"type": "text", "text": "the login page"},
+            {"type": "text", "text": "[image 1 (image/png) is attached to the next user message]"},
+        ],
+    }
+    assert messages[1] == {"role": "tool", "tool_call_id": "c2", "content": "contents of a"}
+    assert messages[2] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "The images returned by tool call c1:"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        ],
+    }
+    validate_all(ChatCompletionMessageParam, messages)
+
+
+def test_an_image_type_the_provider_refuses_and_reasoning_become_text(tools_rt: ToolRuntime) -> None:
+    messages = openai.results(run(tools_rt, [ToolCall("c1", "diagram", "{}"), ToolCall("c2", "think", "{}")]))
+    assert len(messages) == 2  # no image was attached
+    assert "image/svg+xml was left out" in messages[0]["content"]
+    assert messages[1]["content"] == [{"type": "text", "text": "hmm"}, {"type": "text", "text": "decided"}]
+    validate_all(ChatCompletionMessageParam, messages)
+
+
+@pytest.mark.parametrize(("call", "code", "start"), ERROR_CASES, ids=ERROR_IDS)
+def test_each_error_kind_is_marked_by_its_text(tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str) -> None:
+    batch = run(tools_rt, [call])
+    outcome = batch.results[0].result
+    assert outcome.is_error and (code is None or outcome.code == code)
+    (message,) = openai.results(batch)
+    assert message["tool_call_id"] == call.id and message["content"].startswith(start), message
+    validate(ChatCompletionMessageParam, message)
+
+
+def test_additional_contexts_follow_as_user_messages_in_order(tools_rt: ToolRuntime) -> None:
+    batch = run(tools_rt, [ToolCall("c1", "note", '{"text": "first"}'), ToolCall("c2", "note", '{"text": "second"}')])
+    messages = openai.results(batch)
+    assert [m["role"] for m in messages] == ["tool", "tool", "user", "user"]
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+    assert messages[2]["content"] == [{"type": "text", "text": "first"}, image]
+    assert messages[3]["content"] == [{"type": "text", "text": "second"}, image]
+    validate_all(ChatCompletionMessageParam, messages)
+
+
+def test_a_concluded_turn_is_reported_on_the_results(tools_rt: ToolRuntime) -> None:
+    batch = run(tools_rt, [ToolCall("c1", "read_file", '{"path": "a"}'), ToolCall("c2", "finish", "{}")])
+    messages = openai.results(batch)
+    assert batch.concluded and messages.concluded and messages.concluded_by == ("c2",)
+    assert [m["tool_call_id"] for m in messages] == ["c1", "c2"]  # still every result
+
+
+def test_an_aborted_batch_still_answers_every_call(tools_rt: ToolRuntime) -> None:
+    messages = openai.results(aborted_batch(tools_rt))
+    assert [(m["tool_call_id"], m["content"]) for m in messages] == [
+        ("a1", "Error: tool call aborted"),
+        ("a2", "Error: tool call aborted before dispatch"),
+        ("a3", "Error: tool call aborted before dispatch"),
+    ]
+    validate_all(ChatCompletionMessageParam, messages)
+
+
+def test_tools_are_function_tools_with_the_registry_schemas(tools_rt: ToolRuntime) -> None:
+    offered = openai.tools(tools_rt, Agent("main"))
+    assert [t["function"] for t in offered] == tools_rt.tools.schemas()
+    assert {t["type"] for t in offered} == {"function"}
+
+
+def test_a_final_answer_has_no_calls_and_argument_text_stays_text() -> None:
+    final = json.loads(json.dumps(COMPLETION))
+    final["choices"][0]["message"].update(content="All done.", tool_calls=None)
+    final["choices"][0]["finish_reason"] = "stop"
+    assert openai.calls(ChatCompletion.model_validate(final)) == ()
+    broken = {"role": "assistant", "tool_calls": [{"id": "x", "type": "function", "function": {"name": "t", "arguments": "{oops"}}]}
+    assert openai.calls(broken) == (ToolCall("x", "t", "{oops"),)
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ({"choices": []}, "response.choices: holds 0 choices"),
+        ({"role": "user", "content": "hi"}, "response.role: a 'user' message holds no tool calls"),
+        ({"tool_calls": [{"id": "a", "type": "custom", "custom": {"name": "x", "input": "y"}}]},
+         "response.tool_calls[0].type: must be \"function\", got 'custom'"),
+        ({"tool_calls": [{"type": "function", "function": {"name": "x"}}]}, "response.tool_calls[0]: missing 'id'"),
+        ({"tool_calls": [{"id": "a", "function": {"name": "x", "arguments": 3}}]},
+         "response.tool_calls[0].function.arguments: must be an object or JSON text, got a number"),
+        ({"tool_calls": [{"id": "a", "function": {"name": "x"}}, {"id": "a", "function": {"name": "y"}}]},
+         "response.tool_calls[1].function: duplicate call id 'a' (also at response.tool_calls[0].function)"),
+        (42, "response: expected a chat completion, a choice or an assistant message, got a number"),
+    ],
+)  # fmt: skip
+def test_a_response_it_cannot_read_is_one_error_naming_the_field(response: Any, expected: str) -> None:
+    with pytest.raises(ProviderFormatError) as caught:
+        openai.calls(response)
+    assert str(caught.value).startswith(expected), str(caught.value)
+
+
+def test_results_takes_the_batch_result() -> None:
+    with pytest.raises(TypeError, match="takes the ToolBatchResult"):
+        openai.results([ToolCall("a", "b")])  # type: ignore[arg-type]

@@ -1,0 +1,142 @@
+"""providers.openai_responses: a response's function_call items in,
+function_call_output items out, valid as the SDK's input item params."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openai.types.responses import FunctionToolParam, Response, ResponseInputItemParam
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+
+from dsh_actors import ToolCall, ToolRuntime
+from dsh_actors.providers import ProviderFormatError, openai_responses
+
+from .helpers import ERROR_CASES, ERROR_IDS, PNG, aborted_batch, kit, run, validate, validate_all
+
+RESPONSE: dict[str, Any] = {
+    "id": "resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b",
+    "object": "response",
+    "created_at": 1741476542,
+    "status": "completed",
+    "model": "gpt-4.1-2025-04-14",
+    "output": [
+        {"id": "rs_67ccd2bf8c7c8190a48e2c2d1f1c3e0e", "type": "reasoning", "summary": []},
+        {"id": "fc_67ccd3c3a0a48190b3b0d4a7b0c1ed1b", "type": "function_call", "status": "completed",
+         "call_id": "call_12345xyz", "name": "read_file", "arguments": "{\"path\":\"src/app.py\"}"},
+        {"id": "fc_67ccd3c3a0a48190b3b0d4a7b0c1ed1c", "type": "function_call", "status": "completed",
+         "call_id": "call_67890abc", "name": "screenshot", "arguments": "{}"},
+    ],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [
+        {"type": "function", "name": "read_file", "description": "Read a file.", "strict": False,
+         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+        {"type": "function", "name": "screenshot", "description": "Take a screenshot.", "strict": False,
+         "parameters": {"type": "object", "properties": {}}},
+    ],
+}  # fmt: skip
+
+EXPECTED = (ToolCall("call_12345xyz", "read_file", '{"path":"src/app.py"}'), ToolCall("call_67890abc", "screenshot", "{}"))
+
+
+@pytest.fixture
+def tools_rt(rt: ToolRuntime) -> ToolRuntime:
+    kit(rt)
+    return rt
+
+
+def test_a_response_its_output_and_their_dicts_give_the_function_calls_skipping_reasoning() -> None:
+    response = Response.model_validate(RESPONSE)
+    for source in (response, response.output, RESPONSE, RESPONSE["output"], response.model_dump()):
+        assert openai_responses.calls(source) == EXPECTED
+    assert openai_responses.calls(response.output[1]) == EXPECTED[:1]
+
+
+def test_a_round_trip_answers_every_call_with_sdk_valid_items(tools_rt: ToolRuntime) -> None:
+    response = Response.model_validate(RESPONSE)
+    items = openai_responses.results(run(tools_rt, openai_responses.calls(response)))
+    assert [i["call_id"] for i in items] == ["call_12345xyz", "call_67890abc"]
+    assert items[0] == {"type": "function_call_output", "call_id": "call_12345xyz", "output": "contents of src/app.py"}
+    validate_all(ResponseInputItemParam, items)
+    validate_all(FunctionToolParam, openai_responses.tools(tools_rt))
+    request = {
+        "model": "gpt-4.1",
+        "previous_response_id": response.id,
+        "input": list(items),
+        "tools": openai_responses.tools(tools_rt),
+    }
+    validate(ResponseCreateParamsNonStreaming, request)
+
+
+def test_images_are_input_image_parts_of_the_output(tools_rt: ToolRuntime) -> None:
+    (item,) = openai_responses.results(run(tools_rt, [ToolCall("c1", "screenshot", "{}")]))
+    assert item["output"] == [
+        {"type": "input_text", "text": "the login page"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+    ]
+    validate(ResponseInputItemParam, item)
+
+
+def test_an_image_type_the_provider_refuses_becomes_a_note(tools_rt: ToolRuntime) -> None:
+    (item,) = openai_responses.results(run(tools_rt, [ToolCall("c1", "diagram", "{}")]))
+    assert "image/svg+xml was left out" in item["output"]
+    validate(ResponseInputItemParam, item)
+
+
+@pytest.mark.parametrize(("call", "code", "start"), ERROR_CASES, ids=ERROR_IDS)
+def test_each_error_kind_is_marked_by_its_text(tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str) -> None:
+    (item,) = openai_responses.results(run(tools_rt, [call]))
+    assert item["call_id"] == call.id and item["output"].startswith(start), item
+    validate(ResponseInputItemParam, item)
+
+
+def test_additional_contexts_follow_as_user_message_items_in_order(tools_rt: ToolRuntime) -> None:
+    batch = run(tools_rt, [ToolCall("c1", "note", '{"text": "first"}'), ToolCall("c2", "note", '{"text": "second"}')])
+    items = openai_responses.results(batch)
+    assert [i["type"] for i in items] == ["function_call_output", "function_call_output", "message", "message"]
+    assert items[2] == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "first"}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"}],
+    }
+    assert items[3]["content"][0] == {"type": "input_text", "text": "second"}
+    validate_all(ResponseInputItemParam, items)
+
+
+def test_a_concluded_turn_and_an_aborted_batch(tools_rt: ToolRuntime) -> None:
+    concluded = openai_responses.results(run(tools_rt, [ToolCall("c1", "finish", "{}")]))
+    assert concluded.concluded and concluded.concluded_by == ("c1",)
+    items = openai_responses.results(aborted_batch(tools_rt))
+    assert [(i["call_id"], i["output"]) for i in items] == [
+        ("a1", "Error: tool call aborted"),
+        ("a2", "Error: tool call aborted before dispatch"),
+        ("a3", "Error: tool call aborted before dispatch"),
+    ]
+    validate_all(ResponseInputItemParam, items)
+
+
+def test_tools_are_responses_function_tools(tools_rt: ToolRuntime) -> None:
+    offered = openai_responses.tools(tools_rt)
+    assert [{"name": t["name"], "description": t["description"], "parameters": t["parameters"]} for t in offered] == (
+        tools_rt.tools.schemas()
+    )
+    assert {(t["type"], t["strict"]) for t in offered} == {("function", False)}
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ({"id": "resp_1"}, 'response: expected a response (with "output")'),
+        ({"output": [{"type": "custom_tool_call", "call_id": "c", "name": "x", "input": "y"}]},
+         "response.output[0].type: a 'custom_tool_call' item asks the client to run something"),
+        ({"output": [{"type": "function_call", "id": "fc_1", "name": "x", "arguments": "{}"}]},
+         "response.output[0]: missing 'call_id'"),
+        ({"output": [{"summary": []}]}, "response.output[0].type: an output item needs a string type, got null"),
+        ("text", "response: expected a response or its output items, got a string"),
+    ],
+)  # fmt: skip
+def test_a_response_it_cannot_read_is_one_error_naming_the_field(response: Any, expected: str) -> None:
+    with pytest.raises(ProviderFormatError) as caught:
+        openai_responses.calls(response)
+    assert str(caught.value).startswith(expected), str(caught.value)
