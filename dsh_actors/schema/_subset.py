@@ -51,6 +51,7 @@ from typing import Any, Final, TypeGuard
 
 from ..errors import JsonSchemaError, LosslessJsonError
 from ..json import MAX_JSON_DEPTH, FrozenDict, materialize
+from ._dialect import dialect_problem
 from ._paths import child_path, index_path, json_text, quote, type_name
 
 __all__ = [
@@ -241,6 +242,12 @@ def check_json_schema(schema: object, *, object_root: bool = False) -> list[str]
         children: list[tuple[object, str, int]] = []
         _check_node(node, path, depth, out, children)
         stack.extend(reversed(children))
+    if is_mapping(schema) and "$schema" in schema:
+        # The root's dialect is an annotation (see ._dialect); only the root
+        # (depth 1) may carry it.
+        problem = dialect_problem(schema["$schema"])
+        if problem is not None:
+            out.insert(0, f'{child_path("schema", "$schema")}: {problem}')
     if object_root and is_mapping(schema):
         root_type = schema.get("type")
         if type(root_type) is not str or root_type != "object":
@@ -285,7 +292,7 @@ def _check_node(
     for key in node:
         if type(key) is not str:
             out.append(f"{path}: keys must be strings (got a key of kind {json_kind(key)})")
-        elif key not in _KNOWN_KEYWORDS:
+        elif key not in _KNOWN_KEYWORDS and not (key == "$schema" and depth == 1):
             out.append(f"{child_path(path, key)}: keyword {quote(key)} is not supported")
 
     has_type = "type" in node
