@@ -319,6 +319,22 @@ def _branch_types(branches: Any) -> list[str] | None:
     return types
 
 
+def _only_compatible_branch(error: ValidationError) -> list[ValidationError] | None:
+    """The errors of the one failing branch whose type fits the value (its
+    errors include no ``type`` error at the value itself), else None."""
+    here = list(error.absolute_path)
+    by_branch: dict[object, list[ValidationError]] = {}
+    for sub in error.context or ():
+        if sub.relative_schema_path:
+            by_branch.setdefault(sub.relative_schema_path[0], []).append(sub)
+    compatible = [
+        errors
+        for errors in by_branch.values()
+        if not any(e.validator == "type" and list(e.absolute_path) == here for e in errors)
+    ]
+    return compatible[0] if len(compatible) == 1 else None
+
+
 def _is_type(validator: Any, instance: Any, json_type: str) -> bool:
     try:
         return bool(validator.is_type(instance, json_type))
@@ -359,6 +375,14 @@ def _messages(validator: Any, error: ValidationError, root: str) -> list[str]:
     if keyword == "const":
         return [f'"{path}" must be {_shown(expected)}']
     if keyword in ("anyOf", "oneOf") and error.context:
+        # No branch matched. When exactly one branch is of the value's type
+        # (an Optional[X]'s X), its own violations say what is wrong.
+        chosen = _only_compatible_branch(error)
+        if chosen is not None:
+            out: list[str] = []
+            for sub in chosen:
+                out.extend(_messages(validator, sub, root))
+            return out
         types = _branch_types(expected)
         if types is not None and not any(_is_type(validator, instance, t) for t in types):
             return [f'"{path}" {_type_message(types)}']
