@@ -7,7 +7,6 @@ the session's loop and waits for it (with a timeout, so nothing hangs)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import threading
 from collections.abc import Coroutine
@@ -25,8 +24,10 @@ class ServerConnection:
     """``script`` (a file next to this one) served over stdio, with an
     initialized ``ClientSession`` on ``loop``."""
 
-    def __init__(self, script: str, errlog: Path) -> None:
-        self.params = StdioServerParameters(command=sys.executable, args=[str(HERE / script)], cwd=str(HERE))
+    def __init__(self, script: str, errlog: Path, env: dict[str, str] | None = None) -> None:
+        self.params = StdioServerParameters(
+            command=sys.executable, args=[str(HERE / script)], cwd=str(HERE), env=env
+        )
         self.errlog_path = errlog
         self.loop = asyncio.new_event_loop()
         self.session: ClientSession | None = None
@@ -87,10 +88,3 @@ class ServerConnection:
         except OSError:
             return ""
 
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -1,11 +1,13 @@
 """An MCP server (the SDK's low-level Server) whose tool list changes: it
 lists two tools per page, and its ``swap`` tool removes ``alpha``, adds
-``delta``, changes ``beta``'s description and sends
+``delta`` and ``remote`` (whose schema has a remote reference), changes
+``beta``'s description and sends
 ``notifications/tools/list_changed``. It also has tools whose structured
 output breaks their outputSchema. Run as a script: it serves over stdio."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio
@@ -40,6 +42,14 @@ tools["good_output"] = Tool(
     name="good_output", description="keeps its outputSchema", input_schema=OBJECT, output_schema=COUNT_SCHEMA
 )
 
+REMOTE = Tool(
+    name="remote",
+    description="its schema points elsewhere",
+    input_schema={"type": "object", "properties": {"x": {"$ref": "https://schemas.invalid/x.json"}}},
+)
+if os.environ.get("START_WITH_REMOTE") == "1":
+    tools["remote"] = REMOTE
+
 
 async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
     names = list(tools)
@@ -55,6 +65,7 @@ async def call_tool(ctx: Any, params: Any) -> CallToolResult:
         del tools["alpha"]
         tools["delta"] = Tool(name="delta", description="the delta tool", input_schema=OBJECT)
         tools["beta"] = Tool(name="beta", description="the changed beta tool", input_schema=OBJECT)
+        tools["remote"] = REMOTE
         await ctx.session.send_tool_list_changed()
         return CallToolResult(content=[TextContent(type="text", text="swapped")])
     if name == "bad_output":
