@@ -10,6 +10,7 @@ native executor, one per registered tool; with ``--executor ptc``, the one
   ``tools``);
 * ``raw``: ours, ``{"name", "description", "parameters"}``.
 
+``--mcp "COMMAND ..."`` (repeatable) adds the tools of a stdio MCP server.
 Printed as one indented JSON list. Exit status 0, or 1 when the tools or
 the executor cannot be loaded.
 """
@@ -26,6 +27,7 @@ import orjson
 from ..json import thaw
 from ..runtime import ToolRuntime
 from .loading import install_executor, install_tools, load_tool_source
+from .mcp_servers import McpServers
 
 __all__ = ["FORMATS", "provider_schemas", "schemas_command"]
 
@@ -48,9 +50,12 @@ def provider_schemas(schemas: Iterable[Mapping[str, Any]], fmt: str) -> list[dic
 
 
 def schemas_command(args: argparse.Namespace) -> int:
-    source = load_tool_source(args.tools)
-    with ToolRuntime() as rt:
-        install_tools(source, rt)
+    source = None if args.tools is None else load_tool_source(args.tools)
+    servers = McpServers(getattr(args, "mcp", None) or [])
+    with ToolRuntime() as rt, servers:
+        if source is not None:
+            install_tools(source, rt)
+        servers.start(rt)
         executor = install_executor(args.executor, rt)
         model_input = executor.describe(rt.tools.definitions())
         document = provider_schemas(model_input.schemas, args.format)
