@@ -18,7 +18,7 @@ import shlex
 import sys
 import threading
 from collections.abc import Sequence
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TextIO, cast
 
 from ..errors import DshError, safe_str
 from ..runtime import ToolRuntime
@@ -103,7 +103,7 @@ class McpServers:
                 where = f"--mcp {command!r}"
                 try:
                     params = StdioServerParameters(command=argv[0], args=argv[1:])
-                    read, write = await stack.enter_async_context(stdio_client(params, errlog=self._errlog))
+                    read, write = await stack.enter_async_context(stdio_client(params, errlog=cast(TextIO, self._errlog)))
                     session = await stack.enter_async_context(ClientSession(read, write))
                     await session.initialize()
                     stack.callback(await mount(rt, session))

@@ -272,16 +272,20 @@ class _Mount:
                 kept[name] = _Tool(fingerprint, self.service.register(definition))
             except DshError as err:
                 logger.error("MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, err.message)
+        leftovers: list[_Tool] = []
         with self._lock:
-            if self._disposed:
-                leftovers = [t for n, t in kept.items() if n not in current or current[n] is not t]
+            if self.disposed():
+                leftovers = list(kept.values())  # disposed meanwhile: undo what this swap made (idempotent)
             else:
                 self._tools = kept
-                leftovers = []
         for tool in leftovers:
             tool.dispose()
 
     # -- disposing ----------------------------------------------------------
+
+    def disposed(self) -> bool:
+        """Whether the mount was disposed (or its runtime stopped)."""
+        return self._disposed
 
     def _dispose(self) -> None:
         with self._lock:
@@ -364,7 +368,7 @@ class _Mount:
             if task.cancelled():
                 done.cancel()
             elif task.exception() is not None:
-                done.set_exception(task.exception())  # type: ignore[arg-type]
+                done.set_exception(task.exception())
             else:
                 done.set_result(task.result())
 
@@ -432,7 +436,9 @@ class _Mount:
                     ['"value" is missing: the tool declares an outputSchema but returned no structuredContent'],
                 )
             return content
-        blocks = blocks_from_wire(content) if content else [TextBlock(_json_text(result.structured_content))]
+        blocks: list[ContentBlock] = (
+            blocks_from_wire(content) if content else [TextBlock(_json_text(result.structured_content))]
+        )
         with self._content_lock:
             self._content[ctx.token] = blocks
         return result.structured_content
