@@ -320,7 +320,7 @@ class _Mount:
             raise McpConnectionError(self.server, self._closed)
         request = self._request(name, thaw(args))
         if asyncio.get_running_loop() is self.loop:
-            result = await request
+            result = await self._here(request, ctx)
         else:
             result = await self._on_session_loop(request, ctx)
         return self._value(name, structured, result, ctx)
@@ -347,6 +347,40 @@ class _Mount:
                 self._closed = "the connection was closed"
                 raise McpConnectionError(self.server, self._closed) from err
             raise McpProtocolError(name, f"{type(err).__name__}: {safe_str(err)}") from err
+
+    async def _here(
+        self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext
+    ) -> types.CallToolResult:
+        """Await ``request`` on this loop (the session's). When the call's
+        signal fires, or this task is cancelled, the request is cancelled
+        through the SDK, and this waits until the SDK has returned."""
+        loop = self.loop
+        task = loop.create_task(request)
+
+        def forward(_: Any = None) -> None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # closed meanwhile
+                pass
+
+        unsubscribe = ctx.signal.add_callback(forward)
+        cancelled_here = False
+        try:
+            while not task.done():
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if not task.done():
+                        cancelled_here = True
+                        task.cancel()
+        finally:
+            unsubscribe()
+        if task.cancelled():
+            raise asyncio.CancelledError()
+        result = task.result()  # raises the request's own error
+        if cancelled_here:
+            raise asyncio.CancelledError()
+        return result
 
     async def _on_session_loop(
         self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext

@@ -165,14 +165,15 @@ async def wait_started(tag: str) -> bool:
 
 
 @app.tool()
-async def cancellations(at_least: int) -> list[str]:
-    """The tags of the slow calls cancelled so far, once there are at least
-    ``at_least`` (or after 10 s)."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while len(cancelled) < at_least and asyncio.get_running_loop().time() < deadline:
+async def cancellations(tag: str) -> list[str]:
+    """The tags of the slow calls cancelled so far, once ``tag`` is among
+    them (or after 10 s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while tag not in cancelled and loop.time() < deadline:
         cancelled_changed.clear()
         try:
-            await asyncio.wait_for(cancelled_changed.wait(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            await asyncio.wait_for(cancelled_changed.wait(), max(0.0, deadline - loop.time()))
         except asyncio.TimeoutError:
             break
     return list(cancelled)

@@ -67,7 +67,6 @@ def test_list_changed_relists_and_swaps_the_registrations(conn: ServerConnection
 
     errors: list[str] = []
     sink = logger.add(lambda message: errors.append(str(message)), level="ERROR", filter="dsh_actors")
-    logger.enable("dsh_actors")
     off = rt.events.on("tools/change", on_change)
     try:
         assert run(rt, "x_swap").content == (TextBlock("swapped"),)
@@ -83,7 +82,6 @@ def test_list_changed_relists_and_swaps_the_registrations(conn: ServerConnection
     finally:
         off()
         logger.remove(sink)
-        logger.disable("dsh_actors")
         unmount()
     assert not names(rt)
 

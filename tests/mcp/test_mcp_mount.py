@@ -3,6 +3,7 @@ every mapping of a tool, its result and its cancellation."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from mcp_harness import ServerConnection
 
 import policies.timeout
 from dsh_actors import AbortController, Agent, ImageBlock, TextBlock, ToolBatchInput, ToolCall, ToolRuntime
-from dsh_actors.json import thaw
+from dsh_actors.json import materialize, thaw
 from dsh_actors.mcp import mount
 from dsh_actors.model import ToolBatchResult
 
@@ -175,7 +176,7 @@ def abort_once_started(conn: ServerConnection, rt: ToolRuntime, tag: str, **batc
 def test_an_aborted_call_is_cancelled_on_the_server_and_settles_aborted(conn: ServerConnection, mounted: ToolRuntime) -> None:
     outcome = abort_once_started(conn, mounted, "aborted-1")
     assert code(outcome) == "ABORTED"
-    seen = conn.call_directly("cancellations", {"at_least": 1}).structured_content
+    seen = conn.call_directly("cancellations", {"tag": "aborted-1"}).structured_content
     assert "aborted-1" in seen["result"]
 
 
@@ -188,7 +189,7 @@ def test_a_timeout_cancels_the_request_on_the_server(conn: ServerConnection, rt:
         assert definition is not None and definition.timeout_ms == 200
         outcome = run(rt, "slow_slow", {"tag": "timed-out"})
         assert code(outcome) == "TOOL_TIMEOUT"
-        seen = conn.call_directly("cancellations", {"at_least": 1}).structured_content
+        seen = conn.call_directly("cancellations", {"tag": "timed-out"}).structured_content
         assert "timed-out" in seen["result"]
     finally:
         unmount()
@@ -227,3 +228,38 @@ def test_the_same_server_mounted_twice_under_one_name_is_refused_whole(conn: Ser
     with pytest.raises(RegistrationError, match="t_add"):
         conn.run(mount(mounted, conn.session, prefix="t_"))
     assert mounted.tools.get("t_add") is not None  # the first mount is untouched
+
+
+class _Token:
+    """An execution token stand-in (weak-referenceable, like the real one)."""
+
+
+class _Context:
+    """What a mounted tool's body reads from its ToolRunContext."""
+
+    def __init__(self, controller: AbortController) -> None:
+        self.signal = controller.signal
+        self.token = _Token()
+
+
+def test_a_body_running_on_the_sessions_loop_awaits_the_sdk_there(conn: ServerConnection, mounted: ToolRuntime) -> None:
+    # Today bodies run on the runtime's loop thread; an application loop
+    # that runs them (the async-native runtime) takes this direct path.
+    add = mounted.tools.get("t_add")
+    slow = mounted.tools.get("t_slow")
+    assert add is not None and slow is not None and conn.session is not None
+    session = conn.session
+    value = conn.run(add.execute(materialize({"x": 1, "inner": {"a": 2}}), _Context(AbortController())))
+    assert thaw(value) == {"total": 3, "note": None}
+
+    controller = AbortController()
+
+    async def abort_once_started() -> None:
+        task = asyncio.ensure_future(slow.execute(materialize({"tag": "direct"}), _Context(controller)))
+        assert (await session.call_tool("wait_started", {"tag": "direct"})).structured_content == {"result": True}
+        controller.abort()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    conn.run(abort_once_started())
+    assert "direct" in conn.call_directly("cancellations", {"tag": "direct"}).structured_content["result"]
