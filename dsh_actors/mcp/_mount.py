@@ -38,6 +38,9 @@ _MAX_PAGES: Final = 1000
 #: While a cancelled call waits for the SDK, how often it checks that the
 #: session's loop still runs (a stopped loop would never finish the call).
 _LOOP_CHECK_S: Final = 0.5
+#: A request the session's loop has not started after this long is logged
+#: (the loop is blocked, typically by a blocking execute on its own thread).
+_STALL_S: Final = 5.0
 
 
 async def mount(
@@ -436,15 +439,26 @@ class _Mount:
         unsubscribe = ctx.signal.add_callback(forward)
         waiter = asyncio.wrap_future(done)
         cancelled_here = False
+        warned = False
         try:
             while True:
+                timeout = _LOOP_CHECK_S if cancelled_here else (None if warned or tasks else _STALL_S)
                 try:
-                    await asyncio.wait_for(asyncio.shield(waiter), None if not cancelled_here else _LOOP_CHECK_S)
+                    await asyncio.wait_for(asyncio.shield(waiter), timeout)
                     break
                 except asyncio.TimeoutError:
                     if loop.is_closed() or not loop.is_running():
                         self._closed = "the event loop that owns the session stopped during a call"
                         raise McpConnectionError(self.server, self._closed) from None
+                    if not cancelled_here and not tasks and not warned:
+                        warned = True
+                        logger.warning(
+                            "MCP server {!r}: the session's event loop has not started a tools/call in {:.0f} s; "
+                            "is a blocking rt.tools.execute() running on that loop's thread? "
+                            "Use await rt.tools.execute_async() there instead",
+                            self.server,
+                            _STALL_S,
+                        )
                 except asyncio.CancelledError:
                     if waiter.done():
                         break

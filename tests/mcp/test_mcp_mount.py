@@ -263,3 +263,28 @@ def test_a_body_running_on_the_sessions_loop_awaits_the_sdk_there(conn: ServerCo
 
     conn.run(abort_once_started())
     assert "direct" in conn.call_directly("cancellations", {"tag": "direct"}).structured_content["result"]
+
+
+def test_a_call_the_blocked_session_loop_cannot_start_is_logged_then_runs(
+    conn: ServerConnection, mounted: ToolRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loguru import logger
+
+    import dsh_actors.mcp._mount as mount_module
+
+    monkeypatch.setattr(mount_module, "_STALL_S", 0.05)
+    warned = threading.Event()
+    sink = logger.add(lambda m: warned.set() if "has not started a tools/call" in str(m) else None, level="WARNING")
+    gate = threading.Event()
+    conn.loop.call_soon_threadsafe(gate.wait, 20)  # the session's loop is blocked until the gate opens
+    try:
+        future = mounted.tools.submit(
+            ToolBatchInput(calls=(ToolCall(id="c", name="t_add", arguments={"x": 1, "inner": {"a": 1}}),))
+        )
+        assert warned.wait(20)
+        assert not future.done()
+    finally:
+        gate.set()
+        logger.remove(sink)
+    outcome = future.result(20).results[0].result
+    assert thaw(outcome.value)["total"] == 2
