@@ -20,7 +20,11 @@ Accepted keywords, per node:
   scalar ``type``;
 * annotations ``description`` and ``title`` (strings), ``default`` and
   ``examples`` (any lossless JSON; never checked against the node, as
-  jsonschema does not either).
+  jsonschema does not either);
+* at the root only, ``$schema`` naming Draft 2020-12 or draft-07 (an
+  annotation: the subset's keywords mean the same in both; see
+  :mod:`._dialect`). Schemas outside the subset can still be enforced, in
+  full mode (:mod:`._full`).
 
 Decision on annotations beside ``oneOf``: SPEC rejects "a keyword beside
 ``oneOf``". We read that as a *constraint* keyword: the four annotations
