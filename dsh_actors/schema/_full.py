@@ -232,6 +232,35 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], str]:
     return out, dialect
 
 
+_FALSE: Final = {"not": {}}
+_SCHEMA_MAPS: Final = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs", "definitions"})
+_SCHEMA_LISTS: Final = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
+
+
+def _no_false_subschemas(schema: Any) -> Any:
+    """``schema`` with each ``false`` subschema under a property (or in a
+    list of branches) written ``{"not": {}}``: the same verdicts, but
+    jsonschema then reports the violation at the value's own path (for a
+    bare ``false`` it leaves the last step out). ``additionalProperties``,
+    ``items`` and the like keep their ``false``: their own messages name
+    the keys. The paths a ``$ref`` points along are unchanged."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, sub in schema.items():
+        if key in _DATA_KEYWORDS:
+            out[key] = sub
+        elif key in _SCHEMA_MAPS and isinstance(sub, dict):
+            out[key] = {k: dict(_FALSE) if v is False else _no_false_subschemas(v) for k, v in sub.items()}
+        elif key in _SCHEMA_LISTS and isinstance(sub, list):
+            out[key] = [dict(_FALSE) if v is False else _no_false_subschemas(v) for v in sub]
+        elif isinstance(sub, dict):
+            out[key] = _no_false_subschemas(sub)
+        else:
+            out[key] = sub
+    return out
+
+
 @final
 class FullJsonSchema:
     """A schema outside the subset, compiled once into a jsonschema validator
@@ -255,7 +284,7 @@ class FullJsonSchema:
         self.schema = schema
         self.dialect = dialect
         self._key = key
-        self._validator = _VALIDATORS[dialect](plain, format_checker=format_checker(dialect))
+        self._validator = _VALIDATORS[dialect](_no_false_subschemas(plain), format_checker=format_checker(dialect))
 
     def is_valid(self, value: Any) -> bool:
         """Whether ``value`` (lossless JSON) conforms. A value too deeply
@@ -392,8 +421,25 @@ def _messages(validator: Any, error: ValidationError, root: str) -> list[str]:
         return [f'"{path}" must match exactly one oneOf branch (matched {count})']
     if keyword == "anyOf":
         return [f'"{path}" must match at least one anyOf branch']
+    if keyword == "dependentRequired" and isinstance(instance, Mapping) and isinstance(expected, Mapping):
+        return [
+            f'missing required property "{child_path(path, dep)}" (required by "{child_path(path, name)}")'
+            for name, deps in expected.items()
+            if name in instance and isinstance(deps, Sequence)
+            for dep in deps
+            if dep not in instance
+        ]
+    if keyword == "items" and expected is False and isinstance(error.schema, Mapping):
+        prefix = error.schema.get("prefixItems", ())
+        count = len(prefix) if isinstance(prefix, Sequence) else 0
+        return [f'"{path}" must have at most {_plural(count, "item")} (no items beyond "prefixItems")']
+    if keyword == "not" and expected == {}:
+        return [f'"{path}" is not allowed here (false schema)']
     simple = _SIMPLE.get(keyword)
     if simple is not None:
+        if "propertyNames" in error.absolute_schema_path and type(instance) is str:
+            # The instance is a property name of the object at ``path``.
+            return [f'the property name {quote(instance)} of "{path}" {simple(expected)}']
         return [f'"{path}" {simple(expected)}']
     if keyword is None or error.schema is False:
         return [f'"{path}" is not allowed here (false schema)']

@@ -262,3 +262,47 @@ def test_registration_lists_every_problem_of_a_full_mode_definition() -> None:
     assert 'parameters: unsupported JSON schema: schema.properties.r["$ref"]: remote reference' in message
     with pytest.raises(RegistrationError, match='schema_mode must be "subset" or "full"'):
         validate_definition(raw(schema_mode="strict"))
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "messages"),
+    [
+        ({"type": "string", "pattern": "^a"}, "b", ['"value" must match the pattern "^a"']),
+        ({"type": "integer", "exclusiveMaximum": 3}, 3, ['"value" must be < 3']),
+        ({"type": "number", "multipleOf": 0.5}, 0.3, ['"value" must be a multiple of 0.5']),
+        ({"type": "array", "minItems": 2}, [1], ['"value" must have at least 2 items']),
+        ({"type": "array", "uniqueItems": True}, [[1], [1]], ['"value" must not contain duplicate items']),
+        ({"type": "object", "maxProperties": 1}, {"a": 1, "b": 2}, ['"value" must have at most 1 property']),
+        ({"not": {"type": "null"}}, None, ['"value" must not match the "not" schema']),
+        ({"enum": [{"a": 1}, "x"]}, "y", ['"value" must be one of [{"a":1},"x"]']),
+        ({"const": [1, 2]}, [2, 1], ['"value" must be [1,2]']),
+        (
+            {"type": "object", "propertyNames": {"maxLength": 2}},
+            {"abc": 1},
+            ['the property name "abc" of "value" must be at most 2 characters long'],
+        ),
+        (
+            {"type": "array", "prefixItems": [{"type": "string"}], "items": False},
+            ["a", 1],
+            ['"value" must have at most 1 item (no items beyond "prefixItems")'],
+        ),
+        (
+            {"dependentRequired": {"card": ["cvc"]}},
+            {"card": "x"},
+            ['missing required property "value.cvc" (required by "value.card")'],
+        ),
+        (
+            {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+            1,
+            ['"value" must match exactly one oneOf branch (matched 2)'],
+        ),
+        (
+            {"anyOf": [{"type": "string", "minLength": 3}, {"type": "null"}]},
+            "ab",
+            ['"value" must be at least 3 characters long'],
+        ),
+        ({"properties": {"a": False}}, {"a": 1}, ['"value.a" is not allowed here (false schema)']),
+    ],
+)
+def test_violations_read_like_the_subsets(schema: dict[str, Any], value: Any, messages: list[str]) -> None:
+    assert compile_full_json_schema(schema).validate(materialize(value)) == messages
