@@ -232,7 +232,7 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], str]:
     return out, dialect
 
 
-_FALSE: Final = {"not": {}}
+_FALSE: Final[dict[str, Any]] = {"not": {}}
 _SCHEMA_MAPS: Final = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs", "definitions"})
 _SCHEMA_LISTS: Final = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
 
@@ -431,8 +431,8 @@ def _messages(validator: Any, error: ValidationError, root: str) -> list[str]:
         ]
     if keyword == "items" and expected is False and isinstance(error.schema, Mapping):
         prefix = error.schema.get("prefixItems", ())
-        count = len(prefix) if isinstance(prefix, Sequence) else 0
-        return [f'"{path}" must have at most {_plural(count, "item")} (no items beyond "prefixItems")']
+        allowed = len(prefix) if isinstance(prefix, Sequence) else 0
+        return [f'"{path}" must have at most {_plural(allowed, "item")} (no items beyond "prefixItems")']
     if keyword == "not" and expected == {}:
         return [f'"{path}" is not allowed here (false schema)']
     simple = _SIMPLE.get(keyword)
