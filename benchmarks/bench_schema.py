@@ -5,6 +5,12 @@ object) with :func:`dsh_actors.schema.compile_json_schema` and with a compiled
 ``jsonschema.Draft202012Validator``, in the same run, and prints µs/op
 (median over repetitions, after a warm-up) and the ratio to jsonschema.
 
+The full-mode rows validate the same arguments against the schema pydantic
+would generate for them (``$defs``/``$ref`` for the nested model,
+``anyOf`` for an ``Optional``, ``minimum``, ``minLength``), compiled by
+:func:`dsh_actors.schema.compile_full_json_schema`: what a mounted MCP tool
+pays per call, next to the subset's cost.
+
     ./dev python -m benchmarks.bench_schema [--repeat N] [--json PATH]
 """
 
@@ -19,7 +25,7 @@ import jsonschema
 
 from benchmarks._util import bench_main, case_table, time_cases
 from dsh_actors.json import materialize
-from dsh_actors.schema import compile_json_schema, validate_json_schema_value
+from dsh_actors.schema import compile_full_json_schema, compile_json_schema, validate_json_schema_value
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -47,6 +53,33 @@ VALUE: dict[str, Any] = {
 }
 INVALID: dict[str, Any] = {"path": 3, "limit": True, "mode": "slow", "options": {"x": 1}}
 
+# The same arguments as pydantic describes them (what MCP servers send).
+FULL_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "title": "scanArguments",
+    "properties": {
+        "path": {"type": "string", "minLength": 1, "title": "Path"},
+        "limit": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}], "default": None},
+        "recursive": {"type": "boolean", "default": False},
+        "mode": {"type": "string", "enum": ["fast", "thorough"]},
+        "options": {"$ref": "#/$defs/Options"},
+    },
+    "required": ["path", "options"],
+    "additionalProperties": False,
+    "$defs": {
+        "Options": {
+            "type": "object",
+            "properties": {
+                "depth": {"type": "number", "exclusiveMinimum": 0},
+                "follow": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+            },
+            "required": ["depth"],
+            "additionalProperties": False,
+        }
+    },
+}
+
 
 def run(repeat: int = 15) -> dict[str, Any]:
     """Run every case; return the results as a JSON-ready dict."""
@@ -55,6 +88,10 @@ def run(repeat: int = 15) -> dict[str, Any]:
     frozen = materialize(VALUE)
     assert ours.is_valid(VALUE) and ours.is_valid(frozen) and theirs.is_valid(VALUE)
     assert not ours.is_valid(INVALID) and not theirs.is_valid(INVALID)
+    full = compile_full_json_schema(FULL_SCHEMA, object_root=True)
+    assert type(full).__name__ == "FullJsonSchema"
+    assert full.is_valid(frozen) and not full.is_valid(materialize(INVALID))
+    frozen_invalid = materialize(INVALID)
     cases: dict[str, Callable[[], object]] = {
         "ours is_valid (plain dict)": lambda: ours.is_valid(VALUE),
         "ours is_valid (frozen)": lambda: ours.is_valid(frozen),
@@ -63,6 +100,8 @@ def run(repeat: int = 15) -> dict[str, Any]:
         "ours validate_json_schema_value (raw dict schema)": lambda: validate_json_schema_value(
             SCHEMA, frozen
         ),
+        "full mode is_valid (pydantic-style schema, frozen)": lambda: full.is_valid(frozen),
+        "full mode validate (invalid, pydantic-style schema)": lambda: full.validate(frozen_invalid),
         "jsonschema is_valid (compiled)": lambda: theirs.is_valid(VALUE),
         "jsonschema iter_errors (invalid)": lambda: list(theirs.iter_errors(INVALID)),
     }
@@ -81,6 +120,7 @@ def run(repeat: int = 15) -> dict[str, Any]:
             "ours_us": results["ours is_valid (frozen)"]["median_us"],
             "jsonschema_us": baseline,
             "speedup": results["ours is_valid (frozen)"]["speedup_vs_jsonschema"],
+            "full_mode_us": results["full mode is_valid (pydantic-style schema, frozen)"]["median_us"],
         },
     }
 
@@ -93,7 +133,8 @@ def _table(report: dict[str, Any]) -> str:
     return (
         f"{table}\n"
         f"\nsmall object (5 properties, one nested): ours {headline['ours_us']:.2f} µs, "
-        f"jsonschema {headline['jsonschema_us']:.2f} µs, {headline['speedup']:.1f}x faster"
+        f"jsonschema {headline['jsonschema_us']:.2f} µs, {headline['speedup']:.1f}x faster; "
+        f"full mode (pydantic-style schema) {headline['full_mode_us']:.2f} µs"
     )
 
 

@@ -3,8 +3,12 @@
 A :class:`ToolDefinition` is the raw, MCP-style form: a model-facing schema
 (``name``, ``description``, ``parameters``), a mandatory :class:`ToolOutput`
 declaration, the ``execute`` body, and host-only metadata and callbacks that
-never reach the model. The runtime does not validate a raw definition's
-arguments: its body validates its own input.
+never reach the model. In the default ``schema_mode="subset"`` the runtime
+does not validate a raw definition's arguments (its body validates its own
+input) and its schemas must stay inside the enforced subset. With
+``schema_mode="full"`` its schemas may be any Draft 2020-12 (or draft-07)
+schema, and the runtime enforces both: arguments before the body
+(``INVALID_ARGS``), the value after it (``INVALID_TOOL_OUTPUT``).
 
 :func:`define_tool` is the author path: it compiles the schema DSL, checks
 everything registration would reject, and wraps the callbacks so that the
@@ -23,7 +27,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast
 
 from loguru import logger
 
@@ -33,6 +37,8 @@ from .model import ContentBlock, ToolExecutionResult
 from .presentation import PresentedResult, ToolCallView, ToolResultView
 from .schema import (
     CompiledJsonSchema,
+    FullJsonSchema,
+    compile_full_json_schema,
     assert_object_json_schema,
     assert_supported_json_schema,
     compile_json_schema,
@@ -72,6 +78,12 @@ Classifier = Callable[[Any], bool]
 ContentHook = Callable[["ToolExecution", ToolExecutionResult], "list[ContentBlock] | None"]
 PresentCall = Callable[[Any], "ToolCallView | None"]
 PresentResult = Callable[[Any, PresentedResult], "ToolResultView | None"]
+class _Validates(Protocol):
+    def is_valid(self, args: Any) -> bool: ...
+
+
+SchemaMode = Literal["subset", "full"]
+SCHEMA_MODES: Final = ("subset", "full")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +123,10 @@ class ToolDefinition:
     body, and host-only callbacks.
 
     Definitions compare by identity: registering an equal-looking definition
-    again is a different registration. A raw definition is not
-    argument-validated by the runtime; :func:`define_tool` builds one whose
-    callbacks validate.
+    again is a different registration. A raw definition in the default
+    ``schema_mode="subset"`` is not argument-validated by the runtime;
+    :func:`define_tool` builds one whose callbacks validate, and so does
+    ``schema_mode="full"`` (see that field).
     """
 
     name: str
@@ -179,10 +192,36 @@ class ToolDefinition:
     """Free host-only metadata (``{"idempotent": True}`` for a retry
     policy); never model-visible."""
 
+    schema_mode: SchemaMode = "subset"
+    """How ``parameters`` and ``output.schema`` are enforced.
+
+    ``"subset"`` (the default): both must lie inside the enforced subset
+    (SPEC section 3); the output is validated, the arguments are not.
+
+    ``"full"``: both may be any Draft 2020-12 schema (draft-07 when the
+    root's ``$schema`` says so: ``anyOf``, ``minimum``, ``format``, local
+    ``$defs``/``$ref``...), compiled once at registration by
+    :func:`~dsh_actors.schema.compile_full_json_schema` (the subset's fast
+    validator when a schema happens to fit it, jsonschema otherwise; remote
+    references are refused). ``parameters`` must still declare a root
+    ``"type": "object"``. The runtime then enforces both schemas: the
+    definition's callbacks are wrapped at construction the way
+    :func:`define_tool` wraps them (the originals stay reachable as
+    ``__wrapped__``): ``execute`` raises :class:`ToolArgsError`
+    (``INVALID_ARGS``, path-named violations) without calling the body when
+    the arguments do not match, ``is_concurrency_safe`` answers ``False`` and
+    the presenters ``None`` on invalid arguments. Output violations are
+    ``INVALID_TOOL_OUTPUT`` as in the subset. MCP tools mounted by
+    :func:`dsh_actors.mcp.mount` use this mode."""
+
     _checked: CheckedDefinition | None = field(default=None, init=False, repr=False)
     # Set by define_tool: the registration check it already ran, with the
     # parameter validator its wrappers use, so registration compiles nothing
     # twice. dataclasses.replace() drops it (the copy is checked afresh).
+
+    def __post_init__(self) -> None:
+        if self.schema_mode == "full":
+            _wrap_full(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,11 +234,13 @@ class CheckedDefinition:
     definition: ToolDefinition
     """The definition as registered (compared by identity)."""
 
-    output_validator: CompiledJsonSchema
-    """Compiled ``definition.output.schema``; ``.schema`` is its frozen copy."""
+    output_validator: CompiledJsonSchema | FullJsonSchema
+    """Compiled ``definition.output.schema``; ``.schema`` is its frozen copy.
+    A :class:`~dsh_actors.schema.FullJsonSchema` only in full mode."""
 
-    parameter_validator: CompiledJsonSchema
-    """Compiled ``definition.parameters``; ``.schema`` is its frozen copy."""
+    parameter_validator: CompiledJsonSchema | FullJsonSchema
+    """Compiled ``definition.parameters``; ``.schema`` is its frozen copy.
+    A :class:`~dsh_actors.schema.FullJsonSchema` only in full mode."""
 
     is_async: bool
     """Whether ``definition.execute`` is an ``async def`` (runs on the
@@ -319,6 +360,16 @@ def _compile(check: Callable[[object], None], schema: object, where: str, proble
     return None
 
 
+def _compile_full(
+    schema: object, where: str, problems: list[str], *, object_root: bool
+) -> CompiledJsonSchema | FullJsonSchema | None:
+    try:
+        return compile_full_json_schema(schema, object_root=object_root)
+    except DshError as err:
+        problems.append(f"{where}: {err.message}")
+    return None
+
+
 def validate_definition(defn: object) -> CheckedDefinition:
     """Check ``defn`` the way registration does and compile its schemas.
 
@@ -332,7 +383,11 @@ def validate_definition(defn: object) -> CheckedDefinition:
     object-rooted schema of the subset; an ``execute`` that is not callable;
     a ``timeout_ms`` that is not a positive finite int or float; other
     callbacks that are neither callable nor ``None``; a ``meta`` that is not
-    a mapping. The reserved name and duplicates are the registry's checks.
+    a mapping; a ``schema_mode`` other than ``"subset"``/``"full"``. In full
+    mode the schemas are checked and compiled by
+    :func:`~dsh_actors.schema.compile_full_json_schema` instead of the
+    subset (parameters still object-rooted). The reserved name and
+    duplicates are the registry's checks.
 
     Runs on the registering thread; pure apart from compiling (cached).
     """
@@ -343,20 +398,34 @@ def validate_definition(defn: object) -> CheckedDefinition:
     return _check(defn, parameter_validator=None)
 
 
-def _check(defn: ToolDefinition, parameter_validator: CompiledJsonSchema | None) -> CheckedDefinition:
+def _check(
+    defn: ToolDefinition, parameter_validator: CompiledJsonSchema | FullJsonSchema | None
+) -> CheckedDefinition:
     problems: list[str] = []
     name_problem = _name_problem(defn.name)
     if name_problem is not None:
         problems.append(name_problem)
     if type(defn.description) is not str:
         problems.append(f"description must be a str (got {_shown(defn.description)})")
+    mode: object = defn.schema_mode
+    full = type(mode) is str and mode == "full"
+    if not (type(mode) is str and mode in SCHEMA_MODES):
+        problems.append(f'schema_mode must be "subset" or "full" (got {_shown(mode)})')
     output_problems = _output_problems(defn.output)
     problems.extend(output_problems)
-    output_validator = None
+    output_validator: CompiledJsonSchema | FullJsonSchema | None = None
     if not output_problems:
-        output_validator = _compile(assert_supported_json_schema, defn.output.schema, "output.schema", problems)
+        if full:
+            output_validator = _compile_full(defn.output.schema, "output.schema", problems, object_root=False)
+        else:
+            output_validator = _compile(assert_supported_json_schema, defn.output.schema, "output.schema", problems)
     if parameter_validator is None:
-        parameter_validator = _compile(assert_object_json_schema, defn.parameters, "parameters", problems)
+        if full:
+            parameter_validator = _compile_full(defn.parameters, "parameters", problems, object_root=True)
+        else:
+            parameter_validator = _compile(assert_object_json_schema, defn.parameters, "parameters", problems)
+    if not full and any(": unsupported JSON schema: " in problem for problem in problems):
+        problems.append('schema_mode="full" would enforce any Draft 2020-12 schema instead')
     if not _callable(defn.execute):
         problems.append(f"execute must be callable (got {_shown(defn.execute)})")
     timeout_problem = _timeout_problem(defn.timeout_ms)
@@ -487,6 +556,86 @@ def define_tool(
     return definition
 
 
+class _FullParameters:
+    """The parameter validator of a full-mode definition, compiled on first
+    use (registration compiles it first; a definition that never registers
+    compiles it when its wrapped callbacks are first called)."""
+
+    __slots__ = ("schema", "_compiled")
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self._compiled: CompiledJsonSchema | FullJsonSchema | None = None
+
+    def compiled(self) -> CompiledJsonSchema | FullJsonSchema:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = compile_full_json_schema(self.schema, object_root=True)
+        return compiled
+
+    def is_valid(self, args: Any) -> bool:
+        return self.compiled().is_valid(args)
+
+    def raise_invalid(self, args: Any) -> None:
+        violations = self.compiled().validate(args)
+        raise ToolArgsError(violations or ['"value" does not match the parameters'])
+
+
+_FULL_WRAPPED = "__dsh_full_mode__"
+
+
+def _unwrapped(fn: Any) -> Any:
+    """The author's callable behind a full-mode wrapper (so that
+    ``dataclasses.replace`` of a full-mode definition wraps once)."""
+    return fn.__wrapped__ if getattr(fn, _FULL_WRAPPED, False) else fn
+
+
+def _wrap_full(defn: ToolDefinition) -> None:
+    """Wrap a full-mode definition's callbacks so the runtime enforces its
+    parameters (see ``ToolDefinition.schema_mode``). Malformed fields are
+    left alone: registration reports them."""
+    name = defn.name if type(defn.name) is str else "<unnamed>"
+    validator = _FullParameters(defn.parameters)
+    setters: dict[str, Any] = {}
+    execute = _unwrapped(defn.execute)
+    if callable(execute):
+        setters["execute"] = _full_execute(name, validator, execute)
+    classifier = _unwrapped(defn.is_concurrency_safe)
+    if callable(classifier):
+        setters["is_concurrency_safe"] = _classifier(name, validator, classifier)
+    present_call = _unwrapped(defn.present_call)
+    if callable(present_call):
+        setters["present_call"] = _call_presenter(name, validator, present_call)
+    present_result = _unwrapped(defn.present_result)
+    if callable(present_result):
+        setters["present_result"] = _result_presenter(name, validator, present_result)
+    for key, wrapper in setters.items():
+        setattr(wrapper, _FULL_WRAPPED, True)
+        object.__setattr__(defn, key, wrapper)
+
+
+def _full_execute(name: str, validator: _FullParameters, body: Execute) -> Execute:
+    if is_async_callable(body):
+
+        async def execute_async(args: Any, ctx: ToolRunContext) -> Any:
+            if not validator.is_valid(args):
+                validator.raise_invalid(args)
+            return await body(args, ctx)
+
+        wrapper: Execute = execute_async
+    else:
+
+        def execute_sync(args: Any, ctx: ToolRunContext) -> Any:
+            if not validator.is_valid(args):
+                validator.raise_invalid(args)
+            return body(args, ctx)
+
+        wrapper = execute_sync
+    _label(wrapper, name, "execute", body)
+    wrapper.__qualname__ = f"ToolDefinition({name!r}, schema_mode='full').execute"
+    return wrapper
+
+
 def _output_path(violation: str) -> str:
     """Root a DSL violation's ``spec`` path at ``output.schema``, where the
     author wrote it."""
@@ -523,7 +672,7 @@ def _validating_execute(name: str, validator: CompiledJsonSchema, body: Execute)
     return wrapper
 
 
-def _classifier(name: str, validator: CompiledJsonSchema, classifier: Classifier) -> Classifier:
+def _classifier(name: str, validator: _Validates, classifier: Classifier) -> Classifier:
     is_valid = validator.is_valid
 
     def is_concurrency_safe(args: Any) -> bool:
@@ -539,7 +688,7 @@ def _classifier(name: str, validator: CompiledJsonSchema, classifier: Classifier
     return is_concurrency_safe
 
 
-def _call_presenter(name: str, validator: CompiledJsonSchema, presenter: PresentCall) -> PresentCall:
+def _call_presenter(name: str, validator: _Validates, presenter: PresentCall) -> PresentCall:
     is_valid = validator.is_valid
 
     def present_call(args: Any) -> ToolCallView | None:
@@ -550,7 +699,7 @@ def _call_presenter(name: str, validator: CompiledJsonSchema, presenter: Present
     return present_call
 
 
-def _result_presenter(name: str, validator: CompiledJsonSchema, presenter: PresentResult) -> PresentResult:
+def _result_presenter(name: str, validator: _Validates, presenter: PresentResult) -> PresentResult:
     is_valid = validator.is_valid
 
     def present_result(args: Any, result: PresentedResult) -> ToolResultView | None:

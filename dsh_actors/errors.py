@@ -58,6 +58,10 @@ class ErrorCode(str, Enum):
     EXECUTOR_UNAVAILABLE = "EXECUTOR_UNAVAILABLE"
     TOOL_FAILED = "TOOL_FAILED"
     POLICY_FAILED = "POLICY_FAILED"
+    # dsh_actors.mcp (the optional "mcp" extra): what an MCP server answered.
+    MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
+    MCP_PROTOCOL_ERROR = "MCP_PROTOCOL_ERROR"
+    MCP_CONNECTION_CLOSED = "MCP_CONNECTION_CLOSED"
 
     def __str__(self) -> str:
         return self.value

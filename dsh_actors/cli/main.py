@@ -42,6 +42,7 @@ examples:
   dsh-actors run examples/batch_openai.json --tools examples.tools --log run.jsonl
   dsh-actors replay run.jsonl --tools examples.tools
   dsh-actors schemas --tools examples.tools --format anthropic
+  dsh-actors run examples/batch_mcp.json --mcp "python examples/mcp_server.py"
   dsh-actors bench --quick
 """
 
@@ -105,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
         "ATTR (default: register, else TOOLS) is register(rt), register(tools), "
         "a sequence of ToolDefinitions, or a function returning one"
     )
+    mcp_help = (
+        "also mount the tools of an MCP server started with this command line over stdio "
+        "(split like a shell would; repeatable; needs the mcp extra). --tools, --mcp or both"
+    )
 
     run = commands.add_parser(
         "run",
@@ -118,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 when the batch ran (even if some calls failed), 1 when it could not run, 130 when interrupted.",
     )
     run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
-    run.add_argument("--tools", required=True, metavar="MODULE[:ATTR]", help=tools_help)
+    run.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
+    run.add_argument("--mcp", action="append", default=[], metavar='"COMMAND ..."', help=mcp_help)
+    run.set_defaults(command_parser=run)
     run.add_argument("--executor", choices=EXECUTORS, default="native", help="the batch executor (default native)")
     run.add_argument("--log", metavar="FILE", help="write the session log (JSONL) to FILE, a new file")
     run.add_argument(
@@ -140,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the model-facing tool schemas in a provider's format",
         description="Print the tool schemas the executor offers the model, as JSON in a provider's tool format.",
     )
-    schemas.add_argument("--tools", required=True, metavar="MODULE[:ATTR]", help=tools_help)
+    schemas.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
+    schemas.add_argument("--mcp", action="append", default=[], metavar='"COMMAND ..."', help=mcp_help)
+    schemas.set_defaults(command_parser=schemas)
     schemas.add_argument(
         "--format",
         choices=FORMATS,
@@ -215,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(args_list)
+        if args.command in ("run", "schemas") and args.tools is None and not args.mcp:
+            args.command_parser.error("one of the arguments --tools or --mcp is required")
     except SystemExit as exit:
         return exit.code if isinstance(exit.code, int) else 2
     from .replay import replay_command

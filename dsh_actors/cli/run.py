@@ -1,5 +1,8 @@
 """``dsh-actors run BATCH.json --tools MODULE``: run one batch of tool calls.
 
+``--mcp "COMMAND ..."`` (repeatable) also mounts the tools of a stdio MCP
+server (:mod:`.mcp_servers`); ``--tools``, ``--mcp`` or both.
+
 The batch runs as one model step (``LogStep(turn=1, step=1)``) of one agent
 (``--agent``, default ``cli``) whose session is in memory, or the JSONL file
 ``--log`` names, so the cards printed afterwards are drawn from the logged
@@ -32,6 +35,7 @@ from ..session import Session, error_to_json
 from ..signals import AbortController
 from .batchfile import Batch, BatchFileError, read_batch
 from .loading import CliError, ToolSource, install_executor, install_tools, load_tool_source
+from .mcp_servers import McpServers
 from .render import choose_style, log_entries, render_log, resolve_views, summary_line
 
 __all__ = ["APPROVE_MODES", "run_command"]
@@ -138,12 +142,14 @@ def _json_document(batch: ToolBatchResult, names: dict[str, str], views: dict[st
     return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource) -> None:
+def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource | None, servers: McpServers) -> None:
     """The tools, the approval service and the executor the batch runs with."""
     explicit = args.approve is not None
     if not explicit and sys.stdin.isatty() and sys.stderr.isatty():
         rt.approvals.set(TerminalApprover())  # installed first: the module's own service, if any, wins
-    install_tools(source, rt)
+    if source is not None:
+        install_tools(source, rt)
+    servers.start(rt)
     if explicit:
         rt.approvals.set(_approver(args.approve))  # asked for: it wins
     install_executor(args.executor, rt)
@@ -173,13 +179,14 @@ def run_command(args: argparse.Namespace) -> int:
         batch_file = read_batch(args.batch)
     except BatchFileError as err:
         raise CliError(str(err)) from None
-    source = load_tool_source(args.tools)
+    source = None if args.tools is None else load_tool_source(args.tools)
+    servers = McpServers(getattr(args, "mcp", None) or [])
     existed = args.log is not None and Path(args.log).exists()
     session = _open_log(args.log)
     ran = False
     try:
-        with ToolRuntime() as rt:
-            _install(rt, args, source)
+        with ToolRuntime() as rt, servers:
+            _install(rt, args, source, servers)
             controller = AbortController()
             batch_input = ToolBatchInput(
                 calls=batch_file.calls,

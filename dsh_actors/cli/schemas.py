@@ -13,6 +13,7 @@ writes them as a provider's ``tools`` parameter, with
 * ``anthropic``: ``{"name", "description", "input_schema"}`` (Messages);
 * ``raw``: ours, ``{"name", "description", "parameters"}``.
 
+``--mcp "COMMAND ..."`` (repeatable) adds the tools of a stdio MCP server.
 Printed as one indented JSON list. Exit status 0, or 1 when the tools or
 the executor cannot be loaded.
 """
@@ -29,6 +30,7 @@ import orjson
 from ..providers import anthropic, openai, openai_responses
 from ..runtime import ToolRuntime
 from .loading import install_executor, install_tools, load_tool_source
+from .mcp_servers import McpServers
 
 __all__ = ["FORMATS", "schemas_command"]
 
@@ -48,9 +50,12 @@ FORMATS: Final = tuple(_FORMATTERS)
 
 
 def schemas_command(args: argparse.Namespace) -> int:
-    source = load_tool_source(args.tools)
-    with ToolRuntime() as rt:
-        install_tools(source, rt)
+    source = None if args.tools is None else load_tool_source(args.tools)
+    servers = McpServers(getattr(args, "mcp", None) or [])
+    with ToolRuntime() as rt, servers:
+        if source is not None:
+            install_tools(source, rt)
+        servers.start(rt)
         install_executor(args.executor, rt)
         document = _FORMATTERS[args.format](rt)
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n")

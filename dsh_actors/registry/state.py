@@ -40,7 +40,7 @@ from ..model import Agent, ToolActivationContext, ToolRestriction
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import CheckedDefinition, ToolDefinition, ToolSchema
     from ..execution import ToolExecution
-    from ..schema import CompiledJsonSchema
+    from ..schema import CompiledJsonSchema, FullJsonSchema
     from ..toolset import ResolvedToolSet
 
 __all__ = [
@@ -142,11 +142,11 @@ class Registration:
         return self.when is not None
 
     @property
-    def output_validator(self) -> CompiledJsonSchema:
+    def output_validator(self) -> CompiledJsonSchema | FullJsonSchema:
         return self.checked.output_validator
 
     @property
-    def parameter_validator(self) -> CompiledJsonSchema:
+    def parameter_validator(self) -> CompiledJsonSchema | FullJsonSchema:
         return self.checked.parameter_validator
 
     @property

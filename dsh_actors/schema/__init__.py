@@ -9,6 +9,13 @@ the author DSL (SPEC section 3).
   :class:`CompiledJsonSchema` whose ``is_valid`` is the hot path and whose
   ``validate`` lists violations; :func:`validate_json_schema_value` and
   :func:`validate_args` are the one-call forms.
+* :func:`compile_full_json_schema` (and :func:`check_full_json_schema`)
+  is full mode, for raw definitions with ``schema_mode="full"``: any Draft
+  2020-12 / draft-07 schema enforced by jsonschema (local references only,
+  formats asserted), or the subset's validator when the schema fits the
+  subset. :class:`FullJsonSchema` has ``CompiledJsonSchema``'s interface.
+* A root ``"$schema"`` naming Draft 2020-12 or draft-07 is accepted as an
+  annotation by both.
 * :func:`value_schema_spec_to_json_schema` and
   :func:`parameter_schema_spec_to_json_schema` compile the author DSL.
 
@@ -49,6 +56,7 @@ from ._compile import (
     validate_args,
     validate_json_schema_value,
 )
+from ._full import FullJsonSchema, SchemaValidator, check_full_json_schema, compile_full_json_schema
 from ._dsl import (
     ParameterSchemaSpec,
     ValueSchemaSpec,
@@ -63,11 +71,15 @@ JsonSchemaNode = Mapping[str, Any]
 
 __all__ = [
     "CompiledJsonSchema",
+    "FullJsonSchema",
     "JsonSchemaNode",
     "ParameterSchemaSpec",
+    "SchemaValidator",
     "ValueSchemaSpec",
     "assert_object_json_schema",
     "assert_supported_json_schema",
+    "check_full_json_schema",
+    "compile_full_json_schema",
     "compile_json_schema",
     "parameter_schema_spec_to_json_schema",
     "validate_args",

@@ -20,7 +20,11 @@ Accepted keywords, per node:
   scalar ``type``;
 * annotations ``description`` and ``title`` (strings), ``default`` and
   ``examples`` (any lossless JSON; never checked against the node, as
-  jsonschema does not either).
+  jsonschema does not either);
+* at the root only, ``$schema`` naming Draft 2020-12 or draft-07 (an
+  annotation: the subset's keywords mean the same in both; see
+  :mod:`._dialect`). Schemas outside the subset can still be enforced, in
+  full mode (:mod:`._full`).
 
 Decision on annotations beside ``oneOf``: SPEC rejects "a keyword beside
 ``oneOf``". We read that as a *constraint* keyword: the four annotations
@@ -51,6 +55,7 @@ from typing import Any, Final, TypeGuard
 
 from ..errors import JsonSchemaError, LosslessJsonError
 from ..json import MAX_JSON_DEPTH, FrozenDict, materialize
+from ._dialect import dialect_problem
 from ._paths import child_path, index_path, json_text, quote, type_name
 
 __all__ = [
@@ -241,6 +246,12 @@ def check_json_schema(schema: object, *, object_root: bool = False) -> list[str]
         children: list[tuple[object, str, int]] = []
         _check_node(node, path, depth, out, children)
         stack.extend(reversed(children))
+    if is_mapping(schema) and "$schema" in schema:
+        # The root's dialect is an annotation (see ._dialect); only the root
+        # (depth 1) may carry it.
+        problem = dialect_problem(schema["$schema"])
+        if problem is not None:
+            out.insert(0, f'{child_path("schema", "$schema")}: {problem}')
     if object_root and is_mapping(schema):
         root_type = schema.get("type")
         if type(root_type) is not str or root_type != "object":
@@ -285,7 +296,7 @@ def _check_node(
     for key in node:
         if type(key) is not str:
             out.append(f"{path}: keys must be strings (got a key of kind {json_kind(key)})")
-        elif key not in _KNOWN_KEYWORDS:
+        elif key not in _KNOWN_KEYWORDS and not (key == "$schema" and depth == 1):
             out.append(f"{child_path(path, key)}: keyword {quote(key)} is not supported")
 
     has_type = "type" in node

@@ -1,0 +1,159 @@
+"""``--mcp "COMMAND ..."``: stdio MCP servers mounted for one command.
+
+Each value is a command line (split like a shell would, no shell involved):
+the server is started with the MCP SDK's stdio client, its session
+initialized, and its tools mounted into the runtime with
+:func:`dsh_actors.mcp.mount`, in the global scope, under their own names.
+The sessions live on one event loop thread of their own, so the command's
+batch (run from the main thread) reaches them while that loop runs. The
+servers' stderr is the command's stderr. Needs the ``mcp`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import sys
+import threading
+from collections.abc import Sequence
+from typing import IO, Any, Final, TextIO, cast
+
+from ..errors import DshError, safe_str
+from ..runtime import ToolRuntime
+from .loading import CliError
+
+__all__ = ["McpServers"]
+
+_START_S: Final = 30.0
+
+
+def _errlog() -> tuple[IO[str], bool]:
+    """Where the servers' stderr goes: ours when it is a real file, else
+    nowhere (an in-process test harness); and whether we opened it."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return open(os.devnull, "w"), True  # noqa: SIM115 - closed in close()
+    return sys.stderr, False
+
+
+class McpServers:
+    """The stdio MCP servers of one command, mounted into ``rt`` by
+    :meth:`start` and stopped by :meth:`close` (a context manager)."""
+
+    def __init__(self, commands: Sequence[str]) -> None:
+        self.commands = list(commands)
+        self._argvs: list[list[str]] = []
+        for command in self.commands:
+            try:
+                argv = shlex.split(command)
+            except ValueError as err:
+                raise CliError(f"--mcp {command!r}: {err}") from None
+            if not argv:
+                raise CliError("--mcp needs a command line (got an empty one)")
+            self._argvs.append(argv)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._failure: str | None = None
+        self._errlog: IO[str] | None = None
+        self._opened_errlog = False
+
+    def start(self, rt: ToolRuntime) -> McpServers:
+        if not self._argvs:
+            return self
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            raise CliError("--mcp needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
+        self._errlog, self._opened_errlog = _errlog()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, args=(rt,), name="dsh-cli-mcp", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(_START_S):
+            self.close()
+            raise CliError(f"--mcp: the servers did not start within {_START_S:.0f} s")
+        if self._failure is not None:
+            failure = self._failure
+            self.close()
+            raise CliError(failure)
+        return self
+
+    def _main(self, rt: ToolRuntime) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve(rt))
+        finally:
+            self._ready.set()
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+    async def _serve(self, rt: ToolRuntime) -> None:
+        from mcp import ClientSession, StdioServerParameters, stdio_client
+
+        from ..mcp import mount
+
+        self._stop = asyncio.Event()
+        async with contextlib.AsyncExitStack() as stack:
+            for command, argv in zip(self.commands, self._argvs):
+                where = f"--mcp {command!r}"
+                try:
+                    params = StdioServerParameters(command=argv[0], args=argv[1:])
+                    read, write = await stack.enter_async_context(stdio_client(params, errlog=cast(TextIO, self._errlog)))
+                    session = await stack.enter_async_context(ClientSession(read, write))
+                    await session.initialize()
+                    stack.callback(await mount(rt, session))
+                except DshError as err:
+                    self._failure = f"{where}: {' '.join(err.message.split())}"
+                except Exception as err:  # noqa: BLE001 - one line for the user (anyio may wrap it in a group)
+                    self._failure = f"{where}: {_describe(err)}"
+                if self._failure is not None:
+                    break
+            self._ready.set()
+            if self._failure is None:
+                await self._stop.wait()
+
+    def close(self) -> None:
+        loop, stop, thread = self._loop, self._stop, self._thread
+        if thread is not None and thread.is_alive() and loop is not None and stop is not None:
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:
+                pass
+        if thread is not None:
+            thread.join(_START_S)
+        if self._opened_errlog and self._errlog is not None:
+            self._errlog.close()
+            self._errlog = None
+
+    def __enter__(self) -> McpServers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _describe(err: BaseException) -> str:
+    leaves: list[BaseException] = []
+
+    def collect(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                collect(sub)
+        else:
+            leaves.append(e)
+
+    collect(err)
+    first: Any = leaves[0] if leaves else err
+    if isinstance(first, FileNotFoundError):
+        return f"cannot start the server: {first.strerror or 'no such file'}: {first.filename or ''}".rstrip(": ")
+    text = " ".join(safe_str(first).split())
+    if type(first).__name__ == "MCPError":
+        if getattr(first, "code", None) == -32000:  # the SDK's CONNECTION_CLOSED
+            return "the server exited or closed its connection during the MCP handshake"
+        return f"the server answered with an error: {text}"
+    return f"{type(first).__name__}: {text}" if text else type(first).__name__

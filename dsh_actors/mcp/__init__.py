@@ -1,0 +1,67 @@
+"""Mount an MCP server's tools (the optional extra ``dsh-actors[mcp]``).
+
+``await mount(rt, session, *, agent=None, prefix="", timeout_ms=None)``
+registers every tool of an initialized ``mcp.ClientSession`` (``tools/list``,
+every page) in ``rt``'s global scope or in ``agent``'s, and returns the
+disposer that withdraws them again::
+
+    async with stdio_client(StdioServerParameters(command="python", args=["server.py"])) as (r, w):
+        async with ClientSession(r, w) as session:
+            await session.initialize()
+            unmount = await mount(rt, session, prefix="files_")
+            batch = await rt.tools.execute_async(ToolBatchInput(calls=[...]))
+            unmount()
+
+How a tool maps:
+
+* ``inputSchema`` / ``outputSchema`` are the definition's ``parameters`` /
+  ``output.schema`` in full schema mode (``ToolDefinition.schema_mode``):
+  enforced with jsonschema where the subset does not suffice, so real
+  schemas (pydantic's ``anyOf`` for ``Optional``, ``minimum``, ``$defs``)
+  register and are checked. Invalid arguments fail ``INVALID_ARGS``
+  without reaching the server.
+* The value is ``structuredContent`` when the server sent one (validated
+  against ``outputSchema`` when declared: ``INVALID_TOOL_OUTPUT``
+  otherwise, also when an ``outputSchema`` is declared and no structured
+  content came). Without structured content the value is the list of
+  content blocks in MCP's wire form (``[{"type": "text", "text": ...}]``).
+* The content is the server's content blocks (see :mod:`._content`): text
+  and images as they are, audio, resources and resource links as the
+  matching block or a text rendering.
+* ``isError: true`` is a failure (``MCP_TOOL_ERROR``) whose message is the
+  server's text. A JSON-RPC error, or an answer that is not a valid result,
+  is ``MCP_PROTOCOL_ERROR``. A connection that is gone (the server died,
+  the session closed, its loop stopped) is ``MCP_CONNECTION_CLOSED``, and
+  every later call of the mount fails with it at once.
+* ``annotations.readOnlyHint: true`` without ``destructiveHint: true`` makes
+  the tool concurrency-safe; anything else is exclusive. The tool's
+  ``title`` (or ``annotations.title``) is the title of its call card. The
+  definition's ``meta["mcp"]`` holds the server's name and the tool as listed.
+* ``notifications/tools/list_changed`` re-lists: removed tools are
+  withdrawn, new ones registered, changed ones replaced (withdrawn, then
+  registered again); tools that did not change keep their registration. A
+  tool that a re-listing cannot register is left out and logged. ``mount``
+  chains its handler in front of the session's ``message_handler`` (the SDK
+  takes one only at construction) and the disposer puts the original back.
+
+Cancellation: when a call's signal fires, the SDK request is cancelled (the
+SDK sends ``notifications/cancelled`` to the server), and the call settles
+``ABORTED`` once the SDK has returned.
+
+Loops. The session belongs to the event loop ``mount`` was awaited on, and
+every call runs its SDK request there. Today async tool bodies run on the
+runtime's own loop thread, so each call hands its request over to the
+session's loop and waits for it (one thread hop each way). When the body
+already runs on the session's loop it awaits the SDK directly. So the
+session's loop must keep running while batches execute: run them with
+``await rt.tools.execute_async(batch)`` from that loop (or ``execute`` from
+another thread). A blocking ``rt.tools.execute(batch)`` on the loop's own
+thread would block the loop the calls need, and the batch would wait forever.
+"""
+
+from __future__ import annotations
+
+from ._errors import McpConnectionError, McpProtocolError, McpToolError
+from ._mount import mount
+
+__all__ = ["McpConnectionError", "McpProtocolError", "McpToolError", "mount"]

@@ -1,0 +1,94 @@
+"""MCP content blocks to the runtime's content blocks.
+
+=================================  ==============================================
+MCP block                          content block
+=================================  ==============================================
+``text``                           :class:`TextBlock` with the text
+``image``                          :class:`ImageBlock` (base64 data, MIME type)
+``audio``                          :class:`TextBlock` ``[audio <mime>, N bytes]``
+                                   (no audio block exists; the data is left out)
+``resource`` with ``text``         :class:`TextBlock` ``[resource <uri> (<mime>)]``
+                                   then the text on the next line
+``resource`` with an image blob    :class:`ImageBlock` of the blob
+``resource`` with another blob     :class:`TextBlock` ``[resource <uri> (<mime>),
+                                   N bytes]``
+``resource_link``                  :class:`TextBlock` ``[resource link <name>:
+                                   <uri> (<mime>)]`` and its description
+anything else                      :class:`TextBlock` ``[<type> content]``
+=================================  ==============================================
+
+The functions take MCP's wire form (the JSON dicts), so they work the same on
+the SDK's models dumped with ``by_alias=True`` and on a value read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..model import ContentBlock, ImageBlock, TextBlock
+
+__all__ = ["blocks_from_wire", "error_text"]
+
+
+def _size(data: object) -> str:
+    if type(data) is not str:
+        return "0 bytes"
+    padding = len(data) - len(data.rstrip("="))
+    n = max(0, len(data) * 3 // 4 - padding)
+    return "1 byte" if n == 1 else f"{n} bytes"
+
+
+def _mime(block: Mapping[str, Any], key: str = "mimeType") -> str:
+    mime = block.get(key)
+    return mime if type(mime) is str and mime else "unknown type"
+
+
+def _resource(resource: Mapping[str, Any]) -> ContentBlock:
+    uri = resource.get("uri", "")
+    if type(resource.get("text")) is str:
+        mime = resource.get("mimeType")
+        head = f"[resource {uri}]" if not mime else f"[resource {uri} ({mime})]"
+        return TextBlock(f"{head}\n{resource['text']}")
+    blob = resource.get("blob")
+    mime = _mime(resource)
+    if type(blob) is str and mime.startswith("image/"):
+        return ImageBlock(data=blob, mime_type=mime)
+    return TextBlock(f"[resource {uri} ({mime}), {_size(blob)}]")
+
+
+def block_from_wire(block: Mapping[str, Any]) -> ContentBlock:
+    """One MCP content block (wire form) as a content block (module table)."""
+    kind = block.get("type")
+    if kind == "text" and type(block.get("text")) is str:
+        return TextBlock(block["text"])
+    if kind == "image" and type(block.get("data")) is str and type(block.get("mimeType")) is str:
+        return ImageBlock(data=block["data"], mime_type=block["mimeType"])
+    if kind == "audio":
+        return TextBlock(f"[audio {_mime(block)}, {_size(block.get('data'))}]")
+    if kind == "resource" and isinstance(block.get("resource"), Mapping):
+        return _resource(block["resource"])
+    if kind == "resource_link":
+        name = block.get("name") or block.get("title") or "resource"
+        line = f"[resource link {name}: {block.get('uri', '')}"
+        mime = block.get("mimeType")
+        line += f" ({mime})]" if mime else "]"
+        description = block.get("description")
+        return TextBlock(f"{line}\n{description}" if type(description) is str and description else line)
+    return TextBlock(f"[{kind if type(kind) is str else 'unknown'} content]")
+
+
+def blocks_from_wire(content: Sequence[Mapping[str, Any]]) -> list[ContentBlock]:
+    """Every MCP content block of a result, in order."""
+    return [block_from_wire(block) for block in content]
+
+
+def error_text(content: Sequence[Mapping[str, Any]]) -> str:
+    """The server's text of an ``isError`` result: its text blocks (and the
+    text renderings of the others) joined by newlines."""
+    parts = []
+    for block in content:
+        rendered = block_from_wire(block)
+        if type(rendered) is TextBlock:
+            parts.append(rendered.text)
+    return "\n".join(parts)

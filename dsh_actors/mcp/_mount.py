@@ -1,0 +1,544 @@
+"""``mount``: an initialized MCP ``ClientSession``'s tools as registrations."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import weakref
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+from loguru import logger
+
+from mcp import ClientSession, types
+from mcp.shared.exceptions import MCPError
+
+from ..definition import ToolDefinition, ToolOutput, validate_definition
+from ..errors import DshError, RegistrationError, ToolOutputError, safe_str
+from ..events import Disposer, disposer
+from ..json import thaw
+from ..model import ContentBlock, TextBlock
+from ..presentation import GenericCallView, ToolCallView
+from ._content import blocks_from_wire, error_text
+from ._errors import McpConnectionError, McpProtocolError, McpToolError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..execution import ToolExecution, ToolRunContext
+    from ..model import Agent, ToolExecutionResult
+    from ..runtime import ToolRuntime
+
+__all__ = ["mount"]
+
+#: JSON-RPC code the SDK uses for a closed connection (mcp_types.jsonrpc).
+_CONNECTION_CLOSED: Final = -32000
+#: A server that keeps handing out cursors is cut off after this many pages.
+_MAX_PAGES: Final = 1000
+#: While a cancelled call waits for the SDK, how often it checks that the
+#: session's loop still runs (a stopped loop would never finish the call).
+_LOOP_CHECK_S: Final = 0.5
+#: A request the session's loop has not started after this long is logged
+#: (the loop is blocked, typically by a blocking execute on its own thread).
+_STALL_S: Final = 5.0
+
+
+async def mount(
+    rt: ToolRuntime,
+    session: ClientSession,
+    *,
+    agent: Agent | None = None,
+    prefix: str = "",
+    timeout_ms: float | None = None,
+) -> Disposer:
+    """Register every tool of ``session`` (an initialized
+    ``mcp.ClientSession``) in ``rt``: in the global scope, or in ``agent``'s.
+
+    Await it on the event loop that runs the session; that loop owns every
+    call to the server from then on (see :mod:`dsh_actors.mcp`). Each tool is
+    registered as ``prefix + tool.name``, in full schema mode, with
+    ``timeout_ms`` (enforced by :mod:`policies.timeout` when it is in use).
+    ``notifications/tools/list_changed`` re-lists the tools and swaps the
+    registrations.
+
+    Raises :class:`~dsh_actors.errors.RegistrationError`, registering
+    nothing, when a tool cannot be registered (a schema full mode refuses, a
+    name already taken in that scope...): every problem is listed. Errors
+    from the server while listing propagate as the SDK raised them.
+
+    Returns the disposer that withdraws every registration the mount made
+    (also those a re-listing made) and detaches from the session. It may be
+    called from any thread; it does not close the session.
+    """
+    if not isinstance(session, ClientSession):
+        raise TypeError(f"mount() needs an mcp.ClientSession (got {type(session).__qualname__})")
+    mounted = _Mount(rt, session, asyncio.get_running_loop(), agent, prefix, timeout_ms)
+    await mounted.start()
+    return mounted.disposer
+
+
+class _Tool:
+    """One mounted tool: its registration and the listing it came from."""
+
+    __slots__ = ("fingerprint", "dispose")
+
+    def __init__(self, fingerprint: bytes, dispose: Disposer) -> None:
+        self.fingerprint = fingerprint
+        self.dispose = dispose
+
+
+class _Mount:
+    """The state of one ``mount``: which registrations it owns, and the
+    session's loop. ``_tools`` is changed only on the session's loop (start,
+    re-listing) and by the disposer, under ``_lock``."""
+
+    def __init__(
+        self,
+        rt: ToolRuntime,
+        session: ClientSession,
+        loop: asyncio.AbstractEventLoop,
+        agent: Agent | None,
+        prefix: str,
+        timeout_ms: float | None,
+    ) -> None:
+        if type(prefix) is not str:
+            raise TypeError(f"prefix must be a str (got {type(prefix).__qualname__})")
+        self.rt = rt
+        self.session = session
+        self.loop = loop
+        self.agent = agent
+        self.prefix = prefix
+        self.timeout_ms = timeout_ms
+        self.service = rt.tools if agent is None else rt.tools.scope(agent)
+        self.server = _server_name(session)
+        self._lock = threading.Lock()
+        self._tools: dict[str, _Tool] = {}
+        self._disposed = False
+        self._closed: str | None = None  # why the connection is gone, once it is
+        self._relisting: asyncio.Task[None] | None = None
+        self._relist_again = False
+        self._original_handler: Any = None
+        self._handler: Any = None
+        # Content blocks of structured results, from the body to project_content.
+        self._content: weakref.WeakKeyDictionary[Any, list[ContentBlock]] = weakref.WeakKeyDictionary()
+        self._content_lock = threading.Lock()
+        self.disposer = disposer(self._dispose)
+        self._stop_hook: Disposer | None = None
+
+    # -- listing and registering ------------------------------------------
+
+    async def start(self) -> None:
+        tools = await self._list_all()
+        built, problems = self._build_all(tools)
+        if problems:
+            raise RegistrationError(
+                f"cannot mount MCP server {self.server!r}: " + "; ".join(problems)
+            )
+        registered: dict[str, _Tool] = {}
+        try:
+            for name, (fingerprint, definition) in built.items():
+                registered[name] = _Tool(fingerprint, self.service.register(definition))
+        except BaseException:
+            for tool in registered.values():
+                tool.dispose()
+            raise
+        with self._lock:
+            self._tools = registered
+        self._attach()
+        self._stop_hook = self.rt.on_stop(self._detach)
+
+    async def _list_all(self) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(_MAX_PAGES):
+            params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+            page = await self.session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                return tools
+            if cursor in seen:
+                raise McpProtocolError("tools/list", f"the server repeated the cursor {cursor!r}")
+            seen.add(cursor)
+        raise McpProtocolError("tools/list", f"the listing did not end after {_MAX_PAGES} pages")
+
+    def _build_all(self, tools: list[types.Tool]) -> tuple[dict[str, tuple[bytes, ToolDefinition]], list[str]]:
+        built: dict[str, tuple[bytes, ToolDefinition]] = {}
+        problems: list[str] = []
+        for tool in tools:
+            if tool.name in built:
+                problems.append(f"the server lists tool {tool.name!r} twice")
+                continue
+            try:
+                definition = self._definition(tool)
+                validate_definition(definition)
+            except DshError as err:
+                problems.append(err.message)
+                continue
+            built[tool.name] = (_fingerprint(tool), definition)
+        return built, problems
+
+    def _definition(self, tool: types.Tool) -> ToolDefinition:
+        name = tool.name
+        annotations = tool.annotations
+        read_only = annotations is not None and annotations.read_only_hint is True
+        destructive = annotations is not None and annotations.destructive_hint is True
+        title = tool.title or (annotations.title if annotations is not None else None) or self.prefix + name
+        output_schema = tool.output_schema
+        wire = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        async def execute(args: Any, ctx: ToolRunContext) -> Any:
+            return await self.call(name, output_schema is not None, args, ctx)
+
+        def present_call(args: Any) -> ToolCallView:
+            return GenericCallView(title=title, raw_input=args)
+
+        return ToolDefinition(
+            name=self.prefix + name,
+            description=tool.description or "",
+            parameters=tool.input_schema,
+            output=ToolOutput(schema={} if output_schema is None else output_schema, render=_render),
+            execute=execute,
+            is_concurrency_safe=_safe if read_only and not destructive else None,
+            timeout_ms=self.timeout_ms,
+            project_content=self._project_content,
+            present_call=present_call,
+            meta={"mcp": {"server": self.server, "tool": wire}},
+            schema_mode="full",
+        )
+
+    def _attach(self) -> None:
+        """Chain a handler in front of the session's ``message_handler`` (a
+        ``ClientSession`` takes its handler only at construction)."""
+        original = getattr(self.session, "_message_handler", None)
+        if original is None:
+            logger.warning(
+                "MCP server {!r}: this ClientSession has no message handler to chain; "
+                "notifications/tools/list_changed will not re-list its tools",
+                self.server,
+            )
+            return
+
+        async def handler(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                self._schedule_relist()
+            elif isinstance(message, Exception):
+                logger.debug("MCP server {!r}: transport error {}", self.server, safe_str(message))
+            await original(message)
+
+        self._original_handler = original
+        self._handler = handler
+        self.session._message_handler = handler
+
+    def _schedule_relist(self) -> None:
+        # On the session's loop (the message handler). One re-listing at a
+        # time; notifications that arrive meanwhile cause one more.
+        if self._disposed:
+            return
+        if self._relisting is not None and not self._relisting.done():
+            self._relist_again = True
+            return
+        self._relisting = self.loop.create_task(self._relist())
+
+    async def _relist(self) -> None:
+        while not self._disposed:
+            self._relist_again = False
+            try:
+                tools = await self._list_all()
+            except Exception as exc:  # noqa: BLE001 - a re-listing never raises into the SDK
+                logger.error("MCP server {!r}: re-listing tools failed: {}", self.server, safe_str(exc))
+                return
+            self._swap(tools)
+            if not self._relist_again:
+                return
+
+    def _swap(self, tools: list[types.Tool]) -> None:
+        built, problems = self._build_all(tools)
+        for problem in problems:
+            logger.error("MCP server {!r}: tool left out after re-listing: {}", self.server, problem)
+        with self._lock:
+            if self._disposed:
+                return
+            current = dict(self._tools)
+        kept: dict[str, _Tool] = {}
+        for name, tool in current.items():
+            entry = built.get(name)
+            if entry is not None and entry[0] == tool.fingerprint:
+                kept[name] = tool
+            else:
+                tool.dispose()  # removed, or changed: withdrawn before its successor appears
+        for name, (fingerprint, definition) in built.items():
+            if name in kept:
+                continue
+            try:
+                kept[name] = _Tool(fingerprint, self.service.register(definition))
+            except DshError as err:
+                logger.error("MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, err.message)
+        leftovers: list[_Tool] = []
+        with self._lock:
+            if self.disposed():
+                leftovers = list(kept.values())  # disposed meanwhile: undo what this swap made (idempotent)
+            else:
+                self._tools = kept
+        for tool in leftovers:
+            tool.dispose()
+
+    # -- disposing ----------------------------------------------------------
+
+    def disposed(self) -> bool:
+        """Whether the mount was disposed (or its runtime stopped)."""
+        return self._disposed
+
+    def _dispose(self) -> None:
+        with self._lock:
+            self._disposed = True
+            tools, self._tools = self._tools, {}
+        for tool in tools.values():
+            try:
+                tool.dispose()
+            except DshError as err:  # the runtime stopped meanwhile
+                logger.debug("MCP server {!r}: {}", self.server, err.message)
+        self._detach()
+        if self._stop_hook is not None:
+            self._stop_hook()
+
+    def _detach(self) -> None:
+        self._disposed = True
+        if self._handler is not None and getattr(self.session, "_message_handler", None) is self._handler:
+            self.session._message_handler = self._original_handler
+        task = self._relisting
+        if task is not None and not task.done():
+            try:
+                self.loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop is closed: the task is gone with it
+                pass
+
+    # -- calling ------------------------------------------------------------
+
+    async def call(self, name: str, structured: bool, args: Any, ctx: ToolRunContext) -> Any:
+        """The body of every mounted tool: call ``name`` on the session's loop,
+        map the result (module docstring of :mod:`dsh_actors.mcp`)."""
+        if self._closed is not None:
+            raise McpConnectionError(self.server, self._closed)
+        request = self._request(name, thaw(args))
+        if asyncio.get_running_loop() is self.loop:
+            result = await self._here(request, ctx)
+        else:
+            result = await self._on_session_loop(request, ctx)
+        return self._value(name, structured, result, ctx)
+
+    async def _request(self, name: str, arguments: Any) -> types.CallToolResult:
+        try:
+            return await self.session.send_request(
+                types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments)),
+                types.CallToolResult,
+            )
+        except MCPError as err:
+            if err.code == _CONNECTION_CLOSED:
+                self._closed = safe_str(err.message) or "connection closed"
+                raise McpConnectionError(self.server, self._closed) from err
+            raise McpProtocolError(name, safe_str(err.message), err.code) from err
+        except asyncio.CancelledError:
+            raise
+        except RuntimeError as err:
+            # Before the session was entered, or after it exited.
+            self._closed = safe_str(err)
+            raise McpConnectionError(self.server, self._closed) from err
+        except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, a broken stream
+            if _is_closed_stream(err):
+                self._closed = "the connection was closed"
+                raise McpConnectionError(self.server, self._closed) from err
+            raise McpProtocolError(name, f"{type(err).__name__}: {safe_str(err)}") from err
+
+    async def _here(
+        self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext
+    ) -> types.CallToolResult:
+        """Await ``request`` on this loop (the session's). When the call's
+        signal fires, or this task is cancelled, the request is cancelled
+        through the SDK, and this waits until the SDK has returned."""
+        loop = self.loop
+        task = loop.create_task(request)
+
+        def forward(_: Any = None) -> None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # closed meanwhile
+                pass
+
+        unsubscribe = ctx.signal.add_callback(forward)
+        cancelled_here = False
+        try:
+            while not task.done():
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if not task.done():
+                        cancelled_here = True
+                        task.cancel()
+        finally:
+            unsubscribe()
+        if task.cancelled():
+            raise asyncio.CancelledError()
+        result = task.result()  # raises the request's own error
+        if cancelled_here:
+            raise asyncio.CancelledError()
+        return result
+
+    async def _on_session_loop(
+        self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext
+    ) -> types.CallToolResult:
+        """Run ``request`` on the session's loop and wait for it here. When
+        this task is cancelled (the call's signal fired), the request is
+        cancelled there, through the SDK, and this waits until the SDK has
+        returned before it lets the cancellation through."""
+        loop = self.loop
+        if loop.is_closed() or not loop.is_running():
+            request.close()
+            self._closed = "the event loop that owns the session is not running"
+            raise McpConnectionError(self.server, self._closed)
+        done: concurrent.futures.Future[types.CallToolResult] = concurrent.futures.Future()
+        tasks: list[asyncio.Task[types.CallToolResult]] = []
+        cancel_requested = False
+
+        def settle(task: asyncio.Task[types.CallToolResult]) -> None:
+            if task.cancelled():
+                done.cancel()
+            elif task.exception() is not None:
+                done.set_exception(task.exception())
+            else:
+                done.set_result(task.result())
+
+        def start() -> None:
+            if cancel_requested:  # cancelled before it started: never sent
+                request.close()
+                done.cancel()
+                return
+            task = loop.create_task(request)
+            tasks.append(task)
+            task.add_done_callback(settle)
+
+        def cancel() -> None:
+            for task in tasks:
+                task.cancel()
+
+        def forward(_: Any = None) -> None:
+            nonlocal cancel_requested
+            cancel_requested = True
+            try:
+                loop.call_soon_threadsafe(cancel)
+            except RuntimeError:  # closed meanwhile
+                pass
+
+        try:
+            loop.call_soon_threadsafe(start)
+        except RuntimeError:
+            request.close()
+            self._closed = "the event loop that owns the session is closed"
+            raise McpConnectionError(self.server, self._closed) from None
+        unsubscribe = ctx.signal.add_callback(forward)
+        waiter = asyncio.wrap_future(done)
+        cancelled_here = False
+        warned = False
+        try:
+            while True:
+                timeout = _LOOP_CHECK_S if cancelled_here else (None if warned or tasks else _STALL_S)
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), timeout)
+                    break
+                except asyncio.TimeoutError:
+                    if loop.is_closed() or not loop.is_running():
+                        self._closed = "the event loop that owns the session stopped during a call"
+                        raise McpConnectionError(self.server, self._closed) from None
+                    if not cancelled_here and not tasks and not warned:
+                        warned = True
+                        logger.warning(
+                            "MCP server {!r}: the session's event loop has not started a tools/call in {:.0f} s; "
+                            "is a blocking rt.tools.execute() running on that loop's thread? "
+                            "Use await rt.tools.execute_async() there instead",
+                            self.server,
+                            _STALL_S,
+                        )
+                except asyncio.CancelledError:
+                    if waiter.done():
+                        break
+                    cancelled_here = True
+                    forward()
+        finally:
+            unsubscribe()
+        if waiter.cancelled():
+            raise asyncio.CancelledError()
+        result = waiter.result()  # raises the request's own error
+        if cancelled_here:
+            raise asyncio.CancelledError()
+        return result
+
+    def _value(self, name: str, structured: bool, result: types.CallToolResult, ctx: ToolRunContext) -> Any:
+        content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+        if result.is_error:
+            raise McpToolError(self.prefix + name, error_text(content))
+        if result.structured_content is None:
+            if structured:
+                raise ToolOutputError(
+                    self.prefix + name,
+                    ['"value" is missing: the tool declares an outputSchema but returned no structuredContent'],
+                )
+            return content
+        blocks: list[ContentBlock] = (
+            blocks_from_wire(content) if content else [TextBlock(_json_text(result.structured_content))]
+        )
+        with self._content_lock:
+            self._content[ctx.token] = blocks
+        return result.structured_content
+
+    def _project_content(self, execution: ToolExecution, result: ToolExecutionResult) -> list[ContentBlock] | None:
+        with self._content_lock:
+            blocks = self._content.pop(execution.token, None)
+        if blocks is None or result.is_error:
+            return None
+        return blocks
+
+
+def _safe(args: Any) -> bool:
+    return True
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return safe_str(value)
+
+
+def _render(args: Any, value: Any) -> list[ContentBlock]:
+    """Content of a value: MCP content blocks (an unstructured result) are
+    converted; any other value (structured content, or a value a policy put
+    in) is shown as compact JSON. A structured result's own content blocks
+    replace this rendering (``project_content``)."""
+    if type(value) is tuple and all(isinstance(b, Mapping) and type(b.get("type")) is str for b in value):
+        return blocks_from_wire(value)
+    if type(value) is str:
+        return [TextBlock(value)]
+    return [TextBlock(_json_text(value))]
+
+
+def _fingerprint(tool: types.Tool) -> bytes:
+    return orjson.dumps(tool.model_dump(mode="json", by_alias=True, exclude_none=True), option=orjson.OPT_SORT_KEYS)
+
+
+def _server_name(session: ClientSession) -> str:
+    try:
+        info = session.server_info
+    except Exception:  # noqa: BLE001 - a name for messages only
+        info = None
+    name = getattr(info, "name", None)
+    return name if type(name) is str and name else "mcp"
+
+
+def _is_closed_stream(err: BaseException) -> bool:
+    try:
+        import anyio
+    except ImportError:  # pragma: no cover - the SDK depends on anyio
+        return False
+    return isinstance(err, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError))
+

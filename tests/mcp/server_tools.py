@@ -1,0 +1,188 @@
+"""An MCP server (the SDK's MCPServer) with one tool per mapping the mount
+makes: a tool per content kind, structured output from pydantic models, an
+error tool, a protocol error, a slow tool that records its cancellation, and
+annotation combinations. Run as a script: it serves over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Optional
+
+from pydantic import BaseModel, Field
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
+
+app = MCPServer("tools-under-test")
+
+PNG = "iVBORw0KGgo="  # 8 bytes, base64
+WAV = "UklGRiQAAABXQVZF"  # 12 bytes, base64
+
+started: dict[str, asyncio.Event] = {}
+cancelled: list[str] = []
+cancelled_changed = asyncio.Event()
+
+
+class Inner(BaseModel):
+    a: int = Field(ge=0, description="a non-negative count")
+
+
+class Filters(BaseModel):
+    tags: list[str] = Field(default_factory=list, max_length=3)
+    inner: Optional[Inner] = None
+
+
+class Total(BaseModel):
+    total: int
+    note: Optional[str] = None
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True), title="Adder")
+def add(x: int, inner: Inner, y: Optional[int] = None) -> Total:
+    """Add x, inner.a and y."""
+    return Total(total=x + inner.a + (y or 0), note=None if y is None else "with y")
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True, title="Search things"))
+def search(
+    query: str = Field(min_length=1),
+    limit: Optional[int] = Field(default=None, ge=1, le=50),
+    filters: Optional[Filters] = None,
+) -> str:
+    """Search; returns a line of text."""
+    return f"{query}:{limit}:{filters.tags if filters else []}"
+
+
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True, destructiveHint=True))
+def read_but_destructive() -> str:
+    return "ok"
+
+
+@app.tool(structured_output=False)
+def text_kind() -> list:
+    return [TextContent(type="text", text="first"), TextContent(type="text", text="second")]
+
+
+@app.tool(structured_output=False)
+def image_kind() -> list:
+    return [ImageContent(type="image", data=PNG, mimeType="image/png")]
+
+
+@app.tool(structured_output=False)
+def audio_kind() -> list:
+    return [AudioContent(type="audio", data=WAV, mimeType="audio/wav")]
+
+
+@app.tool(structured_output=False)
+def resource_kind() -> list:
+    return [
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(uri="file:///notes.txt", mimeType="text/plain", text="the notes"),
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(uri="file:///pic.png", mimeType="image/png", blob=PNG),
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(uri="file:///data.bin", mimeType="application/octet-stream", blob=WAV),
+        ),
+    ]
+
+
+@app.tool(structured_output=False)
+def link_kind() -> list:
+    return [
+        ResourceLink(
+            type="resource_link",
+            name="report",
+            uri="file:///report.pdf",
+            mimeType="application/pdf",
+            description="the quarterly report",
+        )
+    ]
+
+
+@app.tool()
+def chart(points: int = Field(ge=1)) -> Total:
+    """Structured content plus an image and a text block."""
+    return CallToolResult(
+        content=[
+            TextContent(type="text", text=f"{points} points"),
+            ImageContent(type="image", data=PNG, mimeType="image/png"),
+        ],
+        structured_content={"total": points, "note": "chart"},
+    )
+
+
+@app.tool()
+def fail(reason: str) -> str:
+    """Always fails with the reason."""
+    raise ToolError(reason)
+
+
+@app.tool()
+def protocol_error() -> str:
+    raise MCPError(code=-32602, message="this request is not acceptable")
+
+
+@app.tool()
+async def slow(tag: str) -> str:
+    """Waits until cancelled; records the cancellation."""
+    started.setdefault(tag, asyncio.Event()).set()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        cancelled.append(tag)
+        cancelled_changed.set()
+        raise
+    return "never"
+
+
+@app.tool()
+async def wait_started(tag: str) -> bool:
+    """Returns once slow(tag) is running (False after 10 s)."""
+    event = started.setdefault(tag, asyncio.Event())
+    try:
+        await asyncio.wait_for(event.wait(), 10)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+@app.tool()
+async def cancellations(tag: str) -> list[str]:
+    """The tags of the slow calls cancelled so far, once ``tag`` is among
+    them (or after 10 s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while tag not in cancelled and loop.time() < deadline:
+        cancelled_changed.clear()
+        try:
+            await asyncio.wait_for(cancelled_changed.wait(), max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            break
+    return list(cancelled)
+
+
+@app.tool()
+def pid() -> int:
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    app.run("stdio")

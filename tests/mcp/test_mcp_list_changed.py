@@ -1,0 +1,99 @@
+"""notifications/tools/list_changed, pagination and output schemas against
+a low-level MCP server whose tool list changes (tests/mcp/server_changing.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+from mcp_harness import ServerConnection
+
+from dsh_actors import TextBlock, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors.errors import RegistrationError
+from dsh_actors.json import thaw
+from dsh_actors.mcp import mount
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerConnection]:
+    connection = ServerConnection("server_changing.py", tmp_path_factory.mktemp("mcp") / "server.log").start()
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def run(rt: ToolRuntime, name: str) -> Any:
+    return rt.tools.execute(ToolBatchInput(calls=(ToolCall(id="c1", name=name, arguments={}),))).results[0].result
+
+
+def names(rt: ToolRuntime) -> set[str]:
+    return {s["name"] for s in rt.tools.schemas()}
+
+
+def test_every_page_is_listed_and_output_schemas_are_enforced(conn: ServerConnection, rt: ToolRuntime) -> None:
+    assert conn.session is not None
+    unmount = conn.run(mount(rt, conn.session))
+    try:
+        # Seven tools, two per page.
+        assert names(rt) == {"alpha", "beta", "gamma", "swap", "bad_output", "no_structured", "good_output"}
+        good = run(rt, "good_output")
+        assert thaw(good.value) == {"n": 3} and good.content == (TextBlock('{"n": 3}'),)
+        bad = run(rt, "bad_output")
+        assert bad.is_error and bad.error.info is not None and bad.error.info.code == "INVALID_TOOL_OUTPUT"
+        assert bad.error.message == 'tool "bad_output" returned invalid output: "value.n" must be >= 0'
+        none = run(rt, "no_structured")
+        assert none.is_error and none.error.info is not None and none.error.info.code == "INVALID_TOOL_OUTPUT"
+        assert "returned no structuredContent" in none.error.message
+    finally:
+        unmount()
+
+
+def test_list_changed_relists_and_swaps_the_registrations(conn: ServerConnection, rt: ToolRuntime) -> None:
+    assert conn.session is not None
+    unmount = conn.run(mount(rt, conn.session, prefix="x_"))
+    gamma = rt.tools.get("x_gamma")
+    beta = rt.tools.get("x_beta")
+    changed = threading.Event()
+    expected = {"x_beta", "x_gamma", "x_delta", "x_swap", "x_bad_output", "x_no_structured", "x_good_output"}
+
+    def on_change() -> None:
+        if names(rt) == expected:
+            changed.set()
+
+    errors: list[str] = []
+    sink = logger.add(lambda message: errors.append(str(message)), level="ERROR", filter="dsh_actors")
+    off = rt.events.on("tools/change", on_change)
+    try:
+        assert run(rt, "x_swap").content == (TextBlock("swapped"),)
+        assert changed.wait(20), names(rt)
+        assert rt.tools.get("x_alpha") is None  # withdrawn
+        assert rt.tools.get("x_gamma") is gamma  # unchanged: the same registration
+        new_beta = rt.tools.get("x_beta")
+        assert new_beta is not None and new_beta is not beta
+        assert new_beta.description == "the changed beta tool"
+        assert run(rt, "x_delta").content == (TextBlock("delta: the delta tool"),)
+        # The tool with a remote reference was left out, and said so.
+        assert any("remote reference" in e and "remote" in e for e in errors), errors
+    finally:
+        off()
+        logger.remove(sink)
+        unmount()
+    assert not names(rt)
+
+
+def test_a_server_with_an_unenforceable_schema_is_refused_whole(tmp_path: Path, rt: ToolRuntime) -> None:
+    connection = ServerConnection("server_changing.py", tmp_path / "server.log", env={"START_WITH_REMOTE": "1"}).start()
+    try:
+        assert connection.session is not None
+        with pytest.raises(RegistrationError) as caught:
+            connection.run(mount(rt, connection.session))
+        assert 'tool "remote"' in caught.value.message
+        assert 'remote reference "https://schemas.invalid/x.json" is not supported' in caught.value.message
+        assert not names(rt)
+    finally:
+        connection.close()

@@ -1,0 +1,290 @@
+"""mount() against a real MCP server over stdio (tests/mcp/server_tools.py):
+every mapping of a tool, its result and its cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_harness import ServerConnection
+
+import policies.timeout
+from dsh_actors import AbortController, Agent, ImageBlock, TextBlock, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors.json import materialize, thaw
+from dsh_actors.mcp import mount
+from dsh_actors.model import ToolBatchResult
+
+PNG = "iVBORw0KGgo="
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerConnection]:
+    connection = ServerConnection("server_tools.py", tmp_path_factory.mktemp("mcp") / "server.log").start()
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def mounted(conn: ServerConnection, rt: ToolRuntime) -> Iterator[ToolRuntime]:
+    assert conn.session is not None
+    unmount = conn.run(mount(rt, conn.session, prefix="t_"))
+    try:
+        yield rt
+    finally:
+        unmount()
+
+
+def run(rt: ToolRuntime, name: str, arguments: dict[str, Any] | None = None, **batch: Any) -> Any:
+    result = rt.tools.execute(ToolBatchInput(calls=(ToolCall(id="c1", name=name, arguments=arguments or {}),), **batch))
+    return result.results[0].result
+
+
+def code(outcome: Any) -> str | None:
+    assert outcome.is_error, outcome
+    return None if outcome.error.info is None else outcome.error.info.code
+
+
+def test_mount_registers_every_tool_under_the_prefix_with_the_servers_schemas(mounted: ToolRuntime) -> None:
+    schemas = {s["name"]: s for s in mounted.tools.schemas()}
+    assert {"t_add", "t_search", "t_text_kind", "t_chart", "t_fail", "t_slow"} <= set(schemas)
+    add = schemas["t_add"]
+    assert add["description"] == "Add x, inner.a and y."
+    params = add["parameters"]
+    assert params["properties"]["inner"] == {"$ref": "#/$defs/Inner"}
+    assert params["$defs"]["Inner"]["properties"]["a"]["minimum"] == 0
+    assert params["properties"]["y"]["anyOf"] == [{"type": "integer"}, {"type": "null"}]
+    definition = mounted.tools.get("t_add")
+    assert definition is not None and definition.schema_mode == "full"
+    assert definition.meta is not None and definition.meta["mcp"]["tool"]["name"] == "add"
+
+
+def test_structured_content_is_the_value_and_the_servers_blocks_the_content(mounted: ToolRuntime) -> None:
+    outcome = run(mounted, "t_add", {"x": 1, "inner": {"a": 2}, "y": 4})
+    assert not outcome.is_error, outcome
+    assert thaw(outcome.value) == {"total": 7, "note": "with y"}
+    assert len(outcome.content) == 1 and '"total": 7' in outcome.content[0].text
+
+    chart = run(mounted, "t_chart", {"points": 2})
+    assert thaw(chart.value) == {"total": 2, "note": "chart"}
+    assert chart.content == (TextBlock("2 points"), ImageBlock(data=PNG, mime_type="image/png"))
+
+
+def test_pydantic_schemas_are_enforced_before_the_call_reaches_the_server(mounted: ToolRuntime) -> None:
+    outcome = run(mounted, "t_add", {"x": "one", "inner": {"a": -1}, "y": "s", "z": 1})
+    assert code(outcome) == "INVALID_ARGS"
+    assert outcome.error.message == (
+        'invalid arguments: "value.x" must be an integer; "value.inner.a" must be >= 0; '
+        '"value.y" must be an integer or null'
+    )
+    missing = run(mounted, "t_add", {"x": 1})
+    assert missing.error.message == 'invalid arguments: missing required property "value.inner"'
+    search = run(mounted, "t_search", {"query": "", "limit": 99, "filters": {"tags": ["a", "b", "c", "d"]}})
+    assert code(search) == "INVALID_ARGS"
+    assert '"value.query" must be at least 1 character long' in search.error.message
+    assert '"value.limit" must be <= 50' in search.error.message
+    assert '"value.filters.tags" must have at most 3 items' in search.error.message
+    ok = run(mounted, "t_search", {"query": "q", "limit": None, "filters": {"tags": ["a"], "inner": {"a": 0}}})
+    assert not ok.is_error, ok
+    assert thaw(ok.value) == {"result": "q:None:['a']"}
+
+
+def test_text_and_image_blocks_map_to_their_own_blocks(mounted: ToolRuntime) -> None:
+    text = run(mounted, "t_text_kind")
+    assert text.content == (TextBlock("first"), TextBlock("second"))
+    assert thaw(text.value) == [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
+    image = run(mounted, "t_image_kind")
+    assert image.content == (ImageBlock(data=PNG, mime_type="image/png"),)
+
+
+def test_audio_resources_and_links_map_to_a_block_or_a_text_rendering(mounted: ToolRuntime) -> None:
+    assert run(mounted, "t_audio_kind").content == (TextBlock("[audio audio/wav, 12 bytes]"),)
+    assert run(mounted, "t_resource_kind").content == (
+        TextBlock("[resource file:///notes.txt (text/plain)]\nthe notes"),
+        ImageBlock(data=PNG, mime_type="image/png"),
+        TextBlock("[resource file:///data.bin (application/octet-stream), 12 bytes]"),
+    )
+    assert run(mounted, "t_link_kind").content == (
+        TextBlock("[resource link report: file:///report.pdf (application/pdf)]\nthe quarterly report"),
+    )
+
+
+def test_is_error_is_a_failure_with_the_servers_text(mounted: ToolRuntime) -> None:
+    outcome = run(mounted, "t_fail", {"reason": "the disk is full"})
+    assert code(outcome) == "MCP_TOOL_ERROR"
+    assert outcome.error.message == "Error executing tool fail: the disk is full"
+    assert outcome.content == (TextBlock("Error: Error executing tool fail: the disk is full"),)
+
+
+def test_a_protocol_error_is_a_failure_with_a_clear_code(mounted: ToolRuntime) -> None:
+    outcome = run(mounted, "t_protocol_error")
+    assert code(outcome) == "MCP_PROTOCOL_ERROR"
+    assert outcome.error.message == 'MCP protocol error -32602 calling "protocol_error": this request is not acceptable'
+
+
+def test_read_only_tools_are_concurrency_safe_and_everything_else_exclusive(mounted: ToolRuntime) -> None:
+    def classifier(name: str) -> Any:
+        definition = mounted.tools.get(name)
+        assert definition is not None
+        return definition.is_concurrency_safe
+
+    assert classifier("t_add")({"x": 1, "inner": {"a": 1}}) is True
+    assert classifier("t_add")({"x": "bad"}) is False  # invalid arguments: exclusive
+    assert classifier("t_search")({"query": "q"}) is True
+    assert classifier("t_read_but_destructive") is None
+    assert classifier("t_fail") is None
+
+
+def test_the_title_names_the_call_card(mounted: ToolRuntime) -> None:
+    def title(name: str, args: dict[str, Any]) -> str:
+        definition = mounted.tools.get(name)
+        assert definition is not None and definition.present_call is not None
+        view = definition.present_call(args)
+        assert view is not None
+        return view.title  # type: ignore[attr-defined, no-any-return]
+
+    assert title("t_add", {"x": 1, "inner": {"a": 1}}) == "Adder"
+    assert title("t_search", {"query": "q"}) == "Search things"  # annotations.title
+    assert title("t_fail", {"reason": "r"}) == "t_fail"
+
+
+def abort_once_started(conn: ServerConnection, rt: ToolRuntime, tag: str, **batch: Any) -> Any:
+    """Run slow(tag) in a batch, abort it once the server runs it, and return
+    the call's outcome."""
+    controller = AbortController()
+    results: list[ToolBatchResult] = []
+    worker = threading.Thread(
+        target=lambda: results.append(
+            rt.tools.execute(
+                ToolBatchInput(calls=(ToolCall(id="s", name="t_slow", arguments={"tag": tag}),), signal=controller.signal, **batch)
+            )
+        )
+    )
+    worker.start()
+    assert conn.call_directly("wait_started", {"tag": tag}).structured_content == {"result": True}
+    controller.abort()
+    worker.join(20)
+    assert not worker.is_alive()
+    return results[0].results[0].result
+
+
+def test_an_aborted_call_is_cancelled_on_the_server_and_settles_aborted(conn: ServerConnection, mounted: ToolRuntime) -> None:
+    outcome = abort_once_started(conn, mounted, "aborted-1")
+    assert code(outcome) == "ABORTED"
+    seen = conn.call_directly("cancellations", {"tag": "aborted-1"}).structured_content
+    assert "aborted-1" in seen["result"]
+
+
+def test_a_timeout_cancels_the_request_on_the_server(conn: ServerConnection, rt: ToolRuntime) -> None:
+    assert conn.session is not None
+    rt.use(policies.timeout)
+    unmount = conn.run(mount(rt, conn.session, prefix="slow_", timeout_ms=200))
+    try:
+        definition = rt.tools.get("slow_slow")
+        assert definition is not None and definition.timeout_ms == 200
+        outcome = run(rt, "slow_slow", {"tag": "timed-out"})
+        assert code(outcome) == "TOOL_TIMEOUT"
+        seen = conn.call_directly("cancellations", {"tag": "timed-out"}).structured_content
+        assert "timed-out" in seen["result"]
+    finally:
+        unmount()
+
+
+def test_batches_awaited_on_the_sessions_loop_run_without_blocking_it(conn: ServerConnection, mounted: ToolRuntime) -> None:
+    batch = ToolBatchInput(
+        calls=tuple(ToolCall(id=f"c{i}", name="t_add", arguments={"x": i, "inner": {"a": 1}}) for i in range(5))
+    )
+    result = conn.run(mounted.tools.execute_async(batch))
+    assert [thaw(r.result.value)["total"] for r in result.results] == [1, 2, 3, 4, 5]
+
+
+def test_mounting_into_an_agents_scope_and_unmounting(conn: ServerConnection, rt: ToolRuntime) -> None:
+    assert conn.session is not None
+    agent = Agent("worker")
+    handler = conn.session._message_handler
+    unmount = conn.run(mount(rt, conn.session, agent=agent))
+    assert rt.tools.get("add") is None
+    assert rt.tools.scope(agent).get("add") is not None
+    assert conn.session._message_handler is not handler
+    outcome = rt.tools.execute(
+        ToolBatchInput(calls=(ToolCall(id="c", name="add", arguments={"x": 1, "inner": {"a": 1}}),), agent=agent)
+    ).results[0].result
+    assert thaw(outcome.value)["total"] == 2
+    unmount()
+    unmount()  # idempotent
+    assert rt.tools.scope(agent).get("add") is None
+    assert conn.session._message_handler is handler
+
+
+def test_the_same_server_mounted_twice_under_one_name_is_refused_whole(conn: ServerConnection, mounted: ToolRuntime) -> None:
+    assert conn.session is not None
+    from dsh_actors.errors import RegistrationError
+
+    with pytest.raises(RegistrationError, match="t_add"):
+        conn.run(mount(mounted, conn.session, prefix="t_"))
+    assert mounted.tools.get("t_add") is not None  # the first mount is untouched
+
+
+class _Token:
+    """An execution token stand-in (weak-referenceable, like the real one)."""
+
+
+class _Context:
+    """What a mounted tool's body reads from its ToolRunContext."""
+
+    def __init__(self, controller: AbortController) -> None:
+        self.signal = controller.signal
+        self.token = _Token()
+
+
+def test_a_body_running_on_the_sessions_loop_awaits_the_sdk_there(conn: ServerConnection, mounted: ToolRuntime) -> None:
+    # Today bodies run on the runtime's loop thread; an application loop
+    # that runs them (the async-native runtime) takes this direct path.
+    add = mounted.tools.get("t_add")
+    slow = mounted.tools.get("t_slow")
+    assert add is not None and slow is not None and conn.session is not None
+    session = conn.session
+    value = conn.run(add.execute(materialize({"x": 1, "inner": {"a": 2}}), _Context(AbortController())))
+    assert thaw(value) == {"total": 3, "note": None}
+
+    controller = AbortController()
+
+    async def abort_once_started() -> None:
+        task = asyncio.ensure_future(slow.execute(materialize({"tag": "direct"}), _Context(controller)))
+        assert (await session.call_tool("wait_started", {"tag": "direct"})).structured_content == {"result": True}
+        controller.abort()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    conn.run(abort_once_started())
+    assert "direct" in conn.call_directly("cancellations", {"tag": "direct"}).structured_content["result"]
+
+
+def test_a_call_the_blocked_session_loop_cannot_start_is_logged_then_runs(
+    conn: ServerConnection, mounted: ToolRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loguru import logger
+
+    import dsh_actors.mcp._mount as mount_module
+
+    monkeypatch.setattr(mount_module, "_STALL_S", 0.05)
+    warned = threading.Event()
+    sink = logger.add(lambda m: warned.set() if "has not started a tools/call" in str(m) else None, level="WARNING")
+    gate = threading.Event()
+    conn.loop.call_soon_threadsafe(gate.wait, 20)  # the session's loop is blocked until the gate opens
+    try:
+        future = mounted.tools.submit(
+            ToolBatchInput(calls=(ToolCall(id="c", name="t_add", arguments={"x": 1, "inner": {"a": 1}}),))
+        )
+        assert warned.wait(20)
+        assert not future.done()
+    finally:
+        gate.set()
+        logger.remove(sink)
+    outcome = future.result(20).results[0].result
+    assert thaw(outcome.value)["total"] == 2

@@ -1,0 +1,308 @@
+"""Full schema mode: any Draft 2020-12 / draft-07 schema, enforced by
+jsonschema, compiled once, local references only; and the root ``$schema``
+annotation, which the subset accepts too."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsh_actors import (
+    JsonSchemaError,
+    RegistrationError,
+    ToolBatchInput,
+    ToolCall,
+    ToolDefinition,
+    ToolOutput,
+    ToolRuntime,
+    text,
+)
+from dsh_actors.definition import validate_definition
+from dsh_actors.json import dumps, materialize, thaw
+from dsh_actors.schema import (
+    CompiledJsonSchema,
+    FullJsonSchema,
+    assert_supported_json_schema,
+    check_full_json_schema,
+    compile_full_json_schema,
+    compile_json_schema,
+)
+
+from .strategies import schemas, values_for
+
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+
+PYDANTIC = {
+    "$schema": DRAFT_2020_12,
+    "type": "object",
+    "title": "addArguments",
+    "properties": {
+        "x": {"title": "X", "type": "integer"},
+        "inner": {"$ref": "#/$defs/Inner"},
+        "y": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "Y"},
+        "when": {"type": "string", "format": "date-time"},
+    },
+    "required": ["x", "inner"],
+    "$defs": {
+        "Inner": {
+            "type": "object",
+            "title": "Inner",
+            "properties": {"a": {"type": "integer", "minimum": 0}},
+            "required": ["a"],
+            "additionalProperties": False,
+        }
+    },
+}
+
+
+# -- $schema, everywhere ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [DRAFT_2020_12, DRAFT_2020_12 + "#", DRAFT_07, "http://json-schema.org/draft-07/schema"],
+)
+def test_a_root_schema_naming_2020_12_or_draft_07_is_an_annotation_in_the_subset(uri: str) -> None:
+    schema = {"$schema": uri, "type": "object", "properties": {"a": {"type": "string"}}}
+    assert_supported_json_schema(schema)
+    assert compile_json_schema(schema).validate({"a": 1}) == ['"value.a" must be a string']
+
+
+def test_the_subset_refuses_another_dialect_and_a_nested_schema_keyword() -> None:
+    with pytest.raises(JsonSchemaError) as caught:
+        assert_supported_json_schema({"$schema": "http://json-schema.org/draft-04/schema#", "type": "string"})
+    assert caught.value.violations[0].startswith('schema["$schema"]: $schema \'http://json-schema.org/draft-04')
+    with pytest.raises(JsonSchemaError) as nested:
+        assert_supported_json_schema({"type": "array", "items": {"$schema": DRAFT_2020_12}})
+    assert list(nested.value.violations) == ['schema.items["$schema"]: keyword "$schema" is not supported']
+
+
+# -- compiling -------------------------------------------------------------------
+
+
+def test_a_schema_inside_the_subset_compiles_to_the_fast_validator() -> None:
+    assert type(compile_full_json_schema({"type": "string"})) is CompiledJsonSchema
+    full = compile_full_json_schema(PYDANTIC, object_root=True)
+    assert type(full) is FullJsonSchema
+    assert compile_full_json_schema(dict(PYDANTIC), object_root=True) is full  # compiled once
+    assert thaw(full.schema) == PYDANTIC
+
+
+def test_local_refs_resolve_and_violations_name_their_paths() -> None:
+    full = compile_full_json_schema(PYDANTIC, object_root=True)
+    assert full.validate({"x": 1, "inner": {"a": 0}, "when": "2024-02-29T23:59:60+01:00"}) == []
+    assert full.validate({"x": True, "inner": {"a": -1, "b": 1}, "y": "s", "when": "2023-02-29T00:00:00Z"}) == [
+        '"value.x" must be an integer',
+        '"value.inner.a" must be >= 0',
+        '"value.inner.b" is not a declared property (additionalProperties: false)',
+        '"value.y" must be an integer or null',
+        '"value.when" must be a valid "date-time"',
+    ]
+    assert full.validate({}) == ['missing required property "value.x"', 'missing required property "value.inner"']
+
+
+def test_values_are_judged_by_exact_json_types() -> None:
+    full = compile_full_json_schema({"type": "array", "items": {"type": "integer"}, "minItems": 1})
+    assert full.is_valid((1, 2.0))  # a tuple is an array, 2.0 an integer
+    assert not full.is_valid([True])
+    assert full.validate(materialize([1, "2"])) == ['"value[1]" must be an integer']
+    obj = compile_full_json_schema({"type": "object", "minProperties": 1})
+    assert obj.is_valid(materialize({"a": 1})) and not obj.is_valid({})
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"$ref": "https://example.com/s.json"}, 'remote reference "https://example.com/s.json" is not supported'),
+        ({"$ref": "other.json#/x"}, 'remote reference "other.json#/x" is not supported'),
+        ({"$ref": "#/$defs/missing"}, 'reference "#/$defs/missing" does not resolve within the schema'),
+        ({"$defs": {"a": {"$id": "https://example.com/a"}}}, "embedded resources ($id below the root)"),
+        ({"type": "string", "format": "iri"}, 'format "iri" cannot be asserted here'),
+        ({"type": 3}, "schema.type: 3 is not valid under any of the given schemas"),
+        ({"$schema": "https://example.com/meta"}, "is not supported; name Draft 2020-12"),
+    ],
+)
+def test_full_mode_refuses_what_it_cannot_enforce(schema: dict[str, Any], problem: str) -> None:
+    problems = check_full_json_schema(schema)
+    assert any(problem in p for p in problems), problems
+    with pytest.raises(JsonSchemaError):
+        compile_full_json_schema(schema)
+
+
+def test_a_parameters_schema_must_stay_object_rooted_and_lossless() -> None:
+    assert check_full_json_schema({"anyOf": [{"type": "object"}]}, object_root=True) == [
+        'schema.type: the root must declare "type": "object" (got no type)'
+    ]
+    assert check_full_json_schema({"type": "number", "minimum": float("nan")})[0].startswith("schema.minimum")
+
+
+def test_a_draft_07_schema_is_validated_under_draft_07_rules() -> None:
+    tuple_items = {"$schema": DRAFT_07, "type": "array", "items": [{"type": "string"}, {"type": "integer"}]}
+    full = compile_full_json_schema(tuple_items)
+    assert full.is_valid(["a", 1]) and not full.is_valid([1, "a"])
+    refs = {"$schema": DRAFT_07, "definitions": {"n": {"type": "integer", "minimum": 1}}, "$ref": "#/definitions/n"}
+    assert compile_full_json_schema(refs).validate(0) == ['"value" must be >= 1']
+
+
+def test_standard_formats_are_asserted_and_unknown_ones_are_annotations() -> None:
+    def ok(fmt: str, value: str) -> bool:
+        return compile_full_json_schema({"type": "string", "format": fmt}).is_valid(value)
+
+    assert ok("date-time", "2024-01-01T10:00:00.5Z") and not ok("date-time", "2024-01-01 10:00")
+    assert ok("uri", "https://example.com/a?b#c") and not ok("uri", "no scheme")
+    assert ok("email", "a@b.c") and not ok("email", "nope")
+    assert ok("uuid", "12345678-1234-5678-1234-567812345678") and not ok("uuid", "1234")
+    assert ok("duration", "P1DT2H") and not ok("duration", "P")
+    assert ok("hostname", "a-b.example") and not ok("hostname", "-bad-")
+    assert ok("password", "anything")  # not a standard format: no assertion
+
+
+def test_a_value_too_deep_for_jsonschema_is_a_violation_not_a_crash() -> None:
+    recursive = compile_full_json_schema({"type": "array", "items": {"$ref": "#"}, "minItems": 0, "$comment": "tree"})
+    deep: list[Any] = []
+    node = deep
+    for _ in range(250):
+        child: list[Any] = []
+        node.append(child)
+        node = child
+    value = materialize(deep)
+    assert recursive.is_valid(value) is False
+    assert recursive.validate(value) == ['"value" is nested too deeply to validate against this schema']
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_the_full_validator_agrees_with_the_subset_on_every_subset_schema(data: st.DataObject) -> None:
+    schema = data.draw(schemas(), label="schema")
+    value = data.draw(values_for(schema), label="value")
+    frozen = materialize(schema)
+    full = FullJsonSchema(frozen, dumps(frozen).decode(), thaw(frozen), "2020-12")
+    expected = compile_json_schema(schema).is_valid(value)
+    assert full.is_valid(value) is expected
+    assert full.is_valid(materialize(value)) is expected
+    assert (full.validate(value) == []) is expected
+
+
+# -- raw definitions in full mode -------------------------------------------------
+
+
+def raw(schema_mode: str = "full", **fields: Any) -> ToolDefinition:
+    calls: list[Any] = []
+    defaults: dict[str, Any] = {
+        "name": "add",
+        "description": "add",
+        "parameters": PYDANTIC,
+        "output": ToolOutput(schema={"type": "integer", "minimum": 0}, render=lambda a, v: [text(str(v))]),
+        "execute": lambda args, ctx: calls.append(args) or args["x"] + args["inner"]["a"],
+        "schema_mode": schema_mode,
+    }
+    defaults.update(fields)
+    return ToolDefinition(**defaults)
+
+
+def outcome(rt: ToolRuntime, name: str, arguments: Any) -> Any:
+    return rt.tools.execute(ToolBatchInput(calls=(ToolCall(id="c", name=name, arguments=arguments),))).results[0].result
+
+
+def test_the_default_subset_mode_refuses_such_a_schema_and_points_at_full_mode() -> None:
+    with pytest.raises(RegistrationError) as caught:
+        validate_definition(raw(schema_mode="subset"))
+    assert 'keyword "$ref" is not supported' in caught.value.message
+    assert caught.value.message.endswith('schema_mode="full" would enforce any Draft 2020-12 schema instead')
+
+
+def test_a_full_mode_definition_validates_arguments_before_the_body_and_its_output(rt: ToolRuntime) -> None:
+    seen: list[Any] = []
+    rt.tools.register(raw(execute=lambda args, ctx: seen.append(args) or args["x"] + args["inner"]["a"]))
+    bad = outcome(rt, "add", {"x": 1, "inner": {"a": -1}})
+    assert bad.error.info.code == "INVALID_ARGS"
+    assert bad.error.message == 'invalid arguments: "value.inner.a" must be >= 0'
+    assert seen == []  # the body never ran
+    negative = outcome(rt, "add", {"x": -5, "inner": {"a": 1}})
+    assert negative.error.info.code == "INVALID_TOOL_OUTPUT"
+    assert negative.error.message == 'tool "add" returned invalid output: "value" must be >= 0'
+    good = outcome(rt, "add", '{"x": 2, "inner": {"a": 3}}')
+    assert not good.is_error and good.value == 5 and good.content == (text("5"),)
+
+
+def test_full_mode_wraps_the_callbacks_once_and_keeps_the_originals(rt: ToolRuntime) -> None:
+    def classifier(args: Any) -> bool:
+        return True
+
+    async def body(args: Any, ctx: Any) -> int:
+        return 1
+
+    definition = raw(execute=body, is_concurrency_safe=classifier, present_call=lambda args: None)
+    assert definition.execute.__wrapped__ is body
+    assert definition.is_concurrency_safe is not None
+    assert definition.is_concurrency_safe.__wrapped__ is classifier
+    assert definition.is_concurrency_safe({"x": 1, "inner": {"a": 1}}) is True
+    assert definition.is_concurrency_safe({"x": "no"}) is False
+    copy = dataclasses.replace(definition, name="add2")
+    assert copy.execute.__wrapped__ is body  # not a wrapper of the wrapper
+    assert validate_definition(copy).is_async
+    rt.tools.register(copy)
+    assert outcome(rt, "add2", {"x": 1, "inner": {"a": 1}}).value == 1
+    assert outcome(rt, "add2", {"x": 1}).error.info.code == "INVALID_ARGS"
+
+
+def test_registration_lists_every_problem_of_a_full_mode_definition() -> None:
+    with pytest.raises(RegistrationError) as caught:
+        validate_definition(
+            raw(parameters={"type": "object", "properties": {"r": {"$ref": "https://example.com/x"}}},
+                output=ToolOutput(schema={"$ref": "#/nowhere"}, render=lambda a, v: []))
+        )
+    message = caught.value.message
+    assert "output.schema: unsupported JSON schema" in message and '"#/nowhere" does not resolve' in message
+    assert 'parameters: unsupported JSON schema: schema.properties.r["$ref"]: remote reference' in message
+    with pytest.raises(RegistrationError, match='schema_mode must be "subset" or "full"'):
+        validate_definition(raw(schema_mode="strict"))
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "messages"),
+    [
+        ({"type": "string", "pattern": "^a"}, "b", ['"value" must match the pattern "^a"']),
+        ({"type": "integer", "exclusiveMaximum": 3}, 3, ['"value" must be < 3']),
+        ({"type": "number", "multipleOf": 0.5}, 0.3, ['"value" must be a multiple of 0.5']),
+        ({"type": "array", "minItems": 2}, [1], ['"value" must have at least 2 items']),
+        ({"type": "array", "uniqueItems": True}, [[1], [1]], ['"value" must not contain duplicate items']),
+        ({"type": "object", "maxProperties": 1}, {"a": 1, "b": 2}, ['"value" must have at most 1 property']),
+        ({"not": {"type": "null"}}, None, ['"value" must not match the "not" schema']),
+        ({"enum": [{"a": 1}, "x"]}, "y", ['"value" must be one of [{"a":1},"x"]']),
+        ({"const": [1, 2]}, [2, 1], ['"value" must be [1,2]']),
+        (
+            {"type": "object", "propertyNames": {"maxLength": 2}},
+            {"abc": 1},
+            ['the property name "abc" of "value" must be at most 2 characters long'],
+        ),
+        (
+            {"type": "array", "prefixItems": [{"type": "string"}], "items": False},
+            ["a", 1],
+            ['"value" must have at most 1 item (no items beyond "prefixItems")'],
+        ),
+        (
+            {"dependentRequired": {"card": ["cvc"]}},
+            {"card": "x"},
+            ['missing required property "value.cvc" (required by "value.card")'],
+        ),
+        (
+            {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+            1,
+            ['"value" must match exactly one oneOf branch (matched 2)'],
+        ),
+        (
+            {"anyOf": [{"type": "string", "minLength": 3}, {"type": "null"}]},
+            "ab",
+            ['"value" must be at least 3 characters long'],
+        ),
+        ({"properties": {"a": False}}, {"a": 1}, ['"value.a" is not allowed here (false schema)']),
+    ],
+)
+def test_violations_read_like_the_subsets(schema: dict[str, Any], value: Any, messages: list[str]) -> None:
+    assert compile_full_json_schema(schema).validate(materialize(value)) == messages
