@@ -61,6 +61,7 @@ __all__ = [
     "CALL",
     "DONE",
     "EXIT_MEMORY",
+    "EXIT_ORPHANED",
     "FAILURE_KINDS",
     "FrameTooLong",
     "LineFramer",
@@ -90,6 +91,9 @@ FAILURE_KINDS = frozenset({"error", "syntax", "memory", "result"})
 
 #: Exit status of a worker that ran out of memory and could not say so.
 EXIT_MEMORY = 86
+
+#: Exit status of a worker whose parent went away (its lifeline closed).
+EXIT_ORPHANED = 87
 
 #: Characters of captured output per ``out`` message.
 OUT_CHUNK = 16384
