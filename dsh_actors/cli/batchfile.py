@@ -19,8 +19,9 @@ one line, for error messages):
 
 A list of chat messages (a conversation) is read from its last assistant
 message. Model-produced argument *text* is kept as text: the executor
-parses it (SPEC section 6), so arguments that are not JSON fail their call
-with ``INVALID_ARGS`` instead of failing the whole file.
+parses it (``docs/reference.md``, section 6), so arguments that are not
+JSON fail their call with ``INVALID_ARGS`` instead of failing the whole
+file.
 
 Every problem raises :class:`BatchFileError` with a one-line message that
 names the file and the JSON path of the bad field.
