@@ -342,6 +342,8 @@ class Run:
                 self._selector.unregister(self._worker.stderr_fd)
                 self._reading_stderr = False
             return
+        if self._phase is _Phase.STARTING:
+            return  # the launcher's or the interpreter's, before the run: kept, not counted
         self._output_bytes += read
         if self._output_bytes > self._max_output:
             tail = self._worker.stderr_tail()
@@ -375,6 +377,7 @@ class Run:
                     f"the worker speaks version {message.get('v')!r}, not {protocol.VERSION}"
                 )
                 return
+            self._read_stderr()  # what was written before ready is not the program's
             self._phase = _Phase.RUNNING
             with self._send_lock:
                 self._accepting = True

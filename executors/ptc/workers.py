@@ -43,6 +43,12 @@ from typing import Any, Final, TypeVar
 
 from loguru import logger
 
+fcntl: Any
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
+
 __all__ = [
     "DEFAULT_COMMAND",
     "FOLDER_PREFIX",
@@ -74,6 +80,7 @@ MAX_FOLDER_ENTRIES: Final = 10_000
 
 _FOLDER_NAME: Final = re.compile(re.escape(FOLDER_PREFIX) + r"([0-9]+)\.([0-9]+)-")
 _STDERR_TAIL: Final = 8192
+_STDERR_PIPE_BYTES: Final = 1 << 20  # Linux's default most for a user (fs.pipe-max-size)
 
 
 def _start_time(pid: int) -> str | None:
@@ -253,6 +260,11 @@ class Worker:
         os.set_blocking(self.stdin_fd, False)
         os.set_blocking(self.stdout_fd, False)
         os.set_blocking(self.stderr_fd, False)
+        # Nobody reads a spare's stderr until its run: room for what a
+        # launcher (docker pulling an image) writes meanwhile.
+        if fcntl is not None and sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):  # a lower fs.pipe-max-size: keep the default
+                fcntl.fcntl(self.stderr_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _STDERR_PIPE_BYTES)
 
     def __repr__(self) -> str:
         state = "killed" if self._killed else "live"

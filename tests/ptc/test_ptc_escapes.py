@@ -152,6 +152,13 @@ def test_fd_2_output_and_printed_output_share_the_limit(rt: Any) -> None:
     assert run_code(rt, "import os\nos.write(2, b'warning')\nreturn 1").value == {"result": 1, "output": ""}
 
 
+def test_what_a_launcher_writes_to_stderr_before_the_run_is_not_the_programs_output(rt: Any) -> None:
+    # e.g. docker pulling an image: it writes while the worker is a spare.
+    chatty = "{python} -c \"import os; os.write(2, b'pulling ' * 25_000)\"; exec {python} -I {worker}"
+    install(rt, timeout_ms=5000, worker_command=["sh", "-c", chatty])
+    assert run_code(rt, "return 1").value == {"result": 1, "output": ""}
+
+
 def test_a_file_larger_than_the_folder_limit_cannot_be_written(rt: Any) -> None:
     install(rt, timeout_ms=5000, max_folder_mb=1)
     message = failed_as(run_code(rt, "open('big', 'wb').write(b'x' * (2 << 20))"), "error")
