@@ -118,7 +118,9 @@ def test_reading_another_processs_proc_entries_is_refused(rt: Any, ptc: Any, pat
     assert "(another process's /proc entry)" in message, message[:400]
 
 
-def test_proc_entries_are_refused_through_listings_and_directory_descriptors(rt: Any, ptc: Any) -> None:
+def test_proc_entries_are_refused_through_listings_links_and_directory_descriptors(rt: Any, ptc: Any) -> None:
+    link = failed_as(run_code(rt, "import os\nos.symlink(f'/proc/{os.getppid()}', 'p')\nopen('p/environ').read()"), "error")
+    assert "run_code does not allow a symbolic link to" in link
     listing = failed_as(run_code(rt, "import os\nos.listdir(f'/proc/{os.getppid()}/fd')"), "error")
     assert "(another process's /proc entry)" in listing
     by_fd = "import os\nd = os.open('/proc', os.O_RDONLY)\nos.open(f'{os.getppid()}/environ', os.O_RDONLY, dir_fd=d)"
@@ -225,19 +227,31 @@ def _gone_or_zombie(pid: int) -> bool:
 
 @pytest.mark.parametrize("rest", ["time.sleep(600)", "while True:\n    pass"], ids=["sleeping", "busy"])
 def test_a_worker_dies_with_its_parent_and_its_folder_is_removed_at_the_next_start(
-    rt: Any, tmp_path: Path, rest: str
+    rt: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rest: str
 ) -> None:
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
+    # A temporary folder of its own: no other process's start removes the
+    # dead parent's folder before this test looks for it.
+    folders = tmp_path / "tmp"
+    folders.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folders))
     parent = subprocess.Popen(
-        [sys.executable, str(script), rest], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=os.getcwd()
+        [sys.executable, str(script), rest],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=os.getcwd(),
+        env={**os.environ, "TMPDIR": str(folders)},
     )
     try:
         assert parent.stdout is not None
-        ready, _, _ = select.select([parent.stdout], [], [], 60)  # a cold interpreter and a worker
+        ready, _, _ = select.select([parent.stdout], [], [], 30)  # a cold interpreter and a worker
         assert ready, "the parent never reported its worker"
-        pid_text, folder = parent.stdout.readline().decode().split()
+        line = parent.stdout.readline().decode()
+        assert line, "the parent exited before its program ran"
+        pid_text, folder = line.split()
         pid = int(pid_text)
+        assert os.path.dirname(folder) == os.path.realpath(folders)
         assert os.path.isdir(folder) and not _gone_or_zombie(pid)
     finally:
         parent.send_signal(signal.SIGKILL)
@@ -276,10 +290,23 @@ def test_a_worker_started_for_a_thread_that_has_ended_still_runs(rt: Any) -> Non
     from executors.ptc import PtcExecutor
 
     executor = PtcExecutor(timeout_ms=5000)
-    binder = threading.Thread(target=rt.tools.set_executor, args=(executor,))
+    native: list[int] = []
+
+    def bind_and_wait_until_the_spare_is_ready() -> None:
+        native.append(threading.get_native_id())
+        executor.bind(rt)  # starts the spare, asked for from this thread
+        (spare,) = executor.workers._idle
+        select.select([spare.stdout_fd], [], [], GUARD)  # it has asked for its parent-death signal
+
+    binder = threading.Thread(target=bind_and_wait_until_the_spare_is_ready)
     binder.start()
     binder.join(GUARD)
+    deadline = time.monotonic() + GUARD
+    while os.path.exists(f"/proc/self/task/{native[0]}"):  # until the kernel is done with the thread
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     spares = executor.worker_pids()
+    rt.tools.set_executor(executor)
     assert len(spares) == 1
     assert run_code(rt, "import os\nreturn os.getpid()").value["result"] == spares[0]
 
@@ -288,3 +315,28 @@ def test_working_folders_are_named_after_their_process(rt: Any, ptc: Any) -> Non
     folder = run_code(rt, "import os\nreturn os.getcwd()").value["result"]
     assert os.path.dirname(folder) == os.path.realpath(tempfile.gettempdir())
     assert os.path.basename(folder).startswith(workers._own_prefix())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_is_killed_when_the_thread_that_started_it_ends() -> None:
+    # The parent-death signal on its own (the lifeline pipe stays open: this
+    # process lives on): end the pool's spawner thread under a live worker.
+    pool = workers.WorkerPool(workers.default_command(), {"PATH": os.environ.get("PATH", "")}, spares=1)
+    worker = pool.acquire()
+    try:
+        ready, _, _ = select.select([worker.stdout_fd], [], [], GUARD)  # it has asked for the signal
+        assert ready, "the worker never got ready"
+        spawner = pool._spawner
+        assert spawner is not None and spawner.name == "dsh-ptc-spawn"
+        pool._requests.put(None)
+        spawner.join(GUARD)
+        assert not spawner.is_alive()
+        deadline = time.monotonic() + GUARD
+        while not worker.exited():
+            assert time.monotonic() < deadline, "the worker outlived the thread that started it"
+            time.sleep(0.01)
+        assert worker.kill() == -signal.SIGKILL
+    finally:
+        pool._spawner = None
+        pool.discard(worker)
+        pool.close()
