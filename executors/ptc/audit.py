@@ -22,7 +22,9 @@ its code was compiled. It refuses (``Blocked``, a ``PermissionError``;
 * writes outside the working folder (the worker's cwd): ``open``/``os.open``
   for writing, and removing, renaming, linking (a hard link to a file
   outside the folder too), chmod/chown, ``mkdir``, ``shutil`` copies and
-  moves, ``sqlite3.connect``, ``os.chdir`` out of it; a written path that
+  moves, ``sqlite3.connect``, ``os.mkfifo``/``os.mknod`` (through the
+  worker's own, which raise the audit event CPython's do not), ``os.chdir``
+  out of it; a written path that
   climbs back up (``a/../b``); symbolic links whose target could lead out
   (an absolute target outside the folder, or any ``..``);
   ``os.open`` relative to a directory descriptor for writing, and any
@@ -133,8 +135,8 @@ _PATH_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "os.lchmod": ((0,), ()),
     "os.setxattr": ((0,), ()),
     "os.removexattr": ((0,), ()),
-    "os.mkfifo": ((0,), ()),
-    "os.mknod": ((0,), ()),
+    "os.mkfifo": ((0,), (2,)),  # raised by the worker's own os.mkfifo (CPython raises none)
+    "os.mknod": ((0,), (3,)),  # and os.mknod
     "os.chdir": ((0,), ()),
     "shutil.copyfile": ((1,), ()),
     "shutil.copymode": ((1,), ()),
@@ -169,6 +171,28 @@ def _os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = N
 _os_open.__name__ = _os_open.__qualname__ = "open"
 _os_open.__doc__ = _posix_open.__doc__
 _OS_OPEN_CODE = _os_open.__code__
+
+_posix_mkfifo = getattr(os, "mkfifo", None)
+_posix_mknod = getattr(os, "mknod", None)
+
+
+def _os_mkfifo(path: Any, mode: int = 0o666, *, dir_fd: int | None = None) -> None:
+    # CPython raises no audit event for mkfifo: raise the one the hook checks.
+    path = os.fspath(path)
+    sys.audit("os.mkfifo", path, mode, dir_fd)
+    assert _posix_mkfifo is not None
+    _posix_mkfifo(path, mode, dir_fd=dir_fd)
+
+
+def _os_mknod(path: Any, mode: int = 0o600, device: int = 0, *, dir_fd: int | None = None) -> None:
+    path = os.fspath(path)
+    sys.audit("os.mknod", path, mode, device, dir_fd)
+    assert _posix_mknod is not None
+    _posix_mknod(path, mode, device, dir_fd=dir_fd)
+
+
+_os_mkfifo.__name__ = _os_mkfifo.__qualname__ = "mkfifo"
+_os_mknod.__name__ = _os_mknod.__qualname__ = "mknod"
 
 
 class Blocked(PermissionError):
@@ -270,13 +294,18 @@ class Guard:
 
     def install(self) -> None:
         """Replace ``os.open`` with the worker's own (so relative opens show
-        their ``dir_fd``), make ``shutil.rmtree`` use paths rather than
+        their ``dir_fd``) and ``os.mkfifo``/``os.mknod`` with ones that raise
+        an audit event (CPython's raise none), make ``shutil.rmtree`` use paths rather than
         directory descriptors, disarm process spawning, add the hook and
         arm it: right before the program runs."""
         import posix
         import shutil
 
         os.open = posix.open = _os_open
+        if _posix_mkfifo is not None:
+            os.mkfifo = posix.mkfifo = _os_mkfifo
+        if _posix_mknod is not None:
+            os.mknod = posix.mknod = _os_mknod
         shutil._use_fd_functions = False  # type: ignore[attr-defined]
         disarm_process_spawning()
         sys.addaudithook(self)

@@ -74,8 +74,12 @@ def test_a_hard_link_to_an_outside_file_is_refused(rt: Any, ptc: Any, tmp_path: 
     message = failed_as(run_code(rt, code), "error")
     assert f"run_code does not allow os.link on {str(victim)!r} (outside its working folder)" in message
     assert victim.read_text() == "original"
-    inside = run_code(rt, "import os\nopen('a', 'w').write('x')\nos.link('a', 'b')\nreturn open('b').read()")
-    assert inside.value["result"] == "x"
+    inside = run_code(
+        rt,
+        "import os, stat\nopen('a', 'w').write('x')\nos.link('a', 'b')\nos.mkfifo('fifo')\n"
+        "return [open('b').read(), stat.S_ISFIFO(os.stat('fifo').st_mode)]",
+    )
+    assert inside.value["result"] == ("x", True)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +90,9 @@ def test_a_hard_link_to_an_outside_file_is_refused(rt: Any, ptc: Any, tmp_path: 
         ("import os\nos.symlink('/tmp', 'tmp')", "run_code does not allow a symbolic link to '/tmp'"),
         ("import shutil, os\nshutil.rmtree('x', dir_fd=os.open('/', os.O_RDONLY))", "relative to a directory descriptor"),
         ("import gc\ngc.get_objects()", "run_code does not allow gc.get_objects"),
+        ("import os\nos.mkfifo('/tmp/dsh-ptc-fifo')", "run_code does not allow os.mkfifo on '/tmp/dsh-ptc-fifo'"),
+        ("import os\nos.mknod('/tmp/dsh-ptc-node')", "run_code does not allow os.mknod on '/tmp/dsh-ptc-node'"),
+        ("import os\nos.mkfifo('f', dir_fd=os.open('/tmp', os.O_RDONLY))", "relative to a directory descriptor"),
     ],
 )
 def test_paths_that_could_lead_out_of_the_folder_are_refused(rt: Any, ptc: Any, code: str, refusal: str) -> None:
