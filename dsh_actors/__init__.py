@@ -1,6 +1,7 @@
 """dsh-actors: the tool-call runtime of LLM agents, as an actor system.
 
-This module is the public surface (SPEC.md section 1) and nothing else.
+This module is the public surface (``docs/reference.md``, section 1) and
+nothing else.
 """
 
 from .definition import ToolDefinition, ToolOutput, ToolSchema, define_tool
@@ -79,8 +80,8 @@ from .session import Session
 from .signals import AbortController, AbortSignal
 from .toolset import ResolvedToolSet
 
-# Importable but not in __all__ (SPEC section 1 is the list): UNSET is the
-# default of Accept(value=UNSET), "no replacement value".
+# Importable but not in __all__ (docs/reference.md section 1 lists __all__):
+# UNSET is the default of Accept(value=UNSET), "no replacement value".
 __all__ = [
     # runtime and scopes
     "ToolRuntime",

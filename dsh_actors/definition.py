@@ -113,7 +113,7 @@ class ToolOutput:
 
 def _required_output() -> ToolOutput:
     # Typed as required; a definition built without one is rejected by
-    # registration with "output is required" (SPEC section 4).
+    # registration with "output is required" (docs/reference.md, section 4).
     return cast(ToolOutput, None)
 
 

@@ -40,8 +40,10 @@ __all__ = [
 
 
 class ErrorCode(str, Enum):
-    """The closed vocabulary of failure codes (SPEC section 9, plus the
-    runtime's own). A ``str`` enum: ``ErrorCode.UNKNOWN_TOOL == "UNKNOWN_TOOL"``."""
+    """The closed vocabulary of failure codes (``docs/reference.md``,
+    section 9: the first eight come from the original design, the rest are
+    the runtime's own). A ``str`` enum: ``ErrorCode.UNKNOWN_TOOL ==
+    "UNKNOWN_TOOL"``."""
 
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     INVALID_ARGS = "INVALID_ARGS"
@@ -51,7 +53,7 @@ class ErrorCode(str, Enum):
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
     UNSUPPORTED_SCHEMA = "UNSUPPORTED_SCHEMA"
     CODE_RUN_FAILED = "CODE_RUN_FAILED"
-    # Not in SPEC's table: causes the runtime also has to name.
+    # Beyond the original design's eight: causes the runtime also has to name.
     INVALID_JSON = "INVALID_JSON"
     REGISTRATION_FAILED = "REGISTRATION_FAILED"
     BATCH_EXECUTION_FAILED = "BATCH_EXECUTION_FAILED"

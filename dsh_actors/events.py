@@ -8,7 +8,7 @@ that agent and of its descendants; a listener without a scope sees every
 event. ``tools/change`` is unfiltered: a change anywhere can affect every
 agent's next request, so scoped listeners receive it too.
 
-Event names and listener signatures (SPEC section 1):
+Event names and listener signatures (``docs/reference.md``, section 8):
 
 ==========================  ========  ==========================================
 ``tools/pre-execute``       waterfall ``fn(execution, next) -> PreToolDecision``

@@ -1,4 +1,5 @@
-"""Lossless JSON: the only values that cross an actor boundary (SPEC section 2).
+"""Lossless JSON: the only values that cross an actor boundary
+(``docs/reference.md``, section 2).
 
 A value is *lossless JSON* when it is ``None``, a ``bool``, a ``str``, an
 ``int`` in ``[-2**63, 2**64-1]``, a finite ``float`` other than ``-0.0``, a

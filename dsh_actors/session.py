@@ -1,4 +1,5 @@
-"""The durable session log (SPEC section 10): one JSON object per line.
+"""The durable session log (``docs/reference.md``, section 10): one JSON
+object per line.
 
 A :class:`Session` records what a batch did, in commit order, as *events*:
 plain JSON objects, each with a ``"type"`` key. The executor writes four

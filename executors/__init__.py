@@ -1,3 +1,3 @@
-"""Optional executors for dsh-actors (SPEC section 1): each uses only the
-names ``dsh_actors`` exports. ``executors.ptc.PtcExecutor`` runs tools from
+"""Optional executors for dsh-actors (``docs/reference.md``, section 1):
+each uses only the names ``dsh_actors`` exports. ``executors.ptc.PtcExecutor`` runs tools from
 model-written programs (``run_code``)."""

@@ -1,4 +1,5 @@
-"""Policies: plugins on the pipeline's waterfalls (SPEC section 8).
+"""Policies: plugins on the pipeline's waterfalls (``docs/reference.md``,
+section 12).
 
 Each module is itself a plugin (``apply(rt, **config) -> disposer``)::
 

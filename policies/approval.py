@@ -1,7 +1,7 @@
 """Ready approval services for ``rt.approvals.set(...)``.
 
-The routing is core (SPEC section 8): a ``tools/pre-execute`` listener
-returns ``Ask``, the pipeline calls the installed service with an
+The routing is core (``docs/reference.md``, section 5): a
+``tools/pre-execute`` listener returns ``Ask``, the pipeline calls the installed service with an
 :class:`~dsh_actors.ApprovalRequest`, and only ``"allowed-once"`` runs the
 call (``"rejected"``, ``"cancelled"``, ``"unavailable"`` deny it with their
 pinned reasons). This module provides services to install:

@@ -20,9 +20,10 @@ one line, for error messages):
 The provider shapes are read by :mod:`dsh_actors.providers` (``openai``,
 ``openai_responses``, ``anthropic``: the same ``calls()`` a loop uses); this
 module decides which family a document is in. A list of chat messages (a
-conversation) is read from its last assistant message. Model-produced argument *text* is kept as text: the executor
-parses it (SPEC section 6), so arguments that are not JSON fail their call
-with ``INVALID_ARGS`` instead of failing the whole file.
+conversation) is read from its last assistant message. Model-produced
+argument *text* is kept as text: the executor parses it
+(``docs/reference.md``, section 6), so arguments that are not JSON fail
+their call with ``INVALID_ARGS`` instead of failing the whole file.
 
 Every problem raises :class:`BatchFileError` with a one-line message that
 names the file and the JSON path of the bad field.

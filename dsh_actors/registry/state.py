@@ -8,8 +8,8 @@ always with a new immutable snapshot, and then bumps
 :attr:`RegistryState.generation`. Everybody else reads without a lock and
 without a thread hop.
 
-Visibility of a scope S (SPEC section 4): the global registrations,
-overlaid by each ancestor's own registrations farthest to nearest (nearer
+Visibility of a scope S (``docs/reference.md``, section 4): the global
+registrations, overlaid by each ancestor's own registrations farthest to nearest (nearer
 shadows farther); a name is kept only if every restriction on S's chain
 (its ancestors' and its own) admits it; then S's own registrations are
 overlaid, which no restriction hides. The result is cached per agent for

@@ -1,5 +1,5 @@
 """Schemas: the enforced raw JSON Schema subset, its compiled validator, and
-the author DSL (SPEC section 3).
+the author DSL (``docs/reference.md``, section 3).
 
 * :func:`assert_supported_json_schema` / :func:`assert_object_json_schema`
   reject anything outside the subset with a :class:`~dsh_actors.errors.JsonSchemaError`

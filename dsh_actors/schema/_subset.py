@@ -1,4 +1,4 @@
-"""The enforced raw JSON Schema subset (SPEC section 3).
+"""The enforced raw JSON Schema subset (``docs/reference.md``, section 3).
 
 :func:`assert_supported_json_schema` walks a raw schema with an explicit
 stack (model output and dynamic registrations are untrusted, so a 10,000-deep
@@ -26,7 +26,7 @@ Accepted keywords, per node:
   :mod:`._dialect`). Schemas outside the subset can still be enforced, in
   full mode (:mod:`._full`).
 
-Decision on annotations beside ``oneOf``: SPEC rejects "a keyword beside
+Decision on annotations beside ``oneOf``: the contract rejects "a keyword beside
 ``oneOf``". We read that as a *constraint* keyword: the four annotations
 constrain nothing, so ``{"description": "...", "oneOf": [...]}`` is accepted,
 while ``{"oneOf": [...], "properties": {...}}`` is rejected.

@@ -1,5 +1,6 @@
 """Programmatic tool calling: ``run_code`` programs that call tools through
-the same pipeline, in a killable process (SPEC section 7; README.md here).
+the same pipeline, in a killable process (``docs/reference.md``, section
+11; ``README.md`` here).
 
     from executors.ptc import PtcExecutor
     rt.tools.set_executor(PtcExecutor(timeout_ms=30000))

@@ -19,14 +19,35 @@ its code was compiled. It refuses (``Blocked``, a ``PermissionError``;
   and the CPython test modules;
 * ``resource.setrlimit``/``prlimit`` (root could lift the limits),
   ``sys.addaudithook``, ``os.chroot``;
-* writes outside the working folder (the worker's cwd): ``open`` for
-  writing, and removing, renaming, linking, chmod/chown, ``mkdir``,
-  ``shutil`` copies and moves, ``sqlite3.connect``, ``os.chdir`` out of it;
-  operations relative to a directory descriptor are refused.
+* writes outside the working folder (the worker's cwd): ``open``/``os.open``
+  for writing, and removing, renaming, linking (a hard link to a file
+  outside the folder too), chmod/chown, ``mkdir``, ``shutil`` copies and
+  moves, ``sqlite3.connect``, ``os.mkfifo``/``os.mknod`` (through the
+  worker's own, which raise the audit event CPython's do not), ``os.chdir``
+  out of it; a written path that
+  climbs back up (``a/../b``); symbolic links whose target could lead out
+  (an absolute target outside the folder, or any ``..``);
+  ``os.open`` relative to a directory descriptor for writing, and any
+  relative ``os.open`` that does not go through the worker's ``os.open``
+  (which lets this hook see its ``dir_fd``: the ``open`` audit event does
+  not carry it); every other operation relative to a directory descriptor
+  that raises an audit event (``os.remove``, ``os.rename``, ...);
+* reading other processes' ``/proc/<pid>`` entries (the parent's
+  ``environ``, ``mem``, ``cmdline``, open files, ...), however the path
+  gets there (``/proc/self/../<pid>``, ``/proc/self/root/proc/<pid>``, a
+  symbolic link, a directory descriptor): every path opened or listed is
+  resolved step by step and refused if a step is under ``/proc/<pid>`` of
+  a process other than the worker; the worker's own entries
+  (``/proc/self``, ``/proc/thread-self``) stay readable;
+* ``gc.get_objects``/``get_referrers``/``get_referents`` (they reach any
+  object, this hook's included).
 
+What it does not cover: operations that raise no audit event
+(``os.stat``, ``os.readlink``, ``os.access`` and ``os.listdir`` by file
+descriptor, on any path); reading any file the user can read; and
 CPython code that runs in the process can get around all of this (it can
-reach objects the hook does not see); put the worker in a sandbox (see the
-README) to run hostile code.
+reach and change the objects the hook relies on: frames, modules). Put
+the worker in a sandbox (see the README) to run hostile code.
 
 Standard library only: copied next to ``worker.py`` into a container.
 """
@@ -34,11 +55,13 @@ Standard library only: copied next to ``worker.py`` into a container.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import sys
 import sysconfig
 from typing import Any
 
-__all__ = ["Blocked", "BlockedImport", "Guard", "PROGRAM", "disarm_process_spawning"]
+__all__ = ["Blocked", "BlockedImport", "Guard", "PROGRAM", "disarm_process_spawning", "resolution"]
 
 PROGRAM = "<run_code>"
 """The filename of the program (in tracebacks, and refused as a source of new code)."""
@@ -72,6 +95,9 @@ _DENIED_EVENTS = frozenset(
         "sys.addaudithook",
         "webbrowser.open",
         "cpython.PyInterpreterState_New",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
     }
 )
 _DENIED_PREFIXES = (
@@ -98,8 +124,8 @@ _PATH_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "os.rmdir": ((0,), (1,)),
     "os.mkdir": ((0,), (2,)),
     "os.rename": ((0, 1), (2, 3)),
-    "os.link": ((1,), (2, 3)),
-    "os.symlink": ((1,), (2,)),
+    "os.link": ((0, 1), (2, 3)),  # the source too: a hard link to an outside file writes it
+    "os.symlink": ((1,), (2,)),  # and its target (see Guard.check_symlink)
     "os.truncate": ((0,), ()),
     "os.chmod": ((0,), (2,)),
     "os.chown": ((0,), (3,)),
@@ -109,15 +135,15 @@ _PATH_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "os.lchmod": ((0,), ()),
     "os.setxattr": ((0,), ()),
     "os.removexattr": ((0,), ()),
-    "os.mkfifo": ((0,), ()),
-    "os.mknod": ((0,), ()),
+    "os.mkfifo": ((0,), (2,)),  # raised by the worker's own os.mkfifo (CPython raises none)
+    "os.mknod": ((0,), (3,)),  # and os.mknod
     "os.chdir": ((0,), ()),
     "shutil.copyfile": ((1,), ()),
     "shutil.copymode": ((1,), ()),
     "shutil.copystat": ((1,), ()),
     "shutil.copytree": ((1,), ()),
     "shutil.move": ((0, 1), ()),
-    "shutil.rmtree": ((0,), ()),
+    "shutil.rmtree": ((0,), (1,)),
     "shutil.chown": ((0,), ()),
     "shutil.make_archive": ((0,), ()),
     "shutil.unpack_archive": ((1,), ()),
@@ -125,8 +151,48 @@ _PATH_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "tempfile.mkstemp": ((0,), ()),
     "tempfile.mkdtemp": ((0,), ()),
 }
+_READ_EVENTS = frozenset({"os.listdir", "os.scandir"})  # (path,): checked like reads
 _UNSET_DIR_FDS = (None, -1, -100)  # unset, or AT_FDCWD
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_PROC_ENTRY = re.compile(r"/proc/([0-9]+)(?:/|$)")
+_MAX_LINKS = 40
+
+_posix_open = os.open
+"""The real ``os.open`` (``posix.open``), captured at import, before the
+worker's own ``os.open`` replaces it."""
+
+
+def _os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+    # The hook reads this frame's ``dir_fd`` (the ``open`` event does not
+    # carry it): keep the call exactly this one.
+    return _posix_open(path, flags, mode, dir_fd=dir_fd)
+
+
+_os_open.__name__ = _os_open.__qualname__ = "open"
+_os_open.__doc__ = _posix_open.__doc__
+_OS_OPEN_CODE = _os_open.__code__
+
+_posix_mkfifo = getattr(os, "mkfifo", None)
+_posix_mknod = getattr(os, "mknod", None)
+
+
+def _os_mkfifo(path: Any, mode: int = 0o666, *, dir_fd: int | None = None) -> None:
+    # CPython raises no audit event for mkfifo: raise the one the hook checks.
+    path = os.fspath(path)
+    sys.audit("os.mkfifo", path, mode, dir_fd)
+    assert _posix_mkfifo is not None
+    _posix_mkfifo(path, mode, dir_fd=dir_fd)
+
+
+def _os_mknod(path: Any, mode: int = 0o600, device: int = 0, *, dir_fd: int | None = None) -> None:
+    path = os.fspath(path)
+    sys.audit("os.mknod", path, mode, device, dir_fd)
+    assert _posix_mknod is not None
+    _posix_mknod(path, mode, device, dir_fd=dir_fd)
+
+
+_os_mkfifo.__name__ = _os_mkfifo.__qualname__ = "mkfifo"
+_os_mknod.__name__ = _os_mknod.__qualname__ = "mknod"
 
 
 class Blocked(PermissionError):
@@ -139,6 +205,72 @@ class BlockedImport(ImportError):
 
 # Tracebacks name them without a module (``Blocked: ...``), as built-ins.
 Blocked.__module__ = BlockedImport.__module__ = "builtins"
+
+
+def _text(path: object) -> str | None:
+    """``path`` as text (the audit events carry str or bytes), or None."""
+    if isinstance(path, (str, bytes)):
+        return os.fsdecode(path)
+    return None
+
+
+def _magic_link(link: str, target: str) -> bool:
+    """A ``/proc`` link that names an object, not a path (``pipe:[12]``)."""
+    return link.startswith("/proc/") and not target.startswith("/") and ":" in target
+
+
+def resolution(path: str) -> list[str]:
+    """Every absolute path the resolution of ``path`` passes through: each
+    component in turn, symbolic links followed as the kernel does (like
+    ``os.path.realpath``, but recording each step); the last is the
+    resolved path. Raises ``Blocked`` on a link loop."""
+    steps: list[str] = []
+    links = 0
+
+    def walk(base: str, rest: str) -> str:
+        nonlocal links
+        if rest.startswith("/"):
+            base = "/"
+        for name in rest.split("/"):
+            if name in ("", "."):
+                continue
+            if name == "..":
+                base = os.path.dirname(base)
+                steps.append(base)
+                continue
+            new = base + name if base.endswith("/") else f"{base}/{name}"
+            steps.append(new)
+            try:
+                is_link = stat.S_ISLNK(os.lstat(new).st_mode)
+                target = os.readlink(new) if is_link else ""
+            except OSError:  # missing (it may be created), or unreadable
+                is_link = False
+            if not is_link or _magic_link(new, target):
+                base = new
+                continue
+            links += 1
+            if links > _MAX_LINKS:
+                raise Blocked(f"run_code does not allow {path!r} (too many levels of symbolic links)")
+            base = walk(os.path.dirname(new), target)
+        return base
+
+    start = path if path.startswith("/") else os.path.join(os.getcwd(), path)
+    steps.append(walk("/", start))
+    return steps
+
+
+def _climbs(text: str) -> bool:
+    """Whether ``text`` goes down and back up (``a/../b``): with a symbolic
+    link swapped for a folder between the check and the call, such a path
+    can land outside the folder."""
+    down = False
+    for name in text.split("/"):
+        if name == "..":
+            if down:
+                return True
+        elif name not in ("", "."):
+            down = True
+    return False
 
 
 def _trusted_prefixes() -> tuple[str, ...]:
@@ -156,18 +288,108 @@ class Guard:
         self.workdir = os.path.realpath(workdir)
         self.trusted = _trusted_prefixes()
         self.armed = False
+        self.pid = os.getpid()
+        self.real_open = _posix_open
+        self.open_code = _OS_OPEN_CODE
+
+    def install(self) -> None:
+        """Replace ``os.open`` with the worker's own (so relative opens show
+        their ``dir_fd``) and ``os.mkfifo``/``os.mknod`` with ones that raise
+        an audit event (CPython's raise none), make ``shutil.rmtree`` use paths rather than
+        directory descriptors, disarm process spawning, add the hook and
+        arm it: right before the program runs."""
+        import posix
+        import shutil
+
+        os.open = posix.open = _os_open
+        if _posix_mkfifo is not None:
+            os.mkfifo = posix.mkfifo = _os_mkfifo
+        if _posix_mknod is not None:
+            os.mknod = posix.mknod = _os_mknod
+        shutil._use_fd_functions = False  # type: ignore[attr-defined]
+        disarm_process_spawning()
+        sys.addaudithook(self)
+        self.armed = True
 
     def inside(self, path: object) -> bool:
-        if isinstance(path, int):
-            return False
-        try:
-            text = os.fsdecode(path)  # type: ignore[arg-type]
-        except TypeError:
+        """Whether ``path`` is a path in the working folder (and does not
+        climb back up)."""
+        text = _text(path)
+        if text is None:
             return False
         if text == os.devnull:
             return True
+        if _climbs(text):
+            return False
         real = os.path.realpath(text)
         return real == self.workdir or real.startswith(self.workdir + os.sep)
+
+    def own_process(self, pid: str) -> bool:
+        """Whether ``/proc/<pid>`` is this worker's (itself or one of its threads)."""
+        return pid == str(self.pid) or os.path.isdir(f"/proc/{self.pid}/task/{pid}")
+
+    def check_readable(self, text: str, shown: object) -> None:
+        """Refuse ``text`` if resolving it passes through another process's
+        ``/proc/<pid>``."""
+        for step in resolution(text):
+            match = _PROC_ENTRY.match(step)
+            if match is not None and not self.own_process(match.group(1)):
+                raise Blocked(f"run_code does not allow reading {shown!r} (another process's /proc entry)")
+
+    def check_symlink(self, target: object) -> None:
+        """A link in the folder must not lead out of it, now or after a rename:
+        its target is relative and only goes down, or absolute in the folder."""
+        text = _text(target)
+        if text is None or ".." in text.split("/"):
+            raise Blocked(f"run_code does not allow a symbolic link to {target!r}")
+        if text.startswith("/") and not (text.startswith(self.workdir + os.sep) and self.inside(text)):
+            raise Blocked(f"run_code does not allow a symbolic link to {target!r} (outside its working folder)")
+
+    def os_open_dir_fd(self) -> Any:
+        """The ``dir_fd`` of the ``os.open`` that raised this ``open`` event
+        (with a relative path), read from the worker's ``os.open`` frame;
+        refused when the call did not come through it."""
+        # Frame 0 is this method, 1 check_open, 2 the hook, 3 the code that
+        # called posix.open.
+        frame = sys._getframe(3)
+        if frame.f_code is not self.open_code or frame.f_globals.get("_posix_open") is not self.real_open:
+            raise Blocked("run_code does not allow opening a relative path with the original posix.open")
+        return frame.f_locals.get("dir_fd")
+
+    def fd_folder(self, fd: object) -> str:
+        """The folder a directory descriptor is open on."""
+        if type(fd) is not int:
+            raise Blocked(f"run_code does not allow dir_fd={fd!r}")
+        try:
+            folder = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            raise Blocked("run_code does not allow os.open relative to a directory descriptor here") from None
+        if not folder.startswith("/"):
+            raise Blocked(f"run_code does not allow os.open relative to {folder!r}")
+        return folder
+
+    def check_open(self, path: object, mode: object, flags: object) -> None:
+        if isinstance(path, int):
+            return  # an open file descriptor: no path to resolve
+        text = _text(path)
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+        )
+        if text is None:
+            if writing:
+                raise Blocked(f"run_code does not allow writing {path!r}")
+            return
+        if mode is None and not text.startswith("/"):  # os.open, relative: to what?
+            dir_fd = self.os_open_dir_fd()
+            if dir_fd not in _UNSET_DIR_FDS:
+                if writing:
+                    raise Blocked(
+                        f"run_code does not allow os.open of {path!r} for writing relative to a directory descriptor"
+                    )
+                text = os.path.join(self.fd_folder(dir_fd), text)
+        self.check_readable(text, path)
+        if writing and not self.inside(text):
+            raise Blocked(f"run_code does not allow writing {path!r} (outside its working folder)")
 
     def trusted_file(self, filename: object) -> bool:
         if not isinstance(filename, str):
@@ -185,12 +407,12 @@ class Guard:
         if event in _DENIED_EVENTS or event.startswith(_DENIED_PREFIXES):
             raise Blocked(f"run_code does not allow {event}")
         if event == "open":
-            path, mode, flags = args
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & _WRITE_FLAGS
-            )
-            if writing and not isinstance(path, int) and not self.inside(path):
-                raise Blocked(f"run_code does not allow writing {path!r} (outside its working folder)")
+            self.check_open(*args[:3])
+            return
+        if event in _READ_EVENTS:
+            text = _text(args[0]) if args else None
+            if text is not None:  # None: the cwd; an int: an open descriptor
+                self.check_readable(text, args[0])
             return
         rule = _PATH_EVENTS.get(event)
         if rule is not None:
@@ -201,6 +423,8 @@ class Guard:
             for i in paths:
                 if i < len(args) and not self.inside(args[i]):
                     raise Blocked(f"run_code does not allow {event} on {args[i]!r} (outside its working folder)")
+            if event == "os.symlink" and args:
+                self.check_symlink(args[0])
             return
         if event == "import":
             if args[0].partition(".")[0] in _BLOCKED_IMPORTS:

@@ -51,7 +51,7 @@ from dsh_actors import (
 
 from . import signatures
 from .run import Run, cpu_seconds
-from .workers import WorkerPool, default_command
+from .workers import WorkerPool, default_command, remove_stale_folders
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_actors import ToolRuntime
@@ -80,7 +80,7 @@ _CLOSE_WAIT_SECONDS: Final = 30.0
 _BINDINGS_CACHED: Final = 64
 
 
-def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int) -> str:
+def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int, folder_mb: int) -> str:
     seconds = timeout_ms / 1000
     shown = int(seconds) if float(seconds).is_integer() else seconds
     return (
@@ -97,7 +97,7 @@ def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int) -> st
         '{"result": <the value you return, as JSON>, "output": <the printed text>}.\n'
         f"- Limits: {shown} s, {memory_mb} MB of memory, {max_output} bytes of output and result. "
         "No network and no subprocesses; write files only in the current folder (a fresh "
-        "temporary folder for each run).\n"
+        f"temporary folder for each run, at most {folder_mb} MB).\n"
         "- If a run fails, its error lists the tool calls that had already run: check it before "
         "running them again."
     )
@@ -122,26 +122,49 @@ def _default_env() -> dict[str, str]:
 
 
 class PtcExecutor(NativeExecutor):
-    """Programmatic tool calling (SPEC section 7).
+    """Programmatic tool calling (see ``docs/reference.md``, "PTC").
 
     ``timeout_ms`` bounds a run's wall-clock time (and, with a second to
     spare, its CPU time); ``max_parallel_sub_calls`` how many of a
     program's tool calls dispatch at once; ``memory_limit_mb`` the worker's
-    address space (also the largest file it may write); ``max_output_bytes``
-    the program's printed output plus its returned value. A run past a
-    limit, or whose batch is aborted, is killed and fails
-    ``CODE_RUN_FAILED`` (``code run failed (<kind>): ...``).
+    address space; ``max_output_bytes`` the program's output (its printed
+    text, plus whatever it writes to file descriptor 2) plus its returned
+    value. A run past a limit, or whose batch is aborted, is killed and
+    fails ``CODE_RUN_FAILED`` (``code run failed (<kind>): ...``).
 
     Keyword-only: ``max_parallel_tool_calls`` (the batch limit, as for
-    ``NativeExecutor``); ``worker_command``, the argv that starts a worker
-    (default ``[sys.executable, "-I", <path of worker.py>]``; ``{python}``,
-    ``{worker}`` and ``{workdir}`` in an element are replaced, so it can
-    be ``bwrap ...`` or ``docker run -i ...``; it runs in the run's working
-    folder, in its own session); ``worker_env``, the worker's whole
-    environment (default: ``PATH``, ``LANG``, ``PYTHONIOENCODING``; never
-    the parent's secrets), plus ``TMPDIR`` and ``HOME`` set to the working
-    folder unless given; ``spare_workers``, how many workers are kept
-    started ahead (at least 1).
+    ``NativeExecutor``); ``max_folder_mb`` (default 256), the most a run's
+    working folder may hold: no file may grow past it (``RLIMIT_FSIZE``: the
+    write fails with ``OSError: File too large``), and the folder is
+    measured every 0.1 s while the program runs and once more when it
+    returns: past ``max_folder_mb`` in total, or 10,000 files and folders,
+    the run is killed and fails ``CODE_RUN_FAILED`` (``disk``) (between two
+    measurements a program can write more than the limit: a hard quota
+    needs a sandbox, e.g. a size-limited tmpfs); ``worker_command``, the
+    argv that starts a worker (default ``[sys.executable, "-I", <path of
+    worker.py>]``; ``{python}``, ``{worker}`` and ``{workdir}`` in an
+    element are replaced, so it can be ``bwrap ...`` or ``docker run -i
+    ...``; it runs in the run's working folder, in its own session);
+    ``worker_env``, the worker's whole environment (default: ``PATH``,
+    ``LANG``, ``PYTHONIOENCODING``), plus ``TMPDIR`` and ``HOME`` set to
+    the working folder unless given; ``spare_workers``, how many workers
+    are kept started ahead (at least 1).
+
+    What a program is kept from (by the worker's audit hook and resource
+    limits: defence in depth against mistakes, not a boundary for hostile
+    code, see ``executors/ptc/README.md``): this process's environment
+    variables (the worker does not inherit them, and reading another
+    process's ``/proc/<pid>`` entries, this process's ``environ``,
+    ``mem``, ``cmdline`` and open files among them, is refused); this
+    process's memory and objects (a separate process); writing outside
+    its working folder; the network, subprocesses and signals to other
+    processes. What it is not kept from: reading any file this user can
+    read (configuration files and keys on disk included), the names and
+    metadata of files anywhere, the list of running processes, and
+    anything a program that works around CPython's audit hooks can do.
+    A worker dies with this process (``PR_SET_PDEATHSIG`` on Linux, and a
+    pipe it watches); working folders a killed process left behind are
+    removed when the next ``PtcExecutor`` is bound.
     """
 
     def __init__(
@@ -152,6 +175,7 @@ class PtcExecutor(NativeExecutor):
         max_output_bytes: int = 65536,
         *,
         max_parallel_tool_calls: int = 10,
+        max_folder_mb: int = 256,
         worker_command: Sequence[str] | None = None,
         worker_env: Mapping[str, str] | None = None,
         spare_workers: int = 1,
@@ -163,6 +187,7 @@ class PtcExecutor(NativeExecutor):
         self.max_parallel_sub_calls = _positive_int(max_parallel_sub_calls, "max_parallel_sub_calls")
         self.memory_limit_mb = _positive_int(memory_limit_mb, "memory_limit_mb")
         self.max_output_bytes = _positive_int(max_output_bytes, "max_output_bytes")
+        self.max_folder_mb = _positive_int(max_folder_mb, "max_folder_mb")
         self.max_message_bytes = max(8 << 20, 4 * self.max_output_bytes)
         spares = _positive_int(spare_workers, "spare_workers")
         command = default_command() if worker_command is None else list(worker_command)
@@ -176,7 +201,9 @@ class PtcExecutor(NativeExecutor):
         self.sub_calls = ThreadPoolExecutor(
             max_workers=max(32, 4 * self.max_parallel_sub_calls), thread_name_prefix="dsh-ptc-sub"
         )
-        guide = _guide(timeout_ms, self.max_parallel_sub_calls, self.memory_limit_mb, self.max_output_bytes)
+        guide = _guide(
+            timeout_ms, self.max_parallel_sub_calls, self.memory_limit_mb, self.max_output_bytes, self.max_folder_mb
+        )
         self._guide = guide
         self.sections = (ToolPromptSection(title="Programmatic tool calling (run_code)", content=guide),)
         self._run_code = define_tool(
@@ -196,7 +223,8 @@ class PtcExecutor(NativeExecutor):
     def __repr__(self) -> str:
         return (
             f"<PtcExecutor timeout_ms={self.timeout_ms} max_parallel_sub_calls={self.max_parallel_sub_calls} "
-            f"memory_limit_mb={self.memory_limit_mb} max_output_bytes={self.max_output_bytes}>"
+            f"memory_limit_mb={self.memory_limit_mb} max_output_bytes={self.max_output_bytes} "
+            f"max_folder_mb={self.max_folder_mb}>"
         )
 
     # -- the extension points of NativeExecutor ----------------------------
@@ -252,6 +280,7 @@ class PtcExecutor(NativeExecutor):
         with self._ptc_lock:
             self._runtime = runtime
         runtime.on_stop(self.close)
+        remove_stale_folders()
         self.workers.fill()
 
     def close(self) -> None:
@@ -281,11 +310,10 @@ class PtcExecutor(NativeExecutor):
 
     def limits(self) -> dict[str, Any]:
         """The resource limits a worker applies (the ``run`` message's)."""
-        memory = self.memory_limit_mb << 20
         return {
-            "memory_bytes": memory,
+            "memory_bytes": self.memory_limit_mb << 20,
             "cpu_seconds": cpu_seconds(self.timeout_ms),
-            "file_bytes": memory,
+            "file_bytes": self.max_folder_mb << 20,
             "no_processes": True,
         }
 

@@ -1,7 +1,8 @@
 """The durable log of sub-calls: the waterfall record and the two events.
 
 The event dicts have exactly the shapes of the core's session builders
-(``dsh_actors.session``, SPEC section 10), which are not exported:
+(``dsh_actors.session``; ``docs/reference.md``, section 10), which are not
+exported:
 
 ``tool/ptc-dispatch-start``
     ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",

@@ -61,6 +61,7 @@ __all__ = [
     "CALL",
     "DONE",
     "EXIT_MEMORY",
+    "EXIT_ORPHANED",
     "FAILURE_KINDS",
     "FrameTooLong",
     "LineFramer",
@@ -90,6 +91,9 @@ FAILURE_KINDS = frozenset({"error", "syntax", "memory", "result"})
 
 #: Exit status of a worker that ran out of memory and could not say so.
 EXIT_MEMORY = 86
+
+#: Exit status of a worker whose parent went away (its lifeline closed).
+EXIT_ORPHANED = 87
 
 #: Characters of captured output per ``out`` message.
 OUT_CHUNK = 16384
@@ -172,9 +176,9 @@ def _key_path(path: str, key: str) -> str:
 
 
 def json_problem(value: object, path: str = "value") -> str | None:
-    """Why ``value`` is not lossless JSON (the core's rules, SPEC section
-    2), or None: exact ``dict`` (``str`` keys), ``list``/``tuple``, ``str``
-    (no lone surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
+    """Why ``value`` is not lossless JSON (the core's rules,
+    ``docs/reference.md`` section 2), or None: exact ``dict`` (``str``
+    keys), ``list``/``tuple``, ``str`` (no lone surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
     other than ``-0.0``, ``bool``, ``None``; no cycles, at most
     :data:`MAX_DEPTH` levels. Iterative, so a deep value cannot exhaust the
     stack."""

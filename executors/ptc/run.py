@@ -3,9 +3,18 @@ durable log, and how the run ends.
 
 A :class:`Run` lives on the thread that runs the ``run_code`` body (a call
 actor's). It is one small state machine driven by :meth:`Run._loop`: a
-``select`` over the worker's stdout, its stdin (while output is queued) and
-a wake-up pipe that the sub-call threads and the abort callback write to.
-After every event, :meth:`Run._advance` starts what may start.
+``select`` over the worker's stdout, its stderr, its stdin (while output is
+queued) and a wake-up pipe that the sub-call threads and the abort
+callback write to, woken at least every :data:`FOLDER_CHECK_SECONDS` to
+measure the working folder. After every event, :meth:`Run._advance`
+starts what may start.
+
+Output limits: the captured text (``out`` messages), the bytes the worker
+writes to its fd 2 and the returned value together stay within
+``max_output_bytes``; the working folder within ``max_folder_mb`` and
+:data:`~.workers.MAX_FOLDER_ENTRIES` entries (measured while the program
+runs and once more when it returns; each file is also capped by
+``RLIMIT_FSIZE``).
 
 Sub-calls are scheduled like a batch. Each one is PENDING (queued, in the
 order the program made them), RUNNING (its start was logged and it is
@@ -68,7 +77,7 @@ from .subcalls import (
     log_start,
     safe_str,
 )
-from .workers import Worker, exit_description
+from .workers import MAX_FOLDER_ENTRIES, Worker, exit_description, folder_usage
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_actors import ToolRuntime
@@ -80,6 +89,9 @@ __all__ = ["Ending", "Run", "cpu_seconds"]
 
 #: Most tool calls one program may make.
 MAX_SUB_CALLS: Final = 10_000
+
+#: How often the working folder's size is measured while a program runs.
+FOLDER_CHECK_SECONDS: Final = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +167,9 @@ class Run:
         self._outbox = bytearray()
         self._ending: Ending | None = None
         self._deadline = time.monotonic() + executor.timeout_ms / 1000
+        self._max_folder = executor.max_folder_mb << 20
+        self._folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
+        self._reading_stderr = False
 
     def __repr__(self) -> str:
         return f"<Run {self._ctx.call_id} {self._phase.value} running={self._running}>"
@@ -195,6 +210,8 @@ class Run:
         try:
             self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
             self._selector.register(self._worker.stdout_fd, selectors.EVENT_READ, "out")
+            self._selector.register(self._worker.stderr_fd, selectors.EVENT_READ, "err")
+            self._reading_stderr = True
             self._loop()
         except BaseException as exc:  # noqa: BLE001 - a bug: end the run cleanly all the same
             logger.opt(exception=exc).error("the PTC run of {} failed internally", self._ctx.call_id)
@@ -237,12 +254,34 @@ class Run:
             ms = self._executor.timeout_ms
             shown = int(ms) if float(ms).is_integer() else ms
             self._end(Ending(kind="timeout", headline=f"the program did not finish within {shown} ms and was killed"))
+        elif self._phase is _Phase.RUNNING and time.monotonic() >= self._folder_check:
+            self._check_folder()
+            self._folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
+
+    def _check_folder(self) -> bool:
+        """End the run if the working folder is past its limits; whether it is."""
+        size, entries = folder_usage(self._worker.workdir, MAX_FOLDER_ENTRIES)
+        if entries > MAX_FOLDER_ENTRIES:
+            headline = f"the program made more than {MAX_FOLDER_ENTRIES} files and folders and was killed"
+        elif size > self._max_folder:
+            headline = (
+                f"the program wrote more than {self._executor.max_folder_mb} MB "
+                f"({size} bytes) to its working folder and was killed"
+            )
+        else:
+            return False
+        self._end(Ending(kind="disk", headline=headline))
+        return True
 
     def _loop(self) -> None:
         while True:
             if self._phase is _Phase.ENDED and self._running == 0:
                 return
-            timeout = None if self._phase is _Phase.ENDED else max(0.0, self._deadline - time.monotonic())
+            if self._phase is _Phase.ENDED:
+                timeout = None
+            else:
+                wake = self._deadline if self._phase is _Phase.STARTING else min(self._deadline, self._folder_check)
+                timeout = max(0.0, wake - time.monotonic())
             events = self._selector.select(timeout)
             # A stop or the deadline before the worker's news: what the
             # program did after it does not count.
@@ -254,6 +293,8 @@ class Run:
                     self._drain_wake()
                 elif key.data == "out":
                     self._read_worker()
+                elif key.data == "err":
+                    self._read_stderr()
                 elif key.data == "in":
                     self._flush_outbox()
             self._check_stop()
@@ -292,6 +333,31 @@ class Run:
                 if self.ended:
                     return
 
+    def _read_stderr(self) -> None:
+        """What the worker wrote to its fd 2 counts as output (it is kept
+        as the stderr tail, shown when a run fails)."""
+        read = self._worker.read_stderr()
+        if read < 0:  # closed: nothing more to read
+            if self._reading_stderr:
+                self._selector.unregister(self._worker.stderr_fd)
+                self._reading_stderr = False
+            return
+        if self._phase is _Phase.STARTING:
+            return  # the launcher's or the interpreter's, before the run: kept, not counted
+        self._output_bytes += read
+        if self._output_bytes > self._max_output:
+            tail = self._worker.stderr_tail()
+            self._end(
+                Ending(
+                    kind="output",
+                    headline=(
+                        f"the program wrote more than {self._max_output} bytes of output "
+                        "(its stderr file descriptor included) and was killed"
+                    ),
+                    traceback=f"Worker stderr (its end):\n{tail}" if tail else "",
+                )
+            )
+
     def _protocol_error(self, problem: str) -> None:
         self._end(Ending(kind="protocol", headline=f"the worker broke the protocol: {problem}"))
 
@@ -311,6 +377,7 @@ class Run:
                     f"the worker speaks version {message.get('v')!r}, not {protocol.VERSION}"
                 )
                 return
+            self._read_stderr()  # what was written before ready is not the program's
             self._phase = _Phase.RUNNING
             with self._send_lock:
                 self._accepting = True
@@ -380,6 +447,9 @@ class Run:
         if message.get("ok") is True:
             if "result" not in message:
                 self._protocol_error("a done message without a result")
+                return
+            self._read_stderr()  # written before done: it counts
+            if self.ended or self._check_folder():
                 return
             result = message.get("result")
             size = len(dumps(result))
@@ -502,12 +572,13 @@ class Run:
         with self._send_lock:  # after this, no thread writes to the worker
             self._accepting = False
             self._outbox.clear()
-        for fd in (self._worker.stdout_fd, self._worker.stdin_fd):
+        for fd in (self._worker.stdout_fd, self._worker.stdin_fd, self._worker.stderr_fd):
             try:
                 self._selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
         self._writing = False
+        self._reading_stderr = False
         self._worker.kill()
         self._controller.abort(f"the run ended ({ending.kind or 'returned'})")
         while self._pending:

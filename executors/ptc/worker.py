@@ -8,11 +8,16 @@ it also runs in a bare Python inside a container: copy ``worker.py``,
 
 Life of a worker (see :mod:`protocol` for the messages):
 
-1. Start-up, ahead of any run: take the protocol pipes off fds 0 and 1
+1. Start-up, ahead of any run: ask the kernel to kill the worker when its
+   parent dies (Linux ``PR_SET_PDEATHSIG``), and start a lifeline thread
+   that exits the process when the parent's end of the protocol pipe
+   closes or the parent pid changes (the fallback, also for a worker whose
+   parent is a sandbox launcher); take the protocol pipes off fds 0 and 1
    (which then point at ``/dev/null``, so a stray C-level write cannot
-   corrupt the protocol), import what programs commonly use, create the
-   event loop (its self-pipe is a socket pair, made before sockets are
-   refused), write ``ready``, and block until the ``run`` message.
+   corrupt the protocol; fd 2 stays the parent's stderr pipe, counted as
+   output), import what programs commonly use, create the event loop (its
+   self-pipe is a socket pair, made before sockets are refused), write
+   ``ready``, and block until the ``run`` message.
 2. The run: apply the resource limits, compile the program as the body of
    an ``async def``, install the capture streams and the audit hook, then
    run it on the loop. Tool calls are ``call`` messages; their results come
@@ -30,7 +35,10 @@ import builtins
 import io
 import linecache
 import os
+import select
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -67,7 +75,11 @@ _PRELOAD = (
     "random",
     "base64",
     "hashlib",
+    "shutil",
 )
+
+_PR_SET_PDEATHSIG = 1
+_LIFELINE_POLL_MS = 1000
 
 # --------------------------------------------------------------------------
 # The channel to the parent
@@ -430,9 +442,8 @@ def run(
 
     sys.stdout = sys.stderr = capture
     sys.stdin = io.StringIO("")
-    audit.disarm_process_spawning()
-    sys.addaudithook(guard)
-    guard.armed = True
+    guard.install()
+    del guard  # the audit hook holds the only reference
     os.set_blocking(channel.read_fd, False)
     loop.add_reader(channel.read_fd, channel.on_readable)
 
@@ -452,8 +463,45 @@ def run(
     return {"t": protocol.DONE, "ok": True, "result": value}
 
 
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when the thread that started it exits
+    (the PTC pool starts workers from one thread that lives as long as the
+    pool). ``ctypes`` is imported for this and forgotten again, so that a
+    program's ``import ctypes`` still raises the audit event it refuses."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort; the lifeline still works  # pragma: no cover
+        pass
+    finally:
+        for name in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
+            del sys.modules[name]
+
+
+def watch_parent(read_fd: int) -> None:
+    """The lifeline: exit as soon as the parent's end of the protocol pipe
+    closes (its process died), or the parent pid changes, even while the
+    program sleeps or computes."""
+    parent = os.getppid()
+    poller = select.poll()
+    poller.register(read_fd, 0)  # only POLLHUP/POLLERR/POLLNVAL are reported
+
+    def watch() -> None:
+        while True:
+            if poller.poll(_LIFELINE_POLL_MS) or os.getppid() != parent:
+                os._exit(protocol.EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="dsh-ptc-lifeline", daemon=True).start()
+
+
 def main() -> None:
+    die_with_parent()
     read_fd, write_fd = os.dup(0), os.dup(1)
+    watch_parent(read_fd)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
@@ -466,7 +514,7 @@ def main() -> None:
             pass
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    guard = audit.Guard(os.getcwd())
+    guards = [audit.Guard(os.getcwd())]  # handed over (not kept in this frame) to run()
     channel.send({"t": protocol.READY, "v": protocol.VERSION, "pid": os.getpid()})
     try:
         message = channel.read_blocking()
@@ -475,7 +523,7 @@ def main() -> None:
         elif message.get("v") != protocol.VERSION:
             done = _failure("error", f"protocol version {message.get('v')!r}, the worker speaks {protocol.VERSION}")
         else:
-            done = run(channel, loop, guard, message)
+            done = run(channel, loop, guards.pop(), message)
         channel.send(done)
     except MemoryError:
         os._exit(protocol.EXIT_MEMORY)

@@ -4,8 +4,18 @@ A :class:`Worker` is one child process started ahead of its run, in its own
 session (so its process group is its own) and its own temporary working
 folder. It serves exactly one run; :meth:`Worker.kill` kills the whole
 process group, reaps the child, closes the pipes and removes the folder.
+Its stderr is a pipe the run reads (and counts as output).
 The :class:`WorkerPool` keeps ``spares`` workers started so that a run does
 not wait for an interpreter to start, and replaces each one it hands out.
+
+A worker dies with its parent: it asks for ``PR_SET_PDEATHSIG`` (which
+fires when the *thread* that started it exits, so the pool starts every
+worker on its own ``dsh-ptc-spawn`` thread, which lives until the pool
+closes) and watches its protocol pipe (see :mod:`.worker`). A working
+folder is named after the process that made it (``dsh-ptc-<pid>.<start
+time>-...``), so :func:`remove_stale_folders`, run when an executor is
+bound, removes the folders of dead processes (a parent killed with
+``SIGKILL`` cannot remove its own).
 
 Threads: every method is thread-safe. ``acquire`` runs on the thread that
 runs the program (a call actor's); ``close`` on whichever thread stops the
@@ -16,20 +26,42 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import re
 import shutil
+import stat
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final, TypeVar
 
 from loguru import logger
 
-__all__ = ["DEFAULT_COMMAND", "Worker", "WorkerPool", "default_command", "exit_description"]
+fcntl: Any
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
+
+__all__ = [
+    "DEFAULT_COMMAND",
+    "FOLDER_PREFIX",
+    "MAX_FOLDER_ENTRIES",
+    "Worker",
+    "WorkerPool",
+    "default_command",
+    "exit_description",
+    "folder_usage",
+    "remove_stale_folders",
+]
+
+T = TypeVar("T")
 
 WORKER_FILE: Final = Path(__file__).with_name("worker.py")
 
@@ -39,6 +71,115 @@ the path of ``worker.py``, ``{workdir}`` (usable in any element) the run's
 working folder on this machine."""
 
 _REAP_SECONDS: Final = 10.0
+
+FOLDER_PREFIX: Final = "dsh-ptc-"
+"""Working folders are ``<tmp>/dsh-ptc-<pid>.<start time>-<random>``."""
+
+MAX_FOLDER_ENTRIES: Final = 10_000
+"""Most files and folders a working folder may hold."""
+
+_FOLDER_NAME: Final = re.compile(re.escape(FOLDER_PREFIX) + r"([0-9]+)\.([0-9]+)-")
+_STDERR_TAIL: Final = 8192
+_STDERR_PIPE_BYTES: Final = 1 << 20  # Linux's default most for a user (fs.pipe-max-size)
+
+
+def _start_time(pid: int) -> str | None:
+    """A token that tells apart two processes that had the same pid: its
+    start time (Linux ``/proc``), ``"0"`` elsewhere for a live process,
+    None when ``pid`` is not running."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read().decode("ascii", "replace")
+        return data[data.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        pass
+    if os.path.isdir("/proc/self"):
+        return None  # Linux: no /proc/<pid>, no process
+    try:  # pragma: no cover - not Linux
+        os.kill(pid, 0)
+    except ProcessLookupError:  # pragma: no cover
+        return None
+    except PermissionError:  # pragma: no cover
+        pass
+    return "0"  # pragma: no cover
+
+
+_OWN_PREFIX: Final = f"{FOLDER_PREFIX}{os.getpid()}.{_start_time(os.getpid()) or '0'}-"
+
+
+def _own_prefix() -> str:
+    pid = os.getpid()
+    if _OWN_PREFIX.startswith(f"{FOLDER_PREFIX}{pid}."):
+        return _OWN_PREFIX
+    return f"{FOLDER_PREFIX}{pid}.{_start_time(pid) or '0'}-"  # pragma: no cover - a forked copy
+
+
+def remove_stale_folders(directory: str | None = None) -> list[str]:
+    """Remove the working folders, in ``directory`` (default: the temporary
+    folder), that this user's dead processes left behind; return their
+    paths. A folder whose process still runs is kept."""
+    directory = tempfile.gettempdir() if directory is None else directory
+    removed: list[str] = []
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    alive: dict[str, str | None] = {}
+    for entry in entries:
+        match = _FOLDER_NAME.match(entry.name)
+        if match is None:
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid):
+            continue
+        pid, started = match.group(1), match.group(2)
+        if pid not in alive:
+            alive[pid] = _start_time(int(pid))
+        if alive[pid] is not None and alive[pid] in (started, "0"):
+            continue  # its process still runs
+        _remove_tree(entry.path)
+        if not os.path.lexists(entry.path):
+            removed.append(entry.path)
+    if removed:
+        logger.info("removed {} PTC working folder(s) left by dead processes", len(removed))
+    return removed
+
+
+def folder_usage(path: str, max_entries: int = MAX_FOLDER_ENTRIES) -> tuple[int, int]:
+    """(bytes, entries) under ``path``: the sizes of its files (links not
+    followed) and how many files and folders it holds, counting stops once
+    past ``max_entries``. A folder the program made unreadable is given
+    its permissions back first."""
+    total = entries = 0
+    todo = [path]
+    while todo and entries <= max_entries:
+        folder = todo.pop()
+        try:
+            listing = list(os.scandir(folder))
+        except PermissionError:
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o700)
+            try:
+                listing = list(os.scandir(folder))
+            except OSError:
+                continue
+        except OSError:  # removed meanwhile
+            continue
+        for entry in listing:
+            entries += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                todo.append(entry.path)
+            elif stat.S_ISREG(info.st_mode):
+                total += info.st_size  # the apparent size: a sparse file counts in full
+    return total, entries
 
 
 def default_command() -> list[str]:
@@ -87,11 +228,12 @@ class Worker:
     """One worker process (see the module docstring)."""
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
-        self.workdir = tempfile.mkdtemp(prefix="dsh-ptc-")
+        self.workdir = tempfile.mkdtemp(prefix=_own_prefix())
         self._lock = threading.Lock()
         self._killed = False
         self.status: int | None = None
-        self._stderr: IO[bytes] = tempfile.TemporaryFile(prefix="dsh-ptc-stderr-")
+        self._stderr_tail = bytearray()
+        self._stderr_open = True
         environment = dict(env)
         environment.setdefault("TMPDIR", self.workdir)
         environment.setdefault("HOME", self.workdir)
@@ -100,7 +242,7 @@ class Worker:
                 _expand(command, self.workdir),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=self._stderr,
+                stderr=subprocess.PIPE,
                 cwd=self.workdir,
                 env=environment,
                 start_new_session=True,  # its own session and process group
@@ -108,15 +250,21 @@ class Worker:
                 bufsize=0,
             )
         except BaseException:
-            self._stderr.close()
             _remove_tree(self.workdir)
             raise
         self.pid = self._proc.pid
-        assert self._proc.stdin is not None and self._proc.stdout is not None
+        assert self._proc.stdin is not None and self._proc.stdout is not None and self._proc.stderr is not None
         self.stdin_fd = self._proc.stdin.fileno()
         self.stdout_fd = self._proc.stdout.fileno()
+        self.stderr_fd = self._proc.stderr.fileno()
         os.set_blocking(self.stdin_fd, False)
         os.set_blocking(self.stdout_fd, False)
+        os.set_blocking(self.stderr_fd, False)
+        # Nobody reads a spare's stderr until its run: room for what a
+        # launcher (docker pulling an image) writes meanwhile.
+        if fcntl is not None and sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):  # a lower fs.pipe-max-size: keep the default
+                fcntl.fcntl(self.stderr_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _STDERR_PIPE_BYTES)
 
     def __repr__(self) -> str:
         state = "killed" if self._killed else "live"
@@ -163,27 +311,44 @@ class Worker:
             except subprocess.TimeoutExpired:  # pragma: no cover - a stuck kernel
                 logger.error("PTC worker {} did not exit after SIGKILL", self.pid)
                 self.status = None
-            for stream in (self._proc.stdin, self._proc.stdout):
+            self.read_stderr()  # what the dead worker left in the pipe, for stderr_tail()
+            for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
                 if stream is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
             _remove_tree(self.workdir)
             return self.status
 
+    def read_stderr(self) -> int:
+        """Read what the worker's stderr pipe holds now (without waiting),
+        keeping its tail; the number of bytes read, or -1 at its end (the
+        worker closed it or exited). Its Python-level stderr is captured
+        output; this is what was written to fd 2 itself (``os.write(2,
+        ...)``, C code, the interpreter's fatal errors)."""
+        read = 0
+        while self._stderr_open:
+            try:
+                chunk = os.read(self.stderr_fd, 1 << 16)
+            except BlockingIOError:
+                return read
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._stderr_open = False
+                break
+            read += len(chunk)
+            self._stderr_tail += chunk
+            if len(self._stderr_tail) > _STDERR_TAIL:
+                del self._stderr_tail[: len(self._stderr_tail) - _STDERR_TAIL]
+        return read if read else -1
+
     def stderr_tail(self, limit: int = 2000) -> str:
-        """The last ``limit`` bytes the worker wrote to its stderr (its
-        Python-level stderr is captured output; this is what the
-        interpreter itself wrote, e.g. a fatal error)."""
-        try:
-            size = os.fstat(self._stderr.fileno()).st_size
-            self._stderr.seek(max(0, size - limit))
-            return self._stderr.read().decode("utf-8", "replace").strip()
-        except (OSError, ValueError):
-            return ""
+        """The last ``limit`` bytes the worker wrote to its fd 2 (see
+        :meth:`read_stderr`)."""
+        return bytes(self._stderr_tail[-limit:]).decode("utf-8", "replace").strip()
 
     def close_stderr(self) -> None:
-        with contextlib.suppress(OSError):
-            self._stderr.close()
+        """Nothing left to do: :meth:`kill` closes the stderr pipe."""
 
 
 class WorkerPool:
@@ -198,9 +363,39 @@ class WorkerPool:
         self._busy: set[Worker] = set()  # handed out, not yet discarded
         self._closed = False
         self._starting = 0
+        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self._spawner: threading.Thread | None = None
+
+    def _on_spawner(self, function: Callable[[], T]) -> T:
+        """Run ``function`` on the pool's spawner thread and wait for it:
+        a worker's parent-death signal fires when the thread that started
+        it exits, so every worker is started on this one thread."""
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the PTC executor is closed")
+            if self._spawner is None:
+                self._spawner = threading.Thread(target=self._serve, name="dsh-ptc-spawn", daemon=True)
+                self._spawner.start()
+            self._requests.put((function, future))
+        return future.result()
+
+    def _serve(self) -> None:
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return
+            function, future = request
+            if not future.set_running_or_notify_cancel():  # pragma: no cover - never cancelled
+                continue
+            try:
+                future.set_result(function())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
 
     def _spawn(self) -> Worker:
-        return Worker(self._command, self._env)
+        command, env = self._command, self._env
+        return self._on_spawner(lambda: Worker(command, env))
 
     def fill(self) -> None:
         """Start workers until ``spares`` are idle (or starting). A worker
@@ -213,9 +408,11 @@ class WorkerPool:
             try:
                 worker = self._spawn()
             except BaseException as exc:  # noqa: BLE001 - reported by the run that needs one
-                logger.opt(exception=exc).warning("could not start a PTC spare worker")
                 with self._lock:
                     self._starting -= 1
+                    closed = self._is_closed()
+                if not closed:
+                    logger.opt(exception=exc).warning("could not start a PTC spare worker")
                 return
             with self._lock:
                 self._starting -= 1
@@ -267,10 +464,15 @@ class WorkerPool:
             idle = list(self._idle)
             self._idle.clear()
             busy = list(self._busy)
+            spawner, self._spawner = self._spawner, None
+            if spawner is not None:
+                self._requests.put(None)  # after every request already queued
         for worker in idle:
             self.discard(worker)
         for worker in busy:
             worker.terminate()
+        if spawner is not None and spawner is not threading.current_thread():
+            spawner.join()
 
     @property
     def closed(self) -> bool:
