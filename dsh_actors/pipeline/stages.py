@@ -1,4 +1,4 @@
-"""One call's trip through the pipeline (SPEC section 5), as three stages.
+"""One call's trip through the pipeline (docs/reference.md, section 5), as three stages.
 
 * :func:`prepare` (the batch's executor actor, in model order): the
   pre-aborted check, the ``tools/pre-execute`` waterfall, approval routing
