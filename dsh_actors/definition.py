@@ -196,7 +196,7 @@ class ToolDefinition:
     """How ``parameters`` and ``output.schema`` are enforced.
 
     ``"subset"`` (the default): both must lie inside the enforced subset
-    (SPEC section 3); the output is validated, the arguments are not.
+    (docs/reference.md, section 3); the output is validated, the arguments are not.
 
     ``"full"``: both may be any Draft 2020-12 schema (draft-07 when the
     root's ``$schema`` says so: ``anyOf``, ``minimum``, ``format``, local

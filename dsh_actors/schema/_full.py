@@ -13,7 +13,7 @@ test pins that). Only schemas outside the subset pay for jsonschema.
 What registration refuses, every problem listed with its path from
 ``schema``:
 
-* a schema that is not lossless JSON (SPEC section 2);
+* a schema that is not lossless JSON (docs/reference.md, section 2);
 * a root ``$schema`` naming another dialect (:mod:`._dialect`);
 * a schema the dialect's meta-schema rejects;
 * a reference (``$ref``, ``$dynamicRef``) that is not local (anything but a
