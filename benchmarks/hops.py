@@ -2,15 +2,14 @@
 
 Two measurements, both on the no-op tool of the overhead workload:
 
-* **the trip**: a one-call batch through ``rt.tools.execute`` with a
-  timestamp (``perf_counter_ns``) at every hand-off, taken by thin wrappers
-  installed around the executor's hot-path functions for this measurement
-  only (each adds well under a microsecond). Medians over many batches of
-  the time between consecutive points: the thread hops and the work in
-  between, twice: self-served (caller → executor actor → caller, the whole
-  trip on the executor) and on the executor's path, which a
-  ``tools/result`` listener forces (caller → executor actor → call actor →
-  executor actor → caller).
+* **the trip**: a batch through ``rt.tools.execute`` with a timestamp
+  (``perf_counter_ns``) at every hand-off, taken by thin wrappers installed
+  around the scheduler's hot-path functions for this measurement only (each
+  adds well under a microsecond). Medians over many batches of the time
+  between consecutive points: the thread hops and the work in between,
+  twice: a lone call, which the executor runs inline (caller → executor
+  actor → caller), and a two-call batch whose first call goes through the
+  work mailbox (executor → call actor → ``Settled`` → executor).
 * **the stages in isolation**: each piece of the pipeline called in a loop
   on one thread (no hand-off), µs per call: argument parsing and
   materialization, ``ToolExecution`` creation, classification, prepare, the
@@ -18,7 +17,7 @@ Two measurements, both on the no-op tool of the overhead workload:
   validation and render, the final freeze, ``tools/result``, the
   ``ToolCallResult`` record.
 
-Also the floor of a hand-off: a ping-pong between two bare actors of ours.
+Also the floor of a hand-off: a round trip through one of our actors, and a\nping-pong between two bare threads.
 
     ./dev python -m benchmarks.hops [--json PATH]
 
@@ -58,40 +57,39 @@ def _per_call_us(fn: Callable[[], object], n: int = 20_000, repeat: int = 7) -> 
 # The trip
 # --------------------------------------------------------------------------
 
-#: The executor's path (prepare and finalize on the executor, the body on a
-#: call actor): what a batch takes when something observes it. The trip
-#: measures it with a no-op ``tools/result`` listener installed.
-EXECUTOR_POINTS = (
+#: A lone call: the only call that can start, so the executor runs it
+#: inline (caller -> executor actor -> caller, two hops).
+INLINE_POINTS = (
     ("caller: execute() called", "t_call"),
     ("executor thread: RunBatch handled", "t_start"),
-    ("executor: calls begun (parse, materialize, ToolExecution)", "t_begun"),
-    ("executor: prepare done (classify, pre-execute, guards)", "t_prepared"),
-    ("executor: Dispatch put in the call actor's inbox", "t_sent"),
-    ("call actor thread: Dispatch handled", "t_received"),
-    ("call actor: dispatch done (signal, body, validate, render)", "t_dispatched"),
-    ("executor thread: CallSettled handled", "t_settled"),
-    ("executor: finalize done (freeze, tools/result)", "t_finalized"),
-    ("executor: reply future set", "t_replied"),
+    ("executor: dispatch begun (parse, materialize, classify, prepare)", "t_dispatching"),
+    ("executor: dispatch done (body, validate, render)", "t_dispatched"),
+    ("executor: committed (finalize, freeze, tools/result)", "t_committed"),
+    ("executor: reply settled", "t_replied"),
     ("caller: execute() returned", "t_returned"),
 )
 
-#: A self-served lone call (nothing observes it): its whole trip on the
-#: executor actor, two hops in all.
-SERVED_POINTS = (
+#: Two calls: the first goes through the batch's work mailbox to a call
+#: actor (the second, the last call, waits for nothing and runs inline
+#: once the first is out, so only the first call's stamps are kept).
+MAILBOX_POINTS = (
     ("caller: execute() called", "t_call"),
     ("executor thread: RunBatch handled", "t_start"),
-    ("executor: call claimed (parse, materialize, ToolExecution, classify)", "t_claimed"),
-    ("executor: dispatch done (body, validate, render)", "t_dispatched"),
-    ("executor: finalize done (freeze, tools/result)", "t_finalized"),
-    ("executor: reply future set", "t_replied"),
+    ("executor: call 0 put in the work mailbox (parse, materialize, classify, prepare)", "t_put"),
+    ("call actor: call 0 taken from the mailbox (the hop)", "t_taken"),
+    ("call actor: dispatch done (body, validate, render)", "t_dispatched"),
+    ("executor: call 0 committed (Settled hop, finalize, tools/result)", "t_committed"),
+    ("executor: reply settled (call 1 inline, then the batch result)", "t_replied"),
     ("caller: execute() returned", "t_returned"),
 )
 
 
 def _instrument(stamps: dict[str, int]) -> Callable[[], None]:
-    """Wrap the executor's hot-path functions to stamp ``stamps``; returns
-    the undo."""
+    """Wrap the scheduler's hot-path functions to stamp ``stamps`` (the
+    first time each point is reached in a batch); returns the undo."""
+    from dsh_actors.scheduling import batch as batch_module
     from dsh_actors.scheduling import executor as ex
+    from dsh_actors.scheduling import pool
 
     now = time.perf_counter_ns
     saved: list[tuple[Any, str, Any]] = []
@@ -101,41 +99,38 @@ def _instrument(stamps: dict[str, int]) -> Callable[[], None]:
         saved.append((owner, name, original))
         setattr(owner, name, make(original))
 
-    def stamp_before(key: str, only: str | None = None) -> Callable[[Any], Any]:
+    def stamp(key: str, *, after: bool = False) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
             def wrapped(*args: Any, **kwargs: Any) -> Any:
-                if only is None or type(args[-1]).__name__ == only:
-                    stamps.setdefault(key, now())
-                return original(*args, **kwargs)
+                if not after and key not in stamps:
+                    stamps[key] = now()
+                out = original(*args, **kwargs)
+                if after and key not in stamps and out is not None and out is not pool.LEAVE:
+                    stamps[key] = now()
+                return out
 
             return wrapped
 
         return make
 
-    def stamp_after(key: str, only: str | None = None, first: bool = False) -> Callable[[Any], Any]:
-        def make(original: Any) -> Any:
-            def wrapped(*args: Any, **kwargs: Any) -> Any:
-                result = original(*args, **kwargs)
-                if only is None or type(args[-1]).__name__ == only:
-                    if not (first and key in stamps):
-                        stamps[key] = now()
-                return result
+    patch(ex.ExecutorActor, "receive", stamp("t_start"))
+    patch(batch_module, "dispatch", stamp("t_dispatching"))
+    patch(ex, "dispatch", stamp("t_dispatching_pooled"))
+    patch(pool.WorkMailbox, "put", stamp("t_put"))
+    patch(pool.WorkMailbox, "take", stamp("t_taken", after=True))
+    patch(pool.WorkMailbox, "report", stamp("t_dispatched"))
+    patch(batch_module.BatchRun, "_record", stamp("t_committed", after=False))
+    patch(ex, "settle", stamp("t_replied"))
 
-            return wrapped
+    # The end of an inline dispatch is where the commit begins.
+    def commit_stamp(original: Any) -> Any:
+        def wrapped(self: Any, call: Any) -> Any:
+            stamps.setdefault("t_dispatched", now())
+            return original(self, call)
 
-        return make
+        return wrapped
 
-    patch(ex.ExecutorActor, "_start", stamp_before("t_start"))
-    patch(ex.ExecutorActor, "_advance", stamp_before("t_begun"))
-    patch(ex, "prepare", stamp_after("t_prepared"))
-    patch(ex, "_tell", stamp_after("t_sent", only="Dispatch"))
-    patch(ex.CallActor, "receive", stamp_before("t_received"))
-    patch(ex.SelfServe, "claim", stamp_after("t_claimed", first=True))  # (then one that finds none)
-    patch(ex, "dispatch", stamp_after("t_dispatched"))
-    patch(ex.ExecutorActor, "receive", stamp_before("t_settled", only="CallSettled"))
-    patch(ex, "finalize", stamp_after("t_finalized"))
-    # The reply is set right after cleanup.
-    patch(ex.ExecutorActor, "_cleanup", stamp_after("t_replied"))
+    patch(batch_module.BatchRun, "_commit", commit_stamp)
 
     def undo() -> None:
         for owner, name, original in reversed(saved):
@@ -144,11 +139,10 @@ def _instrument(stamps: dict[str, int]) -> Callable[[], None]:
     return undo
 
 
-def measure_trip(batches: int = 3000, *, observed: bool = False) -> list[tuple[str, float, float]]:
-    """(segment, median µs, p90 µs) for each step of a one-call batch: the
-    self-served trip, or (``observed``) the executor's path, forced by a
-    no-op ``tools/result`` listener."""
-    points = EXECUTOR_POINTS if observed else SERVED_POINTS
+def measure_trip(batches: int = 3000, *, pooled: bool = False) -> list[tuple[str, float, float]]:
+    """(segment, median µs, p90 µs) for each step of a batch: one call run
+    inline, or (``pooled``) two calls, the first through the mailbox."""
+    points = MAILBOX_POINTS if pooled else INLINE_POINTS
     stamps: dict[str, int] = {}
     deltas: dict[str, list[float]] = {label: [] for label, _ in points[1:]}
     totals: list[float] = []
@@ -156,9 +150,7 @@ def measure_trip(batches: int = 3000, *, observed: bool = False) -> list[tuple[s
     try:
         with ToolRuntime() as rt:
             rt.tools.register(noop_tool())
-            if observed:
-                rt.events.on("tools/result", lambda execution, result: None)
-            batch = noop_batch(1)
+            batch = noop_batch(2 if pooled else 1)
             for i in range(batches + 200):
                 stamps.clear()
                 stamps["t_call"] = time.perf_counter_ns()
@@ -179,7 +171,7 @@ def measure_trip(batches: int = 3000, *, observed: bool = False) -> list[tuple[s
         values.sort()
         rows.append((label, float(statistics.median(values)), values[int(len(values) * 0.9)]))
     totals.sort()
-    rows.append(("total (one-call batch, instrumented)", float(statistics.median(totals)), totals[int(len(totals) * 0.9)]))
+    rows.append(("total (instrumented)", float(statistics.median(totals)), totals[int(len(totals) * 0.9)]))
     return rows
 
 
@@ -189,24 +181,16 @@ def measure_trip(batches: int = 3000, *, observed: bool = False) -> list[tuple[s
 
 
 def measure_pingpong(rounds: int = 20_000) -> dict[str, float]:
-    """Round trip between two of our actors (two hand-offs), and a
-    ``queue.SimpleQueue`` ping-pong between two bare threads, in µs."""
+    """Round trip through one of our actors (a pykka tell and a future
+    reply), and a ``queue.SimpleQueue`` ping-pong between two bare threads
+    (what a work mailbox hop costs at least), in µs."""
     import queue
 
     from dsh_actors.actors import ActorBase, ActorGroup
-    from dsh_actors.scheduling.executor import _tell
 
     class Echo(ActorBase):
         def receive(self, message: Any) -> None:
             message.set_result(None)
-
-    class Relay(ActorBase):
-        def __init__(self, echo: Any) -> None:
-            super().__init__()
-            self.echo = echo
-
-        def receive(self, message: Any) -> None:
-            _tell(self.echo, message)
 
     group = ActorGroup()
     try:
@@ -215,7 +199,7 @@ def measure_pingpong(rounds: int = 20_000) -> dict[str, float]:
         for i in range(rounds + 500):
             done: Future[None] = Future()
             start = time.perf_counter_ns()
-            _tell(echo, done)
+            echo.tell(done)
             done.result()
             if i >= 500:
                 samples.append((time.perf_counter_ns() - start) / 1000)
@@ -345,12 +329,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=3000)
     args = parser.parse_args(argv)
     out: dict[str, Any] = {}
-    for key, observed, title in (
-        ("trip", False, "self-served (nothing observes it)"),
-        ("trip_observed", True, "the executor's path (a tools/result listener)"),
+    for key, pooled, title in (
+        ("trip", False, "one call, run inline by the executor"),
+        ("trip_mailbox", True, "two calls, the first through the work mailbox"),
     ):
-        print(f"one-call batch, {title}, step by step (µs: median, p90)")
-        trip = measure_trip(args.batches, observed=observed)
+        print(f"{title}, step by step (µs: median, p90)")
+        trip = measure_trip(args.batches, pooled=pooled)
         for label, med, p90 in trip:
             print(f"  {med:8.1f} {p90:8.1f}  {label}")
         out[key] = trip
