@@ -26,17 +26,14 @@ Which thread runs a listener (none of them may assume another):
   ``tools/result`` observers run on the thread that prepares and finalizes
   the call: the batch's executor actor thread for batch calls (so a
   listener that blocks holds up that batch's model-order progress, and only
-  that batch's), or the caller's thread for ``rt.tools.dispatch``. (One
-  exception: a pre-execute listener or guard installed while a batch runs
-  self-served prepares that batch's later calls on the call actor that
-  claims each, still one at a time and in model order.) Approval
+  that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
   services may block (a person answers) but must observe the signal.
 * ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
   the thread that dispatches the call (several at once, one per running
-  call): a call actor, or the executor actor itself in a self-served run
-  (a batch with none of the observers above, see ``scheduling/executor.py``);
-  a sync tool body runs there too, an ``async def`` body on the runtime's
-  asyncio loop thread.
+  call): a call actor, or the executor actor itself for the one call that
+  could start, which it runs inline (see ``scheduling/batch.py``); a sync
+  tool body runs there too, an ``async def`` body on the runtime's asyncio
+  loop thread.
 * ``tools/change`` listeners run on the scope actor thread that made the
   change; they may read the registry but not change it.
 * ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
