@@ -26,6 +26,7 @@ Supported pykka: ``pykka>=4.3,<5`` (pinned in ``pyproject.toml``).
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import weakref
@@ -37,7 +38,7 @@ from typing import Any
 import pykka
 from loguru import logger
 
-__all__ = ["ASK_TIMEOUT", "ActorBase", "ActorGroup", "RegistryRef", "actor_thread_ident", "settle"]
+__all__ = ["ASK_TIMEOUT", "RETIRE", "ActorBase", "ActorGroup", "Address", "MailboxActor", "RegistryRef", "actor_thread_ident", "settle"]
 
 #: Seconds any wait between runtime parts gives up after (nothing waits forever).
 ASK_TIMEOUT = 30.0
@@ -126,6 +127,9 @@ class ActorGroup:
     def retire(self, ref: pykka.ActorRef[Any]) -> None:
         """Stop one actor now (a pool's surplus, an idle scope); it stays a
         member until its thread has ended, so :meth:`stop_all` still joins it."""
+        actor = self.actor(ref)
+        if isinstance(actor, MailboxActor):
+            actor.mailbox.put(RETIRE)
         try:
             ref.stop(block=False)
         except pykka.ActorDeadError:
@@ -154,6 +158,9 @@ class ActorGroup:
             members = list(self._members.values())
         futures = []
         for member in members:
+            actor = member.actor()
+            if isinstance(actor, MailboxActor):
+                actor.mailbox.put(RETIRE)
             try:
                 futures.append(member.ref.stop(block=False))
             except pykka.ActorDeadError:
@@ -227,6 +234,99 @@ class ActorBase(pykka.ThreadingActor):
         logger.opt(exception=(exception_type, exception_value, traceback)).error(
             "{} failed", type(self).__name__
         )
+
+
+class _Open:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "OPEN"
+
+
+class _Retire:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RETIRE"
+
+
+_OPEN = _Open()
+#: Put in a :class:`MailboxActor`'s mailbox: it stops reading it (and then
+#: handles pykka's stop like any actor).
+RETIRE: Any = _Retire()
+
+
+class MailboxActor(ActorBase):
+    """An actor on the hot path that reads a mailbox of its own.
+
+    pykka's inbox is a ``queue.Queue`` whose every hand-off runs a Python
+    ``Condition`` on both sides (about 6 µs a message here, against 1 µs for a
+    ``queue.SimpleQueue``, whose put and get are C). A mailbox actor gets one
+    pykka message when it starts (``OPEN``) and from then on reads
+    :attr:`mailbox`, a ``SimpleQueue``, one message at a time, on its own
+    thread, until it takes :data:`RETIRE`; pykka's inbox then only carries its
+    stop. Senders put messages in :attr:`mailbox` (what :meth:`tell` does);
+    its group retires it by putting ``RETIRE`` there before pykka's stop.
+    Subclasses implement :meth:`handle`; like :meth:`receive`, nothing it
+    raises escapes the loop.
+    """
+
+    def __init__(self, group: ActorGroup) -> None:
+        self.mailbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        super().__init__(group)
+
+    @classmethod
+    def spawn(cls: type[Any], group: ActorGroup, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:
+        ref: pykka.ActorRef[Any] = cls.start(group, *args, **kwargs)
+        ref.tell(_OPEN)
+        return ref
+
+    @classmethod
+    def open(cls: type[Any], group: ActorGroup, *args: Any, **kwargs: Any) -> Address:
+        """Start one and return its :class:`Address`."""
+        ref = cls.spawn(group, *args, **kwargs)
+        actor = group.actor(ref)
+        assert isinstance(actor, MailboxActor)
+        return Address(ref, actor.mailbox)
+
+
+    def receive(self, message: Any) -> Any:
+        if message is not _OPEN:
+            raise TypeError(f"a {type(self).__name__} reads its mailbox, not pykka's inbox: got {message!r}")
+        mailbox = self.mailbox
+        name = type(self).__name__
+        while True:
+            item = mailbox.get()
+            if item is RETIRE:
+                return None
+            try:
+                self.handle(item)
+            except BaseException as exc:  # noqa: BLE001 - nothing escapes the loop
+                logger.opt(exception=exc).error("{} failed handling {}", name, type(item).__qualname__)
+
+    def handle(self, message: Any) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class Address:
+    """Where to send a :class:`MailboxActor` messages: its pykka ref (for its
+    life) and its mailbox (for its messages)."""
+
+    __slots__ = ("ref", "mailbox")
+
+    def __init__(self, ref: pykka.ActorRef[Any], mailbox: queue.SimpleQueue[Any]) -> None:
+        self.ref = ref
+        self.mailbox = mailbox
+
+    def tell(self, message: Any) -> None:
+        """Queue ``message``; raises ``pykka.ActorDeadError`` once the actor
+        has stopped."""
+        if not self.ref.is_alive():
+            raise pykka.ActorDeadError(f"{self.ref} is stopped")
+        self.mailbox.put(message)
+
+    def __repr__(self) -> str:
+        return f"<Address {self.ref}>"
 
 
 #: How often a blocked ask checks that the registry is still alive.

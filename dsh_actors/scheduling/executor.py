@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 import pykka
 from loguru import logger
 
-from ..actors import ActorBase, ActorGroup, settle
+from ..actors import ActorGroup, Address, MailboxActor, settle
 from ..executor import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
@@ -60,7 +60,7 @@ class NativeExecutor:
         self.max_parallel_tool_calls = check_limit(max_parallel_tool_calls)
         self._rt: ToolRuntime | None = None
         self._lock = threading.Condition()
-        self._idle_executors: list[pykka.ActorRef[Any]] = []
+        self._idle_executors: list[Address] = []
         self._closed = False
         self._checked_own: dict[int, Any] = {}
         # The inboxes of the batches running now (for rt.stop()'s drain).
@@ -172,22 +172,22 @@ class NativeExecutor:
 
     # -- the executor actors' pool ------------------------------------------
 
-    def _acquire_executor(self, rt: ToolRuntime) -> pykka.ActorRef[Any]:
+    def _acquire_executor(self, rt: ToolRuntime) -> Address:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the runtime is stopped")
             if self._idle_executors:
                 return self._idle_executors.pop()
-        return ExecutorActor.spawn(rt.group, self, rt)
+        return ExecutorActor.open(rt.group, self, rt)
 
-    def _release_executor(self, ref: pykka.ActorRef[Any]) -> None:
+    def _release_executor(self, address: Address) -> None:
         with self._lock:
             if not self._closed and len(self._idle_executors) < _IDLE_EXECUTORS_KEPT:
-                self._idle_executors.append(ref)
+                self._idle_executors.append(address)
                 return
         rt = self._rt
         if rt is not None:
-            rt.group.retire(ref)
+            rt.group.retire(address.ref)
 
     def _started(self, run: BatchRun) -> None:
         with self._lock:
@@ -218,15 +218,16 @@ class NativeExecutor:
                 self._lock.wait_for(lambda: not self._running, timeout=min(1.0, rt.stop_remaining()))
 
 
-class ExecutorActor(ActorBase):
+class ExecutorActor(MailboxActor):
     """Runs one batch at a time (pooled). See the module docstring."""
 
     def __init__(self, group: ActorGroup, native: NativeExecutor, rt: ToolRuntime) -> None:
         super().__init__(group)
         self._native = native
         self._rt = rt
+        self._address: Address | None = None
 
-    def receive(self, message: RunBatch) -> None:
+    def handle(self, message: RunBatch) -> None:
         match message:
             case RunBatch():
                 native = self._native
@@ -238,7 +239,9 @@ class ExecutorActor(ActorBase):
                     native._finished(run)
                 # Idle again before the caller hears back: a caller that
                 # submits its next batch at once finds this actor free.
-                native._release_executor(self.actor_ref)
+                if self._address is None:
+                    self._address = Address(self.actor_ref, self.mailbox)
+                native._release_executor(self._address)
                 if isinstance(outcome, BaseException):
                     settle(message.reply, error=outcome)
                 else:
@@ -247,7 +250,7 @@ class ExecutorActor(ActorBase):
                 assert_never(message)
 
 
-class CallActor(ActorBase):
+class CallActor(MailboxActor):
     """Dispatches calls from the work mailboxes it is sent to serve (pooled,
     one call at a time, on its own thread)."""
 
@@ -255,8 +258,9 @@ class CallActor(ActorBase):
         super().__init__(group)
         self.rt = rt
         self.pool = pool
+        self.address = Address(self.actor_ref, self.mailbox)
 
-    def receive(self, message: Serve) -> None:
+    def handle(self, message: Serve) -> None:
         match message:
             case Serve():
                 mailbox: WorkMailbox | None = message.mailbox
@@ -285,10 +289,10 @@ class CallActor(ActorBase):
             if item is LEAVE:
                 # Back in the pool before the executor hears of this call: a
                 # batch the caller sends next finds this actor idle.
-                nxt = pool.release(self.actor_ref)
+                nxt = pool.release(self.address)
                 mailbox.report(call)
                 return nxt
             mailbox.report(call)
             if item is None:
                 item = mailbox.take()
-        return pool.release(self.actor_ref)
+        return pool.release(self.address)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from ..actors import actor_thread_ident
+from ..actors import Address, actor_thread_ident
 from .messages import Serve, Settled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,6 +131,9 @@ class WorkMailbox:
                 self.spare += 1
         if need:
             self._pool.request(self)
+            # Let the woken call actor take the GIL now and start the call,
+            # rather than after this thread has prepared the calls behind it.
+            time.sleep(0)
 
     def reclaim(self) -> list[Call]:
         """Take back every call no server has taken yet (an abort)."""
@@ -256,7 +260,7 @@ class CallPool:
         self._lock = threading.Lock()
         self.serving = 0
         self.peak = 0
-        self._idle: list[pykka.ActorRef[Any]] = []
+        self._idle: list[Address] = []
         self._waiting: deque[WorkMailbox] = deque()
         self._closed = False
 
@@ -282,12 +286,12 @@ class CallPool:
             return
         self._send(worker, mailbox)
 
-    def _send(self, worker: pykka.ActorRef[Any] | None, mailbox: WorkMailbox) -> None:
+    def _send(self, worker: Address | None, mailbox: WorkMailbox) -> None:
         from .executor import CallActor
 
         try:
             if worker is None:
-                worker = CallActor.spawn(self._rt.group, self._rt, self)
+                worker = CallActor.open(self._rt.group, self._rt, self)
             worker.tell(Serve(mailbox=mailbox))
         except (RuntimeError, pykka.ActorDeadError):
             # The runtime is stopping: nobody is coming.
@@ -295,7 +299,7 @@ class CallPool:
                 self.serving -= 1
             mailbox.refused()
 
-    def release(self, worker: pykka.ActorRef[Any]) -> WorkMailbox | None:
+    def release(self, worker: Address) -> WorkMailbox | None:
         """A call actor left a mailbox: the next waiting mailbox it should
         serve, or None (it is idle now, or retired if the pool keeps
         enough idle ones)."""
@@ -308,7 +312,7 @@ class CallPool:
             if not self._closed and len(self._idle) < self.idle_kept:
                 self._idle.append(worker)
                 return None
-        self._rt.group.retire(worker)
+        self._rt.group.retire(worker.ref)
         return None
 
     @property
