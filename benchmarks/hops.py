@@ -113,7 +113,7 @@ def _instrument(stamps: dict[str, int]) -> Callable[[], None]:
 
         return make
 
-    patch(ex.ExecutorActor, "receive", stamp("t_start"))
+    patch(ex.ExecutorActor, "handle", stamp("t_start"))
     patch(batch_module, "dispatch", stamp("t_dispatching"))
     patch(ex, "dispatch", stamp("t_dispatching_pooled"))
     patch(pool.WorkMailbox, "put", stamp("t_put"))
