@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, assert_never
 
-import pykka
 from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, settle

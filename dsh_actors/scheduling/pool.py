@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pykka
 
@@ -53,7 +53,7 @@ class _Leave:
 
 
 #: The sentinel a call actor takes to leave a mailbox.
-LEAVE: Any = _Leave()
+LEAVE: Final[_Leave] = _Leave()
 
 #: Seconds a server waits idle on a mailbox before it leaves if another
 #: batch is waiting for a slot of the budget.
@@ -193,6 +193,7 @@ class WorkMailbox:
         caller no longer serves this mailbox). ``wait=False``: None when no
         item is queued right now."""
         q = self._q
+        item: Any
         try:
             item = q.get_nowait()
         except queue.Empty:
@@ -220,11 +221,12 @@ class WorkMailbox:
             finally:
                 with self._lock:
                     self.idle -= 1
-        if item is LEAVE:
+        if isinstance(item, _Leave):
             with self._lock:
                 self.sentinels -= 1
                 self.servers -= 1
-            return LEAVE
+            return item
+        call: Call = item
         if not self.spare and self.servers < self.limit and not q.empty():
             with self._lock:
                 grow = (
@@ -238,7 +240,7 @@ class WorkMailbox:
                     self.spare += 1
             if grow:
                 self._pool.request(self)
-        return item
+        return call
 
     def report(self, call: Call) -> None:
         """Hand ``call`` (dispatched) back to its executor."""
