@@ -230,14 +230,16 @@ class UserMessage:
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Agent:
     """A scope key: who is calling. ``parent`` makes scope chains (a
     sub-agent sees what its parent sees, narrowed by restrictions); a
     ``session`` receives the durable log of batches run with ``log``.
 
     Agents compare and hash by identity: two ``Agent("main")`` objects are
-    two scopes.
+    two scopes. The runtime's caches refer to agents weakly, so an agent
+    the application drops (with its session) is freed; one that registered
+    or restricted tools stays in the registry until those are disposed.
     """
 
     id: str
