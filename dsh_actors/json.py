@@ -58,6 +58,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "FrozenDict",
     "JsonValue",
+    "check_lossless",
     "dumps",
     "is_lossless",
     "loads",
@@ -665,6 +666,13 @@ def materialize(value: object, path: str = "value") -> JsonValue:
     if t is dict or t is list or t is tuple:
         return _walk(value, path, True, True, None)  # type: ignore[no-any-return]
     return _check(value, path, True, True)  # type: ignore[no-any-return]
+
+
+def check_lossless(value: object, path: str = "value") -> None:
+    """Raise :class:`~dsh_actors.errors.LosslessJsonError` (its ``path``
+    from ``path``) when :func:`materialize` would; builds nothing. A
+    :class:`FrozenDict` passes in O(1). Pure and thread-safe."""
+    _check(value, path, False, True)
 
 
 def is_lossless(value: object) -> bool:
