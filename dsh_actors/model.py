@@ -367,7 +367,11 @@ class ToolErrorInfo:
 
 @dataclass(frozen=True, slots=True)
 class ToolFailure:
-    """Why a call failed: ``message`` has no ``Error: `` prefix."""
+    """Why a call failed: ``message`` has no ``Error: `` prefix. ``info``
+    names the error: a :class:`~dsh_actors.errors.DshError`'s class and
+    code, or for any other exception a tool body raised its class name and
+    ``TOOL_FAILED`` (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``);
+    it is None only for a denial that attached none."""
 
     message: str
     info: ToolErrorInfo | None = None

@@ -54,7 +54,8 @@ def parse_arguments(raw: object) -> Any:
 def check_batch(batch: ToolBatchInput) -> None:
     """Reject a malformed batch before anything runs or is logged (a clear
     TypeError or ValueError naming the field): a field of the wrong type, a
-    ``log`` without an agent that has a session to write it to, a call that
+    ``log`` without an agent (an agent whose ``session`` is None is logged
+    nowhere: the session, not the batch, opts an agent in), a call that
     is not a :class:`ToolCall` or whose id or name is not valid text, and
     two calls with the same id (results, events and the log pair by id)."""
     for field, kind in _batch_field_kinds():
@@ -63,18 +64,11 @@ def check_batch(batch: ToolBatchInput) -> None:
             raise TypeError(
                 f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
             )
-    if batch.log is not None:
-        agent = batch.agent
-        if agent is None:
-            raise ValueError(
-                "ToolBatchInput.log needs an agent: the log is written to agent.session "
-                "(pass agent=Agent(..., session=Session()), or leave log=None)"
-            )
-        if agent.session is None:
-            raise ValueError(
-                f"ToolBatchInput.log needs a session to write to, but agent {safe_repr(agent)} has "
-                "none (pass Agent(..., session=Session()), or leave log=None)"
-            )
+    if batch.log is not None and batch.agent is None:
+        raise ValueError(
+            "ToolBatchInput.log needs an agent: the log is written to agent.session "
+            "(pass agent=Agent(..., session=Session()), or leave log=None)"
+        )
     calls = batch.calls
     for i, call in enumerate(calls):
         if type(call) is not ToolCall:
