@@ -371,7 +371,8 @@ class ToolFailure:
     names the error: a :class:`~dsh_actors.errors.DshError`'s class and
     code, or for any other exception a tool body raised its class name and
     ``TOOL_FAILED`` (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``);
-    it is None only for a denial that attached none."""
+    it is None when whoever built the failure attached none (a ``Deny``
+    without ``info``, a post-execute ``Block``)."""
 
     message: str
     info: ToolErrorInfo | None = None
