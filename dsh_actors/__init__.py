@@ -1,6 +1,7 @@
 """dsh-actors: the tool-call runtime of LLM agents, as an actor system.
 
-This module is the public surface (SPEC.md section 1) and nothing else.
+This module is the public surface (SPEC.md section 1, plus the error classes
+and card records results carry) and nothing else.
 """
 
 from .definition import ToolDefinition, ToolOutput, ToolSchema, define_tool
@@ -9,12 +10,16 @@ from .errors import (
     CodeRunFailedError,
     DshError,
     ErrorCode,
+    ExecutorUnavailableError,
     JsonSchemaError,
+    LosslessJsonError,
     RegistrationError,
     ToolArgsError,
     ToolBatchExecutionError,
+    ToolFailedError,
     ToolNotFoundError,
     ToolOutputError,
+    ToolPolicyError,
     ToolTimeoutError,
 )
 from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
@@ -56,6 +61,8 @@ from .presentation import (
     GenericResultView,
     ReadFileLine,
     ReadResultView,
+    SearchFileMatches,
+    SearchMatchLine,
     SearchResultView,
     TerminalCallView,
     TerminalResultView,
@@ -63,6 +70,7 @@ from .presentation import (
     ToolCallView,
     ToolResultView,
     WebResultView,
+    WebSource,
 )
 from .registry import ToolsService
 from .runtime import ApprovalRequest, ToolRuntime
@@ -170,4 +178,13 @@ __all__ = [
     "FileLocation",
     "FileDiff",
     "ReadFileLine",
+    # Beyond SPEC section 1: every error class the runtime raises or records
+    # in results, and the records search and web cards are made of.
+    "ToolPolicyError",
+    "ToolFailedError",
+    "ExecutorUnavailableError",
+    "LosslessJsonError",
+    "SearchFileMatches",
+    "SearchMatchLine",
+    "WebSource",
 ]
