@@ -2,7 +2,18 @@
 
 This module is the public surface (SPEC.md section 1, plus the error classes
 and card records results carry) and nothing else.
+
+The library is silent until the application asks it to log: it logs through
+loguru, disabled at import. ``logger.enable("dsh_actors")`` (and
+``"policies"``, ``"executors"``) turns its messages on: DEBUG lines about
+lifecycle, ERROR lines (with tracebacks) for contained failures such as a
+raising ``tools/result`` observer. The ``dsh-actors`` command enables them
+(warnings and errors; ``--verbose``: everything).
 """
+
+from loguru import logger as _logger
+
+_logger.disable("dsh_actors")
 
 from .definition import ToolDefinition, ToolOutput, ToolSchema, define_tool
 from .errors import (

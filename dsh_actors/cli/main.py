@@ -9,17 +9,28 @@ some calls failed; the summary line counts them); ``1`` it could not run (a
 one-line ``dsh-actors <command>: error: ...`` on stderr); ``2`` a bad
 command line (argparse's usage message); ``130`` interrupted. ``bench``
 returns the benchmarks' own status.
+
+Logging: the libraries are silent by default (their loguru messages are
+disabled at import); the command is an application, so it turns them on
+while it runs, on stderr: warnings and errors as one line each
+(``dsh-actors: ERROR: tools/result listener ... raised: ...``), and with
+``--verbose`` (``-v``, before or after the command) every message from
+DEBUG up, with tracebacks. :func:`main` removes loguru's default stderr
+handler of the process (the command owns its stderr) and disables the
+libraries' messages again when it returns.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import runpy
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
+from typing import Any
 
 from .batchfile import ACCEPTED_SHAPES
 from .loading import EXECUTORS, CliError
@@ -28,6 +39,8 @@ from .run import APPROVE_MODES, EXIT_INTERRUPTED
 __all__ = ["build_parser", "main"]
 
 PROG = "dsh-actors"
+LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
+"""The loguru names the command enables while it runs."""
 BENCH_PACKAGE = "benchmarks"
 """The package ``dsh-actors bench`` runs as ``python -m``."""
 
@@ -82,9 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    display = argparse.ArgumentParser(add_help=False)
+    # Also accepted after the command; SUPPRESS keeps a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
+
+    display = argparse.ArgumentParser(add_help=False, parents=[common])
     display.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -136,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     schemas = commands.add_parser(
         "schemas",
+        parents=[common],
         help="print the model-facing tool schemas in a provider's format",
         description="Print the tool schemas the executor offers the model, as JSON in a provider's tool format.",
     )
@@ -166,6 +185,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the benchmarks (python -m benchmarks; try: dsh-actors bench --help)",
     )
     return parser
+
+
+_VERBOSE_HELP = "log everything the runtime says (DEBUG and up, with tracebacks) on stderr; default: warnings and errors"
+
+
+def _one_line(record: Any) -> str:
+    # A callable format: loguru appends no traceback unless it asks for one.
+    return f"{PROG}: {{level}}: {{message}}\n"
+
+
+@contextlib.contextmanager
+def library_logging(verbose: bool) -> Iterator[None]:
+    """The libraries' messages on stderr while the command runs (see the
+    module docstring), off again afterwards."""
+    from loguru import logger
+
+    with contextlib.suppress(ValueError):  # already removed
+        logger.remove(0)  # loguru's default handler: the command owns stderr
+    if verbose:
+        sink = logger.add(sys.stderr, level="DEBUG", backtrace=False, diagnose=False)
+    else:
+        sink = logger.add(sys.stderr, level="WARNING", format=_one_line)
+    for name in LIBRARY_LOGGERS:
+        logger.enable(name)
+    try:
+        yield
+    finally:
+        for name in LIBRARY_LOGGERS:
+            logger.disable(name)
+        with contextlib.suppress(ValueError):
+            logger.remove(sink)
 
 
 def bench(argv: Sequence[str]) -> int:
@@ -208,12 +258,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status (see the module docstring)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] == "bench":
-        return bench(args_list[1:])
+        with library_logging(verbose=False):
+            return bench(args_list[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exit:
         return exit.code if isinstance(exit.code, int) else 2
+    with library_logging(verbose=getattr(args, "verbose", False)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from .replay import replay_command
     from .run import run_command
     from .schemas import schemas_command
