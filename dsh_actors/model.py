@@ -382,7 +382,13 @@ class ToolFailure:
 class ToolExecutionSuccess:
     """A successful call: the canonical ``value`` (execution-local, never
     logged), the model-facing ``content``, presentation ``meta``, deferred
-    contexts, and whether it concludes the agent's turn."""
+    contexts, and whether it concludes the agent's turn.
+
+    In a result from the pipeline, ``value`` and ``meta`` are frozen
+    (:func:`~dsh_actors.json.materialize`\ d): dicts are a read-only mapping
+    equal to the same dict, but lists are tuples, so a body that returned
+    ``{"a": [1]}`` gives a ``value`` that is not ``== {"a": [1]}``. Compare
+    ``thaw(result.value)`` (plain dicts and lists) instead."""
 
     value: Any
     content: tuple[ContentBlock, ...]
