@@ -10,7 +10,7 @@ A :class:`ToolRunContext` is what a tool body receives: the same identity,
 the body's own fused signal, and the two channels a body has back to the
 pipeline (``defer_context`` and ``conclude_turn``).
 
-Frozen means :func:`~dsh_actors.json.materialize`\ d: dicts are a read-only
+Frozen means what :func:`~dsh_actors.json.materialize` returns: dicts are a read-only
 mapping equal to the same dict, lists are tuples, so ``arguments ==
 {"paths": ["a"]}`` is False (it equals ``{"paths": ("a",)}``). Compare with
 tuples, or take a plain copy with :func:`~dsh_actors.json.thaw`.

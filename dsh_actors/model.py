@@ -385,7 +385,7 @@ class ToolExecutionSuccess:
     contexts, and whether it concludes the agent's turn.
 
     In a result from the pipeline, ``value`` and ``meta`` are frozen
-    (:func:`~dsh_actors.json.materialize`\ d): dicts are a read-only mapping
+    (what :func:`~dsh_actors.json.materialize` returns): dicts are a read-only mapping
     equal to the same dict, but lists are tuples, so a body that returned
     ``{"a": [1]}`` gives a ``value`` that is not ``== {"a": [1]}``. Compare
     ``thaw(result.value)`` (plain dicts and lists) instead."""
