@@ -218,17 +218,33 @@ def library_logging(verbose: bool) -> Iterator[None]:
             logger.remove(sink)
 
 
+def _find_benchmarks(package: str) -> bool:
+    """Whether ``package.__main__`` can be imported, looking in the current
+    directory too (the benchmarks are not installed: they run from a
+    checkout, as ``python -m`` would find them there)."""
+    cwd = os.getcwd()
+    for attempt in range(2):
+        try:
+            if importlib.util.find_spec(f"{package}.__main__") is not None:
+                return True
+        except (ImportError, ValueError):
+            pass
+        if attempt == 0:
+            if cwd in sys.path:
+                return False
+            sys.path.insert(0, cwd)
+    sys.path.remove(cwd)
+    return False
+
+
 def bench(argv: Sequence[str]) -> int:
     """Run ``python -m benchmarks`` with ``argv``; its exit status."""
     package = BENCH_PACKAGE
-    try:
-        found = importlib.util.find_spec(f"{package}.__main__") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if not _find_benchmarks(package):
         _error(
             "bench",
-            f"the benchmarks are not installed (no module {package}.__main__; run from a checkout of the repository)",
+            f"no module {package}.__main__: the benchmarks are not installed with the package; "
+            "run this from the root of a checkout of the repository (or ./dev bench there)",
         )
         return 1
     saved = sys.argv
