@@ -1,8 +1,19 @@
 """dsh-actors: the tool-call runtime of LLM agents, as an actor system.
 
-This module is the public surface (``docs/reference.md``, section 1) and
-nothing else.
+This module is the public surface (``docs/reference.md``, section 1, plus the
+error classes and card records results carry) and nothing else.
+
+The library is silent until the application asks it to log: it logs through
+loguru, disabled at import. ``logger.enable("dsh_actors")`` (and
+``"policies"``, ``"executors"``) turns its messages on: DEBUG lines about
+lifecycle, ERROR lines (with tracebacks) for contained failures such as a
+raising ``tools/result`` observer. The ``dsh-actors`` command enables them
+(warnings and errors; ``--verbose``: everything).
 """
+
+from loguru import logger as _logger
+
+_logger.disable("dsh_actors")
 
 from .definition import ToolDefinition, ToolOutput, ToolSchema, define_tool
 from .errors import (
@@ -10,12 +21,16 @@ from .errors import (
     CodeRunFailedError,
     DshError,
     ErrorCode,
+    ExecutorUnavailableError,
     JsonSchemaError,
+    LosslessJsonError,
     RegistrationError,
     ToolArgsError,
     ToolBatchExecutionError,
+    ToolFailedError,
     ToolNotFoundError,
     ToolOutputError,
+    ToolPolicyError,
     ToolTimeoutError,
 )
 from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
@@ -57,6 +72,8 @@ from .presentation import (
     GenericResultView,
     ReadFileLine,
     ReadResultView,
+    SearchFileMatches,
+    SearchMatchLine,
     SearchResultView,
     TerminalCallView,
     TerminalResultView,
@@ -64,6 +81,7 @@ from .presentation import (
     ToolCallView,
     ToolResultView,
     WebResultView,
+    WebSource,
 )
 from .registry import ToolsService
 from .runtime import ApprovalRequest, ToolRuntime
@@ -171,4 +189,13 @@ __all__ = [
     "FileLocation",
     "FileDiff",
     "ReadFileLine",
+    # Beyond SPEC section 1: every error class the runtime raises or records
+    # in results, and the records search and web cards are made of.
+    "ToolPolicyError",
+    "ToolFailedError",
+    "ExecutorUnavailableError",
+    "LosslessJsonError",
+    "SearchFileMatches",
+    "SearchMatchLine",
+    "WebSource",
 ]

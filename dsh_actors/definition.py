@@ -145,8 +145,10 @@ class ToolDefinition:
 
     execute: Execute
     """``execute(args, ctx)``: run one accepted call and return its
-    canonical lossless-JSON value. ``args`` are the frozen arguments, ``ctx``
-    a :class:`~dsh_actors.execution.ToolRunContext`. A plain function runs on
+    canonical lossless-JSON value. ``args`` are the frozen arguments (a
+    read-only mapping whose lists are tuples: ``args["paths"] == ["a"]`` is
+    False, ``thaw(args)`` gives plain ones), ``ctx`` a
+    :class:`~dsh_actors.execution.ToolRunContext`. A plain function runs on
     a call actor's worker thread and may block (it should watch
     ``ctx.signal``); an ``async def`` runs on the runtime's asyncio loop
     thread and must not block it. Either way the call settles only after the

@@ -116,12 +116,28 @@ class EventBus:
     each event's producer says which thread that is. Subscribing and
     disposing are thread-safe and may happen during a dispatch; a dispatch
     already running keeps the listener list it started with.
+
+    Its owner closes it (:meth:`close`; ``ToolRuntime.stop`` does): then
+    :meth:`on` raises, while dispatch and disposers keep working, so calls
+    that are draining still reach their listeners.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lists: dict[str, tuple[_Entry, ...]] = {}
         self._seq = itertools.count()
+        self._closed: str | None = None
+
+    def close(self, reason: str = "the event bus is closed") -> None:
+        """Refuse new subscriptions from now on: :meth:`on` raises
+        ``RuntimeError(reason)``. Idempotent (the first reason stays)."""
+        with self._lock:
+            if self._closed is None:
+                self._closed = reason
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
 
     def on(
         self,
@@ -139,6 +155,8 @@ class EventBus:
             raise TypeError(f"listener for {name!r} must be callable")
         entry = _Entry(listener, scope, next(self._seq))
         with self._lock:
+            if self._closed is not None:
+                raise RuntimeError(self._closed)
             current = self._lists.get(name, ())
             self._lists[name] = (entry, *current) if prepend else (*current, entry)
 

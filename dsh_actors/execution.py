@@ -9,6 +9,11 @@ whole object before ``tools/result`` observers run.
 A :class:`ToolRunContext` is what a tool body receives: the same identity,
 the body's own fused signal, and the two channels a body has back to the
 pipeline (``defer_context`` and ``conclude_turn``).
+
+Frozen means what :func:`~dsh_actors.json.materialize` returns: dicts are a read-only
+mapping equal to the same dict, lists are tuples, so ``arguments ==
+{"paths": ["a"]}`` is False (it equals ``{"paths": ("a",)}``). Compare with
+tuples, or take a plain copy with :func:`~dsh_actors.json.thaw`.
 """
 
 from __future__ import annotations
@@ -299,7 +304,10 @@ class ToolRunContext:
     call_id = property(lambda self: self._execution.call_id, doc="The call's id.")
     root_call_id = property(lambda self: self._execution.root_call_id, doc="The root call's id.")
     name = property(lambda self: self._execution.name, doc="The tool's name.")
-    arguments = property(lambda self: self._execution.arguments, doc="The frozen arguments.")
+    arguments = property(
+        lambda self: self._execution.arguments,
+        doc="The frozen arguments (the body's ``args``): lists are tuples; ``thaw()`` gives plain ones.",
+    )
     agent = property(lambda self: self._execution.agent, doc="The calling agent, if any.")
     tool_set = property(lambda self: self._execution.tool_set, doc="The step's admission, if any.")
     parent = property(lambda self: self._execution.parent, doc="The enclosing execution's token.")

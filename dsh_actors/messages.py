@@ -164,8 +164,10 @@ class Retract:
 class ExecuteBatch:
     """Run a batch on the executor nearest to ``batch.agent`` (selected when
     the message is handled). Reply: the executor's ``ToolBatchResult``; fails
-    with ``ExecutorUnavailableError`` when no scope on the chain has one, or
-    with whatever the executor fails with."""
+    with ``TypeError``/``ValueError`` for a malformed batch before anything
+    runs (a field of the wrong type, two calls with one id, a ``log``
+    without an agent), with ``ExecutorUnavailableError`` when no scope on
+    the chain has one, or with whatever the executor fails with."""
 
     batch: ToolBatchInput = field(kw_only=False)
     """The model's calls, with their agent, signal, tool set and log step."""

@@ -230,14 +230,16 @@ class UserMessage:
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Agent:
     """A scope key: who is calling. ``parent`` makes scope chains (a
     sub-agent sees what its parent sees, narrowed by restrictions); a
     ``session`` receives the durable log of batches run with ``log``.
 
     Agents compare and hash by identity: two ``Agent("main")`` objects are
-    two scopes.
+    two scopes. The runtime's caches refer to agents weakly, so an agent
+    the application drops (with its session) is freed; one that registered
+    or restricted tools stays in the registry until those are disposed.
     """
 
     id: str
@@ -365,7 +367,12 @@ class ToolErrorInfo:
 
 @dataclass(frozen=True, slots=True)
 class ToolFailure:
-    """Why a call failed: ``message`` has no ``Error: `` prefix."""
+    """Why a call failed: ``message`` has no ``Error: `` prefix. ``info``
+    names the error: a :class:`~dsh_actors.errors.DshError`'s class and
+    code, or for any other exception a tool body raised its class name and
+    ``TOOL_FAILED`` (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``);
+    it is None when whoever built the failure attached none (a ``Deny``
+    without ``info``, a post-execute ``Block``)."""
 
     message: str
     info: ToolErrorInfo | None = None
@@ -375,7 +382,13 @@ class ToolFailure:
 class ToolExecutionSuccess:
     """A successful call: the canonical ``value`` (execution-local, never
     logged), the model-facing ``content``, presentation ``meta``, deferred
-    contexts, and whether it concludes the agent's turn."""
+    contexts, and whether it concludes the agent's turn.
+
+    In a result from the pipeline, ``value`` and ``meta`` are frozen
+    (what :func:`~dsh_actors.json.materialize` returns): dicts are a read-only mapping
+    equal to the same dict, but lists are tuples, so a body that returned
+    ``{"a": [1]}`` gives a ``value`` that is not ``== {"a": [1]}``. Compare
+    ``thaw(result.value)`` (plain dicts and lists) instead."""
 
     value: Any
     content: tuple[ContentBlock, ...]

@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["DEFAULT_CALL_ACTORS", "ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
 
+_STOPPED = "the ToolRuntime is stopped"
+
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
@@ -59,11 +61,19 @@ class ApprovalService(Protocol):
 
 
 class ApprovalChannel:
-    """``rt.approvals``: where ``Ask`` decisions are routed."""
+    """``rt.approvals``: where ``Ask`` decisions are routed. Once its runtime
+    stopped (:meth:`close`), :meth:`set` raises; disposers still work."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stack: list[tuple[object, ApprovalService]] = []
+        self._closed: str | None = None
+
+    def close(self, reason: str = "the approval channel is closed") -> None:
+        """Refuse :meth:`set` from now on (``RuntimeError(reason)``)."""
+        with self._lock:
+            if self._closed is None:
+                self._closed = reason
 
     @property
     def service(self) -> ApprovalService | None:
@@ -77,6 +87,8 @@ class ApprovalChannel:
             raise TypeError("an approval service must be callable: fn(request) -> str")
         key = object()
         with self._lock:
+            if self._closed is not None:
+                raise RuntimeError(self._closed)
             self._stack = [*self._stack, (key, service)]
 
         def remove() -> None:
@@ -181,6 +193,10 @@ class ToolRuntime:
                 return
             self._stopped = True
             self._stop_deadline = time.monotonic() + timeout
+        # Nothing new attaches to a stopping runtime (rt.tools and rt.use
+        # check _stopped; the bus and the channel are told).
+        self.events.close(_STOPPED)
+        self.approvals.close(_STOPPED)
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
         hooks, self._stop_hooks = self._stop_hooks, []
@@ -224,7 +240,7 @@ class ToolRuntime:
         if not self._started:
             raise RuntimeError("the ToolRuntime is not started: call start() or use it as a context manager")
         if self._stopped:
-            raise RuntimeError("the ToolRuntime is stopped")
+            raise RuntimeError(_STOPPED)
 
     # -- public parts ------------------------------------------------------
 
@@ -251,7 +267,11 @@ class ToolRuntime:
 
     def use(self, plugin: Plugin, /, **config: Any) -> Disposer:
         """Apply ``plugin`` (``plugin.apply(rt, **config) -> disposer``) and
-        return an idempotent disposer that undoes it."""
+        return an idempotent disposer that undoes it. A stopped runtime
+        raises ``RuntimeError``, as ``rt.events.on`` and
+        ``rt.approvals.set`` do then."""
+        if self._stopped:
+            raise RuntimeError(_STOPPED)
         apply = getattr(plugin, "apply", None)
         if not callable(apply):
             raise TypeError(f"{plugin!r} is not a plugin: it has no apply(rt, **config)")

@@ -53,9 +53,12 @@ Any other line that is not a valid event raises :class:`SessionCorruptError`
 naming ``<path>:<line number>``.
 
 **Repair and replay.** :meth:`Session.repair` appends a synthetic failure
-``tool/result`` (:data:`REPAIR_MESSAGE`, info ``SessionRepair`` /
-``INTERRUPTED``) for every ``tool/call`` still without a result, in call
-order. :meth:`Session.results_by_call` gives each call's
+``tool/ptc-dispatch`` for every ``tool/ptc-dispatch-start`` still without
+one (start order), then a synthetic failure ``tool/result`` for every
+``tool/call`` still without a result (call order); both carry
+:data:`REPAIR_MESSAGE` and info ``SessionRepair`` / ``INTERRUPTED``.
+:meth:`Session.pending_calls` and :meth:`Session.pending_sub_calls` say
+what is still open. :meth:`Session.results_by_call` gives each call's
 :class:`LoggedResult`, rebuilt from logged fields only, whose
 :meth:`LoggedResult.projection` is what ``present_result`` takes on replay.
 """
@@ -382,12 +385,38 @@ def _encode(event: Mapping[str, Any]) -> bytes:
         raise ValueError(f"invalid session event: {problem}")
     value = event if type(event) is dict or type(event) is FrozenDict else dict(event)
     try:
-        return dumps(value)
+        # orjson's buffer is allocated with room to spare (about 4 KB for a
+        # 100-byte event) and the session keeps every line: keep an
+        # exact-size copy (the benchmark ``session.bytes_per_event`` shows it).
+        return bytes(memoryview(dumps(value)))
     except LosslessJsonError as err:
         path = err.path
         if path == "value" or path.startswith(("value.", "value[")):
             path = "event" + path[5:]
         raise LosslessJsonError(path, err.problem) from None
+
+
+def _id_or_none(value: object) -> str | None:
+    return value if type(value) is str else None
+
+
+def _interrupted_dispatch(
+    sub_call_id: str, root_call_id: str | None, parent_call_id: str | None, name: str | None
+) -> dict[str, Any]:
+    """The synthetic ``tool/ptc-dispatch`` :meth:`Session.repair` appends for
+    a sub-call that started and never settled (the ids and name of its start
+    event; one that was not a str is ``None``)."""
+    return {
+        "type": PTC_DISPATCH,
+        "root_call_id": root_call_id,
+        "parent_call_id": parent_call_id,
+        "sub_call_id": sub_call_id,
+        "name": name,
+        "is_error": True,
+        "content": content_to_json(_INTERRUPTED.content),
+        "error": error_to_json(_INTERRUPTED.error),
+        "meta": None,
+    }
 
 
 def _write_all(file: IO[bytes], data: bytes) -> None:
@@ -413,6 +442,9 @@ class Session:
         self._lock = threading.Lock()
         self._lines: list[bytes] = []  # each event's JSON, without the newline
         self._pending: dict[str, None] = {}  # call ids without a result, in call order
+        # sub_call_id -> (root_call_id, parent_call_id, name) of each started
+        # sub-call without a settle event, in start order
+        self._pending_sub_calls: dict[str, tuple[str | None, str | None, str | None]] = {}
         self._fsync = bool(fsync)
         self._closed = False
         self._path: Path | None = None
@@ -511,7 +543,7 @@ class Session:
                 self._dirty = True
                 self._newline_needed = False  # a line starts after a newline
                 return
-            self._index(event["type"], event.get("call_id"))
+            self._index(event["type"], event)
             self._lines.append(line)
             if last:
                 self._size = size
@@ -534,9 +566,8 @@ class Session:
         logged."""
         line = _encode(event)
         kind = event["type"]
-        call_id = event.get("call_id")
         with self._lock:
-            self._append_line(line, kind, call_id)
+            self._append_line(line, kind, event)
 
     def append_lossless(self, event: dict[str, Any]) -> None:
         """:meth:`append` for an event whose values are all lossless JSON
@@ -551,29 +582,41 @@ class Session:
         if problem is not None:
             raise ValueError(f"invalid session event: {problem}")
         try:
-            line = orjson.dumps(event)
+            line = bytes(memoryview(orjson.dumps(event)))  # exact size, as _encode keeps it
         except orjson.JSONEncodeError:
             line = _encode(event)  # too deep for orjson: the checked path says why
         with self._lock:
-            self._append_line(line, event["type"], event.get("call_id"))
+            self._append_line(line, event["type"], event)
 
-    def _append_line(self, line: bytes, kind: str, call_id: object) -> None:
+    def _append_line(self, line: bytes, kind: str, event: Mapping[str, Any]) -> None:
         # Called with the lock held.
         if self._closed:
             raise OSError("session is closed")
         if self._file is not None:
             self._write(self._file, line)
         self._lines.append(line)
-        self._index(kind, call_id)
+        self._index(kind, event)
 
-    def _index(self, kind: str, call_id: object) -> None:
-        # Calls and results always have a str call_id (_shape_problem).
-        if not isinstance(call_id, str):
-            return
+    def _index(self, kind: str, event: Mapping[str, Any]) -> None:
+        """Track what is still unsettled: calls without a result, and
+        sub-calls (``tool/ptc-dispatch-start``) without a settle event."""
         if kind == CALL:
-            self._pending[call_id] = None
+            # Calls and results always have a str call_id (_shape_problem).
+            self._pending[event["call_id"]] = None
         elif kind == RESULT:
-            self._pending.pop(call_id, None)
+            self._pending.pop(event["call_id"], None)
+        elif kind == PTC_DISPATCH_START:
+            sub_call_id = event.get("sub_call_id")
+            if type(sub_call_id) is str:
+                self._pending_sub_calls[sub_call_id] = (
+                    _id_or_none(event.get("root_call_id")),
+                    _id_or_none(event.get("parent_call_id")),
+                    _id_or_none(event.get("name")),
+                )
+        elif kind == PTC_DISPATCH:
+            sub_call_id = event.get("sub_call_id")
+            if type(sub_call_id) is str:
+                self._pending_sub_calls.pop(sub_call_id, None)
 
     def _write(self, file: IO[bytes], line: bytes) -> None:
         if self._dirty:
@@ -631,20 +674,34 @@ class Session:
         with self._lock:
             return list(self._pending)
 
+    def pending_sub_calls(self) -> list[str]:
+        """Sub-call ids that have a ``tool/ptc-dispatch-start`` event but no
+        ``tool/ptc-dispatch`` yet, in start order."""
+        with self._lock:
+            return list(self._pending_sub_calls)
+
     def results_by_call(self, *, ptc: bool = False) -> dict[str, LoggedResult]:
         """:func:`results_by_call` over :meth:`events`."""
         return results_by_call(self.events(), ptc=ptc)
 
     def repair(self) -> list[dict[str, Any]]:
-        """Append a synthetic failure ``tool/result`` for every pending call,
-        in call order, and return the events appended (none when nothing is
-        pending, so repairing twice appends nothing). A write failure raises
-        after the results already appended; repair again to finish."""
+        """Settle everything a crash left open, and return the events
+        appended (none when nothing is pending, so repairing twice appends
+        nothing): first a synthetic failure ``tool/ptc-dispatch`` for every
+        sub-call started but not settled, in start order (so replay never
+        shows a sub-call that neither ended nor failed), then a synthetic
+        failure ``tool/result`` for every pending call, in call order. A
+        write failure raises after the events already appended; repair
+        again to finish."""
         with self._lock:
             appended: list[dict[str, Any]] = []
+            for sub_call_id, fields in list(self._pending_sub_calls.items()):
+                event = _interrupted_dispatch(sub_call_id, *fields)
+                self._append_line(_encode(event), PTC_DISPATCH, event)
+                appended.append(event)
             for call_id in list(self._pending):
                 event = result_event(call_id, _INTERRUPTED)
-                self._append_line(_encode(event), RESULT, call_id)
+                self._append_line(_encode(event), RESULT, event)
                 appended.append(event)
             return appended
 

@@ -1,3 +1,10 @@
-"""Optional executors for dsh-actors (``docs/reference.md``, section 1):
-each uses only the names ``dsh_actors`` exports. ``executors.ptc.PtcExecutor`` runs tools from
-model-written programs (``run_code``)."""
+"""Optional executors for dsh-actors (``docs/reference.md``, section 1): each uses only the
+names ``dsh_actors`` exports. ``executors.ptc.PtcExecutor`` runs tools from
+model-written programs (``run_code``).
+
+Like the core they log through loguru, disabled at import:
+``logger.enable("executors")`` turns it on."""
+
+from loguru import logger as _logger
+
+_logger.disable("executors")

@@ -11,8 +11,13 @@ Each module is itself a plugin (``apply(rt, **config) -> disposer``)::
     rt.use(policies.approval, service=policies.approval.TerminalPrompt())
     metrics = policies.metrics.install(rt)         # last: it prepends its listeners
 
-They use only what ``dsh_actors`` exports.
+They use only what ``dsh_actors`` exports. Like the core they log through
+loguru, disabled at import: ``logger.enable("policies")`` turns it on.
 """
+
+from loguru import logger as _logger
+
+_logger.disable("policies")
 
 from . import approval, metrics, retry, spill, timeout
 

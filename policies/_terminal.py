@@ -13,7 +13,7 @@ import orjson
 
 from dsh_actors import AbortSignal, ApprovalRequest, thaw
 
-from ._answer import ALLOWED_ONCE, CANCELLED, REJECTED, UNAVAILABLE, Answer, Service
+from ._answer import ALLOWED_ONCE, CANCELLED, REJECTED, UNAVAILABLE, Answer, Memory, Service
 
 __all__ = ["PROMPT", "TerminalPrompt", "printable"]
 
@@ -88,6 +88,12 @@ class TerminalPrompt(Service):
     input (or an unusable terminal) → ``"unavailable"``. Text from the model
     is shown with control characters escaped; arguments are shown as
     indented JSON, cut after ``max_argument_chars``.
+
+    "always" and "never" are kept: a later request for the same tool with
+    the exact same arguments (and, with ``per_agent=True``, the default,
+    from the same agent) gets that answer without a prompt. ``forget()``
+    drops them; ``remember=False`` keeps nothing (the answers still carry
+    ``remember=True`` for a :class:`RememberingService` around the prompt).
     """
 
     def __init__(
@@ -97,11 +103,16 @@ class TerminalPrompt(Service):
         *,
         locale: str = "en",
         max_argument_chars: int = 4000,
+        remember: bool = True,
+        per_agent: bool = True,
     ) -> None:
         if type(max_argument_chars) is not int or max_argument_chars < 1:
             raise ValueError(f"{_POLICY}: max_argument_chars must be a positive integer")
         if type(locale) is not str:
             raise TypeError(f"{_POLICY}: locale must be a str such as 'en'")
+        if type(remember) is not bool:
+            raise TypeError(f"{_POLICY}: remember must be True or False")
+        self._memory = Memory(per_agent=per_agent) if remember else None
         self._input = input
         self._output = output
         self.locale = locale
@@ -264,7 +275,27 @@ class TerminalPrompt(Service):
             text = f"{text[:limit]}\n... ({len(text) - limit} more characters)"
         return printable(text, keep_newlines=True)
 
+    def forget(self, tool_name: str | None = None) -> None:
+        """Forget every remembered answer (of ``tool_name`` only, if given)."""
+        if self._memory is not None:
+            self._memory.forget(tool_name)
+
+    def __len__(self) -> int:
+        """The number of answers remembered."""
+        return 0 if self._memory is None else len(self._memory)
+
     def decide(self, request: ApprovalRequest) -> Answer:
+        memory = self._memory
+        if memory is not None:
+            known = memory.recall(request)
+            if known is not None:
+                return Answer(known)
+        answer = self._ask(request)
+        if memory is not None:
+            memory.keep(request, answer)
+        return answer
+
+    def _ask(self, request: ApprovalRequest) -> Answer:
         if not self._acquire(request):
             return Answer(CANCELLED)
         try:

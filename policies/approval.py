@@ -17,19 +17,20 @@ pinned reasons). This module provides services to install:
     another tool, other arguments, or (by default) another agent.
 :class:`TerminalPrompt`
     Asks a person on a terminal: shows the tool, the reason and the
-    arguments and reads ``y``/``n``/``a`` (always)/``never``. It observes
-    the request's signal (``"cancelled"``) and end of input
+    arguments and reads ``y``/``n``/``a`` (always)/``never``; it remembers
+    "always" and "never" itself (same key as ``RememberingService``). It
+    observes the request's signal (``"cancelled"``) and end of input
     (``"unavailable"``).
 
 Each service is a plain callable ``service(request) -> str`` and also has
 ``decide(request) -> Answer``, which says whether the answer should be
 remembered; the services compose::
 
-    prompt = TerminalPrompt()
+    prompt = TerminalPrompt()                        # remembers "always" / "never"
     service = RuleService(
         [allow("read_file"), deny("rm", when=lambda a: a.get("recursive") is True)],
         default="ask",
-        ask=RememberingService(prompt),
+        ask=prompt,
     )
     rt.use(policies.approval, service=service)      # or rt.approvals.set(service)
 
@@ -44,14 +45,23 @@ observing each request's signal.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
-from dsh_actors import Agent, ApprovalRequest, ToolRuntime, dumps, materialize
+from dsh_actors import ApprovalRequest, ToolRuntime
 
-from ._answer import ALLOWED_ONCE, CANCELLED, REJECTED, UNAVAILABLE, Answer, Service, decide
+from ._answer import (
+    ALLOWED_ONCE,
+    CANCELLED,
+    REJECTED,
+    UNAVAILABLE,
+    Answer,
+    Memory,
+    Service,
+    canonical_arguments,
+    decide,
+)
 from ._common import check_runtime
 from ._terminal import PROMPT, TerminalPrompt, printable
 
@@ -62,6 +72,7 @@ __all__ = [
     "REJECTED",
     "UNAVAILABLE",
     "Answer",
+    "Memory",
     "RememberingService",
     "Rule",
     "RuleService",
@@ -193,22 +204,16 @@ class RuleService(Service):
 # --------------------------------------------------------------------------
 
 
-def canonical_arguments(arguments: Any) -> bytes | None:
-    """The exact arguments as canonical JSON (sorted keys), or ``None`` when
-    they are not lossless JSON (such calls are never remembered)."""
-    try:
-        return dumps(materialize(arguments), sort_keys=True)
-    except Exception:  # noqa: BLE001
-        return None
-
-
 class RememberingService(Service):
     """Remembers the answers ``inner`` marks ``remember=True``
     (``"allowed-once"`` or ``"rejected"`` only) and gives them again, without
     asking, for a later request with the same key: the tool name, the exact
     arguments (canonical JSON) and, with ``per_agent=True`` (the default),
     the same :class:`~dsh_actors.Agent` object. Everything else is asked.
-    Thread-safe."""
+    Thread-safe. (A :class:`TerminalPrompt` remembers on its own; wrap it
+    to share one memory with other services, or to remember across agents
+    with ``per_agent=False``. :meth:`forget` also forgets in ``inner`` when
+    it has a ``forget`` of its own.)"""
 
     def __init__(self, inner: Callable[[ApprovalRequest], Any], *, per_agent: bool = True) -> None:
         if not callable(inner):
@@ -217,39 +222,26 @@ class RememberingService(Service):
             raise TypeError(f"{_POLICY}: per_agent must be True or False")
         self.inner = inner
         self.per_agent = per_agent
-        self._lock = threading.Lock()
-        self._answers: dict[tuple[Agent | None, str, bytes], str] = {}
-
-    def _key(self, request: ApprovalRequest) -> tuple[Agent | None, str, bytes] | None:
-        canonical = canonical_arguments(request.arguments)
-        if canonical is None:
-            return None
-        return (request.agent if self.per_agent else None, request.tool_name, canonical)
+        self._memory = Memory(per_agent=per_agent)
 
     def decide(self, request: ApprovalRequest) -> Answer:
-        key = self._key(request)
-        if key is not None:
-            with self._lock:
-                known = self._answers.get(key)
-            if known is not None:
-                return Answer(known)
+        known = self._memory.recall(request)
+        if known is not None:
+            return Answer(known)
         answer = decide(self.inner, request)
-        if key is not None and answer.remember and answer.answer in (ALLOWED_ONCE, REJECTED):
-            with self._lock:
-                self._answers[key] = answer.answer
+        self._memory.keep(request, answer)
         return Answer(answer.answer)
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._answers)
+        return len(self._memory)
 
     def forget(self, tool_name: str | None = None) -> None:
-        """Forget every remembered answer (of ``tool_name`` only, if given)."""
-        with self._lock:
-            if tool_name is None:
-                self._answers.clear()
-            else:
-                self._answers = {k: v for k, v in self._answers.items() if k[1] != tool_name}
+        """Forget every remembered answer (of ``tool_name`` only, if given),
+        here and in ``inner`` if it remembers too."""
+        self._memory.forget(tool_name)
+        inner_forget = getattr(self.inner, "forget", None)
+        if callable(inner_forget):
+            inner_forget(tool_name)
 
 
 # --------------------------------------------------------------------------

@@ -18,8 +18,9 @@ default ``time.perf_counter``).
 What is counted: every call that publishes ``tools/result``, which is every
 call, skipped ones included (pre-aborted calls, non-JSON arguments: they
 run no phase but still publish one result). Outcomes are keyed by tool and
-code: ``"ok"`` for a success, else ``error.info.code``, or ``"ERROR"`` for a
-failure without structured identity.
+code: ``"ok"`` for a success, else ``error.info.code`` (``TOOL_FAILED`` for a
+plain exception from a body), or ``"ERROR"`` for a failure without
+structured identity (a ``Deny`` without ``info``).
 
 Latencies (milliseconds), kept apart:
 

@@ -31,6 +31,25 @@ def assert_no_new_threads(before: set[threading.Thread]) -> None:
     assert not leaked, f"threads left running: {leaked}"
 
 
+LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
+
+
+@pytest.fixture
+def library_logs() -> Iterator[None]:
+    """The libraries' loguru messages on (they are disabled at import, as a
+    library's should be), and off again afterwards. Tests that capture log
+    records with a sink of their own use it."""
+    from loguru import logger
+
+    for name in LIBRARY_LOGGERS:
+        logger.enable(name)
+    try:
+        yield
+    finally:
+        for name in LIBRARY_LOGGERS:
+            logger.disable(name)
+
+
 @pytest.fixture
 def runtime() -> Iterator[object]:
     """A started ``ToolRuntime``; stopped afterwards, leaving no thread."""

@@ -222,7 +222,7 @@ def test_presenters_answer_none_when_they_raise_or_return_something_that_is_not_
     assert wrong.present_result is not None and wrong.present_result(valid, success) is None
 
 
-def test_a_raising_presenter_is_logged_at_debug_level() -> None:
+def test_a_raising_presenter_is_logged_at_debug_level(library_logs: None) -> None:
     from loguru import logger
 
     def explode(args: Any) -> Any:

@@ -1,6 +1,7 @@
 """The public surface: every name SPEC.md section 1 pins is exported from
-``dsh_actors``, and ``__all__`` is exactly that list (plus the card
-classes, which SPEC names as "each card class")."""
+``dsh_actors``, and ``__all__`` is exactly that list, plus the card
+classes (SPEC names them as "each card class") and the extras results
+carry (every error class, the records inside search and web cards)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ SPEC_NAMES = {
 
 CARD_NAMES = {cls.__name__ for cls in presentation.CARD_CLASSES}
 
+# Exported beyond SPEC section 1: names results carry (error classes whose
+# code or name a failure records, the records inside search and web cards).
+EXTRA_NAMES = {
+    "ToolPolicyError", "ToolFailedError", "ExecutorUnavailableError", "LosslessJsonError",
+    "SearchFileMatches", "SearchMatchLine", "WebSource",
+}  # fmt: skip
+
 
 def test_every_name_spec_section_1_pins_is_importable_from_dsh_actors() -> None:
     missing = sorted(name for name in SPEC_NAMES if not hasattr(dsh_actors, name))
@@ -55,8 +63,8 @@ def test_every_card_class_is_exported() -> None:
         assert getattr(dsh_actors, name) is getattr(presentation, name)
 
 
-def test_dunder_all_is_exactly_the_spec_names_and_the_card_classes() -> None:
-    assert set(dsh_actors.__all__) == SPEC_NAMES | CARD_NAMES
+def test_dunder_all_is_exactly_the_spec_names_the_card_classes_and_the_extras() -> None:
+    assert set(dsh_actors.__all__) == SPEC_NAMES | CARD_NAMES | EXTRA_NAMES
     assert len(dsh_actors.__all__) == len(set(dsh_actors.__all__)), "a name is listed twice"
 
 
@@ -79,6 +87,27 @@ def test_star_import_gives_exactly_dunder_all() -> None:
     exec("from dsh_actors import *", namespace)  # noqa: S102
     namespace.pop("__builtins__")
     assert set(namespace) == set(dsh_actors.__all__)
+
+
+def test_the_extras_are_the_objects_results_carry() -> None:
+    from dsh_actors import errors
+
+    for name in EXTRA_NAMES:
+        source = errors if hasattr(errors, name) else presentation
+        assert getattr(dsh_actors, name) is getattr(source, name)
+    assert issubclass(dsh_actors.ToolPolicyError, dsh_actors.DshError)
+    assert dsh_actors.SearchFileMatches("a.py", (dsh_actors.SearchMatchLine(1, "x"),)).lines[0].line == 1
+
+
+def test_every_dsh_error_class_is_exported() -> None:
+    from dsh_actors import errors
+
+    classes = {
+        name
+        for name in errors.__all__
+        if isinstance(getattr(errors, name), type) and issubclass(getattr(errors, name), errors.DshError)
+    }
+    assert classes <= set(dsh_actors.__all__)
 
 
 def test_the_core_never_imports_executors_or_policies() -> None:

@@ -23,6 +23,7 @@ from dsh_actors.json import (
     MAX_JSON_DEPTH,
     FrozenDict,
     _dumps_deep,
+    check_lossless,
     dumps,
     is_lossless,
     loads,
@@ -513,6 +514,22 @@ def test_is_lossless_accepts_and_rejects_without_raising() -> None:
     assert not is_lossless([math.nan])
     assert not is_lossless(Hostile())
     assert not is_lossless({Hostile.__name__: Sneaky()})
+
+
+def test_frozen_lists_are_tuples_so_compare_thawed_values_as_the_docs_say() -> None:
+    frozen = materialize({"a": [1]})
+    assert frozen != {"a": [1]} and frozen == {"a": (1,)}
+    assert thaw(frozen) == {"a": [1]}
+
+
+def test_check_lossless_raises_what_materialize_raises_and_builds_nothing() -> None:
+    for bad in ([1, math.nan], {"a": {"b": -0.0}}, {1: 2}):
+        with pytest.raises(LosslessJsonError) as built:
+            materialize(bad, "args")
+        with pytest.raises(LosslessJsonError) as checked:
+            check_lossless(bad, "args")
+        assert checked.value.message == built.value.message
+    assert check_lossless({"a": [1]}) is None and check_lossless(FrozenDict(a=1)) is None
 
 
 # ---------------------------------------------------------------------------

@@ -573,6 +573,80 @@ def test_repair_after_a_crash_completes_the_log(tmp_path: Path) -> None:
         )
 
 
+def test_repair_settles_every_started_sub_call_before_the_pending_calls(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    # The parent was killed while a run_code program had five sub-calls
+    # started and one settled: the file ends there.
+    lines = [orjson.dumps(call_event(1, 1, "r1", "run_code", {"code": "..."}))]
+    for n in range(1, 7):
+        lines.append(orjson.dumps(ptc_dispatch_start_event("r1", "r1", f"r1:ptc:{n}", "read", {"n": n})))
+    lines.append(orjson.dumps(ptc_dispatch_event("r1", "r1", "r1:ptc:3", "read", False, [TextBlock("x")], None, None)))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with Session.open(path) as session:
+        open_ids = ["r1:ptc:1", "r1:ptc:2", "r1:ptc:4", "r1:ptc:5", "r1:ptc:6"]
+        assert session.pending_sub_calls() == open_ids
+        assert session.pending_calls() == ["r1"]
+        appended = session.repair()
+        assert [e["type"] for e in appended] == ["tool/ptc-dispatch"] * 5 + ["tool/result"]
+        for event, sub_call_id in zip(appended, open_ids):
+            assert event == {
+                "type": "tool/ptc-dispatch",
+                "root_call_id": "r1",
+                "parent_call_id": "r1",
+                "sub_call_id": sub_call_id,
+                "name": "read",
+                "is_error": True,
+                "content": [{"type": "text", "text": "Error: " + REPAIR_MESSAGE}],
+                "error": {
+                    "message": REPAIR_MESSAGE,
+                    "info": {"name": REPAIR_ERROR_NAME, "code": REPAIR_ERROR_CODE, "reason": None},
+                },
+                "meta": None,
+            }
+        assert session.pending_sub_calls() == [] and session.repair() == []
+    with Session.open(path) as reopened:
+        assert reopened.pending_sub_calls() == [] and reopened.pending_calls() == []
+        nested = reopened.results_by_call(ptc=True)
+        assert sorted(nested) == sorted([*open_ids, "r1:ptc:3"])
+        assert all(nested[i].is_error for i in open_ids) and not nested["r1:ptc:3"].is_error
+
+
+def test_a_sub_call_start_appended_live_is_tracked_and_settled_by_its_dispatch_event() -> None:
+    session = Session()
+    session.append(ptc_dispatch_start_event("r1", None, "r1:ptc:1", "read", {}))
+    session.append(ptc_dispatch_start_event("r1", None, "r1:ptc:2", "read", {}))
+    session.append(ptc_dispatch_event("r1", None, "r1:ptc:1", "read", False, [TextBlock("x")], None, None))
+    assert session.pending_sub_calls() == ["r1:ptc:2"]
+    (event,) = session.repair()
+    assert (event["sub_call_id"], event["parent_call_id"], event["is_error"]) == ("r1:ptc:2", None, True)
+
+
+def test_a_sub_call_start_with_odd_fields_is_still_settled_by_repair() -> None:
+    session = Session()
+    session.append({"type": "tool/ptc-dispatch-start", "sub_call_id": "s1", "name": 3})
+    session.append({"type": "tool/ptc-dispatch-start", "name": "no sub_call_id: nothing to pair"})
+    (event,) = session.repair()
+    assert event["sub_call_id"] == "s1" and event["root_call_id"] is None and event["name"] is None
+
+
+def test_a_thousand_events_hold_at_most_a_few_hundred_bytes_each() -> None:
+    # orjson's output buffers have room to spare (about 4 KB for this
+    # 100-byte event); the session keeps exact-size copies.
+    import tracemalloc
+
+    session = Session()
+    event = call_event(1, 1, "c1", "echo", {"message": "hello there"})
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(1000):
+            session.append(event)
+        held = (tracemalloc.get_traced_memory()[0] - before) / 1000
+    finally:
+        tracemalloc.stop()
+    assert held < 400, f"{held:.0f} bytes held per event of {len(session._lines[0])} bytes of JSON"
+
+
 def test_repair_on_a_closed_session_with_pending_calls_raises() -> None:
     session = Session()
     session.append(call_event(1, 1, "c1", "t", {}))

@@ -36,7 +36,7 @@ def run_guarded(fn: Callable[[], object]) -> None:
 
 
 @pytest.fixture
-def error_log() -> Iterator[list[Any]]:
+def error_log(library_logs: None) -> Iterator[list[Any]]:
     records: list[Any] = []
     handler = logger.add(lambda message: records.append(message.record), level="ERROR")
     try:

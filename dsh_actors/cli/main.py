@@ -9,17 +9,28 @@ some calls failed; the summary line counts them); ``1`` it could not run (a
 one-line ``dsh-actors <command>: error: ...`` on stderr); ``2`` a bad
 command line (argparse's usage message); ``130`` interrupted. ``bench``
 returns the benchmarks' own status.
+
+Logging: the libraries are silent by default (their loguru messages are
+disabled at import); the command is an application, so it turns them on
+while it runs, on stderr: warnings and errors as one line each
+(``dsh-actors: ERROR: tools/result listener ... raised: ...``), and with
+``--verbose`` (``-v``, before or after the command) every message from
+DEBUG up, with tracebacks. :func:`main` removes loguru's default stderr
+handler of the process (the command owns its stderr) and disables the
+libraries' messages again when it returns.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import runpy
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
+from typing import Any
 
 from .batchfile import ACCEPTED_SHAPES
 from .loading import EXECUTORS, CliError
@@ -29,6 +40,8 @@ from .schemas import FORMATS
 __all__ = ["build_parser", "main"]
 
 PROG = "dsh-actors"
+LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
+"""The loguru names the command enables while it runs."""
 BENCH_PACKAGE = "benchmarks"
 """The package ``dsh-actors bench`` runs as ``python -m``."""
 
@@ -84,9 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    display = argparse.ArgumentParser(add_help=False)
+    # Also accepted after the command; SUPPRESS keeps a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
+
+    display = argparse.ArgumentParser(add_help=False, parents=[common])
     display.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -144,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     schemas = commands.add_parser(
         "schemas",
+        parents=[common],
         help="print the model-facing tool schemas in a provider's format",
         description="Print the tool schemas the executor offers the model, as JSON in a provider's tool format.",
     )
@@ -180,17 +199,64 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_VERBOSE_HELP = "log everything the runtime says (DEBUG and up, with tracebacks) on stderr; default: warnings and errors"
+
+
+def _one_line(record: Any) -> str:
+    # A callable format: loguru appends no traceback unless it asks for one.
+    return f"{PROG}: {{level}}: {{message}}\n"
+
+
+@contextlib.contextmanager
+def library_logging(verbose: bool) -> Iterator[None]:
+    """The libraries' messages on stderr while the command runs (see the
+    module docstring), off again afterwards."""
+    from loguru import logger
+
+    with contextlib.suppress(ValueError):  # already removed
+        logger.remove(0)  # loguru's default handler: the command owns stderr
+    if verbose:
+        sink = logger.add(sys.stderr, level="DEBUG", backtrace=False, diagnose=False)
+    else:
+        sink = logger.add(sys.stderr, level="WARNING", format=_one_line)
+    for name in LIBRARY_LOGGERS:
+        logger.enable(name)
+    try:
+        yield
+    finally:
+        for name in LIBRARY_LOGGERS:
+            logger.disable(name)
+        with contextlib.suppress(ValueError):
+            logger.remove(sink)
+
+
+def _find_benchmarks(package: str) -> bool:
+    """Whether ``package.__main__`` can be imported, looking in the current
+    directory too (the benchmarks are not installed: they run from a
+    checkout, as ``python -m`` would find them there)."""
+    cwd = os.getcwd()
+    for attempt in range(2):
+        try:
+            if importlib.util.find_spec(f"{package}.__main__") is not None:
+                return True
+        except (ImportError, ValueError):
+            pass
+        if attempt == 0:
+            if cwd in sys.path:
+                return False
+            sys.path.insert(0, cwd)
+    sys.path.remove(cwd)
+    return False
+
+
 def bench(argv: Sequence[str]) -> int:
     """Run ``python -m benchmarks`` with ``argv``; its exit status."""
     package = BENCH_PACKAGE
-    try:
-        found = importlib.util.find_spec(f"{package}.__main__") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if not _find_benchmarks(package):
         _error(
             "bench",
-            f"the benchmarks are not installed (no module {package}.__main__; run from a checkout of the repository)",
+            f"no module {package}.__main__: the benchmarks are not installed with the package; "
+            "run this from the root of a checkout of the repository (or ./dev bench there)",
         )
         return 1
     saved = sys.argv
@@ -220,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status (see the module docstring)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] == "bench":
-        return bench(args_list[1:])
+        with library_logging(verbose=False):
+            return bench(args_list[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(args_list)
@@ -228,6 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.command_parser.error("one of the arguments --tools or --mcp is required")
     except SystemExit as exit:
         return exit.code if isinstance(exit.code, int) else 2
+    with library_logging(verbose=getattr(args, "verbose", False)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from .replay import replay_command
     from .run import run_command
     from .schemas import schemas_command

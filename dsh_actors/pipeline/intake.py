@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import LosslessJsonError, safe_str
+from ..errors import LosslessJsonError, safe_repr, safe_str
 from ..json import loads, materialize
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
 from ..signals import AbortSignal
@@ -52,15 +52,25 @@ def parse_arguments(raw: object) -> Any:
 
 
 def check_batch(batch: ToolBatchInput) -> None:
-    """Reject a malformed batch before anything runs (a clear TypeError or
-    ValueError naming the field)."""
+    """Reject a malformed batch before anything runs or is logged (a clear
+    TypeError or ValueError naming the field): a field of the wrong type, a
+    ``log`` without an agent (an agent whose ``session`` is None is logged
+    nowhere: the session, not the batch, opts an agent in), a call that
+    is not a :class:`ToolCall` or whose id or name is not valid text, and
+    two calls with the same id (results, events and the log pair by id)."""
     for field, kind in _batch_field_kinds():
         value = getattr(batch, field)
         if value is not None and not isinstance(value, kind):
             raise TypeError(
                 f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
             )
-    for i, call in enumerate(batch.calls):
+    if batch.log is not None and batch.agent is None:
+        raise ValueError(
+            "ToolBatchInput.log needs an agent: the log is written to agent.session "
+            "(pass agent=Agent(..., session=Session()), or leave log=None)"
+        )
+    calls = batch.calls
+    for i, call in enumerate(calls):
         if type(call) is not ToolCall:
             raise TypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
         call_id = call.id
@@ -75,6 +85,22 @@ def check_batch(batch: ToolBatchInput) -> None:
                 _check_str(name, f"calls[{i}].name")
             except LosslessJsonError as exc:
                 raise ValueError(exc.message) from None
+    if len(calls) > 1 and len({call.id for call in calls}) != len(calls):
+        _refuse_duplicate_ids(calls)
+
+
+def _refuse_duplicate_ids(calls: tuple[ToolCall, ...]) -> None:
+    first: dict[str, int] = {}
+    for i, call in enumerate(calls):
+        earlier = first.setdefault(call.id, i)
+        if earlier != i:
+            shown = safe_repr(call.id)
+            if len(shown) > 80:
+                shown = shown[:77] + "..."
+            raise ValueError(
+                f"calls[{i}] has the id {shown} of calls[{earlier}]: call ids must be unique "
+                "within a batch (results and the session log pair each call with its result by id)"
+            )
 
 
 _field_kinds: tuple[tuple[str, type], ...] | None = None

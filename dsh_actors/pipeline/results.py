@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AbortError, DshError, LosslessJsonError, ToolOutputError, safe_str
+from ..errors import AbortError, DshError, ErrorCode, LosslessJsonError, ToolOutputError, safe_str
 from ..json import materialize
 from ..model import (
     ContentBlock,
@@ -60,8 +60,11 @@ def failure_from_exception(
     """The failure for anything a tool, listener or renderer raised.
 
     A :class:`DshError` keeps its message and gets ``info`` (class name and
-    code); anything else gives its ``str`` (the class name when empty), and a
-    hostile exception whose ``str`` raises gives ``<unprintable thrown value>``.
+    code); anything else gives its ``str`` (the class name when empty) and
+    ``info`` with its class name and the code ``TOOL_FAILED``
+    (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``), so a program
+    and the log can tell one kind of failure from another. A hostile
+    exception whose ``str`` raises gives ``<unprintable thrown value>``.
     """
     if isinstance(exc, DshError):
         try:
@@ -69,10 +72,14 @@ def failure_from_exception(
         except BaseException:  # noqa: BLE001
             message = "<unprintable thrown value>"
         return failure(message, error_info(exc), additional_contexts)
+    name = type(exc).__name__
     message = safe_str(exc)
     if message == "":
-        message = type(exc).__name__
-    return failure(message, None, additional_contexts)
+        message = name
+    return failure(message, ToolErrorInfo(name=name, code=_TOOL_FAILED), additional_contexts)
+
+
+_TOOL_FAILED = str(ErrorCode.TOOL_FAILED)
 
 
 def aborted(

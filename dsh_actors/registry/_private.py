@@ -9,7 +9,6 @@ from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unreg
 from ..model import Agent
 
 WriteRequest: TypeAlias = Union[Register, Unregister, Restrict, AddGuard, SetExecutor, Retract]
-WRITE_REQUESTS: tuple[type, ...] = (Register, Unregister, Restrict, AddGuard, SetExecutor, Retract)
 
 STOPPED = "the ToolRuntime is stopped"
 

@@ -13,7 +13,9 @@ registrations, overlaid by each ancestor's own registrations farthest to nearest
 shadows farther); a name is kept only if every restriction on S's chain
 (its ancestors' and its own) admits it; then S's own registrations are
 overlaid, which no restriction hides. The result is cached per agent for
-the current generation, so a repeated read is a dict lookup.
+the current generation, so a repeated read is a dict lookup; the cache
+refers to agents weakly, so it never keeps a dropped agent (and its
+session) alive.
 
 Every function here is pure, thread-safe, and may be called from any thread
 (the pipeline calls them from executor and call actors). Guards run on the
@@ -250,11 +252,34 @@ _CACHE_LIMIT: Final = 4096
 
 
 class _ViewCache:
-    __slots__ = ("generation", "views")
+    """The views computed for one generation. It never keeps an agent
+    alive: each agent's view is filed under ``id(agent)`` beside a weak
+    reference that proves the id still names that agent, and the entry is
+    removed when the agent is freed. (The view itself holds registrations,
+    never the agent it was computed for.)"""
+
+    __slots__ = ("generation", "views", "global_view", "__weakref__")
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
-        self.views: dict[Agent | None, Mapping[str, Registration]] = {}
+        self.views: dict[int, tuple[weakref.ref[Agent], Mapping[str, Registration]]] = {}
+        self.global_view: Mapping[str, Registration] | None = None
+
+
+def _forget_view(cache: _ViewCache, key: int) -> Callable[[weakref.ref[Agent]], None]:
+    # The callback refers to its cache weakly too: no reference cycle, so a
+    # cache a publication replaced is freed at once.
+    cache_ref = weakref.ref(cache)
+
+    def forget(ref: weakref.ref[Agent]) -> None:
+        # Runs while the agent is being freed, before its id can be reused.
+        live = cache_ref()
+        if live is not None:
+            entry = live.views.get(key)
+            if entry is not None and entry[0] is ref:
+                live.views.pop(key, None)
+
+    return forget
 
 
 class RegistryState:
@@ -398,15 +423,27 @@ def _current(state: RegistryState) -> _ViewCache:
 
 def _visible(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
     cache = _current(state)
-    view = cache.views.get(agent)
-    if view is None:
-        layered = _layered(state.scopes, agent, own=True)
-        ordered = sorted(layered.values(), key=_by_seq)
-        view = MappingProxyType({reg.name: reg for reg in ordered})
-        if len(cache.views) >= _CACHE_LIMIT:
-            cache.views.clear()
-        cache.views[agent] = view
+    if agent is None:
+        view = cache.global_view
+        if view is None:
+            view = cache.global_view = _compute_view(state, None)
+        return view
+    key = id(agent)
+    entry = cache.views.get(key)
+    if entry is not None and entry[0]() is agent:
+        return entry[1]
+    view = _compute_view(state, agent)
+    views = cache.views
+    if len(views) >= _CACHE_LIMIT:
+        views.clear()
+    views[key] = (weakref.ref(agent, _forget_view(cache, key)), view)
     return view
+
+
+def _compute_view(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
+    layered = _layered(state.scopes, agent, own=True)
+    ordered = sorted(layered.values(), key=_by_seq)
+    return MappingProxyType({reg.name: reg for reg in ordered})
 
 
 def _by_seq(reg: Registration) -> int:

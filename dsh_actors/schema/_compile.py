@@ -15,8 +15,10 @@ Invariant: for every node, ``ok(v)`` is ``False`` exactly when ``errs(v,
 The recursion of both closures is bounded by the schema's depth (at most
 ``MAX_JSON_DEPTH`` levels, enforced by the subset check): a value deeper than
 its schema is never entered, and a ``{}`` node accepts its value without
-looking at it. Values are assumed to be lossless JSON already (materialized
-arguments or body values); anything else is simply judged by exact types.
+looking at it. Compiled validators assume lossless JSON (materialized
+arguments or body values) and judge anything else by exact types only; the
+one-call forms :func:`validate_json_schema_value` and :func:`validate_args`
+check losslessness first, so they are total over any Python value.
 
 Compiled validators are cached by content (the compact JSON text of the
 materialized schema, key order included so message order stays that of the
@@ -36,7 +38,7 @@ from typing import Any, Final, final
 import orjson
 
 from ..errors import JsonSchemaError, LosslessJsonError, ToolArgsError
-from ..json import FrozenDict, dumps, materialize
+from ..json import FrozenDict, check_lossless, dumps, materialize
 from ._paths import child_path, index_path, json_text
 from ._subset import check_json_schema
 
@@ -416,21 +418,49 @@ def compile_json_schema(schema: object) -> CompiledJsonSchema:
     return compiled
 
 
+def lossless_violation(value: Any, path: str = "value") -> str | None:
+    """Why ``value`` is not lossless JSON, as a violation naming its path
+    (``"value[2]": float nan is not lossless JSON``, ``"value.a": cycle:
+    ...``, ``"value[0]...": nesting deeper than 256``), or ``None``. Builds
+    nothing; a ``FrozenDict`` answers in O(1)."""
+    if type(value) is FrozenDict:
+        return None
+    try:
+        check_lossless(value, path)
+    except LosslessJsonError as err:
+        return f'"{err.path}": {err.problem}'
+    return None
+
+
 def validate_json_schema_value(schema: object, value: Any, path: str = "value") -> list[str]:
     """The violations of ``value`` against ``schema`` (empty: valid), each
     naming its path from ``path``. ``schema`` may be raw (checked and
     compiled once, cached) or a :class:`CompiledJsonSchema`; an unsupported
-    schema raises :class:`JsonSchemaError`."""
-    return compile_json_schema(schema).validate(value, path)
+    schema raises :class:`JsonSchemaError`.
+
+    Total over any Python value: one that is not lossless JSON (NaN, an
+    infinity, ``-0.0``, an int out of range, a str enum or any other
+    subclass, a dict with a non-str key, a cycle, nesting deeper than
+    ``MAX_JSON_DEPTH``) gives the one violation saying where, whatever the
+    schema (``{}`` included). The compiled form
+    (:meth:`CompiledJsonSchema.validate`) skips that check: it is for values
+    already materialized, as the pipeline's are."""
+    compiled = compile_json_schema(schema)
+    problem = lossless_violation(value, path)
+    if problem is not None:
+        return [problem]
+    return compiled.validate(value, path)
 
 
 def validate_args(schema: object, args: Any, *, path: str = "value") -> None:
     """Raise :class:`ToolArgsError` listing every violation of ``args``
-    against a tool's parameter schema (raw or compiled).
+    against a tool's parameter schema (raw or compiled); arguments that are
+    not lossless JSON are one violation, as in
+    :func:`validate_json_schema_value`.
 
     Paths are rooted at ``"value"`` (``invalid arguments: "value.x" must be
     a string``), the same root as every other validation message, so a
     model sees one vocabulary for arguments and outputs."""
-    violations = compile_json_schema(schema).validate(args, path)
+    violations = validate_json_schema_value(schema, args, path)
     if violations:
         raise ToolArgsError(violations)

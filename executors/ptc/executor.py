@@ -91,7 +91,8 @@ def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int, folde
         "signature, and one positional dict is taken as the whole arguments object.\n"
         "- Run independent calls concurrently with `asyncio.gather(...)` (at most "
         f"{limit} at once; a call that is not safe to overlap runs alone, in order).\n"
-        "- A failed call raises `ToolError` (`str(err)` is the reason, `err.code` the error code); "
+        "- A failed call raises `ToolError` (`str(err)` is the reason, `err.code` the error code, "
+        "`err.error_name` the error's class name such as `FileNotFoundError`); "
         "catch it to recover, or let it fail the run.\n"
         "- `print()` output is captured. The run's value is "
         '{"result": <the value you return, as JSON>, "output": <the printed text>}.\n'

@@ -37,9 +37,10 @@ line longer than the receiver's limit is a protocol violation.
     "omit_none"}`` each. ``limits``: ``memory_bytes``, ``cpu_seconds``,
     ``file_bytes`` (each an int or null) and ``no_processes`` (a bool).
 ``{"t": "result", "id": n, "ok": true, "value": <JSON>}``
-``{"t": "result", "id": n, "ok": false, "name": str, "error": str, "code": str | null, "sub_call_id": str}``
+``{"t": "result", "id": n, "ok": false, "name": str, "error": str, "code": str | null, "error_name": str | null, "sub_call_id": str}``
     The outcome of call ``n``: its value, or the tool's name, the failure
-    message and code, and the sub-call's id.
+    message, code and error class name (``info.name``: ``FileNotFoundError``,
+    ``ToolArgsError``), and the sub-call's id.
 
 A worker runs one program and then exits; the parent kills its whole
 process group in any case, and never reuses a worker.

@@ -544,6 +544,7 @@ class Run:
             error = result.error
             assert error is not None
             code = None if error.info is None else str(error.info.code)
+            error_name = None if error.info is None else str(error.info.name)
             self._send(
                 {
                     "t": protocol.RESULT,
@@ -552,6 +553,7 @@ class Run:
                     "name": sub.name,
                     "error": error.message,
                     "code": code,
+                    "error_name": error_name,
                     "sub_call_id": sub.call_id,
                 }
             )

@@ -100,11 +100,16 @@ class SubCall:
                 status = "succeeded"
             case SubState.SETTLED if self.result is not None:
                 error = self.result.error
-                code = None if error is None or error.info is None else error.info.code
+                info = None if error is None else error.info
                 message = "" if error is None else error.message
                 if len(message) > 300:
                     message = message[:300] + "..."
-                status = f"failed ({code}): {message}" if code else f"failed: {message}"
+                if info is None:
+                    status = f"failed: {message}"
+                else:
+                    # A plain exception from a body is TOOL_FAILED: its class says more.
+                    plain = str(info.code) == "TOOL_FAILED" and info.name != "ToolFailedError"
+                    status = f"failed ({info.name if plain else info.code}): {message}"
             case SubState.RUNNING:
                 status = "still running"  # pragma: no cover - execute() waits for it
             case _:

@@ -184,15 +184,26 @@ class Capture(io.TextIOBase):
 
 class ToolError(Exception):
     """A tool call failed: ``str(err)`` is the failure message; ``tool`` the
-    tool's name, ``code`` its failure code (``INVALID_ARGS``, ...) or None,
-    ``call_id`` the sub-call's id."""
+    tool's name, ``code`` its failure code (``INVALID_ARGS``, ``TOOL_FAILED``,
+    ...) or None, ``error_name`` the error's class name
+    (``FileNotFoundError``, ``ToolArgsError``, ...) or None, ``call_id`` the
+    sub-call's id."""
 
-    def __init__(self, message: str, *, tool: str, code: str | None = None, call_id: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str,
+        code: str | None = None,
+        call_id: str | None = None,
+        error_name: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.tool = tool
         self.code = code
         self.call_id = call_id
+        self.error_name = error_name
 
     def __str__(self) -> str:
         return self.message
@@ -239,6 +250,7 @@ class Client:
                     tool=str(message.get("name", "")),
                     code=message.get("code"),
                     call_id=message.get("sub_call_id"),
+                    error_name=message.get("error_name"),
                 )
             )
 

@@ -48,3 +48,45 @@ def test_the_installed_console_script_prints_its_help() -> None:
     assert done.stdout.startswith("usage: dsh-actors")
     for command in ("run", "schemas", "replay", "bench"):
         assert command in done.stdout
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_only_the_three_libraries_are_packaged() -> None:
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["dsh_actors*", "executors*", "policies*"]
+    from importlib import metadata
+
+    top_level = metadata.distribution("dsh-actors").read_text("top_level.txt")
+    if top_level is not None:  # the installed distribution says the same
+        assert sorted(top_level.split()) == ["dsh_actors", "executors", "policies"]
+
+
+def test_bench_finds_the_benchmarks_of_the_checkout_it_runs_in(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / "fake_benchmarks_in_the_cwd").mkdir(parents=True)
+    (checkout / "fake_benchmarks_in_the_cwd" / "__init__.py").write_text("")
+    (checkout / "fake_benchmarks_in_the_cwd" / "__main__.py").write_text("print('ran from the checkout')\n")
+    monkeypatch.chdir(checkout)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(checkout))])
+    monkeypatch.setattr(cli_main, "BENCH_PACKAGE", "fake_benchmarks_in_the_cwd")
+    outcome = cli("bench")
+    assert outcome.code == 0 and outcome.out == "ran from the checkout\n"
+
+
+def test_dev_help_names_the_benchmark_as_the_main_job_lists_every_command_and_no_code() -> None:
+    done = subprocess.run([str(REPO / "dev"), "help"], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "./dev bench [ARGS]    the main job" in text
+    for command in ("bench", "test", "setup", "demo", "mypy", "python", "help"):
+        assert f"./dev {command}" in text
+    for code in ("set -euo", "here=", "$(", "case ", "esac"):
+        assert code not in text, f"help prints the script's code: {code!r}"
+    unknown = subprocess.run([str(REPO / "dev"), "no-such-command"], capture_output=True, text=True, timeout=30, check=False)
+    assert unknown.returncode == 1 and unknown.stdout == text

@@ -407,3 +407,58 @@ def test_the_terminal_approver_asks_on_stderr_and_reads_the_answer_from_stdin(
     )  # fmt: skip
     assert TerminalApprover()(request) == decision
     assert capsys.readouterr().err == "? write_file (w) needs approval: Allow writing x?\n  allow it once? [y/N] "
+
+
+_NOISY_TOOLS = """
+from dsh_actors import ToolOutput, define_tool, text
+
+def register(rt):
+    rt.tools.register(define_tool(
+        name="hi", description="Say hi.", parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+        execute=lambda args, ctx: "hi",
+    ))
+    def broken_observer(execution, result):
+        raise ZeroDivisionError("observer bug")
+    rt.events.on("tools/result", broken_observer)
+"""
+
+
+def test_the_command_shows_the_runtimes_errors_as_one_line_each(cli: Cli, root: Path, write_module: Any) -> None:
+    module = write_module("noisy_tools", _NOISY_TOOLS)
+    outcome = cli("run", _batch(root, {"id": "c", "name": "hi"}), "--tools", str(module))
+    assert outcome.code == 0 and outcome.out.endswith("1 call: 1 ok, 0 errors\n")
+    lines = outcome.err.splitlines()
+    assert len(lines) == 1, outcome.err
+    assert lines[0].startswith("dsh-actors: ERROR: tools/result listener") and "observer bug" in lines[0]
+    assert "Traceback" not in outcome.err and "DEBUG" not in outcome.err
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_verbose_shows_full_records_with_tracebacks(cli: Cli, root: Path, write_module: Any, where: str) -> None:
+    module = write_module("noisy_tools", _NOISY_TOOLS)
+    args = ["run", str(_batch(root, {"id": "c", "name": "hi"})), "--tools", str(module)]
+    outcome = cli(*(["--verbose", *args] if where == "before" else [*args, "-v"]))
+    assert outcome.code == 0
+    assert "| ERROR    | dsh_actors.events:emit" in outcome.err
+    assert "Traceback" in outcome.err and "ZeroDivisionError: observer bug" in outcome.err
+
+
+def test_the_command_leaves_the_libraries_silent_again_when_it_returns(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    from loguru import logger
+
+    module = write_module("noisy_tools", _NOISY_TOOLS)
+    cli("run", _batch(root, {"id": "c", "name": "hi"}), "--tools", str(module), "--verbose")
+    records: list[str] = []
+    sink = logger.add(lambda message: records.append(str(message)), level="DEBUG")
+    try:
+        from dsh_actors.events import EventBus
+
+        bus = EventBus()
+        bus.on("x", lambda: 1 / 0)
+        bus.emit("x")
+    finally:
+        logger.remove(sink)
+    assert records == []

@@ -179,7 +179,7 @@ def test_pre_execute_post_execute_and_the_approval_request_see_the_batch_signal_
 # -- observers and disposers ----------------------------------------------
 
 
-def test_a_raising_tools_result_observer_is_logged_with_loguru_and_contained(rt: Any) -> None:
+def test_a_raising_tools_result_observer_is_logged_with_loguru_and_contained(rt: Any, library_logs: None) -> None:
     records: list[str] = []
     sink = logger.add(lambda message: records.append(str(message)), level="ERROR")
     try:
@@ -190,6 +190,19 @@ def test_a_raising_tools_result_observer_is_logged_with_loguru_and_contained(rt:
         logger.remove(sink)
     assert not batch.results[0].result.is_error
     assert any("tools/result" in r and "ZeroDivisionError" in r for r in records)
+
+
+def test_the_library_is_silent_until_the_application_enables_its_logs(rt: Any) -> None:
+    records: list[str] = []
+    sink = logger.add(lambda message: records.append(str(message)), level="DEBUG")
+    try:
+        rt.tools.register(tool())
+        rt.events.on("tools/result", lambda ex, res: 1 / 0)
+        rt.tools.execute(ToolBatchInput(calls=(ToolCall("c1", "t", "{}"),)))
+        logger.info("the application's own line")
+    finally:
+        logger.remove(sink)
+    assert len(records) == 1 and "the application's own line" in records[0]
 
 
 def test_every_effect_returns_an_idempotent_disposer_that_undoes_exactly_that_effect(rt: Any) -> None:

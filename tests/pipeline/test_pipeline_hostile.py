@@ -106,6 +106,35 @@ def test_a_dsh_error_from_a_body_carries_its_name_and_code(rt: Any) -> None:
     still_works(rt)
 
 
+@pytest.mark.parametrize(
+    ("exc", "name"),
+    [
+        (FileNotFoundError(2, "No such file or directory"), "FileNotFoundError"),
+        (ValueError("bad"), "ValueError"),
+        (Meltdown("core breach"), "Meltdown"),
+        (Unprintable(), "Unprintable"),
+    ],
+)
+def test_a_plain_exception_from_a_body_records_its_class_name_with_the_code_tool_failed(
+    rt: Any, exc: BaseException, name: str
+) -> None:
+    from dsh_actors import LogStep, Session, ToolBatchInput
+
+    rt.tools.register(echo_tool(execute=raiser(exc)))
+    session = Session()
+    rt.tools.execute(ToolBatchInput(calls=[call()], agent=Agent("main", session=session), log=LogStep(1, 1)))
+    result = run_one(rt)
+    assert result.error.info == ToolErrorInfo(name=name, code="TOOL_FAILED")
+    assert session.events()[-1]["error"]["info"] == {"name": name, "code": "TOOL_FAILED", "reason": None}
+
+
+def test_an_exception_with_an_empty_message_is_named_by_its_class_in_message_and_info(rt: Any) -> None:
+    rt.tools.register(echo_tool(execute=raiser(KeyError())))
+    result = run_one(rt)
+    assert result.error.message == "KeyError"
+    assert result.error.info == ToolErrorInfo(name="KeyError", code="TOOL_FAILED")
+
+
 def test_a_built_in_dsh_error_from_a_body_keeps_its_code(rt: Any) -> None:
     rt.tools.register(echo_tool(execute=raiser(ToolArgsError(["value.x is wrong"]))))
     result = run_one(rt)

@@ -79,7 +79,11 @@ def prompt_with(text: str) -> tuple[TerminalPrompt, io.StringIO]:
 def test_each_answer_maps_to_its_decision(typed: str, expected: Answer) -> None:
     prompt, _ = prompt_with(typed)
     assert prompt.decide(request()) == expected
-    assert prompt(request()) == "unavailable"  # the input is used up now
+    if expected.remember:  # "always" / "never": the same call is answered from memory
+        assert prompt.decide(request()) == Answer(expected.answer)
+        assert prompt(request(command="other")) == "unavailable"  # the input is used up now
+    else:
+        assert prompt(request()) == "unavailable"
 
 
 def test_an_unknown_answer_asks_again() -> None:
@@ -155,6 +159,49 @@ def test_always_through_the_runtime_is_remembered_for_the_same_call_only(rt: Any
     assert output.getvalue().count(PROMPT) == 2  # asked for c1 and c3 only
 
 
+def test_the_prompt_alone_remembers_always_and_never_for_the_same_call_only(rt: Any) -> None:
+    output = io.StringIO()
+    prompt = TerminalPrompt(io.StringIO("a\nnever\ny\n"), output)
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ask"))
+    rt.approvals.set(prompt)
+    rt.tools.register(tool("echo"))
+
+    first = run_one(rt, call("echo", id="c1", message="hi"), agent=MAIN)
+    again = run_one(rt, call("echo", id="c2", message="hi"), agent=MAIN)
+    other = run_one(rt, call("echo", id="c3", message="bye"), agent=MAIN)
+    other_again = run_one(rt, call("echo", id="c4", message="bye"), agent=MAIN)
+    elsewhere = run_one(rt, call("echo", id="c5", message="hi"), agent=Agent("sub"))
+
+    assert not first.is_error and not again.is_error and not elsewhere.is_error
+    for rejected in (other, other_again):
+        assert rejected.error is not None and rejected.error.message == 'the user rejected tool "echo"'
+    assert output.getvalue().count(PROMPT) == 3  # c1, c3 and (another agent) c5
+    assert len(prompt) == 2
+
+
+def test_forget_and_remember_false_make_the_prompt_ask_again() -> None:
+    prompt, output = prompt_with("a\ny\n")
+    assert prompt(request()) == "allowed-once"
+    prompt.forget("other_tool")
+    assert prompt(request()) == "allowed-once" and output.getvalue().count(PROMPT) == 1
+    prompt.forget()
+    assert prompt(request()) == "allowed-once" and output.getvalue().count(PROMPT) == 2
+
+    forgetful = TerminalPrompt(io.StringIO("a\n"), io.StringIO(), remember=False)
+    assert forgetful.decide(request()) == Answer("allowed-once", remember=True)
+    assert forgetful(request()) == "unavailable" and len(forgetful) == 0
+    assert forgetful and RememberingService(forgetful), "a service with nothing remembered is still truthy"
+
+
+def test_forgetting_in_a_remembering_service_also_forgets_in_the_prompt_it_wraps() -> None:
+    prompt, output = prompt_with("a\ny\n")
+    service = RememberingService(prompt)
+    assert service(request()) == "allowed-once"
+    service.forget()
+    assert len(prompt) == 0 and len(service) == 0
+    assert service(request()) == "allowed-once" and output.getvalue().count(PROMPT) == 2
+
+
 # -- a pipe: the signal wakes a blocked read ------------------------------------------
 
 
@@ -197,7 +244,8 @@ def test_a_pipe_answer_and_a_closed_pipe(pipe: tuple[io.TextIOWrapper, io.TextIO
     assert prompt.decide(request()) == Answer("allowed-once")
     assert prompt.decide(request()) == Answer("rejected", remember=True)
     writer.close()
-    assert prompt(request()) == "unavailable"
+    assert prompt(request()) == "rejected"  # "never" is remembered: no prompt
+    assert prompt(request(command="other")) == "unavailable"
 
 
 def test_the_batch_abort_cancels_a_pending_prompt_through_the_runtime(

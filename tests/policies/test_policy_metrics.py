@@ -50,10 +50,11 @@ def test_outcomes_are_counted_by_tool_and_code(rt: Any) -> None:
 
     snap = metrics.snapshot()
     assert snap["calls"] == 5
-    assert snap["outcomes"] == {"ERROR": 1, "INVALID_ARGS": 1, "UNKNOWN_TOOL": 1, "ok": 2}
+    # A plain exception from a body is TOOL_FAILED (its info names the class).
+    assert snap["outcomes"] == {"TOOL_FAILED": 1, "INVALID_ARGS": 1, "UNKNOWN_TOOL": 1, "ok": 2}
     assert snap["tools"]["echo"]["outcomes"] == {"ok": 2}
     assert snap["tools"]["invalid"]["outcomes"] == {"INVALID_ARGS": 1}
-    assert snap["tools"]["plain"]["outcomes"] == {"ERROR": 1}
+    assert snap["tools"]["plain"]["outcomes"] == {"TOOL_FAILED": 1}
     assert snap["tools"]["missing"]["outcomes"] == {"UNKNOWN_TOOL": 1}
     assert metrics.count("echo") == 2 and metrics.count("echo", "ERROR") == 0
     assert snap["in_flight"] == 0

@@ -43,7 +43,7 @@ def spill_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def warnings() -> Iterator[list[str]]:
+def warnings(library_logs: None) -> Iterator[list[str]]:
     messages: list[str] = []
     sink = logger.add(lambda message: messages.append(str(message)), level="WARNING", format="{message}")
     try:

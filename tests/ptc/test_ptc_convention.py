@@ -72,16 +72,17 @@ def test_a_failed_sub_call_raises_a_tool_error_the_program_can_catch(rt: Any, pt
         "try:\n"
         "    await tools.write()\n"
         "except ToolError as err:\n"
-        "    out.append([str(err), err.code, err.tool, err.call_id])\n"
+        "    out.append([str(err), err.code, err.error_name, err.tool, err.call_id])\n"
         "try:\n"
         "    await tools.need(x='not an int')\n"
         "except ToolError as err:\n"
-        "    out.append([str(err), err.code])\n"
+        "    out.append([str(err), err.code, err.error_name])\n"
         "return out\n",
     )
-    assert result.value["result"][0] == ("the disk is read-only", None, "write", "c1:ptc:1")
-    message, code = result.value["result"][1]
-    assert code == "INVALID_ARGS" and message.startswith("invalid arguments:")
+    # A plain exception in the tool body: its class name reaches the program.
+    assert result.value["result"][0] == ("the disk is read-only", "TOOL_FAILED", "ValueError", "write", "c1:ptc:1")
+    message, code, error_name = result.value["result"][1]
+    assert code == "INVALID_ARGS" and error_name == "ToolArgsError" and message.startswith("invalid arguments:")
 
 
 def test_an_uncaught_tool_error_fails_the_run_with_the_traceback_output_and_the_sub_calls(rt: Any, ptc: Any) -> None:
@@ -103,7 +104,7 @@ def test_an_uncaught_tool_error_fails_the_run_with_the_traceback_output_and_the_
     assert 'File "<run_code>", line 3' in message and "data = await tools.read()" in message
     assert "worker.py" not in message  # the worker's own frames are not shown
     assert "- c1:ptc:1 echo: succeeded" in message
-    assert "- c1:ptc:2 read: failed: no such file" in message
+    assert "- c1:ptc:2 read: failed (ValueError): no such file" in message
     assert message.endswith("Output before the run ended:\nbefore the failure\n")
     assert result.error.info.name == "CodeRunFailedError"
 

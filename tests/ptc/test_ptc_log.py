@@ -57,7 +57,11 @@ def test_the_log_holds_start_and_settle_events_in_order_with_the_core_shapes(rt:
         "meta": None,
     }
     assert events[4]["is_error"] is True
-    assert events[4]["error"] == {"message": "broken", "info": None}
+    # The body raised a plain exception: the log names its class.
+    assert events[4]["error"] == {
+        "message": "broken",
+        "info": {"name": "ValueError", "code": "TOOL_FAILED", "reason": None},
+    }
     assert events[4]["content"] == [{"type": "text", "text": "Error: broken"}]
     replayed = agent.session.results_by_call(ptc=True)
     assert sorted(replayed) == ["c1:ptc:1", "c1:ptc:2"]

@@ -128,3 +128,34 @@ def test_a_write_racing_with_stop_never_hangs() -> None:
     thread.join(WAIT)
     assert not thread.is_alive()
     assert all("stopped" in str(e) for e in errors)
+
+
+def test_a_stopped_runtime_refuses_use_approvals_set_and_events_on_like_tools() -> None:
+    import policies
+
+    rt = ToolRuntime().start()
+    listener_off = rt.events.on("tools/result", lambda execution, result: None)
+    approval_off = rt.approvals.set(lambda request: "allowed-once")
+    plugin_off = rt.use(policies.timeout)
+    rt.stop()
+    with pytest.raises(RuntimeError, match="the ToolRuntime is stopped"):
+        rt.tools
+    with pytest.raises(RuntimeError, match="the ToolRuntime is stopped"):
+        rt.use(policies.timeout)
+    with pytest.raises(RuntimeError, match="the ToolRuntime is stopped"):
+        rt.approvals.set(lambda request: "allowed-once")
+    with pytest.raises(RuntimeError, match="the ToolRuntime is stopped"):
+        rt.events.on("tools/result", lambda execution, result: None)
+    # What was installed before can still be undone, without error.
+    for off in (listener_off, approval_off, plugin_off):
+        off()
+    assert rt.approvals.service is None and not rt.events.has_listeners("tools/result")
+
+
+def test_a_new_runtime_accepts_listeners_and_approval_services_before_it_starts() -> None:
+    rt = ToolRuntime()
+    off = rt.events.on("tools/result", lambda execution, result: None)
+    rt.approvals.set(lambda request: "allowed-once")
+    with rt:
+        assert rt.events.has_listeners("tools/result")
+    off()

@@ -282,3 +282,53 @@ def test_when_must_be_callable_or_none(rt: Any) -> None:
     with pytest.raises(RegistrationError, match=r'cannot register tool "x": when must be callable or None \(got bool\)'):
         rt.tools.register(tool("x"), when=True)
     assert rt.tools.get("x") is None
+
+
+# --------------------------------------------------------------------------
+# The per-generation view cache never owns an agent
+# --------------------------------------------------------------------------
+
+
+def test_dropped_agents_and_their_sessions_are_freed_before_the_next_registry_write(rt: Any) -> None:
+    import gc
+    import weakref
+
+    from dsh_actors.model import LogStep, ToolBatchInput, ToolCall
+    from dsh_actors.session import Session
+
+    rt.tools.register(tool("echo", is_concurrency_safe=lambda args: True))
+    generation = rt.state.generation
+    agents: list[weakref.ref[Agent]] = []
+    sessions: list[weakref.ref[Session]] = []
+    for i in range(3000):
+        agent = Agent(f"a{i}", session=Session())
+        result = rt.tools.execute(
+            ToolBatchInput(calls=[ToolCall(f"c{i}", "echo", "{}")], agent=agent, log=LogStep(turn=1, step=1))
+        )
+        assert not result.results[0].result.is_error
+        agents.append(weakref.ref(agent))
+        sessions.append(weakref.ref(agent.session))  # type: ignore[arg-type]
+        del agent, result
+    gc.collect()
+    assert rt.state.generation == generation, "no registry write happened meanwhile"
+    assert sum(ref() is not None for ref in agents) == 0
+    assert sum(ref() is not None for ref in sessions) == 0
+    # The cache still works, and an id reused by a new agent is not mistaken
+    # for a dropped one's.
+    fresh = Agent("fresh")
+    rt.tools.scope(fresh).register(tool("own"))
+    assert names(rt.tools.definitions(fresh)) == ["echo", "own"]
+    assert names(rt.tools.definitions(Agent("other"))) == ["echo"]
+
+
+def test_the_view_cache_recognises_the_same_agent_and_never_a_new_one_with_a_reused_id(rt: Any) -> None:
+    rt.tools.register(tool("g"))
+    keep = Agent("keep")
+    rt.tools.scope(keep).register(tool("mine"))
+    first = visible(rt.state, keep)
+    assert visible(rt.state, keep) is first, "a repeated read is a cache hit"
+    for _ in range(50):  # CPython reuses a freed object's id at once, often
+        other = Agent("other")
+        assert list(visible(rt.state, other)) == ["g"]
+        del other
+    assert list(visible(rt.state, keep)) == ["g", "mine"]

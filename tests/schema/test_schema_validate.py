@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import enum
 from typing import Any
 
 import pytest
@@ -216,22 +217,24 @@ def deep_list(depth: int) -> Any:
     return value
 
 
-def test_a_100000_deep_value_against_an_empty_schema_is_accepted_without_walking() -> None:
+def test_a_100000_deep_value_against_an_empty_schema_is_accepted_by_the_compiled_form_without_walking() -> None:
     assert compile_json_schema({}).is_valid(deep_list(100_000))
-    assert validate_json_schema_value({}, deep_list(100_000)) == []
+    assert compile_json_schema({}).validate(deep_list(100_000)) == []
 
 
-def test_a_100000_deep_value_against_an_array_schema_is_checked_only_as_deep_as_the_schema() -> (
-    None
-):
-    assert validate_json_schema_value({"type": "array"}, deep_list(100_000)) == []
+def test_the_compiled_form_checks_a_100000_deep_value_only_as_deep_as_the_schema() -> None:
+    assert compile_json_schema({"type": "array"}).validate(deep_list(100_000)) == []
     schema = {
         "type": "array",
         "items": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
     }
-    assert validate_json_schema_value(schema, deep_list(100_000)) == [
-        '"value[0][0][0]" must be a string'
-    ]
+    assert compile_json_schema(schema).validate(deep_list(100_000)) == ['"value[0][0][0]" must be a string']
+
+
+def test_the_one_call_form_reports_a_value_nested_deeper_than_max_json_depth_whatever_the_schema() -> None:
+    for schema in ({}, {"type": "array"}):
+        (violation,) = validate_json_schema_value(schema, deep_list(100_000))
+        assert violation == '"value' + "[0]" * 256 + '": nesting deeper than 256'
 
 
 def test_a_value_as_deep_as_a_256_level_schema_validates() -> None:
@@ -248,6 +251,88 @@ def test_a_value_as_deep_as_a_256_level_schema_validates() -> None:
         bad = [bad]
     (violation,) = compiled.validate(bad)
     assert violation == '"value' + "[0]" * 255 + '" must be null'
+
+
+# --- the one-call forms are total over any Python value ------------------------
+
+
+class Colour(str, enum.Enum):
+    RED = "red"
+
+
+def _cyclic_list() -> list[Any]:
+    value: list[Any] = [1]
+    value.append(value)
+    return value
+
+
+def _cyclic_dict() -> dict[str, Any]:
+    value: dict[str, Any] = {"a": 1}
+    value["self"] = {"again": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "violation"),
+    [
+        ({"type": "number"}, float("nan"), '"value": float nan is not lossless JSON'),
+        ({"type": "number"}, float("inf"), '"value": float inf is not lossless JSON'),
+        ({"type": "number"}, -0.0, '"value": -0.0 is not lossless JSON'),
+        ({"type": "integer"}, 2**64, '"value": int 2**64 is out of range [-2**63, 2**64-1]'),
+        ({}, Colour.RED, f'"value": str subclass {Colour.__module__}.Colour is not lossless JSON (exact types only)'),
+        (
+            {"type": "string", "enum": ["red"]},
+            Colour.RED,
+            f'"value": str subclass {Colour.__module__}.Colour is not lossless JSON (exact types only)',
+        ),
+        ({}, _cyclic_list(), '"value[1]": cycle: value[1] refers back to value'),
+        ({}, _cyclic_dict(), '"value.self.again": cycle: value.self.again refers back to value'),
+        ({}, {1: "a"}, '"value": dict key 1 (int) is not a string'),
+        ({"type": "object"}, {"ok": {2.5: 1}}, '"value.ok": dict key 2.5 (float) is not a string'),
+        ({"type": "array"}, [1, {"x": [float("nan")]}], '"value[1].x[0]": float nan is not lossless JSON'),
+        ({}, {"a": {1, 2}}, '"value.a": set is not lossless JSON'),
+        (
+            {"type": "string"},
+            "a\ud800",
+            '"value": str with a lone surrogate (U+D800 at index 1) is not lossless JSON '
+            "(it cannot be encoded as UTF-8)",
+        ),
+    ],
+)
+def test_a_value_that_is_not_lossless_json_is_one_violation_naming_its_path(
+    schema: Any, value: Any, violation: str
+) -> None:
+    (found,) = validate_json_schema_value(schema, value)
+    assert found == violation
+    with pytest.raises(ToolArgsError) as caught:
+        validate_args(schema, value)
+    assert caught.value.violations == (found,)
+
+
+def test_three_hundred_nested_lists_are_a_violation_not_a_recursion_error() -> None:
+    (violation,) = validate_json_schema_value({}, deep_list(300))
+    assert violation.endswith('": nesting deeper than 256')
+
+
+def test_the_path_of_a_lossless_violation_starts_at_the_root_name_given() -> None:
+    assert validate_json_schema_value({}, [float("nan")], path="output") == [
+        '"output[0]": float nan is not lossless JSON'
+    ]
+
+
+def test_an_unsupported_schema_still_raises_for_a_value_that_is_not_lossless() -> None:
+    with pytest.raises(JsonSchemaError):
+        validate_json_schema_value({"type": "string", "format": "uri"}, float("nan"))
+
+
+def test_a_frozen_value_is_not_walked_again_by_the_one_call_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    frozen = materialize({"a": [1, 2], "b": {"c": None}})
+
+    def walked(*args: Any) -> None:
+        raise AssertionError("a FrozenDict is lossless by construction")
+
+    monkeypatch.setattr(_compile, "check_lossless", walked)
+    assert validate_json_schema_value({"type": "object"}, frozen) == []
 
 
 # --- compile, cache, errors -------------------------------------------------------
