@@ -189,7 +189,7 @@ __all__ = [
     "FileLocation",
     "FileDiff",
     "ReadFileLine",
-    # Beyond SPEC section 1: every error class the runtime raises or records
+    # Beyond the names the contract first pinned: every error class the runtime raises or records
     # in results, and the records search and web cards are made of.
     "ToolPolicyError",
     "ToolFailedError",

@@ -303,6 +303,9 @@ class MailboxActor(ActorBase):
                 self.handle(item)
             except BaseException as exc:  # noqa: BLE001 - nothing escapes the loop
                 logger.opt(exception=exc).error("{} failed handling {}", name, type(item).__qualname__)
+            # Not held while waiting for the next one (a batch keeps its
+            # agent, session and results alive).
+            del item
 
     def handle(self, message: Any) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

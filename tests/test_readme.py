@@ -28,6 +28,10 @@ def namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[
     write files such as trace.json); any runtime they left running is
     stopped afterwards, and no thread may survive that."""
     monkeypatch.chdir(tmp_path)
+    # As from the checkout's root, where the README's commands run: `python
+    # -m examples...` finds the examples (run from the checkout, not
+    # installed), also in a subprocess that gets a minimal environment.
+    (tmp_path / "examples").symlink_to(README.parent / "examples", target_is_directory=True)
     before = live_threads()
     names: dict[str, Any] = {"__name__": "readme"}
     try:

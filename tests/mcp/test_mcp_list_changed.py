@@ -53,6 +53,7 @@ def test_every_page_is_listed_and_output_schemas_are_enforced(conn: ServerConnec
         unmount()
 
 
+@pytest.mark.usefixtures("library_logs")
 def test_list_changed_relists_and_swaps_the_registrations(conn: ServerConnection, rt: ToolRuntime) -> None:
     assert conn.session is not None
     unmount = conn.run(mount(rt, conn.session, prefix="x_"))

@@ -265,6 +265,7 @@ def test_a_body_running_on_the_sessions_loop_awaits_the_sdk_there(conn: ServerCo
     assert "direct" in conn.call_directly("cancellations", {"tag": "direct"}).structured_content["result"]
 
 
+@pytest.mark.usefixtures("library_logs")
 def test_a_call_the_blocked_session_loop_cannot_start_is_logged_then_runs(
     conn: ServerConnection, mounted: ToolRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
