@@ -73,7 +73,10 @@ def test_a_body_still_running_at_stops_timeout_is_named_in_the_batch_error_and_l
         release.set()
     err = info.value
     codes = [code_of(r.result) for r in err.results]
-    assert codes[1] == "ABORTED" and set(codes[2:]) == {"ABORTED_BEFORE_DISPATCH"}
+    assert codes[0] is None and codes[1] == "ABORTED"
+    # c2 and c3 ran beside c1 or never started: either way no success
+    # survives the stop.
+    assert set(codes[2:]) <= {"ABORTED", "ABORTED_BEFORE_DISPATCH"}
     assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1", "c2", "c3"]
     assert session.pending_calls() == []
     assert_no_new_threads(before)  # the stubborn call actor ends once its body returns
