@@ -73,9 +73,9 @@ def test_a_body_still_running_at_stops_timeout_is_named_in_the_batch_error_and_l
         release.set()
     err = info.value
     codes = [code_of(r.result) for r in err.results]
-    assert codes[0] is None and codes[1] == "ABORTED"
-    # c2 and c3 ran beside c1 or never started: either way no success
-    # survives the stop.
+    assert codes[0] in (None, "ABORTED") and codes[1] == "ABORTED"
+    # c0, c2 and c3 ran beside c1 (c0 may have committed before the stop)
+    # or never started: after the stop no success survives but a committed one.
     assert set(codes[2:]) <= {"ABORTED", "ABORTED_BEFORE_DISPATCH"}
     assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1", "c2", "c3"]
     assert session.pending_calls() == []
