@@ -191,6 +191,11 @@ class ResolveToolSet:
     reply: Future[ResolvedToolSet] | None = None
     """Completed with the reply, or the error."""
 
+    loop: Any = None
+    """The event loop ``async def`` conditions run on (``resolve_async``
+    passes the loop that awaits it); None: the runtime's bound loop, else its
+    own loop thread."""
+
 
 RegistryMessage: TypeAlias = Union[
     Register, Unregister, Restrict, AddGuard, SetExecutor, Retract, ExecuteBatch, ResolveToolSet

@@ -10,6 +10,7 @@ is never called).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -118,17 +119,30 @@ class ToolRuntime:
     ``DEFAULT_CALL_ACTORS``, 64): concurrent batches share them first come,
     first served, each within its own limit; a body waiting on a nested
     batch lends its slot meanwhile, so nested batches never deadlock.
+    ``loop`` binds the runtime to an application's event loop: the async
+    tool bodies of every batch run there (``execute_async`` runs a batch's on
+    the loop that awaits it anyway); without one, batches started from
+    sync code run theirs on the runtime's own loop thread.
     """
 
-    def __init__(self, max_parallel_tool_calls: int = 10, *, max_call_actors: int = DEFAULT_CALL_ACTORS) -> None:
+    def __init__(
+        self,
+        max_parallel_tool_calls: int = 10,
+        *,
+        max_call_actors: int = DEFAULT_CALL_ACTORS,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
             raise ValueError(
                 f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}"
             )
         if type(max_call_actors) is not int or max_call_actors < 1:
             raise ValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
+        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
+            raise TypeError(f"loop must be an asyncio event loop, not {type(loop).__qualname__}")
         self.max_parallel_tool_calls = max_parallel_tool_calls
         self.max_call_actors = max_call_actors
+        self.bound_loop = loop
         self._pool: CallPool | None = None
         self._halted = False
         self._stop_deadline = 0.0

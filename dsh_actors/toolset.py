@@ -22,6 +22,7 @@ visibility, so a change is honoured from the moment it is published.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Mapping
@@ -231,12 +232,17 @@ class ToolSetActor(ActorBase):
 
     Sync conditions run on this actor's thread, one after the other (they
     should be quick and must observe ``context.signal`` if they wait);
-    ``async def`` conditions run concurrently on the runtime's loop thread
-    and are cancelled if the resolution fails or is cancelled.
+    ``async def`` conditions run concurrently on the resolution's event
+    loop (the one that awaits ``resolve_async``, or the runtime's bound
+    loop; else the runtime's own loop thread) and are cancelled if the
+    resolution fails or is cancelled.
     """
 
-    def __init__(self, group: ActorGroup, runtime: ToolRuntime, context: ToolActivationContext, reply: Any) -> None:
+    def __init__(
+        self, group: ActorGroup, runtime: ToolRuntime, context: ToolActivationContext, reply: Any, loop: Any = None
+    ) -> None:
         super().__init__(group)
+        self._loop = loop  # where async conditions run (None: the runtime's loop thread)
         self._runtime = runtime
         self._context = context
         self._reply = reply
@@ -301,7 +307,15 @@ class ToolSetActor(ActorBase):
             if inspect.isawaitable(answer):
                 coro = _awaited(answer)
                 try:
-                    future = self._runtime.loop.submit(coro)
+                    if self._loop is None:
+                        future = self._runtime.loop.submit(coro)
+                    else:
+                        if self._loop.is_closed() or not self._loop.is_running():
+                            raise RuntimeError(
+                                f'the event loop that runs the activation condition of tool "{reg.name}" '
+                                "is not running"
+                            )
+                        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
                 except BaseException as exc:  # noqa: BLE001 - the loop is gone (stopping)
                     coro.close()
                     if inspect.iscoroutine(answer):

@@ -114,6 +114,7 @@ class Call:
         "sealed",
         "body_parent",
         "body_hook",
+        "loop",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -147,6 +148,9 @@ class Call:
         # The executor's ``tool_body(definition)`` (None: the definition's
         # own body runs), asked when the body is about to run.
         self.body_hook: Any = None
+        # The event loop an async body runs on (the batch's); None: the
+        # runtime's own loop thread.
+        self.loop: Any = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
@@ -514,7 +518,7 @@ def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExec
             body, is_async = replacement, None
     call.body_invoked = True
     try:
-        value = _invoke(rt, body, execution.arguments, ctx, is_async)
+        value = _invoke(rt, body, execution.arguments, ctx, is_async, call.loop)
     except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
         contexts, _ = ctx._take()
         result = failure_from_exception(exc, contexts)
@@ -541,7 +545,9 @@ def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExec
     return result
 
 
-def _invoke(rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None) -> Any:
+def _invoke(
+    rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None, loop: Any = None
+) -> Any:
     """Call a tool body: a sync body here; an ``async def`` body (or a sync
     one that returns a coroutine) on the runtime's loop thread, cancelled
     (``ABORTED``) when ``ctx.signal`` fires. Never abandons a started body.
@@ -549,10 +555,10 @@ def _invoke(rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, is_async: 
     computed once); ``None`` computes it."""
     if is_async_callable(fn) if is_async is None else is_async:
         signal = ctx.signal  # the task's cancellation needs it: fuse it now
-        return _await_on_loop(rt, fn(args, ctx), signal)
+        return _await_on_loop(rt, fn(args, ctx), signal, loop, ctx.name)
     value = fn(args, ctx)
     if isinstance(value, CoroutineType):  # inspect.iscoroutine
-        return _await_on_loop(rt, value, ctx.signal)
+        return _await_on_loop(rt, value, ctx.signal, loop, ctx.name)
     return value
 
 
@@ -563,22 +569,39 @@ class _Escaped:
         self.exc = exc
 
 
-def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
-    """Run ``coro`` as a task on the runtime's loop and wait for it to end.
+def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal, loop: Any = None, name: str = "?") -> Any:
+    """Run ``coro`` as a task on ``loop`` (the batch's event loop: the one
+    that awaited ``execute_async`` or the runtime's bound loop; None: the
+    runtime's own loop thread) and wait for it to end, on this thread.
 
     When ``signal`` fires the *task* is cancelled (so ``await``s inside the
     body raise ``CancelledError``), but the wait goes on until the task has
     really finished: a body that catches the cancellation to clean up is
     never abandoned. A task that ends cancelled because of the signal gives
-    :class:`AbortError` (``ABORTED``).
+    :class:`AbortError`: ``ABORTED`` once its body had started,
+    ``ABORTED_BEFORE_DISPATCH`` when it was cancelled before its first step
+    (the coroutine is then closed, never left un-awaited). A loop that is
+    closed, not running, or stops before the task ends fails the call with
+    a clear error; the batch never hangs on it.
     """
-    loop_thread = rt.loop
-    if loop_thread.in_loop_thread():  # pragma: no cover - defensive
-        coro.close()
-        raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
-    loop = loop_thread.loop
+    if loop is None:
+        loop_thread = rt.loop
+        if loop_thread.in_loop_thread():  # pragma: no cover - defensive
+            coro.close()
+            raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
+        target = loop_thread.loop
+    else:
+        target = loop
+        if target.is_closed() or not target.is_running():
+            coro.close()
+            state = "closed" if target.is_closed() else "not running"
+            raise RuntimeError(
+                f'the event loop that runs async tool "{name}" is {state} '
+                "(the batch's loop must run until the batch settles)"
+            )
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
     tasks: list[asyncio.Task[Any]] = []
+    started = False  # the body took its first step (on the loop's thread)
     cancelled_by_signal = False
 
     def settle(task: asyncio.Task[Any]) -> None:
@@ -594,6 +617,8 @@ def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
                 done.set_result(value)
 
     async def shielded() -> Any:
+        nonlocal started
+        started = True
         # SystemExit/KeyboardInterrupt escaping a task would stop the loop;
         # carry them back to this thread as the body's exception instead.
         try:
@@ -604,7 +629,12 @@ def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
             return _Escaped(exc)
 
     def start() -> None:
-        task = loop.create_task(shielded())
+        if signal.aborted:
+            # Aborted before its first step: it never starts (and its
+            # coroutine is closed by the waiter, not left un-awaited).
+            done.set_exception(asyncio.CancelledError())
+            return
+        task = target.create_task(shielded())
         tasks.append(task)
         task.add_done_callback(settle)
 
@@ -615,20 +645,43 @@ def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal) -> Any:
     def on_abort(_: AbortSignal) -> None:
         nonlocal cancelled_by_signal
         cancelled_by_signal = True
-        loop.call_soon_threadsafe(cancel)  # FIFO: always after start()
+        try:
+            target.call_soon_threadsafe(cancel)  # FIFO: always after start()
+        except RuntimeError:  # the loop closed meanwhile: the wait below sees it
+            pass
 
-    loop.call_soon_threadsafe(start)
+    try:
+        target.call_soon_threadsafe(start)
+    except RuntimeError:  # closed just now
+        coro.close()
+        raise RuntimeError(f'the event loop that runs async tool "{name}" is closed') from None
     unsubscribe = signal.add_callback(on_abort)
     try:
         try:
             with rt.call_pool.lent():  # a parked call actor holds no slot
-                return done.result()
+                while True:
+                    try:
+                        return done.result(timeout=_LOOP_CHECK)
+                    except concurrent.futures.TimeoutError:
+                        if target.is_closed() or not target.is_running():
+                            if not done.done():
+                                if not started:
+                                    coro.close()
+                                raise RuntimeError(
+                                    f'the event loop that runs async tool "{name}" stopped before the call ended'
+                                ) from None
         except asyncio.CancelledError:
-            if cancelled_by_signal:
-                raise AbortError() from None
+            if not started:
+                coro.close()  # cancelled before its first step: never awaited
+            if cancelled_by_signal or signal.aborted:
+                raise AbortError(before_dispatch=not started) from None
             raise
     finally:
         unsubscribe()
+
+
+#: Seconds between checks that an async body's loop still runs.
+_LOOP_CHECK = 0.25
 
 
 def _revalidate(rt: ToolRuntime, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:

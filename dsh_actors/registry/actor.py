@@ -166,13 +166,14 @@ class RegistryActor(ActorBase):
                 raise TypeError(
                     f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}"
                 )
-            ref = ToolSetActor.spawn(self.group, self.runtime, context, message.reply)
+            loop = message.loop if message.loop is not None else self.runtime.bound_loop
+            ref = ToolSetActor.spawn(self.group, self.runtime, context, message.reply, loop)
             ref.tell(_Begin())
         except BaseException as exc:  # noqa: BLE001 - goes to the requester
             settle(message.reply, error=exc)
 
 
-def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply) -> None:
+def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply, loop: Any = None) -> None:
     """What ``ExecuteBatch`` means: check ``batch``, pick the nearest
     executor on its agent's chain, start the batch there and settle
     ``reply`` with its ``ToolBatchResult`` or its error. Never raises.
@@ -192,7 +193,7 @@ def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply) -> No
         if executor is None:
             raise ExecutorUnavailableError(describe_scope(batch.agent))
         if isinstance(executor, NativeExecutor) and type(executor).submit is NativeExecutor.submit:
-            executor._submit(batch, reply, checked=True)
+            executor._submit(batch, reply, checked=True, loop=loop)
             return
         submit = getattr(executor, "submit", None)
         if callable(submit):

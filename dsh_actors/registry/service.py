@@ -330,6 +330,16 @@ class ToolsService:
         self._tell(ResolveToolSet(context=context, reply=future), future)
         return self._wait(future, "the tool set resolution", limit=None)
 
+    async def resolve_async(self, context: ToolActivationContext) -> ResolvedToolSet:
+        """:meth:`resolve` without blocking the event loop: ``await`` it.
+        ``async def`` conditions run on this very loop (so they may use what
+        is bound to it); sync ones on the tool-set actor's thread."""
+        if not isinstance(context, ToolActivationContext):
+            raise TypeError(f"resolve_async() takes a ToolActivationContext, not {type(context).__qualname__}")
+        future: Future[ResolvedToolSet] = Future()
+        self._tell(ResolveToolSet(context=context, reply=future, loop=asyncio.get_running_loop()), future)
+        return await asyncio.wrap_future(future)
+
     # -- batches -----------------------------------------------------------
 
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
@@ -340,7 +350,7 @@ class ToolsService:
         self._start(batch, future)
         return future
 
-    def _start(self, batch: ToolBatchInput, reply: Reply) -> None:
+    def _start(self, batch: ToolBatchInput, reply: Reply, loop: Any = None) -> None:
         if not isinstance(batch, ToolBatchInput):
             raise TypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
         if batch.agent is None and self._scope is not None:
@@ -349,7 +359,7 @@ class ToolsService:
         rt._require()  # a stopped runtime raises here, as a tell to its registry would
         # What the registry actor does with ExecuteBatch(batch), run here:
         # one implementation, minus the hop to the registry's thread.
-        start_batch(rt, batch, reply)
+        start_batch(rt, batch, reply, loop)
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
         """Run ONE call through the whole pipeline on the calling thread and
@@ -377,9 +387,15 @@ class ToolsService:
         """Run ``batch`` and return its settled result, blocking the calling
         thread (however long the batch takes, but not past ``rt.stop()``).
         Raises ``ExecutorUnavailableError`` when no executor is available."""
+        rt = self._rt
+        bound = rt.bound_loop
+        if bound is not None and bound.is_running() and _on_loop_thread(bound):
+            raise RuntimeError(
+                "execute() would block the event loop this runtime is bound to (its async tools run "
+                "there): use await rt.tools.execute_async(batch) from that loop"
+            )
         reply = _Reply()
         self._start(batch, reply)
-        rt = self._rt
         with rt.call_pool.lent():  # a tool body's nested batch holds no slot
             while not reply.wait(_SLICE):
                 # A stopping runtime drains its batches and answers them; only
@@ -390,8 +406,14 @@ class ToolsService:
         return result
 
     async def execute_async(self, batch: ToolBatchInput) -> ToolBatchResult:
-        """``await`` the batch without blocking the event loop."""
-        return await asyncio.wrap_future(self.submit(batch))
+        """``await`` the batch without blocking the event loop. Its async
+        tool bodies run on this very loop (so they may use clients, futures
+        and locks bound to it); its sync bodies, listeners and policies run
+        on the runtime's threads, as for :meth:`execute`."""
+        loop = asyncio.get_running_loop()
+        future: Future[ToolBatchResult] = Future()
+        self._start(batch, future, loop)
+        return await asyncio.wrap_future(future)
 
     # -- plumbing ----------------------------------------------------------
 
@@ -447,6 +469,13 @@ class ToolsService:
                     raise RuntimeError(f"{STOPPED} (before {what} finished)") from None
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"{what} did not finish within {limit}s") from None
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _running(rt: ToolRuntime) -> bool:

@@ -111,10 +111,14 @@ class BatchRun:
         "hook",
         "reply",
         "early",
+        "loop",
     )
 
-    def __init__(self, rt: ToolRuntime, native: NativeExecutor, batch: ToolBatchInput, limit: int, reply: Reply) -> None:
+    def __init__(
+        self, rt: ToolRuntime, native: NativeExecutor, batch: ToolBatchInput, limit: int, reply: Reply, loop: Any = None
+    ) -> None:
         self.rt = rt
+        self.loop = loop  # where async bodies run (None: the runtime's loop thread)
         self.native = native
         self.batch = batch
         self.limit = limit
@@ -418,6 +422,7 @@ class BatchRun:
         )
         call.body_parent = self.body_parent
         call.body_hook = self.hook
+        call.loop = self.loop
         return call
 
     def _call_at(self, index: int) -> Call:

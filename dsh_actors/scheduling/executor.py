@@ -151,7 +151,7 @@ class NativeExecutor:
         self._submit(batch, future, checked=False)
         return future
 
-    def _submit(self, batch: ToolBatchInput, reply: Reply, *, checked: bool) -> None:
+    def _submit(self, batch: ToolBatchInput, reply: Reply, *, checked: bool, loop: Any = None) -> None:
         """:meth:`submit` into a given future (``checked``: the caller ran
         ``check_batch`` already, as the registry's ``start_batch`` does)."""
         rt = self._rt
@@ -167,7 +167,7 @@ class NativeExecutor:
         if not checked:
             check_batch(batch)
         executor = self._acquire_executor(rt)
-        executor.tell(RunBatch(batch=batch, reply=reply, limit=limit))
+        executor.tell(RunBatch(batch=batch, reply=reply, limit=limit, loop=loop if loop is not None else rt.bound_loop))
 
     # -- the executor actors' pool ------------------------------------------
 
@@ -230,7 +230,7 @@ class ExecutorActor(MailboxActor):
         match message:
             case RunBatch():
                 native = self._native
-                run = BatchRun(self._rt, native, message.batch, message.limit, message.reply)
+                run = BatchRun(self._rt, native, message.batch, message.limit, message.reply, message.loop)
                 native._started(run)
                 try:
                     outcome = run.run()

@@ -45,6 +45,10 @@ class RunBatch:
     """Settled once every call has committed."""
     limit: int
     """The concurrency limit for this batch (already validated)."""
+    loop: Any = None
+    """The event loop the batch's async bodies run on (the one that awaited
+    ``execute_async``, or the runtime's bound loop); None: the runtime's own
+    loop thread."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
