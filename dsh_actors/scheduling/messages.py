@@ -13,7 +13,7 @@ holds the message owns the call), never a lock or a cursor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import ToolBatchInput
@@ -78,5 +78,3 @@ class Deadline:
     """``rt.stop()``'s timeout passed with this batch still running: commit
     the calls still out as ABORTED and reply now."""
 
-
-BatchMessage = Union[Settled, Wake, Deadline]
