@@ -23,7 +23,7 @@ from typing import Any
 from . import scheduling
 from ._util import Progress, Row, Target, fmt_ms, fmt_us, machine, ratio, render_table
 
-SECTIONS = ("overhead", "pool", "abort", "agents", "ptc")
+SECTIONS = ("overhead", "pool", "abort", "agents", "async", "ptc")
 
 
 def run(quick: bool, trace_path: str | None, only: Sequence[str]) -> dict[str, Any]:
@@ -50,6 +50,12 @@ def run(quick: bool, trace_path: str | None, only: Sequence[str]) -> dict[str, A
             report["abort"] = scheduling.run_abort(plan, progress)
         if "agents" in wanted:
             report["agents"] = scheduling.run_agents(plan, progress)
+        if "async" in wanted:
+            from . import asyncio_bench
+
+            progress.note("async")
+            report["async"] = asyncio_bench.run(plan)
+            progress.advance("async")
         if "ptc" in wanted:
             from . import ptc
 
@@ -126,6 +132,16 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
         out["agents.threadpool_calls_per_s"] = ag["threadpool_calls_per_s"]
         out["agents.dsh_round_ms"] = ag["dsh_round_ms"]
         out["agents.threadpool_round_ms"] = ag["threadpool_round_ms"]
+    asy = report.get("async")
+    if asy:
+        out["overhead.async_marginal_us"] = asy["async_marginal_us"]
+        out["overhead.async_n1_us"] = asy["async_n1_us"]
+        out["overhead.gather_marginal_us"] = asy["gather_marginal_us"]
+        out["pool.async.makespan_ms"] = asy["pool_makespan_ms"]
+        out["pool.async.ideal_ms"] = asy["pool_ideal_ms"]
+        out["agents.async_calls_per_s"] = asy["agents_calls_per_s"]
+        out["agents.async_peak_threads"] = float(asy["agents_peak_threads"])
+        out["agents.async_threads_before"] = float(asy["agents_threads_before"])
     ptc = report.get("ptc")
     if ptc and ptc.get("available"):
         for key, value in ptc.items():
@@ -165,6 +181,19 @@ def targets(f: dict[str, float]) -> dict[str, Target]:
             t[f"pool.realistic_{name}"] = Target(
                 "≤ 1.03× ideal", ratio(f[real], f[f"pool.realistic_{name}.ideal_ms"]), 1.03
             )
+    if "overhead.async_marginal_us" in f and "overhead.dsh_marginal_us" in f:
+        t["async.marginal"] = Target(
+            "≤ 1.5× sync marginal", ratio(f["overhead.async_marginal_us"], f["overhead.dsh_marginal_us"]), 1.5
+        )
+        t["async.n1"] = Target("≤ 2× sync one-call", ratio(f["overhead.async_n1_us"], f["overhead.dsh_n1_us"]), 2.0)
+    if "pool.async.makespan_ms" in f:
+        t["pool.async"] = Target(
+            "≤ 1.03× ideal", ratio(f["pool.async.makespan_ms"], f["pool.async.ideal_ms"]), 1.03
+        )
+        bound = f["agents.async_threads_before"] + 3 + 64
+        t["agents.async_threads"] = Target(
+            f"≤ {bound:.0f} (not growing with agents)", f["agents.async_peak_threads"], bound
+        )
     if "abort.settle_ms" in f:
         t["abort"] = Target("≤ 2 ms", f["abort.settle_ms"], 2.0)
         t["abort.wait"] = Target("≤ 2 ms", f["abort.wait_settle_ms"], 2.0)
@@ -298,6 +327,49 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
                 f"{f['agents.dsh_calls_per_s']:,.0f} calls/s",
                 f"tpe {f['agents.threadpool_calls_per_s']:,.0f} calls/s",
                 f"{ratio(f['agents.dsh_calls_per_s'], f['agents.threadpool_calls_per_s']):.2f}× tpe",
+            )
+        )
+    asy = report.get("async")
+    if asy:
+        if "async.marginal" in t:
+            rows.append(
+                Row(
+                    "async",
+                    "marginal async call (execute_async from a running loop)",
+                    fmt_us(f["overhead.async_marginal_us"]),
+                    f"sync {fmt_us(f['overhead.dsh_marginal_us'])} · gather {fmt_us(f['overhead.gather_marginal_us'])}",
+                    f"{t['async.marginal'].value:.2f}× sync",
+                    t["async.marginal"],
+                )
+            )
+            rows.append(
+                Row(
+                    "async",
+                    "one-call async batch",
+                    fmt_us(f["overhead.async_n1_us"]),
+                    f"sync {fmt_us(f['overhead.dsh_n1_us'])}",
+                    f"{t['async.n1'].value:.2f}× sync",
+                    t["async.n1"],
+                )
+            )
+        rows.append(
+            Row(
+                "async",
+                "64 × asyncio.sleep(10 ms), cap 8",
+                fmt_ms(f["pool.async.makespan_ms"]),
+                f"ideal {fmt_ms(f['pool.async.ideal_ms'])}",
+                f"{t['pool.async'].value:.3f}× ideal",
+                t["pool.async"],
+            )
+        )
+        rows.append(
+            Row(
+                "async",
+                "1,000 agents × 10 async calls (5 ms) on one loop",
+                f"{f['agents.async_calls_per_s']:,.0f} calls/s",
+                f"peak {f['agents.async_peak_threads']:.0f} threads",
+                "",
+                t["agents.async_threads"],
             )
         )
     ptc = report.get("ptc")

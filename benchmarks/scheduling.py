@@ -153,7 +153,7 @@ class Plan:
         return 15 if self.quick else 40
 
     def steps(self) -> int:
-        return len(OVERHEAD_SIZES) + 3 + 1 + 1 + 2 + 1 + 1 + 3
+        return len(OVERHEAD_SIZES) + 3 + 1 + 1 + 2 + 1 + 1 + 1 + 3
 
 
 # --------------------------------------------------------------------------

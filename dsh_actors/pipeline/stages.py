@@ -658,7 +658,7 @@ def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal, loop: Any = 
     unsubscribe = signal.add_callback(on_abort)
     try:
         try:
-            with rt.call_pool.lent():  # a parked call actor holds no slot
+            with rt.call_pool.lent(bounded=True):  # a parked call actor holds no slot (within a bound)
                 while True:
                     try:
                         return done.result(timeout=_LOOP_CHECK)

@@ -20,7 +20,11 @@ most ``limit`` call actors serve it).
 
 A body that blocks on a nested batch (``rt.tools.execute`` from a tool
 body) or parks on an async body *lends* its slot back while it waits
-(:meth:`CallPool.lend`), so nested batches can never deadlock the budget.
+(:meth:`CallPool.lend`), so nested batches do not deadlock the budget.
+Parked async bodies lend at most as many slots as the budget (so many of
+them cannot grow the threads past twice the budget); until async bodies
+settle without a parked thread, an async body that awaits a nested batch
+while more than that many are parked may wait for a slot.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class _Leave:
 
 #: The sentinel a call actor takes to leave a mailbox.
 LEAVE: Final[_Leave] = _Leave()
+
+#: How many slots may be lent at once, per slot of the budget.
+LENT_PER_SLOT = 1
 
 #: Seconds a server waits idle on a mailbox before it leaves if another
 #: batch is waiting for a slot of the budget.
@@ -261,6 +268,7 @@ class CallPool:
         self.idle_kept = budget if idle_kept is None else idle_kept
         self._lock = threading.Lock()
         self.serving = 0
+        self.lent_count = 0  # call actors waiting with their slot lent out
         self.peak = 0
         self._idle: list[Address] = []
         self._waiting: deque[WorkMailbox] = deque()
@@ -323,31 +331,40 @@ class CallPool:
         an idle server polls it to decide to leave)."""
         return bool(self._waiting)
 
-    def lend(self) -> None:
+    def lend(self, bounded: bool = False) -> bool:
         """The calling call actor blocks on work the runtime must do (a
-        nested batch): its slot serves a waiting mailbox meanwhile."""
+        nested batch, an async body): its slot serves a waiting mailbox
+        meanwhile. ``bounded`` (an async body's wait): only while fewer than
+        ``LENT_PER_SLOT`` times the budget are lent, so many parked async
+        bodies do not grow the threads without bound; past that the slot is
+        kept and False returned. A nested batch's wait always lends: it is
+        what keeps nesting from deadlocking the budget."""
         with self._lock:
+            if bounded and self.lent_count >= LENT_PER_SLOT * self.budget:
+                return False
+            self.lent_count += 1
             self.serving -= 1
             if not self._waiting or self._closed or self.serving >= self.budget:
-                return
+                return True
             mailbox = self._waiting.popleft()
             self.serving += 1
             worker = self._idle.pop() if self._idle else None
         self._send(worker, mailbox)
+        return True
 
     def unlend(self) -> None:
         with self._lock:
+            self.lent_count -= 1
             self.serving += 1  # may exceed the budget until it leaves its mailbox
 
     @contextmanager
-    def lent(self) -> Iterator[None]:
+    def lent(self, bounded: bool = False) -> Iterator[None]:
         """Around a wait that needs the runtime to make progress (a nested
         batch, an async body): on one of this pool's call actors, lend its
         slot for the wait; anywhere else, nothing."""
-        if getattr(actor_thread_ident(), "pool", None) is not self:
+        if getattr(actor_thread_ident(), "pool", None) is not self or not self.lend(bounded):
             yield
             return
-        self.lend()
         try:
             yield
         finally:

@@ -1,0 +1,121 @@
+"""The async workloads of ``python -m benchmarks`` (section ``async``):
+async tools through ``await rt.tools.execute_async(batch)`` from a running
+loop, against the same no-op through sync tools and asyncio's own
+``create_task`` + ``gather``, all measured in this run.
+
+* ``overhead.async_marginal_us`` / ``overhead.async_n1_us``: an async no-op
+  tool, batches of 1, 10 and 100 (slope 10 → 100, and the one-call batch).
+* ``pool.async``: 64 ``asyncio.sleep(0.010)`` calls at cap 8, against the
+  ideal rolling pool with the loop's measured sleep overshoot.
+* ``agents.async``: 1,000 agents on one loop, each awaiting one batch of 10
+  async calls sleeping 5 ms, all at once: calls per second and the peak
+  thread count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from dsh_actors import Agent, ToolBatchInput, ToolCall, ToolRuntime, define_tool
+
+from ._util import ThreadPeak, median
+from .scheduling import CAP, POOL_CALLS, POOL_CAP, TEXT, Plan, _safe, ideal_makespan_ms, noop_batch
+
+AGENTS = 1000
+AGENT_CALLS = 10
+
+
+async def _noop(args: Any, ctx: Any) -> str:
+    return "ok"
+
+
+async def _sleep(args: Any, ctx: Any) -> str:
+    await asyncio.sleep(args["ms"] / 1000)
+    return "ok"
+
+
+def _tool(name: str, body: Any, parameters: dict[str, Any]) -> Any:
+    return define_tool(
+        name=name, description=name, parameters=parameters, output=TEXT, execute=body, is_concurrency_safe=_safe
+    )
+
+
+def _sleep_batch(n: int, ms: float, cap: int) -> ToolBatchInput:
+    calls = tuple(ToolCall(id=f"c{i}", name="sleep", arguments='{"ms": %s}' % ms) for i in range(n))
+    return ToolBatchInput(calls=calls, max_parallel_tool_calls=cap)
+
+
+async def _overshoot_ms(samples: int) -> float:
+    out = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        await asyncio.sleep(0.010)
+        out.append((time.perf_counter() - start) * 1000 - 10.0)
+    return max(0.0, median(out))
+
+
+async def _run(plan: Plan) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with ToolRuntime(max_parallel_tool_calls=CAP) as rt:
+        rt.tools.register(_tool("noop", _noop, {"i": {"type": "integer"}}))
+        rt.tools.register(_tool("sleep", _sleep, {"ms": {"type": "number", "required": True}}))
+        sizes: dict[int, float] = {}
+        gather: dict[int, float] = {}
+        for n in (1, 10, 100):
+            batch = noop_batch(n)
+            reps = plan.overhead_reps(n)
+            for _ in range(max(1, reps // 5)):
+                await rt.tools.execute_async(batch)
+            samples, baseline = [], []
+            for _ in range(reps):
+                start = time.perf_counter()
+                await rt.tools.execute_async(batch)
+                samples.append((time.perf_counter() - start) * 1e6)
+                start = time.perf_counter()
+                await asyncio.gather(*(asyncio.create_task(_noop(None, None)) for _ in range(n)))
+                baseline.append((time.perf_counter() - start) * 1e6)
+            sizes[n] = median(samples)
+            gather[n] = median(baseline)
+        out["async_marginal_us"] = (sizes[100] - sizes[10]) / 90
+        out["async_n1_us"] = sizes[1]
+        out["gather_marginal_us"] = (gather[100] - gather[10]) / 90
+        out["sizes"] = sizes
+
+        overshoot = await _overshoot_ms(plan.overshoot_samples)
+        pool = _sleep_batch(POOL_CALLS, 10.0, POOL_CAP)
+        await rt.tools.execute_async(_sleep_batch(16, 1.0, POOL_CAP))
+        makespans = []
+        for _ in range(plan.pool_reps):
+            start = time.perf_counter()
+            await rt.tools.execute_async(pool)
+            makespans.append((time.perf_counter() - start) * 1000)
+        out["pool_makespan_ms"] = median(makespans)
+        out["pool_ideal_ms"] = ideal_makespan_ms([(10.0, False)] * POOL_CALLS, POOL_CAP, overshoot)
+
+        peak = ThreadPeak()
+
+        async def sampled(args: Any, ctx: Any) -> str:
+            peak.sample()
+            await asyncio.sleep(0.005)
+            return "ok"
+
+        rt.tools.register(_tool("agent_sleep", sampled, {}))
+        agents = [Agent(f"a{i}") for i in range(AGENTS)]
+        calls = tuple(ToolCall(id=f"c{i}", name="agent_sleep", arguments="{}") for i in range(AGENT_CALLS))
+        before = threading.active_count()
+        start = time.perf_counter()
+        await asyncio.gather(
+            *(rt.tools.execute_async(ToolBatchInput(calls=calls, agent=agent)) for agent in agents)
+        )
+        elapsed = time.perf_counter() - start
+        out["agents_calls_per_s"] = AGENTS * AGENT_CALLS / elapsed
+        out["agents_peak_threads"] = peak.peak
+        out["agents_threads_before"] = before
+    return out
+
+
+def run(plan: Plan) -> dict[str, Any]:
+    return asyncio.run(_run(plan))
