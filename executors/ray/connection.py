@@ -1,0 +1,69 @@
+"""The process's one connection to Ray, shared by every RayExecutor in it.
+
+Ray allows one ``ray.init`` per process. The first :class:`RayExecutor`
+that finds Ray not initialized calls it (joining ``address``, or starting a
+local cluster when there is none) and *owns* the connection: the last
+executor to close then calls ``ray.shutdown()``. If the application
+initialized Ray itself, every executor uses that connection and none ever
+shuts it down.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["acquire", "release"]
+
+_lock = threading.Lock()
+_users = 0
+_owned = False
+
+
+def _gcs_address() -> str | None:
+    import ray
+
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # noqa: BLE001 - e.g. a Ray Client connection
+        return None
+
+
+def acquire(address: str | None, init_options: Mapping[str, Any]) -> bool:
+    """Connect (or reuse the connection); whether this process's executors
+    own it (started it, so will shut it down)."""
+    global _users, _owned
+    import ray
+
+    with _lock:
+        if ray.is_initialized():
+            if _users == 0:
+                _owned = False
+            if address is not None and "://" not in address and address != "auto":
+                current = _gcs_address()
+                if current is not None and current != address:
+                    raise ValueError(
+                        f"this process is already connected to the Ray cluster at {current}, "
+                        f"not {address} (one connection per process)"
+                    )
+        else:
+            kwargs: dict[str, Any] = dict(init_options)
+            if address is not None:
+                kwargs["address"] = address
+            ray.init(**kwargs)
+            _owned = True
+        _users += 1
+        return _owned
+
+
+def release() -> None:
+    """One executor closed; the last one shuts an owned connection down."""
+    global _users, _owned
+    import ray
+
+    with _lock:
+        _users = max(0, _users - 1)
+        if _users == 0 and _owned:
+            _owned = False
+            ray.shutdown()

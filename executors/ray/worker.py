@@ -1,0 +1,409 @@
+"""What runs inside the Ray cluster: the wrapper every remote call goes
+through (:func:`run_call`), the context a body gets there
+(:class:`RemoteContext`), the per-executor :class:`SignalBoard` actor and
+the :class:`ToolHost` actor that keeps a stateful tool's instance.
+
+Protocol (one call, key ``k``):
+
+* the worker, before it enters the body, sends ``board.watch(k)``
+  (fire-and-forget: the call reports that it started; the returned
+  ObjectRef resolves ``True`` when the driver aborts ``k``, ``False`` when
+  the call finishes) and, after the body, ``board.finish(k)``;
+* the driver, on abort, asks ``board.abort(k)`` (which answers whether the
+  start report had arrived) and then cancels the Ray task;
+* the worker returns an *envelope*, a tuple whose first item is its kind
+  (see :func:`run_call`); values and deferred contexts cross as lossless
+  JSON text (:func:`dsh_actors.dumps` / :func:`dsh_actors.loads`).
+
+This module is imported on the workers: it needs ``ray`` and ``dsh_actors``
+(the project installed on every node), never the driver's runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray import cloudpickle
+
+from dsh_actors import (
+    AbortError,
+    DshError,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    UserMessage,
+    dumps,
+    loads,
+)
+
+__all__ = [
+    "OK",
+    "ERROR",
+    "BAD_OUTPUT",
+    "CANCELLED",
+    "CallInfo",
+    "RemoteContext",
+    "RemoteSignal",
+    "SignalBoard",
+    "ToolHost",
+    "contexts_from_json",
+    "contexts_to_json",
+    "run_call",
+    "task_entry",
+]
+
+# Envelope kinds (the first item of what run_call returns).
+OK = "ok"  # ("ok", value_json, contexts_json, concludes)
+ERROR = "error"  # ("error", pickled_exc | None, class_name, message, traceback, contexts_json, concludes)
+BAD_OUTPUT = "bad-output"  # ("bad-output", problem, contexts_json, concludes)
+CANCELLED = "cancelled"  # ("cancelled", body_started, contexts_json, concludes)
+
+#: ``(key, call_id, root_call_id, name, agent_id, agent_path)``
+CallInfo = tuple[str, str, "str | None", str, "str | None", "str | None"]
+
+
+# --------------------------------------------------------------------------
+# Deferred contexts as JSON
+# --------------------------------------------------------------------------
+
+
+def _block_to_json(block: Any) -> dict[str, Any]:
+    t = type(block)
+    if t is TextBlock:
+        return {"type": "text", "text": block.text}
+    if t is ImageBlock:
+        return {"type": "image", "data": block.data, "mime_type": block.mime_type}
+    if t is ReasoningBlock:
+        return {"type": "reasoning", "text": block.text, "signature": block.signature}
+    raise TypeError(f"a UserMessage's content holds TextBlock, ImageBlock or ReasoningBlock, not {t.__qualname__}")
+
+
+def contexts_to_json(contexts: list[UserMessage]) -> bytes | None:
+    """Deferred contexts as lossless JSON text (None when there are none)."""
+    if not contexts:
+        return None
+    return dumps(
+        [
+            {"content": [_block_to_json(b) for b in m.content], "source": m.source, "meta": m.meta}
+            for m in contexts
+        ]
+    )
+
+
+def _block_from_json(item: Any) -> Any:
+    kind = item["type"]
+    if kind == "text":
+        return TextBlock(item["text"])
+    if kind == "image":
+        return ImageBlock(item["data"], item["mime_type"])
+    if kind == "reasoning":
+        return ReasoningBlock(item["text"], item["signature"])
+    raise ValueError(f"unknown content block type {kind!r}")
+
+
+def contexts_from_json(data: bytes | None) -> list[UserMessage]:
+    """The inverse of :func:`contexts_to_json`."""
+    if data is None:
+        return []
+    return [
+        UserMessage(
+            content=[_block_from_json(b) for b in item["content"]],
+            source=item["source"],
+            meta=item["meta"],
+        )
+        for item in loads(data, frozen=False)
+    ]
+
+
+# --------------------------------------------------------------------------
+# The body's context on the worker
+# --------------------------------------------------------------------------
+
+
+class RemoteSignal:
+    """The body's abort signal on a worker: turns true when the driver
+    aborts the call (the caller's signal, a timeout policy's deadline, the
+    runtime stopping). Reading it costs a local ``ray.wait(timeout=0)``; it
+    is told by the :class:`SignalBoard`, no polling thread."""
+
+    __slots__ = ("_watch", "_aborted", "_reason_text")
+
+    def __init__(self, watch: Any) -> None:
+        self._watch = watch
+        self._aborted = False
+        self._reason_text: str | None = None
+
+    def _settle(self, timeout: float) -> bool:
+        if self._aborted:
+            return True
+        watch = self._watch
+        if watch is None:
+            return False
+        ready, _ = ray.wait([watch], timeout=timeout)
+        if not ready:
+            return False
+        try:
+            answer = ray.get(watch)
+        except Exception:  # noqa: BLE001 - the board is gone: nobody can abort us any more
+            answer = None
+        self._watch = None
+        if isinstance(answer, tuple) and answer and answer[0] is True:
+            self._aborted = True
+            self._reason_text = answer[1]
+        return self._aborted
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the driver has aborted this call."""
+        return self._settle(0)
+
+    @property
+    def reason(self) -> str | None:
+        """The abort's reason, as text (``None`` while not aborted)."""
+        return self._reason_text if self._settle(0) else None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the call is aborted or ``timeout`` seconds pass;
+        return :attr:`aborted`."""
+        if timeout is None:
+            while not self._settle(3600.0):
+                if self._watch is None:
+                    threading.Event().wait()  # can never abort any more
+            return True
+        return self._settle(max(0.0, timeout))
+
+    def throw_if_aborted(self) -> None:
+        """Raise :class:`~dsh_actors.AbortError` if the call was aborted."""
+        if self._settle(0):
+            raise AbortError(reason=self._reason_text)
+
+    def __repr__(self) -> str:
+        return f"<RemoteSignal aborted={self._aborted}>"
+
+
+class RemoteContext:
+    """What a body running on Ray receives as ``ctx``: the call's identity
+    (``call_id``, ``root_call_id``, ``name``, ``arguments``, ``agent_id``,
+    ``agent_path``), its :class:`RemoteSignal`, and :meth:`defer_context` /
+    :meth:`conclude_turn`, which travel back with the result and are applied
+    to the driver's context. ``ray_key`` is the call's key on the board."""
+
+    __slots__ = (
+        "ray_key",
+        "call_id",
+        "root_call_id",
+        "name",
+        "arguments",
+        "agent_id",
+        "agent_path",
+        "signal",
+        "_contexts",
+        "_concludes",
+        "_lock",
+    )
+
+    def __init__(self, info: CallInfo, arguments: Any, signal: RemoteSignal) -> None:
+        self.ray_key, self.call_id, self.root_call_id, self.name, self.agent_id, self.agent_path = info
+        self.arguments = arguments
+        self.signal = signal
+        self._contexts: list[UserMessage] = []
+        self._concludes = False
+        self._lock = threading.Lock()
+
+    def defer_context(self, context: UserMessage) -> None:
+        """Attach ``context`` to this call's own result (as on the driver)."""
+        if not isinstance(context, UserMessage):
+            raise TypeError("defer_context takes a UserMessage")
+        with self._lock:
+            self._contexts.append(context)
+
+    def conclude_turn(self) -> None:
+        """Mark a successful final result as terminal for the agent's turn."""
+        self._concludes = True
+
+    def _take(self) -> tuple[bytes | None, bool]:
+        with self._lock:
+            contexts = list(self._contexts)
+        try:
+            return contexts_to_json(contexts), self._concludes
+        except Exception:  # noqa: BLE001 - checked by defer_context; a hostile subclass
+            return None, self._concludes
+
+    def __repr__(self) -> str:
+        return f"<RemoteContext {self.name} call_id={self.call_id!r}>"
+
+
+# --------------------------------------------------------------------------
+# The wrapper
+# --------------------------------------------------------------------------
+
+
+def _pickled(exc: BaseException) -> bytes | None:
+    """The exception itself, if it is one of ours (a DshError keeps its
+    class, message and code across the boundary) and pickles."""
+    if not isinstance(exc, DshError):
+        return None
+    try:
+        return bytes(cloudpickle.dumps(exc))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _error(exc: BaseException, ctx: RemoteContext) -> tuple[Any, ...]:
+    contexts, concludes = ctx._take()
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001
+        message = "<unprintable thrown value>"
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except Exception:  # noqa: BLE001
+        tb = ""
+    return (ERROR, _pickled(exc), type(exc).__qualname__, message, tb, contexts, concludes)
+
+
+def run_call(
+    body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallInfo, board: Any
+) -> tuple[Any, ...]:
+    """Run one call's body on this worker and return its envelope.
+
+    The body gets the frozen arguments (parsed from lossless JSON) and a
+    :class:`RemoteContext`; an ``async def`` body runs to completion on a
+    fresh event loop. Whatever the body raises (or returns that is not
+    lossless JSON) is returned as an envelope, never raised, so the
+    driver keeps the deferred contexts. ``ray.cancel`` interrupts the body
+    with ``KeyboardInterrupt``: caught here, it gives ``CANCELLED`` and
+    whether the body had been entered.
+    """
+    entered = False
+    watch = None
+    ctx: RemoteContext | None = None
+    try:
+        arguments = loads(arguments_json)
+        watch = board.watch.remote(info[0])  # "started"; resolves on abort or finish
+        ctx = RemoteContext(info, arguments, RemoteSignal(watch))
+        entered = True
+        value = body(arguments, ctx)
+        if inspect.iscoroutine(value):
+            value = asyncio.run(value)
+        try:
+            value_json = dumps(value)
+        except DshError as exc:  # not lossless JSON (dumps raises nothing else)
+            contexts, concludes = ctx._take()
+            return (BAD_OUTPUT, exc.message, contexts, concludes)
+        contexts, concludes = ctx._take()
+        return (OK, value_json, contexts, concludes)
+    except KeyboardInterrupt:
+        if ctx is None:
+            return (CANCELLED, entered, None, False)
+        contexts, concludes = ctx._take()
+        return (CANCELLED, entered, contexts, concludes)
+    except BaseException as exc:  # noqa: BLE001 - everything a body does is its outcome
+        if ctx is None:
+            ctx = RemoteContext(info, None, RemoteSignal(None))
+        return _error(exc, ctx)
+    finally:
+        if watch is not None:
+            try:
+                board.finish.remote(info[0])
+            except BaseException:  # noqa: BLE001 - the board is gone; the driver copes
+                pass
+
+
+# --------------------------------------------------------------------------
+# Actors
+# --------------------------------------------------------------------------
+
+
+class _Entry:
+    __slots__ = ("started", "aborted", "reason", "event")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.aborted = False
+        self.reason: str | None = None
+        self.event = asyncio.Event()
+
+
+class SignalBoard:
+    """One per :class:`~executors.ray.RayExecutor` (an async Ray actor, no
+    CPU): which calls have started, which the driver has aborted. Entries
+    live from the first message about a call to ``finish`` (worker) or
+    ``forget`` (driver, after an abort)."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, _Entry] = {}
+
+    def _entry(self, key: str) -> _Entry:
+        entry = self._calls.get(key)
+        if entry is None:
+            entry = self._calls[key] = _Entry()
+        return entry
+
+    async def watch(self, key: str) -> tuple[bool, str | None]:
+        """A worker entered ``key``: resolves ``(True, reason)`` once it is
+        aborted, ``(False, None)`` once it finished."""
+        entry = self._entry(key)
+        entry.started = True
+        if not entry.aborted:
+            await entry.event.wait()
+        return (entry.aborted, entry.reason)
+
+    def abort(self, key: str, reason: str | None = None) -> bool:
+        """The driver aborts ``key``; whether its start had been reported."""
+        entry = self._entry(key)
+        if not entry.aborted:
+            entry.aborted = True
+            entry.reason = reason
+            entry.event.set()
+        return entry.started
+
+    def finish(self, key: str) -> None:
+        entry = self._calls.pop(key, None)
+        if entry is not None:
+            entry.event.set()
+
+    forget = finish
+
+    def size(self) -> int:
+        """How many calls it tracks (tests: nothing is left behind)."""
+        return len(self._calls)
+
+
+class ToolHost:
+    """The Ray actor that keeps one instance of a stateful tool class:
+    ``cls(*args, **kwargs)`` once, then each call runs
+    ``getattr(instance, method)(args, ctx)`` through :func:`run_call`."""
+
+    def __init__(self, factory: bytes) -> None:
+        cls, args, kwargs = cloudpickle.loads(factory)
+        self._instance = cls(*args, **kwargs)
+
+    def call(self, method: str, arguments_json: bytes, info: CallInfo, board: Any) -> tuple[Any, ...]:
+        try:
+            fn = getattr(self._instance, method)
+        except AttributeError:
+            exc = AttributeError(f"{type(self._instance).__qualname__} has no method {method!r}")
+            return _error(exc, RemoteContext(info, None, RemoteSignal(None)))
+        return run_call(fn, arguments_json, info, board)
+
+    def ping(self) -> bool:
+        return True
+
+
+def task_entry(body: Callable[[Any, Any], Any], name: str) -> Callable[[bytes, CallInfo, Any], tuple[Any, ...]]:
+    """The function a Ray task of tool ``name`` runs: ``body`` bound once
+    (exported to the cluster with the remote function, not per call)."""
+
+    def entry(arguments_json: bytes, info: CallInfo, board: Any) -> tuple[Any, ...]:
+        return run_call(body, arguments_json, info, board)
+
+    entry.__name__ = f"dsh_tool[{name}]"
+    entry.__qualname__ = entry.__name__
+    return entry
