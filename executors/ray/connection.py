@@ -14,11 +14,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["acquire", "release"]
+__all__ = ["acquire", "board", "release"]
 
 _lock = threading.Lock()
 _users = 0
 _owned = False
+_board: Any = None
 
 
 def _gcs_address() -> str | None:
@@ -57,13 +58,37 @@ def acquire(address: str | None, init_options: Mapping[str, Any]) -> bool:
         return _owned
 
 
+def board() -> Any:
+    """The process's :class:`~executors.ray.worker.SignalBoard` actor (one
+    for every executor of the process: call keys name their executor),
+    created on first use and killed when the last executor closes."""
+    global _board
+    import ray
+
+    from .worker import SignalBoard
+
+    with _lock:
+        if _board is None:
+            _board = ray.remote(SignalBoard).options(num_cpus=0, max_concurrency=100_000).remote()
+        return _board
+
+
 def release() -> None:
-    """One executor closed; the last one shuts an owned connection down."""
-    global _users, _owned
+    """One executor closed; the last one kills the board and shuts an
+    owned connection down."""
+    global _users, _owned, _board
     import ray
 
     with _lock:
         _users = max(0, _users - 1)
-        if _users == 0 and _owned:
+        if _users:
+            return
+        if _board is not None:
+            try:
+                ray.kill(_board)
+            except Exception:  # noqa: BLE001 - already gone (or Ray is)
+                pass
+            _board = None
+        if _owned:
             _owned = False
             ray.shutdown()

@@ -35,7 +35,7 @@ from .errors import (
     RemoteToolError,
 )
 from .options import ActorMethod, RayActor, RayTask, Remote, placement
-from .worker import BAD_OUTPUT, CANCELLED, ERROR, OK, SignalBoard, ToolHost, contexts_from_json, task_entry
+from .worker import BAD_OUTPUT, CANCELLED, ERROR, OK, ToolHost, contexts_from_json, task_entry
 
 __all__ = ["RayExecutor"]
 
@@ -178,7 +178,7 @@ class RayExecutor(NativeExecutor):
         self._ray_closed = False
         self._owned = connection.acquire(address, options)
         try:
-            self._board = _remote_class(SignalBoard).options(num_cpus=0, max_concurrency=100_000).remote()
+            self._board = connection.board()
         except BaseException:
             connection.release()
             raise
@@ -441,9 +441,11 @@ class RayExecutor(NativeExecutor):
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel what is still in flight (waiting up to ``timeout`` seconds
-        for it to settle), drop this executor's Ray actors (its signal
-        board; unnamed tool actors), and release the connection: the last
-        executor of the process closes a cluster it started. Idempotent."""
+        for it to settle), drop this executor's handles of tool actors
+        (an unnamed one then ends; a named one lives on for whoever else
+        uses it), and release the connection: the last executor of the
+        process kills the signal board and closes a cluster it started.
+        Idempotent."""
         with self._state_lock:
             if self._ray_closed:
                 return
@@ -460,10 +462,6 @@ class RayExecutor(NativeExecutor):
         if not on_loop:
             with self._state_lock:
                 self._settled.wait_for(lambda: not self._inflight, timeout)
-        try:
-            ray.kill(self._board)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
         with self._state_lock:
             self._handles.clear()
             self._tasks.clear()
