@@ -334,7 +334,9 @@ class RayExecutor(NativeExecutor):
             except rex.RayError:
                 started = None  # the board is gone: the outcome decides
             grace = self.cancel_grace_ms
-            if started and not self._stopping and grace:
+            rt = self._rt
+            stopping = self._stopping or (rt is not None and rt.stop_signal.aborted)
+            if started and not stopping and grace:
                 await asyncio.wait({future}, timeout=grace / 1000.0)
             if not future.done():
                 self._ray_cancel(ref, force=False)
@@ -348,7 +350,9 @@ class RayExecutor(NativeExecutor):
                 envelope = await future
             except rex.RayTaskError as exc:
                 if isinstance(exc, rex.TaskCancelledError) or isinstance(exc.cause, rex.TaskCancelledError):
-                    raise AbortError(before_dispatch=False) from None  # interrupted while running
+                    # Interrupted on the worker, outside the body's wrapper
+                    # (e.g. while it reported its start).
+                    raise AbortError(before_dispatch=started is False) from None
                 raise _translate(exc) from None
             except rex.RayError:
                 # Cancelled before it ran (or killed by the force cancel).
@@ -427,12 +431,25 @@ class RayExecutor(NativeExecutor):
 
     def _on_runtime_stop(self) -> None:
         """``rt.stop()``: cancel every remote call in flight at once (no
-        grace), so the runtime's stop does not wait for them."""
+        grace for cooperative bodies), and give them a moment to settle
+        (``force_cancel_ms`` plus a second, at most) so that their batches
+        can still reply before the runtime's actors stop."""
         with self._state_lock:
             self._stopping = True
             inflight = list(self._inflight.items())
         for key, entry in inflight:
             self._cancel(entry.ref, key, "the runtime is stopping")
+        if inflight and not self._on_loop():
+            limit = 1.0 + (self.force_cancel_ms or 0.0) / 1000.0
+            with self._state_lock:
+                self._settled.wait_for(lambda: not self._inflight, limit)
+
+    def _on_loop(self) -> bool:
+        rt = self._rt
+        try:
+            return rt is not None and rt.loop.in_loop_thread()
+        except Exception:  # noqa: BLE001 - a runtime that never started
+            return False
 
     def in_flight(self) -> int:
         """How many remote calls are submitted and not yet settled."""
@@ -454,12 +471,7 @@ class RayExecutor(NativeExecutor):
             inflight = list(self._inflight.items())
         for key, entry in inflight:
             self._cancel(entry.ref, key, "the executor is closing")
-        rt = self._rt
-        try:
-            on_loop = rt is not None and rt.loop.in_loop_thread()
-        except Exception:  # noqa: BLE001 - a runtime that never started
-            on_loop = False
-        if not on_loop:
+        if not self._on_loop():
             with self._state_lock:
                 self._settled.wait_for(lambda: not self._inflight, timeout)
         with self._state_lock:

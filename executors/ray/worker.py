@@ -5,12 +5,16 @@ the :class:`ToolHost` actor that keeps a stateful tool's instance.
 
 Protocol (one call, key ``k``):
 
-* the worker, before it enters the body, sends ``board.watch(k)``
-  (fire-and-forget: the call reports that it started; the returned
-  ObjectRef resolves ``True`` when the driver aborts ``k``, ``False`` when
-  the call finishes) and, after the body, ``board.finish(k)``;
-* the driver, on abort, asks ``board.abort(k)`` (which answers whether the
-  start report had arrived) and then cancels the Ray task;
+* the worker, before it enters the body, asks ``board.start(k)`` and
+  waits for the answer: ``False`` means the driver aborted ``k`` first,
+  and the body is not entered; after the body it sends ``board.finish(k)``;
+* the body's signal, when first read, sends ``board.watch(k)``, whose
+  ObjectRef resolves when the driver aborts ``k`` (or ``k`` finishes);
+* the driver, on abort, asks ``board.abort(k)``, which answers whether
+  ``k`` had started (the board runs one message at a time, so start and
+  abort are ordered: exactly one of "started" and "aborted first" holds),
+  then cancels the Ray task (at once if it had not started, after a grace
+  period if it had);
 * the worker returns an *envelope*, a tuple whose first item is its kind
   (see :func:`run_call`); values and deferred contexts cross as lossless
   JSON text (:func:`dsh_actors.dumps` / :func:`dsh_actors.loads`).
@@ -129,13 +133,17 @@ def contexts_from_json(data: bytes | None) -> list[UserMessage]:
 class RemoteSignal:
     """The body's abort signal on a worker: turns true when the driver
     aborts the call (the caller's signal, a timeout policy's deadline, the
-    runtime stopping). Reading it costs a local ``ray.wait(timeout=0)``; it
-    is told by the :class:`SignalBoard`, no polling thread."""
+    runtime stopping). The first read subscribes to the
+    :class:`SignalBoard` (one message); reading it then costs a local
+    ``ray.wait(timeout=0)``, and :meth:`wait` sleeps on the board's reply:
+    no polling thread."""
 
-    __slots__ = ("_watch", "_aborted", "_reason_text")
+    __slots__ = ("_board", "_key", "_watch", "_aborted", "_reason_text")
 
-    def __init__(self, watch: Any) -> None:
-        self._watch = watch
+    def __init__(self, board: Any, key: str | None) -> None:
+        self._board = board
+        self._key = key
+        self._watch: Any = None
         self._aborted = False
         self._reason_text: str | None = None
 
@@ -144,6 +152,15 @@ class RemoteSignal:
             return True
         watch = self._watch
         if watch is None:
+            board = self._board
+            if board is None:
+                return False
+            self._board = None
+            try:
+                watch = self._watch = board.watch.remote(self._key)
+            except Exception:  # noqa: BLE001 - the board is gone: nobody can abort us any more
+                return False
+        if watch is _NEVER:
             return False
         ready, _ = ray.wait([watch], timeout=timeout)
         if not ready:
@@ -152,10 +169,11 @@ class RemoteSignal:
             answer = ray.get(watch)
         except Exception:  # noqa: BLE001 - the board is gone: nobody can abort us any more
             answer = None
-        self._watch = None
         if isinstance(answer, tuple) and answer and answer[0] is True:
             self._aborted = True
             self._reason_text = answer[1]
+        else:
+            self._watch = _NEVER
         return self._aborted
 
     @property
@@ -173,7 +191,7 @@ class RemoteSignal:
         return :attr:`aborted`."""
         if timeout is None:
             while not self._settle(3600.0):
-                if self._watch is None:
+                if self._watch is _NEVER:
                     threading.Event().wait()  # can never abort any more
             return True
         return self._settle(max(0.0, timeout))
@@ -185,6 +203,9 @@ class RemoteSignal:
 
     def __repr__(self) -> str:
         return f"<RemoteSignal aborted={self._aborted}>"
+
+
+_NEVER: Any = object()  # a watch that resolved "finished": no abort can come
 
 
 class RemoteContext:
@@ -281,14 +302,17 @@ def run_call(
     with ``KeyboardInterrupt``: caught here, it gives ``CANCELLED`` and
     whether the body had been entered.
     """
+    key = info[0]
     entered = False
-    watch = None
     ctx: RemoteContext | None = None
     try:
         arguments = loads(arguments_json)
-        watch = board.watch.remote(info[0])  # "started"; resolves on abort or finish
-        ctx = RemoteContext(info, arguments, RemoteSignal(watch))
+        # The start report, before the body: the board answers False if the
+        # driver aborted the call first (then the body never runs).
+        if not ray.get(board.start.remote(key)):
+            return (CANCELLED, False, None, False)
         entered = True
+        ctx = RemoteContext(info, arguments, RemoteSignal(board, key))
         value = body(arguments, ctx)
         if inspect.iscoroutine(value):
             value = asyncio.run(value)
@@ -306,12 +330,12 @@ def run_call(
         return (CANCELLED, entered, contexts, concludes)
     except BaseException as exc:  # noqa: BLE001 - everything a body does is its outcome
         if ctx is None:
-            ctx = RemoteContext(info, None, RemoteSignal(None))
+            ctx = RemoteContext(info, None, RemoteSignal(None, None))
         return _error(exc, ctx)
     finally:
-        if watch is not None:
+        if entered:
             try:
-                board.finish.remote(info[0])
+                board.finish.remote(key)
             except BaseException:  # noqa: BLE001 - the board is gone; the driver copes
                 pass
 
@@ -332,25 +356,46 @@ class _Entry:
 
 
 class SignalBoard:
-    """One per :class:`~executors.ray.RayExecutor` (an async Ray actor, no
-    CPU): which calls have started, which the driver has aborted. Entries
-    live from the first message about a call to ``finish`` (worker) or
-    ``forget`` (driver, after an abort)."""
+    """One per driver process (an async Ray actor, no CPU): which calls
+    have started, which the driver has aborted.
+
+    An async actor does not run one caller's messages in the order they
+    were sent, so a call's ``finish`` may run before its ``watch``, or the
+    driver's ``forget`` before a late ``abort``. A call that finished or
+    was forgotten is therefore remembered as done (the last
+    ``_DONE_KEPT`` keys): a later message about it answers at once and
+    creates nothing, so no entry outlives its call.
+    """
+
+    _DONE_KEPT = 65536
 
     def __init__(self) -> None:
         self._calls: dict[str, _Entry] = {}
+        self._done: dict[str, None] = {}
 
-    def _entry(self, key: str) -> _Entry:
+    def _entry(self, key: str) -> _Entry | None:
         entry = self._calls.get(key)
         if entry is None:
+            if key in self._done:
+                return None
             entry = self._calls[key] = _Entry()
         return entry
+
+    def start(self, key: str) -> bool:
+        """A worker is about to enter ``key``'s body: False if the driver
+        aborted it first (the body then never runs)."""
+        entry = self._entry(key)
+        if entry is None or entry.aborted:
+            return False
+        entry.started = True
+        return True
 
     async def watch(self, key: str) -> tuple[bool, str | None]:
         """A worker entered ``key``: resolves ``(True, reason)`` once it is
         aborted, ``(False, None)`` once it finished."""
-        entry = self._entry(key)
-        entry.started = True
+        entry = self._calls.get(key)
+        if entry is None:
+            return (False, None)  # it finished
         if not entry.aborted:
             await entry.event.wait()
         return (entry.aborted, entry.reason)
@@ -358,6 +403,8 @@ class SignalBoard:
     def abort(self, key: str, reason: str | None = None) -> bool:
         """The driver aborts ``key``; whether its start had been reported."""
         entry = self._entry(key)
+        if entry is None:
+            return True  # it already finished: it had started
         if not entry.aborted:
             entry.aborted = True
             entry.reason = reason
@@ -365,9 +412,14 @@ class SignalBoard:
         return entry.started
 
     def finish(self, key: str) -> None:
+        """The worker's body returned (or the driver is done with ``key``)."""
         entry = self._calls.pop(key, None)
         if entry is not None:
             entry.event.set()
+        done = self._done
+        done[key] = None
+        if len(done) > self._DONE_KEPT:
+            del done[next(iter(done))]
 
     forget = finish
 
@@ -390,7 +442,7 @@ class ToolHost:
             fn = getattr(self._instance, method)
         except AttributeError:
             exc = AttributeError(f"{type(self._instance).__qualname__} has no method {method!r}")
-            return _error(exc, RemoteContext(info, None, RemoteSignal(None)))
+            return _error(exc, RemoteContext(info, None, RemoteSignal(None, None)))
         return run_call(fn, arguments_json, info, board)
 
     def ping(self) -> bool:

@@ -49,8 +49,11 @@ def cluster() -> Iterator[Any]:
     try:
         from ray_tools import GATE, NAMESPACE, Gate
 
+        from ray_tools import warm_one
+
         gate = Gate.options(name=GATE, namespace=NAMESPACE).remote()
-        ray.get(gate.reset.remote())
+        # Start the gate and two task workers now, not in the first test.
+        ray.get([gate.reset.remote(), warm_one.remote(), warm_one.remote()])
         yield gate
     finally:
         ray.shutdown()

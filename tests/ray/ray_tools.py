@@ -65,6 +65,18 @@ class Gate:
         self.journal.clear()
 
 
+@ray.remote(num_cpus=2)
+def warm() -> int:
+    """Takes the whole (2-CPU) cluster for a moment: it runs only once
+    nothing else holds a CPU."""
+    return os.getpid()
+
+
+@ray.remote(num_cpus=1)
+def warm_one() -> int:
+    return os.getpid()
+
+
 def gate() -> Any:
     return ray.get_actor(GATE, namespace=NAMESPACE)
 
