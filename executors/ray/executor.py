@@ -163,9 +163,11 @@ class RayExecutor(NativeExecutor):
                 options["num_cpus"] = local_cpus
             if object_store_memory is not None:
                 options["object_store_memory"] = object_store_memory
-        # A library stays silent: workers' output goes to Ray's log files
-        # unless the application asks for it (init_options={"log_to_driver": True}).
+        # A library stays quiet: workers' output goes to Ray's log files and
+        # Ray's own logger says only warnings, unless the application asks
+        # (init_options={"log_to_driver": True, "logging_level": "INFO"}).
         options["log_to_driver"] = False
+        options["logging_level"] = "WARNING"
         options.update(init_options or {})
         self._id = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
