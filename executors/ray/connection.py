@@ -19,6 +19,7 @@ __all__ = ["acquire", "board", "release"]
 _lock = threading.Lock()
 _users = 0
 _owned = False
+_local = False
 _board: Any = None
 
 
@@ -31,16 +32,18 @@ def _gcs_address() -> str | None:
         return None
 
 
-def acquire(address: str | None, init_options: Mapping[str, Any]) -> bool:
-    """Connect (or reuse the connection); whether this process's executors
-    own it (started it, so will shut it down)."""
-    global _users, _owned
+def acquire(address: str | None, init_options: Mapping[str, Any]) -> tuple[bool, bool]:
+    """Connect (or reuse the connection). Returns ``(owned, local)``: whether
+    this process's executors made the connection (the last ``release``
+    then calls ``ray.shutdown()``), and whether they started the cluster
+    too (a local one, stopped by that shutdown)."""
+    global _users, _owned, _local
     import ray
 
     with _lock:
         if ray.is_initialized():
             if _users == 0:
-                _owned = False
+                _owned = _local = False
             if address is not None and "://" not in address and address != "auto":
                 current = _gcs_address()
                 if current is not None and current != address:
@@ -54,8 +57,9 @@ def acquire(address: str | None, init_options: Mapping[str, Any]) -> bool:
                 kwargs["address"] = address
             ray.init(**kwargs)
             _owned = True
+            _local = address is None
         _users += 1
-        return _owned
+        return _owned, _local
 
 
 def board() -> Any:
@@ -90,5 +94,5 @@ def release() -> None:
                 pass
             _board = None
         if _owned:
-            _owned = False
+            _owned = _local = False
             ray.shutdown()

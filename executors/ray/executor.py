@@ -178,7 +178,7 @@ class RayExecutor(NativeExecutor):
         self._handles: dict[int, tuple[RayActor, Any]] = {}
         self._stopping = False
         self._ray_closed = False
-        self._owned = connection.acquire(address, options)
+        self._owned, self._local = connection.acquire(address, options)
         try:
             self._board = connection.board()
         except BaseException:
@@ -196,10 +196,17 @@ class RayExecutor(NativeExecutor):
         self.close()
 
     @property
-    def owns_cluster(self) -> bool:
-        """Whether this process's executors started the Ray connection (and
-        the last to close shuts it down)."""
+    def owns_connection(self) -> bool:
+        """Whether this process's executors made the Ray connection: the
+        last one to close calls ``ray.shutdown()`` (False when the
+        application had called ``ray.init`` itself)."""
         return self._owned
+
+    @property
+    def started_cluster(self) -> bool:
+        """Whether this process's executors started the (local) cluster
+        they use, so that the last ``close()`` stops it."""
+        return self._local
 
     # -- the hook --------------------------------------------------------
 
