@@ -507,10 +507,16 @@ def _translate(exc: BaseException) -> DshError:
         if isinstance(cause, rex.TaskCancelledError):
             return RayExecutionError("cancelled", "the Ray task was cancelled outside this runtime", ray_error=name)
         cause_name = type(cause).__name__ if cause is not None else name
-        detail = _first_line(str(cause)) if cause is not None else _first_line(str(exc))
+        text = _safe_text(cause if cause is not None else exc)
+        if "Traceback (most recent call last)" in text:
+            # Ray's own message, then the traceback: its last line is the cause.
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            detail = lines[-1] if lines else cause_name
+        else:
+            detail = f"{cause_name}: {_first_line(text)}"
         return RayExecutionError(
             "task failed",
-            f"the call's Ray task could not run its body ({cause_name}: {detail}); is the tool's module "
+            f"the call's Ray task could not run its body ({detail}); is the tool's module "
             "importable on the workers? (executors/ray/README.md)",
             ray_error=cause_name,
         )

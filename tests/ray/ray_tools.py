@@ -208,6 +208,16 @@ def noop(args: Any, ctx: Any) -> Any:
     return None
 
 
+class Patient:
+    """A warm actor for deadline tests: no worker start inside the budget."""
+
+    def ping(self, args: Any, ctx: Any) -> Any:
+        return os.getpid()
+
+    def wait_for_abort(self, args: Any, ctx: Any) -> Any:
+        return deadline_aware(args, ctx)
+
+
 class Counter:
     """A stateful tool: its instance lives on a Ray actor."""
 

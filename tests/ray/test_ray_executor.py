@@ -205,3 +205,25 @@ def test_a_closed_executor_fails_calls_as_unavailable(rt: Any, make_executor: An
     assert failure.is_error and failure.error.info is not None
     assert (failure.error.info.name, failure.error.info.code) == ("RayUnavailableError", ErrorCode.EXECUTOR_UNAVAILABLE)
     assert failure.error.message == "ray unavailable: the RayExecutor is closed"
+
+
+def test_a_body_whose_module_the_workers_cannot_import_fails_with_a_hint(
+    rt: Any, make_executor: Any, gate: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    import importlib
+
+    (tmp_path / "driver_only_tools.py").write_text("def body(args, ctx):\n    return 'here only'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("driver_only_tools")
+    try:
+        rt.tools.register(rt_tools.tool("nowhere", module.body, meta=REMOTE))
+        rt.tools.set_executor(make_executor())
+        failure = rt.tools.execute(batch(("n", "nowhere", {}))).results[0].result
+    finally:
+        import sys
+
+        sys.modules.pop("driver_only_tools", None)
+    assert failure.is_error and failure.error.info is not None
+    assert failure.error.info.code == ErrorCode.TOOL_FAILED
+    assert "driver_only_tools" in failure.error.message
+    assert "importable on the workers" in failure.error.message
