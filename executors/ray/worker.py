@@ -117,7 +117,7 @@ def contexts_from_json(data: bytes | None) -> list[UserMessage]:
         return []
     return [
         UserMessage(
-            content=[_block_from_json(b) for b in item["content"]],
+            content=tuple(_block_from_json(b) for b in item["content"]),
             source=item["source"],
             meta=item["meta"],
         )

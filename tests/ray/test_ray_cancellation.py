@@ -171,7 +171,7 @@ def test_stop_cancels_what_runs_on_ray(make_executor: Any, gate: Any) -> None:
     try:
         result = result_of(future)
     except ToolBatchExecutionError:
-        pass  # the batch's actor stopped before it could reply (as native)
+        pass  # the batch's actor stopped before it could reply (as native: a race)
     else:
         assert codes(result) == [ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
     # The interrupted spinner freed its CPUs: the cluster runs a task again.
