@@ -217,6 +217,9 @@ class Patient:
     def wait_for_abort(self, args: Any, ctx: Any) -> Any:
         return deadline_aware(args, ctx)
 
+    def cooperate(self, args: Any, ctx: Any) -> Any:
+        return cooperative(args, ctx)
+
 
 class Counter:
     """A stateful tool: its instance lives on a Ray actor."""

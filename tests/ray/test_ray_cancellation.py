@@ -92,6 +92,24 @@ def test_abort_a_body_that_swallows_the_interrupt_force_cancels_it(rt: Any, make
     wait_until(lambda: not alive(pid), "the stubborn worker to be killed", timeout=15)
 
 
+def test_abort_a_call_queued_behind_another_on_an_actor(rt: Any, make_executor: Any, gate: Any) -> None:
+    # One instance runs one call at a time: the second waits in the actor.
+    rt.tools.register(rt_tools.tool("coop", rt_tools.noop, meta={"ray": {"actor": "p", "method": "cooperate"}}))
+    executor = make_executor(actors={"p": RayActor(rt_tools.Patient)})
+    rt.tools.set_executor(executor)
+    controller = AbortController()
+    future = rt.tools.submit(
+        batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal)
+    )
+    gate_wait(gate, "started:a")
+    wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted to the actor")
+    controller.abort("stop it")
+    result = result_of(future)
+    assert codes(result) == [ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
+    assert gate_wait(gate, "saw-abort:a") == "stop it"
+    assert not ray.get(gate.is_set.remote("started:b"))
+
+
 def test_a_killed_worker_fails_its_call_and_the_batch_goes_on(rt: Any, make_executor: Any, gate: Any) -> None:
     rt.tools.register(rt_tools.tool("victim", rt_tools.waits_to_be_killed, meta=REMOTE_0))
     rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta=REMOTE_0))

@@ -29,7 +29,11 @@ def batch(*calls: tuple[str, str, dict[str, Any]], cap: int | None = None, agent
 def test_a_remote_body_runs_on_a_worker_with_the_calls_identity(rt: Any, make_executor: Any, gate: Any) -> None:
     rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta=REMOTE))
     rt.tools.register(rt_tools.tool("here", rt_tools.identify))
-    rt.tools.set_executor(make_executor())
+    executor = make_executor()
+    # The test module called ray.init itself: the executor uses that
+    # connection and will not shut it down.
+    assert not executor.owns_connection and not executor.started_cluster
+    rt.tools.set_executor(executor)
     agent = Agent("grader", parent=Agent("farm"))
     result = rt.tools.execute(batch(("c1", "who", {"x": [1, {"k": 2**63}]}), ("c2", "here", {"x": 1}), agent=agent))
     remote, local = (r.result for r in result.results)
