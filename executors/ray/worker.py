@@ -248,12 +248,17 @@ class RemoteContext:
         """Mark a successful final result as terminal for the agent's turn."""
         self._concludes = True
 
-    def _take(self) -> tuple[bytes | None, bool]:
+    def _take(self, *, strict: bool = False) -> tuple[bytes | None, bool]:
+        """The deferred contexts as JSON, and ``conclude_turn``. A context
+        that is not lossless JSON raises when ``strict`` (a success then
+        fails), else is dropped with the others (a failure stays itself)."""
         with self._lock:
             contexts = list(self._contexts)
         try:
             return contexts_to_json(contexts), self._concludes
-        except Exception:  # noqa: BLE001 - checked by defer_context; a hostile subclass
+        except Exception:  # noqa: BLE001 - e.g. a meta that is not lossless JSON
+            if strict:
+                raise
             return None, self._concludes
 
     def __repr__(self) -> str:
@@ -321,7 +326,11 @@ def run_call(
         except DshError as exc:  # not lossless JSON (dumps raises nothing else)
             contexts, concludes = ctx._take()
             return (BAD_OUTPUT, exc.message, contexts, concludes)
-        contexts, concludes = ctx._take()
+        try:
+            contexts, concludes = ctx._take(strict=True)
+        except Exception as exc:  # noqa: BLE001
+            detail = exc.message if isinstance(exc, DshError) else str(exc)
+            return (BAD_OUTPUT, f"a deferred context cannot cross to the driver: {detail}", None, False)
         return (OK, value_json, contexts, concludes)
     except KeyboardInterrupt:
         if ctx is None:

@@ -182,6 +182,11 @@ def concludes(args: Any, ctx: Any) -> Any:
     return {"done": True}
 
 
+def bad_context(args: Any, ctx: Any) -> Any:
+    ctx.defer_context(UserMessage([text("x")], meta={"s": {1, 2}}))
+    return "fine"
+
+
 async def async_body(args: Any, ctx: Any) -> Any:
     await asyncio.sleep(0)
     return {"async": True, "pid": os.getpid()}

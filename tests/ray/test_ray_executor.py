@@ -123,9 +123,13 @@ def test_values_deferred_contexts_and_conclude_turn_travel_back(rt: Any, make_ex
     rt.tools.register(rt_tools.tool("done", rt_tools.concludes, meta=REMOTE))
     rt.tools.register(rt_tools.tool("bad", rt_tools.returns_a_set, meta=REMOTE))
     rt.tools.register(rt_tools.tool("aio", rt_tools.async_body, meta=REMOTE))
+    rt.tools.register(rt_tools.tool("ctx", rt_tools.bad_context, meta=REMOTE))
     rt.tools.set_executor(make_executor())
-    result = rt.tools.execute(batch(("d", "done", {}), ("s", "bad", {}), ("a", "aio", {})))
-    done, bad, aio = (r.result for r in result.results)
+    result = rt.tools.execute(batch(("d", "done", {}), ("s", "bad", {}), ("a", "aio", {}), ("c", "ctx", {})))
+    done, bad, aio, bad_context = (r.result for r in result.results)
+    assert bad_context.is_error and bad_context.error.info is not None
+    assert bad_context.error.info.code == ErrorCode.INVALID_TOOL_OUTPUT
+    assert "a deferred context cannot cross to the driver: value[0].meta.s" in bad_context.error.message
     assert done.value == {"done": True} and done.concludes_turn and result.concluded
     (context,) = done.additional_contexts
     assert context.content[0].text == "see the attached"
