@@ -318,8 +318,16 @@ class RayExecutor(NativeExecutor):
             try:
                 envelope = await asyncio.shield(future)
             except asyncio.CancelledError:
-                return self._apply(name, await self._abort(key, entry, future, signal), ctx)
+                return self._apply(name, await self._abort(key, entry, future, signal, absorb=0), ctx)
             except rex.RayError as exc:
+                cancelled = isinstance(exc, rex.TaskCancelledError) or isinstance(
+                    getattr(exc, "cause", None), rex.TaskCancelledError
+                )
+                if cancelled and (self._stopping or signal.aborted):
+                    # Our own cancel (rt.stop(), close()) settled the ref
+                    # before the body's task was cancelled (that cancel is
+                    # still on its way: absorb it): an abort.
+                    return self._apply(name, await self._abort(key, entry, future, signal, absorb=1), ctx)
                 raise _translate(exc) from None
             return self._apply(name, envelope, ctx)
         finally:
@@ -327,52 +335,68 @@ class RayExecutor(NativeExecutor):
                 self._inflight.pop(key, None)
                 self._settled.notify_all()
 
-    async def _abort(self, key: str, entry: _InFlight, future: Any, signal: Any) -> Any:
+    async def _abort(self, key: str, entry: _InFlight, future: Any, signal: Any, *, absorb: int) -> Any:
         """The driver aborted a submitted call: tell its signal, give a
         started body ``cancel_grace_ms`` to end, then ``ray.cancel`` (and
         ``force_cancel_ms`` later, for a task, ``force=True``). Returns the
         call's envelope, or raises the abort (``ABORTED_BEFORE_DISPATCH``
-        when the body never started)."""
+        when the body never started).
+
+        It runs shielded: ``absorb`` more cancellations of the body's task
+        are expected (the runtime's own, still on its way) and ignored; one
+        more means the runtime's loop is going away, and it stops waiting."""
+        inner = asyncio.ensure_future(self._settle_aborted(key, entry, future, signal))
+        try:
+            while True:
+                try:
+                    return await asyncio.shield(inner)
+                except asyncio.CancelledError:
+                    if inner.done() and not inner.cancelled():
+                        return inner.result()
+                    if absorb > 0:
+                        absorb -= 1
+                        continue
+                    self._ray_cancel(entry.ref, force=not entry.actor)
+                    inner.cancel()
+                    raise AbortError(before_dispatch=False) from None
+        finally:
+            self._forget(key)
+
+    async def _settle_aborted(self, key: str, entry: _InFlight, future: Any, signal: Any) -> Any:
         reason = signal.reason
         text = None if reason is None else _safe_text(reason)
         ref = entry.ref
         started: bool | None
         try:
-            try:
-                started = bool(await asyncio.wrap_future(self._board.abort.remote(key, text).future()))
-            except rex.RayError:
-                started = None  # the board is gone: the outcome decides
-            grace = self.cancel_grace_ms
-            rt = self._rt
-            stopping = self._stopping or (rt is not None and rt.stop_signal.aborted)
-            if started and not stopping and grace:
-                await asyncio.wait({future}, timeout=grace / 1000.0)
-            if not future.done():
-                self._ray_cancel(ref, force=False)
-                force = self.force_cancel_ms
-                if not entry.actor and force is not None:
-                    await asyncio.wait({future}, timeout=force / 1000.0)
-                    if not future.done():
-                        started = True  # interrupted and still running: it had started
-                        self._ray_cancel(ref, force=True)
-            try:
-                envelope = await future
-            except rex.RayTaskError as exc:
-                if isinstance(exc, rex.TaskCancelledError) or isinstance(exc.cause, rex.TaskCancelledError):
-                    # Interrupted on the worker, outside the body's wrapper
-                    # (e.g. while it reported its start).
-                    raise AbortError(before_dispatch=started is False) from None
-                raise _translate(exc) from None
-            except rex.RayError:
-                # Cancelled before it ran (or killed by the force cancel).
-                raise AbortError(before_dispatch=not started) from None
+            started = bool(await asyncio.wrap_future(self._board.abort.remote(key, text).future()))
         except asyncio.CancelledError:
-            # Cancelled again (the runtime's loop is going away): do not wait.
-            self._ray_cancel(ref, force=not entry.actor)
-            raise AbortError(before_dispatch=False) from None
-        finally:
-            self._forget(key)
-        return envelope
+            raise
+        except Exception:  # noqa: BLE001 - the board (or Ray) is gone: the outcome decides
+            started = None
+        grace = self.cancel_grace_ms
+        rt = self._rt
+        stopping = self._stopping or (rt is not None and rt.stop_signal.aborted)
+        if started and not stopping and grace:
+            await asyncio.wait({future}, timeout=grace / 1000.0)
+        if not future.done():
+            self._ray_cancel(ref, force=False)
+            force = self.force_cancel_ms
+            if not entry.actor and force is not None:
+                await asyncio.wait({future}, timeout=force / 1000.0)
+                if not future.done():
+                    started = True  # interrupted and still running: it had started
+                    self._ray_cancel(ref, force=True)
+        try:
+            return await future
+        except rex.RayTaskError as exc:
+            if isinstance(exc, rex.TaskCancelledError) or isinstance(exc.cause, rex.TaskCancelledError):
+                # Interrupted on the worker, outside the body's wrapper
+                # (e.g. while it reported its start).
+                raise AbortError(before_dispatch=started is False) from None
+            raise _translate(exc) from None
+        except rex.RayError:
+            # Cancelled before it ran (or killed by the force cancel).
+            raise AbortError(before_dispatch=not started) from None
 
     def _apply(self, name: str, envelope: Any, ctx: Any) -> Any:
         """A worker's envelope: its value (deferred contexts and
