@@ -452,6 +452,27 @@ class RayExecutor(NativeExecutor):
             pass
         self._ray_cancel(ref, force=False)
 
+    def _cancel_all(self, inflight: list[tuple[str, _InFlight]], reason: str) -> None:
+        """Abort every call of ``inflight`` on the board first (and, off the
+        loop, wait for the board to have them), then cancel their tasks: a
+        queued call that a cancelled one makes room for then finds itself
+        aborted when it asks to start, and never enters its body."""
+        if not inflight:
+            return
+        told = []
+        for key, _ in inflight:
+            try:
+                told.append(self._board.abort.remote(key, reason))
+            except Exception:  # noqa: BLE001 - the board (or Ray) is gone
+                pass
+        if told and not self._on_loop():
+            try:
+                ray.wait(told, num_returns=len(told), timeout=5.0)
+            except Exception:  # noqa: BLE001
+                pass
+        for _, entry in inflight:
+            self._ray_cancel(entry.ref, force=False)
+
     def _forget(self, key: str) -> None:
         try:
             self._board.forget.remote(key)
@@ -470,8 +491,7 @@ class RayExecutor(NativeExecutor):
         with self._state_lock:
             self._stopping = True
             inflight = list(self._inflight.items())
-        for key, entry in inflight:
-            self._cancel(entry.ref, key, "the runtime is stopping")
+        self._cancel_all(inflight, "the runtime is stopping")
         if inflight and not self._on_loop():
             limit = 1.0 + (self.force_cancel_ms or 0.0) / 1000.0
             with self._state_lock:
@@ -502,8 +522,7 @@ class RayExecutor(NativeExecutor):
             self._ray_closed = True
             self._stopping = True
             inflight = list(self._inflight.items())
-        for key, entry in inflight:
-            self._cancel(entry.ref, key, "the executor is closing")
+        self._cancel_all(inflight, "the executor is closing")
         if not self._on_loop():
             with self._state_lock:
                 self._settled.wait_for(lambda: not self._inflight, timeout)
