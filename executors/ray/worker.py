@@ -133,47 +133,59 @@ def contexts_from_json(data: bytes | None) -> list[UserMessage]:
 class RemoteSignal:
     """The body's abort signal on a worker: turns true when the driver
     aborts the call (the caller's signal, a timeout policy's deadline, the
-    runtime stopping). The first read subscribes to the
-    :class:`SignalBoard` (one message); reading it then costs a local
-    ``ray.wait(timeout=0)``, and :meth:`wait` sleeps on the board's reply:
-    no polling thread."""
+    runtime stopping).
 
-    __slots__ = ("_board", "_key", "_watch", "_aborted", "_reason_text")
+    The first read subscribes to the :class:`SignalBoard` (one message);
+    the board's answer sets a local event from Ray's callback thread, so
+    reading :attr:`aborted` is a flag read and :meth:`wait` sleeps on a
+    ``threading.Event``. Neither is a Ray call: the task keeps its CPUs
+    while it waits (a blocking ``ray.get``/``ray.wait`` would lend them to
+    other tasks), and no thread polls.
+    """
+
+    __slots__ = ("_board", "_key", "_lock", "_event", "_aborted", "_reason_text", "_done")
 
     def __init__(self, board: Any, key: str | None) -> None:
         self._board = board
         self._key = key
-        self._watch: Any = None
+        self._lock = threading.Lock()
+        self._event = threading.Event()  # set once the board answered
         self._aborted = False
         self._reason_text: str | None = None
+        self._done = board is None  # no board: can never abort
 
-    def _settle(self, timeout: float) -> bool:
-        if self._aborted:
-            return True
-        watch = self._watch
-        if watch is None:
+    def _subscribe(self) -> None:
+        with self._lock:
             board = self._board
             if board is None:
-                return False
+                return
             self._board = None
-            try:
-                watch = self._watch = board.watch.remote(self._key)
-            except Exception:  # noqa: BLE001 - the board is gone: nobody can abort us any more
-                return False
-        if watch is _NEVER:
-            return False
-        ready, _ = ray.wait([watch], timeout=timeout)
-        if not ready:
-            return False
         try:
-            answer = ray.get(watch)
+            watch = board.watch.remote(self._key)
+            watch.future().add_done_callback(self._answered)
         except Exception:  # noqa: BLE001 - the board is gone: nobody can abort us any more
+            self._done = True
+
+    def _answered(self, future: Any) -> None:
+        try:
+            answer = future.result()
+        except BaseException:  # noqa: BLE001 - the board is gone: nobody can abort us any more
             answer = None
         if isinstance(answer, tuple) and answer and answer[0] is True:
-            self._aborted = True
             self._reason_text = answer[1]
+            self._aborted = True
         else:
-            self._watch = _NEVER
+            self._done = True
+        self._event.set()
+
+    def _settle(self, timeout: float | None) -> bool:
+        if self._aborted:
+            return True
+        if self._board is not None:
+            self._subscribe()
+        if self._done or timeout == 0:
+            return self._aborted
+        self._event.wait(timeout)
         return self._aborted
 
     @property
@@ -190,9 +202,9 @@ class RemoteSignal:
         """Block until the call is aborted or ``timeout`` seconds pass;
         return :attr:`aborted`."""
         if timeout is None:
-            while not self._settle(3600.0):
-                if self._watch is _NEVER:
-                    threading.Event().wait()  # can never abort any more
+            self._settle(None)
+            if not self._aborted:
+                threading.Event().wait()  # finished without an abort: it never will
             return True
         return self._settle(max(0.0, timeout))
 
@@ -203,9 +215,6 @@ class RemoteSignal:
 
     def __repr__(self) -> str:
         return f"<RemoteSignal aborted={self._aborted}>"
-
-
-_NEVER: Any = object()  # a watch that resolved "finished": no abort can come
 
 
 class RemoteContext:
@@ -314,7 +323,9 @@ def run_call(
         arguments = loads(arguments_json)
         # The start report, before the body: the board answers False if the
         # driver aborted the call first (then the body never runs).
-        if not ray.get(board.start.remote(key)):
+        # (A future, not ray.get: a blocked ray.get lends the task's CPUs
+        # to other tasks meanwhile.)
+        if not board.start.remote(key).future().result():
             return (CANCELLED, False, None, False)
         entered = True
         ctx = RemoteContext(info, arguments, RemoteSignal(board, key))

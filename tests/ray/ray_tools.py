@@ -77,6 +77,13 @@ def warm_one() -> int:
     return os.getpid()
 
 
+def call(ref: Any, timeout: float = SPIN_FOREVER) -> Any:
+    """A body's wait for an actor call: through the ref's future, not
+    ``ray.get`` (a task blocked in ray.get lends its CPUs to other tasks,
+    and a queued test task would start)."""
+    return ref.future().result(timeout)
+
+
 def gate() -> Any:
     return ray.get_actor(GATE, namespace=NAMESPACE)
 
@@ -106,8 +113,8 @@ def chained(args: Any, ctx: Any) -> Any:
     g = gate()
     after = args.get("after")
     if after:
-        ray.get(g.wait.remote(f"done:{after}"))
-    ray.get(g.set.remote(f"done:{args['x']}"))
+        call(g.wait.remote(f"done:{after}"))
+    call(g.set.remote(f"done:{args['x']}"))
     return args["x"]
 
 
@@ -115,22 +122,22 @@ def held(args: Any, ctx: Any) -> Any:
     """Enters, waits until the test releases it, leaves."""
     g = gate()
     name = args["x"]
-    ray.get(g.enter.remote(name))
+    call(g.enter.remote(name))
     try:
-        ray.get(g.wait.remote(f"release:{name}"))
+        call(g.wait.remote(f"release:{name}"))
     finally:
-        ray.get(g.leave.remote(name))
+        call(g.leave.remote(name))
     return name
 
 
 def cooperative(args: Any, ctx: Any) -> Any:
     """Says it started, waits on its signal, cleans up and gives up."""
     g = gate()
-    ray.get(g.set.remote(f"started:{args['x']}", os.getpid()))
+    call(g.set.remote(f"started:{args['x']}", os.getpid()))
     if not ctx.signal.wait(SPIN_FOREVER):
         return "never aborted"
     ctx.defer_context(UserMessage([text(f"cleaned up after: {ctx.signal.reason}")], source="ray-test"))
-    ray.get(g.set.remote(f"saw-abort:{args['x']}", ctx.signal.reason))
+    call(g.set.remote(f"saw-abort:{args['x']}", ctx.signal.reason))
     raise AbortError(reason=ctx.signal.reason)
 
 
@@ -138,7 +145,7 @@ def ignoring(args: Any, ctx: Any) -> Any:
     """Says it started, then spins in pure Python, never looking at its
     signal: only ray.cancel's interrupt ends it."""
     g = gate()
-    ray.get(g.set.remote(f"started:{args['x']}", os.getpid()))
+    call(g.set.remote(f"started:{args['x']}", os.getpid()))
     deadline = time.monotonic() + SPIN_FOREVER
     n = 0
     while time.monotonic() < deadline:
@@ -149,21 +156,21 @@ def ignoring(args: Any, ctx: Any) -> Any:
 def stubborn(args: Any, ctx: Any) -> Any:
     """Swallows ray.cancel's interrupt too: only a force cancel ends it."""
     g = gate()
-    ray.get(g.set.remote(f"started:{args['x']}", os.getpid()))
+    call(g.set.remote(f"started:{args['x']}", os.getpid()))
     deadline = time.monotonic() + SPIN_FOREVER
     while time.monotonic() < deadline:
         try:
             while time.monotonic() < deadline:
                 pass
         except KeyboardInterrupt:
-            ray.get(g.set.remote(f"interrupted:{args['x']}"))
+            call(g.set.remote(f"interrupted:{args['x']}"))
     return "outlasted"
 
 
 def waits_to_be_killed(args: Any, ctx: Any) -> Any:
     g = gate()
-    ray.get(g.set.remote(f"started:{args['x']}", os.getpid()))
-    ray.get(g.wait.remote("never", SPIN_FOREVER))
+    call(g.set.remote(f"started:{args['x']}", os.getpid()))
+    call(g.wait.remote("never", SPIN_FOREVER))
     return "not killed"
 
 
@@ -194,9 +201,9 @@ async def async_body(args: Any, ctx: Any) -> Any:
 
 def deadline_aware(args: Any, ctx: Any) -> Any:
     g = gate()
-    ray.get(g.set.remote(f"started:{args['x']}"))
+    call(g.set.remote(f"started:{args['x']}"))
     if ctx.signal.wait(SPIN_FOREVER):
-        ray.get(g.set.remote(f"saw-abort:{args['x']}", ctx.signal.reason))
+        call(g.set.remote(f"saw-abort:{args['x']}", ctx.signal.reason))
         ctx.signal.throw_if_aborted()
     return "finished"
 
