@@ -43,7 +43,9 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) 
         time.sleep(0.002)
 
 
-def gate_wait(gate: Any, name: str, timeout: float = 30.0) -> Any:
+def gate_wait(gate: Any, name: str, timeout: float = 45.0) -> Any:
+    """Wait for a body to set ``name`` on the gate (generous: a loaded
+    2-core machine may take many seconds to start a Ray worker)."""
     return ray.get(gate.wait.remote(name, timeout), timeout=timeout + 5)
 
 

@@ -203,17 +203,27 @@ def test_stop_cancels_what_runs_on_ray(make_executor: Any, gate: Any) -> None:
 def test_the_signal_board_forgets_every_call(rt: Any, make_executor: Any, gate: Any) -> None:
     from executors.ray import connection
 
-    rt.tools.register(rt_tools.tool("coop", rt_tools.cooperative, meta=HOG))
+    rt.tools.register(rt_tools.tool("coop", rt_tools.cooperative, meta=REMOTE_0))
+    rt.tools.register(rt_tools.tool("queued", rt_tools.cooperative, meta=HOG))
     rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta=REMOTE_0))
     executor = make_executor()
     rt.tools.set_executor(executor)
     rt.tools.execute(batch(("w1", "who", {}), ("w2", "who", {})))
     controller = AbortController()
-    future = rt.tools.submit(batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal))
+    future = rt.tools.submit(
+        batch(
+            ("a", "coop", {"x": "a"}),
+            ("b", "coop", {"x": "b"}),
+            ("c", "queued", {"x": "c"}),
+            cap=3,
+            signal=controller.signal,
+        )
+    )
     gate_wait(gate, "started:a")
-    wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted")
+    gate_wait(gate, "started:b")
+    wait_until(lambda: executor.in_flight() == 3, "the third call to be submitted")
     controller.abort()
-    result_of(future)
+    assert codes(result_of(future)) == [ErrorCode.ABORTED, ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
     board = connection.board()
     wait_until(lambda: ray.get(board.size.remote()) == 0, "the board to forget every call", timeout=10)
 
