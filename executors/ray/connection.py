@@ -80,7 +80,7 @@ def board() -> Any:
 def release() -> None:
     """One executor closed; the last one kills the board and shuts an
     owned connection down."""
-    global _users, _owned, _board
+    global _users, _owned, _local, _board
     import ray
 
     with _lock:

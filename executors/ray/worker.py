@@ -32,7 +32,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import ray
 from ray import cloudpickle
 
 from dsh_actors import (

@@ -9,11 +9,8 @@ because this folder is on their PYTHONPATH (``runtime_env``).
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
