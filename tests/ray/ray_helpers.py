@@ -51,3 +51,9 @@ def gate_wait(gate: Any, name: str, timeout: float = 45.0) -> Any:
 
 def result_of(future: Future[Any], timeout: float = 30.0) -> Any:
     return future.result(timeout)
+
+
+def first_started(gate: Any, *calls: str, timeout: float = 45.0) -> str:
+    """Which of ``calls`` started first (its body set ``started:<call>``)."""
+    name = ray.get(gate.wait_any.remote([f"started:{c}" for c in calls], timeout), timeout=timeout + 5)
+    return str(name).split(":", 1)[1]

@@ -43,6 +43,17 @@ class Gate:
         await asyncio.wait_for(self.events[name].wait(), timeout)
         return self.values.get(name)
 
+    async def wait_any(self, names: list[str], timeout: float = 30.0) -> str:
+        """The first of ``names`` to be set (Ray does not promise which of
+        two equal queued tasks it starts first)."""
+        waits = {asyncio.ensure_future(self.events[n].wait()): n for n in names}
+        done, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if not done:
+            raise TimeoutError(f"none of {names} was set")
+        return waits[next(iter(done))]
+
     def is_set(self, name: str) -> bool:
         return self.events[name].is_set()
 

@@ -14,7 +14,7 @@ import ray
 import ray_tools as rt_tools
 from dsh_actors import AbortController, Agent, ErrorCode, ToolBatchExecutionError, ToolBatchInput, ToolCall, ToolRuntime
 from executors.ray import RayActor
-from ray_helpers import gate_wait, live_threads, result_of, wait_until
+from ray_helpers import first_started, gate_wait, live_threads, result_of, wait_until
 
 HOG = {"ray": {"num_cpus": 2}}  # the whole cluster: a second one queues in Ray
 
@@ -49,17 +49,22 @@ def test_abort_started_cooperative_body_and_an_unstarted_one(rt: Any, make_execu
     future = rt.tools.submit(
         batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal)
     )
-    gate_wait(gate, "started:a")
+    # Each takes the whole cluster: one runs, the other waits in Ray's queue.
+    ran = first_started(gate, "a", "b")
+    queued = "b" if ran == "a" else "a"
     wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted to Ray")
     controller.abort("enough")
     result = result_of(future)
-    assert codes(result) == [ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
+    by_id = {r.call_id: r.result for r in result.results}
+    assert [r.call_id for r in result.results] == ["a", "b"]
+    assert by_id[ran].error.info.code == ErrorCode.ABORTED
+    assert by_id[queued].error.info.code == ErrorCode.ABORTED_BEFORE_DISPATCH
     # The started body saw its signal (with the reason), cleaned up and
     # deferred a context that came back with the failure.
-    assert gate_wait(gate, "saw-abort:a") == "enough"
-    (context,) = result.results[0].result.additional_contexts
+    assert gate_wait(gate, f"saw-abort:{ran}") == "enough"
+    (context,) = by_id[ran].additional_contexts
     assert context.content[0].text == "cleaned up after: enough"
-    assert not ray.get(gate.is_set.remote("started:b"))
+    assert not ray.get(gate.is_set.remote(f"started:{queued}"))
 
 
 def test_abort_a_started_body_that_ignores_its_signal_interrupts_it(rt: Any, make_executor: Any, gate: Any) -> None:
@@ -101,13 +106,16 @@ def test_abort_a_call_queued_behind_another_on_an_actor(rt: Any, make_executor: 
     future = rt.tools.submit(
         batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal)
     )
-    gate_wait(gate, "started:a")
+    ran = first_started(gate, "a", "b")
+    queued = "b" if ran == "a" else "a"
     wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted to the actor")
     controller.abort("stop it")
     result = result_of(future)
-    assert codes(result) == [ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
-    assert gate_wait(gate, "saw-abort:a") == "stop it"
-    assert not ray.get(gate.is_set.remote("started:b"))
+    by_id = {r.call_id: r.result for r in result.results}
+    assert by_id[ran].error.info.code == ErrorCode.ABORTED
+    assert by_id[queued].error.info.code == ErrorCode.ABORTED_BEFORE_DISPATCH
+    assert gate_wait(gate, f"saw-abort:{ran}") == "stop it"
+    assert not ray.get(gate.is_set.remote(f"started:{queued}"))
 
 
 def test_a_killed_worker_fails_its_call_and_the_batch_goes_on(rt: Any, make_executor: Any, gate: Any) -> None:
@@ -179,7 +187,7 @@ def test_stop_cancels_what_runs_on_ray(make_executor: Any, gate: Any) -> None:
         executor = make_executor(cancel_grace_ms=60_000)  # stop() does not wait for the grace
         rt.tools.set_executor(executor)
         future = rt.tools.submit(batch(("a", "spin", {"x": "a"}), ("b", "spin", {"x": "b"}), cap=2))
-        gate_wait(gate, "started:a")
+        ran = first_started(gate, "a", "b")
         wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted to Ray")
         started = time.monotonic()
     finally:
@@ -191,7 +199,9 @@ def test_stop_cancels_what_runs_on_ray(make_executor: Any, gate: Any) -> None:
     except ToolBatchExecutionError:
         pass  # the batch's actor stopped before it could reply (as native: a race)
     else:
-        assert codes(result) == [ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
+        by_id = {r.call_id: r.result for r in result.results}
+        assert by_id[ran].error.info.code == ErrorCode.ABORTED
+        assert by_id["b" if ran == "a" else "a"].error.info.code == ErrorCode.ABORTED_BEFORE_DISPATCH
     # The interrupted spinner freed its CPUs: the cluster runs a task again.
     assert ray.get(rt_tools.warm.remote(), timeout=30) > 0
     leaked = [t for t in live_threads() - before if t.is_alive() and not t.name.startswith("pytest_timeout")]
@@ -203,27 +213,17 @@ def test_stop_cancels_what_runs_on_ray(make_executor: Any, gate: Any) -> None:
 def test_the_signal_board_forgets_every_call(rt: Any, make_executor: Any, gate: Any) -> None:
     from executors.ray import connection
 
-    rt.tools.register(rt_tools.tool("coop", rt_tools.cooperative, meta=REMOTE_0))
-    rt.tools.register(rt_tools.tool("queued", rt_tools.cooperative, meta=HOG))
+    rt.tools.register(rt_tools.tool("coop", rt_tools.cooperative, meta=HOG))
     rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta=REMOTE_0))
     executor = make_executor()
     rt.tools.set_executor(executor)
     rt.tools.execute(batch(("w1", "who", {}), ("w2", "who", {})))
     controller = AbortController()
-    future = rt.tools.submit(
-        batch(
-            ("a", "coop", {"x": "a"}),
-            ("b", "coop", {"x": "b"}),
-            ("c", "queued", {"x": "c"}),
-            cap=3,
-            signal=controller.signal,
-        )
-    )
-    gate_wait(gate, "started:a")
-    gate_wait(gate, "started:b")
-    wait_until(lambda: executor.in_flight() == 3, "the third call to be submitted")
+    future = rt.tools.submit(batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal))
+    first_started(gate, "a", "b")  # one started, one queued in Ray
+    wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted")
     controller.abort()
-    assert codes(result_of(future)) == [ErrorCode.ABORTED, ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
+    assert sorted(codes(result_of(future))) == [ErrorCode.ABORTED, ErrorCode.ABORTED_BEFORE_DISPATCH]
     board = connection.board()
     wait_until(lambda: ray.get(board.size.remote()) == 0, "the board to forget every call", timeout=10)
 
