@@ -23,7 +23,7 @@ from typing import Any
 from . import scheduling
 from ._util import Progress, Row, Target, fmt_ms, fmt_us, machine, ratio, render_table
 
-SECTIONS = ("overhead", "pool", "abort", "agents", "async", "ptc")
+SECTIONS = ("overhead", "pool", "abort", "agents", "async", "ptc", "ray")
 
 
 def run(quick: bool, trace_path: str | None, only: Sequence[str]) -> dict[str, Any]:
@@ -62,6 +62,12 @@ def run(quick: bool, trace_path: str | None, only: Sequence[str]) -> dict[str, A
             progress.note("ptc")
             report["ptc"] = ptc.run(plan)
             progress.advance("ptc")
+        if "ray" in wanted:
+            from . import ray as ray_section
+
+            progress.note("ray")
+            report["ray"] = ray_section.run(plan)
+            progress.advance("ray")
     finally:
         progress.close()
     report["seconds"] = time.perf_counter() - started
@@ -147,6 +153,11 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
         for key, value in ptc.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[f"ptc.{key}"] = float(value)
+    rs = report.get("ray")
+    if rs and rs.get("available"):
+        for key, value in rs.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[f"ray.{key}"] = float(value)
     return {k: float(v) for k, v in out.items()}
 
 
@@ -197,6 +208,12 @@ def targets(f: dict[str, float]) -> dict[str, Target]:
     if "abort.settle_ms" in f:
         t["abort"] = Target("≤ 2 ms", f["abort.settle_ms"], 2.0)
         t["abort.wait"] = Target("≤ 2 ms", f["abort.wait_settle_ms"], 2.0)
+    if "ray.cpu_bound_speedup" in f:
+        t["ray.cpu_bound"] = Target(
+            "speedup ≥ 1.6 (Ray ÷ native makespan ≤ 0.625)",
+            ratio(f["ray.ray_makespan_ms"], f["ray.native_makespan_ms"]),
+            1 / 1.6,
+        )
     return t
 
 
@@ -384,6 +401,30 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
                     rows.append(Row("ptc", label, fmt_us(ptc[key]), ptc.get(f"{key}_baseline", ""), ""))
         else:
             rows.append(Row("ptc", "sub-call round trip, warm start", "skipped", "", "", note=ptc.get("note", "")))
+    rs = report.get("ray")
+    if rs is not None:
+        if rs.get("available"):
+            rows.append(
+                Row(
+                    "ray",
+                    f"{rs['calls']} × ~200 ms pure-Python CPU, cap {rs['cap']}, 2 local workers",
+                    fmt_ms(f["ray.ray_makespan_ms"]),
+                    f"native {fmt_ms(f['ray.native_makespan_ms'])}",
+                    f"{f['ray.cpu_bound_speedup']:.2f}× faster",
+                    t["ray.cpu_bound"],
+                )
+            )
+            rows.append(
+                Row(
+                    "ray",
+                    "no-op call's round trip through Ray (added to a one-call batch)",
+                    fmt_ms(f["ray.subcall_overhead_ms"]),
+                    f"one-call batch {fmt_ms(f['ray.subcall_round_trip_ms'])} · native {fmt_ms(f['ray.native_call_ms'])}",
+                    "",
+                )
+            )
+        else:
+            rows.append(Row("ray", "CPU-bound speedup, round trip", "skipped", "", "", note=rs.get("note", "")))
     m = report["machine_start"]
     header = [
         f"dsh-actors scheduling benchmarks ({'quick' if report['quick'] else 'full'} run, {report['seconds']:.1f}s) — "
