@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from conftest import assert_no_new_threads, live_threads
+from scheduling.helpers import assert_no_new_threads, live_threads
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

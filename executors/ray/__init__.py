@@ -1,4 +1,4 @@
-"""Run chosen tool bodies on a Ray cluster (SPEC section 11; README.md here).
+"""Run chosen tool bodies on a Ray cluster (README.md here).
 
     from executors.ray import RayExecutor
     rt.tools.set_executor(RayExecutor(remote={"grade"}))     # or per scope
