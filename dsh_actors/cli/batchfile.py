@@ -41,6 +41,7 @@ from ..errors import LosslessJsonError
 from ..json import loads
 from ..model import ToolCall
 from ..providers import ProviderFormatError, anthropic, openai, openai_responses
+from ..providers._common import kind as _kind
 
 __all__ = ["ACCEPTED_SHAPES", "Batch", "BatchFileError", "BatchShape", "parse_batch", "read_batch"]
 
@@ -114,22 +115,6 @@ _SHAPE_NAMES: Final[dict[BatchShape, str]] = {
     "openai-responses": "OpenAI Responses",
     "anthropic": "Anthropic tool_use",
 }
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return type(value).__qualname__
 
 
 class _Parser:
