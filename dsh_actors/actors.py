@@ -32,6 +32,7 @@ import time
 import weakref
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -342,14 +343,19 @@ class RegistryRef(pykka.ActorRef[Any]):
     registry forwards it and replies later), not when the registry has
     handled the message. Other messages go through pykka's own ``ask``."""
 
+    def __init__(self, actor: Any) -> None:
+        super().__init__(actor)
+        # The registry's own check of what it understands: one rule, asked
+        # here so that an asker gets the error (a handler's is only logged).
+        self._check: Callable[[Any], None] = type(actor).check_message
+
     def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
         if type(message).__module__ == "pykka.messages":
             return super().ask(message, block=block, timeout=timeout)  # pykka's own (proxies, stop)
-        fields = getattr(type(message), "__dataclass_fields__", None)
-        if fields is None or "reply" not in fields or type(message).__module__ != "dsh_actors.messages":
-            raise TypeError(
-                f"the registry does not understand {type(message).__qualname__} (see dsh_actors.messages)"
-            )
+        self._check(message)
+        if not hasattr(message, "reply"):  # understood, answered by nobody: like a tell
+            self.tell(message)
+            return None if block else _answered(None)
         answer: Future[Any] = Future()
         theirs = message.reply
         if theirs is not None:
@@ -375,6 +381,12 @@ class RegistryRef(pykka.ActorRef[Any]):
                         return answer.result(timeout=_SLICE)  # a reply already on its way
                     except FutureTimeout:
                         raise pykka.ActorDeadError(f"{self} stopped before answering") from None
+
+
+def _answered(value: Any) -> pykka.ThreadingFuture[Any]:
+    out: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
+    out.set(value)
+    return out
 
 
 def _copy(done: Future[Any], theirs: Any) -> None:

@@ -88,12 +88,18 @@ class RegistryActor(ActorBase):
     def __repr__(self) -> str:
         return f"<RegistryActor scopes={len(self._scopes)}>"
 
-    def receive(self, message: Any) -> Any:
+    @staticmethod
+    def check_message(message: Any) -> None:
+        """Raise ``TypeError`` for a message the registry does not understand
+        (``rt.registry``'s ``ask`` asks it first, so an asker gets the error)."""
         if not isinstance(message, _ACCEPTED):
             raise TypeError(
                 f"the registry does not understand {type(message).__qualname__} "
                 "(see dsh_actors.messages)"
             )
+
+    def receive(self, message: Any) -> Any:
+        self.check_message(message)
         inbox: _Inbox = message
         match inbox:
             case Register() | Restrict() | AddGuard() | SetExecutor():
