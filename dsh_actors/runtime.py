@@ -23,6 +23,7 @@ import pykka
 from .actors import ActorGroup, RegistryRef
 from .events import Disposer, EventBus
 from .loop import LoopThread
+from .pipeline.flights import LoopWatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Agent
@@ -153,6 +154,8 @@ class ToolRuntime:
         self._stopped = False
         self._group = ActorGroup()
         self._loop: LoopThread | None = None
+        # The loops async bodies are in flight on (its thread starts with the first).
+        self.loop_watch = LoopWatch()
         self._workers: ThreadPoolExecutor | None = None
         self._registry: pykka.ActorRef[Any] | None = None
         self._state: RegistryState | None = None
@@ -228,6 +231,7 @@ class ToolRuntime:
             self._workers.shutdown(wait=True, cancel_futures=True)
         if self._loop is not None:
             self._loop.stop()
+        self.loop_watch.stop()
         self._halted = True
 
     def stop_remaining(self) -> float:
