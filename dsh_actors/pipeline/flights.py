@@ -241,6 +241,9 @@ class LoopWatch:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
+    def _stopping(self) -> bool:
+        return self._stopped
+
     def _remove(self, flight: Flight) -> bool:
         with self._lock:
             if flight.ended:
@@ -263,7 +266,7 @@ class LoopWatch:
                 if self._stopped:
                     return
                 lock.wait(self.PERIOD)
-                if self._stopped:
+                if self._stopping():  # stop() during the wait
                     return
                 snapshot = [(loop, tuple(flights)) for loop, flights in self._flights.items()]
             for loop, flights in snapshot:

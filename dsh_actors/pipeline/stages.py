@@ -560,6 +560,7 @@ def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException 
     """Everything after the body's last line: its value validated and
     rendered (or its exception as a failure), with the contexts it added."""
     ctx = entered.ctx
+    result: ToolExecutionResult
     try:
         contexts, concludes = ctx._take()
         if error is not None:
@@ -590,7 +591,7 @@ def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExec
     """The innermost step of ``tools/execute`` on this thread: enter, invoke
     the body (an async one on its loop, this thread waiting), leave."""
     entered = _enter_body(rt, call, registration)
-    if type(entered) is not _Entered:
+    if not isinstance(entered, _Entered):
         return entered
     try:
         value = _invoke(rt, entered.body, call.execution.arguments, entered.ctx, entered.is_async, call.loop)
@@ -670,7 +671,7 @@ def start_on_loop(rt: ToolRuntime, call: Call, on_end: Callable[[Call, Any, Base
     then calls :func:`finish_on_loop`. False: the call did not start (not
     found, aborted, or it settled at once) and is DISPATCHED already."""
     entered = _enter_body(rt, call, call.registration)
-    if type(entered) is not _Entered:
+    if not isinstance(entered, _Entered):
         _dispatched(call, entered)
         return False
     ctx = entered.ctx
