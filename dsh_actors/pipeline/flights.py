@@ -43,7 +43,7 @@ from loguru import logger
 from ..errors import AbortError
 from ..signals import AbortSignal
 
-__all__ = ["Flight", "LoopWatch"]
+__all__ = ["Flight", "LoopWatch", "Outbox"]
 
 #: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
 OnEnd = Callable[[Any, BaseException | None], None]
@@ -167,6 +167,39 @@ class Flight:
         self._end(None, RuntimeError(f'the event loop that runs async tool "{self.name}" {state} before the call ended'))
 
 
+def _start_all(flights: tuple[Flight, ...]) -> None:
+    for flight in flights:
+        flight._start()
+
+
+class Outbox:
+    """The loop side of a batch's inbox: the ends of the batch's flights
+    that happen on the loop's thread in one iteration of the loop go to
+    the batch as one message (one wake of the executor, not one per body).
+    Only the loop's thread touches ``_ends``; ends reported from any other
+    thread (the watch, a closed loop) are put at once."""
+
+    __slots__ = ("loop", "put", "_ends")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, put: Callable[[tuple[Any, ...]], None]) -> None:
+        self.loop = loop
+        self.put = put  # put(ends): one message with these ends, to the batch
+        self._ends: list[Any] = []
+
+    def add(self, end: Any) -> None:
+        if asyncio._get_running_loop() is not self.loop:
+            self.put((end,))
+            return
+        ends = self._ends
+        if not ends:
+            self.loop.call_soon(self._flush)
+        ends.append(end)
+
+    def _flush(self) -> None:
+        ends, self._ends = tuple(self._ends), []
+        self.put(ends)
+
+
 class _Beat:
     __slots__ = ("sent", "answered", "warned")
 
@@ -204,30 +237,43 @@ class LoopWatch:
     def launch(self, flight: Flight) -> None:
         """Start ``flight`` on its loop. A loop that is closed or not running
         ends it at once (``on_end`` runs on this thread, with the error)."""
-        loop = flight.loop
+        self.launch_all(flight.loop, [flight])
+
+    def launch_all(self, loop: asyncio.AbstractEventLoop, flights: list[Flight]) -> None:
+        """Start ``flights`` (all on ``loop``) with one wake of the loop."""
         if loop.is_closed() or not loop.is_running():
             state = "is closed" if loop.is_closed() else "is not running"
-            flight.coro.close()
-            flight.on_end(
-                None,
-                RuntimeError(
-                    f'the event loop that runs async tool "{flight.name}" {state} '
-                    "(the batch's loop must run until the batch settles)"
-                ),
-            )
+            for flight in flights:
+                flight.coro.close()
+                flight.on_end(
+                    None,
+                    RuntimeError(
+                        f'the event loop that runs async tool "{flight.name}" {state} '
+                        "(the batch's loop must run until the batch settles)"
+                    ),
+                )
             return
-        flight.unsubscribe = flight.signal.add_callback(flight._on_abort)
+        for flight in flights:
+            flight.unsubscribe = flight.signal.add_callback(flight._on_abort)
         with self._lock:
-            flight.watch = self
-            self._flights.setdefault(loop, set()).add(flight)
+            watched = self._flights.get(loop)
+            if watched is None:
+                watched = self._flights[loop] = set()
+                self._lock.notify()  # the watch looks at a loop it did not watch
+            for flight in flights:
+                flight.watch = self
+                watched.add(flight)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._lock.notify()
         try:
-            loop.call_soon_threadsafe(flight._start)
+            if len(flights) == 1:
+                loop.call_soon_threadsafe(flights[0]._start)
+            else:
+                loop.call_soon_threadsafe(_start_all, tuple(flights))
         except RuntimeError:  # closed just now
-            flight._fail_gone("closed")
+            for flight in flights:
+                flight._fail_gone("closed")
 
     def in_flight(self) -> int:
         with self._lock:

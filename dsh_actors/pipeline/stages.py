@@ -78,6 +78,7 @@ __all__ = [
     "registry_functions",
     "run_inline",
     "start_on_loop",
+    "target_loop",
     "wants_loop",
 ]
 
@@ -616,7 +617,7 @@ def _invoke(
     return value
 
 
-def _target_loop(rt: ToolRuntime, loop: Any) -> asyncio.AbstractEventLoop:
+def target_loop(rt: ToolRuntime, loop: Any) -> asyncio.AbstractEventLoop:
     """The loop an async body runs on: the batch's, or the runtime's own."""
     if loop is not None:
         return loop  # type: ignore[no-any-return]
@@ -632,7 +633,7 @@ def _await_on_loop(
     thread) and for ``rt.tools.dispatch``. A call actor waiting here lends
     its slot (within a bound). Cancellation and a loop that is gone behave
     as for a batch's async call (``pipeline/flights.py``)."""
-    target = _target_loop(rt, loop)
+    target = target_loop(rt, loop)
     if loop is None and rt.loop.in_loop_thread():  # pragma: no cover - defensive
         coro.close()
         raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
@@ -662,36 +663,38 @@ def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-def start_on_loop(rt: ToolRuntime, call: Call, on_end: Callable[[Call, Any, BaseException | None], None]) -> bool:
-    """Start ``call``'s async body as a :class:`Flight` on its loop, without
-    waiting: the batch's executor does this for an async call that no
-    ``tools/execute`` wrapper observes, so no thread waits for the body.
-    ``on_end(call, value, error)`` is called once when the body has ended
-    (on the loop's thread: it must only post a message), and the executor
-    then calls :func:`finish_on_loop`. False: the call did not start (not
-    found, aborted, or it settled at once) and is DISPATCHED already."""
+def start_on_loop(
+    rt: ToolRuntime, call: Call, on_end: Callable[[Call, Any, BaseException | None], None]
+) -> Flight | None:
+    """``call``'s async body as a :class:`Flight` for its loop, ready to
+    launch (``rt.loop_watch.launch_all``), nobody waiting for it: the
+    batch's executor does this for an async call that no ``tools/execute``
+    wrapper observes, so no thread waits for the body. ``on_end(call,
+    value, error)`` is called once when the body has ended (on the loop's
+    thread: it must only post a message), and the executor then calls
+    :func:`finish_on_loop`. None: the call did not start (not found,
+    aborted, or it settled at once) and is DISPATCHED already."""
     entered = _enter_body(rt, call, call.registration)
     if not isinstance(entered, _Entered):
         _dispatched(call, entered)
-        return False
+        return None
     ctx = entered.ctx
     try:
         coro = entered.body(call.execution.arguments, ctx)
     except BaseException as exc:  # noqa: BLE001 - a body that fails when called
         _dispatched(call, _leave_body(call, entered, None, exc))
-        return False
+        return None
     if not isinstance(coro, CoroutineType) and not asyncio.iscoroutine(coro):
         # Not a coroutine after all (a callable object that said async).
         _dispatched(call, _leave_body(call, entered, coro, None))
-        return False
+        return None
     call.entered = entered
 
     def ended(value: Any, error: BaseException | None) -> None:
         on_end(call, value, error)
 
     execution = call.execution
-    rt.loop_watch.launch(Flight(coro, ctx.signal, _target_loop(rt, call.loop), execution.name, execution.call_id, ended))
-    return True
+    return Flight(coro, ctx.signal, target_loop(rt, call.loop), execution.name, execution.call_id, ended)
 
 
 def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:

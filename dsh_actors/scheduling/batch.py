@@ -44,6 +44,7 @@ from ..model import (
     UserMessage,
     slot_setters,
 )
+from ..pipeline.flights import Outbox
 from ..pipeline.intake import loggable, parse_arguments
 from ..pipeline.results import aborted, failure_from_exception
 from ..pipeline.stages import (
@@ -190,6 +191,8 @@ class BatchRun:
         "early",
         "loop",
         "on_loop",
+        "launching",
+        "outbox",
     )
 
     def __init__(
@@ -232,6 +235,8 @@ class BatchRun:
         self.hook: Any = None
         self.early: set[int] = set()  # calls prepared ahead of a free slot
         self.on_loop: set[int] = set()  # calls whose async body is in flight on a loop (a subset of out)
+        self.launching: list[Any] = []  # flights this step started, launched when it ends
+        self.outbox: Outbox | None = None  # the loop side of the inbox (made with the first flight)
 
     # -- the run -------------------------------------------------------------------
 
@@ -268,19 +273,19 @@ class BatchRun:
         return self._close()
 
     def _body_ended(self, message: BodyEnded) -> None:
-        call = message.call
-        index = call.index
-        if index not in self.on_loop:
-            return  # committed ABORTED already (the stop's deadline)
-        self.on_loop.discard(index)
-        self.out.discard(index)
-        try:
-            finish_on_loop(call, message.value, message.error)
-        except BaseException as exc:  # noqa: BLE001 - finish_on_loop contains render; be sure
-            logger.opt(exception=exc).error("finishing {!r} failed", call)
-            call.outcome = failure_from_exception(exc)
-            call.run_post = False
-            call.phase = CallPhase.DISPATCHED
+        for call, value, error in message.ends:
+            index = call.index
+            if index not in self.on_loop:
+                continue  # committed ABORTED already (the stop's deadline)
+            self.on_loop.discard(index)
+            self.out.discard(index)
+            try:
+                finish_on_loop(call, value, error)
+            except BaseException as exc:  # noqa: BLE001 - finish_on_loop contains render; be sure
+                logger.opt(exception=exc).error("finishing {!r} failed", call)
+                call.outcome = failure_from_exception(exc)
+                call.run_post = False
+                call.phase = CallPhase.DISPATCHED
 
     def _open(self) -> None:
         batch = self.batch
@@ -357,7 +362,10 @@ class BatchRun:
 
     def _advance(self) -> None:
         try:
-            self._step()
+            try:
+                self._step()
+            finally:
+                self._launch()  # every flight started is launched (and so ends)
         except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
             logger.opt(exception=exc).error("the batch scheduler failed")
             if self.bug is None:
@@ -452,12 +460,13 @@ class BatchRun:
                 self.early.add(index)
             if not early and wants_loop(self.rt, call, call.registration):
                 # An async body: a flight on its loop, which reports its end
-                # in a message; no thread waits for it.
-                self.out.add(index)
-                self.on_loop.add(index)
-                if not start_on_loop(self.rt, call, self._post_body_ended):
-                    self.out.discard(index)
-                    self.on_loop.discard(index)
+                # in a message; no thread waits for it. Launched after this
+                # step, with the others this step starts (one wake of the loop).
+                flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
+                if flight is not None:
+                    self.out.add(index)
+                    self.on_loop.add(index)
+                    self.launching.append(flight)
             elif not self.out and (exclusive or self.limit == 1 or self.next_start == total):
                 # The only call that can start: run it here, no hop.
                 dispatch(self.rt, call)
@@ -471,7 +480,9 @@ class BatchRun:
         and a batch that is not serial; and whether a call actor would run
         it (an async body waits for a slot unprepared: it runs as a flight,
         started by this executor when a slot frees)."""
-        if self.limit < 2 or self.session is not None:
+        if self.limit < 2 or self.session is not None or self.on_loop:
+            # (With bodies in flight on a loop, which take no call actor, the
+            # `limit` servers could run more than `limit` calls at once.)
             return False
         agent = call.execution.agent
         rt = self.rt
@@ -484,9 +495,22 @@ class BatchRun:
             )
         return not wants_loop(rt, call, registration)
 
-    def _post_body_ended(self, call: Call, value: Any, error: BaseException | None) -> None:
-        # On the loop's thread (or the watch's): one message, nothing else.
-        self.inbox.put(BodyEnded(call, value, error))
+    def _body_ended_on_loop(self, call: Call, value: Any, error: BaseException | None) -> None:
+        # On the loop's thread (or the watch's): into the loop side's outbox,
+        # nothing else (the outbox is not this run's state: see Outbox).
+        outbox = self.outbox
+        assert outbox is not None  # made before the first launch
+        outbox.add((call, value, error))
+
+    def _launch(self) -> None:
+        flights, self.launching = self.launching, []
+        if flights:
+            if self.outbox is None:
+                self.outbox = Outbox(flights[0].loop, self._put_ends)
+            self.rt.loop_watch.launch_all(flights[0].loop, flights)
+
+    def _put_ends(self, ends: tuple[Any, ...]) -> None:
+        self.inbox.put(BodyEnded(ends))
 
     def _put(self, call: Call) -> None:
         mailbox = self.mailbox
@@ -655,6 +679,9 @@ class BatchRun:
         assert all(self.next_commit <= i < self.next_start for i in self.out), "a call out of range is out"
         assert self.on_loop <= self.out, "a call in flight on a loop is not out"
         assert not (self.on_loop & self.early), "an async call was prepared ahead"
+        # Calls on a loop take no call actor: with any of them out, nothing
+        # is prepared ahead, so at most `limit` calls run.
+        assert not self.on_loop or len(self.out) <= self.limit, "more than `limit` calls run beside async ones"
         # At most `limit` run (no more call actors serve the batch), and at
         # most `limit` more wait, prepared ahead, in the mailbox.
         assert len(self.out) <= 2 * self.limit, f"{len(self.out)} calls out at cap {self.limit}"

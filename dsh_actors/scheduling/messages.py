@@ -73,15 +73,14 @@ class Settled:
 
 @dataclass(frozen=True, slots=True)
 class BodyEnded:
-    """The async body of ``call`` ended on its loop (a flight's report: put
-    by the loop's thread, or by the loop watch when the loop went away)."""
+    """Async bodies of the batch ended on its loop (the flights' reports:
+    put by the loop's thread, one message for the ends of one iteration of
+    the loop, or by the loop watch when the loop went away)."""
 
-    call: Call
-    """The call, still DISPATCHING: the executor finishes it."""
-    value: Any
-    """What the body returned (when ``error`` is None)."""
-    error: BaseException | None
-    """What it raised (an ``AbortError`` when its signal cancelled it)."""
+    ends: tuple[tuple[Call, Any, BaseException | None], ...]
+    """``(call, value, error)`` per body: the call (still DISPATCHING: the
+    executor finishes it), what the body returned (when ``error`` is None),
+    what it raised (an ``AbortError`` when its signal cancelled it)."""
 
 
 @dataclass(frozen=True, slots=True)
