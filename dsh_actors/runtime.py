@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pykka
@@ -23,9 +22,9 @@ import pykka
 from .actors import ActorGroup, RegistryRef
 from .events import Disposer, EventBus
 from .loop import LoopThread
+from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .model import Agent
     from .registry import RegistryState, ToolsService
     from .scheduling import NativeExecutor
     from .scheduling.pool import CallPool
@@ -34,22 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["DEFAULT_CALL_ACTORS", "ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
 
 _STOPPED = "the ToolRuntime is stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRequest:
-    """What an approval service is asked: which agent's call of which tool,
-    why (``reason``, audited; ``display_reason``, localized prompt text), and
-    the call's cancellation ``signal`` (a service that waits for a person
-    must observe it and answer ``"cancelled"`` when it fires)."""
-
-    agent: Agent
-    tool_name: str
-    call_id: str
-    reason: str | None
-    display_reason: Any
-    signal: AbortSignal
-    arguments: Any = None
 
 
 class ApprovalService(Protocol):

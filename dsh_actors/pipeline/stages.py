@@ -44,6 +44,7 @@ from ..json import materialize
 from ..model import (
     Accept,
     Allow,
+    ApprovalRequest,
     Ask,
     Block,
     Cancel,
@@ -370,8 +371,6 @@ def registry_functions() -> RegistryFunctions:
 def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
     """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
     else a denial (a failure). A raising service propagates."""
-    from ..runtime import ApprovalRequest
-
     execution = call.execution
     name = execution.name
     service = rt.approvals.service
