@@ -43,9 +43,9 @@ from ..messages import (
 )
 from ..model import Agent, ToolActivationContext, ToolBatchInput
 from ._private import WriteRequest, _Apply, _ScopeIdle
-from ..toolset import ToolSetActor, _Begin
+from .toolset_actor import ToolSetActor, _Begin
 from .scope import ScopeActor
-from .state import describe_scope, select_executor
+from ..visibility import describe_scope, select_executor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime

@@ -60,7 +60,7 @@ from ..pipeline.stages import run_inline
 from ..scheduling.messages import Reply
 from .actor import RegistryActor, start_batch
 from .scope import ScopeActor
-from .state import (
+from ..visibility import (
     Condition,
     Guard,
     check_guards,
