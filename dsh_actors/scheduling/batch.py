@@ -45,9 +45,10 @@ from ..model import (
 )
 from ..pipeline.intake import loggable, parse_arguments
 from ..pipeline.results import aborted
-from ..pipeline.stages import LOOK_UP, Call, CallPhase, begin_call, dispatch, finalize, prepare, registry_functions
+from ..pipeline.stages import LOOK_UP, Call, CallPhase, begin_call, dispatch, finalize, prepare
 from ..session import call_event, result_event
 from ..signals import AbortController, AbortSignal
+from ..visibility import definition_mode, executable, has_guards
 from .messages import Deadline, Reply, Settled, Wake
 from .pool import WorkMailbox
 
@@ -352,7 +353,7 @@ class BatchRun:
             return False
         agent = call.execution.agent
         rt = self.rt
-        return not rt.events.observed(_OBSERVERS, agent) and not registry_functions().has_guards(rt.state, agent)
+        return not rt.events.observed(_OBSERVERS, agent) and not has_guards(rt.state, agent)
 
     def _put(self, call: Call) -> None:
         mailbox = self.mailbox
@@ -440,14 +441,12 @@ class BatchRun:
         ``LOOK_UP`` when none was looked up)."""
         if call.phase is CallPhase.RESOLVED:
             return "parallel", LOOK_UP  # it will not dispatch: no reason to hold others back
-        fns = registry_functions()
-        definition_mode = fns.definition_mode
         execution = call.execution
         if call.override is not None:
             return definition_mode(call.override.definition, execution.arguments), LOOK_UP
         try:
             # What registry.execution_mode does, keeping the lookup.
-            registration = fns.executable(self.rt.state, execution.name, execution.agent, execution.tool_set)
+            registration = executable(self.rt.state, execution.name, execution.agent, execution.tool_set)
             if registration is None:
                 return "exclusive", registration
             return definition_mode(registration.definition, execution.arguments), registration
