@@ -58,7 +58,8 @@ from ..model import (
 from ._private import STOPPED, WriteRequest
 from ..pipeline.stages import run_inline
 from ..scheduling.messages import Reply
-from .actor import RegistryActor, start_batch
+from ..scheduling.start import start_batch
+from .actor import RegistryActor
 from .scope import ScopeActor
 from ..visibility import (
     Condition,

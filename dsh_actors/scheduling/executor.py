@@ -153,7 +153,7 @@ class NativeExecutor:
 
     def _submit(self, batch: ToolBatchInput, reply: Reply, *, checked: bool, loop: Any = None) -> None:
         """:meth:`submit` into a given future (``checked``: the caller ran
-        ``check_batch`` already, as the registry's ``start_batch`` does)."""
+        ``check_batch`` already, as ``scheduling.start.start_batch`` does)."""
         rt = self._rt
         if rt is None:
             raise RuntimeError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
