@@ -60,6 +60,7 @@ from ..pipeline.stages import run_inline
 from ..scheduling.messages import Reply
 from ..scheduling.start import start_batch
 from .actor import RegistryActor
+from .offer import model_tools
 from .scope import ScopeActor
 from ..visibility import (
     Condition,
@@ -304,8 +305,6 @@ class ToolsService:
         that admitted them); with one, exactly what it admits. The schemas
         are fresh dicts. Runs ``describe`` on the calling thread; raises
         ``ExecutorUnavailableError`` when no executor is set."""
-        from .offer import model_tools
-
         return model_tools(self._state, self._scope if agent is None else self._viewer(agent), tool_set)
 
     def check_guards(self, execution: ToolExecution) -> str | None:

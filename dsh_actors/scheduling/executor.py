@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, settle
+from ..definition import validate_definition
 from ..executor import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
@@ -105,8 +106,6 @@ class NativeExecutor:
         tools = self.executor_tools()
         if not tools:
             return {}
-        from ..definition import validate_definition
-
         cache = self._checked_own
         out: dict[str, Any] = {}
         for definition in tools:
