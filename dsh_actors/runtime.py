@@ -24,6 +24,7 @@ from .actors import ActorGroup, RegistryRef
 from .events import Disposer, EventBus
 from .loop import LoopThread
 from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
+from .pipeline.flights import LoopWatch
 from .registry.actor import RegistryActor
 from .registry.service import ToolsService
 from .scheduling.executor import CallActor, NativeExecutor
@@ -137,6 +138,8 @@ class ToolRuntime:
         self._stopped = False
         self._group = ActorGroup()
         self._loop: LoopThread | None = None
+        # The loops async bodies are in flight on (its thread starts with the first).
+        self.loop_watch = LoopWatch()
         self._workers: ThreadPoolExecutor | None = None
         self._registry: pykka.ActorRef[Any] | None = None
         self._state: RegistryState | None = None
@@ -204,6 +207,7 @@ class ToolRuntime:
             self._workers.shutdown(wait=True, cancel_futures=True)
         if self._loop is not None:
             self._loop.stop()
+        self.loop_watch.stop()
         self._halted = True
 
     def stop_remaining(self) -> float:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from types import CoroutineType
@@ -58,6 +59,7 @@ from ..model import (
     check_content,
 )
 from ..signals import AbortSignal
+from .flights import Flight
 from ..visibility import check_guards, executable
 from .results import aborted, failure, failure_from_exception, freeze_result, is_result, render_success
 
@@ -73,8 +75,11 @@ __all__ = [
     "begin_call",
     "dispatch",
     "finalize",
+    "finish_on_loop",
     "prepare",
     "run_inline",
+    "start_on_loop",
+    "wants_loop",
 ]
 
 BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
@@ -116,6 +121,8 @@ class Call:
         "body_parent",
         "body_hook",
         "loop",
+        "body",
+        "entered",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -152,6 +159,10 @@ class Call:
         # The event loop an async body runs on (the batch's); None: the
         # runtime's own loop thread.
         self.loop: Any = None
+        # (registration, body, is_async) once body_of() has answered.
+        self.body: tuple[Any, Any, bool | None] | None = None
+        # A body in flight on its loop (start_on_loop): what finish_on_loop needs.
+        self.entered: Any = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
@@ -445,17 +456,49 @@ def _lookup(rt: ToolRuntime, call: Call) -> Any:
     return executable(rt.state, execution.name, execution.agent, execution.tool_set)
 
 
-def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExecutionResult:
-    """The innermost step of ``tools/execute``: look the tool up (unless
-    ``registration`` is given), fuse a fresh signal, invoke the body,
-    normalize its outcome."""
+class _Entered:
+    """A body about to run: its context, what it renders with, and the
+    callable (the definition's, or the executor's replacement)."""
+
+    __slots__ = ("ctx", "definition", "registration", "body", "is_async")
+
+    def __init__(self, ctx: ToolRunContext, definition: Any, registration: Any, body: Any, is_async: bool | None) -> None:
+        self.ctx = ctx
+        self.definition = definition
+        self.registration = registration
+        self.body = body
+        self.is_async = is_async
+
+
+def body_of(call: Call, registration: Any) -> tuple[Any, bool | None]:
+    """The callable ``call`` runs for ``registration`` and whether it is
+    ``async def`` (None: unknown, find out when it is called): the
+    executor's ``tool_body`` replacement, asked once per call, or the
+    definition's own body."""
+    memo = call.body
+    if memo is not None and memo[0] is registration:
+        return memo[1], memo[2]
+    definition = registration.definition
+    body: Any = definition.execute
+    is_async: bool | None = registration.is_async
+    hook = call.body_hook
+    if hook is not None:
+        replacement = hook(definition)
+        if replacement is not None:
+            body, is_async = replacement, is_async_callable(replacement)
+    call.body = (registration, body, is_async)
+    return body, is_async
+
+
+def _enter_body(rt: ToolRuntime, call: Call, registration: Any) -> _Entered | ToolExecutionResult:
+    """Everything before the body's first line: the lookup (unless
+    ``registration`` is given), the not-found and aborted checks, the fresh
+    signal, the body to call. A result when the body does not run."""
     execution = call.execution
     if registration is None:
         registration = _lookup(rt, call)
     if registration is None:
-        result: ToolExecutionResult = failure_from_exception(
-            ToolNotFoundError(execution.name, call.unknown_hint)
-        )
+        result: ToolExecutionResult = failure_from_exception(ToolNotFoundError(execution.name, call.unknown_hint))
         call.body_results.append(result)
         return result
     if call.registration is None:
@@ -466,12 +509,11 @@ def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExec
         result = aborted(before_dispatch=True)
         call.body_results.append(result)
         return result
-    definition = registration.definition
     wrapper_signal = execution.signal
     # A fresh signal for the body: the caller's, the wrapper's replacement
     # (if any), and the runtime's stop signal; the first abort wins. It is
     # fused only if the body (or the async path) reads ctx.signal, and
-    # closed by ctx._close() below (see ToolRunContext._fused).
+    # closed by ctx._close() in _leave_body (see ToolRunContext._fused).
     if wrapper_signal is not call.caller:
         signals: tuple[AbortSignal, ...] = (call.caller, wrapper_signal, stopping)
     elif call.body_parent is not None:
@@ -479,34 +521,34 @@ def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExec
     else:
         signals = (call.caller, stopping)
     ctx = ToolRunContext._fused(execution, signals)
-    body = definition.execute
-    is_async = registration.is_async
-    hook = call.body_hook
-    if hook is not None:
-        replacement = hook(definition)
-        if replacement is not None:
-            body, is_async = replacement, None
+    body, is_async = body_of(call, registration)
     call.body_invoked = True
+    return _Entered(ctx, registration.definition, registration, body, is_async)
+
+
+def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException | None) -> ToolExecutionResult:
+    """Everything after the body's last line: its value validated and
+    rendered (or its exception as a failure), with the contexts it added."""
+    ctx = entered.ctx
+    result: ToolExecutionResult
     try:
-        value = _invoke(rt, body, execution.arguments, ctx, is_async, call.loop)
-    except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
-        contexts, _ = ctx._take()
-        result = failure_from_exception(exc, contexts)
-    else:
         contexts, concludes = ctx._take()
-        result = render_success(
-            execution,
-            definition,
-            registration.output_validator,
-            value,
-            additional_contexts=contexts,
-            concludes_turn=concludes,
-        )
-        if not contexts and type(result) is ToolExecutionSuccess:
-            # Invariant: render_success materialized the value and the meta
-            # and checked the content; with no deferred contexts (which it
-            # does not check) nothing in it is left to freeze.
-            call.sealed = result
+        if error is not None:
+            result = failure_from_exception(error, contexts)
+        else:
+            result = render_success(
+                call.execution,
+                entered.definition,
+                entered.registration.output_validator,
+                value,
+                additional_contexts=contexts,
+                concludes_turn=concludes,
+            )
+            if not contexts and type(result) is ToolExecutionSuccess:
+                # Invariant: render_success materialized the value and the meta
+                # and checked the content; with no deferred contexts (which it
+                # does not check) nothing in it is left to freeze.
+                call.sealed = result
     finally:
         ctx._close()
     if contexts:
@@ -515,143 +557,135 @@ def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExec
     return result
 
 
+def _run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExecutionResult:
+    """The innermost step of ``tools/execute`` on this thread: enter, invoke
+    the body (an async one on its loop, this thread waiting), leave."""
+    entered = _enter_body(rt, call, registration)
+    if not isinstance(entered, _Entered):
+        return entered
+    try:
+        value = _invoke(rt, entered.body, call.execution.arguments, entered.ctx, entered.is_async, call.loop)
+    except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
+        return _leave_body(call, entered, None, exc)
+    return _leave_body(call, entered, value, None)
+
+
 def _invoke(
     rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None, loop: Any = None
 ) -> Any:
-    """Call a tool body: a sync body here; an ``async def`` body (or a sync
-    one that returns a coroutine) on the runtime's loop thread, cancelled
-    (``ABORTED``) when ``ctx.signal`` fires. Never abandons a started body.
-    ``is_async`` is what registration found (``is_async_callable(fn)``,
-    computed once); ``None`` computes it."""
+    """Call a tool body on this thread: a sync body here; an ``async def``
+    body (or a sync one that returns a coroutine) as a :class:`Flight` on
+    its loop, this thread waiting for it. ``is_async`` is what registration
+    found (``is_async_callable(fn)``, computed once); ``None`` computes it."""
     if is_async_callable(fn) if is_async is None else is_async:
         signal = ctx.signal  # the task's cancellation needs it: fuse it now
-        return _await_on_loop(rt, fn(args, ctx), signal, loop, ctx.name)
+        return _await_on_loop(rt, fn(args, ctx), signal, loop, ctx.name, ctx.call_id)
     value = fn(args, ctx)
     if isinstance(value, CoroutineType):  # inspect.iscoroutine
-        return _await_on_loop(rt, value, ctx.signal, loop, ctx.name)
+        return _await_on_loop(rt, value, ctx.signal, loop, ctx.name, ctx.call_id)
     return value
 
 
-class _Escaped:
-    __slots__ = ("exc",)
+def _target_loop(rt: ToolRuntime, loop: Any) -> asyncio.AbstractEventLoop:
+    """The loop an async body runs on: the batch's, or the runtime's own."""
+    if loop is not None:
+        return loop  # type: ignore[no-any-return]
+    return rt.loop.loop
 
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
-
-def _await_on_loop(rt: ToolRuntime, coro: Any, signal: AbortSignal, loop: Any = None, name: str = "?") -> Any:
-    """Run ``coro`` as a task on ``loop`` (the batch's event loop: the one
-    that awaited ``execute_async`` or the runtime's bound loop; None: the
-    runtime's own loop thread) and wait for it to end, on this thread.
-
-    When ``signal`` fires the *task* is cancelled (so ``await``s inside the
-    body raise ``CancelledError``), but the wait goes on until the task has
-    really finished: a body that catches the cancellation to clean up is
-    never abandoned. A task that ends cancelled because of the signal gives
-    :class:`AbortError`: ``ABORTED`` once its body had started,
-    ``ABORTED_BEFORE_DISPATCH`` when it was cancelled before its first step
-    (the coroutine is then closed, never left un-awaited). A loop that is
-    closed, not running, or stops before the task ends fails the call with
-    a clear error; the batch never hangs on it.
-    """
-    if loop is None:
-        loop_thread = rt.loop
-        if loop_thread.in_loop_thread():  # pragma: no cover - defensive
-            coro.close()
-            raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
-        target = loop_thread.loop
-    else:
-        target = loop
-        if target.is_closed() or not target.is_running():
-            coro.close()
-            state = "closed" if target.is_closed() else "not running"
-            raise RuntimeError(
-                f'the event loop that runs async tool "{name}" is {state} '
-                "(the batch's loop must run until the batch settles)"
-            )
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    tasks: list[asyncio.Task[Any]] = []
-    started = False  # the body took its first step (on the loop's thread)
-    cancelled_by_signal = False
-
-    def settle(task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            done.set_exception(asyncio.CancelledError())
-        elif task.exception() is not None:
-            done.set_exception(task.exception())
-        else:
-            value = task.result()
-            if type(value) is _Escaped:
-                done.set_exception(value.exc)
-            else:
-                done.set_result(value)
-
-    async def shielded() -> Any:
-        nonlocal started
-        started = True
-        # SystemExit/KeyboardInterrupt escaping a task would stop the loop;
-        # carry them back to this thread as the body's exception instead.
-        try:
-            return await coro
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            return _Escaped(exc)
-
-    def start() -> None:
-        if signal.aborted:
-            # Aborted before its first step: it never starts (and its
-            # coroutine is closed by the waiter, not left un-awaited).
-            done.set_exception(asyncio.CancelledError())
-            return
-        task = target.create_task(shielded())
-        tasks.append(task)
-        task.add_done_callback(settle)
-
-    def cancel() -> None:
-        for task in tasks:
-            task.cancel()
-
-    def on_abort(_: AbortSignal) -> None:
-        nonlocal cancelled_by_signal
-        cancelled_by_signal = True
-        try:
-            target.call_soon_threadsafe(cancel)  # FIFO: always after start()
-        except RuntimeError:  # the loop closed meanwhile: the wait below sees it
-            pass
-
-    try:
-        target.call_soon_threadsafe(start)
-    except RuntimeError:  # closed just now
+def _await_on_loop(
+    rt: ToolRuntime, coro: Any, signal: AbortSignal, loop: Any = None, name: str = "?", call_id: str = "?"
+) -> Any:
+    """Run ``coro`` as a :class:`Flight` on ``loop`` (None: the runtime's
+    own loop thread) and wait for it to end, on this thread: for a body
+    under a ``tools/execute`` wrapper (the wrapper needs the result on its
+    thread) and for ``rt.tools.dispatch``. A call actor waiting here lends
+    its slot (within a bound). Cancellation and a loop that is gone behave
+    as for a batch's async call (``pipeline/flights.py``)."""
+    target = _target_loop(rt, loop)
+    if loop is None and rt.loop.in_loop_thread():  # pragma: no cover - defensive
         coro.close()
-        raise RuntimeError(f'the event loop that runs async tool "{name}" is closed') from None
-    unsubscribe = signal.add_callback(on_abort)
+        raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
+    if target.is_running() and _on_thread_of(target):
+        coro.close()
+        raise RuntimeError(
+            f'async tool "{name}" would be awaited on its own event loop\'s thread, blocking it '
+            "(use execute_async from a coroutine)"
+        )
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def on_end(value: Any, error: BaseException | None) -> None:
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(value)
+
+    rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end))
+    with rt.call_pool.lent(bounded=True):  # a parked call actor holds no slot (within a bound)
+        return done.result()
+
+
+def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
     try:
-        try:
-            with rt.call_pool.lent(bounded=True):  # a parked call actor holds no slot (within a bound)
-                while True:
-                    try:
-                        return done.result(timeout=_LOOP_CHECK)
-                    except concurrent.futures.TimeoutError:
-                        if target.is_closed() or not target.is_running():
-                            if not done.done():
-                                if not started:
-                                    coro.close()
-                                raise RuntimeError(
-                                    f'the event loop that runs async tool "{name}" stopped before the call ended'
-                                ) from None
-        except asyncio.CancelledError:
-            if not started:
-                coro.close()  # cancelled before its first step: never awaited
-            if cancelled_by_signal or signal.aborted:
-                raise AbortError(before_dispatch=not started) from None
-            raise
-    finally:
-        unsubscribe()
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
-#: Seconds between checks that an async body's loop still runs.
-_LOOP_CHECK = 0.25
+def start_on_loop(rt: ToolRuntime, call: Call, on_end: Callable[[Call, Any, BaseException | None], None]) -> bool:
+    """Start ``call``'s async body as a :class:`Flight` on its loop, without
+    waiting: the batch's executor does this for an async call that no
+    ``tools/execute`` wrapper observes, so no thread waits for the body.
+    ``on_end(call, value, error)`` is called once when the body has ended
+    (on the loop's thread: it must only post a message), and the executor
+    then calls :func:`finish_on_loop`. False: the call did not start (not
+    found, aborted, or it settled at once) and is DISPATCHED already."""
+    entered = _enter_body(rt, call, call.registration)
+    if not isinstance(entered, _Entered):
+        _dispatched(call, entered)
+        return False
+    ctx = entered.ctx
+    try:
+        coro = entered.body(call.execution.arguments, ctx)
+    except BaseException as exc:  # noqa: BLE001 - a body that fails when called
+        _dispatched(call, _leave_body(call, entered, None, exc))
+        return False
+    if not isinstance(coro, CoroutineType) and not asyncio.iscoroutine(coro):
+        # Not a coroutine after all (a callable object that said async).
+        _dispatched(call, _leave_body(call, entered, coro, None))
+        return False
+    call.entered = entered
+
+    def ended(value: Any, error: BaseException | None) -> None:
+        on_end(call, value, error)
+
+    execution = call.execution
+    rt.loop_watch.launch(Flight(coro, ctx.signal, _target_loop(rt, call.loop), execution.name, execution.call_id, ended))
+    return True
+
+
+def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
+    """The end of a body :func:`start_on_loop` started, on the executor:
+    validate and render its value; the call is DISPATCHED."""
+    entered = call.entered
+    assert entered is not None, call
+    call.entered = None
+    _dispatched(call, _leave_body(call, entered, value, error))
+
+
+def _dispatched(call: Call, result: ToolExecutionResult) -> None:
+    call.outcome = result
+    call.run_post = True
+    call.phase = CallPhase.DISPATCHED
+
+
+def wants_loop(rt: ToolRuntime, call: Call, registration: Any) -> bool:
+    """Whether ``call`` (about to dispatch) runs as a flight the executor
+    does not wait for: its body is ``async def`` and no ``tools/execute``
+    wrapper observes it (a wrapper needs the body's result on its thread)."""
+    if registration is None or rt.events.observed(_EXECUTE, call.execution.agent):
+        return False
+    return body_of(call, registration)[1] is True
 
 
 def _revalidate(rt: ToolRuntime, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:

@@ -28,6 +28,7 @@ as soon as it has settled and every call before it has committed: a call's
 from __future__ import annotations
 
 import queue
+import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from loguru import logger
@@ -44,12 +45,23 @@ from ..model import (
     slot_setters,
 )
 from ..pipeline.intake import loggable, parse_arguments
-from ..pipeline.results import aborted
-from ..pipeline.stages import LOOK_UP, Call, CallPhase, begin_call, dispatch, finalize, prepare
+from ..pipeline.results import aborted, failure_from_exception
+from ..pipeline.stages import (
+    LOOK_UP,
+    Call,
+    CallPhase,
+    begin_call,
+    dispatch,
+    finalize,
+    finish_on_loop,
+    prepare,
+    start_on_loop,
+    wants_loop,
+)
 from ..session import call_event, result_event
 from ..signals import AbortController, AbortSignal
 from ..visibility import definition_mode, executable, has_guards
-from .messages import Deadline, Reply, Settled, Wake
+from .messages import BodyEnded, Deadline, Reply, Settled, Wake
 from .pool import WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,7 +69,71 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..session import Session
     from .executor import NativeExecutor
 
-__all__ = ["BatchRun"]
+__all__ = ["BatchInbox", "BatchRun", "RUNNING"]
+
+
+class _Running:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RUNNING"
+
+
+#: What :meth:`BatchRun.drain` answers while the batch has not ended.
+RUNNING: Any = _Running()
+
+
+class BatchInbox:
+    """A batch's inbox: the messages for its :class:`BatchRun`, and whether
+    an executor actor is running it.
+
+    The run holds no thread while it waits: :meth:`put` (any thread: a call
+    actor's ``Settled``, a loop's ``BodyEnded``, a signal's ``Wake``) queues
+    the message and, when no executor actor is running the batch, calls
+    ``schedule`` once, which hands the run to one. That actor drains the
+    inbox and :meth:`pause`\\ s. Invariant, under ``_lock``: ``scheduled``
+    is True from a ``schedule`` (or the run's start) until a ``pause`` that
+    found the queue empty; so exactly one thread runs the batch at a time,
+    and a message put is always drained by someone.
+    """
+
+    __slots__ = ("_q", "_lock", "scheduled", "ended", "schedule")
+
+    def __init__(self, schedule: Any) -> None:
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.scheduled = True  # the executor actor that starts the run runs it
+        self.ended = False
+        self.schedule = schedule
+
+    def put(self, message: Any) -> None:
+        self._q.put(message)
+        with self._lock:
+            if self.scheduled or self.ended:
+                return
+            self.scheduled = True
+        self.schedule()
+
+    def get(self) -> Any:
+        """The next message, or None when there is none now (the runner's side)."""
+        try:
+            return self._q.get_nowait()
+        except queue.Empty:
+            return None
+
+    def pause(self) -> bool:
+        """The runner stops running the batch, if nothing is queued (True);
+        otherwise it goes on (False)."""
+        with self._lock:
+            if not self._q.empty():
+                return False
+            self.scheduled = False
+            return True
+
+    def end(self) -> None:
+        """The batch has replied: later messages (a late ``BodyEnded``) are dropped."""
+        with self._lock:
+            self.ended = True
 
 #: The events whose listeners see a call's prepare (so when it runs).
 _OBSERVERS = ("tools/pre-execute",)
@@ -113,10 +189,18 @@ class BatchRun:
         "reply",
         "early",
         "loop",
+        "on_loop",
     )
 
     def __init__(
-        self, rt: ToolRuntime, native: NativeExecutor, batch: ToolBatchInput, limit: int, reply: Reply, loop: Any = None
+        self,
+        rt: ToolRuntime,
+        native: NativeExecutor,
+        batch: ToolBatchInput,
+        limit: int,
+        reply: Reply,
+        loop: Any = None,
+        schedule: Any = None,
     ) -> None:
         self.rt = rt
         self.loop = loop  # where async bodies run (None: the runtime's loop thread)
@@ -124,7 +208,8 @@ class BatchRun:
         self.batch = batch
         self.limit = limit
         self.reply = reply
-        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # schedule(): hand this run to an executor actor (see BatchInbox).
+        self.inbox = BatchInbox(None if schedule is None else lambda: schedule(self))
         self.mailbox: WorkMailbox | None = None  # made on the first call put in it
         self.calls: list[Call | None] = []
         # For each call not built yet: (the model's call, override, hint).
@@ -146,29 +231,56 @@ class BatchRun:
         self.halted: str | None = None
         self.hook: Any = None
         self.early: set[int] = set()  # calls prepared ahead of a free slot
+        self.on_loop: set[int] = set()  # calls whose async body is in flight on a loop (a subset of out)
 
     # -- the run -------------------------------------------------------------------
 
-    def run(self) -> ToolBatchResult | BaseException:
-        """Run the batch to its end on this thread; its outcome."""
+    def begin(self) -> ToolBatchResult | BaseException | Any:
+        """Open the batch and take its first step (on the executor actor
+        that received it); its outcome, or RUNNING."""
         try:
             self._open()
         except BaseException as exc:  # noqa: BLE001 - a bug: fail the batch
             self.bug = exc
         self._advance()
+        return self.drain()
+
+    def drain(self) -> ToolBatchResult | BaseException | Any:
+        """Handle every message queued now; the batch's outcome once it has
+        ended, else RUNNING (the caller then pauses the inbox, and whoever
+        puts the next message schedules the run again)."""
         inbox = self.inbox
         while not self._done():
             message = inbox.get()
+            if message is None:
+                return RUNNING
             kind = type(message)
             if kind is Settled:
-                call = message.call
-                self.out.discard(call.index)
+                self.out.discard(message.call.index)
+            elif kind is BodyEnded:
+                self._body_ended(message)
             elif kind is Deadline:
                 self._deadline()
             else:
                 assert kind is Wake, message
             self._advance()
+        inbox.end()
         return self._close()
+
+    def _body_ended(self, message: BodyEnded) -> None:
+        call = message.call
+        index = call.index
+        if index not in self.on_loop:
+            return  # committed ABORTED already (the stop's deadline)
+        self.on_loop.discard(index)
+        self.out.discard(index)
+        try:
+            finish_on_loop(call, message.value, message.error)
+        except BaseException as exc:  # noqa: BLE001 - finish_on_loop contains render; be sure
+            logger.opt(exception=exc).error("finishing {!r} failed", call)
+            call.outcome = failure_from_exception(exc)
+            call.run_post = False
+            call.phase = CallPhase.DISPATCHED
 
     def _open(self) -> None:
         batch = self.batch
@@ -322,7 +434,7 @@ class BatchRun:
                 # The pool is full. A call may still be prepared ahead (at most
                 # `limit` of them) when nothing can observe its prepare: the
                 # call actor that frees a slot then takes it without a hop here.
-                if len(self.out) >= 2 * self.limit or not self._may_prepare_ahead(call):
+                if len(self.out) >= 2 * self.limit or not self._may_prepare_ahead(call, looked_up):
                     return
                 early = True
             self.next_start = index + 1
@@ -338,22 +450,43 @@ class BatchRun:
             call.phase = CallPhase.DISPATCHING
             if early:
                 self.early.add(index)
-            if not self.out and (exclusive or self.limit == 1 or self.next_start == total):
+            if not early and wants_loop(self.rt, call, call.registration):
+                # An async body: a flight on its loop, which reports its end
+                # in a message; no thread waits for it.
+                self.out.add(index)
+                self.on_loop.add(index)
+                if not start_on_loop(self.rt, call, self._post_body_ended):
+                    self.out.discard(index)
+                    self.on_loop.discard(index)
+            elif not self.out and (exclusive or self.limit == 1 or self.next_start == total):
                 # The only call that can start: run it here, no hop.
                 dispatch(self.rt, call)
             else:
                 self._put(call)
 
-    def _may_prepare_ahead(self, call: Call) -> bool:
+    def _may_prepare_ahead(self, call: Call, looked_up: Any) -> bool:
         """Whether preparing ``call`` before a slot frees runs nothing anyone
         can observe: no session log (its ``tool/call`` would be written
         early), no ``tools/pre-execute`` listener and no guard for its agent,
-        and a batch that is not serial."""
+        and a batch that is not serial; and whether a call actor would run
+        it (an async body waits for a slot unprepared: it runs as a flight,
+        started by this executor when a slot frees)."""
         if self.limit < 2 or self.session is not None:
             return False
         agent = call.execution.agent
         rt = self.rt
-        return not rt.events.observed(_OBSERVERS, agent) and not has_guards(rt.state, agent)
+        if rt.events.observed(_OBSERVERS, agent) or has_guards(rt.state, agent):
+            return False
+        registration = looked_up
+        if registration is LOOK_UP:
+            registration = call.override if call.override is not None else executable(
+                rt.state, call.execution.name, agent, call.execution.tool_set
+            )
+        return not wants_loop(rt, call, registration)
+
+    def _post_body_ended(self, call: Call, value: Any, error: BaseException | None) -> None:
+        # On the loop's thread (or the watch's): one message, nothing else.
+        self.inbox.put(BodyEnded(call, value, error))
 
     def _put(self, call: Call) -> None:
         mailbox = self.mailbox
@@ -404,6 +537,7 @@ class BatchRun:
             assert call is not None
             self.stuck.append(call)
         self.out.clear()
+        self.on_loop.clear()
 
     # -- one call --------------------------------------------------------------------
 
@@ -517,6 +651,8 @@ class BatchRun:
         for index in range(self.next_commit, self.next_start):
             assert calls[index] is not None, f"started call {index} was dropped before it committed"
         assert all(self.next_commit <= i < self.next_start for i in self.out), "a call out of range is out"
+        assert self.on_loop <= self.out, "a call in flight on a loop is not out"
+        assert not (self.on_loop & self.early), "an async call was prepared ahead"
         # At most `limit` run (no more call actors serve the batch), and at
         # most `limit` more wait, prepared ahead, in the mailbox.
         assert len(self.out) <= 2 * self.limit, f"{len(self.out)} calls out at cap {self.limit}"

@@ -3,10 +3,15 @@
 * :class:`NativeExecutor` is what ``set_executor`` installs. ``submit``
   hands a batch to an idle :class:`ExecutorActor` (pooled, one batch at a
   time) in a ``RunBatch`` message.
-* :class:`ExecutorActor` runs the batch's :class:`~.batch.BatchRun` (the
-  schedule, see ``scheduling/batch.py``): while a batch runs, the actor
-  reads that batch's inbox (``Settled``, ``Wake``, ``Deadline``), and its
-  pykka inbox only ever holds the next ``RunBatch`` or pykka's stop.
+* :class:`ExecutorActor` runs batches' :class:`~.batch.BatchRun`\\ s (the
+  schedule, see ``scheduling/batch.py``). A run holds no thread while it
+  waits: the actor that receives ``RunBatch`` takes the first step and
+  drains the batch's inbox (``Settled``, ``BodyEnded``, ``Wake``,
+  ``Deadline``); when it is empty the actor goes back to the idle pool, and
+  the next message for that batch hands the run to an idle executor actor
+  in a ``Resume`` (see :class:`~.batch.BatchInbox`). So executor threads
+  count the batches taking a step (or running a call inline) at once, not
+  the batches waiting for bodies.
 * :class:`CallActor` serves work mailboxes (``Serve``): it takes the
   batch's next startable call, dispatches it (``tools/execute`` wrappers,
   the body, output validation, render), reports ``Settled``, and goes on
@@ -32,8 +37,8 @@ from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import check_batch, check_limit
 from ..pipeline.results import failure_from_exception
 from ..pipeline.stages import CallPhase, dispatch
-from .batch import BatchRun
-from .messages import Deadline, Reply, RunBatch, Serve
+from .batch import RUNNING, BatchRun
+from .messages import Deadline, Reply, Resume, RunBatch, Serve
 from .pool import LEAVE, CallPool, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -170,13 +175,22 @@ class NativeExecutor:
 
     # -- the executor actors' pool ------------------------------------------
 
-    def _acquire_executor(self, rt: ToolRuntime) -> Address:
+    def _acquire_executor(self, rt: ToolRuntime, *, running: bool = False) -> Address:
+        """An idle executor actor, or a new one. ``running``: for a batch that
+        runs already (a ``Resume``), which a stopping runtime still drains."""
         with self._lock:
-            if self._closed:
+            if self._closed and not running:
                 raise RuntimeError("the runtime is stopped")
             if self._idle_executors:
                 return self._idle_executors.pop()
         return ExecutorActor.open(rt.group, self, rt)
+
+    def _resume(self, run: BatchRun) -> None:
+        """A message reached ``run``'s inbox while no executor actor ran it:
+        hand the run to one (see ``BatchInbox``)."""
+        rt = self._rt
+        assert rt is not None
+        self._acquire_executor(rt, running=True).tell(Resume(run=run))
 
     def _release_executor(self, address: Address) -> None:
         with self._lock:
@@ -225,27 +239,46 @@ class ExecutorActor(MailboxActor):
         self._rt = rt
         self._address: Address | None = None
 
-    def handle(self, message: RunBatch) -> None:
+    def handle(self, message: RunBatch | Resume) -> None:
         match message:
             case RunBatch():
                 native = self._native
-                run = BatchRun(self._rt, native, message.batch, message.limit, message.reply, message.loop)
+                run = BatchRun(
+                    self._rt, native, message.batch, message.limit, message.reply, message.loop, native._resume
+                )
                 native._started(run)
                 try:
-                    outcome = run.run()
-                finally:
+                    outcome = run.begin()
+                except BaseException:  # pragma: no cover - begin contains everything
                     native._finished(run)
-                # Idle again before the caller hears back: a caller that
-                # submits its next batch at once finds this actor free.
-                if self._address is None:
-                    self._address = Address(self.actor_ref, self.mailbox)
-                native._release_executor(self._address)
-                if isinstance(outcome, BaseException):
-                    settle(message.reply, error=outcome)
-                else:
-                    settle(message.reply, outcome)
+                    raise
+                self._go_on(run, outcome)
+            case Resume():
+                self._go_on(message.run, message.run.drain())
             case _:
                 assert_never(message)
+
+    def _go_on(self, run: BatchRun, outcome: Any) -> None:
+        """Drain ``run`` until it ends or its inbox is empty; then back to
+        the idle pool (before the caller hears back: a caller that submits
+        its next batch at once finds this actor free)."""
+        inbox = run.inbox
+        while outcome is RUNNING:
+            if inbox.pause():
+                break
+            outcome = run.drain()
+        native = self._native
+        if outcome is not RUNNING:
+            native._finished(run)
+        if self._address is None:
+            self._address = Address(self.actor_ref, self.mailbox)
+        native._release_executor(self._address)
+        if outcome is RUNNING:
+            return
+        if isinstance(outcome, BaseException):
+            settle(run.reply, error=outcome)
+        else:
+            settle(run.reply, outcome)
 
 
 class CallActor(MailboxActor):

@@ -3,11 +3,14 @@
 Every message carries values, or exactly one owned :class:`Call` (whoever
 holds the message owns the call), never a lock or a cursor.
 
-* caller → executor actor (its pykka inbox): :class:`RunBatch`.
-* pool → call actor (its pykka inbox): :class:`Serve`.
-* call actor → the batch's inbox: :class:`Settled`; the batch's signal, the
-  runtime's stop signal → the batch's inbox: :class:`Wake`; ``rt.stop()``
-  past its timeout → the batch's inbox: :class:`Deadline`.
+* caller → executor actor (its mailbox): :class:`RunBatch`.
+* a batch's inbox → an idle executor actor: :class:`Resume` (run the batch
+  again: a message arrived while no executor actor was running it).
+* pool → call actor (its mailbox): :class:`Serve`.
+* call actor → the batch's inbox: :class:`Settled`; a flight's loop → the
+  batch's inbox: :class:`BodyEnded`; the batch's signal, the runtime's stop
+  signal → the batch's inbox: :class:`Wake`; ``rt.stop()`` past its
+  timeout → the batch's inbox: :class:`Deadline`.
 """
 
 from __future__ import annotations
@@ -66,6 +69,28 @@ class Settled:
 
     call: Call
     """The call, DISPATCHED, with its outcome."""
+
+
+@dataclass(frozen=True, slots=True)
+class BodyEnded:
+    """The async body of ``call`` ended on its loop (a flight's report: put
+    by the loop's thread, or by the loop watch when the loop went away)."""
+
+    call: Call
+    """The call, still DISPATCHING: the executor finishes it."""
+    value: Any
+    """What the body returned (when ``error`` is None)."""
+    error: BaseException | None
+    """What it raised (an ``AbortError`` when its signal cancelled it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Run ``run`` again: a message reached its inbox while no executor actor
+    was running it (see ``BatchInbox``)."""
+
+    run: Any
+    """The batch's ``BatchRun`` (one owned object: one actor runs it at a time)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from .messages import Serve, Settled
 if TYPE_CHECKING:  # pragma: no cover
     from ..pipeline.stages import Call
     from ..runtime import ToolRuntime
+    from .batch import BatchInbox
 
 __all__ = ["CallPool", "LEAVE", "WorkMailbox"]
 
@@ -97,7 +98,7 @@ class WorkMailbox:
 
     __slots__ = ("_q", "_lock", "limit", "servers", "spare", "idle", "sentinels", "closed", "draining", "_pool", "inbox")
 
-    def __init__(self, limit: int, pool: CallPool, inbox: queue.SimpleQueue[Any]) -> None:
+    def __init__(self, limit: int, pool: CallPool, inbox: BatchInbox) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.limit = limit

@@ -1,0 +1,311 @@
+"""Async tool bodies in flight on an event loop, and the watch over those loops.
+
+A :class:`Flight` is one coroutine (an ``async def`` body, or an async
+condition or listener) run as a task on one event loop: the batch's loop
+(the one that awaited ``execute_async``, or the runtime's bound loop) or
+the runtime's own loop thread. It is started from any thread with
+``call_soon_threadsafe`` and reports its end exactly once, through the
+``on_end(value, error)`` callback it was given, on whichever thread ended
+it (the loop's thread, or the watch's when the loop went away). It never
+blocks the loop: the callback of a batch's body puts one message in the
+batch's inbox; a thread that must wait for the value (a ``tools/execute``
+wrapper around an async body) waits on its own future.
+
+Cancellation: when the flight's signal fires, its *task* is cancelled (so
+the body's ``await`` raises ``CancelledError``), and the flight still ends
+only when the task has ended: a body that catches the cancellation to
+clean up is never abandoned. A task that ends cancelled because of the
+signal ends with :class:`AbortError` (``ABORTED`` once its body had
+started; ``ABORTED_BEFORE_DISPATCH`` when it was cancelled before its first
+step, and then its coroutine is closed, never left un-awaited).
+
+The :class:`LoopWatch` (one thread per runtime, started with the first
+flight) looks at the loops that have flights every ``PERIOD`` seconds:
+
+* a loop that is closed, or no longer running, ends its flights with a
+  clear ``RuntimeError`` (the batch never hangs on a loop that is gone);
+* a loop that has not run a heartbeat callback for ``BLOCK_WARNING``
+  seconds while one of its flights' tasks is the one running logs one
+  warning naming that tool: a body that blocks the loop is the
+  application's bug, and it stalls everything else on that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from loguru import logger
+
+from ..errors import AbortError
+from ..signals import AbortSignal
+
+__all__ = ["Flight", "LoopWatch"]
+
+#: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
+OnEnd = Callable[[Any, BaseException | None], None]
+
+
+class _Escaped:
+    """SystemExit/KeyboardInterrupt from a body, carried out of the task
+    (escaping a task they would stop the loop)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Flight:
+    """One coroutine run as a task on one loop (see the module docstring).
+
+    State: ``task`` and ``started`` are written on the loop's thread only;
+    ``ended`` is written once, under the watch's lock (whoever ends the
+    flight first wins: the task's done callback, or the watch when the loop
+    went away). Invariant: ``on_end`` is called exactly once, after which
+    the flight is no longer in its watch.
+    """
+
+    __slots__ = ("coro", "signal", "loop", "name", "call_id", "on_end", "task", "started", "by_signal", "ended",
+                 "unsubscribe", "watch")
+
+    def __init__(
+        self, coro: Any, signal: AbortSignal, loop: asyncio.AbstractEventLoop, name: str, call_id: str, on_end: OnEnd
+    ) -> None:
+        self.coro = coro
+        self.signal = signal
+        self.loop = loop
+        self.name = name
+        self.call_id = call_id
+        self.on_end = on_end
+        self.task: asyncio.Task[Any] | None = None
+        self.started = False  # the coroutine took its first step
+        self.by_signal = False  # the signal fired (and cancelled the task)
+        self.ended = False
+        self.unsubscribe: Any = None
+        self.watch: LoopWatch | None = None
+
+    def __repr__(self) -> str:
+        return f"<Flight {self.name} {self.call_id} started={self.started} ended={self.ended}>"
+
+    # -- on the loop's thread ------------------------------------------------
+
+    def _start(self) -> None:
+        if self.signal.aborted:
+            # Aborted before its first step: it never starts.
+            self.coro.close()
+            self._end(None, AbortError(before_dispatch=True))
+            return
+        task = self.loop.create_task(self._shielded())
+        self.task = task
+        task.add_done_callback(self._done)
+
+    async def _shielded(self) -> Any:
+        self.started = True
+        try:
+            return await self.coro
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - see _Escaped
+            return _Escaped(exc)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            if not self.started:
+                self.coro.close()  # cancelled before its first step: never awaited
+            if self.by_signal or self.signal.aborted:
+                self._end(None, AbortError(before_dispatch=not self.started))
+            else:
+                self._end(None, asyncio.CancelledError())  # cancelled by someone else (the loop's shutdown)
+            return
+        error = task.exception()
+        if error is not None:  # pragma: no cover - _shielded returns every exception
+            self._end(None, error)
+            return
+        value = task.result()
+        if type(value) is _Escaped:
+            self._end(None, value.exc)
+        else:
+            self._end(value, None)
+
+    def _cancel(self) -> None:
+        task = self.task
+        if task is not None:
+            task.cancel()
+
+    # -- any thread --------------------------------------------------------------
+
+    def _on_abort(self, _: AbortSignal) -> None:
+        self.by_signal = True
+        try:
+            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after _start
+        except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
+            pass
+
+    def _end(self, value: Any, error: BaseException | None) -> None:
+        watch = self.watch
+        if watch is not None and not watch._remove(self):
+            return  # ended already (the watch saw its loop go)
+        unsubscribe = self.unsubscribe
+        if unsubscribe is not None:
+            unsubscribe()
+        try:
+            self.on_end(value, error)
+        except BaseException as exc:  # noqa: BLE001 - never into the loop
+            logger.opt(exception=exc).error("reporting the end of async tool {!r} failed", self.name)
+
+    def _fail_gone(self, state: str) -> None:
+        """The loop is closed or stopped with this flight still on it."""
+        if not self.started:
+            try:
+                self.coro.close()
+            except BaseException:  # noqa: BLE001 - pragma: no cover - a coroutine that resists closing
+                pass
+        self._end(None, RuntimeError(f'the event loop that runs async tool "{self.name}" {state} before the call ended'))
+
+
+class _Beat:
+    __slots__ = ("sent", "answered", "warned")
+
+    def __init__(self, sent: float) -> None:
+        self.sent = sent
+        self.answered = False
+        self.warned = False
+
+    def answer(self) -> None:
+        self.answered = True
+
+
+class LoopWatch:
+    """The runtime's watch over the loops its flights run on (see the
+    module docstring). State, under ``_lock``: ``_flights`` (loop → the
+    flights in flight on it), ``_beats`` (loop → its last heartbeat);
+    ``_thread`` runs from the first :meth:`launch` until :meth:`stop`.
+    Invariant: a flight is in ``_flights`` from its launch until it ends,
+    and ends at most once."""
+
+    #: Seconds between two looks at the loops.
+    PERIOD: ClassVar[float] = 0.25
+    #: Seconds a loop may go without running a callback, while one of its
+    #: flights' tasks runs, before that tool is named in a warning.
+    BLOCK_WARNING: ClassVar[float] = 1.0
+
+    def __init__(self, name: str = "dsh-loop-watch") -> None:
+        self._name = name
+        self._lock = threading.Condition()
+        self._flights: dict[asyncio.AbstractEventLoop, set[Flight]] = {}
+        self._beats: dict[asyncio.AbstractEventLoop, _Beat] = {}
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def launch(self, flight: Flight) -> None:
+        """Start ``flight`` on its loop. A loop that is closed or not running
+        ends it at once (``on_end`` runs on this thread, with the error)."""
+        loop = flight.loop
+        if loop.is_closed() or not loop.is_running():
+            state = "is closed" if loop.is_closed() else "is not running"
+            flight.coro.close()
+            flight.on_end(
+                None,
+                RuntimeError(
+                    f'the event loop that runs async tool "{flight.name}" {state} '
+                    "(the batch's loop must run until the batch settles)"
+                ),
+            )
+            return
+        flight.unsubscribe = flight.signal.add_callback(flight._on_abort)
+        with self._lock:
+            flight.watch = self
+            self._flights.setdefault(loop, set()).add(flight)
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._lock.notify()
+        try:
+            loop.call_soon_threadsafe(flight._start)
+        except RuntimeError:  # closed just now
+            flight._fail_gone("closed")
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return sum(len(flights) for flights in self._flights.values())
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+            self._lock.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _stopping(self) -> bool:
+        return self._stopped
+
+    def _remove(self, flight: Flight) -> bool:
+        with self._lock:
+            if flight.ended:
+                return False
+            flight.ended = True
+            flights = self._flights.get(flight.loop)
+            if flights is not None:
+                flights.discard(flight)
+                if not flights:
+                    del self._flights[flight.loop]
+                    self._beats.pop(flight.loop, None)
+            return True
+
+    def _run(self) -> None:
+        lock = self._lock
+        while True:
+            with lock:
+                while not self._flights and not self._stopped:
+                    lock.wait()
+                if self._stopped:
+                    return
+                lock.wait(self.PERIOD)
+                if self._stopping():  # stop() during the wait
+                    return
+                snapshot = [(loop, tuple(flights)) for loop, flights in self._flights.items()]
+            for loop, flights in snapshot:
+                try:
+                    self._look(loop, flights)
+                except BaseException as exc:  # noqa: BLE001 - the watch outlives a bad loop
+                    logger.opt(exception=exc).error("watching an event loop failed")
+
+    def _look(self, loop: asyncio.AbstractEventLoop, flights: tuple[Flight, ...]) -> None:
+        if loop.is_closed() or not loop.is_running():
+            state = "closed" if loop.is_closed() else "stopped"
+            for flight in flights:
+                flight._fail_gone(state)
+            return
+        now = time.monotonic()
+        beat = self._beats.get(loop)
+        if beat is None or beat.answered:
+            beat = _Beat(now)
+            with self._lock:
+                if loop in self._flights:
+                    self._beats[loop] = beat
+            try:
+                loop.call_soon_threadsafe(beat.answer)
+            except RuntimeError:
+                for flight in flights:
+                    flight._fail_gone("closed")
+            return
+        if beat.warned or now - beat.sent < self.BLOCK_WARNING:
+            return
+        running = asyncio.current_task(loop)
+        for flight in flights:
+            if flight.task is not None and flight.task is running:
+                beat.warned = True
+                logger.warning(
+                    'async tool "{}" (call {}) has blocked its event loop for {:.1f} s: an async body must not '
+                    "make blocking calls (everything else on that loop waits; run blocking work in a thread "
+                    "or make the tool sync)",
+                    flight.name,
+                    flight.call_id,
+                    now - beat.sent,
+                )
+                return
