@@ -41,6 +41,7 @@ from .model import (
     Accept,
     Agent,
     Allow,
+    ApprovalRequest,
     Ask,
     Block,
     Cancel,
@@ -84,7 +85,7 @@ from .presentation import (
     WebSource,
 )
 from .registry import ToolsService
-from .runtime import ApprovalRequest, ToolRuntime
+from .runtime import ToolRuntime
 from .scheduling import NativeExecutor
 from .schema import (
     assert_object_json_schema,

@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .model import UserMessage, slot_setters
-from .signals import fuse_late
+from .signals import AbortSignal, fuse_late
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import ToolSchema
     from .model import Agent
-    from .signals import AbortSignal
     from .toolset import ResolvedToolSet
 
 __all__ = ["ToolExecution", "ToolExecutionInput", "ToolExecutionToken", "ToolRunContext"]
@@ -160,8 +159,6 @@ class ToolExecution:
             raise AttributeError("the execution is frozen")
         if not self._mutable_signal:
             raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
-        from .signals import AbortSignal
-
         if not isinstance(value, AbortSignal):
             raise TypeError("execution.signal must be an AbortSignal (it cannot be removed)")
         _set_signal(self, value)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .registry.state import Condition, Contribution, Registration
+    from .visibility import Condition, Contribution, Registration
     from .definition import ToolDefinition
     from .model import Agent, ToolActivationContext, ToolBatchInput, ToolBatchResult, ToolRestriction
     from .toolset import ResolvedToolSet

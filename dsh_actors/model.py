@@ -24,6 +24,7 @@ __all__ = [
     "Accept",
     "Agent",
     "Allow",
+    "ApprovalRequest",
     "Ask",
     "Block",
     "Cancel",
@@ -500,6 +501,23 @@ class Ask:
 
 
 PreToolDecision: TypeAlias = Union[Allow, Deny, Cancel, Ask]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What an approval service is asked about an ``Ask``: which agent's call
+    of which tool, why (``reason``, audited; ``display_reason``, localized
+    prompt text), and the call's cancellation ``signal`` (a service that
+    waits for a person must observe it and answer ``"cancelled"`` when it
+    fires)."""
+
+    agent: Agent
+    tool_name: str
+    call_id: str
+    reason: str | None
+    display_reason: Any
+    signal: AbortSignal
+    arguments: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,42 +15,26 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pykka
+from loguru import logger
 
 from .actors import ActorGroup, RegistryRef
 from .events import Disposer, EventBus
 from .loop import LoopThread
+from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
 from .pipeline.flights import LoopWatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .model import Agent
-    from .registry import RegistryState, ToolsService
-    from .scheduling import NativeExecutor
-    from .scheduling.pool import CallPool
-    from .signals import AbortSignal
+from .registry.actor import RegistryActor
+from .registry.service import ToolsService
+from .scheduling.executor import CallActor, NativeExecutor
+from .scheduling.pool import CallPool
+from .signals import AbortController, AbortSignal
+from .visibility import RegistryState
 
 __all__ = ["DEFAULT_CALL_ACTORS", "ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
 
 _STOPPED = "the ToolRuntime is stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRequest:
-    """What an approval service is asked: which agent's call of which tool,
-    why (``reason``, audited; ``display_reason``, localized prompt text), and
-    the call's cancellation ``signal`` (a service that waits for a person
-    must observe it and answer ``"cancelled"`` when it fires)."""
-
-    agent: Agent
-    tool_name: str
-    call_id: str
-    reason: str | None
-    display_reason: Any
-    signal: AbortSignal
-    arguments: Any = None
 
 
 class ApprovalService(Protocol):
@@ -162,17 +146,11 @@ class ToolRuntime:
         self._tools: ToolsService | None = None
         self._native: NativeExecutor | None = None
         self._stop_hooks: list[Callable[[], Any]] = []
-        from .signals import AbortController
-
         self._stop_controller = AbortController()
 
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> ToolRuntime:
-        from .registry import RegistryActor, RegistryState, ToolsService
-        from .scheduling import NativeExecutor
-        from .scheduling.pool import CallPool
-
         with self._lock:
             if self._stopped:
                 raise RuntimeError("a stopped ToolRuntime cannot be started again")
@@ -182,7 +160,7 @@ class ToolRuntime:
         try:
             self._loop = LoopThread()
             self._state = RegistryState()
-            self._pool = CallPool(self, self.max_call_actors)
+            self._pool = CallPool(self, self.max_call_actors, CallActor.open)
             ref = RegistryActor.spawn(self._group, self)
             actor = self._group.actor(ref)
             assert actor is not None
@@ -221,8 +199,6 @@ class ToolRuntime:
             try:
                 hook()
             except Exception:  # noqa: BLE001
-                from loguru import logger
-
                 logger.exception("a runtime stop hook failed")
         if self._pool is not None:
             self._pool.close()

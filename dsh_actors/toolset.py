@@ -1,6 +1,7 @@
 """Conditional activation: one step's admitted registrations.
 
-``rt.tools.resolve(context)`` asks the registry for a :class:`ToolSetActor`,
+``rt.tools.resolve(context)`` asks the registry for a
+:class:`~dsh_actors.registry.toolset_actor.ToolSetActor`,
 which evaluates every ``when`` condition visible to ``context.agent`` exactly
 once, on its own thread (an ``async def`` condition runs on the runtime's
 loop thread; the actor waits for it as a message, never blocking), and then
@@ -22,30 +23,18 @@ visibility, so a change is honoured from the moment it is published.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import threading
-from collections.abc import Awaitable, Mapping
-from concurrent.futures import Future
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, Union, assert_never
+from typing import TYPE_CHECKING, Any, Final
 
-import pykka
-
-from .actors import ActorBase, ActorGroup, settle
-from .errors import AbortError, DshError, ToolPolicyError, safe_str
-from .model import Agent, ToolActivationContext
-from .registry._private import STOPPED
-from .registry.state import Registration, RegistryState, _visible, describe_scope
+from .model import Agent
+from .visibility import Registration, RegistryState, _visible, describe_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import ToolDefinition
-    from .runtime import ToolRuntime
-    from .signals import AbortSignal
 
-__all__ = ["ResolvedToolSet", "ToolSetActor"]
+__all__ = ["ResolvedToolSet"]
 
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
@@ -194,233 +183,3 @@ class ResolvedToolSet:
         with self._lock:
             self._disposed = True
         self._state._remove_toolset(self)
-
-
-# --------------------------------------------------------------------------
-# The actor
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Begin:
-    """Registry → tool-set actor: start evaluating."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _ConditionDone:
-    """Loop thread → tool-set actor: an ``async`` condition settled."""
-
-    registration: Registration
-    future: Future[Any]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Cancelled:
-    """Aborting thread → tool-set actor: ``context.signal`` aborted."""
-
-
-_Inbox: TypeAlias = Union[_Begin, _ConditionDone, _Cancelled]
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
-
-
-class ToolSetActor(ActorBase):
-    """Resolves one :class:`ResolvedToolSet` (see the module doc), then
-    stops: a published set needs no thread.
-
-    Sync conditions run on this actor's thread, one after the other (they
-    should be quick and must observe ``context.signal`` if they wait);
-    ``async def`` conditions run concurrently on the resolution's event
-    loop (the one that awaits ``resolve_async``, or the runtime's bound
-    loop; else the runtime's own loop thread) and are cancelled if the
-    resolution fails or is cancelled.
-    """
-
-    def __init__(
-        self, group: ActorGroup, runtime: ToolRuntime, context: ToolActivationContext, reply: Any, loop: Any = None
-    ) -> None:
-        super().__init__(group)
-        self._loop = loop  # where async conditions run (None: the runtime's loop thread)
-        self._runtime = runtime
-        self._context = context
-        self._reply = reply
-        self._set: ResolvedToolSet | None = None
-        self._candidates: Mapping[str, Registration] = _EMPTY
-        self._answers: dict[int, Any] = {}
-        self._pending: dict[int, Future[Any]] = {}
-        self._finished = False
-        self._unsubscribe: Any = None
-
-    def __repr__(self) -> str:
-        return f"<ToolSetActor {describe_scope(self._context.agent)} finished={self._finished}>"
-
-    def receive(self, message: Any) -> Any:
-        if not isinstance(message, (_Begin, _ConditionDone, _Cancelled)):
-            raise TypeError(f"a tool-set actor does not understand {type(message).__qualname__}")
-        inbox: _Inbox = message
-        match inbox:
-            case _Begin():
-                try:
-                    self._begin()
-                except BaseException as exc:  # noqa: BLE001 - never leave the resolver waiting
-                    self._fail(exc)
-            case _ConditionDone():
-                self._condition_done(inbox)
-            case _Cancelled():
-                self._fail(self._abort_error())
-            case _:
-                assert_never(inbox)
-        return None
-
-    def on_stop(self) -> None:
-        # Stopped before it finished (the runtime stopping): never leave the
-        # resolver waiting.
-        self._fail(RuntimeError(STOPPED), stop=False)
-
-    # -- evaluation --------------------------------------------------------
-
-    def _begin(self) -> None:
-        context = self._context
-        signal: AbortSignal = context.signal
-        ts = ResolvedToolSet(self._runtime.state, context.agent)
-        self._set = ts
-        self._runtime.state._add_toolset(ts)
-        self._candidates = candidates = ts._begin()
-        if signal.aborted:
-            self._fail(self._abort_error())
-            return
-        self._unsubscribe = signal.add_callback(self._on_abort)
-        for reg in candidates.values():
-            when = reg.when
-            if when is None:
-                continue
-            if signal.aborted or self._finished:
-                self._fail(self._abort_error())
-                return
-            try:
-                answer = when(context)
-            except BaseException as exc:  # noqa: BLE001 - fails the resolution
-                self._fail(self._condition_error(reg, exc))
-                return
-            if inspect.isawaitable(answer):
-                coro = _awaited(answer)
-                try:
-                    if self._loop is None:
-                        future = self._runtime.loop.submit(coro)
-                    else:
-                        if self._loop.is_closed() or not self._loop.is_running():
-                            raise RuntimeError(
-                                f'the event loop that runs the activation condition of tool "{reg.name}" '
-                                "is not running"
-                            )
-                        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-                except BaseException as exc:  # noqa: BLE001 - the loop is gone (stopping)
-                    coro.close()
-                    if inspect.iscoroutine(answer):
-                        answer.close()
-                    self._fail(exc)
-                    return
-                self._pending[reg.seq] = future
-                future.add_done_callback(partial(self._async_done, reg))
-            else:
-                self._answers[reg.seq] = answer
-        self._maybe_finish()
-
-    def _on_abort(self, _signal: AbortSignal) -> None:
-        # On the aborting thread: hand it to the mailbox.
-        try:
-            self.actor_ref.tell(_Cancelled())
-        except pykka.ActorDeadError:
-            pass
-
-    def _async_done(self, reg: Registration, future: Future[Any]) -> None:
-        # On the loop thread (or here, if it settled at once).
-        try:
-            self.actor_ref.tell(_ConditionDone(registration=reg, future=future))
-        except pykka.ActorDeadError:
-            pass
-
-    def _condition_done(self, message: _ConditionDone) -> None:
-        if self._finished:
-            return
-        reg = message.registration
-        future = message.future
-        self._pending.pop(reg.seq, None)
-        if future.cancelled():
-            self._fail(self._abort_error())
-            return
-        exc = future.exception()
-        if exc is not None:
-            self._fail(self._condition_error(reg, exc))
-            return
-        self._answers[reg.seq] = future.result()
-        self._maybe_finish()
-
-    def _maybe_finish(self) -> None:
-        if self._finished or self._pending:
-            return
-        if self._context.signal.aborted:
-            self._fail(self._abort_error())
-            return
-        ts = self._set
-        assert ts is not None
-        answers = self._answers
-        admitted = {
-            name: reg
-            for name, reg in self._candidates.items()
-            if reg.when is None or answers.get(reg.seq) is True
-        }
-        ts._publish(admitted)
-        self._finished = True
-        self._detach()
-        # From here on only the caller holds the set: this actor's work is
-        # done, and it stops (the set needs no thread).
-        self._set = None
-        self._candidates = _EMPTY
-        self._answers = {}
-        reply, self._reply = self._reply, None
-        settle(reply, ts)
-        self.stop()
-
-    # -- endings -----------------------------------------------------------
-
-    def _detach(self) -> None:
-        unsubscribe, self._unsubscribe = self._unsubscribe, None
-        if unsubscribe is not None:
-            unsubscribe()
-
-    def _fail(self, exc: BaseException, *, stop: bool = True) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        self._detach()
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            future.cancel()
-        if self._set is not None:
-            self._set._abandon()
-        reply, self._reply = self._reply, None
-        settle(reply, error=exc)
-        if stop:
-            self.stop()
-
-    def _abort_error(self) -> AbortError:
-        reason = self._context.signal.reason
-        err = AbortError(reason=reason)
-        if isinstance(reason, BaseException):
-            err.__cause__ = reason
-        return err
-
-    def _condition_error(self, reg: Registration, exc: BaseException) -> DshError:
-        if self._context.signal.aborted:
-            err: DshError = self._abort_error()
-        else:
-            detail = safe_str(exc)
-            err = ToolPolicyError(
-                f'the activation condition of tool "{reg.name}" ({describe_scope(reg.scope)})',
-                f"raised {type(exc).__name__}" + (f": {detail}" if detail else ""),
-            )
-        err.__cause__ = exc
-        return err

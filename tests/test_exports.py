@@ -110,16 +110,6 @@ def test_every_dsh_error_class_is_exported() -> None:
     assert classes <= set(dsh_actors.__all__)
 
 
-def test_the_core_never_imports_executors_or_policies() -> None:
-    root = Path(dsh_actors.__file__).parent
-    offenders = [
-        str(path.relative_to(root))
-        for path in root.rglob("*.py")
-        if re.search(r"^\s*(from|import)\s+(executors|policies)\b", path.read_text(), re.M)
-    ]
-    assert offenders == []
-
-
 def test_the_messages_module_is_public() -> None:
     messages = importlib.import_module("dsh_actors.messages")
     assert hasattr(messages, "ExecuteBatch")

@@ -32,10 +32,13 @@ from collections.abc import Iterator, Sequence
 from importlib import metadata
 from typing import Any
 
+from loguru import logger
+
 from .batchfile import ACCEPTED_SHAPES
 from .loading import EXECUTORS, CliError
-from .run import APPROVE_MODES, EXIT_INTERRUPTED
-from .schemas import FORMATS
+from .replay import replay_command
+from .run import APPROVE_MODES, EXIT_INTERRUPTED, run_command
+from .schemas import FORMATS, schemas_command
 
 __all__ = ["build_parser", "main"]
 
@@ -211,8 +214,6 @@ def _one_line(record: Any) -> str:
 def library_logging(verbose: bool) -> Iterator[None]:
     """The libraries' messages on stderr while the command runs (see the
     module docstring), off again afterwards."""
-    from loguru import logger
-
     with contextlib.suppress(ValueError):  # already removed
         logger.remove(0)  # loguru's default handler: the command owns stderr
     if verbose:
@@ -300,10 +301,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .replay import replay_command
-    from .run import run_command
-    from .schemas import schemas_command
-
     handlers = {"run": run_command, "schemas": schemas_command, "replay": replay_command}
     try:
         return handlers[args.command](args)

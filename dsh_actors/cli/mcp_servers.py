@@ -66,7 +66,7 @@ class McpServers:
         if not self._argvs:
             return self
         try:
-            import mcp  # noqa: F401
+            import mcp  # noqa: F401 - the optional "mcp" extra: only --mcp needs it
         except ImportError:
             raise CliError("--mcp needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
         self._errlog, self._opened_errlog = _errlog()
@@ -93,6 +93,8 @@ class McpServers:
             self._loop.close()
 
     async def _serve(self, rt: ToolRuntime) -> None:
+        # The optional "mcp" extra (dsh_actors.mcp imports the SDK at module
+        # level): imported here, so the command runs without it unless --mcp.
         from mcp import ClientSession, StdioServerParameters, stdio_client
 
         from ..mcp import mount

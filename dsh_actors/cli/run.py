@@ -29,8 +29,8 @@ import orjson
 
 from ..errors import DshError
 from ..json import thaw
-from ..model import Agent, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
-from ..runtime import ApprovalRequest, ToolRuntime
+from ..model import Agent, ApprovalRequest, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
+from ..runtime import ToolRuntime
 from ..session import Session, error_to_json
 from ..signals import AbortController
 from .batchfile import Batch, BatchFileError, read_batch

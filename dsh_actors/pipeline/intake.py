@@ -12,6 +12,7 @@ from ..errors import LosslessJsonError, safe_repr, safe_str
 from ..json import loads, materialize
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
 from ..signals import AbortSignal
+from ..toolset import ResolvedToolSet
 from .stages import BadArguments
 
 __all__ = ["check_batch", "check_limit", "loggable", "parse_arguments"]
@@ -58,7 +59,7 @@ def check_batch(batch: ToolBatchInput) -> None:
     nowhere: the session, not the batch, opts an agent in), a call that
     is not a :class:`ToolCall` or whose id or name is not valid text, and
     two calls with the same id (results, events and the log pair by id)."""
-    for field, kind in _batch_field_kinds():
+    for field, kind in _BATCH_FIELD_KINDS:
         value = getattr(batch, field)
         if value is not None and not isinstance(value, kind):
             raise TypeError(
@@ -103,22 +104,12 @@ def _refuse_duplicate_ids(calls: tuple[ToolCall, ...]) -> None:
             )
 
 
-_field_kinds: tuple[tuple[str, type], ...] | None = None
-
-
-def _batch_field_kinds() -> tuple[tuple[str, type], ...]:
-    # Bound on first use: toolset imports the registry, which imports us.
-    global _field_kinds
-    if _field_kinds is None:
-        from ..toolset import ResolvedToolSet
-
-        _field_kinds = (
-            ("signal", AbortSignal),
-            ("agent", Agent),
-            ("tool_set", ResolvedToolSet),
-            ("log", LogStep),
-        )
-    return _field_kinds
+_BATCH_FIELD_KINDS: tuple[tuple[str, type], ...] = (
+    ("signal", AbortSignal),
+    ("agent", Agent),
+    ("tool_set", ResolvedToolSet),
+    ("log", LogStep),
+)
 
 
 def loggable(raw: object) -> Any:

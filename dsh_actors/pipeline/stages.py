@@ -45,6 +45,7 @@ from ..json import materialize
 from ..model import (
     Accept,
     Allow,
+    ApprovalRequest,
     Ask,
     Block,
     Cancel,
@@ -59,6 +60,7 @@ from ..model import (
 )
 from ..signals import AbortSignal
 from .flights import Flight
+from ..visibility import check_guards, executable
 from .results import aborted, failure, failure_from_exception, freeze_result, is_result, render_success
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,7 +77,6 @@ __all__ = [
     "finalize",
     "finish_on_loop",
     "prepare",
-    "registry_functions",
     "run_inline",
     "start_on_loop",
     "target_loop",
@@ -332,7 +333,7 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
             call.resolve(failure_from_exception(problem), run_post=False)
             return
     # Guards run only after an allow, and nothing can turn their denial back.
-    reason = registry_functions().check_guards(state, execution)
+    reason = check_guards(state, execution)
     if reason is not None:
         call.resolve(failure(reason), run_post=True)
         return
@@ -350,40 +351,9 @@ def _allow() -> Allow:
 _ALLOW = Allow()
 
 
-class RegistryFunctions:
-    """The registry's read functions the pipeline and the executor call per
-    call, bound on first use: ``registry`` imports this module (through the
-    executor), so a module-level import here would be circular, and a
-    per-call ``from ..registry import`` costs about a microsecond."""
-
-    __slots__ = ("executable", "check_guards", "has_guards", "definition_mode")
-
-    def __init__(self) -> None:
-        from ..registry import check_guards, definition_mode, executable, has_guards
-
-        self.executable = executable
-        self.check_guards = check_guards
-        self.has_guards = has_guards
-        self.definition_mode = definition_mode
-
-
-_bound: RegistryFunctions | None = None
-
-
-def registry_functions() -> RegistryFunctions:
-    """The :class:`RegistryFunctions`, bound once."""
-    global _bound
-    bound = _bound
-    if bound is None:
-        bound = _bound = RegistryFunctions()
-    return bound
-
-
 def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
     """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
     else a denial (a failure). A raising service propagates."""
-    from ..runtime import ApprovalRequest
-
     execution = call.execution
     name = execution.name
     service = rt.approvals.service
@@ -484,7 +454,7 @@ def _lookup(rt: ToolRuntime, call: Call) -> Any:
     if call.override is not None:
         return call.override
     execution = call.execution
-    return registry_functions().executable(rt.state, execution.name, execution.agent, execution.tool_set)
+    return executable(rt.state, execution.name, execution.agent, execution.tool_set)
 
 
 class _Entered:

@@ -18,6 +18,7 @@ from ..model import (
     ToolExecutionFailure,
     ToolExecutionSuccess,
 )
+from ..registry.service import ToolsService
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Agent
@@ -225,8 +226,6 @@ def results_of(batch: ToolBatchResult, items: Iterable[dict[str, Any]]) -> Resul
 def model_input(rt: Any, agent: Agent | None, tool_set: ResolvedToolSet | None) -> ToolModelInput:
     """``rt.tools.model_tools(agent, tool_set)``; ``rt`` is a ToolRuntime
     or a ToolsService (``rt.tools.scope(agent)``)."""
-    from ..registry.service import ToolsService
-
     service = rt if isinstance(rt, ToolsService) else getattr(rt, "tools", None)
     if not isinstance(service, ToolsService):
         raise TypeError(f"tools() takes a ToolRuntime (or its rt.tools), not {type(rt).__qualname__}")

@@ -1,19 +1,21 @@
-"""The registry as actors: scope layers, their snapshots, and the facade.
+"""The registry as actors: scope layers, tool-set resolution, and the facade.
 
-* :class:`RegistryState` / :class:`ScopeSnapshot` / :class:`Registration` /
-  :class:`Contribution`: the published, immutable registry.
-* The read functions (:func:`visible`, :func:`lookup`, :func:`executable`,
-  :func:`definitions`, :func:`schemas`, :func:`check_guards`,
-  :func:`execution_mode`, :func:`select_executor`): pure, lock-free, any
-  thread; this is what the pipeline calls.
 * :class:`RegistryActor` (``rt.registry``) and :class:`ScopeActor`: the
   writers. Their public vocabulary is :mod:`dsh_actors.messages`.
+* :class:`~.toolset_actor.ToolSetActor`: resolves one step's tool set.
 * :class:`ToolsService` (``rt.tools``): the blocking facade.
+* Re-exported from :mod:`dsh_actors.visibility` (layer 2, below the
+  pipeline): :class:`RegistryState` / :class:`ScopeSnapshot` /
+  :class:`Registration` / :class:`Contribution`, the published, immutable
+  registry, and the read functions (:func:`visible`, :func:`lookup`,
+  :func:`executable`, :func:`definitions`, :func:`schemas`,
+  :func:`check_guards`, :func:`execution_mode`, :func:`select_executor`):
+  pure, lock-free, any thread; this is what the pipeline calls.
 """
 
 from __future__ import annotations
 
-from .state import (
+from ..visibility import (
     RESERVED_NAMES,
     Condition,
     Contribution,

@@ -20,17 +20,12 @@ the runtime stops, a caller waiting on a reply gets ``RuntimeError``.
 
 from __future__ import annotations
 
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, assert_never
 
 import pykka
-from loguru import logger
 
 from ..actors import ActorBase, ActorGroup, settle
-from ..errors import ExecutorUnavailableError
-from ..pipeline.intake import check_batch
-from ..scheduling.executor import NativeExecutor
-from ..scheduling.messages import Reply
 from ..messages import (
     AddGuard,
     ExecuteBatch,
@@ -42,10 +37,10 @@ from ..messages import (
     Unregister,
 )
 from ..model import Agent, ToolActivationContext, ToolBatchInput
+from ..scheduling.start import start_batch
 from ._private import WriteRequest, _Apply, _ScopeIdle
-from ..toolset import ToolSetActor, _Begin
 from .scope import ScopeActor
-from .state import describe_scope, select_executor
+from .toolset_actor import ToolSetActor, _Begin
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
@@ -177,62 +172,3 @@ class RegistryActor(ActorBase):
             ref.tell(_Begin())
         except BaseException as exc:  # noqa: BLE001 - goes to the requester
             settle(message.reply, error=exc)
-
-
-def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply, loop: Any = None) -> None:
-    """What ``ExecuteBatch`` means: check ``batch``, pick the nearest
-    executor on its agent's chain, start the batch there and settle
-    ``reply`` with its ``ToolBatchResult`` or its error. Never raises.
-
-    The one implementation behind both entry points: the registry actor's
-    handler, and ``ToolsService.submit`` on the caller's thread (selection
-    reads a published snapshot and an executor's ``submit`` must not block,
-    so neither needs the registry's thread, and a batch saves a hop).
-
-    An executor with ``submit(batch)`` is called on the calling thread; one
-    with only a blocking ``execute(batch)`` runs on the runtime's workers.
-    The native executor (``submit`` not overridden) settles ``reply`` itself.
-    """
-    try:
-        check_batch(batch)
-        executor = select_executor(runtime.state, batch.agent)
-        if executor is None:
-            raise ExecutorUnavailableError(describe_scope(batch.agent))
-        if isinstance(executor, NativeExecutor) and type(executor).submit is NativeExecutor.submit:
-            executor._submit(batch, reply, checked=True, loop=loop)
-            return
-        submit = getattr(executor, "submit", None)
-        if callable(submit):
-            future = submit(batch)
-            if not isinstance(future, Future):
-                raise TypeError(
-                    f"{type(executor).__qualname__}.submit() must return a concurrent.futures.Future, "
-                    f"not {type(future).__qualname__}"
-                )
-        else:
-            future = runtime.workers().submit(executor.execute, batch)
-        future.add_done_callback(lambda done: _chain(done, reply))
-    except BaseException as exc:  # noqa: BLE001 - goes to the requester
-        if reply.set_running_or_notify_cancel():
-            reply.set_exception(exc)
-
-
-def _chain(future: Future[Any], reply: Reply) -> None:
-    # On whichever thread completed the executor's future.
-    try:
-        if future.cancelled():
-            outcome: Any = CancelledError("the executor cancelled the batch")
-            failed = True
-        else:
-            outcome = future.exception()
-            failed = outcome is not None
-            if not failed:
-                outcome = future.result()
-    except BaseException as exc:  # noqa: BLE001 - never lose a reply
-        logger.opt(exception=exc).error("settling a batch reply failed")
-        outcome, failed = exc, True
-    if reply.set_running_or_notify_cancel():
-        if failed:
-            reply.set_exception(outcome)
-        else:
-            reply.set_result(outcome)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ExecutorUnavailableError, LosslessJsonError
 from ..executor import ToolModelInput
 from ..json import thaw
-from .state import RegistryState, describe_scope, select_executor, visible
+from ..visibility import RegistryState, describe_scope, select_executor, visible
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition

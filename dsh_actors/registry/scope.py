@@ -37,7 +37,7 @@ from ..errors import RegistrationError, safe_str
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
 from ._private import WriteRequest, _Apply, _ScopeIdle
-from .state import (
+from ..visibility import (
     RESERVED_NAMES,
     Contribution,
     Registration,

@@ -58,9 +58,11 @@ from ..model import (
 from ._private import STOPPED, WriteRequest
 from ..pipeline.stages import run_inline
 from ..scheduling.messages import Reply
-from .actor import RegistryActor, start_batch
+from ..scheduling.start import start_batch
+from .actor import RegistryActor
+from .offer import model_tools
 from .scope import ScopeActor
-from .state import (
+from ..visibility import (
     Condition,
     Guard,
     check_guards,
@@ -303,8 +305,6 @@ class ToolsService:
         that admitted them); with one, exactly what it admits. The schemas
         are fresh dicts. Runs ``describe`` on the calling thread; raises
         ``ExecutorUnavailableError`` when no executor is set."""
-        from .offer import model_tools
-
         return model_tools(self._state, self._scope if agent is None else self._viewer(agent), tool_set)
 
     def check_guards(self, execution: ToolExecution) -> str | None:

@@ -56,12 +56,12 @@ from ..pipeline.stages import (
     finalize,
     finish_on_loop,
     prepare,
-    registry_functions,
     start_on_loop,
     wants_loop,
 )
 from ..session import call_event, result_event
 from ..signals import AbortController, AbortSignal
+from ..visibility import definition_mode, executable, has_guards
 from .messages import BodyEnded, Deadline, Reply, Settled, Wake
 from .pool import WorkMailbox
 
@@ -486,11 +486,11 @@ class BatchRun:
             return False
         agent = call.execution.agent
         rt = self.rt
-        if rt.events.observed(_OBSERVERS, agent) or registry_functions().has_guards(rt.state, agent):
+        if rt.events.observed(_OBSERVERS, agent) or has_guards(rt.state, agent):
             return False
         registration = looked_up
         if registration is LOOK_UP:
-            registration = call.override if call.override is not None else registry_functions().executable(
+            registration = call.override if call.override is not None else executable(
                 rt.state, call.execution.name, agent, call.execution.tool_set
             )
         return not wants_loop(rt, call, registration)
@@ -599,14 +599,12 @@ class BatchRun:
         ``LOOK_UP`` when none was looked up)."""
         if call.phase is CallPhase.RESOLVED:
             return "parallel", LOOK_UP  # it will not dispatch: no reason to hold others back
-        fns = registry_functions()
-        definition_mode = fns.definition_mode
         execution = call.execution
         if call.override is not None:
             return definition_mode(call.override.definition, execution.arguments), LOOK_UP
         try:
             # What registry.execution_mode does, keeping the lookup.
-            registration = fns.executable(self.rt.state, execution.name, execution.agent, execution.tool_set)
+            registration = executable(self.rt.state, execution.name, execution.agent, execution.tool_set)
             if registration is None:
                 return "exclusive", registration
             return definition_mode(registration.definition, execution.arguments), registration

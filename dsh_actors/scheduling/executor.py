@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, settle
+from ..definition import validate_definition
 from ..executor import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
@@ -110,8 +111,6 @@ class NativeExecutor:
         tools = self.executor_tools()
         if not tools:
             return {}
-        from ..definition import validate_definition
-
         cache = self._checked_own
         out: dict[str, Any] = {}
         for definition in tools:
@@ -158,7 +157,7 @@ class NativeExecutor:
 
     def _submit(self, batch: ToolBatchInput, reply: Reply, *, checked: bool, loop: Any = None) -> None:
         """:meth:`submit` into a given future (``checked``: the caller ran
-        ``check_batch`` already, as the registry's ``start_batch`` does)."""
+        ``check_batch`` already, as ``scheduling.start.start_batch`` does)."""
         rt = self._rt
         if rt is None:
             raise RuntimeError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")

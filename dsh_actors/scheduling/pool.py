@@ -33,13 +33,13 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import pykka
 
-from ..actors import Address, actor_thread_ident
+from ..actors import ActorGroup, Address, actor_thread_ident
 from .messages import Serve, Settled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -261,10 +261,21 @@ class CallPool:
     Invariants, under ``_lock``: ``serving`` counts call actors lent to a
     mailbox and not lent back (:meth:`lend`); a request waits in
     ``waiting`` only while ``serving >= budget``; ``len(idle) <= idle_kept``.
+
+    ``open_server(group, rt, pool)`` starts one more call actor and returns
+    its address (the runtime passes ``CallActor.open``: the call actor lives
+    in ``executor.py``, which imports this module, so the pool is given it).
     """
 
-    def __init__(self, rt: ToolRuntime, budget: int, idle_kept: int | None = None) -> None:
+    def __init__(
+        self,
+        rt: ToolRuntime,
+        budget: int,
+        open_server: Callable[[ActorGroup, ToolRuntime, CallPool], Address],
+        idle_kept: int | None = None,
+    ) -> None:
         self._rt = rt
+        self._open_server = open_server
         self.budget = budget
         self.idle_kept = budget if idle_kept is None else idle_kept
         self._lock = threading.Lock()
@@ -298,11 +309,9 @@ class CallPool:
         self._send(worker, mailbox)
 
     def _send(self, worker: Address | None, mailbox: WorkMailbox) -> None:
-        from .executor import CallActor
-
         try:
             if worker is None:
-                worker = CallActor.open(self._rt.group, self._rt, self)
+                worker = self._open_server(self._rt.group, self._rt, self)
             worker.tell(Serve(mailbox=mailbox))
         except (RuntimeError, pykka.ActorDeadError):
             # The runtime is stopping: nobody is coming.

@@ -1,5 +1,11 @@
-"""Registry state: immutable per-scope snapshots, and the pure read functions
-over them.
+"""Visibility: the registry's published state (immutable per-scope
+snapshots) and the pure read functions over them.
+
+This is layer 2 of the core (docs/ARCHITECTURE.md, "Layers"): it imports
+only the values, and the pipeline, the scheduler and the registry's actors
+all read through it. (It is not inside ``registry/``: importing a module of
+a package runs the package's ``__init__`` first, and the registry package
+holds the actors of layer 5.)
 
 Every scope that has ever been written to has one :class:`ScopeSnapshot` in
 :attr:`RegistryState.scopes` (``None`` is the global layer). Only that
@@ -34,16 +40,16 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import orjson
 
-from ..errors import callable_name, safe_str
-from ..events import in_scope
-from ..json import dumps
-from ..model import Agent, ToolActivationContext, ToolRestriction
+from .errors import callable_name, safe_str
+from .events import in_scope
+from .json import dumps
+from .model import Agent, ToolActivationContext, ToolRestriction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..definition import CheckedDefinition, ToolDefinition, ToolSchema
-    from ..execution import ToolExecution
-    from ..schema import CompiledJsonSchema, FullJsonSchema
-    from ..toolset import ResolvedToolSet
+    from .definition import CheckedDefinition, ToolDefinition, ToolSchema
+    from .execution import ToolExecution
+    from .schema import CompiledJsonSchema, FullJsonSchema
+    from .toolset import ResolvedToolSet
 
 __all__ = [
     "RESERVED_NAMES",

@@ -1,0 +1,71 @@
+"""The import contracts in pyproject.toml ([tool.importlinter]): the core's
+layers (docs/ARCHITECTURE.md, "Layers"), no cycles, the public __init__ on
+top, and no import of policies, executors or an optional extra from the
+core. ``lint-imports`` checks them; this test runs it, so a back edge fails
+the test command."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lint_imports() -> Path:
+    # The console script installed next to this interpreter (the venv's bin/).
+    for name in ("lint-imports", "lint-imports.exe"):
+        path = Path(sys.executable).parent / name
+        if path.exists():
+            return path
+    raise AssertionError(
+        f"lint-imports is not installed next to {sys.executable}: install the test extras (pip install -e '.[test]')"
+    )
+
+
+def test_the_import_contracts_hold() -> None:
+    done = subprocess.run(
+        [str(lint_imports()), "--no-cache", "--no-logo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"lint-imports failed:\n{output}"
+    assert "0 broken" in output, output
+
+
+def contract_layers() -> list[set[str]]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c for c in config["contracts"] if c["id"] == "layers"]
+    return [set(re.split(r"\s*[|:]\s*", layer.strip())) for layer in layers["layers"]]
+
+
+def pictured_layers() -> list[set[str]]:
+    """The layers of ARCHITECTURE.md's picture, top first: each row is a
+    label (a number, "on top", or blank for a continued layer), the layer's
+    modules, and a description, separated by runs of spaces."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    section = text.split("\n## Layers\n", 1)[1]
+    picture = section.split("```\n", 2)[1]
+    layers: list[set[str]] = []
+    for line in picture.splitlines():
+        label, rest = line[:10].strip(), line[10:]
+        modules = re.split(r" {3,}", rest.strip())[0]
+        if modules == "dsh_actors/__init__.py":
+            continue  # not a layer of the contract: the "init-on-top" contract says it
+        names = set(re.split(r"[\s|]+", modules.strip()))
+        if label:
+            layers.append(names)
+        else:
+            layers[-1] |= names
+    return layers
+
+
+def test_the_architecture_picture_is_the_layers_contract() -> None:
+    assert pictured_layers() == contract_layers()
