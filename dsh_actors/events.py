@@ -42,6 +42,8 @@ Which thread runs a listener (none of them may assume another):
 
 from __future__ import annotations
 
+import inspect
+
 import itertools
 import threading
 from collections.abc import Callable
@@ -225,6 +227,7 @@ class EventBus:
         default: Callable[[], T],
         *args: Any,
         agent: Agent | None = None,
+        awaiter: Callable[[Any], Any] | None = None,
     ) -> T:
         """Run ``name``'s listeners as a chain ending in ``default``.
 
@@ -233,22 +236,74 @@ class EventBus:
         listener that returns without calling ``next()`` vetoes the rest.
         ``next`` may be called more than once (a retry wrapper does).
         Exceptions propagate to the caller, who decides what they mean.
+
+        ``awaiter(coroutine)``: how this caller waits for an ``async def``
+        listener (the pipeline runs it on the batch's event loop). An async
+        listener gets an async ``next``: ``decision = await next()`` runs
+        the rest of the chain on that loop. Without an awaiter an async
+        listener's coroutine is its result (and the caller refuses it).
         """
         chain = self.listeners(name, agent)
         if not chain:
             return default()
-        return _run_chain(chain, 0, default, args)
+        return _run_chain(chain, 0, default, args, awaiter)
+
+
+def _is_async(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 def _run_chain(
-    chain: tuple[Listener, ...], index: int, default: Callable[[], T], args: tuple[Any, ...]
+    chain: tuple[Listener, ...],
+    index: int,
+    default: Callable[[], T],
+    args: tuple[Any, ...],
+    awaiter: Callable[[Any], Any] | None = None,
 ) -> T:
     if index == len(chain):
         return default()
     fn = chain[index]
+    if awaiter is not None and _is_async(fn):
+
+        def anext_() -> Any:
+            return _arun_chain(chain, index + 1, default, args, awaiter)
+
+        return awaiter(fn(*args, anext_))  # type: ignore[no-any-return]
 
     def next_() -> T:
-        return _run_chain(chain, index + 1, default, args)
+        return _run_chain(chain, index + 1, default, args, awaiter)
 
     result: T = fn(*args, next_)
+    if awaiter is not None and inspect.iscoroutine(result):
+        return awaiter(result)  # type: ignore[no-any-return]
     return result
+
+
+async def _arun_chain(
+    chain: tuple[Listener, ...],
+    index: int,
+    default: Callable[[], T],
+    args: tuple[Any, ...],
+    awaiter: Callable[[Any], Any],
+) -> T:
+    """The rest of a chain, awaited by an async listener (on its loop): async
+    listeners are awaited here; a sync one is called here with a sync
+    ``next`` (which cannot wait for an async listener after it from the
+    loop's own thread: the awaiter says so)."""
+    if index == len(chain):
+        return default()
+    fn = chain[index]
+    if _is_async(fn):
+
+        def anext_() -> Any:
+            return _arun_chain(chain, index + 1, default, args, awaiter)
+
+        return await fn(*args, anext_)  # type: ignore[no-any-return]
+
+    def next_() -> T:
+        return _run_chain(chain, index + 1, default, args, awaiter)
+
+    result = fn(*args, next_)
+    if inspect.iscoroutine(result):
+        return await result  # type: ignore[no-any-return]
+    return result  # type: ignore[no-any-return]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -40,10 +40,13 @@ _STOPPED = "the ToolRuntime is stopped"
 class ApprovalService(Protocol):
     """``fn(request) -> str``: ``"allowed-once"`` runs the call; ``"rejected"``,
     ``"cancelled"``, ``"unavailable"`` deny it with the pinned reasons; any
-    other answer fails it without running it. Runs on the executor thread
-    that prepares the call, and may block (a person answering)."""
+    other answer fails it without running it. A sync service runs on the
+    executor thread that prepares the call, and may block (a person
+    answering); an ``async def`` service runs on the batch's event loop
+    (the one that awaited ``execute_async``, the bound loop, or the
+    runtime's own), and must not block it."""
 
-    def __call__(self, request: ApprovalRequest) -> str: ...
+    def __call__(self, request: ApprovalRequest) -> str | Awaitable[str]: ...
 
 
 class ApprovalChannel:

@@ -15,6 +15,9 @@ import pytest
 from dsh_actors import (
     AbortController,
     Agent,
+    Ask,
+    LogStep,
+    Session,
     ErrorCode,
     ModelSelection,
     ToolActivationContext,
@@ -256,3 +259,212 @@ def test_a_loop_that_stops_while_a_body_runs_fails_that_call(app_loop: Any) -> N
         result = future.result(GUARD)
     assert result.results[0].result.is_error
     assert "stopped before the call ended" in result.results[0].result.error.message
+
+
+# -- async policies, the loop watch, the cancellation matrix, threads ----------------
+
+
+def test_async_listeners_and_approval_services_run_on_the_awaiting_loop_with_its_resources() -> None:
+    """An ``async def`` pre-execute listener (awaiting the rest of the chain)
+    and an ``async def`` approval service use an ``asyncio.Lock``, a
+    ``Queue`` and a ``Future`` made on the application's loop before the
+    batch; the body then sees what they left."""
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        lock = asyncio.Lock()
+        seen: asyncio.Queue[str] = asyncio.Queue()
+        verdict: asyncio.Future[str] = loop.create_future()
+        trail: list[tuple[str, bool]] = []
+
+        async def gate(execution: Any, next_: Any) -> Any:
+            trail.append(("gate", asyncio.get_running_loop() is loop))
+            async with lock:
+                await seen.put(execution.call_id)
+            return await next_()  # the rest of the chain: the ask below
+
+        def ask(execution: Any, next_: Any) -> Any:
+            return Ask(reason="needs a look")
+
+        async def approve(request: Any) -> str:
+            trail.append(("approval", asyncio.get_running_loop() is loop))
+            return await verdict
+
+        async def body(args: Any, ctx: Any) -> str:
+            return await seen.get()
+
+        with ToolRuntime() as rt:
+            rt.tools.register(tool("a", body))
+            rt.events.on("tools/pre-execute", gate)
+            rt.events.on("tools/pre-execute", ask)
+            rt.approvals.set(approve)
+            agent = Agent("main")
+            running = asyncio.ensure_future(rt.tools.execute_async(batch("a", agent=agent)))
+            await asyncio.sleep(0)
+            loop.call_later(0, verdict.set_result, "allowed-once")
+            result = await asyncio.wait_for(running, GUARD)
+        return result.results[0].result, trail
+
+    result, trail = asyncio.run(main())
+    assert not result.is_error, result
+    assert result.value == "c0"
+    assert trail == [("gate", True), ("approval", True)]
+
+
+def test_an_async_approval_service_that_is_cancelled_with_the_batch_denies_the_call() -> None:
+    async def main() -> Any:
+        asked = asyncio.Event()
+        cancelled: list[bool] = []
+
+        async def approve(request: Any) -> str:
+            asked.set()
+            try:
+                await asyncio.sleep(GUARD)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+            return "allowed-once"
+
+        async def body(args: Any, ctx: Any) -> str:
+            return "never"
+
+        controller = AbortController()
+        with ToolRuntime() as rt:
+            rt.tools.register(tool("a", body))
+            rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="?"))
+            rt.approvals.set(approve)
+            running = asyncio.ensure_future(
+                rt.tools.execute_async(batch("a", agent=Agent("main"), signal=controller.signal))
+            )
+            await asyncio.wait_for(asked.wait(), GUARD)
+            controller.abort()
+            result = await asyncio.wait_for(running, GUARD)
+        return result.results[0].result, cancelled
+
+    result, cancelled = asyncio.run(main())
+    assert result.is_error
+    assert cancelled == [True]  # the service's task was cancelled, and finished, before the call settled
+
+
+def test_a_body_that_blocks_its_loop_is_named_in_a_warning(
+    app_loop: Any, library_logs: None, monkeypatch: Any
+) -> None:
+    from loguru import logger
+
+    from dsh_actors.pipeline.flights import LoopWatch
+
+    monkeypatch.setattr(LoopWatch, "PERIOD", 0.01)
+    monkeypatch.setattr(LoopWatch, "BLOCK_WARNING", 0.05)
+    warned = threading.Event()
+    lines: list[str] = []
+
+    def sink(message: Any) -> None:
+        if "blocked its event loop" in str(message):
+            lines.append(str(message))
+            warned.set()
+
+    async def blocking(args: Any, ctx: Any) -> str:
+        warned.wait(GUARD)  # the application's bug: a blocking call on the loop
+        return "done"
+
+    handler = logger.add(sink, level="WARNING")
+    try:
+        with ToolRuntime(loop=app_loop) as rt:
+            rt.tools.register(tool("stuck_tool", blocking))
+            result = rt.tools.submit(batch("stuck_tool")).result(GUARD)
+    finally:
+        logger.remove(handler)
+    assert warned.is_set()
+    assert result.results[0].result.value == "done"
+    assert 'async tool "stuck_tool" (call c0) has blocked its event loop' in lines[0]
+    assert len(lines) == 1  # one warning per block, not one per look
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["flight", "under-a-wrapper"])
+@pytest.mark.parametrize("logged", [False, True], ids=["no-log", "session-log"])
+@pytest.mark.parametrize("how", ["signal", "stop"])
+def test_the_cancellation_matrix_on_the_application_loop(wrapped: bool, logged: bool, how: str) -> None:
+    """Every async call of an aborted batch (the batch's signal, or
+    ``rt.stop()``) settles once, after its task ended; a started one is
+    ABORTED, an unstarted one ABORTED_BEFORE_DISPATCH; with a log every
+    call has its tool/result. Run through the flight path and through a
+    ``tools/execute`` wrapper (a thread waits for the flight)."""
+    async def main() -> Any:
+        started = asyncio.Event()
+        ended: list[str] = []
+
+        async def body(args: Any, ctx: Any) -> str:
+            started.set()
+            try:
+                await asyncio.sleep(GUARD)
+            finally:
+                ended.append(ctx.call_id)
+            return "never"
+
+        controller = AbortController()
+        rt = ToolRuntime(max_parallel_tool_calls=1).start()
+        try:
+            rt.tools.register(tool("a", body))
+            if wrapped:
+                rt.events.on("tools/execute", lambda execution, next_: next_())
+            kwargs: dict[str, Any] = {"signal": controller.signal}
+            session = Session()
+            if logged:
+                kwargs.update(agent=Agent("main", session=session), log=LogStep(turn=1, step=1))
+            running = asyncio.ensure_future(rt.tools.execute_async(batch("a", "a", **kwargs)))
+            await asyncio.wait_for(started.wait(), GUARD)
+            if how == "signal":
+                controller.abort()
+                result = await asyncio.wait_for(running, GUARD)
+            else:
+                await asyncio.to_thread(rt.stop)
+                result = await asyncio.wait_for(running, GUARD)
+        finally:
+            await asyncio.to_thread(rt.stop)
+        return result, ended, session
+
+    result, ended, session = asyncio.run(main())
+    assert [code(r.result) for r in result.results] == ["ABORTED", "ABORTED_BEFORE_DISPATCH"]
+    assert ended == ["c0"]  # the started body finished before the batch settled
+    if logged:
+        assert sorted(session.results_by_call()) == ["c0", "c1"]
+        assert session.pending_calls() == []
+
+
+def test_concurrent_async_agents_do_not_grow_the_threads() -> None:
+    """200 agents each await a batch whose async bodies are all in flight at
+    once: no thread waits for a body and no batch holds an executor thread
+    while it waits, so the threads stay far below one per agent."""
+    agents = 200
+
+    async def main() -> Any:
+        release = asyncio.Event()
+        arrived = asyncio.Event()
+        count = 0
+
+        async def body(args: Any, ctx: Any) -> str:
+            nonlocal count
+            count += 1
+            if count == agents * 2:
+                arrived.set()
+            await release.wait()
+            return "ok"
+
+        with ToolRuntime() as rt:
+            rt.tools.register(tool("a", body))
+            before = threading.active_count()
+            running = [
+                asyncio.ensure_future(rt.tools.execute_async(batch("a", "a", agent=Agent(f"agent-{i}"))))
+                for i in range(agents)
+            ]
+            await asyncio.wait_for(arrived.wait(), GUARD)
+            in_flight = threading.active_count() - before
+            release.set()
+            results = await asyncio.wait_for(asyncio.gather(*running), GUARD)
+        return in_flight, results
+
+    in_flight, results = asyncio.run(main())
+    assert all(not r.result.is_error for b in results for r in b.results)
+    # Executor actors only while a batch takes a step (idle ones are kept up
+    # to 32), the loop watch: nowhere near one thread per agent.
+    assert in_flight <= 40, in_flight

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
@@ -305,7 +306,9 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     # Without a listener the waterfall is its default, Allow(): skip it.
     if events.listeners("tools/pre-execute", execution.agent):
         try:
-            decision: Any = events.waterfall("tools/pre-execute", _allow, execution, agent=execution.agent)
+            decision: Any = events.waterfall(
+                "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
+            )
             if type(decision) is Ask:
                 decision = _route_approval(rt, call, decision)
         except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
@@ -344,6 +347,17 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     call.phase = CallPhase.READY
 
 
+def _awaiter(rt: ToolRuntime, call: Call) -> Callable[[Any], Any]:
+    """How prepare waits for an async listener or approval service: as a
+    flight on the batch's loop, observing the call's signal."""
+    execution = call.execution
+
+    def wait(coro: Any) -> Any:
+        return _await_on_loop(rt, coro, call.caller, call.loop, execution.name, execution.call_id)
+
+    return wait
+
+
 def _allow() -> Allow:
     return Allow()
 
@@ -374,7 +388,10 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
         signal=call.caller,
         arguments=execution.arguments,
     )
-    answer = service(request)
+    answer: Any = service(request)
+    if inspect.iscoroutine(answer):
+        # An async approval service: awaited on the batch's loop (this thread waits).
+        answer = _awaiter(rt, call)(answer)
     if answer == "allowed-once" and type(answer) is str:
         return Allow()
     if answer == "rejected":
