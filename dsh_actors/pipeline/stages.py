@@ -388,7 +388,8 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
         signal=call.caller,
         arguments=execution.arguments,
     )
-    answer: Any = service(request)
+    with rt.waiting():  # a person may take a while: other batches step meanwhile
+        answer: Any = service(request)
     if inspect.iscoroutine(answer):
         # An async approval service: awaited on the batch's loop (this thread waits).
         answer = _awaiter(rt, call)(answer)
@@ -639,7 +640,7 @@ def _await_on_loop(
             done.set_result(value)
 
     rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end))
-    with rt.call_pool.lent(bounded=True):  # a parked call actor holds no slot (within a bound)
+    with rt.waiting(bounded=True):  # a parked call actor holds no slot (within a bound)
         return done.result()
 
 

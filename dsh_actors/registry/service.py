@@ -396,7 +396,7 @@ class ToolsService:
             )
         reply = _Reply()
         self._start(batch, reply)
-        with rt.call_pool.lent():  # a tool body's nested batch holds no slot
+        with rt.waiting():  # a tool body's nested batch holds no slot
             while not reply.wait(_SLICE):
                 # A stopping runtime drains its batches and answers them; only
                 # a batch stuck past the end of stop() has no answer.

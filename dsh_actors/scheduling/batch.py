@@ -469,7 +469,10 @@ class BatchRun:
                     self.launching.append(flight)
             elif not self.out and (exclusive or self.limit == 1 or self.next_start == total):
                 # The only call that can start: run it here, no hop.
-                dispatch(self.rt, call)
+                # (A body run here may block: this actor's step slot serves
+                # other batches meanwhile.)
+                with self.rt.waiting():
+                    dispatch(self.rt, call)
             else:
                 self._put(call)
 

@@ -23,13 +23,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
 from loguru import logger
 
-from ..actors import ActorGroup, Address, MailboxActor, settle
+from ..actors import ActorGroup, Address, MailboxActor, actor_thread_ident, settle
 from ..definition import validate_definition
 from ..executor import ToolModelInput
 from ..json import thaw
@@ -45,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
     from ..runtime import ToolRuntime
 
-__all__ = ["CallActor", "ExecutorActor", "NativeExecutor"]
+__all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "executor_lent"]
 
 _IDLE_EXECUTORS_KEPT = 32
 
@@ -66,6 +68,8 @@ class NativeExecutor:
         self._rt: ToolRuntime | None = None
         self._lock = threading.Condition()
         self._idle_executors: list[Address] = []
+        self._stepping = 0
+        self._runnable: deque[RunBatch | Resume] = deque()
         self._closed = False
         self._checked_own: dict[int, Any] = {}
         # The inboxes of the batches running now (for rt.stop()'s drain).
@@ -170,36 +174,78 @@ class NativeExecutor:
         )
         if not checked:
             check_batch(batch)
-        executor = self._acquire_executor(rt)
-        executor.tell(RunBatch(batch=batch, reply=reply, limit=limit, loop=loop if loop is not None else rt.bound_loop))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the runtime is stopped")
+        self._post(RunBatch(batch=batch, reply=reply, limit=limit, loop=loop if loop is not None else rt.bound_loop))
 
     # -- the executor actors' pool ------------------------------------------
+    #
+    # State, under _lock: `_stepping` counts the executor actors running a
+    # batch's step now, minus those lent (blocked in code that may block or
+    # wait for another batch: a body run inline, a nested batch, an approval);
+    # `_runnable` holds the work (RunBatch, Resume) that found STEPPING_MAX
+    # of them busy, first come first served. Invariants: `_runnable` is
+    # non-empty only while `_stepping >= STEPPING_MAX`; an executor actor
+    # that ends its work takes the next runnable item before it goes idle.
+    # So executor threads are bounded by STEPPING_MAX plus the lent ones,
+    # however many batches wait for their bodies.
 
-    def _acquire_executor(self, rt: ToolRuntime, *, running: bool = False) -> Address:
-        """An idle executor actor, or a new one. ``running``: for a batch that
-        runs already (a ``Resume``), which a stopping runtime still drains."""
+    #: Executor actors taking steps at once (lent ones not counted).
+    STEPPING_MAX: ClassVar[int] = 16
+
+    def _post(self, work: RunBatch | Resume) -> None:
+        """Hand ``work`` to an idle executor actor, a new one, or the queue."""
+        rt = self._rt
+        assert rt is not None
         with self._lock:
-            if self._closed and not running:
-                raise RuntimeError("the runtime is stopped")
-            if self._idle_executors:
-                return self._idle_executors.pop()
-        return ExecutorActor.open(rt.group, self, rt)
+            if self._stepping >= self.STEPPING_MAX:
+                self._runnable.append(work)
+                return
+            self._stepping += 1
+            address = self._idle_executors.pop() if self._idle_executors else None
+        if address is None:
+            try:
+                address = ExecutorActor.open(rt.group, self, rt)
+            except BaseException:
+                with self._lock:
+                    self._stepping -= 1
+                raise
+        address.tell(work)
 
     def _resume(self, run: BatchRun) -> None:
         """A message reached ``run``'s inbox while no executor actor ran it:
         hand the run to one (see ``BatchInbox``)."""
-        rt = self._rt
-        assert rt is not None
-        self._acquire_executor(rt, running=True).tell(Resume(run=run))
+        self._post(Resume(run=run))
 
-    def _release_executor(self, address: Address) -> None:
+    def _next_work(self, address: Address) -> RunBatch | Resume | None:
+        """The executor actor at ``address`` ended its work: the next
+        runnable item for it, or None (it is idle, or retired)."""
         with self._lock:
+            if self._runnable:
+                return self._runnable.popleft()
+            self._stepping -= 1
             if not self._closed and len(self._idle_executors) < _IDLE_EXECUTORS_KEPT:
                 self._idle_executors.append(address)
-                return
+                return None
         rt = self._rt
         if rt is not None:
             rt.group.retire(address.ref)
+        return None
+
+    def lend(self) -> None:
+        """An executor actor of this executor blocks in code that may block
+        (see :func:`executor_lent`): its step slot serves runnable work."""
+        with self._lock:
+            self._stepping -= 1
+            if not self._runnable or self._stepping >= self.STEPPING_MAX:
+                return
+            work = self._runnable.popleft()
+        self._post(work)
+
+    def unlend(self) -> None:
+        with self._lock:
+            self._stepping += 1  # may pass STEPPING_MAX until this step ends
 
     def _started(self, run: BatchRun) -> None:
         with self._lock:
@@ -238,30 +284,35 @@ class ExecutorActor(MailboxActor):
         self._native = native
         self._rt = rt
         self._address: Address | None = None
+        self.native = native  # (read-only: the executor whose step slot it holds)
+        self.lent = False  # its step slot is lent (see executor_lent); its own thread only
 
     def handle(self, message: RunBatch | Resume) -> None:
-        match message:
-            case RunBatch():
-                native = self._native
-                run = BatchRun(
-                    self._rt, native, message.batch, message.limit, message.reply, message.loop, native._resume
-                )
-                native._started(run)
-                try:
-                    outcome = run.begin()
-                except BaseException:  # pragma: no cover - begin contains everything
-                    native._finished(run)
-                    raise
-                self._go_on(run, outcome)
-            case Resume():
-                self._go_on(message.run, message.run.drain())
-            case _:
-                assert_never(message)
+        if self._address is None:
+            self._address = Address(self.actor_ref, self.mailbox)
+        work: RunBatch | Resume | None = message
+        while work is not None:
+            match work:
+                case RunBatch():
+                    native = self._native
+                    run = BatchRun(self._rt, native, work.batch, work.limit, work.reply, work.loop, native._resume)
+                    native._started(run)
+                    try:
+                        outcome = run.begin()
+                    except BaseException:  # pragma: no cover - begin contains everything
+                        native._finished(run)
+                        raise
+                    work = self._go_on(run, outcome)
+                case Resume():
+                    work = self._go_on(work.run, work.run.drain())
+                case _:
+                    assert_never(work)
 
-    def _go_on(self, run: BatchRun, outcome: Any) -> None:
-        """Drain ``run`` until it ends or its inbox is empty; then back to
-        the idle pool (before the caller hears back: a caller that submits
-        its next batch at once finds this actor free)."""
+    def _go_on(self, run: BatchRun, outcome: Any) -> RunBatch | Resume | None:
+        """Drain ``run`` until it ends or its inbox is empty; then the next
+        runnable work, or back to the idle pool (before the caller hears
+        back: a caller that submits its next batch at once finds this actor
+        free)."""
         inbox = run.inbox
         while outcome is RUNNING:
             if inbox.pause():
@@ -270,15 +321,34 @@ class ExecutorActor(MailboxActor):
         native = self._native
         if outcome is not RUNNING:
             native._finished(run)
-        if self._address is None:
-            self._address = Address(self.actor_ref, self.mailbox)
-        native._release_executor(self._address)
-        if outcome is RUNNING:
-            return
-        if isinstance(outcome, BaseException):
-            settle(run.reply, error=outcome)
-        else:
-            settle(run.reply, outcome)
+        assert self._address is not None
+        work = native._next_work(self._address)
+        if outcome is not RUNNING:
+            if isinstance(outcome, BaseException):
+                settle(run.reply, error=outcome)
+            else:
+                settle(run.reply, outcome)
+        return work
+
+
+@contextmanager
+def executor_lent() -> Iterator[None]:
+    """Around code on a batch's executor actor that may block for long, or
+    wait for another batch (a body run inline, a nested batch, an approval,
+    an async listener): the actor's step slot serves other batches
+    meanwhile (see ``NativeExecutor.STEPPING_MAX``). Anywhere else, nothing."""
+    actor = actor_thread_ident()
+    if type(actor) is not ExecutorActor or actor.lent:
+        yield  # not an executor actor, or lent already (a nested wait)
+        return
+    native = actor.native
+    actor.lent = True
+    native.lend()
+    try:
+        yield
+    finally:
+        native.unlend()
+        actor.lent = False
 
 
 class CallActor(MailboxActor):

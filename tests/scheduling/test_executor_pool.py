@@ -495,3 +495,54 @@ def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(
         assert sizes == [1, 1, 1, 1], f"surplus executor actors stayed in the group: {sizes}"
     finally:
         executor_module._IDLE_EXECUTORS_KEPT = kept
+
+
+# -- executor actors: a step slot each, lent while they block ------------------------
+
+
+def test_batches_beyond_the_step_slots_queue_and_all_finish(monkeypatch: Any) -> None:
+    """With 2 step slots, 12 concurrent batches whose calls run on call
+    actors all finish, and the executor actors never pass the slots plus
+    those lent (none here)."""
+    monkeypatch.setattr(NativeExecutor, "STEPPING_MAX", 2)
+    gate = threading.Event()
+    arrived = threading.Semaphore(0)
+
+    def body(args: Any, ctx: Any) -> str:
+        arrived.release()
+        assert gate.wait(GUARD)
+        return "ok"
+
+    with started_runtime() as rt:
+        rt.tools.register(make_tool("t", body))
+        native = rt.native_executor
+        futures = [rt.tools.submit(ToolBatchInput(calls=calls("t", "t"))) for _ in range(12)]
+        for _ in range(24):
+            assert arrived.acquire(timeout=GUARD)
+        with native._lock:
+            assert native._stepping <= 2
+        gate.set()
+        assert all(all_ok(f.result(GUARD)) for f in futures)
+        with native._lock:
+            assert native._stepping == 0 and not native._runnable
+
+
+def test_nested_batches_from_inline_bodies_do_not_deadlock_one_step_slot(monkeypatch: Any) -> None:
+    """One step slot: a lone call runs inline on its executor actor and
+    awaits a nested batch, three levels deep. Each inline body and each
+    nested wait lends the slot, so the nested batches step."""
+    monkeypatch.setattr(NativeExecutor, "STEPPING_MAX", 1)
+
+    with started_runtime() as rt:
+
+        def nest(args: Any, ctx: Any) -> str:
+            depth = args["depth"]
+            if depth >= 3:
+                return "leaf"
+            inner = rt.tools.execute(ToolBatchInput(calls=[call(0, "nest", depth=depth + 1)]))
+            return f"{depth}>" + str(inner.results[0].result.value)
+
+        rt.tools.register(make_tool("nest", nest))
+        futures = [rt.tools.submit(ToolBatchInput(calls=[call(0, "nest", depth=0)])) for _ in range(4)]
+        values = [f.result(GUARD).results[0].result.value for f in futures]
+    assert values == ["0>1>2>leaf"] * 4
