@@ -28,7 +28,7 @@ from dsh_actors import (
     define_tool,
     text,
 )
-from dsh_actors.pipeline.stages import _await_on_loop
+from dsh_actors.pipeline.stages import await_on_loop
 from dsh_actors.signals import AbortController as Controller
 
 GUARD = 10.0
@@ -218,7 +218,7 @@ def test_a_task_cancelled_before_its_first_step_is_aborted_before_dispatch_and_i
         controller = Controller()
         controller.abort()  # fires as the wait begins: the task is cancelled before it runs
         with pytest.raises(Exception) as info:
-            _await_on_loop(rt, coro, controller.signal, app_loop, "body")
+            await_on_loop(rt, coro, controller.signal, app_loop, "body")
         assert getattr(info.value, "code", None) == ErrorCode.ABORTED_BEFORE_DISPATCH
         assert steps == []
         assert coro.cr_frame is None  # closed: no "coroutine was never awaited"

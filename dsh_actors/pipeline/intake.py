@@ -13,7 +13,7 @@ from ..json import loads, materialize
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
 from ..signals import AbortSignal
 from ..toolset import ResolvedToolSet
-from .stages import BadArguments
+from .call import BadArguments
 
 __all__ = ["check_batch", "check_limit", "loggable", "parse_arguments"]
 

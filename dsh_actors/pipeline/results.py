@@ -6,7 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AbortError, DshError, ErrorCode, LosslessJsonError, ToolOutputError, safe_str
+from ..errors import (
+    AbortError,
+    DshError,
+    ErrorCode,
+    LosslessJsonError,
+    ToolOutputError,
+    safe_str,
+)
 from ..json import materialize
 from ..model import (
     ContentBlock,

@@ -1,0 +1,273 @@
+"""A tool body's run: entering it (lookup, the fresh signal, the body to
+call), invoking it, and leaving it (validation and render). A sync body
+runs on the thread that dispatches it; an async one runs as a
+:class:`~.flights.Flight` on the batch's loop, either waited for by that
+thread (:func:`await_on_loop`, under a ``tools/execute`` wrapper) or
+started by the executor and finished when its end arrives as a message
+(:func:`start_on_loop` / :func:`finish_on_loop`: no thread waits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any
+
+from ..definition import is_async_callable
+from ..errors import (
+    ToolNotFoundError,
+)
+from ..execution import ToolRunContext
+from ..model import (
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+)
+from ..signals import AbortSignal
+from .call import Call, CallPhase, lookup
+from .flights import Flight
+from .results import (
+    aborted,
+    failure_from_exception,
+    render_success,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+EXECUTE_EVENTS = ("tools/execute",)
+
+
+class _Entered:
+    """A body about to run: its context, what it renders with, and the
+    callable (the definition's, or the executor's replacement)."""
+
+    __slots__ = ("ctx", "definition", "registration", "body", "is_async")
+
+    def __init__(self, ctx: ToolRunContext, definition: Any, registration: Any, body: Any, is_async: bool | None) -> None:
+        self.ctx = ctx
+        self.definition = definition
+        self.registration = registration
+        self.body = body
+        self.is_async = is_async
+
+
+def body_of(call: Call, registration: Any) -> tuple[Any, bool | None]:
+    """The callable ``call`` runs for ``registration`` and whether it is
+    ``async def`` (None: unknown, find out when it is called): the
+    executor's ``tool_body`` replacement, asked once per call, or the
+    definition's own body."""
+    memo = call.body
+    if memo is not None and memo[0] is registration:
+        return memo[1], memo[2]
+    definition = registration.definition
+    body: Any = definition.execute
+    is_async: bool | None = registration.is_async
+    hook = call.body_hook
+    if hook is not None:
+        replacement = hook(definition)
+        if replacement is not None:
+            body, is_async = replacement, is_async_callable(replacement)
+    call.body = (registration, body, is_async)
+    return body, is_async
+
+
+def _enter_body(rt: ToolRuntime, call: Call, registration: Any) -> _Entered | ToolExecutionResult:
+    """Everything before the body's first line: the lookup (unless
+    ``registration`` is given), the not-found and aborted checks, the fresh
+    signal, the body to call. A result when the body does not run."""
+    execution = call.execution
+    if registration is None:
+        registration = lookup(rt, call)
+    if registration is None:
+        result: ToolExecutionResult = failure_from_exception(ToolNotFoundError(execution.name, call.unknown_hint))
+        call.body_results.append(result)
+        return result
+    if call.registration is None:
+        call.registration = registration
+    stopping = rt.stop_signal
+    if call.caller.aborted or stopping.aborted:
+        # Aborted after it was prepared, before its body ran: not invoked.
+        result = aborted(before_dispatch=True)
+        call.body_results.append(result)
+        return result
+    wrapper_signal = execution.signal
+    # A fresh signal for the body: the caller's, the wrapper's replacement
+    # (if any), and the runtime's stop signal; the first abort wins. It is
+    # fused only if the body (or the async path) reads ctx.signal, and
+    # closed by ctx._close() in _leave_body (see ToolRunContext._fused).
+    if wrapper_signal is not call.caller:
+        signals: tuple[AbortSignal, ...] = (call.caller, wrapper_signal, stopping)
+    elif call.body_parent is not None:
+        signals = (call.body_parent,)  # fires exactly when the caller or the stop does
+    else:
+        signals = (call.caller, stopping)
+    ctx = ToolRunContext._fused(execution, signals)
+    body, is_async = body_of(call, registration)
+    call.body_invoked = True
+    return _Entered(ctx, registration.definition, registration, body, is_async)
+
+
+def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException | None) -> ToolExecutionResult:
+    """Everything after the body's last line: its value validated and
+    rendered (or its exception as a failure), with the contexts it added."""
+    ctx = entered.ctx
+    result: ToolExecutionResult
+    try:
+        contexts, concludes = ctx._take()
+        if error is not None:
+            result = failure_from_exception(error, contexts)
+        else:
+            result = render_success(
+                call.execution,
+                entered.definition,
+                entered.registration.output_validator,
+                value,
+                additional_contexts=contexts,
+                concludes_turn=concludes,
+            )
+            if not contexts and type(result) is ToolExecutionSuccess:
+                # Invariant: render_success materialized the value and the meta
+                # and checked the content; with no deferred contexts (which it
+                # does not check) nothing in it is left to freeze.
+                call.sealed = result
+    finally:
+        ctx._close()
+    if contexts:
+        call.body_contexts = call.body_contexts + contexts
+    call.body_results.append(result)
+    return result
+
+
+def run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExecutionResult:
+    """The innermost step of ``tools/execute`` on this thread: enter, invoke
+    the body (an async one on its loop, this thread waiting), leave."""
+    entered = _enter_body(rt, call, registration)
+    if not isinstance(entered, _Entered):
+        return entered
+    try:
+        value = _invoke(rt, entered.body, call.execution.arguments, entered.ctx, entered.is_async, call.loop)
+    except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
+        return _leave_body(call, entered, None, exc)
+    return _leave_body(call, entered, value, None)
+
+
+def _invoke(
+    rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None, loop: Any = None
+) -> Any:
+    """Call a tool body on this thread: a sync body here; an ``async def``
+    body (or a sync one that returns a coroutine) as a :class:`Flight` on
+    its loop, this thread waiting for it. ``is_async`` is what registration
+    found (``is_async_callable(fn)``, computed once); ``None`` computes it."""
+    if is_async_callable(fn) if is_async is None else is_async:
+        signal = ctx.signal  # the task's cancellation needs it: fuse it now
+        return await_on_loop(rt, fn(args, ctx), signal, loop, ctx.name, ctx.call_id)
+    value = fn(args, ctx)
+    if isinstance(value, CoroutineType):  # inspect.iscoroutine
+        return await_on_loop(rt, value, ctx.signal, loop, ctx.name, ctx.call_id)
+    return value
+
+
+def target_loop(rt: ToolRuntime, loop: Any) -> asyncio.AbstractEventLoop:
+    """The loop an async body runs on: the batch's, or the runtime's own."""
+    if loop is not None:
+        return loop  # type: ignore[no-any-return]
+    return rt.loop.loop
+
+
+def await_on_loop(
+    rt: ToolRuntime, coro: Any, signal: AbortSignal, loop: Any = None, name: str = "?", call_id: str = "?"
+) -> Any:
+    """Run ``coro`` as a :class:`Flight` on ``loop`` (None: the runtime's
+    own loop thread) and wait for it to end, on this thread: for a body
+    under a ``tools/execute`` wrapper (the wrapper needs the result on its
+    thread) and for ``rt.tools.dispatch``. A call actor waiting here lends
+    its slot (within a bound). Cancellation and a loop that is gone behave
+    as for a batch's async call (``pipeline/flights.py``)."""
+    target = target_loop(rt, loop)
+    if loop is None and rt.loop.in_loop_thread():  # pragma: no cover - defensive
+        coro.close()
+        raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
+    if target.is_running() and _on_thread_of(target):
+        coro.close()
+        raise RuntimeError(
+            f'async tool "{name}" would be awaited on its own event loop\'s thread, blocking it '
+            "(use execute_async from a coroutine)"
+        )
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def on_end(value: Any, error: BaseException | None) -> None:
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(value)
+
+    rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end))
+    with rt.waiting(bounded=True):  # a parked call actor holds no slot (within a bound)
+        return done.result()
+
+
+def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def start_on_loop(
+    rt: ToolRuntime, call: Call, on_end: Callable[[Call, Any, BaseException | None], None]
+) -> Flight | None:
+    """``call``'s async body as a :class:`Flight` for its loop, ready to
+    launch (``rt.loop_watch.launch_all``), nobody waiting for it: the
+    batch's executor does this for an async call that no ``tools/execute``
+    wrapper observes, so no thread waits for the body. ``on_end(call,
+    value, error)`` is called once when the body has ended (on the loop's
+    thread: it must only post a message), and the executor then calls
+    :func:`finish_on_loop`. None: the call did not start (not found,
+    aborted, or it settled at once) and is DISPATCHED already."""
+    entered = _enter_body(rt, call, call.registration)
+    if not isinstance(entered, _Entered):
+        _dispatched(call, entered)
+        return None
+    ctx = entered.ctx
+    try:
+        coro = entered.body(call.execution.arguments, ctx)
+    except BaseException as exc:  # noqa: BLE001 - a body that fails when called
+        _dispatched(call, _leave_body(call, entered, None, exc))
+        return None
+    if not isinstance(coro, CoroutineType) and not asyncio.iscoroutine(coro):
+        # Not a coroutine after all (a callable object that said async).
+        _dispatched(call, _leave_body(call, entered, coro, None))
+        return None
+    call.entered = entered
+
+    def ended(value: Any, error: BaseException | None) -> None:
+        on_end(call, value, error)
+
+    execution = call.execution
+    return Flight(coro, ctx.signal, target_loop(rt, call.loop), execution.name, execution.call_id, ended)
+
+
+def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
+    """The end of a body :func:`start_on_loop` started, on the executor:
+    validate and render its value; the call is DISPATCHED."""
+    entered = call.entered
+    assert entered is not None, call
+    call.entered = None
+    _dispatched(call, _leave_body(call, entered, value, error))
+
+
+def _dispatched(call: Call, result: ToolExecutionResult) -> None:
+    call.outcome = result
+    call.run_post = True
+    call.phase = CallPhase.DISPATCHED
+
+
+def wants_loop(rt: ToolRuntime, call: Call, registration: Any) -> bool:
+    """Whether ``call`` (about to dispatch) runs as a flight the executor
+    does not wait for: its body is ``async def`` and no ``tools/execute``
+    wrapper observes it (a wrapper needs the body's result on its thread)."""
+    if registration is None or rt.events.observed(EXECUTE_EVENTS, call.execution.agent):
+        return False
+    return body_of(call, registration)[1] is True

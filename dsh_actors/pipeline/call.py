@@ -1,0 +1,230 @@
+"""One call on its trip through the pipeline: :class:`Call` (its mutable
+trip state, owned by one thread at a time), :class:`CallPhase`, and
+:func:`begin` (arguments materialized once, before any policy).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    LosslessJsonError,
+    ToolArgsError,
+    ToolNotFoundError,
+)
+from ..execution import ToolExecution, ToolExecutionInput
+from ..json import materialize
+from ..model import (
+    ToolExecutionResult,
+    UserMessage,
+)
+from ..signals import AbortSignal
+from ..visibility import executable
+from .results import (
+    failure_from_exception,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+
+
+class CallPhase(str, Enum):
+    """Where a call is on its trip. Transitions only move forward:
+    PENDING → (READY → DISPATCHING → DISPATCHED | RESOLVED) → DONE."""
+
+    PENDING = "pending"
+    READY = "ready"  # prepared and allowed: waits for a call actor
+    DISPATCHING = "dispatching"  # a call actor runs its wrappers and body
+    DISPATCHED = "dispatched"  # the dispatch outcome is back
+    RESOLVED = "resolved"  # decided without dispatch (denied, aborted, ...)
+    DONE = "done"  # finalized: the final result is frozen and published
+
+
+class Call:
+    """One call's mutable trip state (see the module docstring for which
+    thread owns it when)."""
+
+    __slots__ = (
+        "index",
+        "execution",
+        "caller",
+        "phase",
+        "registration",
+        "outcome",
+        "run_post",
+        "body_invoked",
+        "body_contexts",
+        "body_results",
+        "final",
+        "unknown_hint",
+        "mode",
+        "raw_arguments",
+        "override",
+        "sealed",
+        "body_parent",
+        "body_hook",
+        "loop",
+        "body",
+        "entered",
+    )
+
+    def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
+        self.index = index
+        self.execution = execution
+        self.caller: AbortSignal = execution.signal
+        self.phase = CallPhase.PENDING
+        self.registration: Any = None
+        self.outcome: ToolExecutionResult | None = None
+        # Invariant: run_post is False only for outcomes that bypass
+        # post-execute (no phases at all, or a throwing policy/wrapper).
+        self.run_post = False
+        self.body_invoked = False
+        self.body_contexts: tuple[UserMessage, ...] = ()
+        self.body_results: list[ToolExecutionResult] = []
+        self.final: ToolExecutionResult | None = None
+        self.unknown_hint: str | None = None
+        self.mode: str | None = None
+        self.raw_arguments = raw_arguments
+        # A tool the executor itself provides (PTC's run_code): a checked
+        # definition used instead of the registry's for this call.
+        self.override: Any = None
+        # The body's result when render_success built it from frozen parts
+        # only (no deferred contexts): finalize skips re-freezing exactly
+        # that object. Compared by identity, so a replacement is frozen.
+        self.sealed: ToolExecutionResult | None = None
+        # Set by the batch executor: the batch's signal already fused with
+        # the runtime's stop signal, so the body's fresh signal needs one
+        # subscription instead of two. None: fuse both here.
+        self.body_parent: AbortSignal | None = None
+        # The executor's ``tool_body(definition)`` (None: the definition's
+        # own body runs), asked when the body is about to run.
+        self.body_hook: Any = None
+        # The event loop an async body runs on (the batch's); None: the
+        # runtime's own loop thread.
+        self.loop: Any = None
+        # (registration, body, is_async) once body_of() has answered.
+        self.body: tuple[Any, Any, bool | None] | None = None
+        # A body in flight on its loop (start_on_loop): what finish_on_loop needs.
+        self.entered: Any = None
+
+    def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
+        self.outcome = outcome
+        self.run_post = run_post
+        self.phase = CallPhase.RESOLVED
+
+    def __repr__(self) -> str:
+        return f"<Call #{self.index} {self.execution.name} {self.phase.value}>"
+
+
+class BadArguments:
+    """Argument text that parsed as JSON but is not lossless (an integer out
+    of range): the call fails ``INVALID_ARGS`` without any phase."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: LosslessJsonError) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"BadArguments({self.error.message!r})"
+
+
+def begin(
+    index: int,
+    inp: ToolExecutionInput,
+    *,
+    override: Any = None,
+    unknown_hint: str | None = None,
+    route_to_executor: bool = False,
+) -> Call:
+    """Materialize the arguments (once, before any policy) and create the
+    execution. Non-JSON arguments resolve the call at once with
+    ``INVALID_ARGS``: no phase runs, but it still publishes its result.
+
+    ``override`` is a checked definition the executor provides for this
+    call (instead of the registry's). ``route_to_executor`` resolves the call
+    at once as ``UNKNOWN_TOOL`` with ``unknown_hint`` (the PTC-only rule:
+    a model-direct call to a native tool), again without any phase.
+    """
+    return begin_call(
+        index,
+        inp.call_id,
+        inp.name,
+        inp.arguments,
+        inp.signal,
+        inp.agent,
+        inp.tool_set,
+        root_call_id=inp.root_call_id,
+        parent=inp.parent,
+        schema=inp.schema,
+        override=override,
+        unknown_hint=unknown_hint,
+        route_to_executor=route_to_executor,
+    )
+
+
+def begin_call(
+    index: int,
+    call_id: str,
+    name: str,
+    raw: Any,
+    signal: AbortSignal,
+    agent: Any,
+    tool_set: Any,
+    *,
+    root_call_id: str | None = None,
+    parent: Any = None,
+    schema: Any = None,
+    override: Any = None,
+    unknown_hint: str | None = None,
+    route_to_executor: bool = False,
+) -> Call:
+    """:func:`begin` from the fields of a ``ToolExecutionInput`` (the batch
+    executor's hot path builds no input record per call)."""
+    bad: LosslessJsonError | None = None
+    arguments: Any = None
+    if type(raw) is BadArguments:
+        bad = raw.error
+    else:
+        try:
+            arguments = materialize(raw, "arguments")
+        except LosslessJsonError as exc:
+            bad = exc
+    execution = ToolExecution(
+        call_id=call_id,
+        name=name,
+        arguments=arguments,
+        signal=signal,
+        root_call_id=root_call_id,
+        agent=agent,
+        tool_set=tool_set,
+        parent=parent,
+        schema=schema,
+    )
+    call = Call(index, execution, raw)
+    call.override = override
+    call.unknown_hint = unknown_hint
+    if route_to_executor:
+        call.resolve(failure_from_exception(ToolNotFoundError(name, unknown_hint)), run_post=False)
+    elif bad is not None:
+        call.resolve(
+            failure_from_exception(ToolArgsError([f"arguments are not lossless JSON: {bad.message}"])),
+            run_post=False,
+        )
+    return call
+
+
+
+
+#: ``prepare(..., registration=LOOK_UP)``: look the tool up now.
+LOOK_UP: Any = object()
+
+
+
+def lookup(rt: ToolRuntime, call: Call) -> Any:
+    if call.override is not None:
+        return call.override
+    execution = call.execution
+    return executable(rt.state, execution.name, execution.agent, execution.tool_set)

@@ -1,0 +1,105 @@
+"""The second stage, :func:`dispatch` (a call actor, or the executor for a
+call it runs inline; the only stage that overlaps): the ``tools/execute``
+waterfall around the body (``pipeline/body.py``), and the revalidation of
+a success a wrapper supplied.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    ToolNotFoundError,
+    ToolPolicyError,
+)
+from ..model import (
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    UserMessage,
+)
+from .body import EXECUTE_EVENTS, run_body
+from .call import Call, CallPhase, lookup
+from .results import (
+    failure_from_exception,
+    is_result,
+    render_success,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+
+def dispatch(rt: ToolRuntime, call: Call) -> None:
+    """Run the ``tools/execute`` waterfall around the body (on a call actor,
+    or on the executor for a call run inline). Leaves the call DISPATCHED
+    with its outcome; never raises."""
+    execution = call.execution
+    if not rt.events.observed(EXECUTE_EVENTS, execution.agent):
+        # No wrapper: nothing can replace the signal, or hand back a result
+        # the body did not produce, or unregister the tool in between.
+        try:
+            result: Any = run_body(rt, call)
+            skip_post = False
+        except BaseException as exc:  # noqa: BLE001 - run_body contains the body; be sure
+            result = failure_from_exception(exc)
+            skip_post = True
+        call.outcome = result
+        call.run_post = not skip_post
+        call.phase = CallPhase.DISPATCHED
+        return
+    caller = call.caller
+    execution._open_signal()
+    try:
+        events = rt.events
+        result = events.waterfall(
+            "tools/execute", lambda: run_body(rt, call), execution, agent=execution.agent
+        )
+        skip_post = False
+        if not is_result(result):
+            result = failure_from_exception(
+                ToolPolicyError(
+                    "tools/execute",
+                    f"a wrapper returned {type(result).__qualname__}; expected a ToolExecutionResult",
+                )
+            )
+            skip_post = True
+        elif type(result) is ToolExecutionSuccess and not _produced(result, call.body_results):
+            # A success the body did not produce: revalidate and re-render it.
+            result = _revalidate(rt, call, result)
+    except BaseException as exc:  # noqa: BLE001 - a throwing wrapper skips post-execute
+        result = failure_from_exception(exc)
+        skip_post = True
+    finally:
+        execution._restore_signal(caller)
+    call.outcome = result
+    call.run_post = not skip_post
+    call.phase = CallPhase.DISPATCHED
+
+
+def _produced(result: Any, body_results: list[ToolExecutionResult]) -> bool:
+    for produced in body_results:
+        if produced is result:
+            return True
+    return False
+
+
+def _revalidate(rt: ToolRuntime, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:
+    return render_value(rt, call, result.value, result.additional_contexts, result.concludes_turn)
+
+
+def render_value(
+    rt: ToolRuntime, call: Call, value: Any, contexts: tuple[UserMessage, ...], concludes_turn: bool
+) -> ToolExecutionResult:
+    """``value`` validated and rendered by the tool as registered now (a
+    success a wrapper or a post-execute policy supplied), or UNKNOWN_TOOL."""
+    registration = lookup(rt, call)
+    if registration is None:
+        return failure_from_exception(ToolNotFoundError(call.execution.name, call.unknown_hint), contexts)
+    return render_success(
+        call.execution,
+        registration.definition,
+        registration.output_validator,
+        value,
+        additional_contexts=contexts,
+        concludes_turn=concludes_turn,
+    )

@@ -1,0 +1,177 @@
+"""The third stage, :func:`finalize` (the executor actor, in model order):
+``project_content``, the ``tools/post-execute`` waterfall, the
+cancellation replacement, ``finalize_content`` (exactly once), the final
+freeze and ``tools/result``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from ..errors import (
+    LosslessJsonError,
+    ToolPolicyError,
+    safe_str,
+)
+from ..model import (
+    UNSET,
+    Accept,
+    Block,
+    TextBlock,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    check_content,
+)
+from .call import Call, CallPhase, lookup
+from .dispatch import render_value
+from .results import (
+    aborted,
+    failure,
+    failure_from_exception,
+    freeze_result,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
+
+
+def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
+    """Post-execute, cancellation, ``finalize_content``, freeze and
+    ``tools/result`` (the executor's thread). Never raises."""
+    execution = call.execution
+    result = call.outcome
+    assert result is not None, "finalize() before the call was prepared or dispatched"
+    if call.registration is None:
+        # Resolved without any phase (pre-aborted, non-JSON, skipped): its
+        # finalize_content still runs exactly once.
+        call.registration = lookup(rt, call)
+    definition = None if call.registration is None else call.registration.definition
+    if call.run_post and (
+        (definition is not None and definition.project_content is not None)
+        or rt.events.listeners("tools/post-execute", execution.agent)
+    ):
+        # (Without either, post-execute is Accept() with nothing to apply.)
+        result = _post_execute(rt, call, result, definition)
+    # Caller cancellation (or the runtime stopping under the call) replaces
+    # only a successful outcome.
+    if type(result) is ToolExecutionSuccess and (call.caller.aborted or rt.stop_signal.aborted):
+        result = aborted(
+            before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts
+        )
+    if result is not call.sealed:
+        result = _freeze_or_fail(result)
+    finalize_content = None if definition is None else definition.finalize_content
+    if finalize_content is not None:
+        try:
+            replacement = finalize_content(execution, result)
+            if replacement is not None:
+                result = replace(result, content=check_content(replacement))
+        except BaseException as exc:  # noqa: BLE001 - finalize_content must be total; contain it
+            logger.opt(exception=exc).error(
+                "finalize_content of tool {!r} raised: {}", execution.name, safe_str(exc)
+            )
+            result = failure_from_exception(
+                ToolPolicyError("finalize_content", safe_str(exc)), result.additional_contexts
+            )
+        result = _freeze_or_fail(result)
+    execution._freeze()
+    call.final = result
+    call.phase = CallPhase.DONE
+    rt.events.emit("tools/result", execution, result, agent=execution.agent)
+    return result
+
+
+def _freeze_or_fail(result: ToolExecutionResult) -> ToolExecutionResult:
+    try:
+        return freeze_result(result)
+    except LosslessJsonError as exc:
+        fallback = failure_from_exception(ToolPolicyError("result", f"not lossless JSON: {exc.message}"))
+        return freeze_result(fallback)
+    except BaseException as exc:  # noqa: BLE001 - hostile objects in a result
+        fallback = failure_from_exception(ToolPolicyError("result", safe_str(exc)))
+        return freeze_result(fallback)
+
+
+def _post_execute(
+    rt: ToolRuntime, call: Call, result: ToolExecutionResult, definition: Any
+) -> ToolExecutionResult:
+    execution = call.execution
+    project = None if definition is None else definition.project_content
+    if project is not None:
+        try:
+            projected = project(execution, result)
+            if projected is not None:
+                result = replace(result, content=check_content(projected))
+        except BaseException as exc:  # noqa: BLE001
+            return failure_from_exception(
+                ToolPolicyError("project_content", safe_str(exc)), result.additional_contexts
+            )
+    entering = result
+    try:
+        decision = rt.events.waterfall(
+            "tools/post-execute", _accept, execution, entering, agent=execution.agent
+        )
+    except BaseException as exc:  # noqa: BLE001
+        return failure_from_exception(exc, entering.additional_contexts)
+    return _apply_post_decision(rt, call, entering, decision)
+
+
+def _accept() -> Accept:
+    return Accept()
+
+
+def _apply_post_decision(
+    rt: ToolRuntime, call: Call, result: ToolExecutionResult, decision: Any
+) -> ToolExecutionResult:
+    kind = type(decision)
+    if kind is Block:
+        try:
+            feedback = check_content(decision.feedback, "feedback")
+        except LosslessJsonError as exc:
+            return failure_from_exception(ToolPolicyError("tools/post-execute", exc.message))
+        message = "".join(b.text for b in feedback if type(b) is TextBlock) or BLOCKED_DEFAULT
+        body = call.body_contexts
+        kept = tuple(c for c in result.additional_contexts if not any(c is b for b in body))
+        return ToolExecutionFailure(
+            error=failure(message).error,
+            content=feedback,
+            meta=result.meta,
+            additional_contexts=kept + tuple(decision.additional_contexts),
+        )
+    if kind is not Accept:
+        return failure_from_exception(
+            ToolPolicyError(
+                "tools/post-execute",
+                f"a listener returned {kind.__qualname__}; expected Accept or Block",
+            ),
+            result.additional_contexts,
+        )
+    contexts = result.additional_contexts + tuple(decision.additional_contexts)
+    has_value = decision.value is not UNSET
+    if decision.content is not None and has_value:
+        return failure_from_exception(
+            ToolPolicyError("tools/post-execute", "Accept cannot replace both content and value"),
+            result.additional_contexts,
+        )
+    if has_value:
+        if type(result) is not ToolExecutionSuccess:
+            return failure_from_exception(
+                ToolPolicyError("tools/post-execute", "Accept(value=...) is not allowed on a failure"),
+                result.additional_contexts,
+            )
+        return render_value(rt, call, decision.value, contexts, result.concludes_turn)
+    if decision.content is not None:
+        try:
+            content = check_content(decision.content)
+        except LosslessJsonError as exc:
+            return failure_from_exception(ToolPolicyError("tools/post-execute", exc.message), contexts)
+        return replace(result, content=content, additional_contexts=contexts)
+    if decision.additional_contexts:
+        return replace(result, additional_contexts=contexts)
+    return result

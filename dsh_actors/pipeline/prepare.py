@@ -1,0 +1,161 @@
+"""The first stage, :func:`prepare` (the batch's executor actor, in model
+order): the pre-aborted check, the ``tools/pre-execute`` waterfall (async
+listeners awaited on the batch's loop), approval routing for ``Ask`` (an
+async approval service awaited there too), guards, and the recheck of
+cancellation.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    ToolPolicyError,
+    safe_str,
+)
+from ..model import (
+    Allow,
+    ApprovalRequest,
+    Ask,
+    Cancel,
+    Deny,
+    ToolExecutionFailure,
+)
+from ..signals import AbortSignal
+from ..visibility import check_guards
+from .body import await_on_loop
+from .call import LOOK_UP, Call, CallPhase, lookup
+from .results import (
+    aborted,
+    failure,
+    failure_from_exception,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+
+
+def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
+    """Run the pre-dispatch phases of ``call`` on the calling thread.
+
+    Leaves the call READY (allowed: dispatch it) or RESOLVED. Pre-execute
+    listeners, the approval service and guards run here; they may block
+    (an approval waits for a person) but must observe ``execution.signal``.
+
+    ``registration``: what the caller looked up for this call just now, on
+    this thread (the executor classifies a call right before preparing it);
+    by default the tool is looked up here.
+    """
+    if call.phase is CallPhase.RESOLVED:
+        return
+    execution = call.execution
+    if call.caller.aborted:
+        call.resolve(aborted(before_dispatch=True), run_post=False)
+        return
+    call.registration = lookup(rt, call) if registration is LOOK_UP else registration
+    state = rt.state
+    reason: str | None
+    events = rt.events
+    # Without a listener the waterfall is its default, Allow(): skip it.
+    if events.listeners("tools/pre-execute", execution.agent):
+        try:
+            decision: Any = events.waterfall(
+                "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
+            )
+            if type(decision) is Ask:
+                decision = _route_approval(rt, call, decision)
+        except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
+            call.resolve(failure_from_exception(exc), run_post=False)
+            return
+    else:
+        decision = _ALLOW
+    match decision:
+        case Allow():
+            pass
+        case Deny(reason=reason, info=info):
+            call.resolve(failure(safe_str(reason), info), run_post=True)
+            return
+        case Cancel():
+            call.resolve(aborted(before_dispatch=True), run_post=True)
+            return
+        case ToolExecutionFailure():  # from approval routing: a denial
+            call.resolve(decision, run_post=True)
+            return
+        case _:
+            problem = ToolPolicyError(
+                "tools/pre-execute",
+                f"a listener returned {type(decision).__qualname__}; expected Allow, Deny, Cancel or Ask",
+            )
+            call.resolve(failure_from_exception(problem), run_post=False)
+            return
+    # Guards run only after an allow, and nothing can turn their denial back.
+    reason = check_guards(state, execution)
+    if reason is not None:
+        call.resolve(failure(reason), run_post=True)
+        return
+    caller: AbortSignal = call.caller  # the listeners may have aborted it meanwhile
+    if caller.aborted:
+        call.resolve(aborted(before_dispatch=True), run_post=True)
+        return
+    call.phase = CallPhase.READY
+
+
+def _awaiter(rt: ToolRuntime, call: Call) -> Callable[[Any], Any]:
+    """How prepare waits for an async listener or approval service: as a
+    flight on the batch's loop, observing the call's signal."""
+    execution = call.execution
+
+    def wait(coro: Any) -> Any:
+        return await_on_loop(rt, coro, call.caller, call.loop, execution.name, execution.call_id)
+
+    return wait
+
+
+def _allow() -> Allow:
+    return Allow()
+
+
+_ALLOW = Allow()
+
+
+def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
+    """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
+    else a denial (a failure). A raising service propagates."""
+    execution = call.execution
+    name = execution.name
+    service = rt.approvals.service
+    if service is None:
+        return failure(
+            ask.reason
+            if type(ask.reason) is str and ask.reason
+            else f'tool "{name}" requires approval, but no approval service is installed'
+        )
+    if execution.agent is None:
+        return failure(f'tool "{name}" requires approval, but the call has no agent to route it through')
+    request = ApprovalRequest(
+        agent=execution.agent,
+        tool_name=name,
+        call_id=execution.call_id,
+        reason=ask.reason,
+        display_reason=ask.display_reason,
+        signal=call.caller,
+        arguments=execution.arguments,
+    )
+    with rt.waiting():  # a person may take a while: other batches step meanwhile
+        answer: Any = service(request)
+    if inspect.iscoroutine(answer):
+        # An async approval service: awaited on the batch's loop (this thread waits).
+        answer = _awaiter(rt, call)(answer)
+    if answer == "allowed-once" and type(answer) is str:
+        return Allow()
+    if answer == "rejected":
+        return failure(f'the user rejected tool "{name}"')
+    if answer == "cancelled":
+        return failure(f'approval for tool "{name}" was cancelled')
+    if answer == "unavailable":
+        return failure(f'tool "{name}" requires approval, but no approval channel is available')
+    raise ToolPolicyError(
+        "approval", f'the approval service answered {safe_str(repr(answer))} for tool "{name}"'
+    )
