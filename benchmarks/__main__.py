@@ -201,7 +201,7 @@ def targets(f: dict[str, float]) -> dict[str, Target]:
         t["pool.async"] = Target(
             "≤ 1.03× ideal", ratio(f["pool.async.makespan_ms"], f["pool.async.ideal_ms"]), 1.03
         )
-        bound = f["agents.async_threads_before"] + 3 + 64
+        bound = f["agents.async_threads_before"] + 4 + 64
         t["agents.async_threads"] = Target(
             f"≤ {bound:.0f} (not growing with agents)", f["agents.async_peak_threads"], bound
         )

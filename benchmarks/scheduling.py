@@ -301,7 +301,7 @@ def concurrent_threads() -> dict[str, Any]:
     return {
         "concurrent_batches": CONCURRENT_BATCHES,
         "concurrent_peak_threads": peak.peak,
-        "concurrent_threads_bound": before + 3 + CONCURRENT_BATCHES + budget,
+        "concurrent_threads_bound": before + 4 + CONCURRENT_BATCHES + budget,
         "concurrent_budget": budget,
     }
 
