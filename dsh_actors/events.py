@@ -24,7 +24,8 @@ Which thread runs a listener (none of them may assume another):
 * ``tools/pre-execute`` and ``tools/post-execute`` listeners, guards, the
   approval service, ``project_content``/``finalize_content`` and
   ``tools/result`` observers run on the thread that prepares and finalizes
-  the call: the batch's executor actor thread for batch calls (so a
+  the call (an ``async def`` pre-execute listener or approval service runs
+  on the batch's event loop, that thread waiting for it): the batch's executor actor thread for batch calls (so a
   listener that blocks holds up that batch's model-order progress, and only
   that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
   services may block (a person answers) but must observe the signal.
@@ -32,8 +33,9 @@ Which thread runs a listener (none of them may assume another):
   the thread that dispatches the call (several at once, one per running
   call): a call actor, or the executor actor itself for the one call that
   could start, which it runs inline (see ``scheduling/batch.py``); a sync
-  tool body runs there too, an ``async def`` body on the runtime's asyncio
-  loop thread.
+  tool body runs there too. An ``async def`` body runs as a task on the
+  batch's event loop; no thread waits for it (unless a ``tools/execute``
+  wrapper does), and the executor validates and renders its value.
 * ``tools/change`` listeners run on the scope actor thread that made the
   change; they may read the registry but not change it.
 * ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
