@@ -289,3 +289,22 @@ def test_a_call_the_blocked_session_loop_cannot_start_is_logged_then_runs(
         logger.remove(sink)
     outcome = future.result(20).results[0].result
     assert thaw(outcome.value)["total"] == 2
+
+
+def test_an_aborted_call_awaited_on_the_sessions_loop_is_cancelled_on_the_server(
+    conn: ServerConnection, mounted: ToolRuntime
+) -> None:
+    """The cancellation matrix's MCP row on the application's loop: the
+    batch is awaited on the session's own loop, its body runs there as a
+    flight, and the abort cancels the request on the server."""
+    controller = AbortController()
+    batch = ToolBatchInput(
+        calls=(ToolCall(id="s", name="t_slow", arguments={"tag": "aborted-on-loop"}),), signal=controller.signal
+    )
+    future = asyncio.run_coroutine_threadsafe(mounted.tools.execute_async(batch), conn.loop)
+    assert conn.call_directly("wait_started", {"tag": "aborted-on-loop"}).structured_content == {"result": True}
+    controller.abort()
+    outcome = future.result(20).results[0].result
+    assert code(outcome) == "ABORTED"
+    seen = conn.call_directly("cancellations", {"tag": "aborted-on-loop"}).structured_content
+    assert "aborted-on-loop" in seen["result"]

@@ -238,3 +238,39 @@ def test_an_agent_scoped_executor_stops_with_its_runtime(make_executor: Any, gat
 
 
 REMOTE_0 = {"ray": {"num_cpus": 1}}
+
+
+def test_abort_on_the_application_loop(rt: Any, make_executor: Any, gate: Any) -> None:
+    """The cancellation matrix's Ray row on the application's loop: the batch
+    is awaited with execute_async on a loop of the test's own, the remote
+    body's wait runs there as a flight, and the abort cancels the started
+    call (ABORTED) and the queued one (ABORTED_BEFORE_DISPATCH)."""
+    import asyncio
+
+    rt.tools.register(rt_tools.tool("coop", rt_tools.cooperative, meta=HOG))
+    executor = make_executor()
+    rt.tools.set_executor(executor)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="app-loop")
+    thread.start()
+    try:
+        controller = AbortController()
+        future = asyncio.run_coroutine_threadsafe(
+            rt.tools.execute_async(
+                batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal)
+            ),
+            loop,
+        )
+        ran = first_started(gate, "a", "b")
+        queued = "b" if ran == "a" else "a"
+        wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted to Ray")
+        controller.abort("enough")
+        result = future.result(60)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    by_id = {r.call_id: r.result for r in result.results}
+    assert by_id[ran].error.info.code == ErrorCode.ABORTED
+    assert by_id[queued].error.info.code == ErrorCode.ABORTED_BEFORE_DISPATCH
+    assert gate_wait(gate, f"saw-abort:{ran}") == "enough"
