@@ -69,3 +69,37 @@ def pictured_layers() -> list[set[str]]:
 
 def test_the_architecture_picture_is_the_layers_contract() -> None:
     assert pictured_layers() == contract_layers()
+
+
+#: Function-level imports allowed in the core: the optional extras, which
+#: load only when used (module → the top-level names it may import lazily).
+_LAZY_EXTRAS = {"dsh_actors/cli/mcp_servers.py": {"mcp", "dsh_actors"}}
+
+
+def test_no_function_level_import_of_a_project_module() -> None:
+    """A project module is imported at module level (or under
+    ``TYPE_CHECKING``); a lazy import would hide a back edge from
+    ``lint-imports``. Only the optional extras load lazily."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "dsh_actors").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text(), rel)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    top = "." if node.level else (node.module or "").split(".")[0]
+                elif isinstance(node, ast.Import):
+                    top = node.names[0].name.split(".")[0]
+                else:
+                    continue
+                project = top in (".", "dsh_actors", "policies", "executors")
+                allowed = _LAZY_EXTRAS.get(rel, set())
+                if (project or top in ("mcp", "ray", "openai", "anthropic")) and not (
+                    top in allowed or (top == "." and "dsh_actors" in allowed)
+                ):
+                    offenders.append(f"{rel}:{node.lineno} (in {fn.name})")
+    assert offenders == [], "function-level imports of project modules or extras:\n" + "\n".join(offenders)
