@@ -246,7 +246,7 @@ def start_on_loop(
         on_end(call, value, error)
 
     execution = call.execution
-    return Flight(coro, ctx.signal, target_loop(rt, call.loop), execution.name, execution.call_id, ended)
+    return Flight(coro, ctx._cancellation(), target_loop(rt, call.loop), execution.name, execution.call_id, ended)
 
 
 def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
