@@ -34,7 +34,7 @@ from .errors import (
     ToolTimeoutError,
 )
 from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
-from .executor import ToolExecutor, ToolModelInput, ToolPromptSection
+from .executor_protocol import ToolExecutor, ToolModelInput, ToolPromptSection
 from .json import MAX_JSON_DEPTH, dumps, loads, materialize, thaw
 from .model import (
     UNSET,

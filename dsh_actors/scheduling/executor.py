@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, settle
-from ..executor import ToolModelInput
+from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import check_batch, check_limit
