@@ -36,15 +36,9 @@ from .errors import (
 from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
 from .executor_protocol import ToolExecutor, ToolModelInput, ToolPromptSection
 from .json import MAX_JSON_DEPTH, dumps, loads, materialize, thaw
+from .events import UNSET, Accept, Allow, Ask, Block, Cancel, Deny
 from .model import (
-    UNSET,
-    Accept,
     Agent,
-    Allow,
-    Ask,
-    Block,
-    Cancel,
-    Deny,
     ImageBlock,
     LogStep,
     ModelSelection,

@@ -8,36 +8,8 @@ that agent and of its descendants; a listener without a scope sees every
 event. ``tools/change`` is unfiltered: a change anywhere can affect every
 agent's next request, so scoped listeners receive it too.
 
-Event names and listener signatures (``docs/reference.md``, section 8):
-
-==========================  ========  ==========================================
-``tools/pre-execute``       waterfall ``fn(execution, next) -> PreToolDecision``
-``tools/execute``           waterfall ``fn(execution, next) -> ToolExecutionResult``
-``tools/post-execute``      waterfall ``fn(execution, result, next) -> PostToolDecision``
-``tools/result``            emit      ``fn(execution, result) -> None``
-``tools/change``            emit      ``fn() -> None``
-``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
-==========================  ========  ==========================================
-
-Which thread runs a listener (none of them may assume another):
-
-* ``tools/pre-execute`` and ``tools/post-execute`` listeners, guards, the
-  approval service, ``project_content``/``finalize_content`` and
-  ``tools/result`` observers run on the thread that prepares and finalizes
-  the call: the batch's executor actor thread for batch calls (so a
-  listener that blocks holds up that batch's model-order progress, and only
-  that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
-  services may block (a person answers) but must observe the signal.
-* ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
-  the thread that dispatches the call (several at once, one per running
-  call): a call actor, or the executor actor itself for the one call that
-  could start, which it runs inline (see ``scheduling/batch.py``); a sync
-  tool body runs there too, an ``async def`` body on the runtime's asyncio
-  loop thread.
-* ``tools/change`` listeners run on the scope actor thread that made the
-  change; they may read the registry but not change it.
-* ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
-  thread.
+The events, their listeners' signatures and the threads that run them are in
+the package docstring (:mod:`dsh_actors.events`).
 """
 
 from __future__ import annotations
@@ -46,19 +18,42 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 from loguru import logger
 
-from .errors import callable_name, safe_str
+from ..errors import callable_name, safe_str
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .model import Agent
+    from ..model import Agent
 
-__all__ = ["Disposer", "EventBus", "Listener", "UNFILTERED_EVENTS", "disposer", "in_scope"]
+__all__ = [
+    "EVENT_NAMES",
+    "UNFILTERED_EVENTS",
+    "Disposer",
+    "EventBus",
+    "EventName",
+    "Listener",
+    "disposer",
+    "in_scope",
+]
 
 T = TypeVar("T")
 Listener = Callable[..., Any]
+
+EventName: TypeAlias = Literal[
+    "tools/pre-execute",
+    "tools/execute",
+    "tools/post-execute",
+    "tools/result",
+    "tools/change",
+    "tools/ptc-dispatch-log",
+]
+"""The events the runtime and the PTC executor dispatch (the bus itself
+accepts any name: a plugin may dispatch events of its own)."""
+
+#: Every :data:`EventName`, in the order of the table in the package docstring.
+EVENT_NAMES: Final[tuple[EventName, ...]] = get_args(EventName)
 
 #: Events every listener receives whatever its scope.
 UNFILTERED_EVENTS = frozenset({"tools/change"})
