@@ -34,18 +34,12 @@ from .errors import (
     ToolTimeoutError,
 )
 from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
-from .executor import ToolExecutor, ToolModelInput, ToolPromptSection
+from .executor_protocol import ToolExecutor, ToolModelInput, ToolPromptSection
 from .json import MAX_JSON_DEPTH, dumps, loads, materialize, thaw
+from .events import UNSET, Accept, Allow, Ask, Block, Cancel, Deny
 from .model import (
-    UNSET,
-    Accept,
     Agent,
-    Allow,
     ApprovalRequest,
-    Ask,
-    Block,
-    Cancel,
-    Deny,
     ImageBlock,
     LogStep,
     ModelSelection,

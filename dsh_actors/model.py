@@ -468,7 +468,8 @@ class ToolBatchResult:
 
 
 # --------------------------------------------------------------------------
-# Decisions
+# Decisions (defined here, among the values they carry; their public home is
+# dsh_actors.events, which re-exports these same objects)
 # --------------------------------------------------------------------------
 
 

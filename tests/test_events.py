@@ -1,12 +1,16 @@
 """EventBus.observed: the executor's per-call "does anyone listen" check
-must agree with listeners() for every scope arrangement."""
+must agree with listeners() for every scope arrangement; the package
+exports one object per decision and names the events it documents."""
 
 from __future__ import annotations
+
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_actors import Agent
+import dsh_actors
+from dsh_actors import Agent, events, model
 from dsh_actors.events import EventBus
 
 ROOT = Agent("root")
@@ -39,3 +43,15 @@ def test_observed_with_no_listener_at_all_is_false() -> None:
     assert bus.observed(("tools/result",), CHILD) is True
     off()
     assert bus.observed(("tools/result",), CHILD) is False
+
+
+def test_the_decisions_are_one_object_whichever_path_imports_them() -> None:
+    for name in ("Allow", "Deny", "Cancel", "Ask", "Accept", "Block", "UNSET"):
+        assert getattr(events, name) is getattr(model, name) is getattr(dsh_actors, name), name
+    assert events.Deny("no") == dsh_actors.Deny("no")
+
+
+def test_event_names_are_the_events_the_package_documents() -> None:
+    assert events.__doc__ is not None
+    documented = re.findall(r"^``(tools/[a-z-]+)``", events.__doc__, re.M)
+    assert list(events.EVENT_NAMES) == documented

@@ -22,7 +22,6 @@ from dsh_actors.errors import ErrorCode, LosslessJsonError
 from dsh_actors.json import (
     MAX_JSON_DEPTH,
     FrozenDict,
-    _dumps_deep,
     check_lossless,
     dumps,
     is_lossless,
@@ -32,6 +31,7 @@ from dsh_actors.json import (
     path_for_key,
     thaw,
 )
+from dsh_actors.json._text import _dumps_deep
 
 M = __name__  # how pytest imported this module: names in messages include it
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import safe_repr
-from ..executor import ToolModelInput
+from ..executor_protocol import ToolModelInput
 from ..model import (
     ContentBlock,
     ImageBlock,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExecutorUnavailableError, LosslessJsonError
-from ..executor import ToolModelInput
+from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..visibility import RegistryState, describe_scope, select_executor, visible
 

@@ -75,7 +75,7 @@ from ..visibility import (
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition, ToolSchema
     from ..execution import ToolExecution
-    from ..executor import ToolModelInput
+    from ..executor_protocol import ToolModelInput
     from ..runtime import ToolRuntime
     from ..toolset import ResolvedToolSet
 

@@ -33,7 +33,7 @@ from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, actor_thread_ident, settle
 from ..definition import validate_definition
-from ..executor import ToolModelInput
+from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import check_batch, check_limit

@@ -440,7 +440,7 @@ def test_verbose_shows_full_records_with_tracebacks(cli: Cli, root: Path, write_
     args = ["run", str(_batch(root, {"id": "c", "name": "hi"})), "--tools", str(module)]
     outcome = cli(*(["--verbose", *args] if where == "before" else [*args, "-v"]))
     assert outcome.code == 0
-    assert "| ERROR    | dsh_actors.events:emit" in outcome.err
+    assert "| ERROR    | dsh_actors.events._bus:emit" in outcome.err
     assert "Traceback" in outcome.err and "ZeroDivisionError: observer bug" in outcome.err
 
 

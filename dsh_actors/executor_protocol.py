@@ -1,4 +1,9 @@
-"""The executor protocol: what a batch executor offers the registry."""
+"""The executor protocol: what a batch executor offers the registry.
+
+The built-in implementation is :class:`~dsh_actors.scheduling.NativeExecutor`
+(``scheduling/executor.py``); this module holds only the protocol and the
+records that describe what an executor offers the model.
+"""
 
 from __future__ import annotations
 

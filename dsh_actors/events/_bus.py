@@ -8,9 +8,6 @@ that agent and of its descendants; a listener without a scope sees every
 event. ``tools/change`` is unfiltered: a change anywhere can affect every
 agent's next request, so scoped listeners receive it too.
 
-Event names and listener signatures (``docs/reference.md``, section 8):
-
-==========================  ========  ==========================================
 ``tools/pre-execute``       waterfall ``fn(execution, next) -> PreToolDecision``
 ``tools/execute``           waterfall ``fn(execution, next) -> ToolExecutionResult``
 ``tools/post-execute``      waterfall ``fn(execution, result, next) -> PostToolDecision``
@@ -40,6 +37,9 @@ Which thread runs a listener (none of them may assume another):
   change; they may read the registry but not change it.
 * ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
   thread.
+=======
+The events, their listeners' signatures and the threads that run them are in
+the package docstring (:mod:`dsh_actors.events`).
 """
 
 from __future__ import annotations
@@ -50,19 +50,42 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 from loguru import logger
 
-from .errors import callable_name, safe_str
+from ..errors import callable_name, safe_str
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .model import Agent
+    from ..model import Agent
 
-__all__ = ["Disposer", "EventBus", "Listener", "UNFILTERED_EVENTS", "disposer", "in_scope"]
+__all__ = [
+    "EVENT_NAMES",
+    "UNFILTERED_EVENTS",
+    "Disposer",
+    "EventBus",
+    "EventName",
+    "Listener",
+    "disposer",
+    "in_scope",
+]
 
 T = TypeVar("T")
 Listener = Callable[..., Any]
+
+EventName: TypeAlias = Literal[
+    "tools/pre-execute",
+    "tools/execute",
+    "tools/post-execute",
+    "tools/result",
+    "tools/change",
+    "tools/ptc-dispatch-log",
+]
+"""The events the runtime and the PTC executor dispatch (the bus itself
+accepts any name: a plugin may dispatch events of its own)."""
+
+#: Every :data:`EventName`, in the order of the table in the package docstring.
+EVENT_NAMES: Final[tuple[EventName, ...]] = get_args(EventName)
 
 #: Events every listener receives whatever its scope.
 UNFILTERED_EVENTS = frozenset({"tools/change"})

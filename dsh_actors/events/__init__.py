@@ -1,0 +1,95 @@
+"""Events and decisions: the ``tools/*`` events, the bus that dispatches
+them, and the decisions their listeners return.
+
+``from dsh_actors.events import Allow, Deny, EventBus`` is the family's home;
+the decisions are also importable from ``dsh_actors`` itself (and from
+``dsh_actors.model``, where they are defined: each name is one object,
+whichever path imports it).
+
+Event names and listener signatures (``docs/reference.md``, section 8):
+
+==========================  ========  ==========================================
+``tools/pre-execute``       waterfall ``fn(execution, next) -> PreToolDecision``
+``tools/execute``           waterfall ``fn(execution, next) -> ToolExecutionResult``
+``tools/post-execute``      waterfall ``fn(execution, result, next) -> PostToolDecision``
+``tools/result``            emit      ``fn(execution, result) -> None``
+``tools/change``            emit      ``fn() -> None``
+``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
+==========================  ========  ==========================================
+
+Decisions: a ``tools/pre-execute`` listener returns :class:`Allow`,
+:class:`Deny`, :class:`Cancel` or :class:`Ask` (a :data:`PreToolDecision`);
+a ``tools/post-execute`` listener returns :class:`Accept` or :class:`Block`
+(a :data:`PostToolDecision`). :data:`UNSET` is ``Accept(value=...)``'s
+default, "no replacement value".
+
+Which thread runs a listener (none of them may assume another):
+
+* ``tools/pre-execute`` and ``tools/post-execute`` listeners, guards, the
+  approval service, ``project_content``/``finalize_content`` and
+  ``tools/result`` observers run on the thread that prepares and finalizes
+  the call (an ``async def`` pre-execute listener or approval service runs
+  on the batch's event loop, that thread waiting for it): the batch's executor actor thread for batch calls (so a
+  listener that blocks holds up that batch's model-order progress, and only
+  that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
+  services may block (a person answers) but must observe the signal.
+* ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
+  the thread that dispatches the call (several at once, one per running
+  call): a call actor, or the executor actor itself for the one call that
+  could start, which it runs inline (see ``scheduling/batch.py``); a sync
+  tool body runs there too. An ``async def`` body runs as a task on the
+  batch's event loop; no thread waits for it (unless a ``tools/execute``
+  wrapper does), and the executor validates and renders its value.
+* ``tools/change`` listeners run on the scope actor thread that made the
+  change; they may read the registry but not change it.
+* ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
+  thread.
+"""
+
+from __future__ import annotations
+
+from ..model import (
+    UNSET,
+    Accept,
+    Allow,
+    ApprovalRequest,
+    Ask,
+    Block,
+    Cancel,
+    Deny,
+    PostToolDecision,
+    PreToolDecision,
+)
+from ._bus import (
+    EVENT_NAMES,
+    UNFILTERED_EVENTS,
+    Disposer,
+    EventBus,
+    EventName,
+    Listener,
+    disposer,
+    in_scope,
+)
+
+__all__ = [
+    # the events and the bus
+    "EVENT_NAMES",
+    "UNFILTERED_EVENTS",
+    "Disposer",
+    "EventBus",
+    "EventName",
+    "Listener",
+    "disposer",
+    "in_scope",
+    # the decisions listeners return
+    "UNSET",
+    "Accept",
+    "Allow",
+    "ApprovalRequest",
+    "Ask",
+    "Block",
+    "Cancel",
+    "Deny",
+    "PostToolDecision",
+    "PreToolDecision",
+]

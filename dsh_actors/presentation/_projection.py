@@ -1,0 +1,67 @@
+"""What presenters see, and the fallbacks: :class:`ToolResultProjection`
+(the durable fields of a result, what a replay has), :data:`PresentedResult`
+and the generic cards used when a tool gives none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias, Union
+
+from ..errors import LosslessJsonError
+from ..json import materialize
+from ..model import ContentBlock, ToolExecutionFailure, ToolExecutionSuccess, ToolFailure
+from ._cards import GenericCallView, GenericResultView
+
+__all__ = ["PresentedResult", "ToolResultProjection", "generic_call_view", "generic_result_view"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultProjection:
+    """The durable projection of a result: what ``present_result`` may use.
+
+    It holds only the fields a ``tool/result`` log event keeps (``content``,
+    ``is_error``, ``error``, ``meta``; never the canonical value), so a
+    replay can call presenters from the log alone. Live calls pass the real
+    :class:`~dsh_actors.model.ToolExecutionSuccess` /
+    :class:`~dsh_actors.model.ToolExecutionFailure`, which has the same
+    attributes; a presenter that reads only these four behaves the same
+    live and on replay.
+    """
+
+    content: tuple[ContentBlock, ...]
+    is_error: bool
+    error: ToolFailure | None = None
+    meta: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", tuple(self.content))
+
+    @classmethod
+    def of(cls, result: PresentedResult) -> ToolResultProjection:
+        """The durable projection of a live result (or of a projection)."""
+        return cls(content=result.content, is_error=result.is_error, error=result.error, meta=result.meta)
+
+
+PresentedResult: TypeAlias = Union[ToolExecutionSuccess, ToolExecutionFailure, ToolResultProjection]
+"""What ``present_result``'s second argument is: a live result or its
+durable projection."""
+
+
+def generic_call_view(name: str, args: Any) -> GenericCallView:
+    """The fallback pending card: title = tool name, the raw arguments as
+    input (left out when they are not lossless JSON). Used when a tool is
+    unknown or its ``present_call`` returned ``None``."""
+    try:
+        raw_input = materialize(args, "args")
+    except LosslessJsonError:
+        raw_input = None
+    return GenericCallView(title=name, raw_input=raw_input)
+
+
+def generic_result_view(result: PresentedResult) -> GenericResultView:
+    """The fallback completed card: no title (keep the pending one) and the
+    result's raw content. Used when a tool is unknown or its
+    ``present_result`` returned ``None``."""
+    return GenericResultView(content=tuple(result.content))
+
