@@ -198,9 +198,7 @@ def targets(f: dict[str, float]) -> dict[str, Target]:
         )
         t["async.n1"] = Target("≤ 2× sync one-call", ratio(f["overhead.async_n1_us"], f["overhead.dsh_n1_us"]), 2.0)
     if "pool.async.makespan_ms" in f:
-        t["pool.async"] = Target(
-            "≤ 1.03× ideal", ratio(f["pool.async.makespan_ms"], f["pool.async.ideal_ms"]), 1.03
-        )
+        t["pool.async"] = Target("≤ 1.03× ideal", ratio(f["pool.async.makespan_ms"], f["pool.async.ideal_ms"]), 1.03)
         bound = f["agents.async_threads_before"] + 4 + 64
         t["agents.async_threads"] = Target(
             f"≤ {bound:.0f} (not growing with agents)", f["agents.async_peak_threads"], bound
@@ -329,11 +327,24 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
     ab = report.get("abort")
     if ab:
         rows.append(
-            Row("abort", "16 calls polling every 1 ms, cap 8: abort → settled", fmt_ms(f["abort.settle_ms"]),
-                f"worst {fmt_ms(f['abort.settle_max_ms'])}", "", t["abort"])
+            Row(
+                "abort",
+                "16 calls polling every 1 ms, cap 8: abort → settled",
+                fmt_ms(f["abort.settle_ms"]),
+                f"worst {fmt_ms(f['abort.settle_max_ms'])}",
+                "",
+                t["abort"],
+            )
         )
         rows.append(
-            Row("abort", "16 calls waiting on the signal, cap 8", fmt_ms(f["abort.wait_settle_ms"]), "", "", t["abort.wait"])
+            Row(
+                "abort",
+                "16 calls waiting on the signal, cap 8",
+                fmt_ms(f["abort.wait_settle_ms"]),
+                "",
+                "",
+                t["abort.wait"],
+            )
         )
     ag = report.get("agents")
     if ag:
@@ -447,7 +458,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH")
     parser.add_argument("--trace", metavar="PATH", help="write a Chrome trace of the pool workloads to PATH")
     parser.add_argument(
-        "--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=f"run only these sections ({', '.join(SECTIONS)})"
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        metavar="SECTION",
+        help=f"run only these sections ({', '.join(SECTIONS)})",
     )
     args = parser.parse_args(argv)
     report = run(args.quick, args.trace, args.only or ())

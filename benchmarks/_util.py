@@ -176,9 +176,7 @@ def add_baseline_ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[st
     return results
 
 
-def time_cases(
-    cases: Iterable[Case], *, repeat: int, calls_key: str = "calls"
-) -> dict[str, dict[str, Any]]:
+def time_cases(cases: Iterable[Case], *, repeat: int, calls_key: str = "calls") -> dict[str, dict[str, Any]]:
     """:func:`per_op_us` of every case, in order, with its baseline ratio."""
     results: dict[str, dict[str, Any]] = {}
     for name, fn, baseline in cases:
@@ -355,9 +353,7 @@ def bench_main(
     ``--json PATH``; prints ``table(report)`` and, with ``--json``, also
     writes the report there."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
-    parser.add_argument(
-        "--repeat", type=int, default=repeat, help=f"{repeat_help} (default {repeat})"
-    )
+    parser.add_argument("--repeat", type=int, default=repeat, help=f"{repeat_help} (default {repeat})")
     if add_arguments is not None:
         add_arguments(parser)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")

@@ -44,7 +44,7 @@ def _tool(name: str, body: Any, parameters: dict[str, Any]) -> Any:
 
 
 def _sleep_batch(n: int, ms: float, cap: int) -> ToolBatchInput:
-    calls = tuple(ToolCall(id=f"c{i}", name="sleep", arguments='{"ms": %s}' % ms) for i in range(n))
+    calls = tuple(ToolCall(id=f"c{i}", name="sleep", arguments=f'{{"ms": {ms}}}') for i in range(n))
     return ToolBatchInput(calls=calls, max_parallel_tool_calls=cap)
 
 
@@ -107,9 +107,7 @@ async def _run(plan: Plan) -> dict[str, Any]:
         calls = tuple(ToolCall(id=f"c{i}", name="agent_sleep", arguments="{}") for i in range(AGENT_CALLS))
         before = threading.active_count()
         start = time.perf_counter()
-        await asyncio.gather(
-            *(rt.tools.execute_async(ToolBatchInput(calls=calls, agent=agent)) for agent in agents)
-        )
+        await asyncio.gather(*(rt.tools.execute_async(ToolBatchInput(calls=calls, agent=agent)) for agent in agents))
         elapsed = time.perf_counter() - start
         out["agents_calls_per_s"] = AGENTS * AGENT_CALLS / elapsed
         out["agents_peak_threads"] = peak.peak

@@ -18,9 +18,8 @@ from typing import Any
 
 import orjson
 
-from dsh_actors.json import dumps, is_lossless, loads, materialize, thaw
-
 from benchmarks._util import Case, bench_main, case_table, time_cases
+from dsh_actors.json import dumps, is_lossless, loads, materialize, thaw
 
 FLAT: dict[str, Any] = {
     "path": "/src/app/main.py",

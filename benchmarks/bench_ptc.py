@@ -64,8 +64,8 @@ def _settle(executor: PtcExecutor, seconds: float = 0.4) -> None:
 
 def run(repeat: int = 9, calls: int = 200) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
-    sequential = "for _ in range(%d):\n    await tools.noop()\n" % calls
-    gathered = "await asyncio.gather(*(tools.noop() for _ in range(%d)))\n" % calls
+    sequential = f"for _ in range({calls}):\n    await tools.noop()\n"
+    gathered = f"await asyncio.gather(*(tools.noop() for _ in range({calls})))\n"
     with ToolRuntime() as rt:
         rt.tools.register(NOOP)
         native_batch = ToolBatchInput(calls=(ToolCall(id="n", name="noop"),))
@@ -91,11 +91,15 @@ def run(repeat: int = 9, calls: int = 200) -> dict[str, Any]:
             full.append(_timed(lambda: _run(rt, sequential)))
             _settle(executor)
             parallel.append(_timed(lambda: _run(rt, gathered)))
-        per_call = [(f - e) / calls for f, e in zip(full, empty)]
-        per_parallel = [(p - e) / calls for p, e in zip(parallel, empty)]
-        results["sub-call round trip (sequential await)"] = _summary(per_call) | {"baseline": "baseline: native batch of one noop call"}
+        per_call = [(f - e) / calls for f, e in zip(full, empty, strict=True)]
+        per_parallel = [(p - e) / calls for p, e in zip(parallel, empty, strict=True)]
+        results["sub-call round trip (sequential await)"] = _summary(per_call) | {
+            "baseline": "baseline: native batch of one noop call"
+        }
         results[f"sub-call under gather ({calls} calls, limit 10)"] = _summary(per_parallel)
-        results["run start, warm worker: run_code('return 1')"] = _summary(warm) | {"baseline": "baseline: native batch of one noop call"}
+        results["run start, warm worker: run_code('return 1')"] = _summary(warm) | {
+            "baseline": "baseline: native batch of one noop call"
+        }
         executor.close()
 
     with ToolRuntime() as rt:
@@ -128,9 +132,7 @@ def _table(report: dict[str, Any]) -> str:
         report["results"],
         unit="µs",
         digits=1,
-        header_lines=[
-            f"PTC executor, {report['calls_per_program']} calls per program, Python {report['python']}"
-        ],
+        header_lines=[f"PTC executor, {report['calls_per_program']} calls per program, Python {report['python']}"],
     )
 
 

@@ -97,17 +97,13 @@ def run(repeat: int = 15) -> dict[str, Any]:
         "ours is_valid (frozen)": lambda: ours.is_valid(frozen),
         "ours validate (valid)": lambda: ours.validate(frozen),
         "ours validate (invalid, 5 messages)": lambda: ours.validate(INVALID),
-        "ours validate_json_schema_value (raw dict schema)": lambda: validate_json_schema_value(
-            SCHEMA, frozen
-        ),
+        "ours validate_json_schema_value (raw dict schema)": lambda: validate_json_schema_value(SCHEMA, frozen),
         "full mode is_valid (pydantic-style schema, frozen)": lambda: full.is_valid(frozen),
         "full mode validate (invalid, pydantic-style schema)": lambda: full.validate(frozen_invalid),
         "jsonschema is_valid (compiled)": lambda: theirs.is_valid(VALUE),
         "jsonschema iter_errors (invalid)": lambda: list(theirs.iter_errors(INVALID)),
     }
-    results = time_cases(
-        ((name, fn, None) for name, fn in cases.items()), repeat=repeat, calls_key="calls_per_batch"
-    )
+    results = time_cases(((name, fn, None) for name, fn in cases.items()), repeat=repeat, calls_key="calls_per_batch")
     baseline = results["jsonschema is_valid (compiled)"]["median_us"]
     for entry in results.values():
         entry["speedup_vs_jsonschema"] = baseline / entry["median_us"]
@@ -127,9 +123,7 @@ def run(repeat: int = 15) -> dict[str, Any]:
 
 def _table(report: dict[str, Any]) -> str:
     headline = report["headline"]
-    table = case_table(
-        report["results"], ratio_head="x vs jsonschema", ratio_key="speedup_vs_jsonschema"
-    )
+    table = case_table(report["results"], ratio_head="x vs jsonschema", ratio_key="speedup_vs_jsonschema")
     return (
         f"{table}\n"
         f"\nsmall object (5 properties, one nested): ours {headline['ours_us']:.2f} µs, "

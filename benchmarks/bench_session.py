@@ -113,7 +113,9 @@ def table(report: dict[str, Any]) -> str:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--events", type=int, default=20_000, help="events appended for the memory rows (default 20000)")
+    parser.add_argument(
+        "--events", type=int, default=20_000, help="events appended for the memory rows (default 20000)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from itertools import pairwise
 from typing import Any
 
 from dsh_actors import AbortController, AbortSignal, ToolExecutionInput, ToolRuntime
@@ -161,7 +162,7 @@ def measure_trip(batches: int = 3000, *, pooled: bool = False) -> list[tuple[str
                 missing = [key for _, key in points if key not in stamps]
                 if missing:
                     raise RuntimeError(f"the trip took another path: no {missing} stamp")
-                for (_, prev), (label, key) in zip(points, points[1:]):
+                for (_, prev), (label, key) in pairwise(points):
                     deltas[label].append((stamps[key] - stamps[prev]) / 1000)
                 totals.append((stamps["t_returned"] - stamps["t_call"]) / 1000)
     finally:
@@ -242,9 +243,9 @@ def measure_pingpong(rounds: int = 20_000) -> dict[str, float]:
 def measure_stages() -> list[tuple[str, float]]:
     from dsh_actors.model import ToolCallResult
     from dsh_actors.pipeline import stages
+    from dsh_actors.pipeline.intake import check_batch, parse_arguments
     from dsh_actors.pipeline.results import freeze_result, render_success
     from dsh_actors.registry import check_guards, executable, execution_mode
-    from dsh_actors.pipeline.intake import check_batch, parse_arguments
 
     rows: list[tuple[str, float]] = []
     with ToolRuntime() as rt:
@@ -271,9 +272,14 @@ def measure_stages() -> list[tuple[str, float]]:
         )
         call = stages.begin(0, inp)
         args = call.execution.arguments
-        rows.append(("executable() lookup (cached view)", _per_call_us(lambda: executable(rt.state, "noop", None, None))))
         rows.append(
-            ("classify: execution_mode (lookup + classifier)", _per_call_us(lambda: execution_mode(rt.state, "noop", args, None, None)))
+            ("executable() lookup (cached view)", _per_call_us(lambda: executable(rt.state, "noop", None, None)))
+        )
+        rows.append(
+            (
+                "classify: execution_mode (lookup + classifier)",
+                _per_call_us(lambda: execution_mode(rt.state, "noop", args, None, None)),
+            )
         )
         rows.append(("check_guards (none installed)", _per_call_us(lambda: check_guards(rt.state, call.execution))))
 
@@ -284,10 +290,20 @@ def measure_stages() -> list[tuple[str, float]]:
         begin_us = rows[2][1]
         rows.append(("prepare (no listeners, no guards)", _per_call_us(prepared) - begin_us))
         rows.append(
-            ("fused body signal: AbortSignal.any(caller, stop) + close", _per_call_us(lambda: AbortSignal.any(signal, stop).close()))
+            (
+                "fused body signal: AbortSignal.any(caller, stop) + close",
+                _per_call_us(lambda: AbortSignal.any(signal, stop).close()),
+            )
         )
-        rows.append(("  one parent: AbortSignal.any(caller) + close", _per_call_us(lambda: AbortSignal.any(signal).close())))
-        rows.append(("body + argument validation (define_tool wrapper)", _per_call_us(lambda: reg.definition.execute(args, None))))
+        rows.append(
+            ("  one parent: AbortSignal.any(caller) + close", _per_call_us(lambda: AbortSignal.any(signal).close()))
+        )
+        rows.append(
+            (
+                "body + argument validation (define_tool wrapper)",
+                _per_call_us(lambda: reg.definition.execute(args, None)),
+            )
+        )
         rows.append(
             (
                 "render_success: output validation, render, result",
@@ -311,7 +327,12 @@ def measure_stages() -> list[tuple[str, float]]:
             stages.finalize(rt, c)
 
         rows.append(("finalize (whole stage, no listeners)", _per_call_us(finalized) - _per_call_us(dispatched)))
-        rows.append(("tools/result emit, no listeners", _per_call_us(lambda: rt.events.emit("tools/result", call.execution, result))))
+        rows.append(
+            (
+                "tools/result emit, no listeners",
+                _per_call_us(lambda: rt.events.emit("tools/result", call.execution, result)),
+            )
+        )
         rows.append(("ToolCallResult record", _per_call_us(lambda: ToolCallResult("c0", result))))
         rows.append(("one call inline (begin+prepare+dispatch+finalize)", _per_call_us(finalized)))
         rows.append(

@@ -57,9 +57,7 @@ def _measure(PtcExecutor: Any, plan: Any) -> dict[str, Any]:
 
         def run_code(code: str) -> tuple[float, float, Any]:
             """(start, µs taken, result) of one warm run of ``code``."""
-            batch = ToolBatchInput(
-                calls=(ToolCall(id="run", name="run_code", arguments=json.dumps({"code": code})),)
-            )
+            batch = ToolBatchInput(calls=(ToolCall(id="run", name="run_code", arguments=json.dumps({"code": code})),))
             time.sleep(SPARE_WARMUP_S)  # the spare worker taken by the last run is replaced
             start = time.perf_counter()
             result = service.execute(batch)

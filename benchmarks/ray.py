@@ -44,7 +44,10 @@ def run(plan: Any) -> dict[str, Any]:
 
         from executors.ray import RayExecutor
     except Exception as exc:  # noqa: BLE001 - absent: skip with a note
-        return {"available": False, "note": f"Ray is not installed ({type(exc).__name__}); pip install 'dsh-actors[ray]'"}
+        return {
+            "available": False,
+            "note": f"Ray is not installed ({type(exc).__name__}); pip install 'dsh-actors[ray]'",
+        }
     try:
         return _measure(RayExecutor, plan)
     except Exception as exc:  # noqa: BLE001 - a broken cluster is reported, not raised
@@ -128,4 +131,3 @@ def _measure(RayExecutor: Any, plan: Any) -> dict[str, Any]:
     out["subcall_round_trip_ms"] = statistics.median(remote_noop)
     out["subcall_overhead_ms"] = out["subcall_round_trip_ms"] - out["native_call_ms"]
     return out
-

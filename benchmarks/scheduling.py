@@ -77,7 +77,7 @@ def noop_tool(name: str = "noop", body: Callable[[Any, Any], Any] = noop_body) -
 
 
 def noop_batch(n: int, name: str = "noop", **kwargs: Any) -> ToolBatchInput:
-    calls = tuple(ToolCall(id=f"c{i}", name=name, arguments='{"i": %d}' % i) for i in range(n))
+    calls = tuple(ToolCall(id=f"c{i}", name=name, arguments=f'{{"i": {i}}}') for i in range(n))
     return ToolBatchInput(calls=calls, **kwargs)
 
 
@@ -101,7 +101,6 @@ def realistic(rt: ToolRuntime) -> Agent:
     agent with an in-memory ``Session``; batches that ``log`` to it are the
     realistic configuration."""
     import policies.timeout as timeout
-
     from dsh_actors import Session
 
     rt.tools.guard(_allow_all)
@@ -420,9 +419,7 @@ def run_pool(plan: Plan, progress: Progress, trace_recorders: list[Any] | None =
                 "threadpool_ms": median(tpe),
                 "ideal_ms": ideal_makespan_ms(calls, POOL_CAP, overshoot),
                 "nominal_ms": ideal_makespan_ms(calls, POOL_CAP, 0.0),
-                "lower_bound_ms": max(
-                    sum(ms for ms, _ in calls) / POOL_CAP, max(ms for ms, _ in calls)
-                ),
+                "lower_bound_ms": max(sum(ms for ms, _ in calls) / POOL_CAP, max(ms for ms, _ in calls)),
                 "reps": plan.pool_reps,
             }
             progress.advance(f"pool: {name}")

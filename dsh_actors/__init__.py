@@ -33,10 +33,11 @@ from .errors import (
     ToolPolicyError,
     ToolTimeoutError,
 )
+from .events import UNSET as UNSET  # importable, not in __all__ (see below)
+from .events import Accept, Allow, Ask, Block, Cancel, Deny
 from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
 from .executor_protocol import ToolExecutor, ToolModelInput, ToolPromptSection
 from .json import MAX_JSON_DEPTH, dumps, loads, materialize, thaw
-from .events import UNSET, Accept, Allow, Ask, Block, Cancel, Deny
 from .model import (
     Agent,
     ApprovalRequest,

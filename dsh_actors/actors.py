@@ -30,16 +30,26 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import pykka
 from loguru import logger
 
-__all__ = ["ASK_TIMEOUT", "RETIRE", "ActorBase", "ActorGroup", "Address", "MailboxActor", "RegistryRef", "actor_thread_ident", "settle"]
+__all__ = [
+    "ASK_TIMEOUT",
+    "RETIRE",
+    "ActorBase",
+    "ActorGroup",
+    "Address",
+    "MailboxActor",
+    "RegistryRef",
+    "actor_thread_ident",
+    "settle",
+]
 
 #: Seconds any wait between runtime parts gives up after (nothing waits forever).
 ASK_TIMEOUT = 30.0
@@ -117,11 +127,7 @@ class ActorGroup:
 
     def _prune(self) -> None:
         # Under the lock: drop members that stopped and whose thread ended.
-        dead = [
-            urn
-            for urn, m in self._members.items()
-            if m.thread is not None and not m.thread.is_alive()
-        ]
+        dead = [urn for urn, m in self._members.items() if m.thread is not None and not m.thread.is_alive()]
         for urn in dead:
             del self._members[urn]
 
@@ -178,9 +184,7 @@ class ActorGroup:
                 thread.join(max(0.0, deadline - time.monotonic()))
         alive = [m.thread.name for m in members if m.thread is not None and m.thread is not me and m.thread.is_alive()]
         with self._lock:
-            self._members = {
-                urn: m for urn, m in self._members.items() if m.thread is None or m.thread.is_alive()
-            }
+            self._members = {urn: m for urn, m in self._members.items() if m.thread is None or m.thread.is_alive()}
         if alive:
             logger.warning(
                 "{} actor thread(s) did not stop within {}s (a tool body ignoring its signal?): {}",
@@ -226,15 +230,11 @@ class ActorBase(pykka.ThreadingActor):
         try:
             return self.receive(message)
         except BaseException as exc:  # noqa: BLE001 - nothing escapes the loop
-            logger.opt(exception=exc).error(
-                "{} failed handling {}", type(self).__name__, type(message).__qualname__
-            )
+            logger.opt(exception=exc).error("{} failed handling {}", type(self).__name__, type(message).__qualname__)
             return None
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
-        logger.opt(exception=(exception_type, exception_value, traceback)).error(
-            "{} failed", type(self).__name__
-        )
+        logger.opt(exception=(exception_type, exception_value, traceback)).error("{} failed", type(self).__name__)
 
 
 class _Open:
@@ -289,7 +289,6 @@ class MailboxActor(ActorBase):
         actor = group.actor(ref)
         assert isinstance(actor, MailboxActor)
         return Address(ref, actor.mailbox)
-
 
     def receive(self, message: Any) -> Any:
         if message is not _OPEN:

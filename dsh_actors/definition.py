@@ -38,9 +38,9 @@ from .presentation import PresentedResult, ToolCallView, ToolResultView
 from .schema import (
     CompiledJsonSchema,
     FullJsonSchema,
-    compile_full_json_schema,
     assert_object_json_schema,
     assert_supported_json_schema,
+    compile_full_json_schema,
     compile_json_schema,
     parameter_schema_spec_to_json_schema,
     validate_args,
@@ -78,6 +78,8 @@ Classifier = Callable[[Any], bool]
 ContentHook = Callable[["ToolExecution", ToolExecutionResult], "list[ContentBlock] | None"]
 PresentCall = Callable[[Any], "ToolCallView | None"]
 PresentResult = Callable[[Any, PresentedResult], "ToolResultView | None"]
+
+
 class _Validates(Protocol):
     def is_valid(self, args: Any) -> bool: ...
 
@@ -276,7 +278,7 @@ def is_async_callable(fn: object) -> bool:
     one."""
     if inspect.iscoroutinefunction(fn):
         return True
-    call = getattr(type(fn), "__call__", None)
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method itself: is it async?
     return not inspect.isroutine(fn) and call is not None and inspect.iscoroutinefunction(call)
 
 
@@ -353,7 +355,9 @@ def _tool_label(name: object) -> str | None:
     return name if type(name) is str and name else None
 
 
-def _compile(check: Callable[[object], None], schema: object, where: str, problems: list[str]) -> CompiledJsonSchema | None:
+def _compile(
+    check: Callable[[object], None], schema: object, where: str, problems: list[str]
+) -> CompiledJsonSchema | None:
     try:
         check(schema)
         return compile_json_schema(schema)
@@ -400,9 +404,7 @@ def validate_definition(defn: object) -> CheckedDefinition:
     return _check(defn, parameter_validator=None)
 
 
-def _check(
-    defn: ToolDefinition, parameter_validator: CompiledJsonSchema | FullJsonSchema | None
-) -> CheckedDefinition:
+def _check(defn: ToolDefinition, parameter_validator: CompiledJsonSchema | FullJsonSchema | None) -> CheckedDefinition:
     problems: list[str] = []
     name_problem = _name_problem(defn.name)
     if name_problem is not None:
@@ -683,7 +685,9 @@ def _classifier(name: str, validator: _Validates, classifier: Classifier) -> Cla
                 return False
             return classifier(args)
         except BaseException as err:  # noqa: BLE001 - a raising classifier means exclusive
-            logger.debug("tool {!r}: is_concurrency_safe raised {}; treating the call as exclusive", name, safe_str(err))
+            logger.debug(
+                "tool {!r}: is_concurrency_safe raised {}; treating the call as exclusive", name, safe_str(err)
+            )
             return False
 
     _label(is_concurrency_safe, name, "is_concurrency_safe", classifier)
@@ -738,4 +742,3 @@ def _label(wrapper: Any, name: str, role: str, original: object) -> None:
     wrapper.__name__ = role
     wrapper.__qualname__ = f"define_tool({name!r}).{role}"
     wrapper.__wrapped__ = original
-

@@ -94,9 +94,11 @@ def main() -> None:
             rt.tools.register(tool)
         rt.events.on(
             "tools/pre-execute",
-            lambda ex, nxt: Deny("writes under /etc are not allowed")
-            if ex.name == "write_file" and str(ex.arguments.get("path", "")).startswith("/etc")
-            else nxt(),
+            lambda ex, nxt: (
+                Deny("writes under /etc are not allowed")
+                if ex.name == "write_file" and str(ex.arguments.get("path", "")).startswith("/etc")
+                else nxt()
+            ),
         )
         session = Session()
         agent = Agent("demo", session=session)
@@ -114,7 +116,7 @@ def main() -> None:
         elapsed = (time.perf_counter() - started) * 1000
         print(f"dsh-actors demo: one batch of {len(calls)} calls, cap 3, in {elapsed:.1f} ms\n")
         print(f"  {'id':<4} {'tool':<11} {'status':<6} {'code':<24} content")
-        for call, item in zip(calls, batch.results):
+        for call, item in zip(calls, batch.results, strict=True):
             print(_row(item.call_id, call.name, item.result))
         print("\n  schedule (ms since start): fetches overlap; the write runs alone")
         for call_id, what, at in sorted(timeline, key=lambda x: x[2]):
@@ -131,9 +133,7 @@ def main() -> None:
         dispose = rt.events.on("tools/result", on_result)
         rt.events.on(
             "tools/pre-execute",
-            lambda ex, nxt: (controller.abort("user pressed stop"), nxt())[1]
-            if ex.call_id == "a2"
-            else nxt(),
+            lambda ex, nxt: (controller.abort("user pressed stop"), nxt())[1] if ex.call_id == "a2" else nxt(),
         )
         aborted = rt.tools.execute(
             ToolBatchInput(

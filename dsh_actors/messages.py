@@ -33,13 +33,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .visibility import Condition, Contribution, Registration
     from .definition import ToolDefinition
     from .model import Agent, ToolActivationContext, ToolBatchInput, ToolBatchResult, ToolRestriction
     from .toolset import ResolvedToolSet
+    from .visibility import Condition, Contribution, Registration
 
 __all__ = [
     "AddGuard",
@@ -197,7 +197,7 @@ class ResolveToolSet:
     own loop thread."""
 
 
-RegistryMessage: TypeAlias = Union[
-    Register, Unregister, Restrict, AddGuard, SetExecutor, Retract, ExecuteBatch, ResolveToolSet
-]
+RegistryMessage: TypeAlias = (
+    Register | Unregister | Restrict | AddGuard | SetExecutor | Retract | ExecuteBatch | ResolveToolSet
+)
 """Every public message the registry actor handles."""

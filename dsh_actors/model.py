@@ -8,9 +8,9 @@ a reference to the list it passed cannot change a record afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from .errors import LosslessJsonError, safe_str
 
@@ -111,7 +111,7 @@ class ReasoningBlock:
     type: Literal["reasoning"] = field(default="reasoning", init=False, repr=False)
 
 
-ContentBlock: TypeAlias = Union[TextBlock, ImageBlock, ReasoningBlock]
+ContentBlock: TypeAlias = TextBlock | ImageBlock | ReasoningBlock
 _BLOCK_TYPES: Final = (TextBlock, ImageBlock, ReasoningBlock)
 
 
@@ -135,9 +135,7 @@ def check_content(blocks: object, path: str = "content") -> tuple[ContentBlock, 
     """Return ``blocks`` as a tuple of well-formed content blocks, or raise
     :class:`LosslessJsonError` naming the first bad block."""
     if isinstance(blocks, (str, bytes)) or not isinstance(blocks, (list, tuple)):
-        raise LosslessJsonError(
-            path, f"content must be a list of content blocks, got {type(blocks).__qualname__}"
-        )
+        raise LosslessJsonError(path, f"content must be a list of content blocks, got {type(blocks).__qualname__}")
     out: list[ContentBlock] = []
     for i, block in enumerate(blocks):
         where = f"{path}[{i}]"
@@ -442,7 +440,7 @@ class ToolExecutionFailure:
         return None if self.error.info is None else self.error.info.code
 
 
-ToolExecutionResult: TypeAlias = Union[ToolExecutionSuccess, ToolExecutionFailure]
+ToolExecutionResult: TypeAlias = ToolExecutionSuccess | ToolExecutionFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,7 +499,7 @@ class Ask:
     display_reason: Mapping[str, str] | None = None
 
 
-PreToolDecision: TypeAlias = Union[Allow, Deny, Cancel, Ask]
+PreToolDecision: TypeAlias = Allow | Deny | Cancel | Ask
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,7 +556,7 @@ class Block:
         object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
 
 
-PostToolDecision: TypeAlias = Union[Accept, Block]
+PostToolDecision: TypeAlias = Accept | Block
 
 
 def slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...]:

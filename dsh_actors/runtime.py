@@ -14,8 +14,8 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import pykka
@@ -122,9 +122,7 @@ class ToolRuntime:
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
-            raise ValueError(
-                f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}"
-            )
+            raise ValueError(f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}")
         if type(max_call_actors) is not int or max_call_actors < 1:
             raise ValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):

@@ -263,9 +263,7 @@ class AbortSignal:
         """
         for signal in signals:
             if not isinstance(signal, AbortSignal):
-                raise TypeError(
-                    f"AbortSignal.any() takes AbortSignals, not {type(signal).__name__}"
-                )
+                raise TypeError(f"AbortSignal.any() takes AbortSignals, not {type(signal).__name__}")
         parents = signals if len(signals) < 2 else tuple(dict.fromkeys(signals))
         child = cls()
         links: list[Unsubscribe] = []

@@ -96,11 +96,7 @@ class ResolvedToolSet:
         if cache is not None and cache[0] is current and cache[1] == wversion:
             return cache[2], cache[3]
         withdrawn = self._withdrawn
-        regs = {
-            name: reg
-            for name, reg in admitted.items()
-            if current.get(name) is reg and reg.seq not in withdrawn
-        }
+        regs = {name: reg for name, reg in admitted.items() if current.get(name) is reg and reg.seq not in withdrawn}
         result = (
             MappingProxyType(regs),
             MappingProxyType({name: reg.definition for name, reg in regs.items()}),
@@ -164,9 +160,7 @@ class ResolvedToolSet:
                 return
             withdrawn = self._withdrawn
             gone = [
-                reg.seq
-                for name, reg in candidates.items()
-                if reg.seq not in withdrawn and current.get(name) is not reg
+                reg.seq for name, reg in candidates.items() if reg.seq not in withdrawn and current.get(name) is not reg
             ]
             if gone:
                 self._withdrawn = withdrawn.union(gone)

@@ -217,9 +217,7 @@ class ScopeSnapshot:
     """``restrictions`` compiled to ``(allow, deny)`` frozensets."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "filters", tuple(_compile_filter(c.value) for c in self.restrictions)
-        )
+        object.__setattr__(self, "filters", tuple(_compile_filter(c.value) for c in self.restrictions))
 
     @property
     def empty(self) -> bool:
@@ -501,9 +499,7 @@ def definitions(
     return [reg.definition for reg in visible(state, agent, tool_set).values()]
 
 
-def schemas(
-    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
-) -> list[ToolSchema]:
+def schemas(state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None) -> list[ToolSchema]:
     """One fresh ``{"name", "description", "parameters"}`` dict per visible
     tool. ``parameters`` is a deep plain copy of the schema checked at
     registration: mutating the result never affects the registry, and no
@@ -560,8 +556,7 @@ def check_guards(state: RegistryState, execution: ToolExecution) -> str | None:
                 continue
             if type(reason) is not str:
                 return (
-                    f"guard {callable_name(fn)} failed: it returned "
-                    f"{type(reason).__qualname__} (expected str or None)"
+                    f"guard {callable_name(fn)} failed: it returned {type(reason).__qualname__} (expected str or None)"
                 )
             return reason if reason else f"guard {callable_name(fn)} denied the call"
     return None

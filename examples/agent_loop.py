@@ -1,7 +1,10 @@
 """A complete agent loop: a scripted model (no network) reads, searches and writes through
 dsh-actors. ``python -m examples.agent_loop [--provider openai|anthropic]``"""
 
-import dataclasses, json, sys, tempfile  # noqa: E401
+import dataclasses  # noqa: E401
+import json
+import sys
+import tempfile
 from pathlib import Path
 
 import examples.tools
@@ -22,7 +25,11 @@ def scripted_model(provider: str, messages: list, tools: list) -> dict:
         use = {"type": "tool_use", "id": f"toolu_{step}", "name": name, "input": args}
         return {"role": "assistant", "content": [use if name else {"type": "text", "text": "Done: see todo.md."}]}
     call = {"id": f"call_{step}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-    message = {"role": "assistant", "content": None, "tool_calls": [call]} if name else {"role": "assistant", "content": "Done: see todo.md."}
+    message = (
+        {"role": "assistant", "content": None, "tool_calls": [call]}
+        if name
+        else {"role": "assistant", "content": "Done: see todo.md."}
+    )
     return {"choices": [{"message": message, "finish_reason": "tool_calls" if name else "stop"}]}
 
 
@@ -34,7 +41,10 @@ def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list
         for tool in examples.tools.build_tools(root):  # a 5 s budget each, for policies.timeout
             rt.tools.register(dataclasses.replace(tool, timeout_ms=tool.timeout_ms or 5000))
         examples.tools.install_policies(rt, root)  # a write outside scratch/ asks for approval
-        rt.use(policies.approval, service=RuleService([allow("write_file", when=lambda a: a["path"].endswith(".md"))], default="deny"))
+        rt.use(
+            policies.approval,
+            service=RuleService([allow("write_file", when=lambda a: a["path"].endswith(".md"))], default="deny"),
+        )
         rt.use(policies.timeout)
         agent = Agent("main", session=Session())
         messages = [{"role": "user", "content": "Collect the TODOs of notes.txt in todo.md."}]
@@ -51,7 +61,10 @@ def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list
                 break  # a tool ended the turn
     events = agent.session.events()  # the durable log: tool/call, tool/result
     print(*map(json.dumps, messages), sep="\n")
-    print(*(f"{e['type']:12} {e['call_id']:8} {e.get('name') or ('error' if e['is_error'] else 'ok')}" for e in events), sep="\n")
+    print(
+        *(f"{e['type']:12} {e['call_id']:8} {e.get('name') or ('error' if e['is_error'] else 'ok')}" for e in events),
+        sep="\n",
+    )
     return messages, events
 
 

@@ -12,13 +12,10 @@ is read-only (concurrency-safe once mounted); ``add`` is not.
 
 from __future__ import annotations
 
-from typing import Optional
-
-from pydantic import BaseModel, Field
-
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
 
 app = MCPServer("notebook")
 
@@ -39,7 +36,7 @@ NOTES: dict[int, Note] = {}
 
 
 @app.tool(title="Add a note")
-def add(title: str = Field(min_length=1), body: str = "", tags: Optional[list[str]] = None) -> Note:
+def add(title: str = Field(min_length=1), body: str = "", tags: list[str] | None = None) -> Note:
     """Add a note to the notebook and return it with its id."""
     note = Note(id=len(NOTES) + 1, title=title, body=body, tags=tags or [])
     NOTES[note.id] = note

@@ -97,7 +97,9 @@ MAX_OUTPUT_BYTES: Final = 64 * 1024
 MAX_DIFF_TEXT: Final = 256 * 1024
 DEFAULT_SHELL_TIMEOUT_MS: Final = 10_000
 MAX_SHELL_TIMEOUT_MS: Final = 120_000
-_SKIPPED_DIRS: Final = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache"})
+_SKIPPED_DIRS: Final = frozenset(
+    {".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache"}
+)
 _LANGS: Final = {
     ".py": "python", ".md": "markdown", ".json": "json", ".toml": "toml", ".js": "javascript",
     ".ts": "typescript", ".sh": "bash", ".rs": "rust", ".go": "go", ".c": "c", ".h": "c",
@@ -243,7 +245,9 @@ def _read_tool(root: Path) -> ToolDefinition:
         return [text(f"{value['path']} (lines {value['offset']}-{last} of {value['total_lines']})\n{body}")]
 
     def present_call(args: Any) -> GenericCallView:
-        return GenericCallView(title=f"read {args['path']}", kind="read", locations=(FileLocation(args["path"], args.get("offset")),))
+        return GenericCallView(
+            title=f"read {args['path']}", kind="read", locations=(FileLocation(args["path"], args.get("offset")),)
+        )
 
     def present_result(args: Any, result: Any) -> ReadResultView | None:
         meta = _meta(result)
@@ -269,7 +273,11 @@ def _read_tool(root: Path) -> ToolDefinition:
         parameters={
             "path": _PATH_PARAMETER,
             "offset": {"type": "integer", "description": "First line to return (1-based).", "default": 1},
-            "limit": {"type": "integer", "description": f"Maximum lines to return (at most {MAX_READ_LINES}).", "default": 200},
+            "limit": {
+                "type": "integer",
+                "description": f"Maximum lines to return (at most {MAX_READ_LINES}).",
+                "default": 200,
+            },
         },
         schema={
             "path": _required("string"),
@@ -369,14 +377,20 @@ def _search_tool(root: Path) -> ToolDefinition:
         ),
         parameters={
             "pattern": {"type": "string", "required": True, "description": "A regular expression."},
-            "path": {"type": "string", "description": "Folder or file to search, relative to the project root.", "default": "."},
+            "path": {
+                "type": "string",
+                "description": "Folder or file to search, relative to the project root.",
+                "default": ".",
+            },
             "max_results": {"type": "integer", "description": "Maximum matching lines to return.", "default": 100},
         },
         schema={
             "pattern": _required("string"),
             "total": _required("integer"),
             "truncated": _required("boolean"),
-            "matches": _required("array", items=_object({"path": _required("string"), "lines": _required("array", items=line)})),
+            "matches": _required(
+                "array", items=_object({"path": _required("string"), "lines": _required("array", items=line)})
+            ),
         },
         render=render,
         presentation_meta=_whole_value,

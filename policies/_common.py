@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, TypeAlias, Union
+from typing import Any, TypeAlias
 
 from dsh_actors import (
     Accept,
@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 # The core defines these two aliases but does not export them.
-ToolExecutionResult: TypeAlias = Union[ToolExecutionSuccess, ToolExecutionFailure]
-ContentBlock: TypeAlias = Union[TextBlock, ImageBlock, ReasoningBlock]
+ToolExecutionResult: TypeAlias = ToolExecutionSuccess | ToolExecutionFailure
+ContentBlock: TypeAlias = TextBlock | ImageBlock | ReasoningBlock
 
 #: ``Accept().value`` when no value replacement was given (the core's
 #: ``UNSET`` sentinel, which it does not export).

@@ -231,9 +231,7 @@ class Metrics:
                 self._trips.setdefault(execution.token, _Trip(started))
         return next_()
 
-    def _on_execute(
-        self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]
-    ) -> ToolExecutionResult:
+    def _on_execute(self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         if not self._counts(execution):
             return next_()
         entered = self._clock()
@@ -303,6 +301,8 @@ def apply(rt: ToolRuntime, /, *, metrics: Metrics | None = None, **config: Any) 
     else:
         unknown = set(config) - {"max_samples", "nested", "clock"}
         if unknown:
-            raise TypeError(f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes metrics=, max_samples=, nested=, clock=")
+            raise TypeError(
+                f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes metrics=, max_samples=, nested=, clock="
+            )
         metrics = Metrics(**config)
     return metrics.install(rt)

@@ -219,9 +219,7 @@ class SpillPolicy:
             os.close(folder)
         return os.path.join(self.directory, folder_name, file_name)
 
-    def bound(
-        self, content: object, agent: Agent | None, call_id: str, what: str
-    ) -> list[ContentBlock] | None:
+    def bound(self, content: object, agent: Agent | None, call_id: str, what: str) -> list[ContentBlock] | None:
         """The preview content replacing ``content``, or ``None`` to keep it
         (not all text, small enough, or the write failed)."""
         text = _text_of(content)
@@ -234,16 +232,12 @@ class SpillPolicy:
             path = self.write(agent, call_id, text)
             return [TextBlock(preview(text, path, self.max_inline_bytes))]
         except Exception as exc:  # noqa: BLE001 - any failure keeps the inline result
-            logger.warning(
-                "{}: could not spill {} of call {!r}; keeping it inline: {}", _POLICY, what, call_id, exc
-            )
+            logger.warning("{}: could not spill {} of call {!r}; keeping it inline: {}", _POLICY, what, call_id, exc)
             return None
 
     # -- listeners ----------------------------------------------------------------
 
-    def post_execute(
-        self, execution: ToolExecution, result: ToolExecutionResult, next_: Callable[[], Any]
-    ) -> Any:
+    def post_execute(self, execution: ToolExecution, result: ToolExecutionResult, next_: Callable[[], Any]) -> Any:
         """The ``tools/post-execute`` listener (the finalizing thread)."""
         decision = next_()
         if execution.parent is not None or type(decision) is not Accept or decision.value is not UNSET:
@@ -262,9 +256,7 @@ class SpillPolicy:
         if type(call_id) is not str:
             return content
         agent = getattr(dispatch, "agent", None)
-        replacement = self.bound(
-            content, agent if isinstance(agent, Agent) else None, call_id, "the dispatch log copy"
-        )
+        replacement = self.bound(content, agent if isinstance(agent, Agent) else None, call_id, "the dispatch log copy")
         return content if replacement is None else replacement
 
 

@@ -245,8 +245,13 @@ class Recorder:
                 for i, (tid, ts) in enumerate(steps):
                     ph = "s" if i == 0 else ("f" if i == len(steps) - 1 else "t")
                     flow: dict[str, Any] = {
-                        "name": rec.call_id, "cat": "call", "ph": ph, "id": flow_id,
-                        "pid": pid, "tid": tid, "ts": ts,
+                        "name": rec.call_id,
+                        "cat": "call",
+                        "ph": ph,
+                        "id": flow_id,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": ts,
                     }
                     if ph != "s":
                         flow["bp"] = "e"
@@ -257,8 +262,13 @@ class Recorder:
         for tid, name in lanes.names.items():
             meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
             meta.append(
-                {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
-                 "args": {"sort_index": lanes.order[tid]}}
+                {
+                    "name": "thread_sort_index",
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"sort_index": lanes.order[tid]},
+                }
             )
         return meta + events
 
@@ -290,13 +300,17 @@ def _outcome(result: Any) -> str:
     return str(code) if code is not None else "error"
 
 
-def _span(
-    name: str, cat: str, pid: int, tid: int, when: tuple[float, float], args: dict[str, Any]
-) -> dict[str, Any]:
+def _span(name: str, cat: str, pid: int, tid: int, when: tuple[float, float], args: dict[str, Any]) -> dict[str, Any]:
     start, end = when
     return {
-        "name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
-        "ts": round(start, 3), "dur": round(max(0.0, end - start), 3), "args": args,
+        "name": name,
+        "cat": cat,
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "ts": round(start, 3),
+        "dur": round(max(0.0, end - start), 3),
+        "args": args,
     }
 
 

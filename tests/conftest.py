@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

@@ -16,10 +16,10 @@ from dsh_actors import (
     AbortController,
     Agent,
     Ask,
-    LogStep,
-    Session,
     ErrorCode,
+    LogStep,
     ModelSelection,
+    Session,
     ToolActivationContext,
     ToolBatchInput,
     ToolCall,
@@ -191,9 +191,7 @@ def test_an_abort_cancels_a_started_body_on_the_app_loop_and_waits_for_its_clean
         with ToolRuntime() as rt:
             rt.tools.register(tool("slow", slow))
             rt.tools.register(tool("ignoring", ignoring))
-            running = asyncio.ensure_future(
-                rt.tools.execute_async(batch("slow", "ignoring", signal=controller.signal))
-            )
+            running = asyncio.ensure_future(rt.tools.execute_async(batch("slow", "ignoring", signal=controller.signal)))
             await asyncio.wait_for(started.wait(), GUARD)  # both bodies run
             controller.abort()
             result = await asyncio.wait_for(running, GUARD)
@@ -346,9 +344,7 @@ def test_an_async_approval_service_that_is_cancelled_with_the_batch_denies_the_c
     assert cancelled == [True]  # the service's task was cancelled, and finished, before the call settled
 
 
-def test_a_body_that_blocks_its_loop_is_named_in_a_warning(
-    app_loop: Any, library_logs: None, monkeypatch: Any
-) -> None:
+def test_a_body_that_blocks_its_loop_is_named_in_a_warning(app_loop: Any, library_logs: None, monkeypatch: Any) -> None:
     from loguru import logger
 
     from dsh_actors.pipeline.flights import LoopWatch
@@ -389,6 +385,7 @@ def test_the_cancellation_matrix_on_the_application_loop(wrapped: bool, logged: 
     ABORTED, an unstarted one ABORTED_BEFORE_DISPATCH; with a log every
     call has its tool/result. Run through the flight path and through a
     ``tools/execute`` wrapper (a thread waits for the flight)."""
+
     async def main() -> Any:
         started = asyncio.Event()
         ended: list[str] = []

@@ -109,7 +109,10 @@ def test_execute_validates_the_arguments_before_the_body_runs() -> None:
     )
     with pytest.raises(ToolArgsError) as info:
         tool.execute(materialize({"times": "2", "extra": 1}), CTX)
-    assert str(info.value) == 'invalid arguments: missing required property "value.message"; "value.times" must be an integer'
+    assert (
+        str(info.value)
+        == 'invalid arguments: missing required property "value.message"; "value.times" must be an integer'
+    )
     assert info.value.code is ErrorCode.INVALID_ARGS
     with pytest.raises(ToolArgsError, match=r'^invalid arguments: "value" must be an object$'):
         tool.execute("not json", CTX)
@@ -130,7 +133,7 @@ def test_a_sync_body_gets_a_sync_wrapper_and_stays_reachable() -> None:
 
     tool = echo_tool(execute=body)
     assert not inspect.iscoroutinefunction(tool.execute)
-    assert getattr(tool.execute, "__wrapped__") is body
+    assert tool.execute.__wrapped__ is body
     assert validate_definition(tool).is_async is False
 
 
@@ -453,13 +456,14 @@ def test_registration_rejects_an_unsupported_output_schema_with_its_violations()
     ("parameters", "fragment"),
     [
         ({"type": "string"}, "parameters: unsupported JSON schema: schema"),
-        ({"type": "object", "properties": {"a": {"anyOf": []}}}, "parameters: unsupported JSON schema: schema.properties.a"),
+        (
+            {"type": "object", "properties": {"a": {"anyOf": []}}},
+            "parameters: unsupported JSON schema: schema.properties.a",
+        ),
         ("object", "parameters: unsupported JSON schema: schema"),
     ],
 )
-def test_registration_rejects_parameters_that_are_not_a_supported_object_schema(
-    parameters: Any, fragment: str
-) -> None:
+def test_registration_rejects_parameters_that_are_not_a_supported_object_schema(parameters: Any, fragment: str) -> None:
     message = registration_problem(raw_tool(parameters=parameters))
     assert message.startswith(f'cannot register tool "raw": {fragment}')
 
@@ -513,6 +517,4 @@ def test_define_tool_takes_exactly_the_documented_keyword_arguments() -> None:
         "present_result",
         "meta",
     ]
-    assert all(
-        p.kind is inspect.Parameter.KEYWORD_ONLY for p in inspect.signature(define_tool).parameters.values()
-    )
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in inspect.signature(define_tool).parameters.values())

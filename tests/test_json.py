@@ -61,9 +61,7 @@ lossless = st.recursive(
     ),
     max_leaves=20,
 )
-containers = st.one_of(
-    st.lists(lossless, max_size=4), st.dictionaries(keys, lossless, max_size=4)
-)
+containers = st.one_of(st.lists(lossless, max_size=4), st.dictionaries(keys, lossless, max_size=4))
 
 
 class MyStr(str):
@@ -309,8 +307,7 @@ def test_a_bad_leaf_anywhere_raises_lossless_json_error_naming_its_path(
         ({"a": {3: "x"}}, "value.a: dict key 3 (int) is not a string"),
         (
             {MyStr("k"): 1},
-            f"value: dict key 'k' ({M}.MyStr) is a str subclass, "
-            "not an exact str (exact types only)",
+            f"value: dict key 'k' ({M}.MyStr) is a str subclass, not an exact str (exact types only)",
         ),
         ({HostileKey(): 1}, f"value: dict key of type {M}.HostileKey is not a string"),
         ([Hostile()], f"value[0]: {M}.Hostile is not lossless JSON"),
@@ -414,9 +411,7 @@ def test_a_dict_inside_itself_through_a_nested_path_is_a_cycle() -> None:
     outer["a"]["b"].append(outer["a"])
     with pytest.raises(LosslessJsonError) as info:
         materialize({"root": outer})
-    assert str(info.value) == (
-        "value.root.a.b[1]: cycle: value.root.a.b[1] refers back to value.root.a"
-    )
+    assert str(info.value) == ("value.root.a.b[1]: cycle: value.root.a.b[1] refers back to value.root.a")
     assert not is_lossless(outer)
 
 
@@ -436,9 +431,7 @@ def test_the_same_object_in_sibling_positions_is_not_a_cycle() -> None:
 
 def test_true_stays_a_bool_and_one_stays_an_int() -> None:
     value = {"t": True, "one": 1, "f": 1.0, "list": [False, 0]}
-    outs: list[Any] = [
-        materialize(value), thaw(value), loads(dumps(value)), loads(dumps(value), frozen=False)
-    ]
+    outs: list[Any] = [materialize(value), thaw(value), loads(dumps(value)), loads(dumps(value), frozen=False)]
     for out in outs:
         assert type(out["t"]) is bool
         assert type(out["one"]) is int
@@ -656,9 +649,7 @@ def test_dumps_keeps_key_order_or_sorts_on_request() -> None:
     assert dumps(deep, sort_keys=True).endswith(b'{"a":2,"b":1}' + b"]" * 255)
 
 
-@pytest.mark.parametrize(
-    "value", [math.nan, [math.inf], -0.0, {"a": Mode.FAST}, [Color.RED], [2**64], {1: 2}]
-)
+@pytest.mark.parametrize("value", [math.nan, [math.inf], -0.0, {"a": Mode.FAST}, [Color.RED], [2**64], {1: 2}])
 def test_dumps_rejects_what_orjson_would_write_lossily(value: object) -> None:
     with pytest.raises(LosslessJsonError):
         dumps(value)
@@ -691,9 +682,7 @@ def test_loads_returns_frozen_values_or_plain_ones() -> None:
         (b"123456789012345678901234567890", "value", "int 123456789012345678901234567890 is out"),
     ],
 )
-def test_loads_rejects_malformed_and_lossy_text_saying_where(
-    text: bytes, path: str, problem: str
-) -> None:
+def test_loads_rejects_malformed_and_lossy_text_saying_where(text: bytes, path: str, problem: str) -> None:
     for frozen in (True, False):
         with pytest.raises(LosslessJsonError) as info:
             loads(text, frozen=frozen)

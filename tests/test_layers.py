@@ -14,28 +14,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def lint_imports() -> Path:
-    # The console script installed next to this interpreter (the venv's bin/).
-    for name in ("lint-imports", "lint-imports.exe"):
+def tool(command: str) -> Path:
+    """A console script installed next to this interpreter (the venv's bin/)."""
+    for name in (command, f"{command}.exe"):
         path = Path(sys.executable).parent / name
         if path.exists():
             return path
     raise AssertionError(
-        f"lint-imports is not installed next to {sys.executable}: install the test extras (pip install -e '.[test]')"
+        f"{command} is not installed next to {sys.executable}: install the test extras (pip install -e '.[test]')"
     )
+
+
+def run_tool(command: str, *args: str) -> tuple[int, str]:
+    done = subprocess.run([str(tool(command)), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout + done.stderr
 
 
 def test_the_import_contracts_hold() -> None:
-    done = subprocess.run(
-        [str(lint_imports()), "--no-cache", "--no-logo"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, f"lint-imports failed:\n{output}"
+    code, output = run_tool("lint-imports", "--no-cache", "--no-logo")
+    assert code == 0, f"lint-imports failed:\n{output}"
     assert "0 broken" in output, output
+
+
+def test_ruff_finds_nothing() -> None:
+    """``ruff check`` with the rules in pyproject.toml ([tool.ruff.lint])."""
+    code, output = run_tool("ruff", "check", "--no-cache", ".")
+    assert code == 0, f"ruff check failed (ruff check --fix fixes some):\n{output}"
+
+
+def test_the_code_is_formatted() -> None:
+    """``ruff format --check``: the formatter's output is the code."""
+    code, output = run_tool("ruff", "format", "--check", "--no-cache", ".")
+    assert code == 0, f"ruff format --check failed (run: .venv/bin/ruff format .):\n{output}"
 
 
 def contract_layers() -> list[set[str]]:

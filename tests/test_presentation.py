@@ -225,16 +225,28 @@ def test_a_web_card_carries_only_the_fields_of_its_kind() -> None:
     [
         ("generic", "view: expected an object, got str"),
         ({"title": "t"}, "view: missing field 'card' for call view"),
-        ({"card": "search", "title": "t"}, "view.card: unknown call view card 'search' (expected 'generic', 'terminal', 'diff')"),
+        (
+            {"card": "search", "title": "t"},
+            "view.card: unknown call view card 'search' (expected 'generic', 'terminal', 'diff')",
+        ),
         ({"card": 3}, "view.card: unknown call view card '3'"),
         ({"card": "generic"}, "view: missing field 'title' for GenericCallView"),
         ({"card": "generic", "title": "t", "rawInput": {}}, "view: unknown field 'rawInput' for GenericCallView"),
         ({"card": "generic", "title": 5}, "view.title: expected a str, got int"),
         ({"card": "generic", "title": "t", "kind": "run"}, "view.kind: must be one of"),
-        ({"card": "generic", "title": "t", "content": [{"type": "video"}]}, "view.content[0]: unknown content block type"),
+        (
+            {"card": "generic", "title": "t", "content": [{"type": "video"}]},
+            "view.content[0]: unknown content block type",
+        ),
         ({"card": "generic", "title": "t", "locations": {"path": "p"}}, "view.locations: expected a list, got dict"),
-        ({"card": "generic", "title": "t", "locations": [{"line": 1}]}, "view.locations[0]: missing field 'path' for FileLocation"),
-        ({"card": "diff", "title": "t", "diffs": [{"path": "p", "old_text": "a", "new_text": 1}]}, "view.diffs[0].new_text: expected a str"),
+        (
+            {"card": "generic", "title": "t", "locations": [{"line": 1}]},
+            "view.locations[0]: missing field 'path' for FileLocation",
+        ),
+        (
+            {"card": "diff", "title": "t", "diffs": [{"path": "p", "old_text": "a", "new_text": 1}]},
+            "view.diffs[0].new_text: expected a str",
+        ),
         ({"card": "generic", "title": "t", "raw_input": {"n": float("nan")}}, "view.raw_input"),
     ],
 )
@@ -248,13 +260,25 @@ def test_malformed_call_view_json_is_rejected_with_the_path_of_the_problem(data:
     ("data", "message"),
     [
         ({"card": "terminal", "exit_code": True}, "result.exit_code: expected an int, got bool"),
-        ({"card": "read", "path": "p", "offset": 1, "lines": [{"number": 0, "text": ""}], "total_lines": 1},
-         "result.lines[0].number: must be at least 1 (got 0)"),
+        (
+            {"card": "read", "path": "p", "offset": 1, "lines": [{"number": 0, "text": ""}], "total_lines": 1},
+            "result.lines[0].number: must be at least 1 (got 0)",
+        ),
         ({"card": "search", "shape": "paths", "total": 1}, "result: missing field 'truncated' for SearchResultView"),
-        ({"card": "search", "shape": "matches", "truncated": False, "total": 1,
-          "matches": [{"path": "p", "lines": [{"line": 1}]}]},
-         "result.matches[0].lines[0]: missing field 'text' for SearchMatchLine"),
-        ({"card": "web", "kind": "fetch", "sources": [{"title": "t", "url": 1}]}, "result.sources[0].url: expected a str"),
+        (
+            {
+                "card": "search",
+                "shape": "matches",
+                "truncated": False,
+                "total": 1,
+                "matches": [{"path": "p", "lines": [{"line": 1}]}],
+            },
+            "result.matches[0].lines[0]: missing field 'text' for SearchMatchLine",
+        ),
+        (
+            {"card": "web", "kind": "fetch", "sources": [{"title": "t", "url": 1}]},
+            "result.sources[0].url: expected a str",
+        ),
     ],
 )
 def test_malformed_result_view_json_is_rejected_with_the_path_of_the_problem(data: Any, message: str) -> None:

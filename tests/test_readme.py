@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
-
 from scheduling.helpers import assert_no_new_threads, live_threads
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -92,7 +91,11 @@ def test_the_loop_of_the_first_use_runs_against_a_chat_client(namespace: dict[st
         def create(self, **request: Any) -> ChatCompletion:
             self.requests.append(request)
             if len(self.requests) == 1:
-                call = {"id": "call_2", "type": "function", "function": {"name": "echo", "arguments": '{"message": "again"}'}}
+                call = {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "echo", "arguments": '{"message": "again"}'},
+                }
                 message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
             else:
                 message = {"role": "assistant", "content": "Said it twice."}

@@ -52,9 +52,7 @@ def ok(value: Any, *texts: str, meta: Any = None) -> ToolExecutionSuccess:
 
 
 def failed(message: str, info: ToolErrorInfo | None = None) -> ToolExecutionFailure:
-    return ToolExecutionFailure(
-        error=ToolFailure(message, info), content=(TextBlock("Error: " + message),)
-    )
+    return ToolExecutionFailure(error=ToolFailure(message, info), content=(TextBlock("Error: " + message),))
 
 
 def file_lines(path: Path) -> list[bytes]:
@@ -233,8 +231,10 @@ JSON = st.recursive(
     | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not (f == 0 and str(f)[0] == "-"))
     | st.text(st.characters(blacklist_categories=["Cs"])),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), max_size=5), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), max_size=5), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -588,7 +588,7 @@ def test_repair_settles_every_started_sub_call_before_the_pending_calls(tmp_path
         assert session.pending_calls() == ["r1"]
         appended = session.repair()
         assert [e["type"] for e in appended] == ["tool/ptc-dispatch"] * 5 + ["tool/result"]
-        for event, sub_call_id in zip(appended, open_ids):
+        for event, sub_call_id in zip(appended[:5], open_ids, strict=True):
             assert event == {
                 "type": "tool/ptc-dispatch",
                 "root_call_id": "r1",

@@ -117,9 +117,7 @@ def test_racing_aborts_have_exactly_one_winner_and_everyone_sees_its_reason() ->
 def test_a_callback_runs_once_on_the_aborting_thread_after_aborted_is_visible() -> None:
     controller = AbortController()
     calls: list[tuple[AbortSignal, bool, object, threading.Thread]] = []
-    controller.signal.add_callback(
-        lambda s: calls.append((s, s.aborted, s.reason, threading.current_thread()))
-    )
+    controller.signal.add_callback(lambda s: calls.append((s, s.aborted, s.reason, threading.current_thread())))
     aborter: list[threading.Thread] = []
 
     def abort(_: int) -> None:
@@ -209,9 +207,7 @@ def test_add_callback_on_an_aborted_signal_runs_it_now_on_the_calling_thread() -
     controller = AbortController()
     controller.abort("done")
     calls: list[tuple[object, threading.Thread]] = []
-    unsubscribe = controller.signal.add_callback(
-        lambda s: calls.append((s.reason, threading.current_thread()))
-    )
+    unsubscribe = controller.signal.add_callback(lambda s: calls.append((s.reason, threading.current_thread())))
     assert calls == [("done", threading.current_thread())]
     assert controller.signal.listener_count == 0
     unsubscribe()
@@ -679,7 +675,7 @@ class _Model:
             if node.controller is None and not node.closed and not node.aborted:
                 for p in set(node.parents):
                     expected[p] += 1
-        for node, count in zip(self.nodes, expected):
+        for node, count in zip(self.nodes, expected, strict=True):
             assert node.signal.aborted is node.aborted
             assert node.signal.reason is node.reason
             live = not node.aborted and not (node.controller is None and node.closed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ def tool(name: str, body: Any, *, exclusive: bool = False) -> Any:
 
 
 def batch(*names: str, **kwargs: Any) -> ToolBatchInput:
-    calls = tuple(ToolCall(id=f"c{i}", name=name, arguments=orjson.dumps({"i": i}).decode()) for i, name in enumerate(names))
+    calls = tuple(
+        ToolCall(id=f"c{i}", name=name, arguments=orjson.dumps({"i": i}).decode()) for i, name in enumerate(names)
+    )
     return ToolBatchInput(calls=calls, **kwargs)
 
 
@@ -103,8 +106,10 @@ def test_spans_never_overlap_within_a_lane(traced: Any) -> None:
         by_lane[(event["pid"], event["tid"])].append(event)
     for lane, events in by_lane.items():
         events.sort(key=lambda e: e["ts"])
-        for before, after in zip(events, events[1:]):
-            assert after["ts"] >= before["ts"] + before["dur"], f"lane {lane}: {before['name']} overlaps {after['name']}"
+        for before, after in pairwise(events):
+            assert after["ts"] >= before["ts"] + before["dur"], (
+                f"lane {lane}: {before['name']} overlaps {after['name']}"
+            )
 
 
 def test_dispatch_spans_are_on_pool_slot_lanes_and_prepare_finalize_on_the_batch_lane(traced: Any) -> None:

@@ -102,7 +102,7 @@ def parse_batch(data: Any, source: str = "batch") -> Batch:
     if not calls:
         raise BatchFileError(f"{source}: no tool calls found (in the {_SHAPE_NAMES[shape]} shape)")
     seen: dict[str, str] = {}
-    for call, where in zip(calls, parser.places):
+    for call, where in zip(calls, parser.places, strict=True):
         if call.id in seen:
             raise BatchFileError(f"{source}: duplicate call id {call.id!r} ({seen[call.id]} and {where})")
         seen[call.id] = where
@@ -188,12 +188,12 @@ class _Parser:
 
     def ours(self, items: list[Any], where: str) -> list[ToolCall]:
         calls = []
-        for index, item in enumerate(items):
+        for index in range(len(items)):
             at = f"{where}[{index}]"
             call = self.object_at(items, index, where)
             extra = sorted(set(call) - _OURS_KEYS)
             if extra:
-                raise self.fail(at, f"unknown key {extra[0]!r} (a call has \"id\", \"name\" and \"arguments\")")
+                raise self.fail(at, f'unknown key {extra[0]!r} (a call has "id", "name" and "arguments")')
             call_id = self.text(call, "id", at) if "id" in call else f"c{index + 1}"
             calls.append(self.call(call_id, self.text(call, "name", at), call.get("arguments", ""), at, "arguments"))
         return calls

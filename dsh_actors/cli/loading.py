@@ -157,9 +157,15 @@ def _call_style(fn: Callable[..., Any]) -> str:
     except (TypeError, ValueError):
         return "runtime"
     positional = [
-        p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        p
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
     ]
-    if not positional or positional[0].kind is inspect.Parameter.VAR_POSITIONAL or positional[0].default is not inspect.Parameter.empty:
+    if (
+        not positional
+        or positional[0].kind is inspect.Parameter.VAR_POSITIONAL
+        or positional[0].default is not inspect.Parameter.empty
+    ):
         return "factory"
     first = positional[0]
     annotation = first.annotation

@@ -150,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=EXECUTORS, default="native", help="the batch executor (default native)")
     run.add_argument("--log", metavar="FILE", help="write the session log (JSONL) to FILE, a new file")
     run.add_argument(
-        "--max-parallel", type=_positive_int, metavar="N", help="run at most N calls at once (default: the executor's, 10)"
+        "--max-parallel",
+        type=_positive_int,
+        metavar="N",
+        help="run at most N calls at once (default: the executor's, 10)",
     )
     run.add_argument("--agent", default="cli", metavar="ID", help="the agent id the batch runs as (default cli)")
     run.add_argument(
@@ -180,7 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
         'openai-responses: {"type": "function", "name", ..., "strict": false}; '
         'anthropic: {"name", "description", "input_schema"}; raw: ours',
     )
-    schemas.add_argument("--executor", choices=EXECUTORS, default="native", help="whose model input to describe (ptc: run_code)")
+    schemas.add_argument(
+        "--executor", choices=EXECUTORS, default="native", help="whose model input to describe (ptc: run_code)"
+    )
 
     replay = commands.add_parser(
         "replay",
@@ -202,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_VERBOSE_HELP = "log everything the runtime says (DEBUG and up, with tracebacks) on stderr; default: warnings and errors"
+_VERBOSE_HELP = (
+    "log everything the runtime says (DEBUG and up, with tracebacks) on stderr; default: warnings and errors"
+)
 
 
 def _one_line(record: Any) -> str:

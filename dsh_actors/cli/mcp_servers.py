@@ -101,11 +101,13 @@ class McpServers:
 
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
-            for command, argv in zip(self.commands, self._argvs):
+            for command, argv in zip(self.commands, self._argvs, strict=True):
                 where = f"--mcp {command!r}"
                 try:
                     params = StdioServerParameters(command=argv[0], args=argv[1:])
-                    read, write = await stack.enter_async_context(stdio_client(params, errlog=cast(TextIO, self._errlog)))
+                    read, write = await stack.enter_async_context(
+                        stdio_client(params, errlog=cast(TextIO, self._errlog))
+                    )
                     session = await stack.enter_async_context(ClientSession(read, write))
                     await session.initialize()
                     stack.callback(await mount(rt, session))

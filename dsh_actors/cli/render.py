@@ -276,7 +276,9 @@ def _present_call(definition: ToolDefinition | None, args: Any) -> ToolCallView 
     return view if isinstance(view, ToolCallView) else None
 
 
-def _present_result(definition: ToolDefinition | None, args: Any, result: ToolResultProjection) -> ToolResultView | None:
+def _present_result(
+    definition: ToolDefinition | None, args: Any, result: ToolResultProjection
+) -> ToolResultView | None:
     presenter = None if definition is None else definition.present_result
     if presenter is None:
         return None

@@ -111,7 +111,9 @@ def _wait(future: Future[ToolBatchResult], controller: AbortController) -> tuple
         return future.result(), True
 
 
-def _json_document(batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str, summary: dict[str, int]) -> bytes:
+def _json_document(
+    batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str, summary: dict[str, int]
+) -> bytes:
     results = []
     for item in batch.results:
         outcome = item.result
@@ -155,7 +157,9 @@ def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource | Non
     install_executor(args.executor, rt)
 
 
-def _print(args: argparse.Namespace, rt: ToolRuntime, batch: ToolBatchResult, session: Session, batch_file: Batch) -> None:
+def _print(
+    args: argparse.Namespace, rt: ToolRuntime, batch: ToolBatchResult, session: Session, batch_file: Batch
+) -> None:
     entries = log_entries(session.events())
     lookup = rt.tools.get
     out = sys.stdout

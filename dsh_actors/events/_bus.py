@@ -45,7 +45,6 @@ the package docstring (:mod:`dsh_actors.events`).
 from __future__ import annotations
 
 import inspect
-
 import itertools
 import threading
 from collections.abc import Callable
@@ -225,9 +224,7 @@ class EventBus:
             return ()
         if name in UNFILTERED_EVENTS:
             return tuple(e.listener for e in entries)
-        return tuple(
-            e.listener for e in entries if e.scope is None or in_scope(e.scope, agent)
-        )
+        return tuple(e.listener for e in entries if e.scope is None or in_scope(e.scope, agent))
 
     def emit(self, name: str, *args: Any, agent: Agent | None = None) -> None:
         """Call every listener with ``args``; a listener that raises is
@@ -236,9 +233,7 @@ class EventBus:
             try:
                 fn(*args)
             except BaseException as exc:  # noqa: BLE001 - observers are contained
-                logger.opt(exception=exc).error(
-                    "{} listener {} raised: {}", name, callable_name(fn), safe_str(exc)
-                )
+                logger.opt(exception=exc).error("{} listener {} raised: {}", name, callable_name(fn), safe_str(exc))
 
     def emit_strict(self, name: str, *args: Any, agent: Agent | None = None) -> None:
         """Like :meth:`emit`, but the first listener that raises stops the
@@ -275,7 +270,8 @@ class EventBus:
 
 
 def _is_async(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    method = getattr(fn, "__call__", None)  # noqa: B004 - the method itself: is it async?
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(method)
 
 
 def _run_chain(

@@ -45,6 +45,7 @@ Every function here is pure and thread-safe: none keeps state between calls
 harmless). A mutable input must not be mutated by another thread while it
 is being read.
 """
+
 from __future__ import annotations
 
 from ._frozen import FrozenDict, JsonValue, check_lossless, is_lossless, materialize, thaw

@@ -163,7 +163,7 @@ def _cache_hashes(root: FrozenDict) -> None:
         node = stack.pop()
         if type(node) is FrozenDict:
             try:
-                node._hash
+                node._hash  # noqa: B018 - probes the cached hash (a slot: AttributeError when unset)
                 continue
             except AttributeError:
                 todo.append(node)
@@ -471,4 +471,3 @@ def thaw(value: object) -> Any:
                 else:
                     append(v)
     return root
-

@@ -65,7 +65,7 @@ def path_for_key(path: str, key: str) -> str:
     ``value["content-type"]`` when the key is not an identifier (see the
     docstring of :mod:`dsh_actors.json` for the whole convention). Pure, thread-safe."""
     if len(key) > _MAX_KEY_IN_PATH:
-        return f"{path}[{_quote_key(key[:_KEY_PREFIX_IN_PATH])[:-1]}…\"]"
+        return f'{path}[{_quote_key(key[:_KEY_PREFIX_IN_PATH])[:-1]}…"]'
     if key.isidentifier():
         return f"{path}.{key}"
     return f"{path}[{_quote_key(key)}]"
@@ -202,9 +202,7 @@ def value_problem(value: object) -> str:
         )
     base = _first_base(cls, _JSON_BASES)
     if base is not None:
-        return (
-            f"{base.__name__} subclass {_type_name(cls)} is not lossless JSON (exact types only)"
-        )
+        return f"{base.__name__} subclass {_type_name(cls)} is not lossless JSON (exact types only)"
     return f"{_type_name(cls)} is not lossless JSON"
 
 
@@ -248,9 +246,7 @@ def bad_value(root_path: str, stack: list[Any], key: object, k: object, v: objec
     return LosslessJsonError(error_path(root_path, stack, key, k), value_problem(v))
 
 
-def too_deep(
-    root_path: str, stack: list[Any], src: object, key: object, k: object
-) -> LosslessJsonError:
+def too_deep(root_path: str, stack: list[Any], src: object, key: object, k: object) -> LosslessJsonError:
     """Nesting deeper than MAX_JSON_DEPTH, or a cycle: tell which by looking
     for a container that occurs twice on the path to item ``k`` of ``src``."""
     frames = [*stack, (src, None, None, key)]
@@ -262,7 +258,4 @@ def too_deep(
             here = _join_path(root_path, keys[:index])
             there = _join_path(root_path, keys[:earlier])
             return LosslessJsonError(here, f"cycle: {here} refers back to {there}")
-    return LosslessJsonError(
-        error_path(root_path, stack, key, k), f"nesting deeper than {MAX_JSON_DEPTH}"
-    )
-
+    return LosslessJsonError(error_path(root_path, stack, key, k), f"nesting deeper than {MAX_JSON_DEPTH}")

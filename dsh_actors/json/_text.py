@@ -79,9 +79,7 @@ def _first(item: tuple[str, object]) -> str:
     return item[0]
 
 
-def loads(
-    data: bytes | bytearray | memoryview | str, *, frozen: bool = True, path: str = "value"
-) -> Any:
+def loads(data: bytes | bytearray | memoryview | str, *, frozen: bool = True, path: str = "value") -> Any:
     """Parse JSON text (orjson) into a lossless value: materialized (frozen)
     by default, plain ``dict``/``list`` with ``frozen=False``.
 

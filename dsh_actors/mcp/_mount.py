@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from loguru import logger
-
 from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 
@@ -131,9 +130,7 @@ class _Mount:
         tools = await self._list_all()
         built, problems = self._build_all(tools)
         if problems:
-            raise RegistrationError(
-                f"cannot mount MCP server {self.server!r}: " + "; ".join(problems)
-            )
+            raise RegistrationError(f"cannot mount MCP server {self.server!r}: " + "; ".join(problems))
         registered: dict[str, _Tool] = {}
         try:
             for name, (fingerprint, definition) in built.items():
@@ -446,7 +443,7 @@ class _Mount:
                 try:
                     await asyncio.wait_for(asyncio.shield(waiter), timeout)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if loop.is_closed() or not loop.is_running():
                         self._closed = "the event loop that owns the session stopped during a call"
                         raise McpConnectionError(self.server, self._closed) from None
@@ -541,4 +538,3 @@ def _is_closed_stream(err: BaseException) -> bool:
     except ImportError:  # pragma: no cover - the SDK depends on anyio
         return False
     return isinstance(err, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError))
-

@@ -45,7 +45,9 @@ class _Entered:
 
     __slots__ = ("ctx", "definition", "registration", "body", "is_async")
 
-    def __init__(self, ctx: ToolRunContext, definition: Any, registration: Any, body: Any, is_async: bool | None) -> None:
+    def __init__(
+        self, ctx: ToolRunContext, definition: Any, registration: Any, body: Any, is_async: bool | None
+    ) -> None:
         self.ctx = ctx
         self.definition = definition
         self.registration = registration

@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
 
 
-
 class CallPhase(str, Enum):
     """Where a call is on its trip. Transitions only move forward:
     PENDING → (READY → DISPATCHING → DISPATCHED | RESOLVED) → DONE."""
@@ -216,11 +215,8 @@ def begin_call(
     return call
 
 
-
-
 #: ``prepare(..., registration=LOOK_UP)``: look the tool up now.
 LOOK_UP: Any = object()
-
 
 
 def lookup(rt: ToolRuntime, call: Call) -> Any:

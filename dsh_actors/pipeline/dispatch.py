@@ -51,9 +51,7 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
     execution._open_signal()
     try:
         events = rt.events
-        result = events.waterfall(
-            "tools/execute", lambda: run_body(rt, call), execution, agent=execution.agent
-        )
+        result = events.waterfall("tools/execute", lambda: run_body(rt, call), execution, agent=execution.agent)
         skip_post = False
         if not is_result(result):
             result = failure_from_exception(

@@ -61,9 +61,7 @@ def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
     # Caller cancellation (or the runtime stopping under the call) replaces
     # only a successful outcome.
     if type(result) is ToolExecutionSuccess and (call.caller.aborted or rt.stop_signal.aborted):
-        result = aborted(
-            before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts
-        )
+        result = aborted(before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts)
     if result is not call.sealed:
         result = _freeze_or_fail(result)
     finalize_content = None if definition is None else definition.finalize_content
@@ -73,9 +71,7 @@ def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
             if replacement is not None:
                 result = replace(result, content=check_content(replacement))
         except BaseException as exc:  # noqa: BLE001 - finalize_content must be total; contain it
-            logger.opt(exception=exc).error(
-                "finalize_content of tool {!r} raised: {}", execution.name, safe_str(exc)
-            )
+            logger.opt(exception=exc).error("finalize_content of tool {!r} raised: {}", execution.name, safe_str(exc))
             result = failure_from_exception(
                 ToolPolicyError("finalize_content", safe_str(exc)), result.additional_contexts
             )
@@ -98,9 +94,7 @@ def _freeze_or_fail(result: ToolExecutionResult) -> ToolExecutionResult:
         return freeze_result(fallback)
 
 
-def _post_execute(
-    rt: ToolRuntime, call: Call, result: ToolExecutionResult, definition: Any
-) -> ToolExecutionResult:
+def _post_execute(rt: ToolRuntime, call: Call, result: ToolExecutionResult, definition: Any) -> ToolExecutionResult:
     execution = call.execution
     project = None if definition is None else definition.project_content
     if project is not None:
@@ -109,14 +103,10 @@ def _post_execute(
             if projected is not None:
                 result = replace(result, content=check_content(projected))
         except BaseException as exc:  # noqa: BLE001
-            return failure_from_exception(
-                ToolPolicyError("project_content", safe_str(exc)), result.additional_contexts
-            )
+            return failure_from_exception(ToolPolicyError("project_content", safe_str(exc)), result.additional_contexts)
     entering = result
     try:
-        decision = rt.events.waterfall(
-            "tools/post-execute", _accept, execution, entering, agent=execution.agent
-        )
+        decision = rt.events.waterfall("tools/post-execute", _accept, execution, entering, agent=execution.agent)
     except BaseException as exc:  # noqa: BLE001
         return failure_from_exception(exc, entering.additional_contexts)
     return _apply_post_decision(rt, call, entering, decision)

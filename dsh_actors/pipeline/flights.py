@@ -69,8 +69,20 @@ class Flight:
     the flight is no longer in its watch.
     """
 
-    __slots__ = ("coro", "signal", "loop", "name", "call_id", "on_end", "task", "started", "by_signal", "ended",
-                 "unsubscribe", "watch")
+    __slots__ = (
+        "coro",
+        "signal",
+        "loop",
+        "name",
+        "call_id",
+        "on_end",
+        "task",
+        "started",
+        "by_signal",
+        "ended",
+        "unsubscribe",
+        "watch",
+    )
 
     def __init__(
         self, coro: Any, signal: AbortSignal, loop: asyncio.AbstractEventLoop, name: str, call_id: str, on_end: OnEnd
@@ -164,7 +176,9 @@ class Flight:
                 self.coro.close()
             except BaseException:  # noqa: BLE001 - pragma: no cover - a coroutine that resists closing
                 pass
-        self._end(None, RuntimeError(f'the event loop that runs async tool "{self.name}" {state} before the call ended'))
+        self._end(
+            None, RuntimeError(f'the event loop that runs async tool "{self.name}" {state} before the call ended')
+        )
 
 
 def _start_all(flights: tuple[Flight, ...]) -> None:

@@ -62,9 +62,7 @@ def check_batch(batch: ToolBatchInput) -> None:
     for field, kind in _BATCH_FIELD_KINDS:
         value = getattr(batch, field)
         if value is not None and not isinstance(value, kind):
-            raise TypeError(
-                f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
-            )
+            raise TypeError(f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}")
     if batch.log is not None and batch.agent is None:
         raise ValueError(
             "ToolBatchInput.log needs an agent: the log is written to agent.session "

@@ -156,6 +156,4 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
         return failure(f'approval for tool "{name}" was cancelled')
     if answer == "unavailable":
         return failure(f'tool "{name}" requires approval, but no approval channel is available')
-    raise ToolPolicyError(
-        "approval", f'the approval service answered {safe_str(repr(answer))} for tool "{name}"'
-    )
+    raise ToolPolicyError("approval", f'the approval service answered {safe_str(repr(answer))} for tool "{name}"')

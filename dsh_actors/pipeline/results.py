@@ -89,9 +89,7 @@ def failure_from_exception(
 _TOOL_FAILED = str(ErrorCode.TOOL_FAILED)
 
 
-def aborted(
-    *, before_dispatch: bool, additional_contexts: tuple[UserMessage, ...] = ()
-) -> ToolExecutionFailure:
+def aborted(*, before_dispatch: bool, additional_contexts: tuple[UserMessage, ...] = ()) -> ToolExecutionFailure:
     """``ABORTED`` (the body was invoked) or ``ABORTED_BEFORE_DISPATCH``."""
     return failure_from_exception(AbortError(before_dispatch=before_dispatch), additional_contexts)
 
@@ -131,11 +129,7 @@ def render_success(
         try:
             meta = materialize(output.presentation_meta(execution.arguments, frozen), "meta")
         except BaseException as exc:  # noqa: BLE001
-            detail = (
-                exc.message
-                if isinstance(exc, LosslessJsonError)
-                else f"presentation_meta raised {_describe(exc)}"
-            )
+            detail = exc.message if isinstance(exc, LosslessJsonError) else f"presentation_meta raised {_describe(exc)}"
             return failure_from_exception(ToolOutputError(name, [detail]), additional_contexts)
     return _success(
         frozen,

@@ -48,7 +48,8 @@ from ._cards import (
     WebResultView,
     WebSource,
 )
-from ._cards import SearchShape as SearchShape, WebKind as WebKind  # the cards' field vocabularies
+from ._cards import SearchShape as SearchShape  # the cards' field vocabularies
+from ._cards import WebKind as WebKind
 from ._projection import PresentedResult, ToolResultProjection, generic_call_view, generic_result_view
 
 __all__ = [

@@ -170,9 +170,7 @@ class RecordsCodec(Codec):
         items = _as_sequence(value, path)
         for i, item in enumerate(items):
             if type(item) is not self.cls:
-                raise LosslessJsonError(
-                    f"{path}[{i}]", f"expected a {self.cls.__qualname__}, got {type_name(item)}"
-                )
+                raise LosslessJsonError(f"{path}[{i}]", f"expected a {self.cls.__qualname__}, got {type_name(item)}")
         return items
 
     def encode(self, value: Any) -> Any:
@@ -291,9 +289,6 @@ class Card(Record):
         target = accepted.get(tag) if type(tag) is str else None
         if target is None:
             shown = ", ".join(repr(t) for t in accepted)
-            raise LosslessJsonError(
-                f"{path}.card", f"unknown {cls._family} card {safe_str(tag)!r} (expected {shown})"
-            )
+            raise LosslessJsonError(f"{path}.card", f"unknown {cls._family} card {safe_str(tag)!r} (expected {shown})")
         view: Self = target._decode(data, path, skip=frozenset({"card"}))
         return view
-

@@ -6,7 +6,7 @@ and the generic cards used when a tool gives none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeAlias, Union
+from typing import Any, TypeAlias
 
 from ..errors import LosslessJsonError
 from ..json import materialize
@@ -43,7 +43,7 @@ class ToolResultProjection:
         return cls(content=result.content, is_error=result.is_error, error=result.error, meta=result.meta)
 
 
-PresentedResult: TypeAlias = Union[ToolExecutionSuccess, ToolExecutionFailure, ToolResultProjection]
+PresentedResult: TypeAlias = ToolExecutionSuccess | ToolExecutionFailure | ToolResultProjection
 """What ``present_result``'s second argument is: a live result or its
 durable projection."""
 
@@ -64,4 +64,3 @@ def generic_result_view(result: PresentedResult) -> GenericResultView:
     result's raw content. Used when a tool is unknown or its
     ``present_result`` returned ``None``."""
     return GenericResultView(content=tuple(result.content))
-

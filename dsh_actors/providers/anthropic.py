@@ -81,7 +81,9 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             raise reader.fail(where, 'expected a message (with "content") or its content blocks')
         role = data.get("role", "assistant")
         if role != "assistant":
-            raise reader.fail(f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message")
+            raise reader.fail(
+                f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message"
+            )
         content = data["content"]
         if isinstance(content, str):
             return ()  # a text-only message

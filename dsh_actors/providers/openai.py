@@ -86,7 +86,9 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         where = f"{where}.message"
     role = data.get("role", "assistant")
     if role != "assistant":
-        raise reader.fail(f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message")
+        raise reader.fail(
+            f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message"
+        )
     tool_calls = data.get("tool_calls")
     if tool_calls is not None:
         _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeAlias, Union
+from typing import Any, TypeAlias
 
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent
 
-WriteRequest: TypeAlias = Union[Register, Unregister, Restrict, AddGuard, SetExecutor, Retract]
+WriteRequest: TypeAlias = Register | Unregister | Restrict | AddGuard | SetExecutor | Retract
 
 STOPPED = "the ToolRuntime is stopped"
 

@@ -21,7 +21,7 @@ the runtime stops, a caller waiting on a reply gets ``RuntimeError``.
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeAlias, Union, assert_never
+from typing import TYPE_CHECKING, Any, TypeAlias, assert_never
 
 import pykka
 
@@ -47,9 +47,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["RegistryActor"]
 
-_Inbox: TypeAlias = Union[
-    Register, Unregister, Restrict, AddGuard, SetExecutor, Retract, ExecuteBatch, ResolveToolSet, _ScopeIdle
-]
+_Inbox: TypeAlias = (
+    Register | Unregister | Restrict | AddGuard | SetExecutor | Retract | ExecuteBatch | ResolveToolSet | _ScopeIdle
+)
 _ACCEPTED = (
     Register,
     Unregister,
@@ -88,10 +88,7 @@ class RegistryActor(ActorBase):
         """Raise ``TypeError`` for a message the registry does not understand
         (``rt.registry``'s ``ask`` asks it first, so an asker gets the error)."""
         if not isinstance(message, _ACCEPTED):
-            raise TypeError(
-                f"the registry does not understand {type(message).__qualname__} "
-                "(see dsh_actors.messages)"
-            )
+            raise TypeError(f"the registry does not understand {type(message).__qualname__} (see dsh_actors.messages)")
 
     def receive(self, message: Any) -> Any:
         self.check_message(message)
@@ -164,9 +161,7 @@ class RegistryActor(ActorBase):
         try:
             context = message.context
             if not isinstance(context, ToolActivationContext):
-                raise TypeError(
-                    f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}"
-                )
+                raise TypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
             loop = message.loop if message.loop is not None else self.runtime.bound_loop
             ref = ToolSetActor.spawn(self.group, self.runtime, context, message.reply, loop)
             ref.tell(_Begin())

@@ -32,15 +32,11 @@ def callable_definitions(
     registration that is not conditional (a conditional tool is callable
     only in a step that admitted it)."""
     return [
-        reg.definition
-        for reg in visible(state, agent, tool_set).values()
-        if tool_set is not None or reg.when is None
+        reg.definition for reg in visible(state, agent, tool_set).values() if tool_set is not None or reg.when is None
     ]
 
 
-def model_tools(
-    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
-) -> ToolModelInput:
+def model_tools(state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None) -> ToolModelInput:
     """The executor that would run ``agent``'s next batch (the nearest on its
     chain) describing :func:`callable_definitions`: its ``ToolModelInput``,
     with fresh, detached schema dicts. Raises ``ExecutorUnavailableError``
@@ -52,8 +48,7 @@ def model_tools(
     described = executor.describe(callable_definitions(state, agent, tool_set))
     if not isinstance(described, ToolModelInput):
         raise TypeError(
-            f"{type(executor).__qualname__}.describe() must return a ToolModelInput, "
-            f"not {type(described).__qualname__}"
+            f"{type(executor).__qualname__}.describe() must return a ToolModelInput, not {type(described).__qualname__}"
         )
     return ToolModelInput(
         schemas=tuple(_checked_schema(executor, i, schema) for i, schema in enumerate(described.schemas)),

@@ -36,7 +36,6 @@ from ..definition import ToolDefinition, validate_definition
 from ..errors import RegistrationError, safe_str
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
-from ._private import WriteRequest, _Apply, _ScopeIdle
 from ..visibility import (
     RESERVED_NAMES,
     Contribution,
@@ -48,6 +47,7 @@ from ..visibility import (
     inherited,
     visible,
 )
+from ._private import WriteRequest, _Apply, _ScopeIdle
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
@@ -97,9 +97,7 @@ class ScopeActor(ActorBase):
             # Before replying: whatever the requester sends the registry next
             # is handled after this notice.
             try:
-                self._registry.tell(
-                    _ScopeIdle(scope=self.scope, actor_urn=self.actor_urn, handled=self._handled)
-                )
+                self._registry.tell(_ScopeIdle(scope=self.scope, actor_urn=self.actor_urn, handled=self._handled))
             except pykka.ActorDeadError:
                 pass
         settle(message.reply, value, error)
@@ -194,16 +192,12 @@ class ScopeActor(ActorBase):
             problems.append(f"a tool with this name is already registered in {describe_scope(self.scope)}")
         if problems or checked is None:
             raise RegistrationError("; ".join(problems), tool=name)
-        reg = Registration(
-            definition=defn, checked=checked, scope=self.scope, when=when, seq=_next_seq()
-        )
+        reg = Registration(definition=defn, checked=checked, scope=self.scope, when=when, seq=_next_seq())
         regs = dict(self._snap.registrations)
         regs[reg.name] = reg
 
         def failure(exc: BaseException) -> RegistrationError:
-            return RegistrationError(
-                f"{_listener_problem(exc)}; the registration was rolled back", tool=reg.name
-            )
+            return RegistrationError(f"{_listener_problem(exc)}; the registration was rolled back", tool=reg.name)
 
         self._commit(self._snap.evolve(registrations=regs), announce=True, failure=failure)
         return reg
@@ -325,9 +319,7 @@ class ScopeActor(ActorBase):
             try:
                 bind(self.runtime)
             except BaseException as exc:  # noqa: BLE001 - reported to the caller
-                raise RegistrationError(
-                    f"{type(executor).__qualname__}.bind(runtime) failed: {safe_str(exc)}"
-                ) from exc
+                raise RegistrationError(f"{type(executor).__qualname__}.bind(runtime) failed: {safe_str(exc)}") from exc
             state._bound[id(executor)] = executor
 
     def _retract(self, request: Retract) -> bool:
@@ -357,13 +349,10 @@ def _names(names: object, field: str, where: str) -> tuple[str, ...] | None:
         return None
     if isinstance(names, str) or not isinstance(names, (tuple, list, frozenset, set)):
         raise RegistrationError(
-            f"cannot restrict {where}: {field} must be a sequence of tool names "
-            f"(got {type(names).__qualname__})"
+            f"cannot restrict {where}: {field} must be a sequence of tool names (got {type(names).__qualname__})"
         )
     out = tuple(names)
     bad = [n for n in out if type(n) is not str]
     if bad:
-        raise RegistrationError(
-            f"cannot restrict {where}: {field} names must be str (got {type(bad[0]).__qualname__})"
-        )
+        raise RegistrationError(f"cannot restrict {where}: {field} names must be str (got {type(bad[0]).__qualname__})")
     return out

@@ -55,13 +55,9 @@ from ..model import (
     ToolExecutionResult,
     ToolRestriction,
 )
-from ._private import STOPPED, WriteRequest
 from ..pipeline.stages import run_inline
 from ..scheduling.messages import Reply
 from ..scheduling.start import start_batch
-from .actor import RegistryActor
-from .offer import model_tools
-from .scope import ScopeActor
 from ..visibility import (
     Condition,
     Guard,
@@ -71,6 +67,10 @@ from ..visibility import (
     lookup,
     schemas,
 )
+from ._private import STOPPED, WriteRequest
+from .actor import RegistryActor
+from .offer import model_tools
+from .scope import ScopeActor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition, ToolSchema
@@ -287,9 +287,7 @@ class ToolsService:
         """The visible definitions, in registration order (a fresh list)."""
         return definitions(self._state, self._viewer(scope), tool_set)
 
-    def schemas(
-        self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None
-    ) -> list[ToolSchema]:
+    def schemas(self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None) -> list[ToolSchema]:
         """One fresh, detached ``{"name", "description", "parameters"}`` dict
         per visible tool, in registration order."""
         return schemas(self._state, self._viewer(scope), tool_set)

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, Union, assert_never
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never
 
 import pykka
 
@@ -53,7 +53,7 @@ class _Cancelled:
     """Aborting thread → tool-set actor: ``context.signal`` aborted."""
 
 
-_Inbox: TypeAlias = Union[_Begin, _ConditionDone, _Cancelled]
+_Inbox: TypeAlias = _Begin | _ConditionDone | _Cancelled
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
@@ -146,8 +146,7 @@ class ToolSetActor(ActorBase):
                     else:
                         if self._loop.is_closed() or not self._loop.is_running():
                             raise RuntimeError(
-                                f'the event loop that runs the activation condition of tool "{reg.name}" '
-                                "is not running"
+                                f'the event loop that runs the activation condition of tool "{reg.name}" is not running'
                             )
                         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
                 except BaseException as exc:  # noqa: BLE001 - the loop is gone (stopping)
@@ -202,9 +201,7 @@ class ToolSetActor(ActorBase):
         assert ts is not None
         answers = self._answers
         admitted = {
-            name: reg
-            for name, reg in self._candidates.items()
-            if reg.when is None or answers.get(reg.seq) is True
+            name: reg for name, reg in self._candidates.items() if reg.when is None or answers.get(reg.seq) is True
         }
         ts._publish(admitted)
         self._finished = True

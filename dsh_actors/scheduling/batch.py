@@ -136,6 +136,7 @@ class BatchInbox:
         with self._lock:
             self.ended = True
 
+
 #: The events whose listeners see a call's prepare (so when it runs).
 _OBSERVERS = ("tools/pre-execute",)
 
@@ -493,8 +494,10 @@ class BatchRun:
             return False
         registration = looked_up
         if registration is LOOK_UP:
-            registration = call.override if call.override is not None else executable(
-                rt.state, call.execution.name, agent, call.execution.tool_set
+            registration = (
+                call.override
+                if call.override is not None
+                else executable(rt.state, call.execution.name, agent, call.execution.tool_set)
             )
         return not wants_loop(rt, call, registration)
 

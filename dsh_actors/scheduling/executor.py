@@ -25,8 +25,8 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
 from loguru import logger
@@ -143,10 +143,7 @@ class NativeExecutor:
         runtime.on_stop(self._shutdown)
 
     def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
-        schemas = tuple(
-            {"name": d.name, "description": d.description, "parameters": thaw(d.parameters)}
-            for d in tools
-        )
+        schemas = tuple({"name": d.name, "description": d.description, "parameters": thaw(d.parameters)} for d in tools)
         return ToolModelInput(schemas=schemas, known_names=tuple(d.name for d in tools))
 
     def execute(self, batch: ToolBatchInput) -> ToolBatchResult:

@@ -101,4 +101,3 @@ class Wake:
 class Deadline:
     """``rt.stop()``'s timeout passed with this batch still running: commit
     the calls still out as ABORTED and reply now."""
-

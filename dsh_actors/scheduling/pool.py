@@ -96,7 +96,19 @@ class WorkMailbox:
       calls that one server keeps up with wakes few call actors.
     """
 
-    __slots__ = ("_q", "_lock", "limit", "servers", "spare", "idle", "sentinels", "closed", "draining", "_pool", "inbox")
+    __slots__ = (
+        "_q",
+        "_lock",
+        "limit",
+        "servers",
+        "spare",
+        "idle",
+        "sentinels",
+        "closed",
+        "draining",
+        "_pool",
+        "inbox",
+    )
 
     def __init__(self, limit: int, pool: CallPool, inbox: BatchInbox) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -131,9 +143,7 @@ class WorkMailbox:
             # Nobody serves, or everybody is busy and nobody is on the way:
             # one more (below the limit), so a call never waits behind
             # bodies that block.
-            need = not self.closed and (
-                staying == 0 or (self.idle == 0 and self.spare == 0 and staying < self.limit)
-            )
+            need = not self.closed and (staying == 0 or (self.idle == 0 and self.spare == 0 and staying < self.limit))
             if need:
                 self.servers += 1
                 self.spare += 1

@@ -56,13 +56,13 @@ from ._compile import (
     validate_args,
     validate_json_schema_value,
 )
-from ._full import FullJsonSchema, SchemaValidator, check_full_json_schema, compile_full_json_schema
 from ._dsl import (
     ParameterSchemaSpec,
     ValueSchemaSpec,
     parameter_schema_spec_to_json_schema,
     value_schema_spec_to_json_schema,
 )
+from ._full import FullJsonSchema, SchemaValidator, check_full_json_schema, compile_full_json_schema
 from ._subset import assert_object_json_schema, assert_supported_json_schema
 
 JsonSchemaNode = Mapping[str, Any]

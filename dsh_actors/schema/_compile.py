@@ -277,9 +277,7 @@ def _compile_object(node: Mapping[str, Any]) -> _Compiled:
         if closed:
             for key in v:
                 if key not in declared:
-                    out.append(
-                        f'"{_key_path(path, key)}" is not a declared property (additionalProperties: false)'
-                    )
+                    out.append(f'"{_key_path(path, key)}" is not a declared property (additionalProperties: false)')
 
     return _Compiled(ok, errs)
 

@@ -70,9 +70,7 @@ _KEYS_BY_TYPE: Final[dict[str, frozenset[str]]] = {
     "json": frozenset(),
 }
 _CONSTRAINT_KEYS: Final = frozenset({"enum", "const", "items", "properties", *_ADDITIONAL_KEYS})
-_KNOWN_KEYS: Final = frozenset(
-    {"type", "oneOf", "required", *_CONSTRAINT_KEYS, *ANNOTATION_KEYWORDS}
-)
+_KNOWN_KEYS: Final = frozenset({"type", "oneOf", "required", *_CONSTRAINT_KEYS, *ANNOTATION_KEYWORDS})
 
 # One pending spec node: (spec, path, depth, is a property, output container,
 # key in that container). Depth counts JSON levels of the output schema.
@@ -111,9 +109,7 @@ def _compile_spec_node(item: _Pending, out: list[str], stack: list[_Pending]) ->
         if not is_property:
             out.append(f'{req_path}: "required" is only allowed on a property spec')
         elif flag is False:
-            out.append(
-                f'{req_path}: must be true when given; omit "required" for an optional property'
-            )
+            out.append(f'{req_path}: must be true when given; omit "required" for an optional property')
         elif flag is not True:
             out.append(f"{req_path}: must be true (got {json_kind(flag)})")
 
@@ -126,18 +122,14 @@ def _compile_spec_node(item: _Pending, out: list[str], stack: list[_Pending]) ->
             out.append(f'{child_path(path, key)}: key {quote(key)} cannot appear beside "oneOf"')
         branches = spec["oneOf"]
         if not is_sequence(branches):
-            out.append(
-                f"{one_of_path}: must be a list of at least two specs (got {json_kind(branches)})"
-            )
+            out.append(f"{one_of_path}: must be a list of at least two specs (got {json_kind(branches)})")
         else:
             if len(branches) < 2:
                 out.append(f"{one_of_path}: must list at least two specs (got {len(branches)})")
             compiled_branches: list[Any] = [None] * len(branches)
             node["oneOf"] = compiled_branches
             for i, branch in enumerate(branches):
-                children.append(
-                    (branch, index_path(one_of_path, i), depth + 2, False, compiled_branches, i)
-                )
+                children.append((branch, index_path(one_of_path, i), depth + 2, False, compiled_branches, i))
     elif "type" not in spec:
         out.append(f'{path}: a spec needs a "type" ({_SPEC_TYPE_LIST}) or a "oneOf"')
     else:
@@ -146,26 +138,20 @@ def _compile_spec_node(item: _Pending, out: list[str], stack: list[_Pending]) ->
         if type(raw_type) is str and raw_type in _SPEC_TYPES:
             spec_type = raw_type
         elif type(raw_type) is str:
-            out.append(
-                f"{type_path}: unknown type {quote(raw_type)} (expected one of {_SPEC_TYPE_LIST})"
-            )
+            out.append(f"{type_path}: unknown type {quote(raw_type)} (expected one of {_SPEC_TYPE_LIST})")
         else:
             out.append(f"{type_path}: must be one of {_SPEC_TYPE_LIST} (got {json_kind(raw_type)})")
         if spec_type is not None:
             allowed = _KEYS_BY_TYPE[spec_type]
             for key in spec:
                 if key in _CONSTRAINT_KEYS and key not in allowed:
-                    out.append(
-                        f"{child_path(path, key)}: key {quote(key)} does not apply to type {quote(spec_type)}"
-                    )
+                    out.append(f"{child_path(path, key)}: key {quote(key)} does not apply to type {quote(spec_type)}")
             if spec_type != "json":
                 node["type"] = spec_type
             if spec_type == "object":
                 _object_node(spec, path, depth, node, out, children)
             elif spec_type == "array" and "items" in spec:
-                children.append(
-                    (spec["items"], child_path(path, "items"), depth + 1, False, node, "items")
-                )
+                children.append((spec["items"], child_path(path, "items"), depth + 1, False, node, "items"))
             elif spec_type in SCALAR_TYPES:
                 check_scalar_values(spec, spec_type, path, out)
                 if "enum" in spec and is_sequence(spec["enum"]):
@@ -223,18 +209,14 @@ def _properties(
     """Fill ``node``'s ``properties`` (and ``required``) from a property map
     whose path is ``props_path``; ``depth`` is ``node``'s depth."""
     if not is_mapping(properties):
-        out.append(
-            f"{props_path}: must be an object mapping property names to specs (got {json_kind(properties)})"
-        )
+        out.append(f"{props_path}: must be an object mapping property names to specs (got {json_kind(properties)})")
         return
     compiled: dict[str, Any] = {}
     node["properties"] = compiled
     required: list[str] = []
     for name, sub in properties.items():
         if type(name) is not str:
-            out.append(
-                f"{props_path}: property names must be strings (got a key of kind {json_kind(name)})"
-            )
+            out.append(f"{props_path}: property names must be strings (got a key of kind {json_kind(name)})")
             continue
         compiled[name] = None
         if is_mapping(sub) and sub.get("required") is True:
@@ -279,9 +261,7 @@ def parameter_schema_spec_to_json_schema(spec: ParameterSchemaSpec) -> dict[str,
     schema: dict[str, Any] = {"type": "object"}
     stack: list[_Pending] = []
     if not is_mapping(spec):
-        out.append(
-            f"parameters: must be an object mapping property names to specs (got {json_kind(spec)})"
-        )
+        out.append(f"parameters: must be an object mapping property names to specs (got {json_kind(spec)})")
         schema["properties"] = {}
     else:
         _properties(spec, "parameters", 1, schema, out, stack)

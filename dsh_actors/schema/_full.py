@@ -73,9 +73,7 @@ _TYPE_WORDS: Final = {
 # Keywords whose values are data, not schemas: never searched for references.
 _DATA_KEYWORDS: Final = frozenset({"const", "enum", "default", "examples"})
 # Keywords whose values map names to schemas (a "$ref" key there is a name).
-_NAMED_SCHEMAS: Final = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
-)
+_NAMED_SCHEMAS: Final = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
 def _is_object(checker: Any, value: Any) -> bool:
@@ -179,7 +177,7 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], str]:
     if type(plain) is dict and "$schema" in plain:
         problem = dialect_problem(plain["$schema"])
         if problem is not None:
-            return [f'{child_path("schema", "$schema")}: {problem}'], "2020-12"
+            return [f"{child_path('schema', '$schema')}: {problem}"], "2020-12"
     dialect = dialect_of(plain)
     meta = _META[dialect]
     meta_validator = meta(meta.META_SCHEMA, format_checker=meta.FORMAT_CHECKER)
@@ -197,16 +195,10 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], str]:
     if type(plain) is bool:
         return out, dialect
     unchecked = unchecked_standard_formats(dialect)
-    resolver = (
-        Registry()
-        .with_resource("", _SPECS[dialect].create_resource(plain))
-        .resolver(base_uri="")
-    )
+    resolver = Registry().with_resource("", _SPECS[dialect].create_resource(plain)).resolver(base_uri="")
     for node, parts in _walk(plain):
         if parts and "$id" in node and type(node["$id"]) is str and not node["$id"].startswith("#"):
-            out.append(
-                f"{_schema_path([*parts, '$id'])}: embedded resources ($id below the root) are not supported"
-            )
+            out.append(f"{_schema_path([*parts, '$id'])}: embedded resources ($id below the root) are not supported")
         fmt = node.get("format")
         if type(fmt) is str and fmt in unchecked and fmt in STANDARD_FORMATS:
             out.append(
@@ -391,14 +383,8 @@ def _messages(validator: Any, error: ValidationError, root: str) -> list[str]:
         parent = error.schema if isinstance(error.schema, Mapping) else {}
         declared = parent.get("properties", {})
         patterns = parent.get("patternProperties", {})
-        extras = [
-            key
-            for key in instance
-            if key not in declared and not any(re.search(p, key) for p in patterns)
-        ]
-        return [
-            f'"{child_path(path, key)}" is not a declared property (additionalProperties: false)' for key in extras
-        ]
+        extras = [key for key in instance if key not in declared and not any(re.search(p, key) for p in patterns)]
+        return [f'"{child_path(path, key)}" is not a declared property (additionalProperties: false)' for key in extras]
     if keyword == "enum":
         return [f'"{path}" must be one of {_shown(expected)}']
     if keyword == "const":
@@ -472,8 +458,8 @@ _SIMPLE: Final[dict[str, Callable[[Any], str]]] = {
     "uniqueItems": lambda x: "must not contain duplicate items",
     "minProperties": lambda x: f"must have at least {_plural(x, 'property')}".replace("propertys", "properties"),
     "maxProperties": lambda x: f"must have at most {_plural(x, 'property')}".replace("propertys", "properties"),
-    "contains": lambda x: "must contain an item matching the \"contains\" schema",
-    "not": lambda x: "must not match the \"not\" schema",
+    "contains": lambda x: 'must contain an item matching the "contains" schema',
+    "not": lambda x: 'must not match the "not" schema',
 }
 
 

@@ -212,9 +212,7 @@ def check_scalar_values(
         if problem is not None:
             out.append(f"{const_path}: {problem}")
         elif enum_keys is not None and _scalar_key(const) not in enum_keys:
-            out.append(
-                f"{const_path}: {json_text(const)} is not one of the {quote(enum_key)} values"
-            )
+            out.append(f"{const_path}: {json_text(const)} is not one of the {quote(enum_key)} values")
 
 
 def _scalar_problem(value: object, json_type: str | None) -> str | None:
@@ -251,7 +249,7 @@ def check_json_schema(schema: object, *, object_root: bool = False) -> list[str]
         # (depth 1) may carry it.
         problem = dialect_problem(schema["$schema"])
         if problem is not None:
-            out.insert(0, f'{child_path("schema", "$schema")}: {problem}')
+            out.insert(0, f"{child_path('schema', '$schema')}: {problem}")
     if object_root and is_mapping(schema):
         root_type = schema.get("type")
         if type(root_type) is not str or root_type != "object":
@@ -310,9 +308,7 @@ def _check_node(
         elif is_sequence(raw_type):
             out.append(f"{type_path}: type arrays are not supported; use oneOf")
         elif type(raw_type) is str:
-            out.append(
-                f"{type_path}: unknown type {quote(raw_type)} (expected one of {_TYPE_LIST})"
-            )
+            out.append(f"{type_path}: unknown type {quote(raw_type)} (expected one of {_TYPE_LIST})")
         else:
             out.append(f"{type_path}: must be one of {_TYPE_LIST} (got {json_kind(raw_type)})")
 
@@ -322,14 +318,10 @@ def _check_node(
             out.append(f'{one_of_path}: "oneOf" cannot be combined with "type"')
         for keyword in _CONSTRAINT_KEYWORDS:
             if keyword in node:
-                out.append(
-                    f'{child_path(path, keyword)}: keyword {quote(keyword)} cannot appear beside "oneOf"'
-                )
+                out.append(f'{child_path(path, keyword)}: keyword {quote(keyword)} cannot appear beside "oneOf"')
         branches = node["oneOf"]
         if not is_sequence(branches):
-            out.append(
-                f"{one_of_path}: must be a list of at least two schemas (got {json_kind(branches)})"
-            )
+            out.append(f"{one_of_path}: must be a list of at least two schemas (got {json_kind(branches)})")
         else:
             if len(branches) < 2:
                 out.append(f"{one_of_path}: must list at least two schemas (got {len(branches)})")
@@ -391,18 +383,14 @@ def _check_typed_keywords(
         properties = node["properties"]
         props_path = child_path(path, "properties")
         if not is_mapping(properties):
-            out.append(
-                f"{props_path}: must be an object mapping names to schemas (got {json_kind(properties)})"
-            )
+            out.append(f"{props_path}: must be an object mapping names to schemas (got {json_kind(properties)})")
         elif depth + 1 > MAX_JSON_DEPTH and properties:
             out.append(f"{props_path}: schema is nested deeper than {MAX_JSON_DEPTH} levels")
         else:
             declared = properties
             for name, sub in properties.items():
                 if type(name) is not str:
-                    out.append(
-                        f"{props_path}: property names must be strings (got a key of kind {json_kind(name)})"
-                    )
+                    out.append(f"{props_path}: property names must be strings (got a key of kind {json_kind(name)})")
                     continue
                 children.append((sub, child_path(props_path, name), depth + 2))
 
@@ -422,9 +410,7 @@ def _check_typed_keywords(
                 else:
                     seen.add(name)
                     if declared is None or name not in declared:
-                        out.append(
-                            f'{item_path}: required property {quote(name)} is not declared in "properties"'
-                        )
+                        out.append(f'{item_path}: required property {quote(name)} is not declared in "properties"')
 
     if "additionalProperties" in node:
         additional = node["additionalProperties"]

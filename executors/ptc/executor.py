@@ -256,9 +256,7 @@ class PtcExecutor(NativeExecutor):
         else:
             description += "\n\nNo tools are available to programs right now."
         schema = {"name": RUN_CODE, "description": description, "parameters": thaw(RUN_CODE_PARAMETERS)}
-        return ToolModelInput(
-            schemas=(schema,), known_names=(RUN_CODE,), sections=self.prompt_sections(tools)
-        )
+        return ToolModelInput(schemas=(schema,), known_names=(RUN_CODE,), sections=self.prompt_sections(tools))
 
     def prompt_sections(self, tools: Sequence[ToolDefinition]) -> tuple[ToolPromptSection, ...]:
         """The guide and the signatures of ``tools``, as prompt sections."""
@@ -377,7 +375,7 @@ class PtcExecutor(NativeExecutor):
         key = tuple(id(d) for d in definitions)
         with self._ptc_lock:
             cached = self._bindings_cache.get(key)
-        if cached is not None and all(a is b for a, b in zip(cached[0], definitions)):
+        if cached is not None and all(a is b for a, b in zip(cached[0], definitions, strict=True)):
             return cached[1], cached[2]
         found = signatures.bindings(definitions)
         schemas = {

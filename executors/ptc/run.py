@@ -373,9 +373,7 @@ class Run:
                 self._protocol_error(f"expected {protocol.READY!r}, got {safe_str(kind)!r}")
                 return
             if message.get("v") != protocol.VERSION:
-                self._protocol_error(
-                    f"the worker speaks version {message.get('v')!r}, not {protocol.VERSION}"
-                )
+                self._protocol_error(f"the worker speaks version {message.get('v')!r}, not {protocol.VERSION}")
                 return
             self._read_stderr()  # what was written before ready is not the program's
             self._phase = _Phase.RUNNING
@@ -678,6 +676,7 @@ class Run:
             forward(self._ctx, sub, result)
             if not replied:
                 self._reply(sub, result)  # dropped if the run has ended
+
 
 def cpu_seconds(timeout_ms: float) -> int:
     """The CPU-time limit that backs up a wall-clock timeout."""

@@ -177,9 +177,7 @@ def logged_content(rt: ToolRuntime, ctx: ToolRunContext, sub: SubCall, result: R
         content=original,
     )
     try:
-        replaced = rt.events.waterfall(
-            "tools/ptc-dispatch-log", lambda: original, record, agent=ctx.agent
-        )
+        replaced = rt.events.waterfall("tools/ptc-dispatch-log", lambda: original, record, agent=ctx.agent)
     except BaseException as exc:  # noqa: BLE001 - contained (docs/reference.md, section 8)
         logger.opt(exception=exc).error(
             "a tools/ptc-dispatch-log listener raised for {}: {}; logging the original content",

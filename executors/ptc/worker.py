@@ -281,7 +281,7 @@ class Tool:
                 raise TypeError(
                     f"tools.{py}() takes at most {len(self._params)} positional arguments ({len(args)} given)"
                 )
-            arguments = {real: value for (_, real), value in zip(self._params, args)}
+            arguments = {real: value for (_, real), value in zip(self._params, args, strict=False)}
             for key, value in kwargs.items():
                 real = self._to_real.get(key, key)
                 if real in arguments:
@@ -383,9 +383,7 @@ def compile_program(code: str) -> Any:
 # --------------------------------------------------------------------------
 
 
-_OWN_FILES = frozenset(
-    os.path.realpath(f) for f in (__file__, protocol.__file__, audit.__file__)
-)
+_OWN_FILES = frozenset(os.path.realpath(f) for f in (__file__, protocol.__file__, audit.__file__))
 
 
 def _traceback_text(exc: BaseException, limit: int = 20) -> str:

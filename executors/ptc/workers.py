@@ -29,8 +29,8 @@ import os
 import queue
 import re
 import shutil
-import stat
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -188,9 +188,7 @@ def default_command() -> list[str]:
 
 def _expand(command: Sequence[str], workdir: str) -> list[str]:
     return [
-        part.replace("{python}", sys.executable)
-        .replace("{worker}", str(WORKER_FILE))
-        .replace("{workdir}", workdir)
+        part.replace("{python}", sys.executable).replace("{worker}", str(WORKER_FILE)).replace("{workdir}", workdir)
         for part in command
     ]
 

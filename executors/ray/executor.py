@@ -140,7 +140,9 @@ class RayExecutor(NativeExecutor):
         if isinstance(remote, str):
             raise TypeError("remote= takes a predicate, a collection of tool names or a mapping, not a str")
         if remote is not None and not (callable(remote) or isinstance(remote, (Mapping, set, frozenset, list, tuple))):
-            raise TypeError(f"remote= must be a predicate, a collection of names or a mapping, got {type(remote).__qualname__}")
+            raise TypeError(
+                f"remote= must be a predicate, a collection of names or a mapping, got {type(remote).__qualname__}"
+            )
         if type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0:
             raise ValueError(f"num_cpus must be a finite number >= 0, got {num_cpus!r}")
         if type(max_retries) is not int or max_retries < -1:

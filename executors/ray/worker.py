@@ -92,10 +92,7 @@ def contexts_to_json(contexts: list[UserMessage]) -> bytes | None:
     if not contexts:
         return None
     return dumps(
-        [
-            {"content": [_block_to_json(b) for b in m.content], "source": m.source, "meta": m.meta}
-            for m in contexts
-        ]
+        [{"content": [_block_to_json(b) for b in m.content], "source": m.source, "meta": m.meta} for m in contexts]
     )
 
 
@@ -302,9 +299,7 @@ def _error(exc: BaseException, ctx: RemoteContext) -> tuple[Any, ...]:
     return (ERROR, _pickled(exc), type(exc).__qualname__, message, tb, contexts, concludes)
 
 
-def run_call(
-    body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallInfo, board: Any
-) -> tuple[Any, ...]:
+def run_call(body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallInfo, board: Any) -> tuple[Any, ...]:
     """Run one call's body on this worker and return its envelope.
 
     The body gets the frozen arguments (parsed from lossless JSON) and a

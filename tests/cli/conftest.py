@@ -37,7 +37,9 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("NO_COLOR", raising=False)
     before = set(threading.enumerate())
     yield
-    leaked = [t for t in set(threading.enumerate()) - before if t.is_alive() and not t.name.startswith("pytest_timeout")]
+    leaked = [
+        t for t in set(threading.enumerate()) - before if t.is_alive() and not t.name.startswith("pytest_timeout")
+    ]
     for thread in leaked:
         thread.join(5.0)
     assert not [t.name for t in leaked if t.is_alive()], "a command left threads running"

@@ -57,7 +57,10 @@ def test_our_calls_as_an_object_or_a_bare_list_parse_to_the_same_tool_calls(docu
     [
         _openai_calls(),
         {"role": "assistant", "content": None, "tool_calls": _openai_calls()},
-        {"id": "chatcmpl-1", "choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": _openai_calls()}}]},
+        {
+            "id": "chatcmpl-1",
+            "choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": _openai_calls()}}],
+        },
     ],
     ids=["tool_calls", "assistant message", "chat completion"],
 )

@@ -88,5 +88,7 @@ def test_dev_help_names_the_benchmark_as_the_main_job_lists_every_command_and_no
         assert f"./dev {command}" in text
     for code in ("set -euo", "here=", "$(", "case ", "esac"):
         assert code not in text, f"help prints the script's code: {code!r}"
-    unknown = subprocess.run([str(REPO / "dev"), "no-such-command"], capture_output=True, text=True, timeout=30, check=False)
+    unknown = subprocess.run(
+        [str(REPO / "dev"), "no-such-command"], capture_output=True, text=True, timeout=30, check=False
+    )
     assert unknown.returncode == 1 and unknown.stdout == text

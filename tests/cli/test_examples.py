@@ -67,7 +67,9 @@ def test_read_file_returns_the_requested_window_as_a_read_card(run: Run, tmp_pat
         ({"path": "link/secret.txt"}, "is outside the root folder"),
     ],
 )
-def test_read_file_refuses_what_it_cannot_or_may_not_read(run: Run, tmp_path: Path, args: dict[str, Any], message: str) -> None:
+def test_read_file_refuses_what_it_cannot_or_may_not_read(
+    run: Run, tmp_path: Path, args: dict[str, Any], message: str
+) -> None:
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "bin.dat").write_bytes(b"\0\1\2")
     outside = tmp_path.parent / f"{tmp_path.name}-outside"
@@ -180,14 +182,21 @@ def test_writes_outside_scratch_ask_for_approval_and_scratch_writes_do_not(rt: T
     assert [r.result.is_error for r in batch.results] == [False, True, True]
     assert asked == [
         ("write outside scratch/: README.md", {"en": "Allow writing README.md (outside scratch/)?"}),
-        ("write outside scratch/: scratch/../notes.txt", {"en": "Allow writing scratch/../notes.txt (outside scratch/)?"}),
+        (
+            "write outside scratch/: scratch/../notes.txt",
+            {"en": "Allow writing scratch/../notes.txt (outside scratch/)?"},
+        ),
     ]
     assert not (tmp_path / "README.md").exists()
 
 
-def test_reads_and_searches_may_overlap_while_writes_and_shell_commands_run_alone(rt: ToolRuntime, tmp_path: Path) -> None:
+def test_reads_and_searches_may_overlap_while_writes_and_shell_commands_run_alone(
+    rt: ToolRuntime, tmp_path: Path
+) -> None:
     examples.tools.register(rt, root=tmp_path)
-    safe = {name: rt.tools.get(name).is_concurrency_safe for name in ("read_file", "search_text", "write_file", "run_shell")}  # type: ignore[union-attr]
+    safe = {
+        name: rt.tools.get(name).is_concurrency_safe for name in ("read_file", "search_text", "write_file", "run_shell")
+    }  # type: ignore[union-attr]
     assert safe["read_file"]({"path": "a"}) is True and safe["search_text"]({"pattern": "a"}) is True
     assert safe["write_file"] is None and safe["run_shell"] is None
 
@@ -200,7 +209,9 @@ def test_register_returns_the_function_that_removes_the_tools_and_policies(rt: T
     assert rt.tools.executable("read_file") is None
 
 
-def test_the_root_comes_from_the_environment_or_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_root_comes_from_the_environment_or_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(examples.tools.ROOT_ENV, raising=False)
     assert examples.tools.resolve_root() == tmp_path.resolve()

@@ -21,14 +21,16 @@ from dsh_actors import (
     text,
 )
 from dsh_actors.cli.render import Style, choose_style, log_entries, render_log
-from dsh_actors.presentation import DiffCallView, WebSource
+from dsh_actors.presentation import DiffCallView, ToolResultProjection, WebSource
 from dsh_actors.session import call_event, result_event
-from dsh_actors.presentation import ToolResultProjection
 
 PLAIN = Style(color=False, unicode=True)
 
 
-def _draw(view: ToolResultView | None, content: Any = (text("raw content"),), *, pending: bool = False, **kw: Any) -> str:
+_RAW = (text("raw content"),)
+
+
+def _draw(view: ToolResultView | None, content: Any = _RAW, *, pending: bool = False, **kw: Any) -> str:
     """One call of a tool whose result card is ``view``, drawn."""
     tool = define_tool(
         name="t", description="", parameters={},
@@ -60,7 +62,9 @@ def test_a_diff_card_is_a_unified_diff_with_context() -> None:
 
 
 def test_a_pending_diff_call_shows_its_diff() -> None:
-    drawn = _draw(None, pending=True, present_call=lambda args: DiffCallView(title="edit a", diffs=(FileDiff("a", None, "x\n"),)))
+    drawn = _draw(
+        None, pending=True, present_call=lambda args: DiffCallView(title="edit a", diffs=(FileDiff("a", None, "x\n"),))
+    )
     assert drawn == "… c t · edit a  no result recorded\n    --- /dev/null\n    +++ b/a\n    @@ -0,0 +1 @@\n    +x\n"
 
 
@@ -79,7 +83,10 @@ def test_a_search_card_groups_matches_by_file_and_says_when_it_was_capped() -> N
         shape="matches", truncated=True, total=7,
         matches=(SearchFileMatches("a.py", (SearchMatchLine(3, "x = 1"), SearchMatchLine(12, "x += 1"))),),
     )  # fmt: skip
-    assert _draw(view) == "✓ c t\n    a.py\n       3: x = 1\n      12: x += 1\n    7 matches in 1 file (truncated: 2 shown)\n"
+    assert (
+        _draw(view)
+        == "✓ c t\n    a.py\n       3: x = 1\n      12: x += 1\n    7 matches in 1 file (truncated: 2 shown)\n"
+    )
     paths = SearchResultView(shape="paths", truncated=False, total=2, paths=("a.py", "b.py"))
     assert _draw(paths) == "✓ c t\n    a.py\n    b.py\n    2 paths\n"
 
@@ -101,7 +108,10 @@ def test_ascii_glyphs_are_used_when_the_terminal_is_not_utf8() -> None:
     stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
     style = choose_style(stream, "never")
     assert style == Style(color=False, unicode=False)
-    events = [call_event(1, 1, "c", "x", {}), result_event("c", ToolResultProjection(content=(text("ok"),), is_error=False))]
+    events = [
+        call_event(1, 1, "c", "x", {}),
+        result_event("c", ToolResultProjection(content=(text("ok"),), is_error=False)),
+    ]
     assert render_log(log_entries(events), lambda name: None, style) == ["-- turn 1, step 1 --", "ok c x", "    ok"]
 
 

@@ -53,7 +53,9 @@ def test_without_tools_the_replay_uses_generic_cards(cli: Cli, root: Path) -> No
     cli("run", BATCH, "--tools", "examples.tools", "--log", "run.jsonl")
     out = cli("replay", "run.jsonl").out
     assert "+def greet" not in out and "$ echo" not in out
-    assert '✓ c4 run_shell · {"command":"echo hello from the shell"}\n    hello from the shell\n    [exit code 0]' in out
+    assert (
+        '✓ c4 run_shell · {"command":"echo hello from the shell"}\n    hello from the shell\n    [exit code 0]' in out
+    )
     assert '✓ c2 read_file · {"path":"scratch/hello.py"}\n    scratch/hello.py (lines 1-5 of 5)' in out
     assert out.endswith("4 calls: 4 ok, 0 errors\n")
 
@@ -110,7 +112,7 @@ def test_ptc_dispatches_are_nested_under_their_root_call(cli: Cli, root: Path) -
     out = cli("replay", log, "--tools", "examples.tools").out
     assert out == (
         "── turn 1 · step 1 ──\n"
-        "✓ rc run_code · {\"code\":\"a = await tools.read_file(path='notes.md')\\nreturn a\"}\n"
+        '✓ rc run_code · {"code":"a = await tools.read_file(path=\'notes.md\')\\nreturn a"}\n'
         "    code:\n"
         "      │ a = await tools.read_file(path='notes.md')\n"
         "      │ return a\n"
@@ -118,8 +120,8 @@ def test_ptc_dispatches_are_nested_under_their_root_call(cli: Cli, root: Path) -
         "        nested\n"
         "        [exit code 0]\n"
         "    ✗ rc:ptc:2 nope  error\n"
-        "        Error: unknown tool \"nope\"\n"
-        "    {\"result\": \"done\", \"output\": \"\"}\n"
+        '        Error: unknown tool "nope"\n'
+        '    {"result": "done", "output": ""}\n'
         "── turn 1 · step 2 ──\n"
         "… after run_shell · $ true  no result recorded\n"
         "2 calls: 1 ok, 0 errors, 1 without a result (2 nested calls)\n"
@@ -149,7 +151,9 @@ def test_an_empty_log_shows_that_it_holds_no_calls(cli: Cli, root: Path) -> None
 
 
 def test_a_file_that_is_not_a_session_log_exits_1_with_one_line(cli: Cli, root: Path) -> None:
-    (root / "middle.jsonl").write_text('{"type": "tool/call", "call_id": "a", "name": "x", "turn": 1, "step": 1}\nnope\n{}\n')
+    (root / "middle.jsonl").write_text(
+        '{"type": "tool/call", "call_id": "a", "name": "x", "turn": 1, "step": 1}\nnope\n{}\n'
+    )
     (root / "one.json").write_text('{"calls": []}')
     (root / "bad_result.jsonl").write_text('{"type": "tool/result", "call_id": "a", "is_error": "no"}\n')
     cases = {

@@ -40,9 +40,9 @@ def test_the_example_batch_runs_every_call_and_prints_its_card(cli: Cli, root: P
     assert "--- /dev/null" in out and "+++ b/scratch/hello.py" in out and "+def greet(name):" in out
     # read_file: a line-numbered window
     assert "scratch/hello.py · lines 1–5 of 5 (python)" in out
-    assert "1 │ def greet(name):" in out and "5 │ print(greet(\"world\"))" in out
+    assert "1 │ def greet(name):" in out and '5 │ print(greet("world"))' in out
     # search_text: matches grouped by file
-    assert "scratch/hello.py\n      1: def greet(name):\n      5: print(greet(\"world\"))\n    2 matches in 1 file" in out
+    assert 'scratch/hello.py\n      1: def greet(name):\n      5: print(greet("world"))\n    2 matches in 1 file' in out
     # run_shell: the command, its output and its exit status
     assert "$ echo hello from the shell\n    hello from the shell\n    exit 0" in out
     assert out.endswith("4 calls: 4 ok, 0 errors\n")
@@ -57,7 +57,13 @@ def test_each_example_batch_file_gives_the_same_results(cli: Cli, root: Path, na
         ("write_file", False), ("read_file", False), ("search_text", False), ("run_shell", False)
     ]  # fmt: skip
     values = [r["value"] for r in document["results"]]
-    assert values[0] == {"path": "scratch/hello.py", "created": True, "bytes": len(HELLO), "old_text": None, "new_text": HELLO}
+    assert values[0] == {
+        "path": "scratch/hello.py",
+        "created": True,
+        "bytes": len(HELLO),
+        "old_text": None,
+        "new_text": HELLO,
+    }
     assert [line["text"] for line in values[1]["lines"]] == HELLO.splitlines()
     assert values[2]["total"] == 2 and values[2]["matches"][0]["path"] == "scratch/hello.py"
     assert values[3]["output"] == "hello from the shell\n" and values[3]["exit_code"] == 0
@@ -77,7 +83,10 @@ def test_json_output_carries_content_errors_and_both_cards(cli: Cli, root: Path)
     assert shell["content"] == [{"type": "text", "text": "hi\n[exit code 0]"}]
     assert unknown["is_error"] and "value" not in unknown
     assert unknown["error"]["info"]["code"] == "UNKNOWN_TOOL"
-    assert unknown["result_view"] == {"card": "generic", "content": [{"type": "text", "text": 'Error: unknown tool "unknown_tool"'}]}
+    assert unknown["result_view"] == {
+        "card": "generic",
+        "content": [{"type": "text", "text": 'Error: unknown tool "unknown_tool"'}],
+    }
     assert document["shape"] == "dsh" and document["summary"] == {"calls": 2, "ok": 1, "error": 1}
 
 
@@ -128,7 +137,10 @@ def test_a_write_outside_scratch_runs_when_the_approval_service_allows_it(
     assert outcome.code == 0, outcome.err
     assert (root / "notes.md").read_text() == "new line\nkept\n"
     assert answers.read_text() == "write_file w1: write outside scratch/: notes.md\n"  # scratch/ needs none
-    assert "--- a/notes.md\n    +++ b/notes.md\n    @@ -1,2 +1,2 @@\n    -old line\n    +new line\n     kept" in outcome.out
+    assert (
+        "--- a/notes.md\n    +++ b/notes.md\n    @@ -1,2 +1,2 @@\n    -old line\n    +new line\n     kept"
+        in outcome.out
+    )
 
 
 @pytest.mark.parametrize(("mode", "written"), [("yes", True), ("no", False)])
@@ -298,26 +310,41 @@ def _bad_inputs(root: Path, write_module: Any) -> dict[str, tuple[list[Any], lis
         "missing file": (["missing.json", "--tools", "examples.tools"], ["missing.json: no such file"]),
         "not JSON": (["not_json.json", "--tools", "examples.tools"], ["not_json.json: not valid JSON"]),
         "unknown shape": (["shape.json", "--tools", "examples.tools"], ["unknown batch shape", "accepted: ours"]),
-        "unknown module": ([batch, "--tools", "no_such_module_anywhere"], ["no module named 'no_such_module_anywhere'"]),
+        "unknown module": (
+            [batch, "--tools", "no_such_module_anywhere"],
+            ["no module named 'no_such_module_anywhere'"],
+        ),
         "missing file module": ([batch, "--tools", "nowhere/tools.py"], ["no such file 'nowhere/tools.py'"]),
         "bad ATTR": ([batch, "--tools", "examples.tools:nope"], ["examples.tools has no attribute 'nope'"]),
         "no default ATTR": ([batch, "--tools", str(nothing)], ["has neither register(rt) nor TOOLS"]),
-        "ATTR of the wrong type": ([batch, "--tools", f"{nothing}:X"], ["X is an int; expected register(rt), a ToolDefinition"]),
+        "ATTR of the wrong type": (
+            [batch, "--tools", f"{nothing}:X"],
+            ["X is an int; expected register(rt), a ToolDefinition"],
+        ),
         "not definitions": ([batch, "--tools", str(wrong_items)], ["TOOLS[0] is a str, not a ToolDefinition"]),
         "registration fails": ([batch, "--tools", str(no_output)], ['cannot register tool "x": output is required']),
         "invalid definition": ([batch, "--tools", str(invalid_tool)], ["a tool in", "is invalid", "parameters.q.type"]),
-        "register raises": ([batch, "--tools", str(raising)], ["raising.py: register(...) failed: RuntimeError: no database"]),
+        "register raises": (
+            [batch, "--tools", str(raising)],
+            ["raising.py: register(...) failed: RuntimeError: no database"],
+        ),
         "syntax error": ([batch, "--tools", str(broken)], ["importing", "failed: SyntaxError"]),
-        "missing dependency": ([batch, "--tools", str(needs_dep)], ["No module named 'a_dependency_that_is_not_installed'"]),
+        "missing dependency": (
+            [batch, "--tools", str(needs_dep)],
+            ["No module named 'a_dependency_that_is_not_installed'"],
+        ),
         "used log": ([batch, "--tools", "examples.tools", "--log", "used.jsonl"], ["already holds events"]),
-        "log folder missing": ([batch, "--tools", "examples.tools", "--log", "no/dir/x.jsonl"], ["the folder 'no/dir' does not exist"]),
+        "log folder missing": (
+            [batch, "--tools", "examples.tools", "--log", "no/dir/x.jsonl"],
+            ["the folder 'no/dir' does not exist"],
+        ),
     }
 
 
 def test_every_batch_that_cannot_run_exits_1_with_one_line_and_no_traceback(
     cli: Cli, root: Path, write_module: Any
 ) -> None:
-    for case, (argv, fragments) in _bad_inputs(root, write_module).items():
+    for _case, (argv, fragments) in _bad_inputs(root, write_module).items():
         outcome = cli("run", *argv)
         assert_one_line_error(outcome, "run", *fragments)
     assert not (root / "scratch").exists(), "no batch ran"
@@ -368,7 +395,12 @@ def _fake_ptc_module() -> Any:
 
 
 def test_a_bad_command_line_exits_2_with_the_usage(cli: Cli, root: Path) -> None:
-    for argv in (["run", BATCH], ["run", BATCH, "--tools", "examples.tools", "--max-parallel", "0"], ["frobnicate"], []):
+    for argv in (
+        ["run", BATCH],
+        ["run", BATCH, "--tools", "examples.tools", "--max-parallel", "0"],
+        ["frobnicate"],
+        [],
+    ):
         outcome = cli(*argv)
         assert outcome.code == 2, argv
         assert "usage: dsh-actors" in outcome.err and "Traceback" not in outcome.err
@@ -392,7 +424,10 @@ def test_a_command_leaves_no_thread_behind(cli: Cli, root: Path) -> None:
     assert {t for t in threading.enumerate() if t.is_alive()} - before == set()
 
 
-@pytest.mark.parametrize(("answer", "decision"), [("y\n", "allowed-once"), ("yes\n", "allowed-once"), ("n\n", "rejected"), ("\n", "rejected"), ("", "unavailable")])
+@pytest.mark.parametrize(
+    ("answer", "decision"),
+    [("y\n", "allowed-once"), ("yes\n", "allowed-once"), ("n\n", "rejected"), ("\n", "rejected"), ("", "unavailable")],
+)
 def test_the_terminal_approver_asks_on_stderr_and_reads_the_answer_from_stdin(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, decision: str
 ) -> None:
@@ -444,9 +479,7 @@ def test_verbose_shows_full_records_with_tracebacks(cli: Cli, root: Path, write_
     assert "Traceback" in outcome.err and "ZeroDivisionError: observer bug" in outcome.err
 
 
-def test_the_command_leaves_the_libraries_silent_again_when_it_returns(
-    cli: Cli, root: Path, write_module: Any
-) -> None:
+def test_the_command_leaves_the_libraries_silent_again_when_it_returns(cli: Cli, root: Path, write_module: Any) -> None:
     from loguru import logger
 
     module = write_module("noisy_tools", _NOISY_TOOLS)

@@ -38,10 +38,14 @@ def test_openai_format_wraps_each_schema_as_a_function_tool(cli: Cli, ours: list
 
 def test_anthropic_format_names_the_parameters_input_schema(cli: Cli, ours: list[dict[str, Any]]) -> None:
     tools = json.loads(cli("schemas", "--tools", "examples.tools", "--format", "anthropic").out)
-    assert tools == [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in ours]
+    assert tools == [
+        {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in ours
+    ]
 
 
-def test_openai_responses_format_is_flat_function_tools_without_strict_mode(cli: Cli, ours: list[dict[str, Any]]) -> None:
+def test_openai_responses_format_is_flat_function_tools_without_strict_mode(
+    cli: Cli, ours: list[dict[str, Any]]
+) -> None:
     tools = json.loads(cli("schemas", "--tools", "examples.tools", "--format", "openai-responses").out)
     assert tools == [{"type": "function", **s, "strict": False} for s in ours]
 

@@ -43,9 +43,7 @@ def code(result: Any) -> Any:
 
 def test_an_integer_literal_beyond_64_bits_in_argument_text_is_invalid_args_not_a_float(rt: Any) -> None:
     rt.tools.register(echo())
-    batch = rt.tools.execute(
-        ToolBatchInput(calls=(ToolCall("c1", "echo", '{"message": 18446744073709551616}'),))
-    )
+    batch = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c1", "echo", '{"message": 18446744073709551616}'),)))
     result = batch.results[0].result
     assert code(result) == "INVALID_ARGS"
     assert "out of range" in result.error.message
@@ -53,9 +51,7 @@ def test_an_integer_literal_beyond_64_bits_in_argument_text_is_invalid_args_not_
 
 def test_an_integer_at_the_edge_of_the_range_is_kept_exactly(rt: Any) -> None:
     rt.tools.register(echo())
-    batch = rt.tools.execute(
-        ToolBatchInput(calls=(ToolCall("c1", "echo", '{"message": 18446744073709551615}'),))
-    )
+    batch = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c1", "echo", '{"message": 18446744073709551615}'),)))
     assert batch.results[0].result.value == 2**64 - 1
 
 
@@ -89,9 +85,7 @@ def test_a_body_raising_with_a_lone_surrogate_fails_that_call_only(rt: Any) -> N
     rt.tools.register(echo(body))
     session = Session()
     batch = rt.tools.execute(
-        ToolBatchInput(
-            calls=(ToolCall("c1", "echo", "{}"),), agent=Agent("a", session=session), log=LogStep(1, 1)
-        )
+        ToolBatchInput(calls=(ToolCall("c1", "echo", "{}"),), agent=Agent("a", session=session), log=LogStep(1, 1))
     )
     result = batch.results[0].result
     assert result.is_error

@@ -25,9 +25,7 @@ class ServerConnection:
     initialized ``ClientSession`` on ``loop``."""
 
     def __init__(self, script: str, errlog: Path, env: dict[str, str] | None = None) -> None:
-        self.params = StdioServerParameters(
-            command=sys.executable, args=[str(HERE / script)], cwd=str(HERE), env=env
-        )
+        self.params = StdioServerParameters(command=sys.executable, args=[str(HERE / script)], cwd=str(HERE), env=env)
         self.errlog_path = errlog
         self.loop = asyncio.new_event_loop()
         self.session: ClientSession | None = None
@@ -87,4 +85,3 @@ class ServerConnection:
             return self.errlog_path.read_text()
         except OSError:
             return ""
-

@@ -11,7 +11,6 @@ import os
 from typing import Any
 
 import anyio
-
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
@@ -25,8 +24,7 @@ COUNT_SCHEMA: dict[str, Any] = {
 }
 
 tools: dict[str, Tool] = {
-    name: Tool(name=name, description=f"the {name} tool", input_schema=OBJECT)
-    for name in ("alpha", "beta", "gamma")
+    name: Tool(name=name, description=f"the {name} tool", input_schema=OBJECT) for name in ("alpha", "beta", "gamma")
 }
 tools["swap"] = Tool(name="swap", description="change the tool list", input_schema=OBJECT)
 tools["bad_output"] = Tool(

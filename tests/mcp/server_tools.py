@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Optional
-
-from pydantic import BaseModel, Field
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -25,6 +22,7 @@ from mcp.types import (
     TextResourceContents,
     ToolAnnotations,
 )
+from pydantic import BaseModel, Field
 
 app = MCPServer("tools-under-test")
 
@@ -42,16 +40,16 @@ class Inner(BaseModel):
 
 class Filters(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=3)
-    inner: Optional[Inner] = None
+    inner: Inner | None = None
 
 
 class Total(BaseModel):
     total: int
-    note: Optional[str] = None
+    note: str | None = None
 
 
 @app.tool(annotations=ToolAnnotations(readOnlyHint=True), title="Adder")
-def add(x: int, inner: Inner, y: Optional[int] = None) -> Total:
+def add(x: int, inner: Inner, y: int | None = None) -> Total:
     """Add x, inner.a and y."""
     return Total(total=x + inner.a + (y or 0), note=None if y is None else "with y")
 
@@ -59,8 +57,8 @@ def add(x: int, inner: Inner, y: Optional[int] = None) -> Total:
 @app.tool(annotations=ToolAnnotations(readOnlyHint=True, title="Search things"))
 def search(
     query: str = Field(min_length=1),
-    limit: Optional[int] = Field(default=None, ge=1, le=50),
-    filters: Optional[Filters] = None,
+    limit: int | None = Field(default=None, ge=1, le=50),
+    filters: Filters | None = None,
 ) -> str:
     """Search; returns a line of text."""
     return f"{query}:{limit}:{filters.tags if filters else []}"
@@ -159,7 +157,7 @@ async def wait_started(tag: str) -> bool:
     event = started.setdefault(tag, asyncio.Event())
     try:
         await asyncio.wait_for(event.wait(), 10)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     return True
 
@@ -174,7 +172,7 @@ async def cancellations(tag: str) -> list[str]:
         cancelled_changed.clear()
         try:
             await asyncio.wait_for(cancelled_changed.wait(), max(0.0, deadline - loop.time()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             break
     return list(cancelled)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,7 +160,9 @@ def abort_once_started(conn: ServerConnection, rt: ToolRuntime, tag: str, **batc
     worker = threading.Thread(
         target=lambda: results.append(
             rt.tools.execute(
-                ToolBatchInput(calls=(ToolCall(id="s", name="t_slow", arguments={"tag": tag}),), signal=controller.signal, **batch)
+                ToolBatchInput(
+                    calls=(ToolCall(id="s", name="t_slow", arguments={"tag": tag}),), signal=controller.signal, **batch
+                )
             )
         )
     )
@@ -173,7 +174,9 @@ def abort_once_started(conn: ServerConnection, rt: ToolRuntime, tag: str, **batc
     return results[0].results[0].result
 
 
-def test_an_aborted_call_is_cancelled_on_the_server_and_settles_aborted(conn: ServerConnection, mounted: ToolRuntime) -> None:
+def test_an_aborted_call_is_cancelled_on_the_server_and_settles_aborted(
+    conn: ServerConnection, mounted: ToolRuntime
+) -> None:
     outcome = abort_once_started(conn, mounted, "aborted-1")
     assert code(outcome) == "ABORTED"
     seen = conn.call_directly("cancellations", {"tag": "aborted-1"}).structured_content
@@ -195,7 +198,9 @@ def test_a_timeout_cancels_the_request_on_the_server(conn: ServerConnection, rt:
         unmount()
 
 
-def test_batches_awaited_on_the_sessions_loop_run_without_blocking_it(conn: ServerConnection, mounted: ToolRuntime) -> None:
+def test_batches_awaited_on_the_sessions_loop_run_without_blocking_it(
+    conn: ServerConnection, mounted: ToolRuntime
+) -> None:
     batch = ToolBatchInput(
         calls=tuple(ToolCall(id=f"c{i}", name="t_add", arguments={"x": i, "inner": {"a": 1}}) for i in range(5))
     )
@@ -211,9 +216,13 @@ def test_mounting_into_an_agents_scope_and_unmounting(conn: ServerConnection, rt
     assert rt.tools.get("add") is None
     assert rt.tools.scope(agent).get("add") is not None
     assert conn.session._message_handler is not handler
-    outcome = rt.tools.execute(
-        ToolBatchInput(calls=(ToolCall(id="c", name="add", arguments={"x": 1, "inner": {"a": 1}}),), agent=agent)
-    ).results[0].result
+    outcome = (
+        rt.tools.execute(
+            ToolBatchInput(calls=(ToolCall(id="c", name="add", arguments={"x": 1, "inner": {"a": 1}}),), agent=agent)
+        )
+        .results[0]
+        .result
+    )
     assert thaw(outcome.value)["total"] == 2
     unmount()
     unmount()  # idempotent
@@ -221,7 +230,9 @@ def test_mounting_into_an_agents_scope_and_unmounting(conn: ServerConnection, rt
     assert conn.session._message_handler is handler
 
 
-def test_the_same_server_mounted_twice_under_one_name_is_refused_whole(conn: ServerConnection, mounted: ToolRuntime) -> None:
+def test_the_same_server_mounted_twice_under_one_name_is_refused_whole(
+    conn: ServerConnection, mounted: ToolRuntime
+) -> None:
     assert conn.session is not None
     from dsh_actors.errors import RegistrationError
 

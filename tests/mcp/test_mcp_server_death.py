@@ -39,13 +39,16 @@ def test_a_server_killed_mid_call_fails_that_call_and_later_ones_fast(tmp_path: 
         assert outcome.error.message.startswith('MCP server "tools-under-test" is not reachable: ')
 
         started = time.monotonic()
-        later = rt.tools.execute(
-            ToolBatchInput(calls=(ToolCall(id="a", name="add", arguments={"x": 1, "inner": {"a": 1}}),))
-        ).results[0].result
+        later = (
+            rt.tools.execute(
+                ToolBatchInput(calls=(ToolCall(id="a", name="add", arguments={"x": 1, "inner": {"a": 1}}),))
+            )
+            .results[0]
+            .result
+        )
         assert time.monotonic() - started < 2.0
         assert later.is_error and later.error.info is not None
         assert later.error.info.code == "MCP_CONNECTION_CLOSED"
         unmount()
     finally:
         conn.close()
-

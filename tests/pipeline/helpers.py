@@ -81,9 +81,7 @@ def run(
     signal: AbortSignal | None = None,
 ) -> ToolBatchResult:
     """Run one batch (default: one ``echo`` call saying "hi")."""
-    return rt.tools.execute(
-        ToolBatchInput(calls=list(calls) or [call()], agent=agent, signal=signal)
-    )
+    return rt.tools.execute(ToolBatchInput(calls=list(calls) or [call()], agent=agent, signal=signal))
 
 
 def run_one(

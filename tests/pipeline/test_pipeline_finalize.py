@@ -128,9 +128,7 @@ OUTCOMES = [
 ]
 
 
-def run_scenario(
-    rt: Any, setup: Setup, finalize: Callable[[Any, Any], Any]
-) -> tuple[Any, list[Any]]:
+def run_scenario(rt: Any, setup: Setup, finalize: Callable[[Any, Any], Any]) -> tuple[Any, list[Any]]:
     options = setup(rt)
     published: list[Any] = []
     rt.events.on("tools/result", lambda execution, result: published.append(result))
@@ -142,9 +140,7 @@ def run_scenario(
 
 
 @pytest.mark.parametrize(("setup", "is_error"), OUTCOMES)
-def test_finalize_content_is_called_exactly_once_for_every_outcome(
-    rt: Any, setup: Setup, is_error: bool
-) -> None:
+def test_finalize_content_is_called_exactly_once_for_every_outcome(rt: Any, setup: Setup, is_error: bool) -> None:
     journal = Journal()
 
     def finalize(execution: Any, result: Any) -> Any:
@@ -159,9 +155,7 @@ def test_finalize_content_is_called_exactly_once_for_every_outcome(
 
 
 @pytest.mark.parametrize(("setup", "is_error"), OUTCOMES)
-def test_the_content_finalize_content_returns_becomes_the_content(
-    rt: Any, setup: Setup, is_error: bool
-) -> None:
+def test_the_content_finalize_content_returns_becomes_the_content(rt: Any, setup: Setup, is_error: bool) -> None:
     def finalize(execution: Any, result: Any) -> Any:
         return [text("final: " + result.content[0].text if result.content else "final")]
 
@@ -209,9 +203,7 @@ def test_finalize_content_sees_the_outcome_after_post_execute(rt: Any) -> None:
         "tools/post-execute",
         lambda execution, result, next_: Accept(content=[text("from policy")]),
     )
-    rt.tools.register(
-        echo_tool(finalize_content=lambda execution, result: seen.append(result.content))
-    )
+    rt.tools.register(echo_tool(finalize_content=lambda execution, result: seen.append(result.content)))
     assert run_one(rt).content == (text("from policy"),)
     assert seen == [(text("from policy"),)]
 

@@ -182,9 +182,7 @@ def test_a_body_returning_an_object_whose_eq_and_hash_raise_becomes_a_failure(rt
         pytest.param([Poison()], id="a-list-of-poison"),
     ],
 )
-def test_a_render_returning_something_that_is_not_a_list_of_blocks_becomes_a_failure(
-    rt: Any, rendered: Any
-) -> None:
+def test_a_render_returning_something_that_is_not_a_list_of_blocks_becomes_a_failure(rt: Any, rendered: Any) -> None:
     rt.tools.register(echo_tool(render=lambda args, value: rendered))
     result = run_one(rt)
     assert result.is_error and result.value is None
@@ -323,7 +321,8 @@ def test_a_deny_with_a_non_string_reason_still_gives_a_failure(rt: Any) -> None:
     from dsh_actors import Deny
 
     dispose = rt.events.on(
-        "tools/pre-execute", lambda execution, next_: Deny(Unprintable())  # type: ignore[arg-type]
+        "tools/pre-execute",
+        lambda execution, next_: Deny(Unprintable()),  # type: ignore[arg-type]
     )
     rt.tools.register(echo_tool())
     result = run_one(rt)

@@ -29,9 +29,7 @@ from .helpers import WAIT, assert_failure, call, echo_tool
 
 
 def dispatch(rt: Any, signal: AbortSignal) -> Any:
-    return rt.tools.dispatch(
-        ToolExecutionInput(call_id="c1", name="echo", arguments={"message": "hi"}, signal=signal)
-    )
+    return rt.tools.dispatch(ToolExecutionInput(call_id="c1", name="echo", arguments={"message": "hi"}, signal=signal))
 
 
 def test_a_body_that_never_reads_its_signal_subscribes_nothing(rt: Any) -> None:
@@ -89,9 +87,9 @@ def test_a_body_that_reads_its_signal_after_the_caller_aborted_sees_it_aborted(r
 
     rt.tools.register(echo_tool(execute=body))
 
-    result = rt.tools.execute(
-        ToolBatchInput(calls=[call()], agent=Agent("main"), signal=caller.signal)
-    ).results[0].result
+    result = (
+        rt.tools.execute(ToolBatchInput(calls=[call()], agent=Agent("main"), signal=caller.signal)).results[0].result
+    )
 
     assert seen == {"aborted": True, "reason": reason, "wait": True}
     assert_failure(result, "tool call aborted", ErrorCode.ABORTED)

@@ -26,15 +26,13 @@ from .helpers import Journal, Trip, assert_failure, call, code_of, echo_tool, ru
 
 
 def test_the_first_use_example_of_spec_section_1_works_as_written() -> None:
-    from dsh_actors import (Agent, LogStep, Session, ToolBatchInput, ToolCall,
-                            ToolOutput, ToolRuntime, define_tool, text)
+    from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolCall, ToolOutput, ToolRuntime, define_tool, text
 
     echo = define_tool(
         name="echo",
         description="Repeat a message.",
         parameters={"message": {"type": "string", "required": True}},
-        output=ToolOutput(schema={"type": "string"},
-                          render=lambda args, value: [text(value)]),
+        output=ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)]),
         execute=lambda args, ctx: args["message"],
         is_concurrency_safe=lambda args: True,
     )
@@ -42,9 +40,13 @@ def test_the_first_use_example_of_spec_section_1_works_as_written() -> None:
     with ToolRuntime() as rt:
         rt.tools.register(echo)
         agent = Agent("main", session=Session())
-        batch = rt.tools.execute(ToolBatchInput(
-            calls=[ToolCall(id="c1", name="echo", arguments='{"message": "hi"}')],
-            agent=agent, log=LogStep(turn=1, step=1)))
+        batch = rt.tools.execute(
+            ToolBatchInput(
+                calls=[ToolCall(id="c1", name="echo", arguments='{"message": "hi"}')],
+                agent=agent,
+                log=LogStep(turn=1, step=1),
+            )
+        )
         outcome = batch.results[0].result
         assert batch.results[0].call_id == "c1"
         assert not outcome.is_error and outcome.value == "hi"
@@ -334,7 +336,12 @@ def test_a_prepended_listener_is_outermost(rt: Any) -> None:
 
     assert not run_one(rt).is_error
     assert journal.entries == [
-        "prepended in", "first in", "last in", "last out", "first out", "prepended out",
+        "prepended in",
+        "first in",
+        "last in",
+        "last out",
+        "first out",
+        "prepended out",
     ]
 
 
@@ -504,9 +511,7 @@ def test_disposing_a_guard_lifts_its_denial(rt: Any) -> None:
         pytest.param(Accept(), id="accept"),
     ],
 )
-def test_a_post_execute_listener_cannot_turn_a_guard_denial_into_success(
-    rt: Any, decision: Any
-) -> None:
+def test_a_post_execute_listener_cannot_turn_a_guard_denial_into_success(rt: Any, decision: Any) -> None:
     trip = Trip(rt)
     rt.tools.guard(lambda execution: "guarded")
     rt.events.on("tools/post-execute", lambda execution, result, next_: decision)

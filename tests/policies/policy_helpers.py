@@ -57,9 +57,7 @@ def call(name: str = "echo", id: str = "c1", **arguments: Any) -> ToolCall:
     return ToolCall(id=id, name=name, arguments=dict(arguments))
 
 
-def run(
-    rt: Any, *calls: ToolCall, agent: Agent | None = None, signal: AbortSignal | None = None
-) -> ToolBatchResult:
+def run(rt: Any, *calls: ToolCall, agent: Agent | None = None, signal: AbortSignal | None = None) -> ToolBatchResult:
     return rt.tools.execute(ToolBatchInput(calls=list(calls) or [call()], agent=agent, signal=signal))
 
 

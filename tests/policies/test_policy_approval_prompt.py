@@ -11,13 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from dsh_actors import AbortController, AbortSignal, Agent, ApprovalRequest, Ask, ToolBatchInput, materialize
+from policy_helpers import WAIT, call, run_one, tool
 
 import policies
+from dsh_actors import AbortController, AbortSignal, Agent, ApprovalRequest, Ask, ToolBatchInput, materialize
 from policies.approval import PROMPT, Answer, RememberingService, TerminalPrompt, printable
-
-from policy_helpers import WAIT, call, run_one, tool
 
 MAIN = Agent("main")
 
@@ -225,9 +223,7 @@ def test_a_prompt_blocked_on_its_input_answers_cancelled_when_the_signal_fires(
     output = WatchedOutput()
     controller = AbortController()
     answers: list[str] = []
-    worker = threading.Thread(
-        target=lambda: answers.append(TerminalPrompt(reader, output)(request(controller.signal)))
-    )
+    worker = threading.Thread(target=lambda: answers.append(TerminalPrompt(reader, output)(request(controller.signal))))
     worker.start()
     assert output.prompted.wait(WAIT)
     controller.abort()

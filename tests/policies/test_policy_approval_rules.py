@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from dsh_actors import AbortSignal, Agent, ApprovalRequest, Ask, materialize
+from policy_helpers import Recorder, call, run_one, tool
 
 import policies
+from dsh_actors import AbortSignal, Agent, ApprovalRequest, Ask, materialize
 from policies.approval import (
     Answer,
     RememberingService,
@@ -18,8 +18,6 @@ from policies.approval import (
     ask,
     deny,
 )
-
-from policy_helpers import Recorder, call, run_one, tool
 
 MAIN = Agent("main")
 
@@ -67,9 +65,7 @@ def test_rules_allow_and_deny_by_tool_name() -> None:
 
 
 def test_a_rule_may_test_the_arguments() -> None:
-    service = RuleService(
-        [deny("rm", when=lambda args: args.get("recursive") is True), allow("rm")], default="deny"
-    )
+    service = RuleService([deny("rm", when=lambda args: args.get("recursive") is True), allow("rm")], default="deny")
 
     assert service(request("rm", path="x")) == "allowed-once"
     assert service(request("rm", path="x", recursive=True)) == "rejected"

@@ -9,13 +9,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import dsh_actors
-from dsh_actors import AbortController, Agent, Ask, ToolRuntime
-
-import policies
-from policies.approval import RuleService, allow
-
 from policy_helpers import WAIT, Recorder, call, code_of, listener_lists, policy_threads, run, run_one, tool
+
+import dsh_actors
+import policies
+from dsh_actors import AbortController, Agent, Ask, ToolRuntime
+from policies.approval import RuleService, allow
 
 MAIN = Agent("main")
 POLICIES_DIR = Path(policies.__file__).parent
@@ -149,9 +148,7 @@ def apply_every_policy(rt: Any, tmp_path: Path) -> list[Any]:
     ]
 
 
-def test_applying_then_disposing_every_policy_leaves_the_runtime_exactly_as_before(
-    rt: Any, tmp_path: Path
-) -> None:
+def test_applying_then_disposing_every_policy_leaves_the_runtime_exactly_as_before(rt: Any, tmp_path: Path) -> None:
     def existing(execution: Any, next_: Any) -> Any:
         return next_()
 

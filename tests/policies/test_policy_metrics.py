@@ -8,13 +8,11 @@ from typing import Any
 
 import orjson
 import pytest
-
-from dsh_actors import AbortController, Agent, Deny, ToolArgsError, ToolExecutionInput
+from policy_helpers import call, run, run_one, tool
 
 import policies
+from dsh_actors import AbortController, Agent, Deny, ToolArgsError, ToolExecutionInput
 from policies.metrics import Metrics
-
-from policy_helpers import call, run, run_one, tool
 
 
 class FakeClock:
@@ -138,9 +136,7 @@ def test_percentiles_are_nearest_rank_over_the_samples(rt: Any) -> None:
 
     body_ms = metrics.snapshot()["tools"]["work"]["latency_ms"]["body"]
     assert body_ms["count"] == 100
-    assert [round(body_ms[k], 6) for k in ("p50", "p90", "p99", "min", "max", "mean")] == [
-        50, 90, 99, 1, 100, 50.5
-    ]
+    assert [round(body_ms[k], 6) for k in ("p50", "p90", "p99", "min", "max", "mean")] == [50, 90, 99, 1, 100, 50.5]
 
 
 def test_percentiles_use_the_newest_samples_only(rt: Any) -> None:

@@ -7,13 +7,11 @@ import threading
 from typing import Any
 
 import pytest
-
-from dsh_actors import AbortController, DshError, ToolBatchInput, ToolTimeoutError
+from policy_helpers import WAIT, Recorder, call, code_of, run_one, tool
 
 import policies
+from dsh_actors import AbortController, DshError, ToolBatchInput, ToolTimeoutError
 from policies.retry import RetryPolicy
-
-from policy_helpers import WAIT, Recorder, call, code_of, run_one, tool
 
 
 class Busy(DshError):

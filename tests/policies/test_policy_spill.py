@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
+from policy_helpers import call, run_one, tool
 
+import policies
 from dsh_actors import (
     Accept,
     Agent,
@@ -22,16 +24,12 @@ from dsh_actors import (
     ImageBlock,
     TextBlock,
     ToolExecutionInput,
+    ToolOutput,
     UserMessage,
     define_tool,
     text,
-    ToolOutput,
 )
-
-import policies
 from policies.spill import agent_folder, preview, required_cap
-
-from policy_helpers import call, code_of, run_one, tool
 
 CAP = 1024
 MAIN = Agent("main")
@@ -102,9 +100,7 @@ def test_a_result_at_or_under_the_cap_is_left_alone(rt: Any, spill_dir: Path) ->
     assert spilled_files(spill_dir) == []
 
 
-def test_the_cap_counts_utf8_bytes_and_the_preview_cuts_on_character_boundaries(
-    rt: Any, spill_dir: Path
-) -> None:
+def test_the_cap_counts_utf8_bytes_and_the_preview_cuts_on_character_boundaries(rt: Any, spill_dir: Path) -> None:
     long = "é€😀" * 2000  # 2, 3 and 4 bytes per character
     use_spill(rt, spill_dir)
     rt.tools.register(tool("cat", lambda args, ctx: long))
@@ -285,7 +281,14 @@ def test_ids_from_outside_cannot_escape_the_directory(rt: Any, spill_dir: Path) 
     rt.tools.register(tool("cat", lambda args, ctx: long))
 
     run_one(rt, call("cat", id="../../x/../../passwd"), agent=sneaky)
-    run_one(rt, call("cat", id="..", ), agent=Agent(".."))
+    run_one(
+        rt,
+        call(
+            "cat",
+            id="..",
+        ),
+        agent=Agent(".."),
+    )
     run_one(rt, call("cat", id="/abs\0olute"), agent=None)
 
     files = spilled_files(spill_dir)
@@ -320,9 +323,7 @@ def test_a_symlink_planted_as_the_agent_folder_is_refused_and_the_result_stays_i
     assert any("could not spill" in m for m in warnings)
 
 
-def test_an_agent_folder_open_to_others_is_refused(
-    rt: Any, spill_dir: Path, warnings: list[str]
-) -> None:
+def test_an_agent_folder_open_to_others_is_refused(rt: Any, spill_dir: Path, warnings: list[str]) -> None:
     long = big()
     spill_dir.mkdir(mode=0o700)
     folder = spill_dir / agent_folder(MAIN)
@@ -378,9 +379,7 @@ class Dispatch:
 
 
 def log_copy(rt: Any, dispatch: Dispatch) -> Any:
-    return rt.events.waterfall(
-        "tools/ptc-dispatch-log", lambda: dispatch.content, dispatch, agent=dispatch.agent
-    )
+    return rt.events.waterfall("tools/ptc-dispatch-log", lambda: dispatch.content, dispatch, agent=dispatch.agent)
 
 
 def test_the_ptc_dispatch_log_copy_is_bounded(rt: Any, spill_dir: Path) -> None:

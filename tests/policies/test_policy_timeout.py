@@ -9,7 +9,9 @@ import threading
 from typing import Any
 
 import pytest
+from policy_helpers import WAIT, Recorder, call, code_of, policy_threads, run, run_one, tool
 
+import policies
 from dsh_actors import (
     AbortController,
     Agent,
@@ -21,11 +23,7 @@ from dsh_actors import (
     UserMessage,
     text,
 )
-
-import policies
 from policies.timeout import TimeoutPolicy
-
-from policy_helpers import WAIT, Recorder, call, code_of, policy_threads, run, run_one, tool
 
 MESSAGE_20 = "tool call timed out after 20ms"
 
@@ -43,7 +41,9 @@ def waits_for_its_signal(seen: Recorder | None = None, then: str = "late") -> An
 
 
 def the_policy(rt: Any) -> TimeoutPolicy:
-    (wrapper,) = [w for w in rt.events.listeners("tools/execute") if isinstance(getattr(w, "__self__", None), TimeoutPolicy)]
+    (wrapper,) = [
+        w for w in rt.events.listeners("tools/execute") if isinstance(getattr(w, "__self__", None), TimeoutPolicy)
+    ]
     policy: TimeoutPolicy = wrapper.__self__
     return policy
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from policies._timer import DeadlineTimer
-
 from policy_helpers import WAIT, Recorder
+
+from policies._timer import DeadlineTimer
 
 
 def test_deadlines_fire_in_deadline_order_whatever_the_order_they_were_scheduled_in() -> None:

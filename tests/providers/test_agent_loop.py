@@ -17,7 +17,9 @@ from .helpers import validate
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_openai_loop_reads_searches_writes_and_logs_each_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_openai_loop_reads_searches_writes_and_logs_each_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     messages, events = agent_loop.main("openai", tmp_path)
     assert (tmp_path / "todo.md").read_text() == "- tests\n- docs\n"
     assert [m["role"] for m in messages] == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
@@ -39,7 +41,11 @@ def test_the_anthropic_loop_speaks_tool_use_and_tool_result(tmp_path: Path) -> N
     assert [m["role"] for m in messages] == ["user"] + ["assistant", "user"] * 3 + ["assistant"]
     assert [b["tool_use_id"] for m in messages[2::2] for b in m["content"]] == ["toolu_0", "toolu_1", "toolu_2"]
     assert len(events) == 6
-    validate(MessageCreateParamsNonStreaming, {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages}, exact=False)
+    validate(
+        MessageCreateParamsNonStreaming,
+        {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages},
+        exact=False,
+    )
 
 
 def test_the_approval_policy_guards_the_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,7 +53,11 @@ def test_the_approval_policy_guards_the_write(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(agent_loop, "PLAN", plan)
     messages, events = agent_loop.main("openai", tmp_path)
     assert not (tmp_path / "todo.txt").exists()
-    assert messages[6] == {"role": "tool", "tool_call_id": "call_2", "content": 'Error: the user rejected tool "write_file"'}
+    assert messages[6] == {
+        "role": "tool",
+        "tool_call_id": "call_2",
+        "content": 'Error: the user rejected tool "write_file"',
+    }
     assert events[-1]["is_error"] is True
 
 

@@ -59,7 +59,12 @@ def test_a_round_trip_is_one_user_message_of_tool_results_in_model_order(tools_r
     (reply,) = replies
     assert reply["role"] == "user"
     assert [b["tool_use_id"] for b in reply["content"]] == IDS
-    assert reply["content"][0] == {"type": "tool_result", "tool_use_id": IDS[0], "content": "contents of src/app.py", "is_error": False}
+    assert reply["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": IDS[0],
+        "content": "contents of src/app.py",
+        "is_error": False,
+    }
     assert reply["content"][2]["content"] == [{"type": "text", "text": "the login page"}, IMAGE]
     validate(MessageParam, reply)
     for tool in anthropic.tools(tools_rt):
@@ -83,7 +88,9 @@ def test_an_image_type_the_api_refuses_becomes_a_note_and_reasoning_becomes_text
 
 
 @pytest.mark.parametrize(("call", "code", "start"), ERROR_CASES, ids=ERROR_IDS)
-def test_each_error_kind_is_marked_is_error(tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str) -> None:
+def test_each_error_kind_is_marked_is_error(
+    tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str
+) -> None:
     (reply,) = anthropic.results(run(tools_rt, [call]))
     (block,) = reply["content"]
     assert block["tool_use_id"] == call.id and block["is_error"] is True
@@ -113,7 +120,8 @@ def test_a_concluded_turn_and_an_aborted_batch(tools_rt: ToolRuntime) -> None:
 
 def test_tools_name_the_parameters_input_schema(tools_rt: ToolRuntime) -> None:
     assert anthropic.tools(tools_rt) == [
-        {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in tools_rt.tools.schemas()
+        {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]}
+        for s in tools_rt.tools.schemas()
     ]
 
 

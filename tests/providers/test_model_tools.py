@@ -62,7 +62,9 @@ def test_under_the_native_executor_the_model_is_offered_the_callable_tools(rt: T
     assert offered.known_names == ("read_file",)
 
 
-def test_a_ptc_agent_is_offered_exactly_run_code_in_every_format(ptc_rt: tuple[ToolRuntime, Agent, PtcExecutor]) -> None:
+def test_a_ptc_agent_is_offered_exactly_run_code_in_every_format(
+    ptc_rt: tuple[ToolRuntime, Agent, PtcExecutor],
+) -> None:
     rt, coder, _ = ptc_rt
     offered = rt.tools.model_tools(coder)
     assert offered.known_names == ("run_code",)
@@ -92,7 +94,9 @@ def test_a_scoped_service_describes_its_own_agent_by_default(ptc_rt: tuple[ToolR
     assert rt.tools.scope(coder).model_tools(Agent("other")).known_names == ("read_file", "grep")
 
 
-def test_restrictions_narrow_what_is_offered_and_what_run_code_lists(ptc_rt: tuple[ToolRuntime, Agent, PtcExecutor]) -> None:
+def test_restrictions_narrow_what_is_offered_and_what_run_code_lists(
+    ptc_rt: tuple[ToolRuntime, Agent, PtcExecutor],
+) -> None:
     rt, coder, _ = ptc_rt
     reviewer = Agent("reviewer")
     rt.tools.scope(reviewer).restrict(ToolRestriction(deny=("grep",)))

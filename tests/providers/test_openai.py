@@ -119,7 +119,9 @@ def test_an_image_type_the_provider_refuses_and_reasoning_become_text(tools_rt: 
 
 
 @pytest.mark.parametrize(("call", "code", "start"), ERROR_CASES, ids=ERROR_IDS)
-def test_each_error_kind_is_marked_by_its_text(tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str) -> None:
+def test_each_error_kind_is_marked_by_its_text(
+    tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str
+) -> None:
     batch = run(tools_rt, [call])
     outcome = batch.results[0].result
     assert outcome.is_error and (code is None or outcome.code == code)
@@ -166,7 +168,10 @@ def test_a_final_answer_has_no_calls_and_argument_text_stays_text() -> None:
     final["choices"][0]["message"].update(content="All done.", tool_calls=None)
     final["choices"][0]["finish_reason"] = "stop"
     assert openai.calls(ChatCompletion.model_validate(final)) == ()
-    broken = {"role": "assistant", "tool_calls": [{"id": "x", "type": "function", "function": {"name": "t", "arguments": "{oops"}}]}
+    broken = {
+        "role": "assistant",
+        "tool_calls": [{"id": "x", "type": "function", "function": {"name": "t", "arguments": "{oops"}}],
+    }
     assert openai.calls(broken) == (ToolCall("x", "t", "{oops"),)
 
 

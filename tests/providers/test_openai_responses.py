@@ -37,7 +37,10 @@ RESPONSE: dict[str, Any] = {
     ],
 }  # fmt: skip
 
-EXPECTED = (ToolCall("call_12345xyz", "read_file", '{"path":"src/app.py"}'), ToolCall("call_67890abc", "screenshot", "{}"))
+EXPECTED = (
+    ToolCall("call_12345xyz", "read_file", '{"path":"src/app.py"}'),
+    ToolCall("call_67890abc", "screenshot", "{}"),
+)
 
 
 @pytest.fixture
@@ -85,7 +88,9 @@ def test_an_image_type_the_provider_refuses_becomes_a_note(tools_rt: ToolRuntime
 
 
 @pytest.mark.parametrize(("call", "code", "start"), ERROR_CASES, ids=ERROR_IDS)
-def test_each_error_kind_is_marked_by_its_text(tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str) -> None:
+def test_each_error_kind_is_marked_by_its_text(
+    tools_rt: ToolRuntime, call: ToolCall, code: str | None, start: str
+) -> None:
     (item,) = openai_responses.results(run(tools_rt, [call]))
     assert item["call_id"] == call.id and item["output"].startswith(start), item
     validate(ResponseInputItemParam, item)
@@ -98,7 +103,10 @@ def test_additional_contexts_follow_as_user_message_items_in_order(tools_rt: Too
     assert items[2] == {
         "type": "message",
         "role": "user",
-        "content": [{"type": "input_text", "text": "first"}, {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"}],
+        "content": [
+            {"type": "input_text", "text": "first"},
+            {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+        ],
     }
     assert items[3]["content"][0] == {"type": "input_text", "text": "second"}
     validate_all(ResponseInputItemParam, items)

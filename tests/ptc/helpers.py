@@ -158,4 +158,3 @@ def assert_gone(pid: int) -> None:
     """The worker ``pid`` and everything in its process group are gone."""
     assert not alive(pid), f"worker {pid} is still there"
     assert group_members(pid) == [], f"processes left in group {pid}: {group_members(pid)}"
-

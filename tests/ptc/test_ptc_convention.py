@@ -93,10 +93,7 @@ def test_an_uncaught_tool_error_fails_the_run_with_the_traceback_output_and_the_
     rt.tools.register(tool("read", refuse))
     result = run_code(
         rt,
-        "await tools.echo(message='one')\n"
-        "print('before the failure')\n"
-        "data = await tools.read()\n"
-        "return data\n",
+        "await tools.echo(message='one')\nprint('before the failure')\ndata = await tools.read()\nreturn data\n",
     )
     assert code_of(result) == "CODE_RUN_FAILED"
     message = result.error.message
@@ -143,7 +140,10 @@ def test_arguments_that_are_not_json_raise_type_error_at_the_call(rt: Any, ptc: 
         rt,
         "try:\n    await tools.echo(message={1})\nexcept TypeError as err:\n    return str(err)\n",
     )
-    assert result.value["result"] == "tools.echo(): arguments.message: a set is not JSON (use dict, list, str, int, float, bool or None)"
+    assert (
+        result.value["result"]
+        == "tools.echo(): arguments.message: a set is not JSON (use dict, list, str, int, float, bool or None)"
+    )
 
 
 def test_output_printed_before_a_call_stays_before_it_and_stderr_is_captured_too(rt: Any, ptc: Any) -> None:

@@ -124,12 +124,12 @@ def test_a_model_direct_call_to_a_native_tool_fails_unknown_tool_before_any_poli
     rt.tools.register(echo_tool())
     seen: list[str] = []
     rt.events.on("tools/pre-execute", lambda execution, next: seen.append(execution.name) or next())
-    batch = rt.tools.execute(
-        ToolBatchInput(calls=(ToolCall(id="c1", name="echo", arguments='{"message": "hi"}'),))
-    )
+    batch = rt.tools.execute(ToolBatchInput(calls=(ToolCall(id="c1", name="echo", arguments='{"message": "hi"}'),)))
     result = batch.results[0].result
     assert code_of(result) == "UNKNOWN_TOOL"
-    assert result.error.message.startswith('unknown tool "echo". Tools are called from Python here: run a program with run_code')
+    assert result.error.message.startswith(
+        'unknown tool "echo". Tools are called from Python here: run a program with run_code'
+    )
     assert "await tools.echo(...)" in result.error.message
     assert seen == []  # no policy saw it
 

@@ -31,9 +31,7 @@ def test_sub_calls_carry_their_ids_the_outer_token_the_root_call_id_and_the_froz
         return next()
 
     rt.events.on("tools/pre-execute", record)
-    result = run_code(
-        rt, "await tools.echo(message='a')\nawait tools.echo(message='b')\nreturn 1", call_id="call-7"
-    )
+    result = run_code(rt, "await tools.echo(message='a')\nawait tools.echo(message='b')\nreturn 1", call_id="call-7")
     assert result.value["result"] == 1
     (run,) = outer
     assert [e.call_id for e in inner] == ["call-7:ptc:1", "call-7:ptc:2"]
@@ -71,7 +69,11 @@ def test_a_pre_execute_deny_on_a_sub_call_becomes_an_exception_in_the_program(rt
 def test_guards_post_execute_and_the_result_event_apply_to_sub_calls(rt: Any, ptc: Any) -> None:
     rt.tools.register(tool("guarded", lambda args, ctx: "ran"))
     rt.tools.register(tool("blocked", lambda args, ctx: "secret"))
-    rt.tools.register(tool("edited", lambda args, ctx: "v", output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)])))
+    rt.tools.register(
+        tool(
+            "edited", lambda args, ctx: "v", output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)])
+        )
+    )
     rt.tools.guard(lambda execution: "guard says no" if execution.name == "guarded" else None)
 
     def post(execution: Any, result: Any, next: Any) -> Any:

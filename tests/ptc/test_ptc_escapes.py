@@ -33,7 +33,9 @@ from .test_ptc_isolation import failed_as
 def test_os_open_for_writing_relative_to_an_outside_folder_is_refused(rt: Any, ptc: Any, tmp_path: Path) -> None:
     outside = str(tmp_path)
     message = failed_as(
-        run_code(rt, f"import os\nd = os.open({outside!r}, os.O_RDONLY)\nos.open('x', os.O_WRONLY | os.O_CREAT, dir_fd=d)"),
+        run_code(
+            rt, f"import os\nd = os.open({outside!r}, os.O_RDONLY)\nos.open('x', os.O_WRONLY | os.O_CREAT, dir_fd=d)"
+        ),
         "error",
     )
     assert "run_code does not allow os.open of 'x' for writing relative to a directory descriptor" in message
@@ -52,7 +54,9 @@ def test_the_original_posix_open_cannot_open_a_relative_path(rt: Any, ptc: Any, 
     )
     message = failed_as(run_code(rt, code), "error")
     assert "run_code does not allow opening a relative path with the original posix.open" in message
-    absolute = f"import os\nreal = os.open.__globals__['_posix_open']\nreal({outside + '/y'!r}, os.O_WRONLY | os.O_CREAT)"
+    absolute = (
+        f"import os\nreal = os.open.__globals__['_posix_open']\nreal({outside + '/y'!r}, os.O_WRONLY | os.O_CREAT)"
+    )
     assert "does not allow writing" in failed_as(run_code(rt, absolute), "error")
     assert os.listdir(outside) == []
 
@@ -88,7 +92,10 @@ def test_a_hard_link_to_an_outside_file_is_refused(rt: Any, ptc: Any, tmp_path: 
         ("open('sub/../x', 'w')", "run_code does not allow writing 'sub/../x'"),
         ("import os\nos.symlink('sub/../..', 'up')", "run_code does not allow a symbolic link to 'sub/../..'"),
         ("import os\nos.symlink('/tmp', 'tmp')", "run_code does not allow a symbolic link to '/tmp'"),
-        ("import shutil, os\nshutil.rmtree('x', dir_fd=os.open('/', os.O_RDONLY))", "relative to a directory descriptor"),
+        (
+            "import shutil, os\nshutil.rmtree('x', dir_fd=os.open('/', os.O_RDONLY))",
+            "relative to a directory descriptor",
+        ),
         ("import gc\ngc.get_objects()", "run_code does not allow gc.get_objects"),
         ("import os\nos.mkfifo('/tmp/dsh-ptc-fifo')", "run_code does not allow os.mkfifo on '/tmp/dsh-ptc-fifo'"),
         ("import os\nos.mknod('/tmp/dsh-ptc-node')", "run_code does not allow os.mknod on '/tmp/dsh-ptc-node'"),
@@ -126,7 +133,9 @@ def test_reading_another_processs_proc_entries_is_refused(rt: Any, ptc: Any, pat
 
 
 def test_proc_entries_are_refused_through_listings_links_and_directory_descriptors(rt: Any, ptc: Any) -> None:
-    link = failed_as(run_code(rt, "import os\nos.symlink(f'/proc/{os.getppid()}', 'p')\nopen('p/environ').read()"), "error")
+    link = failed_as(
+        run_code(rt, "import os\nos.symlink(f'/proc/{os.getppid()}', 'p')\nopen('p/environ').read()"), "error"
+    )
     assert "run_code does not allow a symbolic link to" in link
     listing = failed_as(run_code(rt, "import os\nos.listdir(f'/proc/{os.getppid()}/fd')"), "error")
     assert "(another process's /proc entry)" in listing

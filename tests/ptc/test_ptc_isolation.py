@@ -22,7 +22,9 @@ def pid_reporter(rt: Any) -> list[int]:
     """A tool ``pid(pid=os.getpid())`` the program calls first, so the test
     knows the worker's pid even when the run is killed."""
     pids: list[int] = []
-    rt.tools.register(tool("pid", lambda args, ctx: pids.append(args["pid"]) or 0, parameters={"pid": {"type": "integer"}}))
+    rt.tools.register(
+        tool("pid", lambda args, ctx: pids.append(args["pid"]) or 0, parameters={"pid": {"type": "integer"}})
+    )
     return pids
 
 
@@ -104,7 +106,9 @@ def test_aborting_the_batch_kills_the_program_and_fires_the_running_sub_calls_si
 
     rt.tools.register(tool("slow", wait_for_abort))
     controller = AbortController()
-    future: Future[Any] = rt.tools.submit(batch(REPORT + "await tools.slow()\nawait tools.pid(pid=0)\n", signal=controller.signal))
+    future: Future[Any] = rt.tools.submit(
+        batch(REPORT + "await tools.slow()\nawait tools.pid(pid=0)\n", signal=controller.signal)
+    )
     must(started, "the sub-call started")
     controller.abort("the user pressed stop")
     result = future.result(GUARD).results[0].result
@@ -121,7 +125,9 @@ def test_aborting_kills_a_program_that_is_busy_computing(rt: Any, ptc: Any) -> N
     started = threading.Event()
     rt.tools.register(tool("started", lambda args, ctx: started.set() or 0))
     controller = AbortController()
-    future: Future[Any] = rt.tools.submit(batch(REPORT + "await tools.started()\nwhile True:\n    pass\n", signal=controller.signal))
+    future: Future[Any] = rt.tools.submit(
+        batch(REPORT + "await tools.started()\nwhile True:\n    pass\n", signal=controller.signal)
+    )
     must(started, "the program started computing")
     controller.abort()
     failed_as(future.result(GUARD).results[0].result, "aborted")
@@ -196,7 +202,11 @@ def test_a_worker_command_that_cannot_start_fails_the_run_as_crashed(rt: Any) ->
 def test_a_worker_that_is_not_a_worker_breaks_the_protocol(rt: Any) -> None:
     import sys
 
-    install(rt, timeout_ms=2000, worker_command=[sys.executable, "-c", "print('hello', flush=True); import time; time.sleep(60)"])
+    install(
+        rt,
+        timeout_ms=2000,
+        worker_command=[sys.executable, "-c", "print('hello', flush=True); import time; time.sleep(60)"],
+    )
     message = failed_as(run_code(rt, "return 1"), "protocol")
     assert "a line that is not JSON" in message
 
@@ -213,10 +223,16 @@ def test_a_worker_that_is_not_a_worker_breaks_the_protocol(rt: Any) -> None:
         ("exec('x = 1')", "run_code does not allow compiling new code"),
         ("eval(compile('1', 'f', 'eval'))", "run_code does not allow compiling new code"),
         ("import ctypes", "run_code does not allow importing ctypes"),
-        ("import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "run_code does not allow resource.setrlimit"),
+        (
+            "import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))",
+            "run_code does not allow resource.setrlimit",
+        ),
         ("open('/tmp/dsh-ptc-escape', 'w')", "run_code does not allow writing '/tmp/dsh-ptc-escape'"),
         ("import os\nos.remove('/etc/hostname')", "run_code does not allow os.remove on '/etc/hostname'"),
-        ("import os\nos.symlink('/etc/passwd', 'link')\nopen('link', 'a')", "run_code does not allow a symbolic link to '/etc/passwd'"),
+        (
+            "import os\nos.symlink('/etc/passwd', 'link')\nopen('link', 'a')",
+            "run_code does not allow a symbolic link to '/etc/passwd'",
+        ),
         ("import os\nos.chdir('/')", "run_code does not allow os.chdir"),
     ],
 )

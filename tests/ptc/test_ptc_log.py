@@ -5,7 +5,6 @@ tools/ptc-dispatch-log waterfall; a raising listener is contained."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from dsh_actors import Agent, ImageBlock, Session, text
@@ -76,9 +75,7 @@ def test_the_events_match_the_core_session_builders(rt: Any, ptc: Any) -> None:
     start, settle = events_of(agent.session, "tool/ptc-dispatch-start", "tool/ptc-dispatch")
     assert start == ptc_dispatch_start_event("c1", "c1", "c1:ptc:1", "echo", {"message": "b"})
     assert result.value["result"] == {"message": "b"}
-    assert settle == ptc_dispatch_event(
-        "c1", "c1", "c1:ptc:1", "echo", False, [text('{"message":"b"}')], None, None
-    )
+    assert settle == ptc_dispatch_event("c1", "c1", "c1:ptc:1", "echo", False, [text('{"message":"b"}')], None, None)
 
 
 def test_the_dispatch_log_waterfall_replaces_only_the_logged_content(rt: Any, ptc: Any) -> None:
@@ -141,7 +138,9 @@ def test_images_are_logged_in_the_settle_event(rt: Any, ptc: Any) -> None:
     from dsh_actors import ToolOutput
 
     image = ImageBlock(data="aGk=", mime_type="image/png")
-    rt.tools.register(tool("shot", lambda a, c: "s", output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [image])))
+    rt.tools.register(
+        tool("shot", lambda a, c: "s", output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [image]))
+    )
     agent = with_session()
     run_code(rt, "return await tools.shot()", agent=agent)
     (settle,) = events_of(agent.session, "tool/ptc-dispatch")

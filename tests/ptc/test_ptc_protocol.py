@@ -68,7 +68,13 @@ def test_exit_descriptions_name_the_signal() -> None:
 
 
 def test_a_worker_of_another_protocol_version_is_refused(rt: Any) -> None:
-    install(rt, timeout_ms=2000, worker_command=[sys.executable, "-c", "print('{\"t\":\"ready\",\"v\":99}', flush=True); input()"])
+    install(
+        rt,
+        timeout_ms=2000,
+        worker_command=[sys.executable, "-c", 'print(\'{"t":"ready","v":99}\', flush=True); input()'],
+    )
     result = run_code(rt, "return 1")
     assert code_of(result) == "CODE_RUN_FAILED"
-    assert result.error.message.startswith("code run failed (protocol): the worker broke the protocol: the worker speaks version 99")
+    assert result.error.message.startswith(
+        "code run failed (protocol): the worker broke the protocol: the worker speaks version 99"
+    )

@@ -144,7 +144,12 @@ def test_two_run_code_calls_of_one_batch_run_one_after_the_other(rt: Any) -> Non
     rt.tools.register(tool("work", work))
     code = {"code": "a = await tools.work()\nb = await tools.work()\nreturn [a, b]"}
     batch = rt.tools.execute(
-        ToolBatchInput(calls=(ToolCall(id="r1", name="run_code", arguments=code), ToolCall(id="r2", name="run_code", arguments=code)))
+        ToolBatchInput(
+            calls=(
+                ToolCall(id="r1", name="run_code", arguments=code),
+                ToolCall(id="r2", name="run_code", arguments=code),
+            )
+        )
     )
     assert [r.result.value["result"] for r in batch.results] == [("r1:ptc:1", "r1:ptc:2"), ("r2:ptc:1", "r2:ptc:2")]
     assert timeline.ends["r1:ptc:2"] < timeline.starts["r2:ptc:1"]

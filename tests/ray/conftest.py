@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import ray
+from ray_helpers import children, live_threads
 
 from executors.ray import RayExecutor
-from ray_helpers import children, live_threads
 
 HERE = Path(__file__).resolve().parent
 OBJECT_STORE = 80 * 1024 * 1024
@@ -44,9 +44,7 @@ def cluster() -> Iterator[Any]:
     children_before = children()
     ray.init(**init_options())
     try:
-        from ray_tools import GATE, NAMESPACE, Gate
-
-        from ray_tools import warm_one
+        from ray_tools import GATE, NAMESPACE, Gate, warm_one
 
         gate = Gate.options(name=GATE, namespace=NAMESPACE).remote()
         # Start the gate and two task workers now, not in the first test.

@@ -8,6 +8,7 @@ import json
 import sys
 
 import ray_tools as rt_tools
+
 from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime
 from executors.ray import RayActor, RayExecutor
 

@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 import ray
-
 import ray_tools as rt_tools
+from ray_helpers import first_started, gate_wait, live_threads, result_of, wait_until
+
 from dsh_actors import AbortController, Agent, ErrorCode, ToolBatchExecutionError, ToolBatchInput, ToolCall, ToolRuntime
 from executors.ray import RayActor
-from ray_helpers import first_started, gate_wait, live_threads, result_of, wait_until
 
 HOG = {"ray": {"num_cpus": 2}}  # the whole cluster: a second one queues in Ray
 
@@ -219,7 +219,9 @@ def test_the_signal_board_forgets_every_call(rt: Any, make_executor: Any, gate: 
     rt.tools.set_executor(executor)
     rt.tools.execute(batch(("w1", "who", {}), ("w2", "who", {})))
     controller = AbortController()
-    future = rt.tools.submit(batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal))
+    future = rt.tools.submit(
+        batch(("a", "coop", {"x": "a"}), ("b", "coop", {"x": "b"}), cap=2, signal=controller.signal)
+    )
     first_started(gate, "a", "b")  # one started, one queued in Ray
     wait_until(lambda: executor.in_flight() == 2, "the second call to be submitted")
     controller.abort()

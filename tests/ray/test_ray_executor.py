@@ -7,16 +7,18 @@ import os
 from typing import Any
 
 import ray
-
 import ray_tools as rt_tools
+from ray_helpers import gate_wait, result_of
+
 from dsh_actors import Agent, ErrorCode, ToolBatchInput, ToolCall
 from executors.ray import RayActor
-from ray_helpers import gate_wait, result_of
 
 REMOTE = {"ray": True}
 
 
-def batch(*calls: tuple[str, str, dict[str, Any]], cap: int | None = None, agent: Agent | None = None) -> ToolBatchInput:
+def batch(
+    *calls: tuple[str, str, dict[str, Any]], cap: int | None = None, agent: Agent | None = None
+) -> ToolBatchInput:
     import json
 
     return ToolBatchInput(
@@ -49,9 +51,7 @@ def test_a_remote_body_runs_on_a_worker_with_the_calls_identity(rt: Any, make_ex
     assert remote.content[0].text.startswith("FrozenDict(")
 
 
-def test_results_come_back_in_model_order_when_later_calls_finish_first(
-    rt: Any, make_executor: Any, gate: Any
-) -> None:
+def test_results_come_back_in_model_order_when_later_calls_finish_first(rt: Any, make_executor: Any, gate: Any) -> None:
     rt.tools.register(rt_tools.tool("chain", rt_tools.chained, meta={"ray": {"num_cpus": 0.5}}))
     rt.tools.set_executor(make_executor())
     # a waits for b, c for d: b and d finish first.

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import ray
-
 import ray_tools as rt_tools
+from ray_helpers import children, live_threads, wait_until
+
 from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime
 from executors.ray import RayActor, RayExecutor
-from ray_helpers import children, live_threads, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -29,8 +29,9 @@ def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_i
     assert not ray.is_initialized()
     threads_before, children_before = live_threads(), children()
     shared = RayActor(rt_tools.Counter, name="farm-counter", namespace="farm")
-    first = RayExecutor(local_cpus=2, object_store_memory=80 * 1024 * 1024, init_options=options(),
-                        actors={"counter": shared})
+    first = RayExecutor(
+        local_cpus=2, object_store_memory=80 * 1024 * 1024, init_options=options(), actors={"counter": shared}
+    )
     try:
         assert first.owns_connection and first.started_cluster and ray.is_initialized()
         second = RayExecutor(actors={"counter": shared})  # the same connection
@@ -38,7 +39,9 @@ def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_i
         try:
             with ToolRuntime() as one, ToolRuntime() as two:
                 for rt, executor in ((one, first), (two, second)):
-                    rt.tools.register(rt_tools.tool("add", rt_tools.noop, meta={"ray": {"actor": "counter"}}, safe=False))
+                    rt.tools.register(
+                        rt_tools.tool("add", rt_tools.noop, meta={"ray": {"actor": "counter"}}, safe=False)
+                    )
                     rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta={"ray": True}))
                     rt.tools.set_executor(executor)
                 a = one.tools.execute(ToolBatchInput(calls=[ToolCall("from-1", "add", '{"x": 1}')]))
@@ -53,7 +56,10 @@ def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_i
                 env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
                 proc = subprocess.run(
                     [sys.executable, os.path.join(HERE, "ray_driver.py"), address],
-                    capture_output=True, text=True, timeout=90, env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=90,
+                    env=env,
                 )
                 assert proc.returncode == 0, proc.stderr[-2000:]
                 reply = json.loads(proc.stdout.strip().splitlines()[-1])

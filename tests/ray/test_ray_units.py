@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import ray_tools as rt_tools
 from ray import exceptions as rex
 
-import ray_tools as rt_tools
 from dsh_actors import AbortError, ErrorCode, ImageBlock, ReasoningBlock, UserMessage, text
 from executors.ray import (
     RayActor,

@@ -60,14 +60,10 @@ def names(mapping_or_list: Any) -> list[str]:
 
 
 def execution(name: str, agent: Agent | None = None, arguments: Any = None) -> ToolExecution:
-    return ToolExecution(
-        call_id="c1", name=name, arguments=arguments or {}, signal=AbortSignal(), agent=agent
-    )
+    return ToolExecution(call_id="c1", name=name, arguments=arguments or {}, signal=AbortSignal(), agent=agent)
 
 
-def activation(
-    agent: Agent | None, signal: AbortSignal | None = None
-) -> ToolActivationContext:
+def activation(agent: Agent | None, signal: AbortSignal | None = None) -> ToolActivationContext:
     return ToolActivationContext(
         agent=agent,
         model_selection=ModelSelection(provider="test", model="m1"),

@@ -144,9 +144,7 @@ def _raise(args: Any) -> bool:
     ],
     ids=["true", "false", "missing", "raises", "one", "string", "truthy-object", "none"],
 )
-def test_only_an_exact_true_from_the_classifier_makes_a_call_parallel(
-    rt: Any, classifier: Any, mode: str
-) -> None:
+def test_only_an_exact_true_from_the_classifier_makes_a_call_parallel(rt: Any, classifier: Any, mode: str) -> None:
     from .helpers import raw_tool
 
     rt.tools.register(raw_tool("t", is_concurrency_safe=classifier))

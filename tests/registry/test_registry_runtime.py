@@ -139,7 +139,7 @@ def test_a_stopped_runtime_refuses_use_approvals_set_and_events_on_like_tools() 
     plugin_off = rt.use(policies.timeout)
     rt.stop()
     with pytest.raises(RuntimeError, match="the ToolRuntime is stopped"):
-        rt.tools
+        _ = rt.tools
     with pytest.raises(RuntimeError, match="the ToolRuntime is stopped"):
         rt.use(policies.timeout)
     with pytest.raises(RuntimeError, match="the ToolRuntime is stopped"):

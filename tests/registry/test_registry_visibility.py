@@ -60,9 +60,7 @@ def test_a_nearer_ancestor_shadows_a_farther_one_and_global(rt: Any) -> None:
 
 
 @pytest.mark.parametrize("global_first", [True, False])
-def test_a_scoped_registration_shadows_a_global_one_whichever_was_registered_first(
-    rt: Any, global_first: bool
-) -> None:
+def test_a_scoped_registration_shadows_a_global_one_whichever_was_registered_first(rt: Any, global_first: bool) -> None:
     agent = Agent("a")
     g, s = tool("x"), tool("x")
     if global_first:
@@ -258,9 +256,7 @@ def test_registration_reports_every_problem_of_a_definition_at_once(rt: Any) -> 
         ({"execute": None}, "execute must be callable"),
     ],
 )
-def test_registration_rejects_what_validate_definition_rejects(
-    rt: Any, fields: dict[str, Any], problem: str
-) -> None:
+def test_registration_rejects_what_validate_definition_rejects(rt: Any, fields: dict[str, Any], problem: str) -> None:
     with pytest.raises(RegistrationError, match=problem) as err:
         rt.tools.register(raw_tool("t", **fields))
     assert err.value.tool == "t"
@@ -279,7 +275,9 @@ def test_something_that_is_not_a_definition_is_rejected(rt: Any) -> None:
 
 
 def test_when_must_be_callable_or_none(rt: Any) -> None:
-    with pytest.raises(RegistrationError, match=r'cannot register tool "x": when must be callable or None \(got bool\)'):
+    with pytest.raises(
+        RegistrationError, match=r'cannot register tool "x": when must be callable or None \(got bool\)'
+    ):
         rt.tools.register(tool("x"), when=True)
     assert rt.tools.get("x") is None
 

@@ -73,9 +73,7 @@ def calls(*names: str) -> list[ToolCall]:
     return [call(i, name) for i, name in enumerate(names)]
 
 
-def logged_batch(
-    the_calls: Sequence[ToolCall], session: Any, **kwargs: Any
-) -> ToolBatchInput:
+def logged_batch(the_calls: Sequence[ToolCall], session: Any, **kwargs: Any) -> ToolBatchInput:
     """A batch of ``Agent("a", session=session)`` logged at turn 1, step 1."""
     return ToolBatchInput(
         calls=tuple(the_calls), agent=Agent("a", session=session), log=LogStep(turn=1, step=1), **kwargs
@@ -230,7 +228,7 @@ class Timeline:
     # -- queries ------------------------------------------------------------
 
     def result_seq(self, call_id: str) -> int:
-        (seq, _), = self.results[call_id]
+        ((seq, _),) = self.results[call_id]
         return seq
 
     def overlaps(self, a: str, b: str) -> bool:

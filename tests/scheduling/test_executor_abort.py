@@ -61,9 +61,7 @@ def test_aborting_from_inside_a_running_body_starts_nothing_new_and_drains_the_s
     rt.tools.register(make_tool("excl", counting_body(timeline), classifier=None))
     names = ["t", "t", "t", "t", "t", "excl", "t", "t", "excl", "t"]
     session = Session()
-    batch = rt.tools.execute(
-        logged_batch(calls(*names), session, signal=controller.signal, max_parallel_tool_calls=3)
-    )
+    batch = rt.tools.execute(logged_batch(calls(*names), session, signal=controller.signal, max_parallel_tool_calls=3))
 
     started = {f"c{i}" for i in range(3)}
     assert set(timeline.starts) == started, "a body started after the abort"
@@ -190,13 +188,17 @@ def test_an_abort_during_a_serial_batch_skips_the_rest_and_runs_no_later_barrier
     rt.tools.register(make_tool("t", counting_body(timeline, work)))
     rt.tools.register(make_tool("excl", counting_body(timeline), classifier=None))
     batch = rt.tools.execute(
-        ToolBatchInput(
-            calls=calls("t", "t", "excl", "t", "excl"), signal=controller.signal, max_parallel_tool_calls=1
-        )
+        ToolBatchInput(calls=calls("t", "t", "excl", "t", "excl"), signal=controller.signal, max_parallel_tool_calls=1)
     )
     assert set(timeline.starts) == {"c0", "c1"}
     assert set(timeline.pre) == {"c0", "c1"}
-    assert codes(batch) == [None, "ABORTED", "ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH"]
+    assert codes(batch) == [
+        None,
+        "ABORTED",
+        "ABORTED_BEFORE_DISPATCH",
+        "ABORTED_BEFORE_DISPATCH",
+        "ABORTED_BEFORE_DISPATCH",
+    ]
     assert {cid: len(items) for cid, items in timeline.results.items()} == {f"c{i}": 1 for i in range(5)}
 
 

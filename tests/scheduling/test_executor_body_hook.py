@@ -36,9 +36,7 @@ def test_a_replacement_body_runs_and_its_value_is_validated_and_rendered(runtime
     runtime.tools.register(make_tool("local", lambda args, ctx: "ran here"))
     executor = Elsewhere()
     runtime.tools.set_executor(executor)
-    batch = runtime.tools.execute(
-        ToolBatchInput(calls=[ToolCall("a", "remote", "{}"), ToolCall("b", "local", "{}")])
-    )
+    batch = runtime.tools.execute(ToolBatchInput(calls=[ToolCall("a", "remote", "{}"), ToolCall("b", "local", "{}")]))
     assert [r.result.value for r in batch.results] == ["ran elsewhere", "ran here"]
     assert batch.results[0].result.content[0].text == "ran elsewhere"
     assert sorted(executor.asked) == ["local", "remote"]

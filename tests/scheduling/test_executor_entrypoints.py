@@ -108,8 +108,7 @@ def test_execute_async_never_blocks_the_event_loop(rt: Any) -> None:
 def test_batches_submitted_together_all_settle_with_their_own_results(rt: Any) -> None:
     rt.tools.register(make_tool("t", lambda args, ctx: f"{ctx.call_id}"))
     futures = [
-        rt.tools.submit(ToolBatchInput(calls=[ToolCall(id=f"b{b}c{i}", name="t") for i in range(5)]))
-        for b in range(6)
+        rt.tools.submit(ToolBatchInput(calls=[ToolCall(id=f"b{b}c{i}", name="t") for i in range(5)])) for b in range(6)
     ]
     for b, future in enumerate(futures):
         batch = future.result(GUARD)

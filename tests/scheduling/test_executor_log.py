@@ -37,7 +37,9 @@ class FailingSession(Session):
         super().append(event)
 
 
-def gated_tools(rt: Any, timeline: Timeline, release: threading.Event, started: threading.Event, finished: threading.Event) -> None:
+def gated_tools(
+    rt: Any, timeline: Timeline, release: threading.Event, started: threading.Event, finished: threading.Event
+) -> None:
     """``first``: exclusive and quick; ``gated``: blocks until ``release``;
     ``quick``: returns at once. All record on ``timeline``."""
 
@@ -130,9 +132,7 @@ def test_no_call_starts_after_a_session_write_failure(rt: Any) -> None:
     assert set(timeline.pre) == {"c0", "c1"}, "calls were prepared after the session failed"
 
 
-def test_a_session_closed_mid_batch_fails_the_batch_and_the_file_can_be_repaired(
-    rt: Any, tmp_path: Path
-) -> None:
+def test_a_session_closed_mid_batch_fails_the_batch_and_the_file_can_be_repaired(rt: Any, tmp_path: Path) -> None:
     path = tmp_path / "session.jsonl"
     session = Session(path)
 

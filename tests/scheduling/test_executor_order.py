@@ -105,9 +105,7 @@ def test_each_calls_tool_call_event_precedes_its_tool_result_event(rt: Any) -> N
 def test_the_log_step_turn_and_step_are_written_on_every_call_event(rt: Any) -> None:
     rt.tools.register(make_tool("t", lambda args, ctx: "x"))
     session = Session()
-    batch = ToolBatchInput(
-        calls=calls("t", "t"), agent=Agent("a", session=session), log=LogStep(turn=7, step=3)
-    )
+    batch = ToolBatchInput(calls=calls("t", "t"), agent=Agent("a", session=session), log=LogStep(turn=7, step=3))
     rt.tools.execute(batch)
     assert [(e["turn"], e["step"]) for e in events_of(session, "tool/call")] == [(7, 3), (7, 3)]
 
@@ -189,18 +187,14 @@ def test_empty_argument_text_means_an_empty_object(rt: Any) -> None:
 
 def test_argument_text_is_parsed_as_json(rt: Any) -> None:
     seen = recording_tool(rt)
-    rt.tools.execute(
-        ToolBatchInput(calls=[ToolCall(id="c0", name="rec", arguments='{"a": [1, 2.5, "x"], "b": null}')])
-    )
+    rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c0", name="rec", arguments='{"a": [1, 2.5, "x"], "b": null}')]))
     assert seen == [{"a": (1, 2.5, "x"), "b": None}]
 
 
 def test_arguments_given_as_a_dict_are_used_as_they_are(rt: Any) -> None:
     seen = recording_tool(rt)
     session = Session()
-    batch = rt.tools.execute(
-        logged_batch([ToolCall(id="c0", name="rec", arguments={"q": "hello", "n": 3})], session)
-    )
+    batch = rt.tools.execute(logged_batch([ToolCall(id="c0", name="rec", arguments={"q": "hello", "n": 3})], session))
     assert not batch.results[0].result.is_error
     assert seen == [{"q": "hello", "n": 3}]
     assert events_of(session, "tool/call")[0]["arguments"] == {"q": "hello", "n": 3}
@@ -323,9 +317,7 @@ def test_deferred_contexts_follow_the_results_in_call_order_whatever_order_calls
     batch = rt.tools.execute(ToolBatchInput(calls=calls("t", "t", "t")))
     expected = tuple(note(f"{i}{s}") for i in range(3) for s in "ab")
     assert batch.additional_contexts == expected
-    assert [r.result.additional_contexts for r in batch.results] == [
-        (note(f"{i}a"), note(f"{i}b")) for i in range(3)
-    ]
+    assert [r.result.additional_contexts for r in batch.results] == [(note(f"{i}a"), note(f"{i}b")) for i in range(3)]
 
 
 def test_a_success_that_concludes_the_turn_makes_the_batch_concluded(rt: Any) -> None:

@@ -165,9 +165,7 @@ BAD_LIMITS = [0, -1, 1.5, True, False, "2"]
 
 
 @pytest.mark.parametrize("limit", BAD_LIMITS, ids=repr)
-def test_a_batch_limit_that_is_not_a_positive_integer_is_rejected_before_anything_runs(
-    rt: Any, limit: Any
-) -> None:
+def test_a_batch_limit_that_is_not_a_positive_integer_is_rejected_before_anything_runs(rt: Any, limit: Any) -> None:
     ran: list[str] = []
     rt.tools.register(make_tool("t", lambda args, ctx: ran.append("body") or "x"))
     rt.events.on("tools/pre-execute", lambda execution, next_: ran.append("pre") or next_())
@@ -446,9 +444,7 @@ def test_a_2000_call_batch_does_not_start_a_thread_per_call(rt: Any) -> None:
 
     rt.tools.register(make_tool("t", body))
     baseline = threading.active_count()
-    batch = rt.tools.execute(
-        ToolBatchInput(calls=[call(i, "t") for i in range(2000)], max_parallel_tool_calls=8)
-    )
+    batch = rt.tools.execute(ToolBatchInput(calls=[call(i, "t") for i in range(2000)], max_parallel_tool_calls=8))
     assert len(batch.results) == 2000
     assert all_ok(batch), errors(batch)[:3]
     assert peak[0] - baseline <= 8 + 10, f"{peak[0] - baseline} threads beyond the baseline"
@@ -473,6 +469,7 @@ def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
 
 def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(rt: Any) -> None:
     import dsh_actors.scheduling.executor as executor_module
+
     rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
     kept = executor_module._IDLE_EXECUTORS_KEPT
     executor_module._IDLE_EXECUTORS_KEPT = 1

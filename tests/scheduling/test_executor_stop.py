@@ -12,7 +12,17 @@ import pytest
 
 from dsh_actors import Session, ToolBatchExecutionError, ToolRuntime
 
-from .helpers import GUARD, assert_no_new_threads, calls, code_of, events_of, live_threads, logged_batch, make_tool, must
+from .helpers import (
+    GUARD,
+    assert_no_new_threads,
+    calls,
+    code_of,
+    events_of,
+    live_threads,
+    logged_batch,
+    make_tool,
+    must,
+)
 
 
 def test_stop_drains_a_logged_batch_and_every_call_gets_one_result_and_its_tool_result() -> None:

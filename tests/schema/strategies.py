@@ -44,9 +44,9 @@ UNSUPPORTED_KEYWORDS = (
 strings = st.sampled_from(["a", "b", "c", "", "odd key", "é"]) | st.text(max_size=3)
 integers = st.sampled_from([0, 1, 2, -1, 2**63 - 1, 2**64 - 1, -(2**63)]) | st.integers(-5, 5)
 # Finite, never -0.0 (not lossless); integral floats are integers.
-floats = st.sampled_from([0.0, 1.0, 2.0, 1.5, -2.5, 1e300]) | st.floats(
-    allow_nan=False, allow_infinity=False
-).map(lambda f: 0.0 if f == 0.0 else f)
+floats = st.sampled_from([0.0, 1.0, 2.0, 1.5, -2.5, 1e300]) | st.floats(allow_nan=False, allow_infinity=False).map(
+    lambda f: 0.0 if f == 0.0 else f
+)
 booleans = st.booleans()
 scalars = st.one_of(st.none(), booleans, integers, floats, strings)
 keys = st.sampled_from(PROPERTY_NAMES) | st.text(max_size=3)

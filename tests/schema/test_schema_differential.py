@@ -40,9 +40,7 @@ def test_our_verdict_equals_jsonschema_on_every_supported_schema(data: st.DataOb
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schemas(), json_values)
-def test_random_values_get_the_same_verdict_as_jsonschema(
-    schema: dict[str, Any], value: Any
-) -> None:
+def test_random_values_get_the_same_verdict_as_jsonschema(schema: dict[str, Any], value: Any) -> None:
     expected = jsonschema.Draft202012Validator(schema).is_valid(value)
     assert compile_json_schema(schema).is_valid(value) is expected
     assert (compile_json_schema(schema).validate(value) == []) is expected
@@ -66,10 +64,7 @@ def test_an_unsupported_keyword_anywhere_is_rejected_with_its_path(data: st.Data
     node[keyword] = 1
     with pytest.raises(JsonSchemaError) as caught:
         assert_supported_json_schema(schema)
-    assert (
-        f'{child_path(path, keyword)}: keyword "{keyword}" is not supported'
-        in caught.value.violations
-    )
+    assert f'{child_path(path, keyword)}: keyword "{keyword}" is not supported' in caught.value.violations
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -84,9 +84,7 @@ def test_an_empty_parameter_spec_compiles_to_an_object_without_required() -> Non
 
 
 def test_a_frozen_parameter_spec_compiles_too() -> None:
-    spec = materialize(
-        {"q": {"type": "string", "required": True}, "n": {"type": "integer", "enum": [1, 2]}}
-    )
+    spec = materialize({"q": {"type": "string", "required": True}, "n": {"type": "integer", "enum": [1, 2]}})
     assert parameter_schema_spec_to_json_schema(spec) == {  # type: ignore[arg-type]
         "type": "object",
         "properties": {"q": {"type": "string"}, "n": {"type": "integer", "enum": [1, 2]}},
@@ -135,9 +133,7 @@ def test_a_frozen_parameter_spec_compiles_too() -> None:
         ),
     ],
 )
-def test_value_specs_compile_to_raw_schemas_in_the_subset(
-    spec: dict[str, Any], schema: dict[str, Any]
-) -> None:
+def test_value_specs_compile_to_raw_schemas_in_the_subset(spec: dict[str, Any], schema: dict[str, Any]) -> None:
     compiled = value_schema_spec_to_json_schema(spec)
     assert compiled == schema
     assert_supported_json_schema(compiled)
@@ -186,9 +182,7 @@ def test_a_nested_object_spec_without_additional_properties_is_rejected_with_its
 
 
 def test_both_spellings_of_additional_properties_are_rejected() -> None:
-    assert value_errors(
-        {"type": "object", "additional_properties": True, "additionalProperties": True}
-    ) == (
+    assert value_errors({"type": "object", "additional_properties": True, "additionalProperties": True}) == (
         "spec.additionalProperties: give only one of additional_properties / additionalProperties",
     )
 
@@ -213,9 +207,7 @@ def test_required_false_in_a_nested_object_is_rejected_with_its_path() -> None:
             "properties": {"x": {"type": "string", "required": False}},
         }
     )
-    assert errors == (
-        'spec.properties.x.required: must be true when given; omit "required" for an optional property',
-    )
+    assert errors == ('spec.properties.x.required: must be true when given; omit "required" for an optional property',)
 
 
 def test_required_that_is_not_a_bool_is_rejected() -> None:
@@ -247,9 +239,7 @@ def test_a_spec_with_neither_type_nor_one_of_is_rejected() -> None:
 
 
 def test_an_unknown_key_is_rejected() -> None:
-    assert value_errors({"type": "string", "pattern": "x"}) == (
-        'spec.pattern: unknown key "pattern"',
-    )
+    assert value_errors({"type": "string", "pattern": "x"}) == ('spec.pattern: unknown key "pattern"',)
 
 
 def test_a_key_of_another_type_is_rejected() -> None:
@@ -259,9 +249,7 @@ def test_a_key_of_another_type_is_rejected() -> None:
 
 
 def test_enum_on_json_is_rejected() -> None:
-    assert value_errors({"type": "json", "enum": [1]}) == (
-        'spec.enum: key "enum" does not apply to type "json"',
-    )
+    assert value_errors({"type": "json", "enum": [1]}) == ('spec.enum: key "enum" does not apply to type "json"',)
 
 
 def test_an_enum_value_of_the_wrong_type_is_rejected_with_its_path() -> None:
@@ -277,9 +265,7 @@ def test_a_const_outside_the_enum_is_rejected() -> None:
 
 
 def test_one_of_with_a_single_branch_is_rejected() -> None:
-    assert value_errors({"oneOf": [{"type": "string"}]}) == (
-        "spec.oneOf: must list at least two specs (got 1)",
-    )
+    assert value_errors({"oneOf": [{"type": "string"}]}) == ("spec.oneOf: must list at least two specs (got 1)",)
 
 
 def test_type_beside_one_of_is_rejected() -> None:
@@ -294,12 +280,8 @@ def test_a_bad_one_of_branch_is_rejected_with_its_index() -> None:
 
 
 def test_a_spec_that_is_not_a_mapping_is_rejected() -> None:
-    assert parameter_errors({"x": "string"}) == (
-        "parameters.x: a schema spec must be an object (got string)",
-    )
-    assert parameter_errors(["x"]) == (
-        "parameters: must be an object mapping property names to specs (got array)",
-    )
+    assert parameter_errors({"x": "string"}) == ("parameters.x: a schema spec must be an object (got string)",)
+    assert parameter_errors(["x"]) == ("parameters: must be an object mapping property names to specs (got array)",)
 
 
 def test_a_bad_annotation_is_rejected() -> None:
@@ -310,9 +292,7 @@ def test_a_bad_annotation_is_rejected() -> None:
 
 
 def test_an_odd_parameter_name_gets_a_quoted_path() -> None:
-    assert parameter_errors({"odd name": {"type": "strng"}})[0].startswith(
-        'parameters["odd name"].type: unknown type'
-    )
+    assert parameter_errors({"odd name": {"type": "strng"}})[0].startswith('parameters["odd name"].type: unknown type')
 
 
 def test_every_problem_is_listed() -> None:

@@ -254,8 +254,10 @@ def test_full_mode_wraps_the_callbacks_once_and_keeps_the_originals(rt: ToolRunt
 def test_registration_lists_every_problem_of_a_full_mode_definition() -> None:
     with pytest.raises(RegistrationError) as caught:
         validate_definition(
-            raw(parameters={"type": "object", "properties": {"r": {"$ref": "https://example.com/x"}}},
-                output=ToolOutput(schema={"$ref": "#/nowhere"}, render=lambda a, v: []))
+            raw(
+                parameters={"type": "object", "properties": {"r": {"$ref": "https://example.com/x"}}},
+                output=ToolOutput(schema={"$ref": "#/nowhere"}, render=lambda a, v: []),
+            )
         )
     message = caught.value.message
     assert "output.schema: unsupported JSON schema" in message and '"#/nowhere" does not resolve' in message

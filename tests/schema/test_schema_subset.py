@@ -84,9 +84,7 @@ def test_frozen_schemas_with_tuples_are_accepted() -> None:
 
 
 def test_a_property_named_like_a_keyword_is_just_a_property() -> None:
-    assert_supported_json_schema(
-        {"type": "object", "properties": {"$ref": {}, "type": {}, "anyOf": {"type": "null"}}}
-    )
+    assert_supported_json_schema({"type": "object", "properties": {"$ref": {}, "type": {}, "anyOf": {"type": "null"}}})
 
 
 def test_the_default_is_never_checked_against_the_node_type() -> None:
@@ -97,14 +95,12 @@ def test_the_default_is_never_checked_against_the_node_type() -> None:
 
 
 def test_an_unknown_keyword_is_rejected_with_its_path() -> None:
-    assert violations_of(
-        {"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}
-    ) == ('schema.properties.a.pattern: keyword "pattern" is not supported',)
+    assert violations_of({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}) == (
+        'schema.properties.a.pattern: keyword "pattern" is not supported',
+    )
 
 
-@pytest.mark.parametrize(
-    "keyword", ["anyOf", "allOf", "not", "minimum", "format", "prefixItems", "$defs"]
-)
+@pytest.mark.parametrize("keyword", ["anyOf", "allOf", "not", "minimum", "format", "prefixItems", "$defs"])
 def test_each_unsupported_keyword_is_rejected(keyword: str) -> None:
     (violation,) = violations_of({"type": "string", keyword: 1})
     assert violation.endswith(f'keyword "{keyword}" is not supported')
@@ -115,9 +111,7 @@ def test_a_dollar_ref_is_rejected_with_a_quoted_path() -> None:
 
 
 def test_a_type_array_is_rejected() -> None:
-    assert violations_of({"type": ["string", "null"]}) == (
-        "schema.type: type arrays are not supported; use oneOf",
-    )
+    assert violations_of({"type": ["string", "null"]}) == ("schema.type: type arrays are not supported; use oneOf",)
 
 
 def test_an_unknown_type_name_is_rejected() -> None:
@@ -127,15 +121,11 @@ def test_an_unknown_type_name_is_rejected() -> None:
 
 def test_a_type_that_is_not_a_string_is_rejected() -> None:
     (violation,) = violations_of({"type": 3})
-    assert violation.startswith("schema.type: must be one of") and violation.endswith(
-        "(got integer)"
-    )
+    assert violation.startswith("schema.type: must be one of") and violation.endswith("(got integer)")
 
 
 def test_one_of_with_one_branch_is_rejected() -> None:
-    assert violations_of({"oneOf": [{}]}) == (
-        "schema.oneOf: must list at least two schemas (got 1)",
-    )
+    assert violations_of({"oneOf": [{}]}) == ("schema.oneOf: must list at least two schemas (got 1)",)
 
 
 def test_one_of_that_is_not_a_list_is_rejected() -> None:
@@ -250,9 +240,7 @@ def test_items_in_the_array_form_is_rejected() -> None:
 
 
 def test_an_empty_enum_is_rejected() -> None:
-    assert violations_of({"type": "string", "enum": []}) == (
-        "schema.enum: must list at least one value",
-    )
+    assert violations_of({"type": "string", "enum": []}) == ("schema.enum: must list at least one value",)
 
 
 def test_an_enum_value_of_another_type_is_rejected_at_its_index() -> None:
@@ -290,15 +278,11 @@ def test_a_const_equal_to_an_enum_number_by_json_equality_is_accepted() -> None:
 
 
 def test_a_description_that_is_not_a_string_is_rejected() -> None:
-    assert violations_of({"description": 5}) == (
-        "schema.description: must be a string (got integer)",
-    )
+    assert violations_of({"description": 5}) == ("schema.description: must be a string (got integer)",)
 
 
 def test_a_title_that_is_not_a_string_is_rejected() -> None:
-    assert violations_of({"type": "null", "title": None}) == (
-        "schema.title: must be a string (got null)",
-    )
+    assert violations_of({"type": "null", "title": None}) == ("schema.title: must be a string (got null)",)
 
 
 def test_a_default_that_is_not_lossless_is_rejected_with_its_path() -> None:
@@ -313,15 +297,11 @@ def test_examples_that_are_not_lossless_are_rejected() -> None:
 
 
 def test_a_boolean_schema_is_rejected() -> None:
-    assert violations_of(True) == (
-        "schema: boolean schemas are not supported; use {} for any value",
-    )
+    assert violations_of(True) == ("schema: boolean schemas are not supported; use {} for any value",)
 
 
 def test_a_non_string_key_is_rejected() -> None:
-    assert violations_of({"type": "string", 1: "x"}) == (
-        "schema: keys must be strings (got a key of kind integer)",
-    )
+    assert violations_of({"type": "string", 1: "x"}) == ("schema: keys must be strings (got a key of kind integer)",)
 
 
 def test_a_non_plain_mapping_is_rejected() -> None:
@@ -341,9 +321,9 @@ def test_a_str_subclass_type_is_rejected() -> None:
 
 
 def test_an_odd_property_name_gets_a_quoted_path() -> None:
-    assert violations_of({"type": "object", "properties": {"odd key": {"type": "strin"}}})[
-        0
-    ].startswith('schema.properties["odd key"].type: unknown type "strin"')
+    assert violations_of({"type": "object", "properties": {"odd key": {"type": "strin"}}})[0].startswith(
+        'schema.properties["odd key"].type: unknown type "strin"'
+    )
 
 
 # --- every violation, order, depth ------------------------------------------
@@ -367,9 +347,7 @@ def test_every_violation_is_listed_in_a_deterministic_order() -> None:
 
 def test_the_error_lists_every_violation_in_its_message() -> None:
     with pytest.raises(JsonSchemaError) as caught:
-        assert_supported_json_schema(
-            {"type": "string", "pattern": "x", "minLength": 1, "items": {}}
-        )
+        assert_supported_json_schema({"type": "string", "pattern": "x", "minLength": 1, "items": {}})
     err = caught.value
     assert err.code is ErrorCode.UNSUPPORTED_SCHEMA
     assert len(err.violations) == 3
@@ -433,14 +411,10 @@ def test_an_object_root_is_accepted_by_the_object_check() -> None:
         ({"oneOf": [{"type": "object"}, {"type": "null"}]}, "no type"),
     ],
 )
-def test_a_root_that_is_not_an_object_fails_the_object_check(
-    schema: dict[str, Any], shown: str
-) -> None:
+def test_a_root_that_is_not_an_object_fails_the_object_check(schema: dict[str, Any], shown: str) -> None:
     with pytest.raises(JsonSchemaError) as caught:
         assert_object_json_schema(schema)
-    assert caught.value.violations == (
-        f'schema.type: the root must declare "type": "object" (got {shown})',
-    )
+    assert caught.value.violations == (f'schema.type: the root must declare "type": "object" (got {shown})',)
 
 
 def test_the_object_check_also_lists_the_other_violations() -> None:

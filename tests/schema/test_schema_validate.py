@@ -12,11 +12,11 @@ from dsh_actors.errors import ErrorCode, JsonSchemaError, ToolArgsError
 from dsh_actors.json import FrozenDict, materialize
 from dsh_actors.schema import (
     CompiledJsonSchema,
+    _compile,
     compile_json_schema,
     validate_args,
     validate_json_schema_value,
 )
-from dsh_actors.schema import _compile
 
 SERVER = {
     "type": "object",
@@ -53,16 +53,12 @@ def test_an_undeclared_property_of_a_closed_object_is_reported() -> None:
 
 def test_a_value_matching_two_one_of_branches_is_reported() -> None:
     schema = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
-    assert validate_json_schema_value(schema, 1) == [
-        '"value" must match exactly one oneOf branch (matched 2)'
-    ]
+    assert validate_json_schema_value(schema, 1) == ['"value" must match exactly one oneOf branch (matched 2)']
 
 
 def test_a_value_matching_no_one_of_branch_is_reported() -> None:
     schema = {"oneOf": [{"type": "integer"}, {"type": "null"}]}
-    assert validate_json_schema_value(schema, "x") == [
-        '"value" must match exactly one oneOf branch (matched 0)'
-    ]
+    assert validate_json_schema_value(schema, "x") == ['"value" must match exactly one oneOf branch (matched 0)']
 
 
 def test_a_value_outside_the_enum_is_reported_with_compact_json() -> None:
@@ -72,9 +68,7 @@ def test_a_value_outside_the_enum_is_reported_with_compact_json() -> None:
 
 
 def test_a_value_other_than_the_const_is_reported() -> None:
-    assert validate_json_schema_value({"type": "string", "const": "x"}, "y") == [
-        '"value" must be "x"'
-    ]
+    assert validate_json_schema_value({"type": "string", "const": "x"}, "y") == ['"value" must be "x"']
 
 
 @pytest.mark.parametrize(
@@ -94,9 +88,7 @@ def test_a_wrong_type_gets_its_type_message(json_type: str, value: Any, message:
 
 
 def test_a_wrong_type_gets_only_the_type_message_not_the_enum_one() -> None:
-    assert validate_json_schema_value({"type": "string", "enum": ["a"]}, 3) == [
-        '"value" must be a string'
-    ]
+    assert validate_json_schema_value({"type": "string", "enum": ["a"]}, 3) == ['"value" must be a string']
 
 
 def test_every_violation_of_an_object_is_listed_in_order() -> None:
@@ -113,9 +105,7 @@ def test_every_violation_of_an_object_is_listed_in_order() -> None:
 
 
 def test_the_root_path_can_be_named() -> None:
-    assert validate_json_schema_value({"type": "string"}, 1, path="result") == [
-        '"result" must be a string'
-    ]
+    assert validate_json_schema_value({"type": "string"}, 1, path="result") == ['"result" must be a string']
 
 
 # --- JSON types ---------------------------------------------------------------
@@ -142,9 +132,7 @@ def test_an_int_is_a_number() -> None:
 
 
 def test_one_is_not_true_for_a_boolean_const() -> None:
-    assert validate_json_schema_value({"type": "boolean", "const": True}, 1) == [
-        '"value" must be a boolean'
-    ]
+    assert validate_json_schema_value({"type": "boolean", "const": True}, 1) == ['"value" must be a boolean']
 
 
 def test_an_integral_float_equals_an_integer_enum_member() -> None:
@@ -162,9 +150,7 @@ def test_frozen_values_and_tuples_are_objects_and_arrays() -> None:
 
 
 def test_a_frozen_schema_validates_like_the_plain_one() -> None:
-    assert validate_json_schema_value(materialize(SERVER), {"host": 1}) == [
-        '"value.host" must be a string'
-    ]
+    assert validate_json_schema_value(materialize(SERVER), {"host": 1}) == ['"value.host" must be a string']
 
 
 @pytest.mark.parametrize(
@@ -421,10 +407,7 @@ def test_validate_args_raises_tool_args_error_with_every_violation() -> None:
         validate_args(compile_json_schema(schema), {"x": 1})
     err = caught.value
     assert err.code is ErrorCode.INVALID_ARGS
-    assert (
-        str(err)
-        == 'invalid arguments: "value.x" must be a string; missing required property "value.y"'
-    )
+    assert str(err) == 'invalid arguments: "value.x" must be a string; missing required property "value.y"'
     assert isinstance(compile_json_schema(schema), CompiledJsonSchema)
 
 
