@@ -1,0 +1,106 @@
+"""The durable session log (``docs/reference.md``, section 10): one JSON
+object per line.
+
+A :class:`Session` records what a batch did, in commit order, as *events*:
+plain JSON objects, each with a ``"type"`` key. The executor writes four
+kinds, built by the functions below (keys are snake_case):
+
+``tool/call``
+    ``{"type", "turn", "step", "call_id", "name", "arguments"}``:
+    ``arguments`` is the call's normalized arguments as JSON, or the raw
+    string when the model sent text that is not JSON.
+``tool/result``
+    ``{"type", "call_id", "is_error", "content", "error", "meta"}``:
+    ``content`` as :func:`~dsh_actors.model.content_to_json` writes it,
+    ``error`` ``None`` or ``{"message", "info"}`` with ``info`` ``None`` or
+    ``{"name", "code", "reason"}``. The canonical ``value`` is never logged.
+``tool/ptc-dispatch-start``
+    ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
+    "arguments"}``: pairing ids, name and arguments only (never the schema
+    or the description).
+``tool/ptc-dispatch``
+    ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
+    "is_error", "content", "error", "meta"}``: the settled sub-call's
+    durable copy, same field shapes as ``tool/result``.
+
+**Storage.** ``Session()`` keeps events in memory; ``Session(path)`` also
+appends them to a JSONL file (orjson, compact, ``\\n``-terminated) through
+an unbuffered handle, so each event is one ``write`` that reaches the OS
+before :meth:`Session.append` returns (``fsync=True`` also makes it reach
+the disk). Every method is thread-safe: one lock orders the appends, so
+lines from several threads never interleave. The session is the only
+writer of its file.
+
+**Failures.** An event that is not lossless JSON raises
+:class:`~dsh_actors.errors.LosslessJsonError` (path starting at ``event``)
+and writes nothing. A failed write re-raises the ``OSError`` as it is (the
+executor turns it into ``ToolBatchExecutionError``) and leaves the session
+consistent: the event is not in :meth:`Session.events`, and the bytes it
+may have left are cut off the file. If they cannot be cut (the file cannot
+be truncated), the next append first writes a ``\\n`` when the file does
+not end with one, so the torn line never merges with a good one (it then
+stands as a line of its own, which a later :meth:`Session.open` reports as
+corrupt: that takes a failed write *and* a failed truncate). Appending
+to a closed session raises ``OSError("session is closed")``.
+
+**Reading back.** :meth:`Session.open` reads an existing file and continues
+it. Blank lines are skipped. The *last* line is accepted only if it parses
+as an event (a valid event without its trailing ``\\n`` is kept, and the
+next append starts on a fresh line); otherwise it is a torn write from a
+crash: it is ignored, reported by :attr:`Session.torn_line`, and cut off
+the file before the first append (a read-only use never changes the file).
+Any other line that is not a valid event raises :class:`SessionCorruptError`
+naming ``<path>:<line number>``.
+
+**Repair and replay.** :meth:`Session.repair` appends a synthetic failure
+``tool/ptc-dispatch`` for every ``tool/ptc-dispatch-start`` still without
+one (start order), then a synthetic failure ``tool/result`` for every
+``tool/call`` still without a result (call order); both carry
+:data:`REPAIR_MESSAGE` and info ``SessionRepair`` / ``INTERRUPTED``.
+:meth:`Session.pending_calls` and :meth:`Session.pending_sub_calls` say
+what is still open. :meth:`Session.results_by_call` gives each call's
+:class:`LoggedResult`, rebuilt from logged fields only, whose
+:meth:`LoggedResult.projection` is what ``present_result`` takes on replay.
+"""
+
+from __future__ import annotations
+
+from ._events import (
+    CALL,
+    PTC_DISPATCH,
+    PTC_DISPATCH_START,
+    REPAIR_ERROR_CODE,
+    REPAIR_ERROR_NAME,
+    REPAIR_MESSAGE,
+    RESULT,
+    LoggedResult,
+    SessionCorruptError,
+    call_event,
+    error_from_json,
+    error_to_json,
+    ptc_dispatch_event,
+    ptc_dispatch_start_event,
+    result_event,
+    results_by_call,
+)
+from ._file import Session
+
+__all__ = [
+    "CALL",
+    "PTC_DISPATCH",
+    "PTC_DISPATCH_START",
+    "REPAIR_ERROR_CODE",
+    "REPAIR_ERROR_NAME",
+    "REPAIR_MESSAGE",
+    "RESULT",
+    "LoggedResult",
+    "Session",
+    "SessionCorruptError",
+    "call_event",
+    "error_from_json",
+    "error_to_json",
+    "ptc_dispatch_event",
+    "ptc_dispatch_start_event",
+    "result_event",
+    "results_by_call",
+]

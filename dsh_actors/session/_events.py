@@ -1,0 +1,289 @@
+"""The session log's events: their names, the functions that build them
+(``call_event``, ``result_event``, the PTC dispatch events), the error
+shape they share, and :class:`LoggedResult`, a result rebuilt from its
+logged fields. ``dsh_actors.session`` documents the format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final, Protocol
+
+from ..errors import LosslessJsonError, safe_str
+from ..json import materialize
+from ..model import (
+    ContentBlock,
+    TextBlock,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolFailure,
+    content_from_json,
+    content_to_json,
+)
+from ..presentation import ToolResultProjection
+
+CALL: Final = "tool/call"
+RESULT: Final = "tool/result"
+PTC_DISPATCH_START: Final = "tool/ptc-dispatch-start"
+PTC_DISPATCH: Final = "tool/ptc-dispatch"
+
+REPAIR_MESSAGE: Final = "tool call interrupted: the session ended before its result was recorded"
+"""The message of the synthetic failure :meth:`Session.repair` appends."""
+REPAIR_ERROR_NAME: Final = "SessionRepair"
+REPAIR_ERROR_CODE: Final = "INTERRUPTED"
+
+_INTERRUPTED: Final = ToolExecutionFailure(
+    error=ToolFailure(REPAIR_MESSAGE, ToolErrorInfo(REPAIR_ERROR_NAME, REPAIR_ERROR_CODE)),
+    content=(TextBlock("Error: " + REPAIR_MESSAGE),),
+)
+
+
+class SessionCorruptError(LosslessJsonError):
+    """A line of a session file, other than the last, is not a valid event:
+    ``<file>:<lineno>: <problem>``. ``file`` and ``lineno`` (1-based) locate
+    it; ``path`` (inherited) is ``"<file>:<lineno>"``. Its code is
+    ``INVALID_JSON``."""
+
+    def __init__(self, file: str, lineno: int, problem: str) -> None:
+        self.file = file
+        self.lineno = lineno
+        super().__init__(f"{file}:{lineno}", problem)
+
+
+# --------------------------------------------------------------------------
+# Event builders
+# --------------------------------------------------------------------------
+
+
+class ResultFields(Protocol):
+    """What :func:`result_event` reads: the durable fields of a result (a
+    live ``ToolExecutionSuccess``/``ToolExecutionFailure``, a
+    ``ToolResultProjection`` or a :class:`LoggedResult`)."""
+
+    @property
+    def is_error(self) -> bool: ...
+
+    @property
+    def content(self) -> Sequence[ContentBlock]: ...
+
+    @property
+    def error(self) -> ToolFailure | None: ...
+
+    @property
+    def meta(self) -> Any: ...
+
+
+def _plain_str(value: object, where: str) -> str:
+    """``value`` as an exact ``str`` (a str enum such as ``ErrorCode`` gives
+    its value); anything else is a TypeError naming ``where``."""
+    if type(value) is str:
+        return value
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise TypeError(f"{where} must be a str, got {type(value).__qualname__}")
+
+
+def _int(value: object, where: str) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{where} must be an int, got {type(value).__qualname__}")
+    return value
+
+
+def error_to_json(error: ToolFailure | None) -> dict[str, Any] | None:
+    """The logged form of a failure: ``None``, or ``{"message", "info"}``
+    with ``info`` ``None`` or ``{"name", "code", "reason"}``."""
+    if error is None:
+        return None
+    info = error.info
+    return {
+        "message": _plain_str(error.message, "error.message"),
+        "info": None
+        if info is None
+        else {
+            "name": _plain_str(info.name, "error.info.name"),
+            "code": _plain_str(info.code, "error.info.code"),
+            "reason": None if info.reason is None else _plain_str(info.reason, "error.info.reason"),
+        },
+    }
+
+
+def error_from_json(item: object, path: str = "error") -> ToolFailure | None:
+    """Inverse of :func:`error_to_json`; raises :class:`LosslessJsonError`
+    naming the bad field."""
+    if item is None:
+        return None
+    if not isinstance(item, Mapping):
+        raise LosslessJsonError(path, "must be null or an object")
+    message = item.get("message")
+    if type(message) is not str:
+        raise LosslessJsonError(f"{path}.message", "must be a str")
+    info = item.get("info")
+    if info is None:
+        return ToolFailure(message)
+    if not isinstance(info, Mapping):
+        raise LosslessJsonError(f"{path}.info", "must be null or an object")
+    fields: list[str | None] = []
+    for key in ("name", "code", "reason"):
+        value = info.get(key)
+        if type(value) is not str and not (key == "reason" and value is None):
+            raise LosslessJsonError(f"{path}.info.{key}", "must be a str")
+        fields.append(value)
+    name, code, reason = fields
+    assert name is not None and code is not None
+    return ToolFailure(message, ToolErrorInfo(name, code, reason))
+
+
+def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """A ``tool/call`` event. ``arguments``: the call's normalized arguments
+    (frozen or plain JSON), or the raw text when it was not JSON."""
+    return {
+        "type": CALL,
+        "turn": _int(turn, "turn"),
+        "step": _int(step, "step"),
+        "call_id": _plain_str(call_id, "call_id"),
+        "name": _plain_str(name, "name"),
+        "arguments": arguments,
+    }
+
+
+def result_event(call_id: str, result: ResultFields) -> dict[str, Any]:
+    """A ``tool/result`` event: ``is_error``, ``content``, ``error`` and
+    ``meta`` of ``result``; never its canonical ``value``."""
+    return {
+        "type": RESULT,
+        "call_id": _plain_str(call_id, "call_id"),
+        "is_error": bool(result.is_error),
+        "content": content_to_json(result.content),
+        "error": error_to_json(result.error),
+        "meta": result.meta,
+    }
+
+
+def ptc_dispatch_start_event(
+    root_call_id: str, parent_call_id: str | None, sub_call_id: str, name: str, arguments: Any
+) -> dict[str, Any]:
+    """A ``tool/ptc-dispatch-start`` event: pairing ids, name and normalized
+    arguments of a started ``run_code`` sub-dispatch (no schema, no
+    description)."""
+    return {
+        "type": PTC_DISPATCH_START,
+        **_pairing(root_call_id, parent_call_id, sub_call_id, name),
+        "arguments": arguments,
+    }
+
+
+def _pairing(root_call_id: str, parent_call_id: str | None, sub_call_id: str, name: str) -> dict[str, Any]:
+    """The ids and name both sub-dispatch events carry, checked."""
+    return {
+        "root_call_id": _plain_str(root_call_id, "root_call_id"),
+        "parent_call_id": None if parent_call_id is None else _plain_str(parent_call_id, "parent_call_id"),
+        "sub_call_id": _plain_str(sub_call_id, "sub_call_id"),
+        "name": _plain_str(name, "name"),
+    }
+
+
+def ptc_dispatch_event(
+    root_call_id: str,
+    parent_call_id: str | None,
+    sub_call_id: str,
+    name: str,
+    is_error: bool,
+    content: Iterable[ContentBlock],
+    error: ToolFailure | None,
+    meta: Any,
+) -> dict[str, Any]:
+    """A ``tool/ptc-dispatch`` event: the durable copy of a settled
+    sub-dispatch (``content`` is the logged, possibly replaced, copy)."""
+    return {
+        "type": PTC_DISPATCH,
+        **_pairing(root_call_id, parent_call_id, sub_call_id, name),
+        "is_error": bool(is_error),
+        "content": content_to_json(content),
+        "error": error_to_json(error),
+        "meta": meta,
+    }
+
+
+# --------------------------------------------------------------------------
+# Reading results back
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedResult:
+    """A result rebuilt from a ``tool/result`` (or ``tool/ptc-dispatch``)
+    event alone: ``call_id`` (the ``sub_call_id`` of a dispatch), content
+    blocks, ``is_error``, ``error`` and frozen ``meta``. It has the
+    attributes presenters read; :meth:`projection` gives the
+    ``ToolResultProjection`` that ``present_result`` is typed to take."""
+
+    call_id: str
+    content: tuple[ContentBlock, ...]
+    is_error: bool
+    error: ToolFailure | None = None
+    meta: Any = None
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> LoggedResult:
+        """Rebuild a result; raises :class:`LosslessJsonError` naming the
+        bad field (``event.content[0].text: ...``) or ``ValueError`` for an
+        event of another type."""
+        kind = event.get("type")
+        if kind == RESULT:
+            id_key = "call_id"
+        elif kind == PTC_DISPATCH:
+            id_key = "sub_call_id"
+        else:
+            raise ValueError(f"not a {RESULT} or {PTC_DISPATCH} event: type {safe_str(kind)!r}")
+        call_id = event.get(id_key)
+        if type(call_id) is not str:
+            raise LosslessJsonError(f"event.{id_key}", "must be a str")
+        is_error = event.get("is_error")
+        if type(is_error) is not bool:
+            raise LosslessJsonError("event.is_error", "must be a bool")
+        return cls(
+            call_id=call_id,
+            content=content_from_json(event.get("content"), "event.content"),
+            is_error=is_error,
+            error=error_from_json(event.get("error"), "event.error"),
+            meta=materialize(event.get("meta"), "event.meta"),
+        )
+
+    def projection(self) -> ToolResultProjection:
+        """The durable projection ``present_result`` takes."""
+        return ToolResultProjection(content=self.content, is_error=self.is_error, error=self.error, meta=self.meta)
+
+
+def results_by_call(events: Iterable[Mapping[str, Any]], *, ptc: bool = False) -> dict[str, LoggedResult]:
+    """Each call's logged result, by call id, in log order. ``tool/result``
+    events only, or with ``ptc`` only ``tool/ptc-dispatch`` events (keyed by
+    ``sub_call_id``). A call id logged twice keeps its last result."""
+    wanted = PTC_DISPATCH if ptc else RESULT
+    out: dict[str, LoggedResult] = {}
+    for event in events:
+        if event.get("type") == wanted:
+            result = LoggedResult.from_event(event)
+            out[result.call_id] = result
+    return out
+
+
+def _interrupted_dispatch(
+    sub_call_id: str, root_call_id: str | None, parent_call_id: str | None, name: str | None
+) -> dict[str, Any]:
+    """The synthetic ``tool/ptc-dispatch`` :meth:`Session.repair` appends for
+    a sub-call that started and never settled (the ids and name of its start
+    event; one that was not a str is ``None``)."""
+    return {
+        "type": PTC_DISPATCH,
+        "root_call_id": root_call_id,
+        "parent_call_id": parent_call_id,
+        "sub_call_id": sub_call_id,
+        "name": name,
+        "is_error": True,
+        "content": content_to_json(_INTERRUPTED.content),
+        "error": error_to_json(_INTERRUPTED.error),
+        "meta": None,
+    }
