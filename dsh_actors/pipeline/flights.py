@@ -201,7 +201,11 @@ class Outbox:
         self._ends: list[Any] = []
 
     def add(self, end: Any) -> None:
-        if asyncio._get_running_loop() is not self.loop:
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop's thread (the watch's, a closed loop's caller)
+            running = None
+        if running is not self.loop:
             self.put((end,))
             return
         ends = self._ends
