@@ -260,15 +260,18 @@ class BatchRun:
             message = inbox.get()
             if message is None:
                 return RUNNING
-            kind = type(message)
-            if kind is Settled:
-                self.out.discard(message.call.index)
-            elif kind is BodyEnded:
-                self._body_ended(message)
-            elif kind is Deadline:
-                self._deadline()
-            else:
-                assert kind is Wake, message
+            try:
+                kind = type(message)
+                if kind is Settled:
+                    self.out.discard(message.call.index)
+                elif kind is BodyEnded:
+                    self._body_ended(message)
+                elif kind is Deadline:
+                    self._deadline()
+                else:
+                    assert kind is Wake, message
+            except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
+                self._failed(exc)
             self._advance()
         inbox.end()
         return self._close()
@@ -367,16 +370,21 @@ class BatchRun:
                 self._step()
             finally:
                 self._launch()  # every flight started is launched (and so ends)
+            if BatchRun.check_invariants and self.bug is None:
+                self._assert_invariants()  # a broken one fails the batch, naming it
         except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
-            logger.opt(exception=exc).error("the batch scheduler failed")
-            if self.bug is None:
-                self.bug = exc
-            try:
-                self._halt("internal error", reclaim=False)
-            except BaseException:  # noqa: BLE001
-                pass
-        if BatchRun.check_invariants:
-            self._assert_invariants()
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        """A bug: no call starts any more; what is out drains; the batch
+        fails with ``exc`` (it never hangs)."""
+        logger.opt(exception=exc).error("the batch scheduler failed")
+        if self.bug is None:
+            self.bug = exc
+        try:
+            self._halt("internal error", reclaim=False)
+        except BaseException:  # noqa: BLE001
+            pass
 
     def _halt(self, why: str, *, reclaim: bool) -> None:
         """No call starts any more. ``reclaim``: an abort, so calls still in
@@ -693,7 +701,10 @@ class BatchRun:
         if self.barrier is not None:
             assert self.next_commit <= self.barrier < self.next_start
             assert self.out <= {self.barrier}, "a call runs beside an exclusive one"
-            assert self.barrier == self.next_start - 1, "a call started after an exclusive one before it committed"
+            # (After an abort the calls behind it are resolved unstarted.)
+            assert self.barrier == self.next_start - 1 or self.halted is not None, (
+                "a call started after an exclusive one before it committed"
+            )
         if self.halted is not None and self.bug is None:
             assert self.next_start == total, "a call stayed unstarted after the batch halted"
         if not self.out and self.bug is None and self.next_commit < self.next_start:

@@ -21,6 +21,7 @@ random abort point. After each batch :func:`check_invariants` checks:
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +40,15 @@ KINDS: dict[str, tuple[bool, bool]] = {
     "excl": (False, False),
     "excl_fail": (False, True),
     "odd": (False, False),  # its classifier answers 1: truthy, not True
+    # async def bodies, run as flights on the runtime's loop (no thread
+    # waits for them); they yield to the loop once, so they interleave
+    "async": (True, False),
+    "async_excl": (False, False),
 }
+ASYNC = {"async", "async_excl"}
+#: The kinds whose bodies may block on a threading.Event (not async ones:
+#: blocking the loop would hold every other async body back).
+BLOCKING_KINDS = sorted(set(KINDS) - ASYNC)
 
 
 def classifier_for(name: str) -> Any:
@@ -57,6 +66,16 @@ def spin(n: int) -> int:
 
 def register_kinds(rt: Any, timeline: Timeline, wait: Callable[[Any, Any], None]) -> None:
     for name, (_, fails) in KINDS.items():
+        if name in ASYNC:
+
+            async def abody(args: Any, ctx: Any) -> str:
+                with timeline.body(ctx):
+                    await asyncio.sleep(0)
+                    wait(args, ctx)
+                    return f"ok {ctx.call_id}"
+
+            rt.tools.register(make_tool(name, abody, classifier=classifier_for(name)))
+            continue
 
         def body(args: Any, ctx: Any, fails: bool = fails) -> str:
             with timeline.body(ctx):
@@ -143,8 +162,8 @@ def abort_at_body_start(timeline: Timeline, controller: AbortController, at: int
 
 
 @st.composite
-def batch_plans(draw: Any, max_calls: int) -> tuple[list[str], int, int | None]:
-    names = draw(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=max_calls))
+def batch_plans(draw: Any, max_calls: int, kinds: list[str] | None = None) -> tuple[list[str], int, int | None]:
+    names = draw(st.lists(st.sampled_from(kinds or sorted(KINDS)), min_size=1, max_size=max_calls))
     cap = draw(st.integers(1, 6))
     abort_at = draw(st.none() | st.integers(1, len(names)))
     return names, cap, abort_at
@@ -170,7 +189,7 @@ def test_scheduling_invariants_hold_for_random_batches_with_busy_work(plan: Any,
 
 
 @settings(max_examples=30, deadline=None)
-@given(plan=batch_plans(max_calls=12), data=st.data())
+@given(plan=batch_plans(max_calls=12, kinds=BLOCKING_KINDS), data=st.data())
 def test_scheduling_invariants_hold_when_calls_are_released_in_a_random_order(plan: Any, data: Any) -> None:
     """Every body waits for its own Event; the test releases them in a random
     order (waiting for a released body to finish when it is running, so the
