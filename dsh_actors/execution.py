@@ -281,15 +281,6 @@ class ToolRunContext:
                     self._signal = signal
         return signal
 
-    def _cancellation(self) -> AbortSignal:
-        """A signal that fires when :attr:`signal` would, without fusing one
-        when a single parent says it all (what an async body's task
-        cancellation subscribes to: the body may never read ``ctx.signal``)."""
-        parents = self._parents
-        if self._signal is None and len(parents) == 1:
-            return parents[0]
-        return self.signal
-
     def _close(self) -> None:
         """The body has returned: detach its signal from the parents (or,
         if it was never made, fix what a later read gets)."""

@@ -248,7 +248,10 @@ def start_on_loop(
         on_end(call, value, error)
 
     execution = call.execution
-    return Flight(coro, ctx._cancellation(), target_loop(rt, call.loop), execution.name, execution.call_id, ended)
+    # The task is cancelled through ctx.signal itself, not its parent: the
+    # body sees ctx.signal aborted by the time its await raises (a parent's
+    # callbacks run in order, and the cancel would race the fused signal's).
+    return Flight(coro, ctx.signal, target_loop(rt, call.loop), execution.name, execution.call_id, ended)
 
 
 def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
