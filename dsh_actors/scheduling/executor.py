@@ -9,7 +9,7 @@
   drains the batch's inbox (``Settled``, ``BodyEnded``, ``Wake``,
   ``Deadline``); when it is empty the actor goes back to the idle pool, and
   the next message for that batch hands the run to an idle executor actor
-  in a ``Resume`` (see :class:`~.batch.BatchInbox`). So executor threads
+  in a ``Resume`` (see :class:`~.inbox.BatchInbox`). So executor threads
   count the batches taking a step (or running a call inline) at once, not
   the batches waiting for bodies.
 * :class:`CallActor` serves work mailboxes (``Serve``): it takes the
@@ -39,7 +39,8 @@ from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import check_batch, check_limit
 from ..pipeline.results import failure_from_exception
 from ..pipeline.stages import CallPhase, dispatch
-from .batch import RUNNING, BatchRun
+from .batch import BatchRun
+from .inbox import RUNNING
 from .messages import Deadline, Reply, Resume, RunBatch, Serve
 from .pool import LEAVE, CallPool, WorkMailbox
 

@@ -45,7 +45,7 @@ from .messages import Serve, Settled
 if TYPE_CHECKING:  # pragma: no cover
     from ..pipeline.stages import Call
     from ..runtime import ToolRuntime
-    from .batch import BatchInbox
+    from .inbox import BatchInbox
 
 __all__ = ["CallPool", "LEAVE", "WorkMailbox"]
 
