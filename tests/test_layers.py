@@ -113,3 +113,17 @@ def test_no_function_level_import_of_a_project_module() -> None:
                 ):
                     offenders.append(f"{rel}:{node.lineno} (in {fn.name})")
     assert offenders == [], "function-level imports of project modules or extras:\n" + "\n".join(offenders)
+
+
+def test_no_merge_conflict_marker_is_left() -> None:
+    """A marker inside a docstring or a Markdown file passes every other check."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    marker = re.compile(r"^(<{7}|={7}|>{7})( |$)")
+    offenders = []
+    for name in files:
+        if not name.endswith((".py", ".md", ".toml", ".cfg", ".txt")):
+            continue
+        for n, line in enumerate((ROOT / name).read_text(errors="replace").splitlines(), 1):
+            if marker.match(line):
+                offenders.append(f"{name}:{n}")
+    assert offenders == []

@@ -29,9 +29,10 @@ Which thread runs a listener (none of them may assume another):
   approval service, ``project_content``/``finalize_content`` and
   ``tools/result`` observers run on the thread that prepares and finalizes
   the call (an ``async def`` pre-execute listener or approval service runs
-  on the batch's event loop, that thread waiting for it): the batch's executor actor thread for batch calls (so a
-  listener that blocks holds up that batch's model-order progress, and only
-  that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
+  on the batch's event loop, that thread waiting for it): the batch's
+  executor actor thread for batch calls (so a listener that blocks holds up
+  that batch's model-order progress, and only that batch's), or the
+  caller's thread for ``rt.tools.dispatch``. Approval
   services may block (a person answers) but must observe the signal.
 * ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
   the thread that dispatches the call (several at once, one per running

@@ -8,36 +8,6 @@ that agent and of its descendants; a listener without a scope sees every
 event. ``tools/change`` is unfiltered: a change anywhere can affect every
 agent's next request, so scoped listeners receive it too.
 
-``tools/pre-execute``       waterfall ``fn(execution, next) -> PreToolDecision``
-``tools/execute``           waterfall ``fn(execution, next) -> ToolExecutionResult``
-``tools/post-execute``      waterfall ``fn(execution, result, next) -> PostToolDecision``
-``tools/result``            emit      ``fn(execution, result) -> None``
-``tools/change``            emit      ``fn() -> None``
-``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
-==========================  ========  ==========================================
-
-Which thread runs a listener (none of them may assume another):
-
-* ``tools/pre-execute`` and ``tools/post-execute`` listeners, guards, the
-  approval service, ``project_content``/``finalize_content`` and
-  ``tools/result`` observers run on the thread that prepares and finalizes
-  the call (an ``async def`` pre-execute listener or approval service runs
-  on the batch's event loop, that thread waiting for it): the batch's executor actor thread for batch calls (so a
-  listener that blocks holds up that batch's model-order progress, and only
-  that batch's), or the caller's thread for ``rt.tools.dispatch``. Approval
-  services may block (a person answers) but must observe the signal.
-* ``tools/execute`` wrappers, ``render`` and ``presentation_meta`` run on
-  the thread that dispatches the call (several at once, one per running
-  call): a call actor, or the executor actor itself for the one call that
-  could start, which it runs inline (see ``scheduling/batch.py``); a sync
-  tool body runs there too. An ``async def`` body runs as a task on the
-  batch's event loop; no thread waits for it (unless a ``tools/execute``
-  wrapper does), and the executor validates and renders its value.
-* ``tools/change`` listeners run on the scope actor thread that made the
-  change; they may read the registry but not change it.
-* ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
-  thread.
-=======
 The events, their listeners' signatures and the threads that run them are in
 the package docstring (:mod:`dsh_actors.events`).
 """
