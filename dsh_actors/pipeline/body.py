@@ -43,13 +43,10 @@ class _Entered:
     """A body about to run: its context, what it renders with, and the
     callable (the definition's, or the executor's replacement)."""
 
-    __slots__ = ("ctx", "definition", "registration", "body", "is_async")
+    __slots__ = ("ctx", "registration", "body", "is_async")
 
-    def __init__(
-        self, ctx: ToolRunContext, definition: Any, registration: Any, body: Any, is_async: bool | None
-    ) -> None:
+    def __init__(self, ctx: ToolRunContext, registration: Any, body: Any, is_async: bool | None) -> None:
         self.ctx = ctx
-        self.definition = definition
         self.registration = registration
         self.body = body
         self.is_async = is_async
@@ -108,7 +105,7 @@ def _enter_body(rt: ToolRuntime, call: Call, registration: Any) -> _Entered | To
     ctx = ToolRunContext._fused(execution, signals)
     body, is_async = body_of(call, registration)
     call.body_invoked = True
-    return _Entered(ctx, registration.definition, registration, body, is_async)
+    return _Entered(ctx, registration, body, is_async)
 
 
 def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException | None) -> ToolExecutionResult:
@@ -123,7 +120,7 @@ def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException 
         else:
             result = render_success(
                 call.execution,
-                entered.definition,
+                entered.registration.definition,
                 entered.registration.output_validator,
                 value,
                 additional_contexts=contexts,
@@ -273,6 +270,11 @@ def wants_loop(rt: ToolRuntime, call: Call, registration: Any) -> bool:
     """Whether ``call`` (about to dispatch) runs as a flight the executor
     does not wait for: its body is ``async def`` and no ``tools/execute``
     wrapper observes it (a wrapper needs the body's result on its thread)."""
-    if registration is None or rt.events.observed(EXECUTE_EVENTS, call.execution.agent):
+    if registration is None:
         return False
-    return body_of(call, registration)[1] is True
+    if call.body_hook is None:
+        if not registration.is_async:
+            return False  # the common case: a sync body, no replacement to ask
+    elif body_of(call, registration)[1] is not True:
+        return False
+    return not rt.events.observed(EXECUTE_EVENTS, call.execution.agent)

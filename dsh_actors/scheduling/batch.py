@@ -53,6 +53,7 @@ from ..pipeline.stages import (
     dispatch,
     finalize,
     finish_on_loop,
+    lookup,
     prepare,
     start_on_loop,
     wants_loop,
@@ -435,13 +436,7 @@ class BatchRun:
         rt = self.rt
         if rt.events.observed(_OBSERVERS, agent) or has_guards(rt.state, agent):
             return False
-        registration = looked_up
-        if registration is LOOK_UP:
-            registration = (
-                call.override
-                if call.override is not None
-                else executable(rt.state, call.execution.name, agent, call.execution.tool_set)
-            )
+        registration = lookup(rt, call) if looked_up is LOOK_UP else looked_up
         return not wants_loop(rt, call, registration)
 
     def _body_ended_on_loop(self, call: Call, value: Any, error: BaseException | None) -> None:
