@@ -19,12 +19,12 @@ its own cap (its executor never has more than ``limit`` calls out, and at
 most ``limit`` call actors serve it).
 
 A body that blocks on a nested batch (``rt.tools.execute`` from a tool
-body) or parks on an async body *lends* its slot back while it waits
-(:meth:`CallPool.lend`), so nested batches do not deadlock the budget.
-Parked async bodies lend at most as many slots as the budget (so many of
-them cannot grow the threads past twice the budget); until async bodies
-settle without a parked thread, an async body that awaits a nested batch
-while more than that many are parked may wait for a slot.
+body) *lends* its slot back while it waits (:meth:`CallPool.lend`), so
+nested batches do not deadlock the budget. An async body needs no call
+actor at all: the executor runs it as a flight on its loop. Only one under
+a ``tools/execute`` wrapper has a call actor wait for it, and those waits
+lend at most as many slots as the budget (so many of them cannot grow the
+threads past twice the budget).
 """
 
 from __future__ import annotations
