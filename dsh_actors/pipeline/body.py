@@ -185,10 +185,7 @@ def await_on_loop(
     its slot (within a bound). Cancellation and a loop that is gone behave
     as for a batch's async call (``pipeline/flights.py``)."""
     target = target_loop(rt, loop)
-    if loop is None and rt.loop.in_loop_thread():  # pragma: no cover - defensive
-        coro.close()
-        raise RuntimeError("an async tool body cannot be awaited from the runtime's loop thread")
-    if target.is_running() and _on_thread_of(target):
+    if target.is_running() and _on_thread_of(target):  # (the runtime's own loop thread too)
         coro.close()
         raise RuntimeError(
             f'async tool "{name}" would be awaited on its own event loop\'s thread, blocking it '
@@ -203,7 +200,7 @@ def await_on_loop(
             done.set_result(value)
 
     rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end))
-    with rt.waiting(bounded=True):  # a parked call actor holds no slot (within a bound)
+    with rt.waiting(bounded=True):  # a waiting call actor holds no slot (within a bound)
         return done.result()
 
 
