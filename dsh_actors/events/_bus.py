@@ -59,6 +59,10 @@ EVENT_NAMES: Final[tuple[EventName, ...]] = get_args(EventName)
 #: Events every listener receives whatever its scope.
 UNFILTERED_EVENTS = frozenset({"tools/change"})
 
+#: The events whose listeners decide what a call runs with (its prepare):
+#: subscribing to or disposing of one of them moves ``EventBus.version``.
+PREPARE_EVENTS = frozenset({"tools/pre-execute"})
+
 
 class Disposer:
     """Undoes exactly one effect. Calling it again does nothing."""
@@ -123,6 +127,10 @@ class EventBus:
         self._lists: dict[str, tuple[_Entry, ...]] = {}
         self._seq = itertools.count()
         self._closed: str | None = None
+        # Moves whenever a listener of PREPARE_EVENTS comes or goes (under
+        # _lock; read without it): a call prepared under an older version
+        # is prepared again before its body starts (the batch scheduler).
+        self.version = 0
 
     def close(self, reason: str = "the event bus is closed") -> None:
         """Refuse new subscriptions from now on: :meth:`on` raises
@@ -155,6 +163,8 @@ class EventBus:
                 raise RuntimeError(self._closed)
             current = self._lists.get(name, ())
             self._lists[name] = (entry, *current) if prepend else (*current, entry)
+            if name in PREPARE_EVENTS:
+                self.version += 1
 
         def remove() -> None:
             with self._lock:
@@ -164,6 +174,8 @@ class EventBus:
                     self._lists[name] = kept
                 else:
                     self._lists.pop(name, None)
+                if name in PREPARE_EVENTS and len(kept) != len(current):
+                    self.version += 1
 
         return Disposer(remove)
 

@@ -43,13 +43,16 @@ class _Entered:
     """A body about to run: its context, what it renders with, and the
     callable (the definition's, or the executor's replacement)."""
 
-    __slots__ = ("ctx", "registration", "body", "is_async")
+    __slots__ = ("ctx", "registration", "body", "is_async", "stopping")
 
-    def __init__(self, ctx: ToolRunContext, registration: Any, body: Any, is_async: bool | None) -> None:
+    def __init__(
+        self, ctx: ToolRunContext, registration: Any, body: Any, is_async: bool | None, stopping: AbortSignal
+    ) -> None:
         self.ctx = ctx
         self.registration = registration
         self.body = body
         self.is_async = is_async
+        self.stopping = stopping  # the runtime's stop signal
 
 
 def body_of(call: Call, registration: Any) -> tuple[Any, bool | None]:
@@ -105,12 +108,14 @@ def _enter_body(rt: ToolRuntime, call: Call, registration: Any) -> _Entered | To
     ctx = ToolRunContext._fused(execution, signals)
     body, is_async = body_of(call, registration)
     call.body_invoked = True
-    return _Entered(ctx, registration, body, is_async)
+    return _Entered(ctx, registration, body, is_async, stopping)
 
 
 def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException | None) -> ToolExecutionResult:
     """Everything after the body's last line: its value validated and
     rendered (or its exception as a failure), with the contexts it added."""
+    # The body has settled: an abort from now on does not replace its outcome.
+    call.settled_aborted = call.caller.aborted or entered.stopping.aborted
     ctx = entered.ctx
     result: ToolExecutionResult
     try:

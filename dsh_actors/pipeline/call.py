@@ -67,6 +67,9 @@ class Call:
         "loop",
         "body",
         "entered",
+        "settled_aborted",
+        "seen_generation",
+        "seen_listeners",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -107,11 +110,33 @@ class Call:
         self.body: tuple[Any, Any, bool | None] | None = None
         # A body in flight on its loop (start_on_loop): what finish_on_loop needs.
         self.entered: Any = None
+        # Whether the caller (or the runtime's stop) was aborted when the
+        # dispatch outcome settled (the body returned, or the tools/execute
+        # waterfall did); None until then. Finalize replaces a success with
+        # ABORTED only when this is True: an abort after a body settled
+        # never rewrites its outcome, however long the call waits for its
+        # turn to commit.
+        self.settled_aborted: bool | None = None
+        # What the call was classified and prepared under (see stamp()):
+        # the registry's generation and the pre-execute listeners' version.
+        self.seen_generation = -1
+        self.seen_listeners = -1
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
         self.run_post = run_post
         self.phase = CallPhase.RESOLVED
+
+    def unprepare(self) -> None:
+        """Back to PENDING: the call was prepared, but what it was prepared
+        under changed before its body started (see :func:`stale`); it will
+        be classified and prepared again."""
+        self.phase = CallPhase.PENDING
+        self.mode = None
+        self.registration = None
+        self.body = None
+        self.outcome = None
+        self.run_post = False
 
     def __repr__(self) -> str:
         return f"<Call #{self.index} {self.execution.name} {self.phase.value}>"
@@ -217,6 +242,21 @@ def begin_call(
 
 #: ``prepare(..., registration=LOOK_UP)``: look the tool up now.
 LOOK_UP: Any = object()
+
+
+def stamp(rt: ToolRuntime, call: Call) -> None:
+    """Record what ``call`` is about to be classified and prepared under:
+    read before the classification, so a change made during it makes the
+    call :func:`stale`."""
+    call.seen_generation = rt.state.generation
+    call.seen_listeners = rt.events.version
+
+
+def stale(rt: ToolRuntime, call: Call) -> bool:
+    """Whether the registry (a registration, restriction, guard, executor)
+    or the pre-execute listeners changed since ``call`` was stamped: its
+    body must not start with what it was prepared under."""
+    return call.seen_generation != rt.state.generation or call.seen_listeners != rt.events.version
 
 
 def lookup(rt: ToolRuntime, call: Call) -> Any:

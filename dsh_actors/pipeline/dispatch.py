@@ -64,6 +64,9 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
         elif type(result) is ToolExecutionSuccess and not _produced(result, call.body_results):
             # A success the body did not produce: revalidate and re-render it.
             result = _revalidate(rt, call, result)
+        # The waterfall's outcome settles the call (a wrapper may have
+        # waited after the body, or supplied a result without it).
+        call.settled_aborted = caller.aborted or rt.stop_signal.aborted
     except BaseException as exc:  # noqa: BLE001 - a throwing wrapper skips post-execute
         result = failure_from_exception(exc)
         skip_post = True

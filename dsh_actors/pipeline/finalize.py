@@ -59,8 +59,11 @@ def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
         # (Without either, post-execute is Accept() with nothing to apply.)
         result = _post_execute(rt, call, result, definition)
     # Caller cancellation (or the runtime stopping under the call) replaces
-    # only a successful outcome.
-    if type(result) is ToolExecutionSuccess and (call.caller.aborted or rt.stop_signal.aborted):
+    # only a successful outcome that settled after the abort.
+    settled_aborted = call.settled_aborted
+    if settled_aborted is None:  # resolved without dispatch: as it stands now
+        settled_aborted = call.caller.aborted or rt.stop_signal.aborted
+    if type(result) is ToolExecutionSuccess and settled_aborted:
         result = aborted(before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts)
     if result is not call.sealed:
         result = _freeze_or_fail(result)

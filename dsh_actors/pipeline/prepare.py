@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    AbortError,
     ToolPolicyError,
     safe_str,
 )
@@ -67,7 +68,14 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
             if type(decision) is Ask:
                 decision = _route_approval(rt, call, decision)
         except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
-            call.resolve(failure_from_exception(exc), run_post=False)
+            now: AbortSignal = call.caller  # (a listener may have aborted it meanwhile)
+            if isinstance(exc, AbortError) and now.aborted:
+                # Cancelled while a listener (sync or async) or the approval
+                # ran: the body never started, as when a listener returns
+                # and the recheck below finds the abort.
+                call.resolve(aborted(before_dispatch=True), run_post=True)
+            else:
+                call.resolve(failure_from_exception(exc), run_post=False)
             return
     else:
         decision = _ALLOW

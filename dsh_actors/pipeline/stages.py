@@ -33,7 +33,7 @@ from .body import (
     target_loop,
     wants_loop,
 )
-from .call import LOOK_UP, BadArguments, Call, CallPhase, begin, begin_call, lookup
+from .call import LOOK_UP, BadArguments, Call, CallPhase, begin, begin_call, lookup, stale, stamp
 from .dispatch import dispatch
 from .finalize import BLOCKED_DEFAULT, finalize
 from .prepare import prepare
@@ -57,6 +57,8 @@ __all__ = [
     "lookup",
     "prepare",
     "run_inline",
+    "stale",
+    "stamp",
     "start_on_loop",
     "target_loop",
     "wants_loop",

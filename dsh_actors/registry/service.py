@@ -392,6 +392,14 @@ class ToolsService:
                 "execute() would block the event loop this runtime is bound to (its async tools run "
                 "there): use await rt.tools.execute_async(batch) from that loop"
             )
+        rt._require()  # (a stopped runtime raises here, before the loop is asked)
+        if rt.loop.in_loop_thread():
+            # An async body on the runtime's own loop: the batch's async bodies
+            # would need this very loop, which execute() would block.
+            raise RuntimeError(
+                "execute() would block the runtime's own event loop (async tool bodies run there, "
+                "so the batch could never finish): use await rt.tools.execute_async(batch) from an async body"
+            )
         reply = _Reply()
         self._start(batch, reply)
         with rt.waiting():  # a tool body's nested batch holds no slot

@@ -27,6 +27,7 @@ as soon as it has settled and every call before it has committed: a call's
 
 from __future__ import annotations
 
+from bisect import insort
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from loguru import logger
@@ -55,6 +56,8 @@ from ..pipeline.stages import (
     finish_on_loop,
     lookup,
     prepare,
+    stale,
+    stamp,
     start_on_loop,
     wants_loop,
 )
@@ -62,7 +65,7 @@ from ..session import call_event, result_event
 from ..signals import AbortController, AbortSignal
 from ..visibility import definition_mode, executable, has_guards
 from .inbox import RUNNING, BatchInbox
-from .messages import BodyEnded, Deadline, Reply, Settled, Wake
+from .messages import BodyEnded, Deadline, Reply, Returned, Settled, Wake
 from .pool import WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,6 +95,11 @@ class BatchRun:
       actors serve the batch. Beyond ``limit`` out, a call is put only if it
       was prepared ahead (``early``), which needs a prepare nothing can
       observe; at most ``2 * limit`` are out.
+    * ``redo``: indexes (sorted) of started calls that came back unrun
+      because what they were prepared under changed before their body
+      started (``Returned``): PENDING again, and the next to start (before
+      ``next_start``), classified and prepared again in model order (their
+      ``tool/call`` is not written twice).
     * ``barrier``: the exclusive call that started and has not committed.
     * ``halted``: why no call starts any more (None while calls may start).
     """
@@ -130,6 +138,7 @@ class BatchRun:
         "on_loop",
         "launching",
         "outbox",
+        "redo",
     )
 
     def __init__(
@@ -174,6 +183,7 @@ class BatchRun:
         self.on_loop: set[int] = set()  # calls whose async body is in flight on a loop (a subset of out)
         self.launching: list[Any] = []  # flights this step started, launched when it ends
         self.outbox: Outbox | None = None  # the loop side of the inbox (made with the first flight)
+        self.redo: list[int] = []  # started calls back unrun, to prepare again (sorted)
 
     # -- the run -------------------------------------------------------------------
 
@@ -202,6 +212,8 @@ class BatchRun:
                     self.out.discard(message.call.index)
                 elif kind is BodyEnded:
                     self._body_ended(message)
+                elif kind is Returned:
+                    self._returned(message)
                 elif kind is Deadline:
                     self._deadline()
                 else:
@@ -226,6 +238,21 @@ class BatchRun:
                 call.outcome = failure_from_exception(exc)
                 call.run_post = False
                 call.phase = CallPhase.DISPATCHED
+
+    def _returned(self, message: Returned) -> None:
+        for call in message.calls:
+            index = call.index
+            if index not in self.out:
+                continue  # committed ABORTED already (the stop's deadline)
+            self.out.discard(index)
+            early = index in self.early
+            self.early.discard(index)
+            if self.halted is not None:
+                # Halted meanwhile: it never starts (as a reclaimed call).
+                call.resolve(aborted(before_dispatch=True), run_post=not early)
+                continue
+            call.unprepare()
+            insort(self.redo, index)
 
     def _open(self) -> None:
         batch = self.batch
@@ -358,6 +385,9 @@ class BatchRun:
                     return  # started calls drain; nothing more is committed
                 # No barrier and no call starts after an abort: every unstarted
                 # call gets its tool/call and ABORTED_BEFORE_DISPATCH.
+                for index in self.redo:  # (logged already)
+                    self._call_at(index).resolve(aborted(before_dispatch=True), run_post=False)
+                self.redo.clear()
                 while self.next_start < total:
                     call = self._call_at(self.next_start)
                     self.next_start += 1
@@ -366,23 +396,31 @@ class BatchRun:
                 if self._commit_ready():
                     continue
                 return
-            if self.next_start == total:
+            redo = self.redo
+            if not redo and self.next_start == total:
                 self._release_idle()  # nothing left to start: idle servers go
                 return
             if self.barrier is not None:
                 return  # (servers stay: calls after the barrier start soon)
-            index = self.next_start
+            again = bool(redo)
+            index = redo[0] if again else self.next_start
             call = self._call_at(index)
             looked_up: Any = LOOK_UP
-            if call.mode is None:
-                # Lazily, as it is about to start. The lookup behind the answer
-                # is handed to prepare(), which runs right now.
+            if call.mode is None or stale(self.rt, call):
+                # Lazily, as it is about to start (again, if the registry or the
+                # listeners changed since it was classified while it waited).
+                # The stamp is read first: a change from now until its body
+                # starts sends it back here (stale()). The lookup behind the
+                # answer is handed to prepare(), which runs right now.
+                stamp(self.rt, call)
                 call.mode, looked_up = self._classify(call)
             exclusive = call.mode == "exclusive"
             early = False
             if exclusive:
-                if self.next_commit < index:
-                    return  # an exclusive call waits for everything before it
+                if self.next_commit < index or self.out:
+                    # An exclusive call waits for everything before it (and,
+                    # started again, for the calls after it that run).
+                    return
             elif len(self.out) >= self.limit:
                 # The pool is full. A call may still be prepared ahead (at most
                 # `limit` of them) when nothing can observe its prepare: the
@@ -390,12 +428,20 @@ class BatchRun:
                 if len(self.out) >= 2 * self.limit or not self._may_prepare_ahead(call, looked_up):
                     return
                 early = True
-            self.next_start = index + 1
-            if not self._log_call(call):
-                # Its tool/call could not be written: it does not run.
-                call.resolve(aborted(before_dispatch=True), run_post=False)
-                continue
+            if again:
+                del redo[0]
+            else:
+                self.next_start = index + 1
+                if not self._log_call(call):
+                    # Its tool/call could not be written: it does not run.
+                    call.resolve(aborted(before_dispatch=True), run_post=False)
+                    continue
             prepare(self.rt, call, looked_up)
+            if call.phase is CallPhase.READY and stale(self.rt, call):
+                # Changed while it was prepared: once more, under what holds now.
+                call.unprepare()
+                redo.insert(0, index)
+                continue
             if exclusive:
                 self.barrier = index
             if call.phase is not CallPhase.READY:
@@ -459,7 +505,10 @@ class BatchRun:
     def _put(self, call: Call) -> None:
         mailbox = self.mailbox
         if mailbox is None:
-            mailbox = self.mailbox = WorkMailbox(self.limit, self.native._pool(), self.inbox)
+            rt = self.rt
+            mailbox = self.mailbox = WorkMailbox(
+                self.limit, self.native._pool(), self.inbox, lambda call: stale(rt, call)
+            )
         self.out.add(call.index)
         mailbox.put(call)
 
@@ -618,6 +667,12 @@ class BatchRun:
             )
         for index in range(self.next_commit, self.next_start):
             assert calls[index] is not None, f"started call {index} was dropped before it committed"
+        assert self.redo == sorted(set(self.redo)), self.redo
+        for index in self.redo:
+            call = calls[index]
+            assert self.next_commit <= index < self.next_start, f"call {index} to prepare again is out of range"
+            assert index not in self.out and index not in self.early, f"call {index} to prepare again is out"
+            assert call is not None and call.phase is CallPhase.PENDING, f"call {index} to prepare again is {call}"
         assert all(self.next_commit <= i < self.next_start for i in self.out), "a call out of range is out"
         assert self.on_loop <= self.out, "a call in flight on a loop is not out"
         assert not (self.on_loop & self.early), "an async call was prepared ahead"
@@ -631,10 +686,16 @@ class BatchRun:
         if self.barrier is not None:
             assert self.next_commit <= self.barrier < self.next_start
             assert self.out <= {self.barrier}, "a call runs beside an exclusive one"
-            # (After an abort the calls behind it are resolved unstarted.)
-            assert self.barrier == self.next_start - 1 or self.halted is not None, (
-                "a call started after an exclusive one before it committed"
-            )
+            # Nothing started after it: the calls behind it are unstarted,
+            # or (it was prepared again) settled before it started or waiting
+            # to be prepared again. (After an abort they are resolved unstarted.)
+            for index in range(self.barrier + 1, self.next_start):
+                behind = calls[index]
+                assert (
+                    self.halted is not None
+                    or index in self.redo
+                    or (behind is not None and behind.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED))
+                ), "a call started after an exclusive one before it committed"
         if self.halted is not None and self.bug is None:
             assert self.next_start == total, "a call stayed unstarted after the batch halted"
         if not self.out and self.bug is None and self.next_commit < self.next_start:

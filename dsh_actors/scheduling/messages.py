@@ -7,7 +7,8 @@ holds the message owns the call), never a lock or a cursor.
 * a batch's inbox → an idle executor actor: :class:`Resume` (run the batch
   again: a message arrived while no executor actor was running it).
 * pool → call actor (its mailbox): :class:`Serve`.
-* call actor → the batch's inbox: :class:`Settled`; a flight's loop → the
+* call actor → the batch's inbox: :class:`Settled`, or :class:`Returned`
+  (calls whose prepare went stale before their body started); a flight's loop → the
   batch's inbox: :class:`BodyEnded`; the batch's signal, the runtime's stop
   signal → the batch's inbox: :class:`Wake`; ``rt.stop()`` past its
   timeout → the batch's inbox: :class:`Deadline`.
@@ -69,6 +70,16 @@ class Settled:
 
     call: Call
     """The call, DISPATCHED, with its outcome."""
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """Calls taken back from the work mailbox unrun: the first was found
+    stale (the registry or the pre-execute listeners changed since it was
+    prepared) as a call actor took it, and the rest were queued behind it;
+    in model order. They are the executor's again, to prepare again."""
+
+    calls: tuple[Call, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pykka
 
 from ..actors import ActorGroup, Address, actor_thread_ident
-from .messages import Serve, Settled
+from .messages import Returned, Serve, Settled
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..pipeline.stages import Call
@@ -108,9 +108,12 @@ class WorkMailbox:
         "draining",
         "_pool",
         "inbox",
+        "_stale",
     )
 
-    def __init__(self, limit: int, pool: CallPool, inbox: BatchInbox) -> None:
+    def __init__(
+        self, limit: int, pool: CallPool, inbox: BatchInbox, stale: Callable[[Call], bool] | None = None
+    ) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.limit = limit
@@ -122,6 +125,9 @@ class WorkMailbox:
         self.draining = False  # the executor has nothing more to put for now
         self._pool = pool
         self.inbox = inbox  # the batch's inbox: where Settled goes
+        # stale(call): what the call was prepared under has changed; it goes
+        # back to the executor instead of starting (see take()).
+        self._stale = stale
 
     def __repr__(self) -> str:
         return f"<WorkMailbox servers={self.servers} spare={self.spare} idle={self.idle} closed={self.closed}>"
@@ -209,7 +215,39 @@ class WorkMailbox:
     def take(self, *, wait: bool = True) -> Call | None | _Leave:
         """The next call to run (now owned by the caller), or LEAVE (the
         caller no longer serves this mailbox). ``wait=False``: None when no
-        item is queued right now."""
+        item is queued right now.
+
+        Taking a call is where its body starts: a call found stale here
+        (see ``pipeline.call.stale``) goes back to the executor with every
+        call queued behind it, in one :class:`Returned`, so the executor
+        prepares them again in model order under what holds now."""
+        while True:
+            item = self._take(wait)
+            if item is None or item is LEAVE:
+                return item
+            stale = self._stale
+            if stale is None or not stale(item):  # type: ignore[arg-type]
+                return item
+            self._give_back(item)  # type: ignore[arg-type]
+
+    def _give_back(self, call: Call) -> None:
+        returned = [call]
+        leaves = 0
+        with self._lock:
+            while True:
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is LEAVE:
+                    leaves += 1
+                else:
+                    returned.append(item)
+            for _ in range(leaves):
+                self._q.put(LEAVE)
+        self.inbox.put(Returned(tuple(returned)))
+
+    def _take(self, wait: bool) -> Call | None | _Leave:
         q = self._q
         item: Any
         try:

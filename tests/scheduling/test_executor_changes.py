@@ -1,0 +1,227 @@
+"""What a call runs with is what holds when its body starts (issue 22,
+items 3 and 4): a change to the registry or to the pre-execute listeners
+made before a call's body starts applies to that call, whether it was
+queued, prepared ahead or not started yet; a running call keeps what it
+started with. An abort replaces only an outcome whose body settled after
+it; a call cancelled before its body started is ABORTED_BEFORE_DISPATCH
+whatever kind of listener ran; a blocking nested batch on the runtime's own
+loop fails at once.
+
+Threads are synchronised with Events and Barriers; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from dsh_actors import (
+    AbortController,
+    Agent,
+    Deny,
+    LogStep,
+    Session,
+    ToolBatchInput,
+    ToolOutput,
+    ToolRestriction,
+    text,
+)
+
+from .helpers import GUARD, Timeline, calls, code_of, make_tool, must, started_runtime
+
+CHANGES = ("guard", "deny-listener", "unregister", "restrict", "exclusive-replacement")
+
+
+def _message(result: Any) -> str | None:
+    return result.error.message if result.is_error else None
+
+
+@pytest.mark.parametrize("logged", [False, True], ids=["unlogged", "logged"])
+@pytest.mark.parametrize("change", CHANGES)
+@pytest.mark.parametrize("size", [4, 6])
+def test_a_change_made_while_earlier_calls_run_applies_to_every_call_whose_body_had_not_started(
+    change: str, logged: bool, size: int
+) -> None:
+    with started_runtime() as rt:
+        timeline = Timeline()
+        both_running = threading.Barrier(3, timeout=GUARD)
+        release = threading.Event()
+
+        def old_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                if args["i"] < 2:
+                    both_running.wait()
+                    must(release, "the test to release the first two calls")
+            return f"v{args['i']}"
+
+        def new_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return f"new{args['i']}"
+
+        dispose_old = rt.tools.register(make_tool("t", old_body))
+        agent = Agent("a", session=Session() if logged else None)
+        batch = ToolBatchInput(
+            calls=tuple(calls(*["t"] * size)),
+            agent=agent,
+            log=LogStep(turn=1, step=1) if logged else None,
+            max_parallel_tool_calls=2,
+        )
+        future = rt.tools.submit(batch)
+        try:
+            both_running.wait()  # c0 and c1 run; the calls behind them may be prepared ahead
+            if change == "guard":
+                rt.tools.guard(lambda execution: "late guard" if execution.arguments["i"] >= 2 else None)
+            elif change == "deny-listener":
+
+                def deny(execution: Any, next_: Any) -> Any:
+                    return Deny("late listener") if execution.arguments["i"] >= 2 else next_()
+
+                rt.events.on("tools/pre-execute", deny)
+            elif change == "unregister":
+                dispose_old()
+            elif change == "restrict":
+                rt.tools.scope(agent).restrict(ToolRestriction(deny=("t",)))
+            else:
+                dispose_old()
+                rt.tools.register(make_tool("t", new_body, classifier=None))  # every call exclusive
+        finally:
+            release.set()
+        result = future.result(GUARD)
+        values = [r.result for r in result.results]
+        # The running calls keep what they started with.
+        assert [v.value for v in values[:2]] == ["v0", "v1"], values[:2]
+        later = values[2:]
+        later_ids = [f"c{i}" for i in range(2, size)]
+        if change == "guard":
+            assert [_message(v) for v in later] == ["late guard"] * (size - 2)
+        elif change == "deny-listener":
+            assert [_message(v) for v in later] == ["late listener"] * (size - 2)
+        elif change in ("unregister", "restrict"):
+            assert [code_of(v) for v in later] == ["UNKNOWN_TOOL"] * (size - 2)
+        else:
+            assert [v.value for v in later] == [f"new{i}" for i in range(2, size)]
+            # Each replacement call is a barrier: it overlaps no other body.
+            for call_id in later_ids:
+                for other in timeline.starts:
+                    if other != call_id:
+                        assert not timeline.overlaps(call_id, other), (call_id, other, timeline.starts, timeline.ends)
+        if change != "exclusive-replacement":
+            assert not any(call_id in timeline.starts for call_id in later_ids), timeline
+
+
+def _rendering(rendered: dict[str, threading.Event]) -> ToolOutput:
+    """Text output whose render (which runs after the body returned) sets
+    ``rendered[call id]``."""
+
+    def render(args: Any, value: Any) -> Any:
+        event = rendered.get(f"c{args['i']}")
+        if event is not None:
+            event.set()
+        return [text(value)]
+
+    return ToolOutput(schema={"type": "string"}, render=render)
+
+
+@pytest.mark.parametrize("logged", [False, True], ids=["unlogged", "logged"])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_abort_keeps_the_success_of_a_body_that_returned_before_it_while_an_earlier_call_still_runs(
+    kind: str, logged: bool
+) -> None:
+    with started_runtime() as rt:
+        controller = AbortController()
+        rendered = {"c1": threading.Event()}
+        first_started = threading.Event()
+        release = threading.Event()
+
+        if kind == "sync":
+
+            def body(args: Any, ctx: Any) -> str:
+                if args["i"] == 0:
+                    first_started.set()
+                    must(release, "the test to release call 0")
+                return f"v{args['i']}"
+
+        else:
+
+            async def body(args: Any, ctx: Any) -> str:  # type: ignore[misc]
+                if args["i"] == 0:
+                    first_started.set()
+                    await asyncio.Event().wait()  # until the abort cancels it
+                return f"v{args['i']}"
+
+        rt.tools.register(
+            make_tool("t", body, output=_rendering(rendered))  # type: ignore[arg-type]
+        )
+        agent = Agent("a", session=Session() if logged else None)
+        batch = ToolBatchInput(
+            calls=tuple(calls("t", "t")),
+            agent=agent,
+            log=LogStep(turn=1, step=1) if logged else None,
+            signal=controller.signal,
+        )
+        future = rt.tools.submit(batch)
+        try:
+            must(first_started, "call 0's body to start")
+            must(rendered["c1"], "call 1's body to return (its value is rendered after that)")
+            controller.abort("after call 1 returned")
+        finally:
+            release.set()
+        result = future.result(GUARD)
+        assert code_of(result.results[0].result) == "ABORTED"
+        assert result.results[1].result.value == "v1", result.results[1].result
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_call_whose_pre_execute_listener_is_cancelled_by_the_abort_is_aborted_before_dispatch(kind: str) -> None:
+    with started_runtime() as rt:
+        controller = AbortController()
+        entered = threading.Event()
+        ran: list[str] = []
+
+        def body(args: Any, ctx: Any) -> str:
+            ran.append(ctx.call_id)
+            return "ran"
+
+        rt.tools.register(make_tool("t", body))
+        if kind == "sync":
+
+            def listener(execution: Any, next_: Any) -> Any:
+                entered.set()
+                execution.signal.wait(GUARD)
+                return next_()
+
+        else:
+
+            async def listener(execution: Any, next_: Any) -> Any:  # type: ignore[misc]
+                entered.set()
+                await asyncio.Event().wait()  # until the abort cancels it
+                return next_()
+
+        rt.events.on("tools/pre-execute", listener)
+        future = rt.tools.submit(ToolBatchInput(calls=tuple(calls("t")), signal=controller.signal))
+        must(entered, "the pre-execute listener to run")
+        controller.abort("while the listener ran")
+        result = future.result(GUARD)
+        assert code_of(result.results[0].result) == "ABORTED_BEFORE_DISPATCH"
+        assert ran == []
+
+
+def test_a_blocking_nested_batch_from_an_async_body_on_the_runtimes_own_loop_fails_at_once() -> None:
+    with started_runtime() as rt:
+
+        async def inner(args: Any, ctx: Any) -> str:
+            return "inner"
+
+        async def outer(args: Any, ctx: Any) -> str:
+            nested = rt.tools.execute(ToolBatchInput(calls=tuple(calls("inner"))))
+            return str(nested.results[0].result.value)
+
+        rt.tools.register(make_tool("inner", inner))
+        rt.tools.register(make_tool("outer", outer))
+        result = rt.tools.submit(ToolBatchInput(calls=tuple(calls("outer")))).result(GUARD)
+        outcome = result.results[0].result
+        assert outcome.is_error
+        assert "execute_async" in outcome.error.message, outcome.error.message
