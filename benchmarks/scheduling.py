@@ -273,6 +273,8 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
 
 
 CONCURRENT_BATCHES = 200
+#: Seconds after the burst at which ``scale.threads_after_burst`` is counted.
+AFTER_BURST_S = 1.0
 
 
 def concurrent_threads() -> dict[str, Any]:
@@ -297,7 +299,15 @@ def concurrent_threads() -> dict[str, Any]:
         for future in futures:
             future.result(timeout=120)
         budget = rt.max_call_actors
+        # One second after the burst (the runtime still running, idle): the
+        # threads still alive, against the idle bound (the threads before it
+        # plus the runtime's own: registry, loop thread, loop watch, global
+        # scope actor).
+        time.sleep(AFTER_BURST_S)
+        after = threading.active_count()
     return {
+        "threads_after_burst": after,
+        "idle_threads_bound": before + 4,
         "concurrent_batches": CONCURRENT_BATCHES,
         "concurrent_peak_threads": peak.peak,
         "concurrent_threads_bound": before + 4 + CONCURRENT_BATCHES + budget,

@@ -40,6 +40,7 @@ from ..pipeline.intake import check_batch, check_limit
 from ..pipeline.results import failure_from_exception
 from ..pipeline.stages import CallPhase, dispatch
 from .batch import BatchRun
+from .idle import IdleShelf
 from .inbox import RUNNING
 from .messages import Deadline, Reply, Resume, RunBatch, Serve
 from .pool import LEAVE, CallPool, WorkMailbox
@@ -68,7 +69,7 @@ class NativeExecutor:
         self.max_parallel_tool_calls = check_limit(max_parallel_tool_calls)
         self._rt: ToolRuntime | None = None
         self._lock = threading.Condition()
-        self._idle_executors: list[Address] = []
+        self._idle_executors: IdleShelf | None = None  # made on bind (each retires after IDLE_TTL)
         self._stepping = 0
         self._runnable: deque[RunBatch | Resume] = deque()
         self._closed = False
@@ -141,6 +142,7 @@ class NativeExecutor:
             if self._rt is not None:
                 raise RuntimeError("this NativeExecutor is already installed in another runtime")
             self._rt = runtime
+            self._idle_executors = IdleShelf(runtime.group, runtime.loop, _IDLE_EXECUTORS_KEPT)
         runtime.on_stop(self._shutdown)
 
     def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
@@ -201,7 +203,7 @@ class NativeExecutor:
                 self._runnable.append(work)
                 return
             self._stepping += 1
-            address = self._idle_executors.pop() if self._idle_executors else None
+            address = None if self._idle_executors is None else self._idle_executors.take()
         if address is None:
             try:
                 address = ExecutorActor.open(rt.group, self, rt)
@@ -223,8 +225,8 @@ class NativeExecutor:
             if self._runnable:
                 return self._runnable.popleft()
             self._stepping -= 1
-            if not self._closed and len(self._idle_executors) < _IDLE_EXECUTORS_KEPT:
-                self._idle_executors.append(address)
+            shelf = self._idle_executors
+            if not self._closed and shelf is not None and shelf.shelve(address):
                 return None
         rt = self._rt
         if rt is not None:
@@ -264,7 +266,8 @@ class NativeExecutor:
         assert rt is not None
         with self._lock:
             self._closed = True
-            self._idle_executors.clear()
+            if self._idle_executors is not None:
+                self._idle_executors.close()
             self._lock.wait_for(lambda: not self._running, timeout=rt.stop_remaining())
             late = list(self._running.values())
         for run in late:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pykka
 
 from ..actors import ActorGroup, Address, actor_thread_ident
+from .idle import IdleShelf
 from .messages import Returned, Serve, Settled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -330,7 +331,8 @@ class CallPool:
         self.serving = 0
         self.lent_count = 0  # call actors waiting with their slot lent out
         self.peak = 0
-        self._idle: list[Address] = []
+        # Idle call actors (at most idle_kept; each retires after IDLE_TTL).
+        self._idle = IdleShelf(rt.group, rt.loop, self.idle_kept)
         self._waiting: deque[WorkMailbox] = deque()
         self._closed = False
 
@@ -347,7 +349,7 @@ class CallPool:
                 grant = True
                 self.serving += 1
                 self.peak = max(self.peak, self.serving)
-                worker = self._idle.pop() if self._idle else None
+                worker = self._idle.take()
             else:
                 self._waiting.append(mailbox)
                 return
@@ -377,8 +379,7 @@ class CallPool:
                 if not mailbox.closed:
                     return mailbox
             self.serving -= 1
-            if not self._closed and len(self._idle) < self.idle_kept:
-                self._idle.append(worker)
+            if not self._closed and self._idle.shelve(worker):
                 return None
         self._rt.group.retire(worker.ref)
         return None
@@ -406,7 +407,7 @@ class CallPool:
                 return True
             mailbox = self._waiting.popleft()
             self.serving += 1
-            worker = self._idle.pop() if self._idle else None
+            worker = self._idle.take()
         self._send(worker, mailbox)
         return True
 
@@ -433,7 +434,7 @@ class CallPool:
         runtime's group stops them)."""
         with self._lock:
             self._closed = True
-            self._idle.clear()
+            self._idle.close()
             waiting, self._waiting = list(self._waiting), deque()
         for mailbox in waiting:
             mailbox.refused()

@@ -17,6 +17,8 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_actors import (
     AbortController,
@@ -225,3 +227,87 @@ def test_a_blocking_nested_batch_from_an_async_body_on_the_runtimes_own_loop_fai
         outcome = result.results[0].result
         assert outcome.is_error
         assert "execute_async" in outcome.error.message, outcome.error.message
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(min_value=2, max_value=9),
+    cap=st.integers(min_value=1, max_value=4),
+    logged=st.booleans(),
+    change=st.sampled_from(CHANGES),
+    data=st.data(),
+)
+def test_a_change_made_from_a_running_body_applies_exactly_to_the_calls_whose_bodies_start_after_it(
+    size: int, cap: int, logged: bool, change: str, data: Any
+) -> None:
+    """Random batches at a random cap, logged or not; the body of a random
+    call makes one change (as a composite tool might). Every body that
+    started before the change began ran the old tool; every call whose body
+    had not started when it ended gets the change; an exclusive
+    replacement's calls overlap nothing. The schedule's invariants are
+    asserted after every step (conftest)."""
+    trigger = data.draw(st.integers(min_value=0, max_value=size - 1), label="trigger")
+    with started_runtime() as rt:
+        timeline = Timeline()
+        agent = Agent("a", session=Session() if logged else None)
+        window: dict[str, int] = {}
+        disposers: dict[str, Any] = {}
+
+        def new_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return f"new{args['i']}"
+
+        def make_change() -> None:
+            if change == "guard":
+                rt.tools.guard(lambda execution: "late guard")
+            elif change == "deny-listener":
+                rt.events.on("tools/pre-execute", lambda execution, next_: Deny("late listener"))
+            elif change == "unregister":
+                disposers["old"]()
+            elif change == "restrict":
+                rt.tools.scope(agent).restrict(ToolRestriction(deny=("t",)))
+            else:
+                disposers["old"]()
+                rt.tools.register(make_tool("t", new_body, classifier=None))
+
+        def old_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                if args["i"] == trigger:
+                    with timeline.lock:
+                        window["begin"] = timeline._tick()
+                    make_change()
+                    with timeline.lock:
+                        window["end"] = timeline._tick()
+            return f"v{args['i']}"
+
+        disposers["old"] = rt.tools.register(make_tool("t", old_body))
+        batch = ToolBatchInput(
+            calls=tuple(calls(*["t"] * size)),
+            agent=agent,
+            log=LogStep(turn=1, step=1) if logged else None,
+            max_parallel_tool_calls=cap,
+        )
+        result = rt.tools.submit(batch).result(GUARD)
+        assert "end" in window, "the change was never made"
+        for i, item in enumerate(result.results):
+            outcome = item.result
+            call_id = f"c{i}"
+            started = timeline.starts.get(call_id)
+            if started is not None and started < window["begin"]:
+                assert outcome.value == f"v{i}", (call_id, outcome, timeline)
+                continue
+            if started is not None and started < window["end"]:
+                # Its body started while the change was being made: either.
+                assert outcome.value in (f"v{i}", f"new{i}"), (call_id, outcome)
+                continue
+            if change == "guard":
+                assert started is None and _message(outcome) == "late guard", (call_id, outcome)
+            elif change == "deny-listener":
+                assert started is None and _message(outcome) == "late listener", (call_id, outcome)
+            elif change in ("unregister", "restrict"):
+                assert started is None and code_of(outcome) == "UNKNOWN_TOOL", (call_id, outcome)
+            else:
+                assert outcome.value == f"new{i}", (call_id, outcome)
+                for other in timeline.starts:
+                    if other != call_id:
+                        assert not timeline.overlaps(call_id, other), (call_id, other, timeline)

@@ -468,11 +468,10 @@ def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
 
 
 def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(rt: Any) -> None:
-    import dsh_actors.scheduling.executor as executor_module
-
     rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
-    kept = executor_module._IDLE_EXECUTORS_KEPT
-    executor_module._IDLE_EXECUTORS_KEPT = 1
+    shelf = rt.native_executor._idle_executors
+    kept = shelf.kept
+    shelf.kept = 1
     try:
         sizes = []
         for _ in range(4):
@@ -484,14 +483,13 @@ def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(
             # An executor actor is back in its pool (or retired) before it
             # replies; a retired one's thread ends.
             executors = [t for t in rt.group.threads() if t.name == "dsh-ExecutorActor"]
-            idle = {id(ref) for ref in rt.native_executor._idle_executors}
-            assert len(idle) == 1
+            assert len(shelf) == 1
             for thread in executors:
                 thread.join(0.05)
             sizes.append(sum(1 for t in executors if t.is_alive()))
         assert sizes == [1, 1, 1, 1], f"surplus executor actors stayed in the group: {sizes}"
     finally:
-        executor_module._IDLE_EXECUTORS_KEPT = kept
+        shelf.kept = kept
 
 
 # -- executor actors: a step slot each, lent while they block ------------------------
@@ -543,3 +541,19 @@ def test_nested_batches_from_inline_bodies_do_not_deadlock_one_step_slot(monkeyp
         futures = [rt.tools.submit(ToolBatchInput(calls=[call(0, "nest", depth=0)])) for _ in range(4)]
         values = [f.result(GUARD).results[0].result.value for f in futures]
     assert values == ["0>1>2>leaf"] * 4
+
+
+def test_idle_pooled_actors_retire_soon_after_a_burst_so_the_threads_go_back_to_the_runtimes_own() -> None:
+    from dsh_actors.scheduling.idle import IDLE_TTL
+
+    with started_runtime() as rt:
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+        idle_threads = {t for t in rt.group.threads() if t.is_alive()}
+        futures = [rt.tools.submit(ToolBatchInput(calls=calls("t", "t", "t"))) for _ in range(12)]
+        for future in futures:
+            future.result(GUARD)
+        pooled = [t for t in rt.group.threads() if t.is_alive() and t not in idle_threads]
+        assert pooled, "the burst used no pooled actor"
+        for thread in pooled:  # each retires IDLE_TTL after it went idle (a join, not a sleep)
+            thread.join(IDLE_TTL + GUARD)
+        assert [t.name for t in pooled if t.is_alive()] == []
