@@ -30,9 +30,10 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -76,6 +77,45 @@ def settle(reply: Any, value: Any = None, error: BaseException | None = None) ->
             reply.set_result(value)
     except RuntimeError:  # InvalidStateError: settled already
         pass
+
+
+class PendingReplies:
+    """Replies that callers block on, failed by the runtime's stop the way
+    pykka fails the asks a stopped actor never answered: a caller waits on
+    its reply alone (no polling), and :meth:`fail_all` settles every reply
+    still pending with its error. Once failed, a reply tracked later fails
+    at once."""
+
+    __slots__ = ("_lock", "_items", "_closed")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[int, tuple[Any, Callable[[], BaseException]]] = {}
+        self._closed = False
+
+    @contextmanager
+    def tracked(self, reply: Any, error: Callable[[], BaseException]) -> Iterator[None]:
+        """While the block runs, ``reply`` is failed with ``error()`` by
+        :meth:`fail_all` (unless it has settled before)."""
+        key = id(reply)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._items[key] = (reply, error)
+        if closed:
+            settle(reply, error=error())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._items.pop(key, None)
+
+    def fail_all(self) -> None:
+        with self._lock:
+            self._closed = True
+            items, self._items = list(self._items.values()), {}
+        for reply, error in items:
+            settle(reply, error=error())
 
 
 class _Member:
@@ -332,18 +372,16 @@ class Address:
         return f"<Address {self.ref}>"
 
 
-#: How often a blocked ask checks that the registry is still alive.
-_SLICE = 0.2
-
-
 class RegistryRef(pykka.ActorRef[Any]):
     """``rt.registry``: a pykka ``ActorRef`` whose :meth:`ask` answers a
     request of :mod:`dsh_actors.messages` when the work is done (the
     registry forwards it and replies later), not when the registry has
     handled the message. Other messages go through pykka's own ``ask``."""
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, pending: PendingReplies) -> None:
         super().__init__(actor)
+        # The runtime's: an answer still pending when it has stopped fails.
+        self._pending = pending
         # The registry's own check of what it understands: one rule, asked
         # here so that an asker gets the error (a handler's is only logged).
         self._check: Callable[[Any], None] = type(actor).check_message
@@ -367,19 +405,11 @@ class RegistryRef(pykka.ActorRef[Any]):
             out: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
             answer.add_done_callback(lambda done: _to_pykka(done, out))
             return out
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            wait = _SLICE if deadline is None else max(0.0, min(_SLICE, deadline - time.monotonic()))
+        with self._pending.tracked(answer, lambda: pykka.ActorDeadError(f"{self} stopped before answering")):
             try:
-                return answer.result(timeout=wait)
+                return answer.result(timeout=timeout)
             except FutureTimeout:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise pykka.Timeout(f"{timeout} seconds") from None
-                if not self.is_alive() and not answer.done():
-                    try:
-                        return answer.result(timeout=_SLICE)  # a reply already on its way
-                    except FutureTimeout:
-                        raise pykka.ActorDeadError(f"{self} stopped before answering") from None
+                raise pykka.Timeout(f"{timeout} seconds") from None
 
 
 def _answered(value: Any) -> pykka.ThreadingFuture[Any]:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import pykka
 from loguru import logger
 
-from .actors import ActorGroup, RegistryRef
+from .actors import ActorGroup, PendingReplies, RegistryRef
 from .events import Disposer, EventBus
 from .loop import LoopThread
 from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
@@ -149,6 +149,10 @@ class ToolRuntime:
         self._native: NativeExecutor | None = None
         self._stop_hooks: list[Callable[[], Any]] = []
         self._stop_controller = AbortController()
+        # Callers blocked on the runtime (a batch, a registry ask) and on a
+        # registry write: failed by stop(), at its end and at its start.
+        self.pending_replies = PendingReplies()
+        self.pending_writes = PendingReplies()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -166,7 +170,7 @@ class ToolRuntime:
             ref = RegistryActor.spawn(self._group, self)
             actor = self._group.actor(ref)
             assert actor is not None
-            self._registry = RegistryRef(actor)
+            self._registry = RegistryRef(actor, self.pending_replies)
             self._tools = ToolsService(self, scope=None)
             self._native = NativeExecutor(self.max_parallel_tool_calls)
             self._tools.set_executor(self._native)
@@ -194,6 +198,7 @@ class ToolRuntime:
         # check _stopped; the bus and the channel are told).
         self.events.close(_STOPPED)
         self.approvals.close(_STOPPED)
+        self.pending_writes.fail_all()  # a registry change waited on fails now
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
         hooks, self._stop_hooks = self._stop_hooks, []
@@ -211,6 +216,7 @@ class ToolRuntime:
             self._loop.stop()
         self.loop_watch.stop()
         self._halted = True
+        self.pending_replies.fail_all()  # answers nobody will give any more
 
     @contextmanager
     def waiting(self, *, bounded: bool = False) -> Iterator[None]:

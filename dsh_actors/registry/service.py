@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -82,9 +81,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ToolsService"]
 
 T = TypeVar("T")
-
-#: How often a blocked caller checks that the runtime is still running.
-_SLICE: Final = 0.2
 
 
 class _Reply:
@@ -401,13 +397,12 @@ class ToolsService:
                 "so the batch could never finish): use await rt.tools.execute_async(batch) from an async body"
             )
         reply = _Reply()
-        self._start(batch, reply)
-        with rt.waiting():  # a tool body's nested batch holds no slot
-            while not reply.wait(_SLICE):
-                # A stopping runtime drains its batches and answers them; only
-                # a batch stuck past the end of stop() has no answer.
-                if rt.halted and not reply.wait(_SLICE):
-                    raise RuntimeError(f"{STOPPED} (before the batch finished)")
+        # A stopping runtime drains its batches and answers them; only a
+        # batch stuck past the end of stop() has no answer: stop fails it.
+        with rt.pending_replies.tracked(reply, lambda: RuntimeError(f"{STOPPED} (before the batch finished)")):
+            self._start(batch, reply)
+            with rt.waiting():  # a tool body's nested batch holds no slot
+                reply.wait(-1)
         result: ToolBatchResult = reply.outcome()
         return result
 
@@ -466,15 +461,12 @@ class ToolsService:
         return _EffectDisposer(undo)
 
     def _wait(self, future: Future[T], what: str, *, limit: float | None) -> T:
-        deadline = None if limit is None else time.monotonic() + limit
-        while True:
+        # A stopping runtime fails the wait at once (no polling).
+        with self._rt.pending_writes.tracked(future, lambda: RuntimeError(f"{STOPPED} (before {what} finished)")):
             try:
-                return future.result(timeout=_SLICE)
+                return future.result(timeout=limit)
             except FutureTimeout:
-                if not self._rt.running:
-                    raise RuntimeError(f"{STOPPED} (before {what} finished)") from None
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"{what} did not finish within {limit}s") from None
+                raise TimeoutError(f"{what} did not finish within {limit}s") from None
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
