@@ -157,6 +157,15 @@ class Flight:
         except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
             pass
 
+    def cancel(self) -> None:
+        """Cancel the task (from any thread), e.g. when what waits for it
+        gave up; it still ends only when the task has ended, and then
+        reports ``CancelledError`` unless its signal fired."""
+        try:
+            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after _start
+        except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
+            pass
+
     def _end(self, value: Any, error: BaseException | None) -> None:
         watch = self.watch
         if watch is not None and not watch._remove(self):

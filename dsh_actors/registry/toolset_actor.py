@@ -8,12 +8,9 @@ a resolved set admits and how admission shrinks).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
-from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never
 
@@ -22,6 +19,7 @@ import pykka
 from ..actors import ActorBase, ActorGroup, settle
 from ..errors import AbortError, DshError, ToolPolicyError, safe_str
 from ..model import ToolActivationContext
+from ..pipeline.flights import Flight
 from ..toolset import ResolvedToolSet
 from ..visibility import Registration, describe_scope
 from ._private import STOPPED
@@ -45,7 +43,10 @@ class _ConditionDone:
     """Loop thread → tool-set actor: an ``async`` condition settled."""
 
     registration: Registration
-    future: Future[Any]
+    value: Any
+    """What the condition answered (when ``error`` is None)."""
+    error: BaseException | None
+    """What it raised (an ``AbortError`` when the resolution's signal cancelled it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +84,7 @@ class ToolSetActor(ActorBase):
         self._set: ResolvedToolSet | None = None
         self._candidates: Mapping[str, Registration] = _EMPTY
         self._answers: dict[int, Any] = {}
-        self._pending: dict[int, Future[Any]] = {}
+        self._pending: dict[int, Flight] = {}
         self._finished = False
         self._unsubscribe: Any = None
 
@@ -139,24 +140,22 @@ class ToolSetActor(ActorBase):
                 self._fail(self._condition_error(reg, exc))
                 return
             if inspect.isawaitable(answer):
-                coro = _awaited(answer)
-                try:
-                    if self._loop is None:
-                        future = self._runtime.loop.submit(coro)
-                    else:
-                        if self._loop.is_closed() or not self._loop.is_running():
-                            raise RuntimeError(
-                                f'the event loop that runs the activation condition of tool "{reg.name}" is not running'
-                            )
-                        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-                except BaseException as exc:  # noqa: BLE001 - the loop is gone (stopping)
-                    coro.close()
+                # A flight on the resolution's loop, as an async tool body:
+                # cancelled when the signal fires (or the resolution fails),
+                # never abandoned; its end comes back as a message.
+                loop = self._runtime.loop.loop if self._loop is None else self._loop
+                if loop.is_closed() or not loop.is_running():
                     if inspect.iscoroutine(answer):
                         answer.close()
-                    self._fail(exc)
+                    self._fail(
+                        RuntimeError(
+                            f'the event loop that runs the activation condition of tool "{reg.name}" is not running'
+                        )
+                    )
                     return
-                self._pending[reg.seq] = future
-                future.add_done_callback(partial(self._async_done, reg))
+                flight = Flight(_awaited(answer), signal, loop, reg.name, "when", self._ended(reg))
+                self._pending[reg.seq] = flight
+                self._runtime.loop_watch.launch(flight)
             else:
                 self._answers[reg.seq] = answer
         self._maybe_finish()
@@ -168,27 +167,26 @@ class ToolSetActor(ActorBase):
         except pykka.ActorDeadError:
             pass
 
-    def _async_done(self, reg: Registration, future: Future[Any]) -> None:
-        # On the loop thread (or here, if it settled at once).
-        try:
-            self.actor_ref.tell(_ConditionDone(registration=reg, future=future))
-        except pykka.ActorDeadError:
-            pass
+    def _ended(self, reg: Registration) -> Any:
+        def ended(value: Any, error: BaseException | None) -> None:
+            # On the loop's thread (or the watch's): a message, nothing else.
+            try:
+                self.actor_ref.tell(_ConditionDone(registration=reg, value=value, error=error))
+            except pykka.ActorDeadError:
+                pass
+
+        return ended
 
     def _condition_done(self, message: _ConditionDone) -> None:
         if self._finished:
             return
         reg = message.registration
-        future = message.future
         self._pending.pop(reg.seq, None)
-        if future.cancelled():
-            self._fail(self._abort_error())
-            return
-        exc = future.exception()
+        exc = message.error
         if exc is not None:
             self._fail(self._condition_error(reg, exc))
             return
-        self._answers[reg.seq] = future.result()
+        self._answers[reg.seq] = message.value
         self._maybe_finish()
 
     def _maybe_finish(self) -> None:
@@ -228,8 +226,8 @@ class ToolSetActor(ActorBase):
         self._finished = True
         self._detach()
         pending, self._pending = self._pending, {}
-        for future in pending.values():
-            future.cancel()
+        for flight in pending.values():
+            flight.cancel()
         if self._set is not None:
             self._set._abandon()
         reply, self._reply = self._reply, None
