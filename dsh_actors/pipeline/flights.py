@@ -168,7 +168,7 @@ class Flight:
 
     def _end(self, value: Any, error: BaseException | None) -> None:
         watch = self.watch
-        if watch is not None and not watch._remove(self):
+        if watch is not None and not watch.remove(self):
             return  # ended already (the watch saw its loop go)
         unsubscribe = self.unsubscribe
         if unsubscribe is not None:
@@ -317,7 +317,9 @@ class LoopWatch:
     def _stopping(self) -> bool:
         return self._stopped
 
-    def _remove(self, flight: Flight) -> bool:
+    def remove(self, flight: Flight) -> bool:
+        """``flight`` has ended: forget it. False if it had ended already
+        (whoever ends a flight first wins)."""
         with self._lock:
             if flight.ended:
                 return False

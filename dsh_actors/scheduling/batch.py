@@ -139,6 +139,7 @@ class BatchRun:
         "launching",
         "outbox",
         "redo",
+        "policy",
     )
 
     def __init__(
@@ -183,6 +184,7 @@ class BatchRun:
         self.on_loop: set[int] = set()  # calls whose async body is in flight on a loop (a subset of out)
         self.launching: list[Any] = []  # flights this step started, launched when it ends
         self.outbox: Outbox | None = None  # the loop side of the inbox (made with the first flight)
+        self.policy: Any = None  # what the executor gives the batch (BatchPolicy), asked as it opens
         self.redo: list[int] = []  # started calls back unrun, to prepare again (sorted)
 
     # -- the run -------------------------------------------------------------------
@@ -272,18 +274,17 @@ class BatchRun:
         agent = batch.agent
         if batch.log is not None and agent is not None:
             self.session = agent.session
-        native = self.native
-        own = native._own()
-        hook = native._body_hook()
-        self.hook = hook
+        policy = self.policy = self.native.batch_policy()
+        own = policy.own
+        self.hook = policy.hook
         # The default direct_call_hint always answers None: skip the call.
-        hinting = native._hints()
+        hint_of = policy.hint
         calls = self.calls
         unbuilt = self.unbuilt
         for i, tool_call in enumerate(batch.calls):
             name = tool_call.name
             override = own.get(name) if own else None
-            hint = native.direct_call_hint(name) if hinting and override is None else None
+            hint = hint_of(name) if hint_of is not None and override is None else None
             if type(tool_call.arguments) is str:
                 # JSON text cannot change: it is parsed and materialized, and
                 # its call built, when the call is about to start, so the
@@ -506,9 +507,7 @@ class BatchRun:
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
-            mailbox = self.mailbox = WorkMailbox(
-                self.limit, self.native._pool(), self.inbox, lambda call: stale(rt, call)
-            )
+            mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.pool, self.inbox, lambda call: stale(rt, call))
         self.out.add(call.index)
         mailbox.put(call)
 

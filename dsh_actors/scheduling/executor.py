@@ -42,7 +42,7 @@ from ..pipeline.stages import CallPhase, dispatch
 from .batch import BatchRun
 from .idle import IdleShelf
 from .inbox import RUNNING
-from .messages import Deadline, Reply, Resume, RunBatch, Serve
+from .messages import BatchPolicy, Deadline, Reply, Resume, RunBatch, Serve
 from .pool import LEAVE, CallPool, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,10 +127,17 @@ class NativeExecutor:
             out[definition.name] = checked
         return out
 
-    def _pool(self) -> CallPool:
+    def batch_policy(self) -> BatchPolicy:
+        """What a batch of this executor takes from it (internal: asked by
+        the batch as it opens, on its executor actor)."""
         rt = self._rt
         assert rt is not None
-        return rt.call_pool
+        return BatchPolicy(
+            own=self._own(),
+            hook=self._body_hook(),
+            hint=self.direct_call_hint if self._hints() else None,
+            pool=rt.call_pool,
+        )
 
     # -- the executor protocol ---------------------------------------------
 
@@ -156,12 +163,13 @@ class NativeExecutor:
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
         """Start ``batch``; the future settles once every started call has."""
         future: Future[ToolBatchResult] = Future()
-        self._submit(batch, future, checked=False)
+        self.submit_into(batch, future)
         return future
 
-    def _submit(self, batch: ToolBatchInput, reply: Reply, *, checked: bool, loop: Any = None) -> None:
-        """:meth:`submit` into a given future (``checked``: the caller ran
-        ``check_batch`` already, as ``scheduling.start.start_batch`` does)."""
+    def submit_into(self, batch: ToolBatchInput, reply: Reply, *, checked: bool = False, loop: Any = None) -> None:
+        """:meth:`submit` into a given reply (internal: ``checked``, the
+        caller ran ``check_batch`` already, as ``scheduling.start.start_batch``
+        does; ``loop``, where the batch's async bodies run)."""
         rt = self._rt
         if rt is None:
             raise RuntimeError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")

@@ -16,13 +16,14 @@ holds the message owns the call), never a lock or a cursor.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import ToolBatchInput
     from ..pipeline.stages import Call
-    from .pool import WorkMailbox
+    from .pool import CallPool, WorkMailbox
 
 
 class Reply(Protocol):
@@ -37,6 +38,22 @@ class Reply(Protocol):
     def set_exception(self, exception: BaseException | None) -> None: ...
 
     def done(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchPolicy:
+    """What a batch takes from its executor, as values (the executor's
+    hooks asked once, as the batch opens): the batch never calls into its
+    executor's state."""
+
+    own: Mapping[str, Any]
+    """Checked definitions of the tools the executor provides itself, by name."""
+    hook: Any
+    """``tool_body(definition)``, or None (the definitions' own bodies run)."""
+    hint: Callable[[str], str | None] | None
+    """``direct_call_hint(name)``, or None (it always answers None)."""
+    pool: CallPool
+    """The runtime's call actors (the work mailbox asks it for servers)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

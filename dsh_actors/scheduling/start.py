@@ -46,7 +46,7 @@ def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply, loop:
         if executor is None:
             raise ExecutorUnavailableError(describe_scope(batch.agent))
         if isinstance(executor, NativeExecutor) and type(executor).submit is NativeExecutor.submit:
-            executor._submit(batch, reply, checked=True, loop=loop)
+            executor.submit_into(batch, reply, checked=True, loop=loop)
             return
         submit = getattr(executor, "submit", None)
         if callable(submit):
