@@ -25,7 +25,7 @@ from ..model import (
     ToolExecutionSuccess,
 )
 from ..signals import AbortSignal
-from .call import Call, CallPhase, lookup
+from .call import Call, lookup
 from .flights import Flight
 from .results import (
     aborted,
@@ -263,9 +263,7 @@ def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
 
 
 def _dispatched(call: Call, result: ToolExecutionResult) -> None:
-    call.outcome = result
-    call.run_post = True
-    call.phase = CallPhase.DISPATCHED
+    call.settle(result, run_post=True)
 
 
 def wants_loop(rt: ToolRuntime, call: Call, registration: Any) -> bool:

@@ -123,9 +123,18 @@ class Call:
         self.seen_listeners = -1
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
+        """Decided without dispatch (denied, aborted, bad arguments): RESOLVED."""
         self.outcome = outcome
         self.run_post = run_post
         self.phase = CallPhase.RESOLVED
+
+    def settle(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
+        """The dispatch outcome is back (the body's, a wrapper's, or the
+        failure of a dispatch that broke): DISPATCHED. The one place this
+        transition is made."""
+        self.outcome = outcome
+        self.run_post = run_post
+        self.phase = CallPhase.DISPATCHED
 
     def unprepare(self) -> None:
         """Back to PENDING: the call was prepared, but what it was prepared

@@ -18,7 +18,7 @@ from ..model import (
     UserMessage,
 )
 from .body import EXECUTE_EVENTS, run_body
-from .call import Call, CallPhase, lookup
+from .call import Call, lookup
 from .results import (
     failure_from_exception,
     is_result,
@@ -43,9 +43,7 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
         except BaseException as exc:  # noqa: BLE001 - run_body contains the body; be sure
             result = failure_from_exception(exc)
             skip_post = True
-        call.outcome = result
-        call.run_post = not skip_post
-        call.phase = CallPhase.DISPATCHED
+        call.settle(result, run_post=not skip_post)
         return
     caller = call.caller
     execution._open_signal()
@@ -72,9 +70,7 @@ def dispatch(rt: ToolRuntime, call: Call) -> None:
         skip_post = True
     finally:
         execution._restore_signal(caller)
-    call.outcome = result
-    call.run_post = not skip_post
-    call.phase = CallPhase.DISPATCHED
+    call.settle(result, run_post=not skip_post)
 
 
 def _produced(result: Any, body_results: list[ToolExecutionResult]) -> bool:

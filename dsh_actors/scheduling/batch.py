@@ -237,9 +237,7 @@ class BatchRun:
                 finish_on_loop(call, value, error)
             except BaseException as exc:  # noqa: BLE001 - finish_on_loop contains render; be sure
                 logger.opt(exception=exc).error("finishing {!r} failed", call)
-                call.outcome = failure_from_exception(exc)
-                call.run_post = False
-                call.phase = CallPhase.DISPATCHED
+                call.settle(failure_from_exception(exc), run_post=False)
 
     def _returned(self, message: Returned) -> None:
         for call in message.calls:

@@ -38,7 +38,7 @@ from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import check_batch, check_limit
 from ..pipeline.results import failure_from_exception
-from ..pipeline.stages import CallPhase, dispatch
+from ..pipeline.stages import dispatch
 from .batch import BatchRun
 from .idle import IdleShelf
 from .inbox import RUNNING
@@ -392,9 +392,7 @@ class CallActor(MailboxActor):
                 dispatch(rt, call)
             except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
                 logger.opt(exception=exc).error("dispatch of {!r} failed", call)
-                call.outcome = failure_from_exception(exc)
-                call.run_post = False
-                call.phase = CallPhase.DISPATCHED
+                call.settle(failure_from_exception(exc), run_post=False)
             item = mailbox.take(wait=False)
             if item is LEAVE:
                 # Back in the pool before the executor hears of this call: a
