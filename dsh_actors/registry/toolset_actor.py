@@ -9,6 +9,7 @@ a resolved set admits and how admission shrinks).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Awaitable, Mapping
 from concurrent.futures import Future
@@ -73,9 +74,18 @@ class ToolSetActor(ActorBase):
     """
 
     def __init__(
-        self, group: ActorGroup, runtime: ToolRuntime, context: ToolActivationContext, reply: Any, loop: Any = None
+        self,
+        group: ActorGroup,
+        runtime: ToolRuntime,
+        context: ToolActivationContext,
+        reply: Any,
+        loop: Any = None,
+        caller_context: contextvars.Context | None = None,
     ) -> None:
         super().__init__(group)
+        # The resolver's contextvars: each condition runs in a copy (an
+        # async one as a task made in that copy).
+        self._vars = contextvars.Context() if caller_context is None else caller_context
         self._loop = loop  # where async conditions run (None: the runtime's loop thread)
         self._runtime = runtime
         self._context = context
@@ -133,8 +143,9 @@ class ToolSetActor(ActorBase):
             if signal.aborted or self._finished:
                 self._fail(self._abort_error())
                 return
+            vars_ = self._vars.copy()
             try:
-                answer = when(context)
+                answer = vars_.run(when, context)
             except BaseException as exc:  # noqa: BLE001 - fails the resolution
                 self._fail(self._condition_error(reg, exc))
                 return
@@ -142,13 +153,13 @@ class ToolSetActor(ActorBase):
                 coro = _awaited(answer)
                 try:
                     if self._loop is None:
-                        future = self._runtime.loop.submit(coro)
+                        future = vars_.run(self._runtime.loop.submit, coro)
                     else:
                         if self._loop.is_closed() or not self._loop.is_running():
                             raise RuntimeError(
                                 f'the event loop that runs the activation condition of tool "{reg.name}" is not running'
                             )
-                        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+                        future = vars_.run(asyncio.run_coroutine_threadsafe, coro, self._loop)
                 except BaseException as exc:  # noqa: BLE001 - the loop is gone (stopping)
                     coro.close()
                     if inspect.iscoroutine(answer):
