@@ -46,10 +46,11 @@ SPEC_NAMES = {
 CARD_NAMES = {cls.__name__ for cls in presentation.CARD_CLASSES}
 
 # Exported beyond SPEC section 1: names results carry (error classes whose
-# code or name a failure records, the records inside search and web cards).
+# code or name a failure records, the records inside search and web cards)
+# and the record a ``tools/progress`` event carries.
 EXTRA_NAMES = {
     "ToolPolicyError", "ToolFailedError", "ExecutorUnavailableError", "LosslessJsonError",
-    "SearchFileMatches", "SearchMatchLine", "WebSource",
+    "SearchFileMatches", "SearchMatchLine", "WebSource", "ToolProgress",
 }  # fmt: skip
 
 
