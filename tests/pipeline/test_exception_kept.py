@@ -127,9 +127,7 @@ def raise_in(where: str) -> Any:
 
 
 @pytest.mark.parametrize("where", ["pre-execute", "wrapper", "post-execute", "approval", "guard"])
-def test_a_listener_wrapper_guard_or_approval_service_that_raises_is_kept(
-    rt: Any, errors: Records, where: str
-) -> None:
+def test_a_listener_wrapper_guard_or_approval_service_that_raises_is_kept(rt: Any, errors: Records, where: str) -> None:
     rt.tools.register(tool())
     if where == "pre-execute":
         rt.events.on("tools/pre-execute", raise_in(where))
