@@ -351,3 +351,25 @@ def test_a_tools_call_carries_a_progress_token(mounted: ToolRuntime) -> None:
     assert not outcome.is_error, outcome
     [block] = outcome.content
     assert "progressToken" in json.loads(block.text)
+
+
+def test_a_tools_call_carries_the_call_spans_trace_context(mounted: ToolRuntime) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import policies.otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        mounted.use(policies.otel, tracer_provider=provider)
+        outcome = run(mounted, "t_request_meta")
+        [span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool t_request_meta"]
+    finally:
+        provider.shutdown()
+    [block] = outcome.content
+    traceparent = json.loads(block.text)["traceparent"]
+    context = span.context
+    assert traceparent == f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
