@@ -41,7 +41,13 @@ denial); the exception a hook raised is recorded as the span's
 ``dsh.tool.timeout``
     ``policies.timeout`` ended it (``TOOL_TIMEOUT``).
 ``dsh.tool.blocked``
-    a post-execute ``Block`` replaced the result.
+    a failure without an error code after the call was cleared to run: a
+    post-execute ``Block`` (or a guard registered after this policy).
+
+The policy sees a call through a prepended ``tools/pre-execute`` listener,
+a guard (guards run once a call is allowed, the approval included: this
+one marks the call cleared) and a ``tools/result`` observer; nothing else,
+so it adds no phase to a call that had none.
 
 **Content.** Only with ``capture_content=True``: ``gen_ai.tool.call.arguments``
 (the arguments as JSON text) and ``gen_ai.tool.call.result`` (a success's
@@ -68,7 +74,6 @@ from typing import Any, Final
 
 from dsh_actors import (
     Ask,
-    Block,
     Cancel,
     Deny,
     ToolExecution,
@@ -98,16 +103,15 @@ class _CallSpan:
     """One call's span and what the policy saw of its trip (only the call's
     own hooks touch it, one at a time)."""
 
-    __slots__ = ("token", "span", "start", "asked", "approved", "denied", "blocked", "aborted")
+    __slots__ = ("token", "span", "start", "asked", "cleared", "denied", "aborted")
 
     def __init__(self, token: Any, span: Any, start: float) -> None:
         self.token = token  # the execution's: a nested call's context holds its parent's
         self.span = span
         self.start = start
         self.asked = False
-        self.approved = False
+        self.cleared = False  # passed this policy's guard: allowed, approved if asked
         self.denied = False
-        self.blocked = False
         self.aborted = False
 
 
@@ -137,6 +141,7 @@ class OtelPolicy:
         )
         self._capture = capture_content
         self._descriptions: dict[str, str] = {}
+        self._ok_attributes: dict[str, dict[str, Any]] = {}  # the histogram's, per tool, for a success
         self._lock = threading.Lock()
 
     # -- the span ---------------------------------------------------------------
@@ -172,6 +177,11 @@ class OtelPolicy:
                 self._descriptions[name] = description
         return description
 
+    def _ok(self, name: str) -> dict[str, Any]:
+        attributes = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
+        self._ok_attributes[name] = attributes  # (a race writes an equal dict)
+        return attributes
+
     def _forget_descriptions(self) -> None:
         with self._lock:
             self._descriptions = {}
@@ -204,26 +214,18 @@ class OtelPolicy:
     def guard(self, execution: ToolExecution) -> None:
         # Guards run only once the call is allowed: after an approval, its answer.
         state = self._mine(execution)
-        if state is not None and state.asked and not state.approved:
-            state.approved = True
-            state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
+        if state is not None and not state.cleared:
+            state.cleared = True
+            if state.asked:
+                state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
         return None
-
-    def post_execute(self, execution: ToolExecution, result: Any, next_: Callable[[], Any]) -> Any:
-        decision = next_()
-        if type(decision) is Block:
-            state = self._mine(execution)
-            if state is not None:
-                state.blocked = True
-                state.span.add_event("dsh.tool.blocked", {})
-        return decision
 
     def on_result(self, execution: ToolExecution, result: Any) -> None:
         state = self._mine(execution)
         if state is None:  # no phase ran (aborted before it started, bad arguments)
             state = self._start(execution)
         span = state.span
-        attributes: dict[str, Any] = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": execution.name}
+        name = execution.name
         if type(result) is ToolExecutionFailure:
             error = result.error
             info = error.info
@@ -234,22 +236,27 @@ class OtelPolicy:
                     span.add_event("dsh.tool.aborted", {"dsh.code": code})
             elif code == _TIMEOUT:
                 span.add_event("dsh.tool.timeout", {})
-            elif info is None and not state.denied and not state.blocked:
-                # Decided before dispatch, by nobody this policy saw: the
-                # approval's answer, or a guard.
-                if state.asked and not state.approved:
+            elif info is None and not state.denied:
+                # Decided by nobody this policy's listener saw: before its
+                # guard, the approval's answer or an earlier guard; after
+                # it, a post-execute Block (or a later guard).
+                if state.cleared:
+                    span.add_event("dsh.tool.blocked", {"dsh.reason": error.message})
+                elif state.asked:
                     span.add_event("dsh.tool.approval.answered", {"dsh.answer": "denied", "dsh.reason": error.message})
                 else:
                     span.add_event("dsh.tool.denied", {"dsh.reason": error.message})
             if exc is not None:
                 span.record_exception(exc)
-            attributes["error.type"] = code
+            attributes = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name, "error.type": code}
             span.set_attribute("error.type", code)
             span.set_status(self._error(self._error_code, error.message))
             if self._capture:
                 span.set_attribute("gen_ai.tool.call.result", _content_text(result))
-        elif self._capture and type(result) is ToolExecutionSuccess:
-            span.set_attribute("gen_ai.tool.call.result", _json_text(result.value))
+        else:
+            attributes = self._ok_attributes.get(name) or self._ok(name)
+            if self._capture and type(result) is ToolExecutionSuccess:
+                span.set_attribute("gen_ai.tool.call.result", _json_text(result.value))
         span.end()
         self._duration.record(time.perf_counter() - state.start, attributes)
 
@@ -300,7 +307,6 @@ def apply(
     undo = Undo()
     events = rt.events
     undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
-    undo.add(events.on("tools/post-execute", policy.post_execute, prepend=True))
     undo.add(events.on("tools/result", policy.on_result, prepend=True))
     undo.add(events.on("tools/change", policy._forget_descriptions))
     undo.add(rt.tools.guard(policy.guard))

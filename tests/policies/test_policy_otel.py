@@ -189,8 +189,8 @@ def test_a_pre_execute_denial_is_an_event(rt: Any, otel: Otel) -> None:
 
 def test_a_guard_denial_is_an_event(rt: Any, otel: Otel) -> None:
     rt.tools.register(tool())
+    rt.tools.guard(lambda execution: "outside the sandbox")  # (guards run in registration order)
     use(rt, otel)
-    rt.tools.guard(lambda execution: "outside the sandbox")
     run(rt, ToolCall("c1", "lookup", "{}"))
     [span] = otel.tool_spans()
     assert events(span) == [("dsh.tool.denied", {"dsh.reason": "outside the sandbox"})]
@@ -239,7 +239,7 @@ def test_a_post_execute_block_is_an_event(rt: Any, otel: Otel) -> None:
     use(rt, otel)
     run(rt, ToolCall("c1", "lookup", "{}"))
     [span] = otel.tool_spans()
-    assert events(span) == [("dsh.tool.blocked", {})]
+    assert events(span) == [("dsh.tool.blocked", {"dsh.reason": "no"})]
 
 
 def test_a_call_that_runs_no_phase_still_gets_its_span(rt: Any, otel: Otel) -> None:
