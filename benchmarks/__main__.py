@@ -111,6 +111,8 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
         out["scale.cap"] = float(scheduling.CAP)
         out["overhead.realistic_marginal_us"] = oh["realistic_marginal_us"]
         out["overhead.realistic_n1_us"] = oh["realistic_n1_us"]
+        if "otel_marginal_us" in oh:
+            out["overhead.otel_marginal_us"] = oh["otel_marginal_us"]
         for n in scheduling.REALISTIC_SIZES:
             out[f"overhead.n{n}.realistic_per_call_us"] = oh["sizes"][n]["realistic"] / n
         out["scale.concurrent_peak_threads"] = float(oh["concurrent_peak_threads"])
@@ -171,6 +173,12 @@ def targets(f: dict[str, float]) -> dict[str, Target]:
             ratio(f["overhead.realistic_marginal_us"], f["overhead.dsh_marginal_us"]),
             2.0,
         )
+        if "overhead.otel_marginal_us" in f:
+            t["otel"] = Target(
+                "≤ 1.3× realistic marginal",
+                ratio(f["overhead.otel_marginal_us"], f["overhead.realistic_marginal_us"]),
+                1.3,
+            )
         t["marginal"] = Target(
             "≤ 3× threadpool",
             ratio(f["overhead.dsh_marginal_us"], f["overhead.threadpool_marginal_us"]),
@@ -248,6 +256,17 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
                 t["realistic"],
             )
         )
+        if "overhead.otel_marginal_us" in f:
+            rows.append(
+                Row(
+                    "overhead",
+                    "marginal call, realistic + policies.otel (SDK, spans dropped)",
+                    fmt_us(f["overhead.otel_marginal_us"]),
+                    f"realistic {fmt_us(f['overhead.realistic_marginal_us'])}",
+                    f"{t['otel'].value:.2f}× realistic",
+                    t["otel"],
+                )
+            )
         rows.append(
             Row(
                 "overhead",

@@ -109,6 +109,45 @@ def realistic(rt: ToolRuntime) -> Agent:
     return Agent("harness", session=Session())
 
 
+class OtelSdk:
+    """``policies.otel`` on the realistic configuration, with the SDK's
+    providers: spans through a ``BatchSpanProcessor`` to an exporter that
+    drops them, the histogram into an in-memory reader (never collected).
+    None of it when the SDK is not installed."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+        class Drop(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
+        self.meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+    def install(self, rt: ToolRuntime) -> Agent:
+        import policies.otel as otel
+
+        agent = realistic(rt)
+        rt.use(otel, tracer_provider=self.tracer_provider, meter_provider=self.meter_provider)
+        return agent
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def otel_sdk() -> OtelSdk | None:
+    try:
+        return OtelSdk()
+    except ImportError:
+        return None
+
+
 def realistic_tool(tool: Any) -> Any:
     """``tool`` declaring a (generous) ``timeout_ms``, for ``policies.timeout``."""
     from dataclasses import replace
@@ -203,19 +242,25 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
     interleaved rep by rep (so a slow patch of the machine hits them all)."""
     out: dict[str, Any] = {"sizes": {}}
     loop = asyncio.new_event_loop()
+    sdk = otel_sdk()
     try:
         with (
             ToolRuntime(max_parallel_tool_calls=CAP) as rt,
             ToolRuntime(max_parallel_tool_calls=CAP) as real,
+            ToolRuntime(max_parallel_tool_calls=CAP) as traced,
             ThreadPoolExecutor(CAP) as pool,
         ):
             rt.tools.register(noop_tool())
             real.tools.register(realistic_tool(noop_tool()))
             harness = realistic(real)
+            traced.tools.register(realistic_tool(noop_tool()))
+            traced_harness = None if sdk is None else sdk.install(traced)
             # Warm every path (threads started, pools filled, caches built).
             for _ in range(3):
                 rt.tools.execute(noop_batch(CAP * 2))
                 real.tools.execute(realistic_batch(noop_batch(CAP * 2), harness))
+                if traced_harness is not None:
+                    traced.tools.execute(realistic_batch(noop_batch(CAP * 2), traced_harness))
                 _threadpool_us(pool, CAP * 2)
                 _asyncio_gather_us(loop, CAP * 2)
             for n in OVERHEAD_SIZES:
@@ -232,10 +277,21 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                     samples["realistic"] = []
                     for _ in range(warm):
                         _dsh_us(real, real_batch)
+                traced_batch = (
+                    realistic_batch(batch, traced_harness)
+                    if n in REALISTIC_SIZES and traced_harness is not None
+                    else None
+                )
+                if traced_batch is not None:
+                    samples["otel"] = []
+                    for _ in range(warm):
+                        _dsh_us(traced, traced_batch)
                 for _ in range(reps):
                     samples["dsh"].append(_dsh_us(rt, batch))
                     if real_batch is not None:
                         samples["realistic"].append(_dsh_us(real, real_batch))
+                    if traced_batch is not None:
+                        samples["otel"].append(_dsh_us(traced, traced_batch))
                     samples["threadpool"].append(_threadpool_us(pool, n))
                     samples["asyncio"].append(_asyncio_gather_us(loop, n))
                     samples["direct"].append(_direct_us(n))
@@ -244,6 +300,8 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                 progress.advance(f"overhead: batches of {n}")
     finally:
         loop.close()
+        if sdk is not None:
+            sdk.shutdown()
     progress.note("scale: peak threads in a 10,000-call batch")
     # A runtime of its own, with no baseline pool alive: every thread counted
     # is the process's main thread or one the runtime started.
@@ -266,6 +324,8 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
         out[f"{key}_n10000_marginal_us"] = slope(key, 1000, 10_000)
     out["realistic_marginal_us"] = slope("realistic", 10, 100)
     out["realistic_n1_us"] = sizes[1]["realistic"]
+    if "otel" in sizes[10]:
+        out["otel_marginal_us"] = slope("otel", 10, 100)
     progress.note("scale: 200 concurrent batches")
     out.update(concurrent_threads())
     progress.advance("scale: 200 concurrent batches")

@@ -18,13 +18,15 @@ tuples, or take a plain copy with :func:`~dsh_actors.json.thaw`.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
+import math
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .model import UserMessage, slot_setters
+from .model import ToolProgress, UserMessage, slot_setters
 from .signals import AbortSignal, fuse_late
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,11 +74,18 @@ class ToolExecutionInput:
     agent: Agent | None = None
     tool_set: ResolvedToolSet | None = None
     parent: ToolExecutionToken | None = None
+    deps: Any = field(default=None, compare=False, repr=False)
+    """The application's dependencies for this call (``ctx.deps``); None:
+    the enclosing call's (read from the context the call runs in)."""
 
 
 _IDENTITY = frozenset(
-    {"call_id", "root_call_id", "name", "arguments", "agent", "tool_set", "parent", "token", "schema"}
+    {"call_id", "root_call_id", "name", "arguments", "agent", "tool_set", "parent", "token", "schema", "deps"}
 )
+
+#: The deps of the call whose hooks run in the current context: what a
+#: batch or a nested dispatch submitted from there inherits.
+CALL_DEPS: contextvars.ContextVar[Any] = contextvars.ContextVar("dsh_actors.deps", default=None)
 
 
 class ToolExecution:
@@ -84,7 +93,8 @@ class ToolExecution:
 
     Identity (``call_id``, ``root_call_id``, ``name``, ``arguments`` (frozen
     lossless JSON), ``agent``, ``tool_set``, ``parent``, ``token``,
-    ``schema``) is read-only. ``signal`` is the caller's signal, except while
+    ``schema``, ``deps``) is read-only. ``deps`` is the batch's
+    ``ToolBatchInput.deps`` (or the enclosing call's), as given: not frozen. ``signal`` is the caller's signal, except while
     ``tools/execute`` wrappers run, when a wrapper may replace it for its
     delegated lifetime. After :meth:`freeze` nothing may be set.
     """
@@ -99,6 +109,7 @@ class ToolExecution:
         "parent",
         "token",
         "schema",
+        "deps",
         "_signal",
         "_mutable_signal",
         "_frozen",
@@ -113,6 +124,7 @@ class ToolExecution:
     parent: ToolExecutionToken | None
     token: ToolExecutionToken
     schema: Any
+    deps: Any
     _signal: AbortSignal
     _mutable_signal: bool
     _frozen: bool
@@ -130,6 +142,7 @@ class ToolExecution:
         parent: ToolExecutionToken | None = None,
         schema: Any = None,
         token: ToolExecutionToken | None = None,
+        deps: Any = None,
     ) -> None:
         # __setattr__ refuses everything: write the slots through their
         # descriptors (bound once below; object.__setattr__ would look each
@@ -143,6 +156,7 @@ class ToolExecution:
         _set_parent(self, parent)
         _set_token(self, ToolExecutionToken() if token is None else token)
         _set_schema(self, schema)
+        _set_deps(self, deps)
         _set_signal(self, signal)
         _set_mutable_signal(self, False)
         _set_frozen(self, False)
@@ -205,6 +219,7 @@ class ToolExecution:
     _set_parent,
     _set_token,
     _set_schema,
+    _set_deps,
     _set_signal,
     _set_mutable_signal,
     _set_frozen,
@@ -226,9 +241,19 @@ class ToolRunContext:
     cancelled that way settles as ``ABORTED``.
     """
 
-    __slots__ = ("_execution", "_signal", "_parents", "_closed", "_lock", "_contexts", "_concludes")
+    __slots__ = (
+        "_execution",
+        "_signal",
+        "_parents",
+        "_closed",
+        "_lock",
+        "_contexts",
+        "_concludes",
+        "_events",
+        "_progress_lock",
+    )
 
-    def __init__(self, execution: ToolExecution, signal: AbortSignal) -> None:
+    def __init__(self, execution: ToolExecution, signal: AbortSignal, events: Any = None) -> None:
         self._execution = execution
         self._signal: AbortSignal | None = signal
         self._parents: tuple[AbortSignal, ...] = ()
@@ -236,9 +261,11 @@ class ToolRunContext:
         self._lock = threading.Lock()
         self._contexts: list[UserMessage] = []
         self._concludes = False
+        self._events = events
+        self._progress_lock: threading.RLock | None = None
 
     @classmethod
-    def _fused(cls, execution: ToolExecution, parents: tuple[AbortSignal, ...]) -> ToolRunContext:
+    def _fused(cls, execution: ToolExecution, parents: tuple[AbortSignal, ...], events: Any = None) -> ToolRunContext:
         """The pipeline's context: its signal, ``AbortSignal.any(*parents)``,
         is made only when somebody first reads :attr:`signal` (most bodies
         never do; fusing costs a few microseconds per call). Call
@@ -263,6 +290,8 @@ class ToolRunContext:
         ctx._lock = threading.Lock()
         ctx._contexts = []
         ctx._concludes = False
+        ctx._events = events
+        ctx._progress_lock = None
         return ctx
 
     @property
@@ -283,9 +312,12 @@ class ToolRunContext:
 
     def _close(self) -> None:
         """The body has returned: detach its signal from the parents (or,
-        if it was never made, fix what a later read gets)."""
+        if it was never made, fix what a later read gets), and wait for a
+        progress report that another thread is publishing (none is
+        published from now on)."""
         with self._lock:
             self._closed = True
+            progress = self._progress_lock
             signal = self._signal
             if signal is None:
                 for parent in self._parents:
@@ -295,8 +327,11 @@ class ToolRunContext:
                     # A signal closed with no parent aborted never aborts:
                     # a later read gets a closed fusion of nothing.
                     self._parents = ()
-                return
-        signal.close()
+        if progress is not None:
+            with progress:
+                pass  # Invariant: no tools/progress of this call is published after this.
+        if signal is not None:
+            signal.close()
 
     call_id = property(lambda self: self._execution.call_id, doc="The call's id.")
     root_call_id = property(lambda self: self._execution.root_call_id, doc="The root call's id.")
@@ -312,8 +347,38 @@ class ToolRunContext:
     schema = property(lambda self: self._execution.schema, doc="Binding-time schema (PTC).")
 
     @property
+    def deps(self) -> Any:
+        """The application's dependencies (``ToolBatchInput.deps``, or the
+        enclosing call's), as given."""
+        return self._execution.deps
+
+    @property
     def execution(self) -> ToolExecution:
         return self._execution
+
+    def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Publish a ``tools/progress`` event for this call: its listeners
+        get ``(execution, ToolProgress(progress, total, message))``, on this
+        thread, before this returns. Call it from the body (sync or async)
+        or a thread the body waits for; a call's reports are delivered in
+        the order they are made and never after its ``tools/result``: once
+        the body has returned, a report is dropped. ``progress`` and
+        ``total`` are finite numbers, ``message`` text."""
+        record = ToolProgress(_number(progress, "progress"), _number(total, "total", optional=True), message)
+        if message is not None and type(message) is not str:
+            raise TypeError(f"report_progress(message=...) must be a str, not {type(message).__qualname__}")
+        events = self._events
+        if events is None:
+            return
+        with self._lock:
+            lock = self._progress_lock
+            if lock is None:
+                lock = self._progress_lock = threading.RLock()
+        with lock:
+            if self._closed:
+                return
+            execution = self._execution
+            events.emit("tools/progress", execution, record, agent=execution.agent)
 
     def defer_context(self, context: UserMessage) -> None:
         """Attach ``context`` to this call's own result; the agent loop
@@ -330,3 +395,13 @@ class ToolRunContext:
     def _take(self) -> tuple[tuple[UserMessage, ...], bool]:
         with self._lock:
             return tuple(self._contexts), self._concludes
+
+
+def _number(value: Any, name: str, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if type(value) is not int and type(value) is not float:
+        raise TypeError(f"report_progress({name}=...) must be a number, not {type(value).__qualname__}")
+    if not math.isfinite(value):
+        raise ValueError(f"report_progress({name}=...) must be finite, not {value!r}")
+    return value

@@ -30,6 +30,7 @@ would wait out its timeout.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -175,6 +176,11 @@ class ExecuteBatch:
     reply: Future[ToolBatchResult] | None = None
     """Completed with the reply, or the error."""
 
+    caller_context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    """The contextvars the batch's hooks run in (each call in a copy),
+    unless ``batch.context`` is set: by default the context current where
+    this message is made."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResolveToolSet:
@@ -195,6 +201,10 @@ class ResolveToolSet:
     """The event loop ``async def`` conditions run on (``resolve_async``
     passes the loop that awaits it); None: the runtime's bound loop, else its
     own loop thread."""
+
+    caller_context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    """The contextvars the conditions run in (each in a copy): by default
+    the context current where this message is made."""
 
 
 RegistryMessage: TypeAlias = (

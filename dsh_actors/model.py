@@ -8,6 +8,7 @@ a reference to the list it passed cannot change a record afterwards.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
@@ -47,6 +48,7 @@ __all__ = [
     "ToolExecutionResult",
     "ToolExecutionSuccess",
     "ToolFailure",
+    "ToolProgress",
     "ToolRestriction",
     "UserMessage",
     "content_from_json",
@@ -335,6 +337,15 @@ class ToolBatchInput:
     executor's limit for this batch (a positive int); ``agent`` supplies the
     scope (and its session for ``log``); ``tool_set`` is the step's admission;
     ``log`` is the model step receiving root call/result events.
+
+    ``deps`` is any object the application hands the run (a database pool,
+    the user): every call sees it as ``ctx.deps`` and ``execution.deps``. It
+    is never logged, frozen or compared; ``None`` inherits the enclosing
+    call's deps (a batch submitted from inside a tool body).
+
+    ``context`` is the :class:`contextvars.Context` the batch's hooks run
+    in (each call in its own copy); ``None``, the default, is the context
+    current when the batch is submitted. Never compared.
     """
 
     calls: tuple[ToolCall, ...]
@@ -343,9 +354,22 @@ class ToolBatchInput:
     agent: Agent | None = None
     tool_set: ResolvedToolSet | None = None
     log: LogStep | None = None
+    deps: Any = field(default=None, compare=False, repr=False)
+    context: contextvars.Context | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calls", tuple(self.calls))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """One progress report of a running call (the ``tools/progress``
+    event): how far it is (``progress``), out of ``total`` when known, and
+    an optional human ``message``."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
 
 
 # --------------------------------------------------------------------------
@@ -371,10 +395,18 @@ class ToolFailure:
     code, or for any other exception a tool body raised its class name and
     ``TOOL_FAILED`` (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``);
     it is None when whoever built the failure attached none (a ``Deny``
-    without ``info``, a post-execute ``Block``)."""
+    without ``info``, a post-execute ``Block``).
+
+    ``exception`` is the live exception a body, listener, wrapper, guard,
+    approval service or renderer raised (with its ``__traceback__``), or
+    None. It lives only on the result in memory: it is never compared,
+    never logged as an object and never shown to the model (the session log
+    keeps its traceback as text in the ``tool/result`` event's
+    ``traceback`` field)."""
 
     message: str
     info: ToolErrorInfo | None = None
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -541,6 +541,12 @@ def check_guards(state: RegistryState, execution: ToolExecution) -> str | None:
     string denies with ``guard <name> denied the call``. Guards run on the
     calling thread (the executor preparing the call), in this call.
     """
+    return guard_verdict(state, execution)[0]
+
+
+def guard_verdict(state: RegistryState, execution: ToolExecution) -> tuple[str | None, BaseException | None]:
+    """:func:`check_guards`'s reason, and the exception of the guard that
+    raised (None when no guard raised)."""
     scopes = state.scopes
     for layer in _chain_layers(execution.agent):
         snap = scopes.get(layer)
@@ -551,15 +557,15 @@ def check_guards(state: RegistryState, execution: ToolExecution) -> str | None:
             try:
                 reason = fn(execution)
             except BaseException as exc:  # noqa: BLE001 - fail closed, never propagate
-                return f"guard {callable_name(fn)} failed: {safe_str(exc) or type(exc).__name__}"
+                return f"guard {callable_name(fn)} failed: {safe_str(exc) or type(exc).__name__}", exc
             if reason is None:
                 continue
             if type(reason) is not str:
                 return (
                     f"guard {callable_name(fn)} failed: it returned {type(reason).__qualname__} (expected str or None)"
-                )
-            return reason if reason else f"guard {callable_name(fn)} denied the call"
-    return None
+                ), None
+            return (reason if reason else f"guard {callable_name(fn)} denied the call"), None
+    return None, None
 
 
 def execution_mode(

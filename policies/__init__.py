@@ -10,6 +10,7 @@ Each module is itself a plugin (``apply(rt, **config) -> disposer``)::
     rt.use(policies.spill, directory=path, max_inline_bytes=16384)
     rt.use(policies.approval, service=policies.approval.TerminalPrompt())
     metrics = policies.metrics.install(rt)         # last: it prepends its listeners
+    rt.use(policies.otel)                          # spans and a duration histogram (the otel extra)
 
 They use only what ``dsh_actors`` exports. Like the core they log through
 loguru, disabled at import: ``logger.enable("policies")`` turns it on.
@@ -19,6 +20,6 @@ from loguru import logger as _logger
 
 _logger.disable("policies")
 
-from . import approval, metrics, retry, spill, timeout
+from . import approval, metrics, otel, retry, spill, timeout
 
-__all__ = ["approval", "metrics", "retry", "spill", "timeout"]
+__all__ = ["approval", "metrics", "otel", "retry", "spill", "timeout"]

@@ -46,10 +46,11 @@ SPEC_NAMES = {
 CARD_NAMES = {cls.__name__ for cls in presentation.CARD_CLASSES}
 
 # Exported beyond SPEC section 1: names results carry (error classes whose
-# code or name a failure records, the records inside search and web cards).
+# code or name a failure records, the records inside search and web cards)
+# and the record a ``tools/progress`` event carries.
 EXTRA_NAMES = {
     "ToolPolicyError", "ToolFailedError", "ExecutorUnavailableError", "LosslessJsonError",
-    "SearchFileMatches", "SearchMatchLine", "WebSource",
+    "SearchFileMatches", "SearchMatchLine", "WebSource", "ToolProgress",
 }  # fmt: skip
 
 
@@ -90,10 +91,10 @@ def test_star_import_gives_exactly_dunder_all() -> None:
 
 
 def test_the_extras_are_the_objects_results_carry() -> None:
-    from dsh_actors import errors
+    from dsh_actors import errors, model
 
     for name in EXTRA_NAMES:
-        source = errors if hasattr(errors, name) else presentation
+        source = errors if hasattr(errors, name) else model if hasattr(model, name) else presentation
         assert getattr(dsh_actors, name) is getattr(source, name)
     assert issubclass(dsh_actors.ToolPolicyError, dsh_actors.DshError)
     assert dsh_actors.SearchFileMatches("a.py", (dsh_actors.SearchMatchLine(1, "x"),)).lines[0].line == 1

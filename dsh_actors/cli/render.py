@@ -145,6 +145,8 @@ class CallEntry:
     children: list[CallEntry] = field(default_factory=list)
     logged_call: bool = True
     """False when only a result was logged (its call is not in the log)."""
+    traceback: str | None = None
+    """The logged traceback of the exception a hook raised (``-v`` shows it)."""
 
 
 class LogShapeError(ValueError):
@@ -212,6 +214,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 roots.append(entry_or_none)
                 latest[result.call_id] = entry_or_none
             entry_or_none.result = result
+            entry_or_none.traceback = _traceback(event)
         elif kind == PTC_DISPATCH_START:
             sub_id = _str_field(event, "sub_call_id", index)
             child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))
@@ -227,7 +230,13 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 parent_of(event, index).children.append(child_or_none)
                 subs[result.call_id] = child_or_none
             child_or_none.result = result
+            child_or_none.traceback = _traceback(event)
     return roots
+
+
+def _traceback(event: Mapping[str, Any]) -> str | None:
+    text = event.get("traceback")
+    return text if type(text) is str and text else None
 
 
 def _walk(entries: Iterable[CallEntry]) -> Iterable[CallEntry]:
@@ -503,7 +512,13 @@ def _status(entry: CallEntry, style: Style) -> tuple[str, str]:
 
 
 def _render_entry(
-    entry: CallEntry, lookup: Lookup, style: Style, pad: str, max_lines: int | None, out: list[str]
+    entry: CallEntry,
+    lookup: Lookup,
+    style: Style,
+    pad: str,
+    max_lines: int | None,
+    out: list[str],
+    tracebacks: bool = False,
 ) -> None:
     name = entry.name if entry.name is not None else "?"
     call_view, result_view = resolve_views(entry, lookup)
@@ -523,10 +538,12 @@ def _render_entry(
         body.extend(_call_body(call_view, style))
     out.extend(inner + line for line in _clip(body, max_lines, style))
     for child in entry.children:
-        _render_entry(child, lookup, style, inner, max_lines, out)
+        _render_entry(child, lookup, style, inner, max_lines, out, tracebacks)
     if result_view is not None and entry.result is not None:
         lines = _result_body(result_view, entry.result, head, style)
         out.extend(inner + line for line in _clip(lines, max_lines, style))
+    if tracebacks and entry.traceback is not None:
+        out.extend(inner + style.dim(line) for line in entry.traceback.rstrip("\n").split("\n"))
 
 
 def render_log(
@@ -536,10 +553,12 @@ def render_log(
     *,
     max_lines: int | None = None,
     steps: bool = True,
+    tracebacks: bool = False,
 ) -> list[str]:
     """The lines that show ``entries``: a header per model step (when
     ``steps``), then each call with its cards, sub-calls nested under their
-    root call. ``max_lines`` caps each card's body."""
+    root call. ``max_lines`` caps each card's body; ``tracebacks`` adds the
+    logged traceback of a call whose hook raised."""
     out: list[str] = []
     rule = style.glyph("──", "--")
     step: tuple[int | None, int | None] | None = None
@@ -550,5 +569,5 @@ def render_log(
             out.append(style.dim(f"{rule} {where} {rule}"))
         if entry.turn is not None:
             step = here
-        _render_entry(entry, lookup, style, "", max_lines, out)
+        _render_entry(entry, lookup, style, "", max_lines, out, tracebacks)
     return out

@@ -9,7 +9,8 @@ register, or when a presenter answers ``None``, the generic cards are used.
 The file is only read (never repaired or truncated), with the session's
 rules: blank lines are skipped and a bad *last* line is a torn write from a
 crash, ignored with a note on stderr; any other bad line is an error naming
-``FILE:LINE``. Exit status 0, or 1 when the file cannot be read or is not a
+``FILE:LINE``. With ``-v`` a call whose tool (or a policy) raised shows the
+traceback its ``tool/result`` logged. Exit status 0, or 1 when the file cannot be read or is not a
 session log, or the tools cannot be loaded.
 """
 
@@ -81,7 +82,8 @@ def replay_command(args: argparse.Namespace) -> int:
         style = choose_style(out, args.color)
         if not entries:
             out.write(style.dim("(no tool calls in the log)") + "\n")
-        for line in render_log(entries, lookup, style, max_lines=args.max_lines or None):
+        verbose = bool(getattr(args, "verbose", False))
+        for line in render_log(entries, lookup, style, max_lines=args.max_lines or None, tracebacks=verbose):
             out.write(line + "\n")
         if entries:
             out.write(summary_line(entries) + "\n")

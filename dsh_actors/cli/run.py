@@ -9,6 +9,12 @@ The batch runs as one model step (``LogStep(turn=1, step=1)``) of one agent
 events exactly as ``dsh-actors replay`` draws them. ``--json`` prints the
 live results instead, canonical values included.
 
+While the batch runs, each progress report of a running call
+(``tools/progress``: a body's ``ctx.report_progress``, an MCP server's
+progress notification, a PTC program's ``report_progress``) is shown on
+stderr as ``… CALL_ID TOOL: 2/5 (40%) message``. With ``-v`` a call whose
+tool raised also shows the traceback under its card.
+
 Exit status: 0 when the batch ran, whatever its calls returned (the summary
 line says how many failed); 1 when it could not run (bad file, module,
 tools, executor or log); 130 when interrupted (Ctrl-C aborts the batch:
@@ -111,6 +117,40 @@ def _wait(future: Future[ToolBatchResult], controller: AbortController) -> tuple
         return future.result(), True
 
 
+class ProgressLines:
+    """``tools/progress`` listener: one line on ``stream`` per report
+    (several calls' reports interleave, so each line names its call).
+    Runs on the reporting thread; the lock keeps lines whole."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def __call__(self, execution: Any, progress: Any) -> None:
+        line = f"… {execution.call_id} {execution.name}: {progress_text(progress)}\n"
+        with self._lock:
+            self._stream.write(line)
+            self._stream.flush()
+
+
+def progress_text(progress: Any) -> str:
+    """``2/5 (40%) copying`` (``2`` without a total, the message when set)."""
+    done = _number(progress.progress)
+    total = progress.total
+    if total is None:
+        text = done
+    else:
+        text = f"{done}/{_number(total)}"
+        if total > 0:
+            text += f" ({progress.progress * 100 / total:.0f}%)"
+    message = progress.message
+    return f"{text} {message}" if message else text
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _json_document(
     batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str, summary: dict[str, int]
 ) -> bytes:
@@ -171,7 +211,10 @@ def _print(
         out.write(_json_document(batch, names, views, batch_file.shape, summary).decode("utf-8"))
     else:
         style = choose_style(out, args.color)
-        for line in render_log(entries, lookup, style, max_lines=args.max_lines or None, steps=False):
+        verbose = bool(getattr(args, "verbose", False))
+        for line in render_log(
+            entries, lookup, style, max_lines=args.max_lines or None, steps=False, tracebacks=verbose
+        ):
             out.write(line + "\n")
         out.write(summary_line(entries) + "\n")
     out.flush()
@@ -191,6 +234,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         with ToolRuntime() as rt, servers:
             _install(rt, args, source, servers)
+            rt.events.on("tools/progress", ProgressLines(sys.stderr))
             controller = AbortController()
             batch_input = ToolBatchInput(
                 calls=batch_file.calls,

@@ -15,6 +15,7 @@ Event names and listener signatures (``docs/reference.md``, section 8):
 ``tools/result``            emit      ``fn(execution, result) -> None``
 ``tools/change``            emit      ``fn() -> None``
 ``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
+``tools/progress``          emit      ``fn(execution, progress) -> None``
 ==========================  ========  ==========================================
 
 Decisions: a ``tools/pre-execute`` listener returns :class:`Allow`,
@@ -45,6 +46,14 @@ Which thread runs a listener (none of them may assume another):
   change; they may read the registry but not change it.
 * ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
   thread.
+* ``tools/progress`` listeners run on the thread that reports the progress
+  (``ctx.report_progress`` in a sync body: the body's thread; in an async
+  body: its loop's thread, so they must not block), before the report
+  returns; ``progress`` is a frozen :class:`~dsh_actors.model.ToolProgress`.
+
+Every listener, guard, approval service, renderer and body of a call runs
+in that call's copy of the caller's ``contextvars.Context`` (the one
+current when the batch was submitted), whatever thread runs it.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ EventName: TypeAlias = Literal[
     "tools/result",
     "tools/change",
     "tools/ptc-dispatch-log",
+    "tools/progress",
 ]
 """The events the runtime and the PTC executor dispatch (the bus itself
 accepts any name: a plugin may dispatch events of its own)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 import weakref
 from collections.abc import Coroutine, Mapping
@@ -318,18 +319,23 @@ class _Mount:
         map the result (module docstring of :mod:`dsh_actors.mcp`)."""
         if self._closed is not None:
             raise McpConnectionError(self.server, self._closed)
-        request = self._request(name, thaw(args))
+        request = self._request(name, thaw(args), _request_meta(), _progress_to(ctx))
         if asyncio.get_running_loop() is self.loop:
             result = await self._here(request, ctx)
         else:
             result = await self._on_session_loop(request, ctx)
         return self._value(name, structured, result, ctx)
 
-    async def _request(self, name: str, arguments: Any) -> types.CallToolResult:
+    async def _request(
+        self, name: str, arguments: Any, meta: dict[str, Any] | None, progress: Any
+    ) -> types.CallToolResult:
         try:
             return await self.session.send_request(
-                types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments)),
+                types.CallToolRequest(
+                    params=types.CallToolRequestParams(name=name, arguments=arguments, _meta=meta)  # type: ignore[arg-type]
+                ),
                 types.CallToolResult,
+                progress_callback=progress,
             )
         except MCPError as err:
             if err.code == _CONNECTION_CLOSED:
@@ -538,3 +544,46 @@ def _is_closed_stream(err: BaseException) -> bool:
     except ImportError:  # pragma: no cover - the SDK depends on anyio
         return False
     return isinstance(err, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError))
+
+
+def _progress_to(ctx: ToolRunContext) -> Any:
+    """The SDK's progress callback for one call (the SDK sends the request
+    id as ``_meta.progressToken``): each ``notifications/progress`` becomes
+    the call's ``tools/progress``, its listeners run in the call's context
+    (a copy, on the session's loop). After the body returned, a late
+    notification is dropped (``report_progress`` says so)."""
+    context = contextvars.copy_context()
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        try:
+            context.run(ctx.report_progress, value, total, message)
+        except (TypeError, ValueError) as exc:  # a server's bad numbers: never the call's failure
+            logger.warning("MCP progress for {} ignored: {}", ctx.call_id, safe_str(exc))
+
+    return progress
+
+
+def _request_meta() -> dict[str, Any] | None:
+    """``params._meta`` of a ``tools/call``: the current trace context
+    (W3C ``traceparent``/``tracestate``, as the OpenTelemetry MCP
+    conventions carry it) when OpenTelemetry is installed and a span is
+    current (``policies.otel`` makes the call's span current); else None."""
+    if _propagate is None:
+        return None
+    carrier: dict[str, Any] = {}
+    try:
+        _propagate.inject(carrier)
+    except Exception:  # noqa: BLE001 - a broken propagator never fails the call
+        return None
+    return carrier or None
+
+
+def _load_propagate() -> Any:
+    try:
+        from opentelemetry import propagate
+    except ImportError:  # the otel extra is not installed: no trace context to carry
+        return None
+    return propagate
+
+
+_propagate: Any = _load_propagate()

@@ -25,7 +25,7 @@ from ..model import (
     ToolExecutionSuccess,
 )
 from ..signals import AbortSignal
-from .call import Call, lookup
+from .call import Call, in_context, lookup
 from .flights import Flight
 from .results import (
     aborted,
@@ -105,7 +105,7 @@ def _enter_body(rt: ToolRuntime, call: Call, registration: Any) -> _Entered | To
         signals = (call.body_parent,)  # fires exactly when the caller or the stop does
     else:
         signals = (call.caller, stopping)
-    ctx = ToolRunContext._fused(execution, signals)
+    ctx = ToolRunContext._fused(execution, signals, rt.events)
     body, is_async = body_of(call, registration)
     call.body_invoked = True
     return _Entered(ctx, registration, body, is_async, stopping)
@@ -216,6 +216,7 @@ def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
+@in_context
 def start_on_loop(
     rt: ToolRuntime, call: Call, on_end: Callable[[Call, Any, BaseException | None], None]
 ) -> Flight | None:
@@ -255,7 +256,12 @@ def start_on_loop(
 
 def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
     """The end of a body :func:`start_on_loop` started, on the executor:
-    validate and render its value; the call is DISPATCHED."""
+    validate and render its value (in the call's context); the call is
+    DISPATCHED."""
+    call.context.run(_finish_on_loop, call, value, error)
+
+
+def _finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
     entered = call.entered
     assert entered is not None, call
     call.entered = None

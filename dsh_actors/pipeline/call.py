@@ -5,15 +5,18 @@ trip state, owned by one thread at a time), :class:`CallPhase`, and
 
 from __future__ import annotations
 
+import contextvars
+import functools
+from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import (
     LosslessJsonError,
     ToolArgsError,
     ToolNotFoundError,
 )
-from ..execution import ToolExecution, ToolExecutionInput
+from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput
 from ..json import materialize
 from ..model import (
     ToolExecutionResult,
@@ -70,6 +73,7 @@ class Call:
         "settled_aborted",
         "seen_generation",
         "seen_listeners",
+        "context",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -121,6 +125,9 @@ class Call:
         # the registry's generation and the pre-execute listeners' version.
         self.seen_generation = -1
         self.seen_listeners = -1
+        # The caller's contextvars, copied for this call: every hook of the
+        # call runs in it (the stage functions enter it; see in_context).
+        self.context: contextvars.Context = _EMPTY_CONTEXT
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         """Decided without dispatch (denied, aborted, bad arguments): RESOLVED."""
@@ -195,7 +202,11 @@ def begin(
         override=override,
         unknown_hint=unknown_hint,
         route_to_executor=route_to_executor,
+        deps=inp.deps,
     )
+
+
+_EMPTY_CONTEXT = contextvars.Context()
 
 
 def begin_call(
@@ -213,9 +224,23 @@ def begin_call(
     override: Any = None,
     unknown_hint: str | None = None,
     route_to_executor: bool = False,
+    context: contextvars.Context | None = None,
+    deps: Any = None,
 ) -> Call:
     """:func:`begin` from the fields of a ``ToolExecutionInput`` (the batch
-    executor's hot path builds no input record per call)."""
+    executor's hot path builds no input record per call).
+
+    ``context``: the batch's context (bound with its deps, see
+    ``intake.bind_context``), copied for this call; None: a copy of the
+    current one, where ``deps`` None inherits the enclosing call's."""
+    if context is None:
+        context = contextvars.copy_context()
+        if deps is None:
+            deps = context.get(CALL_DEPS)
+        elif context.get(CALL_DEPS) is not deps:
+            context.run(CALL_DEPS.set, deps)
+    else:
+        context = context.copy()
     bad: LosslessJsonError | None = None
     arguments: Any = None
     if type(raw) is BadArguments:
@@ -235,8 +260,10 @@ def begin_call(
         tool_set=tool_set,
         parent=parent,
         schema=schema,
+        deps=deps,
     )
     call = Call(index, execution, raw)
+    call.context = context
     call.override = override
     call.unknown_hint = unknown_hint
     if route_to_executor:
@@ -273,3 +300,20 @@ def lookup(rt: ToolRuntime, call: Call) -> Any:
         return call.override
     execution = call.execution
     return executable(rt.state, execution.name, execution.agent, execution.tool_set)
+
+
+_Stage = TypeVar("_Stage", bound=Callable[..., Any])
+
+
+def in_context(stage: _Stage) -> _Stage:
+    """``stage(rt, call, ...)`` run in ``call.context``: how every hook of a
+    call (listeners, guards, the approval service, wrappers, the body,
+    render, ``tools/result`` observers) sees the caller's contextvars. One
+    stage at a time holds a call (its owner's thread), so the context is
+    never entered twice at once; an async body runs as a task in a copy."""
+
+    @functools.wraps(stage)
+    def run(rt: Any, call: Call, *args: Any) -> Any:
+        return call.context.run(stage, rt, call, *args)
+
+    return run  # type: ignore[return-value]

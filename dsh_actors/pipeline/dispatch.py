@@ -18,7 +18,7 @@ from ..model import (
     UserMessage,
 )
 from .body import EXECUTE_EVENTS, run_body
-from .call import Call, lookup
+from .call import Call, in_context, lookup
 from .results import (
     failure_from_exception,
     is_result,
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
 
 
+@in_context
 def dispatch(rt: ToolRuntime, call: Call) -> None:
     """Run the ``tools/execute`` waterfall around the body (on a call actor,
     or on the executor for a call run inline). Leaves the call DISPATCHED

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from ..errors import (
+    AbortError,
     LosslessJsonError,
+    ToolArgsError,
     ToolPolicyError,
     safe_str,
 )
@@ -26,10 +28,11 @@ from ..model import (
     ToolExecutionSuccess,
     check_content,
 )
-from .call import Call, CallPhase, lookup
+from .call import Call, CallPhase, in_context, lookup
 from .dispatch import render_value
 from .results import (
     aborted,
+    caused,
     failure,
     failure_from_exception,
     freeze_result,
@@ -41,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
 
 
+@in_context
 def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
     """Post-execute, cancellation, ``finalize_content``, freeze and
     ``tools/result`` (the executor's thread). Never raises."""
@@ -74,16 +78,36 @@ def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
             if replacement is not None:
                 result = replace(result, content=check_content(replacement))
         except BaseException as exc:  # noqa: BLE001 - finalize_content must be total; contain it
-            logger.opt(exception=exc).error("finalize_content of tool {!r} raised: {}", execution.name, safe_str(exc))
             result = failure_from_exception(
-                ToolPolicyError("finalize_content", safe_str(exc)), result.additional_contexts
+                caused(ToolPolicyError("finalize_content", safe_str(exc)), exc), result.additional_contexts
             )
         result = _freeze_or_fail(result)
+    if type(result) is ToolExecutionFailure or type(call.outcome) is ToolExecutionFailure:
+        log_exceptions(execution, call.outcome, result)
     execution._freeze()
     call.final = result
     call.phase = CallPhase.DONE
     rt.events.emit("tools/result", execution, result, agent=execution.agent)
     return result
+
+
+def log_exceptions(execution: Any, *results: Any) -> None:
+    """Log, once each, at ERROR with its traceback, the exception a hook
+    raised for this call (``error.exception`` of ``results``), naming the
+    tool and the call. A cancellation (``AbortError``) and the model's bad
+    arguments (``ToolArgsError``) are outcomes, not faults: not logged."""
+    seen: BaseException | None = None
+    for result in results:
+        error = result.error if type(result) is ToolExecutionFailure else None
+        if error is None:
+            continue
+        exc = error.exception
+        if exc is None or exc is seen or isinstance(exc, (AbortError, ToolArgsError)):
+            continue
+        seen = exc
+        logger.opt(exception=exc).error(
+            'tool "{}" (call {}) failed: {}', execution.name, execution.call_id, error.message
+        )
 
 
 def _freeze_or_fail(result: ToolExecutionResult) -> ToolExecutionResult:
@@ -106,7 +130,9 @@ def _post_execute(rt: ToolRuntime, call: Call, result: ToolExecutionResult, defi
             if projected is not None:
                 result = replace(result, content=check_content(projected))
         except BaseException as exc:  # noqa: BLE001
-            return failure_from_exception(ToolPolicyError("project_content", safe_str(exc)), result.additional_contexts)
+            return failure_from_exception(
+                caused(ToolPolicyError("project_content", safe_str(exc)), exc), result.additional_contexts
+            )
     entering = result
     try:
         decision = rt.events.waterfall("tools/post-execute", _accept, execution, entering, agent=execution.agent)

@@ -33,6 +33,7 @@ flight) looks at the loops that have flights every ``PERIOD`` seconds:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -82,6 +83,7 @@ class Flight:
         "ended",
         "unsubscribe",
         "watch",
+        "context",
     )
 
     def __init__(
@@ -99,6 +101,9 @@ class Flight:
         self.ended = False
         self.unsubscribe: Any = None
         self.watch: LoopWatch | None = None
+        # Its task runs in a copy of the context it was made in (a call's
+        # stage: the call's context), as asyncio.create_task would copy it.
+        self.context = contextvars.copy_context()
 
     def __repr__(self) -> str:
         return f"<Flight {self.name} {self.call_id} started={self.started} ended={self.ended}>"
@@ -111,7 +116,7 @@ class Flight:
             self.coro.close()
             self._end(None, AbortError(before_dispatch=True))
             return
-        task = self.loop.create_task(self._shielded())
+        task = self.loop.create_task(self._shielded(), context=self.context)
         self.task = task
         task.add_done_callback(self._done)
 

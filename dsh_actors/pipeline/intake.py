@@ -3,19 +3,22 @@ and what the log records of arguments that did not materialize."""
 
 from __future__ import annotations
 
+import contextvars
 import re
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from ..errors import LosslessJsonError, safe_repr, safe_str
+from ..execution import CALL_DEPS
 from ..json import loads, materialize
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
 from ..signals import AbortSignal
 from ..toolset import ResolvedToolSet
 from .call import BadArguments
 
-__all__ = ["check_batch", "check_limit", "loggable", "parse_arguments"]
+__all__ = ["bind_context", "check_batch", "check_limit", "loggable", "parse_arguments"]
 
 
 def check_limit(limit: object, what: str = "max_parallel_tool_calls") -> int:
@@ -107,7 +110,26 @@ _BATCH_FIELD_KINDS: tuple[tuple[str, type], ...] = (
     ("agent", Agent),
     ("tool_set", ResolvedToolSet),
     ("log", LogStep),
+    ("context", contextvars.Context),
 )
+
+
+def bind_context(batch: ToolBatchInput, current: contextvars.Context | None = None) -> ToolBatchInput:
+    """``batch`` with the context its hooks run in (each call in a copy of
+    it) and its deps settled, when the batch is submitted: its own
+    ``context`` (copied) or ``current`` (a copy of the submitter's, taken
+    on the submitting thread), and its own ``deps`` or, when None, the
+    enclosing call's (a batch submitted from a tool body), which the
+    context then carries for batches nested further."""
+    base = batch.context.copy() if batch.context is not None else current
+    if base is None:
+        base = contextvars.copy_context()
+    deps = batch.deps
+    if deps is None:
+        deps = base.get(CALL_DEPS)
+    elif base.get(CALL_DEPS) is not deps:
+        base.run(CALL_DEPS.set, deps)
+    return replace(batch, context=base, deps=deps)
 
 
 def loggable(raw: object) -> Any:

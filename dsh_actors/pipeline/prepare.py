@@ -25,9 +25,9 @@ from ..model import (
     ToolExecutionFailure,
 )
 from ..signals import AbortSignal
-from ..visibility import check_guards
+from ..visibility import guard_verdict
 from .body import await_on_loop
-from .call import LOOK_UP, Call, CallPhase, lookup
+from .call import LOOK_UP, Call, CallPhase, in_context, lookup
 from .results import (
     aborted,
     failure,
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
 
 
+@in_context
 def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
@@ -99,9 +100,9 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
             call.resolve(failure_from_exception(problem), run_post=False)
             return
     # Guards run only after an allow, and nothing can turn their denial back.
-    reason = check_guards(state, execution)
+    reason, raised = guard_verdict(state, execution)
     if reason is not None:
-        call.resolve(failure(reason), run_post=True)
+        call.resolve(failure(reason, exception=raised), run_post=True)
         return
     caller: AbortSignal = call.caller  # the listeners may have aborted it meanwhile
     if caller.aborted:

@@ -47,10 +47,11 @@ def failure(
     info: ToolErrorInfo | None = None,
     additional_contexts: tuple[UserMessage, ...] = (),
     meta: Any = None,
+    exception: BaseException | None = None,
 ) -> ToolExecutionFailure:
     """A failure whose content is ``[TextBlock("Error: " + message)]``."""
     return ToolExecutionFailure(
-        error=ToolFailure(message, info),
+        error=ToolFailure(message, info, exception),
         content=(TextBlock("Error: " + message),),
         meta=meta,
         additional_contexts=additional_contexts,
@@ -72,18 +73,31 @@ def failure_from_exception(
     (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``), so a program
     and the log can tell one kind of failure from another. A hostile
     exception whose ``str`` raises gives ``<unprintable thrown value>``.
+
+    The failure keeps ``exc`` as ``error.exception`` when it was raised (it
+    has a traceback) or wraps one that was (its ``__cause__``): what user
+    code threw, never an error the runtime only built to describe an
+    outcome (``aborted()``, an unknown tool).
     """
+    kept = exc if exc.__traceback__ is not None or exc.__cause__ is not None else None
     if isinstance(exc, DshError):
         try:
             message = exc.message if type(exc.message) is str else safe_str(exc)
         except BaseException:  # noqa: BLE001
             message = "<unprintable thrown value>"
-        return failure(message, error_info(exc), additional_contexts)
+        return failure(message, error_info(exc), additional_contexts, exception=kept)
     name = type(exc).__name__
     message = safe_str(exc)
     if message == "":
         message = name
-    return failure(message, ToolErrorInfo(name=name, code=_TOOL_FAILED), additional_contexts)
+    return failure(message, ToolErrorInfo(name=name, code=_TOOL_FAILED), additional_contexts, exception=kept)
+
+
+def caused(error: DshError, cause: BaseException) -> DshError:
+    """``error`` with ``cause`` as its ``__cause__`` (a hook's exception
+    that the runtime describes with an error of its own)."""
+    error.__cause__ = cause
+    return error
 
 
 _TOOL_FAILED = str(ErrorCode.TOOL_FAILED)
@@ -123,14 +137,14 @@ def render_success(
         content = checked_content(output.render(execution.arguments, frozen))
     except BaseException as exc:  # noqa: BLE001 - a renderer may raise anything
         detail = exc.message if isinstance(exc, LosslessJsonError) else f"render raised {_describe(exc)}"
-        return failure_from_exception(ToolOutputError(name, [detail]), additional_contexts)
+        return failure_from_exception(caused(ToolOutputError(name, [detail]), exc), additional_contexts)
     meta = None
     if execution.parent is None and output.presentation_meta is not None:
         try:
             meta = materialize(output.presentation_meta(execution.arguments, frozen), "meta")
         except BaseException as exc:  # noqa: BLE001
             detail = exc.message if isinstance(exc, LosslessJsonError) else f"presentation_meta raised {_describe(exc)}"
-            return failure_from_exception(ToolOutputError(name, [detail]), additional_contexts)
+            return failure_from_exception(caused(ToolOutputError(name, [detail]), exc), additional_contexts)
     return _success(
         frozen,
         content,

@@ -151,9 +151,9 @@ class RegistryActor(ActorBase):
             return
         if message.reply is None:
             done: Future[Any] = Future()  # nobody waits: still run it
-            start_batch(self.runtime, batch, done)
+            start_batch(self.runtime, batch, done, context=message.caller_context)
         else:
-            start_batch(self.runtime, batch, message.reply)
+            start_batch(self.runtime, batch, message.reply, context=message.caller_context)
 
     # -- conditional activation ----------------------------------------------
 
@@ -163,7 +163,9 @@ class RegistryActor(ActorBase):
             if not isinstance(context, ToolActivationContext):
                 raise TypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
             loop = message.loop if message.loop is not None else self.runtime.bound_loop
-            ref = ToolSetActor.spawn(self.group, self.runtime, context, message.reply, loop)
+            ref = ToolSetActor.spawn(
+                self.group, self.runtime, context, message.reply, loop, caller_context=message.caller_context
+            )
             ref.tell(_Begin())
         except BaseException as exc:  # noqa: BLE001 - goes to the requester
             settle(message.reply, error=exc)

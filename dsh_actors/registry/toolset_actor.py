@@ -8,6 +8,7 @@ a resolved set admits and how admission shrinks).
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
@@ -74,9 +75,18 @@ class ToolSetActor(ActorBase):
     """
 
     def __init__(
-        self, group: ActorGroup, runtime: ToolRuntime, context: ToolActivationContext, reply: Any, loop: Any = None
+        self,
+        group: ActorGroup,
+        runtime: ToolRuntime,
+        context: ToolActivationContext,
+        reply: Any,
+        loop: Any = None,
+        caller_context: contextvars.Context | None = None,
     ) -> None:
         super().__init__(group)
+        # The resolver's contextvars: each condition runs in a copy (an
+        # async one as a task made in that copy).
+        self._vars = contextvars.Context() if caller_context is None else caller_context
         self._loop = loop  # where async conditions run (None: the runtime's loop thread)
         self._runtime = runtime
         self._context = context
@@ -134,8 +144,9 @@ class ToolSetActor(ActorBase):
             if signal.aborted or self._finished:
                 self._fail(self._abort_error())
                 return
+            vars_ = self._vars.copy()
             try:
-                answer = when(context)
+                answer = vars_.run(when, context)
             except BaseException as exc:  # noqa: BLE001 - fails the resolution
                 self._fail(self._condition_error(reg, exc))
                 return
@@ -153,7 +164,8 @@ class ToolSetActor(ActorBase):
                         )
                     )
                     return
-                flight = Flight(_awaited(answer), signal, loop, reg.name, "when", self._ended(reg))
+                # Made in the resolution's context copy, which its task then runs in.
+                flight = vars_.run(Flight, _awaited(answer), signal, loop, reg.name, "when", self._ended(reg))
                 self._pending[reg.seq] = flight
                 self._runtime.loop_watch.launch(flight)
             else:

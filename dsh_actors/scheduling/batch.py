@@ -568,6 +568,8 @@ class BatchRun:
             override=override,
             unknown_hint=hint,
             route_to_executor=hint is not None,
+            context=batch.context,
+            deps=batch.deps,
         )
         call.body_parent = self.body_parent
         call.body_hook = self.hook
@@ -629,7 +631,8 @@ class BatchRun:
         """A call whose body outlived ``rt.stop()``'s timeout: ABORTED, with
         its ``tools/result`` and ``tool/result``; no other phase runs."""
         result = aborted(before_dispatch=False)
-        self.rt.events.emit("tools/result", call.execution, result, agent=call.execution.agent)
+        # (A copy: the call actor that still runs the body is in call.context.)
+        call.context.copy().run(self.rt.events.emit, "tools/result", call.execution, result, agent=call.execution.agent)
         self._record(call, result)
 
     def _record(self, call: Call, result: ToolExecutionResult) -> None:

@@ -36,7 +36,7 @@ from ..definition import validate_definition
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
-from ..pipeline.intake import check_batch, check_limit
+from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..pipeline.results import failure_from_exception
 from ..pipeline.stages import dispatch
 from .batch import BatchRun
@@ -182,6 +182,7 @@ class NativeExecutor:
         )
         if not checked:
             check_batch(batch)
+            batch = bind_context(batch)  # (start_batch binds a checked one)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the runtime is stopped")

@@ -8,6 +8,7 @@ batch to an executor.
 
 from __future__ import annotations
 
+import contextvars
 from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from loguru import logger
 
 from ..errors import ExecutorUnavailableError
 from ..model import ToolBatchInput
-from ..pipeline.intake import check_batch
+from ..pipeline.intake import bind_context, check_batch
 from ..visibility import describe_scope, select_executor
 from .executor import NativeExecutor
 from .messages import Reply
@@ -26,7 +27,13 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["start_batch"]
 
 
-def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply, loop: Any = None) -> None:
+def start_batch(
+    runtime: ToolRuntime,
+    batch: ToolBatchInput,
+    reply: Reply,
+    loop: Any = None,
+    context: contextvars.Context | None = None,
+) -> None:
     """What ``ExecuteBatch`` means: check ``batch``, pick the nearest
     executor on its agent's chain, start the batch there and settle
     ``reply`` with its ``ToolBatchResult`` or its error. Never raises.
@@ -39,9 +46,15 @@ def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply, loop:
     An executor with ``submit(batch)`` is called on the calling thread; one
     with only a blocking ``execute(batch)`` runs on the runtime's workers.
     The native executor (``submit`` not overridden) settles ``reply`` itself.
+
+    ``context``: the submitter's contextvars (``ExecuteBatch`` carries
+    them to the registry's thread); None: the current thread's, which is
+    the submitter's. The batch handed to the executor has it bound
+    (``intake.bind_context``).
     """
     try:
         check_batch(batch)
+        batch = bind_context(batch, context)
         executor = select_executor(runtime.state, batch.agent)
         if executor is None:
             raise ExecutorUnavailableError(describe_scope(batch.agent))

@@ -5,6 +5,7 @@ logged fields. ``dsh_actors.session`` documents the format."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -152,14 +153,42 @@ def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) ->
 def result_event(call_id: str, result: ResultFields) -> dict[str, Any]:
     """A ``tool/result`` event: ``is_error``, ``content``, ``error`` and
     ``meta`` of ``result``; never its canonical ``value``."""
-    return {
-        "type": RESULT,
-        "call_id": _plain_str(call_id, "call_id"),
-        "is_error": bool(result.is_error),
-        "content": content_to_json(result.content),
-        "error": error_to_json(result.error),
-        "meta": result.meta,
-    }
+    return _traced(
+        {
+            "type": RESULT,
+            "call_id": _plain_str(call_id, "call_id"),
+            "is_error": bool(result.is_error),
+            "content": content_to_json(result.content),
+            "error": error_to_json(result.error),
+            "meta": result.meta,
+        },
+        result.error,
+    )
+
+
+#: How much of a traceback a logged event keeps (its end, where the raise is).
+TRACEBACK_LIMIT: Final = 16_000
+
+
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s formatted traceback (its causes included), at most
+    :data:`TRACEBACK_LIMIT` characters (the end kept)."""
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except BaseException:  # noqa: BLE001 - a hostile exception
+        text = f"{type(exc).__name__}: <unprintable thrown value>\n"
+    if len(text) > TRACEBACK_LIMIT:
+        text = "...\n" + text[-TRACEBACK_LIMIT:]
+    return text
+
+
+def _traced(event: dict[str, Any], error: ToolFailure | None) -> dict[str, Any]:
+    """``event`` with a ``traceback`` field (text, for people: no model
+    ever sees it) when the failure kept the exception a hook raised."""
+    exc = None if error is None else getattr(error, "exception", None)
+    if exc is not None:
+        event["traceback"] = traceback_text(exc)
+    return event
 
 
 def ptc_dispatch_start_event(
@@ -197,14 +226,17 @@ def ptc_dispatch_event(
 ) -> dict[str, Any]:
     """A ``tool/ptc-dispatch`` event: the durable copy of a settled
     sub-dispatch (``content`` is the logged, possibly replaced, copy)."""
-    return {
-        "type": PTC_DISPATCH,
-        **_pairing(root_call_id, parent_call_id, sub_call_id, name),
-        "is_error": bool(is_error),
-        "content": content_to_json(content),
-        "error": error_to_json(error),
-        "meta": meta,
-    }
+    return _traced(
+        {
+            "type": PTC_DISPATCH,
+            **_pairing(root_call_id, parent_call_id, sub_call_id, name),
+            "is_error": bool(is_error),
+            "content": content_to_json(content),
+            "error": error_to_json(error),
+            "meta": meta,
+        },
+        error,
+    )
 
 
 # --------------------------------------------------------------------------

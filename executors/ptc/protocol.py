@@ -21,6 +21,9 @@ line longer than the receiver's limit is a protocol violation.
 ``{"t": "call", "id": n, "name": str, "args": {...}}``
     The program calls tool ``name`` with ``args``. ``n`` counts from 1 in
     the order the program made its calls.
+``{"t": "progress", "progress": number, "total": number | null, "message": str | null}``
+    The program called ``report_progress(...)``: the parent publishes it as
+    the ``run_code`` call's ``tools/progress`` event.
 ``{"t": "done", "ok": true, "result": <JSON>}``
     The program returned ``result``.
 ``{"t": "done", "ok": false, "kind": str, "message": str, "traceback": str}``
@@ -69,6 +72,7 @@ __all__ = [
     "MAX_DEPTH",
     "OUT",
     "OUT_CHUNK",
+    "PROGRESS",
     "READY",
     "RESULT",
     "RUN",
@@ -86,6 +90,7 @@ CALL = "call"
 DONE = "done"
 RUN = "run"
 RESULT = "result"
+PROGRESS = "progress"
 
 #: The ``kind`` values a worker may report in a failed ``done``.
 FAILURE_KINDS = frozenset({"error", "syntax", "memory", "result"})

@@ -47,6 +47,7 @@ caused reaches the program).
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import queue
@@ -170,6 +171,7 @@ class Run:
         self._max_folder = executor.max_folder_mb << 20
         self._folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
         self._reading_stderr = False
+        self._context = contextvars.copy_context()  # the run_code call's (made by its body)
 
     def __repr__(self) -> str:
         return f"<Run {self._ctx.call_id} {self._phase.value} running={self._running}>"
@@ -397,6 +399,8 @@ class Run:
             self._capture(data)
         elif kind == protocol.CALL:
             self._on_call(message)
+        elif kind == protocol.PROGRESS:
+            self._on_progress(message)
         elif kind == protocol.DONE:
             self._on_done(message)
         else:
@@ -440,6 +444,14 @@ class Run:
             self._reply(sub, failure(f'unknown tool "{name}"', name="ToolNotFoundError", code="UNKNOWN_TOOL"))
             return
         self._pending.append(sub)
+
+    def _on_progress(self, message: Mapping[str, Any]) -> None:
+        """The program's ``report_progress``: the ``run_code`` call's
+        ``tools/progress`` (on the run's thread, the body's)."""
+        try:
+            self._ctx.report_progress(message.get("progress"), message.get("total"), message.get("message"))
+        except (TypeError, ValueError) as exc:
+            self._protocol_error(f"a progress message with {exc}")
 
     def _on_done(self, message: Mapping[str, Any]) -> None:
         if message.get("ok") is True:
@@ -634,7 +646,9 @@ class Run:
         sub.state = SubState.RUNNING
         self._running += 1
         try:
-            self._executor.sub_calls.submit(self._dispatch, sub)
+            # In a copy of the run_code call's context (this thread's): the
+            # sub-call's hooks see the caller's contextvars, and its deps.
+            self._executor.sub_calls.submit(self._context.copy().run, self._dispatch, sub)
         except RuntimeError:  # the pool is shut down: the runtime is stopping
             self._completions.put((sub, failure("the runtime is stopping"), False))
         return True

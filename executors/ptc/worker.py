@@ -34,6 +34,7 @@ import asyncio
 import builtins
 import io
 import linecache
+import math
 import os
 import select
 import signal
@@ -440,12 +441,26 @@ def run(
         functions[binding["py"]] = tool
         by_name[binding["name"]] = tool
     tools = Tools(functions, by_name)
+
+    def report_progress(progress: Any, total: Any = None, message: Any = None) -> None:
+        """Tell the user how far the program is (``progress`` out of ``total``)."""
+        for name, value, optional in (("progress", progress, False), ("total", total, True)):
+            if value is None and optional:
+                continue
+            if type(value) not in (int, float) or not math.isfinite(value):
+                raise TypeError(f"report_progress({name}=...) must be a finite number, not {value!r}")
+        if message is not None and type(message) is not str:
+            raise TypeError(f"report_progress(message=...) must be a str, not {type(message).__name__}")
+        capture.flush()  # output printed before the report stays before it
+        channel.send({"t": protocol.PROGRESS, "progress": progress, "total": total, "message": message})
+
     namespace: dict[str, Any] = {
         "__name__": "__run_code__",
         "__builtins__": builtins,
         "tools": tools,
         "ToolError": ToolError,
         "asyncio": asyncio,
+        "report_progress": report_progress,
     }
     exec(compiled, namespace)  # defines __run_code__; runs nothing of the program
     program = namespace.pop("__run_code__")

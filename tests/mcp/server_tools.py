@@ -6,9 +6,10 @@ annotation combinations. Run as a script: it serves over stdio."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
@@ -180,6 +181,22 @@ async def cancellations(tag: str) -> list[str]:
 @app.tool()
 def pid() -> int:
     return os.getpid()
+
+
+@app.tool()
+async def progressing(steps: int, ctx: Context) -> str:
+    """Reports ``steps`` progress notifications, then returns."""
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, total=steps, message=f"step {i}")
+    return "done"
+
+
+@app.tool()
+def request_meta(ctx: Context) -> str:
+    """The ``_meta`` this tools/call carried (trace context, progress
+    token), as JSON text."""
+    params = ctx.request_context.params or {}
+    return json.dumps(dict(params.get("_meta") or {}))
 
 
 if __name__ == "__main__":

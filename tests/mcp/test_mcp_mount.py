@@ -4,6 +4,7 @@ every mapping of a tool, its result and its cancellation."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -319,3 +320,56 @@ def test_an_aborted_call_awaited_on_the_sessions_loop_is_cancelled_on_the_server
     assert code(outcome) == "ABORTED"
     seen = conn.call_directly("cancellations", {"tag": "aborted-on-loop"}).structured_content
     assert "aborted-on-loop" in seen["result"]
+
+
+def test_server_progress_notifications_become_tools_progress_events_before_the_result(mounted: ToolRuntime) -> None:
+    journal: list[Any] = []
+    lock = threading.Lock()
+
+    def on_progress(execution: Any, progress: Any) -> None:
+        with lock:
+            journal.append((execution.call_id, progress.progress, progress.total, progress.message))
+
+    def on_result(execution: Any, result: Any) -> None:
+        with lock:
+            journal.append((execution.call_id, "result"))
+
+    mounted.events.on("tools/progress", on_progress)
+    mounted.events.on("tools/result", on_result)
+    outcome = run(mounted, "t_progressing", {"steps": 3})
+    assert not outcome.is_error, outcome
+    assert journal == [
+        ("c1", 1.0, 3.0, "step 1"),
+        ("c1", 2.0, 3.0, "step 2"),
+        ("c1", 3.0, 3.0, "step 3"),
+        ("c1", "result"),
+    ]
+
+
+def test_a_tools_call_carries_a_progress_token(mounted: ToolRuntime) -> None:
+    outcome = run(mounted, "t_request_meta")
+    assert not outcome.is_error, outcome
+    [block] = outcome.content
+    assert "progressToken" in json.loads(block.text)
+
+
+def test_a_tools_call_carries_the_call_spans_trace_context(mounted: ToolRuntime) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import policies.otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        mounted.use(policies.otel, tracer_provider=provider)
+        outcome = run(mounted, "t_request_meta")
+        [span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool t_request_meta"]
+    finally:
+        provider.shutdown()
+    [block] = outcome.content
+    traceparent = json.loads(block.text)["traceparent"]
+    context = span.context
+    assert traceparent == f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"

@@ -100,6 +100,7 @@ EVENT_NAMES = (
     "tools/result",
     "tools/change",
     "tools/ptc-dispatch-log",
+    "tools/progress",
 )
 
 

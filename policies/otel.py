@@ -1,0 +1,313 @@
+"""The OpenTelemetry policy: one ``execute_tool`` span per call, and a
+duration histogram, after the OpenTelemetry GenAI semantic conventions.
+
+``rt.use(policies.otel, tracer_provider=None, capture_content=False,
+meter_provider=None)`` (the ``otel`` extra: ``opentelemetry-api``; without
+a provider argument the global ones are used, so an application that
+configured the SDK needs to pass nothing).
+
+**Spans.** Each call (nested ones and PTC sub-calls included) gets one span
+``execute_tool {gen_ai.tool.name}``, kind ``INTERNAL``, with
+``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name``,
+``gen_ai.tool.call.id``, ``gen_ai.tool.type = "function"`` (the
+application executes the tool) and ``gen_ai.tool.description``. It starts
+when the call enters ``tools/pre-execute`` (this policy prepends its
+listener: the span covers the other pre-execute listeners, the approval,
+the guards, the wait for a slot, the body, post-execute) and ends at
+``tools/result``; a call that runs no phase (aborted before it started,
+arguments that are not JSON) gets a span at its ``tools/result``.
+
+Its parent is the span current where the batch was submitted (the hooks of
+a call run in the caller's ``contextvars`` context), so tool spans sit
+under the application's agent step. While the call runs, its span is the
+current span of the call's context: the body's own spans, a nested batch's
+calls, a PTC program's sub-calls and the trace context an MCP
+``tools/call`` carries in ``_meta`` (``traceparent``) are its children.
+
+A failure sets the span's status to ``ERROR`` (the failure's message) and
+``error.type`` to the failure's code (``TOOL_FAILED``, ``TOOL_TIMEOUT``,
+``INVALID_ARGS``, ...; ``_OTHER`` for a failure without one, such as a
+denial); the exception a hook raised is recorded as the span's
+``exception`` event. Span events (attributes in ``dsh.*``):
+
+``dsh.tool.denied``
+    a pre-execute ``Deny`` (``dsh.reason``), or a guard's denial.
+``dsh.tool.approval.requested`` / ``dsh.tool.approval.answered``
+    the call asked for approval (``dsh.reason``), and the answer
+    (``dsh.answer``: ``allowed-once``, or ``denied`` with the reason).
+``dsh.tool.aborted``
+    the call was cancelled (``ABORTED``, ``ABORTED_BEFORE_DISPATCH``, a
+    pre-execute ``Cancel``).
+``dsh.tool.timeout``
+    ``policies.timeout`` ended it (``TOOL_TIMEOUT``).
+``dsh.tool.blocked``
+    a failure without an error code after the call was cleared to run: a
+    post-execute ``Block`` (or a guard registered after this policy).
+
+The policy sees a call through a prepended ``tools/pre-execute`` listener,
+a guard (guards run once a call is allowed, the approval included: this
+one marks the call cleared) and a ``tools/result`` observer; nothing else,
+so it adds no phase to a call that had none.
+
+**Content.** Only with ``capture_content=True``: ``gen_ai.tool.call.arguments``
+(the arguments as JSON text) and ``gen_ai.tool.call.result`` (a success's
+value as JSON text, a failure's content text). Arguments and results may
+hold personal data: off by default, as the conventions ask.
+
+**Metric.** ``gen_ai.execute_tool.duration`` (histogram, seconds), with
+``gen_ai.operation.name``, ``gen_ai.tool.name`` and, for a failure,
+``error.type``: the duration per tool and outcome.
+
+**Threads.** The listeners run where the pipeline runs them (the executor
+preparing and finalizing the call, the call's guard); they touch only the
+call's own state, kept in the call's context. The descriptions of the
+tools are cached and the cache is dropped on ``tools/change``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from dsh_actors import (
+    Ask,
+    Cancel,
+    Deny,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolRuntime,
+    dumps,
+    thaw,
+)
+
+from ._common import Undo, check_bool, check_runtime
+
+__all__ = ["apply"]
+
+_POLICY: Final = "policies.otel"
+
+OPERATION: Final = "execute_tool"
+TOOL_TYPE: Final = "function"
+DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
+OTHER_ERROR: Final = "_OTHER"
+
+_ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
+_TIMEOUT: Final = "TOOL_TIMEOUT"
+
+
+class _CallSpan:
+    """One call's span and what the policy saw of its trip (only the call's
+    own hooks touch it, one at a time)."""
+
+    __slots__ = ("token", "span", "start", "asked", "cleared", "denied", "aborted")
+
+    def __init__(self, token: Any, span: Any, start: float) -> None:
+        self.token = token  # the execution's: a nested call's context holds its parent's
+        self.span = span
+        self.start = start
+        self.asked = False
+        self.cleared = False  # passed this policy's guard: allowed, approved if asked
+        self.denied = False
+        self.aborted = False
+
+
+#: The current call's span state, in the call's context.
+_CURRENT: contextvars.ContextVar[_CallSpan | None] = contextvars.ContextVar("policies.otel.call", default=None)
+
+
+class OtelPolicy:
+    """The listeners of one applied policy."""
+
+    def __init__(self, rt: ToolRuntime, tracer_provider: Any, meter_provider: Any, capture_content: bool) -> None:
+        from opentelemetry import context as otel_context
+        from opentelemetry import metrics, trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        self._rt = rt
+        self._trace = trace
+        self._attach = otel_context.attach
+        self._set_span = trace.set_span_in_context
+        self._kind = SpanKind.INTERNAL
+        self._error = Status
+        self._error_code = StatusCode.ERROR
+        self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(__name__, meter_provider=meter_provider)
+        self._duration = meter.create_histogram(
+            DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
+        )
+        self._capture = capture_content
+        self._descriptions: dict[str, str] = {}
+        self._ok_attributes: dict[str, dict[str, Any]] = {}  # the histogram's, per tool, for a success
+        self._lock = threading.Lock()
+
+    # -- the span ---------------------------------------------------------------
+
+    def _start(self, execution: ToolExecution) -> _CallSpan:
+        name = execution.name
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": OPERATION,
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": execution.call_id,
+            "gen_ai.tool.type": TOOL_TYPE,
+        }
+        description = self._description(execution)
+        if description:
+            attributes["gen_ai.tool.description"] = description
+        if self._capture:
+            attributes["gen_ai.tool.call.arguments"] = _json_text(execution.arguments)
+        span = self._tracer.start_span(f"{OPERATION} {name}", kind=self._kind, attributes=attributes)
+        return _CallSpan(execution.token, span, time.perf_counter())
+
+    def _description(self, execution: ToolExecution) -> str:
+        name = execution.name
+        cached = self._descriptions.get(name)
+        if cached is not None:
+            return cached
+        try:
+            definition = self._rt.tools.executable(name, execution.agent, execution.tool_set)
+        except RuntimeError:  # the runtime is stopping
+            definition = None
+        description = "" if definition is None else str(definition.description)
+        if execution.tool_set is None:  # (a step's admission may differ: not cached)
+            with self._lock:
+                self._descriptions[name] = description
+        return description
+
+    def _ok(self, name: str) -> dict[str, Any]:
+        attributes = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
+        self._ok_attributes[name] = attributes  # (a race writes an equal dict)
+        return attributes
+
+    def _forget_descriptions(self) -> None:
+        with self._lock:
+            self._descriptions = {}
+
+    def _mine(self, execution: ToolExecution) -> _CallSpan | None:
+        state = _CURRENT.get()
+        return state if state is not None and state.token is execution.token else None
+
+    # -- the listeners -------------------------------------------------------------
+
+    def pre_execute(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
+        state = self._start(execution)
+        _CURRENT.set(state)
+        # The call's span is current for the rest of the call's hooks (this
+        # context is the call's own copy: nothing to restore afterwards).
+        self._attach(self._set_span(state.span))
+        decision = next_()
+        kind = type(decision)
+        if kind is Ask:
+            state.asked = True
+            state.span.add_event("dsh.tool.approval.requested", _reason(decision.reason))
+        elif kind is Deny:
+            state.denied = True
+            state.span.add_event("dsh.tool.denied", _reason(decision.reason))
+        elif kind is Cancel:
+            state.aborted = True
+            state.span.add_event("dsh.tool.aborted", {})
+        return decision
+
+    def guard(self, execution: ToolExecution) -> None:
+        # Guards run only once the call is allowed: after an approval, its answer.
+        state = self._mine(execution)
+        if state is not None and not state.cleared:
+            state.cleared = True
+            if state.asked:
+                state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
+        return None
+
+    def on_result(self, execution: ToolExecution, result: Any) -> None:
+        state = self._mine(execution)
+        if state is None:  # no phase ran (aborted before it started, bad arguments)
+            state = self._start(execution)
+        span = state.span
+        name = execution.name
+        if type(result) is ToolExecutionFailure:
+            error = result.error
+            info = error.info
+            code = OTHER_ERROR if info is None else str(info.code)
+            exc = error.exception
+            if code in _ABORTED:
+                if not state.aborted:
+                    span.add_event("dsh.tool.aborted", {"dsh.code": code})
+            elif code == _TIMEOUT:
+                span.add_event("dsh.tool.timeout", {})
+            elif info is None and not state.denied:
+                # Decided by nobody this policy's listener saw: before its
+                # guard, the approval's answer or an earlier guard; after
+                # it, a post-execute Block (or a later guard).
+                if state.cleared:
+                    span.add_event("dsh.tool.blocked", {"dsh.reason": error.message})
+                elif state.asked:
+                    span.add_event("dsh.tool.approval.answered", {"dsh.answer": "denied", "dsh.reason": error.message})
+                else:
+                    span.add_event("dsh.tool.denied", {"dsh.reason": error.message})
+            if exc is not None:
+                span.record_exception(exc)
+            attributes = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name, "error.type": code}
+            span.set_attribute("error.type", code)
+            span.set_status(self._error(self._error_code, error.message))
+            if self._capture:
+                span.set_attribute("gen_ai.tool.call.result", _content_text(result))
+        else:
+            attributes = self._ok_attributes.get(name) or self._ok(name)
+            if self._capture and type(result) is ToolExecutionSuccess:
+                span.set_attribute("gen_ai.tool.call.result", _json_text(result.value))
+        span.end()
+        self._duration.record(time.perf_counter() - state.start, attributes)
+
+
+def _reason(reason: Any) -> dict[str, Any]:
+    return {"dsh.reason": reason} if type(reason) is str else {}
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return str(dumps(thaw(value)).decode("utf-8"))
+    except Exception:  # noqa: BLE001 - raw arguments that are not JSON
+        return repr(value)
+
+
+def _content_text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+def apply(
+    rt: ToolRuntime,
+    /,
+    *,
+    tracer_provider: Any = None,
+    capture_content: bool = False,
+    meter_provider: Any = None,
+    **unknown: Any,
+) -> Callable[[], None]:
+    """Install the OpenTelemetry policy on ``rt``; return its disposer.
+
+    ``tracer_provider`` / ``meter_provider``: where spans and the duration
+    histogram go (None: OpenTelemetry's global providers).
+    ``capture_content``: record arguments and results on the spans.
+    """
+    check_runtime(_POLICY, rt)
+    if unknown:
+        raise TypeError(
+            f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes tracer_provider=, capture_content=, "
+            "meter_provider="
+        )
+    check_bool(_POLICY, "capture_content", capture_content)
+    try:
+        policy = OtelPolicy(rt, tracer_provider, meter_provider, capture_content)
+    except ImportError as exc:
+        raise RuntimeError(
+            f"{_POLICY} needs OpenTelemetry: install the otel extra (pip install 'dsh-actors[otel]')"
+        ) from exc
+    undo = Undo()
+    events = rt.events
+    undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
+    undo.add(events.on("tools/result", policy.on_result, prepend=True))
+    undo.add(events.on("tools/change", policy._forget_descriptions))
+    undo.add(rt.tools.guard(policy.guard))
+    return undo

@@ -1,0 +1,69 @@
+"""``dsh-actors run`` shows the progress of running calls on stderr, and
+``-v`` (``run`` and ``replay``) shows the traceback of a tool that raised."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .conftest import Cli
+
+TOOLS = """
+from dsh_actors import ToolOutput, define_tool, text
+
+def copy(args, ctx):
+    for i in range(1, 3):
+        ctx.report_progress(i, total=4, message=f"file {i}")
+    ctx.report_progress(3)
+    return "copied"
+
+def explode(args, ctx):
+    return helper_that_divides()
+
+def helper_that_divides():
+    return 1 / 0
+
+OUT = ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)])
+TOOLS = [
+    define_tool(name="copy", description="Copy files.", parameters={}, output=OUT, execute=copy),
+    define_tool(name="explode", description="Fail.", parameters={}, output=OUT, execute=explode),
+]
+"""
+
+
+def batch(folder: Path, *names: str) -> Path:
+    path = folder / "batch.json"
+    path.write_text(json.dumps({"calls": [{"id": f"c{i}", "name": n, "arguments": {}} for i, n in enumerate(names)]}))
+    return path
+
+
+def test_run_shows_each_progress_report_on_stderr(cli: Cli, root: Path, write_module: Any) -> None:
+    tools = write_module("progress_tools", TOOLS)
+    outcome = cli("run", batch(root, "copy"), "--tools", tools)
+    assert outcome.code == 0, outcome.err
+    assert outcome.err.splitlines() == [
+        "… c0 copy: 1/4 (25%) file 1",
+        "… c0 copy: 2/4 (50%) file 2",
+        "… c0 copy: 3",
+    ]
+    assert "✓ c0 copy" in outcome.out
+
+
+def test_run_names_a_failing_tool_and_shows_its_traceback_with_v(
+    cli: Cli, root: Path, write_module: Any, tmp_path: Path
+) -> None:
+    tools = write_module("failing_tools", TOOLS)
+    quiet = cli("run", batch(root, "explode"), "--tools", tools)
+    assert quiet.code == 0
+    assert quiet.err == 'dsh-actors: ERROR: tool "explode" (call c0) failed: division by zero\n'
+    assert "Traceback" not in quiet.out
+    log = tmp_path / "run.jsonl"
+    verbose = cli("-v", "run", batch(root, "explode"), "--tools", tools, "--log", log)
+    assert verbose.code == 0
+    assert "helper_that_divides" in verbose.err  # the log record's traceback
+    assert "ZeroDivisionError: division by zero" in verbose.out  # under the call's card
+    replay = cli("replay", log)
+    assert "helper_that_divides" not in replay.out
+    replay_v = cli("replay", "-v", log)
+    assert "helper_that_divides" in replay_v.out and "ZeroDivisionError: division by zero" in replay_v.out

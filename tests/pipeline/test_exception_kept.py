@@ -1,0 +1,206 @@
+"""The exception a hook raised stays on the live result
+(``outcome.error.exception``, with its traceback), is logged once at ERROR
+naming the tool and the call, and its traceback text is in the
+``tool/result`` event's ``traceback`` field; it is never part of equality,
+the durable projection or the model's content."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from dsh_actors import (
+    Agent,
+    Ask,
+    LogStep,
+    Session,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    define_tool,
+    text,
+)
+from dsh_actors.model import ToolExecutionFailure, ToolFailure
+
+
+def raising_body(args: Any, ctx: Any) -> Any:
+    return 1 / 0
+
+
+async def raising_async_body(args: Any, ctx: Any) -> Any:
+    await asyncio.sleep(0)
+    raise LookupError("no such row")
+
+
+def tool(name: str = "t", *, execute: Any = None, render: Any = None, meta: Any = None) -> Any:
+    return define_tool(
+        name=name,
+        description="A tool.",
+        parameters={},
+        output=ToolOutput(
+            schema={"type": "string"},
+            render=render or (lambda a, v: [text(v)]),
+            presentation_meta=meta,
+        ),
+        execute=execute or (lambda args, ctx: "ok"),
+    )
+
+
+class Records:
+    """The ERROR records the libraries log while the test runs."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: list[Any] = []
+
+    def sink(self, message: Any) -> None:
+        with self.lock:
+            self.items.append(message.record)
+
+
+@pytest.fixture
+def errors(library_logs: None) -> Any:
+    records = Records()
+    handle = logger.add(records.sink, level="ERROR")
+    try:
+        yield records
+    finally:
+        logger.remove(handle)
+
+
+def run_one(rt: Any, name: str = "t", session: Session | None = None) -> Any:
+    agent = Agent("main", session=session)
+    batch = ToolBatchInput(
+        calls=[ToolCall("c1", name, "{}")], agent=agent, log=None if session is None else LogStep(1, 1)
+    )
+    return rt.tools.execute(batch).results[0].result
+
+
+def frames(exc: BaseException) -> list[str]:
+    tb = exc.__traceback__
+    names = []
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return names
+
+
+def test_a_body_that_raises_keeps_its_exception_and_traceback_on_the_result(rt: Any, errors: Records) -> None:
+    rt.tools.register(tool(execute=raising_body))
+    outcome = run_one(rt)
+    exc = outcome.error.exception
+    assert type(exc) is ZeroDivisionError
+    assert "raising_body" in frames(exc)
+    assert outcome.content == (text("Error: division by zero"),)
+    [record] = errors.items
+    assert record["level"].name == "ERROR"
+    assert record["exception"].value is exc
+    assert 'tool "t" (call c1) failed: division by zero' in record["message"]
+
+
+def test_an_async_body_that_raises_keeps_its_exception(rt: Any, errors: Records) -> None:
+    rt.tools.register(tool(execute=raising_async_body))
+    outcome = run_one(rt)
+    assert type(outcome.error.exception) is LookupError
+    assert "raising_async_body" in frames(outcome.error.exception)
+    assert len(errors.items) == 1
+
+
+def test_the_exception_is_not_part_of_equality_or_repr() -> None:
+    boom = ValueError("x")
+    a = ToolFailure("x", None, boom)
+    b = ToolFailure("x", None)
+    assert a == b and hash(a) == hash(b)
+    assert "ValueError" not in repr(a)
+    assert ToolExecutionFailure(error=a, content=()) == ToolExecutionFailure(error=b, content=())
+
+
+def raise_in(where: str) -> Any:
+    def hook(*args: Any) -> Any:
+        raise RuntimeError(f"{where} broke")
+
+    return hook
+
+
+@pytest.mark.parametrize("where", ["pre-execute", "wrapper", "post-execute", "approval", "guard"])
+def test_a_listener_wrapper_guard_or_approval_service_that_raises_is_kept(rt: Any, errors: Records, where: str) -> None:
+    rt.tools.register(tool())
+    if where == "pre-execute":
+        rt.events.on("tools/pre-execute", raise_in(where))
+    elif where == "wrapper":
+        rt.events.on("tools/execute", raise_in(where))
+    elif where == "post-execute":
+        rt.events.on("tools/post-execute", raise_in(where))
+    elif where == "approval":
+        rt.events.on("tools/pre-execute", lambda execution, next: Ask())
+        rt.approvals.set(raise_in(where))
+    else:
+        rt.tools.guard(raise_in(where))
+    outcome = run_one(rt)
+    assert outcome.is_error
+    exc = outcome.error.exception
+    assert type(exc) is RuntimeError and str(exc) == f"{where} broke"
+    assert "hook" in frames(exc)
+    assert [r["exception"].value for r in errors.items] == [exc]
+
+
+@pytest.mark.parametrize("which", ["render", "presentation_meta"])
+def test_a_renderer_that_raises_is_the_cause_of_the_output_error(rt: Any, errors: Records, which: str) -> None:
+    if which == "render":
+        rt.tools.register(tool(render=raise_in(which)))
+    else:
+        rt.tools.register(tool(meta=raise_in(which)))
+    outcome = run_one(rt)
+    assert outcome.error.info.code == "INVALID_TOOL_OUTPUT"
+    cause = outcome.error.exception.__cause__
+    assert type(cause) is RuntimeError and str(cause) == f"{which} broke"
+    assert len(errors.items) == 1
+
+
+def test_outcomes_the_runtime_describes_keep_no_exception_and_log_nothing(rt: Any, errors: Records) -> None:
+    rt.tools.register(
+        define_tool(
+            name="needs",
+            description="x",
+            parameters={"x": {"type": "integer", "required": True}},
+            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+            execute=lambda args, ctx: "ok",
+        )
+    )
+    unknown = run_one(rt, "missing")
+    assert unknown.error.exception is None
+    bad_args = run_one(rt, "needs")
+    assert bad_args.error.info.code == "INVALID_ARGS"
+    rt.events.on("tools/pre-execute", lambda execution, next: __import__("dsh_actors").Deny("no"))
+    denied = run_one(rt, "needs")
+    assert denied.error.exception is None
+    assert errors.items == []
+
+
+def test_the_session_log_keeps_the_traceback_text_beside_the_models_fields(rt: Any) -> None:
+    rt.tools.register(tool(execute=raising_body))
+    session = Session()
+    outcome = run_one(rt, session=session)
+    [event] = [e for e in session.events() if e["type"] == "tool/result"]
+    assert "ZeroDivisionError: division by zero" in event["traceback"]
+    assert "raising_body" in event["traceback"]
+    assert event["error"] == {
+        "message": "division by zero",
+        "info": {"name": "ZeroDivisionError", "code": "TOOL_FAILED", "reason": None},
+    }
+    assert "Traceback" not in repr(outcome.content)
+
+
+def test_nothing_is_logged_while_the_library_is_disabled(rt: Any) -> None:
+    records = Records()
+    handle = logger.add(records.sink, level="DEBUG")
+    try:
+        rt.tools.register(tool(execute=raising_body))
+        run_one(rt)
+    finally:
+        logger.remove(handle)
+    assert records.items == []

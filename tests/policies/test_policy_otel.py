@@ -1,0 +1,305 @@
+"""policies.otel against the OpenTelemetry SDK (in-memory span exporter and
+metric reader): one ``execute_tool`` span per call after the GenAI
+semantic conventions, parented on the span current at submission, PTC
+sub-calls under their ``run_code`` span, content only when asked, events
+for denials, approvals, aborts and timeouts, and the duration histogram."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import policies
+import policies.timeout
+from dsh_actors import (
+    AbortController,
+    Agent,
+    Ask,
+    Block,
+    Deny,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    define_tool,
+    text,
+)
+from executors.ptc import PtcExecutor
+
+WAIT = 10.0
+
+
+class Otel:
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.tracer = self.tracer_provider.get_tracer("tests")
+
+    def spans(self, name: str | None = None) -> list[Any]:
+        spans = list(self.exporter.get_finished_spans())
+        return [s for s in spans if name is None or s.name == name]
+
+    def tool_spans(self) -> list[Any]:
+        return [s for s in self.spans() if s.name.startswith("execute_tool ")]
+
+    def durations(self) -> list[tuple[dict[str, Any], int]]:
+        data = self.reader.get_metrics_data()
+        out = []
+        for resource in data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == "gen_ai.execute_tool.duration":
+                        assert metric.unit == "s"
+                        for point in metric.data.data_points:
+                            out.append((dict(point.attributes), point.count))
+        return out
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    o = Otel()
+    yield o
+    o.tracer_provider.shutdown()
+    o.meter_provider.shutdown()
+
+
+def tool(name: str = "lookup", execute: Any = None, **options: Any) -> Any:
+    return define_tool(
+        name=name,
+        description=f"The {name} tool.",
+        parameters={"q": {"type": "string"}},
+        output=ToolOutput(schema={"type": "json"}, render=lambda a, v: [text(json.dumps(v))]),
+        execute=execute or (lambda args, ctx: {"answer": 42}),
+        is_concurrency_safe=lambda args: True,
+        **options,
+    )
+
+
+def use(rt: Any, otel: Otel, **config: Any) -> None:
+    rt.use(policies.otel, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider, **config)
+
+
+def run(rt: Any, *calls: ToolCall, **batch: Any) -> Any:
+    return rt.tools.execute(ToolBatchInput(calls=list(calls), **batch))
+
+
+def test_each_call_is_an_execute_tool_span_under_the_span_current_at_submission(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    use(rt, otel)
+    with otel.tracer.start_as_current_span("agent step") as step:
+        run(rt, *(ToolCall(f"c{i}", "lookup", '{"q": "x"}') for i in range(3)))
+    spans = otel.tool_spans()
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in spans) == ["c0", "c1", "c2"]
+    for span in spans:
+        assert span.name == "execute_tool lookup"
+        assert span.kind is SpanKind.INTERNAL
+        assert span.parent is not None and span.parent.span_id == step.get_span_context().span_id
+        assert span.context.trace_id == step.get_span_context().trace_id
+        assert dict(span.attributes) == {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "lookup",
+            "gen_ai.tool.call.id": span.attributes["gen_ai.tool.call.id"],
+            "gen_ai.tool.type": "function",
+            "gen_ai.tool.description": "The lookup tool.",
+        }
+        assert span.status.status_code is StatusCode.UNSET
+
+
+def test_async_bodies_under_execute_async_nest_under_the_awaiting_tasks_span(rt: Any, otel: Otel) -> None:
+    inner: list[Any] = []
+
+    async def body(args: Any, ctx: Any) -> Any:
+        with otel.tracer.start_as_current_span("inside the body") as span:
+            inner.append(span)
+        return {"ok": True}
+
+    rt.tools.register(tool("fetch", body))
+    use(rt, otel)
+
+    async def main() -> Any:
+        with otel.tracer.start_as_current_span("agent step"):
+            return await rt.tools.execute_async(ToolBatchInput(calls=[ToolCall("a", "fetch", "{}")]))
+
+    asyncio.run(main())
+    [step] = otel.spans("agent step")
+    [call] = otel.tool_spans()
+    [body_span] = otel.spans("inside the body")
+    assert call.parent.span_id == step.context.span_id
+    assert body_span.parent.span_id == call.context.span_id
+
+
+def test_a_failure_sets_error_type_and_status_and_records_the_exception(rt: Any, otel: Otel) -> None:
+    def explode(args: Any, ctx: Any) -> Any:
+        raise KeyError("missing")
+
+    rt.tools.register(tool("explode", explode))
+    use(rt, otel)
+    run(rt, ToolCall("c1", "explode", "{}"))
+    [span] = otel.tool_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "TOOL_FAILED"
+    [event] = [e for e in span.events if e.name == "exception"]
+    assert event.attributes["exception.type"] == "KeyError"
+
+
+def test_content_is_recorded_only_when_asked(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    use(rt, otel)
+    run(rt, ToolCall("quiet", "lookup", '{"q": "secret"}'))
+    [quiet] = otel.tool_spans()
+    assert "gen_ai.tool.call.arguments" not in quiet.attributes
+    assert "gen_ai.tool.call.result" not in quiet.attributes
+
+
+def test_capture_content_records_arguments_and_results(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    use(rt, otel, capture_content=True)
+    run(rt, ToolCall("loud", "lookup", '{"q": "x"}'))
+    [span] = otel.tool_spans()
+    assert json.loads(span.attributes["gen_ai.tool.call.arguments"]) == {"q": "x"}
+    assert json.loads(span.attributes["gen_ai.tool.call.result"]) == {"answer": 42}
+
+
+def events(span: Any) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.name, dict(e.attributes)) for e in span.events]
+
+
+def test_a_pre_execute_denial_is_an_event(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Deny("not today"))
+    use(rt, otel)
+    run(rt, ToolCall("c1", "lookup", "{}"))
+    [span] = otel.tool_spans()
+    assert events(span) == [("dsh.tool.denied", {"dsh.reason": "not today"})]
+    assert span.attributes["error.type"] == "_OTHER"
+
+
+def test_a_guard_denial_is_an_event(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    rt.tools.guard(lambda execution: "outside the sandbox")  # (guards run in registration order)
+    use(rt, otel)
+    run(rt, ToolCall("c1", "lookup", "{}"))
+    [span] = otel.tool_spans()
+    assert events(span) == [("dsh.tool.denied", {"dsh.reason": "outside the sandbox"})]
+
+
+@pytest.mark.parametrize(("answer", "expected"), [("allowed-once", "allowed-once"), ("rejected", "denied")])
+def test_an_approval_is_asked_and_answered_in_events(rt: Any, otel: Otel, answer: str, expected: str) -> None:
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+    rt.approvals.set(lambda request: answer)
+    use(rt, otel)
+    run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main"))
+    [span] = otel.tool_spans()
+    names = events(span)
+    assert names[0] == ("dsh.tool.approval.requested", {"dsh.reason": "writes files"})
+    assert names[1][0] == "dsh.tool.approval.answered" and names[1][1]["dsh.answer"] == expected
+
+
+def test_an_abort_and_a_timeout_are_events(rt: Any, otel: Otel) -> None:
+    started = threading.Event()
+
+    def slow(args: Any, ctx: Any) -> Any:
+        started.set()
+        ctx.signal.wait(WAIT)
+        return {}
+
+    rt.tools.register(tool("slow", slow))
+    rt.tools.register(tool("deadline", slow, timeout_ms=50))
+    rt.use(policies.timeout)
+    use(rt, otel)
+    controller = AbortController()
+    future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("a", "slow", "{}")], signal=controller.signal))
+    assert started.wait(WAIT)
+    controller.abort()
+    future.result(WAIT)
+    run(rt, ToolCall("t", "deadline", "{}"))
+    by_id = {s.attributes["gen_ai.tool.call.id"]: s for s in otel.tool_spans()}
+    assert events(by_id["a"]) == [("dsh.tool.aborted", {"dsh.code": "ABORTED"})]
+    assert events(by_id["t"]) == [("dsh.tool.timeout", {})]
+    assert by_id["t"].attributes["error.type"] == "TOOL_TIMEOUT"
+
+
+def test_a_post_execute_block_is_an_event(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    rt.events.on("tools/post-execute", lambda execution, result, next: Block([text("no")]))
+    use(rt, otel)
+    run(rt, ToolCall("c1", "lookup", "{}"))
+    [span] = otel.tool_spans()
+    assert events(span) == [("dsh.tool.blocked", {"dsh.reason": "no"})]
+
+
+def test_a_call_that_runs_no_phase_still_gets_its_span(rt: Any, otel: Otel) -> None:
+    use(rt, otel)
+    run(rt, ToolCall("bad", "lookup", "{not json"))
+    [span] = otel.tool_spans()
+    assert span.attributes["gen_ai.tool.call.id"] == "bad"
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_nested_batches_nest_under_the_calling_tools_span(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool("inner"))
+
+    def outer(args: Any, ctx: Any) -> Any:
+        rt.tools.execute(ToolBatchInput(calls=[ToolCall("i1", "inner", "{}")]))
+        return {}
+
+    rt.tools.register(tool("outer", outer))
+    use(rt, otel)
+    run(rt, ToolCall("o1", "outer", "{}"))
+    by_id = {s.attributes["gen_ai.tool.call.id"]: s for s in otel.tool_spans()}
+    assert by_id["i1"].parent.span_id == by_id["o1"].context.span_id
+
+
+def test_ptc_sub_calls_nest_under_their_run_code_span(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    rt.tools.set_executor(PtcExecutor(timeout_ms=5000))
+    use(rt, otel)
+    code = "await asyncio.gather(tools.lookup(q='a'), tools.lookup(q='b'))\nreturn 1"
+    result = run(rt, ToolCall("r1", "run_code", {"code": code}))
+    assert not result.results[0].result.is_error, result
+    by_id = {s.attributes["gen_ai.tool.call.id"]: s for s in otel.tool_spans()}
+    assert set(by_id) == {"r1", "r1:ptc:1", "r1:ptc:2"}
+    for sub in ("r1:ptc:1", "r1:ptc:2"):
+        assert by_id[sub].parent.span_id == by_id["r1"].context.span_id
+
+
+def test_the_duration_histogram_is_per_tool_and_outcome(rt: Any, otel: Otel) -> None:
+    def explode(args: Any, ctx: Any) -> Any:
+        raise ValueError("x")
+
+    rt.tools.register(tool())
+    rt.tools.register(tool("explode", explode))
+    use(rt, otel)
+    run(rt, ToolCall("a", "lookup", "{}"), ToolCall("b", "lookup", "{}"), ToolCall("c", "explode", "{}"))
+    points = sorted(otel.durations(), key=lambda p: sorted(p[0].items()))
+    assert points == [
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "explode", "error.type": "TOOL_FAILED"}, 1),
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 2),
+    ]
+
+
+def test_disposing_removes_every_listener(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    undo = rt.use(policies.otel, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+    undo()
+    run(rt, ToolCall("c1", "lookup", "{}"))
+    assert otel.tool_spans() == []
+
+
+def test_unknown_options_are_refused(rt: Any) -> None:
+    with pytest.raises(TypeError, match="unknown option"):
+        rt.use(policies.otel, capture=True)
