@@ -401,8 +401,12 @@ def _execute_problem(execute: object) -> str | None:
     try:
         signature.bind(None, None)
     except TypeError:
-        label = getattr(execute, "__qualname__", None)
-        shown = f"{label if type(label) is str else type(execute).__qualname__}{safe_str(signature)}"
+        label = getattr(execute, "__name__", None)
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        shown = f"{label if type(label) is str else type(execute).__qualname__}{safe_str(bare)}"
         return (
             f"execute must accept two positional arguments, (args, ctx), and {shown} does not "
             "(to write a tool as a function of typed parameters, decorate it with @tool)"

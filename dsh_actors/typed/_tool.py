@@ -209,7 +209,9 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         field = f"p{index}"  # never shadows a BaseModel attribute; the alias is the name offered
         description = None if _described(hint) else docs.parameters.get(param.name)
         default = PydanticUndefined if param.default is _NO_DEFAULT else param.default
-        fields[field] = (hint, Field(default, alias=param.name, description=description))
+        # Only what is given: an explicit description=None would erase the hint's own.
+        extra = {} if description is None else {"description": description}
+        fields[field] = (hint, Field(default, alias=param.name, **extra))
         if param.kind is param.POSITIONAL_ONLY:
             positional.append(field)
         else:
