@@ -210,7 +210,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         description = None if _described(hint) else docs.parameters.get(param.name)
         default = PydanticUndefined if param.default is _NO_DEFAULT else param.default
         # Only what is given: an explicit description=None would erase the hint's own.
-        extra = {} if description is None else {"description": description}
+        extra: dict[str, Any] = {} if description is None else {"description": description}
         fields[field] = (hint, Field(default, alias=param.name, **extra))
         if param.kind is param.POSITIONAL_ONLY:
             positional.append(field)
