@@ -642,3 +642,20 @@ def test_an_ordinary_dsl_mistake_gets_no_hint() -> None:
             execute=lambda args, ctx: None,
         )
     assert not any("the DSL has no" in v for v in info.value.violations)
+
+
+def test_calls_sharing_one_frozen_argument_object_each_get_their_own_typed_values(rt: Any) -> None:
+    from dsh_actors import materialize
+
+    @tool(concurrency_safe=True)
+    def grow(items: list[int]) -> list[int]:
+        items.append(2)
+        return items
+
+    shared = materialize({"items": [1]})
+    rt.tools.register(grow)
+    batch = rt.tools.execute(
+        ToolBatchInput(calls=[ToolCall(id=f"c{i}", name="grow", arguments=shared) for i in range(6)])
+    )
+    assert [thaw(call.result.value) for call in batch.results] == [[1, 2]] * 6
+    assert thaw(shared) == {"items": [1]}

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticSerializationError
 
-from ..json import dumps, path_for_index, path_for_key
+from ..json import FrozenDict, dumps, path_for_index, path_for_key
 
 __all__ = ["PydanticEnforcer", "ToolJsonSchema", "serialization_problem", "violations_of"]
 
@@ -112,30 +112,53 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
     return out or [f'"{root}" does not match the schema']
 
 
+_STASH_LIMIT: Final = 256
+
+
 @final
 class PydanticEnforcer:
     """A pydantic-core validator with the interface of
     :class:`~dsh_actors.schema.CompiledJsonSchema`: ``schema`` (the frozen
     JSON Schema pydantic generated for the type), ``is_valid`` and
     ``validate`` for lossless JSON values, and :meth:`parse` for the typed
-    value. Holds no mutable state: any thread may call it."""
+    value. Any thread may call it.
 
-    __slots__ = ("schema", "_validate_json")
+    With ``hand_over`` (the arguments' enforcer), the typed value that
+    ``is_valid`` built for a frozen argument object (the classifier asks
+    first, on the executor's thread) is kept for the one :meth:`parse` of
+    that same object that follows (the body's step), so a call's arguments
+    are validated once. Invariant: a kept value is handed to at most one
+    ``parse`` (``dict.pop`` is atomic), so two bodies never share one; at
+    most ``_STASH_LIMIT`` are kept (a call denied after it was classified
+    leaves its entry behind until the limit clears them)."""
 
-    def __init__(self, validator: Any, schema: Any) -> None:
+    __slots__ = ("schema", "_validate_json", "_stash")
+
+    def __init__(self, validator: Any, schema: Any, *, hand_over: bool = False) -> None:
         self.schema = schema
         self._validate_json = validator.validate_json
+        self._stash: dict[int, tuple[Any, Any]] | None = {} if hand_over else None
 
     def parse(self, value: Any) -> Any:
         """The typed value for a lossless JSON ``value`` (a model instance,
         a list...); raises pydantic's ``ValidationError``."""
+        stash = self._stash
+        if stash:
+            kept = stash.pop(id(value), None)
+            if kept is not None and kept[0] is value:
+                return kept[1]
         return self._validate_json(dumps(value))
 
     def is_valid(self, value: Any) -> bool:
         try:
-            self._validate_json(dumps(value))
+            parsed = self._validate_json(dumps(value))
         except (ValidationError, TypeError, ValueError):
             return False
+        stash = self._stash
+        if stash is not None and type(value) is FrozenDict:  # frozen: the same object means the same arguments
+            if len(stash) >= _STASH_LIMIT:
+                stash.clear()
+            stash[id(value)] = (value, parsed)
         return True
 
     def validate(self, value: Any, path: str = "value") -> list[str]:

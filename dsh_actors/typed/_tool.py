@@ -232,7 +232,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     except DshError as err:
         raise refuse(f"the generated schema is not lossless JSON ({err.message}); check the defaults") from None
 
-    arguments = PydanticEnforcer(arguments_model.__pydantic_validator__, parameters)
+    arguments = PydanticEnforcer(arguments_model.__pydantic_validator__, parameters, hand_over=True)
     output = PydanticEnforcer(output_adapter.validator, output_json_schema)
     execute = _execute(
         shown, fn, arguments, output_adapter, tuple(by_name), tuple(positional), context, context_positional
