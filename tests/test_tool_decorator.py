@@ -659,3 +659,17 @@ def test_calls_sharing_one_frozen_argument_object_each_get_their_own_typed_value
     )
     assert [thaw(call.result.value) for call in batch.results] == [[1, 2]] * 6
     assert thaw(shared) == {"items": [1]}
+
+
+def test_a_summary_wrapped_over_several_lines_stays_one_paragraph() -> None:
+    @tool
+    def read(path: str) -> str:
+        """Read a text file under the project root; use offset
+        and limit to page through long files.
+
+        Args:
+            path: Relative to the root.
+        """
+        return path
+
+    assert read.description == "Read a text file under the project root; use offset\nand limit to page through long files."

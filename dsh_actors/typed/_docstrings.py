@@ -37,6 +37,9 @@ def parse_docstring(fn: object) -> DocstringParts:
         parsed = docstring_parser.parse(doc)
     except docstring_parser.ParseError:
         return DocstringParts(doc.strip())
-    parts = [part.strip() for part in (parsed.short_description, parsed.long_description) if part]
+    # The parser cuts the summary after its first line; a summary wrapped
+    # over several lines (no blank line after the first) is one paragraph.
+    joint = "\n\n" if parsed.blank_after_short_description else "\n"
+    text = joint.join(part.strip() for part in (parsed.short_description, parsed.long_description) if part)
     parameters = {param.arg_name: " ".join(param.description.split()) for param in parsed.params if param.description}
-    return DocstringParts("\n\n".join(parts), parameters)
+    return DocstringParts(text, parameters)
