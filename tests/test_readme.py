@@ -116,7 +116,11 @@ def test_the_loop_of_the_first_use_runs_against_a_chat_client(namespace: dict[st
     requests = Client.chat.completions.requests
     assert [t["function"]["name"] for t in requests[0]["tools"]] == ["fetch", "add"]
     logged = [e for e in namespace["agent"].session.events() if e["type"] == "tool/call"]
-    assert [(e["call_id"], e["turn"], e["step"]) for e in logged] == [("call_1", 1, 1), ("call_2", 1, 1), ("call_3", 2, 1)]
+    assert [(e["call_id"], e["turn"], e["step"]) for e in logged] == [
+        ("call_1", 1, 1),
+        ("call_2", 1, 1),
+        ("call_3", 2, 1),
+    ]
 
 
 def test_the_first_uses_two_tools_take_no_more_lines_than_in_the_peers() -> None:

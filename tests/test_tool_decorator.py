@@ -672,4 +672,6 @@ def test_a_summary_wrapped_over_several_lines_stays_one_paragraph() -> None:
         """
         return path
 
-    assert read.description == "Read a text file under the project root; use offset\nand limit to page through long files."
+    assert (
+        read.description == "Read a text file under the project root; use offset\nand limit to page through long files."
+    )
