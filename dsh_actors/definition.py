@@ -286,8 +286,12 @@ class ToolDefinition:
     # twice. dataclasses.replace() drops it (the copy is checked afresh).
 
     def __post_init__(self) -> None:
-        if self.schema_mode == "full" and own_validators(self) is None:
-            _wrap_full(self)
+        if self.schema_mode == "full":
+            own = own_validators(self)
+            if own is None:
+                _wrap_full(self)
+            else:
+                _guard_own(self, own)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -923,3 +927,36 @@ def _label(wrapper: Any, name: str, role: str, original: object) -> None:
     wrapper.__name__ = role
     wrapper.__qualname__ = f"define_tool({name!r}).{role}"
     wrapper.__wrapped__ = original
+    setattr(wrapper, _GUARDED, True)
+
+
+_GUARDED: Final = "__dsh_guarded__"
+
+
+def _guard_own(defn: ToolDefinition, own: OwnValidators) -> None:
+    """Guard the classifier and presenters of a definition whose ``execute``
+    brings its own validators, as :func:`define_tool` guards them: those
+    ``@tool`` made are guarded already; one a ``dataclasses.replace`` put in
+    is wrapped here."""
+    name = defn.name if type(defn.name) is str else "<unnamed>"
+    given = {
+        key: fn
+        for key in ("is_concurrency_safe", "present_call", "present_result")
+        if callable(fn := getattr(defn, key)) and not getattr(fn, _GUARDED, False)
+    }
+    if not given:
+        return
+    classifier, present_call, present_result = guarded_callbacks(
+        name,
+        own.parameters,
+        is_concurrency_safe=given.get("is_concurrency_safe"),
+        present_call=given.get("present_call"),
+        present_result=given.get("present_result"),
+    )
+    for key, wrapper in (
+        ("is_concurrency_safe", classifier),
+        ("present_call", present_call),
+        ("present_result", present_result),
+    ):
+        if wrapper is not None:
+            object.__setattr__(defn, key, wrapper)

@@ -675,3 +675,14 @@ def test_a_summary_wrapped_over_several_lines_stays_one_paragraph() -> None:
     assert (
         read.description == "Read a text file under the project root; use offset\nand limit to page through long files."
     )
+
+
+def test_a_classifier_put_in_by_replace_is_guarded_like_the_decorators_own() -> None:
+    @tool
+    def read(path: str) -> str:
+        return path
+
+    copy = dataclasses.replace(read, is_concurrency_safe=lambda args: True)
+    assert copy.is_concurrency_safe is not None
+    assert copy.is_concurrency_safe(FrozenDict({"path": "a"})) is True
+    assert copy.is_concurrency_safe(FrozenDict({"path": 3})) is False  # invalid arguments: exclusive
