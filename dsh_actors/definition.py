@@ -278,7 +278,10 @@ class ToolDefinition:
     the arguments do not match, ``is_concurrency_safe`` answers ``False`` and
     the presenters ``None`` on invalid arguments. Output violations are
     ``INVALID_TOOL_OUTPUT`` as in the subset. MCP tools mounted by
-    :func:`dsh_actors.mcp.mount` use this mode."""
+    :func:`dsh_actors.mcp.mount` use this mode, and so do the definitions
+    :func:`~dsh_actors.tool` makes, whose ``execute`` brings pydantic-core
+    validators of its own (:class:`OwnValidators`): those enforce the
+    schemas instead, and only callbacks not guarded already are wrapped."""
 
     _checked: CheckedDefinition | None = field(default=None, init=False, repr=False)
     # Set by define_tool: the registration check it already ran, with the
@@ -477,17 +480,20 @@ def validate_definition(defn: object) -> CheckedDefinition:
     :class:`RegistrationError` naming the tool): something that is not a
     :class:`ToolDefinition`; a name that is not a non-empty str; a
     description that is not a str; a missing ``output``, one that is not a
-    :class:`ToolOutput`, a ``render`` that is not callable or a
-    ``presentation_meta`` that is neither callable nor ``None``; an output
-    schema outside the enforced subset; parameters that are not an
-    object-rooted schema of the subset; an ``execute`` that is not callable;
+    :class:`ToolOutput`, a ``render`` or a ``presentation_meta`` that is
+    neither callable nor ``None``; an output schema outside the enforced
+    subset; parameters that are not an object-rooted schema of the subset;
+    an ``execute`` that is not callable, or that cannot be called as
+    ``execute(args, ctx)``;
     a ``timeout_ms`` that is not a positive finite int or float; other
     callbacks that are neither callable nor ``None``; a ``meta`` that is not
     a mapping; a ``schema_mode`` other than ``"subset"``/``"full"``. In full
     mode the schemas are checked and compiled by
     :func:`~dsh_actors.schema.compile_full_json_schema` instead of the
-    subset (parameters still object-rooted). The reserved name and
-    duplicates are the registry's checks.
+    subset (parameters still object-rooted), unless ``execute`` brings
+    validators of its own for exactly these schemas (:class:`OwnValidators`,
+    a :func:`~dsh_actors.tool` definition): those are used, nothing is
+    compiled. The reserved name and duplicates are the registry's checks.
 
     Runs on the registering thread; pure apart from compiling (cached).
     """

@@ -686,3 +686,13 @@ def test_a_classifier_put_in_by_replace_is_guarded_like_the_decorators_own() -> 
     assert copy.is_concurrency_safe is not None
     assert copy.is_concurrency_safe(FrozenDict({"path": "a"})) is True
     assert copy.is_concurrency_safe(FrozenDict({"path": 3})) is False  # invalid arguments: exclusive
+
+
+def test_parameter_names_pydantic_reserves_on_models_are_fine(rt: Any) -> None:
+    @tool
+    def configure(model_name: str, schema: str, json: int, copy: bool = False) -> list[Any]:
+        return [model_name, schema, json, copy]
+
+    assert set(properties(configure)) == {"model_name", "schema", "json", "copy"}
+    result = run(rt, configure, {"model_name": "m", "schema": "s", "json": 1})
+    assert thaw(result.value) == ["m", "s", 1, False]
