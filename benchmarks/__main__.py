@@ -115,6 +115,9 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
             out["overhead.otel_marginal_us"] = oh["otel_marginal_us"]
         for n in scheduling.REALISTIC_SIZES:
             out[f"overhead.n{n}.realistic_per_call_us"] = oh["sizes"][n]["realistic"] / n
+            out[f"overhead.n{n}.decorated_per_call_us"] = oh["sizes"][n]["decorated"] / n
+        out["overhead.decorated_marginal_us"] = oh["decorated_marginal_us"]
+        out["overhead.decorated_n1_us"] = oh["decorated_n1_us"]
         out["scale.concurrent_peak_threads"] = float(oh["concurrent_peak_threads"])
         out["scale.concurrent_threads_bound"] = float(oh["concurrent_threads_bound"])
         out["scale.concurrent_batches"] = float(oh["concurrent_batches"])
@@ -179,6 +182,11 @@ def targets(f: dict[str, float]) -> dict[str, Target]:
                 ratio(f["overhead.otel_marginal_us"], f["overhead.realistic_marginal_us"]),
                 1.3,
             )
+        t["decorated"] = Target(
+            "≤ 1.3× bare marginal",
+            ratio(f["overhead.decorated_marginal_us"], f["overhead.dsh_marginal_us"]),
+            1.3,
+        )
         t["marginal"] = Target(
             "≤ 3× threadpool",
             ratio(f["overhead.dsh_marginal_us"], f["overhead.threadpool_marginal_us"]),
@@ -267,6 +275,16 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
                     t["otel"],
                 )
             )
+        rows.append(
+            Row(
+                "overhead",
+                "marginal call, @tool of three ints (pydantic-core)",
+                fmt_us(f["overhead.decorated_marginal_us"]),
+                f"bare define_tool {fmt_us(f['overhead.dsh_marginal_us'])}",
+                f"{t['decorated'].value:.2f}× bare",
+                t["decorated"],
+            )
+        )
         rows.append(
             Row(
                 "overhead",

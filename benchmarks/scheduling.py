@@ -4,7 +4,9 @@ against baselines measured in the same process and the same run.
 * **overhead**: batches of 1, 10, 100, 1,000 and 10,000 no-op
   ``define_tool`` calls through the full pipeline (native executor, argument
   and output validation, no listeners, no log) against a direct call, a
-  ``ThreadPoolExecutor(cap)`` submit+result and asyncio create_task+gather.
+  ``ThreadPoolExecutor(cap)`` submit+result and asyncio create_task+gather;
+  beside them (batches of 1, 10 and 100) the realistic configuration and a
+  ``@tool`` function of three ``int`` parameters (pydantic-core validation).
 * **pool**: 64 calls at cap 8 (equal 10 ms, mixed 2–18 ms, 4 exclusive
   among equal ones) against the ideal makespan (a zero-overhead rolling pool,
   each call lengthened by the machine's measured sleep overshoot) and a
@@ -41,6 +43,7 @@ from dsh_actors import (
     ToolRuntime,
     define_tool,
     text,
+    tool,
 )
 
 from ._util import Progress, ThreadPeak, median, sleep_overshoot_ms
@@ -74,6 +77,24 @@ def noop_tool(name: str = "noop", body: Callable[[Any, Any], Any] = noop_body) -
         execute=body,
         is_concurrency_safe=_safe,
     )
+
+
+@tool(concurrency_safe=True)
+def add3(a: int, b: int, c: int) -> int:
+    """Add three integers (the decorated tool of the overhead section).
+
+    Args:
+        a: The first.
+        b: The second.
+        c: The third.
+    """
+    return a + b + c
+
+
+def decorated_batch(n: int) -> ToolBatchInput:
+    """``n`` calls of :data:`add3`."""
+    calls = tuple(ToolCall(id=f"c{i}", name="add3", arguments=f'{{"a": {i}, "b": 1, "c": 2}}') for i in range(n))
+    return ToolBatchInput(calls=calls)
 
 
 def noop_batch(n: int, name: str = "noop", **kwargs: Any) -> ToolBatchInput:
@@ -247,11 +268,13 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
         with (
             ToolRuntime(max_parallel_tool_calls=CAP) as rt,
             ToolRuntime(max_parallel_tool_calls=CAP) as real,
+            ToolRuntime(max_parallel_tool_calls=CAP) as typed,
             ToolRuntime(max_parallel_tool_calls=CAP) as traced,
             ThreadPoolExecutor(CAP) as pool,
         ):
             rt.tools.register(noop_tool())
             real.tools.register(realistic_tool(noop_tool()))
+            typed.tools.register(add3)
             harness = realistic(real)
             traced.tools.register(realistic_tool(noop_tool()))
             traced_harness = None if sdk is None else sdk.install(traced)
@@ -259,6 +282,7 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
             for _ in range(3):
                 rt.tools.execute(noop_batch(CAP * 2))
                 real.tools.execute(realistic_batch(noop_batch(CAP * 2), harness))
+                typed.tools.execute(decorated_batch(CAP * 2))
                 if traced_harness is not None:
                     traced.tools.execute(realistic_batch(noop_batch(CAP * 2), traced_harness))
                 _threadpool_us(pool, CAP * 2)
@@ -273,10 +297,13 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                     _threadpool_us(pool, n)
                 samples: dict[str, list[float]] = {"dsh": [], "threadpool": [], "asyncio": [], "direct": []}
                 real_batch = realistic_batch(batch, harness) if n in REALISTIC_SIZES else None
-                if real_batch is not None:
+                typed_batch = decorated_batch(n) if n in REALISTIC_SIZES else None
+                if real_batch is not None and typed_batch is not None:
                     samples["realistic"] = []
+                    samples["decorated"] = []
                     for _ in range(warm):
                         _dsh_us(real, real_batch)
+                        _dsh_us(typed, typed_batch)
                 traced_batch = (
                     realistic_batch(batch, traced_harness)
                     if n in REALISTIC_SIZES and traced_harness is not None
@@ -288,8 +315,9 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                         _dsh_us(traced, traced_batch)
                 for _ in range(reps):
                     samples["dsh"].append(_dsh_us(rt, batch))
-                    if real_batch is not None:
+                    if real_batch is not None and typed_batch is not None:
                         samples["realistic"].append(_dsh_us(real, real_batch))
+                        samples["decorated"].append(_dsh_us(typed, typed_batch))
                     if traced_batch is not None:
                         samples["otel"].append(_dsh_us(traced, traced_batch))
                     samples["threadpool"].append(_threadpool_us(pool, n))
@@ -324,6 +352,8 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
         out[f"{key}_n10000_marginal_us"] = slope(key, 1000, 10_000)
     out["realistic_marginal_us"] = slope("realistic", 10, 100)
     out["realistic_n1_us"] = sizes[1]["realistic"]
+    out["decorated_marginal_us"] = slope("decorated", 10, 100)
+    out["decorated_n1_us"] = sizes[1]["decorated"]
     if "otel" in sizes[10]:
         out["otel_marginal_us"] = slope("otel", 10, 100)
     progress.note("scale: 200 concurrent batches")

@@ -94,6 +94,7 @@ from .schema import (
 from .session import Session
 from .signals import AbortController, AbortSignal
 from .toolset import ResolvedToolSet
+from .typed import tool
 
 # Importable but not in __all__ (docs/reference.md section 1 lists __all__):
 # UNSET is the default of Accept(value=UNSET), "no replacement value".
@@ -113,6 +114,7 @@ __all__ = [
     "ToolPromptSection",
     "NativeExecutor",
     # definitions
+    "tool",
     "define_tool",
     "ToolDefinition",
     "ToolOutput",

@@ -51,12 +51,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from .execution import ToolExecution, ToolRunContext
 
 __all__ = [
+    "OWN_VALIDATORS",
     "CheckedDefinition",
+    "OwnValidators",
+    "SchemaEnforcer",
     "ToolDefinition",
     "ToolOutput",
     "ToolSchema",
+    "constant_classifier",
     "define_tool",
+    "guarded_callbacks",
     "is_async_callable",
+    "own_validators",
     "validate_definition",
 ]
 
@@ -84,6 +90,60 @@ class _Validates(Protocol):
     def is_valid(self, args: Any) -> bool: ...
 
 
+class SchemaEnforcer(Protocol):
+    """What a definition's schema compiles to, whatever enforces it: the
+    subset's :class:`~dsh_actors.schema.CompiledJsonSchema`, full mode's
+    :class:`~dsh_actors.schema.FullJsonSchema`, or the pydantic-core
+    validators of a :func:`~dsh_actors.tool` definition. Thread-safe."""
+
+    @property
+    def schema(self) -> Any:
+        """The frozen JSON Schema enforced."""
+
+    def is_valid(self, value: Any) -> bool:
+        """Whether ``value`` (frozen lossless JSON) conforms; no message built."""
+
+    def validate(self, value: Any, path: str = "value") -> list[str]:
+        """Every violation of ``value``, each naming its path from ``path``
+        (empty: valid)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnValidators:
+    """The validators a definition's ``execute`` brings with it (those of a
+    :func:`~dsh_actors.tool` definition, built once at decoration), carried
+    as ``execute.__dsh_validators__``.
+
+    They stand for a full-mode definition's schemas only while
+    ``parameters`` and ``output.schema`` are the very objects they enforce
+    (a ``dataclasses.replace`` that keeps both keeps them); otherwise the
+    definition is a plain full-mode one, checked and wrapped as usual."""
+
+    parameters: SchemaEnforcer
+    """Enforces ``definition.parameters``; its ``schema`` is that object."""
+
+    output: SchemaEnforcer
+    """Enforces ``definition.output.schema`` on the value's JSON form; its
+    ``schema`` is that object."""
+
+
+OWN_VALIDATORS: Final = "__dsh_validators__"
+
+
+def own_validators(defn: ToolDefinition) -> OwnValidators | None:
+    """``defn.execute``'s own validators when they enforce exactly
+    ``defn``'s schemas in full mode (see :class:`OwnValidators`), else None."""
+    own = getattr(defn.execute, OWN_VALIDATORS, None)
+    if type(own) is not OwnValidators or defn.schema_mode != "full":
+        return None
+    output: object = defn.output  # typed as required, but registration checks it
+    if not isinstance(output, ToolOutput):
+        return None
+    if own.parameters.schema is not defn.parameters or own.output.schema is not output.schema:
+        return None
+    return own
+
+
 SchemaMode = Literal["subset", "full"]
 SCHEMA_MODES: Final = ("subset", "full")
 
@@ -104,9 +164,11 @@ class ToolOutput:
     :func:`define_tool`, which stores the compiled raw schema on the
     definition it returns."""
 
-    render: Render
+    render: Render | None = None
     """``render(args, value) -> list[ContentBlock]``: the model-facing
-    content of a validated value."""
+    content of a validated value. ``None`` (the default): a ``str`` value is
+    sent as it is, any other value as its compact JSON text
+    (``{"a":[1,2]}``, ``3``, ``null``)."""
 
     presentation_meta: PresentationMeta | None = None
     """``presentation_meta(args, value) -> JSON``: replayable presentation
@@ -216,7 +278,10 @@ class ToolDefinition:
     the arguments do not match, ``is_concurrency_safe`` answers ``False`` and
     the presenters ``None`` on invalid arguments. Output violations are
     ``INVALID_TOOL_OUTPUT`` as in the subset. MCP tools mounted by
-    :func:`dsh_actors.mcp.mount` use this mode."""
+    :func:`dsh_actors.mcp.mount` use this mode, and so do the definitions
+    :func:`~dsh_actors.tool` makes, whose ``execute`` brings pydantic-core
+    validators of its own (:class:`OwnValidators`): those enforce the
+    schemas instead, and only callbacks not guarded already are wrapped."""
 
     _checked: CheckedDefinition | None = field(default=None, init=False, repr=False)
     # Set by define_tool: the registration check it already ran, with the
@@ -225,7 +290,11 @@ class ToolDefinition:
 
     def __post_init__(self) -> None:
         if self.schema_mode == "full":
-            _wrap_full(self)
+            own = own_validators(self)
+            if own is None:
+                _wrap_full(self)
+            else:
+                _guard_own(self, own)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,13 +307,15 @@ class CheckedDefinition:
     definition: ToolDefinition
     """The definition as registered (compared by identity)."""
 
-    output_validator: CompiledJsonSchema | FullJsonSchema
+    output_validator: SchemaEnforcer
     """Compiled ``definition.output.schema``; ``.schema`` is its frozen copy.
-    A :class:`~dsh_actors.schema.FullJsonSchema` only in full mode."""
+    A :class:`~dsh_actors.schema.FullJsonSchema` only in full mode; a
+    pydantic-core validator for a :func:`~dsh_actors.tool` definition."""
 
-    parameter_validator: CompiledJsonSchema | FullJsonSchema
+    parameter_validator: SchemaEnforcer
     """Compiled ``definition.parameters``; ``.schema`` is its frozen copy.
-    A :class:`~dsh_actors.schema.FullJsonSchema` only in full mode."""
+    A :class:`~dsh_actors.schema.FullJsonSchema` only in full mode; a
+    pydantic-core validator for a :func:`~dsh_actors.tool` definition."""
 
     is_async: bool
     """Whether ``definition.execute`` is an ``async def`` (runs on the
@@ -324,6 +395,32 @@ def _name_problem(name: object) -> str | None:
     return f"name must be a non-empty str (got {_shown(name)})"
 
 
+def _execute_problem(execute: object) -> str | None:
+    """Why ``execute`` cannot be a body called as ``execute(args, ctx)``, or
+    None. A callable without an inspectable signature (some builtins) is
+    taken on trust."""
+    if not callable(execute):
+        return f"execute must be callable (got {_shown(execute)})"
+    try:
+        signature = inspect.signature(execute, follow_wrapped=False)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        label = getattr(execute, "__name__", None)
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        shown = f"{label if type(label) is str else type(execute).__qualname__}{safe_str(bare)}"
+        return (
+            f"execute must accept two positional arguments, (args, ctx), and {shown} does not "
+            "(to write a tool as a function of typed parameters, decorate it with @tool)"
+        )
+    return None
+
+
 def _callback_problems(callbacks: Mapping[str, object]) -> list[str]:
     return [
         f"{key} must be callable or None (got {_shown(value)})"
@@ -339,8 +436,8 @@ def _output_problems(output: object) -> list[str]:
     if not isinstance(output, ToolOutput):
         return [f"output must be a ToolOutput (got {type(output).__qualname__})"]
     problems = []
-    if not _callable(output.render):
-        problems.append(f"output.render must be callable (got {_shown(output.render)})")
+    if output.render is not None and not _callable(output.render):
+        problems.append(f"output.render must be callable or None (got {_shown(output.render)})")
     if output.presentation_meta is not None and not _callable(output.presentation_meta):
         problems.append(f"output.presentation_meta must be callable or None (got {_shown(output.presentation_meta)})")
     return problems
@@ -383,17 +480,20 @@ def validate_definition(defn: object) -> CheckedDefinition:
     :class:`RegistrationError` naming the tool): something that is not a
     :class:`ToolDefinition`; a name that is not a non-empty str; a
     description that is not a str; a missing ``output``, one that is not a
-    :class:`ToolOutput`, a ``render`` that is not callable or a
-    ``presentation_meta`` that is neither callable nor ``None``; an output
-    schema outside the enforced subset; parameters that are not an
-    object-rooted schema of the subset; an ``execute`` that is not callable;
+    :class:`ToolOutput`, a ``render`` or a ``presentation_meta`` that is
+    neither callable nor ``None``; an output schema outside the enforced
+    subset; parameters that are not an object-rooted schema of the subset;
+    an ``execute`` that is not callable, or that cannot be called as
+    ``execute(args, ctx)``;
     a ``timeout_ms`` that is not a positive finite int or float; other
     callbacks that are neither callable nor ``None``; a ``meta`` that is not
     a mapping; a ``schema_mode`` other than ``"subset"``/``"full"``. In full
     mode the schemas are checked and compiled by
     :func:`~dsh_actors.schema.compile_full_json_schema` instead of the
-    subset (parameters still object-rooted). The reserved name and
-    duplicates are the registry's checks.
+    subset (parameters still object-rooted), unless ``execute`` brings
+    validators of its own for exactly these schemas (:class:`OwnValidators`,
+    a :func:`~dsh_actors.tool` definition): those are used, nothing is
+    compiled. The reserved name and duplicates are the registry's checks.
 
     Runs on the registering thread; pure apart from compiling (cached).
     """
@@ -404,7 +504,7 @@ def validate_definition(defn: object) -> CheckedDefinition:
     return _check(defn, parameter_validator=None)
 
 
-def _check(defn: ToolDefinition, parameter_validator: CompiledJsonSchema | FullJsonSchema | None) -> CheckedDefinition:
+def _check(defn: ToolDefinition, parameter_validator: SchemaEnforcer | None) -> CheckedDefinition:
     problems: list[str] = []
     name_problem = _name_problem(defn.name)
     if name_problem is not None:
@@ -417,8 +517,12 @@ def _check(defn: ToolDefinition, parameter_validator: CompiledJsonSchema | FullJ
         problems.append(f'schema_mode must be "subset" or "full" (got {_shown(mode)})')
     output_problems = _output_problems(defn.output)
     problems.extend(output_problems)
-    output_validator: CompiledJsonSchema | FullJsonSchema | None = None
-    if not output_problems:
+    output_validator: SchemaEnforcer | None = None
+    own = own_validators(defn) if full and not output_problems else None
+    if own is not None:
+        # A @tool definition: pydantic-core enforces both schemas, built at decoration.
+        output_validator, parameter_validator = own.output, own.parameters
+    elif not output_problems:
         if full:
             output_validator = _compile_full(defn.output.schema, "output.schema", problems, object_root=False)
         else:
@@ -430,8 +534,9 @@ def _check(defn: ToolDefinition, parameter_validator: CompiledJsonSchema | FullJ
             parameter_validator = _compile(assert_object_json_schema, defn.parameters, "parameters", problems)
     if not full and any(": unsupported JSON schema: " in problem for problem in problems):
         problems.append('schema_mode="full" would enforce any Draft 2020-12 schema instead')
-    if not _callable(defn.execute):
-        problems.append(f"execute must be callable (got {_shown(defn.execute)})")
+    execute_problem = _execute_problem(defn.execute)
+    if execute_problem is not None:
+        problems.append(execute_problem)
     timeout_problem = _timeout_problem(defn.timeout_ms)
     if timeout_problem is not None:
         problems.append(timeout_problem)
@@ -460,7 +565,7 @@ def define_tool(
     parameters: Mapping[str, Any],
     output: ToolOutput,
     execute: Execute,
-    is_concurrency_safe: Classifier | None = None,
+    is_concurrency_safe: Classifier | bool | None = None,
     timeout_ms: float | None = None,
     project_content: ContentHook | None = None,
     finalize_content: ContentHook | None = None,
@@ -483,16 +588,23 @@ def define_tool(
       when they do not match; it is an ``async def`` exactly when the body
       is one. The body stays reachable as ``definition.execute.__wrapped__``.
     * ``is_concurrency_safe`` answers ``False`` on invalid arguments and when
-      the classifier raises; otherwise the classifier's answer, unchanged.
+      the classifier raises; otherwise the classifier's answer, unchanged. A
+      bool is a constant classifier (``True``: every valid call may overlap
+      its siblings).
     * ``present_call`` / ``present_result`` answer ``None`` on invalid
       arguments, when the presenter raises (logged at debug), or when it
       returns something that is not a view; they never raise.
 
     Raises :class:`RegistrationError` (naming the tool, every problem at
-    once) for what registration would reject, and :class:`JsonSchemaError`
+    once) for what registration would reject, an ``execute`` that cannot be
+    called as ``execute(args, ctx)`` included, and :class:`JsonSchemaError`
     for a schema spec outside the DSL, each violation naming the tool and
     its path (``tool "x": parameters.q.type: ...``, ``tool "x":
-    output.schema.items: ...``), both specs' violations in one error.
+    output.schema.items: ...``), both specs' violations in one error. A
+    raw JSON Schema given where the DSL is expected, or a JSON Schema
+    keyword the DSL lacks (``minimum``, ``pattern``, ``anyOf``, a list of
+    types...), gets a last violation naming the two ways to have it:
+    :func:`~dsh_actors.tool` or ``ToolDefinition(..., schema_mode="full")``.
     """
     problems: list[str] = []
     name_problem = _name_problem(name)
@@ -501,15 +613,17 @@ def define_tool(
     if type(description) is not str:
         problems.append(f"description must be a str (got {_shown(description)})")
     problems.extend(_output_problems(output))
-    if not _callable(execute):
-        problems.append(f"execute must be callable (got {_shown(execute)})")
+    execute_problem = _execute_problem(execute)
+    if execute_problem is not None:
+        problems.append(execute_problem)
     timeout_problem = _timeout_problem(timeout_ms)
     if timeout_problem is not None:
         problems.append(timeout_problem)
+    classifier = constant_classifier(is_concurrency_safe) if type(is_concurrency_safe) is bool else is_concurrency_safe
     problems.extend(
         _callback_problems(
             {
-                "is_concurrency_safe": is_concurrency_safe,
+                "is_concurrency_safe": classifier,
                 "project_content": project_content,
                 "finalize_content": finalize_content,
                 "present_call": present_call,
@@ -525,15 +639,24 @@ def define_tool(
     violations: list[str] = []
     raw_parameters: Any = None
     raw_output: Any = None
-    try:
-        raw_parameters = parameter_schema_spec_to_json_schema(parameters)
-    except JsonSchemaError as err:
-        violations.extend(f'tool "{name}": {v}' for v in err.violations)  # paths read "parameters..."
+    raw_given = _raw_schema_sign(parameters)
+    if raw_given is not None:
+        violations.append(
+            f'tool "{name}": parameters is a raw JSON Schema (it has {raw_given}), but define_tool takes the '
+            'DSL: a dict of property specs, such as {"q": {"type": "string", "required": True}}'
+        )
+    else:
+        try:
+            raw_parameters = parameter_schema_spec_to_json_schema(parameters)
+        except JsonSchemaError as err:
+            violations.extend(f'tool "{name}": {v}' for v in err.violations)  # paths read "parameters..."
     try:
         raw_output = value_schema_spec_to_json_schema(output.schema)
     except JsonSchemaError as err:
         violations.extend(f'tool "{name}": {_output_path(v)}' for v in err.violations)
     if violations:
+        if raw_given is not None or any(_beyond_the_dsl(v) for v in violations):
+            violations.append(_BEYOND_THE_DSL)
         raise JsonSchemaError(violations)
     try:
         validator = compile_json_schema(raw_parameters)
@@ -547,7 +670,7 @@ def define_tool(
         parameters=validator.schema,
         output=ToolOutput(schema=output_schema, render=output.render, presentation_meta=output.presentation_meta),
         execute=_validating_execute(name, validator, execute),
-        is_concurrency_safe=None if is_concurrency_safe is None else _classifier(name, validator, is_concurrency_safe),
+        is_concurrency_safe=None if classifier is None else _classifier(name, validator, classifier),
         timeout_ms=timeout_ms,
         project_content=project_content,
         finalize_content=finalize_content,
@@ -558,6 +681,56 @@ def define_tool(
     checked = _check(definition, parameter_validator=validator)
     object.__setattr__(definition, "_checked", checked)
     return definition
+
+
+def constant_classifier(answer: bool) -> Classifier:
+    """The classifier a bool ``is_concurrency_safe`` stands for."""
+
+    def is_concurrency_safe(args: Any) -> bool:
+        return answer
+
+    is_concurrency_safe.__qualname__ = f"constant_classifier({answer})"
+    return is_concurrency_safe
+
+
+# JSON Schema keywords the DSL does not have: a violation naming one of them
+# (or a list of types) is a schema the DSL cannot say.
+_JSON_SCHEMA_ONLY: Final = frozenset(
+    {
+        "$schema", "$id", "$ref", "$defs", "definitions", "anyOf", "allOf", "not", "if", "then", "else",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
+        "pattern", "format", "minItems", "maxItems", "uniqueItems", "prefixItems", "contains", "minProperties",
+        "maxProperties", "patternProperties", "propertyNames", "dependentRequired", "nullable",
+    }
+)  # fmt: skip
+_BEYOND_THE_DSL: Final = (
+    "the DSL has no anyOf, minimum, pattern, $ref or list of types: write the tool as a typed function "
+    "with @tool (X | None, Annotated[int, Field(ge=0)], pydantic models), or give the raw JSON Schema "
+    'to ToolDefinition(..., schema_mode="full")'
+)
+
+
+def _beyond_the_dsl(violation: str) -> bool:
+    if violation.endswith(" (got array)") and ".type: must be one of " in violation:
+        return True  # "type": ["string", "null"]
+    marker = ': unknown key "'
+    at = violation.rfind(marker)
+    return at >= 0 and violation[at + len(marker) : -1] in _JSON_SCHEMA_ONLY
+
+
+def _raw_schema_sign(parameters: object) -> str | None:
+    """What shows that ``parameters`` is a raw JSON Schema rather than the
+    DSL's map of property specs (a root ``"type": "object"``, a
+    ``"properties"`` map, ``"$schema"``), or None."""
+    if not isinstance(parameters, Mapping):
+        return None
+    if parameters.get("type") == "object":
+        return '"type": "object" at its root'
+    if isinstance(parameters.get("properties"), Mapping) and not isinstance(parameters["properties"].get("type"), str):
+        return 'a "properties" map at its root'
+    if "$schema" in parameters:
+        return '"$schema" at its root'
+    return None
 
 
 class _FullParameters:
@@ -676,6 +849,24 @@ def _validating_execute(name: str, validator: CompiledJsonSchema, body: Execute)
     return wrapper
 
 
+def guarded_callbacks(
+    name: str,
+    validator: _Validates,
+    *,
+    is_concurrency_safe: Classifier | None,
+    present_call: PresentCall | None,
+    present_result: PresentResult | None,
+) -> tuple[Classifier | None, PresentCall | None, PresentResult | None]:
+    """The classifier and the presenters wrapped the way :func:`define_tool`
+    wraps them: ``False`` / ``None`` on arguments ``validator`` rejects or
+    when the callback raises, never an exception. ``None`` stays ``None``."""
+    return (
+        None if is_concurrency_safe is None else _classifier(name, validator, is_concurrency_safe),
+        None if present_call is None else _call_presenter(name, validator, present_call),
+        None if present_result is None else _result_presenter(name, validator, present_result),
+    )
+
+
 def _classifier(name: str, validator: _Validates, classifier: Classifier) -> Classifier:
     is_valid = validator.is_valid
 
@@ -742,3 +933,36 @@ def _label(wrapper: Any, name: str, role: str, original: object) -> None:
     wrapper.__name__ = role
     wrapper.__qualname__ = f"define_tool({name!r}).{role}"
     wrapper.__wrapped__ = original
+    setattr(wrapper, _GUARDED, True)
+
+
+_GUARDED: Final = "__dsh_guarded__"
+
+
+def _guard_own(defn: ToolDefinition, own: OwnValidators) -> None:
+    """Guard the classifier and presenters of a definition whose ``execute``
+    brings its own validators, as :func:`define_tool` guards them: those
+    ``@tool`` made are guarded already; one a ``dataclasses.replace`` put in
+    is wrapped here."""
+    name = defn.name if type(defn.name) is str else "<unnamed>"
+    given = {
+        key: fn
+        for key in ("is_concurrency_safe", "present_call", "present_result")
+        if callable(fn := getattr(defn, key)) and not getattr(fn, _GUARDED, False)
+    }
+    if not given:
+        return
+    classifier, present_call, present_result = guarded_callbacks(
+        name,
+        own.parameters,
+        is_concurrency_safe=given.get("is_concurrency_safe"),
+        present_call=given.get("present_call"),
+        present_result=given.get("present_result"),
+    )
+    for key, wrapper in (
+        ("is_concurrency_safe", classifier),
+        ("present_call", present_call),
+        ("present_result", present_result),
+    ):
+        if wrapper is not None:
+            object.__setattr__(defn, key, wrapper)

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any
 
+from typing_extensions import TypedDict  # pydantic reads a TypedDict from here before Python 3.12
+
 from . import (
     AbortController,
     Agent,
@@ -19,11 +21,16 @@ from . import (
     Session,
     ToolBatchInput,
     ToolCall,
-    ToolOutput,
+    ToolRunContext,
     ToolRuntime,
-    define_tool,
     text,
+    tool,
 )
+
+
+class _Fetched(TypedDict):
+    url: str
+    bytes: int
 
 
 def _tools(timeline: list[tuple[str, str, float]], lock: threading.Lock, t0: float) -> list[Any]:
@@ -31,51 +38,24 @@ def _tools(timeline: list[tuple[str, str, float]], lock: threading.Lock, t0: flo
         with lock:
             timeline.append((call_id, what, (time.perf_counter() - t0) * 1000))
 
-    def fetch(args: Any, ctx: Any) -> dict[str, Any]:
+    @tool(concurrency_safe=True, render=lambda args, v: [text(f"{v['url']}: {v['bytes']} bytes")])
+    def fetch(url: str, ms: int, ctx: ToolRunContext) -> _Fetched:
+        """Fetch a URL (simulated; takes `ms` milliseconds)."""
         mark(ctx.call_id, "start")
         # Cooperative work: waits on the call's signal instead of sleeping blindly.
-        ctx.signal.wait(args["ms"] / 1000)
+        ctx.signal.wait(ms / 1000)
         mark(ctx.call_id, "end")
-        return {"url": args["url"], "bytes": 1024 * args["ms"]}
+        return {"url": url, "bytes": 1024 * ms}
 
-    def write(args: Any, ctx: Any) -> str:
+    @tool(name="write_file")
+    def write(path: str, text: str, ctx: ToolRunContext) -> str:
+        """Write a file (exclusive: runs alone)."""
         mark(ctx.call_id, "start")
         ctx.signal.wait(0.02)
         mark(ctx.call_id, "end")
-        return f"wrote {len(args['text'])} bytes to {args['path']}"
+        return f"wrote {len(text)} bytes to {path}"
 
-    fetch_tool = define_tool(
-        name="fetch",
-        description="Fetch a URL (simulated; takes `ms` milliseconds).",
-        parameters={
-            "url": {"type": "string", "required": True},
-            "ms": {"type": "integer", "required": True},
-        },
-        output=ToolOutput(
-            schema={
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "required": True},
-                    "bytes": {"type": "integer", "required": True},
-                },
-                "additional_properties": False,
-            },
-            render=lambda args, v: [text(f"{v['url']}: {v['bytes']} bytes")],
-        ),
-        execute=fetch,
-        is_concurrency_safe=lambda args: True,
-    )
-    write_tool = define_tool(
-        name="write_file",
-        description="Write a file (exclusive: runs alone).",
-        parameters={
-            "path": {"type": "string", "required": True},
-            "text": {"type": "string", "required": True},
-        },
-        output=ToolOutput(schema={"type": "string"}, render=lambda args, v: [text(v)]),
-        execute=write,
-    )
-    return [fetch_tool, write_tool]
+    return [fetch, write]
 
 
 def _row(call_id: str, name: str, result: Any) -> str:
@@ -90,8 +70,8 @@ def main() -> None:
     lock = threading.Lock()
     t0 = time.perf_counter()
     with ToolRuntime(max_parallel_tool_calls=3) as rt:
-        for tool in _tools(timeline, lock, t0):
-            rt.tools.register(tool)
+        for definition in _tools(timeline, lock, t0):
+            rt.tools.register(definition)
         rt.events.on(
             "tools/pre-execute",
             lambda ex, nxt: (

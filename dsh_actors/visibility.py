@@ -46,9 +46,8 @@ from .json import dumps
 from .model import Agent, ToolActivationContext, ToolRestriction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .definition import CheckedDefinition, ToolDefinition, ToolSchema
+    from .definition import CheckedDefinition, SchemaEnforcer, ToolDefinition, ToolSchema
     from .execution import ToolExecution
-    from .schema import CompiledJsonSchema, FullJsonSchema
     from .toolset import ResolvedToolSet
 
 __all__ = [
@@ -150,11 +149,11 @@ class Registration:
         return self.when is not None
 
     @property
-    def output_validator(self) -> CompiledJsonSchema | FullJsonSchema:
+    def output_validator(self) -> SchemaEnforcer:
         return self.checked.output_validator
 
     @property
-    def parameter_validator(self) -> CompiledJsonSchema | FullJsonSchema:
+    def parameter_validator(self) -> SchemaEnforcer:
         return self.checked.parameter_validator
 
     @property

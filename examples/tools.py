@@ -11,8 +11,10 @@ directory; a path that escapes it is refused), and guarded by two policies:
   the ``scratch/`` subfolder, so the write runs only if the approval service
   (``rt.approvals.set(fn)``, or ``dsh-actors run --approve``) allows it.
 
-Each tool presents itself with a card (SPEC "Tool-presentation UI
-vocabulary"): ``read`` for a read, ``search`` for a search, ``diff`` for a
+Each tool is a typed function made a tool by ``@tool``: its docstring is
+the description, its hints the parameters' and the value's JSON Schema,
+and pydantic-core validates both. Each tool presents itself with a card
+(SPEC "Tool-presentation UI vocabulary"): ``read`` for a read, ``search`` for a search, ``diff`` for a
 write, ``terminal`` for a shell command. The cards are built from the
 result's logged ``meta`` (``presentation_meta``), so ``dsh-actors replay``
 draws them again from the session log alone.
@@ -38,6 +40,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from typing_extensions import TypedDict  # pydantic reads a TypedDict from here before Python 3.12
+
 from dsh_actors import (
     Ask,
     DiffResultView,
@@ -51,11 +55,10 @@ from dsh_actors import (
     TerminalResultView,
     ToolDefinition,
     ToolExecution,
-    ToolOutput,
     ToolRunContext,
     ToolRuntime,
-    define_tool,
     text,
+    tool,
 )
 from dsh_actors.presentation import SearchFileMatches, SearchMatchLine
 
@@ -157,25 +160,53 @@ def _read_text(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------
-# What the four tools share: schema pieces, the logged meta, define_tool
+# What the four tools share: the values' shapes, the logged meta
 # --------------------------------------------------------------------------
 
-_PATH_PARAMETER: Final = {"type": "string", "required": True, "description": "File path, relative to the project root."}
+
+class NumberedLine(TypedDict):
+    number: int
+    text: str
 
 
-def _required(kind: str, **more: Any) -> dict[str, Any]:
-    """A required property of JSON type ``kind`` (``more``: e.g. ``items``)."""
-    return {"type": kind, "required": True, **more}
+class ReadResult(TypedDict):
+    path: str
+    offset: int
+    total_lines: int
+    lines: list[NumberedLine]
 
 
-def _required_or_null(kind: str) -> dict[str, Any]:
-    """A required property that is of JSON type ``kind`` or ``null``."""
-    return {"oneOf": [{"type": kind}, {"type": "null"}], "required": True}
+class MatchLine(TypedDict):
+    line: int
+    text: str
 
 
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    """A closed object with these ``properties``."""
-    return {"type": "object", "additional_properties": False, "properties": properties}
+class FileMatches(TypedDict):
+    path: str
+    lines: list[MatchLine]
+
+
+class SearchResult(TypedDict):
+    pattern: str
+    total: int
+    truncated: bool
+    matches: list[FileMatches]
+
+
+class WriteResult(TypedDict):
+    path: str
+    created: bool
+    bytes: int
+    old_text: str | None
+    new_text: str | None
+
+
+class ShellResult(TypedDict):
+    command: str
+    output: str
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
 
 
 def _whole_value(args: Any, value: Any) -> Any:
@@ -198,44 +229,12 @@ def _meta(result: Any) -> Mapping[str, Any] | None:
     return None if result.is_error or not isinstance(meta, Mapping) else meta
 
 
-def _define(
-    *,
-    schema: dict[str, Any],
-    render: Callable[[Any, Any], list[Any]],
-    presentation_meta: Callable[[Any, Any], Any],
-    **options: Any,
-) -> ToolDefinition:
-    """:func:`define_tool` with an output of a closed object with ``schema``
-    as its properties, drawn by ``render`` and logged by ``presentation_meta``."""
-    return define_tool(
-        output=ToolOutput(schema=_object(schema), render=render, presentation_meta=presentation_meta),
-        **options,
-    )
-
-
 # --------------------------------------------------------------------------
 # read_file
 # --------------------------------------------------------------------------
 
 
 def _read_tool(root: Path) -> ToolDefinition:
-    def execute(args: Mapping[str, Any], ctx: ToolRunContext) -> dict[str, Any]:
-        path = _confine(root, args["path"])
-        if not path.is_file():
-            raise FileNotFoundError(f"no such file: {args['path']}")
-        offset = args.get("offset", 1)
-        limit = args.get("limit", 200)
-        if offset < 1 or not 1 <= limit <= MAX_READ_LINES:
-            raise ValueError(f"offset must be at least 1 and limit between 1 and {MAX_READ_LINES}")
-        lines = _read_text(path).splitlines()
-        window = lines[offset - 1 : offset - 1 + limit]
-        return {
-            "path": _shown_path(root, path),
-            "offset": offset,
-            "total_lines": len(lines),
-            "lines": [{"number": offset + i, "text": line} for i, line in enumerate(window)],
-        }
-
     def render(args: Any, value: Any) -> list[Any]:
         lines = value["lines"]
         if not lines:
@@ -264,34 +263,37 @@ def _read_tool(root: Path) -> ToolDefinition:
             content="\n".join(line.text for line in lines),
         )
 
-    return _define(
-        name="read_file",
-        description=(
-            "Read a text file under the project root. Returns numbered lines; use offset "
-            "(1-based) and limit to page through long files."
-        ),
-        parameters={
-            "path": _PATH_PARAMETER,
-            "offset": {"type": "integer", "description": "First line to return (1-based).", "default": 1},
-            "limit": {
-                "type": "integer",
-                "description": f"Maximum lines to return (at most {MAX_READ_LINES}).",
-                "default": 200,
-            },
-        },
-        schema={
-            "path": _required("string"),
-            "offset": _required("integer"),
-            "total_lines": _required("integer"),
-            "lines": _required("array", items=_object({"number": _required("integer"), "text": _required("string")})),
-        },
+    @tool(
+        concurrency_safe=True,
         render=render,
         presentation_meta=_whole_value,
-        execute=execute,
-        is_concurrency_safe=lambda args: True,
         present_call=present_call,
         present_result=present_result,
     )
+    def read_file(path: str, offset: int = 1, limit: int = 200) -> ReadResult:
+        """Read a text file under the project root. Returns numbered lines; use offset
+        (1-based) and limit to page through long files.
+
+        Args:
+            path: File path, relative to the project root.
+            offset: First line to return (1-based).
+            limit: Maximum lines to return (at most 2000).
+        """
+        resolved = _confine(root, path)
+        if not resolved.is_file():
+            raise FileNotFoundError(f"no such file: {path}")
+        if offset < 1 or not 1 <= limit <= MAX_READ_LINES:
+            raise ValueError(f"offset must be at least 1 and limit between 1 and {MAX_READ_LINES}")
+        lines = _read_text(resolved).splitlines()
+        window = lines[offset - 1 : offset - 1 + limit]
+        return {
+            "path": _shown_path(root, resolved),
+            "offset": offset,
+            "total_lines": len(lines),
+            "lines": [{"number": offset + i, "text": line} for i, line in enumerate(window)],
+        }
+
+    return read_file
 
 
 # --------------------------------------------------------------------------
@@ -310,38 +312,6 @@ def _walk(start: Path) -> Iterator[Path]:
 
 
 def _search_tool(root: Path) -> ToolDefinition:
-    def execute(args: Mapping[str, Any], ctx: ToolRunContext) -> dict[str, Any]:
-        try:
-            pattern = re.compile(args["pattern"])
-        except re.error as err:
-            raise ValueError(f"invalid regular expression: {err}") from None
-        start = _confine(root, args.get("path", "."))
-        if not start.exists():
-            raise FileNotFoundError(f"no such file or folder: {args.get('path', '.')}")
-        cap = args.get("max_results", 100)
-        if not 1 <= cap <= MAX_SEARCH_RESULTS:
-            raise ValueError(f"max_results must be between 1 and {MAX_SEARCH_RESULTS}")
-        matches: list[dict[str, Any]] = []
-        total = 0
-        for file in _walk(start):
-            if ctx.signal.aborted:
-                break  # the pipeline reports the abort; stop walking
-            resolved = file.resolve()
-            if root not in resolved.parents:
-                continue  # a symlink out of the root folder
-            try:
-                lines = _read_text(resolved).splitlines()
-            except (OSError, ValueError):
-                continue  # unreadable, binary or huge: not text to search
-            found = [{"line": i, "text": line} for i, line in enumerate(lines, 1) if pattern.search(line)]
-            if not found:
-                continue
-            room = cap - min(total, cap)
-            total += len(found)
-            if room:
-                matches.append({"path": _shown_path(root, resolved), "lines": found[:room]})
-        return {"pattern": args["pattern"], "matches": matches, "total": total, "truncated": total > cap}
-
     def render(args: Any, value: Any) -> list[Any]:
         if not value["total"]:
             return [text(f"no matches for {value['pattern']!r}")]
@@ -368,37 +338,55 @@ def _search_tool(root: Path) -> ToolDefinition:
             ),
         )
 
-    line = _object({"line": _required("integer"), "text": _required("string")})
-    return _define(
-        name="search_text",
-        description=(
-            "Search the text files under a folder of the project for a regular expression "
-            "(Python syntax). Returns matching lines grouped by file."
-        ),
-        parameters={
-            "pattern": {"type": "string", "required": True, "description": "A regular expression."},
-            "path": {
-                "type": "string",
-                "description": "Folder or file to search, relative to the project root.",
-                "default": ".",
-            },
-            "max_results": {"type": "integer", "description": "Maximum matching lines to return.", "default": 100},
-        },
-        schema={
-            "pattern": _required("string"),
-            "total": _required("integer"),
-            "truncated": _required("boolean"),
-            "matches": _required(
-                "array", items=_object({"path": _required("string"), "lines": _required("array", items=line)})
-            ),
-        },
+    @tool(
+        concurrency_safe=True,
         render=render,
         presentation_meta=_whole_value,
-        execute=execute,
-        is_concurrency_safe=lambda args: True,
         present_call=present_call,
         present_result=present_result,
     )
+    def search_text(pattern: str, ctx: ToolRunContext, path: str = ".", max_results: int = 100) -> SearchResult:
+        """Search the text files under a folder of the project for a regular expression
+        (Python syntax). Returns matching lines grouped by file.
+
+        Args:
+            pattern: A regular expression.
+            path: Folder or file to search, relative to the project root.
+            max_results: Maximum matching lines to return.
+        """
+        try:
+            compiled = re.compile(pattern)
+        except re.error as err:
+            raise ValueError(f"invalid regular expression: {err}") from None
+        start = _confine(root, path)
+        if not start.exists():
+            raise FileNotFoundError(f"no such file or folder: {path}")
+        if not 1 <= max_results <= MAX_SEARCH_RESULTS:
+            raise ValueError(f"max_results must be between 1 and {MAX_SEARCH_RESULTS}")
+        matches: list[FileMatches] = []
+        total = 0
+        for file in _walk(start):
+            if ctx.signal.aborted:
+                break  # the pipeline reports the abort; stop walking
+            resolved = file.resolve()
+            if root not in resolved.parents:
+                continue  # a symlink out of the root folder
+            try:
+                lines = _read_text(resolved).splitlines()
+            except (OSError, ValueError):
+                continue  # unreadable, binary or huge: not text to search
+            found: list[MatchLine] = [
+                {"line": i, "text": line} for i, line in enumerate(lines, 1) if compiled.search(line)
+            ]
+            if not found:
+                continue
+            room = max_results - min(total, max_results)
+            total += len(found)
+            if room:
+                matches.append({"path": _shown_path(root, resolved), "lines": found[:room]})
+        return {"pattern": pattern, "matches": matches, "total": total, "truncated": total > max_results}
+
+    return search_text
 
 
 # --------------------------------------------------------------------------
@@ -407,24 +395,6 @@ def _search_tool(root: Path) -> ToolDefinition:
 
 
 def _write_tool(root: Path) -> ToolDefinition:
-    def execute(args: Mapping[str, Any], ctx: ToolRunContext) -> dict[str, Any]:
-        path = _confine(root, args["path"])
-        if path.is_dir():
-            raise IsADirectoryError(f"{args['path']} is a folder")
-        old = _read_text(path) if path.exists() else None
-        new = args["content"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(new, encoding="utf-8")
-        shown = _shown_path(root, path)
-        small = max(len(old or ""), len(new)) <= MAX_DIFF_TEXT
-        return {
-            "path": shown,
-            "created": old is None,
-            "bytes": len(new.encode("utf-8")),
-            "old_text": old if small else None,
-            "new_text": new if small else None,
-        }
-
     def render(args: Any, value: Any) -> list[Any]:
         verb = "created" if value["created"] else "updated"
         return [text(f"{verb} {value['path']} ({value['bytes']} bytes)")]
@@ -442,29 +412,36 @@ def _write_tool(root: Path) -> ToolDefinition:
             diffs=(FileDiff(meta["path"], None if meta["created"] else meta["old_text"], meta["new_text"]),),
         )
 
-    return _define(
-        name="write_file",
-        description=(
-            "Write a text file under the project root (created with its folders if missing, "
-            "replaced otherwise). Writes outside scratch/ need the user's approval."
-        ),
-        parameters={
-            "path": _PATH_PARAMETER,
-            "content": {"type": "string", "required": True, "description": "The complete new text of the file."},
-        },
-        schema={
-            "path": _required("string"),
-            "created": _required("boolean"),
-            "bytes": _required("integer"),
-            "old_text": _required_or_null("string"),
-            "new_text": _required_or_null("string"),
-        },
+    @tool(
         render=render,
         presentation_meta=_keys("path", "created", "old_text", "new_text"),
-        execute=execute,
         present_call=present_call,
         present_result=present_result,
     )
+    def write_file(path: str, content: str) -> WriteResult:
+        """Write a text file under the project root (created with its folders if missing,
+        replaced otherwise). Writes outside scratch/ need the user's approval.
+
+        Args:
+            path: File path, relative to the project root.
+            content: The complete new text of the file.
+        """
+        resolved = _confine(root, path)
+        if resolved.is_dir():
+            raise IsADirectoryError(f"{path} is a folder")
+        old = _read_text(resolved) if resolved.exists() else None
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+        resolved.write_text(content, encoding="utf-8")
+        small = max(len(old or ""), len(content)) <= MAX_DIFF_TEXT
+        return {
+            "path": _shown_path(root, resolved),
+            "created": old is None,
+            "bytes": len(content.encode("utf-8")),
+            "old_text": old if small else None,
+            "new_text": content if small else None,
+        }
+
+    return write_file
 
 
 # --------------------------------------------------------------------------
@@ -501,12 +478,39 @@ def _signal_name(number: int) -> str:
 
 
 def _shell_tool(root: Path) -> ToolDefinition:
-    def execute(args: Mapping[str, Any], ctx: ToolRunContext) -> dict[str, Any]:
-        timeout_ms = args.get("timeout_ms", DEFAULT_SHELL_TIMEOUT_MS)
+    def render(args: Any, value: Any) -> list[Any]:
+        status = f"exit code {value['exit_code']}" if value["signal"] is None else f"killed by {value['signal']}"
+        output = value["output"].rstrip("\n")
+        return [text(f"{output}\n[{status}]" if output else f"[{status}]")]
+
+    def present_call(args: Any) -> TerminalCallView:
+        return TerminalCallView(title=args["command"])
+
+    def present_result(args: Any, result: Any) -> TerminalResultView | None:
+        meta = _meta(result)
+        if meta is None:
+            return None
+        return TerminalResultView(output=meta["output"], exit_code=meta["exit_code"], signal=meta["signal"])
+
+    @tool(
+        timeout_ms=MAX_SHELL_TIMEOUT_MS + 5_000,
+        render=render,
+        presentation_meta=_keys("output", "exit_code", "signal"),
+        present_call=present_call,
+        present_result=present_result,
+    )
+    def run_shell(command: str, ctx: ToolRunContext, timeout_ms: int = DEFAULT_SHELL_TIMEOUT_MS) -> ShellResult:
+        """Run a shell command (/bin/sh) in the project root and return its combined
+        stdout and stderr and its exit code. Destructive commands are refused.
+
+        Args:
+            command: The shell command line.
+            timeout_ms: Kill the command after this many milliseconds (at most 120000).
+        """
         if not 1 <= timeout_ms <= MAX_SHELL_TIMEOUT_MS:
             raise ValueError(f"timeout_ms must be between 1 and {MAX_SHELL_TIMEOUT_MS}")
         proc = subprocess.Popen(  # noqa: S602 - a shell tool runs shell commands; the guard screens them
-            args["command"],
+            command,
             shell=True,
             cwd=root,
             stdin=subprocess.DEVNULL,
@@ -532,55 +536,14 @@ def _shell_tool(root: Path) -> ToolDefinition:
         if timed_out:
             output += f"\n[timed out after {timeout_ms} ms]"
         return {
-            "command": args["command"],
+            "command": command,
             "output": output,
             "exit_code": code if code >= 0 else None,
             "signal": _signal_name(-code) if code < 0 else None,
             "timed_out": timed_out,
         }
 
-    def render(args: Any, value: Any) -> list[Any]:
-        status = f"exit code {value['exit_code']}" if value["signal"] is None else f"killed by {value['signal']}"
-        output = value["output"].rstrip("\n")
-        return [text(f"{output}\n[{status}]" if output else f"[{status}]")]
-
-    def present_call(args: Any) -> TerminalCallView:
-        return TerminalCallView(title=args["command"])
-
-    def present_result(args: Any, result: Any) -> TerminalResultView | None:
-        meta = _meta(result)
-        if meta is None:
-            return None
-        return TerminalResultView(output=meta["output"], exit_code=meta["exit_code"], signal=meta["signal"])
-
-    return _define(
-        name="run_shell",
-        description=(
-            "Run a shell command (/bin/sh) in the project root and return its combined "
-            "stdout and stderr and its exit code. Destructive commands are refused."
-        ),
-        parameters={
-            "command": {"type": "string", "required": True, "description": "The shell command line."},
-            "timeout_ms": {
-                "type": "integer",
-                "description": f"Kill the command after this many milliseconds (at most {MAX_SHELL_TIMEOUT_MS}).",
-                "default": DEFAULT_SHELL_TIMEOUT_MS,
-            },
-        },
-        schema={
-            "command": _required("string"),
-            "output": _required("string"),
-            "exit_code": _required_or_null("integer"),
-            "signal": _required_or_null("string"),
-            "timed_out": _required("boolean"),
-        },
-        render=render,
-        presentation_meta=_keys("output", "exit_code", "signal"),
-        execute=execute,
-        timeout_ms=MAX_SHELL_TIMEOUT_MS + 5_000,
-        present_call=present_call,
-        present_result=present_result,
-    )
+    return run_shell
 
 
 # --------------------------------------------------------------------------

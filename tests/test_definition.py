@@ -417,7 +417,7 @@ def test_something_that_is_not_a_definition_is_rejected() -> None:
         ({"description": 3}, "description must be a str (got 3)"),
         ({"output": None}, "output is required"),
         ({"output": {"schema": {}}}, "output must be a ToolOutput (got dict)"),
-        ({"output": ToolOutput(schema={}, render=None)}, "output.render must be callable (got None)"),  # type: ignore[arg-type]
+        ({"output": ToolOutput(schema={}, render="x")}, "output.render must be callable or None (got 'x')"),  # type: ignore[arg-type]
         (
             {"output": ToolOutput(schema={}, render=lambda a, v: [], presentation_meta="m")},  # type: ignore[arg-type]
             "output.presentation_meta must be callable or None (got 'm')",

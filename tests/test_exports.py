@@ -54,6 +54,13 @@ EXTRA_NAMES = {
 }  # fmt: skip
 
 
+# Pinned by later issues (the contract's "Extensions" section): names added
+# to the surface, each from the issue that pins it.
+LATER_NAMES = {
+    "tool",  # issue 21: tools from typed functions
+}
+
+
 def test_every_name_spec_section_1_pins_is_importable_from_dsh_actors() -> None:
     missing = sorted(name for name in SPEC_NAMES if not hasattr(dsh_actors, name))
     assert missing == []
@@ -65,7 +72,7 @@ def test_every_card_class_is_exported() -> None:
 
 
 def test_dunder_all_is_exactly_the_spec_names_the_card_classes_and_the_extras() -> None:
-    assert set(dsh_actors.__all__) == SPEC_NAMES | CARD_NAMES | EXTRA_NAMES
+    assert set(dsh_actors.__all__) == SPEC_NAMES | CARD_NAMES | EXTRA_NAMES | LATER_NAMES
     assert len(dsh_actors.__all__) == len(set(dsh_actors.__all__)), "a name is listed twice"
 
 
@@ -98,6 +105,12 @@ def test_the_extras_are_the_objects_results_carry() -> None:
         assert getattr(dsh_actors, name) is getattr(source, name)
     assert issubclass(dsh_actors.ToolPolicyError, dsh_actors.DshError)
     assert dsh_actors.SearchFileMatches("a.py", (dsh_actors.SearchMatchLine(1, "x"),)).lines[0].line == 1
+
+
+def test_the_later_names_are_the_typed_tool_decorator() -> None:
+    from dsh_actors.typed import tool
+
+    assert dsh_actors.tool is tool
 
 
 def test_every_dsh_error_class_is_exported() -> None:

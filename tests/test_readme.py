@@ -77,13 +77,14 @@ def test_every_python_block_runs_in_order_in_one_namespace(namespace: dict[str, 
 
 
 def test_the_loop_of_the_first_use_runs_against_a_chat_client(namespace: dict[str, Any]) -> None:
-    first_use, loop = blocks("python")[:2]
-    assert loop.startswith("def agent_turn(")
+    python = blocks("python")
+    first_use = python[0]
+    loop = next(block for block in python if block.startswith("def agent_turn("))
     run(first_use, namespace)
     run(loop, namespace)
 
     class Completions:
-        """A scripted client.chat.completions: one echo call, then an answer."""
+        """A scripted client.chat.completions: one add call, then an answer."""
 
         def __init__(self) -> None:
             self.requests: list[dict[str, Any]] = []
@@ -92,13 +93,13 @@ def test_the_loop_of_the_first_use_runs_against_a_chat_client(namespace: dict[st
             self.requests.append(request)
             if len(self.requests) == 1:
                 call = {
-                    "id": "call_2",
+                    "id": "call_3",
                     "type": "function",
-                    "function": {"name": "echo", "arguments": '{"message": "again"}'},
+                    "function": {"name": "add", "arguments": '{"a": 4, "b": 5}'},
                 }
                 message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
             else:
-                message = {"role": "assistant", "content": "Said it twice."}
+                message = {"role": "assistant", "content": "It is 9."}
             return ChatCompletion.model_validate({
                 "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 1, "model": request["model"],
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
@@ -110,9 +111,22 @@ def test_the_loop_of_the_first_use_runs_against_a_chat_client(namespace: dict[st
 
     messages = namespace["messages"]
     answer = namespace["agent_turn"](Client(), "gpt-4.1", messages, 2)
-    assert answer == "Said it twice."
-    assert messages[-2] == {"role": "tool", "tool_call_id": "call_2", "content": "again"}
+    assert answer == "It is 9."
+    assert messages[-2] == {"role": "tool", "tool_call_id": "call_3", "content": "9"}
     requests = Client.chat.completions.requests
-    assert [t["function"]["name"] for t in requests[0]["tools"]] == ["echo"]
+    assert [t["function"]["name"] for t in requests[0]["tools"]] == ["fetch", "add"]
     logged = [e for e in namespace["agent"].session.events() if e["type"] == "tool/call"]
-    assert [(e["call_id"], e["turn"], e["step"]) for e in logged] == [("call_1", 1, 1), ("call_2", 2, 1)]
+    assert [(e["call_id"], e["turn"], e["step"]) for e in logged] == [
+        ("call_1", 1, 1),
+        ("call_2", 1, 1),
+        ("call_3", 2, 1),
+    ]
+
+
+def test_the_first_uses_two_tools_take_no_more_lines_than_in_the_peers() -> None:
+    # pydantic-ai, the OpenAI Agents SDK and LangGraph write the same two tools
+    # (an async fetch, a sync add) in 9 lines, blank lines aside.
+    first_use = blocks("python")[0]
+    tools = first_use[first_use.index("@tool") : first_use.index("rt = ToolRuntime")]
+    lines = [line for line in tools.splitlines() if line.strip()]
+    assert len(lines) <= 9, lines

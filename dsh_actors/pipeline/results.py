@@ -12,9 +12,10 @@ from ..errors import (
     ErrorCode,
     LosslessJsonError,
     ToolOutputError,
+    ToolPolicyError,
     safe_str,
 )
-from ..json import materialize
+from ..json import dumps, materialize
 from ..model import (
     ContentBlock,
     TextBlock,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "aborted",
     "checked_content",
+    "default_text",
     "failure",
     "failure_from_exception",
     "freeze_result",
@@ -133,18 +135,31 @@ def render_success(
     if violations:
         return failure_from_exception(ToolOutputError(name, violations), additional_contexts)
     output = definition.output
-    try:
-        content = checked_content(output.render(execution.arguments, frozen))
-    except BaseException as exc:  # noqa: BLE001 - a renderer may raise anything
-        detail = exc.message if isinstance(exc, LosslessJsonError) else f"render raised {_describe(exc)}"
-        return failure_from_exception(caused(ToolOutputError(name, [detail]), exc), additional_contexts)
+    render = output.render
+    if render is None:
+        content: tuple[ContentBlock, ...] = (default_text(frozen),)
+    else:
+        try:
+            rendered = render(execution.arguments, frozen)
+        except BaseException as exc:  # noqa: BLE001 - a renderer may raise anything
+            return _callback_failure(name, "output.render", f"raised {_describe(exc)}", additional_contexts, exc)
+        try:
+            content = checked_content(rendered)
+        except LosslessJsonError as exc:
+            detail = _not_content(rendered, exc)
+            return _callback_failure(name, "output.render", detail, additional_contexts)
     meta = None
     if execution.parent is None and output.presentation_meta is not None:
         try:
-            meta = materialize(output.presentation_meta(execution.arguments, frozen), "meta")
+            shown = output.presentation_meta(execution.arguments, frozen)
         except BaseException as exc:  # noqa: BLE001
-            detail = exc.message if isinstance(exc, LosslessJsonError) else f"presentation_meta raised {_describe(exc)}"
-            return failure_from_exception(caused(ToolOutputError(name, [detail]), exc), additional_contexts)
+            return _callback_failure(
+                name, "output.presentation_meta", f"raised {_describe(exc)}", additional_contexts, exc
+            )
+        try:
+            meta = materialize(shown, "meta")
+        except LosslessJsonError as exc:
+            return _callback_failure(name, "output.presentation_meta", f"returned {exc.message}", additional_contexts)
     return _success(
         frozen,
         content,
@@ -178,6 +193,42 @@ def _success(
     _set_contexts(result, additional_contexts)
     _set_concludes(result, concludes_turn)
     return result
+
+
+def default_text(value: Any) -> TextBlock:
+    """The content of a value when its tool has no ``render``: a ``str`` as
+    it is, anything else as its compact JSON text (never a Python repr)."""
+    return TextBlock(value if type(value) is str else dumps(value).decode())
+
+
+def _callback_failure(
+    name: str,
+    role: str,
+    detail: str,
+    additional_contexts: tuple[UserMessage, ...],
+    cause: BaseException | None = None,
+) -> ToolExecutionFailure:
+    """A tool's output callback broke its contract: ``POLICY_FAILED``, the
+    message naming the callback (``output.render of tool "x": ...``), not
+    the value it was given. What the callback raised stays as the error's
+    ``__cause__`` (so on ``outcome.error.exception``)."""
+    error: DshError = ToolPolicyError(f'{role} of tool "{name}"', detail)
+    if cause is not None:
+        error = caused(error, cause)
+    return failure_from_exception(error, additional_contexts)
+
+
+def _not_content(rendered: object, exc: LosslessJsonError) -> str:
+    if not isinstance(rendered, (list, tuple)):
+        return (
+            f"returned {_a(type(rendered).__qualname__)}, not a list of content blocks (TextBlock, ImageBlock, "
+            "ReasoningBlock); leave render unset to send a str value as it is and any other value as JSON text"
+        )
+    return f"returned {exc.message}"
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -92,7 +92,7 @@ def test_a_body_raising_with_a_lone_surrogate_fails_that_call_only(rt: Any) -> N
     assert session.events()[-1]["type"] == "tool/result"
 
 
-def test_a_render_returning_a_lone_surrogate_is_invalid_tool_output(rt: Any) -> None:
+def test_a_render_returning_a_lone_surrogate_fails_naming_the_render(rt: Any) -> None:
     tool = define_tool(
         name="r",
         description="r",
@@ -102,7 +102,9 @@ def test_a_render_returning_a_lone_surrogate_is_invalid_tool_output(rt: Any) -> 
     )
     rt.tools.register(tool)
     batch = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c1", "r", "{}"),)))
-    assert code(batch.results[0].result) == "INVALID_TOOL_OUTPUT"
+    result = batch.results[0].result
+    assert code(result) == "POLICY_FAILED"  # the render broke its contract, not the tool's value
+    assert result.error.message.startswith('output.render of tool "r": returned content[0].text: ')
 
 
 class Hostile(BaseException):

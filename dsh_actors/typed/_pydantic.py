@@ -1,0 +1,181 @@
+"""pydantic-core behind the interface of the compiled schemas.
+
+A :class:`PydanticEnforcer` wraps the ``SchemaValidator`` pydantic built
+for a type (once, at decoration) and answers what a compiled JSON Schema
+answers (``schema``, ``is_valid``, ``validate``), so registration and the
+pipeline treat a :func:`~dsh_actors.tool` definition like any other. Values
+are checked in JSON mode, from their JSON text: what a model sent (or a
+tool's value in its JSON form) is judged as pydantic judges JSON, with the
+type's own configuration (lax by default; ``Strict()`` or
+``ConfigDict(strict=True)`` where the author asks).
+
+Violations use the words of the subset's messages where they mean the same
+thing (``missing required property "value.a"``, ``"value.n" must be an
+integer``); anything else keeps pydantic's message (``"value.n": Input
+should be greater than or equal to 0``). Paths are data paths from
+``value``: pydantic's location tags that are not keys of the data (a union
+member's name) are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, final
+
+from pydantic import ValidationError
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import PydanticSerializationError
+
+from ..json import FrozenDict, dumps, path_for_index, path_for_key
+
+__all__ = ["PydanticEnforcer", "ToolJsonSchema", "serialization_problem", "violations_of"]
+
+_WORDS: Final = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "string_type": "a string",
+    "bool_type": "a boolean",
+    "bool_parsing": "a boolean",
+    "none_required": "null",
+    "list_type": "an array",
+    "tuple_type": "an array",
+    "set_type": "an array",
+    "frozen_set_type": "an array",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "dataclass_type": "an object",
+    "dataclass_args_type": "an object",
+    "typed_dict_type": "an object",
+}
+
+
+class ToolJsonSchema(GenerateJsonSchema):
+    """pydantic's JSON Schema without a title on every property (the
+    property's name says it; a model reads fewer tokens)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def _data_path(root: str, loc: tuple[int | str, ...], data: Any, missing: bool) -> str:
+    """The path of pydantic's ``loc`` in ``data``: each part that is a key
+    (or an index) of the value reached so far; other parts are tags."""
+    path = root
+    current = data
+    last = len(loc) - 1
+    for i, part in enumerate(loc):
+        if not isinstance(part, str):
+            if isinstance(current, (list, tuple)) and -len(current) <= part < len(current):
+                path = path_for_index(path, part)
+                current = current[part]
+            continue
+        if isinstance(current, Mapping):
+            if part in current:
+                path = path_for_key(path, part)
+                current = current[part]
+                continue
+        elif current is not None and not isinstance(current, (str, int, float, list, tuple)):
+            attribute = getattr(current, part, _MISSING)
+            if attribute is not _MISSING:
+                path = path_for_key(path, part)
+                current = attribute
+                continue
+        if i == last and missing:
+            path = path_for_key(path, part)
+    return path
+
+
+_MISSING: Final = object()
+
+
+def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[str]:
+    """``err``'s errors as violations naming their data paths from ``root``,
+    in pydantic's order, each once."""
+    out: list[str] = []
+    for error in err.errors(include_url=False, include_context=False, include_input=False):
+        kind = error["type"]
+        path = _data_path(root, error["loc"], data, kind == "missing")
+        if kind == "missing":
+            line = f'missing required property "{path}"'
+        elif kind == "extra_forbidden":
+            line = f'"{path}" is not a declared property (additionalProperties: false)'
+        elif kind in _WORDS:
+            line = f'"{path}" must be {_WORDS[kind]}'
+        else:
+            line = f'"{path}": {error["msg"]}'
+        if line not in out:
+            out.append(line)
+    return out or [f'"{root}" does not match the schema']
+
+
+_STASH_LIMIT: Final = 256
+
+
+@final
+class PydanticEnforcer:
+    """A pydantic-core validator with the interface of
+    :class:`~dsh_actors.schema.CompiledJsonSchema`: ``schema`` (the frozen
+    JSON Schema pydantic generated for the type), ``is_valid`` and
+    ``validate`` for lossless JSON values, and :meth:`parse` for the typed
+    value. Any thread may call it.
+
+    With ``hand_over`` (the arguments' enforcer), the typed value that
+    ``is_valid`` built for a frozen argument object (the classifier asks
+    first, on the executor's thread) is kept for the one :meth:`parse` of
+    that same object that follows (the body's step), so a call's arguments
+    are validated once. Invariant: a kept value is handed to at most one
+    ``parse`` (``dict.pop`` is atomic), so two bodies never share one; at
+    most ``_STASH_LIMIT`` are kept (a call denied after it was classified
+    leaves its entry behind until the limit clears them)."""
+
+    __slots__ = ("schema", "_validate_json", "_stash")
+
+    def __init__(self, validator: Any, schema: Any, *, hand_over: bool = False) -> None:
+        self.schema = schema
+        self._validate_json = validator.validate_json
+        self._stash: dict[int, tuple[Any, Any]] | None = {} if hand_over else None
+
+    def parse(self, value: Any) -> Any:
+        """The typed value for a lossless JSON ``value`` (a model instance,
+        a list...); raises pydantic's ``ValidationError``."""
+        stash = self._stash
+        if stash:
+            kept = stash.pop(id(value), None)
+            if kept is not None and kept[0] is value:
+                return kept[1]
+        return self._validate_json(dumps(value))
+
+    def is_valid(self, value: Any) -> bool:
+        try:
+            parsed = self._validate_json(dumps(value))
+        except (ValidationError, TypeError, ValueError):
+            return False
+        stash = self._stash
+        if stash is not None and type(value) is FrozenDict:  # frozen: the same object means the same arguments
+            if len(stash) >= _STASH_LIMIT:
+                stash.clear()
+            stash[id(value)] = (value, parsed)
+        return True
+
+    def validate(self, value: Any, path: str = "value") -> list[str]:
+        try:
+            text = dumps(value)
+        except (TypeError, ValueError) as err:  # not lossless JSON: not what the pipeline hands over
+            return [f'"{path}" is not JSON ({type(err).__name__})']
+        try:
+            self._validate_json(text)
+        except ValidationError as err:
+            return violations_of(err, value, path)
+        return []
+
+    def __repr__(self) -> str:
+        return f"PydanticEnforcer({dumps(self.schema).decode()[:77]})"
+
+
+def serialization_problem(err: PydanticSerializationError) -> str:
+    """A serializer's complaint as a violation of the value."""
+    return f'"value" cannot be turned into JSON: {err}'

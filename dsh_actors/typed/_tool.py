@@ -1,0 +1,330 @@
+"""``@tool``: a :class:`~dsh_actors.ToolDefinition` from a typed function."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import typing
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Final, overload
+
+from pydantic import ConfigDict, Field, PydanticUserError, TypeAdapter, ValidationError, create_model
+from pydantic.errors import PydanticSchemaGenerationError
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import PydanticJsonSchemaWarning
+from pydantic_core import PydanticSerializationError, PydanticUndefined
+
+from ..definition import (
+    OWN_VALIDATORS,
+    OwnValidators,
+    PresentationMeta,
+    PresentCall,
+    PresentResult,
+    Render,
+    ToolDefinition,
+    ToolOutput,
+    constant_classifier,
+    guarded_callbacks,
+    validate_definition,
+)
+from ..errors import DshError, RegistrationError, ToolArgsError, ToolOutputError, safe_str
+from ..execution import ToolRunContext
+from ..json import materialize
+from ._docstrings import parse_docstring
+from ._pydantic import PydanticEnforcer, ToolJsonSchema, serialization_problem, violations_of
+
+__all__ = ["tool"]
+
+_Function = Callable[..., Any]
+_NO_DEFAULT: Final = inspect.Parameter.empty
+
+
+@overload
+def tool(fn: _Function, /) -> ToolDefinition: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency_safe: bool | Callable[[Any], bool] | None = None,
+    timeout_ms: float | None = None,
+    meta: Mapping[str, Any] | None = None,
+    render: Render | None = None,
+    presentation_meta: PresentationMeta | None = None,
+    present_call: PresentCall | None = None,
+    present_result: PresentResult | None = None,
+) -> Callable[[_Function], ToolDefinition]: ...
+
+
+def tool(
+    fn: _Function | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency_safe: bool | Callable[[Any], bool] | None = None,
+    timeout_ms: float | None = None,
+    meta: Mapping[str, Any] | None = None,
+    render: Render | None = None,
+    presentation_meta: PresentationMeta | None = None,
+    present_call: PresentCall | None = None,
+    present_result: PresentResult | None = None,
+) -> ToolDefinition | Callable[[_Function], ToolDefinition]:
+    """Make a tool of a plain or ``async def`` function with type hints.
+
+    ``@tool`` or ``@tool(name=..., description=..., ...)`` returns a
+    :class:`~dsh_actors.ToolDefinition`, ready to register:
+
+    * ``name``: the function's name; ``description``: its docstring's text
+      before the sections; each parameter's description: its entry in the
+      docstring's ``Args:`` (Google), ``Parameters`` (NumPy) or ``:param x:``
+      (Sphinx) section. A ``Field(description=...)`` in the hint wins.
+    * The parameters: one property per parameter, its JSON Schema generated
+      by pydantic from the hint (builtins, ``list[...]``, ``dict[str,
+      ...]``, ``Literal``, ``Enum``, ``X | None``, ``Annotated[...,
+      Field(ge=..., pattern=...)]``, pydantic models, dataclasses,
+      ``TypedDict``...; no hint: any JSON value). A parameter with a default
+      is optional; unknown arguments are refused (``additionalProperties:
+      false``). A parameter annotated :class:`~dsh_actors.ToolRunContext`
+      gets the call's context and is not offered to the model.
+    * The arguments are validated by pydantic-core (the validator is built
+      here, once) inside the body's step: invalid ones fail ``INVALID_ARGS``
+      naming each path (``"value.point.x" must be an integer``) and the
+      function does not run. The function gets typed values (a model
+      instance for a model, a ``list`` for a list), never frozen mappings.
+    * The return annotation is the output schema (serialization mode; no
+      annotation: any JSON value). The returned value is validated against
+      it and turned into lossless JSON (a model dumped in JSON mode); a
+      value that does not fit fails ``INVALID_TOOL_OUTPUT``.
+
+    The definition is in full schema mode with pydantic-core as its
+    enforcer (``dataclasses.replace`` keeps that as long as it keeps
+    ``parameters`` and ``output``). The other options are
+    :class:`~dsh_actors.ToolDefinition`'s: ``concurrency_safe`` is
+    ``is_concurrency_safe`` (a bool is a constant; a callable gets the
+    arguments as frozen JSON and answers ``False`` on invalid ones, like
+    the presenters, which answer ``None``); ``render`` and
+    ``presentation_meta`` are :class:`~dsh_actors.ToolOutput`'s and get the
+    arguments and the value as frozen JSON (no ``render``: a ``str`` as it
+    is, anything else as compact JSON text). The original function stays
+    reachable as ``definition.execute.__wrapped__``.
+
+    Raises :class:`~dsh_actors.RegistrationError` naming the tool for what
+    cannot become a tool (``*args``, a hint pydantic cannot validate or
+    describe, an annotation that does not resolve) and for anything
+    registration would reject. A plain function runs on a call actor's
+    worker thread; an ``async def`` on the batch's event loop.
+    """
+    options = _Options(
+        name=name,
+        description=description,
+        concurrency_safe=concurrency_safe,
+        timeout_ms=timeout_ms,
+        meta=meta,
+        render=render,
+        presentation_meta=presentation_meta,
+        present_call=present_call,
+        present_result=present_result,
+    )
+    # The decorating frame's locals resolve hints that name local classes.
+    caller = sys._getframe(1)
+    localns = dict(caller.f_locals) if caller.f_code.co_name != "<module>" else None
+    if fn is None:
+
+        def decorate(function: _Function) -> ToolDefinition:
+            return _build(function, options, localns)
+
+        return decorate
+    return _build(fn, options, localns)
+
+
+class _Options(typing.NamedTuple):
+    name: str | None
+    description: str | None
+    concurrency_safe: bool | Callable[[Any], bool] | None
+    timeout_ms: float | None
+    meta: Mapping[str, Any] | None
+    render: Render | None
+    presentation_meta: PresentationMeta | None
+    present_call: PresentCall | None
+    present_result: PresentResult | None
+
+
+def _is_context(hint: Any) -> bool:
+    if typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint is ToolRunContext
+
+
+def _described(hint: Any) -> bool:
+    """Whether ``hint`` carries a ``Field(description=...)`` of its own."""
+    if typing.get_origin(hint) is not Annotated:
+        return False
+    return any(isinstance(m, FieldInfo) and m.description for m in typing.get_args(hint)[1:])
+
+
+def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> ToolDefinition:
+    if isinstance(fn, ToolDefinition):
+        raise RegistrationError("@tool was applied twice (this is a ToolDefinition already)", tool=fn.name)
+    if not callable(fn):
+        raise RegistrationError(f"@tool decorates a function (got {type(fn).__qualname__})")
+    label = getattr(fn, "__name__", None)
+    name = options.name if options.name is not None else label
+    shown = name if type(name) is str and name else safe_str(label or type(fn).__qualname__)
+
+    def refuse(problem: str) -> RegistrationError:
+        return RegistrationError(problem, tool=shown)
+
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise refuse("@tool needs a function that returns its value (this one is a generator)")
+    try:
+        signature = inspect.signature(fn)
+        hints = typing.get_type_hints(fn, localns=localns, include_extras=True)
+    except (NameError, TypeError, ValueError) as err:
+        raise refuse(
+            f"cannot read the function's signature and type hints ({safe_str(err)}); "
+            "define the types it names where the function's module can see them"
+        ) from None
+    docs = parse_docstring(fn)
+
+    fields: dict[str, Any] = {}
+    by_name: list[tuple[str, str]] = []  # (parameter, field), keyword-passed
+    positional: list[str | None] = []  # fields of positional-only parameters; None: the context
+    context: str | None = None
+    context_positional = False
+    for index, param in enumerate(signature.parameters.values()):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise refuse(f"parameter {param.name!r}: *args and **kwargs cannot be offered to a model")
+        hint = hints.get(param.name, Any)
+        if _is_context(hint):
+            if context is not None:
+                raise refuse(f"parameters {context!r} and {param.name!r} both ask for the ToolRunContext")
+            context = param.name
+            context_positional = param.kind is param.POSITIONAL_ONLY
+            if context_positional:
+                positional.append(None)
+            continue
+        field = f"p{index}"  # never shadows a BaseModel attribute; the alias is the name offered
+        description = None if _described(hint) else docs.parameters.get(param.name)
+        default = PydanticUndefined if param.default is _NO_DEFAULT else param.default
+        # Only what is given: an explicit description=None would erase the hint's own.
+        extra: dict[str, Any] = {} if description is None else {"description": description}
+        fields[field] = (hint, Field(default, alias=param.name, **extra))
+        if param.kind is param.POSITIONAL_ONLY:
+            positional.append(field)
+        else:
+            by_name.append((param.name, field))
+
+    returns = hints.get("return", Any) if signature.return_annotation is not _NO_DEFAULT else Any
+    try:
+        arguments_model = create_model(f"{label or 'tool'}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        parameters_schema = arguments_model.model_json_schema(schema_generator=ToolJsonSchema, mode="validation")
+        parameters_schema.pop("title", None)
+        output_adapter: TypeAdapter[Any] = TypeAdapter(returns)
+        output_schema = output_adapter.json_schema(schema_generator=ToolJsonSchema, mode="serialization")
+    except (PydanticSchemaGenerationError, PydanticUserError, PydanticJsonSchemaWarning, TypeError) as err:
+        raise refuse(f"pydantic cannot validate or describe these types: {safe_str(err)}") from None
+    try:
+        parameters: Any = materialize(parameters_schema, "parameters")
+        output_json_schema = materialize(output_schema, "output.schema")
+    except DshError as err:
+        raise refuse(f"the generated schema is not lossless JSON ({err.message}); check the defaults") from None
+
+    arguments = PydanticEnforcer(arguments_model.__pydantic_validator__, parameters, hand_over=True)
+    output = PydanticEnforcer(output_adapter.validator, output_json_schema)
+    execute = _execute(
+        shown, fn, arguments, output_adapter, tuple(by_name), tuple(positional), context, context_positional
+    )
+    setattr(execute, OWN_VALIDATORS, OwnValidators(parameters=arguments, output=output))
+
+    safe = options.concurrency_safe
+    classifier = constant_classifier(safe) if type(safe) is bool else safe
+    if classifier is not None and not callable(classifier):
+        raise refuse(f"concurrency_safe must be a bool, a callable or None (got {type(classifier).__qualname__})")
+    is_concurrency_safe, present_call, present_result = guarded_callbacks(
+        shown,
+        arguments,
+        is_concurrency_safe=classifier,
+        present_call=options.present_call,
+        present_result=options.present_result,
+    )
+    definition = ToolDefinition(
+        name=name,  # type: ignore[arg-type]  # registration's check names a bad one
+        description=options.description if options.description is not None else docs.description,
+        parameters=parameters,
+        output=ToolOutput(
+            schema=output_json_schema, render=options.render, presentation_meta=options.presentation_meta
+        ),
+        execute=execute,
+        is_concurrency_safe=is_concurrency_safe,
+        timeout_ms=options.timeout_ms,
+        present_call=present_call,
+        present_result=present_result,
+        meta=options.meta,
+        schema_mode="full",
+    )
+    checked = validate_definition(definition)  # every problem registration would name, now
+    object.__setattr__(definition, "_checked", checked)
+    return definition
+
+
+def _execute(
+    name: str,
+    fn: _Function,
+    arguments: PydanticEnforcer,
+    output: TypeAdapter[Any],
+    by_name: tuple[tuple[str, str], ...],
+    positional: tuple[str | None, ...],
+    context: str | None,
+    context_positional: bool,
+) -> Any:
+    """The body the runtime calls as ``execute(args, ctx)``: arguments
+    validated into typed values, the function called with them, its value
+    validated and dumped as JSON."""
+    parse = arguments.parse
+    validate_value = output.validate_python
+    dump = output.dump_python
+
+    def call_with(args: Any, ctx: ToolRunContext) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # Hot path: one pydantic-core call; messages only when invalid.
+        try:
+            model = parse(args)
+        except ValidationError as err:
+            raise ToolArgsError(violations_of(err, args)) from None
+        values = model.__dict__
+        kwargs = {param: values[field] for param, field in by_name}
+        if context is not None and not context_positional:
+            kwargs[context] = ctx
+        if not positional:
+            return (), kwargs
+        return tuple(ctx if field is None else values[field] for field in positional), kwargs
+
+    def to_json(value: Any) -> Any:
+        try:
+            return dump(validate_value(value), mode="json")
+        except ValidationError as err:
+            raise ToolOutputError(name, violations_of(err, value)) from None
+        except PydanticSerializationError as err:
+            raise ToolOutputError(name, [serialization_problem(err)]) from None
+
+    wrapper: Any
+    if inspect.iscoroutinefunction(fn):
+
+        async def execute_async(args: Any, ctx: ToolRunContext) -> Any:
+            positional_args, kwargs = call_with(args, ctx)
+            return to_json(await fn(*positional_args, **kwargs))
+
+        wrapper = execute_async
+    else:
+
+        def execute_sync(args: Any, ctx: ToolRunContext) -> Any:
+            positional_args, kwargs = call_with(args, ctx)
+            return to_json(fn(*positional_args, **kwargs))
+
+        wrapper = execute_sync
+    wrapper.__name__ = "execute"
+    wrapper.__qualname__ = f"tool({name!r}).execute"
+    wrapper.__wrapped__ = fn
+    return wrapper

@@ -1,0 +1,698 @@
+"""``@tool``: a tool from a typed function (issue 21), and the define_tool
+and rendering fixes that came with it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+from typing import Annotated, Any, Literal
+
+import pytest
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic needs it for a TypedDict before Python 3.12
+
+from dsh_actors import (
+    Accept,
+    ErrorCode,
+    JsonSchemaError,
+    RegistrationError,
+    TextBlock,
+    ToolBatchInput,
+    ToolCall,
+    ToolDefinition,
+    ToolOutput,
+    ToolRunContext,
+    define_tool,
+    thaw,
+    tool,
+)
+from dsh_actors.definition import validate_definition
+from dsh_actors.json import FrozenDict
+from dsh_actors.typed import PydanticEnforcer
+
+
+class Point(BaseModel):
+    """A point on the grid."""
+
+    x: int
+    y: int = 0
+
+
+class Color(enum.Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+@dataclasses.dataclass
+class Box:
+    width: int
+    height: int
+
+
+class Options(TypedDict):
+    verbose: bool
+    depth: int
+
+
+def run(rt: Any, definition: ToolDefinition, arguments: Any, **batch: Any) -> Any:
+    """Register ``definition``, run one call of it and unregister it; the
+    call's result."""
+    unregister = rt.tools.register(definition)
+    try:
+        result = rt.tools.execute(
+            ToolBatchInput(calls=[ToolCall(id="c1", name=definition.name, arguments=arguments)], **batch)
+        )
+    finally:
+        unregister()
+    return result.results[0].result
+
+
+def code_of(result: Any) -> str:
+    assert result.is_error, result
+    return str(result.error.info.code)
+
+
+def properties(definition: ToolDefinition) -> dict[str, Any]:
+    return thaw(definition.parameters)["properties"]  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------
+# What the model is offered
+# --------------------------------------------------------------------------
+
+
+def test_the_name_is_the_functions_and_the_description_the_docstrings_text_before_its_sections() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Integers only.
+
+        Args:
+            a: The first number.
+            b: The second
+                number.
+        """
+        return a + b
+
+    assert isinstance(add, ToolDefinition)
+    assert add.name == "add"
+    assert add.description == "Add two numbers.\n\nIntegers only."
+    assert properties(add) == {
+        "a": {"type": "integer", "description": "The first number."},
+        "b": {"type": "integer", "description": "The second number."},
+    }
+    assert thaw(add.parameters)["required"] == ["a", "b"]
+    assert thaw(add.parameters)["additionalProperties"] is False
+    assert thaw(add.output.schema) == {"type": "integer"}
+
+
+def test_numpy_style_parameter_descriptions_are_read() -> None:
+    @tool
+    def scale(value: float, factor: float = 2.0) -> float:
+        """Scale a value.
+
+        Parameters
+        ----------
+        value : float
+            What to scale.
+        factor : float
+            By how much.
+        """
+        return value * factor
+
+    assert scale.description == "Scale a value."
+    assert properties(scale)["value"]["description"] == "What to scale."
+    assert properties(scale)["factor"] == {"type": "number", "description": "By how much.", "default": 2.0}
+
+
+def test_sphinx_style_parameter_descriptions_are_read() -> None:
+    @tool
+    def greet(name: str, shout: bool = False) -> str:
+        """Greet someone.
+
+        :param name: Whom to greet.
+        :param shout: Whether to shout.
+        :returns: The greeting.
+        """
+        return name
+
+    assert greet.description == "Greet someone."
+    assert properties(greet)["name"]["description"] == "Whom to greet."
+    assert properties(greet)["shout"]["description"] == "Whether to shout."
+
+
+def test_the_options_override_the_name_and_description_and_a_field_description_wins_over_the_docstring() -> None:
+    @tool(name="sum_two", description="Sum.")
+    def add(a: Annotated[int, Field(description="From the hint.")], b: int) -> int:
+        """Add.
+
+        Args:
+            a: From the docstring.
+            b: The second.
+        """
+        return a + b
+
+    assert (add.name, add.description) == ("sum_two", "Sum.")
+    assert properties(add)["a"]["description"] == "From the hint."
+
+
+def test_every_kind_of_annotation_becomes_its_json_schema() -> None:
+    @tool
+    def everything(
+        count: int,
+        ratio: float,
+        label: str,
+        flag: bool,
+        numbers: list[int],
+        counts: dict[str, int],
+        mode: Literal["fast", "slow"],
+        color: Color,
+        maybe: str | None,
+        bounded: Annotated[int, Field(ge=0, le=10)],
+        code: Annotated[str, Field(pattern=r"^[A-Z]{3}$")],
+        point: Point,
+        box: Box,
+        options: Options,
+        anything: Any,
+        untyped,  # type: ignore[no-untyped-def]  # noqa: ANN001
+    ) -> None:
+        return None
+
+    props = properties(everything)
+    assert props["count"] == {"type": "integer"}
+    assert props["ratio"] == {"type": "number"}
+    assert props["label"] == {"type": "string"}
+    assert props["flag"] == {"type": "boolean"}
+    assert props["numbers"] == {"type": "array", "items": {"type": "integer"}}
+    assert props["counts"] == {"type": "object", "additionalProperties": {"type": "integer"}}
+    assert props["mode"] == {"type": "string", "enum": ["fast", "slow"]}
+    assert props["color"] == {"$ref": "#/$defs/Color"}
+    assert props["maybe"] == {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    assert props["bounded"] == {"type": "integer", "minimum": 0, "maximum": 10}
+    assert props["code"] == {"type": "string", "pattern": "^[A-Z]{3}$"}
+    assert props["point"] == {"$ref": "#/$defs/Point"}
+    assert props["box"] == {"$ref": "#/$defs/Box"}
+    assert props["options"] == {"$ref": "#/$defs/Options"}
+    assert props["anything"] == {} and props["untyped"] == {}
+    defs = thaw(everything.parameters)["$defs"]
+    assert defs["Color"]["enum"] == ["red", "green"]
+    assert defs["Point"]["properties"] == {"x": {"type": "integer"}, "y": {"type": "integer", "default": 0}}
+    assert defs["Box"]["required"] == ["width", "height"]
+    assert defs["Options"]["properties"] == {"verbose": {"type": "boolean"}, "depth": {"type": "integer"}}
+    assert thaw(everything.output.schema) == {"type": "null"}
+    assert "title" not in thaw(everything.parameters)
+
+
+def test_a_parameter_with_a_default_is_optional_and_shows_its_default() -> None:
+    @tool
+    def search(query: str, limit: int = 10, path: str | None = None) -> list[str]:
+        return []
+
+    schema = thaw(search.parameters)
+    assert schema["required"] == ["query"]
+    assert schema["properties"]["limit"] == {"type": "integer", "default": 10}
+    assert schema["properties"]["path"]["default"] is None
+
+
+def test_a_context_parameter_is_not_offered_and_the_schemas_are_what_the_model_is_offered(rt: Any) -> None:
+    @tool
+    def where(path: str, ctx: ToolRunContext) -> str:
+        return path
+
+    assert set(properties(where)) == {"path"}
+    rt.tools.register(where)
+    assert rt.tools.schemas() == [{"name": "where", "description": "", "parameters": thaw(where.parameters)}]
+
+
+def test_the_output_schema_is_the_return_annotation_in_serialization_mode_and_any_json_without_one() -> None:
+    @tool
+    def when() -> datetime.datetime:
+        return datetime.datetime(2026, 1, 1)
+
+    @tool
+    def unannotated():  # type: ignore[no-untyped-def]  # noqa: ANN202
+        return 1
+
+    assert thaw(when.output.schema) == {"type": "string", "format": "date-time"}
+    assert thaw(unannotated.output.schema) == {}
+
+
+def test_what_cannot_be_a_tool_is_refused_naming_the_tool() -> None:
+    def variadic(*names: str) -> str:
+        return ""
+
+    with pytest.raises(RegistrationError, match=r'cannot register tool "variadic": parameter \'names\': \*args'):
+        tool(variadic)
+
+    class Opaque:
+        pass
+
+    def opaque(thing: Opaque) -> str:
+        return ""
+
+    with pytest.raises(RegistrationError, match=r'tool "opaque": pydantic cannot validate or describe'):
+        tool(opaque)
+
+    def unresolved(thing: NoSuchType) -> str:  # type: ignore[name-defined]  # noqa: F821
+        return ""
+
+    with pytest.raises(RegistrationError, match=r'tool "unresolved": cannot read the function'):
+        tool(unresolved)
+
+    def slow() -> str:
+        return ""
+
+    with pytest.raises(RegistrationError, match=r'tool "slow": timeout_ms must be a positive finite number'):
+        tool(timeout_ms=-1)(slow)
+
+
+def test_a_decorated_tool_is_a_full_mode_definition_enforced_by_pydantic_core_also_after_replace() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add.schema_mode == "full"
+    checked = validate_definition(add)
+    assert isinstance(checked.parameter_validator, PydanticEnforcer)
+    assert isinstance(checked.output_validator, PydanticEnforcer)
+    assert checked.parameter_validator.schema is add.parameters
+    assert add.execute.__wrapped__.__name__ == "add"  # type: ignore[attr-defined]
+    copy = dataclasses.replace(add, timeout_ms=1000)
+    again = validate_definition(copy)
+    assert isinstance(again.parameter_validator, PydanticEnforcer)
+    assert copy.execute is add.execute  # not wrapped a second time
+
+
+# --------------------------------------------------------------------------
+# Calls
+# --------------------------------------------------------------------------
+
+
+def no_frozen(value: Any) -> bool:
+    if isinstance(value, (FrozenDict, tuple)):
+        return False
+    if isinstance(value, dict):
+        return all(no_frozen(v) for v in value.values())
+    if isinstance(value, list):
+        return all(no_frozen(v) for v in value)
+    return True
+
+
+def test_the_body_gets_validated_typed_values_never_frozen_ones(rt: Any) -> None:
+    seen: dict[str, Any] = {}
+
+    @tool
+    def take(
+        point: Point,
+        box: Box,
+        options: Options,
+        color: Color,
+        numbers: list[int],
+        counts: dict[str, list[int]],
+        anything: Any,
+        maybe: str | None = None,
+        limit: int = 5,
+    ) -> str:
+        seen.update(locals())
+        return "ok"
+
+    arguments = {
+        "point": {"x": 1},
+        "box": {"width": 2, "height": 3},
+        "options": {"verbose": True, "depth": 2},
+        "color": "green",
+        "numbers": [1, 2],
+        "counts": {"a": [1]},
+        "anything": {"k": [1, {"z": [2]}]},
+    }
+    result = run(rt, take, arguments)
+    assert not result.is_error, result
+    assert seen["point"] == Point(x=1, y=0)
+    assert seen["box"] == Box(2, 3)
+    assert seen["options"] == {"verbose": True, "depth": 2} and type(seen["options"]) is dict
+    assert seen["color"] is Color.GREEN
+    assert seen["numbers"] == [1, 2] and type(seen["numbers"]) is list
+    assert seen["counts"] == {"a": [1]}
+    assert seen["anything"] == {"k": [1, {"z": [2]}]}
+    assert all(no_frozen(seen[key]) for key in ("options", "numbers", "counts", "anything"))
+    assert seen["maybe"] is None and seen["limit"] == 5
+
+
+def test_sync_and_async_functions_run_and_the_context_is_injected(rt: Any) -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @tool(concurrency_safe=True)
+    async def fetch(url: str, ctx: ToolRunContext) -> dict[str, str]:
+        """Fetch a URL."""
+        return {"url": url, "call": ctx.call_id}
+
+    assert run(rt, add, '{"a": 1, "b": 2}').value == 3
+    fetched = run(rt, fetch, {"url": "https://example.test"})
+    assert thaw(fetched.value) == {"url": "https://example.test", "call": "c1"}
+    assert fetched.content == (TextBlock('{"url":"https://example.test","call":"c1"}'),)
+
+
+def test_a_positional_only_context_and_parameters_are_passed_in_place(rt: Any) -> None:
+    @tool
+    def ordered(a: int, ctx: ToolRunContext, b: int, /, c: int = 0) -> list[Any]:
+        return [a, ctx.call_id, b, c]
+
+    assert set(properties(ordered)) == {"a", "b", "c"}
+    assert thaw(run(rt, ordered, {"a": 1, "b": 2, "c": 3}).value) == [1, "c1", 2, 3]
+
+
+def test_bad_arguments_fail_invalid_args_naming_each_path_and_the_body_does_not_run(rt: Any) -> None:
+    calls: list[Any] = []
+
+    @tool
+    def move(point: Point, steps: Annotated[int, Field(ge=0)], tags: list[str] = []) -> str:  # noqa: B006
+        calls.append(point)
+        return "moved"
+
+    result = run(rt, move, {"point": {"x": "far"}, "steps": -1, "tags": ["a", 2], "speed": 3})
+    assert code_of(result) == ErrorCode.INVALID_ARGS
+    assert result.error.message == (
+        'invalid arguments: "value.point.x" must be an integer; '
+        '"value.steps": Input should be greater than or equal to 0; '
+        '"value.tags[1]" must be a string; '
+        '"value.speed" is not a declared property (additionalProperties: false)'
+    )
+    missing = run(rt, move, {"steps": 1})
+    assert missing.error.message == 'invalid arguments: missing required property "value.point"'
+    not_json = run(rt, move, "not json")
+    assert not_json.error.message == 'invalid arguments: "value" must be an object'
+    assert calls == []
+
+
+def test_a_union_member_name_never_appears_in_a_path(rt: Any) -> None:
+    @tool
+    def pick(choice: int | list[int]) -> str:
+        return "ok"
+
+    message = run(rt, pick, {"choice": "x"}).error.message
+    assert '"value.choice" must be an integer' in message and "value.choice.int" not in message
+
+
+def test_the_value_is_validated_and_dumped_as_json_and_a_wrong_one_fails_invalid_tool_output(rt: Any) -> None:
+    @tool
+    def where() -> Point:
+        return Point(x=1)
+
+    @tool
+    def when() -> datetime.date:
+        return datetime.date(2026, 12, 3)
+
+    @tool
+    def wrong() -> int:
+        return "many"  # type: ignore[return-value]
+
+    @tool
+    def opaque():  # type: ignore[no-untyped-def]  # noqa: ANN202
+        return object()
+
+    point = run(rt, where, {})
+    assert type(point.value) is FrozenDict and point.value == {"x": 1, "y": 0}
+    assert run(rt, when, {}).value == "2026-12-03"
+    bad = run(rt, wrong, {})
+    assert code_of(bad) == ErrorCode.INVALID_TOOL_OUTPUT
+    assert bad.error.message == 'tool "wrong" returned invalid output: "value" must be an integer'
+    unserializable = run(rt, opaque, {})
+    assert code_of(unserializable) == ErrorCode.INVALID_TOOL_OUTPUT
+    assert "object at 0x" not in unserializable.error.message
+
+
+def test_a_replacement_value_is_validated_against_the_return_annotation(rt: Any) -> None:
+    @tool
+    def count() -> int:
+        return 1
+
+    def replace_value(execution: Any, result: Any, next_: Any) -> Any:
+        next_()
+        return Accept(value="not a number")
+
+    rt.events.on("tools/post-execute", replace_value)
+    result = run(rt, count, {})
+    assert code_of(result) == ErrorCode.INVALID_TOOL_OUTPUT
+    assert result.error.message == 'tool "count" returned invalid output: "value" must be an integer'
+
+
+def test_the_classifier_and_presenters_get_frozen_arguments_and_answer_safely_on_invalid_ones() -> None:
+    from dsh_actors import GenericCallView
+
+    @tool(
+        concurrency_safe=lambda args: args["path"].startswith("/tmp"),
+        present_call=lambda args: GenericCallView(title=f"read {args['path']}"),
+    )
+    def read(path: str) -> str:
+        return path
+
+    assert read.is_concurrency_safe is not None and read.present_call is not None
+    assert read.is_concurrency_safe(FrozenDict({"path": "/tmp/x"})) is True
+    assert read.is_concurrency_safe(FrozenDict({"path": "/etc/x"})) is False
+    assert read.is_concurrency_safe(FrozenDict({"path": 3})) is False
+    view = read.present_call(FrozenDict({"path": "a"}))
+    assert view is not None and view.title == "read a"
+    assert read.present_call(FrozenDict({})) is None
+
+    @tool(concurrency_safe=True)
+    def always(path: str) -> str:
+        return path
+
+    assert always.is_concurrency_safe is not None
+    assert always.is_concurrency_safe(FrozenDict({"path": "x"})) is True
+    assert always.is_concurrency_safe(FrozenDict({"path": 1})) is False
+
+
+# --------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------
+
+
+def test_without_render_a_str_is_sent_as_it_is_and_anything_else_as_compact_json(rt: Any) -> None:
+    @tool
+    def say() -> str:
+        return "héllo"
+
+    @tool
+    def data() -> dict[str, list[int]]:
+        return {"k": [1, 2]}
+
+    @tool
+    def nothing() -> None:
+        return None
+
+    assert run(rt, say, {}).content == (TextBlock("héllo"),)
+    assert run(rt, data, {}).content == (TextBlock('{"k":[1,2]}'),)
+    assert run(rt, nothing, {}).content == (TextBlock("null"),)
+
+
+def test_a_tool_output_needs_no_render_and_never_shows_a_python_repr(rt: Any) -> None:
+    nested = define_tool(
+        name="nested",
+        description="A nested value.",
+        parameters={},
+        output=ToolOutput(schema={"type": "json"}),
+        execute=lambda args, ctx: {"k": (1, 2), "s": "é"},
+    )
+    result = run(rt, nested, {})
+    assert result.content == (TextBlock('{"k":[1,2],"s":"é"}'),)
+    assert "FrozenDict" not in result.content[0].text
+
+
+def test_a_render_returning_no_content_blocks_fails_naming_the_render_not_the_value(rt: Any) -> None:
+    @tool(render=lambda args, value: f"{value} secret")  # type: ignore[arg-type,return-value]
+    def answer() -> dict[str, str]:
+        return {"token": "secret-value"}
+
+    result = run(rt, answer, {})
+    assert code_of(result) == ErrorCode.POLICY_FAILED
+    assert result.error.message.startswith(
+        'output.render of tool "answer": returned a str, not a list of content blocks'
+    )
+    assert "secret-value" not in result.error.message and "FrozenDict" not in result.error.message
+
+
+def test_a_render_that_raises_fails_naming_the_render(rt: Any) -> None:
+    def render(args: Any, value: Any) -> Any:
+        raise ValueError("bad template")
+
+    @tool(render=render)
+    def answer() -> int:
+        return 42
+
+    result = run(rt, answer, {})
+    assert code_of(result) == ErrorCode.POLICY_FAILED
+    assert result.error.message == 'output.render of tool "answer": raised ValueError: bad template'
+
+
+# --------------------------------------------------------------------------
+# define_tool fixes
+# --------------------------------------------------------------------------
+
+
+def test_define_tool_takes_a_bool_as_a_constant_classifier() -> None:
+    echo = define_tool(
+        name="echo",
+        description="Echo.",
+        parameters={"m": {"type": "string", "required": True}},
+        output=ToolOutput(schema={"type": "string"}),
+        execute=lambda args, ctx: args["m"],
+        is_concurrency_safe=True,
+    )
+    assert echo.is_concurrency_safe is not None
+    assert echo.is_concurrency_safe(FrozenDict({"m": "x"})) is True
+    assert echo.is_concurrency_safe(FrozenDict({"m": 1})) is False  # invalid arguments: exclusive
+    never = define_tool(
+        name="never",
+        description="",
+        parameters={},
+        output=ToolOutput(schema={"type": "null"}),
+        execute=lambda args, ctx: None,
+        is_concurrency_safe=False,
+    )
+    assert never.is_concurrency_safe is not None and never.is_concurrency_safe(FrozenDict({})) is False
+
+
+def test_an_execute_that_cannot_take_args_and_ctx_is_refused_at_definition_and_at_registration(rt: Any) -> None:
+    def add(a: int, b: int, c: int) -> int:
+        return a + b + c
+
+    with pytest.raises(RegistrationError) as info:
+        define_tool(
+            name="add",
+            description="",
+            parameters={},
+            output=ToolOutput(schema={"type": "integer"}),
+            execute=add,
+        )
+    assert "execute must accept two positional arguments, (args, ctx)" in info.value.message
+    assert "and add(a, b, c) does not" in info.value.message
+    assert "@tool" in info.value.message
+    with pytest.raises(RegistrationError, match=r"execute must accept two positional arguments"):
+        define_tool(
+            name="one",
+            description="",
+            parameters={},
+            output=ToolOutput(schema={"type": "integer"}),
+            execute=lambda args: 1,  # type: ignore[arg-type,misc]
+        )
+    raw = ToolDefinition(
+        name="raw",
+        description="",
+        parameters={"type": "object"},
+        output=ToolOutput(schema={}),
+        execute=lambda: None,  # type: ignore[arg-type,misc]
+    )
+    with pytest.raises(RegistrationError, match=r"execute must accept two positional arguments"):
+        rt.tools.register(raw)
+    # What still passes: defaults, *args, keyword-capable second parameter.
+    for fine in (lambda args, ctx=None: 1, lambda *a: 1, lambda args, ctx, extra=0: 1):
+        define_tool(
+            name="fine", description="", parameters={}, output=ToolOutput(schema={"type": "json"}), execute=fine
+        )
+
+
+def test_a_raw_json_schema_given_to_define_tool_says_so_and_names_both_fixes() -> None:
+    with pytest.raises(JsonSchemaError) as info:
+        define_tool(
+            name="search",
+            description="",
+            parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=lambda args, ctx: "",
+        )
+    message = info.value.message
+    assert 'tool "search": parameters is a raw JSON Schema (it has "type": "object" at its root)' in message
+    assert "@tool" in message and 'ToolDefinition(..., schema_mode="full")' in message
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "integer", "minimum": 0},
+        {"type": "string", "pattern": "^a"},
+        {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        {"type": ["string", "null"]},
+    ],
+)
+def test_a_json_schema_keyword_the_dsl_lacks_gets_the_hint_to_the_two_fixes(spec: dict[str, Any]) -> None:
+    with pytest.raises(JsonSchemaError) as info:
+        define_tool(
+            name="t",
+            description="",
+            parameters={"x": spec},
+            output=ToolOutput(schema={"type": "json"}),
+            execute=lambda args, ctx: None,
+        )
+    assert info.value.violations[-1].startswith("the DSL has no anyOf, minimum, pattern")
+    assert 'schema_mode="full"' in info.value.violations[-1] and "@tool" in info.value.violations[-1]
+
+
+def test_an_ordinary_dsl_mistake_gets_no_hint() -> None:
+    with pytest.raises(JsonSchemaError) as info:
+        define_tool(
+            name="t",
+            description="",
+            parameters={"x": {"type": "strng"}},
+            output=ToolOutput(schema={"type": "json"}),
+            execute=lambda args, ctx: None,
+        )
+    assert not any("the DSL has no" in v for v in info.value.violations)
+
+
+def test_calls_sharing_one_frozen_argument_object_each_get_their_own_typed_values(rt: Any) -> None:
+    from dsh_actors import materialize
+
+    @tool(concurrency_safe=True)
+    def grow(items: list[int]) -> list[int]:
+        items.append(2)
+        return items
+
+    shared = materialize({"items": [1]})
+    rt.tools.register(grow)
+    batch = rt.tools.execute(
+        ToolBatchInput(calls=[ToolCall(id=f"c{i}", name="grow", arguments=shared) for i in range(6)])
+    )
+    assert [thaw(call.result.value) for call in batch.results] == [[1, 2]] * 6
+    assert thaw(shared) == {"items": [1]}
+
+
+def test_a_summary_wrapped_over_several_lines_stays_one_paragraph() -> None:
+    @tool
+    def read(path: str) -> str:
+        """Read a text file under the project root; use offset
+        and limit to page through long files.
+
+        Args:
+            path: Relative to the root.
+        """
+        return path
+
+    assert (
+        read.description == "Read a text file under the project root; use offset\nand limit to page through long files."
+    )
+
+
+def test_a_classifier_put_in_by_replace_is_guarded_like_the_decorators_own() -> None:
+    @tool
+    def read(path: str) -> str:
+        return path
+
+    copy = dataclasses.replace(read, is_concurrency_safe=lambda args: True)
+    assert copy.is_concurrency_safe is not None
+    assert copy.is_concurrency_safe(FrozenDict({"path": "a"})) is True
+    assert copy.is_concurrency_safe(FrozenDict({"path": 3})) is False  # invalid arguments: exclusive
+
+
+def test_parameter_names_pydantic_reserves_on_models_are_fine(rt: Any) -> None:
+    @tool
+    def configure(model_name: str, schema: str, json: int, copy: bool = False) -> list[Any]:
+        return [model_name, schema, json, copy]
+
+    assert set(properties(configure)) == {"model_name", "schema", "json", "copy"}
+    result = run(rt, configure, {"model_name": "m", "schema": "s", "json": 1})
+    assert thaw(result.value) == ["m", "s", 1, False]
