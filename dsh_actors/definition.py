@@ -207,7 +207,7 @@ class ToolDefinition:
     root's ``$schema`` says so: ``anyOf``, ``minimum``, ``format``, local
     ``$defs``/``$ref``...), compiled once at registration by
     :func:`~dsh_actors.schema.compile_full_json_schema` (the subset's fast
-    validator when a schema happens to fit it, jsonschema otherwise; remote
+    validator when a schema happens to fit it, jsonschema-rs otherwise; remote
     references are refused). ``parameters`` must still declare a root
     ``"type": "object"``. The runtime then enforces both schemas: the
     definition's callbacks are wrapped at construction the way

@@ -11,8 +11,8 @@ the author DSL (``docs/reference.md``, section 3).
   :func:`validate_args` are the one-call forms.
 * :func:`compile_full_json_schema` (and :func:`check_full_json_schema`)
   is full mode, for raw definitions with ``schema_mode="full"``: any Draft
-  2020-12 / draft-07 schema enforced by jsonschema (local references only,
-  formats asserted), or the subset's validator when the schema fits the
+  2020-12 / draft-07 schema enforced by jsonschema-rs (references within
+  the schema only, formats asserted), or the subset's validator when the schema fits the
   subset. :class:`FullJsonSchema` has ``CompiledJsonSchema``'s interface.
 * A root ``"$schema"`` naming Draft 2020-12 or draft-07 is accepted as an
   annotation by both.
