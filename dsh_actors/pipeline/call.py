@@ -14,11 +14,12 @@ from ..errors import (
     ToolNotFoundError,
 )
 from ..execution import ToolExecution, ToolExecutionInput
-from ..json import materialize
+from ..json import FrozenDict, materialize
 from ..model import (
     ToolExecutionResult,
     UserMessage,
 )
+from ..schema import absent_null_plan
 from ..signals import AbortSignal
 from ..visibility import executable
 from .results import (
@@ -67,6 +68,7 @@ class Call:
         "loop",
         "body",
         "entered",
+        "settled",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -107,6 +109,8 @@ class Call:
         self.body: tuple[Any, Any, bool | None] | None = None
         # A body in flight on its loop (start_on_loop): what finish_on_loop needs.
         self.entered: Any = None
+        # Whether lookup() settled the arguments against the registration.
+        self.settled = False
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         self.outcome = outcome
@@ -220,7 +224,26 @@ LOOK_UP: Any = object()
 
 
 def lookup(rt: ToolRuntime, call: Call) -> Any:
-    if call.override is not None:
-        return call.override
+    """The registration ``call`` runs (the executor's override, or the
+    registry's; ``None``: unknown). The one place a call meets it, so the
+    arguments are settled here, before any phase reads them: a ``null`` for
+    an optional parameter whose schema does not accept ``null`` (what a
+    strict model sends for one it leaves out) is dropped, keyed on the
+    tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`)."""
     execution = call.execution
-    return executable(rt.state, execution.name, execution.agent, execution.tool_set)
+    registration = (
+        call.override
+        if call.override is not None
+        else executable(rt.state, execution.name, execution.agent, execution.tool_set)
+    )
+    if registration is not None and not call.settled:
+        call.settled = True
+        arguments = execution.arguments
+        if type(arguments) is FrozenDict:
+            checked = registration if call.override is not None else registration.checked
+            plan = absent_null_plan(checked.parameter_validator.schema)
+            if plan is not None:
+                settled = plan.apply(arguments)
+                if settled is not arguments:
+                    execution._settle_arguments(settled)
+    return registration
