@@ -171,7 +171,7 @@ def _compile_problem(plain: Any, message: str) -> str:
     ]
     if missing is not None:
         uri = missing.group(1)
-        where = next((path for path, ref in refs if ref and uri.endswith(ref.split("#", 1)[0] or ref)), "schema")
+        where = next((path for path, ref in refs if ref and _names(uri, ref)), "schema")
         shown = next((ref for path, ref in refs if path == where), uri)
         return (
             f"{where}: remote reference {quote(shown)} is not supported; only references "
@@ -185,6 +185,16 @@ def _compile_problem(plain: Any, message: str) -> str:
         )
         return f"{where}: reference {quote(shown)} does not resolve within the schema"
     return f"schema: {message}"
+
+
+def _names(uri: str, ref: str) -> bool:
+    """Whether the unresolvable ``uri`` jsonschema-rs reports is ``ref``
+    (the reference as written, possibly relative to a base)."""
+    document, _, fragment = ref.partition("#")
+    uri_document, _, uri_fragment = uri.partition("#")
+    if not document:
+        return False
+    return uri_document.endswith(document) and (not fragment or uri_fragment == fragment)
 
 
 @final

@@ -119,7 +119,7 @@ def test_values_are_judged_by_exact_json_types() -> None:
     ("schema", "problem"),
     [
         ({"$ref": "https://example.com/s.json"}, 'remote reference "https://example.com/s.json" is not supported'),
-        ({"$ref": "other.json#/x"}, 'remote reference "other.json#/x" is not supported'),
+        ({"$ref": "other.json#/x"}, 'schema["$ref"]: remote reference "other.json#/x" is not supported'),
         ({"$ref": "#/$defs/missing"}, 'reference "#/$defs/missing" does not resolve within the schema'),
         ({"$ref": "#nowhere"}, 'schema["$ref"]: reference "#nowhere" does not resolve within the schema'),
         (
