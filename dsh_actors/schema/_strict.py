@@ -279,29 +279,40 @@ class AbsentNullPlan:
 
     def apply(self, value: Any) -> Any:
         """``value`` without the nulls this plan drops (``value`` itself when
-        there are none). Frozen values stay frozen."""
-        if isinstance(value, Mapping):
-            changed = False
-            out: dict[str, Any] = {}
+        there are none: the common case only reads). Frozen values stay
+        frozen."""
+        kind = type(value)
+        if (
+            kind is FrozenDict
+            or kind is dict
+            or (kind is not tuple and kind is not list and isinstance(value, Mapping))
+        ):
+            drop = self.drop
+            properties = self.properties
+            if not properties:  # a flat plan: only a null can change anything
+                return self._rebuilt(value) if None in value.values() and not drop.isdisjoint(value) else value
             for key, item in value.items():
-                if item is None and key in self.drop:
-                    changed = True
-                    continue
-                sub = self.properties.get(key)
-                if sub is not None and item is not None:
-                    new = sub.apply(item)
-                    changed = changed or new is not item
-                    item = new
-                out[key] = item
-            if not changed:
-                return value
-            return FrozenDict(out) if type(value) is FrozenDict else out
-        if self.items is not None and isinstance(value, (list, tuple)):
+                if item is None:
+                    if key in drop:
+                        return self._rebuilt(value)
+                elif key in properties and properties[key].apply(item) is not item:
+                    return self._rebuilt(value)
+            return value
+        if self.items is not None and (kind is tuple or kind is list):
             items = [self.items.apply(item) for item in value]
             if all(new is old for new, old in zip(items, value, strict=True)):
                 return value
             return tuple(items) if type(value) is tuple else items
         return value
+
+    def _rebuilt(self, value: Mapping[str, Any]) -> Any:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if item is None and key in self.drop:
+                continue
+            sub = self.properties.get(key)
+            out[key] = sub.apply(item) if sub is not None and item is not None else item
+        return FrozenDict(out) if type(value) is FrozenDict else out
 
 
 _CACHE_LIMIT: Final = 1024

@@ -13,8 +13,9 @@ from openai.types.responses import FunctionToolParam
 from pydantic import BaseModel, Field
 
 from dsh_actors import ToolBatchInput, ToolCall, ToolDefinition, ToolOutput, ToolRuntime, define_tool, text
+from dsh_actors.json import FrozenDict, materialize
 from dsh_actors.providers import openai, openai_responses
-from dsh_actors.schema import strict_json_schema
+from dsh_actors.schema import absent_null_plan, strict_json_schema
 
 from .helpers import validate
 
@@ -207,3 +208,25 @@ def test_a_recursive_schema_is_strict_with_its_reference_kept() -> None:
     strict = strict_json_schema(tree)
     assert strict is not None
     assert strict["properties"]["children"] == {"type": ["array", "null"], "items": {"$ref": "#"}}
+
+
+def test_the_plan_follows_array_items_and_keeps_frozen_values_frozen() -> None:
+    schema = materialize(
+        {
+            "type": "object",
+            "properties": {
+                "rows": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"k": {"type": "string"}, "n": {"type": "integer"}}},
+                }
+            },
+            "required": ["rows"],
+        }
+    )
+    plan = absent_null_plan(schema)
+    assert plan is not None
+    value = materialize({"rows": [{"k": "a", "n": None}, {"k": None}]})
+    settled = plan.apply(value)
+    assert settled == {"rows": ({"k": "a"}, {})} and type(settled) is FrozenDict
+    untouched = materialize({"rows": [{"k": "a"}]})
+    assert plan.apply(untouched) is untouched
