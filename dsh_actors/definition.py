@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast
@@ -268,7 +269,7 @@ class ToolDefinition:
     root's ``$schema`` says so: ``anyOf``, ``minimum``, ``format``, local
     ``$defs``/``$ref``...), compiled once at registration by
     :func:`~dsh_actors.schema.compile_full_json_schema` (the subset's fast
-    validator when a schema happens to fit it, jsonschema otherwise; remote
+    validator when a schema happens to fit it, jsonschema-rs otherwise; remote
     references are refused). ``parameters`` must still declare a root
     ``"type": "object"``. The runtime then enforces both schemas: the
     definition's callbacks are wrapped at construction the way
@@ -389,10 +390,21 @@ def _timeout_problem(timeout_ms: object) -> str | None:
     return f"timeout_ms must be a positive finite number (got {_shown(timeout_ms)})"
 
 
+TOOL_NAME_RULE: Final = "^[a-zA-Z0-9_-]{1,64}$"
+"""The tool names registration accepts: what the OpenAI and Anthropic APIs
+accept (1 to 64 ASCII letters, digits, ``_`` and ``-``)."""
+_TOOL_NAME_RE: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}", re.ASCII)
+
+
 def _name_problem(name: object) -> str | None:
-    if type(name) is str and name:
-        return None
-    return f"name must be a non-empty str (got {_shown(name)})"
+    if type(name) is not str or not name:
+        return f"name must be a non-empty str (got {_shown(name)})"
+    if _TOOL_NAME_RE.fullmatch(name) is None:
+        return (
+            f"name {_shown(name)} does not match {TOOL_NAME_RULE} (1 to 64 ASCII letters, digits, "
+            "'_' or '-': what the model APIs accept); rename the tool, e.g. with '_' for other characters"
+        )
+    return None
 
 
 def _execute_problem(execute: object) -> str | None:
@@ -478,7 +490,7 @@ def validate_definition(defn: object) -> CheckedDefinition:
 
     Rejects (all problems at once, joined with ``"; "``, in one
     :class:`RegistrationError` naming the tool): something that is not a
-    :class:`ToolDefinition`; a name that is not a non-empty str; a
+    :class:`ToolDefinition`; a name that is not a non-empty str matching ``TOOL_NAME_RULE``; a
     description that is not a str; a missing ``output``, one that is not a
     :class:`ToolOutput`, a ``render`` or a ``presentation_meta`` that is
     neither callable nor ``None``; an output schema outside the enforced

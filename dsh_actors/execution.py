@@ -205,6 +205,14 @@ class ToolExecution:
         _set_mutable_signal(self, False)
         _set_frozen(self, True)
 
+    def _settle_arguments(self, arguments: Any) -> None:
+        """The pipeline's one rewrite of ``arguments``: when the call meets
+        its registration, before any phase, listener or classifier reads
+        them (a strict model's ``null`` for an optional parameter dropped)."""
+        if self._frozen:
+            raise AttributeError("the execution is frozen")
+        _set_arguments(self, arguments)
+
     def __repr__(self) -> str:
         return f"<ToolExecution {self.name} call_id={self.call_id!r}>"
 

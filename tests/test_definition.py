@@ -518,3 +518,18 @@ def test_define_tool_takes_exactly_the_documented_keyword_arguments() -> None:
         "meta",
     ]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in inspect.signature(define_tool).parameters.values())
+
+
+@pytest.mark.parametrize("name", ["my tool", "café", "notes.read", "a" * 65, "tab\there"])
+def test_registration_refuses_a_name_the_model_apis_refuse_and_names_the_rule(rt: Any, name: str) -> None:
+    with pytest.raises(RegistrationError) as caught:
+        rt.tools.register(raw_tool(name=name))
+    assert "does not match ^[a-zA-Z0-9_-]{1,64}$" in caught.value.message
+    assert rt.tools.get(name) is None
+
+
+@pytest.mark.parametrize("name", ["a", "read_file", "web-search", "A1_b-2", "a" * 64])
+def test_registration_accepts_every_name_the_model_apis_accept(rt: Any, name: str) -> None:
+    dispose = rt.tools.register(raw_tool(name=name))
+    assert rt.tools.get(name) is not None
+    dispose()

@@ -14,9 +14,17 @@ disposer that withdraws them again::
 
 How a tool maps:
 
+* The tool is registered as ``prefix + name`` when that fits
+  ``TOOL_NAME_RULE`` (``^[a-zA-Z0-9_-]{1,64}$``, what the model APIs
+  accept). Otherwise every other character becomes ``_`` (``notes.read``
+  is offered as ``notes_read``); a result longer than 64 characters, or
+  one that another tool of the listing also maps to, is cut and ends in
+  ``_`` and 8 hex digits of a hash of the full name (stable across runs).
+  The server is always called with its own name, which
+  ``meta["mcp"]["tool"]["name"]`` keeps.
 * ``inputSchema`` / ``outputSchema`` are the definition's ``parameters`` /
   ``output.schema`` in full schema mode (``ToolDefinition.schema_mode``):
-  enforced with jsonschema where the subset does not suffice, so real
+  enforced by the full-mode validator where the subset does not suffice, so real
   schemas (pydantic's ``anyOf`` for ``Optional``, ``minimum``, ``$defs``)
   register and are checked. Invalid arguments fail ``INVALID_ARGS``
   without reaching the server.

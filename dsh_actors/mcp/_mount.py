@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import hashlib
+import re
 import threading
 import weakref
 from collections.abc import Coroutine, Mapping
@@ -38,6 +40,11 @@ _MAX_PAGES: Final = 1000
 #: While a cancelled call waits for the SDK, how often it checks that the
 #: session's loop still runs (a stopped loop would never finish the call).
 _LOOP_CHECK_S: Final = 0.5
+#: The names registration accepts (``TOOL_NAME_RULE``), and what is replaced.
+_NAME_RE: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}", re.ASCII)
+_OTHER_RE: Final = re.compile(r"[^a-zA-Z0-9_-]", re.ASCII)
+#: Hex digits of the hash that keeps a cut or colliding name apart.
+_SUFFIX_LEN: Final = 8
 #: A request the session's loop has not started after this long is logged
 #: (the loop is blocked, typically by a blocking execute on its own thread).
 _STALL_S: Final = 5.0
@@ -164,12 +171,13 @@ class _Mount:
     def _build_all(self, tools: list[types.Tool]) -> tuple[dict[str, tuple[bytes, ToolDefinition]], list[str]]:
         built: dict[str, tuple[bytes, ToolDefinition]] = {}
         problems: list[str] = []
+        names = _registered_names(self.prefix, [tool.name for tool in tools])
         for tool in tools:
             if tool.name in built:
                 problems.append(f"the server lists tool {tool.name!r} twice")
                 continue
             try:
-                definition = self._definition(tool)
+                definition = self._definition(tool, names[tool.name])
                 validate_definition(definition)
             except DshError as err:
                 problems.append(err.message)
@@ -177,7 +185,7 @@ class _Mount:
             built[tool.name] = (_fingerprint(tool), definition)
         return built, problems
 
-    def _definition(self, tool: types.Tool) -> ToolDefinition:
+    def _definition(self, tool: types.Tool, registered: str) -> ToolDefinition:
         name = tool.name
         annotations = tool.annotations
         read_only = annotations is not None and annotations.read_only_hint is True
@@ -187,13 +195,13 @@ class _Mount:
         wire = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         async def execute(args: Any, ctx: ToolRunContext) -> Any:
-            return await self.call(name, output_schema is not None, args, ctx)
+            return await self.call(name, registered, output_schema is not None, args, ctx)
 
         def present_call(args: Any) -> ToolCallView:
             return GenericCallView(title=title, raw_input=args)
 
         return ToolDefinition(
-            name=self.prefix + name,
+            name=registered,
             description=tool.description or "",
             parameters=tool.input_schema,
             output=ToolOutput(schema={} if output_schema is None else output_schema, render=_render),
@@ -314,9 +322,10 @@ class _Mount:
 
     # -- calling ------------------------------------------------------------
 
-    async def call(self, name: str, structured: bool, args: Any, ctx: ToolRunContext) -> Any:
-        """The body of every mounted tool: call ``name`` on the session's loop,
-        map the result (module docstring of :mod:`dsh_actors.mcp`)."""
+    async def call(self, name: str, registered: str, structured: bool, args: Any, ctx: ToolRunContext) -> Any:
+        """The body of every mounted tool: call ``name`` (the server's own
+        name for it) on the session's loop, map the result (module docstring
+        of :mod:`dsh_actors.mcp`); errors name the tool as ``registered``."""
         if self._closed is not None:
             raise McpConnectionError(self.server, self._closed)
         request = self._request(name, thaw(args), _request_meta(), _progress_to(ctx))
@@ -324,7 +333,7 @@ class _Mount:
             result = await self._here(request, ctx)
         else:
             result = await self._on_session_loop(request, ctx)
-        return self._value(name, structured, result, ctx)
+        return self._value(registered, structured, result, ctx)
 
     async def _request(
         self, name: str, arguments: Any, meta: dict[str, Any] | None, progress: Any
@@ -479,11 +488,11 @@ class _Mount:
     def _value(self, name: str, structured: bool, result: types.CallToolResult, ctx: ToolRunContext) -> Any:
         content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         if result.is_error:
-            raise McpToolError(self.prefix + name, error_text(content))
+            raise McpToolError(name, error_text(content))
         if result.structured_content is None:
             if structured:
                 raise ToolOutputError(
-                    self.prefix + name,
+                    name,
                     ['"value" is missing: the tool declares an outputSchema but returned no structuredContent'],
                 )
             return content
@@ -500,6 +509,41 @@ class _Mount:
         if blocks is None or result.is_error:
             return None
         return blocks
+
+
+def _fits(name: str) -> bool:
+    return _NAME_RE.fullmatch(name) is not None
+
+
+def _suffixed(text: str, full: str) -> str:
+    """``text`` cut to leave room for ``_`` and a hash of ``full`` (stable
+    across processes and re-listings)."""
+    digest = hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:_SUFFIX_LEN]
+    return f"{text[: 64 - _SUFFIX_LEN - 1]}_{digest}"
+
+
+def _registered_names(prefix: str, names: list[str]) -> dict[str, str]:
+    """The name each listed tool is registered under: ``prefix + name`` when
+    that fits ``TOOL_NAME_RULE``; otherwise every other character replaced
+    by ``_`` (``notes.read`` -> ``notes_read``) and, when that is longer than
+    64 characters or is also another tool's name, cut and given a short hash
+    of the full name as a suffix."""
+    out: dict[str, str] = {}
+    taken = {prefix + name for name in names if _fits(prefix + name)}
+    mapped: dict[str, list[str]] = {}
+    for name in names:
+        full = prefix + name
+        if _fits(full):
+            out[name] = full
+            continue
+        cleaned = _OTHER_RE.sub("_", full) or "_"
+        out[name] = cleaned if len(cleaned) <= 64 else _suffixed(cleaned, full)
+        mapped.setdefault(out[name], []).append(name)
+    for candidate, sources in mapped.items():
+        if len(sources) > 1 or candidate in taken:
+            for name in sources:
+                out[name] = _suffixed(_OTHER_RE.sub("_", prefix + name), prefix + name)
+    return out
 
 
 def _safe(args: Any) -> bool:

@@ -17,11 +17,12 @@ from ..errors import (
     ToolNotFoundError,
 )
 from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput
-from ..json import materialize
+from ..json import FrozenDict, materialize
 from ..model import (
     ToolExecutionResult,
     UserMessage,
 )
+from ..schema import absent_null_plan
 from ..signals import AbortSignal
 from ..visibility import executable
 from .results import (
@@ -74,6 +75,7 @@ class Call:
         "seen_generation",
         "seen_listeners",
         "context",
+        "arguments_settled",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -128,6 +130,8 @@ class Call:
         # The caller's contextvars, copied for this call: every hook of the
         # call runs in it (the stage functions enter it; see in_context).
         self.context: contextvars.Context = _EMPTY_CONTEXT
+        # Whether lookup() settled the arguments against the registration.
+        self.arguments_settled = False
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         """Decided without dispatch (denied, aborted, bad arguments): RESOLVED."""
@@ -296,10 +300,29 @@ def stale(rt: ToolRuntime, call: Call) -> bool:
 
 
 def lookup(rt: ToolRuntime, call: Call) -> Any:
-    if call.override is not None:
-        return call.override
+    """The registration ``call`` runs (the executor's override, or the
+    registry's; ``None``: unknown). The one place a call meets it, so the
+    arguments are settled here, before any phase reads them: a ``null`` for
+    an optional parameter whose schema does not accept ``null`` (what a
+    strict model sends for one it leaves out) is dropped, keyed on the
+    tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`)."""
     execution = call.execution
-    return executable(rt.state, execution.name, execution.agent, execution.tool_set)
+    registration = (
+        call.override
+        if call.override is not None
+        else executable(rt.state, execution.name, execution.agent, execution.tool_set)
+    )
+    if registration is not None and not call.arguments_settled:
+        call.arguments_settled = True
+        arguments = execution.arguments
+        if type(arguments) is FrozenDict:
+            checked = registration if call.override is not None else registration.checked
+            plan = absent_null_plan(checked.parameter_validator.schema)
+            if plan is not None:
+                settled = plan.apply(arguments)
+                if settled is not arguments:
+                    execution._settle_arguments(settled)
+    return registration
 
 
 _Stage = TypeVar("_Stage", bound=Callable[..., Any])

@@ -19,6 +19,7 @@ from ..model import (
     ToolExecutionSuccess,
 )
 from ..registry.service import ToolsService
+from ..schema import strict_json_schema
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Agent
@@ -230,3 +231,10 @@ def model_input(rt: Any, agent: Agent | None, tool_set: ResolvedToolSet | None) 
     if not isinstance(service, ToolsService):
         raise TypeError(f"tools() takes a ToolRuntime (or its rt.tools), not {type(rt).__qualname__}")
     return service.model_tools(agent, tool_set)
+
+
+def strict_parameters(parameters: Any) -> tuple[Any, bool]:
+    """``parameters`` in OpenAI's strict form and ``True``, or as they are
+    and ``False`` when they cannot be made strict."""
+    strict = strict_json_schema(parameters)
+    return (parameters, False) if strict is None else (strict, True)

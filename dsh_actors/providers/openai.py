@@ -17,6 +17,12 @@
 * :func:`tools` gives the ``tools`` request parameter: ``{"type":
   "function", "function": {"name", "description", "parameters"}}`` for
   each tool the agent's executor offers (under PTC, only ``run_code``).
+  With ``strict=True`` each tool whose schema can be made strict is sent
+  with ``"strict": true`` and its parameters in the strict form
+  (:func:`dsh_actors.schema.strict_json_schema`: every object closed,
+  every property required, the optional ones nullable); any other with
+  ``"strict": false``. The ``null`` a strict model then sends for an
+  optional parameter is read as absent by the pipeline.
 
 Content: one text block becomes a string; several become text parts.
 Images become ``image_url`` parts with a ``data:`` URL; an image of a type
@@ -44,6 +50,7 @@ from ._common import (
     model_content,
     model_input,
     results_of,
+    strict_parameters,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,22 +152,25 @@ def results(batch_result: ToolBatchResult) -> Results:
     return results_of(batch, messages)
 
 
-def tools(rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> list[dict[str, Any]]:
+def tools(
+    rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None, *, strict: bool = False
+) -> list[dict[str, Any]]:
     """The ``tools`` parameter for ``agent``'s next request: what its
     executor offers (``rt.tools.model_tools(agent, tool_set)``), as
     Chat Completions function tools. ``rt`` is the runtime (or a
-    ``ToolsService``)."""
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": schema["name"],
-                "description": schema["description"],
-                "parameters": schema["parameters"],
-            },
+    ``ToolsService``). ``strict``: strict function calling for every tool
+    whose schema allows it (module docstring)."""
+    out: list[dict[str, Any]] = []
+    for schema in model_input(rt, agent, tool_set).schemas:
+        function: dict[str, Any] = {
+            "name": schema["name"],
+            "description": schema["description"],
+            "parameters": schema["parameters"],
         }
-        for schema in model_input(rt, agent, tool_set).schemas
-    ]
+        if strict:
+            function["parameters"], function["strict"] = strict_parameters(schema["parameters"])
+        out.append({"type": "function", "function": function})
+    return out
 
 
 def _text_content(texts: list[str]) -> str | list[dict[str, Any]]:

@@ -19,9 +19,13 @@ items out.
   (reasoning items included, as the API asks).
 * :func:`tools` gives the ``tools`` parameter: ``{"type": "function",
   "name", "description", "parameters", "strict": false}`` per tool the
-  agent's executor offers (under PTC, only ``run_code``). ``strict`` is
-  off: strict mode needs every property required and every object closed,
-  which the tools' schemas do not promise.
+  agent's executor offers (under PTC, only ``run_code``). With
+  ``strict=True`` each tool whose schema can be made strict is sent with
+  ``"strict": true`` and its parameters in the strict form
+  (:func:`dsh_actors.schema.strict_json_schema`: every object closed,
+  every property required, the optional ones nullable); any other stays
+  ``"strict": false``. The ``null`` a strict model then sends for an
+  optional parameter is read as absent by the pipeline.
 
 Content: an output that is one text block is a string; otherwise a list of
 ``input_text`` and ``input_image`` parts (a ``function_call_output`` takes
@@ -51,6 +55,7 @@ from ._common import (
     model_content,
     model_input,
     results_of,
+    strict_parameters,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -133,20 +138,27 @@ def results(batch_result: ToolBatchResult) -> Results:
     return results_of(batch, items)
 
 
-def tools(rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> list[dict[str, Any]]:
+def tools(
+    rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None, *, strict: bool = False
+) -> list[dict[str, Any]]:
     """The ``tools`` parameter for ``agent``'s next request: what its
     executor offers (``rt.tools.model_tools(agent, tool_set)``), as
-    Responses function tools. ``rt`` is the runtime (or a ``ToolsService``)."""
-    return [
-        {
-            "type": "function",
-            "name": schema["name"],
-            "description": schema["description"],
-            "parameters": schema["parameters"],
-            "strict": False,
-        }
-        for schema in model_input(rt, agent, tool_set).schemas
-    ]
+    Responses function tools. ``rt`` is the runtime (or a ``ToolsService``).
+    ``strict``: strict function calling for every tool whose schema allows
+    it (module docstring)."""
+    out: list[dict[str, Any]] = []
+    for schema in model_input(rt, agent, tool_set).schemas:
+        parameters, is_strict = strict_parameters(schema["parameters"]) if strict else (schema["parameters"], False)
+        out.append(
+            {
+                "type": "function",
+                "name": schema["name"],
+                "description": schema["description"],
+                "parameters": parameters,
+                "strict": is_strict,
+            }
+        )
+    return out
 
 
 def _parts(blocks: Iterable[ContentBlock], what: str) -> list[dict[str, Any]]:

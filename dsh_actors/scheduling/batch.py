@@ -63,7 +63,7 @@ from ..pipeline.stages import (
 )
 from ..session import call_event, result_event
 from ..signals import AbortController, AbortSignal
-from ..visibility import definition_mode, executable, has_guards
+from ..visibility import definition_mode, has_guards
 from .inbox import RUNNING, BatchInbox
 from .messages import BodyEnded, Deadline, Reply, Returned, Settled, Wake
 from .pool import WorkMailbox
@@ -592,11 +592,12 @@ class BatchRun:
         if call.phase is CallPhase.RESOLVED:
             return "parallel", LOOK_UP  # it will not dispatch: no reason to hold others back
         execution = call.execution
-        if call.override is not None:
-            return definition_mode(call.override.definition, execution.arguments), LOOK_UP
         try:
-            # What registry.execution_mode does, keeping the lookup.
-            registration = executable(self.rt.state, execution.name, execution.agent, execution.tool_set)
+            # What registry.execution_mode does, keeping the lookup (the
+            # pipeline's, which settles the arguments first).
+            registration = lookup(self.rt, call)
+            if call.override is not None:
+                return definition_mode(call.override.definition, execution.arguments), LOOK_UP
             if registration is None:
                 return "exclusive", registration
             return definition_mode(registration.definition, execution.arguments), registration

@@ -11,9 +11,12 @@ the author DSL (``docs/reference.md``, section 3).
   :func:`validate_args` are the one-call forms.
 * :func:`compile_full_json_schema` (and :func:`check_full_json_schema`)
   is full mode, for raw definitions with ``schema_mode="full"``: any Draft
-  2020-12 / draft-07 schema enforced by jsonschema (local references only,
-  formats asserted), or the subset's validator when the schema fits the
+  2020-12 / draft-07 schema enforced by jsonschema-rs (references within
+  the schema only, formats asserted), or the subset's validator when the schema fits the
   subset. :class:`FullJsonSchema` has ``CompiledJsonSchema``'s interface.
+* :func:`strict_json_schema` gives a parameter schema in OpenAI's strict
+  form (or ``None``), and :func:`absent_null_plan` what the pipeline drops
+  so that a strict model's ``null`` for an optional parameter is absent.
 * A root ``"$schema"`` naming Draft 2020-12 or draft-07 is accepted as an
   annotation by both.
 * :func:`value_schema_spec_to_json_schema` and
@@ -63,6 +66,7 @@ from ._dsl import (
     value_schema_spec_to_json_schema,
 )
 from ._full import FullJsonSchema, SchemaValidator, check_full_json_schema, compile_full_json_schema
+from ._strict import STRICT_FORMATS, STRICT_KEYWORDS, AbsentNullPlan, absent_null_plan, strict_json_schema
 from ._subset import assert_object_json_schema, assert_supported_json_schema
 
 JsonSchemaNode = Mapping[str, Any]
@@ -70,18 +74,23 @@ JsonSchemaNode = Mapping[str, Any]
 :func:`assert_supported_json_schema`)."""
 
 __all__ = [
+    "STRICT_FORMATS",
+    "STRICT_KEYWORDS",
+    "AbsentNullPlan",
     "CompiledJsonSchema",
     "FullJsonSchema",
     "JsonSchemaNode",
     "ParameterSchemaSpec",
     "SchemaValidator",
     "ValueSchemaSpec",
+    "absent_null_plan",
     "assert_object_json_schema",
     "assert_supported_json_schema",
     "check_full_json_schema",
     "compile_full_json_schema",
     "compile_json_schema",
     "parameter_schema_spec_to_json_schema",
+    "strict_json_schema",
     "validate_args",
     "validate_json_schema_value",
     "value_schema_spec_to_json_schema",

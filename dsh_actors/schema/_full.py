@@ -1,55 +1,57 @@
-"""Full enforcement: any Draft 2020-12 (or draft-07) schema, checked by jsonschema.
+"""Full enforcement: any Draft 2020-12 (or draft-07) schema, checked by jsonschema-rs.
 
 Raw definitions opt in with ``ToolDefinition(schema_mode="full")``, and
 :mod:`dsh_actors.mcp` does so for the tools it mounts. Their
 schemas may use every keyword of the dialect (``anyOf``, ``minimum``,
-``pattern``, ``format``, ``$defs``/``$ref``...). The schema is compiled once,
+``pattern``, ``format``, ``$defs``/``$ref``, ``$id``, ``$anchor``,
+``$dynamicRef``...). The schema is compiled once,
 by :func:`compile_full_json_schema`, into a validator with the interface of
 :class:`~dsh_actors.schema.CompiledJsonSchema` (``schema``, ``is_valid``,
 ``validate``). A schema that the enforced subset already covers compiles to
 the subset's fast validator, which gives the same verdicts (the differential
-test pins that). Only schemas outside the subset pay for jsonschema.
+test pins that). Any other schema is compiled by jsonschema-rs (a validator
+written in Rust; about a microsecond per call for a pydantic-shaped schema).
 
 What registration refuses, every problem listed with its path from
-``schema``:
+``schema`` where it has one:
 
 * a schema that is not lossless JSON (docs/reference.md, section 2);
 * a root ``$schema`` naming another dialect (:mod:`._dialect`);
-* a schema the dialect's meta-schema rejects;
-* a reference (``$ref``, ``$dynamicRef``) that is not local (anything but a
-  fragment: ``#``, ``#/$defs/x``, ``#anchor``), or a local one that does not
-  resolve. Nothing is ever fetched;
-* an ``$id`` below the root (an embedded resource would move the base of the
-  references under it);
-* a standard ``format`` this process cannot assert (:mod:`._formats`);
+* a schema the dialect's meta-schema rejects (checked by jsonschema, which
+  lists every problem);
+* a reference (``$ref``, ``$dynamicRef``) that does not resolve within the
+  schema: a remote one (nothing is ever fetched) or a local one that points
+  nowhere. References resolve against the root's and embedded resources'
+  ``$id`` as the specification says (``$anchor``, relative references);
+* a ``pattern`` or ``format: "regex"`` value the validator cannot compile,
+  and anything else it refuses to compile;
 * with ``object_root``, a root that does not declare ``"type": "object"``.
+
+Every format the specification defines is asserted (a format it does not
+define, such as ``"password"``, is an annotation, as Draft 2020-12 requires).
 
 Values are checked with exact JSON types, as in the subset: ``True`` is not
 a number, ``1.0`` is an integer, tuples are arrays, frozen mappings are
 objects. Violations name their path from ``value``, and the common keywords
-use the subset's words (see :mod:`dsh_actors.schema`). A value nested too
-deeply for the recursive jsonschema validator gives a violation, never a
-``RecursionError``.
+use the subset's words (see :mod:`dsh_actors.schema`). A value nested deeper
+than lossless JSON allows (``MAX_JSON_DEPTH``) is a violation, never handed
+to the validator.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
-from urllib.parse import urlsplit
 
-from jsonschema import Draft7Validator, Draft202012Validator, ValidationError, validators
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT7, DRAFT202012
+import jsonschema_rs
+from jsonschema import Draft7Validator, Draft202012Validator
 
 from ..errors import JsonSchemaError, LosslessJsonError
 from ..json import FrozenDict, dumps, materialize, thaw
 from ._compile import CompiledJsonSchema, compile_json_schema
 from ._dialect import DIALECTS, dialect_of, dialect_problem
-from ._formats import STANDARD_FORMATS, format_checker, unchecked_standard_formats
 from ._paths import child_path, index_path, json_text, quote
 from ._subset import check_json_schema, json_kind
 
@@ -74,73 +76,25 @@ _TYPE_WORDS: Final = {
 _DATA_KEYWORDS: Final = frozenset({"const", "enum", "default", "examples"})
 # Keywords whose values map names to schemas (a "$ref" key there is a name).
 _NAMED_SCHEMAS: Final = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+_REFS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 
-
-def _is_object(checker: Any, value: Any) -> bool:
-    return type(value) is dict or type(value) is FrozenDict
-
-
-def _is_array(checker: Any, value: Any) -> bool:
-    return type(value) is list or type(value) is tuple
-
-
-def _is_integer(checker: Any, value: Any) -> bool:
-    t = type(value)
-    return t is int or (t is float and value.is_integer())
-
-
-def _is_number(checker: Any, value: Any) -> bool:
-    return type(value) is int or type(value) is float
-
-
-def _is_string(checker: Any, value: Any) -> bool:
-    return type(value) is str
-
-
-def _is_boolean(checker: Any, value: Any) -> bool:
-    return type(value) is bool
-
-
-def _is_null(checker: Any, value: Any) -> bool:
-    return value is None
-
-
-def _exact(base: Any) -> Any:
-    checker = base.TYPE_CHECKER.redefine_many(
-        {
-            "object": _is_object,
-            "array": _is_array,
-            "integer": _is_integer,
-            "number": _is_number,
-            "string": _is_string,
-            "boolean": _is_boolean,
-            "null": _is_null,
-        }
-    )
-    return validators.extend(base, type_checker=checker)
-
-
-_VALIDATORS: Final = {"2020-12": _exact(Draft202012Validator), "draft-07": _exact(Draft7Validator)}
 _META: Final = {"2020-12": Draft202012Validator, "draft-07": Draft7Validator}
-_SPECS: Final = {"2020-12": DRAFT202012, "draft-07": DRAFT7}
+_DRAFTS: Final = {"2020-12": jsonschema_rs.Draft202012, "draft-07": jsonschema_rs.Draft7}
+
+_MISSING_RESOURCE: Final = re.compile(r"Resource '(.*?)' is not present in a registry")
+_MISSING_POINTER: Final = re.compile(r"(?:Pointer|Anchor) '(.*?)' does not exist")
 
 
-def _schema_path(parts: Sequence[object]) -> str:
-    path = "schema"
-    for part in parts:
-        path = index_path(path, part) if type(part) is int else child_path(path, str(part))
-    return path
-
-
-def _value_path(root: str, parts: Iterator[object] | Sequence[object]) -> str:
+def _path(root: str, parts: Sequence[object]) -> str:
     path = root
     for part in parts:
         path = index_path(path, part) if type(part) is int else child_path(path, str(part))
     return path
 
 
-def _walk(schema: Any) -> Iterator[tuple[Any, list[object]]]:
+def _walk(schema: Any) -> list[tuple[Any, list[object]]]:
     """Every schema node (a mapping) with its path, without recursion."""
+    out: list[tuple[Any, list[object]]] = []
     stack: list[tuple[Any, list[object]]] = [(schema, [])]
     while stack:
         node, parts = stack.pop()
@@ -149,7 +103,7 @@ def _walk(schema: Any) -> Iterator[tuple[Any, list[object]]]:
                 for i, item in enumerate(node):
                     stack.append((item, [*parts, i]))
             continue
-        yield node, parts
+        out.append((node, parts))
         for key, sub in node.items():
             if key in _DATA_KEYWORDS:
                 continue
@@ -158,6 +112,8 @@ def _walk(schema: Any) -> Iterator[tuple[Any, list[object]]]:
                     stack.append((named, [*parts, key, name]))
             elif isinstance(sub, (Mapping, list)):
                 stack.append((sub, [*parts, key]))
+    out.sort(key=lambda entry: [str(p) for p in entry[1]])
+    return out
 
 
 def check_full_json_schema(schema: object, *, object_root: bool = False) -> list[str]:
@@ -170,137 +126,139 @@ def check_full_json_schema(schema: object, *, object_root: bool = False) -> list
     return _problems(thaw(frozen), object_root)[0]
 
 
-def _problems(plain: Any, object_root: bool) -> tuple[list[str], str]:
+def _problems(plain: Any, object_root: bool) -> tuple[list[str], Any]:
+    """The problems of ``plain`` and, when there are none, its compiled
+    jsonschema-rs validator."""
     out: list[str] = []
     if type(plain) is not dict and type(plain) is not bool:
-        return [f"schema: a schema must be a JSON object or a boolean (got {json_kind(plain)})"], "2020-12"
+        return [f"schema: a schema must be a JSON object or a boolean (got {json_kind(plain)})"], None
     if type(plain) is dict and "$schema" in plain:
         problem = dialect_problem(plain["$schema"])
         if problem is not None:
-            return [f"{child_path('schema', '$schema')}: {problem}"], "2020-12"
+            return [f"{child_path('schema', '$schema')}: {problem}"], None
     dialect = dialect_of(plain)
     meta = _META[dialect]
     meta_validator = meta(meta.META_SCHEMA, format_checker=meta.FORMAT_CHECKER)
     try:
         meta_errors = list(meta_validator.iter_errors(plain))
     except RecursionError:
-        return ["schema: is nested too deeply to check"], dialect
+        return ["schema: is nested too deeply to check"], None
     for error in meta_errors:
-        out.append(f"{_schema_path(list(error.absolute_path))}: {error.message}")
+        out.append(f"{_path('schema', list(error.absolute_path))}: {error.message}")
     if out:
-        return out, dialect
+        return out, None
     if object_root and (type(plain) is not dict or plain.get("type") != "object"):
         shown = json_text(plain.get("type")) if type(plain) is dict and "type" in plain else "no type"
         out.append(f'schema.type: the root must declare "type": "object" (got {shown})')
-    if type(plain) is bool:
-        return out, dialect
-    unchecked = unchecked_standard_formats(dialect)
-    resolver = Registry().with_resource("", _SPECS[dialect].create_resource(plain)).resolver(base_uri="")
-    for node, parts in _walk(plain):
-        if parts and "$id" in node and type(node["$id"]) is str and not node["$id"].startswith("#"):
-            out.append(f"{_schema_path([*parts, '$id'])}: embedded resources ($id below the root) are not supported")
-        fmt = node.get("format")
-        if type(fmt) is str and fmt in unchecked and fmt in STANDARD_FORMATS:
-            out.append(
-                f"{_schema_path([*parts, 'format'])}: format {quote(fmt)} cannot be asserted here "
-                "(its checker needs a package that is not installed)"
-            )
-        for keyword in ("$ref", "$dynamicRef", "$recursiveRef"):
-            ref = node.get(keyword)
-            if type(ref) is not str:
-                continue
-            where = _schema_path([*parts, keyword])
-            split = urlsplit(ref)
-            if split.scheme or split.netloc or split.path or split.query or not ref.startswith("#"):
-                out.append(
-                    f"{where}: remote reference {quote(ref)} is not supported; "
-                    'only local references ("#/$defs/...") are resolved'
-                )
-                continue
-            try:
-                resolver.lookup(ref)
-            except Unresolvable:
-                out.append(f"{where}: reference {quote(ref)} does not resolve within the schema")
-    return out, dialect
+    try:
+        # offline: a reference to anything outside the schema fails here.
+        validator = jsonschema_rs.validator_for(plain, validate_formats=True, offline=True)
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as err:
+        out.append(_compile_problem(plain, str(err).split("\n", 1)[0]))
+        return out, None
+    return out, None if out else validator
 
 
-_FALSE: Final[dict[str, Any]] = {"not": {}}
-_SCHEMA_MAPS: Final = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs", "definitions"})
-_SCHEMA_LISTS: Final = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
+def _compile_problem(plain: Any, message: str) -> str:
+    """A problem naming the schema path of what jsonschema-rs refused to compile."""
+    missing = _MISSING_RESOURCE.search(message)
+    pointer = _MISSING_POINTER.search(message)
+    refs = [
+        (_path("schema", [*parts, keyword]), node[keyword])
+        for node, parts in _walk(plain)
+        for keyword in _REFS
+        if type(node.get(keyword)) is str
+    ]
+    if missing is not None:
+        uri = missing.group(1)
+        where = next((path for path, ref in refs if ref and _names(uri, ref)), "schema")
+        shown = next((ref for path, ref in refs if path == where), uri)
+        return (
+            f"{where}: remote reference {quote(shown)} is not supported; only references "
+            "within the schema (to its own $defs, $id or $anchor) are resolved, nothing is fetched"
+        )
+    if pointer is not None:
+        target = pointer.group(1)
+        where, shown = next(
+            ((path, ref) for path, ref in refs if ref.endswith(target) or ref.endswith("#" + target)),
+            ("schema", target),
+        )
+        return f"{where}: reference {quote(shown)} does not resolve within the schema"
+    return f"schema: {message}"
 
 
-def _no_false_subschemas(schema: Any) -> Any:
-    """``schema`` with each ``false`` subschema under a property (or in a
-    list of branches) written ``{"not": {}}``: the same verdicts, but
-    jsonschema then reports the violation at the value's own path (for a
-    bare ``false`` it leaves the last step out). ``additionalProperties``,
-    ``items`` and the like keep their ``false``: their own messages name
-    the keys. The paths a ``$ref`` points along are unchanged."""
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, sub in schema.items():
-        if key in _DATA_KEYWORDS:
-            out[key] = sub
-        elif key in _SCHEMA_MAPS and isinstance(sub, dict):
-            out[key] = {k: dict(_FALSE) if v is False else _no_false_subschemas(v) for k, v in sub.items()}
-        elif key in _SCHEMA_LISTS and isinstance(sub, list):
-            out[key] = [dict(_FALSE) if v is False else _no_false_subschemas(v) for v in sub]
-        elif isinstance(sub, dict):
-            out[key] = _no_false_subschemas(sub)
-        else:
-            out[key] = sub
-    return out
+def _names(uri: str, ref: str) -> bool:
+    """Whether the unresolvable ``uri`` jsonschema-rs reports is ``ref``
+    (the reference as written, possibly relative to a base)."""
+    document, _, fragment = ref.partition("#")
+    uri_document, _, uri_fragment = uri.partition("#")
+    if not document:
+        return False
+    return uri_document.endswith(document) and (not fragment or uri_fragment == fragment)
 
 
 @final
 class FullJsonSchema:
-    """A schema outside the subset, compiled once into a jsonschema validator
-    (Draft 2020-12, or draft-07 when its root says so) with exact JSON types
-    and asserted formats.
+    """A schema outside the subset, compiled once by jsonschema-rs (Draft
+    2020-12, or draft-07 when its root says so) with exact JSON types and
+    asserted formats.
 
     Same interface as :class:`~dsh_actors.schema.CompiledJsonSchema`:
     ``schema`` is the detached deep-frozen copy, ``is_valid`` the fast
-    check, ``validate`` every violation with its path. Thread-safe (a
-    jsonschema validator keeps no per-call state); compares by content.
+    check, ``validate`` every violation with its path. Thread-safe (the
+    compiled validator keeps no per-call state); compares by content.
     """
 
-    __slots__ = ("schema", "dialect", "_key", "_validator")
+    __slots__ = ("schema", "dialect", "_key", "_plain", "_validator", "_is_valid")
 
     schema: Any
     dialect: str
     _key: str
+    _plain: Any
     _validator: Any
+    _is_valid: Any
 
-    def __init__(self, schema: Any, key: str, plain: Any, dialect: str) -> None:
+    def __init__(self, schema: Any, key: str, plain: Any, dialect: str, validator: Any = None) -> None:
+        if validator is None:
+            validator = jsonschema_rs.validator_for(plain, validate_formats=True, offline=True)
         self.schema = schema
         self.dialect = dialect
         self._key = key
-        self._validator = _VALIDATORS[dialect](_no_false_subschemas(plain), format_checker=format_checker(dialect))
+        self._plain = plain
+        self._validator = validator
+        self._is_valid = validator.is_valid
 
     def is_valid(self, value: Any) -> bool:
-        """Whether ``value`` (lossless JSON) conforms. A value too deeply
-        nested to check does not."""
-        try:
-            return bool(self._validator.is_valid(value))
-        except RecursionError:
-            return False
+        """Whether ``value`` (lossless JSON) conforms. A value that is not
+        lossless JSON (too deep, a NaN...) does not."""
+        # Frozen values are lossless JSON by construction (depth capped);
+        # anything else is checked first, so no value too deep for the
+        # validator's recursion ever reaches it.
+        if type(value) is not FrozenDict:
+            try:
+                value = materialize(value)
+            except LosslessJsonError:
+                return False
+        return bool(self._is_valid(value))
 
     def validate(self, value: Any, path: str = "value") -> list[str]:
         """Every violation of ``value``, each naming its path from ``path``
         (empty: valid). Defaults are never filled in."""
-        try:
-            errors = list(self._validator.iter_errors(value))
-        except RecursionError:
-            return [f'"{path}" is nested too deeply to validate against this schema']
+        if type(value) is not FrozenDict:
+            try:
+                value = materialize(value)
+            except LosslessJsonError as err:
+                return [f'"{path}" is not lossless JSON: {err.message}']
+        if self._is_valid(value):
+            return []
         out: list[str] = []
         seen: set[str] = set()
-        for error in errors:
-            for message in _messages(self._validator, error, path):
+        for error in self._validator.iter_errors(value):
+            for message in _messages(self._plain, error, path):
                 if message not in seen:
                     seen.add(message)
                     out.append(message)
-        return out
+        return out or [f'"{path}" does not match the schema']
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FullJsonSchema):
@@ -322,114 +280,136 @@ def _type_message(expected: Any) -> str:
     return "must be " + (" or ".join(words) if len(words) <= 2 else ", ".join(words[:-1]) + " or " + words[-1])
 
 
-_ANNOTATIONS: Final = frozenset({"title", "description", "default", "examples", "$comment"})
-
-
-def _branch_types(branches: Any) -> list[str] | None:
-    """The types of branches that each say only ``"type": <one type>`` (an
-    ``Optional[int]``'s ``anyOf``), else None."""
-    if not isinstance(branches, Sequence):
-        return None
-    types: list[str] = []
-    for branch in branches:
-        if not isinstance(branch, Mapping) or type(branch.get("type")) is not str:
+def _node_at(plain: Any, parts: Sequence[object]) -> Any:
+    """The schema value at ``parts`` from the root (``None`` when the path
+    does not lead anywhere, as for a keyword inside an embedded resource
+    reached through its ``$id``)."""
+    node = plain
+    for part in parts:
+        if isinstance(node, Mapping) and type(part) is str and part in node:
+            node = node[part]
+        elif isinstance(node, list) and type(part) is int and 0 <= part < len(node):
+            node = node[part]
+        else:
             return None
-        if any(key != "type" and key not in _ANNOTATIONS for key in branch):
-            return None
-        types.append(branch["type"])
-    return types
+    return node
 
 
-def _only_compatible_branch(error: ValidationError) -> list[ValidationError] | None:
-    """The errors of the one failing branch whose type fits the value (its
-    errors include no ``type`` error at the value itself), else None."""
-    here = list(error.absolute_path)
-    by_branch: dict[object, list[ValidationError]] = {}
-    for sub in error.context or ():
-        if sub.relative_schema_path:
-            by_branch.setdefault(sub.relative_schema_path[0], []).append(sub)
-    compatible = [
-        errors
-        for errors in by_branch.values()
-        if not any(e.validator == "type" and list(e.absolute_path) == here for e in errors)
-    ]
-    return compatible[0] if len(compatible) == 1 else None
+def _types_of(plain: Any, error: Any) -> list[str]:
+    """The types a ``type`` error names, in the schema's order when the
+    schema can be looked up."""
+    declared = _node_at(plain, list(error.schema_path))
+    if type(declared) is str:
+        return [declared]
+    if isinstance(declared, list) and all(type(t) is str for t in declared):
+        return list(declared)
+    return [str(t) for t in error.kind.types]
 
 
-def _is_type(validator: Any, instance: Any, json_type: str) -> bool:
-    try:
-        return bool(validator.is_type(instance, json_type))
-    except Exception:  # noqa: BLE001 - an unknown type name
-        return False
+def _is_type_error_at(error: Any, here: list[object]) -> bool:
+    return bool(error.kind.name == "type" and list(error.instance_path) == here)
 
 
-def _count_matches(validator: Any, branches: Sequence[Any], instance: Any) -> int | None:
-    try:
-        return sum(1 for branch in branches if validator.evolve(schema=branch).is_valid(instance))
-    except Exception:  # noqa: BLE001 - a count for the message only
-        return None
-
-
-def _messages(validator: Any, error: ValidationError, root: str) -> list[str]:
-    keyword = error.validator
-    expected: Any = error.validator_value
-    instance = error.instance
-    path = _value_path(root, error.absolute_path)
-    if keyword == "type":
-        return [f'"{path}" {_type_message(expected)}']
-    if keyword == "required" and isinstance(instance, Mapping):
-        return [f'missing required property "{child_path(path, name)}"' for name in expected if name not in instance]
-    if keyword == "additionalProperties" and expected is False and isinstance(instance, Mapping):
-        parent = error.schema if isinstance(error.schema, Mapping) else {}
-        declared = parent.get("properties", {})
-        patterns = parent.get("patternProperties", {})
-        extras = [key for key in instance if key not in declared and not any(re.search(p, key) for p in patterns)]
-        return [f'"{child_path(path, key)}" is not a declared property (additionalProperties: false)' for key in extras]
-    if keyword == "enum":
-        return [f'"{path}" must be one of {_shown(expected)}']
-    if keyword == "const":
-        return [f'"{path}" must be {_shown(expected)}']
-    if keyword in ("anyOf", "oneOf") and error.context:
-        # No branch matched. When exactly one branch is of the value's type
-        # (an Optional[X]'s X), its own violations say what is wrong.
-        chosen = _only_compatible_branch(error)
-        if chosen is not None:
-            out: list[str] = []
-            for sub in chosen:
-                out.extend(_messages(validator, sub, root))
-            return out
-        types = _branch_types(expected)
-        if types is not None and not any(_is_type(validator, instance, t) for t in types):
-            return [f'"{path}" {_type_message(types)}']
-    if keyword == "oneOf":
-        matched = 0 if error.context else _count_matches(validator, expected, instance)
-        count = "more than one" if matched is None else str(matched)
+def _branches(plain: Any, error: Any, keyword: str, root: str) -> list[str]:
+    """The messages of an ``anyOf`` / ``oneOf`` that no branch matched."""
+    path = _path(root, list(error.instance_path))
+    here = list(error.instance_path)
+    branches: list[list[Any]] = [list(branch) for branch in error.kind.context]
+    matched = sum(1 for branch in branches if not branch)
+    if matched:
+        # oneOf with more than one match (a branch without errors matched).
+        count = str(matched) if matched > 1 else "more than one"
         return [f'"{path}" must match exactly one oneOf branch (matched {count})']
-    if keyword == "anyOf":
-        return [f'"{path}" must match at least one anyOf branch']
-    if keyword == "dependentRequired" and isinstance(instance, Mapping) and isinstance(expected, Mapping):
+    # Every branch failed only on its type: name the types they accept.
+    if all(len(branch) == 1 and _is_type_error_at(branch[0], here) for branch in branches):
+        types: list[str] = []
+        for branch in branches:
+            for t in _types_of(plain, branch[0]):
+                if t not in types:
+                    types.append(t)
+        return [f'"{path}" {_type_message(types)}']
+    # Exactly one branch is of the value's type (an Optional[X]'s X): its
+    # own violations say what is wrong.
+    compatible = [branch for branch in branches if not any(_is_type_error_at(e, here) for e in branch)]
+    if len(compatible) == 1:
+        out: list[str] = []
+        for sub in compatible[0]:
+            out.extend(_messages(plain, sub, root))
+        return out
+    if keyword == "oneOf":
+        return [f'"{path}" must match exactly one oneOf branch (matched 0)']
+    return [f'"{path}" must match at least one anyOf branch']
+
+
+def _messages(plain: Any, error: Any, root: str) -> list[str]:
+    kind = error.kind
+    keyword = kind.name
+    schema_path = list(error.schema_path)
+    path = _path(root, list(error.instance_path))
+    if keyword == "type":
+        types = _types_of(plain, error)
+        return [f'"{path}" {_type_message(types[0] if len(types) == 1 else types)}']
+    if keyword == "required":
+        name = kind.property
+        if schema_path and schema_path[-1] == "dependentRequired":
+            deps = _node_at(plain, schema_path)
+            instance = error.instance
+            if isinstance(deps, Mapping) and isinstance(instance, Mapping):
+                owners = [key for key, need in deps.items() if key in instance and name in need]
+                if owners:
+                    return [
+                        f'missing required property "{child_path(path, name)}" '
+                        f'(required by "{child_path(path, owners[0])}")'
+                    ]
+        return [f'missing required property "{child_path(path, name)}"']
+    if keyword in ("additionalProperties", "unevaluatedProperties"):
         return [
-            f'missing required property "{child_path(path, dep)}" (required by "{child_path(path, name)}")'
-            for name, deps in expected.items()
-            if name in instance and isinstance(deps, Sequence)
-            for dep in deps
-            if dep not in instance
+            f'"{child_path(path, str(key))}" is not a declared property ({keyword}: false)' for key in kind.unexpected
         ]
-    if keyword == "items" and expected is False and isinstance(error.schema, Mapping):
-        prefix = error.schema.get("prefixItems", ())
-        allowed = len(prefix) if isinstance(prefix, Sequence) else 0
-        return [f'"{path}" must have at most {_plural(allowed, "item")} (no items beyond "prefixItems")']
-    if keyword == "not" and expected == {}:
+    if keyword == "enum":
+        return [f'"{path}" must be one of {_shown(_node_at(plain, schema_path) or kind.options)}']
+    if keyword == "const":
+        declared = _node_at(plain, schema_path)
+        return [f'"{path}" must be {_shown(kind.expected_value if declared is None else declared)}']
+    if keyword in ("anyOf", "oneOf"):
+        return _branches(plain, error, keyword, root)
+    if keyword == "falseSchema":
+        parent = _node_at(plain, schema_path[:-1])
+        if schema_path and schema_path[-1] == "items" and isinstance(parent, Mapping) and "prefixItems" in parent:
+            allowed = len(parent["prefixItems"]) if isinstance(parent["prefixItems"], list) else 0
+            parent_path = _path(root, list(error.instance_path)[:-1])
+            return [f'"{parent_path}" must have at most {_plural(allowed, "item")} (no items beyond "prefixItems")']
         return [f'"{path}" is not allowed here (false schema)']
-    simple = _SIMPLE.get(keyword)
-    if simple is not None:
-        if "propertyNames" in error.absolute_schema_path and type(instance) is str:
-            # The instance is a property name of the object at ``path``.
-            return [f'the property name {quote(instance)} of "{path}" {simple(expected)}']
-        return [f'"{path}" {simple(expected)}']
-    if keyword is None or error.schema is False:
+    if keyword == "not" and kind.schema in ({}, True):
         return [f'"{path}" is not allowed here (false schema)']
+    if keyword == "propertyNames":
+        inner = kind.error
+        named = inner.instance
+        return [f'the property name {quote(str(named))} of "{path}" {text}' for text in _simple(plain, inner)]
+    simple = _simple(plain, error)
+    if simple:
+        return [f'"{path}" {text}' for text in simple]
     return [f'"{path}" does not satisfy {quote(str(keyword))}: {error.message}']
+
+
+def _simple(plain: Any, error: Any) -> list[str]:
+    """The message of a keyword that compares the value to one limit."""
+    keyword = error.kind.name
+    word = _SIMPLE.get(keyword)
+    if word is None:
+        return []
+    declared = _node_at(plain, list(error.schema_path))
+    if declared is None:
+        declared = _limit(error.kind)
+    return [word(declared)]
+
+
+def _limit(kind: Any) -> Any:
+    for attribute in ("limit", "multiple_of", "pattern", "format"):
+        value = getattr(kind, attribute, None)
+        if value is not None:
+            return value
+    return None
 
 
 def _shown(value: Any) -> str:
@@ -443,7 +423,7 @@ def _plural(n: Any, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-_SIMPLE: Final[dict[str, Callable[[Any], str]]] = {
+_SIMPLE: Final[dict[str, Any]] = {
     "minimum": lambda x: f"must be >= {_shown(x)}",
     "maximum": lambda x: f"must be <= {_shown(x)}",
     "exclusiveMinimum": lambda x: f"must be > {_shown(x)}",
@@ -459,7 +439,11 @@ _SIMPLE: Final[dict[str, Callable[[Any], str]]] = {
     "minProperties": lambda x: f"must have at least {_plural(x, 'property')}".replace("propertys", "properties"),
     "maxProperties": lambda x: f"must have at most {_plural(x, 'property')}".replace("propertys", "properties"),
     "contains": lambda x: 'must contain an item matching the "contains" schema',
+    "minContains": lambda x: f'must contain at least {_shown(x)} items matching the "contains" schema',
+    "maxContains": lambda x: f'must contain at most {_shown(x)} items matching the "contains" schema',
     "not": lambda x: 'must not match the "not" schema',
+    "unevaluatedItems": lambda x: "has items no keyword evaluated (unevaluatedItems)",
+    "additionalItems": lambda x: "has more items than allowed (additionalItems: false)",
 }
 
 
@@ -503,10 +487,10 @@ def compile_full_json_schema(schema: object, *, object_root: bool = False) -> Co
         compiled = compile_json_schema(frozen)
     else:
         plain = thaw(frozen)
-        problems, dialect = _problems(plain, object_root)
+        problems, validator = _problems(plain, object_root)
         if problems:
             raise JsonSchemaError(problems)
-        compiled = FullJsonSchema(frozen, key[0], plain, dialect)
+        compiled = FullJsonSchema(frozen, key[0], plain, dialect_of(plain), validator)
     with _lock:
         compiled = _cache.setdefault(key, compiled)
         if len(_cache) > _CACHE_LIMIT:
@@ -514,4 +498,4 @@ def compile_full_json_schema(schema: object, *, object_root: bool = False) -> Co
     return compiled
 
 
-assert set(DIALECTS.values()) == set(_VALIDATORS)
+assert set(DIALECTS.values()) == set(_META) == set(_DRAFTS)

@@ -178,6 +178,31 @@ async def cancellations(tag: str) -> list[str]:
     return list(cancelled)
 
 
+LONG_NAME = "a_tool_whose_name_is_longer_than_the_sixty_four_characters_models_accept"
+
+
+@app.tool(name="notes.read", structured_output=False)
+def notes_read(topic: str) -> str:
+    """Read the notes on topic (a name with a dot)."""
+    return f"notes.read on {topic}"
+
+
+@app.tool(name="notes_read", structured_output=False)
+def notes_underscore(topic: str) -> str:
+    """The same name written with an underscore (collides once mapped)."""
+    return f"notes_read on {topic}"
+
+
+@app.tool(name="caf\u00e9 menu", structured_output=False)
+def cafe_menu() -> str:
+    return "cafe menu"
+
+
+@app.tool(name=LONG_NAME, structured_output=False)
+def long_named() -> str:
+    return "long"
+
+
 @app.tool()
 def pid() -> int:
     return os.getpid()

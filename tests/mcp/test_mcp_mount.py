@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +17,11 @@ import policies.timeout
 from dsh_actors import AbortController, Agent, ImageBlock, TextBlock, ToolBatchInput, ToolCall, ToolRuntime
 from dsh_actors.json import materialize, thaw
 from dsh_actors.mcp import mount
+from dsh_actors.mcp._mount import _registered_names
 from dsh_actors.model import ToolBatchResult
 
 PNG = "iVBORw0KGgo="
+LONG_NAME = "a_tool_whose_name_is_longer_than_the_sixty_four_characters_models_accept"  # as in server_tools.py
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,45 @@ def test_mount_registers_every_tool_under_the_prefix_with_the_servers_schemas(mo
     definition = mounted.tools.get("t_add")
     assert definition is not None and definition.schema_mode == "full"
     assert definition.meta is not None and definition.meta["mcp"]["tool"]["name"] == "add"
+
+
+def test_names_the_model_apis_refuse_are_offered_mapped_and_called_with_the_servers_name(
+    mounted: ToolRuntime,
+) -> None:
+    names = {s["name"] for s in mounted.tools.schemas()}
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name) for name in names), names
+    originals = {}
+    for name in names:
+        definition = mounted.tools.get(name)
+        assert definition is not None and definition.meta is not None
+        originals[definition.meta["mcp"]["tool"]["name"]] = name
+    # "t_notes_read" is a fitting name of its own, so "notes.read" takes the hashed form.
+    assert originals["notes_read"] == "t_notes_read"
+    dotted = originals["notes.read"]
+    assert re.fullmatch(r"t_notes_read_[0-9a-f]{8}", dotted)
+    assert originals["caf\u00e9 menu"] == "t_caf__menu"
+    long = originals[LONG_NAME]
+    assert len(long) == 64 and long.startswith("t_a_tool_whose_name") and re.search(r"_[0-9a-f]{8}$", long)
+    assert run(mounted, dotted, {"topic": "x"}).value[0]["text"] == "notes.read on x"
+    assert run(mounted, "t_notes_read", {"topic": "y"}).value[0]["text"] == "notes_read on y"
+    assert run(mounted, "t_caf__menu").value[0]["text"] == "cafe menu"
+    assert run(mounted, long).value[0]["text"] == "long"
+
+
+def test_the_mapped_names_are_stable_across_mounts(conn: ServerConnection, rt: ToolRuntime) -> None:
+    assert conn.session is not None
+    first = conn.run(mount(rt, conn.session, prefix="t_"))
+    before = {s["name"] for s in rt.tools.schemas()}
+    first()
+    second = conn.run(mount(rt, conn.session, prefix="t_"))
+    try:
+        assert {s["name"] for s in rt.tools.schemas()} == before
+    finally:
+        second()
+
+
+def test_a_dotted_name_alone_maps_to_underscores() -> None:
+    assert _registered_names("fs.", ["notes.read", "ok"]) == {"notes.read": "fs_notes_read", "ok": "fs_ok"}
 
 
 def test_structured_content_is_the_value_and_the_servers_blocks_the_content(mounted: ToolRuntime) -> None:

@@ -1,0 +1,395 @@
+"""Strict function calling: a parameter schema in OpenAI's strict form, and
+the ``null`` a strict model sends for an optional parameter read as absent.
+
+OpenAI's strict mode (``"strict": true`` on a function tool) constrains the
+model's output to the schema, but accepts only a subset of JSON Schema:
+
+* the root is an object (``"type": "object"``), not an ``anyOf``;
+* every object has ``additionalProperties: false`` and lists every property
+  in ``required`` (an optional property is made nullable instead);
+* the keywords are those of :data:`STRICT_KEYWORDS`: ``type``,
+  ``properties``, ``required``, ``items``, ``enum``, ``const``, ``anyOf``,
+  local ``$ref`` with ``$defs`` (or ``definitions``), ``pattern``,
+  ``format`` (:data:`STRICT_FORMATS`), ``minimum``, ``maximum``,
+  ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``, ``minItems``,
+  ``maxItems``, and the annotations ``description``, ``title``,
+  ``$comment`` (``default`` and ``examples`` are dropped);
+* at most 5000 properties in all and 10 levels of object nesting;
+* no keyword beside ``$ref`` (a ``description`` there is inlined with its
+  target; a recursive target so annotated is sent non-strict).
+
+:func:`strict_json_schema` turns a parameter schema into that form, or
+answers ``None`` when it cannot (then the tool is sent non-strict): a
+keyword outside the list (``oneOf``, ``allOf``, ``not``, ``if``,
+``patternProperties``, ``minLength``, ``uniqueItems``...), an object that
+allows other properties (``additionalProperties`` true or a schema, or an
+object without ``properties``), a schema without a ``type`` (``{}``),
+``$ref`` with other keywords beside it, a remote reference, or the limits.
+
+:func:`absent_null_plan` is the other half: compiled once from the tool's
+own (original) schema, it says which properties are optional and do not
+accept ``null``; the pipeline drops such a ``null`` before anything reads
+the arguments, so a strict model's ``null`` is an absent argument and the
+call validates against the original schema. Properties are followed
+through nested objects, array items, local ``$ref``\\ s and an
+``Optional``'s ``anyOf``, the shapes pydantic generates.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Final, final
+
+from ..json import FrozenDict
+
+__all__ = ["STRICT_FORMATS", "STRICT_KEYWORDS", "AbsentNullPlan", "absent_null_plan", "strict_json_schema"]
+
+STRICT_KEYWORDS: Final = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+        "description",
+        "title",
+        "$comment",
+        "default",
+        "examples",
+        "$schema",
+    }
+)
+"""The keywords a schema sent strict may use (``default``, ``examples`` and
+a root ``$schema`` are dropped from it)."""
+
+STRICT_FORMATS: Final = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
+)
+"""The string formats strict mode supports."""
+
+_DROPPED: Final = frozenset({"default", "examples", "$schema"})
+_MAX_PROPERTIES: Final = 5000
+_MAX_NESTING: Final = 10
+_NULL: Final[dict[str, Any]] = {"type": "null"}
+
+
+class _NotStrict(Exception):
+    """The schema cannot be made strict."""
+
+
+def _resolve(root: Any, ref: Any) -> Any:
+    """The node a local reference (``#`` or ``#/a/b``) points to, else raise."""
+    if type(ref) is not str or not ref.startswith("#"):
+        raise _NotStrict
+    node = root
+    if ref in ("#", "#/"):
+        return node
+    if not ref.startswith("#/"):
+        raise _NotStrict  # an anchor: not supported in strict mode
+    for raw in ref[2:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise _NotStrict
+    return node
+
+
+def _accepts_null(root: Any, node: Any, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``node`` surely accepts ``null`` (the shapes that say so:
+    a ``type`` naming it, ``const``/``enum`` holding it, an ``anyOf`` or
+    ``oneOf`` branch accepting it, a reference to such a node, ``{}``)."""
+    if node is True or (isinstance(node, Mapping) and not node):
+        return True
+    if not isinstance(node, Mapping):
+        return False
+    kind = node.get("type")
+    if kind is not None:
+        names = (kind,) if type(kind) is str else tuple(kind) if isinstance(kind, (list, tuple)) else ()
+        if "null" not in names:
+            return False
+    if "const" in node:
+        return node["const"] is None
+    if "enum" in node:
+        enum = node["enum"]
+        return isinstance(enum, (list, tuple)) and None in enum
+    ref = node.get("$ref")
+    if type(ref) is str:
+        if ref in seen:
+            return False
+        try:
+            target = _resolve(root, ref)
+        except _NotStrict:
+            return False
+        if not _accepts_null(root, target, seen | {ref}):
+            return False
+    for keyword in ("anyOf", "oneOf"):
+        branches = node.get(keyword)
+        if isinstance(branches, (list, tuple)) and not any(_accepts_null(root, b, seen) for b in branches):
+            return False
+    if isinstance(node.get("allOf"), (list, tuple)):
+        return all(_accepts_null(root, b, seen) for b in node["allOf"])
+    return kind is not None or any(k in node for k in ("$ref", "anyOf", "oneOf"))
+
+
+# --------------------------------------------------------------------------
+# The strict form
+# --------------------------------------------------------------------------
+
+
+def strict_json_schema(schema: Any) -> dict[str, Any] | None:
+    """``schema`` (a tool's parameters, plain or frozen) in OpenAI's strict
+    form, as fresh plain dicts, or ``None`` when it cannot be made strict
+    (module docstring)."""
+    if not isinstance(schema, Mapping) or schema.get("type") != "object" or "anyOf" in schema:
+        return None
+    counter = [0]
+    try:
+        out = _strict(schema, schema, counter, 1)
+    except (_NotStrict, RecursionError):
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
+    if not isinstance(node, Mapping):
+        raise _NotStrict
+    if any(key not in STRICT_KEYWORDS for key in node):
+        raise _NotStrict
+    if "$ref" in node:
+        target = _resolve(root, node["$ref"])
+        siblings = {key: value for key, value in node.items() if key not in _DROPPED and key != "$ref"}
+        if not siblings:
+            return {"$ref": node["$ref"]}
+        # Strict mode takes no keyword beside "$ref": inline the target
+        # (a recursive one ends in RecursionError: sent non-strict).
+        if not isinstance(target, Mapping) or any(key not in ("description", "title", "$comment") for key in siblings):
+            raise _NotStrict
+        return _strict(
+            root, {**{k: v for k, v in target.items() if k not in ("$defs", "definitions")}, **siblings}, counter, depth
+        )
+    if "anyOf" in node:
+        branches = node["anyOf"]
+        if not isinstance(branches, (list, tuple)) or not branches:
+            raise _NotStrict
+        union: dict[str, Any] = {
+            key: _plain(value) for key, value in node.items() if key not in _DROPPED and key != "anyOf"
+        }
+        if any(key in union for key in ("type", "properties", "items")):
+            raise _NotStrict  # keywords beside anyOf: not in the strict subset
+        union["anyOf"] = [_strict(root, branch, counter, depth) for branch in branches]
+        return union
+    kind = node.get("type")
+    names = (kind,) if type(kind) is str else tuple(kind) if isinstance(kind, (list, tuple)) else None
+    if not names:
+        raise _NotStrict  # no type: any value, which strict mode cannot express
+    fmt = node.get("format")
+    if fmt is not None and fmt not in STRICT_FORMATS:
+        raise _NotStrict
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED or key in ("properties", "required", "additionalProperties", "items"):
+            continue
+        if key in ("$defs", "definitions"):
+            if not isinstance(value, Mapping):
+                raise _NotStrict
+            out[key] = {name: _strict(root, sub, counter, depth) for name, sub in value.items()}
+        else:
+            out[key] = _plain(value)
+    if "object" in names:
+        if depth > _MAX_NESTING:
+            raise _NotStrict
+        properties = node.get("properties")
+        # An object without "properties" is free-form, and one whose
+        # additionalProperties is true or a schema takes other keys: closing
+        # either would change what it accepts.
+        if not isinstance(properties, Mapping) or node.get("additionalProperties", False) is not False:
+            raise _NotStrict
+        required = node.get("required", ())
+        counter[0] += len(properties)
+        if counter[0] > _MAX_PROPERTIES:
+            raise _NotStrict
+        strict_properties: dict[str, Any] = {}
+        for name, sub in properties.items():
+            converted = _strict(root, sub, counter, depth + 1)
+            if name not in required and not _accepts_null(root, sub):
+                converted = _nullable(converted)
+            strict_properties[name] = converted
+        out["properties"] = strict_properties
+        out["required"] = list(properties)
+        out["additionalProperties"] = False
+    if "items" in node:
+        out["items"] = _strict(root, node["items"], counter, depth)
+    return out
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` accepting ``null`` too (its annotations kept outside)."""
+    kind = node.get("type")
+    if type(kind) is str and not any(key in node for key in ("enum", "const")):
+        return {**node, "type": [kind, "null"]}
+    notes: dict[str, Any] = {key: node[key] for key in ("description", "title") if key in node}
+    rest = {key: value for key, value in node.items() if key not in notes}
+    return {**notes, "anyOf": [rest, dict(_NULL)]}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _plain(sub) for key, sub in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(sub) for sub in value]
+    return value
+
+
+# --------------------------------------------------------------------------
+# A strict model's null for an optional parameter: absent
+# --------------------------------------------------------------------------
+
+
+@final
+class AbsentNullPlan:
+    """Where a ``null`` means "absent" in arguments of one schema: the
+    optional properties that do not accept ``null`` (``drop``), and the plans
+    of nested objects (``properties``, ``items``). Immutable once built."""
+
+    __slots__ = ("drop", "properties", "items")
+
+    def __init__(self) -> None:
+        self.drop: frozenset[str] = frozenset()
+        self.properties: dict[str, AbsentNullPlan] = {}
+        self.items: AbsentNullPlan | None = None
+
+    def apply(self, value: Any) -> Any:
+        """``value`` without the nulls this plan drops (``value`` itself when
+        there are none: the common case only reads). Frozen values stay
+        frozen."""
+        kind = type(value)
+        if (
+            kind is FrozenDict
+            or kind is dict
+            or (kind is not tuple and kind is not list and isinstance(value, Mapping))
+        ):
+            drop = self.drop
+            properties = self.properties
+            if not properties:  # a flat plan: only a null can change anything
+                return self._rebuilt(value) if None in value.values() and not drop.isdisjoint(value) else value
+            for key, item in value.items():
+                if item is None:
+                    if key in drop:
+                        return self._rebuilt(value)
+                elif key in properties and properties[key].apply(item) is not item:
+                    return self._rebuilt(value)
+            return value
+        if self.items is not None and (kind is tuple or kind is list):
+            items = [self.items.apply(item) for item in value]
+            if all(new is old for new, old in zip(items, value, strict=True)):
+                return value
+            return tuple(items) if type(value) is tuple else items
+        return value
+
+    def _rebuilt(self, value: Mapping[str, Any]) -> Any:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if item is None and key in self.drop:
+                continue
+            sub = self.properties.get(key)
+            out[key] = sub.apply(item) if sub is not None and item is not None else item
+        return FrozenDict(out) if type(value) is FrozenDict else out
+
+
+_CACHE_LIMIT: Final = 1024
+_lock = threading.Lock()
+# Invariant: each value was built from a schema equal to its key (None: no
+# null is ever dropped for that schema).
+_plans: dict[Any, AbsentNullPlan | None] = {}
+
+
+def absent_null_plan(schema: Any) -> AbsentNullPlan | None:
+    """The plan of ``schema`` (a tool's frozen parameter schema), or
+    ``None`` when no null would ever be dropped. Cached by content."""
+    try:
+        return _plans[schema]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable (plain) schema: build it each time
+        return _build(schema)
+    plan = _build(schema)
+    with _lock:
+        _plans[schema] = plan
+        if len(_plans) > _CACHE_LIMIT:
+            _plans.pop(next(iter(_plans)))
+    return plan
+
+
+def _build(schema: Any) -> AbsentNullPlan | None:
+    memo: dict[int, AbsentNullPlan | None] = {}
+    try:
+        return _plan(schema, schema, memo)
+    except RecursionError:
+        return None
+
+
+def _plan(root: Any, node: Any, memo: dict[int, AbsentNullPlan | None]) -> AbsentNullPlan | None:
+    if not isinstance(node, Mapping):
+        return None
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # a cycle in progress answers "nothing to drop"
+    ref = node.get("$ref")
+    if type(ref) is str:
+        try:
+            target = _resolve(root, ref)
+        except _NotStrict:
+            target = None
+        if target is not None:
+            plan = _plan(root, target, memo)
+            memo[key] = plan
+            return plan
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        branches = node.get(keyword)
+        if isinstance(branches, (list, tuple)):
+            plans = [p for p in (_plan(root, b, memo) for b in branches if not _is_null(b)) if p is not None]
+            if len(plans) == 1:
+                memo[key] = plans[0]
+                return plans[0]
+    plan = AbsentNullPlan()
+    properties = node.get("properties")
+    if isinstance(properties, Mapping):
+        required = node.get("required", ())
+        required = required if isinstance(required, (list, tuple)) else ()
+        plan.drop = frozenset(
+            name for name, sub in properties.items() if name not in required and not _accepts_null(root, sub)
+        )
+        for name, sub in properties.items():
+            nested = _plan(root, sub, memo)
+            if nested is not None:
+                plan.properties[name] = nested
+    items = node.get("items")
+    if isinstance(items, Mapping):
+        plan.items = _plan(root, items, memo)
+    result = plan if plan.drop or plan.properties or plan.items is not None else None
+    memo[key] = result
+    return result
+
+
+def _is_null(node: Any) -> bool:
+    return isinstance(node, Mapping) and node.get("type") == "null" and len(node) == 1
