@@ -31,6 +31,7 @@ from .results import (
     aborted,
     failure,
     failure_from_exception,
+    policy_failure,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,11 +65,15 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
             decision: Any = events.waterfall(
                 "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
             )
-            if type(decision) is Ask:
-                decision = _route_approval(rt, call, decision)
         except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
-            call.resolve(failure_from_exception(exc), run_post=False)
+            call.resolve(policy_failure("tools/pre-execute", exc), run_post=False)
             return
+        if type(decision) is Ask:
+            try:
+                decision = _route_approval(rt, call, decision)
+            except BaseException as exc:  # noqa: BLE001 - a throwing approval service, too
+                call.resolve(policy_failure("approval", exc), run_post=False)
+                return
     else:
         decision = _ALLOW
     match decision:
@@ -122,7 +127,8 @@ _ALLOW = Allow()
 
 def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
     """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
-    else a denial (a failure). A raising service propagates."""
+    else a denial (a failure). A raising service propagates (the caller
+    makes it a ``POLICY_FAILED`` failure)."""
     execution = call.execution
     name = execution.name
     service = rt.approvals.service
