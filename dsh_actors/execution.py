@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import InvalidTypeError
 from .model import UserMessage, slot_setters
 from .signals import AbortSignal, fuse_late
 
@@ -50,7 +51,7 @@ class ToolExecutionToken:
         return f"<ToolExecutionToken #{self._id}>"
 
     def __reduce__(self) -> Any:
-        raise TypeError("a ToolExecutionToken cannot be copied")
+        raise InvalidTypeError("a ToolExecutionToken cannot be copied")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,7 +161,7 @@ class ToolExecution:
         if not self._mutable_signal:
             raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
         if not isinstance(value, AbortSignal):
-            raise TypeError("execution.signal must be an AbortSignal (it cannot be removed)")
+            raise InvalidTypeError("execution.signal must be an AbortSignal (it cannot be removed)")
         _set_signal(self, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -319,7 +320,7 @@ class ToolRunContext:
         """Attach ``context`` to this call's own result; the agent loop
         appends it only after the ``tool/result``."""
         if not isinstance(context, UserMessage):
-            raise TypeError("defer_context takes a UserMessage")
+            raise InvalidTypeError("defer_context takes a UserMessage")
         with self._lock:
             self._contexts.append(context)
 

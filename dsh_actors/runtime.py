@@ -22,6 +22,7 @@ import pykka
 from loguru import logger
 
 from .actors import ActorGroup, RegistryRef
+from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, RuntimeStoppedError
 from .events import Disposer, EventBus
 from .loop import LoopThread
 from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
@@ -74,11 +75,11 @@ class ApprovalChannel:
     def set(self, service: ApprovalService) -> Disposer:
         """Install ``service``; its disposer restores the previous one."""
         if not callable(service):
-            raise TypeError("an approval service must be callable: fn(request) -> str")
+            raise InvalidTypeError("an approval service must be callable: fn(request) -> str")
         key = object()
         with self._lock:
             if self._closed is not None:
-                raise RuntimeError(self._closed)
+                raise RuntimeStoppedError(self._closed)
             self._stack = [*self._stack, (key, service)]
 
         def remove() -> None:
@@ -122,11 +123,13 @@ class ToolRuntime:
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
-            raise ValueError(f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}")
+            raise InvalidValueError(
+                f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}"
+            )
         if type(max_call_actors) is not int or max_call_actors < 1:
-            raise ValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
+            raise InvalidValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
-            raise TypeError(f"loop must be an asyncio event loop, not {type(loop).__qualname__}")
+            raise InvalidTypeError(f"loop must be an asyncio event loop, not {type(loop).__qualname__}")
         self.max_parallel_tool_calls = max_parallel_tool_calls
         self.max_call_actors = max_call_actors
         self.bound_loop = loop
@@ -155,7 +158,7 @@ class ToolRuntime:
     def start(self) -> ToolRuntime:
         with self._lock:
             if self._stopped:
-                raise RuntimeError("a stopped ToolRuntime cannot be started again")
+                raise RuntimeStoppedError("a stopped ToolRuntime cannot be started again")
             if self._started:
                 return self
             self._started = True
@@ -244,9 +247,9 @@ class ToolRuntime:
 
     def _require(self) -> None:
         if not self._started:
-            raise RuntimeError("the ToolRuntime is not started: call start() or use it as a context manager")
+            raise InvalidStateError("the ToolRuntime is not started: call start() or use it as a context manager")
         if self._stopped:
-            raise RuntimeError(_STOPPED)
+            raise RuntimeStoppedError(_STOPPED)
 
     # -- public parts ------------------------------------------------------
 
@@ -277,15 +280,15 @@ class ToolRuntime:
         raises ``RuntimeError``, as ``rt.events.on`` and
         ``rt.approvals.set`` do then."""
         if self._stopped:
-            raise RuntimeError(_STOPPED)
+            raise RuntimeStoppedError(_STOPPED)
         apply = getattr(plugin, "apply", None)
         if not callable(apply):
-            raise TypeError(f"{plugin!r} is not a plugin: it has no apply(rt, **config)")
+            raise InvalidTypeError(f"{plugin!r} is not a plugin: it has no apply(rt, **config)")
         undo = apply(self, **config)
         if undo is None:
             return Disposer(lambda: None)
         if not callable(undo):
-            raise TypeError(f"{plugin!r}.apply() must return a disposer (a callable)")
+            raise InvalidTypeError(f"{plugin!r}.apply() must return a disposer (a callable)")
         return undo if isinstance(undo, Disposer) else Disposer(undo)
 
     # -- internals shared by the runtime's parts ---------------------------

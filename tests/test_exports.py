@@ -49,6 +49,7 @@ CARD_NAMES = {cls.__name__ for cls in presentation.CARD_CLASSES}
 # code or name a failure records, the records inside search and web cards).
 EXTRA_NAMES = {
     "ToolPolicyError", "ToolFailedError", "ExecutorUnavailableError", "LosslessJsonError",
+    "UsageError", "InvalidValueError", "InvalidTypeError", "InvalidStateError", "RuntimeStoppedError",
     "SearchFileMatches", "SearchMatchLine", "WebSource",
 }  # fmt: skip
 

@@ -35,7 +35,7 @@ import pykka
 from loguru import logger
 
 from ..actors import ASK_TIMEOUT, actor_thread_ident
-from ..errors import RegistrationError, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, RegistrationError, RuntimeStoppedError, safe_str
 from ..events import Disposer
 from ..execution import ToolExecutionInput
 from ..messages import (
@@ -175,7 +175,7 @@ class ToolsService:
 
     def __init__(self, runtime: ToolRuntime, scope: Agent | None = None) -> None:
         if scope is not None and not isinstance(scope, Agent):
-            raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+            raise InvalidTypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
         self._rt = runtime
         self._state = runtime.state
         self._scope = scope
@@ -252,7 +252,7 @@ class ToolsService:
         if isinstance(scope, _Own):
             return self._scope
         if scope is not None and not isinstance(scope, Agent):
-            raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+            raise InvalidTypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
         return scope
 
     def get(
@@ -323,7 +323,7 @@ class ToolsService:
         a condition raises; either way nothing is published.
         """
         if not isinstance(context, ToolActivationContext):
-            raise TypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
+            raise InvalidTypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future), future)
         return self._wait(future, "the tool set resolution", limit=None)
@@ -333,7 +333,7 @@ class ToolsService:
         ``async def`` conditions run on this very loop (so they may use what
         is bound to it); sync ones on the tool-set actor's thread."""
         if not isinstance(context, ToolActivationContext):
-            raise TypeError(f"resolve_async() takes a ToolActivationContext, not {type(context).__qualname__}")
+            raise InvalidTypeError(f"resolve_async() takes a ToolActivationContext, not {type(context).__qualname__}")
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future, loop=asyncio.get_running_loop()), future)
         return await asyncio.wrap_future(future)
@@ -350,7 +350,7 @@ class ToolsService:
 
     def _start(self, batch: ToolBatchInput, reply: Reply, loop: Any = None) -> None:
         if not isinstance(batch, ToolBatchInput):
-            raise TypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
+            raise InvalidTypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
         if batch.agent is None and self._scope is not None:
             batch = replace(batch, agent=self._scope)
         rt = self._rt
@@ -373,10 +373,10 @@ class ToolsService:
         A scoped service fills in its agent when ``execution.agent`` is None.
         """
         if not isinstance(execution, ToolExecutionInput):
-            raise TypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
+            raise InvalidTypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
         rt = self._rt
         if not rt.running:
-            raise RuntimeError("the ToolRuntime is not running")
+            raise RuntimeStoppedError("the ToolRuntime is not running")
         if execution.agent is None and self._scope is not None:
             execution = replace(execution, agent=self._scope)
         return run_inline(rt, execution)
@@ -388,7 +388,7 @@ class ToolsService:
         rt = self._rt
         bound = rt.bound_loop
         if bound is not None and bound.is_running() and _on_loop_thread(bound):
-            raise RuntimeError(
+            raise InvalidStateError(
                 "execute() would block the event loop this runtime is bound to (its async tools run "
                 "there): use await rt.tools.execute_async(batch) from that loop"
             )
@@ -399,7 +399,7 @@ class ToolsService:
                 # A stopping runtime drains its batches and answers them; only
                 # a batch stuck past the end of stop() has no answer.
                 if rt.halted and not reply.wait(_SLICE):
-                    raise RuntimeError(f"{STOPPED} (before the batch finished)")
+                    raise RuntimeStoppedError(f"{STOPPED} (before the batch finished)")
         result: ToolBatchResult = reply.outcome()
         return result
 
@@ -423,7 +423,7 @@ class ToolsService:
         try:
             self._rt.registry.tell(message)
         except pykka.ActorDeadError:
-            raise RuntimeError(STOPPED) from None
+            raise RuntimeStoppedError(STOPPED) from None
 
     def _write(self, make: Callable[[Future[Any]], WriteRequest]) -> Any:
         if self._on_registry_thread():
@@ -464,7 +464,7 @@ class ToolsService:
                 return future.result(timeout=_SLICE)
             except FutureTimeout:
                 if not self._rt.running:
-                    raise RuntimeError(f"{STOPPED} (before {what} finished)") from None
+                    raise RuntimeStoppedError(f"{STOPPED} (before {what} finished)") from None
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"{what} did not finish within {limit}s") from None
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never
 import pykka
 
 from ..actors import ActorBase, ActorGroup, settle
-from ..errors import AbortError, DshError, ToolPolicyError, safe_str
+from ..errors import AbortError, DshError, InvalidTypeError, ToolPolicyError, safe_str
 from ..model import ToolActivationContext
 from ..toolset import ResolvedToolSet
 from ..visibility import Registration, describe_scope
@@ -92,7 +92,7 @@ class ToolSetActor(ActorBase):
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, (_Begin, _ConditionDone, _Cancelled)):
-            raise TypeError(f"a tool-set actor does not understand {type(message).__qualname__}")
+            raise InvalidTypeError(f"a tool-set actor does not understand {type(message).__qualname__}")
         inbox: _Inbox = message
         match inbox:
             case _Begin():

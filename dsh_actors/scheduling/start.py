@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from ..errors import ExecutorUnavailableError
+from ..errors import ExecutorUnavailableError, InvalidTypeError
 from ..model import ToolBatchInput
 from ..pipeline.intake import check_batch
 from ..visibility import describe_scope, select_executor
@@ -52,7 +52,7 @@ def start_batch(runtime: ToolRuntime, batch: ToolBatchInput, reply: Reply, loop:
         if callable(submit):
             future = submit(batch)
             if not isinstance(future, Future):
-                raise TypeError(
+                raise InvalidTypeError(
                     f"{type(executor).__qualname__}.submit() must return a concurrent.futures.Future, "
                     f"not {type(future).__qualname__}"
                 )

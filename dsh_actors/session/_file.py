@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import orjson
 
-from ..errors import LosslessJsonError, safe_str
+from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
 from ..json import FrozenDict, dumps, loads
 from ._events import (
     _INTERRUPTED,
@@ -45,10 +45,10 @@ def _shape_problem(event: Mapping[str, Any]) -> str | None:
 def _encode(event: Mapping[str, Any]) -> bytes:
     """One event as compact JSON (no newline), or the error saying why not."""
     if not isinstance(event, Mapping):
-        raise TypeError(f"a session event must be a mapping, got {type(event).__qualname__}")
+        raise InvalidTypeError(f"a session event must be a mapping, got {type(event).__qualname__}")
     problem = _shape_problem(event)
     if problem is not None:
-        raise ValueError(f"invalid session event: {problem}")
+        raise InvalidValueError(f"invalid session event: {problem}")
     value = event if type(event) is dict or type(event) is FrozenDict else dict(event)
     try:
         # orjson's buffer is allocated with room to spare (about 4 KB for a
@@ -225,7 +225,7 @@ class Session:
             return
         problem = _shape_problem(event)
         if problem is not None:
-            raise ValueError(f"invalid session event: {problem}")
+            raise InvalidValueError(f"invalid session event: {problem}")
         try:
             line = bytes(memoryview(orjson.dumps(event)))  # exact size, as _encode keeps it
         except orjson.JSONEncodeError:
