@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import pykka
 from loguru import logger
 
-from .actors import ActorGroup, RegistryRef
+from .actors import ActorGroup, RegistryRef, actor_thread_ident
 from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, RuntimeStoppedError
 from .events import Disposer, EventBus
 from .loop import LoopThread
@@ -135,6 +135,8 @@ class ToolRuntime:
         self.bound_loop = loop
         self._pool: CallPool | None = None
         self._halted = False
+        self._halted_event = threading.Event()
+        self._stopper: threading.Thread | None = None
         self._stop_deadline = 0.0
         self.events = EventBus()
         self.approvals = ApprovalChannel()
@@ -187,18 +189,70 @@ class ToolRuntime:
         signal fire and finish, and each call gets exactly one result (and,
         when logged, its ``tool/result``). A body still running at the
         timeout is committed ``ABORTED`` and named in its batch's
-        ``ToolBatchExecutionError``; its thread is named in a warning."""
+        ``ToolBatchExecutionError``; its thread is named in a warning.
+
+        Every ``stop()`` returns only once the runtime is stopped: a second
+        one, concurrent with the first, waits for it. Called on one of the
+        runtime's own threads (from a tool body, a listener or an observer
+        running on an actor of this runtime, its loop thread or its worker
+        threads, or an event loop its async calls run on), ``stop()``
+        cannot wait for that thread to end: it starts
+        the stop (``stop_signal`` fires, nothing new is accepted), finishes
+        it on a thread of its own (``dsh-stop``) and returns at once; the
+        stop then runs as above (the caller's call drains like any other)
+        and :attr:`halted` tells when it is done."""
         with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            self._stop_deadline = time.monotonic() + timeout
+            first = not self._stopped
+            if first:
+                self._stopped = True
+                self._stop_deadline = time.monotonic() + timeout
+        if first:
+            self._begin_stop()
+        if self._on_own_thread():
+            if first:
+                self._stopper = threading.Thread(target=self._finish_stop, name="dsh-stop", daemon=True)
+                self._stopper.start()
+            return
+        if first:
+            self._finish_stop()
+        else:
+            self._halted_event.wait()  # the first stop always sets it
+
+    def _on_own_thread(self) -> bool:
+        """Whether the calling thread is one a stop waits for: an actor of
+        this runtime's group, its loop thread, a worker, or a loop its async
+        calls are in flight on."""
+        actor = actor_thread_ident()
+        if actor is not None and actor.group is self._group:
+            return True
+        current = threading.current_thread()
+        if self._loop is not None and current is self._loop.thread:
+            return True
+        workers = self._workers
+        if workers is not None and current in getattr(workers, "_threads", ()):
+            return True
+        try:  # an async body on the caller's loop (execute_async): it runs this loop's flights
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return self.loop_watch.carries(loop)
+
+    def _begin_stop(self) -> None:
         # Nothing new attaches to a stopping runtime (rt.tools and rt.use
         # check _stopped; the bus and the channel are told).
         self.events.close(_STOPPED)
         self.approvals.close(_STOPPED)
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
+
+    def _finish_stop(self) -> None:
+        try:
+            self._stop_all()
+        finally:
+            self._halted = True
+            self._halted_event.set()
+
+    def _stop_all(self) -> None:
         hooks, self._stop_hooks = self._stop_hooks, []
         for hook in reversed(hooks):
             try:
@@ -213,7 +267,6 @@ class ToolRuntime:
         if self._loop is not None:
             self._loop.stop()
         self.loop_watch.stop()
-        self._halted = True
 
     @contextmanager
     def waiting(self, *, bounded: bool = False) -> Iterator[None]:
