@@ -24,6 +24,8 @@ from . import scheduling
 from ._util import Progress, Row, Target, fmt_ms, fmt_us, machine, ratio, render_table
 
 SECTIONS = ("overhead", "pool", "abort", "agents", "async", "ptc", "ray")
+OPT_IN = ("soak",)
+"""Sections that run only when named in ``--only`` (they take minutes)."""
 
 
 def run(quick: bool, trace_path: str | None, only: Sequence[str]) -> dict[str, Any]:
@@ -68,6 +70,11 @@ def run(quick: bool, trace_path: str | None, only: Sequence[str]) -> dict[str, A
             progress.note("ray")
             report["ray"] = ray_section.run(plan)
             progress.advance("ray")
+        if "soak" in wanted:
+            from . import soak
+
+            progress.note("soak")
+            report["soak"] = soak.run()
     finally:
         progress.close()
     report["seconds"] = time.perf_counter() - started
@@ -165,6 +172,10 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
         for key, value in rs.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[f"ray.{key}"] = float(value)
+    if report.get("soak"):
+        from . import soak
+
+        out.update(soak.figures(report["soak"]))
     return {k: float(v) for k, v in out.items()}
 
 
@@ -229,6 +240,10 @@ def targets(f: dict[str, float]) -> dict[str, Target]:
     if "abort.settle_ms" in f:
         t["abort"] = Target("≤ 2 ms", f["abort.settle_ms"], 2.0)
         t["abort.wait"] = Target("≤ 2 ms", f["abort.wait_settle_ms"], 2.0)
+    if "soak.rss_growth_mb" in f:
+        from .soak import GROWTH_LIMIT_MB
+
+        t["soak"] = Target(f"≤ ±{GROWTH_LIMIT_MB:.0f} MB per 100k calls", abs(f["soak.rss_growth_mb"]), GROWTH_LIMIT_MB)
     if "ray.cpu_bound_speedup" in f:
         t["ray.cpu_bound"] = Target(
             "speedup ≥ 1.6 (Ray ÷ native makespan ≤ 0.625)",
@@ -456,6 +471,17 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
                     rows.append(Row("ptc", label, fmt_us(ptc[key]), ptc.get(f"{key}_baseline", ""), ""))
         else:
             rows.append(Row("ptc", "sub-call round trip, warm start", "skipped", "", "", note=ptc.get("note", "")))
+    if "soak.rss_growth_mb" in f:
+        rows.append(
+            Row(
+                "soak",
+                f"RSS per 100k logged calls ({f['soak.calls']:,.0f} calls, file-backed session)",
+                f"{f['soak.rss_growth_mb']:+.2f} MB",
+                f"unlogged {f['soak.unlogged_rss_growth_mb']:+.2f} MB",
+                f"{f['soak.rss_start_mb']:.0f} → {f['soak.rss_end_mb']:.0f} MB",
+                t["soak"],
+            )
+        )
     rs = report.get("ray")
     if rs is not None:
         if rs.get("available"):
@@ -504,9 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=SECTIONS,
+        choices=SECTIONS + OPT_IN,
         metavar="SECTION",
-        help=f"run only these sections ({', '.join(SECTIONS)})",
+        help=f"run only these sections ({', '.join(SECTIONS)}; and {', '.join(OPT_IN)}, only when named)",
     )
     args = parser.parse_args(argv)
     report = run(args.quick, args.trace, args.only or ())

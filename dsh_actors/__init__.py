@@ -22,9 +22,13 @@ from .errors import (
     DshError,
     ErrorCode,
     ExecutorUnavailableError,
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
     JsonSchemaError,
     LosslessJsonError,
     RegistrationError,
+    RuntimeStoppedError,
     ToolArgsError,
     ToolBatchExecutionError,
     ToolFailedError,
@@ -32,6 +36,7 @@ from .errors import (
     ToolOutputError,
     ToolPolicyError,
     ToolTimeoutError,
+    UsageError,
 )
 from .events import UNSET as UNSET  # importable, not in __all__ (see below)
 from .events import Accept, Allow, Ask, Block, Cancel, Deny
@@ -192,6 +197,11 @@ __all__ = [
     # Beyond the names the contract first pinned: every error class the runtime raises or records
     # in results, and the records search and web cards are made of.
     "ToolPolicyError",
+    "UsageError",
+    "InvalidValueError",
+    "InvalidTypeError",
+    "InvalidStateError",
+    "RuntimeStoppedError",
     "ToolFailedError",
     "ExecutorUnavailableError",
     "LosslessJsonError",

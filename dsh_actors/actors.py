@@ -40,6 +40,8 @@ from typing import Any
 import pykka
 from loguru import logger
 
+from .errors import InvalidTypeError, RuntimeStoppedError
+
 __all__ = [
     "ASK_TIMEOUT",
     "RETIRE",
@@ -147,7 +149,7 @@ class ActorGroup:
         thread, before its thread starts). Raises once the group is closed."""
         with self._lock:
             if self._closed:
-                raise RuntimeError("the runtime is stopped")
+                raise RuntimeStoppedError("the runtime is stopped")
             self._members[actor.actor_urn] = _Member(actor.actor_ref, actor)
             self._enlisted += 1
             if self._enlisted % 64 == 0:
@@ -332,7 +334,7 @@ class MailboxActor(ActorBase):
 
     def receive(self, message: Any) -> Any:
         if message is not _OPEN:
-            raise TypeError(f"a {type(self).__name__} reads its mailbox, not pykka's inbox: got {message!r}")
+            raise InvalidTypeError(f"a {type(self).__name__} reads its mailbox, not pykka's inbox: got {message!r}")
         mailbox = self.mailbox
         name = type(self).__name__
         while True:

@@ -33,6 +33,11 @@ __all__ = [
     "ToolFailedError",
     "ExecutorUnavailableError",
     "ToolPolicyError",
+    "UsageError",
+    "InvalidValueError",
+    "InvalidTypeError",
+    "InvalidStateError",
+    "RuntimeStoppedError",
     "callable_name",
     "safe_repr",
     "safe_str",
@@ -60,6 +65,8 @@ class ErrorCode(str, Enum):
     EXECUTOR_UNAVAILABLE = "EXECUTOR_UNAVAILABLE"
     TOOL_FAILED = "TOOL_FAILED"
     POLICY_FAILED = "POLICY_FAILED"
+    INVALID_USE = "INVALID_USE"
+    RUNTIME_STOPPED = "RUNTIME_STOPPED"
     # dsh_actors.mcp (the optional "mcp" extra): what an MCP server answered.
     MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
     MCP_PROTOCOL_ERROR = "MCP_PROTOCOL_ERROR"
@@ -275,6 +282,38 @@ class ToolPolicyError(DshError):
         self.where = where
         self.detail = detail
         super().__init__(f"{where}: {detail}")
+
+
+class UsageError(DshError):
+    """The application called dsh-actors wrongly: a value or a type it
+    passed, or a call the object's state does not allow. Raised as one of
+    the subclasses below, each also the builtin error Python code expects
+    there, so ``except ValueError`` (``TypeError``, ``RuntimeError``) keeps
+    working."""
+
+    code = ErrorCode.INVALID_USE
+
+
+class InvalidValueError(UsageError, ValueError):
+    """A value the application passed is wrong (two calls of a batch with
+    the same id, a limit that is not a positive integer, ...)."""
+
+
+class InvalidTypeError(UsageError, TypeError):
+    """An argument of the wrong type (a dict given as a ``ToolCall``, ...)."""
+
+
+class InvalidStateError(UsageError, RuntimeError):
+    """A call the object's state does not allow (a runtime not started yet,
+    an executor installed in another runtime, a blocking call on the event
+    loop it would block, ...)."""
+
+
+class RuntimeStoppedError(DshError, RuntimeError):
+    """The runtime is stopped (or stopping): it refuses new work, and a wait
+    for work it no longer does ends with this error."""
+
+    code = ErrorCode.RUNTIME_STOPPED
 
 
 class ToolBatchExecutionError(DshError):

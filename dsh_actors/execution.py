@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import InvalidTypeError, InvalidValueError
 from .model import ToolProgress, UserMessage, slot_setters
 from .signals import AbortSignal, fuse_late
 
@@ -52,7 +53,7 @@ class ToolExecutionToken:
         return f"<ToolExecutionToken #{self._id}>"
 
     def __reduce__(self) -> Any:
-        raise TypeError("a ToolExecutionToken cannot be copied")
+        raise InvalidTypeError("a ToolExecutionToken cannot be copied")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,7 +175,7 @@ class ToolExecution:
         if not self._mutable_signal:
             raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
         if not isinstance(value, AbortSignal):
-            raise TypeError("execution.signal must be an AbortSignal (it cannot be removed)")
+            raise InvalidTypeError("execution.signal must be an AbortSignal (it cannot be removed)")
         _set_signal(self, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -374,7 +375,7 @@ class ToolRunContext:
         ``total`` are finite numbers, ``message`` text."""
         record = ToolProgress(_number(progress, "progress"), _number(total, "total", optional=True), message)
         if message is not None and type(message) is not str:
-            raise TypeError(f"report_progress(message=...) must be a str, not {type(message).__qualname__}")
+            raise InvalidTypeError(f"report_progress(message=...) must be a str, not {type(message).__qualname__}")
         events = self._events
         if events is None:
             return
@@ -392,7 +393,7 @@ class ToolRunContext:
         """Attach ``context`` to this call's own result; the agent loop
         appends it only after the ``tool/result``."""
         if not isinstance(context, UserMessage):
-            raise TypeError("defer_context takes a UserMessage")
+            raise InvalidTypeError("defer_context takes a UserMessage")
         with self._lock:
             self._contexts.append(context)
 
@@ -409,7 +410,7 @@ def _number(value: Any, name: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None
     if type(value) is not int and type(value) is not float:
-        raise TypeError(f"report_progress({name}=...) must be a number, not {type(value).__qualname__}")
+        raise InvalidTypeError(f"report_progress({name}=...) must be a number, not {type(value).__qualname__}")
     if not math.isfinite(value):
-        raise ValueError(f"report_progress({name}=...) must be finite, not {value!r}")
+        raise InvalidValueError(f"report_progress({name}=...) must be finite, not {value!r}")
     return value

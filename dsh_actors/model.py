@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
-from .errors import LosslessJsonError, safe_str
+from .errors import InvalidTypeError, LosslessJsonError, safe_str
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Session
@@ -222,7 +222,7 @@ class UserMessage:
     def __post_init__(self) -> None:
         content: Any = self.content
         if isinstance(content, (str, bytes)):
-            raise TypeError("UserMessage.content is a sequence of content blocks, e.g. [text(...)]")
+            raise InvalidTypeError("UserMessage.content is a sequence of content blocks, e.g. [text(...)]")
         object.__setattr__(self, "content", tuple(self.content))
 
 
@@ -301,7 +301,7 @@ class ToolRestriction:
                 continue
             if isinstance(names, str):
                 # A bare string would silently become its characters.
-                raise TypeError(f"ToolRestriction.{name} must be a sequence of names, not a str")
+                raise InvalidTypeError(f"ToolRestriction.{name} must be a sequence of names, not a str")
             object.__setattr__(self, name, tuple(names))
 
 

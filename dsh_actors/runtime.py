@@ -21,7 +21,8 @@ from typing import Any, Protocol
 import pykka
 from loguru import logger
 
-from .actors import ActorGroup, PendingReplies, RegistryRef
+from .actors import ActorGroup, PendingReplies, RegistryRef, actor_thread_ident
+from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, RuntimeStoppedError
 from .events import Disposer, EventBus
 from .loop import LoopThread
 from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
@@ -74,11 +75,11 @@ class ApprovalChannel:
     def set(self, service: ApprovalService) -> Disposer:
         """Install ``service``; its disposer restores the previous one."""
         if not callable(service):
-            raise TypeError("an approval service must be callable: fn(request) -> str")
+            raise InvalidTypeError("an approval service must be callable: fn(request) -> str")
         key = object()
         with self._lock:
             if self._closed is not None:
-                raise RuntimeError(self._closed)
+                raise RuntimeStoppedError(self._closed)
             self._stack = [*self._stack, (key, service)]
 
         def remove() -> None:
@@ -122,16 +123,20 @@ class ToolRuntime:
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
-            raise ValueError(f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}")
+            raise InvalidValueError(
+                f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}"
+            )
         if type(max_call_actors) is not int or max_call_actors < 1:
-            raise ValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
+            raise InvalidValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
-            raise TypeError(f"loop must be an asyncio event loop, not {type(loop).__qualname__}")
+            raise InvalidTypeError(f"loop must be an asyncio event loop, not {type(loop).__qualname__}")
         self.max_parallel_tool_calls = max_parallel_tool_calls
         self.max_call_actors = max_call_actors
         self.bound_loop = loop
         self._pool: CallPool | None = None
         self._halted = False
+        self._halted_event = threading.Event()
+        self._stopper: threading.Thread | None = None
         self._stop_deadline = 0.0
         self.events = EventBus()
         self.approvals = ApprovalChannel()
@@ -159,7 +164,7 @@ class ToolRuntime:
     def start(self) -> ToolRuntime:
         with self._lock:
             if self._stopped:
-                raise RuntimeError("a stopped ToolRuntime cannot be started again")
+                raise RuntimeStoppedError("a stopped ToolRuntime cannot be started again")
             if self._started:
                 return self
             self._started = True
@@ -188,12 +193,55 @@ class ToolRuntime:
         signal fire and finish, and each call gets exactly one result (and,
         when logged, its ``tool/result``). A body still running at the
         timeout is committed ``ABORTED`` and named in its batch's
-        ``ToolBatchExecutionError``; its thread is named in a warning."""
+        ``ToolBatchExecutionError``; its thread is named in a warning.
+
+        Every ``stop()`` returns only once the runtime is stopped: a second
+        one, concurrent with the first, waits for it. Called on one of the
+        runtime's own threads (from a tool body, a listener or an observer
+        running on an actor of this runtime, its loop thread or its worker
+        threads, or an event loop its async calls run on), ``stop()``
+        cannot wait for that thread to end: it starts
+        the stop (``stop_signal`` fires, nothing new is accepted), finishes
+        it on a thread of its own (``dsh-stop``) and returns at once; the
+        stop then runs as above (the caller's call drains like any other)
+        and :attr:`halted` tells when it is done."""
         with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            self._stop_deadline = time.monotonic() + timeout
+            first = not self._stopped
+            if first:
+                self._stopped = True
+                self._stop_deadline = time.monotonic() + timeout
+        if first:
+            self._begin_stop()
+        if self._on_own_thread():
+            if first:
+                self._stopper = threading.Thread(target=self._finish_stop, name="dsh-stop", daemon=True)
+                self._stopper.start()
+            return
+        if first:
+            self._finish_stop()
+        else:
+            self._halted_event.wait()  # the first stop always sets it
+
+    def _on_own_thread(self) -> bool:
+        """Whether the calling thread is one a stop waits for: an actor of
+        this runtime's group, its loop thread, a worker, or a loop its async
+        calls are in flight on."""
+        actor = actor_thread_ident()
+        if actor is not None and actor.group is self._group:
+            return True
+        current = threading.current_thread()
+        if self._loop is not None and current is self._loop.thread:
+            return True
+        workers = self._workers
+        if workers is not None and current in getattr(workers, "_threads", ()):
+            return True
+        try:  # an async body on the caller's loop (execute_async): it runs this loop's flights
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return self.loop_watch.carries(loop)
+
+    def _begin_stop(self) -> None:
         # Nothing new attaches to a stopping runtime (rt.tools and rt.use
         # check _stopped; the bus and the channel are told).
         self.events.close(_STOPPED)
@@ -201,6 +249,15 @@ class ToolRuntime:
         self.pending_writes.fail_all()  # a registry change waited on fails now
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
+
+    def _finish_stop(self) -> None:
+        try:
+            self._stop_all()
+        finally:
+            self._halted = True
+            self._halted_event.set()
+
+    def _stop_all(self) -> None:
         hooks, self._stop_hooks = self._stop_hooks, []
         for hook in reversed(hooks):
             try:
@@ -215,7 +272,6 @@ class ToolRuntime:
         if self._loop is not None:
             self._loop.stop()
         self.loop_watch.stop()
-        self._halted = True
         self.pending_replies.fail_all()  # answers nobody will give any more
 
     @contextmanager
@@ -250,9 +306,9 @@ class ToolRuntime:
 
     def _require(self) -> None:
         if not self._started:
-            raise RuntimeError("the ToolRuntime is not started: call start() or use it as a context manager")
+            raise InvalidStateError("the ToolRuntime is not started: call start() or use it as a context manager")
         if self._stopped:
-            raise RuntimeError(_STOPPED)
+            raise RuntimeStoppedError(_STOPPED)
 
     # -- public parts ------------------------------------------------------
 
@@ -283,15 +339,15 @@ class ToolRuntime:
         raises ``RuntimeError``, as ``rt.events.on`` and
         ``rt.approvals.set`` do then."""
         if self._stopped:
-            raise RuntimeError(_STOPPED)
+            raise RuntimeStoppedError(_STOPPED)
         apply = getattr(plugin, "apply", None)
         if not callable(apply):
-            raise TypeError(f"{plugin!r} is not a plugin: it has no apply(rt, **config)")
+            raise InvalidTypeError(f"{plugin!r} is not a plugin: it has no apply(rt, **config)")
         undo = apply(self, **config)
         if undo is None:
             return Disposer(lambda: None)
         if not callable(undo):
-            raise TypeError(f"{plugin!r}.apply() must return a disposer (a callable)")
+            raise InvalidTypeError(f"{plugin!r}.apply() must return a disposer (a callable)")
         return undo if isinstance(undo, Disposer) else Disposer(undo)
 
     # -- internals shared by the runtime's parts ---------------------------

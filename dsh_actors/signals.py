@@ -31,7 +31,7 @@ from typing import Final
 
 from loguru import logger
 
-from .errors import AbortError, callable_name, safe_repr
+from .errors import AbortError, InvalidTypeError, callable_name, safe_repr
 
 __all__ = ["AbortCallback", "AbortController", "AbortSignal", "Unsubscribe"]
 
@@ -263,7 +263,7 @@ class AbortSignal:
         """
         for signal in signals:
             if not isinstance(signal, AbortSignal):
-                raise TypeError(f"AbortSignal.any() takes AbortSignals, not {type(signal).__name__}")
+                raise InvalidTypeError(f"AbortSignal.any() takes AbortSignals, not {type(signal).__name__}")
         parents = signals if len(signals) < 2 else tuple(dict.fromkeys(signals))
         child = cls()
         links: list[Unsubscribe] = []

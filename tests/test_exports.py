@@ -50,6 +50,7 @@ CARD_NAMES = {cls.__name__ for cls in presentation.CARD_CLASSES}
 # and the record a ``tools/progress`` event carries.
 EXTRA_NAMES = {
     "ToolPolicyError", "ToolFailedError", "ExecutorUnavailableError", "LosslessJsonError",
+    "UsageError", "InvalidValueError", "InvalidTypeError", "InvalidStateError", "RuntimeStoppedError",
     "SearchFileMatches", "SearchMatchLine", "WebSource", "ToolProgress",
 }  # fmt: skip
 

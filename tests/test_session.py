@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_actors.errors import ErrorCode, LosslessJsonError
-from dsh_actors.json import FrozenDict, materialize
+from dsh_actors.json import FrozenDict, dumps, materialize
 from dsh_actors.model import (
     ImageBlock,
     ReasoningBlock,
@@ -438,6 +438,36 @@ def test_a_corrupt_line_before_the_last_is_an_error_naming_its_line_number(
     assert err.lineno == 3 and err.file == str(path)
     assert str(err).startswith(f"{path}:3: ")
     assert problem in str(err)
+
+
+def test_a_session_on_a_file_keeps_no_event_in_memory_and_reads_the_file(tmp_path: Path) -> None:
+    import gc
+    import tracemalloc
+
+    events: list[dict[str, Any]] = []
+    for i in range(2_000):
+        events.append(call_event(1, 1, f"c{i}", "search", {"query": "where is the retry policy configured"}))
+        events.append(result_event(f"c{i}", ok(i, "a search hit with some context around the match " * 4)))
+    session = Session(tmp_path / "log.jsonl")
+    session.append(events[0])  # the first append allocates what every later one reuses
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for event in events[1:]:
+            session.append(event)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # The events' JSON is about 1.2 MB; pairing ids (all settled here) and
+    # the counters are all the session keeps.
+    assert held < 64 * 1024, held
+    assert len(session) == len(events)
+    assert session.pending_calls() == []
+    assert session.events() == file_events(tmp_path / "log.jsonl") == [orjson.loads(dumps(e)) for e in events]
+    session.close()
+    assert session.events()[-1] == orjson.loads(dumps(events[-1]))  # read again by its path
 
 
 # --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_a
 
 from loguru import logger
 
-from ..errors import callable_name, safe_str
+from ..errors import InvalidTypeError, RuntimeStoppedError, callable_name, safe_str
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Agent
@@ -157,11 +157,11 @@ class EventBus:
         ``prepend``: put the listener first (outermost in a waterfall).
         """
         if not callable(listener):
-            raise TypeError(f"listener for {name!r} must be callable")
+            raise InvalidTypeError(f"listener for {name!r} must be callable")
         entry = _Entry(listener, scope, next(self._seq))
         with self._lock:
             if self._closed is not None:
-                raise RuntimeError(self._closed)
+                raise RuntimeStoppedError(self._closed)
             current = self._lists.get(name, ())
             self._lists[name] = (entry, *current) if prepend else (*current, entry)
             if name in PREPARE_EVENTS:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from math import copysign as _copysign
 from typing import Any, NoReturn, TypeAlias, Union, final
 
-from ..errors import LosslessJsonError
+from ..errors import InvalidTypeError, LosslessJsonError
 from ._rules import (
     BIG_FLOAT,
     MAX_INT,
@@ -57,7 +57,7 @@ _isascii = str.isascii
 
 
 def _read_only(*_args: object, **_kwargs: object) -> NoReturn:
-    raise TypeError("FrozenDict is read-only")
+    raise InvalidTypeError("FrozenDict is read-only")
 
 
 class _FrozenDictType(type):
@@ -107,7 +107,7 @@ class FrozenDict(dict[str, JsonValue], metaclass=_FrozenDictType):
     _height: int  # the depth of this value, set by _height_of when needed
 
     def __init_subclass__(cls, **kwargs: object) -> None:
-        raise TypeError("FrozenDict cannot be subclassed")
+        raise InvalidTypeError("FrozenDict cannot be subclassed")
 
     __setitem__ = _read_only
     __delitem__ = _read_only

@@ -18,7 +18,7 @@ from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 
 from ..definition import ToolDefinition, ToolOutput, validate_definition
-from ..errors import DshError, RegistrationError, ToolOutputError, safe_str
+from ..errors import DshError, InvalidTypeError, RegistrationError, ToolOutputError, safe_str
 from ..events import Disposer, disposer
 from ..json import thaw
 from ..model import ContentBlock, TextBlock
@@ -78,7 +78,7 @@ async def mount(
     called from any thread; it does not close the session.
     """
     if not isinstance(session, ClientSession):
-        raise TypeError(f"mount() needs an mcp.ClientSession (got {type(session).__qualname__})")
+        raise InvalidTypeError(f"mount() needs an mcp.ClientSession (got {type(session).__qualname__})")
     mounted = _Mount(rt, session, asyncio.get_running_loop(), agent, prefix, timeout_ms)
     await mounted.start()
     return mounted.disposer
@@ -109,7 +109,7 @@ class _Mount:
         timeout_ms: float | None,
     ) -> None:
         if type(prefix) is not str:
-            raise TypeError(f"prefix must be a str (got {type(prefix).__qualname__})")
+            raise InvalidTypeError(f"prefix must be a str (got {type(prefix).__qualname__})")
         self.rt = rt
         self.session = session
         self.loop = loop

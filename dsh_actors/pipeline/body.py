@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..definition import is_async_callable
 from ..errors import (
+    InvalidStateError,
     ToolNotFoundError,
 )
 from ..execution import ToolRunContext
@@ -192,7 +193,7 @@ def await_on_loop(
     target = target_loop(rt, loop)
     if target.is_running() and _on_thread_of(target):  # (the runtime's own loop thread too)
         coro.close()
-        raise RuntimeError(
+        raise InvalidStateError(
             f'async tool "{name}" would be awaited on its own event loop\'s thread, blocking it '
             "(use execute_async from a coroutine)"
         )

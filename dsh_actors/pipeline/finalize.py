@@ -36,6 +36,7 @@ from .results import (
     failure,
     failure_from_exception,
     freeze_result,
+    policy_failure,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,7 +138,7 @@ def _post_execute(rt: ToolRuntime, call: Call, result: ToolExecutionResult, defi
     try:
         decision = rt.events.waterfall("tools/post-execute", _accept, execution, entering, agent=execution.agent)
     except BaseException as exc:  # noqa: BLE001
-        return failure_from_exception(exc, entering.additional_contexts)
+        return policy_failure("tools/post-execute", exc, entering.additional_contexts)
     return _apply_post_decision(rt, call, entering, decision)
 
 

@@ -311,6 +311,11 @@ class LoopWatch:
         with self._lock:
             return sum(len(flights) for flights in self._flights.values())
 
+    def carries(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether flights are in flight on ``loop``."""
+        with self._lock:
+            return bool(self._flights.get(loop))
+
     def stop(self) -> None:
         with self._lock:
             self._stopped = True

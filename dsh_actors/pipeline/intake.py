@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import LosslessJsonError, safe_repr, safe_str
+from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_repr, safe_str
 from ..execution import CALL_DEPS
 from ..json import loads, materialize
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
@@ -24,7 +24,7 @@ __all__ = ["bind_context", "check_batch", "check_limit", "loggable", "parse_argu
 def check_limit(limit: object, what: str = "max_parallel_tool_calls") -> int:
     """A concurrency limit must be a positive int (``bool`` is not)."""
     if type(limit) is not int or limit < 1:
-        raise ValueError(f"{what} must be a positive integer, got {safe_str(repr(limit))}")
+        raise InvalidValueError(f"{what} must be a positive integer, got {safe_str(repr(limit))}")
     return limit
 
 
@@ -65,20 +65,22 @@ def check_batch(batch: ToolBatchInput) -> None:
     for field, kind in _BATCH_FIELD_KINDS:
         value = getattr(batch, field)
         if value is not None and not isinstance(value, kind):
-            raise TypeError(f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}")
+            raise InvalidTypeError(
+                f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
+            )
     if batch.log is not None and batch.agent is None:
-        raise ValueError(
+        raise InvalidValueError(
             "ToolBatchInput.log needs an agent: the log is written to agent.session "
             "(pass agent=Agent(..., session=Session()), or leave log=None)"
         )
     calls = batch.calls
     for i, call in enumerate(calls):
         if type(call) is not ToolCall:
-            raise TypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
+            raise InvalidTypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
         call_id = call.id
         name = call.name
         if type(call_id) is not str or type(name) is not str:
-            raise TypeError(f"calls[{i}]: a ToolCall's id and name must be str")
+            raise InvalidTypeError(f"calls[{i}]: a ToolCall's id and name must be str")
         # Hot path (once per call): ASCII text is valid UTF-8, so only
         # other text pays for the check (and for its path).
         if not (call_id.isascii() and name.isascii()):
@@ -86,7 +88,7 @@ def check_batch(batch: ToolBatchInput) -> None:
                 _check_str(call_id, f"calls[{i}].id")
                 _check_str(name, f"calls[{i}].name")
             except LosslessJsonError as exc:
-                raise ValueError(exc.message) from None
+                raise InvalidValueError(exc.message) from None
     if len(calls) > 1 and len({call.id for call in calls}) != len(calls):
         _refuse_duplicate_ids(calls)
 
@@ -99,7 +101,7 @@ def _refuse_duplicate_ids(calls: tuple[ToolCall, ...]) -> None:
             shown = safe_repr(call.id)
             if len(shown) > 80:
                 shown = shown[:77] + "..."
-            raise ValueError(
+            raise InvalidValueError(
                 f"calls[{i}] has the id {shown} of calls[{earlier}]: call ids must be unique "
                 "within a batch (results and the session log pair each call with its result by id)"
             )

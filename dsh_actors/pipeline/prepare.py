@@ -32,6 +32,7 @@ from .results import (
     aborted,
     failure,
     failure_from_exception,
+    policy_failure,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,18 +67,15 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
             decision: Any = events.waterfall(
                 "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
             )
-            if type(decision) is Ask:
-                decision = _route_approval(rt, call, decision)
         except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
-            now: AbortSignal = call.caller  # (a listener may have aborted it meanwhile)
-            if isinstance(exc, AbortError) and now.aborted:
-                # Cancelled while a listener (sync or async) or the approval
-                # ran: the body never started, as when a listener returns
-                # and the recheck below finds the abort.
-                call.resolve(aborted(before_dispatch=True), run_post=True)
-            else:
-                call.resolve(failure_from_exception(exc), run_post=False)
+            _policy_raised(call, "tools/pre-execute", exc)
             return
+        if type(decision) is Ask:
+            try:
+                decision = _route_approval(rt, call, decision)
+            except BaseException as exc:  # noqa: BLE001 - a throwing approval service, too
+                _policy_raised(call, "approval", exc)
+                return
     else:
         decision = _ALLOW
     match decision:
@@ -131,7 +129,8 @@ _ALLOW = Allow()
 
 def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
     """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
-    else a denial (a failure). A raising service propagates."""
+    else a denial (a failure). A raising service propagates (the caller
+    makes it a ``POLICY_FAILED`` failure)."""
     execution = call.execution
     name = execution.name
     service = rt.approvals.service
@@ -166,3 +165,16 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
     if answer == "unavailable":
         return failure(f'tool "{name}" requires approval, but no approval channel is available')
     raise ToolPolicyError("approval", f'the approval service answered {safe_str(repr(answer))} for tool "{name}"')
+
+
+def _policy_raised(call: Call, where: str, exc: BaseException) -> None:
+    """A pre-execute listener or the approval service raised. Cancelled
+    while it ran (sync or async): the body never started, so
+    ``ABORTED_BEFORE_DISPATCH``, as when a listener returns and the recheck
+    finds the abort. Anything else is ``POLICY_FAILED`` (the tool did
+    nothing wrong), and post-execute is skipped."""
+    now: AbortSignal = call.caller  # (a listener may have aborted it meanwhile)
+    if isinstance(exc, AbortError) and now.aborted:
+        call.resolve(aborted(before_dispatch=True), run_post=True)
+    else:
+        call.resolve(policy_failure(where, exc), run_post=False)

@@ -40,6 +40,7 @@ __all__ = [
     "failure_from_exception",
     "freeze_result",
     "is_result",
+    "policy_failure",
     "render_success",
 ]
 
@@ -103,6 +104,26 @@ def caused(error: DshError, cause: BaseException) -> DshError:
 
 
 _TOOL_FAILED = str(ErrorCode.TOOL_FAILED)
+
+
+def policy_failure(
+    where: str, exc: BaseException, additional_contexts: tuple[UserMessage, ...] = ()
+) -> ToolExecutionFailure:
+    """The failure for what a policy (a ``tools/pre-execute`` or
+    ``tools/post-execute`` listener, the approval service) raised:
+    ``POLICY_FAILED`` with ``<where>: <its message>`` (the class name when
+    the message is empty), since the tool did nothing wrong. An
+    :class:`AbortError` (the call's signal fired while a policy waited) and
+    a :class:`ToolPolicyError` keep their own code and message."""
+    if isinstance(exc, (AbortError, ToolPolicyError)):
+        return failure_from_exception(exc, additional_contexts)
+    if isinstance(exc, DshError):
+        detail = exc.message if type(exc.message) is str else safe_str(exc)
+    else:
+        detail = safe_str(exc)
+    problem = ToolPolicyError(where, detail or type(exc).__name__)
+    problem.__cause__ = exc
+    return failure_from_exception(problem, additional_contexts)
 
 
 def aborted(*, before_dispatch: bool, additional_contexts: tuple[UserMessage, ...] = ()) -> ToolExecutionFailure:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import safe_repr
+from ..errors import InvalidTypeError, safe_repr
 from ..executor_protocol import ToolModelInput
 from ..model import (
     ContentBlock,
@@ -162,7 +162,7 @@ class Reader:
 
 def check_batch_result(batch_result: object, fn: str) -> ToolBatchResult:
     if not isinstance(batch_result, ToolBatchResult):
-        raise TypeError(
+        raise InvalidTypeError(
             f"{fn}() takes the ToolBatchResult that rt.tools.execute(...) returned, "
             f"not {type(batch_result).__qualname__}"
         )
@@ -178,7 +178,9 @@ def model_content(call_id: str, result: object) -> tuple[ContentBlock, ...]:
         return (TextBlock(f"Error: {result.error.message}"),)
     if isinstance(result, ToolExecutionSuccess):
         return result.content
-    raise TypeError(f"the result of call {call_id!r} is a {type(result).__qualname__}, not a tool execution result")
+    raise InvalidTypeError(
+        f"the result of call {call_id!r} is a {type(result).__qualname__}, not a tool execution result"
+    )
 
 
 def is_error(result: object) -> bool:
@@ -188,7 +190,9 @@ def is_error(result: object) -> bool:
 def block_kind(call: str, block: object) -> type:
     t = type(block)
     if t not in (TextBlock, ImageBlock, ReasoningBlock):
-        raise TypeError(f"{call}: {t.__qualname__} is not a content block (TextBlock, ImageBlock, ReasoningBlock)")
+        raise InvalidTypeError(
+            f"{call}: {t.__qualname__} is not a content block (TextBlock, ImageBlock, ReasoningBlock)"
+        )
     return t
 
 
@@ -229,7 +233,7 @@ def model_input(rt: Any, agent: Agent | None, tool_set: ResolvedToolSet | None) 
     or a ToolsService (``rt.tools.scope(agent)``)."""
     service = rt if isinstance(rt, ToolsService) else getattr(rt, "tools", None)
     if not isinstance(service, ToolsService):
-        raise TypeError(f"tools() takes a ToolRuntime (or its rt.tools), not {type(rt).__qualname__}")
+        raise InvalidTypeError(f"tools() takes a ToolRuntime (or its rt.tools), not {type(rt).__qualname__}")
     return service.model_tools(agent, tool_set)
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, assert_never
 import pykka
 
 from ..actors import ActorBase, ActorGroup, settle
+from ..errors import InvalidTypeError
 from ..messages import (
     AddGuard,
     ExecuteBatch,
@@ -88,7 +89,9 @@ class RegistryActor(ActorBase):
         """Raise ``TypeError`` for a message the registry does not understand
         (``rt.registry``'s ``ask`` asks it first, so an asker gets the error)."""
         if not isinstance(message, _ACCEPTED):
-            raise TypeError(f"the registry does not understand {type(message).__qualname__} (see dsh_actors.messages)")
+            raise InvalidTypeError(
+                f"the registry does not understand {type(message).__qualname__} (see dsh_actors.messages)"
+            )
 
     def receive(self, message: Any) -> Any:
         self.check_message(message)
@@ -115,7 +118,7 @@ class RegistryActor(ActorBase):
     def _forward(self, request: WriteRequest, scope: Any, *, spawn: bool) -> None:
         try:
             if scope is not None and not isinstance(scope, Agent):
-                raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+                raise InvalidTypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
             entry = self._scopes.get(scope)
             if entry is None:
                 if not spawn:
@@ -161,7 +164,7 @@ class RegistryActor(ActorBase):
         try:
             context = message.context
             if not isinstance(context, ToolActivationContext):
-                raise TypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
+                raise InvalidTypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
             loop = message.loop if message.loop is not None else self.runtime.bound_loop
             ref = ToolSetActor.spawn(
                 self.group, self.runtime, context, message.reply, loop, caller_context=message.caller_context

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ExecutorUnavailableError, LosslessJsonError
+from ..errors import ExecutorUnavailableError, InvalidTypeError, LosslessJsonError
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..visibility import RegistryState, describe_scope, select_executor, visible
@@ -47,7 +47,7 @@ def model_tools(state: RegistryState, agent: Agent | None, tool_set: ResolvedToo
         raise ExecutorUnavailableError(describe_scope(agent))
     described = executor.describe(callable_definitions(state, agent, tool_set))
     if not isinstance(described, ToolModelInput):
-        raise TypeError(
+        raise InvalidTypeError(
             f"{type(executor).__qualname__}.describe() must return a ToolModelInput, not {type(described).__qualname__}"
         )
     return ToolModelInput(
@@ -60,16 +60,18 @@ def model_tools(state: RegistryState, agent: Agent | None, tool_set: ResolvedToo
 def _checked_schema(executor: Any, index: int, schema: Any) -> dict[str, Any]:
     where = f"{type(executor).__qualname__}.describe() schemas[{index}]"
     if not isinstance(schema, Mapping):
-        raise TypeError(f"{where} must be a {{name, description, parameters}} dict, not {type(schema).__qualname__}")
+        raise InvalidTypeError(
+            f"{where} must be a {{name, description, parameters}} dict, not {type(schema).__qualname__}"
+        )
     name, description, parameters = schema.get("name"), schema.get("description"), schema.get("parameters")
     if type(name) is not str or not name:
-        raise TypeError(f"{where}: name must be a non-empty str")
+        raise InvalidTypeError(f"{where}: name must be a non-empty str")
     if type(description) is not str:
-        raise TypeError(f"{where} ({name}): description must be a str")
+        raise InvalidTypeError(f"{where} ({name}): description must be a str")
     if not isinstance(parameters, Mapping):
-        raise TypeError(f"{where} ({name}): parameters must be a JSON Schema object")
+        raise InvalidTypeError(f"{where} ({name}): parameters must be a JSON Schema object")
     try:
         detached = thaw(parameters)
     except LosslessJsonError as exc:
-        raise TypeError(f"{where} ({name}): parameters are not lossless JSON: {exc}") from None
+        raise InvalidTypeError(f"{where} ({name}): parameters are not lossless JSON: {exc}") from None
     return {"name": name, "description": description, "parameters": detached}

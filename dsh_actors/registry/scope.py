@@ -33,7 +33,7 @@ from loguru import logger
 
 from ..actors import ActorBase, ActorGroup, settle
 from ..definition import ToolDefinition, validate_definition
-from ..errors import RegistrationError, safe_str
+from ..errors import InvalidTypeError, RegistrationError, safe_str
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
 from ..visibility import (
@@ -85,7 +85,7 @@ class ScopeActor(ActorBase):
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, _Apply):
-            raise TypeError(f"a scope actor does not understand {type(message).__qualname__}")
+            raise InvalidTypeError(f"a scope actor does not understand {type(message).__qualname__}")
         self._handled += 1
         value: Any = None
         error: BaseException | None = None

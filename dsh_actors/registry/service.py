@@ -34,7 +34,7 @@ import pykka
 from loguru import logger
 
 from ..actors import ASK_TIMEOUT, actor_thread_ident
-from ..errors import RegistrationError, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, RegistrationError, RuntimeStoppedError, safe_str
 from ..events import Disposer
 from ..execution import ToolExecutionInput
 from ..messages import (
@@ -171,7 +171,7 @@ class ToolsService:
 
     def __init__(self, runtime: ToolRuntime, scope: Agent | None = None) -> None:
         if scope is not None and not isinstance(scope, Agent):
-            raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+            raise InvalidTypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
         self._rt = runtime
         self._state = runtime.state
         self._scope = scope
@@ -248,7 +248,7 @@ class ToolsService:
         if isinstance(scope, _Own):
             return self._scope
         if scope is not None and not isinstance(scope, Agent):
-            raise TypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
+            raise InvalidTypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
         return scope
 
     def get(
@@ -319,7 +319,7 @@ class ToolsService:
         a condition raises; either way nothing is published.
         """
         if not isinstance(context, ToolActivationContext):
-            raise TypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
+            raise InvalidTypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future), future)
         return self._wait(future, "the tool set resolution", limit=None)
@@ -329,7 +329,7 @@ class ToolsService:
         ``async def`` conditions run on this very loop (so they may use what
         is bound to it); sync ones on the tool-set actor's thread."""
         if not isinstance(context, ToolActivationContext):
-            raise TypeError(f"resolve_async() takes a ToolActivationContext, not {type(context).__qualname__}")
+            raise InvalidTypeError(f"resolve_async() takes a ToolActivationContext, not {type(context).__qualname__}")
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future, loop=asyncio.get_running_loop()), future)
         return await asyncio.wrap_future(future)
@@ -346,7 +346,7 @@ class ToolsService:
 
     def _start(self, batch: ToolBatchInput, reply: Reply, loop: Any = None) -> None:
         if not isinstance(batch, ToolBatchInput):
-            raise TypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
+            raise InvalidTypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
         if batch.agent is None and self._scope is not None:
             batch = replace(batch, agent=self._scope)
         rt = self._rt
@@ -369,10 +369,10 @@ class ToolsService:
         A scoped service fills in its agent when ``execution.agent`` is None.
         """
         if not isinstance(execution, ToolExecutionInput):
-            raise TypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
+            raise InvalidTypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
         rt = self._rt
         if not rt.running:
-            raise RuntimeError("the ToolRuntime is not running")
+            raise RuntimeStoppedError("the ToolRuntime is not running")
         if execution.agent is None and self._scope is not None:
             execution = replace(execution, agent=self._scope)
         return run_inline(rt, execution)
@@ -384,7 +384,7 @@ class ToolsService:
         rt = self._rt
         bound = rt.bound_loop
         if bound is not None and bound.is_running() and _on_loop_thread(bound):
-            raise RuntimeError(
+            raise InvalidStateError(
                 "execute() would block the event loop this runtime is bound to (its async tools run "
                 "there): use await rt.tools.execute_async(batch) from that loop"
             )
@@ -392,14 +392,14 @@ class ToolsService:
         if rt.loop.in_loop_thread():
             # An async body on the runtime's own loop: the batch's async bodies
             # would need this very loop, which execute() would block.
-            raise RuntimeError(
+            raise InvalidStateError(
                 "execute() would block the runtime's own event loop (async tool bodies run there, "
                 "so the batch could never finish): use await rt.tools.execute_async(batch) from an async body"
             )
         reply = _Reply()
         # A stopping runtime drains its batches and answers them; only a
         # batch stuck past the end of stop() has no answer: stop fails it.
-        with rt.pending_replies.tracked(reply, lambda: RuntimeError(f"{STOPPED} (before the batch finished)")):
+        with rt.pending_replies.tracked(reply, lambda: RuntimeStoppedError(f"{STOPPED} (before the batch finished)")):
             self._start(batch, reply)
             with rt.waiting():  # a tool body's nested batch holds no slot
                 reply.wait(-1)
@@ -426,7 +426,7 @@ class ToolsService:
         try:
             self._rt.registry.tell(message)
         except pykka.ActorDeadError:
-            raise RuntimeError(STOPPED) from None
+            raise RuntimeStoppedError(STOPPED) from None
 
     def _write(self, make: Callable[[Future[Any]], WriteRequest]) -> Any:
         if self._on_registry_thread():
@@ -462,7 +462,7 @@ class ToolsService:
 
     def _wait(self, future: Future[T], what: str, *, limit: float | None) -> T:
         # A stopping runtime fails the wait at once (no polling).
-        with self._rt.pending_writes.tracked(future, lambda: RuntimeError(f"{STOPPED} (before {what} finished)")):
+        with self._rt.pending_writes.tracked(future, lambda: RuntimeStoppedError(f"{STOPPED} (before {what} finished)")):
             try:
                 return future.result(timeout=limit)
             except FutureTimeout:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never
 import pykka
 
 from ..actors import ActorBase, ActorGroup, settle
-from ..errors import AbortError, DshError, ToolPolicyError, safe_str
+from ..errors import AbortError, DshError, InvalidTypeError, RuntimeStoppedError, ToolPolicyError, safe_str
 from ..model import ToolActivationContext
 from ..pipeline.flights import Flight
 from ..toolset import ResolvedToolSet
@@ -103,7 +103,7 @@ class ToolSetActor(ActorBase):
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, (_Begin, _ConditionDone, _Cancelled)):
-            raise TypeError(f"a tool-set actor does not understand {type(message).__qualname__}")
+            raise InvalidTypeError(f"a tool-set actor does not understand {type(message).__qualname__}")
         inbox: _Inbox = message
         match inbox:
             case _Begin():
@@ -122,7 +122,7 @@ class ToolSetActor(ActorBase):
     def on_stop(self) -> None:
         # Stopped before it finished (the runtime stopping): never leave the
         # resolver waiting.
-        self._fail(RuntimeError(STOPPED), stop=False)
+        self._fail(RuntimeStoppedError(STOPPED), stop=False)
 
     # -- evaluation --------------------------------------------------------
 

@@ -33,6 +33,7 @@ from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, actor_thread_ident, settle
 from ..definition import validate_definition
+from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
@@ -147,7 +148,7 @@ class NativeExecutor:
             if self._rt is runtime:
                 return
             if self._rt is not None:
-                raise RuntimeError("this NativeExecutor is already installed in another runtime")
+                raise InvalidStateError("this NativeExecutor is already installed in another runtime")
             self._rt = runtime
             self._idle_executors = IdleShelf(runtime.group, runtime.loop, _IDLE_EXECUTORS_KEPT)
         runtime.on_stop(self._shutdown)
@@ -172,9 +173,9 @@ class NativeExecutor:
         does; ``loop``, where the batch's async bodies run)."""
         rt = self._rt
         if rt is None:
-            raise RuntimeError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
+            raise InvalidStateError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
         if not checked and not isinstance(batch, ToolBatchInput):
-            raise TypeError(f"expected a ToolBatchInput, got {type(batch).__qualname__}")
+            raise InvalidTypeError(f"expected a ToolBatchInput, got {type(batch).__qualname__}")
         limit = (
             self.max_parallel_tool_calls
             if batch.max_parallel_tool_calls is None
@@ -185,7 +186,7 @@ class NativeExecutor:
             batch = bind_context(batch)  # (start_batch binds a checked one)
         with self._lock:
             if self._closed:
-                raise RuntimeError("the runtime is stopped")
+                raise RuntimeStoppedError("the runtime is stopped")
         self._post(RunBatch(batch=batch, reply=reply, limit=limit, loop=loop if loop is not None else rt.bound_loop))
 
     # -- the executor actors' pool ------------------------------------------

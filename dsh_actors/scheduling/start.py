@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from ..errors import ExecutorUnavailableError
+from ..errors import ExecutorUnavailableError, InvalidTypeError
 from ..model import ToolBatchInput
 from ..pipeline.intake import bind_context, check_batch
 from ..visibility import describe_scope, select_executor
@@ -65,7 +65,7 @@ def start_batch(
         if callable(submit):
             future = submit(batch)
             if not isinstance(future, Future):
-                raise TypeError(
+                raise InvalidTypeError(
                     f"{type(executor).__qualname__}.submit() must return a concurrent.futures.Future, "
                     f"not {type(future).__qualname__}"
                 )

@@ -23,7 +23,9 @@ kinds, built by the functions below (keys are snake_case):
     "is_error", "content", "error", "meta"}``: the settled sub-call's
     durable copy, same field shapes as ``tool/result``.
 
-**Storage.** ``Session()`` keeps events in memory; ``Session(path)`` also
+**Storage.** ``Session()`` keeps events in memory; ``Session(path)``
+keeps none (only the pending call and sub-call ids that pair calls with
+results): :meth:`Session.events` reads the file. It
 appends them to a JSONL file (orjson, compact, ``\\n``-terminated) through
 an unbuffered handle, so each event is one ``write`` that reaches the OS
 before :meth:`Session.append` returns (``fsync=True`` also makes it reach

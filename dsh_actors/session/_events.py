@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, Protocol
 
-from ..errors import LosslessJsonError, safe_str
+from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
 from ..json import materialize
 from ..model import (
     ContentBlock,
@@ -84,12 +84,12 @@ def _plain_str(value: object, where: str) -> str:
         value = value.value
     if isinstance(value, str):
         return str.__str__(value)
-    raise TypeError(f"{where} must be a str, got {type(value).__qualname__}")
+    raise InvalidTypeError(f"{where} must be a str, got {type(value).__qualname__}")
 
 
 def _int(value: object, where: str) -> int:
     if type(value) is not int:
-        raise TypeError(f"{where} must be an int, got {type(value).__qualname__}")
+        raise InvalidTypeError(f"{where} must be an int, got {type(value).__qualname__}")
     return value
 
 
@@ -269,7 +269,7 @@ class LoggedResult:
         elif kind == PTC_DISPATCH:
             id_key = "sub_call_id"
         else:
-            raise ValueError(f"not a {RESULT} or {PTC_DISPATCH} event: type {safe_str(kind)!r}")
+            raise InvalidValueError(f"not a {RESULT} or {PTC_DISPATCH} event: type {safe_str(kind)!r}")
         call_id = event.get(id_key)
         if type(call_id) is not str:
             raise LosslessJsonError(f"event.{id_key}", "must be a str")

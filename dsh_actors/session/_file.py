@@ -1,6 +1,10 @@
-"""The :class:`Session` itself: the in-memory list of events and the JSONL
+"""The :class:`Session` itself: the in-memory list of events, or the JSONL
 file behind it (appends, torn lines, repair). ``dsh_actors.session``
-documents the format and the guarantees."""
+documents the format and the guarantees.
+
+A session on a file keeps no event in memory: only what pairs calls with
+their results (the pending call and sub-call ids), the number of events and
+where the good bytes end; :meth:`Session.events` reads the file."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from typing import IO, Any
 
 import orjson
 
-from ..errors import LosslessJsonError, safe_str
+from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
 from ..json import FrozenDict, dumps, loads
 from ._events import (
     _INTERRUPTED,
@@ -45,14 +49,14 @@ def _shape_problem(event: Mapping[str, Any]) -> str | None:
 def _encode(event: Mapping[str, Any]) -> bytes:
     """One event as compact JSON (no newline), or the error saying why not."""
     if not isinstance(event, Mapping):
-        raise TypeError(f"a session event must be a mapping, got {type(event).__qualname__}")
+        raise InvalidTypeError(f"a session event must be a mapping, got {type(event).__qualname__}")
     problem = _shape_problem(event)
     if problem is not None:
-        raise ValueError(f"invalid session event: {problem}")
+        raise InvalidValueError(f"invalid session event: {problem}")
     value = event if type(event) is dict or type(event) is FrozenDict else dict(event)
     try:
         # orjson's buffer is allocated with room to spare (about 4 KB for a
-        # 100-byte event) and the session keeps every line: keep an
+        # 100-byte event) and an in-memory session keeps every line: keep an
         # exact-size copy (the benchmark ``session.bytes_per_event`` shows it).
         return bytes(memoryview(dumps(value)))
     except LosslessJsonError as err:
@@ -87,7 +91,13 @@ class Session:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = False) -> None:
         self._lock = threading.Lock()
-        self._lines: list[bytes] = []  # each event's JSON, without the newline
+        # In memory: each event's JSON, without the newline. On a file: None
+        # (events() reads the file), and _count counts the events.
+        self._lines: list[bytes] | None = None if path is not None else []
+        self._count = 0
+        # Byte ranges of the file below _size that hold no event: a failed
+        # write's bytes that could not be cut off (see _recover).
+        self._junk: list[tuple[int, int]] = []
         self._pending: dict[str, None] = {}  # call ids without a result, in call order
         # sub_call_id -> (root_call_id, parent_call_id, name) of each started
         # sub-call without a settle event, in start order
@@ -142,6 +152,7 @@ class Session:
             )
         session = cls(fsync=fsync)
         session._path = file_path
+        session._lines = None  # on a file: events() reads it
         file = cls._open_file(file_path)
         try:
             file.seek(0)
@@ -189,7 +200,7 @@ class Session:
                 self._newline_needed = False  # a line starts after a newline
                 return
             self._index(event["type"], event)
-            self._lines.append(line)
+            self._count += 1
             if last:
                 self._size = size
                 self._newline_needed = not data.endswith(b"\n")
@@ -225,7 +236,7 @@ class Session:
             return
         problem = _shape_problem(event)
         if problem is not None:
-            raise ValueError(f"invalid session event: {problem}")
+            raise InvalidValueError(f"invalid session event: {problem}")
         try:
             line = bytes(memoryview(orjson.dumps(event)))  # exact size, as _encode keeps it
         except orjson.JSONEncodeError:
@@ -239,7 +250,9 @@ class Session:
             raise OSError("session is closed")
         if self._file is not None:
             self._write(self._file, line)
-        self._lines.append(line)
+        if self._lines is not None:
+            self._lines.append(line)
+        self._count += 1
         self._index(kind, event)
 
     def _index(self, kind: str, event: Mapping[str, Any]) -> None:
@@ -295,6 +308,8 @@ class Session:
             except OSError:
                 pass
         if current != self._size:
+            if current > self._size:  # bytes that hold no event stay in the file: skip them on read
+                self._junk.append((self._size, current))
             self._size = current
             self._newline_needed = current > 0 and os.pread(fd, 1, current - 1) != b"\n"
         self._dirty = False
@@ -303,15 +318,47 @@ class Session:
 
     def events(self) -> list[dict[str, Any]]:
         """Every event in log order, as fresh plain dicts (the caller may
-        change them)."""
+        change them). A session on a file reads them from the file (the
+        good bytes: not a torn last line, nor a failed write's leftovers)."""
         with self._lock:
-            lines = list(self._lines)
-        return [orjson.loads(line) for line in lines]
+            if self._lines is not None:
+                lines = list(self._lines)
+                return [orjson.loads(line) for line in lines]
+            data = self._read_good_bytes()
+            junk = list(self._junk)
+        if junk:
+            kept = bytearray()
+            start = 0
+            for begin, end in junk:
+                kept += data[start:begin] + b"\n"
+                start = end
+            kept += data[start:]
+            data = bytes(kept)
+        return [orjson.loads(line) for line in data.split(b"\n") if line.strip()]
+
+    def _read_good_bytes(self) -> bytes:
+        # Called with the lock held (no append moves _size meanwhile).
+        size = self._size
+        file = self._file
+        if file is not None:
+            fd = file.fileno()
+            chunks: list[bytes] = []
+            offset = 0
+            while offset < size:
+                chunk = os.pread(fd, size - offset, offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+            return b"".join(chunks)
+        assert self._path is not None  # closed: read it again by its path
+        with open(self._path, "rb") as closed:
+            return closed.read(size)
 
     def __len__(self) -> int:
         """The number of events logged."""
         with self._lock:
-            return len(self._lines)
+            return self._count
 
     def pending_calls(self) -> list[str]:
         """Call ids that have a ``tool/call`` event but no ``tool/result``
@@ -367,7 +414,8 @@ class Session:
         return self._torn_line
 
     def close(self) -> None:
-        """Close the file (idempotent). Events stay readable; appends raise."""
+        """Close the file (idempotent). Events stay readable (a session on a
+        file reads them from its path again); appends raise."""
         with self._lock:
             if self._closed:
                 return
@@ -390,4 +438,4 @@ class Session:
     def __repr__(self) -> str:
         where = "memory" if self._path is None else repr(str(self._path))
         state = ", closed" if self._closed else ""
-        return f"<Session {where}: {len(self._lines)} events{state}>"
+        return f"<Session {where}: {self._count} events{state}>"

@@ -10,6 +10,17 @@ its code was compiled. It refuses (``Blocked``, a ``PermissionError``;
   ``os.exec*``, ``os.spawn*``, ``os.posix_spawn*``, ``os.fork``,
   ``os.forkpty``, ``os.kill``/``killpg``, ``signal.pthread_kill``
   (``_posixsubprocess.fork_exec``, which raises no event, is disarmed);
+* reaching another process by other doors: ``os.pidfd_open`` and
+  ``signal.pidfd_send_signal`` (a signal to a process descriptor, the
+  runtime's own included), ``os.setpriority``, ``os.sched_setaffinity``,
+  ``os.sched_setscheduler``, ``os.sched_setparam`` (they take any pid:
+  the runtime's could be starved), ``os.setns``/``os.unshare`` where
+  Python has them. CPython raises no audit event for these: the worker
+  replaces them (in ``os``/``posix`` and ``signal``/``_signal``) with
+  functions that raise the one this hook refuses, and keeps no reference
+  to the originals; importing ``posix`` or ``_signal`` anew (to get fresh
+  originals) is refused. ``prctl``, ``ptrace`` and ``process_vm_*`` have
+  no Python binding outside ``ctypes``/``cffi``, refused below;
 * once armed, new code made by the program itself: ``compile``/``exec``/
   ``eval``, ``marshal.loads``, code objects and ``__code__`` swaps, unless
   the caller is standard library or site-packages code (so imports of the
@@ -44,7 +55,10 @@ its code was compiled. It refuses (``Blocked``, a ``PermissionError``;
 
 What it does not cover: operations that raise no audit event
 (``os.stat``, ``os.readlink``, ``os.access`` and ``os.listdir`` by file
-descriptor, on any path); reading any file the user can read; and
+descriptor, on any path; reading another process's scheduling facts,
+``os.getpriority``, ``os.sched_getaffinity`` and the like); reading any
+file the user can read; a fresh ``posix`` made with
+``_imp.create_builtin``; and
 CPython code that runs in the process can get around all of this (it can
 reach and change the objects the hook relies on: frames, modules). Put
 the worker in a sandbox (see the README) to run hostile code.
@@ -90,6 +104,14 @@ _DENIED_EVENTS = frozenset(
         "os.startfile",
         "os.chroot",
         "signal.pthread_kill",
+        "os.pidfd_open",
+        "signal.pidfd_send_signal",
+        "os.setpriority",
+        "os.sched_setaffinity",
+        "os.sched_setscheduler",
+        "os.sched_setparam",
+        "os.setns",
+        "os.unshare",
         "resource.setrlimit",
         "resource.prlimit",
         "sys.addaudithook",
@@ -152,6 +174,24 @@ _PATH_EVENTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "tempfile.mkdtemp": ((0,), ()),
 }
 _READ_EVENTS = frozenset({"os.listdir", "os.scandir"})  # (path,): checked like reads
+_UNAUDITED_PROCESS_CALLS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("os", "posix"): (
+        "pidfd_open",
+        "setpriority",
+        "sched_setaffinity",
+        "sched_setscheduler",
+        "sched_setparam",
+        "setns",
+        "unshare",
+    ),
+    ("signal", "_signal"): ("pidfd_send_signal",),
+}
+"""Calls that reach another process but raise no audit event, by the module
+pair that holds them: :meth:`Guard.install` replaces each with one that
+raises ``<first module>.<name>``, an event in ``_DENIED_EVENTS``."""
+_REPLACED_BUILTINS = frozenset({"posix", "_signal"})
+"""Built-in modules whose functions the worker replaces: importing one anew
+would give back the originals."""
 _UNSET_DIR_FDS = (None, -1, -100)  # unset, or AT_FDCWD
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _PROC_ENTRY = re.compile(r"/proc/([0-9]+)(?:/|$)")
@@ -193,6 +233,19 @@ def _os_mknod(path: Any, mode: int = 0o600, device: int = 0, *, dir_fd: int | No
 
 _os_mkfifo.__name__ = _os_mkfifo.__qualname__ = "mkfifo"
 _os_mknod.__name__ = _os_mknod.__qualname__ = "mknod"
+
+
+def _refused_call(event: str, name: str) -> Any:
+    """A stand-in for a call CPython raises no audit event for: it raises
+    ``event``, which the hook refuses. It holds no reference to the
+    original, so a program cannot dig it out."""
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        sys.audit(event, *args)
+        raise Blocked(f"run_code does not allow {event}")  # no hook installed: refused all the same
+
+    refused.__name__ = refused.__qualname__ = name
+    return refused
 
 
 class Blocked(PermissionError):
@@ -294,8 +347,10 @@ class Guard:
 
     def install(self) -> None:
         """Replace ``os.open`` with the worker's own (so relative opens show
-        their ``dir_fd``) and ``os.mkfifo``/``os.mknod`` with ones that raise
-        an audit event (CPython's raise none), make ``shutil.rmtree`` use paths rather than
+        their ``dir_fd``), ``os.mkfifo``/``os.mknod`` with ones that raise
+        an audit event (CPython's raise none) and the calls that reach
+        another process without one with ones that raise the event this
+        hook refuses, make ``shutil.rmtree`` use paths rather than
         directory descriptors, disarm process spawning, add the hook and
         arm it: right before the program runs."""
         import posix
@@ -306,6 +361,13 @@ class Guard:
             os.mkfifo = posix.mkfifo = _os_mkfifo
         if _posix_mknod is not None:
             os.mknod = posix.mknod = _os_mknod
+        for module_names, names in _UNAUDITED_PROCESS_CALLS.items():
+            modules = [sys.modules[m] for m in module_names if m in sys.modules]
+            for name in names:
+                if any(hasattr(module, name) for module in modules):
+                    refused = _refused_call(f"{module_names[0]}.{name}", name)
+                    for module in modules:
+                        setattr(module, name, refused)
         shutil._use_fd_functions = False  # type: ignore[attr-defined]
         disarm_process_spawning()
         sys.addaudithook(self)
@@ -429,6 +491,8 @@ class Guard:
         if event == "import":
             if args[0].partition(".")[0] in _BLOCKED_IMPORTS:
                 raise BlockedImport(f"run_code does not allow importing {args[0]}")
+            if self.armed and args[0] in _REPLACED_BUILTINS:  # it was taken out of sys.modules
+                raise BlockedImport(f"run_code does not allow importing {args[0]} anew")
             return
         if not self.armed:
             return

@@ -6,6 +6,14 @@ local cluster when there is none) and *owns* the connection: the last
 executor to close then calls ``ray.shutdown()``. If the application
 initialized Ray itself, every executor uses that connection and none ever
 shuts it down.
+
+A connection can be lost under the executors (``ray.shutdown()`` called by
+the application, from any thread): :func:`token` names the connection an
+executor joined and :func:`alive` says whether it is still the process's
+connection. Past that, no handle made on it (the board, tool actors) may be
+used again: Ray's core worker aborts the whole process on a handle of a
+connection that is gone, and any ``.remote()`` would quietly start a new
+local cluster.
 """
 
 from __future__ import annotations
@@ -14,13 +22,33 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["acquire", "board", "release"]
+__all__ = ["acquire", "alive", "board", "release", "token"]
 
 _lock = threading.Lock()
 _users = 0
 _owned = False
 _local = False
 _board: Any = None
+_board_token: str | None = None  # the connection the board was made on
+
+
+def token() -> str | None:
+    """The current connection's identity (its driver's worker id, new at
+    every ``ray.init``), or None when Ray is not initialized."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    try:
+        return str(ray.get_runtime_context().get_worker_id())
+    except Exception:  # noqa: BLE001 - shut down meanwhile
+        return None
+
+
+def alive(joined: str | None) -> bool:
+    """Whether the connection named ``joined`` (a :func:`token`) is still
+    this process's connection to Ray."""
+    return joined is not None and token() == joined
 
 
 def _gcs_address() -> str | None:
@@ -41,6 +69,8 @@ def acquire(address: str | None, init_options: Mapping[str, Any]) -> tuple[bool,
     import ray
 
     with _lock:
+        if _users and _board_token is not None and not alive(_board_token):
+            _forget_lost()  # the executors' connection was lost: start afresh
         if ray.is_initialized():
             if _users == 0:
                 _owned = _local = False
@@ -71,10 +101,20 @@ def board() -> Any:
 
     from .worker import SignalBoard
 
+    global _board_token
     with _lock:
-        if _board is None:
+        current = token()
+        if _board is None or _board_token != current:  # (a board of a lost connection is never used)
             _board = ray.remote(SignalBoard).options(num_cpus=0, max_concurrency=100_000).remote()
+            _board_token = current
         return _board
+
+
+def _forget_lost() -> None:
+    # Under _lock: the handles of a lost connection are dropped, never used.
+    global _owned, _local, _board, _board_token
+    _board = _board_token = None
+    _owned = _local = False
 
 
 def release() -> None:
@@ -86,6 +126,9 @@ def release() -> None:
     with _lock:
         _users = max(0, _users - 1)
         if _users:
+            return
+        if _board is not None and not alive(_board_token):
+            _forget_lost()  # lost: nothing to kill, nothing to shut down
             return
         if _board is not None:
             try:

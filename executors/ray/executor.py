@@ -181,6 +181,7 @@ class RayExecutor(NativeExecutor):
         self._stopping = False
         self._ray_closed = False
         self._owned, self._local = connection.acquire(address, options)
+        self._connection = connection.token()  # the connection this executor's handles belong to
         try:
             self._board = connection.board()
         except BaseException:
@@ -303,6 +304,8 @@ class RayExecutor(NativeExecutor):
         payload = dumps(args)
         if self._ray_closed:
             raise RayUnavailableError("the RayExecutor is closed")
+        if self._lost():
+            raise RayUnavailableError(_CONNECTION_GONE)
         try:
             ref = submit(payload, info)
         except Exception as exc:  # noqa: BLE001 - the cluster refused the call: it never started
@@ -318,10 +321,12 @@ class RayExecutor(NativeExecutor):
         future = asyncio.wrap_future(ref.future())
         try:
             try:
-                envelope = await asyncio.shield(future)
+                envelope = await self._outcome(future)
             except asyncio.CancelledError:
                 return self._apply(name, await self._abort(key, entry, future, signal, absorb=0), ctx)
             except rex.RayError as exc:
+                if self._lost():
+                    raise RayUnavailableError(_LOST_WHILE_RUNNING) from None
                 cancelled = isinstance(exc, rex.TaskCancelledError) or isinstance(
                     getattr(exc, "cause", None), rex.TaskCancelledError
                 )
@@ -336,6 +341,24 @@ class RayExecutor(NativeExecutor):
             with self._state_lock:
                 self._inflight.pop(key, None)
                 self._settled.notify_all()
+
+    def _lost(self) -> bool:
+        """Whether the Ray connection this executor joined is gone (see
+        :mod:`connection`): none of its handles may be used again."""
+        return not connection.alive(self._connection)
+
+    async def _outcome(self, future: Any) -> Any:
+        """The call's envelope (or its Ray error), watching the connection
+        meanwhile: a connection lost under a submitted call (running or
+        queued by Ray) fails it with ``RayUnavailableError`` instead of
+        waiting for a ref that will never settle. Never cancels ``future``
+        (``asyncio.wait`` does not)."""
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=_LOST_POLL_S)
+            if done:
+                return future.result()
+            if self._lost():
+                raise RayUnavailableError(_LOST_WHILE_RUNNING)
 
     async def _abort(self, key: str, entry: _InFlight, future: Any, signal: Any, *, absorb: int) -> Any:
         """The driver aborted a submitted call: tell its signal, give a
@@ -369,6 +392,8 @@ class RayExecutor(NativeExecutor):
         text = None if reason is None else _safe_text(reason)
         ref = entry.ref
         started: bool | None
+        if self._lost():
+            raise RayUnavailableError(_LOST_WHILE_RUNNING)
         try:
             started = bool(await asyncio.wrap_future(self._board.abort.remote(key, text).future()))
         except asyncio.CancelledError:
@@ -389,7 +414,7 @@ class RayExecutor(NativeExecutor):
                     started = True  # interrupted and still running: it had started
                     self._ray_cancel(ref, force=True)
         try:
-            return await future
+            return await self._outcome(future)
         except rex.RayTaskError as exc:
             if isinstance(exc, rex.TaskCancelledError) or isinstance(exc.cause, rex.TaskCancelledError):
                 # Interrupted on the worker, outside the body's wrapper
@@ -442,12 +467,16 @@ class RayExecutor(NativeExecutor):
     # -- cancellation and lifecycle ---------------------------------------
 
     def _ray_cancel(self, ref: Any, *, force: bool) -> None:
+        if self._lost():
+            return  # its handles must not be used (and the call fails anyway)
         try:
             ray.cancel(ref, force=force)
         except Exception:  # noqa: BLE001 - finished meanwhile, or Ray is gone
             pass
 
     def _cancel(self, ref: Any, key: str, reason: str) -> None:
+        if self._lost():
+            return
         try:
             self._board.abort.remote(key, reason)
         except Exception:  # noqa: BLE001
@@ -459,7 +488,7 @@ class RayExecutor(NativeExecutor):
         loop, wait for the board to have them), then cancel their tasks: a
         queued call that a cancelled one makes room for then finds itself
         aborted when it asks to start, and never enters its body."""
-        if not inflight:
+        if not inflight or self._lost():
             return
         told = []
         for key, _ in inflight:
@@ -476,6 +505,8 @@ class RayExecutor(NativeExecutor):
             self._ray_cancel(entry.ref, force=False)
 
     def _forget(self, key: str) -> None:
+        if self._lost():
+            return
         try:
             self._board.forget.remote(key)
         except Exception:  # noqa: BLE001
@@ -532,6 +563,18 @@ class RayExecutor(NativeExecutor):
             self._handles.clear()
             self._tasks.clear()
         connection.release()
+
+
+_LOST_POLL_S = 0.25
+"""Seconds between two looks at the connection while a call is in flight."""
+_CONNECTION_GONE = (
+    "the Ray connection this executor joined is gone (ray.shutdown() was called, or the cluster was lost): "
+    "make a new RayExecutor to use Ray again"
+)
+_LOST_WHILE_RUNNING = (
+    "the Ray connection was lost while the call was on the cluster (ray.shutdown() was called, or the "
+    "cluster went away): its body may have run in part"
+)
 
 
 def _safe_text(value: object) -> str:

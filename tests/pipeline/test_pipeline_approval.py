@@ -159,7 +159,7 @@ def test_a_raising_approval_service_fails_the_call_and_skips_post_execute(rt: An
 
     result = run_one(rt, agent=Agent("main"))
 
-    assert_failure(result, "the approval UI crashed")
+    assert_failure(result, "approval: the approval UI crashed", "POLICY_FAILED")
     assert "body" not in trip.journal
     assert "post" not in trip.journal
     assert trip.journal.count(("result", "c1")) == 1

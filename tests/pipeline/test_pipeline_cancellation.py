@@ -109,7 +109,7 @@ def test_a_policy_error_after_the_caller_aborted_is_kept(rt: Any) -> None:
     rt.events.on("tools/post-execute", post)
     rt.tools.register(echo_tool())
 
-    assert_failure(run_one(rt, signal=controller.signal), "post-execute broke")
+    assert_failure(run_one(rt, signal=controller.signal), "tools/post-execute: post-execute broke", "POLICY_FAILED")
 
 
 def test_an_invalid_output_after_the_caller_aborted_is_kept(rt: Any) -> None:

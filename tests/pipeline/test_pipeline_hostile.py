@@ -213,9 +213,9 @@ def post_melts(execution: Any, result: Any, next_: Any) -> Any:
 @pytest.mark.parametrize(
     ("event", "listener", "message"),
     [
-        pytest.param("tools/pre-execute", pre_melts, "pre melted", id="pre-execute"),
+        pytest.param("tools/pre-execute", pre_melts, "tools/pre-execute: pre melted", id="pre-execute"),
         pytest.param("tools/execute", wrapper_melts, "wrapper melted", id="execute"),
-        pytest.param("tools/post-execute", post_melts, "post melted", id="post-execute"),
+        pytest.param("tools/post-execute", post_melts, "tools/post-execute: post melted", id="post-execute"),
     ],
 )
 def test_a_listener_raising_a_base_exception_subclass_becomes_a_failure(
@@ -252,7 +252,7 @@ def test_a_listener_raising_an_unprintable_exception_gives_the_unprintable_messa
 
     rt.events.on("tools/pre-execute", pre)
     rt.tools.register(echo_tool())
-    assert_failure(run_one(rt), "<unprintable thrown value>")
+    assert_failure(run_one(rt), "tools/pre-execute: <unprintable thrown value>", "POLICY_FAILED")
 
 
 def guard_melts(execution: Any) -> str | None:
@@ -287,7 +287,7 @@ def test_an_approval_service_raising_a_base_exception_subclass_becomes_a_failure
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask())
     rt.tools.register(echo_tool())
 
-    assert_failure(run_one(rt, agent=Agent("main")), "approval melted")
+    assert_failure(run_one(rt, agent=Agent("main")), "approval: approval melted", "POLICY_FAILED")
 
 
 def test_an_approval_answer_whose_eq_raises_becomes_a_failure(rt: Any) -> None:

@@ -286,7 +286,7 @@ def test_a_throwing_pre_execute_listener_fails_the_call_and_skips_post_execute(r
 
     result = run_one(rt, agent=Agent("main"))
 
-    assert_failure(result, "policy exploded")
+    assert_failure(result, "tools/pre-execute: policy exploded", "POLICY_FAILED")
     assert "body" not in trip.journal
     assert "execute" not in trip.journal
     assert "post" not in trip.journal

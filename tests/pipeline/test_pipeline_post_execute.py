@@ -503,7 +503,7 @@ def test_a_throwing_post_execute_listener_fails_the_call(rt: Any) -> None:
     rt.events.on("tools/post-execute", post)
     rt.tools.register(echo_tool())
 
-    assert_failure(run_one(rt), "post-execute broke")
+    assert_failure(run_one(rt), "tools/post-execute: post-execute broke", "POLICY_FAILED")
 
 
 @pytest.mark.parametrize(

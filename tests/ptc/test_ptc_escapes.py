@@ -108,6 +108,66 @@ def test_paths_that_could_lead_out_of_the_folder_are_refused(rt: Any, ptc: Any, 
 
 
 # --------------------------------------------------------------------------
+# Other processes reached without a /proc path or os.kill
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "refusal"),
+    [
+        # Signal 0 only checks: before the fix, SIGKILL here killed the runtime.
+        (
+            "import os, signal\nsignal.pidfd_send_signal(os.pidfd_open(os.getppid()), 0)",
+            "run_code does not allow os.pidfd_open",
+        ),
+        ("import posix\nposix.pidfd_open(os.getppid())", "run_code does not allow os.pidfd_open"),
+        ("import signal\nsignal.pidfd_send_signal(0, 0)", "run_code does not allow signal.pidfd_send_signal"),
+        ("import _signal\n_signal.pidfd_send_signal(0, 0)", "run_code does not allow signal.pidfd_send_signal"),
+        (
+            "os.setpriority(os.PRIO_PROCESS, os.getppid(), os.getpriority(os.PRIO_PROCESS, os.getppid()))",
+            "run_code does not allow os.setpriority",
+        ),
+        (
+            "os.sched_setaffinity(os.getppid(), os.sched_getaffinity(os.getppid()))",
+            "run_code does not allow os.sched_setaffinity",
+        ),
+        (
+            "p = os.getppid()\nos.sched_setscheduler(p, os.sched_getscheduler(p), os.sched_getparam(p))",
+            "run_code does not allow os.sched_setscheduler",
+        ),
+        (
+            "os.sched_setparam(os.getppid(), os.sched_getparam(os.getppid()))",
+            "run_code does not allow os.sched_setparam",
+        ),
+        (
+            "import sys\ndel sys.modules['posix']\nimport posix\nposix.pidfd_open(os.getppid())",
+            "run_code does not allow importing posix anew",
+        ),
+        (
+            "import sys\ndel sys.modules['_signal']\nimport _signal",
+            "run_code does not allow importing _signal anew",
+        ),
+    ],
+)
+def test_calls_that_reach_another_process_without_an_audit_event_are_refused(
+    rt: Any, ptc: Any, code: str, refusal: str
+) -> None:
+    message = failed_as(run_code(rt, "import os\n" + code), "error")
+    assert refusal in message, message[:400]
+
+
+def test_a_refused_process_call_keeps_no_reference_to_the_original(rt: Any, ptc: Any) -> None:
+    code = (
+        "import os, signal\nreachable = []\n"
+        "for f in (os.pidfd_open, signal.pidfd_send_signal, os.setpriority):\n"
+        "    reachable += [c.cell_contents for c in f.__closure__ or ()] + list(f.__globals__.values())\n"
+        "names = {getattr(v, '__name__', '') for v in reachable if type(v) is type(len)}\n"
+        "return sorted(names & {'pidfd_open', 'pidfd_send_signal', 'setpriority'})"
+    )
+    assert run_code(rt, code).value["result"] == ()
+
+
+# --------------------------------------------------------------------------
 # Other processes' /proc entries
 # --------------------------------------------------------------------------
 

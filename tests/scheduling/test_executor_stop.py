@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import Session, ToolBatchExecutionError, ToolRuntime
+from dsh_actors import Session, ToolBatchExecutionError, ToolBatchInput, ToolRuntime
 
 from .helpers import (
     GUARD,
@@ -90,3 +90,65 @@ def test_a_body_still_running_at_stops_timeout_is_named_in_the_batch_error_and_l
     assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1", "c2", "c3"]
     assert session.pending_calls() == []
     assert_no_new_threads(before)  # the stubborn call actor ends once its body returns
+
+
+def test_a_second_concurrent_stop_returns_only_once_the_runtime_is_stopped() -> None:
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running, release = threading.Event(), threading.Event()
+
+    def draining(args: Any, ctx: Any) -> str:
+        running.set()
+        ctx.signal.wait(GUARD)  # the runtime is stopping
+        release.wait(GUARD)  # and the drain waits for this body
+        return "done"
+
+    rt.tools.register(make_tool("t", draining))
+    future = rt.tools.submit(ToolBatchInput(calls=calls("t")))
+    must(running, "the body to run")
+    first = threading.Thread(target=rt.stop, name="first-stop")
+    first.start()
+    assert rt.stop_signal.wait(GUARD), "the first stop never began"
+    seen: list[tuple[bool, bool]] = []
+    calling = threading.Event()
+
+    def second_stop() -> None:
+        calling.set()
+        rt.stop()
+        seen.append((rt.halted, future.done()))
+
+    second = threading.Thread(target=second_stop, name="second-stop")
+    second.start()
+    must(calling, "the second stop to be called")
+    release.set()
+    second.join(GUARD)
+    first.join(GUARD)
+    assert seen == [(True, True)]  # it returned after the batch drained and the runtime stopped
+    assert code_of(future.result(GUARD).results[0].result) == "ABORTED"
+    assert_no_new_threads(before)
+
+
+@pytest.mark.parametrize("where", ["body", "observer"])
+def test_stop_from_inside_a_tool_body_or_observer_starts_the_stop_and_returns_at_once(where: str) -> None:
+    before = live_threads()
+    rt = ToolRuntime().start()
+    seen: list[tuple[bool, bool]] = []
+
+    def stop_here() -> None:
+        rt.stop(timeout=5.0)  # it cannot wait for its own thread: it must not wait out the timeout
+        seen.append((rt.stop_signal.aborted, rt.halted))
+
+    def body(args: Any, ctx: Any) -> str:
+        if where == "body":
+            stop_here()
+        return "done"
+
+    if where == "observer":
+        rt.events.on("tools/result", lambda execution, result: stop_here())
+    rt.tools.register(make_tool("t", body))
+    batch = rt.tools.submit(ToolBatchInput(calls=calls("t"))).result(GUARD)
+    assert seen == [(True, False)]  # the stop began, and was not waited for on this thread
+    assert len(batch.results) == 1
+    rt.stop()  # from this thread: returns once the stop it started is done
+    assert rt.halted
+    assert_no_new_threads(before)

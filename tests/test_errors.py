@@ -1,0 +1,60 @@
+"""Errors raised on purpose are DshErrors: those Python code expects as a
+builtin (ValueError, TypeError, RuntimeError) are also that builtin."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from dsh_actors import (
+    DshError,
+    ErrorCode,
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
+    RuntimeStoppedError,
+    ToolBatchInput,
+    ToolCall,
+    ToolRuntime,
+    UsageError,
+)
+
+
+def test_duplicate_call_ids_raise_a_dsh_error_that_is_a_value_error(rt: ToolRuntime) -> None:
+    calls = (ToolCall(id="c", name="a", arguments={}), ToolCall(id="c", name="b", arguments={}))
+    with pytest.raises(ValueError, match="call ids must be unique") as caught:
+        rt.tools.execute(ToolBatchInput(calls=calls))
+    assert isinstance(caught.value, InvalidValueError) and isinstance(caught.value, DshError)
+    assert caught.value.code == ErrorCode.INVALID_USE
+
+
+def test_a_dict_given_as_a_call_raises_a_dsh_error_that_is_a_type_error(rt: ToolRuntime) -> None:
+    batch = ToolBatchInput(calls=({"id": "c", "name": "a", "arguments": {}},))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"calls\[0\] is a dict, not a ToolCall") as caught:
+        rt.tools.execute(batch)
+    assert isinstance(caught.value, InvalidTypeError) and caught.value.code == ErrorCode.INVALID_USE
+
+
+def test_a_stopped_runtime_raises_a_dsh_error_that_is_a_runtime_error() -> None:
+    rt = ToolRuntime().start()
+    rt.stop()
+    for attempt in (lambda: rt.tools, rt.start, lambda: rt.events.on("tools/result", lambda *a: None)):
+        with pytest.raises(RuntimeError, match="stopped") as caught:
+            attempt()
+        assert isinstance(caught.value, RuntimeStoppedError) and caught.value.code == ErrorCode.RUNTIME_STOPPED
+
+
+def test_a_runtime_not_started_and_a_bad_limit_raise_usage_errors() -> None:
+    with pytest.raises(RuntimeError, match="not started") as not_started:
+        _ = ToolRuntime().tools
+    assert isinstance(not_started.value, InvalidStateError)
+    with pytest.raises(ValueError, match="positive integer") as bad_limit:
+        ToolRuntime(max_parallel_tool_calls=0)
+    assert isinstance(bad_limit.value, UsageError)
+
+
+@pytest.mark.parametrize("cls", [InvalidValueError, InvalidTypeError, InvalidStateError, RuntimeStoppedError])
+def test_the_new_errors_pickle_with_their_class_and_message(cls: type[DshError]) -> None:
+    copy = pickle.loads(pickle.dumps(cls("what went wrong")))
+    assert type(copy) is cls and copy.message == "what went wrong" and copy.code == cls.code
