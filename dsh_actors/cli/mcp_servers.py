@@ -1,9 +1,16 @@
 """``--mcp "COMMAND ..."``: stdio MCP servers mounted for one command.
 
-Each value is a command line (split like a shell would, no shell involved):
-the server is started with the MCP SDK's stdio client, its session
-initialized, and its tools mounted into the runtime with
-:func:`dsh_actors.mcp.mount`, in the global scope, under their own names.
+Each value is a command line (split like a shell would, no shell involved),
+optionally after ``PREFIX=``: the server is started with the MCP SDK's stdio
+client, its session initialized, and its tools mounted into the runtime
+with :func:`dsh_actors.mcp.mount`, in the global scope, as ``PREFIX +
+name`` (their own names without a prefix). A prefix is the text before the
+first ``=`` when it is made of letters, digits, ``_`` and ``-`` only (so
+``python -c 'x=1'`` has none; ``=CMD`` gives an empty one, for a command
+whose first word holds an ``=``). A first word ``python`` (or
+``python3``) is this command's own interpreter, :data:`sys.executable`, so
+``--mcp "python -m examples.mcp_server"`` runs with the packages the
+command sees whether or not a virtual environment is active.
 The sessions live on one event loop thread of their own, so the command's
 batch (run from the main thread) reaches them while that loop runs. The
 servers' stderr is the command's stderr. Needs the ``mcp`` extra.
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shlex
 import sys
 import threading
@@ -27,6 +35,19 @@ from .loading import CliError
 __all__ = ["McpServers"]
 
 _START_S: Final = 30.0
+#: First words of a --mcp command that mean this command's own interpreter.
+_PYTHONS: Final = frozenset({"python", "python3"})
+_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def split_prefix(command: str) -> tuple[str, str]:
+    """``"PREFIX=COMMAND ..."`` as ``(PREFIX, "COMMAND ...")``; ``("",
+    command)`` when the text before the first ``=`` is not a prefix (module
+    docstring)."""
+    head, sep, rest = command.partition("=")
+    if sep and _PREFIX.fullmatch(head):
+        return head, rest
+    return "", command
 
 
 def _errlog() -> tuple[IO[str], bool]:
@@ -46,14 +67,19 @@ class McpServers:
     def __init__(self, commands: Sequence[str]) -> None:
         self.commands = list(commands)
         self._argvs: list[list[str]] = []
+        self._prefixes: list[str] = []
         for command in self.commands:
+            prefix, line = split_prefix(command)
             try:
-                argv = shlex.split(command)
+                argv = shlex.split(line)
             except ValueError as err:
                 raise CliError(f"--mcp {command!r}: {err}") from None
             if not argv:
-                raise CliError("--mcp needs a command line (got an empty one)")
+                raise CliError(f"--mcp {command!r}: needs a command line (got an empty one)")
+            if argv[0] in _PYTHONS:
+                argv[0] = sys.executable
             self._argvs.append(argv)
+            self._prefixes.append(prefix)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -101,7 +127,7 @@ class McpServers:
 
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
-            for command, argv in zip(self.commands, self._argvs, strict=True):
+            for command, argv, prefix in zip(self.commands, self._argvs, self._prefixes, strict=True):
                 where = f"--mcp {command!r}"
                 try:
                     params = StdioServerParameters(command=argv[0], args=argv[1:])
@@ -110,7 +136,7 @@ class McpServers:
                     )
                     session = await stack.enter_async_context(ClientSession(read, write))
                     await session.initialize()
-                    stack.callback(await mount(rt, session))
+                    stack.callback(await mount(rt, session, prefix=prefix))
                 except DshError as err:
                     self._failure = f"{where}: {' '.join(err.message.split())}"
                 except Exception as err:  # noqa: BLE001 - one line for the user (anyio may wrap it in a group)
