@@ -13,7 +13,10 @@ whose first word holds an ``=``). A first word ``python`` (or
 command sees whether or not a virtual environment is active.
 The sessions live on one event loop thread of their own, so the command's
 batch (run from the main thread) reaches them while that loop runs. The
-servers' stderr is the command's stderr. Needs the ``mcp`` extra.
+servers' stderr is the command's stderr. A server has 30 s to answer the
+MCP handshake; one that does not is a one-line error and is stopped (the
+SDK closes its stdin, then terminates and kills it). Needs the ``mcp``
+extra.
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ from .loading import CliError
 
 __all__ = ["McpServers"]
 
-_START_S: Final = 30.0
+#: How long a server may take to answer the MCP handshake (``initialize``).
+#: A module attribute, read when a server starts, so tests can shorten it.
+_HANDSHAKE_S: float = 30.0
+#: Backstop on top of the handshakes for start() and close(): spawning,
+#: listing the tools, and the SDK stopping a server (close stdin, 2 s, SIGTERM,
+#: 2 s, SIGKILL).
+_SLACK_S: Final = 30.0
 #: First words of a --mcp command that mean this command's own interpreter.
 _PYTHONS: Final = frozenset({"python", "python3"})
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_-]*")
@@ -99,9 +108,9 @@ class McpServers:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, args=(rt,), name="dsh-cli-mcp", daemon=True)
         self._thread.start()
-        if not self._ready.wait(_START_S):
+        if not self._ready.wait(_HANDSHAKE_S * len(self._argvs) + _SLACK_S):
             self.close()
-            raise CliError(f"--mcp: the servers did not start within {_START_S:.0f} s")
+            raise CliError("--mcp: the servers did not start")
         if self._failure is not None:
             failure = self._failure
             self.close()
@@ -135,7 +144,15 @@ class McpServers:
                         stdio_client(params, errlog=cast(TextIO, self._errlog))
                     )
                     session = await stack.enter_async_context(ClientSession(read, write))
-                    await session.initialize()
+                    try:
+                        async with asyncio.timeout(_HANDSHAKE_S):
+                            await session.initialize()
+                    except TimeoutError:
+                        # Leaving the stack stops the server process (the SDK's stdio shutdown).
+                        self._failure = (
+                            f"{where}: the server did not answer the MCP handshake within {_HANDSHAKE_S:g} s"
+                        )
+                        break
                     stack.callback(await mount(rt, session, prefix=prefix))
                 except DshError as err:
                     self._failure = f"{where}: {' '.join(err.message.split())}"
@@ -155,7 +172,7 @@ class McpServers:
             except RuntimeError:
                 pass
         if thread is not None:
-            thread.join(_START_S)
+            thread.join(_SLACK_S)
         if self._opened_errlog and self._errlog is not None:
             self._errlog.close()
             self._errlog = None

@@ -110,3 +110,36 @@ def test_only_a_word_of_name_characters_before_the_first_equals_sign_is_a_prefix
     assert split_prefix("python -c 'x=1'") == ("", "python -c 'x=1'")
     assert split_prefix("=odd=name --flag") == ("", "odd=name --flag")
     assert split_prefix("./server --port=3") == ("", "./server --port=3")
+
+
+SILENT_SERVER = """
+import os
+import sys
+import time
+
+with open(sys.argv[1], "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(600)  # never reads its stdin, never answers the handshake
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # exited, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_a_server_that_never_answers_the_handshake_fails_at_the_stated_time_and_is_stopped(
+    cli: Cli, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dsh_actors.cli.mcp_servers as mcp_servers
+
+    monkeypatch.setattr(mcp_servers, "_HANDSHAKE_S", 0.5)
+    (tmp_path / "silent.py").write_text(SILENT_SERVER)
+    pid_file = tmp_path / "silent.pid"
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(tmp_path / 'silent.py'))} {shlex.quote(str(pid_file))}"
+    outcome = cli("schemas", "--mcp", command)
+    assert_one_line_error(outcome, "schemas", "the server did not answer the MCP handshake within 0.5 s")
+    assert _gone(int(pid_file.read_text())), "the server process is left running"
