@@ -60,8 +60,9 @@ How a tool maps:
   takes one only at construction) and the disposer puts the original back.
 
 Cancellation: when a call's signal fires, the SDK request is cancelled (the
-SDK sends ``notifications/cancelled`` to the server), and the call settles
-``ABORTED`` once the SDK has returned.
+SDK sends ``notifications/cancelled`` to the server, whose ``reason`` is the
+abort's reason as text, e.g. ``tool call timed out after 200ms``), and the
+call settles ``ABORTED`` once the SDK has returned.
 
 Loops. The session belongs to the event loop ``mount`` was awaited on, and
 every call runs its SDK request there. Today async tool bodies run on the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 import weakref
 from collections.abc import Coroutine, Mapping
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..execution import ToolExecution, ToolRunContext
     from ..model import Agent, ToolExecutionResult
     from ..runtime import ToolRuntime
+    from ..signals import AbortSignal
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "mount"]
 
@@ -161,6 +163,7 @@ class _Mount:
         with self._lock:
             self._tools = registered
         self._attach()
+        _forward_cancel_reasons(self.session)
         self._stop_hook = self.rt.on_stop(self._detach)
 
     async def _list_all(self) -> list[types.Tool]:
@@ -371,10 +374,15 @@ class _Mount:
         if self._closed is not None:
             raise McpConnectionError(self.server, self._closed)
         request = self._request(name, thaw(args))
-        if asyncio.get_running_loop() is self.loop:
-            result = await self._here(request, ctx)
-        else:
-            result = await self._on_session_loop(request, ctx)
+        # The request's task copies this context (here or on the session's loop).
+        reset = _CALL_SIGNAL.set(ctx.signal)
+        try:
+            if asyncio.get_running_loop() is self.loop:
+                result = await self._here(request, ctx)
+            else:
+                result = await self._on_session_loop(request, ctx)
+        finally:
+            _CALL_SIGNAL.reset(reset)
         return self._value(name, structured, result, args, ctx)
 
     async def _request(self, name: str, arguments: Any) -> types.CallToolResult:
@@ -579,6 +587,32 @@ class _Mount:
         if blocks is None or result.is_error:
             return None
         return blocks
+
+
+#: The signal of the mounted tool call whose SDK request runs in this context.
+_CALL_SIGNAL: contextvars.ContextVar[AbortSignal | None] = contextvars.ContextVar("dsh_mcp_call_signal", default=None)
+
+
+def _forward_cancel_reasons(session: ClientSession) -> None:
+    """Make the SDK's ``notifications/cancelled`` for a mounted call carry
+    the abort's reason (the SDK writes ``"caller cancelled"``). The SDK has
+    no option for it and mints the request ids itself, so this wraps its
+    dispatcher's cancel writer once per session; outside a mounted call
+    (no ``_CALL_SIGNAL``) the SDK's own reason stays. Without that writer
+    (another SDK version) the reason is not forwarded."""
+    dispatcher = getattr(session, "_dispatcher", None)
+    original = getattr(dispatcher, "_cancel_outbound", None)
+    if original is None or getattr(original, "_dsh_forwards_reasons", False):
+        return
+
+    async def cancel_outbound(request_id: Any, reason: str, related_request_id: Any) -> None:
+        signal = _CALL_SIGNAL.get()
+        if signal is not None and signal.aborted:
+            reason = safe_str(signal.reason) or reason
+        await original(request_id, reason, related_request_id)
+
+    cancel_outbound._dsh_forwards_reasons = True  # type: ignore[attr-defined]
+    dispatcher._cancel_outbound = cancel_outbound  # type: ignore[union-attr]
 
 
 def _safe(args: Any) -> bool:

@@ -2,7 +2,8 @@
 the answers the SDK's server API never sends: a ``tools/call`` result that
 is not an object, a request left unanswered, a tool that requires task
 augmentation. It records every ``notifications/cancelled`` it receives;
-the ``cancellations`` tool returns them. Run as a script.
+the ``cancellations`` tool returns them, and ``wait_silent`` answers once
+a ``silent`` call has arrived. Run as a script.
 
 ``SILENT_LISTING=1`` in the environment: ``tools/list`` is never answered.
 """
@@ -20,6 +21,7 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "silent", "description": "never answers", "inputSchema": OBJECT},
     {"name": "echo", "description": "answers with its arguments as text", "inputSchema": OBJECT},
     {"name": "cancellations", "description": "the cancellations received so far", "inputSchema": OBJECT},
+    {"name": "wait_silent", "description": "answers once a silent call has arrived", "inputSchema": OBJECT},
     {
         "name": "task_only",
         "description": "must be called as a task",
@@ -35,6 +37,8 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 cancelled: list[dict[str, Any]] = []
+silent_calls = 0
+waiting: list[Any] = []  # ids of wait_silent requests not answered yet
 
 
 def send(message: dict[str, Any]) -> None:
@@ -68,7 +72,16 @@ def answer(request: dict[str, Any]) -> None:
         if name == "bad_result":
             send({"jsonrpc": "2.0", "id": rid, "result": 5})
         elif name == "silent":
-            pass
+            global silent_calls
+            silent_calls += 1
+            for waiter in waiting:
+                send({"jsonrpc": "2.0", "id": waiter, "result": text("arrived")})
+            waiting.clear()
+        elif name == "wait_silent":
+            if silent_calls:
+                send({"jsonrpc": "2.0", "id": rid, "result": text("arrived")})
+            else:
+                waiting.append(rid)
         elif name == "echo":
             send({"jsonrpc": "2.0", "id": rid, "result": text(json.dumps(params.get("arguments")))})
         elif name == "cancellations":

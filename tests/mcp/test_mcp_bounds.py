@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mcp_harness import ServerConnection
 
-from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors import AbortController, ToolBatchInput, ToolCall, ToolRuntime
 from dsh_actors.mcp import McpProtocolError, mount
 
 
@@ -99,5 +99,22 @@ def test_a_tool_that_requires_a_task_is_not_offered_and_is_logged(raw: ServerCon
         assert not run(rt, "r_task_optional").is_error
         assert run(rt, "r_task_only").error.info.code == "UNKNOWN_TOOL"
         assert any("'task_only' left out: it must be called as an MCP task" in line for line in lines), lines
+    finally:
+        unmount()
+
+
+def test_an_aborted_call_forwards_the_aborts_reason_to_the_server(raw: ServerConnection, rt: ToolRuntime) -> None:
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))
+    try:
+        controller = AbortController()
+        future = rt.tools.submit(
+            ToolBatchInput(calls=(ToolCall(id="c1", name="silent", arguments={}),), signal=controller.signal)
+        )
+        assert raw.call_directly("wait_silent").content[0].text == "arrived"
+        controller.abort("the user pressed stop")
+        assert future.result(20).results[0].result.error.info.code == "ABORTED"
+        reasons = [c.get("reason") for c in cancellations(raw)]
+        assert reasons == ["the user pressed stop"]
     finally:
         unmount()
