@@ -21,6 +21,7 @@ from ..events import Disposer, disposer
 from ..json import thaw
 from ..model import ContentBlock, TextBlock
 from ..presentation import GenericCallView, GenericResultView, ToolCallView, ToolResultView
+from ..signals import AbortController, AbortSignal
 from ._content import blocks_from_wire, error_text, for_model
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
 
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..execution import ToolExecution, ToolRunContext
     from ..model import Agent, ToolExecutionResult
     from ..runtime import ToolRuntime
-    from ..signals import AbortSignal
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "mount"]
 
@@ -36,10 +36,8 @@ __all__ = ["DEFAULT_TIMEOUT_MS", "mount"]
 #: ``timeout_ms``: a ``tools/call`` or ``tools/list`` page unanswered after
 #: this long fails (a server that never answers cannot hang a batch).
 DEFAULT_TIMEOUT_MS: Final = 60_000.0
-#: JSON-RPC codes the SDK uses for a closed connection and for a request
-#: its timeout ended (mcp_types.jsonrpc).
+#: JSON-RPC code the SDK uses for a closed connection (mcp_types.jsonrpc).
 _CONNECTION_CLOSED: Final = -32000
-_REQUEST_TIMEOUT: Final = -32001
 #: ``ErrorData.data`` of the error the mount hands the SDK's waiter for an
 #: answer the SDK could not read (see ``_fail_malformed``).
 _MALFORMED: Final = "dsh-actors: malformed answer"
@@ -374,15 +372,28 @@ class _Mount:
         if self._closed is not None:
             raise McpConnectionError(self.server, self._closed)
         request = self._request(name, thaw(args))
+        # The mount's bound cancels the request as an abort does (one path:
+        # the SDK's shielded notifications/cancelled, with the reason).
+        loop = asyncio.get_running_loop()
+        bound = ToolTimeoutError(self.bound_ms)
+        deadline = AbortController()
+        timer = loop.call_later(self.bound_ms / 1000, deadline.abort, bound)
+        signal = AbortSignal.any(ctx.signal, deadline.signal)
         # The request's task copies this context (here or on the session's loop).
-        reset = _CALL_SIGNAL.set(ctx.signal)
+        reset = _CALL_SIGNAL.set(signal)
         try:
-            if asyncio.get_running_loop() is self.loop:
-                result = await self._here(request, ctx)
+            if loop is self.loop:
+                result = await self._here(request, signal)
             else:
-                result = await self._on_session_loop(request, ctx)
+                result = await self._on_session_loop(request, signal)
+        except asyncio.CancelledError:
+            if signal.reason is bound:  # the bound fired before the caller's signal
+                raise bound from None
+            raise
         finally:
             _CALL_SIGNAL.reset(reset)
+            timer.cancel()
+            signal.close()
         return self._value(name, structured, result, args, ctx)
 
     async def _request(self, name: str, arguments: Any) -> types.CallToolResult:
@@ -390,14 +401,11 @@ class _Mount:
             return await self.session.send_request(
                 types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments)),
                 types.CallToolResult,
-                request_read_timeout_seconds=self.bound_ms / 1000,
             )
         except MCPError as err:
             if err.code == _CONNECTION_CLOSED:
                 self._closed = safe_str(err.message) or "connection closed"
                 raise McpConnectionError(self.server, self._closed) from err
-            if err.code == _REQUEST_TIMEOUT:
-                raise ToolTimeoutError(self.bound_ms) from err
             if err.data == _MALFORMED:
                 raise McpProtocolError(name, safe_str(err.message)) from err
             raise McpProtocolError(name, safe_str(err.message), err.code) from err
@@ -414,7 +422,7 @@ class _Mount:
             raise McpProtocolError(name, f"{type(err).__name__}: {safe_str(err)}") from err
 
     async def _here(
-        self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext
+        self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal
     ) -> types.CallToolResult:
         """Await ``request`` on this loop (the session's). When the call's
         signal fires, or this task is cancelled, the request is cancelled
@@ -428,7 +436,7 @@ class _Mount:
             except RuntimeError:  # closed meanwhile
                 pass
 
-        unsubscribe = ctx.signal.add_callback(forward)
+        unsubscribe = signal.add_callback(forward)
         cancelled_here = False
         try:
             while not task.done():
@@ -448,7 +456,7 @@ class _Mount:
         return result
 
     async def _on_session_loop(
-        self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext
+        self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal
     ) -> types.CallToolResult:
         """Run ``request`` on the session's loop and wait for it here. When
         this task is cancelled (the call's signal fired), the request is
@@ -498,7 +506,7 @@ class _Mount:
             request.close()
             self._closed = "the event loop that owns the session is closed"
             raise McpConnectionError(self.server, self._closed) from None
-        unsubscribe = ctx.signal.add_callback(forward)
+        unsubscribe = signal.add_callback(forward)
         waiter = asyncio.wrap_future(done)
         cancelled_here = False
         warned = False
