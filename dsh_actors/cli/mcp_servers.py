@@ -40,9 +40,12 @@ __all__ = ["McpServers"]
 #: How long a server may take to answer the MCP handshake (``initialize``).
 #: A module attribute, read when a server starts, so tests can shorten it.
 _HANDSHAKE_S: float = 30.0
-#: Backstop on top of the handshakes for start() and close(): spawning,
-#: listing the tools, and the SDK stopping a server (close stdin, 2 s, SIGTERM,
-#: 2 s, SIGKILL).
+#: How long start() waits for each server at most: the handshake, listing
+#: its tools (each page bounded by dsh_actors.mcp.DEFAULT_TIMEOUT_MS, 60 s)
+#: and spawning it, and how long close() waits for the servers to stop (the
+#: SDK closes stdin, waits 2 s, sends SIGTERM, waits 2 s, sends SIGKILL). A
+#: backstop: every step has a bound of its own.
+_LISTING_S: Final = 60.0
 _SLACK_S: Final = 30.0
 #: First words of a --mcp command that mean this command's own interpreter.
 _PYTHONS: Final = frozenset({"python", "python3"})
@@ -108,7 +111,7 @@ class McpServers:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, args=(rt,), name="dsh-cli-mcp", daemon=True)
         self._thread.start()
-        if not self._ready.wait(_HANDSHAKE_S * len(self._argvs) + _SLACK_S):
+        if not self._ready.wait((_HANDSHAKE_S + _LISTING_S + _SLACK_S) * len(self._argvs)):
             self.close()
             raise CliError("--mcp: the servers did not start")
         if self._failure is not None:

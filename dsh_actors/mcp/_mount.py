@@ -380,7 +380,7 @@ class _Mount:
         timer = loop.call_later(self.bound_ms / 1000, deadline.abort, bound)
         signal = AbortSignal.any(ctx.signal, deadline.signal)
         # The request's task copies this context (here or on the session's loop).
-        reset = _CALL_SIGNAL.set(signal)
+        reset = _CALL_SIGNALS.set((signal, ctx.signal, deadline.signal))
         try:
             if loop is self.loop:
                 result = await self._here(request, signal)
@@ -391,7 +391,7 @@ class _Mount:
                 raise bound from None
             raise
         finally:
-            _CALL_SIGNAL.reset(reset)
+            _CALL_SIGNALS.reset(reset)
             timer.cancel()
             signal.close()
         return self._value(name, structured, result, args, ctx)
@@ -597,8 +597,13 @@ class _Mount:
         return blocks
 
 
-#: The signal of the mounted tool call whose SDK request runs in this context.
-_CALL_SIGNAL: contextvars.ContextVar[AbortSignal | None] = contextvars.ContextVar("dsh_mcp_call_signal", default=None)
+#: The signals of the mounted tool call whose SDK request runs in this
+#: context: the fused one, then its parents (the call's and the bound's). A
+#: parent is read too because the fused signal aborts on the thread that
+#: aborted the parent, possibly after the request was already cancelled.
+_CALL_SIGNALS: contextvars.ContextVar[tuple[AbortSignal, ...]] = contextvars.ContextVar(
+    "dsh_mcp_call_signals", default=()
+)
 
 
 def _forward_cancel_reasons(session: ClientSession) -> None:
@@ -606,7 +611,7 @@ def _forward_cancel_reasons(session: ClientSession) -> None:
     the abort's reason (the SDK writes ``"caller cancelled"``). The SDK has
     no option for it and mints the request ids itself, so this wraps its
     dispatcher's cancel writer once per session; outside a mounted call
-    (no ``_CALL_SIGNAL``) the SDK's own reason stays. Without that writer
+    (no ``_CALL_SIGNALS``) the SDK's own reason stays. Without that writer
     (another SDK version) the reason is not forwarded."""
     dispatcher = getattr(session, "_dispatcher", None)
     original = getattr(dispatcher, "_cancel_outbound", None)
@@ -614,9 +619,10 @@ def _forward_cancel_reasons(session: ClientSession) -> None:
         return
 
     async def cancel_outbound(request_id: Any, reason: str, related_request_id: Any) -> None:
-        signal = _CALL_SIGNAL.get()
-        if signal is not None and signal.aborted:
-            reason = safe_str(signal.reason) or reason
+        for signal in _CALL_SIGNALS.get():
+            if signal.aborted:
+                reason = safe_str(signal.reason) or reason
+                break
         await original(request_id, reason, related_request_id)
 
     cancel_outbound._dsh_forwards_reasons = True  # type: ignore[attr-defined]
