@@ -1,9 +1,9 @@
 """A complete agent loop: a scripted model (no network) reads, searches and writes through
 dsh-actors. ``python -m examples.agent_loop [--provider openai|anthropic]``"""
 
-import dataclasses  # noqa: E401
+import argparse
+import dataclasses
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolRuntime
 from dsh_actors.providers import anthropic, openai
 from policies.approval import RuleService, allow
 
+WIRES = {"openai": openai, "anthropic": anthropic}
 PLAN = [("read_file", {"path": "notes.txt"}), ("search_text", {"pattern": "TODO"}),
         ("write_file", {"path": "todo.md", "content": "- tests\n- docs\n"})]  # fmt: skip
 
@@ -34,7 +35,9 @@ def scripted_model(provider: str, messages: list, tools: list) -> dict:
 
 
 def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list]:
-    wire = anthropic if provider == "anthropic" else openai
+    if provider not in WIRES:
+        raise ValueError(f"unknown provider {provider!r}: choose one of {', '.join(WIRES)}")
+    wire = WIRES[provider]
     root = Path(root or tempfile.mkdtemp())
     (root / "notes.txt").write_text("TODO: tests\nTODO: docs\n")
     with ToolRuntime() as rt:
@@ -69,4 +72,8 @@ def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list
 
 
 if __name__ == "__main__":
-    main(sys.argv[sys.argv.index("--provider") + 1] if "--provider" in sys.argv else "openai")
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.agent_loop", description="Run the scripted agent loop and print its messages and log."
+    )
+    parser.add_argument("--provider", choices=tuple(WIRES), default="openai", help="the wire format")
+    main(parser.parse_args().provider)

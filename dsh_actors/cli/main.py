@@ -47,6 +47,9 @@ LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
 """The loguru names the command enables while it runs."""
 BENCH_PACKAGE = "benchmarks"
 """The package ``dsh-actors bench`` runs as ``python -m``."""
+BENCH_PROG_ENV = "DSH_ACTORS_BENCH_PROG"
+"""The environment variable that tells the benchmarks' usage line its
+program name while ``dsh-actors bench`` runs them."""
 
 _EPILOG = """\
 exit status: 0 the command ran (run: the batch ran, even if calls failed);
@@ -129,7 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp_help = (
         "also mount the tools of an MCP server started with this command line over stdio "
-        "(split like a shell would; repeatable; needs the mcp extra). --tools, --mcp or both"
+        "(split like a shell would; repeatable; needs the mcp extra); a leading 'python' is this "
+        "command's own interpreter. PREFIX= (letters, digits, _ and -) names the tools PREFIX + name, so two "
+        "servers with the same tool names can be mounted together: --mcp 'a_=python -m examples.mcp_server' "
+        "--mcp 'b_=python -m examples.mcp_server'. --tools, --mcp or both"
     )
 
     run = commands.add_parser(
@@ -145,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
     run.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
-    run.add_argument("--mcp", action="append", default=[], metavar='"COMMAND ..."', help=mcp_help)
+    run.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
     run.set_defaults(command_parser=run)
     run.add_argument("--executor", choices=EXECUTORS, default="native", help="the batch executor (default native)")
     run.add_argument("--log", metavar="FILE", help="write the session log (JSONL) to FILE, a new file")
@@ -173,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the tool schemas the executor offers the model, as JSON in a provider's tool format.",
     )
     schemas.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
-    schemas.add_argument("--mcp", action="append", default=[], metavar='"COMMAND ..."', help=mcp_help)
+    schemas.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
     schemas.set_defaults(command_parser=schemas)
     schemas.add_argument(
         "--format",
@@ -198,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("file", metavar="FILE", help="the session log")
     replay.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (without it: generic cards)")
+    replay.set_defaults(command_parser=replay)
 
     commands.add_parser(
         "bench",
@@ -267,8 +274,9 @@ def bench(argv: Sequence[str]) -> int:
             "run this from the root of a checkout of the repository (or ./dev bench there)",
         )
         return 1
-    saved = sys.argv
+    saved, saved_prog = sys.argv, os.environ.get(BENCH_PROG_ENV)
     sys.argv = [f"{PROG} bench", *argv]
+    os.environ[BENCH_PROG_ENV] = f"{PROG} bench"  # runpy puts the module's path in sys.argv[0]
     try:
         runpy.run_module(package, run_name="__main__", alter_sys=True)
     except SystemExit as exit:
@@ -281,6 +289,10 @@ def bench(argv: Sequence[str]) -> int:
         return 1
     finally:
         sys.argv = saved
+        if saved_prog is None:
+            os.environ.pop(BENCH_PROG_ENV, None)
+        else:
+            os.environ[BENCH_PROG_ENV] = saved_prog
     return 0
 
 
@@ -298,7 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return bench(args_list[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(args_list)
+        args, unknown = parser.parse_known_args(args_list)
+        if unknown:  # the subcommand's usage, not the top-level one (argparse's parse_args shows that)
+            getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command in ("run", "schemas") and args.tools is None and not args.mcp:
             args.command_parser.error("one of the arguments --tools or --mcp is required")
     except SystemExit as exit:

@@ -1,12 +1,22 @@
 """``--mcp "COMMAND ..."``: stdio MCP servers mounted for one command.
 
-Each value is a command line (split like a shell would, no shell involved):
-the server is started with the MCP SDK's stdio client, its session
-initialized, and its tools mounted into the runtime with
-:func:`dsh_actors.mcp.mount`, in the global scope, under their own names.
+Each value is a command line (split like a shell would, no shell involved),
+optionally after ``PREFIX=``: the server is started with the MCP SDK's stdio
+client, its session initialized, and its tools mounted into the runtime
+with :func:`dsh_actors.mcp.mount`, in the global scope, as ``PREFIX +
+name`` (their own names without a prefix). A prefix is the text before the
+first ``=`` when it is made of letters, digits, ``_`` and ``-`` only (so
+``python -c 'x=1'`` has none; ``=CMD`` gives an empty one, for a command
+whose first word holds an ``=``). A first word ``python`` (or
+``python3``) is this command's own interpreter, :data:`sys.executable`, so
+``--mcp "python -m examples.mcp_server"`` runs with the packages the
+command sees whether or not a virtual environment is active.
 The sessions live on one event loop thread of their own, so the command's
 batch (run from the main thread) reaches them while that loop runs. The
-servers' stderr is the command's stderr. Needs the ``mcp`` extra.
+servers' stderr is the command's stderr. A server has 30 s to answer the
+MCP handshake; one that does not is a one-line error and is stopped (the
+SDK closes its stdin, then terminates and kills it). Needs the ``mcp``
+extra.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shlex
 import sys
 import threading
@@ -26,7 +37,29 @@ from .loading import CliError
 
 __all__ = ["McpServers"]
 
-_START_S: Final = 30.0
+#: How long a server may take to answer the MCP handshake (``initialize``).
+#: A module attribute, read when a server starts, so tests can shorten it.
+_HANDSHAKE_S: float = 30.0
+#: How long start() waits for each server at most: the handshake, listing
+#: its tools (each page bounded by dsh_actors.mcp.DEFAULT_TIMEOUT_MS, 60 s)
+#: and spawning it, and how long close() waits for the servers to stop (the
+#: SDK closes stdin, waits 2 s, sends SIGTERM, waits 2 s, sends SIGKILL). A
+#: backstop: every step has a bound of its own.
+_LISTING_S: Final = 60.0
+_SLACK_S: Final = 30.0
+#: First words of a --mcp command that mean this command's own interpreter.
+_PYTHONS: Final = frozenset({"python", "python3"})
+_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def split_prefix(command: str) -> tuple[str, str]:
+    """``"PREFIX=COMMAND ..."`` as ``(PREFIX, "COMMAND ...")``; ``("",
+    command)`` when the text before the first ``=`` is not a prefix (module
+    docstring)."""
+    head, sep, rest = command.partition("=")
+    if sep and _PREFIX.fullmatch(head):
+        return head, rest
+    return "", command
 
 
 def _errlog() -> tuple[IO[str], bool]:
@@ -46,14 +79,19 @@ class McpServers:
     def __init__(self, commands: Sequence[str]) -> None:
         self.commands = list(commands)
         self._argvs: list[list[str]] = []
+        self._prefixes: list[str] = []
         for command in self.commands:
+            prefix, line = split_prefix(command)
             try:
-                argv = shlex.split(command)
+                argv = shlex.split(line)
             except ValueError as err:
                 raise CliError(f"--mcp {command!r}: {err}") from None
             if not argv:
-                raise CliError("--mcp needs a command line (got an empty one)")
+                raise CliError(f"--mcp {command!r}: needs a command line (got an empty one)")
+            if argv[0] in _PYTHONS:
+                argv[0] = sys.executable
             self._argvs.append(argv)
+            self._prefixes.append(prefix)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -73,9 +111,9 @@ class McpServers:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, args=(rt,), name="dsh-cli-mcp", daemon=True)
         self._thread.start()
-        if not self._ready.wait(_START_S):
+        if not self._ready.wait((_HANDSHAKE_S + _LISTING_S + _SLACK_S) * len(self._argvs)):
             self.close()
-            raise CliError(f"--mcp: the servers did not start within {_START_S:.0f} s")
+            raise CliError("--mcp: the servers did not start")
         if self._failure is not None:
             failure = self._failure
             self.close()
@@ -101,7 +139,7 @@ class McpServers:
 
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
-            for command, argv in zip(self.commands, self._argvs, strict=True):
+            for command, argv, prefix in zip(self.commands, self._argvs, self._prefixes, strict=True):
                 where = f"--mcp {command!r}"
                 try:
                     params = StdioServerParameters(command=argv[0], args=argv[1:])
@@ -109,8 +147,16 @@ class McpServers:
                         stdio_client(params, errlog=cast(TextIO, self._errlog))
                     )
                     session = await stack.enter_async_context(ClientSession(read, write))
-                    await session.initialize()
-                    stack.callback(await mount(rt, session))
+                    try:
+                        async with asyncio.timeout(_HANDSHAKE_S):
+                            await session.initialize()
+                    except TimeoutError:
+                        # Leaving the stack stops the server process (the SDK's stdio shutdown).
+                        self._failure = (
+                            f"{where}: the server did not answer the MCP handshake within {_HANDSHAKE_S:g} s"
+                        )
+                        break
+                    stack.callback(await mount(rt, session, prefix=prefix))
                 except DshError as err:
                     self._failure = f"{where}: {' '.join(err.message.split())}"
                 except Exception as err:  # noqa: BLE001 - one line for the user (anyio may wrap it in a group)
@@ -129,7 +175,7 @@ class McpServers:
             except RuntimeError:
                 pass
         if thread is not None:
-            thread.join(_START_S)
+            thread.join(_SLACK_S)
         if self._opened_errlog and self._errlog is not None:
             self._errlog.close()
             self._errlog = None

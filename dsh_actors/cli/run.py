@@ -18,12 +18,16 @@ tool raised also shows the traceback under its card.
 Exit status: 0 when the batch ran, whatever its calls returned (the summary
 line says how many failed); 1 when it could not run (bad file, module,
 tools, executor or log); 130 when interrupted (Ctrl-C aborts the batch:
-started calls drain, the rest are skipped, and the results are printed).
+started calls drain, the rest are skipped, and the results are printed; a
+second Ctrl-C exits at once, without waiting for bodies that ignore their
+signal).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import threading
 from collections.abc import Mapping
@@ -106,13 +110,28 @@ def _open_log(path: str | None) -> Session:
         raise CliError(f"--log {path}: cannot write it: {err.strerror or err}") from None
 
 
+def _quit_now(signum: int, frame: Any) -> None:
+    """The second Ctrl-C: exit 130 at once, without waiting for anything
+    (a body that ignores its signal would hold a normal exit until
+    ``rt.stop()`` gives up). What was printed and logged so far is flushed."""
+    try:
+        sys.stderr.write("dsh-actors run: interrupted again; quitting\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
 def _wait(future: Future[ToolBatchResult], controller: AbortController) -> tuple[ToolBatchResult, bool]:
     """The batch's result; a first Ctrl-C aborts the batch and keeps
-    waiting for it to settle (a second one gives up)."""
+    waiting for it to settle, a second one exits at once (130)."""
     try:
         return future.result(), False
     except KeyboardInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, _quit_now)  # run_command puts the previous handler back
         sys.stderr.write("dsh-actors run: interrupted; aborting the batch (Ctrl-C again to quit at once)\n")
+        sys.stderr.flush()
         controller.abort("interrupted from the terminal")
         return future.result(), True
 
@@ -231,6 +250,8 @@ def run_command(args: argparse.Namespace) -> int:
     existed = args.log is not None and Path(args.log).exists()
     session = _open_log(args.log)
     ran = False
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    sigint = signal.getsignal(signal.SIGINT) if on_main_thread else None
     try:
         with ToolRuntime() as rt, servers:
             _install(rt, args, source, servers)
@@ -250,6 +271,8 @@ def run_command(args: argparse.Namespace) -> int:
                 raise CliError(f"the batch failed: {err.message}") from None
             _print(args, rt, batch, session, batch_file)
     finally:
+        if sigint is not None and signal.getsignal(signal.SIGINT) is _quit_now:
+            signal.signal(signal.SIGINT, sigint)
         session.close()
         if not ran and not existed and session.path is not None:
             session.path.unlink(missing_ok=True)  # the batch never ran: leave no empty log behind

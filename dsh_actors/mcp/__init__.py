@@ -36,9 +36,24 @@ How a tool maps:
 * The content is the server's content blocks (see :mod:`._content`): text
   and images as they are, audio, resources and resource links as the
   matching block or a text rendering.
+* Content blocks whose ``annotations.audience`` is for the user only
+  (``["user"]``) are kept from the model: they are left out of the content
+  and of the value, and go to the result's ``meta`` as
+  ``{"mcp": {"user_content": [...]}}`` (wire form), which the log keeps and
+  the tool's result card shows after the model's content.
 * ``isError: true`` is a failure (``MCP_TOOL_ERROR``) whose message is the
-  server's text. A JSON-RPC error, or an answer that is not a valid result,
-  is ``MCP_PROTOCOL_ERROR``. A connection that is gone (the server died,
+  server's text. A JSON-RPC error, or an answer that is not a valid result
+  (a ``result`` that is not an object fails its call at once, though the SDK
+  drops that message), is ``MCP_PROTOCOL_ERROR``.
+* Every request is bounded by the mount's ``timeout_ms`` (default
+  :data:`DEFAULT_TIMEOUT_MS`, 60 s): a ``tools/call`` left unanswered fails
+  ``TOOL_TIMEOUT`` and is cancelled on the server; a ``tools/list`` page left
+  unanswered raises ``McpProtocolError``.
+* A tool whose ``execution.taskSupport`` is ``"required"`` is not
+  registered (logged as a warning): it can only be called as an MCP task,
+  and the MCP SDK (2.3) has the task types but no client for them, nor do
+  tasks remain in the 2026 protocol core. ``"optional"`` tools are called
+  with a plain ``tools/call``. A connection that is gone (the server died,
   the session closed, its loop stopped) is ``MCP_CONNECTION_CLOSED``, and
   every later call of the mount fails with it at once.
 * ``annotations.readOnlyHint: true`` without ``destructiveHint: true`` makes
@@ -53,8 +68,9 @@ How a tool maps:
   takes one only at construction) and the disposer puts the original back.
 
 Cancellation: when a call's signal fires, the SDK request is cancelled (the
-SDK sends ``notifications/cancelled`` to the server), and the call settles
-``ABORTED`` once the SDK has returned.
+SDK sends ``notifications/cancelled`` to the server, whose ``reason`` is the
+abort's reason as text, e.g. ``tool call timed out after 200ms``), and the
+call settles ``ABORTED`` once the SDK has returned.
 
 Loops. The session belongs to the event loop ``mount`` was awaited on, and
 every call runs its SDK request there. Today async tool bodies run on the
@@ -70,6 +86,6 @@ thread would block the loop the calls need, and the batch would wait forever.
 from __future__ import annotations
 
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
-from ._mount import mount
+from ._mount import DEFAULT_TIMEOUT_MS, mount
 
-__all__ = ["McpConnectionError", "McpProtocolError", "McpToolError", "mount"]
+__all__ = ["DEFAULT_TIMEOUT_MS", "McpConnectionError", "McpProtocolError", "McpToolError", "mount"]

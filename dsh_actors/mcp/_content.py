@@ -10,6 +10,10 @@ MCP block                          content block
 ``resource`` with ``text``         :class:`TextBlock` ``[resource <uri> (<mime>)]``
                                    then the text on the next line
 ``resource`` with an image blob    :class:`ImageBlock` of the blob
+``resource`` with a ``text/*``     :class:`TextBlock` ``[resource <uri> (<mime>)]``
+blob                               then the decoded text (UTF-8, or the MIME
+                                   type's ``charset``); as another blob when it
+                                   does not decode
 ``resource`` with another blob     :class:`TextBlock` ``[resource <uri> (<mime>),
                                    N bytes]``
 ``resource_link``                  :class:`TextBlock` ``[resource link <name>:
@@ -17,18 +21,23 @@ MCP block                          content block
 anything else                      :class:`TextBlock` ``[<type> content]``
 =================================  ==============================================
 
+A block whose ``annotations.audience`` names the user but not the assistant
+(``["user"]``) is for the user only: :func:`for_model` says so, and the mount
+keeps such blocks from the model (they reach the log and the cards).
+
 The functions take MCP's wire form (the JSON dicts), so they work the same on
 the SDK's models dumped with ``by_alias=True`` and on a value read back.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import ContentBlock, ImageBlock, TextBlock
 
-__all__ = ["blocks_from_wire", "error_text"]
+__all__ = ["blocks_from_wire", "error_text", "for_model"]
 
 
 def _size(data: object) -> str:
@@ -54,7 +63,37 @@ def _resource(resource: Mapping[str, Any]) -> ContentBlock:
     mime = _mime(resource)
     if type(blob) is str and mime.startswith("image/"):
         return ImageBlock(data=blob, mime_type=mime)
+    if type(blob) is str and mime.startswith("text/"):
+        text = _decoded(blob, mime)
+        if text is not None:
+            return TextBlock(f"[resource {uri} ({mime})]\n{text}")
     return TextBlock(f"[resource {uri} ({mime}), {_size(blob)}]")
+
+
+def _decoded(blob: str, mime: str) -> str | None:
+    """A ``text/*`` blob's text, in the MIME type's charset (default
+    UTF-8); None when it is not base64 or not text in that charset."""
+    charset = "utf-8"
+    for param in mime.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip('"')
+    try:
+        return base64.b64decode(blob, validate=True).decode(charset)
+    except (ValueError, LookupError):  # binascii.Error and UnicodeDecodeError are ValueErrors
+        return None
+
+
+def for_model(block: Mapping[str, Any]) -> bool:
+    """Whether a wire block may reach the model: not when its
+    ``annotations.audience`` is a list without ``"assistant"`` in it."""
+    annotations = block.get("annotations")
+    if not isinstance(annotations, Mapping):
+        return True
+    audience = annotations.get("audience")
+    if not isinstance(audience, Sequence) or isinstance(audience, str):
+        return True
+    return not audience or "assistant" in audience
 
 
 def block_from_wire(block: Mapping[str, Any]) -> ContentBlock:

@@ -18,12 +18,13 @@ from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 
 from ..definition import ToolDefinition, ToolOutput, validate_definition
-from ..errors import DshError, InvalidTypeError, RegistrationError, ToolOutputError, safe_str
+from ..errors import DshError, InvalidTypeError, RegistrationError, ToolOutputError, ToolTimeoutError, safe_str
 from ..events import Disposer, disposer
 from ..json import thaw
 from ..model import ContentBlock, TextBlock
-from ..presentation import GenericCallView, ToolCallView
-from ._content import blocks_from_wire, error_text
+from ..presentation import GenericCallView, GenericResultView, ToolCallView, ToolResultView
+from ..signals import AbortController, AbortSignal
+from ._content import blocks_from_wire, error_text, for_model
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,10 +32,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..model import Agent, ToolExecutionResult
     from ..runtime import ToolRuntime
 
-__all__ = ["mount"]
+__all__ = ["DEFAULT_TIMEOUT_MS", "mount"]
 
+#: The bound of every request a mount sends when ``mount`` gets no
+#: ``timeout_ms``: a ``tools/call`` or ``tools/list`` page unanswered after
+#: this long fails (a server that never answers cannot hang a batch).
+DEFAULT_TIMEOUT_MS: Final = 60_000.0
 #: JSON-RPC code the SDK uses for a closed connection (mcp_types.jsonrpc).
 _CONNECTION_CLOSED: Final = -32000
+#: ``ErrorData.data`` of the error the mount hands the SDK's waiter for an
+#: answer the SDK could not read (see ``_fail_malformed``).
+_MALFORMED: Final = "dsh-actors: malformed answer"
 #: A server that keeps handing out cursors is cut off after this many pages.
 _MAX_PAGES: Final = 1000
 #: While a cancelled call waits for the SDK, how often it checks that the
@@ -65,6 +73,13 @@ async def mount(
     call to the server from then on (see :mod:`dsh_actors.mcp`). Each tool is
     registered as ``prefix + tool.name``, in full schema mode, with
     ``timeout_ms`` (enforced by :mod:`policies.timeout` when it is in use).
+    ``timeout_ms`` also bounds every request the mount sends
+    (:data:`DEFAULT_TIMEOUT_MS`, 60 s, without it): an unanswered
+    ``tools/call`` fails ``TOOL_TIMEOUT`` and is cancelled on the server, an
+    unanswered ``tools/list`` page raises
+    :class:`~dsh_actors.mcp.McpProtocolError`. A tool whose
+    ``execution.taskSupport`` is ``"required"`` is left out (logged): the
+    MCP SDK cannot call a tool as a task.
     ``notifications/tools/list_changed`` re-lists the tools and swaps the
     registrations.
 
@@ -116,6 +131,7 @@ class _Mount:
         self.agent = agent
         self.prefix = prefix
         self.timeout_ms = timeout_ms
+        self.bound_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else float(timeout_ms)
         self.service = rt.tools if agent is None else rt.tools.scope(agent)
         self.server = _server_name(session)
         self._lock = threading.Lock()
@@ -129,6 +145,8 @@ class _Mount:
         # Content blocks of structured results, from the body to project_content.
         self._content: weakref.WeakKeyDictionary[Any, list[ContentBlock]] = weakref.WeakKeyDictionary()
         self._content_lock = threading.Lock()
+        # Blocks for the user only, from the body to presentation_meta (by id of the arguments).
+        self._for_user: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
         self.disposer = disposer(self._dispose)
         self._stop_hook: Disposer | None = None
 
@@ -150,6 +168,7 @@ class _Mount:
         with self._lock:
             self._tools = registered
         self._attach()
+        _forward_cancel_reasons(self.session)
         self._stop_hook = self.rt.on_stop(self._detach)
 
     async def _list_all(self) -> list[types.Tool]:
@@ -158,7 +177,11 @@ class _Mount:
         seen: set[str] = set()
         for _ in range(_MAX_PAGES):
             params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-            page = await self.session.list_tools(params=params)
+            try:
+                async with asyncio.timeout(self.bound_ms / 1000):
+                    page = await self.session.list_tools(params=params)
+            except TimeoutError:
+                raise McpProtocolError("tools/list", f"the server did not answer within {self.bound_ms:g} ms") from None
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
@@ -173,6 +196,14 @@ class _Mount:
         problems: list[str] = []
         names = _registered_names(self.prefix, [tool.name for tool in tools])
         for tool in tools:
+            if tool.execution is not None and tool.execution.task_support == "required":
+                logger.warning(
+                    "MCP server {!r}: tool {!r} left out: it must be called as an MCP task, "
+                    "which the MCP SDK does not support",
+                    self.server,
+                    tool.name,
+                )
+                continue
             if tool.name in built:
                 problems.append(f"the server lists tool {tool.name!r} twice")
                 continue
@@ -204,12 +235,17 @@ class _Mount:
             name=registered,
             description=tool.description or "",
             parameters=tool.input_schema,
-            output=ToolOutput(schema={} if output_schema is None else output_schema, render=_render),
+            output=ToolOutput(
+                schema={} if output_schema is None else output_schema,
+                render=_render,
+                presentation_meta=self._presentation_meta,
+            ),
             execute=execute,
             is_concurrency_safe=_safe if read_only and not destructive else None,
             timeout_ms=self.timeout_ms,
             project_content=self._project_content,
             present_call=present_call,
+            present_result=_present_result,
             meta={"mcp": {"server": self.server, "tool": wire}},
             schema_mode="full",
         )
@@ -231,11 +267,27 @@ class _Mount:
                 self._schedule_relist()
             elif isinstance(message, Exception):
                 logger.debug("MCP server {!r}: transport error {}", self.server, safe_str(message))
+                self._fail_malformed(message)
             await original(message)
 
         self._original_handler = original
         self._handler = handler
         self.session._message_handler = handler
+
+    def _fail_malformed(self, error: Exception) -> None:
+        """An answer the SDK could not read (its transport hands the parse
+        error to the message handler and drops the message, so the request
+        would wait for its bound): when the error holds the answer's id, the
+        SDK's waiter for that id gets an error at once, which the request
+        maps to ``MCP_PROTOCOL_ERROR``. Uses the dispatcher's waiter table
+        (no public hook exists); without it the request's bound applies."""
+        answer = _malformed_answer(error)
+        resolve = getattr(getattr(self.session, "_dispatcher", None), "_resolve_pending", None)
+        if answer is None or resolve is None:
+            return
+        request_id, detail = answer
+        logger.warning("MCP server {!r}: unreadable answer to request {!r}: {}", self.server, request_id, detail)
+        resolve(request_id, types.ErrorData(code=types.INVALID_REQUEST, message=detail, data=_MALFORMED))
 
     def _schedule_relist(self) -> None:
         # On the session's loop (the message handler). One re-listing at a
@@ -329,11 +381,29 @@ class _Mount:
         if self._closed is not None:
             raise McpConnectionError(self.server, self._closed)
         request = self._request(name, thaw(args), _request_meta(), _progress_to(ctx))
-        if asyncio.get_running_loop() is self.loop:
-            result = await self._here(request, ctx)
-        else:
-            result = await self._on_session_loop(request, ctx)
-        return self._value(registered, structured, result, ctx)
+        # The mount's bound cancels the request as an abort does (one path:
+        # the SDK's shielded notifications/cancelled, with the reason).
+        loop = asyncio.get_running_loop()
+        bound = ToolTimeoutError(self.bound_ms)
+        deadline = AbortController()
+        timer = loop.call_later(self.bound_ms / 1000, deadline.abort, bound)
+        signal = AbortSignal.any(ctx.signal, deadline.signal)
+        # The request's task copies this context (here or on the session's loop).
+        reset = _CALL_SIGNALS.set((signal, ctx.signal, deadline.signal))
+        try:
+            if loop is self.loop:
+                result = await self._here(request, signal)
+            else:
+                result = await self._on_session_loop(request, signal)
+        except asyncio.CancelledError:
+            if signal.reason is bound:  # the bound fired before the caller's signal
+                raise bound from None
+            raise
+        finally:
+            _CALL_SIGNALS.reset(reset)
+            timer.cancel()
+            signal.close()
+        return self._value(registered, structured, result, args, ctx)
 
     async def _request(
         self, name: str, arguments: Any, meta: dict[str, Any] | None, progress: Any
@@ -350,6 +420,8 @@ class _Mount:
             if err.code == _CONNECTION_CLOSED:
                 self._closed = safe_str(err.message) or "connection closed"
                 raise McpConnectionError(self.server, self._closed) from err
+            if err.data == _MALFORMED:
+                raise McpProtocolError(name, safe_str(err.message)) from err
             raise McpProtocolError(name, safe_str(err.message), err.code) from err
         except asyncio.CancelledError:
             raise
@@ -364,7 +436,7 @@ class _Mount:
             raise McpProtocolError(name, f"{type(err).__name__}: {safe_str(err)}") from err
 
     async def _here(
-        self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext
+        self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal
     ) -> types.CallToolResult:
         """Await ``request`` on this loop (the session's). When the call's
         signal fires, or this task is cancelled, the request is cancelled
@@ -378,7 +450,7 @@ class _Mount:
             except RuntimeError:  # closed meanwhile
                 pass
 
-        unsubscribe = ctx.signal.add_callback(forward)
+        unsubscribe = signal.add_callback(forward)
         cancelled_here = False
         try:
             while not task.done():
@@ -398,7 +470,7 @@ class _Mount:
         return result
 
     async def _on_session_loop(
-        self, request: Coroutine[Any, Any, types.CallToolResult], ctx: ToolRunContext
+        self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal
     ) -> types.CallToolResult:
         """Run ``request`` on the session's loop and wait for it here. When
         this task is cancelled (the call's signal fired), the request is
@@ -448,7 +520,7 @@ class _Mount:
             request.close()
             self._closed = "the event loop that owns the session is closed"
             raise McpConnectionError(self.server, self._closed) from None
-        unsubscribe = ctx.signal.add_callback(forward)
+        unsubscribe = signal.add_callback(forward)
         waiter = asyncio.wrap_future(done)
         cancelled_here = False
         warned = False
@@ -485,8 +557,11 @@ class _Mount:
             raise asyncio.CancelledError()
         return result
 
-    def _value(self, name: str, structured: bool, result: types.CallToolResult, ctx: ToolRunContext) -> Any:
-        content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+    def _value(self, name: str, structured: bool, result: types.CallToolResult, args: Any, ctx: ToolRunContext) -> Any:
+        every = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+        content = [block for block in every if for_model(block)]
+        if len(content) < len(every):
+            self._keep_for_user([block for block in every if not for_model(block)], args, ctx)
         if result.is_error:
             raise McpToolError(name, error_text(content))
         if result.structured_content is None:
@@ -502,6 +577,31 @@ class _Mount:
         with self._content_lock:
             self._content[ctx.token] = blocks
         return result.structured_content
+
+    def _keep_for_user(self, blocks: list[dict[str, Any]], args: Any, ctx: ToolRunContext) -> None:
+        """Blocks for the user only, from the body to ``presentation_meta``
+        (which sees the call's arguments object, not its token). The entry
+        holds ``args``, so its id stays unique while it lives, and goes when
+        the call's token does, if ``presentation_meta`` did not take it."""
+        key = id(args)
+        with self._content_lock:
+            self._for_user[key] = (args, blocks)
+        weakref.finalize(ctx.token, self._forget_for_user, key, args)
+
+    def _forget_for_user(self, key: int, args: Any) -> None:
+        with self._content_lock:
+            entry = self._for_user.get(key)
+            if entry is not None and entry[0] is args:
+                del self._for_user[key]
+
+    def _presentation_meta(self, args: Any, value: Any) -> Any:
+        """``{"mcp": {"user_content": [...]}}``: the result's blocks for the
+        user only (wire form), logged with the result for the cards."""
+        with self._content_lock:
+            entry = self._for_user.pop(id(args), None)
+        if entry is None or entry[0] is not args:
+            return None
+        return {"mcp": {"user_content": entry[1]}}
 
     def _project_content(self, execution: ToolExecution, result: ToolExecutionResult) -> list[ContentBlock] | None:
         with self._content_lock:
@@ -546,6 +646,38 @@ def _registered_names(prefix: str, names: list[str]) -> dict[str, str]:
     return out
 
 
+#: The signals of the mounted tool call whose SDK request runs in this
+#: context: the fused one, then its parents (the call's and the bound's). A
+#: parent is read too because the fused signal aborts on the thread that
+#: aborted the parent, possibly after the request was already cancelled.
+_CALL_SIGNALS: contextvars.ContextVar[tuple[AbortSignal, ...]] = contextvars.ContextVar(
+    "dsh_mcp_call_signals", default=()
+)
+
+
+def _forward_cancel_reasons(session: ClientSession) -> None:
+    """Make the SDK's ``notifications/cancelled`` for a mounted call carry
+    the abort's reason (the SDK writes ``"caller cancelled"``). The SDK has
+    no option for it and mints the request ids itself, so this wraps its
+    dispatcher's cancel writer once per session; outside a mounted call
+    (no ``_CALL_SIGNALS``) the SDK's own reason stays. Without that writer
+    (another SDK version) the reason is not forwarded."""
+    dispatcher = getattr(session, "_dispatcher", None)
+    original = getattr(dispatcher, "_cancel_outbound", None)
+    if original is None or getattr(original, "_dsh_forwards_reasons", False):
+        return
+
+    async def cancel_outbound(request_id: Any, reason: str, related_request_id: Any) -> None:
+        for signal in _CALL_SIGNALS.get():
+            if signal.aborted:
+                reason = safe_str(signal.reason) or reason
+                break
+        await original(request_id, reason, related_request_id)
+
+    cancel_outbound._dsh_forwards_reasons = True  # type: ignore[attr-defined]
+    dispatcher._cancel_outbound = cancel_outbound  # type: ignore[union-attr]
+
+
 def _safe(args: Any) -> bool:
     return True
 
@@ -567,6 +699,17 @@ def _render(args: Any, value: Any) -> list[ContentBlock]:
     if type(value) is str:
         return [TextBlock(value)]
     return [TextBlock(_json_text(value))]
+
+
+def _present_result(args: Any, result: Any) -> ToolResultView | None:
+    """The generic card, with the blocks for the user only (kept in the
+    result's meta, off the model's content) after the model's content."""
+    meta = result.meta
+    mcp = meta.get("mcp") if isinstance(meta, Mapping) else None
+    user = mcp.get("user_content") if isinstance(mcp, Mapping) else None
+    if not user:
+        return None
+    return GenericResultView(content=(*result.content, *blocks_from_wire(user)))
 
 
 def _fingerprint(tool: types.Tool) -> bytes:
@@ -631,3 +774,30 @@ def _load_propagate() -> Any:
 
 
 _propagate: Any = _load_propagate()
+
+
+def _malformed_answer(error: Exception) -> tuple[Any, str] | None:
+    """``(id, what is wrong)`` when ``error`` is the SDK's failure to read a
+    JSON-RPC answer (a pydantic ``ValidationError`` whose input has an
+    ``id`` and a ``result`` or an ``error``), else None."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return None
+    try:
+        details = errors()
+    except Exception:  # noqa: BLE001 - not a pydantic error after all
+        return None
+    message: Any = None
+    for detail in details:
+        value = detail.get("input") if isinstance(detail, Mapping) else None
+        if isinstance(value, Mapping) and "id" in value and ("result" in value or "error" in value):
+            message = value
+            break
+    if message is None or type(message["id"]) not in (int, str):
+        return None
+    if "result" in message:
+        result = message["result"]
+        if not isinstance(result, Mapping):
+            return message["id"], f"the server answered with a result that is not an object ({_json_text(result)[:80]})"
+        return message["id"], "the server's answer is not a valid JSON-RPC response"
+    return message["id"], f"the server answered with an unreadable error ({_json_text(message['error'])[:80]})"

@@ -462,7 +462,9 @@ class ToolsService:
 
     def _wait(self, future: Future[T], what: str, *, limit: float | None) -> T:
         # A stopping runtime fails the wait at once (no polling).
-        with self._rt.pending_writes.tracked(future, lambda: RuntimeStoppedError(f"{STOPPED} (before {what} finished)")):
+        with self._rt.pending_writes.tracked(
+            future, lambda: RuntimeStoppedError(f"{STOPPED} (before {what} finished)")
+        ):
             try:
                 return future.result(timeout=limit)
             except FutureTimeout:

@@ -92,3 +92,18 @@ def test_dev_help_names_the_benchmark_as_the_main_job_lists_every_command_and_no
         [str(REPO / "dev"), "no-such-command"], capture_output=True, text=True, timeout=30, check=False
     )
     assert unknown.returncode == 1 and unknown.stdout == text
+
+
+def test_bench_help_shows_the_benchmarks_own_usage_with_every_section() -> None:
+    script = Path(sys.executable).parent / "dsh-actors"
+    if not script.exists():
+        pytest.skip("the dsh-actors console script is not installed (./dev setup installs it)")
+    from benchmarks.__main__ import SECTIONS
+
+    done = subprocess.run([str(script), "bench", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: dsh-actors bench [-h] [--quick]")
+    only = " ".join(done.stdout.split("--only SECTION [SECTION ...]")[-1].split())
+    assert f"run only these sections: {', '.join(SECTIONS)}" in only
+    readme = (REPO / "benchmarks" / "README.md").read_text()
+    assert f"# some sections ({', '.join(SECTIONS)})" in readme

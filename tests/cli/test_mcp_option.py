@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from .conftest import EXAMPLES, Cli, assert_one_line_error
 
@@ -45,3 +49,97 @@ def test_a_server_that_cannot_start_is_a_one_line_error(cli: Cli, root: Path) ->
     assert_one_line_error(missing, "schemas", "--mcp 'no-such-mcp-server --flag': cannot start the server")
     exits = cli("schemas", "--mcp", f"{shlex.quote(sys.executable)} -c 'raise SystemExit(3)'")
     assert_one_line_error(exits, "schemas", "the server exited or closed its connection during the MCP handshake")
+
+
+REPO = EXAMPLES.parent
+
+
+def test_python_in_a_command_is_the_clis_own_interpreter_without_an_active_venv(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "dsh-actors"
+    if not script.exists():
+        pytest.skip("the dsh-actors console script is not installed (./dev setup installs it)")
+    bare = tmp_path / "bin"  # a PATH whose python (if any) is not the venv's: it has no MCP SDK
+    bare.mkdir()
+    (bare / "python").write_text("#!/bin/sh\necho 'not the venv python' >&2\nexit 3\n")
+    (bare / "python").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = f"{bare}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    done = subprocess.run(
+        [str(script), "run", "examples/batch_mcp.json", "--mcp", "python -m examples.mcp_server"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("4 calls: 2 ok, 2 errors\n")
+    assert "not the venv python" not in done.stderr
+
+
+def test_a_prefix_mounts_two_servers_with_the_same_tool_names_together(cli: Cli, root: Path) -> None:
+    outcome = cli("schemas", "--mcp", f"a_={SERVER}", "--mcp", f"b-={SERVER}", "--format", "raw")
+    assert outcome.code == 0, outcome.err
+    names = {s["name"] for s in json.loads(outcome.out)}
+    assert names == {"a_add", "a_search", "a_read", "b-add", "b-search", "b-read"}
+    batch = root / "two.json"
+    batch.write_text(
+        json.dumps(
+            {
+                "calls": [
+                    {"id": "c1", "name": "a_add", "arguments": {"title": "in a"}},
+                    {"id": "c2", "name": "b-add", "arguments": {"title": "in b"}},
+                    {"id": "c3", "name": "b-search", "arguments": {"query": "in"}},
+                ]
+            }
+        )
+    )
+    ran = cli("run", batch, "--mcp", f"a_={SERVER}", "--mcp", f"b-={SERVER}", "--json")
+    assert ran.code == 0, ran.err
+    values = [r["value"] for r in json.loads(ran.out)["results"]]
+    assert values[0]["title"] == "in a" and values[1]["title"] == "in b"
+    assert [n["title"] for n in values[2]["notes"]] == ["in b"]  # each server is its own notebook
+    unprefixed = cli("schemas", "--mcp", SERVER, "--mcp", SERVER)
+    assert_one_line_error(unprefixed, "schemas", "add")
+
+
+def test_only_a_word_of_name_characters_before_the_first_equals_sign_is_a_prefix() -> None:
+    from dsh_actors.cli.mcp_servers import split_prefix
+
+    assert split_prefix("a_=python -m x") == ("a_", "python -m x")
+    assert split_prefix("python -c 'x=1'") == ("", "python -c 'x=1'")
+    assert split_prefix("=odd=name --flag") == ("", "odd=name --flag")
+    assert split_prefix("./server --port=3") == ("", "./server --port=3")
+
+
+SILENT_SERVER = """
+import os
+import sys
+import time
+
+with open(sys.argv[1], "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(600)  # never reads its stdin, never answers the handshake
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # exited, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_a_server_that_never_answers_the_handshake_fails_at_the_stated_time_and_is_stopped(
+    cli: Cli, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dsh_actors.cli.mcp_servers as mcp_servers
+
+    monkeypatch.setattr(mcp_servers, "_HANDSHAKE_S", 0.5)
+    (tmp_path / "silent.py").write_text(SILENT_SERVER)
+    pid_file = tmp_path / "silent.pid"
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(tmp_path / 'silent.py'))} {shlex.quote(str(pid_file))}"
+    outcome = cli("schemas", "--mcp", command)
+    assert_one_line_error(outcome, "schemas", "the server did not answer the MCP handshake within 0.5 s")
+    assert _gone(int(pid_file.read_text())), "the server process is left running"

@@ -4,6 +4,8 @@ cards (or JSON), exit 0 whenever the batch ran."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from dsh_actors import ToolBatchResult
-from dsh_actors.cli.run import _wait
+from dsh_actors.cli.run import _quit_now, _wait
 from dsh_actors.signals import AbortController
 
 from .conftest import EXAMPLES, Cli, assert_one_line_error
@@ -271,8 +273,69 @@ def test_an_interrupt_aborts_the_batch_and_waits_for_it_to_settle() -> None:
     controller = AbortController()
     settled = ToolBatchResult(results=())
     controller.signal.add_callback(lambda signal: future.set_result(settled))
-    result, interrupted = _wait(future, controller)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        result, interrupted = _wait(future, controller)
+        assert signal.getsignal(signal.SIGINT) is _quit_now  # a second Ctrl-C quits at once
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert controller.signal.aborted and interrupted and result is settled
+
+
+STUBBORN = """
+import sys
+import threading
+
+from dsh_actors import ToolOutput, define_tool, text
+
+
+def stubborn(args, ctx):
+    sys.stderr.write("body started\\n")
+    sys.stderr.flush()
+    threading.Event().wait()  # ignores its signal: never returns
+
+
+TOOLS = [
+    define_tool(
+        name="stubborn",
+        description="never returns",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+        execute=stubborn,
+    )
+]
+"""
+
+
+def test_a_second_ctrl_c_exits_130_at_once_while_a_body_ignores_its_signal(tmp_path: Path) -> None:
+    (tmp_path / "stubborn_tools.py").write_text(STUBBORN)
+    batch = _batch(tmp_path, {"id": "s", "name": "stubborn", "arguments": {}})
+    script = Path(sys.executable).parent / "dsh-actors"
+    if not script.exists():
+        pytest.skip("the dsh-actors console script is not installed (./dev setup installs it)")
+    proc = subprocess.Popen(
+        [str(script), "run", str(batch), "--tools", "stubborn_tools"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "body started\n"
+        proc.send_signal(signal.SIGINT)
+        assert proc.stderr.readline().startswith("dsh-actors run: interrupted; aborting the batch")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130  # rt.stop() would wait 30 s for the body
+        assert "interrupted again; quitting" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 # --------------------------------------------------------------------------
@@ -404,6 +467,19 @@ def test_a_bad_command_line_exits_2_with_the_usage(cli: Cli, root: Path) -> None
         outcome = cli(*argv)
         assert outcome.code == 2, argv
         assert "usage: dsh-actors" in outcome.err and "Traceback" not in outcome.err
+
+
+def test_an_unknown_option_prints_the_subcommands_usage(cli: Cli, root: Path) -> None:
+    for argv, usage in (
+        (["run", BATCH, "--tools", "examples.tools", "--bogus"], "usage: dsh-actors run "),
+        (["schemas", "--tools", "examples.tools", "--bogus"], "usage: dsh-actors schemas "),
+        (["replay", "log.jsonl", "--bogus", "x"], "usage: dsh-actors replay "),
+    ):
+        outcome = cli(*argv)
+        assert outcome.code == 2, argv
+        assert outcome.err.startswith(usage), outcome.err
+        unknown = "--bogus x" if argv[0] == "replay" else "--bogus"
+        assert outcome.err.rstrip().endswith(f"error: unrecognized arguments: {unknown}")
 
 
 def test_help_and_version_exit_0(cli: Cli) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import base64
 import os
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    Annotations,
     AudioContent,
     BlobResourceContents,
     CallToolResult,
@@ -29,6 +31,9 @@ app = MCPServer("tools-under-test")
 
 PNG = "iVBORw0KGgo="  # 8 bytes, base64
 WAV = "UklGRiQAAABXQVZF"  # 12 bytes, base64
+TEXT_BLOB = base64.b64encode("héllo\nworld".encode()).decode()
+LATIN_BLOB = base64.b64encode("a;é".encode("latin-1")).decode()
+NOT_UTF8_BLOB = base64.b64encode(b"\xff\xfe\x00").decode()
 
 started: dict[str, asyncio.Event] = {}
 cancelled: list[str] = []
@@ -113,6 +118,46 @@ def link_kind() -> list:
             mimeType="application/pdf",
             description="the quarterly report",
         )
+    ]
+
+
+@app.tool(structured_output=False)
+def audience_kind() -> list:
+    return [
+        TextContent(type="text", text="for both"),
+        TextContent(type="text", text="for the user", annotations=Annotations(audience=["user"])),
+        TextContent(type="text", text="for the assistant", annotations=Annotations(audience=["assistant"])),
+        TextContent(type="text", text="for either", annotations=Annotations(audience=["user", "assistant"])),
+    ]
+
+
+@app.tool()
+def audience_structured() -> Total:
+    """Structured content, a text block for everyone and one for the user only."""
+    return CallToolResult(
+        content=[
+            TextContent(type="text", text="3 in all"),
+            TextContent(type="text", text="the user sees this", annotations=Annotations(audience=["user"])),
+        ],
+        structured_content={"total": 3, "note": None},
+    )
+
+
+@app.tool(structured_output=False)
+def text_blob_kind() -> list:
+    return [
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(uri="file:///a.txt", mimeType="text/plain", blob=TEXT_BLOB),
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(uri="file:///b.csv", mimeType="text/csv; charset=latin-1", blob=LATIN_BLOB),
+        ),
+        EmbeddedResource(
+            type="resource",
+            resource=BlobResourceContents(uri="file:///c.txt", mimeType="text/plain", blob=NOT_UTF8_BLOB),
+        ),
     ]
 
 

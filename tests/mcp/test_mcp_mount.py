@@ -415,3 +415,38 @@ def test_a_tools_call_carries_the_call_spans_trace_context(mounted: ToolRuntime)
     traceparent = json.loads(block.text)["traceparent"]
     context = span.context
     assert traceparent == f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def test_content_for_the_user_only_reaches_the_log_and_the_cards_not_the_model(mounted: ToolRuntime) -> None:
+    from dsh_actors import LogStep, Session
+    from dsh_actors.presentation import ToolResultProjection
+
+    agent = Agent("a", session=Session())
+    outcome = run(mounted, "t_audience_kind", agent=agent, log=LogStep(turn=1, step=1))
+    model = (TextBlock("for both"), TextBlock("for the assistant"), TextBlock("for either"))
+    assert outcome.content == model
+    assert [b["text"] for b in thaw(outcome.value)] == ["for both", "for the assistant", "for either"]
+    user = [{"type": "text", "text": "for the user", "annotations": {"audience": ["user"]}}]
+    assert thaw(outcome.meta) == {"mcp": {"user_content": user}}
+    logged = [e for e in agent.session.events() if e["type"] == "tool/result"][-1]
+    assert logged["meta"] == {"mcp": {"user_content": user}}
+    assert all("for the user" not in block.get("text", "") for block in logged["content"])
+    definition = mounted.tools.get("t_audience_kind")
+    assert definition is not None and definition.present_result is not None
+    replayed = ToolResultProjection(content=outcome.content, is_error=False, meta=logged["meta"])
+    card = definition.present_result({}, replayed)
+    assert card is not None and card.content == (*model, TextBlock("for the user"))
+
+    structured = run(mounted, "t_audience_structured")
+    assert thaw(structured.value) == {"total": 3, "note": None}
+    assert structured.content == (TextBlock("3 in all"),)
+    assert thaw(structured.meta)["mcp"]["user_content"][0]["text"] == "the user sees this"
+    assert run(mounted, "t_text_kind").meta is None  # nothing for the user only
+
+
+def test_a_text_blob_resource_is_decoded_in_its_charset(mounted: ToolRuntime) -> None:
+    assert run(mounted, "t_text_blob_kind").content == (
+        TextBlock("[resource file:///a.txt (text/plain)]\nhéllo\nworld"),
+        TextBlock("[resource file:///b.csv (text/csv; charset=latin-1)]\na;é"),
+        TextBlock("[resource file:///c.txt (text/plain), 3 bytes]"),  # not UTF-8: noted by size
+    )

@@ -68,3 +68,26 @@ def test_python_dash_m_runs_the_loop_in_either_shape() -> None:
         )
         assert done.returncode == 0, done.stderr
         assert marker in done.stdout and "tool/result  " in done.stdout
+
+
+def test_help_prints_the_usage_and_runs_nothing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.agent_loop", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m examples.agent_loop [-h] [--provider {openai,anthropic}]")
+    assert '"role"' not in done.stdout and "tool/result" not in done.stdout
+
+
+def test_an_unknown_provider_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.agent_loop", "--provider", "bogus"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "argument --provider: invalid choice: 'bogus' (choose from" in done.stderr
+    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr

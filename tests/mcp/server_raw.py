@@ -1,0 +1,112 @@
+"""An MCP server written by hand over stdio (newline-delimited JSON-RPC), for
+the answers the SDK's server API never sends: a ``tools/call`` result that
+is not an object, a request left unanswered, a tool that requires task
+augmentation. It records every ``notifications/cancelled`` it receives;
+the ``cancellations`` tool returns them, and ``wait_silent`` answers once
+a ``silent`` call has arrived. Run as a script.
+
+``SILENT_LISTING=1`` in the environment: ``tools/list`` is never answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
+TOOLS: list[dict[str, Any]] = [
+    {"name": "bad_result", "description": "answers with a result that is not an object", "inputSchema": OBJECT},
+    {"name": "silent", "description": "never answers", "inputSchema": OBJECT},
+    {"name": "echo", "description": "answers with its arguments as text", "inputSchema": OBJECT},
+    {"name": "cancellations", "description": "the cancellations received so far", "inputSchema": OBJECT},
+    {"name": "wait_silent", "description": "answers once a silent call has arrived", "inputSchema": OBJECT},
+    {
+        "name": "task_only",
+        "description": "must be called as a task",
+        "inputSchema": OBJECT,
+        "execution": {"taskSupport": "required"},
+    },
+    {
+        "name": "task_optional",
+        "description": "may be called as a task",
+        "inputSchema": OBJECT,
+        "execution": {"taskSupport": "optional"},
+    },
+]
+
+cancelled: list[dict[str, Any]] = []
+silent_calls = 0
+waiting: list[Any] = []  # ids of wait_silent requests not answered yet
+
+
+def send(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}], "isError": False}
+
+
+def answer(request: dict[str, Any]) -> None:
+    method, rid, params = request.get("method"), request.get("id"), request.get("params") or {}
+    if method == "initialize":
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "result": {
+                    "protocolVersion": params.get("protocolVersion", "2025-11-25"),
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "raw-server", "version": "1"},
+                },
+            }
+        )
+    elif method == "tools/list":
+        if os.environ.get("SILENT_LISTING") != "1":
+            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
+    elif method == "tools/call":
+        name = params.get("name")
+        if name == "bad_result":
+            send({"jsonrpc": "2.0", "id": rid, "result": 5})
+        elif name == "silent":
+            global silent_calls
+            silent_calls += 1
+            for waiter in waiting:
+                send({"jsonrpc": "2.0", "id": waiter, "result": text("arrived")})
+            waiting.clear()
+        elif name == "wait_silent":
+            if silent_calls:
+                send({"jsonrpc": "2.0", "id": rid, "result": text("arrived")})
+            else:
+                waiting.append(rid)
+        elif name == "echo":
+            send({"jsonrpc": "2.0", "id": rid, "result": text(json.dumps(params.get("arguments")))})
+        elif name == "cancellations":
+            send({"jsonrpc": "2.0", "id": rid, "result": text(json.dumps(cancelled))})
+        elif name == "task_only" and "task" not in params:
+            error = {"code": -32601, "message": "tool 'task_only' requires task augmentation"}
+            send({"jsonrpc": "2.0", "id": rid, "error": error})
+        else:
+            send({"jsonrpc": "2.0", "id": rid, "result": text(f"called {name}")})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": rid, "result": {}})
+    elif rid is not None:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if message.get("method") == "notifications/cancelled":
+            cancelled.append(message.get("params") or {})
+        elif "method" in message and "id" in message:
+            answer(message)
+
+
+if __name__ == "__main__":
+    main()

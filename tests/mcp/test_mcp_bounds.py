@@ -1,0 +1,120 @@
+"""Every request a mount sends is bounded, an answer the SDK cannot read
+fails its call, and a tool that must run as an MCP task is not offered
+(tests/mcp/server_raw.py, a server written by hand over stdio)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_harness import ServerConnection
+
+from dsh_actors import AbortController, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors.mcp import McpProtocolError, mount
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> Iterator[ServerConnection]:
+    connection = ServerConnection("server_raw.py", tmp_path / "server.log").start()
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def run(rt: ToolRuntime, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    future = rt.tools.submit(ToolBatchInput(calls=(ToolCall(id="c1", name=name, arguments=arguments or {}),)))
+    return future.result(20).results[0].result
+
+
+def cancellations(raw: ServerConnection) -> list[dict[str, Any]]:
+    result = raw.call_directly("cancellations")
+    return json.loads(result.content[0].text)  # type: ignore[no-any-return]
+
+
+def test_a_result_that_is_not_an_object_fails_the_call_at_once(raw: ServerConnection, rt: ToolRuntime) -> None:
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))  # the default bound: DEFAULT_TIMEOUT_MS, a minute
+    try:
+        outcome = run(rt, "bad_result")
+        assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR"
+        assert outcome.error.message == (
+            'MCP protocol error calling "bad_result": the server answered with a result that is not an object (5)'
+        )
+        assert not run(rt, "echo", {"a": 1}).is_error  # the session goes on
+    finally:
+        unmount()
+
+
+def test_an_unanswered_call_fails_after_the_mounts_timeout_and_is_cancelled_on_the_server(
+    raw: ServerConnection, rt: ToolRuntime
+) -> None:
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session, timeout_ms=300))
+    try:
+        outcome = run(rt, "silent")
+        assert outcome.is_error and outcome.error.info.code == "TOOL_TIMEOUT"
+        assert outcome.error.message == "tool call timed out after 300ms"
+        assert [c.get("reason") for c in cancellations(raw)] == ["tool call timed out after 300ms"]
+    finally:
+        unmount()
+
+
+def test_an_unanswered_listing_fails_the_mount_after_its_timeout(tmp_path: Path, rt: ToolRuntime) -> None:
+    conn = ServerConnection("server_raw.py", tmp_path / "server.log", env={"SILENT_LISTING": "1"}).start()
+    try:
+        assert conn.session is not None
+        with pytest.raises(McpProtocolError, match=r'calling "tools/list": the server did not answer within 200 ms'):
+            conn.run(mount(rt, conn.session, timeout_ms=200))
+        assert rt.tools.get("echo") is None
+    finally:
+        conn.close()
+
+
+@pytest.mark.usefixtures("library_logs")
+def test_a_tool_that_requires_a_task_is_not_offered_and_is_logged(raw: ServerConnection, rt: ToolRuntime) -> None:
+    from loguru import logger
+
+    assert raw.session is not None
+    lines: list[str] = []
+    lock = threading.Lock()
+
+    def sink(message: Any) -> None:
+        with lock:
+            lines.append(str(message))
+
+    handle = logger.add(sink, level="WARNING", format="{message}")
+    try:
+        unmount = raw.run(mount(rt, raw.session, prefix="r_"))
+    finally:
+        logger.remove(handle)
+    try:
+        names = {s["name"] for s in rt.tools.schemas()}
+        assert "r_task_only" not in names
+        assert {"r_task_optional", "r_echo"} <= names  # optional: called as a plain tools/call
+        assert not run(rt, "r_task_optional").is_error
+        assert run(rt, "r_task_only").error.info.code == "UNKNOWN_TOOL"
+        assert any("'task_only' left out: it must be called as an MCP task" in line for line in lines), lines
+    finally:
+        unmount()
+
+
+def test_an_aborted_call_forwards_the_aborts_reason_to_the_server(raw: ServerConnection, rt: ToolRuntime) -> None:
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))
+    try:
+        controller = AbortController()
+        future = rt.tools.submit(
+            ToolBatchInput(calls=(ToolCall(id="c1", name="silent", arguments={}),), signal=controller.signal)
+        )
+        assert raw.call_directly("wait_silent").content[0].text == "arrived"
+        controller.abort("the user pressed stop")
+        assert future.result(20).results[0].result.error.info.code == "ABORTED"
+        reasons = [c.get("reason") for c in cancellations(raw)]
+        assert reasons == ["the user pressed stop"]
+    finally:
+        unmount()
