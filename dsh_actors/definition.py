@@ -38,6 +38,7 @@ from .presentation import PresentedResult, ToolCallView, ToolResultView
 from .schema import (
     CompiledJsonSchema,
     FullJsonSchema,
+    args_error,
     assert_object_json_schema,
     assert_supported_json_schema,
     compile_full_json_schema,
@@ -582,7 +583,7 @@ class _FullParameters:
 
     def raise_invalid(self, args: Any) -> None:
         violations = self.compiled().validate(args)
-        raise ToolArgsError(violations or ['"value" does not match the parameters'])
+        raise args_error(args, violations or ['"value" does not match the parameters'])
 
 
 _FULL_WRAPPED = "__dsh_full_mode__"

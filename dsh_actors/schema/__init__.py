@@ -52,6 +52,7 @@ from typing import Any
 
 from ._compile import (
     CompiledJsonSchema,
+    args_error,
     compile_json_schema,
     validate_args,
     validate_json_schema_value,
@@ -76,6 +77,7 @@ __all__ = [
     "ParameterSchemaSpec",
     "SchemaValidator",
     "ValueSchemaSpec",
+    "args_error",
     "assert_object_json_schema",
     "assert_supported_json_schema",
     "check_full_json_schema",
