@@ -153,9 +153,10 @@ class ToolDefinition:
     False, ``thaw(args)`` gives plain ones), ``ctx`` a
     :class:`~dsh_actors.execution.ToolRunContext`. A plain function runs on
     a call actor's worker thread and may block (it should watch
-    ``ctx.signal``); an ``async def`` runs on the runtime's asyncio loop
-    thread and must not block it. Either way the call settles only after the
-    body returns."""
+    ``ctx.signal``); an ``async def`` runs on the batch's event loop (the
+    loop that awaits ``rt.tools.execute_async``, else the runtime's bound
+    loop, else its own loop thread) and must not block it. Either way the
+    call settles only after the body returns."""
 
     is_concurrency_safe: Classifier | None = None
     """``is_concurrency_safe(args) -> bool``: whether this call may overlap
@@ -249,7 +250,7 @@ class CheckedDefinition:
 
     is_async: bool
     """Whether ``definition.execute`` is an ``async def`` (runs on the
-    runtime's loop thread) rather than a plain function (a worker thread)."""
+    batch's event loop) rather than a plain function (a worker thread)."""
 
     @property
     def name(self) -> str:
