@@ -115,6 +115,7 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
             out[f"overhead.n{n}.realistic_per_call_us"] = oh["sizes"][n]["realistic"] / n
         out["scale.concurrent_peak_threads"] = float(oh["concurrent_peak_threads"])
         out["scale.concurrent_threads_bound"] = float(oh["concurrent_threads_bound"])
+        out["scale.concurrent_threads_before"] = float(oh["concurrent_threads_before"])
         out["scale.concurrent_batches"] = float(oh["concurrent_batches"])
         out["scale.call_actor_budget"] = float(oh["concurrent_budget"])
     pool = report.get("pool")
@@ -293,9 +294,10 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
         rows.append(
             Row(
                 "scale",
-                f"peak threads, {f['scale.concurrent_batches']:.0f} concurrent 10-call batches at cap 10",
+                f"threads added, {f['scale.concurrent_batches']:.0f} concurrent 10-call batches at cap 10",
                 f"{f['scale.concurrent_peak_threads']:.0f}",
-                f"call-actor budget {f['scale.call_actor_budget']:.0f}",
+                f"{f['scale.concurrent_threads_before']:.0f} before · call-actor budget "
+                f"{f['scale.call_actor_budget']:.0f}",
                 "",
                 t["concurrent"],
             )
