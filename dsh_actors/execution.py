@@ -219,7 +219,8 @@ class ToolRunContext:
     A sync body runs on a call actor's worker thread; an ``async def`` body on
     the batch's event loop: the loop that awaits ``rt.tools.execute_async``,
     else the loop the runtime is bound to (``ToolRuntime(loop=...)``), else
-    the runtime's own loop thread (the README's "which loop runs what").
+    the runtime's own loop thread, which also runs those of a nested
+    ``rt.tools.dispatch`` (the README's "which loop runs what").
     Both methods are thread-safe.
 
     Cancellation is cooperative: a sync body should poll or wait on
