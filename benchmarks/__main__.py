@@ -128,6 +128,7 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
         out["overhead.decorated_n1_us"] = oh["decorated_n1_us"]
         out["scale.concurrent_peak_threads"] = float(oh["concurrent_peak_threads"])
         out["scale.concurrent_threads_bound"] = float(oh["concurrent_threads_bound"])
+        out["scale.concurrent_threads_before"] = float(oh["concurrent_threads_before"])
         out["scale.concurrent_batches"] = float(oh["concurrent_batches"])
         out["scale.threads_after_burst"] = float(oh["threads_after_burst"])
         out["scale.idle_threads_bound"] = float(oh["idle_threads_bound"])
@@ -353,9 +354,10 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
         rows.append(
             Row(
                 "scale",
-                f"peak threads, {f['scale.concurrent_batches']:.0f} concurrent 10-call batches at cap 10",
+                f"threads added, {f['scale.concurrent_batches']:.0f} concurrent 10-call batches at cap 10",
                 f"{f['scale.concurrent_peak_threads']:.0f}",
-                f"call-actor budget {f['scale.call_actor_budget']:.0f}",
+                f"{f['scale.concurrent_threads_before']:.0f} before · call-actor budget "
+                f"{f['scale.call_actor_budget']:.0f}",
                 "",
                 t["concurrent"],
             )

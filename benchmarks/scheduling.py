@@ -366,14 +366,25 @@ CONCURRENT_BATCHES = 200
 #: Seconds after the burst at which ``scale.threads_after_burst`` is counted.
 AFTER_BURST_S = 1.0
 
+RUNTIME_THREADS = 4
+"""The runtime's own threads (docs/ARCHITECTURE.md, "Threads"): the
+registry, the loop thread, the loop watch and the global scope actor."""
+
+
+def concurrent_threads_bound(batches: int, budget: int) -> int:
+    """The most threads a runtime adds for ``batches`` concurrent batches of
+    sync bodies (docs/ARCHITECTURE.md, "What N concurrent batches cost"):
+    its own (:data:`RUNTIME_THREADS`), at most one executor actor per batch,
+    and the call-actor budget. ``tests/test_reference.py`` checks that the
+    documents' figure is this one."""
+    return RUNTIME_THREADS + batches + budget
+
 
 def concurrent_threads() -> dict[str, Any]:
     """200 batches of 10 calls at cap 10 submitted at once (each body sleeps
-    2 ms, so they really overlap); the peak thread count of the process,
-    sampled inside the bodies, against the bound the runtime documents
-    (docs/ARCHITECTURE.md, "Threads"): the threads before it, plus the
-    registry, the loop thread and the global scope actor, plus one executor
-    actor per batch running at once, plus the call-actor budget."""
+    2 ms, so they really overlap); the peak of the threads the runtime adds
+    (the process's count, sampled inside the bodies, less the threads before
+    it) against :func:`concurrent_threads_bound`."""
     before = threading.active_count()
     peak = ThreadPeak()
 
@@ -399,8 +410,9 @@ def concurrent_threads() -> dict[str, Any]:
         "threads_after_burst": after,
         "idle_threads_bound": before + 4,
         "concurrent_batches": CONCURRENT_BATCHES,
-        "concurrent_peak_threads": peak.peak,
-        "concurrent_threads_bound": before + 4 + CONCURRENT_BATCHES + budget,
+        "concurrent_peak_threads": peak.peak - before,
+        "concurrent_threads_before": before,
+        "concurrent_threads_bound": concurrent_threads_bound(CONCURRENT_BATCHES, budget),
         "concurrent_budget": budget,
     }
 

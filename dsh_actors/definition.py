@@ -39,6 +39,7 @@ from .presentation import PresentedResult, ToolCallView, ToolResultView
 from .schema import (
     CompiledJsonSchema,
     FullJsonSchema,
+    args_error,
     assert_object_json_schema,
     assert_supported_json_schema,
     compile_full_json_schema,
@@ -215,9 +216,10 @@ class ToolDefinition:
     False, ``thaw(args)`` gives plain ones), ``ctx`` a
     :class:`~dsh_actors.execution.ToolRunContext`. A plain function runs on
     a call actor's worker thread and may block (it should watch
-    ``ctx.signal``); an ``async def`` runs on the runtime's asyncio loop
-    thread and must not block it. Either way the call settles only after the
-    body returns."""
+    ``ctx.signal``); an ``async def`` runs on the batch's event loop (the
+    loop that awaits ``rt.tools.execute_async``, else the runtime's bound
+    loop, else its own loop thread) and must not block it. Either way the
+    call settles only after the body returns."""
 
     is_concurrency_safe: Classifier | None = None
     """``is_concurrency_safe(args) -> bool``: whether this call may overlap
@@ -320,7 +322,7 @@ class CheckedDefinition:
 
     is_async: bool
     """Whether ``definition.execute`` is an ``async def`` (runs on the
-    runtime's loop thread) rather than a plain function (a worker thread)."""
+    batch's event loop) rather than a plain function (a worker thread)."""
 
     @property
     def name(self) -> str:
@@ -767,7 +769,7 @@ class _FullParameters:
 
     def raise_invalid(self, args: Any) -> None:
         violations = self.compiled().validate(args)
-        raise ToolArgsError(violations or ['"value" does not match the parameters'])
+        raise args_error(args, violations or ['"value" does not match the parameters'])
 
 
 _FULL_WRAPPED = "__dsh_full_mode__"

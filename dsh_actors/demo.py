@@ -7,6 +7,7 @@ mid-way, and prints each result, the schedule it ran on and the session log.
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 from typing import Any
@@ -33,10 +34,10 @@ class _Fetched(TypedDict):
     bytes: int
 
 
-def _tools(timeline: list[tuple[str, str, float]], lock: threading.Lock, t0: float) -> list[Any]:
+def _tools(timeline: list[tuple[str, str, float]], lock: threading.Lock) -> list[Any]:
     def mark(call_id: str, what: str) -> None:
         with lock:
-            timeline.append((call_id, what, (time.perf_counter() - t0) * 1000))
+            timeline.append((call_id, what, time.perf_counter()))
 
     @tool(concurrency_safe=True, render=lambda args, v: [text(f"{v['url']}: {v['bytes']} bytes")])
     def fetch(url: str, ms: int, ctx: ToolRunContext) -> _Fetched:
@@ -58,19 +59,24 @@ def _tools(timeline: list[tuple[str, str, float]], lock: threading.Lock, t0: flo
     return [fetch, write]
 
 
+_CONTENT_WIDTH = 60
+
+
 def _row(call_id: str, name: str, result: Any) -> str:
+    """One result, its content wrapped at word boundaries (never cut)."""
     status = "error" if result.is_error else "ok"
     shown = result.content[0].text if result.content else ""
     code = result.error.info.code if result.is_error and result.error.info else ""
-    return f"  {call_id:<4} {name:<11} {status:<6} {code:<24} {shown[:60]}"
+    head = f"  {call_id:<4} {name:<11} {status:<6} {code:<24} "
+    lines = textwrap.wrap(shown, _CONTENT_WIDTH, break_on_hyphens=False) or [""]
+    return "\n".join([head + lines[0], *(" " * len(head) + line for line in lines[1:])])
 
 
 def main() -> None:
     timeline: list[tuple[str, str, float]] = []
     lock = threading.Lock()
-    t0 = time.perf_counter()
     with ToolRuntime(max_parallel_tool_calls=3) as rt:
-        for definition in _tools(timeline, lock, t0):
+        for definition in _tools(timeline, lock):
             rt.tools.register(definition)
         rt.events.on(
             "tools/pre-execute",
@@ -98,9 +104,10 @@ def main() -> None:
         print(f"  {'id':<4} {'tool':<11} {'status':<6} {'code':<24} content")
         for call, item in zip(calls, batch.results, strict=True):
             print(_row(item.call_id, call.name, item.result))
-        print("\n  schedule (ms since start): fetches overlap; the write runs alone")
+        # One clock for the header and the schedule: both from the batch's start.
+        print("\n  schedule (ms since the batch started): fetches overlap; the write runs alone")
         for call_id, what, at in sorted(timeline, key=lambda x: x[2]):
-            print(f"    {at:7.1f}  {call_id} {what}")
+            print(f"    {(at - started) * 1000:7.1f}  {call_id} {what}")
 
         print("\nan aborted batch: the user presses stop while a2 is being prepared")
         controller = AbortController()

@@ -241,7 +241,11 @@ class ToolRunContext:
     :meth:`defer_context` / :meth:`conclude_turn`.
 
     A sync body runs on a call actor's worker thread; an ``async def`` body on
-    the runtime's asyncio loop thread. Both methods are thread-safe.
+    the batch's event loop: the loop that awaits ``rt.tools.execute_async``,
+    else the loop the runtime is bound to (``ToolRuntime(loop=...)``), else
+    the runtime's own loop thread, which also runs those of a nested
+    ``rt.tools.dispatch`` (the README's "which loop runs what").
+    Both methods are thread-safe.
 
     Cancellation is cooperative: a sync body should poll or wait on
     ``signal``. An async body's task is also cancelled when ``signal`` fires,

@@ -115,6 +115,12 @@ def test_execute_validates_the_arguments_before_the_body_runs() -> None:
     )
     assert info.value.code is ErrorCode.INVALID_ARGS
     with pytest.raises(ToolArgsError, match=r'^invalid arguments: "value" must be an object$'):
+        tool.execute(materialize(["not", "an object"]), CTX)
+    with pytest.raises(
+        ToolArgsError,
+        match=r"^invalid arguments: arguments are not valid JSON: invalid literal, expected 'null' "
+        r"at line 1 column 1$",
+    ):
         tool.execute("not json", CTX)
     assert calls == []
 

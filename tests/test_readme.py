@@ -5,7 +5,10 @@ into one session would run them)."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,43 @@ def test_every_python_block_runs_in_order_in_one_namespace(namespace: dict[str, 
             raise AssertionError(f"README Python block {index + 1} failed:\n{block}") from exc
     assert (Path.cwd() / "trace.json").exists()
     assert not namespace["rt"].running  # the last snippets stop it
+    # What the blocks write where a reader runs them (the checkout) stays out of git.
+    written = sorted(path.name for path in Path.cwd().iterdir() if path.name != "examples")
+    assert written
+    kept = [name for name in written if not _git_ignored(name)]
+    assert not kept, f"README blocks write files that .gitignore does not ignore: {kept}"
+
+
+def _git_ignored(name: str) -> bool:
+    found = subprocess.run(["git", "check-ignore", "-q", "--no-index", name], cwd=README.parent, check=False)
+    assert found.returncode in (0, 1), f"git check-ignore failed on {name!r}"
+    return found.returncode == 0
+
+
+def _free_names(block: str) -> set[str]:
+    """The names a block uses without importing, defining or assigning them
+    (builtins aside): what it needs from the blocks before it."""
+    bound: set[str] = set(dir(builtins))
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(block)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):  # parameters, of functions and lambdas
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name):  # assignments, loop, with and comprehension targets
+            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+    return used - bound
+
+
+@pytest.mark.parametrize("section", ["## Ray: past one machine"])
+def test_a_sections_first_block_imports_what_it_uses(section: str) -> None:
+    """A reader who jumps to a section pastes its first block alone."""
+    text = README.read_text()
+    block = re.search(rf"{re.escape(section)}\n.*?```python\n(.*?)```", text, re.S)
+    assert block is not None, section
+    assert _free_names(block.group(1)) == set()
 
 
 def test_the_loop_of_the_first_use_runs_against_a_chat_client(namespace: dict[str, Any]) -> None:
@@ -130,3 +170,17 @@ def test_the_first_uses_two_tools_take_no_more_lines_than_in_the_peers() -> None
     tools = first_use[first_use.index("@tool") : first_use.index("rt = ToolRuntime")]
     lines = [line for line in tools.splitlines() if line.strip()]
     assert len(lines) <= 9, lines
+
+
+def test_the_quick_benchmark_and_the_first_install_take_the_same_time_in_every_document() -> None:
+    docs = {name: " ".join((README.parent / name).read_text().split()) for name in ("README.md", "dev", "benchmarks/README.md")}  # fmt: skip
+    quick = {
+        "README.md": re.findall(r"quick mode, (\d+–\d+) s|`\./dev bench --quick` \((\d+–\d+) s\)", docs["README.md"]),
+        "dev": re.findall(r"--quick: (\d+–\d+) s", docs["dev"]),
+        "benchmarks/README.md": re.findall(r"\./dev bench --quick # (\d+–\d+) s", docs["benchmarks/README.md"]),
+    }
+    said = {"".join(match) for matches in quick.values() for match in matches}
+    assert all(quick.values()) and len(said) == 1, quick
+    assert not any("under a minute" in text for text in docs.values())
+    install = {name: re.findall(r"the first install takes about (\d+) s", text) for name, text in docs.items()}
+    assert all(install.values()) and len({s for found in install.values() for s in found}) == 1, install

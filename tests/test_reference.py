@@ -74,3 +74,24 @@ def test_nothing_points_to_the_shared_design_folder() -> None:
     readme = (ROOT / "README.md").read_text()
     offenders += [f"README.md: {line}" for line in readme.splitlines() if pattern.search(line)]
     assert offenders == []
+
+
+def _flat(path: str) -> str:
+    return " ".join((ROOT / path).read_text().split())
+
+
+def test_the_documents_give_the_thread_bound_the_benchmark_checks() -> None:
+    from benchmarks.scheduling import CONCURRENT_BATCHES, RUNTIME_THREADS, concurrent_threads_bound
+    from dsh_actors.runtime import DEFAULT_CALL_ACTORS
+
+    bound = concurrent_threads_bound(CONCURRENT_BATCHES, DEFAULT_CALL_ACTORS)
+    sums = re.findall(r"add at most (\d+) \+ (\d+) \+ (\d+) = (\d+) threads", _flat("docs/ARCHITECTURE.md"))
+    assert sums == [(str(CONCURRENT_BATCHES), str(DEFAULT_CALL_ACTORS), str(RUNTIME_THREADS), str(bound))]
+    stated = {
+        "README.md": re.findall(r"documented bound is (\d+)", _flat("README.md")),
+        "benchmarks/README.md": re.findall(
+            r"`scale\.concurrent_threads_bound` \((\d+)\)", _flat("benchmarks/README.md")
+        ),
+        "benchmarks/HOPS.md": re.findall(r"`scale\.concurrent_threads_bound` \((\d+)\)", _flat("benchmarks/HOPS.md")),
+    }
+    assert stated == {path: [str(bound)] for path in stated}

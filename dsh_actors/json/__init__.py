@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from ._frozen import FrozenDict, JsonValue, check_lossless, is_lossless, materialize, thaw
 from ._rules import MAX_JSON_DEPTH, path_for_index, path_for_key
-from ._text import dumps, loads
+from ._text import dumps, loads, text_problem
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -63,5 +63,6 @@ __all__ = [
     "materialize",
     "path_for_index",
     "path_for_key",
+    "text_problem",
     "thaw",
 ]

@@ -14,7 +14,7 @@ from ..errors import LosslessJsonError
 from ._frozen import FrozenDict, check, scalar_ok, walk
 from ._rules import BIG_FLOAT, MAX_JSON_DEPTH, value_problem
 
-__all__ = ["dumps", "loads"]
+__all__ = ["dumps", "loads", "text_problem"]
 
 
 def dumps(value: object, *, sort_keys: bool = False) -> bytes:
@@ -110,6 +110,19 @@ def loads(data: bytes | bytearray | memoryview | str, *, frozen: bool = True, pa
     if big_floats:
         _reject_big_int_literals(data, path)
     return result if frozen else parsed
+
+
+def text_problem(text: str) -> str | None:
+    """What is wrong with ``text`` as JSON, phrased for a model to fix it
+    (``unexpected end of data at line 1 column 17``), or ``None`` when it
+    parses. Only orjson's syntax check: losslessness is :func:`loads`'s."""
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError as err:
+        problem = err.msg or "not JSON"
+        problem = problem[:1].lower() + problem[1:]
+        return f"{problem} at line {err.lineno} column {err.colno}"
+    return None
 
 
 def _reject_big_int_literals(data: bytes | bytearray | memoryview | str, path: str) -> None:

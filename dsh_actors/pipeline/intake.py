@@ -33,10 +33,12 @@ _LONG_DIGITS = re.compile(r"\d{19}")
 
 def parse_arguments(raw: object) -> Any:
     """Raw model arguments: JSON text is parsed (empty text means ``{}``);
-    text that is not JSON is kept as the raw string (the tool's validation
-    then fails it with ``INVALID_ARGS``); JSON that is not lossless (an
-    integer out of range, a lone surrogate) gives :class:`BadArguments`;
-    anything else is passed on as is (and materialized by the pipeline)."""
+    text that is not JSON, or whose JSON is a string, is kept as the raw
+    string, so a ``str`` argument is always the text the model sent (the
+    tool's validation then fails it with ``INVALID_ARGS``, saying what is
+    wrong with the JSON and where); JSON that is not lossless (an integer
+    out of range, a lone surrogate) gives :class:`BadArguments`; anything
+    else is passed on as is (and materialized by the pipeline)."""
     if type(raw) is not str:
         return raw
     if raw.strip() == "":
@@ -45,6 +47,8 @@ def parse_arguments(raw: object) -> Any:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return raw
+    if type(value) is str:
+        return raw  # a JSON string ('"{\"a\": 1}"', arguments encoded twice): the text as sent
     if _LONG_DIGITS.search(raw) is not None:
         # orjson reads integer literals beyond 64 bits as floats: re-read
         # with the lossless loader, which rejects them.

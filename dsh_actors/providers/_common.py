@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import InvalidTypeError, safe_repr
+from ..errors import InvalidTypeError, safe_repr, safe_str
 from ..executor_protocol import ToolModelInput
 from ..model import (
     ContentBlock,
@@ -89,23 +89,36 @@ def kind(value: object) -> str:
     return type(value).__qualname__
 
 
-def plain(value: Any) -> Any:
+def plain(value: Any, where: str) -> Any:
     """An SDK object (anything with ``model_dump()``) as its dict; anything
     else as it is. Only this level is converted: the reader converts each
-    level it descends into."""
-    dump = getattr(value, "model_dump", None)
-    if callable(dump) and not isinstance(value, (Mapping, str, bytes, list, tuple)):
-        return dump()
+    level it descends into. An object whose ``model_dump()`` raises is a
+    :class:`ProviderFormatError` at ``where``, like any other shape the
+    reader cannot read."""
+    if value is None or isinstance(value, (Mapping, str, bytes, list, tuple, int, float)):
+        return value
+    try:
+        dump = getattr(value, "model_dump", None)
+        if callable(dump):
+            return dump()
+    except Exception as err:  # noqa: BLE001 - a broken SDK object is a format error, not a crash
+        lines = safe_str(err).splitlines()
+        said = f" ({lines[0][:200]})" if lines else ""
+        raise ProviderFormatError(
+            where,
+            f"{type(value).__qualname__}.model_dump() raised {type(err).__qualname__}{said}: "
+            "pass the object the SDK returned, or a dict",
+        ) from err
     return value
 
 
-def mapping_or_none(value: Any) -> Mapping[str, Any] | None:
-    value = plain(value)
+def mapping_or_none(value: Any, where: str) -> Mapping[str, Any] | None:
+    value = plain(value, where)
     return value if isinstance(value, Mapping) else None
 
 
-def sequence_or_none(value: Any) -> Sequence[Any] | None:
-    value = plain(value)
+def sequence_or_none(value: Any, where: str) -> Sequence[Any] | None:
+    value = plain(value, where)
     return value if isinstance(value, (list, tuple)) else None
 
 
@@ -122,13 +135,13 @@ class Reader:
         return ProviderFormatError(where, problem)
 
     def obj(self, value: Any, where: str) -> Mapping[str, Any]:
-        found = mapping_or_none(value)
+        found = mapping_or_none(value, where)
         if found is None:
             raise self.fail(where, f"must be an object, got {kind(value)}")
         return found
 
     def items(self, value: Any, where: str) -> Sequence[Any]:
-        found = sequence_or_none(value)
+        found = sequence_or_none(value, where)
         if found is None:
             raise self.fail(where, f"must be a list, got {kind(value)}")
         return found
@@ -142,7 +155,7 @@ class Reader:
         return value
 
     def add(self, call_id: str, name: str, arguments: Any, where: str, key: str) -> None:
-        arguments = plain(arguments)
+        arguments = plain(arguments, f"{where}.{key}")
         if arguments is None:
             arguments = ""
         if not isinstance(arguments, (str, Mapping)):

@@ -2,8 +2,13 @@
 
 * :func:`calls` reads a message (``{"role": "assistant", "content":
   [...]}``, as the SDK's ``Message`` or a dict), its content blocks, or one
-  ``tool_use`` block. Other blocks (text, thinking, server tool use and its
-  results) carry nothing for the client to run and are skipped.
+  ``tool_use`` block. The other blocks (:data:`SKIPPED`: text, thinking,
+  server tool use and its results) carry nothing for the client to run and
+  are skipped. A block of any other type, and anything that is not a
+  message (a chat completion or message, a Responses API response, an
+  object whose ``model_dump()`` raises), is a
+  :class:`~dsh_actors.providers.ProviderFormatError`, never ``()``, so a
+  loop handed the wrong shape does not stop as if the model had answered.
 * :func:`results` gives the one user message that follows the assistant
   message: its content is a ``{"type": "tool_result", "tool_use_id",
   "content", "is_error"}`` block per call, in model order, then the blocks
@@ -62,6 +67,36 @@ __all__ = ["calls", "results", "tools"]
 
 _PROVIDER: Final = "Anthropic"
 
+SKIPPED: Final = frozenset(
+    {
+        "text",
+        "thinking",
+        "redacted_thinking",
+        "compaction",
+        "fallback",
+        "container_upload",
+        # Server tools: the server ran them (the message holds their results).
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "advisor_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "mcp_tool_listing",
+    }
+)
+"""Content blocks (of ``Message`` and the beta ``BetaMessage``) that carry
+nothing for the client to run. Every other type but ``tool_use`` is an
+error: a new kind of block, or a shape from another API, is reported rather
+than skipped."""
+
+_CHAT_KEYS: Final = ("tool_calls", "function_call", "refusal")
+"""Keys of a Chat Completions message that an Anthropic message never has."""
+
 
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The ``tool_use`` blocks of an assistant message (or of its content
@@ -72,14 +107,28 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
 
 def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
     reader = Reader()
-    data = mapping_or_none(response)
+    data = mapping_or_none(response, where)
     if data is not None:
-        if data.get("type") == "tool_use":
+        message_type = data.get("type")
+        if message_type == "tool_use":
             _read_block(reader, data, where)
             return reader.done()
-        if "content" not in data:
-            raise reader.fail(where, 'expected a message (with "content") or its content blocks')
-        role = data.get("role", "assistant")
+        if message_type is not None and message_type != "message":
+            raise reader.fail(
+                f"{where}.type",
+                f'expected a message (type "message") or its content blocks, got {_shown(message_type)} '
+                '(of the blocks, only a "tool_use" is read alone)',
+            )
+        for key in _CHAT_KEYS:
+            if key in data:
+                raise reader.fail(
+                    f"{where}.{key}", "a Chat Completions message (read it with openai.calls), not an Anthropic one"
+                )
+        if "content" not in data or "role" not in data:
+            raise reader.fail(
+                where, f'expected a message (with "role" and "content") or its content blocks{_hint(data)}'
+            )
+        role = data["role"]
         if role != "assistant":
             raise reader.fail(
                 f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message"
@@ -90,7 +139,7 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         blocks = reader.items(content, f"{where}.content")
         where = f"{where}.content"
     else:
-        found = sequence_or_none(response)
+        found = sequence_or_none(response, where)
         if found is None:
             raise reader.fail(where, f"expected a message or its content blocks, got {kind(response)}")
         blocks = found
@@ -103,14 +152,32 @@ def _read_block(reader: Reader, block: Any, at: str) -> None:
     block_type = block.get("type")
     if type(block_type) is not str:
         raise reader.fail(f"{at}.type", f"a content block needs a string type, got {kind(block_type)}")
-    if block_type != "tool_use":
+    if block_type in SKIPPED:
         return  # text, thinking, server tool use and results: nothing to run
+    if block_type != "tool_use":
+        raise reader.fail(
+            f"{at}.type",
+            f'unknown content block type {safe_repr(block_type)[:60]}: "tool_use" blocks are run and the known '
+            "blocks without a call skipped (a Responses API item? read it with openai_responses.calls)",
+        )
     arguments = block.get("input")
     if arguments is None:
         arguments = {}
-    elif mapping_or_none(arguments) is None:
+    elif mapping_or_none(arguments, f"{at}.input") is None:
         raise reader.fail(f"{at}.input", f"must be an object, got {kind(arguments)}")
     reader.add(reader.text(block, "id", at), reader.text(block, "name", at), arguments, at, "input")
+
+
+def _shown(value: Any) -> str:
+    return safe_repr(value)[:60] if type(value) is str else kind(value)
+
+
+def _hint(data: Any) -> str:
+    if "choices" in data:
+        return " (a chat completion? read it with openai.calls)"
+    if "output" in data:
+        return " (a Responses API response? read it with openai_responses.calls)"
+    return ""
 
 
 def results(batch_result: ToolBatchResult) -> Results:

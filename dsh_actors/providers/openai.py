@@ -1,11 +1,16 @@
 """OpenAI Chat Completions: ``tool_calls`` in, ``role: "tool"`` messages out.
 
 * :func:`calls` reads a chat completion (``{"choices": [...]}``, exactly
-  one choice), one choice (``{"message": ...}``), an assistant message, or
-  its bare ``tool_calls`` list, as SDK objects or dicts. A message without
-  tool calls (a final answer, a refusal) gives ``()``. Argument text is kept
-  as text: the executor parses it, so arguments that are not JSON fail
-  their own call ``INVALID_ARGS`` instead of the whole response.
+  one choice), one choice (``{"message": ...}``), an assistant message
+  (``{"role": "assistant", ...}``, or a dict with ``tool_calls``), or its
+  bare ``tool_calls`` list, as SDK objects or dicts. A message without
+  tool calls (a final answer, a refusal) gives ``()``; anything else (an
+  Anthropic message, a Responses API response, ``{}``, an object whose
+  ``model_dump()`` raises) is a :class:`~dsh_actors.providers.ProviderFormatError`,
+  never ``()``, so a loop handed the wrong shape does not stop as if the
+  model had answered. Argument text is kept as text: the executor parses
+  it, so arguments that are not JSON fail their own call ``INVALID_ARGS``
+  instead of the whole response.
 * :func:`results` gives the messages that follow the assistant message:
   one ``{"role": "tool", "tool_call_id", "content"}`` per call, in model
   order; then, when some results hold images, one user message with them
@@ -32,7 +37,7 @@ becomes a note saying it was left out. Reasoning blocks are sent as text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import safe_repr
@@ -61,6 +66,14 @@ __all__ = ["calls", "results", "tools"]
 
 _PROVIDER: Final = "OpenAI"
 
+_PART_TYPES: Final = frozenset({"text", "refusal"})
+"""The content part types of an assistant message."""
+
+_SHAPES: Final = (
+    'expected a chat completion (with "choices"), a choice (with "message") '
+    'or an assistant message (with "role": "assistant")'
+)
+
 
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The tool calls of a chat completion, a choice, an assistant message
@@ -73,12 +86,12 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
 
 def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
     reader = Reader()
-    data = mapping_or_none(response)
+    data = mapping_or_none(response, where)
     if data is None:
         if isinstance(response, (list, tuple)):
             _read_tool_calls(reader, response, where)
             return reader.done()
-        raise reader.fail(where, f"expected a chat completion, a choice or an assistant message, got {kind(response)}")
+        raise reader.fail(where, f"{_SHAPES}, got {kind(response)}")
     if "choices" in data:
         choices = reader.items(data["choices"], f"{where}.choices")
         if len(choices) != 1:
@@ -91,15 +104,53 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
     if "message" in data and "role" not in data:
         data = reader.obj(data["message"], f"{where}.message")
         where = f"{where}.message"
+    _check_message(reader, data, where)
+    tool_calls = data.get("tool_calls")
+    if tool_calls is not None:
+        _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
+    return reader.done()
+
+
+def _check_message(reader: Reader, data: Mapping[str, Any], where: str) -> None:
+    """``data`` is an assistant message: it has a role or tool calls, no
+    ``type`` (an Anthropic message and a Responses item have one), and
+    content that is null, text or text and refusal parts."""
+    if data.get("type") is not None:
+        raise reader.fail(
+            f"{where}.type",
+            f"a Chat Completions message has no type, got {safe_repr(data['type'])} (an Anthropic message or a "
+            "Responses API item? read those with anthropic.calls or openai_responses.calls)",
+        )
+    if "role" not in data and "tool_calls" not in data:
+        hint = " (a Responses API response? read it with openai_responses.calls)" if "output" in data else ""
+        raise reader.fail(where, f"{_SHAPES}, got {_keys(data)}{hint}")
     role = data.get("role", "assistant")
     if role != "assistant":
         raise reader.fail(
             f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message"
         )
-    tool_calls = data.get("tool_calls")
-    if tool_calls is not None:
-        _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
-    return reader.done()
+    content = data.get("content")
+    if content is None or type(content) is str:
+        return
+    for index, part in enumerate(reader.items(content, f"{where}.content")):
+        at = f"{where}.content[{index}]"
+        part_type = reader.obj(part, at).get("type")
+        if type(part_type) is not str or part_type not in _PART_TYPES:
+            raise reader.fail(
+                f"{at}.type", f'an assistant message\'s content part is "text" or "refusal", got {_shown(part_type)}'
+            )
+
+
+def _keys(data: Mapping[str, Any]) -> str:
+    keys = list(data)
+    if not keys:
+        return "an empty object"
+    shown = ", ".join(safe_repr(key)[:40] for key in keys[:6])
+    return f"an object with the keys {shown}{', ...' if len(keys) > 6 else ''}"
+
+
+def _shown(value: Any) -> str:
+    return safe_repr(value)[:60] if type(value) is str else kind(value)
 
 
 def _read_tool_calls(reader: Reader, items: Iterable[Any], where: str) -> None:

@@ -2,13 +2,17 @@
 items out.
 
 * :func:`calls` reads a response (``{"output": [...]}``), its ``output``
-  list, or one ``function_call`` item, as SDK objects or dicts. Other
-  output items (messages, reasoning, server-side tool calls such as web or
-  file search) carry nothing to run and are skipped; an item the client
-  would have to run that is not a function call (``custom_tool_call``,
-  ``computer_call``, ``shell_call``, ...) is an error, since no
-  ``function_call_output`` can answer it. Argument text is kept as text
-  (the executor parses it).
+  list, or one ``function_call`` item, as SDK objects or dicts. The output
+  items that carry nothing to run (:data:`SKIPPED`: messages, reasoning,
+  server-side tool calls such as web or file search, outputs) are skipped;
+  an item the client would have to run that is not a function call
+  (:data:`CLIENT_CALLS`: ``custom_tool_call``, ``computer_call``,
+  ``shell_call``, ..., and a ``tool_search_call`` the client executes) is
+  an error, since no ``function_call_output`` can answer it, and so is an
+  item of any other type, or anything that is not a response (a chat
+  completion, an Anthropic message, an object whose ``model_dump()``
+  raises): a :class:`~dsh_actors.providers.ProviderFormatError`, never
+  ``()``. Argument text is kept as text (the executor parses it).
 * :func:`results` gives the input items for the next request: one
   ``{"type": "function_call_output", "call_id", "output"}`` per call, in
   model order, then one user message item (``{"type": "message", "role":
@@ -70,7 +74,38 @@ CLIENT_CALLS: Final = frozenset(
     {"custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call", "mcp_approval_request"}
 )
 """Output items the client must answer that a ``function_call_output``
-cannot: reading one is an error rather than a call silently left unanswered."""
+cannot: reading one is an error rather than a call silently left unanswered.
+(A ``tool_search_call`` is one when its ``execution`` is ``"client"``.)"""
+
+SKIPPED: Final = frozenset(
+    {
+        "message",
+        "reasoning",
+        "compaction",
+        "additional_tools",
+        # Run by the server (the response holds their results).
+        "file_search_call",
+        "web_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "program",
+        "program_output",
+        # Outputs and answers: already answered (a conversation kept by hand holds them).
+        "function_call_output",
+        "computer_call_output",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "tool_search_output",
+        "mcp_approval_response",
+    }
+)
+"""Output items that carry nothing for the client to run. Every other type
+but ``function_call`` and :data:`CLIENT_CALLS` is an error: a new kind of
+item, or a shape from another API, is reported rather than skipped."""
 
 
 def calls(response: Any) -> tuple[ToolCall, ...]:
@@ -82,13 +117,13 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
 
 def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
     reader = Reader()
-    data = mapping_or_none(response)
+    data = mapping_or_none(response, where)
     if data is not None:
         if data.get("type") == "function_call":
             _read_item(reader, data, where)
             return reader.done()
         if "output" not in data:
-            raise reader.fail(where, 'expected a response (with "output") or its output items')
+            raise reader.fail(where, f'expected a response (with "output") or its output items{_hint(data)}')
         items: Any = reader.items(data["output"], f"{where}.output")
         where = f"{where}.output"
     elif isinstance(response, (list, tuple)):
@@ -104,15 +139,29 @@ def _read_item(reader: Reader, item: Any, at: str) -> None:
     item_type = item.get("type")
     if type(item_type) is not str:
         raise reader.fail(f"{at}.type", f"an output item needs a string type, got {kind(item_type)}")
-    if item_type in CLIENT_CALLS:
+    if item_type in CLIENT_CALLS or (item_type == "tool_search_call" and item.get("execution") == "client"):
         raise reader.fail(
             f"{at}.type",
             f"a {safe_repr(item_type)} item asks the client to run something that is not a function tool; "
             'only "function_call" items are read',
         )
+    if item_type in SKIPPED or item_type == "tool_search_call":
+        return  # messages, reasoning, server-side tool calls, outputs: nothing to run
     if item_type != "function_call":
-        return  # messages, reasoning, server-side tool calls: nothing to run
+        raise reader.fail(
+            f"{at}.type",
+            f'unknown output item type {safe_repr(item_type)[:60]}: "function_call" items are run and the known '
+            "items without a call skipped (an Anthropic content block? read it with anthropic.calls)",
+        )
     reader.add(reader.text(item, "call_id", at), reader.text(item, "name", at), item.get("arguments"), at, "arguments")
+
+
+def _hint(data: Any) -> str:
+    if "choices" in data or "tool_calls" in data:
+        return " (a chat completion or message? read it with openai.calls)"
+    if "content" in data:
+        return ' (an Anthropic message? read it with anthropic.calls; of the output items, only a "function_call" is read alone)'
+    return ""
 
 
 def results(batch_result: ToolBatchResult) -> Results:

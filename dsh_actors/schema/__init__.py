@@ -55,6 +55,7 @@ from typing import Any
 
 from ._compile import (
     CompiledJsonSchema,
+    args_error,
     compile_json_schema,
     validate_args,
     validate_json_schema_value,
@@ -84,6 +85,7 @@ __all__ = [
     "SchemaValidator",
     "ValueSchemaSpec",
     "absent_null_plan",
+    "args_error",
     "assert_object_json_schema",
     "assert_supported_json_schema",
     "check_full_json_schema",

@@ -32,19 +32,20 @@ schema) rather than hand a plain dict over on every call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final
 
 import orjson
 
 from ..errors import JsonSchemaError, LosslessJsonError, ToolArgsError
-from ..json import FrozenDict, check_lossless, dumps, materialize
+from ..json import FrozenDict, check_lossless, dumps, is_lossless, materialize, text_problem
 from ._paths import child_path, index_path, json_text
 from ._subset import check_json_schema
 
 __all__ = [
     "CompiledJsonSchema",
     "compile_json_schema",
+    "args_error",
     "validate_args",
     "validate_json_schema_value",
 ]
@@ -461,4 +462,19 @@ def validate_args(schema: object, args: Any, *, path: str = "value") -> None:
     model sees one vocabulary for arguments and outputs."""
     violations = validate_json_schema_value(schema, args, path)
     if violations:
-        raise ToolArgsError(violations)
+        raise args_error(args, violations)
+
+
+def args_error(args: Any, violations: Sequence[str]) -> ToolArgsError:
+    """The error for arguments that broke a parameter schema. Text that is
+    not JSON (the batch intake keeps a model's argument text as it is when
+    it does not parse) gets what is wrong with its JSON and where
+    (``arguments are not valid JSON: unexpected end of data at line 1
+    column 17``) instead of ``"value" must be an object``, which would not
+    tell the model what to fix; anything else (a string that is not
+    lossless JSON included), its ``violations``."""
+    if type(args) is str and is_lossless(args):
+        problem = text_problem(args)
+        if problem is not None:
+            return ToolArgsError([f"arguments are not valid JSON: {problem}"])
+    return ToolArgsError(violations)

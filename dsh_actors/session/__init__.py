@@ -8,7 +8,7 @@ kinds, built by the functions below (keys are snake_case):
 ``tool/call``
     ``{"type", "turn", "step", "call_id", "name", "arguments"}``:
     ``arguments`` is the call's normalized arguments as JSON, or the raw
-    string when the model sent text that is not JSON.
+    string when the model sent text that is not JSON (or a JSON string).
 ``tool/result``
     ``{"type", "call_id", "is_error", "content", "error", "meta"}``:
     ``content`` as :func:`~dsh_actors.model.content_to_json` writes it,

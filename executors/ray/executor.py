@@ -6,8 +6,9 @@ and the session log all stay in the driver, exactly as under
 :class:`~dsh_actors.NativeExecutor`: this executor only replaces the body
 of a tool placed on Ray (:meth:`RayExecutor.tool_body`) with an
 ``async def`` that submits a Ray task (or calls a method of a Ray actor)
-and awaits its ObjectRef on the runtime's event loop. No thread waits for
-a remote call; the ref's future settles it.
+and awaits its ObjectRef on the batch's event loop (the caller's under
+``execute_async``, else the runtime's). No thread waits for a remote call;
+the ref's future settles it.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ annotation combinations. Run as a script: it serves over stdio."""
 from __future__ import annotations
 
 import asyncio
-import json
 import base64
+import json
 import os
 
 from mcp.server.mcpserver import Context, MCPServer

@@ -17,6 +17,7 @@ from dsh_actors import (
     Deny,
     ErrorCode,
     TextBlock,
+    ToolDefinition,
     ToolErrorInfo,
     text,
     thaw,
@@ -210,6 +211,45 @@ def test_argument_text_that_is_not_json_goes_through_the_phases_and_fails_valida
     assert code_of(result) == ErrorCode.INVALID_ARGS
     assert "body" not in trip.journal
     assert "pre" in trip.journal and "post" in trip.journal
+
+
+def test_argument_text_that_is_not_json_tells_the_model_what_is_wrong_and_where(rt: Any) -> None:
+    rt.tools.register(echo_tool())
+    not_json = "invalid arguments: arguments are not valid JSON: "
+    not_an_object = 'invalid arguments: "value" must be an object'
+    cases = {
+        '{"message": "hi"': not_json + "unexpected end of data at line 1 column 17",
+        '{"message": "hi",}': not_json + "trailing comma is not allowed at line 1 column 17",
+        '{\n  "message": hi\n}': not_json + "unexpected character, expected a JSON value at line 2 column 14",
+        "{'message': 'hi'}": not_json + "unexpected character, expected a string key at line 1 column 2",
+        # JSON, but not an object: an array, an object encoded twice, a string, a number.
+        '["hi"]': not_an_object,
+        '"{\\"message\\": \\"hi\\"}"': not_an_object,
+        '"hi"': not_an_object,
+        "3": not_an_object,
+    }
+    batch = run(rt, *(call(arguments=text, id=f"c{i}") for i, text in enumerate(cases)))
+    for item, message in zip(batch.results, cases.values(), strict=True):
+        assert_failure(item.result, message, ErrorCode.INVALID_ARGS)
+
+
+def test_a_full_mode_definition_tells_the_model_what_is_wrong_with_its_json(rt: Any) -> None:
+    tool = echo_tool()
+    full = ToolDefinition(
+        name="full_echo",
+        description=tool.description,
+        parameters={"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+        output=tool.output,
+        execute=lambda args, ctx: args["message"],
+        schema_mode="full",
+    )
+    rt.tools.register(full)
+    result = run_one(rt, call("full_echo", '{"message": "hi"'))
+    assert_failure(
+        result,
+        "invalid arguments: arguments are not valid JSON: unexpected end of data at line 1 column 17",
+        ErrorCode.INVALID_ARGS,
+    )
 
 
 # --------------------------------------------------------------------------

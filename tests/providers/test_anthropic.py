@@ -134,7 +134,7 @@ def test_a_text_only_answer_has_no_calls() -> None:
 @pytest.mark.parametrize(
     ("response", "expected"),
     [
-        ({"id": "msg_1"}, 'response: expected a message (with "content")'),
+        ({"id": "msg_1"}, 'response: expected a message (with "role" and "content")'),
         ({"role": "user", "content": []}, "response.role: a 'user' message holds no tool calls"),
         ([{"type": "tool_use", "id": "a", "name": "x", "input": "text"}], "response[0].input: must be an object, got a string"),
         ([{"type": "tool_use", "name": "x", "input": {}}], "response[0]: missing 'id'"),

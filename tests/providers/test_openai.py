@@ -187,7 +187,7 @@ def test_a_final_answer_has_no_calls_and_argument_text_stays_text() -> None:
          "response.tool_calls[0].function.arguments: must be an object or JSON text, got a number"),
         ({"tool_calls": [{"id": "a", "function": {"name": "x"}}, {"id": "a", "function": {"name": "y"}}]},
          "response.tool_calls[1].function: duplicate call id 'a' (also at response.tool_calls[0].function)"),
-        (42, "response: expected a chat completion, a choice or an assistant message, got a number"),
+        (42, "response: expected a chat completion (with \"choices\"), a choice (with \"message\") or an assistant message (with \"role\": \"assistant\"), got a number"),
     ],
 )  # fmt: skip
 def test_a_response_it_cannot_read_is_one_error_naming_the_field(response: Any, expected: str) -> None:
