@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -125,6 +126,49 @@ class Running:
         for path in sorted(self.logs.glob("*.jsonl")):
             events.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
         return events
+
+
+class Fifo:
+    """A named pipe in the project folder: a shell command run by the agent
+    blocks on it (``cat gate.fifo``) until the test writes, or tells the
+    test it runs (``echo up > up.fifo``) when the test reads."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.name = name
+        self.path = root / name
+        os.mkfifo(self.path)
+
+    async def read(self) -> str:
+        """Wait until a writer (the tool's shell) wrote and closed it."""
+
+        def read() -> str:
+            with open(self.path) as pipe:
+                return pipe.read()
+
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(read), BOUND)
+        except BaseException:
+            self._unblock(os.O_WRONLY)  # no writer came: free the reading thread
+            raise
+
+    async def write(self, text: str) -> None:
+        """Write ``text`` to the reader waiting on it (the tool's shell)."""
+
+        def write() -> None:
+            with open(self.path, "w") as pipe:
+                pipe.write(text)
+
+        try:
+            await asyncio.wait_for(asyncio.to_thread(write), BOUND)
+        except BaseException:
+            self._unblock(os.O_RDONLY)  # no reader came: free the writing thread
+            raise
+
+    def _unblock(self, mode: int) -> None:
+        try:
+            os.close(os.open(self.path, mode | os.O_NONBLOCK))
+        except OSError:
+            pass
 
 
 def call(name: str, **arguments: Any) -> str:
