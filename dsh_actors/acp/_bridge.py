@@ -179,7 +179,7 @@ class AcpSession:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         # Invariant: only the pump task reads or writes _known.
         self._known: dict[str, _Known] = {}
-        self._asks: set[asyncio.Task[None]] = set()
+        self._asks: dict[asyncio.Task[None], _Ask] = {}
         self._previous_service = rt.approvals.service
         self._pump = loop.create_task(self._run_pump(), name=f"dsh_actors.acp pump {session_id}")
         self._disposers: list[Disposer] = []
@@ -249,11 +249,11 @@ class AcpSession:
                 return
             self._state.detached = True
             controller = self._state.turn
+            self._post(None)  # after every question posted so far (see _approve)
         for dispose in reversed(self._disposers):
             dispose()
         if controller is not None:
             controller.abort()
-        self._post(None)
 
     async def aclose(self) -> None:
         """:meth:`detach`, then wait for the pump to finish."""
@@ -374,8 +374,14 @@ class AcpSession:
         answer: concurrent.futures.Future[str] = concurrent.futures.Future()
         unsubscribe = request.signal.add_callback(lambda _signal: answer.cancel())
         try:
-            if not answer.cancelled():
-                self._post(_Ask(request.call_id, request.tool_name, _reason_text(request), answer))
+            with self._lock:
+                # Posted under the lock detach() takes: the question is queued
+                # before the pump's stop, so the pump answers it either way.
+                posted = not self._state.detached and not answer.cancelled()
+                if posted:
+                    self._post(_Ask(request.call_id, request.tool_name, _reason_text(request), answer))
+            if not posted and not answer.cancelled():
+                return "unavailable"  # detached meanwhile
             try:
                 return answer.result()
             except concurrent.futures.CancelledError:
@@ -394,9 +400,11 @@ class AcpSession:
                 await self._handle(item)
             except Exception as exc:  # noqa: BLE001 - the connection may be gone; keep serving flushes
                 logger.debug("ACP session {}: update not sent: {}", self.session_id, safe_str(exc))
-        for task in list(self._asks):
+        # Open questions end (a task cancelled before its first step never
+        # runs, so its future is settled here too); a flush still queued is done.
+        for task, ask in list(self._asks.items()):
             task.cancel()
-        # Whatever is still queued (a flush, an ask posted while detaching) is answered.
+            _settle(ask.answer, "unavailable")
         while not self._queue.empty():
             item = self._queue.get_nowait()
             if isinstance(item, _Flush) and not item.done.done():
@@ -421,18 +429,28 @@ class AcpSession:
                 title = fields.get("title")
                 if title is not None:
                     fields["title"] = self._titled(item.parent_id, title)
+                # Invariant: a call is known from its pending update to its end
+                # (its nested calls end before it does).
+                del self._known[item.call_id]
                 await self._update(item.call_id, fields)
             case _Ask():
                 if item.answer.done():
                     return
                 task = self._loop.create_task(self._ask(item))
-                self._asks.add(task)
-                task.add_done_callback(self._asks.discard)
-                item.answer.add_done_callback(
-                    lambda answer: self._loop.call_soon_threadsafe(task.cancel) if answer.cancelled() else None
-                )
+                self._asks[task] = item
+                task.add_done_callback(self._asks.pop)
+                item.answer.add_done_callback(lambda answer: self._cancel_ask(answer, task))
             case None:  # pragma: no cover - the loop stops before
                 pass
+
+    def _cancel_ask(self, answer: concurrent.futures.Future[str], task: asyncio.Task[None]) -> None:
+        """The call's signal cancelled the question: withdraw the request
+        (runs on the thread that aborted, or on the loop)."""
+        if answer.cancelled():
+            try:
+                self._loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass  # the loop is closed: nothing left to withdraw
 
     def _titled(self, parent_id: str | None, title: str) -> str:
         """A nested call's title shows its parent's first (ACP has no nesting)."""
