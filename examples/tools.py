@@ -43,6 +43,7 @@ from typing import Any, Final
 from typing_extensions import TypedDict  # pydantic reads a TypedDict from here before Python 3.12
 
 from dsh_actors import (
+    Agent,
     Ask,
     DiffResultView,
     FileDiff,
@@ -561,10 +562,13 @@ def install_policies(
     rt: ToolRuntime,
     root: str | os.PathLike[str] | None = None,
     denied: Sequence[tuple[str, str]] = DENIED_COMMANDS,
+    *,
+    agent: Agent | None = None,
 ) -> Callable[[], None]:
-    """Install the shell deny-list guard and the write-approval listener;
-    returns the function that removes both. The guard and the listener run
-    on the executor thread that prepares a call; both are pure and quick."""
+    """Install the shell deny-list guard and the write-approval listener
+    (for every agent, or only for ``agent``'s scope); returns the function
+    that removes both. The guard and the listener run on the executor
+    thread that prepares a call; both are pure and quick."""
     folder = resolve_root(root)
     compiled = [(re.compile(pattern), label) for pattern, label in denied]
 
@@ -591,8 +595,8 @@ def install_policies(
                 )
         return next()
 
-    undo_guard = rt.tools.guard(shell_guard)
-    undo_listener = rt.events.on("tools/pre-execute", ask_before_writes_outside_scratch)
+    undo_guard = rt.tools.scope(agent).guard(shell_guard)
+    undo_listener = rt.events.on("tools/pre-execute", ask_before_writes_outside_scratch, scope=agent)
     lock = threading.Lock()
 
     def remove() -> None:
@@ -603,16 +607,19 @@ def install_policies(
     return remove
 
 
-def register(rt: ToolRuntime, *, root: str | os.PathLike[str] | None = None) -> Callable[[], None]:
-    """Register the four tools and their policies in ``rt`` (globally);
-    returns the function that removes them all. ``root`` defaults to
-    ``$DSH_EXAMPLES_ROOT``, else the current directory."""
+def register(
+    rt: ToolRuntime, *, root: str | os.PathLike[str] | None = None, agent: Agent | None = None
+) -> Callable[[], None]:
+    """Register the four tools and their policies in ``rt`` (globally, or
+    in ``agent``'s scope only); returns the function that removes them all.
+    ``root`` defaults to ``$DSH_EXAMPLES_ROOT``, else the current directory."""
     folder = resolve_root(root)
+    tools = rt.tools.scope(agent)
     undo: list[Callable[[], None]] = []
     try:
         for definition in build_tools(folder):
-            undo.append(rt.tools.register(definition))
-        undo.append(install_policies(rt, folder))
+            undo.append(tools.register(definition))
+        undo.append(install_policies(rt, folder, agent=agent))
     except BaseException:
         for fn in reversed(undo):
             fn()

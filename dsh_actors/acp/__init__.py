@@ -1,0 +1,86 @@
+"""Show a runtime's tool calls in an editor: an Agent Client Protocol bridge
+(the optional extra ``dsh-actors[acp]``, on the ``agent-client-protocol`` SDK).
+
+An ACP agent (the SDK's ``acp.interfaces.Agent``) attaches each session it
+creates to the runtime, and runs each prompt turn's batches inside the
+session's turn::
+
+    class MyAgent:
+        def on_connect(self, conn):
+            self.conn = conn                      # the client connection
+
+        async def new_session(self, cwd, mcp_servers=None, **kwargs):
+            agent = Agent(session_id, session=Session())
+            self.sessions[session_id] = dsh_actors.acp.attach(rt, self.conn, session_id, agent=agent, cwd=cwd)
+            ...
+
+        async def prompt(self, prompt, session_id, **kwargs):
+            acp_session = self.sessions[session_id]
+            async with acp_session.turn() as turn:
+                batch = await rt.tools.execute_async(ToolBatchInput(calls, agent=..., signal=turn.signal))
+            return PromptResponse(stop_reason=turn.stop_reason)
+
+        async def cancel(self, session_id, **kwargs):
+            self.sessions[session_id].cancel()
+
+    await dsh_actors.acp.serve(MyAgent())        # stdio, malformed messages answered
+
+``examples/acp_agent.py`` is a complete one (``python -m examples.acp_agent``).
+
+While a session is attached:
+
+* every call of its agent (and of the agent's descendants) appears as a
+  ``tool_call`` update, status ``pending``, with the title, kind, locations,
+  raw input and content of its ``present_call`` card (the generic card when
+  the tool has none), when its ``tools/pre-execute`` phase starts (before
+  any approval); a call that runs no phase (aborted before dispatch,
+  arguments that are not JSON) appears when it settles;
+* it turns ``in_progress`` when its body starts (the outermost
+  ``tools/execute`` wrapper is entered), and ends ``completed`` or
+  ``failed`` with the content of its ``present_result`` card (see
+  :mod:`._cards`: a diff card as ACP diff content, a terminal card as its
+  output and exit status, a read, search or web card as its text) and its
+  durable projection as raw output (``is_error``, ``content``, ``error``,
+  ``meta``, as the ``tool/result`` log event holds them);
+* a nested call (a PTC sub-call of ``run_code``, or any call dispatched with
+  a ``parent``) is its own ``tool_call``, its title prefixed with its root
+  call's (``run_code › read notes.txt``), and its ``_meta`` naming the
+  parent: ``{"dsh_actors": {"parentToolCallId": "<root call id>"}}``;
+* an ``Ask`` is asked through ``session/request_permission`` with the four
+  options of :data:`PERMISSION_OPTIONS` (allow once, always allow, reject,
+  always reject). An "always" answer is remembered for that tool name for
+  the rest of the session (later calls are not asked). A request the client
+  answers ``cancelled``, or whose call's signal fires first, answers
+  ``"cancelled"``; a client error or a closed connection ``"unavailable"``.
+  Calls of other agents go to the approval service installed before the
+  session attached;
+* :meth:`AcpSession.cancel` (the handler of ``session/cancel``) aborts the
+  running turn's signal: its batches start no new call, running bodies see
+  their signal, and the prompt answers the stop reason ``"cancelled"``.
+
+Progress updates (``ctx.report_progress``) are not shown yet.
+
+Threads: see :mod:`._bridge`. Attach on the connection's event loop, and
+run the turn's batches with ``await rt.tools.execute_async(...)`` there: a
+blocking ``rt.tools.execute`` on that loop's thread would block the loop
+that sends the updates and receives the permission answers.
+"""
+
+from __future__ import annotations
+
+from ._bridge import PERMISSION_OPTIONS, AcpSession, Turn, attach
+from ._cards import call_fields, raw_output, result_fields
+from ._stdio import CheckedTransport, message_problem, serve
+
+__all__ = [
+    "PERMISSION_OPTIONS",
+    "AcpSession",
+    "CheckedTransport",
+    "Turn",
+    "attach",
+    "call_fields",
+    "message_problem",
+    "raw_output",
+    "result_fields",
+    "serve",
+]

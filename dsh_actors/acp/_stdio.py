@@ -1,0 +1,144 @@
+"""Serving an ACP agent over stdio, answering malformed messages.
+
+The SDK's own stdio framing skips a line that is not JSON without a word,
+and a line that is JSON but not a JSON-RPC message (an array, a number, a
+response whose ``error`` is a string) stops its receive loop: the agent
+goes deaf. :class:`CheckedTransport` reads the lines itself and answers
+each such line with a JSON-RPC error (``-32700`` parse error, ``-32600``
+invalid request, with the message's ``id`` when it has a usable one) and
+hands only well-formed messages to the SDK, which answers the rest
+(``-32601`` unknown method, ``-32602`` invalid parameters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any, Final
+
+from acp import run_agent, stdio_streams
+from acp.interfaces import Agent
+from loguru import logger
+
+from ..errors import safe_str
+
+__all__ = ["CheckedTransport", "serve"]
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+STREAM_LIMIT: Final = 50 * 1024 * 1024
+"""The longest line read at once (the SDK's default for stdio)."""
+
+
+def _usable_id(value: object) -> bool:
+    return value is None or type(value) is str or type(value) is int
+
+
+def message_problem(message: object) -> str | None:
+    """Why ``message`` (parsed JSON) is not a JSON-RPC 2.0 message the SDK
+    can take, or ``None`` when it is one."""
+    if not isinstance(message, dict):
+        return f"a JSON-RPC message is a JSON object, not {type(message).__name__}"
+    if message.get("jsonrpc") != "2.0":
+        return 'a JSON-RPC message has "jsonrpc": "2.0"'
+    if "id" in message and not _usable_id(message["id"]):
+        return "id must be a string, an integer or null"
+    if "method" in message:
+        if type(message["method"]) is not str:
+            return "method must be a string"
+        params = message.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            return "params must be an object or an array"
+        return None
+    if "id" not in message:
+        return "a message has a method (a request or notification) or an id (a response)"
+    if "result" not in message and "error" not in message:
+        return "a response has a result or an error"
+    if "error" in message and not isinstance(message["error"], dict):
+        return "a response's error must be an object"
+    return None
+
+
+class CheckedTransport:
+    """The SDK's message transport over a byte stream pair (newline-
+    delimited JSON), answering malformed lines with JSON-RPC errors itself."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+        async with self._lock:
+            self._writer.write(data)
+            await self._writer.drain()
+
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            line = await self._read_line()
+            if not line:
+                return None
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError as exc:
+                await self._answer(None, PARSE_ERROR, "Parse error", f"not JSON: {safe_str(exc)}")
+                continue
+            problem = message_problem(message)
+            if problem is not None:
+                ident = message.get("id") if isinstance(message, dict) else None
+                await self._answer(ident if _usable_id(ident) else None, INVALID_REQUEST, "Invalid Request", problem)
+                continue
+            return message  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+    async def _answer(self, ident: object, code: int, message: str, detail: str) -> None:
+        logger.warning("ACP: answered a malformed message with {} ({}): {}", code, message, detail)
+        error = {"code": code, "message": message, "data": {"details": detail}}
+        try:
+            await self.send({"jsonrpc": "2.0", "id": ident, "error": error})
+        except Exception as exc:  # noqa: BLE001 - the peer is gone: nothing to answer
+            logger.debug("ACP: could not answer a malformed message: {}", safe_str(exc))
+
+    async def _read_line(self) -> bytes:
+        chunks: list[bytes] = []
+        try:
+            while True:
+                try:
+                    chunks.append(await self._reader.readuntil(b"\n"))
+                    return b"".join(chunks)
+                except asyncio.LimitOverrunError as exc:
+                    chunks.append(await self._reader.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            chunks.append(exc.partial)
+            return b"".join(chunks)
+        except (ConnectionError, OSError):
+            return b""
+
+
+async def serve(
+    agent: Agent,
+    reader: asyncio.StreamReader | None = None,
+    writer: asyncio.StreamWriter | None = None,
+) -> None:
+    """Run ``agent`` (an ``acp.interfaces.Agent``) over ``reader`` and
+    ``writer`` (default: this process's stdin and stdout) until the client
+    closes its end; malformed messages are answered (see the module
+    docstring). Returns when the client disconnected; the SDK has then
+    cancelled the handlers still running."""
+    if reader is None or writer is None:
+        if reader is not None or writer is not None:
+            raise TypeError("serve(): pass both reader and writer, or neither (stdio)")
+        reader, writer = await stdio_streams(limit=STREAM_LIMIT)
+    await run_agent(agent, CheckedTransport(reader, writer))

@@ -1,0 +1,338 @@
+"""The example ACP agent driven as an editor drives it: the SDK's client
+side over stdio to ``python -m examples.acp_agent`` in a subprocess.
+
+Tools that must still be running when the test acts (cancel, disconnect,
+malformed input mid-batch) run ``echo up > up.fifo; cat gate.fifo``: the
+shell tells the test it runs through one named pipe and blocks on another
+that the test controls; the test waits for that and for the call's
+``in_progress`` update (never for time) before acting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("acp", reason="the acp extra is part of the test extra")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from harness import BOUND, Fifo, RecordingClient, Running, agent_process, call, run
+
+pytestmark = pytest.mark.slow
+
+GATE = "gate.fifo"
+
+
+def _results(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["call_id"]: e for e in events if e["type"] == "tool/result"}
+
+
+def _assert_log_complete(events: list[dict[str, Any]]) -> None:
+    calls = [e["call_id"] for e in events if e["type"] == "tool/call"]
+    results = [e["call_id"] for e in events if e["type"] == "tool/result"]
+    assert calls and sorted(calls) == sorted(results), events
+
+
+def _raw_output(event: dict[str, Any]) -> dict[str, Any]:
+    return {key: event[key] for key in ("is_error", "content", "error", "meta")}
+
+
+def test_each_card_kind_appears_pending_moves_in_progress_and_ends_with_its_card(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path) as agent:
+            (agent.root / "notes.txt").write_text("TODO: tests\nplain line\nTODO: docs\n")
+            (agent.root / "old.txt").write_text("before\n")
+            prompt = "\n".join(
+                [
+                    call("read_file", path="notes.txt"),
+                    call("search_text", pattern="TODO"),
+                    call("run_shell", command="echo hello"),
+                    call("write_file", path="scratch/new.txt", content="fresh\n"),
+                    call("write_file", path="scratch/../scratch/old.txt", content="x\n"),
+                    "no_such_tool {}",
+                    "this line is prose, not a call",
+                ]
+            )
+            response = await agent.prompt(prompt)
+            assert response.stop_reason == "end_turn"
+            client = agent.client
+            root = str(agent.root)
+
+            # Every call: tool_call (pending), in_progress, then its end; all before the answer.
+            for n, end in enumerate(["completed"] * 4 + ["completed", "failed"], 1):
+                assert client.statuses(f"call_1_{n}") == [
+                    ("tool_call", "pending"),
+                    ("tool_call_update", "in_progress"),
+                    ("tool_call_update", end),
+                ], n
+            assert client.messages()[-1].startswith("Ran 6 tool call(s): 5 ok, 1 failed.")
+
+            read, search, shell, create, _, unknown = (client.tool_updates(f"call_1_{n}") for n in range(1, 7))
+            # read: a generic call card (kind, absolute location), its window as text
+            assert read[0]["title"] == "read notes.txt" and read[0]["kind"] == "read"
+            assert read[0]["locations"] == [{"path": f"{root}/notes.txt"}]
+            assert read[2]["content"] == [
+                {
+                    "type": "content",
+                    "content": {"type": "text", "text": "```text\nTODO: tests\nplain line\nTODO: docs\n```"},
+                }
+            ]
+            # search: its matches as text rows
+            assert search[0]["kind"] == "search"
+            assert search[2]["title"] == "search 'TODO'"
+            assert search[2]["content"][0]["content"]["text"] == "notes.txt:1: TODO: tests\nnotes.txt:3: TODO: docs"
+            # terminal: the command as title, kind execute, the arguments as raw input; output and exit code
+            assert shell[0]["title"] == "echo hello" and shell[0]["kind"] == "execute"
+            assert shell[0]["rawInput"] == {"command": "echo hello"}
+            assert shell[2]["content"][0]["content"]["text"] == "```\nhello\n```\nexit code 0"
+            # diff: ACP diff content (a new file has no oldText)
+            assert create[0]["kind"] == "edit"
+            assert create[2]["content"] == [{"type": "diff", "path": f"{root}/scratch/new.txt", "newText": "fresh\n"}]
+            # generic: an unknown tool's failure as its raw content
+            assert unknown[0]["title"] == "no_such_tool" and unknown[0]["kind"] == "other"
+            assert unknown[2]["content"][0]["content"]["text"] == 'Error: unknown tool "no_such_tool"'
+
+            # The raw output is the durable content: what the session log holds.
+            logged = _results(agent.log_events())
+            for n in range(1, 7):
+                assert client.tool_updates(f"call_1_{n}")[-1]["rawOutput"] == _raw_output(logged[f"call_1_{n}"])
+
+    run(scenario)
+
+
+def test_an_overwrite_shows_old_and_new_text_and_a_second_prompt_gets_new_call_ids(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path) as agent:
+            (agent.root / "scratch" / "a.txt").write_text("one\n")
+            await agent.prompt(call("write_file", path="scratch/a.txt", content="two\n"))
+            await agent.prompt(call("read_file", path="scratch/a.txt"))
+            end = agent.client.tool_updates("call_1_1")[-1]
+            assert end["content"] == [
+                {"type": "diff", "path": f"{agent.root}/scratch/a.txt", "oldText": "one\n", "newText": "two\n"}
+            ]
+            assert agent.client.status_of("call_2_1") == "completed"
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("choice", "first", "asked_again", "second"),
+    [
+        ("allow-once", "completed", True, "completed"),
+        ("allow-always", "completed", False, "completed"),
+        ("reject-once", "failed", True, "completed"),
+        ("reject-always", "failed", False, "failed"),
+        ("cancelled", "failed", True, "completed"),
+    ],
+)
+def test_a_write_outside_scratch_asks_with_four_options_and_each_answer_holds(
+    tmp_path: Path, choice: str, first: str, asked_again: bool, second: str
+) -> None:
+    async def scenario() -> None:
+        # The second prompt's question, if there is one, is allowed once.
+        client = RecordingClient(choices=[choice, "allow-once"])
+        async with agent_process(tmp_path, client=client) as agent:
+            await agent.prompt(call("write_file", path="a.txt", content="1\n"))
+            assert len(client.permissions) == 1
+            tool_call, options = client.permissions[0]
+            assert [(o.option_id, o.kind) for o in options] == [
+                ("allow-once", "allow_once"),
+                ("allow-always", "allow_always"),
+                ("reject-once", "reject_once"),
+                ("reject-always", "reject_always"),
+            ]
+            assert tool_call.tool_call_id == "call_1_1" and tool_call.title == "write a.txt"
+            assert tool_call.content[0].content.text == "Allow writing a.txt (outside scratch/)?"
+            # The call was shown (pending) before the question.
+            assert client.statuses("call_1_1")[0] == ("tool_call", "pending")
+            assert client.status_of("call_1_1") == first
+            if first == "failed":
+                expected = (
+                    'approval for tool "write_file" was cancelled'
+                    if choice == "cancelled"
+                    else 'the user rejected tool "write_file"'
+                )
+                assert "in_progress" not in [s for _, s in client.statuses("call_1_1")]
+                assert client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]["message"] == expected
+                assert not (agent.root / "a.txt").exists()
+
+            # Another tool-wide question: remembered answers are per tool, whatever the arguments.
+            await agent.prompt(call("write_file", path="b.txt", content="2\n"))
+            assert len(client.permissions) == (2 if asked_again else 1)
+            assert client.status_of("call_2_1") == second
+            assert (agent.root / "b.txt").exists() == (second == "completed")
+
+    run(scenario)
+
+
+BLOCKING = "echo up > up.fifo; cat gate.fifo"
+"""A shell command that says it runs, then waits for the test."""
+
+
+async def _started(agent: Running, call_id: str, up: Fifo) -> None:
+    """Wait until the call's shell runs (and its in_progress update came)."""
+    assert await up.read() == "up\n"
+    await agent.client.wait_for(lambda: agent.client.status_of(call_id) == "in_progress")
+
+
+def test_session_cancel_in_the_middle_of_a_batch_aborts_it_and_the_turn_ends_cancelled(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path) as agent:
+            up = Fifo(agent.root, "up.fifo")
+            Fifo(agent.root, GATE)
+            (agent.root / "notes.txt").write_text("x\n")
+            prompt = "\n".join(
+                [
+                    call("read_file", path="notes.txt"),
+                    call("run_shell", command=BLOCKING),  # exclusive: a barrier
+                    call("write_file", path="scratch/after.txt", content="never\n"),
+                ]
+            )
+            turn = agent.start_prompt(prompt)
+            await _started(agent, "call_1_2", up)
+            await agent.conn.cancel(session_id=agent.session_id)
+            response = await asyncio.wait_for(turn, BOUND)
+            assert response.stop_reason == "cancelled"
+            client = agent.client
+            assert client.status_of("call_1_1") == "completed"
+            assert client.statuses("call_1_2")[-1] == ("tool_call_update", "failed")
+            assert client.tool_updates("call_1_2")[-1]["rawOutput"]["error"]["message"] == "tool call aborted"
+            # The call after the barrier never started: it appears and fails at once.
+            assert client.statuses("call_1_3") == [("tool_call", "pending"), ("tool_call_update", "failed")]
+            assert (
+                client.tool_updates("call_1_3")[-1]["rawOutput"]["error"]["message"]
+                == "tool call aborted before dispatch"
+            )
+            assert not (agent.root / "scratch" / "after.txt").exists()
+            assert client.messages()[-1].startswith("Cancelled. Ran 3 tool call(s): 1 ok, 2 failed.")
+            _assert_log_complete(agent.log_events())
+
+            # The session goes on: the next turn runs.
+            response = await agent.prompt(call("read_file", path="notes.txt"))
+            assert response.stop_reason == "end_turn" and client.status_of("call_2_1") == "completed"
+
+    run(scenario)
+
+
+def test_session_cancel_while_a_permission_request_is_open_answers_it_cancelled(tmp_path: Path) -> None:
+    class Undecided(RecordingClient):
+        """Never answers by itself: the agent must give up on the request."""
+
+        async def request_permission(self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+            self.permissions.append((tool_call, options))
+            await self._note()
+            await asyncio.Event().wait()
+
+    async def scenario() -> None:
+        client = Undecided()
+        async with agent_process(tmp_path, client=client) as agent:
+            turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
+            await client.wait_for(lambda: len(client.permissions) == 1)
+            await agent.conn.cancel(session_id=agent.session_id)
+            response = await asyncio.wait_for(turn, BOUND)
+            assert response.stop_reason == "cancelled"
+            message = client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]["message"]
+            assert message == 'approval for tool "write_file" was cancelled'
+            assert not (agent.root / "a.txt").exists()
+
+    run(scenario)
+
+
+def test_a_client_that_disconnects_mid_batch_leaves_the_agent_exiting_cleanly_with_a_complete_log(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path) as agent:
+            up = Fifo(agent.root, "up.fifo")
+            Fifo(agent.root, GATE)
+            turn = agent.start_prompt(
+                "\n".join([call("run_shell", command=BLOCKING), call("read_file", path="nowhere.txt")])
+            )
+            await _started(agent, "call_1_1", up)
+            turn.cancel()
+            # Leaving the block closes the client's end; the harness requires exit code 0.
+        events = agent.log_events()
+        _assert_log_complete(events)
+        results = _results(events)
+        assert results["call_1_1"]["error"]["message"] == "tool call aborted"
+        assert results["call_1_2"]["error"]["message"] == "tool call aborted before dispatch"
+
+    run(scenario)
+
+
+MALFORMED: list[tuple[bytes, object, int]] = [
+    (b"this is not json\n", None, -32700),
+    (b"[1, 2, 3]\n", None, -32600),
+    (b'{"jsonrpc": "2.0", "id": "m1", "method": 42}\n', "m1", -32600),
+    (b'{"jsonrpc": "2.0", "id": "m2", "error": "a string"}\n', "m2", -32600),
+    (b'{"id": "m3", "method": "session/prompt"}\n', "m3", -32600),
+    (b'{"jsonrpc": "2.0", "id": "m4", "method": "no/such/method"}\n', "m4", -32601),
+    (b'{"jsonrpc": "2.0", "id": "m5", "method": "session/prompt", "params": {"sessionId": 5}}\n', "m5", -32602),
+    (
+        b'{"jsonrpc": "2.0", "id": "m6", "method": "session/prompt", "params": {"sessionId": "nope", "prompt": []}}\n',
+        "m6",
+        -32602,
+    ),
+]
+
+
+def test_malformed_messages_mid_batch_get_protocol_errors_and_lose_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path) as agent:
+            up = Fifo(agent.root, "up.fifo")
+            gate = Fifo(agent.root, GATE)
+            turn = agent.start_prompt(call("run_shell", command=BLOCKING))
+            client = agent.client
+            await _started(agent, "call_1_1", up)
+            for line, _, _ in MALFORMED:
+                await agent.send_raw(line)
+
+            def errors() -> list[tuple[object, int]]:
+                return [(m.get("id"), m["error"]["code"]) for m in client.incoming if "error" in m]
+
+            await client.wait_for(lambda: len(errors()) == len(MALFORMED))
+            assert sorted(errors(), key=repr) == sorted(((i, c) for _, i, c in MALFORMED), key=repr)
+
+            await gate.write("released\n")
+            response = await asyncio.wait_for(turn, BOUND)
+            assert response.stop_reason == "end_turn"
+            end = client.tool_updates("call_1_1")[-1]
+            assert end["status"] == "completed"
+            assert end["content"][0]["content"]["text"] == "```\nreleased\n```\nexit code 0"
+            _assert_log_complete(agent.log_events())
+            # And the agent still serves.
+            response = await agent.prompt(call("run_shell", command="echo still here"))
+            assert response.stop_reason == "end_turn" and client.status_of("call_2_1") == "completed"
+
+    run(scenario)
+
+
+def test_ptc_sub_calls_appear_under_their_run_code_call(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path, "--ptc") as agent:
+            (agent.root / "notes.txt").write_text("hello\n")
+            code = "r = await tools.read_file(path='notes.txt')\nreturn r['total_lines']"
+            response = await agent.prompt(call("run_code", code=code))
+            assert response.stop_reason == "end_turn"
+            client = agent.client
+            sub = "call_1_1:ptc:1"
+            assert client.statuses(sub) == [
+                ("tool_call", "pending"),
+                ("tool_call_update", "in_progress"),
+                ("tool_call_update", "completed"),
+            ]
+            appeared = client.tool_updates(sub)[0]
+            assert appeared["title"] == "run_code \u203a read notes.txt"
+            assert appeared["_meta"] == {"dsh_actors": {"parentToolCallId": "call_1_1"}}
+            # The sub-call shows while run_code runs: after it started, before it ended.
+            order = [(u["toolCallId"], u.get("status")) for u in client.tool_updates()]
+            assert order.index(("call_1_1", "in_progress")) < order.index((sub, "pending"))
+            assert order.index((sub, "completed")) < order.index(("call_1_1", "completed"))
+            end = client.tool_updates("call_1_1")[-1]
+            assert end["rawOutput"]["is_error"] is False
+
+    run(scenario)

@@ -1,0 +1,172 @@
+"""dsh_actors.acp in process: the example's agent class served with
+``serve()`` over a socket pair, the SDK's client on the other end, and the
+test's own runtime (stopped by the fixture, which checks no thread leaked).
+What the subprocess tests cannot reach lives here: async bodies on the
+connection's loop, a web card, approvals of other agents, detaching."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("acp", reason="the acp extra is part of the test extra")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
+from acp.client.connection import ClientSideConnection
+from harness import BOUND, RecordingClient, call
+
+from dsh_actors import (
+    Agent,
+    Ask,
+    GenericCallView,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    ToolRuntime,
+    WebResultView,
+    define_tool,
+    text,
+)
+from dsh_actors.acp import serve
+from examples.acp_agent import ScriptedAgent
+
+
+@dataclass
+class InProcess:
+    agent: ScriptedAgent
+    conn: ClientSideConnection
+    client: RecordingClient
+    session_id: str
+
+    async def prompt(self, text: str) -> Any:
+        return await asyncio.wait_for(self.conn.prompt(session_id=self.session_id, prompt=[text_block(text)]), BOUND)
+
+
+@asynccontextmanager
+async def in_process(rt: ToolRuntime, root: Path, client: RecordingClient | None = None) -> AsyncIterator[InProcess]:
+    client = client or RecordingClient()
+    agent = ScriptedAgent(rt)
+    near, far = socket.socketpair()
+    agent_reader, agent_writer = await asyncio.open_connection(sock=near)
+    client_reader, client_writer = await asyncio.open_connection(sock=far)
+    server = asyncio.get_running_loop().create_task(serve(agent, agent_reader, agent_writer))
+    conn = connect_to_agent(client, client_writer, client_reader)
+    try:
+        await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), BOUND)
+        session = await asyncio.wait_for(conn.new_session(cwd=str(root), mcp_servers=[]), BOUND)
+        yield InProcess(agent, conn, client, session.session_id)
+    finally:
+        await conn.close()
+        client_writer.close()
+        await asyncio.wait_for(server, BOUND)  # the agent saw the client go
+        await agent.aclose()
+        for undo in agent.undo:
+            undo()
+
+
+def test_an_async_body_runs_on_the_connections_loop_and_a_web_card_becomes_text(
+    rt: ToolRuntime, tmp_path: Path
+) -> None:
+    async def fetch(args: Any, ctx: Any) -> str:
+        await asyncio.sleep(0)  # an await on the connection's loop, which must keep serving
+        return "page body"
+
+    web = define_tool(
+        name="fetch_page",
+        description="Fetch a page.",
+        parameters={"url": {"type": "string", "required": True}},
+        output=ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)]),
+        execute=fetch,
+        present_call=lambda args: GenericCallView(title=f"fetch {args['url']}", kind="fetch"),
+        present_result=lambda args, result: WebResultView(kind="fetch", url=args["url"], status_code=200),
+    )
+
+    async def scenario() -> None:
+        async with in_process(rt, tmp_path) as running:
+            session = running.agent.sessions[running.session_id]
+            rt.tools.scope(session.agent).register(web)
+            response = await running.prompt(call("fetch_page", url="https://example.org"))
+            assert response.stop_reason == "end_turn"
+            updates = running.client.tool_updates("call_1_1")
+            assert [(u["sessionUpdate"], u["status"]) for u in updates] == [
+                ("tool_call", "pending"),
+                ("tool_call_update", "in_progress"),
+                ("tool_call_update", "completed"),
+            ]
+            assert (updates[0]["title"], updates[0]["kind"]) == ("fetch https://example.org", "fetch")
+            assert updates[2]["content"][0]["content"]["text"] == "https://example.org (200)\n\npage body"
+
+    asyncio.run(scenario())
+
+
+def test_approvals_of_other_agents_go_to_the_service_installed_before(rt: ToolRuntime, tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def before(request: Any) -> str:
+        asked.append(request.agent.id)
+        return "allowed-once"
+
+    rt.approvals.set(before)
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="check"))
+    rt.tools.register(
+        define_tool(
+            name="ping",
+            description="Ping.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)]),
+            execute=lambda args, ctx: "pong",
+        )
+    )
+
+    async def scenario() -> None:
+        client = RecordingClient(choices=["allow-once"])
+        async with in_process(rt, tmp_path, client) as running:
+            other = Agent("other")
+            batch = await rt.tools.execute_async(ToolBatchInput(calls=[ToolCall(id="o1", name="ping")], agent=other))
+            assert batch.results[0].result.value == "pong"
+            assert asked == ["other"] and client.permissions == []
+            assert client.tool_updates("o1") == []  # not this session's agent: not shown
+            # The session's own calls are asked through the client.
+            await running.prompt("ping {}")
+            assert len(client.permissions) == 1 and client.status_of("call_1_1") == "completed"
+            assert asked == ["other"]
+
+    asyncio.run(scenario())
+
+
+def test_a_detached_session_shows_nothing_and_gives_the_approval_service_back(rt: ToolRuntime, tmp_path: Path) -> None:
+    def before(request: Any) -> str:
+        return "rejected"
+
+    rt.approvals.set(before)
+
+    async def scenario() -> None:
+        async with in_process(rt, tmp_path) as running:
+            session = running.agent.sessions[running.session_id]
+            assert rt.approvals.service is not before
+            await session.aclose()
+            assert rt.approvals.service is before
+            assert rt.events.listeners("tools/execute", session.agent) == ()
+            assert rt.events.listeners("tools/result", session.agent) == ()
+            (tmp_path / "a.txt").write_text("x\n")
+            batch = await rt.tools.execute_async(
+                ToolBatchInput(
+                    calls=[ToolCall(id="d1", name="read_file", arguments={"path": "a.txt"})], agent=session.agent
+                )
+            )
+            assert not batch.results[0].result.is_error
+            with pytest.raises(RequestError) as refused:  # a detached session runs no turn
+                await running.prompt(call("read_file", path="a.txt"))
+            assert "is detached from its runtime" in str(refused.value.data)
+            assert running.client.tool_updates() == []
+
+    asyncio.run(scenario())
