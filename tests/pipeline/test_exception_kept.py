@@ -143,8 +143,15 @@ def test_a_listener_wrapper_guard_or_approval_service_that_raises_is_kept(rt: An
     outcome = run_one(rt)
     assert outcome.is_error
     exc = outcome.error.exception
-    assert type(exc) is RuntimeError and str(exc) == f"{where} broke"
-    assert "hook" in frames(exc)
+    raised = exc
+    if where in ("pre-execute", "post-execute", "approval"):
+        # A policy's failure is POLICY_FAILED: the runtime's error, caused by
+        # what the policy raised (the tool did nothing wrong).
+        assert outcome.error.info.code == "POLICY_FAILED"
+        assert type(exc).__name__ == "ToolPolicyError"
+        raised = exc.__cause__
+    assert type(raised) is RuntimeError and str(raised) == f"{where} broke"
+    assert "hook" in frames(raised)
     assert [r["exception"].value for r in errors.items] == [exc]
 
 
@@ -155,7 +162,8 @@ def test_a_renderer_that_raises_is_the_cause_of_the_output_error(rt: Any, errors
     else:
         rt.tools.register(tool(meta=raise_in(which)))
     outcome = run_one(rt)
-    assert outcome.error.info.code == "INVALID_TOOL_OUTPUT"
+    assert outcome.error.info.code == "POLICY_FAILED"  # the callback broke its contract, naming it
+    assert f"output.{which}" in outcome.error.message
     cause = outcome.error.exception.__cause__
     assert type(cause) is RuntimeError and str(cause) == f"{which} broke"
     assert len(errors.items) == 1

@@ -154,4 +154,6 @@ def test_bad_progress_values_are_refused_to_the_body(rt: Any, args: tuple[Any, .
 
     rt.tools.register(tool("bad", body))
     outcome = rt.tools.execute(ToolBatchInput(calls=[ToolCall("a", "bad", "{}")])).results[0].result
-    assert outcome.is_error and type(outcome.error.exception) is error
+    # A DshError that is also the builtin (so `except TypeError` still works).
+    assert outcome.is_error and isinstance(outcome.error.exception, error)
+    assert outcome.error.info is not None and outcome.error.info.code == "INVALID_USE"
