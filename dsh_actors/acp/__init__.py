@@ -58,7 +58,11 @@ While a session is attached:
   running turn's signal: its batches start no new call, running bodies see
   their signal, and the prompt answers the stop reason ``"cancelled"``.
 
-Progress updates (``ctx.report_progress``) are not shown yet.
+* each ``tools/progress`` of a running call (``ctx.report_progress``, an
+  MCP server's progress) is a ``tool_call_update`` whose content is the
+  report as a line of text (``2/4 (50%) copying b.txt``) and whose
+  ``_meta["dsh_actors"]["progress"]`` holds its numbers; the runtime
+  delivers them in order and none after the call's ``tools/result``.
 
 Threads: see :mod:`._bridge`. Attach on the connection's event loop, and
 run the turn's batches with ``await rt.tools.execute_async(...)`` there: a

@@ -40,7 +40,7 @@ from ..definition import ToolDefinition
 from ..errors import safe_str
 from ..events import Disposer, in_scope
 from ..execution import ToolExecution
-from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess
+from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess, ToolProgress
 from ..presentation import ToolCallView, ToolResultView, generic_call_view, generic_result_view
 from ..runtime import ToolRuntime
 from ..signals import AbortController, AbortSignal
@@ -87,6 +87,12 @@ class _Started:
 
 
 @dataclass(frozen=True, slots=True)
+class _Progressed:
+    call_id: str
+    progress: ToolProgress
+
+
+@dataclass(frozen=True, slots=True)
 class _Settled:
     call_id: str
     parent_id: str | None
@@ -110,7 +116,7 @@ class _Flush:
     done: asyncio.Future[None]
 
 
-_Item: TypeAlias = _Appeared | _Started | _Settled | _Ask | _Flush | None
+_Item: TypeAlias = _Appeared | _Started | _Progressed | _Settled | _Ask | _Flush | None
 
 
 @dataclass(slots=True)
@@ -187,6 +193,7 @@ class AcpSession:
         try:
             self._disposers.append(events.on("tools/pre-execute", self._on_pre_execute, scope=agent, prepend=True))
             self._disposers.append(events.on("tools/execute", self._on_execute, scope=agent, prepend=True))
+            self._disposers.append(events.on("tools/progress", self._on_progress, scope=agent))
             self._disposers.append(events.on("tools/result", self._on_result, scope=agent))
             self._disposers.append(rt.approvals.set(self._approve))
         except BaseException:
@@ -337,6 +344,12 @@ class AcpSession:
         self._post(_Started(execution.call_id))
         return next()
 
+    def _on_progress(self, execution: ToolExecution, progress: ToolProgress) -> None:
+        """``tools/progress``: the running call's progress, as an update.
+        The runtime delivers a call's reports in order and none after its
+        ``tools/result``; the pump keeps that order on the wire."""
+        self._post(_Progressed(execution.call_id, progress))
+
     def _on_result(self, execution: ToolExecution, result: ToolExecutionSuccess | ToolExecutionFailure) -> None:
         """``tools/result``: the call ends, completed or failed, with its result card."""
         definition = self._definition(execution)
@@ -422,6 +435,9 @@ class AcpSession:
             case _Started(call_id=call_id):
                 if call_id in self._known:
                     await self._update(call_id, {"status": "in_progress"})
+            case _Progressed(call_id=call_id, progress=progress):
+                if call_id in self._known:
+                    await self._update(call_id, _progress_fields(progress))
             case _Settled():
                 if item.call_id not in self._known:
                     await self._appear(item.call_id, item.parent_id, item.call)
@@ -509,6 +525,29 @@ class AcpSession:
             with self._lock:
                 self._state.remembered[item.tool_name] = answer
         _settle(item.answer, answer)
+
+
+def _progress_fields(progress: ToolProgress) -> dict[str, Any]:
+    """A progress report as a ``tool_call_update``: the call's content shows
+    it as a line of text (``3/4 (75%) copying b.txt``) until the result's
+    card replaces it, and ``_meta`` carries the numbers for a client that
+    draws a bar."""
+    shown = _number(progress.progress)
+    if progress.total is not None:
+        shown += f"/{_number(progress.total)}"
+        if progress.total > 0:
+            shown += f" ({progress.progress / progress.total:.0%})"
+    if progress.message:
+        shown += f" {progress.message}"
+    numbers = {"progress": progress.progress, "total": progress.total, "message": progress.message}
+    return {
+        "content": [{"type": "content", "content": {"type": "text", "text": shown}}],
+        "_meta": {_META_KEY: {"progress": numbers}},
+    }
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _settle(future: concurrent.futures.Future[str], answer: str) -> None:

@@ -170,3 +170,39 @@ def test_a_detached_session_shows_nothing_and_gives_the_approval_service_back(rt
             assert running.client.tool_updates() == []
 
     asyncio.run(scenario())
+
+
+def test_a_calls_progress_reaches_the_client_in_order_between_start_and_end(rt: ToolRuntime, tmp_path: Path) -> None:
+    def copy(args: Any, ctx: Any) -> str:
+        ctx.report_progress(1, 4, "a.txt")
+        ctx.report_progress(2, 4)
+        ctx.report_progress(2.5)
+        return "copied"
+
+    copier = define_tool(
+        name="copy_files",
+        description="Copy files.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}),
+        execute=copy,
+    )
+
+    async def scenario() -> None:
+        async with in_process(rt, tmp_path) as running:
+            session = running.agent.sessions[running.session_id]
+            rt.tools.scope(session.agent).register(copier)
+            response = await running.prompt(call("copy_files"))
+            assert response.stop_reason == "end_turn"
+            updates = running.client.tool_updates("call_1_1")
+            assert [u.get("status") for u in updates] == ["pending", "in_progress", None, None, None, "completed"]
+            shown = [u["content"][0]["content"]["text"] for u in updates[2:5]]
+            assert shown == ["1/4 (25%) a.txt", "2/4 (50%)", "2.5"]
+            numbers = [u["_meta"]["dsh_actors"]["progress"] for u in updates[2:5]]
+            assert numbers == [
+                {"progress": 1, "total": 4, "message": "a.txt"},
+                {"progress": 2, "total": 4, "message": None},
+                {"progress": 2.5, "total": None, "message": None},
+            ]
+            assert updates[5]["content"][0]["content"]["text"] == "copied"  # the result's card replaces it
+
+    asyncio.run(scenario())
