@@ -232,21 +232,9 @@ class WorkMailbox:
             self._give_back(item)  # type: ignore[arg-type]
 
     def _give_back(self, call: Call) -> None:
-        returned = [call]
-        leaves = 0
-        with self._lock:
-            while True:
-                try:
-                    item = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if item is LEAVE:
-                    leaves += 1
-                else:
-                    returned.append(item)
-            for _ in range(leaves):
-                self._q.put(LEAVE)
-        self.inbox.put(Returned(tuple(returned)))
+        """A stale call goes back to its batch with every call queued behind
+        it (to be prepared again in model order)."""
+        self.inbox.put(Returned((call, *self.reclaim())))
 
     def _take(self, wait: bool) -> Call | None | _Leave:
         q = self._q
