@@ -273,8 +273,9 @@ class ExecutorUnavailableError(DshError):
 
 
 class ToolPolicyError(DshError):
-    """A policy (listener, approval service, guard, renderer) failed or broke
-    its contract: ``<where>: <detail>``."""
+    """A policy (a listener, the approval service, an output callback such
+    as ``render``) failed or broke its contract: ``<where>: <detail>``. (A
+    guard that raises denies the call instead.)"""
 
     code = ErrorCode.POLICY_FAILED
 

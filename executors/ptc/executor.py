@@ -94,7 +94,7 @@ def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int, folde
         "- A failed call raises `ToolError` (`str(err)` is the reason, `err.code` the error code, "
         "`err.error_name` the error's class name such as `FileNotFoundError`); "
         "catch it to recover, or let it fail the run.\n"
-        "- `print()` output is captured; `report_progress(done, total=None, message=None)` shows the user "
+        "- `print()` output is captured; `report_progress(progress, total=None, message=None)` shows the user "
         "how far a long program is. The run's value is "
         '{"result": <the value you return, as JSON>, "output": <the printed text>}.\n'
         f"- Limits: {shown} s, {memory_mb} MB of memory, {max_output} bytes of output and result. "
