@@ -2,8 +2,9 @@
 the answers the SDK's server API never sends: a ``tools/call`` result that
 is not an object, a request left unanswered, a tool that requires task
 augmentation. It records every ``notifications/cancelled`` it receives;
-the ``cancellations`` tool returns them, and ``wait_silent`` answers once
-a ``silent`` call has arrived. Run as a script.
+the ``cancellations`` tool returns them once at least ``count`` (an
+argument, default 0) have arrived, and ``wait_silent`` answers once a
+``silent`` call has arrived. Run as a script.
 
 ``SILENT_LISTING=1`` in the environment: ``tools/list`` is never answered.
 """
@@ -39,6 +40,7 @@ TOOLS: list[dict[str, Any]] = [
 cancelled: list[dict[str, Any]] = []
 silent_calls = 0
 waiting: list[Any] = []  # ids of wait_silent requests not answered yet
+counting: list[tuple[Any, int]] = []  # (id, count) of cancellations requests not answered yet
 
 
 def send(message: dict[str, Any]) -> None:
@@ -85,7 +87,8 @@ def answer(request: dict[str, Any]) -> None:
         elif name == "echo":
             send({"jsonrpc": "2.0", "id": rid, "result": text(json.dumps(params.get("arguments")))})
         elif name == "cancellations":
-            send({"jsonrpc": "2.0", "id": rid, "result": text(json.dumps(cancelled))})
+            counting.append((rid, int((params.get("arguments") or {}).get("count", 0))))
+            answer_counts()
         elif name == "task_only" and "task" not in params:
             error = {"code": -32601, "message": "tool 'task_only' requires task augmentation"}
             send({"jsonrpc": "2.0", "id": rid, "error": error})
@@ -97,6 +100,13 @@ def answer(request: dict[str, Any]) -> None:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
 
 
+def answer_counts() -> None:
+    for entry in list(counting):
+        if len(cancelled) >= entry[1]:
+            counting.remove(entry)
+            send({"jsonrpc": "2.0", "id": entry[0], "result": text(json.dumps(cancelled))})
+
+
 def main() -> None:
     for line in sys.stdin:
         if not line.strip():
@@ -104,6 +114,7 @@ def main() -> None:
         message = json.loads(line)
         if message.get("method") == "notifications/cancelled":
             cancelled.append(message.get("params") or {})
+            answer_counts()
         elif "method" in message and "id" in message:
             answer(message)
 

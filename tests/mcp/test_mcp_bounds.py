@@ -31,8 +31,10 @@ def run(rt: ToolRuntime, name: str, arguments: dict[str, Any] | None = None) -> 
     return future.result(20).results[0].result
 
 
-def cancellations(raw: ServerConnection) -> list[dict[str, Any]]:
-    result = raw.call_directly("cancellations")
+def cancellations(raw: ServerConnection, count: int) -> list[dict[str, Any]]:
+    """The cancellations the server has received, once there are ``count``:
+    a cancellation is a notification, sent after the call has settled."""
+    result = raw.call_directly("cancellations", {"count": count})
     return json.loads(result.content[0].text)  # type: ignore[no-any-return]
 
 
@@ -59,7 +61,7 @@ def test_an_unanswered_call_fails_after_the_mounts_timeout_and_is_cancelled_on_t
         outcome = run(rt, "silent")
         assert outcome.is_error and outcome.error.info.code == "TOOL_TIMEOUT"
         assert outcome.error.message == "tool call timed out after 300ms"
-        assert [c.get("reason") for c in cancellations(raw)] == ["tool call timed out after 300ms"]
+        assert [c.get("reason") for c in cancellations(raw, 1)] == ["tool call timed out after 300ms"]
     finally:
         unmount()
 
@@ -114,7 +116,7 @@ def test_an_aborted_call_forwards_the_aborts_reason_to_the_server(raw: ServerCon
         assert raw.call_directly("wait_silent").content[0].text == "arrived"
         controller.abort("the user pressed stop")
         assert future.result(20).results[0].result.error.info.code == "ABORTED"
-        reasons = [c.get("reason") for c in cancellations(raw)]
+        reasons = [c.get("reason") for c in cancellations(raw, 1)]
         assert reasons == ["the user pressed stop"]
     finally:
         unmount()

@@ -229,11 +229,17 @@ def test_an_aborted_call_is_cancelled_on_the_server_and_settles_aborted(
 def test_a_timeout_cancels_the_request_on_the_server(conn: ServerConnection, rt: ToolRuntime) -> None:
     assert conn.session is not None
     rt.use(policies.timeout)
-    unmount = conn.run(mount(rt, conn.session, prefix="slow_", timeout_ms=200))
+    unmount = conn.run(mount(rt, conn.session, prefix="slow_", timeout_ms=1000))
     try:
         definition = rt.tools.get("slow_slow")
-        assert definition is not None and definition.timeout_ms == 200
-        outcome = run(rt, "slow_slow", {"tag": "timed-out"})
+        assert definition is not None and definition.timeout_ms == 1000
+        future = rt.tools.submit(
+            ToolBatchInput(calls=(ToolCall(id="c1", name="slow_slow", arguments={"tag": "timed-out"}),))
+        )
+        # the body must be running on the server when the bound fires: a
+        # cancellation that overtakes a handler's start is dropped by the SDK
+        assert conn.call_directly("wait_started", {"tag": "timed-out"}).structured_content["result"] is True
+        outcome = future.result(20).results[0].result
         assert code(outcome) == "TOOL_TIMEOUT"
         seen = conn.call_directly("cancellations", {"tag": "timed-out"}).structured_content
         assert "timed-out" in seen["result"]
