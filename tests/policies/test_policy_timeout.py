@@ -282,10 +282,11 @@ def test_with_timeout_ms_later_wrappers_see_a_fused_signal_and_post_execute_sees
 
 def test_time_waiting_for_a_pool_slot_does_not_count(rt: Any) -> None:
     # Serial batch: the second call waits for the first, which takes at least
-    # its own 30ms budget. The second has only 25ms, and still succeeds.
+    # its own 200ms budget. The second has only 150ms (ample for its own
+    # body even on a loaded machine), and still succeeds.
     rt.use(policies.timeout)
-    rt.tools.register(tool("slow", waits_for_its_signal(), timeout_ms=30))
-    rt.tools.register(tool("quick", timeout_ms=25))
+    rt.tools.register(tool("slow", waits_for_its_signal(), timeout_ms=200))
+    rt.tools.register(tool("quick", timeout_ms=150))
 
     batch = rt.tools.execute(
         ToolBatchInput(calls=[call("slow", id="a"), call("quick", id="b", message="hi")], max_parallel_tool_calls=1)
