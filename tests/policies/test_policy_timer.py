@@ -66,11 +66,17 @@ def test_a_cancelled_deadline_never_fires() -> None:
     timer = DeadlineTimer()
     fired = Recorder()
     later = threading.Event()
+    busy, release = threading.Event(), threading.Event()
     try:
+        # the timer's thread is held in a callback while the early deadline is
+        # scheduled and cancelled, so it cannot fire first on a loaded machine
+        timer.schedule(0, lambda: (busy.set(), release.wait(WAIT)))
+        assert busy.wait(WAIT)
         early = timer.schedule(0.005, lambda: fired.add("cancelled one"))
         assert early is not None
         assert early.cancel() is True
         timer.schedule(0.01, later.set)
+        release.set()
         assert later.wait(WAIT)  # fires after the cancelled one was due
     finally:
         timer.stop()
