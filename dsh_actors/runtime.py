@@ -31,6 +31,7 @@ from .registry.actor import RegistryActor
 from .registry.service import ToolsService
 from .scheduling.executor import CallActor, NativeExecutor, executor_lent
 from .scheduling.pool import CallPool
+from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
 
@@ -140,6 +141,8 @@ class ToolRuntime:
         self._stop_deadline = 0.0
         self.events = EventBus()
         self.approvals = ApprovalChannel()
+        # The suspensions this runtime resumed (each is resumed once).
+        self.suspensions = Claims()
         self._lock = threading.Lock()
         self._started = False
         self._stopped = False
