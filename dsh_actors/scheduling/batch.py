@@ -719,15 +719,25 @@ class BatchRun:
 
     def _record_given(self, index: int) -> None:
         """A call given its final result (a continued batch): recorded as it
-        is; nothing is emitted or logged again."""
+        is; nothing is emitted, and it is logged only with ``log_result``."""
         assert self._given(index), f"call {index} committed unbuilt"
         starts = self.starts
         assert starts is not None
-        result = starts[index].result
+        start = starts[index]
+        result = start.result
         assert result is not None
-        self.results.append(_call_result(self.batch.calls[index].id, result))
-        if self.log_error is None:
-            self.committed = len(self.results)
+        call_id = self.batch.calls[index].id
+        self.results.append(_call_result(call_id, result))
+        if self.log_error is not None:
+            return
+        session = self.session
+        if start.log_result and session is not None:
+            try:
+                session.append(result_event(call_id, result))
+            except BaseException as exc:  # noqa: BLE001
+                self.log_error = exc
+                return
+        self.committed = len(self.results)
 
     def _defer(self, call: Call) -> None:
         """``call`` is DEFERRED (the approval service answered

@@ -70,6 +70,11 @@ class CallStart:
     pipeline runs for it and nothing is emitted or logged again (no
     ``tools/result``, no ``tool/call``, no ``tool/result``); the batch's
     result carries it in its place."""
+    log_result: bool = False
+    """With ``result``: a result decided now, not in an earlier run (crash
+    recovery's ``INTERRUPTED`` failure of a call that started): its
+    ``tool/result`` is written when it commits, in model order. Still no
+    phase runs and no ``tools/result`` is emitted."""
     logged: bool = False
     """Its ``tool/call`` is in the session log already: not written again
     (its ``tool/result`` is written when it commits, as always)."""

@@ -105,3 +105,22 @@ def test_a_continuation_needs_one_start_per_call() -> None:
         continue_batch(rt, ToolBatchInput(calls=(call(0, "t"),)), [], reply)
         with pytest.raises(ValueError, match="one CallStart per call: 0 for 1"):
             reply.result(GUARD)
+
+
+def test_a_given_result_marked_log_result_is_logged_in_model_order() -> None:
+    with started_runtime() as rt:
+        rt.tools.register(make_tool("t", lambda args, ctx: "ran"))
+        session = Session()
+        session.append(call_event(1, 1, "c0", "t", {"i": 0}))
+        interrupted = text_result("interrupted")
+        batch = logged_batch(calls("t", "t"), session)
+
+        result = run_continued(rt, batch, [CallStart(result=interrupted, log_result=True, logged=True), CallStart()])
+
+    assert [e["type"] + ":" + e["call_id"] for e in session.events()] == [
+        "tool/call:c0",
+        "tool/result:c0",
+        "tool/call:c1",
+        "tool/result:c1",
+    ]
+    assert result.results[0].result is interrupted
