@@ -42,8 +42,11 @@ _STOPPED = "the ToolRuntime is stopped"
 
 class ApprovalService(Protocol):
     """``fn(request) -> str``: ``"allowed-once"`` runs the call; ``"rejected"``,
-    ``"cancelled"``, ``"unavailable"`` deny it with the pinned reasons; any
-    other answer fails it without running it. A sync service runs on the
+    ``"cancelled"``, ``"unavailable"`` deny it with the pinned reasons;
+    ``"deferred"`` leaves it waiting for a person (the batch suspends:
+    ``result.suspension``, finished by ``rt.tools.resume``; a nested call,
+    which cannot suspend, fails); any other answer fails it without
+    running it. A sync service runs on the
     executor thread that prepares the call, and may block (a person
     answering); an ``async def`` service runs on the batch's event loop
     (the one that awaited ``execute_async``, the bound loop, or the
