@@ -393,7 +393,8 @@ class ToolsService:
 
         ``agent``: the agent whose batch it was (checked against the ids the
         suspension records; a logged batch needs it, for its session);
-        None: an ``Agent`` rebuilt from those ids (new scopes, no session).
+        None: a scoped service's own agent, else an ``Agent`` rebuilt from
+        those ids (new scopes, no session).
         ``signal`` cancels the resumed batch.
 
         A suspension is resumed once: a second ``resume`` of it in this
@@ -434,6 +435,8 @@ class ToolsService:
         rt._require()
         if signal is not None and not isinstance(signal, AbortSignal):
             raise InvalidTypeError(f"signal must be an AbortSignal, not {type(signal).__qualname__}")
+        if agent is None:
+            agent = self._scope  # a scoped service resumes its own agent's batch
         plan = resume_plan(suspension, decisions, agent=agent, signal=signal)
         batch = plan.batch
         # Whatever would refuse the batch is asked before it is claimed: a

@@ -328,7 +328,9 @@ class BatchRun:
         # what settled has committed (_step commits first) and the batch fails.
         if self.out:
             return False
-        return self.bug is not None or self.next_commit == len(self.calls) or self._suspended()
+        return (
+            self.bug is not None or self.next_commit == len(self.calls) or (bool(self.deferred) and self._suspended())
+        )
 
     def _suspended(self) -> bool:
         """Whether the batch waits for deferred approvals and nothing else:
@@ -454,7 +456,8 @@ class BatchRun:
             if not redo and self.next_start == total:
                 self._release_idle()  # nothing left to start: idle servers go
                 return
-            if not redo and self._given(self.next_start):
+            starts = self.starts
+            if starts is not None and not redo and starts[self.next_start].result is not None:
                 # Settled already (a continued batch): it starts as it is, even
                 # behind a barrier (nothing of it runs), and commits in its turn.
                 self.next_start += 1

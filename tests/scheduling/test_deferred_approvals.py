@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_actors import (
     AbortController,
@@ -538,3 +540,75 @@ def test_a_suspension_finishes_in_another_process_with_the_same_tools(tmp_path: 
     assert [e["call_id"] for e in events_of(reopened, "tool/result")] == ["c1", "c0", "c2"]
     assert len(events_of(reopened, "tool/call")) == 3
     reopened.close()
+
+
+def test_a_scoped_service_resumes_its_own_agents_batch() -> None:
+    world = World()
+    session = Session()
+    agent = Agent("main", session=session)
+    with started_runtime() as rt:
+        install(rt, world)
+        scoped = rt.tools.scope(agent)
+        suspended = scoped.execute(ToolBatchInput(calls=(c("c0", ask=True),), log=LogStep(turn=1, step=1)))
+        result = scoped.resume(roundtrip(suspended.suspension), {"c0": "allowed-once"})
+    assert texts(result) == [("c0", "done c0")]
+    assert session.pending_calls() == []
+
+
+# ---------------------------------------------------------------------------
+# The rule, over random batches (the schedule's invariants checked after
+# every step: tests/scheduling/conftest.py)
+# ---------------------------------------------------------------------------
+
+
+def expected_states(shape: list[tuple[str, bool]]) -> list[str]:
+    """What each call is once the batch suspends: a call behind a barrier
+    (a deferred exclusive call, or an exclusive call waiting for a deferred
+    one) is pending; an exclusive call waits for a deferred call before it."""
+    states_: list[str] = []
+    deferred_seen = blocked = False
+    for name, ask in shape:
+        if blocked:
+            states_.append("pending")
+        elif name == "excl" and deferred_seen:
+            states_.append("pending")
+            blocked = True
+        elif ask:
+            states_.append("deferred")
+            deferred_seen = True
+            blocked = name == "excl"
+        else:
+            states_.append("settled")
+    return states_
+
+
+@settings(max_examples=25)
+@given(
+    shape=st.lists(st.tuples(st.sampled_from(["safe", "excl"]), st.booleans()), min_size=1, max_size=7),
+    cap=st.integers(min_value=1, max_value=3),
+)
+def test_what_runs_while_approvals_wait_and_the_resume_finish_every_call_exactly_once(
+    shape: list[tuple[str, bool]], cap: int
+) -> None:
+    calls = tuple(c(f"c{i}", name, ask=ask) for i, (name, ask) in enumerate(shape))
+    expected = expected_states(shape)
+    first, second = World(), World()
+    with started_runtime() as rt:
+        install(rt, first)
+        result = rt.tools.execute(ToolBatchInput(calls=calls, agent=Agent("main"), max_parallel_tool_calls=cap))
+    settled = [call.id for call, state in zip(calls, expected, strict=True) if state == "settled"]
+    assert [item.call_id for item in result.results] == settled
+    assert sorted(first.ran) == sorted(settled)
+    if "deferred" not in expected:
+        assert result.suspension is None and result.pending == ()
+        return
+    assert result.pending == tuple(call.id for call, state in zip(calls, expected, strict=True) if state != "settled")
+    assert [state for _, state in states(roundtrip(result.suspension))] == expected
+
+    decisions = {call.id: "allowed-once" for call, state in zip(calls, expected, strict=True) if state == "deferred"}
+    with started_runtime() as rt2:
+        install(rt2, second, service=lambda request: "allowed-once")
+        done = rt2.tools.resume(roundtrip(result.suspension), decisions)
+    assert texts(done) == [(call.id, f"done {call.id}") for call in calls]
+    assert done.pending == ()
+    assert Counter(first.ran + second.ran) == Counter(call.id for call in calls)
