@@ -54,6 +54,8 @@ def test_the_log_table_gives_exactly_the_keys_the_session_writes() -> None:
         session.result_event("c", failure),
         session.ptc_dispatch_start_event("c", None, "c:ptc:1", "t", {}),
         session.ptc_dispatch_event("c", None, "c:ptc:1", "t", True, failure.content, failure.error, None),
+        session.approval_request_event("c", "s1", "t", "why", {"en": "May I?"}),
+        session.approval_event("c", "s1", "allowed-once"),
     ]
     table = logged_keys()
     assert set(table) == {event["type"] for event in written}

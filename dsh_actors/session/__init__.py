@@ -3,7 +3,7 @@ object per line.
 
 A :class:`Session` records what a batch did, in commit order, as *events*:
 plain JSON objects, each with a ``"type"`` key. The executor writes four
-kinds, built by the functions below (keys are snake_case):
+kinds, built by the functions below, and two more for approvals (keys are snake_case):
 
 ``tool/call``
     ``{"type", "turn", "step", "call_id", "name", "arguments"}``:
@@ -22,6 +22,15 @@ kinds, built by the functions below (keys are snake_case):
     ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
     "is_error", "content", "error", "meta"}``: the settled sub-call's
     durable copy, same field shapes as ``tool/result``.
+``tool/approval-request``
+    ``{"type", "call_id", "suspension", "name", "reason",
+    "display_reason"}``: the approval service deferred a logged call (it
+    has its ``tool/call``, and no ``tool/result`` until it is decided); its
+    batch suspended as ``suspension``.
+``tool/approval``
+    ``{"type", "call_id", "suspension", "decision"}``: the decision a
+    resume of that suspension gave, written before anything of the resumed
+    batch runs (``"deferred"`` again is followed by a new request).
 
 **Storage.** ``Session()`` keeps events in memory; ``Session(path)``
 keeps none (only the pending call and sub-call ids that pair calls with
@@ -68,6 +77,8 @@ what is still open. :meth:`Session.results_by_call` gives each call's
 from __future__ import annotations
 
 from ._events import (
+    APPROVAL,
+    APPROVAL_REQUEST,
     CALL,
     PTC_DISPATCH,
     PTC_DISPATCH_START,
@@ -77,6 +88,8 @@ from ._events import (
     RESULT,
     LoggedResult,
     SessionCorruptError,
+    approval_event,
+    approval_request_event,
     call_event,
     error_from_json,
     error_to_json,
@@ -88,6 +101,8 @@ from ._events import (
 from ._file import Session
 
 __all__ = [
+    "APPROVAL",
+    "APPROVAL_REQUEST",
     "CALL",
     "PTC_DISPATCH",
     "PTC_DISPATCH_START",
@@ -98,6 +113,8 @@ __all__ = [
     "LoggedResult",
     "Session",
     "SessionCorruptError",
+    "approval_event",
+    "approval_request_event",
     "call_event",
     "error_from_json",
     "error_to_json",
