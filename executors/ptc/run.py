@@ -284,6 +284,15 @@ class Run:
         self._end(Ending(kind="disk", headline=headline))
         return True
 
+    def _sub_batch_ended(self, reply: Any) -> None:
+        """The sub-batch replied (any thread): normally after the run sealed
+        it; before that only if it failed (a bug), and then the calls the
+        program makes would never be answered: the run ends."""
+        if not reply.cancelled() and reply.exception() is not None:
+            self.request_stop(
+                "internal", f"the program's tool calls could not be scheduled: {safe_str(reply.exception())}"
+            )
+
     def _drain_sub_batch(self) -> None:
         """After the run ended: wait for the sub-batch to end (it was sealed
         and halted by the run's signal; a started sub-call is never
@@ -476,6 +485,7 @@ class Run:
                 sub.state = SubState.SKIPPED
                 self._end(Ending(kind="aborted", headline=f"the program's tool calls cannot run: {exc.message}"))
                 return
+            sub_batch.reply.add_done_callback(self._sub_batch_ended)
         self._by_id[call_id] = sub
         sub_batch.feed(
             call_id, name, arguments, schema=schema, root_call_id=self._ctx.root_call_id, parent=self._ctx.token
@@ -636,7 +646,7 @@ class Run:
         parts = [ending.headline]
         if ending.traceback:
             parts.append(ending.traceback)
-        made = [sub for sub in self._calls if sub.state is not SubState.PENDING]
+        made = self._calls
         if made:
             lines = [f"Tool calls the program made ({len(made)}):"]
             lines.extend(sub.summary() for sub in made)

@@ -110,7 +110,7 @@ class SubCall:
                     plain = str(info.code) == "TOOL_FAILED" and info.name != "ToolFailedError"
                     status = f"failed ({info.name if plain else info.code}): {message}"
             case SubState.PENDING:
-                status = "still running"  # pragma: no cover - execute() waits for the sub-batch
+                status = "no result (its scheduling failed)"  # execute() waits for the sub-batch's end
             case _:
                 status = "not started"
         return f"- {self.call_id} {self.name}: {status}"

@@ -291,3 +291,23 @@ def test_a_sub_call_the_run_ended_before_it_started_still_gets_its_tools_result(
     controller.abort("stop")
     future.result(GUARD)
     assert results == {"c1:ptc:1": "ABORTED", "c1:ptc:2": "ABORTED_BEFORE_DISPATCH", "c1": "CODE_RUN_FAILED"}
+
+
+def test_a_sub_batch_that_fails_internally_ends_the_run_at_once(rt: Any, monkeypatch: Any) -> None:
+    # A bug in the scheduler fails the sub-batch (it never hangs): the run
+    # ends "internal" instead of leaving the program waiting for its timeout.
+    from dsh_actors.scheduling.batch import BatchRun
+
+    def broken(self: Any, fed: Any) -> None:
+        raise RuntimeError("a bug in the scheduler")
+
+    monkeypatch.setattr(BatchRun, "_fed", broken)
+    install(rt, timeout_ms=60_000)
+    rt.tools.register(tool("work", lambda args, ctx: 1))
+    result = run_code(rt, "return await tools.work()")
+    message = result.error.message
+    assert message.startswith(
+        "code run failed (internal): the program's tool calls could not be scheduled: tool batch failed: "
+        "internal error: RuntimeError: a bug in the scheduler"
+    ), message
+    assert "- c1:ptc:1 work: no result (its scheduling failed)" in message
