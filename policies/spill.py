@@ -53,7 +53,7 @@ program and the model are unaffected.
 
 Threads: the post-execute listener runs on the thread that finalizes the
 call (a batch's executor thread: the write holds up only that batch), the
-ptc-dispatch-log listener on the PTC executor's sub-call thread. Each does
+ptc-dispatch-log listener on the executor actor that commits the sub-call. Each does
 one small file write; no thread is started.
 """
 
@@ -249,7 +249,7 @@ class SpillPolicy:
         return Accept(content=tuple(replacement), additional_contexts=decision.additional_contexts)
 
     def ptc_dispatch_log(self, dispatch: Any, next_: Callable[[], Any]) -> Any:
-        """The ``tools/ptc-dispatch-log`` listener (the PTC sub-call thread):
+        """The ``tools/ptc-dispatch-log`` listener (the sub-call's executor actor):
         ``dispatch`` has ``.agent``, ``.sub_call_id``, ``.content``."""
         content = next_()
         call_id = getattr(dispatch, "sub_call_id", None)

@@ -376,6 +376,88 @@ def test_a_body_that_blocks_its_loop_is_named_in_a_warning(app_loop: Any, librar
     assert len(lines) == 1  # one warning per block, not one per look
 
 
+def test_a_body_its_blocked_loop_cannot_start_is_named_in_a_warning_then_runs(
+    app_loop: Any, library_logs: None, monkeypatch: Any
+) -> None:
+    # Something else blocks the batch's loop (the application's blocking
+    # call on it): the body waits for its first step, and the watch says so.
+    from loguru import logger
+
+    from dsh_actors.pipeline.flights import LoopWatch
+
+    monkeypatch.setattr(LoopWatch, "PERIOD", 0.01)
+    monkeypatch.setattr(LoopWatch, "BLOCK_WARNING", 0.05)
+    warned = threading.Event()
+    lines: list[str] = []
+
+    def sink(message: Any) -> None:
+        if "for its event loop to start it" in str(message):
+            lines.append(str(message))
+            warned.set()
+
+    async def waiting(args: Any, ctx: Any) -> str:
+        return "ran"
+
+    handler = logger.add(sink, level="WARNING")
+    try:
+        with ToolRuntime(loop=app_loop) as rt:
+            rt.tools.register(tool("late_tool", waiting))
+            app_loop.call_soon_threadsafe(warned.wait, GUARD)  # the application blocks its loop
+            future = rt.tools.submit(batch("late_tool"))
+            assert warned.wait(GUARD)
+            result = future.result(GUARD)
+    finally:
+        logger.remove(handler)
+    assert result.results[0].result.value == "ran"
+    assert 'async tool "late_tool" (call c0) has waited' in lines[0]
+
+
+def test_await_flight_cancels_the_flight_once_and_waits_for_its_cleanup(app_loop: Any) -> None:
+    # The awaiting task is cancelled and the flight's signal fires: the
+    # coroutine sees one cancellation, finishes its cleanup, and only then
+    # does the awaiter's cancellation go on.
+    from dsh_actors.pipeline.flights import LoopWatch, await_flight
+
+    cleaned = threading.Event()
+    cancels: list[int] = []
+    inside = asyncio.Event()
+
+    async def request() -> str:
+        inside.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancels.append(1)
+            for _ in range(20):  # cleanup that awaits (as the SDK's shielded cancel write)
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    cancels.append(2)
+            cleaned.set()
+            raise
+        return "never"
+
+    watch = LoopWatch("test-watch")
+    controller = AbortController()
+
+    async def awaiter() -> bool:
+        task = asyncio.ensure_future(await_flight(watch, request(), controller.signal, app_loop, "req", "r1"))
+        await asyncio.wait_for(inside.wait(), GUARD)
+        controller.abort()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return cleaned.is_set()
+        return False
+
+    try:
+        assert asyncio.run_coroutine_threadsafe(awaiter(), app_loop).result(GUARD) is True
+    finally:
+        watch.stop()
+    assert cancels == [1]
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["flight", "under-a-wrapper"])
 @pytest.mark.parametrize("logged", [False, True], ids=["no-log", "session-log"])
 @pytest.mark.parametrize("how", ["signal", "stop"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import hashlib
 import re
@@ -18,10 +17,19 @@ from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 
 from ..definition import ToolDefinition, ToolOutput, validate_definition
-from ..errors import DshError, InvalidTypeError, RegistrationError, ToolOutputError, ToolTimeoutError, safe_str
+from ..errors import (
+    AbortError,
+    DshError,
+    InvalidTypeError,
+    RegistrationError,
+    ToolOutputError,
+    ToolTimeoutError,
+    safe_str,
+)
 from ..events import Disposer, disposer
 from ..json import thaw
 from ..model import ContentBlock, TextBlock
+from ..pipeline.flights import LoopGoneError, await_flight
 from ..presentation import GenericCallView, GenericResultView, ToolCallView, ToolResultView
 from ..signals import AbortController, AbortSignal
 from ._content import blocks_from_wire, error_text, for_model
@@ -45,17 +53,11 @@ _CONNECTION_CLOSED: Final = -32000
 _MALFORMED: Final = "dsh-actors: malformed answer"
 #: A server that keeps handing out cursors is cut off after this many pages.
 _MAX_PAGES: Final = 1000
-#: While a cancelled call waits for the SDK, how often it checks that the
-#: session's loop still runs (a stopped loop would never finish the call).
-_LOOP_CHECK_S: Final = 0.5
 #: The names registration accepts (``TOOL_NAME_RULE``), and what is replaced.
 _NAME_RE: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}", re.ASCII)
 _OTHER_RE: Final = re.compile(r"[^a-zA-Z0-9_-]", re.ASCII)
 #: Hex digits of the hash that keeps a cut or colliding name apart.
 _SUFFIX_LEN: Final = 8
-#: A request the session's loop has not started after this long is logged
-#: (the loop is blocked, typically by a blocking execute on its own thread).
-_STALL_S: Final = 5.0
 
 
 async def mount(
@@ -391,10 +393,7 @@ class _Mount:
         # The request's task copies this context (here or on the session's loop).
         reset = _CALL_SIGNALS.set((signal, ctx.signal, deadline.signal))
         try:
-            if loop is self.loop:
-                result = await self._here(request, signal)
-            else:
-                result = await self._on_session_loop(request, signal)
+            result = await self._on_session_loop(request, signal, registered, ctx.call_id)
         except asyncio.CancelledError:
             if signal.reason is bound:  # the bound fired before the caller's signal
                 raise bound from None
@@ -435,127 +434,22 @@ class _Mount:
                 raise McpConnectionError(self.server, self._closed) from err
             raise McpProtocolError(name, f"{type(err).__name__}: {safe_str(err)}") from err
 
-    async def _here(
-        self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal
-    ) -> types.CallToolResult:
-        """Await ``request`` on this loop (the session's). When the call's
-        signal fires, or this task is cancelled, the request is cancelled
-        through the SDK, and this waits until the SDK has returned."""
-        loop = self.loop
-        task = loop.create_task(request)
-
-        def forward(_: Any = None) -> None:
-            try:
-                loop.call_soon_threadsafe(task.cancel)
-            except RuntimeError:  # closed meanwhile
-                pass
-
-        unsubscribe = signal.add_callback(forward)
-        cancelled_here = False
-        try:
-            while not task.done():
-                try:
-                    await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    if not task.done():
-                        cancelled_here = True
-                        task.cancel()
-        finally:
-            unsubscribe()
-        if task.cancelled():
-            raise asyncio.CancelledError()
-        result = task.result()  # raises the request's own error
-        if cancelled_here:
-            raise asyncio.CancelledError()
-        return result
-
     async def _on_session_loop(
-        self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal
+        self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal, name: str, call_id: str
     ) -> types.CallToolResult:
-        """Run ``request`` on the session's loop and wait for it here. When
-        this task is cancelled (the call's signal fired), the request is
-        cancelled there, through the SDK, and this waits until the SDK has
-        returned before it lets the cancellation through."""
-        loop = self.loop
-        if loop.is_closed() or not loop.is_running():
-            request.close()
-            self._closed = "the event loop that owns the session is not running"
-            raise McpConnectionError(self.server, self._closed)
-        done: concurrent.futures.Future[types.CallToolResult] = concurrent.futures.Future()
-        tasks: list[asyncio.Task[types.CallToolResult]] = []
-        cancel_requested = False
-
-        def settle(task: asyncio.Task[types.CallToolResult]) -> None:
-            if task.cancelled():
-                done.cancel()
-            elif task.exception() is not None:
-                done.set_exception(task.exception())
-            else:
-                done.set_result(task.result())
-
-        def start() -> None:
-            if cancel_requested:  # cancelled before it started: never sent
-                request.close()
-                done.cancel()
-                return
-            task = loop.create_task(request)
-            tasks.append(task)
-            task.add_done_callback(settle)
-
-        def cancel() -> None:
-            for task in tasks:
-                task.cancel()
-
-        def forward(_: Any = None) -> None:
-            nonlocal cancel_requested
-            cancel_requested = True
-            try:
-                loop.call_soon_threadsafe(cancel)
-            except RuntimeError:  # closed meanwhile
-                pass
-
+        """Run ``request`` as a flight on the session's loop (the runtime's
+        one way to run a coroutine on a loop, ``pipeline/flights.py``) and
+        await it here, on this loop or another. When ``signal`` fires, or
+        this task is cancelled, the request's task is cancelled there (the
+        SDK then sends ``notifications/cancelled``), and this waits until
+        the SDK has returned before the cancellation goes on."""
         try:
-            loop.call_soon_threadsafe(start)
-        except RuntimeError:
-            request.close()
-            self._closed = "the event loop that owns the session is closed"
+            return await await_flight(self.rt.loop_watch, request, signal, self.loop, name, call_id)  # type: ignore[no-any-return]
+        except AbortError:  # the signal cancelled the request (or it never started)
+            raise asyncio.CancelledError() from None
+        except LoopGoneError as err:
+            self._closed = f"the event loop that owns the session stopped ({safe_str(err)})"
             raise McpConnectionError(self.server, self._closed) from None
-        unsubscribe = signal.add_callback(forward)
-        waiter = asyncio.wrap_future(done)
-        cancelled_here = False
-        warned = False
-        try:
-            while True:
-                timeout = _LOOP_CHECK_S if cancelled_here else (None if warned or tasks else _STALL_S)
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiter), timeout)
-                    break
-                except TimeoutError:
-                    if loop.is_closed() or not loop.is_running():
-                        self._closed = "the event loop that owns the session stopped during a call"
-                        raise McpConnectionError(self.server, self._closed) from None
-                    if not cancelled_here and not tasks and not warned:
-                        warned = True
-                        logger.warning(
-                            "MCP server {!r}: the session's event loop has not started a tools/call in {:.0f} s; "
-                            "is a blocking rt.tools.execute() running on that loop's thread? "
-                            "Use await rt.tools.execute_async() there instead",
-                            self.server,
-                            _STALL_S,
-                        )
-                except asyncio.CancelledError:
-                    if waiter.done():
-                        break
-                    cancelled_here = True
-                    forward()
-        finally:
-            unsubscribe()
-        if waiter.cancelled():
-            raise asyncio.CancelledError()
-        result = waiter.result()  # raises the request's own error
-        if cancelled_here:
-            raise asyncio.CancelledError()
-        return result
 
     def _value(self, name: str, structured: bool, result: types.CallToolResult, args: Any, ctx: ToolRunContext) -> Any:
         every = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]

@@ -1,9 +1,14 @@
 """Async tool bodies in flight on an event loop, and the watch over those loops.
 
-A :class:`Flight` is one coroutine (an ``async def`` body, or an async
-condition or listener) run as a task on one event loop: the batch's loop
-(the one that awaited ``execute_async``, or the runtime's bound loop) or
-the runtime's own loop thread. It is started from any thread with
+A :class:`Flight` is one coroutine (an ``async def`` body, an async
+condition or listener, an MCP request) run as a task on one event loop:
+the batch's loop (the one that awaited ``execute_async``, or the runtime's
+bound loop), the runtime's own loop thread, or an MCP session's loop. It
+is the one way the runtime runs a coroutine on another loop: a batch's
+async body reports its end in a message; a thread that needs the value
+waits with ``body.await_on_loop``; a coroutine on another loop awaits it
+with :func:`await_flight` (the MCP mount); the tool-set actor takes its
+conditions' ends as messages. It is started from any thread with
 ``call_soon_threadsafe`` and reports its end exactly once, through the
 ``on_end(value, error)`` callback it was given, on whichever thread ended
 it (the loop's thread, or the watch's when the loop went away). It never
@@ -23,16 +28,23 @@ The :class:`LoopWatch` (one thread per runtime, started with the first
 flight) looks at the loops that have flights every ``PERIOD`` seconds:
 
 * a loop that is closed, or no longer running, ends its flights with a
-  clear ``RuntimeError`` (the batch never hangs on a loop that is gone);
+  clear :class:`LoopGoneError` (the batch never hangs on a loop that is
+  gone);
 * a loop that has not run a heartbeat callback for ``BLOCK_WARNING``
   seconds while one of its flights' tasks is the one running logs one
   warning naming that tool: a body that blocks the loop is the
-  application's bug, and it stalls everything else on that loop.
+  application's bug, and it stalls everything else on that loop;
+* a loop that has not run a heartbeat for ``BLOCK_WARNING`` seconds while
+  a flight waits for its first step there logs one warning naming that
+  tool: something else blocks the loop (typically a blocking
+  ``rt.tools.execute()`` on that loop's own thread), and the flight will
+  start only once it returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import threading
 import time
@@ -44,10 +56,15 @@ from loguru import logger
 from ..errors import AbortError
 from ..signals import AbortSignal
 
-__all__ = ["Flight", "LoopWatch", "Outbox"]
+__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "await_flight"]
 
 #: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
 OnEnd = Callable[[Any, BaseException | None], None]
+
+
+class LoopGoneError(RuntimeError):
+    """The loop a flight runs on closed or stopped before the flight ended
+    (or was not running when it was launched)."""
 
 
 class _Escaped:
@@ -63,7 +80,8 @@ class _Escaped:
 class Flight:
     """One coroutine run as a task on one loop (see the module docstring).
 
-    State: ``task`` and ``started`` are written on the loop's thread only;
+    State: ``task``, ``started`` and ``cancelled`` are written on the
+    loop's thread only (the task is cancelled at most once);
     ``ended`` is written once, under the watch's lock (whoever ends the
     flight first wins: the task's done callback, or the watch when the loop
     went away). Invariant: ``on_end`` is called exactly once, after which
@@ -84,6 +102,7 @@ class Flight:
         "unsubscribe",
         "watch",
         "context",
+        "cancelled",
     )
 
     def __init__(
@@ -98,6 +117,7 @@ class Flight:
         self.task: asyncio.Task[Any] | None = None
         self.started = False  # the coroutine took its first step
         self.by_signal = False  # the signal fired (and cancelled the task)
+        self.cancelled = False  # the task was cancelled (once; the loop's thread only)
         self.ended = False
         self.unsubscribe: Any = None
         self.watch: LoopWatch | None = None
@@ -149,8 +169,12 @@ class Flight:
             self._end(value, None)
 
     def _cancel(self) -> None:
+        # Once: a coroutine cleaning up after its cancellation (the MCP SDK
+        # writing notifications/cancelled under a shield) must not be
+        # interrupted by a second request (the signal and the awaiter both ask).
         task = self.task
-        if task is not None:
+        if task is not None and not self.cancelled:
+            self.cancelled = True
             task.cancel()
 
     # -- any thread --------------------------------------------------------------
@@ -191,8 +215,53 @@ class Flight:
             except BaseException:  # noqa: BLE001 - pragma: no cover - a coroutine that resists closing
                 pass
         self._end(
-            None, RuntimeError(f'the event loop that runs async tool "{self.name}" {state} before the call ended')
+            None, LoopGoneError(f'the event loop that runs async tool "{self.name}" {state} before the call ended')
         )
+
+
+async def await_flight(
+    watch: LoopWatch,
+    coro: Any,
+    signal: AbortSignal,
+    loop: asyncio.AbstractEventLoop,
+    name: str,
+    call_id: str,
+) -> Any:
+    """Run ``coro`` as a :class:`Flight` on ``loop`` (another loop than the
+    awaiting one, or the same) and await its end here: its value, or what
+    it raised (``AbortError`` when ``signal`` cancelled it, ``LoopGoneError``
+    when ``loop`` went away). When the awaiting task is cancelled, the
+    flight is cancelled too, and this still waits for it to end (it is
+    never abandoned) before the ``CancelledError`` goes on."""
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def on_end(value: Any, error: BaseException | None) -> None:
+        # On the flight's loop's thread, or the watch's.
+        if type(error) is asyncio.CancelledError:
+            done.cancel()  # cancelled by flight.cancel(), not by its signal
+        elif error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(value)
+
+    flight = Flight(coro, signal, loop, name, call_id, on_end)
+    watch.launch(flight)
+    waiter = asyncio.wrap_future(done)
+    cancelled = False
+    while not waiter.done():
+        try:
+            await asyncio.wait((waiter,))  # (cancelling this wait leaves the waiter be)
+        except asyncio.CancelledError:
+            if not waiter.done():
+                cancelled = True
+                flight.cancel()
+    if cancelled:
+        if not waiter.cancelled():
+            waiter.exception()  # (retrieved: the cancellation wins)
+        raise asyncio.CancelledError()
+    if waiter.cancelled():
+        raise asyncio.CancelledError()
+    return waiter.result()
 
 
 def _start_all(flights: tuple[Flight, ...]) -> None:
@@ -279,7 +348,7 @@ class LoopWatch:
                 flight.coro.close()
                 flight.on_end(
                     None,
-                    RuntimeError(
+                    LoopGoneError(
                         f'the event loop that runs async tool "{flight.name}" {state} '
                         "(the batch's loop must run until the batch settles)"
                     ),
@@ -389,6 +458,18 @@ class LoopWatch:
                     'async tool "{}" (call {}) has blocked its event loop for {:.1f} s: an async body must not '
                     "make blocking calls (everything else on that loop waits; run blocking work in a thread "
                     "or make the tool sync)",
+                    flight.name,
+                    flight.call_id,
+                    now - beat.sent,
+                )
+                return
+        for flight in flights:
+            if flight.task is None and not flight.ended:
+                beat.warned = True
+                logger.warning(
+                    'async tool "{}" (call {}) has waited {:.1f} s for its event loop to start it: something '
+                    "else blocks that loop, such as a blocking rt.tools.execute() on the loop's own thread "
+                    "(use await rt.tools.execute_async() there instead); it starts once the loop runs again",
                     flight.name,
                     flight.call_id,
                     now - beat.sent,

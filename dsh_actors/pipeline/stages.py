@@ -58,6 +58,7 @@ __all__ = [
     "finish_on_loop",
     "lookup",
     "prepare",
+    "refuse_deferral",
     "run_inline",
     "stale",
     "stamp",
@@ -65,6 +66,19 @@ __all__ = [
     "target_loop",
     "wants_loop",
 ]
+
+
+def refuse_deferral(call: Call) -> None:
+    """A DEFERRED call that cannot wait for a decision (a nested call, a
+    PTC program's sub-call): only a model's batch suspends, so the call
+    fails, and post-execute sees it."""
+    call.resolve(
+        failure(
+            f'tool "{call.execution.name}" requires approval, but the approval service deferred it and a '
+            "nested call cannot wait for a decision (only a batch suspends)"
+        ),
+        run_post=True,
+    )
 
 
 def run_inline(rt: ToolRuntime, inp: ToolExecutionInput) -> ToolExecutionResult:
@@ -75,15 +89,7 @@ def run_inline(rt: ToolRuntime, inp: ToolExecutionInput) -> ToolExecutionResult:
     call = begin(0, inp)
     prepare(rt, call)
     if call.phase is CallPhase.DEFERRED:
-        # Only a batch suspends: a nested call cannot wait for a decision.
-        name = inp.name
-        call.resolve(
-            failure(
-                f'tool "{name}" requires approval, but the approval service deferred it and a nested call '
-                "cannot wait for a decision (only a batch suspends)"
-            ),
-            run_post=True,
-        )
+        refuse_deferral(call)
     elif call.phase is CallPhase.READY:
         call.phase = CallPhase.DISPATCHING
         dispatch(rt, call)

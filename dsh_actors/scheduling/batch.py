@@ -23,6 +23,17 @@ pre-execute waterfall, approval, guards: in model order, here), then
 A call commits (finalize, ``tools/result``, its result and ``tool/result``)
 as soon as it has settled and every call before it has committed: a call's
 ``tools/result`` never waits for unrelated siblings.
+
+A **sub-batch** (``NativeExecutor.open_sub_batch``: a PTC program's tool
+calls) is the same state machine with two differences. Its calls arrive one
+by one (``Fed``) until its feeder seals it (``Sealed``), and the feeder may
+make its next call only once it has the result of an earlier one: so a
+call of a sub-batch commits as soon as it has settled, whatever the calls
+before it do (model order still decides when calls *start*, an exclusive
+call still waits for every call before it to commit and holds back every
+call after it until it has committed). Its calls' starts and results go to
+the feeder's :class:`~.messages.FeedSink`, not to the session's
+``tool/call``/``tool/result``.
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ from ..pipeline.stages import (
     finish_on_loop,
     lookup,
     prepare,
+    refuse_deferral,
     stale,
     stamp,
     start_on_loop,
@@ -65,7 +77,7 @@ from ..session import approval_request_event, call_event, result_event
 from ..signals import AbortController, AbortSignal
 from ..visibility import definition_mode, has_guards
 from .inbox import RUNNING, BatchInbox
-from .messages import BodyEnded, CallStart, Deadline, Reply, Returned, Settled, Wake
+from .messages import BodyEnded, CallStart, Deadline, Fed, Reply, Returned, Sealed, Settled, Wake
 from .pool import WorkMailbox
 from .suspension import new_suspension_id, suspension_value
 
@@ -115,6 +127,10 @@ class BatchRun:
       starts. A call given its result is never built: it starts as soon
       as it is next (even behind a barrier: nothing of it runs) and commits
       its given result in its turn, without emitting or logging anything.
+    * ``sink``: a sub-batch's feeder (None for a batch); ``sealed``: no more
+      calls will be fed (always True for a batch). In a sub-batch, calls
+      between ``next_commit`` and ``next_start`` commit as they settle:
+      ``calls[i]`` is None there once call ``i`` has committed.
     """
 
     #: Set by the property tests: assert the invariants after every step.
@@ -157,6 +173,8 @@ class BatchRun:
         "deferred",
         "late",
         "suspension_id",
+        "sink",
+        "sealed",
     )
 
     def __init__(
@@ -169,6 +187,7 @@ class BatchRun:
         loop: Any = None,
         schedule: Any = None,
         starts: tuple[CallStart, ...] | None = None,
+        sink: Any = None,
     ) -> None:
         self.rt = rt
         self.loop = loop  # where async bodies run (None: the runtime's loop thread)
@@ -209,6 +228,8 @@ class BatchRun:
         self.deferred: list[int] = []  # DEFERRED calls the commit passed, in model order
         self.late = False  # a deferred call committed after the calls behind it (an abort)
         self.suspension_id: str | None = None  # minted when the first call defers
+        self.sink = sink  # a sub-batch's FeedSink (None: a batch)
+        self.sealed = sink is None  # no more calls will be fed
 
     # -- the run -------------------------------------------------------------------
 
@@ -239,6 +260,10 @@ class BatchRun:
                     self._body_ended(message)
                 elif kind is Returned:
                     self._returned(message)
+                elif kind is Fed:
+                    self._fed(message)
+                elif kind is Sealed:
+                    self.sealed = True
                 elif kind is Deadline:
                     self._deadline()
                 else:
@@ -277,6 +302,31 @@ class BatchRun:
             call.unprepare()
             insort(self.redo, index)
 
+    def _fed(self, fed: Fed) -> None:
+        """One more call of a sub-batch: built now (its arguments are a
+        value already), the last in model order."""
+        index = len(self.calls)
+        batch = self.batch
+        call = begin_call(
+            index,
+            fed.call_id,
+            fed.name,
+            fed.arguments,
+            self.signal,
+            batch.agent,
+            batch.tool_set,
+            root_call_id=fed.root_call_id,
+            parent=fed.parent,
+            schema=fed.schema,
+            context=batch.context,
+            deps=batch.deps,
+        )
+        call.body_parent = self.body_parent
+        call.body_hook = self.hook
+        call.loop = self.loop
+        self.unbuilt.append(None)
+        self.calls.append(call)
+
     def _open(self) -> None:
         batch = self.batch
         rt = self.rt
@@ -295,7 +345,7 @@ class BatchRun:
         agent = batch.agent
         if batch.log is not None and agent is not None:
             self.session = agent.session
-        policy = self.policy = self.native.batch_policy()
+        policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
         own = policy.own
         self.hook = policy.hook
         # The default direct_call_hint always answers None: skip the call.
@@ -326,10 +376,13 @@ class BatchRun:
     def _done(self) -> bool:
         # A started call is never abandoned: nothing may be out. After a bug,
         # what settled has committed (_step commits first) and the batch fails.
+        # A sub-batch ends once its feeder has sealed it.
         if self.out:
             return False
         return (
-            self.bug is not None or self.next_commit == len(self.calls) or (bool(self.deferred) and self._suspended())
+            self.bug is not None
+            or (self.sealed and self.next_commit == len(self.calls))
+            or (bool(self.deferred) and self._suspended())
         )
 
     def _suspended(self) -> bool:
@@ -447,7 +500,7 @@ class BatchRun:
                     if self._given(index):
                         continue  # settled already: it commits its given result
                     call = self._call_at(index)
-                    self._log_call(call)
+                    self._log_call(call, started=False)
                     call.resolve(aborted(before_dispatch=True), run_post=False)
                 if self._commit_ready():
                     continue
@@ -509,7 +562,10 @@ class BatchRun:
                 self.barrier = index
             if call.phase is not CallPhase.READY:
                 if call.phase is CallPhase.DEFERRED:
-                    self._defer(call)
+                    if self.sink is None:
+                        self._defer(call)
+                    else:
+                        refuse_deferral(call)  # a program cannot wait for a decision
                 continue  # resolved without dispatch (or deferred): it commits in its turn
             call.phase = CallPhase.DISPATCHING
             if early:
@@ -523,8 +579,9 @@ class BatchRun:
                     self.out.add(index)
                     self.on_loop.add(index)
                     self.launching.append(flight)
-            elif not self.out and (exclusive or self.limit == 1 or self.next_start == total):
-                # The only call that can start: run it here, no hop.
+            elif not self.out and (exclusive or self.limit == 1 or (self.next_start == total and self.sealed)):
+                # The only call that can start: run it here, no hop. (The last
+                # call of a sub-batch is not: its feeder may make more.)
                 # (A body run here may block: this actor's step slot serves
                 # other batches meanwhile.)
                 with self.rt.waiting():
@@ -539,7 +596,7 @@ class BatchRun:
         and a batch that is not serial; and whether a call actor would run
         it (an async body waits for a slot unprepared: it runs as a flight,
         started by this executor when a slot frees)."""
-        if self.limit < 2 or self.session is not None or self.on_loop:
+        if self.limit < 2 or self._logged() or self.on_loop:
             # (With bodies in flight on a loop, which take no call actor, the
             # `limit` servers could run more than `limit` calls at once.)
             return False
@@ -579,9 +636,15 @@ class BatchRun:
         if self.mailbox is not None:
             self.mailbox.release_idle()
 
+    def _logged(self) -> bool:
+        """Whether a call's start is written to a durable log."""
+        return self.session is not None if self.sink is None else self.sink.logged
+
     def _commit_ready(self) -> bool:
         """Commit (finalize, record, log), in model order, every started call
-        that has its outcome; whether any was."""
+        that has its outcome; whether any was. (A sub-batch's: as they settle.)"""
+        if self.sink is not None:
+            return self._commit_settled()
         calls = self.calls
         out = self.out
         progressed = False
@@ -616,6 +679,33 @@ class BatchRun:
             calls[index] = None
             self.next_commit = index + 1
             progressed = True
+        return progressed
+
+    def _commit_settled(self) -> bool:
+        """A sub-batch's :meth:`_commit_ready`: every started call that has
+        its outcome commits now, whatever the calls before it do (its feeder
+        may wait for this result before it makes the call that lets an
+        earlier one finish)."""
+        calls = self.calls
+        out = self.out
+        stuck = self.stuck
+        progressed = False
+        for index in range(self.next_commit, self.next_start):
+            call = calls[index]
+            if call is None or index in out:
+                continue  # committed already, or running
+            if stuck and any(c is call for c in stuck):
+                self._commit_stuck(call)
+            elif call.phase is CallPhase.DISPATCHED or call.phase is CallPhase.RESOLVED:
+                self._commit(call)
+            else:
+                continue  # to prepare again (redo)
+            if self.barrier == index:
+                self.barrier = None
+            calls[index] = None
+            progressed = True
+        while self.next_commit < self.next_start and calls[self.next_commit] is None:
+            self.next_commit += 1
         return progressed
 
     def _deadline(self) -> None:
@@ -693,8 +783,22 @@ class BatchRun:
         except BaseException:  # noqa: BLE001 - anything odd means exclusive
             return "exclusive", LOOK_UP
 
-    def _log_call(self, call: Call) -> bool:
-        """Write the call's ``tool/call``; False if the session failed."""
+    def _log_call(self, call: Call, *, started: bool = True) -> bool:
+        """Write the call's ``tool/call``; False if the session failed.
+        (A sub-batch's call goes to its sink, only if it ``started``: one
+        resolved unstarted after an abort is not logged.)"""
+        sink = self.sink
+        if sink is not None:
+            if not started:
+                return True
+            if self.log_error is not None:
+                return False
+            try:
+                sink.started(call.execution)
+            except BaseException as exc:  # noqa: BLE001 - as a session write failure
+                self.log_error = exc
+                return False
+            return True
         session = self.session
         if session is None:
             return True
@@ -814,6 +918,14 @@ class BatchRun:
 
     def _record(self, call: Call, result: ToolExecutionResult) -> None:
         self.results.append(_call_result(call.execution.call_id, result))
+        sink = self.sink
+        if sink is not None:
+            try:
+                sink.committed(call.execution, result)
+            except BaseException as exc:  # noqa: BLE001 - the sink must not raise; a bug: fail the batch
+                self._failed(exc)
+            self.committed = len(self.results)
+            return
         session = self.session
         if session is None:
             self.committed = len(self.results)
@@ -836,23 +948,30 @@ class BatchRun:
         total = len(calls)
         assert 0 <= self.next_commit <= self.next_start <= total
         deferred = self.deferred
+        fed = self.sink is not None
+        committed_beyond = sum(1 for c in calls[self.next_commit : self.next_start] if c is None) if fed else 0
         # The commit passed the deferred calls: held, and waiting for a decision.
-        assert len(self.results) + len(deferred) == self.next_commit
+        assert len(self.results) + len(deferred) == self.next_commit + committed_beyond
         assert deferred == sorted(set(deferred)), deferred
+        assert not (fed and deferred), "a sub-batch never suspends"
         for index in deferred:
             call = calls[index]
             assert call is not None and call.phase is CallPhase.DEFERRED, f"deferred call {index} is {call}"
             assert index not in self.out, f"deferred call {index} is out"
         assert all(calls[i] is None for i in range(self.next_commit) if i not in deferred), "a committed call is held"
+        assert self.sealed or fed, "a batch is not sealed"
         for index in range(self.next_start, total):
             call = calls[index]
             assert call is None or call.phase is CallPhase.PENDING or call.phase is CallPhase.RESOLVED, (
                 f"call {index} was prepared before it started"
             )
-        for index in range(self.next_commit, self.next_start):
-            assert calls[index] is not None or self._given(index), (
-                f"started call {index} was dropped before it committed"
-            )
+        if fed:
+            assert self.next_commit == self.next_start or calls[self.next_commit] is not None
+        else:
+            for index in range(self.next_commit, self.next_start):
+                assert calls[index] is not None or self._given(index), (
+                    f"started call {index} was dropped before it committed"
+                )
         assert self.redo == sorted(set(self.redo)), self.redo
         for index in self.redo:
             call = calls[index]
@@ -868,7 +987,7 @@ class BatchRun:
         # At most `limit` run (no more call actors serve the batch), and at
         # most `limit` more wait, prepared ahead, in the mailbox.
         assert len(self.out) <= 2 * self.limit, f"{len(self.out)} calls out at cap {self.limit}"
-        assert len(self.out) <= self.limit or self.session is None, "a logged call was prepared ahead"
+        assert len(self.out) <= self.limit or not self._logged(), "a logged call was prepared ahead"
         if self.barrier is not None:
             assert self.next_commit <= self.barrier < self.next_start or self.barrier in deferred
             assert self.out <= {self.barrier}, "a call runs beside an exclusive one"
@@ -881,6 +1000,7 @@ class BatchRun:
                     self.halted is not None
                     or index in self.redo
                     or self._given(index)
+                    or (behind is None and fed)  # (a sub-batch's: committed as it settled)
                     or (behind is not None and behind.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED))
                 ), "a call started after an exclusive one before it committed"
         if self.halted is not None and self.bug is None:

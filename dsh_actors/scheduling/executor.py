@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
 from loguru import logger
@@ -43,14 +44,14 @@ from ..pipeline.stages import dispatch
 from .batch import BatchRun
 from .idle import IdleShelf
 from .inbox import RUNNING
-from .messages import BatchPolicy, CallStart, Deadline, Reply, Resume, RunBatch, Serve
+from .messages import BatchPolicy, Begin, CallStart, Deadline, Fed, FeedSink, Reply, Resume, RunBatch, Sealed, Serve
 from .pool import LEAVE, CallPool, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
     from ..runtime import ToolRuntime
 
-__all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "executor_lent"]
+__all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "SubBatch", "executor_lent"]
 
 _IDLE_EXECUTORS_KEPT = 32
 
@@ -72,7 +73,7 @@ class NativeExecutor:
         self._lock = threading.Condition()
         self._idle_executors: IdleShelf | None = None  # made on bind (each retires after IDLE_TTL)
         self._stepping = 0
-        self._runnable: deque[RunBatch | Resume] = deque()
+        self._runnable: deque[RunBatch | Begin | Resume] = deque()
         self._closed = False
         self._checked_own: dict[int, Any] = {}
         # The inboxes of the batches running now (for rt.stop()'s drain).
@@ -128,15 +129,17 @@ class NativeExecutor:
             out[definition.name] = checked
         return out
 
-    def batch_policy(self) -> BatchPolicy:
+    def batch_policy(self, *, nested: bool = False) -> BatchPolicy:
         """What a batch of this executor takes from it (internal: asked by
-        the batch as it opens, on its executor actor)."""
+        the batch as it opens, on its executor actor). ``nested``: a
+        sub-batch's (its calls are not the model's: neither the executor's
+        own tools nor its direct-call hint apply)."""
         rt = self._rt
         assert rt is not None
         return BatchPolicy(
-            own=self._own(),
+            own={} if nested else self._own(),
             hook=self._body_hook(),
-            hint=self.direct_call_hint if self._hints() else None,
+            hint=self.direct_call_hint if self._hints() and not nested else None,
             pool=rt.call_pool,
         )
 
@@ -206,6 +209,35 @@ class NativeExecutor:
             )
         )
 
+    def open_sub_batch(self, batch: ToolBatchInput, sink: FeedSink, limit: int) -> SubBatch:
+        """Open a sub-batch that its caller feeds one call at a time (a PTC
+        program's tool calls): the same ``BatchRun`` as any batch of this
+        executor, on its executor actors, its calls on the runtime's call
+        actors, at most ``limit`` at once (see ``scheduling/batch.py``).
+        ``batch`` gives the agent, step, signal and context (its ``calls``
+        and ``log`` are not used); ``sink`` gets every call's start and
+        final result. Raises ``RuntimeStoppedError`` once the executor is
+        shut down."""
+        rt = self._rt
+        if rt is None:
+            raise InvalidStateError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
+        with self._lock:
+            if self._closed:
+                raise RuntimeStoppedError("the runtime is stopped")
+        reply: Future[ToolBatchResult] = Future()
+        run = BatchRun(
+            rt,
+            self,
+            bind_context(replace(batch, calls=(), log=None)),
+            check_limit(limit),
+            reply,
+            rt.bound_loop,
+            self._resume,
+            sink=sink,
+        )
+        self._post(Begin(run))
+        return SubBatch(run.inbox, reply)
+
     # -- the executor actors' pool ------------------------------------------
     #
     # State, under _lock: `_stepping` counts the executor actors running a
@@ -221,7 +253,7 @@ class NativeExecutor:
     #: Executor actors taking steps at once (lent ones not counted).
     STEPPING_MAX: ClassVar[int] = 16
 
-    def _post(self, work: RunBatch | Resume) -> None:
+    def _post(self, work: RunBatch | Begin | Resume) -> None:
         """Hand ``work`` to an idle executor actor, a new one, or the queue."""
         rt = self._rt
         assert rt is not None
@@ -245,7 +277,7 @@ class NativeExecutor:
         hand the run to one (see ``BatchInbox``)."""
         self._post(Resume(run=run))
 
-    def _next_work(self, address: Address) -> RunBatch | Resume | None:
+    def _next_work(self, address: Address) -> RunBatch | Begin | Resume | None:
         """The executor actor at ``address`` ended its work: the next
         runnable item for it, or None (it is idle, or retired)."""
         with self._lock:
@@ -315,17 +347,27 @@ class ExecutorActor(MailboxActor):
         self.native = native  # (read-only: the executor whose step slot it holds)
         self.lent = False  # its step slot is lent (see executor_lent); its own thread only
 
-    def handle(self, message: RunBatch | Resume) -> None:
+    def handle(self, message: RunBatch | Begin | Resume) -> None:
         if self._address is None:
             self._address = Address(self.actor_ref, self.mailbox)
-        work: RunBatch | Resume | None = message
+        work: RunBatch | Begin | Resume | None = message
         while work is not None:
             match work:
-                case RunBatch():
+                case RunBatch() | Begin():
                     native = self._native
-                    run = BatchRun(
-                        self._rt, native, work.batch, work.limit, work.reply, work.loop, native._resume, work.starts
-                    )
+                    if isinstance(work, Begin):
+                        run = work.run
+                    else:
+                        run = BatchRun(
+                            self._rt,
+                            native,
+                            work.batch,
+                            work.limit,
+                            work.reply,
+                            work.loop,
+                            native._resume,
+                            starts=work.starts,
+                        )
                     native._started(run)
                     try:
                         outcome = run.begin()
@@ -338,7 +380,7 @@ class ExecutorActor(MailboxActor):
                 case _:
                     assert_never(work)
 
-    def _go_on(self, run: BatchRun, outcome: Any) -> RunBatch | Resume | None:
+    def _go_on(self, run: BatchRun, outcome: Any) -> RunBatch | Begin | Resume | None:
         """Drain ``run`` until it ends or its inbox is empty; then the next
         runnable work, or back to the idle pool (before the caller hears
         back: a caller that submits its next batch at once finds this actor
@@ -359,6 +401,47 @@ class ExecutorActor(MailboxActor):
             else:
                 settle(run.reply, outcome)
         return work
+
+
+class SubBatch:
+    """The feeder's handle on a sub-batch (``NativeExecutor.open_sub_batch``):
+    it puts messages in the batch's inbox, nothing else."""
+
+    __slots__ = ("_inbox", "reply")
+
+    def __init__(self, inbox: Any, reply: Future[ToolBatchResult]) -> None:
+        self._inbox = inbox
+        self.reply = reply
+        """Settles once the batch is sealed and every call fed has committed."""
+
+    def __repr__(self) -> str:
+        return f"<SubBatch done={self.reply.done()}>"
+
+    def feed(
+        self,
+        call_id: str,
+        name: str,
+        arguments: Any,
+        *,
+        schema: Any = None,
+        root_call_id: str | None = None,
+        parent: Any = None,
+    ) -> None:
+        """One more call, the last in model order (any thread; one feeder)."""
+        self._inbox.put(
+            Fed(
+                call_id=call_id,
+                name=name,
+                arguments=arguments,
+                schema=schema,
+                root_call_id=root_call_id,
+                parent=parent,
+            )
+        )
+
+    def seal(self) -> None:
+        """No more calls: the batch ends once every call fed has committed."""
+        self._inbox.put(Sealed())
 
 
 @contextmanager

@@ -3,7 +3,8 @@
 Every message carries values, or exactly one owned :class:`Call` (whoever
 holds the message owns the call), never a lock or a cursor.
 
-* caller → executor actor (its mailbox): :class:`RunBatch`.
+* caller → executor actor (its mailbox): :class:`RunBatch`, or
+  :class:`Begin` for a sub-batch the caller feeds (``open_sub_batch``).
 * a batch's inbox → an idle executor actor: :class:`Resume` (run the batch
   again: a message arrived while no executor actor was running it).
 * pool → call actor (its mailbox): :class:`Serve`.
@@ -11,7 +12,8 @@ holds the message owns the call), never a lock or a cursor.
   (calls whose prepare went stale before their body started); a flight's loop → the
   batch's inbox: :class:`BodyEnded`; the batch's signal, the runtime's stop
   signal → the batch's inbox: :class:`Wake`; ``rt.stop()`` past its
-  timeout → the batch's inbox: :class:`Deadline`.
+  timeout → the batch's inbox: :class:`Deadline`; the feeder of a
+  sub-batch → its inbox: :class:`Fed`, :class:`Sealed`.
 """
 
 from __future__ import annotations
@@ -154,6 +156,58 @@ class Resume:
 
     run: Any
     """The batch's ``BatchRun`` (one owned object: one actor runs it at a time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """Open the prebuilt ``run`` (a sub-batch, see ``open_sub_batch``) and
+    take its first step, as for a :class:`RunBatch`."""
+
+    run: Any
+    """The sub-batch's ``BatchRun`` (one owned object: its feeder only
+    puts messages in its inbox)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fed:
+    """One more call for a sub-batch, made by its feeder (a PTC program):
+    it is the batch's last call, in the order the feeder made them."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    """The arguments object (materialized as the call is built)."""
+    schema: Any = None
+    """``execution.schema`` (the binding-time schema the feeder used)."""
+    root_call_id: str | None = None
+    parent: Any = None
+    """``execution.parent``: the token of the call that feeds the batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """The feeder of a sub-batch makes no more calls: the batch ends once
+    every call it was fed has committed."""
+
+
+class FeedSink(Protocol):
+    """Where a sub-batch's calls go as they start and commit (its feeder's
+    side). Called on the executor actor running the batch, in the order the
+    batch decides; neither method may block for long."""
+
+    @property
+    def logged(self) -> bool:
+        """Whether :meth:`started` writes a durable log (then nothing is
+        prepared ahead of a free slot, as for a logged batch)."""
+        ...
+
+    def started(self, execution: Any) -> None:
+        """The call starts (before any policy): log it. Raising fails the
+        batch as a session write error does (the call does not run)."""
+
+    def committed(self, execution: Any, result: Any) -> None:
+        """The call committed with its final ``result`` (every call fed
+        commits exactly once, an unstarted one too). Must not raise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,10 +64,6 @@ LEAVE: Final[_Leave] = _Leave()
 #: How many slots may be lent at once, per slot of the budget.
 LENT_PER_SLOT = 1
 
-#: Seconds a server waits idle on a mailbox before it leaves if another
-#: batch is waiting for a slot of the budget.
-SHED_AFTER = 0.05
-
 
 class WorkMailbox:
     """One batch's work mailbox (see the module docstring).
@@ -84,10 +80,12 @@ class WorkMailbox:
       each takes one server away. ``servers - sentinels`` are the servers
       that stay.
     * No server idles on a draining mailbox (the executor said nothing more
-      is coming for now): one that runs out of calls leaves. A server idle
-      for ``SHED_AFTER`` seconds leaves too when another batch waits for a
-      slot. So idle servers never hold the budget that another batch (a
-      nested one, say) needs to finish.
+      is coming for now): one that runs out of calls leaves. Nor while
+      another batch waits for a slot of the budget: a server that runs out
+      of calls then leaves, and when a batch starts waiting the pool asks
+      the open mailboxes to send one idle server away (:meth:`shed_idle`).
+      So idle servers never hold the budget that another batch (a nested
+      one, say) needs to finish, and nothing waits on a timer.
     * While a call is queued and the mailbox is open, ``servers -
       sentinels >= 1``: someone will take it.
     * Nobody waits behind a blocking body: when a call is queued while no
@@ -129,6 +127,7 @@ class WorkMailbox:
         # stale(call): what the call was prepared under has changed; it goes
         # back to the executor instead of starting (see take()).
         self._stale = stale
+        pool.opened(self)
 
     def __repr__(self) -> str:
         return f"<WorkMailbox servers={self.servers} spare={self.spare} idle={self.idle} closed={self.closed}>"
@@ -199,6 +198,17 @@ class WorkMailbox:
                 self._q.put(LEAVE)
             if extra > 0:
                 self.sentinels += extra
+        self._pool.closed_mailbox(self)
+
+    def shed_idle(self) -> bool:
+        """Another batch waits for a slot of the budget (the pool asks): one
+        server idle here with nothing queued leaves. Whether one does."""
+        with self._lock:
+            if self.idle <= self.sentinels or not self._q.empty():
+                return False
+            self._q.put(LEAVE)
+            self.sentinels += 1
+            return True
 
     # -- the call actors' side -----------------------------------------------
 
@@ -245,24 +255,16 @@ class WorkMailbox:
             if not wait:
                 return None
             with self._lock:
-                if self.draining and self._q.empty():
-                    # Nothing more is coming for now: leave instead of
-                    # holding a slot of the budget while idle.
+                # Nothing more is coming for now, or another batch waits for
+                # a slot: leave instead of holding it while idle. (A batch
+                # that starts waiting after this read finds this server idle
+                # and sends it a LEAVE: shed_idle takes this lock too.)
+                if (self.draining or self._pool.waiting) and self._q.empty():
                     self.servers -= 1
                     return LEAVE
                 self.idle += 1
             try:
-                while True:
-                    try:
-                        item = q.get(timeout=SHED_AFTER)
-                        break
-                    except queue.Empty:
-                        # Idle for a while: give the slot to a batch waiting
-                        # for one (so idle servers never starve the budget).
-                        with self._lock:
-                            if (self.draining or self._pool.waiting) and self._q.empty():
-                                self.servers -= 1
-                                return LEAVE
+                item = q.get()
             finally:
                 with self._lock:
                     self.idle -= 1
@@ -323,6 +325,9 @@ class CallPool:
         self._idle = IdleShelf(rt.group, rt.loop, self.idle_kept)
         self._waiting: deque[WorkMailbox] = deque()
         self._closed = False
+        # The open work mailboxes (asked to shed an idle server when a
+        # mailbox has to wait for the budget).
+        self._mailboxes: dict[WorkMailbox, None] = {}
 
     def __repr__(self) -> str:
         return f"<CallPool serving={self.serving}/{self.budget} idle={len(self._idle)} waiting={len(self._waiting)}>"
@@ -330,9 +335,11 @@ class CallPool:
     def request(self, mailbox: WorkMailbox) -> None:
         """``mailbox`` wants one more server (its counters say so already)."""
         with self._lock:
+            grant: bool | None = None
+            worker = None
+            others: list[WorkMailbox] = []
             if self._closed:
                 grant = False
-                worker = None
             elif self.serving < self.budget:
                 grant = True
                 self.serving += 1
@@ -340,7 +347,14 @@ class CallPool:
                 worker = self._idle.take()
             else:
                 self._waiting.append(mailbox)
-                return
+                others = [m for m in self._mailboxes if m is not mailbox]
+        if grant is None:
+            # At the budget: an idle server elsewhere leaves for it (if any
+            # is idle now; one that runs out of calls later sees `waiting`).
+            for other in others:
+                if other.shed_idle():
+                    return
+            return
         if not grant:
             mailbox.refused()
             return
@@ -374,9 +388,18 @@ class CallPool:
 
     @property
     def waiting(self) -> bool:
-        """Whether a mailbox waits for a slot of the budget (a racy read:
-        an idle server polls it to decide to leave)."""
+        """Whether a mailbox waits for a slot of the budget (a racy read: a
+        server that runs out of calls reads it to decide to leave; see
+        :meth:`WorkMailbox.shed_idle` for the other half)."""
         return bool(self._waiting)
+
+    def opened(self, mailbox: WorkMailbox) -> None:
+        with self._lock:
+            self._mailboxes[mailbox] = None
+
+    def closed_mailbox(self, mailbox: WorkMailbox) -> None:
+        with self._lock:
+            self._mailboxes.pop(mailbox, None)
 
     def lend(self, bounded: bool = False) -> bool:
         """The calling call actor blocks on work the runtime must do (a

@@ -11,16 +11,19 @@ any policy.
 
 A ``run_code`` call runs its program in a worker process (see
 :mod:`.workers`, :mod:`.worker`), started ahead and used once; each tool
-call of the program is a sub-dispatch through the whole pipeline (see
+call of the program goes through the whole pipeline as a call of the
+run's sub-batch (``open_sub_batch``: the runtime's one batch scheduler, see
 :mod:`.run`). ``run_code`` calls are exclusive: two programs of one batch
 never run at once, so an exclusive sub-call never overlaps anything.
 
-Threads: the ``run_code`` body runs on a call actor's thread, and drives
-its run there; sub-calls dispatch on the executor's own pool of
-``dsh-ptc-sub`` threads (``tools/ptc-dispatch-log`` listeners run there
-too). ``bind`` (``set_executor``) starts the spare workers; ``close()``
-(also run first thing by ``rt.stop()``) kills every worker, waits for the
-runs to end and stops the pool.
+Threads: the ``run_code`` body runs inline on its batch's executor actor
+(an exclusive call is the only one that can start), and drives its run
+there; sub-calls are prepared and committed on the executor actors and
+dispatched on the runtime's call actors, like any batch's calls
+(``tools/ptc-dispatch-log`` listeners run on the executor actor that
+commits the sub-call). ``bind`` (``set_executor``) starts the spare
+workers; ``close()`` (also run first thing by ``rt.stop()``) kills every
+worker and waits for the runs to end.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
@@ -200,9 +202,6 @@ class PtcExecutor(NativeExecutor):
             raise ValueError("worker_env must map str to str")
         self.worker_command = tuple(command)
         self.workers = WorkerPool(command, env, spares)
-        self.sub_calls = ThreadPoolExecutor(
-            max_workers=max(32, 4 * self.max_parallel_sub_calls), thread_name_prefix="dsh-ptc-sub"
-        )
         guide = _guide(
             timeout_ms, self.max_parallel_sub_calls, self.memory_limit_mb, self.max_output_bytes, self.max_folder_mb
         )
@@ -285,8 +284,8 @@ class PtcExecutor(NativeExecutor):
 
     def close(self) -> None:
         """Kill every worker (spare or running: a running program fails
-        ``CODE_RUN_FAILED`` aborted), wait for the runs to end (at most 30
-        s) and stop the sub-call threads. Idempotent."""
+        ``CODE_RUN_FAILED`` aborted) and wait for the runs to end (at most
+        30 s). Idempotent."""
         with self._ptc_lock:
             if self._ptc_closed:
                 return
@@ -298,7 +297,6 @@ class PtcExecutor(NativeExecutor):
         with self._runs_done:
             if not self._runs_done.wait_for(lambda: not self._runs, timeout=_CLOSE_WAIT_SECONDS):
                 logger.error("PTC runs still running after {}s: {}", _CLOSE_WAIT_SECONDS, list(self._runs))
-        self.sub_calls.shutdown(wait=True)
 
     @property
     def closed(self) -> bool:
@@ -320,7 +318,7 @@ class PtcExecutor(NativeExecutor):
     # -- run_code ------------------------------------------------------------
 
     def _execute_run_code(self, args: Any, ctx: ToolRunContext) -> dict[str, Any]:
-        """The body of ``run_code`` (a call actor's thread)."""
+        """The body of ``run_code`` (its batch's executor actor, or a call actor)."""
         rt = self._runtime
         if rt is None or self._ptc_closed:
             raise CodeRunFailedError("unavailable", "the PTC executor is closed or not installed")
@@ -358,10 +356,7 @@ class PtcExecutor(NativeExecutor):
         over: a booting interpreter does not compete with the run for CPU,
         and boots while the model thinks about the result. (Back-to-back
         runs want ``spare_workers=2``.)"""
-        try:
-            self.sub_calls.submit(self.workers.fill)
-        except RuntimeError:  # shut down: the runtime is stopping
-            pass
+        self.workers.fill_later()
 
     def _bindings(self, rt: ToolRuntime, ctx: ToolRunContext) -> tuple[Any, dict[str, Any]]:
         """The tools this call's program may call (as the calling scope and

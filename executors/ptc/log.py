@@ -44,9 +44,10 @@ PTC_DISPATCH: Final = "tool/ptc-dispatch"
 class PtcDispatchLog:
     """One settled ``run_code`` sub-call about to be logged, as the
     ``tools/ptc-dispatch-log`` waterfall sees it: ``fn(dispatch, next) ->
-    content``. Listeners run on the PTC executor's sub-call thread, after
-    the sub-call settled and before the program gets its value; they may
-    block only briefly (the program waits).
+    content``. Listeners run on the executor actor that commits the
+    sub-call (the run's sub-batch's), after its ``tools/result`` and before
+    the program gets its value; they may block only briefly (the program
+    waits, and so do the sub-batch's other commits).
 
     Only the ``tool/ptc-dispatch`` event's copy of the content changes: the
     program gets the complete value, and the model sees neither.

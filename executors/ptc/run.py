@@ -1,13 +1,12 @@
 """One ``run_code`` run: the worker's messages, the sub-call schedule, the
 durable log, and how the run ends.
 
-A :class:`Run` lives on the thread that runs the ``run_code`` body (a call
-actor's). It is one small state machine driven by :meth:`Run._loop`: a
-``select`` over the worker's stdout, its stderr, its stdin (while output is
-queued) and a wake-up pipe that the sub-call threads and the abort
-callback write to, woken at least every :data:`FOLDER_CHECK_SECONDS` to
-measure the working folder. After every event, :meth:`Run._advance`
-starts what may start.
+A :class:`Run` lives on the thread that runs the ``run_code`` body (the
+batch's executor actor: ``run_code`` is exclusive, so it runs inline). It
+is one small state machine driven by :meth:`Run._loop`: a ``select`` over
+the worker's stdout, its stderr, its stdin (while output is queued) and a
+wake-up pipe that the sub-batch and the abort callback write to, woken at
+least every :data:`FOLDER_CHECK_SECONDS` to measure the working folder.
 
 Output limits: the captured text (``out`` messages), the bytes the worker
 writes to its fd 2 and the returned value together stay within
@@ -16,31 +15,34 @@ writes to its fd 2 and the returned value together stay within
 runs and once more when it returns; each file is also capped by
 ``RLIMIT_FSIZE``).
 
-Sub-calls are scheduled like a batch. Each one is PENDING (queued, in the
-order the program made them), RUNNING (its start was logged and it is
-dispatching on the executor's sub-call pool), SETTLED, or SKIPPED (never
-started: the run ended first). Invariants:
+Sub-calls are a **sub-batch** of the executor (``open_sub_batch``, opened
+with the program's first call): the runtime's one batch state machine
+(``dsh_actors/scheduling/batch.py``) schedules them, on the runtime's
+executor and call actors, with a batch's rules. They start in the order
+the program made them, at most ``max_parallel_sub_calls`` at once; an
+exclusive one starts once every call before it has committed, and nothing
+starts until it has committed (its post-execute included); each is
+prepared (pre-execute, approval, guards) as it is about to start. Unlike a
+model's batch, a sub-call commits as soon as it has settled (a program may
+wait for one result before it makes the call that lets an earlier one
+finish). The run feeds each call to the sub-batch (``Fed``) and seals it
+when the run ends; the sub-batch's :class:`_Sink` logs a sub-call's start
+and settle events and hands its result back.
 
-* ``running`` is the number of RUNNING sub-calls; it never exceeds
-  ``limit``.
-* ``barrier`` is the RUNNING exclusive sub-call, or None. An exclusive
-  sub-call starts only when ``running == 0``, and while ``barrier`` is set
-  nothing starts; its dispatch (hence the barrier) lasts through its
-  post-execute, because ``dispatch()`` runs the whole trip.
-* Sub-calls start in the order they were made (a waiting exclusive call
-  holds back the calls after it).
-* Once the run has ended (``ended``), nothing starts: every PENDING
-  sub-call becomes SKIPPED, and the run's signal has fired so RUNNING ones
-  are asked to stop. :meth:`Run.execute` returns only when ``running == 0``:
-  a started sub-call is never abandoned.
+A :class:`SubCall` is PENDING (made, no result yet), SETTLED (committed:
+its result is back), or SKIPPED (an unknown tool: never fed). Invariants:
+
+* Once the run has ended (``ended``), nothing starts: the run's signal has
+  fired, so the sub-batch halts (unstarted sub-calls commit
+  ``ABORTED_BEFORE_DISPATCH``, running ones are asked to stop), and it is
+  sealed. :meth:`Run.execute` returns only once the sub-batch has ended: a
+  started sub-call is never abandoned.
 * The worker is killed (its whole process group) as soon as the run ends,
   whatever the reason, and reaped before :meth:`Run.execute` returns.
 
-Results go back to the program straight from the sub-call thread that
-settled them (one thread hop less per call), under ``_send_lock``: a
-completion is queued *before* its result is sent, so the run's thread
-settles a sub-call before it can see the next call the program makes on
-hearing of it; once the run's signal has fired, results are left to the
+Results go back to the program straight from the thread that commits them
+(the sub-batch's executor actor: one thread hop less per call), under
+``_send_lock``; once the run's signal has fired, results are left to the
 run's thread, which drops them once the run has ended (nothing an abort
 caused reaches the program).
 """
@@ -55,23 +57,30 @@ import selectors
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
 
-from dsh_actors import AbortController, AbortSignal, CodeRunFailedError, DshError, ToolRunContext, dumps, loads, thaw
+from dsh_actors import (
+    AbortController,
+    AbortSignal,
+    CodeRunFailedError,
+    DshError,
+    ToolBatchInput,
+    ToolRunContext,
+    dumps,
+    loads,
+    thaw,
+)
 
 from . import protocol
 from .subcalls import (
     Result,
     SubCall,
     SubState,
-    classify,
-    dispatch,
     failure,
     forward,
     log_settle,
@@ -145,22 +154,21 @@ class Run:
         os.set_blocking(self._wake_w, False)
         self._wake_lock = threading.Lock()
         self._wake_closed = False
-        # (sub-call, its result, whether its sub-call thread sent it already)
+        # (sub-call, its result, whether the sub-batch sent it already)
         self._completions: queue.SimpleQueue[tuple[SubCall, Result, bool]] = queue.SimpleQueue()
+        self._sub: Any = None  # the sub-batch (a SubBatch), opened with the first call
         self._stop_lock = threading.Lock()
         self._stop: Ending | None = None
         # State of the schedule (the run's thread only).
         self._phase = _Phase.STARTING
         self._calls: list[SubCall] = []
-        self._pending: deque[SubCall] = deque()
-        self._running = 0
-        self._barrier: SubCall | None = None
+        self._by_id: dict[str, SubCall] = {}  # the fed ones (the sink reads it: written before feeding)
         self._output: list[str] = []
         self._output_bytes = 0
         self._writing = False  # stdin registered for EVENT_WRITE
         self._thread = 0  # the run's thread
-        # What goes to the worker: the run's thread and the sub-call threads
-        # (which send results themselves) write under this lock. Invariant:
+        # What goes to the worker: the run's thread and the sub-batch's
+        # executor actor (which sends results itself) write under this lock. Invariant:
         # nothing is written once ``accepting`` is False (the run ended, the
         # worker's pipes may be closed).
         self._send_lock = threading.Lock()
@@ -174,7 +182,7 @@ class Run:
         self._context = contextvars.copy_context()  # the run_code call's (made by its body)
 
     def __repr__(self) -> str:
-        return f"<Run {self._ctx.call_id} {self._phase.value} running={self._running}>"
+        return f"<Run {self._ctx.call_id} {self._phase.value} calls={len(self._calls)}>"
 
     @property
     def ended(self) -> bool:
@@ -210,22 +218,23 @@ class Run:
             lambda _signal: self.request_stop("aborted", "the tool batch was aborted; the program was killed")
         )
         try:
-            self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-            self._selector.register(self._worker.stdout_fd, selectors.EVENT_READ, "out")
-            self._selector.register(self._worker.stderr_fd, selectors.EVENT_READ, "err")
-            self._reading_stderr = True
-            self._loop()
-        except BaseException as exc:  # noqa: BLE001 - a bug: end the run cleanly all the same
-            logger.opt(exception=exc).error("the PTC run of {} failed internally", self._ctx.call_id)
-            self._end(Ending(kind="internal", headline=f"the PTC run failed internally: {safe_str(exc)}"))
+            # The run waits for work this runtime does (the sub-batch): a
+            # call actor's or executor actor's slot serves it meanwhile.
+            with self._rt.waiting():
+                try:
+                    self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+                    self._selector.register(self._worker.stdout_fd, selectors.EVENT_READ, "out")
+                    self._selector.register(self._worker.stderr_fd, selectors.EVENT_READ, "err")
+                    self._reading_stderr = True
+                    self._loop()
+                except BaseException as exc:  # noqa: BLE001 - a bug: end the run cleanly all the same
+                    logger.opt(exception=exc).error("the PTC run of {} failed internally", self._ctx.call_id)
+                    self._end(Ending(kind="internal", headline=f"the PTC run failed internally: {safe_str(exc)}"))
+                finally:
+                    unsubscribe()
+                    self._end(Ending(kind="internal", headline="the PTC run failed internally"))  # no-op once ended
+                    self._drain_sub_batch()
         finally:
-            unsubscribe()
-            self._end(Ending(kind="internal", headline="the PTC run failed internally"))  # no-op once ended
-            while self._running > 0:  # a started sub-call is never abandoned
-                sub, result, _ = self._completions.get()
-                sub.state, sub.result = SubState.SETTLED, result
-                self._running -= 1
-                forward(self._ctx, sub, result)
             self._signal.close()
             with self._wake_lock:
                 self._wake_closed = True
@@ -275,16 +284,31 @@ class Run:
         self._end(Ending(kind="disk", headline=headline))
         return True
 
+    def _sub_batch_ended(self, reply: Any) -> None:
+        """The sub-batch replied (any thread): normally after the run sealed
+        it; before that only if it failed (a bug), and then the calls the
+        program makes would never be answered: the run ends."""
+        if not reply.cancelled() and reply.exception() is not None:
+            self.request_stop(
+                "internal", f"the program's tool calls could not be scheduled: {safe_str(reply.exception())}"
+            )
+
+    def _drain_sub_batch(self) -> None:
+        """After the run ended: wait for the sub-batch to end (it was sealed
+        and halted by the run's signal; a started sub-call is never
+        abandoned), then settle every sub-call it committed."""
+        sub_batch = self._sub
+        if sub_batch is not None:
+            try:
+                sub_batch.reply.result()
+            except BaseException as exc:  # noqa: BLE001 - a log failure or a stuck body: the run has ended already
+                logger.opt(exception=exc).debug("the sub-batch of {} ended with {!r}", self._ctx.call_id, exc)
+        self._drain_completions()
+
     def _loop(self) -> None:
-        while True:
-            if self._phase is _Phase.ENDED and self._running == 0:
-                return
-            if self._phase is _Phase.ENDED:
-                timeout = None
-            else:
-                wake = self._deadline if self._phase is _Phase.STARTING else min(self._deadline, self._folder_check)
-                timeout = max(0.0, wake - time.monotonic())
-            events = self._selector.select(timeout)
+        while self._phase is not _Phase.ENDED:
+            wake = self._deadline if self._phase is _Phase.STARTING else min(self._deadline, self._folder_check)
+            events = self._selector.select(max(0.0, wake - time.monotonic()))
             # A stop or the deadline before the worker's news: what the
             # program did after it does not count.
             self._check_stop()
@@ -301,7 +325,6 @@ class Run:
                     self._flush_outbox()
             self._check_stop()
             self._drain_completions()
-            self._advance()
             self._sync_writer()
 
     def _drain_wake(self) -> None:
@@ -443,7 +466,30 @@ class Run:
             sub.state = SubState.SKIPPED
             self._reply(sub, failure(f'unknown tool "{name}"', name="ToolNotFoundError", code="UNKNOWN_TOOL"))
             return
-        self._pending.append(sub)
+        sub_batch = self._sub
+        if sub_batch is None:
+            try:
+                sub_batch = self._sub = self._executor.open_sub_batch(
+                    ToolBatchInput(
+                        calls=(),
+                        signal=self._signal,
+                        max_parallel_tool_calls=self._limit,
+                        agent=self._ctx.agent,
+                        tool_set=self._ctx.tool_set,
+                        context=self._context,
+                    ),
+                    _Sink(self._rt, self._ctx, self._session, self._by_id, self._committed, self.request_stop),
+                    self._limit,
+                )
+            except DshError as exc:  # the runtime is stopping
+                sub.state = SubState.SKIPPED
+                self._end(Ending(kind="aborted", headline=f"the program's tool calls cannot run: {exc.message}"))
+                return
+            sub_batch.reply.add_done_callback(self._sub_batch_ended)
+        self._by_id[call_id] = sub
+        sub_batch.feed(
+            call_id, name, arguments, schema=schema, root_call_id=self._ctx.root_call_id, parent=self._ctx.token
+        )
 
     def _on_progress(self, message: Mapping[str, Any]) -> None:
         """The program's ``report_progress``: the ``run_code`` call's
@@ -593,14 +639,14 @@ class Run:
         self._reading_stderr = False
         self._worker.kill()
         self._controller.abort(f"the run ended ({ending.kind or 'returned'})")
-        while self._pending:
-            self._pending.popleft().state = SubState.SKIPPED
+        if self._sub is not None:
+            self._sub.seal()  # halted by the abort: what has not started never will
 
     def _detail(self, ending: Ending) -> str:
         parts = [ending.headline]
         if ending.traceback:
             parts.append(ending.traceback)
-        made = [sub for sub in self._calls if sub.state is not SubState.PENDING]
+        made = self._calls
         if made:
             lines = [f"Tool calls the program made ({len(made)}):"]
             lines.extend(sub.summary() for sub in made)
@@ -612,65 +658,15 @@ class Run:
             parts.append(f"Output before the run ended:\n{output}")
         return "\n\n".join(parts)
 
-    # -- the schedule --------------------------------------------------------
+    # -- the sub-batch's results ---------------------------------------------
 
-    def _advance(self) -> None:
-        if self._phase is not _Phase.RUNNING:
-            return
-        while self._pending:
-            sub = self._pending[0]
-            if sub.mode is None:
-                sub.mode = classify(self._rt, self._ctx, sub)  # lazily, as it is about to start
-            if sub.mode == "exclusive":
-                if self._running > 0:
-                    break  # an exclusive sub-call waits for every running one
-            elif self._barrier is not None or self._running >= self._limit:
-                break
-            self._pending.popleft()
-            if not self._start(sub):
-                return
-            if sub.mode == "exclusive":
-                self._barrier = sub
-
-    def _start(self, sub: SubCall) -> bool:
-        """Log the start and hand the sub-call to the pool; False when the
-        start could not be logged (the run then ends)."""
-        session = self._session
-        if session is not None:
-            try:
-                log_start(session, self._ctx, sub)
-            except BaseException as exc:  # noqa: BLE001
-                sub.state = SubState.SKIPPED
-                self._end(Ending(kind="internal", headline=f"the session log could not be written: {safe_str(exc)}"))
-                return False
-        sub.state = SubState.RUNNING
-        self._running += 1
-        try:
-            # In a copy of the run_code call's context (this thread's): the
-            # sub-call's hooks see the caller's contextvars, and its deps.
-            self._executor.sub_calls.submit(self._context.copy().run, self._dispatch, sub)
-        except RuntimeError:  # the pool is shut down: the runtime is stopping
-            self._completions.put((sub, failure("the runtime is stopping"), False))
-        return True
-
-    def _dispatch(self, sub: SubCall) -> None:
-        """A sub-call's whole trip, then its settle event (the executor's
-        sub-call thread)."""
-        result = dispatch(self._rt, self._ctx, sub, self._signal)
-        session = self._session
-        if session is not None:
-            try:
-                log_settle(self._rt, session, self._ctx, sub, result)
-            except BaseException as exc:  # noqa: BLE001 - the program must not go on unlogged
-                self._completions.put((sub, result, True))
-                self.request_stop("internal", f"the session log could not be written: {safe_str(exc)}")
-                return
-        # Straight to the worker (one thread hop less), unless the run is
-        # being stopped: then the run's thread decides, and a result caused
-        # by the abort never reaches the program. Queued first, so the run's
-        # thread settles this sub-call before it handles the next call the
-        # program makes on hearing of it.
-        direct = not self._signal.aborted
+    def _committed(self, sub: SubCall, result: Result, send: bool) -> None:
+        """``sub`` committed (the sub-batch's executor actor): straight to
+        the program (one thread hop less), unless the run is being stopped
+        (or ``send`` is False: its log failed): then the run's thread
+        decides, and a result caused by the abort never reaches the
+        program."""
+        direct = send and not self._signal.aborted
         self._completions.put((sub, result, direct))
         if direct:
             self._reply(sub, result)
@@ -684,12 +680,67 @@ class Run:
                 return
             sub.state = SubState.SETTLED
             sub.result = result
-            self._running -= 1
-            if self._barrier is sub:
-                self._barrier = None
             forward(self._ctx, sub, result)
             if not replied:
                 self._reply(sub, result)  # dropped if the run has ended
+
+
+class _Sink:
+    """The sub-batch's ``FeedSink`` for one run: it logs each sub-call's
+    ``tool/ptc-dispatch-start`` as it starts and its ``tool/ptc-dispatch``
+    as it commits (with a session), and hands the result to the run.
+    Called on the sub-batch's executor actor only; ``subs`` is written by
+    the run's thread before it feeds the call."""
+
+    __slots__ = ("_rt", "_ctx", "_session", "_subs", "_on_result", "_stop", "_started", "_broken")
+
+    def __init__(
+        self,
+        rt: ToolRuntime,
+        ctx: ToolRunContext,
+        session: Any,
+        subs: Mapping[str, SubCall],
+        on_result: Callable[[SubCall, Result, bool], None],
+        stop: Callable[[str, str], None],
+    ) -> None:
+        self._rt = rt
+        self._ctx = ctx
+        self._session = session
+        self._subs = subs
+        self._on_result = on_result
+        self._stop = stop
+        self._started: set[str] = set()  # sub-calls whose start was logged
+        self._broken = False  # a log write failed: the run is ending
+
+    @property
+    def logged(self) -> bool:
+        return self._session is not None
+
+    def started(self, execution: Any) -> None:
+        session = self._session
+        if session is None:
+            return
+        sub = self._subs[execution.call_id]
+        try:
+            log_start(session, self._ctx, sub)
+        except BaseException as exc:
+            self._broken = True
+            self._stop("internal", f"the session log could not be written: {safe_str(exc)}")
+            raise
+        self._started.add(sub.call_id)
+
+    def committed(self, execution: Any, result: Any) -> None:
+        sub = self._subs[execution.call_id]
+        session = self._session
+        if session is not None and not self._broken and sub.call_id in self._started:
+            try:
+                log_settle(self._rt, session, self._ctx, sub, result)
+            except BaseException as exc:  # noqa: BLE001 - the program must not go on unlogged
+                self._broken = True
+                self._stop("internal", f"the session log could not be written: {safe_str(exc)}")
+                self._on_result(sub, result, False)
+                return
+        self._on_result(sub, result, True)
 
 
 def cpu_seconds(timeout_ms: float) -> int:

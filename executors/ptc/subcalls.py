@@ -1,10 +1,11 @@
-"""One tool call of a program: its record, how it is classified, its trip
-through the pipeline, its durable log, and what it brings back.
+"""One tool call of a program: its record, its durable log, and what it
+brings back. (Its trip through the pipeline is the sub-batch's: see
+:mod:`.run`.)
 
-The functions here run on the run's thread (:func:`classify`,
-:func:`log_start`, :func:`forward`) or on a sub-call thread
-(:func:`dispatch`, :func:`log_settle`, and so the ``tools/ptc-dispatch-log``
-listeners).
+:func:`log_start` and :func:`log_settle` (and so the
+``tools/ptc-dispatch-log`` listeners) run on the sub-batch's executor
+actor, as the sub-call starts and commits; :func:`forward` on the run's
+thread.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from dsh_actors import (
-    AbortSignal,
     ImageBlock,
     ReasoningBlock,
     TextBlock,
     ToolErrorInfo,
     ToolExecutionFailure,
-    ToolExecutionInput,
     ToolExecutionSuccess,
     ToolFailure,
     ToolRunContext,
@@ -38,8 +37,6 @@ __all__ = [
     "Result",
     "SubCall",
     "SubState",
-    "classify",
-    "dispatch",
     "failure",
     "forward",
     "log_settle",
@@ -67,19 +64,19 @@ def failure(message: str, *, name: str | None = None, code: str | None = None) -
 
 
 class SubState(str, Enum):
-    """PENDING → RUNNING → SETTLED, or PENDING → SKIPPED (never started)."""
+    """PENDING (fed to the sub-batch) → SETTLED (committed, its result
+    back), or SKIPPED (never fed: an unknown tool)."""
 
     PENDING = "pending"
-    RUNNING = "running"
     SETTLED = "settled"
     SKIPPED = "skipped"
 
 
 class SubCall:
-    """One tool call of the program. Its state is the run's thread's; a
-    sub-call thread only reads its identity while it dispatches it."""
+    """One tool call of the program. Its state is the run's thread's; the
+    sub-batch's executor actor only reads its identity (to log it)."""
 
-    __slots__ = ("n", "call_id", "name", "arguments", "schema", "mode", "state", "result")
+    __slots__ = ("n", "call_id", "name", "arguments", "schema", "state", "result")
 
     def __init__(self, n: int, call_id: str, name: str, arguments: Any, schema: Any) -> None:
         self.n = n
@@ -87,7 +84,6 @@ class SubCall:
         self.name = name
         self.arguments = arguments
         self.schema = schema
-        self.mode: str | None = None
         self.state = SubState.PENDING
         self.result: Result | None = None
 
@@ -95,6 +91,9 @@ class SubCall:
         return f"<SubCall {self.call_id} {self.name} {self.state.value}>"
 
     def summary(self) -> str:
+        error = None if self.result is None else self.result.error
+        if error is not None and error.info is not None and str(error.info.code) == "ABORTED_BEFORE_DISPATCH":
+            return f"- {self.call_id} {self.name}: not started"  # the run ended before its body started
         match self.state:
             case SubState.SETTLED if self.result is not None and not self.result.is_error:
                 status = "succeeded"
@@ -110,46 +109,11 @@ class SubCall:
                     # A plain exception from a body is TOOL_FAILED: its class says more.
                     plain = str(info.code) == "TOOL_FAILED" and info.name != "ToolFailedError"
                     status = f"failed ({info.name if plain else info.code}): {message}"
-            case SubState.RUNNING:
-                status = "still running"  # pragma: no cover - execute() waits for it
+            case SubState.PENDING:
+                status = "no result (its scheduling failed)"  # execute() waits for the sub-batch's end
             case _:
                 status = "not started"
         return f"- {self.call_id} {self.name}: {status}"
-
-
-def classify(rt: ToolRuntime, ctx: ToolRunContext, sub: SubCall) -> str:
-    """``parallel`` only when the definition the call would run says
-    ``is_concurrency_safe(args) is True`` now; anything else (no
-    classifier, an exception, an unknown tool) is ``exclusive``."""
-    try:
-        definition = rt.tools.executable(sub.name, ctx.agent, ctx.tool_set)
-        classifier = None if definition is None else definition.is_concurrency_safe
-        if classifier is not None and classifier(sub.arguments) is True:
-            return "parallel"
-    except BaseException:  # noqa: BLE001 - anything odd means exclusive
-        pass
-    return "exclusive"
-
-
-def dispatch(rt: ToolRuntime, ctx: ToolRunContext, sub: SubCall, signal: AbortSignal) -> Result:
-    """``sub``'s whole trip through the pipeline, on the calling thread,
-    as a nested call of ``ctx`` (the ``run_code`` execution). Never raises."""
-    try:
-        return rt.tools.dispatch(
-            ToolExecutionInput(
-                call_id=sub.call_id,
-                name=sub.name,
-                arguments=sub.arguments,
-                signal=signal,
-                root_call_id=ctx.root_call_id,
-                schema=sub.schema,
-                agent=ctx.agent,
-                tool_set=ctx.tool_set,
-                parent=ctx.token,
-            )
-        )
-    except BaseException as exc:  # noqa: BLE001 - e.g. the runtime stopped
-        return failure(f"the tool call could not be dispatched: {safe_str(exc)}")
 
 
 def log_start(session: Session, ctx: ToolRunContext, sub: SubCall) -> None:

@@ -395,16 +395,29 @@ class WorkerPool:
         command, env = self._command, self._env
         return self._on_spawner(lambda: Worker(command, env))
 
-    def fill(self) -> None:
+    def fill_later(self) -> None:
+        """:meth:`fill` on the spawner thread, without waiting for it (a
+        run that used a spare replaces it off its critical path)."""
+        command, env = self._command, self._env
+        with self._lock:
+            if self._closed:
+                return
+            if self._spawner is None:
+                self._spawner = threading.Thread(target=self._serve, name="dsh-ptc-spawn", daemon=True)
+                self._spawner.start()
+            self._requests.put((lambda: self.fill(lambda: Worker(command, env)), Future()))
+
+    def fill(self, spawn: Callable[[], Worker] | None = None) -> None:
         """Start workers until ``spares`` are idle (or starting). A worker
-        that cannot be started is logged; the next run will say why."""
+        that cannot be started is logged; the next run will say why.
+        (``spawn``: how, when this runs on the spawner thread already.)"""
         while True:
             with self._lock:
                 if self._closed or len(self._idle) + self._starting >= self._spares:
                     return
                 self._starting += 1
             try:
-                worker = self._spawn()
+                worker = self._spawn() if spawn is None else spawn()
             except BaseException as exc:  # noqa: BLE001 - reported by the run that needs one
                 with self._lock:
                     self._starting -= 1

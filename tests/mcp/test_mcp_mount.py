@@ -300,6 +300,7 @@ class _Context:
     def __init__(self, controller: AbortController) -> None:
         self.signal = controller.signal
         self.token = _Token()
+        self.call_id = "direct"
 
 
 def test_a_body_running_on_the_sessions_loop_awaits_the_sdk_there(conn: ServerConnection, mounted: ToolRuntime) -> None:
@@ -331,11 +332,16 @@ def test_a_call_the_blocked_session_loop_cannot_start_is_logged_then_runs(
 ) -> None:
     from loguru import logger
 
-    import dsh_actors.mcp._mount as mount_module
+    from dsh_actors.pipeline.flights import LoopWatch
 
-    monkeypatch.setattr(mount_module, "_STALL_S", 0.05)
+    monkeypatch.setattr(LoopWatch, "BLOCK_WARNING", 0.05)
     warned = threading.Event()
-    sink = logger.add(lambda m: warned.set() if "has not started a tools/call" in str(m) else None, level="WARNING")
+    sink = logger.add(
+        lambda m: (
+            warned.set() if 'async tool "t_add"' in str(m) and "for its event loop to start it" in str(m) else None
+        ),
+        level="WARNING",
+    )
     gate = threading.Event()
     conn.loop.call_soon_threadsafe(gate.wait, 20)  # the session's loop is blocked until the gate opens
     try:

@@ -1,5 +1,8 @@
 """Fixtures for the PTC tests: the runtime of tests/conftest.py with a
-PtcExecutor installed; after every test, no child process may survive."""
+PtcExecutor installed; after every test, no child process may survive.
+A run's sub-calls are a sub-batch of the runtime's scheduler: its
+invariants are asserted after every step (``BatchRun._assert_invariants``),
+as in the scheduler tests."""
 
 from __future__ import annotations
 
@@ -8,9 +11,19 @@ from typing import Any
 
 import pytest
 
+from dsh_actors.scheduling.batch import BatchRun
 from executors.ptc import PtcExecutor
 
 from .helpers import children, install
+
+
+@pytest.fixture(autouse=True)
+def assert_schedule_invariants() -> Iterator[None]:
+    BatchRun.check_invariants = True
+    try:
+        yield
+    finally:
+        BatchRun.check_invariants = False
 
 
 @pytest.fixture(autouse=True)

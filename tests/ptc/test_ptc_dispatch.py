@@ -195,3 +195,21 @@ def test_a_value_too_deep_to_send_fails_only_that_call(rt: Any, ptc: Any) -> Non
     rt.tools.register(tool("deep", lambda args, ctx: deep))
     result = run_code(rt, "try:\n    await tools.deep()\nexcept ToolError as err:\n    return str(err)")
     assert result.value["result"].startswith("the value of tool 'deep' cannot be sent to the program")
+
+
+def test_a_deferred_approval_on_a_sub_call_fails_it_in_the_program_and_the_run_goes_on(rt: Any, ptc: Any) -> None:
+    from dsh_actors import Agent, Ask
+
+    rt.tools.register(echo_tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="check") if execution.parent else next())
+    rt.approvals.set(lambda request: "deferred")
+    result = run_code(
+        rt,
+        "try:\n    await tools.echo(message='later')\nexcept ToolError as err:\n    return str(err)",
+        agent=Agent("a"),
+    )
+    assert code_of(result) is None
+    assert result.value["result"] == (
+        'tool "echo" requires approval, but the approval service deferred it and a nested call '
+        "cannot wait for a decision (only a batch suspends)"
+    )

@@ -13,7 +13,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .helpers import GUARD, install, run_code, tool
+from dsh_actors import AbortController
+
+from .helpers import GUARD, JSON_OUTPUT, batch, install, must, run_code, tool
 
 
 @dataclass
@@ -62,7 +64,10 @@ def test_a_gather_of_many_safe_calls_never_exceeds_max_parallel_sub_calls(rt: An
     result = run_code(rt, "return list(await asyncio.gather(*(tools.work(i=i) for i in range(12))))")
     assert result.value["result"] == tuple(range(12))
     assert timeline.max_running == 3
-    assert timeline.order == [f"w{i}" for i in range(12)]  # started in the order made
+    # Started in the order made: each round of three is the next three calls
+    # (within a round, bodies on different call actors begin in any order).
+    rounds = [sorted(timeline.order[k : k + 3], key=lambda key: int(key[1:])) for k in range(0, 12, 3)]
+    assert rounds == [[f"w{i}" for i in range(k, k + 3)] for k in range(0, 12, 3)]
 
 
 def test_an_exclusive_sub_call_never_overlaps_another_and_waits_through_its_post_execute(rt: Any) -> None:
@@ -153,3 +158,156 @@ def test_two_run_code_calls_of_one_batch_run_one_after_the_other(rt: Any) -> Non
     )
     assert [r.result.value["result"] for r in batch.results] == [("r1:ptc:1", "r1:ptc:2"), ("r2:ptc:1", "r2:ptc:2")]
     assert timeline.ends["r1:ptc:2"] < timeline.starts["r2:ptc:1"]
+
+
+def test_a_sub_call_whose_tool_becomes_exclusive_while_it_waits_runs_alone(rt: Any) -> None:
+    # Sub-calls are a sub-batch of the runtime's scheduler: what a call runs
+    # with is what holds when its body starts (as for a batch's calls). w3
+    # waits for a slot while g1 and g2 run; its tool is then replaced by an
+    # exclusive one, so it is classified again and waits for g2 as well.
+    from dsh_actors import define_tool
+
+    install(rt, timeout_ms=5000, max_parallel_sub_calls=2)
+    timeline = Timeline()
+    started = {1: threading.Event(), 2: threading.Event()}
+    release = {1: threading.Event(), 2: threading.Event()}
+    looked_again = threading.Event()  # the replacement was classified, or its body ran
+    beside: list[int] = []
+
+    def gate(args: Any, ctx: Any) -> str:
+        i = args["i"]
+        timeline.start(f"g{i}")
+        started[i].set()
+        assert release[i].wait(GUARD)
+        timeline.end(f"g{i}")
+        return f"g{i}"
+
+    def first(args: Any, ctx: Any) -> str:
+        return "first"
+
+    def replacement(args: Any, ctx: Any) -> str:
+        timeline.start("w3")
+        with timeline.lock:
+            beside.append(timeline.running - 1)
+        looked_again.set()
+        timeline.end("w3")
+        return "replacement"
+
+    def exclusive_now(args: Any) -> bool:
+        looked_again.set()
+        return False
+
+    rt.tools.register(tool("gate", gate, parameters={"i": {"type": "integer"}}))
+    dispose_first = rt.tools.register(tool("work", first))
+    future = rt.tools.submit(
+        batch("return list(await asyncio.gather(tools.gate(i=1), tools.gate(i=2), tools.work()))", log=False)
+    )
+    must(started[1], "g1 started")
+    must(started[2], "g2 started")
+    dispose_first()  # (w3 is not looked at meanwhile: nothing reaches its batch)
+    rt.tools.register(
+        define_tool(
+            name="work",
+            description="now exclusive",
+            parameters={},
+            output=JSON_OUTPUT,
+            execute=replacement,
+            is_concurrency_safe=exclusive_now,
+        )
+    )
+    release[1].set()
+    must(looked_again, "w3 classified again")
+    release[2].set()
+    result = future.result(GUARD).results[0].result
+    assert result.value["result"] == ("g1", "g2", "replacement")
+    assert beside == [0], "the exclusive replacement ran beside another call"
+    assert timeline.ends["g2"] < timeline.starts["w3"]
+
+
+def test_a_sub_call_commits_as_soon_as_it_settles_even_behind_a_running_one(rt: Any) -> None:
+    # The program waits for the second call's result before it makes the
+    # third, which lets the first finish: results do not wait for model
+    # order (that would deadlock this program until its timeout).
+    install(rt, timeout_ms=5000)
+    opened = threading.Event()
+
+    def wait_open(args: Any, ctx: Any) -> str:
+        assert opened.wait(GUARD)
+        return "waited"
+
+    def ping(args: Any, ctx: Any) -> str:
+        return "pong"
+
+    def open_door(args: Any, ctx: Any) -> str:
+        opened.set()
+        return "opened"
+
+    rt.tools.register(tool("wait_open", wait_open))
+    rt.tools.register(tool("ping", ping))
+    rt.tools.register(tool("open_door", open_door))
+    result = run_code(
+        rt,
+        "waiter = asyncio.ensure_future(tools.wait_open())\n"
+        "first = await tools.ping()\n"
+        "second = await tools.open_door()\n"
+        "return [first, second, await waiter]",
+    )
+    assert result.value["result"] == ("pong", "opened", "waited")
+
+
+def test_a_sub_call_the_run_ended_before_it_started_still_gets_its_tools_result(rt: Any) -> None:
+    # As for a batch's calls: every call the program made publishes exactly
+    # one tools/result; one that never started is ABORTED_BEFORE_DISPATCH
+    # (and, having not started, is not logged: see test_ptc_log).
+    install(rt, timeout_ms=5000, max_parallel_sub_calls=1)
+    began = threading.Event()
+
+    def slow(args: Any, ctx: Any) -> str:
+        began.set()
+        ctx.signal.wait(GUARD)
+        return "late"
+
+    rt.tools.register(tool("slow", slow))
+    rt.tools.register(tool("echo", lambda args, ctx: "echo"))
+    results: dict[str, str | None] = {}
+
+    def on_result(execution: Any, result: Any) -> None:
+        info = result.error.info if result.is_error else None
+        results[execution.call_id] = None if info is None else str(info.code)
+
+    rt.events.on("tools/result", on_result)
+    made = threading.Event()  # the progress report comes after both calls, on the same pipe
+    rt.events.on("tools/progress", lambda execution, progress: made.set())
+    controller = AbortController()
+    code = (
+        "calls = [asyncio.ensure_future(tools.slow()), asyncio.ensure_future(tools.echo())]\n"
+        "await asyncio.sleep(0)\n"
+        "report_progress(1)\n"
+        "await asyncio.gather(*calls)"
+    )
+    future = rt.tools.submit(batch(code, signal=controller.signal, log=False))
+    must(made, "the program made both calls")
+    must(began, "the first call started")
+    controller.abort("stop")
+    future.result(GUARD)
+    assert results == {"c1:ptc:1": "ABORTED", "c1:ptc:2": "ABORTED_BEFORE_DISPATCH", "c1": "CODE_RUN_FAILED"}
+
+
+def test_a_sub_batch_that_fails_internally_ends_the_run_at_once(rt: Any, monkeypatch: Any) -> None:
+    # A bug in the scheduler fails the sub-batch (it never hangs): the run
+    # ends "internal" instead of leaving the program waiting for its timeout.
+    from dsh_actors.scheduling.batch import BatchRun
+
+    def broken(self: Any, fed: Any) -> None:
+        raise RuntimeError("a bug in the scheduler")
+
+    monkeypatch.setattr(BatchRun, "_fed", broken)
+    install(rt, timeout_ms=60_000)
+    rt.tools.register(tool("work", lambda args, ctx: 1))
+    result = run_code(rt, "return await tools.work()")
+    message = result.error.message
+    assert message.startswith(
+        "code run failed (internal): the program's tool calls could not be scheduled: tool batch failed: "
+        "internal error: RuntimeError: a bug in the scheduler"
+    ), message
+    assert "- c1:ptc:1 work: no result (its scheduling failed)" in message

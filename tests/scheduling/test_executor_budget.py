@@ -130,3 +130,34 @@ def test_nested_batches_finish_however_the_budget_and_the_caps_meet() -> None:
                     ToolBatchInput(calls=calls(*["parent"] * 5), max_parallel_tool_calls=cap)
                 ).result(GUARD)
             assert [r.result.value for r in batch.results] == ["leaf+leaf"] * 5, (budget, cap)
+
+
+def test_an_idle_call_actor_leaves_for_a_batch_waiting_for_the_budget_at_once(monkeypatch: Any) -> None:
+    # Batch A's only call actor is idle (A's exclusive x1 runs inline and
+    # holds A's barrier) when batch B needs one: it leaves for B because B
+    # waits, not after a timed poll (a timer, were there one, would never
+    # fire here).
+    import dsh_actors.scheduling.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "SHED_AFTER", 1e6, raising=False)
+    x1_running = threading.Event()
+    release_x1 = threading.Event()
+
+    def exclusive(args: Any, ctx: Any) -> str:
+        x1_running.set()
+        must(release_x1, "the test to release x1")
+        return "x"
+
+    with started_runtime(max_call_actors=1) as rt:
+        rt.tools.register(make_tool("safe", lambda args, ctx: "s"))
+        rt.tools.register(make_tool("exclusive", exclusive, classifier=None))
+        a_calls = calls("safe", "exclusive", "safe")
+        a = rt.tools.submit(ToolBatchInput(calls=tuple(a_calls), max_parallel_tool_calls=2))
+        try:
+            must(x1_running, "A's exclusive call to run")
+            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("safe", "safe")]
+            b = rt.tools.submit(ToolBatchInput(calls=tuple(b_calls), max_parallel_tool_calls=2))
+            assert [r.result.value for r in b.result(GUARD).results] == ["s", "s"]
+        finally:
+            release_x1.set()
+        assert [r.result.value for r in a.result(GUARD).results] == ["s", "x", "s"]
