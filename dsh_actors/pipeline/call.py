@@ -76,6 +76,8 @@ class Call:
         "seen_listeners",
         "context",
         "arguments_settled",
+        "start_log",
+        "start_error",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -132,6 +134,11 @@ class Call:
         self.context: contextvars.Context = _EMPTY_CONTEXT
         # Whether lookup() settled the arguments against the registration.
         self.arguments_settled = False
+        # The session that records the body's start (a logged batch's root
+        # call), and the error if that write failed (the body then did not
+        # run; the batch reads it when the call commits).
+        self.start_log: Any = None
+        self.start_error: BaseException | None = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         """Decided without dispatch (denied, aborted, bad arguments): RESOLVED."""

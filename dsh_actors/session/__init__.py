@@ -2,13 +2,22 @@
 object per line.
 
 A :class:`Session` records what a batch did, in commit order, as *events*:
-plain JSON objects, each with a ``"type"`` key. The executor writes four
+plain JSON objects, each with a ``"type"`` key. The executor writes six
 kinds, built by the functions below (keys are snake_case):
 
+``tool/batch``
+    ``{"type", "turn", "step", "calls"}``, ``calls`` a list of ``{"call_id",
+    "name", "arguments"}`` in model order, ``arguments`` as the model sent
+    them (JSON text as it is): every call of the batch, written before any
+    of them starts, so a crash loses none (crash recovery reads it).
 ``tool/call``
     ``{"type", "turn", "step", "call_id", "name", "arguments"}``:
     ``arguments`` is the call's normalized arguments as JSON, or the raw
     string when the model sent text that is not JSON (or a JSON string).
+``tool/start``
+    ``{"type", "call_id"}``: the call's body is about to be invoked
+    (written by whoever runs it, after the call's ``tool/call``), so that a
+    call without a ``tool/result`` is known to have started or not.
 ``tool/result``
     ``{"type", "call_id", "is_error", "content", "error", "meta"}``:
     ``content`` as :func:`~dsh_actors.model.content_to_json` writes it,
@@ -68,6 +77,7 @@ what is still open. :meth:`Session.results_by_call` gives each call's
 from __future__ import annotations
 
 from ._events import (
+    BATCH,
     CALL,
     PTC_DISPATCH,
     PTC_DISPATCH_START,
@@ -75,8 +85,10 @@ from ._events import (
     REPAIR_ERROR_NAME,
     REPAIR_MESSAGE,
     RESULT,
+    START,
     LoggedResult,
     SessionCorruptError,
+    batch_event,
     call_event,
     error_from_json,
     error_to_json,
@@ -84,10 +96,12 @@ from ._events import (
     ptc_dispatch_start_event,
     result_event,
     results_by_call,
+    start_event,
 )
 from ._file import Session
 
 __all__ = [
+    "BATCH",
     "CALL",
     "PTC_DISPATCH",
     "PTC_DISPATCH_START",
@@ -95,9 +109,11 @@ __all__ = [
     "REPAIR_ERROR_NAME",
     "REPAIR_MESSAGE",
     "RESULT",
+    "START",
     "LoggedResult",
     "Session",
     "SessionCorruptError",
+    "batch_event",
     "call_event",
     "error_from_json",
     "error_to_json",
@@ -105,4 +121,5 @@ __all__ = [
     "ptc_dispatch_start_event",
     "result_event",
     "results_by_call",
+    "start_event",
 ]

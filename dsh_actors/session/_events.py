@@ -24,7 +24,9 @@ from ..model import (
 )
 from ..presentation import ToolResultProjection
 
+BATCH: Final = "tool/batch"
 CALL: Final = "tool/call"
+START: Final = "tool/start"
 RESULT: Final = "tool/result"
 PTC_DISPATCH_START: Final = "tool/ptc-dispatch-start"
 PTC_DISPATCH: Final = "tool/ptc-dispatch"
@@ -148,6 +150,29 @@ def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) ->
         "name": _plain_str(name, "name"),
         "arguments": arguments,
     }
+
+
+def batch_event(turn: int, step: int, calls: Iterable[tuple[str, str, Any]]) -> dict[str, Any]:
+    """A ``tool/batch`` event: every call of a logged batch, in model order,
+    written before any of them starts, so that a crash loses none of them.
+    ``calls``: ``(call_id, name, arguments)`` with ``arguments`` as the
+    model sent them (JSON text as it is, or lossless JSON)."""
+    return {
+        "type": BATCH,
+        "turn": _int(turn, "turn"),
+        "step": _int(step, "step"),
+        "calls": [
+            {"call_id": _plain_str(call_id, "call_id"), "name": _plain_str(name, "name"), "arguments": arguments}
+            for call_id, name, arguments in calls
+        ],
+    }
+
+
+def start_event(call_id: str) -> dict[str, Any]:
+    """A ``tool/start`` event: the call's body is about to run (written
+    before it is invoked, so a crash that leaves no ``tool/result`` tells
+    "started" from "never started")."""
+    return {"type": START, "call_id": call_id}
 
 
 def result_event(call_id: str, result: ResultFields) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ._events import (
     PTC_DISPATCH,
     PTC_DISPATCH_START,
     RESULT,
+    START,
     LoggedResult,
     SessionCorruptError,
     _interrupted_dispatch,
@@ -37,11 +38,11 @@ from ._events import (
 def _shape_problem(event: Mapping[str, Any]) -> str | None:
     """Why ``event`` cannot be a session event, or None. Checks only what
     the session itself relies on: a non-empty str ``type`` and, for calls
-    and results, a str ``call_id``."""
+    results and starts, a str ``call_id``."""
     kind = event.get("type")
     if type(kind) is not str or not kind:
         return f'"type" must be a non-empty str, got {safe_str(kind)!r}'
-    if (kind == CALL or kind == RESULT) and type(event.get("call_id")) is not str:
+    if (kind == CALL or kind == RESULT or kind == START) and type(event.get("call_id")) is not str:
         return f'a {kind} event needs a str "call_id"'
     return None
 
