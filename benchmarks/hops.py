@@ -344,12 +344,72 @@ def measure_stages() -> list[tuple[str, float]]:
     return rows
 
 
+def measure_marker(rounds: int = 60, n: int = 100) -> dict[str, float]:
+    """What the durable ``tool/start`` marker costs: one append to a
+    file-backed session in isolation, and whole realistic batches of ``n``
+    calls with and without it (two runtimes, the same configuration, the
+    session of one dropping the marker), interleaved batch by batch; per
+    call, medians of wall time and of the process's CPU time. Serial
+    batches (every call inline on the executor: no hop) and parallel ones
+    (cap 10, the overhead workload's)."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    from dsh_actors import Session
+    from dsh_actors.session import start_event
+
+    from .scheduling import realistic, realistic_batch, realistic_tool
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        with Session(Path(folder) / "alone.jsonl") as session:
+            out["append tool/start, file session (µs)"] = _per_call_us(
+                lambda: session.append_lossless(start_event("c0")), n=20_000
+            )
+        with Session() as memory:
+            out["append tool/start, in-memory session (µs)"] = _per_call_us(
+                lambda: memory.append_lossless(start_event("c0")), n=20_000
+            )
+    for label, limit in (("serial", 1), ("cap 10", 10)):
+        with ToolRuntime() as marked, ToolRuntime() as unmarked:
+            agents = []
+            for rt, flag in ((marked, True), (unmarked, False)):
+                rt.tools.register(realistic_tool(noop_tool()))
+                agents.append(realistic(rt, start_marker=flag))
+            batch = replace(noop_batch(n), max_parallel_tool_calls=limit)
+            batches = [realistic_batch(batch, agent) for agent in agents]
+            samples: dict[str, list[float]] = {"wall": [], "wall0": [], "cpu": [], "cpu0": []}
+            for i in range(rounds + 5):
+                for rt, each, suffix in ((marked, batches[0], ""), (unmarked, batches[1], "0")):
+                    wall, cpu = time.perf_counter_ns(), time.process_time_ns()
+                    rt.tools.execute(each)
+                    if i >= 5:  # warm-up
+                        samples["wall" + suffix].append((time.perf_counter_ns() - wall) / n / 1000)
+                        samples["cpu" + suffix].append((time.process_time_ns() - cpu) / n / 1000)
+        for key, title in (("wall", "wall"), ("cpu", "CPU")):
+            with_marker = float(statistics.median(samples[key]))
+            without = float(statistics.median(samples[key + "0"]))
+            out[f"{label}: {title} per call with the marker (µs)"] = with_marker
+            out[f"{label}: {title} per call without it (µs)"] = without
+            out[f"{label}: {title} ratio"] = with_marker / without
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one call's trip, hop by hop")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--batches", type=int, default=3000)
+    parser.add_argument("--only-marker", action="store_true", help="only what the tool/start marker costs")
     args = parser.parse_args(argv)
     out: dict[str, Any] = {}
+    print("the durable tool/start marker (realistic configuration, file-backed session)")
+    marker = measure_marker()
+    for label, value in marker.items():
+        print(f"  {value:8.2f}  {label}")
+    out["marker"] = marker
+    if args.only_marker:
+        return 0
     for key, pooled, title in (
         ("trip", False, "one call, run inline by the executor"),
         ("trip_mailbox", True, "two calls, the first through the work mailbox"),

@@ -99,6 +99,7 @@ from ._events import (
     start_event,
 )
 from ._file import Session
+from ._steps import SETTLED, STARTED, UNSTARTED, CallState, LoggedCall, step_calls
 
 __all__ = [
     "BATCH",
@@ -109,7 +110,12 @@ __all__ = [
     "REPAIR_ERROR_NAME",
     "REPAIR_MESSAGE",
     "RESULT",
+    "SETTLED",
     "START",
+    "STARTED",
+    "UNSTARTED",
+    "CallState",
+    "LoggedCall",
     "LoggedResult",
     "Session",
     "SessionCorruptError",
@@ -122,4 +128,5 @@ __all__ = [
     "result_event",
     "results_by_call",
     "start_event",
+    "step_calls",
 ]

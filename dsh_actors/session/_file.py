@@ -33,6 +33,7 @@ from ._events import (
     result_event,
     results_by_call,
 )
+from ._steps import LoggedCall, step_calls
 
 
 def _shape_problem(event: Mapping[str, Any]) -> str | None:
@@ -376,6 +377,13 @@ class Session:
     def results_by_call(self, *, ptc: bool = False) -> dict[str, LoggedResult]:
         """:func:`results_by_call` over :meth:`events`."""
         return results_by_call(self.events(), ptc=ptc)
+
+    def step_calls(self, turn: int, step: int) -> tuple[LoggedCall, ...]:
+        """The calls of model step ``(turn, step)``, in model order, each
+        with where it stands (:attr:`LoggedCall.state`: ``"settled"``,
+        ``"started"`` or ``"unstarted"``); :func:`step_calls` over
+        :meth:`events`."""
+        return step_calls(self.events(), turn, step)
 
     def repair(self) -> list[dict[str, Any]]:
         """Settle everything a crash left open, and return the events
