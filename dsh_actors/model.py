@@ -486,15 +486,25 @@ class ToolCallResult:
 @dataclass(frozen=True, slots=True)
 class ToolBatchResult:
     """Model-ordered outcomes, the contexts accepted for the next step (after
-    the last result), and whether a success concluded the turn."""
+    the last result), and whether a success concluded the turn.
+
+    A batch that waits for deferred approvals has ``results`` for its
+    settled calls only, ``pending``, the ids of the calls still open (model
+    order), and ``suspension``, a plain JSON value that
+    ``rt.tools.resume(suspension, decisions)`` finishes it from (in this
+    process or another). A complete batch has ``pending == ()`` and
+    ``suspension is None``."""
 
     results: tuple[ToolCallResult, ...]
     additional_contexts: tuple[UserMessage, ...] = ()
     concluded: bool = False
+    pending: tuple[str, ...] = ()
+    suspension: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "additional_contexts", tuple(self.additional_contexts))
+        object.__setattr__(self, "pending", tuple(self.pending))
 
 
 # --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from .registry.actor import RegistryActor
 from .registry.service import ToolsService
 from .scheduling.executor import CallActor, NativeExecutor, executor_lent
 from .scheduling.pool import CallPool
+from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
 
@@ -41,8 +42,11 @@ _STOPPED = "the ToolRuntime is stopped"
 
 class ApprovalService(Protocol):
     """``fn(request) -> str``: ``"allowed-once"`` runs the call; ``"rejected"``,
-    ``"cancelled"``, ``"unavailable"`` deny it with the pinned reasons; any
-    other answer fails it without running it. A sync service runs on the
+    ``"cancelled"``, ``"unavailable"`` deny it with the pinned reasons;
+    ``"deferred"`` leaves it waiting for a person (the batch suspends:
+    ``result.suspension``, finished by ``rt.tools.resume``; a nested call,
+    which cannot suspend, fails); any other answer fails it without
+    running it. A sync service runs on the
     executor thread that prepares the call, and may block (a person
     answering); an ``async def`` service runs on the batch's event loop
     (the one that awaited ``execute_async``, the bound loop, or the
@@ -140,6 +144,8 @@ class ToolRuntime:
         self._stop_deadline = 0.0
         self.events = EventBus()
         self.approvals = ApprovalChannel()
+        # The suspensions this runtime resumed (each is resumed once).
+        self.suspensions = Claims()
         self._lock = threading.Lock()
         self._started = False
         self._stopped = False

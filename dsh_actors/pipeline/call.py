@@ -35,10 +35,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class CallPhase(str, Enum):
     """Where a call is on its trip. Transitions only move forward:
-    PENDING → (READY → DISPATCHING → DISPATCHED | RESOLVED) → DONE."""
+    PENDING → (READY → DISPATCHING → DISPATCHED | RESOLVED | DEFERRED) → DONE.
+
+    DEFERRED is where a batch's run of a call ends when the approval
+    service answered ``"deferred"``: prepare stopped after the approval
+    (guards not run, the body never started); the batch suspends, and a
+    later batch continues the call from its approval answer
+    (``CallStart(answer=...)``, see ``scheduling/messages.py``). A call
+    given its final result by a continued batch is DONE before it starts."""
 
     PENDING = "pending"
     READY = "ready"  # prepared and allowed: waits for a call actor
+    DEFERRED = "deferred"  # the approval was deferred: waits for a decision, in no slot
     DISPATCHING = "dispatching"  # a call actor runs its wrappers and body
     DISPATCHED = "dispatched"  # the dispatch outcome is back
     RESOLVED = "resolved"  # decided without dispatch (denied, aborted, ...)
@@ -78,6 +86,8 @@ class Call:
         "arguments_settled",
         "start_log",
         "start_error",
+        "ask",
+        "answer",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -139,6 +149,13 @@ class Call:
         # run; the batch reads it when the call commits).
         self.start_log: Any = None
         self.start_error: BaseException | None = None
+        # The Ask that sent the call to the approval service (kept by a
+        # DEFERRED call: the suspension shows it to the person).
+        self.ask: Any = None
+        # An approval answer given in advance (a continued batch): prepare
+        # takes it instead of running the pre-execute waterfall and asking
+        # the approval service again; None: prepare from the start.
+        self.answer: str | None = None
 
     def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
         """Decided without dispatch (denied, aborted, bad arguments): RESOLVED."""
@@ -153,6 +170,11 @@ class Call:
         self.outcome = outcome
         self.run_post = run_post
         self.phase = CallPhase.DISPATCHED
+
+    def defer(self, ask: Any) -> None:
+        """The approval service answered ``"deferred"`` for ``ask``: DEFERRED."""
+        self.ask = ask
+        self.phase = CallPhase.DEFERRED
 
     def unprepare(self) -> None:
         """Back to PENDING: the call was prepared, but what it was prepared

@@ -43,7 +43,10 @@ if TYPE_CHECKING:  # pragma: no cover
 def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
-    Leaves the call READY (allowed: dispatch it) or RESOLVED. Pre-execute
+    Leaves the call READY (allowed: dispatch it), RESOLVED, or DEFERRED
+    (the approval service answered ``"deferred"``). A call with a given
+    ``answer`` (a continued batch) skips the waterfall and the service and
+    takes that answer; guards and the recheck run as usual. Pre-execute
     listeners, the approval service and guards run here; they may block
     (an approval waits for a person) but must observe ``execution.signal``.
 
@@ -61,10 +64,19 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     state = rt.state
     reason: str | None
     events = rt.events
-    # Without a listener the waterfall is its default, Allow(): skip it.
-    if events.listeners("tools/pre-execute", execution.agent):
+    decision: Any
+    if call.answer is not None:
+        # A continued batch: the waterfall ran and asked in the batch that
+        # deferred the call; the answer given now takes the service's place.
         try:
-            decision: Any = events.waterfall(
+            decision = _decide(call, call.ask, call.answer)
+        except BaseException as exc:  # noqa: BLE001 - an answer that is not one
+            _policy_raised(call, "approval", exc)
+            return
+    # Without a listener the waterfall is its default, Allow(): skip it.
+    elif events.listeners("tools/pre-execute", execution.agent):
+        try:
+            decision = events.waterfall(
                 "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
             )
         except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
@@ -89,6 +101,11 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
             return
         case ToolExecutionFailure():  # from approval routing: a denial
             call.resolve(decision, run_post=True)
+            return
+        case _Deferred(ask=ask):
+            # The service answered "deferred": the call waits for a decision
+            # (guards run when it is continued, with what holds then).
+            call.defer(ask)
             return
         case _:
             problem = ToolPolicyError(
@@ -129,8 +146,9 @@ _ALLOW = Allow()
 
 def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
     """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
-    else a denial (a failure). A raising service propagates (the caller
-    makes it a ``POLICY_FAILED`` failure)."""
+    ``_Deferred`` for ``"deferred"`` (the batch suspends the call), else a
+    denial (a failure). A raising service propagates (the caller makes it
+    a ``POLICY_FAILED`` failure)."""
     execution = call.execution
     name = execution.name
     service = rt.approvals.service
@@ -156,6 +174,28 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
     if inspect.iscoroutine(answer):
         # An async approval service: awaited on the batch's loop (this thread waits).
         answer = _awaiter(rt, call)(answer)
+    return _decide(call, ask, answer)
+
+
+class _Deferred:
+    """The approval service answered ``"deferred"`` for ``ask``."""
+
+    __slots__ = ("ask",)
+    __match_args__ = ("ask",)
+
+    def __init__(self, ask: Ask) -> None:
+        self.ask = ask
+
+
+#: The approval answers a person may give (``rt.tools.resume`` decisions).
+DECISIONS = ("allowed-once", "rejected", "cancelled", "deferred")
+
+
+def _decide(call: Call, ask: Ask, answer: Any) -> Any:
+    """What an approval answer means for ``call``: ``Allow()`` only for
+    ``"allowed-once"``, ``_Deferred`` for ``"deferred"``, else a denial (a
+    failure); an answer that is none of these raises ``ToolPolicyError``."""
+    name = call.execution.name
     if answer == "allowed-once" and type(answer) is str:
         return Allow()
     if answer == "rejected":
@@ -164,6 +204,8 @@ def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
         return failure(f'approval for tool "{name}" was cancelled')
     if answer == "unavailable":
         return failure(f'tool "{name}" requires approval, but no approval channel is available')
+    if answer == "deferred":
+        return _Deferred(ask)
     raise ToolPolicyError("approval", f'the approval service answered {safe_str(repr(answer))} for tool "{name}"')
 
 

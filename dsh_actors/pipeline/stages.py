@@ -36,7 +36,8 @@ from .body import (
 from .call import LOOK_UP, BadArguments, Call, CallPhase, begin, begin_call, lookup, stale, stamp
 from .dispatch import dispatch
 from .finalize import BLOCKED_DEFAULT, finalize
-from .prepare import prepare
+from .prepare import DECISIONS, prepare
+from .results import failure
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
@@ -46,6 +47,7 @@ __all__ = [
     "BadArguments",
     "Call",
     "CallPhase",
+    "DECISIONS",
     "LOOK_UP",
     "await_on_loop",
     "begin",
@@ -68,10 +70,21 @@ __all__ = [
 def run_inline(rt: ToolRuntime, inp: ToolExecutionInput) -> ToolExecutionResult:
     """One call's whole trip (prepare, dispatch, finalize) on the calling
     thread: nested dispatch (PTC sub-calls, composite tools). The caller
-    does the scheduling."""
+    does the scheduling. A deferred approval fails the call: only a batch
+    can suspend."""
     call = begin(0, inp)
     prepare(rt, call)
-    if call.phase is CallPhase.READY:
+    if call.phase is CallPhase.DEFERRED:
+        # Only a batch suspends: a nested call cannot wait for a decision.
+        name = inp.name
+        call.resolve(
+            failure(
+                f'tool "{name}" requires approval, but the approval service deferred it and a nested call '
+                "cannot wait for a decision (only a batch suspends)"
+            ),
+            run_post=True,
+        )
+    elif call.phase is CallPhase.READY:
         call.phase = CallPhase.DISPATCHING
         dispatch(rt, call)
     return finalize(rt, call)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
@@ -55,8 +55,10 @@ from ..model import (
     ToolRestriction,
 )
 from ..pipeline.stages import run_inline
-from ..scheduling.messages import Reply
-from ..scheduling.start import start_batch
+from ..scheduling.messages import CallStart, Reply
+from ..scheduling.start import check_continuable, continue_batch, start_batch
+from ..scheduling.suspension import resume_plan
+from ..signals import AbortSignal
 from ..visibility import (
     Condition,
     Guard,
@@ -344,7 +346,12 @@ class ToolsService:
         self._start(batch, future)
         return future
 
-    def _start(self, batch: ToolBatchInput, reply: Reply, loop: Any = None) -> None:
+    def _start(
+        self, batch: ToolBatchInput, reply: Reply, loop: Any = None, starts: Sequence[CallStart] | None = None
+    ) -> None:
+        """Start ``batch`` into ``reply``. ``starts``: a continued batch
+        (``scheduling.start.continue_batch``: a resumed suspension, a
+        recovered step), one ``CallStart`` per call."""
         if not isinstance(batch, ToolBatchInput):
             raise InvalidTypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
         if batch.agent is None and self._scope is not None:
@@ -353,7 +360,95 @@ class ToolsService:
         rt._require()  # a stopped runtime raises here, as a tell to its registry would
         # What the registry actor does with ExecuteBatch(batch), run here:
         # one implementation, minus the hop to the registry's thread.
-        start_batch(rt, batch, reply, loop)
+        if starts is None:
+            start_batch(rt, batch, reply, loop)
+        else:
+            continue_batch(rt, batch, starts, reply, loop)
+
+    # -- suspended batches ----------------------------------------------------
+
+    def resume(
+        self,
+        suspension: Any,
+        decisions: Mapping[str, str],
+        *,
+        agent: Agent | None = None,
+        signal: AbortSignal | None = None,
+    ) -> ToolBatchResult:
+        """Finish a batch that suspended for deferred approvals, blocking
+        the calling thread: ``suspension`` is the batch's
+        ``result.suspension`` (as it is, or through JSON), ``decisions``
+        maps its deferred call ids to an answer (``"allowed-once"``,
+        ``"rejected"``, ``"cancelled"``, or ``"deferred"`` again; a deferred
+        call left out stays deferred). Works in this runtime or another one
+        with the same tools registered.
+
+        The calls run on from where they stopped: a deferred call from its
+        answer (guards and its registration are checked again, then
+        dispatch, post-execute, finalize, its ``tool/result``), a call that
+        never started through the whole pipeline, under the same barriers
+        and limit; a settled call keeps its result and does not run again.
+        The result has one entry per call of the original batch, in model
+        order (or suspends again, when a call is deferred again).
+
+        ``agent``: the agent whose batch it was (checked against the ids the
+        suspension records; a logged batch needs it, for its session);
+        None: a scoped service's own agent, else an ``Agent`` rebuilt from
+        those ids (new scopes, no session).
+        ``signal`` cancels the resumed batch.
+
+        A suspension is resumed once: a second ``resume`` of it in this
+        runtime, or in any process whose session log records the first
+        one's decisions, raises ``InvalidStateError`` and nothing runs.
+        A malformed suspension or decision raises ``InvalidValueError``."""
+        return self._blocking(
+            lambda reply: self._resume(suspension, decisions, agent, signal, reply),
+            "resume()",
+            "resume_async(suspension, decisions)",
+        )
+
+    async def resume_async(
+        self,
+        suspension: Any,
+        decisions: Mapping[str, str],
+        *,
+        agent: Agent | None = None,
+        signal: AbortSignal | None = None,
+    ) -> ToolBatchResult:
+        """:meth:`resume` without blocking the event loop: ``await`` it (its
+        async tool bodies run on this loop, as for :meth:`execute_async`)."""
+        loop = asyncio.get_running_loop()
+        future: Future[ToolBatchResult] = Future()
+        self._resume(suspension, decisions, agent, signal, future, loop)
+        return await asyncio.wrap_future(future)
+
+    def _resume(
+        self,
+        suspension: Any,
+        decisions: Any,
+        agent: Agent | None,
+        signal: AbortSignal | None,
+        reply: Reply,
+        loop: Any = None,
+    ) -> None:
+        rt = self._rt
+        rt._require()
+        if signal is not None and not isinstance(signal, AbortSignal):
+            raise InvalidTypeError(f"signal must be an AbortSignal, not {type(signal).__qualname__}")
+        if agent is None:
+            agent = self._scope  # a scoped service resumes its own agent's batch
+        plan = resume_plan(suspension, decisions, agent=agent, signal=signal)
+        batch = plan.batch
+        # Whatever would refuse the batch is asked before it is claimed: a
+        # claimed suspension cannot be resumed again.
+        check_continuable(rt, batch)
+        rt.suspensions.claim(plan.id)
+        if batch.log is not None:
+            assert batch.agent is not None and batch.agent.session is not None  # (resume_plan checked)
+            # The decisions reach the log before anything runs; a log whose
+            # requests were decided already refuses (resumed elsewhere).
+            batch.agent.session.decide(plan.id, plan.decisions)
+        self._start(batch, reply, loop, plan.starts)
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
         """Run ONE call through the whole pipeline on the calling thread and
@@ -381,26 +476,30 @@ class ToolsService:
         """Run ``batch`` and return its settled result, blocking the calling
         thread (however long the batch takes, but not past ``rt.stop()``).
         Raises ``ExecutorUnavailableError`` when no executor is available."""
+        return self._blocking(lambda reply: self._start(batch, reply), "execute()", "execute_async(batch)")
+
+    def _blocking(self, start: Callable[[Reply], None], what: str, instead: str) -> ToolBatchResult:
+        """``start(reply)`` a batch and block the calling thread until it settles."""
         rt = self._rt
         bound = rt.bound_loop
         if bound is not None and bound.is_running() and _on_loop_thread(bound):
             raise InvalidStateError(
-                "execute() would block the event loop this runtime is bound to (its async tools run "
-                "there): use await rt.tools.execute_async(batch) from that loop"
+                f"{what} would block the event loop this runtime is bound to (its async tools run "
+                f"there): use await rt.tools.{instead} from that loop"
             )
         rt._require()  # (a stopped runtime raises here, before the loop is asked)
         if rt.loop.in_loop_thread():
             # An async body on the runtime's own loop: the batch's async bodies
             # would need this very loop, which execute() would block.
             raise InvalidStateError(
-                "execute() would block the runtime's own event loop (async tool bodies run there, "
-                "so the batch could never finish): use await rt.tools.execute_async(batch) from an async body"
+                f"{what} would block the runtime's own event loop (async tool bodies run there, "
+                f"so the batch could never finish): use await rt.tools.{instead} from an async body"
             )
         reply = _Reply()
         # A stopping runtime drains its batches and answers them; only a
         # batch stuck past the end of stop() has no answer: stop fails it.
         with rt.pending_replies.tracked(reply, lambda: RuntimeStoppedError(f"{STOPPED} (before the batch finished)")):
-            self._start(batch, reply)
+            start(reply)
             with rt.waiting():  # a tool body's nested batch holds no slot
                 reply.wait(-1)
         result: ToolBatchResult = reply.outcome()

@@ -61,12 +61,13 @@ from ..pipeline.stages import (
     start_on_loop,
     wants_loop,
 )
-from ..session import batch_event, call_event, result_event
+from ..session import approval_request_event, batch_event, call_event, result_event
 from ..signals import AbortController, AbortSignal
 from ..visibility import definition_mode, has_guards
 from .inbox import RUNNING, BatchInbox
-from .messages import BodyEnded, Deadline, Reply, Returned, Settled, Wake
+from .messages import BodyEnded, CallStart, Deadline, Reply, Returned, Settled, Wake
 from .pool import WorkMailbox
+from .suspension import new_suspension_id, suspension_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
@@ -102,6 +103,18 @@ class BatchRun:
       ``tool/call`` is not written twice).
     * ``barrier``: the exclusive call that started and has not committed.
     * ``halted``: why no call starts any more (None while calls may start).
+    * ``deferred``: indexes (sorted) of DEFERRED calls (the approval service
+      answered ``"deferred"``). The commit passes them (they stay held in
+      ``calls``): the calls behind one commit in their turn, but an
+      exclusive call behind one waits (it needs every call before it
+      committed), and a deferred exclusive call stays the ``barrier``. When
+      nothing is out and nothing else may start, the batch suspends
+      (:meth:`_suspended`): it replies with the settled results, the open
+      ids and the suspension. An abort ends them ``ABORTED_BEFORE_DISPATCH``.
+    * ``starts``: a continued batch (``continue_batch``): where each call
+      starts. A call given its result is never built: it starts as soon
+      as it is next (even behind a barrier: nothing of it runs) and commits
+      its given result in its turn, without emitting or logging anything.
     """
 
     #: Set by the property tests: assert the invariants after every step.
@@ -140,6 +153,10 @@ class BatchRun:
         "outbox",
         "redo",
         "policy",
+        "starts",
+        "deferred",
+        "late",
+        "suspension_id",
     )
 
     def __init__(
@@ -151,6 +168,7 @@ class BatchRun:
         reply: Reply,
         loop: Any = None,
         schedule: Any = None,
+        starts: tuple[CallStart, ...] | None = None,
     ) -> None:
         self.rt = rt
         self.loop = loop  # where async bodies run (None: the runtime's loop thread)
@@ -186,6 +204,11 @@ class BatchRun:
         self.outbox: Outbox | None = None  # the loop side of the inbox (made with the first flight)
         self.policy: Any = None  # what the executor gives the batch (BatchPolicy), asked as it opens
         self.redo: list[int] = []  # started calls back unrun, to prepare again (sorted)
+        # A continued batch: where each call starts (None: all from the start).
+        self.starts = starts
+        self.deferred: list[int] = []  # DEFERRED calls the commit passed, in model order
+        self.late = False  # a deferred call committed after the calls behind it (an abort)
+        self.suspension_id: str | None = None  # minted when the first call defers
 
     # -- the run -------------------------------------------------------------------
 
@@ -272,7 +295,8 @@ class BatchRun:
         agent = batch.agent
         if batch.log is not None and agent is not None:
             self.session = agent.session
-            if self.session is not None and batch.calls:
+            if self.session is not None and batch.calls and self.starts is None:
+                # (A continued batch continues a step whose tool/batch is logged.)
                 self._log_batch()
         policy = self.policy = self.native.batch_policy()
         own = policy.own
@@ -281,7 +305,13 @@ class BatchRun:
         hint_of = policy.hint
         calls = self.calls
         unbuilt = self.unbuilt
+        starts = self.starts
         for i, tool_call in enumerate(batch.calls):
+            if starts is not None and starts[i].result is not None:
+                # Settled already (a continued batch): never built, never run.
+                calls.append(None)
+                unbuilt.append(None)
+                continue
             name = tool_call.name
             override = own.get(name) if own else None
             hint = hint_of(name) if hint_of is not None and override is None else None
@@ -301,7 +331,23 @@ class BatchRun:
         # what settled has committed (_step commits first) and the batch fails.
         if self.out:
             return False
-        return self.bug is not None or self.next_commit == len(self.calls)
+        return (
+            self.bug is not None or self.next_commit == len(self.calls) or (bool(self.deferred) and self._suspended())
+        )
+
+    def _suspended(self) -> bool:
+        """Whether the batch waits for deferred approvals and nothing else:
+        every started call has committed or is DEFERRED, nothing is out, and
+        what has not started waits behind a deferred call (a deferred
+        exclusive call is a barrier; an exclusive call waits for every call
+        before it: ``_step`` started everything else)."""
+        return (
+            bool(self.deferred)
+            and not self.out
+            and not self.redo
+            and self.halted is None
+            and self.next_commit == self.next_start
+        )
 
     def _close(self) -> ToolBatchResult | BaseException:
         if self.unsubscribe is not None:
@@ -310,9 +356,16 @@ class BatchRun:
             self.body_parent.close()
         if self.mailbox is not None:
             self.mailbox.close()
+        if self.late:
+            # A deferred call committed after the calls behind it (an abort):
+            # results are in model order all the same.
+            order = {tool_call.id: i for i, tool_call in enumerate(self.batch.calls)}
+            self.results.sort(key=lambda item: order[item.call_id])
         results = tuple(self.results)
         failure = self.bug or self.log_error
         if failure is None and not self.stuck:
+            if self.deferred:
+                return self._suspend(results)
             return _batch_result(results)
         if self.stuck:
             names = ", ".join(f'{c.execution.call_id} (tool "{c.execution.name}")' for c in self.stuck)
@@ -389,9 +442,14 @@ class BatchRun:
                 for index in self.redo:  # (logged already)
                     self._call_at(index).resolve(aborted(before_dispatch=True), run_post=False)
                 self.redo.clear()
+                if self.deferred:
+                    self._abort_deferred()
                 while self.next_start < total:
-                    call = self._call_at(self.next_start)
+                    index = self.next_start
                     self.next_start += 1
+                    if self._given(index):
+                        continue  # settled already: it commits its given result
+                    call = self._call_at(index)
                     self._log_call(call)
                     call.resolve(aborted(before_dispatch=True), run_post=False)
                 if self._commit_ready():
@@ -401,6 +459,12 @@ class BatchRun:
             if not redo and self.next_start == total:
                 self._release_idle()  # nothing left to start: idle servers go
                 return
+            starts = self.starts
+            if starts is not None and not redo and starts[self.next_start].result is not None:
+                # Settled already (a continued batch): it starts as it is, even
+                # behind a barrier (nothing of it runs), and commits in its turn.
+                self.next_start += 1
+                continue
             if self.barrier is not None:
                 return  # (servers stay: calls after the barrier start soon)
             again = bool(redo)
@@ -418,9 +482,10 @@ class BatchRun:
             exclusive = call.mode == "exclusive"
             early = False
             if exclusive:
-                if self.next_commit < index or self.out:
+                if self.next_commit < index or self.out or self.deferred:
                     # An exclusive call waits for everything before it (and,
-                    # started again, for the calls after it that run).
+                    # started again, for the calls after it that run), a
+                    # deferred call included: until the batch is resumed.
                     return
             elif len(self.out) >= self.limit:
                 # The pool is full. A call may still be prepared ahead (at most
@@ -446,7 +511,9 @@ class BatchRun:
             if exclusive:
                 self.barrier = index
             if call.phase is not CallPhase.READY:
-                continue  # resolved without dispatch: it commits in its turn
+                if call.phase is CallPhase.DEFERRED:
+                    self._defer(call)
+                continue  # resolved without dispatch (or deferred): it commits in its turn
             call.phase = CallPhase.DISPATCHING
             if early:
                 self.early.add(index)
@@ -527,11 +594,23 @@ class BatchRun:
             if index in out:
                 break
             call = calls[index]
-            assert call is not None  # built when it started, dropped once committed
+            if call is None:
+                # Settled already (a continued batch): its given result, as it is.
+                self._record_given(index)
+                self.next_commit = index + 1
+                progressed = True
+                continue
             if stuck and any(c is call for c in stuck):
                 self._commit_stuck(call)
             else:
                 phase = call.phase
+                if phase is CallPhase.DEFERRED:
+                    # Waits for a decision: the commit passes it (it stays held,
+                    # and a barrier it is stays up); the calls behind it commit.
+                    self.deferred.append(index)
+                    self.next_commit = index + 1
+                    progressed = True
+                    continue
                 if phase is not CallPhase.DISPATCHED and phase is not CallPhase.RESOLVED:
                     break
                 self._commit(call)
@@ -577,7 +656,18 @@ class BatchRun:
         call.body_hook = self.hook
         call.loop = self.loop
         call.start_log = self.session
+        starts = self.starts
+        if starts is not None:
+            start = starts[index]
+            if start.answer is not None:
+                call.answer = start.answer
+                call.ask = start.ask
         return call
+
+    def _given(self, index: int) -> bool:
+        """Whether call ``index`` was given its final result (a continued batch)."""
+        starts = self.starts
+        return starts is not None and starts[index].result is not None
 
     def _call_at(self, index: int) -> Call:
         """Call ``index``, built now if it was not yet."""
@@ -626,6 +716,9 @@ class BatchRun:
             return True
         if self.log_error is not None:
             return False
+        starts = self.starts
+        if starts is not None and starts[call.index].logged:
+            return True  # (a continued batch: logged when the call first started)
         log = self.batch.log
         assert log is not None
         execution = call.execution
@@ -642,6 +735,90 @@ class BatchRun:
 
     def _commit(self, call: Call) -> None:
         self._record(call, finalize(self.rt, call))
+
+    def _record_given(self, index: int) -> None:
+        """A call given its final result (a continued batch): recorded as it
+        is; nothing is emitted, and it is logged only with ``log_result``."""
+        assert self._given(index), f"call {index} committed unbuilt"
+        starts = self.starts
+        assert starts is not None
+        start = starts[index]
+        result = start.result
+        assert result is not None
+        call_id = self.batch.calls[index].id
+        self.results.append(_call_result(call_id, result))
+        if self.log_error is not None:
+            return
+        session = self.session
+        if start.log_result and session is not None:
+            try:
+                session.append(result_event(call_id, result))
+            except BaseException as exc:  # noqa: BLE001
+                self.log_error = exc
+                return
+        self.committed = len(self.results)
+
+    def _defer(self, call: Call) -> None:
+        """``call`` is DEFERRED (the approval service answered
+        ``"deferred"``): a logged batch logs the request (with the id of the
+        suspension the batch will return)."""
+        if self.suspension_id is None:
+            self.suspension_id = new_suspension_id()
+        session = self.session
+        if session is None or self.log_error is not None:
+            return
+        execution = call.execution
+        ask = call.ask
+        try:
+            session.append(
+                approval_request_event(
+                    execution.call_id,
+                    self.suspension_id,
+                    execution.name,
+                    None if ask is None else ask.reason,
+                    None if ask is None else ask.display_reason,
+                )
+            )
+        except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
+            self.log_error = exc
+
+    def _abort_deferred(self) -> None:
+        """The batch halted: its deferred calls will not wait for a decision.
+        Each ends ``ABORTED_BEFORE_DISPATCH`` (post-execute sees it: its
+        pre-execute phases ran) and commits now, after the calls behind it
+        that committed already (the batch's result is in model order all
+        the same)."""
+        calls = self.calls
+        for index in self.deferred:
+            call = calls[index]
+            assert call is not None
+            call.resolve(aborted(before_dispatch=True), run_post=True)
+            self._commit(call)
+            calls[index] = None
+            if self.barrier == index:
+                self.barrier = None
+        self.deferred.clear()
+        self.late = True
+
+    def _suspend(self, results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
+        """The batch's result while it waits for deferred approvals: the
+        settled calls' results, the open ones' ids and the suspension."""
+        assert self.suspension_id is not None
+        batch = self.batch
+        calls = self.calls
+        deferred: dict[str, tuple[Any, Any]] = {}
+        for index in self.deferred:
+            call = calls[index]
+            assert call is not None
+            arguments = call.execution.arguments
+            deferred[call.execution.call_id] = (
+                arguments if arguments is not None else loggable(call.raw_arguments),
+                call.ask,
+            )
+        settled = {item.call_id: item.result for item in results}
+        pending = tuple(c.id for c in batch.calls if c.id not in settled)
+        value = suspension_value(self.suspension_id, batch, settled, deferred)
+        return _batch_result(results, pending=pending, suspension=value)
 
     def _commit_stuck(self, call: Call) -> None:
         """A call whose body outlived ``rt.stop()``'s timeout: ABORTED, with
@@ -676,15 +853,24 @@ class BatchRun:
         calls = self.calls
         total = len(calls)
         assert 0 <= self.next_commit <= self.next_start <= total
-        assert len(self.results) == self.next_commit
-        assert all(c is None for c in calls[: self.next_commit]), "a committed call is still held"
+        deferred = self.deferred
+        # The commit passed the deferred calls: held, and waiting for a decision.
+        assert len(self.results) + len(deferred) == self.next_commit
+        assert deferred == sorted(set(deferred)), deferred
+        for index in deferred:
+            call = calls[index]
+            assert call is not None and call.phase is CallPhase.DEFERRED, f"deferred call {index} is {call}"
+            assert index not in self.out, f"deferred call {index} is out"
+        assert all(calls[i] is None for i in range(self.next_commit) if i not in deferred), "a committed call is held"
         for index in range(self.next_start, total):
             call = calls[index]
             assert call is None or call.phase is CallPhase.PENDING or call.phase is CallPhase.RESOLVED, (
                 f"call {index} was prepared before it started"
             )
         for index in range(self.next_commit, self.next_start):
-            assert calls[index] is not None, f"started call {index} was dropped before it committed"
+            assert calls[index] is not None or self._given(index), (
+                f"started call {index} was dropped before it committed"
+            )
         assert self.redo == sorted(set(self.redo)), self.redo
         for index in self.redo:
             call = calls[index]
@@ -702,7 +888,7 @@ class BatchRun:
         assert len(self.out) <= 2 * self.limit, f"{len(self.out)} calls out at cap {self.limit}"
         assert len(self.out) <= self.limit or self.session is None, "a logged call was prepared ahead"
         if self.barrier is not None:
-            assert self.next_commit <= self.barrier < self.next_start
+            assert self.next_commit <= self.barrier < self.next_start or self.barrier in deferred
             assert self.out <= {self.barrier}, "a call runs beside an exclusive one"
             # Nothing started after it: the calls behind it are unstarted,
             # or (it was prepared again) settled before it started or waiting
@@ -712,6 +898,7 @@ class BatchRun:
                 assert (
                     self.halted is not None
                     or index in self.redo
+                    or self._given(index)
                     or (behind is not None and behind.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED))
                 ), "a call started after an exclusive one before it committed"
         if self.halted is not None and self.bug is None:
@@ -738,7 +925,9 @@ def _call_result(call_id: str, result: ToolExecutionResult) -> ToolCallResult:
     return item
 
 
-def _batch_result(results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
+def _batch_result(
+    results: tuple[ToolCallResult, ...], *, pending: tuple[str, ...] = (), suspension: Any = None
+) -> ToolBatchResult:
     contexts: list[UserMessage] = []
     concluded = False
     for item in results:
@@ -746,4 +935,12 @@ def _batch_result(results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
         contexts.extend(result.additional_contexts)
         if type(result) is ToolExecutionSuccess and result.concludes_turn:
             concluded = True
+    if suspension is not None:
+        return ToolBatchResult(
+            results=results,
+            additional_contexts=tuple(contexts),
+            concluded=concluded,
+            pending=pending,
+            suspension=suspension,
+        )
     return ToolBatchResult(results=results, additional_contexts=tuple(contexts), concluded=concluded)

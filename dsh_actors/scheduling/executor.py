@@ -43,7 +43,7 @@ from ..pipeline.stages import dispatch
 from .batch import BatchRun
 from .idle import IdleShelf
 from .inbox import RUNNING
-from .messages import BatchPolicy, Deadline, Reply, Resume, RunBatch, Serve
+from .messages import BatchPolicy, CallStart, Deadline, Reply, Resume, RunBatch, Serve
 from .pool import LEAVE, CallPool, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -167,10 +167,19 @@ class NativeExecutor:
         self.submit_into(batch, future)
         return future
 
-    def submit_into(self, batch: ToolBatchInput, reply: Reply, *, checked: bool = False, loop: Any = None) -> None:
+    def submit_into(
+        self,
+        batch: ToolBatchInput,
+        reply: Reply,
+        *,
+        checked: bool = False,
+        loop: Any = None,
+        starts: tuple[CallStart, ...] | None = None,
+    ) -> None:
         """:meth:`submit` into a given reply (internal: ``checked``, the
         caller ran ``check_batch`` already, as ``scheduling.start.start_batch``
-        does; ``loop``, where the batch's async bodies run)."""
+        does; ``loop``, where the batch's async bodies run; ``starts``, a
+        continued batch, see ``scheduling.start.continue_batch``)."""
         rt = self._rt
         if rt is None:
             raise InvalidStateError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
@@ -187,7 +196,15 @@ class NativeExecutor:
         with self._lock:
             if self._closed:
                 raise RuntimeStoppedError("the runtime is stopped")
-        self._post(RunBatch(batch=batch, reply=reply, limit=limit, loop=loop if loop is not None else rt.bound_loop))
+        self._post(
+            RunBatch(
+                batch=batch,
+                reply=reply,
+                limit=limit,
+                loop=loop if loop is not None else rt.bound_loop,
+                starts=starts,
+            )
+        )
 
     # -- the executor actors' pool ------------------------------------------
     #
@@ -306,7 +323,9 @@ class ExecutorActor(MailboxActor):
             match work:
                 case RunBatch():
                     native = self._native
-                    run = BatchRun(self._rt, native, work.batch, work.limit, work.reply, work.loop, native._resume)
+                    run = BatchRun(
+                        self._rt, native, work.batch, work.limit, work.reply, work.loop, native._resume, work.starts
+                    )
                     native._started(run)
                     try:
                         outcome = run.begin()

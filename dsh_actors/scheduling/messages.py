@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..model import ToolBatchInput
+    from ..model import Ask, ToolBatchInput, ToolExecutionResult
     from ..pipeline.stages import Call
     from .pool import CallPool, WorkMailbox
 
@@ -57,6 +57,39 @@ class BatchPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CallStart:
+    """Where one call of a *continued* batch starts (see
+    ``scheduling.start.continue_batch``): a value, one per call of the batch.
+
+    The default, ``CallStart()``, is a call that never started: the whole
+    pipeline runs, as in a fresh batch, and its ``tool/call`` is logged.
+    """
+
+    result: ToolExecutionResult | None = None
+    """The call settled already: this is its final result. Nothing of the
+    pipeline runs for it and nothing is emitted or logged again (no
+    ``tools/result``, no ``tool/call``, no ``tool/result``); the batch's
+    result carries it in its place."""
+    log_result: bool = False
+    """With ``result``: a result decided now, not in an earlier run (crash
+    recovery's ``INTERRUPTED`` failure of a call that started): its
+    ``tool/result`` is written when it commits, in model order. Still no
+    phase runs and no ``tools/result`` is emitted."""
+    logged: bool = False
+    """Its ``tool/call`` is in the session log already: not written again
+    (its ``tool/result`` is written when it commits, as always)."""
+    answer: str | None = None
+    """An approval answer given in advance (``"allowed-once"``,
+    ``"rejected"``, ``"cancelled"``, ``"deferred"``): prepare skips the
+    ``tools/pre-execute`` waterfall and the approval service and takes this
+    answer; guards, the cancellation recheck and the rest run as usual (a
+    deferred call resumed). None: prepare from the start."""
+    ask: Ask | None = None
+    """With ``answer``: the ``Ask`` the answer replies to (a call deferred
+    again keeps it for its next suspension)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunBatch:
     """Run ``batch`` and settle ``reply`` with its ToolBatchResult."""
 
@@ -70,6 +103,9 @@ class RunBatch:
     """The event loop the batch's async bodies run on (the one that awaited
     ``execute_async``, or the runtime's bound loop); None: the runtime's own
     loop thread."""
+    starts: tuple[CallStart, ...] | None = None
+    """A continued batch: where each call starts (one per call, in model
+    order); None: a fresh batch (every call from the start)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,22 +9,23 @@ batch to an executor.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from ..errors import ExecutorUnavailableError, InvalidTypeError
+from ..errors import ExecutorUnavailableError, InvalidStateError, InvalidTypeError, InvalidValueError
 from ..model import ToolBatchInput
 from ..pipeline.intake import bind_context, check_batch
 from ..visibility import describe_scope, select_executor
 from .executor import NativeExecutor
-from .messages import Reply
+from .messages import CallStart, Reply
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import ToolRuntime
 
-__all__ = ["start_batch"]
+__all__ = ["check_continuable", "continue_batch", "start_batch"]
 
 
 def start_batch(
@@ -33,6 +34,7 @@ def start_batch(
     reply: Reply,
     loop: Any = None,
     context: contextvars.Context | None = None,
+    starts: Sequence[CallStart] | None = None,
 ) -> None:
     """What ``ExecuteBatch`` means: check ``batch``, pick the nearest
     executor on its agent's chain, start the batch there and settle
@@ -51,6 +53,8 @@ def start_batch(
     them to the registry's thread); None: the current thread's, which is
     the submitter's. The batch handed to the executor has it bound
     (``intake.bind_context``).
+
+    ``starts``: a continued batch (see :func:`continue_batch`).
     """
     try:
         check_batch(batch)
@@ -58,9 +62,11 @@ def start_batch(
         executor = select_executor(runtime.state, batch.agent)
         if executor is None:
             raise ExecutorUnavailableError(describe_scope(batch.agent))
-        if isinstance(executor, NativeExecutor) and type(executor).submit is NativeExecutor.submit:
-            executor.submit_into(batch, reply, checked=True, loop=loop)
+        if _native(executor):
+            executor.submit_into(batch, reply, checked=True, loop=loop, starts=_checked_starts(batch, starts))
             return
+        if starts is not None:
+            raise _not_continuable(executor)
         submit = getattr(executor, "submit", None)
         if callable(submit):
             future = submit(batch)
@@ -75,6 +81,69 @@ def start_batch(
     except BaseException as exc:  # noqa: BLE001 - goes to the requester
         if reply.set_running_or_notify_cancel():
             reply.set_exception(exc)
+
+
+def continue_batch(
+    runtime: ToolRuntime,
+    batch: ToolBatchInput,
+    starts: Sequence[CallStart],
+    reply: Reply,
+    loop: Any = None,
+    context: contextvars.Context | None = None,
+) -> None:
+    """Start ``batch`` as the continuation of a batch that stopped part way
+    (suspended for an approval, or interrupted by a crash): ``starts[i]``
+    says where call ``i`` starts (a :class:`~.messages.CallStart`, one per
+    call, in model order). Settles ``reply`` as :func:`start_batch` does;
+    never raises.
+
+    The batch runs the one state machine every batch runs (``BatchRun``):
+    the same barriers, limits, cancellation and commit order. A call given
+    its ``result`` is settled: nothing runs, nothing is emitted or logged
+    for it, and its result takes its place in the batch's result. A call
+    with an ``answer`` runs from its approval answer on (guards, the
+    cancellation recheck, dispatch, post-execute, finalize, its
+    ``tool/result``); any other call runs the whole pipeline. ``logged``:
+    its ``tool/call`` is not written again.
+    """
+    start_batch(runtime, batch, reply, loop, context, tuple(starts))
+
+
+def check_continuable(runtime: ToolRuntime, batch: ToolBatchInput) -> None:
+    """Raise what :func:`continue_batch` would answer ``batch`` with before
+    it runs anything: a malformed batch, no executor for its agent, or an
+    executor that runs batches itself. (A caller that must not consume
+    anything before the batch is accepted asks this first.)"""
+    check_batch(batch)
+    executor = select_executor(runtime.state, batch.agent)
+    if executor is None:
+        raise ExecutorUnavailableError(describe_scope(batch.agent))
+    if not _native(executor):
+        raise _not_continuable(executor)
+
+
+def _native(executor: Any) -> bool:
+    return isinstance(executor, NativeExecutor) and type(executor).submit is NativeExecutor.submit
+
+
+def _not_continuable(executor: Any) -> InvalidStateError:
+    return InvalidStateError(
+        f"{type(executor).__qualname__} runs batches itself (it overrides submit or has only "
+        "execute): a suspended or interrupted batch can be continued only by a NativeExecutor "
+        "or an executor built on it"
+    )
+
+
+def _checked_starts(batch: ToolBatchInput, starts: Sequence[CallStart] | None) -> tuple[CallStart, ...] | None:
+    if starts is None:
+        return None
+    starts = tuple(starts)
+    if len(starts) != len(batch.calls):
+        raise InvalidValueError(f"a continued batch needs one CallStart per call: {len(starts)} for {len(batch.calls)}")
+    for start in starts:
+        if not isinstance(start, CallStart):
+            raise InvalidTypeError(f"a continued batch takes CallStart values, not {type(start).__qualname__}")
+    return starts
 
 
 def _chain(future: Future[Any], reply: Reply) -> None:

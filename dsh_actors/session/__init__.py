@@ -3,7 +3,7 @@ object per line.
 
 A :class:`Session` records what a batch did, in commit order, as *events*:
 plain JSON objects, each with a ``"type"`` key. The executor writes six
-kinds, built by the functions below (keys are snake_case):
+kinds, built by the functions below, and two more for approvals (keys are snake_case):
 
 ``tool/batch``
     ``{"type", "turn", "step", "calls"}``, ``calls`` a list of ``{"call_id",
@@ -31,6 +31,15 @@ kinds, built by the functions below (keys are snake_case):
     ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
     "is_error", "content", "error", "meta"}``: the settled sub-call's
     durable copy, same field shapes as ``tool/result``.
+``tool/approval-request``
+    ``{"type", "call_id", "suspension", "name", "reason",
+    "display_reason"}``: the approval service deferred a logged call (it
+    has its ``tool/call``, and no ``tool/result`` until it is decided); its
+    batch suspended as ``suspension``.
+``tool/approval``
+    ``{"type", "call_id", "suspension", "decision"}``: the decision a
+    resume of that suspension gave, written before anything of the resumed
+    batch runs (``"deferred"`` again is followed by a new request).
 
 **Storage.** ``Session()`` keeps events in memory; ``Session(path)``
 keeps none (only the pending call and sub-call ids that pair calls with
@@ -77,6 +86,8 @@ what is still open. :meth:`Session.results_by_call` gives each call's
 from __future__ import annotations
 
 from ._events import (
+    APPROVAL,
+    APPROVAL_REQUEST,
     BATCH,
     CALL,
     PTC_DISPATCH,
@@ -88,6 +99,8 @@ from ._events import (
     START,
     LoggedResult,
     SessionCorruptError,
+    approval_event,
+    approval_request_event,
     batch_event,
     call_event,
     error_from_json,
@@ -103,6 +116,8 @@ from ._steps import SETTLED, STARTED, UNSTARTED, CallState, LoggedCall, step_cal
 
 __all__ = [
     "BATCH",
+    "APPROVAL",
+    "APPROVAL_REQUEST",
     "CALL",
     "PTC_DISPATCH",
     "PTC_DISPATCH_START",
@@ -120,6 +135,8 @@ __all__ = [
     "Session",
     "SessionCorruptError",
     "batch_event",
+    "approval_event",
+    "approval_request_event",
     "call_event",
     "error_from_json",
     "error_to_json",

@@ -30,6 +30,8 @@ START: Final = "tool/start"
 RESULT: Final = "tool/result"
 PTC_DISPATCH_START: Final = "tool/ptc-dispatch-start"
 PTC_DISPATCH: Final = "tool/ptc-dispatch"
+APPROVAL_REQUEST: Final = "tool/approval-request"
+APPROVAL: Final = "tool/approval"
 
 REPAIR_MESSAGE: Final = "tool call interrupted: the session ended before its result was recorded"
 """The message of the synthetic failure :meth:`Session.repair` appends."""
@@ -214,6 +216,33 @@ def _traced(event: dict[str, Any], error: ToolFailure | None) -> dict[str, Any]:
     if exc is not None:
         event["traceback"] = traceback_text(exc)
     return event
+
+
+def approval_request_event(
+    call_id: str, suspension: str, name: str, reason: str | None, display_reason: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """A ``tool/approval-request`` event: the approval service deferred the
+    call; the batch suspends as ``suspension`` (its id) until a decision."""
+    return {
+        "type": APPROVAL_REQUEST,
+        "call_id": _plain_str(call_id, "call_id"),
+        "suspension": _plain_str(suspension, "suspension"),
+        "name": _plain_str(name, "name"),
+        "reason": reason if type(reason) is str else None,
+        "display_reason": None if display_reason is None else dict(display_reason),
+    }
+
+
+def approval_event(call_id: str, suspension: str, decision: str) -> dict[str, Any]:
+    """A ``tool/approval`` event: the decision the resume of ``suspension``
+    gave for the call (``"allowed-once"``, ``"rejected"``, ``"cancelled"``,
+    or ``"deferred"`` again)."""
+    return {
+        "type": APPROVAL,
+        "call_id": _plain_str(call_id, "call_id"),
+        "suspension": _plain_str(suspension, "suspension"),
+        "decision": _plain_str(decision, "decision"),
+    }
 
 
 def ptc_dispatch_start_event(

@@ -18,10 +18,12 @@ from typing import IO, Any
 
 import orjson
 
-from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
 from ..json import FrozenDict, dumps, loads
 from ._events import (
     _INTERRUPTED,
+    APPROVAL,
+    APPROVAL_REQUEST,
     CALL,
     PTC_DISPATCH,
     PTC_DISPATCH_START,
@@ -30,6 +32,7 @@ from ._events import (
     LoggedResult,
     SessionCorruptError,
     _interrupted_dispatch,
+    approval_event,
     result_event,
     results_by_call,
 )
@@ -104,6 +107,9 @@ class Session:
         # sub_call_id -> (root_call_id, parent_call_id, name) of each started
         # sub-call without a settle event, in start order
         self._pending_sub_calls: dict[str, tuple[str | None, str | None, str | None]] = {}
+        # call id -> the suspension whose resume may decide it: calls with a
+        # tool/approval-request and neither a tool/approval nor a tool/result
+        self._awaiting: dict[str, str] = {}
         self._fsync = bool(fsync)
         self._closed = False
         self._path: Path | None = None
@@ -265,6 +271,16 @@ class Session:
             self._pending[event["call_id"]] = None
         elif kind == RESULT:
             self._pending.pop(event["call_id"], None)
+            if self._awaiting:
+                self._awaiting.pop(event["call_id"], None)
+        elif kind == APPROVAL_REQUEST:
+            call_id, suspension = event.get("call_id"), event.get("suspension")
+            if type(call_id) is str and type(suspension) is str:
+                self._awaiting[call_id] = suspension
+        elif kind == APPROVAL:
+            call_id = event.get("call_id")
+            if type(call_id) is str:
+                self._awaiting.pop(call_id, None)
         elif kind == PTC_DISPATCH_START:
             sub_call_id = event.get("sub_call_id")
             if type(sub_call_id) is str:
@@ -373,6 +389,35 @@ class Session:
         ``tool/ptc-dispatch`` yet, in start order."""
         with self._lock:
             return list(self._pending_sub_calls)
+
+    def awaiting_approval(self) -> dict[str, str]:
+        """Calls whose approval was deferred and is not decided yet: call id
+        → the id of the suspension whose resume decides it, in request order."""
+        with self._lock:
+            return dict(self._awaiting)
+
+    def decide(self, suspension: str, decisions: Mapping[str, str]) -> None:
+        """Log the decisions of a resume of ``suspension`` (call id →
+        answer), one ``tool/approval`` each, in the order given: atomically,
+        and only if every one of those calls still awaits that very
+        suspension (so a suspension is decided once per log). Raises
+        ``InvalidStateError`` naming a call that does not, and then logs
+        nothing. A write failure raises after the events already logged."""
+        with self._lock:
+            for call_id in decisions:
+                owner = self._awaiting.get(call_id)
+                if owner != suspension:
+                    if owner is None:
+                        why = "it has no open approval request in this log (decided, or settled)"
+                    else:
+                        why = f"it now awaits suspension {owner}"
+                    raise InvalidStateError(
+                        f"suspension {suspension} was resumed already: call {safe_str(repr(call_id))} cannot "
+                        f"be decided by it, {why}"
+                    )
+            for call_id, decision in decisions.items():
+                event = approval_event(call_id, suspension, decision)
+                self._append_line(_encode(event), APPROVAL, event)
 
     def results_by_call(self, *, ptc: bool = False) -> dict[str, LoggedResult]:
         """:func:`results_by_call` over :meth:`events`."""

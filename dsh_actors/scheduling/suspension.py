@@ -1,0 +1,389 @@
+"""A suspended batch as a plain JSON value, and what resuming it means.
+
+A batch whose approval service answered ``"deferred"`` for some calls ends
+with ``result.suspension`` (:func:`suspension_value`): the batch's calls in
+model order, each ``settled`` (its final result), ``deferred`` (waiting for
+a decision: the tool, its arguments and the ``Ask`` shown to a person) or
+``pending`` (never started: it waits behind a deferred call); plus the
+batch's log step and limit, its agent's path and a fresh id. Nothing in it
+refers to a live object, so it survives ``json.dumps``/``json.loads`` and
+another process.
+
+Resuming (:func:`resume_plan`) reads it back, checks the decisions, and
+turns it into the one continuation every interrupted batch uses
+(``scheduling.start.continue_batch``): settled calls are given their
+results, deferred ones their answers, pending ones start from the start.
+:class:`Claims` makes a suspension resumable once per runtime; a logged
+batch is also claimed in its session (``Session.decide``), which is what
+holds across processes sharing the log.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
+from ..json import materialize, thaw
+from ..model import (
+    Agent,
+    Ask,
+    LogStep,
+    ToolBatchInput,
+    ToolCall,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    UserMessage,
+    content_from_json,
+    content_to_json,
+)
+from ..pipeline.stages import DECISIONS
+from ..session import error_from_json, error_to_json
+from .messages import CallStart
+
+__all__ = ["Claims", "ResumePlan", "new_suspension_id", "resume_plan", "suspension_value"]
+
+FORMAT: Final = "dsh-actors/suspension"
+VERSION: Final = 1
+
+SETTLED: Final = "settled"
+DEFERRED: Final = "deferred"
+PENDING: Final = "pending"
+
+
+def new_suspension_id() -> str:
+    return uuid.uuid4().hex
+
+
+# --------------------------------------------------------------------------
+# Results as JSON (the value included: a final result is frozen, so lossless)
+# --------------------------------------------------------------------------
+
+
+def _contexts_to_json(contexts: Sequence[UserMessage]) -> list[dict[str, Any]]:
+    return [{"content": content_to_json(m.content), "source": m.source, "meta": thaw(m.meta)} for m in contexts]
+
+
+def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
+    """A final result as plain JSON: everything the batch's result carries
+    (the canonical ``value`` too, unlike the session log), except a kept
+    exception (its message and info stay)."""
+    out: dict[str, Any] = {
+        "is_error": bool(result.is_error),
+        "content": content_to_json(result.content),
+        "error": error_to_json(result.error),
+        "meta": thaw(result.meta),
+        "additional_contexts": _contexts_to_json(result.additional_contexts),
+    }
+    if type(result) is ToolExecutionSuccess:
+        out["value"] = thaw(result.value)
+        out["concludes_turn"] = bool(result.concludes_turn)
+    return out
+
+
+def _field(item: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in item:
+        raise LosslessJsonError(f"{path}.{key}", "is missing")
+    return item[key]
+
+
+def _object(item: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(item, Mapping):
+        raise LosslessJsonError(path, f"must be an object, got {type(item).__qualname__}")
+    return item
+
+
+def result_from_json(item: object, path: str) -> ToolExecutionResult:
+    """Inverse of :func:`result_to_json`; raises ``LosslessJsonError``
+    naming the bad field."""
+    fields = _object(item, path)
+    is_error = _field(fields, "is_error", path)
+    if type(is_error) is not bool:
+        raise LosslessJsonError(f"{path}.is_error", "must be a bool")
+    content = content_from_json(_field(fields, "content", path), f"{path}.content")
+    meta = materialize(fields.get("meta"), f"{path}.meta")
+    raw_contexts = fields.get("additional_contexts", [])
+    if not isinstance(raw_contexts, list):
+        raise LosslessJsonError(f"{path}.additional_contexts", "must be a list")
+    contexts: list[UserMessage] = []
+    for i, raw in enumerate(raw_contexts):
+        where = f"{path}.additional_contexts[{i}]"
+        message = _object(raw, where)
+        source = message.get("source")
+        if source is not None and type(source) is not str:
+            raise LosslessJsonError(f"{where}.source", "must be null or a str")
+        contexts.append(
+            UserMessage(
+                content=content_from_json(_field(message, "content", where), f"{where}.content"),
+                source=source,
+                meta=materialize(message.get("meta"), f"{where}.meta"),
+            )
+        )
+    if is_error:
+        error = error_from_json(_field(fields, "error", path), f"{path}.error")
+        if error is None:
+            raise LosslessJsonError(f"{path}.error", "a failed result needs its error")
+        return ToolExecutionFailure(error=error, content=content, meta=meta, additional_contexts=tuple(contexts))
+    concludes = fields.get("concludes_turn", False)
+    if type(concludes) is not bool:
+        raise LosslessJsonError(f"{path}.concludes_turn", "must be a bool")
+    return ToolExecutionSuccess(
+        value=materialize(fields.get("value"), f"{path}.value"),
+        content=content,
+        meta=meta,
+        additional_contexts=tuple(contexts),
+        concludes_turn=concludes,
+    )
+
+
+# --------------------------------------------------------------------------
+# Writing a suspension
+# --------------------------------------------------------------------------
+
+
+def plain_arguments(arguments: Any) -> Any:
+    """A call's arguments as plain JSON (a text the model sent stays text)."""
+    if type(arguments) is str:
+        return arguments
+    try:
+        return thaw(materialize(arguments, "arguments"))
+    except LosslessJsonError as exc:
+        return f"<arguments that are not lossless JSON: {exc.message}>"
+
+
+def suspension_value(
+    suspension_id: str,
+    batch: ToolBatchInput,
+    settled: Mapping[str, ToolExecutionResult],
+    deferred: Mapping[str, tuple[Any, Ask | None]],
+) -> dict[str, Any]:
+    """The suspension of ``batch``: ``settled`` (call id → final result),
+    ``deferred`` (call id → (normalized arguments, the ``Ask``)); every
+    other call is pending. Plain JSON (dicts, lists, str, numbers, bools,
+    None)."""
+    calls: list[dict[str, Any]] = []
+    waiting: list[str] = []  # the deferred calls before the current one
+    for tool_call in batch.calls:
+        call_id = tool_call.id
+        entry: dict[str, Any] = {"id": call_id, "name": tool_call.name}
+        result = settled.get(call_id)
+        if result is not None:
+            entry["arguments"] = plain_arguments(tool_call.arguments)
+            entry["state"] = SETTLED
+            entry["result"] = result_to_json(result)
+        elif call_id in deferred:
+            arguments, ask = deferred[call_id]
+            entry["arguments"] = plain_arguments(tool_call.arguments if arguments is None else arguments)
+            entry["state"] = DEFERRED
+            entry["approval"] = {
+                "reason": None if ask is None else ask.reason,
+                "display_reason": None if ask is None or ask.display_reason is None else dict(ask.display_reason),
+            }
+            waiting.append(call_id)
+        else:
+            entry["arguments"] = plain_arguments(tool_call.arguments)
+            entry["state"] = PENDING
+            entry["waits_for"] = list(waiting)
+        calls.append(entry)
+    agent = batch.agent
+    log = batch.log
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "id": suspension_id,
+        "agent": None if agent is None else [a.id for a in agent.chain()],
+        "log": None if log is None else {"turn": log.turn, "step": log.step},
+        "max_parallel_tool_calls": batch.max_parallel_tool_calls,
+        "calls": calls,
+    }
+
+
+# --------------------------------------------------------------------------
+# Reading one back and resuming it
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """A suspension read back, with its decisions: the batch to continue
+    and where each of its calls starts."""
+
+    id: str
+    batch: ToolBatchInput
+    starts: tuple[CallStart, ...]
+    decisions: Mapping[str, str]
+    """Every deferred call's answer (a deferred call without a decision
+    stays deferred), in model order."""
+
+
+def _str(value: object, path: str) -> str:
+    if type(value) is not str:
+        raise InvalidValueError(f"not a suspension: {path} must be a str, got {type(value).__qualname__}")
+    return value
+
+
+def resume_plan(
+    suspension: object,
+    decisions: object,
+    *,
+    agent: Agent | None,
+    signal: Any,
+) -> ResumePlan:
+    """Check ``suspension`` (a value :func:`suspension_value` made, maybe
+    through JSON) and ``decisions`` (call id → answer), and plan the
+    continuation. Raises ``InvalidValueError``/``InvalidTypeError`` naming
+    what is wrong; nothing has run then."""
+    if not isinstance(suspension, Mapping):
+        raise InvalidTypeError(
+            f"resume() takes the suspension a suspended batch returned (result.suspension), "
+            f"not {type(suspension).__qualname__}"
+        )
+    if suspension.get("format") != FORMAT:
+        raise InvalidValueError(
+            'not a suspension: its "format" is not "dsh-actors/suspension" (pass result.suspension as it is)'
+        )
+    if suspension.get("version") != VERSION:
+        raise InvalidValueError(
+            f"suspension version {safe_str(suspension.get('version'))!r} is not supported (this runtime reads {VERSION})"
+        )
+    suspension_id = _str(suspension.get("id"), "id")
+    if not isinstance(decisions, Mapping):
+        raise InvalidTypeError(
+            f'decisions map call ids to approval answers ("allowed-once", ...), not {type(decisions).__qualname__}'
+        )
+    raw_calls = suspension.get("calls")
+    if not isinstance(raw_calls, list) or not raw_calls:
+        raise InvalidValueError("not a suspension: calls must be a non-empty list")
+    calls: list[ToolCall] = []
+    starts: list[CallStart] = []
+    answers: dict[str, str] = {}
+    deferred_ids: list[str] = []
+    for i, raw in enumerate(raw_calls):
+        where = f"calls[{i}]"
+        if not isinstance(raw, Mapping):
+            raise InvalidValueError(f"not a suspension: {where} must be an object")
+        call_id = _str(raw.get("id"), f"{where}.id")
+        name = _str(raw.get("name"), f"{where}.name")
+        arguments = raw.get("arguments")
+        if type(arguments) is not str:
+            try:
+                arguments = materialize(arguments, f"{where}.arguments")
+            except LosslessJsonError as exc:
+                raise InvalidValueError(f"not a suspension: {exc.message}") from None
+            if not isinstance(arguments, Mapping):
+                raise InvalidValueError(f"not a suspension: {where}.arguments must be an object or a str")
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+        state = raw.get("state")
+        logged = suspension.get("log") is not None
+        if state == SETTLED:
+            try:
+                result = result_from_json(raw.get("result"), f"{where}.result")
+            except LosslessJsonError as exc:
+                raise InvalidValueError(f"not a suspension: {exc.message}") from None
+            starts.append(CallStart(result=result))
+        elif state == DEFERRED:
+            deferred_ids.append(call_id)
+            answer = decisions.get(call_id, "deferred")
+            if type(answer) is not str or answer not in DECISIONS:
+                raise InvalidValueError(
+                    f"the decision for call {safe_str(call_id)!r} is {safe_str(repr(answer))}: "
+                    f"answer one of {', '.join(repr(d) for d in DECISIONS)}"
+                )
+            answers[call_id] = answer
+            approval = raw.get("approval")
+            ask = None
+            if isinstance(approval, Mapping):
+                reason = approval.get("reason")
+                display = approval.get("display_reason")
+                ask = Ask(
+                    reason=reason if type(reason) is str else None,
+                    display_reason=dict(display) if isinstance(display, Mapping) else None,
+                )
+            # Its tool/call is in the log (it started): not written again.
+            starts.append(CallStart(answer=answer, ask=ask, logged=logged))
+        elif state == PENDING:
+            starts.append(CallStart())
+        else:
+            raise InvalidValueError(
+                f'not a suspension: {where}.state is {safe_str(repr(state))} ("settled", "deferred" or "pending")'
+            )
+    for call_id in decisions:
+        if call_id not in answers:
+            raise InvalidValueError(
+                f"decisions name call {safe_str(repr(call_id))}, which does not wait for an approval in this "
+                f"suspension (the deferred calls: {', '.join(repr(c) for c in deferred_ids) or 'none'})"
+            )
+    path = suspension.get("agent")
+    if path is not None and (not isinstance(path, list) or not path or any(type(p) is not str for p in path)):
+        raise InvalidValueError("not a suspension: agent must be null or a list of agent ids")
+    if agent is None:
+        if path is not None:
+            # Rebuilt from its ids: its own scopes are new (global tools and
+            # policies apply) and it has no session.
+            for agent_id in path:
+                agent = Agent(agent_id, parent=agent)
+    else:
+        if not isinstance(agent, Agent):
+            raise InvalidTypeError(f"agent must be an Agent, not {type(agent).__qualname__}")
+        actual = [a.id for a in agent.chain()]
+        if path is None or actual != path:
+            wanted = "no agent" if path is None else f'agent "{"/".join(path)}"'
+            raise InvalidValueError(
+                f'the suspension was made for {wanted}, not agent "{agent.path}": pass the agent whose '
+                "batch was suspended (or agent=None)"
+            )
+    raw_log = suspension.get("log")
+    log: LogStep | None = None
+    if raw_log is not None:
+        if (
+            not isinstance(raw_log, Mapping)
+            or type(raw_log.get("turn")) is not int
+            or type(raw_log.get("step")) is not int
+        ):
+            raise InvalidValueError('not a suspension: log must be null or {"turn": int, "step": int}')
+        log = LogStep(turn=raw_log["turn"], step=raw_log["step"])
+        if agent is None or agent.session is None:
+            raise InvalidValueError(
+                "the suspended batch is logged: pass agent= with the session it logs to "
+                "(Agent(..., session=Session.open(path)))"
+            )
+    limit = suspension.get("max_parallel_tool_calls")
+    if limit is not None and type(limit) is not int:
+        raise InvalidValueError("not a suspension: max_parallel_tool_calls must be null or an int")
+    batch = ToolBatchInput(calls=tuple(calls), signal=signal, max_parallel_tool_calls=limit, agent=agent, log=log)
+    return ResumePlan(id=suspension_id, batch=batch, starts=tuple(starts), decisions=answers)
+
+
+class Claims:
+    """The suspensions a runtime has resumed (``rt`` keeps one): a
+    suspension is resumed at most once per runtime, whatever its origin.
+    An id is a few dozen bytes; they are kept for the runtime's life."""
+
+    __slots__ = ("_lock", "_taken")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken: set[str] = set()
+
+    def claim(self, suspension_id: str) -> None:
+        """Take ``suspension_id``; raises ``InvalidStateError`` if it was taken."""
+        with self._lock:
+            if suspension_id in self._taken:
+                raise InvalidStateError(already_resumed(suspension_id))
+            self._taken.add(suspension_id)
+
+    def release(self, suspension_id: str) -> None:
+        """Give back a claim whose resume could not start (nothing ran)."""
+        with self._lock:
+            self._taken.discard(suspension_id)
+
+
+def already_resumed(suspension_id: str) -> str:
+    return (
+        f"suspension {suspension_id} was resumed already: a suspension is resumed once (resume the "
+        "suspension the last resume returned, if it suspended again)"
+    )

@@ -1,0 +1,618 @@
+"""Deferred approvals (issue 24, items 1, 2 and 4): an approval service
+answers ``"deferred"``; the batch runs what does not depend on the deferred
+call and returns at once with ``pending`` and a JSON ``suspension``;
+``rt.tools.resume`` finishes it, in the same runtime or another one (here
+also another process), exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsh_actors import (
+    AbortController,
+    Agent,
+    Ask,
+    LogStep,
+    Session,
+    ToolBatchInput,
+    ToolCall,
+    ToolExecutionInput,
+    ToolRuntime,
+)
+from dsh_actors.cli import main as cli_main
+
+from .helpers import GUARD, code_of, events_of, make_tool, started_runtime
+
+# ---------------------------------------------------------------------------
+# A small world: "safe" (parallel) and "excl" (exclusive) tools whose bodies
+# record their runs; a pre-execute listener that asks for the calls whose
+# arguments say so; an approval service that defers every question.
+# ---------------------------------------------------------------------------
+
+
+class World:
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.results: list[str] = []  # call ids, one per tools/result
+
+
+def install(rt: ToolRuntime, world: World, *, service: Any = None) -> None:
+    def body(args: Any, ctx: Any) -> str:
+        world.ran.append(ctx.call_id)
+        return f"done {ctx.call_id}"
+
+    rt.tools.register(make_tool("safe", body))
+    rt.tools.register(make_tool("safe2", body))
+    rt.tools.register(make_tool("excl", body, classifier=None))
+
+    def ask_when_told(execution: Any, next_: Any) -> Any:
+        if execution.arguments.get("ask"):
+            return Ask(reason="a person must approve", display_reason={"en": "May I?"})
+        return next_()
+
+    rt.events.on("tools/pre-execute", ask_when_told)
+    rt.events.on("tools/result", lambda execution, result: world.results.append(execution.call_id))
+    rt.approvals.set(service if service is not None else (lambda request: "deferred"))
+
+
+def c(call_id: str, name: str = "safe", *, ask: bool = False) -> ToolCall:
+    return ToolCall(id=call_id, name=name, arguments=json.dumps({"ask": ask}))
+
+
+def roundtrip(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def texts(result: Any) -> list[tuple[str, str]]:
+    return [(item.call_id, item.result.content[0].text) for item in result.results]
+
+
+def states(suspension: Any) -> list[tuple[str, str]]:
+    return [(entry["id"], entry["state"]) for entry in suspension["calls"]]
+
+
+# ---------------------------------------------------------------------------
+# What runs while a call is deferred
+# ---------------------------------------------------------------------------
+
+
+def test_parallel_calls_behind_a_deferred_call_run_and_an_exclusive_one_waits_with_all_behind_it() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        batch = ToolBatchInput(
+            calls=(c("c0", ask=True), c("c1"), c("c2", "excl"), c("c3")),
+            agent=Agent("main"),
+        )
+        result = rt.tools.execute(batch)
+
+    assert texts(result) == [("c1", "done c1")]
+    assert result.pending == ("c0", "c2", "c3")
+    assert world.ran == ["c1"]
+    assert world.results == ["c1"]  # deferred and waiting calls emit nothing yet
+    suspension = result.suspension
+    assert suspension == roundtrip(suspension)  # plain JSON
+    assert states(suspension) == [("c0", "deferred"), ("c1", "settled"), ("c2", "pending"), ("c3", "pending")]
+    assert suspension["calls"][0]["approval"] == {"reason": "a person must approve", "display_reason": {"en": "May I?"}}
+    assert suspension["calls"][2]["waits_for"] == ["c0"]
+
+
+def test_a_deferred_exclusive_call_is_a_barrier_nothing_behind_it_starts() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        batch = ToolBatchInput(calls=(c("c0"), c("c1", "excl", ask=True), c("c2"), c("c3")), agent=Agent("main"))
+        result = rt.tools.execute(batch)
+
+    assert texts(result) == [("c0", "done c0")]
+    assert result.pending == ("c1", "c2", "c3")
+    assert world.ran == ["c0"]
+
+
+def test_a_complete_batch_has_no_pending_calls_and_no_suspension(rt: Any) -> None:
+    world = World()
+    install(rt, world)
+    result = rt.tools.execute(ToolBatchInput(calls=(c("c0"), c("c1")), agent=Agent("main")))
+    assert result.pending == () and result.suspension is None
+
+
+def test_the_calls_behind_a_deferred_one_commit_in_model_order_among_themselves() -> None:
+    world = World()
+    session = Session()
+    with started_runtime() as rt:
+        install(rt, world)
+        batch = ToolBatchInput(
+            calls=(c("c0"), c("c1", ask=True), c("c2"), c("c3", ask=True), c("c4")),
+            agent=Agent("main", session=session),
+            log=LogStep(turn=1, step=1),
+        )
+        result = rt.tools.execute(batch)
+
+    assert [item.call_id for item in result.results] == ["c0", "c2", "c4"]
+    assert result.pending == ("c1", "c3")
+    assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c2", "c4"]
+    requests = events_of(session, "tool/approval-request")
+    assert [e["call_id"] for e in requests] == ["c1", "c3"]
+    assert {e["suspension"] for e in requests} == {result.suspension["id"]}
+    assert session.pending_calls() == ["c1", "c3"]
+    assert session.awaiting_approval() == {"c1": result.suspension["id"], "c3": result.suspension["id"]}
+
+
+# ---------------------------------------------------------------------------
+# Resuming: another runtime, a JSON round trip, exactly once
+# ---------------------------------------------------------------------------
+
+
+def test_a_suspension_resumes_in_another_runtime_after_a_json_round_trip() -> None:
+    first, second = World(), World()
+    with started_runtime() as rt:
+        install(rt, first)
+        batch = ToolBatchInput(
+            calls=(c("c0", ask=True), c("c1"), c("c2", "excl"), c("c3")),
+            agent=Agent("main"),
+            max_parallel_tool_calls=2,
+        )
+        suspended = rt.tools.execute(batch)
+    text = json.dumps(suspended.suspension)
+
+    with started_runtime() as rt2:
+        install(rt2, second)
+        result = rt2.tools.resume(json.loads(text), {"c0": "allowed-once"})
+
+    assert texts(result) == [("c0", "done c0"), ("c1", "done c1"), ("c2", "done c2"), ("c3", "done c3")]
+    assert result.pending == () and result.suspension is None
+    # No call ran twice, none was lost; each emitted tools/result once.
+    assert Counter(first.ran + second.ran) == Counter(["c0", "c1", "c2", "c3"])
+    assert first.ran == ["c1"]
+    assert sorted(first.results + second.results) == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_rejected_decision_fails_the_call_without_running_it() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        post: list[str] = []
+        rt.events.on("tools/post-execute", lambda execution, result, next_: post.append(execution.call_id) or next_())
+        suspended = rt.tools.execute(ToolBatchInput(calls=(c("c0", ask=True), c("c1")), agent=Agent("main")))
+        result = rt.tools.resume(roundtrip(suspended.suspension), {"c0": "rejected"})
+
+    assert result.results[0].result.error.message == 'the user rejected tool "safe"'
+    assert "c0" not in world.ran
+    assert post == ["c1", "c0"]  # a denial passes through post-execute, as always
+
+
+def test_a_suspension_resumed_twice_fails_clearly_and_nothing_runs() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        suspended = rt.tools.execute(ToolBatchInput(calls=(c("c0", ask=True), c("c1", "excl")), agent=Agent("main")))
+        suspension = roundtrip(suspended.suspension)
+        rt.tools.resume(suspension, {"c0": "allowed-once"})
+        ran = list(world.ran)
+
+        with pytest.raises(RuntimeError, match=r"was resumed already: a suspension is resumed once"):
+            rt.tools.resume(suspension, {"c0": "allowed-once"})
+
+    assert world.ran == ran == ["c0", "c1"]
+
+
+def test_a_logged_suspension_is_resumed_once_across_runtimes_that_share_its_log(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        session = Session(path)
+        batch = ToolBatchInput(
+            calls=(c("c0", ask=True), c("c1")), agent=Agent("main", session=session), log=LogStep(turn=1, step=1)
+        )
+        suspension = roundtrip(rt.tools.execute(batch).suspension)
+        session.close()
+
+    with started_runtime() as rt2:
+        install(rt2, world)
+        session2 = Session.open(path)
+        result = rt2.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("main", session=session2))
+        session2.close()
+    assert texts(result) == [("c0", "done c0"), ("c1", "done c1")]
+
+    with started_runtime() as rt3:  # a third runtime, which never saw the suspension resumed
+        install(rt3, world)
+        session3 = Session.open(path)
+        with pytest.raises(RuntimeError, match=r"was resumed already: call 'c0' cannot be decided by it"):
+            rt3.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("main", session=session3))
+        session3.close()
+
+    assert world.ran == ["c1", "c0"]
+    with Session.open(path) as reopened:
+        events = reopened.events()
+    assert [(e["type"], e.get("call_id")) for e in events] == [
+        ("tool/batch", None),
+        ("tool/call", "c0"),
+        ("tool/approval-request", "c0"),
+        ("tool/call", "c1"),
+        ("tool/start", "c1"),
+        ("tool/result", "c1"),
+        ("tool/approval", "c0"),
+        ("tool/start", "c0"),
+        ("tool/result", "c0"),
+    ]
+    assert events[6]["decision"] == "allowed-once"
+
+
+def test_an_approval_deferred_again_suspends_again_and_only_the_new_suspension_resumes() -> None:
+    world = World()
+    session = Session()
+    agent = Agent("main", session=session)
+    with started_runtime() as rt:
+        install(rt, world)
+        batch = ToolBatchInput(calls=(c("c0", ask=True), c("c1", "excl")), agent=agent, log=LogStep(turn=3, step=2))
+        first = rt.tools.execute(batch).suspension
+
+        again = rt.tools.resume(roundtrip(first), {"c0": "deferred"}, agent=agent)
+        assert again.results == ()
+        assert again.pending == ("c0", "c1")
+        second = again.suspension
+        assert second["id"] != first["id"]
+        assert states(second) == [("c0", "deferred"), ("c1", "pending")]
+        assert second["calls"][0]["approval"]["reason"] == "a person must approve"
+        assert world.ran == []
+
+        with pytest.raises(RuntimeError, match="was resumed already"):
+            rt.tools.resume(first, {"c0": "allowed-once"}, agent=agent)
+
+        done = rt.tools.resume(roundtrip(second), {"c0": "allowed-once"}, agent=agent)
+
+    assert texts(done) == [("c0", "done c0"), ("c1", "done c1")]
+    assert world.ran == ["c0", "c1"]
+    kinds = [(e["type"], e.get("decision")) for e in session.events() if e.get("call_id") == "c0"]
+    assert kinds == [
+        ("tool/call", None),
+        ("tool/approval-request", None),
+        ("tool/approval", "deferred"),
+        ("tool/approval-request", None),
+        ("tool/approval", "allowed-once"),
+        ("tool/start", None),
+        ("tool/result", None),
+    ]
+    assert [e["type"] for e in session.events()].count("tool/call") == 2  # c0 and c1, once each
+
+
+def test_a_call_left_out_of_the_decisions_stays_deferred() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        suspended = rt.tools.execute(
+            ToolBatchInput(calls=(c("c0", ask=True), c("c1", ask=True), c("c2")), agent=Agent("main"))
+        )
+        result = rt.tools.resume(suspended.suspension, {"c1": "allowed-once"})
+
+    assert [item.call_id for item in result.results] == ["c1", "c2"]
+    assert result.pending == ("c0",)
+    assert world.ran == ["c2", "c1"]
+
+
+# ---------------------------------------------------------------------------
+# Aborts
+# ---------------------------------------------------------------------------
+
+
+def test_a_resume_aborted_before_it_starts_settles_every_open_call_aborted_and_runs_nothing() -> None:
+    world = World()
+    session = Session()
+    agent = Agent("main", session=session)
+    with started_runtime() as rt:
+        install(rt, world)
+        batch = ToolBatchInput(
+            calls=(c("c0", ask=True), c("c1"), c("c2", "excl")), agent=agent, log=LogStep(turn=1, step=1)
+        )
+        suspended = rt.tools.execute(batch)
+        controller = AbortController()
+        controller.abort("the user went away")
+        result = rt.tools.resume(
+            roundtrip(suspended.suspension), {"c0": "allowed-once"}, agent=agent, signal=controller.signal
+        )
+
+    assert [(item.call_id, code_of(item.result)) for item in result.results] == [
+        ("c0", "ABORTED_BEFORE_DISPATCH"),
+        ("c1", None),
+        ("c2", "ABORTED_BEFORE_DISPATCH"),
+    ]
+    assert world.ran == ["c1"]
+    assert session.pending_calls() == []
+    assert session.awaiting_approval() == {}
+    assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c1", "c0", "c2"]
+
+
+def test_an_abort_while_a_call_is_deferred_ends_the_batch_without_a_suspension() -> None:
+    world = World()
+    controller = AbortController()
+    session = Session()
+
+    def service(request: Any) -> str:
+        return "deferred"
+
+    with started_runtime() as rt:
+        install(rt, world, service=service)
+
+        def abort_then_pass(execution: Any, next_: Any) -> Any:
+            if execution.call_id == "c1":
+                controller.abort("stop")  # after c0 was deferred, before c1 starts
+            return next_()
+
+        rt.events.on("tools/pre-execute", abort_then_pass, prepend=True)
+        batch = ToolBatchInput(
+            calls=(c("c0", ask=True), c("c1"), c("c2")),
+            agent=Agent("main", session=session),
+            log=LogStep(turn=1, step=1),
+            signal=controller.signal,
+        )
+        result = rt.tools.execute(batch)
+
+    assert result.suspension is None and result.pending == ()
+    assert [(item.call_id, code_of(item.result)) for item in result.results] == [
+        ("c0", "ABORTED_BEFORE_DISPATCH"),
+        ("c1", "ABORTED_BEFORE_DISPATCH"),
+        ("c2", "ABORTED_BEFORE_DISPATCH"),
+    ]
+    assert world.ran == []
+    assert sorted(world.results) == ["c0", "c1", "c2"]
+    assert session.pending_calls() == [] and session.awaiting_approval() == {}
+
+
+# ---------------------------------------------------------------------------
+# What is checked again at resume
+# ---------------------------------------------------------------------------
+
+
+def test_guards_and_the_registration_are_checked_again_at_resume() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        suspended = rt.tools.execute(
+            ToolBatchInput(calls=(c("c0", ask=True), c("c1", "safe2", ask=True)), agent=Agent("main"))
+        )
+        assert states(suspended.suspension) == [("c0", "deferred"), ("c1", "deferred")]
+
+    with started_runtime() as rt2:  # the second runtime: a guard, and no "safe2" any more
+        rt2.tools.register(make_tool("safe", lambda args, ctx: "ran"))
+        rt2.tools.guard(lambda execution: "closed for the night" if execution.name == "safe" else None)
+        result = rt2.tools.resume(roundtrip(suspended.suspension), {"c0": "allowed-once", "c1": "allowed-once"})
+
+    assert result.results[0].result.error.message == "closed for the night"
+    assert code_of(result.results[1].result) == "UNKNOWN_TOOL"
+
+
+def test_bad_decisions_are_refused_before_anything_runs_and_the_suspension_stays_resumable() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        suspension = rt.tools.execute(
+            ToolBatchInput(calls=(c("c0", ask=True), c("c1")), agent=Agent("main"))
+        ).suspension
+        with pytest.raises(ValueError, match=r"decisions name call 'c1', which does not wait for an approval"):
+            rt.tools.resume(suspension, {"c1": "allowed-once"})
+        with pytest.raises(ValueError, match=r"the decision for call 'c0' is 'yes please': answer one of"):
+            rt.tools.resume(suspension, {"c0": "yes please"})
+        with pytest.raises(ValueError, match="not a suspension"):
+            rt.tools.resume({"calls": []}, {})
+        with pytest.raises(ValueError, match=r'made for agent "main", not agent "other"'):
+            rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("other"))
+        assert world.ran == ["c1"]
+        result = rt.tools.resume(suspension, {"c0": "allowed-once"})
+    assert texts(result) == [("c0", "done c0"), ("c1", "done c1")]
+
+
+def test_a_logged_suspension_needs_the_agent_with_its_session() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        batch = ToolBatchInput(
+            calls=(c("c0", ask=True),), agent=Agent("main", session=Session()), log=LogStep(turn=1, step=1)
+        )
+        suspension = rt.tools.execute(batch).suspension
+        with pytest.raises(ValueError, match="the suspended batch is logged: pass agent= with the session"):
+            rt.tools.resume(suspension, {"c0": "allowed-once"})
+
+
+def test_a_nested_call_cannot_be_deferred_and_fails_clearly(rt: Any) -> None:
+    world = World()
+    install(rt, world)
+    result = rt.tools.dispatch(
+        ToolExecutionInput(
+            call_id="n0", name="safe", arguments={"ask": True}, agent=Agent("main"), signal=AbortController().signal
+        )
+    )
+    assert result.error.message == (
+        'tool "safe" requires approval, but the approval service deferred it and a nested call '
+        "cannot wait for a decision (only a batch suspends)"
+    )
+    assert world.ran == []
+
+
+def test_resume_async_finishes_the_batch_on_the_awaiting_loop() -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        suspended = rt.tools.execute(ToolBatchInput(calls=(c("c0", ask=True), c("c1")), agent=Agent("main")))
+
+        async def finish() -> Any:
+            return await rt.tools.resume_async(roundtrip(suspended.suspension), {"c0": "allowed-once"})
+
+        result = asyncio.run(asyncio.wait_for(finish(), GUARD))
+    assert texts(result) == [("c0", "done c0"), ("c1", "done c1")]
+
+
+# ---------------------------------------------------------------------------
+# The log stays valid: replay and repair
+# ---------------------------------------------------------------------------
+
+
+def test_a_suspended_log_replays_and_repairs_and_a_repaired_call_is_no_longer_resumable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "log.jsonl"
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        session = Session(path)
+        agent = Agent("main", session=session)
+        batch = ToolBatchInput(calls=(c("c0", ask=True), c("c1")), agent=agent, log=LogStep(turn=1, step=1))
+        suspension = rt.tools.execute(batch).suspension
+
+        assert cli_main(["replay", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "c0" in out and "c1" in out
+
+        repaired = session.repair()  # a caller that gives up on the person
+        assert [(e["call_id"], e["error"]["info"]["code"]) for e in repaired] == [("c0", "INTERRUPTED")]
+        with pytest.raises(RuntimeError, match="has no open approval request in this log"):
+            rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=agent)
+        session.close()
+    assert world.ran == ["c1"]
+
+
+# ---------------------------------------------------------------------------
+# Another process
+# ---------------------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from dsh_actors import Agent, Ask, Session, ToolRuntime, define_tool, ToolOutput
+
+    ran = []
+    def body(args, ctx):
+        ran.append(ctx.call_id)
+        return "child " + ctx.call_id
+
+    suspension = json.loads(sys.stdin.read())
+    with ToolRuntime() as rt:
+        for name, safe in (("safe", True), ("excl", False)):
+            rt.tools.register(define_tool(
+                name=name, description=name, parameters={"ask": {"type": "boolean"}},
+                output=ToolOutput(schema={"type": "string"}), execute=body,
+                is_concurrency_safe=(lambda args: True) if safe else None,
+            ))
+        session = Session.open(sys.argv[1])
+        result = rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("main", session=session))
+        session.close()
+    print(json.dumps({"ran": ran, "results": [[i.call_id, i.result.content[0].text] for i in result.results]}))
+    """
+)
+
+
+def test_a_suspension_finishes_in_another_process_with_the_same_tools(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        session = Session(path)
+        batch = ToolBatchInput(
+            calls=(c("c0", ask=True), c("c1"), c("c2", "excl")),
+            agent=Agent("main", session=session),
+            log=LogStep(turn=1, step=1),
+        )
+        suspended = rt.tools.execute(batch)
+        session.close()
+
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path)],
+        input=json.dumps(suspended.suspension),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    report = json.loads(child.stdout)
+    assert world.ran == ["c1"]
+    assert report["ran"] == ["c0", "c2"]
+    assert report["results"] == [["c0", "child c0"], ["c1", "done c1"], ["c2", "child c2"]]
+    reopened = Session.open(path)
+    assert reopened.pending_calls() == [] and reopened.awaiting_approval() == {}
+    assert [e["call_id"] for e in events_of(reopened, "tool/result")] == ["c1", "c0", "c2"]
+    assert len(events_of(reopened, "tool/call")) == 3
+    reopened.close()
+
+
+def test_a_scoped_service_resumes_its_own_agents_batch() -> None:
+    world = World()
+    session = Session()
+    agent = Agent("main", session=session)
+    with started_runtime() as rt:
+        install(rt, world)
+        scoped = rt.tools.scope(agent)
+        suspended = scoped.execute(ToolBatchInput(calls=(c("c0", ask=True),), log=LogStep(turn=1, step=1)))
+        result = scoped.resume(roundtrip(suspended.suspension), {"c0": "allowed-once"})
+    assert texts(result) == [("c0", "done c0")]
+    assert session.pending_calls() == []
+
+
+# ---------------------------------------------------------------------------
+# The rule, over random batches (the schedule's invariants checked after
+# every step: tests/scheduling/conftest.py)
+# ---------------------------------------------------------------------------
+
+
+def expected_states(shape: list[tuple[str, bool]]) -> list[str]:
+    """What each call is once the batch suspends: a call behind a barrier
+    (a deferred exclusive call, or an exclusive call waiting for a deferred
+    one) is pending; an exclusive call waits for a deferred call before it."""
+    states_: list[str] = []
+    deferred_seen = blocked = False
+    for name, ask in shape:
+        if blocked:
+            states_.append("pending")
+        elif name == "excl" and deferred_seen:
+            states_.append("pending")
+            blocked = True
+        elif ask:
+            states_.append("deferred")
+            deferred_seen = True
+            blocked = name == "excl"
+        else:
+            states_.append("settled")
+    return states_
+
+
+@settings(max_examples=25)
+@given(
+    shape=st.lists(st.tuples(st.sampled_from(["safe", "excl"]), st.booleans()), min_size=1, max_size=7),
+    cap=st.integers(min_value=1, max_value=3),
+)
+def test_what_runs_while_approvals_wait_and_the_resume_finish_every_call_exactly_once(
+    shape: list[tuple[str, bool]], cap: int
+) -> None:
+    calls = tuple(c(f"c{i}", name, ask=ask) for i, (name, ask) in enumerate(shape))
+    expected = expected_states(shape)
+    first, second = World(), World()
+    with started_runtime() as rt:
+        install(rt, first)
+        result = rt.tools.execute(ToolBatchInput(calls=calls, agent=Agent("main"), max_parallel_tool_calls=cap))
+    settled = [call.id for call, state in zip(calls, expected, strict=True) if state == "settled"]
+    assert [item.call_id for item in result.results] == settled
+    assert sorted(first.ran) == sorted(settled)
+    if "deferred" not in expected:
+        assert result.suspension is None and result.pending == ()
+        return
+    assert result.pending == tuple(call.id for call, state in zip(calls, expected, strict=True) if state != "settled")
+    assert [state for _, state in states(roundtrip(result.suspension))] == expected
+
+    decisions = {call.id: "allowed-once" for call, state in zip(calls, expected, strict=True) if state == "deferred"}
+    with started_runtime() as rt2:
+        install(rt2, second, service=lambda request: "allowed-once")
+        done = rt2.tools.resume(roundtrip(result.suspension), decisions)
+    assert texts(done) == [(call.id, f"done {call.id}") for call in calls]
+    assert done.pending == ()
+    assert Counter(first.ran + second.ran) == Counter(call.id for call in calls)
