@@ -90,6 +90,7 @@ from ._events import (
     APPROVAL_REQUEST,
     BATCH,
     CALL,
+    INTERRUPTED,
     PTC_DISPATCH,
     PTC_DISPATCH_START,
     REPAIR_ERROR_CODE,
@@ -112,13 +113,14 @@ from ._events import (
     start_event,
 )
 from ._file import Session
-from ._steps import SETTLED, STARTED, UNSTARTED, CallState, LoggedCall, step_calls
+from ._steps import SETTLED, STARTED, UNSTARTED, CallState, LoggedCall, LoggedStep, read_step, step_calls
 
 __all__ = [
     "BATCH",
     "APPROVAL",
     "APPROVAL_REQUEST",
     "CALL",
+    "INTERRUPTED",
     "PTC_DISPATCH",
     "PTC_DISPATCH_START",
     "REPAIR_ERROR_CODE",
@@ -131,6 +133,7 @@ __all__ = [
     "UNSTARTED",
     "CallState",
     "LoggedCall",
+    "LoggedStep",
     "LoggedResult",
     "Session",
     "SessionCorruptError",
@@ -145,5 +148,6 @@ __all__ = [
     "result_event",
     "results_by_call",
     "start_event",
+    "read_step",
     "step_calls",
 ]

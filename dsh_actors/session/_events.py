@@ -38,10 +38,14 @@ REPAIR_MESSAGE: Final = "tool call interrupted: the session ended before its res
 REPAIR_ERROR_NAME: Final = "SessionRepair"
 REPAIR_ERROR_CODE: Final = "INTERRUPTED"
 
-_INTERRUPTED: Final = ToolExecutionFailure(
+INTERRUPTED: Final = ToolExecutionFailure(
     error=ToolFailure(REPAIR_MESSAGE, ToolErrorInfo(REPAIR_ERROR_NAME, REPAIR_ERROR_CODE)),
     content=(TextBlock("Error: " + REPAIR_MESSAGE),),
 )
+"""The synthetic failure of a call that a crash interrupted after its body
+started: what :meth:`Session.repair` logs, and crash recovery gives a call
+that may not run again."""
+_INTERRUPTED: Final = INTERRUPTED
 
 
 class SessionCorruptError(LosslessJsonError):
@@ -154,15 +158,22 @@ def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) ->
     }
 
 
-def batch_event(turn: int, step: int, calls: Iterable[tuple[str, str, Any]]) -> dict[str, Any]:
+def batch_event(
+    turn: int, step: int, calls: Iterable[tuple[str, str, Any]], max_parallel_tool_calls: int | None = None
+) -> dict[str, Any]:
     """A ``tool/batch`` event: every call of a logged batch, in model order,
     written before any of them starts, so that a crash loses none of them.
     ``calls``: ``(call_id, name, arguments)`` with ``arguments`` as the
-    model sent them (JSON text as it is, or lossless JSON)."""
+    model sent them (JSON text as it is, or lossless JSON);
+    ``max_parallel_tool_calls``: the batch's own limit (None: the
+    executor's)."""
     return {
         "type": BATCH,
         "turn": _int(turn, "turn"),
         "step": _int(step, "step"),
+        "max_parallel_tool_calls": None
+        if max_parallel_tool_calls is None
+        else _int(max_parallel_tool_calls, "max_parallel_tool_calls"),
         "calls": [
             {"call_id": _plain_str(call_id, "call_id"), "name": _plain_str(name, "name"), "arguments": arguments}
             for call_id, name, arguments in calls

@@ -36,7 +36,7 @@ from ._events import (
     result_event,
     results_by_call,
 )
-from ._steps import LoggedCall, step_calls
+from ._steps import LoggedCall, LoggedStep, read_step, step_calls
 
 
 def _shape_problem(event: Mapping[str, Any]) -> str | None:
@@ -429,6 +429,11 @@ class Session:
         ``"started"`` or ``"unstarted"``); :func:`step_calls` over
         :meth:`events`."""
         return step_calls(self.events(), turn, step)
+
+    def read_step(self, turn: int, step: int) -> LoggedStep:
+        """:func:`read_step` over :meth:`events`: the step's calls and its
+        batch's own limit."""
+        return read_step(self.events(), turn, step)
 
     def repair(self) -> list[dict[str, Any]]:
         """Settle everything a crash left open, and return the events

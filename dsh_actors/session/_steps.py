@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ..errors import LosslessJsonError
-from ._events import BATCH, CALL, RESULT, START, LoggedResult
+from ._events import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, RESULT, START, LoggedResult
 
 CallState = Literal["settled", "started", "unstarted"]
 """Where a logged call stands: ``"settled"`` (its ``tool/result`` is in the
@@ -30,7 +30,10 @@ class LoggedCall:
     text as it is, or a JSON object), or the ``tool/call``'s normalized
     arguments for a step logged without a ``tool/batch``. ``logged``: its
     ``tool/call`` is in the log. ``started``: its ``tool/start`` is.
-    ``result``: its logged result, or None."""
+    ``result``: its logged result, or None. ``awaiting``: the id of the
+    suspension whose resume would decide its deferred approval (a
+    ``tool/approval-request`` not decided yet), or None. ``decision``: the
+    last approval decision logged for it (``tool/approval``), or None."""
 
     call_id: str
     name: str
@@ -38,6 +41,8 @@ class LoggedCall:
     logged: bool
     started: bool
     result: LoggedResult | None
+    awaiting: str | None = None
+    decision: str | None = None
 
     @property
     def state(self) -> CallState:
@@ -47,7 +52,7 @@ class LoggedCall:
 
 
 class _Entry:
-    __slots__ = ("call_id", "name", "arguments", "logged", "started", "result")
+    __slots__ = ("call_id", "name", "arguments", "logged", "started", "result", "awaiting", "decision")
 
     def __init__(self, call_id: str, name: str, arguments: Any) -> None:
         self.call_id = call_id
@@ -56,9 +61,20 @@ class _Entry:
         self.logged = False
         self.started = False
         self.result: LoggedResult | None = None
+        self.awaiting: str | None = None
+        self.decision: str | None = None
 
     def frozen(self) -> LoggedCall:
-        return LoggedCall(self.call_id, self.name, self.arguments, self.logged, self.started, self.result)
+        return LoggedCall(
+            self.call_id,
+            self.name,
+            self.arguments,
+            self.logged,
+            self.started,
+            self.result,
+            None if self.result is not None else self.awaiting,
+            self.decision,
+        )
 
 
 def _str(value: object, path: str) -> str:
@@ -82,6 +98,22 @@ def _batch_calls(event: Mapping[str, Any]) -> list[_Entry]:
 
 def step_calls(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> tuple[LoggedCall, ...]:
     """The calls of model step ``(turn, step)`` in ``events``, in model
+    order; :func:`read_step` tells more."""
+    return read_step(events, turn, step).calls
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedStep:
+    """A model step as the log knows it: its ``calls`` (model order) and
+    the batch's own ``max_parallel_tool_calls`` (None: the executor's, or a
+    step logged without a ``tool/batch``)."""
+
+    calls: tuple[LoggedCall, ...]
+    max_parallel_tool_calls: int | None = None
+
+
+def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> LoggedStep:
+    """The calls of model step ``(turn, step)`` in ``events``, in model
     order (empty when the log has none).
 
     The step's last ``tool/batch`` gives its calls (a step run again is
@@ -92,23 +124,27 @@ def step_calls(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> tup
     across steps). Raises :class:`LosslessJsonError` naming the field of a
     malformed ``tool/batch``, ``tool/call`` or ``tool/result``."""
     entries: list[_Entry] | None = None  # from the latest tool/batch of the step
+    limit: int | None = None
     by_id: dict[str, _Entry] = {}
     open_calls: dict[str, _Entry | None] = {}  # call id -> the latest tool/call's entry (None: another step's)
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
+    entry: _Entry | None
     for event in events:
         kind = event.get("type")
         if kind == BATCH:
             if event.get("turn") == turn and event.get("step") == step and type(event.get("turn")) is int:
                 entries = _batch_calls(event)
+                limit = event.get("max_parallel_tool_calls")
+                if limit is not None and (type(limit) is not int or limit < 1):
+                    raise LosslessJsonError("event.max_parallel_tool_calls", "must be null or a positive int")
                 by_id = {entry.call_id: entry for entry in entries}
                 fallback.clear()
-                for call_id, entry in open_calls.items():  # an earlier run's calls are not this run's
-                    if entry is not None:
-                        open_calls[call_id] = None
+                for call_id in list(open_calls):  # an earlier run's calls are not this run's
+                    open_calls[call_id] = None
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
             ours = event.get("turn") == turn and event.get("step") == step and type(event.get("turn")) is int
-            entry: _Entry | None = None
+            entry = None
             if ours:
                 if entries is not None:
                     entry = by_id.get(call_id)
@@ -121,15 +157,20 @@ def step_calls(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> tup
             if entry is not None:
                 entry.logged = True
             open_calls[call_id] = entry
-        elif kind == START or kind == RESULT:
+        elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST or kind == APPROVAL:
             call_id = _str(event.get("call_id"), "event.call_id")
             entry = open_calls.get(call_id)
             if entry is None:
                 continue
             if kind == START:
                 entry.started = True
-            else:
+            elif kind == RESULT:
                 entry.result = LoggedResult.from_event(event)
                 del open_calls[call_id]
+            elif kind == APPROVAL_REQUEST:
+                entry.awaiting = _str(event.get("suspension"), "event.suspension")
+            else:
+                entry.awaiting = None
+                entry.decision = _str(event.get("decision"), "event.decision")
     chosen = entries if entries is not None else list(fallback.values())
-    return tuple(entry.frozen() for entry in chosen)
+    return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
