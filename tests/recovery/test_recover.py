@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import assert_no_new_threads, live_threads
 
 from dsh_actors import (
     AbortController,
@@ -28,8 +29,6 @@ from dsh_actors import (
     text,
 )
 from dsh_actors.session import INTERRUPTED
-
-from conftest import assert_no_new_threads, live_threads
 
 OUTPUT = ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)])
 

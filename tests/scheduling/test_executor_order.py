@@ -76,6 +76,7 @@ def test_call_and_result_events_are_logged_in_model_order_even_when_later_calls_
         "type": "tool/batch",
         "turn": 1,
         "step": 1,
+        "max_parallel_tool_calls": None,
         "calls": [{"call_id": f"c{i}", "name": "t", "arguments": f'{{"i":{i}}}'} for i in range(4)],
     }
     assert [e["call_id"] for e in call_events] == ["c0", "c1", "c2", "c3"]
