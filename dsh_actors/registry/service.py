@@ -527,6 +527,9 @@ class ToolsService:
         rt._require()
         batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
         check_continuable(rt, batch)
+        # A run_code call's sub-calls that the crash left open end first (as
+        # repair() ends them): whatever the call becomes, they are over.
+        agent.session.close_sub_calls([call.id for call in batch.calls])
         self._start(batch, reply, loop, starts)
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:

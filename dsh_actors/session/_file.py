@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -454,6 +454,22 @@ class Session:
                 event = result_event(call_id, _INTERRUPTED)
                 self._append_line(_encode(event), RESULT, event)
                 appended.append(event)
+            return appended
+
+    def close_sub_calls(self, root_call_ids: Collection[str]) -> list[dict[str, Any]]:
+        """:meth:`repair`'s first half for some calls only: a synthetic
+        failure ``tool/ptc-dispatch`` for every sub-call started under one
+        of ``root_call_ids`` and not settled, in start order; the events
+        appended. (Crash recovery closes the sub-calls of the calls it
+        settles or runs again.)"""
+        roots = set(root_call_ids)
+        with self._lock:
+            appended: list[dict[str, Any]] = []
+            for sub_call_id, fields in list(self._pending_sub_calls.items()):
+                if fields[0] in roots:
+                    event = _interrupted_dispatch(sub_call_id, *fields)
+                    self._append_line(_encode(event), PTC_DISPATCH, event)
+                    appended.append(event)
             return appended
 
     # -- lifecycle --------------------------------------------------------

@@ -212,6 +212,27 @@ def test_a_decided_approval_is_not_asked_again_and_a_waiting_one_is(runtime_pair
         assert reopened.pending_calls() == []
 
 
+def test_the_sub_calls_a_crashed_program_left_open_are_closed_as_repair_closes_them(rt: Any, tmp_path: Path) -> None:
+    Tools(rt)
+    path = tmp_path / "log.jsonl"
+    start = {"type": "tool/ptc-dispatch-start", "root_call_id": "c0", "parent_call_id": None, "name": "safe"}
+    crashed_log(
+        path,
+        batch_event(("c0", "once")),
+        call_event("c0", "once"),
+        {"type": "tool/start", "call_id": "c0"},
+        {**start, "sub_call_id": "c0:ptc:1", "arguments": {}},
+        {**start, "root_call_id": "elsewhere", "sub_call_id": "elsewhere:ptc:1", "arguments": {}},
+    )
+    with Session.open(path) as session:
+        rt.tools.recover(Agent("a", session=session), 1, 1)
+        assert session.pending_calls() == []
+        assert session.pending_sub_calls() == ["elsewhere:ptc:1"]  # another step's: not this recovery's
+        settled = [e for e in session.events() if e["type"] == "tool/ptc-dispatch"]
+    assert [(e["sub_call_id"], e["error"]["info"]["code"]) for e in settled] == [("c0:ptc:1", "INTERRUPTED")]
+    assert kinds(path)[-2:] == [("tool/ptc-dispatch", None), ("tool/result", "c0")]
+
+
 def test_an_abort_settles_the_calls_that_did_not_start_and_the_log_is_complete(rt: Any, tmp_path: Path) -> None:
     tools = Tools(rt)
     path = tmp_path / "log.jsonl"
