@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_no_new_threads, live_threads
+from scheduling.helpers import assert_no_new_threads, live_threads
 
 from dsh_actors import (
     AbortController,
