@@ -12,7 +12,7 @@ import pytest
 
 from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolCall, ToolOutput, define_tool, text
 from dsh_actors.errors import LosslessJsonError
-from dsh_actors.session import LoggedResult, step_calls
+from dsh_actors.session import LoggedResult, read_step, step_calls
 
 ECHO = define_tool(
     name="echo",
@@ -122,3 +122,25 @@ def test_a_malformed_step_event_is_an_error_naming_its_field(event: dict[str, An
     with pytest.raises(LosslessJsonError) as info:
         step_calls([event], 1, 1)
     assert info.value.path == path
+
+
+def test_a_step_tells_its_limit_and_each_calls_approval() -> None:
+    events = [
+        {"type": "tool/batch", "turn": 2, "step": 1, "max_parallel_tool_calls": 1, "calls": [
+            {"call_id": "c1", "name": "refund", "arguments": "{}"},
+            {"call_id": "c2", "name": "refund", "arguments": "{}"},
+        ]},
+        {"type": "tool/call", "turn": 2, "step": 1, "call_id": "c1", "name": "refund", "arguments": {}},
+        {"type": "tool/approval-request", "call_id": "c1", "suspension": "s1", "name": "refund",
+         "reason": None, "display_reason": None},
+        {"type": "tool/call", "turn": 2, "step": 1, "call_id": "c2", "name": "refund", "arguments": {}},
+        {"type": "tool/approval-request", "call_id": "c2", "suspension": "s1", "name": "refund",
+         "reason": None, "display_reason": None},
+        {"type": "tool/approval", "call_id": "c2", "suspension": "s1", "decision": "allowed-once"},
+    ]  # fmt: skip
+    step = read_step(events, 2, 1)
+    assert step.max_parallel_tool_calls == 1
+    assert [(c.call_id, c.state, c.awaiting, c.decision) for c in step.calls] == [
+        ("c1", "unstarted", "s1", None),
+        ("c2", "unstarted", None, "allowed-once"),
+    ]
