@@ -144,3 +144,38 @@ def test_a_step_tells_its_limit_and_each_calls_approval() -> None:
         ("c1", "unstarted", "s1", None),
         ("c2", "unstarted", None, "allowed-once"),
     ]
+
+
+def test_a_bodys_start_is_in_the_log_file_before_its_first_line_runs(rt: Any, tmp_path: Path) -> None:
+    """What each body saw in the file when it began: its own ``tool/start``
+    (sync bodies on a call actor or inline, an async one on the loop)."""
+    path = tmp_path / "log.jsonl"
+    seen: dict[str, bool] = {}
+
+    def started_in_the_log(call_id: str) -> bool:
+        with Session.open(path) as log:  # a read-only open: changes nothing
+            return any(e == {"type": "tool/start", "call_id": call_id} for e in log.events())
+
+    def body(args: Any, ctx: Any) -> str:
+        seen[ctx.call_id] = started_in_the_log(ctx.call_id)
+        return "ok"
+
+    async def async_body(args: Any, ctx: Any) -> str:
+        seen[ctx.call_id] = started_in_the_log(ctx.call_id)
+        return "ok"
+
+    for name, execute in (("sync", body), ("async_", async_body)):
+        rt.tools.register(
+            define_tool(
+                name=name,
+                description=name,
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}),
+                execute=execute,
+                is_concurrency_safe=True,
+            )  # fmt: skip
+        )
+    calls = tuple(ToolCall(f"c{i}", name, "{}") for i, name in enumerate(["sync", "sync", "async_", "sync"]))
+    with Session(path) as session:
+        run_step(rt, session, calls=calls)
+    assert seen == dict.fromkeys(["c0", "c1", "c2", "c3"], True)
