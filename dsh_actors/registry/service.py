@@ -375,6 +375,8 @@ class ToolsService:
         *,
         agent: Agent | None = None,
         signal: AbortSignal | None = None,
+        tool_set: ResolvedToolSet | None = None,
+        deps: Any = None,
     ) -> ToolBatchResult:
         """Finish a batch that suspended for deferred approvals, blocking
         the calling thread: ``suspension`` is the batch's
@@ -396,14 +398,17 @@ class ToolsService:
         suspension records; a logged batch needs it, for its session);
         None: a scoped service's own agent, else an ``Agent`` rebuilt from
         those ids (new scopes, no session).
-        ``signal`` cancels the resumed batch.
+        ``signal`` cancels the resumed batch. ``tool_set`` and ``deps`` are
+        the step's admission and the application's object, as in
+        ``ToolBatchInput`` (neither is JSON, so the suspension has neither:
+        pass the step's again, if it had them).
 
         A suspension is resumed once: a second ``resume`` of it in this
         runtime, or in any process whose session log records the first
         one's decisions, raises ``InvalidStateError`` and nothing runs.
         A malformed suspension or decision raises ``InvalidValueError``."""
         return self._blocking(
-            lambda reply: self._resume(suspension, decisions, agent, signal, reply),
+            lambda reply: self._resume(suspension, decisions, agent, signal, reply, None, tool_set, deps),
             "resume()",
             "resume_async(suspension, decisions)",
         )
@@ -415,12 +420,14 @@ class ToolsService:
         *,
         agent: Agent | None = None,
         signal: AbortSignal | None = None,
+        tool_set: ResolvedToolSet | None = None,
+        deps: Any = None,
     ) -> ToolBatchResult:
         """:meth:`resume` without blocking the event loop: ``await`` it (its
         async tool bodies run on this loop, as for :meth:`execute_async`)."""
         loop = asyncio.get_running_loop()
         future: Future[ToolBatchResult] = Future()
-        self._resume(suspension, decisions, agent, signal, future, loop)
+        self._resume(suspension, decisions, agent, signal, future, loop, tool_set, deps)
         return await asyncio.wrap_future(future)
 
     def _resume(
@@ -431,6 +438,8 @@ class ToolsService:
         signal: AbortSignal | None,
         reply: Reply,
         loop: Any = None,
+        tool_set: ResolvedToolSet | None = None,
+        deps: Any = None,
     ) -> None:
         rt = self._rt
         rt._require()
@@ -438,7 +447,7 @@ class ToolsService:
             raise InvalidTypeError(f"signal must be an AbortSignal, not {type(signal).__qualname__}")
         if agent is None:
             agent = self._scope  # a scoped service resumes its own agent's batch
-        plan = resume_plan(suspension, decisions, agent=agent, signal=signal)
+        plan = resume_plan(suspension, decisions, agent=agent, signal=signal, tool_set=tool_set, deps=deps)
         batch = plan.batch
         # Whatever would refuse the batch is asked before it is claimed: a
         # claimed suspension cannot be resumed again.

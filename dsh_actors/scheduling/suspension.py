@@ -232,6 +232,8 @@ def resume_plan(
     *,
     agent: Agent | None,
     signal: Any,
+    tool_set: Any = None,
+    deps: Any = None,
 ) -> ResumePlan:
     """Check ``suspension`` (a value :func:`suspension_value` made, maybe
     through JSON) and ``decisions`` (call id → answer), and plan the
@@ -354,7 +356,15 @@ def resume_plan(
     limit = suspension.get("max_parallel_tool_calls")
     if limit is not None and type(limit) is not int:
         raise InvalidValueError("not a suspension: max_parallel_tool_calls must be null or an int")
-    batch = ToolBatchInput(calls=tuple(calls), signal=signal, max_parallel_tool_calls=limit, agent=agent, log=log)
+    batch = ToolBatchInput(
+        calls=tuple(calls),
+        signal=signal,
+        max_parallel_tool_calls=limit,
+        agent=agent,
+        tool_set=tool_set,
+        log=log,
+        deps=deps,
+    )
     return ResumePlan(id=suspension_id, batch=batch, starts=tuple(starts), decisions=answers)
 
 

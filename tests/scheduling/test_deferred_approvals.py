@@ -616,3 +616,17 @@ def test_what_runs_while_approvals_wait_and_the_resume_finish_every_call_exactly
     assert texts(done) == [(call.id, f"done {call.id}") for call in calls]
     assert done.pending == ()
     assert Counter(first.ran + second.ran) == Counter(call.id for call in calls)
+
+
+def test_deps_are_given_again_at_resume_since_the_suspension_cannot_hold_them() -> None:
+    seen: list[Any] = []
+    with started_runtime() as rt:
+        install(rt, World())
+        rt.tools.register(make_tool("deps", lambda args, ctx: seen.append(ctx.deps) or "ok"))
+        first = rt.tools.execute(
+            ToolBatchInput(
+                calls=(ToolCall(id="c0", name="deps", arguments='{"ask": true}'),), agent=Agent("main"), deps="db-1"
+            )
+        )
+        rt.tools.resume(roundtrip(first.suspension), {"c0": "allowed-once"}, deps="db-2")
+    assert seen == ["db-2"]
