@@ -119,6 +119,8 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
         out["scale.cap"] = float(scheduling.CAP)
         out["overhead.realistic_marginal_us"] = oh["realistic_marginal_us"]
         out["overhead.realistic_n1_us"] = oh["realistic_n1_us"]
+        out["overhead.realistic_unmarked_marginal_us"] = oh["unmarked_marginal_us"]
+        out["overhead.realistic_unmarked_n1_us"] = oh["unmarked_n1_us"]
         if "otel_marginal_us" in oh:
             out["overhead.otel_marginal_us"] = oh["otel_marginal_us"]
         for n in scheduling.REALISTIC_SIZES:
@@ -279,6 +281,15 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
                 f"bare {fmt_us(f['overhead.dsh_marginal_us'])} · tpe {fmt_us(f['overhead.threadpool_marginal_us'])}",
                 f"{t['realistic'].value:.2f}× bare",
                 t["realistic"],
+            )
+        )
+        rows.append(
+            Row(
+                "overhead",
+                "marginal call, realistic without the tool/start marker",
+                fmt_us(f["overhead.realistic_unmarked_marginal_us"]),
+                f"realistic {fmt_us(f['overhead.realistic_marginal_us'])}",
+                f"marker {ratio(f['overhead.realistic_marginal_us'], f['overhead.realistic_unmarked_marginal_us']):.2f}×",
             )
         )
         if "overhead.otel_marginal_us" in f:

@@ -344,12 +344,79 @@ def measure_stages() -> list[tuple[str, float]]:
     return rows
 
 
+def measure_marker(rounds: int = 60, n: int = 100) -> dict[str, float]:
+    """What the durable ``tool/start`` marker costs: one append in
+    isolation, and whole realistic batches of ``n`` calls in three runtimes
+    of the same configuration whose sessions differ: a file with the marker
+    (the realistic configuration), a file whose session drops the marker,
+    and an in-memory session (with the marker), interleaved batch by batch
+    (each goes first in turn); per call, medians of wall time and of the
+    process's CPU time. Serial batches (every call inline on the executor:
+    no hop) and parallel ones (cap 10, the overhead workload's)."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    from dsh_actors import Agent, Session
+    from dsh_actors.session import start_event
+
+    from .scheduling import realistic, realistic_batch, realistic_tool
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        with Session(Path(folder) / "alone.jsonl") as session:
+            out["append tool/start, file session (µs)"] = _per_call_us(
+                lambda: session.append_lossless(start_event("c0")), n=20_000
+            )
+        with Session() as memory:
+            out["append tool/start, in-memory session (µs)"] = _per_call_us(
+                lambda: memory.append_lossless(start_event("c0")), n=20_000
+            )
+    kinds = ("file", "file, no marker", "memory")
+    for label, limit in (("serial", 1), ("cap 10", 10)):
+        with ToolRuntime() as a, ToolRuntime() as b, ToolRuntime() as c:
+            runs = []
+            for rt, kind in zip((a, b, c), kinds, strict=True):
+                rt.tools.register(realistic_tool(noop_tool()))
+                agent = realistic(rt, start_marker=kind != "file, no marker")
+                if kind == "memory":
+                    agent = Agent("harness", session=Session())
+                batch = realistic_batch(replace(noop_batch(n), max_parallel_tool_calls=limit), agent)
+                runs.append((rt, batch, kind))
+            wall: dict[str, list[float]] = {kind: [] for kind in kinds}
+            cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
+            for i in range(rounds + 5):
+                turn = i % len(runs)
+                for rt, batch, kind in runs[turn:] + runs[:turn]:
+                    started, cpu_started = time.perf_counter_ns(), time.process_time_ns()
+                    rt.tools.execute(batch)
+                    if i >= 5:  # warm-up
+                        wall[kind].append((time.perf_counter_ns() - started) / n / 1000)
+                        cpu[kind].append((time.process_time_ns() - cpu_started) / n / 1000)
+        for title, samples in (("wall", wall), ("CPU", cpu)):
+            medians = {kind: float(statistics.median(values)) for kind, values in samples.items()}
+            for kind in kinds:
+                out[f"{label}: {title} per call, {kind} (µs)"] = medians[kind]
+            out[f"{label}: {title}, file ÷ file without the marker"] = medians["file"] / medians["file, no marker"]
+            out[f"{label}: {title}, file ÷ memory"] = medians["file"] / medians["memory"]
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one call's trip, hop by hop")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--batches", type=int, default=3000)
+    parser.add_argument("--only-marker", action="store_true", help="only what the tool/start marker costs")
+    parser.add_argument("--marker-rounds", type=int, default=60, help="100-call batches per configuration")
     args = parser.parse_args(argv)
     out: dict[str, Any] = {}
+    print("the durable tool/start marker (realistic configuration, file-backed session)")
+    marker = measure_marker(args.marker_rounds)
+    for label, value in marker.items():
+        print(f"  {value:8.2f}  {label}")
+    out["marker"] = marker
+    if args.only_marker:
+        return 0
     for key, pooled, title in (
         ("trip", False, "one call, run inline by the executor"),
         ("trip_mailbox", True, "two calls, the first through the work mailbox"),

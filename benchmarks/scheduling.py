@@ -115,19 +115,55 @@ def _delegate(execution: Any, next_: Callable[[], Any]) -> Any:
     return next_()
 
 
-def realistic(rt: ToolRuntime) -> Agent:
+def realistic(rt: ToolRuntime, *, start_marker: bool = True) -> Agent:
     """Policies every real harness has, installed on ``rt``: one global
     guard returning None, one delegating ``tools/pre-execute`` listener and
     ``policies.timeout`` (the tools declare ``timeout_ms``). Returns an
-    agent with an in-memory ``Session``; batches that ``log`` to it are the
-    realistic configuration."""
+    agent with a file-backed ``Session`` (a fresh file in a temporary
+    folder removed at exit); batches that ``log`` to it are the realistic
+    configuration. ``start_marker=False``: the session drops the
+    ``tool/start`` markers (the same configuration without the durable
+    "started" marker, to measure what it costs; never a real setup)."""
     import policies.timeout as timeout
-    from dsh_actors import Session
 
     rt.tools.guard(_allow_all)
     rt.events.on("tools/pre-execute", _delegate)
     rt.use(timeout)
-    return Agent("harness", session=Session())
+    return Agent("harness", session=bench_session(start_marker=start_marker))
+
+
+_SESSIONS: list[Any] = []
+
+
+def bench_session(*, start_marker: bool = True) -> Any:
+    """A file-backed session in a temporary folder; closed and removed at
+    exit. ``start_marker=False``: one that drops ``tool/start`` events."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from dsh_actors import Session
+
+    class Unmarked(Session):
+        def append_lossless(self, event: dict[str, Any]) -> None:
+            if event["type"] != "tool/start":
+                super().append_lossless(event)
+
+    if not _SESSIONS:
+        folder = tempfile.mkdtemp(prefix="dsh-bench-")
+
+        def clean() -> None:
+            for session in _SESSIONS[1:]:
+                session.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(clean)
+        _SESSIONS.append(Path(folder))
+    path = _SESSIONS[0] / f"session-{len(_SESSIONS)}.jsonl"
+    session = (Session if start_marker else Unmarked)(path)
+    _SESSIONS.append(session)
+    return session
 
 
 class OtelSdk:
@@ -270,18 +306,22 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
             ToolRuntime(max_parallel_tool_calls=CAP) as real,
             ToolRuntime(max_parallel_tool_calls=CAP) as typed,
             ToolRuntime(max_parallel_tool_calls=CAP) as traced,
+            ToolRuntime(max_parallel_tool_calls=CAP) as unmarked,
             ThreadPoolExecutor(CAP) as pool,
         ):
             rt.tools.register(noop_tool())
             real.tools.register(realistic_tool(noop_tool()))
+            unmarked.tools.register(realistic_tool(noop_tool()))
             typed.tools.register(add3)
             harness = realistic(real)
+            unmarked_harness = realistic(unmarked, start_marker=False)
             traced.tools.register(realistic_tool(noop_tool()))
             traced_harness = None if sdk is None else sdk.install(traced)
             # Warm every path (threads started, pools filled, caches built).
             for _ in range(3):
                 rt.tools.execute(noop_batch(CAP * 2))
                 real.tools.execute(realistic_batch(noop_batch(CAP * 2), harness))
+                unmarked.tools.execute(realistic_batch(noop_batch(CAP * 2), unmarked_harness))
                 typed.tools.execute(decorated_batch(CAP * 2))
                 if traced_harness is not None:
                     traced.tools.execute(realistic_batch(noop_batch(CAP * 2), traced_harness))
@@ -298,11 +338,14 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                 samples: dict[str, list[float]] = {"dsh": [], "threadpool": [], "asyncio": [], "direct": []}
                 real_batch = realistic_batch(batch, harness) if n in REALISTIC_SIZES else None
                 typed_batch = decorated_batch(n) if n in REALISTIC_SIZES else None
-                if real_batch is not None and typed_batch is not None:
+                unmarked_batch = realistic_batch(batch, unmarked_harness) if n in REALISTIC_SIZES else None
+                if real_batch is not None and typed_batch is not None and unmarked_batch is not None:
                     samples["realistic"] = []
+                    samples["unmarked"] = []
                     samples["decorated"] = []
                     for _ in range(warm):
                         _dsh_us(real, real_batch)
+                        _dsh_us(unmarked, unmarked_batch)
                         _dsh_us(typed, typed_batch)
                 traced_batch = (
                     realistic_batch(batch, traced_harness)
@@ -315,8 +358,9 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                         _dsh_us(traced, traced_batch)
                 for _ in range(reps):
                     samples["dsh"].append(_dsh_us(rt, batch))
-                    if real_batch is not None and typed_batch is not None:
+                    if real_batch is not None and typed_batch is not None and unmarked_batch is not None:
                         samples["realistic"].append(_dsh_us(real, real_batch))
+                        samples["unmarked"].append(_dsh_us(unmarked, unmarked_batch))
                         samples["decorated"].append(_dsh_us(typed, typed_batch))
                     if traced_batch is not None:
                         samples["otel"].append(_dsh_us(traced, traced_batch))
@@ -352,6 +396,8 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
         out[f"{key}_n10000_marginal_us"] = slope(key, 1000, 10_000)
     out["realistic_marginal_us"] = slope("realistic", 10, 100)
     out["realistic_n1_us"] = sizes[1]["realistic"]
+    out["unmarked_marginal_us"] = slope("unmarked", 10, 100)
+    out["unmarked_n1_us"] = sizes[1]["unmarked"]
     out["decorated_marginal_us"] = slope("decorated", 10, 100)
     out["decorated_n1_us"] = sizes[1]["decorated"]
     if "otel" in sizes[10]:

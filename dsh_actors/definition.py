@@ -71,8 +71,8 @@ __all__ = [
 
 class ToolSchema(TypedDict):
     """The model-facing projection of a tool: exactly these three keys.
-    ``schemas()`` builds fresh ones; no callback, ``timeout_ms``, classifier
-    or ``meta`` ever appears in them."""
+    ``schemas()`` builds fresh ones; no callback, ``timeout_ms``,
+    ``idempotent``, classifier or ``meta`` ever appears in them."""
 
     name: str
     description: str
@@ -232,6 +232,13 @@ class ToolDefinition:
     ``None`` for none; enforced by the timeout policy. Declaring it asserts
     the body watches ``ctx.signal``. Never model-visible."""
 
+    idempotent: bool = False
+    """Whether running the body twice for one call has the effect of running
+    it once (a read, or a write keyed by the call). Only crash recovery
+    reads it (``rt.tools.recover``): a call whose body started and left no
+    logged result runs again only when its tool is idempotent; otherwise it
+    gets an ``INTERRUPTED`` failure. Never model-visible."""
+
     project_content: ContentHook | None = None
     """``project_content(execution, result) -> content | None``: replace the
     rendered content before ``tools/post-execute`` (``None`` keeps it). Runs
@@ -258,8 +265,8 @@ class ToolDefinition:
     arguments."""
 
     meta: Mapping[str, Any] | None = None
-    """Free host-only metadata (``{"idempotent": True}`` for a retry
-    policy); never model-visible."""
+    """Free host-only metadata for the application's own policies; never
+    model-visible."""
 
     schema_mode: SchemaMode = "subset"
     """How ``parameters`` and ``output.schema`` are enforced.
@@ -384,6 +391,12 @@ def _is_instance(value: object, cls: type) -> bool:
     return isinstance(value, cls)
 
 
+def _idempotent_problem(idempotent: object) -> str | None:
+    if type(idempotent) is bool:
+        return None
+    return f"idempotent must be True or False (got {_shown(idempotent)})"
+
+
 def _timeout_problem(timeout_ms: object) -> str | None:
     if timeout_ms is None:
         return None
@@ -499,7 +512,8 @@ def validate_definition(defn: object) -> CheckedDefinition:
     subset; parameters that are not an object-rooted schema of the subset;
     an ``execute`` that is not callable, or that cannot be called as
     ``execute(args, ctx)``;
-    a ``timeout_ms`` that is not a positive finite int or float; other
+    a ``timeout_ms`` that is not a positive finite int or float; an
+    ``idempotent`` that is not a bool; other
     callbacks that are neither callable nor ``None``; a ``meta`` that is not
     a mapping; a ``schema_mode`` other than ``"subset"``/``"full"``. In full
     mode the schemas are checked and compiled by
@@ -554,6 +568,9 @@ def _check(defn: ToolDefinition, parameter_validator: SchemaEnforcer | None) -> 
     timeout_problem = _timeout_problem(defn.timeout_ms)
     if timeout_problem is not None:
         problems.append(timeout_problem)
+    idempotent_problem = _idempotent_problem(defn.idempotent)
+    if idempotent_problem is not None:
+        problems.append(idempotent_problem)
     problems.extend(_callback_problems({key: getattr(defn, key) for key in _OPTIONAL_CALLBACKS}))
     if defn.meta is not None and not _is_instance(defn.meta, Mapping):
         problems.append(f"meta must be a mapping or None (got {type(defn.meta).__qualname__})")
@@ -581,6 +598,7 @@ def define_tool(
     execute: Execute,
     is_concurrency_safe: Classifier | bool | None = None,
     timeout_ms: float | None = None,
+    idempotent: bool = False,
     project_content: ContentHook | None = None,
     finalize_content: ContentHook | None = None,
     present_call: PresentCall | None = None,
@@ -633,6 +651,9 @@ def define_tool(
     timeout_problem = _timeout_problem(timeout_ms)
     if timeout_problem is not None:
         problems.append(timeout_problem)
+    idempotent_problem = _idempotent_problem(idempotent)
+    if idempotent_problem is not None:
+        problems.append(idempotent_problem)
     classifier = constant_classifier(is_concurrency_safe) if type(is_concurrency_safe) is bool else is_concurrency_safe
     problems.extend(
         _callback_problems(
@@ -686,6 +707,7 @@ def define_tool(
         execute=_validating_execute(name, validator, execute),
         is_concurrency_safe=None if classifier is None else _classifier(name, validator, classifier),
         timeout_ms=timeout_ms,
+        idempotent=idempotent,
         project_content=project_content,
         finalize_content=finalize_content,
         present_call=None if present_call is None else _call_presenter(name, validator, present_call),

@@ -140,8 +140,13 @@ def main() -> None:
 
         print(f"\nsession log: {len(session.events())} events")
         for event in session.events():
-            if event["type"] == "tool/call":
+            kind = event["type"]
+            if kind == "tool/batch":
+                print(f"  tool/batch  {', '.join(c['call_id'] for c in event['calls'])}")
+            elif kind == "tool/call":
                 print(f"  tool/call   {event['call_id']:<4} {event['name']}")
+            elif kind == "tool/start":
+                print(f"  tool/start  {event['call_id']:<4}")
             else:
                 print(f"  tool/result {event['call_id']:<4} {'error' if event['is_error'] else 'ok'}")
 

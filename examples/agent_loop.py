@@ -62,13 +62,17 @@ def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list
             messages.extend(results)
             if results.concluded:
                 break  # a tool ended the turn
-    events = agent.session.events()  # the durable log: tool/call, tool/result
+    events = agent.session.events()  # the durable log: tool/batch, tool/call, tool/start, tool/result
     print(*map(json.dumps, messages), sep="\n")
-    print(
-        *(f"{e['type']:12} {e['call_id']:8} {e.get('name') or ('error' if e['is_error'] else 'ok')}" for e in events),
-        sep="\n",
-    )
+    print(*map(log_line, events), sep="\n")
     return messages, events
+
+
+def log_line(e: dict) -> str:
+    if e["type"] == "tool/batch":
+        return f"{e['type']:12} step {e['step']}: {', '.join(c['call_id'] for c in e['calls'])}"
+    outcome = ("error" if e["is_error"] else "ok") if e["type"] == "tool/result" else ""
+    return f"{e['type']:12} {e['call_id']:8} {e.get('name') or outcome}".rstrip()
 
 
 if __name__ == "__main__":

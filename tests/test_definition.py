@@ -273,6 +273,24 @@ def test_define_tool_accepts_a_positive_finite_timeout(timeout_ms: Any) -> None:
     assert echo_tool(timeout_ms=timeout_ms).timeout_ms == timeout_ms
 
 
+def test_a_tool_is_not_idempotent_unless_it_says_so() -> None:
+    assert echo_tool().idempotent is False
+    assert raw_tool().idempotent is False
+    assert echo_tool(idempotent=True).idempotent is True
+    assert validate_definition(raw_tool(idempotent=True)).definition.idempotent is True
+
+
+@pytest.mark.parametrize("idempotent", [None, 1, "yes"])
+def test_idempotent_must_be_a_bool_on_either_path(idempotent: Any) -> None:
+    expected = f"idempotent must be True or False (got {idempotent!r})"
+    with pytest.raises(RegistrationError) as info:
+        echo_tool(idempotent=idempotent)
+    assert str(info.value) == f'cannot register tool "echo": {expected}'
+    with pytest.raises(RegistrationError) as info:
+        validate_definition(raw_tool(idempotent=idempotent))
+    assert str(info.value) == f'cannot register tool "raw": {expected}'
+
+
 def test_schema_spec_errors_name_the_tool_and_list_both_specs_violations() -> None:
     with pytest.raises(JsonSchemaError) as info:
         echo_tool(
@@ -517,6 +535,7 @@ def test_define_tool_takes_exactly_the_documented_keyword_arguments() -> None:
         "execute",
         "is_concurrency_safe",
         "timeout_ms",
+        "idempotent",
         "project_content",
         "finalize_content",
         "present_call",

@@ -50,7 +50,9 @@ def logged_keys() -> dict[str, list[str]]:
 def test_the_log_table_gives_exactly_the_keys_the_session_writes() -> None:
     failure = ToolExecutionFailure(error=ToolFailure("m", ToolErrorInfo("E", "X")), content=(TextBlock("Error: m"),))
     written = [
+        session.batch_event(1, 2, [("c", "t", "{}")], 4),
         session.call_event(1, 2, "c", "t", {}),
+        session.start_event("c"),
         session.result_event("c", failure),
         session.ptc_dispatch_start_event("c", None, "c:ptc:1", "t", {}),
         session.ptc_dispatch_event("c", None, "c:ptc:1", "t", True, failure.content, failure.error, None),

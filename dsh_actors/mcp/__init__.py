@@ -57,7 +57,10 @@ How a tool maps:
   the session closed, its loop stopped) is ``MCP_CONNECTION_CLOSED``, and
   every later call of the mount fails with it at once.
 * ``annotations.readOnlyHint: true`` without ``destructiveHint: true`` makes
-  the tool concurrency-safe; anything else is exclusive. The tool's
+  the tool concurrency-safe; anything else is exclusive.
+  ``readOnlyHint: true`` or ``idempotentHint: true`` makes it
+  ``idempotent`` (``rt.tools.recover`` may run an interrupted call of it
+  again). The tool's
   ``title`` (or ``annotations.title``) is the title of its call card. The
   definition's ``meta["mcp"]`` holds the server's name and the tool as listed.
 * ``notifications/tools/list_changed`` re-lists: removed tools are

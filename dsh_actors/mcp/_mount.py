@@ -223,6 +223,10 @@ class _Mount:
         annotations = tool.annotations
         read_only = annotations is not None and annotations.read_only_hint is True
         destructive = annotations is not None and annotations.destructive_hint is True
+        # The server's word, as for concurrency: a read-only tool, or one that
+        # declares repeated calls have no further effect, may run again when
+        # rt.tools.recover finds its call started and unfinished.
+        idempotent = read_only or (annotations is not None and annotations.idempotent_hint is True)
         title = tool.title or (annotations.title if annotations is not None else None) or self.prefix + name
         output_schema = tool.output_schema
         wire = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -245,6 +249,7 @@ class _Mount:
             execute=execute,
             is_concurrency_safe=_safe if read_only and not destructive else None,
             timeout_ms=self.timeout_ms,
+            idempotent=idempotent,
             project_content=self._project_content,
             present_call=present_call,
             present_result=_present_result,

@@ -25,6 +25,7 @@ from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
+from ..session import start_event
 from ..signals import AbortSignal
 from .call import Call, in_context, lookup
 from .flights import Flight
@@ -95,6 +96,17 @@ def _enter_body(rt: ToolRuntime, call: Call, registration: Any) -> _Entered | To
         result = aborted(before_dispatch=True)
         call.body_results.append(result)
         return result
+    session = call.start_log
+    if session is not None:
+        # The durable "started" marker, before the body's first line: after
+        # a crash, a call with it and no tool/result may have run.
+        try:
+            session.append_lossless(start_event(execution.call_id))
+        except BaseException as exc:  # noqa: BLE001 - the batch fails once the call commits
+            call.start_error = exc
+            result = aborted(before_dispatch=True)
+            call.body_results.append(result)
+            return result
     wrapper_signal = execution.signal
     # A fresh signal for the body: the caller's, the wrapper's replacement
     # (if any), and the runtime's stop signal; the first abort wins. It is

@@ -84,6 +84,8 @@ class Call:
         "seen_listeners",
         "context",
         "arguments_settled",
+        "start_log",
+        "start_error",
         "ask",
         "answer",
     )
@@ -142,6 +144,11 @@ class Call:
         self.context: contextvars.Context = _EMPTY_CONTEXT
         # Whether lookup() settled the arguments against the registration.
         self.arguments_settled = False
+        # The session that records the body's start (a logged batch's root
+        # call), and the error if that write failed (the body then did not
+        # run; the batch reads it when the call commits).
+        self.start_log: Any = None
+        self.start_error: BaseException | None = None
         # The Ask that sent the call to the approval service (kept by a
         # DEFERRED call: the suspension shows it to the person).
         self.ask: Any = None

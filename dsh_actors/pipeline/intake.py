@@ -138,6 +138,19 @@ def bind_context(batch: ToolBatchInput, current: contextvars.Context | None = No
     return replace(batch, context=base, deps=deps)
 
 
+def batch_arguments(raw: object) -> Any:
+    """What ``tool/batch`` records for a call's arguments: JSON text as the
+    model sent it (so a recovery parses exactly what the batch parsed), a
+    mapping as lossless JSON, or, for either that is not lossless, a
+    readable stand-in (text that is not JSON)."""
+    try:
+        return materialize(raw, "arguments")
+    except LosslessJsonError as exc:
+        # Not JSON text either, so parsed again it fails INVALID_ARGS as the
+        # batch's call did (a lone surrogate must not become a valid "\ufffd").
+        return f"<arguments that are not lossless JSON: {exc.message}>"
+
+
 def loggable(raw: object) -> Any:
     """What ``tool/call`` records for arguments that did not materialize."""
     if type(raw) is str:

@@ -56,6 +56,7 @@ from ..model import (
 )
 from ..pipeline.stages import run_inline
 from ..scheduling.messages import CallStart, Reply
+from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
 from ..scheduling.suspension import resume_plan
 from ..signals import AbortSignal
@@ -458,6 +459,87 @@ class ToolsService:
             # requests were decided already refuses (resumed elsewhere).
             batch.agent.session.decide(plan.id, plan.decisions)
         self._start(batch, reply, loop, plan.starts)
+
+    # -- interrupted steps -----------------------------------------------------
+
+    def recover(
+        self,
+        agent: Agent,
+        turn: int,
+        step: int,
+        *,
+        signal: AbortSignal | None = None,
+        tool_set: ResolvedToolSet | None = None,
+        deps: Any = None,
+    ) -> ToolBatchResult:
+        """Finish model step ``(turn, step)`` that a crash interrupted, from
+        ``agent``'s session log (``Agent(..., session=Session.open(path))``
+        in a new process), blocking the calling thread. The runtime needs
+        the same tools registered.
+
+        Every call of the step (its ``tool/batch`` lists them all, so none
+        is lost) ends with exactly one result, in model order:
+
+        * a call whose ``tool/result`` is in the log keeps it and does not
+          run: its content, error and meta are the logged ones and a
+          success's ``value`` is None (the canonical value is never logged);
+        * a call that never started (no ``tool/start``) runs, through the
+          whole pipeline (its ``tool/call`` is not written twice);
+        * a call that started and has no result runs again only if its tool
+          is ``idempotent``; otherwise it gets the ``INTERRUPTED`` failure
+          that ``Session.repair`` gives (a body that may have run, whole or
+          in part, never runs twice).
+
+        The log then holds one ``tool/result`` per ``tool/call`` of the
+        step and needs no ``repair()``; a step that is complete already is
+        returned as logged and nothing is written. The batch runs with the
+        step's own limit, under the same barriers; ``signal`` cancels it;
+        ``tool_set`` (a resolved step admission) makes conditional tools
+        executable, ``deps`` reaches the bodies as ``ctx.deps``. Recover a
+        step in one process at a time. Raises ``TypeError``/``ValueError``
+        for an agent without a session or a step the log has no call of."""
+        return self._blocking(
+            lambda reply: self._recover(agent, turn, step, signal, tool_set, deps, reply),
+            "recover()",
+            "recover_async(agent, turn, step)",
+        )
+
+    async def recover_async(
+        self,
+        agent: Agent,
+        turn: int,
+        step: int,
+        *,
+        signal: AbortSignal | None = None,
+        tool_set: ResolvedToolSet | None = None,
+        deps: Any = None,
+    ) -> ToolBatchResult:
+        """:meth:`recover` without blocking the event loop: ``await`` it (its
+        async tool bodies run on this loop, as for :meth:`execute_async`)."""
+        loop = asyncio.get_running_loop()
+        future: Future[ToolBatchResult] = Future()
+        self._recover(agent, turn, step, signal, tool_set, deps, future, loop)
+        return await asyncio.wrap_future(future)
+
+    def _recover(
+        self,
+        agent: Any,
+        turn: Any,
+        step: Any,
+        signal: AbortSignal | None,
+        tool_set: ResolvedToolSet | None,
+        deps: Any,
+        reply: Reply,
+        loop: Any = None,
+    ) -> None:
+        rt = self._rt
+        rt._require()
+        batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
+        check_continuable(rt, batch)
+        # A run_code call's sub-calls that the crash left open end first (as
+        # repair() ends them): whatever the call becomes, they are over.
+        agent.session.close_sub_calls([call.id for call in batch.calls])
+        self._start(batch, reply, loop, starts)
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
         """Run ONE call through the whole pipeline on the calling thread and

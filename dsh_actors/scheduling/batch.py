@@ -55,7 +55,7 @@ from ..model import (
     slot_setters,
 )
 from ..pipeline.flights import Outbox
-from ..pipeline.intake import loggable, parse_arguments
+from ..pipeline.intake import batch_arguments, loggable, parse_arguments
 from ..pipeline.results import aborted, failure_from_exception
 from ..pipeline.stages import (
     LOOK_UP,
@@ -73,7 +73,7 @@ from ..pipeline.stages import (
     start_on_loop,
     wants_loop,
 )
-from ..session import approval_request_event, call_event, result_event
+from ..session import approval_request_event, batch_event, call_event, result_event
 from ..signals import AbortController, AbortSignal
 from ..visibility import definition_mode, has_guards
 from .inbox import RUNNING, BatchInbox
@@ -345,6 +345,9 @@ class BatchRun:
         agent = batch.agent
         if batch.log is not None and agent is not None:
             self.session = agent.session
+            if self.session is not None and batch.calls and self.starts is None:
+                # (A continued batch continues a step whose tool/batch is logged.)
+                self._log_batch()
         policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
         own = policy.own
         self.hook = policy.hook
@@ -742,6 +745,7 @@ class BatchRun:
         call.body_parent = self.body_parent
         call.body_hook = self.hook
         call.loop = self.loop
+        call.start_log = self.session
         starts = self.starts
         if starts is not None:
             start = starts[index]
@@ -782,6 +786,18 @@ class BatchRun:
             return definition_mode(registration.definition, execution.arguments), registration
         except BaseException:  # noqa: BLE001 - anything odd means exclusive
             return "exclusive", LOOK_UP
+
+    def _log_batch(self) -> None:
+        """Write the batch's ``tool/batch`` (every call, as the model sent
+        it) before any call starts; a failure halts the batch."""
+        session = self.session
+        log = self.batch.log
+        assert session is not None and log is not None
+        calls = [(c.id, c.name, batch_arguments(c.arguments)) for c in self.batch.calls]
+        try:
+            session.append(batch_event(log.turn, log.step, calls, self.batch.max_parallel_tool_calls))
+        except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
+            self.log_error = exc
 
     def _log_call(self, call: Call, *, started: bool = True) -> bool:
         """Write the call's ``tool/call``; False if the session failed.
@@ -930,6 +946,8 @@ class BatchRun:
         if session is None:
             self.committed = len(self.results)
             return
+        if call.start_error is not None and self.log_error is None:
+            self.log_error = call.start_error  # its tool/start could not be written: it did not run
         if self.log_error is not None:
             return
         try:

@@ -2,13 +2,22 @@
 object per line.
 
 A :class:`Session` records what a batch did, in commit order, as *events*:
-plain JSON objects, each with a ``"type"`` key. The executor writes four
+plain JSON objects, each with a ``"type"`` key. The executor writes six
 kinds, built by the functions below, and two more for approvals (keys are snake_case):
 
+``tool/batch``
+    ``{"type", "turn", "step", "calls"}``, ``calls`` a list of ``{"call_id",
+    "name", "arguments"}`` in model order, ``arguments`` as the model sent
+    them (JSON text as it is): every call of the batch, written before any
+    of them starts, so a crash loses none (crash recovery reads it).
 ``tool/call``
     ``{"type", "turn", "step", "call_id", "name", "arguments"}``:
     ``arguments`` is the call's normalized arguments as JSON, or the raw
     string when the model sent text that is not JSON (or a JSON string).
+``tool/start``
+    ``{"type", "call_id"}``: the call's body is about to be invoked
+    (written by whoever runs it, after the call's ``tool/call``), so that a
+    call without a ``tool/result`` is known to have started or not.
 ``tool/result``
     ``{"type", "call_id", "is_error", "content", "error", "meta"}``:
     ``content`` as :func:`~dsh_actors.model.content_to_json` writes it,
@@ -79,17 +88,21 @@ from __future__ import annotations
 from ._events import (
     APPROVAL,
     APPROVAL_REQUEST,
+    BATCH,
     CALL,
+    INTERRUPTED,
     PTC_DISPATCH,
     PTC_DISPATCH_START,
     REPAIR_ERROR_CODE,
     REPAIR_ERROR_NAME,
     REPAIR_MESSAGE,
     RESULT,
+    START,
     LoggedResult,
     SessionCorruptError,
     approval_event,
     approval_request_event,
+    batch_event,
     call_event,
     error_from_json,
     error_to_json,
@@ -97,22 +110,34 @@ from ._events import (
     ptc_dispatch_start_event,
     result_event,
     results_by_call,
+    start_event,
 )
 from ._file import Session
+from ._steps import SETTLED, STARTED, UNSTARTED, CallState, LoggedCall, LoggedStep, read_step, step_calls
 
 __all__ = [
+    "BATCH",
     "APPROVAL",
     "APPROVAL_REQUEST",
     "CALL",
+    "INTERRUPTED",
     "PTC_DISPATCH",
     "PTC_DISPATCH_START",
     "REPAIR_ERROR_CODE",
     "REPAIR_ERROR_NAME",
     "REPAIR_MESSAGE",
     "RESULT",
+    "SETTLED",
+    "START",
+    "STARTED",
+    "UNSTARTED",
+    "CallState",
+    "LoggedCall",
+    "LoggedStep",
     "LoggedResult",
     "Session",
     "SessionCorruptError",
+    "batch_event",
     "approval_event",
     "approval_request_event",
     "call_event",
@@ -122,4 +147,7 @@ __all__ = [
     "ptc_dispatch_start_event",
     "result_event",
     "results_by_call",
+    "start_event",
+    "read_step",
+    "step_calls",
 ]

@@ -24,7 +24,9 @@ from ..model import (
 )
 from ..presentation import ToolResultProjection
 
+BATCH: Final = "tool/batch"
 CALL: Final = "tool/call"
+START: Final = "tool/start"
 RESULT: Final = "tool/result"
 PTC_DISPATCH_START: Final = "tool/ptc-dispatch-start"
 PTC_DISPATCH: Final = "tool/ptc-dispatch"
@@ -36,10 +38,14 @@ REPAIR_MESSAGE: Final = "tool call interrupted: the session ended before its res
 REPAIR_ERROR_NAME: Final = "SessionRepair"
 REPAIR_ERROR_CODE: Final = "INTERRUPTED"
 
-_INTERRUPTED: Final = ToolExecutionFailure(
+INTERRUPTED: Final = ToolExecutionFailure(
     error=ToolFailure(REPAIR_MESSAGE, ToolErrorInfo(REPAIR_ERROR_NAME, REPAIR_ERROR_CODE)),
     content=(TextBlock("Error: " + REPAIR_MESSAGE),),
 )
+"""The synthetic failure of a call that a crash interrupted after its body
+started: what :meth:`Session.repair` logs, and crash recovery gives a call
+that may not run again."""
+_INTERRUPTED: Final = INTERRUPTED
 
 
 class SessionCorruptError(LosslessJsonError):
@@ -150,6 +156,36 @@ def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) ->
         "name": _plain_str(name, "name"),
         "arguments": arguments,
     }
+
+
+def batch_event(
+    turn: int, step: int, calls: Iterable[tuple[str, str, Any]], max_parallel_tool_calls: int | None = None
+) -> dict[str, Any]:
+    """A ``tool/batch`` event: every call of a logged batch, in model order,
+    written before any of them starts, so that a crash loses none of them.
+    ``calls``: ``(call_id, name, arguments)`` with ``arguments`` as the
+    model sent them (JSON text as it is, or lossless JSON);
+    ``max_parallel_tool_calls``: the batch's own limit (None: the
+    executor's)."""
+    return {
+        "type": BATCH,
+        "turn": _int(turn, "turn"),
+        "step": _int(step, "step"),
+        "max_parallel_tool_calls": None
+        if max_parallel_tool_calls is None
+        else _int(max_parallel_tool_calls, "max_parallel_tool_calls"),
+        "calls": [
+            {"call_id": _plain_str(call_id, "call_id"), "name": _plain_str(name, "name"), "arguments": arguments}
+            for call_id, name, arguments in calls
+        ],
+    }
+
+
+def start_event(call_id: str) -> dict[str, Any]:
+    """A ``tool/start`` event: the call's body is about to run (written
+    before it is invoked, so a crash that leaves no ``tool/result`` tells
+    "started" from "never started")."""
+    return {"type": START, "call_id": call_id}
 
 
 def result_event(call_id: str, result: ResultFields) -> dict[str, Any]:

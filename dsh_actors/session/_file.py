@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -28,6 +28,7 @@ from ._events import (
     PTC_DISPATCH,
     PTC_DISPATCH_START,
     RESULT,
+    START,
     LoggedResult,
     SessionCorruptError,
     _interrupted_dispatch,
@@ -35,16 +36,17 @@ from ._events import (
     result_event,
     results_by_call,
 )
+from ._steps import LoggedCall, LoggedStep, read_step, step_calls
 
 
 def _shape_problem(event: Mapping[str, Any]) -> str | None:
     """Why ``event`` cannot be a session event, or None. Checks only what
     the session itself relies on: a non-empty str ``type`` and, for calls
-    and results, a str ``call_id``."""
+    results and starts, a str ``call_id``."""
     kind = event.get("type")
     if type(kind) is not str or not kind:
         return f'"type" must be a non-empty str, got {safe_str(kind)!r}'
-    if (kind == CALL or kind == RESULT) and type(event.get("call_id")) is not str:
+    if (kind == CALL or kind == RESULT or kind == START) and type(event.get("call_id")) is not str:
         return f'a {kind} event needs a str "call_id"'
     return None
 
@@ -421,6 +423,18 @@ class Session:
         """:func:`results_by_call` over :meth:`events`."""
         return results_by_call(self.events(), ptc=ptc)
 
+    def step_calls(self, turn: int, step: int) -> tuple[LoggedCall, ...]:
+        """The calls of model step ``(turn, step)``, in model order, each
+        with where it stands (:attr:`LoggedCall.state`: ``"settled"``,
+        ``"started"`` or ``"unstarted"``); :func:`step_calls` over
+        :meth:`events`."""
+        return step_calls(self.events(), turn, step)
+
+    def read_step(self, turn: int, step: int) -> LoggedStep:
+        """:func:`read_step` over :meth:`events`: the step's calls and its
+        batch's own limit."""
+        return read_step(self.events(), turn, step)
+
     def repair(self) -> list[dict[str, Any]]:
         """Settle everything a crash left open, and return the events
         appended (none when nothing is pending, so repairing twice appends
@@ -440,6 +454,22 @@ class Session:
                 event = result_event(call_id, _INTERRUPTED)
                 self._append_line(_encode(event), RESULT, event)
                 appended.append(event)
+            return appended
+
+    def close_sub_calls(self, root_call_ids: Collection[str]) -> list[dict[str, Any]]:
+        """:meth:`repair`'s first half for some calls only: a synthetic
+        failure ``tool/ptc-dispatch`` for every sub-call started under one
+        of ``root_call_ids`` and not settled, in start order; the events
+        appended. (Crash recovery closes the sub-calls of the calls it
+        settles or runs again.)"""
+        roots = set(root_call_ids)
+        with self._lock:
+            appended: list[dict[str, Any]] = []
+            for sub_call_id, fields in list(self._pending_sub_calls.items()):
+                if fields[0] in roots:
+                    event = _interrupted_dispatch(sub_call_id, *fields)
+                    self._append_line(_encode(event), PTC_DISPATCH, event)
+                    appended.append(event)
             return appended
 
     # -- lifecycle --------------------------------------------------------

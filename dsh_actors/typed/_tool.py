@@ -50,6 +50,7 @@ def tool(
     description: str | None = None,
     concurrency_safe: bool | Callable[[Any], bool] | None = None,
     timeout_ms: float | None = None,
+    idempotent: bool = False,
     meta: Mapping[str, Any] | None = None,
     render: Render | None = None,
     presentation_meta: PresentationMeta | None = None,
@@ -66,6 +67,7 @@ def tool(
     description: str | None = None,
     concurrency_safe: bool | Callable[[Any], bool] | None = None,
     timeout_ms: float | None = None,
+    idempotent: bool = False,
     meta: Mapping[str, Any] | None = None,
     render: Render | None = None,
     presentation_meta: PresentationMeta | None = None,
@@ -105,7 +107,9 @@ def tool(
     :class:`~dsh_actors.ToolDefinition`'s: ``concurrency_safe`` is
     ``is_concurrency_safe`` (a bool is a constant; a callable gets the
     arguments as frozen JSON and answers ``False`` on invalid ones, like
-    the presenters, which answer ``None``); ``render`` and
+    the presenters, which answer ``None``); ``idempotent`` (may the body run
+    again for a call that a crash interrupted, see ``rt.tools.recover``)
+    and ``timeout_ms`` are never shown to the model; ``render`` and
     ``presentation_meta`` are :class:`~dsh_actors.ToolOutput`'s and get the
     arguments and the value as frozen JSON (no ``render``: a ``str`` as it
     is, anything else as compact JSON text). The original function stays
@@ -122,6 +126,7 @@ def tool(
         description=description,
         concurrency_safe=concurrency_safe,
         timeout_ms=timeout_ms,
+        idempotent=idempotent,
         meta=meta,
         render=render,
         presentation_meta=presentation_meta,
@@ -145,6 +150,7 @@ class _Options(typing.NamedTuple):
     description: str | None
     concurrency_safe: bool | Callable[[Any], bool] | None
     timeout_ms: float | None
+    idempotent: bool
     meta: Mapping[str, Any] | None
     render: Render | None
     presentation_meta: PresentationMeta | None
@@ -260,6 +266,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         execute=execute,
         is_concurrency_safe=is_concurrency_safe,
         timeout_ms=options.timeout_ms,
+        idempotent=options.idempotent,
         present_call=present_call,
         present_result=present_result,
         meta=options.meta,

@@ -173,7 +173,7 @@ def chart(points: int = Field(ge=1)) -> Total:
     )
 
 
-@app.tool()
+@app.tool(annotations=ToolAnnotations(idempotentHint=True))
 def fail(reason: str) -> str:
     """Always fails with the reason."""
     raise ToolError(reason)

@@ -15,7 +15,7 @@ from mcp_harness import ServerConnection
 
 import policies.timeout
 from dsh_actors import AbortController, Agent, ImageBlock, TextBlock, ToolBatchInput, ToolCall, ToolRuntime
-from dsh_actors.json import materialize, thaw
+from dsh_actors.json import dumps, materialize, thaw
 from dsh_actors.mcp import mount
 from dsh_actors.mcp._mount import _registered_names
 from dsh_actors.model import ToolBatchResult
@@ -180,6 +180,18 @@ def test_read_only_tools_are_concurrency_safe_and_everything_else_exclusive(moun
     assert classifier("t_search")({"query": "q"}) is True
     assert classifier("t_read_but_destructive") is None
     assert classifier("t_fail") is None
+
+
+def test_read_only_and_idempotent_hinted_tools_are_idempotent(mounted: ToolRuntime) -> None:
+    def idempotent(name: str) -> bool:
+        definition = mounted.tools.get(name)
+        assert definition is not None
+        return definition.idempotent
+
+    assert idempotent("t_add") and idempotent("t_read_but_destructive")  # readOnlyHint
+    assert idempotent("t_fail")  # idempotentHint
+    assert not idempotent("t_protocol_error") and not idempotent("t_slow")
+    assert "idempotent" not in dumps(mounted.tools.schemas()).decode()
 
 
 def test_the_title_names_the_call_card(mounted: ToolRuntime) -> None:

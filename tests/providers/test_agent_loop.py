@@ -24,15 +24,17 @@ def test_the_openai_loop_reads_searches_writes_and_logs_each_call(
     assert (tmp_path / "todo.md").read_text() == "- tests\n- docs\n"
     assert [m["role"] for m in messages] == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
     assert messages[-1]["content"] == "Done: see todo.md."
-    assert [(e["type"], e["call_id"]) for e in events] == [
-        (kind, f"call_{n}") for n in range(3) for kind in ("tool/call", "tool/result")
+    assert [(e["type"], e.get("call_id")) for e in events] == [
+        (kind, None if kind == "tool/batch" else f"call_{n}")
+        for n in range(3)
+        for kind in ("tool/batch", "tool/call", "tool/start", "tool/result")
     ]
     assert [e["name"] for e in events if e["type"] == "tool/call"] == ["read_file", "search_text", "write_file"]
     assert not any(e["is_error"] for e in events if e["type"] == "tool/result")
     validate(CompletionCreateParamsNonStreaming, {"model": "gpt-4.1", "messages": messages}, exact=False)
     out = capsys.readouterr().out
     assert '"tool_call_id": "call_2", "content": "created todo.md (15 bytes)"' in out
-    assert "tool/result  call_2   ok" in out
+    assert "tool/result  call_2   ok" in out and "tool/batch   step 3: call_2" in out
 
 
 def test_the_anthropic_loop_speaks_tool_use_and_tool_result(tmp_path: Path) -> None:
@@ -40,7 +42,7 @@ def test_the_anthropic_loop_speaks_tool_use_and_tool_result(tmp_path: Path) -> N
     assert (tmp_path / "todo.md").exists()
     assert [m["role"] for m in messages] == ["user"] + ["assistant", "user"] * 3 + ["assistant"]
     assert [b["tool_use_id"] for m in messages[2::2] for b in m["content"]] == ["toolu_0", "toolu_1", "toolu_2"]
-    assert len(events) == 6
+    assert len(events) == 12
     validate(
         MessageCreateParamsNonStreaming,
         {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages},

@@ -17,13 +17,16 @@ from dsh_actors import (
     ModelSelection,
     NativeExecutor,
     ToolActivationContext,
+    ToolDefinition,
     ToolModelInput,
     ToolOutput,
     ToolRestriction,
     ToolRuntime,
     define_tool,
+    dumps,
     text,
 )
+from dsh_actors import tool as typed_tool
 from dsh_actors.providers import anthropic, openai, openai_responses
 from executors.ptc import PtcExecutor
 
@@ -161,3 +164,55 @@ def test_an_executor_describing_nonsense_is_a_clear_type_error(rt: ToolRuntime, 
 def test_validate_catches_a_key_the_sdk_type_does_not_declare() -> None:
     with pytest.raises(AssertionError, match="keys the SDK type does not declare"):
         validate(ToolParam, {"name": "t", "input_schema": {"type": "object"}, "parameters": {}})
+
+
+def _offered(idempotent: bool) -> list[Any]:
+    """Everything the model is offered for three tools (define_tool, @tool,
+    a raw definition) declared ``idempotent``, natively and under PTC."""
+
+    def typed_echo(message: str) -> str:
+        """Echo a message."""
+        return message
+
+    raw = ToolDefinition(
+        name="raw",
+        description="A raw tool.",
+        parameters={"type": "object", "properties": {"n": {"type": "integer"}}},
+        output=ToolOutput(schema={"type": "integer"}),
+        execute=lambda args, ctx: 1,
+        idempotent=idempotent,
+    )
+    with ToolRuntime() as rt:
+        rt.tools.register(define_tool(**{**_READ_FILE, "idempotent": idempotent}))
+        rt.tools.register(typed_tool(idempotent=idempotent)(typed_echo))
+        rt.tools.register(raw)
+        assert [d.idempotent for d in rt.tools.definitions()] == [idempotent] * 3
+        coder = Agent("coder")
+        rt.tools.scope(coder).set_executor(PtcExecutor(timeout_ms=2000))
+        offered: list[Any] = []
+        for agent in (None, coder):
+            offered += [
+                rt.tools.schemas(),
+                list(rt.tools.model_tools(agent).schemas),
+                openai.tools(rt, agent),
+                openai.tools(rt, agent, strict=True),
+                openai_responses.tools(rt, agent),
+                openai_responses.tools(rt, agent, strict=True),
+                anthropic.tools(rt, agent),
+            ]
+        return offered
+
+
+_READ_FILE: dict[str, Any] = {
+    "name": "read_file",
+    "description": "Read a file.",
+    "parameters": {"path": {"type": "string", "required": True}},
+    "output": ToolOutput(schema={"type": "string"}),
+    "execute": lambda args, ctx: "",
+}
+
+
+def test_idempotent_is_never_shown_to_the_model() -> None:
+    offered = _offered(idempotent=True)
+    assert offered == _offered(idempotent=False)
+    assert "idempotent" not in dumps(offered).decode()

@@ -59,7 +59,7 @@ def test_a_logged_call_is_not_logged_twice_and_gets_its_result() -> None:
         result = run_continued(rt, batch, [CallStart(logged=True)])
 
     assert result.results[0].result.content[0].text == "done"
-    assert [e["type"] for e in session.events()] == ["tool/call", "tool/result"]
+    assert [e["type"] for e in session.events()] == ["tool/call", "tool/start", "tool/result"]
     assert session.pending_calls() == []
 
 
@@ -121,6 +121,7 @@ def test_a_given_result_marked_log_result_is_logged_in_model_order() -> None:
         "tool/call:c0",
         "tool/result:c0",
         "tool/call:c1",
+        "tool/start:c1",
         "tool/result:c1",
     ]
     assert result.results[0].result is interrupted

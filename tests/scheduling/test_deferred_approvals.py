@@ -236,15 +236,18 @@ def test_a_logged_suspension_is_resumed_once_across_runtimes_that_share_its_log(
     assert world.ran == ["c1", "c0"]
     with Session.open(path) as reopened:
         events = reopened.events()
-    assert [(e["type"], e["call_id"]) for e in events] == [
+    assert [(e["type"], e.get("call_id")) for e in events] == [
+        ("tool/batch", None),
         ("tool/call", "c0"),
         ("tool/approval-request", "c0"),
         ("tool/call", "c1"),
+        ("tool/start", "c1"),
         ("tool/result", "c1"),
         ("tool/approval", "c0"),
+        ("tool/start", "c0"),
         ("tool/result", "c0"),
     ]
-    assert events[4]["decision"] == "allowed-once"
+    assert events[6]["decision"] == "allowed-once"
 
 
 def test_an_approval_deferred_again_suspends_again_and_only_the_new_suspension_resumes() -> None:
@@ -272,13 +275,14 @@ def test_an_approval_deferred_again_suspends_again_and_only_the_new_suspension_r
 
     assert texts(done) == [("c0", "done c0"), ("c1", "done c1")]
     assert world.ran == ["c0", "c1"]
-    kinds = [(e["type"], e.get("decision")) for e in session.events() if e["call_id"] == "c0"]
+    kinds = [(e["type"], e.get("decision")) for e in session.events() if e.get("call_id") == "c0"]
     assert kinds == [
         ("tool/call", None),
         ("tool/approval-request", None),
         ("tool/approval", "deferred"),
         ("tool/approval-request", None),
         ("tool/approval", "allowed-once"),
+        ("tool/start", None),
         ("tool/result", None),
     ]
     assert [e["type"] for e in session.events()].count("tool/call") == 2  # c0 and c1, once each

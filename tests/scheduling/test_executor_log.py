@@ -20,21 +20,24 @@ from .helpers import GUARD, Timeline, calls, counting_body, logged_batch, make_t
 
 
 class FailingSession(Session):
-    """An in-memory session whose ``fail_at``-th append raises ``OSError``
-    (disk full); every other append works."""
+    """An in-memory session whose append of the event ``fail_on`` names
+    (its type and call id) raises ``OSError`` (disk full); every other
+    append works."""
 
-    def __init__(self, fail_at: int) -> None:
+    def __init__(self, fail_on: tuple[str, str]) -> None:
         super().__init__()
-        self.fail_at = fail_at
-        self.attempts = 0
+        self.fail_on = fail_on
         self.failed = threading.Event()
 
     def append(self, event: Any) -> None:
-        self.attempts += 1
-        if self.attempts == self.fail_at:
+        if (event["type"], event.get("call_id")) == self.fail_on:
             self.failed.set()
             raise OSError(errno.ENOSPC, "No space left on device")
         super().append(event)
+
+
+def kinds(session: Session) -> list[tuple[str, str | None]]:
+    return [(e["type"], e.get("call_id")) for e in session.events()]
 
 
 def gated_tools(
@@ -60,9 +63,8 @@ def test_a_session_write_failure_raises_only_after_every_started_call_settled_wi
     timeline = Timeline()
     release, started, finished = threading.Event(), threading.Event(), threading.Event()
     gated_tools(rt, timeline, release, started, finished)
-    # Events: 1 tool/call c0, 2 tool/result c0, 3 tool/call c1 (gated starts),
-    # 4 tool/call c2: fails while the gated body is running.
-    session = FailingSession(fail_at=4)
+    # The tool/call of c2 fails while the gated body is running.
+    session = FailingSession(fail_on=("tool/call", "c2"))
     settled_while_running: list[bool] = []
     try:
         future = rt.tools.submit(logged_batch(calls("first", "gated", "quick"), session))
@@ -79,10 +81,13 @@ def test_a_session_write_failure_raises_only_after_every_started_call_settled_wi
     assert [r.call_id for r in err.results] == ["c0"]
     assert err.results[0].result.value == "first"
     assert isinstance(err.__cause__, OSError)
-    assert [(e["type"], e["call_id"]) for e in session.events()] == [
+    assert kinds(session) == [
+        ("tool/batch", None),
         ("tool/call", "c0"),
+        ("tool/start", "c0"),
         ("tool/result", "c0"),
         ("tool/call", "c1"),
+        ("tool/start", "c1"),
     ]
 
 
@@ -90,15 +95,16 @@ def test_execute_raises_the_batch_error_carrying_the_results_committed_before_a_
     rt: Any,
 ) -> None:
     rt.tools.register(make_tool("t", lambda args, ctx: f"v{args['i']}"))
-    # 1-3: the three tool/call events, 4: tool/result c0, 5: tool/result c1 fails.
-    session = FailingSession(fail_at=5)
+    session = FailingSession(fail_on=("tool/result", "c1"))
     with pytest.raises(ToolBatchExecutionError) as info:
         rt.tools.execute(logged_batch(calls("t", "t", "t"), session))
     err = info.value
     assert [r.call_id for r in err.results] == ["c0"]
     assert err.results[0].result.value == "v0"
     assert "session" in str(err)
-    assert [e["type"] for e in session.events()] == ["tool/call"] * 3 + ["tool/result"]
+    assert [e["type"] for e in session.events() if e["type"] != "tool/start"] == ["tool/batch"] + ["tool/call"] * 3 + [
+        "tool/result"
+    ]
 
 
 def test_a_call_whose_tool_call_event_could_not_be_written_is_not_run(rt: Any) -> None:
@@ -108,8 +114,7 @@ def test_a_call_whose_tool_call_event_could_not_be_written_is_not_run(rt: Any) -
     timeline.listen(rt)
     rt.tools.register(make_tool("first", counting_body(timeline), classifier=None))
     rt.tools.register(make_tool("quick", counting_body(timeline)))
-    # 1 tool/call c0, 2 tool/result c0, 3 tool/call c1: fails.
-    session = FailingSession(fail_at=3)
+    session = FailingSession(fail_on=("tool/call", "c1"))
     with pytest.raises(ToolBatchExecutionError):
         rt.tools.execute(logged_batch(calls("first", "quick"), session))
     assert "c1" not in timeline.starts, "c1 ran although its tool/call was never logged"
@@ -120,7 +125,7 @@ def test_no_call_starts_after_a_session_write_failure(rt: Any) -> None:
     timeline.listen(rt)
     release, started, finished = threading.Event(), threading.Event(), threading.Event()
     gated_tools(rt, timeline, release, started, finished)
-    session = FailingSession(fail_at=4)  # the tool/call of c2, while c1 runs
+    session = FailingSession(fail_on=("tool/call", "c2"))  # while c1 runs
     try:
         future = rt.tools.submit(logged_batch(calls("first", "gated", "quick", "quick", "first"), session))
         must(session.failed, "the session write to fail")
@@ -151,9 +156,37 @@ def test_a_session_closed_mid_batch_fails_the_batch_and_the_file_can_be_repaired
 
     reopened = Session.open(path)
     try:
-        assert [(e["type"], e["call_id"]) for e in reopened.events()] == [("tool/call", "c0")]
+        assert kinds(reopened) == [("tool/batch", None), ("tool/call", "c0"), ("tool/start", "c0")]
         repaired = reopened.repair()
         assert [(e["type"], e["call_id"]) for e in repaired] == [("tool/result", "c0")]
         assert reopened.pending_calls() == []
     finally:
         reopened.close()
+
+
+def test_a_call_whose_start_could_not_be_written_does_not_run_and_the_batch_fails(rt: Any) -> None:
+    """The body runs only once its ``tool/start`` is on record: a recovery
+    would otherwise run again a call that had already run."""
+    timeline = Timeline()
+    timeline.listen(rt)
+    rt.tools.register(make_tool("first", counting_body(timeline), classifier=None))
+    session = FailingSession(fail_on=("tool/start", "c1"))
+    with pytest.raises(ToolBatchExecutionError) as info:
+        rt.tools.execute(logged_batch(calls("first", "first", "first"), session))
+    assert "c1" not in timeline.starts and "c2" not in timeline.starts
+    assert isinstance(info.value.__cause__, OSError)
+    assert [r.call_id for r in info.value.results] == ["c0"]
+    # Nothing is written after the failure: c1 stays open, never started.
+    assert kinds(session)[-2:] == [("tool/result", "c0"), ("tool/call", "c1")]
+
+
+def test_a_batch_whose_tool_batch_could_not_be_written_runs_nothing(rt: Any) -> None:
+    timeline = Timeline()
+    timeline.listen(rt)
+    rt.tools.register(make_tool("quick", counting_body(timeline)))
+    session = FailingSession(fail_on=("tool/batch", None))  # type: ignore[arg-type]
+    with pytest.raises(ToolBatchExecutionError) as info:
+        rt.tools.execute(logged_batch(calls("quick", "quick"), session))
+    assert not timeline.starts and not timeline.pre
+    assert info.value.results == ()
+    assert session.events() == []

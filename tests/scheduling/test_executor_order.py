@@ -71,7 +71,14 @@ def test_call_and_result_events_are_logged_in_model_order_even_when_later_calls_
     events = session.events()
     call_events = [e for e in events if e["type"] == "tool/call"]
     result_events = [e for e in events if e["type"] == "tool/result"]
-    assert len(events) == 8
+    assert len(events) == 13  # tool/batch, then a tool/call, a tool/start and a tool/result per call
+    assert events[0] == {
+        "type": "tool/batch",
+        "turn": 1,
+        "step": 1,
+        "max_parallel_tool_calls": None,
+        "calls": [{"call_id": f"c{i}", "name": "t", "arguments": f'{{"i":{i}}}'} for i in range(4)],
+    }
     assert [e["call_id"] for e in call_events] == ["c0", "c1", "c2", "c3"]
     assert [e["call_id"] for e in result_events] == ["c0", "c1", "c2", "c3"]
     assert call_events[1] == {
@@ -99,7 +106,7 @@ def test_each_calls_tool_call_event_precedes_its_tool_result_event(rt: Any) -> N
     events = session.events()
     for call_id in ("c0", "c1", "c2", "c3"):
         kinds = [e["type"] for e in events if e.get("call_id") == call_id]
-        assert kinds == ["tool/call", "tool/result"], call_id
+        assert kinds == ["tool/call", "tool/start", "tool/result"], call_id
 
 
 def test_the_log_step_turn_and_step_are_written_on_every_call_event(rt: Any) -> None:
@@ -134,7 +141,7 @@ def test_the_canonical_value_is_never_logged(rt: Any) -> None:
 
     assert batch.results[0].result.value["secret"] == "S3CR3T-c0"  # the caller still gets it
     events = session.events()
-    assert len(events) == 4
+    assert len(events) == 7
     assert b"S3CR3T" not in orjson.dumps(events)
     assert all("value" not in e for e in events)
     assert events_of(session, "tool/result")[0]["content"] == [{"type": "text", "text": "visible"}]

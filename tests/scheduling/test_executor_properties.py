@@ -121,7 +121,8 @@ def check_invariants(timeline: Timeline, names: list[str], cap: int, batch: Any,
     assert [e["call_id"] for e in events_of(session, "tool/result")] == ids
     events = session.events()
     for cid in ids:
-        assert [e["type"] for e in events if e.get("call_id") == cid] == ["tool/call", "tool/result"]
+        started = ["tool/start"] if cid in starts else []
+        assert [e["type"] for e in events if e.get("call_id") == cid] == ["tool/call", *started, "tool/result"]
 
     # Outcomes.
     abort = timeline.abort_seq

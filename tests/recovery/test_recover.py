@@ -1,0 +1,277 @@
+"""``rt.tools.recover(agent, turn, step)`` in one process: what it keeps,
+runs, runs again or interrupts, the approvals it does not ask twice, and
+the errors that name the fix. (The crash trials with real processes are in
+``test_crash_trials.py``.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scheduling.helpers import assert_no_new_threads, live_threads
+
+from dsh_actors import (
+    AbortController,
+    Agent,
+    Ask,
+    LogStep,
+    Session,
+    ToolBatchInput,
+    ToolCall,
+    ToolExecutionSuccess,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+    text,
+)
+from dsh_actors.session import INTERRUPTED
+
+OUTPUT = ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)])
+
+
+class Tools:
+    """``safe`` (idempotent) and ``once`` (not), both recording their runs;
+    a pre-execute listener that asks for approval when the arguments say so."""
+
+    def __init__(self, rt: ToolRuntime, *, approvals: Any = None) -> None:
+        self.ran: list[str] = []
+        self.asked: list[str] = []
+
+        def body(args: Any, ctx: Any) -> str:
+            self.ran.append(ctx.call_id)
+            return f"{ctx.name} {ctx.call_id}"
+
+        for name, idempotent in (("safe", True), ("once", False)):
+            rt.tools.register(
+                define_tool(
+                    name=name,
+                    description=name,
+                    parameters={"ask": {"type": "boolean"}},
+                    output=OUTPUT,
+                    execute=body,
+                    is_concurrency_safe=True,
+                    idempotent=idempotent,
+                )
+            )
+
+        def ask_when_told(execution: Any, next_: Any) -> Any:
+            return Ask(reason="a person must approve") if execution.arguments.get("ask") else next_()
+
+        def service(request: Any) -> str:
+            self.asked.append(request.call_id)
+            return approvals if approvals is not None else "allowed-once"
+
+        rt.events.on("tools/pre-execute", ask_when_told)
+        rt.approvals.set(service)
+
+
+@pytest.fixture
+def runtime_pair() -> Iterator[tuple[ToolRuntime, ToolRuntime]]:
+    """Two runtimes: the one that crashes and the one that recovers."""
+    before = live_threads()
+    first, second = ToolRuntime().start(), ToolRuntime().start()
+    try:
+        yield first, second
+    finally:
+        first.stop()
+        second.stop()
+    assert_no_new_threads(before)
+
+
+def batch_event(*calls: tuple[str, str], ask: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "type": "tool/batch",
+        "turn": 1,
+        "step": 1,
+        "max_parallel_tool_calls": None,
+        "calls": [
+            {"call_id": i, "name": n, "arguments": json.dumps({"ask": True}) if i in ask else "{}"} for i, n in calls
+        ],
+    }
+
+
+def call_event(call_id: str, name: str) -> dict[str, Any]:
+    return {"type": "tool/call", "turn": 1, "step": 1, "call_id": call_id, "name": name, "arguments": {}}
+
+
+def crashed_log(path: Path, *events: dict[str, Any]) -> None:
+    """A log as a crashed process left it (the events it had written)."""
+    with Session(path) as session:
+        for event in events:
+            session.append(event)
+
+
+def kinds(path: Path) -> list[tuple[str, str | None]]:
+    with Session.open(path) as session:
+        return [(e["type"], e.get("call_id")) for e in session.events()]
+
+
+def texts(result: Any) -> list[tuple[str, str]]:
+    return [(item.call_id, item.result.content[0].text) for item in result.results]
+
+
+def test_each_call_is_kept_run_run_again_or_interrupted_as_its_log_and_its_tool_say(rt: Any, tmp_path: Path) -> None:
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    crashed_log(
+        path,
+        batch_event(("c0", "once"), ("c1", "once"), ("c2", "safe"), ("c3", "once"), ("c4", "safe")),
+        call_event("c0", "once"),
+        {"type": "tool/start", "call_id": "c0"},
+        {
+            "type": "tool/result",
+            "call_id": "c0",
+            "is_error": False,
+            "content": [{"type": "text", "text": "kept"}],
+            "error": None,
+            "meta": {"shown": 1},
+        },  # fmt: skip
+        call_event("c1", "once"),
+        {"type": "tool/start", "call_id": "c1"},  # started, not idempotent: may not run again
+        call_event("c2", "safe"),
+        {"type": "tool/start", "call_id": "c2"},  # started, idempotent: runs again
+        call_event("c3", "once"),  # logged, never started: runs
+        # c4: in the tool/batch only (the crash came before its tool/call): runs
+    )
+    with Session.open(path) as session:
+        result = rt.tools.recover(Agent("a", session=session), 1, 1)
+
+    assert texts(result) == [
+        ("c0", "kept"),
+        ("c1", "Error: " + INTERRUPTED.error.message),
+        ("c2", "safe c2"),
+        ("c3", "once c3"),
+        ("c4", "safe c4"),
+    ]
+    assert sorted(tools.ran) == ["c2", "c3", "c4"]
+    kept = result.results[0].result
+    # A logged result is rebuilt from the log: content, error and meta; never the value.
+    assert isinstance(kept, ToolExecutionSuccess) and kept.value is None and kept.meta == {"shown": 1}
+    assert result.results[1].result == INTERRUPTED
+    written = kinds(path)[9:]  # what recovery wrote
+    assert [k[1] for k in written if k[0] == "tool/result"] == ["c1", "c2", "c3", "c4"]  # model order
+    assert [k[1] for k in written if k[0] == "tool/call"] == ["c4"]  # the one call never logged
+    # A tool/start for each call that ran (c2's second: it runs again).
+    assert sorted(k[1] for k in written if k[0] == "tool/start") == ["c2", "c3", "c4"]
+    with Session.open(path) as session:
+        assert session.pending_calls() == []
+        assert [c.state for c in session.step_calls(1, 1)] == ["settled"] * 5
+
+
+def test_a_complete_step_is_returned_as_logged_and_nothing_is_written_or_run(rt: Any, tmp_path: Path) -> None:
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        done = rt.tools.execute(
+            ToolBatchInput(
+                calls=(ToolCall("c0", "once", "{}"), ToolCall("c1", "missing", "{}")),
+                agent=Agent("a", session=session),
+                log=LogStep(1, 1),
+            )
+        )
+    size = path.stat().st_size
+    with Session.open(path) as session:
+        again = rt.tools.recover(Agent("a", session=session), 1, 1)
+    assert texts(again) == texts(done)
+    assert [item.result.error for item in again.results] == [item.result.error for item in done.results]
+    assert tools.ran == ["c0"]
+    assert path.stat().st_size == size
+
+
+def test_a_decided_approval_is_not_asked_again_and_a_waiting_one_is(runtime_pair: Any, tmp_path: Path) -> None:
+    crashing, recovering = runtime_pair
+    path = tmp_path / "log.jsonl"
+    deferring = Tools(crashing, approvals="deferred")
+    session = Session(path)
+    suspended = crashing.tools.execute(
+        ToolBatchInput(
+            calls=(ToolCall("c0", "once", '{"ask": true}'), ToolCall("c1", "once", '{"ask": true}')),
+            agent=Agent("a", session=session),
+            log=LogStep(1, 1),
+        )
+    )
+    assert suspended.pending == ("c0", "c1") and deferring.ran == []
+    # A person decides c0 only; the process dies before c0 runs (its decision is logged).
+    session.decide(suspended.suspension["id"], {"c0": "allowed-once"})
+    session.close()
+
+    tools = Tools(recovering, approvals="allowed-once")
+    with Session.open(path) as reopened:
+        agent = Agent("a", session=reopened)
+        result = recovering.tools.recover(agent, 1, 1)
+        assert texts(result) == [("c0", "once c0"), ("c1", "once c1")]
+        assert tools.asked == ["c1"]  # c0's decision was in the log
+        assert sorted(tools.ran) == ["c0", "c1"]
+        # The old suspension can no longer decide what recovery settled.
+        with pytest.raises(RuntimeError, match="was resumed already"):
+            recovering.tools.resume(suspended.suspension, {"c1": "allowed-once"}, agent=agent)
+        assert reopened.pending_calls() == []
+
+
+def test_the_sub_calls_a_crashed_program_left_open_are_closed_as_repair_closes_them(rt: Any, tmp_path: Path) -> None:
+    Tools(rt)
+    path = tmp_path / "log.jsonl"
+    start = {"type": "tool/ptc-dispatch-start", "root_call_id": "c0", "parent_call_id": None, "name": "safe"}
+    crashed_log(
+        path,
+        batch_event(("c0", "once")),
+        call_event("c0", "once"),
+        {"type": "tool/start", "call_id": "c0"},
+        {**start, "sub_call_id": "c0:ptc:1", "arguments": {}},
+        {**start, "root_call_id": "elsewhere", "sub_call_id": "elsewhere:ptc:1", "arguments": {}},
+    )
+    with Session.open(path) as session:
+        rt.tools.recover(Agent("a", session=session), 1, 1)
+        assert session.pending_calls() == []
+        assert session.pending_sub_calls() == ["elsewhere:ptc:1"]  # another step's: not this recovery's
+        settled = [e for e in session.events() if e["type"] == "tool/ptc-dispatch"]
+    assert [(e["sub_call_id"], e["error"]["info"]["code"]) for e in settled] == [("c0:ptc:1", "INTERRUPTED")]
+    assert kinds(path)[-2:] == [("tool/ptc-dispatch", None), ("tool/result", "c0")]
+
+
+def test_an_abort_settles_the_calls_that_did_not_start_and_the_log_is_complete(rt: Any, tmp_path: Path) -> None:
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    crashed_log(path, batch_event(("c0", "once"), ("c1", "safe")), call_event("c0", "once"))
+    controller = AbortController()
+    controller.abort("shutting down")
+    with Session.open(path) as session:
+        result = rt.tools.recover(Agent("a", session=session), 1, 1, signal=controller.signal)
+        assert session.pending_calls() == []
+    assert [item.result.error.info.code for item in result.results] == ["ABORTED_BEFORE_DISPATCH"] * 2
+    assert tools.ran == []
+
+
+def test_recover_async_does_not_block_the_loop_and_gives_the_same_result(rt: Any, tmp_path: Path) -> None:
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    crashed_log(path, batch_event(("c0", "safe")))
+
+    async def main() -> Any:
+        with Session.open(path) as session:
+            return await asyncio.wait_for(rt.tools.recover_async(Agent("a", session=session), 1, 1), 10)
+
+    assert texts(asyncio.run(main())) == [("c0", "safe c0")]
+    assert tools.ran == ["c0"]
+
+
+def test_what_cannot_be_recovered_is_refused_naming_the_fix(rt: Any, tmp_path: Path) -> None:
+    Tools(rt)
+    with pytest.raises(ValueError, match=r"agent 'a' has no session to recover from: .*Session\.open\(path\)"):
+        rt.tools.recover(Agent("a"), 1, 1)
+    with pytest.raises(TypeError, match="recover\\(\\) takes the Agent whose step it finishes, not str"):
+        rt.tools.recover("a", 1, 1)
+    with pytest.raises(TypeError, match="recover\\(\\) takes the step as an int, not str"):
+        rt.tools.recover(Agent("a", session=Session()), 1, "1")
+    path = tmp_path / "log.jsonl"
+    crashed_log(path, batch_event(("c0", "safe")))
+    with Session.open(path) as session, pytest.raises(ValueError) as info:
+        rt.tools.recover(Agent("a", session=session), 1, 2)
+    assert str(info.value) == (
+        f"the session log of agent 'a' ({path}) has no call of turn 1, step 2: nothing to recover (a step "
+        "whose tool/batch never reached the log never started: run it with rt.tools.execute)"
+    )
