@@ -240,6 +240,9 @@ class BatchRun:
                 call.settle(failure_from_exception(exc), run_post=False)
 
     def _returned(self, message: Returned) -> None:
+        mailbox = self.mailbox
+        assert mailbox is not None  # (it sent them)
+        mailbox.resume()  # held since they were found stale
         for call in message.calls:
             index = call.index
             if index not in self.out:
@@ -452,6 +455,12 @@ class BatchRun:
                 # An async body: a flight on its loop, which reports its end
                 # in a message; no thread waits for it. Launched after this
                 # step, with the others this step starts (one wake of the loop).
+                # The calls queued before it have their starts decided first
+                # (model order): if one went stale, it comes back, and this
+                # one is prepared again after it.
+                if self.mailbox is not None and not self.mailbox.clear_queued():
+                    self._put_back(call)
+                    return
                 flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
                 if flight is not None:
                     self.out.add(index)
@@ -463,8 +472,20 @@ class BatchRun:
                 # other batches meanwhile.)
                 with self.rt.waiting():
                     dispatch(self.rt, call)
-            else:
-                self._put(call)
+            elif not self._put(call):
+                self._put_back(call)
+                return
+
+    def _put_back(self, call: Call) -> None:
+        """``call`` was prepared to start, but a stale call before it is on
+        its way back (a ``Returned``): it is prepared again after that one,
+        in model order."""
+        index = call.index
+        self.early.discard(index)
+        if self.barrier == index:
+            self.barrier = None
+        call.unprepare()
+        insort(self.redo, index)
 
     def _may_prepare_ahead(self, call: Call, looked_up: Any) -> bool:
         """Whether preparing ``call`` before a slot frees runs nothing anyone
@@ -501,13 +522,17 @@ class BatchRun:
     def _put_ends(self, ends: tuple[Any, ...]) -> None:
         self.inbox.put(BodyEnded(ends))
 
-    def _put(self, call: Call) -> None:
+    def _put(self, call: Call) -> bool:
+        """Into the work mailbox; False while it is held (see ``WorkMailbox``)."""
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
             mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.pool, self.inbox, lambda call: stale(rt, call))
         self.out.add(call.index)
-        mailbox.put(call)
+        if mailbox.put(call):
+            return True
+        self.out.discard(call.index)
+        return False
 
     def _release_idle(self) -> None:
         if self.mailbox is not None:

@@ -32,7 +32,7 @@ from dsh_actors import (
     text,
 )
 
-from .helpers import GUARD, Timeline, calls, code_of, make_tool, must, started_runtime
+from .helpers import GUARD, Timeline, call, calls, code_of, make_tool, must, started_runtime
 
 CHANGES = ("guard", "deny-listener", "unregister", "restrict", "exclusive-replacement")
 
@@ -311,3 +311,116 @@ def test_a_change_made_from_a_running_body_applies_exactly_to_the_calls_whose_bo
                 for other in timeline.starts:
                     if other != call_id:
                         assert not timeline.overlaps(call_id, other), (call_id, other, timeline)
+
+
+def test_a_call_found_stale_in_the_mailbox_starts_before_a_later_call_started_on_a_loop() -> None:
+    """Starts are decided in model order: c1 waits in the work mailbox (the
+    one call actor runs c0) when c2's pre-execute listener replaces c1's
+    tool with an exclusive one. c1 is stale; c2, prepared under the change,
+    must not start before c1 has been prepared again (now a barrier) and
+    has run."""
+    with started_runtime(max_call_actors=1) as rt:
+        timeline = Timeline()
+        c0_running = threading.Event()
+        release_c0 = threading.Event()
+        c2_prepared_again = threading.Event()
+
+        def old_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                if args["i"] == 0:
+                    c0_running.set()
+                    must(release_c0, "the test to release call 0")
+            return f"v{args['i']}"
+
+        def new_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return f"new{args['i']}"
+
+        async def async_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return f"a{args['i']}"
+
+        dispose_old = rt.tools.register(make_tool("s", old_body))
+        rt.tools.register(make_tool("a", async_body))  # type: ignore[arg-type]
+        replaced: list[bool] = []
+
+        def replace_on_c2(execution: Any, next_: Any) -> Any:
+            if execution.call_id == "c2":
+                if not replaced:
+                    replaced.append(True)
+                    must(c0_running, "call 0 to run")
+                    dispose_old()
+                    rt.tools.register(make_tool("s", new_body, classifier=None))  # exclusive now
+                else:
+                    c2_prepared_again.set()
+            return next_()
+
+        rt.events.on("tools/pre-execute", replace_on_c2)
+        batch = ToolBatchInput(calls=tuple(calls("s", "s", "a")), max_parallel_tool_calls=3)
+        future = rt.tools.submit(batch)
+        try:
+            must(c2_prepared_again, "call 2 to be prepared after the change")
+        finally:
+            release_c0.set()
+        result = future.result(GUARD)
+        assert [r.result.value for r in result.results] == ["v0", "new1", "a2"], result.results
+        # c1 is exclusive now: c2's body starts after c1's ended.
+        assert timeline.ends["c1"] < timeline.starts["c2"], (timeline.starts, timeline.ends)
+
+
+@pytest.mark.parametrize("logged", [False, True], ids=["unlogged", "logged"])
+def test_a_call_prepared_again_against_a_replacement_has_its_arguments_settled_against_the_replacement(
+    logged: bool,
+) -> None:
+    """c2 sends ``"limit": null``. The tool's schema does not accept null
+    for ``limit``, so the null is dropped as c2 meets it; the tool is then
+    replaced, before c2's body starts, by one whose ``limit`` takes any JSON
+    value, null included: c2
+    runs the replacement with the model's arguments settled against it."""
+    with started_runtime() as rt:
+        both_running = threading.Barrier(3, timeout=GUARD)
+        release = threading.Event()
+        seen: dict[int, Any] = {}
+
+        def old_body(args: Any, ctx: Any) -> str:
+            if args["i"] < 2:
+                both_running.wait()
+                must(release, "the test to release the first two calls")
+            seen[args["i"]] = ("old", dict(args))
+            return "old"
+
+        def new_body(args: Any, ctx: Any) -> str:
+            seen[args["i"]] = ("new", dict(args))
+            return "new"
+
+        def parameters(limit: str) -> dict[str, Any]:
+            return {"i": {"type": "integer", "required": True}, "limit": {"type": limit}}
+
+        c2_met_old = threading.Event()
+
+        def old_classifier(args: Any) -> bool:
+            if args["i"] == 2:
+                c2_met_old.set()  # (after its arguments were settled against the old tool)
+            return True
+
+        dispose_old = rt.tools.register(
+            make_tool("t", old_body, parameters=parameters("integer"), classifier=old_classifier)
+        )
+        agent = Agent("a", session=Session() if logged else None)
+        batch = ToolBatchInput(
+            calls=(call(0, "t"), call(1, "t"), call(2, "t", limit=None)),
+            agent=agent,
+            log=LogStep(turn=1, step=1) if logged else None,
+            max_parallel_tool_calls=2,
+        )
+        future = rt.tools.submit(batch)
+        try:
+            both_running.wait()  # c0 and c1 run
+            must(c2_met_old, "call 2 to be classified under the old tool")
+            dispose_old()
+            rt.tools.register(make_tool("t", new_body, parameters=parameters("json")))
+        finally:
+            release.set()
+        result = future.result(GUARD)
+        assert [r.result.value for r in result.results] == ["old", "old", "new"], result.results
+        assert seen[2] == ("new", {"i": 2, "limit": None}), seen
