@@ -151,6 +151,7 @@ class BatchRun:
         reply: Reply,
         loop: Any = None,
         schedule: Any = None,
+        run_here: Any = None,
     ) -> None:
         self.rt = rt
         self.loop = loop  # where async bodies run (None: the runtime's loop thread)
@@ -158,8 +159,12 @@ class BatchRun:
         self.batch = batch
         self.limit = limit
         self.reply = reply
-        # schedule(): hand this run to an executor actor (see BatchInbox).
-        self.inbox = BatchInbox(None if schedule is None else lambda: schedule(self))
+        # schedule(): hand this run to an executor actor; run_here(): run it
+        # on the calling call actor (see BatchInbox).
+        self.inbox = BatchInbox(
+            None if schedule is None else lambda: schedule(self),
+            None if run_here is None else lambda: run_here(self),
+        )
         self.mailbox: WorkMailbox | None = None  # made on the first call put in it
         self.calls: list[Call | None] = []
         # For each call not built yet: (the model's call, override, hint).
@@ -369,12 +374,22 @@ class BatchRun:
             mailbox.release_idle()
 
     def _step(self) -> None:
+        # Starts first: a slot that freed is refilled before the calls that
+        # settled are committed (commit runs post-execute, tools/result and
+        # the log; it gates only a barrier, which waits for it below).
+        while True:
+            self._start_ready()
+            self._launch()  # the flights it started, before the commits
+            if not self._commit_ready():
+                return
+
+    def _start_ready(self) -> None:
+        """Start every call that may start now (see the class docstring)."""
         calls = self.calls
         total = len(calls)
         signal = self.signal
         stopping = self.rt.stop_signal
         while True:
-            self._commit_ready()
             if self.next_commit == total:
                 return
             if self.halted is None:
@@ -469,7 +484,9 @@ class BatchRun:
             elif not self.out and (exclusive or self.limit == 1 or self.next_start == total):
                 # The only call that can start: run it here, no hop.
                 # (A body run here may block: this actor's step slot serves
-                # other batches meanwhile.)
+                # other batches meanwhile; what settled before it commits
+                # first, so its tools/result does not wait for this body.)
+                self._commit_ready()
                 with self.rt.waiting():
                     dispatch(self.rt, call)
             elif not self._put(call):

@@ -223,6 +223,14 @@ class NativeExecutor:
                 raise
         address.tell(work)
 
+    def _run_here(self, run: BatchRun) -> Any:
+        """A call actor serving ``run`` takes its step (``BatchInbox.offer``):
+        what settles the reply once the batch has ended, else None."""
+        outcome = _drain_until_paused(self, run, run.drain())
+        if outcome is RUNNING:
+            return None
+        return lambda: _settle_reply(run, outcome)
+
     def _resume(self, run: BatchRun) -> None:
         """A message reached ``run``'s inbox while no executor actor ran it:
         hand the run to one (see ``BatchInbox``)."""
@@ -306,7 +314,16 @@ class ExecutorActor(MailboxActor):
             match work:
                 case RunBatch():
                     native = self._native
-                    run = BatchRun(self._rt, native, work.batch, work.limit, work.reply, work.loop, native._resume)
+                    run = BatchRun(
+                        self._rt,
+                        native,
+                        work.batch,
+                        work.limit,
+                        work.reply,
+                        work.loop,
+                        native._resume,
+                        native._run_here,
+                    )
                     native._started(run)
                     try:
                         outcome = run.begin()
@@ -324,22 +341,33 @@ class ExecutorActor(MailboxActor):
         runnable work, or back to the idle pool (before the caller hears
         back: a caller that submits its next batch at once finds this actor
         free)."""
-        inbox = run.inbox
-        while outcome is RUNNING:
-            if inbox.pause():
-                break
-            outcome = run.drain()
         native = self._native
-        if outcome is not RUNNING:
-            native._finished(run)
+        outcome = _drain_until_paused(native, run, outcome)
         assert self._address is not None
         work = native._next_work(self._address)
         if outcome is not RUNNING:
-            if isinstance(outcome, BaseException):
-                settle(run.reply, error=outcome)
-            else:
-                settle(run.reply, outcome)
+            _settle_reply(run, outcome)
         return work
+
+
+def _drain_until_paused(native: NativeExecutor, run: BatchRun, outcome: Any) -> Any:
+    """Drain ``run`` until it ends (its outcome) or its inbox is empty
+    (RUNNING: paused, the next message schedules it again)."""
+    inbox = run.inbox
+    while outcome is RUNNING:
+        if inbox.pause():
+            break
+        outcome = run.drain()
+    if outcome is not RUNNING:
+        native._finished(run)
+    return outcome
+
+
+def _settle_reply(run: BatchRun, outcome: Any) -> None:
+    if isinstance(outcome, BaseException):
+        settle(run.reply, error=outcome)
+    else:
+        settle(run.reply, outcome)
 
 
 @contextmanager
@@ -386,6 +414,7 @@ class CallActor(MailboxActor):
         sends this actor to, or None (idle)."""
         rt = self.rt
         pool = self.pool
+        reply = None  # settles the batch's reply, when this actor ended it
         mailbox.arrive()
         item = mailbox.take()
         while item is not LEAVE:
@@ -397,12 +426,21 @@ class CallActor(MailboxActor):
                 call.settle(failure_from_exception(exc), run_post=False)
             item = mailbox.take(wait=False)
             if item is LEAVE:
-                # Back in the pool before the executor hears of this call: a
+                # Back in the pool before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
                 nxt = pool.release(self.address)
                 mailbox.report(call)
                 return nxt
-            mailbox.report(call)
             if item is None:
+                # Nothing queued: take the batch's step here when nobody
+                # runs it (it commits, prepares the next calls and puts
+                # them), then take the next call: the slot this call freed
+                # is refilled without a hop to an executor actor and back.
+                reply = mailbox.report_and_step(call)
                 item = mailbox.take()
-        return pool.release(self.address)
+            else:
+                mailbox.report(call)
+        nxt = pool.release(self.address)
+        if reply is not None:
+            reply()  # after going back to the pool (see above)
+        return nxt

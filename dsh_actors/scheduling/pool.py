@@ -372,8 +372,14 @@ class WorkMailbox:
         return False
 
     def report(self, call: Call) -> None:
-        """Hand ``call`` (dispatched) back to its executor."""
+        """Hand ``call`` (dispatched) back to its batch."""
         self.inbox.put(Settled(call=call))
+
+    def report_and_step(self, call: Call) -> Any:
+        """Hand ``call`` back to its batch, and take the batch's step here
+        when nobody runs it (see ``BatchInbox.offer``): what settles the
+        batch's reply once it has ended, else None."""
+        return self.inbox.offer(Settled(call=call))
 
 
 class CallPool:
