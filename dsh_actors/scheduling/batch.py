@@ -390,6 +390,11 @@ class BatchRun:
         signal = self.signal
         stopping = self.rt.stop_signal
         while True:
+            if not self.out:
+                # Nothing runs, so no slot waits for this: what settled
+                # commits first (the next call may run here, inline, and
+                # their tools/result must not wait for its body).
+                self._commit_ready()
             if self.next_commit == total:
                 return
             if self.halted is None:
@@ -484,9 +489,7 @@ class BatchRun:
             elif not self.out and (exclusive or self.limit == 1 or self.next_start == total):
                 # The only call that can start: run it here, no hop.
                 # (A body run here may block: this actor's step slot serves
-                # other batches meanwhile; what settled before it commits
-                # first, so its tools/result does not wait for this body.)
-                self._commit_ready()
+                # other batches meanwhile.)
                 with self.rt.waiting():
                     dispatch(self.rt, call)
             elif not self._put(call):

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
 from loguru import logger
@@ -50,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
     from ..runtime import ToolRuntime
 
-__all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "executor_lent"]
+__all__ = ["CallActor", "ExecutorActor", "Lent", "NativeExecutor"]
 
 _IDLE_EXECUTORS_KEPT = 32
 
@@ -253,7 +252,7 @@ class NativeExecutor:
 
     def lend(self) -> None:
         """An executor actor of this executor blocks in code that may block
-        (see :func:`executor_lent`): its step slot serves runnable work."""
+        (see :class:`Lent`): its step slot serves runnable work."""
         with self._lock:
             self._stepping -= 1
             if not self._runnable or self._stepping >= self.STEPPING_MAX:
@@ -304,7 +303,7 @@ class ExecutorActor(MailboxActor):
         self._rt = rt
         self._address: Address | None = None
         self.native = native  # (read-only: the executor whose step slot it holds)
-        self.lent = False  # its step slot is lent (see executor_lent); its own thread only
+        self.lent = False  # its step slot is lent (see Lent); its own thread only
 
     def handle(self, message: RunBatch | Resume) -> None:
         if self._address is None:
@@ -370,24 +369,46 @@ def _settle_reply(run: BatchRun, outcome: Any) -> None:
         settle(run.reply, outcome)
 
 
-@contextmanager
-def executor_lent() -> Iterator[None]:
-    """Around code on a batch's executor actor that may block for long, or
-    wait for another batch (a body run inline, a nested batch, an approval,
-    an async listener): the actor's step slot serves other batches
-    meanwhile (see ``NativeExecutor.STEPPING_MAX``). Anywhere else, nothing."""
-    actor = actor_thread_ident()
-    if type(actor) is not ExecutorActor or actor.lent:
-        yield  # not an executor actor, or lent already (a nested wait)
-        return
-    native = actor.native
-    actor.lent = True
-    native.lend()
-    try:
-        yield
-    finally:
-        native.unlend()
-        actor.lent = False
+class Lent:
+    """``rt.waiting()``: around a wait of the calling thread for work the
+    runtime must do (a body run inline, a nested batch, an approval, an
+    async body or listener). On a call actor of ``pool`` its slot of the
+    call-actor budget is lent for the wait (``bounded``: only within
+    ``LENT_PER_SLOT`` times the budget, see ``CallPool.lend``); on an
+    executor actor its step slot serves other batches meanwhile (see
+    ``NativeExecutor.STEPPING_MAX``; a nested wait lends nothing more);
+    anywhere else, nothing. A plain object, not a generator: it wraps every
+    body run inline."""
+
+    __slots__ = ("_pool", "_bounded", "_pool_lent", "_actor")
+
+    def __init__(self, pool: CallPool, bounded: bool = False) -> None:
+        self._pool = pool
+        self._bounded = bounded
+        self._pool_lent = False
+        self._actor: ExecutorActor | None = None
+
+    def __enter__(self) -> None:
+        actor = actor_thread_ident()
+        if actor is None:
+            return
+        if type(actor) is ExecutorActor:
+            if not actor.lent:
+                actor.lent = True
+                actor.native.lend()
+                self._actor = actor
+        elif getattr(actor, "pool", None) is self._pool:
+            self._pool_lent = self._pool.lend(self._bounded)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool_lent:
+            self._pool_lent = False
+            self._pool.unlend()
+        actor = self._actor
+        if actor is not None:
+            self._actor = None
+            actor.native.unlend()
+            actor.lent = False
 
 
 class CallActor(MailboxActor):

@@ -33,13 +33,12 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import pykka
 
-from ..actors import ActorGroup, Address, actor_thread_ident
+from ..actors import ActorGroup, Address
 from .idle import IdleShelf
 from .messages import Returned, Serve, Settled
 
@@ -493,19 +492,6 @@ class CallPool:
         with self._lock:
             self.lent_count -= 1
             self.serving += 1  # may exceed the budget until it leaves its mailbox
-
-    @contextmanager
-    def lent(self, bounded: bool = False) -> Iterator[None]:
-        """Around a wait that needs the runtime to make progress (a nested
-        batch, an async body): on one of this pool's call actors, lend its
-        slot for the wait; anywhere else, nothing."""
-        if getattr(actor_thread_ident(), "pool", None) is not self or not self.lend(bounded):
-            yield
-            return
-        try:
-            yield
-        finally:
-            self.unlend()
 
     def close(self) -> None:
         """Runtime stop: no more grants; idle call actors are forgotten (the
