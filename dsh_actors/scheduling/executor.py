@@ -14,10 +14,11 @@
   the batches waiting for bodies.
 * :class:`CallActor` serves work mailboxes (``Serve``): it takes the
   batch's next startable call, dispatches it (``tools/execute`` wrappers,
-  the body, output validation, render), reports ``Settled``, and goes on
-  until it is told to leave; then the runtime's
-  :class:`~.pool.CallPool` sends it to the next batch waiting for a call
-  actor, or keeps it idle.
+  the body, output validation, render), reports ``Settled`` (and, with
+  nothing queued for it and nobody running the batch, takes the batch's
+  step itself: ``BatchInbox.offer``), and goes on until it is told to
+  leave; then the runtime's :class:`~.pool.CallPool` sends it to the next
+  batch waiting for a call actor, or keeps it idle.
 """
 
 from __future__ import annotations

@@ -306,6 +306,10 @@ def test_a_change_made_from_a_running_body_applies_exactly_to_the_calls_whose_bo
                 assert started is None and _message(outcome) == "late listener", (call_id, outcome)
             elif change in ("unregister", "restrict"):
                 assert started is None and code_of(outcome) == "UNKNOWN_TOOL", (call_id, outcome)
+            elif started is None and code_of(outcome) == "UNKNOWN_TOOL":
+                # The replacement is two writes (unregister, then register):
+                # a call prepared between them met no tool, and ran nothing.
+                continue
             else:
                 assert outcome.value == f"new{i}", (call_id, outcome)
                 for other in timeline.starts:
