@@ -428,3 +428,45 @@ def test_a_call_prepared_again_against_a_replacement_has_its_arguments_settled_a
         result = future.result(GUARD)
         assert [r.result.value for r in result.results] == ["old", "old", "new"], result.results
         assert seen[2] == ("new", {"i": 2, "limit": None}), seen
+
+
+class _Budget:
+    """What a work mailbox asks of the runtime's call-actor pool: here, a
+    server is granted and counted (the test plays the servers)."""
+
+    waiting = False
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def request(self, mailbox: Any) -> None:
+        self.requests += 1
+
+
+def test_nothing_behind_a_stale_call_starts_before_the_batch_has_it_back() -> None:
+    """A server finds c1 stale and sends it back (``Returned``); until the
+    batch has that message, a call put behind it (prepared under what holds
+    now, so not stale) is refused, and no server takes one: it would start
+    before c1 is prepared again."""
+    from dsh_actors.scheduling.inbox import BatchInbox
+    from dsh_actors.scheduling.messages import Returned
+    from dsh_actors.scheduling.pool import WorkMailbox
+
+    stale_calls = {"c1"}
+    inbox = BatchInbox(None)
+    budget = _Budget()
+    mailbox = WorkMailbox(4, budget, inbox, lambda call: call in stale_calls)  # type: ignore[arg-type]
+    mailbox.put("c1")  # type: ignore[arg-type]
+    mailbox.arrive()
+    assert mailbox.take(wait=False) is None  # c1 was stale: it went back
+    returned = inbox.get()
+    assert type(returned) is Returned and returned.calls == ("c1",)
+    queued = mailbox.put("c2")  # type: ignore[arg-type]
+    assert mailbox.take(wait=False) is None, "c2 started before the batch had c1 back"
+    assert queued is False  # (the batch prepares c2 again after c1)
+    mailbox.resume()  # the batch has c1 back
+    assert mailbox.put("c1") is True  # type: ignore[arg-type]
+    stale_calls.clear()
+    assert mailbox.put("c2") is True  # type: ignore[arg-type]
+    assert [mailbox.take(wait=False), mailbox.take(wait=False)] == ["c1", "c2"]
+    mailbox.assert_invariants()
