@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, Protocol
 
 import pykka
@@ -29,7 +28,7 @@ from .model import ApprovalRequest  # re-exported: it lived here before it moved
 from .pipeline.flights import LoopWatch
 from .registry.actor import RegistryActor
 from .registry.service import ToolsService
-from .scheduling.executor import CallActor, NativeExecutor, executor_lent
+from .scheduling.executor import CallActor, Lent, NativeExecutor
 from .scheduling.pool import CallPool
 from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
@@ -280,15 +279,14 @@ class ToolRuntime:
         self.loop_watch.stop()
         self.pending_replies.fail_all()  # answers nobody will give any more
 
-    @contextmanager
-    def waiting(self, *, bounded: bool = False) -> Iterator[None]:
+    def waiting(self, *, bounded: bool = False) -> Lent:
         """Around a wait of the calling thread for work this runtime must do
         (a nested batch, an async body or policy on a loop, an approval): a
         call actor lends its slot of the call-actor budget (``bounded``:
         within a bound, for async bodies), an executor actor its step slot,
-        so the wait never holds back the work it waits for."""
-        with self.call_pool.lent(bounded=bounded), executor_lent():
-            yield
+        so the wait never holds back the work it waits for (a context
+        manager: ``with rt.waiting(): ...``)."""
+        return Lent(self.call_pool, bounded)
 
     def stop_remaining(self) -> float:
         """Seconds left until the running :meth:`stop`'s deadline (0 when

@@ -28,9 +28,10 @@ Per call it records four things (µs, from one monotonic clock):
   for earlier calls to commit is ``commit_wait_us``.
 
 Lanes (``tid``) in the file: one per pool slot (a call actor's thread) with
-the dispatch spans, and one per batch for its executor thread's prepare and
-finalize spans. Spans never overlap within a lane (a thread does one thing
-at a time); nested calls (``execution.parent`` set, e.g. PTC sub-calls or a
+the dispatch spans, and one per batch for its prepare and finalize spans
+(on the thread taking the batch's step: its executor actor, or a call actor
+that took the step). Spans never overlap within a lane (a batch takes one
+step at a time); nested calls (``execution.parent`` set, e.g. PTC sub-calls or a
 composite tool) are drawn on the thread that ran them, nested inside their
 parent's dispatch. Flow arrows join each call's prepare, dispatch and
 finalize. A call resolved before any phase (aborted before dispatch, bad
@@ -119,8 +120,8 @@ class Recorder:
         self._lock = threading.Lock()
         self._open: dict[object, CallTimeline] = {}  # execution token -> record
         self._done: list[CallTimeline] = []
-        # (signal, executor thread) -> (batch number, call ids seen in it)
-        self._batches: dict[tuple[object, int], tuple[int, set[str]]] = {}
+        # the batch's signal -> (batch number, call ids seen in it)
+        self._batches: dict[object, tuple[int, set[str]]] = {}
         self._next_batch = 0
         self._batch_threads: dict[int, tuple[int, str]] = {}
 
@@ -140,12 +141,14 @@ class Recorder:
             batch = None
             if not nested and home:
                 # A batch is told apart by its signal (the caller's, which
-                # every phase but dispatch sees) and the executor thread it
-                # runs on: two batches sharing a signal get two lanes.
-                # A call id seen again under the same key starts the next
+                # every phase but dispatch sees; a batch without one gets
+                # its own), not by a thread: its steps may run on an
+                # executor actor or on the call actor that takes one. A
+                # call id seen again under the same signal starts the next
                 # batch (the same ids in consecutive batches, as a
-                # benchmark sends them).
-                key = (execution.signal, threading.get_ident())
+                # benchmark sends them); concurrent batches sharing one
+                # signal share a lane.
+                key = execution.signal
                 current = self._batches.get(key)
                 if current is None or execution.call_id in current[1]:
                     current = self._batches[key] = (self._next_batch, set())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_args
@@ -252,7 +253,24 @@ class EventBus:
         return _run_chain(chain, 0, default, args, awaiter)
 
 
+#: Whether a listener is ``async``, by listener (a listener stays what it
+#: is; the check runs per listener of every waterfall, and ``inspect``'s
+#: walk costs microseconds). Weak keys: an unregistered listener is not kept.
+_async_listeners: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def _is_async(fn: Any) -> bool:
+    try:
+        return _async_listeners[fn]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referenceable, or unhashable: ask each time
+        return _check_async(fn)
+    answer = _async_listeners[fn] = _check_async(fn)
+    return answer
+
+
+def _check_async(fn: Any) -> bool:
     method = getattr(fn, "__call__", None)  # noqa: B004 - the method itself: is it async?
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(method)
 

@@ -316,9 +316,14 @@ LOOK_UP: Any = object()
 def stamp(rt: ToolRuntime, call: Call) -> None:
     """Record what ``call`` is about to be classified and prepared under:
     read before the classification, so a change made during it makes the
-    call :func:`stale`."""
+    call :func:`stale`. A call stamped again (it went stale before its body
+    started) meets its registration again: its arguments are settled again
+    from the model's, against the registration found then."""
     call.seen_generation = rt.state.generation
     call.seen_listeners = rt.events.version
+    if call.arguments_settled:
+        call.arguments_settled = False
+        call.execution._settle_arguments(materialize(call.raw_arguments, "arguments"))
 
 
 def stale(rt: ToolRuntime, call: Call) -> bool:

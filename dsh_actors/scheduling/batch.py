@@ -188,6 +188,7 @@ class BatchRun:
         schedule: Any = None,
         starts: tuple[CallStart, ...] | None = None,
         sink: Any = None,
+        run_here: Any = None,
     ) -> None:
         self.rt = rt
         self.loop = loop  # where async bodies run (None: the runtime's loop thread)
@@ -195,8 +196,12 @@ class BatchRun:
         self.batch = batch
         self.limit = limit
         self.reply = reply
-        # schedule(): hand this run to an executor actor (see BatchInbox).
-        self.inbox = BatchInbox(None if schedule is None else lambda: schedule(self))
+        # schedule(): hand this run to an executor actor; run_here(): run it
+        # on the calling call actor (see BatchInbox).
+        self.inbox = BatchInbox(
+            None if schedule is None else lambda: schedule(self),
+            None if run_here is None else lambda: run_here(self),
+        )
         self.mailbox: WorkMailbox | None = None  # made on the first call put in it
         self.calls: list[Call | None] = []
         # For each call not built yet: (the model's call, override, hint).
@@ -288,6 +293,9 @@ class BatchRun:
                 call.settle(failure_from_exception(exc), run_post=False)
 
     def _returned(self, message: Returned) -> None:
+        mailbox = self.mailbox
+        assert mailbox is not None  # (it sent them)
+        mailbox.resume()  # held since they were found stale
         for call in message.calls:
             index = call.index
             if index not in self.out:
@@ -474,12 +482,27 @@ class BatchRun:
             mailbox.release_idle()
 
     def _step(self) -> None:
+        # Starts first: a slot that freed is refilled before the calls that
+        # settled are committed (commit runs post-execute, tools/result and
+        # the log; it gates only a barrier, which waits for it below).
+        while True:
+            self._start_ready()
+            self._launch()  # the flights it started, before the commits
+            if not self._commit_ready():
+                return
+
+    def _start_ready(self) -> None:
+        """Start every call that may start now (see the class docstring)."""
         calls = self.calls
         total = len(calls)
         signal = self.signal
         stopping = self.rt.stop_signal
         while True:
-            self._commit_ready()
+            if not self.out:
+                # Nothing runs, so no slot waits for this: what settled
+                # commits first (the next call may run here, inline, and
+                # their tools/result must not wait for its body).
+                self._commit_ready()
             if self.next_commit == total:
                 return
             if self.halted is None:
@@ -577,6 +600,12 @@ class BatchRun:
                 # An async body: a flight on its loop, which reports its end
                 # in a message; no thread waits for it. Launched after this
                 # step, with the others this step starts (one wake of the loop).
+                # The calls queued before it have their starts decided first
+                # (model order): if one went stale, it comes back, and this
+                # one is prepared again after it.
+                if self.mailbox is not None and not self.mailbox.clear_queued():
+                    self._put_back(call)
+                    return
                 flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
                 if flight is not None:
                     self.out.add(index)
@@ -589,8 +618,20 @@ class BatchRun:
                 # other batches meanwhile.)
                 with self.rt.waiting():
                     dispatch(self.rt, call)
-            else:
-                self._put(call)
+            elif not self._put(call):
+                self._put_back(call)
+                return
+
+    def _put_back(self, call: Call) -> None:
+        """``call`` was prepared to start, but a stale call before it is on
+        its way back (a ``Returned``): it is prepared again after that one,
+        in model order."""
+        index = call.index
+        self.early.discard(index)
+        if self.barrier == index:
+            self.barrier = None
+        call.unprepare()
+        insort(self.redo, index)
 
     def _may_prepare_ahead(self, call: Call, looked_up: Any) -> bool:
         """Whether preparing ``call`` before a slot frees runs nothing anyone
@@ -627,13 +668,17 @@ class BatchRun:
     def _put_ends(self, ends: tuple[Any, ...]) -> None:
         self.inbox.put(BodyEnded(ends))
 
-    def _put(self, call: Call) -> None:
+    def _put(self, call: Call) -> bool:
+        """Into the work mailbox; False while it is held (see ``WorkMailbox``)."""
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
             mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.pool, self.inbox, lambda call: stale(rt, call))
         self.out.add(call.index)
-        mailbox.put(call)
+        if mailbox.put(call):
+            return True
+        self.out.discard(call.index)
+        return False
 
     def _release_idle(self) -> None:
         if self.mailbox is not None:

@@ -14,19 +14,19 @@
   the batches waiting for bodies.
 * :class:`CallActor` serves work mailboxes (``Serve``): it takes the
   batch's next startable call, dispatches it (``tools/execute`` wrappers,
-  the body, output validation, render), reports ``Settled``, and goes on
-  until it is told to leave; then the runtime's
-  :class:`~.pool.CallPool` sends it to the next batch waiting for a call
-  actor, or keeps it idle.
+  the body, output validation, render), reports ``Settled`` (and, with
+  nothing queued for it and nobody running the batch, takes the batch's
+  step itself: ``BatchInbox.offer``), and goes on until it is told to
+  leave; then the runtime's :class:`~.pool.CallPool` sends it to the next
+  batch waiting for a call actor, or keeps it idle.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
     from ..runtime import ToolRuntime
 
-__all__ = ["CallActor", "ExecutorActor", "NativeExecutor", "SubBatch", "executor_lent"]
+__all__ = ["CallActor", "ExecutorActor", "Lent", "NativeExecutor", "SubBatch"]
 
 _IDLE_EXECUTORS_KEPT = 32
 
@@ -234,6 +234,7 @@ class NativeExecutor:
             rt.bound_loop,
             self._resume,
             sink=sink,
+            run_here=self._run_here,
         )
         self._post(Begin(run))
         return SubBatch(run.inbox, reply)
@@ -272,6 +273,14 @@ class NativeExecutor:
                 raise
         address.tell(work)
 
+    def _run_here(self, run: BatchRun) -> Any:
+        """A call actor serving ``run`` takes its step (``BatchInbox.offer``):
+        what settles the reply once the batch has ended, else None."""
+        outcome = _drain_until_paused(self, run, run.drain())
+        if outcome is RUNNING:
+            return None
+        return lambda: _settle_reply(run, outcome)
+
     def _resume(self, run: BatchRun) -> None:
         """A message reached ``run``'s inbox while no executor actor ran it:
         hand the run to one (see ``BatchInbox``)."""
@@ -294,7 +303,7 @@ class NativeExecutor:
 
     def lend(self) -> None:
         """An executor actor of this executor blocks in code that may block
-        (see :func:`executor_lent`): its step slot serves runnable work."""
+        (see :class:`Lent`): its step slot serves runnable work."""
         with self._lock:
             self._stepping -= 1
             if not self._runnable or self._stepping >= self.STEPPING_MAX:
@@ -345,7 +354,7 @@ class ExecutorActor(MailboxActor):
         self._rt = rt
         self._address: Address | None = None
         self.native = native  # (read-only: the executor whose step slot it holds)
-        self.lent = False  # its step slot is lent (see executor_lent); its own thread only
+        self.lent = False  # its step slot is lent (see Lent); its own thread only
 
     def handle(self, message: RunBatch | Begin | Resume) -> None:
         if self._address is None:
@@ -367,6 +376,7 @@ class ExecutorActor(MailboxActor):
                             work.loop,
                             native._resume,
                             starts=work.starts,
+                            run_here=native._run_here,
                         )
                     native._started(run)
                     try:
@@ -385,21 +395,12 @@ class ExecutorActor(MailboxActor):
         runnable work, or back to the idle pool (before the caller hears
         back: a caller that submits its next batch at once finds this actor
         free)."""
-        inbox = run.inbox
-        while outcome is RUNNING:
-            if inbox.pause():
-                break
-            outcome = run.drain()
         native = self._native
-        if outcome is not RUNNING:
-            native._finished(run)
+        outcome = _drain_until_paused(native, run, outcome)
         assert self._address is not None
         work = native._next_work(self._address)
         if outcome is not RUNNING:
-            if isinstance(outcome, BaseException):
-                settle(run.reply, error=outcome)
-            else:
-                settle(run.reply, outcome)
+            _settle_reply(run, outcome)
         return work
 
 
@@ -444,24 +445,66 @@ class SubBatch:
         self._inbox.put(Sealed())
 
 
-@contextmanager
-def executor_lent() -> Iterator[None]:
-    """Around code on a batch's executor actor that may block for long, or
-    wait for another batch (a body run inline, a nested batch, an approval,
-    an async listener): the actor's step slot serves other batches
-    meanwhile (see ``NativeExecutor.STEPPING_MAX``). Anywhere else, nothing."""
-    actor = actor_thread_ident()
-    if type(actor) is not ExecutorActor or actor.lent:
-        yield  # not an executor actor, or lent already (a nested wait)
-        return
-    native = actor.native
-    actor.lent = True
-    native.lend()
-    try:
-        yield
-    finally:
-        native.unlend()
-        actor.lent = False
+def _drain_until_paused(native: NativeExecutor, run: BatchRun, outcome: Any) -> Any:
+    """Drain ``run`` until it ends (its outcome) or its inbox is empty
+    (RUNNING: paused, the next message schedules it again)."""
+    inbox = run.inbox
+    while outcome is RUNNING:
+        if inbox.pause():
+            break
+        outcome = run.drain()
+    if outcome is not RUNNING:
+        native._finished(run)
+    return outcome
+
+
+def _settle_reply(run: BatchRun, outcome: Any) -> None:
+    if isinstance(outcome, BaseException):
+        settle(run.reply, error=outcome)
+    else:
+        settle(run.reply, outcome)
+
+
+class Lent:
+    """``rt.waiting()``: around a wait of the calling thread for work the
+    runtime must do (a body run inline, a nested batch, an approval, an
+    async body or listener). On a call actor of ``pool`` its slot of the
+    call-actor budget is lent for the wait (``bounded``: only within
+    ``LENT_PER_SLOT`` times the budget, see ``CallPool.lend``); on an
+    executor actor its step slot serves other batches meanwhile (see
+    ``NativeExecutor.STEPPING_MAX``; a nested wait lends nothing more);
+    anywhere else, nothing. A plain object, not a generator: it wraps every
+    body run inline."""
+
+    __slots__ = ("_pool", "_bounded", "_pool_lent", "_actor")
+
+    def __init__(self, pool: CallPool, bounded: bool = False) -> None:
+        self._pool = pool
+        self._bounded = bounded
+        self._pool_lent = False
+        self._actor: ExecutorActor | None = None
+
+    def __enter__(self) -> None:
+        actor = actor_thread_ident()
+        if actor is None:
+            return
+        if type(actor) is ExecutorActor:
+            if not actor.lent:
+                actor.lent = True
+                actor.native.lend()
+                self._actor = actor
+        elif getattr(actor, "pool", None) is self._pool:
+            self._pool_lent = self._pool.lend(self._bounded)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool_lent:
+            self._pool_lent = False
+            self._pool.unlend()
+        actor = self._actor
+        if actor is not None:
+            self._actor = None
+            actor.native.unlend()
+            actor.lent = False
 
 
 class CallActor(MailboxActor):
@@ -488,6 +531,7 @@ class CallActor(MailboxActor):
         sends this actor to, or None (idle)."""
         rt = self.rt
         pool = self.pool
+        reply = None  # settles the batch's reply, when this actor ended it
         mailbox.arrive()
         item = mailbox.take()
         while item is not LEAVE:
@@ -499,12 +543,21 @@ class CallActor(MailboxActor):
                 call.settle(failure_from_exception(exc), run_post=False)
             item = mailbox.take(wait=False)
             if item is LEAVE:
-                # Back in the pool before the executor hears of this call: a
+                # Back in the pool before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
                 nxt = pool.release(self.address)
                 mailbox.report(call)
                 return nxt
-            mailbox.report(call)
             if item is None:
+                # Nothing queued: take the batch's step here when nobody
+                # runs it (it commits, prepares the next calls and puts
+                # them), then take the next call: the slot this call freed
+                # is refilled without a hop to an executor actor and back.
+                reply = mailbox.report_and_step(call)
                 item = mailbox.take()
-        return pool.release(self.address)
+            else:
+                mailbox.report(call)
+        nxt = pool.release(self.address)
+        if reply is not None:
+            reply()  # after going back to the pool (see above)
+        return nxt

@@ -28,21 +28,25 @@ class BatchInbox:
     The run holds no thread while it waits: :meth:`put` (any thread: a call
     actor's ``Settled``, a loop's ``BodyEnded``, a signal's ``Wake``) queues
     the message and, when no executor actor is running the batch, calls
-    ``schedule`` once, which hands the run to one. That actor drains the
+    ``schedule`` once, which hands the run to one; :meth:`offer` (a call
+    actor's ``Settled``) runs it on the calling call actor instead. That actor drains the
     inbox and :meth:`pause`\\ s. Invariant, under ``_lock``: ``scheduled``
     is True from a ``schedule`` (or the run's start) until a ``pause`` that
     found the queue empty; so exactly one thread runs the batch at a time,
     and a message put is always drained by someone.
     """
 
-    __slots__ = ("_q", "_lock", "scheduled", "ended", "schedule")
+    __slots__ = ("_q", "_lock", "scheduled", "ended", "schedule", "run_here")
 
-    def __init__(self, schedule: Any) -> None:
+    def __init__(self, schedule: Any, run_here: Any = None) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.scheduled = True  # the executor actor that starts the run runs it
         self.ended = False
         self.schedule = schedule
+        # run_here(): run the batch on the calling thread until it pauses;
+        # what settles its reply once it has ended (else None). See offer().
+        self.run_here = run_here
 
     def put(self, message: Any) -> None:
         self._q.put(message)
@@ -51,6 +55,24 @@ class BatchInbox:
                 return
             self.scheduled = True
         self.schedule()
+
+    def offer(self, message: Any) -> Any:
+        """:meth:`put` from a call actor that is free to run the batch's
+        step itself (it has just settled a call and serves the batch): when
+        nobody runs the batch, it runs it now, on its own thread, instead
+        of handing it to an executor actor (no hop there and back before
+        the slot it freed is refilled). What settles the batch's reply once
+        it has ended (the caller calls it after going back to its pool),
+        else None."""
+        self._q.put(message)
+        with self._lock:
+            if self.scheduled or self.ended:
+                return None
+            self.scheduled = True
+        if self.run_here is None:
+            self.schedule()
+            return None
+        return self.run_here()
 
     def get(self) -> Any:
         """The next message, or None when there is none now (the runner's side)."""

@@ -33,13 +33,12 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import pykka
 
-from ..actors import ActorGroup, Address, actor_thread_ident
+from ..actors import ActorGroup, Address
 from .idle import IdleShelf
 from .messages import Returned, Serve, Settled
 
@@ -68,17 +67,29 @@ LENT_PER_SLOT = 1
 class WorkMailbox:
     """One batch's work mailbox (see the module docstring).
 
-    The executor calls :meth:`put`, :meth:`reclaim`, :meth:`release_idle`
-    and :meth:`close`; call actors call :meth:`arrive`, :meth:`take` and
-    :meth:`report`. Its counters are the mailbox's own (the executor reads
-    none of them), guarded by ``_lock``; items move through a
-    ``SimpleQueue`` without it. Invariants, under the lock:
+    The executor calls :meth:`put`, :meth:`clear_queued`, :meth:`resume`,
+    :meth:`reclaim`, :meth:`release_idle` and :meth:`close`; call actors
+    call :meth:`arrive`, :meth:`take` and :meth:`report`. Its state is the
+    mailbox's own (the executor reads none of it), guarded by ``_lock``:
+    the queued items (calls and LEAVE sentinels) are a deque taken from
+    under the lock, and a server with nothing to take waits on a doorbell
+    (a ``SimpleQueue`` of wake-ups) outside it. Invariants, under the lock:
 
     * ``0 <= spare <= servers <= limit``: ``servers`` counts call actors
       serving or on their way (``spare`` of them not arrived yet).
     * ``0 <= sentinels <= servers``: LEAVE items queued and not yet taken;
       each takes one server away. ``servers - sentinels`` are the servers
       that stay.
+    * **Starts are decided in model order.** Taking a call and deciding
+      that its body may start (it is not stale) is one step under the lock,
+      so no call starts before every call queued ahead of it has been
+      decided. A stale call goes back to the executor with every call
+      queued behind it, in one :class:`Returned`, and the mailbox is
+      ``held`` (nothing is taken or put) until the executor has that
+      message (:meth:`resume`): no call behind it starts before it has been
+      prepared again. ``cleared`` counts the calls at the head of the queue
+      decided already (:meth:`clear_queued`: a later call started on a
+      loop); they start without a second check.
     * No server idles on a draining mailbox (the executor said nothing more
       is coming for now): one that runs out of calls leaves. Nor while
       another batch waits for a slot of the budget: a server that runs out
@@ -87,7 +98,8 @@ class WorkMailbox:
       So idle servers never hold the budget that another batch (a nested
       one, say) needs to finish, and nothing waits on a timer.
     * While a call is queued and the mailbox is open, ``servers -
-      sentinels >= 1``: someone will take it.
+      sentinels >= 1``: someone will take it (a put rings the doorbell for
+      a waiting server; a server woken for nothing looks again).
     * Nobody waits behind a blocking body: when a call is queued while no
       server is idle and none is on the way, or a server takes a call while
       others still wait with none on the way, one more server is asked for
@@ -96,15 +108,19 @@ class WorkMailbox:
     """
 
     __slots__ = (
-        "_q",
+        "_items",
+        "_bell",
         "_lock",
         "limit",
         "servers",
         "spare",
         "idle",
+        "rung",
         "sentinels",
         "closed",
         "draining",
+        "held",
+        "cleared",
         "_pool",
         "inbox",
         "_stale",
@@ -113,38 +129,77 @@ class WorkMailbox:
     def __init__(
         self, limit: int, pool: CallPool, inbox: BatchInbox, stale: Callable[[Call], bool] | None = None
     ) -> None:
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._items: deque[Any] = deque()
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.limit = limit
         self.servers = 0
         self.spare = 0
-        self.idle = 0  # servers blocked in take()
+        self.idle = 0  # servers waiting on the doorbell
+        self.rung = 0  # wake-ups in the doorbell not taken yet
         self.sentinels = 0
         self.closed = False
         self.draining = False  # the executor has nothing more to put for now
+        self.held = False  # a stale call went back: nothing moves until resume()
+        self.cleared = 0  # queued calls (at the head) whose start is decided already
         self._pool = pool
         self.inbox = inbox  # the batch's inbox: where Settled goes
         # stale(call): what the call was prepared under has changed; it goes
-        # back to the executor instead of starting (see take()).
+        # back to the executor instead of starting (see take()). Called
+        # under the lock: it reads two counters.
         self._stale = stale
         pool.opened(self)
 
     def __repr__(self) -> str:
-        return f"<WorkMailbox servers={self.servers} spare={self.spare} idle={self.idle} closed={self.closed}>"
+        return (
+            f"<WorkMailbox servers={self.servers} spare={self.spare} idle={self.idle} "
+            f"held={self.held} closed={self.closed}>"
+        )
 
     def assert_invariants(self) -> None:
         with self._lock:
             assert 0 <= self.spare <= self.servers <= self.limit, self
             assert 0 <= self.sentinels <= self.servers, self
             assert 0 <= self.idle <= self.servers, self
+            queued = sum(1 for item in self._items if item is not LEAVE)
+            assert 0 <= self.cleared <= queued, self
+            assert not (self.held and queued), "a call is queued while the mailbox is held"
+
+    def _ring(self) -> None:
+        # (Under the lock.) Wake one waiting server, unless enough are rung.
+        if self.idle > self.rung:
+            self.rung += 1
+            self._bell.put(None)
+
+    def _reclaim(self) -> list[Call]:
+        # (Under the lock.) Every queued call, in order; LEAVEs stay.
+        items = self._items
+        taken = [item for item in items if item is not LEAVE]
+        if taken:
+            leaves = len(items) - len(taken)
+            items.clear()
+            items.extend([LEAVE] * leaves)
+        self.cleared = 0
+        return taken
+
+    def _give_back(self, first: Call) -> Returned:
+        # (Under the lock.) ``first`` is stale: it and every call queued
+        # behind it go back, and nothing moves until the executor has them.
+        self.held = True
+        return Returned((first, *self._reclaim()))
 
     # -- the executor's side -------------------------------------------------
 
-    def put(self, call: Call) -> None:
-        """Queue a startable call; make sure someone will take it."""
+    def put(self, call: Call) -> bool:
+        """Queue a startable call; make sure someone will take it. False
+        (not queued) while the mailbox is held: a stale call is on its way
+        back, and ``call`` is to be prepared again after it."""
         with self._lock:
-            self._q.put(call)
+            if self.held:
+                return False
+            self._items.append(call)
             self.draining = False
+            self._ring()
             staying = self.servers - self.sentinels
             # Nobody serves, or everybody is busy and nobody is on the way:
             # one more (below the limit), so a call never waits behind
@@ -158,24 +213,51 @@ class WorkMailbox:
             # Let the woken call actor take the GIL now and start the call,
             # rather than after this thread has prepared the calls behind it.
             time.sleep(0)
+        return True
+
+    def clear_queued(self) -> bool:
+        """A call after the queued ones is about to start elsewhere (its
+        body on a loop): decide the queued calls' starts now, in model
+        order, so none of them is found stale after a later call started.
+        False when one is stale (it goes back with the rest, as in
+        :meth:`take`) or the mailbox is held: the later call does not
+        start now, and is to be prepared again after them."""
+        returned: Returned | None = None
+        with self._lock:
+            if self.held:
+                return False
+            stale = self._stale
+            items = self._items
+            calls = [item for item in items if item is not LEAVE]
+            for position in range(self.cleared, len(calls)):
+                if stale is not None and stale(calls[position]):
+                    # It and the calls behind it go back; those ahead of it
+                    # are decided (they start as they are taken).
+                    kept = calls[:position]
+                    leaves = len(items) - len(calls)
+                    items.clear()
+                    items.extend(kept)
+                    items.extend([LEAVE] * leaves)
+                    self.held = True
+                    returned = Returned(tuple(calls[position:]))
+                    self.cleared = position
+                    break
+            else:
+                self.cleared = len(calls)
+        if returned is not None:
+            self.inbox.put(returned)
+            return False
+        return True
+
+    def resume(self) -> None:
+        """The executor has the calls that went back (a ``Returned``)."""
+        with self._lock:
+            self.held = False
 
     def reclaim(self) -> list[Call]:
         """Take back every call no server has taken yet (an abort)."""
-        taken: list[Call] = []
-        leaves = 0
         with self._lock:
-            while True:
-                try:
-                    item = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if item is LEAVE:
-                    leaves += 1
-                else:
-                    taken.append(item)
-            for _ in range(leaves):
-                self._q.put(LEAVE)
-        return taken
+            return self._reclaim()
 
     def release_idle(self) -> None:
         """Nothing more will be put for now: servers blocked waiting leave,
@@ -183,32 +265,31 @@ class WorkMailbox:
         the next :meth:`put`), going back to the pool for other batches."""
         with self._lock:
             self.draining = True
-            extra = self.idle - self.sentinels
-            for _ in range(extra):
-                self._q.put(LEAVE)
-            if extra > 0:
-                self.sentinels += extra
+            self._leave(self.idle - self.sentinels)
 
     def close(self) -> None:
         """The batch is over: every server leaves (after its current call)."""
         with self._lock:
             self.closed = True
-            extra = self.servers - self.sentinels
-            for _ in range(extra):
-                self._q.put(LEAVE)
-            if extra > 0:
-                self.sentinels += extra
+            self._leave(self.servers - self.sentinels)
         self._pool.closed_mailbox(self)
 
     def shed_idle(self) -> bool:
         """Another batch waits for a slot of the budget (the pool asks): one
         server idle here with nothing queued leaves. Whether one does."""
         with self._lock:
-            if self.idle <= self.sentinels or not self._q.empty():
+            if self.idle <= self.sentinels or self._items:
                 return False
-            self._q.put(LEAVE)
-            self.sentinels += 1
+            self._leave(1)
             return True
+
+    def _leave(self, extra: int) -> None:
+        # (Under the lock.) ``extra`` more servers leave.
+        if extra > 0:
+            self.sentinels += extra
+            for _ in range(extra):
+                self._items.append(LEAVE)
+                self._ring()
 
     # -- the call actors' side -----------------------------------------------
 
@@ -232,66 +313,74 @@ class WorkMailbox:
         (see ``pipeline.call.stale``) goes back to the executor with every
         call queued behind it, in one :class:`Returned`, so the executor
         prepares them again in model order under what holds now."""
+        lock = self._lock
+        items = self._items
         while True:
-            item = self._take(wait)
-            if item is None or item is LEAVE:
-                return item
-            stale = self._stale
-            if stale is None or not stale(item):  # type: ignore[arg-type]
-                return item
-            self._give_back(item)  # type: ignore[arg-type]
-
-    def _give_back(self, call: Call) -> None:
-        """A stale call goes back to its batch with every call queued behind
-        it (to be prepared again in model order)."""
-        self.inbox.put(Returned((call, *self.reclaim())))
-
-    def _take(self, wait: bool) -> Call | None | _Leave:
-        q = self._q
-        item: Any
-        try:
-            item = q.get_nowait()
-        except queue.Empty:
-            if not wait:
-                return None
-            with self._lock:
-                # Nothing more is coming for now, or another batch waits for
-                # a slot: leave instead of holding it while idle. (A batch
-                # that starts waiting after this read finds this server idle
-                # and sends it a LEAVE: shed_idle takes this lock too.)
-                if (self.draining or self._pool.waiting) and self._q.empty():
+            returned: Returned | None = None
+            grow = False
+            with lock:
+                if items:
+                    item = items.popleft()
+                    if item is LEAVE:
+                        self.sentinels -= 1
+                        self.servers -= 1
+                        return item
+                    if self.cleared:
+                        self.cleared -= 1
+                    elif self._stale is not None and self._stale(item):
+                        returned = self._give_back(item)
+                    if returned is None:
+                        # Others still wait and nobody is on the way: one
+                        # more server (below the limit).
+                        grow = (
+                            not self.closed
+                            and self.spare == 0
+                            and self.servers < self.limit
+                            and len(items) > self.sentinels
+                        )
+                        if grow:
+                            self.servers += 1
+                            self.spare += 1
+                elif not wait:
+                    return None
+                elif self.draining or self._pool.waiting:
+                    # Nothing more is coming for now, or another batch waits
+                    # for a slot: leave instead of holding it while idle. (A
+                    # batch that starts waiting after this read finds this
+                    # server idle and sends it a LEAVE: shed_idle takes this
+                    # lock too.)
                     self.servers -= 1
                     return LEAVE
-                self.idle += 1
-            try:
-                item = q.get()
-            finally:
-                with self._lock:
-                    self.idle -= 1
-        if isinstance(item, _Leave):
-            with self._lock:
-                self.sentinels -= 1
-                self.servers -= 1
-            return item
-        call: Call = item
-        if not self.spare and self.servers < self.limit and not q.empty():
-            with self._lock:
-                grow = (
-                    not self.closed
-                    and self.spare == 0
-                    and self.servers - self.sentinels < self.limit
-                    and self._q.qsize() > self.sentinels
-                )
+                else:
+                    self.idle += 1
+                    item = None
+            if returned is not None:
+                self.inbox.put(returned)
+                continue
+            if item is not None:
                 if grow:
-                    self.servers += 1
-                    self.spare += 1
-            if grow:
-                self._pool.request(self)
-        return call
+                    self._pool.request(self)
+                return item  # type: ignore[no-any-return]
+            self._wait()
+
+    def _wait(self) -> None:
+        """Wait for a wake-up (this server is counted idle), with no timer:
+        a put, a LEAVE (draining, closing, or another batch waiting for the
+        budget: :meth:`shed_idle`) or a resume rings; then look again."""
+        self._bell.get()
+        with self._lock:
+            self.idle -= 1
+            self.rung -= 1
 
     def report(self, call: Call) -> None:
-        """Hand ``call`` (dispatched) back to its executor."""
+        """Hand ``call`` (dispatched) back to its batch."""
         self.inbox.put(Settled(call=call))
+
+    def report_and_step(self, call: Call) -> Any:
+        """Hand ``call`` back to its batch, and take the batch's step here
+        when nobody runs it (see ``BatchInbox.offer``): what settles the
+        batch's reply once it has ended, else None."""
+        return self.inbox.offer(Settled(call=call))
 
 
 class CallPool:
@@ -324,10 +413,10 @@ class CallPool:
         # Idle call actors (at most idle_kept; each retires after IDLE_TTL).
         self._idle = IdleShelf(rt.group, rt.loop, self.idle_kept)
         self._waiting: deque[WorkMailbox] = deque()
-        self._closed = False
         # The open work mailboxes (asked to shed an idle server when a
         # mailbox has to wait for the budget).
         self._mailboxes: dict[WorkMailbox, None] = {}
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<CallPool serving={self.serving}/{self.budget} idle={len(self._idle)} waiting={len(self._waiting)}>"
@@ -426,19 +515,6 @@ class CallPool:
         with self._lock:
             self.lent_count -= 1
             self.serving += 1  # may exceed the budget until it leaves its mailbox
-
-    @contextmanager
-    def lent(self, bounded: bool = False) -> Iterator[None]:
-        """Around a wait that needs the runtime to make progress (a nested
-        batch, an async body): on one of this pool's call actors, lend its
-        slot for the wait; anywhere else, nothing."""
-        if getattr(actor_thread_ident(), "pool", None) is not self or not self.lend(bounded):
-            yield
-            return
-        try:
-            yield
-        finally:
-            self.unlend()
 
     def close(self) -> None:
         """Runtime stop: no more grants; idle call actors are forgotten (the
