@@ -1,7 +1,10 @@
 """The event bus: ``emit`` and ``waterfall`` dispatch, scope-filtered.
 
 Listener lists are immutable tuples replaced on every change (copy on write),
-so dispatching an event takes no lock and never waits for a subscriber.
+so dispatching an event takes no lock and never waits for a subscriber. What a
+dispatch needs is worked out at that change, not per event: whether each
+listener is ``async def``, and (when no listener of the event is scoped) the
+tuple every event reaches.
 
 Scope filtering: a listener subscribed with ``scope=agent`` sees events of
 that agent and of its descendants; a listener without a scope sees every
