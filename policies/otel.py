@@ -103,12 +103,13 @@ class _CallSpan:
     """One call's span and what the policy saw of its trip (only the call's
     own hooks touch it, one at a time)."""
 
-    __slots__ = ("token", "span", "start", "asked", "cleared", "denied", "aborted")
+    __slots__ = ("token", "span", "start", "tool", "asked", "cleared", "denied", "aborted")
 
-    def __init__(self, token: Any, span: Any, start: float) -> None:
+    def __init__(self, token: Any, span: Any, start: float, tool: _Tool) -> None:
         self.token = token  # the execution's: a nested call's context holds its parent's
         self.span = span
         self.start = start
+        self.tool = tool
         self.asked = False
         self.cleared = False  # passed this policy's guard: allowed, approved if asked
         self.denied = False
@@ -117,6 +118,26 @@ class _CallSpan:
 
 #: The current call's span state, in the call's context.
 _CURRENT: contextvars.ContextVar[_CallSpan | None] = contextvars.ContextVar("policies.otel.call", default=None)
+
+
+class _Tool:
+    """What every span and point of one tool share, built once per tool
+    (and again after a ``tools/change``)."""
+
+    __slots__ = ("span_name", "attributes", "ok")
+
+    def __init__(self, name: str, description: str) -> None:
+        self.span_name = f"{OPERATION} {name}"
+        # The span's attributes but the call id (each span gets a copy).
+        self.attributes: dict[str, Any] = {
+            "gen_ai.operation.name": OPERATION,
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.type": TOOL_TYPE,
+        }
+        if description:
+            self.attributes["gen_ai.tool.description"] = description
+        # The histogram's for a success (the SDK only reads them).
+        self.ok: dict[str, Any] = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
 
 
 class OtelPolicy:
@@ -140,51 +161,38 @@ class OtelPolicy:
             DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
         )
         self._capture = capture_content
-        self._descriptions: dict[str, str] = {}
-        self._ok_attributes: dict[str, dict[str, Any]] = {}  # the histogram's, per tool, for a success
+        self._tools: dict[str, _Tool] = {}  # by name, for calls without a tool set
         self._lock = threading.Lock()
 
     # -- the span ---------------------------------------------------------------
 
     def _start(self, execution: ToolExecution) -> _CallSpan:
-        name = execution.name
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": OPERATION,
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": execution.call_id,
-            "gen_ai.tool.type": TOOL_TYPE,
-        }
-        description = self._description(execution)
-        if description:
-            attributes["gen_ai.tool.description"] = description
+        tool = self._tool(execution)
+        attributes = tool.attributes.copy()
+        attributes["gen_ai.tool.call.id"] = execution.call_id
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = _json_text(execution.arguments)
-        span = self._tracer.start_span(f"{OPERATION} {name}", kind=self._kind, attributes=attributes)
-        return _CallSpan(execution.token, span, time.perf_counter())
+        span = self._tracer.start_span(tool.span_name, kind=self._kind, attributes=attributes)
+        return _CallSpan(execution.token, span, time.perf_counter(), tool)
 
-    def _description(self, execution: ToolExecution) -> str:
+    def _tool(self, execution: ToolExecution) -> _Tool:
         name = execution.name
-        cached = self._descriptions.get(name)
+        cached = self._tools.get(name) if execution.tool_set is None else None
         if cached is not None:
             return cached
         try:
             definition = self._rt.tools.executable(name, execution.agent, execution.tool_set)
         except RuntimeError:  # the runtime is stopping
             definition = None
-        description = "" if definition is None else str(definition.description)
+        tool = _Tool(name, "" if definition is None else str(definition.description))
         if execution.tool_set is None:  # (a step's admission may differ: not cached)
             with self._lock:
-                self._descriptions[name] = description
-        return description
+                self._tools[name] = tool
+        return tool
 
-    def _ok(self, name: str) -> dict[str, Any]:
-        attributes = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
-        self._ok_attributes[name] = attributes  # (a race writes an equal dict)
-        return attributes
-
-    def _forget_descriptions(self) -> None:
+    def _forget_tools(self) -> None:
         with self._lock:
-            self._descriptions = {}
+            self._tools = {}
 
     def _mine(self, execution: ToolExecution) -> _CallSpan | None:
         state = _CURRENT.get()
@@ -254,7 +262,7 @@ class OtelPolicy:
             if self._capture:
                 span.set_attribute("gen_ai.tool.call.result", _content_text(result))
         else:
-            attributes = self._ok_attributes.get(name) or self._ok(name)
+            attributes = state.tool.ok
             if self._capture and type(result) is ToolExecutionSuccess:
                 span.set_attribute("gen_ai.tool.call.result", _json_text(result.value))
         span.end()
@@ -308,6 +316,6 @@ def apply(
     events = rt.events
     undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
     undo.add(events.on("tools/result", policy.on_result, prepend=True))
-    undo.add(events.on("tools/change", policy._forget_descriptions))
+    undo.add(events.on("tools/change", policy._forget_tools))
     undo.add(rt.tools.guard(policy.guard))
     return undo

@@ -1,7 +1,10 @@
 """The event bus: ``emit`` and ``waterfall`` dispatch, scope-filtered.
 
 Listener lists are immutable tuples replaced on every change (copy on write),
-so dispatching an event takes no lock and never waits for a subscriber.
+so dispatching an event takes no lock and never waits for a subscriber. What a
+dispatch needs is worked out at that change, not per event: whether each
+listener is ``async def``, and (when no listener of the event is scoped) the
+tuple every event reaches.
 
 Scope filtering: a listener subscribed with ``scope=agent`` sees events of
 that agent and of its descendants; a listener without a scope sees every
@@ -17,7 +20,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_args
@@ -99,6 +101,29 @@ class _Entry:
     listener: Listener
     scope: Agent | None
     seq: int
+    is_async: bool  # an ``async def`` (or async ``__call__``): decided once, when it subscribes
+
+
+class _Subscribers:
+    """One event's subscriptions, immutable (replaced on every change).
+    What a dispatch needs is computed here once per change, not per event:
+    with no scoped listener (the common case) every event reaches them all."""
+
+    __slots__ = ("entries", "all", "all_listeners")
+
+    def __init__(self, entries: tuple[_Entry, ...], unfiltered: bool) -> None:
+        self.entries = entries
+        # Every entry, when an event's agent cannot filter any out.
+        self.all: tuple[_Entry, ...] | None = entries if unfiltered or all(e.scope is None for e in entries) else None
+        self.all_listeners: tuple[Listener, ...] | None = (
+            None if self.all is None else tuple(e.listener for e in entries)
+        )
+
+    def reaching(self, agent: Agent | None) -> tuple[_Entry, ...]:
+        """The entries an event of ``agent`` reaches, outermost first."""
+        if self.all is not None:
+            return self.all
+        return tuple(e for e in self.entries if e.scope is None or in_scope(e.scope, agent))
 
 
 def in_scope(scope: Agent, agent: Agent | None) -> bool:
@@ -126,7 +151,7 @@ class EventBus:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._lists: dict[str, tuple[_Entry, ...]] = {}
+        self._lists: dict[str, _Subscribers] = {}
         self._seq = itertools.count()
         self._closed: str | None = None
         # Moves whenever a listener of PREPARE_EVENTS comes or goes (under
@@ -159,27 +184,32 @@ class EventBus:
         """
         if not callable(listener):
             raise InvalidTypeError(f"listener for {name!r} must be callable")
-        entry = _Entry(listener, scope, next(self._seq))
+        entry = _Entry(listener, scope, next(self._seq), _is_async(listener))
+        unfiltered = name in UNFILTERED_EVENTS
         with self._lock:
             if self._closed is not None:
                 raise RuntimeStoppedError(self._closed)
-            current = self._lists.get(name, ())
-            self._lists[name] = (entry, *current) if prepend else (*current, entry)
+            current = self._entries(name)
+            self._lists[name] = _Subscribers((entry, *current) if prepend else (*current, entry), unfiltered)
             if name in PREPARE_EVENTS:
                 self.version += 1
 
         def remove() -> None:
             with self._lock:
-                current = self._lists.get(name, ())
+                current = self._entries(name)
                 kept = tuple(e for e in current if e is not entry)
                 if kept:
-                    self._lists[name] = kept
+                    self._lists[name] = _Subscribers(kept, unfiltered)
                 else:
                     self._lists.pop(name, None)
                 if name in PREPARE_EVENTS and len(kept) != len(current):
                     self.version += 1
 
         return Disposer(remove)
+
+    def _entries(self, name: str) -> tuple[_Entry, ...]:
+        subscribers = self._lists.get(name)
+        return () if subscribers is None else subscribers.entries
 
     def has_listeners(self, name: str) -> bool:
         return name in self._lists
@@ -192,23 +222,24 @@ class EventBus:
         if not lists:
             return False
         for name in names:
-            entries = lists.get(name)
-            if entries:
-                if name in UNFILTERED_EVENTS:
+            subscribers = lists.get(name)
+            if subscribers is not None:
+                if subscribers.all is not None:
                     return True
-                for e in entries:
+                for e in subscribers.entries:
                     if e.scope is None or in_scope(e.scope, agent):
                         return True
         return False
 
     def listeners(self, name: str, agent: Agent | None = None) -> tuple[Listener, ...]:
         """The listeners an event of ``agent`` reaches, outermost first."""
-        entries = self._lists.get(name)
-        if not entries:
+        subscribers = self._lists.get(name)
+        if subscribers is None:
             return ()
-        if name in UNFILTERED_EVENTS:
-            return tuple(e.listener for e in entries)
-        return tuple(e.listener for e in entries if e.scope is None or in_scope(e.scope, agent))
+        listeners = subscribers.all_listeners
+        if listeners is not None:
+            return listeners
+        return tuple(e.listener for e in subscribers.reaching(agent))
 
     def emit(self, name: str, *args: Any, agent: Agent | None = None) -> None:
         """Call every listener with ``args``; a listener that raises is
@@ -247,36 +278,23 @@ class EventBus:
         the rest of the chain on that loop. Without an awaiter an async
         listener's coroutine is its result (and the caller refuses it).
         """
-        chain = self.listeners(name, agent)
+        subscribers = self._lists.get(name)
+        if subscribers is None:
+            return default()
+        chain = subscribers.reaching(agent)
         if not chain:
             return default()
         return _run_chain(chain, 0, default, args, awaiter)
 
 
-#: Whether a listener is ``async``, by listener (a listener stays what it
-#: is; the check runs per listener of every waterfall, and ``inspect``'s
-#: walk costs microseconds). Weak keys: an unregistered listener is not kept.
-_async_listeners: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
 def _is_async(fn: Any) -> bool:
-    try:
-        return _async_listeners[fn]
-    except KeyError:
-        pass
-    except TypeError:  # not weakly referenceable, or unhashable: ask each time
-        return _check_async(fn)
-    answer = _async_listeners[fn] = _check_async(fn)
-    return answer
-
-
-def _check_async(fn: Any) -> bool:
+    """Whether a listener is ``async`` (asked once, when it subscribes)."""
     method = getattr(fn, "__call__", None)  # noqa: B004 - the method itself: is it async?
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(method)
 
 
 def _run_chain(
-    chain: tuple[Listener, ...],
+    chain: tuple[_Entry, ...],
     index: int,
     default: Callable[[], T],
     args: tuple[Any, ...],
@@ -284,8 +302,9 @@ def _run_chain(
 ) -> T:
     if index == len(chain):
         return default()
-    fn = chain[index]
-    if awaiter is not None and _is_async(fn):
+    entry = chain[index]
+    fn = entry.listener
+    if awaiter is not None and entry.is_async:
 
         def anext_() -> Any:
             return _arun_chain(chain, index + 1, default, args, awaiter)
@@ -302,7 +321,7 @@ def _run_chain(
 
 
 async def _arun_chain(
-    chain: tuple[Listener, ...],
+    chain: tuple[_Entry, ...],
     index: int,
     default: Callable[[], T],
     args: tuple[Any, ...],
@@ -314,8 +333,9 @@ async def _arun_chain(
     loop's own thread: the awaiter says so)."""
     if index == len(chain):
         return default()
-    fn = chain[index]
-    if _is_async(fn):
+    entry = chain[index]
+    fn = entry.listener
+    if entry.is_async:
 
         def anext_() -> Any:
             return _arun_chain(chain, index + 1, default, args, awaiter)
