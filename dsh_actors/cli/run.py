@@ -122,18 +122,38 @@ def _quit_now(signum: int, frame: Any) -> None:
         os._exit(EXIT_INTERRUPTED)
 
 
-def _wait(future: Future[ToolBatchResult], controller: AbortController) -> tuple[ToolBatchResult, bool]:
-    """The batch's result; a first Ctrl-C aborts the batch and keeps
-    waiting for it to settle, a second one exits at once (130)."""
-    try:
-        return future.result(), False
-    except KeyboardInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, _quit_now)  # run_command puts the previous handler back
+class Interrupts:
+    """The SIGINT handler while a batch runs, installed before the batch is
+    submitted (so a Ctrl-C at any moment of the run counts, even before the
+    main thread waits): the first Ctrl-C aborts the batch and the run keeps
+    waiting for it to settle; the second exits at once (130, ``_quit_now``).
+    The handler runs on the main thread between two bytecodes: it aborts
+    only while that thread waits for the batch (holding none of the
+    runtime's locks), else :meth:`wait` aborts when it begins."""
+
+    def __init__(self, controller: AbortController) -> None:
+        self.controller = controller
+        self.seen = False  # a Ctrl-C came
+        self.waiting = False  # the main thread waits for the batch
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.seen:
+            _quit_now(signum, frame)
+        self.seen = True
         sys.stderr.write("dsh-actors run: interrupted; aborting the batch (Ctrl-C again to quit at once)\n")
         sys.stderr.flush()
-        controller.abort("interrupted from the terminal")
-        return future.result(), True
+        if self.waiting:
+            self._abort()
+
+    def _abort(self) -> None:
+        self.controller.abort("interrupted from the terminal")  # (a second abort does nothing)
+
+    def wait(self, future: Future[ToolBatchResult]) -> tuple[ToolBatchResult, bool]:
+        """The batch's result, and whether a Ctrl-C came."""
+        self.waiting = True
+        if self.seen:
+            self._abort()  # interrupted before the wait began
+        return future.result(), self.seen
 
 
 class ProgressLines:
@@ -252,6 +272,7 @@ def run_command(args: argparse.Namespace) -> int:
     ran = False
     on_main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if on_main_thread else None
+    interrupts: Interrupts | None = None
     try:
         with ToolRuntime() as rt, servers:
             _install(rt, args, source, servers)
@@ -264,14 +285,17 @@ def run_command(args: argparse.Namespace) -> int:
                 agent=Agent(args.agent, session=session),
                 log=LogStep(turn=1, step=1),
             )
+            interrupts = Interrupts(controller)
+            if on_main_thread:
+                signal.signal(signal.SIGINT, interrupts)  # (put back below)
             ran = True
             try:
-                batch, interrupted = _wait(rt.tools.submit(batch_input), controller)
+                batch, interrupted = interrupts.wait(rt.tools.submit(batch_input))
             except DshError as err:
                 raise CliError(f"the batch failed: {err.message}") from None
             _print(args, rt, batch, session, batch_file)
     finally:
-        if sigint is not None and signal.getsignal(signal.SIGINT) is _quit_now:
+        if sigint is not None and interrupts is not None and signal.getsignal(signal.SIGINT) is interrupts:
             signal.signal(signal.SIGINT, sigint)
         session.close()
         if not ran and not existed and session.path is not None:

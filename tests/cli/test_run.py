@@ -4,6 +4,7 @@ cards (or JSON), exit 0 whenever the batch ran."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from dsh_actors import ToolBatchResult
-from dsh_actors.cli.run import _quit_now, _wait
+from dsh_actors.cli.run import Interrupts
 from dsh_actors.signals import AbortController
 
 from .conftest import EXAMPLES, Cli, assert_one_line_error
@@ -258,27 +259,51 @@ def test_the_batch_reads_from_standard_input(cli: Cli, root: Path, monkeypatch: 
 
 
 def test_an_interrupt_aborts_the_batch_and_waits_for_it_to_settle() -> None:
-    class Interrupted(Future[ToolBatchResult]):
-        def __init__(self) -> None:
-            super().__init__()
-            self.calls = 0
-
-        def result(self, timeout: float | None = None) -> ToolBatchResult:
-            self.calls += 1
-            if self.calls == 1:
-                raise KeyboardInterrupt
-            return super().result(timeout)
-
-    future = Interrupted()
+    future: Future[ToolBatchResult] = Future()
     controller = AbortController()
     settled = ToolBatchResult(results=())
     controller.signal.add_callback(lambda signal: future.set_result(settled))
-    previous = signal.getsignal(signal.SIGINT)
+    interrupts = Interrupts(controller)
+    previous = signal.signal(signal.SIGINT, interrupts)
     try:
-        result, interrupted = _wait(future, controller)
-        assert signal.getsignal(signal.SIGINT) is _quit_now  # a second Ctrl-C quits at once
+        # A Ctrl-C before the wait begins (the batch was being submitted) is
+        # not lost: the wait aborts the batch when it begins.
+        signal.raise_signal(signal.SIGINT)
+        assert not controller.signal.aborted
+        result, interrupted = interrupts.wait(future)
     finally:
         signal.signal(signal.SIGINT, previous)
+    assert controller.signal.aborted and interrupted and result is settled
+
+
+def test_an_interrupt_while_the_run_waits_aborts_the_batch_from_the_handler() -> None:
+    future: Future[ToolBatchResult] = Future()
+    controller = AbortController()
+    settled = ToolBatchResult(results=())
+    settler: list[threading.Thread] = []
+
+    def settle(signal: Any) -> None:
+        # The batch settles on another thread, as the runtime's does (never
+        # inside the signal handler that aborted it).
+        settler.append(threading.Thread(target=future.set_result, args=(settled,)))
+        settler[0].start()
+
+    controller.signal.add_callback(settle)
+    interrupts = Interrupts(controller)
+    previous = signal.signal(signal.SIGINT, interrupts)
+    # Another thread presses Ctrl-C (a signal to the process, as a terminal
+    # sends it): the handler runs on the main thread, inside the wait or (if
+    # it comes first) just before it; either way the batch is aborted and
+    # the wait ends with its result.
+    presser = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT))
+    try:
+        presser.start()
+        result, interrupted = interrupts.wait(future)
+    finally:
+        presser.join()
+        signal.signal(signal.SIGINT, previous)
+        for thread in settler:
+            thread.join()
     assert controller.signal.aborted and interrupted and result is settled
 
 
