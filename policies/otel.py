@@ -35,6 +35,12 @@ denial); the exception a hook raised is recorded as the span's
 ``dsh.tool.approval.requested`` / ``dsh.tool.approval.answered``
     the call asked for approval (``dsh.reason``), and the answer
     (``dsh.answer``: ``allowed-once``, or ``denied`` with the reason).
+``dsh.tool.approval.deferred``
+    the approval service answered ``"deferred"``: the batch suspends, and
+    the span ends there (status unset, no duration recorded). The call's
+    trip goes on when the suspension is resumed, perhaps in another process
+    and hours later: that part gets a span of its own, from resume to
+    ``tools/result``.
 ``dsh.tool.aborted``
     the call was cancelled (``ABORTED``, ``ABORTED_BEFORE_DISPATCH``, a
     pre-execute ``Cancel``).
@@ -46,7 +52,8 @@ denial); the exception a hook raised is recorded as the span's
 
 The policy sees a call through a prepended ``tools/pre-execute`` listener,
 a guard (guards run once a call is allowed, the approval included: this
-one marks the call cleared) and a ``tools/result`` observer; nothing else,
+one marks the call cleared), a ``tools/deferred`` observer and a
+``tools/result`` observer; nothing else,
 so it adds no phase to a call that had none.
 
 **Content.** Only with ``capture_content=True``: ``gen_ai.tool.call.arguments``
@@ -228,6 +235,15 @@ class OtelPolicy:
                 state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
         return None
 
+    def on_deferred(self, execution: ToolExecution, ask: Any) -> None:
+        state = self._mine(execution)
+        if state is None:
+            return
+        span = state.span
+        span.add_event("dsh.tool.approval.deferred", _reason(getattr(ask, "reason", None)))
+        span.end()
+        _CURRENT.set(None)  # (the call's context: a tools/result after an abort gets a span of its own)
+
     def on_result(self, execution: ToolExecution, result: Any) -> None:
         state = self._mine(execution)
         if state is None:  # no phase ran (aborted before it started, bad arguments)
@@ -316,6 +332,7 @@ def apply(
     events = rt.events
     undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
     undo.add(events.on("tools/result", policy.on_result, prepend=True))
+    undo.add(events.on("tools/deferred", policy.on_deferred, prepend=True))
     undo.add(events.on("tools/change", policy._forget_tools))
     undo.add(rt.tools.guard(policy.guard))
     return undo

@@ -16,6 +16,7 @@ Event names and listener signatures (``docs/reference.md``, section 8):
 ``tools/change``            emit      ``fn() -> None``
 ``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
 ``tools/progress``          emit      ``fn(execution, progress) -> None``
+``tools/deferred``          emit      ``fn(execution, ask) -> None``
 ==========================  ========  ==========================================
 
 Decisions: a ``tools/pre-execute`` listener returns :class:`Allow`,
@@ -50,6 +51,11 @@ Which thread runs a listener (none of them may assume another):
   (``ctx.report_progress`` in a sync body: the body's thread; in an async
   body: its loop's thread, so they must not block), before the report
   returns; ``progress`` is a frozen :class:`~dsh_actors.model.ToolProgress`.
+* ``tools/deferred`` observers run on the thread that prepares the call,
+  when the approval service has answered ``"deferred"`` for it in a batch
+  (which then suspends); ``ask`` is the ``Ask`` the pre-execute waterfall
+  returned. The call's ``tools/result`` comes later: when the suspension is
+  resumed (perhaps in another process) or an abort ends the call.
 
 Every listener, guard, approval service, renderer and body of a call runs
 in that call's copy of the caller's ``contextvars.Context`` (the one

@@ -503,8 +503,8 @@ class BatchRun:
                 # commits first (the next call may run here, inline, and
                 # their tools/result must not wait for its body).
                 self._commit_ready()
-            if self.next_commit == total:
-                return
+            if self.next_commit == total and not self.deferred:
+                return  # (with deferred calls held, an abort must still end them)
             if self.halted is None:
                 if signal.aborted or stopping.aborted:
                     self._halt("aborted", reclaim=True)
@@ -910,26 +910,29 @@ class BatchRun:
     def _defer(self, call: Call) -> None:
         """``call`` is DEFERRED (the approval service answered
         ``"deferred"``): a logged batch logs the request (with the id of the
-        suspension the batch will return)."""
+        suspension the batch will return), and ``tools/deferred`` observers
+        hear of it (in the call's context, as its other hooks)."""
         if self.suspension_id is None:
             self.suspension_id = new_suspension_id()
-        session = self.session
-        if session is None or self.log_error is not None:
-            return
         execution = call.execution
-        ask = call.ask
-        try:
-            session.append(
-                approval_request_event(
-                    execution.call_id,
-                    self.suspension_id,
-                    execution.name,
-                    None if ask is None else ask.reason,
-                    None if ask is None else ask.display_reason,
+        session = self.session
+        if session is not None and self.log_error is None:
+            ask = call.ask
+            try:
+                session.append(
+                    approval_request_event(
+                        execution.call_id,
+                        self.suspension_id,
+                        execution.name,
+                        None if ask is None else ask.reason,
+                        None if ask is None else ask.display_reason,
+                    )
                 )
-            )
-        except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
-            self.log_error = exc
+            except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
+                self.log_error = exc
+        events = self.rt.events
+        if events.has_listeners("tools/deferred"):
+            call.context.run(events.emit, "tools/deferred", execution, call.ask, agent=execution.agent)
 
     def _abort_deferred(self) -> None:
         """The batch halted: its deferred calls will not wait for a decision.

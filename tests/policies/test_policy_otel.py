@@ -57,8 +57,8 @@ class Otel:
 
     def durations(self) -> list[tuple[dict[str, Any], int]]:
         data = self.reader.get_metrics_data()
-        out = []
-        for resource in data.resource_metrics:
+        out: list[tuple[dict[str, Any], int]] = []
+        for resource in () if data is None else data.resource_metrics:
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
                     if metric.name == "gen_ai.execute_tool.duration":
@@ -207,6 +207,57 @@ def test_an_approval_is_asked_and_answered_in_events(rt: Any, otel: Otel, answer
     names = events(span)
     assert names[0] == ("dsh.tool.approval.requested", {"dsh.reason": "writes files"})
     assert names[1][0] == "dsh.tool.approval.answered" and names[1][1]["dsh.answer"] == expected
+
+
+def test_a_deferred_approval_ends_the_span_and_the_resumed_call_gets_its_own(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+    rt.approvals.set(lambda request: "deferred")
+    use(rt, otel)
+    suspended = run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main"))
+    assert suspended.pending == ("c1",)
+    [waiting] = otel.tool_spans()  # ended when the batch suspended, not left open
+    assert [name for name, _ in events(waiting)] == ["dsh.tool.approval.requested", "dsh.tool.approval.deferred"]
+    assert events(waiting)[1][1] == {"dsh.reason": "writes files"}
+    assert waiting.status.status_code is StatusCode.UNSET
+    assert otel.durations() == []  # the call has not finished: no duration yet
+    rt.tools.resume(suspended.suspension, {"c1": "allowed-once"})
+    first, resumed = otel.tool_spans()
+    assert first is waiting or first.context.span_id == waiting.context.span_id
+    assert resumed.attributes["gen_ai.tool.call.id"] == "c1"
+    assert "error.type" not in resumed.attributes
+    assert [count for _, count in otel.durations()] == [1]
+
+
+def test_an_abort_of_a_deferred_call_ends_in_a_span_of_its_own(rt: Any, otel: Otel) -> None:
+    rt.tools.register(tool())
+    rt.tools.register(tool("slow", lambda args, ctx: ctx.signal.wait(WAIT) and {}))
+    rt.events.on(
+        "tools/pre-execute", lambda execution, next: Ask(reason="writes") if execution.name == "lookup" else next()
+    )
+    rt.approvals.set(lambda request: "deferred")
+    use(rt, otel)
+    controller = AbortController()
+    # c0 is deferred while c1 runs; the abort ends both.
+    deferred = threading.Event()
+    rt.events.on("tools/deferred", lambda execution, ask: deferred.set())
+    future = rt.tools.submit(
+        ToolBatchInput(
+            calls=[ToolCall("c0", "lookup", "{}"), ToolCall("c1", "slow", "{}")],
+            agent=Agent("main"),
+            signal=controller.signal,
+        )
+    )
+    assert deferred.wait(WAIT)
+    controller.abort()
+    result = future.result(WAIT)
+    assert result.pending == ()
+    by_id: dict[str, list[Any]] = {}
+    for span in otel.tool_spans():
+        by_id.setdefault(span.attributes["gen_ai.tool.call.id"], []).append(span)
+    waiting, ended = by_id["c0"]
+    assert events(waiting)[-1][0] == "dsh.tool.approval.deferred"
+    assert ended.attributes["error.type"] == "ABORTED_BEFORE_DISPATCH"
 
 
 def test_an_abort_and_a_timeout_are_events(rt: Any, otel: Otel) -> None:

@@ -630,3 +630,54 @@ def test_deps_are_given_again_at_resume_since_the_suspension_cannot_hold_them() 
         )
         rt.tools.resume(roundtrip(first.suspension), {"c0": "allowed-once"}, deps="db-2")
     assert seen == ["db-2"]
+
+
+def test_tools_deferred_observers_hear_of_each_deferred_call_in_the_callers_context() -> None:
+    import contextvars
+
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+    world = World()
+    heard: list[tuple[str, str, str]] = []
+    with started_runtime() as rt:
+        install(rt, world)
+        rt.events.on(
+            "tools/deferred", lambda execution, ask: heard.append((execution.call_id, ask.reason, request_id.get()))
+        )
+        request_id.set("req-7")
+        result = rt.tools.execute(
+            ToolBatchInput(calls=(c("c0", ask=True), c("c1"), c("c2", ask=True)), agent=Agent("main"))
+        )
+        assert result.pending == ("c0", "c2")
+        assert heard == [("c0", "a person must approve", "req-7"), ("c2", "a person must approve", "req-7")]
+        assert world.results == ["c1"]  # the deferred calls' tools/result comes at resume
+        rt.tools.resume(roundtrip(result.suspension), {"c0": "allowed-once", "c2": "rejected"})
+    assert len(heard) == 2  # a decided call is not deferred again
+
+
+def test_an_abort_while_a_call_is_deferred_and_a_later_one_runs_ends_the_batch_without_a_suspension() -> None:
+    import threading
+
+    world = World()
+    controller = AbortController()
+    deferred, running = threading.Event(), threading.Event()
+    with started_runtime() as rt:
+        install(rt, world)
+
+        def slow(args: Any, ctx: Any) -> str:
+            running.set()
+            ctx.signal.wait(GUARD)
+            return "late"
+
+        rt.tools.register(make_tool("slow", slow))
+        rt.events.on("tools/deferred", lambda execution, ask: deferred.set())
+        future = rt.tools.submit(
+            ToolBatchInput(calls=(c("c0", ask=True), c("c1", "slow")), agent=Agent("main"), signal=controller.signal)
+        )
+        assert deferred.wait(GUARD) and running.wait(GUARD)
+        controller.abort("stop")  # c1 then commits last: the abort must still end c0
+        result = future.result(GUARD)
+    assert result.suspension is None and result.pending == ()
+    assert [(item.call_id, code_of(item.result)) for item in result.results] == [
+        ("c0", "ABORTED_BEFORE_DISPATCH"),
+        ("c1", "ABORTED"),
+    ]
