@@ -8,7 +8,7 @@ cancellation.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -104,7 +104,12 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
             return
         case _Deferred(ask=ask):
             # The service answered "deferred": the call waits for a decision
-            # (guards run when it is continued, with what holds then).
+            # (guards run when it is continued, with what holds then). What it
+            # asked goes into a plain-JSON suspension: it must be plain.
+            unfit = _deferred_ask_problem(ask)
+            if unfit is not None:
+                call.resolve(failure_from_exception(ToolPolicyError("tools/pre-execute", unfit)), run_post=False)
+                return
             call.defer(ask)
             return
         case _:
@@ -135,6 +140,22 @@ def _awaiter(rt: ToolRuntime, call: Call) -> Callable[[Any], Any]:
         return await_on_loop(rt, coro, call.caller, call.loop, execution.name, execution.call_id)
 
     return wait
+
+
+def _deferred_ask_problem(ask: Any) -> str | None:
+    """Why a deferred ``Ask`` cannot be written into a suspension, or None."""
+    reason = getattr(ask, "reason", None)
+    if reason is not None and type(reason) is not str:
+        return f"Ask(reason=...) must be a str or None to be deferred, not {type(reason).__name__}"
+    shown = getattr(ask, "display_reason", None)
+    if shown is None:
+        return None
+    if isinstance(shown, Mapping) and all(type(k) is str and type(v) is str for k, v in shown.items()):
+        return None
+    return (
+        "Ask(display_reason=...) must be a mapping of language to text, such as "
+        '{"en": "Delete the file?"}, to be deferred'
+    )
 
 
 def _allow() -> Allow:

@@ -277,7 +277,15 @@ class BatchRun:
                 self._failed(exc)
             self._advance()
         inbox.end()
-        return self._close()
+        try:
+            return self._close()
+        except BaseException as exc:  # noqa: BLE001 - a bug: the batch fails, it never hangs
+            logger.opt(exception=exc).error("the batch scheduler failed")
+            return ToolBatchExecutionError(
+                f"internal error: {type(exc).__name__}: {safe_str(exc)}",
+                results=tuple(self.results[: self.committed]),
+                partial=_batch_result(tuple(self.results)),
+            )
 
     def _body_ended(self, message: BodyEnded) -> None:
         for call, value, error in message.ends:

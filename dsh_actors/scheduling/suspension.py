@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
+
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
 from ..json import materialize, thaw
 from ..model import (
@@ -145,6 +147,17 @@ def result_from_json(item: object, path: str) -> ToolExecutionResult:
 # --------------------------------------------------------------------------
 
 
+def display_reason_value(display_reason: Any) -> dict[str, str] | None:
+    """An ``Ask``'s ``display_reason`` as plain JSON: a mapping of
+    language to text; anything else was refused when the call deferred
+    (``pipeline/prepare.py``), so here it is None."""
+    if isinstance(display_reason, Mapping) and all(
+        type(k) is str and type(v) is str for k, v in display_reason.items()
+    ):
+        return dict(display_reason)
+    return None
+
+
 def plain_arguments(arguments: Any) -> Any:
     """A call's arguments as plain JSON (a text the model sent stays text)."""
     if type(arguments) is str:
@@ -181,7 +194,7 @@ def suspension_value(
             entry["state"] = DEFERRED
             entry["approval"] = {
                 "reason": None if ask is None else ask.reason,
-                "display_reason": None if ask is None or ask.display_reason is None else dict(ask.display_reason),
+                "display_reason": None if ask is None else display_reason_value(ask.display_reason),
             }
             waiting.append(call_id)
         else:
@@ -277,7 +290,9 @@ def resume_plan(
             except LosslessJsonError as exc:
                 raise InvalidValueError(f"not a suspension: {exc.message}") from None
             if not isinstance(arguments, Mapping):
-                raise InvalidValueError(f"not a suspension: {where}.arguments must be an object or a str")
+                # The model sent a JSON value that is not an object: as text,
+                # so the call meets the same intake (and its error) as at first.
+                arguments = orjson.dumps(thaw(arguments)).decode()
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         state = raw.get("state")
         logged = suspension.get("log") is not None

@@ -681,3 +681,41 @@ def test_an_abort_while_a_call_is_deferred_and_a_later_one_runs_ends_the_batch_w
         ("c0", "ABORTED_BEFORE_DISPATCH"),
         ("c1", "ABORTED"),
     ]
+
+
+@pytest.mark.parametrize("shown", ["please approve", 5, ["en", "x"], {"en": 1}])
+def test_a_deferred_ask_whose_display_reason_is_not_text_by_language_fails_the_call_clearly(shown: Any) -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        rt.events.on(
+            "tools/pre-execute",
+            lambda execution, next_: Ask(reason="r", display_reason=shown) if execution.call_id == "c1" else next_(),
+            prepend=True,
+        )
+        result = rt.tools.execute(ToolBatchInput(calls=(c("c0"), c("c1"), c("c2")), agent=Agent("main")))
+    assert result.pending == () and result.suspension is None
+    outcome = result.results[1].result
+    assert code_of(outcome) == "POLICY_FAILED"
+    assert "Ask(display_reason=...) must be a mapping of language to text" in outcome.error.message
+    assert sorted(world.ran) == ["c0", "c2"]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "42", "true"])
+def test_a_deferred_call_whose_arguments_are_not_an_object_resumes_to_the_same_intake_error(text: str) -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        rt.events.on(
+            "tools/pre-execute",
+            lambda execution, next_: Ask(reason="r") if execution.call_id == "c0" else next_(),
+            prepend=True,
+        )
+        suspended = rt.tools.execute(
+            ToolBatchInput(calls=(ToolCall(id="c0", name="safe", arguments=text), c("c1")), agent=Agent("main"))
+        )
+        assert suspended.pending == ("c0",)  # asked before its arguments were read
+        done = rt.tools.resume(roundtrip(suspended.suspension), {"c0": "allowed-once"})
+    assert done.pending == ()
+    assert [item.call_id for item in done.results] == ["c0", "c1"]
+    assert code_of(done.results[0].result) == "INVALID_ARGS"
