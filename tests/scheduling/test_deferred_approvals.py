@@ -714,7 +714,9 @@ def test_a_deferred_call_whose_arguments_are_not_an_object_resumes_to_the_same_i
         suspended = rt.tools.execute(
             ToolBatchInput(calls=(ToolCall(id="c0", name="safe", arguments=text), c("c1")), agent=Agent("main"))
         )
-        assert suspended.pending == ("c0",)  # asked before its arguments were read
+        # asked before its arguments were read (and, its classifier unable
+        # to read them, an exclusive call: c1 waits behind it)
+        assert suspended.pending == ("c0", "c1")
         done = rt.tools.resume(roundtrip(suspended.suspension), {"c0": "allowed-once"})
     assert done.pending == ()
     assert [item.call_id for item in done.results] == ["c0", "c1"]
