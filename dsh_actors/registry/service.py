@@ -457,7 +457,13 @@ class ToolsService:
             assert batch.agent is not None and batch.agent.session is not None  # (resume_plan checked)
             # The decisions reach the log before anything runs; a log whose
             # requests were decided already refuses (resumed elsewhere).
-            batch.agent.session.decide(plan.id, plan.decisions)
+            try:
+                batch.agent.session.decide(plan.id, plan.decisions)
+            except BaseException:
+                # Nothing was written and nothing ran: the claim goes back (a
+                # suspension decided in the log stays refused by the log).
+                rt.suspensions.release(plan.id)
+                raise
         self._start(batch, reply, loop, plan.starts)
 
     # -- interrupted steps -----------------------------------------------------

@@ -17,7 +17,7 @@ from loguru import logger
 
 from ..errors import ExecutorUnavailableError, InvalidStateError, InvalidTypeError, InvalidValueError
 from ..model import ToolBatchInput
-from ..pipeline.intake import bind_context, check_batch
+from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..visibility import describe_scope, select_executor
 from .executor import NativeExecutor
 from .messages import CallStart, Reply
@@ -115,6 +115,8 @@ def check_continuable(runtime: ToolRuntime, batch: ToolBatchInput) -> None:
     executor that runs batches itself. (A caller that must not consume
     anything before the batch is accepted asks this first.)"""
     check_batch(batch)
+    if batch.max_parallel_tool_calls is not None:
+        check_limit(batch.max_parallel_tool_calls)
     executor = select_executor(runtime.state, batch.agent)
     if executor is None:
         raise ExecutorUnavailableError(describe_scope(batch.agent))

@@ -721,3 +721,26 @@ def test_a_deferred_call_whose_arguments_are_not_an_object_resumes_to_the_same_i
     assert done.pending == ()
     assert [item.call_id for item in done.results] == ["c0", "c1"]
     assert code_of(done.results[0].result) == "INVALID_ARGS"
+
+
+def test_a_resume_refused_for_a_bad_limit_or_a_closed_log_claims_nothing_and_can_be_retried(tmp_path: Path) -> None:
+    world = World()
+    path = tmp_path / "log.jsonl"
+    with started_runtime() as rt:
+        install(rt, world)
+        agent = Agent("main", session=Session(path))
+        suspended = rt.tools.execute(
+            ToolBatchInput(calls=(c("c0", ask=True), c("c1")), agent=agent, log=LogStep(turn=1, step=1))
+        )
+        bad = roundtrip(suspended.suspension)
+        bad["max_parallel_tool_calls"] = 0
+        with pytest.raises(ValueError, match="max_parallel_tool_calls must be a positive integer"):
+            rt.tools.resume(bad, {"c0": "allowed-once"}, agent=agent)
+        closed = Agent("main", session=Session.open(path))
+        closed.session.close()
+        with pytest.raises(OSError, match="session is closed"):
+            rt.tools.resume(roundtrip(suspended.suspension), {"c0": "allowed-once"}, agent=closed)
+        done = rt.tools.resume(roundtrip(suspended.suspension), {"c0": "allowed-once"}, agent=agent)
+        agent.session.close()
+    assert done.pending == () and [item.call_id for item in done.results] == ["c0", "c1"]
+    assert sorted(world.ran) == ["c0", "c1"]
