@@ -206,6 +206,7 @@ class Metrics:
         undo.add(rt.events.on("tools/pre-execute", self._on_pre_execute, prepend=True))
         undo.add(rt.events.on("tools/execute", self._on_execute, prepend=True))
         undo.add(rt.events.on("tools/result", self._on_result))
+        undo.add(rt.events.on("tools/deferred", self._on_deferred))
         self._undo = undo
         return undo
 
@@ -247,6 +248,13 @@ class Metrics:
                 if trip is not None:
                     trip.body += elapsed
                     trip.dispatches += 1
+
+    def _on_deferred(self, execution: ToolExecution, ask: Any) -> None:
+        # The batch suspends: the call is no longer in flight here. Its
+        # tools/result comes when it is resumed (perhaps in another process):
+        # counted then, without latencies (its trip began before the wait).
+        with self._lock:
+            self._trips.pop(execution.token, None)
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         if not self._counts(execution):

@@ -244,3 +244,21 @@ def test_bad_config_is_rejected_when_applied(
     with pytest.raises(error, match=match):
         rt.use(policies.metrics, **config)
     assert rt.events.listeners("tools/result") == ()
+
+
+def test_a_deferred_call_is_not_left_in_flight_and_is_counted_when_it_is_resumed(rt: Any) -> None:
+    from dsh_actors import Ask, ToolBatchInput
+
+    metrics = policies.metrics.install(rt)
+    rt.tools.register(tool("echo"))
+    rt.events.on(
+        "tools/pre-execute", lambda execution, next_: Ask(reason="check") if execution.call_id == "a" else next_()
+    )
+    rt.approvals.set(lambda request: "deferred")
+    suspended = rt.tools.execute(ToolBatchInput(calls=(call("echo", id="a"), call("echo", id="b")), agent=Agent("m")))
+    assert suspended.pending == ("a",)
+    snap = metrics.snapshot()
+    assert snap["in_flight"] == 0 and snap["calls"] == 1
+    rt.tools.resume(suspended.suspension, {"a": "allowed-once"})
+    snap = metrics.snapshot()
+    assert snap["in_flight"] == 0 and snap["outcomes"] == {"ok": 2}
