@@ -53,6 +53,7 @@ EventName: TypeAlias = Literal[
     "tools/change",
     "tools/ptc-dispatch-log",
     "tools/progress",
+    "tools/deferred",
 ]
 """The events the runtime and the PTC executor dispatch (the bus itself
 accepts any name: a plugin may dispatch events of its own)."""

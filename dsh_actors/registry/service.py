@@ -58,7 +58,7 @@ from ..pipeline.stages import run_inline
 from ..scheduling.messages import CallStart, Reply
 from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
-from ..scheduling.suspension import resume_plan
+from ..scheduling.suspension import ReleasingReply, resume_plan
 from ..signals import AbortSignal
 from ..visibility import (
     Condition,
@@ -452,6 +452,16 @@ class ToolsService:
         # Whatever would refuse the batch is asked before it is claimed: a
         # claimed suspension cannot be resumed again.
         check_continuable(rt, batch)
+        claimed = self._claim_step(batch, reply)
+        try:
+            self._resume_claimed(plan, batch, claimed, loop)
+        except BaseException:
+            if isinstance(claimed, ReleasingReply):
+                claimed.release()  # the batch never started: the step goes back
+            raise
+
+    def _resume_claimed(self, plan: Any, batch: ToolBatchInput, reply: Reply, loop: Any) -> None:
+        rt = self._rt
         rt.suspensions.claim(plan.id)
         if batch.log is not None:
             assert batch.agent is not None and batch.agent.session is not None  # (resume_plan checked)
@@ -465,6 +475,18 @@ class ToolsService:
                 rt.suspensions.release(plan.id)
                 raise
         self._start(batch, reply, loop, plan.starts)
+
+    def _claim_step(self, batch: ToolBatchInput, reply: Reply) -> Reply:
+        """A logged step is resumed or recovered by one caller of this
+        runtime at a time: claimed here, given back when ``reply`` settles."""
+        log = batch.log
+        agent = batch.agent
+        session = None if agent is None else agent.session
+        if log is None or session is None:
+            return reply
+        suspensions = self._rt.suspensions
+        suspensions.claim_step(session, log.turn, log.step)
+        return ReleasingReply(reply, lambda: suspensions.release_step(session, log.turn, log.step))
 
     # -- interrupted steps -----------------------------------------------------
 
@@ -540,12 +562,24 @@ class ToolsService:
     ) -> None:
         rt = self._rt
         rt._require()
-        batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
-        check_continuable(rt, batch)
-        # A run_code call's sub-calls that the crash left open end first (as
-        # repair() ends them): whatever the call becomes, they are over.
-        agent.session.close_sub_calls([call.id for call in batch.calls])
-        self._start(batch, reply, loop, starts)
+        session = getattr(agent, "session", None)
+        claimed: Reply = reply
+        if session is not None and type(turn) is int and type(step) is int:
+            # Claimed before the log is read: a resume or recovery of the
+            # step running now would change what the plan must be.
+            rt.suspensions.claim_step(session, turn, step)
+            claimed = ReleasingReply(reply, lambda: rt.suspensions.release_step(session, turn, step))
+        try:
+            batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
+            check_continuable(rt, batch)
+            # A run_code call's sub-calls that the crash left open end first (as
+            # repair() ends them): whatever the call becomes, they are over.
+            agent.session.close_sub_calls([call.id for call in batch.calls])
+            self._start(batch, claimed, loop, starts)
+        except BaseException:
+            if isinstance(claimed, ReleasingReply):
+                claimed.release()
+            raise
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
         """Run ONE call through the whole pipeline on the calling thread and

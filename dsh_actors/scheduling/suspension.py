@@ -388,11 +388,30 @@ class Claims:
     suspension is resumed at most once per runtime, whatever its origin.
     An id is a few dozen bytes; they are kept for the runtime's life."""
 
-    __slots__ = ("_lock", "_taken")
+    __slots__ = ("_lock", "_taken", "_steps")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._taken: set[str] = set()
+        # Logged steps a resume or a recovery of this runtime runs now: (the
+        # session, turn, step). A second one of the same step is refused.
+        self._steps: set[tuple[Any, int, int]] = set()
+
+    def claim_step(self, session: Any, turn: int, step: int) -> None:
+        """Take logged step ``(turn, step)`` of ``session`` for a resume or a
+        recovery; raises ``InvalidStateError`` while another one runs it."""
+        with self._lock:
+            key = (session, turn, step)
+            if key in self._steps:
+                raise InvalidStateError(
+                    f"step (turn {turn}, step {step}) of this session is being resumed or recovered "
+                    "already: wait for that to finish (a call could otherwise run twice)"
+                )
+            self._steps.add(key)
+
+    def release_step(self, session: Any, turn: int, step: int) -> None:
+        with self._lock:
+            self._steps.discard((session, turn, step))
 
     def claim(self, suspension_id: str) -> None:
         """Take ``suspension_id``; raises ``InvalidStateError`` if it was taken."""
@@ -405,6 +424,40 @@ class Claims:
         """Give back a claim whose resume could not start (nothing ran)."""
         with self._lock:
             self._taken.discard(suspension_id)
+
+
+class ReleasingReply:
+    """A reply that gives back a step claim once it is settled (or once
+    :meth:`release` is called: the batch never started)."""
+
+    __slots__ = ("_reply", "_release")
+
+    def __init__(self, reply: Any, release: Any) -> None:
+        self._reply = reply
+        self._release: Any = release
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return bool(self._reply.set_running_or_notify_cancel())
+
+    def set_result(self, result: Any) -> None:
+        try:
+            self.release()
+        finally:
+            self._reply.set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        try:
+            self.release()
+        finally:
+            self._reply.set_exception(exception)
+
+    def done(self) -> bool:
+        return bool(self._reply.done())
 
 
 def already_resumed(suspension_id: str) -> str:

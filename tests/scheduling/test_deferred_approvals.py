@@ -744,3 +744,47 @@ def test_a_resume_refused_for_a_bad_limit_or_a_closed_log_claims_nothing_and_can
         agent.session.close()
     assert done.pending == () and [item.call_id for item in done.results] == ["c0", "c1"]
     assert sorted(world.ran) == ["c0", "c1"]
+
+
+def test_a_step_being_resumed_is_not_recovered_beside_it_and_recovers_to_nothing_after(tmp_path: Path) -> None:
+    import threading
+
+    world = World()
+    running, release = threading.Event(), threading.Event()
+    with started_runtime() as rt:
+        install(rt, world)
+
+        def charge(args: Any, ctx: Any) -> str:
+            world.ran.append(ctx.call_id)
+            running.set()
+            release.wait(GUARD)
+            return "charged"
+
+        rt.tools.register(make_tool("charge", charge, classifier=None))
+        agent = Agent("main", session=Session(tmp_path / "log.jsonl"))
+        suspended = rt.tools.execute(
+            ToolBatchInput(
+                calls=(ToolCall(id="c0", name="charge", arguments='{"ask": true}'), c("c1")),
+                agent=agent,
+                log=LogStep(turn=1, step=1),
+            )
+        )
+        assert suspended.pending == ("c0", "c1")
+        resumed: list[Any] = []
+        resumer = threading.Thread(
+            target=lambda: resumed.append(rt.tools.resume(suspended.suspension, {"c0": "allowed-once"}, agent=agent))
+        )
+        resumer.start()
+        try:
+            assert running.wait(GUARD)
+            with pytest.raises(Exception, match=r"being resumed or recovered already") as refused:
+                rt.tools.recover(agent, 1, 1)
+            assert type(refused.value).__name__ == "InvalidStateError"
+        finally:
+            release.set()
+            resumer.join(GUARD)
+        assert [item.call_id for item in resumed[0].results] == ["c0", "c1"]
+        again = rt.tools.recover(agent, 1, 1)  # complete now: nothing runs
+        agent.session.close()
+    assert [item.call_id for item in again.results] == ["c0", "c1"]
+    assert world.ran.count("c0") == 1
