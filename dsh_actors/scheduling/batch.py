@@ -895,7 +895,9 @@ class BatchRun:
 
     def _record_given(self, index: int) -> None:
         """A call given its final result (a continued batch): recorded as it
-        is; nothing is emitted, and it is logged only with ``log_result``."""
+        is. A result settled in an earlier run is neither emitted nor logged
+        again; one decided now (``log_result``: recovery's ``INTERRUPTED``)
+        is logged and gets its ``tools/result``, as every call does once."""
         assert self._given(index), f"call {index} committed unbuilt"
         starts = self.starts
         assert starts is not None
@@ -914,6 +916,13 @@ class BatchRun:
                 self.log_error = exc
                 return
         self.committed = len(self.results)
+        if start.log_result and self.rt.events.has_listeners("tools/result"):
+            # Its observers see it end, with the execution it would have had
+            # (built for them; nothing of the pipeline runs).
+            call = self._build(index, self.batch.calls[index], None, None)
+            execution = call.execution
+            execution._freeze()
+            call.context.run(self.rt.events.emit, "tools/result", execution, result, agent=execution.agent)
 
     def _defer(self, call: Call) -> None:
         """``call`` is DEFERRED (the approval service answered

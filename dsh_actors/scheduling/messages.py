@@ -75,8 +75,8 @@ class CallStart:
     log_result: bool = False
     """With ``result``: a result decided now, not in an earlier run (crash
     recovery's ``INTERRUPTED`` failure of a call that started): its
-    ``tool/result`` is written when it commits, in model order. Still no
-    phase runs and no ``tools/result`` is emitted."""
+    ``tool/result`` is written when it commits, in model order, and its
+    ``tools/result`` is emitted (the call ends now). Still no phase runs."""
     logged: bool = False
     """Its ``tool/call`` is in the session log already: not written again
     (its ``tool/result`` is written when it commits, as always)."""

@@ -100,7 +100,8 @@ def continue_batch(
     The batch runs the one state machine every batch runs (``BatchRun``):
     the same barriers, limits, cancellation and commit order. A call given
     its ``result`` is settled: nothing runs, nothing is emitted or logged
-    for it, and its result takes its place in the batch's result. A call
+    for it (with ``log_result``, its ``tool/result`` and ``tools/result``
+    are), and its result takes its place in the batch's result. A call
     with an ``answer`` runs from its approval answer on (guards, the
     cancellation recheck, dispatch, post-execute, finalize, its
     ``tool/result``); any other call runs the whole pipeline. ``logged``:

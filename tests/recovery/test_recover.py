@@ -137,9 +137,13 @@ def test_each_call_is_kept_run_run_again_or_interrupted_as_its_log_and_its_tool_
         call_event("c3", "once"),  # logged, never started: runs
         # c4: in the tool/batch only (the crash came before its tool/call): runs
     )
+    ended: list[str] = []
+    rt.events.on("tools/result", lambda execution, result: ended.append(execution.call_id))
     with Session.open(path) as session:
         result = rt.tools.recover(Agent("a", session=session), 1, 1)
 
+    # Every call that ends in this run is seen to end once (c0 ended before the crash).
+    assert sorted(ended) == ["c1", "c2", "c3", "c4"]
     assert texts(result) == [
         ("c0", "kept"),
         ("c1", "Error: " + INTERRUPTED.error.message),
