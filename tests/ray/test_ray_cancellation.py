@@ -138,7 +138,11 @@ def test_a_killed_actor_fails_its_call(rt: Any, make_executor: Any, gate: Any) -
     executor = make_executor(actors={"c": RayActor(rt_tools.Counter, name="doomed-counter")})
     rt.tools.set_executor(executor)
     assert rt.tools.execute(batch(("a", "add", {"x": 1}))).results[0].result.value["total"] == 1
-    ray.kill(ray.get_actor("doomed-counter", namespace="dsh-tests"))
+    doomed = ray.get_actor("doomed-counter", namespace="dsh-tests")
+    ray.kill(doomed)
+    # ray.kill returns before the actor is gone: a task sent after it ends
+    # (fails) only once the actor has died, so the next call meets a dead one.
+    ray.wait([doomed.__ray_terminate__.remote()], timeout=60)
     failure = rt.tools.execute(batch(("b", "add", {"x": 1}))).results[0].result
     assert failure.is_error and failure.error.info is not None
     assert (failure.error.info.name, failure.error.info.code) == ("RayWorkerDiedError", ErrorCode.TOOL_FAILED)
