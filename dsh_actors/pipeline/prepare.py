@@ -142,15 +142,19 @@ def _awaiter(rt: ToolRuntime, call: Call) -> Callable[[Any], Any]:
     return wait
 
 
+def is_text_by_language(value: Any) -> bool:
+    """Whether ``value`` is what an ``Ask``'s ``display_reason`` must be to
+    be deferred: a mapping of language to text."""
+    return isinstance(value, Mapping) and all(type(k) is str and type(v) is str for k, v in value.items())
+
+
 def _deferred_ask_problem(ask: Any) -> str | None:
     """Why a deferred ``Ask`` cannot be written into a suspension, or None."""
     reason = getattr(ask, "reason", None)
     if reason is not None and type(reason) is not str:
         return f"Ask(reason=...) must be a str or None to be deferred, not {type(reason).__name__}"
     shown = getattr(ask, "display_reason", None)
-    if shown is None:
-        return None
-    if isinstance(shown, Mapping) and all(type(k) is str and type(v) is str for k, v in shown.items()):
+    if shown is None or is_text_by_language(shown):
         return None
     return (
         "Ask(display_reason=...) must be a mapping of language to text, such as "

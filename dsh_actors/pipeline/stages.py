@@ -36,7 +36,7 @@ from .body import (
 from .call import LOOK_UP, BadArguments, Call, CallPhase, begin, begin_call, lookup, stale, stamp
 from .dispatch import dispatch
 from .finalize import BLOCKED_DEFAULT, finalize
-from .prepare import DECISIONS, prepare
+from .prepare import DECISIONS, is_text_by_language, prepare
 from .results import failure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,6 +48,7 @@ __all__ = [
     "Call",
     "CallPhase",
     "DECISIONS",
+    "is_text_by_language",
     "LOOK_UP",
     "await_on_loop",
     "begin",

@@ -425,10 +425,9 @@ class ToolsService:
     ) -> ToolBatchResult:
         """:meth:`resume` without blocking the event loop: ``await`` it (its
         async tool bodies run on this loop, as for :meth:`execute_async`)."""
-        loop = asyncio.get_running_loop()
-        future: Future[ToolBatchResult] = Future()
-        self._resume(suspension, decisions, agent, signal, future, loop, tool_set, deps)
-        return await asyncio.wrap_future(future)
+        return await self._awaited(
+            lambda reply, loop: self._resume(suspension, decisions, agent, signal, reply, loop, tool_set, deps)
+        )
 
     def _resume(
         self,
@@ -452,13 +451,13 @@ class ToolsService:
         # Whatever would refuse the batch is asked before it is claimed: a
         # claimed suspension cannot be resumed again.
         check_continuable(rt, batch)
-        claimed = self._claim_step(batch, reply)
-        try:
-            self._resume_claimed(plan, batch, claimed, loop)
-        except BaseException:
-            if isinstance(claimed, ReleasingReply):
-                claimed.release()  # the batch never started: the step goes back
-            raise
+        log = batch.log
+        session = None if log is None or batch.agent is None else batch.agent.session
+        if session is None:
+            self._resume_claimed(plan, batch, reply, loop)
+        else:
+            assert log is not None
+            self._in_step(session, log.turn, log.step, reply, lambda r: self._resume_claimed(plan, batch, r, loop))
 
     def _resume_claimed(self, plan: Any, batch: ToolBatchInput, reply: Reply, loop: Any) -> None:
         rt = self._rt
@@ -476,17 +475,19 @@ class ToolsService:
                 raise
         self._start(batch, reply, loop, plan.starts)
 
-    def _claim_step(self, batch: ToolBatchInput, reply: Reply) -> Reply:
-        """A logged step is resumed or recovered by one caller of this
-        runtime at a time: claimed here, given back when ``reply`` settles."""
-        log = batch.log
-        agent = batch.agent
-        session = None if agent is None else agent.session
-        if log is None or session is None:
-            return reply
+    def _in_step(self, session: Any, turn: int, step: int, reply: Reply, start: Callable[[Reply], None]) -> None:
+        """``start(reply)`` holding logged step ``(turn, step)`` of ``session``:
+        a step is resumed or recovered by one caller of this runtime at a
+        time. The claim is given back when the reply settles, or at once if
+        ``start`` raises (the batch never started)."""
         suspensions = self._rt.suspensions
-        suspensions.claim_step(session, log.turn, log.step)
-        return ReleasingReply(reply, lambda: suspensions.release_step(session, log.turn, log.step))
+        suspensions.claim_step(session, turn, step)
+        claimed = ReleasingReply(reply, lambda: suspensions.release_step(session, turn, step))
+        try:
+            start(claimed)
+        except BaseException:
+            claimed.release()
+            raise
 
     # -- interrupted steps -----------------------------------------------------
 
@@ -544,10 +545,9 @@ class ToolsService:
     ) -> ToolBatchResult:
         """:meth:`recover` without blocking the event loop: ``await`` it (its
         async tool bodies run on this loop, as for :meth:`execute_async`)."""
-        loop = asyncio.get_running_loop()
-        future: Future[ToolBatchResult] = Future()
-        self._recover(agent, turn, step, signal, tool_set, deps, future, loop)
-        return await asyncio.wrap_future(future)
+        return await self._awaited(
+            lambda reply, loop: self._recover(agent, turn, step, signal, tool_set, deps, reply, loop)
+        )
 
     def _recover(
         self,
@@ -562,24 +562,22 @@ class ToolsService:
     ) -> None:
         rt = self._rt
         rt._require()
-        session = getattr(agent, "session", None)
-        claimed: Reply = reply
-        if session is not None and type(turn) is int and type(step) is int:
-            # Claimed before the log is read: a resume or recovery of the
-            # step running now would change what the plan must be.
-            rt.suspensions.claim_step(session, turn, step)
-            claimed = ReleasingReply(reply, lambda: rt.suspensions.release_step(session, turn, step))
-        try:
+
+        def start(claimed: Reply) -> None:
             batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
             check_continuable(rt, batch)
             # A run_code call's sub-calls that the crash left open end first (as
             # repair() ends them): whatever the call becomes, they are over.
             agent.session.close_sub_calls([call.id for call in batch.calls])
             self._start(batch, claimed, loop, starts)
-        except BaseException:
-            if isinstance(claimed, ReleasingReply):
-                claimed.release()
-            raise
+
+        session = getattr(agent, "session", None)
+        if session is not None and type(turn) is int and type(step) is int:
+            # Claimed before the log is read: a resume or recovery of the
+            # step running now would change what the plan must be.
+            self._in_step(session, turn, step, reply, start)
+        else:
+            start(reply)  # (recovery_plan refuses it, naming the fix)
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
         """Run ONE call through the whole pipeline on the calling thread and
@@ -641,12 +639,16 @@ class ToolsService:
         tool bodies run on this very loop (so they may use clients, futures
         and locks bound to it); its sync bodies, listeners and policies run
         on the runtime's threads, as for :meth:`execute`."""
-        loop = asyncio.get_running_loop()
-        future: Future[ToolBatchResult] = Future()
-        self._start(batch, future, loop)
-        return await asyncio.wrap_future(future)
+        return await self._awaited(lambda reply, loop: self._start(batch, reply, loop))
 
     # -- plumbing ----------------------------------------------------------
+
+    async def _awaited(self, start: Callable[[Reply, Any], None]) -> ToolBatchResult:
+        """``start(reply, loop)`` a batch whose async bodies run on the running
+        loop, and await its result without blocking that loop."""
+        future: Future[ToolBatchResult] = Future()
+        start(future, asyncio.get_running_loop())
+        return await asyncio.wrap_future(future)
 
     def _on_registry_thread(self) -> bool:
         actor = actor_thread_ident()

@@ -43,7 +43,7 @@ from ..model import (
     content_from_json,
     content_to_json,
 )
-from ..pipeline.stages import DECISIONS
+from ..pipeline.stages import DECISIONS, is_text_by_language
 from ..session import error_from_json, error_to_json
 from .messages import CallStart
 
@@ -151,11 +151,7 @@ def display_reason_value(display_reason: Any) -> dict[str, str] | None:
     """An ``Ask``'s ``display_reason`` as plain JSON: a mapping of
     language to text; anything else was refused when the call deferred
     (``pipeline/prepare.py``), so here it is None."""
-    if isinstance(display_reason, Mapping) and all(
-        type(k) is str and type(v) is str for k, v in display_reason.items()
-    ):
-        return dict(display_reason)
-    return None
+    return dict(display_reason) if is_text_by_language(display_reason) else None
 
 
 def plain_arguments(arguments: Any) -> Any:
