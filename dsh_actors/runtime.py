@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -21,13 +21,22 @@ import pykka
 from loguru import logger
 
 from .actors import ActorGroup, PendingReplies, RegistryRef, actor_thread_ident
-from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, RuntimeStoppedError
+from .approvals import ApprovalChannel, ApprovalService
+from .errors import (
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
+    RegistrationError,
+    RuntimeStoppedError,
+    safe_str,
+)
 from .events import Disposer, EventBus
+from .kernel import RuntimeKernel
 from .loop import LoopThread
 from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
 from .pipeline.flights import LoopWatch
 from .registry.actor import RegistryActor
-from .registry.service import ToolsService
+from .registry.service import ServiceLinks, ToolsService
 from .scheduling.executor import CallActor, Lent, NativeExecutor
 from .scheduling.pool import CallPool
 from .scheduling.suspension import Claims
@@ -37,59 +46,6 @@ from .visibility import RegistryState
 __all__ = ["DEFAULT_CALL_ACTORS", "ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
 
 _STOPPED = "the ToolRuntime is stopped"
-
-
-class ApprovalService(Protocol):
-    """``fn(request) -> str``: ``"allowed-once"`` runs the call; ``"rejected"``,
-    ``"cancelled"``, ``"unavailable"`` deny it with the pinned reasons;
-    ``"deferred"`` leaves it waiting for a person (the batch suspends:
-    ``result.suspension``, finished by ``rt.tools.resume``; a nested call,
-    which cannot suspend, fails); any other answer fails it without
-    running it. A sync service runs on the
-    executor thread that prepares the call, and may block (a person
-    answering); an ``async def`` service runs on the batch's event loop
-    (the one that awaited ``execute_async``, the bound loop, or the
-    runtime's own), and must not block it."""
-
-    def __call__(self, request: ApprovalRequest) -> str | Awaitable[str]: ...
-
-
-class ApprovalChannel:
-    """``rt.approvals``: where ``Ask`` decisions are routed. Once its runtime
-    stopped (:meth:`close`), :meth:`set` raises; disposers still work."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stack: list[tuple[object, ApprovalService]] = []
-        self._closed: str | None = None
-
-    def close(self, reason: str = "the approval channel is closed") -> None:
-        """Refuse :meth:`set` from now on (``RuntimeError(reason)``)."""
-        with self._lock:
-            if self._closed is None:
-                self._closed = reason
-
-    @property
-    def service(self) -> ApprovalService | None:
-        """The service installed last (and not yet disposed), if any."""
-        stack = self._stack
-        return stack[-1][1] if stack else None
-
-    def set(self, service: ApprovalService) -> Disposer:
-        """Install ``service``; its disposer restores the previous one."""
-        if not callable(service):
-            raise InvalidTypeError("an approval service must be callable: fn(request) -> str")
-        key = object()
-        with self._lock:
-            if self._closed is not None:
-                raise RuntimeStoppedError(self._closed)
-            self._stack = [*self._stack, (key, service)]
-
-        def remove() -> None:
-            with self._lock:
-                self._stack = [item for item in self._stack if item[0] is not key]
-
-        return Disposer(remove)
 
 
 class Plugin(Protocol):
@@ -155,6 +111,8 @@ class ToolRuntime:
         self._workers: ThreadPoolExecutor | None = None
         self._registry: pykka.ActorRef[Any] | None = None
         self._state: RegistryState | None = None
+        self._kernel: RuntimeKernel | None = None
+        self._bindings = _Bindings()
         self._tools: ToolsService | None = None
         self._native: NativeExecutor | None = None
         self._stop_hooks: list[Callable[[], Any]] = []
@@ -177,11 +135,30 @@ class ToolRuntime:
             self._loop = LoopThread()
             self._state = RegistryState()
             self._pool = CallPool(self, self.max_call_actors, CallActor.open)
-            ref = RegistryActor.spawn(self._group, self)
+            kernel = self._kernel = RuntimeKernel(
+                events=self.events,
+                state=self._state,
+                stop_signal=self.stop_signal,
+                approvals=self.approvals,
+                loop=self._loop,
+                bound_loop=self.bound_loop,
+                loop_watch=self.loop_watch,
+                lend=self._lend,
+                is_running=lambda: self.running,
+                worker_pool=self.workers,
+            )
+            ref = RegistryActor.spawn(self._group, kernel, self._bind_executor)
             actor = self._group.actor(ref)
             assert actor is not None
             self._registry = RegistryRef(actor, self.pending_replies)
-            self._tools = ToolsService(self, scope=None)
+            links = ServiceLinks(
+                kernel=kernel,
+                registry=self._registry,
+                pending_replies=self.pending_replies,
+                pending_writes=self.pending_writes,
+                claims=self.suspensions,
+            )
+            self._tools = ToolsService(links, scope=None)
             self._native = NativeExecutor(self.max_parallel_tool_calls)
             self._tools.set_executor(self._native)
         except BaseException:
@@ -288,6 +265,15 @@ class ToolRuntime:
         manager: ``with rt.waiting(): ...``)."""
         return Lent(self.call_pool, bounded)
 
+    def _lend(self, bounded: bool) -> Lent:
+        return Lent(self.call_pool, bounded)
+
+    def _bind_executor(self, executor: Any) -> None:
+        """``executor.bind(self)``, once per executor object (the scope
+        actors' hook: ``set_executor``). Runs on the calling scope actor's
+        thread and holds no lock while ``bind`` runs."""
+        self._bindings.bind(executor, self)
+
     def stop_remaining(self) -> float:
         """Seconds left until the running :meth:`stop`'s deadline (0 when
         none is running)."""
@@ -373,6 +359,13 @@ class ToolRuntime:
         return self._pool
 
     @property
+    def kernel(self) -> RuntimeKernel:
+        """What the layers below the runtime are given of it (built once by
+        :meth:`start`; see :mod:`dsh_actors.kernel`)."""
+        assert self._kernel is not None
+        return self._kernel
+
+    @property
     def state(self) -> RegistryState:
         assert self._state is not None
         return self._state
@@ -405,3 +398,46 @@ class ToolRuntime:
     def __repr__(self) -> str:
         state = "running" if self.running else ("stopped" if self._stopped else "new")
         return f"<ToolRuntime {state} actors={len(self._group)}>"
+
+
+class _Bindings:
+    """Which executors' ``bind(runtime)`` has run in one runtime, so each
+    runs once per executor object. ``bind`` is user code: it runs outside
+    the lock. A second scope that sets the same executor meanwhile waits
+    for that first ``bind`` (and tries itself if it failed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # By id; the value keeps the object alive so the id is never reused
+        # while recorded. Invariant: an id is in at most one of the two.
+        self._bound: dict[int, object] = {}
+        self._binding: dict[int, threading.Event] = {}
+
+    def bind(self, executor: Any, runtime: ToolRuntime) -> None:
+        bind = getattr(executor, "bind", None)
+        if bind is None:
+            return
+        if not callable(bind):
+            raise RegistrationError(f"{type(executor).__qualname__}.bind must be callable")
+        key = id(executor)
+        while True:
+            with self._lock:
+                if key in self._bound:
+                    return
+                running = self._binding.get(key)
+                if running is None:
+                    done = self._binding[key] = threading.Event()
+                    break
+            running.wait()  # another scope actor is running this executor's bind
+        bound = False
+        try:
+            bind(runtime)
+            bound = True
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            raise RegistrationError(f"{type(executor).__qualname__}.bind(runtime) failed: {safe_str(exc)}") from exc
+        finally:
+            with self._lock:
+                del self._binding[key]
+                if bound:
+                    self._bound[key] = executor
+            done.set()

@@ -34,123 +34,77 @@ from .visibility import Registration, RegistryState, _visible, describe_scope
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import ToolDefinition
 
-__all__ = ["ResolvedToolSet"]
+__all__ = ["Admission", "ResolvedToolSet"]
 
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
-class ResolvedToolSet:
-    """One step's admission, for exactly one agent (``agent``).
-
-    Reads (:meth:`view`, and the registry read functions given this set)
-    take no lock and no thread hop; they are safe from any thread.
-    :meth:`dispose` closes admission (idempotent, any thread) A disposed set, or one used with another agent or another
-    runtime, admits nothing.
-    """
+class Admission:
+    """The writer side of one :class:`ResolvedToolSet`: its candidates,
+    what was withdrawn from them, and the published selection, under one
+    lock. The tool-set actor that resolves the set creates it and calls
+    :meth:`begin` and :meth:`publish` (or :meth:`abandon`); scope actors
+    call :meth:`note_visible` after every committed change (the registry
+    lists live admissions, :meth:`RegistryState.live_toolsets`); the set
+    itself only reads. Applications never see it."""
 
     __slots__ = (
-        "_state",
-        "_agent",
+        "state",
+        "agent",
         "_lock",
         "_candidates",
-        "_admitted_map",
+        "_admitted",
         "_withdrawn",
         "_wversion",
         "_disposed",
-        "_cache",
         "__weakref__",
     )
 
     def __init__(self, state: RegistryState, agent: Agent | None) -> None:
-        self._state = state
-        self._agent = agent
+        self.state = state
+        self.agent = agent
         self._lock = threading.Lock()
         # Invariant: _withdrawn only grows, _wversion counts its changes.
         self._candidates: Mapping[str, Registration] | None = None
-        self._admitted_map: Mapping[str, Registration] | None = None
+        self._admitted: Mapping[str, Registration] | None = None
         self._withdrawn: frozenset[int] = frozenset()
         self._wversion = 0
         self._disposed = False
-        self._cache: tuple[Any, int, Mapping[str, Registration], Mapping[str, ToolDefinition]] | None = None
+
+    # -- reads (any thread, no lock) ------------------------------------------
 
     @property
-    def agent(self) -> Agent | None:
-        """The agent the set was resolved for."""
-        return self._agent
+    def admitted(self) -> Mapping[str, Registration] | None:
+        """The published selection (None while resolving)."""
+        return self._admitted
+
+    @property
+    def withdrawn(self) -> frozenset[int]:
+        """The ``seq`` of every candidate withdrawn for good."""
+        return self._withdrawn
+
+    @property
+    def wversion(self) -> int:
+        """How often :attr:`withdrawn` changed (read it first: a stale
+        version only forces a recompute)."""
+        return self._wversion
 
     @property
     def disposed(self) -> bool:
         return self._disposed
 
-    # -- reads -------------------------------------------------------------
+    # -- writes --------------------------------------------------------------
 
-    def _views(
-        self, state: RegistryState, agent: Agent | None
-    ) -> tuple[Mapping[str, Registration], Mapping[str, ToolDefinition]]:
-        admitted = self._admitted_map
-        if admitted is None or self._disposed or agent is not self._agent or state is not self._state:
-            return _EMPTY, _EMPTY
-        wversion = self._wversion  # read before _withdrawn: a stale tag only forces a recompute
-        current = _visible(state, agent)
-        cache = self._cache
-        if cache is not None and cache[0] is current and cache[1] == wversion:
-            return cache[2], cache[3]
-        withdrawn = self._withdrawn
-        regs = {name: reg for name, reg in admitted.items() if current.get(name) is reg and reg.seq not in withdrawn}
-        result = (
-            MappingProxyType(regs),
-            MappingProxyType({name: reg.definition for name, reg in regs.items()}),
-        )
-        self._cache = (current, wversion, *result)
-        return result
-
-    def _admitted(self, state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
-        return self._views(state, agent)[0]
-
-    def view(self, scope: Agent | None) -> Mapping[str, ToolDefinition]:
-        """The admitted definitions that ``scope`` still sees as the very
-        registrations admitted, by name, read-only. Only for the agent the
-        set was resolved for: any other scope (``None`` included, unless the
-        set was resolved for the global view) gets an empty mapping."""
-        return self._views(self._state, scope)[1]
-
-    # -- lifecycle ---------------------------------------------------------
-
-    def dispose(self) -> None:
-        """Close admission. Idempotent; any thread."""
-        with self._lock:
-            if self._disposed:
-                return
-            self._disposed = True
-        self._state._remove_toolset(self)
-
-    def __enter__(self) -> ResolvedToolSet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.dispose()
-
-    def __repr__(self) -> str:
-        if self._disposed:
-            state = "disposed"
-        elif self._admitted_map is None:
-            state = "resolving"
-        else:
-            names = list(self._views(self._state, self._agent)[0])
-            state = f"admitted={names}"
-        return f"<ResolvedToolSet {describe_scope(self._agent)} {state}>"
-
-    # -- the actor's and the scope actors' side ------------------------------
-
-    def _begin(self) -> Mapping[str, Registration]:
-        # Under the lock that _note_visible takes: a change committed while
+    def begin(self) -> Mapping[str, Registration]:
+        """Read and keep the candidates (the tool-set actor, once)."""
+        # Under the lock that note_visible takes: a change committed while
         # the candidates are read is either already in them or noted after.
         with self._lock:
-            candidates = _visible(self._state, self._agent)
+            candidates = _visible(self.state, self.agent)
             self._candidates = candidates
             return candidates
 
-    def _note_visible(self, current: Mapping[str, Registration]) -> None:
+    def note_visible(self, current: Mapping[str, Registration]) -> None:
         """Withdraw, for good, every candidate ``current`` (the agent's
         visibility after a committed change) does not show as the same
         registration. Called by scope actors."""
@@ -166,14 +120,100 @@ class ResolvedToolSet:
                 self._withdrawn = withdrawn.union(gone)
                 self._wversion += 1
 
-    def _publish(self, admitted: Mapping[str, Registration]) -> None:
+    def publish(self, admitted: Mapping[str, Registration]) -> None:
+        """Publish the selection, minus what was withdrawn (the tool-set actor, once)."""
         with self._lock:
             withdrawn = self._withdrawn
-            self._admitted_map = MappingProxyType(
-                {name: reg for name, reg in admitted.items() if reg.seq not in withdrawn}
-            )
+            self._admitted = MappingProxyType({name: reg for name, reg in admitted.items() if reg.seq not in withdrawn})
 
-    def _abandon(self) -> None:
+    def abandon(self) -> None:
+        """Close admission and leave the registry's list. Idempotent; any thread."""
         with self._lock:
+            if self._disposed:
+                return
             self._disposed = True
-        self._state._remove_toolset(self)
+        self.state.remove_toolset(self)
+
+
+class ResolvedToolSet:
+    """One step's admission, for exactly one agent (``agent``).
+
+    Reads (:meth:`view`, and the registry read functions given this set)
+    take no lock and no thread hop; they are safe from any thread.
+    :meth:`dispose` closes admission (idempotent, any thread) A disposed set, or one used with another agent or another
+    runtime, admits nothing.
+    """
+
+    __slots__ = ("_admission", "_cache", "__weakref__")
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self._cache: tuple[Any, int, Mapping[str, Registration], Mapping[str, ToolDefinition]] | None = None
+
+    @property
+    def agent(self) -> Agent | None:
+        """The agent the set was resolved for."""
+        return self._admission.agent
+
+    @property
+    def disposed(self) -> bool:
+        return self._admission.disposed
+
+    # -- reads -------------------------------------------------------------
+
+    def _views(
+        self, state: RegistryState, agent: Agent | None
+    ) -> tuple[Mapping[str, Registration], Mapping[str, ToolDefinition]]:
+        admission = self._admission
+        admitted = admission.admitted
+        if admitted is None or admission.disposed or agent is not admission.agent or state is not admission.state:
+            return _EMPTY, _EMPTY
+        wversion = admission.wversion  # read before withdrawn: a stale tag only forces a recompute
+        current = _visible(state, agent)
+        cache = self._cache
+        if cache is not None and cache[0] is current and cache[1] == wversion:
+            return cache[2], cache[3]
+        withdrawn = admission.withdrawn
+        regs = {name: reg for name, reg in admitted.items() if current.get(name) is reg and reg.seq not in withdrawn}
+        result = (
+            MappingProxyType(regs),
+            MappingProxyType({name: reg.definition for name, reg in regs.items()}),
+        )
+        self._cache = (current, wversion, *result)
+        return result
+
+    def admitted_in(self, state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
+        """The registrations admitted that ``agent`` still sees in ``state``
+        as the very ones admitted, by name (what the registry read functions
+        use; empty for another agent or another runtime's registry)."""
+        return self._views(state, agent)[0]
+
+    def view(self, scope: Agent | None) -> Mapping[str, ToolDefinition]:
+        """The admitted definitions that ``scope`` still sees as the very
+        registrations admitted, by name, read-only. Only for the agent the
+        set was resolved for: any other scope (``None`` included, unless the
+        set was resolved for the global view) gets an empty mapping."""
+        return self._views(self._admission.state, scope)[1]
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def dispose(self) -> None:
+        """Close admission. Idempotent; any thread."""
+        self._admission.abandon()
+
+    def __enter__(self) -> ResolvedToolSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.dispose()
+
+    def __repr__(self) -> str:
+        admission = self._admission
+        if admission.disposed:
+            state = "disposed"
+        elif admission.admitted is None:
+            state = "resolving"
+        else:
+            names = list(self._views(admission.state, admission.agent)[0])
+            state = f"admitted={names}"
+        return f"<ResolvedToolSet {describe_scope(admission.agent)} {state}>"

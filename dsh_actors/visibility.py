@@ -48,7 +48,7 @@ from .model import Agent, ToolActivationContext, ToolRestriction
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import CheckedDefinition, SchemaEnforcer, ToolDefinition, ToolSchema
     from .execution import ToolExecution
-    from .toolset import ResolvedToolSet
+    from .toolset import Admission, ResolvedToolSet
 
 __all__ = [
     "RESERVED_NAMES",
@@ -302,12 +302,8 @@ class RegistryState:
         # Resolved tool sets that are being resolved or are live: scope
         # actors tell them what became invisible after every committed change.
         # Weak: a set its owner dropped without disposing stops being told.
-        self._toolsets: weakref.WeakValueDictionary[int, ResolvedToolSet] = weakref.WeakValueDictionary()
+        self._toolsets: weakref.WeakValueDictionary[int, Admission] = weakref.WeakValueDictionary()
         self._toolsets_lock = threading.Lock()
-        # Executors whose bind(runtime) has run, by id (the value keeps the
-        # object alive so the id is never reused while recorded).
-        self._bound: dict[int, object] = {}
-        self._bind_lock = threading.Lock()
 
     def snapshot(self, scope: Agent | None) -> ScopeSnapshot:
         """``scope``'s latest snapshot (an empty one if it has none)."""
@@ -316,31 +312,48 @@ class RegistryState:
 
     # -- writers (scope actors and the registry actor only) -----------------
 
-    def _publish(self, snapshot: ScopeSnapshot) -> None:
+    def publish(self, snapshot: ScopeSnapshot) -> None:
+        """Publish ``snapshot`` as its scope's latest (its scope actor only)."""
         # Invariant: the snapshot is visible before the generation moves, so a
         # reader that saw generation g computes from data at least as new as g.
         self.scopes[snapshot.scope] = snapshot
         self._bump()
 
-    def _retire(self, scope: Agent | None) -> None:
+    def retire(self, scope: Agent | None) -> None:
+        """Drop ``scope``'s entry if its layer is empty (the registry actor,
+        once the scope's actor has handled everything and retires)."""
         snap = self.scopes.get(scope)
         if snap is not None and snap.empty:
             del self.scopes[scope]
             self._bump()
 
+    def views(self) -> _ViewCache:
+        """The cache of computed views for the current generation (a fresh
+        one once the generation moved)."""
+        gen = self.generation  # read first: see publish
+        cache = self._cache
+        if cache.generation != gen:
+            cache = self._cache = _ViewCache(gen)
+        return cache
+
     def _bump(self) -> None:
         with self._gen_lock:
             self.generation += 1
 
-    def _add_toolset(self, ts: ResolvedToolSet) -> None:
-        with self._toolsets_lock:
-            self._toolsets[id(ts)] = ts
+    # -- live admissions (tool-set actors add them, scope actors read them) ---
 
-    def _remove_toolset(self, ts: ResolvedToolSet) -> None:
+    def add_toolset(self, admission: Admission) -> None:
+        """List ``admission`` as live: scope actors tell it what every later
+        change withdrew."""
         with self._toolsets_lock:
-            self._toolsets.pop(id(ts), None)
+            self._toolsets[id(admission)] = admission
 
-    def _live_toolsets(self) -> tuple[ResolvedToolSet, ...]:
+    def remove_toolset(self, admission: Admission) -> None:
+        with self._toolsets_lock:
+            self._toolsets.pop(id(admission), None)
+
+    def live_toolsets(self) -> tuple[Admission, ...]:
+        """The admissions being resolved or live now."""
         toolsets = self._toolsets
         if not toolsets:
             return ()
@@ -415,17 +428,8 @@ def inherited(state: RegistryState, agent: Agent) -> dict[str, Registration]:
     return _layered(state.scopes, agent, own=False)
 
 
-def _current(state: RegistryState) -> _ViewCache:
-    gen = state.generation  # read first: see RegistryState._publish
-    cache = state._cache
-    if cache.generation != gen:
-        cache = _ViewCache(gen)
-        state._cache = cache
-    return cache
-
-
 def _visible(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
-    cache = _current(state)
+    cache = state.views()
     if agent is None:
         view = cache.global_view
         if view is None:
@@ -465,7 +469,7 @@ def visible(
     """
     if tool_set is None:
         return _visible(state, agent)
-    return tool_set._admitted(state, agent)
+    return tool_set.admitted_in(state, agent)
 
 
 def lookup(
@@ -483,7 +487,7 @@ def executable(
     (the call fails as ``UNKNOWN_TOOL``). With ``tool_set`` the set decides;
     without one, conditional registrations are not executable."""
     if tool_set is not None:
-        return tool_set._admitted(state, agent).get(name)
+        return tool_set.admitted_in(state, agent).get(name)
     reg = _visible(state, agent).get(name)
     if reg is None or reg.when is not None:
         return None

@@ -36,7 +36,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 EXECUTE_EVENTS = ("tools/execute",)
 
@@ -77,7 +77,7 @@ def body_of(call: Call, registration: Any) -> tuple[Any, bool | None]:
     return body, is_async
 
 
-def _enter_body(rt: ToolRuntime, call: Call, registration: Any) -> _Entered | ToolExecutionResult:
+def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExecutionResult:
     """Everything before the body's first line: the lookup (unless
     ``registration`` is given), the not-found and aborted checks, the fresh
     signal, the body to call. A result when the body does not run."""
@@ -157,7 +157,7 @@ def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException 
     return result
 
 
-def run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExecutionResult:
+def run_body(rt: Kernel, call: Call, registration: Any = None) -> ToolExecutionResult:
     """The innermost step of ``tools/execute`` on this thread: enter, invoke
     the body (an async one on its loop, this thread waiting), leave."""
     entered = _enter_body(rt, call, registration)
@@ -170,9 +170,7 @@ def run_body(rt: ToolRuntime, call: Call, registration: Any = None) -> ToolExecu
     return _leave_body(call, entered, value, None)
 
 
-def _invoke(
-    rt: ToolRuntime, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None, loop: Any = None
-) -> Any:
+def _invoke(rt: Kernel, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None, loop: Any = None) -> Any:
     """Call a tool body on this thread: a sync body here; an ``async def``
     body (or a sync one that returns a coroutine) as a :class:`Flight` on
     its loop, this thread waiting for it. ``is_async`` is what registration
@@ -186,7 +184,7 @@ def _invoke(
     return value
 
 
-def target_loop(rt: ToolRuntime, loop: Any) -> asyncio.AbstractEventLoop:
+def target_loop(rt: Kernel, loop: Any) -> asyncio.AbstractEventLoop:
     """The loop an async body runs on: the batch's, or the runtime's own."""
     if loop is not None:
         return loop  # type: ignore[no-any-return]
@@ -194,7 +192,7 @@ def target_loop(rt: ToolRuntime, loop: Any) -> asyncio.AbstractEventLoop:
 
 
 def await_on_loop(
-    rt: ToolRuntime, coro: Any, signal: AbortSignal, loop: Any = None, name: str = "?", call_id: str = "?"
+    rt: Kernel, coro: Any, signal: AbortSignal, loop: Any = None, name: str = "?", call_id: str = "?"
 ) -> Any:
     """Run ``coro`` as a :class:`Flight` on ``loop`` (None: the runtime's
     own loop thread) and wait for it to end, on this thread: for a body
@@ -230,9 +228,7 @@ def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 @in_context
-def start_on_loop(
-    rt: ToolRuntime, call: Call, on_end: Callable[[Call, Any, BaseException | None], None]
-) -> Flight | None:
+def start_on_loop(rt: Kernel, call: Call, on_end: Callable[[Call, Any, BaseException | None], None]) -> Flight | None:
     """``call``'s async body as a :class:`Flight` for its loop, ready to
     launch (``rt.loop_watch.launch_all``), nobody waiting for it: the
     batch's executor does this for an async call that no ``tools/execute``
@@ -285,7 +281,7 @@ def _dispatched(call: Call, result: ToolExecutionResult) -> None:
     call.settle(result, run_post=True)
 
 
-def wants_loop(rt: ToolRuntime, call: Call, registration: Any) -> bool:
+def wants_loop(rt: Kernel, call: Call, registration: Any) -> bool:
     """Whether ``call`` (about to dispatch) runs as a flight the executor
     does not wait for: its body is ``async def`` and no ``tools/execute``
     wrapper observes it (a wrapper needs the body's result on its thread)."""

@@ -30,7 +30,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 
 class CallPhase(str, Enum):
@@ -313,7 +313,7 @@ def begin_call(
 LOOK_UP: Any = object()
 
 
-def stamp(rt: ToolRuntime, call: Call) -> None:
+def stamp(rt: Kernel, call: Call) -> None:
     """Record what ``call`` is about to be classified and prepared under:
     read before the classification, so a change made during it makes the
     call :func:`stale`. A call stamped again (it went stale before its body
@@ -326,14 +326,14 @@ def stamp(rt: ToolRuntime, call: Call) -> None:
         call.execution._settle_arguments(materialize(call.raw_arguments, "arguments"))
 
 
-def stale(rt: ToolRuntime, call: Call) -> bool:
+def stale(rt: Kernel, call: Call) -> bool:
     """Whether the registry (a registration, restriction, guard, executor)
     or the pre-execute listeners changed since ``call`` was stamped: its
     body must not start with what it was prepared under."""
     return call.seen_generation != rt.state.generation or call.seen_listeners != rt.events.version
 
 
-def lookup(rt: ToolRuntime, call: Call) -> Any:
+def lookup(rt: Kernel, call: Call) -> Any:
     """The registration ``call`` runs (the executor's override, or the
     registry's; ``None``: unknown). The one place a call meets it, so the
     arguments are settled here, before any phase reads them: a ``null`` for

@@ -26,11 +26,11 @@ from .results import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 
 @in_context
-def dispatch(rt: ToolRuntime, call: Call) -> None:
+def dispatch(rt: Kernel, call: Call) -> None:
     """Run the ``tools/execute`` waterfall around the body (on a call actor,
     or on the executor for a call run inline). Leaves the call DISPATCHED
     with its outcome; never raises."""
@@ -81,12 +81,12 @@ def _produced(result: Any, body_results: list[ToolExecutionResult]) -> bool:
     return False
 
 
-def _revalidate(rt: ToolRuntime, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:
+def _revalidate(rt: Kernel, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:
     return render_value(rt, call, result.value, result.additional_contexts, result.concludes_turn)
 
 
 def render_value(
-    rt: ToolRuntime, call: Call, value: Any, contexts: tuple[UserMessage, ...], concludes_turn: bool
+    rt: Kernel, call: Call, value: Any, contexts: tuple[UserMessage, ...], concludes_turn: bool
 ) -> ToolExecutionResult:
     """``value`` validated and rendered by the tool as registered now (a
     success a wrapper or a post-execute policy supplied), or UNKNOWN_TOOL."""

@@ -40,13 +40,13 @@ from .results import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 BLOCKED_DEFAULT = "tool result blocked by post-execute policy"
 
 
 @in_context
-def finalize(rt: ToolRuntime, call: Call) -> ToolExecutionResult:
+def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
     """Post-execute, cancellation, ``finalize_content``, freeze and
     ``tools/result`` (the executor's thread). Never raises."""
     execution = call.execution
@@ -122,7 +122,7 @@ def _freeze_or_fail(result: ToolExecutionResult) -> ToolExecutionResult:
         return freeze_result(fallback)
 
 
-def _post_execute(rt: ToolRuntime, call: Call, result: ToolExecutionResult, definition: Any) -> ToolExecutionResult:
+def _post_execute(rt: Kernel, call: Call, result: ToolExecutionResult, definition: Any) -> ToolExecutionResult:
     execution = call.execution
     project = None if definition is None else definition.project_content
     if project is not None:
@@ -146,9 +146,7 @@ def _accept() -> Accept:
     return Accept()
 
 
-def _apply_post_decision(
-    rt: ToolRuntime, call: Call, result: ToolExecutionResult, decision: Any
-) -> ToolExecutionResult:
+def _apply_post_decision(rt: Kernel, call: Call, result: ToolExecutionResult, decision: Any) -> ToolExecutionResult:
     kind = type(decision)
     if kind is Block:
         try:

@@ -36,11 +36,11 @@ from .results import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 
 @in_context
-def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
+def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
     Leaves the call READY (allowed: dispatch it), RESOLVED, or DEFERRED
@@ -131,7 +131,7 @@ def prepare(rt: ToolRuntime, call: Call, registration: Any = LOOK_UP) -> None:
     call.phase = CallPhase.READY
 
 
-def _awaiter(rt: ToolRuntime, call: Call) -> Callable[[Any], Any]:
+def _awaiter(rt: Kernel, call: Call) -> Callable[[Any], Any]:
     """How prepare waits for an async listener or approval service: as a
     flight on the batch's loop, observing the call's signal."""
     execution = call.execution
@@ -169,7 +169,7 @@ def _allow() -> Allow:
 _ALLOW = Allow()
 
 
-def _route_approval(rt: ToolRuntime, call: Call, ask: Ask) -> Any:
+def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
     """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
     ``_Deferred`` for ``"deferred"`` (the batch suspends the call), else a
     denial (a failure). A raising service propagates (the caller makes it

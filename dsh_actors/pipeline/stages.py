@@ -40,7 +40,7 @@ from .prepare import DECISIONS, is_text_by_language, prepare
 from .results import failure
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 __all__ = [
     "BLOCKED_DEFAULT",
@@ -82,7 +82,7 @@ def refuse_deferral(call: Call) -> None:
     )
 
 
-def run_inline(rt: ToolRuntime, inp: ToolExecutionInput) -> ToolExecutionResult:
+def run_inline(rt: Kernel, inp: ToolExecutionInput) -> ToolExecutionResult:
     """One call's whole trip (prepare, dispatch, finalize) on the calling
     thread: nested dispatch (PTC sub-calls, composite tools). The caller
     does the scheduling. A deferred approval fails the call: only a batch

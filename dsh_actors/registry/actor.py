@@ -20,6 +20,7 @@ the runtime stops, a caller waiting on a reply gets ``RuntimeError``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeAlias, assert_never
 
@@ -44,7 +45,7 @@ from .scope import ScopeActor
 from .toolset_actor import ToolSetActor, _Begin
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 __all__ = ["RegistryActor"]
 
@@ -73,12 +74,16 @@ class _ScopeEntry:
 
 
 class RegistryActor(ActorBase):
-    """See the module doc. Spawned by ``ToolRuntime.start()``."""
+    """See the module doc. Spawned by ``ToolRuntime.start()``, with the
+    runtime's kernel and its ``bind_executor(executor)`` hook (which runs
+    ``executor.bind(runtime)`` once per executor; the scope actors call it
+    on ``set_executor``)."""
 
-    def __init__(self, group: ActorGroup, runtime: ToolRuntime) -> None:
+    def __init__(self, group: ActorGroup, kernel: Kernel, bind_executor: Callable[[Any], None]) -> None:
         super().__init__(group)
-        self.runtime = runtime
-        self._state = runtime.state
+        self.kernel = kernel
+        self._bind_executor = bind_executor
+        self._state = kernel.state
         self._scopes: dict[Agent | None, _ScopeEntry] = {}
 
     def __repr__(self) -> str:
@@ -125,7 +130,7 @@ class RegistryActor(ActorBase):
                     # No actor, so an empty layer: the effect is already gone.
                     settle(request.reply, False)
                     return
-                ref = ScopeActor.spawn(self.group, self.runtime, scope, self.actor_ref)
+                ref = ScopeActor.spawn(self.group, self.kernel, self._bind_executor, scope, self.actor_ref)
                 entry = self._scopes[scope] = _ScopeEntry(ref)
             entry.forwarded += 1
             entry.ref.tell(_Apply(request=request, reply=request.reply))
@@ -139,7 +144,7 @@ class RegistryActor(ActorBase):
         del self._scopes[idle.scope]
         # The retired actor has handled everything it was sent and will never
         # publish again, so the registry may remove its (empty) entry.
-        self._state._retire(idle.scope)
+        self._state.retire(idle.scope)
         self.group.retire(entry.ref)
 
     # -- batches -----------------------------------------------------------
@@ -154,9 +159,9 @@ class RegistryActor(ActorBase):
             return
         if message.reply is None:
             done: Future[Any] = Future()  # nobody waits: still run it
-            start_batch(self.runtime, batch, done, context=message.caller_context)
+            start_batch(self.kernel, batch, done, context=message.caller_context)
         else:
-            start_batch(self.runtime, batch, message.reply, context=message.caller_context)
+            start_batch(self.kernel, batch, message.reply, context=message.caller_context)
 
     # -- conditional activation ----------------------------------------------
 
@@ -165,9 +170,9 @@ class RegistryActor(ActorBase):
             context = message.context
             if not isinstance(context, ToolActivationContext):
                 raise InvalidTypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
-            loop = message.loop if message.loop is not None else self.runtime.bound_loop
+            loop = message.loop if message.loop is not None else self.kernel.bound_loop
             ref = ToolSetActor.spawn(
-                self.group, self.runtime, context, message.reply, loop, caller_context=message.caller_context
+                self.group, self.kernel, context, message.reply, loop, caller_context=message.caller_context
             )
             ref.tell(_Begin())
         except BaseException as exc:  # noqa: BLE001 - goes to the requester

@@ -50,7 +50,7 @@ from ..visibility import (
 from ._private import WriteRequest, _Apply, _ScopeIdle
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 __all__ = ["ScopeActor"]
 
@@ -68,12 +68,18 @@ class ScopeActor(ActorBase):
     """Owns the layer of ``scope`` (``None``: global). See the module doc."""
 
     def __init__(
-        self, group: ActorGroup, runtime: ToolRuntime, scope: Agent | None, registry: pykka.ActorRef[Any]
+        self,
+        group: ActorGroup,
+        kernel: Kernel,
+        bind_executor: Callable[[Any], None],
+        scope: Agent | None,
+        registry: pykka.ActorRef[Any],
     ) -> None:
         super().__init__(group)
-        self.runtime = runtime
+        self.kernel = kernel
+        self._bind_executor = bind_executor
         self.scope = scope
-        self._state = runtime.state
+        self._state = kernel.state
         self._registry = registry
         self._snap: ScopeSnapshot = self._state.snapshot(scope)
         self._handled = 0
@@ -124,7 +130,7 @@ class ScopeActor(ActorBase):
 
     def _publish(self, snap: ScopeSnapshot) -> None:
         self._snap = snap
-        self._state._publish(snap)
+        self._state.publish(snap)
 
     def _commit(
         self,
@@ -139,7 +145,7 @@ class ScopeActor(ActorBase):
         self._publish(snap)
         if not announce:
             return
-        listeners = self.runtime.events.listeners("tools/change")
+        listeners = self.kernel.events.listeners("tools/change")
         notified = 0
         try:
             for fn in listeners:
@@ -163,10 +169,10 @@ class ScopeActor(ActorBase):
         # anything else, so no later write of this scope (a lift, an
         # unregister of a shadowing tool) can re-expose a withdrawn admission.
         state = self._state
-        for ts in state._live_toolsets():
+        for ts in state.live_toolsets():
             if in_chain(self.scope, ts.agent):
                 try:
-                    ts._note_visible(visible(state, ts.agent))
+                    ts.note_visible(visible(state, ts.agent))
                 except Exception:  # pragma: no cover - defensive: never fail a committed change
                     logger.exception("recording a withdrawal in {!r} failed", ts)
 
@@ -301,26 +307,10 @@ class ScopeActor(ActorBase):
                 "an executor needs describe(tools) and submit(batch) or execute(batch); "
                 f"{type(executor).__qualname__} does not have them"
             )
-        self._bind(executor)
+        self._bind_executor(executor)  # once per executor and runtime; holds no lock while bind runs
         contribution = Contribution(kind="executor", scope=self.scope, value=executor, seq=_next_seq())
         self._commit(self._snap.evolve(executors=(*self._snap.executors, contribution)), announce=False)
         return contribution
-
-    def _bind(self, executor: Any) -> None:
-        bind = getattr(executor, "bind", None)
-        if bind is None:
-            return
-        if not callable(bind):
-            raise RegistrationError(f"{type(executor).__qualname__}.bind must be callable")
-        state = self._state
-        with state._bind_lock:  # once per executor object per runtime
-            if id(executor) in state._bound:
-                return
-            try:
-                bind(self.runtime)
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller
-                raise RegistrationError(f"{type(executor).__qualname__}.bind(runtime) failed: {safe_str(exc)}") from exc
-            state._bound[id(executor)] = executor
 
     def _retract(self, request: Retract) -> bool:
         contribution = request.contribution

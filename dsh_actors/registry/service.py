@@ -27,8 +27,8 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import pykka
 from loguru import logger
@@ -75,10 +75,12 @@ from .offer import model_tools
 from .scope import ScopeActor
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..actors import PendingReplies
     from ..definition import ToolDefinition, ToolSchema
     from ..execution import ToolExecution
     from ..executor_protocol import ToolModelInput
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
+    from ..scheduling.suspension import Claims
     from ..toolset import ResolvedToolSet
 
 __all__ = ["ToolsService"]
@@ -165,18 +167,36 @@ class _EffectDisposer(Disposer):
             raise
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class ServiceLinks:
+    """What a :class:`ToolsService` is given of its runtime (built once by
+    ``ToolRuntime.start()``; every scoped service shares it)."""
+
+    kernel: Kernel
+    registry: pykka.ActorRef[Any]
+    """The registry actor (``rt.registry``): where writes go."""
+    pending_replies: PendingReplies
+    """Callers blocked on a batch, failed at the end of ``rt.stop()``."""
+    pending_writes: PendingReplies
+    """Callers blocked on a registry write, failed when ``rt.stop()`` begins."""
+    claims: Claims
+    """The suspensions and logged steps this runtime resumed or recovers."""
+
+
 class ToolsService:
     """The registry of one runtime, seen from one scope (``agent``; ``None``
     for the global service). Thread-safe; create scoped services freely
     with :meth:`scope` (they are cheap views)."""
 
-    __slots__ = ("_rt", "_state", "_scope")
+    __slots__ = ("_links", "_kernel", "_state", "_scope")
 
-    def __init__(self, runtime: ToolRuntime, scope: Agent | None = None) -> None:
+    def __init__(self, links: ServiceLinks, scope: Agent | None = None) -> None:
         if scope is not None and not isinstance(scope, Agent):
             raise InvalidTypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
-        self._rt = runtime
-        self._state = runtime.state
+        self._links = links
+        self._kernel = links.kernel
+        self._state = links.kernel.state
         self._scope = scope
 
     @property
@@ -187,7 +207,7 @@ class ToolsService:
     def scope(self, agent: Agent | None) -> ToolsService:
         """The same registry seen from, and registering into, ``agent``'s
         scope (``None``: the global service)."""
-        return ToolsService(self._rt, agent)
+        return ToolsService(self._links, agent)
 
     def __repr__(self) -> str:
         where = "global" if self._scope is None else repr(self._scope)
@@ -357,8 +377,8 @@ class ToolsService:
             raise InvalidTypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
         if batch.agent is None and self._scope is not None:
             batch = replace(batch, agent=self._scope)
-        rt = self._rt
-        rt._require()  # a stopped runtime raises here, as a tell to its registry would
+        rt = self._kernel
+        _require(rt)  # a stopped runtime raises here, as a tell to its registry would
         # What the registry actor does with ExecuteBatch(batch), run here:
         # one implementation, minus the hop to the registry's thread.
         if starts is None:
@@ -440,8 +460,8 @@ class ToolsService:
         tool_set: ResolvedToolSet | None = None,
         deps: Any = None,
     ) -> None:
-        rt = self._rt
-        rt._require()
+        rt = self._kernel
+        _require(rt)
         if signal is not None and not isinstance(signal, AbortSignal):
             raise InvalidTypeError(f"signal must be an AbortSignal, not {type(signal).__qualname__}")
         if agent is None:
@@ -460,8 +480,8 @@ class ToolsService:
             self._in_step(session, log.turn, log.step, reply, lambda r: self._resume_claimed(plan, batch, r, loop))
 
     def _resume_claimed(self, plan: Any, batch: ToolBatchInput, reply: Reply, loop: Any) -> None:
-        rt = self._rt
-        rt.suspensions.claim(plan.id)
+        claims = self._links.claims
+        claims.claim(plan.id)
         if batch.log is not None:
             assert batch.agent is not None and batch.agent.session is not None  # (resume_plan checked)
             # The decisions reach the log before anything runs; a log whose
@@ -471,7 +491,7 @@ class ToolsService:
             except BaseException:
                 # Nothing was written and nothing ran: the claim goes back (a
                 # suspension decided in the log stays refused by the log).
-                rt.suspensions.release(plan.id)
+                claims.release(plan.id)
                 raise
         self._start(batch, reply, loop, plan.starts)
 
@@ -480,7 +500,7 @@ class ToolsService:
         a step is resumed or recovered by one caller of this runtime at a
         time. The claim is given back when the reply settles, or at once if
         ``start`` raises (the batch never started)."""
-        suspensions = self._rt.suspensions
+        suspensions = self._links.claims
         suspensions.claim_step(session, turn, step)
         claimed = ReleasingReply(reply, lambda: suspensions.release_step(session, turn, step))
         try:
@@ -560,8 +580,8 @@ class ToolsService:
         reply: Reply,
         loop: Any = None,
     ) -> None:
-        rt = self._rt
-        rt._require()
+        rt = self._kernel
+        _require(rt)
 
         def start(claimed: Reply) -> None:
             batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
@@ -594,7 +614,7 @@ class ToolsService:
         """
         if not isinstance(execution, ToolExecutionInput):
             raise InvalidTypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
-        rt = self._rt
+        rt = self._kernel
         if not rt.running:
             raise RuntimeStoppedError("the ToolRuntime is not running")
         if execution.agent is None and self._scope is not None:
@@ -609,14 +629,14 @@ class ToolsService:
 
     def _blocking(self, start: Callable[[Reply], None], what: str, instead: str) -> ToolBatchResult:
         """``start(reply)`` a batch and block the calling thread until it settles."""
-        rt = self._rt
+        rt = self._kernel
         bound = rt.bound_loop
         if bound is not None and bound.is_running() and _on_loop_thread(bound):
             raise InvalidStateError(
                 f"{what} would block the event loop this runtime is bound to (its async tools run "
                 f"there): use await rt.tools.{instead} from that loop"
             )
-        rt._require()  # (a stopped runtime raises here, before the loop is asked)
+        _require(rt)  # (a stopped runtime raises here, before the loop is asked)
         if rt.loop.in_loop_thread():
             # An async body on the runtime's own loop: the batch's async bodies
             # would need this very loop, which execute() would block.
@@ -627,7 +647,9 @@ class ToolsService:
         reply = _Reply()
         # A stopping runtime drains its batches and answers them; only a
         # batch stuck past the end of stop() has no answer: stop fails it.
-        with rt.pending_replies.tracked(reply, lambda: RuntimeStoppedError(f"{STOPPED} (before the batch finished)")):
+        with self._links.pending_replies.tracked(
+            reply, lambda: RuntimeStoppedError(f"{STOPPED} (before the batch finished)")
+        ):
             start(reply)
             with rt.waiting():  # a tool body's nested batch holds no slot
                 reply.wait(-1)
@@ -652,11 +674,11 @@ class ToolsService:
 
     def _on_registry_thread(self) -> bool:
         actor = actor_thread_ident()
-        return isinstance(actor, (ScopeActor, RegistryActor)) and actor.runtime is self._rt
+        return isinstance(actor, (ScopeActor, RegistryActor)) and actor.kernel is self._kernel
 
     def _tell(self, message: Any, future: Future[Any]) -> None:
         try:
-            self._rt.registry.tell(message)
+            self._links.registry.tell(message)
         except pykka.ActorDeadError:
             raise RuntimeStoppedError(STOPPED) from None
 
@@ -671,14 +693,15 @@ class ToolsService:
         return self._wait(future, "the registry change", limit=ASK_TIMEOUT)
 
     def _disposer(self, make: Callable[[Future[Any]], WriteRequest]) -> Disposer:
-        rt = self._rt
+        rt = self._kernel
+        registry = self._links.registry
 
         def undo() -> None:
             if not rt.running:
                 return  # stopped: everything is gone already
             future: Future[Any] = Future()
             try:
-                rt.registry.tell(make(future))
+                registry.tell(make(future))
             except (pykka.ActorDeadError, RuntimeError):
                 return
             if self._on_registry_thread():
@@ -694,7 +717,7 @@ class ToolsService:
 
     def _wait(self, future: Future[T], what: str, *, limit: float | None) -> T:
         # A stopping runtime fails the wait at once (no polling).
-        with self._rt.pending_writes.tracked(
+        with self._links.pending_writes.tracked(
             future, lambda: RuntimeStoppedError(f"{STOPPED} (before {what} finished)")
         ):
             try:
@@ -710,8 +733,13 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-def _running(rt: ToolRuntime) -> bool:
+def _running(rt: Kernel) -> bool:
     return rt.running
+
+
+def _require(rt: Kernel) -> None:
+    if not rt.running:
+        raise RuntimeStoppedError(STOPPED)
 
 
 def _log_queued_failure(future: Future[Any]) -> None:

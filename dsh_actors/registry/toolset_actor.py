@@ -21,12 +21,12 @@ from ..actors import ActorBase, ActorGroup, settle
 from ..errors import AbortError, DshError, InvalidTypeError, RuntimeStoppedError, ToolPolicyError, safe_str
 from ..model import ToolActivationContext
 from ..pipeline.flights import Flight
-from ..toolset import ResolvedToolSet
+from ..toolset import Admission, ResolvedToolSet
 from ..visibility import Registration, describe_scope
 from ._private import STOPPED
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
     from ..signals import AbortSignal
 
 __all__ = ["ToolSetActor"]
@@ -77,7 +77,7 @@ class ToolSetActor(ActorBase):
     def __init__(
         self,
         group: ActorGroup,
-        runtime: ToolRuntime,
+        kernel: Kernel,
         context: ToolActivationContext,
         reply: Any,
         loop: Any = None,
@@ -88,10 +88,10 @@ class ToolSetActor(ActorBase):
         # async one as a task made in that copy).
         self._vars = contextvars.Context() if caller_context is None else caller_context
         self._loop = loop  # where async conditions run (None: the runtime's loop thread)
-        self._runtime = runtime
+        self._kernel = kernel
         self._context = context
         self._reply = reply
-        self._set: ResolvedToolSet | None = None
+        self._admission: Admission | None = None
         self._candidates: Mapping[str, Registration] = _EMPTY
         self._answers: dict[int, Any] = {}
         self._pending: dict[int, Flight] = {}
@@ -129,10 +129,9 @@ class ToolSetActor(ActorBase):
     def _begin(self) -> None:
         context = self._context
         signal: AbortSignal = context.signal
-        ts = ResolvedToolSet(self._runtime.state, context.agent)
-        self._set = ts
-        self._runtime.state._add_toolset(ts)
-        self._candidates = candidates = ts._begin()
+        admission = self._admission = Admission(self._kernel.state, context.agent)
+        self._kernel.state.add_toolset(admission)
+        self._candidates = candidates = admission.begin()
         if signal.aborted:
             self._fail(self._abort_error())
             return
@@ -154,7 +153,7 @@ class ToolSetActor(ActorBase):
                 # A flight on the resolution's loop, as an async tool body:
                 # cancelled when the signal fires (or the resolution fails),
                 # never abandoned; its end comes back as a message.
-                loop = self._runtime.loop.loop if self._loop is None else self._loop
+                loop = self._kernel.loop.loop if self._loop is None else self._loop
                 if loop.is_closed() or not loop.is_running():
                     if inspect.iscoroutine(answer):
                         answer.close()
@@ -167,7 +166,7 @@ class ToolSetActor(ActorBase):
                 # Made in the resolution's context copy, which its task then runs in.
                 flight = vars_.run(Flight, _awaited(answer), signal, loop, reg.name, "when", self._ended(reg))
                 self._pending[reg.seq] = flight
-                self._runtime.loop_watch.launch(flight)
+                self._kernel.loop_watch.launch(flight)
             else:
                 self._answers[reg.seq] = answer
         self._maybe_finish()
@@ -207,18 +206,19 @@ class ToolSetActor(ActorBase):
         if self._context.signal.aborted:
             self._fail(self._abort_error())
             return
-        ts = self._set
-        assert ts is not None
+        admission = self._admission
+        assert admission is not None
         answers = self._answers
         admitted = {
             name: reg for name, reg in self._candidates.items() if reg.when is None or answers.get(reg.seq) is True
         }
-        ts._publish(admitted)
+        admission.publish(admitted)
+        ts = ResolvedToolSet(admission)
         self._finished = True
         self._detach()
         # From here on only the caller holds the set: this actor's work is
         # done, and it stops (the set needs no thread).
-        self._set = None
+        self._admission = None
         self._candidates = _EMPTY
         self._answers = {}
         reply, self._reply = self._reply, None
@@ -240,8 +240,8 @@ class ToolSetActor(ActorBase):
         pending, self._pending = self._pending, {}
         for flight in pending.values():
             flight.cancel()
-        if self._set is not None:
-            self._set._abandon()
+        if self._admission is not None:
+            self._admission.abandon()
         reply, self._reply = self._reply, None
         settle(reply, error=exc)
         if stop:

@@ -42,7 +42,7 @@ from ..visibility import executable
 from .messages import CallStart
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
     from ..toolset import ResolvedToolSet
 
 __all__ = ["recovered_result", "recovery_plan"]
@@ -71,12 +71,12 @@ def _arguments(logged: Any) -> Any:
     return dumps(thaw(logged)).decode()
 
 
-def _idempotent(rt: ToolRuntime, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None) -> bool:
+def _idempotent(rt: Kernel, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None) -> bool:
     registration = executable(rt.state, call.name, agent, tool_set)
     return registration is not None and registration.definition.idempotent is True
 
 
-def _start(rt: ToolRuntime, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None) -> CallStart:
+def _start(rt: Kernel, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None) -> CallStart:
     if call.result is not None:
         return CallStart(result=recovered_result(call.result), logged=True)
     answer = call.decision if call.awaiting is None and call.decision in _FINAL_DECISIONS else None
@@ -87,7 +87,7 @@ def _start(rt: ToolRuntime, call: LoggedCall, agent: Agent, tool_set: ResolvedTo
 
 
 def recovery_plan(
-    rt: ToolRuntime,
+    rt: Kernel,
     agent: Any,
     turn: Any,
     step: Any,

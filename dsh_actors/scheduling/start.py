@@ -23,13 +23,13 @@ from .executor import NativeExecutor
 from .messages import CallStart, Reply
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 __all__ = ["check_continuable", "continue_batch", "start_batch"]
 
 
 def start_batch(
-    runtime: ToolRuntime,
+    runtime: Kernel,
     batch: ToolBatchInput,
     reply: Reply,
     loop: Any = None,
@@ -84,7 +84,7 @@ def start_batch(
 
 
 def continue_batch(
-    runtime: ToolRuntime,
+    runtime: Kernel,
     batch: ToolBatchInput,
     starts: Sequence[CallStart],
     reply: Reply,
@@ -110,7 +110,7 @@ def continue_batch(
     start_batch(runtime, batch, reply, loop, context, tuple(starts))
 
 
-def check_continuable(runtime: ToolRuntime, batch: ToolBatchInput) -> None:
+def check_continuable(runtime: Kernel, batch: ToolBatchInput) -> None:
     """Raise what :func:`continue_batch` would answer ``batch`` with before
     it runs anything: a malformed batch, no executor for its agent, or an
     executor that runs batches itself. (A caller that must not consume

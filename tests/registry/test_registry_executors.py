@@ -113,6 +113,65 @@ def test_bind_runs_once_per_executor_and_runtime_before_it_is_selectable(rt: Any
     assert rec.bound == [rt]
 
 
+class Gated(RecordingExecutor):
+    """Its bind reports that it began and waits for ``release``."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(label)
+        self.began = threading.Event()
+        self.release = threading.Event()
+
+    def bind(self, runtime: Any) -> None:
+        self.began.set()
+        assert self.release.wait(WAIT)
+        super().bind(runtime)
+
+
+def in_thread(fn: Any) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
+def test_a_bind_that_waits_holds_back_no_other_executor_s_bind(rt: Any) -> None:
+    # bind() is user code: it runs under no lock of the registry, so another
+    # scope's set_executor (another executor) completes while it waits.
+    slow, quick = Gated("slow"), RecordingExecutor("quick")
+    first, first_errors = in_thread(lambda: rt.tools.scope(Agent("a")).set_executor(slow))
+    try:
+        assert slow.began.wait(WAIT)
+        second, second_errors = in_thread(lambda: rt.tools.scope(Agent("b")).set_executor(quick))
+        second.join(WAIT)
+        assert not second.is_alive() and not second_errors
+        assert quick.bound == [rt] and slow.bound == []
+    finally:
+        slow.release.set()
+        first.join(WAIT)
+    assert not first_errors and slow.bound == [rt]
+
+
+def test_one_executor_set_in_two_scopes_at_once_is_bound_once_before_either_selects_it(rt: Any) -> None:
+    shared = Gated("shared")
+    a, b = Agent("a"), Agent("b")
+    first, first_errors = in_thread(lambda: rt.tools.scope(a).set_executor(shared))
+    assert shared.began.wait(WAIT)
+    second, second_errors = in_thread(lambda: rt.tools.scope(b).set_executor(shared))
+    shared.release.set()
+    for thread in (first, second):
+        thread.join(WAIT)
+    assert not first_errors and not second_errors
+    assert shared.bound == [rt]
+    assert select_executor(rt.state, a) is shared and select_executor(rt.state, b) is shared
+
+
 def test_a_failing_bind_rejects_the_contribution(rt: Any) -> None:
     class Broken(RecordingExecutor):
         def bind(self, runtime: Any) -> None:

@@ -162,7 +162,7 @@ def test_an_already_cancelled_resolution_raises_without_running_conditions(rt: A
         rt.tools.resolve(activation(Agent("main"), controller.signal))
     assert err.value.reason == "step abandoned"
     assert calls == []
-    assert rt.state._live_toolsets() == ()
+    assert rt.state.live_toolsets() == ()
 
 
 def test_a_resolution_cancelled_while_a_sync_condition_runs_raises(rt: Any) -> None:
@@ -176,7 +176,7 @@ def test_a_resolution_cancelled_while_a_sync_condition_runs_raises(rt: Any) -> N
     rt.tools.register(tool("b"), when=lambda ctx: pytest.fail("runs after the abort"))
     with pytest.raises(AbortError):
         rt.tools.resolve(activation(Agent("main"), controller.signal))
-    assert rt.state._live_toolsets() == ()
+    assert rt.state.live_toolsets() == ()
 
 
 def test_a_resolution_cancelled_while_an_async_condition_waits_raises_and_cancels_it(rt: Any) -> None:
@@ -200,7 +200,7 @@ def test_a_resolution_cancelled_while_an_async_condition_waits_raises_and_cancel
     thread.join(WAIT)
     assert len(out) == 1 and isinstance(out[0], AbortError)
     assert cancelled.wait(WAIT)
-    assert rt.state._live_toolsets() == ()
+    assert rt.state.live_toolsets() == ()
 
 
 def test_a_raising_sync_condition_fails_the_resolution_with_its_cause(rt: Any) -> None:
@@ -214,7 +214,7 @@ def test_a_raising_sync_condition_fails_the_resolution_with_its_cause(rt: Any) -
         'the activation condition of tool "fragile" (the global scope): raised LookupError: no model info'
     )
     assert isinstance(err.value.__cause__, LookupError)
-    assert rt.state._live_toolsets() == ()
+    assert rt.state.live_toolsets() == ()
 
 
 def test_a_raising_async_condition_fails_the_resolution_and_cancels_the_others(rt: Any) -> None:
@@ -478,7 +478,7 @@ def test_dispose_is_idempotent_and_a_disposed_set_admits_nothing(rt: Any) -> Non
     assert dict(ts.view(agent)) == {}
     assert rt.tools.executable("a", agent, ts) is None
     assert rt.tools.definitions(agent, ts) == []
-    assert rt.state._live_toolsets() == ()
+    assert rt.state.live_toolsets() == ()
 
 
 def test_dispose_after_stop_does_nothing() -> None:
@@ -554,4 +554,4 @@ def test_a_set_dropped_without_dispose_is_forgotten_when_collected(rt: Any) -> N
     del ts
     round_trip(rt)  # the registry's loop let go of its last reply
     gc.collect()
-    assert rt.state._live_toolsets() == ()
+    assert rt.state.live_toolsets() == ()

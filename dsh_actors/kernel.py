@@ -1,0 +1,127 @@
+"""The kernel: what the layers below the runtime may use of it.
+
+The pipeline, the scheduling functions and the registry's actors never see
+the :class:`~dsh_actors.runtime.ToolRuntime` (no module below it imports
+``dsh_actors.runtime``, even for an annotation; ``tests/test_layers.py``
+checks it). They are given a :class:`Kernel`: the event bus, the published
+registry, the stop signal, the loops, the approval channel, the threads for
+blocking executors and the one way to lend capacity while blocked
+(:meth:`Kernel.waiting`). ``ToolRuntime.start()`` builds it once
+(:class:`RuntimeKernel`, frozen: nobody below the runtime replaces a part of
+it) and hands it down; ``rt.kernel`` is that object.
+
+:class:`Kernel` is the protocol those layers are typed against, so anything
+that has these members serves (a test's fake, or, while the scheduler still
+holds the runtime itself, the runtime).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, final
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .approvals import ApprovalChannel
+    from .events import EventBus
+    from .loop import LoopThread
+    from .pipeline.flights import LoopWatch
+    from .signals import AbortSignal
+    from .visibility import RegistryState
+
+__all__ = ["Kernel", "RuntimeKernel"]
+
+
+class Kernel(Protocol):
+    """What a layer below the runtime may use of it (see the module doc)."""
+
+    @property
+    def events(self) -> EventBus:
+        """The runtime's listener bus (``rt.events``)."""
+        ...
+
+    @property
+    def state(self) -> RegistryState:
+        """The published registry: read by everyone, written by the scope
+        actors through its public writer methods."""
+        ...
+
+    @property
+    def stop_signal(self) -> AbortSignal:
+        """Fires when ``rt.stop()`` begins."""
+        ...
+
+    @property
+    def approvals(self) -> ApprovalChannel:
+        """Where ``Ask`` decisions go (``rt.approvals``)."""
+        ...
+
+    @property
+    def loop(self) -> LoopThread:
+        """The runtime's own loop thread."""
+        ...
+
+    @property
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The application's loop the runtime is bound to (``ToolRuntime(loop=)``), if any."""
+        ...
+
+    @property
+    def loop_watch(self) -> LoopWatch:
+        """The watch over the loops flights run on."""
+        ...
+
+    @property
+    def running(self) -> bool:
+        """Whether the runtime is started and not stopping."""
+        ...
+
+    def waiting(self, *, bounded: bool = False) -> AbstractContextManager[Any]:
+        """Around a wait of the calling thread for work the runtime must do:
+        the calling actor lends its capacity for the wait (the one way to
+        lend: see ``scheduling.executor.Lent``)."""
+        ...
+
+    def workers(self) -> ThreadPoolExecutor:
+        """Threads for executors that only offer a blocking ``execute``."""
+        ...
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class RuntimeKernel:
+    """The one :class:`Kernel` of a runtime, built by ``ToolRuntime.start()``.
+
+    The lending and the worker threads belong to layers above (scheduling,
+    the runtime), so the runtime passes them in as callables."""
+
+    events: EventBus
+    state: RegistryState
+    stop_signal: AbortSignal
+    approvals: ApprovalChannel
+    loop: LoopThread
+    bound_loop: asyncio.AbstractEventLoop | None
+    loop_watch: LoopWatch
+    #: ``lend(bounded)``: the context manager :meth:`waiting` returns.
+    lend: Callable[[bool], AbstractContextManager[Any]]
+    #: The runtime's lifecycle: whether it is started and not stopping.
+    is_running: Callable[[], bool]
+    #: The pool of worker threads (made on first use).
+    worker_pool: Callable[[], ThreadPoolExecutor]
+
+    @property
+    def running(self) -> bool:
+        return self.is_running()
+
+    def waiting(self, *, bounded: bool = False) -> AbstractContextManager[Any]:
+        return self.lend(bounded)
+
+    def workers(self) -> ThreadPoolExecutor:
+        return self.worker_pool()
+
+    def __repr__(self) -> str:
+        return f"<RuntimeKernel generation={self.state.generation} running={self.running}>"
