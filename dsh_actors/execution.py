@@ -410,6 +410,50 @@ class ToolRunContext:
             return tuple(self._contexts), self._concludes
 
 
+# -- the pipeline's side ------------------------------------------------------
+# What the pipeline (dsh_actors.pipeline) does to an execution and a body's
+# context: functions of the module that owns both classes, not methods, so
+# the objects listeners and bodies see offer none of it. Not exported.
+
+
+def open_signal(execution: ToolExecution) -> None:
+    """Let the ``tools/execute`` wrappers set ``execution.signal``."""
+    execution._open_signal()
+
+
+def restore_signal(execution: ToolExecution, caller: AbortSignal) -> None:
+    """The wrappers are done: ``execution.signal`` is the caller's again, read-only."""
+    execution._restore_signal(caller)
+
+
+def freeze(execution: ToolExecution) -> None:
+    """The call is final: nothing of ``execution`` changes any more."""
+    execution._freeze()
+
+
+def settle_arguments(execution: ToolExecution, arguments: Any) -> None:
+    """The pipeline's one rewrite of ``execution.arguments`` (see
+    :meth:`ToolExecution._settle_arguments`)."""
+    execution._settle_arguments(arguments)
+
+
+def fused_context(execution: ToolExecution, parents: tuple[AbortSignal, ...], events: Any = None) -> ToolRunContext:
+    """A body's context, its signal fused lazily from ``parents`` (see
+    :meth:`ToolRunContext._fused`); :func:`close_context` it when the body
+    has returned."""
+    return ToolRunContext._fused(execution, parents, events)
+
+
+def close_context(ctx: ToolRunContext) -> None:
+    """The body has returned (see :meth:`ToolRunContext._close`)."""
+    ctx._close()
+
+
+def deferred(ctx: ToolRunContext) -> tuple[tuple[UserMessage, ...], bool]:
+    """What the body deferred (``ctx.defer_context``) and whether it concluded the turn."""
+    return ctx._take()
+
+
 def _number(value: Any, name: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None

@@ -20,7 +20,7 @@ from ..errors import (
     InvalidStateError,
     ToolNotFoundError,
 )
-from ..execution import ToolRunContext
+from ..execution import ToolRunContext, close_context, deferred, fused_context
 from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
@@ -111,14 +111,14 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
     # A fresh signal for the body: the caller's, the wrapper's replacement
     # (if any), and the runtime's stop signal; the first abort wins. It is
     # fused only if the body (or the async path) reads ctx.signal, and
-    # closed by ctx._close() in _leave_body (see ToolRunContext._fused).
+    # closed by close_context(ctx) in _leave_body (see ToolRunContext._fused).
     if wrapper_signal is not call.caller:
         signals: tuple[AbortSignal, ...] = (call.caller, wrapper_signal, stopping)
     elif call.body_parent is not None:
         signals = (call.body_parent,)  # fires exactly when the caller or the stop does
     else:
         signals = (call.caller, stopping)
-    ctx = ToolRunContext._fused(execution, signals, rt.events)
+    ctx = fused_context(execution, signals, rt.events)
     body, is_async = body_of(call, registration)
     call.body_invoked = True
     return _Entered(ctx, registration, body, is_async, stopping)
@@ -132,7 +132,7 @@ def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException 
     ctx = entered.ctx
     result: ToolExecutionResult
     try:
-        contexts, concludes = ctx._take()
+        contexts, concludes = deferred(ctx)
         if error is not None:
             result = failure_from_exception(error, contexts)
         else:
@@ -150,7 +150,7 @@ def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException 
                 # does not check) nothing in it is left to freeze.
                 call.sealed = result
     finally:
-        ctx._close()
+        close_context(ctx)
     if contexts:
         call.body_contexts = call.body_contexts + contexts
     call.body_results.append(result)

@@ -16,7 +16,7 @@ from ..errors import (
     ToolArgsError,
     ToolNotFoundError,
 )
-from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput
+from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput, settle_arguments
 from ..json import FrozenDict, materialize
 from ..model import (
     ToolExecutionResult,
@@ -323,7 +323,7 @@ def stamp(rt: Kernel, call: Call) -> None:
     call.seen_listeners = rt.events.version
     if call.arguments_settled:
         call.arguments_settled = False
-        call.execution._settle_arguments(materialize(call.raw_arguments, "arguments"))
+        settle_arguments(call.execution, materialize(call.raw_arguments, "arguments"))
 
 
 def stale(rt: Kernel, call: Call) -> bool:
@@ -355,7 +355,7 @@ def lookup(rt: Kernel, call: Call) -> Any:
             if plan is not None:
                 settled = plan.apply(arguments)
                 if settled is not arguments:
-                    execution._settle_arguments(settled)
+                    settle_arguments(execution, settled)
     return registration
 
 

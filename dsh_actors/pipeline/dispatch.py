@@ -12,6 +12,7 @@ from ..errors import (
     ToolNotFoundError,
     ToolPolicyError,
 )
+from ..execution import open_signal, restore_signal
 from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
@@ -47,7 +48,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
         call.settle(result, run_post=not skip_post)
         return
     caller = call.caller
-    execution._open_signal()
+    open_signal(execution)
     try:
         events = rt.events
         result = events.waterfall("tools/execute", lambda: run_body(rt, call), execution, agent=execution.agent)
@@ -70,7 +71,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
         result = failure_from_exception(exc)
         skip_post = True
     finally:
-        execution._restore_signal(caller)
+        restore_signal(execution, caller)
     call.settle(result, run_post=not skip_post)
 
 

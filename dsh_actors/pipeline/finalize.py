@@ -18,6 +18,7 @@ from ..errors import (
     ToolPolicyError,
     safe_str,
 )
+from ..execution import freeze
 from ..model import (
     UNSET,
     Accept,
@@ -85,7 +86,7 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
         result = _freeze_or_fail(result)
     if type(result) is ToolExecutionFailure or type(call.outcome) is ToolExecutionFailure:
         log_exceptions(execution, call.outcome, result)
-    execution._freeze()
+    freeze(execution)
     call.final = result
     call.phase = CallPhase.DONE
     rt.events.emit("tools/result", execution, result, agent=execution.agent)

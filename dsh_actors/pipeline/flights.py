@@ -130,7 +130,8 @@ class Flight:
 
     # -- on the loop's thread ------------------------------------------------
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start the task (on the loop's thread; its watch schedules it)."""
         if self.signal.aborted:
             # Aborted before its first step: it never starts.
             self.coro.close()
@@ -179,10 +180,27 @@ class Flight:
 
     # -- any thread --------------------------------------------------------------
 
+    def subscribe(self) -> None:
+        """Cancel the task when the signal fires (its watch calls this once,
+        at launch; the subscription ends with the flight)."""
+        self.unsubscribe = self.signal.add_callback(self._on_abort)
+
+    def watched_by(self, watch: LoopWatch) -> None:
+        """``watch`` now watches this flight (under its lock, at launch)."""
+        self.watch = watch
+
+    def mark_ended(self) -> bool:
+        """Record the end; False if it had ended already (whoever ends a
+        flight first wins). Called under its watch's lock."""
+        if self.ended:
+            return False
+        self.ended = True
+        return True
+
     def _on_abort(self, _: AbortSignal) -> None:
         self.by_signal = True
         try:
-            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after _start
+            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after start
         except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
             pass
 
@@ -191,7 +209,7 @@ class Flight:
         gave up; it still ends only when the task has ended, and then
         reports ``CancelledError`` unless its signal fired."""
         try:
-            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after _start
+            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after start
         except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
             pass
 
@@ -207,7 +225,7 @@ class Flight:
         except BaseException as exc:  # noqa: BLE001 - never into the loop
             logger.opt(exception=exc).error("reporting the end of async tool {!r} failed", self.name)
 
-    def _fail_gone(self, state: str) -> None:
+    def fail_gone(self, state: str) -> None:
         """The loop is closed or stopped with this flight still on it."""
         if not self.started:
             try:
@@ -266,7 +284,7 @@ async def await_flight(
 
 def _start_all(flights: tuple[Flight, ...]) -> None:
     for flight in flights:
-        flight._start()
+        flight.start()
 
 
 class Outbox:
@@ -355,26 +373,26 @@ class LoopWatch:
                 )
             return
         for flight in flights:
-            flight.unsubscribe = flight.signal.add_callback(flight._on_abort)
+            flight.subscribe()
         with self._lock:
             watched = self._flights.get(loop)
             if watched is None:
                 watched = self._flights[loop] = set()
                 self._lock.notify()  # the watch looks at a loop it did not watch
             for flight in flights:
-                flight.watch = self
+                flight.watched_by(self)
                 watched.add(flight)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
         try:
             if len(flights) == 1:
-                loop.call_soon_threadsafe(flights[0]._start)
+                loop.call_soon_threadsafe(flights[0].start)
             else:
                 loop.call_soon_threadsafe(_start_all, tuple(flights))
         except RuntimeError:  # closed just now
             for flight in flights:
-                flight._fail_gone("closed")
+                flight.fail_gone("closed")
 
     def in_flight(self) -> int:
         with self._lock:
@@ -400,9 +418,8 @@ class LoopWatch:
         """``flight`` has ended: forget it. False if it had ended already
         (whoever ends a flight first wins)."""
         with self._lock:
-            if flight.ended:
+            if not flight.mark_ended():
                 return False
-            flight.ended = True
             flights = self._flights.get(flight.loop)
             if flights is not None:
                 flights.discard(flight)
@@ -433,7 +450,7 @@ class LoopWatch:
         if loop.is_closed() or not loop.is_running():
             state = "closed" if loop.is_closed() else "stopped"
             for flight in flights:
-                flight._fail_gone(state)
+                flight.fail_gone(state)
             return
         now = time.monotonic()
         beat = self._beats.get(loop)
@@ -446,7 +463,7 @@ class LoopWatch:
                 loop.call_soon_threadsafe(beat.answer)
             except RuntimeError:
                 for flight in flights:
-                    flight._fail_gone("closed")
+                    flight.fail_gone("closed")
             return
         if beat.warned or now - beat.sent < self.BLOCK_WARNING:
             return
