@@ -2,7 +2,7 @@
 
 The pipeline, the scheduling functions and the registry's actors never see
 the :class:`~dsh_actors.runtime.ToolRuntime` (no module below it imports
-``dsh_actors.runtime``, even for an annotation; ``tests/test_layers.py``
+``dsh_actors.runtime``, even for an annotation; ``tests/test_ownership.py``
 checks it). They are given a :class:`Kernel`: the event bus, the published
 registry, the stop signal, the loops, the approval channel, the threads for
 blocking executors and the one way to lend capacity while blocked

@@ -262,8 +262,8 @@ class ToolRuntime:
         call actor lends its slot of the call-actor budget (``bounded``:
         within a bound, for async bodies), an executor actor its step slot,
         so the wait never holds back the work it waits for (a context
-        manager: ``with rt.waiting(): ...``)."""
-        return Lent(self.call_pool, bounded)
+        manager: ``with rt.waiting(): ...``; the kernel's ``waiting``)."""
+        return self._lend(bounded)
 
     def _lend(self, bounded: bool) -> Lent:
         return Lent(self.call_pool, bounded)
