@@ -58,7 +58,7 @@ from ..pipeline.stages import run_inline
 from ..scheduling.messages import CallStart, Reply
 from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
-from ..scheduling.suspension import ReleasingReply, resume_plan
+from ..scheduling.suspension import ReleasingReply, checked_with_log, resume_plan
 from ..signals import AbortSignal
 from ..visibility import (
     Condition,
@@ -461,13 +461,21 @@ class ToolsService:
 
     def _resume_claimed(self, plan: Any, batch: ToolBatchInput, reply: Reply, loop: Any) -> None:
         rt = self._rt
+        session = None if batch.log is None or batch.agent is None else batch.agent.session
+        if session is not None:
+            # The log is the authority: taken for this session's writes (no
+            # other process writes it meanwhile), then the suspension must
+            # agree with what it says of the step (its arguments are taken
+            # from it). Refused before anything is claimed.
+            session.hold()
+            plan = checked_with_log(plan, session)
+            batch = plan.batch
         rt.suspensions.claim(plan.id)
-        if batch.log is not None:
-            assert batch.agent is not None and batch.agent.session is not None  # (resume_plan checked)
+        if session is not None:
             # The decisions reach the log before anything runs; a log whose
             # requests were decided already refuses (resumed elsewhere).
             try:
-                batch.agent.session.decide(plan.id, plan.decisions)
+                session.decide(plan.id, plan.decisions)
             except BaseException:
                 # Nothing was written and nothing ran: the claim goes back (a
                 # suspension decided in the log stays refused by the log).
@@ -564,6 +572,11 @@ class ToolsService:
         rt._require()
 
         def start(claimed: Reply) -> None:
+            if isinstance(agent, Agent) and agent.session is not None:
+                # Nothing else writes the log while the step is read and run:
+                # another process's batch or recovery holds it, or wrote to it
+                # since this session read it, and this refuses.
+                agent.session.hold()
             batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
             check_continuable(rt, batch)
             # A run_code call's sub-calls that the crash left open end first (as

@@ -113,7 +113,17 @@ from ._events import (
     start_event,
 )
 from ._file import Session
-from ._steps import SETTLED, STARTED, UNSTARTED, CallState, LoggedCall, LoggedStep, read_step, step_calls
+from ._steps import (
+    SETTLED,
+    STARTED,
+    UNSTARTED,
+    CallState,
+    LoggedCall,
+    LoggedStep,
+    approval_refusal,
+    read_step,
+    step_calls,
+)
 
 __all__ = [
     "BATCH",
@@ -139,6 +149,7 @@ __all__ = [
     "SessionCorruptError",
     "batch_event",
     "approval_event",
+    "approval_refusal",
     "approval_request_event",
     "call_event",
     "error_from_json",
