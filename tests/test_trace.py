@@ -200,7 +200,8 @@ def test_consecutive_batches_sharing_a_signal_get_a_lane_each(rt: Any) -> None:
 def test_a_deferred_call_s_record_ends_deferred_and_its_resumed_part_is_a_record_of_its_own(rt: Any) -> None:
     rt.tools.register(tool("work", lambda args, ctx: "ok"))
     rt.events.on(
-        "tools/pre-execute", lambda execution, next_: Ask(reason="a person decides") if execution.call_id == "c0" else next_()
+        "tools/pre-execute",
+        lambda execution, next_: Ask(reason="a person decides") if execution.call_id == "c0" else next_(),
     )
     rt.approvals.set(lambda request: "deferred")
     recorder = trace.Recorder()
@@ -212,7 +213,11 @@ def test_a_deferred_call_s_record_ends_deferred_and_its_resumed_part_is_a_record
     rt.tools.resume(suspended.suspension, {"c0": "allowed-once"})
     off()
     records = recorder.calls
-    assert [(r.call_id, r.outcome, r.batch) for r in records] == [("c0", "deferred", 0), ("c1", "ok", 0), ("c0", "ok", 1)]
+    assert [(r.call_id, r.outcome, r.batch) for r in records] == [
+        ("c0", "deferred", 0),
+        ("c1", "ok", 0),
+        ("c0", "ok", 1),
+    ]
     deferred, _, resumed = records
     assert deferred.prepare is not None and deferred.deferred is not None and deferred.dispatch is None
     assert deferred.prepare[1] <= deferred.deferred

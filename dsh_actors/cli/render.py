@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
 
 from ..definition import ToolDefinition
-from ..json import dumps, thaw
+from ..errors import LosslessJsonError
+from ..json import dumps, loads, thaw
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock
 from ..presentation import (
     DiffCallView,
@@ -50,8 +51,6 @@ from ..presentation import (
     generic_call_view,
     generic_result_view,
 )
-from ..errors import LosslessJsonError
-from ..json import loads
 from ..session import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, PTC_DISPATCH, PTC_DISPATCH_START, RESULT, LoggedResult
 
 __all__ = [

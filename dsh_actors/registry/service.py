@@ -406,7 +406,11 @@ class ToolsService:
         A suspension is resumed once: a second ``resume`` of it in this
         runtime, or in any process whose session log records the first
         one's decisions, raises ``InvalidStateError`` and nothing runs.
-        A malformed suspension or decision raises ``InvalidValueError``."""
+        For a logged batch the log is the authority: the session takes the
+        log (``Session.hold``) and a suspension whose calls, arguments or
+        settled results disagree with it raises ``InvalidValueError``
+        naming what differs, before anything runs or is claimed. A
+        malformed suspension or decision raises ``InvalidValueError``."""
         return self._blocking(
             lambda reply: self._resume(suspension, decisions, agent, signal, reply, None, tool_set, deps),
             "resume()",
@@ -532,9 +536,13 @@ class ToolsService:
         returned as logged and nothing is written. The batch runs with the
         step's own limit, under the same barriers; ``signal`` cancels it;
         ``tool_set`` (a resolved step admission) makes conditional tools
-        executable, ``deps`` reaches the bodies as ``ctx.deps``. Recover a
-        step in one process at a time. Raises ``TypeError``/``ValueError``
-        for an agent without a session or a step the log has no call of."""
+        executable, ``deps`` reaches the bodies as ``ctx.deps``. The
+        session takes the log first (``Session.hold``): while another
+        process writes it (the original batch, another recovery), or when
+        it wrote to it after this session read it, this raises
+        ``InvalidStateError`` and nothing runs. Raises
+        ``TypeError``/``ValueError`` for an agent without a session or a
+        step the log has no call of."""
         return self._blocking(
             lambda reply: self._recover(agent, turn, step, signal, tool_set, deps, reply),
             "recover()",

@@ -167,13 +167,13 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
             open_calls.setdefault(call_id, []).append(entry)
         elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST:
             call_id = _str(event.get("call_id"), "event.call_id")
-            stack = open_calls.get(call_id)
-            if not stack:
+            latest = open_calls.get(call_id)
+            if not latest:
                 continue
-            entry = stack[-1]
+            entry = latest[-1]
             if kind == RESULT:
-                stack.pop()
-                if not stack:
+                latest.pop()
+                if not latest:
                     del open_calls[call_id]
             if entry is None:
                 continue

@@ -229,7 +229,9 @@ def test_a_logged_suspension_is_resumed_once_across_runtimes_that_share_its_log(
     with started_runtime() as rt3:  # a third runtime, which never saw the suspension resumed
         install(rt3, world)
         session3 = Session.open(path)
-        with pytest.raises(RuntimeError, match=r"was resumed already: the log .* holds its decision for call 'c0' \(allowed-once\)"):
+        with pytest.raises(
+            RuntimeError, match=r"was resumed already: the log .* holds its decision for call 'c0' \(allowed-once\)"
+        ):
             rt3.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("main", session=session3))
         session3.close()
 
@@ -476,7 +478,10 @@ def test_a_suspended_log_replays_and_repairs_and_a_repaired_call_is_no_longer_re
 
         repaired = session.repair()  # a caller that gives up on the person
         assert [(e["call_id"], e["error"]["info"]["code"]) for e in repaired] == [("c0", "INTERRUPTED")]
-        with pytest.raises(RuntimeError, match=r"call 'c0' has no open approval request in the log .*: it was settled without a decision"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"call 'c0' has no open approval request in the log .*: it was settled without a decision",
+        ):
             rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=agent)
         session.close()
     assert world.ran == ["c1"]

@@ -73,7 +73,10 @@ def rename_tool(s: Any) -> None:
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        (set_arguments(2, '{"ask": false, "amount": 1000}'), r"call 'c2' has other arguments in the suspension than in"),
+        (
+            set_arguments(2, '{"ask": false, "amount": 1000}'),
+            r"call 'c2' has other arguments in the suspension than in",
+        ),
         (set_arguments(0, {"ask": True, "to": "mallory"}), r"call 'c0' has other arguments in the suspension than in"),
         (set_content, r"call 'c1' has another result in the suspension than in .* \(its content differs\)"),
         (without_result, r"call 'c1' has a result in .*, but is pending in the suspension"),
@@ -123,7 +126,9 @@ def test_a_suspension_resumed_with_another_log_says_it_comes_from_another_log(tm
         assert "was resumed already" not in str(refused.value)
         # ... and one where an identical batch suspended under its own id.
         twin, _ = suspend(rt, world, Session(tmp_path / "c.jsonl"))
-        with pytest.raises(InvalidValueError, match=r"never deferred a call under suspension [0-9a-f]+: the suspension"):
+        with pytest.raises(
+            InvalidValueError, match=r"never deferred a call under suspension [0-9a-f]+: the suspension"
+        ):
             rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=twin)
         for session in (origin.session, elsewhere.session, twin.session):
             assert session is not None
