@@ -226,7 +226,8 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     subs: dict[str, CallEntry] = {}  # sub-call id -> its latest entry
     # (turn, step) -> the calls its latest tool/batch names that have no tool/call yet
     announced: dict[tuple[int, int], dict[str, CallEntry]] = {}
-    requests: dict[tuple[str, str], Approval] = {}  # (suspension, call id) -> its request
+    requests: dict[tuple[str, str], tuple[CallEntry, Approval]] = {}  # (suspension, call id) -> its request
+    redeferred: dict[str, CallEntry] = {}  # call id -> the call a "deferred" decision left waiting
 
     def parent_of(event: Mapping[str, Any], index: int) -> CallEntry:
         parent_id = event.get("parent_call_id")
@@ -297,7 +298,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
         elif kind == APPROVAL_REQUEST:
             call_id = _str_field(event, "call_id", index)
             suspension = _str_field(event, "suspension", index)
-            entry_or_none = latest.get(call_id)
+            entry_or_none = redeferred.pop(call_id, None) or latest.get(call_id)
             if entry_or_none is None or entry_or_none.result is not None:
                 continue  # (a request whose call is not open in the log: nothing to show it on)
             reason = event.get("reason")
@@ -307,12 +308,15 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 shown=_text_by_language(event.get("display_reason")),
             )
             entry_or_none.approvals.append(approval)
-            requests[(suspension, call_id)] = approval
+            requests[(suspension, call_id)] = (entry_or_none, approval)
         elif kind == APPROVAL:
             key = (_str_field(event, "suspension", index), _str_field(event, "call_id", index))
             request = requests.pop(key, None)
             if request is not None:
-                request.decision = _str_field(event, "decision", index)
+                asked, approval = request
+                approval.decision = _str_field(event, "decision", index)
+                if approval.decision == "deferred":
+                    redeferred[key[1]] = asked  # the request that follows is this call's
         elif kind == PTC_DISPATCH_START:
             sub_id = _str_field(event, "sub_call_id", index)
             child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))

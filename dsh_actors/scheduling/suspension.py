@@ -422,14 +422,16 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
     naming what disagrees (``InvalidValueError``; ``InvalidStateError``
     for a suspension resumed already, or whose calls were asked again or
     settled since, see ``session.approval_refusal``). Returns the plan with
-    the log's arguments: the log is the authority for what it holds (the
-    suspension alone carries a result's ``value`` and its contexts)."""
+    the log's arguments and the limit its ``tool/batch`` logged: the log is
+    the authority for what it holds (the suspension alone carries a
+    result's ``value`` and its contexts)."""
     batch = plan.batch
     log = batch.log
     assert log is not None
     where = f"the log {session.path}" if session.path is not None else "the session's log"
     step = f"turn {log.turn}, step {log.step}"
-    logged = session.read_step(log.turn, log.step).calls
+    read = session.read_step(log.turn, log.step)
+    logged = read.calls
     tail = "; resume the suspension value its batch returned, unchanged (nothing ran)"
     if not logged:
         raise InvalidValueError(
@@ -457,7 +459,7 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
     for call, start, entry in zip(batch.calls, plan.starts, logged, strict=True):
         _check_call(call, start, entry, where, tail)
         calls.append(ToolCall(id=call.id, name=entry.name, arguments=logged_arguments(entry.arguments)))
-    return replace(plan, batch=replace(batch, calls=tuple(calls)))
+    return replace(plan, batch=replace(batch, calls=tuple(calls), max_parallel_tool_calls=read.max_parallel_tool_calls))
 
 
 def _ids(values: Sequence[str]) -> str:

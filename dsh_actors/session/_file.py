@@ -125,6 +125,10 @@ class Session:
         # order; _requests is the reverse map.
         self._awaiting: dict[tuple[str, str], int] = {}
         self._requests: dict[int, tuple[str, str]] = {}
+        # call id -> the serial of the call a "deferred" decision left
+        # waiting: the new request that follows is that call's, even when
+        # another open call shares its id.
+        self._redeferred: dict[str, int] = {}
         # Whether this session holds its file's lock (see hold()), and the
         # file's size when this session read it (another writer since then
         # means what it read is stale).
@@ -311,7 +315,9 @@ class Session:
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
-                serial = self._latest_open(call_id)
+                serial = self._redeferred.pop(call_id, None)
+                if serial is None or serial not in self._pending:
+                    serial = self._latest_open(call_id)
                 if serial is not None:  # (a request without its tool/call awaits nothing)
                     earlier = self._requests.pop(serial, None)
                     if earlier is not None:
@@ -324,6 +330,8 @@ class Session:
                 serial = self._awaiting.pop((suspension, call_id), None)
                 if serial is not None:
                     del self._requests[serial]
+                    if event.get("decision") == "deferred":
+                        self._redeferred[call_id] = serial
         elif kind == PTC_DISPATCH_START:
             sub_call_id = event.get("sub_call_id")
             if type(sub_call_id) is str:

@@ -132,6 +132,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
     # call id -> its open tool/calls' entries, latest last (None: another step's)
     open_calls: dict[str, list[_Entry | None]] = {}
     requests: dict[tuple[str, str], _Entry | None] = {}  # (suspension, call id) -> the requesting entry
+    redeferred: dict[str, _Entry | None] = {}  # call id -> the entry a "deferred" decision left waiting
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
     entry: _Entry | None
     for event in events:
@@ -149,6 +150,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                     stack[:] = [None] * len(stack)
                 for key in requests:
                     requests[key] = None
+                redeferred.clear()
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
             ours = event.get("turn") == turn and event.get("step") == step and type(event.get("turn")) is int
@@ -171,6 +173,9 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
             if not latest:
                 continue
             entry = latest[-1]
+            if kind == APPROVAL_REQUEST and call_id in redeferred:
+                # Deferred again: the call that decision was for.
+                entry = redeferred.pop(call_id)
             if kind == RESULT:
                 latest.pop()
                 if not latest:
@@ -193,6 +198,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
             if entry.awaiting == suspension:
                 entry.awaiting = None
             entry.decision = _str(event.get("decision"), "event.decision")
+            if entry.decision == "deferred":
+                redeferred[call_id] = entry
     chosen = entries if entries is not None else list(fallback.values())
     return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
 
@@ -219,39 +226,51 @@ def approval_refusal(
     where = "this log" if path is None else f"the log {os.fspath(path)}"
     shown = safe_str(repr(call_id))
     requested = False
-    decision: str | None = None
-    later: str | None = None  # the suspension of a later request for the call
+    decision: str | None = None  # the suspension's decision for the call
+    current: str | None = None  # the suspension the call awaits now (None: decided or settled)
+    reasked = False  # a request without a decision before it (a recovery asking again)
+    after_deferred = False  # a "deferred" decision: the next request is the call's
+    fresh = False  # a tool/call of the same id since the request: a call of its own
     others: list[str] = []  # the other calls the suspension deferred
     for event in events:
         kind = event.get("type")
-        if kind == APPROVAL_REQUEST:
-            by = event.get("suspension")
+        if event.get("call_id") != call_id:
+            other = event.get("call_id")
+            if kind == APPROVAL_REQUEST and event.get("suspension") == suspension and type(other) is str:
+                others.append(other)
+            continue
+        by = event.get("suspension")
+        if kind == CALL and requested:
+            fresh = True
+        elif kind == APPROVAL_REQUEST and by == suspension:
+            requested, current, fresh = True, suspension, False
+        elif kind == APPROVAL_REQUEST and requested and type(by) is str and current is not None:
+            if after_deferred:
+                current, after_deferred = by, False
+            elif not fresh:
+                current, reasked = by, True
+        elif kind == APPROVAL and requested and by == current:
             if by == suspension:
-                if event.get("call_id") == call_id:
-                    requested = True
-                elif type(event.get("call_id")) is str:
-                    others.append(event["call_id"])
-            elif requested and event.get("call_id") == call_id and type(by) is str:
-                later = by
-        elif kind == APPROVAL:
-            if event.get("suspension") == suspension and event.get("call_id") == call_id:
                 decision = safe_str(event.get("decision"))
-            elif later is not None and event.get("suspension") == later and event.get("call_id") == call_id:
-                later = None  # that one was decided too
+            after_deferred = event.get("decision") == "deferred"
+            if not after_deferred:
+                current = None
+        elif kind == RESULT and requested and not fresh:
+            current = None
     if requested and decision is not None:
         then = (
-            f"; the call now awaits suspension {later}, which that resume returned: resume that one"
-            if later is not None
+            f"; the call now awaits suspension {current}: resume that one"
+            if current is not None and current != suspension
             else " (resume the suspension the last resume returned, if it suspended again)"
         )
         return InvalidStateError(
             f"suspension {suspension} was resumed already: {where} holds its decision for call {shown} "
             f"({decision}), and a suspension is resumed once{then}"
         )
-    if requested and later is not None:
+    if requested and reasked and current is not None:
         return InvalidStateError(
             f"call {shown} no longer awaits suspension {suspension}: a recovery of its step asked for its "
-            f"approval again, and it now awaits suspension {later}: resume that one"
+            f"approval again, and it now awaits suspension {current}: resume that one"
         )
     if requested:
         return InvalidStateError(

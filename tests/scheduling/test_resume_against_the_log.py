@@ -10,16 +10,18 @@ session never close or decide the wrong one."""
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dsh_actors import Agent, LogStep, Session, ToolBatchInput
+from dsh_actors.cli.render import log_entries
 from dsh_actors.errors import InvalidStateError, InvalidValueError
 from dsh_actors.session import INTERRUPTED, approval_request_event, call_event, result_event
 
-from .helpers import started_runtime
+from .helpers import GUARD, make_tool, started_runtime
 from .test_deferred_approvals import World, c, install, roundtrip, texts
 
 
@@ -164,7 +166,7 @@ def test_a_suspension_resumed_again_names_the_suspension_that_awaits_the_call_no
         assert str(refused.value) == (
             f"suspension {first['id']} was resumed already: the log {tmp_path / 'log.jsonl'} holds its decision "
             f"for call 'c0' (deferred), and a suspension is resumed once; the call now awaits suspension "
-            f"{second['id']}, which that resume returned: resume that one"
+            f"{second['id']}: resume that one"
         )
         done = rt.tools.resume(second, {"c0": "allowed-once"}, agent=agent)
         assert agent.session is not None
@@ -236,3 +238,45 @@ def test_two_agents_sharing_a_session_resume_their_own_suspensions_of_the_same_c
     assert [item.result.is_error for item in done_alice.results] == [True, False, False]
     assert session.pending_calls() == [] and session.awaiting_approval() == []
     assert sorted(world.ran) == ["c0", "c1", "c1", "c2", "c2"]
+
+
+def test_a_request_deferred_again_stays_with_its_call_while_another_step_s_call_shares_its_id() -> None:
+    session = Session()
+    session.append(call_event(1, 1, "c0", "safe", {}))
+    session.append(approval_request_event("c0", "s1", "safe", "why", None))
+    session.append(call_event(1, 2, "c0", "safe", {}))  # another step's c0, open meanwhile
+    session.decide("s1", {"c0": "deferred"})
+    session.append(approval_request_event("c0", "s2", "safe", "why", None))  # step 1's c0, asked again
+    session.append(result_event("c0", INTERRUPTED))  # step 2's c0 ends
+    assert session.awaiting_approval() == [("c0", "s2")]
+    assert [(call.awaiting, call.decision) for call in session.step_calls(1, 1)] == [("s2", "deferred")]
+    assert [call.state for call in session.step_calls(1, 2)] == ["settled"]
+    with pytest.raises(InvalidStateError, match="now awaits suspension s2: resume that one"):
+        session.decide("s1", {"c0": "allowed-once"})
+    entries = log_entries(session.events())
+    assert [[a.suspension for a in entry.approvals] for entry in entries] == [["s1", "s2"], []]
+    session.decide("s2", {"c0": "allowed-once"})
+    assert session.awaiting_approval() == []
+
+
+def test_the_resumed_batch_runs_under_the_limit_its_log_holds_not_the_suspension_s(tmp_path: Path) -> None:
+    world = World()
+    both = threading.Barrier(2, timeout=GUARD)
+
+    def meet(args: Any, ctx: Any) -> str:
+        both.wait()  # only two calls running at once get past this
+        return f"met {ctx.call_id}"
+
+    with started_runtime() as rt:
+        install(rt, world)
+        rt.tools.register(make_tool("meet", meet))
+        agent = Agent("main", session=Session(tmp_path / "log.jsonl"))
+        calls = (c("c0", ask=True), c("c1", "excl"), c("c2", "meet"), c("c3", "meet"))
+        batch = ToolBatchInput(calls=calls, agent=agent, log=LogStep(1, 1), max_parallel_tool_calls=2)
+        suspension = roundtrip(rt.tools.execute(batch).suspension)
+        assert suspension["max_parallel_tool_calls"] == 2
+        serial = changed(suspension, lambda s: s.__setitem__("max_parallel_tool_calls", 1))
+        done = rt.tools.resume(serial, {"c0": "allowed-once"}, agent=agent)
+        assert agent.session is not None
+        agent.session.close()
+    assert texts(done)[2:] == [("c2", "met c2"), ("c3", "met c3")]
