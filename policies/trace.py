@@ -37,6 +37,14 @@ parent's dispatch. Flow arrows join each call's prepare, dispatch and
 finalize. A call resolved before any phase (aborted before dispatch, bad
 arguments) has only a zero-length finalize span.
 
+A call whose approval was deferred (``tools/deferred``: its batch
+suspends) ends its record there: outcome ``"deferred"``, its prepare span
+and an instant event ``deferred <tool>`` on its batch's lane. The rest of
+its trip, when the suspension is resumed (in this runtime or another one,
+perhaps hours later), is a record of its own in the resumed batch: from
+its dispatch on (the pre-execute waterfall and the approval are not run
+again), or only its finalize when the decision denied it.
+
 Which thread runs what: the listeners run where the pipeline runs them (see
 ``dsh_actors.events``); each takes one short lock to update the recorder.
 The recorder only reads public names of ``dsh_actors``.
@@ -78,8 +86,12 @@ class CallTimeline:
     finalize_thread: tuple[int, str] | None = None
     post_execute: bool = False
     """Whether ``tools/post-execute`` ran (the start of finalize)."""
+    deferred: float | None = None
+    """When its approval was deferred (its batch suspended), or ``None``."""
+    deferred_thread: tuple[int, str] | None = None
     outcome: str = "unfinished"
-    """``"ok"``, a failure's code (``ABORTED``, ``INVALID_ARGS``...), or
+    """``"ok"``, a failure's code (``ABORTED``, ``INVALID_ARGS``...),
+    ``"deferred"`` (its batch suspended: see the module docstring), or
     ``"error"`` for a failure without a code."""
 
     @property
@@ -137,26 +149,27 @@ class Recorder:
         token = execution.token
         rec = self._open.get(token)
         if rec is None:
-            nested = execution.parent is not None
-            batch = None
-            if not nested and home:
-                # A batch is told apart by its signal (the caller's, which
-                # every phase but dispatch sees; a batch without one gets
-                # its own), not by a thread: its steps may run on an
-                # executor actor or on the call actor that takes one. A
-                # call id seen again under the same signal starts the next
-                # batch (the same ids in consecutive batches, as a
-                # benchmark sends them); concurrent batches sharing one
-                # signal share a lane.
-                key = execution.signal
-                current = self._batches.get(key)
-                if current is None or execution.call_id in current[1]:
-                    current = self._batches[key] = (self._next_batch, set())
-                    self._next_batch += 1
-                current[1].add(execution.call_id)
-                batch = current[0]
-            rec = CallTimeline(call_id=execution.call_id, tool=execution.name, batch=batch, nested=nested)
+            rec = CallTimeline(
+                call_id=execution.call_id, tool=execution.name, batch=None, nested=execution.parent is not None
+            )
             self._open[token] = rec
+        if rec.batch is None and not rec.nested and home:
+            # A batch is told apart by its signal (the caller's, which every
+            # phase but dispatch sees; a batch without one gets its own),
+            # not by a thread: its steps may run on an executor actor or on
+            # the call actor that takes one. A call id seen again under the
+            # same signal starts the next batch (the same ids in consecutive
+            # batches, as a benchmark sends them); concurrent batches sharing
+            # one signal share a lane. (A resumed deferred call is first seen
+            # at its dispatch, off its batch's thread: numbered at its
+            # finalize.)
+            key = execution.signal
+            current = self._batches.get(key)
+            if current is None or execution.call_id in current[1]:
+                current = self._batches[key] = (self._next_batch, set())
+                self._next_batch += 1
+            current[1].add(execution.call_id)
+            rec.batch = current[0]
         return rec
 
     def _prepared(self, execution: ToolExecution, start: float, end: float) -> None:
@@ -180,6 +193,18 @@ class Recorder:
             rec = self._record(execution)
             rec.finalize = (start, start)
             rec.post_execute = True
+
+    def _deferred(self, execution: ToolExecution, at: float) -> None:
+        thread = _thread()
+        with self._lock:
+            rec = self._record(execution)
+            rec.deferred = at
+            rec.deferred_thread = thread
+            rec.outcome = "deferred"
+            if rec.batch is not None:
+                self._batch_threads.setdefault(rec.batch, thread)
+            del self._open[execution.token]
+            self._done.append(rec)
 
     def _published(self, execution: ToolExecution, result: Any, at: float) -> None:
         thread = _thread()
@@ -244,6 +269,21 @@ class Recorder:
                     extra["commit_wait_us"] = round(rec.commit_wait_us, 3)
                 events.append(_span(f"finalize {rec.tool}", "finalize", pid, tid, rec.finalize, extra))
                 steps.append((tid, rec.finalize[0]))
+            if rec.deferred is not None:
+                tid = _home_lane(lanes, rec, rec.deferred_thread, batch_threads)
+                events.append(
+                    {
+                        "name": f"deferred {rec.tool}",
+                        "cat": "deferred",
+                        "ph": "i",
+                        "s": "t",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": round(rec.deferred, 3),
+                        "args": args,
+                    }
+                )
+                steps.append((tid, rec.deferred))
             if len(steps) > 1:
                 for i, (tid, ts) in enumerate(steps):
                     ph = "s" if i == 0 else ("f" if i == len(steps) - 1 else "t")
@@ -366,7 +406,7 @@ def apply(
     path: str | None = None,
     scope: Agent | None = None,
 ) -> Callable[[], None]:
-    """Install the four listeners on ``rt`` (``scope``: only that agent's
+    """Install the five listeners on ``rt`` (``scope``: only that agent's
     calls and its descendants'); return the undo. With ``path``, the undo
     also writes the trace file there."""
     rec = Recorder() if recorder is None else recorder
@@ -393,12 +433,16 @@ def apply(
     def on_result(execution: ToolExecution, result: Any) -> None:
         rec._published(execution, result, now())
 
+    def on_deferred(execution: ToolExecution, ask: Any) -> None:
+        rec._deferred(execution, now())
+
     events = rt.events
     offs = [
         events.on("tools/pre-execute", pre_execute, scope=scope, prepend=True),
         events.on("tools/execute", execute, scope=scope, prepend=True),
         events.on("tools/post-execute", post_execute, scope=scope, prepend=True),
         events.on("tools/result", on_result, scope=scope, prepend=True),
+        events.on("tools/deferred", on_deferred, scope=scope, prepend=True),
     ]
 
     def undo() -> None:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_actors.errors import ErrorCode, LosslessJsonError
+from dsh_actors.errors import ErrorCode, InvalidStateError, LosslessJsonError
 from dsh_actors.json import FrozenDict, dumps, materialize
 from dsh_actors.model import (
     ImageBlock,
@@ -739,3 +739,43 @@ def test_a_malformed_result_event_is_reported_with_the_bad_field() -> None:
         LoggedResult.from_event(event)
     with pytest.raises(ValueError, match="not a tool/result"):
         LoggedResult.from_event({"type": "tool/call"})
+
+
+# ---------------------------------------------------------------------------
+# One writer per log (an flock the OS releases when its process dies;
+# tests/recovery/test_one_writer.py has the trials across processes)
+# ---------------------------------------------------------------------------
+
+
+def test_a_second_session_on_a_log_someone_writes_reads_it_but_may_not_write_to_it(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    writer = Session(path)
+    writer.append(call_event(1, 1, "c1", "t", {}))
+    reader = Session.open(path)
+    assert [e["call_id"] for e in reader.events()] == ["c1"] and not reader.held
+    with pytest.raises(InvalidStateError, match=r"is being written by another Session .* one writer at a time"):
+        reader.append(call_event(1, 1, "c2", "t", {}))
+    with pytest.raises(InvalidStateError, match="is being written by another Session"):
+        reader.repair()
+    assert len(reader) == 1 and reader.pending_calls() == ["c1"]
+    writer.append(call_event(1, 1, "c3", "t", {}))
+    writer.close()
+    # The writer is gone, but it wrote after the reader read: stale.
+    with pytest.raises(InvalidStateError, match=r"changed after this Session read it \(\d+ bytes then, \d+ now"):
+        reader.hold()
+    reader.close()
+    with Session.open(path) as again:
+        again.hold()
+        assert again.held
+        assert [e["call_id"] for e in again.repair()] == ["c1", "c3"]
+    assert not again.held
+
+
+def test_a_new_log_is_held_from_its_creation(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with Session(path) as first:
+        assert first.held
+        with Session.open(path) as second, pytest.raises(InvalidStateError, match="by another Session"):
+            second.hold()
+    with pytest.raises(OSError, match="session is closed"):
+        first.hold()

@@ -16,6 +16,8 @@ import pytest
 import policies.trace as trace
 from dsh_actors import (
     AbortController,
+    Agent,
+    Ask,
     Deny,
     ToolBatchInput,
     ToolCall,
@@ -193,3 +195,40 @@ def test_consecutive_batches_sharing_a_signal_get_a_lane_each(rt: Any) -> None:
     assert sorted({c.batch for c in recorder.calls}) == [0, 1, 2]
     names = lane_names(recorder.to_json())
     assert sum(1 for name in names.values() if name.startswith("batch ")) == 3
+
+
+def test_a_deferred_call_s_record_ends_deferred_and_its_resumed_part_is_a_record_of_its_own(rt: Any) -> None:
+    rt.tools.register(tool("work", lambda args, ctx: "ok"))
+    rt.events.on(
+        "tools/pre-execute",
+        lambda execution, next_: Ask(reason="a person decides") if execution.call_id == "c0" else next_(),
+    )
+    rt.approvals.set(lambda request: "deferred")
+    recorder = trace.Recorder()
+    off = rt.use(trace, recorder=recorder)
+    suspended = rt.tools.execute(batch("work", "work", agent=Agent("main")))
+    assert suspended.pending == ("c0",)
+    assert sorted((r.call_id, r.outcome) for r in recorder.calls) == [("c0", "deferred"), ("c1", "ok")]
+
+    rt.tools.resume(suspended.suspension, {"c0": "allowed-once"})
+    off()
+    records = recorder.calls
+    assert [(r.call_id, r.outcome, r.batch) for r in records] == [
+        ("c0", "deferred", 0),
+        ("c1", "ok", 0),
+        ("c0", "ok", 1),
+    ]
+    deferred, _, resumed = records
+    assert deferred.prepare is not None and deferred.deferred is not None and deferred.dispatch is None
+    assert deferred.prepare[1] <= deferred.deferred
+    # The resumed part: from its dispatch on (nobody is asked again).
+    assert resumed.prepare is None and resumed.dispatch is not None and resumed.finalize is not None
+    assert resumed.deferred is None and resumed.dispatch[1] <= resumed.finalize[1]
+
+    doc = recorder.to_json()
+    marks = [e for e in doc["traceEvents"] if e["ph"] == "i"]
+    assert [(e["name"], e["args"]["outcome"]) for e in marks] == [("deferred work", "deferred")]
+    names = lane_names(doc)
+    assert names[marks[0]["tid"]].startswith("batch 0 prepare/finalize")
+    finalize = [e for e in spans(doc, "finalize") if e["args"]["call_id"] == "c0"]
+    assert len(finalize) == 1 and names[finalize[0]["tid"]].startswith("batch 1 prepare/finalize")

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
 
 from ..definition import ToolDefinition
-from ..json import dumps, thaw
+from ..errors import LosslessJsonError
+from ..json import dumps, loads, thaw
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock
 from ..presentation import (
     DiffCallView,
@@ -50,9 +51,10 @@ from ..presentation import (
     generic_call_view,
     generic_result_view,
 )
-from ..session import CALL, PTC_DISPATCH, PTC_DISPATCH_START, RESULT, LoggedResult
+from ..session import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, PTC_DISPATCH, PTC_DISPATCH_START, RESULT, LoggedResult
 
 __all__ = [
+    "Approval",
     "CallEntry",
     "ColorMode",
     "Lookup",
@@ -131,6 +133,18 @@ def choose_style(stream: IO[str], mode: ColorMode = "auto") -> Style:
 
 
 @dataclass(slots=True, eq=False)
+class Approval:
+    """One approval request of a call (``tool/approval-request``: its
+    suspension, the reason and what to show the person) and the decision a
+    resume gave it (``tool/approval``), None while it waits."""
+
+    suspension: str
+    reason: str | None
+    shown: dict[str, str] | None
+    decision: str | None = None
+
+
+@dataclass(slots=True, eq=False)
 class CallEntry:
     """One call of the log: a root call (``tool/call``) or a PTC sub-call
     (``tool/ptc-dispatch-start``), its result when one was logged, and the
@@ -147,6 +161,16 @@ class CallEntry:
     """False when only a result was logged (its call is not in the log)."""
     traceback: str | None = None
     """The logged traceback of the exception a hook raised (``-v`` shows it)."""
+    approvals: list[Approval] = field(default_factory=list)
+    """Its deferred approvals, in log order (the last one may still wait)."""
+    batch_only: bool = False
+    """Only its batch's ``tool/batch`` names it: it never reached its
+    ``tool/call`` (it waits behind a deferred call, or a crash came first)."""
+
+    @property
+    def awaiting(self) -> bool:
+        """It has no result and its last approval request is undecided."""
+        return self.result is None and bool(self.approvals) and self.approvals[-1].decision is None
 
 
 class LogShapeError(ValueError):
@@ -167,16 +191,43 @@ def _result(event: Mapping[str, Any], index: int) -> LoggedResult:
         raise LogShapeError(f"event {index + 1} ({event.get('type')}): {err}") from None
 
 
+def _batch_arguments(raw: Any) -> Any:
+    """A ``tool/batch`` call's arguments (as the model sent them) as its
+    ``tool/call`` would hold them: JSON text parsed when it holds an
+    object, anything else as it is."""
+    if type(raw) is str:
+        try:
+            parsed = loads(raw, frozen=False, path="arguments") if raw.strip() else {}
+        except LosslessJsonError:
+            return raw
+        return parsed if type(parsed) is dict else raw
+    return raw
+
+
+def _text_by_language(value: Any) -> dict[str, str] | None:
+    if isinstance(value, Mapping) and value and all(type(k) is str and type(v) is str for k, v in value.items()):
+        return dict(value)
+    return None
+
+
 def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
-    """The root calls of ``events`` in log order, each with its result and
-    nested sub-calls. A result pairs with the latest call of its id that has
-    none yet (ids may repeat across steps); a result or a sub-call whose
-    call is not in the log gets an entry of its own (``logged_call`` False).
-    Events of other types are ignored. Raises :class:`LogShapeError` for a
-    malformed call, result or dispatch event."""
+    """The root calls of ``events`` in log order, each with its result,
+    its approvals and nested sub-calls. A logged batch's calls come in
+    model order when its ``tool/batch`` is read; a call it names that never
+    reached its ``tool/call`` stays ``batch_only``. A result or an approval
+    request pairs with the latest call of its id that has no result yet
+    (ids may repeat across steps), a decision with the request of its
+    suspension; a result or a sub-call whose call is not in the log gets an
+    entry of its own (``logged_call`` False). Events of other types are
+    ignored. Raises :class:`LogShapeError` for a malformed batch, call,
+    result, approval or dispatch event."""
     roots: list[CallEntry] = []
     latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
     subs: dict[str, CallEntry] = {}  # sub-call id -> its latest entry
+    # (turn, step) -> the calls its latest tool/batch names that have no tool/call yet
+    announced: dict[tuple[int, int], dict[str, CallEntry]] = {}
+    requests: dict[tuple[str, str], tuple[CallEntry, Approval]] = {}  # (suspension, call id) -> its request
+    redeferred: dict[str, CallEntry] = {}  # call id -> the call a "deferred" decision left waiting
 
     def parent_of(event: Mapping[str, Any], index: int) -> CallEntry:
         parent_id = event.get("parent_call_id")
@@ -194,12 +245,41 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
 
     for index, event in enumerate(events):
         kind = event.get("type")
-        if kind == CALL:
+        if kind == BATCH:
+            turn, step = event.get("turn"), event.get("step")
+            calls = event.get("calls")
+            if type(turn) is not int or type(step) is not int or type(calls) is not list:
+                raise LogShapeError(f"event {index + 1} ({kind}): needs an int turn and step and a list of calls")
+            waiting: dict[str, CallEntry] = {}
+            for item in calls:
+                if not isinstance(item, Mapping):
+                    raise LogShapeError(f"event {index + 1} ({kind}): each call must be an object")
+                entry = CallEntry(
+                    call_id=_str_field(item, "call_id", index),
+                    name=_str_field(item, "name", index),
+                    arguments=_batch_arguments(item.get("arguments")),
+                    turn=turn,
+                    step=step,
+                    batch_only=True,
+                )
+                roots.append(entry)
+                waiting[entry.call_id] = entry
+            announced[(turn, step)] = waiting
+        elif kind == CALL:
             call_id = _str_field(event, "call_id", index)
             turn, step = event.get("turn"), event.get("step")
+            name = _str_field(event, "name", index)
+            waiting_or_none = announced.get((turn, step)) if type(turn) is int and type(step) is int else None
+            entry_or_none = None if waiting_or_none is None else waiting_or_none.pop(call_id, None)
+            if entry_or_none is not None:  # its batch named it: it starts where the batch put it
+                entry_or_none.batch_only = False
+                entry_or_none.name = name
+                entry_or_none.arguments = event.get("arguments")
+                latest[call_id] = entry_or_none
+                continue
             entry = CallEntry(
                 call_id=call_id,
-                name=_str_field(event, "name", index),
+                name=name,
                 arguments=event.get("arguments"),
                 turn=turn if type(turn) is int else None,
                 step=step if type(step) is int else None,
@@ -215,6 +295,28 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 latest[result.call_id] = entry_or_none
             entry_or_none.result = result
             entry_or_none.traceback = _traceback(event)
+        elif kind == APPROVAL_REQUEST:
+            call_id = _str_field(event, "call_id", index)
+            suspension = _str_field(event, "suspension", index)
+            entry_or_none = redeferred.pop(call_id, None) or latest.get(call_id)
+            if entry_or_none is None or entry_or_none.result is not None:
+                continue  # (a request whose call is not open in the log: nothing to show it on)
+            reason = event.get("reason")
+            approval = Approval(
+                suspension=suspension,
+                reason=reason if type(reason) is str else None,
+                shown=_text_by_language(event.get("display_reason")),
+            )
+            entry_or_none.approvals.append(approval)
+            requests[(suspension, call_id)] = (entry_or_none, approval)
+        elif kind == APPROVAL:
+            key = (_str_field(event, "suspension", index), _str_field(event, "call_id", index))
+            request = requests.pop(key, None)
+            if request is not None:
+                asked, approval = request
+                approval.decision = _str_field(event, "decision", index)
+                if approval.decision == "deferred":
+                    redeferred[key[1]] = asked  # the request that follows is this call's
         elif kind == PTC_DISPATCH_START:
             sub_id = _str_field(event, "sub_call_id", index)
             child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))
@@ -257,12 +359,20 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
 
 
 def summary_line(entries: Sequence[CallEntry]) -> str:
-    """``3 calls: 2 ok, 1 error`` (and the calls without a result, and the
+    """``3 calls: 2 ok, 1 error`` (and the calls without a result, those
+    awaiting an approval and those that never started among them, and the
     PTC sub-calls, when there are any)."""
     calls, ok, errors, pending = count_results(entries)
     line = f"{_plural(calls, 'call')}: {ok} ok, {_plural(errors, 'error')}"
     if pending:
         line += f", {pending} without a result"
+        awaiting = sum(1 for e in entries if e.awaiting)
+        never = sum(1 for e in entries if e.batch_only and e.result is None)
+        why = [f"{awaiting} awaiting approval"] if awaiting else []
+        if never:
+            why.append(f"{never} never started")
+        if why:
+            line += f" ({', '.join(why)})"
     nested = sum(1 for _ in _walk(entries)) - calls
     if nested:
         line += f" ({_plural(nested, 'nested call')})"
@@ -504,6 +614,10 @@ def _clip(lines: list[str], max_lines: int | None, style: Style) -> list[str]:
 def _status(entry: CallEntry, style: Style) -> tuple[str, str]:
     result = entry.result
     if result is None:
+        if entry.awaiting:
+            return style.yellow(style.glyph("⏸", "||")), style.yellow("awaiting approval")
+        if entry.batch_only:
+            return style.dim(style.glyph("·", ".")), style.dim("never started (only its batch names it)")
         return style.yellow(style.glyph("…", "?")), style.yellow("no result recorded")
     if not result.is_error:
         return style.green(style.glyph("✓", "ok")), ""
@@ -537,6 +651,7 @@ def _render_entry(
     if result_view is None:
         body.extend(_call_body(call_view, style))
     out.extend(inner + line for line in _clip(body, max_lines, style))
+    out.extend(inner + line for line in _approval_lines(entry.approvals, style))
     for child in entry.children:
         _render_entry(child, lookup, style, inner, max_lines, out, tracebacks)
     if result_view is not None and entry.result is not None:
@@ -544,6 +659,21 @@ def _render_entry(
         out.extend(inner + line for line in _clip(lines, max_lines, style))
     if tracebacks and entry.traceback is not None:
         out.extend(inner + style.dim(line) for line in entry.traceback.rstrip("\n").split("\n"))
+
+
+def _approval_lines(approvals: Sequence[Approval], style: Style) -> list[str]:
+    lines: list[str] = []
+    for approval in approvals:
+        reason = approval.reason if approval.reason is not None else "no reason given"
+        lines.append(style.yellow(f"approval asked: {reason}") + style.dim(f" (suspension {approval.suspension})"))
+        if approval.shown is not None:
+            shown = "; ".join(f"{language}: {text}" for language, text in approval.shown.items())
+            lines.append(style.dim(f"shown to the person: {shown}"))
+        decision = approval.decision
+        if decision is not None:
+            paint = style.green if decision == "allowed-once" else style.yellow if decision == "deferred" else style.red
+            lines.append(paint(f"decision: {decision}"))
+    return lines
 
 
 def render_log(

@@ -58,7 +58,7 @@ from ..pipeline.stages import run_inline
 from ..scheduling.messages import CallStart, Reply
 from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
-from ..scheduling.suspension import ReleasingReply, resume_plan
+from ..scheduling.suspension import ReleasingReply, checked_with_log, resume_plan
 from ..signals import AbortSignal
 from ..visibility import (
     Condition,
@@ -426,7 +426,11 @@ class ToolsService:
         A suspension is resumed once: a second ``resume`` of it in this
         runtime, or in any process whose session log records the first
         one's decisions, raises ``InvalidStateError`` and nothing runs.
-        A malformed suspension or decision raises ``InvalidValueError``."""
+        For a logged batch the log is the authority: the session takes the
+        log (``Session.hold``) and a suspension whose calls, arguments or
+        settled results disagree with it raises ``InvalidValueError``
+        naming what differs, before anything runs or is claimed. A
+        malformed suspension or decision raises ``InvalidValueError``."""
         return self._blocking(
             lambda reply: self._resume(suspension, decisions, agent, signal, reply, None, tool_set, deps),
             "resume()",
@@ -480,14 +484,22 @@ class ToolsService:
             self._in_step(session, log.turn, log.step, reply, lambda r: self._resume_claimed(plan, batch, r, loop))
 
     def _resume_claimed(self, plan: Any, batch: ToolBatchInput, reply: Reply, loop: Any) -> None:
+        session = None if batch.log is None or batch.agent is None else batch.agent.session
+        if session is not None:
+            # The log is the authority: taken for this session's writes (no
+            # other process writes it meanwhile), then the suspension must
+            # agree with what it says of the step (its arguments are taken
+            # from it). Refused before anything is claimed.
+            session.hold()
+            plan = checked_with_log(plan, session)
+            batch = plan.batch
         claims = self._links.claims
         claims.claim(plan.id)
-        if batch.log is not None:
-            assert batch.agent is not None and batch.agent.session is not None  # (resume_plan checked)
+        if session is not None:
             # The decisions reach the log before anything runs; a log whose
             # requests were decided already refuses (resumed elsewhere).
             try:
-                batch.agent.session.decide(plan.id, plan.decisions)
+                session.decide(plan.id, plan.decisions)
             except BaseException:
                 # Nothing was written and nothing ran: the claim goes back (a
                 # suspension decided in the log stays refused by the log).
@@ -544,9 +556,13 @@ class ToolsService:
         returned as logged and nothing is written. The batch runs with the
         step's own limit, under the same barriers; ``signal`` cancels it;
         ``tool_set`` (a resolved step admission) makes conditional tools
-        executable, ``deps`` reaches the bodies as ``ctx.deps``. Recover a
-        step in one process at a time. Raises ``TypeError``/``ValueError``
-        for an agent without a session or a step the log has no call of."""
+        executable, ``deps`` reaches the bodies as ``ctx.deps``. The
+        session takes the log first (``Session.hold``): while another
+        process writes it (the original batch, another recovery), or when
+        it wrote to it after this session read it, this raises
+        ``InvalidStateError`` and nothing runs. Raises
+        ``TypeError``/``ValueError`` for an agent without a session or a
+        step the log has no call of."""
         return self._blocking(
             lambda reply: self._recover(agent, turn, step, signal, tool_set, deps, reply),
             "recover()",
@@ -584,6 +600,11 @@ class ToolsService:
         _require(rt)
 
         def start(claimed: Reply) -> None:
+            if isinstance(agent, Agent) and agent.session is not None:
+                # Nothing else writes the log while the step is read and run:
+                # another process's batch or recovery holds it, or wrote to it
+                # since this session read it, and this refuses.
+                agent.session.hold()
             batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
             check_continuable(rt, batch)
             # A run_code call's sub-calls that the crash left open end first (as

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
     from ..toolset import ResolvedToolSet
 
-__all__ = ["recovered_result", "recovery_plan"]
+__all__ = ["logged_arguments", "recovered_result", "recovery_plan"]
 
 #: Decisions that end a deferred approval (``"deferred"`` asks again later).
 _FINAL_DECISIONS = frozenset({"allowed-once", "rejected", "cancelled"})
@@ -62,7 +62,7 @@ def recovered_result(logged: LoggedResult) -> ToolExecutionResult:
     return ToolExecutionSuccess(value=None, content=logged.content, meta=logged.meta)
 
 
-def _arguments(logged: Any) -> Any:
+def logged_arguments(logged: Any) -> Any:
     """What the model sent, as a ``ToolCall`` takes it: text or an object;
     any other JSON becomes its text (so the tool fails it ``INVALID_ARGS``,
     as it did)."""
@@ -122,7 +122,7 @@ def recovery_plan(
             "nothing to recover (a step whose tool/batch never reached the log never started: run it "
             "with rt.tools.execute)"
         )
-    calls = tuple(ToolCall(id=c.call_id, name=c.name, arguments=_arguments(c.arguments)) for c in logged.calls)
+    calls = tuple(ToolCall(id=c.call_id, name=c.name, arguments=logged_arguments(c.arguments)) for c in logged.calls)
     batch = ToolBatchInput(
         calls=calls,
         signal=signal,

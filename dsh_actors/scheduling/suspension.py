@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import orjson
@@ -43,11 +43,13 @@ from ..model import (
     content_from_json,
     content_to_json,
 )
+from ..pipeline.intake import parse_arguments
 from ..pipeline.stages import DECISIONS, is_text_by_language
-from ..session import error_from_json, error_to_json
+from ..session import LoggedCall, LoggedResult, Session, approval_refusal, error_from_json, error_to_json
 from .messages import CallStart
+from .recovery import logged_arguments
 
-__all__ = ["Claims", "ResumePlan", "new_suspension_id", "resume_plan", "suspension_value"]
+__all__ = ["Claims", "ResumePlan", "checked_with_log", "new_suspension_id", "resume_plan", "suspension_value"]
 
 FORMAT: Final = "dsh-actors/suspension"
 VERSION: Final = 1
@@ -379,6 +381,123 @@ def resume_plan(
     return ResumePlan(id=suspension_id, batch=batch, starts=tuple(starts), decisions=answers)
 
 
+# --------------------------------------------------------------------------
+# A logged batch: the log is the authority
+# --------------------------------------------------------------------------
+
+
+def _canonical_arguments(arguments: Any) -> Any:
+    """Arguments as the intake reads them, as plain JSON (JSON text parsed,
+    empty text ``{}``), so text and the object it holds compare equal."""
+    parsed = parse_arguments(arguments)
+    if type(parsed) is str:
+        return ("text", parsed)
+    try:
+        return thaw(materialize(parsed, "arguments"))
+    except LosslessJsonError:
+        return ("text", arguments if type(arguments) is str else repr(arguments))
+
+
+def _result_difference(given: ToolExecutionResult, logged: LoggedResult) -> str | None:
+    """Which logged field of ``given`` differs from ``logged``, or None."""
+    if bool(given.is_error) != logged.is_error:
+        return "is_error"
+    if tuple(given.content) != tuple(logged.content):
+        return "content"
+    error = given.error if type(given) is ToolExecutionFailure else None
+    if error != logged.error:
+        return "error"
+    if given.meta != logged.meta:
+        return "meta"
+    return None
+
+
+def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
+    """``plan`` (a logged batch's) checked against what its session's log
+    says of the step (``Session.read_step``): the same calls in the same
+    order, each with the same tool and arguments; each deferred call still
+    awaiting this very suspension; the calls the suspension says settled,
+    and only those, settled in the log with the same result (``is_error``,
+    ``content``, ``error``, ``meta``: the fields the log keeps). Raises,
+    naming what disagrees (``InvalidValueError``; ``InvalidStateError``
+    for a suspension resumed already, or whose calls were asked again or
+    settled since, see ``session.approval_refusal``). Returns the plan with
+    the log's arguments and the limit its ``tool/batch`` logged: the log is
+    the authority for what it holds (the suspension alone carries a
+    result's ``value`` and its contexts)."""
+    batch = plan.batch
+    log = batch.log
+    assert log is not None
+    where = f"the log {session.path}" if session.path is not None else "the session's log"
+    step = f"turn {log.turn}, step {log.step}"
+    read = session.read_step(log.turn, log.step)
+    logged = read.calls
+    tail = "; resume the suspension value its batch returned, unchanged (nothing ran)"
+    if not logged:
+        raise InvalidValueError(
+            f"{where} has no call of {step}, the step suspension {plan.id} continues: the suspension comes from "
+            "another log; resume it with the agent whose session is the log its batch wrote "
+            "(agent=Agent(..., session=Session.open(that path)))"
+        )
+    ours = [call.id for call in batch.calls]
+    theirs = [call.call_id for call in logged]
+    if ours != theirs:
+        raise InvalidValueError(
+            f"the suspension's calls ({_ids(ours)}) are not the calls {where} holds for {step} "
+            f"({_ids(theirs)}): the suspension does not match its log{tail}"
+        )
+    for call, start, entry in zip(batch.calls, plan.starts, logged, strict=True):
+        if call.name != entry.name:
+            raise InvalidValueError(
+                f"call {_ids([call.id])} is a call of tool {_ids([call.name])} in the suspension, but of "
+                f"{_ids([entry.name])} in "
+                f"{where}: the suspension does not match its log{tail}"
+            )
+        if start.answer is not None and entry.awaiting != plan.id:
+            raise approval_refusal(session.events(), plan.id, call.id, session.path)
+    calls: list[ToolCall] = []
+    for call, start, entry in zip(batch.calls, plan.starts, logged, strict=True):
+        _check_call(call, start, entry, where, tail)
+        calls.append(ToolCall(id=call.id, name=entry.name, arguments=logged_arguments(entry.arguments)))
+    return replace(plan, batch=replace(batch, calls=tuple(calls), max_parallel_tool_calls=read.max_parallel_tool_calls))
+
+
+def _ids(values: Sequence[str]) -> str:
+    return ", ".join(safe_str(repr(value)) for value in values)
+
+
+def _check_call(call: ToolCall, start: CallStart, entry: LoggedCall, where: str, tail: str) -> None:
+    shown = _ids([call.id])
+    if _canonical_arguments(call.arguments) != _canonical_arguments(entry.arguments):
+        raise InvalidValueError(
+            f"call {shown} has other arguments in the suspension than in {where} (its tool/batch): the "
+            f"suspension does not match its log{tail}"
+        )
+    state = SETTLED if start.result is not None else DEFERRED if start.answer is not None else PENDING
+    if state == SETTLED and entry.result is None:
+        raise InvalidValueError(
+            f"call {shown} is settled in the suspension, but {where} has no result for it: the suspension "
+            f"does not match its log{tail}"
+        )
+    if state != SETTLED and entry.result is not None:
+        raise InvalidValueError(
+            f"call {shown} has a result in {where}, but is {state} in the suspension: the suspension does not "
+            f"match its log{tail}"
+        )
+    if state == PENDING and entry.started:
+        raise InvalidValueError(
+            f"call {shown} started in {where} (its tool/start), but is pending (never started) in the "
+            f"suspension: the suspension does not match its log{tail}"
+        )
+    if start.result is not None and entry.result is not None:
+        field = _result_difference(start.result, entry.result)
+        if field is not None:
+            raise InvalidValueError(
+                f"call {shown} has another result in the suspension than in {where} (its {field} differs): the "
+                f"suspension does not match its log{tail}"
+            )
+
+
 class Claims:
     """The suspensions a runtime has resumed (``rt`` keeps one): a
     suspension is resumed at most once per runtime, whatever its origin.
@@ -458,6 +577,6 @@ class ReleasingReply:
 
 def already_resumed(suspension_id: str) -> str:
     return (
-        f"suspension {suspension_id} was resumed already: a suspension is resumed once (resume the "
-        "suspension the last resume returned, if it suspended again)"
+        f"suspension {suspension_id} was resumed already in this runtime: a suspension is resumed once "
+        "(resume the suspension the last resume returned, if it suspended again)"
     )

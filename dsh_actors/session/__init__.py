@@ -41,6 +41,12 @@ kinds, built by the functions below, and two more for approvals (keys are snake_
     resume of that suspension gave, written before anything of the resumed
     batch runs (``"deferred"`` again is followed by a new request).
 
+A request is keyed by its suspension and call id (what names one step's
+call even when ids repeat across steps, or agents share the session); a
+``tool/start`` or ``tool/result`` pairs with the latest open ``tool/call``
+of its id, and a request made again after a ``"deferred"`` decision with
+the call that decision was for.
+
 **Storage.** ``Session()`` keeps events in memory; ``Session(path)``
 keeps none (only the pending call and sub-call ids that pair calls with
 results): :meth:`Session.events` reads the file. It
@@ -49,7 +55,12 @@ an unbuffered handle, so each event is one ``write`` that reaches the OS
 before :meth:`Session.append` returns (``fsync=True`` also makes it reach
 the disk). Every method is thread-safe: one lock orders the appends, so
 lines from several threads never interleave. The session is the only
-writer of its file.
+writer of its file: it takes an exclusive ``flock`` on it before its first
+write (:meth:`Session.hold`; ``Session(path)`` when it creates it) and
+keeps it until :meth:`Session.close` or its process's end, so another
+session, in this process or another one, may read the file but not write
+it meanwhile (nor later, if it read the file before those writes: its
+view is stale).
 
 **Failures.** An event that is not lossless JSON raises
 :class:`~dsh_actors.errors.LosslessJsonError` (path starting at ``event``)
@@ -113,7 +124,17 @@ from ._events import (
     start_event,
 )
 from ._file import Session
-from ._steps import SETTLED, STARTED, UNSTARTED, CallState, LoggedCall, LoggedStep, read_step, step_calls
+from ._steps import (
+    SETTLED,
+    STARTED,
+    UNSTARTED,
+    CallState,
+    LoggedCall,
+    LoggedStep,
+    approval_refusal,
+    read_step,
+    step_calls,
+)
 
 __all__ = [
     "BATCH",
@@ -139,6 +160,7 @@ __all__ = [
     "SessionCorruptError",
     "batch_event",
     "approval_event",
+    "approval_refusal",
     "approval_request_event",
     "call_event",
     "error_from_json",

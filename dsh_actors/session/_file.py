@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import threading
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -36,7 +37,10 @@ from ._events import (
     result_event,
     results_by_call,
 )
-from ._steps import LoggedCall, LoggedStep, read_step, step_calls
+from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step, step_calls
+
+if sys.platform != "win32":
+    import fcntl
 
 
 def _shape_problem(event: Mapping[str, Any]) -> str | None:
@@ -103,13 +107,33 @@ class Session:
         # Byte ranges of the file below _size that hold no event: a failed
         # write's bytes that could not be cut off (see _recover).
         self._junk: list[tuple[int, int]] = []
-        self._pending: dict[str, None] = {}  # call ids without a result, in call order
+        # The calls without a result, in call order: serial -> call id (ids may
+        # repeat across steps, so each tool/call gets a serial of its own).
+        self._pending: dict[int, str] = {}
+        # call id -> the serials of its open calls, latest last: a tool/start,
+        # tool/result or tool/approval-request pairs with the latest one (as
+        # replay and read_step pair them).
+        self._open: dict[str, list[int]] = {}
+        self._serial = 0
         # sub_call_id -> (root_call_id, parent_call_id, name) of each started
         # sub-call without a settle event, in start order
         self._pending_sub_calls: dict[str, tuple[str | None, str | None, str | None]] = {}
-        # call id -> the suspension whose resume may decide it: calls with a
-        # tool/approval-request and neither a tool/approval nor a tool/result
-        self._awaiting: dict[str, str] = {}
+        # Open approval requests, keyed by what identifies one step's call
+        # across steps and agents sharing the session: (the suspension, the
+        # call id), a suspension being one batch's. Each maps to the serial of
+        # the open call it belongs to (its tool/result closes it), in request
+        # order; _requests is the reverse map.
+        self._awaiting: dict[tuple[str, str], int] = {}
+        self._requests: dict[int, tuple[str, str]] = {}
+        # call id -> the serial of the call a "deferred" decision left
+        # waiting: the new request that follows is that call's, even when
+        # another open call shares its id.
+        self._redeferred: dict[str, int] = {}
+        # Whether this session holds its file's lock (see hold()), and the
+        # file's size when this session read it (another writer since then
+        # means what it read is stale).
+        self._held = False
+        self._seen_size = 0
         self._fsync = bool(fsync)
         self._closed = False
         self._path: Path | None = None
@@ -137,6 +161,12 @@ class Session:
                     str(self._path),
                 )
             self._file = file
+            try:
+                self._hold()  # a new log is for writing: take it now
+            except BaseException:
+                self._file = None
+                file.close()
+                raise
 
     @staticmethod
     def _open_file(path: Path) -> IO[bytes]:
@@ -165,6 +195,7 @@ class Session:
         try:
             file.seek(0)
             data = file.read()
+            session._seen_size = len(data)
             session._load(data, str(file_path))
         except BaseException:
             file.close()
@@ -257,6 +288,8 @@ class Session:
         if self._closed:
             raise OSError("session is closed")
         if self._file is not None:
+            if not self._held:
+                self._hold()
             self._write(self._file, line)
         if self._lines is not None:
             self._lines.append(line)
@@ -264,23 +297,41 @@ class Session:
         self._index(kind, event)
 
     def _index(self, kind: str, event: Mapping[str, Any]) -> None:
-        """Track what is still unsettled: calls without a result, and
-        sub-calls (``tool/ptc-dispatch-start``) without a settle event."""
+        """Track what is still unsettled: calls without a result, open
+        approval requests, and sub-calls (``tool/ptc-dispatch-start``)
+        without a settle event."""
         if kind == CALL:
             # Calls and results always have a str call_id (_shape_problem).
-            self._pending[event["call_id"]] = None
+            self._serial += 1
+            self._pending[self._serial] = event["call_id"]
+            self._open.setdefault(event["call_id"], []).append(self._serial)
         elif kind == RESULT:
-            self._pending.pop(event["call_id"], None)
-            if self._awaiting:
-                self._awaiting.pop(event["call_id"], None)
+            serial = self._latest_open(event["call_id"], pop=True)
+            if serial is not None:
+                del self._pending[serial]
+                key = self._requests.pop(serial, None)
+                if key is not None:
+                    del self._awaiting[key]
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
-                self._awaiting[call_id] = suspension
+                serial = self._redeferred.pop(call_id, None)
+                if serial is None or serial not in self._pending:
+                    serial = self._latest_open(call_id)
+                if serial is not None:  # (a request without its tool/call awaits nothing)
+                    earlier = self._requests.pop(serial, None)
+                    if earlier is not None:
+                        del self._awaiting[earlier]
+                    self._awaiting[(suspension, call_id)] = serial
+                    self._requests[serial] = (suspension, call_id)
         elif kind == APPROVAL:
-            call_id = event.get("call_id")
-            if type(call_id) is str:
-                self._awaiting.pop(call_id, None)
+            call_id, suspension = event.get("call_id"), event.get("suspension")
+            if type(call_id) is str and type(suspension) is str:
+                serial = self._awaiting.pop((suspension, call_id), None)
+                if serial is not None:
+                    del self._requests[serial]
+                    if event.get("decision") == "deferred":
+                        self._redeferred[call_id] = serial
         elif kind == PTC_DISPATCH_START:
             sub_call_id = event.get("sub_call_id")
             if type(sub_call_id) is str:
@@ -293,6 +344,72 @@ class Session:
             sub_call_id = event.get("sub_call_id")
             if type(sub_call_id) is str:
                 self._pending_sub_calls.pop(sub_call_id, None)
+
+    def _latest_open(self, call_id: str, *, pop: bool = False) -> int | None:
+        """The serial of the latest open call of ``call_id`` (removed with
+        ``pop``), or None."""
+        serials = self._open.get(call_id)
+        if not serials:
+            return None
+        if not pop:
+            return serials[-1]
+        serial = serials.pop()
+        if not serials:
+            del self._open[call_id]
+        return serial
+
+    # -- the writer's lock --------------------------------------------------
+
+    def hold(self) -> None:
+        """Take the log file for this session's writes, now: an exclusive
+        advisory lock (``flock``) on the file, held until :meth:`close` (or
+        the end of the process: the OS releases it when the process dies,
+        SIGKILL included). A session takes it by itself before its first
+        write (``Session(path)`` when it creates the file); ``rt.tools.resume``
+        and ``rt.tools.recover`` take it before they read the step, so
+        nothing else writes the log while they plan and run it.
+
+        Raises ``InvalidStateError`` when another ``Session`` (in this
+        process or another one still running) holds the file, or when the
+        file changed after this session read it (another one wrote to it
+        since: what this one knows of it is stale; open it again), and
+        ``OSError("session is closed")`` after :meth:`close`. Idempotent; an
+        in-memory session holds nothing."""
+        with self._lock:
+            if self._closed:
+                raise OSError("session is closed")
+            if self._file is not None and not self._held:
+                self._hold()
+
+    @property
+    def held(self) -> bool:
+        """Whether this session holds its file's lock (see :meth:`hold`)."""
+        return self._held
+
+    def _hold(self) -> None:
+        # Called with the lock held, on an open file session.
+        file = self._file
+        assert file is not None
+        fd = file.fileno()
+        if sys.platform != "win32":
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InvalidStateError(
+                    f"the session log {self._path} is being written by another Session (in this process, or in "
+                    "another process that is still running): a log has one writer at a time. Close that session "
+                    "(or let its process end) before this one writes to the log, resumes or recovers a step of it"
+                ) from None
+        size = os.fstat(fd).st_size
+        if size != self._seen_size:
+            if sys.platform != "win32":
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            raise InvalidStateError(
+                f"the session log {self._path} changed after this Session read it ({self._seen_size} bytes then, "
+                f"{size} now: another session wrote to it since), so what this session knows of it is stale: "
+                "open it again with Session.open(path) before writing to it, resuming or recovering a step of it"
+            )
+        self._held = True
 
     def _write(self, file: IO[bytes], line: bytes) -> None:
         if self._dirty:
@@ -339,20 +456,27 @@ class Session:
         change them). A session on a file reads them from the file (the
         good bytes: not a torn last line, nor a failed write's leftovers)."""
         with self._lock:
-            if self._lines is not None:
-                lines = list(self._lines)
-                return [orjson.loads(line) for line in lines]
-            data = self._read_good_bytes()
-            junk = list(self._junk)
-        if junk:
+            lines = self._lines_locked()
+        return [orjson.loads(line) for line in lines]
+
+    def _events_locked(self) -> list[dict[str, Any]]:
+        # Called with the lock held.
+        return [orjson.loads(line) for line in self._lines_locked()]
+
+    def _lines_locked(self) -> list[bytes]:
+        # Called with the lock held (no append moves _size meanwhile).
+        if self._lines is not None:
+            return list(self._lines)
+        data = self._read_good_bytes()
+        if self._junk:
             kept = bytearray()
             start = 0
-            for begin, end in junk:
+            for begin, end in self._junk:
                 kept += data[start:begin] + b"\n"
                 start = end
             kept += data[start:]
             data = bytes(kept)
-        return [orjson.loads(line) for line in data.split(b"\n") if line.strip()]
+        return [line for line in data.split(b"\n") if line.strip()]
 
     def _read_good_bytes(self) -> bytes:
         # Called with the lock held (no append moves _size meanwhile).
@@ -380,9 +504,10 @@ class Session:
 
     def pending_calls(self) -> list[str]:
         """Call ids that have a ``tool/call`` event but no ``tool/result``
-        yet, in call order."""
+        yet, in call order (an id twice when two open calls share it: ids
+        may repeat across steps)."""
         with self._lock:
-            return list(self._pending)
+            return list(self._pending.values())
 
     def pending_sub_calls(self) -> list[str]:
         """Sub-call ids that have a ``tool/ptc-dispatch-start`` event but no
@@ -390,31 +515,33 @@ class Session:
         with self._lock:
             return list(self._pending_sub_calls)
 
-    def awaiting_approval(self) -> dict[str, str]:
-        """Calls whose approval was deferred and is not decided yet: call id
-        → the id of the suspension whose resume decides it, in request order."""
+    def awaiting_approval(self) -> list[tuple[str, str]]:
+        """Calls whose approval was deferred and is not decided yet, in
+        request order: ``(call id, the id of the suspension whose resume
+        decides it)``. (A call id may appear under two suspensions: ids may
+        repeat across steps and agents sharing the session.)"""
         with self._lock:
-            return dict(self._awaiting)
+            return [(call_id, suspension) for suspension, call_id in self._awaiting]
 
     def decide(self, suspension: str, decisions: Mapping[str, str]) -> None:
         """Log the decisions of a resume of ``suspension`` (call id →
         answer), one ``tool/approval`` each, in the order given: atomically,
         and only if every one of those calls still awaits that very
-        suspension (so a suspension is decided once per log). Raises
-        ``InvalidStateError`` naming a call that does not, and then logs
-        nothing. A write failure raises after the events already logged."""
+        suspension (so a suspension is decided once per log). Otherwise
+        nothing is logged and it raises, naming the call and why
+        (:func:`~dsh_actors.session.approval_refusal`): ``InvalidStateError``
+        when the suspension was resumed already, or its call was asked again
+        or settled since; ``InvalidValueError`` when this log never deferred
+        that call under that suspension (a suspension from another log, or
+        an id that was changed). A write failure raises after the events
+        already logged."""
         with self._lock:
+            if self._closed:
+                raise OSError("session is closed")
             for call_id in decisions:
-                owner = self._awaiting.get(call_id)
-                if owner != suspension:
-                    if owner is None:
-                        why = "it has no open approval request in this log (decided, or settled)"
-                    else:
-                        why = f"it now awaits suspension {owner}"
-                    raise InvalidStateError(
-                        f"suspension {suspension} was resumed already: call {safe_str(repr(call_id))} cannot "
-                        f"be decided by it, {why}"
-                    )
+                if (suspension, call_id) not in self._awaiting:
+                    refusal = approval_refusal(self._events_locked(), suspension, call_id, self._path)
+                    raise refusal
             for call_id, decision in decisions.items():
                 event = approval_event(call_id, suspension, decision)
                 self._append_line(_encode(event), APPROVAL, event)
@@ -450,7 +577,7 @@ class Session:
                 event = _interrupted_dispatch(sub_call_id, *fields)
                 self._append_line(_encode(event), PTC_DISPATCH, event)
                 appended.append(event)
-            for call_id in list(self._pending):
+            for call_id in list(self._pending.values()):
                 event = result_event(call_id, _INTERRUPTED)
                 self._append_line(_encode(event), RESULT, event)
                 appended.append(event)
@@ -495,6 +622,7 @@ class Session:
             if self._closed:
                 return
             self._closed = True
+            self._held = False  # (closing the file releases its lock)
             file, self._file = self._file, None
         if file is not None:
             file.close()

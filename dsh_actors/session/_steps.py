@@ -5,11 +5,12 @@ reads a step this way."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ..errors import LosslessJsonError
+from ..errors import InvalidStateError, InvalidValueError, LosslessJsonError, UsageError, safe_str
 from ._events import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, RESULT, START, LoggedResult
 
 CallState = Literal["settled", "started", "unstarted"]
@@ -119,14 +120,19 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
     The step's last ``tool/batch`` gives its calls (a step run again is
     read from its latest run); without one (a log written before that
     event existed, or a crash that tore it) its ``tool/call`` events do.
-    A ``tool/start`` or ``tool/result`` pairs with the latest ``tool/call``
-    of its id that has no result yet, as replay pairs them (ids may repeat
-    across steps). Raises :class:`LosslessJsonError` naming the field of a
-    malformed ``tool/batch``, ``tool/call`` or ``tool/result``."""
+    A ``tool/start``, ``tool/result`` or ``tool/approval-request`` pairs
+    with the latest ``tool/call`` of its id that has no result yet, as
+    replay pairs them (ids may repeat across steps); a ``tool/approval``
+    with the request of its suspension and call id. Raises
+    :class:`LosslessJsonError` naming the field of a malformed
+    ``tool/batch``, ``tool/call`` or ``tool/result``."""
     entries: list[_Entry] | None = None  # from the latest tool/batch of the step
     limit: int | None = None
     by_id: dict[str, _Entry] = {}
-    open_calls: dict[str, _Entry | None] = {}  # call id -> the latest tool/call's entry (None: another step's)
+    # call id -> its open tool/calls' entries, latest last (None: another step's)
+    open_calls: dict[str, list[_Entry | None]] = {}
+    requests: dict[tuple[str, str], _Entry | None] = {}  # (suspension, call id) -> the requesting entry
+    redeferred: dict[str, _Entry | None] = {}  # call id -> the entry a "deferred" decision left waiting
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
     entry: _Entry | None
     for event in events:
@@ -139,8 +145,12 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                     raise LosslessJsonError("event.max_parallel_tool_calls", "must be null or a positive int")
                 by_id = {entry.call_id: entry for entry in entries}
                 fallback.clear()
-                for call_id in list(open_calls):  # an earlier run's calls are not this run's
-                    open_calls[call_id] = None
+                # An earlier run's calls are not this run's.
+                for stack in open_calls.values():
+                    stack[:] = [None] * len(stack)
+                for key in requests:
+                    requests[key] = None
+                redeferred.clear()
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
             ours = event.get("turn") == turn and event.get("step") == step and type(event.get("turn")) is int
@@ -156,21 +166,125 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                     fallback[call_id] = entry
             if entry is not None:
                 entry.logged = True
-            open_calls[call_id] = entry
-        elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST or kind == APPROVAL:
+            open_calls.setdefault(call_id, []).append(entry)
+        elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST:
             call_id = _str(event.get("call_id"), "event.call_id")
-            entry = open_calls.get(call_id)
+            latest = open_calls.get(call_id)
+            if not latest:
+                continue
+            entry = latest[-1]
+            if kind == APPROVAL_REQUEST and call_id in redeferred:
+                # Deferred again: the call that decision was for.
+                entry = redeferred.pop(call_id)
+            if kind == RESULT:
+                latest.pop()
+                if not latest:
+                    del open_calls[call_id]
             if entry is None:
                 continue
             if kind == START:
                 entry.started = True
             elif kind == RESULT:
                 entry.result = LoggedResult.from_event(event)
-                del open_calls[call_id]
-            elif kind == APPROVAL_REQUEST:
-                entry.awaiting = _str(event.get("suspension"), "event.suspension")
             else:
+                entry.awaiting = _str(event.get("suspension"), "event.suspension")
+                requests[(entry.awaiting, call_id)] = entry
+        elif kind == APPROVAL:
+            call_id = _str(event.get("call_id"), "event.call_id")
+            suspension = _str(event.get("suspension"), "event.suspension")
+            entry = requests.pop((suspension, call_id), None)
+            if entry is None:
+                continue
+            if entry.awaiting == suspension:
                 entry.awaiting = None
-                entry.decision = _str(event.get("decision"), "event.decision")
+            entry.decision = _str(event.get("decision"), "event.decision")
+            if entry.decision == "deferred":
+                redeferred[call_id] = entry
     chosen = entries if entries is not None else list(fallback.values())
     return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
+
+
+def approval_refusal(
+    events: Iterable[Mapping[str, Any]], suspension: str, call_id: str, path: str | os.PathLike[str] | None = None
+) -> UsageError:
+    """The error that says why call ``call_id`` cannot be decided by a
+    resume of ``suspension`` in the log whose events are ``events`` (it
+    does not await that suspension there), and what to do:
+
+    * the suspension decided it already (``InvalidStateError``: it was
+      resumed already; when it deferred the call again, the suspension
+      that awaits it now is named);
+    * a recovery of the step asked again (``InvalidStateError``: the call
+      now awaits another suspension, named), or the call was settled
+      without a decision (``repair()`` or ``recover()``: nothing to decide);
+    * the log never deferred that call under that suspension
+      (``InvalidValueError``): the suspension deferred other calls here (it
+      does not match the log), or none at all (it comes from another log,
+      or its id was changed).
+
+    ``path`` names the log in the messages."""
+    where = "this log" if path is None else f"the log {os.fspath(path)}"
+    shown = safe_str(repr(call_id))
+    requested = False
+    decision: str | None = None  # the suspension's decision for the call
+    current: str | None = None  # the suspension the call awaits now (None: decided or settled)
+    reasked = False  # a request without a decision before it (a recovery asking again)
+    after_deferred = False  # a "deferred" decision: the next request is the call's
+    fresh = False  # a tool/call of the same id since the request: a call of its own
+    others: list[str] = []  # the other calls the suspension deferred
+    for event in events:
+        kind = event.get("type")
+        if event.get("call_id") != call_id:
+            other = event.get("call_id")
+            if kind == APPROVAL_REQUEST and event.get("suspension") == suspension and type(other) is str:
+                others.append(other)
+            continue
+        by = event.get("suspension")
+        if kind == CALL and requested:
+            fresh = True
+        elif kind == APPROVAL_REQUEST and by == suspension:
+            requested, current, fresh = True, suspension, False
+        elif kind == APPROVAL_REQUEST and requested and type(by) is str and current is not None:
+            if after_deferred:
+                current, after_deferred = by, False
+            elif not fresh:
+                current, reasked = by, True
+        elif kind == APPROVAL and requested and by == current:
+            if by == suspension:
+                decision = safe_str(event.get("decision"))
+            after_deferred = event.get("decision") == "deferred"
+            if not after_deferred:
+                current = None
+        elif kind == RESULT and requested and not fresh:
+            current = None
+    if requested and decision is not None:
+        then = (
+            f"; the call now awaits suspension {current}: resume that one"
+            if current is not None and current != suspension
+            else " (resume the suspension the last resume returned, if it suspended again)"
+        )
+        return InvalidStateError(
+            f"suspension {suspension} was resumed already: {where} holds its decision for call {shown} "
+            f"({decision}), and a suspension is resumed once{then}"
+        )
+    if requested and reasked and current is not None:
+        return InvalidStateError(
+            f"call {shown} no longer awaits suspension {suspension}: a recovery of its step asked for its "
+            f"approval again, and it now awaits suspension {current}: resume that one"
+        )
+    if requested:
+        return InvalidStateError(
+            f"call {shown} has no open approval request in {where}: it was settled without a decision for "
+            f"suspension {suspension} (repair() or recover() ended it), so there is nothing left to decide"
+        )
+    if others:
+        return InvalidValueError(
+            f"suspension {suspension} did not defer call {shown} in {where} (it deferred "
+            f"{', '.join(safe_str(repr(c)) for c in others)}): the suspension does not match the log; resume the "
+            "suspension value the batch returned, unchanged"
+        )
+    return InvalidValueError(
+        f"{where} never deferred a call under suspension {suspension}: the suspension comes from another log, "
+        "or its id was changed; resume it with the agent whose session is the log its batch wrote "
+        "(agent=Agent(..., session=Session.open(that path)))"
+    )

@@ -12,7 +12,15 @@ import pytest
 
 from dsh_actors import text
 from dsh_actors.presentation import ToolResultProjection
-from dsh_actors.session import call_event, ptc_dispatch_event, ptc_dispatch_start_event, result_event
+from dsh_actors.session import (
+    approval_event,
+    approval_request_event,
+    batch_event,
+    call_event,
+    ptc_dispatch_event,
+    ptc_dispatch_start_event,
+    result_event,
+)
 
 from .conftest import EXAMPLES, Cli, assert_one_line_error
 
@@ -200,3 +208,41 @@ def test_a_run_code_batch_under_the_ptc_executor_replays_its_sub_calls_nested(cl
     assert "    ✓ p:ptc:1 write_file · write scratch/a.txt\n" in out
     assert "    ✓ p:ptc:2 run_shell · $ cat scratch/a.txt\n        hi\n" in out
     assert out.endswith("1 call: 1 ok, 0 errors (2 nested calls)\n")
+
+
+def test_a_suspended_log_shows_its_approvals_and_the_calls_that_wait_in_the_batch(cli: Cli, root: Path) -> None:
+    ask = {"ask": True}
+    log = _log(
+        root / "log.jsonl",
+        batch_event(1, 1, [("c0", "refund", '{"ask": true}'), ("c1", "lookup", "{}"), ("c2", "ship", '{"to": "A7"}')]),
+        call_event(1, 1, "c0", "refund", ask),
+        approval_request_event("c0", "s-one", "refund", "refunds need a person", {"en": "Refund 30 EUR?"}),
+        call_event(1, 1, "c1", "lookup", {}),
+        result_event("c1", _ok("found")),
+        approval_event("c0", "s-one", "deferred"),
+        approval_request_event("c0", "s-two", "refund", "refunds need a person", None),
+        batch_event(1, 2, [("c0", "refund", '{"ask": true}')]),  # the next step reuses the id
+        call_event(1, 2, "c0", "refund", ask),
+        approval_request_event("c0", "s-three", "refund", None, None),
+        approval_event("c0", "s-three", "allowed-once"),
+        result_event("c0", _ok("refunded")),
+    )
+    replayed = cli("replay", log)
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == (
+        "── turn 1 · step 1 ──\n"
+        '⏸ c0 refund · {"ask":true}  awaiting approval\n'
+        "    approval asked: refunds need a person (suspension s-one)\n"
+        "    shown to the person: en: Refund 30 EUR?\n"
+        "    decision: deferred\n"
+        "    approval asked: refunds need a person (suspension s-two)\n"
+        "✓ c1 lookup\n"
+        "    found\n"
+        '· c2 ship · {"to":"A7"}  never started (only its batch names it)\n'
+        "── turn 1 · step 2 ──\n"
+        '✓ c0 refund · {"ask":true}\n'
+        "    approval asked: no reason given (suspension s-three)\n"
+        "    decision: allowed-once\n"
+        "    refunded\n"
+        "4 calls: 2 ok, 0 errors, 2 without a result (1 awaiting approval, 1 never started)\n"
+    )

@@ -146,7 +146,7 @@ def test_the_calls_behind_a_deferred_one_commit_in_model_order_among_themselves(
     assert [e["call_id"] for e in requests] == ["c1", "c3"]
     assert {e["suspension"] for e in requests} == {result.suspension["id"]}
     assert session.pending_calls() == ["c1", "c3"]
-    assert session.awaiting_approval() == {"c1": result.suspension["id"], "c3": result.suspension["id"]}
+    assert session.awaiting_approval() == [("c1", result.suspension["id"]), ("c3", result.suspension["id"])]
 
 
 # ---------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def test_a_suspension_resumed_twice_fails_clearly_and_nothing_runs() -> None:
         rt.tools.resume(suspension, {"c0": "allowed-once"})
         ran = list(world.ran)
 
-        with pytest.raises(RuntimeError, match=r"was resumed already: a suspension is resumed once"):
+        with pytest.raises(RuntimeError, match=r"was resumed already in this runtime: a suspension is resumed once"):
             rt.tools.resume(suspension, {"c0": "allowed-once"})
 
     assert world.ran == ran == ["c0", "c1"]
@@ -229,7 +229,9 @@ def test_a_logged_suspension_is_resumed_once_across_runtimes_that_share_its_log(
     with started_runtime() as rt3:  # a third runtime, which never saw the suspension resumed
         install(rt3, world)
         session3 = Session.open(path)
-        with pytest.raises(RuntimeError, match=r"was resumed already: call 'c0' cannot be decided by it"):
+        with pytest.raises(
+            RuntimeError, match=r"was resumed already: the log .* holds its decision for call 'c0' \(allowed-once\)"
+        ):
             rt3.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("main", session=session3))
         session3.close()
 
@@ -330,7 +332,7 @@ def test_a_resume_aborted_before_it_starts_settles_every_open_call_aborted_and_r
     ]
     assert world.ran == ["c1"]
     assert session.pending_calls() == []
-    assert session.awaiting_approval() == {}
+    assert session.awaiting_approval() == []
     assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c1", "c0", "c2"]
 
 
@@ -367,7 +369,7 @@ def test_an_abort_while_a_call_is_deferred_ends_the_batch_without_a_suspension()
     ]
     assert world.ran == []
     assert sorted(world.results) == ["c0", "c1", "c2"]
-    assert session.pending_calls() == [] and session.awaiting_approval() == {}
+    assert session.pending_calls() == [] and session.awaiting_approval() == []
 
 
 # ---------------------------------------------------------------------------
@@ -476,7 +478,10 @@ def test_a_suspended_log_replays_and_repairs_and_a_repaired_call_is_no_longer_re
 
         repaired = session.repair()  # a caller that gives up on the person
         assert [(e["call_id"], e["error"]["info"]["code"]) for e in repaired] == [("c0", "INTERRUPTED")]
-        with pytest.raises(RuntimeError, match="has no open approval request in this log"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"call 'c0' has no open approval request in the log .*: it was settled without a decision",
+        ):
             rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=agent)
         session.close()
     assert world.ran == ["c1"]
@@ -540,7 +545,7 @@ def test_a_suspension_finishes_in_another_process_with_the_same_tools(tmp_path: 
     assert report["ran"] == ["c0", "c2"]
     assert report["results"] == [["c0", "child c0"], ["c1", "done c1"], ["c2", "child c2"]]
     reopened = Session.open(path)
-    assert reopened.pending_calls() == [] and reopened.awaiting_approval() == {}
+    assert reopened.pending_calls() == [] and reopened.awaiting_approval() == []
     assert [e["call_id"] for e in events_of(reopened, "tool/result")] == ["c1", "c0", "c2"]
     assert len(events_of(reopened, "tool/call")) == 3
     reopened.close()

@@ -1,0 +1,282 @@
+"""A logged suspension is checked against its log before it resumes: the
+log is the authority for the step's calls, their arguments, which calls
+settled and their results. A suspension that disagrees is refused naming
+what disagrees, nothing runs, and the untouched suspension still resumes.
+Each refusal says what really happened (resumed already, from another
+log, an id that was changed). Open approval requests are told apart by
+their suspension, so call ids reused across steps or agents sharing a
+session never close or decide the wrong one."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_actors import Agent, LogStep, Session, ToolBatchInput
+from dsh_actors.cli.render import log_entries
+from dsh_actors.errors import InvalidStateError, InvalidValueError
+from dsh_actors.session import INTERRUPTED, approval_request_event, call_event, result_event
+
+from .helpers import GUARD, make_tool, started_runtime
+from .test_deferred_approvals import World, c, install, roundtrip, texts
+
+
+def suspend(rt: Any, world: World, session: Session, *, step: int = 1, agent: str = "main") -> tuple[Agent, Any]:
+    """A logged batch (c0 deferred, c1 settled, c2 exclusive and pending)
+    of ``agent`` at turn 1, ``step``; the agent and its suspension (through
+    JSON)."""
+    who = Agent(agent, session=session)
+    batch = ToolBatchInput(calls=(c("c0", ask=True), c("c1"), c("c2", "excl")), agent=who, log=LogStep(1, step))
+    return who, roundtrip(rt.tools.execute(batch).suspension)
+
+
+def changed(suspension: Any, change: Any) -> Any:
+    altered = copy.deepcopy(suspension)
+    change(altered)
+    return altered
+
+
+def set_arguments(index: int, value: Any) -> Any:
+    return lambda s: s["calls"][index].__setitem__("arguments", value)
+
+
+def set_content(s: Any) -> None:
+    s["calls"][1]["result"]["content"] = [{"type": "text", "text": "done c1, and refunded twice"}]
+
+
+def set_state(index: int, state: str) -> Any:
+    return lambda s: s["calls"][index].__setitem__("state", state)
+
+
+def without_result(s: Any) -> None:
+    entry = s["calls"][1]
+    entry["state"] = "pending"
+    entry["waits_for"] = ["c0"]
+    del entry["result"]
+
+
+def with_a_result(s: Any) -> None:
+    s["calls"][2]["state"] = "settled"
+    s["calls"][2]["result"] = copy.deepcopy(s["calls"][1]["result"])
+
+
+def drop_call(s: Any) -> None:
+    del s["calls"][2]
+
+
+def rename_tool(s: Any) -> None:
+    s["calls"][1]["name"] = "safe2"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            set_arguments(2, '{"ask": false, "amount": 1000}'),
+            r"call 'c2' has other arguments in the suspension than in",
+        ),
+        (set_arguments(0, {"ask": True, "to": "mallory"}), r"call 'c0' has other arguments in the suspension than in"),
+        (set_content, r"call 'c1' has another result in the suspension than in .* \(its content differs\)"),
+        (without_result, r"call 'c1' has a result in .*, but is pending in the suspension"),
+        (with_a_result, r"call 'c2' is settled in the suspension, but .* has no result for it"),
+        (drop_call, r"the suspension's calls \('c0', 'c1'\) are not the calls .* \('c0', 'c1', 'c2'\)"),
+        (rename_tool, r"call 'c1' is a call of tool 'safe2' in the suspension, but of 'safe' in"),
+    ],
+)
+def test_a_logged_suspension_that_disagrees_with_its_log_is_refused_and_nothing_runs(
+    tmp_path: Path, change: Any, says: str
+) -> None:
+    world = World()
+    seen: list[Any] = []
+    with started_runtime() as rt:
+        install(rt, world)
+        rt.events.on("tools/result", lambda execution, result: seen.append((execution.call_id, execution.arguments)))
+        agent, suspension = suspend(rt, world, Session(tmp_path / "log.jsonl"))
+        with pytest.raises(InvalidValueError, match=says) as refused:
+            rt.tools.resume(changed(suspension, change), {"c0": "allowed-once"}, agent=agent)
+        assert "the suspension does not match its log" in str(refused.value)
+        assert "resume the suspension value its batch returned, unchanged (nothing ran)" in str(refused.value)
+        assert world.ran == ["c1"]  # nothing ran, nothing was logged
+        assert agent.session is not None
+        assert agent.session.awaiting_approval() == [("c0", suspension["id"])]
+        # Nothing was claimed: the suspension resumes, and arguments that
+        # hold the same JSON written another way (text for an object, an
+        # object for text) agree with the log.
+        same = changed(suspension, set_arguments(0, '{"ask": true}'))
+        same["calls"][2]["arguments"] = {"ask": False}
+        done = rt.tools.resume(same, {"c0": "allowed-once"}, agent=agent)
+        agent.session.close()
+    assert texts(done) == [("c0", "done c0"), ("c1", "done c1"), ("c2", "done c2")]
+    assert sorted(world.ran) == ["c0", "c1", "c2"]
+    assert seen == [("c1", {"ask": False}), ("c0", {"ask": True}), ("c2", {"ask": False})]
+
+
+def test_a_suspension_resumed_with_another_log_says_it_comes_from_another_log(tmp_path: Path) -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        origin, suspension = suspend(rt, world, Session(tmp_path / "a.jsonl"))
+        # Another log of the same agent, where step 1 was never run ...
+        elsewhere = Agent("main", session=Session(tmp_path / "b.jsonl"))
+        with pytest.raises(InvalidValueError, match=r"has no call of turn 1, step 1, the step suspension") as refused:
+            rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=elsewhere)
+        assert "comes from another log" in str(refused.value)
+        assert "was resumed already" not in str(refused.value)
+        # ... and one where an identical batch suspended under its own id.
+        twin, _ = suspend(rt, world, Session(tmp_path / "c.jsonl"))
+        with pytest.raises(
+            InvalidValueError, match=r"never deferred a call under suspension [0-9a-f]+: the suspension"
+        ):
+            rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=twin)
+        for session in (origin.session, elsewhere.session, twin.session):
+            assert session is not None
+            session.close()
+    assert world.ran == ["c1", "c1"]
+
+
+def test_a_suspension_whose_id_was_changed_is_unknown_to_the_log_not_resumed_already(tmp_path: Path) -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        agent, suspension = suspend(rt, world, Session(tmp_path / "log.jsonl"))
+        forged = changed(suspension, lambda s: s.__setitem__("id", "0" * 32))
+        with pytest.raises(InvalidValueError) as refused:
+            rt.tools.resume(forged, {"c0": "allowed-once"}, agent=agent)
+        message = str(refused.value)
+        assert message.startswith(f"the log {tmp_path / 'log.jsonl'} never deferred a call under suspension 0000")
+        assert "comes from another log, or its id was changed" in message
+        assert "resumed already" not in message
+        assert agent.session is not None
+        agent.session.close()
+    assert world.ran == ["c1"]
+
+
+def test_a_suspension_resumed_again_names_the_suspension_that_awaits_the_call_now(tmp_path: Path) -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        agent, first = suspend(rt, world, Session(tmp_path / "log.jsonl"))
+        second = rt.tools.resume(first, {"c0": "deferred"}, agent=agent).suspension
+        with pytest.raises(InvalidStateError) as refused:
+            rt.tools.resume(first, {"c0": "allowed-once"}, agent=agent)
+        assert str(refused.value) == (
+            f"suspension {first['id']} was resumed already: the log {tmp_path / 'log.jsonl'} holds its decision "
+            f"for call 'c0' (deferred), and a suspension is resumed once; the call now awaits suspension "
+            f"{second['id']}: resume that one"
+        )
+        done = rt.tools.resume(second, {"c0": "allowed-once"}, agent=agent)
+        assert agent.session is not None
+        agent.session.close()
+    assert [item.call_id for item in done.results] == ["c0", "c1", "c2"]
+
+
+def test_a_recovery_that_asked_again_is_named_when_the_old_suspension_is_resumed(tmp_path: Path) -> None:
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        agent, old = suspend(rt, world, Session(tmp_path / "log.jsonl"))
+        asked = rt.tools.recover(agent, 1, 1).suspension  # the service defers again
+        with pytest.raises(InvalidStateError, match=r"a recovery of its step asked for its approval again") as refused:
+            rt.tools.resume(old, {"c0": "allowed-once"}, agent=agent)
+        assert f"it now awaits suspension {asked['id']}: resume that one" in str(refused.value)
+        assert agent.session is not None
+        agent.session.close()
+
+
+# ---------------------------------------------------------------------------
+# Call ids reused across steps and agents sharing a session
+# ---------------------------------------------------------------------------
+
+
+def test_a_result_of_another_step_s_call_with_the_same_id_leaves_the_open_request_open() -> None:
+    session = Session()
+    session.append(call_event(1, 1, "c0", "safe", {}))
+    session.append(approval_request_event("c0", "s1", "safe", "why", None))
+    session.append(call_event(1, 2, "c0", "safe", {}))  # the next step reuses the id
+    session.append(result_event("c0", INTERRUPTED))
+    assert session.awaiting_approval() == [("c0", "s1")]
+    assert session.pending_calls() == ["c0"]  # step 1's c0
+    session.decide("s1", {"c0": "allowed-once"})
+    assert session.awaiting_approval() == []
+    assert [call.decision for call in session.step_calls(1, 1)] == ["allowed-once"]
+    assert session.repair() and session.pending_calls() == []
+
+
+def test_two_requests_for_one_call_id_under_two_suspensions_are_decided_apart() -> None:
+    session = Session()
+    for step, suspension in ((1, "s1"), (2, "s2")):
+        session.append(call_event(1, step, "c0", "safe", {}))
+        session.append(approval_request_event("c0", suspension, "safe", "why", None))
+    assert session.awaiting_approval() == [("c0", "s1"), ("c0", "s2")]
+    assert session.pending_calls() == ["c0", "c0"]
+    session.decide("s1", {"c0": "rejected"})
+    assert session.awaiting_approval() == [("c0", "s2")]
+    with pytest.raises(InvalidStateError, match="suspension s1 was resumed already"):
+        session.decide("s1", {"c0": "allowed-once"})
+    session.decide("s2", {"c0": "allowed-once"})
+    assert session.awaiting_approval() == []
+    assert [(call.awaiting, call.decision) for call in session.step_calls(1, 1)] == [(None, "rejected")]
+    assert [(call.awaiting, call.decision) for call in session.step_calls(1, 2)] == [(None, "allowed-once")]
+
+
+def test_two_agents_sharing_a_session_resume_their_own_suspensions_of_the_same_call_ids() -> None:
+    world = World()
+    session = Session()
+    with started_runtime() as rt:
+        install(rt, world)
+        alice, for_alice = suspend(rt, world, session, step=1, agent="alice")
+        bob, for_bob = suspend(rt, world, session, step=2, agent="bob")
+        assert session.awaiting_approval() == [("c0", for_alice["id"]), ("c0", for_bob["id"])]
+        done_bob = rt.tools.resume(for_bob, {"c0": "allowed-once"}, agent=bob)
+        assert session.awaiting_approval() == [("c0", for_alice["id"])]  # bob's c0 closed only bob's request
+        done_alice = rt.tools.resume(for_alice, {"c0": "rejected"}, agent=alice)
+    assert texts(done_bob) == [("c0", "done c0"), ("c1", "done c1"), ("c2", "done c2")]
+    assert [item.result.is_error for item in done_alice.results] == [True, False, False]
+    assert session.pending_calls() == [] and session.awaiting_approval() == []
+    assert sorted(world.ran) == ["c0", "c1", "c1", "c2", "c2"]
+
+
+def test_a_request_deferred_again_stays_with_its_call_while_another_step_s_call_shares_its_id() -> None:
+    session = Session()
+    session.append(call_event(1, 1, "c0", "safe", {}))
+    session.append(approval_request_event("c0", "s1", "safe", "why", None))
+    session.append(call_event(1, 2, "c0", "safe", {}))  # another step's c0, open meanwhile
+    session.decide("s1", {"c0": "deferred"})
+    session.append(approval_request_event("c0", "s2", "safe", "why", None))  # step 1's c0, asked again
+    session.append(result_event("c0", INTERRUPTED))  # step 2's c0 ends
+    assert session.awaiting_approval() == [("c0", "s2")]
+    assert [(call.awaiting, call.decision) for call in session.step_calls(1, 1)] == [("s2", "deferred")]
+    assert [call.state for call in session.step_calls(1, 2)] == ["settled"]
+    with pytest.raises(InvalidStateError, match="now awaits suspension s2: resume that one"):
+        session.decide("s1", {"c0": "allowed-once"})
+    entries = log_entries(session.events())
+    assert [[a.suspension for a in entry.approvals] for entry in entries] == [["s1", "s2"], []]
+    session.decide("s2", {"c0": "allowed-once"})
+    assert session.awaiting_approval() == []
+
+
+def test_the_resumed_batch_runs_under_the_limit_its_log_holds_not_the_suspension_s(tmp_path: Path) -> None:
+    world = World()
+    both = threading.Barrier(2, timeout=GUARD)
+
+    def meet(args: Any, ctx: Any) -> str:
+        both.wait()  # only two calls running at once get past this
+        return f"met {ctx.call_id}"
+
+    with started_runtime() as rt:
+        install(rt, world)
+        rt.tools.register(make_tool("meet", meet))
+        agent = Agent("main", session=Session(tmp_path / "log.jsonl"))
+        calls = (c("c0", ask=True), c("c1", "excl"), c("c2", "meet"), c("c3", "meet"))
+        batch = ToolBatchInput(calls=calls, agent=agent, log=LogStep(1, 1), max_parallel_tool_calls=2)
+        suspension = roundtrip(rt.tools.execute(batch).suspension)
+        assert suspension["max_parallel_tool_calls"] == 2
+        serial = changed(suspension, lambda s: s.__setitem__("max_parallel_tool_calls", 1))
+        done = rt.tools.resume(serial, {"c0": "allowed-once"}, agent=agent)
+        assert agent.session is not None
+        agent.session.close()
+    assert texts(done)[2:] == [("c2", "met c2"), ("c3", "met c3")]
