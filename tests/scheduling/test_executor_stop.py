@@ -249,3 +249,26 @@ def test_stop_fails_the_reply_of_a_lone_body_that_ignores_its_signal_without_wai
     if how == "execute":
         caller.join(GUARD)
     assert_no_new_threads(before)  # the executor's thread ends once the body returns
+
+
+def test_stop_leaves_a_loop_thread_blocked_by_an_async_body_behind_and_names_it() -> None:
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running, release = threading.Event(), threading.Event()
+
+    async def blocks_its_loop(args: Any, ctx: Any) -> str:
+        running.set()
+        release.wait(GUARD)  # a blocking call in an async body: the loop's thread is stuck here
+        return "late"
+
+    try:
+        rt.tools.register(make_tool("blocks", blocks_its_loop))
+        future = rt.tools.submit(ToolBatchInput(calls=calls("blocks")))
+        must(running, "the async body to run")
+        _stop_in_thread(rt, 0.3)
+        with pytest.raises(ToolBatchExecutionError, match='c0 \\(tool "blocks"\\)'):
+            future.result(0)
+        assert "dsh-asyncio" in rt.abandoned, rt.abandoned
+    finally:
+        release.set()
+    assert_no_new_threads(before)  # the loop's thread ends once the body lets it go
