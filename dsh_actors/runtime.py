@@ -205,7 +205,13 @@ class ToolRuntime:
         signal fire and finish, and each call gets exactly one result (and,
         when logged, its ``tool/result``). A body still running at the
         timeout is committed ``ABORTED`` and named in its batch's
-        ``ToolBatchExecutionError``; its thread is named in a warning.
+        ``ToolBatchExecutionError``. Past the timeout each part told to end
+        gets :attr:`STOP_GRACE` more; what still runs then is left behind,
+        never joined, and named in :attr:`abandoned` and in a warning: a
+        sync body's thread, an async task that survived its cancellation
+        (the loop closes without it), a loop thread an async body blocks.
+        A batch whose own thread is stuck (its only call run inline) is
+        answered by the stop itself, with that ``ToolBatchExecutionError``.
 
         Every ``stop()`` returns only once the runtime is stopped: a second
         one, concurrent with the first, waits for it. Called on one of the
