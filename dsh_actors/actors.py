@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import replace
@@ -71,14 +71,20 @@ def settle(reply: Any, value: Any = None, error: BaseException | None = None) ->
     if reply is None:
         return
     try:
+        if reply.done() and not getattr(reply, "cancelled", _never)():
+            return  # settled already (rt.stop() answers a batch whose thread is stuck, which settles it later)
         if not reply.set_running_or_notify_cancel():
             return  # cancelled by its owner
         if error is not None:
             reply.set_exception(error)
         else:
             reply.set_result(value)
-    except RuntimeError:  # InvalidStateError: settled already
+    except (RuntimeError, InvalidStateError):  # settled already
         pass
+
+
+def _never() -> bool:
+    return False
 
 
 class PendingReplies:
@@ -200,7 +206,8 @@ class ActorGroup:
     def stop_all(self, timeout: float = ASK_TIMEOUT) -> list[str]:
         """Stop every member and join its thread, all within ``timeout``
         seconds in total. Returns the names of threads still alive then (an
-        actor stuck in a tool body that ignores its signal), also logged."""
+        actor stuck in a tool body that ignores its signal; the runtime's
+        stop names them in its warning and in ``rt.abandoned``)."""
         deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
@@ -227,13 +234,6 @@ class ActorGroup:
         alive = [m.thread.name for m in members if m.thread is not None and m.thread is not me and m.thread.is_alive()]
         with self._lock:
             self._members = {urn: m for urn, m in self._members.items() if m.thread is None or m.thread.is_alive()}
-        if alive:
-            logger.warning(
-                "{} actor thread(s) did not stop within {}s (a tool body ignoring its signal?): {}",
-                len(alive),
-                timeout,
-                ", ".join(alive),
-            )
         return alive
 
 

@@ -15,6 +15,19 @@ __all__ = ["LoopThread"]
 
 T = TypeVar("T")
 
+#: Seconds a stop gives, past its timeout, to closing the loop (its async
+#: generators) once the tasks had their time to end.
+_LEFT_FOR_CLOSING = 0.1
+
+
+def _quiet_about_abandoned(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    # A task the stop abandoned is reported as "destroyed but pending" when
+    # it is collected: stop() named it already. Anything else is logged.
+    task = context.get("task")
+    if isinstance(task, asyncio.Task) and not task.done():
+        return
+    logger.error("the runtime's event loop: {}", context.get("message", "an error"))
+
 
 class LoopThread:
     """One asyncio event loop on one daemon thread, owned by a runtime."""
@@ -22,6 +35,10 @@ class LoopThread:
     def __init__(self, name: str = "dsh-asyncio") -> None:
         self._loop = asyncio.new_event_loop()
         self._stopping = False
+        # stop()'s: how long the tasks left may take to end once cancelled,
+        # and the ones that did not (written by the loop's thread as it ends).
+        self._grace = 0.0
+        self._abandoned: list[asyncio.Task[Any]] = []
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -47,15 +64,29 @@ class LoopThread:
                     # run_forever; the loop must outlive whatever user code did.
                     logger.opt(exception=exc).error("the runtime's event loop caught {!r}", exc)
         finally:
+            loop = self._loop
             try:
-                pending = asyncio.all_tasks(self._loop)
+                pending = asyncio.all_tasks(loop)
                 for task in pending:
                     task.cancel()
                 if pending:
-                    self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+                    # Each task may clean up after its cancellation until the
+                    # stop's grace ends; one that is still going then (it
+                    # caught the cancellation and goes on) is abandoned.
+                    done, left = loop.run_until_complete(asyncio.wait(pending, timeout=self._grace))
+                    for task in done:
+                        if not task.cancelled():
+                            task.exception()  # (retrieved: whoever awaited it is gone)
+                    self._abandoned = sorted(left, key=lambda task: task.get_name())
+                    if left:
+                        # Collected later as "destroyed but pending": already named by stop().
+                        loop.set_exception_handler(_quiet_about_abandoned)
+                closing = loop.create_task(loop.shutdown_asyncgens())
+                loop.run_until_complete(asyncio.wait((closing,), timeout=_LEFT_FOR_CLOSING))
+            except BaseException as exc:  # noqa: BLE001 - the loop closes whatever a task did
+                logger.opt(exception=exc).error("the runtime's event loop could not end cleanly")
             finally:
-                self._loop.close()
+                loop.close()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; a ``concurrent.futures.Future``."""
@@ -64,11 +95,24 @@ class LoopThread:
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def stop(self, timeout: float = 30.0) -> None:
-        if self._loop.is_closed():
-            return
-        self._stopping = True
+    def stop(self, timeout: float = 30.0) -> list[asyncio.Task[Any]] | None:
+        """Stop the loop and end its thread within about ``timeout`` seconds:
+        the tasks still on it are cancelled and get that long to end; then
+        the loop closes without the ones that did not (they are never
+        resumed). Returns those abandoned tasks, or None when the thread
+        itself did not end in time (a callback or task blocks it; it stays
+        behind, a daemon thread)."""
+        if not self._stopping:
+            self._grace = max(0.0, timeout)
+            self._stopping = True
+            try:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            except RuntimeError:  # closed already
+                pass
+        if threading.current_thread() is self._thread:
+            return []
+        self._thread.join(max(0.0, timeout) + 2 * _LEFT_FOR_CLOSING)
         if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if threading.current_thread() is not self._thread:
-                self._thread.join(timeout)
+            return None
+        abandoned, self._abandoned = self._abandoned, []
+        return abandoned

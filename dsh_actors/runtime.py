@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import pykka
 from loguru import logger
@@ -74,6 +74,11 @@ class ToolRuntime:
     sync code run theirs on the runtime's own loop thread.
     """
 
+    #: Seconds :meth:`stop` gives, past its timeout, to each part it then
+    #: tells to end (a batch committing its calls still out, the actors and
+    #: their threads, the loop and its tasks) before it leaves it running.
+    STOP_GRACE: ClassVar[float] = 0.5
+
     def __init__(
         self,
         max_parallel_tool_calls: int = 10,
@@ -97,6 +102,7 @@ class ToolRuntime:
         self._halted_event = threading.Event()
         self._stopper: threading.Thread | None = None
         self._stop_deadline = 0.0
+        self._abandoned: tuple[str, ...] = ()
         self.events = EventBus()
         self.approvals = ApprovalChannel()
         # The suspensions this runtime resumed (each is resumed once).
@@ -109,6 +115,7 @@ class ToolRuntime:
         # The loops async bodies are in flight on (its thread starts with the first).
         self.loop_watch = LoopWatch()
         self._workers: ThreadPoolExecutor | None = None
+        self._worker_threads: set[threading.Thread] = set()  # the workers' (each adds its own)
         self._registry: pykka.ActorRef[Any] | None = None
         self._state: RegistryState | None = None
         self._kernel: RuntimeKernel | None = None
@@ -175,7 +182,13 @@ class ToolRuntime:
         signal fire and finish, and each call gets exactly one result (and,
         when logged, its ``tool/result``). A body still running at the
         timeout is committed ``ABORTED`` and named in its batch's
-        ``ToolBatchExecutionError``; its thread is named in a warning.
+        ``ToolBatchExecutionError``. Past the timeout each part told to end
+        gets :attr:`STOP_GRACE` more; what still runs then is left behind,
+        never joined, and named in :attr:`abandoned` and in a warning: a
+        sync body's thread, an async task that survived its cancellation
+        (the loop closes without it), a loop thread an async body blocks.
+        A batch whose own thread is stuck (its only call run inline) is
+        answered by the stop itself, with that ``ToolBatchExecutionError``.
 
         Every ``stop()`` returns only once the runtime is stopped: a second
         one, concurrent with the first, waits for it. Called on one of the
@@ -214,8 +227,7 @@ class ToolRuntime:
         current = threading.current_thread()
         if self._loop is not None and current is self._loop.thread:
             return True
-        workers = self._workers
-        if workers is not None and current in getattr(workers, "_threads", ()):
+        if current in self._worker_threads:
             return True
         try:  # an async body on the caller's loop (execute_async): it runs this loop's flights
             loop = asyncio.get_running_loop()
@@ -248,13 +260,34 @@ class ToolRuntime:
                 logger.exception("a runtime stop hook failed")
         if self._pool is not None:
             self._pool.close()
-        self._group.stop_all(max(0.5, self.stop_remaining()))
+        # Past the drain's deadline, what is still running gets STOP_GRACE
+        # more to end (each part below); then it is left behind, named.
+        abandoned = self._group.stop_all(self.teardown_remaining())
         if self._workers is not None:
-            self._workers.shutdown(wait=True, cancel_futures=True)
+            self._workers.shutdown(wait=False, cancel_futures=True)
+            end = time.monotonic() + self.teardown_remaining()
+            for thread in list(self._worker_threads):
+                thread.join(max(0.0, end - time.monotonic()))
+                if thread.is_alive():
+                    abandoned.append(thread.name)
         if self._loop is not None:
-            self._loop.stop()
-        self.loop_watch.stop()
+            tasks = self._loop.stop(self.teardown_remaining())
+            if tasks is None:  # something blocks the loop's thread itself
+                abandoned.append(self._loop.thread.name)
+            else:
+                abandoned.extend(self.loop_watch.describe(task) for task in tasks)
+        left = self.loop_watch.stop()  # (releases whoever waits for a flight of the closed loop)
+        abandoned.extend(name for name in left if name not in abandoned)
         self.pending_replies.fail_all()  # answers nobody will give any more
+        self._abandoned = tuple(abandoned)
+        if abandoned:
+            logger.warning(
+                "rt.stop() abandoned {} thread(s) and task(s) still running {:.1f} s after its timeout "
+                "(code that ignores its signal or survives its cancellation; they are never joined): {}",
+                len(abandoned),
+                self.STOP_GRACE,
+                ", ".join(abandoned),
+            )
 
     def waiting(self, *, bounded: bool = False) -> Lent:
         """Around a wait of the calling thread for work this runtime must do
@@ -275,14 +308,32 @@ class ToolRuntime:
         self._bindings.bind(executor, self)
 
     def stop_remaining(self) -> float:
-        """Seconds left until the running :meth:`stop`'s deadline (0 when
-        none is running)."""
+        """Seconds left until the running :meth:`stop`'s deadline, the end
+        of its drain (0 when none is running)."""
         return max(0.0, self._stop_deadline - time.monotonic()) if self._stopped else 0.0
+
+    def teardown_remaining(self) -> float:
+        """Seconds left for the running :meth:`stop`'s teardown: until its
+        deadline, and at least :attr:`STOP_GRACE` more past it for each part
+        told to end then (a batch committing its calls still out, the
+        actors, the loop)."""
+        return max(self.STOP_GRACE, self.stop_remaining())
 
     @property
     def halted(self) -> bool:
         """Whether :meth:`stop` has finished (every thread joined or named)."""
         return self._halted
+
+    @property
+    def abandoned(self) -> tuple[str, ...]:
+        """What :meth:`stop` left running once it had waited its timeout
+        (and :attr:`STOP_GRACE`): the names of threads (``dsh-CallActor``,
+        ``dsh-ExecutorActor``: a sync body ignoring its signal;
+        ``dsh-asyncio``: something blocking the runtime's loop) and of async
+        tasks (``async tool "fetch" (call c3)``: a body that survived its
+        cancellation, never resumed once the loop closed). Empty until the
+        stop is done, and when nothing was left."""
+        return self._abandoned
 
     def __enter__(self) -> ToolRuntime:
         return self.start()
@@ -379,7 +430,12 @@ class ToolRuntime:
         """Threads for executors that only offer a blocking ``execute``."""
         with self._lock:
             if self._workers is None:
-                self._workers = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dsh-worker")
+                threads = self._worker_threads
+                self._workers = ThreadPoolExecutor(
+                    max_workers=32,
+                    thread_name_prefix="dsh-worker",
+                    initializer=lambda: threads.add(threading.current_thread()),
+                )
             return self._workers
 
     def on_stop(self, hook: Callable[[], Any]) -> Disposer:

@@ -140,9 +140,11 @@ class DeadlineTimer:
                 self._cancelled = 0
             return True
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
         """Drop every pending deadline and end the thread (joined, unless
-        called from a callback on the timer thread itself). Idempotent."""
+        called from a callback on the timer thread itself; at most
+        ``timeout`` seconds: a callback that blocks keeps the thread, which
+        ends once it returns, and is named in a warning). Idempotent."""
         with self._cond:
             self._stopped = True
             for _, _, deadline in self._heap:
@@ -154,7 +156,14 @@ class DeadlineTimer:
             thread = self._thread
             self._cond.notify_all()
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join(timeout)
+            if thread.is_alive():
+                logger.warning(
+                    "timer thread {} is still in a deadline's callback after {} s (a signal callback that "
+                    "blocks?); it ends once the callback returns",
+                    thread.name,
+                    timeout,
+                )
 
     # -- the thread ------------------------------------------------------------
 

@@ -132,5 +132,5 @@ def apply(rt: ToolRuntime, /, *, prepend: bool = False, **unknown: Any) -> Calla
     undo = Undo()
     undo.add(policy.timer.stop)
     undo.add(rt.events.on("tools/execute", policy.wrapper, prepend=prepend))
-    undo.add(rt.on_stop(policy.timer.stop))
+    undo.add(rt.on_stop(lambda: policy.timer.stop(rt.teardown_remaining())))
     return undo

@@ -237,6 +237,11 @@ class Flight:
         )
 
 
+def describe(flight: Flight) -> str:
+    """``async tool "<name>" (call <id>)``: how a stop names a flight it left."""
+    return f'async tool "{flight.name}" (call {flight.call_id})'
+
+
 async def await_flight(
     watch: LoopWatch,
     coro: Any,
@@ -403,13 +408,39 @@ class LoopWatch:
         with self._lock:
             return bool(self._flights.get(loop))
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """End the watch (the runtime's stop, after its loop thread ended).
+        A flight still on a loop that is gone now (the runtime's own loop,
+        closed without a task that survived its cancellation) ends with
+        :class:`LoopGoneError`, so whoever waits for it is released. Returns
+        what is still in flight on loops that run on (an application's),
+        described as :meth:`describe` does: the stop leaves them there."""
         with self._lock:
             self._stopped = True
             thread = self._thread
             self._lock.notify()
+            snapshot = [(loop, tuple(flights)) for loop, flights in self._flights.items()]
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        left: list[str] = []
+        for loop, flights in snapshot:
+            if loop.is_closed() or not loop.is_running():
+                state = "closed" if loop.is_closed() else "stopped"
+                for flight in flights:
+                    flight._fail_gone(state)
+            else:
+                left.extend(describe(flight) for flight in flights if not flight.ended)
+        return left
+
+    def describe(self, task: asyncio.Task[Any]) -> str:
+        """How a stop names ``task`` it abandoned: the async tool whose
+        flight it is, else the task's own name."""
+        with self._lock:
+            for flights in self._flights.values():
+                for flight in flights:
+                    if flight.task is task:
+                        return describe(flight)
+        return f"asyncio task {task.get_name()!r}"
 
     def _stopping(self) -> bool:
         return self._stopped

@@ -159,6 +159,7 @@ class BatchRun:
         "bug",
         "log_error",
         "stuck",
+        "inline",
         "halted",
         "hook",
         "reply",
@@ -220,6 +221,7 @@ class BatchRun:
         self.bug: BaseException | None = None
         self.log_error: BaseException | None = None
         self.stuck: list[Call] = []  # still out when the stop's deadline came
+        self.inline: Call | None = None  # the call whose body runs here now (see abandoned_error)
         self.halted: str | None = None
         self.hook: Any = None
         self.early: set[int] = set()  # calls prepared ahead of a free slot
@@ -286,6 +288,30 @@ class BatchRun:
                 results=tuple(self.results[: self.committed]),
                 partial=_batch_result(tuple(self.results)),
             )
+
+    def abandoned_error(self) -> ToolBatchExecutionError:
+        """The batch's answer when ``rt.stop()`` cannot wait for it any
+        longer: the thread running it is stuck (a body run inline, a
+        listener or an approval service that ignores its signal), so the
+        stop answers for it (``NativeExecutor._shutdown``, on the stop's
+        thread). It reads only ``inline``, ``results`` and ``committed``,
+        which that thread does not write while it is stuck; the batch goes
+        on when the thread comes back, and its own answer is then dropped."""
+        call = self.inline
+        if call is not None:
+            execution = call.execution
+            detail = (
+                "the runtime stopped while tool bodies were still running: "
+                f'{execution.call_id} (tool "{execution.name}"), run by the batch\'s executor, which '
+                "could not answer"
+            )
+        else:
+            detail = (
+                "the runtime stopped while the batch's executor was still busy (a listener, an approval "
+                "service or a tool body ignoring its signal) and could not answer"
+            )
+        results = tuple(self.results)
+        return ToolBatchExecutionError(detail, results=results[: self.committed], partial=_batch_result(results))
 
     def _body_ended(self, message: BodyEnded) -> None:
         for call, value, error in message.ends:
@@ -625,7 +651,9 @@ class BatchRun:
                 # (A body run here may block: this actor's step slot serves
                 # other batches meanwhile.)
                 with self.rt.waiting():
+                    self.inline = call
                     dispatch(self.rt, call)
+                    self.inline = None
             elif not self._put(call):
                 self._put_back(call)
                 return

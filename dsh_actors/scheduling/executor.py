@@ -329,7 +329,13 @@ class NativeExecutor:
         """Runtime stop (after ``rt.stop_signal`` fired, which every running
         batch and body observes): refuse new batches, let the running ones
         drain until the stop's deadline, then tell the rest to commit what is
-        still out as ABORTED (a body ignoring its signal)."""
+        still out as ABORTED (a body ignoring its signal) and answer. A batch
+        that cannot, because the thread running it is stuck (a body run
+        inline, a listener or an approval service ignoring its signal), is
+        answered by the stop itself, as pykka fails the asks a stopped actor
+        never answered: its caller gets a ``ToolBatchExecutionError`` now,
+        and the batch still commits (and logs) its calls when that thread
+        comes back, its answer then dropped."""
         rt = self._rt
         assert rt is not None
         with self._lock:
@@ -339,10 +345,19 @@ class NativeExecutor:
             self._lock.wait_for(lambda: not self._running, timeout=rt.stop_remaining())
             late = list(self._running.values())
         for run in late:
-            run.inbox.put(Deadline())
-        if late:
-            with self._lock:
-                self._lock.wait_for(lambda: not self._running, timeout=min(1.0, rt.stop_remaining()))
+            try:
+                run.inbox.put(Deadline())
+            except BaseException as exc:  # noqa: BLE001 - no executor actor for it: answered below
+                logger.opt(exception=exc).debug("the stop's deadline could not reach {!r}", run)
+        if not late:
+            return
+        with self._lock:
+            self._lock.wait_for(lambda: not self._running, timeout=rt.teardown_remaining())
+            stuck = list(self._running.values())
+        for run in stuck:
+            error = run.abandoned_error()
+            logger.warning("rt.stop() answered a batch it could not wait for any longer: {}", error.detail)
+            settle(run.reply, error=error)
 
 
 class ExecutorActor(MailboxActor):

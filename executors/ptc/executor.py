@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -78,7 +79,10 @@ _RUN_CODE_OUTPUT: Final = {
     },
 }
 
-_CLOSE_WAIT_SECONDS: Final = 30.0
+_CLOSE_WAIT_SECONDS: Final = 10.0
+"""How long a direct :meth:`PtcExecutor.close` waits for the running
+programs' workers to be killed and reaped (``rt.stop()`` waits until its
+own deadline instead)."""
 _BINDINGS_CACHED: Final = 64
 
 
@@ -278,14 +282,17 @@ class PtcExecutor(NativeExecutor):
         super().bind(runtime)
         with self._ptc_lock:
             self._runtime = runtime
-        runtime.on_stop(self.close)
+        runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining()))
         remove_stale_folders()
         self.workers.fill()
 
-    def close(self) -> None:
+    def close(self, timeout: float = _CLOSE_WAIT_SECONDS) -> None:
         """Kill every worker (spare or running: a running program fails
-        ``CODE_RUN_FAILED`` aborted) and wait for the runs to end (at most
-        30 s). Idempotent."""
+        ``CODE_RUN_FAILED`` aborted) and wait, at most ``timeout`` seconds
+        (``rt.stop()``: until its own deadline), for each run to have ended:
+        its worker killed and reaped. It does not wait for the tool calls a
+        program had made: their run answers once they have settled, which
+        ``rt.stop()`` ensures by its deadline. Idempotent."""
         with self._ptc_lock:
             if self._ptc_closed:
                 return
@@ -294,9 +301,15 @@ class PtcExecutor(NativeExecutor):
         for run in runs:
             run.request_stop("aborted", "the PTC executor is shutting down; the program was killed")
         self.workers.close()
-        with self._runs_done:
-            if not self._runs_done.wait_for(lambda: not self._runs, timeout=_CLOSE_WAIT_SECONDS):
-                logger.error("PTC runs still running after {}s: {}", _CLOSE_WAIT_SECONDS, list(self._runs))
+        deadline = time.monotonic() + timeout
+        left = [run for run in runs if not run.wait_ended(max(0.0, deadline - time.monotonic()))]
+        if left:
+            logger.warning(
+                "PTC runs whose worker was not reaped within {:.1f} s (their thread is busy, e.g. in a "
+                "tools/progress listener; each kills its worker when it is back): {}",
+                timeout,
+                left,
+            )
 
     @property
     def closed(self) -> bool:

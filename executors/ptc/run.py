@@ -159,6 +159,7 @@ class Run:
         self._sub: Any = None  # the sub-batch (a SubBatch), opened with the first call
         self._stop_lock = threading.Lock()
         self._stop: Ending | None = None
+        self._ended = threading.Event()  # set once the run has ended and its worker is reaped
         # State of the schedule (the run's thread only).
         self._phase = _Phase.STARTING
         self._calls: list[SubCall] = []
@@ -188,6 +189,11 @@ class Run:
     def ended(self) -> bool:
         """Whether the run has ended (the worker is dead)."""
         return self._phase is _Phase.ENDED
+
+    def wait_ended(self, timeout: float) -> bool:
+        """Wait (any thread) until the run has ended and its worker is
+        killed and reaped; whether it has. Its sub-calls may still drain."""
+        return self._ended.wait(timeout)
 
     # -- the outside world ----------------------------------------------------
 
@@ -638,6 +644,7 @@ class Run:
         self._writing = False
         self._reading_stderr = False
         self._worker.kill()
+        self._ended.set()
         self._controller.abort(f"the run ended ({ending.kind or 'returned'})")
         if self._sub is not None:
             self._sub.seal()  # halted by the abort: what has not started never will

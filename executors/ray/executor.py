@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import math
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -484,11 +485,12 @@ class RayExecutor(NativeExecutor):
             pass
         self._ray_cancel(ref, force=False)
 
-    def _cancel_all(self, inflight: list[tuple[str, _InFlight]], reason: str) -> None:
+    def _cancel_all(self, inflight: list[tuple[str, _InFlight]], reason: str, limit: float = 5.0) -> None:
         """Abort every call of ``inflight`` on the board first (and, off the
-        loop, wait for the board to have them), then cancel their tasks: a
-        queued call that a cancelled one makes room for then finds itself
-        aborted when it asks to start, and never enters its body."""
+        loop, wait, at most ``limit`` seconds, for the board to have them),
+        then cancel their tasks: a queued call that a cancelled one makes
+        room for then finds itself aborted when it asks to start, and never
+        enters its body."""
         if not inflight or self._lost():
             return
         told = []
@@ -499,7 +501,7 @@ class RayExecutor(NativeExecutor):
                 pass
         if told and not self._on_loop():
             try:
-                ray.wait(told, num_returns=len(told), timeout=5.0)
+                ray.wait(told, num_returns=len(told), timeout=limit)
             except Exception:  # noqa: BLE001
                 pass
         for _, entry in inflight:
@@ -520,16 +522,19 @@ class RayExecutor(NativeExecutor):
     def _on_runtime_stop(self) -> None:
         """``rt.stop()``: cancel every remote call in flight at once (no
         grace for cooperative bodies), and give them a moment to settle
-        (``force_cancel_ms`` plus a second, at most) so that their batches
-        can still reply before the runtime's actors stop."""
+        (``force_cancel_ms`` plus a second, at most, and never past the
+        stop's deadline) so that their batches can still reply before the
+        runtime's actors stop."""
+        rt = self._rt
         with self._state_lock:
             self._stopping = True
             inflight = list(self._inflight.items())
-        self._cancel_all(inflight, "the runtime is stopping")
+        end = time.monotonic() + (rt.teardown_remaining() if rt is not None else 5.0)
+        self._cancel_all(inflight, "the runtime is stopping", min(5.0, end - time.monotonic()))
         if inflight and not self._on_loop():
             limit = 1.0 + (self.force_cancel_ms or 0.0) / 1000.0
             with self._state_lock:
-                self._settled.wait_for(lambda: not self._inflight, limit)
+                self._settled.wait_for(lambda: not self._inflight, max(0.0, min(limit, end - time.monotonic())))
 
     def _on_loop(self) -> bool:
         rt = self._rt

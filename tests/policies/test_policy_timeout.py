@@ -332,6 +332,33 @@ def test_stopping_the_runtime_stops_the_timer_thread() -> None:
     assert not thread.is_alive()
 
 
+def test_stop_does_not_wait_past_its_timeout_for_a_timer_stuck_in_an_abort_callback() -> None:
+    rt = ToolRuntime().start()
+    entered, release = threading.Event(), threading.Event()
+
+    def body(args: Any, ctx: Any) -> str:
+        # The callback runs on the timer's thread when the deadline fires,
+        # and blocks it (callbacks must not block: this one does).
+        ctx.signal.add_callback(lambda signal: entered.set() or release.wait(WAIT * 2))
+        ctx.signal.wait(WAIT)
+        return "late"
+
+    try:
+        rt.use(policies.timeout)
+        rt.tools.register(tool("slow", body, timeout_ms=20))
+        assert code_of(run_one(rt, call("slow"))) == "TOOL_TIMEOUT"
+        assert entered.wait(WAIT)
+        (thread,) = policy_threads()
+        stopper = threading.Thread(target=rt.stop, kwargs={"timeout": 0.3}, name="test-stop")
+        stopper.start()
+        stopper.join(WAIT)
+        assert not stopper.is_alive(), "rt.stop(timeout=0.3) waited for the stuck timer thread"
+    finally:
+        release.set()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+
+
 def test_the_wrapper_is_appended_unless_prepended(rt: Any) -> None:
     def other(execution: Any, next_: Any) -> Any:
         return next_()

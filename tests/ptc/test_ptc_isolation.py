@@ -167,6 +167,36 @@ def test_stopping_the_runtime_kills_running_programs_and_spare_workers(rt: Any, 
     assert children() == []
 
 
+def test_stop_with_a_sub_call_ignoring_its_signal_kills_the_worker_and_returns_within_its_timeout(
+    rt: Any, ptc: Any
+) -> None:
+    pids = pid_reporter(rt)
+    started, release = threading.Event(), threading.Event()
+
+    def stubborn(args: Any, ctx: Any) -> str:
+        started.set()
+        release.wait(GUARD)  # ignores its signal
+        return "late"
+
+    rt.tools.register(tool("stubborn", stubborn))
+    future: Future[Any] = rt.tools.submit(batch(REPORT + "await tools.stubborn()"))
+    try:
+        must(started, "the sub-call started")
+        stopper = threading.Thread(target=rt.stop, kwargs={"timeout": 0.3}, name="test-stop")
+        stopper.start()
+        stopper.join(GUARD)  # (it waited out 30 s for the run, which waited for the sub-call)
+        assert not stopper.is_alive(), "rt.stop(timeout=0.3) did not return in time"
+        assert future.done(), "the run_code batch was not answered by stop()"
+        assert_gone(pids[0])  # the worker is torn down, while the sub-call still runs
+        assert not release.is_set()
+    finally:
+        release.set()
+    try:
+        failed_as(future.result(GUARD).results[0].result, "aborted")
+    except ToolBatchExecutionError as exc:
+        assert 'c1 (tool "run_code")' in str(exc)  # answered by the stop: its thread was still busy
+
+
 def test_closing_the_executor_kills_its_spare_workers_and_later_runs_fail(rt: Any) -> None:
     executor = install(rt, timeout_ms=2000, spare_workers=2)
     spares = executor.worker_pids()

@@ -5,6 +5,7 @@ named in the batch's error, never silently dropped."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -153,3 +154,121 @@ def test_stop_from_inside_a_tool_body_or_observer_starts_the_stop_and_returns_at
     rt.stop()  # from this thread: returns once the stop it started is done
     assert rt.halted
     assert_no_new_threads(before)
+
+
+def _stop_in_thread(rt: ToolRuntime, timeout: float) -> threading.Thread:
+    """``rt.stop(timeout)`` on a thread of its own; joined with the guard
+    (a stop that waits out a constant longer than the guard fails here)."""
+    stopper = threading.Thread(target=rt.stop, kwargs={"timeout": timeout}, name="test-stop")
+    stopper.start()
+    stopper.join(GUARD)
+    assert not stopper.is_alive(), f"rt.stop(timeout={timeout}) did not return within {GUARD} s"
+    return stopper
+
+
+def test_stop_abandons_an_async_body_that_survives_its_cancellation_and_names_it(library_logs: None) -> None:
+    from loguru import logger
+
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running, release = threading.Event(), threading.Event()
+    cancelled: list[int] = []
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING", format="{message}")
+
+    async def resists(args: Any, ctx: Any) -> str:
+        wake = asyncio.Event()
+        running.set()
+        while not release.is_set():
+            try:
+                await wake.wait()  # never set: only a cancellation ends this await
+            except asyncio.CancelledError:
+                cancelled.append(1)  # ... and the body goes on regardless
+        return "late"
+
+    try:
+        rt.tools.register(make_tool("resists", resists))
+        future = rt.tools.submit(ToolBatchInput(calls=calls("resists")))
+        must(running, "the async body to run")
+        _stop_in_thread(rt, 0.3)
+        with pytest.raises(ToolBatchExecutionError, match='c0 \\(tool "resists"\\)'):
+            future.result(0)  # answered by the time stop() returned
+        assert cancelled, "the body's task was never cancelled"
+        assert rt.halted
+        assert any("resists" in name for name in rt.abandoned), rt.abandoned
+        assert any("abandoned" in w and "resists" in w for w in warnings), warnings
+    finally:
+        logger.remove(sink)
+        release.set()
+    assert_no_new_threads(before)  # the loop thread ended without the body
+
+
+@pytest.mark.parametrize("how", ["submit", "execute"])
+def test_stop_fails_the_reply_of_a_lone_body_that_ignores_its_signal_without_waiting_for_it(how: str) -> None:
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running, release = threading.Event(), threading.Event()
+
+    def stubborn(args: Any, ctx: Any) -> str:
+        running.set()
+        release.wait(GUARD)  # ignores its signal; runs inline on the batch's executor
+        return "late"
+
+    outcome: list[Any] = []
+    answered = threading.Event()
+
+    def execute() -> None:
+        try:
+            outcome.append(rt.tools.execute(ToolBatchInput(calls=calls("stubborn"))))
+        except BaseException as exc:  # noqa: BLE001 - inspected below
+            outcome.append(exc)
+        answered.set()
+
+    try:
+        rt.tools.register(make_tool("stubborn", stubborn))
+        if how == "submit":
+            future = rt.tools.submit(ToolBatchInput(calls=calls("stubborn")))
+            future.add_done_callback(lambda _: answered.set())
+        else:
+            caller = threading.Thread(target=execute, name="test-caller")
+            caller.start()
+        must(running, "the lone body to run")
+        _stop_in_thread(rt, 0.3)
+        # The caller has its answer (a future: by the time stop() returned),
+        # while the body still runs.
+        if how == "submit":
+            assert answered.is_set(), "the batch's caller was not answered by stop()"
+        else:
+            must(answered, "the caller blocked in execute() to be answered")
+        error = future.exception(0) if how == "submit" else outcome[0]
+        assert isinstance(error, ToolBatchExecutionError), error
+        assert 'c0 (tool "stubborn")' in str(error)
+        assert any(name.startswith("dsh-ExecutorActor") for name in rt.abandoned), rt.abandoned
+    finally:
+        release.set()
+    if how == "execute":
+        caller.join(GUARD)
+    assert_no_new_threads(before)  # the executor's thread ends once the body returns
+
+
+def test_stop_leaves_a_loop_thread_blocked_by_an_async_body_behind_and_names_it() -> None:
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running, release = threading.Event(), threading.Event()
+
+    async def blocks_its_loop(args: Any, ctx: Any) -> str:
+        running.set()
+        release.wait(GUARD)  # a blocking call in an async body: the loop's thread is stuck here
+        return "late"
+
+    try:
+        rt.tools.register(make_tool("blocks", blocks_its_loop))
+        future = rt.tools.submit(ToolBatchInput(calls=calls("blocks")))
+        must(running, "the async body to run")
+        _stop_in_thread(rt, 0.3)
+        with pytest.raises(ToolBatchExecutionError, match='c0 \\(tool "blocks"\\)'):
+            future.result(0)
+        assert "dsh-asyncio" in rt.abandoned, rt.abandoned
+    finally:
+        release.set()
+    assert_no_new_threads(before)  # the loop's thread ends once the body lets it go
