@@ -427,7 +427,7 @@ class LoopWatch:
             if loop.is_closed() or not loop.is_running():
                 state = "closed" if loop.is_closed() else "stopped"
                 for flight in flights:
-                    flight._fail_gone(state)
+                    flight.fail_gone(state)
             else:
                 left.extend(describe(flight) for flight in flights if not flight.ended)
         return left
