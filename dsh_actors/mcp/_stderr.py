@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -20,7 +21,7 @@ def server_errlog() -> TextIO:
     That is :data:`sys.stderr` when it has one; else the process's own
     stderr, :data:`sys.__stderr__` (where a notebook kernel's, or a
     ``redirect_stderr``'s, real stderr goes); else :data:`os.devnull`
-    (opened once, for the whole process). Pass it explicitly: the SDK's
+    (opened once, closed at exit). Pass it explicitly: the SDK's
     default is ``sys.stderr`` as it was when ``mcp.client.stdio`` was first
     imported, which under Jupyter, pytest's ``capsys`` or
     ``contextlib.redirect_stderr`` has no descriptor (or is closed by now),
@@ -34,6 +35,7 @@ def server_errlog() -> TextIO:
     with _devnull_lock:
         if _devnull is None:
             _devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+            atexit.register(_devnull.close)
         return _devnull
 
 
