@@ -9,6 +9,7 @@ import ast
 import builtins
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,24 @@ def test_the_quick_benchmark_and_the_first_install_take_the_same_time_in_every_d
     assert not any("under a minute" in text for text in docs.values())
     install = {name: re.findall(r"the first install takes about (\d+) s", text) for name, text in docs.items()}
     assert all(install.values()) and len({s for found in install.values() for s in found}) == 1, install
+
+
+def test_the_mcp_block_runs_where_stderr_has_no_file_descriptor() -> None:
+    """As in a notebook: a fresh interpreter whose ``sys.stderr`` had no file
+    descriptor before anything was imported (so neither has the MCP SDK's
+    default ``errlog``). A failure's traceback goes to the real stderr."""
+    block = next(b for b in blocks("python") if "stdio_client" in b)
+    notebook = (
+        "import io, sys, traceback\n"
+        "sys.stderr = io.StringIO()\n"
+        "try:\n"
+        f"    exec(compile({block!r}, 'README.md', 'exec'), {{'__name__': 'readme'}})\n"
+        "except BaseException:\n"
+        "    traceback.print_exc(file=sys.__stderr__)\n"
+        "    raise SystemExit(1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", notebook], cwd=README.parent, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "must be >= 1" in done.stdout

@@ -13,8 +13,10 @@ whose first word holds an ``=``). A first word ``python`` (or
 command sees whether or not a virtual environment is active.
 The sessions live on one event loop thread of their own, so the command's
 batch (run from the main thread) reaches them while that loop runs. The
-servers' stderr is the command's stderr. A server has 30 s to answer the
-MCP handshake; one that does not is a one-line error and is stopped (the
+servers' stderr is the command's stderr, or, when the command runs
+in-process with a ``sys.stderr`` that has no file descriptor, the
+process's own (else ``os.devnull``): :func:`dsh_actors.mcp.server_errlog`.
+A server has 30 s to answer the MCP handshake; one that does not is a one-line error and is stopped (the
 SDK closes its stdin, then terminates and kills it). Needs the ``mcp``
 extra.
 """
@@ -23,13 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shlex
 import sys
 import threading
 from collections.abc import Sequence
-from typing import IO, Any, Final, TextIO, cast
+from typing import Any, Final
 
 from ..errors import DshError, safe_str
 from ..runtime import ToolRuntime
@@ -62,16 +63,6 @@ def split_prefix(command: str) -> tuple[str, str]:
     return "", command
 
 
-def _errlog() -> tuple[IO[str], bool]:
-    """Where the servers' stderr goes: ours when it is a real file, else
-    nowhere (an in-process test harness); and whether we opened it."""
-    try:
-        sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return open(os.devnull, "w"), True  # noqa: SIM115 - closed in close()
-    return sys.stderr, False
-
-
 class McpServers:
     """The stdio MCP servers of one command, mounted into ``rt`` by
     :meth:`start` and stopped by :meth:`close` (a context manager)."""
@@ -97,8 +88,6 @@ class McpServers:
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._failure: str | None = None
-        self._errlog: IO[str] | None = None
-        self._opened_errlog = False
 
     def start(self, rt: ToolRuntime) -> McpServers:
         if not self._argvs:
@@ -107,7 +96,6 @@ class McpServers:
             import mcp  # noqa: F401 - the optional "mcp" extra: only --mcp needs it
         except ImportError:
             raise CliError("--mcp needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
-        self._errlog, self._opened_errlog = _errlog()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, args=(rt,), name="dsh-cli-mcp", daemon=True)
         self._thread.start()
@@ -135,7 +123,7 @@ class McpServers:
         # level): imported here, so the command runs without it unless --mcp.
         from mcp import ClientSession, StdioServerParameters, stdio_client
 
-        from ..mcp import mount
+        from ..mcp import mount, server_errlog
 
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
@@ -143,9 +131,7 @@ class McpServers:
                 where = f"--mcp {command!r}"
                 try:
                     params = StdioServerParameters(command=argv[0], args=argv[1:])
-                    read, write = await stack.enter_async_context(
-                        stdio_client(params, errlog=cast(TextIO, self._errlog))
-                    )
+                    read, write = await stack.enter_async_context(stdio_client(params, errlog=server_errlog()))
                     session = await stack.enter_async_context(ClientSession(read, write))
                     try:
                         async with asyncio.timeout(_HANDSHAKE_S):
@@ -176,9 +162,6 @@ class McpServers:
                 pass
         if thread is not None:
             thread.join(_SLACK_S)
-        if self._opened_errlog and self._errlog is not None:
-            self._errlog.close()
-            self._errlog = None
 
     def __enter__(self) -> McpServers:
         return self

@@ -5,12 +5,20 @@ registers every tool of an initialized ``mcp.ClientSession`` (``tools/list``,
 every page) in ``rt``'s global scope or in ``agent``'s, and returns the
 disposer that withdraws them again::
 
-    async with stdio_client(StdioServerParameters(command="python", args=["server.py"])) as (r, w):
+    server = StdioServerParameters(command="python", args=["server.py"])
+    async with stdio_client(server, errlog=server_errlog()) as (r, w):
         async with ClientSession(r, w) as session:
             await session.initialize()
             unmount = await mount(rt, session, prefix="files_")
             batch = await rt.tools.execute_async(ToolBatchInput(calls=[...]))
             unmount()
+
+``server_errlog()`` is the server's stderr: ``sys.stderr`` when it has a
+file descriptor, else the process's own stderr (``sys.__stderr__``), else
+``os.devnull``. The SDK's default ``errlog`` is ``sys.stderr`` as it was
+when ``mcp.client.stdio`` was first imported, which in a notebook, under
+pytest's ``capsys`` or ``contextlib.redirect_stderr`` has no descriptor:
+the server then fails to start (``io.UnsupportedOperation: fileno``).
 
 How a tool maps:
 
@@ -90,5 +98,6 @@ from __future__ import annotations
 
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
 from ._mount import DEFAULT_TIMEOUT_MS, mount
+from ._stderr import server_errlog
 
-__all__ = ["DEFAULT_TIMEOUT_MS", "McpConnectionError", "McpProtocolError", "McpToolError", "mount"]
+__all__ = ["DEFAULT_TIMEOUT_MS", "McpConnectionError", "McpProtocolError", "McpToolError", "mount", "server_errlog"]
