@@ -26,8 +26,11 @@ signal).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import selectors
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -149,11 +152,49 @@ class Interrupts:
         self.controller.abort("interrupted from the terminal")  # (a second abort does nothing)
 
     def wait(self, future: Future[ToolBatchResult]) -> tuple[ToolBatchResult, bool]:
-        """The batch's result, and whether a Ctrl-C came."""
+        """The batch's result, and whether a Ctrl-C came.
+
+        On the main thread it waits in ``select`` on a socket that both the
+        batch's end and any signal write to (``signal.set_wakeup_fd``), not
+        in a lock: the kernel may hand SIGINT to any thread of the process
+        (a body's, an actor's), and then nothing wakes a main thread
+        blocked in a lock to run the handler; a byte on the wakeup socket
+        does."""
         self.waiting = True
         if self.seen:
             self._abort()  # interrupted before the wait began
+        if threading.current_thread() is threading.main_thread():
+            _wait_waking_on_signals(future)
         return future.result(), self.seen
+
+
+def _wait_waking_on_signals(future: Future[Any]) -> None:
+    """Block the main thread until ``future`` is done, running the signal
+    handlers as signals come, whichever thread received them."""
+    wake_read, wake_write = socket.socketpair()
+    try:
+        for end in (wake_read, wake_write):
+            end.setblocking(False)
+
+        def poke(_: object) -> None:
+            with contextlib.suppress(OSError):
+                wake_write.send(b"\0")
+
+        previous = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+        try:
+            future.add_done_callback(poke)
+            with selectors.DefaultSelector() as selector:
+                selector.register(wake_read, selectors.EVENT_READ)
+                while not future.done():
+                    selector.select()  # the handlers run when it returns
+                    with contextlib.suppress(BlockingIOError):
+                        while wake_read.recv(4096):
+                            pass
+        finally:
+            signal.set_wakeup_fd(previous)
+    finally:
+        wake_read.close()
+        wake_write.close()
 
 
 class ProgressLines:
