@@ -27,6 +27,27 @@ count.
 
     ./dev python -m benchmarks.otel_cost [--reps N]
 
+``--instructions`` counts instructions instead (``valgrind --tool=callgrind``,
+every thread of the process, ``PYTHONHASHSEED=0``; load-independent, unlike
+the times): per call, the difference between a run of K and one of 3K
+100-call batches (after a warm-up) of each variant, and, on one thread, the
+difference between K×1000 and 3K×1000 repetitions of each SDK piece the
+policy calls, the policy's way (``--pieces``; the SDK alone, no runtime):
+
+* ``SDK span``: ``start_span`` of ``execute_tool noop`` with the five
+  attributes, the caller's context passed once, under a sampled parent,
+  then ``end()`` (the ``BatchSpanProcessor`` to an exporter that drops
+  the spans, its export worker counted);
+* ``SDK span, no attributes``: the same without them;
+* ``SDK span, start only``: ``start_span`` with the attributes, never
+  ended (no processor work, no export);
+* ``SDK histogram point``: ``record`` of one duration with the two
+  attributes of a success, the call's span current;
+* ``attach the span``: ``attach(set_span_in_context(span, context))`` in a
+  fresh copy of the context (what makes the body's spans children).
+
+    ./dev python -m benchmarks.otel_cost --instructions [--batches K] [--only LABEL ...]
+
 Used to write the OpenTelemetry part of ``benchmarks/HOPS.md``; not part
 of ``python -m benchmarks``.
 """
@@ -34,7 +55,11 @@ of ``python -m benchmarks``.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import gc
+import os
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -113,10 +138,130 @@ def _inline(rt: ToolRuntime, agent: Any, calls: int = 4000) -> tuple[float, floa
     return cpu / calls * 1e6, spent[0] / calls * 1e6
 
 
+def _pieces(sdk: OtelSdk) -> dict[str, Callable[[], Any]]:
+    """The SDK's work per call, the policy's way, without the runtime."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind
+
+    tracer = trace.get_tracer(__name__, tracer_provider=sdk.tracer_provider)
+    histogram = sdk.meter_provider.get_meter(__name__).create_histogram("gen_ai.execute_tool.duration", unit="s")
+    shared = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "noop",
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.description": "Does nothing.",
+    }
+    ok = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "noop"}
+    context.attach(trace.set_span_in_context(tracer.start_span("the agent's step")))
+    kind = SpanKind.INTERNAL
+
+    def span(with_attributes: bool = True, end: bool = True) -> Callable[[], Any]:
+        def piece() -> None:
+            current = context.get_current()
+            attributes = None
+            if with_attributes:
+                attributes = shared.copy()
+                attributes["gen_ai.tool.call.id"] = "c1"
+            started = tracer.start_span("execute_tool noop", current, kind=kind, attributes=attributes)
+            if end:
+                started.end()
+
+        return piece
+
+    def attach() -> None:
+        current = context.get_current()
+        contextvars.copy_context().run(context.attach, trace.set_span_in_context(trace.INVALID_SPAN, current))
+
+    return {
+        "SDK span": span(),
+        "SDK span, no attributes": span(with_attributes=False),
+        "SDK span, start only": span(end=False),
+        "SDK histogram point": lambda: histogram.record(0.001, ok),
+        "attach the span": attach,
+    }
+
+
+def _run_one(label: str, count: int) -> None:
+    """What one counted process runs: ``count`` 100-call batches of one
+    variant (or ``count`` × 1000 repetitions of one SDK piece)."""
+    sdk = OtelSdk()
+    pieces = _pieces(sdk)
+    if label in pieces:
+        piece = pieces[label]
+        for _ in range(count * 1000):
+            piece()
+        sdk.shutdown()
+        return
+    with ToolRuntime(max_parallel_tool_calls=CAP) as rt:
+        rt.tools.register(realistic_tool(noop_tool()))
+        agent = realistic(rt)
+        _variants(sdk)[label](rt)
+        batch = realistic_batch(noop_batch(100), agent)
+        for _ in range(6):
+            rt.tools.execute(batch)
+        for _ in range(count):
+            rt.tools.execute(batch)
+    sdk.shutdown()
+
+
+def _instructions(label: str, count: int) -> int:
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", "benchmarks.otel_cost"]
+        + ["--run-one", label, "--batches", str(count)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def _count_instructions(labels: Sequence[str], batches: int) -> None:
+    print(f"instructions per call (callgrind; {batches} vs {3 * batches} batches of 100, or ×1000 repetitions)")
+    for label in labels:
+        low, high = _instructions(label, batches), _instructions(label, 3 * batches)
+        per = 1000 if label in _PIECES else 100  # repetitions per count, calls per batch
+        print(f"{label:28s} {(high - low) / (2 * batches * per):10.0f}", flush=True)
+
+
+_PIECES = (
+    "SDK span",
+    "SDK span, no attributes",
+    "SDK span, start only",
+    "SDK histogram point",
+    "attach the span",
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="where overhead.otel_marginal_us goes")
     parser.add_argument("--reps", type=int, default=40)
+    parser.add_argument("--instructions", action="store_true", help="count instructions under valgrind instead")
+    parser.add_argument("--pieces", action="store_true", help="with --instructions: the SDK pieces too")
+    parser.add_argument("--batches", type=int, default=3, help="with --instructions: K (K vs 3K batches)")
+    parser.add_argument("--only", nargs="*", default=None, help="with --instructions: these variants or pieces")
+    parser.add_argument("--run-one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.run_one is not None:
+        _run_one(args.run_one, args.batches)
+        return 0
+    if args.instructions:
+        labels = args.only or [
+            "realistic",
+            "null hooks",
+            "otel, no-op providers",
+            "otel, SDK meter only",
+            "otel, SDK tracer only",
+            "otel",
+            "otel, spans sampled out",
+            *(_PIECES if args.pieces else ()),
+        ]
+        _count_instructions(labels, args.batches)
+        return 0
     try:
         sdk = OtelSdk()
     except ImportError:

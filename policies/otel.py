@@ -158,6 +158,7 @@ class OtelPolicy:
         self._rt = rt
         self._trace = trace
         self._attach = otel_context.attach
+        self._current = otel_context.get_current
         self._set_span = trace.set_span_in_context
         self._kind = SpanKind.INTERNAL
         self._error = Status
@@ -173,13 +174,13 @@ class OtelPolicy:
 
     # -- the span ---------------------------------------------------------------
 
-    def _start(self, execution: ToolExecution) -> _CallSpan:
+    def _start(self, execution: ToolExecution, context: Any = None) -> _CallSpan:
         tool = self._tool(execution)
         attributes = tool.attributes.copy()
         attributes["gen_ai.tool.call.id"] = execution.call_id
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = _json_text(execution.arguments)
-        span = self._tracer.start_span(tool.span_name, kind=self._kind, attributes=attributes)
+        span = self._tracer.start_span(tool.span_name, context, kind=self._kind, attributes=attributes)
         return _CallSpan(execution.token, span, time.perf_counter(), tool)
 
     def _tool(self, execution: ToolExecution) -> _Tool:
@@ -208,11 +209,16 @@ class OtelPolicy:
     # -- the listeners -------------------------------------------------------------
 
     def pre_execute(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
-        state = self._start(execution)
+        # The OpenTelemetry context current at submission (the call's hooks
+        # run in a copy of the caller's), read once for the parent, the
+        # sampler and the child context (the SDK reads it three times when
+        # it is not given).
+        context = self._current()
+        state = self._start(execution, context)
         _CURRENT.set(state)
         # The call's span is current for the rest of the call's hooks (this
         # context is the call's own copy: nothing to restore afterwards).
-        self._attach(self._set_span(state.span))
+        self._attach(self._set_span(state.span, context))
         decision = next_()
         kind = type(decision)
         if kind is Ask:
