@@ -28,8 +28,8 @@ from .model import ApprovalRequest  # re-exported: it lived here before it moved
 from .pipeline.flights import LoopWatch
 from .registry.actor import RegistryActor
 from .registry.service import ToolsService
-from .scheduling.executor import CallActor, Lent, NativeExecutor
-from .scheduling.pool import CallPool
+from .scheduling.dispatcher import Dispatcher
+from .scheduling.executor import CallActor, ExecutorActor, Lent, NativeExecutor
 from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
@@ -136,7 +136,7 @@ class ToolRuntime:
         self.max_parallel_tool_calls = max_parallel_tool_calls
         self.max_call_actors = max_call_actors
         self.bound_loop = loop
-        self._pool: CallPool | None = None
+        self._dispatcher: Dispatcher | None = None
         self._halted = False
         self._halted_event = threading.Event()
         self._stopper: threading.Thread | None = None
@@ -176,7 +176,7 @@ class ToolRuntime:
         try:
             self._loop = LoopThread()
             self._state = RegistryState()
-            self._pool = CallPool(self, self.max_call_actors, CallActor.open)
+            self._dispatcher = Dispatcher(self, self.max_call_actors, CallActor.open, ExecutorActor.open)
             ref = RegistryActor.spawn(self._group, self)
             actor = self._group.actor(ref)
             assert actor is not None
@@ -269,8 +269,8 @@ class ToolRuntime:
                 hook()
             except Exception:  # noqa: BLE001
                 logger.exception("a runtime stop hook failed")
-        if self._pool is not None:
-            self._pool.close()
+        if self._dispatcher is not None:
+            self._dispatcher.close()
         self._group.stop_all(max(0.5, self.stop_remaining()))
         if self._workers is not None:
             self._workers.shutdown(wait=True, cancel_futures=True)
@@ -279,14 +279,14 @@ class ToolRuntime:
         self.loop_watch.stop()
         self.pending_replies.fail_all()  # answers nobody will give any more
 
-    def waiting(self, *, bounded: bool = False) -> Lent:
+    def waiting(self) -> Lent:
         """Around a wait of the calling thread for work this runtime must do
         (a nested batch, an async body or policy on a loop, an approval): a
-        call actor lends its slot of the call-actor budget (``bounded``:
-        within a bound, for async bodies), an executor actor its step slot,
-        so the wait never holds back the work it waits for (a context
-        manager: ``with rt.waiting(): ...``)."""
-        return Lent(self.call_pool, bounded)
+        call actor lends its slot of the call-actor budget, an executor
+        actor its step slot (to the dispatcher), so the wait never holds
+        back the work it waits for (a context manager: ``with
+        rt.waiting(): ...``)."""
+        return Lent()
 
     def stop_remaining(self) -> float:
         """Seconds left until the running :meth:`stop`'s deadline (0 when
@@ -367,10 +367,11 @@ class ToolRuntime:
         return self._group
 
     @property
-    def call_pool(self) -> CallPool:
-        """The call actors every batch of this runtime shares (the budget)."""
-        assert self._pool is not None
-        return self._pool
+    def dispatcher(self) -> Dispatcher:
+        """The runtime's capacity: the call actors every batch shares (the
+        budget) and the executor actors' step slots."""
+        assert self._dispatcher is not None
+        return self._dispatcher
 
     @property
     def state(self) -> RegistryState:

@@ -681,7 +681,9 @@ class BatchRun:
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
-            mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.pool, self.inbox, lambda call: stale(rt, call))
+            mailbox = self.mailbox = WorkMailbox(
+                self.limit, self.policy.dispatcher, self.inbox, lambda call: stale(rt, call)
+            )
         self.out.add(call.index)
         if mailbox.put(call):
             return True
@@ -1094,6 +1096,7 @@ class BatchRun:
             assert call is not None and call.phase is not CallPhase.PENDING
         if self.mailbox is not None:
             self.mailbox.assert_invariants()
+        self.rt.dispatcher.assert_invariants()
 
 
 _new_call_result = ToolCallResult.__new__
