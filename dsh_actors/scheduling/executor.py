@@ -459,7 +459,7 @@ class CallActor(MailboxActor):
                 assert_never(message)
 
     def _serve(self, mailbox: WorkMailbox) -> WorkMailbox | None:
-        """Serve ``mailbox`` until told to leave; the next mailbox the pool
+        """Serve ``mailbox`` until told to leave; the next mailbox the dispatcher
         sends this actor to, or None (idle)."""
         rt = self.rt
         dispatcher = self.dispatcher
@@ -475,7 +475,7 @@ class CallActor(MailboxActor):
                 call.settle(failure_from_exception(exc), run_post=False)
             item = mailbox.take(wait=False)
             if item is LEAVE:
-                # Back in the pool before the batch hears of this call: a
+                # Back with the dispatcher before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
                 nxt = dispatcher.release(self.address)
                 mailbox.report(call)
@@ -491,5 +491,5 @@ class CallActor(MailboxActor):
                 mailbox.report(call)
         nxt = dispatcher.release(self.address)
         if reply is not None:
-            reply()  # after going back to the pool (see above)
+            reply()  # after going back to the dispatcher (see above)
         return nxt

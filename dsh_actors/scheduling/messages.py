@@ -117,7 +117,7 @@ class RunBatch:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Serve:
     """Serve ``mailbox``: take its calls, dispatch each, report each
-    ``Settled``, until a LEAVE; then go back to the pool."""
+    ``Settled``, until a LEAVE; then go back to the dispatcher."""
 
     mailbox: WorkMailbox
     """The batch's work mailbox (a reference, like an actor ref)."""

@@ -258,7 +258,7 @@ class WorkMailbox:
     def release_idle(self) -> None:
         """Nothing more will be put for now: servers blocked waiting leave,
         and so does every server that runs out of calls from now on (until
-        the next :meth:`put`), going back to the pool for other batches."""
+        the next :meth:`put`), going back to the dispatcher for other batches."""
         with self._lock:
             self.draining = True
             self._leave(self.idle - self.sentinels)
