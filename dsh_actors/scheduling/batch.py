@@ -122,8 +122,10 @@ class CallState(IntEnum):
     """Its result is recorded (and logged)."""
 
 
-#: The states whose call is owned elsewhere (a call actor, the mailbox, a loop).
+#: The states whose call is owned elsewhere (a call actor, the mailbox, a
+#: loop): OUT, EARLY and FLIGHT, consecutive (``_out_state`` tests the range).
 OUTS = frozenset({CallState.OUT, CallState.EARLY, CallState.FLIGHT})
+assert OUTS == {s for s in CallState if CallState.OUT <= s <= CallState.FLIGHT}
 
 #: The only moves ``BatchRun._move`` makes.
 NEXT: dict[CallState, frozenset[CallState]] = {
@@ -137,6 +139,27 @@ NEXT: dict[CallState, frozenset[CallState]] = {
     CallState.STUCK: frozenset({CallState.COMMITTED}),
     CallState.COMMITTED: frozenset(),
 }
+
+# The states as module constants: an Enum member read through its class is
+# a slow attribute lookup, and the schedule reads them on every call.
+_UNSTARTED = CallState.UNSTARTED
+_REDO = CallState.REDO
+_OUT = CallState.OUT
+_EARLY = CallState.EARLY
+_FLIGHT = CallState.FLIGHT
+_HELD = CallState.HELD
+_DEFERRED = CallState.DEFERRED
+_STUCK = CallState.STUCK
+_COMMITTED = CallState.COMMITTED
+#: NEXT as bit masks, by state (an Enum member hashes in Python: no set
+#: lookups on the hot path).
+_NEXT_MASKS = tuple(sum(1 << to for to in NEXT[state]) for state in CallState)
+_STATES = len(CallState)
+
+
+def _out_state(state: CallState) -> bool:
+    """Whether a call in ``state`` is out (see :data:`OUTS`)."""
+    return _OUT <= state <= _FLIGHT
 
 
 #: The events whose listeners see a call's prepare (so when it runs).
@@ -152,8 +175,9 @@ class BatchRun:
     * ``next_start``: calls before it have started (built, logged, prepared,
       then out, inline, or resolved); calls from it on are PENDING.
     * ``next_commit``: calls before it have committed.
-    * ``state[i]``: call ``i``'s :class:`CallState`, and ``count[s]`` how
-      many calls are in state ``s``; both change only in :meth:`_move`.
+    * ``state[i]``: call ``i``'s :class:`CallState`, ``count[s]`` how many
+      calls are in state ``s`` and ``outs`` how many are out; all change
+      only in :meth:`_move`.
       OUT, EARLY and FLIGHT calls are *out*: owned by whoever holds them
       (the mailbox, a call actor, the loop), the executor does not read
       them until their ``Settled``, ``Returned`` or ``BodyEnded`` arrives.
@@ -201,6 +225,7 @@ class BatchRun:
         "next_commit",
         "state",
         "count",
+        "outs",
         "barrier",
         "results",
         "committed",
@@ -258,7 +283,8 @@ class BatchRun:
         self.next_start = 0
         self.next_commit = 0
         self.state: list[CallState] = []  # each call's CallState (see _move)
-        self.count = [0] * len(CallState)  # how many calls are in each state
+        self.count = [0] * _STATES  # how many calls are in each state
+        self.outs = 0  # how many are out: OUT, EARLY or FLIGHT
         self.barrier: int | None = None
         self.results: list[ToolCallResult] = []
         self.committed = 0  # results whose tool/result reached the session
@@ -307,8 +333,8 @@ class BatchRun:
                 kind = type(message)
                 if kind is Settled:
                     index = message.call.index
-                    if self.state[index] in OUTS:  # (else committed ABORTED already: the stop's deadline)
-                        self._move(index, CallState.HELD)
+                    if _out_state(self.state[index]):  # (else committed ABORTED already: the stop's deadline)
+                        self._move(index, _HELD)
                 elif kind is BodyEnded:
                     self._body_ended(message)
                 elif kind is Returned:
@@ -338,9 +364,9 @@ class BatchRun:
     def _body_ended(self, message: BodyEnded) -> None:
         for call, value, error in message.ends:
             index = call.index
-            if self.state[index] is not CallState.FLIGHT:
+            if self.state[index] is not _FLIGHT:
                 continue  # committed ABORTED already (the stop's deadline)
-            self._move(index, CallState.HELD)
+            self._move(index, _HELD)
             try:
                 finish_on_loop(call, value, error)
             except BaseException as exc:  # noqa: BLE001 - finish_on_loop contains render; be sure
@@ -354,15 +380,15 @@ class BatchRun:
         for call in message.calls:
             index = call.index
             state = self.state[index]
-            if state not in OUTS:
+            if not _out_state(state):
                 continue  # committed ABORTED already (the stop's deadline)
             if self.halted is not None:
                 # Halted meanwhile: it never starts (as a reclaimed call).
-                call.resolve(aborted(before_dispatch=True), run_post=state is not CallState.EARLY)
-                self._move(index, CallState.HELD)
+                call.resolve(aborted(before_dispatch=True), run_post=state is not _EARLY)
+                self._move(index, _HELD)
                 continue
             call.unprepare()
-            self._move(index, CallState.REDO)
+            self._move(index, _REDO)
 
     def _fed(self, fed: Fed) -> None:
         """One more call of a sub-batch: built now (its arguments are a
@@ -443,52 +469,51 @@ class BatchRun:
 
     def _added(self) -> None:
         """One more call (the last), UNSTARTED."""
-        self.state.append(CallState.UNSTARTED)
-        self.count[CallState.UNSTARTED] += 1
+        self.state.append(_UNSTARTED)
+        self.count[_UNSTARTED] += 1
 
     def _move(self, index: int, to: CallState) -> None:
         """Call ``index`` is now in state ``to``: the one place a call's
         :class:`CallState` changes, along :data:`NEXT` only."""
         state = self.state
         was = state[index]
-        assert to in NEXT[was], f"call {index} cannot go from {was.name} to {to.name}"
+        assert _NEXT_MASKS[was] >> to & 1, f"call {index} cannot go from {was.name} to {to.name}"
         state[index] = to
         count = self.count
         count[was] -= 1
         count[to] += 1
-
-    def _out(self) -> int:
-        """How many calls are out (OUT, EARLY or FLIGHT)."""
-        count = self.count
-        return count[CallState.OUT] + count[CallState.EARLY] + count[CallState.FLIGHT]
+        if _OUT <= was <= _FLIGHT:
+            self.outs -= 1
+        if _OUT <= to <= _FLIGHT:
+            self.outs += 1
 
     def _first_redo(self) -> int | None:
         """The first call (model order) to prepare again, if any."""
-        if not self.count[CallState.REDO]:
+        if not self.count[_REDO]:
             return None
         state = self.state
         for index in range(self.next_commit, self.next_start):
-            if state[index] is CallState.REDO:
+            if state[index] is _REDO:
                 return index
         raise AssertionError("a call to prepare again is out of range")  # pragma: no cover
 
     def _deferred(self) -> list[int]:
         """The DEFERRED calls, in model order (the commit passed them)."""
-        if not self.count[CallState.DEFERRED]:
+        if not self.count[_DEFERRED]:
             return []
         state = self.state
-        return [i for i in range(self.next_commit) if state[i] is CallState.DEFERRED]
+        return [i for i in range(self.next_commit) if state[i] is _DEFERRED]
 
     def _done(self) -> bool:
         # A started call is never abandoned: nothing may be out. After a bug,
         # what settled has committed (_step commits first) and the batch fails.
         # A sub-batch ends once its feeder has sealed it.
-        if self._out():
+        if self.outs:
             return False
         return (
             self.bug is not None
             or (self.sealed and self.next_commit == len(self.calls))
-            or (bool(self.count[CallState.DEFERRED]) and self._suspended())
+            or (bool(self.count[_DEFERRED]) and self._suspended())
         )
 
     def _suspended(self) -> bool:
@@ -498,9 +523,9 @@ class BatchRun:
         exclusive call is a barrier; an exclusive call waits for every call
         before it: ``_step`` started everything else)."""
         return (
-            bool(self.count[CallState.DEFERRED])
-            and not self._out()
-            and not self.count[CallState.REDO]
+            bool(self.count[_DEFERRED])
+            and not self.outs
+            and not self.count[_REDO]
             and self.halted is None
             and self.next_commit == self.next_start
         )
@@ -520,7 +545,7 @@ class BatchRun:
         results = tuple(self.results)
         failure = self.bug or self.log_error
         if failure is None and not self.stuck:
-            if self.count[CallState.DEFERRED]:
+            if self.count[_DEFERRED]:
                 return self._suspend(results)
             return _batch_result(results)
         if self.stuck:
@@ -572,9 +597,9 @@ class BatchRun:
                     # Prepared but never dispatched: it passes post-execute,
                     # unless it was prepared ahead (which ran no observable
                     # phase: it ends as an unstarted call does).
-                    early = self.state[call.index] is CallState.EARLY
+                    early = self.state[call.index] is _EARLY
                     call.resolve(aborted(before_dispatch=True), run_post=not early)
-                    self._move(call.index, CallState.HELD)
+                    self._move(call.index, _HELD)
             mailbox.release_idle()
 
     def _step(self) -> None:
@@ -594,12 +619,12 @@ class BatchRun:
         signal = self.signal
         stopping = self.rt.stop_signal
         while True:
-            if not self._out():
+            if not self.outs:
                 # Nothing runs, so no slot waits for this: what settled
                 # commits first (the next call may run here, inline, and
                 # their tools/result must not wait for its body).
                 self._commit_ready()
-            if self.next_commit == total and not self.count[CallState.DEFERRED]:
+            if self.next_commit == total and not self.count[_DEFERRED]:
                 return  # (with deferred calls held, an abort must still end them)
             if self.halted is None:
                 if signal.aborted or stopping.aborted:
@@ -614,9 +639,9 @@ class BatchRun:
                 redo = self._first_redo()
                 while redo is not None:  # (logged already)
                     self._call_at(redo).resolve(aborted(before_dispatch=True), run_post=False)
-                    self._move(redo, CallState.HELD)
+                    self._move(redo, _HELD)
                     redo = self._first_redo()
-                if self.count[CallState.DEFERRED]:
+                if self.count[_DEFERRED]:
                     self._abort_deferred()
                 while self.next_start < total:
                     index = self.next_start
@@ -625,11 +650,11 @@ class BatchRun:
                         call = self._call_at(index)
                         self._log_call(call, started=False)
                         call.resolve(aborted(before_dispatch=True), run_post=False)
-                    self._move(index, CallState.HELD)
+                    self._move(index, _HELD)
                 if self._commit_ready():
                     continue
                 return
-            redo = self._first_redo()
+            redo = self._first_redo() if self.count[_REDO] else None
             if redo is None and self.next_start == total:
                 self._release_idle()  # nothing left to start: idle servers go
                 return
@@ -638,7 +663,7 @@ class BatchRun:
                 # Settled already (a continued batch): it starts as it is, even
                 # behind a barrier (nothing of it runs), and commits in its turn.
                 self.next_start += 1
-                self._move(self.next_start - 1, CallState.HELD)
+                self._move(self.next_start - 1, _HELD)
                 continue
             if self.barrier is not None:
                 return  # (servers stay: calls after the barrier start soon)
@@ -656,9 +681,9 @@ class BatchRun:
                 call.mode, looked_up = self._classify(call)
             exclusive = call.mode == "exclusive"
             early = False
-            out = self._out()
+            out = self.outs
             if exclusive:
-                if self.next_commit < index or out or self.count[CallState.DEFERRED]:
+                if self.next_commit < index or out or self.count[_DEFERRED]:
                     # An exclusive call waits for everything before it (and,
                     # started again, for the calls after it that run), a
                     # deferred call included: until the batch is resumed.
@@ -675,13 +700,13 @@ class BatchRun:
                 if not self._log_call(call):
                     # Its tool/call could not be written: it does not run.
                     call.resolve(aborted(before_dispatch=True), run_post=False)
-                    self._move(index, CallState.HELD)
+                    self._move(index, _HELD)
                     continue
             prepare(self.rt, call, looked_up)
             if call.phase is CallPhase.READY and stale(self.rt, call):
                 # Changed while it was prepared: once more, under what holds now.
                 call.unprepare()
-                self._move(index, CallState.REDO)
+                self._move(index, _REDO)
                 continue
             if exclusive:
                 self.barrier = index
@@ -691,7 +716,7 @@ class BatchRun:
                         self._defer(call)
                     else:
                         refuse_deferral(call)  # a program cannot wait for a decision
-                self._move(index, CallState.HELD)
+                self._move(index, _HELD)
                 continue  # resolved without dispatch (or deferred): it commits in its turn
             call.phase = CallPhase.DISPATCHING
             if not early and wants_loop(self.rt, call, call.registration):
@@ -706,10 +731,10 @@ class BatchRun:
                     return
                 flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
                 if flight is not None:
-                    self._move(index, CallState.FLIGHT)
+                    self._move(index, _FLIGHT)
                     self.launching.append(flight)
                 else:
-                    self._move(index, CallState.HELD)  # (it settled at once)
+                    self._move(index, _HELD)  # (it settled at once)
             elif not out and (exclusive or self.limit == 1 or (self.next_start == total and self.sealed)):
                 # The only call that can start: run it here, no hop. (The last
                 # call of a sub-batch is not: its feeder may make more.)
@@ -717,7 +742,7 @@ class BatchRun:
                 # other batches meanwhile.)
                 with self.rt.waiting():
                     dispatch(self.rt, call)
-                self._move(index, CallState.HELD)
+                self._move(index, _HELD)
             elif not self._put(call, early):
                 self._put_back(call)
                 return
@@ -730,7 +755,7 @@ class BatchRun:
         if self.barrier == index:
             self.barrier = None
         call.unprepare()
-        self._move(index, CallState.REDO)
+        self._move(index, _REDO)
 
     def _may_prepare_ahead(self, call: Call, looked_up: Any) -> bool:
         """Whether preparing ``call`` before a slot frees runs nothing anyone
@@ -739,7 +764,7 @@ class BatchRun:
         and a batch that is not serial; and whether a call actor would run
         it (an async body waits for a slot unprepared: it runs as a flight,
         started by this executor when a slot frees)."""
-        if self.limit < 2 or self._logged() or self.count[CallState.FLIGHT]:
+        if self.limit < 2 or self._logged() or self.count[_FLIGHT]:
             # (With bodies in flight on a loop, which take no call actor, the
             # `limit` servers could run more than `limit` calls at once.)
             return False
@@ -779,7 +804,7 @@ class BatchRun:
         index = call.index
         if not mailbox.put(call):
             return False
-        self._move(index, CallState.EARLY if early else CallState.OUT)  # (the call is the mailbox's now)
+        self._move(index, _EARLY if early else _OUT)  # (the call is the mailbox's now)
         return True
 
     def _release_idle(self) -> None:
@@ -801,26 +826,26 @@ class BatchRun:
         while self.next_commit < self.next_start:
             index = self.next_commit
             where = state[index]
-            if where is not CallState.HELD and where is not CallState.STUCK:
+            if where is not _HELD and where is not _STUCK:
                 break  # out, or to prepare again
             call = calls[index]
             if call is None:
                 # Settled already (a continued batch): its given result, as it is.
                 self._record_given(index)
-            elif where is CallState.STUCK:
+            elif where is _STUCK:
                 self._commit_stuck(call)
             else:
                 phase = call.phase
                 if phase is CallPhase.DEFERRED:
                     # Waits for a decision: the commit passes it (it stays held,
                     # and a barrier it is stays up); the calls behind it commit.
-                    self._move(index, CallState.DEFERRED)
+                    self._move(index, _DEFERRED)
                     self.next_commit = index + 1
                     progressed = True
                     continue
                 assert phase is CallPhase.DISPATCHED or phase is CallPhase.RESOLVED, call
                 self._commit(call)
-            self._move(index, CallState.COMMITTED)
+            self._move(index, _COMMITTED)
             if self.barrier == index:
                 self.barrier = None
             calls[index] = None
@@ -838,13 +863,13 @@ class BatchRun:
         progressed = False
         for index in range(self.next_commit, self.next_start):
             where = state[index]
-            if where is CallState.STUCK:
+            if where is _STUCK:
                 self._commit_stuck(calls[index])  # type: ignore[arg-type]
-            elif where is CallState.HELD:
+            elif where is _HELD:
                 self._commit(calls[index])  # type: ignore[arg-type]
             else:
                 continue  # committed already, out, or to prepare again
-            self._move(index, CallState.COMMITTED)
+            self._move(index, _COMMITTED)
             if self.barrier == index:
                 self.barrier = None
             calls[index] = None
@@ -861,11 +886,11 @@ class BatchRun:
         self._halt("the runtime stopped", reclaim=True)
         state = self.state
         for index in range(self.next_commit, self.next_start):
-            if state[index] in OUTS:
+            if _out_state(state[index]):
                 call = self.calls[index]
                 assert call is not None
                 self.stuck.append(call)
-                self._move(index, CallState.STUCK)
+                self._move(index, _STUCK)
 
     # -- one call --------------------------------------------------------------------
 
@@ -1053,7 +1078,7 @@ class BatchRun:
             assert call is not None
             call.resolve(aborted(before_dispatch=True), run_post=True)
             self._commit(call)
-            self._move(index, CallState.COMMITTED)
+            self._move(index, _COMMITTED)
             calls[index] = None
             if self.barrier == index:
                 self.barrier = None
@@ -1126,7 +1151,7 @@ class BatchRun:
         fed = self.sink is not None
         count = self.count
         deferred = self._deferred()
-        committed = count[CallState.COMMITTED]
+        committed = count[_COMMITTED]
         # The commit passed the deferred calls: held, and waiting for a decision.
         assert len(self.results) == committed, (len(self.results), committed)
         assert not (fed and deferred), "a sub-batch never suspends"
@@ -1134,40 +1159,39 @@ class BatchRun:
             where = state[index]
             call = calls[index]
             if index >= self.next_start:
-                assert where is CallState.UNSTARTED, f"call {index} is {where.name} before it started"
+                assert where is _UNSTARTED, f"call {index} is {where.name} before it started"
                 assert call is None or call.phase is CallPhase.PENDING or call.phase is CallPhase.RESOLVED, (
                     f"call {index} was prepared before it started"
                 )
                 continue
-            assert where is not CallState.UNSTARTED, f"started call {index} is UNSTARTED"
+            assert where is not _UNSTARTED, f"started call {index} is UNSTARTED"
             if index < self.next_commit:
-                assert where in (CallState.COMMITTED, CallState.DEFERRED), (
-                    f"call {index} behind the commit is {where.name}"
-                )
+                assert where in (_COMMITTED, _DEFERRED), f"call {index} behind the commit is {where.name}"
             elif not fed:
-                assert where is not CallState.COMMITTED and where is not CallState.DEFERRED, (
+                assert where is not _COMMITTED and where is not _DEFERRED, (
                     f"call {index} ahead of the commit is {where.name}"
                 )
-            if where is CallState.COMMITTED:
+            if where is _COMMITTED:
                 assert call is None, f"committed call {index} is held"
-            elif where is CallState.DEFERRED:
+            elif where is _DEFERRED:
                 assert call is not None and call.phase is CallPhase.DEFERRED, f"deferred call {index} is {call}"
-            elif where is CallState.REDO:
+            elif where is _REDO:
                 assert call is not None and call.phase is CallPhase.PENDING, f"call {index} to prepare again is {call}"
-            elif where is CallState.HELD:
+            elif where is _HELD:
                 assert (call is None and self._given(index)) or (
                     call is not None and call.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED, CallPhase.DEFERRED)
                 ), f"held call {index} is {call}"
-            elif where is CallState.STUCK:
+            elif where is _STUCK:
                 assert any(c is call for c in self.stuck), f"stuck call {index} is not named"
         assert self.sealed or fed, "a batch is not sealed"
         if fed:
             assert self.next_commit == self.next_start or calls[self.next_commit] is not None
-        out = self._out()
+        out = self.outs
+        assert out == count[_OUT] + count[_EARLY] + count[_FLIGHT], "the calls out drifted"
         # Calls on a loop take no call actor: with any of them out, nothing
         # is prepared ahead, so at most `limit` calls run.
-        assert not (count[CallState.FLIGHT] and count[CallState.EARLY]), "an async call was prepared ahead"
-        assert not count[CallState.FLIGHT] or out <= self.limit, "more than `limit` calls run beside async ones"
+        assert not (count[_FLIGHT] and count[_EARLY]), "an async call was prepared ahead"
+        assert not count[_FLIGHT] or out <= self.limit, "more than `limit` calls run beside async ones"
         # At most `limit` run (no more call actors serve the batch), and at
         # most `limit` more wait, prepared ahead, in the mailbox.
         assert out <= 2 * self.limit, f"{out} calls out at cap {self.limit}"
@@ -1175,7 +1199,7 @@ class BatchRun:
         if self.barrier is not None:
             barrier = self.barrier
             assert self.next_commit <= barrier < self.next_start or barrier in deferred
-            assert all(state[i] not in OUTS for i in range(total) if i != barrier), (
+            assert not any(_out_state(state[i]) for i in range(total) if i != barrier), (
                 "a call runs beside an exclusive one"
             )
             # Nothing started after it: the calls behind it are unstarted,
@@ -1185,7 +1209,7 @@ class BatchRun:
                 behind = calls[index]
                 assert (
                     self.halted is not None
-                    or state[index] is CallState.REDO
+                    or state[index] is _REDO
                     or self._given(index)
                     or (behind is None and fed)  # (a sub-batch's: committed as it settled)
                     or (behind is not None and behind.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED))

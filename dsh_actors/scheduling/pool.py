@@ -316,7 +316,7 @@ class WorkMailbox:
             returned: Returned | None = None
             grow = False
             with lock:
-                if items and items[0] is not LEAVE and dispatcher.yields(self):
+                if dispatcher.wanting and items and items[0] is not LEAVE and dispatcher.yields(self):
                     # Another batch waits with fewer call actors: this one
                     # leaves for it (the dispatcher sends it there).
                     self.servers -= 1

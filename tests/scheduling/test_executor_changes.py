@@ -447,6 +447,7 @@ class _Budget:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.requests = 0
+        self.wanting: dict[Any, None] = {}
 
     def want_locked(self, mailbox: Any) -> list[Any]:
         self.requests += 1
