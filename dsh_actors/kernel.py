@@ -80,7 +80,7 @@ class Kernel(Protocol):
         """Whether the runtime is started and not stopping."""
         ...
 
-    def waiting(self, *, bounded: bool = False) -> AbstractContextManager[Any]:
+    def waiting(self) -> AbstractContextManager[Any]:
         """Around a wait of the calling thread for work the runtime must do:
         the calling actor lends its capacity for the wait (the one way to
         lend: see ``scheduling.executor.Lent``)."""
@@ -106,8 +106,8 @@ class RuntimeKernel:
     loop: LoopThread
     bound_loop: asyncio.AbstractEventLoop | None
     loop_watch: LoopWatch
-    #: ``lend(bounded)``: the context manager :meth:`waiting` returns.
-    lend: Callable[[bool], AbstractContextManager[Any]]
+    #: ``lend()``: the context manager :meth:`waiting` returns.
+    lend: Callable[[], AbstractContextManager[Any]]
     #: The runtime's lifecycle: whether it is started and not stopping.
     is_running: Callable[[], bool]
     #: The pool of worker threads (made on first use).
@@ -117,8 +117,8 @@ class RuntimeKernel:
     def running(self) -> bool:
         return self.is_running()
 
-    def waiting(self, *, bounded: bool = False) -> AbstractContextManager[Any]:
-        return self.lend(bounded)
+    def waiting(self) -> AbstractContextManager[Any]:
+        return self.lend()
 
     def workers(self) -> ThreadPoolExecutor:
         return self.worker_pool()

@@ -37,8 +37,8 @@ from .model import ApprovalRequest  # re-exported: it lived here before it moved
 from .pipeline.flights import LoopWatch
 from .registry.actor import RegistryActor
 from .registry.service import ServiceLinks, ToolsService
-from .scheduling.executor import CallActor, Lent, NativeExecutor
-from .scheduling.pool import CallPool
+from .scheduling.dispatcher import Dispatcher
+from .scheduling.executor import CallActor, ExecutorActor, Lent, NativeExecutor
 from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
@@ -97,7 +97,7 @@ class ToolRuntime:
         self.max_parallel_tool_calls = max_parallel_tool_calls
         self.max_call_actors = max_call_actors
         self.bound_loop = loop
-        self._pool: CallPool | None = None
+        self._dispatcher: Dispatcher | None = None
         self._halted = False
         self._halted_event = threading.Event()
         self._stopper: threading.Thread | None = None
@@ -141,7 +141,7 @@ class ToolRuntime:
         try:
             self._loop = LoopThread()
             self._state = RegistryState()
-            self._pool = CallPool(self, self.max_call_actors, CallActor.open)
+            self._dispatcher = Dispatcher(self, self.max_call_actors, CallActor.open, ExecutorActor.open)
             kernel = self._kernel = RuntimeKernel(
                 events=self.events,
                 state=self._state,
@@ -150,7 +150,7 @@ class ToolRuntime:
                 loop=self._loop,
                 bound_loop=self.bound_loop,
                 loop_watch=self.loop_watch,
-                lend=self._lend,
+                lend=Lent,
                 is_running=lambda: self.running,
                 worker_pool=self.workers,
             )
@@ -258,8 +258,8 @@ class ToolRuntime:
                 hook()
             except Exception:  # noqa: BLE001
                 logger.exception("a runtime stop hook failed")
-        if self._pool is not None:
-            self._pool.close()
+        if self._dispatcher is not None:
+            self._dispatcher.close()
         # Past the drain's deadline, what is still running gets STOP_GRACE
         # more to end (each part below); then it is left behind, named.
         abandoned = self._group.stop_all(self.teardown_remaining())
@@ -289,17 +289,14 @@ class ToolRuntime:
                 ", ".join(abandoned),
             )
 
-    def waiting(self, *, bounded: bool = False) -> Lent:
+    def waiting(self) -> Lent:
         """Around a wait of the calling thread for work this runtime must do
         (a nested batch, an async body or policy on a loop, an approval): a
-        call actor lends its slot of the call-actor budget (``bounded``:
-        within a bound, for async bodies), an executor actor its step slot,
-        so the wait never holds back the work it waits for (a context
-        manager: ``with rt.waiting(): ...``; the kernel's ``waiting``)."""
-        return self._lend(bounded)
-
-    def _lend(self, bounded: bool) -> Lent:
-        return Lent(self.call_pool, bounded)
+        call actor lends its slot of the call-actor budget, an executor
+        actor its step slot (to the dispatcher), so the wait never holds
+        back the work it waits for (a context manager: ``with
+        rt.waiting(): ...``; the kernel's ``waiting``)."""
+        return Lent()
 
     def _bind_executor(self, executor: Any) -> None:
         """``executor.bind(self)``, once per executor object (the scope
@@ -404,10 +401,11 @@ class ToolRuntime:
         return self._group
 
     @property
-    def call_pool(self) -> CallPool:
-        """The call actors every batch of this runtime shares (the budget)."""
-        assert self._pool is not None
-        return self._pool
+    def dispatcher(self) -> Dispatcher:
+        """The runtime's capacity: the call actors every batch shares (the
+        budget) and the executor actors' step slots."""
+        assert self._dispatcher is not None
+        return self._dispatcher
 
     @property
     def kernel(self) -> RuntimeKernel:

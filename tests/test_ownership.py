@@ -24,21 +24,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsh_actors"
 
-# The scheduler's three modules are being rewritten (issue 22, items 1-2:
-# one dispatcher owns capacity); until then their executor actors, BatchRun
-# and call actors reach into NativeExecutor and the runtime as listed here.
-# Remove an entry when its access is gone; never add one for new code.
-_SCHEDULER_REWRITE = {
-    "dsh_actors/scheduling/batch.py": {"execution._freeze"},
-    "dsh_actors/scheduling/executor.py": {
-        "native._resume",
-        "native._run_here",
-        "native._started",
-        "native._finished",
-        "native._next_work",
-    },
-}
-
 # Accesses that are not to an object of this project, or that belong to a
 # pair of classes written as one unit.
 _ALLOWED = {
@@ -163,9 +148,7 @@ def private_accesses() -> dict[str, set[str]]:
 
 
 def test_no_object_touches_another_s_private_members() -> None:
-    allowed = {**_ALLOWED}
-    for name, exprs in _SCHEDULER_REWRITE.items():
-        allowed[name] = allowed.get(name, set()) | exprs
+    allowed = _ALLOWED
     unexpected = {
         name: sorted(exprs - allowed.get(name, set()))
         for name, exprs in private_accesses().items()
@@ -180,8 +163,7 @@ def test_the_allow_lists_name_only_accesses_that_still_exist() -> None:
     found = private_accesses()
     stale = {
         name: sorted(exprs - found.get(name, set()))
-        for listing in (_ALLOWED, _SCHEDULER_REWRITE)
-        for name, exprs in listing.items()
+        for name, exprs in _ALLOWED.items()
         if exprs - found.get(name, set())
     }
     assert stale == {}, f"remove these allow-list entries, the accesses are gone: {stale}"
@@ -190,12 +172,13 @@ def test_the_allow_lists_name_only_accesses_that_still_exist() -> None:
 # The runtime and the modules above it (they may name the ToolRuntime).
 _ABOVE_THE_RUNTIME = ("dsh_actors/runtime.py", "dsh_actors/__init__.py", "dsh_actors/demo.py")
 _ABOVE_THE_RUNTIME_PACKAGES = ("dsh_actors/cli/", "dsh_actors/mcp/", "dsh_actors/providers/", "dsh_actors/acp/")
-# Being rewritten (see _SCHEDULER_REWRITE): their actors are still handed
-# the runtime itself (NativeExecutor.bind(runtime), CallPool(rt, ...)).
+# The scheduler's actors are still handed the runtime itself
+# (NativeExecutor.bind(runtime), the Dispatcher, BatchRun): see issue 22's
+# remaining item 6.
 _STILL_GIVEN_THE_RUNTIME = {
     "dsh_actors/scheduling/batch.py",
+    "dsh_actors/scheduling/dispatcher.py",
     "dsh_actors/scheduling/executor.py",
-    "dsh_actors/scheduling/pool.py",
 }
 
 

@@ -198,7 +198,7 @@ def await_on_loop(
     own loop thread) and wait for it to end, on this thread: for a body
     under a ``tools/execute`` wrapper (the wrapper needs the result on its
     thread) and for ``rt.tools.dispatch``. A call actor waiting here lends
-    its slot (within a bound). Cancellation and a loop that is gone behave
+    its slot. Cancellation and a loop that is gone behave
     as for a batch's async call (``pipeline/flights.py``)."""
     target = target_loop(rt, loop)
     if target.is_running() and _on_thread_of(target):  # (the runtime's own loop thread too)
@@ -216,7 +216,7 @@ def await_on_loop(
             done.set_result(value)
 
     rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end))
-    with rt.waiting(bounded=True):  # a waiting call actor holds no slot (within a bound)
+    with rt.waiting():  # a waiting call actor holds no slot
         return done.result()
 
 

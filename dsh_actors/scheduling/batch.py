@@ -38,12 +38,13 @@ the feeder's :class:`~.messages.FeedSink`, not to the session's
 
 from __future__ import annotations
 
-from bisect import insort
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from loguru import logger
 
 from ..errors import ToolBatchExecutionError, safe_str
+from ..execution import freeze
 from ..model import (
     ToolBatchInput,
     ToolBatchResult,
@@ -86,7 +87,80 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..session import Session
     from .executor import NativeExecutor
 
-__all__ = ["BatchRun"]
+__all__ = ["BatchRun", "CallState"]
+
+
+class CallState(IntEnum):
+    """Where a call of a batch is, as its schedule sees it: the one state the
+    :class:`BatchRun` keeps per call (``BatchRun.state``), changed only by
+    ``BatchRun._move`` along :data:`NEXT`. (Its ``Call``'s
+    :class:`~dsh_actors.pipeline.call.CallPhase` is the pipeline's progress,
+    read only while the batch holds the call.)"""
+
+    UNSTARTED = 0
+    """Not started yet (from ``next_start`` on): not built, or PENDING."""
+    REDO = 1
+    """Started, came back unrun (what it was prepared under changed before
+    its body started): PENDING again, prepared again before ``next_start``."""
+    OUT = 2
+    """In the work mailbox or on a call actor (owned there until ``Settled``
+    or ``Returned``)."""
+    EARLY = 3
+    """As OUT, but prepared ahead of a free slot (nothing observed its
+    prepare; at most ``limit`` of them)."""
+    FLIGHT = 4
+    """Its async body is in flight on the batch's loop (until ``BodyEnded``)."""
+    HELD = 5
+    """The batch holds it with its outcome (dispatched inline or back,
+    resolved, or deferred): it commits in its turn."""
+    DEFERRED = 6
+    """DEFERRED and passed by the commit: it waits for a decision (the batch
+    suspends), or for an abort that ends it."""
+    STUCK = 7
+    """Still out when ``rt.stop()``'s deadline came: it commits ABORTED, its
+    ``Call`` left with whoever runs its body."""
+    COMMITTED = 8
+    """Its result is recorded (and logged)."""
+
+
+#: The states whose call is owned elsewhere (a call actor, the mailbox, a
+#: loop): OUT, EARLY and FLIGHT, consecutive (``_out_state`` tests the range).
+OUTS = frozenset({CallState.OUT, CallState.EARLY, CallState.FLIGHT})
+assert OUTS == {s for s in CallState if CallState.OUT <= s <= CallState.FLIGHT}
+
+#: The only moves ``BatchRun._move`` makes.
+NEXT: dict[CallState, frozenset[CallState]] = {
+    CallState.UNSTARTED: frozenset({CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD}),
+    CallState.REDO: frozenset({CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD}),
+    CallState.OUT: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
+    CallState.EARLY: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
+    CallState.FLIGHT: frozenset({CallState.HELD, CallState.STUCK}),
+    CallState.HELD: frozenset({CallState.COMMITTED, CallState.DEFERRED}),
+    CallState.DEFERRED: frozenset({CallState.COMMITTED}),
+    CallState.STUCK: frozenset({CallState.COMMITTED}),
+    CallState.COMMITTED: frozenset(),
+}
+
+# The states as module constants: an Enum member read through its class is
+# a slow attribute lookup, and the schedule reads them on every call.
+_UNSTARTED = CallState.UNSTARTED
+_REDO = CallState.REDO
+_OUT = CallState.OUT
+_EARLY = CallState.EARLY
+_FLIGHT = CallState.FLIGHT
+_HELD = CallState.HELD
+_DEFERRED = CallState.DEFERRED
+_STUCK = CallState.STUCK
+_COMMITTED = CallState.COMMITTED
+#: NEXT as bit masks, by state (an Enum member hashes in Python: no set
+#: lookups on the hot path).
+_NEXT_MASKS = tuple(sum(1 << to for to in NEXT[state]) for state in CallState)
+_STATES = len(CallState)
+
+
+def _out_state(state: CallState) -> bool:
+    """Whether a call in ``state`` is out (see :data:`OUTS`)."""
+    return _OUT <= state <= _FLIGHT
 
 
 #: The events whose listeners see a call's prepare (so when it runs).
@@ -102,22 +176,25 @@ class BatchRun:
     * ``next_start``: calls before it have started (built, logged, prepared,
       then out, inline, or resolved); calls from it on are PENDING.
     * ``next_commit``: calls before it have committed.
-    * ``out``: indexes of the calls in the mailbox or on a call actor (owned
-      by whoever holds them: the executor does not read them until their
-      ``Settled`` arrives). At most ``limit`` of them run: no more call
-      actors serve the batch. Beyond ``limit`` out, a call is put only if it
-      was prepared ahead (``early``), which needs a prepare nothing can
-      observe; at most ``2 * limit`` are out.
-    * ``redo``: indexes (sorted) of started calls that came back unrun
-      because what they were prepared under changed before their body
-      started (``Returned``): PENDING again, and the next to start (before
-      ``next_start``), classified and prepared again in model order (their
-      ``tool/call`` is not written twice).
+    * ``state[i]``: call ``i``'s :class:`CallState`, ``count[s]`` how many
+      calls are in state ``s`` and ``outs`` how many are out; all change
+      only in :meth:`_move`.
+      OUT, EARLY and FLIGHT calls are *out*: owned by whoever holds them
+      (the mailbox, a call actor, the loop), the executor does not read
+      them until their ``Settled``, ``Returned`` or ``BodyEnded`` arrives.
+      At most ``limit`` run: no more call actors serve the batch. Beyond
+      ``limit`` out, a call is put only if it was prepared ahead (EARLY),
+      which needs a prepare nothing can observe; at most ``2 * limit`` are
+      out, and none is EARLY while a FLIGHT is out.
+    * REDO calls came back unrun because what they were prepared under
+      changed before their body started (``Returned``): PENDING again, and
+      the next to start (the first in model order, before ``next_start``),
+      classified and prepared again (their ``tool/call`` is not written
+      twice).
     * ``barrier``: the exclusive call that started and has not committed.
     * ``halted``: why no call starts any more (None while calls may start).
-    * ``deferred``: indexes (sorted) of DEFERRED calls (the approval service
-      answered ``"deferred"``). The commit passes them (they stay held in
-      ``calls``): the calls behind one commit in their turn, but an
+    * DEFERRED calls (the approval service answered ``"deferred"``, and the
+      commit passed them: they stay held in ``calls``): the calls behind one commit in their turn, but an
       exclusive call behind one waits (it needs every call before it
       committed), and a deferred exclusive call stays the ``barrier``. When
       nothing is out and nothing else may start, the batch suspends
@@ -147,7 +224,9 @@ class BatchRun:
         "unbuilt",
         "next_start",
         "next_commit",
-        "out",
+        "state",
+        "count",
+        "outs",
         "barrier",
         "results",
         "committed",
@@ -163,15 +242,11 @@ class BatchRun:
         "halted",
         "hook",
         "reply",
-        "early",
         "loop",
-        "on_loop",
         "launching",
         "outbox",
-        "redo",
         "policy",
         "starts",
-        "deferred",
         "late",
         "suspension_id",
         "sink",
@@ -209,7 +284,9 @@ class BatchRun:
         self.unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
         self.next_start = 0
         self.next_commit = 0
-        self.out: set[int] = set()
+        self.state: list[CallState] = []  # each call's CallState (see _move)
+        self.count = [0] * _STATES  # how many calls are in each state
+        self.outs = 0  # how many are out: OUT, EARLY or FLIGHT
         self.barrier: int | None = None
         self.results: list[ToolCallResult] = []
         self.committed = 0  # results whose tool/result reached the session
@@ -224,15 +301,11 @@ class BatchRun:
         self.inline: Call | None = None  # the call whose body runs here now (see abandoned_error)
         self.halted: str | None = None
         self.hook: Any = None
-        self.early: set[int] = set()  # calls prepared ahead of a free slot
-        self.on_loop: set[int] = set()  # calls whose async body is in flight on a loop (a subset of out)
         self.launching: list[Any] = []  # flights this step started, launched when it ends
         self.outbox: Outbox | None = None  # the loop side of the inbox (made with the first flight)
         self.policy: Any = None  # what the executor gives the batch (BatchPolicy), asked as it opens
-        self.redo: list[int] = []  # started calls back unrun, to prepare again (sorted)
         # A continued batch: where each call starts (None: all from the start).
         self.starts = starts
-        self.deferred: list[int] = []  # DEFERRED calls the commit passed, in model order
         self.late = False  # a deferred call committed after the calls behind it (an abort)
         self.suspension_id: str | None = None  # minted when the first call defers
         self.sink = sink  # a sub-batch's FeedSink (None: a batch)
@@ -262,7 +335,9 @@ class BatchRun:
             try:
                 kind = type(message)
                 if kind is Settled:
-                    self.out.discard(message.call.index)
+                    index = message.call.index
+                    if _out_state(self.state[index]):  # (else committed ABORTED already: the stop's deadline)
+                        self._move(index, _HELD)
                 elif kind is BodyEnded:
                     self._body_ended(message)
                 elif kind is Returned:
@@ -316,10 +391,9 @@ class BatchRun:
     def _body_ended(self, message: BodyEnded) -> None:
         for call, value, error in message.ends:
             index = call.index
-            if index not in self.on_loop:
+            if self.state[index] is not _FLIGHT:
                 continue  # committed ABORTED already (the stop's deadline)
-            self.on_loop.discard(index)
-            self.out.discard(index)
+            self._move(index, _HELD)
             try:
                 finish_on_loop(call, value, error)
             except BaseException as exc:  # noqa: BLE001 - finish_on_loop contains render; be sure
@@ -332,17 +406,16 @@ class BatchRun:
         mailbox.resume()  # held since they were found stale
         for call in message.calls:
             index = call.index
-            if index not in self.out:
+            state = self.state[index]
+            if not _out_state(state):
                 continue  # committed ABORTED already (the stop's deadline)
-            self.out.discard(index)
-            early = index in self.early
-            self.early.discard(index)
             if self.halted is not None:
                 # Halted meanwhile: it never starts (as a reclaimed call).
-                call.resolve(aborted(before_dispatch=True), run_post=not early)
+                call.resolve(aborted(before_dispatch=True), run_post=state is not _EARLY)
+                self._move(index, _HELD)
                 continue
             call.unprepare()
-            insort(self.redo, index)
+            self._move(index, _REDO)
 
     def _fed(self, fed: Fed) -> None:
         """One more call of a sub-batch: built now (its arguments are a
@@ -368,6 +441,7 @@ class BatchRun:
         call.loop = self.loop
         self.unbuilt.append(None)
         self.calls.append(call)
+        self._added()
 
     def _open(self) -> None:
         batch = self.batch
@@ -403,6 +477,7 @@ class BatchRun:
                 # Settled already (a continued batch): never built, never run.
                 calls.append(None)
                 unbuilt.append(None)
+                self._added()
                 continue
             name = tool_call.name
             override = own.get(name) if own else None
@@ -417,17 +492,55 @@ class BatchRun:
                 # A mapping is materialized now, as the batch arrives.
                 unbuilt.append(None)
                 calls.append(self._build(i, tool_call, override, hint))
+            self._added()
+
+    def _added(self) -> None:
+        """One more call (the last), UNSTARTED."""
+        self.state.append(_UNSTARTED)
+        self.count[_UNSTARTED] += 1
+
+    def _move(self, index: int, to: CallState) -> None:
+        """Call ``index`` is now in state ``to``: the one place a call's
+        :class:`CallState` changes, along :data:`NEXT` only."""
+        state = self.state
+        was = state[index]
+        assert _NEXT_MASKS[was] >> to & 1, f"call {index} cannot go from {was.name} to {to.name}"
+        state[index] = to
+        count = self.count
+        count[was] -= 1
+        count[to] += 1
+        if _OUT <= was <= _FLIGHT:
+            self.outs -= 1
+        if _OUT <= to <= _FLIGHT:
+            self.outs += 1
+
+    def _first_redo(self) -> int | None:
+        """The first call (model order) to prepare again, if any."""
+        if not self.count[_REDO]:
+            return None
+        state = self.state
+        for index in range(self.next_commit, self.next_start):
+            if state[index] is _REDO:
+                return index
+        raise AssertionError("a call to prepare again is out of range")  # pragma: no cover
+
+    def _deferred(self) -> list[int]:
+        """The DEFERRED calls, in model order (the commit passed them)."""
+        if not self.count[_DEFERRED]:
+            return []
+        state = self.state
+        return [i for i in range(self.next_commit) if state[i] is _DEFERRED]
 
     def _done(self) -> bool:
         # A started call is never abandoned: nothing may be out. After a bug,
         # what settled has committed (_step commits first) and the batch fails.
         # A sub-batch ends once its feeder has sealed it.
-        if self.out:
+        if self.outs:
             return False
         return (
             self.bug is not None
             or (self.sealed and self.next_commit == len(self.calls))
-            or (bool(self.deferred) and self._suspended())
+            or (bool(self.count[_DEFERRED]) and self._suspended())
         )
 
     def _suspended(self) -> bool:
@@ -437,9 +550,9 @@ class BatchRun:
         exclusive call is a barrier; an exclusive call waits for every call
         before it: ``_step`` started everything else)."""
         return (
-            bool(self.deferred)
-            and not self.out
-            and not self.redo
+            bool(self.count[_DEFERRED])
+            and not self.outs
+            and not self.count[_REDO]
             and self.halted is None
             and self.next_commit == self.next_start
         )
@@ -459,7 +572,7 @@ class BatchRun:
         results = tuple(self.results)
         failure = self.bug or self.log_error
         if failure is None and not self.stuck:
-            if self.deferred:
+            if self.count[_DEFERRED]:
                 return self._suspend(results)
             return _batch_result(results)
         if self.stuck:
@@ -508,11 +621,12 @@ class BatchRun:
         if mailbox is not None:
             if reclaim:
                 for call in mailbox.reclaim():
-                    self.out.discard(call.index)
                     # Prepared but never dispatched: it passes post-execute,
                     # unless it was prepared ahead (which ran no observable
                     # phase: it ends as an unstarted call does).
-                    call.resolve(aborted(before_dispatch=True), run_post=call.index not in self.early)
+                    early = self.state[call.index] is _EARLY
+                    call.resolve(aborted(before_dispatch=True), run_post=not early)
+                    self._move(call.index, _HELD)
             mailbox.release_idle()
 
     def _step(self) -> None:
@@ -532,12 +646,12 @@ class BatchRun:
         signal = self.signal
         stopping = self.rt.stop_signal
         while True:
-            if not self.out:
+            if not self.outs:
                 # Nothing runs, so no slot waits for this: what settled
                 # commits first (the next call may run here, inline, and
                 # their tools/result must not wait for its body).
                 self._commit_ready()
-            if self.next_commit == total and not self.deferred:
+            if self.next_commit == total and not self.count[_DEFERRED]:
                 return  # (with deferred calls held, an abort must still end them)
             if self.halted is None:
                 if signal.aborted or stopping.aborted:
@@ -549,36 +663,39 @@ class BatchRun:
                     return  # started calls drain; nothing more is committed
                 # No barrier and no call starts after an abort: every unstarted
                 # call gets its tool/call and ABORTED_BEFORE_DISPATCH.
-                for index in self.redo:  # (logged already)
-                    self._call_at(index).resolve(aborted(before_dispatch=True), run_post=False)
-                self.redo.clear()
-                if self.deferred:
+                redo = self._first_redo()
+                while redo is not None:  # (logged already)
+                    self._call_at(redo).resolve(aborted(before_dispatch=True), run_post=False)
+                    self._move(redo, _HELD)
+                    redo = self._first_redo()
+                if self.count[_DEFERRED]:
                     self._abort_deferred()
                 while self.next_start < total:
                     index = self.next_start
                     self.next_start += 1
-                    if self._given(index):
-                        continue  # settled already: it commits its given result
-                    call = self._call_at(index)
-                    self._log_call(call, started=False)
-                    call.resolve(aborted(before_dispatch=True), run_post=False)
+                    if not self._given(index):  # (else settled already: it commits its given result)
+                        call = self._call_at(index)
+                        self._log_call(call, started=False)
+                        call.resolve(aborted(before_dispatch=True), run_post=False)
+                    self._move(index, _HELD)
                 if self._commit_ready():
                     continue
                 return
-            redo = self.redo
-            if not redo and self.next_start == total:
+            redo = self._first_redo() if self.count[_REDO] else None
+            if redo is None and self.next_start == total:
                 self._release_idle()  # nothing left to start: idle servers go
                 return
             starts = self.starts
-            if starts is not None and not redo and starts[self.next_start].result is not None:
+            if starts is not None and redo is None and starts[self.next_start].result is not None:
                 # Settled already (a continued batch): it starts as it is, even
                 # behind a barrier (nothing of it runs), and commits in its turn.
                 self.next_start += 1
+                self._move(self.next_start - 1, _HELD)
                 continue
             if self.barrier is not None:
                 return  # (servers stay: calls after the barrier start soon)
-            again = bool(redo)
-            index = redo[0] if again else self.next_start
+            again = redo is not None
+            index = redo if redo is not None else self.next_start
             call = self._call_at(index)
             looked_up: Any = LOOK_UP
             if call.mode is None or stale(self.rt, call):
@@ -591,32 +708,32 @@ class BatchRun:
                 call.mode, looked_up = self._classify(call)
             exclusive = call.mode == "exclusive"
             early = False
+            out = self.outs
             if exclusive:
-                if self.next_commit < index or self.out or self.deferred:
+                if self.next_commit < index or out or self.count[_DEFERRED]:
                     # An exclusive call waits for everything before it (and,
                     # started again, for the calls after it that run), a
                     # deferred call included: until the batch is resumed.
                     return
-            elif len(self.out) >= self.limit:
+            elif out >= self.limit:
                 # The pool is full. A call may still be prepared ahead (at most
                 # `limit` of them) when nothing can observe its prepare: the
                 # call actor that frees a slot then takes it without a hop here.
-                if len(self.out) >= 2 * self.limit or not self._may_prepare_ahead(call, looked_up):
+                if out >= 2 * self.limit or not self._may_prepare_ahead(call, looked_up):
                     return
                 early = True
-            if again:
-                del redo[0]
-            else:
+            if not again:
                 self.next_start = index + 1
                 if not self._log_call(call):
                     # Its tool/call could not be written: it does not run.
                     call.resolve(aborted(before_dispatch=True), run_post=False)
+                    self._move(index, _HELD)
                     continue
             prepare(self.rt, call, looked_up)
             if call.phase is CallPhase.READY and stale(self.rt, call):
                 # Changed while it was prepared: once more, under what holds now.
                 call.unprepare()
-                redo.insert(0, index)
+                self._move(index, _REDO)
                 continue
             if exclusive:
                 self.barrier = index
@@ -626,10 +743,9 @@ class BatchRun:
                         self._defer(call)
                     else:
                         refuse_deferral(call)  # a program cannot wait for a decision
+                self._move(index, _HELD)
                 continue  # resolved without dispatch (or deferred): it commits in its turn
             call.phase = CallPhase.DISPATCHING
-            if early:
-                self.early.add(index)
             if not early and wants_loop(self.rt, call, call.registration):
                 # An async body: a flight on its loop, which reports its end
                 # in a message; no thread waits for it. Launched after this
@@ -642,10 +758,11 @@ class BatchRun:
                     return
                 flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
                 if flight is not None:
-                    self.out.add(index)
-                    self.on_loop.add(index)
+                    self._move(index, _FLIGHT)
                     self.launching.append(flight)
-            elif not self.out and (exclusive or self.limit == 1 or (self.next_start == total and self.sealed)):
+                else:
+                    self._move(index, _HELD)  # (it settled at once)
+            elif not out and (exclusive or self.limit == 1 or (self.next_start == total and self.sealed)):
                 # The only call that can start: run it here, no hop. (The last
                 # call of a sub-batch is not: its feeder may make more.)
                 # (A body run here may block: this actor's step slot serves
@@ -654,7 +771,8 @@ class BatchRun:
                     self.inline = call
                     dispatch(self.rt, call)
                     self.inline = None
-            elif not self._put(call):
+                self._move(index, _HELD)
+            elif not self._put(call, early):
                 self._put_back(call)
                 return
 
@@ -663,11 +781,10 @@ class BatchRun:
         its way back (a ``Returned``): it is prepared again after that one,
         in model order."""
         index = call.index
-        self.early.discard(index)
         if self.barrier == index:
             self.barrier = None
         call.unprepare()
-        insort(self.redo, index)
+        self._move(index, _REDO)
 
     def _may_prepare_ahead(self, call: Call, looked_up: Any) -> bool:
         """Whether preparing ``call`` before a slot frees runs nothing anyone
@@ -676,7 +793,7 @@ class BatchRun:
         and a batch that is not serial; and whether a call actor would run
         it (an async body waits for a slot unprepared: it runs as a flight,
         started by this executor when a slot frees)."""
-        if self.limit < 2 or self._logged() or self.on_loop:
+        if self.limit < 2 or self._logged() or self.count[_FLIGHT]:
             # (With bodies in flight on a loop, which take no call actor, the
             # `limit` servers could run more than `limit` calls at once.)
             return False
@@ -704,17 +821,20 @@ class BatchRun:
     def _put_ends(self, ends: tuple[Any, ...]) -> None:
         self.inbox.put(BodyEnded(ends))
 
-    def _put(self, call: Call) -> bool:
-        """Into the work mailbox; False while it is held (see ``WorkMailbox``)."""
+    def _put(self, call: Call, early: bool) -> bool:
+        """Into the work mailbox (OUT, or EARLY: prepared ahead); False while
+        it is held (see ``WorkMailbox``)."""
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
-            mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.pool, self.inbox, lambda call: stale(rt, call))
-        self.out.add(call.index)
-        if mailbox.put(call):
-            return True
-        self.out.discard(call.index)
-        return False
+            mailbox = self.mailbox = WorkMailbox(
+                self.limit, self.policy.dispatcher, self.inbox, lambda call: stale(rt, call)
+            )
+        index = call.index
+        if not mailbox.put(call):
+            return False
+        self._move(index, _EARLY if early else _OUT)  # (the call is the mailbox's now)
+        return True
 
     def _release_idle(self) -> None:
         if self.mailbox is not None:
@@ -730,34 +850,31 @@ class BatchRun:
         if self.sink is not None:
             return self._commit_settled()
         calls = self.calls
-        out = self.out
+        state = self.state
         progressed = False
-        stuck = self.stuck
         while self.next_commit < self.next_start:
             index = self.next_commit
-            if index in out:
-                break
+            where = state[index]
+            if where is not _HELD and where is not _STUCK:
+                break  # out, or to prepare again
             call = calls[index]
             if call is None:
                 # Settled already (a continued batch): its given result, as it is.
                 self._record_given(index)
-                self.next_commit = index + 1
-                progressed = True
-                continue
-            if stuck and any(c is call for c in stuck):
+            elif where is _STUCK:
                 self._commit_stuck(call)
             else:
                 phase = call.phase
                 if phase is CallPhase.DEFERRED:
                     # Waits for a decision: the commit passes it (it stays held,
                     # and a barrier it is stays up); the calls behind it commit.
-                    self.deferred.append(index)
+                    self._move(index, _DEFERRED)
                     self.next_commit = index + 1
                     progressed = True
                     continue
-                if phase is not CallPhase.DISPATCHED and phase is not CallPhase.RESOLVED:
-                    break
+                assert phase is CallPhase.DISPATCHED or phase is CallPhase.RESOLVED, call
                 self._commit(call)
+            self._move(index, _COMMITTED)
             if self.barrier == index:
                 self.barrier = None
             calls[index] = None
@@ -771,19 +888,17 @@ class BatchRun:
         may wait for this result before it makes the call that lets an
         earlier one finish)."""
         calls = self.calls
-        out = self.out
-        stuck = self.stuck
+        state = self.state
         progressed = False
         for index in range(self.next_commit, self.next_start):
-            call = calls[index]
-            if call is None or index in out:
-                continue  # committed already, or running
-            if stuck and any(c is call for c in stuck):
-                self._commit_stuck(call)
-            elif call.phase is CallPhase.DISPATCHED or call.phase is CallPhase.RESOLVED:
-                self._commit(call)
+            where = state[index]
+            if where is _STUCK:
+                self._commit_stuck(calls[index])  # type: ignore[arg-type]
+            elif where is _HELD:
+                self._commit(calls[index])  # type: ignore[arg-type]
             else:
-                continue  # to prepare again (redo)
+                continue  # committed already, out, or to prepare again
+            self._move(index, _COMMITTED)
             if self.barrier == index:
                 self.barrier = None
             calls[index] = None
@@ -798,12 +913,13 @@ class BatchRun:
         ``Call`` stays with the call actor still running the body: the
         executor commits a result of its own for each, never touching it."""
         self._halt("the runtime stopped", reclaim=True)
-        for index in sorted(self.out):
-            call = self.calls[index]
-            assert call is not None
-            self.stuck.append(call)
-        self.out.clear()
-        self.on_loop.clear()
+        state = self.state
+        for index in range(self.next_commit, self.next_start):
+            if _out_state(state[index]):
+                call = self.calls[index]
+                assert call is not None
+                self.stuck.append(call)
+                self._move(index, _STUCK)
 
     # -- one call --------------------------------------------------------------------
 
@@ -949,7 +1065,7 @@ class BatchRun:
             # (built for them; nothing of the pipeline runs).
             call = self._build(index, self.batch.calls[index], None, None)
             execution = call.execution
-            execution._freeze()
+            freeze(execution)
             call.context.run(self.rt.events.emit, "tools/result", execution, result, agent=execution.agent)
 
     def _defer(self, call: Call) -> None:
@@ -986,15 +1102,15 @@ class BatchRun:
         that committed already (the batch's result is in model order all
         the same)."""
         calls = self.calls
-        for index in self.deferred:
+        for index in self._deferred():
             call = calls[index]
             assert call is not None
             call.resolve(aborted(before_dispatch=True), run_post=True)
             self._commit(call)
+            self._move(index, _COMMITTED)
             calls[index] = None
             if self.barrier == index:
                 self.barrier = None
-        self.deferred.clear()
         self.late = True
 
     def _suspend(self, results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
@@ -1004,7 +1120,7 @@ class BatchRun:
         batch = self.batch
         calls = self.calls
         deferred: dict[str, tuple[Any, Any]] = {}
-        for index in self.deferred:
+        for index in self._deferred():
             call = calls[index]
             assert call is not None
             arguments = call.execution.arguments
@@ -1056,72 +1172,86 @@ class BatchRun:
     def _assert_invariants(self) -> None:
         """What holds between two steps (see the class docstring)."""
         calls = self.calls
+        state = self.state
         total = len(calls)
+        assert len(state) == total == len(self.unbuilt), "a call has no state"
+        assert self.count == [sum(1 for x in state if x is s) for s in CallState], "the state counts drifted"
         assert 0 <= self.next_commit <= self.next_start <= total
-        deferred = self.deferred
         fed = self.sink is not None
-        committed_beyond = sum(1 for c in calls[self.next_commit : self.next_start] if c is None) if fed else 0
+        count = self.count
+        deferred = self._deferred()
+        committed = count[_COMMITTED]
         # The commit passed the deferred calls: held, and waiting for a decision.
-        assert len(self.results) + len(deferred) == self.next_commit + committed_beyond
-        assert deferred == sorted(set(deferred)), deferred
+        assert len(self.results) == committed, (len(self.results), committed)
         assert not (fed and deferred), "a sub-batch never suspends"
-        for index in deferred:
+        for index in range(total):
+            where = state[index]
             call = calls[index]
-            assert call is not None and call.phase is CallPhase.DEFERRED, f"deferred call {index} is {call}"
-            assert index not in self.out, f"deferred call {index} is out"
-        assert all(calls[i] is None for i in range(self.next_commit) if i not in deferred), "a committed call is held"
+            if index >= self.next_start:
+                assert where is _UNSTARTED, f"call {index} is {where.name} before it started"
+                assert call is None or call.phase is CallPhase.PENDING or call.phase is CallPhase.RESOLVED, (
+                    f"call {index} was prepared before it started"
+                )
+                continue
+            assert where is not _UNSTARTED, f"started call {index} is UNSTARTED"
+            if index < self.next_commit:
+                assert where in (_COMMITTED, _DEFERRED), f"call {index} behind the commit is {where.name}"
+            elif not fed:
+                assert where is not _COMMITTED and where is not _DEFERRED, (
+                    f"call {index} ahead of the commit is {where.name}"
+                )
+            if where is _COMMITTED:
+                assert call is None, f"committed call {index} is held"
+            elif where is _DEFERRED:
+                assert call is not None and call.phase is CallPhase.DEFERRED, f"deferred call {index} is {call}"
+            elif where is _REDO:
+                assert call is not None and call.phase is CallPhase.PENDING, f"call {index} to prepare again is {call}"
+            elif where is _HELD:
+                assert (call is None and self._given(index)) or (
+                    call is not None and call.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED, CallPhase.DEFERRED)
+                ), f"held call {index} is {call}"
+            elif where is _STUCK:
+                assert any(c is call for c in self.stuck), f"stuck call {index} is not named"
         assert self.sealed or fed, "a batch is not sealed"
-        for index in range(self.next_start, total):
-            call = calls[index]
-            assert call is None or call.phase is CallPhase.PENDING or call.phase is CallPhase.RESOLVED, (
-                f"call {index} was prepared before it started"
-            )
         if fed:
             assert self.next_commit == self.next_start or calls[self.next_commit] is not None
-        else:
-            for index in range(self.next_commit, self.next_start):
-                assert calls[index] is not None or self._given(index), (
-                    f"started call {index} was dropped before it committed"
-                )
-        assert self.redo == sorted(set(self.redo)), self.redo
-        for index in self.redo:
-            call = calls[index]
-            assert self.next_commit <= index < self.next_start, f"call {index} to prepare again is out of range"
-            assert index not in self.out and index not in self.early, f"call {index} to prepare again is out"
-            assert call is not None and call.phase is CallPhase.PENDING, f"call {index} to prepare again is {call}"
-        assert all(self.next_commit <= i < self.next_start for i in self.out), "a call out of range is out"
-        assert self.on_loop <= self.out, "a call in flight on a loop is not out"
-        assert not (self.on_loop & self.early), "an async call was prepared ahead"
+        out = self.outs
+        assert out == count[_OUT] + count[_EARLY] + count[_FLIGHT], "the calls out drifted"
         # Calls on a loop take no call actor: with any of them out, nothing
         # is prepared ahead, so at most `limit` calls run.
-        assert not self.on_loop or len(self.out) <= self.limit, "more than `limit` calls run beside async ones"
+        assert not (count[_FLIGHT] and count[_EARLY]), "an async call was prepared ahead"
+        assert not count[_FLIGHT] or out <= self.limit, "more than `limit` calls run beside async ones"
         # At most `limit` run (no more call actors serve the batch), and at
         # most `limit` more wait, prepared ahead, in the mailbox.
-        assert len(self.out) <= 2 * self.limit, f"{len(self.out)} calls out at cap {self.limit}"
-        assert len(self.out) <= self.limit or not self._logged(), "a logged call was prepared ahead"
+        assert out <= 2 * self.limit, f"{out} calls out at cap {self.limit}"
+        assert out <= self.limit or not self._logged(), "a logged call was prepared ahead"
         if self.barrier is not None:
-            assert self.next_commit <= self.barrier < self.next_start or self.barrier in deferred
-            assert self.out <= {self.barrier}, "a call runs beside an exclusive one"
+            barrier = self.barrier
+            assert self.next_commit <= barrier < self.next_start or barrier in deferred
+            assert not any(_out_state(state[i]) for i in range(total) if i != barrier), (
+                "a call runs beside an exclusive one"
+            )
             # Nothing started after it: the calls behind it are unstarted,
             # or (it was prepared again) settled before it started or waiting
             # to be prepared again. (After an abort they are resolved unstarted.)
-            for index in range(self.barrier + 1, self.next_start):
+            for index in range(barrier + 1, self.next_start):
                 behind = calls[index]
                 assert (
                     self.halted is not None
-                    or index in self.redo
+                    or state[index] is _REDO
                     or self._given(index)
                     or (behind is None and fed)  # (a sub-batch's: committed as it settled)
                     or (behind is not None and behind.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED))
                 ), "a call started after an exclusive one before it committed"
         if self.halted is not None and self.bug is None:
             assert self.next_start == total, "a call stayed unstarted after the batch halted"
-        if not self.out and self.bug is None and self.next_commit < self.next_start:
+        if not out and self.bug is None and self.next_commit < self.next_start:
             # Nothing is out, so the next call in order has its outcome.
             call = calls[self.next_commit]
             assert call is not None and call.phase is not CallPhase.PENDING
         if self.mailbox is not None:
             self.mailbox.assert_invariants()
+        self.rt.dispatcher.assert_invariants()
 
 
 _new_call_result = ToolCallResult.__new__

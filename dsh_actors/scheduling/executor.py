@@ -17,18 +17,21 @@
   the body, output validation, render), reports ``Settled`` (and, with
   nothing queued for it and nobody running the batch, takes the batch's
   step itself: ``BatchInbox.offer``), and goes on until it is told to
-  leave; then the runtime's :class:`~.pool.CallPool` sends it to the next
-  batch waiting for a call actor, or keeps it idle.
+  leave; then the runtime's :class:`~.dispatcher.Dispatcher` sends it to
+  the next batch waiting for a call actor, or keeps it idle.
+
+Both kinds of actor hold a slot of the runtime's capacity, which the
+:class:`~.dispatcher.Dispatcher` owns (step slots, call-actor slots), and
+lend it while they wait (:class:`Lent`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from loguru import logger
 
@@ -42,18 +45,16 @@ from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..pipeline.results import failure_from_exception
 from ..pipeline.stages import dispatch
 from .batch import BatchRun
-from .idle import IdleShelf
+from .dispatcher import Dispatcher
 from .inbox import RUNNING
 from .messages import BatchPolicy, Begin, CallStart, Deadline, Fed, FeedSink, Reply, Resume, RunBatch, Sealed, Serve
-from .pool import LEAVE, CallPool, WorkMailbox
+from .pool import LEAVE, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
     from ..runtime import ToolRuntime
 
 __all__ = ["CallActor", "ExecutorActor", "Lent", "NativeExecutor", "SubBatch"]
-
-_IDLE_EXECUTORS_KEPT = 32
 
 
 class NativeExecutor:
@@ -71,9 +72,6 @@ class NativeExecutor:
         self.max_parallel_tool_calls = check_limit(max_parallel_tool_calls)
         self._rt: ToolRuntime | None = None
         self._lock = threading.Condition()
-        self._idle_executors: IdleShelf | None = None  # made on bind (each retires after IDLE_TTL)
-        self._stepping = 0
-        self._runnable: deque[RunBatch | Begin | Resume] = deque()
         self._closed = False
         self._checked_own: dict[int, Any] = {}
         # The inboxes of the batches running now (for rt.stop()'s drain).
@@ -140,7 +138,7 @@ class NativeExecutor:
             own={} if nested else self._own(),
             hook=self._body_hook(),
             hint=self.direct_call_hint if self._hints() and not nested else None,
-            pool=rt.call_pool,
+            dispatcher=rt.dispatcher,
         )
 
     # -- the executor protocol ---------------------------------------------
@@ -153,7 +151,6 @@ class NativeExecutor:
             if self._rt is not None:
                 raise InvalidStateError("this NativeExecutor is already installed in another runtime")
             self._rt = runtime
-            self._idle_executors = IdleShelf(runtime.group, runtime.loop, _IDLE_EXECUTORS_KEPT)
         runtime.on_stop(self._shutdown)
 
     def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
@@ -206,6 +203,7 @@ class NativeExecutor:
                 limit=limit,
                 loop=loop if loop is not None else rt.bound_loop,
                 starts=starts,
+                native=self,
             )
         )
 
@@ -232,48 +230,26 @@ class NativeExecutor:
             check_limit(limit),
             reply,
             rt.bound_loop,
-            self._resume,
+            self.resume_run,
             sink=sink,
-            run_here=self._run_here,
+            run_here=self.run_here,
         )
         self._post(Begin(run))
         return SubBatch(run.inbox, reply)
 
-    # -- the executor actors' pool ------------------------------------------
+    # -- steps ----------------------------------------------------------------
     #
-    # State, under _lock: `_stepping` counts the executor actors running a
-    # batch's step now, minus those lent (blocked in code that may block or
-    # wait for another batch: a body run inline, a nested batch, an approval);
-    # `_runnable` holds the work (RunBatch, Resume) that found STEPPING_MAX
-    # of them busy, first come first served. Invariants: `_runnable` is
-    # non-empty only while `_stepping >= STEPPING_MAX`; an executor actor
-    # that ends its work takes the next runnable item before it goes idle.
-    # So executor threads are bounded by STEPPING_MAX plus the lent ones,
-    # however many batches wait for their bodies.
-
-    #: Executor actors taking steps at once (lent ones not counted).
-    STEPPING_MAX: ClassVar[int] = 16
+    # A batch's steps run on the runtime's executor actors, within the step
+    # slots the runtime's Dispatcher owns (Dispatcher.STEPPING_MAX at once,
+    # lent ones not counted; work beyond that queues, first come first served).
 
     def _post(self, work: RunBatch | Begin | Resume) -> None:
-        """Hand ``work`` to an idle executor actor, a new one, or the queue."""
+        """Hand ``work`` to an executor actor (see ``Dispatcher.post``)."""
         rt = self._rt
         assert rt is not None
-        with self._lock:
-            if self._stepping >= self.STEPPING_MAX:
-                self._runnable.append(work)
-                return
-            self._stepping += 1
-            address = None if self._idle_executors is None else self._idle_executors.take()
-        if address is None:
-            try:
-                address = ExecutorActor.open(rt.group, self, rt)
-            except BaseException:
-                with self._lock:
-                    self._stepping -= 1
-                raise
-        address.tell(work)
+        rt.dispatcher.post(work)
 
-    def _run_here(self, run: BatchRun) -> Any:
+    def run_here(self, run: BatchRun) -> Any:
         """A call actor serving ``run`` takes its step (``BatchInbox.offer``):
         what settles the reply once the batch has ended, else None."""
         outcome = _drain_until_paused(self, run, run.drain())
@@ -281,45 +257,19 @@ class NativeExecutor:
             return None
         return lambda: _settle_reply(run, outcome)
 
-    def _resume(self, run: BatchRun) -> None:
+    def resume_run(self, run: BatchRun) -> None:
         """A message reached ``run``'s inbox while no executor actor ran it:
         hand the run to one (see ``BatchInbox``)."""
         self._post(Resume(run=run))
 
-    def _next_work(self, address: Address) -> RunBatch | Begin | Resume | None:
-        """The executor actor at ``address`` ended its work: the next
-        runnable item for it, or None (it is idle, or retired)."""
-        with self._lock:
-            if self._runnable:
-                return self._runnable.popleft()
-            self._stepping -= 1
-            shelf = self._idle_executors
-            if not self._closed and shelf is not None and shelf.shelve(address):
-                return None
-        rt = self._rt
-        if rt is not None:
-            rt.group.retire(address.ref)
-        return None
-
-    def lend(self) -> None:
-        """An executor actor of this executor blocks in code that may block
-        (see :class:`Lent`): its step slot serves runnable work."""
-        with self._lock:
-            self._stepping -= 1
-            if not self._runnable or self._stepping >= self.STEPPING_MAX:
-                return
-            work = self._runnable.popleft()
-        self._post(work)
-
-    def unlend(self) -> None:
-        with self._lock:
-            self._stepping += 1  # may pass STEPPING_MAX until this step ends
-
-    def _started(self, run: BatchRun) -> None:
+    def run_started(self, run: BatchRun) -> None:
+        """An executor actor began ``run`` (the stop answers for it if it
+        cannot: see ``_shutdown``)."""
         with self._lock:
             self._running[id(run)] = run
 
-    def _finished(self, run: BatchRun) -> None:
+    def run_finished(self, run: BatchRun) -> None:
+        """``run`` has replied (or was answered by the stop)."""
         with self._lock:
             self._running.pop(id(run), None)
             if not self._running:
@@ -340,8 +290,6 @@ class NativeExecutor:
         assert rt is not None
         with self._lock:
             self._closed = True
-            if self._idle_executors is not None:
-                self._idle_executors.close()
             self._lock.wait_for(lambda: not self._running, timeout=rt.stop_remaining())
             late = list(self._running.values())
         for run in late:
@@ -363,12 +311,11 @@ class NativeExecutor:
 class ExecutorActor(MailboxActor):
     """Runs one batch at a time (pooled). See the module docstring."""
 
-    def __init__(self, group: ActorGroup, native: NativeExecutor, rt: ToolRuntime) -> None:
+    def __init__(self, group: ActorGroup, rt: ToolRuntime, dispatcher: Dispatcher) -> None:
         super().__init__(group)
-        self._native = native
         self._rt = rt
         self._address: Address | None = None
-        self.native = native  # (read-only: the executor whose step slot it holds)
+        self.dispatcher = dispatcher  # (read-only: whose step slot it holds)
         self.lent = False  # its step slot is lent (see Lent); its own thread only
 
     def handle(self, message: RunBatch | Begin | Resume) -> None:
@@ -378,10 +325,11 @@ class ExecutorActor(MailboxActor):
         while work is not None:
             match work:
                 case RunBatch() | Begin():
-                    native = self._native
                     if isinstance(work, Begin):
                         run = work.run
+                        native = run.native
                     else:
+                        native = work.native
                         run = BatchRun(
                             self._rt,
                             native,
@@ -389,15 +337,15 @@ class ExecutorActor(MailboxActor):
                             work.limit,
                             work.reply,
                             work.loop,
-                            native._resume,
+                            native.resume_run,
                             starts=work.starts,
-                            run_here=native._run_here,
+                            run_here=native.run_here,
                         )
-                    native._started(run)
+                    native.run_started(run)
                     try:
                         outcome = run.begin()
                     except BaseException:  # pragma: no cover - begin contains everything
-                        native._finished(run)
+                        native.run_finished(run)
                         raise
                     work = self._go_on(run, outcome)
                 case Resume():
@@ -410,10 +358,9 @@ class ExecutorActor(MailboxActor):
         runnable work, or back to the idle pool (before the caller hears
         back: a caller that submits its next batch at once finds this actor
         free)."""
-        native = self._native
-        outcome = _drain_until_paused(native, run, outcome)
+        outcome = _drain_until_paused(run.native, run, outcome)
         assert self._address is not None
-        work = native._next_work(self._address)
+        work: RunBatch | Begin | Resume | None = self.dispatcher.step_ended(self._address)
         if outcome is not RUNNING:
             _settle_reply(run, outcome)
         return work
@@ -469,7 +416,7 @@ def _drain_until_paused(native: NativeExecutor, run: BatchRun, outcome: Any) -> 
             break
         outcome = run.drain()
     if outcome is not RUNNING:
-        native._finished(run)
+        native.run_finished(run)
     return outcome
 
 
@@ -483,42 +430,29 @@ def _settle_reply(run: BatchRun, outcome: Any) -> None:
 class Lent:
     """``rt.waiting()``: around a wait of the calling thread for work the
     runtime must do (a body run inline, a nested batch, an approval, an
-    async body or listener). On a call actor of ``pool`` its slot of the
-    call-actor budget is lent for the wait (``bounded``: only within
-    ``LENT_PER_SLOT`` times the budget, see ``CallPool.lend``); on an
-    executor actor its step slot serves other batches meanwhile (see
-    ``NativeExecutor.STEPPING_MAX``; a nested wait lends nothing more);
-    anywhere else, nothing. A plain object, not a generator: it wraps every
-    body run inline."""
+    async body or listener). The one way to lend capacity: an executor
+    actor lends its step slot, a call actor its call-actor slot, to the
+    runtime's :class:`~.dispatcher.Dispatcher` for the wait (a nested wait
+    lends nothing more); anywhere else, nothing. A plain object, not a
+    generator: it wraps every body run inline."""
 
-    __slots__ = ("_pool", "_bounded", "_pool_lent", "_actor")
+    __slots__ = ("_actor",)
 
-    def __init__(self, pool: CallPool, bounded: bool = False) -> None:
-        self._pool = pool
-        self._bounded = bounded
-        self._pool_lent = False
-        self._actor: ExecutorActor | None = None
+    def __init__(self) -> None:
+        self._actor: ExecutorActor | CallActor | None = None
 
     def __enter__(self) -> None:
         actor = actor_thread_ident()
-        if actor is None:
-            return
-        if type(actor) is ExecutorActor:
-            if not actor.lent:
-                actor.lent = True
-                actor.native.lend()
-                self._actor = actor
-        elif getattr(actor, "pool", None) is self._pool:
-            self._pool_lent = self._pool.lend(self._bounded)
+        if (type(actor) is ExecutorActor or type(actor) is CallActor) and not actor.lent:
+            actor.lent = True
+            self._actor = actor
+            actor.dispatcher.lend(type(actor) is ExecutorActor)
 
     def __exit__(self, *exc: object) -> None:
-        if self._pool_lent:
-            self._pool_lent = False
-            self._pool.unlend()
         actor = self._actor
         if actor is not None:
             self._actor = None
-            actor.native.unlend()
+            actor.dispatcher.unlend(type(actor) is ExecutorActor)
             actor.lent = False
 
 
@@ -526,11 +460,12 @@ class CallActor(MailboxActor):
     """Dispatches calls from the work mailboxes it is sent to serve (pooled,
     one call at a time, on its own thread)."""
 
-    def __init__(self, group: ActorGroup, rt: ToolRuntime, pool: CallPool) -> None:
+    def __init__(self, group: ActorGroup, rt: ToolRuntime, dispatcher: Dispatcher) -> None:
         super().__init__(group)
         self.rt = rt
-        self.pool = pool
+        self.dispatcher = dispatcher  # (read-only: whose call-actor slot it holds)
         self.address = Address(self.actor_ref, self.mailbox)
+        self.lent = False  # its slot is lent (see Lent); its own thread only
 
     def handle(self, message: Serve) -> None:
         match message:
@@ -542,10 +477,10 @@ class CallActor(MailboxActor):
                 assert_never(message)
 
     def _serve(self, mailbox: WorkMailbox) -> WorkMailbox | None:
-        """Serve ``mailbox`` until told to leave; the next mailbox the pool
+        """Serve ``mailbox`` until told to leave; the next mailbox the dispatcher
         sends this actor to, or None (idle)."""
         rt = self.rt
-        pool = self.pool
+        dispatcher = self.dispatcher
         reply = None  # settles the batch's reply, when this actor ended it
         mailbox.arrive()
         item = mailbox.take()
@@ -558,9 +493,9 @@ class CallActor(MailboxActor):
                 call.settle(failure_from_exception(exc), run_post=False)
             item = mailbox.take(wait=False)
             if item is LEAVE:
-                # Back in the pool before the batch hears of this call: a
+                # Back with the dispatcher before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
-                nxt = pool.release(self.address)
+                nxt = dispatcher.release(self.address)
                 mailbox.report(call)
                 return nxt
             if item is None:
@@ -572,7 +507,7 @@ class CallActor(MailboxActor):
                 item = mailbox.take()
             else:
                 mailbox.report(call)
-        nxt = pool.release(self.address)
+        nxt = dispatcher.release(self.address)
         if reply is not None:
-            reply()  # after going back to the pool (see above)
+            reply()  # after going back to the dispatcher (see above)
         return nxt

@@ -7,7 +7,7 @@ holds the message owns the call), never a lock or a cursor.
   :class:`Begin` for a sub-batch the caller feeds (``open_sub_batch``).
 * a batch's inbox → an idle executor actor: :class:`Resume` (run the batch
   again: a message arrived while no executor actor was running it).
-* pool → call actor (its mailbox): :class:`Serve`.
+* the dispatcher → call actor (its mailbox): :class:`Serve`.
 * call actor → the batch's inbox: :class:`Settled`, or :class:`Returned`
   (calls whose prepare went stale before their body started); a flight's loop → the
   batch's inbox: :class:`BodyEnded`; the batch's signal, the runtime's stop
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Ask, ToolBatchInput, ToolExecutionResult
     from ..pipeline.stages import Call
-    from .pool import CallPool, WorkMailbox
+    from .dispatcher import Dispatcher
+    from .pool import WorkMailbox
 
 
 class Reply(Protocol):
@@ -54,8 +55,8 @@ class BatchPolicy:
     """``tool_body(definition)``, or None (the definitions' own bodies run)."""
     hint: Callable[[str], str | None] | None
     """``direct_call_hint(name)``, or None (it always answers None)."""
-    pool: CallPool
-    """The runtime's call actors (the work mailbox asks it for servers)."""
+    dispatcher: Dispatcher
+    """The runtime's capacity (the work mailbox asks it for servers)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,12 +109,15 @@ class RunBatch:
     starts: tuple[CallStart, ...] | None = None
     """A continued batch: where each call starts (one per call, in model
     order); None: a fresh batch (every call from the start)."""
+    native: Any = None
+    """The ``NativeExecutor`` whose batch this is (its policy and pool of
+    running batches; any executor actor of the runtime may run it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Serve:
     """Serve ``mailbox``: take its calls, dispatch each, report each
-    ``Settled``, until a LEAVE; then go back to the pool."""
+    ``Settled``, until a LEAVE; then go back to the dispatcher."""
 
     mailbox: WorkMailbox
     """The batch's work mailbox (a reference, like an actor ref)."""

@@ -13,7 +13,7 @@ import pytest
 from dsh_actors import ToolBatchInput, ToolRuntime
 from dsh_actors.runtime import DEFAULT_CALL_ACTORS
 
-from .helpers import GUARD, calls, make_tool, must, started_runtime
+from .helpers import GUARD, call, calls, make_tool, must, started_runtime
 
 
 class Occupancy:
@@ -161,3 +161,70 @@ def test_an_idle_call_actor_leaves_for_a_batch_waiting_for_the_budget_at_once(mo
         finally:
             release_x1.set()
         assert [r.result.value for r in a.result(GUARD).results] == ["s", "x", "s"]
+
+
+def test_async_bodies_under_a_sync_wrapper_nesting_execute_async_finish_at_a_budget_of_one() -> None:
+    """A sync ``tools/execute`` wrapper makes every async body wait on a call
+    actor; each body awaits a nested ``execute_async`` two levels deep. At a
+    budget of 1 the waits must lend their slots (or fail at once), never hang."""
+    for budget in (1, 2):
+        with started_runtime(max_call_actors=budget) as rt:
+            rt.events.on("tools/execute", lambda execution, next_: next_())
+
+            async def nest(args: Any, ctx: Any, rt: Any = rt) -> str:
+                depth = args["depth"]
+                if depth >= 3:
+                    return "leaf"
+                batch = ToolBatchInput(calls=[call(0, "nest", depth=depth + 1), call(1, "nest", depth=depth + 1)])
+                inner = await rt.tools.execute_async(batch)
+                return f"{depth}>" + "|".join(str(r.result.value) for r in inner.results)
+
+            rt.tools.register(make_tool("nest", nest))
+            batch = ToolBatchInput(calls=[call(i, "nest", depth=1) for i in range(3)])
+            result = rt.tools.submit(batch).result(GUARD)
+        assert [r.result.value for r in result.results] == ["1>2>leaf|leaf|2>leaf|leaf"] * 3, budget
+
+
+def test_a_long_batch_does_not_hold_the_whole_budget_while_another_batch_waits() -> None:
+    """Batch A (many calls, a cap above the budget) keeps the two call actors
+    of the budget busy; batch B arrives while A's first two calls run. When
+    those end, one call actor goes to B (capacity is shared between batches)
+    instead of taking A's next call: A's later calls wait for B's first one,
+    which never starts if A keeps the whole budget."""
+    running = threading.Semaphore(0)
+    release = threading.Event()
+    b_started = threading.Event()
+    b_queued = threading.Event()
+
+    def a_body(args: Any, ctx: Any) -> str:
+        if args["i"] < 2:
+            running.release()
+            must(release, "the test to release A's first calls")
+        else:
+            must(b_started, "B's first call to start (it waits for a call actor A holds)")
+        return "a"
+
+    def b_body(args: Any, ctx: Any) -> str:
+        b_started.set()
+        return "b"
+
+    def seen(execution: Any, next_: Any) -> Any:
+        if execution.call_id == "b:c1":
+            b_queued.set()  # B's c0 is in its work mailbox, asking for a call actor
+        return next_()
+
+    with started_runtime(max_call_actors=2) as rt:
+        rt.tools.register(make_tool("a", a_body))
+        rt.tools.register(make_tool("b", b_body))
+        rt.events.on("tools/pre-execute", seen)
+        a = rt.tools.submit(ToolBatchInput(calls=calls(*["a"] * 12), max_parallel_tool_calls=4))
+        try:
+            for _ in range(2):
+                assert running.acquire(timeout=GUARD)
+            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("b", "b")]
+            b = rt.tools.submit(ToolBatchInput(calls=b_calls))
+            must(b_queued, "B's first call to wait for a call actor")
+        finally:
+            release.set()
+        assert [r.result.value for r in b.result(GUARD).results] == ["b", "b"]
+        assert [r.result.value for r in a.result(GUARD).results] == ["a"] * 12

@@ -441,21 +441,31 @@ def test_a_call_prepared_again_against_a_replacement_has_its_arguments_settled_a
 
 
 class _Budget:
-    """What a work mailbox asks of the runtime's call-actor pool: here, a
-    server is granted and counted (the test plays the servers)."""
-
-    waiting = False
+    """What a work mailbox asks of the runtime's dispatcher: here, a server
+    is asked for and counted (the test plays the servers)."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.requests = 0
+        self.wanting: dict[Any, None] = {}
 
-    def request(self, mailbox: Any) -> None:
+    def want_locked(self, mailbox: Any) -> list[Any]:
         self.requests += 1
+        return []
+
+    def send(self, sends: Any) -> None:
+        pass
+
+    def waits_for(self, mailbox: Any) -> bool:
+        return False
+
+    def yields(self, mailbox: Any) -> bool:
+        return False
 
     def opened(self, mailbox: Any) -> None:
         pass
 
-    def closed_mailbox(self, mailbox: Any) -> None:
+    def closed_mailbox_locked(self, mailbox: Any) -> None:
         pass
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from dsh_actors import NativeExecutor, ToolBatchInput, ToolRuntime
+from dsh_actors.scheduling.dispatcher import Dispatcher
 
 from .helpers import (
     GUARD,
@@ -469,7 +470,7 @@ def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
 
 def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(rt: Any) -> None:
     rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
-    shelf = rt.native_executor._idle_executors
+    shelf = rt.dispatcher._steppers
     kept = shelf.kept
     shelf.kept = 1
     try:
@@ -499,7 +500,7 @@ def test_batches_beyond_the_step_slots_queue_and_all_finish(monkeypatch: Any) ->
     """With 2 step slots, 12 concurrent batches whose calls run on call
     actors all finish, and the executor actors never pass the slots plus
     those lent (none here)."""
-    monkeypatch.setattr(NativeExecutor, "STEPPING_MAX", 2)
+    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 2)
     gate = threading.Event()
     arrived = threading.Semaphore(0)
 
@@ -510,23 +511,24 @@ def test_batches_beyond_the_step_slots_queue_and_all_finish(monkeypatch: Any) ->
 
     with started_runtime() as rt:
         rt.tools.register(make_tool("t", body))
-        native = rt.native_executor
+        dispatcher = rt.dispatcher
         futures = [rt.tools.submit(ToolBatchInput(calls=calls("t", "t"))) for _ in range(12)]
         for _ in range(24):
             assert arrived.acquire(timeout=GUARD)
-        with native._lock:
-            assert native._stepping <= 2
+        with dispatcher.lock:
+            assert dispatcher.stepping <= 2
+        dispatcher.assert_invariants()
         gate.set()
         assert all(all_ok(f.result(GUARD)) for f in futures)
-        with native._lock:
-            assert native._stepping == 0 and not native._runnable
+        with dispatcher.lock:
+            assert dispatcher.stepping == 0 and not dispatcher.runnable
 
 
 def test_nested_batches_from_inline_bodies_do_not_deadlock_one_step_slot(monkeypatch: Any) -> None:
     """One step slot: a lone call runs inline on its executor actor and
     awaits a nested batch, three levels deep. Each inline body and each
     nested wait lends the slot, so the nested batches step."""
-    monkeypatch.setattr(NativeExecutor, "STEPPING_MAX", 1)
+    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
 
     with started_runtime() as rt:
 

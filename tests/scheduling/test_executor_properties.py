@@ -29,9 +29,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_actors import AbortController, Session
+from dsh_actors import AbortController, Session, ToolBatchInput
 
-from .helpers import GUARD, Timeline, call, code_of, events_of, logged_batch, make_tool, must, started_runtime
+from .helpers import GUARD, Timeline, call, calls, code_of, events_of, logged_batch, make_tool, must, started_runtime
 
 # name -> (concurrency-safe?, fails?)
 KINDS: dict[str, tuple[bool, bool]] = {
@@ -251,3 +251,76 @@ def test_scheduling_invariants_hold_when_calls_are_released_in_a_random_order(pl
                 gate.set()
         batch = future.result(GUARD)
     check_invariants(timeline, names, cap, batch, session)
+
+
+# -- the dispatcher: concurrent batches sharing a small budget -------------------------
+
+SHARED_KINDS = ["safe", "excl", "nest", "async", "async_nest", "deep"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    budget=st.integers(1, 3),
+    plans=st.lists(
+        st.tuples(st.lists(st.sampled_from(SHARED_KINDS), min_size=1, max_size=5), st.integers(1, 4)),
+        min_size=1,
+        max_size=4,
+    ),
+    wrapped=st.booleans(),
+)
+def test_the_dispatchers_invariants_hold_for_concurrent_batches_sharing_a_small_budget(
+    budget: int, plans: list[tuple[list[str], int]], wrapped: bool
+) -> None:
+    """Random concurrent batches at a budget of 1 to 3 call actors, with
+    bodies that nest a blocking batch or await a nested ``execute_async``
+    (``deep``: of two such bodies; waited for on a call actor under a sync
+    ``tools/execute`` wrapper when ``wrapped``): every batch finishes with every result, never hangs, and
+    the dispatcher's invariants (``Dispatcher.assert_invariants``, asserted
+    with the batch's after every step) hold throughout."""
+    with started_runtime(max_call_actors=budget) as rt:
+        if wrapped:
+            rt.events.on("tools/execute", lambda execution, next_: next_())
+        leaf = ToolBatchInput(calls=tuple(call(i, "safe") for i in range(2)))
+
+        def safe(args: Any, ctx: Any) -> str:
+            return "ok"
+
+        def nest(args: Any, ctx: Any) -> str:
+            return "+".join(r.result.value for r in rt.tools.execute(leaf).results)
+
+        async def abody(args: Any, ctx: Any) -> str:
+            await asyncio.sleep(0)
+            return "ok"
+
+        async def anest(args: Any, ctx: Any) -> str:
+            inner = await rt.tools.execute_async(leaf)
+            return "+".join(r.result.value for r in inner.results)
+
+        nested = ToolBatchInput(calls=tuple(call(i, "async_nest") for i in range(2)))
+
+        async def deep(args: Any, ctx: Any) -> str:
+            inner = await rt.tools.execute_async(nested)
+            return "|".join(r.result.value for r in inner.results)
+
+        rt.tools.register(make_tool("deep", deep))
+        rt.tools.register(make_tool("safe", safe))
+        rt.tools.register(make_tool("excl", safe, classifier=None))
+        rt.tools.register(make_tool("nest", nest))
+        rt.tools.register(make_tool("async", abody))
+        rt.tools.register(make_tool("async_nest", anest))
+        futures = []
+        for b, (names, cap) in enumerate(plans):
+            the_calls = [c.__class__(f"b{b}:{c.id}", c.name, c.arguments) for c in calls(*names)]
+            futures.append(rt.tools.submit(ToolBatchInput(calls=tuple(the_calls), max_parallel_tool_calls=cap)))
+        results = [future.result(GUARD) for future in futures]
+        rt.dispatcher.assert_invariants()
+    expected = {
+        "safe": "ok",
+        "excl": "ok",
+        "nest": "ok+ok",
+        "async": "ok",
+        "async_nest": "ok+ok",
+        "deep": "ok+ok|ok+ok",
+    }
+    for (names, _), result in zip(plans, results, strict=True):
+        assert [r.result.value for r in result.results] == [expected[name] for name in names], result

@@ -1,0 +1,351 @@
+"""The runtime's one dispatcher: every slot of capacity, one lock, one
+assignment step.
+
+Capacity is of two kinds, and the :class:`Dispatcher` owns both:
+
+* **call-actor slots** (``ToolRuntime(max_call_actors=...)``, the budget):
+  a batch's :class:`~.pool.WorkMailbox` that wants one more server asks
+  for one (:meth:`Dispatcher.want`); a call actor that leaves a mailbox
+  gives its slot back (:meth:`Dispatcher.release`);
+* **step slots** (:attr:`Dispatcher.STEPPING_MAX`): an executor actor
+  takes one to run a batch's step (``RunBatch``, ``Begin``, ``Resume``:
+  :meth:`Dispatcher.post`) and gives it back when the batch pauses
+  (:meth:`Dispatcher.step_ended`).
+
+A thread that blocks on work the runtime must do (a body run inline, a
+nested batch, an approval, an async body waited for under a
+``tools/execute`` wrapper) **lends** its slot for the wait, whichever kind
+it holds (:class:`~.executor.Lent`, ``rt.waiting()``: :meth:`Dispatcher.lend`
+and :meth:`Dispatcher.unlend`). It is the one way to lend, and there is no
+bound on it: a thread that waits never holds capacity another batch needs,
+so nested batches cannot deadlock it at any budget.
+
+Everything is decided under :attr:`Dispatcher.lock` (the work mailboxes
+share it: a mailbox's counters are the dispatcher's per-batch queue), by
+one step, :meth:`Dispatcher._assign`, run after every event that frees or
+wants capacity (a request, a slot given back or lent, a lend ending): it
+grants free step slots to queued steps, first come first served, and free
+call-actor slots to the waiting mailboxes, the one holding the fewest call
+actors first (round-robin by batch). The sends it decides (``Serve`` to a
+call actor, the step's work to an executor actor, starting one when none
+is idle) are made outside the lock, the shape of httpcore's connection
+pool. And a call actor that ends a call while another batch waits with
+fewer call actors than its own leaves its batch for it
+(:meth:`Dispatcher.yields`): one long batch does not keep the whole budget
+while another waits.
+
+The dispatcher decides only *where* capacity goes. *What* may start, and
+in which order, is each batch's own policy (its ``BatchRun``: model
+order, barriers, prepare and commit, its cap).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pykka
+
+from ..actors import ActorGroup, Address
+from .idle import IdleShelf
+from .messages import Serve
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import ToolRuntime
+    from .pool import WorkMailbox
+
+__all__ = ["Dispatcher"]
+
+#: Idle executor actors kept (each retires after IDLE_TTL).
+IDLE_STEPPERS_KEPT = 32
+
+Opener = Callable[[ActorGroup, "ToolRuntime", "Dispatcher"], Address]
+
+
+class Dispatcher:
+    """Capacity for the whole runtime (see the module docstring).
+
+    State, under ``lock`` (the work mailboxes' counters too):
+
+    * ``serving``: call actors holding a call-actor slot (serving a
+      mailbox, or on their way to one), lent ones not counted;
+      ``lent_servers``: call actors waiting with their slot lent.
+    * ``stepping``: executor actors holding a step slot; ``lent_steppers``:
+      executor actors waiting with their slot lent.
+    * ``wanting``: mailboxes waiting for a call-actor slot, with how many
+      each asked for (its ``asked``), in the order they first asked.
+    * ``runnable``: steps waiting for a step slot, first come first served.
+
+    Invariants (:meth:`assert_invariants`): ``wanting`` is not empty only
+    while ``serving >= budget`` (or the dispatcher is closed: then it is
+    empty); ``runnable`` is not empty only while ``stepping >=
+    steps_max``; each waiting mailbox's ``asked`` is what ``wanting``
+    holds for it; the call actors the open mailboxes count as granted are
+    at most ``serving + lent_servers``. After a lend ends, ``serving`` (or
+    ``stepping``) may pass its bound until that actor next gives its slot
+    back: a thread that lent never waits to continue.
+    """
+
+    #: Executor actors taking steps at once, for the whole runtime (lent
+    #: ones not counted). Read when the dispatcher is made.
+    STEPPING_MAX: ClassVar[int] = 16
+
+    def __init__(
+        self,
+        rt: ToolRuntime,
+        budget: int,
+        open_server: Opener,
+        open_stepper: Opener,
+        idle_kept: int | None = None,
+    ) -> None:
+        self.lock = threading.Lock()
+        self._rt = rt
+        self._open_server = open_server
+        self._open_stepper = open_stepper
+        self.budget = budget
+        self.steps_max = Dispatcher.STEPPING_MAX
+        self.serving = 0
+        self.lent_servers = 0
+        self.stepping = 0
+        self.lent_steppers = 0
+        self.peak = 0
+        self._servers = IdleShelf(rt.group, rt.loop, budget if idle_kept is None else idle_kept)
+        self._steppers = IdleShelf(rt.group, rt.loop, IDLE_STEPPERS_KEPT)
+        self.wanting: dict[WorkMailbox, None] = {}
+        self.runnable: deque[Any] = deque()
+        self._mailboxes: dict[WorkMailbox, None] = {}
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<Dispatcher serving={self.serving}/{self.budget} lent={self.lent_servers} "
+            f"stepping={self.stepping}/{self.steps_max} lent_steppers={self.lent_steppers} "
+            f"wanting={len(self.wanting)} runnable={len(self.runnable)}>"
+        )
+
+    # -- the one assignment step ---------------------------------------------------
+
+    def _assign(self) -> list[tuple[Address | None, Any]]:
+        """(Under the lock.) Grant every free slot: queued steps first come
+        first served, then waiting mailboxes, the one holding the fewest call
+        actors first. The sends to make outside the lock: ``(an idle actor
+        or None to start one, its message)``."""
+        sends: list[tuple[Address | None, Any]] = []
+        runnable = self.runnable
+        while runnable and self.stepping < self.steps_max:
+            self.stepping += 1
+            sends.append((self._steppers.take(), runnable.popleft()))
+        wanting = self.wanting
+        while wanting and self.serving < self.budget:
+            mailbox = self._fairest()
+            self._grant(mailbox)
+            sends.append((self._servers.take(), Serve(mailbox=mailbox)))
+        return sends
+
+    def _fairest(self) -> WorkMailbox:
+        """(Under the lock.) The waiting mailbox holding the fewest call
+        actors (the first to ask among equals): round-robin by batch."""
+        best: WorkMailbox | None = None
+        fewest = 0
+        for mailbox in self.wanting:
+            held = mailbox.granted()
+            if best is None or held < fewest:
+                best, fewest = mailbox, held
+        assert best is not None
+        return best
+
+    def _grant(self, mailbox: WorkMailbox) -> None:
+        # (Under the lock.) One of ``mailbox``'s requests gets a slot.
+        mailbox.asked -= 1
+        if not mailbox.asked:
+            del self.wanting[mailbox]
+        self.serving += 1
+        if self.serving > self.peak:
+            self.peak = self.serving
+
+    def _send(self, sends: list[tuple[Address | None, Any]]) -> None:
+        """Make the sends :meth:`_assign` decided (outside the lock). A call
+        actor that cannot be started (the runtime is stopping) gives its
+        slot back and the mailbox is told nobody comes; a step that cannot
+        be started raises, as ``submit`` does."""
+        rt = self._rt
+        failure: BaseException | None = None
+        for address, message in sends:
+            serve = type(message) is Serve
+            try:
+                if address is None:
+                    opener = self._open_server if serve else self._open_stepper
+                    address = opener(rt.group, rt, self)
+                address.tell(message)
+            except (RuntimeError, pykka.ActorDeadError) as exc:
+                with self.lock:
+                    if serve:
+                        self.serving -= 1
+                        message.mailbox.refused_locked()
+                    else:
+                        self.stepping -= 1
+                if not serve and failure is None:
+                    failure = exc
+        if failure is not None:
+            raise failure
+
+    # -- call-actor slots ------------------------------------------------------------
+
+    def opened(self, mailbox: WorkMailbox) -> None:
+        with self.lock:
+            self._mailboxes[mailbox] = None
+
+    def closed_mailbox_locked(self, mailbox: WorkMailbox) -> None:
+        # (Under the lock.) Its requests still waiting are dropped.
+        self._mailboxes.pop(mailbox, None)
+        self.wanting.pop(mailbox, None)
+        mailbox.spare -= mailbox.asked
+        mailbox.servers -= mailbox.asked
+        mailbox.asked = 0
+
+    def want_locked(self, mailbox: WorkMailbox) -> list[tuple[Address | None, Any]]:
+        """(Under the lock.) ``mailbox`` wants one more server (it counted it
+        in ``servers`` and ``spare`` already). The sends to make once the
+        lock is released (:meth:`send`)."""
+        if self.closed:
+            mailbox.spare -= 1
+            mailbox.servers -= 1
+            return []
+        mailbox.asked += 1
+        self.wanting[mailbox] = None
+        sends = self._assign()
+        if mailbox.asked:
+            # At the budget: a call actor idle elsewhere (nothing queued for
+            # it) leaves for it now; one that runs out of calls later sees
+            # the waiting mailbox (waits_for) and leaves then.
+            for other in self._mailboxes:
+                if other is not mailbox and other.shed_idle_locked():
+                    break
+        return sends
+
+    def send(self, sends: list[tuple[Address | None, Any]]) -> None:
+        if sends:
+            self._send(sends)
+
+    def waits_for(self, mailbox: WorkMailbox) -> bool:
+        """(Under the lock.) Whether another mailbox waits for a slot (a
+        call actor of ``mailbox`` with nothing to take leaves for it)."""
+        wanting = self.wanting
+        return bool(wanting) and (len(wanting) > 1 or mailbox not in wanting)
+
+    def yields(self, mailbox: WorkMailbox) -> bool:
+        """(Under the lock.) Whether a call actor of ``mailbox`` that is
+        about to take its next call leaves instead, for a waiting mailbox
+        that holds at least two call actors fewer (capacity is shared
+        between batches: :meth:`release` sends it there)."""
+        if not self.wanting:
+            return False
+        mine = mailbox.granted()
+        if mine < 2:
+            return False
+        for other in self.wanting:
+            if other is not mailbox and other.granted() + 1 < mine:
+                return True
+        return False
+
+    def release(self, worker: Address) -> WorkMailbox | None:
+        """The call actor at ``worker`` left a mailbox: the next mailbox it
+        serves (the fairest waiting one), or None (it is idle now, or retired
+        if enough are idle)."""
+        with self.lock:
+            self.serving -= 1
+            if self.wanting and self.serving < self.budget:
+                mailbox = self._fairest()
+                self._grant(mailbox)
+                return mailbox
+            if not self.closed and self._servers.shelve(worker):
+                return None
+        self._rt.group.retire(worker.ref)
+        return None
+
+    # -- step slots ------------------------------------------------------------------
+
+    def post(self, work: Any) -> None:
+        """Run ``work`` (``RunBatch``, ``Begin``, ``Resume``) on an idle
+        executor actor, a new one, or when a step slot frees."""
+        with self.lock:
+            self.runnable.append(work)
+            sends = self._assign()
+        self.send(sends)
+
+    def step_ended(self, address: Address) -> Any:
+        """The executor actor at ``address`` ended its work: the next
+        queued step for it, or None (it is idle, or retired)."""
+        with self.lock:
+            if self.runnable and self.stepping <= self.steps_max:
+                return self.runnable.popleft()
+            self.stepping -= 1
+            sends = self._assign()
+            kept = not self.closed and self._steppers.shelve(address)
+        self.send(sends)
+        if not kept:
+            self._rt.group.retire(address.ref)
+        return None
+
+    # -- lending ---------------------------------------------------------------------
+
+    def lend(self, stepper: bool) -> None:
+        """The calling actor (an executor actor when ``stepper``, else a call
+        actor) blocks on work the runtime must do: its slot serves others
+        until :meth:`unlend`."""
+        with self.lock:
+            if stepper:
+                self.stepping -= 1
+                self.lent_steppers += 1
+            else:
+                self.serving -= 1
+                self.lent_servers += 1
+            sends = self._assign()
+        self.send(sends)
+
+    def unlend(self, stepper: bool) -> None:
+        """The wait is over: the actor holds a slot again (the count may pass
+        its bound until the actor gives it back)."""
+        with self.lock:
+            if stepper:
+                self.lent_steppers -= 1
+                self.stepping += 1
+            else:
+                self.lent_servers -= 1
+                self.serving += 1
+
+    # -- stop ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Runtime stop: no more call-actor grants (waiting mailboxes are told
+        nobody comes); idle actors are forgotten (the runtime's group stops
+        them). Queued steps still run, so their batches drain."""
+        with self.lock:
+            self.closed = True
+            self._servers.close()
+            self._steppers.close()
+            for mailbox in list(self.wanting):
+                mailbox.spare -= mailbox.asked
+                mailbox.servers -= mailbox.asked
+                mailbox.asked = 0
+            self.wanting.clear()
+
+    # -- invariants ------------------------------------------------------------------
+
+    def assert_invariants(self) -> None:
+        """What holds between two events (see the class docstring)."""
+        with self.lock:
+            assert self.serving >= 0 and self.lent_servers >= 0, self
+            assert self.stepping >= 0 and self.lent_steppers >= 0, self
+            assert not self.wanting or (self.serving >= self.budget and not self.closed), self
+            assert not self.runnable or self.stepping >= self.steps_max, self
+            for mailbox in self.wanting:
+                assert mailbox.asked > 0, f"{mailbox} waits for nothing"
+            granted = 0
+            for mailbox in self._mailboxes:
+                if mailbox not in self.wanting:
+                    assert mailbox.asked == 0, f"{mailbox} asked and is not waiting"
+                granted += mailbox.granted()
+            assert granted <= self.serving + self.lent_servers, f"{granted} call actors granted: {self}"
