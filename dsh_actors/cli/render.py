@@ -51,7 +51,17 @@ from ..presentation import (
     generic_call_view,
     generic_result_view,
 )
-from ..session import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, PTC_DISPATCH, PTC_DISPATCH_START, RESULT, LoggedResult
+from ..session import (
+    APPROVAL,
+    APPROVAL_REQUEST,
+    BATCH,
+    CALL,
+    PTC_DISPATCH,
+    PTC_DISPATCH_START,
+    RESULT,
+    LoggedResult,
+    step_of,
+)
 
 __all__ = [
     "Approval",
@@ -210,19 +220,39 @@ def _text_by_language(value: Any) -> dict[str, str] | None:
     return None
 
 
+def _call_of(
+    event: Mapping[str, Any],
+    call_id: str,
+    latest: Mapping[str, CallEntry],
+    stepped: Mapping[tuple[int, int, str], CallEntry],
+) -> CallEntry | None:
+    """The call ``event`` (a ``tool/result`` or an approval request) is
+    for: the latest of its id in the step it names, or the latest of its id
+    when it names none (a log written before events carried their step)."""
+    at = step_of(event)
+    if at is None:
+        return latest.get(call_id)
+    return stepped.get((at[0], at[1], call_id))
+
+
 def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     """The root calls of ``events`` in log order, each with its result,
     its approvals and nested sub-calls. A logged batch's calls come in
     model order when its ``tool/batch`` is read; a call it names that never
     reached its ``tool/call`` stays ``batch_only``. A result or an approval
     request pairs with the latest call of its id that has no result yet
-    (ids may repeat across steps), a decision with the request of its
+    (ids may repeat across steps), in the step it names when it names one
+    (its ``turn`` and ``step``), a decision with the request of its
     suspension; a result or a sub-call whose call is not in the log gets an
     entry of its own (``logged_call`` False). Events of other types are
     ignored. Raises :class:`LogShapeError` for a malformed batch, call,
     result, approval or dispatch event."""
     roots: list[CallEntry] = []
     latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
+    # (turn, step, root call id) -> its latest entry: a tool/result (or
+    # request) that names its step pairs with its step's call, even while
+    # another step's call shares the id (agents sharing a session)
+    stepped: dict[tuple[int, int, str], CallEntry] = {}
     subs: dict[str, CallEntry] = {}  # sub-call id -> its latest entry
     # (turn, step) -> the calls its latest tool/batch names that have no tool/call yet
     announced: dict[tuple[int, int], dict[str, CallEntry]] = {}
@@ -276,6 +306,8 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 entry_or_none.name = name
                 entry_or_none.arguments = event.get("arguments")
                 latest[call_id] = entry_or_none
+                if entry_or_none.turn is not None and entry_or_none.step is not None:
+                    stepped[(entry_or_none.turn, entry_or_none.step, call_id)] = entry_or_none
                 continue
             entry = CallEntry(
                 call_id=call_id,
@@ -286,9 +318,11 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
             )
             roots.append(entry)
             latest[call_id] = entry
+            if entry.turn is not None and entry.step is not None:
+                stepped[(entry.turn, entry.step, call_id)] = entry
         elif kind == RESULT:
             result = _result(event, index)
-            entry_or_none = latest.get(result.call_id)
+            entry_or_none = _call_of(event, result.call_id, latest, stepped)
             if entry_or_none is None or entry_or_none.result is not None:
                 entry_or_none = CallEntry(call_id=result.call_id, name=None, arguments=None, logged_call=False)
                 roots.append(entry_or_none)
@@ -298,7 +332,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
         elif kind == APPROVAL_REQUEST:
             call_id = _str_field(event, "call_id", index)
             suspension = _str_field(event, "suspension", index)
-            entry_or_none = redeferred.pop(call_id, None) or latest.get(call_id)
+            entry_or_none = redeferred.pop(call_id, None) or _call_of(event, call_id, latest, stepped)
             if entry_or_none is None or entry_or_none.result is not None:
                 continue  # (a request whose call is not open in the log: nothing to show it on)
             reason = event.get("reason")

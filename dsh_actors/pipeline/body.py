@@ -101,7 +101,9 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
         # The durable "started" marker, before the body's first line: after
         # a crash, a call with it and no tool/result may have run.
         try:
-            session.append_lossless(start_event(execution.call_id))
+            at = call.start_step
+            event = start_event(execution.call_id) if at is None else start_event(execution.call_id, *at)
+            session.append_lossless(event)
         except BaseException as exc:  # noqa: BLE001 - the batch fails once the call commits
             call.start_error = exc
             result = aborted(before_dispatch=True)

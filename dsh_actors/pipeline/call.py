@@ -85,6 +85,7 @@ class Call:
         "context",
         "arguments_settled",
         "start_log",
+        "start_step",
         "start_error",
         "ask",
         "answer",
@@ -148,6 +149,10 @@ class Call:
         # call), and the error if that write failed (the body then did not
         # run; the batch reads it when the call commits).
         self.start_log: Any = None
+        # The model step (turn, step) its tool/call named: its tool/start
+        # names it too, so it pairs with this call even while another open
+        # call shares its id (None: the event names no step).
+        self.start_step: tuple[int, int] | None = None
         self.start_error: BaseException | None = None
         # The Ask that sent the call to the approval service (kept by a
         # DEFERRED call: the suspension shows it to the person).

@@ -15,11 +15,12 @@ kinds, built by the functions below, and two more for approvals (keys are snake_
     ``arguments`` is the call's normalized arguments as JSON, or the raw
     string when the model sent text that is not JSON (or a JSON string).
 ``tool/start``
-    ``{"type", "call_id"}``: the call's body is about to be invoked
-    (written by whoever runs it, after the call's ``tool/call``), so that a
-    call without a ``tool/result`` is known to have started or not.
+    ``{"type", "call_id", "turn", "step"}``: the call's body is about to be
+    invoked (written by whoever runs it, after the call's ``tool/call``), so
+    that a call without a ``tool/result`` is known to have started or not.
 ``tool/result``
-    ``{"type", "call_id", "is_error", "content", "error", "meta"}``:
+    ``{"type", "call_id", "turn", "step", "is_error", "content", "error",
+    "meta"}``:
     ``content`` as :func:`~dsh_actors.model.content_to_json` writes it,
     ``error`` ``None`` or ``{"message", "info"}`` with ``info`` ``None`` or
     ``{"name", "code", "reason"}``. The canonical ``value`` is never logged.
@@ -32,7 +33,7 @@ kinds, built by the functions below, and two more for approvals (keys are snake_
     "is_error", "content", "error", "meta"}``: the settled sub-call's
     durable copy, same field shapes as ``tool/result``.
 ``tool/approval-request``
-    ``{"type", "call_id", "suspension", "name", "reason",
+    ``{"type", "call_id", "turn", "step", "suspension", "name", "reason",
     "display_reason"}``: the approval service deferred a logged call (it
     has its ``tool/call``, and no ``tool/result`` until it is decided); its
     batch suspended as ``suspension``.
@@ -43,9 +44,12 @@ kinds, built by the functions below, and two more for approvals (keys are snake_
 
 A request is keyed by its suspension and call id (what names one step's
 call even when ids repeat across steps, or agents share the session); a
-``tool/start`` or ``tool/result`` pairs with the latest open ``tool/call``
-of its id, and a request made again after a ``"deferred"`` decision with
-the call that decision was for.
+``tool/start``, ``tool/result`` or request pairs with the latest open
+``tool/call`` of its id and of the step it names (``turn`` and ``step``,
+its call's; one that names none, as logs written before these events
+carried them, pairs with the latest open ``tool/call`` of its id), and a
+request made again after a ``"deferred"`` decision with the call that
+decision was for.
 
 **Storage.** ``Session()`` keeps events in memory; ``Session(path)``
 keeps none (only the pending call and sub-call ids that pair calls with
@@ -122,6 +126,7 @@ from ._events import (
     result_event,
     results_by_call,
     start_event,
+    step_of,
 )
 from ._file import Session
 from ._steps import (
@@ -170,6 +175,7 @@ __all__ = [
     "result_event",
     "results_by_call",
     "start_event",
+    "step_of",
     "read_step",
     "step_calls",
 ]

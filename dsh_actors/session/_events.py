@@ -181,27 +181,47 @@ def batch_event(
     }
 
 
-def start_event(call_id: str) -> dict[str, Any]:
+def step_of(event: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The model step ``(turn, step)`` an event names, or None when it names
+    none (``turn`` and ``step`` both ints, else None: a ``tool/start`` or
+    ``tool/result`` written before they carried them, or by hand)."""
+    turn, step = event.get("turn"), event.get("step")
+    if type(turn) is int and type(step) is int:
+        return (turn, step)
+    return None
+
+
+def _stepped(event: dict[str, Any], turn: int | None, step: int | None) -> dict[str, Any]:
+    """``event`` with the step of its call, when given (both or neither)."""
+    if (turn is None) != (step is None):
+        raise InvalidValueError("give both turn and step (the call's model step), or neither")
+    if turn is not None:
+        event["turn"] = _int(turn, "turn")
+        event["step"] = _int(step, "step")
+    return event
+
+
+def start_event(call_id: str, turn: int | None = None, step: int | None = None) -> dict[str, Any]:
     """A ``tool/start`` event: the call's body is about to run (written
     before it is invoked, so a crash that leaves no ``tool/result`` tells
-    "started" from "never started")."""
-    return {"type": START, "call_id": call_id}
+    "started" from "never started"). ``turn`` and ``step``: its
+    ``tool/call``'s, so it pairs with that call even while another open
+    call shares its id."""
+    return _stepped({"type": START, "call_id": call_id}, turn, step)
 
 
-def result_event(call_id: str, result: ResultFields) -> dict[str, Any]:
+def result_event(
+    call_id: str, result: ResultFields, *, turn: int | None = None, step: int | None = None
+) -> dict[str, Any]:
     """A ``tool/result`` event: ``is_error``, ``content``, ``error`` and
-    ``meta`` of ``result``; never its canonical ``value``."""
-    return _traced(
-        {
-            "type": RESULT,
-            "call_id": _plain_str(call_id, "call_id"),
-            "is_error": bool(result.is_error),
-            "content": content_to_json(result.content),
-            "error": error_to_json(result.error),
-            "meta": result.meta,
-        },
-        result.error,
-    )
+    ``meta`` of ``result``; never its canonical ``value``. ``turn`` and
+    ``step``: its ``tool/call``'s (see :func:`start_event`)."""
+    event = _stepped({"type": RESULT, "call_id": _plain_str(call_id, "call_id")}, turn, step)
+    event["is_error"] = bool(result.is_error)
+    event["content"] = content_to_json(result.content)
+    event["error"] = error_to_json(result.error)
+    event["meta"] = result.meta
+    return _traced(event, result.error)
 
 
 #: How much of a traceback a logged event keeps (its end, where the raise is).
@@ -230,18 +250,28 @@ def _traced(event: dict[str, Any], error: ToolFailure | None) -> dict[str, Any]:
 
 
 def approval_request_event(
-    call_id: str, suspension: str, name: str, reason: str | None, display_reason: Mapping[str, str] | None
+    call_id: str,
+    suspension: str,
+    name: str,
+    reason: str | None,
+    display_reason: Mapping[str, str] | None,
+    *,
+    turn: int | None = None,
+    step: int | None = None,
 ) -> dict[str, Any]:
     """A ``tool/approval-request`` event: the approval service deferred the
-    call; the batch suspends as ``suspension`` (its id) until a decision."""
-    return {
-        "type": APPROVAL_REQUEST,
-        "call_id": _plain_str(call_id, "call_id"),
-        "suspension": _plain_str(suspension, "suspension"),
-        "name": _plain_str(name, "name"),
-        "reason": reason if type(reason) is str else None,
-        "display_reason": None if display_reason is None else dict(display_reason),
-    }
+    call; the batch suspends as ``suspension`` (its id) until a decision.
+    ``turn`` and ``step``: its ``tool/call``'s (see :func:`start_event`)."""
+    event = _stepped(
+        {"type": APPROVAL_REQUEST, "call_id": _plain_str(call_id, "call_id")},
+        turn,
+        step,
+    )
+    event["suspension"] = _plain_str(suspension, "suspension")
+    event["name"] = _plain_str(name, "name")
+    event["reason"] = reason if type(reason) is str else None
+    event["display_reason"] = None if display_reason is None else dict(display_reason)
+    return event
 
 
 def approval_event(call_id: str, suspension: str, decision: str) -> dict[str, Any]:

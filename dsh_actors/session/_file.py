@@ -36,6 +36,7 @@ from ._events import (
     approval_event,
     result_event,
     results_by_call,
+    step_of,
 )
 from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step, step_calls
 
@@ -111,9 +112,12 @@ class Session:
         # repeat across steps, so each tool/call gets a serial of its own).
         self._pending: dict[int, str] = {}
         # call id -> the serials of its open calls, latest last: a tool/start,
-        # tool/result or tool/approval-request pairs with the latest one (as
+        # tool/result or tool/approval-request pairs with the latest one of
+        # its step (its turn and step), or of any step when it names none (as
         # replay and read_step pair them).
         self._open: dict[str, list[int]] = {}
+        # serial -> the (turn, step) its tool/call named (None: none), while open
+        self._call_steps: dict[int, tuple[int, int] | None] = {}
         self._serial = 0
         # sub_call_id -> (root_call_id, parent_call_id, name) of each started
         # sub-call without a settle event, in start order
@@ -305,10 +309,12 @@ class Session:
             self._serial += 1
             self._pending[self._serial] = event["call_id"]
             self._open.setdefault(event["call_id"], []).append(self._serial)
+            self._call_steps[self._serial] = step_of(event)
         elif kind == RESULT:
-            serial = self._latest_open(event["call_id"], pop=True)
+            serial = self._latest_open(event["call_id"], step_of(event), pop=True)
             if serial is not None:
                 del self._pending[serial]
+                del self._call_steps[serial]
                 key = self._requests.pop(serial, None)
                 if key is not None:
                     del self._awaiting[key]
@@ -317,7 +323,7 @@ class Session:
             if type(call_id) is str and type(suspension) is str:
                 serial = self._redeferred.pop(call_id, None)
                 if serial is None or serial not in self._pending:
-                    serial = self._latest_open(call_id)
+                    serial = self._latest_open(call_id, step_of(event))
                 if serial is not None:  # (a request without its tool/call awaits nothing)
                     earlier = self._requests.pop(serial, None)
                     if earlier is not None:
@@ -345,15 +351,22 @@ class Session:
             if type(sub_call_id) is str:
                 self._pending_sub_calls.pop(sub_call_id, None)
 
-    def _latest_open(self, call_id: str, *, pop: bool = False) -> int | None:
-        """The serial of the latest open call of ``call_id`` (removed with
-        ``pop``), or None."""
+    def _latest_open(self, call_id: str, step: tuple[int, int] | None, *, pop: bool = False) -> int | None:
+        """The serial of the latest open call of ``call_id`` whose
+        ``tool/call`` named model step ``step`` (None: of any step), removed
+        with ``pop``; None when there is none."""
         serials = self._open.get(call_id)
         if not serials:
             return None
+        at = len(serials) - 1
+        if step is not None:
+            while at >= 0 and self._call_steps[serials[at]] != step:
+                at -= 1
+            if at < 0:
+                return None
         if not pop:
-            return serials[-1]
-        serial = serials.pop()
+            return serials[at]
+        serial = serials.pop(at)
         if not serials:
             del self._open[call_id]
         return serial
@@ -577,8 +590,12 @@ class Session:
                 event = _interrupted_dispatch(sub_call_id, *fields)
                 self._append_line(_encode(event), PTC_DISPATCH, event)
                 appended.append(event)
-            for call_id in list(self._pending.values()):
-                event = result_event(call_id, _INTERRUPTED)
+            for serial, call_id in list(self._pending.items()):
+                step = self._call_steps[serial]
+                if step is None:
+                    event = result_event(call_id, _INTERRUPTED)
+                else:
+                    event = result_event(call_id, _INTERRUPTED, turn=step[0], step=step[1])
                 self._append_line(_encode(event), RESULT, event)
                 appended.append(event)
             return appended

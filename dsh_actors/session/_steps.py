@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ..errors import InvalidStateError, InvalidValueError, LosslessJsonError, UsageError, safe_str
-from ._events import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, RESULT, START, LoggedResult
+from ._events import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, RESULT, START, LoggedResult, step_of
 
 CallState = Literal["settled", "started", "unstarted"]
 """Where a logged call stands: ``"settled"`` (its ``tool/result`` is in the
@@ -121,16 +121,19 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
     read from its latest run); without one (a log written before that
     event existed, or a crash that tore it) its ``tool/call`` events do.
     A ``tool/start``, ``tool/result`` or ``tool/approval-request`` pairs
-    with the latest ``tool/call`` of its id that has no result yet, as
-    replay pairs them (ids may repeat across steps); a ``tool/approval``
-    with the request of its suspension and call id. Raises
+    with the latest ``tool/call`` of its id and of its step (its ``turn``
+    and ``step``; of any step for one that names none, as logs written
+    before they carried them) that has no result yet, as replay pairs them
+    (ids may repeat across steps); a ``tool/approval`` with the request of
+    its suspension and call id. Raises
     :class:`LosslessJsonError` naming the field of a malformed
     ``tool/batch``, ``tool/call`` or ``tool/result``."""
     entries: list[_Entry] | None = None  # from the latest tool/batch of the step
     limit: int | None = None
     by_id: dict[str, _Entry] = {}
-    # call id -> its open tool/calls' entries, latest last (None: another step's)
-    open_calls: dict[str, list[_Entry | None]] = {}
+    # call id -> its open tool/calls' (step, entry), latest last (entry None:
+    # another step's, or an earlier run's)
+    open_calls: dict[str, list[tuple[tuple[int, int] | None, _Entry | None]]] = {}
     requests: dict[tuple[str, str], _Entry | None] = {}  # (suspension, call id) -> the requesting entry
     redeferred: dict[str, _Entry | None] = {}  # call id -> the entry a "deferred" decision left waiting
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
@@ -147,7 +150,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                 fallback.clear()
                 # An earlier run's calls are not this run's.
                 for stack in open_calls.values():
-                    stack[:] = [None] * len(stack)
+                    stack[:] = [(at, None) for at, _ in stack]
                 for key in requests:
                     requests[key] = None
                 redeferred.clear()
@@ -166,18 +169,21 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                     fallback[call_id] = entry
             if entry is not None:
                 entry.logged = True
-            open_calls.setdefault(call_id, []).append(entry)
+            open_calls.setdefault(call_id, []).append((step_of(event), entry))
         elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST:
             call_id = _str(event.get("call_id"), "event.call_id")
             latest = open_calls.get(call_id)
             if not latest:
                 continue
-            entry = latest[-1]
+            at = _latest_of_step(latest, step_of(event))
+            if at < 0:
+                continue  # (its step has no open call of that id)
+            entry = latest[at][1]
             if kind == APPROVAL_REQUEST and call_id in redeferred:
                 # Deferred again: the call that decision was for.
                 entry = redeferred.pop(call_id)
             if kind == RESULT:
-                latest.pop()
+                del latest[at]
                 if not latest:
                     del open_calls[call_id]
             if entry is None:
@@ -202,6 +208,16 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                 redeferred[call_id] = entry
     chosen = entries if entries is not None else list(fallback.values())
     return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
+
+
+def _latest_of_step(stack: list[tuple[tuple[int, int] | None, Any]], step: tuple[int, int] | None) -> int:
+    """Where in ``stack`` (open calls of one id, latest last) the latest call
+    of model step ``step`` is (None: of any step); -1 when there is none."""
+    at = len(stack) - 1
+    if step is not None:
+        while at >= 0 and stack[at][0] != step:
+            at -= 1
+    return at
 
 
 def approval_refusal(

@@ -154,7 +154,7 @@ def test_a_bodys_start_is_in_the_log_file_before_its_first_line_runs(rt: Any, tm
 
     def started_in_the_log(call_id: str) -> bool:
         with Session.open(path) as log:  # a read-only open: changes nothing
-            return any(e == {"type": "tool/start", "call_id": call_id} for e in log.events())
+            return any(e["type"] == "tool/start" and e["call_id"] == call_id for e in log.events())
 
     def body(args: Any, ctx: Any) -> str:
         seen[ctx.call_id] = started_in_the_log(ctx.call_id)
@@ -179,3 +179,55 @@ def test_a_bodys_start_is_in_the_log_file_before_its_first_line_runs(rt: Any, tm
     with Session(path) as session:
         run_step(rt, session, calls=calls)
     assert seen == dict.fromkeys(["c0", "c1", "c2", "c3"], True)
+
+
+def _two_open_calls_of_one_id() -> list[dict[str, Any]]:
+    """Two agents sharing a session, each in its own step, both with call
+    ``c1``: agent a's call starts and settles while agent b's is open."""
+    return [
+        {"type": "tool/batch", "turn": 1, "step": 1, "calls": [{"call_id": "c1", "name": "echo", "arguments": "{}"}]},
+        {"type": "tool/call", "turn": 1, "step": 1, "call_id": "c1", "name": "echo", "arguments": {}},
+        {"type": "tool/batch", "turn": 2, "step": 1, "calls": [{"call_id": "c1", "name": "echo", "arguments": "{}"}]},
+        {"type": "tool/call", "turn": 2, "step": 1, "call_id": "c1", "name": "echo", "arguments": {}},
+        {"type": "tool/start", "call_id": "c1", "turn": 1, "step": 1},
+        {"type": "tool/result", "call_id": "c1", "turn": 1, "step": 1, "is_error": False,
+         "content": [{"type": "text", "text": "a's"}], "error": None, "meta": None},
+    ]  # fmt: skip
+
+
+def test_a_start_and_a_result_that_name_their_step_pair_with_its_call_while_another_open_call_shares_the_id(
+    tmp_path: Path,
+) -> None:
+    from dsh_actors.cli.render import log_entries
+
+    events = _two_open_calls_of_one_id()
+    (mine,) = step_calls(events, 1, 1)
+    assert (mine.state, mine.started) == ("settled", True)
+    assert mine.result is not None and mine.result.content == (text("a's"),)
+    (theirs,) = step_calls(events, 2, 1)
+    assert (theirs.state, theirs.started) == ("unstarted", False)
+    # replay shows the result on its own step's call
+    entries = log_entries(events)
+    assert [(e.turn, e.step, e.result is not None) for e in entries] == [(1, 1, True), (2, 1, False)]
+    # the session itself: the open call is b's, and repair closes exactly it
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        for event in events:
+            session.append(event)
+    with Session.open(path) as reopened:
+        assert reopened.pending_calls() == ["c1"]
+        (repaired,) = reopened.repair()
+        assert (repaired["turn"], repaired["step"]) == (2, 1)
+        assert reopened.pending_calls() == []
+        (again,) = reopened.step_calls(2, 1)
+        assert again.state == "settled"
+        (still,) = reopened.step_calls(1, 1)
+        assert still.result is not None and still.result.content == (text("a's"),)
+    # A log written before these events carried their step reads as it did:
+    # they pair with the latest open call of their id.
+    for event in events[4:]:
+        del event["turn"], event["step"]  # a log written before they carried their step
+    (first,) = step_calls(events, 1, 1)
+    assert first.state == "unstarted"
+    (latest,) = step_calls(events, 2, 1)
+    assert latest.state == "settled"
