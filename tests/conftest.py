@@ -16,16 +16,6 @@ settings.register_profile(
 )
 settings.load_profile("dsh")
 
-try:
-    # The MCP SDK binds stdio_client's default errlog to sys.stderr when
-    # mcp.client.stdio is first imported: imported here, at collection, it is
-    # pytest's session-long stream (which has a file descriptor), not the
-    # capture stream of whichever test happens to import it first (which has
-    # none: a later stdio_client() without errlog, as the README's, fails).
-    import mcp.client.stdio  # noqa: F401
-except ImportError:  # pragma: no cover - the mcp extra is not installed
-    pass
-
 
 def live_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.is_alive()}
