@@ -52,11 +52,11 @@ def test_the_log_table_gives_exactly_the_keys_the_session_writes() -> None:
     written = [
         session.batch_event(1, 2, [("c", "t", "{}")], 4),
         session.call_event(1, 2, "c", "t", {}),
-        session.start_event("c"),
-        session.result_event("c", failure),
+        session.start_event("c", 1, 2),
+        session.result_event("c", failure, turn=1, step=2),
         session.ptc_dispatch_start_event("c", None, "c:ptc:1", "t", {}),
         session.ptc_dispatch_event("c", None, "c:ptc:1", "t", True, failure.content, failure.error, None),
-        session.approval_request_event("c", "s1", "t", "why", {"en": "May I?"}),
+        session.approval_request_event("c", "s1", "t", "why", {"en": "May I?"}, turn=1, step=2),
         session.approval_event("c", "s1", "allowed-once"),
     ]
     table = logged_keys()

@@ -358,11 +358,7 @@ class BatchRun:
             return self._close()
         except BaseException as exc:  # noqa: BLE001 - a bug: the batch fails, it never hangs
             logger.opt(exception=exc).error("the batch scheduler failed")
-            return ToolBatchExecutionError(
-                f"internal error: {type(exc).__name__}: {safe_str(exc)}",
-                results=tuple(self.results[: self.committed]),
-                partial=_batch_result(tuple(self.results)),
-            )
+            return self._error(_internal(exc), exc)
 
     def abandoned_error(self) -> ToolBatchExecutionError:
         """The batch's answer when ``rt.stop()`` cannot wait for it any
@@ -385,8 +381,17 @@ class BatchRun:
                 "the runtime stopped while the batch's executor was still busy (a listener, an approval "
                 "service or a tool body ignoring its signal) and could not answer"
             )
+        return self._error(detail, None)
+
+    def _error(self, detail: str, failure: BaseException | None) -> ToolBatchExecutionError:
+        """The batch's failure: ``detail``, the results committed so far
+        and the partial result, with ``failure`` (a bug, a log write
+        error) as its cause."""
         results = tuple(self.results)
-        return ToolBatchExecutionError(detail, results=results[: self.committed], partial=_batch_result(results))
+        error = ToolBatchExecutionError(detail, results=results[: self.committed], partial=_batch_result(results))
+        if failure is not None:
+            error.__cause__ = failure
+        return error
 
     def _body_ended(self, message: BodyEnded) -> None:
         for call, value, error in message.ends:
@@ -569,9 +574,9 @@ class BatchRun:
             # results are in model order all the same.
             order = {tool_call.id: i for i, tool_call in enumerate(self.batch.calls)}
             self.results.sort(key=lambda item: order[item.call_id])
-        results = tuple(self.results)
         failure = self.bug or self.log_error
         if failure is None and not self.stuck:
+            results = tuple(self.results)
             if self.count[_DEFERRED]:
                 return self._suspend(results)
             return _batch_result(results)
@@ -581,11 +586,9 @@ class BatchRun:
         elif failure is self.log_error:
             detail = f"the session log could not be written: {safe_str(failure)}"
         else:
-            detail = f"internal error: {type(failure).__name__}: {safe_str(failure)}"
-        error = ToolBatchExecutionError(detail, results=results[: self.committed], partial=_batch_result(results))
-        if failure is not None:
-            error.__cause__ = failure
-        return error
+            assert failure is not None  # (neither stuck nor a log error: a bug)
+            detail = _internal(failure)
+        return self._error(detail, failure)
 
     # -- the state machine -----------------------------------------------------------
 
@@ -943,6 +946,8 @@ class BatchRun:
         call.body_hook = self.hook
         call.loop = self.loop
         call.start_log = self.session
+        if self.session is not None:
+            call.start_step = self._log_step()
         starts = self.starts
         if starts is not None:
             start = starts[index]
@@ -1055,7 +1060,8 @@ class BatchRun:
         session = self.session
         if start.log_result and session is not None:
             try:
-                session.append(result_event(call_id, result))
+                turn, step = self._log_step()
+                session.append(result_event(call_id, result, turn=turn, step=step))
             except BaseException as exc:  # noqa: BLE001
                 self.log_error = exc
                 return
@@ -1068,6 +1074,15 @@ class BatchRun:
             freeze(execution)
             call.context.run(self.rt.events.emit, "tools/result", execution, result, agent=execution.agent)
 
+    def _log_step(self) -> tuple[int, int]:
+        """The model step ``(turn, step)`` of this logged batch: its
+        ``tool/start``, ``tool/result`` and approval requests name it, so
+        they pair with its calls even while another open call (another
+        step's, another agent's sharing the session) has the same id."""
+        log = self.batch.log
+        assert log is not None  # (self.session is set only for a logged batch)
+        return (log.turn, log.step)
+
     def _defer(self, call: Call) -> None:
         """``call`` is DEFERRED (the approval service answered
         ``"deferred"``): a logged batch logs the request (with the id of the
@@ -1079,6 +1094,7 @@ class BatchRun:
         session = self.session
         if session is not None and self.log_error is None:
             ask = call.ask
+            turn, step = self._log_step()
             try:
                 session.append(
                     approval_request_event(
@@ -1087,6 +1103,8 @@ class BatchRun:
                         execution.name,
                         None if ask is None else ask.reason,
                         None if ask is None else ask.display_reason,
+                        turn=turn,
+                        step=step,
                     )
                 )
             except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
@@ -1161,7 +1179,8 @@ class BatchRun:
             return
         try:
             # The final result is frozen: every value in it is lossless JSON.
-            session.append_lossless(result_event(call.execution.call_id, result))
+            turn, step = self._log_step()
+            session.append_lossless(result_event(call.execution.call_id, result, turn=turn, step=step))
         except BaseException as exc:  # noqa: BLE001
             self.log_error = exc
             return
@@ -1266,6 +1285,11 @@ def _call_result(call_id: str, result: ToolExecutionResult) -> ToolCallResult:
     _set_result_id(item, call_id)
     _set_result(item, result)
     return item
+
+
+def _internal(failure: BaseException) -> str:
+    """What a batch that a bug broke says of it."""
+    return f"internal error: {type(failure).__name__}: {safe_str(failure)}"
 
 
 def _batch_result(

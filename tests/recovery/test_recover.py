@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduling.helpers import assert_no_new_threads, live_threads
+from scheduling.helpers import GUARD, assert_no_new_threads, live_threads
 
 from dsh_actors import (
     AbortController,
@@ -279,3 +280,42 @@ def test_what_cannot_be_recovered_is_refused_naming_the_fix(rt: Any, tmp_path: P
         f"the session log of agent 'a' ({path}) has no call of turn 1, step 2: nothing to recover (a step "
         "whose tool/batch never reached the log never started: run it with rt.tools.execute)"
     )
+
+
+def test_agents_sharing_a_session_recover_their_own_calls_of_the_same_id(rt: Any, tmp_path: Path) -> None:
+    """Agent a's call c1 starts and settles while agent b's call c1 (another
+    step, the same session) is open: each step reads back its own result."""
+    b_logged, a_done = threading.Event(), threading.Event()
+
+    def body(args: Any, ctx: Any) -> str:
+        return f"{ctx.agent.id}'s"
+
+    def gate(execution: Any, next_: Any) -> Any:
+        if execution.agent.id == "a":
+            assert b_logged.wait(GUARD)  # b's tool/call is in the log before a's body starts
+        else:
+            b_logged.set()
+            assert a_done.wait(GUARD)  # b's body starts once a's result is logged
+        return next_()
+
+    rt.tools.register(
+        define_tool(name="t", description="t", parameters={}, output=OUTPUT, execute=body, is_concurrency_safe=True)
+    )
+    rt.events.on("tools/pre-execute", gate)
+    rt.events.on("tools/result", lambda execution, result: a_done.set() if execution.agent.id == "a" else None)
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        futures = [
+            rt.tools.submit(
+                ToolBatchInput(
+                    calls=[ToolCall("c1", "t", "{}")], agent=Agent(name, session=session), log=LogStep(turn, 1)
+                )
+            )
+            for name, turn in (("a", 1), ("b", 2))
+        ]
+        for future in futures:
+            future.result(GUARD)
+    with Session.open(path) as reopened:
+        for name, turn in (("a", 1), ("b", 2)):
+            recovered = rt.tools.recover(Agent(name, session=reopened), turn, 1)
+            assert [item.result.content for item in recovered.results] == [(text(f"{name}'s"),)]

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import Agent, LogStep, Session, ToolBatchExecutionError, ToolBatchInput
+from dsh_actors import Agent, Ask, LogStep, Session, ToolBatchExecutionError, ToolBatchInput, ToolCall
+from dsh_actors.scheduling.batch import BatchRun
 
 from .helpers import GUARD, Timeline, calls, counting_body, logged_batch, make_tool, must
 
@@ -190,3 +191,24 @@ def test_a_batch_whose_tool_batch_could_not_be_written_runs_nothing(rt: Any) -> 
     assert not timeline.starts and not timeline.pre
     assert info.value.results == ()
     assert session.events() == []
+
+
+def test_a_batch_whose_ending_breaks_fails_with_the_bug_as_its_cause_and_its_committed_results(
+    rt: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Boom(Exception):
+        pass
+
+    def broken(self: Any, results: Any) -> Any:
+        raise Boom("the suspension could not be written")
+
+    monkeypatch.setattr(BatchRun, "_suspend", broken)
+    rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+    rt.events.on("tools/pre-execute", lambda e, next_: Ask(reason="r") if e.call_id == "c1" else next_())
+    rt.approvals.set(lambda request: "deferred")
+    with pytest.raises(ToolBatchExecutionError) as info:
+        rt.tools.execute(ToolBatchInput(calls=[ToolCall("c0", "t", "{}"), ToolCall("c1", "t", "{}")], agent=Agent("a")))
+    error = info.value
+    assert "internal error: Boom: the suspension could not be written" in str(error)
+    assert isinstance(error.__cause__, Boom)  # kept, as for a bug the run itself caught
+    assert [item.call_id for item in error.results] == ["c0"]

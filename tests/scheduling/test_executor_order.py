@@ -92,6 +92,8 @@ def test_call_and_result_events_are_logged_in_model_order_even_when_later_calls_
     assert result_events[2] == {
         "type": "tool/result",
         "call_id": "c2",
+        "turn": 1,
+        "step": 1,
         "is_error": False,
         "content": [{"type": "text", "text": "v2"}],
         "error": None,
