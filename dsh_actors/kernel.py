@@ -1,18 +1,21 @@
 """The kernel: what the layers below the runtime may use of it.
 
-The pipeline, the scheduling functions and the registry's actors never see
-the :class:`~dsh_actors.runtime.ToolRuntime` (no module below it imports
-``dsh_actors.runtime``, even for an annotation; ``tests/test_ownership.py``
-checks it). They are given a :class:`Kernel`: the event bus, the published
-registry, the stop signal, the loops, the approval channel, the threads for
-blocking executors and the one way to lend capacity while blocked
-(:meth:`Kernel.waiting`). ``ToolRuntime.start()`` builds it once
-(:class:`RuntimeKernel`, frozen: nobody below the runtime replaces a part of
-it) and hands it down; ``rt.kernel`` is that object.
+The pipeline, the scheduler (``NativeExecutor``, its executor and call
+actors, ``BatchRun``, the ``Dispatcher``, ``start_batch``) and the registry's
+actors never see the :class:`~dsh_actors.runtime.ToolRuntime` (no module
+below it imports ``dsh_actors.runtime``, even for an annotation;
+``tests/test_ownership.py`` checks it). They are given a :class:`Kernel`:
+the event bus, the published registry, the stop signal and the stop's
+deadlines, the loops, the approval channel, the actor group, the
+dispatcher, the threads for blocking executors and the one way to lend
+capacity while blocked (:meth:`Kernel.waiting`). ``ToolRuntime.start()``
+builds it once (:class:`RuntimeKernel`, frozen: nobody below the runtime
+replaces a part of it) and hands it down; ``rt.kernel`` is that object.
+``NativeExecutor.bind(runtime)`` keeps only ``runtime.kernel`` (and
+registers its stop hook with ``runtime.on_stop``).
 
 :class:`Kernel` is the protocol those layers are typed against, so anything
-that has these members serves (a test's fake, or, while the scheduler still
-holds the runtime itself, the runtime).
+that has these members serves (a test's fake).
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
+    from .actors import ActorGroup
     from .approvals import ApprovalChannel
     from .events import EventBus
     from .loop import LoopThread
     from .pipeline.flights import LoopWatch
+    from .scheduling.dispatcher import Dispatcher
     from .signals import AbortSignal
     from .visibility import RegistryState
 
@@ -80,6 +85,28 @@ class Kernel(Protocol):
         """Whether the runtime is started and not stopping."""
         ...
 
+    @property
+    def group(self) -> ActorGroup:
+        """The runtime's actors (the dispatcher starts its call and executor
+        actors in it; ``rt.stop()`` stops them all)."""
+        ...
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """The runtime's capacity: the call actors every batch shares and the
+        executor actors' step slots."""
+        ...
+
+    def stop_remaining(self) -> float:
+        """Seconds left until the running ``rt.stop()``'s deadline (0 when
+        none is running)."""
+        ...
+
+    def teardown_remaining(self) -> float:
+        """Seconds left for the running ``rt.stop()``'s teardown (at least
+        ``ToolRuntime.STOP_GRACE``)."""
+        ...
+
     def waiting(self) -> AbstractContextManager[Any]:
         """Around a wait of the calling thread for work the runtime must do:
         the calling actor lends its capacity for the wait (the one way to
@@ -96,8 +123,10 @@ class Kernel(Protocol):
 class RuntimeKernel:
     """The one :class:`Kernel` of a runtime, built by ``ToolRuntime.start()``.
 
-    The lending and the worker threads belong to layers above (scheduling,
-    the runtime), so the runtime passes them in as callables."""
+    The lending, the worker threads, the dispatcher and the stop's clock
+    belong to layers above (scheduling, the runtime), so the runtime passes
+    them in as callables (the dispatcher is made after the kernel: it is
+    given the kernel)."""
 
     events: EventBus
     state: RegistryState
@@ -106,16 +135,32 @@ class RuntimeKernel:
     loop: LoopThread
     bound_loop: asyncio.AbstractEventLoop | None
     loop_watch: LoopWatch
+    group: ActorGroup
     #: ``lend()``: the context manager :meth:`waiting` returns.
     lend: Callable[[], AbstractContextManager[Any]]
     #: The runtime's lifecycle: whether it is started and not stopping.
     is_running: Callable[[], bool]
     #: The pool of worker threads (made on first use).
     worker_pool: Callable[[], ThreadPoolExecutor]
+    #: The runtime's dispatcher (``rt.dispatcher``).
+    dispatcher_of: Callable[[], Dispatcher]
+    #: ``rt.stop_remaining`` and ``rt.teardown_remaining``.
+    stop_clock: Callable[[], float]
+    teardown_clock: Callable[[], float]
 
     @property
     def running(self) -> bool:
         return self.is_running()
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self.dispatcher_of()
+
+    def stop_remaining(self) -> float:
+        return self.stop_clock()
+
+    def teardown_remaining(self) -> float:
+        return self.teardown_clock()
 
     def waiting(self) -> AbstractContextManager[Any]:
         return self.lend()

@@ -141,7 +141,6 @@ class ToolRuntime:
         try:
             self._loop = LoopThread()
             self._state = RegistryState()
-            self._dispatcher = Dispatcher(self, self.max_call_actors, CallActor.open, ExecutorActor.open)
             kernel = self._kernel = RuntimeKernel(
                 events=self.events,
                 state=self._state,
@@ -153,7 +152,12 @@ class ToolRuntime:
                 lend=Lent,
                 is_running=lambda: self.running,
                 worker_pool=self.workers,
+                group=self._group,
+                dispatcher_of=lambda: self.dispatcher,
+                stop_clock=self.stop_remaining,
+                teardown_clock=self.teardown_remaining,
             )
+            self._dispatcher = Dispatcher(kernel, self.max_call_actors, CallActor.open, ExecutorActor.open)
             ref = RegistryActor.spawn(self._group, kernel, self._bind_executor)
             actor = self._group.actor(ref)
             assert actor is not None

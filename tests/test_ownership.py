@@ -172,14 +172,6 @@ def test_the_allow_lists_name_only_accesses_that_still_exist() -> None:
 # The runtime and the modules above it (they may name the ToolRuntime).
 _ABOVE_THE_RUNTIME = ("dsh_actors/runtime.py", "dsh_actors/__init__.py", "dsh_actors/demo.py")
 _ABOVE_THE_RUNTIME_PACKAGES = ("dsh_actors/cli/", "dsh_actors/mcp/", "dsh_actors/providers/", "dsh_actors/acp/")
-# The scheduler's actors are still handed the runtime itself
-# (NativeExecutor.bind(runtime), the Dispatcher, BatchRun): see issue 22's
-# remaining item 6.
-_STILL_GIVEN_THE_RUNTIME = {
-    "dsh_actors/scheduling/batch.py",
-    "dsh_actors/scheduling/dispatcher.py",
-    "dsh_actors/scheduling/executor.py",
-}
 
 
 def _names_the_runtime(tree: ast.Module, path: Path) -> bool:
@@ -207,18 +199,8 @@ def test_no_module_below_the_runtime_names_it() -> None:
         for name, tree, path in _modules()
         if name not in _ABOVE_THE_RUNTIME
         and not name.startswith(_ABOVE_THE_RUNTIME_PACKAGES)
-        and name not in _STILL_GIVEN_THE_RUNTIME
         and _names_the_runtime(tree, path)
     ]
     assert offenders == [], (
         f"these modules below the runtime import dsh_actors.runtime (give them the Kernel): {offenders}"
-    )
-
-
-def test_the_runtime_exceptions_are_still_needed() -> None:
-    still = {
-        name for name, tree, path in _modules() if name in _STILL_GIVEN_THE_RUNTIME and _names_the_runtime(tree, path)
-    }
-    assert still == _STILL_GIVEN_THE_RUNTIME, (
-        f"remove from _STILL_GIVEN_THE_RUNTIME: {_STILL_GIVEN_THE_RUNTIME - still}"
     )

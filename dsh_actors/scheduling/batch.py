@@ -83,7 +83,7 @@ from .pool import WorkMailbox
 from .suspension import new_suspension_id, suspension_value
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
     from ..session import Session
     from .executor import NativeExecutor
 
@@ -255,7 +255,7 @@ class BatchRun:
 
     def __init__(
         self,
-        rt: ToolRuntime,
+        rt: Kernel,
         native: NativeExecutor,
         batch: ToolBatchInput,
         limit: int,

@@ -53,7 +53,7 @@ from .idle import IdleShelf
 from .messages import Serve
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
     from .pool import WorkMailbox
 
 __all__ = ["Dispatcher"]
@@ -61,7 +61,7 @@ __all__ = ["Dispatcher"]
 #: Idle executor actors kept (each retires after IDLE_TTL).
 IDLE_STEPPERS_KEPT = 32
 
-Opener = Callable[[ActorGroup, "ToolRuntime", "Dispatcher"], Address]
+Opener = Callable[[ActorGroup, "Kernel", "Dispatcher"], Address]
 
 
 class Dispatcher:
@@ -94,7 +94,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        rt: ToolRuntime,
+        rt: Kernel,
         budget: int,
         open_server: Opener,
         open_stepper: Opener,

@@ -52,7 +52,7 @@ from .pool import LEAVE, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
-    from ..runtime import ToolRuntime
+    from ..kernel import Kernel
 
 __all__ = ["CallActor", "ExecutorActor", "Lent", "NativeExecutor", "SubBatch"]
 
@@ -70,7 +70,7 @@ class NativeExecutor:
 
     def __init__(self, max_parallel_tool_calls: int = 10) -> None:
         self.max_parallel_tool_calls = check_limit(max_parallel_tool_calls)
-        self._rt: ToolRuntime | None = None
+        self._rt: Kernel | None = None
         self._lock = threading.Condition()
         self._closed = False
         self._checked_own: dict[int, Any] = {}
@@ -143,14 +143,17 @@ class NativeExecutor:
 
     # -- the executor protocol ---------------------------------------------
 
-    def bind(self, runtime: ToolRuntime) -> None:
-        """Attach to ``runtime`` (called by ``set_executor``)."""
+    def bind(self, runtime: Any) -> None:
+        """Attach to ``runtime``, a started ``ToolRuntime`` (called by
+        ``set_executor``). Keeps only its kernel (``runtime.kernel``) and
+        has ``runtime.on_stop`` run the executor's shutdown."""
+        kernel = runtime.kernel
         with self._lock:
-            if self._rt is runtime:
+            if self._rt is kernel:
                 return
             if self._rt is not None:
                 raise InvalidStateError("this NativeExecutor is already installed in another runtime")
-            self._rt = runtime
+            self._rt = kernel
         runtime.on_stop(self._shutdown)
 
     def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
@@ -311,7 +314,7 @@ class NativeExecutor:
 class ExecutorActor(MailboxActor):
     """Runs one batch at a time (pooled). See the module docstring."""
 
-    def __init__(self, group: ActorGroup, rt: ToolRuntime, dispatcher: Dispatcher) -> None:
+    def __init__(self, group: ActorGroup, rt: Kernel, dispatcher: Dispatcher) -> None:
         super().__init__(group)
         self._rt = rt
         self._address: Address | None = None
@@ -460,7 +463,7 @@ class CallActor(MailboxActor):
     """Dispatches calls from the work mailboxes it is sent to serve (pooled,
     one call at a time, on its own thread)."""
 
-    def __init__(self, group: ActorGroup, rt: ToolRuntime, dispatcher: Dispatcher) -> None:
+    def __init__(self, group: ActorGroup, rt: Kernel, dispatcher: Dispatcher) -> None:
         super().__init__(group)
         self.rt = rt
         self.dispatcher = dispatcher  # (read-only: whose call-actor slot it holds)
