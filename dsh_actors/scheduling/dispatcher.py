@@ -144,16 +144,22 @@ class Dispatcher:
             sends.append((self._servers.take(), Serve(mailbox=mailbox)))
         return sends
 
-    def _fairest(self) -> WorkMailbox:
+    def _fairest(self, left: WorkMailbox | None = None) -> WorkMailbox:
         """(Under the lock.) The waiting mailbox holding the fewest call
-        actors (the first to ask among equals): round-robin by batch."""
+        actors (the first to ask among equals): round-robin by batch. A call
+        actor that just ``left`` a mailbox goes back to it only when no
+        other mailbox waits (it left for another: see :meth:`yields`)."""
         best: WorkMailbox | None = None
         fewest = 0
         for mailbox in self.wanting:
+            if mailbox is left:
+                continue
             held = mailbox.granted()
             if best is None or held < fewest:
                 best, fewest = mailbox, held
-        assert best is not None
+        if best is None:
+            assert left is not None and left in self.wanting
+            return left
         return best
 
     def _grant(self, mailbox: WorkMailbox) -> None:
@@ -238,26 +244,33 @@ class Dispatcher:
     def yields(self, mailbox: WorkMailbox) -> bool:
         """(Under the lock.) Whether a call actor of ``mailbox`` that is
         about to take its next call leaves instead, for a waiting mailbox
-        that holds at least two call actors fewer (capacity is shared
-        between batches: :meth:`release` sends it there)."""
+        that holds none, or at least two call actors fewer (capacity is
+        shared between batches: :meth:`release` sends it there; the calls
+        still queued here wait their turn, see ``WorkMailbox.take``). So at
+        a budget of one, or when every batch holds one call actor, the
+        batches take turns call by call; a difference of one does not move
+        a call actor (it would only move back)."""
         if not self.wanting:
             return False
         mine = mailbox.granted()
-        if mine < 2:
+        if mine < 1:
             return False
         for other in self.wanting:
-            if other is not mailbox and other.granted() + 1 < mine:
-                return True
+            if other is not mailbox:
+                held = other.granted()
+                if held == 0 or held + 1 < mine:
+                    return True
         return False
 
-    def release(self, worker: Address) -> WorkMailbox | None:
-        """The call actor at ``worker`` left a mailbox: the next mailbox it
-        serves (the fairest waiting one), or None (it is idle now, or retired
-        if enough are idle)."""
+    def release(self, worker: Address, left: WorkMailbox | None = None) -> WorkMailbox | None:
+        """The call actor at ``worker`` left a mailbox (``left``): the next
+        mailbox it serves (the fairest waiting one, another than ``left``
+        when another waits), or None (it is idle now, or retired if enough
+        are idle)."""
         with self.lock:
             self.serving -= 1
             if self.wanting and self.serving < self.budget:
-                mailbox = self._fairest()
+                mailbox = self._fairest(left)
                 self._grant(mailbox)
                 return mailbox
             if not self.closed and self._servers.shelve(worker):

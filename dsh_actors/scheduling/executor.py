@@ -486,7 +486,7 @@ class CallActor(MailboxActor):
         dispatcher = self.dispatcher
         reply = None  # settles the batch's reply, when this actor ended it
         mailbox.arrive()
-        item = mailbox.take()
+        item = mailbox.take(arriving=True)
         while item is not LEAVE:
             call: Any = item
             try:
@@ -498,7 +498,7 @@ class CallActor(MailboxActor):
             if item is LEAVE:
                 # Back with the dispatcher before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
-                nxt = dispatcher.release(self.address)
+                nxt = dispatcher.release(self.address, mailbox)
                 mailbox.report(call)
                 return nxt
             if item is None:
@@ -510,7 +510,7 @@ class CallActor(MailboxActor):
                 item = mailbox.take()
             else:
                 mailbox.report(call)
-        nxt = dispatcher.release(self.address)
+        nxt = dispatcher.release(self.address, mailbox)
         if reply is not None:
             reply()  # after going back to the dispatcher (see above)
         return nxt

@@ -82,9 +82,11 @@ class WorkMailbox:
       sends one idle server of another mailbox away (:meth:`shed_idle_locked`).
       So idle servers never hold the budget that another batch (a nested
       one, say) needs to finish, and nothing waits on a timer.
-    * Capacity is shared: a server about to take its next call leaves
-      instead when another batch waits holding at least two call actors
-      fewer than this one (``Dispatcher.yields``).
+    * Capacity is shared: a server about to take its next call (not its
+      first, just arrived) leaves instead when another batch waits holding
+      none, or at least two call actors fewer than this one
+      (``Dispatcher.yields``); if calls are still queued here and no server
+      is idle or on its way, the mailbox asks for one again.
     * While a call is queued and the mailbox is open, ``servers -
       sentinels >= 1``: someone will take it (a put rings the doorbell for
       a waiting server; a server woken for nothing looks again).
@@ -300,10 +302,12 @@ class WorkMailbox:
         self.spare -= 1
         self.servers -= 1
 
-    def take(self, *, wait: bool = True) -> Call | None | _Leave:
+    def take(self, *, wait: bool = True, arriving: bool = False) -> Call | None | _Leave:
         """The next call to run (now owned by the caller), or LEAVE (the
         caller no longer serves this mailbox). ``wait=False``: None when no
-        item is queued right now.
+        item is queued right now. ``arriving``: the caller has just come to
+        serve this mailbox, so it takes a call before it may leave for
+        another batch (two batches would otherwise hand it back and forth).
 
         Taking a call is where its body starts: a call found stale here
         (see ``pipeline.call.stale``) goes back to the executor with every
@@ -314,14 +318,22 @@ class WorkMailbox:
         dispatcher = self._dispatcher
         while True:
             returned: Returned | None = None
-            grow = False
+            grow = leaving = regrow = False
             with lock:
-                if dispatcher.wanting and items and items[0] is not LEAVE and dispatcher.yields(self):
+                if not arriving and dispatcher.wanting and items and items[0] is not LEAVE and dispatcher.yields(self):
                     # Another batch waits with fewer call actors: this one
-                    # leaves for it (the dispatcher sends it there).
+                    # leaves for it (the dispatcher sends it there). Its
+                    # calls still queued are not left behind a body that
+                    # blocks: unless a server stays idle or is on its way,
+                    # the mailbox asks for one again (it waits its turn).
                     self.servers -= 1
-                    return LEAVE
-                if items:
+                    regrow = not self.closed and self.idle == 0 and self.spare == 0
+                    if regrow:
+                        self.servers += 1
+                        self.spare += 1
+                        sends = dispatcher.want_locked(self)
+                    leaving = True
+                elif items:
                     item = items.popleft()
                     if item is LEAVE:
                         self.sentinels -= 1
@@ -357,6 +369,10 @@ class WorkMailbox:
                 else:
                     self.idle += 1
                     item = None
+            if leaving:
+                if regrow:
+                    dispatcher.send(sends)
+                return LEAVE
             if returned is not None:
                 self.inbox.put(returned)
                 continue

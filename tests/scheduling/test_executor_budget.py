@@ -228,3 +228,91 @@ def test_a_long_batch_does_not_hold_the_whole_budget_while_another_batch_waits()
             release.set()
         assert [r.result.value for r in b.result(GUARD).results] == ["b", "b"]
         assert [r.result.value for r in a.result(GUARD).results] == ["a"] * 12
+
+
+def _queued_listener(call_id: str, event: threading.Event) -> Any:
+    """A ``tools/pre-execute`` listener that sets ``event`` when ``call_id``
+    is prepared: the call before it is in its batch's work mailbox then."""
+
+    def seen(execution: Any, next_: Any) -> Any:
+        if execution.call_id == call_id:
+            event.set()
+        return next_()
+
+    return seen
+
+
+def test_a_batch_that_gives_its_call_actor_to_a_waiting_batch_gets_one_back_for_its_queued_calls() -> None:
+    """Budget 2: A's c0 blocks until A's c2 runs; A's c1 ends while batch B
+    waits for a call actor, so c1's call actor leaves A for B. A's c2 must
+    still start once B is done (the budget is free again): A asks for a call
+    actor again when it gives one away with calls still to start. Without
+    that, c2 waits behind c0 and c0 waits for c2."""
+    c0_running = threading.Event()
+    c2_running = threading.Event()
+    release_c1 = threading.Event()
+    b_queued = threading.Event()
+
+    def a_body(args: Any, ctx: Any) -> str:
+        i = args["i"]
+        if i == 0:
+            c0_running.set()
+            must(c2_running, "A's c2 to start beside c0 (the budget is free once B is done)")
+        elif i == 1:
+            must(release_c1, "the test to release A's c1")
+        else:
+            c2_running.set()
+        return "a"
+
+    with started_runtime(max_call_actors=2) as rt:
+        rt.tools.register(make_tool("a", a_body))
+        rt.tools.register(make_tool("b", lambda args, ctx: "b"))
+        rt.events.on("tools/pre-execute", _queued_listener("b:c1", b_queued))
+        a = rt.tools.submit(ToolBatchInput(calls=calls("a", "a", "a"), max_parallel_tool_calls=2))
+        try:
+            must(c0_running, "A's c0 to run")
+            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("b", "b")]
+            b = rt.tools.submit(ToolBatchInput(calls=b_calls))
+            must(b_queued, "B's first call to wait for a call actor")
+        finally:
+            release_c1.set()
+        assert [r.result.value for r in b.result(GUARD).results] == ["b", "b"]
+        assert [r.result.value for r in a.result(GUARD).results] == ["a"] * 3
+
+
+def test_at_a_budget_of_one_two_batches_take_turns() -> None:
+    """Budget 1: a long batch A holds the one call actor when batch B
+    arrives. After A's running call, the call actor serves B before A's next
+    call (A's later calls wait for B's first one, which never starts if A
+    keeps the call actor for its whole batch)."""
+    a_running = threading.Event()
+    release = threading.Event()
+    b_started = threading.Event()
+    b_queued = threading.Event()
+
+    def a_body(args: Any, ctx: Any) -> str:
+        if args["i"] == 0:
+            a_running.set()
+            must(release, "the test to release A's first call")
+        else:
+            must(b_started, "B's first call to start (it waits for the call actor A holds)")
+        return "a"
+
+    def b_body(args: Any, ctx: Any) -> str:
+        b_started.set()
+        return "b"
+
+    with started_runtime(max_call_actors=1) as rt:
+        rt.tools.register(make_tool("a", a_body))
+        rt.tools.register(make_tool("b", b_body))
+        rt.events.on("tools/pre-execute", _queued_listener("b:c1", b_queued))
+        a = rt.tools.submit(ToolBatchInput(calls=calls(*["a"] * 6), max_parallel_tool_calls=3))
+        try:
+            must(a_running, "A's first call to run")
+            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("b", "b")]
+            b = rt.tools.submit(ToolBatchInput(calls=b_calls))
+            must(b_queued, "B's first call to wait for the call actor")
+        finally:
+            release.set()
+        assert [r.result.value for r in b.result(GUARD).results] == ["b", "b"]
+        assert [r.result.value for r in a.result(GUARD).results] == ["a"] * 6
