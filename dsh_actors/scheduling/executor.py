@@ -447,9 +447,17 @@ class Lent:
     def __enter__(self) -> None:
         actor = actor_thread_ident()
         if (type(actor) is ExecutorActor or type(actor) is CallActor) and not actor.lent:
+            stepper = type(actor) is ExecutorActor
             actor.lent = True
+            try:
+                actor.dispatcher.lend(stepper)
+            except BaseException:
+                # The slot was lent before the sends it decided failed (the
+                # runtime is stopping): taken back, since __exit__ never runs.
+                actor.dispatcher.unlend(stepper)
+                actor.lent = False
+                raise
             self._actor = actor
-            actor.dispatcher.lend(type(actor) is ExecutorActor)
 
     def __exit__(self, *exc: object) -> None:
         actor = self._actor
