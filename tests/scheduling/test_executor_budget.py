@@ -16,6 +16,11 @@ from dsh_actors.runtime import DEFAULT_CALL_ACTORS
 from .helpers import GUARD, call, calls, make_tool, must, started_runtime
 
 
+def batch_b(*names: str) -> list[Any]:
+    """The calls of a second batch ``B``: ids ``b:c0``, ``b:c1``, ..."""
+    return [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls(*names)]
+
+
 class Occupancy:
     """Bodies running at once: on call actors overall, and per batch."""
 
@@ -155,8 +160,7 @@ def test_an_idle_call_actor_leaves_for_a_batch_waiting_for_the_budget_at_once(mo
         a = rt.tools.submit(ToolBatchInput(calls=tuple(a_calls), max_parallel_tool_calls=2))
         try:
             must(x1_running, "A's exclusive call to run")
-            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("safe", "safe")]
-            b = rt.tools.submit(ToolBatchInput(calls=tuple(b_calls), max_parallel_tool_calls=2))
+            b = rt.tools.submit(ToolBatchInput(calls=batch_b("safe", "safe"), max_parallel_tool_calls=2))
             assert [r.result.value for r in b.result(GUARD).results] == ["s", "s"]
         finally:
             release_x1.set()
@@ -221,8 +225,7 @@ def test_a_long_batch_does_not_hold_the_whole_budget_while_another_batch_waits()
         try:
             for _ in range(2):
                 assert running.acquire(timeout=GUARD)
-            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("b", "b")]
-            b = rt.tools.submit(ToolBatchInput(calls=b_calls))
+            b = rt.tools.submit(ToolBatchInput(calls=batch_b("b", "b")))
             must(b_queued, "B's first call to wait for a call actor")
         finally:
             release.set()
@@ -271,8 +274,7 @@ def test_a_batch_that_gives_its_call_actor_to_a_waiting_batch_gets_one_back_for_
         a = rt.tools.submit(ToolBatchInput(calls=calls("a", "a", "a"), max_parallel_tool_calls=2))
         try:
             must(c0_running, "A's c0 to run")
-            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("b", "b")]
-            b = rt.tools.submit(ToolBatchInput(calls=b_calls))
+            b = rt.tools.submit(ToolBatchInput(calls=batch_b("b", "b")))
             must(b_queued, "B's first call to wait for a call actor")
         finally:
             release_c1.set()
@@ -309,8 +311,7 @@ def test_at_a_budget_of_one_two_batches_take_turns() -> None:
         a = rt.tools.submit(ToolBatchInput(calls=calls(*["a"] * 6), max_parallel_tool_calls=3))
         try:
             must(a_running, "A's first call to run")
-            b_calls = [c.__class__(f"b:{c.id}", c.name, c.arguments) for c in calls("b", "b")]
-            b = rt.tools.submit(ToolBatchInput(calls=b_calls))
+            b = rt.tools.submit(ToolBatchInput(calls=batch_b("b", "b")))
             must(b_queued, "B's first call to wait for the call actor")
         finally:
             release.set()
