@@ -407,6 +407,7 @@ class RayExecutor(NativeExecutor):
         stopping = self._stopping or (rt is not None and rt.stop_signal.aborted)
         if started and not stopping and grace:
             await asyncio.wait({future}, timeout=grace / 1000.0)
+        forced = False
         if not future.done():
             self._ray_cancel(ref, force=False)
             force = self.force_cancel_ms
@@ -414,13 +415,19 @@ class RayExecutor(NativeExecutor):
                 await asyncio.wait({future}, timeout=force / 1000.0)
                 if not future.done():
                     started = True  # interrupted and still running: it had started
+                    forced = True
                     self._ray_cancel(ref, force=True)
         try:
             return await self._outcome(future)
         except rex.RayTaskError as exc:
-            if isinstance(exc, rex.TaskCancelledError) or isinstance(exc.cause, rex.TaskCancelledError):
+            if (
+                isinstance(exc, rex.TaskCancelledError)
+                or isinstance(exc.cause, rex.TaskCancelledError)
+                or (forced and isinstance(exc.cause, _DIED))
+            ):
                 # Interrupted on the worker, outside the body's wrapper
-                # (e.g. while it reported its start).
+                # (e.g. while it reported its start), or its worker killed by
+                # the force cancel (Ray may report that as the worker's death).
                 raise AbortError(before_dispatch=started is False) from None
             raise _translate(exc) from None
         except rex.RayError:

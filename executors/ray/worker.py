@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ray import cloudpickle
+from ray.exceptions import TaskCancelledError
 
 from dsh_actors import (
     AbortError,
@@ -337,7 +338,9 @@ def run_call(body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallI
             detail = exc.message if isinstance(exc, DshError) else str(exc)
             return (BAD_OUTPUT, f"a deferred context cannot cross to the driver: {detail}", None, False)
         return (OK, value_json, contexts, concludes)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, TaskCancelledError):
+        # ray.cancel's interrupt, or Ray's own cancellation error escaping
+        # the body (a ray.get inside a cancelled task raises it).
         if ctx is None:
             return (CANCELLED, entered, None, False)
         contexts, concludes = ctx._take()

@@ -92,7 +92,7 @@ def test_abort_a_body_that_swallows_the_interrupt_force_cancels_it(rt: Any, make
     pid = gate_wait(gate, "started:m")
     controller.abort()
     result = result_of(future)
-    assert codes(result) == [ErrorCode.ABORTED]
+    assert codes(result) == [ErrorCode.ABORTED], [r.result.error.message for r in result.results if r.result.is_error]
     # The force cancel killed its worker process.
     wait_until(lambda: not alive(pid), "the stubborn worker to be killed", timeout=15)
 
