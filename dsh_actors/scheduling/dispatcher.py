@@ -207,17 +207,14 @@ class Dispatcher:
         # (Under the lock.) Its requests still waiting are dropped.
         self._mailboxes.pop(mailbox, None)
         self.wanting.pop(mailbox, None)
-        mailbox.spare -= mailbox.asked
-        mailbox.servers -= mailbox.asked
-        mailbox.asked = 0
+        mailbox.drop_asked_locked()
 
     def want_locked(self, mailbox: WorkMailbox) -> list[tuple[Address | None, Any]]:
         """(Under the lock.) ``mailbox`` wants one more server (it counted it
         in ``servers`` and ``spare`` already). The sends to make once the
         lock is released (:meth:`send`)."""
         if self.closed:
-            mailbox.spare -= 1
-            mailbox.servers -= 1
+            mailbox.refused_locked()
             return []
         mailbox.asked += 1
         self.wanting[mailbox] = None
@@ -340,9 +337,7 @@ class Dispatcher:
             self._servers.close()
             self._steppers.close()
             for mailbox in list(self.wanting):
-                mailbox.spare -= mailbox.asked
-                mailbox.servers -= mailbox.asked
-                mailbox.asked = 0
+                mailbox.drop_asked_locked()
             self.wanting.clear()
 
     # -- invariants ------------------------------------------------------------------

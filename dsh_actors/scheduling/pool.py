@@ -296,6 +296,14 @@ class WorkMailbox:
         with self._lock:
             self.spare -= 1
 
+    def drop_asked_locked(self) -> None:
+        """(Under the lock.) Its requests still waiting for a slot of the
+        budget will never be granted (the batch closed, or the runtime
+        stops)."""
+        self.spare -= self.asked
+        self.servers -= self.asked
+        self.asked = 0
+
     def refused_locked(self) -> None:
         """(Under the lock.) A granted server will never come (the runtime is
         stopping)."""

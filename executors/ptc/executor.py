@@ -220,7 +220,6 @@ class PtcExecutor(NativeExecutor):
         )
         self._runtime: ToolRuntime | None = None
         self._ptc_lock = threading.Lock()
-        self._runs_done = threading.Condition(self._ptc_lock)
         self._runs: set[Run] = set()
         self._ptc_closed = False
         self._bindings_cache: dict[tuple[int, ...], tuple[tuple[Any, ...], Any, Any]] = {}
@@ -359,9 +358,8 @@ class PtcExecutor(NativeExecutor):
         try:
             return run.execute()
         finally:
-            with self._runs_done:
+            with self._ptc_lock:
                 self._runs.discard(run)
-                self._runs_done.notify_all()
             self._refill()
 
     def _refill(self) -> None:

@@ -536,8 +536,9 @@ class RayExecutor(NativeExecutor):
         with self._state_lock:
             self._stopping = True
             inflight = list(self._inflight.items())
-        end = time.monotonic() + (rt.teardown_remaining() if rt is not None else 5.0)
-        self._cancel_all(inflight, "the runtime is stopping", min(5.0, end - time.monotonic()))
+        remaining = rt.teardown_remaining() if rt is not None else 5.0
+        end = time.monotonic() + remaining
+        self._cancel_all(inflight, "the runtime is stopping", min(5.0, remaining))
         if inflight and not self._on_loop():
             limit = 1.0 + (self.force_cancel_ms or 0.0) / 1000.0
             with self._state_lock:

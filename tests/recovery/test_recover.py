@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from scheduling.helpers import GUARD, assert_no_new_threads, live_threads
+from scheduling.helpers import TEXT_OUTPUT as OUTPUT
 
 from dsh_actors import (
     AbortController,
@@ -24,14 +25,11 @@ from dsh_actors import (
     ToolBatchInput,
     ToolCall,
     ToolExecutionSuccess,
-    ToolOutput,
     ToolRuntime,
     define_tool,
     text,
 )
 from dsh_actors.session import INTERRUPTED
-
-OUTPUT = ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)])
 
 
 class Tools:
