@@ -478,13 +478,12 @@ class ToolsService:
         log = batch.log
         session = None if log is None or batch.agent is None else batch.agent.session
         if session is None:
-            self._resume_claimed(plan, batch, reply, loop)
+            self._resume_claimed(plan, None, reply, loop)
         else:
             assert log is not None
-            self._in_step(session, log.turn, log.step, reply, lambda r: self._resume_claimed(plan, batch, r, loop))
+            self._in_step(session, log.turn, log.step, reply, lambda r: self._resume_claimed(plan, session, r, loop))
 
-    def _resume_claimed(self, plan: Any, batch: ToolBatchInput, reply: Reply, loop: Any) -> None:
-        session = None if batch.log is None or batch.agent is None else batch.agent.session
+    def _resume_claimed(self, plan: Any, session: Any, reply: Reply, loop: Any) -> None:
         if session is not None:
             # The log is the authority: taken for this session's writes (no
             # other process writes it meanwhile), then the suspension must
@@ -492,7 +491,6 @@ class ToolsService:
             # from it). Refused before anything is claimed.
             session.hold()
             plan = checked_with_log(plan, session)
-            batch = plan.batch
         claims = self._links.claims
         claims.claim(plan.id)
         if session is not None:
@@ -505,7 +503,7 @@ class ToolsService:
                 # suspension decided in the log stays refused by the log).
                 claims.release(plan.id)
                 raise
-        self._start(batch, reply, loop, plan.starts)
+        self._start(plan.batch, reply, loop, plan.starts)
 
     def _in_step(self, session: Any, turn: int, step: int, reply: Reply, start: Callable[[Reply], None]) -> None:
         """``start(reply)`` holding logged step ``(turn, step)`` of ``session``:

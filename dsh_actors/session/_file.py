@@ -585,17 +585,10 @@ class Session:
         write failure raises after the events already appended; repair
         again to finish."""
         with self._lock:
-            appended: list[dict[str, Any]] = []
-            for sub_call_id, fields in list(self._pending_sub_calls.items()):
-                event = _interrupted_dispatch(sub_call_id, *fields)
-                self._append_line(_encode(event), PTC_DISPATCH, event)
-                appended.append(event)
+            appended = self._close_sub_calls_locked(None)
             for serial, call_id in list(self._pending.items()):
-                step = self._call_steps[serial]
-                if step is None:
-                    event = result_event(call_id, _INTERRUPTED)
-                else:
-                    event = result_event(call_id, _INTERRUPTED, turn=step[0], step=step[1])
+                turn, step = self._call_steps[serial] or (None, None)
+                event = result_event(call_id, _INTERRUPTED, turn=turn, step=step)
                 self._append_line(_encode(event), RESULT, event)
                 appended.append(event)
             return appended
@@ -608,13 +601,17 @@ class Session:
         settles or runs again.)"""
         roots = set(root_call_ids)
         with self._lock:
-            appended: list[dict[str, Any]] = []
-            for sub_call_id, fields in list(self._pending_sub_calls.items()):
-                if fields[0] in roots:
-                    event = _interrupted_dispatch(sub_call_id, *fields)
-                    self._append_line(_encode(event), PTC_DISPATCH, event)
-                    appended.append(event)
-            return appended
+            return self._close_sub_calls_locked(roots)
+
+    def _close_sub_calls_locked(self, roots: set[str] | None) -> list[dict[str, Any]]:
+        # Called with the lock held. ``roots`` None: every open sub-call.
+        appended: list[dict[str, Any]] = []
+        for sub_call_id, fields in list(self._pending_sub_calls.items()):
+            if roots is None or fields[0] in roots:
+                event = _interrupted_dispatch(sub_call_id, *fields)
+                self._append_line(_encode(event), PTC_DISPATCH, event)
+                appended.append(event)
+        return appended
 
     # -- lifecycle --------------------------------------------------------
 
