@@ -1,5 +1,5 @@
 """One call's trip: the stage functions the executors run."""
 
-from .stages import Call, CallPhase, begin, dispatch, finalize, prepare, run_inline
+from .stages import Call, begin, dispatch, finalize, prepare, run_inline
 
-__all__ = ["Call", "CallPhase", "begin", "dispatch", "finalize", "prepare", "run_inline"]
+__all__ = ["Call", "begin", "dispatch", "finalize", "prepare", "run_inline"]

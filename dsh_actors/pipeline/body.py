@@ -238,7 +238,7 @@ def start_on_loop(rt: Kernel, call: Call, on_end: Callable[[Call, Any, BaseExcep
     value, error)`` is called once when the body has ended (on the loop's
     thread: it must only post a message), and the executor then calls
     :func:`finish_on_loop`. None: the call did not start (not found,
-    aborted, or it settled at once) and is DISPATCHED already."""
+    aborted, or it settled at once) and has its outcome already."""
     entered = _enter_body(rt, call, call.registration)
     if not isinstance(entered, _Entered):
         _dispatched(call, entered)
@@ -267,8 +267,8 @@ def start_on_loop(rt: Kernel, call: Call, on_end: Callable[[Call, Any, BaseExcep
 
 def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:
     """The end of a body :func:`start_on_loop` started, on the executor:
-    validate and render its value (in the call's context); the call is
-    DISPATCHED."""
+    validate and render its value (in the call's context), which settles
+    the call."""
     call.context.run(_finish_on_loop, call, value, error)
 
 
@@ -280,7 +280,7 @@ def _finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None
 
 
 def _dispatched(call: Call, result: ToolExecutionResult) -> None:
-    call.settle(result, run_post=True)
+    call.settle(result, run_post=True, dispatched=True)
 
 
 def wants_loop(rt: Kernel, call: Call, registration: Any) -> bool:

@@ -1,6 +1,24 @@
 """One call on its trip through the pipeline: :class:`Call` (its mutable
-trip state, owned by one thread at a time), :class:`CallPhase`, and
-:func:`begin` (arguments materialized once, before any policy).
+trip state, owned by one thread at a time) and :func:`begin` (arguments
+materialized once, before any policy).
+
+A call's one named state is the schedule's: the ``CallState`` its batch
+keeps for it (``scheduling/batch.py``). A :class:`Call` carries no state
+of its own, only facts that are data, each written once by whoever holds
+the call:
+
+* ``outcome`` (with ``run_post`` and ``dispatched``): None until
+  :meth:`Call.settle`, the one function that settles it, decided without
+  dispatch (denied, aborted, bad arguments: ``dispatched=False``) or by
+  the dispatch (the body's, a wrapper's, or the failure of a dispatch
+  that broke: ``dispatched=True``);
+* ``ask``: set by :meth:`Call.defer` when the approval service answered
+  ``"deferred"`` (the call waits for a decision, without an outcome);
+* ``final``: set by ``finalize``, once (the result is frozen and
+  published).
+
+So after ``prepare`` a call is settled (``outcome``), deferred (``ask``),
+or allowed to dispatch (neither).
 """
 
 from __future__ import annotations
@@ -8,7 +26,6 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Callable
-from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import (
@@ -33,26 +50,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
 
 
-class CallPhase(str, Enum):
-    """Where a call is on its trip. Transitions only move forward:
-    PENDING → (READY → DISPATCHING → DISPATCHED | RESOLVED | DEFERRED) → DONE.
-
-    DEFERRED is where a batch's run of a call ends when the approval
-    service answered ``"deferred"``: prepare stopped after the approval
-    (guards not run, the body never started); the batch suspends, and a
-    later batch continues the call from its approval answer
-    (``CallStart(answer=...)``, see ``scheduling/messages.py``). A call
-    given its final result by a continued batch is DONE before it starts."""
-
-    PENDING = "pending"
-    READY = "ready"  # prepared and allowed: waits for a call actor
-    DEFERRED = "deferred"  # the approval was deferred: waits for a decision, in no slot
-    DISPATCHING = "dispatching"  # a call actor runs its wrappers and body
-    DISPATCHED = "dispatched"  # the dispatch outcome is back
-    RESOLVED = "resolved"  # decided without dispatch (denied, aborted, ...)
-    DONE = "done"  # finalized: the final result is frozen and published
-
-
 class Call:
     """One call's mutable trip state (see the module docstring for which
     thread owns it when)."""
@@ -61,10 +58,10 @@ class Call:
         "index",
         "execution",
         "caller",
-        "phase",
         "registration",
         "outcome",
         "run_post",
+        "dispatched",
         "body_invoked",
         "body_contexts",
         "body_results",
@@ -95,12 +92,14 @@ class Call:
         self.index = index
         self.execution = execution
         self.caller: AbortSignal = execution.signal
-        self.phase = CallPhase.PENDING
         self.registration: Any = None
+        # What settle() wrote (see the module docstring): the outcome
+        # (None: not settled), and whether it came from the dispatch.
         self.outcome: ToolExecutionResult | None = None
         # Invariant: run_post is False only for outcomes that bypass
         # post-execute (no phases at all, or a throwing policy/wrapper).
         self.run_post = False
+        self.dispatched = False
         self.body_invoked = False
         self.body_contexts: tuple[UserMessage, ...] = ()
         self.body_results: list[ToolExecutionResult] = []
@@ -154,38 +153,36 @@ class Call:
         # call shares its id (None: the event names no step).
         self.start_step: tuple[int, int] | None = None
         self.start_error: BaseException | None = None
-        # The Ask that sent the call to the approval service (kept by a
-        # DEFERRED call: the suspension shows it to the person).
+        # The Ask the call waits on: set only when the approval service
+        # deferred it (the suspension shows it to the person).
         self.ask: Any = None
-        # An approval answer given in advance (a continued batch): prepare
-        # takes it instead of running the pre-execute waterfall and asking
-        # the approval service again; None: prepare from the start.
-        self.answer: str | None = None
+        # An approval answer given in advance (a continued batch), with the
+        # Ask it answers: prepare takes it instead of running the
+        # pre-execute waterfall and asking the approval service again;
+        # None: prepare from the start.
+        self.answer: tuple[str, Any] | None = None
 
-    def resolve(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
-        """Decided without dispatch (denied, aborted, bad arguments): RESOLVED."""
+    def settle(self, outcome: ToolExecutionResult, *, run_post: bool, dispatched: bool) -> None:
+        """The call's outcome: the one place it is written. ``dispatched``:
+        the dispatch's outcome (the body's, a wrapper's, or the failure of a
+        dispatch that broke); False: decided without dispatch (denied,
+        aborted, bad arguments). ``run_post``: whether post-execute sees it.
+        (Whether an abort replaces it is ``settled_aborted``'s, set where
+        the body or the ``tools/execute`` waterfall settled.)"""
         self.outcome = outcome
         self.run_post = run_post
-        self.phase = CallPhase.RESOLVED
-
-    def settle(self, outcome: ToolExecutionResult, *, run_post: bool) -> None:
-        """The dispatch outcome is back (the body's, a wrapper's, or the
-        failure of a dispatch that broke): DISPATCHED. The one place this
-        transition is made."""
-        self.outcome = outcome
-        self.run_post = run_post
-        self.phase = CallPhase.DISPATCHED
+        self.dispatched = dispatched
 
     def defer(self, ask: Any) -> None:
-        """The approval service answered ``"deferred"`` for ``ask``: DEFERRED."""
+        """The approval service answered ``"deferred"`` for ``ask``: the
+        call waits for a decision, with no outcome."""
         self.ask = ask
-        self.phase = CallPhase.DEFERRED
 
     def unprepare(self) -> None:
-        """Back to PENDING: the call was prepared, but what it was prepared
+        """Unprepared again: the call was prepared, but what it was prepared
         under changed before its body started (see :func:`stale`); it will
-        be classified and prepared again."""
-        self.phase = CallPhase.PENDING
+        be classified and prepared again. (It never dispatched.)"""
+        assert not self.dispatched, self
         self.mode = None
         self.registration = None
         self.body = None
@@ -193,7 +190,15 @@ class Call:
         self.run_post = False
 
     def __repr__(self) -> str:
-        return f"<Call #{self.index} {self.execution.name} {self.phase.value}>"
+        if self.final is not None:
+            facts = "final"
+        elif self.outcome is not None:
+            facts = "dispatched" if self.dispatched else "settled undispatched"
+        elif self.ask is not None:
+            facts = "deferred"
+        else:
+            facts = "unsettled"
+        return f"<Call #{self.index} {self.execution.name} {facts}>"
 
 
 class BadArguments:
@@ -218,11 +223,11 @@ def begin(
     route_to_executor: bool = False,
 ) -> Call:
     """Materialize the arguments (once, before any policy) and create the
-    execution. Non-JSON arguments resolve the call at once with
+    execution. Non-JSON arguments settle the call at once with
     ``INVALID_ARGS``: no phase runs, but it still publishes its result.
 
     ``override`` is a checked definition the executor provides for this
-    call (instead of the registry's). ``route_to_executor`` resolves the call
+    call (instead of the registry's). ``route_to_executor`` settles the call
     at once as ``UNKNOWN_TOOL`` with ``unknown_hint`` (the PTC-only rule:
     a model-direct call to a native tool), again without any phase.
     """
@@ -305,11 +310,12 @@ def begin_call(
     call.override = override
     call.unknown_hint = unknown_hint
     if route_to_executor:
-        call.resolve(failure_from_exception(ToolNotFoundError(name, unknown_hint)), run_post=False)
+        call.settle(failure_from_exception(ToolNotFoundError(name, unknown_hint)), run_post=False, dispatched=False)
     elif bad is not None:
-        call.resolve(
+        call.settle(
             failure_from_exception(ToolArgsError([f"arguments are not lossless JSON: {bad.message}"])),
             run_post=False,
+            dispatched=False,
         )
     return call
 

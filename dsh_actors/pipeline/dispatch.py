@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 @in_context
 def dispatch(rt: Kernel, call: Call) -> None:
     """Run the ``tools/execute`` waterfall around the body (on a call actor,
-    or on the executor for a call run inline). Leaves the call DISPATCHED
-    with its outcome; never raises."""
+    or on the executor for a call run inline). Leaves the call settled with
+    its outcome (``dispatched``); never raises."""
     execution = call.execution
     if not rt.events.observed(EXECUTE_EVENTS, execution.agent):
         # No wrapper: nothing can replace the signal, or hand back a result
@@ -45,7 +45,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
         except BaseException as exc:  # noqa: BLE001 - run_body contains the body; be sure
             result = failure_from_exception(exc)
             skip_post = True
-        call.settle(result, run_post=not skip_post)
+        call.settle(result, run_post=not skip_post, dispatched=True)
         return
     caller = call.caller
     open_signal(execution)
@@ -72,7 +72,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
         skip_post = True
     finally:
         restore_signal(execution, caller)
-    call.settle(result, run_post=not skip_post)
+    call.settle(result, run_post=not skip_post, dispatched=True)
 
 
 def _produced(result: Any, body_results: list[ToolExecutionResult]) -> bool:

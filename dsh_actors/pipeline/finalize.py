@@ -29,7 +29,7 @@ from ..model import (
     ToolExecutionSuccess,
     check_content,
 )
-from .call import Call, CallPhase, in_context, lookup
+from .call import Call, in_context, lookup
 from .dispatch import render_value
 from .results import (
     aborted,
@@ -52,7 +52,8 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
     ``tools/result`` (the executor's thread). Never raises."""
     execution = call.execution
     result = call.outcome
-    assert result is not None, "finalize() before the call was prepared or dispatched"
+    assert result is not None, "finalize() before the call was settled"
+    assert call.final is None, "finalize() twice"
     if call.registration is None:
         # Resolved without any phase (pre-aborted, non-JSON, skipped): its
         # finalize_content still runs exactly once.
@@ -88,7 +89,6 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
         log_exceptions(execution, call.outcome, result)
     freeze(execution)
     call.final = result
-    call.phase = CallPhase.DONE
     rt.events.emit("tools/result", execution, result, agent=execution.agent)
     return result
 

@@ -27,7 +27,7 @@ from ..model import (
 from ..signals import AbortSignal
 from ..visibility import guard_verdict
 from .body import await_on_loop
-from .call import LOOK_UP, Call, CallPhase, in_context, lookup
+from .call import LOOK_UP, Call, in_context, lookup
 from .results import (
     aborted,
     failure,
@@ -43,10 +43,11 @@ if TYPE_CHECKING:  # pragma: no cover
 def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
-    Leaves the call READY (allowed: dispatch it), RESOLVED, or DEFERRED
-    (the approval service answered ``"deferred"``). A call with a given
-    ``answer`` (a continued batch) skips the waterfall and the service and
-    takes that answer; guards and the recheck run as usual. Pre-execute
+    Leaves the call settled without dispatch (its ``outcome``), deferred
+    (its ``ask``: the approval service answered ``"deferred"``), or
+    neither: allowed, to dispatch. A call with a given ``answer`` (a
+    continued batch) skips the waterfall and the service and takes that
+    answer; guards and the recheck run as usual. Pre-execute
     listeners, the approval service and guards run here; they may block
     (an approval waits for a person) but must observe ``execution.signal``.
 
@@ -54,11 +55,11 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
     this thread (the executor classifies a call right before preparing it);
     by default the tool is looked up here.
     """
-    if call.phase is CallPhase.RESOLVED:
-        return
+    if call.outcome is not None:
+        return  # settled as it began (bad arguments, routed to the executor)
     execution = call.execution
     if call.caller.aborted:
-        call.resolve(aborted(before_dispatch=True), run_post=False)
+        call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
         return
     call.registration = lookup(rt, call) if registration is LOOK_UP else registration
     state = rt.state
@@ -69,7 +70,8 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
         # A continued batch: the waterfall ran and asked in the batch that
         # deferred the call; the answer given now takes the service's place.
         try:
-            decision = _decide(call, call.ask, call.answer)
+            answer, ask = call.answer
+            decision = _decide(call, ask, answer)
         except BaseException as exc:  # noqa: BLE001 - an answer that is not one
             _policy_raised(call, "approval", exc)
             return
@@ -94,13 +96,13 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
         case Allow():
             pass
         case Deny(reason=reason, info=info):
-            call.resolve(failure(safe_str(reason), info), run_post=True)
+            call.settle(failure(safe_str(reason), info), run_post=True, dispatched=False)
             return
         case Cancel():
-            call.resolve(aborted(before_dispatch=True), run_post=True)
+            call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
             return
         case ToolExecutionFailure():  # from approval routing: a denial
-            call.resolve(decision, run_post=True)
+            call.settle(decision, run_post=True, dispatched=False)
             return
         case _Deferred(ask=ask):
             # The service answered "deferred": the call waits for a decision
@@ -108,7 +110,11 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
             # asked goes into a plain-JSON suspension: it must be plain.
             unfit = _deferred_ask_problem(ask)
             if unfit is not None:
-                call.resolve(failure_from_exception(ToolPolicyError("tools/pre-execute", unfit)), run_post=False)
+                call.settle(
+                    failure_from_exception(ToolPolicyError("tools/pre-execute", unfit)),
+                    run_post=False,
+                    dispatched=False,
+                )
                 return
             call.defer(ask)
             return
@@ -117,18 +123,17 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
                 "tools/pre-execute",
                 f"a listener returned {type(decision).__qualname__}; expected Allow, Deny, Cancel or Ask",
             )
-            call.resolve(failure_from_exception(problem), run_post=False)
+            call.settle(failure_from_exception(problem), run_post=False, dispatched=False)
             return
     # Guards run only after an allow, and nothing can turn their denial back.
     reason, raised = guard_verdict(state, execution)
     if reason is not None:
-        call.resolve(failure(reason, exception=raised), run_post=True)
+        call.settle(failure(reason, exception=raised), run_post=True, dispatched=False)
         return
     caller: AbortSignal = call.caller  # the listeners may have aborted it meanwhile
     if caller.aborted:
-        call.resolve(aborted(before_dispatch=True), run_post=True)
-        return
-    call.phase = CallPhase.READY
+        call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+    # Else allowed: neither settled nor deferred, the call is ready to dispatch.
 
 
 def _awaiter(rt: Kernel, call: Call) -> Callable[[Any], Any]:
@@ -242,6 +247,6 @@ def _policy_raised(call: Call, where: str, exc: BaseException) -> None:
     nothing wrong), and post-execute is skipped."""
     now: AbortSignal = call.caller  # (a listener may have aborted it meanwhile)
     if isinstance(exc, AbortError) and now.aborted:
-        call.resolve(aborted(before_dispatch=True), run_post=True)
+        call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
     else:
-        call.resolve(policy_failure(where, exc), run_post=False)
+        call.settle(policy_failure(where, exc), run_post=False, dispatched=False)

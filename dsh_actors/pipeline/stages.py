@@ -33,7 +33,7 @@ from .body import (
     target_loop,
     wants_loop,
 )
-from .call import LOOK_UP, BadArguments, Call, CallPhase, begin, begin_call, lookup, stale, stamp
+from .call import LOOK_UP, BadArguments, Call, begin, begin_call, lookup, stale, stamp
 from .dispatch import dispatch
 from .finalize import BLOCKED_DEFAULT, finalize
 from .prepare import DECISIONS, is_text_by_language, prepare
@@ -46,7 +46,6 @@ __all__ = [
     "BLOCKED_DEFAULT",
     "BadArguments",
     "Call",
-    "CallPhase",
     "DECISIONS",
     "is_text_by_language",
     "LOOK_UP",
@@ -70,15 +69,16 @@ __all__ = [
 
 
 def refuse_deferral(call: Call) -> None:
-    """A DEFERRED call that cannot wait for a decision (a nested call, a
+    """A deferred call that cannot wait for a decision (a nested call, a
     PTC program's sub-call): only a model's batch suspends, so the call
     fails, and post-execute sees it."""
-    call.resolve(
+    call.settle(
         failure(
             f'tool "{call.execution.name}" requires approval, but the approval service deferred it and a '
             "nested call cannot wait for a decision (only a batch suspends)"
         ),
         run_post=True,
+        dispatched=False,
     )
 
 
@@ -89,9 +89,9 @@ def run_inline(rt: Kernel, inp: ToolExecutionInput) -> ToolExecutionResult:
     can suspend."""
     call = begin(0, inp)
     prepare(rt, call)
-    if call.phase is CallPhase.DEFERRED:
-        refuse_deferral(call)
-    elif call.phase is CallPhase.READY:
-        call.phase = CallPhase.DISPATCHING
-        dispatch(rt, call)
+    if call.outcome is None:
+        if call.ask is not None:
+            refuse_deferral(call)
+        else:
+            dispatch(rt, call)
     return finalize(rt, call)

@@ -61,7 +61,6 @@ from ..pipeline.results import aborted, failure_from_exception
 from ..pipeline.stages import (
     LOOK_UP,
     Call,
-    CallPhase,
     begin_call,
     dispatch,
     finalize,
@@ -91,17 +90,20 @@ __all__ = ["BatchRun", "CallState"]
 
 
 class CallState(IntEnum):
-    """Where a call of a batch is, as its schedule sees it: the one state the
+    """Where a call of a batch is: its one named state, which the
     :class:`BatchRun` keeps per call (``BatchRun.state``), changed only by
-    ``BatchRun._move`` along :data:`NEXT`. (Its ``Call``'s
-    :class:`~dsh_actors.pipeline.call.CallPhase` is the pipeline's progress,
-    read only while the batch holds the call.)"""
+    ``BatchRun._move`` along :data:`NEXT`. Its ``Call`` carries no state,
+    only facts that are data (``outcome``, ``dispatched``, ``ask``,
+    ``final``: see ``pipeline/call.py``), which
+    :meth:`BatchRun._assert_invariants` checks against this state while
+    the batch holds the call."""
 
     UNSTARTED = 0
-    """Not started yet (from ``next_start`` on): not built, or PENDING."""
+    """Not started yet (from ``next_start`` on): not built, or built and not
+    prepared (with no outcome, or one settled as it began: bad arguments)."""
     REDO = 1
     """Started, came back unrun (what it was prepared under changed before
-    its body started): PENDING again, prepared again before ``next_start``."""
+    its body started): unprepared, prepared again before ``next_start``."""
     OUT = 2
     """In the work mailbox or on a call actor (owned there until ``Settled``
     or ``Returned``)."""
@@ -111,10 +113,11 @@ class CallState(IntEnum):
     FLIGHT = 4
     """Its async body is in flight on the batch's loop (until ``BodyEnded``)."""
     HELD = 5
-    """The batch holds it with its outcome (dispatched inline or back,
-    resolved, or deferred): it commits in its turn."""
+    """The batch holds it with its outcome (dispatched inline or back, or
+    settled without dispatch): it commits in its turn."""
     DEFERRED = 6
-    """DEFERRED and passed by the commit: it waits for a decision (the batch
+    """The approval service deferred it (it has an ``ask``, no outcome): the
+    commit passes it in its turn; it waits for a decision (the batch
     suspends), or for an abort that ends it."""
     STUCK = 7
     """Still out when ``rt.stop()``'s deadline came: it commits ABORTED, its
@@ -130,12 +133,16 @@ assert OUTS == {s for s in CallState if CallState.OUT <= s <= CallState.FLIGHT}
 
 #: The only moves ``BatchRun._move`` makes.
 NEXT: dict[CallState, frozenset[CallState]] = {
-    CallState.UNSTARTED: frozenset({CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD}),
-    CallState.REDO: frozenset({CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD}),
+    CallState.UNSTARTED: frozenset(
+        {CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD, CallState.DEFERRED}
+    ),
+    CallState.REDO: frozenset(
+        {CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD, CallState.DEFERRED}
+    ),
     CallState.OUT: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
     CallState.EARLY: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
     CallState.FLIGHT: frozenset({CallState.HELD, CallState.STUCK}),
-    CallState.HELD: frozenset({CallState.COMMITTED, CallState.DEFERRED}),
+    CallState.HELD: frozenset({CallState.COMMITTED}),
     CallState.DEFERRED: frozenset({CallState.COMMITTED}),
     CallState.STUCK: frozenset({CallState.COMMITTED}),
     CallState.COMMITTED: frozenset(),
@@ -174,7 +181,7 @@ class BatchRun:
 
     * ``calls[i]``: call ``i``, or None (not built yet, or committed).
     * ``next_start``: calls before it have started (built, logged, prepared,
-      then out, inline, or resolved); calls from it on are PENDING.
+      then out, inline, settled or deferred); calls from it on are UNSTARTED.
     * ``next_commit``: calls before it have committed.
     * ``state[i]``: call ``i``'s :class:`CallState`, ``count[s]`` how many
       calls are in state ``s`` and ``outs`` how many are out; all change
@@ -187,14 +194,15 @@ class BatchRun:
       which needs a prepare nothing can observe; at most ``2 * limit`` are
       out, and none is EARLY while a FLIGHT is out.
     * REDO calls came back unrun because what they were prepared under
-      changed before their body started (``Returned``): PENDING again, and
+      changed before their body started (``Returned``): unprepared again, and
       the next to start (the first in model order, before ``next_start``),
       classified and prepared again (their ``tool/call`` is not written
       twice).
     * ``barrier``: the exclusive call that started and has not committed.
     * ``halted``: why no call starts any more (None while calls may start).
-    * DEFERRED calls (the approval service answered ``"deferred"``, and the
-      commit passed them: they stay held in ``calls``): the calls behind one commit in their turn, but an
+    * DEFERRED calls (the approval service answered ``"deferred"``: they
+      stay held in ``calls``, and the commit passes them in their turn):
+      the calls behind one commit in their turn, but an
       exclusive call behind one waits (it needs every call before it
       committed), and a deferred exclusive call stays the ``barrier``. When
       nothing is out and nothing else may start, the batch suspends
@@ -403,7 +411,7 @@ class BatchRun:
                 finish_on_loop(call, value, error)
             except BaseException as exc:  # noqa: BLE001 - finish_on_loop contains render; be sure
                 logger.opt(exception=exc).error("finishing {!r} failed", call)
-                call.settle(failure_from_exception(exc), run_post=False)
+                call.settle(failure_from_exception(exc), run_post=False, dispatched=True)
 
     def _returned(self, message: Returned) -> None:
         mailbox = self.mailbox
@@ -416,7 +424,7 @@ class BatchRun:
                 continue  # committed ABORTED already (the stop's deadline)
             if self.halted is not None:
                 # Halted meanwhile: it never starts (as a reclaimed call).
-                call.resolve(aborted(before_dispatch=True), run_post=state is not _EARLY)
+                call.settle(aborted(before_dispatch=True), run_post=state is not _EARLY, dispatched=False)
                 self._move(index, _HELD)
                 continue
             call.unprepare()
@@ -628,7 +636,7 @@ class BatchRun:
                     # unless it was prepared ahead (which ran no observable
                     # phase: it ends as an unstarted call does).
                     early = self.state[call.index] is _EARLY
-                    call.resolve(aborted(before_dispatch=True), run_post=not early)
+                    call.settle(aborted(before_dispatch=True), run_post=not early, dispatched=False)
                     self._move(call.index, _HELD)
             mailbox.release_idle()
 
@@ -668,7 +676,7 @@ class BatchRun:
                 # call gets its tool/call and ABORTED_BEFORE_DISPATCH.
                 redo = self._first_redo()
                 while redo is not None:  # (logged already)
-                    self._call_at(redo).resolve(aborted(before_dispatch=True), run_post=False)
+                    self._call_at(redo).settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
                     self._move(redo, _HELD)
                     redo = self._first_redo()
                 if self.count[_DEFERRED]:
@@ -679,7 +687,7 @@ class BatchRun:
                     if not self._given(index):  # (else settled already: it commits its given result)
                         call = self._call_at(index)
                         self._log_call(call, started=False)
-                        call.resolve(aborted(before_dispatch=True), run_post=False)
+                        call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
                     self._move(index, _HELD)
                 if self._commit_ready():
                     continue
@@ -729,26 +737,31 @@ class BatchRun:
                 self.next_start = index + 1
                 if not self._log_call(call):
                     # Its tool/call could not be written: it does not run.
-                    call.resolve(aborted(before_dispatch=True), run_post=False)
+                    call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
                     self._move(index, _HELD)
                     continue
             prepare(self.rt, call, looked_up)
-            if call.phase is CallPhase.READY and stale(self.rt, call):
+            # Prepared: settled without dispatch (an outcome), deferred (an
+            # ask), or allowed (neither), to dispatch.
+            settled = call.outcome is not None
+            deferred = not settled and call.ask is not None
+            if not settled and not deferred and stale(self.rt, call):
                 # Changed while it was prepared: once more, under what holds now.
                 call.unprepare()
                 self._move(index, _REDO)
                 continue
             if exclusive:
                 self.barrier = index
-            if call.phase is not CallPhase.READY:
-                if call.phase is CallPhase.DEFERRED:
-                    if self.sink is None:
-                        self._defer(call)
-                    else:
-                        refuse_deferral(call)  # a program cannot wait for a decision
+            if deferred:
+                if self.sink is None:
+                    self._defer(call)
+                    self._move(index, _DEFERRED)  # the commit passes it in its turn
+                    continue
+                refuse_deferral(call)  # a program cannot wait for a decision
+                settled = True
+            if settled:
                 self._move(index, _HELD)
-                continue  # resolved without dispatch (or deferred): it commits in its turn
-            call.phase = CallPhase.DISPATCHING
+                continue  # settled without dispatch: it commits in its turn
             if not early and wants_loop(self.rt, call, call.registration):
                 # An async body: a flight on its loop, which reports its end
                 # in a message; no thread waits for it. Launched after this
@@ -858,6 +871,12 @@ class BatchRun:
         while self.next_commit < self.next_start:
             index = self.next_commit
             where = state[index]
+            if where is _DEFERRED:
+                # Waits for a decision: the commit passes it (it stays held,
+                # and a barrier it is stays up); the calls behind it commit.
+                self.next_commit = index + 1
+                progressed = True
+                continue
             if where is not _HELD and where is not _STUCK:
                 break  # out, or to prepare again
             call = calls[index]
@@ -867,15 +886,6 @@ class BatchRun:
             elif where is _STUCK:
                 self._commit_stuck(call)
             else:
-                phase = call.phase
-                if phase is CallPhase.DEFERRED:
-                    # Waits for a decision: the commit passes it (it stays held,
-                    # and a barrier it is stays up); the calls behind it commit.
-                    self._move(index, _DEFERRED)
-                    self.next_commit = index + 1
-                    progressed = True
-                    continue
-                assert phase is CallPhase.DISPATCHED or phase is CallPhase.RESOLVED, call
                 self._commit(call)
             self._move(index, _COMMITTED)
             if self.barrier == index:
@@ -952,8 +962,7 @@ class BatchRun:
         if starts is not None:
             start = starts[index]
             if start.answer is not None:
-                call.answer = start.answer
-                call.ask = start.ask
+                call.answer = (start.answer, start.ask)
         return call
 
     def _given(self, index: int) -> bool:
@@ -974,7 +983,7 @@ class BatchRun:
     def _classify(self, call: Call) -> tuple[str, Any]:
         """The call's mode, and the registration the answer came from (or
         ``LOOK_UP`` when none was looked up)."""
-        if call.phase is CallPhase.RESOLVED:
+        if call.outcome is not None:
             return "parallel", LOOK_UP  # it will not dispatch: no reason to hold others back
         execution = call.execution
         try:
@@ -1040,7 +1049,9 @@ class BatchRun:
         return True
 
     def _commit(self, call: Call) -> None:
-        self._record(call, finalize(self.rt, call))
+        result = finalize(self.rt, call)
+        assert call.final is result, call  # COMMITTED: its final result frozen and published
+        self._record(call, result)
 
     def _record_given(self, index: int) -> None:
         """A call given its final result (a continued batch): recorded as it
@@ -1123,7 +1134,7 @@ class BatchRun:
         for index in self._deferred():
             call = calls[index]
             assert call is not None
-            call.resolve(aborted(before_dispatch=True), run_post=True)
+            call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
             self._commit(call)
             self._move(index, _COMMITTED)
             calls[index] = None
@@ -1200,34 +1211,42 @@ class BatchRun:
         count = self.count
         deferred = self._deferred()
         committed = count[_COMMITTED]
-        # The commit passed the deferred calls: held, and waiting for a decision.
         assert len(self.results) == committed, (len(self.results), committed)
-        assert not (fed and deferred), "a sub-batch never suspends"
+        assert not (fed and count[_DEFERRED]), "a sub-batch never suspends"
+        # Each state against the facts of its Call (pipeline/call.py), read
+        # only where the batch holds the call: an OUT, EARLY or FLIGHT call
+        # is owned by whoever runs it, a STUCK one by the body that outlived
+        # the stop; a COMMITTED one was dropped (its `final` is asserted as
+        # it commits, see _commit).
         for index in range(total):
             where = state[index]
             call = calls[index]
             if index >= self.next_start:
                 assert where is _UNSTARTED, f"call {index} is {where.name} before it started"
-                assert call is None or call.phase is CallPhase.PENDING or call.phase is CallPhase.RESOLVED, (
-                    f"call {index} was prepared before it started"
+                # Not prepared: no outcome, or one settled as it began (bad arguments).
+                assert call is None or (not call.dispatched and call.ask is None and call.final is None), (
+                    f"call {index} was prepared before it started: {call}"
                 )
                 continue
             assert where is not _UNSTARTED, f"started call {index} is UNSTARTED"
             if index < self.next_commit:
+                # The commit passed the deferred calls: held, waiting for a decision.
                 assert where in (_COMMITTED, _DEFERRED), f"call {index} behind the commit is {where.name}"
             elif not fed:
-                assert where is not _COMMITTED and where is not _DEFERRED, (
-                    f"call {index} ahead of the commit is {where.name}"
-                )
+                assert where is not _COMMITTED, f"call {index} ahead of the commit is COMMITTED"
             if where is _COMMITTED:
                 assert call is None, f"committed call {index} is held"
             elif where is _DEFERRED:
-                assert call is not None and call.phase is CallPhase.DEFERRED, f"deferred call {index} is {call}"
+                assert call is not None and call.ask is not None and call.outcome is None and call.final is None, (
+                    f"deferred call {index} is {call}"
+                )
             elif where is _REDO:
-                assert call is not None and call.phase is CallPhase.PENDING, f"call {index} to prepare again is {call}"
+                assert call is not None and call.outcome is None and call.ask is None, (
+                    f"call {index} to prepare again is {call}"
+                )
             elif where is _HELD:
                 assert (call is None and self._given(index)) or (
-                    call is not None and call.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED, CallPhase.DEFERRED)
+                    call is not None and call.outcome is not None and call.final is None
                 ), f"held call {index} is {call}"
             elif where is _STUCK:
                 assert any(c is call for c in self.stuck), f"stuck call {index} is not named"
@@ -1254,7 +1273,7 @@ class BatchRun:
             )
             # Nothing started after it: the calls behind it are unstarted,
             # or (it was prepared again) settled before it started or waiting
-            # to be prepared again. (After an abort they are resolved unstarted.)
+            # to be prepared again. (After an abort they are settled unstarted.)
             for index in range(barrier + 1, self.next_start):
                 behind = calls[index]
                 assert (
@@ -1262,14 +1281,15 @@ class BatchRun:
                     or state[index] is _REDO
                     or self._given(index)
                     or (behind is None and fed)  # (a sub-batch's: committed as it settled)
-                    or (behind is not None and behind.phase in (CallPhase.DISPATCHED, CallPhase.RESOLVED))
+                    or state[index] is _HELD  # (its outcome: see above)
                 ), "a call started after an exclusive one before it committed"
         if self.halted is not None and self.bug is None:
             assert self.next_start == total, "a call stayed unstarted after the batch halted"
         if not out and self.bug is None and self.next_commit < self.next_start:
-            # Nothing is out, so the next call in order has its outcome.
-            call = calls[self.next_commit]
-            assert call is not None and call.phase is not CallPhase.PENDING
+            # Nothing is out, so the next call in order has its outcome (or waits
+            # for a decision, or is stuck).
+            where = state[self.next_commit]
+            assert calls[self.next_commit] is not None and where in (_HELD, _DEFERRED, _STUCK), where.name
         if self.mailbox is not None:
             self.mailbox.assert_invariants()
         self.rt.dispatcher.assert_invariants()

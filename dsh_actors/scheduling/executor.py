@@ -501,7 +501,7 @@ class CallActor(MailboxActor):
                 dispatch(rt, call)
             except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
                 logger.opt(exception=exc).error("dispatch of {!r} failed", call)
-                call.settle(failure_from_exception(exc), run_post=False)
+                call.settle(failure_from_exception(exc), run_post=False, dispatched=True)
             item = mailbox.take(wait=False)
             if item is LEAVE:
                 # Back with the dispatcher before the batch hears of this call: a

@@ -128,7 +128,7 @@ class Settled:
     """A call actor dispatched ``call``; the call is the executor's again."""
 
     call: Call
-    """The call, DISPATCHED, with its outcome."""
+    """The call, settled with the dispatch's outcome."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,7 @@ class BodyEnded:
     the loop, or by the loop watch when the loop went away)."""
 
     ends: tuple[tuple[Call, Any, BaseException | None], ...]
-    """``(call, value, error)`` per body: the call (still DISPATCHING: the
+    """``(call, value, error)`` per body: the call (not settled yet: the
     executor finishes it), what the body returned (when ``error`` is None),
     what it raised (an ``AbortError`` when its signal cancelled it)."""
 
