@@ -204,3 +204,50 @@ def test_no_module_below_the_runtime_names_it() -> None:
     assert offenders == [], (
         f"these modules below the runtime import dsh_actors.runtime (give them the Kernel): {offenders}"
     )
+
+
+# A call's outcome, with whether post-execute sees it and whether it came
+# from the dispatch, is settled by one function, Call.settle (docs/
+# ARCHITECTURE.md, "Call states and who owns what"): __init__ starts a call
+# unsettled and unprepare() clears a call to prepare again, nothing else
+# writes them.
+_OUTCOME_FIELDS = frozenset({"outcome", "run_post", "dispatched"})
+_OUTCOME_WRITERS = {
+    ("dsh_actors/pipeline/call.py", "Call.__init__"),
+    ("dsh_actors/pipeline/call.py", "Call.settle"),
+    ("dsh_actors/pipeline/call.py", "Call.unprepare"),
+}
+
+
+class _Writers(ast.NodeVisitor):
+    """Where each of ``fields`` is assigned: the qualified name of the
+    function (or class) around each assignment."""
+
+    def __init__(self, fields: frozenset[str]) -> None:
+        self.fields = fields
+        self.scope: list[str] = []
+        self.found: set[str] = set()
+
+    def _enter(self, node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _enter
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and node.attr in self.fields:
+            self.found.add(".".join(self.scope) or "<module>")
+        self.generic_visit(node)
+
+
+def test_a_calls_outcome_is_written_only_by_call_settle() -> None:
+    writers = set()
+    for name, tree, _ in _modules():
+        scan = _Writers(_OUTCOME_FIELDS)
+        scan.visit(tree)
+        writers |= {(name, where) for where in scan.found}
+    assert writers - _OUTCOME_WRITERS == set(), (
+        f"a call's outcome is written outside Call.settle (settle it there): {sorted(writers - _OUTCOME_WRITERS)}"
+    )
+    assert _OUTCOME_WRITERS <= writers, f"the writers listed here moved: {sorted(_OUTCOME_WRITERS - writers)}"
