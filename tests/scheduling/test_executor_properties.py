@@ -29,7 +29,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_actors import AbortController, Session, ToolBatchInput
+from dsh_actors import AbortController, Agent, Ask, Deny, LogStep, Session, ToolBatchInput, ToolCall
 
 from .helpers import GUARD, Timeline, call, calls, code_of, events_of, logged_batch, make_tool, must, started_runtime
 
@@ -333,3 +333,152 @@ def test_the_dispatchers_invariants_hold_for_concurrent_batches_sharing_a_small_
     }
     for (names, _), result in zip(plans, results, strict=True):
         assert [r.result.value for r in result.results] == [expected[name] for name in names], result
+
+
+# -- the call states: every way a call settles, in one batch ---------------------------
+
+#: kind -> the tool its call names
+SETTLE_KINDS: dict[str, str] = {
+    "safe": "safe",  # a parallel body
+    "excl": "excl",  # an exclusive body
+    "async": "async",  # a flight on the loop
+    "churn": "churn",  # a body that changes the registry: calls prepared behind it go stale (REDO)
+    "bad_args": "safe",  # settled as it begins (INVALID_ARGS), never prepared
+    "unknown": "nope",  # no such tool: UNKNOWN_TOOL, settled without dispatch
+    "deny": "denied",  # a pre-execute Deny: settled without dispatch
+    "ask": "asked",  # the approval service defers it: DEFERRED until a decision
+    "ask_excl": "asked_excl",  # a deferred exclusive call: a barrier while it waits
+}
+POLICY_KINDS = {"deny", "ask", "ask_excl"}
+
+
+def settle_call(index: int, kind: str) -> Any:
+    tool_call = call(index, SETTLE_KINDS[kind])
+    if kind == "bad_args":  # JSON that is not lossless: BadArguments
+        return ToolCall(id=tool_call.id, name=tool_call.name, arguments=f'{{"i": {index}, "x": 1{"0" * 30}}}')
+    return tool_call
+
+
+def expected_outcome(kind: str, result: Any, decision: str | None, aborted: bool) -> bool:
+    """Whether ``result`` is what a call of ``kind`` may end with."""
+    code = code_of(result)
+    if aborted and code == "ABORTED_BEFORE_DISPATCH":
+        return True  # (any call the abort reached before its body)
+    if kind in ("safe", "excl", "async", "churn"):
+        return (not result.is_error and result.value.startswith("ok ")) or (aborted and code == "ABORTED")
+    if kind == "bad_args":
+        return code == "INVALID_ARGS"
+    if kind == "unknown":
+        return code == "UNKNOWN_TOOL"
+    if kind == "deny":
+        return result.is_error and result.error.message == "no"
+    assert kind in ("ask", "ask_excl")
+    if decision == "rejected":
+        return result.is_error and "rejected" in result.error.message
+    return decision == "allowed-once" and not result.is_error and result.value.startswith("ok ")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    policies=st.booleans(),
+    logged=st.booleans(),
+    cap=st.integers(1, 4),
+    data=st.data(),
+)
+def test_the_call_states_invariants_hold_for_batches_mixing_every_way_a_call_settles(
+    policies: bool, logged: bool, cap: int, data: Any
+) -> None:
+    """Random batches of calls that dispatch (sync, exclusive, async, one
+    that changes the registry so that calls prepared behind it start again),
+    calls settled as they begin (bad arguments), settled without dispatch
+    (an unknown tool, a pre-execute denial) and deferred by the approval
+    service, at a random cap, logged or not, aborted at a random body start
+    or resumed with random decisions until every call has its result. The
+    schedule's invariants, which check each call's ``CallState`` against
+    the facts its ``Call`` carries (outcome, dispatched, ask, final), are
+    asserted after every step (conftest: a broken one fails the batch);
+    every call ends exactly once, with what its kind allows."""
+    kinds = sorted(SETTLE_KINDS if policies else set(SETTLE_KINDS) - POLICY_KINDS)
+    names = data.draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=10), label="calls")
+    abort_at = data.draw(st.none() | st.integers(1, len(names)), label="abort at body start")
+    controller = AbortController()
+    lock = threading.Lock()
+    started = [0]
+    finals: dict[str, list[Any]] = {}
+
+    with started_runtime() as rt:
+
+        def on_start(ctx: Any) -> None:
+            with lock:
+                started[0] += 1
+                if started[0] == abort_at:
+                    controller.abort("the test aborts")
+
+        def body(args: Any, ctx: Any) -> str:
+            on_start(ctx)
+            return f"ok {ctx.call_id}"
+
+        async def abody(args: Any, ctx: Any) -> str:
+            on_start(ctx)
+            await asyncio.sleep(0)
+            return f"ok {ctx.call_id}"
+
+        def churn(args: Any, ctx: Any) -> str:
+            on_start(ctx)
+            rt.tools.register(make_tool(f"side{ctx.call_id}", body))
+            return f"ok {ctx.call_id}"
+
+        rt.tools.register(make_tool("safe", body))
+        rt.tools.register(make_tool("excl", body, classifier=None))
+        rt.tools.register(make_tool("async", abody))
+        rt.tools.register(make_tool("churn", churn))
+        rt.tools.register(make_tool("denied", body))
+        rt.tools.register(make_tool("asked", body))
+        rt.tools.register(make_tool("asked_excl", body, classifier=None))
+        if policies:
+
+            def policy(execution: Any, next_: Any) -> Any:
+                if execution.name == "denied":
+                    return Deny("no")
+                if execution.name.startswith("asked"):
+                    return Ask(reason="a person must approve")
+                return next_()
+
+            rt.events.on("tools/pre-execute", policy)
+            rt.approvals.set(lambda request: "deferred")
+        rt.events.on("tools/result", lambda execution, result: finals.setdefault(execution.call_id, []).append(result))
+        session = Session() if logged else None
+        agent = Agent("a", session=session)
+        the_calls = tuple(settle_call(i, kind) for i, kind in enumerate(names))
+        result = rt.tools.submit(
+            ToolBatchInput(
+                calls=the_calls,
+                agent=agent,
+                log=LogStep(turn=1, step=1) if logged else None,
+                signal=controller.signal,
+                max_parallel_tool_calls=cap,
+            )
+        ).result(GUARD)
+        aborted = controller.signal.aborted
+        settled = {item.call_id: item.result for item in result.results}
+        decisions_made: dict[str, str] = {}
+        rounds = 0
+        while result.suspension is not None:
+            assert not aborted, "an aborted batch suspended"
+            deferred = [entry["id"] for entry in result.suspension["calls"] if entry["state"] == "deferred"]
+            assert deferred, result.suspension
+            rounds += 1
+            assert rounds <= len(names) + 1, "the batch never finished"
+            options = ["allowed-once", "rejected", "deferred"] if rounds == 1 else ["allowed-once"]
+            decisions = {cid: data.draw(st.sampled_from(options), label=f"decision {cid}") for cid in deferred}
+            decisions_made.update({cid: d for cid, d in decisions.items() if d != "deferred"})
+            result = rt.tools.resume(result.suspension, decisions, agent=agent)
+            settled.update({item.call_id: item.result for item in result.results})
+
+    assert result.pending == ()
+    assert [item.call_id for item in result.results] == [c.id for c in the_calls]  # model order
+    for tool_call, kind in zip(the_calls, names, strict=True):
+        cid = tool_call.id
+        outcome = settled[cid]
+        assert expected_outcome(kind, outcome, decisions_made.get(cid), aborted), (cid, kind, outcome)
+        assert finals.get(cid) == [outcome], f"{cid} ended {len(finals.get(cid, []))} times"
