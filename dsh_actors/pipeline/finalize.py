@@ -55,7 +55,7 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
     assert result is not None, "finalize() before the call was settled"
     assert call.final is None, "finalize() twice"
     if call.registration is None:
-        # Resolved without any phase (pre-aborted, non-JSON, skipped): its
+        # Settled without any phase (pre-aborted, non-JSON, skipped): its
         # finalize_content still runs exactly once.
         call.registration = lookup(rt, call)
     definition = None if call.registration is None else call.registration.definition
@@ -68,7 +68,7 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
     # Caller cancellation (or the runtime stopping under the call) replaces
     # only a successful outcome that settled after the abort.
     settled_aborted = call.settled_aborted
-    if settled_aborted is None:  # resolved without dispatch: as it stands now
+    if settled_aborted is None:  # settled without dispatch: as it stands now
         settled_aborted = call.caller.aborted or rt.stop_signal.aborted
     if type(result) is ToolExecutionSuccess and settled_aborted:
         result = aborted(before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts)

@@ -1013,7 +1013,7 @@ class BatchRun:
     def _log_call(self, call: Call, *, started: bool = True) -> bool:
         """Write the call's ``tool/call``; False if the session failed.
         (A sub-batch's call goes to its sink, only if it ``started``: one
-        resolved unstarted after an abort is not logged.)"""
+        settled unstarted after an abort is not logged.)"""
         sink = self.sink
         if sink is not None:
             if not started:
