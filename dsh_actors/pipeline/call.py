@@ -4,14 +4,15 @@ materialized once, before any policy).
 
 A call's one named state is the schedule's: the ``CallState`` its batch
 keeps for it (``scheduling/batch.py``). A :class:`Call` carries no state
-of its own, only facts that are data, each written once by whoever holds
-the call:
+of its own, only facts that are data, written by whoever holds the
+call:
 
 * ``outcome`` (with ``run_post`` and ``dispatched``): None until
   :meth:`Call.settle`, the one function that settles it, decided without
   dispatch (denied, aborted, bad arguments: ``dispatched=False``) or by
   the dispatch (the body's, a wrapper's, or the failure of a dispatch
-  that broke: ``dispatched=True``);
+  that broke: ``dispatched=True``); :meth:`Call.unprepare` clears it for
+  a call prepared again (it never dispatched);
 * ``ask``: set by :meth:`Call.defer` when the approval service answered
   ``"deferred"`` (the call waits for a decision, without an outcome);
 * ``final``: set by ``finalize``, once (the result is frozen and
