@@ -314,7 +314,9 @@ class BatchRun:
         self.policy: Any = None  # what the executor gives the batch (BatchPolicy), asked as it opens
         # A continued batch: where each call starts (None: all from the start).
         self.starts = starts
-        self.late = False  # a deferred call committed after the calls behind it (an abort)
+        # A call committed ahead of its turn: an abort's deferred call, or a
+        # call settled behind one that waits as the batch suspends.
+        self.late = False
         self.suspension_id: str | None = None  # minted when the first call defers
         self.sink = sink  # a sub-batch's FeedSink (None: a batch)
         self.sealed = sink is None  # no more calls will be fed
@@ -538,11 +540,20 @@ class BatchRun:
         raise AssertionError("a call to prepare again is out of range")  # pragma: no cover
 
     def _deferred(self) -> list[int]:
-        """The DEFERRED calls, in model order (the commit passed them)."""
+        """The DEFERRED calls, in model order: those the commit passed, and
+        those behind a call it has not reached (a call prepared again that
+        waits for a deferred call before it)."""
         if not self.count[_DEFERRED]:
             return []
         state = self.state
-        return [i for i in range(self.next_commit) if state[i] is _DEFERRED]
+        return [i for i in range(self.next_start) if state[i] is _DEFERRED]
+
+    def _deferred_before(self, index: int) -> bool:
+        """Whether a call before ``index`` is DEFERRED."""
+        if not self.count[_DEFERRED]:
+            return False
+        state = self.state
+        return any(state[i] is _DEFERRED for i in range(index))
 
     def _done(self) -> bool:
         # A started call is never abandoned: nothing may be out. After a bug,
@@ -558,17 +569,16 @@ class BatchRun:
 
     def _suspended(self) -> bool:
         """Whether the batch waits for deferred approvals and nothing else:
-        every started call has committed or is DEFERRED, nothing is out, and
-        what has not started waits behind a deferred call (a deferred
-        exclusive call is a barrier; an exclusive call waits for every call
-        before it: ``_step`` started everything else)."""
-        return (
-            bool(self.count[_DEFERRED])
-            and not self.outs
-            and not self.count[_REDO]
-            and self.halted is None
-            and self.next_commit == self.next_start
-        )
+        nothing is out, the batch has not halted, and (``_step`` having
+        started and committed everything it could) what has not committed
+        waits behind a deferred call: a deferred exclusive call is a
+        barrier, an exclusive call waits for every call before it, a
+        deferred one included. That holds for a call to prepare again
+        (REDO) too: one that became exclusive while it was queued waits for
+        the deferred call before it. Such a call is pending in the
+        suspension (its body never started); :meth:`_close` commits the
+        calls settled behind it first."""
+        return bool(self.count[_DEFERRED]) and not self.outs and self.halted is None
 
     def _close(self) -> ToolBatchResult | BaseException:
         if self.unsubscribe is not None:
@@ -577,6 +587,8 @@ class BatchRun:
             self.body_parent.close()
         if self.mailbox is not None:
             self.mailbox.close()
+        if self.count[_DEFERRED] and self.bug is None and self.log_error is None and not self.stuck:
+            self._commit_behind_waiting()
         if self.late:
             # A deferred call committed after the calls behind it (an abort):
             # results are in model order all the same.
@@ -721,10 +733,12 @@ class BatchRun:
             early = False
             out = self.outs
             if exclusive:
-                if self.next_commit < index or out or self.count[_DEFERRED]:
+                if self.next_commit < index or out or self._deferred_before(index):
                     # An exclusive call waits for everything before it (and,
                     # started again, for the calls after it that run), a
                     # deferred call included: until the batch is resumed.
+                    # (A deferred call after it, which it may pass when it
+                    # starts again, does not run: it does not hold it.)
                     return
             elif out >= self.limit:
                 # The pool is full. A call may still be prepared ahead (at most
@@ -874,6 +888,11 @@ class BatchRun:
             if where is _DEFERRED:
                 # Waits for a decision: the commit passes it (it stays held,
                 # and a barrier it is stays up); the calls behind it commit.
+                self.next_commit = index + 1
+                progressed = True
+                continue
+            if where is _COMMITTED:
+                # Committed ahead of its turn (late): an abort's deferred call.
                 self.next_commit = index + 1
                 progressed = True
                 continue
@@ -1124,6 +1143,25 @@ class BatchRun:
         if events.has_listeners("tools/deferred"):
             call.context.run(events.emit, "tools/deferred", execution, call.ask, agent=execution.agent)
 
+    def _commit_behind_waiting(self) -> None:
+        """The batch suspends while a call to prepare again (REDO) waits for
+        a deferred call before it: the calls behind it that settled commit
+        now, ahead of their turn (late), so the suspension holds their
+        results and they never run again; the REDO call is pending."""
+        calls = self.calls
+        state = self.state
+        for index in range(self.next_commit, self.next_start):
+            if state[index] is not _HELD:
+                continue
+            call = calls[index]
+            if call is None:
+                self._record_given(index)
+            else:
+                self._commit(call)
+            self._move(index, _COMMITTED)
+            calls[index] = None
+            self.late = True
+
     def _abort_deferred(self) -> None:
         """The batch halted: its deferred calls will not wait for a decision.
         Each ends ``ABORTED_BEFORE_DISPATCH`` (post-execute sees it: its
@@ -1232,7 +1270,7 @@ class BatchRun:
             if index < self.next_commit:
                 # The commit passed the deferred calls: held, waiting for a decision.
                 assert where in (_COMMITTED, _DEFERRED), f"call {index} behind the commit is {where.name}"
-            elif not fed:
+            elif not fed and not self.late:
                 assert where is not _COMMITTED, f"call {index} ahead of the commit is COMMITTED"
             if where is _COMMITTED:
                 assert call is None, f"committed call {index} is held"
@@ -1287,9 +1325,12 @@ class BatchRun:
             assert self.next_start == total, "a call stayed unstarted after the batch halted"
         if not out and self.bug is None and self.next_commit < self.next_start:
             # Nothing is out, so the next call in order has its outcome (or waits
-            # for a decision, or is stuck).
+            # for a decision, or is stuck), or it is to prepare again and waits
+            # for a deferred call before it.
             where = state[self.next_commit]
-            assert calls[self.next_commit] is not None and where in (_HELD, _DEFERRED, _STUCK), where.name
+            assert calls[self.next_commit] is not None and (
+                where in (_HELD, _DEFERRED, _STUCK) or (where is _REDO and self._deferred_before(self.next_commit))
+            ), where.name
         if self.mailbox is not None:
             self.mailbox.assert_invariants()
         self.rt.dispatcher.assert_invariants()

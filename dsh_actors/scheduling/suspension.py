@@ -456,10 +456,21 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
         if start.answer is not None and entry.awaiting != plan.id:
             raise approval_refusal(session.events(), plan.id, call.id, session.path)
     calls: list[ToolCall] = []
+    starts: list[CallStart] = []
     for call, start, entry in zip(batch.calls, plan.starts, logged, strict=True):
         _check_call(call, start, entry, where, tail)
         calls.append(ToolCall(id=call.id, name=entry.name, arguments=logged_arguments(entry.arguments)))
-    return replace(plan, batch=replace(batch, calls=tuple(calls), max_parallel_tool_calls=read.max_parallel_tool_calls))
+        if start.result is None and start.answer is None and entry.logged and not start.logged:
+            # Pending, but its tool/call is in the log: it was prepared, then
+            # came back unrun to be prepared again and waited behind a
+            # deferred call. It starts from the start, not logged twice.
+            start = replace(start, logged=True)
+        starts.append(start)
+    return replace(
+        plan,
+        batch=replace(batch, calls=tuple(calls), max_parallel_tool_calls=read.max_parallel_tool_calls),
+        starts=tuple(starts),
+    )
 
 
 def _ids(values: Sequence[str]) -> str:

@@ -793,3 +793,88 @@ def test_a_step_being_resumed_is_not_recovered_beside_it_and_recovers_to_nothing
         agent.session.close()
     assert [item.call_id for item in again.results] == ["c0", "c1"]
     assert world.ran.count("c0") == 1
+
+
+# ---------------------------------------------------------------------------
+# A call that comes back unrun (its tool changed while it was queued) beside
+# a deferred call: the batch still suspends, whichever side the deferred
+# call is on
+# ---------------------------------------------------------------------------
+
+
+def _queued_behind_a_running_call(rt: ToolRuntime, world: World, calls: tuple[ToolCall, ...], session: Any) -> Any:
+    """Run ``calls`` (the first a "block" call) with one call actor: once the
+    block call runs and the deferred call was asked, replace tool "t" by an
+    exclusive one, so the calls queued behind the block call come back
+    unrun and are prepared again; then let the block call end."""
+    import threading
+
+    gate, running, deferred = threading.Event(), threading.Event(), threading.Event()
+
+    def block(args: Any, ctx: Any) -> str:
+        running.set()
+        gate.wait(30)
+        world.ran.append(ctx.call_id)
+        return "blocked"
+
+    def body(version: str) -> Any:
+        def run(args: Any, ctx: Any) -> str:
+            world.ran.append(f"{ctx.call_id} {version}")
+            return f"t {version}"
+
+        return run
+
+    rt.tools.register(make_tool("block", block))
+    undo = rt.tools.register(make_tool("t", body("v1")))
+    rt.events.on("tools/deferred", lambda execution, ask: deferred.set())
+    agent = Agent("main", session=session)
+    log = None if session is None else LogStep(turn=1, step=1)
+    future = rt.tools.submit(ToolBatchInput(calls=calls, agent=agent, log=log))
+    assert running.wait(30) and deferred.wait(30)
+    undo()
+    rt.tools.register(make_tool("t", body("v2"), classifier=None))  # now exclusive
+    gate.set()
+    return future.result(30)
+
+
+@pytest.mark.parametrize("logged", [False, True])
+def test_a_call_turned_exclusive_while_queued_runs_before_a_deferred_call_behind_it(logged: bool) -> None:
+    world = World()
+    session = Session() if logged else None
+    with started_runtime(max_call_actors=1) as rt:
+        install(rt, world)
+        calls = (c("p", "block"), c("a", "t"), c("b", ask=True))
+        result = _queued_behind_a_running_call(rt, world, calls, session)
+        # It hung here: the exclusive call waited for the deferred call behind it.
+        assert texts(result) == [("p", "blocked"), ("a", "t v2")]
+        assert result.pending == ("b",)
+        assert states(result.suspension) == [("p", "settled"), ("a", "settled"), ("b", "deferred")]
+        done = rt.tools.resume(
+            roundtrip(result.suspension), {"b": "allowed-once"}, agent=Agent("main", session=session)
+        )
+    assert texts(done) == [("p", "blocked"), ("a", "t v2"), ("b", "done b")]
+    assert world.ran == ["p", "a v2", "b"]
+
+
+@pytest.mark.parametrize("logged", [False, True])
+def test_a_call_turned_exclusive_while_queued_behind_a_deferred_call_suspends_pending(logged: bool) -> None:
+    world = World()
+    session = Session() if logged else None
+    with started_runtime(max_call_actors=1) as rt:
+        install(rt, world)
+        calls = (c("p", "block"), c("b", ask=True), c("a", "t"), c("d"))
+        result = _queued_behind_a_running_call(rt, world, calls, session)
+        # It hung here: "a" waits for the deferred "b" (it needs every call
+        # before it), "d" behind it; nothing else could run.
+        assert texts(result) == [("p", "blocked")]
+        assert result.pending == ("b", "a", "d")
+        assert states(result.suspension) == [("p", "settled"), ("b", "deferred"), ("a", "pending"), ("d", "pending")]
+        assert world.ran == ["p"]
+        done = rt.tools.resume(
+            roundtrip(result.suspension), {"b": "allowed-once"}, agent=Agent("main", session=session)
+        )
+    assert texts(done) == [("p", "blocked"), ("b", "done b"), ("a", "t v2"), ("d", "done d")]
+    assert world.ran == ["p", "b", "a v2", "d"]
+    if session is not None:
+        calls_logged = [e["call_id"] for e in session.events() if e["type"] == "tool/call"]
+        assert sorted(calls_logged) == ["a", "b", "d", "p"]  # once each, though "a" and "d" started twice
