@@ -39,6 +39,7 @@ the feeder's :class:`~.messages.FeedSink`, not to the session's
 from __future__ import annotations
 
 from enum import IntEnum
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from loguru import logger
@@ -336,7 +337,9 @@ class BatchRun:
                 kind = type(message)
                 if kind is Settled:
                     index = message.call.index
-                    if _out_state(self.state[index]):  # (else committed ABORTED already: the stop's deadline)
+                    if (
+                        _OUT <= self.state[index] <= _FLIGHT
+                    ):  # out (else committed ABORTED already: the stop's deadline)
                         self._move(index, _HELD)
                 elif kind is BodyEnded:
                     self._body_ended(message)
@@ -597,7 +600,8 @@ class BatchRun:
             try:
                 self._step()
             finally:
-                self._launch()  # every flight started is launched (and so ends)
+                if self.launching:
+                    self._launch()  # every flight started is launched (and so ends)
             if BatchRun.check_invariants and self.bug is None:
                 self._assert_invariants()  # a broken one fails the batch, naming it
         except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
@@ -638,7 +642,8 @@ class BatchRun:
         # the log; it gates only a barrier, which waits for it below).
         while True:
             self._start_ready()
-            self._launch()  # the flights it started, before the commits
+            if self.launching:
+                self._launch()  # the flights it started, before the commits
             if not self._commit_ready():
                 return
 
@@ -830,9 +835,7 @@ class BatchRun:
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
-            mailbox = self.mailbox = WorkMailbox(
-                self.limit, self.policy.dispatcher, self.inbox, lambda call: stale(rt, call)
-            )
+            mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.dispatcher, self.inbox, partial(stale, rt))
         index = call.index
         if not mailbox.put(call):
             return False
