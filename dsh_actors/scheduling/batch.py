@@ -337,12 +337,15 @@ class BatchRun:
                 kind = type(message)
                 if kind is Settled:
                     index = message.call.index
-                    if (
-                        _OUT <= self.state[index] <= _FLIGHT
-                    ):  # out (else committed ABORTED already: the stop's deadline)
+                    # (Not out: committed ABORTED already, at the stop's deadline.)
+                    if _OUT <= self.state[index] <= _FLIGHT:
                         self._move(index, _HELD)
+                        if self.bug is None and inbox.more():
+                            continue  # one step for the ends queued now
                 elif kind is BodyEnded:
                     self._body_ended(message)
+                    if self.bug is None and inbox.more():
+                        continue
                 elif kind is Returned:
                     self._returned(message)
                 elif kind is Fed:
