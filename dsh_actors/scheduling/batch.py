@@ -6,7 +6,8 @@ per ``RunBatch`` and drops it when the batch has replied: resetting an
 executor is dropping that object.
 
 The schedule is one state machine. After every message (``Settled``,
-``Wake``, ``Deadline``) :meth:`BatchRun._step` commits what may be
+``Wake``, ``Deadline``; the ends of calls, ``Settled`` and ``BodyEnded``,
+queued together count as one) :meth:`BatchRun._step` commits what may be
 committed and starts what may start; :meth:`BatchRun._assert_invariants`
 states what holds between steps (the property tests run it after every
 step). Starting a call means: build it (arguments parsed and materialized
