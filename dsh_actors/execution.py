@@ -426,9 +426,11 @@ def restore_signal(execution: ToolExecution, caller: AbortSignal) -> None:
     execution._restore_signal(caller)
 
 
-def freeze(execution: ToolExecution) -> None:
-    """The call is final: nothing of ``execution`` changes any more."""
-    execution._freeze()
+#: ``freeze(execution)``: the call is final, nothing of ``execution``
+#: changes any more. (The methods themselves, not wrappers around them:
+#: these run once a call, and a Python frame less is a few hundred
+#: instructions less.)
+freeze = ToolExecution._freeze
 
 
 def settle_arguments(execution: ToolExecution, arguments: Any) -> None:
@@ -437,17 +439,16 @@ def settle_arguments(execution: ToolExecution, arguments: Any) -> None:
     execution._settle_arguments(arguments)
 
 
-def fused_context(execution: ToolExecution, parents: tuple[AbortSignal, ...], events: Any = None) -> ToolRunContext:
-    """A body's context, its signal fused lazily from ``parents`` (see
-    :meth:`ToolRunContext._fused`); :func:`close_context` it when the body
-    has returned."""
-    return ToolRunContext._fused(execution, parents, events)
+#: ``fused_context(execution, parents, events=None)``: a body's context,
+#: its signal fused lazily from ``parents`` (see
+#: :meth:`ToolRunContext._fused`); :func:`close_context` it when the body
+#: has returned.
+fused_context = ToolRunContext._fused
 
-
-def close_context(ctx: ToolRunContext) -> tuple[tuple[UserMessage, ...], bool]:
-    """The body has returned (see :meth:`ToolRunContext._close`): what it
-    deferred (``ctx.defer_context``) and whether it concluded the turn."""
-    return ctx._close()
+#: ``close_context(ctx)``: the body has returned (see
+#: :meth:`ToolRunContext._close`): what it deferred (``ctx.defer_context``)
+#: and whether it concluded the turn.
+close_context = ToolRunContext._close
 
 
 def _number(value: Any, name: str, *, optional: bool = False) -> Any:
