@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dsh_actors import ToolRuntime, define_tool
+from dsh_actors.scheduling import idle
 
 from .scheduling import TEXT, _safe, noop_batch, noop_tool
 
@@ -43,6 +44,11 @@ async def _async_noop(args: Any, ctx: Any) -> str:
 
 def run_one(config: str, batches: int) -> None:
     """What one counted process runs: ``batches`` (plus the warm-up)."""
+    # Under valgrind a batch runs some 50 times slower, so idle call actors
+    # and executor actors would retire (IDLE_TTL, 0.5 s) between batches and
+    # be started again, more often the more loaded the machine: the count
+    # would move with the load. Nothing retires while it is counted.
+    idle.IDLE_TTL = 3600.0  # type: ignore[misc]
     batch = noop_batch(100)
     with ToolRuntime(max_parallel_tool_calls=CAPS[config]) as rt:
         if config == "async":
