@@ -323,13 +323,16 @@ class ToolRunContext:
                     self._signal = signal
         return signal
 
-    def _close(self) -> None:
+    def _close(self) -> tuple[tuple[UserMessage, ...], bool]:
         """The body has returned: detach its signal from the parents (or,
         if it was never made, fix what a later read gets), and wait for a
         progress report that another thread is publishing (none is
-        published from now on)."""
+        published from now on). What the body deferred
+        (:meth:`defer_context`) and whether it concluded the turn, read
+        under the same lock."""
         with self._lock:
             self._closed = True
+            taken = (tuple(self._contexts), self._concludes)
             progress = self._progress_lock
             signal = self._signal
             if signal is None:
@@ -345,6 +348,7 @@ class ToolRunContext:
                 pass  # Invariant: no tools/progress of this call is published after this.
         if signal is not None:
             signal.close()
+        return taken
 
     call_id = property(lambda self: self._execution.call_id, doc="The call's id.")
     root_call_id = property(lambda self: self._execution.root_call_id, doc="The root call's id.")
@@ -405,10 +409,6 @@ class ToolRunContext:
         """Mark a successful final result as terminal for the agent's turn."""
         self._concludes = True
 
-    def _take(self) -> tuple[tuple[UserMessage, ...], bool]:
-        with self._lock:
-            return tuple(self._contexts), self._concludes
-
 
 # -- the pipeline's side ------------------------------------------------------
 # What the pipeline (dsh_actors.pipeline) does to an execution and a body's
@@ -426,9 +426,11 @@ def restore_signal(execution: ToolExecution, caller: AbortSignal) -> None:
     execution._restore_signal(caller)
 
 
-def freeze(execution: ToolExecution) -> None:
-    """The call is final: nothing of ``execution`` changes any more."""
-    execution._freeze()
+#: ``freeze(execution)``: the call is final, nothing of ``execution``
+#: changes any more. (The methods themselves, not wrappers around them:
+#: these run once a call, and a Python frame less is a few hundred
+#: instructions less.)
+freeze = ToolExecution._freeze
 
 
 def settle_arguments(execution: ToolExecution, arguments: Any) -> None:
@@ -437,21 +439,16 @@ def settle_arguments(execution: ToolExecution, arguments: Any) -> None:
     execution._settle_arguments(arguments)
 
 
-def fused_context(execution: ToolExecution, parents: tuple[AbortSignal, ...], events: Any = None) -> ToolRunContext:
-    """A body's context, its signal fused lazily from ``parents`` (see
-    :meth:`ToolRunContext._fused`); :func:`close_context` it when the body
-    has returned."""
-    return ToolRunContext._fused(execution, parents, events)
+#: ``fused_context(execution, parents, events=None)``: a body's context,
+#: its signal fused lazily from ``parents`` (see
+#: :meth:`ToolRunContext._fused`); :func:`close_context` it when the body
+#: has returned.
+fused_context = ToolRunContext._fused
 
-
-def close_context(ctx: ToolRunContext) -> None:
-    """The body has returned (see :meth:`ToolRunContext._close`)."""
-    ctx._close()
-
-
-def deferred(ctx: ToolRunContext) -> tuple[tuple[UserMessage, ...], bool]:
-    """What the body deferred (``ctx.defer_context``) and whether it concluded the turn."""
-    return ctx._take()
+#: ``close_context(ctx)``: the body has returned (see
+#: :meth:`ToolRunContext._close`): what it deferred (``ctx.defer_context``)
+#: and whether it concluded the turn.
+close_context = ToolRunContext._close
 
 
 def _number(value: Any, name: str, *, optional: bool = False) -> Any:

@@ -26,8 +26,9 @@ import itertools
 import threading
 from collections.abc import Callable
 from functools import partial
+from operator import attrgetter
 from types import TracebackType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from loguru import logger
 
@@ -87,6 +88,7 @@ class AbortSignal:
         "_links",
         "_closed",
         "_order",
+        "_aborted",
         "__weakref__",
     )
 
@@ -105,6 +107,10 @@ class AbortSignal:
     # When it aborted, from ``_abort_order`` (0 while pending). Written
     # before ``_reason``, so a reader that sees the reason sees the order.
     _order: int
+    # What ``aborted`` reads: True once ``_reason`` is written (after it, so
+    # a reader that sees True sees the reason). A slot read through a C
+    # getter: the runtime reads it several times a call.
+    _aborted: bool
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -115,13 +121,21 @@ class AbortSignal:
         self._links = None
         self._closed = False
         self._order = 0
+        self._aborted = False
 
     # -- reading ------------------------------------------------------------
 
-    @property
-    def aborted(self) -> bool:
-        """Whether the signal has aborted. Lock-free; once ``True``, always ``True``."""
-        return self._reason is not _PENDING
+    if TYPE_CHECKING:
+
+        @property
+        def aborted(self) -> bool:
+            """Whether the signal has aborted. Lock-free; once ``True``, always ``True``."""
+
+    else:
+        aborted = property(
+            attrgetter("_aborted"),
+            doc="Whether the signal has aborted. Lock-free; once ``True``, always ``True``.",
+        )
 
     @property
     def reason(self) -> object:
@@ -220,6 +234,7 @@ class AbortSignal:
                 return False
             self._order = next(_abort_order)
             self._reason = reason
+            self._aborted = True
             event = self._event
             links = self._links
             if links is not None:
@@ -275,6 +290,7 @@ class AbortSignal:
                 # "with" this parent, so it takes the parent's place in order.
                 child._order = parent._order
                 child._reason = reason
+                child._aborted = True
                 return child
         on_parent_abort = child._on_parent_abort
         for parent in parents:

@@ -20,7 +20,7 @@ from ..errors import (
     InvalidStateError,
     ToolNotFoundError,
 )
-from ..execution import ToolRunContext, close_context, deferred, fused_context
+from ..execution import ToolRunContext, close_context, fused_context
 from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
@@ -131,28 +131,26 @@ def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException 
     rendered (or its exception as a failure), with the contexts it added."""
     # The body has settled: an abort from now on does not replace its outcome.
     call.settled_aborted = call.caller.aborted or entered.stopping.aborted
-    ctx = entered.ctx
+    # Closed first: nothing the body's context sees after its last line
+    # (a late report_progress or defer_context) reaches the result.
+    contexts, concludes = close_context(entered.ctx)
     result: ToolExecutionResult
-    try:
-        contexts, concludes = deferred(ctx)
-        if error is not None:
-            result = failure_from_exception(error, contexts)
-        else:
-            result = render_success(
-                call.execution,
-                entered.registration.definition,
-                entered.registration.output_validator,
-                value,
-                additional_contexts=contexts,
-                concludes_turn=concludes,
-            )
-            if not contexts and type(result) is ToolExecutionSuccess:
-                # Invariant: render_success materialized the value and the meta
-                # and checked the content; with no deferred contexts (which it
-                # does not check) nothing in it is left to freeze.
-                call.sealed = result
-    finally:
-        close_context(ctx)
+    if error is not None:
+        result = failure_from_exception(error, contexts)
+    else:
+        result = render_success(
+            call.execution,
+            entered.registration.definition,
+            entered.registration.output_validator,
+            value,
+            additional_contexts=contexts,
+            concludes_turn=concludes,
+        )
+        if not contexts and type(result) is ToolExecutionSuccess:
+            # Invariant: render_success materialized the value and the meta
+            # and checked the content; with no deferred contexts (which it
+            # does not check) nothing in it is left to freeze.
+            call.sealed = result
     if contexts:
         call.body_contexts = call.body_contexts + contexts
     call.body_results.append(result)

@@ -87,6 +87,8 @@ class Call:
         "start_error",
         "ask",
         "answer",
+        "found",
+        "found_generation",
     )
 
     def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
@@ -162,6 +164,10 @@ class Call:
         # pre-execute waterfall and asking the approval service again;
         # None: prepare from the start.
         self.answer: tuple[str, Any] | None = None
+        # What lookup() last found in the registry (not None), at which
+        # generation: found again without a walk while nothing changed.
+        self.found: Any = None
+        self.found_generation = -1
 
     def settle(self, outcome: ToolExecutionResult, *, run_post: bool, dispatched: bool) -> None:
         """The call's outcome: the one place it is written. ``dispatched``:
@@ -353,11 +359,21 @@ def lookup(rt: Kernel, call: Call) -> Any:
     strict model sends for one it leaves out) is dropped, keyed on the
     tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`)."""
     execution = call.execution
-    registration = (
-        call.override
-        if call.override is not None
-        else executable(rt.state, execution.name, execution.agent, execution.tool_set)
-    )
+    if call.override is not None:
+        registration = call.override
+    else:
+        state = rt.state
+        generation = state.generation  # read first, as the registry's view cache does
+        registration = call.found
+        tool_set = execution.tool_set
+        if registration is None or call.found_generation != generation or (tool_set is not None and tool_set.disposed):
+            # What the registry says now. The same registration again while
+            # the generation has not moved (the registry's views are cached
+            # by generation too) and the call's tool set is not disposed
+            # (the one change that moves no generation).
+            registration = executable(state, execution.name, execution.agent, tool_set)
+            call.found = registration
+            call.found_generation = generation
     if registration is not None and not call.arguments_settled:
         call.arguments_settled = True
         arguments = execution.arguments

@@ -357,6 +357,11 @@ class LoopWatch:
         self._beats: dict[asyncio.AbstractEventLoop, _Beat] = {}
         self._thread: threading.Thread | None = None
         self._stopped = False
+        # The watch waits for a first flight (no timer): a launch wakes it.
+        # While it looks every PERIOD, a launch does not (a batch's flights
+        # come and go every few microseconds; a wake each time would cost
+        # more thread switches than the flights themselves).
+        self._idle = False
 
     def launch(self, flight: Flight) -> None:
         """Start ``flight`` on its loop. A loop that is closed or not running
@@ -383,7 +388,8 @@ class LoopWatch:
             watched = self._flights.get(loop)
             if watched is None:
                 watched = self._flights[loop] = set()
-                self._lock.notify()  # the watch looks at a loop it did not watch
+                if self._idle:
+                    self._lock.notify()  # the watch has loops to look at again
             for flight in flights:
                 flight.watched_by(self)
                 watched.add(flight)
@@ -464,7 +470,9 @@ class LoopWatch:
         while True:
             with lock:
                 while not self._flights and not self._stopped:
+                    self._idle = True
                     lock.wait()
+                    self._idle = False
                 if self._stopped:
                     return
                 lock.wait(self.PERIOD)

@@ -6,7 +6,8 @@ per ``RunBatch`` and drops it when the batch has replied: resetting an
 executor is dropping that object.
 
 The schedule is one state machine. After every message (``Settled``,
-``Wake``, ``Deadline``) :meth:`BatchRun._step` commits what may be
+``Wake``, ``Deadline``; the ends of calls, ``Settled`` and ``BodyEnded``,
+queued together count as one) :meth:`BatchRun._step` commits what may be
 committed and starts what may start; :meth:`BatchRun._assert_invariants`
 states what holds between steps (the property tests run it after every
 step). Starting a call means: build it (arguments parsed and materialized
@@ -39,6 +40,7 @@ the feeder's :class:`~.messages.FeedSink`, not to the session's
 from __future__ import annotations
 
 from enum import IntEnum
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from loguru import logger
@@ -346,10 +348,15 @@ class BatchRun:
                 kind = type(message)
                 if kind is Settled:
                     index = message.call.index
-                    if _out_state(self.state[index]):  # (else committed ABORTED already: the stop's deadline)
+                    # (Not out: committed ABORTED already, at the stop's deadline.)
+                    if _OUT <= self.state[index] <= _FLIGHT:
                         self._move(index, _HELD)
+                        if self.bug is None and inbox.more():
+                            continue  # one step for the ends queued now
                 elif kind is BodyEnded:
                     self._body_ended(message)
+                    if self.bug is None and inbox.more():
+                        continue
                 elif kind is Returned:
                     self._returned(message)
                 elif kind is Fed:
@@ -617,7 +624,8 @@ class BatchRun:
             try:
                 self._step()
             finally:
-                self._launch()  # every flight started is launched (and so ends)
+                if self.launching:
+                    self._launch()  # every flight started is launched (and so ends)
             if BatchRun.check_invariants and self.bug is None:
                 self._assert_invariants()  # a broken one fails the batch, naming it
         except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
@@ -658,7 +666,8 @@ class BatchRun:
         # the log; it gates only a barrier, which waits for it below).
         while True:
             self._start_ready()
-            self._launch()  # the flights it started, before the commits
+            if self.launching:
+                self._launch()  # the flights it started, before the commits
             if not self._commit_ready():
                 return
 
@@ -857,9 +866,7 @@ class BatchRun:
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
-            mailbox = self.mailbox = WorkMailbox(
-                self.limit, self.policy.dispatcher, self.inbox, lambda call: stale(rt, call)
-            )
+            mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.dispatcher, self.inbox, partial(stale, rt))
         index = call.index
         if not mailbox.put(call):
             return False

@@ -312,8 +312,10 @@ class Dispatcher:
             else:
                 self.serving -= 1
                 self.lent_servers += 1
-            sends = self._assign()
-        self.send(sends)
+            # (The slot lent serves a queued step or a waiting mailbox, if any.)
+            sends = self._assign() if self.runnable or self.wanting else None
+        if sends:
+            self._send(sends)
 
     def unlend(self, stepper: bool) -> None:
         """The wait is over: the actor holds a slot again (the count may pass

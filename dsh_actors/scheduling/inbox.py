@@ -81,6 +81,10 @@ class BatchInbox:
         except queue.Empty:
             return None
 
+    def more(self) -> bool:
+        """Whether a message is queued now (the runner's side)."""
+        return not self._q.empty()
+
     def pause(self) -> bool:
         """The runner stops running the batch, if nothing is queued (True);
         otherwise it goes on (False)."""

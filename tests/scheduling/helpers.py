@@ -25,7 +25,9 @@ from dsh_actors import (
     define_tool,
     text,
 )
+from dsh_actors.actors import actor_thread_ident
 from dsh_actors.model import ToolExecutionResult
+from dsh_actors.scheduling.executor import CallActor
 
 GUARD = 10.0
 """Seconds: a deadlock guard for every wait. A correct run never reaches it."""
@@ -149,6 +151,9 @@ class Timeline:
     end_aborted: dict[str, bool] = field(default_factory=dict)
     """Whether the body's ``ctx.signal`` was aborted when it ended."""
     body_threads: dict[str, int] = field(default_factory=dict)
+    call_actor_threads: dict[str, int] = field(default_factory=dict)
+    """As ``body_threads``, for the bodies a call actor ran (the others ran
+    inline on an executor actor: the only call that could start)."""
     pre: dict[str, list[int]] = field(default_factory=dict)
     results: dict[str, list[tuple[int, ToolExecutionResult]]] = field(default_factory=dict)
     abort_seq: int | None = None
@@ -173,6 +178,8 @@ class Timeline:
             assert call_id not in self.starts, f"the body of {call_id} ran twice"
             self.starts[call_id] = self._tick()
             self.body_threads[call_id] = threading.get_ident()
+            if type(actor_thread_ident()) is CallActor:
+                self.call_actor_threads[call_id] = threading.get_ident()
             self.running += 1
             self.body_count += 1
             self.max_running = max(self.max_running, self.running)

@@ -390,8 +390,10 @@ def test_sync_bodies_run_on_call_actor_threads_not_the_callers(rt: Any) -> None:
     threads = set(timeline.body_threads.values())
     assert threading.get_ident() not in threads
     assert threading.main_thread().ident not in threads
-    # Call actors are pooled: a batch at cap 2 needs at most 2 of them.
-    assert 1 < len(threads) <= 2
+    # Call actors are pooled: a batch at cap 2 needs at most 2 of them (the
+    # last call may run inline on the executor actor, when nothing else is out).
+    served = set(timeline.call_actor_threads.values())
+    assert 1 <= len(served) <= 2 and len(threads) > 1
 
 
 def test_async_bodies_run_on_the_runtimes_one_loop_thread(rt: Any) -> None:
@@ -458,7 +460,7 @@ def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
         rt.tools.register(make_tool(name, meeting_body(timeline, 4, {0, 1, 2, 3})))
         batch = rt.tools.execute(ToolBatchInput(calls=calls(*[name] * 20), max_parallel_tool_calls=4))
         assert all_ok(batch), errors(batch)
-        return set(timeline.body_threads.values())
+        return set(timeline.call_actor_threads.values())  # (not the executor's inline runs)
 
     first = run(1)
     assert len(first) == 4  # the barrier forced 4 at once; at cap 4 no more are needed
