@@ -31,6 +31,8 @@ _PENDING: Final = 0
 _CANCELLED: Final = 1
 _FIRED: Final = 2
 
+_NEVER: Final = float("inf")
+
 #: Compact only past this many cancelled entries (small heaps are cheap).
 _COMPACT_MIN: Final = 64
 
@@ -53,7 +55,19 @@ class Deadline:
 
     def cancel(self) -> bool:
         """Cancel the deadline; ``True`` if it had not fired (it never will)."""
-        return self._timer._cancel(self)
+        timer = self._timer
+        with timer._lock:
+            if self._state != _PENDING:
+                return False
+            self._state = _CANCELLED
+            self._fn = None
+            if not timer._stopped:
+                # (The timer's own bookkeeping, under its lock: one more
+                # CANCELLED entry in the heap.)
+                cancelled = timer._cancelled = timer._cancelled + 1
+                if cancelled >= _COMPACT_MIN and cancelled * 2 > len(timer._heap):
+                    timer._compact()
+            return True
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _CANCELLED: "cancelled", _FIRED: "fired"}[self._state]
@@ -71,7 +85,10 @@ class DeadlineTimer:
     def __init__(self, name: str = "dsh-policy-timer", clock: Callable[[], float] = time.monotonic) -> None:
         self._name = name
         self._clock = clock
-        self._cond = threading.Condition(threading.Lock())
+        # The lock alone where nothing waits or is woken (``with self._cond``
+        # would take it through two Python-level calls).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         # Invariant: every PENDING deadline is in the heap; ``_cancelled``
         # counts the CANCELLED ones still in it.
         self._heap: list[tuple[float, int, Deadline]] = []
@@ -79,19 +96,23 @@ class DeadlineTimer:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        # When the waiting thread wakes by itself (the head of the heap when
+        # it went to sleep, cancelled or not): only a deadline due earlier
+        # needs to wake it.
+        self._wake_at = _NEVER
 
     # -- reading ------------------------------------------------------------
 
     @property
     def pending(self) -> int:
         """Deadlines that may still fire."""
-        with self._cond:
+        with self._lock:
             return len(self._heap) - self._cancelled
 
     @property
     def heap_size(self) -> int:
         """Entries held, cancelled ones not yet dropped included."""
-        with self._cond:
+        with self._lock:
             return len(self._heap)
 
     @property
@@ -111,34 +132,27 @@ class DeadlineTimer:
         Returns the :class:`Deadline`, or ``None`` once the timer is stopped
         (nothing will ever fire then).
         """
-        with self._cond:
+        with self._lock:
             if self._stopped:
                 return None
-            deadline = Deadline(self._clock() + max(0.0, delay), fn, self)
-            earliest = not self._heap or deadline.when < self._heap[0][0]
-            heapq.heappush(self._heap, (deadline.when, next(self._seq), deadline))
+            when = self._clock() + max(0.0, delay)
+            deadline = Deadline(when, fn, self)
+            heapq.heappush(self._heap, (when, next(self._seq), deadline))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            elif earliest:
+            elif when < self._wake_at:
+                # Due before the thread wakes by itself: wake it. (A deadline
+                # behind cancelled ones, or due later, waits for that wake.)
+                self._wake_at = when
                 self._cond.notify()
         return deadline
 
-    def _cancel(self, deadline: Deadline) -> bool:
-        with self._cond:
-            if deadline._state != _PENDING:
-                return False
-            deadline._state = _CANCELLED
-            deadline._fn = None
-            if self._stopped:
-                return True
-            self._cancelled += 1
-            heap = self._heap
-            if self._cancelled >= _COMPACT_MIN and self._cancelled * 2 > len(heap):
-                self._heap = [entry for entry in heap if entry[2]._state == _PENDING]
-                heapq.heapify(self._heap)
-                self._cancelled = 0
-            return True
+    def _compact(self) -> None:
+        # Called with the lock held: drop the CANCELLED entries.
+        self._heap = [entry for entry in self._heap if entry[2]._state == _PENDING]
+        heapq.heapify(self._heap)
+        self._cancelled = 0
 
     def stop(self, timeout: float | None = None) -> None:
         """Drop every pending deadline and end the thread (joined, unless
@@ -180,10 +194,13 @@ class DeadlineTimer:
                         heapq.heappop(heap)
                         self._cancelled -= 1
                     if not heap:
+                        self._wake_at = _NEVER
                         cond.wait()
                         continue
-                    delay = heap[0][0] - self._clock()
+                    wake_at = heap[0][0]
+                    delay = wake_at - self._clock()
                     if delay > 0:
+                        self._wake_at = wake_at
                         cond.wait(delay)
                         continue
                     break

@@ -22,6 +22,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 from loguru import logger
@@ -316,7 +317,7 @@ def _run_chain(
         return _run_chain(chain, index + 1, default, args, awaiter)
 
     result: T = fn(*args, next_)
-    if awaiter is not None and inspect.iscoroutine(result):
+    if awaiter is not None and isinstance(result, CoroutineType):  # (inspect.iscoroutine, one call less)
         return awaiter(result)  # type: ignore[no-any-return]
     return result
 
