@@ -262,50 +262,8 @@ class AbortSignal:
         parent does. Its callbacks run on the thread that aborted the parent.
         """
         child = cls()
-        child._follow(signals, "AbortSignal.any()")
+        _fuse(child, signals, "AbortSignal.any()")
         return child
-
-    def _follow(self, signals: tuple[AbortSignal, ...], where: str) -> None:
-        """Make this fresh signal (nobody else holds it yet) a fusion of
-        ``signals``: born aborted if one has aborted, else subscribed to
-        each (``any`` and ``AbortController(*parents)``)."""
-        for signal in signals:
-            if not isinstance(signal, AbortSignal):
-                raise InvalidTypeError(f"{where} takes AbortSignals, not {type(signal).__name__}")
-        count = len(signals)
-        if count == 2:
-            parents = signals if signals[0] is not signals[1] else signals[:1]
-        elif count > 2:
-            parents = tuple(dict.fromkeys(signals))
-        else:
-            parents = signals
-        links: list[Unsubscribe] = []
-        self._links = links
-        for parent in parents:
-            reason = parent._reason
-            if reason is not _PENDING:
-                # Born aborted: nothing to subscribe or notify. It aborted
-                # "with" this parent, so it takes the parent's place in order.
-                self._order = parent._order
-                self._reason = reason
-                return
-        on_parent_abort = self._on_parent_abort
-        for parent in parents:
-            # A parent may abort, here or on another thread, at any point of
-            # this loop. Nobody else holds `self` yet, so only its firing can
-            # race us: a fire swaps `_links` out under the lock and unlinks
-            # what it took; the check below unlinks whatever it missed.
-            unlink = parent.add_callback(on_parent_abort)
-            if unlink is not _noop:
-                links.append(unlink)
-            if self._reason is not _PENDING:
-                break
-        with self._lock:
-            fired = self._reason is not _PENDING
-        if fired:
-            # Invariant restored: a fired fusion holds no subscription.
-            for unlink in links:
-                unlink()  # idempotent, so overlapping the fire's sweep is fine
 
     def _on_parent_abort(self, parent: AbortSignal) -> None:
         self._abort(parent._reason)
@@ -378,7 +336,7 @@ class AbortController:
     def __init__(self, *parents: AbortSignal) -> None:
         signal = AbortSignal()
         if parents:
-            signal._follow(parents, "AbortController()")
+            _fuse(signal, parents, "AbortController()")
         self._signal = signal
 
     @property
@@ -401,6 +359,49 @@ class AbortController:
 
     def __repr__(self) -> str:
         return f"<AbortController {self._signal!r}>"
+
+
+def _fuse(child: AbortSignal, signals: tuple[AbortSignal, ...], where: str) -> None:
+    """Make ``child``, a fresh signal (nobody else holds it yet), a fusion of
+    ``signals``: born aborted if one has aborted, else subscribed to
+    each (``any`` and ``AbortController(*parents)``)."""
+    for signal in signals:
+        if not isinstance(signal, AbortSignal):
+            raise InvalidTypeError(f"{where} takes AbortSignals, not {type(signal).__name__}")
+    count = len(signals)
+    if count == 2:
+        parents = signals if signals[0] is not signals[1] else signals[:1]
+    elif count > 2:
+        parents = tuple(dict.fromkeys(signals))
+    else:
+        parents = signals
+    links: list[Unsubscribe] = []
+    child._links = links
+    for parent in parents:
+        reason = parent._reason
+        if reason is not _PENDING:
+            # Born aborted: nothing to subscribe or notify. It aborted
+            # "with" this parent, so it takes the parent's place in order.
+            child._order = parent._order
+            child._reason = reason
+            return
+    on_parent_abort = child._on_parent_abort
+    for parent in parents:
+        # A parent may abort, here or on another thread, at any point of
+        # this loop. Nobody else holds `child` yet, so only its firing can
+        # race us: a fire swaps `_links` out under the lock and unlinks
+        # what it took; the check below unlinks whatever it missed.
+        unlink = parent.add_callback(on_parent_abort)
+        if unlink is not _noop:
+            links.append(unlink)
+        if child._reason is not _PENDING:
+            break
+    with child._lock:
+        fired = child._reason is not _PENDING
+    if fired:
+        # Invariant restored: a fired fusion holds no subscription.
+        for unlink in links:
+            unlink()  # idempotent, so overlapping the fire's sweep is fine
 
 
 def fuse_late(parents: tuple[AbortSignal, ...]) -> AbortSignal:

@@ -4,10 +4,13 @@ A policy that needs deadlines owns one :class:`DeadlineTimer`: a single
 thread sleeps on a condition until the earliest deadline is due, then runs
 its callback. No thread or ``threading.Timer`` per deadline.
 
-Cancelled deadlines are skipped lazily when they reach the top of the heap,
-and the heap is compacted whenever cancelled entries outnumber live ones,
-so a long-running runtime that cancels almost every deadline (calls that
-finish in time) keeps the heap at most about twice its live size.
+Cancelled deadlines are skipped lazily when they come due, and the heap
+is compacted whenever cancelled entries outnumber live ones, so a
+long-running runtime that cancels almost every deadline (calls that finish
+in time) keeps the heap at most about twice its live size. The thread
+sleeps until the head of the heap is due (cancelled or not) and is woken
+only for a deadline due before that: calls that schedule the same timeout
+one after another, and cancel it, never wake it.
 
 The thread starts with the first :meth:`DeadlineTimer.schedule` and ends
 with :meth:`DeadlineTimer.stop`, which drops every pending deadline
@@ -55,19 +58,7 @@ class Deadline:
 
     def cancel(self) -> bool:
         """Cancel the deadline; ``True`` if it had not fired (it never will)."""
-        timer = self._timer
-        with timer._lock:
-            if self._state != _PENDING:
-                return False
-            self._state = _CANCELLED
-            self._fn = None
-            if not timer._stopped:
-                # (The timer's own bookkeeping, under its lock: one more
-                # CANCELLED entry in the heap.)
-                cancelled = timer._cancelled = timer._cancelled + 1
-                if cancelled >= _COMPACT_MIN and cancelled * 2 > len(timer._heap):
-                    timer._compact()
-            return True
+        return self._timer._cancel(self)
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _CANCELLED: "cancelled", _FIRED: "fired"}[self._state]
@@ -148,11 +139,21 @@ class DeadlineTimer:
                 self._cond.notify()
         return deadline
 
-    def _compact(self) -> None:
-        # Called with the lock held: drop the CANCELLED entries.
-        self._heap = [entry for entry in self._heap if entry[2]._state == _PENDING]
-        heapq.heapify(self._heap)
-        self._cancelled = 0
+    def _cancel(self, deadline: Deadline) -> bool:
+        with self._lock:
+            if deadline._state != _PENDING:
+                return False
+            deadline._state = _CANCELLED
+            deadline._fn = None
+            if self._stopped:
+                return True
+            cancelled = self._cancelled = self._cancelled + 1
+            heap = self._heap
+            if cancelled >= _COMPACT_MIN and cancelled * 2 > len(heap):
+                self._heap = [entry for entry in heap if entry[2]._state == _PENDING]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+            return True
 
     def stop(self, timeout: float | None = None) -> None:
         """Drop every pending deadline and end the thread (joined, unless
@@ -190,9 +191,10 @@ class DeadlineTimer:
                     if self._stopped:
                         return
                     heap = self._heap
-                    while heap and heap[0][2]._state != _PENDING:
-                        heapq.heappop(heap)
-                        self._cancelled -= 1
+                    # Sleep until the head is due even when it was cancelled
+                    # (dropped then, below): a thread that woke to find only
+                    # cancelled entries would otherwise wait for a wake-up at
+                    # every next deadline.
                     if not heap:
                         self._wake_at = _NEVER
                         cond.wait()

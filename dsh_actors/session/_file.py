@@ -77,19 +77,6 @@ def _encode(event: Mapping[str, Any]) -> bytes:
 _NEWLINE = b"\n"
 
 
-def _line(event: dict[str, Any]) -> bytes:
-    """An event whose values are lossless JSON already, as its line.
-
-    orjson's buffer is allocated with room to spare (about 4 KB for a
-    100-byte event) and an in-memory session keeps every line: the newline
-    is added by a concatenation, which is also the exact-size copy (the
-    benchmark ``session.bytes_per_event`` shows it)."""
-    try:
-        return orjson.dumps(event) + _NEWLINE
-    except orjson.JSONEncodeError:
-        return _encode(event)  # too deep for orjson: the checked path says why
-
-
 def _id_or_none(value: object) -> str | None:
     return value if type(value) is str else None
 
@@ -289,15 +276,23 @@ class Session:
         """:meth:`append` for an event whose values are all lossless JSON
         already (materialized, or built from materialized values, as the
         executor's ``tool/batch``, ``tool/call``, ``tool/start`` and
-        ``tool/result`` events are): the check is not made twice. A subclass that overrides :meth:`append` gets every
-        event through its :meth:`append`, as before."""
+        ``tool/result`` events are): the check is not made twice. A subclass
+        that overrides :meth:`append` gets every event through its
+        :meth:`append`, as before."""
         if type(self).append is not Session.append or type(event) is not dict:
             self.append(event)
             return
         problem = _shape_problem(event)
         if problem is not None:
             raise InvalidValueError(f"invalid session event: {problem}")
-        line = _line(event)
+        try:
+            # orjson's buffer is allocated with room to spare (about 4 KB for
+            # a 100-byte event) and an in-memory session keeps every line:
+            # adding the newline is also the exact-size copy (the benchmark
+            # ``session.bytes_per_event`` shows it), as in _encode.
+            line = orjson.dumps(event) + _NEWLINE
+        except orjson.JSONEncodeError:
+            line = _encode(event)  # too deep for orjson: the checked path says why
         with self._lock:
             self._append_line(line, event["type"], event)
 
@@ -309,7 +304,26 @@ class Session:
         if file is not None:
             if not self._held:
                 self._hold()
-            self._write(file, line)
+            # One write(2) for the line on the unbuffered handle: nothing is
+            # left in a buffer to flush.
+            if self._dirty:
+                self._recover(file)
+            data = _NEWLINE + line if self._newline_needed else line
+            try:
+                written = file.write(data)
+                if written != len(data):
+                    _write_rest(file, data, written)
+                if self._fsync:
+                    os.fsync(file.fileno())
+            except BaseException:
+                self._dirty = True
+                try:
+                    self._recover(file)
+                except OSError:
+                    pass  # still dirty: the next append tries again
+                raise
+            self._size += len(data)
+            self._newline_needed = False
         lines = self._lines
         if lines is not None:
             lines.append(line)
@@ -440,28 +454,6 @@ class Session:
                 "open it again with Session.open(path) before writing to it, resuming or recovering a step of it"
             )
         self._held = True
-
-    def _write(self, file: IO[bytes], line: bytes) -> None:
-        # One write(2) for the line (its newline included) on the unbuffered
-        # handle: nothing is left in a buffer to flush.
-        if self._dirty:
-            self._recover(file)
-        data = _NEWLINE + line if self._newline_needed else line
-        try:
-            written = file.write(data)
-            if written != len(data):
-                _write_rest(file, data, written)
-            if self._fsync:
-                os.fsync(file.fileno())
-        except BaseException:
-            self._dirty = True
-            try:
-                self._recover(file)
-            except OSError:
-                pass  # still dirty: the next append tries again
-            raise
-        self._size += len(data)
-        self._newline_needed = False
 
     def _recover(self, file: IO[bytes]) -> None:
         """Cut whatever follows the good bytes (a failed write, a torn last
