@@ -3,8 +3,9 @@ instructions (``valgrind --tool=callgrind``, every thread of the process,
 ``PYTHONHASHSEED=0``): per call, the difference between a run of K and
 one of 3K 100-call batches after a warm-up, so start-up and warm-up cancel.
 
-Variants (each in a runtime of its own; see ``benchmarks/scheduling.py``
-for the realistic configuration):
+Variants (each in a runtime of its own, its no-op tool declaring
+``timeout_ms``, which only ``policies.timeout`` reads; see
+``benchmarks/scheduling.py`` for the realistic configuration):
 
 * ``bare``: no policy, no log;
 * ``realistic``: a file ``Session``, one guard returning None, one
@@ -26,7 +27,7 @@ per call (``getrusage``, every thread of the process) and the CPU per call
 of the 100-call batch at the given limit, the variants interleaved batch by
 batch. ``--profile LABEL`` prints a ``cProfile`` of the executor's and call
 actors' threads for one variant (times inflated by the profiler; read the
-call counts and the ranking).
+call counts and the ranking; ``--dump PATH`` writes the stats instead).
 
 Used to write the realistic part of ``benchmarks/HOPS.md``; not part of
 ``python -m benchmarks``.
