@@ -170,17 +170,11 @@ class ToolExecution:
 
     @signal.setter
     def signal(self, value: AbortSignal) -> None:
-        if self._frozen:
-            raise AttributeError("the execution is frozen")
-        if not self._mutable_signal:
-            raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
-        if not isinstance(value, AbortSignal):
-            raise InvalidTypeError("execution.signal must be an AbortSignal (it cannot be removed)")
-        _set_signal(self, value)
+        _assign_signal(self, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "signal":
-            ToolExecution.signal.__set__(self, value)  # type: ignore[attr-defined]
+            _assign_signal(self, value)  # (what the property's setter does, one call less)
             return
         if name in _IDENTITY:
             raise AttributeError(f"execution.{name} is read-only")
@@ -233,6 +227,18 @@ class ToolExecution:
     _set_mutable_signal,
     _set_frozen,
 ) = slot_setters(ToolExecution, ToolExecution.__slots__)  # every slot, in __slots__ order
+
+
+def _assign_signal(execution: ToolExecution, value: AbortSignal) -> None:
+    """``execution.signal = value``: a wrapper's replacement (or its
+    restore) while ``tools/execute`` runs, and only then."""
+    if execution._frozen:
+        raise AttributeError("the execution is frozen")
+    if not execution._mutable_signal:
+        raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
+    if not isinstance(value, AbortSignal):
+        raise InvalidTypeError("execution.signal must be an AbortSignal (it cannot be removed)")
+    _set_signal(execution, value)
 
 
 class ToolRunContext:

@@ -276,39 +276,8 @@ class AbortSignal:
         parent stays subscribed, and so stays alive, for as long as the
         parent does. Its callbacks run on the thread that aborted the parent.
         """
-        for signal in signals:
-            if not isinstance(signal, AbortSignal):
-                raise InvalidTypeError(f"AbortSignal.any() takes AbortSignals, not {type(signal).__name__}")
-        parents = signals if len(signals) < 2 else tuple(dict.fromkeys(signals))
         child = cls()
-        links: list[Unsubscribe] = []
-        child._links = links
-        for parent in parents:
-            reason = parent._reason
-            if reason is not _PENDING:
-                # Born aborted: nothing to subscribe or notify. It aborted
-                # "with" this parent, so it takes the parent's place in order.
-                child._order = parent._order
-                child._reason = reason
-                child._aborted = True
-                return child
-        on_parent_abort = child._on_parent_abort
-        for parent in parents:
-            # A parent may abort, here or on another thread, at any point of
-            # this loop. Nobody else holds `child` yet, so only its firing can
-            # race us: a fire swaps `_links` out under the lock and unlinks
-            # what it took; the check below unlinks whatever it missed.
-            unlink = parent.add_callback(on_parent_abort)
-            if unlink is not _noop:
-                links.append(unlink)
-            if child._reason is not _PENDING:
-                break
-        with child._lock:
-            fired = child._reason is not _PENDING
-        if fired:
-            # Invariant restored: a fired child holds no subscription.
-            for unlink in links:
-                unlink()  # idempotent, so overlapping the fire's sweep is fine
+        _fuse(child, signals, "AbortSignal.any()")
         return child
 
     def _on_parent_abort(self, parent: AbortSignal) -> None:
@@ -324,9 +293,11 @@ class AbortSignal:
         ``wait()`` keep working. Closing a fused signal that already fired
         changes nothing (it detached when it fired).
 
-        For a controller's signal (or a bare ``AbortSignal()``) ``close()``
-        does nothing: its controller may still abort it, and its callbacks
-        belong to their subscribers, who remove them with their unsubscribe
+        For a signal of ``AbortController(*parents)`` with parents, the
+        same: its controller can no longer abort it either. For a plain
+        controller's signal (or a bare ``AbortSignal()``) ``close()`` does
+        nothing: its controller may still abort it, and its callbacks belong
+        to their subscribers, who remove them with their unsubscribe
         (dropping them here would silently disconnect fused children).
         """
         with self._lock:
@@ -361,12 +332,27 @@ class AbortSignal:
 
 
 class AbortController:
-    """Owns an :class:`AbortSignal` and is the only way to abort it."""
+    """Owns an :class:`AbortSignal` and is the only way to abort it.
+
+    ``AbortController(*parents)``: its signal also aborts, with that
+    parent's reason, as soon as one of ``parents`` does (first abort wins,
+    :meth:`abort` included), exactly like ``AbortSignal.any(*parents)``
+    would, without a second signal: a deadline or a retry budget that must
+    also follow a caller's signal. It is born aborted when a parent has
+    aborted already. Close it (``controller.signal.close()``) when the work
+    it guards settles: that unsubscribes it from the parents, and a closed
+    signal that has not aborted never aborts (:meth:`abort` returns
+    ``False``). Without parents nothing is subscribed and ``close()`` does
+    nothing.
+    """
 
     __slots__ = ("_signal",)
 
-    def __init__(self) -> None:
-        self._signal = AbortSignal()
+    def __init__(self, *parents: AbortSignal) -> None:
+        signal = AbortSignal()
+        if parents:
+            _fuse(signal, parents, "AbortController()")
+        self._signal = signal
 
     @property
     def signal(self) -> AbortSignal:
@@ -388,6 +374,50 @@ class AbortController:
 
     def __repr__(self) -> str:
         return f"<AbortController {self._signal!r}>"
+
+
+def _fuse(child: AbortSignal, signals: tuple[AbortSignal, ...], where: str) -> None:
+    """Make ``child``, a fresh signal (nobody else holds it yet), a fusion of
+    ``signals``: born aborted if one has aborted, else subscribed to
+    each (``any`` and ``AbortController(*parents)``)."""
+    for signal in signals:
+        if not isinstance(signal, AbortSignal):
+            raise InvalidTypeError(f"{where} takes AbortSignals, not {type(signal).__name__}")
+    count = len(signals)
+    if count == 2:
+        parents = signals if signals[0] is not signals[1] else signals[:1]
+    elif count > 2:
+        parents = tuple(dict.fromkeys(signals))
+    else:
+        parents = signals
+    links: list[Unsubscribe] = []
+    child._links = links
+    for parent in parents:
+        reason = parent._reason
+        if reason is not _PENDING:
+            # Born aborted: nothing to subscribe or notify. It aborted
+            # "with" this parent, so it takes the parent's place in order.
+            child._order = parent._order
+            child._reason = reason
+            child._aborted = True
+            return
+    on_parent_abort = child._on_parent_abort
+    for parent in parents:
+        # A parent may abort, here or on another thread, at any point of
+        # this loop. Nobody else holds `child` yet, so only its firing can
+        # race us: a fire swaps `_links` out under the lock and unlinks
+        # what it took; the check below unlinks whatever it missed.
+        unlink = parent.add_callback(on_parent_abort)
+        if unlink is not _noop:
+            links.append(unlink)
+        if child._reason is not _PENDING:
+            break
+    with child._lock:
+        fired = child._reason is not _PENDING
+    if fired:
+        # Invariant restored: a fired fusion holds no subscription.
+        for unlink in links:
+            unlink()  # idempotent, so overlapping the fire's sweep is fine
 
 
 def fuse_late(parents: tuple[AbortSignal, ...]) -> AbortSignal:

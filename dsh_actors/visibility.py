@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
@@ -511,12 +511,6 @@ def schemas(state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet
     return [loads(reg.schema_json) for reg in visible(state, agent, tool_set).values()]
 
 
-def _chain_layers(agent: Agent | None) -> Iterable[Agent | None]:
-    yield None
-    if agent is not None:
-        yield from agent.chain()
-
-
 def has_guards(state: RegistryState, agent: Agent | None) -> bool:
     """Whether any guard applies to calls of ``agent`` (whether
     :func:`check_guards` would run one). Without a generator: the executor
@@ -550,25 +544,44 @@ def check_guards(state: RegistryState, execution: ToolExecution) -> str | None:
 def guard_verdict(state: RegistryState, execution: ToolExecution) -> tuple[str | None, BaseException | None]:
     """:func:`check_guards`'s reason, and the exception of the guard that
     raised (None when no guard raised)."""
+    # (No generator over the layers: the executor asks this per call.)
     scopes = state.scopes
-    for layer in _chain_layers(execution.agent):
-        snap = scopes.get(layer)
-        if snap is None or not snap.guards:
+    snap = scopes.get(None)
+    if snap is not None and snap.guards:
+        verdict = _layer_verdict(snap.guards, execution)
+        if verdict is not None:
+            return verdict
+    agent = execution.agent
+    if agent is not None:
+        for layer in agent.chain():
+            snap = scopes.get(layer)
+            if snap is not None and snap.guards:
+                verdict = _layer_verdict(snap.guards, execution)
+                if verdict is not None:
+                    return verdict
+    return _NO_VERDICT
+
+
+_NO_VERDICT: tuple[None, None] = (None, None)
+
+
+def _layer_verdict(guards: Any, execution: ToolExecution) -> tuple[str, BaseException | None] | None:
+    """The first denial among one layer's ``guards`` (in registration
+    order), or None when none of them denies."""
+    for contribution in guards:
+        fn = contribution.value
+        try:
+            reason = fn(execution)
+        except BaseException as exc:  # noqa: BLE001 - fail closed, never propagate
+            return f"guard {callable_name(fn)} failed: {safe_str(exc) or type(exc).__name__}", exc
+        if reason is None:
             continue
-        for contribution in snap.guards:
-            fn = contribution.value
-            try:
-                reason = fn(execution)
-            except BaseException as exc:  # noqa: BLE001 - fail closed, never propagate
-                return f"guard {callable_name(fn)} failed: {safe_str(exc) or type(exc).__name__}", exc
-            if reason is None:
-                continue
-            if type(reason) is not str:
-                return (
-                    f"guard {callable_name(fn)} failed: it returned {type(reason).__qualname__} (expected str or None)"
-                ), None
-            return (reason if reason else f"guard {callable_name(fn)} denied the call"), None
-    return None, None
+        if type(reason) is not str:
+            return (
+                f"guard {callable_name(fn)} failed: it returned {type(reason).__qualname__} (expected str or None)"
+            ), None
+        return (reason if reason else f"guard {callable_name(fn)} denied the call"), None
+    return None
 
 
 def execution_mode(

@@ -4,10 +4,13 @@ A policy that needs deadlines owns one :class:`DeadlineTimer`: a single
 thread sleeps on a condition until the earliest deadline is due, then runs
 its callback. No thread or ``threading.Timer`` per deadline.
 
-Cancelled deadlines are skipped lazily when they reach the top of the heap,
-and the heap is compacted whenever cancelled entries outnumber live ones,
-so a long-running runtime that cancels almost every deadline (calls that
-finish in time) keeps the heap at most about twice its live size.
+Cancelled deadlines are skipped lazily when they come due, and the heap
+is compacted whenever cancelled entries outnumber live ones, so a
+long-running runtime that cancels almost every deadline (calls that finish
+in time) keeps the heap at most about twice its live size. The thread
+sleeps until the head of the heap is due (cancelled or not) and is woken
+only for a deadline due before that: calls that schedule the same timeout
+one after another, and cancel it, never wake it.
 
 The thread starts with the first :meth:`DeadlineTimer.schedule` and ends
 with :meth:`DeadlineTimer.stop`, which drops every pending deadline
@@ -30,6 +33,8 @@ __all__ = ["Deadline", "DeadlineTimer"]
 _PENDING: Final = 0
 _CANCELLED: Final = 1
 _FIRED: Final = 2
+
+_NEVER: Final = float("inf")
 
 #: Compact only past this many cancelled entries (small heaps are cheap).
 _COMPACT_MIN: Final = 64
@@ -71,7 +76,10 @@ class DeadlineTimer:
     def __init__(self, name: str = "dsh-policy-timer", clock: Callable[[], float] = time.monotonic) -> None:
         self._name = name
         self._clock = clock
-        self._cond = threading.Condition(threading.Lock())
+        # The lock alone where nothing waits or is woken (``with self._cond``
+        # would take it through two Python-level calls).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         # Invariant: every PENDING deadline is in the heap; ``_cancelled``
         # counts the CANCELLED ones still in it.
         self._heap: list[tuple[float, int, Deadline]] = []
@@ -79,19 +87,23 @@ class DeadlineTimer:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        # When the waiting thread wakes by itself (the head of the heap when
+        # it went to sleep, cancelled or not): only a deadline due earlier
+        # needs to wake it.
+        self._wake_at = _NEVER
 
     # -- reading ------------------------------------------------------------
 
     @property
     def pending(self) -> int:
         """Deadlines that may still fire."""
-        with self._cond:
+        with self._lock:
             return len(self._heap) - self._cancelled
 
     @property
     def heap_size(self) -> int:
         """Entries held, cancelled ones not yet dropped included."""
-        with self._cond:
+        with self._lock:
             return len(self._heap)
 
     @property
@@ -111,30 +123,33 @@ class DeadlineTimer:
         Returns the :class:`Deadline`, or ``None`` once the timer is stopped
         (nothing will ever fire then).
         """
-        with self._cond:
+        with self._lock:
             if self._stopped:
                 return None
-            deadline = Deadline(self._clock() + max(0.0, delay), fn, self)
-            earliest = not self._heap or deadline.when < self._heap[0][0]
-            heapq.heappush(self._heap, (deadline.when, next(self._seq), deadline))
+            when = self._clock() + max(0.0, delay)
+            deadline = Deadline(when, fn, self)
+            heapq.heappush(self._heap, (when, next(self._seq), deadline))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            elif earliest:
+            elif when < self._wake_at:
+                # Due before the thread wakes by itself: wake it. (A deadline
+                # behind cancelled ones, or due later, waits for that wake.)
+                self._wake_at = when
                 self._cond.notify()
         return deadline
 
     def _cancel(self, deadline: Deadline) -> bool:
-        with self._cond:
+        with self._lock:
             if deadline._state != _PENDING:
                 return False
             deadline._state = _CANCELLED
             deadline._fn = None
             if self._stopped:
                 return True
-            self._cancelled += 1
+            cancelled = self._cancelled = self._cancelled + 1
             heap = self._heap
-            if self._cancelled >= _COMPACT_MIN and self._cancelled * 2 > len(heap):
+            if cancelled >= _COMPACT_MIN and cancelled * 2 > len(heap):
                 self._heap = [entry for entry in heap if entry[2]._state == _PENDING]
                 heapq.heapify(self._heap)
                 self._cancelled = 0
@@ -176,14 +191,18 @@ class DeadlineTimer:
                     if self._stopped:
                         return
                     heap = self._heap
-                    while heap and heap[0][2]._state != _PENDING:
-                        heapq.heappop(heap)
-                        self._cancelled -= 1
+                    # Sleep until the head is due even when it was cancelled
+                    # (dropped then, below): a thread that woke to find only
+                    # cancelled entries would otherwise wait for a wake-up at
+                    # every next deadline.
                     if not heap:
+                        self._wake_at = _NEVER
                         cond.wait()
                         continue
-                    delay = heap[0][0] - self._clock()
+                    wake_at = heap[0][0]
+                    delay = wake_at - self._clock()
                     if delay > 0:
+                        self._wake_at = wake_at
                         cond.wait(delay)
                         continue
                     break

@@ -3,9 +3,9 @@
 ``rt.use(policies.timeout)`` (config: ``prepend=False``).
 
 For a call whose executable definition declares ``timeout_ms``, the wrapper
-swaps in a deadline signal fused with the caller's
-(``AbortSignal.any(execution.signal, deadline)``) for its delegated
-lifetime, and restores the caller's in a ``finally``. The body then gets a
+swaps in a deadline signal that follows the caller's
+(``AbortController(execution.signal)``, which the deadline aborts) for its
+delegated lifetime, and restores the caller's in a ``finally``. The body then gets a
 fresh signal fused from the caller's and this one (the pipeline does that),
 so:
 
@@ -22,8 +22,8 @@ Outcome: if the deadline fired *first*, the result is a ``TOOL_TIMEOUT``
 failure, ``tool call timed out after <N>ms``, whatever the body then
 returned (deferred contexts are kept). If the caller aborted first the
 result is left alone and the pipeline's cancellation rule applies
-(``ABORTED``): "first" is decided by the fused signal's reason, since a
-fused signal takes the reason of the parent that fired first. A failure
+(``ABORTED``): "first" is decided by the deadline signal's reason, since
+it takes the reason of the first abort (the caller's or the deadline's). A failure
 is returned, never raised, so post-execute still sees it.
 
 Calls of tools without ``timeout_ms`` (and an executor's own tools, such as
@@ -54,7 +54,6 @@ from typing import Any
 
 from dsh_actors import (
     AbortController,
-    AbortSignal,
     ErrorCode,
     TextBlock,
     ToolErrorInfo,
@@ -98,22 +97,33 @@ class TimeoutPolicy:
         timeout_ms = None if definition is None else definition.timeout_ms
         if timeout_ms is None:
             return next_()
-        controller = AbortController()
-        # The reason is made only if the deadline fires (most calls end first).
-        deadline = self.timer.schedule(timeout_ms / 1000.0, lambda: controller.abort(ToolTimeoutError(timeout_ms)))
-        if deadline is None:  # disposed while this call was on its way in
-            return next_()
         caller = execution.signal
-        fused = AbortSignal.any(caller, controller.signal)
-        execution.signal = fused
+        # One signal: the caller's aborts reach it, and so does the deadline.
+        controller = AbortController(caller)
+        signal = controller.signal
+        fired: list[ToolTimeoutError] = []
+
+        def fire() -> None:
+            # The reason is made only if the deadline fires (most calls end
+            # first), and kept before the abort: whoever reads the signal's
+            # reason can tell it from a caller's.
+            error = ToolTimeoutError(timeout_ms)
+            fired.append(error)
+            controller.abort(error)
+
+        deadline = self.timer.schedule(timeout_ms / 1000.0, fire)
+        if deadline is None:  # disposed while this call was on its way in
+            signal.close()
+            return next_()
+        execution.signal = signal
         try:
             result = next_()
         finally:
             execution.signal = caller
             deadline.cancel()
-            fused.close()
-        # The fused signal keeps the reason of whichever parent fired first.
-        if fused.aborted and controller.signal.aborted and fused.reason is controller.signal.reason:
+            signal.close()
+        # The signal keeps the reason of whichever abort came first.
+        if fired and signal.reason is fired[0]:
             return timeout_failure(timeout_ms, result)
         return result
 

@@ -564,6 +564,49 @@ def test_closing_a_fused_signal_racing_its_parent_abort_is_one_or_the_other() ->
         assert heard == (["p"] if child.aborted else [])
 
 
+# -- a controller that follows parents ---------------------------------------
+
+
+def test_a_controller_with_parents_aborts_with_the_first_abort_its_own_included() -> None:
+    caller = AbortController()
+    controller = AbortController(caller.signal)
+    assert caller.signal.listener_count == 1
+    caller.abort("caller first")
+    assert controller.signal.reason == "caller first"
+    assert controller.abort("too late") is False
+    assert caller.signal.listener_count == 0  # it detached when it fired
+
+    own = AbortController(AbortController().signal)
+    assert own.abort("mine") is True
+    assert own.signal.reason == "mine"
+
+
+def test_a_controller_over_an_aborted_parent_is_born_aborted() -> None:
+    parent = AbortController()
+    parent.abort("before")
+    controller = AbortController(AbortController().signal, parent.signal)
+    assert controller.signal.reason == "before"
+    assert controller.abort("after") is False
+
+
+def test_closing_a_controller_with_parents_detaches_it_and_its_abort_is_refused() -> None:
+    caller = AbortController()
+    controller = AbortController(caller.signal)
+    ran: list[object] = []
+    controller.signal.add_callback(lambda signal: ran.append(signal.reason))
+    controller.signal.close()
+    assert caller.signal.listener_count == 0
+    assert controller.abort("late") is False
+    caller.abort("late too")
+    assert not controller.signal.aborted
+    assert ran == []
+
+
+def test_a_controller_rejects_a_parent_that_is_not_a_signal() -> None:
+    with pytest.raises(TypeError, match=r"AbortController\(\) takes AbortSignals, not str"):
+        AbortController("nope")  # type: ignore[arg-type]
+
+
 # -- odds and ends ----------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 from loguru import logger
@@ -282,7 +283,9 @@ class EventBus:
         subscribers = self._lists.get(name)
         if subscribers is None:
             return default()
-        chain = subscribers.reaching(agent)
+        chain = subscribers.all  # (reaching()'s common case, one call less)
+        if chain is None:
+            chain = subscribers.reaching(agent)
         if not chain:
             return default()
         return _run_chain(chain, 0, default, args, awaiter)
@@ -316,7 +319,7 @@ def _run_chain(
         return _run_chain(chain, index + 1, default, args, awaiter)
 
     result: T = fn(*args, next_)
-    if awaiter is not None and inspect.iscoroutine(result):
+    if awaiter is not None and isinstance(result, CoroutineType):  # (inspect.iscoroutine, one call less)
         return awaiter(result)  # type: ignore[no-any-return]
     return result
 

@@ -1032,7 +1032,7 @@ class BatchRun:
         assert session is not None and log is not None
         calls = [(c.id, c.name, batch_arguments(c.arguments)) for c in self.batch.calls]
         try:
-            session.append(batch_event(log.turn, log.step, calls, self.batch.max_parallel_tool_calls))
+            session.append_lossless(batch_event(log.turn, log.step, calls, self.batch.max_parallel_tool_calls))
         except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
             self.log_error = exc
 

@@ -148,12 +148,14 @@ def error_from_json(item: object, path: str = "error") -> ToolFailure | None:
 def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) -> dict[str, Any]:
     """A ``tool/call`` event. ``arguments``: the call's normalized arguments
     (frozen or plain JSON), or the raw text when it was not JSON."""
+    # (Each check inline for the common case, its function for the rest:
+    # the executor builds one of these per call.)
     return {
         "type": CALL,
-        "turn": _int(turn, "turn"),
-        "step": _int(step, "step"),
-        "call_id": _plain_str(call_id, "call_id"),
-        "name": _plain_str(name, "name"),
+        "turn": turn if type(turn) is int else _int(turn, "turn"),
+        "step": step if type(step) is int else _int(step, "step"),
+        "call_id": call_id if type(call_id) is str else _plain_str(call_id, "call_id"),
+        "name": name if type(name) is str else _plain_str(name, "name"),
         "arguments": arguments,
     }
 
@@ -175,7 +177,11 @@ def batch_event(
         if max_parallel_tool_calls is None
         else _int(max_parallel_tool_calls, "max_parallel_tool_calls"),
         "calls": [
-            {"call_id": _plain_str(call_id, "call_id"), "name": _plain_str(name, "name"), "arguments": arguments}
+            {
+                "call_id": call_id if type(call_id) is str else _plain_str(call_id, "call_id"),
+                "name": name if type(name) is str else _plain_str(name, "name"),
+                "arguments": arguments,
+            }
             for call_id, name, arguments in calls
         ],
     }
@@ -193,6 +199,10 @@ def step_of(event: Mapping[str, Any]) -> tuple[int, int] | None:
 
 def _stepped(event: dict[str, Any], turn: int | None, step: int | None) -> dict[str, Any]:
     """``event`` with the step of its call, when given (both or neither)."""
+    if type(turn) is int and type(step) is int:  # (the common case, checked inline)
+        event["turn"] = turn
+        event["step"] = step
+        return event
     if (turn is None) != (step is None):
         raise InvalidValueError("give both turn and step (the call's model step), or neither")
     if turn is not None:
@@ -216,12 +226,18 @@ def result_event(
     """A ``tool/result`` event: ``is_error``, ``content``, ``error`` and
     ``meta`` of ``result``; never its canonical ``value``. ``turn`` and
     ``step``: its ``tool/call``'s (see :func:`start_event`)."""
-    event = _stepped({"type": RESULT, "call_id": _plain_str(call_id, "call_id")}, turn, step)
+    call_id = call_id if type(call_id) is str else _plain_str(call_id, "call_id")
+    event = _stepped({"type": RESULT, "call_id": call_id}, turn, step)
     event["is_error"] = bool(result.is_error)
     event["content"] = content_to_json(result.content)
-    event["error"] = error_to_json(result.error)
+    error = result.error
+    if error is None:  # (a success: nothing to convert or trace)
+        event["error"] = None
+        event["meta"] = result.meta
+        return event
+    event["error"] = error_to_json(error)
     event["meta"] = result.meta
-    return _traced(event, result.error)
+    return _traced(event, error)
 
 
 #: How much of a traceback a logged event keeps (its end, where the raise is).

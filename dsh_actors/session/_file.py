@@ -57,7 +57,8 @@ def _shape_problem(event: Mapping[str, Any]) -> str | None:
 
 
 def _encode(event: Mapping[str, Any]) -> bytes:
-    """One event as compact JSON (no newline), or the error saying why not."""
+    """One event as a line of compact JSON (its newline included), or the
+    error saying why not."""
     if not isinstance(event, Mapping):
         raise InvalidTypeError(f"a session event must be a mapping, got {type(event).__qualname__}")
     problem = _shape_problem(event)
@@ -65,10 +66,7 @@ def _encode(event: Mapping[str, Any]) -> bytes:
         raise InvalidValueError(f"invalid session event: {problem}")
     value = event if type(event) is dict or type(event) is FrozenDict else dict(event)
     try:
-        # orjson's buffer is allocated with room to spare (about 4 KB for a
-        # 100-byte event) and an in-memory session keeps every line: keep an
-        # exact-size copy (the benchmark ``session.bytes_per_event`` shows it).
-        return bytes(memoryview(dumps(value)))
+        return dumps(value) + _NEWLINE  # (an exact-size copy: see _line)
     except LosslessJsonError as err:
         path = err.path
         if path == "value" or path.startswith(("value.", "value[")):
@@ -76,17 +74,23 @@ def _encode(event: Mapping[str, Any]) -> bytes:
         raise LosslessJsonError(path, err.problem) from None
 
 
+_NEWLINE = b"\n"
+
+
 def _id_or_none(value: object) -> str | None:
     return value if type(value) is str else None
 
 
-def _write_all(file: IO[bytes], data: bytes) -> None:
+def _write_rest(file: IO[bytes], data: bytes, written: int | None) -> None:
+    """Finish a short write: ``written`` of ``data``'s bytes went out."""
     view = memoryview(data)
-    while view:
-        written = file.write(view)
+    while True:
         if not written:
             raise OSError(errno.EIO, "session write made no progress")
         view = view[written:]
+        if not view:
+            return
+        written = file.write(view)
 
 
 class Session:
@@ -271,9 +275,10 @@ class Session:
     def append_lossless(self, event: dict[str, Any]) -> None:
         """:meth:`append` for an event whose values are all lossless JSON
         already (materialized, or built from materialized values, as the
-        executor's ``tool/call`` and ``tool/result`` events are): the check is
-        not made twice. A subclass that overrides :meth:`append` gets every
-        event through its :meth:`append`, as before."""
+        executor's ``tool/batch``, ``tool/call``, ``tool/start`` and
+        ``tool/result`` events are): the check is not made twice. A subclass
+        that overrides :meth:`append` gets every event through its
+        :meth:`append`, as before."""
         if type(self).append is not Session.append or type(event) is not dict:
             self.append(event)
             return
@@ -281,24 +286,50 @@ class Session:
         if problem is not None:
             raise InvalidValueError(f"invalid session event: {problem}")
         try:
-            line = bytes(memoryview(orjson.dumps(event)))  # exact size, as _encode keeps it
+            # orjson's buffer is allocated with room to spare (about 4 KB for
+            # a 100-byte event) and an in-memory session keeps every line:
+            # adding the newline is also the exact-size copy (the benchmark
+            # ``session.bytes_per_event`` shows it), as in _encode.
+            line = orjson.dumps(event) + _NEWLINE
         except orjson.JSONEncodeError:
             line = _encode(event)  # too deep for orjson: the checked path says why
         with self._lock:
             self._append_line(line, event["type"], event)
 
     def _append_line(self, line: bytes, kind: str, event: Mapping[str, Any]) -> None:
-        # Called with the lock held.
+        # Called with the lock held. ``line``: the event's JSON and its newline.
         if self._closed:
             raise OSError("session is closed")
-        if self._file is not None:
+        file = self._file
+        if file is not None:
             if not self._held:
                 self._hold()
-            self._write(self._file, line)
-        if self._lines is not None:
-            self._lines.append(line)
+            # One write(2) for the line on the unbuffered handle: nothing is
+            # left in a buffer to flush.
+            if self._dirty:
+                self._recover(file)
+            data = _NEWLINE + line if self._newline_needed else line
+            try:
+                written = file.write(data)
+                if written != len(data):
+                    _write_rest(file, data, written)
+                if self._fsync:
+                    os.fsync(file.fileno())
+            except BaseException:
+                self._dirty = True
+                try:
+                    self._recover(file)
+                except OSError:
+                    pass  # still dirty: the next append tries again
+                raise
+            self._size += len(data)
+            self._newline_needed = False
+        lines = self._lines
+        if lines is not None:
+            lines.append(line)
         self._count += 1
-        self._index(kind, event)
+        if kind != START:  # (a tool/start pairs with nothing the index keeps)
+            self._index(kind, event)
 
     def _index(self, kind: str, event: Mapping[str, Any]) -> None:
         """Track what is still unsettled: calls without a result, open
@@ -423,25 +454,6 @@ class Session:
                 "open it again with Session.open(path) before writing to it, resuming or recovering a step of it"
             )
         self._held = True
-
-    def _write(self, file: IO[bytes], line: bytes) -> None:
-        if self._dirty:
-            self._recover(file)
-        data = b"".join((b"\n" if self._newline_needed else b"", line, b"\n"))
-        try:
-            _write_all(file, data)
-            file.flush()
-            if self._fsync:
-                os.fsync(file.fileno())
-        except BaseException:
-            self._dirty = True
-            try:
-                self._recover(file)
-            except OSError:
-                pass  # still dirty: the next append tries again
-            raise
-        self._size += len(data)
-        self._newline_needed = False
 
     def _recover(self, file: IO[bytes]) -> None:
         """Cut whatever follows the good bytes (a failed write, a torn last
