@@ -128,6 +128,26 @@ def sleep_overshoot_ms(samples: int = 20, seconds: float = 0.010) -> float:
     return max(0.0, median(extra))
 
 
+def callgrind_instructions(module: str, args: Sequence[str]) -> int:
+    """Instructions (every thread) of a whole process running
+    ``python -m module *args`` under valgrind's callgrind, with
+    ``PYTHONHASHSEED=0`` so runs repeat."""
+    import re
+    import subprocess
+
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", module, *args],
+        env=dict(os.environ, PYTHONHASHSEED="0"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
+    return int(found.group(1))
+
+
 def summary_us(samples: Sequence[float]) -> dict[str, Any]:
     """``median_us`` and ``best_us`` of ``samples`` (already in µs)."""
     return {"median_us": median(samples), "best_us": min(samples)}

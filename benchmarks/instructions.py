@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
-import subprocess
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +29,7 @@ from typing import Any
 from dsh_actors import ToolRuntime, define_tool
 from dsh_actors.scheduling import idle
 
+from ._util import callgrind_instructions
 from .scheduling import TEXT, _safe, noop_batch, noop_tool
 
 CAPS = {"cap10": 10, "cap8": 8, "serial": 1, "async": 10}
@@ -80,18 +78,7 @@ def run_one(config: str, batches: int) -> None:
 
 def count(config: str, batches: int) -> int:
     """Instructions of a whole process running ``batches`` of ``config``."""
-    out = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", __spec__.name]
-        + ["--run-one", config, str(batches)],
-        env=dict(os.environ, PYTHONHASHSEED="0"),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
-    return int(found.group(1))
+    return callgrind_instructions(__spec__.name, ["--run-one", config, str(batches)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

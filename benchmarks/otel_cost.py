@@ -57,9 +57,6 @@ from __future__ import annotations
 import argparse
 import contextvars
 import gc
-import os
-import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -68,7 +65,7 @@ from typing import Any
 
 from dsh_actors import AbortController, ToolExecutionInput, ToolRuntime
 
-from ._util import median
+from ._util import callgrind_instructions, median
 from .scheduling import CAP, OtelSdk, noop_batch, noop_tool, realistic, realistic_batch, realistic_tool
 
 
@@ -205,19 +202,7 @@ def _run_one(label: str, count: int) -> None:
 
 
 def _instructions(label: str, count: int) -> int:
-    env = dict(os.environ, PYTHONHASHSEED="0")
-    out = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", "benchmarks.otel_cost"]
-        + ["--run-one", label, "--batches", str(count)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
-    return int(found.group(1))
+    return callgrind_instructions("benchmarks.otel_cost", ["--run-one", label, "--batches", str(count)])
 
 
 def _count_instructions(labels: Sequence[str], batches: int) -> None:

@@ -36,10 +36,7 @@ Used to write the realistic part of ``benchmarks/HOPS.md``; not part of
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +44,7 @@ from typing import Any
 
 from dsh_actors import Agent, Session, ToolRuntime
 
-from ._util import median
+from ._util import callgrind_instructions, median
 from .scheduling import (
     _allow_all,
     _delegate,
@@ -122,19 +119,9 @@ def _run_one(label: str, count: int, limit: int) -> None:
 
 
 def _instructions(label: str, count: int, limit: int) -> int:
-    env = dict(os.environ, PYTHONHASHSEED="0")
-    out = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
-        + ["-m", "benchmarks.realistic_cost", "--run-one", label, "--batches", str(count), "--limit", str(limit)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+    return callgrind_instructions(
+        "benchmarks.realistic_cost", ["--run-one", label, "--batches", str(count), "--limit", str(limit)]
     )
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
-    return int(found.group(1))
 
 
 def _count_instructions(labels: Sequence[str], batches: int, limit: int) -> None:
