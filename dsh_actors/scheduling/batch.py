@@ -86,7 +86,7 @@ from .suspension import new_suspension_id, suspension_value
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
     from ..session import Session
-    from .executor import NativeExecutor
+    from .messages import BatchHost
 
 __all__ = ["BatchRun", "CallState"]
 
@@ -266,7 +266,7 @@ class BatchRun:
     def __init__(
         self,
         rt: Kernel,
-        native: NativeExecutor,
+        native: BatchHost,
         batch: ToolBatchInput,
         limit: int,
         reply: Reply,

@@ -47,7 +47,20 @@ from ..pipeline.stages import dispatch
 from .batch import BatchRun
 from .dispatcher import Dispatcher
 from .inbox import RUNNING
-from .messages import BatchPolicy, Begin, CallStart, Deadline, Fed, FeedSink, Reply, Resume, RunBatch, Sealed, Serve
+from .messages import (
+    BatchHost,
+    BatchPolicy,
+    Begin,
+    CallStart,
+    Deadline,
+    Fed,
+    FeedSink,
+    Reply,
+    Resume,
+    RunBatch,
+    Sealed,
+    Serve,
+)
 from .pool import LEAVE, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -410,7 +423,7 @@ class SubBatch:
         self._inbox.put(Sealed())
 
 
-def _drain_until_paused(native: NativeExecutor, run: BatchRun, outcome: Any) -> Any:
+def _drain_until_paused(native: BatchHost, run: BatchRun, outcome: Any) -> Any:
     """Drain ``run`` until it ends (its outcome) or its inbox is empty
     (RUNNING: paused, the next message schedules it again)."""
     inbox = run.inbox

@@ -194,6 +194,16 @@ class Sealed:
     every call it was fed has committed."""
 
 
+class BatchHost(Protocol):
+    """A batch's executor (``NativeExecutor``) as the batch and its executor
+    actor see it: where the batch takes its :class:`BatchPolicy` as it
+    opens, and who hears that the run has finished."""
+
+    def batch_policy(self, *, nested: bool = False) -> BatchPolicy: ...
+
+    def run_finished(self, run: Any) -> None: ...
+
+
 class FeedSink(Protocol):
     """Where a sub-batch's calls go as they start and commit (its feeder's
     side). Called on the executor actor running the batch, in the order the
