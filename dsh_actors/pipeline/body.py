@@ -126,11 +126,18 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
     return _Entered(ctx, registration, body, is_async, stopping)
 
 
-def _leave_body(call: Call, entered: _Entered, value: Any, error: BaseException | None) -> ToolExecutionResult:
+def _leave_body(
+    call: Call, entered: _Entered, value: Any, error: BaseException | None, aborted: bool | None = None
+) -> ToolExecutionResult:
     """Everything after the body's last line: its value validated and
-    rendered (or its exception as a failure), with the contexts it added."""
+    rendered (or its exception as a failure), with the contexts it added.
+    ``aborted``: whether the caller or the stop had aborted when the body
+    settled, if that was earlier than now (an async body's end, seen on
+    its loop); None: now."""
     # The body has settled: an abort from now on does not replace its outcome.
-    call.settled_aborted = call.caller.aborted or entered.stopping.aborted
+    if aborted is None:
+        aborted = call.caller.aborted or entered.stopping.aborted
+    call.settled_aborted = aborted
     # Closed first: nothing the body's context sees after its last line
     # (a late report_progress or defer_context) reaches the result.
     contexts, concludes = close_context(entered.ctx)
@@ -253,7 +260,12 @@ def start_on_loop(rt: Kernel, call: Call, on_end: Callable[[Call, Any, BaseExcep
         return None
     call.entered = entered
 
+    stopping = entered.stopping
+
     def ended(value: Any, error: BaseException | None) -> None:
+        # The body has settled, here on its loop: an abort from now on does
+        # not replace its outcome, however late the batch finishes it.
+        call.settled_aborted = call.caller.aborted or stopping.aborted
         on_end(call, value, error)
 
     execution = call.execution
@@ -274,7 +286,7 @@ def _finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None
     entered = call.entered
     assert entered is not None, call
     call.entered = None
-    _dispatched(call, _leave_body(call, entered, value, error))
+    _dispatched(call, _leave_body(call, entered, value, error, call.settled_aborted))
 
 
 def _dispatched(call: Call, result: ToolExecutionResult) -> None:

@@ -340,10 +340,21 @@ class BatchRun:
         ended, else RUNNING (the caller then pauses the inbox, and whoever
         puts the next message schedules the run again)."""
         inbox = self.inbox
-        while not self._done():
+        # An end (Settled, BodyEnded) with more messages queued behind it is
+        # taken without a step: one step for the ends queued together. Until
+        # that step has run, whether the batch is done is not asked (a
+        # suspension, say, holds only once a step has seen every message:
+        # an abort's Wake may be queued behind the end).
+        unstepped = False
+        while unstepped or not self._done():
             message = inbox.get()
             if message is None:
+                if unstepped:  # (not expected: more() said one was queued)
+                    unstepped = False
+                    self._advance()
+                    continue
                 return RUNNING
+            unstepped = False
             try:
                 kind = type(message)
                 if kind is Settled:
@@ -352,10 +363,12 @@ class BatchRun:
                     if _OUT <= self.state[index] <= _FLIGHT:
                         self._move(index, _HELD)
                         if self.bug is None and inbox.more():
+                            unstepped = True
                             continue  # one step for the ends queued now
                 elif kind is BodyEnded:
                     self._body_ended(message)
                     if self.bug is None and inbox.more():
+                        unstepped = True
                         continue
                 elif kind is Returned:
                     self._returned(message)

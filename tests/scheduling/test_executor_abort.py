@@ -292,3 +292,87 @@ def test_stopping_the_runtime_during_a_batch_settles_the_batch_and_leaves_no_thr
             assert codes(batch)[0] == "ABORTED"
             assert codes(batch)[1:] == ["ABORTED_BEFORE_DISPATCH"] * 2
     assert saw_abort == [True]
+
+
+# -- an async body's end and an abort both queued before the batch runs ---------------
+
+
+def _end_then_abort(monkeypatch: Any, *, deferred: bool) -> Any:
+    """A batch ``[d (deferred by the approval service)?, t (async)]`` whose
+    ``t`` returns while the runtime's only step slot is held by another
+    batch (its sync pre-execute listener waits): the body's end and then
+    the abort's wake are queued before the batch can run again."""
+    from dsh_actors import Agent, Ask
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+
+    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
+    loop = asyncio.new_event_loop()
+    loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
+    loop_thread.start()
+    started, holding, release = threading.Event(), threading.Event(), threading.Event()
+    try:
+        with started_runtime(loop=loop) as rt:
+            opened: list[asyncio.Event] = []
+
+            async def body(args: Any, ctx: Any) -> str:
+                opened.append(asyncio.Event())
+                started.set()
+                await opened[0].wait()
+                return "returned"
+
+            rt.tools.register(make_tool("t", body))
+            rt.tools.register(make_tool("d", lambda args, ctx: "never"))
+            rt.tools.register(make_tool("hold", lambda args, ctx: "held"))
+
+            def listener(execution: Any, next_: Any) -> Any:
+                if execution.name == "d":
+                    return Ask(reason="a person decides")
+                if execution.name == "hold":
+                    holding.set()
+                    release.wait(GUARD)
+                return next_()
+
+            rt.events.on("tools/pre-execute", listener)
+            rt.approvals.set(lambda request: "deferred")
+            controller = AbortController()
+            names = ("d", "t") if deferred else ("t",)
+            future = rt.tools.submit(
+                ToolBatchInput(calls=tuple(calls(*names)), agent=Agent("a"), signal=controller.signal)
+            )
+            must(started, "t's body started")
+            holder = rt.tools.submit(ToolBatchInput(calls=tuple(calls("hold"))))
+            must(holding, "the only step slot is held")
+            loop.call_soon_threadsafe(opened[0].set)  # t returns; its end is queued, nothing runs the batch
+            for _ in range(3):  # the loop reports the end (the flight's done callback, then the put)
+                asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(GUARD)
+            controller.abort("the user stopped")  # its wake is queued behind the end
+            release.set()
+            batch = future.result(GUARD)
+            holder.result(GUARD)
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(loop.stop)
+        loop_thread.join(GUARD)
+        loop.close()
+    return batch
+
+
+def test_an_async_body_that_returned_before_the_abort_keeps_its_result_though_the_batch_ran_after(
+    monkeypatch: Any,
+) -> None:
+    batch = _end_then_abort(monkeypatch, deferred=False)
+    # It was ABORTED: whether the abort came first was read when the batch
+    # finished the call, not when the body ended on its loop.
+    assert codes(batch) == [None]
+    assert batch.results[0].result.content[0].text == "returned"
+
+
+def test_an_aborted_batch_with_a_deferred_call_never_suspends_though_its_last_end_came_first(
+    monkeypatch: Any,
+) -> None:
+    batch = _end_then_abort(monkeypatch, deferred=True)
+    # It suspended: the end was taken without a step, and "done?" was asked
+    # before any step had seen the abort's wake queued behind it.
+    assert batch.pending == ()
+    assert batch.suspension is None
+    assert codes(batch) == ["ABORTED_BEFORE_DISPATCH", None]
