@@ -89,7 +89,8 @@ class WorkMailbox:
       is idle or on its way, the mailbox asks for one again.
     * While a call is queued and the mailbox is open, ``servers -
       sentinels >= 1``: someone will take it (a put rings the doorbell for
-      a waiting server; a server woken for nothing looks again).
+      a waiting server; a server woken for nothing looks again; one woken
+      that leaves for another batch rings for a server idle here).
     * Nobody waits behind a blocking body: when a call is queued while no
       server is idle and none is on the way, or a server takes a call while
       others still wait with none on the way, one more server is asked for
@@ -335,6 +336,11 @@ class WorkMailbox:
                     # blocks: unless a server stays idle or is on its way,
                     # the mailbox asks for one again (it waits its turn).
                     self.servers -= 1
+                    if self.idle:
+                        # The wake-up this server may have had is passed on:
+                        # a server idle here takes the queued calls (it was
+                        # lost, and the calls waited forever beside it).
+                        self._ring()
                     regrow = not self.closed and self.idle == 0 and self.spare == 0
                     if regrow:
                         self.servers += 1

@@ -496,3 +496,60 @@ def test_nothing_behind_a_stale_call_starts_before_the_batch_has_it_back() -> No
     assert mailbox.put("c2") is True  # type: ignore[arg-type]
     assert [mailbox.take(wait=False), mailbox.take(wait=False)] == ["c1", "c2"]
     mailbox.assert_invariants()
+
+
+def test_a_server_that_leaves_for_another_batch_passes_its_wake_up_to_one_idle_beside_it() -> None:
+    """Two servers idle on a mailbox; a put wakes one, which leaves for a
+    batch that waits with fewer call actors (``Dispatcher.yields``). The
+    other must take the call: the put's wake-up was the only one, and it
+    was lost with the server that left (the call stayed queued beside an
+    idle server, and the batch waited forever; about one batch in a
+    thousand under a random concurrent load)."""
+    from dsh_actors.scheduling.inbox import BatchInbox
+    from dsh_actors.scheduling.pool import LEAVE, WorkMailbox
+
+    both_idle = threading.Event()
+
+    class Waiting(_Budget):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wanting = {"another batch": None}
+            self.idle_checks = 0
+            self.yielded = False
+
+        def waits_for(self, mailbox: Any) -> bool:
+            # (Asked under the mailbox's lock as a server is about to idle.)
+            self.idle_checks += 1
+            if self.idle_checks == 2:
+                both_idle.set()
+            return False
+
+        def yields(self, mailbox: Any) -> bool:
+            first, self.yielded = not self.yielded, True
+            return first  # the first server woken leaves; the next stays
+
+    budget = Waiting()
+    mailbox = WorkMailbox(4, budget, BatchInbox(None))  # type: ignore[arg-type]
+    with budget.lock:
+        mailbox.servers = mailbox.spare = 2  # two servers asked for (as put() counts them)
+    taken: list[Any] = []
+    done = [threading.Event(), threading.Event()]
+
+    def serve(index: int) -> None:
+        mailbox.arrive()
+        taken.append(mailbox.take())
+        done[index].set()
+
+    servers = [threading.Thread(target=serve, args=(i,), daemon=True) for i in range(2)]
+    for thread in servers:
+        thread.start()
+    try:
+        must(both_idle, "both servers idle")
+        mailbox.put("c1")  # type: ignore[arg-type]
+        settled = all(event.wait(GUARD) for event in done)
+        assert settled, f"a server still waits while c1 is queued: {mailbox} (taken: {taken})"
+        assert sorted(map(str, taken)) == sorted(map(str, [LEAVE, "c1"]))
+    finally:
+        mailbox.close()  # (a server still waiting leaves)
+        for thread in servers:
+            thread.join(GUARD)
