@@ -27,7 +27,7 @@ from ..model import (
 )
 from ..session import start_event
 from ..signals import AbortSignal
-from .call import Call, in_context, lookup
+from .call import Call, abort_seen, in_context, lookup
 from .flights import Flight
 from .results import (
     aborted,
@@ -135,9 +135,7 @@ def _leave_body(
     settled, if that was earlier than now (an async body's end, seen on
     its loop); None: now."""
     # The body has settled: an abort from now on does not replace its outcome.
-    if aborted is None:
-        aborted = call.caller.aborted or entered.stopping.aborted
-    call.settled_aborted = aborted
+    call.settled_aborted = abort_seen(call, entered.stopping) if aborted is None else aborted
     # Closed first: nothing the body's context sees after its last line
     # (a late report_progress or defer_context) reaches the result.
     contexts, concludes = close_context(entered.ctx)
@@ -265,7 +263,7 @@ def start_on_loop(rt: Kernel, call: Call, on_end: Callable[[Call, Any, BaseExcep
     def ended(value: Any, error: BaseException | None) -> None:
         # The body has settled, here on its loop: an abort from now on does
         # not replace its outcome, however late the batch finishes it.
-        call.settled_aborted = call.caller.aborted or stopping.aborted
+        call.settled_aborted = abort_seen(call, stopping)
         on_end(call, value, error)
 
     execution = call.execution

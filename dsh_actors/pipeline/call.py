@@ -208,6 +208,13 @@ class Call:
         return f"<Call #{self.index} {self.execution.name} {facts}>"
 
 
+def abort_seen(call: Call, stopping: AbortSignal) -> bool:
+    """Whether the call's caller or the runtime's stop (``stopping``) has
+    aborted: what an outcome settling now is held against (a success that
+    settles after an abort becomes ``ABORTED``; see ``settled_aborted``)."""
+    return call.caller.aborted or stopping.aborted
+
+
 class BadArguments:
     """Argument text that parsed as JSON but is not lossless (an integer out
     of range): the call fails ``INVALID_ARGS`` without any phase."""

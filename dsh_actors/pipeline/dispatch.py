@@ -19,7 +19,7 @@ from ..model import (
     UserMessage,
 )
 from .body import EXECUTE_EVENTS, run_body
-from .call import Call, in_context, lookup
+from .call import Call, abort_seen, in_context, lookup
 from .results import (
     failure_from_exception,
     is_result,
@@ -66,7 +66,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
             result = _revalidate(rt, call, result)
         # The waterfall's outcome settles the call (a wrapper may have
         # waited after the body, or supplied a result without it).
-        call.settled_aborted = caller.aborted or rt.stop_signal.aborted
+        call.settled_aborted = abort_seen(call, rt.stop_signal)
     except BaseException as exc:  # noqa: BLE001 - a throwing wrapper skips post-execute
         result = failure_from_exception(exc)
         skip_post = True

@@ -29,7 +29,7 @@ from ..model import (
     ToolExecutionSuccess,
     check_content,
 )
-from .call import Call, in_context, lookup
+from .call import Call, abort_seen, in_context, lookup
 from .dispatch import render_value
 from .results import (
     aborted,
@@ -69,7 +69,7 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
     # only a successful outcome that settled after the abort.
     settled_aborted = call.settled_aborted
     if settled_aborted is None:  # settled without dispatch: as it stands now
-        settled_aborted = call.caller.aborted or rt.stop_signal.aborted
+        settled_aborted = abort_seen(call, rt.stop_signal)
     if type(result) is ToolExecutionSuccess and settled_aborted:
         result = aborted(before_dispatch=not call.body_invoked, additional_contexts=result.additional_contexts)
     if result is not call.sealed:

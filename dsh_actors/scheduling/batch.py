@@ -899,7 +899,6 @@ class BatchRun:
         that has its outcome; whether any was. (A sub-batch's: as they settle.)"""
         if self.sink is not None:
             return self._commit_settled()
-        calls = self.calls
         state = self.state
         progressed = False
         while self.next_commit < self.next_start:
@@ -918,21 +917,28 @@ class BatchRun:
                 continue
             if where is not _HELD and where is not _STUCK:
                 break  # out, or to prepare again
-            call = calls[index]
-            if call is None:
-                # Settled already (a continued batch): its given result, as it is.
-                self._record_given(index)
-            elif where is _STUCK:
-                self._commit_stuck(call)
-            else:
-                self._commit(call)
-            self._move(index, _COMMITTED)
-            if self.barrier == index:
-                self.barrier = None
-            calls[index] = None
+            self._commit_one(index, where)
             self.next_commit = index + 1
             progressed = True
         return progressed
+
+    def _commit_one(self, index: int, where: CallState) -> None:
+        """Commit call ``index`` (``where``: HELD, STUCK, or DEFERRED that an
+        abort settled): finalize, record and log it (a continued batch's
+        given result as it is), and drop it."""
+        calls = self.calls
+        call = calls[index]
+        if call is None:
+            # Settled already (a continued batch): its given result, as it is.
+            self._record_given(index)
+        elif where is _STUCK:
+            self._commit_stuck(call)
+        else:
+            self._commit(call)
+        self._move(index, _COMMITTED)
+        if self.barrier == index:
+            self.barrier = None
+        calls[index] = None
 
     def _commit_settled(self) -> bool:
         """A sub-batch's :meth:`_commit_ready`: every started call that has
@@ -944,16 +950,9 @@ class BatchRun:
         progressed = False
         for index in range(self.next_commit, self.next_start):
             where = state[index]
-            if where is _STUCK:
-                self._commit_stuck(calls[index])  # type: ignore[arg-type]
-            elif where is _HELD:
-                self._commit(calls[index])  # type: ignore[arg-type]
-            else:
+            if where is not _HELD and where is not _STUCK:
                 continue  # committed already, out, or to prepare again
-            self._move(index, _COMMITTED)
-            if self.barrier == index:
-                self.barrier = None
-            calls[index] = None
+            self._commit_one(index, where)
             progressed = True
         while self.next_commit < self.next_start and calls[self.next_commit] is None:
             self.next_commit += 1
@@ -1168,19 +1167,11 @@ class BatchRun:
         a deferred call before it: the calls behind it that settled commit
         now, ahead of their turn (late), so the suspension holds their
         results and they never run again; the REDO call is pending."""
-        calls = self.calls
         state = self.state
         for index in range(self.next_commit, self.next_start):
-            if state[index] is not _HELD:
-                continue
-            call = calls[index]
-            if call is None:
-                self._record_given(index)
-            else:
-                self._commit(call)
-            self._move(index, _COMMITTED)
-            calls[index] = None
-            self.late = True
+            if state[index] is _HELD:
+                self._commit_one(index, _HELD)
+                self.late = True
 
     def _abort_deferred(self) -> None:
         """The batch halted: its deferred calls will not wait for a decision.
@@ -1193,11 +1184,7 @@ class BatchRun:
             call = calls[index]
             assert call is not None
             call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
-            self._commit(call)
-            self._move(index, _COMMITTED)
-            calls[index] = None
-            if self.barrier == index:
-                self.barrier = None
+            self._commit_one(index, _DEFERRED)
         self.late = True
 
     def _suspend(self, results: tuple[ToolCallResult, ...]) -> ToolBatchResult:
