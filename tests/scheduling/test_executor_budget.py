@@ -189,6 +189,18 @@ def test_async_bodies_under_a_sync_wrapper_nesting_execute_async_finish_at_a_bud
         assert [r.result.value for r in result.results] == ["1>2>leaf|leaf|2>leaf|leaf"] * 3, budget
 
 
+def _queued_listener(call_id: str, event: threading.Event) -> Any:
+    """A ``tools/pre-execute`` listener that sets ``event`` when ``call_id``
+    is prepared: the call before it is in its batch's work mailbox then."""
+
+    def seen(execution: Any, next_: Any) -> Any:
+        if execution.call_id == call_id:
+            event.set()
+        return next_()
+
+    return seen
+
+
 def test_a_long_batch_does_not_hold_the_whole_budget_while_another_batch_waits() -> None:
     """Batch A (many calls, a cap above the budget) keeps the two call actors
     of the budget busy; batch B arrives while A's first two calls run. When
@@ -212,15 +224,10 @@ def test_a_long_batch_does_not_hold_the_whole_budget_while_another_batch_waits()
         b_started.set()
         return "b"
 
-    def seen(execution: Any, next_: Any) -> Any:
-        if execution.call_id == "b:c1":
-            b_queued.set()  # B's c0 is in its work mailbox, asking for a call actor
-        return next_()
-
     with started_runtime(max_call_actors=2) as rt:
         rt.tools.register(make_tool("a", a_body))
         rt.tools.register(make_tool("b", b_body))
-        rt.events.on("tools/pre-execute", seen)
+        rt.events.on("tools/pre-execute", _queued_listener("b:c1", b_queued))  # B's c0 then asks for a call actor
         a = rt.tools.submit(ToolBatchInput(calls=calls(*["a"] * 12), max_parallel_tool_calls=4))
         try:
             for _ in range(2):
@@ -231,18 +238,6 @@ def test_a_long_batch_does_not_hold_the_whole_budget_while_another_batch_waits()
             release.set()
         assert [r.result.value for r in b.result(GUARD).results] == ["b", "b"]
         assert [r.result.value for r in a.result(GUARD).results] == ["a"] * 12
-
-
-def _queued_listener(call_id: str, event: threading.Event) -> Any:
-    """A ``tools/pre-execute`` listener that sets ``event`` when ``call_id``
-    is prepared: the call before it is in its batch's work mailbox then."""
-
-    def seen(execution: Any, next_: Any) -> Any:
-        if execution.call_id == call_id:
-            event.set()
-        return next_()
-
-    return seen
 
 
 def test_a_batch_that_gives_its_call_actor_to_a_waiting_batch_gets_one_back_for_its_queued_calls() -> None:
