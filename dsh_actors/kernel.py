@@ -7,12 +7,15 @@ below it imports ``dsh_actors.runtime``, even for an annotation;
 ``tests/test_ownership.py`` checks it). They are given a :class:`Kernel`:
 the event bus, the published registry, the stop signal and the stop's
 deadlines, the loops, the approval channel, the actor group, the
-dispatcher, the threads for blocking executors and the one way to lend
-capacity while blocked (:meth:`Kernel.waiting`). ``ToolRuntime.start()``
+threads for blocking executors and the one way to lend capacity while
+blocked (:meth:`Kernel.waiting`). ``ToolRuntime.start()``
 builds it once (:class:`RuntimeKernel`, frozen: nobody below the runtime
 replaces a part of it) and hands it down; ``rt.kernel`` is that object.
-``NativeExecutor.bind(runtime)`` keeps only ``runtime.kernel`` (and
-registers its stop hook with ``runtime.on_stop``).
+``NativeExecutor.bind(runtime)`` keeps ``runtime.kernel`` and the
+runtime's dispatcher (``runtime.dispatcher``, which owns the capacity the
+kernel lends), and registers its stop hook with ``runtime.on_stop``. The
+kernel does not carry the dispatcher: the scheduler is above the kernel,
+and the kernel's module names nothing of it, so the layers import one way.
 
 :class:`Kernel` is the protocol those layers are typed against, so anything
 that has these members serves (a test's fake).
@@ -34,7 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .events import EventBus
     from .loop import LoopThread
     from .pipeline.flights import LoopWatch
-    from .scheduling.dispatcher import Dispatcher
     from .signals import AbortSignal
     from .visibility import RegistryState
 
@@ -91,12 +93,6 @@ class Kernel(Protocol):
         actors in it; ``rt.stop()`` stops them all)."""
         ...
 
-    @property
-    def dispatcher(self) -> Dispatcher:
-        """The runtime's capacity: the call actors every batch shares and the
-        executor actors' step slots."""
-        ...
-
     def stop_remaining(self) -> float:
         """Seconds left until the running ``rt.stop()``'s deadline (0 when
         none is running)."""
@@ -123,10 +119,9 @@ class Kernel(Protocol):
 class RuntimeKernel:
     """The one :class:`Kernel` of a runtime, built by ``ToolRuntime.start()``.
 
-    The lending, the worker threads, the dispatcher and the stop's clock
-    belong to layers above (scheduling, the runtime), so the runtime passes
-    them in as callables (the dispatcher is made after the kernel: it is
-    given the kernel)."""
+    The lending, the worker threads and the stop's clock belong to layers
+    above (scheduling, the runtime), so the runtime passes them in as
+    callables."""
 
     events: EventBus
     state: RegistryState
@@ -142,8 +137,6 @@ class RuntimeKernel:
     is_running: Callable[[], bool]
     #: The pool of worker threads (made on first use).
     worker_pool: Callable[[], ThreadPoolExecutor]
-    #: The runtime's dispatcher (``rt.dispatcher``).
-    dispatcher_of: Callable[[], Dispatcher]
     #: ``rt.stop_remaining`` and ``rt.teardown_remaining``.
     stop_clock: Callable[[], float]
     teardown_clock: Callable[[], float]
@@ -151,10 +144,6 @@ class RuntimeKernel:
     @property
     def running(self) -> bool:
         return self.is_running()
-
-    @property
-    def dispatcher(self) -> Dispatcher:
-        return self.dispatcher_of()
 
     def stop_remaining(self) -> float:
         return self.stop_clock()

@@ -153,7 +153,6 @@ class ToolRuntime:
                 is_running=lambda: self.running,
                 worker_pool=self.workers,
                 group=self._group,
-                dispatcher_of=lambda: self.dispatcher,
                 stop_clock=self.stop_remaining,
                 teardown_clock=self.teardown_remaining,
             )

@@ -1340,7 +1340,8 @@ class BatchRun:
             ), where.name
         if self.mailbox is not None:
             self.mailbox.assert_invariants()
-        self.rt.dispatcher.assert_invariants()
+        if self.policy is not None:
+            self.policy.dispatcher.assert_invariants()
 
 
 _new_call_result = ToolCallResult.__new__

@@ -84,6 +84,7 @@ class NativeExecutor:
     def __init__(self, max_parallel_tool_calls: int = 10) -> None:
         self.max_parallel_tool_calls = check_limit(max_parallel_tool_calls)
         self._rt: Kernel | None = None
+        self._dispatcher: Dispatcher | None = None  # the runtime's (set with _rt)
         self._lock = threading.Condition()
         self._closed = False
         self._checked_own: dict[int, Any] = {}
@@ -145,21 +146,22 @@ class NativeExecutor:
         the batch as it opens, on its executor actor). ``nested``: a
         sub-batch's (its calls are not the model's: neither the executor's
         own tools nor its direct-call hint apply)."""
-        rt = self._rt
-        assert rt is not None
+        dispatcher = self._dispatcher
+        assert dispatcher is not None
         return BatchPolicy(
             own={} if nested else self._own(),
             hook=self._body_hook(),
             hint=self.direct_call_hint if self._hints() and not nested else None,
-            dispatcher=rt.dispatcher,
+            dispatcher=dispatcher,
         )
 
     # -- the executor protocol ---------------------------------------------
 
     def bind(self, runtime: Any) -> None:
         """Attach to ``runtime``, a started ``ToolRuntime`` (called by
-        ``set_executor``). Keeps only its kernel (``runtime.kernel``) and
-        has ``runtime.on_stop`` run the executor's shutdown."""
+        ``set_executor``). Keeps its kernel (``runtime.kernel``) and its
+        dispatcher (``runtime.dispatcher``), and has ``runtime.on_stop`` run
+        the executor's shutdown."""
         kernel = runtime.kernel
         with self._lock:
             if self._rt is kernel:
@@ -167,6 +169,7 @@ class NativeExecutor:
             if self._rt is not None:
                 raise InvalidStateError("this NativeExecutor is already installed in another runtime")
             self._rt = kernel
+            self._dispatcher = runtime.dispatcher
         runtime.on_stop(self._shutdown)
 
     def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
@@ -261,9 +264,9 @@ class NativeExecutor:
 
     def _post(self, work: RunBatch | Begin | Resume) -> None:
         """Hand ``work`` to an executor actor (see ``Dispatcher.post``)."""
-        rt = self._rt
-        assert rt is not None
-        rt.dispatcher.post(work)
+        dispatcher = self._dispatcher
+        assert dispatcher is not None
+        dispatcher.post(work)
 
     def run_here(self, run: BatchRun) -> Any:
         """A call actor serving ``run`` takes its step (``BatchInbox.offer``):
