@@ -553,3 +553,72 @@ def test_a_server_that_leaves_for_another_batch_passes_its_wake_up_to_one_idle_b
         mailbox.close()  # (a server still waiting leaves)
         for thread in servers:
             thread.join(GUARD)
+
+
+class _IdleSignal(_Budget):
+    """A budget that says when a server is about to wait idle (asked under
+    the mailbox's lock just before it counts itself idle)."""
+
+    def __init__(self, idle: threading.Event) -> None:
+        super().__init__()
+        self.idle = idle
+
+    def waits_for(self, mailbox: Any) -> bool:
+        self.idle.set()
+        return False
+
+
+def test_a_steps_put_holds_an_idle_servers_wake_up_until_the_step_rings_or_its_thread_waits() -> None:
+    """A batch's step puts its calls with ``hold=True``: a server idle on
+    the mailbox is not woken by the put (it would want the GIL while the
+    step writes the next call's log events) but when the step rings
+    (``WorkMailbox.ring_held``) or, before that, as soon as the stepping
+    thread waits (``rt.waiting()``: an approval, an async listener), so a
+    call it has put never waits for that wait."""
+    from dsh_actors.scheduling.executor import Lent
+    from dsh_actors.scheduling.inbox import BatchInbox
+    from dsh_actors.scheduling.pool import WorkMailbox
+
+    idle = threading.Event()
+    budget = _IdleSignal(idle)
+    mailbox = WorkMailbox(4, budget, BatchInbox(None))  # type: ignore[arg-type]
+    with budget.lock:
+        mailbox.servers = mailbox.spare = 1  # one server asked for (as put() counts it)
+    taken: list[Any] = []
+    done = threading.Event()
+
+    def serve() -> None:
+        mailbox.arrive()
+        taken.append(mailbox.take())
+        done.set()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        must(idle, "the server to wait idle")
+        assert mailbox.put("c1", hold=True) is True  # type: ignore[arg-type]
+        with budget.lock:
+            assert (mailbox.owed, mailbox.rung) == (1, 0), "the put woke the idle server"
+        assert budget.requests == 0  # (a server is there: none is asked for)
+        with Lent():  # the stepping thread is about to wait
+            must(done, "the idle server to take c1 while the step waits")
+        assert taken == ["c1"] and mailbox.owed == 0
+        mailbox.ring_held()  # (nothing left to ring)
+        mailbox.assert_invariants()
+    finally:
+        mailbox.close()
+        server.join(GUARD)
+
+
+def test_a_held_put_asks_at_once_for_a_server_when_none_is_there_and_owes_nothing() -> None:
+    """Holding a wake-up is only for a server idle on the mailbox: a call
+    put while no server serves it still asks the dispatcher for one at
+    once (nobody would take it otherwise)."""
+    from dsh_actors.scheduling.inbox import BatchInbox
+    from dsh_actors.scheduling.pool import WorkMailbox
+
+    budget = _Budget()
+    mailbox = WorkMailbox(4, budget, BatchInbox(None))  # type: ignore[arg-type]
+    assert mailbox.put("c1", hold=True) is True  # type: ignore[arg-type]
+    assert budget.requests == 1 and mailbox.owed == 0
+    mailbox.close()

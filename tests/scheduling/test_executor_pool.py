@@ -561,3 +561,46 @@ def test_idle_pooled_actors_retire_soon_after_a_burst_so_the_threads_go_back_to_
         for thread in pooled:  # each retires IDLE_TTL after it went idle (a join, not a sleep)
             thread.join(IDLE_TTL + GUARD)
         assert [t.name for t in pooled if t.is_alive()] == []
+
+
+def test_a_call_put_by_a_step_runs_on_an_idle_call_actor_while_the_step_waits_for_a_later_call(
+    monkeypatch: Any,
+) -> None:
+    """A step holds the wake-up of a call actor idle on the mailbox for the
+    calls it puts until it has started what may start, but never across a
+    wait of its thread (``rt.waiting()``): c2 is put while c1's call actor
+    waits idle and c0's is busy until c2 has run, then c3's pre-execute
+    listener waits (inside ``rt.waiting()``) for c2's body. c2 must run on
+    the idle call actor meanwhile (held to the step's end, the batch would
+    wait for itself)."""
+    idle = threading.Event()
+    c2_ran = threading.Event()
+    waits_for = Dispatcher.waits_for
+
+    def counting_waits_for(self: Dispatcher, mailbox: Any) -> bool:
+        idle.set()  # (asked under the mailbox's lock just before a server waits idle)
+        return waits_for(self, mailbox)
+
+    monkeypatch.setattr(Dispatcher, "waits_for", counting_waits_for)
+    with started_runtime() as rt:
+
+        def body(args: Any, ctx: Any) -> str:
+            if ctx.call_id == "c0":
+                must(c2_ran, "c2's body to run")  # c0's call actor stays busy until then
+            elif ctx.call_id == "c2":
+                c2_ran.set()
+            return "ok"
+
+        def listener(execution: Any, next_: Any) -> Any:
+            if execution.call_id == "c2":
+                must(idle, "c1's call actor to wait idle")  # the step is busy: c1's actor cannot take it
+            elif execution.call_id == "c3":
+                with rt.waiting():
+                    must(c2_ran, "c2's body to run while the step waits for c3's listener")
+            return next_()
+
+        rt.tools.register(make_tool("t", body))
+        rt.events.on("tools/pre-execute", listener)
+        batch = rt.tools.submit(ToolBatchInput(calls=tuple(calls("t", "t", "t", "t")), max_parallel_tool_calls=4))
+        result = batch.result(GUARD)
+        assert all_ok(result), errors(result)
