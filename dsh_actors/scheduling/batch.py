@@ -779,6 +779,9 @@ class BatchRun:
                     call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
                     self._move(index, _HELD)
                     continue
+            mailbox = self.mailbox
+            if mailbox is not None and mailbox.owed:
+                mailbox.ring_overdue()  # (its hooks may be slow: see _put)
             prepare(self.rt, call, looked_up)
             # Prepared: settled without dispatch (an outcome), deferred (an
             # ask), or allowed (neither), to dispatch.
@@ -883,8 +886,11 @@ class BatchRun:
         The wake-up of a server idle there is held until the step has
         started every call it may start: it is rung before a call commits
         (:meth:`_commit_one`), before this thread waits (``rt.waiting()``:
-        an approval, an async listener, a body run here) and at the end of
-        the step (:meth:`_advance`). A woken server wants the GIL, and each
+        an approval, an async listener, a body run here), before the next
+        call's hooks once it has been held for ``WorkMailbox.HOLD_MAX``
+        (2 ms: a slow sync hook holds it back for that hook's time, not
+        for every hook after it) and at the end of the step
+        (:meth:`_advance`). A woken server wants the GIL, and each
         log write of the step (the next call's ``tool/call``) hands it the
         GIL: ringing after them saves those hand-offs (``benchmarks/HOPS.md``,
         "The session log's writes"). A call actor that is busy takes the

@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from .messages import Returned, Settled
 
@@ -133,7 +133,13 @@ class WorkMailbox:
         "inbox",
         "_stale",
         "owed",
+        "held_since",
     )
+
+    #: Seconds a step may hold wake-ups (``put(hold=True)``) before the next
+    #: call's hooks run: past it, :meth:`ring_overdue` rings them, so a slow
+    #: sync hook holds back the calls put before it for its own time at most.
+    HOLD_MAX: ClassVar[float] = 0.002
 
     def __init__(
         self, limit: int, dispatcher: Dispatcher, inbox: BatchInbox, stale: Callable[[Call], bool] | None = None
@@ -159,6 +165,7 @@ class WorkMailbox:
         # under the lock: it reads two counters.
         self._stale = stale
         self.owed = 0  # wake-ups a step holds (put(hold=True)) until ring_held()
+        self.held_since = 0.0  # when the first of them was held
         dispatcher.opened(self)
 
     def __repr__(self) -> str:
@@ -227,6 +234,8 @@ class WorkMailbox:
             if not hold:
                 self._ring()
             elif self.idle > self.rung + self.owed:
+                if not self.owed:
+                    self.held_since = time.monotonic()
                 self.owed += 1
                 _holding.mailbox = self
             staying = self.servers - self.sentinels
@@ -254,6 +263,16 @@ class WorkMailbox:
                 owed, self.owed = self.owed, 0
                 for _ in range(owed):
                     self._ring()
+
+    def ring_overdue(self) -> None:
+        """The stepping thread is about to run a call's hooks (its
+        ``tools/pre-execute`` listeners, guards, approval): ring the held
+        wake-ups if they have been held for :attr:`HOLD_MAX` already. A
+        step whose hooks are quick holds them to its end; one whose hook
+        is slow holds back the calls put before that hook for the hook's
+        own time, not for every hook after it."""
+        if self.owed and time.monotonic() - self.held_since >= self.HOLD_MAX:
+            self.ring_held()
 
     def clear_queued(self) -> bool:
         """A call after the queued ones is about to start elsewhere (its

@@ -16,6 +16,7 @@ import pytest
 
 from dsh_actors import NativeExecutor, ToolBatchInput, ToolRuntime
 from dsh_actors.scheduling.dispatcher import Dispatcher
+from dsh_actors.scheduling.pool import WorkMailbox
 
 from .helpers import (
     GUARD,
@@ -597,6 +598,47 @@ def test_a_call_put_by_a_step_runs_on_an_idle_call_actor_while_the_step_waits_fo
             elif execution.call_id == "c3":
                 with rt.waiting():
                     must(c2_ran, "c2's body to run while the step waits for c3's listener")
+            return next_()
+
+        rt.tools.register(make_tool("t", body))
+        rt.events.on("tools/pre-execute", listener)
+        batch = rt.tools.submit(ToolBatchInput(calls=tuple(calls("t", "t", "t", "t")), max_parallel_tool_calls=4))
+        result = batch.result(GUARD)
+        assert all_ok(result), errors(result)
+
+
+def test_a_slow_sync_listener_holds_back_a_call_put_before_it_only_for_its_own_time(monkeypatch: Any) -> None:
+    """A step rings the wake-ups it holds before the next call's hooks once
+    it has held them ``WorkMailbox.HOLD_MAX``: c2 is put while c1's call
+    actor waits idle and c0's is busy, then c3's sync pre-execute listener
+    waits (not in ``rt.waiting()``) for c2's body. With the hold already
+    overdue (``HOLD_MAX`` 0, so no timing decides it), c2 runs on the idle
+    call actor meanwhile; held to the step's end, c3's listener would wait
+    for it in vain."""
+    idle = threading.Event()
+    c2_ran = threading.Event()
+    waits_for = Dispatcher.waits_for
+
+    def counting_waits_for(self: Dispatcher, mailbox: Any) -> bool:
+        idle.set()  # (asked under the mailbox's lock just before a server waits idle)
+        return waits_for(self, mailbox)
+
+    monkeypatch.setattr(Dispatcher, "waits_for", counting_waits_for)
+    monkeypatch.setattr(WorkMailbox, "HOLD_MAX", 0.0)
+    with started_runtime() as rt:
+
+        def body(args: Any, ctx: Any) -> str:
+            if ctx.call_id == "c0":
+                must(c2_ran, "c2's body to run")  # c0's call actor stays busy until then
+            elif ctx.call_id == "c2":
+                c2_ran.set()
+            return "ok"
+
+        def listener(execution: Any, next_: Any) -> Any:
+            if execution.call_id == "c2":
+                must(idle, "c1's call actor to wait idle")  # the step is busy: c1's actor cannot take it
+            elif execution.call_id == "c3":
+                must(c2_ran, "c2's body to run while c3's sync listener waits")
             return next_()
 
         rt.tools.register(make_tool("t", body))
