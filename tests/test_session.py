@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -552,6 +553,83 @@ def test_the_context_manager_closes_the_session(tmp_path: Path) -> None:
     with Session(tmp_path / "log.jsonl") as session:
         assert not session.closed
     assert session.closed
+
+
+def test_on_a_local_disk_the_write_keeps_the_gil_and_on_anything_else_it_is_file_ios(tmp_path: Path) -> None:
+    from dsh_actors.session._write import LOCAL_FILE_SYSTEMS, SessionFile, file_system_type
+
+    with Session(tmp_path / "log.jsonl") as session:
+        file = session._file
+        assert isinstance(file, SessionFile)
+        kind = file_system_type(file.fileno())
+        if sys.platform.startswith("linux"):
+            assert kind is not None
+        assert file.holds_gil == (kind in LOCAL_FILE_SYSTEMS)
+        session.append({"type": "a"})
+    assert (tmp_path / "log.jsonl").read_bytes() == b'{"type":"a"}\n'
+    # A FIFO's reader may be a thread of this process, and a character
+    # device may block: FileIO.write, which lets other threads run.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with SessionFile(fifo) as pipe:
+        assert not pipe.holds_gil
+        assert pipe.write(b"x\n") == 2
+        assert pipe.read(2) == b"x\n"
+    with SessionFile(os.devnull) as null:
+        assert not null.holds_gil
+    closed = SessionFile(tmp_path / "other.jsonl")
+    closed.close()
+    with pytest.raises(ValueError):
+        closed.write(b"late\n")
+
+
+_SIZE_LIMIT_SCRIPT = """
+import errno, json, os, resource, signal, sys
+from dsh_actors import Session
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit write(2) fails with EFBIG instead
+path = sys.argv[1]
+session = Session(path)
+holds_gil = session._file.holds_gil
+session.append({"type": "a", "n": 1})
+size = os.path.getsize(path)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 5, hard))  # the next line fits 5 bytes: a short write
+failure = None
+try:
+    session.append({"type": "b", "n": 2})
+except OSError as err:
+    failure = err.errno
+after_failure = (os.path.getsize(path), [e["type"] for e in session.events()])
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+session.append({"type": "c", "n": 3})
+session.close()
+print(json.dumps({"holds_gil": holds_gil, "failure": failure, "size": size,
+                  "after_failure": after_failure, "events": [e["type"] for e in Session.open(path).events()]}))
+"""
+
+
+def test_a_short_write_then_a_failed_one_is_cut_back_whichever_way_the_file_writes(tmp_path: Path) -> None:
+    # RLIMIT_FSIZE makes write(2) itself write part of a line and then fail
+    # (EFBIG): the real system call's short write and error, through the
+    # GIL-held write on a local disk. A process of its own: the limit is the
+    # whole process's.
+    import json
+    import subprocess
+
+    path = tmp_path / "log.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", _SIZE_LIMIT_SCRIPT, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    from dsh_actors.session._write import SessionFile
+
+    with SessionFile(tmp_path / "probe") as probe:
+        assert report["holds_gil"] == probe.holds_gil  # (True on this project's machines: ext4 or tmpfs)
+    assert report["failure"] == errno.EFBIG
+    assert report["after_failure"] == [report["size"], ["a"]]  # the 5 bytes were cut off, nothing logged
+    assert report["events"] == ["a", "c"]
+    assert path.read_bytes() == b'{"type":"a","n":1}\n{"type":"c","n":3}\n'
 
 
 # --------------------------------------------------------------------------

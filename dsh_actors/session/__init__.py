@@ -57,7 +57,8 @@ results): :meth:`Session.events` reads the file. It
 appends them to a JSONL file (orjson, compact, ``\\n``-terminated) through
 an unbuffered handle, so each event is one ``write`` that reaches the OS
 before :meth:`Session.append` returns (``fsync=True`` also makes it reach
-the disk). Every method is thread-safe: one lock orders the appends, so
+the disk). On a regular file of a local file system that ``write(2)`` keeps
+the GIL (``_write.py`` says why and where). Every method is thread-safe: one lock orders the appends, so
 lines from several threads never interleave. The session is the only
 writer of its file: it takes an exclusive ``flock`` on it before its first
 write (:meth:`Session.hold`; ``Session(path)`` when it creates it) and

@@ -39,6 +39,7 @@ from ._events import (
     step_of,
 )
 from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step, step_calls
+from ._write import SessionFile
 
 if sys.platform != "win32":
     import fcntl
@@ -180,8 +181,9 @@ class Session:
     def _open_file(path: Path) -> IO[bytes]:
         # Unbuffered: a write either reaches the OS or fails; nothing of a
         # failed event lingers in a buffer to be flushed later. Readable, to
-        # check the last byte after a failure.
-        return open(path, "a+b", buffering=0)  # noqa: SIM115 - closed by close()
+        # check the last byte after a failure. On a local disk, its write
+        # keeps the GIL across write(2) (see _write.py).
+        return SessionFile(path)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> Session:
