@@ -583,6 +583,29 @@ def test_on_a_local_disk_the_write_keeps_the_gil_and_on_anything_else_it_is_file
         closed.write(b"late\n")
 
 
+def test_a_large_write_lets_other_threads_run_and_lands_whole(tmp_path: Path) -> None:
+    from dsh_actors.session._write import HELD_WRITE_MAX, SessionFile
+
+    with SessionFile(tmp_path / "log.jsonl") as file:
+        if not file.holds_gil:
+            pytest.skip("this file system's writes release the GIL: nothing to tell apart")
+        held: list[int] = []
+        real = file._held_write
+        assert real is not None
+
+        def spy(fd: int, data: bytes, size: int) -> int:
+            held.append(size)
+            return real(fd, data, size)
+
+        file._held_write = spy
+        small = b"a" * HELD_WRITE_MAX
+        large = b"b" * (HELD_WRITE_MAX + 1)
+        assert file.write(small) == len(small)
+        assert file.write(large) == len(large)  # FileIO.write: the GIL released meanwhile
+        assert held == [len(small)]
+    assert (tmp_path / "log.jsonl").read_bytes() == small + large
+
+
 _SIZE_LIMIT_SCRIPT = """
 import errno, json, os, resource, signal, sys
 from dsh_actors import Session

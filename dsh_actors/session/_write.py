@@ -6,17 +6,18 @@ Why. ``os.write`` and ``FileIO.write`` release the GIL around ``write(2)``.
 In a runtime whose other threads want the GIL (call actors, the executor),
 every release hands it to one of them, and the writer, back from a 1 µs
 system call, waits for it until that thread blocks: two context switches
-an event, three events a logged call, about 25 µs of a 65 µs realistic
-call at cap 10 (``benchmarks/HOPS.md``, "The session log's writes").
-Holding the GIL across a small append to the page cache costs what the
-system call costs and nothing more.
+an event, three events a logged call, about 10 µs of a 65 µs realistic
+call at cap 10 on a quiet machine (``benchmarks/HOPS.md``, "The session
+log's writes"). Holding the GIL across a small append to the page cache
+costs what the system call costs and nothing more.
 
 When. Only where ``write(2)`` cannot wait on anything but the kernel's own
 page cache: a regular file (not a pipe, FIFO, socket or terminal, whose
 reader may be a thread of this process) on a file system from
 :data:`LOCAL_FILE_SYSTEMS` (not NFS, SMB, FUSE or any other whose write
-may wait on a server or on a process). Anywhere else, and off Linux, the
-write is ``FileIO.write`` as before. Both are the same ``write(2)`` of the
+may wait on a server or on a process), and a write of at most
+:data:`HELD_WRITE_MAX` bytes. Anything else, and anywhere off Linux, is
+written by ``FileIO.write``. Both are the same ``write(2)`` of the
 same bytes at the same moment: only who may run Python meanwhile differs,
 so the log's guarantees (one write an event, reaching the OS before the
 append returns, a short or failed write cut back) are the same either way.
@@ -48,6 +49,12 @@ LOCAL_FILE_SYSTEMS: Final[frozenset[int]] = frozenset(
         0x794C7630,  # overlayfs (containers' root)
     }
 )
+
+
+#: The largest write that keeps the GIL: copying a larger one into the page
+#: cache takes long enough (tens of microseconds and up) that other threads
+#: should run meanwhile, and the hand-off is small beside it.
+HELD_WRITE_MAX: Final = 64 * 1024
 
 
 def _libc_write() -> Callable[[int, bytes, int], int] | None:
@@ -109,9 +116,10 @@ def holds_gil_while_writing(fd: int) -> bool:
 class SessionFile(io.FileIO):
     """An unbuffered ``FileIO`` opened ``a+`` (appends, reads for the
     session's checks), whose ``write`` of ``bytes`` keeps the GIL across
-    ``write(2)`` when :func:`holds_gil_while_writing` allows it. Every other
-    method, and a write of anything but ``bytes`` (the rest of a short write,
-    a memoryview), is ``FileIO``'s."""
+    ``write(2)`` when :func:`holds_gil_while_writing` allows it and it is at
+    most :data:`HELD_WRITE_MAX` bytes. Every other method, and any other
+    write (a larger one, the rest of a short write, a memoryview), is
+    ``FileIO``'s."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, "a+")
@@ -124,7 +132,7 @@ class SessionFile(io.FileIO):
 
     def write(self, data: Any) -> int:
         held_write = self._held_write
-        if held_write is None or type(data) is not bytes or self.closed:
+        if held_write is None or type(data) is not bytes or len(data) > HELD_WRITE_MAX or self.closed:
             written = super().write(data)
             return 0 if written is None else written
         fd = self.fileno()
