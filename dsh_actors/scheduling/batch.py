@@ -637,9 +637,6 @@ class BatchRun:
             try:
                 self._step()
             finally:
-                mailbox = self.mailbox
-                if mailbox is not None and mailbox.owed:
-                    mailbox.ring_held()  # the servers for the calls it put (see _put)
                 if self.launching:
                     self._launch()  # every flight started is launched (and so ends)
             if BatchRun.check_invariants and self.bug is None:
@@ -779,9 +776,6 @@ class BatchRun:
                     call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
                     self._move(index, _HELD)
                     continue
-            mailbox = self.mailbox
-            if mailbox is not None and mailbox.owed:
-                mailbox.ring_overdue()  # (its hooks may be slow: see _put)
             prepare(self.rt, call, looked_up)
             # Prepared: settled without dispatch (an outcome), deferred (an
             # ask), or allowed (neither), to dispatch.
@@ -881,27 +875,13 @@ class BatchRun:
 
     def _put(self, call: Call, early: bool) -> bool:
         """Into the work mailbox (OUT, or EARLY: prepared ahead); False while
-        it is held (see ``WorkMailbox``).
-
-        The wake-up of a server idle there is held until the step has
-        started every call it may start: it is rung before a call commits
-        (:meth:`_commit_one`), before this thread waits (``rt.waiting()``:
-        an approval, an async listener, a body run here), before the next
-        call's hooks once it has been held for ``WorkMailbox.HOLD_MAX``
-        (2 ms: a slow sync hook holds it back for that hook's time, not
-        for every hook after it) and at the end of the step
-        (:meth:`_advance`). A woken server wants the GIL, and each
-        log write of the step (the next call's ``tool/call``) hands it the
-        GIL: ringing after them saves those hand-offs (``benchmarks/HOPS.md``,
-        "The session log's writes"). A call actor that is busy takes the
-        call as it comes back all the same, and a server that is needed and
-        not there is asked for at once."""
+        it is held (see ``WorkMailbox``)."""
         mailbox = self.mailbox
         if mailbox is None:
             rt = self.rt
             mailbox = self.mailbox = WorkMailbox(self.limit, self.policy.dispatcher, self.inbox, partial(stale, rt))
         index = call.index
-        if not mailbox.put(call, hold=True):
+        if not mailbox.put(call):
             return False
         self._move(index, _EARLY if early else _OUT)  # (the call is the mailbox's now)
         return True
@@ -946,9 +926,6 @@ class BatchRun:
         """Commit call ``index`` (``where``: HELD, STUCK, or DEFERRED that an
         abort settled): finalize, record and log it (a continued batch's
         given result as it is), and drop it."""
-        mailbox = self.mailbox
-        if mailbox is not None and mailbox.owed:
-            mailbox.ring_held()  # (its hooks may take a while: see _put)
         calls = self.calls
         call = calls[index]
         if call is None:

@@ -61,7 +61,7 @@ from .messages import (
     Sealed,
     Serve,
 )
-from .pool import LEAVE, WorkMailbox, ring_held_here
+from .pool import LEAVE, WorkMailbox
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
@@ -461,7 +461,6 @@ class Lent:
         self._actor: ExecutorActor | CallActor | None = None
 
     def __enter__(self) -> None:
-        ring_held_here()  # the calls this thread's step put are not held back by the wait
         actor = actor_thread_ident()
         if (type(actor) is ExecutorActor or type(actor) is CallActor) and not actor.lent:
             stepper = type(actor) is ExecutorActor

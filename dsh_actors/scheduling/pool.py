@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .messages import Returned, Settled
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .dispatcher import Dispatcher
     from .inbox import BatchInbox
 
-__all__ = ["LEAVE", "WorkMailbox", "ring_held_here"]
+__all__ = ["LEAVE", "WorkMailbox"]
 
 
 class _Leave:
@@ -43,20 +43,6 @@ class _Leave:
 
 #: The sentinel a call actor takes to leave a mailbox.
 LEAVE: Final[_Leave] = _Leave()
-
-#: Per thread: the mailbox whose wake-ups this thread's step holds (see
-#: ``WorkMailbox.put(hold=True)``), so that the thread rings them before it
-#: waits (:func:`ring_held_here`, from ``rt.waiting()``).
-_holding = threading.local()
-
-
-def ring_held_here() -> None:
-    """The calling thread is about to wait (``rt.waiting()``): the wake-ups
-    its step holds are rung now, so no call it has put waits for the end
-    of that wait."""
-    mailbox = getattr(_holding, "mailbox", None)
-    if mailbox is not None:
-        mailbox.ring_held()
 
 
 class WorkMailbox:
@@ -103,10 +89,8 @@ class WorkMailbox:
       is idle or on its way, the mailbox asks for one again.
     * While a call is queued and the mailbox is open, ``servers -
       sentinels >= 1``: someone will take it (a put rings the doorbell for
-      a waiting server, or the step that put it does, once it has started
-      what it may start: see :meth:`put`; a server woken for nothing looks
-      again; one woken that leaves for another batch rings for a server
-      idle here).
+      a waiting server; a server woken for nothing looks again; one woken
+      that leaves for another batch rings for a server idle here).
     * Nobody waits behind a blocking body: when a call is queued while no
       server is idle and none is on the way, or a server takes a call while
       others still wait with none on the way, one more server is asked for
@@ -132,14 +116,7 @@ class WorkMailbox:
         "_dispatcher",
         "inbox",
         "_stale",
-        "owed",
-        "held_since",
     )
-
-    #: Seconds a step may hold wake-ups (``put(hold=True)``) before the next
-    #: call's hooks run: past it, :meth:`ring_overdue` rings them, so a slow
-    #: sync hook holds back the calls put before it for its own time at most.
-    HOLD_MAX: ClassVar[float] = 0.002
 
     def __init__(
         self, limit: int, dispatcher: Dispatcher, inbox: BatchInbox, stale: Callable[[Call], bool] | None = None
@@ -164,8 +141,6 @@ class WorkMailbox:
         # back to the executor instead of starting (see take()). Called
         # under the lock: it reads two counters.
         self._stale = stale
-        self.owed = 0  # wake-ups a step holds (put(hold=True)) until ring_held()
-        self.held_since = 0.0  # when the first of them was held
         dispatcher.opened(self)
 
     def __repr__(self) -> str:
@@ -182,7 +157,6 @@ class WorkMailbox:
             queued = sum(1 for item in self._items if item is not LEAVE)
             assert 0 <= self.cleared <= queued, self
             assert not (self.held and queued), "a call is queued while the mailbox is held"
-            assert not self.owed, "a step ended holding a wake-up"
 
     def granted(self) -> int:
         """(Under the lock.) Servers that hold a slot and stay (not waiting
@@ -214,30 +188,16 @@ class WorkMailbox:
 
     # -- the executor's side -------------------------------------------------
 
-    def put(self, call: Call, *, hold: bool = False) -> bool:
+    def put(self, call: Call) -> bool:
         """Queue a startable call; make sure someone will take it. False
         (not queued) while the mailbox is held: a stale call is on its way
-        back, and ``call`` is to be prepared again after it.
-
-        ``hold``: the wake-up of a server idle here is held until the
-        caller's :meth:`ring_held` (a batch's step: once it has started
-        every call it may start, before it commits one, before its thread
-        waits, and at its end), so the idle server does not want the GIL
-        while the step goes on (its log writes each hand the GIL to a
-        thread that wants it). A server that is needed and not there is
-        asked for at once all the same."""
+        back, and ``call`` is to be prepared again after it."""
         with self._lock:
             if self.held:
                 return False
             self._items.append(call)
             self.draining = False
-            if not hold:
-                self._ring()
-            elif self.idle > self.rung + self.owed:
-                if not self.owed:
-                    self.held_since = time.monotonic()
-                self.owed += 1
-                _holding.mailbox = self
+            self._ring()
             staying = self.servers - self.sentinels
             # Nobody serves, or everybody is busy and nobody is on the way:
             # one more (below the limit), so a call never waits behind
@@ -253,26 +213,6 @@ class WorkMailbox:
             # rather than after this thread has prepared the calls behind it.
             time.sleep(0)
         return True
-
-    def ring_held(self) -> None:
-        """Ring the wake-ups held by :meth:`put` (the stepping thread)."""
-        if getattr(_holding, "mailbox", None) is self:
-            _holding.mailbox = None
-        if self.owed:
-            with self._lock:
-                owed, self.owed = self.owed, 0
-                for _ in range(owed):
-                    self._ring()
-
-    def ring_overdue(self) -> None:
-        """The stepping thread is about to run a call's hooks (its
-        ``tools/pre-execute`` listeners, guards, approval): ring the held
-        wake-ups if they have been held for :attr:`HOLD_MAX` already. A
-        step whose hooks are quick holds them to its end; one whose hook
-        is slow holds back the calls put before that hook for the hook's
-        own time, not for every hook after it."""
-        if self.owed and time.monotonic() - self.held_since >= self.HOLD_MAX:
-            self.ring_held()
 
     def clear_queued(self) -> bool:
         """A call after the queued ones is about to start elsewhere (its

@@ -568,14 +568,10 @@ class _IdleSignal(_Budget):
         return False
 
 
-def test_a_steps_put_holds_an_idle_servers_wake_up_until_the_step_rings_or_its_thread_waits() -> None:
-    """A batch's step puts its calls with ``hold=True``: a server idle on
-    the mailbox is not woken by the put (it would want the GIL while the
-    step writes the next call's log events) but when the step rings
-    (``WorkMailbox.ring_held``) or, before that, as soon as the stepping
-    thread waits (``rt.waiting()``: an approval, an async listener), so a
-    call it has put never waits for that wait."""
-    from dsh_actors.scheduling.executor import Lent
+def test_a_put_wakes_a_server_idle_on_the_mailbox_at_once() -> None:
+    """A call put while a server waits idle on the mailbox wakes it at once
+    (the step that put it goes on preparing the next calls meanwhile), and
+    asks the dispatcher for no other server."""
     from dsh_actors.scheduling.inbox import BatchInbox
     from dsh_actors.scheduling.pool import WorkMailbox
 
@@ -596,29 +592,24 @@ def test_a_steps_put_holds_an_idle_servers_wake_up_until_the_step_rings_or_its_t
     server.start()
     try:
         must(idle, "the server to wait idle")
-        assert mailbox.put("c1", hold=True) is True  # type: ignore[arg-type]
-        with budget.lock:
-            assert (mailbox.owed, mailbox.rung) == (1, 0), "the put woke the idle server"
+        assert mailbox.put("c1") is True  # type: ignore[arg-type]
+        must(done, "the idle server to take c1")
+        assert taken == ["c1"]
         assert budget.requests == 0  # (a server is there: none is asked for)
-        with Lent():  # the stepping thread is about to wait
-            must(done, "the idle server to take c1 while the step waits")
-        assert taken == ["c1"] and mailbox.owed == 0
-        mailbox.ring_held()  # (nothing left to ring)
         mailbox.assert_invariants()
     finally:
         mailbox.close()
         server.join(GUARD)
 
 
-def test_a_held_put_asks_at_once_for_a_server_when_none_is_there_and_owes_nothing() -> None:
-    """Holding a wake-up is only for a server idle on the mailbox: a call
-    put while no server serves it still asks the dispatcher for one at
-    once (nobody would take it otherwise)."""
+def test_a_put_asks_at_once_for_a_server_when_none_is_there() -> None:
+    """A call put while no server serves the mailbox asks the dispatcher
+    for one at once (nobody would take it otherwise)."""
     from dsh_actors.scheduling.inbox import BatchInbox
     from dsh_actors.scheduling.pool import WorkMailbox
 
     budget = _Budget()
     mailbox = WorkMailbox(4, budget, BatchInbox(None))  # type: ignore[arg-type]
-    assert mailbox.put("c1", hold=True) is True  # type: ignore[arg-type]
-    assert budget.requests == 1 and mailbox.owed == 0
+    assert mailbox.put("c1") is True  # type: ignore[arg-type]
+    assert budget.requests == 1
     mailbox.close()

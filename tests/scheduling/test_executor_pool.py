@@ -16,7 +16,6 @@ import pytest
 
 from dsh_actors import NativeExecutor, ToolBatchInput, ToolRuntime
 from dsh_actors.scheduling.dispatcher import Dispatcher
-from dsh_actors.scheduling.pool import WorkMailbox
 
 from .helpers import (
     GUARD,
@@ -567,13 +566,11 @@ def test_idle_pooled_actors_retire_soon_after_a_burst_so_the_threads_go_back_to_
 def test_a_call_put_by_a_step_runs_on_an_idle_call_actor_while_the_step_waits_for_a_later_call(
     monkeypatch: Any,
 ) -> None:
-    """A step holds the wake-up of a call actor idle on the mailbox for the
-    calls it puts until it has started what may start, but never across a
-    wait of its thread (``rt.waiting()``): c2 is put while c1's call actor
-    waits idle and c0's is busy until c2 has run, then c3's pre-execute
-    listener waits (inside ``rt.waiting()``) for c2's body. c2 must run on
-    the idle call actor meanwhile (held to the step's end, the batch would
-    wait for itself)."""
+    """A call a step puts starts on a call actor idle on the mailbox while
+    the step goes on: c2 is put while c1's call actor waits idle and c0's
+    is busy until c2 has run, then c3's pre-execute listener waits (inside
+    ``rt.waiting()``) for c2's body. c2 must run on the idle call actor
+    meanwhile (held to the step's end, the batch would wait for itself)."""
     idle = threading.Event()
     c2_ran = threading.Event()
     waits_for = Dispatcher.waits_for
@@ -607,14 +604,12 @@ def test_a_call_put_by_a_step_runs_on_an_idle_call_actor_while_the_step_waits_fo
         assert all_ok(result), errors(result)
 
 
-def test_a_slow_sync_listener_holds_back_a_call_put_before_it_only_for_its_own_time(monkeypatch: Any) -> None:
-    """A step rings the wake-ups it holds before the next call's hooks once
-    it has held them ``WorkMailbox.HOLD_MAX``: c2 is put while c1's call
-    actor waits idle and c0's is busy, then c3's sync pre-execute listener
-    waits (not in ``rt.waiting()``) for c2's body. With the hold already
-    overdue (``HOLD_MAX`` 0, so no timing decides it), c2 runs on the idle
-    call actor meanwhile; held to the step's end, c3's listener would wait
-    for it in vain."""
+def test_a_slow_sync_listener_does_not_hold_back_a_call_put_before_it(monkeypatch: Any) -> None:
+    """The same with a sync pre-execute listener that waits outside
+    ``rt.waiting()``: c2 is put while c1's call actor waits idle and c0's
+    is busy, then c3's sync listener waits for c2's body. c2 runs on the
+    idle call actor meanwhile (a step that held its wake-up to its end
+    would make c3's listener wait for it in vain)."""
     idle = threading.Event()
     c2_ran = threading.Event()
     waits_for = Dispatcher.waits_for
@@ -624,7 +619,6 @@ def test_a_slow_sync_listener_holds_back_a_call_put_before_it_only_for_its_own_t
         return waits_for(self, mailbox)
 
     monkeypatch.setattr(Dispatcher, "waits_for", counting_waits_for)
-    monkeypatch.setattr(WorkMailbox, "HOLD_MAX", 0.0)
     with started_runtime() as rt:
 
         def body(args: Any, ctx: Any) -> str:
