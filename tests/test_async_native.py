@@ -458,6 +458,50 @@ def test_await_flight_cancels_the_flight_once_and_waits_for_its_cleanup(app_loop
     assert cancels == [1]
 
 
+def test_a_flight_ends_as_its_task_does_when_the_coroutine_cancels_its_own_task(app_loop: Any) -> None:
+    # The flight ends in its task's last step when that step decides how the
+    # task ends; a coroutine that cancels its own task and returns leaves a
+    # cancelled task (not its value), and the flight says so, as the task's
+    # done callback always did. The common ends beside it: a value, an error.
+    from dsh_actors.pipeline.flights import LoopWatch, await_flight
+
+    async def returns() -> str:
+        return "value"
+
+    async def raises() -> str:
+        raise ValueError("bad")
+
+    async def cancels_itself() -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        return "not this"
+
+    watch = LoopWatch("test-watch")
+    signal = AbortController().signal
+
+    async def awaiter() -> list[str]:
+        out: list[str] = []
+        for coro in (returns(), raises(), cancels_itself()):
+            try:
+                out.append(await await_flight(watch, coro, signal, app_loop, "f", "f1"))
+            except asyncio.CancelledError:
+                out.append("cancelled")
+            except ValueError as exc:
+                out.append(f"error {exc}")
+        return out
+
+    try:
+        assert asyncio.run_coroutine_threadsafe(awaiter(), app_loop).result(GUARD) == [
+            "value",
+            "error bad",
+            "cancelled",
+        ]
+        assert watch.in_flight() == 0
+    finally:
+        watch.stop()
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["flight", "under-a-wrapper"])
 @pytest.mark.parametrize("logged", [False, True], ids=["no-log", "session-log"])
 @pytest.mark.parametrize("how", ["signal", "stop"])

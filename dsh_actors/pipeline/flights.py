@@ -83,8 +83,9 @@ class Flight:
     State: ``task``, ``started`` and ``cancelled`` are written on the
     loop's thread only (the task is cancelled at most once);
     ``ended`` is written once, under the watch's lock (whoever ends the
-    flight first wins: the task's done callback, or the watch when the loop
-    went away). Invariant: ``on_end`` is called exactly once, after which
+    flight first wins: the task's last step, or its done callback when that
+    step cannot be sure how the task ends (see :meth:`_ends_here`), or the
+    watch when the loop went away). Invariant: ``on_end`` is called exactly once, after which
     the flight is no longer in its watch.
     """
 
@@ -144,11 +145,33 @@ class Flight:
     async def _shielded(self) -> Any:
         self.started = True
         try:
-            return await self.coro
+            value = await self.coro
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - see _Escaped
+            if self._ends_here():
+                self._end(None, exc)
+                return None
             return _Escaped(exc)
+        if self._ends_here():
+            self._end(value, None)
+            return None
+        return value
+
+    def _ends_here(self) -> bool:
+        """At the end of the task's last step (the coroutine returned or
+        raised): whether the task is sure to end with what the coroutine
+        gave, so the flight ends here, in that step, and its done callback
+        (another callback of the loop, its handle, and the task's three
+        reads) is taken back. Not when a cancellation is pending or was
+        swallowed (``cancelling()``: the task may still end cancelled, the
+        done callback decides as for a cancellation), nor when the task is
+        not known yet (a task factory that runs the first step eagerly)."""
+        task = self.task
+        if task is None or task.cancelling():
+            return False
+        task.remove_done_callback(self._done)
+        return True
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
