@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -500,6 +500,60 @@ def test_a_flight_ends_as_its_task_does_when_the_coroutine_cancels_its_own_task(
         assert watch.in_flight() == 0
     finally:
         watch.stop()
+
+
+def test_a_cancelled_flight_body_sees_its_signal_aborted_whatever_the_order_of_subscriptions(app_loop: Any) -> None:
+    # A batch's flight is cancelled when the body's one parent signal fires,
+    # and ctx.signal is fused only if the body reads it (here after the
+    # flight subscribed, and after another callback of the parent that
+    # blocks the aborting thread until the body has looked): the flight's
+    # subscription aborts ctx.signal before it sends the cancel, so the
+    # body's await raises with ctx.signal already aborted.
+    from dsh_actors.execution import flight_signal, fused_context
+    from dsh_actors.pipeline.flights import Flight, LoopWatch
+
+    parent = AbortController()
+    ctx = fused_context(cast(Any, None), (parent.signal,))
+    signal, ahead = flight_signal(ctx)
+    assert signal is parent.signal  # one parent: the flight subscribes to it
+    inside = threading.Event()
+    looked = threading.Event()
+    seen: list[Any] = []
+
+    def blocker(_: Any) -> None:
+        looked.wait(GUARD)  # the aborting thread waits here for the body's look
+
+    async def body() -> str:
+        parent.signal.add_callback(blocker)  # after the flight's subscription
+        body_signal = ctx.signal  # fused now, subscribed after both
+        inside.set()
+        try:
+            await asyncio.sleep(GUARD)
+        except asyncio.CancelledError:
+            seen.append((body_signal.aborted, body_signal.reason))
+            looked.set()
+            raise
+        return "never"
+
+    ended: list[Any] = []
+    done = threading.Event()
+
+    def on_end(value: Any, error: BaseException | None) -> None:
+        ended.append(type(error).__name__)
+        done.set()
+
+    watch = LoopWatch("test-watch")
+    try:
+        watch.launch(Flight(body(), signal, app_loop, "body", "b1", on_end, ahead))
+        assert inside.wait(GUARD)
+        reason = ValueError("stop")
+        parent.abort(reason)
+        assert done.wait(GUARD)
+    finally:
+        looked.set()
+        watch.stop()
+    assert seen == [(True, reason)]
+    assert ended == ["AbortError"]
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["flight", "under-a-wrapper"])

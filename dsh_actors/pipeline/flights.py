@@ -104,13 +104,25 @@ class Flight:
         "watch",
         "context",
         "cancelled",
+        "ahead",
     )
 
     def __init__(
-        self, coro: Any, signal: AbortSignal, loop: asyncio.AbstractEventLoop, name: str, call_id: str, on_end: OnEnd
+        self,
+        coro: Any,
+        signal: AbortSignal,
+        loop: asyncio.AbstractEventLoop,
+        name: str,
+        call_id: str,
+        on_end: OnEnd,
+        ahead: Callable[[AbortSignal], None] | None = None,
     ) -> None:
         self.coro = coro
         self.signal = signal
+        # Run on the aborting thread when `signal` fires, before the cancel
+        # is sent to the loop (a body's signal fused from `signal`, aborted
+        # before the body can see its task cancelled).
+        self.ahead = ahead
         self.loop = loop
         self.name = name
         self.call_id = call_id
@@ -220,12 +232,17 @@ class Flight:
         self.ended = True
         return True
 
-    def _on_abort(self, _: AbortSignal) -> None:
+    def _on_abort(self, signal: AbortSignal) -> None:
         self.by_signal = True
+        ahead = self.ahead
         try:
-            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after start
-        except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
-            pass
+            if ahead is not None:
+                ahead(signal)
+        finally:
+            try:
+                self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after start
+            except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
+                pass
 
     def cancel(self) -> None:
         """Cancel the task (from any thread), e.g. when what waits for it
