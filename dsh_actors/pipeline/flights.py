@@ -392,7 +392,10 @@ class LoopWatch:
 
     def __init__(self, name: str = "dsh-loop-watch") -> None:
         self._name = name
-        self._lock = threading.Condition()
+        # A plain lock (taken twice a flight: at launch and at its end) and,
+        # on it, the condition the watch's thread waits on.
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
         self._flights: dict[asyncio.AbstractEventLoop, set[Flight]] = {}
         self._beats: dict[asyncio.AbstractEventLoop, _Beat] = {}
         self._thread: threading.Thread | None = None
@@ -429,7 +432,7 @@ class LoopWatch:
             if watched is None:
                 watched = self._flights[loop] = set()
                 if self._idle:
-                    self._lock.notify()  # the watch has loops to look at again
+                    self._wakeup.notify()  # the watch has loops to look at again
             for flight in flights:
                 flight.watched_by(self)
                 watched.add(flight)
@@ -464,7 +467,7 @@ class LoopWatch:
         with self._lock:
             self._stopped = True
             thread = self._thread
-            self._lock.notify()
+            self._wakeup.notify()
             snapshot = [(loop, tuple(flights)) for loop, flights in self._flights.items()]
         if thread is not None and thread is not threading.current_thread():
             thread.join()
@@ -506,16 +509,16 @@ class LoopWatch:
             return True
 
     def _run(self) -> None:
-        lock = self._lock
+        wakeup = self._wakeup
         while True:
-            with lock:
+            with self._lock:
                 while not self._flights and not self._stopped:
                     self._idle = True
-                    lock.wait()
+                    wakeup.wait()
                     self._idle = False
                 if self._stopped:
                     return
-                lock.wait(self.PERIOD)
+                wakeup.wait(self.PERIOD)
                 if self._stopping():  # stop() during the wait
                     return
                 snapshot = [(loop, tuple(flights)) for loop, flights in self._flights.items()]
