@@ -556,6 +556,61 @@ def test_a_cancelled_flight_body_sees_its_signal_aborted_whatever_the_order_of_s
     assert ended == ["AbortError"]
 
 
+def test_flights_launched_together_on_one_signal_share_one_subscription(app_loop: Any) -> None:
+    # launch_all subscribes once per signal (a Wave): the flights on `shared`
+    # hold one subscription until the last of them ends; its abort cancels
+    # the ones still running, not the one that ended, nor the flight on the
+    # other signal.
+    from dsh_actors.pipeline.flights import Flight, LoopWatch
+
+    shared, other = AbortController(), AbortController()
+    gate = asyncio.Event()
+    waiting = threading.Semaphore(0)
+    ends: dict[str, Any] = {}
+    all_ended = threading.Event()
+
+    async def quick() -> str:
+        return "quick"
+
+    async def waits() -> str:
+        waiting.release()
+        await asyncio.sleep(GUARD)
+        return "never"
+
+    async def gated() -> str:
+        waiting.release()
+        await gate.wait()
+        return "gated"
+
+    def on_end(name: str) -> Any:
+        def record(value: Any, error: BaseException | None) -> None:
+            ends[name] = type(error).__name__ if error is not None else value
+            if len(ends) == 4:
+                all_ended.set()
+
+        return record
+
+    watch = LoopWatch("test-watch")
+    try:
+        flights = [
+            Flight(quick(), shared.signal, app_loop, "quick", "q", on_end("quick")),
+            Flight(waits(), shared.signal, app_loop, "a", "a", on_end("a")),
+            Flight(gated(), other.signal, app_loop, "gated", "g", on_end("gated")),
+            Flight(waits(), shared.signal, app_loop, "b", "b", on_end("b")),
+        ]
+        watch.launch_all(app_loop, flights)
+        for _ in range(3):
+            assert waiting.acquire(timeout=GUARD)
+        assert shared.signal.listener_count == 1 and other.signal.listener_count == 1
+        shared.abort()
+        app_loop.call_soon_threadsafe(gate.set)
+        assert all_ended.wait(GUARD)
+    finally:
+        watch.stop()
+    assert ends == {"quick": "quick", "a": "AbortError", "b": "AbortError", "gated": "gated"}
+    assert shared.signal.listener_count == 0 and other.signal.listener_count == 0
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["flight", "under-a-wrapper"])
 @pytest.mark.parametrize("logged", [False, True], ids=["no-log", "session-log"])
 @pytest.mark.parametrize("how", ["signal", "stop"])

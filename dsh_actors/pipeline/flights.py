@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -56,7 +57,7 @@ from loguru import logger
 from ..errors import AbortError
 from ..signals import AbortSignal
 
-__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "await_flight"]
+__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "Wave", "await_flight"]
 
 #: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
 OnEnd = Callable[[Any, BaseException | None], None]
@@ -100,7 +101,7 @@ class Flight:
         "started",
         "by_signal",
         "ended",
-        "unsubscribe",
+        "wave",
         "watch",
         "context",
         "cancelled",
@@ -132,7 +133,7 @@ class Flight:
         self.by_signal = False  # the signal fired (and cancelled the task)
         self.cancelled = False  # the task was cancelled (once; the loop's thread only)
         self.ended = False
-        self.unsubscribe: Any = None
+        self.wave: Wave | None = None  # the flights launched with it on its signal (one subscription)
         self.watch: LoopWatch | None = None
         # Its task runs in a copy of the context it was made in (a call's
         # stage: the call's context), as asyncio.create_task would copy it.
@@ -215,14 +216,11 @@ class Flight:
 
     # -- any thread --------------------------------------------------------------
 
-    def subscribe(self) -> None:
-        """Cancel the task when the signal fires (its watch calls this once,
-        at launch; the subscription ends with the flight)."""
-        self.unsubscribe = self.signal.add_callback(self._on_abort)
-
-    def watched_by(self, watch: LoopWatch) -> None:
-        """``watch`` now watches this flight (under its lock, at launch)."""
+    def watched_by(self, watch: LoopWatch, wave: Wave) -> None:
+        """``watch`` now watches this flight, and ``wave`` cancels its task
+        when its signal fires (under the watch's lock, at launch, once)."""
         self.watch = watch
+        self.wave = wave
 
     def mark_ended(self) -> bool:
         """Record the end; False if it had ended already (whoever ends a
@@ -232,7 +230,9 @@ class Flight:
         self.ended = True
         return True
 
-    def _on_abort(self, signal: AbortSignal) -> None:
+    def aborted_by(self, signal: AbortSignal) -> None:
+        """Its signal fired (on the aborting thread, from its wave's
+        subscription): ``ahead``, then the task's cancel is sent to the loop."""
         self.by_signal = True
         ahead = self.ahead
         try:
@@ -257,9 +257,9 @@ class Flight:
         watch = self.watch
         if watch is not None and not watch.remove(self):
             return  # ended already (the watch saw its loop go)
-        unsubscribe = self.unsubscribe
-        if unsubscribe is not None:
-            unsubscribe()
+        wave = self.wave
+        if wave is not None:
+            wave.ended_one()
         try:
             self.on_end(value, error)
         except BaseException as exc:  # noqa: BLE001 - never into the loop
@@ -325,6 +325,43 @@ async def await_flight(
     if waiter.cancelled():
         raise asyncio.CancelledError()
     return waiter.result()
+
+
+class Wave:
+    """The flights on one signal that one :meth:`LoopWatch.launch_all`
+    launched (a batch's step starts its async calls together, all on the
+    batch's body signal): one subscription to that signal for all of them,
+    not one each. When it fires, each of them that has not ended is
+    cancelled (:meth:`Flight.aborted_by`, in launch order). Invariant: the
+    subscription lasts until the last of them has ended (each ends once:
+    ``Flight._end`` after its watch's ``remove``), and that one ends it."""
+
+    __slots__ = ("flights", "size", "_ends", "_unsubscribe")
+
+    def __init__(self, flights: list[Flight]) -> None:
+        self.flights = flights
+        self.size = len(flights)
+        self._ends = itertools.count(1)  # (next() on a count is atomic under the GIL)
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def subscribe(self, signal: AbortSignal) -> None:
+        """Subscribe to ``signal`` (at launch, before any of them starts;
+        an aborted one cancels them at once, and each start then sees it)."""
+        self._unsubscribe = signal.add_callback(self._fire)
+
+    def _fire(self, signal: AbortSignal) -> None:
+        for flight in self.flights:
+            if not flight.ended:  # (a stale read only sends a cancel that finds the task done)
+                flight.aborted_by(signal)
+
+    def ended_one(self) -> None:
+        """One of them has ended (on the thread that ended it); the last one
+        ends the subscription and lets go of them."""
+        if next(self._ends) == self.size:
+            unsubscribe = self._unsubscribe
+            self.flights = []
+            if unsubscribe is not None:
+                unsubscribe()
 
 
 def _start_all(flights: tuple[Flight, ...]) -> None:
@@ -425,8 +462,22 @@ class LoopWatch:
                     ),
                 )
             return
-        for flight in flights:
-            flight.subscribe()
+        # One subscription per signal (a batch's flights share one), before
+        # any of them starts.
+        first = flights[0].signal
+        waves: dict[AbortSignal, Wave] = {}
+        if all(flight.signal is first for flight in flights):
+            waves[first] = Wave(flights)
+        else:
+            for flight in flights:
+                wave = waves.get(flight.signal)
+                if wave is None:
+                    waves[flight.signal] = Wave([flight])
+                else:
+                    wave.flights.append(flight)
+                    wave.size += 1
+        for signal, wave in waves.items():
+            wave.subscribe(signal)
         with self._lock:
             watched = self._flights.get(loop)
             if watched is None:
@@ -434,7 +485,7 @@ class LoopWatch:
                 if self._idle:
                     self._wakeup.notify()  # the watch has loops to look at again
             for flight in flights:
-                flight.watched_by(self)
+                flight.watched_by(self, waves[flight.signal])
                 watched.add(flight)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
