@@ -558,9 +558,9 @@ def test_a_cancelled_flight_body_sees_its_signal_aborted_whatever_the_order_of_s
 
 def test_flights_launched_together_on_one_signal_share_one_subscription(app_loop: Any) -> None:
     # launch_all subscribes once per signal (a Wave): the flights on `shared`
-    # hold one subscription until the last of them ends; its abort cancels
-    # the ones still running, not the one that ended, nor the flight on the
-    # other signal.
+    # hold one subscription until the last of them ends, and one that ended
+    # leaves its wave; the abort cancels the ones still running, not the one
+    # that ended, nor the flight on the other signal.
     from dsh_actors.pipeline.flights import Flight, LoopWatch
 
     shared, other = AbortController(), AbortController()
@@ -602,6 +602,9 @@ def test_flights_launched_together_on_one_signal_share_one_subscription(app_loop
         for _ in range(3):
             assert waiting.acquire(timeout=GUARD)
         assert shared.signal.listener_count == 1 and other.signal.listener_count == 1
+        wave = flights[1].wave
+        assert wave is not None and wave is flights[3].wave and wave is not flights[2].wave
+        assert list(wave.flights) == [flights[1], flights[3]]  # the one that ended left it
         shared.abort()
         app_loop.call_soon_threadsafe(gate.set)
         assert all_ended.wait(GUARD)

@@ -259,7 +259,7 @@ class Flight:
             return  # ended already (the watch saw its loop go)
         wave = self.wave
         if wave is not None:
-            wave.ended_one()
+            wave.ended_one(self)
         try:
             self.on_end(value, error)
         except BaseException as exc:  # noqa: BLE001 - never into the loop
@@ -332,17 +332,24 @@ class Wave:
     launched (a batch's step starts its async calls together, all on the
     batch's body signal): one subscription to that signal for all of them,
     not one each. When it fires, each of them that has not ended is
-    cancelled (:meth:`Flight.aborted_by`, in launch order). Invariant: the
-    subscription lasts until the last of them has ended (each ends once:
-    ``Flight._end`` after its watch's ``remove``), and that one ends it."""
+    cancelled (:meth:`Flight.aborted_by`, in launch order). Invariants:
+    ``flights`` holds those of them that have not ended (one that ends
+    leaves it: the wave keeps nothing of it alive); the subscription lasts
+    until the last of them has ended (each ends once: ``Flight._end`` after
+    its watch's ``remove``), and that one ends it."""
 
     __slots__ = ("flights", "size", "_ends", "_unsubscribe")
 
     def __init__(self, flights: list[Flight]) -> None:
-        self.flights = flights
+        self.flights = dict.fromkeys(flights)  # (insertion order: launch order)
         self.size = len(flights)
         self._ends = itertools.count(1)  # (next() on a count is atomic under the GIL)
         self._unsubscribe: Callable[[], None] | None = None
+
+    def add(self, flight: Flight) -> None:
+        """One more of them (at launch, before :meth:`subscribe`)."""
+        self.flights[flight] = None
+        self.size += 1
 
     def subscribe(self, signal: AbortSignal) -> None:
         """Subscribe to ``signal`` (at launch, before any of them starts;
@@ -350,16 +357,16 @@ class Wave:
         self._unsubscribe = signal.add_callback(self._fire)
 
     def _fire(self, signal: AbortSignal) -> None:
-        for flight in self.flights:
+        for flight in list(self.flights):  # (a copy: they end meanwhile, on the loop's thread)
             if not flight.ended:  # (a stale read only sends a cancel that finds the task done)
                 flight.aborted_by(signal)
 
-    def ended_one(self) -> None:
-        """One of them has ended (on the thread that ended it); the last one
-        ends the subscription and lets go of them."""
+    def ended_one(self, flight: Flight) -> None:
+        """``flight``, one of them, has ended (on the thread that ended it);
+        the last one ends the subscription."""
+        self.flights.pop(flight, None)
         if next(self._ends) == self.size:
             unsubscribe = self._unsubscribe
-            self.flights = []
             if unsubscribe is not None:
                 unsubscribe()
 
@@ -474,8 +481,7 @@ class LoopWatch:
                 if wave is None:
                     waves[flight.signal] = Wave([flight])
                 else:
-                    wave.flights.append(flight)
-                    wave.size += 1
+                    wave.add(flight)
         for signal, wave in waves.items():
             wave.subscribe(signal)
         with self._lock:
