@@ -505,6 +505,17 @@ class LoopWatch:
             for flight in flights:
                 flight.fail_gone("closed")
 
+    def assert_invariants(self) -> None:
+        """(The property tests.) A flight in the watch has not ended, and
+        its wave holds it (it leaves its wave after the watch)."""
+        with self._lock:
+            for flights in self._flights.values():
+                assert flights, "an empty set of flights is kept"
+                for flight in flights:
+                    assert not flight.ended, f"{flight!r} ended and is still watched"
+                    wave = flight.wave
+                    assert wave is not None and flight in wave.flights, f"{flight!r} is not in its wave"
+
     def in_flight(self) -> int:
         with self._lock:
             return sum(len(flights) for flights in self._flights.values())
