@@ -86,8 +86,11 @@ class Flight:
     ``ended`` is written once, under the watch's lock (whoever ends the
     flight first wins: the task's last step, or its done callback when that
     step cannot be sure how the task ends (see :meth:`_ends_here`), or the
-    watch when the loop went away). Invariant: ``on_end`` is called exactly once, after which
-    the flight is no longer in its watch.
+    watch when the loop went away); ``watch`` and ``wave`` are set once, at
+    launch, under the watch's lock. Invariants: ``on_end`` is called exactly
+    once, after which the flight is no longer in its watch nor in its wave;
+    when ``signal`` fires, ``ahead`` (if any) runs before the cancel is sent
+    to the loop.
     """
 
     __slots__ = (
