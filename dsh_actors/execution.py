@@ -22,13 +22,13 @@ import contextvars
 import itertools
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidTypeError, InvalidValueError
 from .model import ToolProgress, UserMessage, slot_setters
-from .signals import AbortSignal, fuse_late
+from .signals import AbortSignal, follow, fuse_late
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import ToolSchema
@@ -329,6 +329,28 @@ class ToolRunContext:
                     self._signal = signal
         return signal
 
+    def _flight_signal(self) -> tuple[AbortSignal, Callable[[AbortSignal], None] | None]:
+        """What a flight running this body (on a loop, no thread waiting
+        for it) cancels its task on, and what its subscription runs first
+        when that fires. With one parent: the parent itself, and
+        :meth:`_catch_up`, so the signal is still fused only if the body
+        reads it, and a body whose ``await`` raises the cancellation sees
+        ``ctx.signal`` aborted all the same. With more: the fused signal."""
+        parents = self._parents
+        if self._signal is None and len(parents) == 1:
+            return parents[0], self._catch_up
+        return self.signal, None
+
+    def _catch_up(self, parent: AbortSignal) -> None:
+        """``parent`` aborted (on the aborting thread, in a callback of
+        ``parent`` that may run before the fused signal's own): the fused
+        signal, if it was made, aborts now. Under the lock: a signal being
+        made now is assigned, subscribed (or born aborted), first."""
+        with self._lock:
+            signal = self._signal
+        if signal is not None:
+            follow(signal, parent)
+
     def _close(self) -> tuple[tuple[UserMessage, ...], bool]:
         """The body has returned: detach its signal from the parents (or,
         if it was never made, fix what a later read gets), and wait for a
@@ -455,6 +477,10 @@ fused_context = ToolRunContext._fused
 #: :meth:`ToolRunContext._close`): what it deferred (``ctx.defer_context``)
 #: and whether it concluded the turn.
 close_context = ToolRunContext._close
+
+#: ``flight_signal(ctx)``: what a flight running the body cancels its task
+#: on, and what runs first when it fires (see :meth:`ToolRunContext._flight_signal`).
+flight_signal = ToolRunContext._flight_signal
 
 
 def _number(value: Any, name: str, *, optional: bool = False) -> Any:

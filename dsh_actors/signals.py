@@ -442,5 +442,16 @@ def fuse_late(parents: tuple[AbortSignal, ...]) -> AbortSignal:
     return child
 
 
+def follow(child: AbortSignal, parent: AbortSignal) -> None:
+    """``parent``, a parent of the fused ``child``, has aborted: ``child``
+    aborts now with its reason, as its own subscription to ``parent`` is
+    about to make it (that one is then a no-op: the first abort wins; a
+    closed ``child`` never aborts). For a callback of ``parent`` that must
+    leave ``child`` aborted before it goes on, whatever the order of the two
+    subscriptions (a flight that cancels a body's task: the body must see
+    its signal aborted when its ``await`` raises)."""
+    child._on_parent_abort(parent)
+
+
 def _abort_order_of(signal: AbortSignal) -> int:
     return signal._order

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -456,6 +456,162 @@ def test_await_flight_cancels_the_flight_once_and_waits_for_its_cleanup(app_loop
     finally:
         watch.stop()
     assert cancels == [1]
+
+
+def test_a_flight_ends_as_its_task_does_when_the_coroutine_cancels_its_own_task(app_loop: Any) -> None:
+    # The flight ends in its task's last step when that step decides how the
+    # task ends; a coroutine that cancels its own task and returns leaves a
+    # cancelled task (not its value), and the flight says so, as the task's
+    # done callback always did. The common ends beside it: a value, an error.
+    from dsh_actors.pipeline.flights import LoopWatch, await_flight
+
+    async def returns() -> str:
+        return "value"
+
+    async def raises() -> str:
+        raise ValueError("bad")
+
+    async def cancels_itself() -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        return "not this"
+
+    watch = LoopWatch("test-watch")
+    signal = AbortController().signal
+
+    async def awaiter() -> list[str]:
+        out: list[str] = []
+        for coro in (returns(), raises(), cancels_itself()):
+            try:
+                out.append(await await_flight(watch, coro, signal, app_loop, "f", "f1"))
+            except asyncio.CancelledError:
+                out.append("cancelled")
+            except ValueError as exc:
+                out.append(f"error {exc}")
+        return out
+
+    try:
+        assert asyncio.run_coroutine_threadsafe(awaiter(), app_loop).result(GUARD) == [
+            "value",
+            "error bad",
+            "cancelled",
+        ]
+        assert watch.in_flight() == 0
+    finally:
+        watch.stop()
+
+
+def test_a_cancelled_flight_body_sees_its_signal_aborted_whatever_the_order_of_subscriptions(app_loop: Any) -> None:
+    # A batch's flight is cancelled when the body's one parent signal fires,
+    # and ctx.signal is fused only if the body reads it (here after the
+    # flight subscribed, and after another callback of the parent that
+    # blocks the aborting thread until the body has looked): the flight's
+    # subscription aborts ctx.signal before it sends the cancel, so the
+    # body's await raises with ctx.signal already aborted.
+    from dsh_actors.execution import flight_signal, fused_context
+    from dsh_actors.pipeline.flights import Flight, LoopWatch
+
+    parent = AbortController()
+    ctx = fused_context(cast(Any, None), (parent.signal,))
+    signal, ahead = flight_signal(ctx)
+    assert signal is parent.signal  # one parent: the flight subscribes to it
+    inside = threading.Event()
+    looked = threading.Event()
+    seen: list[Any] = []
+
+    def blocker(_: Any) -> None:
+        looked.wait(GUARD)  # the aborting thread waits here for the body's look
+
+    async def body() -> str:
+        parent.signal.add_callback(blocker)  # after the flight's subscription
+        body_signal = ctx.signal  # fused now, subscribed after both
+        inside.set()
+        try:
+            await asyncio.sleep(GUARD)
+        except asyncio.CancelledError:
+            seen.append((body_signal.aborted, body_signal.reason))
+            looked.set()
+            raise
+        return "never"
+
+    ended: list[Any] = []
+    done = threading.Event()
+
+    def on_end(value: Any, error: BaseException | None) -> None:
+        ended.append(type(error).__name__)
+        done.set()
+
+    watch = LoopWatch("test-watch")
+    try:
+        watch.launch(Flight(body(), signal, app_loop, "body", "b1", on_end, ahead))
+        assert inside.wait(GUARD)
+        reason = ValueError("stop")
+        parent.abort(reason)
+        assert done.wait(GUARD)
+    finally:
+        looked.set()
+        watch.stop()
+    assert seen == [(True, reason)]
+    assert ended == ["AbortError"]
+
+
+def test_flights_launched_together_on_one_signal_share_one_subscription(app_loop: Any) -> None:
+    # launch_all subscribes once per signal (a Wave): the flights on `shared`
+    # hold one subscription until the last of them ends, and one that ended
+    # leaves its wave; the abort cancels the ones still running, not the one
+    # that ended, nor the flight on the other signal.
+    from dsh_actors.pipeline.flights import Flight, LoopWatch
+
+    shared, other = AbortController(), AbortController()
+    gate = asyncio.Event()
+    waiting = threading.Semaphore(0)
+    ends: dict[str, Any] = {}
+    all_ended = threading.Event()
+
+    async def quick() -> str:
+        return "quick"
+
+    async def waits() -> str:
+        waiting.release()
+        await asyncio.sleep(GUARD)
+        return "never"
+
+    async def gated() -> str:
+        waiting.release()
+        await gate.wait()
+        return "gated"
+
+    def on_end(name: str) -> Any:
+        def record(value: Any, error: BaseException | None) -> None:
+            ends[name] = type(error).__name__ if error is not None else value
+            if len(ends) == 4:
+                all_ended.set()
+
+        return record
+
+    watch = LoopWatch("test-watch")
+    try:
+        flights = [
+            Flight(quick(), shared.signal, app_loop, "quick", "q", on_end("quick")),
+            Flight(waits(), shared.signal, app_loop, "a", "a", on_end("a")),
+            Flight(gated(), other.signal, app_loop, "gated", "g", on_end("gated")),
+            Flight(waits(), shared.signal, app_loop, "b", "b", on_end("b")),
+        ]
+        watch.launch_all(app_loop, flights)
+        for _ in range(3):
+            assert waiting.acquire(timeout=GUARD)
+        assert shared.signal.listener_count == 1 and other.signal.listener_count == 1
+        wave = flights[1].wave
+        assert wave is not None and wave is flights[3].wave and wave is not flights[2].wave
+        assert list(wave.flights) == [flights[1], flights[3]]  # the one that ended left it
+        shared.abort()
+        app_loop.call_soon_threadsafe(gate.set)
+        assert all_ended.wait(GUARD)
+    finally:
+        watch.stop()
+    assert ends == {"quick": "quick", "a": "AbortError", "b": "AbortError", "gated": "gated"}
+    assert shared.signal.listener_count == 0 and other.signal.listener_count == 0
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["flight", "under-a-wrapper"])

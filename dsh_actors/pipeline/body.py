@@ -20,7 +20,7 @@ from ..errors import (
     InvalidStateError,
     ToolNotFoundError,
 )
-from ..execution import ToolRunContext, close_context, fused_context
+from ..execution import ToolRunContext, close_context, flight_signal, fused_context
 from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
@@ -267,10 +267,14 @@ def start_on_loop(rt: Kernel, call: Call, on_end: Callable[[Call, Any, BaseExcep
         on_end(call, value, error)
 
     execution = call.execution
-    # The task is cancelled through ctx.signal itself, not its parent: the
-    # body sees ctx.signal aborted by the time its await raises (a parent's
-    # callbacks run in order, and the cancel would race the fused signal's).
-    return Flight(coro, ctx.signal, target_loop(rt, call.loop), execution.name, execution.call_id, ended)
+    # The task is cancelled when the body's one parent signal fires (the
+    # fused ctx.signal is made only if the body reads it); the flight's
+    # subscription first aborts ctx.signal, if made, so the body sees it
+    # aborted by the time its await raises (a parent's callbacks run in
+    # subscription order, and the cancel would race the fused signal's).
+    # With several parents, through ctx.signal itself.
+    signal, ahead = flight_signal(ctx)
+    return Flight(coro, signal, target_loop(rt, call.loop), execution.name, execution.call_id, ended, ahead)
 
 
 def finish_on_loop(call: Call, value: Any, error: BaseException | None) -> None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -56,7 +57,7 @@ from loguru import logger
 from ..errors import AbortError
 from ..signals import AbortSignal
 
-__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "await_flight"]
+__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "Wave", "await_flight"]
 
 #: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
 OnEnd = Callable[[Any, BaseException | None], None]
@@ -83,9 +84,13 @@ class Flight:
     State: ``task``, ``started`` and ``cancelled`` are written on the
     loop's thread only (the task is cancelled at most once);
     ``ended`` is written once, under the watch's lock (whoever ends the
-    flight first wins: the task's done callback, or the watch when the loop
-    went away). Invariant: ``on_end`` is called exactly once, after which
-    the flight is no longer in its watch.
+    flight first wins: the task's last step, or its done callback when that
+    step cannot be sure how the task ends (see :meth:`_ends_here`), or the
+    watch when the loop went away); ``watch`` and ``wave`` are set once, at
+    launch, under the watch's lock. Invariants: ``on_end`` is called exactly
+    once, after which the flight is no longer in its watch nor in its wave;
+    when ``signal`` fires, ``ahead`` (if any) runs before the cancel is sent
+    to the loop.
     """
 
     __slots__ = (
@@ -99,17 +104,29 @@ class Flight:
         "started",
         "by_signal",
         "ended",
-        "unsubscribe",
+        "wave",
         "watch",
         "context",
         "cancelled",
+        "ahead",
     )
 
     def __init__(
-        self, coro: Any, signal: AbortSignal, loop: asyncio.AbstractEventLoop, name: str, call_id: str, on_end: OnEnd
+        self,
+        coro: Any,
+        signal: AbortSignal,
+        loop: asyncio.AbstractEventLoop,
+        name: str,
+        call_id: str,
+        on_end: OnEnd,
+        ahead: Callable[[AbortSignal], None] | None = None,
     ) -> None:
         self.coro = coro
         self.signal = signal
+        # Run on the aborting thread when `signal` fires, before the cancel
+        # is sent to the loop (a body's signal fused from `signal`, aborted
+        # before the body can see its task cancelled).
+        self.ahead = ahead
         self.loop = loop
         self.name = name
         self.call_id = call_id
@@ -119,7 +136,7 @@ class Flight:
         self.by_signal = False  # the signal fired (and cancelled the task)
         self.cancelled = False  # the task was cancelled (once; the loop's thread only)
         self.ended = False
-        self.unsubscribe: Any = None
+        self.wave: Wave | None = None  # the flights launched with it on its signal (one subscription)
         self.watch: LoopWatch | None = None
         # Its task runs in a copy of the context it was made in (a call's
         # stage: the call's context), as asyncio.create_task would copy it.
@@ -144,11 +161,33 @@ class Flight:
     async def _shielded(self) -> Any:
         self.started = True
         try:
-            return await self.coro
+            value = await self.coro
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - see _Escaped
+            if self._ends_here():
+                self._end(None, exc)
+                return None
             return _Escaped(exc)
+        if self._ends_here():
+            self._end(value, None)
+            return None
+        return value
+
+    def _ends_here(self) -> bool:
+        """At the end of the task's last step (the coroutine returned or
+        raised): whether the task is sure to end with what the coroutine
+        gave, so the flight ends here, in that step, and its done callback
+        (another callback of the loop, its handle, and the task's three
+        reads) is taken back. Not when a cancellation is pending or was
+        swallowed (``cancelling()``: the task may still end cancelled, the
+        done callback decides as for a cancellation), nor when the task is
+        not known yet (a task factory that runs the first step eagerly)."""
+        task = self.task
+        if task is None or task.cancelling():
+            return False
+        task.remove_done_callback(self._done)
+        return True
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
@@ -180,14 +219,11 @@ class Flight:
 
     # -- any thread --------------------------------------------------------------
 
-    def subscribe(self) -> None:
-        """Cancel the task when the signal fires (its watch calls this once,
-        at launch; the subscription ends with the flight)."""
-        self.unsubscribe = self.signal.add_callback(self._on_abort)
-
-    def watched_by(self, watch: LoopWatch) -> None:
-        """``watch`` now watches this flight (under its lock, at launch)."""
+    def watched_by(self, watch: LoopWatch, wave: Wave) -> None:
+        """``watch`` now watches this flight, and ``wave`` cancels its task
+        when its signal fires (under the watch's lock, at launch, once)."""
         self.watch = watch
+        self.wave = wave
 
     def mark_ended(self) -> bool:
         """Record the end; False if it had ended already (whoever ends a
@@ -197,12 +233,19 @@ class Flight:
         self.ended = True
         return True
 
-    def _on_abort(self, _: AbortSignal) -> None:
+    def aborted_by(self, signal: AbortSignal) -> None:
+        """Its signal fired (on the aborting thread, from its wave's
+        subscription): ``ahead``, then the task's cancel is sent to the loop."""
         self.by_signal = True
+        ahead = self.ahead
         try:
-            self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after start
-        except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
-            pass
+            if ahead is not None:
+                ahead(signal)
+        finally:
+            try:
+                self.loop.call_soon_threadsafe(self._cancel)  # FIFO: always after start
+            except RuntimeError:  # the loop closed meanwhile: the watch ends the flight
+                pass
 
     def cancel(self) -> None:
         """Cancel the task (from any thread), e.g. when what waits for it
@@ -217,9 +260,9 @@ class Flight:
         watch = self.watch
         if watch is not None and not watch.remove(self):
             return  # ended already (the watch saw its loop go)
-        unsubscribe = self.unsubscribe
-        if unsubscribe is not None:
-            unsubscribe()
+        wave = self.wave
+        if wave is not None:
+            wave.ended_one(self)
         try:
             self.on_end(value, error)
         except BaseException as exc:  # noqa: BLE001 - never into the loop
@@ -287,6 +330,50 @@ async def await_flight(
     return waiter.result()
 
 
+class Wave:
+    """The flights on one signal that one :meth:`LoopWatch.launch_all`
+    launched (a batch's step starts its async calls together, all on the
+    batch's body signal): one subscription to that signal for all of them,
+    not one each. When it fires, each of them that has not ended is
+    cancelled (:meth:`Flight.aborted_by`, in launch order). Invariants:
+    ``flights`` holds those of them that have not ended (one that ends
+    leaves it: the wave keeps nothing of it alive); the subscription lasts
+    until the last of them has ended (each ends once: ``Flight._end`` after
+    its watch's ``remove``), and that one ends it."""
+
+    __slots__ = ("flights", "size", "_ends", "_unsubscribe")
+
+    def __init__(self, flights: list[Flight]) -> None:
+        self.flights = dict.fromkeys(flights)  # (insertion order: launch order)
+        self.size = len(flights)
+        self._ends = itertools.count(1)  # (next() on a count is atomic under the GIL)
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def add(self, flight: Flight) -> None:
+        """One more of them (at launch, before :meth:`subscribe`)."""
+        self.flights[flight] = None
+        self.size += 1
+
+    def subscribe(self, signal: AbortSignal) -> None:
+        """Subscribe to ``signal`` (at launch, before any of them starts;
+        an aborted one cancels them at once, and each start then sees it)."""
+        self._unsubscribe = signal.add_callback(self._fire)
+
+    def _fire(self, signal: AbortSignal) -> None:
+        for flight in list(self.flights):  # (a copy: they end meanwhile, on the loop's thread)
+            if not flight.ended:  # (a stale read only sends a cancel that finds the task done)
+                flight.aborted_by(signal)
+
+    def ended_one(self, flight: Flight) -> None:
+        """``flight``, one of them, has ended (on the thread that ended it);
+        the last one ends the subscription."""
+        self.flights.pop(flight, None)
+        if next(self._ends) == self.size:
+            unsubscribe = self._unsubscribe
+            if unsubscribe is not None:
+                unsubscribe()
+
+
 def _start_all(flights: tuple[Flight, ...]) -> None:
     for flight in flights:
         flight.start()
@@ -352,7 +439,10 @@ class LoopWatch:
 
     def __init__(self, name: str = "dsh-loop-watch") -> None:
         self._name = name
-        self._lock = threading.Condition()
+        # A plain lock (taken twice a flight: at launch and at its end) and,
+        # on it, the condition the watch's thread waits on.
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
         self._flights: dict[asyncio.AbstractEventLoop, set[Flight]] = {}
         self._beats: dict[asyncio.AbstractEventLoop, _Beat] = {}
         self._thread: threading.Thread | None = None
@@ -382,16 +472,29 @@ class LoopWatch:
                     ),
                 )
             return
-        for flight in flights:
-            flight.subscribe()
+        # One subscription per signal (a batch's flights share one), before
+        # any of them starts.
+        first = flights[0].signal
+        waves: dict[AbortSignal, Wave] = {}
+        if all(flight.signal is first for flight in flights):
+            waves[first] = Wave(flights)
+        else:
+            for flight in flights:
+                wave = waves.get(flight.signal)
+                if wave is None:
+                    waves[flight.signal] = Wave([flight])
+                else:
+                    wave.add(flight)
+        for signal, wave in waves.items():
+            wave.subscribe(signal)
         with self._lock:
             watched = self._flights.get(loop)
             if watched is None:
                 watched = self._flights[loop] = set()
                 if self._idle:
-                    self._lock.notify()  # the watch has loops to look at again
+                    self._wakeup.notify()  # the watch has loops to look at again
             for flight in flights:
-                flight.watched_by(self)
+                flight.watched_by(self, waves[flight.signal])
                 watched.add(flight)
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -404,6 +507,17 @@ class LoopWatch:
         except RuntimeError:  # closed just now
             for flight in flights:
                 flight.fail_gone("closed")
+
+    def assert_invariants(self) -> None:
+        """(The property tests.) A flight in the watch has not ended, and
+        its wave holds it (it leaves its wave after the watch)."""
+        with self._lock:
+            for flights in self._flights.values():
+                assert flights, "an empty set of flights is kept"
+                for flight in flights:
+                    assert not flight.ended, f"{flight!r} ended and is still watched"
+                    wave = flight.wave
+                    assert wave is not None and flight in wave.flights, f"{flight!r} is not in its wave"
 
     def in_flight(self) -> int:
         with self._lock:
@@ -424,7 +538,7 @@ class LoopWatch:
         with self._lock:
             self._stopped = True
             thread = self._thread
-            self._lock.notify()
+            self._wakeup.notify()
             snapshot = [(loop, tuple(flights)) for loop, flights in self._flights.items()]
         if thread is not None and thread is not threading.current_thread():
             thread.join()
@@ -466,16 +580,16 @@ class LoopWatch:
             return True
 
     def _run(self) -> None:
-        lock = self._lock
+        wakeup = self._wakeup
         while True:
-            with lock:
+            with self._lock:
                 while not self._flights and not self._stopped:
                     self._idle = True
-                    lock.wait()
+                    wakeup.wait()
                     self._idle = False
                 if self._stopped:
                     return
-                lock.wait(self.PERIOD)
+                wakeup.wait(self.PERIOD)
                 if self._stopping():  # stop() during the wait
                     return
                 snapshot = [(loop, tuple(flights)) for loop, flights in self._flights.items()]

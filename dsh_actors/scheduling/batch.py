@@ -1340,6 +1340,8 @@ class BatchRun:
             ), where.name
         if self.mailbox is not None:
             self.mailbox.assert_invariants()
+        if count[_FLIGHT]:
+            self.rt.loop_watch.assert_invariants()
         if self.policy is not None:
             self.policy.dispatcher.assert_invariants()
 
