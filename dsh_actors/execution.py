@@ -358,7 +358,8 @@ class ToolRunContext:
         published from now on). What the body deferred
         (:meth:`defer_context`) and whether it concluded the turn, read
         under the same lock."""
-        with self._lock:
+        self._lock.acquire()
+        try:
             self._closed = True
             taken = (tuple(self._contexts), self._concludes)
             progress = self._progress_lock
@@ -371,6 +372,8 @@ class ToolRunContext:
                     # A signal closed with no parent aborted never aborts:
                     # a later read gets a closed fusion of nothing.
                     self._parents = ()
+        finally:
+            self._lock.release()
         if progress is not None:
             with progress:
                 pass  # Invariant: no tools/progress of this call is published after this.

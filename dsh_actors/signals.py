@@ -203,7 +203,8 @@ class AbortSignal:
         On a closed fused signal that has not aborted (it never will),
         ``fn`` is not kept and the unsubscribe does nothing.
         """
-        with self._lock:
+        self._lock.acquire()
+        try:
             if self._reason is _PENDING:
                 if self._closed:
                     return _noop
@@ -211,12 +212,17 @@ class AbortSignal:
                 self._next_token = token + 1
                 self._callbacks[token] = fn
                 return partial(self._unsubscribe, token)
+        finally:
+            self._lock.release()
         self._invoke(fn)
         return _noop
 
     def _unsubscribe(self, token: int) -> None:
-        with self._lock:
+        self._lock.acquire()
+        try:
             self._callbacks.pop(token, None)
+        finally:
+            self._lock.release()
 
     def _invoke(self, fn: AbortCallback) -> None:
         try:
@@ -300,7 +306,8 @@ class AbortSignal:
         to their subscribers, who remove them with their unsubscribe
         (dropping them here would silently disconnect fused children).
         """
-        with self._lock:
+        self._lock.acquire()
+        try:
             links = self._links
             if links is None or self._closed:
                 return
@@ -308,6 +315,8 @@ class AbortSignal:
             self._links = []
             if self._reason is _PENDING:
                 self._callbacks = {}
+        finally:
+            self._lock.release()
         for unlink in links:
             unlink()
 
@@ -412,8 +421,11 @@ def _fuse(child: AbortSignal, signals: tuple[AbortSignal, ...], where: str) -> N
             links.append(unlink)
         if child._reason is not _PENDING:
             break
-    with child._lock:
+    child._lock.acquire()
+    try:
         fired = child._reason is not _PENDING
+    finally:
+        child._lock.release()
     if fired:
         # Invariant restored: a fired fusion holds no subscription.
         for unlink in links:

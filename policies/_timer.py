@@ -123,7 +123,8 @@ class DeadlineTimer:
         Returns the :class:`Deadline`, or ``None`` once the timer is stopped
         (nothing will ever fire then).
         """
-        with self._lock:
+        self._lock.acquire()
+        try:
             if self._stopped:
                 return None
             when = self._clock() + max(0.0, delay)
@@ -137,10 +138,13 @@ class DeadlineTimer:
                 # behind cancelled ones, or due later, waits for that wake.)
                 self._wake_at = when
                 self._cond.notify()
+        finally:
+            self._lock.release()
         return deadline
 
     def _cancel(self, deadline: Deadline) -> bool:
-        with self._lock:
+        self._lock.acquire()
+        try:
             if deadline._state != _PENDING:
                 return False
             deadline._state = _CANCELLED
@@ -154,6 +158,8 @@ class DeadlineTimer:
                 heapq.heapify(self._heap)
                 self._cancelled = 0
             return True
+        finally:
+            self._lock.release()
 
     def stop(self, timeout: float | None = None) -> None:
         """Drop every pending deadline and end the thread (joined, unless

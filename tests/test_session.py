@@ -655,6 +655,50 @@ def test_a_short_write_then_a_failed_one_is_cut_back_whichever_way_the_file_writ
     assert path.read_bytes() == b'{"type":"a","n":1}\n{"type":"c","n":3}\n'
 
 
+_NO_ROOM_SCRIPT = """
+import json, os, resource, signal, sys
+from dsh_actors import Session
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+path = sys.argv[1]
+session = Session(path)
+holds_gil = session._file.holds_gil
+session.append({"type": "a"})
+size = os.path.getsize(path)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))  # no room at all: write(2) returns -1 (EFBIG)
+failure = None
+try:
+    session.append({"type": "b"})
+except OSError as err:
+    failure = err.errno
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+session.append({"type": "c"})
+session.close()
+print(json.dumps({"holds_gil": holds_gil, "failure": failure, "events": [e["type"] for e in Session.open(path).events()]}))
+"""
+
+
+def test_a_write_that_fails_outright_raises_its_errno_and_logs_nothing(tmp_path: Path) -> None:
+    # The GIL-held write gets -1 from write(2) and leaves the error to
+    # FileIO.write, which makes the call again and raises it with its errno.
+    import json
+    import subprocess
+
+    path = tmp_path / "log.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_ROOM_SCRIPT, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    from dsh_actors.session._write import SessionFile
+
+    with SessionFile(tmp_path / "probe") as probe:
+        assert report["holds_gil"] == probe.holds_gil
+    assert report["failure"] == errno.EFBIG
+    assert report["events"] == ["a", "c"]
+    assert path.read_bytes() == b'{"type":"a"}\n{"type":"c"}\n'
+
+
 # --------------------------------------------------------------------------
 # Repair
 # --------------------------------------------------------------------------

@@ -305,7 +305,8 @@ class Dispatcher:
         """The calling actor (an executor actor when ``stepper``, else a call
         actor) blocks on work the runtime must do: its slot serves others
         until :meth:`unlend`."""
-        with self.lock:
+        self.lock.acquire()
+        try:
             if stepper:
                 self.stepping -= 1
                 self.lent_steppers += 1
@@ -314,19 +315,24 @@ class Dispatcher:
                 self.lent_servers += 1
             # (The slot lent serves a queued step or a waiting mailbox, if any.)
             sends = self._assign() if self.runnable or self.wanting else None
+        finally:
+            self.lock.release()
         if sends:
             self._send(sends)
 
     def unlend(self, stepper: bool) -> None:
         """The wait is over: the actor holds a slot again (the count may pass
         its bound until the actor gives it back)."""
-        with self.lock:
+        self.lock.acquire()
+        try:
             if stepper:
                 self.lent_steppers -= 1
                 self.stepping += 1
             else:
                 self.lent_servers -= 1
                 self.serving += 1
+        finally:
+            self.lock.release()
 
     # -- stop ------------------------------------------------------------------------
 

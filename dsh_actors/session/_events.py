@@ -18,6 +18,7 @@ from ..model import (
     TextBlock,
     ToolErrorInfo,
     ToolExecutionFailure,
+    ToolExecutionSuccess,
     ToolFailure,
     content_from_json,
     content_to_json,
@@ -217,6 +218,8 @@ def start_event(call_id: str, turn: int | None = None, step: int | None = None) 
     "started" from "never started"). ``turn`` and ``step``: its
     ``tool/call``'s, so it pairs with that call even while another open
     call shares its id."""
+    if type(turn) is int and type(step) is int:  # (the common case in one literal; _stepped for the rest)
+        return {"type": START, "call_id": call_id, "turn": turn, "step": step}
     return _stepped({"type": START, "call_id": call_id}, turn, step)
 
 
@@ -227,6 +230,19 @@ def result_event(
     ``meta`` of ``result``; never its canonical ``value``. ``turn`` and
     ``step``: its ``tool/call``'s (see :func:`start_event`)."""
     call_id = call_id if type(call_id) is str else _plain_str(call_id, "call_id")
+    if type(result) is ToolExecutionSuccess and type(turn) is int and type(step) is int:
+        # The executor's common case in one literal (a success is no error:
+        # nothing to convert or trace); the same fields, in the same order.
+        return {
+            "type": RESULT,
+            "call_id": call_id,
+            "turn": turn,
+            "step": step,
+            "is_error": False,
+            "content": content_to_json(result.content),
+            "error": None,
+            "meta": result.meta,
+        }
     event = _stepped({"type": RESULT, "call_id": call_id}, turn, step)
     event["is_error"] = bool(result.is_error)
     event["content"] = content_to_json(result.content)

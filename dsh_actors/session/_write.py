@@ -26,7 +26,6 @@ append returns, a short or failed write cut back) are the same either way.
 from __future__ import annotations
 
 import ctypes
-import errno
 import io
 import os
 import stat
@@ -59,15 +58,22 @@ HELD_WRITE_MAX: Final = 64 * 1024
 
 def _libc_write() -> Callable[[int, bytes, int], int] | None:
     """libc's ``write``, called with the GIL held (a ``PyDLL`` function),
-    or None where there is no such libc."""
+    or None where there is no such libc.
+
+    No ``argtypes`` and no ``use_errno``: ctypes converts the three
+    arguments itself (an ``int`` fd, the ``bytes``' buffer, and the length
+    as a C ``int``, which holds any length up to :data:`HELD_WRITE_MAX` and
+    which libffi widens to the ``size_t`` register unchanged), about half
+    of what typed arguments and the errno swap cost a call
+    (``benchmarks/HOPS.md``, "CPU per call"). On failure (-1: nothing was
+    written) the write is made again by ``FileIO.write``, which raises the
+    error with its errno."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.PyDLL(None, use_errno=True)
-        write = libc.write
+        write = ctypes.PyDLL(None).write
     except (OSError, AttributeError):
         return None
-    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
     write.restype = ctypes.c_ssize_t
     return write
 
@@ -123,23 +129,28 @@ class SessionFile(io.FileIO):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, "a+")
-        self._held_write = _WRITE if holds_gil_while_writing(self.fileno()) else None
+        self._fd = self.fileno()
+        self._held_write = _WRITE if holds_gil_while_writing(self._fd) else None
 
     @property
     def holds_gil(self) -> bool:
         """Whether a write keeps the GIL across ``write(2)``."""
         return self._held_write is not None
 
+    def close(self) -> None:
+        self._held_write = None  # (first: no held write to a closed descriptor)
+        super().close()
+
     def write(self, data: Any) -> int:
         held_write = self._held_write
-        if held_write is None or type(data) is not bytes or len(data) > HELD_WRITE_MAX or self.closed:
-            written = super().write(data)
-            return 0 if written is None else written
-        fd = self.fileno()
-        while True:
-            written = held_write(fd, data, len(data))
-            if written >= 0:
-                return written
-            code = ctypes.get_errno()
-            if code != errno.EINTR:  # (a regular file's write is not interrupted, but a retry is the rule)
-                raise OSError(code, os.strerror(code))
+        if held_write is not None and type(data) is bytes:
+            size = len(data)
+            if size <= HELD_WRITE_MAX:
+                written: int = held_write(self._fd, data, size)
+                if written >= 0:
+                    return written
+                # -1: nothing was written (an error, or EINTR). FileIO's
+                # write makes the system call again: it retries EINTR, and
+                # raises the error as OSError with its errno.
+        written_or_none = super().write(data)
+        return 0 if written_or_none is None else written_or_none
