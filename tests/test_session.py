@@ -606,6 +606,23 @@ def test_a_large_write_lets_other_threads_run_and_lands_whole(tmp_path: Path) ->
     assert (tmp_path / "log.jsonl").read_bytes() == small + large
 
 
+def _run_limited(script: str, path: Path) -> dict[str, Any]:
+    """Run ``script`` (which limits its own file size) on the log ``path``
+    in a process of its own (the limit is the whole process's); its report,
+    having checked that it wrote the way a file there writes."""
+    import json
+    import subprocess
+
+    from dsh_actors.session._write import SessionFile
+
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    with SessionFile(path.parent / "probe") as probe:
+        assert report["holds_gil"] == probe.holds_gil  # (True on this project's machines: ext4 or tmpfs)
+    return report
+
+
 _SIZE_LIMIT_SCRIPT = """
 import errno, json, os, resource, signal, sys
 from dsh_actors import Session
@@ -636,19 +653,8 @@ def test_a_short_write_then_a_failed_one_is_cut_back_whichever_way_the_file_writ
     # (EFBIG): the real system call's short write and error, through the
     # GIL-held write on a local disk. A process of its own: the limit is the
     # whole process's.
-    import json
-    import subprocess
-
     path = tmp_path / "log.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-c", _SIZE_LIMIT_SCRIPT, str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    from dsh_actors.session._write import SessionFile
-
-    with SessionFile(tmp_path / "probe") as probe:
-        assert report["holds_gil"] == probe.holds_gil  # (True on this project's machines: ext4 or tmpfs)
+    report = _run_limited(_SIZE_LIMIT_SCRIPT, path)
     assert report["failure"] == errno.EFBIG
     assert report["after_failure"] == [report["size"], ["a"]]  # the 5 bytes were cut off, nothing logged
     assert report["events"] == ["a", "c"]
@@ -681,19 +687,8 @@ print(json.dumps({"holds_gil": holds_gil, "failure": failure, "events": [e["type
 def test_a_write_that_fails_outright_raises_its_errno_and_logs_nothing(tmp_path: Path) -> None:
     # The GIL-held write gets -1 from write(2) and leaves the error to
     # FileIO.write, which makes the call again and raises it with its errno.
-    import json
-    import subprocess
-
     path = tmp_path / "log.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-c", _NO_ROOM_SCRIPT, str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    from dsh_actors.session._write import SessionFile
-
-    with SessionFile(tmp_path / "probe") as probe:
-        assert report["holds_gil"] == probe.holds_gil
+    report = _run_limited(_NO_ROOM_SCRIPT, path)
     assert report["failure"] == errno.EFBIG
     assert report["events"] == ["a", "c"]
     assert path.read_bytes() == b'{"type":"a"}\n{"type":"c"}\n'
