@@ -50,10 +50,14 @@ class BatchInbox:
 
     def put(self, message: Any) -> None:
         self._q.put(message)
-        with self._lock:
+        lock = self._lock  # (acquire/release, not ``with``: a put a call)
+        lock.acquire()
+        try:
             if self.scheduled or self.ended:
                 return
             self.scheduled = True
+        finally:
+            lock.release()
         self.schedule()
 
     def offer(self, message: Any) -> Any:

@@ -192,21 +192,30 @@ class WorkMailbox:
         """Queue a startable call; make sure someone will take it. False
         (not queued) while the mailbox is held: a stale call is on its way
         back, and ``call`` is to be prepared again after it."""
-        with self._lock:
+        # (acquire/release, not ``with``, and _ring() inline: a put a call;
+        # benchmarks/HOPS.md, "The shared protocol's CPU")
+        lock = self._lock
+        lock.acquire()
+        try:
             if self.held:
                 return False
             self._items.append(call)
             self.draining = False
-            self._ring()
+            idle = self.idle
+            if idle > self.rung:
+                self.rung += 1
+                self._bell.put(None)
             staying = self.servers - self.sentinels
             # Nobody serves, or everybody is busy and nobody is on the way:
             # one more (below the limit), so a call never waits behind
             # bodies that block.
-            need = not self.closed and (staying == 0 or (self.idle == 0 and self.spare == 0 and staying < self.limit))
+            need = not self.closed and (staying == 0 or (idle == 0 and self.spare == 0 and staying < self.limit))
             if need:
                 self.servers += 1
                 self.spare += 1
                 sends = self._dispatcher.want_locked(self)
+        finally:
+            lock.release()
         if need:
             self._dispatcher.send(sends)
             # Let the woken call actor take the GIL now and start the call,
@@ -328,7 +337,8 @@ class WorkMailbox:
         while True:
             returned: Returned | None = None
             grow = leaving = regrow = False
-            with lock:
+            lock.acquire()  # (acquire/release, not ``with``: a take a call)
+            try:
                 if not arriving and dispatcher.wanting and items and items[0] is not LEAVE and dispatcher.yields(self):
                     # Another batch waits with fewer call actors: this one
                     # leaves for it (the dispatcher sends it there). Its
@@ -383,6 +393,8 @@ class WorkMailbox:
                 else:
                     self.idle += 1
                     item = None
+            finally:
+                lock.release()
             if leaving:
                 if regrow:
                     dispatcher.send(sends)
