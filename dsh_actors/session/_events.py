@@ -18,7 +18,6 @@ from ..model import (
     TextBlock,
     ToolErrorInfo,
     ToolExecutionFailure,
-    ToolExecutionSuccess,
     ToolFailure,
     content_from_json,
     content_to_json,
@@ -199,7 +198,10 @@ def step_of(event: Mapping[str, Any]) -> tuple[int, int] | None:
 
 
 def _stepped(event: dict[str, Any], turn: int | None, step: int | None) -> dict[str, Any]:
-    """``event`` with the step of its call, when given (both or neither)."""
+    """``event`` with the step of its call, when given (both or neither).
+    A builder may place ``turn`` and ``step`` in its literal already, where
+    they belong in the event's key order: they are checked and kept there,
+    or dropped when neither is given."""
     if type(turn) is int and type(step) is int:  # (the common case, checked inline)
         event["turn"] = turn
         event["step"] = step
@@ -209,6 +211,9 @@ def _stepped(event: dict[str, Any], turn: int | None, step: int | None) -> dict[
     if turn is not None:
         event["turn"] = _int(turn, "turn")
         event["step"] = _int(step, "step")
+    else:
+        event.pop("turn", None)
+        event.pop("step", None)
     return event
 
 
@@ -218,9 +223,10 @@ def start_event(call_id: str, turn: int | None = None, step: int | None = None) 
     "started" from "never started"). ``turn`` and ``step``: its
     ``tool/call``'s, so it pairs with that call even while another open
     call shares its id."""
-    if type(turn) is int and type(step) is int:  # (the common case in one literal; _stepped for the rest)
-        return {"type": START, "call_id": call_id, "turn": turn, "step": step}
-    return _stepped({"type": START, "call_id": call_id}, turn, step)
+    event = {"type": START, "call_id": call_id, "turn": turn, "step": step}
+    if type(turn) is int and type(step) is int:  # (the common case: one literal)
+        return event
+    return _stepped(event, turn, step)
 
 
 def result_event(
@@ -230,30 +236,22 @@ def result_event(
     ``meta`` of ``result``; never its canonical ``value``. ``turn`` and
     ``step``: its ``tool/call``'s (see :func:`start_event`)."""
     call_id = call_id if type(call_id) is str else _plain_str(call_id, "call_id")
-    if type(result) is ToolExecutionSuccess and type(turn) is int and type(step) is int:
-        # The executor's common case in one literal (a success is no error:
-        # nothing to convert or trace); the same fields, in the same order.
-        return {
-            "type": RESULT,
-            "call_id": call_id,
-            "turn": turn,
-            "step": step,
-            "is_error": False,
-            "content": content_to_json(result.content),
-            "error": None,
-            "meta": result.meta,
-        }
-    event = _stepped({"type": RESULT, "call_id": call_id}, turn, step)
-    event["is_error"] = bool(result.is_error)
-    event["content"] = content_to_json(result.content)
     error = result.error
-    if error is None:  # (a success: nothing to convert or trace)
-        event["error"] = None
-        event["meta"] = result.meta
-        return event
-    event["error"] = error_to_json(error)
-    event["meta"] = result.meta
-    return _traced(event, error)
+    # One literal, in the log's key order (a success has no error to
+    # convert or trace); the step checked by _stepped unless both are ints.
+    event = {
+        "type": RESULT,
+        "call_id": call_id,
+        "turn": turn,
+        "step": step,
+        "is_error": bool(result.is_error),
+        "content": content_to_json(result.content),
+        "error": None if error is None else error_to_json(error),
+        "meta": result.meta,
+    }
+    if type(turn) is not int or type(step) is not int:
+        _stepped(event, turn, step)
+    return event if error is None else _traced(event, error)
 
 
 #: How much of a traceback a logged event keeps (its end, where the raise is).
