@@ -474,17 +474,13 @@ class LoopWatch:
             return
         # One subscription per signal (a batch's flights share one), before
         # any of them starts.
-        first = flights[0].signal
         waves: dict[AbortSignal, Wave] = {}
-        if all(flight.signal is first for flight in flights):
-            waves[first] = Wave(flights)
-        else:
-            for flight in flights:
-                wave = waves.get(flight.signal)
-                if wave is None:
-                    waves[flight.signal] = Wave([flight])
-                else:
-                    wave.add(flight)
+        for flight in flights:
+            wave = waves.get(flight.signal)
+            if wave is None:
+                waves[flight.signal] = Wave([flight])
+            else:
+                wave.add(flight)
         for signal, wave in waves.items():
             wave.subscribe(signal)
         with self._lock:
