@@ -77,7 +77,7 @@ from ..pipeline.stages import (
 )
 from ..session import approval_request_event, batch_event, call_event, result_event
 from ..signals import AbortController, AbortSignal
-from ..visibility import definition_mode, has_guards
+from ..visibility import definition_mode
 from .inbox import RUNNING, BatchInbox
 from .messages import BodyEnded, CallStart, Deadline, Fed, Reply, Returned, Sealed, Settled, Wake
 from .pool import WorkMailbox
@@ -110,8 +110,8 @@ class CallState(IntEnum):
     """In the work mailbox or on a call actor (owned there until ``Settled``
     or ``Returned``)."""
     EARLY = 3
-    """As OUT, but prepared ahead of a free slot (nothing observed its
-    prepare; at most ``limit`` of them)."""
+    """As OUT, but prepared ahead of a free slot (at most ``limit`` of
+    them: no call actor is free for it yet)."""
     FLIGHT = 4
     """Its async body is in flight on the batch's loop (until ``BodyEnded``)."""
     HELD = 5
@@ -172,10 +172,6 @@ def _out_state(state: CallState) -> bool:
     return _OUT <= state <= _FLIGHT
 
 
-#: The events whose listeners see a call's prepare (so when it runs).
-_OBSERVERS = ("tools/pre-execute",)
-
-
 class BatchRun:
     """The schedule of one batch (see the module docstring).
 
@@ -192,9 +188,8 @@ class BatchRun:
       (the mailbox, a call actor, the loop), the executor does not read
       them until their ``Settled``, ``Returned`` or ``BodyEnded`` arrives.
       At most ``limit`` run: no more call actors serve the batch. Beyond
-      ``limit`` out, a call is put only if it was prepared ahead (EARLY),
-      which needs a prepare nothing can observe; at most ``2 * limit`` are
-      out, and none is EARLY while a FLIGHT is out.
+      ``limit`` out, a call is put only as prepared ahead (EARLY): at most
+      ``2 * limit`` are out, and none is EARLY while a FLIGHT is out.
     * REDO calls came back unrun because what they were prepared under
       changed before their body started (``Returned``): unprepared again, and
       the next to start (the first in model order, before ``next_start``),
@@ -446,7 +441,7 @@ class BatchRun:
                 continue  # committed ABORTED already (the stop's deadline)
             if self.halted is not None:
                 # Halted meanwhile: it never starts (as a reclaimed call).
-                call.settle(aborted(before_dispatch=True), run_post=state is not _EARLY, dispatched=False)
+                call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
                 self._move(index, _HELD)
                 continue
             call.unprepare()
@@ -665,11 +660,9 @@ class BatchRun:
         if mailbox is not None:
             if reclaim:
                 for call in mailbox.reclaim():
-                    # Prepared but never dispatched: it passes post-execute,
-                    # unless it was prepared ahead (which ran no observable
-                    # phase: it ends as an unstarted call does).
-                    early = self.state[call.index] is _EARLY
-                    call.settle(aborted(before_dispatch=True), run_post=not early, dispatched=False)
+                    # Prepared but never dispatched (in its slot or ahead of
+                    # one): it passes post-execute, as a cancel does.
+                    call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
                     self._move(call.index, _HELD)
             mailbox.release_idle()
 
@@ -764,8 +757,8 @@ class BatchRun:
                     return
             elif out >= self.limit:
                 # The pool is full. A call may still be prepared ahead (at most
-                # `limit` of them) when nothing can observe its prepare: the
-                # call actor that frees a slot then takes it without a hop here.
+                # `limit` of them): the call actor that frees a slot then takes
+                # it without a hop here.
                 if out >= 2 * self.limit or not self._may_prepare_ahead(call, looked_up):
                     return
                 early = True
@@ -839,22 +832,19 @@ class BatchRun:
         self._move(index, _REDO)
 
     def _may_prepare_ahead(self, call: Call, looked_up: Any) -> bool:
-        """Whether preparing ``call`` before a slot frees runs nothing anyone
-        can observe: no session log (its ``tool/call`` would be written
-        early), no ``tools/pre-execute`` listener and no guard for its agent,
-        and a batch that is not serial; and whether a call actor would run
-        it (an async body waits for a slot unprepared: it runs as a flight,
-        started by this executor when a slot frees)."""
-        if self.limit < 2 or self._logged() or self.count[_FLIGHT]:
+        """Whether ``call`` may be prepared before a slot frees: the batch is
+        not serial, nothing of it is in flight on a loop, and a call actor
+        would run it (an async body waits for a slot unprepared: it runs as
+        a flight, started by this executor when a slot frees). Its hooks
+        and its ``tool/call`` then run earlier, still in model order, and a
+        change before its body starts still applies to it (``stale``: it
+        comes back and is prepared again)."""
+        if self.limit < 2 or self.count[_FLIGHT]:
             # (With bodies in flight on a loop, which take no call actor, the
             # `limit` servers could run more than `limit` calls at once.)
             return False
-        agent = call.execution.agent
-        rt = self.rt
-        if rt.events.observed(_OBSERVERS, agent) or has_guards(rt.state, agent):
-            return False
-        registration = lookup(rt, call) if looked_up is LOOK_UP else looked_up
-        return not wants_loop(rt, call, registration)
+        registration = lookup(self.rt, call) if looked_up is LOOK_UP else looked_up
+        return not wants_loop(self.rt, call, registration)
 
     def _body_ended_on_loop(self, call: Call, value: Any, error: BaseException | None) -> None:
         # On the loop's thread (or the watch's): into the loop side's outbox,
@@ -889,10 +879,6 @@ class BatchRun:
     def _release_idle(self) -> None:
         if self.mailbox is not None:
             self.mailbox.release_idle()
-
-    def _logged(self) -> bool:
-        """Whether a call's start is written to a durable log."""
-        return self.session is not None if self.sink is None else self.sink.logged
 
     def _commit_ready(self) -> bool:
         """Commit (finalize, record, log), in model order, every started call
@@ -1309,7 +1295,6 @@ class BatchRun:
         # At most `limit` run (no more call actors serve the batch), and at
         # most `limit` more wait, prepared ahead, in the mailbox.
         assert out <= 2 * self.limit, f"{out} calls out at cap {self.limit}"
-        assert out <= self.limit or not self._logged(), "a logged call was prepared ahead"
         if self.barrier is not None:
             barrier = self.barrier
             assert self.next_commit <= barrier < self.next_start or barrier in deferred

@@ -209,12 +209,6 @@ class FeedSink(Protocol):
     side). Called on the executor actor running the batch, in the order the
     batch decides; neither method may block for long."""
 
-    @property
-    def logged(self) -> bool:
-        """Whether :meth:`started` writes a durable log (then nothing is
-        prepared ahead of a free slot, as for a logged batch)."""
-        ...
-
     def started(self, execution: Any) -> None:
         """The call starts (before any policy): log it. Raising fails the
         batch as a session write error does (the call does not run)."""

@@ -719,10 +719,6 @@ class _Sink:
         self._started: set[str] = set()  # sub-calls whose start was logged
         self._broken = False  # a log write failed: the run is ending
 
-    @property
-    def logged(self) -> bool:
-        return self._session is not None
-
     def started(self, execution: Any) -> None:
         session = self._session
         if session is None:

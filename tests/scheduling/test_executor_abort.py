@@ -65,7 +65,10 @@ def test_aborting_from_inside_a_running_body_starts_nothing_new_and_drains_the_s
 
     started = {f"c{i}" for i in range(3)}
     assert set(timeline.starts) == started, "a body started after the abort"
-    assert set(timeline.pre) == started, "a call was prepared after the abort"
+    # The parallel calls behind the running ones (c3, c4) may have been
+    # prepared ahead of a free slot (as the abort came); nothing behind the
+    # barrier c5 was prepared, and none of them ran.
+    assert started <= set(timeline.pre) <= started | {"c3", "c4"}, "a call was prepared past the barrier"
     assert saw_abort == {cid: True for cid in started}
 
     assert [r.call_id for r in batch.results] == [f"c{i}" for i in range(10)]

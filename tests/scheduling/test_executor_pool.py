@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import NativeExecutor, ToolBatchInput, ToolRuntime
+from dsh_actors import AbortController, AbortSignal, NativeExecutor, Session, ToolBatchInput, ToolRuntime
 from dsh_actors.scheduling.dispatcher import Dispatcher
 
 from .helpers import (
@@ -22,7 +22,10 @@ from .helpers import (
     Timeline,
     call,
     calls,
+    code_of,
     counting_body,
+    events_of,
+    logged_batch,
     make_tool,
     must,
     started_runtime,
@@ -75,15 +78,127 @@ def test_with_a_cap_of_3_no_more_than_3_of_9_parallel_safe_calls_run_at_once(rt:
         future = rt.tools.submit(ToolBatchInput(calls=calls(*["t"] * 9), max_parallel_tool_calls=3))
         must(three_running, "three calls to run")
         with timeline.lock:
-            # The pool is full: nothing else may even have been prepared.
+            # The pool is full. At most `limit` more calls may have been
+            # prepared ahead of a free slot, in model order, none running.
             assert timeline.running == 3
-            assert sorted(timeline.pre) == ["c0", "c1", "c2"]
+            prepared = sorted(timeline.pre, key=lambda call_id: int(call_id[1:]))
+            assert prepared == [f"c{i}" for i in range(len(prepared))]
+            assert 3 <= len(prepared) <= 6
     finally:
         release.set()
     batch = future.result(GUARD)
     assert all_ok(batch), errors(batch)
     assert timeline.max_running == 3
     assert len(timeline.starts) == 9
+
+
+def _prepared_ahead_setup(rt: Any) -> tuple[Timeline, AbortController, list[str], Session, Any]:
+    """Six parallel calls at a cap of 2, logged, with a pre-execute and a
+    post-execute listener: c0 and c1 run until their signal fires or
+    ``release`` is aborted."""
+    timeline = Timeline()
+    timeline.listen(rt)
+    release = AbortController()
+    c3_prepared = threading.Event()
+    post: list[str] = []
+
+    def note_c3(execution: Any, next_: Any) -> Any:
+        if execution.call_id == "c3":
+            c3_prepared.set()
+        return next_()
+
+    def post_execute(execution: Any, result: Any, next_: Any) -> Any:
+        post.append(execution.call_id)
+        return next_()
+
+    def work(args: Any, ctx: Any) -> str:
+        if args["i"] < 2:
+            either = AbortSignal.any(ctx.signal, release.signal)
+            assert either.wait(GUARD), "the test to release c0 and c1"
+            either.close()
+        return f"v{args['i']}"
+
+    rt.events.on("tools/pre-execute", note_c3)
+    rt.events.on("tools/post-execute", post_execute)
+    rt.tools.register(make_tool("t", counting_body(timeline, work)))
+    session = Session()
+    return timeline, release, post, session, c3_prepared
+
+
+def test_calls_behind_a_full_pool_are_prepared_ahead_though_a_log_and_hooks_observe_it(rt: Any) -> None:
+    """The realistic configuration (a session log, pre-execute listeners)
+    runs the same schedule as a bare batch: up to ``limit`` calls are
+    prepared ahead of a free slot, in model order, their ``tool/call``
+    logged; none runs before a slot frees."""
+    timeline, release, post, session, c3_prepared = _prepared_ahead_setup(rt)
+    future = rt.tools.submit(logged_batch(calls(*["t"] * 6), session, max_parallel_tool_calls=2))
+    try:
+        must(c3_prepared, "c3 to be prepared ahead")
+        with timeline.lock:
+            # Two run, two more are prepared (2 x limit out); c4 waits unprepared.
+            assert sorted(timeline.pre) == ["c0", "c1", "c2", "c3"]
+            assert set(timeline.starts) == {"c0", "c1"}
+        assert [e["call_id"] for e in events_of(session, "tool/call")] == ["c0", "c1", "c2", "c3"]
+    finally:
+        release.abort()
+    batch = future.result(GUARD)
+    assert all_ok(batch), errors(batch)
+    assert [r.result.value for r in batch.results] == [f"v{i}" for i in range(6)]
+    assert timeline.max_running == 2
+    assert {cid: len(seqs) for cid, seqs in timeline.pre.items()} == {f"c{i}": 1 for i in range(6)}
+    assert post == [f"c{i}" for i in range(6)]
+    assert [e["call_id"] for e in events_of(session, "tool/call")] == [f"c{i}" for i in range(6)]
+    assert [e["call_id"] for e in events_of(session, "tool/result")] == [f"c{i}" for i in range(6)]
+
+
+def test_an_abort_ends_calls_prepared_ahead_before_dispatch_through_post_execute_and_logged_once(rt: Any) -> None:
+    """A call prepared ahead and never taken is a call prepared and never
+    dispatched: the abort makes it ABORTED_BEFORE_DISPATCH, and post-execute
+    sees it (its pre-execute ran), as for any cancel; a call never prepared
+    runs no phase."""
+    timeline, release, post, session, c3_prepared = _prepared_ahead_setup(rt)
+    controller = AbortController()
+    future = rt.tools.submit(
+        logged_batch(calls(*["t"] * 6), session, max_parallel_tool_calls=2, signal=controller.signal)
+    )
+    try:
+        must(c3_prepared, "c3 to be prepared ahead")
+        controller.abort("the test")
+    finally:
+        release.abort()
+    batch = future.result(GUARD)
+    codes = [code_of(r.result) for r in batch.results]
+    assert codes == ["ABORTED", "ABORTED"] + ["ABORTED_BEFORE_DISPATCH"] * 4
+    assert set(timeline.starts) == {"c0", "c1"}
+    assert sorted(timeline.pre) == ["c0", "c1", "c2", "c3"]
+    assert sorted(post) == ["c0", "c1", "c2", "c3"]  # c4, c5 were never prepared
+    assert {cid: len(items) for cid, items in timeline.results.items()} == {f"c{i}": 1 for i in range(6)}
+    ids = [f"c{i}" for i in range(6)]
+    assert [e["call_id"] for e in events_of(session, "tool/call")] == ids
+    assert [e["call_id"] for e in events_of(session, "tool/start")] == ["c0", "c1"]
+    assert [e["call_id"] for e in events_of(session, "tool/result")] == ids
+
+
+def test_a_guard_added_while_calls_wait_prepared_ahead_applies_to_them(rt: Any) -> None:
+    """What a call runs with is what holds when its body starts: calls
+    prepared ahead under the old rules are prepared again (their
+    ``tool/call`` logged once)."""
+    timeline, release, post, session, c3_prepared = _prepared_ahead_setup(rt)
+    future = rt.tools.submit(logged_batch(calls(*["t"] * 6), session, max_parallel_tool_calls=2))
+    try:
+        must(c3_prepared, "c3 to be prepared ahead")
+        rt.tools.guard(lambda execution: "late guard" if execution.arguments["i"] >= 2 else None)
+    finally:
+        release.abort()
+    batch = future.result(GUARD)
+    assert [r.result.value for r in batch.results[:2]] == ["v0", "v1"]
+    assert [r.result.error.message for r in batch.results[2:]] == ["late guard"] * 4
+    assert set(timeline.starts) == {"c0", "c1"}
+    # c2 and c3 were prepared ahead, then again under the guard.
+    prepared = {cid: len(seqs) for cid, seqs in timeline.pre.items()}
+    assert prepared == {"c0": 1, "c1": 1, "c2": 2, "c3": 2, "c4": 1, "c5": 1}
+    assert [e["call_id"] for e in events_of(session, "tool/call")] == [f"c{i}" for i in range(6)]
+    assert [e["call_id"] for e in events_of(session, "tool/result")] == [f"c{i}" for i in range(6)]
 
 
 def test_the_pool_rolls_a_long_call_does_not_stop_the_others_from_finishing(rt: Any) -> None:

@@ -33,7 +33,6 @@ class Sink:
 
     def __init__(self, timeline: Timeline) -> None:
         self.timeline = timeline
-        self.logged = False
         self.started_at: dict[str, int] = {}
         self.committed_at: dict[str, int] = {}
         self.results: dict[str, Any] = {}
