@@ -213,17 +213,24 @@ class OtelPolicy:
         # run in a copy of the caller's), read once for the parent, the
         # sampler and the child context (the SDK reads it three times when
         # it is not given).
-        context = self._current()
-        state = self._start(execution, context)
-        _CURRENT.set(state)
-        # The call's span is current for the rest of the call's hooks (this
-        # context is the call's own copy: nothing to restore afterwards).
-        self._attach(self._set_span(state.span, context))
+        state = self._mine(execution)
+        if state is not None:
+            # Prepared again (what it was prepared under changed before its
+            # body started): the same call, so the same span, current already.
+            state.span.add_event("dsh.tool.prepared_again", {})
+        else:
+            context = self._current()
+            state = self._start(execution, context)
+            _CURRENT.set(state)
+            # The call's span is current for the rest of the call's hooks (this
+            # context is the call's own copy: nothing to restore afterwards).
+            self._attach(self._set_span(state.span, context))
         decision = next_()
         kind = type(decision)
         if kind is Ask:
-            state.asked = True
-            state.span.add_event("dsh.tool.approval.requested", _reason(decision.reason))
+            if not state.asked:  # (prepared again, an approval given stands)
+                state.asked = True
+                state.span.add_event("dsh.tool.approval.requested", _reason(decision.reason))
         elif kind is Deny:
             state.denied = True
             state.span.add_event("dsh.tool.denied", _reason(decision.reason))

@@ -431,7 +431,8 @@ class AcpSession:
                 if not done.done():
                     done.set_result(None)
             case _Appeared(call_id=call_id, parent_id=parent_id, fields=fields):
-                await self._appear(call_id, parent_id, fields)
+                if call_id not in self._known:  # (prepared again: shown already)
+                    await self._appear(call_id, parent_id, fields)
             case _Started(call_id=call_id):
                 if call_id in self._known:
                     await self._update(call_id, {"status": "in_progress"})

@@ -47,7 +47,9 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
     (its ``ask``: the approval service answered ``"deferred"``), or
     neither: allowed, to dispatch. A call with a given ``answer`` (a
     continued batch) skips the waterfall and the service and takes that
-    answer; guards and the recheck run as usual. Pre-execute
+    answer; guards and the recheck run as usual. A call prepared again
+    (what it was prepared under changed) is not asked the same ``Ask``
+    twice: the approval it had stands. Pre-execute
     listeners, the approval service and guards run here; they may block
     (an approval waits for a person) but must observe ``execution.signal``.
 
@@ -85,11 +87,16 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
             _policy_raised(call, "tools/pre-execute", exc)
             return
         if type(decision) is Ask:
-            try:
-                decision = _route_approval(rt, call, decision)
-            except BaseException as exc:  # noqa: BLE001 - a throwing approval service, too
-                _policy_raised(call, "approval", exc)
-                return
+            if call.approved == decision:
+                # Asked and allowed already, before the call was prepared
+                # again (what it was prepared under changed): not asked twice.
+                decision = _ALLOW
+            else:
+                try:
+                    decision = _route_approval(rt, call, decision)
+                except BaseException as exc:  # noqa: BLE001 - a throwing approval service, too
+                    _policy_raised(call, "approval", exc)
+                    return
     else:
         decision = _ALLOW
     match decision:
@@ -204,7 +211,10 @@ def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
     if inspect.iscoroutine(answer):
         # An async approval service: awaited on the batch's loop (this thread waits).
         answer = _awaiter(rt, call)(answer)
-    return _decide(call, ask, answer)
+    decision = _decide(call, ask, answer)
+    if type(decision) is Allow:
+        call.approved = ask
+    return decision
 
 
 class _Deferred:

@@ -651,9 +651,10 @@ class BatchRun:
             pass
 
     def _halt(self, why: str, *, reclaim: bool) -> None:
-        """No call starts any more. ``reclaim``: an abort, so calls still in
-        the mailbox come back unrun (after a log failure or a bug they were
-        started: logged and prepared, they still run)."""
+        """No call starts any more. ``reclaim``: an abort or a log failure,
+        so calls still in the mailbox (put in a slot, or prepared ahead of
+        one) come back unrun; after a bug, what was put still runs (the
+        schedule itself may be what broke)."""
         if self.halted is None:
             self.halted = why
         mailbox = self.mailbox
@@ -695,15 +696,15 @@ class BatchRun:
                 if signal.aborted or stopping.aborted:
                     self._halt("aborted", reclaim=True)
                 elif self.log_error is not None or self.bug is not None:
-                    self._halt("failed", reclaim=False)
+                    self._halt("failed", reclaim=self.bug is None)
             if self.halted is not None:
                 if self.bug is not None:
                     return  # started calls drain; nothing more is committed
                 # No barrier and no call starts after an abort: every unstarted
                 # call gets its tool/call and ABORTED_BEFORE_DISPATCH.
                 redo = self._first_redo()
-                while redo is not None:  # (logged already)
-                    self._call_at(redo).settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
+                while redo is not None:  # (logged already; prepared once: it passes post-execute)
+                    self._call_at(redo).settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
                     self._move(redo, _HELD)
                     redo = self._first_redo()
                 if self.count[_DEFERRED]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from dsh_actors import (
     Agent,
     Ask,
     GenericCallView,
+    NativeExecutor,
     ToolBatchInput,
     ToolCall,
     ToolOutput,
@@ -206,3 +208,68 @@ def test_a_calls_progress_reaches_the_client_in_order_between_start_and_end(rt: 
             assert updates[5]["content"][0]["content"]["text"] == "copied"  # the result's card replaces it
 
     asyncio.run(scenario())
+
+
+def test_a_call_prepared_again_appears_once_and_its_approval_is_not_asked_again(
+    rt: ToolRuntime, tmp_path: Path
+) -> None:
+    """At a limit of 2, c3 and c4 wait prepared ahead (shown pending, their
+    permission asked) while the first two run; a registry change prepares
+    them again: the client still sees one pending update and one permission
+    request per call."""
+    release = threading.Event()
+    prepared = threading.Event()
+
+    def hold(args: Any, ctx: Any) -> str:
+        if args["n"] < 3:
+            assert release.wait(BOUND), "the test to release the first two calls"
+        return "held"
+
+    holder = define_tool(
+        name="hold",
+        description="Hold.",
+        parameters={"n": {"type": "integer", "required": True}},
+        output=ToolOutput(schema={"type": "string"}),
+        execute=hold,
+        is_concurrency_safe=lambda args: True,
+    )
+
+    def note(execution: Any, next_: Any) -> Any:
+        if execution.call_id == "call_1_4":
+            prepared.set()
+        return next_()
+
+    async def scenario() -> None:
+        client = RecordingClient(choices=["allow-once"] * 4)
+        async with in_process(rt, tmp_path, client) as running:
+            session = running.agent.sessions[running.session_id]
+            scope = rt.tools.scope(session.agent)
+            scope.register(holder)
+            scope.set_executor(NativeExecutor(max_parallel_tool_calls=2))
+            rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="hold on?"), scope=session.agent)
+            rt.events.on("tools/pre-execute", note, prepend=True)
+            lines = "\n".join(call("hold", n=n) for n in range(1, 5))
+            prompt = asyncio.ensure_future(running.prompt(lines))
+            assert await asyncio.to_thread(prepared.wait, BOUND), "call_1_4 to be prepared ahead"
+            other = define_tool(
+                name="other",
+                description="Another tool.",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}),
+                execute=lambda args, ctx: "x",
+            )
+            rt.tools.register(other)  # prepares call_1_3 and call_1_4 again
+            release.set()
+            response = await prompt
+            assert response.stop_reason == "end_turn"
+            for n in range(1, 5):
+                statuses = [u.get("status") for u in running.client.tool_updates(f"call_1_{n}")]
+                assert statuses.count("pending") == 1, (n, statuses)
+                assert statuses[-1] == "completed", (n, statuses)
+            asked = [tool_call.tool_call_id for tool_call, _ in running.client.permissions]
+            assert sorted(asked) == [f"call_1_{n}" for n in range(1, 5)]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()

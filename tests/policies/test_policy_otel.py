@@ -354,3 +354,43 @@ def test_disposing_removes_every_listener(rt: Any, otel: Otel) -> None:
 def test_unknown_options_are_refused(rt: Any) -> None:
     with pytest.raises(TypeError, match="unknown option"):
         rt.use(policies.otel, capture=True)
+
+
+def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_submission(rt: Any, otel: Otel) -> None:
+    """A registry change while calls wait prepared ahead of a free slot
+    prepares them again: each call still has one span, ended, whose parent
+    is the span current at submission (not a second span nested in the
+    first), with an event saying it was prepared again."""
+    release = threading.Event()
+    c3_prepared = threading.Event()
+
+    def body(args: Any, ctx: Any) -> Any:
+        if args["q"] in ("0", "1"):
+            assert release.wait(WAIT), "the test to release c0 and c1"
+        return {"answer": 42}
+
+    def note(execution: Any, next_: Any) -> Any:
+        if execution.call_id == "c3":
+            c3_prepared.set()
+        return next_()
+
+    rt.tools.register(tool("lookup", body))
+    use(rt, otel)
+    rt.events.on("tools/pre-execute", note)
+    calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(6)]
+    with otel.tracer.start_as_current_span("agent step") as step:
+        future = rt.tools.submit(ToolBatchInput(calls=calls, max_parallel_tool_calls=2))
+    try:
+        assert c3_prepared.wait(WAIT), "c3 to be prepared ahead"
+        rt.tools.register(tool("other"))  # prepares c2 and c3 again
+    finally:
+        release.set()
+    future.result(WAIT)
+    spans = otel.tool_spans()
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in spans) == [f"c{i}" for i in range(6)]
+    for span in spans:
+        assert span.parent is not None and span.parent.span_id == step.get_span_context().span_id
+    again = {
+        s.attributes["gen_ai.tool.call.id"] for s in spans if any(e.name == "dsh.tool.prepared_again" for e in s.events)
+    }
+    assert again == {"c2", "c3"}

@@ -212,3 +212,49 @@ def test_a_batch_whose_ending_breaks_fails_with_the_bug_as_its_cause_and_its_com
     assert "internal error: Boom: the suspension could not be written" in str(error)
     assert isinstance(error.__cause__, Boom)  # kept, as for a bug the run itself caught
     assert [item.call_id for item in error.results] == ["c0"]
+
+
+def test_no_call_prepared_ahead_starts_once_a_log_write_failed(rt: Any) -> None:
+    """c0's ``tool/result`` cannot be written while calls wait prepared
+    ahead of a free slot. c0's call actor may take c2 before the failure
+    (as c0 ends), never after it: c3 and the calls after it never start
+    (ABORTED_BEFORE_DISPATCH), so no body starts once the batch knows its
+    log is broken."""
+    timeline = Timeline()
+    timeline.listen(rt)
+    session = FailingSession(fail_on=("tool/result", "c0"))
+    release_c0, release = threading.Event(), threading.Event()
+    c1_running, c3_prepared = threading.Event(), threading.Event()
+
+    def work(args: Any, ctx: Any) -> str:
+        i = args["i"]
+        if i == 0:
+            must(release_c0, "the test to release c0")
+        elif i == 1:
+            c1_running.set()
+            must(release, "the test to release c1")
+        elif i == 2:
+            must(session.failed, "c0's tool/result write to fail")
+        return "v"
+
+    def note(execution: Any, next_: Any) -> Any:
+        if execution.call_id == "c3":
+            c3_prepared.set()
+        return next_()
+
+    rt.tools.register(make_tool("t", counting_body(timeline, work)))
+    rt.events.on("tools/pre-execute", note)
+    future = rt.tools.submit(logged_batch(calls(*["t"] * 6), session, max_parallel_tool_calls=2))
+    try:
+        must(c1_running, "c1 to run")
+        must(c3_prepared, "c3 to be prepared ahead")
+        release_c0.set()
+        must(session.failed, "c0's tool/result write to fail")
+    finally:
+        release_c0.set()
+        release.set()
+    with pytest.raises(ToolBatchExecutionError) as raised:
+        future.result(GUARD)
+    assert {"c0", "c1"} <= set(timeline.starts) <= {"c0", "c1", "c2"}, "a call started after the log failed"
+    results = raised.value.partial.results
+    assert [r.result.error.info.code for r in results[3:]] == ["ABORTED_BEFORE_DISPATCH"] * 3

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from dsh_actors import AbortController, AbortSignal, NativeExecutor, Session, ToolBatchInput, ToolRuntime
+from dsh_actors import AbortController, AbortSignal, Agent, Ask, NativeExecutor, Session, ToolBatchInput, ToolRuntime
 from dsh_actors.scheduling.dispatcher import Dispatcher
 
 from .helpers import (
@@ -92,37 +93,61 @@ def test_with_a_cap_of_3_no_more_than_3_of_9_parallel_safe_calls_run_at_once(rt:
     assert len(timeline.starts) == 9
 
 
-def _prepared_ahead_setup(rt: Any) -> tuple[Timeline, AbortController, list[str], Session, Any]:
-    """Six parallel calls at a cap of 2, logged, with a pre-execute and a
-    post-execute listener: c0 and c1 run until their signal fires or
-    ``release`` is aborted."""
+@dataclass
+class Ahead:
+    """Six parallel calls of ``t`` at a cap of 2, logged, with a pre-execute
+    and a post-execute listener: c0 and c1 run until their signal fires or
+    ``release`` is aborted. :meth:`ready` returns once both run and c3,
+    prepared ahead, has passed pre-execute."""
+
+    timeline: Timeline
+    release: AbortController
+    post: list[str]
+    session: Session
+    running: threading.Event
+    c3_prepared: threading.Event
+    unregister: Any = None
+    release_c0: AbortController = field(default_factory=AbortController)
+
+    def ready(self) -> None:
+        must(self.running, "c0 and c1 to run")
+        must(self.c3_prepared, "c3 to be prepared ahead")
+
+    def batch(self, **kwargs: Any) -> ToolBatchInput:
+        return logged_batch(calls(*["t"] * 6), self.session, max_parallel_tool_calls=2, **kwargs)
+
+
+def _prepared_ahead(rt: Any) -> Ahead:
     timeline = Timeline()
     timeline.listen(rt)
-    release = AbortController()
-    c3_prepared = threading.Event()
-    post: list[str] = []
+    ahead = Ahead(timeline, AbortController(), [], Session(), threading.Event(), threading.Event())
 
     def note_c3(execution: Any, next_: Any) -> Any:
         if execution.call_id == "c3":
-            c3_prepared.set()
+            ahead.c3_prepared.set()
         return next_()
 
     def post_execute(execution: Any, result: Any, next_: Any) -> Any:
-        post.append(execution.call_id)
+        ahead.post.append(execution.call_id)
         return next_()
+
+    def on_body_start(count: int, ctx: Any) -> None:
+        if count == 2:
+            ahead.running.set()
 
     def work(args: Any, ctx: Any) -> str:
         if args["i"] < 2:
-            either = AbortSignal.any(ctx.signal, release.signal)
+            signals = (ctx.signal, ahead.release.signal) + ((ahead.release_c0.signal,) if args["i"] == 0 else ())
+            either = AbortSignal.any(*signals)
             assert either.wait(GUARD), "the test to release c0 and c1"
             either.close()
         return f"v{args['i']}"
 
+    timeline.on_body_start = on_body_start
     rt.events.on("tools/pre-execute", note_c3)
     rt.events.on("tools/post-execute", post_execute)
-    rt.tools.register(make_tool("t", counting_body(timeline, work)))
-    session = Session()
-    return timeline, release, post, session, c3_prepared
+    ahead.unregister = rt.tools.register(make_tool("t", counting_body(timeline, work)))
+    return ahead
 
 
 def test_calls_behind_a_full_pool_are_prepared_ahead_though_a_log_and_hooks_observe_it(rt: Any) -> None:
@@ -130,25 +155,27 @@ def test_calls_behind_a_full_pool_are_prepared_ahead_though_a_log_and_hooks_obse
     runs the same schedule as a bare batch: up to ``limit`` calls are
     prepared ahead of a free slot, in model order, their ``tool/call``
     logged; none runs before a slot frees."""
-    timeline, release, post, session, c3_prepared = _prepared_ahead_setup(rt)
-    future = rt.tools.submit(logged_batch(calls(*["t"] * 6), session, max_parallel_tool_calls=2))
+    ahead = _prepared_ahead(rt)
+    timeline = ahead.timeline
+    future = rt.tools.submit(ahead.batch())
     try:
-        must(c3_prepared, "c3 to be prepared ahead")
+        ahead.ready()
         with timeline.lock:
             # Two run, two more are prepared (2 x limit out); c4 waits unprepared.
             assert sorted(timeline.pre) == ["c0", "c1", "c2", "c3"]
             assert set(timeline.starts) == {"c0", "c1"}
-        assert [e["call_id"] for e in events_of(session, "tool/call")] == ["c0", "c1", "c2", "c3"]
+        assert [e["call_id"] for e in events_of(ahead.session, "tool/call")] == ["c0", "c1", "c2", "c3"]
     finally:
-        release.abort()
+        ahead.release.abort()
     batch = future.result(GUARD)
     assert all_ok(batch), errors(batch)
     assert [r.result.value for r in batch.results] == [f"v{i}" for i in range(6)]
     assert timeline.max_running == 2
     assert {cid: len(seqs) for cid, seqs in timeline.pre.items()} == {f"c{i}": 1 for i in range(6)}
-    assert post == [f"c{i}" for i in range(6)]
-    assert [e["call_id"] for e in events_of(session, "tool/call")] == [f"c{i}" for i in range(6)]
-    assert [e["call_id"] for e in events_of(session, "tool/result")] == [f"c{i}" for i in range(6)]
+    assert ahead.post == [f"c{i}" for i in range(6)]
+    ids = [f"c{i}" for i in range(6)]
+    assert [e["call_id"] for e in events_of(ahead.session, "tool/call")] == ids
+    assert [e["call_id"] for e in events_of(ahead.session, "tool/result")] == ids
 
 
 def test_an_abort_ends_calls_prepared_ahead_before_dispatch_through_post_execute_and_logged_once(rt: Any) -> None:
@@ -156,49 +183,100 @@ def test_an_abort_ends_calls_prepared_ahead_before_dispatch_through_post_execute
     dispatched: the abort makes it ABORTED_BEFORE_DISPATCH, and post-execute
     sees it (its pre-execute ran), as for any cancel; a call never prepared
     runs no phase."""
-    timeline, release, post, session, c3_prepared = _prepared_ahead_setup(rt)
+    ahead = _prepared_ahead(rt)
     controller = AbortController()
-    future = rt.tools.submit(
-        logged_batch(calls(*["t"] * 6), session, max_parallel_tool_calls=2, signal=controller.signal)
-    )
+    future = rt.tools.submit(ahead.batch(signal=controller.signal))
     try:
-        must(c3_prepared, "c3 to be prepared ahead")
+        ahead.ready()
         controller.abort("the test")
     finally:
-        release.abort()
+        ahead.release.abort()
     batch = future.result(GUARD)
     codes = [code_of(r.result) for r in batch.results]
     assert codes == ["ABORTED", "ABORTED"] + ["ABORTED_BEFORE_DISPATCH"] * 4
+    timeline = ahead.timeline
     assert set(timeline.starts) == {"c0", "c1"}
     assert sorted(timeline.pre) == ["c0", "c1", "c2", "c3"]
-    assert sorted(post) == ["c0", "c1", "c2", "c3"]  # c4, c5 were never prepared
+    assert sorted(ahead.post) == ["c0", "c1", "c2", "c3"]  # c4, c5 were never prepared
     assert {cid: len(items) for cid, items in timeline.results.items()} == {f"c{i}": 1 for i in range(6)}
     ids = [f"c{i}" for i in range(6)]
-    assert [e["call_id"] for e in events_of(session, "tool/call")] == ids
-    assert [e["call_id"] for e in events_of(session, "tool/start")] == ["c0", "c1"]
-    assert [e["call_id"] for e in events_of(session, "tool/result")] == ids
+    assert [e["call_id"] for e in events_of(ahead.session, "tool/call")] == ids
+    assert [e["call_id"] for e in events_of(ahead.session, "tool/start")] == ["c0", "c1"]
+    assert [e["call_id"] for e in events_of(ahead.session, "tool/result")] == ids
 
 
 def test_a_guard_added_while_calls_wait_prepared_ahead_applies_to_them(rt: Any) -> None:
     """What a call runs with is what holds when its body starts: calls
     prepared ahead under the old rules are prepared again (their
     ``tool/call`` logged once)."""
-    timeline, release, post, session, c3_prepared = _prepared_ahead_setup(rt)
-    future = rt.tools.submit(logged_batch(calls(*["t"] * 6), session, max_parallel_tool_calls=2))
+    ahead = _prepared_ahead(rt)
+    future = rt.tools.submit(ahead.batch())
     try:
-        must(c3_prepared, "c3 to be prepared ahead")
+        ahead.ready()
         rt.tools.guard(lambda execution: "late guard" if execution.arguments["i"] >= 2 else None)
     finally:
-        release.abort()
+        ahead.release.abort()
     batch = future.result(GUARD)
     assert [r.result.value for r in batch.results[:2]] == ["v0", "v1"]
     assert [r.result.error.message for r in batch.results[2:]] == ["late guard"] * 4
-    assert set(timeline.starts) == {"c0", "c1"}
+    assert set(ahead.timeline.starts) == {"c0", "c1"}
     # c2 and c3 were prepared ahead, then again under the guard.
-    prepared = {cid: len(seqs) for cid, seqs in timeline.pre.items()}
+    prepared = {cid: len(seqs) for cid, seqs in ahead.timeline.pre.items()}
     assert prepared == {"c0": 1, "c1": 1, "c2": 2, "c3": 2, "c4": 1, "c5": 1}
-    assert [e["call_id"] for e in events_of(session, "tool/call")] == [f"c{i}" for i in range(6)]
-    assert [e["call_id"] for e in events_of(session, "tool/result")] == [f"c{i}" for i in range(6)]
+    ids = [f"c{i}" for i in range(6)]
+    assert [e["call_id"] for e in events_of(ahead.session, "tool/call")] == ids
+    assert [e["call_id"] for e in events_of(ahead.session, "tool/result")] == ids
+
+
+def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepares_it_again(rt: Any) -> None:
+    """Any registry change (here another agent's scope) prepares the calls
+    waiting prepared ahead again; the person who allowed one of them is not
+    asked again, while a listener added since still applies."""
+    ahead = _prepared_ahead(rt)
+    asked: list[str] = []
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"))
+    rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
+    future = rt.tools.submit(ahead.batch())
+    try:
+        ahead.ready()
+        rt.tools.scope(Agent("someone-else")).register(make_tool("other", lambda args, ctx: "x"))
+    finally:
+        ahead.release.abort()
+    batch = future.result(GUARD)
+    assert all_ok(batch), errors(batch)
+    prepared = {cid: len(seqs) for cid, seqs in ahead.timeline.pre.items()}
+    assert prepared == {"c0": 1, "c1": 1, "c2": 2, "c3": 2, "c4": 1, "c5": 1}
+    assert sorted(asked) == [f"c{i}" for i in range(6)]  # once each
+
+
+def test_calls_prepared_again_that_an_abort_ends_pass_post_execute(rt: Any) -> None:
+    """c2 and c3, prepared ahead, go back to be prepared again (their tool
+    became exclusive) once c0 ends, and c2 waits for c1; the abort ends
+    them: their pre-execute ran, so post-execute sees them."""
+    ahead = _prepared_ahead(rt)
+    controller = AbortController()
+    c2_again = threading.Event()
+
+    def classify(args: Any) -> bool:
+        if args["i"] == 2:
+            c2_again.set()  # c2 came back and is classified again: it waits for c1
+        return False  # exclusive
+
+    future = rt.tools.submit(ahead.batch(signal=controller.signal))
+    try:
+        ahead.ready()
+        ahead.unregister()
+        rt.tools.register(make_tool("t", lambda args, ctx: "new", classifier=classify))
+        ahead.release_c0.abort()  # c0 ends; its call actor finds c2 stale
+        must(c2_again, "c2 to come back")
+        controller.abort("the test")
+    finally:
+        ahead.release.abort()
+    batch = future.result(GUARD)
+    codes = [code_of(r.result) for r in batch.results]
+    assert codes == [None, "ABORTED"] + ["ABORTED_BEFORE_DISPATCH"] * 4
+    assert sorted(ahead.timeline.pre) == ["c0", "c1", "c2", "c3"]
+    assert sorted(ahead.post) == ["c0", "c1", "c2", "c3"]
 
 
 def test_the_pool_rolls_a_long_call_does_not_stop_the_others_from_finishing(rt: Any) -> None:
