@@ -290,13 +290,17 @@ class RegistryState:
 
     ``scopes`` maps a scope to its latest snapshot; a scope that was never
     written (or whose layer became empty and was retired) has no entry and
-    reads as empty. ``generation`` increases on every publication. Only
-    scope actors write (each its own entry); reads take no lock.
+    reads as empty. ``generation`` increases on every publication, and
+    ``changed_at[scope]`` is the generation of its scope's last publication
+    (or retirement), written before ``generation`` moves to it: a reader
+    that sees generation ``g`` sees every scope changed at ``g`` or before.
+    Only scope actors write (each its own entry); reads take no lock.
     """
 
     def __init__(self) -> None:
         self.scopes: dict[Agent | None, ScopeSnapshot] = {}
         self.generation = 0
+        self.changed_at: dict[Agent | None, int] = {}
         self._gen_lock = threading.Lock()
         self._cache = _ViewCache(-1)
         # Resolved tool sets that are being resolved or are live: scope
@@ -317,7 +321,7 @@ class RegistryState:
         # Invariant: the snapshot is visible before the generation moves, so a
         # reader that saw generation g computes from data at least as new as g.
         self.scopes[snapshot.scope] = snapshot
-        self._bump()
+        self._bump(snapshot.scope)
 
     def retire(self, scope: Agent | None) -> None:
         """Drop ``scope``'s entry if its layer is empty (the registry actor,
@@ -325,7 +329,7 @@ class RegistryState:
         snap = self.scopes.get(scope)
         if snap is not None and snap.empty:
             del self.scopes[scope]
-            self._bump()
+            self._bump(scope)
 
     def views(self) -> _ViewCache:
         """The cache of computed views for the current generation (a fresh
@@ -336,9 +340,27 @@ class RegistryState:
             cache = self._cache = _ViewCache(gen)
         return cache
 
-    def _bump(self) -> None:
+    def _bump(self, scope: Agent | None) -> None:
         with self._gen_lock:
-            self.generation += 1
+            generation = self.generation + 1
+            self.changed_at[scope] = generation
+            self.generation = generation
+
+    def changed_since(self, generation: int, agent: Agent | None) -> bool:
+        """Whether a scope on ``agent``'s chain (the global scope included)
+        was published or retired after ``generation``: what a call of
+        ``agent`` sees may have changed. (Read ``generation`` before the
+        call that leads here; a change landing meanwhile may be seen or
+        not, as any change racing a read.)"""
+        changed_at = self.changed_at
+        if changed_at.get(None, 0) > generation:
+            return True
+        node = agent
+        while node is not None:
+            if changed_at.get(node, 0) > generation:
+                return True
+            node = node.parent
+        return False
 
     # -- live admissions (tool-set actors add them, scope actors read them) ---
 

@@ -358,9 +358,22 @@ def stamp(rt: Kernel, call: Call) -> None:
 
 def stale(rt: Kernel, call: Call) -> bool:
     """Whether the registry (a registration, restriction, guard, executor)
-    or the pre-execute listeners changed since ``call`` was stamped: its
-    body must not start with what it was prepared under."""
-    return call.seen_generation != rt.state.generation or call.seen_listeners != rt.events.version
+    on the call's agent's chain, or the pre-execute listeners, changed since
+    ``call`` was stamped: its body must not start with what it was
+    prepared under. A change in a scope off the chain (another agent's)
+    does not make it stale: the call's stamp moves past it, so the next
+    look is two reads again. (Called by whoever holds the call, or takes
+    it from the work mailbox under its lock.)"""
+    if call.seen_listeners != rt.events.version:
+        return True
+    state = rt.state
+    generation = state.generation  # read first (see RegistryState.changed_since)
+    if call.seen_generation == generation:
+        return False
+    if state.changed_since(call.seen_generation, call.execution.agent):
+        return True
+    call.seen_generation = generation
+    return False
 
 
 def lookup(rt: Kernel, call: Call) -> Any:

@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import AbortController, AbortSignal, Agent, Ask, NativeExecutor, Session, ToolBatchInput, ToolRuntime
+from dsh_actors import (
+    AbortController,
+    AbortSignal,
+    Agent,
+    Ask,
+    LogStep,
+    NativeExecutor,
+    Session,
+    ToolBatchInput,
+    ToolRuntime,
+)
 from dsh_actors.scheduling.dispatcher import Dispatcher
 
 from .helpers import (
@@ -229,9 +239,9 @@ def test_a_guard_added_while_calls_wait_prepared_ahead_applies_to_them(rt: Any) 
 
 
 def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepares_it_again(rt: Any) -> None:
-    """Any registry change (here another agent's scope) prepares the calls
-    waiting prepared ahead again; the person who allowed one of them is not
-    asked again, while a listener added since still applies."""
+    """A registry change on the calls' chain (here a global registration)
+    prepares the calls waiting prepared ahead again; the person who allowed
+    one of them is not asked again, while listeners and guards run again."""
     ahead = _prepared_ahead(rt)
     asked: list[str] = []
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"))
@@ -239,7 +249,7 @@ def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepare
     future = rt.tools.submit(ahead.batch())
     try:
         ahead.ready()
-        rt.tools.scope(Agent("someone-else")).register(make_tool("other", lambda args, ctx: "x"))
+        rt.tools.register(make_tool("other", lambda args, ctx: "x"))
     finally:
         ahead.release.abort()
     batch = future.result(GUARD)
@@ -247,6 +257,45 @@ def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepare
     prepared = {cid: len(seqs) for cid, seqs in ahead.timeline.pre.items()}
     assert prepared == {"c0": 1, "c1": 1, "c2": 2, "c3": 2, "c4": 1, "c5": 1}
     assert sorted(asked) == [f"c{i}" for i in range(6)]  # once each
+
+
+def test_a_change_in_another_agents_scope_leaves_the_calls_prepared_ahead_as_they_are(rt: Any) -> None:
+    """What a call runs with is what holds on its agent's chain: another
+    agent's registration does not send the calls waiting prepared ahead
+    back to be prepared again."""
+    ahead = _prepared_ahead(rt)
+    future = rt.tools.submit(ahead.batch())
+    try:
+        ahead.ready()
+        rt.tools.scope(Agent("someone-else")).register(make_tool("other", lambda args, ctx: "x"))
+        rt.tools.scope(Agent("someone-else")).guard(lambda execution: "not for the calls of agent a")
+    finally:
+        ahead.release.abort()
+    batch = future.result(GUARD)
+    assert all_ok(batch), errors(batch)
+    prepared = {cid: len(seqs) for cid, seqs in ahead.timeline.pre.items()}
+    assert prepared == {f"c{i}": 1 for i in range(6)}
+
+
+def test_a_guard_on_a_parent_agents_scope_applies_to_a_sub_agents_calls_prepared_ahead(rt: Any) -> None:
+    """The chain counts: a guard added to the parent's scope while a
+    sub-agent's calls wait prepared ahead sends them back, and it applies."""
+    ahead = _prepared_ahead(rt)
+    parent = Agent("parent")
+    child = Agent("child", parent=parent, session=ahead.session)
+    batch_input = ToolBatchInput(
+        calls=tuple(calls(*["t"] * 6)), agent=child, log=LogStep(turn=1, step=1), max_parallel_tool_calls=2
+    )
+    future = rt.tools.submit(batch_input)
+    try:
+        ahead.ready()
+        rt.tools.scope(parent).guard(lambda execution: "parent's guard" if execution.arguments["i"] >= 2 else None)
+    finally:
+        ahead.release.abort()
+    batch = future.result(GUARD)
+    assert [r.result.error.message for r in batch.results[2:]] == ["parent's guard"] * 4
+    prepared = {cid: len(seqs) for cid, seqs in ahead.timeline.pre.items()}
+    assert prepared == {"c0": 1, "c1": 1, "c2": 2, "c3": 2, "c4": 1, "c5": 1}
 
 
 def test_calls_prepared_again_that_an_abort_ends_pass_post_execute(rt: Any) -> None:
