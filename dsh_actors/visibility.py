@@ -291,16 +291,20 @@ class RegistryState:
     ``scopes`` maps a scope to its latest snapshot; a scope that was never
     written (or whose layer became empty and was retired) has no entry and
     reads as empty. ``generation`` increases on every publication, and
-    ``changed_at[scope]`` is the generation of its scope's last publication
-    (or retirement), written before ``generation`` moves to it: a reader
-    that sees generation ``g`` sees every scope changed at ``g`` or before.
+    ``changed_at[agent]`` (``global_changed_at`` for the global scope) is
+    the generation of that scope's last publication (or retirement),
+    written before ``generation`` moves to it: a reader that sees
+    generation ``g`` sees every scope changed at ``g`` or before.
     Only scope actors write (each its own entry); reads take no lock.
     """
 
     def __init__(self) -> None:
         self.scopes: dict[Agent | None, ScopeSnapshot] = {}
         self.generation = 0
-        self.changed_at: dict[Agent | None, int] = {}
+        # (Agents held weakly: a dropped agent's scope is retired and its
+        # agent freed; a call's own agent is alive, so its entry is too.)
+        self.changed_at: weakref.WeakKeyDictionary[Agent, int] = weakref.WeakKeyDictionary()
+        self.global_changed_at = 0
         self._gen_lock = threading.Lock()
         self._cache = _ViewCache(-1)
         # Resolved tool sets that are being resolved or are live: scope
@@ -343,7 +347,10 @@ class RegistryState:
     def _bump(self, scope: Agent | None) -> None:
         with self._gen_lock:
             generation = self.generation + 1
-            self.changed_at[scope] = generation
+            if scope is None:
+                self.global_changed_at = generation
+            else:
+                self.changed_at[scope] = generation
             self.generation = generation
 
     def changed_since(self, generation: int, agent: Agent | None) -> bool:
@@ -352,9 +359,9 @@ class RegistryState:
         ``agent`` sees may have changed. (Read ``generation`` before the
         call that leads here; a change landing meanwhile may be seen or
         not, as any change racing a read.)"""
-        changed_at = self.changed_at
-        if changed_at.get(None, 0) > generation:
+        if self.global_changed_at > generation:
             return True
+        changed_at = self.changed_at
         node = agent
         while node is not None:
             if changed_at.get(node, 0) > generation:

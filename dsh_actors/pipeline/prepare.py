@@ -49,7 +49,7 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
     continued batch) skips the waterfall and the service and takes that
     answer; guards and the recheck run as usual. A call prepared again
     (what it was prepared under changed) is not asked the same ``Ask``
-    twice: the approval it had stands. Pre-execute
+    twice about the same tool definition: the approval it had stands. Pre-execute
     listeners, the approval service and guards run here; they may block
     (an approval waits for a person) but must observe ``execution.signal``.
 
@@ -87,9 +87,11 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
             _policy_raised(call, "tools/pre-execute", exc)
             return
         if type(decision) is Ask:
-            if call.approved == decision:
-                # Asked and allowed already, before the call was prepared
-                # again (what it was prepared under changed): not asked twice.
+            approved = call.approved
+            if approved is not None and approved[0] == decision and approved[1] is _definition(call):
+                # Asked and allowed already, for this tool, before the call
+                # was prepared again (what it was prepared under changed):
+                # not asked twice.
                 decision = _ALLOW
             else:
                 try:
@@ -213,8 +215,14 @@ def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
         answer = _awaiter(rt, call)(answer)
     decision = _decide(call, ask, answer)
     if type(decision) is Allow:
-        call.approved = ask
+        call.approved = (ask, _definition(call))
     return decision
+
+
+def _definition(call: Call) -> Any:
+    """The definition ``call`` runs (what a person approved), or None."""
+    registration = call.registration
+    return None if registration is None else registration.definition
 
 
 class _Deferred:

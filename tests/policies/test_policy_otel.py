@@ -394,3 +394,48 @@ def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_subm
         s.attributes["gen_ai.tool.call.id"] for s in spans if any(e.name == "dsh.tool.prepared_again" for e in s.events)
     }
     assert again == {"c2", "c3"}
+
+
+def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_answer(rt: Any, otel: Otel) -> None:
+    """c2 and c3 were allowed without a question when first prepared; an
+    Ask listener added while they wait prepared ahead asks them when they
+    are prepared again: the span shows that question and its answer (a
+    rejection as an answer, not as a block)."""
+    release = threading.Event()
+    c3_prepared = threading.Event()
+
+    def body(args: Any, ctx: Any) -> Any:
+        if args["q"] in ("0", "1"):
+            assert release.wait(WAIT), "the test to release c0 and c1"
+        return {"answer": 42}
+
+    def note(execution: Any, next_: Any) -> Any:
+        if execution.call_id == "c3":
+            c3_prepared.set()
+        return next_()
+
+    rt.tools.register(tool("lookup", body))
+    use(rt, otel)
+    rt.events.on("tools/pre-execute", note)
+    rt.approvals.set(lambda request: "rejected" if request.call_id == "c2" else "allowed-once")
+    calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
+    future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
+    try:
+        assert c3_prepared.wait(WAIT), "c3 to be prepared ahead"
+        rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="new rule"))
+    finally:
+        release.set()
+    future.result(WAIT)
+    events = {
+        s.attributes["gen_ai.tool.call.id"]: [(e.name, dict(e.attributes)) for e in s.events] for s in otel.tool_spans()
+    }
+    assert events["c2"] == [
+        ("dsh.tool.prepared_again", {}),
+        ("dsh.tool.approval.requested", {"dsh.reason": "new rule"}),
+        ("dsh.tool.approval.answered", {"dsh.answer": "denied", "dsh.reason": 'the user rejected tool "lookup"'}),
+    ]
+    assert events["c3"] == [
+        ("dsh.tool.prepared_again", {}),
+        ("dsh.tool.approval.requested", {"dsh.reason": "new rule"}),
+        ("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"}),
+    ]

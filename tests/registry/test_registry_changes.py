@@ -298,3 +298,28 @@ def test_a_scope_with_only_a_failed_write_is_retired_too(rt: Any) -> None:
         rt.tools.scope(agent).register(tool("run_code"))
     round_trip(rt)
     assert agent not in rt.state.scopes
+
+
+def test_agents_whose_scopes_were_written_and_emptied_are_freed_with_their_sessions(rt: Any) -> None:
+    """The registry remembers when each scope last changed (so a call is
+    prepared again only for a change on its own chain) without keeping a
+    dropped agent alive."""
+    import gc
+    import weakref
+
+    from dsh_actors.session import Session
+
+    agents: list[weakref.ref[Agent]] = []
+    sessions: list[weakref.ref[Session]] = []
+    for i in range(50):
+        agent = Agent(f"a{i}", session=Session())
+        undo_tool = rt.tools.scope(agent).register(tool("t"))
+        rt.tools.scope(agent).guard(lambda execution: None)()
+        undo_tool()
+        agents.append(weakref.ref(agent))
+        sessions.append(weakref.ref(agent.session))  # type: ignore[arg-type]
+        del agent
+    round_trip(rt)
+    gc.collect()
+    assert sum(ref() is not None for ref in agents) == 0
+    assert sum(ref() is not None for ref in sessions) == 0

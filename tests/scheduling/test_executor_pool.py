@@ -259,6 +259,26 @@ def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepare
     assert sorted(asked) == [f"c{i}" for i in range(6)]  # once each
 
 
+def test_a_tool_replaced_while_its_calls_wait_prepared_ahead_is_asked_about_again(rt: Any) -> None:
+    """An approval is about the tool the person was shown: c2 and c3 were
+    allowed for the old ``t``; replaced by another ``t`` before their
+    bodies start, they are asked about again."""
+    ahead = _prepared_ahead(rt)
+    asked: list[str] = []
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"))
+    rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
+    future = rt.tools.submit(ahead.batch())
+    try:
+        ahead.ready()
+        ahead.unregister()
+        rt.tools.register(make_tool("t", lambda args, ctx: "new"))
+    finally:
+        ahead.release.abort()
+    batch = future.result(GUARD)
+    assert [r.result.value for r in batch.results] == ["v0", "v1", "new", "new", "new", "new"]
+    assert sorted(asked) == ["c0", "c1", "c2", "c2", "c3", "c3", "c4", "c5"]
+
+
 def test_a_change_in_another_agents_scope_leaves_the_calls_prepared_ahead_as_they_are(rt: Any) -> None:
     """What a call runs with is what holds on its agent's chain: another
     agent's registration does not send the calls waiting prepared ahead
