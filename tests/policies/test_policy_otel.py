@@ -356,11 +356,10 @@ def test_unknown_options_are_refused(rt: Any) -> None:
         rt.use(policies.otel, capture=True)
 
 
-def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_submission(rt: Any, otel: Otel) -> None:
-    """A registry change while calls wait prepared ahead of a free slot
-    prepares them again: each call still has one span, ended, whose parent
-    is the span current at submission (not a second span nested in the
-    first), with an event saying it was prepared again."""
+def _prepared_ahead(rt: Any, otel: Otel) -> tuple[threading.Event, threading.Event]:
+    """``lookup`` whose calls c0 and c1 hold until ``release``, the policy
+    on, and an event set once c3 (prepared ahead of a free slot at a limit
+    of 2) has passed pre-execute."""
     release = threading.Event()
     c3_prepared = threading.Event()
 
@@ -377,6 +376,15 @@ def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_subm
     rt.tools.register(tool("lookup", body))
     use(rt, otel)
     rt.events.on("tools/pre-execute", note)
+    return release, c3_prepared
+
+
+def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_submission(rt: Any, otel: Otel) -> None:
+    """A registry change while calls wait prepared ahead of a free slot
+    prepares them again: each call still has one span, ended, whose parent
+    is the span current at submission (not a second span nested in the
+    first), with an event saying it was prepared again."""
+    release, c3_prepared = _prepared_ahead(rt, otel)
     calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(6)]
     with otel.tracer.start_as_current_span("agent step") as step:
         future = rt.tools.submit(ToolBatchInput(calls=calls, max_parallel_tool_calls=2))
@@ -401,22 +409,7 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     Ask listener added while they wait prepared ahead asks them when they
     are prepared again: the span shows that question and its answer (a
     rejection as an answer, not as a block)."""
-    release = threading.Event()
-    c3_prepared = threading.Event()
-
-    def body(args: Any, ctx: Any) -> Any:
-        if args["q"] in ("0", "1"):
-            assert release.wait(WAIT), "the test to release c0 and c1"
-        return {"answer": 42}
-
-    def note(execution: Any, next_: Any) -> Any:
-        if execution.call_id == "c3":
-            c3_prepared.set()
-        return next_()
-
-    rt.tools.register(tool("lookup", body))
-    use(rt, otel)
-    rt.events.on("tools/pre-execute", note)
+    release, c3_prepared = _prepared_ahead(rt, otel)
     rt.approvals.set(lambda request: "rejected" if request.call_id == "c2" else "allowed-once")
     calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))

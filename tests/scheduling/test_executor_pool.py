@@ -238,14 +238,20 @@ def test_a_guard_added_while_calls_wait_prepared_ahead_applies_to_them(rt: Any) 
     assert [e["call_id"] for e in events_of(ahead.session, "tool/result")] == ids
 
 
+def _ask_every_call(rt: Any) -> list[str]:
+    """Every call asks for approval, and is allowed: the ids asked, in order."""
+    asked: list[str] = []
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"))
+    rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
+    return asked
+
+
 def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepares_it_again(rt: Any) -> None:
     """A registry change on the calls' chain (here a global registration)
     prepares the calls waiting prepared ahead again; the person who allowed
     one of them is not asked again, while listeners and guards run again."""
     ahead = _prepared_ahead(rt)
-    asked: list[str] = []
-    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"))
-    rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
+    asked = _ask_every_call(rt)
     future = rt.tools.submit(ahead.batch())
     try:
         ahead.ready()
@@ -264,9 +270,7 @@ def test_a_tool_replaced_while_its_calls_wait_prepared_ahead_is_asked_about_agai
     allowed for the old ``t``; replaced by another ``t`` before their
     bodies start, they are asked about again."""
     ahead = _prepared_ahead(rt)
-    asked: list[str] = []
-    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"))
-    rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
+    asked = _ask_every_call(rt)
     future = rt.tools.submit(ahead.batch())
     try:
         ahead.ready()
