@@ -650,17 +650,21 @@ class BatchRun:
         except BaseException:  # noqa: BLE001
             pass
 
-    def _halt(self, why: str, *, reclaim: bool) -> None:
-        """No call starts any more. ``reclaim``: an abort or a log failure,
-        so calls still in the mailbox (put in a slot, or prepared ahead of
-        one) come back unrun; after a bug, what was put still runs (the
+    def _halt(self, why: str, *, reclaim: bool, ahead_only: bool = False) -> None:
+        """No call starts any more. ``reclaim``: an abort, so calls still in
+        the mailbox come back unrun; ``ahead_only``: a log failure, so only
+        the calls prepared ahead of a slot (EARLY) do, and a call put in its
+        slot before the failure still runs (its start was logged, as a
+        running call's was). After a bug, what was put still runs (the
         schedule itself may be what broke)."""
         if self.halted is None:
             self.halted = why
         mailbox = self.mailbox
         if mailbox is not None:
             if reclaim:
-                for call in mailbox.reclaim():
+                state = self.state
+                keep = (lambda call: state[call.index] is not _EARLY) if ahead_only else None
+                for call in mailbox.reclaim(keep):
                     # Prepared but never dispatched (in its slot or ahead of
                     # one): it passes post-execute, as a cancel does.
                     call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
@@ -696,7 +700,7 @@ class BatchRun:
                 if signal.aborted or stopping.aborted:
                     self._halt("aborted", reclaim=True)
                 elif self.log_error is not None or self.bug is not None:
-                    self._halt("failed", reclaim=self.bug is None)
+                    self._halt("failed", reclaim=self.bug is None, ahead_only=True)
             if self.halted is not None:
                 if self.bug is not None:
                     return  # started calls drain; nothing more is committed

@@ -262,10 +262,33 @@ class WorkMailbox:
         with self._lock:
             self.held = False
 
-    def reclaim(self) -> list[Call]:
-        """Take back every call no server has taken yet (an abort)."""
+    def reclaim(self, keep: Callable[[Call], bool] | None = None) -> list[Call]:
+        """Take back every call no server has taken yet (an abort), in
+        order; with ``keep``, only those it does not keep, the kept ones
+        staying queued in their order (and decided, if they were)."""
         with self._lock:
-            return self._reclaim()
+            if keep is None:
+                return self._reclaim()
+            items = self._items
+            cleared = self.cleared
+            staying: list[Any] = []
+            taken: list[Call] = []
+            position = 0
+            for item in items:
+                if item is LEAVE:
+                    staying.append(item)
+                    continue
+                if keep(item):
+                    staying.append(item)
+                else:
+                    taken.append(item)
+                    if position < self.cleared:
+                        cleared -= 1  # (the kept ones before and after it stay decided)
+                position += 1
+            items.clear()
+            items.extend(staying)
+            self.cleared = cleared
+            return taken
 
     def release_idle(self) -> None:
         """Nothing more will be put for now: servers blocked waiting leave,
