@@ -169,15 +169,28 @@ class WorkMailbox:
             self.rung += 1
             self._bell.put(None)
 
-    def _reclaim(self) -> list[Call]:
-        # (Under the lock.) Every queued call, in order; LEAVEs stay.
+    def _reclaim(self, keep: Callable[[Call], bool] | None = None) -> list[Call]:
+        # (Under the lock.) The queued calls ``keep`` does not keep (every
+        # one without it), in order; LEAVEs and the kept calls stay queued
+        # in their order, the kept ones decided if they were.
         items = self._items
-        taken = [item for item in items if item is not LEAVE]
+        staying: list[Any] = []
+        taken: list[Call] = []
+        cleared = self.cleared
+        position = 0
+        for item in items:
+            if item is LEAVE or (keep is not None and keep(item)):
+                staying.append(item)
+            else:
+                taken.append(item)
+                if position < self.cleared:
+                    cleared -= 1  # (the kept ones before and after it stay decided)
+            if item is not LEAVE:
+                position += 1
         if taken:
-            leaves = len(items) - len(taken)
             items.clear()
-            items.extend([LEAVE] * leaves)
-        self.cleared = 0
+            items.extend(staying)
+        self.cleared = cleared
         return taken
 
     def _give_back(self, first: Call) -> Returned:
@@ -267,28 +280,7 @@ class WorkMailbox:
         order; with ``keep``, only those it does not keep, the kept ones
         staying queued in their order (and decided, if they were)."""
         with self._lock:
-            if keep is None:
-                return self._reclaim()
-            items = self._items
-            cleared = self.cleared
-            staying: list[Any] = []
-            taken: list[Call] = []
-            position = 0
-            for item in items:
-                if item is LEAVE:
-                    staying.append(item)
-                    continue
-                if keep(item):
-                    staying.append(item)
-                else:
-                    taken.append(item)
-                    if position < self.cleared:
-                        cleared -= 1  # (the kept ones before and after it stay decided)
-                position += 1
-            items.clear()
-            items.extend(staying)
-            self.cleared = cleared
-            return taken
+            return self._reclaim(keep)
 
     def release_idle(self) -> None:
         """Nothing more will be put for now: servers blocked waiting leave,
