@@ -13,7 +13,9 @@ abort flag itself"). It follows trio's model rather than an event's:
   subscribed to each parent. The child unsubscribes from *every* parent as
   soon as it fires or is closed, so a long-lived signal never accumulates
   listeners (Node's ``AbortSignal.any`` leaked exactly there,
-  nodejs/node#55351).
+  nodejs/node#55351). The signal of ``AbortController(*parents)`` is the
+  same, except that it subscribes only when something first subscribes to
+  it or waits on it; until then its reads look at the parents.
 
 Each signal has one small lock guarding its state; callbacks never run under
 it, so a callback may read the signal, subscribe, unsubscribe or abort other
@@ -340,6 +342,144 @@ class AbortSignal:
         return f"<AbortSignal pending listeners={len(self._callbacks)}>"
 
 
+class _Following(AbortSignal):
+    """The signal of ``AbortController(*parents)``: a fused signal that
+    subscribes to its parents only when something first subscribes to it
+    (:meth:`add_callback`, a fused child) or waits on it (:meth:`wait`).
+    Until then each read of its state looks at the parents and adopts the
+    abort of the one that aborted first, in that parent's place in abort
+    order: what the subscription would have delivered.
+
+    ``_parents``: the parents (no repeats) while it is not linked; ``None``
+    once it is, or once it adopted a parent's abort or closed unlinked.
+    Invariant: while ``_parents`` is set, ``_links`` is ``None`` and the
+    signal has no callbacks and no waiter, so an adopted abort has nobody
+    to tell.
+    """
+
+    __slots__ = ("_parents",)
+
+    _parents: tuple[AbortSignal, ...] | None
+
+    def __init__(self, parents: tuple[AbortSignal, ...]) -> None:
+        # (AbortSignal.__init__'s fields, written here: one frame less on a
+        # path taken once a timed call.)
+        self._lock = threading.Lock()
+        self._reason = _PENDING
+        self._callbacks = {}
+        self._next_token = 0
+        self._event = None
+        self._links = None
+        self._closed = False
+        self._order = 0
+        self._aborted = False
+        self._parents = parents  # (repeats dropped when it links)
+
+    if not TYPE_CHECKING:
+
+        @property
+        def aborted(self) -> bool:
+            return self._aborted or (self._parents is not None and self._caught_up())
+
+    def _caught_up(self) -> bool:
+        """Adopt the abort of the parent that aborted first, if one did and
+        the signal is neither linked, aborted nor closed; return whether the
+        signal has aborted."""
+        parents = self._parents
+        if parents is None:
+            return self._aborted
+        first: AbortSignal | None = None
+        for parent in parents:
+            if parent.aborted and (first is None or parent._order < first._order):
+                first = parent
+        if first is None:
+            return self._aborted
+        self._lock.acquire()
+        try:
+            if self._parents is not None and self._reason is _PENDING and not self._closed:
+                self._order = first._order
+                self._reason = first._reason
+                self._aborted = True
+                self._parents = None
+        finally:
+            self._lock.release()
+        return self._aborted
+
+    def _link(self) -> None:
+        """Subscribe to the parents now (once; after adopting an abort that
+        came before, so the first one wins as it would have)."""
+        if self._caught_up():
+            return
+        self._lock.acquire()
+        try:
+            parents = self._parents
+            if parents is None:
+                return  # linked already (or closed), here or on another thread
+            self._parents = None
+            if self._reason is not _PENDING or self._closed:
+                return
+            self._links = []
+        finally:
+            self._lock.release()
+        if len(parents) > 1:
+            parents = tuple(dict.fromkeys(parents))
+        _subscribe(self, parents)
+
+    @property
+    def reason(self) -> object:
+        if self._parents is not None:
+            self._caught_up()
+        return AbortSignal.reason.fget(self)  # type: ignore[attr-defined]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._parents is not None:
+            self._link()
+        return super().wait(timeout)
+
+    def throw_if_aborted(self) -> None:
+        if self._parents is not None:
+            self._caught_up()
+        super().throw_if_aborted()
+
+    def add_callback(self, fn: AbortCallback) -> Unsubscribe:
+        if self._parents is not None:
+            self._link()
+        return super().add_callback(fn)
+
+    def _abort(self, reason: object) -> bool:
+        if self._parents is not None:
+            if self._caught_up():
+                return False  # a parent aborted first
+            done = super()._abort(reason)
+            self._parents = None  # (aborted: nothing is left to read from them)
+            return done
+        return super()._abort(reason)
+
+    def close(self) -> None:
+        parents = self._parents
+        if parents is not None and not self._aborted:
+            for parent in parents:
+                if parent.aborted:
+                    self._caught_up()  # closed after that parent's abort: aborted
+                    break
+            self._lock.acquire()
+            try:
+                if self._parents is not None and self._reason is _PENDING:
+                    # Not linked: nothing to unsubscribe. Pending, and now
+                    # for good (a linked or aborted one is base close's).
+                    self._parents = None
+                    self._closed = True
+                    return
+            finally:
+                self._lock.release()
+        super().close()
+
+    def __repr__(self) -> str:
+        if self._parents is not None:
+            self._caught_up()
+        return super().__repr__()
+
+
 class AbortController:
     """Owns an :class:`AbortSignal` and is the only way to abort it.
 
@@ -353,14 +493,35 @@ class AbortController:
     signal that has not aborted never aborts (:meth:`abort` returns
     ``False``). Without parents nothing is subscribed and ``close()`` does
     nothing.
+
+    With parents, the signal subscribes to them only when something first
+    subscribes to it or waits on it; until then every read of its state
+    (:attr:`~AbortSignal.aborted`, :attr:`~AbortSignal.reason`, ``abort``,
+    ``close``) looks at the parents instead, and takes the abort of the one
+    that aborted first, as a subscribed signal would have. A deadline that
+    nobody waits on (a tool body that never reads its signal) then costs no
+    subscription at all. Only a parent's
+    :attr:`~AbortSignal.listener_count` tells the two apart.
     """
 
     __slots__ = ("_signal",)
 
     def __init__(self, *parents: AbortSignal) -> None:
-        signal = AbortSignal()
-        if parents:
-            _fuse(signal, parents, "AbortController()")
+        if not parents:
+            self._signal = AbortSignal()
+            return
+        signal = _Following(parents)
+        for parent in parents:
+            if not isinstance(parent, AbortSignal):
+                raise InvalidTypeError(f"AbortController() takes AbortSignals, not {type(parent).__name__}")
+            if parent.aborted:
+                # Born aborted, as AbortSignal.any: with the first aborted
+                # parent in argument order, in its place in abort order.
+                signal._order = parent._order
+                signal._reason = parent._reason
+                signal._aborted = True
+                signal._parents = None
+                break
         self._signal = signal
 
     @property
@@ -399,35 +560,42 @@ def _fuse(child: AbortSignal, signals: tuple[AbortSignal, ...], where: str) -> N
         parents = tuple(dict.fromkeys(signals))
     else:
         parents = signals
-    links: list[Unsubscribe] = []
-    child._links = links
+    child._links = []
     for parent in parents:
-        reason = parent._reason
-        if reason is not _PENDING:
+        # (``aborted``: a following parent reads its own parents first.)
+        if parent.aborted:
             # Born aborted: nothing to subscribe or notify. It aborted
             # "with" this parent, so it takes the parent's place in order.
             child._order = parent._order
-            child._reason = reason
+            child._reason = parent._reason
             child._aborted = True
             return
+    _subscribe(child, parents)
+
+
+def _subscribe(child: AbortSignal, parents: tuple[AbortSignal, ...]) -> None:
+    """Subscribe ``child`` (its ``_links`` an empty list, set under its lock
+    or before anybody else held it) to each of ``parents`` (no repeats)."""
+    links = child._links
+    assert links is not None
     on_parent_abort = child._on_parent_abort
     for parent in parents:
         # A parent may abort, here or on another thread, at any point of
-        # this loop. Nobody else holds `child` yet, so only its firing can
-        # race us: a fire swaps `_links` out under the lock and unlinks
-        # what it took; the check below unlinks whatever it missed.
+        # this loop, and a following signal may be closed meanwhile: a fire
+        # or a close swaps `_links` out under the lock and unlinks what it
+        # took; the check below unlinks whatever it missed.
         unlink = parent.add_callback(on_parent_abort)
         if unlink is not _noop:
             links.append(unlink)
-        if child._reason is not _PENDING:
+        if child._reason is not _PENDING or child._closed:
             break
     child._lock.acquire()
     try:
-        fired = child._reason is not _PENDING
+        detached = child._reason is not _PENDING or child._closed
     finally:
         child._lock.release()
-    if fired:
-        # Invariant restored: a fired fusion holds no subscription.
+    if detached:
+        # Invariant restored: a fired or closed fusion holds no subscription.
         for unlink in links:
             unlink()  # idempotent, so overlapping the fire's sweep is fine
 

@@ -58,7 +58,24 @@ class Deadline:
 
     def cancel(self) -> bool:
         """Cancel the deadline; ``True`` if it had not fired (it never will)."""
-        return self._timer._cancel(self)
+        # (The timer's bookkeeping written here, under its lock: one frame
+        # less on a path every timed call takes.)
+        timer = self._timer
+        lock = timer._lock
+        lock.acquire()
+        try:
+            if self._state != _PENDING:
+                return False
+            self._state = _CANCELLED
+            self._fn = None
+            if timer._stopped:
+                return True
+            cancelled = timer._cancelled = timer._cancelled + 1
+            if cancelled >= _COMPACT_MIN and cancelled * 2 > len(timer._heap):
+                timer._compact()
+            return True
+        finally:
+            lock.release()
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _CANCELLED: "cancelled", _FIRED: "fired"}[self._state]
@@ -127,7 +144,7 @@ class DeadlineTimer:
         try:
             if self._stopped:
                 return None
-            when = self._clock() + max(0.0, delay)
+            when = self._clock() + (delay if delay > 0.0 else 0.0)
             deadline = Deadline(when, fn, self)
             heapq.heappush(self._heap, (when, next(self._seq), deadline))
             if self._thread is None:
@@ -142,24 +159,11 @@ class DeadlineTimer:
             self._lock.release()
         return deadline
 
-    def _cancel(self, deadline: Deadline) -> bool:
-        self._lock.acquire()
-        try:
-            if deadline._state != _PENDING:
-                return False
-            deadline._state = _CANCELLED
-            deadline._fn = None
-            if self._stopped:
-                return True
-            cancelled = self._cancelled = self._cancelled + 1
-            heap = self._heap
-            if cancelled >= _COMPACT_MIN and cancelled * 2 > len(heap):
-                self._heap = [entry for entry in heap if entry[2]._state == _PENDING]
-                heapq.heapify(self._heap)
-                self._cancelled = 0
-            return True
-        finally:
-            self._lock.release()
+    def _compact(self) -> None:
+        """Drop the cancelled entries (the lock held; see Deadline.cancel)."""
+        self._heap = [entry for entry in self._heap if entry[2]._state == _PENDING]
+        heapq.heapify(self._heap)
+        self._cancelled = 0
 
     def stop(self, timeout: float | None = None) -> None:
         """Drop every pending deadline and end the thread (joined, unless

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from loguru import logger
 
 from dsh_actors.errors import AbortError, ErrorCode
-from dsh_actors.signals import AbortCallback, AbortController, AbortSignal, Unsubscribe
+from dsh_actors.signals import AbortCallback, AbortController, AbortSignal, Unsubscribe, fuse_late
 
 GUARD = 10.0  # seconds; only ever reached if something deadlocks
 
@@ -570,11 +570,11 @@ def test_closing_a_fused_signal_racing_its_parent_abort_is_one_or_the_other() ->
 def test_a_controller_with_parents_aborts_with_the_first_abort_its_own_included() -> None:
     caller = AbortController()
     controller = AbortController(caller.signal)
-    assert caller.signal.listener_count == 1
     caller.abort("caller first")
+    assert controller.signal.aborted
     assert controller.signal.reason == "caller first"
     assert controller.abort("too late") is False
-    assert caller.signal.listener_count == 0  # it detached when it fired
+    assert caller.signal.listener_count == 0
 
     own = AbortController(AbortController().signal)
     assert own.abort("mine") is True
@@ -600,6 +600,112 @@ def test_closing_a_controller_with_parents_detaches_it_and_its_abort_is_refused(
     caller.abort("late too")
     assert not controller.signal.aborted
     assert ran == []
+
+
+def test_a_controller_subscribes_to_its_parents_only_once_something_subscribes_to_it() -> None:
+    caller = AbortController()
+    controller = AbortController(caller.signal)
+    assert caller.signal.listener_count == 0  # read from the parent until then
+    assert not controller.signal.aborted
+    heard: list[object] = []
+    unsubscribe = controller.signal.add_callback(lambda signal: heard.append(signal.reason))
+    assert caller.signal.listener_count == 1
+    unsubscribe()
+    assert caller.signal.listener_count == 1  # linked for good, until it fires or closes
+    controller.signal.close()
+    assert caller.signal.listener_count == 0
+    assert controller.abort("closed") is False
+    assert heard == []
+
+
+def test_a_linked_controller_tells_its_listeners_of_a_parent_abort() -> None:
+    caller = AbortController()
+    controller = AbortController(caller.signal)
+    child = AbortSignal.any(controller.signal)  # a fused child subscribes: linked
+    heard: list[object] = []
+    controller.signal.add_callback(lambda signal: heard.append(signal.reason))
+    caller.abort("stop")
+    assert heard == ["stop"]
+    assert child.reason == "stop"
+    assert caller.signal.listener_count == controller.signal.listener_count == 0
+
+
+def test_a_controller_not_yet_linked_takes_the_abort_of_the_parent_that_aborted_first() -> None:
+    first, second = AbortController(), AbortController()
+    controller = AbortController(first.signal, second.signal)
+    second.abort("second aborted first")
+    first.abort("first aborted later")
+    # Nobody looked in between: what a subscribed signal would have heard.
+    assert controller.signal.reason == "second aborted first"
+    late = AbortSignal.any(first.signal, controller.signal)
+    assert late.reason == "first aborted later"  # any(): born with its first aborted argument
+    assert fuse_late((first.signal, controller.signal)).reason == "second aborted first"
+
+
+def test_a_controller_adopts_a_grandparent_abort_through_a_following_parent() -> None:
+    root = AbortController()
+    middle = AbortController(root.signal)
+    leaf = AbortController(middle.signal)
+    root.abort("root")
+    assert leaf.abort("mine") is False
+    assert leaf.signal.reason == middle.signal.reason == "root"
+    assert AbortSignal.any(leaf.signal).reason == "root"
+
+
+def test_waiting_on_a_controller_with_parents_wakes_on_a_parent_abort() -> None:
+    caller = AbortController()
+    controller = AbortController(caller.signal)
+    waiting = threading.Event()
+    woke: list[bool] = []
+
+    def waiter(_: int) -> None:
+        waiting.set()
+        woke.append(controller.signal.wait(GUARD))
+
+    thread = threading.Thread(target=waiter, args=(0,))
+    thread.start()
+    waiting.wait(GUARD)
+    caller.abort("go")  # before or after the wait linked it: either way it wakes
+    thread.join(GUARD)
+    assert woke == [True]
+    assert controller.signal.reason == "go"
+
+
+def test_linking_a_controller_racing_its_close_leaves_no_subscription() -> None:
+    for _ in range(200):
+        caller = AbortController()
+        controller = AbortController(caller.signal)
+        barrier = threading.Barrier(2)
+
+        def racer(i: int) -> None:
+            barrier.wait()
+            if i == 0:
+                controller.signal.add_callback(lambda _: None)
+            else:
+                controller.signal.close()
+
+        run_threads(2, racer)
+        assert caller.signal.listener_count == 0
+        assert controller.abort("late") is False
+
+
+def test_linking_a_controller_racing_its_parent_abort_fires_it_once() -> None:
+    for _ in range(200):
+        caller = AbortController()
+        controller = AbortController(caller.signal)
+        heard: list[object] = []
+        barrier = threading.Barrier(2)
+
+        def racer(i: int) -> None:
+            barrier.wait()
+            if i == 0:
+                controller.signal.add_callback(lambda signal: heard.append(signal.reason))
+            else:
+                caller.abort("p")
+
+        run_threads(2, racer)
+        assert heard == ["p"]
+        assert caller.signal.listener_count == 0
 
 
 def test_a_controller_rejects_a_parent_that_is_not_a_signal() -> None:
@@ -658,15 +764,30 @@ def test_signals_compare_and_hash_by_identity() -> None:
 @dataclass
 class _Node:
     signal: AbortSignal
+    # "controller": AbortController(); "fused": AbortSignal.any(*parents);
+    # "following": AbortController(*parents), subscribed to its parents only
+    # once something subscribed to it (``linked``).
+    kind: str
     controller: AbortController | None = None
     parents: tuple[int, ...] = ()
     aborted: bool = False
     reason: object = None
     closed: bool = False
+    linked: bool = False
+    listeners: int = 0  # callbacks added by the "listen" operation, still pending
     children: list[int] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        """Still able to abort (a plain controller's close changes nothing)."""
+        return not self.aborted and not (self.closed and self.kind != "controller")
 
 
 class _Model:
+    """What the signals should do, told eagerly: every child subscribed to
+    its parents from the start. A following signal must be the same, to
+    every reader but its parents' ``listener_count``."""
+
     def __init__(self) -> None:
         self.nodes: list[_Node] = []
         self.controllers: list[int] = []
@@ -676,55 +797,86 @@ class _Model:
     def new(self) -> None:
         controller = AbortController()
         self.controllers.append(len(self.nodes))
-        self.nodes.append(_Node(controller.signal, controller))
+        self.nodes.append(_Node(controller.signal, "controller", controller))
 
-    def fuse(self, picks: list[int]) -> None:
-        parents = tuple(p % len(self.nodes) for p in picks)
-        index = len(self.nodes)
-        node = _Node(AbortSignal.any(*(self.nodes[p].signal for p in parents)), parents=parents)
-        for p in parents:
+    def _child(self, node: _Node) -> None:
+        for p in node.parents:
             if self.nodes[p].aborted:
                 node.aborted, node.reason = True, self.nodes[p].reason
                 break
-        for p in set(parents):
+        index = len(self.nodes)
+        for p in set(node.parents):
             self.nodes[p].children.append(index)
         self.nodes.append(node)
+
+    def fuse(self, picks: list[int]) -> None:
+        parents = tuple(p % len(self.nodes) for p in picks)
+        node = _Node(AbortSignal.any(*(self.nodes[p].signal for p in parents)), "fused", parents=parents)
+        if not any(self.nodes[p].aborted for p in parents):
+            for p in parents:  # it subscribed to each: a following parent is linked now
+                self._link(p)
+        self._child(node)
+
+    def follow(self, picks: list[int]) -> None:
+        parents = tuple(p % len(self.nodes) for p in picks[:3]) or (0,)
+        controller = AbortController(*(self.nodes[p].signal for p in parents))
+        self.controllers.append(len(self.nodes))
+        self._child(_Node(controller.signal, "following", controller, parents))
+
+    def _link(self, index: int) -> None:
+        node = self.nodes[index]
+        if node.kind == "following" and node.live and not node.linked:
+            node.linked = True
+            for p in node.parents:
+                self._link(p)
+
+    def listen(self, pick: int) -> None:
+        index = pick % len(self.nodes)
+        node = self.nodes[index]
+        heard: list[object] = []
+        node.signal.add_callback(lambda signal: heard.append(signal.reason))
+        if node.aborted:
+            assert heard == [node.reason]  # run at once
+        elif node.live:
+            node.listeners += 1
+            self._link(index)
 
     def abort(self, pick: int, reason: object) -> None:
         index = self.controllers[pick % len(self.controllers)]
         node = self.nodes[index]
         assert node.controller is not None
-        assert node.controller.abort(reason) is (not node.aborted)
-        if node.aborted:
+        assert node.controller.abort(reason) is node.live
+        if not node.live:
             return
         node.aborted, node.reason = True, reason
         fired = [index]
         while fired:
             for c in self.nodes[fired.pop()].children:
                 child = self.nodes[c]
-                if not child.aborted and not child.closed:
+                if child.live:
                     child.aborted, child.reason = True, reason
                     fired.append(c)
 
     def close(self, pick: int) -> None:
         node = self.nodes[pick % len(self.nodes)]
         node.signal.close()
-        if node.controller is None:
+        if node.kind != "controller" and not node.aborted:
             node.closed = True
 
     def check(self) -> None:
         expected = [0] * len(self.nodes)
         for node in self.nodes:
-            if node.controller is None and not node.closed and not node.aborted:
+            if node.live and (node.kind == "fused" or node.linked):
                 for p in set(node.parents):
                     expected[p] += 1
         for node, count in zip(self.nodes, expected, strict=True):
             assert node.signal.aborted is node.aborted
             assert node.signal.reason is node.reason
-            live = not node.aborted and not (node.controller is None and node.closed)
-            assert node.signal.listener_count == (count if live else 0)
-            if node.controller is None and (node.closed or node.aborted):
-                assert node.signal._links == []  # subscribed nowhere
+            assert node.signal.listener_count == (count + node.listeners if node.live else 0)
+            if node.kind != "controller" and not node.live:
+                assert node.signal._links in (None, [])  # subscribed nowhere
+            if node.kind == "following" and not node.linked:
+                assert node.signal._links is None  # never subscribed
 
 
 _index = st.integers(min_value=0, max_value=10_000)
@@ -732,6 +884,8 @@ _operations = st.lists(
     st.one_of(
         st.tuples(st.just("new")),
         st.tuples(st.just("fuse"), st.lists(_index, max_size=3)),
+        st.tuples(st.just("follow"), st.lists(_index, max_size=3)),
+        st.tuples(st.just("listen"), _index),
         st.tuples(st.just("abort"), _index),
         st.tuples(st.just("close"), _index),
     ),
@@ -750,6 +904,10 @@ def test_a_fused_signal_aborts_iff_a_parent_aborted_before_it_closed(
             model.new()
         elif op == "fuse":
             model.fuse(args[0])
+        elif op == "follow":
+            model.follow(args[0])
+        elif op == "listen":
+            model.listen(args[0])
         elif op == "abort":
             model.abort(args[0], f"reason-{step}")
         else:
