@@ -131,12 +131,16 @@ class AbortSignal:
 
         @property
         def aborted(self) -> bool:
-            """Whether the signal has aborted. Lock-free; once ``True``, always ``True``."""
+            """Whether the signal has aborted; once ``True``, always ``True``. Lock-free
+            (but for a controller's with parents, see :class:`AbortController`)."""
 
     else:
         aborted = property(
             attrgetter("_aborted"),
-            doc="Whether the signal has aborted. Lock-free; once ``True``, always ``True``.",
+            doc=(
+                "Whether the signal has aborted; once ``True``, always ``True``. Lock-free (but for a "
+                "controller's with parents, see :class:`AbortController`)."
+            ),
         )
 
     @property
@@ -234,13 +238,15 @@ class AbortSignal:
 
     # -- aborting -------------------------------------------------------------
 
-    def _abort(self, reason: object) -> bool:
+    def _abort(self, reason: object, order: int = 0) -> bool:
         """Abort with ``reason`` unless already aborted (or closed); return
-        whether this call did it. Runs the callbacks on the calling thread."""
+        whether this call did it. Runs the callbacks on the calling thread.
+        ``order``: its place in abort order, when it takes a parent's
+        (0: now)."""
         with self._lock:
             if self._reason is not _PENDING or self._closed:
                 return False
-            self._order = next(_abort_order)
+            self._order = order if order else next(_abort_order)
             self._reason = reason
             self._aborted = True
             event = self._event
@@ -346,15 +352,17 @@ class _Following(AbortSignal):
     """The signal of ``AbortController(*parents)``: a fused signal that
     subscribes to its parents only when something first subscribes to it
     (:meth:`add_callback`, a fused child) or waits on it (:meth:`wait`).
-    Until then each read of its state looks at the parents and adopts the
-    abort of the one that aborted first, in that parent's place in abort
-    order: what the subscription would have delivered.
+    Until that subscription is complete, each read of its state
+    (``aborted``, ``reason``, ``abort``, ``close``) looks at the parents and
+    takes the abort of the one that aborted first, in that parent's place
+    in abort order: what the subscription would have delivered. Such a read
+    may take the signal's lock, and it runs the callbacks (subscribed while
+    it linked) on the reading thread.
 
-    ``_parents``: the parents (no repeats) while it is not linked; ``None``
-    once it is, or once it adopted a parent's abort or closed unlinked.
-    Invariant: while ``_parents`` is set, ``_links`` is ``None`` and the
-    signal has no callbacks and no waiter, so an adopted abort has nobody
-    to tell.
+    State: ``_parents``, the parents, until the subscription to all of them
+    is complete (or it closed); ``None`` after. ``_links`` is ``None`` until
+    a first subscriber starts linking (a list from then on). Invariant:
+    while ``_links`` is ``None`` the signal has no callbacks and no waiter.
     """
 
     __slots__ = ("_parents",)
@@ -374,6 +382,15 @@ class _Following(AbortSignal):
         self._order = 0
         self._aborted = False
         self._parents = parents  # (repeats dropped when it links)
+        for parent in parents:
+            if parent.aborted:
+                # Born aborted, as AbortSignal.any: with the first aborted
+                # parent in argument order, in its place in abort order.
+                self._order = parent._order
+                self._reason = parent._reason
+                self._aborted = True
+                self._parents = None
+                return
 
     if not TYPE_CHECKING:
 
@@ -382,48 +399,44 @@ class _Following(AbortSignal):
             return self._aborted or (self._parents is not None and self._caught_up())
 
     def _caught_up(self) -> bool:
-        """Adopt the abort of the parent that aborted first, if one did and
-        the signal is neither linked, aborted nor closed; return whether the
-        signal has aborted."""
+        """Abort with the parent that aborted first, if one has; return
+        whether the signal has aborted."""
+        if self._aborted:
+            return True
         parents = self._parents
         if parents is None:
-            return self._aborted
-        first: AbortSignal | None = None
+            return False
         for parent in parents:
-            if parent.aborted and (first is None or parent._order < first._order):
+            if parent.aborted:
+                break
+        else:
+            return False
+        # One has. A second look, begun after that abort, sees every parent
+        # that aborted before it: the first of them is the earliest.
+        first = parent
+        for parent in parents:
+            if parent.aborted and parent._order < first._order:
                 first = parent
-        if first is None:
-            return self._aborted
-        self._lock.acquire()
-        try:
-            if self._parents is not None and self._reason is _PENDING and not self._closed:
-                self._order = first._order
-                self._reason = first._reason
-                self._aborted = True
-                self._parents = None
-        finally:
-            self._lock.release()
+        AbortSignal._abort(self, first._reason, first._order)
         return self._aborted
 
     def _link(self) -> None:
-        """Subscribe to the parents now (once; after adopting an abort that
-        came before, so the first one wins as it would have)."""
-        if self._caught_up():
-            return
+        """Subscribe to the parents (once). Reads keep looking at the
+        parents until every subscription is made, so an abort that lands
+        meanwhile is neither lost nor taken out of order."""
         self._lock.acquire()
         try:
             parents = self._parents
-            if parents is None:
-                return  # linked already (or closed), here or on another thread
-            self._parents = None
-            if self._reason is not _PENDING or self._closed:
-                return
+            if parents is None or self._links is not None or self._reason is not _PENDING or self._closed:
+                return  # linking or linked already, aborted, or closed
             self._links = []
         finally:
             self._lock.release()
         if len(parents) > 1:
             parents = tuple(dict.fromkeys(parents))
-        _subscribe(self, parents)
+        if not self._caught_up():
+            _subscribe(self, parents)
+        self._parents = None  # (every parent's abort now reaches it, or has)
 
     @property
     def reason(self) -> object:
@@ -446,33 +459,27 @@ class _Following(AbortSignal):
             self._link()
         return super().add_callback(fn)
 
-    def _abort(self, reason: object) -> bool:
-        if self._parents is not None:
-            if self._caught_up():
-                return False  # a parent aborted first
-            done = super()._abort(reason)
-            self._parents = None  # (aborted: nothing is left to read from them)
-            return done
-        return super()._abort(reason)
+    def _abort(self, reason: object, order: int = 0) -> bool:
+        # A parent that aborted first wins (its controller's abort, or a
+        # parent's callback while linking: either way the earliest).
+        if self._parents is not None and self._caught_up():
+            return False
+        return super()._abort(reason, order)
 
     def close(self) -> None:
-        parents = self._parents
-        if parents is not None and not self._aborted:
-            for parent in parents:
-                if parent.aborted:
-                    self._caught_up()  # closed after that parent's abort: aborted
-                    break
-            self._lock.acquire()
-            try:
-                if self._parents is not None and self._reason is _PENDING:
-                    # Not linked: nothing to unsubscribe. Pending, and now
-                    # for good (a linked or aborted one is base close's).
-                    self._parents = None
-                    self._closed = True
-                    return
-            finally:
-                self._lock.release()
-        super().close()
+        if self._parents is not None:
+            self._caught_up()  # a parent aborted before the close: it is aborted
+        self._lock.acquire()
+        try:
+            if self._links is None and self._reason is _PENDING and not self._closed:
+                # Never subscribed: nothing to undo. Pending for good.
+                self._closed = True
+                self._parents = None
+                return
+        finally:
+            self._lock.release()
+        super().close()  # (its subscriptions; or nothing, if aborted or closed)
+        self._parents = None
 
     def __repr__(self) -> str:
         if self._parents is not None:
@@ -500,8 +507,12 @@ class AbortController:
     ``close``) looks at the parents instead, and takes the abort of the one
     that aborted first, as a subscribed signal would have. A deadline that
     nobody waits on (a tool body that never reads its signal) then costs no
-    subscription at all. Only a parent's
-    :attr:`~AbortSignal.listener_count` tells the two apart.
+    subscription at all. What tells the two apart: a parent's
+    :attr:`~AbortSignal.listener_count`; such a read may take the signal's
+    lock (the one that finds a parent aborted); and a parent's abort that
+    lands while a first subscriber is subscribing it to the parents reaches
+    its callbacks on that subscriber's thread (or a reader's) rather than
+    inside the parent's ``abort()``.
     """
 
     __slots__ = ("_signal",)
@@ -510,19 +521,10 @@ class AbortController:
         if not parents:
             self._signal = AbortSignal()
             return
-        signal = _Following(parents)
         for parent in parents:
             if not isinstance(parent, AbortSignal):
                 raise InvalidTypeError(f"AbortController() takes AbortSignals, not {type(parent).__name__}")
-            if parent.aborted:
-                # Born aborted, as AbortSignal.any: with the first aborted
-                # parent in argument order, in its place in abort order.
-                signal._order = parent._order
-                signal._reason = parent._reason
-                signal._aborted = True
-                signal._parents = None
-                break
-        self._signal = signal
+        self._signal = _Following(parents)
 
     @property
     def signal(self) -> AbortSignal:
@@ -616,7 +618,7 @@ def fuse_late(parents: tuple[AbortSignal, ...]) -> AbortSignal:
         # Nobody else holds `child` yet and it has no callbacks or waiters;
         # an aborted signal ignores later parent aborts, so nothing races
         # these two writes.
-        first = min((p for p in parents if p._reason is not _PENDING), key=_abort_order_of)
+        first = min((p for p in parents if p.aborted), key=_abort_order_of)  # (a following one reads its own)
         child._order = first._order
         child._reason = first._reason
     return child

@@ -58,24 +58,7 @@ class Deadline:
 
     def cancel(self) -> bool:
         """Cancel the deadline; ``True`` if it had not fired (it never will)."""
-        # (The timer's bookkeeping written here, under its lock: one frame
-        # less on a path every timed call takes.)
-        timer = self._timer
-        lock = timer._lock
-        lock.acquire()
-        try:
-            if self._state != _PENDING:
-                return False
-            self._state = _CANCELLED
-            self._fn = None
-            if timer._stopped:
-                return True
-            cancelled = timer._cancelled = timer._cancelled + 1
-            if cancelled >= _COMPACT_MIN and cancelled * 2 > len(timer._heap):
-                timer._compact()
-            return True
-        finally:
-            lock.release()
+        return self._timer._cancel(self)
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _CANCELLED: "cancelled", _FIRED: "fired"}[self._state]
@@ -159,11 +142,24 @@ class DeadlineTimer:
             self._lock.release()
         return deadline
 
-    def _compact(self) -> None:
-        """Drop the cancelled entries (the lock held; see Deadline.cancel)."""
-        self._heap = [entry for entry in self._heap if entry[2]._state == _PENDING]
-        heapq.heapify(self._heap)
-        self._cancelled = 0
+    def _cancel(self, deadline: Deadline) -> bool:
+        self._lock.acquire()
+        try:
+            if deadline._state != _PENDING:
+                return False
+            deadline._state = _CANCELLED
+            deadline._fn = None
+            if self._stopped:
+                return True
+            cancelled = self._cancelled = self._cancelled + 1
+            heap = self._heap
+            if cancelled >= _COMPACT_MIN and cancelled * 2 > len(heap):
+                self._heap = [entry for entry in heap if entry[2]._state == _PENDING]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+            return True
+        finally:
+            self._lock.release()
 
     def stop(self, timeout: float | None = None) -> None:
         """Drop every pending deadline and end the thread (joined, unless

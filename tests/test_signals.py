@@ -711,6 +711,87 @@ def test_linking_a_controller_racing_its_parent_abort_fires_it_once() -> None:
 def test_a_controller_rejects_a_parent_that_is_not_a_signal() -> None:
     with pytest.raises(TypeError, match=r"AbortController\(\) takes AbortSignals, not str"):
         AbortController("nope")  # type: ignore[arg-type]
+    aborted = AbortController()
+    aborted.abort()
+    with pytest.raises(TypeError, match=r"AbortController\(\) takes AbortSignals, not str"):
+        AbortController(aborted.signal, "nope")  # type: ignore[arg-type]
+
+
+class _SlowToSubscribe(AbortSignal):
+    """A parent (that never aborts) whose subscription waits for ``release``."""
+
+    __slots__ = ("entered", "release")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def add_callback(self, fn: AbortCallback) -> Unsubscribe:
+        self.entered.set()
+        self.release.wait(GUARD)
+        return super().add_callback(fn)
+
+
+def test_a_parent_abort_while_a_controller_links_is_neither_lost_nor_overtaken() -> None:
+    slow, b = _SlowToSubscribe(), AbortController()
+    controller = AbortController(slow, b.signal)
+    heard: list[object] = []
+    linker = threading.Thread(target=lambda: controller.signal.add_callback(lambda s: heard.append(s.reason)))
+    linker.start()
+    assert slow.entered.wait(GUARD)  # subscribing: to `slow` now, to b next
+    b.abort("b")
+    assert controller.signal.aborted
+    assert controller.signal.reason == "b"
+    assert controller.abort("own, later") is False
+    slow.release.set()
+    linker.join(GUARD)
+    assert heard == ["b"]  # (run on the linking thread: it subscribed after the abort)
+    assert slow.listener_count == b.signal.listener_count == 0
+
+
+class _SlowToRead(AbortSignal):
+    """A parent (that never aborts) whose first ``aborted`` read once
+    ``armed`` waits for ``release``."""
+
+    __slots__ = ("armed", "entered", "release")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    @property  # type: ignore[override]
+    def aborted(self) -> bool:
+        if self.armed and not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(GUARD)
+        return False
+
+
+def test_a_controller_read_while_its_parents_abort_takes_the_first_of_them() -> None:
+    a, slow, b = AbortController(), _SlowToRead(), AbortController()
+    controller = AbortController(a.signal, slow, b.signal)
+    slow.armed = True
+    seen: list[object] = []
+    reader = threading.Thread(target=lambda: seen.append(controller.signal.aborted))
+    reader.start()
+    assert slow.entered.wait(GUARD)  # the read has looked at a (pending) and is at `slow`
+    a.abort("a")
+    b.abort("b")
+    slow.release.set()
+    reader.join(GUARD)
+    assert seen == [True]
+    assert controller.signal.reason == "a"
+
+
+def test_fuse_late_over_a_controller_not_yet_read_takes_the_abort_it_follows() -> None:
+    x, a = AbortController(), AbortController()
+    controller = AbortController(x.signal)
+    x.abort("x first")
+    a.abort("a later")
+    assert fuse_late((a.signal, controller.signal)).reason == "x first"
 
 
 # -- odds and ends ----------------------------------------------------------
