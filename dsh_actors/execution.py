@@ -170,11 +170,19 @@ class ToolExecution:
 
     @signal.setter
     def signal(self, value: AbortSignal) -> None:
-        _assign_signal(self, value)
+        self.__setattr__("signal", value)  # (where the rule is: __setattr__ sees every assignment)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "signal":
-            _assign_signal(self, value)  # (what the property's setter does, one call less)
+            # A wrapper's replacement (or its restore) while tools/execute
+            # runs, and only then.
+            if self._frozen:
+                raise AttributeError("the execution is frozen")
+            if not self._mutable_signal:
+                raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
+            if not isinstance(value, AbortSignal):
+                raise InvalidTypeError("execution.signal must be an AbortSignal (it cannot be removed)")
+            _set_signal(self, value)
             return
         if name in _IDENTITY:
             raise AttributeError(f"execution.{name} is read-only")
@@ -227,18 +235,6 @@ class ToolExecution:
     _set_mutable_signal,
     _set_frozen,
 ) = slot_setters(ToolExecution, ToolExecution.__slots__)  # every slot, in __slots__ order
-
-
-def _assign_signal(execution: ToolExecution, value: AbortSignal) -> None:
-    """``execution.signal = value``: a wrapper's replacement (or its
-    restore) while ``tools/execute`` runs, and only then."""
-    if execution._frozen:
-        raise AttributeError("the execution is frozen")
-    if not execution._mutable_signal:
-        raise AttributeError("execution.signal may be set only by a tools/execute wrapper")
-    if not isinstance(value, AbortSignal):
-        raise InvalidTypeError("execution.signal must be an AbortSignal (it cannot be removed)")
-    _set_signal(execution, value)
 
 
 class ToolRunContext:
@@ -447,14 +443,12 @@ class ToolRunContext:
 # the objects listeners and bodies see offer none of it. Not exported.
 
 
-def open_signal(execution: ToolExecution) -> None:
-    """Let the ``tools/execute`` wrappers set ``execution.signal``."""
-    execution._open_signal()
-
-
-def restore_signal(execution: ToolExecution, caller: AbortSignal) -> None:
-    """The wrappers are done: ``execution.signal`` is the caller's again, read-only."""
-    execution._restore_signal(caller)
+#: ``open_signal(execution)``: let the ``tools/execute`` wrappers set
+#: ``execution.signal``. ``restore_signal(execution, caller)``: the wrappers
+#: are done, ``execution.signal`` is the caller's again, read-only. (The
+#: methods themselves, as ``freeze`` below.)
+open_signal = ToolExecution._open_signal
+restore_signal = ToolExecution._restore_signal
 
 
 #: ``freeze(execution)``: the call is final, nothing of ``execution``
