@@ -315,8 +315,12 @@ def _run_chain(
 
         return awaiter(fn(*args, anext_))  # type: ignore[no-any-return]
 
-    def next_() -> T:
-        return _run_chain(chain, index + 1, default, args, awaiter)
+    if index + 1 == len(chain):
+        next_ = default  # the last listener's next runs the default itself (two frames less)
+    else:
+
+        def next_() -> T:
+            return _run_chain(chain, index + 1, default, args, awaiter)
 
     result: T = fn(*args, next_)
     if awaiter is not None and isinstance(result, CoroutineType):  # (inspect.iscoroutine, one call less)

@@ -6,6 +6,7 @@ a success a wrapper supplied.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -51,7 +52,8 @@ def dispatch(rt: Kernel, call: Call) -> None:
     open_signal(execution)
     try:
         events = rt.events
-        result = events.waterfall("tools/execute", lambda: run_body(rt, call), execution, agent=execution.agent)
+        # (partial: no frame of its own around run_body)
+        result = events.waterfall("tools/execute", partial(run_body, rt, call), execution, agent=execution.agent)
         skip_post = False
         if not is_result(result):
             result = failure_from_exception(
