@@ -87,6 +87,8 @@ def _variants() -> dict[str, Callable[[ToolRuntime], Agent | None]]:
         "null wrapper": lambda rt: rt.events.on("tools/execute", _null_wrapper) and None,
         "hooks only": lambda rt: _hooks(rt) or None,
         "log only": lambda rt: Agent("harness", session=bench_session()),
+        "agent only": lambda rt: Agent("harness"),
+        "log only, memory": lambda rt: Agent("harness", session=Session()),
     }
 
 
