@@ -15,7 +15,10 @@ Variants (each in a runtime of its own, its no-op tool declaring
 * ``timeout only`` / ``hooks only`` / ``log only``: one part of it, on the
   bare runtime (the file log for ``log only``);
 * ``null wrapper``: a ``tools/execute`` wrapper that only delegates (what
-  any wrapper costs, ``policies.timeout``'s own work aside).
+  any wrapper costs, ``policies.timeout``'s own work aside);
+* ``log only, memory``: ``log only`` with an in-memory ``Session``;
+* ``agent only``: the batch for an agent, with its model step, and no
+  session (what the log's agent costs without the log).
 
 Each at ``--limit 1`` (serial batches: every call inline on the executor,
 no hop; the default) or ``--limit 10`` (the benchmark's cap, call actors).
