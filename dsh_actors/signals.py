@@ -370,17 +370,7 @@ class _Following(AbortSignal):
     _parents: tuple[AbortSignal, ...] | None
 
     def __init__(self, parents: tuple[AbortSignal, ...]) -> None:
-        # (AbortSignal.__init__'s fields, written here: one frame less on a
-        # path taken once a timed call.)
-        self._lock = threading.Lock()
-        self._reason = _PENDING
-        self._callbacks = {}
-        self._next_token = 0
-        self._event = None
-        self._links = None
-        self._closed = False
-        self._order = 0
-        self._aborted = False
+        super().__init__()
         self._parents = parents  # (repeats dropped when it links)
         for parent in parents:
             if parent.aborted:
