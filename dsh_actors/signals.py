@@ -353,11 +353,13 @@ class _Following(AbortSignal):
     subscribes to its parents only when something first subscribes to it
     (:meth:`add_callback`, a fused child) or waits on it (:meth:`wait`).
     Until that subscription is complete, each read of its state
-    (``aborted``, ``reason``, ``abort``, ``close``) looks at the parents and
-    takes the abort of the one that aborted first, in that parent's place
-    in abort order: what the subscription would have delivered. Such a read
-    may take the signal's lock, and it runs the callbacks (subscribed while
-    it linked) on the reading thread.
+    (``aborted``, ``reason``, ``wait``, ``abort``, ``close``) looks at the
+    parents and takes the abort of the one that aborted first, in that
+    parent's place in abort order: what the subscription would have
+    delivered. Such a read may take the signal's lock, and it runs the
+    callbacks (subscribed while it linked) on the reading thread. A fused
+    child of it hears of such an abort when the linking or a read of this
+    signal delivers it, not before.
 
     State: ``_parents``, the parents, until the subscription to all of them
     is complete (or it closed); ``None`` after. ``_links`` is ``None`` until
@@ -437,6 +439,8 @@ class _Following(AbortSignal):
     def wait(self, timeout: float | None = None) -> bool:
         if self._parents is not None:
             self._link()
+            if self._caught_up():  # (another thread may be linking it still)
+                return True
         return super().wait(timeout)
 
     def throw_if_aborted(self) -> None:
@@ -493,16 +497,16 @@ class AbortController:
 
     With parents, the signal subscribes to them only when something first
     subscribes to it or waits on it; until then every read of its state
-    (:attr:`~AbortSignal.aborted`, :attr:`~AbortSignal.reason`, ``abort``,
-    ``close``) looks at the parents instead, and takes the abort of the one
+    (:attr:`~AbortSignal.aborted`, :attr:`~AbortSignal.reason`, ``wait``,
+    ``abort``, ``close``) looks at the parents instead, and takes the abort of the one
     that aborted first, as a subscribed signal would have. A deadline that
     nobody waits on (a tool body that never reads its signal) then costs no
     subscription at all. What tells the two apart: a parent's
     :attr:`~AbortSignal.listener_count`; such a read may take the signal's
     lock (the one that finds a parent aborted); and a parent's abort that
     lands while a first subscriber is subscribing it to the parents reaches
-    its callbacks on that subscriber's thread (or a reader's) rather than
-    inside the parent's ``abort()``.
+    its callbacks (a fused child's included) on that subscriber's thread, or
+    a reader's, rather than inside the parent's ``abort()``.
     """
 
     __slots__ = ("_signal",)

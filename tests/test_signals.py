@@ -750,6 +750,21 @@ def test_a_parent_abort_while_a_controller_links_is_neither_lost_nor_overtaken()
     assert slow.listener_count == b.signal.listener_count == 0
 
 
+def test_waiting_on_a_controller_another_thread_is_linking_sees_a_parent_abort_at_once() -> None:
+    slow, b = _SlowToSubscribe(), AbortController()
+    controller = AbortController(slow, b.signal)
+    linker = threading.Thread(target=lambda: controller.signal.add_callback(lambda _: None))
+    linker.start()
+    assert slow.entered.wait(GUARD)  # subscribing: to `slow` now, to b next
+    b.abort("b")
+    try:
+        assert controller.signal.wait(0) is True
+    finally:
+        slow.release.set()
+        linker.join(GUARD)
+    assert controller.signal.reason == "b"
+
+
 class _SlowToRead(AbortSignal):
     """A parent (that never aborts) whose first ``aborted`` read once
     ``armed`` waits for ``release``."""

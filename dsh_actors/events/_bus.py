@@ -269,7 +269,8 @@ class EventBus:
         """Run ``name``'s listeners as a chain ending in ``default``.
 
         Each listener is called ``fn(*args, next)``; ``next()`` (no
-        arguments) runs the rest of the chain and returns its result. A
+        arguments) runs the rest of the chain and returns its result (the
+        last listener's ``next`` is ``default`` itself). A
         listener that returns without calling ``next()`` vetoes the rest.
         ``next`` may be called more than once (a retry wrapper does).
         Exceptions propagate to the caller, who decides what they mean.

@@ -6,7 +6,6 @@ a success a wrapper supplied.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -52,8 +51,9 @@ def dispatch(rt: Kernel, call: Call) -> None:
     open_signal(execution)
     try:
         events = rt.events
-        # (partial: no frame of its own around run_body)
-        result = events.waterfall("tools/execute", partial(run_body, rt, call), execution, agent=execution.agent)
+        # (A lambda, taking no arguments: the last wrapper's next() is
+        # this default itself.)
+        result = events.waterfall("tools/execute", lambda: run_body(rt, call), execution, agent=execution.agent)
         skip_post = False
         if not is_result(result):
             result = failure_from_exception(
