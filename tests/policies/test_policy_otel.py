@@ -358,25 +358,29 @@ def test_unknown_options_are_refused(rt: Any) -> None:
 
 def _prepared_ahead(rt: Any, otel: Otel) -> tuple[threading.Event, threading.Event]:
     """``lookup`` whose calls c0 and c1 hold until ``release``, the policy
-    on, and an event set once c3 (prepared ahead of a free slot at a limit
-    of 2) has passed pre-execute."""
+    on, and an event set once c0 and c1 run and c3 (prepared ahead of a
+    free slot at a limit of 2) has passed pre-execute: a change made then
+    finds c2 and c3, and only them, prepared and not started."""
     release = threading.Event()
-    c3_prepared = threading.Event()
+    running = threading.Barrier(3)  # c0's body, c1's body, the listener that saw c3
+    ready = threading.Event()
 
     def body(args: Any, ctx: Any) -> Any:
         if args["q"] in ("0", "1"):
+            running.wait(WAIT)
             assert release.wait(WAIT), "the test to release c0 and c1"
         return {"answer": 42}
 
     def note(execution: Any, next_: Any) -> Any:
-        if execution.call_id == "c3":
-            c3_prepared.set()
+        if execution.call_id == "c3" and not ready.is_set():
+            running.wait(WAIT)
+            ready.set()
         return next_()
 
     rt.tools.register(tool("lookup", body))
     use(rt, otel)
     rt.events.on("tools/pre-execute", note)
-    return release, c3_prepared
+    return release, ready
 
 
 def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_submission(rt: Any, otel: Otel) -> None:
@@ -389,7 +393,7 @@ def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_subm
     with otel.tracer.start_as_current_span("agent step") as step:
         future = rt.tools.submit(ToolBatchInput(calls=calls, max_parallel_tool_calls=2))
     try:
-        assert c3_prepared.wait(WAIT), "c3 to be prepared ahead"
+        assert c3_prepared.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
         rt.tools.register(tool("other"))  # prepares c2 and c3 again
     finally:
         release.set()
@@ -414,7 +418,7 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
     try:
-        assert c3_prepared.wait(WAIT), "c3 to be prepared ahead"
+        assert c3_prepared.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
         rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="new rule"))
     finally:
         release.set()
