@@ -78,6 +78,24 @@ def test_a_success_a_wrapper_returns_without_the_body_is_revalidated_and_re_rend
     assert "body" not in trip.journal
 
 
+@pytest.mark.parametrize("wrappers", [1, 2])
+def test_a_wrapper_that_passes_an_argument_to_next_fails_the_call_without_the_body(rt: Any, wrappers: int) -> None:
+    """``next()`` takes no arguments, the innermost wrapper's (the body's
+    default itself) as any other: an argument is the wrapper's own
+    TypeError, never something handed on to the body."""
+    trip = Trip(rt)
+    for _ in range(wrappers - 1):
+        rt.events.on("tools/execute", lambda execution, next_: next_())
+    rt.events.on("tools/execute", lambda execution, next_: next_("some registration"))
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert code_of(result) == ErrorCode.TOOL_FAILED
+    assert result.error.info.name == "TypeError"
+    assert "body" not in trip.journal
+
+
 def test_an_invalid_value_from_a_wrapper_is_invalid_tool_output(rt: Any) -> None:
     trip = Trip(rt)
     rt.events.on(
