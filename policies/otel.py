@@ -91,7 +91,7 @@ from dsh_actors import (
     thaw,
 )
 
-from ._common import Undo, check_bool, check_runtime
+from ._common import Undo, check_bool, check_runtime, executable_definition
 
 __all__ = ["apply"]
 
@@ -202,12 +202,6 @@ class OtelPolicy:
                 self._tools[name] = tool
         return tool
 
-    def _definition(self, execution: ToolExecution) -> Any:
-        try:
-            return self._rt.tools.executable(execution.name, execution.agent, execution.tool_set)
-        except RuntimeError:  # the runtime is stopping
-            return None
-
     def _forget_tools(self) -> None:
         with self._lock:
             self._tools = {}
@@ -244,7 +238,11 @@ class OtelPolicy:
         kind = type(decision)
         if kind is Ask:
             state.asked = True
-            if approved is not None and approved[0] == decision and approved[1] is self._definition(execution):
+            if (
+                approved is not None
+                and approved[0] == decision
+                and approved[1] is executable_definition(self._rt, execution)
+            ):
                 state.cleared = True  # (the approval it had stands: nothing asked, nothing answered)
             else:
                 state.ask = decision
@@ -264,7 +262,7 @@ class OtelPolicy:
             state.cleared = True
             if state.asked:
                 state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
-                state.approved = (state.ask, self._definition(execution))
+                state.approved = (state.ask, executable_definition(self._rt, execution))
         return None
 
     def on_deferred(self, execution: ToolExecution, ask: Any) -> None:
