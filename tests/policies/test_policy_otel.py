@@ -436,3 +436,35 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
         ("dsh.tool.approval.requested", {"dsh.reason": "new rule"}),
         ("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"}),
     ]
+
+
+def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipeline_asks_one(rt: Any, otel: Otel) -> None:
+    """Every call is asked (the same Ask) and allowed; a registry change
+    while c2 and c3 wait prepared ahead prepares them again: the pipeline
+    does not ask again, and the span records one question and one answer,
+    then that it was prepared again."""
+    release, c3_prepared = _prepared_ahead(rt, otel)
+    asked: list[str] = []
+
+    def service(request: Any) -> str:
+        asked.append(request.call_id)
+        return "allowed-once"
+
+    rt.approvals.set(service)
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="careful"))
+    calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
+    future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
+    try:
+        assert c3_prepared.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
+        rt.tools.register(tool("other"))  # prepares c2 and c3 again
+    finally:
+        release.set()
+    future.result(WAIT)
+    assert sorted(asked) == ["c0", "c1", "c2", "c3"]  # once each
+    events = {s.attributes["gen_ai.tool.call.id"]: [e.name for e in s.events] for s in otel.tool_spans()}
+    for call_id in ("c2", "c3"):
+        assert events[call_id] == [
+            "dsh.tool.approval.requested",
+            "dsh.tool.approval.answered",
+            "dsh.tool.prepared_again",
+        ], call_id
