@@ -383,6 +383,17 @@ def _prepared_ahead(rt: Any, otel: Otel) -> tuple[threading.Event, threading.Eve
     return release, ready
 
 
+def _change_while_ahead(future: Any, release: threading.Event, ready: threading.Event, change: Any) -> None:
+    """Once c0 and c1 run and c3 waits prepared ahead (``_prepared_ahead``):
+    ``change()``, then release c0 and c1 and wait for the batch."""
+    try:
+        assert ready.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
+        change()
+    finally:
+        release.set()
+    future.result(WAIT)
+
+
 def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_submission(rt: Any, otel: Otel) -> None:
     """A registry change while calls wait prepared ahead of a free slot
     prepares them again: each call still has one span, ended, whose parent
@@ -392,12 +403,7 @@ def test_a_call_prepared_again_keeps_its_one_span_under_the_span_current_at_subm
     calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(6)]
     with otel.tracer.start_as_current_span("agent step") as step:
         future = rt.tools.submit(ToolBatchInput(calls=calls, max_parallel_tool_calls=2))
-    try:
-        assert c3_prepared.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
-        rt.tools.register(tool("other"))  # prepares c2 and c3 again
-    finally:
-        release.set()
-    future.result(WAIT)
+    _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.register(tool("other")))  # c2, c3 again
     spans = otel.tool_spans()
     assert sorted(s.attributes["gen_ai.tool.call.id"] for s in spans) == [f"c{i}" for i in range(6)]
     for span in spans:
@@ -417,12 +423,9 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     rt.approvals.set(lambda request: "rejected" if request.call_id == "c2" else "allowed-once")
     calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
-    try:
-        assert c3_prepared.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
-        rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="new rule"))
-    finally:
-        release.set()
-    future.result(WAIT)
+    _change_while_ahead(
+        future, release, c3_prepared, lambda: rt.events.on("tools/pre-execute", lambda e, next_: Ask(reason="new rule"))
+    )
     events = {
         s.attributes["gen_ai.tool.call.id"]: [(e.name, dict(e.attributes)) for e in s.events] for s in otel.tool_spans()
     }
@@ -454,12 +457,7 @@ def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipelin
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="careful"))
     calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
-    try:
-        assert c3_prepared.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
-        rt.tools.register(tool("other"))  # prepares c2 and c3 again
-    finally:
-        release.set()
-    future.result(WAIT)
+    _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.register(tool("other")))  # c2, c3 again
     assert sorted(asked) == ["c0", "c1", "c2", "c3"]  # once each
     events = {s.attributes["gen_ai.tool.call.id"]: [e.name for e in s.events] for s in otel.tool_spans()}
     for call_id in ("c2", "c3"):
