@@ -251,3 +251,50 @@ def test_a_calls_outcome_is_written_only_by_call_settle() -> None:
         f"a call's outcome is written outside Call.settle (settle it there): {sorted(writers - _OUTCOME_WRITERS)}"
     )
     assert _OUTCOME_WRITERS <= writers, f"the writers listed here moved: {sorted(_OUTCOME_WRITERS - writers)}"
+
+
+# A call cancelled before its body started is settled by one method,
+# Call.abort_unstarted, which decides whether post-execute sees it (its
+# pre-execute phases ran: ``phases_ran``). Settling one by hand elsewhere
+# would write that rule a second time.
+class _AbortSettles(ast.NodeVisitor):
+    """Where ``<x>.settle(aborted(...), ...)`` is written: the qualified
+    name of the function around each."""
+
+    def __init__(self) -> None:
+        self.scope: list[str] = []
+        self.found: set[str] = set()
+
+    def _enter(self, node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _enter
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "settle" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Call) and isinstance(first.func, ast.Name) and first.func.id == "aborted":
+                self.found.add(".".join(self.scope) or "<module>")
+        self.generic_visit(node)
+
+
+def test_a_call_cancelled_before_its_body_is_settled_by_abort_unstarted_only() -> None:
+    settles = set()
+    phases = set()
+    for name, tree, _ in _modules():
+        scan = _AbortSettles()
+        scan.visit(tree)
+        settles |= {(name, where) for where in scan.found}
+        writers = _Writers(frozenset({"phases_ran"}))
+        writers.visit(tree)
+        phases |= {(name, where) for where in writers.found}
+    assert settles == {("dsh_actors/pipeline/call.py", "Call.abort_unstarted")}, (
+        f"a cancelled call is settled by hand (call Call.abort_unstarted()): {sorted(settles)}"
+    )
+    assert phases == {
+        ("dsh_actors/pipeline/call.py", "Call.__init__"),
+        ("dsh_actors/pipeline/prepare.py", "prepare"),
+    }, f"phases_ran is written outside Call.__init__ and prepare(): {sorted(phases)}"

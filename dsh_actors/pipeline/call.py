@@ -44,6 +44,7 @@ from ..schema import absent_null_plan
 from ..signals import AbortSignal
 from ..visibility import executable
 from .results import (
+    aborted,
     failure_from_exception,
 )
 
@@ -63,6 +64,7 @@ class Call:
         "outcome",
         "run_post",
         "dispatched",
+        "phases_ran",
         "body_invoked",
         "body_contexts",
         "body_results",
@@ -104,6 +106,10 @@ class Call:
         # post-execute (no phases at all, or a throwing policy/wrapper).
         self.run_post = False
         self.dispatched = False
+        # Whether prepare() ran the pre-execute phases for it (got past its
+        # pre-aborted check), once or more: never cleared, not even by
+        # unprepare(). What abort_unstarted() decides post-execute by.
+        self.phases_ran = False
         self.body_invoked = False
         self.body_contexts: tuple[UserMessage, ...] = ()
         self.body_results: list[ToolExecutionResult] = []
@@ -185,6 +191,15 @@ class Call:
         self.outcome = outcome
         self.run_post = run_post
         self.dispatched = dispatched
+
+    def abort_unstarted(self) -> None:
+        """Cancelled before its body started: ``ABORTED_BEFORE_DISPATCH``,
+        whoever cancels it (the pre-aborted check, a listener's ``Cancel``,
+        an abort found after the phases, a halt reclaiming it from its slot,
+        one prepared again or deferred, one never prepared). Post-execute
+        sees it if its pre-execute phases ran (``phases_ran``), once or
+        more: the one place that rule is written."""
+        self.settle(aborted(before_dispatch=True), run_post=self.phases_ran, dispatched=False)
 
     def defer(self, ask: Any) -> None:
         """The approval service answered ``"deferred"`` for ``ask``: the

@@ -29,7 +29,6 @@ from ..visibility import guard_verdict
 from .body import await_on_loop
 from .call import LOOK_UP, Call, in_context, lookup
 from .results import (
-    aborted,
     failure,
     failure_from_exception,
     policy_failure,
@@ -61,8 +60,9 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
         return  # settled as it began (bad arguments, routed to the executor)
     execution = call.execution
     if call.caller.aborted:
-        call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
+        call.abort_unstarted()
         return
+    call.phases_ran = True
     call.registration = lookup(rt, call) if registration is LOOK_UP else registration
     state = rt.state
     reason: str | None
@@ -108,7 +108,7 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
             call.settle(failure(safe_str(reason), info), run_post=True, dispatched=False)
             return
         case Cancel():
-            call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+            call.abort_unstarted()
             return
         case ToolExecutionFailure():  # from approval routing: a denial
             call.settle(decision, run_post=True, dispatched=False)
@@ -141,7 +141,7 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
         return
     caller: AbortSignal = call.caller  # the listeners may have aborted it meanwhile
     if caller.aborted:
-        call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+        call.abort_unstarted()
     # Else allowed: neither settled nor deferred, the call is ready to dispatch.
 
 
@@ -265,6 +265,6 @@ def _policy_raised(call: Call, where: str, exc: BaseException) -> None:
     nothing wrong), and post-execute is skipped."""
     now: AbortSignal = call.caller  # (a listener may have aborted it meanwhile)
     if isinstance(exc, AbortError) and now.aborted:
-        call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+        call.abort_unstarted()
     else:
         call.settle(policy_failure(where, exc), run_post=False, dispatched=False)

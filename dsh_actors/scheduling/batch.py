@@ -441,7 +441,7 @@ class BatchRun:
                 continue  # committed ABORTED already (the stop's deadline)
             if self.halted is not None:
                 # Halted meanwhile: it never starts (as a reclaimed call).
-                call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+                call.abort_unstarted()
                 self._move(index, _HELD)
                 continue
             call.unprepare()
@@ -665,9 +665,8 @@ class BatchRun:
                 state = self.state
                 keep = (lambda call: state[call.index] is not _EARLY) if ahead_only else None
                 for call in mailbox.reclaim(keep):
-                    # Prepared but never dispatched (in its slot or ahead of
-                    # one): it passes post-execute, as a cancel does.
-                    call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+                    # Prepared but never dispatched (in its slot or ahead of one).
+                    call.abort_unstarted()
                     self._move(call.index, _HELD)
             mailbox.release_idle()
 
@@ -707,8 +706,8 @@ class BatchRun:
                 # No barrier and no call starts after an abort: every unstarted
                 # call gets its tool/call and ABORTED_BEFORE_DISPATCH.
                 redo = self._first_redo()
-                while redo is not None:  # (logged already; prepared once: it passes post-execute)
-                    self._call_at(redo).settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+                while redo is not None:  # (logged already)
+                    self._call_at(redo).abort_unstarted()
                     self._move(redo, _HELD)
                     redo = self._first_redo()
                 if self.count[_DEFERRED]:
@@ -719,7 +718,7 @@ class BatchRun:
                     if not self._given(index):  # (else settled already: it commits its given result)
                         call = self._call_at(index)
                         self._log_call(call, started=False)
-                        call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
+                        call.abort_unstarted()
                     self._move(index, _HELD)
                 if self._commit_ready():
                     continue
@@ -771,7 +770,7 @@ class BatchRun:
                 self.next_start = index + 1
                 if not self._log_call(call):
                     # Its tool/call could not be written: it does not run.
-                    call.settle(aborted(before_dispatch=True), run_post=False, dispatched=False)
+                    call.abort_unstarted()
                     self._move(index, _HELD)
                     continue
             prepare(self.rt, call, looked_up)
@@ -1174,7 +1173,7 @@ class BatchRun:
         for index in self._deferred():
             call = calls[index]
             assert call is not None
-            call.settle(aborted(before_dispatch=True), run_post=True, dispatched=False)
+            call.abort_unstarted()
             self._commit_one(index, _DEFERRED)
         self.late = True
 
@@ -1260,9 +1259,9 @@ class BatchRun:
             if index >= self.next_start:
                 assert where is _UNSTARTED, f"call {index} is {where.name} before it started"
                 # Not prepared: no outcome, or one settled as it began (bad arguments).
-                assert call is None or (not call.dispatched and call.ask is None and call.final is None), (
-                    f"call {index} was prepared before it started: {call}"
-                )
+                assert call is None or (
+                    not call.dispatched and not call.phases_ran and call.ask is None and call.final is None
+                ), f"call {index} was prepared before it started: {call}"
                 continue
             assert where is not _UNSTARTED, f"started call {index} is UNSTARTED"
             if index < self.next_commit:
@@ -1273,11 +1272,16 @@ class BatchRun:
             if where is _COMMITTED:
                 assert call is None, f"committed call {index} is held"
             elif where is _DEFERRED:
-                assert call is not None and call.ask is not None and call.outcome is None and call.final is None, (
-                    f"deferred call {index} is {call}"
-                )
+                assert (
+                    call is not None
+                    and call.phases_ran
+                    and call.ask is not None
+                    and call.outcome is None
+                    and call.final is None
+                ), f"deferred call {index} is {call}"
             elif where is _REDO:
-                assert call is not None and call.outcome is None and call.ask is None, (
+                # (Prepared once: an abort now passes it through post-execute.)
+                assert call is not None and call.phases_ran and call.outcome is None and call.ask is None, (
                     f"call {index} to prepare again is {call}"
                 )
             elif where is _HELD:
