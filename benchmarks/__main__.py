@@ -128,6 +128,8 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
             out[f"overhead.n{n}.decorated_per_call_us"] = oh["sizes"][n]["decorated"] / n
         out["overhead.decorated_marginal_us"] = oh["decorated_marginal_us"]
         out["overhead.decorated_n1_us"] = oh["decorated_n1_us"]
+        out["overhead.async_marginal_us"] = oh["async_marginal_us"]
+        out["overhead.async_n1_us"] = oh["async_n1_us"]
         out["scale.concurrent_peak_threads"] = float(oh["concurrent_peak_threads"])
         out["scale.concurrent_threads_bound"] = float(oh["concurrent_threads_bound"])
         out["scale.concurrent_threads_before"] = float(oh["concurrent_threads_before"])
@@ -158,9 +160,6 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
         out["agents.threadpool_round_ms"] = ag["threadpool_round_ms"]
     asy = report.get("async")
     if asy:
-        out["overhead.async_marginal_us"] = asy["async_marginal_us"]
-        out["overhead.async_n1_us"] = asy["async_n1_us"]
-        out["overhead.gather_marginal_us"] = asy["gather_marginal_us"]
         out["pool.async.makespan_ms"] = asy["pool_makespan_ms"]
         out["pool.async.ideal_ms"] = asy["pool_ideal_ms"]
         out["agents.async_calls_per_s"] = asy["agents_calls_per_s"]
@@ -430,29 +429,29 @@ def table(report: dict[str, Any], f: dict[str, float]) -> str:
                 f"{ratio(f['agents.dsh_calls_per_s'], f['agents.threadpool_calls_per_s']):.2f}× tpe",
             )
         )
+    if "async.marginal" in t:
+        rows.append(
+            Row(
+                "async",
+                "marginal async call (execute_async from a running loop)",
+                fmt_us(f["overhead.async_marginal_us"]),
+                f"sync {fmt_us(f['overhead.dsh_marginal_us'])} · asyncio {fmt_us(f['overhead.asyncio_marginal_us'])}",
+                f"{t['async.marginal'].value:.2f}× sync",
+                t["async.marginal"],
+            )
+        )
+        rows.append(
+            Row(
+                "async",
+                "one-call async batch",
+                fmt_us(f["overhead.async_n1_us"]),
+                f"sync {fmt_us(f['overhead.dsh_n1_us'])}",
+                f"{t['async.n1'].value:.2f}× sync",
+                t["async.n1"],
+            )
+        )
     asy = report.get("async")
     if asy:
-        if "async.marginal" in t:
-            rows.append(
-                Row(
-                    "async",
-                    "marginal async call (execute_async from a running loop)",
-                    fmt_us(f["overhead.async_marginal_us"]),
-                    f"sync {fmt_us(f['overhead.dsh_marginal_us'])} · gather {fmt_us(f['overhead.gather_marginal_us'])}",
-                    f"{t['async.marginal'].value:.2f}× sync",
-                    t["async.marginal"],
-                )
-            )
-            rows.append(
-                Row(
-                    "async",
-                    "one-call async batch",
-                    fmt_us(f["overhead.async_n1_us"]),
-                    f"sync {fmt_us(f['overhead.dsh_n1_us'])}",
-                    f"{t['async.n1'].value:.2f}× sync",
-                    t["async.n1"],
-                )
-            )
         rows.append(
             Row(
                 "async",

@@ -1,10 +1,9 @@
 """The async workloads of ``python -m benchmarks`` (section ``async``):
 async tools through ``await rt.tools.execute_async(batch)`` from a running
-loop, against the same no-op through sync tools and asyncio's own
-``create_task`` + ``gather``, all measured in this run.
+loop. (The async no-op's cost, ``overhead.async_marginal_us`` and
+``overhead.async_n1_us``, is measured in the overhead section, between the
+sync batches it is compared with: ``scheduling.run_overhead``.)
 
-* ``overhead.async_marginal_us`` / ``overhead.async_n1_us``: an async no-op
-  tool, batches of 1, 10 and 100 (slope 10 → 100, and the one-call batch).
 * ``pool.async``: 64 ``asyncio.sleep(0.010)`` calls at cap 8, against the
   ideal rolling pool with the loop's measured sleep overshoot.
 * ``agents.async``: 1,000 agents on one loop, each awaiting one batch of 10
@@ -22,14 +21,10 @@ from typing import Any
 from dsh_actors import Agent, ToolBatchInput, ToolCall, ToolRuntime, define_tool
 
 from ._util import ThreadPeak, median
-from .scheduling import CAP, POOL_CALLS, POOL_CAP, TEXT, Plan, _safe, ideal_makespan_ms, noop_batch
+from .scheduling import CAP, POOL_CALLS, POOL_CAP, TEXT, Plan, _safe, ideal_makespan_ms
 
 AGENTS = 1000
 AGENT_CALLS = 10
-
-
-async def _noop(args: Any, ctx: Any) -> str:
-    return "ok"
 
 
 async def _sleep(args: Any, ctx: Any) -> str:
@@ -60,30 +55,7 @@ async def _overshoot_ms(samples: int) -> float:
 async def _run(plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with ToolRuntime(max_parallel_tool_calls=CAP) as rt:
-        rt.tools.register(_tool("noop", _noop, {"i": {"type": "integer"}}))
         rt.tools.register(_tool("sleep", _sleep, {"ms": {"type": "number", "required": True}}))
-        sizes: dict[int, float] = {}
-        gather: dict[int, float] = {}
-        for n in (1, 10, 100):
-            batch = noop_batch(n)
-            reps = plan.overhead_reps(n)
-            for _ in range(max(1, reps // 5)):
-                await rt.tools.execute_async(batch)
-            samples, baseline = [], []
-            for _ in range(reps):
-                start = time.perf_counter()
-                await rt.tools.execute_async(batch)
-                samples.append((time.perf_counter() - start) * 1e6)
-                start = time.perf_counter()
-                await asyncio.gather(*(asyncio.create_task(_noop(None, None)) for _ in range(n)))
-                baseline.append((time.perf_counter() - start) * 1e6)
-            sizes[n] = median(samples)
-            gather[n] = median(baseline)
-        out["async_marginal_us"] = (sizes[100] - sizes[10]) / 90
-        out["async_n1_us"] = sizes[1]
-        out["gather_marginal_us"] = (gather[100] - gather[10]) / 90
-        out["sizes"] = sizes
-
         overshoot = await _overshoot_ms(plan.overshoot_samples)
         pool = _sleep_batch(POOL_CALLS, 10.0, POOL_CAP)
         await rt.tools.execute_async(_sleep_batch(16, 1.0, POOL_CAP))

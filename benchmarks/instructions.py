@@ -24,21 +24,16 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from dsh_actors import ToolRuntime, define_tool
+from dsh_actors import ToolRuntime
 from dsh_actors.pipeline.flights import LoopWatch
 from dsh_actors.scheduling import idle
 
 from ._util import callgrind_instructions
-from .scheduling import TEXT, _safe, noop_batch, noop_tool
+from .scheduling import async_noop_body, noop_batch, noop_tool
 
 CAPS = {"cap10": 10, "cap8": 8, "serial": 1, "async": 10}
 WARM = 6
-
-
-async def _async_noop(args: Any, ctx: Any) -> str:
-    return "ok"
 
 
 def run_one(config: str, batches: int) -> None:
@@ -54,16 +49,7 @@ def run_one(config: str, batches: int) -> None:
     batch = noop_batch(100)
     with ToolRuntime(max_parallel_tool_calls=CAPS[config]) as rt:
         if config == "async":
-            rt.tools.register(
-                define_tool(
-                    name="noop",
-                    description="Does nothing.",
-                    parameters={"i": {"type": "integer"}},
-                    output=TEXT,
-                    execute=_async_noop,
-                    is_concurrency_safe=_safe,
-                )
-            )
+            rt.tools.register(noop_tool(body=async_noop_body))
 
             async def run() -> None:
                 for _ in range(WARM + batches):

@@ -66,6 +66,10 @@ def noop_body(args: Any, ctx: Any) -> str:
     return "ok"
 
 
+async def async_noop_body(args: Any, ctx: Any) -> str:
+    return "ok"
+
+
 def noop_tool(name: str = "noop", body: Callable[[Any, Any], Any] = noop_body) -> Any:
     """A no-op tool with one validated integer argument and a validated
     string output: both validations run, nothing else does."""
@@ -294,9 +298,26 @@ def _dsh_us(rt: ToolRuntime, batch: ToolBatchInput) -> float:
     return elapsed
 
 
+def _dsh_async_us(loop: asyncio.AbstractEventLoop, rt: ToolRuntime, batch: ToolBatchInput) -> float:
+    """One ``await rt.tools.execute_async(batch)`` from a coroutine running
+    on ``loop`` (the caller's loop: the bodies run on it), timed inside it."""
+
+    async def run() -> float:
+        start = time.perf_counter()
+        result = await rt.tools.execute_async(batch)
+        elapsed = (time.perf_counter() - start) * 1e6
+        assert len(result.results) == len(batch.calls)
+        return elapsed
+
+    return loop.run_until_complete(run())
+
+
 def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
     """Per-batch medians (µs) for every size, dsh-actors and baselines
-    interleaved rep by rep (so a slow patch of the machine hits them all)."""
+    interleaved rep by rep (so a slow patch of the machine hits them all).
+    The async no-op (``async def`` bodies, ``execute_async`` from a running
+    loop) is measured here too, between the sync batches it is compared
+    with, at the sizes of the realistic configuration."""
     out: dict[str, Any] = {"sizes": {}}
     loop = asyncio.new_event_loop()
     sdk = otel_sdk()
@@ -307,9 +328,11 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
             ToolRuntime(max_parallel_tool_calls=CAP) as typed,
             ToolRuntime(max_parallel_tool_calls=CAP) as traced,
             ToolRuntime(max_parallel_tool_calls=CAP) as unmarked,
+            ToolRuntime(max_parallel_tool_calls=CAP) as aio,
             ThreadPoolExecutor(CAP) as pool,
         ):
             rt.tools.register(noop_tool())
+            aio.tools.register(noop_tool(body=async_noop_body))
             real.tools.register(realistic_tool(noop_tool()))
             unmarked.tools.register(realistic_tool(noop_tool()))
             typed.tools.register(add3)
@@ -323,6 +346,7 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                 real.tools.execute(realistic_batch(noop_batch(CAP * 2), harness))
                 unmarked.tools.execute(realistic_batch(noop_batch(CAP * 2), unmarked_harness))
                 typed.tools.execute(decorated_batch(CAP * 2))
+                _dsh_async_us(loop, aio, noop_batch(CAP * 2))
                 if traced_harness is not None:
                     traced.tools.execute(realistic_batch(noop_batch(CAP * 2), traced_harness))
                 _threadpool_us(pool, CAP * 2)
@@ -343,10 +367,12 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                     samples["realistic"] = []
                     samples["unmarked"] = []
                     samples["decorated"] = []
+                    samples["async"] = []
                     for _ in range(warm):
                         _dsh_us(real, real_batch)
                         _dsh_us(unmarked, unmarked_batch)
                         _dsh_us(typed, typed_batch)
+                        _dsh_async_us(loop, aio, batch)
                 traced_batch = (
                     realistic_batch(batch, traced_harness)
                     if n in REALISTIC_SIZES and traced_harness is not None
@@ -362,6 +388,7 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
                         samples["realistic"].append(_dsh_us(real, real_batch))
                         samples["unmarked"].append(_dsh_us(unmarked, unmarked_batch))
                         samples["decorated"].append(_dsh_us(typed, typed_batch))
+                        samples["async"].append(_dsh_async_us(loop, aio, batch))
                     if traced_batch is not None:
                         samples["otel"].append(_dsh_us(traced, traced_batch))
                     samples["threadpool"].append(_threadpool_us(pool, n))
@@ -400,6 +427,8 @@ def run_overhead(plan: Plan, progress: Progress) -> dict[str, Any]:
     out["unmarked_n1_us"] = sizes[1]["unmarked"]
     out["decorated_marginal_us"] = slope("decorated", 10, 100)
     out["decorated_n1_us"] = sizes[1]["decorated"]
+    out["async_marginal_us"] = slope("async", 10, 100)
+    out["async_n1_us"] = sizes[1]["async"]
     if "otel" in sizes[10]:
         out["otel_marginal_us"] = slope("otel", 10, 100)
     progress.note("scale: 200 concurrent batches")
