@@ -219,12 +219,11 @@ _OUTCOME_WRITERS = {
 }
 
 
-class _Writers(ast.NodeVisitor):
-    """Where each of ``fields`` is assigned: the qualified name of the
-    function (or class) around each assignment."""
+class _Scoped(ast.NodeVisitor):
+    """Collects, in ``found``, the qualified name of the function (or
+    class) around each node a subclass :meth:`mark` s."""
 
-    def __init__(self, fields: frozenset[str]) -> None:
-        self.fields = fields
+    def __init__(self) -> None:
         self.scope: list[str] = []
         self.found: set[str] = set()
 
@@ -235,9 +234,20 @@ class _Writers(ast.NodeVisitor):
 
     visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _enter
 
+    def mark(self) -> None:
+        self.found.add(".".join(self.scope) or "<module>")
+
+
+class _Writers(_Scoped):
+    """Where each of ``fields`` is assigned."""
+
+    def __init__(self, fields: frozenset[str]) -> None:
+        super().__init__()
+        self.fields = fields
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.ctx, (ast.Store, ast.Del)) and node.attr in self.fields:
-            self.found.add(".".join(self.scope) or "<module>")
+            self.mark()
         self.generic_visit(node)
 
 
@@ -257,27 +267,15 @@ def test_a_calls_outcome_is_written_only_by_call_settle() -> None:
 # Call.abort_unstarted, which decides whether post-execute sees it (its
 # pre-execute phases ran: ``phases_ran``). Settling one by hand elsewhere
 # would write that rule a second time.
-class _AbortSettles(ast.NodeVisitor):
-    """Where ``<x>.settle(aborted(...), ...)`` is written: the qualified
-    name of the function around each."""
-
-    def __init__(self) -> None:
-        self.scope: list[str] = []
-        self.found: set[str] = set()
-
-    def _enter(self, node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self.scope.append(node.name)
-        self.generic_visit(node)
-        self.scope.pop()
-
-    visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _enter
+class _AbortSettles(_Scoped):
+    """Where ``<x>.settle(aborted(...), ...)`` is written."""
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "settle" and node.args:
             first = node.args[0]
             if isinstance(first, ast.Call) and isinstance(first.func, ast.Name) and first.func.id == "aborted":
-                self.found.add(".".join(self.scope) or "<module>")
+                self.mark()
         self.generic_visit(node)
 
 
