@@ -239,6 +239,7 @@ class BatchRun:
         "signal",
         "body_parent",
         "owns_body_parent",
+        "call_signal",
         "unsubscribe",
         "bug",
         "log_error",
@@ -299,6 +300,14 @@ class BatchRun:
         self.signal: AbortSignal = AbortController().signal if batch.signal is None else batch.signal
         self.body_parent: AbortSignal = rt.stop_signal
         self.owns_body_parent = False
+        # Every call's execution.signal, what its hooks see (pre-execute
+        # listeners, the approval service, wrappers, guards, post-execute):
+        # the batch's signal and the runtime's stop, the first abort wins.
+        # Without a batch signal, the stop's own; with one, a following
+        # signal of the batch's own (subscribing only when something
+        # listens), apart from body_parent, so a hook that closes its
+        # execution.signal detaches nothing of the bodies'.
+        self.call_signal: AbortSignal = rt.stop_signal
         self.unsubscribe: Any = None
         self.bug: BaseException | None = None
         self.log_error: BaseException | None = None
@@ -457,7 +466,7 @@ class BatchRun:
             fed.call_id,
             fed.name,
             fed.arguments,
-            self.signal,
+            self.call_signal,
             batch.agent,
             batch.tool_set,
             root_call_id=fed.root_call_id,
@@ -482,6 +491,7 @@ class BatchRun:
             # batch's signal fused once with the runtime's stop signal.
             self.body_parent = AbortSignal.any(self.signal, stopping)
             self.owns_body_parent = True
+            self.call_signal = AbortController(self.signal, stopping).signal
         inbox = self.inbox
 
         def wake(_: AbortSignal) -> None:
@@ -600,6 +610,7 @@ class BatchRun:
             self.unsubscribe()
         if self.owns_body_parent:
             self.body_parent.close()
+            self.call_signal.close()
         if self.mailbox is not None:
             self.mailbox.close()
         if self.count[_DEFERRED] and self.bug is None and self.log_error is None and not self.stuck:
@@ -971,7 +982,7 @@ class BatchRun:
             tool_call.id,
             tool_call.name,
             parse_arguments(tool_call.arguments),  # may be BadArguments
-            self.signal,
+            self.call_signal,
             batch.agent,
             batch.tool_set,
             override=override,

@@ -37,7 +37,7 @@ from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, actor_thread_ident, settle
 from ..definition import validate_definition
-from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError
+from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError, ToolBatchExecutionError, safe_str
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..model import ToolBatchInput, ToolBatchResult
@@ -349,17 +349,21 @@ class ExecutorActor(MailboxActor):
                         native = run.native
                     else:
                         native = work.native
-                        run = BatchRun(
-                            self._rt,
-                            native,
-                            work.batch,
-                            work.limit,
-                            work.reply,
-                            work.loop,
-                            native.resume_run,
-                            starts=work.starts,
-                            run_here=native.run_here,
-                        )
+                        try:
+                            run = BatchRun(
+                                self._rt,
+                                native,
+                                work.batch,
+                                work.limit,
+                                work.reply,
+                                work.loop,
+                                native.resume_run,
+                                starts=work.starts,
+                                run_here=native.run_here,
+                            )
+                        except BaseException as exc:  # noqa: BLE001 - a bug: fail the batch, never leave it waiting
+                            work = self._unstarted(work, exc)
+                            continue
                     native.run_started(run)
                     try:
                         outcome = run.begin()
@@ -371,6 +375,18 @@ class ExecutorActor(MailboxActor):
                     work = self._go_on(work.run, work.run.drain())
                 case _:
                     assert_never(work)
+
+    def _unstarted(self, work: RunBatch, exc: BaseException) -> RunBatch | Begin | Resume | None:
+        """``work``'s batch could not even be set up (a bug): its caller
+        gets a ``ToolBatchExecutionError`` caused by ``exc``, nothing of it
+        ran, and the step slot goes on to the next work."""
+        logger.opt(exception=exc).error("setting up a batch failed")
+        error = ToolBatchExecutionError(f"the batch could not be set up (a bug in the runtime): {safe_str(exc)}")
+        error.__cause__ = exc
+        assert self._address is not None
+        next_work: RunBatch | Begin | Resume | None = self.dispatcher.step_ended(self._address)
+        settle(work.reply, error=error)
+        return next_work
 
     def _go_on(self, run: BatchRun, outcome: Any) -> RunBatch | Begin | Resume | None:
         """Drain ``run`` until it ends or its inbox is empty; then the next

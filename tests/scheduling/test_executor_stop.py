@@ -272,3 +272,102 @@ def test_stop_leaves_a_loop_thread_blocked_by_an_async_body_behind_and_names_it(
     finally:
         release.set()
     assert_no_new_threads(before)  # the loop's thread ends once the body lets it go
+
+
+# --------------------------------------------------------------------------
+# rt.stop() reaches the hooks of a call, not only its body: a pre-execute
+# listener (sync or async), the approval service and a tools/execute
+# wrapper that wait on the call's signal, as the reference asks them to,
+# are woken by the stop, and the batch answers with its results at once.
+# --------------------------------------------------------------------------
+
+
+def _hooked(rt: ToolRuntime, kind: str, entered: threading.Event, woke: list[bool]) -> None:
+    from dsh_actors import Ask
+
+    if kind == "sync listener":
+
+        def listener(execution: Any, next_: Any) -> Any:
+            entered.set()
+            woke.append(execution.signal.wait(GUARD))
+            return next_()
+
+        rt.events.on("tools/pre-execute", listener)
+    elif kind == "async listener":
+
+        async def alistener(execution: Any, next_: Any) -> Any:
+            entered.set()
+            try:
+                await asyncio.sleep(GUARD)
+            except asyncio.CancelledError:
+                woke.append(True)
+                raise
+            woke.append(False)
+            return await next_()
+
+        rt.events.on("tools/pre-execute", alistener)
+    elif kind == "approval service":
+        rt.events.on("tools/pre-execute", lambda execution, next_: Ask("may I?"))
+
+        def service(request: Any) -> str:
+            entered.set()
+            woke.append(request.signal.wait(GUARD))
+            return "allowed-once"
+
+        rt.approvals.set(service)
+    else:
+
+        def wrapper(execution: Any, next_: Any) -> Any:
+            if not entered.is_set():
+                entered.set()
+                woke.append(execution.signal.wait(GUARD))
+            return next_()
+
+        rt.events.on("tools/execute", wrapper)
+
+
+@pytest.mark.parametrize("kind", ["sync listener", "async listener", "approval service", "tools/execute wrapper"])
+@pytest.mark.parametrize("with_signal", [False, True], ids=["no batch signal", "batch signal"])
+def test_stop_wakes_a_hook_waiting_on_the_calls_signal(kind: str, with_signal: bool) -> None:
+    from dsh_actors import AbortController, Agent
+
+    before = live_threads()
+    rt = ToolRuntime().start()
+    entered = threading.Event()
+    woke: list[bool] = []
+    ran: list[str] = []
+    rt.tools.register(make_tool("t", lambda args, ctx: ran.append("body") or "ok"))
+    _hooked(rt, kind, entered, woke)
+    controller = AbortController()
+    future = rt.tools.submit(
+        ToolBatchInput(calls=calls("t", "t"), agent=Agent("a"), signal=controller.signal if with_signal else None)
+    )
+    must(entered, "the hook to wait on the call's signal")
+    rt.stop(timeout=GUARD)
+    batch = future.result(GUARD)  # its results, not the stop's error
+    assert woke == [True]
+    assert [code_of(r.result) for r in batch.results] == ["ABORTED_BEFORE_DISPATCH"] * 2
+    assert ran == []
+    assert rt.abandoned == ()
+    assert not controller.signal.aborted
+    assert_no_new_threads(before)
+
+
+def test_a_batch_that_cannot_be_set_up_fails_with_its_error_instead_of_leaving_its_caller_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_actors.scheduling import batch as batch_module
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in BatchRun")
+
+    with ToolRuntime() as rt:
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+        rt.tools.execute(ToolBatchInput(calls=calls("t")))  # an executor actor is up
+        monkeypatch.setattr(batch_module.BatchRun, "__init__", broken)
+        with pytest.raises(ToolBatchExecutionError, match="could not be set up") as raised:
+            rt.tools.submit(ToolBatchInput(calls=calls("t"))).result(GUARD)
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        monkeypatch.undo()
+        # The step slot went on: the next batch runs.
+        assert [code_of(r.result) for r in rt.tools.execute(ToolBatchInput(calls=calls("t"))).results] == [None]
