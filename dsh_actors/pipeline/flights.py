@@ -149,6 +149,8 @@ class Flight:
 
     def start(self) -> None:
         """Start the task (on the loop's thread; its watch schedules it)."""
+        if self.ended:
+            return  # ended before its start ran (its loop stopped meanwhile: the watch ended it)
         if self.signal.aborted:
             # Aborted before its first step: it never starts.
             self.coro.close()
@@ -374,11 +376,6 @@ class Wave:
                 unsubscribe()
 
 
-def _start_all(flights: tuple[Flight, ...]) -> None:
-    for flight in flights:
-        flight.start()
-
-
 class Outbox:
     """The loop side of a batch's inbox: the ends of the batch's flights
     that happen on the loop's thread in one iteration of the loop go to
@@ -426,10 +423,13 @@ class _Beat:
 class LoopWatch:
     """The runtime's watch over the loops its flights run on (see the
     module docstring). State, under ``_lock``: ``_flights`` (loop → the
-    flights in flight on it), ``_beats`` (loop → its last heartbeat);
-    ``_thread`` runs from the first :meth:`launch` until :meth:`stop`.
-    Invariant: a flight is in ``_flights`` from its launch until it ends,
-    and ends at most once."""
+    flights in flight on it), ``_beats`` (loop → its last heartbeat),
+    ``_inlets`` (loop → the flights launched onto it whose start the loop
+    has not run yet: one ``call_soon_threadsafe`` for all of them, however
+    many launches join it before the loop runs it); ``_thread`` runs from
+    the first :meth:`launch` until :meth:`stop`. Invariants: a flight is in
+    ``_flights`` from its launch until it ends, and ends at most once; one
+    in an inlet has no task yet (a flight that ended there never starts)."""
 
     #: Seconds between two looks at the loops.
     PERIOD: ClassVar[float] = 0.25
@@ -447,6 +447,10 @@ class LoopWatch:
         self._beats: dict[asyncio.AbstractEventLoop, _Beat] = {}
         self._thread: threading.Thread | None = None
         self._stopped = False
+        # loop -> the flights launched onto it whose start is scheduled and
+        # not yet run: a launch while its loop has not yet run the pending
+        # start joins it (one wake of the loop for them all).
+        self._inlets: dict[asyncio.AbstractEventLoop, list[Flight]] = {}
         # The watch waits for a first flight (no timer): a launch wakes it.
         # While it looks every PERIOD, a launch does not (a batch's flights
         # come and go every few microseconds; a wake each time would cost
@@ -495,14 +499,26 @@ class LoopWatch:
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
+            inlet = self._inlets.get(loop)
+            if inlet is not None:
+                inlet.extend(flights)  # the loop has not run the pending start yet
+                return
+            self._inlets[loop] = list(flights)
         try:
-            if len(flights) == 1:
-                loop.call_soon_threadsafe(flights[0].start)
-            else:
-                loop.call_soon_threadsafe(_start_all, tuple(flights))
+            loop.call_soon_threadsafe(self._start_pending, loop)
         except RuntimeError:  # closed just now
-            for flight in flights:
+            with self._lock:
+                pending = self._inlets.pop(loop, [])
+            for flight in pending:
                 flight.fail_gone("closed")
+
+    def _start_pending(self, loop: asyncio.AbstractEventLoop) -> None:
+        # On the loop's thread: start every flight launched onto it since
+        # the start was scheduled, in launch order.
+        with self._lock:
+            pending = self._inlets.pop(loop, ())
+        for flight in pending:
+            flight.start()
 
     def assert_invariants(self) -> None:
         """(The property tests.) A flight in the watch has not ended, and
@@ -514,6 +530,10 @@ class LoopWatch:
                     assert not flight.ended, f"{flight!r} ended and is still watched"
                     wave = flight.wave
                     assert wave is not None and flight in wave.flights, f"{flight!r} is not in its wave"
+            for loop, pending in self._inlets.items():
+                for flight in pending:
+                    assert flight.task is None, f"{flight!r} waits for its start and has a task"
+                    assert flight.ended or flight in self._flights.get(loop, ()), f"{flight!r} is not watched"
 
     def in_flight(self) -> int:
         with self._lock:

@@ -39,7 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @in_context
-def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
+def prepare(
+    rt: Kernel, call: Call, registration: Any = LOOK_UP, before_hooks: Callable[[], None] | None = None
+) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
     Leaves the call settled without dispatch (its ``outcome``), deferred
@@ -54,7 +56,9 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
 
     ``registration``: what the caller looked up for this call just now, on
     this thread (the executor classifies a call right before preparing it);
-    by default the tool is looked up here.
+    by default the tool is looked up here. ``before_hooks``: called once,
+    just before the pre-execute listeners (or a given answer) are run, if
+    they are (the executor launches the bodies it started before them).
     """
     if call.outcome is not None:
         return  # settled as it began (bad arguments, routed to the executor)
@@ -71,6 +75,8 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
     if call.answer is not None:
         # A continued batch: the waterfall ran and asked in the batch that
         # deferred the call; the answer given now takes the service's place.
+        if before_hooks is not None:
+            before_hooks()
         try:
             answer, ask = call.answer
             decision = _decide(call, ask, answer)
@@ -79,6 +85,8 @@ def prepare(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> None:
             return
     # Without a listener the waterfall is its default, Allow(): skip it.
     elif events.listeners("tools/pre-execute", execution.agent):
+        if before_hooks is not None:
+            before_hooks()
         try:
             decision = events.waterfall(
                 "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)

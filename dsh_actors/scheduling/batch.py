@@ -784,7 +784,10 @@ class BatchRun:
                     call.abort_unstarted()
                     self._move(index, _HELD)
                     continue
-            prepare(self.rt, call, looked_up)
+            # The flights this step started are launched before this call's
+            # pre-execute listeners or approval run (they may block, or change
+            # what holds): a body that started is not held behind them.
+            prepare(self.rt, call, looked_up, self._launch if self.launching else None)
             # Prepared: settled without dispatch (an outcome), deferred (an
             # ask), or allowed (neither), to dispatch.
             settled = call.outcome is not None
@@ -806,16 +809,19 @@ class BatchRun:
             if settled:
                 self._move(index, _HELD)
                 continue  # settled without dispatch: it commits in its turn
-            if not early and wants_loop(self.rt, call, call.registration):
+            if (
+                not early
+                and wants_loop(self.rt, call, call.registration)
+                and (self.mailbox is None or self.mailbox.all_taken())
+            ):
                 # An async body: a flight on its loop, which reports its end
-                # in a message; no thread waits for it. Launched after this
-                # step, with the others this step starts (one wake of the loop).
-                # The calls queued before it have their starts decided first
-                # (model order): if one went stale, it comes back, and this
-                # one is prepared again after it.
-                if self.mailbox is not None and not self.mailbox.clear_queued():
-                    self._put_back(call)
-                    return
+                # in a message; no thread waits for it. Launched at the end
+                # of this step, or before the next call's pre-execute hooks
+                # run if that is sooner (launches join into one wake of the
+                # loop: LoopWatch). (With calls still queued before it, it is
+                # queued too, below: calls start in model order, each under
+                # what holds when a call actor takes it, and that call actor
+                # waits for its body on the loop.)
                 flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
                 if flight is not None:
                     self._move(index, _FLIGHT)

@@ -48,7 +48,7 @@ LEAVE: Final[_Leave] = _Leave()
 class WorkMailbox:
     """One batch's work mailbox (see the module docstring).
 
-    The executor calls :meth:`put`, :meth:`clear_queued`, :meth:`resume`,
+    The executor calls :meth:`put`, :meth:`all_taken`, :meth:`resume`,
     :meth:`reclaim`, :meth:`release_idle` and :meth:`close`; call actors
     call :meth:`arrive`, :meth:`take` and :meth:`report`. Its state is the
     mailbox's own (the executor reads none of it), guarded by the
@@ -72,9 +72,9 @@ class WorkMailbox:
       queued behind it, in one :class:`Returned`, and the mailbox is
       ``held`` (nothing is taken or put) until the executor has that
       message (:meth:`resume`): no call behind it starts before it has been
-      prepared again. ``cleared`` counts the calls at the head of the queue
-      decided already (:meth:`clear_queued`: a later call started on a
-      loop); they start without a second check.
+      prepared again. A later call whose body runs on a loop starts only
+      once nothing is queued here (:meth:`all_taken`); until then it is
+      queued too, behind them.
     * No server idles on a draining mailbox (the executor said nothing more
       is coming for now): one that runs out of calls leaves. Nor while
       another batch waits for a slot of the budget: a server that runs out
@@ -112,7 +112,6 @@ class WorkMailbox:
         "closed",
         "draining",
         "held",
-        "cleared",
         "_dispatcher",
         "inbox",
         "_stale",
@@ -134,7 +133,6 @@ class WorkMailbox:
         self.closed = False
         self.draining = False  # the executor has nothing more to put for now
         self.held = False  # a stale call went back: nothing moves until resume()
-        self.cleared = 0  # queued calls (at the head) whose start is decided already
         self._dispatcher = dispatcher
         self.inbox = inbox  # the batch's inbox: where Settled goes
         # stale(call): what the call was prepared under has changed; it goes
@@ -155,7 +153,7 @@ class WorkMailbox:
             assert 0 <= self.sentinels <= self.servers, self
             assert 0 <= self.idle <= self.servers, self
             queued = sum(1 for item in self._items if item is not LEAVE)
-            assert 0 <= self.cleared <= queued, self
+            assert queued == len(self._items) - self.sentinels, self
             assert not (self.held and queued), "a call is queued while the mailbox is held"
 
     def granted(self) -> int:
@@ -172,25 +170,18 @@ class WorkMailbox:
     def _reclaim(self, keep: Callable[[Call], bool] | None = None) -> list[Call]:
         # (Under the lock.) The queued calls ``keep`` does not keep (every
         # one without it), in order; LEAVEs and the kept calls stay queued
-        # in their order, the kept ones decided if they were.
+        # in their order.
         items = self._items
         staying: list[Any] = []
         taken: list[Call] = []
-        cleared = self.cleared
-        position = 0
         for item in items:
             if item is LEAVE or (keep is not None and keep(item)):
                 staying.append(item)
             else:
                 taken.append(item)
-                if position < self.cleared:
-                    cleared -= 1  # (the kept ones before and after it stay decided)
-            if item is not LEAVE:
-                position += 1
         if taken:
             items.clear()
             items.extend(staying)
-        self.cleared = cleared
         return taken
 
     def _give_back(self, first: Call) -> Returned:
@@ -236,39 +227,13 @@ class WorkMailbox:
             time.sleep(0)
         return True
 
-    def clear_queued(self) -> bool:
-        """A call after the queued ones is about to start elsewhere (its
-        body on a loop): decide the queued calls' starts now, in model
-        order, so none of them is found stale after a later call started.
-        False when one is stale (it goes back with the rest, as in
-        :meth:`take`) or the mailbox is held: the later call does not
-        start now, and is to be prepared again after them."""
-        returned: Returned | None = None
+    def all_taken(self) -> bool:
+        """Whether every call put here has been taken (its start decided, in
+        model order) and none is on its way back (not held): a later call
+        may then start elsewhere, its body on a loop, without starting
+        ahead of one queued here."""
         with self._lock:
-            if self.held:
-                return False
-            stale = self._stale
-            items = self._items
-            calls = [item for item in items if item is not LEAVE]
-            for position in range(self.cleared, len(calls)):
-                if stale is not None and stale(calls[position]):
-                    # It and the calls behind it go back; those ahead of it
-                    # are decided (they start as they are taken).
-                    kept = calls[:position]
-                    leaves = len(items) - len(calls)
-                    items.clear()
-                    items.extend(kept)
-                    items.extend([LEAVE] * leaves)
-                    self.held = True
-                    returned = Returned(tuple(calls[position:]))
-                    self.cleared = position
-                    break
-            else:
-                self.cleared = len(calls)
-        if returned is not None:
-            self.inbox.put(returned)
-            return False
-        return True
+            return not self.held and len(self._items) == self.sentinels
 
     def resume(self) -> None:
         """The executor has the calls that went back (a ``Returned``)."""
@@ -378,9 +343,7 @@ class WorkMailbox:
                         self.sentinels -= 1
                         self.servers -= 1
                         return item
-                    if self.cleared:
-                        self.cleared -= 1
-                    elif self._stale is not None and self._stale(item):
+                    if self._stale is not None and self._stale(item):
                         returned = self._give_back(item)
                     if returned is None:
                         # Others still wait and nobody is on the way: one

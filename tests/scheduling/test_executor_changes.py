@@ -613,3 +613,103 @@ def test_a_put_asks_at_once_for_a_server_when_none_is_there() -> None:
     assert mailbox.put("c1") is True  # type: ignore[arg-type]
     assert budget.requests == 1
     mailbox.close()
+
+
+def test_a_call_queued_before_an_async_call_runs_under_what_holds_when_a_call_actor_takes_it() -> None:
+    """Calls start in model order, each under what holds when it starts: c1
+    waits in the work mailbox (the one call actor runs c0) when c2, an
+    async call, is prepared. c2 does not start ahead of c1 as a flight: it
+    waits behind c1, so a guard added after c2 was prepared, before a call
+    actor takes c1, applies to c1 (and c2 still runs after it)."""
+    with started_runtime(max_call_actors=1) as rt:
+        timeline = Timeline()
+        c0_running, release_c0, c2_prepared = threading.Event(), threading.Event(), threading.Event()
+
+        def blocking(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                c0_running.set()
+                must(release_c0, "the test to release call 0")
+            return "c0"
+
+        def plain(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return "c1"
+
+        async def async_body(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return "c2"
+
+        rt.tools.register(make_tool("blocking", blocking))
+        rt.tools.register(make_tool("plain", plain))
+        rt.tools.register(make_tool("a", async_body))  # type: ignore[arg-type]
+
+        def note_c2(execution: Any, next_: Any) -> Any:
+            if execution.call_id == "c2":
+                c2_prepared.set()
+            return next_()
+
+        rt.events.on("tools/pre-execute", note_c2)
+        future = rt.tools.submit(
+            ToolBatchInput(calls=tuple(calls("blocking", "plain", "a")), max_parallel_tool_calls=3)
+        )
+        try:
+            must(c0_running, "call 0 to run")
+            must(c2_prepared, "call 2 to be prepared (call 1 is queued before it)")
+            rt.tools.guard(lambda execution: "late guard" if execution.name == "plain" else None)
+        finally:
+            release_c0.set()
+        result = future.result(GUARD)
+        assert [r.result.is_error for r in result.results] == [False, True, False], result.results
+        assert "late guard" in (_message(result.results[1].result) or "")
+        assert "c1" not in timeline.starts  # its body never ran
+        assert timeline.ends["c0"] <= timeline.starts["c2"], (timeline.starts, timeline.ends)
+
+
+@pytest.mark.parametrize("hook", ["sync listener", "async listener", "approval service"])
+def test_an_async_body_started_is_not_held_behind_a_later_calls_pre_execute_hook(hook: str) -> None:
+    """c0's async body starts when c0 is dispatched, before c1's
+    pre-execute listener or approval service runs: a hook that waits (for a
+    person, say) never holds an earlier body back. Here c1's hook waits for
+    c0's body, which would never come if c0's flight waited for the step
+    to end."""
+    from dsh_actors import Ask
+
+    with started_runtime() as rt:
+        c0_running = threading.Event()
+        saw: list[bool] = []
+
+        async def async_body(args: Any, ctx: Any) -> str:
+            c0_running.set()
+            return "c0"
+
+        rt.tools.register(make_tool("a", async_body))  # type: ignore[arg-type]
+        rt.tools.register(make_tool("s", lambda args, ctx: "c1"))
+        if hook == "sync listener":
+
+            def listener(execution: Any, next_: Any) -> Any:
+                if execution.call_id == "c1":
+                    saw.append(c0_running.wait(GUARD))
+                return next_()
+
+            rt.events.on("tools/pre-execute", listener)
+        elif hook == "async listener":
+
+            async def alistener(execution: Any, next_: Any) -> Any:
+                if execution.call_id == "c1":
+                    saw.append(await asyncio.to_thread(c0_running.wait, GUARD))
+                return await next_()
+
+            rt.events.on("tools/pre-execute", alistener)
+        else:
+            rt.events.on(
+                "tools/pre-execute", lambda execution, next_: Ask("ok?") if execution.call_id == "c1" else next_()
+            )
+
+            def service(request: Any) -> str:
+                saw.append(c0_running.wait(GUARD))
+                return "allowed-once"
+
+            rt.approvals.set(service)
+        result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("a", "s")), agent=Agent("approving")))
+        assert [r.result.value for r in result.results] == ["c0", "c1"], result.results
+        assert saw == [True]
