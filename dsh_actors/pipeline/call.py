@@ -139,8 +139,8 @@ class Call:
         # A body in flight on its loop (start_on_loop): what finish_on_loop needs.
         self.entered: Any = None
         # Whether the caller (or the runtime's stop) was aborted when the
-        # dispatch outcome settled (the body returned, or the tools/execute
-        # waterfall did); None until then. Finalize replaces a success with
+        # dispatch outcome settled (the body returned; for a success a
+        # tools/execute wrapper made, the waterfall did); None until then. Finalize replaces a success with
         # ABORTED only when this is True: an abort after a body settled
         # never rewrites its outcome, however long the call waits for its
         # turn to commit.

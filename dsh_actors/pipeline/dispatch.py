@@ -64,11 +64,12 @@ def dispatch(rt: Kernel, call: Call) -> None:
             )
             skip_post = True
         elif type(result) is ToolExecutionSuccess and not _produced(result, call.body_results):
-            # A success the body did not produce: revalidate and re-render it.
+            # A success the body did not produce: revalidate and re-render
+            # it. It settles here, as the waterfall ends (an abort before
+            # now replaces it); a success the body produced settled when
+            # the body did, however long a wrapper held it after that.
             result = _revalidate(rt, call, result)
-        # The waterfall's outcome settles the call (a wrapper may have
-        # waited after the body, or supplied a result without it).
-        call.settled_aborted = abort_seen(call, rt.stop_signal)
+            call.settled_aborted = abort_seen(call, rt.stop_signal)
     except BaseException as exc:  # noqa: BLE001 - a throwing wrapper skips post-execute
         result = failure_from_exception(exc)
         skip_post = True

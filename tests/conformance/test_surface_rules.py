@@ -3,6 +3,7 @@ nested dispatch, executor-owned tools, the caller's signal, disposers."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from dsh_actors import (
     ToolExecutionInput,
     ToolOutput,
     ToolRestriction,
+    ToolRuntime,
     define_tool,
     text,
 )
@@ -160,7 +162,10 @@ def test_an_executor_owned_tool_runs_through_the_pipeline_and_a_direct_native_ca
 # -- the caller's signal ---------------------------------------------------
 
 
-def test_pre_execute_post_execute_and_the_approval_request_see_the_batch_signal_itself(rt: Any) -> None:
+def test_pre_execute_post_execute_and_the_approval_request_see_one_signal_of_the_batch_and_the_stop(rt: Any) -> None:
+    # One signal for every hook of the call (not a wrapper's replacement, not
+    # one per phase): the batch's signal combined with rt.stop_signal, so a
+    # hook waiting on it is woken by an abort of the batch and by a stop.
     controller = AbortController()
     seen: dict[str, Any] = {}
     rt.tools.register(tool())
@@ -171,9 +176,37 @@ def test_pre_execute_post_execute_and_the_approval_request_see_the_batch_signal_
         ToolBatchInput(calls=(ToolCall("c1", "t", "{}"),), agent=Agent("a"), signal=controller.signal)
     )
     assert not batch.results[0].result.is_error
-    assert seen["pre"] is controller.signal
-    assert seen["post"] is controller.signal
-    assert seen["approval"] is controller.signal
+    assert seen["pre"] is seen["post"] is seen["approval"]
+    assert not seen["pre"].aborted and seen["pre"] is not rt.stop_signal
+    # Without a batch signal: the stop's own.
+    unsigned: dict[str, Any] = {}
+    rt.events.on("tools/pre-execute", lambda ex, nxt: (unsigned.setdefault("pre", ex.signal), nxt())[1], prepend=True)
+    rt.tools.execute(ToolBatchInput(calls=(ToolCall("c3", "t", "{}"),), agent=Agent("c")))
+    assert unsigned["pre"] is rt.stop_signal
+
+
+@pytest.mark.parametrize("abort", ["batch", "stop"])
+def test_the_hooks_signal_follows_the_batch_signal_and_the_stop(abort: str) -> None:
+    controller = AbortController()
+    entered, seen = threading.Event(), []
+
+    def pre(ex: Any, nxt: Any) -> Any:
+        entered.set()
+        seen.append(ex.signal.wait(10.0))
+        return nxt()
+
+    with ToolRuntime() as own:
+        own.tools.register(tool())
+        own.events.on("tools/pre-execute", pre)
+        future = own.tools.submit(ToolBatchInput(calls=(ToolCall("c1", "t", "{}"),), signal=controller.signal))
+        assert entered.wait(10.0)
+        if abort == "batch":
+            controller.abort()
+        else:
+            own.stop()
+        result = future.result(10.0)
+    assert seen == [True]
+    assert result.results[0].result.error.info.code == "ABORTED_BEFORE_DISPATCH"
 
 
 # -- observers and disposers ----------------------------------------------

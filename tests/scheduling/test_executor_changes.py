@@ -713,3 +713,50 @@ def test_an_async_body_started_is_not_held_behind_a_later_calls_pre_execute_hook
         result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("a", "s")), agent=Agent("approving")))
         assert [r.result.value for r in result.results] == ["c0", "c1"], result.results
         assert saw == [True]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("returns", ["the body's result", "its own success", "no body"])
+def test_a_wrapper_holding_a_result_past_the_abort_keeps_the_bodys_success_only(kind: str, returns: str) -> None:
+    """The abort is held against the moment the body settled, however long
+    a tools/execute wrapper keeps its result: the body's own success stays
+    a success; a success the wrapper made (after the abort) is replaced,
+    ABORTED if the body ran, ABORTED_BEFORE_DISPATCH if it did not."""
+    from dsh_actors import ToolExecutionSuccess
+
+    with started_runtime() as rt:
+        controller = AbortController()
+        held, ran = threading.Event(), []
+
+        if kind == "sync":
+
+            def body(args: Any, ctx: Any) -> str:
+                ran.append(True)
+                return "from the body"
+
+        else:
+
+            async def body(args: Any, ctx: Any) -> str:  # type: ignore[misc]
+                ran.append(True)
+                return "from the body"
+
+        def wrapper(execution: Any, next_: Any) -> Any:
+            result = None if returns == "no body" else next_()
+            held.set()
+            must_fire = execution.signal.wait(GUARD)  # the abort lands after the body settled
+            assert must_fire
+            if returns == "the body's result":
+                return result
+            return ToolExecutionSuccess(value="from the wrapper", content=())
+
+        rt.tools.register(make_tool("t", body))  # type: ignore[arg-type]
+        rt.events.on("tools/execute", wrapper)
+        future = rt.tools.submit(ToolBatchInput(calls=tuple(calls("t")), signal=controller.signal))
+        must(held, "the wrapper to hold the result")
+        controller.abort()
+        result = future.result(GUARD).results[0].result
+        expected = {"the body's result": None, "its own success": "ABORTED", "no body": "ABORTED_BEFORE_DISPATCH"}
+        assert code_of(result) == expected[returns], result
+        if returns == "the body's result":
+            assert result.value == "from the body"
+        assert ran == ([] if returns == "no body" else [True])
