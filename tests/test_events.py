@@ -5,12 +5,14 @@ exports one object per decision and names the events it documents."""
 from __future__ import annotations
 
 import re
+import threading
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 import dsh_actors
-from dsh_actors import Agent, events, model
+from dsh_actors import Agent, ToolOutput, events, model, text
 from dsh_actors.events import EventBus
 
 ROOT = Agent("root")
@@ -55,3 +57,47 @@ def test_event_names_are_the_events_the_package_documents() -> None:
     assert events.__doc__ is not None
     documented = re.findall(r"^``(tools/[a-z-]+)``", events.__doc__, re.M)
     assert list(events.EVENT_NAMES) == documented
+
+
+def test_a_sync_pre_execute_listener_between_two_async_ones_runs_off_the_loop_and_its_next_awaits_the_last() -> None:
+    """async -> sync -> async: the sync listener's next() runs the async one
+    after it on the batch's loop, so it is called on a worker thread (the
+    loop's own thread could not wait for it), in the call's context."""
+    import contextvars
+
+    from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime, define_tool
+
+    request = contextvars.ContextVar("request", default="none")
+    seen: list[tuple[str, bool, str]] = []
+
+    def where(name: str) -> None:
+        seen.append((name, threading.current_thread().name == "dsh-asyncio", request.get()))
+
+    async def first(execution: Any, next_: Any) -> Any:
+        where("first")
+        return await next_()
+
+    def middle(execution: Any, next_: Any) -> Any:
+        where("middle")
+        return next_()
+
+    async def last(execution: Any, next_: Any) -> Any:
+        where("last")
+        return await next_()
+
+    with ToolRuntime() as rt:
+        rt.tools.register(
+            define_tool(
+                name="t",
+                description="t",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+                execute=lambda args, ctx: "ok",
+            )
+        )
+        for listener in (first, middle, last):
+            rt.events.on("tools/pre-execute", listener)
+        request.set("r1")
+        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),)))
+    assert result.results[0].result.value == "ok", result.results[0].result
+    assert seen == [("first", True, "r1"), ("middle", False, "r1"), ("last", True, "r1")]

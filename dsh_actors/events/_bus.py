@@ -17,6 +17,7 @@ the package docstring (:mod:`dsh_actors.events`).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import threading
@@ -337,9 +338,11 @@ async def _arun_chain(
     awaiter: Callable[[Any], Any],
 ) -> T:
     """The rest of a chain, awaited by an async listener (on its loop): async
-    listeners are awaited here; a sync one is called here with a sync
-    ``next`` (which cannot wait for an async listener after it from the
-    loop's own thread: the awaiter says so)."""
+    listeners are awaited here; a sync one is called with a sync ``next``,
+    here when no async listener comes after it, else on a worker thread
+    (``asyncio.to_thread``, in this context), where its ``next()`` may wait
+    for the async listeners after it on this loop (the loop's own thread
+    cannot)."""
     if index == len(chain):
         return default()
     entry = chain[index]
@@ -354,7 +357,10 @@ async def _arun_chain(
     def next_() -> T:
         return _run_chain(chain, index + 1, default, args, awaiter)
 
-    result = fn(*args, next_)
+    if any(later.is_async for later in chain[index + 1 :]):
+        result = await asyncio.to_thread(fn, *args, next_)
+    else:
+        result = fn(*args, next_)
     if inspect.iscoroutine(result):
         return await result  # type: ignore[no-any-return]
     return result  # type: ignore[no-any-return]
