@@ -83,11 +83,6 @@ class LoopThread:
                         loop.set_exception_handler(_quiet_about_abandoned)
                 closing = loop.create_task(loop.shutdown_asyncgens())
                 loop.run_until_complete(asyncio.wait((closing,), timeout=_LEFT_FOR_CLOSING))
-                # The loop's default executor's threads (asyncio.to_thread in
-                # an async body, a sync listener after an async one) end with
-                # it, not after the runtime stopped.
-                joining = loop.create_task(loop.shutdown_default_executor())
-                loop.run_until_complete(asyncio.wait((joining,), timeout=_LEFT_FOR_CLOSING))
             except BaseException as exc:  # noqa: BLE001 - the loop closes whatever a task did
                 logger.opt(exception=exc).error("the runtime's event loop could not end cleanly")
             finally:

@@ -5,7 +5,6 @@ exports one object per decision and names the events it documents."""
 from __future__ import annotations
 
 import re
-import threading
 from typing import Any
 
 from hypothesis import given
@@ -59,30 +58,25 @@ def test_event_names_are_the_events_the_package_documents() -> None:
     assert list(events.EVENT_NAMES) == documented
 
 
-def test_a_sync_pre_execute_listener_between_two_async_ones_runs_off_the_loop_and_its_next_awaits_the_last() -> None:
-    """async -> sync -> async: the sync listener's next() runs the async one
-    after it on the batch's loop, so it is called on a worker thread (the
-    loop's own thread could not wait for it), in the call's context."""
-    import contextvars
-
+def test_a_sync_pre_execute_listener_between_two_async_ones_fails_its_call_with_an_error_naming_the_fix() -> None:
+    """async -> sync -> async: the sync listener runs on the batch's loop,
+    whose own thread cannot wait for the async one after it: its next()
+    raises at once, naming it and the fix, and the last listener and the
+    body never run."""
     from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime, define_tool
 
-    request = contextvars.ContextVar("request", default="none")
-    seen: list[tuple[str, bool, str]] = []
-
-    def where(name: str) -> None:
-        seen.append((name, threading.current_thread().name == "dsh-asyncio", request.get()))
+    seen: list[str] = []
 
     async def first(execution: Any, next_: Any) -> Any:
-        where("first")
+        seen.append("first")
         return await next_()
 
     def middle(execution: Any, next_: Any) -> Any:
-        where("middle")
+        seen.append("middle")
         return next_()
 
     async def last(execution: Any, next_: Any) -> Any:
-        where("last")
+        seen.append("last")
         return await next_()
 
     with ToolRuntime() as rt:
@@ -92,12 +86,12 @@ def test_a_sync_pre_execute_listener_between_two_async_ones_runs_off_the_loop_an
                 description="t",
                 parameters={},
                 output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
-                execute=lambda args, ctx: "ok",
+                execute=lambda args, ctx: seen.append("body") or "ok",
             )
         )
         for listener in (first, middle, last):
             rt.events.on("tools/pre-execute", listener)
-        request.set("r1")
-        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),)))
-    assert result.results[0].result.value == "ok", result.results[0].result
-    assert seen == [("first", True, "r1"), ("middle", False, "r1"), ("last", True, "r1")]
+        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),))).results[0].result
+    assert result.is_error and result.error.info is not None and result.error.info.code == "POLICY_FAILED"
+    assert "middle" in result.error.message and "make it async def" in result.error.message
+    assert seen == ["first", "middle"]

@@ -17,7 +17,6 @@ the package docstring (:mod:`dsh_actors.events`).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import itertools
 import threading
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_a
 
 from loguru import logger
 
-from ..errors import InvalidTypeError, RuntimeStoppedError, callable_name, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError, callable_name, safe_str
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Agent
@@ -338,11 +337,9 @@ async def _arun_chain(
     awaiter: Callable[[Any], Any],
 ) -> T:
     """The rest of a chain, awaited by an async listener (on its loop): async
-    listeners are awaited here; a sync one is called with a sync ``next``,
-    here when no async listener comes after it, else on a worker thread
-    (``asyncio.to_thread``, in this context), where its ``next()`` may wait
-    for the async listeners after it on this loop (the loop's own thread
-    cannot)."""
+    listeners are awaited here; a sync one is called here with a sync
+    ``next``, which fails with a clear error if an async listener comes
+    after it (the loop's own thread cannot wait for one)."""
     if index == len(chain):
         return default()
     entry = chain[index]
@@ -354,13 +351,23 @@ async def _arun_chain(
 
         return await fn(*args, anext_)  # type: ignore[no-any-return]
 
-    def next_() -> T:
-        return _run_chain(chain, index + 1, default, args, awaiter)
-
     if any(later.is_async for later in chain[index + 1 :]):
-        result = await asyncio.to_thread(fn, *args, next_)
+
+        def next_() -> T:
+            # (Its caller is the loop's own thread, which cannot wait for
+            # the async listener after it.)
+            raise InvalidStateError(
+                f"the sync listener {callable_name(fn)} runs on the event loop of the async listener before it, "
+                "and an async listener comes after it, which its next() cannot wait for on that loop's own "
+                "thread: make it async def (or subscribe it before the async ones)"
+            )
+
     else:
-        result = fn(*args, next_)
+
+        def next_() -> T:
+            return _run_chain(chain, index + 1, default, args, awaiter)
+
+    result = fn(*args, next_)
     if inspect.iscoroutine(result):
         return await result  # type: ignore[no-any-return]
     return result  # type: ignore[no-any-return]
