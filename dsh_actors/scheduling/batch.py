@@ -608,13 +608,15 @@ class BatchRun:
     def _close(self) -> ToolBatchResult | BaseException:
         if self.unsubscribe is not None:
             self.unsubscribe()
-        if self.owns_body_parent:
-            self.body_parent.close()
-            self.call_signal.close()
         if self.mailbox is not None:
             self.mailbox.close()
         if self.count[_DEFERRED] and self.bug is None and self.log_error is None and not self.stuck:
             self._commit_behind_waiting()
+        if self.owns_body_parent:
+            # (After the last commits: their post-execute listeners and
+            # tools/result observers still see the signal live.)
+            self.body_parent.close()
+            self.call_signal.close()
         if self.late:
             # A deferred call committed after the calls behind it (an abort):
             # results are in model order all the same.

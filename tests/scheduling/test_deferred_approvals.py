@@ -878,3 +878,65 @@ def test_a_call_turned_exclusive_while_queued_behind_a_deferred_call_suspends_pe
     if session is not None:
         calls_logged = [e["call_id"] for e in session.events() if e["type"] == "tool/call"]
         assert sorted(calls_logged) == ["a", "b", "d", "p"]  # once each, though "a" and "d" started twice
+
+
+def test_the_calls_committed_as_a_batch_suspends_still_see_a_live_signal() -> None:
+    """A batch that suspends commits the calls settled behind a call that
+    waits for a deferred one as it closes: their post-execute listeners run
+    with execution.signal still following the batch's signal (an abort wakes
+    a listener waiting on it), not a signal closed for good."""
+    import threading
+
+    from dsh_actors import Deny
+
+    from .helpers import calls, must
+
+    with started_runtime(max_call_actors=1) as rt:
+        release, blocking_runs, c3_prepared = threading.Event(), threading.Event(), threading.Event()
+
+        def blocking(args: Any, ctx: Any) -> str:
+            blocking_runs.set()
+            must(release, "the test to release call 1")
+            return "b"
+
+        rt.tools.register(make_tool("d", lambda args, ctx: "d"))
+        rt.tools.register(make_tool("blocking", blocking))
+        dispose_x = rt.tools.register(make_tool("x", lambda args, ctx: "x"))
+        rt.tools.register(make_tool("y", lambda args, ctx: "y"))
+
+        def pre(execution: Any, next_: Any) -> Any:
+            if execution.name == "d":
+                return Ask("ok?")
+            if execution.name == "y":
+                c3_prepared.set()
+                return Deny("no y")
+            return next_()
+
+        rt.events.on("tools/pre-execute", pre)
+        rt.approvals.set(lambda request: "deferred")
+        controller = AbortController()
+        woken: list[bool] = []
+
+        def post(execution: Any, result: Any, next_: Any) -> Any:
+            if execution.name == "y":
+                threading.Thread(target=controller.abort).start()
+                woken.append(execution.signal.wait(GUARD))
+            return next_()
+
+        rt.events.on("tools/post-execute", post)
+        future = rt.tools.submit(
+            ToolBatchInput(
+                calls=tuple(calls("d", "blocking", "x", "y")),
+                signal=controller.signal,
+                agent=Agent("a"),
+                max_parallel_tool_calls=4,
+            )
+        )
+        must(blocking_runs, "call 1 to run")
+        must(c3_prepared, "call 3 to be prepared (call 2 queued behind call 1)")
+        dispose_x()
+        rt.tools.register(make_tool("x", lambda args, ctx: "x", classifier=None))  # exclusive: call 2 goes back
+        release.set()
+        result = future.result(GUARD)
+        assert result.pending == ("c0", "c2")
+        assert woken == [True]
