@@ -818,9 +818,9 @@ class BatchRun:
             ):
                 # An async body: a flight on its loop, which reports its end
                 # in a message; no thread waits for it. Launched at the end
-                # of this step, or before the next call's pre-execute hooks
-                # run if that is sooner (launches join into one wake of the
-                # loop: LoopWatch). (With calls still queued before it, it is
+                # of this step, or sooner: before a later call is put in the
+                # mailbox or its pre-execute hooks run (launches join into
+                # one wake of the loop: LoopWatch). (With calls still queued before it, it is
                 # queued too, below: calls start in model order, each under
                 # what holds when a call actor takes it, and that call actor
                 # waits for its body on the loop.)
@@ -840,9 +840,14 @@ class BatchRun:
                     dispatch(self.rt, call)
                     self.inline = None
                 self._move(index, _HELD)
-            elif not self._put(call, early):
-                self._put_back(call)
-                return
+            else:
+                if self.launching:
+                    # The flights started before it go first: calls start
+                    # in model order (a call actor may take it at once).
+                    self._launch()
+                if not self._put(call, early):
+                    self._put_back(call)
+                    return
 
     def _put_back(self, call: Call) -> None:
         """``call`` was prepared to start, but a stale call before it is on

@@ -760,3 +760,35 @@ def test_a_wrapper_holding_a_result_past_the_abort_keeps_the_bodys_success_only(
         if returns == "the body's result":
             assert result.value == "from the body"
         assert ran == ([] if returns == "no body" else [True])
+
+
+def test_an_async_call_is_launched_before_a_later_call_is_handed_to_a_call_actor() -> None:
+    """Calls start in model order: c0's flight is launched before c1 goes
+    to the work mailbox, so c1's body (on a call actor) sees c0's body
+    start even while the executor's step goes on with c2 (whose guard
+    waits for c1 to end)."""
+    with started_runtime() as rt:
+        c0_running, c1_done = threading.Event(), threading.Event()
+        saw: list[bool] = []
+
+        async def first(args: Any, ctx: Any) -> str:
+            c0_running.set()
+            return "c0"
+
+        def second(args: Any, ctx: Any) -> str:
+            saw.append(c0_running.wait(GUARD))
+            c1_done.set()
+            return "c1"
+
+        rt.tools.register(make_tool("a", first))  # type: ignore[arg-type]
+        rt.tools.register(make_tool("s", second))
+        rt.tools.register(make_tool("g", lambda args, ctx: "c2"))
+
+        def guard(execution: Any) -> None:
+            if execution.call_id == "c2":
+                must(c1_done, "call 1 to end")  # the step goes on only after c1 ended
+
+        rt.tools.guard(guard)
+        result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("a", "s", "g"))))
+        assert [r.result.value for r in result.results] == ["c0", "c1", "c2"], result.results
+        assert saw == [True]
