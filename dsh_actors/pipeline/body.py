@@ -168,25 +168,39 @@ def run_body(rt: Kernel, call: Call, registration: Any = None) -> ToolExecutionR
     entered = _enter_body(rt, call, registration)
     if not isinstance(entered, _Entered):
         return entered
+    call.settled_aborted = None  # (an async body's end on its loop records it: _invoke)
     try:
-        value = _invoke(rt, entered.body, call.execution.arguments, entered.ctx, entered.is_async, call.loop)
+        value = _invoke(
+            rt, entered.body, call.execution.arguments, entered.ctx, entered.is_async, call, entered.stopping
+        )
     except BaseException as exc:  # noqa: BLE001 - any exception from user code is a failure
-        return _leave_body(call, entered, None, exc)
-    return _leave_body(call, entered, value, None)
+        return _leave_body(call, entered, None, exc, call.settled_aborted)
+    return _leave_body(call, entered, value, None, call.settled_aborted)
 
 
-def _invoke(rt: Kernel, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None = None, loop: Any = None) -> Any:
+def _invoke(
+    rt: Kernel, fn: Any, args: Any, ctx: ToolRunContext, is_async: bool | None, call: Call, stopping: AbortSignal
+) -> Any:
     """Call a tool body on this thread: a sync body here; an ``async def``
     body (or a sync one that returns a coroutine) as a :class:`Flight` on
-    its loop, this thread waiting for it. ``is_async`` is what registration
-    found (``is_async_callable(fn)``, computed once); ``None`` computes it."""
+    its loop, this thread waiting for it, and whether the abort had fired
+    when it ended there recorded in ``call.settled_aborted`` (not when this
+    thread wakes). ``is_async`` is what registration found
+    (``is_async_callable(fn)``, computed once); ``None`` computes it."""
     if is_async_callable(fn) if is_async is None else is_async:
         signal = ctx.signal  # the task's cancellation needs it: fuse it now
-        return await_on_loop(rt, fn(args, ctx), signal, loop, ctx.name, ctx.call_id)
-    value = fn(args, ctx)
-    if isinstance(value, CoroutineType):  # inspect.iscoroutine
-        return await_on_loop(rt, value, ctx.signal, loop, ctx.name, ctx.call_id)
-    return value
+        coro = fn(args, ctx)
+    else:
+        coro = fn(args, ctx)
+        if not isinstance(coro, CoroutineType):  # inspect.iscoroutine
+            return coro
+        signal = ctx.signal
+
+    def ended() -> None:
+        # On the loop's thread, as the body ends: what the abort rule holds it against.
+        call.settled_aborted = abort_seen(call, stopping)
+
+    return await_on_loop(rt, coro, signal, call.loop, ctx.name, ctx.call_id, ended)
 
 
 def target_loop(rt: Kernel, loop: Any) -> asyncio.AbstractEventLoop:
@@ -197,7 +211,13 @@ def target_loop(rt: Kernel, loop: Any) -> asyncio.AbstractEventLoop:
 
 
 def await_on_loop(
-    rt: Kernel, coro: Any, signal: AbortSignal, loop: Any = None, name: str = "?", call_id: str = "?"
+    rt: Kernel,
+    coro: Any,
+    signal: AbortSignal,
+    loop: Any = None,
+    name: str = "?",
+    call_id: str = "?",
+    ended: Callable[[], None] | None = None,
 ) -> Any:
     """Run ``coro`` as a :class:`Flight` on ``loop`` (None: the runtime's
     own loop thread) and wait for it to end, on this thread: for a body
@@ -215,6 +235,8 @@ def await_on_loop(
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def on_end(value: Any, error: BaseException | None) -> None:
+        if ended is not None:
+            ended()  # (before the waiting thread can see the end)
         if error is not None:
             done.set_exception(error)
         else:

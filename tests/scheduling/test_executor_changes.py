@@ -792,3 +792,30 @@ def test_an_async_call_is_launched_before_a_later_call_is_handed_to_a_call_actor
         result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("a", "s", "g"))))
         assert [r.result.value for r in result.results] == ["c0", "c1", "c2"], result.results
         assert saw == [True]
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["a flight", "under a wrapper"])
+def test_an_async_body_that_ended_before_the_abort_keeps_its_success_however_late_its_waiter_wakes(
+    wrapped: bool,
+) -> None:
+    """The abort comes from a callback the loop runs right after the body's
+    last step: the body settled first, so its success stands, whether the
+    batch's executor hears of its end (a flight) or a call actor waits for
+    it under a tools/execute wrapper (which wakes after the abort)."""
+    with started_runtime() as rt:
+        controllers: list[AbortController] = []
+
+        async def body(args: Any, ctx: Any) -> str:
+            asyncio.get_running_loop().call_soon(controllers[-1].abort)  # after this, its last step
+            return "v"
+
+        rt.tools.register(make_tool("b", body))  # type: ignore[arg-type]
+        if wrapped:
+            rt.events.on("tools/execute", lambda execution, next_: next_())
+        codes = []
+        for _ in range(20):
+            controller = AbortController()
+            controllers.append(controller)
+            result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("b")), signal=controller.signal))
+            codes.append(code_of(result.results[0].result))
+        assert codes == [None] * 20
