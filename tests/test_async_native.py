@@ -14,6 +14,7 @@ import pytest
 
 from dsh_actors import (
     AbortController,
+    AbortSignal,
     Agent,
     Ask,
     ErrorCode,
@@ -703,3 +704,98 @@ def test_concurrent_async_agents_do_not_grow_the_threads() -> None:
     # Executor actors only while a batch takes a step (idle ones are kept up
     # to 32), the loop watch: nowhere near one thread per agent.
     assert in_flight <= 40, in_flight
+
+
+def test_a_flight_cancelled_before_the_loop_ran_its_start_never_runs() -> None:
+    """A launch that joins a start the loop has not run yet returns before
+    that start is even scheduled (its launcher still on its way to
+    call_soon_threadsafe): a cancel() made then must still win. Forced with
+    a real loop whose call_soon_threadsafe holds the first launcher."""
+    from dsh_actors.pipeline.flights import Flight, LoopWatch
+
+    hold, held = threading.Event(), threading.Event()
+
+    class HeldLoop(asyncio.SelectorEventLoop):
+        def call_soon_threadsafe(self, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(callback, "__name__", "") == "_start_pending" and not hold.is_set():
+                held.set()
+                hold.wait(10)  # the first launcher, after it released the watch's lock
+            return super().call_soon_threadsafe(callback, *args, **kwargs)
+
+    loop = HeldLoop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    watch = LoopWatch()
+    ends: dict[str, Any] = {}
+    both = threading.Event()
+    ran: list[str] = []
+
+    def on_end(name: str) -> Any:
+        def end(value: Any, error: BaseException | None) -> None:  # (on the loop's thread: never blocks)
+            ends[name] = type(error).__name__ if error is not None else value
+            if len(ends) == 2:
+                both.set()
+
+        return end
+
+    async def body(name: str) -> str:
+        ran.append(name)
+        return name
+
+    try:
+        first = Flight(body("first"), AbortSignal(), loop, "first", "c0", on_end("first"))
+        second = Flight(body("second"), AbortSignal(), loop, "second", "c1", on_end("second"))
+        launcher = threading.Thread(target=watch.launch, args=(first,))
+        launcher.start()
+        assert held.wait(10)
+        watch.launch(second)  # joins the first one's start, not scheduled yet
+        second.cancel()
+        hold.set()
+        launcher.join(10)
+        assert both.wait(10)
+        assert ends == {"first": "first", "second": "CancelledError"}
+        assert ran == ["first"]
+    finally:
+        hold.set()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        watch.stop()
+
+
+def test_the_watch_keeps_nothing_of_a_loop_that_closed_with_a_start_pending() -> None:
+    from dsh_actors.pipeline.flights import Flight, LoopWatch
+
+    watch = LoopWatch()
+    try:
+        loop = asyncio.new_event_loop()
+        in_blocker, go = threading.Event(), threading.Event()
+
+        def blocker() -> None:
+            in_blocker.set()
+            go.wait(10)
+            loop.stop()
+
+        loop.call_soon(blocker)
+        thread = threading.Thread(target=loop.run_forever)
+        thread.start()
+        assert in_blocker.wait(10)
+        ended = threading.Event()
+        errors: list[str] = []
+
+        async def body() -> int:
+            return 1
+
+        watch.launch(
+            Flight(body(), AbortSignal(), loop, "x", "c0", lambda v, e: (errors.append(type(e).__name__), ended.set()))
+        )
+        go.set()  # the loop stops with the flight's start still queued
+        thread.join(10)
+        loop.close()
+        assert ended.wait(10)  # the watch ends it
+        assert errors == ["LoopGoneError"]
+        assert watch.in_flight() == 0
+        assert not watch.carries(loop)
+        watch.assert_invariants()  # (no start is kept pending for a loop without flights)
+    finally:
+        watch.stop()

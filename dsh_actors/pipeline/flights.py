@@ -109,6 +109,7 @@ class Flight:
         "context",
         "cancelled",
         "ahead",
+        "cancel_first",
     )
 
     def __init__(
@@ -135,6 +136,9 @@ class Flight:
         self.started = False  # the coroutine took its first step
         self.by_signal = False  # the signal fired (and cancelled the task)
         self.cancelled = False  # the task was cancelled (once; the loop's thread only)
+        # cancel() reached the loop before the start did (a launch that
+        # joined a pending start): start() then cancels it at once.
+        self.cancel_first = False  # (the loop's thread only)
         self.ended = False
         self.wave: Wave | None = None  # the flights launched with it on its signal (one subscription)
         self.watch: LoopWatch | None = None
@@ -156,7 +160,17 @@ class Flight:
             self.coro.close()
             self._end(None, AbortError(before_dispatch=True))
             return
-        task = self.loop.create_task(self._shielded(), context=self.context)
+        if self.cancel_first:
+            # Cancelled (by whoever waited for it) before it started.
+            self.coro.close()
+            self._end(None, asyncio.CancelledError())
+            return
+        try:
+            task = self.loop.create_task(self._shielded(), context=self.context)
+        except BaseException as exc:  # noqa: BLE001 - a task factory that fails ends this flight only
+            self.coro.close()
+            self._end(None, exc)
+            return
         self.task = task
         task.add_done_callback(self._done)
 
@@ -215,7 +229,9 @@ class Flight:
         # writing notifications/cancelled under a shield) must not be
         # interrupted by a second request (the signal and the awaiter both ask).
         task = self.task
-        if task is not None and not self.cancelled:
+        if task is None:
+            self.cancel_first = True  # its start has not run yet: it cancels it
+        elif not self.cancelled:
             self.cancelled = True
             task.cancel()
 
@@ -530,6 +546,7 @@ class LoopWatch:
                     assert not flight.ended, f"{flight!r} ended and is still watched"
                     wave = flight.wave
                     assert wave is not None and flight in wave.flights, f"{flight!r} is not in its wave"
+            assert set(self._inlets) <= set(self._flights), "a start is pending for a loop without flights"
             for loop, pending in self._inlets.items():
                 for flight in pending:
                     assert flight.task is None, f"{flight!r} waits for its start and has a task"
@@ -593,6 +610,9 @@ class LoopWatch:
                 if not flights:
                     del self._flights[flight.loop]
                     self._beats.pop(flight.loop, None)
+                    # (What is left in its inlet ended too: a loop that went
+                    # away never runs that start, and it is not kept.)
+                    self._inlets.pop(flight.loop, None)
             return True
 
     def _run(self) -> None:
