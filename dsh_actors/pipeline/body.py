@@ -187,14 +187,11 @@ def _invoke(
     when it ended there recorded in ``call.settled_aborted`` (not when this
     thread wakes). ``is_async`` is what registration found
     (``is_async_callable(fn)``, computed once); ``None`` computes it."""
-    if is_async_callable(fn) if is_async is None else is_async:
-        signal = ctx.signal  # the task's cancellation needs it: fuse it now
-        coro = fn(args, ctx)
-    else:
-        coro = fn(args, ctx)
-        if not isinstance(coro, CoroutineType):  # inspect.iscoroutine
-            return coro
-        signal = ctx.signal
+    declared_async = is_async_callable(fn) if is_async is None else is_async
+    coro = fn(args, ctx)
+    if not declared_async and not isinstance(coro, CoroutineType):  # inspect.iscoroutine
+        return coro
+    signal = ctx.signal  # the task's cancellation needs it: fuse it now
 
     def ended() -> None:
         # On the loop's thread, as the body ends: what the abort rule holds it against.

@@ -140,10 +140,10 @@ class Call:
         self.entered: Any = None
         # Whether the caller (or the runtime's stop) was aborted when the
         # dispatch outcome settled (the body returned; for a success a
-        # tools/execute wrapper made, the waterfall did); None until then. Finalize replaces a success with
-        # ABORTED only when this is True: an abort after a body settled
-        # never rewrites its outcome, however long the call waits for its
-        # turn to commit.
+        # tools/execute wrapper made, the waterfall did); None until then.
+        # Finalize replaces a success with ABORTED only when this is True:
+        # an abort after a body settled never rewrites its outcome, however
+        # long the call waits for its turn to commit.
         self.settled_aborted: bool | None = None
         # What the call was classified and prepared under (see stamp()):
         # the registry's generation and the pre-execute listeners' version.

@@ -820,10 +820,10 @@ class BatchRun:
                 # in a message; no thread waits for it. Launched at the end
                 # of this step, or sooner: before a later call is put in the
                 # mailbox or its pre-execute hooks run (launches join into
-                # one wake of the loop: LoopWatch). (With calls still queued before it, it is
-                # queued too, below: calls start in model order, each under
-                # what holds when a call actor takes it, and that call actor
-                # waits for its body on the loop.)
+                # one wake of the loop: LoopWatch). With calls still queued
+                # before it, it is queued too (below): calls start in model
+                # order, each under what holds when a call actor takes it,
+                # and that call actor waits for its body on the loop.
                 flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
                 if flight is not None:
                     self._move(index, _FLIGHT)
