@@ -95,3 +95,43 @@ def test_a_sync_pre_execute_listener_between_two_async_ones_fails_its_call_with_
     assert result.is_error and result.error.info is not None and result.error.info.code == "POLICY_FAILED"
     assert "middle" in result.error.message and "make it async def" in result.error.message
     assert seen == ["first", "middle"]
+
+
+def test_a_sync_listener_between_two_async_ones_works_when_the_chain_returns_before_the_last() -> None:
+    """async -> sync -> sync (returns Allow without next) -> async: the last
+    one is never reached, so nothing has to wait for it on the loop."""
+    from dsh_actors import Allow, ToolBatchInput, ToolCall, ToolRuntime, define_tool
+
+    seen: list[str] = []
+
+    async def first(execution: Any, next_: Any) -> Any:
+        seen.append("first")
+        return await next_()
+
+    def middle(execution: Any, next_: Any) -> Any:
+        seen.append("middle")
+        return next_()
+
+    def allow(execution: Any, next_: Any) -> Any:
+        seen.append("allow")
+        return Allow()
+
+    async def never(execution: Any, next_: Any) -> Any:
+        seen.append("never")
+        return await next_()
+
+    with ToolRuntime() as rt:
+        rt.tools.register(
+            define_tool(
+                name="t",
+                description="t",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+                execute=lambda args, ctx: "ok",
+            )
+        )
+        for listener in (first, middle, allow, never):
+            rt.events.on("tools/pre-execute", listener)
+        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),))).results[0].result
+    assert result.value == "ok", result
+    assert seen == ["first", "middle", "allow"]

@@ -338,8 +338,8 @@ async def _arun_chain(
 ) -> T:
     """The rest of a chain, awaited by an async listener (on its loop): async
     listeners are awaited here; a sync one is called here with a sync
-    ``next``, which fails with a clear error if an async listener comes
-    after it (the loop's own thread cannot wait for one)."""
+    ``next``, which fails with a clear error if it reaches an async
+    listener after it (the loop's own thread cannot wait for one)."""
     if index == len(chain):
         return default()
     entry = chain[index]
@@ -351,21 +351,18 @@ async def _arun_chain(
 
         return await fn(*args, anext_)  # type: ignore[no-any-return]
 
-    if any(later.is_async for later in chain[index + 1 :]):
+    def refuse(coro: Any) -> Any:
+        # An async listener reached from this sync listener's next(): its
+        # caller is the loop's own thread, which cannot wait for it.
+        coro.close()
+        raise InvalidStateError(
+            f"the sync listener {callable_name(fn)} runs on the event loop of the async listener before it, "
+            "and its next() reached another async listener, which it cannot wait for on that loop's own "
+            "thread: make it async def (or subscribe it before the async ones)"
+        )
 
-        def next_() -> T:
-            # (Its caller is the loop's own thread, which cannot wait for
-            # the async listener after it.)
-            raise InvalidStateError(
-                f"the sync listener {callable_name(fn)} runs on the event loop of the async listener before it, "
-                "and an async listener comes after it, which its next() cannot wait for on that loop's own "
-                "thread: make it async def (or subscribe it before the async ones)"
-            )
-
-    else:
-
-        def next_() -> T:
-            return _run_chain(chain, index + 1, default, args, awaiter)
+    def next_() -> T:
+        return _run_chain(chain, index + 1, default, args, refuse)
 
     result = fn(*args, next_)
     if inspect.iscoroutine(result):

@@ -86,7 +86,6 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
         registration = lookup(rt, call)
     if registration is None:
         result: ToolExecutionResult = failure_from_exception(ToolNotFoundError(execution.name, call.unknown_hint))
-        call.body_results.append(result)
         return result
     if call.registration is None:
         call.registration = registration
@@ -94,7 +93,6 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
     if call.caller.aborted or stopping.aborted:
         # Aborted after it was prepared, before its body ran: not invoked.
         result = aborted(before_dispatch=True)
-        call.body_results.append(result)
         return result
     session = call.start_log
     if session is not None:
@@ -107,7 +105,6 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
         except BaseException as exc:  # noqa: BLE001 - the batch fails once the call commits
             call.start_error = exc
             result = aborted(before_dispatch=True)
-            call.body_results.append(result)
             return result
     wrapper_signal = execution.signal
     # A fresh signal for the body: the caller's, the wrapper's replacement
@@ -158,7 +155,10 @@ def _leave_body(
             call.sealed = result
     if contexts:
         call.body_contexts = call.body_contexts + contexts
-    call.body_results.append(result)
+    if type(result) is ToolExecutionSuccess:
+        # With whether the abort had fired as it settled: a wrapper that
+        # returns it (after a retry, say) is held to that moment.
+        call.body_successes.append((result, call.settled_aborted is True))
     return result
 
 

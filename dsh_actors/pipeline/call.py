@@ -67,7 +67,7 @@ class Call:
         "phases_ran",
         "body_invoked",
         "body_contexts",
-        "body_results",
+        "body_successes",
         "final",
         "unknown_hint",
         "mode",
@@ -112,7 +112,9 @@ class Call:
         self.phases_ran = False
         self.body_invoked = False
         self.body_contexts: tuple[UserMessage, ...] = ()
-        self.body_results: list[ToolExecutionResult] = []
+        # The successes its body produced (a wrapper may run it more than
+        # once), each with whether the abort had fired when it settled.
+        self.body_successes: list[tuple[ToolExecutionResult, bool]] = []
         self.final: ToolExecutionResult | None = None
         self.unknown_hint: str | None = None
         self.mode: str | None = None

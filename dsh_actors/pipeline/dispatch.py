@@ -63,13 +63,17 @@ def dispatch(rt: Kernel, call: Call) -> None:
                 )
             )
             skip_post = True
-        elif type(result) is ToolExecutionSuccess and not _produced(result, call.body_results):
-            # A success the body did not produce: revalidate and re-render
-            # it. It settles here, as the waterfall ends (an abort before
-            # now replaces it); a success the body produced settled when
-            # the body did, however long a wrapper held it after that.
-            result = _revalidate(rt, call, result)
-            call.settled_aborted = abort_seen(call, rt.stop_signal)
+        elif type(result) is ToolExecutionSuccess:
+            # A success the body produced settled when the body did, however
+            # long a wrapper held it after that (a retry's first one too). One
+            # it did not produce is revalidated and re-rendered, and settles
+            # here, as the waterfall ends (an abort before now replaces it).
+            produced = _settled_with(result, call.body_successes)
+            if produced is None:
+                result = _revalidate(rt, call, result)
+                call.settled_aborted = abort_seen(call, rt.stop_signal)
+            else:
+                call.settled_aborted = produced
     except BaseException as exc:  # noqa: BLE001 - a throwing wrapper skips post-execute
         result = failure_from_exception(exc)
         skip_post = True
@@ -78,11 +82,13 @@ def dispatch(rt: Kernel, call: Call) -> None:
     call.settle(result, run_post=not skip_post, dispatched=True)
 
 
-def _produced(result: Any, body_results: list[ToolExecutionResult]) -> bool:
-    for produced in body_results:
+def _settled_with(result: Any, successes: list[tuple[ToolExecutionResult, bool]]) -> bool | None:
+    """Whether the abort had fired when the body produced ``result``; None:
+    the body did not produce it."""
+    for produced, aborted in successes:
         if produced is result:
-            return True
-    return False
+            return aborted
+    return None
 
 
 def _revalidate(rt: Kernel, call: Call, result: ToolExecutionSuccess) -> ToolExecutionResult:

@@ -165,9 +165,11 @@ class Flight:
             self.coro.close()
             self._end(None, asyncio.CancelledError())
             return
+        shielded = self._shielded()
         try:
-            task = self.loop.create_task(self._shielded(), context=self.context)
+            task = self.loop.create_task(shielded, context=self.context)
         except BaseException as exc:  # noqa: BLE001 - a task factory that fails ends this flight only
+            shielded.close()
             self.coro.close()
             self._end(None, exc)
             return

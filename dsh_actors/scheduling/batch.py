@@ -610,13 +610,15 @@ class BatchRun:
             self.unsubscribe()
         if self.mailbox is not None:
             self.mailbox.close()
-        if self.count[_DEFERRED] and self.bug is None and self.log_error is None and not self.stuck:
-            self._commit_behind_waiting()
-        if self.owns_body_parent:
-            # (After the last commits: their post-execute listeners and
-            # tools/result observers still see the signal live.)
-            self.body_parent.close()
-            self.call_signal.close()
+        try:
+            if self.count[_DEFERRED] and self.bug is None and self.log_error is None and not self.stuck:
+                self._commit_behind_waiting()
+        finally:
+            if self.owns_body_parent:
+                # (After the last commits: their post-execute listeners and
+                # tools/result observers still see the signal live.)
+                self.body_parent.close()
+                self.call_signal.close()
         if self.late:
             # A deferred call committed after the calls behind it (an abort):
             # results are in model order all the same.

@@ -819,3 +819,30 @@ def test_an_async_body_that_ended_before_the_abort_keeps_its_success_however_lat
             result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("b")), signal=controller.signal))
             codes.append(code_of(result.results[0].result))
         assert codes == [None] * 20
+
+
+def test_a_retrying_wrapper_that_returns_its_first_success_keeps_it_when_the_abort_came_after_it() -> None:
+    """The abort is held against the moment the returned success settled:
+    a wrapper runs the body twice, the abort lands during the second
+    attempt, and the wrapper returns the first success, which settled
+    before the abort: it stays a success."""
+    with started_runtime() as rt:
+        controller = AbortController()
+        attempts: list[bool] = []
+
+        def body(args: Any, ctx: Any) -> str:
+            attempts.append(ctx.signal.aborted)
+            if len(attempts) == 2:
+                controller.abort()  # during the second attempt, after the first settled
+            return f"v{len(attempts)}"
+
+        def retry_once(execution: Any, next_: Any) -> Any:
+            first = next_()
+            next_()
+            return first
+
+        rt.tools.register(make_tool("t", body))
+        rt.events.on("tools/execute", retry_once)
+        result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("t")), signal=controller.signal)).results[0].result
+        assert attempts == [False, False]
+        assert result.value == "v1", result
