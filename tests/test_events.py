@@ -58,26 +58,10 @@ def test_event_names_are_the_events_the_package_documents() -> None:
     assert list(events.EVENT_NAMES) == documented
 
 
-def test_a_sync_pre_execute_listener_between_two_async_ones_fails_its_call_with_an_error_naming_the_fix() -> None:
-    """async -> sync -> async: the sync listener runs on the batch's loop,
-    whose own thread cannot wait for the async one after it: its next()
-    raises at once, naming it and the fix, and the last listener and the
-    body never run."""
+def _chain_result(listeners: tuple[Any, ...], seen: list[str]) -> Any:
+    """One call of a tool ``t`` (its body notes ``"body"`` in ``seen``)
+    through the pre-execute ``listeners``, in order: its result."""
     from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime, define_tool
-
-    seen: list[str] = []
-
-    async def first(execution: Any, next_: Any) -> Any:
-        seen.append("first")
-        return await next_()
-
-    def middle(execution: Any, next_: Any) -> Any:
-        seen.append("middle")
-        return next_()
-
-    async def last(execution: Any, next_: Any) -> Any:
-        seen.append("last")
-        return await next_()
 
     with ToolRuntime() as rt:
         rt.tools.register(
@@ -89,9 +73,41 @@ def test_a_sync_pre_execute_listener_between_two_async_ones_fails_its_call_with_
                 execute=lambda args, ctx: seen.append("body") or "ok",
             )
         )
-        for listener in (first, middle, last):
+        for listener in listeners:
             rt.events.on("tools/pre-execute", listener)
-        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),))).results[0].result
+        return rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),))).results[0].result
+
+
+def _noting(name: str, seen: list[str], *, is_async: bool) -> Any:
+    """A listener that notes ``name`` in ``seen`` and runs the rest of the chain."""
+    if is_async:
+
+        async def alistener(execution: Any, next_: Any) -> Any:
+            seen.append(name)
+            return await next_()
+
+        return alistener
+
+    def listener(execution: Any, next_: Any) -> Any:
+        seen.append(name)
+        return next_()
+
+    listener.__qualname__ = name
+    return listener
+
+
+def test_a_sync_pre_execute_listener_between_two_async_ones_fails_its_call_with_an_error_naming_the_fix() -> None:
+    """async -> sync -> async: the sync listener runs on the batch's loop,
+    whose own thread cannot wait for the async one after it: its next()
+    raises at once, naming it and the fix, and the last listener and the
+    body never run."""
+    seen: list[str] = []
+    chain = (
+        _noting("first", seen, is_async=True),
+        _noting("middle", seen, is_async=False),
+        _noting("last", seen, is_async=True),
+    )
+    result = _chain_result(chain, seen)
     assert result.is_error and result.error.info is not None and result.error.info.code == "POLICY_FAILED"
     assert "middle" in result.error.message and "make it async def" in result.error.message
     assert seen == ["first", "middle"]
@@ -100,38 +116,20 @@ def test_a_sync_pre_execute_listener_between_two_async_ones_fails_its_call_with_
 def test_a_sync_listener_between_two_async_ones_works_when_the_chain_returns_before_the_last() -> None:
     """async -> sync -> sync (returns Allow without next) -> async: the last
     one is never reached, so nothing has to wait for it on the loop."""
-    from dsh_actors import Allow, ToolBatchInput, ToolCall, ToolRuntime, define_tool
+    from dsh_actors import Allow
 
     seen: list[str] = []
-
-    async def first(execution: Any, next_: Any) -> Any:
-        seen.append("first")
-        return await next_()
-
-    def middle(execution: Any, next_: Any) -> Any:
-        seen.append("middle")
-        return next_()
 
     def allow(execution: Any, next_: Any) -> Any:
         seen.append("allow")
         return Allow()
 
-    async def never(execution: Any, next_: Any) -> Any:
-        seen.append("never")
-        return await next_()
-
-    with ToolRuntime() as rt:
-        rt.tools.register(
-            define_tool(
-                name="t",
-                description="t",
-                parameters={},
-                output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
-                execute=lambda args, ctx: "ok",
-            )
-        )
-        for listener in (first, middle, allow, never):
-            rt.events.on("tools/pre-execute", listener)
-        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),))).results[0].result
+    chain = (
+        _noting("first", seen, is_async=True),
+        _noting("middle", seen, is_async=False),
+        allow,
+        _noting("never", seen, is_async=True),
+    )
+    result = _chain_result(chain, seen)
     assert result.value == "ok", result
-    assert seen == ["first", "middle", "allow"]
+    assert seen == ["first", "middle", "allow", "body"]
