@@ -164,7 +164,10 @@ class ToolSetActor(ActorBase):
                     )
                     return
                 # Made in the resolution's context copy, which its task then runs in.
-                flight = vars_.run(Flight, _awaited(answer), signal, loop, reg.name, "when", self._ended(reg))
+                # (A coroutine as it is, so a flight that never starts closes it;
+                # any other awaitable in a coroutine that awaits it.)
+                coro = answer if inspect.iscoroutine(answer) else _awaited(answer)
+                flight = vars_.run(Flight, coro, signal, loop, reg.name, "when", self._ended(reg))
                 self._pending[reg.seq] = flight
                 self._kernel.loop_watch.launch(flight)
             else:

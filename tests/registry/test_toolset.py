@@ -203,6 +203,48 @@ def test_a_resolution_cancelled_while_an_async_condition_waits_raises_and_cancel
     assert rt.state.live_toolsets() == ()
 
 
+def test_an_async_condition_whose_resolution_aborted_before_it_started_is_closed_not_left_unawaited(
+    rt: Any,
+) -> None:
+    """The async condition's coroutine is made, then the resolution aborts
+    (a sync condition after it aborts it) before the loop starts it: the
+    flight closes that very coroutine, so no 'never awaited' warning."""
+    import gc
+    import warnings
+
+    controller = AbortController()
+    loop_blocked, release_loop = threading.Event(), threading.Event()
+
+    def block_the_loop() -> None:
+        loop_blocked.set()
+        release_loop.wait(WAIT)
+
+    async def when_async(ctx: Any) -> bool:
+        return True
+
+    def when_sync(ctx: Any) -> bool:
+        controller.abort()
+        return True
+
+    rt.tools.register(tool("a"), when=when_async)
+    rt.tools.register(tool("b"), when=when_sync)
+    rt.kernel.loop.loop.call_soon_threadsafe(block_the_loop)  # the flight starts only after the abort
+    assert loop_blocked.wait(WAIT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with pytest.raises(AbortError):
+                rt.tools.resolve(activation(Agent("main"), controller.signal))
+        finally:
+            release_loop.set()
+        started = threading.Event()  # (FIFO: after the flight's start, scheduled during resolve)
+        rt.kernel.loop.loop.call_soon_threadsafe(started.set)
+        assert started.wait(WAIT)
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
+    assert rt.state.live_toolsets() == ()
+
+
 def test_a_raising_sync_condition_fails_the_resolution_with_its_cause(rt: Any) -> None:
     def when(ctx: Any) -> bool:
         raise LookupError("no model info")
