@@ -799,3 +799,66 @@ def test_the_watch_keeps_nothing_of_a_loop_that_closed_with_a_start_pending() ->
         watch.assert_invariants()  # (no start is kept pending for a loop without flights)
     finally:
         watch.stop()
+
+
+@pytest.mark.parametrize("with_signal", [False, True], ids=["no batch signal", "batch signal"])
+def test_cancelling_the_task_awaiting_execute_async_aborts_the_batch_and_waits_for_it(with_signal: bool) -> None:
+    """Cancelling the awaiting task (asyncio.timeout does) aborts the batch
+    as its signal would: the async body is cancelled, the sync body sees
+    its signal fire, each call gets its tools/result, and the
+    CancelledError goes on only once the batch has settled. A signal the
+    caller gave is left alone."""
+
+    async def main() -> None:
+        with ToolRuntime() as rt:
+            async_entered, sync_entered = asyncio.Event(), threading.Event()
+            ends: list[str] = []
+            loop = asyncio.get_running_loop()
+
+            async def slow(args: Any, ctx: Any) -> str:
+                async_entered.set()
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    ends.append("async cancelled")
+                    raise
+                return "never"
+
+            def waiting(args: Any, ctx: Any) -> str:
+                loop.call_soon_threadsafe(sync_entered.set)
+                ends.append(f"sync saw its signal: {ctx.signal.wait(10.0)}")
+                return "late"
+
+            for name, body in (("slow", slow), ("waiting", waiting)):
+                rt.tools.register(
+                    define_tool(
+                        name=name,
+                        description=name,
+                        parameters={},
+                        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+                        execute=body,
+                        is_concurrency_safe=True,
+                    )
+                )
+            codes: list[str | None] = []
+            rt.events.on(
+                "tools/result",
+                lambda execution, result: codes.append(result.error.info.code if result.is_error else None),
+            )
+            controller = AbortController()
+            batch = ToolBatchInput(
+                calls=(ToolCall("c0", "slow", "{}"), ToolCall("c1", "waiting", "{}")),
+                signal=controller.signal if with_signal else None,
+            )
+            task = asyncio.create_task(rt.tools.execute_async(batch))
+            await async_entered.wait()
+            await asyncio.to_thread(sync_entered.wait, 10.0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert sorted(ends) == ["async cancelled", "sync saw its signal: True"]
+            assert sorted(codes, key=str) == ["ABORTED", "ABORTED"]  # (both settled before the error went on)
+            assert rt.kernel.loop_watch.in_flight() == 0
+            assert not controller.signal.aborted
+
+    asyncio.run(main())

@@ -59,7 +59,7 @@ from ..scheduling.messages import CallStart, Reply
 from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
 from ..scheduling.suspension import ReleasingReply, checked_with_log, resume_plan
-from ..signals import AbortSignal
+from ..signals import AbortController, AbortSignal
 from ..visibility import (
     Condition,
     Guard,
@@ -449,8 +449,12 @@ class ToolsService:
     ) -> ToolBatchResult:
         """:meth:`resume` without blocking the event loop: ``await`` it (its
         async tool bodies run on this loop, as for :meth:`execute_async`)."""
+        controller = _following(signal)
+        if controller is not None:
+            signal = controller.signal
         return await self._awaited(
-            lambda reply, loop: self._resume(suspension, decisions, agent, signal, reply, loop, tool_set, deps)
+            lambda reply, loop: self._resume(suspension, decisions, agent, signal, reply, loop, tool_set, deps),
+            controller,
         )
 
     def _resume(
@@ -579,8 +583,12 @@ class ToolsService:
     ) -> ToolBatchResult:
         """:meth:`recover` without blocking the event loop: ``await`` it (its
         async tool bodies run on this loop, as for :meth:`execute_async`)."""
+        controller = _following(signal)
+        if controller is not None:
+            signal = controller.signal
         return await self._awaited(
-            lambda reply, loop: self._recover(agent, turn, step, signal, tool_set, deps, reply, loop)
+            lambda reply, loop: self._recover(agent, turn, step, signal, tool_set, deps, reply, loop),
+            controller,
         )
 
     def _recover(
@@ -679,17 +687,48 @@ class ToolsService:
         """``await`` the batch without blocking the event loop. Its async
         tool bodies run on this very loop (so they may use clients, futures
         and locks bound to it); its sync bodies, listeners and policies run
-        on the runtime's threads, as for :meth:`execute`."""
-        return await self._awaited(lambda reply, loop: self._start(batch, reply, loop))
+        on the runtime's threads, as for :meth:`execute`.
+
+        Cancelling the task that awaits it aborts the batch (as its
+        ``signal`` would), and the ``CancelledError`` goes on once the batch
+        has settled: nothing of it is abandoned."""
+        controller = _following(batch.signal) if isinstance(batch, ToolBatchInput) else None
+        if controller is not None:
+            batch = replace(batch, signal=controller.signal)
+        return await self._awaited(lambda reply, loop: self._start(batch, reply, loop), controller)
 
     # -- plumbing ----------------------------------------------------------
 
-    async def _awaited(self, start: Callable[[Reply, Any], None]) -> ToolBatchResult:
+    async def _awaited(
+        self, start: Callable[[Reply, Any], None], controller: AbortController | None
+    ) -> ToolBatchResult:
         """``start(reply, loop)`` a batch whose async bodies run on the running
-        loop, and await its result without blocking that loop."""
+        loop, and await its result without blocking that loop. If the
+        awaiting task is cancelled, ``controller`` (whose signal the batch
+        has) aborts it, and this still waits for it to settle before the
+        ``CancelledError`` goes on."""
         future: Future[ToolBatchResult] = Future()
-        start(future, asyncio.get_running_loop())
-        return await asyncio.wrap_future(future)
+        try:
+            start(future, asyncio.get_running_loop())
+            waiter = asyncio.wrap_future(future)
+            cancelled = False
+            while not waiter.done():
+                try:
+                    await asyncio.wait((waiter,))  # (cancelling this wait leaves the waiter be)
+                except asyncio.CancelledError:
+                    if controller is None:
+                        raise
+                    cancelled = True
+                    if not waiter.done():
+                        controller.abort("the task awaiting the batch was cancelled")
+            if cancelled:
+                if not waiter.cancelled():
+                    waiter.exception()  # (retrieved: the cancellation wins)
+                raise asyncio.CancelledError()
+            return waiter.result()
+        finally:
+            if controller is not None:
+                controller.signal.close()
 
     def _on_registry_thread(self) -> bool:
         actor = actor_thread_ident()
@@ -754,6 +793,17 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 
 def _running(rt: Kernel) -> bool:
     return rt.running
+
+
+def _following(signal: Any) -> AbortController | None:
+    """A controller whose signal follows ``signal`` (None: a fresh one),
+    for a batch awaited by a task: cancelling that task aborts it. None
+    when ``signal`` is not a signal: the entry point's own check says so."""
+    if signal is None:
+        return AbortController()
+    if isinstance(signal, AbortSignal):
+        return AbortController(signal)
+    return None
 
 
 def _require(rt: Kernel) -> None:
