@@ -239,7 +239,6 @@ class BatchRun:
         "signal",
         "body_parent",
         "owns_body_parent",
-        "call_signal",
         "unsubscribe",
         "bug",
         "log_error",
@@ -298,16 +297,13 @@ class BatchRun:
         self.committed = 0  # results whose tool/result reached the session
         self.session: Session | None = None
         self.signal: AbortSignal = AbortController().signal if batch.signal is None else batch.signal
+        # The batch's signal and the runtime's stop, the first abort wins:
+        # every call's execution.signal (what its hooks see: pre-execute
+        # listeners, the approval service, wrappers, guards, post-execute)
+        # and the one parent of its body's fresh signal. Without a batch
+        # signal, the stop's own; with one, fused once in _open.
         self.body_parent: AbortSignal = rt.stop_signal
         self.owns_body_parent = False
-        # Every call's execution.signal, what its hooks see (pre-execute
-        # listeners, the approval service, wrappers, guards, post-execute):
-        # the batch's signal and the runtime's stop, the first abort wins.
-        # Without a batch signal, the stop's own; with one, a following
-        # signal of the batch's own (subscribing only when something
-        # listens), apart from body_parent, so a hook that closes its
-        # execution.signal detaches nothing of the bodies'.
-        self.call_signal: AbortSignal = rt.stop_signal
         self.unsubscribe: Any = None
         self.bug: BaseException | None = None
         self.log_error: BaseException | None = None
@@ -466,7 +462,7 @@ class BatchRun:
             fed.call_id,
             fed.name,
             fed.arguments,
-            self.call_signal,
+            self.body_parent,
             batch.agent,
             batch.tool_set,
             root_call_id=fed.root_call_id,
@@ -487,11 +483,8 @@ class BatchRun:
         rt = self.rt
         stopping = rt.stop_signal
         if batch.signal is not None:
-            # What every body's fresh signal of this batch subscribes to: the
-            # batch's signal fused once with the runtime's stop signal.
             self.body_parent = AbortSignal.any(self.signal, stopping)
             self.owns_body_parent = True
-            self.call_signal = AbortController(self.signal, stopping).signal
         inbox = self.inbox
 
         def wake(_: AbortSignal) -> None:
@@ -618,7 +611,6 @@ class BatchRun:
                 # (After the last commits: their post-execute listeners and
                 # tools/result observers still see the signal live.)
                 self.body_parent.close()
-                self.call_signal.close()
         if self.late:
             # A deferred call committed after the calls behind it (an abort):
             # results are in model order all the same.
@@ -997,7 +989,7 @@ class BatchRun:
             tool_call.id,
             tool_call.name,
             parse_arguments(tool_call.arguments),  # may be BadArguments
-            self.call_signal,
+            self.body_parent,
             batch.agent,
             batch.tool_set,
             override=override,
