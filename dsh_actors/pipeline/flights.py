@@ -57,7 +57,7 @@ from loguru import logger
 from ..errors import AbortError
 from ..signals import AbortSignal
 
-__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "Wave", "await_flight"]
+__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "Wave", "await_flight", "await_settled"]
 
 #: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
 OnEnd = Callable[[Any, BaseException | None], None]
@@ -332,22 +332,30 @@ async def await_flight(
 
     flight = Flight(coro, signal, loop, name, call_id, on_end)
     watch.launch(flight)
+    return await await_settled(done, flight.cancel)
+
+
+async def await_settled(done: concurrent.futures.Future[Any], on_cancel: Callable[[], object]) -> Any:
+    """Await ``done`` (set from any thread) here. When the awaiting task is
+    cancelled, ``on_cancel()`` asks what ``done`` waits for to stop (once,
+    if it has not ended), and this still waits for it to end (it is never
+    abandoned) before the ``CancelledError`` goes on: a cancellation wins
+    over the value. The one way the runtime awaits work of its own from a
+    task: a flight (:func:`await_flight`), a batch (``execute_async``)."""
     waiter = asyncio.wrap_future(done)
     cancelled = False
     while not waiter.done():
         try:
             await asyncio.wait((waiter,))  # (cancelling this wait leaves the waiter be)
         except asyncio.CancelledError:
-            if not waiter.done():
-                cancelled = True
-                flight.cancel()
+            if not cancelled and not waiter.done():
+                on_cancel()
+            cancelled = True
     if cancelled:
         if not waiter.cancelled():
             waiter.exception()  # (retrieved: the cancellation wins)
         raise asyncio.CancelledError()
-    if waiter.cancelled():
-        raise asyncio.CancelledError()
-    return waiter.result()
+    return waiter.result()  # (CancelledError when whoever set it cancelled it)
 
 
 class Wave:

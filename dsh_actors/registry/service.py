@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import pykka
@@ -54,6 +55,7 @@ from ..model import (
     ToolExecutionResult,
     ToolRestriction,
 )
+from ..pipeline.flights import await_settled
 from ..pipeline.stages import run_inline
 from ..scheduling.messages import CallStart, Reply
 from ..scheduling.recovery import recovery_plan
@@ -710,22 +712,12 @@ class ToolsService:
         future: Future[ToolBatchResult] = Future()
         try:
             start(future, asyncio.get_running_loop())
-            waiter = asyncio.wrap_future(future)
-            cancelled = False
-            while not waiter.done():
-                try:
-                    await asyncio.wait((waiter,))  # (cancelling this wait leaves the waiter be)
-                except asyncio.CancelledError:
-                    if controller is None:
-                        raise
-                    cancelled = True
-                    if not waiter.done():
-                        controller.abort("the task awaiting the batch was cancelled")
-            if cancelled:
-                if not waiter.cancelled():
-                    waiter.exception()  # (retrieved: the cancellation wins)
-                raise asyncio.CancelledError()
-            return waiter.result()
+            if controller is None:
+                return await asyncio.wrap_future(future)
+            result: ToolBatchResult = await await_settled(
+                future, partial(controller.abort, "the task awaiting the batch was cancelled")
+            )
+            return result
         finally:
             if controller is not None:
                 controller.signal.close()
