@@ -459,6 +459,77 @@ def test_await_flight_cancels_the_flight_once_and_waits_for_its_cleanup(app_loop
     assert cancels == [1]
 
 
+def test_await_settled_wakes_on_the_value_and_lets_a_cancellation_win_without_abandoning_the_work(
+    app_loop: Any,
+) -> None:
+    # await_settled: a value set from another thread wakes the task; a
+    # cancellation asks once (on_cancel) and still waits for the work to
+    # end; a cancellation that lands after the work ended, before the task
+    # resumed, wins over the value without asking; work ended already
+    # returns at once; work whose future is cancelled raises CancelledError.
+    import concurrent.futures
+
+    from dsh_actors.pipeline.flights import await_settled
+
+    asks: list[str] = []
+
+    async def scenario() -> list[str]:
+        out: list[str] = []
+        # 1. set from another thread while the task waits
+        done: concurrent.futures.Future[str] = concurrent.futures.Future()
+        task = asyncio.ensure_future(await_settled(done, lambda: asks.append("1")))
+        await asyncio.sleep(0)  # the task waits now
+        threading.Thread(target=done.set_result, args=("value",)).start()
+        out.append(await asyncio.wait_for(task, GUARD))
+        # 2. cancelled twice while the work runs: asked once, waits for the end
+        done = concurrent.futures.Future()
+        task = asyncio.ensure_future(await_settled(done, lambda: asks.append("2")))
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.sleep(0)
+        out.append(f"waiting {not task.done()}")
+        threading.Thread(target=done.set_result, args=("late",)).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), GUARD)
+        except asyncio.CancelledError:
+            out.append("cancelled after the end")
+        # 3. the work ends, then the cancellation lands before the task resumes
+        done = concurrent.futures.Future()
+        task = asyncio.ensure_future(await_settled(done, lambda: asks.append("3")))
+        await asyncio.sleep(0)
+        done.set_result("ended")  # (on this thread: the wake is queued behind us)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            out.append("cancellation wins")
+        # 4. ended already; 5. its future cancelled
+        done = concurrent.futures.Future()
+        done.set_result("ready")
+        out.append(await await_settled(done, lambda: asks.append("4")))
+        done = concurrent.futures.Future()
+        task = asyncio.ensure_future(await_settled(done, lambda: asks.append("5")))
+        await asyncio.sleep(0)
+        done.cancel()
+        try:
+            await asyncio.wait_for(task, GUARD)
+        except asyncio.CancelledError:
+            out.append("its future cancelled")
+        return out
+
+    assert asyncio.run_coroutine_threadsafe(scenario(), app_loop).result(GUARD) == [
+        "value",
+        "waiting True",
+        "cancelled after the end",
+        "cancellation wins",
+        "ready",
+        "its future cancelled",
+    ]
+    assert asks == ["2"]
+
+
 def test_a_flight_ends_as_its_task_does_when_the_coroutine_cancels_its_own_task(app_loop: Any) -> None:
     # The flight ends in its task's last step when that step decides how the
     # task ends; a coroutine that cancels its own task and returns leaves a

@@ -341,21 +341,41 @@ async def await_settled(done: concurrent.futures.Future[Any], on_cancel: Callabl
     if it has not ended), and this still waits for it to end (it is never
     abandoned) before the ``CancelledError`` goes on: a cancellation wins
     over the value. The one way the runtime awaits work of its own from a
-    task: a flight (:func:`await_flight`), a batch (``execute_async``)."""
-    waiter = asyncio.wrap_future(done)
-    cancelled = False
-    while not waiter.done():
+    task: a flight (:func:`await_flight`), a batch (``execute_async``).
+
+    ``done`` settling wakes the task through one future of this loop's
+    (one ``call_soon_threadsafe``, one more iteration to resume the task):
+    no ``wrap_future``, whose cancellation would cancel ``done``, and no
+    ``asyncio.wait`` around it, which costs the loop a third iteration."""
+    loop = asyncio.get_running_loop()
+    wake = [loop.create_future()]  # (the current one: a cancellation cancels it)
+
+    def ring() -> None:
+        # On the loop: wake the task (unless a cancellation already did).
+        if not wake[0].done():
+            wake[0].set_result(None)
+
+    def settled(_: concurrent.futures.Future[Any]) -> None:
+        # On whichever thread settled ``done``.
         try:
-            await asyncio.wait((waiter,))  # (cancelling this wait leaves the waiter be)
+            loop.call_soon_threadsafe(ring)
+        except RuntimeError:  # the loop is closed: nothing awaits on it any more
+            pass
+
+    if not done.done():
+        done.add_done_callback(settled)
+    cancelled = False
+    while not done.done():
+        try:
+            await wake[0]
         except asyncio.CancelledError:
-            if not cancelled and not waiter.done():
+            if not cancelled and not done.done():
                 on_cancel()
             cancelled = True
-    if cancelled:
-        if not waiter.cancelled():
-            waiter.exception()  # (retrieved: the cancellation wins)
-        raise asyncio.CancelledError()
-    return waiter.result()  # (CancelledError when whoever set it cancelled it)
+            wake[0] = loop.create_future()
+    if cancelled or done.cancelled():
+        raise asyncio.CancelledError()  # (cancelled: the cancellation wins over the value)
+    return done.result()
 
 
 class Wave:
