@@ -530,6 +530,51 @@ def test_await_settled_wakes_on_the_value_and_lets_a_cancellation_win_without_ab
     assert asks == ["2"]
 
 
+def test_the_outbox_holds_a_wave_s_ends_for_one_message_and_puts_them_once_none_is_left_in_flight(
+    app_loop: Any,
+) -> None:
+    # Ends on the loop's thread are held for the loop's next iteration
+    # (one message for the wave), unless the end leaves none of the
+    # batch's flights in flight: then all that is held goes at once, in
+    # that very callback. An end from another thread is put at once.
+    from dsh_actors.pipeline.flights import Outbox
+
+    messages: list[tuple[Any, ...]] = []
+    outbox = Outbox(app_loop, messages.append)
+
+    def on_loop() -> list[list[tuple[Any, ...]]]:
+        seen = []
+        outbox.launched = 1
+        outbox.add("lone")  # the only flight: at once
+        seen.append(list(messages))
+        outbox.launched += 3
+        outbox.add("a")
+        outbox.add("b")
+        seen.append(list(messages))  # held: one of the three is in flight
+        outbox.add("c")  # the last: all three at once
+        seen.append(list(messages))
+        outbox.launched += 2
+        outbox.add("d")
+        return seen
+
+    async def run() -> list[list[tuple[Any, ...]]]:
+        seen = on_loop()
+        await asyncio.sleep(0)  # the next iteration: "d" goes with the held flush
+        await asyncio.sleep(0)
+        seen.append(list(messages))
+        return seen
+
+    seen = asyncio.run_coroutine_threadsafe(run(), app_loop).result(GUARD)
+    assert seen == [
+        [("lone",)],
+        [("lone",)],
+        [("lone",), ("a", "b", "c")],
+        [("lone",), ("a", "b", "c"), ("d",)],
+    ]
+    outbox.add("from another thread")  # (the one left in flight, ended by the watch)
+    assert messages[-1] == ("from another thread",)
+
+
 def test_a_flight_ends_as_its_task_does_when_the_coroutine_cancels_its_own_task(app_loop: Any) -> None:
     # The flight ends in its task's last step when that step decides how the
     # task ends; a coroutine that cancels its own task and returns leaves a

@@ -426,17 +426,30 @@ class Outbox:
     """The loop side of a batch's inbox: the ends of the batch's flights
     that happen on the loop's thread in one iteration of the loop go to
     the batch as one message (one wake of the executor, not one per body).
-    Only the loop's thread touches ``_ends``; ends reported from any other
-    thread (the watch, a closed loop) are put at once."""
+    The ends are held until the loop's next iteration, unless the end just
+    added leaves none of the batch's flights in flight: then they go at
+    once (nothing else could join them; the batch hears of a lone body, or
+    of a wave's last one, an iteration sooner).
 
-    __slots__ = ("loop", "put", "_ends")
+    Only the loop's thread touches ``_ends``; ends reported from any other
+    thread (the watch, a closed loop) are put at once. ``launched`` is
+    written by the batch's step only (before it launches flights), read
+    here: it only grows, and a flight's launch is counted before the
+    flight can end, so an end never sees fewer launches than have ended.
+    ``_ended`` counts the ends (``next()`` on a count is atomic under the
+    GIL, whichever thread ends a flight)."""
+
+    __slots__ = ("loop", "put", "launched", "_ends", "_ended")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, put: Callable[[tuple[Any, ...]], None]) -> None:
         self.loop = loop
         self.put = put  # put(ends): one message with these ends, to the batch
+        self.launched = 0  # flights the batch has launched onto ``loop`` so far
         self._ends: list[Any] = []
+        self._ended = itertools.count(1)
 
     def add(self, end: Any) -> None:
+        ended = next(self._ended)
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # not on a loop's thread (the watch's, a closed loop's caller)
@@ -445,13 +458,16 @@ class Outbox:
             self.put((end,))
             return
         ends = self._ends
-        if not ends:
-            self.loop.call_soon(self._flush)
         ends.append(end)
+        if ended >= self.launched:
+            self._flush()  # none left in flight: nothing to wait for
+        elif len(ends) == 1:
+            self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        ends, self._ends = tuple(self._ends), []
-        self.put(ends)
+        if self._ends:  # (empty when a last end put them already)
+            ends, self._ends = tuple(self._ends), []
+            self.put(ends)
 
 
 class _Beat:

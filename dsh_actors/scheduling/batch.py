@@ -878,8 +878,10 @@ class BatchRun:
     def _launch(self) -> None:
         flights, self.launching = self.launching, []
         if flights:
-            if self.outbox is None:
-                self.outbox = Outbox(flights[0].loop, self._put_ends)
+            outbox = self.outbox
+            if outbox is None:
+                outbox = self.outbox = Outbox(flights[0].loop, self._put_ends)
+            outbox.launched += len(flights)  # (before any of them can end)
             self.rt.loop_watch.launch_all(flights[0].loop, flights)
 
     def _put_ends(self, ends: tuple[Any, ...]) -> None:
