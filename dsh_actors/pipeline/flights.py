@@ -362,20 +362,28 @@ async def await_settled(done: concurrent.futures.Future[Any], on_cancel: Callabl
         except RuntimeError:  # the loop is closed: nothing awaits on it any more
             pass
 
-    if not done.done():
-        done.add_done_callback(settled)
+    done.add_done_callback(settled)  # (called at once if it has settled)
     cancelled = False
-    while not done.done():
+    while True:
         try:
             await wake[0]
+            break  # woken by ring(): ``done`` has settled
         except asyncio.CancelledError:
-            if not cancelled and not done.done():
+            # (``done`` may have settled and ring() found the wake cancelled:
+            # ask ``done`` itself before waiting on a new one.)
+            settled_now = done.done()
+            if not cancelled and not settled_now:
                 on_cancel()
             cancelled = True
+            if settled_now:
+                break
             wake[0] = loop.create_future()
-    if cancelled or done.cancelled():
-        raise asyncio.CancelledError()  # (cancelled: the cancellation wins over the value)
-    return done.result()
+    if cancelled:
+        raise asyncio.CancelledError()  # (the cancellation wins over the value)
+    try:
+        return done.result()
+    except concurrent.futures.CancelledError:  # whoever set it cancelled it
+        raise asyncio.CancelledError() from None
 
 
 class Wave:
