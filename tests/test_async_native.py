@@ -466,7 +466,7 @@ def test_await_settled_wakes_on_the_value_and_lets_a_cancellation_win_without_ab
     # cancellation asks once (on_cancel) and still waits for the work to
     # end; a cancellation that lands after the work ended, before the task
     # resumed, wins over the value without asking; work ended already
-    # returns at once; work whose future is cancelled raises CancelledError.
+    # returns its value (an iteration later); work whose future is cancelled raises CancelledError.
     import concurrent.futures
 
     from dsh_actors.pipeline.flights import await_settled
@@ -571,8 +571,48 @@ def test_the_outbox_holds_a_wave_s_ends_for_one_message_and_puts_them_once_none_
         [("lone",), ("a", "b", "c")],
         [("lone",), ("a", "b", "c"), ("d",)],
     ]
-    outbox.add("from another thread")  # (the one left in flight, ended by the watch)
-    assert messages[-1] == ("from another thread",)
+    outbox.launched += 2
+
+    async def hold() -> list[tuple[Any, ...]]:
+        outbox.add("held")  # held: one more is in flight
+        held = list(messages)
+        # The other one ends on another thread (the watch's, the loop gone)
+        # before this iteration ends: it takes the held end with it.
+        other = threading.Thread(target=outbox.add, args=("from another thread",))
+        other.start()
+        other.join(GUARD)
+        return held
+
+    assert asyncio.run_coroutine_threadsafe(hold(), app_loop).result(GUARD) == messages[:3]
+    asyncio.run_coroutine_threadsafe(asyncio.sleep(0), app_loop).result(GUARD)  # the flush finds nothing
+    assert messages[3:] == [("held", "from another thread")]
+
+
+def test_a_batch_settles_when_a_body_stops_its_loop_while_another_is_in_flight(app_loop: Any) -> None:
+    # "quick" stops the bound loop and returns in the same iteration while
+    # "slow" is in flight: its end is held for an iteration the stopped
+    # loop never runs. The watch then ends "slow" from its own thread (the
+    # loop is gone), and that end takes the held one with it: the batch
+    # settles with both, "quick"'s value kept.
+    slow_started = asyncio.Event()
+
+    async def slow(args: Any, ctx: Any) -> str:
+        slow_started.set()
+        await asyncio.get_running_loop().create_future()  # until the loop goes
+        return "never"
+
+    async def quick(args: Any, ctx: Any) -> str:
+        await slow_started.wait()
+        asyncio.get_running_loop().stop()  # the loop ends after this iteration
+        return "quick"
+
+    with ToolRuntime(loop=app_loop) as rt:
+        rt.tools.register(tool("slow", slow))
+        rt.tools.register(tool("quick", quick))
+        result = rt.tools.submit(batch("slow", "quick")).result(GUARD)
+    assert code(result.results[0].result) == "TOOL_FAILED"
+    assert "stopped before the call ended" in result.results[0].result.error.message
+    assert result.results[1].result.value == "quick"
 
 
 def test_a_flight_ends_as_its_task_does_when_the_coroutine_cancels_its_own_task(app_loop: Any) -> None:

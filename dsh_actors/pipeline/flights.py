@@ -433,21 +433,28 @@ class Wave:
 class Outbox:
     """The loop side of a batch's inbox: the ends of the batch's flights
     that happen on the loop's thread in one iteration of the loop go to
-    the batch as one message (one wake of the executor, not one per body).
-    The ends are held until the loop's next iteration, unless the end just
-    added leaves none of the batch's flights in flight: then they go at
-    once (nothing else could join them; the batch hears of a lone body, or
-    of a wave's last one, an iteration sooner).
+    the batch together, in one message (one wake of the executor, not one
+    per body; rarely two, when a flight launched after a flush ends in the
+    same iteration). The ends are held until the loop's next iteration,
+    unless the end just added leaves none of the batch's flights in
+    flight: then they go at once (nothing else could join them; the batch
+    hears of a lone body, or of its last one in flight, an iteration
+    sooner).
 
-    Only the loop's thread touches ``_ends``; ends reported from any other
-    thread (the watch, a closed loop) are put at once. ``launched`` is
-    written by the batch's step only (before it launches flights), read
-    here: it only grows, and a flight's launch is counted before the
-    flight can end, so an end never sees fewer launches than have ended.
-    ``_ended`` counts the ends (``next()`` on a count is atomic under the
-    GIL, whichever thread ends a flight)."""
+    An end reported from another thread (the watch's, for a loop that
+    stopped or closed; a closed loop's caller) goes at once, and takes
+    whatever is held with it: a loop that stopped in the iteration that
+    held ends never runs the flush it scheduled, and the watch ending the
+    batch's other flights is what is left to send them.
 
-    __slots__ = ("loop", "put", "launched", "_ends", "_ended")
+    ``launched`` is written by the batch's step only (before it launches
+    flights), read here: it only grows, and a flight's launch is counted
+    before the flight can end, so an end never sees fewer launches than
+    have ended. ``_ended`` counts the ends (``next()`` on a count is
+    atomic under the GIL, whichever thread ends a flight); ``_ends``, the
+    ends held, is guarded by ``_lock``."""
+
+    __slots__ = ("loop", "put", "launched", "_ends", "_ended", "_lock")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, put: Callable[[tuple[Any, ...]], None]) -> None:
         self.loop = loop
@@ -455,6 +462,7 @@ class Outbox:
         self.launched = 0  # flights the batch has launched onto ``loop`` so far
         self._ends: list[Any] = []
         self._ended = itertools.count(1)
+        self._lock = threading.Lock()
 
     def add(self, end: Any) -> None:
         ended = next(self._ended)
@@ -462,20 +470,30 @@ class Outbox:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # not on a loop's thread (the watch's, a closed loop's caller)
             running = None
-        if running is not self.loop:
-            self.put((end,))
-            return
-        ends = self._ends
-        ends.append(end)
-        if ended >= self.launched:
-            self._flush()  # none left in flight: nothing to wait for
-        elif len(ends) == 1:
-            self.loop.call_soon(self._flush)
+        lock = self._lock
+        lock.acquire()
+        try:
+            ends = self._ends
+            ends.append(end)
+            if running is self.loop and ended < self.launched:
+                if len(ends) == 1:
+                    self.loop.call_soon(self._flush)
+                return
+            # Another thread's end, or none left in flight: all at once.
+            self._ends = []
+        finally:
+            lock.release()
+        self.put(tuple(ends))
 
     def _flush(self) -> None:
-        if self._ends:  # (empty when a last end put them already)
-            ends, self._ends = tuple(self._ends), []
-            self.put(ends)
+        lock = self._lock
+        lock.acquire()
+        try:
+            ends, self._ends = self._ends, []
+        finally:
+            lock.release()
+        if ends:  # (empty when a last end, or another thread's, put them already)
+            self.put(tuple(ends))
 
 
 class _Beat:
