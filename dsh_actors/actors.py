@@ -312,10 +312,20 @@ class MailboxActor(ActorBase):
     its group retires it by putting ``RETIRE`` there before pykka's stop.
     Subclasses implement :meth:`handle`; like :meth:`receive`, nothing it
     raises escapes the loop.
+
+    A message that reaches the mailbox after ``RETIRE``, or after pykka
+    stopped the actor before it ever read its mailbox (a sender that saw
+    the actor alive, then lost the race with its stop) is never handled:
+    it is given to :meth:`refuse`, which answers whoever waits for it. Both
+    sides take such messages: the actor, once it has set ``retired``, and
+    a sender that finds ``retired`` set after its put (see
+    :meth:`Address.tell`); each message is taken once (``get_nowait``), so
+    each is refused once, and none is left unanswered.
     """
 
     def __init__(self, group: ActorGroup) -> None:
         self.mailbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.retired = False  # it took RETIRE (written by its own thread, once)
         super().__init__(group)
 
     @classmethod
@@ -330,7 +340,7 @@ class MailboxActor(ActorBase):
         ref = cls.spawn(group, *args, **kwargs)
         actor = group.actor(ref)
         assert isinstance(actor, MailboxActor)
-        return Address(ref, actor.mailbox)
+        return Address(actor)
 
     def receive(self, message: Any) -> Any:
         if message is not _OPEN:
@@ -340,6 +350,8 @@ class MailboxActor(ActorBase):
         while True:
             item = mailbox.get()
             if item is RETIRE:
+                self.retired = True
+                self.refuse_queued()
                 return None
             try:
                 self.handle(item)
@@ -352,23 +364,58 @@ class MailboxActor(ActorBase):
     def handle(self, message: Any) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def on_stop(self) -> None:
+        # pykka's stop can come before the actor ever read its mailbox (a
+        # stop that reached pykka's inbox ahead of OPEN): what was queued
+        # there, or lands later, is refused as after RETIRE.
+        self.retired = True
+        self.refuse_queued()
+
+    def refuse(self, message: Any) -> None:
+        """Answer ``message``, which arrived after ``RETIRE`` and is never
+        handled (any thread: the actor's, or the sender's). The default
+        drops it; an actor whose messages carry a reply settles it."""
+
+    def refuse_queued(self) -> None:
+        """Refuse every message queued now (after ``retired`` was set)."""
+        mailbox = self.mailbox
+        while True:
+            try:
+                item = mailbox.get_nowait()
+            except queue.Empty:
+                return
+            if item is RETIRE:
+                continue
+            try:
+                self.refuse(item)
+            except BaseException as exc:  # noqa: BLE001 - refuse the others too
+                logger.opt(exception=exc).error("{} failed refusing {}", type(self).__name__, type(item).__qualname__)
+
 
 class Address:
     """Where to send a :class:`MailboxActor` messages: its pykka ref (for its
-    life) and its mailbox (for its messages)."""
+    life), its mailbox (for its messages) and the actor (whether it has
+    retired, and how it refuses a message that arrived too late)."""
 
-    __slots__ = ("ref", "mailbox")
+    __slots__ = ("ref", "mailbox", "actor")
 
-    def __init__(self, ref: pykka.ActorRef[Any], mailbox: queue.SimpleQueue[Any]) -> None:
-        self.ref = ref
-        self.mailbox = mailbox
+    def __init__(self, actor: MailboxActor) -> None:
+        self.ref = actor.actor_ref
+        self.mailbox = actor.mailbox
+        self.actor = actor
 
     def tell(self, message: Any) -> None:
         """Queue ``message``; raises ``pykka.ActorDeadError`` once the actor
-        has stopped."""
+        has stopped. A message that lands after the actor took ``RETIRE``
+        is refused (``MailboxActor.refuse``), never left unread."""
         if not self.ref.is_alive():
             raise pykka.ActorDeadError(f"{self.ref} is stopped")
         self.mailbox.put(message)
+        actor = self.actor
+        if actor.retired:
+            # It retired after the check above: it may have emptied its
+            # mailbox before this put landed. What is left is refused here.
+            actor.refuse_queued()
 
     def __repr__(self) -> str:
         return f"<Address {self.ref}>"

@@ -12,7 +12,16 @@ import pykka
 import pytest
 
 from dsh_actors import ToolBatchInput, ToolCall, ToolOutput, ToolRuntime, define_tool, text
-from dsh_actors.actors import ActorBase, ActorGroup, RegistryRef, actor_thread_ident, settle
+from dsh_actors.actors import (
+    RETIRE,
+    ActorBase,
+    ActorGroup,
+    Address,
+    MailboxActor,
+    RegistryRef,
+    actor_thread_ident,
+    settle,
+)
 from dsh_actors.messages import ExecuteBatch
 
 GUARD = 10.0
@@ -119,3 +128,65 @@ def test_the_runtime_joins_every_thread_it_started() -> None:
     rt.stop()
     assert not any(t.is_alive() for t in threads)
     assert not any(t.is_alive() for t in started)
+
+
+class Refusing(MailboxActor):
+    """Records what it handles and what it refuses (with the thread)."""
+
+    def __init__(self, group: ActorGroup, handled: list[Any], refused: list[Any], retired: threading.Event) -> None:
+        super().__init__(group)
+        self.handled = handled
+        self.refused = refused
+        self.took_retire = retired
+
+    def handle(self, message: Any) -> None:
+        self.handled.append(message)
+
+    def refuse_queued(self) -> None:
+        super().refuse_queued()
+        if self.retired:
+            self.took_retire.set()
+
+    def refuse(self, message: Any) -> None:
+        self.refused.append(message)
+
+
+def test_a_message_that_lands_after_retire_is_refused_once_never_left_unread() -> None:
+    # The race a stop wins: the sender saw the actor alive, the actor then
+    # took RETIRE and emptied its mailbox, and only then did the put land.
+    # The sender finds it retired and refuses what is left (once).
+    group = ActorGroup()
+    handled: list[Any] = []
+    refused: list[Any] = []
+    retired = threading.Event()
+    address = Refusing.open(group, handled, refused, retired)
+    try:
+        address.tell("before")
+        address.mailbox.put(RETIRE)  # (what stop_all and retire put first)
+        assert retired.wait(GUARD)
+        assert address.ref.is_alive()  # pykka's stop has not come yet
+        address.tell("late")
+        assert handled == ["before"]
+        assert refused == ["late"]
+    finally:
+        assert group.stop_all(GUARD) == []
+    assert refused == ["late"]
+
+
+def test_a_message_queued_before_pykka_stopped_an_actor_that_never_read_its_mailbox_is_refused() -> None:
+    # pykka's stop can reach the actor ahead of OPEN (the stop raced its
+    # spawn): it never reads its mailbox, and what was queued there is
+    # refused when it stops, as is what is put once it has.
+    group = ActorGroup()
+    handled: list[Any] = []
+    refused: list[Any] = []
+    ref = Refusing.start(group, handled, refused, threading.Event())  # (no OPEN)
+    actor = group.actor(ref)
+    assert isinstance(actor, Refusing)
+    address = Address(actor)
+    address.tell("queued")
+    ref.stop(block=True, timeout=GUARD)
+    assert refused == ["queued"] and handled == []
+    with pytest.raises(pykka.ActorDeadError):
+        address.tell("after")
+    assert group.stop_all(GUARD) == []

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pykka
 
 from ..actors import ActorGroup, Address
+from ..errors import RuntimeStoppedError
 from .idle import IdleShelf
 from .messages import Serve
 
@@ -186,16 +187,25 @@ class Dispatcher:
                     address = opener(rt.group, rt, self)
                 address.tell(message)
             except (RuntimeError, pykka.ActorDeadError) as exc:
-                with self.lock:
-                    if serve:
-                        self.serving -= 1
-                        message.mailbox.refused_locked()
-                    else:
-                        self.stepping -= 1
+                self.refused(message)
                 if not serve and failure is None:
                     failure = exc
         if failure is not None:
-            raise failure
+            # (The runtime is stopping: its actors refuse new work.)
+            raise RuntimeStoppedError("the runtime is stopped") from failure
+
+    def refused(self, message: Any) -> None:
+        """A send :meth:`_assign` decided never reached its actor (the
+        runtime is stopping: ``_send`` could not start or tell the actor,
+        or the actor retired before it read the message and refused it):
+        the slot counted for it is given back, and a ``Serve``'s mailbox
+        is told that nobody comes."""
+        with self.lock:
+            if type(message) is Serve:
+                self.serving -= 1
+                message.mailbox.refused_locked()
+            else:
+                self.stepping -= 1
 
     # -- call-actor slots ------------------------------------------------------------
 

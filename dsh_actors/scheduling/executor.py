@@ -339,7 +339,7 @@ class ExecutorActor(MailboxActor):
 
     def handle(self, message: RunBatch | Begin | Resume) -> None:
         if self._address is None:
-            self._address = Address(self.actor_ref, self.mailbox)
+            self._address = Address(self)
         work: RunBatch | Begin | Resume | None = message
         while work is not None:
             match work:
@@ -375,6 +375,20 @@ class ExecutorActor(MailboxActor):
                     work = self._go_on(work.run, work.run.drain())
                 case _:
                     assert_never(work)
+
+    def refuse(self, message: RunBatch | Begin | Resume) -> None:
+        """``message`` reached this actor after it retired (the runtime's
+        stop won the race with the send): its slot goes back to the
+        dispatcher and its batch's caller gets ``RuntimeStoppedError``
+        instead of waiting forever (any thread: see ``MailboxActor``)."""
+        self.dispatcher.refused(message)
+        if isinstance(message, RunBatch):
+            settle(message.reply, error=RuntimeStoppedError("the runtime stopped before the batch started"))
+            return
+        run = message.run
+        if isinstance(message, Resume):
+            run.native.run_finished(run)  # (it had begun: the stop no longer waits for it)
+        settle(run.reply, error=RuntimeStoppedError("the runtime stopped before the batch finished"))
 
     def _unstarted(self, work: RunBatch, exc: BaseException) -> RunBatch | Begin | Resume | None:
         """``work``'s batch could not even be set up (a bug): its caller
@@ -507,7 +521,7 @@ class CallActor(MailboxActor):
         super().__init__(group)
         self.rt = rt
         self.dispatcher = dispatcher  # (read-only: whose call-actor slot it holds)
-        self.address = Address(self.actor_ref, self.mailbox)
+        self.address = Address(self)
         self.lent = False  # its slot is lent (see Lent); its own thread only
 
     def handle(self, message: Serve) -> None:
@@ -518,6 +532,12 @@ class CallActor(MailboxActor):
                     mailbox = self._serve(mailbox)
             case _:
                 assert_never(message)
+
+    def refuse(self, message: Serve) -> None:
+        """``message`` reached this actor after it retired: its slot goes
+        back and its mailbox hears that nobody comes (any thread: see
+        ``MailboxActor``)."""
+        self.dispatcher.refused(message)
 
     def _serve(self, mailbox: WorkMailbox) -> WorkMailbox | None:
         """Serve ``mailbox`` until told to leave; the next mailbox the dispatcher

@@ -371,3 +371,48 @@ def test_a_batch_that_cannot_be_set_up_fails_with_its_error_instead_of_leaving_i
         monkeypatch.undo()
         # The step slot went on: the next batch runs.
         assert [code_of(r.result) for r in rt.tools.execute(ToolBatchInput(calls=calls("t"))).results] == [None]
+
+
+@pytest.mark.parametrize("entry", ["execute", "submit", "execute_async"])
+def test_a_batch_whose_start_loses_the_race_with_the_stop_fails_with_runtime_stopped(
+    entry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stop wins the race with a batch's start: the executor actor the
+    # batch was sent to took RETIRE after the sender saw it alive, and the
+    # RunBatch lands in a mailbox nobody reads. It is refused: the caller
+    # gets RuntimeStoppedError, not a wait that never ends (execute_async
+    # and submit have no other way out).
+    from dsh_actors import RuntimeStoppedError
+    from dsh_actors.actors import RETIRE, Address
+    from dsh_actors.scheduling.messages import RunBatch
+
+    tell = Address.tell
+
+    def late_tell(self: Address, message: Any) -> None:
+        if type(message) is RunBatch:
+            retired = threading.Event()
+            original = self.actor.refuse_queued
+
+            def refuse_queued() -> None:
+                original()
+                retired.set()
+
+            self.actor.refuse_queued = refuse_queued  # type: ignore[method-assign]
+            self.mailbox.put(RETIRE)  # the stop's, just after the sender's check
+            must(retired, "the executor actor to retire")
+        tell(self, message)
+
+    before = live_threads()
+    with ToolRuntime() as rt:
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+        monkeypatch.setattr(Address, "tell", late_tell)
+        with pytest.raises(RuntimeStoppedError, match="stopped before the batch started"):
+            if entry == "execute":
+                rt.tools.execute(ToolBatchInput(calls=calls("t")))
+            elif entry == "submit":
+                rt.tools.submit(ToolBatchInput(calls=calls("t"))).result(GUARD)
+            else:
+                asyncio.run(asyncio.wait_for(rt.tools.execute_async(ToolBatchInput(calls=calls("t"))), GUARD))
+        monkeypatch.setattr(Address, "tell", tell)
+        assert rt.tools.execute(ToolBatchInput(calls=calls("t"))).results[0].result.value == "ok"  # its slot came back
+    assert_no_new_threads(before)
