@@ -18,6 +18,7 @@ from dsh_actors import (
     Agent,
     Ask,
     ErrorCode,
+    InvalidStateError,
     LogStep,
     ModelSelection,
     Session,
@@ -133,6 +134,41 @@ def test_execute_refuses_to_block_the_loop_the_runtime_is_bound_to(app_loop: Any
 
         with pytest.raises(RuntimeError, match="execute_async"):
             asyncio.run_coroutine_threadsafe(blocking(), app_loop).result(GUARD)
+
+
+def test_resolve_refuses_to_block_the_loop_its_async_conditions_need(app_loop: Any) -> None:
+    # The loop the runtime is bound to, and the runtime's own loop (an
+    # async body): resolve() there could never finish, so it is refused at
+    # once, naming resolve_async, as execute() is.
+    async def when(context: Any) -> bool:
+        return True
+
+    def context(agent: Agent) -> ToolActivationContext:
+        return ToolActivationContext(agent, ModelSelection("p", "m"), AbortController().signal)
+
+    agent = Agent("main")
+    with ToolRuntime(loop=app_loop) as rt:
+        rt.tools.scope(agent).register(tool("maybe", lambda args, ctx: "ok"), when=when)
+
+        async def on_the_bound_loop() -> Any:
+            return rt.tools.resolve(context(agent))
+
+        with pytest.raises(InvalidStateError, match=r"bound to .*resolve_async"):
+            asyncio.run_coroutine_threadsafe(on_the_bound_loop(), app_loop).result(GUARD)
+    with ToolRuntime() as rt:
+        rt.tools.scope(agent).register(tool("maybe", lambda args, ctx: "ok"), when=when)
+
+        async def resolves(args: Any, ctx: Any) -> str:
+            try:
+                rt.tools.resolve(context(agent))
+            except InvalidStateError as exc:
+                return str(exc)
+            return "resolved"
+
+        rt.tools.register(tool("resolves", resolves))
+        result = rt.tools.execute(batch("resolves"))
+    assert "the runtime's own event loop" in result.results[0].result.value
+    assert "resolve_async" in result.results[0].result.value
 
 
 def test_async_conditions_run_on_the_loop_that_awaits_resolve_async() -> None:

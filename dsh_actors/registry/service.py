@@ -345,6 +345,7 @@ class ToolsService:
         """
         if not isinstance(context, ToolActivationContext):
             raise InvalidTypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
+        self._refuse_blocking_a_loop("resolve()", "resolve_async(context)", "its async conditions run")
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future), future)
         return self._wait(future, "the tool set resolution", limit=None)
@@ -656,23 +657,29 @@ class ToolsService:
         Raises ``ExecutorUnavailableError`` when no executor is available."""
         return self._blocking(lambda reply: self._start(batch, reply), "execute()", "execute_async(batch)")
 
-    def _blocking(self, start: Callable[[Reply], None], what: str, instead: str) -> ToolBatchResult:
-        """``start(reply)`` a batch and block the calling thread until it settles."""
+    def _refuse_blocking_a_loop(self, what: str, instead: str, runs: str) -> None:
+        """Refuse a blocking call made on the thread of a loop that the
+        work it waits for needs (``runs``: what runs there)."""
         rt = self._kernel
         bound = rt.bound_loop
         if bound is not None and bound.is_running() and _on_loop_thread(bound):
             raise InvalidStateError(
-                f"{what} would block the event loop this runtime is bound to (its async tools run "
+                f"{what} would block the event loop this runtime is bound to ({runs} "
                 f"there): use await rt.tools.{instead} from that loop"
             )
         _require(rt)  # (a stopped runtime raises here, before the loop is asked)
         if rt.loop.in_loop_thread():
-            # An async body on the runtime's own loop: the batch's async bodies
-            # would need this very loop, which execute() would block.
+            # On the runtime's own loop: what it waits for would need this
+            # very loop, which the call would block.
             raise InvalidStateError(
-                f"{what} would block the runtime's own event loop (async tool bodies run there, "
-                f"so the batch could never finish): use await rt.tools.{instead} from an async body"
+                f"{what} would block the runtime's own event loop ({runs} there, "
+                f"so it could never finish): use await rt.tools.{instead} from an async body"
             )
+
+    def _blocking(self, start: Callable[[Reply], None], what: str, instead: str) -> ToolBatchResult:
+        """``start(reply)`` a batch and block the calling thread until it settles."""
+        self._refuse_blocking_a_loop(what, instead, "its async tools run")
+        rt = self._kernel
         reply = _Reply()
         # A stopping runtime drains its batches and answers them; only a
         # batch stuck past the end of stop() has no answer: stop fails it.
