@@ -15,8 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from ..errors import ExecutorUnavailableError, InvalidStateError, InvalidTypeError, InvalidValueError
-from ..model import ToolBatchInput
+from ..errors import (
+    ExecutorUnavailableError,
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
+    ToolBatchExecutionError,
+    safe_str,
+)
+from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..visibility import describe_scope, select_executor
 from .executor import NativeExecutor
@@ -77,7 +84,9 @@ def start_batch(
                 )
         else:
             future = runtime.workers().submit(executor.execute, batch)
-        future.add_done_callback(lambda done: _chain(done, reply))
+        name = type(executor).__qualname__
+        calls = len(batch.calls)
+        future.add_done_callback(lambda done: _chain(done, reply, name, calls))
     except BaseException as exc:  # noqa: BLE001 - goes to the requester
         if reply.set_running_or_notify_cancel():
             reply.set_exception(exc)
@@ -149,8 +158,9 @@ def _checked_starts(batch: ToolBatchInput, starts: Sequence[CallStart] | None) -
     return starts
 
 
-def _chain(future: Future[Any], reply: Reply) -> None:
-    # On whichever thread completed the executor's future.
+def _chain(future: Future[Any], reply: Reply, name: str, calls: int) -> None:
+    # On whichever thread completed the executor's future. An executor is a
+    # plugin: what it answers is checked before the caller sees it.
     try:
         if future.cancelled():
             outcome: Any = CancelledError("the executor cancelled the batch")
@@ -160,6 +170,19 @@ def _chain(future: Future[Any], reply: Reply) -> None:
             failed = outcome is not None
             if not failed:
                 outcome = future.result()
+                problem = _answer_problem(outcome, calls)
+                if problem is not None:
+                    outcome = ToolBatchExecutionError(f"the executor {name} {problem}")
+                    failed = True
+            elif not isinstance(outcome, Exception):
+                # SystemExit, KeyboardInterrupt...: the executor's, not the
+                # application's to act on.
+                message = safe_str(outcome)
+                error = ToolBatchExecutionError(
+                    f"the executor {name} raised {type(outcome).__qualname__}" + (f": {message}" if message else "")
+                )
+                error.__cause__ = outcome
+                outcome = error
     except BaseException as exc:  # noqa: BLE001 - never lose a reply
         logger.opt(exception=exc).error("settling a batch reply failed")
         outcome, failed = exc, True
@@ -168,3 +191,14 @@ def _chain(future: Future[Any], reply: Reply) -> None:
             reply.set_exception(outcome)
         else:
             reply.set_result(outcome)
+
+
+def _answer_problem(outcome: Any, calls: int) -> str | None:
+    """What is wrong with an executor's answer for a batch of ``calls``
+    calls, or None."""
+    if not isinstance(outcome, ToolBatchResult):
+        return f"answered {type(outcome).__qualname__}, not a ToolBatchResult"
+    answered = len(outcome.results) + len(outcome.pending)
+    if answered != calls:
+        return f"answered {answered} results for a batch of {calls} calls (one per call, in model order)"
+    return None

@@ -325,3 +325,44 @@ def test_a_batch_is_settled_by_the_executor_selected_when_it_started(rt: Any) ->
     release.set()
     assert pending.result(timeout=WAIT) == labelled("first")
     assert rt.tools.execute(batch()) == labelled("second")
+
+
+class _Misbehaving:
+    """An executor (a plugin) whose ``execute`` answers ``answer(batch)``
+    or raises what it returns."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def describe(self, tools: Any) -> Any:
+        return [t.name for t in tools]
+
+    def execute(self, batch: ToolBatchInput) -> Any:
+        outcome = self.answer(batch)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda batch: None, "the executor _Misbehaving answered NoneType, not a ToolBatchResult"),
+        (lambda batch: "garbage", "the executor _Misbehaving answered str, not a ToolBatchResult"),
+        (lambda batch: ToolBatchResult(results=()), "answered 0 results for a batch of 1 calls"),
+        (lambda batch: SystemExit(4), "the executor _Misbehaving raised SystemExit: 4"),
+        (lambda batch: KeyboardInterrupt(), "the executor _Misbehaving raised KeyboardInterrupt"),
+    ],
+)
+def test_an_executors_bad_answer_or_base_exception_reaches_the_caller_as_a_batch_error(
+    rt: Any, answer: Any, message: str
+) -> None:
+    # A custom executor is a plugin: what it answers is checked, and what
+    # it raises outside Exception (SystemExit from a dependency, a stray
+    # KeyboardInterrupt) is its failure, not the application's exit.
+    from dsh_actors.errors import ToolBatchExecutionError
+
+    rt.tools.register(tool("t"))
+    rt.tools.set_executor(_Misbehaving(answer))
+    with pytest.raises(ToolBatchExecutionError, match=message):
+        rt.tools.execute(batch(None, ToolCall("c0", "t", "{}")))
