@@ -262,7 +262,16 @@ def _decide(call: Call, ask: Ask, answer: Any) -> Any:
         return failure(f'tool "{name}" requires approval, but no approval channel is available')
     if answer == "deferred":
         return _Deferred(ask)
-    raise ToolPolicyError("approval", f'the approval service answered {safe_str(repr(answer))} for tool "{name}"')
+    if type(answer) is str:
+        shown = answer if len(answer) <= 60 else answer[:57] + "..."
+        what = f"the string {shown!r}"
+    else:
+        what = type(answer).__qualname__
+    raise ToolPolicyError(
+        "approval",
+        f'the approval service answered {what} for tool "{name}"; expected one of "allowed-once", '
+        '"rejected", "cancelled", "unavailable" or "deferred"',
+    )
 
 
 def _policy_raised(call: Call, where: str, exc: BaseException) -> None:

@@ -75,6 +75,36 @@ def test_each_denying_answer_gives_its_pinned_reason(rt: Any, answer: str, messa
     assert "body" not in trip.journal
 
 
+def _generator() -> Any:
+    yield "allowed-once"
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        ("allowed_once", "the string 'allowed_once'"),
+        ("x" * 1_000_000, "the string '" + "x" * 57 + "...'"),
+        (_generator(), "generator"),
+        (None, "NoneType"),
+    ],
+)
+def test_an_answer_that_is_not_one_of_the_decisions_is_named_with_the_valid_ones(
+    rt: Any, answer: Any, shown: str
+) -> None:
+    # Never a repr of the answer (an object's address, a megabyte of text, a
+    # __repr__ that raises): a short string quoted, else its type, and the
+    # answers that would have been understood.
+    rt.approvals.set(lambda request: answer)
+    rt.events.on("tools/pre-execute", ask())
+    rt.tools.register(echo_tool())
+
+    result = run_one(rt, agent=Agent("main"))
+
+    message = result.error.message
+    assert f'the approval service answered {shown} for tool "echo"; expected one of "allowed-once"' in message
+    assert len(message) < 300
+
+
 def test_an_approval_denial_still_passes_through_post_execute(rt: Any) -> None:
     rt.approvals.set(lambda request: "rejected")
     rt.events.on("tools/pre-execute", ask())
