@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never
 
 import pykka
+from loguru import logger
 
 from ..actors import ActorBase, ActorGroup, settle
 from ..errors import AbortError, DshError, InvalidTypeError, RuntimeStoppedError, ToolPolicyError, safe_str
@@ -171,7 +172,7 @@ class ToolSetActor(ActorBase):
                 self._pending[reg.seq] = flight
                 self._kernel.loop_watch.launch(flight)
             else:
-                self._answers[reg.seq] = answer
+                self._answer(reg, answer)
         self._maybe_finish()
 
     def _on_abort(self, _signal: AbortSignal) -> None:
@@ -200,8 +201,24 @@ class ToolSetActor(ActorBase):
         if exc is not None:
             self._fail(self._condition_error(reg, exc))
             return
-        self._answers[reg.seq] = message.value
+        self._answer(reg, message.value)
         self._maybe_finish()
+
+    def _answer(self, reg: Registration, answer: Any) -> None:
+        """Record ``reg``'s answer: only exactly ``True`` admits its tool.
+        Anything else but ``False`` (a forgotten ``return`` is None) does not
+        either, and says so in a warning, so the tool is not hidden without
+        a word (the library's log is silent unless the application enables
+        it)."""
+        if type(answer) is not bool:
+            logger.warning(
+                'the activation condition of tool "{}" ({}) returned {}, not True or False: the tool is not '
+                "offered this step (return a bool)",
+                reg.name,
+                describe_scope(reg.scope),
+                type(answer).__qualname__,
+            )
+        self._answers[reg.seq] = answer
 
     def _maybe_finish(self) -> None:
         if self._finished or self._pending:

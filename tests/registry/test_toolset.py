@@ -54,6 +54,32 @@ def test_only_conditions_returning_exactly_true_admit_their_tool(rt: Any) -> Non
         ts.dispose()
 
 
+def test_a_condition_returning_a_non_bool_hides_its_tool_with_a_warning_that_names_it(
+    rt: Any, library_logs: None
+) -> None:
+    # A forgotten return (None) or a truthy 1 does not admit the tool, as
+    # above, but not without a word: a warning names the tool and the fix.
+    from loguru import logger
+
+    lines: list[str] = []
+    handler = logger.add(lines.append, level="WARNING", format="{message}")
+    agent = Agent("main")
+    rt.tools.register(tool("forgot"), when=lambda ctx: None)
+    rt.tools.register(tool("truthy"), when=lambda ctx: 1)
+    rt.tools.register(tool("yes"), when=lambda ctx: True)
+    try:
+        ts = rt.tools.resolve(activation(agent))
+        ts.dispose()
+    finally:
+        logger.remove(handler)
+    assert sorted(lines) == [
+        'the activation condition of tool "forgot" (the global scope) returned NoneType, not True or False: '
+        "the tool is not offered this step (return a bool)\n",
+        'the activation condition of tool "truthy" (the global scope) returned int, not True or False: '
+        "the tool is not offered this step (return a bool)\n",
+    ]
+
+
 def test_each_condition_runs_once_and_sees_the_context(rt: Any) -> None:
     agent = Agent("main")
     seen: list[ToolActivationContext] = []
