@@ -33,6 +33,7 @@ from ..errors import (
     LosslessJsonError,
     ToolArgsError,
     ToolNotFoundError,
+    ToolPolicyError,
 )
 from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput, settle_arguments
 from ..json import FrozenDict, materialize
@@ -65,6 +66,7 @@ class Call:
         "run_post",
         "dispatched",
         "phases_ran",
+        "unprepared",
         "body_invoked",
         "body_contexts",
         "body_successes",
@@ -110,6 +112,8 @@ class Call:
         # pre-aborted check), once or more: never cleared, not even by
         # unprepare(). What abort_unstarted() decides post-execute by.
         self.phases_ran = False
+        # How many times it was prepared and then sent back (unprepare()).
+        self.unprepared = 0
         self.body_invoked = False
         self.body_contexts: tuple[UserMessage, ...] = ()
         # The successes its body produced (a wrapper may run it more than
@@ -203,6 +207,22 @@ class Call:
         more: the one place that rule is written."""
         self.settle(aborted(before_dispatch=True), run_post=self.phases_ran, dispatched=False)
 
+    def give_up_preparing(self) -> None:
+        """It was sent back to be prepared again ``MAX_UNPREPARED`` times:
+        what it runs changed every time before its body could start (a hook
+        that registers, unregisters or restricts tools, or adds listeners,
+        whenever a call is prepared). It fails ``POLICY_FAILED`` without
+        running; post-execute sees it, as any call whose phases ran."""
+        name = self.execution.name
+        error = ToolPolicyError(
+            "prepare",
+            f'tool "{name}" was prepared {self.unprepared} times, and each time the registry or the '
+            "pre-execute listeners changed before its body could start: it did not run (does a listener, "
+            "guard or approval service register, unregister or restrict tools, or add listeners, "
+            "for every call?)",
+        )
+        self.settle(failure_from_exception(error), run_post=self.phases_ran, dispatched=False)
+
     def defer(self, ask: Any) -> None:
         """The approval service answered ``"deferred"`` for ``ask``: the
         call waits for a decision, with no outcome."""
@@ -213,6 +233,7 @@ class Call:
         under changed before its body started (see :func:`stale`); it will
         be classified and prepared again. (It never dispatched.)"""
         assert not self.dispatched, self
+        self.unprepared += 1
         self.mode = None
         self.registration = None
         self.body = None
@@ -356,6 +377,10 @@ def begin_call(
         )
     return call
 
+
+#: How many times a call may be sent back to be prepared again (what it
+#: runs changed before its body started) before it fails instead.
+MAX_UNPREPARED = 16
 
 #: ``prepare(..., registration=LOOK_UP)``: look the tool up now.
 LOOK_UP: Any = object()

@@ -33,7 +33,7 @@ from .body import (
     target_loop,
     wants_loop,
 )
-from .call import LOOK_UP, BadArguments, Call, begin, begin_call, lookup, stale, stamp
+from .call import LOOK_UP, MAX_UNPREPARED, BadArguments, Call, begin, begin_call, lookup, stale, stamp
 from .dispatch import dispatch
 from .finalize import BLOCKED_DEFAULT, finalize
 from .prepare import DECISIONS, is_text_by_language, prepare
@@ -49,6 +49,7 @@ __all__ = [
     "DECISIONS",
     "is_text_by_language",
     "LOOK_UP",
+    "MAX_UNPREPARED",
     "await_on_loop",
     "begin",
     "begin_call",

@@ -62,6 +62,7 @@ from ..pipeline.intake import batch_arguments, loggable, parse_arguments
 from ..pipeline.results import aborted, failure_from_exception
 from ..pipeline.stages import (
     LOOK_UP,
+    MAX_UNPREPARED,
     Call,
     begin_call,
     dispatch,
@@ -746,6 +747,13 @@ class BatchRun:
             again = redo is not None
             index = redo if redo is not None else self.next_start
             call = self._call_at(index)
+            if again and call.unprepared >= MAX_UNPREPARED:
+                # What it runs changed every time it was prepared: it fails
+                # instead of being prepared forever (a hook that changes the
+                # registry whenever a call is prepared).
+                call.give_up_preparing()
+                self._move(index, _HELD)
+                continue
             looked_up: Any = LOOK_UP
             if call.mode is None or stale(self.rt, call):
                 # Lazily, as it is about to start (again, if the registry or the

@@ -846,3 +846,57 @@ def test_a_retrying_wrapper_that_returns_its_first_success_keeps_it_when_the_abo
         result = rt.tools.execute(ToolBatchInput(calls=tuple(calls("t")), signal=controller.signal)).results[0].result
         assert attempts == [False, False]
         assert result.value == "v1", result
+
+
+@pytest.mark.parametrize("hook", ["pre-execute listener", "guard"])
+@pytest.mark.parametrize("limit", [1, 4])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_hook_that_changes_the_registry_for_every_call_fails_the_call_instead_of_preparing_it_forever(
+    hook: str, limit: int, kind: str
+) -> None:
+    # A change before a call's body starts sends it back to be prepared
+    # again (the rule above); a hook that registers a tool whenever it runs
+    # makes every preparation stale. The call fails POLICY_FAILED, naming
+    # the likely cause, after a bounded number of tries; its tool/result
+    # is logged and post-execute sees it.
+    from dsh_actors.pipeline.call import MAX_UNPREPARED
+
+    session = Session()
+    ran: list[str] = []
+    post: list[Any] = []
+
+    async def async_body(args: Any, ctx: Any) -> str:
+        ran.append(ctx.call_id)
+        return "ran"
+
+    def sync_body(args: Any, ctx: Any) -> str:
+        ran.append(ctx.call_id)
+        return "ran"
+
+    with started_runtime() as rt:
+        rt.tools.register(make_tool("t", async_body if kind == "async" else sync_body))
+        count = [0]
+
+        def side_effect() -> None:
+            count[0] += 1
+            rt.tools.register(make_tool(f"helper_{count[0]}", sync_body))
+
+        if hook == "guard":
+            rt.tools.guard(lambda execution: side_effect())
+        else:
+            rt.events.on("tools/pre-execute", lambda execution, next_: (side_effect(), next_())[1])
+        rt.events.on("tools/post-execute", lambda execution, result, next_: post.append(result) or next_())
+        batch = ToolBatchInput(
+            calls=tuple(calls("t", "t")),
+            agent=Agent("a", session=session),
+            log=LogStep(turn=1, step=1),
+            max_parallel_tool_calls=limit,
+        )
+        result = rt.tools.submit(batch).result(GUARD)
+    assert ran == []
+    for each in result.results:
+        assert code_of(each.result) == "POLICY_FAILED"
+        assert f'tool "t" was prepared {MAX_UNPREPARED} times' in each.result.error.message
+    assert len(post) == 2
+    logged = [e["call_id"] for e in session.events() if e["type"] == "tool/result"]
+    assert logged == ["c0", "c1"]
