@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    InvalidStateError,
     ToolNotFoundError,
     ToolPolicyError,
 )
@@ -49,11 +50,21 @@ def dispatch(rt: Kernel, call: Call) -> None:
         return
     caller = call.caller
     open_signal(execution)
+    ended = False
+
+    def body() -> Any:
+        # (Taking no arguments: the last wrapper's next() is this itself.)
+        if ended:
+            raise InvalidStateError(
+                f'a tools/execute wrapper called next() for call {execution.call_id} (tool "{execution.name}") '
+                "after the waterfall had returned: the call's result is settled, and its body does not run "
+                "again (call next() before returning)"
+            )
+        return run_body(rt, call)
+
     try:
         events = rt.events
-        # (A lambda, taking no arguments: the last wrapper's next() is
-        # this default itself.)
-        result = events.waterfall("tools/execute", lambda: run_body(rt, call), execution, agent=execution.agent)
+        result = events.waterfall("tools/execute", body, execution, agent=execution.agent)
         skip_post = False
         if not is_result(result):
             result = failure_from_exception(
@@ -78,6 +89,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
         result = failure_from_exception(exc)
         skip_post = True
     finally:
+        ended = True
         restore_signal(execution, caller)
     call.settle(result, run_post=not skip_post, dispatched=True)
 

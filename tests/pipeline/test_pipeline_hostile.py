@@ -352,3 +352,41 @@ def test_many_hostile_calls_in_one_batch_each_get_their_own_failure(rt: Any) -> 
     assert batch.results[0].result.error.message == "melted"
     assert batch.results[1].result.error.message == "<unprintable thrown value>"
     assert batch.results[3].result.value == "hi"
+
+
+def test_a_wrapper_that_calls_next_after_it_returned_is_refused_and_the_body_does_not_run_again(rt: Any) -> None:
+    # The call's result is settled (and committed) when the waterfall
+    # returns: a next() kept and called later, from another thread, raises
+    # instead of running the body outside the batch.
+    import threading
+
+    from dsh_actors import InvalidStateError
+
+    runs: list[str] = []
+    kept: list[Any] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        runs.append(ctx.call_id)
+        return "hi"
+
+    def wrapper(execution: Any, next_: Any) -> Any:
+        kept.append(next_)
+        return next_()
+
+    rt.tools.register(echo_tool(execute=body))
+    rt.events.on("tools/execute", wrapper)
+    assert not run_one(rt).is_error
+    late: list[BaseException] = []
+
+    def later() -> None:
+        try:
+            kept[0]()
+        except BaseException as exc:  # noqa: BLE001 - what it raised is the point
+            late.append(exc)
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    thread.join(10)
+    assert len(runs) == 1
+    assert len(late) == 1 and isinstance(late[0], InvalidStateError)
+    assert "after the waterfall had returned" in str(late[0])
