@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -133,3 +134,31 @@ def test_a_sync_listener_between_two_async_ones_works_when_the_chain_returns_bef
     result = _chain_result(chain, seen)
     assert result.value == "ok", result
     assert seen == ["first", "middle", "allow", "body"]
+
+
+@pytest.mark.parametrize("name", ["tools/execute", "tools/post-execute", "tools/result", "tools/progress"])
+def test_an_async_def_listener_of_an_event_that_never_awaits_is_refused_when_it_subscribes(name: str) -> None:
+    # Only tools/pre-execute listeners are awaited; any other runtime event
+    # would call an async def listener and drop its coroutine, so it never
+    # ran. It is refused at once, naming the fix. A plugin's own event
+    # (any other name) is left to the plugin.
+    from dsh_actors import InvalidTypeError, ToolRuntime
+
+    async def listener(*args: Any) -> Any:
+        return None
+
+    with ToolRuntime() as rt:
+        with pytest.raises(InvalidTypeError, match=f"listener is async def, but '{name}' listeners"):
+            rt.events.on(name, listener)
+        rt.events.on("my-plugin/event", listener)()
+        rt.events.on("tools/pre-execute", listener)()
+
+
+def test_an_async_def_guard_is_refused_when_it_is_added() -> None:
+    from dsh_actors import RegistrationError, ToolRuntime
+
+    async def check(execution: Any) -> None:
+        return None
+
+    with ToolRuntime() as rt, pytest.raises(RegistrationError, match=r"guard .*check is async def"):
+        rt.tools.guard(check)

@@ -69,6 +69,11 @@ UNFILTERED_EVENTS = frozenset({"tools/change"})
 #: subscribing to or disposing of one of them moves ``EventBus.version``.
 PREPARE_EVENTS = frozenset({"tools/pre-execute"})
 
+#: The runtime's events whose listeners may be ``async def`` (awaited on
+#: the batch's loop); an ``async def`` listener of any other of them is
+#: refused when it subscribes (its coroutine would never run).
+ASYNC_EVENTS = frozenset({"tools/pre-execute"})
+
 
 class Disposer:
     """Undoes exactly one effect. Calling it again does nothing."""
@@ -186,7 +191,14 @@ class EventBus:
         """
         if not callable(listener):
             raise InvalidTypeError(f"listener for {name!r} must be callable")
-        entry = _Entry(listener, scope, next(self._seq), _is_async(listener))
+        is_async = _is_async(listener)
+        if is_async and name in EVENT_NAMES and name not in ASYNC_EVENTS:
+            raise InvalidTypeError(
+                f"{callable_name(listener)} is async def, but {name!r} listeners run on the runtime's threads "
+                "and are never awaited: make it a plain def (only 'tools/pre-execute' listeners and "
+                "approval services may be async def)"
+            )
+        entry = _Entry(listener, scope, next(self._seq), is_async)
         unfiltered = name in UNFILTERED_EVENTS
         with self._lock:
             if self._closed is not None:

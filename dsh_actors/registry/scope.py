@@ -25,6 +25,7 @@ queues a disposer instead).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never, cast
 
@@ -33,7 +34,7 @@ from loguru import logger
 
 from ..actors import ActorBase, ActorGroup, settle
 from ..definition import ToolDefinition, validate_definition
-from ..errors import InvalidTypeError, RegistrationError, safe_str
+from ..errors import InvalidTypeError, RegistrationError, callable_name, safe_str
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
 from ..visibility import (
@@ -294,6 +295,11 @@ class ScopeActor(ActorBase):
         if not callable(fn):
             raise RegistrationError(
                 f"a guard must be callable: fn(execution) -> str | None (got {type(fn).__qualname__})"
+            )
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):  # noqa: B004
+            raise RegistrationError(
+                f"guard {callable_name(fn)} is async def, but guards run on the runtime's threads and are never "
+                "awaited: make it a plain def (an async check belongs in an async tools/pre-execute listener)"
             )
         contribution = Contribution(kind="guard", scope=self.scope, value=fn, seq=_next_seq())
         self._commit(self._snap.evolve(guards=(*self._snap.guards, contribution)), announce=False)
