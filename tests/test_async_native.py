@@ -195,6 +195,41 @@ def test_async_conditions_run_on_the_loop_that_awaits_resolve_async() -> None:
     assert asyncio.run(main()) == ["maybe"]
 
 
+def test_cancelling_the_task_awaiting_resolve_async_cancels_its_conditions_and_waits_for_them() -> None:
+    # asyncio.timeout cancels the awaiting task: the resolution is
+    # cancelled (its async condition sees its task cancelled and cleans
+    # up), and the CancelledError (here the TimeoutError) goes on only once
+    # the resolution has ended. The caller's own signal is left alone.
+    async def main() -> Any:
+        started = asyncio.Event()
+        cleaned: list[str] = []
+
+        async def when(context: Any) -> bool:
+            started.set()
+            try:
+                await asyncio.get_running_loop().create_future()  # never decides
+            finally:
+                cleaned.append("cleaned")
+            return True
+
+        with ToolRuntime() as rt:
+            agent = Agent("main")
+            rt.tools.scope(agent).register(tool("maybe", lambda args, ctx: "ok"), when=when)
+            caller = AbortController()
+            context = ToolActivationContext(agent, ModelSelection("p", "m"), caller.signal)
+            resolving = asyncio.ensure_future(rt.tools.resolve_async(context))
+            await asyncio.wait_for(started.wait(), GUARD)
+            resolving.cancel()
+            try:
+                await asyncio.wait_for(resolving, GUARD)
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+            cleaned_by_then = list(cleaned)  # (before the runtime's stop could cancel it)
+            return outcome, cleaned_by_then, caller.signal.aborted
+
+    assert asyncio.run(main()) == ("cancelled", ["cleaned"], False)
+
+
 def test_an_abort_cancels_a_started_body_on_the_app_loop_and_waits_for_its_cleanup() -> None:
     async def main() -> Any:
         started = asyncio.Event()

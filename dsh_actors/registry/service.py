@@ -356,9 +356,23 @@ class ToolsService:
         is bound to it); sync ones on the tool-set actor's thread."""
         if not isinstance(context, ToolActivationContext):
             raise InvalidTypeError(f"resolve_async() takes a ToolActivationContext, not {type(context).__qualname__}")
+        # Cancelling the awaiting task (asyncio.timeout does) cancels the
+        # resolution: its conditions see their signal abort, and the
+        # CancelledError goes on once the resolution has ended.
+        controller = _following(context.signal)
+        if controller is not None:
+            context = replace(context, signal=controller.signal)
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future, loop=asyncio.get_running_loop()), future)
-        return await asyncio.wrap_future(future)
+        if controller is None:
+            return await asyncio.wrap_future(future)
+        try:
+            resolved: ResolvedToolSet = await await_settled(
+                future, partial(controller.abort, "the task awaiting resolve_async was cancelled")
+            )
+            return resolved
+        finally:
+            controller.signal.close()
 
     # -- batches -----------------------------------------------------------
 
