@@ -230,6 +230,40 @@ def test_cancelling_the_task_awaiting_resolve_async_cancels_its_conditions_and_w
     assert asyncio.run(main()) == ("cancelled", ["cleaned"], False)
 
 
+def test_stop_on_the_awaiting_loop_before_an_async_listener_is_reached_does_not_wait_for_that_loop() -> None:
+    # rt.stop() runs on the loop that awaits the batch (it blocks that
+    # loop) while a sync pre-execute listener holds the call; the listener
+    # goes on once the stop fired, and the async listener after it would
+    # have to run on the blocked loop. It never starts: the call is
+    # ABORTED_BEFORE_DISPATCH, and the stop does not wait out its timeout.
+    async def main() -> Any:
+        rt = ToolRuntime().start()
+
+        async def body(args: Any, ctx: Any) -> str:
+            return "ok"
+
+        entered = threading.Event()
+
+        def sync_listener(execution: Any, next_: Any) -> Any:
+            entered.set()
+            execution.signal.wait(GUARD)  # until the stop fires
+            return next_()
+
+        async def async_listener(execution: Any, next_: Any) -> Any:
+            return await next_()
+
+        rt.tools.register(tool("a", body))
+        rt.events.on("tools/pre-execute", sync_listener)
+        rt.events.on("tools/pre-execute", async_listener)
+        task = asyncio.ensure_future(rt.tools.execute_async(batch("a")))
+        assert await asyncio.to_thread(entered.wait, GUARD)
+        rt.stop(timeout=GUARD)
+        result = await asyncio.wait_for(task, GUARD)
+        return rt.abandoned, code(result.results[0].result)
+
+    assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH")
+
+
 def test_an_abort_cancels_a_started_body_on_the_app_loop_and_waits_for_its_cleanup() -> None:
     async def main() -> Any:
         started = asyncio.Event()

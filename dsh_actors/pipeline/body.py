@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..definition import is_async_callable
 from ..errors import (
+    AbortError,
     InvalidStateError,
     ToolNotFoundError,
 )
@@ -229,6 +230,14 @@ def await_on_loop(
             f'async tool "{name}" would be awaited on its own event loop\'s thread, blocking it '
             "(use execute_async from a coroutine)"
         )
+    if signal.aborted:
+        # Aborted (the runtime's stop, say) before it was launched: it never
+        # starts, as its flight's start would decide, but without waiting
+        # for the loop (a stop called on that loop's thread blocks it).
+        coro.close()
+        if ended is not None:
+            ended()
+        raise AbortError(before_dispatch=True)
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def on_end(value: Any, error: BaseException | None) -> None:
