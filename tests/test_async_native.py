@@ -1123,3 +1123,33 @@ def test_cancelling_the_task_awaiting_execute_async_aborts_the_batch_and_waits_f
             assert not controller.signal.aborted
 
     asyncio.run(main())
+
+
+def test_a_flight_is_named_for_what_runs_not_always_as_an_async_tool() -> None:
+    # How a stop's rt.abandoned, the loop watch's warnings and LoopGoneError
+    # name a flight: a tool body by default; a listener or an activation
+    # condition as what it is (they are never a tool's body).
+    from dsh_actors.pipeline.flights import WHEN, Flight, describe
+
+    async def nothing() -> None:
+        return None
+
+    signal = AbortController().signal
+    loop = asyncio.new_event_loop()
+    try:
+        made = []
+        for what, call_id in (
+            (None, "c0"),
+            ('the async pre-execute listener or approval service of tool "t"', "c0"),
+            ('the async activation condition of tool "t"', WHEN),
+        ):
+            coro = nothing()
+            made.append(describe(Flight(coro, signal, loop, "t", call_id, lambda value, error: None, what=what)))
+            coro.close()
+    finally:
+        loop.close()
+    assert made == [
+        'async tool "t" (call c0)',
+        'the async pre-execute listener or approval service of tool "t" (call c0)',
+        'the async activation condition of tool "t"',
+    ]

@@ -216,6 +216,7 @@ def await_on_loop(
     name: str = "?",
     call_id: str = "?",
     ended: Callable[[], None] | None = None,
+    what: str | None = None,
 ) -> Any:
     """Run ``coro`` as a :class:`Flight` on ``loop`` (None: the runtime's
     own loop thread) and wait for it to end, on this thread: for a body
@@ -226,9 +227,9 @@ def await_on_loop(
     target = target_loop(rt, loop)
     if target.is_running() and _on_thread_of(target):  # (the runtime's own loop thread too)
         coro.close()
+        label = f'async tool "{name}"' if what is None else what
         raise InvalidStateError(
-            f'async tool "{name}" would be awaited on its own event loop\'s thread, blocking it '
-            "(use execute_async from a coroutine)"
+            f"{label} would be awaited on its own event loop's thread, blocking it (use execute_async from a coroutine)"
         )
     if signal.aborted:
         # Aborted (the runtime's stop, say) before it was launched: it never
@@ -248,7 +249,7 @@ def await_on_loop(
         else:
             done.set_result(value)
 
-    rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end))
+    rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end, what=what))
     with rt.waiting():  # a waiting call actor holds no slot
         return done.result()
 

@@ -57,7 +57,10 @@ from loguru import logger
 from ..errors import AbortError
 from ..signals import AbortSignal
 
-__all__ = ["Flight", "LoopGoneError", "LoopWatch", "Outbox", "Wave", "await_flight", "await_settled"]
+#: The call id of a tool-set condition's flight (it has no call).
+WHEN = "when"
+
+__all__ = ["WHEN", "Flight", "LoopGoneError", "LoopWatch", "Outbox", "Wave", "await_flight", "await_settled"]
 
 #: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
 OnEnd = Callable[[Any, BaseException | None], None]
@@ -110,6 +113,7 @@ class Flight:
         "cancelled",
         "ahead",
         "cancel_first",
+        "label",
     )
 
     def __init__(
@@ -121,8 +125,11 @@ class Flight:
         call_id: str,
         on_end: OnEnd,
         ahead: Callable[[AbortSignal], None] | None = None,
+        what: str | None = None,
     ) -> None:
         self.coro = coro
+        # How messages name what runs (an async tool body unless told).
+        self.label = f'async tool "{name}"' if what is None else what
         self.signal = signal
         # Run on the aborting thread when `signal` fires, before the cancel
         # is sent to the loop (a body's signal fused from `signal`, aborted
@@ -295,14 +302,12 @@ class Flight:
                 self.coro.close()
             except BaseException:  # noqa: BLE001 - pragma: no cover - a coroutine that resists closing
                 pass
-        self._end(
-            None, LoopGoneError(f'the event loop that runs async tool "{self.name}" {state} before the call ended')
-        )
+        self._end(None, LoopGoneError(f"the event loop that runs {self.label} {state} before the call ended"))
 
 
 def describe(flight: Flight) -> str:
     """``async tool "<name>" (call <id>)``: how a stop names a flight it left."""
-    return f'async tool "{flight.name}" (call {flight.call_id})'
+    return f"{flight.label} (call {flight.call_id})" if flight.call_id != WHEN else flight.label
 
 
 async def await_flight(
@@ -559,7 +564,7 @@ class LoopWatch:
                 flight.on_end(
                     None,
                     LoopGoneError(
-                        f'the event loop that runs async tool "{flight.name}" {state} '
+                        f"the event loop that runs {flight.label} {state} "
                         "(the batch's loop must run until the batch settles)"
                     ),
                 )
@@ -733,10 +738,10 @@ class LoopWatch:
             if flight.task is not None and flight.task is running:
                 beat.warned = True
                 logger.warning(
-                    'async tool "{}" (call {}) has blocked its event loop for {:.1f} s: an async body must not '
+                    "{} (call {}) has blocked its event loop for {:.1f} s: an async body must not "
                     "make blocking calls (everything else on that loop waits; run blocking work in a thread "
                     "or make the tool sync)",
-                    flight.name,
+                    flight.label,
                     flight.call_id,
                     now - beat.sent,
                 )
@@ -745,10 +750,10 @@ class LoopWatch:
             if flight.task is None and not flight.ended:
                 beat.warned = True
                 logger.warning(
-                    'async tool "{}" (call {}) has waited {:.1f} s for its event loop to start it: something '
+                    "{} (call {}) has waited {:.1f} s for its event loop to start it: something "
                     "else blocks that loop, such as a blocking rt.tools.execute() on the loop's own thread "
                     "(use await rt.tools.execute_async() there instead); it starts once the loop runs again",
-                    flight.name,
+                    flight.label,
                     flight.call_id,
                     now - beat.sent,
                 )

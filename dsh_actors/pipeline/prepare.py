@@ -158,8 +158,10 @@ def _awaiter(rt: Kernel, call: Call) -> Callable[[Any], Any]:
     flight on the batch's loop, observing the call's signal."""
     execution = call.execution
 
+    what = f'the async pre-execute listener or approval service of tool "{execution.name}"'
+
     def wait(coro: Any) -> Any:
-        return await_on_loop(rt, coro, call.caller, call.loop, execution.name, execution.call_id)
+        return await_on_loop(rt, coro, call.caller, call.loop, execution.name, execution.call_id, what=what)
 
     return wait
 

@@ -21,7 +21,7 @@ from loguru import logger
 from ..actors import ActorBase, ActorGroup, settle
 from ..errors import AbortError, DshError, InvalidTypeError, RuntimeStoppedError, ToolPolicyError, safe_str
 from ..model import ToolActivationContext
-from ..pipeline.flights import Flight
+from ..pipeline.flights import WHEN, Flight
 from ..toolset import Admission, ResolvedToolSet
 from ..visibility import Registration, describe_scope
 from ._private import STOPPED
@@ -168,7 +168,16 @@ class ToolSetActor(ActorBase):
                 # (A coroutine as it is, so a flight that never starts closes it;
                 # any other awaitable in a coroutine that awaits it.)
                 coro = answer if inspect.iscoroutine(answer) else _awaited(answer)
-                flight = vars_.run(Flight, coro, signal, loop, reg.name, "when", self._ended(reg))
+                flight = vars_.run(
+                    Flight,
+                    coro,
+                    signal,
+                    loop,
+                    reg.name,
+                    WHEN,
+                    self._ended(reg),
+                    what=f'the async activation condition of tool "{reg.name}"',
+                )
                 self._pending[reg.seq] = flight
                 self._kernel.loop_watch.launch(flight)
             else:
