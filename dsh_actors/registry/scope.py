@@ -25,7 +25,6 @@ queues a disposer instead).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never, cast
 
@@ -33,7 +32,7 @@ import pykka
 from loguru import logger
 
 from ..actors import ActorBase, ActorGroup, settle
-from ..definition import ToolDefinition, validate_definition
+from ..definition import ToolDefinition, is_async_callable, validate_definition
 from ..errors import InvalidTypeError, RegistrationError, callable_name, safe_str
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
@@ -296,7 +295,7 @@ class ScopeActor(ActorBase):
             raise RegistrationError(
                 f"a guard must be callable: fn(execution) -> str | None (got {type(fn).__qualname__})"
             )
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):  # noqa: B004
+        if is_async_callable(fn):
             raise RegistrationError(
                 f"guard {callable_name(fn)} is async def, but guards run on the runtime's threads and are never "
                 "awaited: make it a plain def (an async check belongs in an async tools/pre-execute listener)"
