@@ -362,17 +362,12 @@ class ToolsService:
         controller = _following(context.signal)
         if controller is not None:
             context = replace(context, signal=controller.signal)
-        future: Future[ResolvedToolSet] = Future()
-        self._tell(ResolveToolSet(context=context, reply=future, loop=asyncio.get_running_loop()), future)
-        if controller is None:
-            return await asyncio.wrap_future(future)
-        try:
-            resolved: ResolvedToolSet = await await_settled(
-                future, partial(controller.abort, "the task awaiting resolve_async was cancelled")
-            )
-            return resolved
-        finally:
-            controller.signal.close()
+        asked = context
+
+        def start(reply: Future[ResolvedToolSet], loop: Any) -> None:
+            self._tell(ResolveToolSet(context=asked, reply=reply, loop=loop), reply)
+
+        return await self._awaited(start, controller)
 
     # -- batches -----------------------------------------------------------
 
@@ -722,22 +717,19 @@ class ToolsService:
 
     # -- plumbing ----------------------------------------------------------
 
-    async def _awaited(
-        self, start: Callable[[Reply, Any], None], controller: AbortController | None
-    ) -> ToolBatchResult:
-        """``start(reply, loop)`` a batch whose async bodies run on the running
-        loop, and await its result without blocking that loop. If the
-        awaiting task is cancelled, ``controller`` (whose signal the batch
-        has) aborts it, and this still waits for it to settle before the
-        ``CancelledError`` goes on."""
-        future: Future[ToolBatchResult] = Future()
+    async def _awaited(self, start: Callable[[Future[T], Any], None], controller: AbortController | None) -> T:
+        """``start(reply, loop)`` work whose async parts run on the running
+        loop (a batch's bodies, a resolution's conditions), and await its
+        result without blocking that loop. If the awaiting task is
+        cancelled, ``controller`` (whose signal the work has) aborts it, and
+        this still waits for it to settle before the ``CancelledError``
+        goes on."""
+        future: Future[T] = Future()
         try:
             start(future, asyncio.get_running_loop())
             if controller is None:
                 return await asyncio.wrap_future(future)
-            result: ToolBatchResult = await await_settled(
-                future, partial(controller.abort, "the task awaiting the batch was cancelled")
-            )
+            result: T = await await_settled(future, partial(controller.abort, "the task awaiting it was cancelled"))
             return result
         finally:
             if controller is not None:
