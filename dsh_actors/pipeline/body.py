@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..definition import is_async_callable
 from ..errors import (
-    AbortError,
     InvalidStateError,
     ToolNotFoundError,
 )
@@ -231,14 +230,6 @@ def await_on_loop(
         raise InvalidStateError(
             f"{label} would be awaited on its own event loop's thread, blocking it (use execute_async from a coroutine)"
         )
-    if signal.aborted:
-        # Aborted (the runtime's stop, say) before it was launched: it never
-        # starts, as its flight's start would decide, but without waiting
-        # for the loop (a stop called on that loop's thread blocks it).
-        coro.close()
-        if ended is not None:
-            ended()
-        raise AbortError(before_dispatch=True)
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def on_end(value: Any, error: BaseException | None) -> None:
@@ -249,7 +240,13 @@ def await_on_loop(
         else:
             done.set_result(value)
 
-    rt.loop_watch.launch(Flight(coro, signal, target, name, call_id, on_end, what=what))
+    flight = Flight(coro, signal, target, name, call_id, on_end, what=what)
+    if flight.end_if_aborted():
+        # Aborted (the runtime's stop, say) before its launch: it ends here,
+        # as its start would, without waiting for the loop (a stop called
+        # on that loop's thread blocks it).
+        return done.result()  # (raises its AbortError)
+    rt.loop_watch.launch(flight)
     with rt.waiting():  # a waiting call actor holds no slot
         return done.result()
 

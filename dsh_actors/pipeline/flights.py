@@ -162,10 +162,7 @@ class Flight:
         """Start the task (on the loop's thread; its watch schedules it)."""
         if self.ended:
             return  # ended before its start ran (its loop stopped meanwhile: the watch ended it)
-        if self.signal.aborted:
-            # Aborted before its first step: it never starts.
-            self.coro.close()
-            self._end(None, AbortError(before_dispatch=True))
+        if self.end_if_aborted():
             return
         if self.cancel_first:
             # Cancelled (by whoever waited for it) before it started.
@@ -182,6 +179,18 @@ class Flight:
             return
         self.task = task
         task.add_done_callback(self._done)
+
+    def end_if_aborted(self) -> bool:
+        """Its signal fired before its first step: it never starts (its
+        coroutine is closed) and ends with ``AbortError(before_dispatch)``.
+        True if so. What :meth:`start` decides first, on the loop; a caller
+        about to launch it may ask the same before the launch (a loop
+        blocked by the stop itself would never run the start)."""
+        if not self.signal.aborted:
+            return False
+        self.coro.close()
+        self._end(None, AbortError(before_dispatch=True))
+        return True
 
     async def _shielded(self) -> Any:
         self.started = True
