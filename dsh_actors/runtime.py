@@ -216,6 +216,12 @@ class ToolRuntime:
                 self._stopper.start()
             return
         if first:
+            running = _running_loop()
+            if running is not None:
+                # This thread runs an event loop and no flight of ours is on
+                # it (else the stop would have returned above): one launched
+                # onto it now could never start while the stop blocks it.
+                self.loop_watch.halt(running)
             self._finish_stop()
         else:
             self._halted_event.wait()  # the first stop always sets it
@@ -232,11 +238,8 @@ class ToolRuntime:
             return True
         if current in self._worker_threads:
             return True
-        try:  # an async body on the caller's loop (execute_async): it runs this loop's flights
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        return self.loop_watch.carries(loop)
+        loop = _running_loop()  # an async body on the caller's loop (execute_async): it runs this loop's flights
+        return loop is not None and self.loop_watch.carries(loop)
 
     def _begin_stop(self) -> None:
         # Nothing new attaches to a stopping runtime (rt.tools and rt.use
@@ -498,3 +501,11 @@ class _Bindings:
                 if bound:
                     self._bound[key] = executor
             done.set()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on the calling thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -264,6 +264,49 @@ def test_stop_on_the_awaiting_loop_before_an_async_listener_is_reached_does_not_
     assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH")
 
 
+def test_stop_on_the_awaiting_loop_just_before_an_async_listener_is_launched_does_not_wait_for_that_loop() -> None:
+    # As above, but the listener's flight passed its abort check before
+    # the stop fired and is launched only after the stop found nothing of
+    # ours on the loop (the launch is held there): the stop then blocks the
+    # loop the flight was launched onto. The flight never starts: the call
+    # is ABORTED_BEFORE_DISPATCH, and the stop does not wait out its
+    # timeout for the loop.
+    async def main() -> Any:
+        rt = ToolRuntime().start()
+        watch = rt.loop_watch
+        launch, carries = watch.launch, watch.carries
+        at_launch, checked = threading.Event(), threading.Event()
+
+        def held_launch(flight: Any) -> None:
+            at_launch.set()
+            assert checked.wait(GUARD)
+            launch(flight)
+
+        def checking(loop: Any) -> bool:
+            found = carries(loop)
+            checked.set()
+            return found
+
+        watch.launch = held_launch  # type: ignore[method-assign]
+        watch.carries = checking  # type: ignore[method-assign]
+
+        async def body(args: Any, ctx: Any) -> str:
+            return "ok"
+
+        async def async_listener(execution: Any, next_: Any) -> Any:
+            return await next_()
+
+        rt.tools.register(tool("a", body))
+        rt.events.on("tools/pre-execute", async_listener)
+        task = asyncio.ensure_future(rt.tools.execute_async(batch("a")))
+        assert await asyncio.to_thread(at_launch.wait, GUARD)
+        rt.stop(timeout=GUARD)
+        result = await asyncio.wait_for(task, GUARD)
+        return rt.abandoned, code(result.results[0].result)
+
+    assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH")
+
+
 def test_an_abort_cancels_a_started_body_on_the_app_loop_and_waits_for_its_cleanup() -> None:
     async def main() -> Any:
         started = asyncio.Event()

@@ -65,6 +65,9 @@ __all__ = ["WHEN", "Flight", "LoopGoneError", "LoopWatch", "Outbox", "Wave", "aw
 #: ``on_end(value, error)``: exactly one of them is meaningful (error None: value).
 OnEnd = Callable[[Any, BaseException | None], None]
 
+# How a flight onto a loop halted by the stop is told it cannot run there.
+_HALTED = "is blocked: rt.stop() was called on its thread"
+
 
 class LoopGoneError(RuntimeError):
     """The loop a flight runs on closed or stopped before the flight ended
@@ -303,6 +306,14 @@ class Flight:
             self.on_end(value, error)
         except BaseException as exc:  # noqa: BLE001 - never into the loop
             logger.opt(exception=exc).error("reporting the end of async tool {!r} failed", self.name)
+
+    def never_starts(self, state: str) -> None:
+        """Launched onto a loop that can no longer run its start (its thread
+        is blocked by the runtime's stop): it ends now, aborted before its
+        first step if its signal fired (as the stop's abort has), else
+        :class:`LoopGoneError` (``state`` says why)."""
+        if not self.end_if_aborted():
+            self.fail_gone(state)
 
     def fail_gone(self, state: str) -> None:
         """The loop is closed or stopped with this flight still on it."""
@@ -558,6 +569,9 @@ class LoopWatch:
         # come and go every few microseconds; a wake each time would cost
         # more thread switches than the flights themselves).
         self._idle = False
+        # Loops whose thread a blocking stop holds (rt.stop() called there):
+        # a flight launched onto one never starts (see halt).
+        self._halted: set[asyncio.AbstractEventLoop] = set()
 
     def launch(self, flight: Flight) -> None:
         """Start ``flight`` on its loop. A loop that is closed or not running
@@ -601,11 +615,17 @@ class LoopWatch:
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            inlet = self._inlets.get(loop)
-            if inlet is not None:
-                inlet.extend(flights)  # the loop has not run the pending start yet
-                return
-            self._inlets[loop] = list(flights)
+            halted = loop in self._halted
+            if not halted:
+                inlet = self._inlets.get(loop)
+                if inlet is not None:
+                    inlet.extend(flights)  # the loop has not run the pending start yet
+                    return
+                self._inlets[loop] = list(flights)
+        if halted:
+            for flight in flights:
+                flight.never_starts(_HALTED)
+            return
         try:
             loop.call_soon_threadsafe(self._start_pending, loop)
         except RuntimeError:  # closed just now
@@ -613,6 +633,20 @@ class LoopWatch:
                 pending = self._inlets.pop(loop, [])
             for flight in pending:
                 flight.fail_gone("closed")
+
+    def halt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``loop``'s thread is about to block in the runtime's stop (a
+        ``stop()`` called there, with no flight of this runtime in flight
+        on it): the start of a flight launched onto it would never run. The
+        flights whose start is pending end now, and so does every flight
+        launched onto it from now on (aborted before dispatch: the stop has
+        fired their signals), so the stop does not wait its timeout for
+        them."""
+        with self._lock:
+            self._halted.add(loop)
+            pending = self._inlets.pop(loop, [])
+        for flight in pending:
+            flight.never_starts(_HALTED)
 
     def _start_pending(self, loop: asyncio.AbstractEventLoop) -> None:
         # On the loop's thread: start every flight launched onto it since
