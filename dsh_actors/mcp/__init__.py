@@ -51,8 +51,14 @@ How a tool maps:
   the tool's result card shows after the model's content.
 * ``isError: true`` is a failure (``MCP_TOOL_ERROR``) whose message is the
   server's text. A JSON-RPC error, or an answer that is not a valid result
-  (a ``result`` that is not an object fails its call at once, though the SDK
-  drops that message), is ``MCP_PROTOCOL_ERROR``.
+  (a ``result`` that is not an object, or JSON the SDK's parser refuses, such
+  as a lone surrogate or nesting deeper than it reads, fails its call at
+  once, though the SDK drops that message), is ``MCP_PROTOCOL_ERROR``. Only
+  the SDK's own "Connection closed" error closes the mount: a server's error
+  with the same code (-32000, the first of JSON-RPC's server-error range)
+  fails that call alone. A ``tools/list`` answered with an error, or with a
+  result that is not a valid listing, raises ``McpProtocolError`` from
+  :func:`mount`.
 * Every request is bounded by the mount's ``timeout_ms`` (default
   :data:`DEFAULT_TIMEOUT_MS`, 60 s): a ``tools/call`` left unanswered fails
   ``TOOL_TIMEOUT`` and is cancelled on the server; a ``tools/list`` page left

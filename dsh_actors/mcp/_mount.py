@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import json
 import re
 import threading
 import weakref
@@ -15,6 +16,7 @@ import orjson
 from loguru import logger
 from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from ..definition import ToolDefinition, ToolOutput, validate_definition
 from ..errors import (
@@ -46,8 +48,12 @@ __all__ = ["DEFAULT_TIMEOUT_MS", "mount"]
 #: ``timeout_ms``: a ``tools/call`` or ``tools/list`` page unanswered after
 #: this long fails (a server that never answers cannot hang a batch).
 DEFAULT_TIMEOUT_MS: Final = 60_000.0
-#: JSON-RPC code the SDK uses for a closed connection (mcp_types.jsonrpc).
+#: JSON-RPC code and message of the error the SDK raises for a closed
+#: connection (mcp_types.jsonrpc). The code alone is not enough: -32000 opens
+#: JSON-RPC's server-error range, and a server may answer one request with it
+#: ("rate limited") over a connection that is fine.
 _CONNECTION_CLOSED: Final = -32000
+_CLOSED_MESSAGE: Final = "Connection closed"
 #: ``ErrorData.data`` of the error the mount hands the SDK's waiter for an
 #: answer the SDK could not read (see ``_fail_malformed``).
 _MALFORMED: Final = "dsh-actors: malformed answer"
@@ -87,8 +93,11 @@ async def mount(
 
     Raises :class:`~dsh_actors.errors.RegistrationError`, registering
     nothing, when a tool cannot be registered (a schema full mode refuses, a
-    name already taken in that scope...): every problem is listed. Errors
-    from the server while listing propagate as the SDK raised them.
+    name already taken in that scope...): every problem is listed. A listing
+    the server answers with a JSON-RPC error, or with a result that is not a
+    valid listing, raises :class:`~dsh_actors.mcp.McpProtocolError` naming
+    the problem; a connection that closed meanwhile,
+    :class:`~dsh_actors.mcp.McpConnectionError`.
 
     Returns the disposer that withdraws every registration the mount made
     (also those a re-listing made) and detaches from the session. It may be
@@ -184,6 +193,12 @@ class _Mount:
                     page = await self.session.list_tools(params=params)
             except TimeoutError:
                 raise McpProtocolError("tools/list", f"the server did not answer within {self.bound_ms:g} ms") from None
+            except MCPError as err:
+                if _closed_by_sdk(err):
+                    raise McpConnectionError(self.server, safe_str(err.message)) from err
+                raise McpProtocolError("tools/list", safe_str(err.message), err.code) from err
+            except ValidationError as err:  # a result the SDK cannot read as a listing
+                raise McpProtocolError("tools/list", f"the server's listing is not valid: {_problems(err)}") from None
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
@@ -421,7 +436,7 @@ class _Mount:
                 progress_callback=progress,
             )
         except MCPError as err:
-            if err.code == _CONNECTION_CLOSED:
+            if _closed_by_sdk(err):
                 self._closed = safe_str(err.message) or "connection closed"
                 raise McpConnectionError(self.server, self._closed) from err
             if err.data == _MALFORMED:
@@ -624,6 +639,23 @@ def _server_name(session: ClientSession) -> str:
     return name if type(name) is str and name else "mcp"
 
 
+def _problems(err: ValidationError) -> str:
+    """pydantic's complaints about a server's answer, each as ``path:
+    message``, the first three."""
+    parts = [
+        f"{'.'.join(str(part) for part in detail['loc']) or 'result'}: {detail['msg']}"
+        for detail in err.errors(include_url=False, include_context=False, include_input=False)
+    ]
+    more = f" (and {len(parts) - 3} more)" if len(parts) > 3 else ""
+    return "; ".join(parts[:3]) + more
+
+
+def _closed_by_sdk(err: MCPError) -> bool:
+    """Whether ``err`` is the SDK saying the connection closed, not a
+    server's own error that happens to use the same code."""
+    return err.code == _CONNECTION_CLOSED and err.message == _CLOSED_MESSAGE and err.data is None
+
+
 def _is_closed_stream(err: BaseException) -> bool:
     try:
         import anyio
@@ -687,13 +719,24 @@ def _malformed_answer(error: Exception) -> tuple[Any, str] | None:
     except Exception:  # noqa: BLE001 - not a pydantic error after all
         return None
     message: Any = None
+    unreadable: str | None = None  # why the SDK's parser refused the line's JSON
     for detail in details:
         value = detail.get("input") if isinstance(detail, Mapping) else None
+        if type(value) is str and detail.get("type") == "json_invalid":
+            # JSON the SDK's parser refuses (nested deeper than it reads, a
+            # lone surrogate): the id is read with the standard library's.
+            try:
+                value = json.loads(value)
+            except (ValueError, RecursionError):
+                continue
+            unreadable = safe_str(detail.get("msg"))
         if isinstance(value, Mapping) and "id" in value and ("result" in value or "error" in value):
             message = value
             break
     if message is None or type(message["id"]) not in (int, str):
         return None
+    if unreadable is not None:
+        return message["id"], f"the MCP SDK cannot read the server's answer ({unreadable})"
     if "result" in message:
         result = message["result"]
         if not isinstance(result, Mapping):

@@ -7,6 +7,8 @@ argument, default 0) have arrived, and ``wait_silent`` answers once a
 ``silent`` call has arrived. Run as a script.
 
 ``SILENT_LISTING=1`` in the environment: ``tools/list`` is never answered.
+``BAD_LISTING=<kind>``: ``tools/list`` is answered badly (see
+``BAD_LISTINGS``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "bad_result", "description": "answers with a result that is not an object", "inputSchema": OBJECT},
     {"name": "silent", "description": "never answers", "inputSchema": OBJECT},
     {"name": "echo", "description": "answers with its arguments as text", "inputSchema": OBJECT},
+    {"name": "busy", "description": "answers with a -32000 server error", "inputSchema": OBJECT},
+    {"name": "deep", "description": "answers with structuredContent 300 levels deep", "inputSchema": OBJECT},
+    {"name": "surrogate", "description": "answers with a lone surrogate in its text", "inputSchema": OBJECT},
     {"name": "cancellations", "description": "the cancellations received so far", "inputSchema": OBJECT},
     {"name": "wait_silent", "description": "answers once a silent call has arrived", "inputSchema": OBJECT},
     {
@@ -36,6 +41,13 @@ TOOLS: list[dict[str, Any]] = [
         "execution": {"taskSupport": "optional"},
     },
 ]
+
+# What tools/list answers under BAD_LISTING=<kind>: a result, or an error.
+BAD_LISTINGS: dict[str, dict[str, Any]] = {
+    "not_a_list": {"result": {"tools": 5}},
+    "schema_not_an_object": {"result": {"tools": [{"name": "x", "inputSchema": "object"}]}},
+    "error": {"error": {"code": -32603, "message": "internal"}},
+}
 
 cancelled: list[dict[str, Any]] = []
 silent_calls = 0
@@ -67,7 +79,10 @@ def answer(request: dict[str, Any]) -> None:
             }
         )
     elif method == "tools/list":
-        if os.environ.get("SILENT_LISTING") != "1":
+        bad = os.environ.get("BAD_LISTING")
+        if bad is not None:
+            send({"jsonrpc": "2.0", "id": rid, **BAD_LISTINGS[bad]})
+        elif os.environ.get("SILENT_LISTING") != "1":
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
     elif method == "tools/call":
         name = params.get("name")
@@ -84,6 +99,15 @@ def answer(request: dict[str, Any]) -> None:
                 send({"jsonrpc": "2.0", "id": rid, "result": text("arrived")})
             else:
                 waiting.append(rid)
+        elif name == "busy":
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": "rate limited, try again"}})
+        elif name == "deep":
+            nested: Any = 1
+            for _ in range(300):
+                nested = {"a": nested}
+            send({"jsonrpc": "2.0", "id": rid, "result": {**text("deep"), "structuredContent": nested}})
+        elif name == "surrogate":
+            send({"jsonrpc": "2.0", "id": rid, "result": text("x\ud800y")})  # written as the escape \ud800
         elif name == "echo":
             send({"jsonrpc": "2.0", "id": rid, "result": text(json.dumps(params.get("arguments")))})
         elif name == "cancellations":

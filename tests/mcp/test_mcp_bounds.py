@@ -120,3 +120,62 @@ def test_an_aborted_call_forwards_the_aborts_reason_to_the_server(raw: ServerCon
         assert reasons == ["the user pressed stop"]
     finally:
         unmount()
+
+
+def test_a_server_error_with_the_code_the_sdk_uses_for_a_closed_connection_fails_that_call_only(
+    raw: ServerConnection, rt: ToolRuntime
+) -> None:
+    # -32000 opens JSON-RPC's server-error range: a server may answer one
+    # request with it over a connection that is fine.
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))
+    try:
+        outcome = run(rt, "busy")
+        assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR"
+        assert outcome.error.message == 'MCP protocol error -32000 calling "busy": rate limited, try again'
+        assert not run(rt, "echo", {"a": 1}).is_error  # the mount goes on
+    finally:
+        unmount()
+
+
+@pytest.mark.parametrize("tool", ["deep", "surrogate"])
+def test_an_answer_the_sdk_cannot_parse_fails_the_call_at_once(
+    raw: ServerConnection, rt: ToolRuntime, tool: str
+) -> None:
+    # The server answers at once with JSON the SDK's parser refuses (nested
+    # deeper than it reads, a lone surrogate): the call fails then, not at
+    # the mount's bound (a minute here).
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))
+    try:
+        outcome = run(rt, tool)
+        assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR", outcome
+        assert not run(rt, "echo", {"a": 1}).is_error
+    finally:
+        unmount()
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail"),
+    [
+        ("not_a_list", "the server's listing is not valid: tools: Input should be a valid list"),
+        (
+            "schema_not_an_object",
+            "the server's listing is not valid: tools.0.inputSchema: Input should be a valid dictionary or instance of InputSchema",
+        ),
+        ("error", "internal"),
+    ],
+)
+def test_a_listing_the_sdk_cannot_read_fails_the_mount_naming_the_problem(
+    tmp_path: Path, rt: ToolRuntime, kind: str, detail: str
+) -> None:
+    conn = ServerConnection("server_raw.py", tmp_path / "server.log", env={"BAD_LISTING": kind}).start()
+    try:
+        assert conn.session is not None
+        with pytest.raises(McpProtocolError) as caught:
+            conn.run(mount(rt, conn.session))
+        shown = " -32603" if kind == "error" else ""
+        assert caught.value.message == f'MCP protocol error{shown} calling "tools/list": {detail}'
+        assert rt.tools.get("echo") is None
+    finally:
+        conn.close()
