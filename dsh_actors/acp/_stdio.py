@@ -89,6 +89,9 @@ class CheckedTransport:
             except ValueError as exc:
                 await self._answer(None, PARSE_ERROR, "Parse error", f"not JSON: {safe_str(exc)}")
                 continue
+            except RecursionError:  # nested deeper than the parser recurses
+                await self._answer(None, PARSE_ERROR, "Parse error", "JSON nested too deep to read")
+                continue
             problem = message_problem(message)
             if problem is not None:
                 ident = message.get("id") if isinstance(message, dict) else None

@@ -277,6 +277,12 @@ MALFORMED: list[tuple[bytes, object, int]] = [
         "m6",
         -32602,
     ),
+    # Nested deeper than Python's parser recurses: a parse error, not a crash.
+    (
+        b'{"jsonrpc": "2.0", "id": "m7", "method": "x", "params": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        None,
+        -32700,
+    ),
 ]
 
 
