@@ -425,6 +425,36 @@ def test_the_value_is_validated_and_dumped_as_json_and_a_wrong_one_fails_invalid
     assert "object at 0x" not in unserializable.error.message
 
 
+def test_a_value_the_serializer_cannot_dump_fails_invalid_tool_output_naming_the_tool(rt: Any) -> None:
+    @tool
+    def raw() -> bytes:
+        return b"\xff\x00"
+
+    @tool
+    def cyclic() -> list[Any]:
+        value: list[Any] = []
+        value.append(value)
+        return value
+
+    @tool
+    def deep() -> Any:
+        value: Any = 1
+        for _ in range(1000):
+            value = [value]
+        return value
+
+    for definition, why in (
+        (raw, "'utf-8' codec can't decode byte 0xff in position 0: invalid utf-8"),
+        (cyclic, "Circular reference detected (id repeated)"),
+        (deep, "Maximum serialization depth exceeded"),
+    ):
+        result = run(rt, definition, {})
+        assert code_of(result) == ErrorCode.INVALID_TOOL_OUTPUT
+        assert result.error.message == (
+            f'tool "{definition.name}" returned invalid output: "value" cannot be turned into JSON: {why}'
+        )
+
+
 def test_a_replacement_value_is_validated_against_the_return_annotation(rt: Any) -> None:
     @tool
     def count() -> int:

@@ -24,8 +24,8 @@ from typing import Any, Final, final
 
 from pydantic import ValidationError
 from pydantic.json_schema import GenerateJsonSchema
-from pydantic_core import PydanticSerializationError
 
+from ..errors import safe_str
 from ..json import FrozenDict, dumps, path_for_index, path_for_key
 
 __all__ = ["PydanticEnforcer", "ToolJsonSchema", "serialization_problem", "violations_of"]
@@ -176,6 +176,6 @@ class PydanticEnforcer:
         return f"PydanticEnforcer({dumps(self.schema).decode()[:77]})"
 
 
-def serialization_problem(err: PydanticSerializationError) -> str:
+def serialization_problem(err: Exception) -> str:
     """A serializer's complaint as a violation of the value."""
-    return f'"value" cannot be turned into JSON: {err}'
+    return f'"value" cannot be turned into JSON: {safe_str(err)}'

@@ -315,7 +315,10 @@ def _execute(
             return dump(validate_value(value), mode="json")
         except ValidationError as err:
             raise ToolOutputError(name, violations_of(err, value)) from None
-        except PydanticSerializationError as err:
+        except (PydanticSerializationError, ValueError, TypeError, RecursionError) as err:
+            # The serializer's own complaints, and what it lets through from
+            # the value: bytes that are not UTF-8, a cycle, nesting past its
+            # depth limit.
             raise ToolOutputError(name, [serialization_problem(err)]) from None
 
     wrapper: Any
