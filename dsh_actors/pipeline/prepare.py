@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @in_context
 def prepare(
-    rt: Kernel, call: Call, registration: Any = LOOK_UP, before_hooks: Callable[[], None] | None = None
+    rt: Kernel, call: Call, registration: Any = LOOK_UP, before_hooks: Callable[[], object] | None = None
 ) -> None:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 

@@ -114,7 +114,9 @@ class CallState(IntEnum):
     """As OUT, but prepared ahead of a free slot (at most ``limit`` of
     them: no call actor is free for it yet)."""
     FLIGHT = 4
-    """Its async body is in flight on the batch's loop (until ``BodyEnded``)."""
+    """Its async body is in flight on the batch's loop (until ``BodyEnded``),
+    or, while the step that decided it runs, waits to be started and
+    launched (``launching``): found stale then, it goes back to REDO."""
     HELD = 5
     """The batch holds it with its outcome (dispatched inline or back, or
     settled without dispatch): it commits in its turn."""
@@ -144,7 +146,7 @@ NEXT: dict[CallState, frozenset[CallState]] = {
     ),
     CallState.OUT: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
     CallState.EARLY: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
-    CallState.FLIGHT: frozenset({CallState.HELD, CallState.STUCK}),
+    CallState.FLIGHT: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
     CallState.HELD: frozenset({CallState.COMMITTED}),
     CallState.DEFERRED: frozenset({CallState.COMMITTED}),
     CallState.STUCK: frozenset({CallState.COMMITTED}),
@@ -250,6 +252,7 @@ class BatchRun:
         "reply",
         "loop",
         "launching",
+        "sent_back",
         "outbox",
         "policy",
         "starts",
@@ -312,7 +315,12 @@ class BatchRun:
         self.inline: Call | None = None  # the call whose body runs here now (see abandoned_error)
         self.halted: str | None = None
         self.hook: Any = None
-        self.launching: list[Any] = []  # flights this step started, launched when it ends
+        # The async calls this step decided to start as flights (FLIGHT, their
+        # slots taken): each is checked once more and started as it is
+        # launched, with the others, before a later call is handed on or its
+        # pre-execute hooks run, or at the end of the step (see _launch).
+        self.launching: list[Call] = []
+        self.sent_back = False  # a launch sent a call back (see _launch)
         self.outbox: Outbox | None = None  # the loop side of the inbox (made with the first flight)
         self.policy: Any = None  # what the executor gives the batch (BatchPolicy), asked as it opens
         # A continued batch: where each call starts (None: all from the start).
@@ -684,8 +692,8 @@ class BatchRun:
         # the log; it gates only a barrier, which waits for it below).
         while True:
             self._start_ready()
-            if self.launching:
-                self._launch()  # the flights it started, before the commits
+            if self.launching and self._launch():
+                continue  # the flights, before the commits; one went back: start again
             if not self._commit_ready():
                 return
 
@@ -791,7 +799,16 @@ class BatchRun:
             # The flights this step started are launched before this call's
             # pre-execute listeners or approval run (they may block, or change
             # what holds): a body that started is not held behind them.
-            prepare(self.rt, call, looked_up, self._launch if self.launching else None)
+            if self.launching:
+                self.sent_back = False
+                prepare(self.rt, call, looked_up, self._launch)
+                if self.sent_back:
+                    # A flight before it was found stale as it was launched:
+                    # it is prepared again first, and this call after it.
+                    self._put_back(call)
+                    continue
+            else:
+                prepare(self.rt, call, looked_up, None)
             # Prepared: settled without dispatch (an outcome), deferred (an
             # ask), or allowed (neither), to dispatch.
             settled = call.outcome is not None
@@ -819,19 +836,16 @@ class BatchRun:
                 and (self.mailbox is None or self.mailbox.all_taken())
             ):
                 # An async body: a flight on its loop, which reports its end
-                # in a message; no thread waits for it. Launched at the end
-                # of this step, or sooner: before a later call is put in the
-                # mailbox or its pre-execute hooks run (launches join into
-                # one wake of the loop: LoopWatch). With calls still queued
-                # before it, it is queued too (below): calls start in model
-                # order, each under what holds when a call actor takes it,
-                # and that call actor waits for its body on the loop.
-                flight = start_on_loop(self.rt, call, self._body_ended_on_loop)
-                if flight is not None:
-                    self._move(index, _FLIGHT)
-                    self.launching.append(flight)
-                else:
-                    self._move(index, _HELD)  # (it settled at once)
+                # in a message; no thread waits for it. Started and launched
+                # at the end of this step, or sooner: before a later call is
+                # put in the mailbox or its pre-execute hooks run (launches
+                # join into one wake of the loop: LoopWatch). With calls
+                # still queued before it, it is queued too (below): calls
+                # start in model order, each under what holds when a call
+                # actor takes it, and that call actor waits for its body on
+                # the loop.
+                self._move(index, _FLIGHT)
+                self.launching.append(call)
             elif not out and (exclusive or self.limit == 1 or (self.next_start == total and self.sealed)):
                 # The only call that can start: run it here, no hop. (The last
                 # call of a sub-batch is not: its feeder may make more.)
@@ -843,18 +857,20 @@ class BatchRun:
                     self.inline = None
                 self._move(index, _HELD)
             else:
-                if self.launching:
-                    # The flights started before it go first: calls start
-                    # in model order (a call actor may take it at once).
-                    self._launch()
+                if self.launching and self._launch():
+                    # The flights before it go first: calls start in model
+                    # order (a call actor may take it at once). One was
+                    # stale: it is prepared again first, and this call after it.
+                    self._put_back(call)
+                    continue
                 if not self._put(call, early):
                     self._put_back(call)
                     return
 
     def _put_back(self, call: Call) -> None:
         """``call`` was prepared to start, but a stale call before it is on
-        its way back (a ``Returned``): it is prepared again after that one,
-        in model order."""
+        its way back (a ``Returned``), or went back as its flight was to be
+        launched: it is prepared again after that one, in model order."""
         index = call.index
         if self.barrier == index:
             self.barrier = None
@@ -883,14 +899,39 @@ class BatchRun:
         assert outbox is not None  # made before the first launch
         outbox.add((call, value, error))
 
-    def _launch(self) -> None:
-        flights, self.launching = self.launching, []
+    def _launch(self) -> bool:
+        """Start the calls waiting to launch (FLIGHT) and launch their
+        flights together. This is where their bodies start: a call found
+        stale now (a change since its last check) does not start and goes
+        back to REDO, as a stale call a call actor takes does. True if one
+        did (set in ``sent_back`` too)."""
+        calls, self.launching = self.launching, []
+        rt = self.rt
+        flights = []
+        back = False
+        for call in calls:
+            index = call.index
+            if self.halted is None and stale(rt, call):
+                if self.barrier == index:
+                    self.barrier = None
+                call.unprepare()
+                self._move(index, _REDO)
+                back = True
+                continue
+            flight = start_on_loop(rt, call, self._body_ended_on_loop)
+            if flight is None:
+                self._move(index, _HELD)  # (it settled at once)
+            else:
+                flights.append(flight)
         if flights:
             outbox = self.outbox
             if outbox is None:
                 outbox = self.outbox = Outbox(flights[0].loop, self._put_ends)
             outbox.launched += len(flights)  # (before any of them can end)
-            self.rt.loop_watch.launch_all(flights[0].loop, flights)
+            rt.loop_watch.launch_all(flights[0].loop, flights)
+        if back:
+            self.sent_back = True
+        return back
 
     def _put_ends(self, ends: tuple[Any, ...]) -> None:
         self.inbox.put(BodyEnded(ends))
@@ -1329,6 +1370,8 @@ class BatchRun:
         # an async call starts as a flight in that slot: it is within the
         # limit then.)
         assert not count[_FLIGHT] or out <= self.limit, "more than `limit` calls run beside async ones"
+        # Between steps every flight a step decided is launched (or went back).
+        assert not self.launching, "a flight decided in a step was not launched"
         # At most `limit` run (no more call actors serve the batch), and at
         # most `limit` more wait, prepared ahead, in the mailbox.
         assert out <= 2 * self.limit, f"{out} calls out at cap {self.limit}"

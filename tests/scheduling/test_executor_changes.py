@@ -900,3 +900,79 @@ def test_a_hook_that_changes_the_registry_for_every_call_fails_the_call_instead_
     assert len(post) == 2
     logged = [e["call_id"] for e in session.events() if e["type"] == "tool/result"]
     assert logged == ["c0", "c1"]
+
+
+@pytest.mark.parametrize("logged", [False, True], ids=["unlogged", "logged"])
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_change_made_after_an_async_call_was_decided_and_before_its_flight_was_launched_applies_to_it(
+    change: str, logged: bool
+) -> None:
+    """c0 is an async call the executor starts as a flight; its flight is
+    launched with the step's others, after the executor has classified c1
+    and logged its tool/call. c1's classifier makes the change (once), so
+    it lands after c0 was decided and before its launch: c0's body had not
+    started, and the change applies to it (it is prepared again)."""
+    with started_runtime() as rt:
+        timeline = Timeline()
+        changed: list[bool] = []
+
+        async def old_async(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return "old"
+
+        async def new_async(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                await asyncio.sleep(0)  # (a step more: c1 would overlap it, were c0 not alone)
+                return "new"
+
+        def plain(args: Any, ctx: Any) -> str:
+            with timeline.body(ctx):
+                return "b"
+
+        dispose_old = rt.tools.register(make_tool("a", old_async))  # type: ignore[arg-type]
+        agent = Agent("agent", session=Session() if logged else None)
+
+        def classify(args: Any) -> bool:
+            if not changed:
+                changed.append(True)
+                if change == "guard":
+                    rt.tools.guard(lambda execution: "late guard" if execution.name == "a" else None)
+                elif change == "deny-listener":
+                    rt.events.on(
+                        "tools/pre-execute",
+                        lambda execution, next_: Deny("late listener") if execution.name == "a" else next_(),
+                    )
+                elif change == "unregister":
+                    dispose_old()
+                elif change == "restrict":
+                    rt.tools.scope(agent).restrict(ToolRestriction(deny=("a",)))
+                else:
+                    dispose_old()
+                    rt.tools.register(make_tool("a", new_async, classifier=None))  # type: ignore[arg-type]
+            return True
+
+        rt.tools.register(make_tool("b", plain, classifier=classify))
+        batch = ToolBatchInput(
+            calls=tuple(calls("a", "b")),
+            agent=agent,
+            log=LogStep(turn=1, step=1) if logged else None,
+            max_parallel_tool_calls=4,
+        )
+        result = rt.tools.submit(batch).result(GUARD)
+        first, second = (r.result for r in result.results)
+        assert second.value == "b"
+        if change == "guard":
+            assert _message(first) == "late guard"
+        elif change == "deny-listener":
+            assert _message(first) == "late listener"
+        elif change in ("unregister", "restrict"):
+            assert code_of(first) == "UNKNOWN_TOOL"
+        else:
+            assert first.value == "new"
+            assert not timeline.overlaps("c0", "c1"), (timeline.starts, timeline.ends)
+        if change != "exclusive-replacement":
+            assert "c0" not in timeline.starts, timeline
+        if logged:
+            kinds = [(e["type"], e.get("call_id")) for e in agent.session.events() if e["type"] != "tool/batch"]  # type: ignore[union-attr]
+            assert kinds.count(("tool/call", "c0")) == 1  # logged once, prepared twice
+            assert kinds.count(("tool/start", "c0")) == (1 if change == "exclusive-replacement" else 0)
