@@ -259,10 +259,14 @@ def resume_plan(
         raise InvalidValueError(
             'not a suspension: its "format" is not "dsh-actors/suspension" (pass result.suspension as it is)'
         )
-    if suspension.get("version") != VERSION:
-        raise InvalidValueError(
-            f"suspension version {safe_str(suspension.get('version'))!r} is not supported (this runtime reads {VERSION})"
+    version = suspension.get("version")
+    if type(version) is not int:
+        raise InvalidTypeError(
+            f'a suspension\'s "version" is an int (this runtime reads {VERSION}), '
+            f"got {type(version).__qualname__} {safe_str(repr(version))[:40]}"
         )
+    if version != VERSION:
+        raise InvalidValueError(f"suspension version {version} is not supported (this runtime reads {VERSION})")
     suspension_id = _str(suspension.get("id"), "id")
     if not isinstance(decisions, Mapping):
         raise InvalidTypeError(

@@ -408,6 +408,12 @@ def test_bad_decisions_are_refused_before_anything_runs_and_the_suspension_stays
             rt.tools.resume(suspension, {"c0": "yes please"})
         with pytest.raises(ValueError, match="not a suspension"):
             rt.tools.resume({"calls": []}, {})
+        with pytest.raises(
+            TypeError, match=r'a suspension\'s "version" is an int \(this runtime reads 1\), got str \'1\''
+        ):
+            rt.tools.resume({**suspension, "version": "1"}, {"c0": "allowed-once"})
+        with pytest.raises(ValueError, match=r"suspension version 2 is not supported \(this runtime reads 1\)"):
+            rt.tools.resume({**suspension, "version": 2}, {"c0": "allowed-once"})
         with pytest.raises(ValueError, match=r'made for agent "main", not agent "other"'):
             rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("other"))
         assert world.ran == ["c1"]
