@@ -275,7 +275,7 @@ def test_an_event_that_is_not_lossless_json_is_rejected_and_not_logged(tmp_path:
 
 def test_an_event_without_a_type_or_call_id_is_rejected() -> None:
     with Session() as session:
-        with pytest.raises(ValueError, match='"type" must be a non-empty str'):
+        with pytest.raises(ValueError, match='an event needs a "type" \\(a non-empty str\\)'):
             session.append({"call_id": "c1"})
         with pytest.raises(ValueError, match='"type" must be a non-empty str'):
             session.append({"type": ""})
@@ -385,6 +385,28 @@ def test_a_torn_last_line_is_ignored_even_when_newline_terminated(tmp_path: Path
         assert session.torn_line == 2
 
 
+@pytest.mark.parametrize("newline", [b"\n", b""], ids=["terminated", "unterminated"])
+@pytest.mark.parametrize(
+    ("last", "problem"),
+    [
+        (b"[1, 2]", "a session event must be a JSON object"),
+        (b"null", "a session event must be a JSON object"),
+        (b'{"x": 1}', 'an event needs a "type"'),
+        (b'{"type": "tool/result"}', 'needs a str "call_id"'),
+    ],
+)
+def test_a_whole_json_last_line_that_is_no_event_is_corrupt_not_torn(
+    tmp_path: Path, last: bytes, problem: str, newline: bytes
+) -> None:
+    # A torn write leaves a cut event, which is not JSON; whole JSON that is
+    # no event was written by something else.
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"type":"a"}\n' + last + newline)
+    with pytest.raises(SessionCorruptError) as caught:
+        Session.open(path)
+    assert caught.value.lineno == 2 and problem in str(caught.value)
+
+
 def test_a_valid_last_line_without_newline_is_kept_and_the_next_append_starts_a_fresh_line(
     tmp_path: Path,
 ) -> None:
@@ -421,7 +443,7 @@ def test_an_empty_file_opens_as_an_empty_session(tmp_path: Path) -> None:
     [
         (b'{"type": "b", "x": ', "invalid JSON text"),
         (b"[1, 2]", "must be a JSON object"),
-        (b'{"kind": "b"}', '"type" must be a non-empty str'),
+        (b'{"kind": "b"}', 'an event needs a "type"'),
         (b'{"type": "tool/result"}', 'needs a str "call_id"'),
         (b'{"type": "b", "x": -0.0}', "-0.0"),
         (b'{"type": "b", "x": 99999999999999999999999}', "out of range"),

@@ -49,6 +49,8 @@ def _shape_problem(event: Mapping[str, Any]) -> str | None:
     """Why ``event`` cannot be a session event, or None. Checks only what
     the session itself relies on: a non-empty str ``type`` and, for calls
     results and starts, a str ``call_id``."""
+    if "type" not in event:
+        return 'an event needs a "type" (a non-empty str)'
     kind = event.get("type")
     if type(kind) is not str or not kind:
         return f'"type" must be a non-empty str, got {safe_str(kind)!r}'
@@ -234,11 +236,16 @@ class Session:
             last = index == len(spans) - 1
             try:
                 event = loads(line, frozen=False, path="event")
+                # Whole JSON: a torn write never leaves that (a cut event
+                # object is not JSON), so one that is no event is corrupt
+                # wherever it is.
                 if type(event) is not dict:
-                    raise LosslessJsonError("event", "a session event must be a JSON object")
+                    raise SessionCorruptError(name, lineno, "event: a session event must be a JSON object")
                 problem = _shape_problem(event)
                 if problem is not None:
-                    raise LosslessJsonError("event", problem)
+                    raise SessionCorruptError(name, lineno, f"event: {problem}")
+            except SessionCorruptError:
+                raise
             except LosslessJsonError as err:
                 if not last:
                     raise SessionCorruptError(name, lineno, err.message) from None
