@@ -51,7 +51,11 @@ While a session is attached:
   always reject). An "always" answer is remembered for that tool name for
   the rest of the session (later calls are not asked). A request the client
   answers ``cancelled``, or whose call's signal fires first, answers
-  ``"cancelled"``; a client error or a closed connection ``"unavailable"``.
+  ``"cancelled"``; a closed connection, or a client that does not take
+  permission requests (``-32601``), ``"unavailable"``. An answer that is
+  none (an option that was not offered, a result that is not a permission
+  response, a JSON-RPC error, a malformed response) fails the approval:
+  the call fails ``POLICY_FAILED``, ``approval: <what the client sent>``.
   Calls of other agents go to the approval service installed before the
   session attached;
 * :meth:`AcpSession.cancel` (the handler of ``session/cancel``) aborts the

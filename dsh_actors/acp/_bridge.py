@@ -26,6 +26,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
+from acp.exceptions import RequestError
 from acp.interfaces import Client
 from acp.schema import (
     AllowedOutcome,
@@ -35,9 +36,10 @@ from acp.schema import (
     ToolCallUpdate,
 )
 from loguru import logger
+from pydantic import ValidationError
 
 from ..definition import ToolDefinition
-from ..errors import safe_str
+from ..errors import ToolPolicyError, safe_str
 from ..events import Disposer, in_scope
 from ..execution import ToolExecution
 from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess, ToolProgress
@@ -66,6 +68,8 @@ _ANSWERS: Final[dict[str, tuple[str, bool]]] = {
     "reject_always": ("rejected", True),
 }
 _KIND_OF_OPTION: Final = {option_id: kind for option_id, _, kind in PERMISSION_OPTIONS}
+#: JSON-RPC "method not found": a client that does not take permission requests.
+_METHOD_NOT_FOUND: Final = -32601
 _META_KEY: Final = "dsh_actors"
 
 
@@ -504,7 +508,17 @@ class AcpSession:
         except asyncio.CancelledError:
             _settle(item.answer, "cancelled")
             raise
-        except Exception as exc:  # noqa: BLE001 - a client error or a closed connection: no channel
+        except RequestError as exc:
+            if exc.code == _METHOD_NOT_FOUND:  # a client that asks no one: no channel
+                _settle(item.answer, "unavailable")
+            else:
+                _refuse(item.answer, f"the ACP client answered the permission request with an error: {safe_str(exc)}")
+            return
+        except ValidationError as exc:
+            shown = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in exc.errors()[:3])
+            _refuse(item.answer, f"the ACP client's answer to the permission request is not valid ({shown})")
+            return
+        except Exception as exc:  # noqa: BLE001 - a closed connection: no channel
             logger.warning("ACP session {}: permission request failed: {}", self.session_id, safe_str(exc))
             _settle(item.answer, "unavailable")
             return
@@ -514,12 +528,12 @@ class AcpSession:
             return
         kind = _KIND_OF_OPTION.get(outcome.option_id)
         if kind is None:
-            logger.warning(
-                "ACP session {}: the client selected {!r}, which is not an option offered",
-                self.session_id,
-                outcome.option_id,
+            shown = safe_str(repr(outcome.option_id))[:60]
+            offered = ", ".join(option_id for option_id, _, _ in PERMISSION_OPTIONS)
+            _refuse(
+                item.answer,
+                f"the ACP client selected the option {shown}, which was not offered (offered: {offered})",
             )
-            _settle(item.answer, "unavailable")
             return
         answer, remember = _ANSWERS[kind]
         if remember:
@@ -549,6 +563,15 @@ def _progress_fields(progress: ToolProgress) -> dict[str, Any]:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _refuse(future: concurrent.futures.Future[str], detail: str) -> None:
+    """The client's answer was not one: the approval fails
+    (``POLICY_FAILED``, ``approval: <detail>``)."""
+    try:
+        future.set_exception(ToolPolicyError("approval", detail))
+    except concurrent.futures.InvalidStateError:
+        pass  # cancelled meanwhile
 
 
 def _settle(future: concurrent.futures.Future[str], answer: str) -> None:

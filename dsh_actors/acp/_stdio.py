@@ -7,7 +7,11 @@ goes deaf. :class:`CheckedTransport` reads the lines itself and answers
 each such line with a JSON-RPC error (``-32700`` parse error, ``-32600``
 invalid request, with the message's ``id`` when it has a usable one) and
 hands only well-formed messages to the SDK, which answers the rest
-(``-32601`` unknown method, ``-32602`` invalid parameters).
+(``-32601`` unknown method, ``-32602`` invalid parameters). A malformed
+response (an ``error`` that is not an object, a result and an error
+both) is answered too, and the SDK gets it as an error response
+(``-32600``, the problem as its message): the agent's request it answers
+fails instead of waiting.
 """
 
 from __future__ import annotations
@@ -55,9 +59,22 @@ def message_problem(message: object) -> str | None:
         return "a message has a method (a request or notification) or an id (a response)"
     if "result" not in message and "error" not in message:
         return "a response has a result or an error"
+    if "result" in message and "error" in message:
+        return "a response has a result or an error, not both"
     if "error" in message and not isinstance(message["error"], dict):
         return "a response's error must be an object"
     return None
+
+
+def _answers_a_request(message: object) -> bool:
+    """Whether ``message`` is a response (no method) with an id a request of
+    ours may have (a string or an integer)."""
+    return (
+        isinstance(message, dict)
+        and message.get("jsonrpc") == "2.0"
+        and "method" not in message
+        and (type(message.get("id")) is str or type(message.get("id")) is int)
+    )
 
 
 class CheckedTransport:
@@ -93,11 +110,15 @@ class CheckedTransport:
                 await self._answer(None, PARSE_ERROR, "Parse error", "JSON nested too deep to read")
                 continue
             problem = message_problem(message)
-            if problem is not None:
-                ident = message.get("id") if isinstance(message, dict) else None
-                await self._answer(ident if _usable_id(ident) else None, INVALID_REQUEST, "Invalid Request", problem)
-                continue
-            return message  # type: ignore[no-any-return]
+            if problem is None:
+                return message  # type: ignore[no-any-return]
+            ident = message.get("id") if isinstance(message, dict) else None
+            await self._answer(ident if _usable_id(ident) else None, INVALID_REQUEST, "Invalid Request", problem)
+            if _answers_a_request(message):
+                # A malformed response to one of ours, perhaps: the request it
+                # answers fails with the problem (a JSON-RPC error the SDK
+                # raises) instead of waiting for an answer that will not come.
+                return {"jsonrpc": "2.0", "id": ident, "error": {"code": INVALID_REQUEST, "message": problem}}
 
     async def close(self) -> None:
         if self._closed:

@@ -242,6 +242,45 @@ def test_session_cancel_while_a_permission_request_is_open_answers_it_cancelled(
     run(scenario)
 
 
+def test_a_permission_answer_that_is_no_answer_fails_the_call_naming_what_the_client_sent(tmp_path: Path) -> None:
+    # An option that was not offered fails the approval (POLICY_FAILED,
+    # saying so); so does a response whose error is not an object, at once
+    # (the request it answers is failed, not left waiting for another).
+    class Holding(RecordingClient):
+        async def request_permission(self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+            self.permissions.append((tool_call, options))
+            await self._note()
+            await asyncio.Event().wait()  # the test answers with a raw line
+
+    async def scenario() -> None:
+        client = RecordingClient(choices=["allow-sometimes"])
+        async with agent_process(tmp_path / "offered", client=client) as agent:
+            response = await agent.prompt(call("write_file", path="a.txt", content="1\n"))
+            assert response.stop_reason == "end_turn"
+            error = client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+            assert error["info"]["code"] == "POLICY_FAILED"
+            assert error["message"].startswith(
+                "approval: the ACP client selected the option 'allow-sometimes', which was not offered (offered: "
+            )
+            assert not (agent.root / "a.txt").exists()
+        holding = Holding()
+        async with agent_process(tmp_path / "raw", client=holding) as agent:
+            turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
+            await holding.wait_for(lambda: len(holding.permissions) == 1)
+            asked = [m for m in holding.incoming if m.get("method") == "session/request_permission"][-1]
+            await agent.send_raw(b'{"jsonrpc": "2.0", "id": %d, "error": "nope"}\n' % asked["id"])
+            response = await asyncio.wait_for(turn, BOUND)
+            assert response.stop_reason == "end_turn"
+            error = holding.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+            assert error["message"] == (
+                "approval: the ACP client answered the permission request with an error: "
+                "a response's error must be an object"
+            )
+            assert not (agent.root / "a.txt").exists()
+
+    run(scenario)
+
+
 def test_a_client_that_disconnects_mid_batch_leaves_the_agent_exiting_cleanly_with_a_complete_log(
     tmp_path: Path,
 ) -> None:
