@@ -252,8 +252,31 @@ def test_what_cannot_be_a_tool_is_refused_naming_the_tool() -> None:
     def opaque(thing: Opaque) -> str:
         return ""
 
-    with pytest.raises(RegistrationError, match=r'tool "opaque": pydantic cannot validate or describe'):
+    with pytest.raises(
+        RegistrationError, match=r'tool "opaque": parameter \'thing\': pydantic cannot validate or describe this type'
+    ) as caught:
         tool(opaque)
+    assert "arbitrary_types_allowed" not in str(caught.value) and "https://" not in str(caught.value)
+    assert "annotate it with types that JSON can carry" in str(caught.value)
+
+    def returns_a_type() -> type:
+        return int
+
+    with pytest.raises(RegistrationError, match=r'tool "returns_a_type": the return annotation: pydantic cannot'):
+        tool(returns_a_type)
+
+    def maybe_context(ctx: ToolRunContext | None) -> str:
+        return ""
+
+    with pytest.raises(RegistrationError, match=r"parameter 'ctx': .* annotated exactly ToolRunContext"):
+        tool(maybe_context)
+
+    class Callable_:
+        def __call__(self, x: int) -> int:
+            return x
+
+    with pytest.raises(RegistrationError, match=r"@tool decorates a function defined with def or async def, not a"):
+        tool(name="callable")(Callable_())
 
     def unresolved(thing: NoSuchType) -> str:  # type: ignore[name-defined]  # noqa: F821
         return ""

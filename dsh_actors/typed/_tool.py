@@ -185,6 +185,11 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
 
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise refuse("@tool needs a function that returns its value (this one is a generator)")
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        raise refuse(
+            f"@tool decorates a function defined with def or async def, not a {type(fn).__qualname__}; "
+            "write a function that calls it, with the parameters and types the model should see"
+        )
     try:
         signature = inspect.signature(fn)
         hints = typing.get_type_hints(fn, localns=localns, include_extras=True)
@@ -231,7 +236,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         output_adapter: TypeAdapter[Any] = TypeAdapter(returns)
         output_schema = output_adapter.json_schema(schema_generator=ToolJsonSchema, mode="serialization")
     except (PydanticSchemaGenerationError, PydanticUserError, PydanticJsonSchemaWarning, TypeError) as err:
-        raise refuse(f"pydantic cannot validate or describe these types: {safe_str(err)}") from None
+        raise refuse(_type_problem(err, fields, returns)) from None
     try:
         parameters: Any = materialize(parameters_schema, "parameters")
         output_json_schema = materialize(output_schema, "output.schema")
@@ -275,6 +280,33 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     checked = validate_definition(definition)  # every problem registration would name, now
     object.__setattr__(definition, "_checked", checked)
     return definition
+
+
+def _type_problem(err: Exception, fields: Mapping[str, tuple[Any, FieldInfo]], returns: Any) -> str:
+    """Why pydantic refused the function's types, naming the parameter (or
+    the return value) whose annotation it cannot take, without pydantic's
+    advice about its own configuration."""
+    culprit: str | None = None
+    for hint, info in fields.values():
+        try:
+            TypeAdapter(hint).json_schema(schema_generator=ToolJsonSchema, mode="validation")
+        except Exception:  # noqa: BLE001 - pydantic's schema errors
+            culprit = f"parameter {info.alias!r}"
+            break
+    if culprit is None:
+        try:
+            TypeAdapter(returns).json_schema(schema_generator=ToolJsonSchema, mode="serialization")
+        except Exception:  # noqa: BLE001
+            culprit = "the return annotation"
+    first = safe_str(err).split("\n", 1)[0]
+    first = first.split(". Set `arbitrary_types_allowed", 1)[0].rstrip(".")
+    fix = (
+        "annotate it with types that JSON can carry (int, float, str, bool, None, lists, dicts, Literal, "
+        "enums, a BaseModel, a dataclass or a TypedDict of those); the run context is a parameter annotated "
+        "exactly ToolRunContext"
+    )
+    where = "" if culprit is None else f"{culprit}: "
+    return f"{where}pydantic cannot validate or describe this type ({first}); {fix}"
 
 
 def _execute(
