@@ -50,13 +50,13 @@ def logged_keys() -> dict[str, list[str]]:
 def test_the_log_table_gives_exactly_the_keys_the_session_writes() -> None:
     failure = ToolExecutionFailure(error=ToolFailure("m", ToolErrorInfo("E", "X")), content=(TextBlock("Error: m"),))
     written = [
-        session.batch_event(1, 2, [("c", "t", "{}")], 4),
-        session.call_event(1, 2, "c", "t", {}),
-        session.start_event("c", 1, 2),
-        session.result_event("c", failure, turn=1, step=2),
+        session.batch_event(1, 2, [("c", "t", "{}")], 4, agent="a"),
+        session.call_event(1, 2, "c", "t", {}, agent="a"),
+        session.start_event("c", 1, 2, agent="a"),
+        session.result_event("c", failure, turn=1, step=2, agent="a"),
         session.ptc_dispatch_start_event("c", None, "c:ptc:1", "t", {}),
         session.ptc_dispatch_event("c", None, "c:ptc:1", "t", True, failure.content, failure.error, None),
-        session.approval_request_event("c", "s1", "t", "why", {"en": "May I?"}, turn=1, step=2),
+        session.approval_request_event("c", "s1", "t", "why", {"en": "May I?"}, turn=1, step=2, agent="a"),
         session.approval_event("c", "s1", "allowed-once"),
     ]
     table = logged_keys()

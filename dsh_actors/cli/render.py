@@ -224,15 +224,25 @@ def _call_of(
     event: Mapping[str, Any],
     call_id: str,
     latest: Mapping[str, CallEntry],
-    stepped: Mapping[tuple[int, int, str], CallEntry],
+    stepped: Mapping[tuple[int, int, str | None, str], CallEntry],
 ) -> CallEntry | None:
     """The call ``event`` (a ``tool/result`` or an approval request) is
-    for: the latest of its id in the step it names, or the latest of its id
+    for: the latest of its id in the step it names (its agent's; a call
+    that names no agent when there is none of it), or the latest of its id
     when it names none (a log written before events carried their step)."""
     at = step_of(event)
     if at is None:
         return latest.get(call_id)
-    return stepped.get((at[0], at[1], call_id))
+    agent = _agent_of(event)
+    found = stepped.get((at[0], at[1], agent, call_id))
+    if found is None and agent is not None:
+        found = stepped.get((at[0], at[1], None, call_id))  # (a call logged before events named their agent)
+    return found
+
+
+def _agent_of(event: Mapping[str, Any]) -> str | None:
+    agent = event.get("agent")
+    return agent if type(agent) is str else None
 
 
 def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
@@ -249,13 +259,13 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     result, approval or dispatch event."""
     roots: list[CallEntry] = []
     latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
-    # (turn, step, root call id) -> its latest entry: a tool/result (or
-    # request) that names its step pairs with its step's call, even while
-    # another step's call shares the id (agents sharing a session)
-    stepped: dict[tuple[int, int, str], CallEntry] = {}
+    # (turn, step, agent, root call id) -> its latest entry: a tool/result
+    # (or request) that names its step pairs with its step's call, even
+    # while another step's call shares the id (agents sharing a session)
+    stepped: dict[tuple[int, int, str | None, str], CallEntry] = {}
     subs: dict[str, CallEntry] = {}  # sub-call id -> its latest entry
-    # (turn, step) -> the calls its latest tool/batch names that have no tool/call yet
-    announced: dict[tuple[int, int], dict[str, CallEntry]] = {}
+    # (turn, step, agent) -> the calls its latest tool/batch names that have no tool/call yet
+    announced: dict[tuple[int, int, str | None], dict[str, CallEntry]] = {}
     requests: dict[tuple[str, str], tuple[CallEntry, Approval]] = {}  # (suspension, call id) -> its request
     redeferred: dict[str, CallEntry] = {}  # call id -> the call a "deferred" decision left waiting
 
@@ -294,12 +304,13 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 )
                 roots.append(entry)
                 waiting[entry.call_id] = entry
-            announced[(turn, step)] = waiting
+            announced[(turn, step, _agent_of(event))] = waiting
         elif kind == CALL:
             call_id = _str_field(event, "call_id", index)
             turn, step = event.get("turn"), event.get("step")
             name = _str_field(event, "name", index)
-            waiting_or_none = announced.get((turn, step)) if type(turn) is int and type(step) is int else None
+            agent = _agent_of(event)
+            waiting_or_none = announced.get((turn, step, agent)) if type(turn) is int and type(step) is int else None
             entry_or_none = None if waiting_or_none is None else waiting_or_none.pop(call_id, None)
             if entry_or_none is not None:  # its batch named it: it starts where the batch put it
                 entry_or_none.batch_only = False
@@ -307,7 +318,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 entry_or_none.arguments = event.get("arguments")
                 latest[call_id] = entry_or_none
                 if entry_or_none.turn is not None and entry_or_none.step is not None:
-                    stepped[(entry_or_none.turn, entry_or_none.step, call_id)] = entry_or_none
+                    stepped[(entry_or_none.turn, entry_or_none.step, agent, call_id)] = entry_or_none
                 continue
             entry = CallEntry(
                 call_id=call_id,
@@ -319,7 +330,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
             roots.append(entry)
             latest[call_id] = entry
             if entry.turn is not None and entry.step is not None:
-                stepped[(entry.turn, entry.step, call_id)] = entry
+                stepped[(entry.turn, entry.step, agent, call_id)] = entry
         elif kind == RESULT:
             result = _result(event, index)
             entry_or_none = _call_of(event, result.call_id, latest, stepped)

@@ -164,10 +164,10 @@ class Call:
         # call), and the error if that write failed (the body then did not
         # run; the batch reads it when the call commits).
         self.start_log: Any = None
-        # The model step (turn, step) its tool/call named: its tool/start
+        # The step (turn, step, agent id) its tool/call named: its tool/start
         # names it too, so it pairs with this call even while another open
         # call shares its id (None: the event names no step).
-        self.start_step: tuple[int, int] | None = None
+        self.start_step: tuple[int, int, str | None] | None = None
         self.start_error: BaseException | None = None
         # The Ask the call waits on: set only when the approval service
         # deferred it (the suspension shows it to the person).

@@ -1103,7 +1103,9 @@ class BatchRun:
         assert session is not None and log is not None
         calls = [(c.id, c.name, batch_arguments(c.arguments)) for c in self.batch.calls]
         try:
-            session.append_lossless(batch_event(log.turn, log.step, calls, self.batch.max_parallel_tool_calls))
+            session.append_lossless(
+                batch_event(log.turn, log.step, calls, self.batch.max_parallel_tool_calls, self._log_agent())
+            )
         except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
             self.log_error = exc
 
@@ -1139,7 +1141,9 @@ class BatchRun:
         # the frozen mapping and tuples); others get a readable stand-in.
         logged = arguments if arguments is not None else loggable(call.raw_arguments)
         try:
-            session.append_lossless(call_event(log.turn, log.step, execution.call_id, execution.name, logged))
+            session.append_lossless(
+                call_event(log.turn, log.step, execution.call_id, execution.name, logged, self._log_agent())
+            )
         except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
             self.log_error = exc
             return False
@@ -1168,8 +1172,8 @@ class BatchRun:
         session = self.session
         if start.log_result and session is not None:
             try:
-                turn, step = self._log_step()
-                session.append(result_event(call_id, result, turn=turn, step=step))
+                turn, step, agent = self._log_step()
+                session.append(result_event(call_id, result, turn=turn, step=step, agent=agent))
             except BaseException as exc:  # noqa: BLE001
                 self.log_error = exc
                 return
@@ -1182,14 +1186,21 @@ class BatchRun:
             freeze(execution)
             call.context.run(self.rt.events.emit, "tools/result", execution, result, agent=execution.agent)
 
-    def _log_step(self) -> tuple[int, int]:
-        """The model step ``(turn, step)`` of this logged batch: its
+    def _log_step(self) -> tuple[int, int, str | None]:
+        """The step ``(turn, step, agent id)`` of this logged batch: its
         ``tool/start``, ``tool/result`` and approval requests name it, so
         they pair with its calls even while another open call (another
         step's, another agent's sharing the session) has the same id."""
         log = self.batch.log
         assert log is not None  # (self.session is set only for a logged batch)
-        return (log.turn, log.step)
+        return (log.turn, log.step, self._log_agent())
+
+    def _log_agent(self) -> str | None:
+        """The id of the agent whose step this logged batch is (every
+        event it logs names it: agents sharing a session number their
+        steps alike)."""
+        agent = self.batch.agent
+        return None if agent is None else agent.id
 
     def _defer(self, call: Call) -> None:
         """``call`` is DEFERRED (the approval service answered
@@ -1202,7 +1213,7 @@ class BatchRun:
         session = self.session
         if session is not None and self.log_error is None:
             ask = call.ask
-            turn, step = self._log_step()
+            turn, step, agent = self._log_step()
             try:
                 session.append(
                     approval_request_event(
@@ -1213,6 +1224,7 @@ class BatchRun:
                         None if ask is None else ask.display_reason,
                         turn=turn,
                         step=step,
+                        agent=agent,
                     )
                 )
             except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
@@ -1294,8 +1306,8 @@ class BatchRun:
             return
         try:
             # The final result is frozen: every value in it is lossless JSON.
-            turn, step = self._log_step()
-            session.append_lossless(result_event(call.execution.call_id, result, turn=turn, step=step))
+            turn, step, agent = self._log_step()
+            session.append_lossless(result_event(call.execution.call_id, result, turn=turn, step=step, agent=agent))
         except BaseException as exc:  # noqa: BLE001
             self.log_error = exc
             return

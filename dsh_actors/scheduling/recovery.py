@@ -114,7 +114,7 @@ def recovery_plan(
             raise InvalidTypeError(f"recover() takes the {name} as an int, not {type(value).__qualname__}")
     if signal is not None and not isinstance(signal, AbortSignal):
         raise InvalidTypeError(f"signal must be an AbortSignal, not {type(signal).__qualname__}")
-    logged = session.read_step(turn, step)
+    logged = session.read_step(turn, step, agent.id)  # (its own step: agents may share the session)
     if not logged.calls:
         where = "" if session.path is None else f" ({session.path})"
         raise InvalidValueError(

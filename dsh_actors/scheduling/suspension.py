@@ -434,7 +434,7 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
     assert log is not None
     where = f"the log {session.path}" if session.path is not None else "the session's log"
     step = f"turn {log.turn}, step {log.step}"
-    read = session.read_step(log.turn, log.step)
+    read = session.read_step(log.turn, log.step, None if batch.agent is None else batch.agent.id)
     logged = read.calls
     tail = "; resume the suspension value its batch returned, unchanged (nothing ran)"
     if not logged:

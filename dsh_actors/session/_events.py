@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeAlias
 
 from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
 from ..json import materialize
@@ -145,12 +145,15 @@ def error_from_json(item: object, path: str = "error") -> ToolFailure | None:
     return ToolFailure(message, ToolErrorInfo(name, code, reason))
 
 
-def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+def call_event(
+    turn: int, step: int, call_id: str, name: str, arguments: Any, agent: str | None = None
+) -> dict[str, Any]:
     """A ``tool/call`` event. ``arguments``: the call's normalized arguments
-    (frozen or plain JSON), or the raw text when it was not JSON."""
+    (frozen or plain JSON), or the raw text when it was not JSON. ``agent``:
+    the id of the agent whose step it is (see :func:`step_key`)."""
     # (Each check inline for the common case, its function for the rest:
     # the executor builds one of these per call.)
-    return {
+    event = {
         "type": CALL,
         "turn": turn if type(turn) is int else _int(turn, "turn"),
         "step": step if type(step) is int else _int(step, "step"),
@@ -158,18 +161,25 @@ def call_event(turn: int, step: int, call_id: str, name: str, arguments: Any) ->
         "name": name if type(name) is str else _plain_str(name, "name"),
         "arguments": arguments,
     }
+    if agent is not None:
+        event["agent"] = agent if type(agent) is str else _plain_str(agent, "agent")
+    return event
 
 
 def batch_event(
-    turn: int, step: int, calls: Iterable[tuple[str, str, Any]], max_parallel_tool_calls: int | None = None
+    turn: int,
+    step: int,
+    calls: Iterable[tuple[str, str, Any]],
+    max_parallel_tool_calls: int | None = None,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """A ``tool/batch`` event: every call of a logged batch, in model order,
     written before any of them starts, so that a crash loses none of them.
     ``calls``: ``(call_id, name, arguments)`` with ``arguments`` as the
     model sent them (JSON text as it is, or lossless JSON);
     ``max_parallel_tool_calls``: the batch's own limit (None: the
-    executor's)."""
-    return {
+    executor's); ``agent``: as for :func:`call_event`."""
+    event = {
         "type": BATCH,
         "turn": _int(turn, "turn"),
         "step": _int(step, "step"),
@@ -185,6 +195,9 @@ def batch_event(
             for call_id, name, arguments in calls
         ],
     }
+    if agent is not None:
+        event["agent"] = _plain_str(agent, "agent")
+    return event
 
 
 def step_of(event: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -195,6 +208,37 @@ def step_of(event: Mapping[str, Any]) -> tuple[int, int] | None:
     if type(turn) is int and type(step) is int:
         return (turn, step)
     return None
+
+
+StepKey: TypeAlias = tuple[int, int, str | None]
+"""A step as events name it: ``(turn, step, agent id or None)``."""
+
+
+def step_key(event: Mapping[str, Any]) -> StepKey | None:
+    """The step an event names with the agent it names: ``(turn, step,
+    agent)``, the agent None when it names none (a log written before
+    events carried it); None when it names no step (see :func:`step_of`).
+    Agents sharing a session number their steps alike: the agent tells
+    their steps apart."""
+    turn, step = event.get("turn"), event.get("step")
+    if type(turn) is int and type(step) is int:
+        agent = event.get("agent")
+        return (turn, step, agent if type(agent) is str else None)
+    return None
+
+
+def same_step(a: StepKey, b: StepKey) -> bool:
+    """Whether two step keys name the same step: the same turn and step,
+    and the same agent unless one of them names none (an event written
+    before events carried their agent pairs with either)."""
+    return a[0] == b[0] and a[1] == b[1] and (a[2] is None or b[2] is None or a[2] == b[2])
+
+
+def agent_matches(logged: object, agent: str | None) -> bool:
+    """Whether an event naming agent ``logged`` (its ``"agent"``) belongs
+    to ``agent``'s steps: any event when ``agent`` is None; else one that
+    names it, or names none."""
+    return agent is None or logged is None or logged == agent
 
 
 def _stepped(event: dict[str, Any], turn: int | None, step: int | None) -> dict[str, Any]:
@@ -217,24 +261,33 @@ def _stepped(event: dict[str, Any], turn: int | None, step: int | None) -> dict[
     return event
 
 
-def start_event(call_id: str, turn: int | None = None, step: int | None = None) -> dict[str, Any]:
+def start_event(
+    call_id: str, turn: int | None = None, step: int | None = None, agent: str | None = None
+) -> dict[str, Any]:
     """A ``tool/start`` event: the call's body is about to run (written
     before it is invoked, so a crash that leaves no ``tool/result`` tells
-    "started" from "never started"). ``turn`` and ``step``: its
+    "started" from "never started"). ``turn``, ``step`` and ``agent``: its
     ``tool/call``'s, so it pairs with that call even while another open
     call shares its id."""
     event = {"type": START, "call_id": call_id, "turn": turn, "step": step}
-    if type(turn) is int and type(step) is int:  # (the common case: one literal)
-        return event
-    return _stepped(event, turn, step)
+    if type(turn) is not int or type(step) is not int:
+        _stepped(event, turn, step)
+    if agent is not None:
+        event["agent"] = agent if type(agent) is str else _plain_str(agent, "agent")
+    return event
 
 
 def result_event(
-    call_id: str, result: ResultFields, *, turn: int | None = None, step: int | None = None
+    call_id: str,
+    result: ResultFields,
+    *,
+    turn: int | None = None,
+    step: int | None = None,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """A ``tool/result`` event: ``is_error``, ``content``, ``error`` and
-    ``meta`` of ``result``; never its canonical ``value``. ``turn`` and
-    ``step``: its ``tool/call``'s (see :func:`start_event`)."""
+    ``meta`` of ``result``; never its canonical ``value``. ``turn``,
+    ``step`` and ``agent``: its ``tool/call``'s (see :func:`start_event`)."""
     call_id = call_id if type(call_id) is str else _plain_str(call_id, "call_id")
     error = result.error
     # One literal, in the log's key order (a success has no error to
@@ -251,6 +304,8 @@ def result_event(
     }
     if type(turn) is not int or type(step) is not int:
         _stepped(event, turn, step)
+    if agent is not None:
+        event["agent"] = agent if type(agent) is str else _plain_str(agent, "agent")
     return event if error is None else _traced(event, error)
 
 
@@ -288,10 +343,12 @@ def approval_request_event(
     *,
     turn: int | None = None,
     step: int | None = None,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """A ``tool/approval-request`` event: the approval service deferred the
     call; the batch suspends as ``suspension`` (its id) until a decision.
-    ``turn`` and ``step``: its ``tool/call``'s (see :func:`start_event`)."""
+    ``turn``, ``step`` and ``agent``: its ``tool/call``'s (see
+    :func:`start_event`)."""
     event = _stepped(
         {"type": APPROVAL_REQUEST, "call_id": _plain_str(call_id, "call_id")},
         turn,
@@ -301,6 +358,8 @@ def approval_request_event(
     event["name"] = _plain_str(name, "name")
     event["reason"] = reason if type(reason) is str else None
     event["display_reason"] = None if display_reason is None else dict(display_reason)
+    if agent is not None:
+        event["agent"] = _plain_str(agent, "agent")
     return event
 
 

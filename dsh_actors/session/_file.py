@@ -32,11 +32,13 @@ from ._events import (
     START,
     LoggedResult,
     SessionCorruptError,
+    StepKey,
     _interrupted_dispatch,
     approval_event,
     result_event,
     results_by_call,
-    step_of,
+    same_step,
+    step_key,
 )
 from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step, step_calls
 from ._write import SessionFile
@@ -124,7 +126,7 @@ class Session:
         # replay and read_step pair them).
         self._open: dict[str, list[int]] = {}
         # serial -> the (turn, step) its tool/call named (None: none), while open
-        self._call_steps: dict[int, tuple[int, int] | None] = {}
+        self._call_steps: dict[int, StepKey | None] = {}
         self._serial = 0
         # sub_call_id -> (root_call_id, parent_call_id, name) of each started
         # sub-call without a settle event, in start order
@@ -355,9 +357,9 @@ class Session:
             self._serial += 1
             self._pending[self._serial] = event["call_id"]
             self._open.setdefault(event["call_id"], []).append(self._serial)
-            self._call_steps[self._serial] = step_of(event)
+            self._call_steps[self._serial] = step_key(event)
         elif kind == RESULT:
-            serial = self._latest_open(event["call_id"], step_of(event), pop=True)
+            serial = self._latest_open(event["call_id"], step_key(event), pop=True)
             if serial is not None:
                 del self._pending[serial]
                 del self._call_steps[serial]
@@ -369,7 +371,7 @@ class Session:
             if type(call_id) is str and type(suspension) is str:
                 serial = self._redeferred.pop(call_id, None)
                 if serial is None or serial not in self._pending:
-                    serial = self._latest_open(call_id, step_of(event))
+                    serial = self._latest_open(call_id, step_key(event))
                 if serial is not None:  # (a request without its tool/call awaits nothing)
                     earlier = self._requests.pop(serial, None)
                     if earlier is not None:
@@ -397,16 +399,20 @@ class Session:
             if type(sub_call_id) is str:
                 self._pending_sub_calls.pop(sub_call_id, None)
 
-    def _latest_open(self, call_id: str, step: tuple[int, int] | None, *, pop: bool = False) -> int | None:
+    def _latest_open(self, call_id: str, step: StepKey | None, *, pop: bool = False) -> int | None:
         """The serial of the latest open call of ``call_id`` whose
-        ``tool/call`` named model step ``step`` (None: of any step), removed
-        with ``pop``; None when there is none."""
+        ``tool/call`` named step ``step`` (its agent's, see ``same_step``;
+        None: of any step), removed with ``pop``; None when there is none."""
         serials = self._open.get(call_id)
         if not serials:
             return None
         at = len(serials) - 1
         if step is not None:
-            while at >= 0 and self._call_steps[serials[at]] != step:
+            steps = self._call_steps
+            while at >= 0:
+                key = steps[serials[at]]
+                if key is not None and same_step(key, step):
+                    break
                 at -= 1
             if at < 0:
                 return None
@@ -590,17 +596,17 @@ class Session:
         """:func:`results_by_call` over :meth:`events`."""
         return results_by_call(self.events(), ptc=ptc)
 
-    def step_calls(self, turn: int, step: int) -> tuple[LoggedCall, ...]:
+    def step_calls(self, turn: int, step: int, agent: str | None = None) -> tuple[LoggedCall, ...]:
         """The calls of model step ``(turn, step)``, in model order, each
         with where it stands (:attr:`LoggedCall.state`: ``"settled"``,
         ``"started"`` or ``"unstarted"``); :func:`step_calls` over
         :meth:`events`."""
-        return step_calls(self.events(), turn, step)
+        return step_calls(self.events(), turn, step, agent)
 
-    def read_step(self, turn: int, step: int) -> LoggedStep:
+    def read_step(self, turn: int, step: int, agent: str | None = None) -> LoggedStep:
         """:func:`read_step` over :meth:`events`: the step's calls and its
         batch's own limit."""
-        return read_step(self.events(), turn, step)
+        return read_step(self.events(), turn, step, agent)
 
     def repair(self) -> list[dict[str, Any]]:
         """Settle everything a crash left open, and return the events
@@ -614,8 +620,8 @@ class Session:
         with self._lock:
             appended = self._close_sub_calls_locked(None)
             for serial, call_id in list(self._pending.items()):
-                turn, step = self._call_steps[serial] or (None, None)
-                event = result_event(call_id, _INTERRUPTED, turn=turn, step=step)
+                turn, step, agent = self._call_steps[serial] or (None, None, None)
+                event = result_event(call_id, _INTERRUPTED, turn=turn, step=step, agent=agent)
                 self._append_line(_encode(event), RESULT, event)
                 appended.append(event)
             return appended

@@ -11,7 +11,19 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ..errors import InvalidStateError, InvalidValueError, LosslessJsonError, UsageError, safe_str
-from ._events import APPROVAL, APPROVAL_REQUEST, BATCH, CALL, RESULT, START, LoggedResult, step_of
+from ._events import (
+    APPROVAL,
+    APPROVAL_REQUEST,
+    BATCH,
+    CALL,
+    RESULT,
+    START,
+    LoggedResult,
+    StepKey,
+    agent_matches,
+    same_step,
+    step_key,
+)
 
 CallState = Literal["settled", "started", "unstarted"]
 """Where a logged call stands: ``"settled"`` (its ``tool/result`` is in the
@@ -97,10 +109,12 @@ def _batch_calls(event: Mapping[str, Any]) -> list[_Entry]:
     return entries
 
 
-def step_calls(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> tuple[LoggedCall, ...]:
-    """The calls of model step ``(turn, step)`` in ``events``, in model
-    order; :func:`read_step` tells more."""
-    return read_step(events, turn, step).calls
+def step_calls(
+    events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: str | None = None
+) -> tuple[LoggedCall, ...]:
+    """The calls of model step ``(turn, step)`` (of ``agent``, when given)
+    in ``events``, in model order; :func:`read_step` tells more."""
+    return read_step(events, turn, step, agent).calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +127,20 @@ class LoggedStep:
     max_parallel_tool_calls: int | None = None
 
 
-def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> LoggedStep:
+def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: str | None = None) -> LoggedStep:
     """The calls of model step ``(turn, step)`` in ``events``, in model
-    order (empty when the log has none).
+    order (empty when the log has none). With ``agent`` (an agent's id),
+    only that agent's step: events that name another agent are not its
+    (agents sharing a session number their steps alike); events that name
+    none (a log written before events carried their agent) are.
 
     The step's last ``tool/batch`` gives its calls (a step run again is
     read from its latest run); without one (a log written before that
     event existed, or a crash that tore it) its ``tool/call`` events do.
     A ``tool/start``, ``tool/result`` or ``tool/approval-request`` pairs
     with the latest ``tool/call`` of its id and of its step (its ``turn``
-    and ``step``; of any step for one that names none, as logs written
-    before they carried them) that has no result yet, as replay pairs them
+    and ``step``, and its agent; of any step for one that names none, as
+    logs written before they carried them) that has no result yet, as replay pairs them
     (ids may repeat across steps); a ``tool/approval`` with the request of
     its suspension and call id. Raises
     :class:`LosslessJsonError` naming the field of a malformed
@@ -133,7 +150,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
     by_id: dict[str, _Entry] = {}
     # call id -> its open tool/calls' (step, entry), latest last (entry None:
     # another step's, or an earlier run's)
-    open_calls: dict[str, list[tuple[tuple[int, int] | None, _Entry | None]]] = {}
+    open_calls: dict[str, list[tuple[StepKey | None, _Entry | None]]] = {}
     requests: dict[tuple[str, str], _Entry | None] = {}  # (suspension, call id) -> the requesting entry
     redeferred: dict[str, _Entry | None] = {}  # call id -> the entry a "deferred" decision left waiting
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
@@ -141,7 +158,12 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
     for event in events:
         kind = event.get("type")
         if kind == BATCH:
-            if event.get("turn") == turn and event.get("step") == step and type(event.get("turn")) is int:
+            if (
+                event.get("turn") == turn
+                and event.get("step") == step
+                and type(event.get("turn")) is int
+                and agent_matches(event.get("agent"), agent)
+            ):
                 entries = _batch_calls(event)
                 limit = event.get("max_parallel_tool_calls")
                 if limit is not None and (type(limit) is not int or limit < 1):
@@ -156,12 +178,22 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                 redeferred.clear()
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
-            ours = event.get("turn") == turn and event.get("step") == step and type(event.get("turn")) is int
+            ours = (
+                event.get("turn") == turn
+                and event.get("step") == step
+                and type(event.get("turn")) is int
+                and agent_matches(event.get("agent"), agent)
+            )
             entry = None
             if ours:
                 if entries is not None:
                     entry = by_id.get(call_id)
                     if entry is not None and entry.logged:
+                        if agent is not None and event.get("agent") == agent:
+                            # The agent's own batch logs an id once a run (a
+                            # batch's ids are unique): a copy of the line.
+                            # Its call's start and result are the first's.
+                            continue
                         entry = None  # a second tool/call of one id in a run: not the batch's
                 else:
                     entry = _Entry(call_id, _str(event.get("name"), "event.name"), event.get("arguments"))
@@ -169,13 +201,13 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
                     fallback[call_id] = entry
             if entry is not None:
                 entry.logged = True
-            open_calls.setdefault(call_id, []).append((step_of(event), entry))
+            open_calls.setdefault(call_id, []).append((step_key(event), entry))
         elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST:
             call_id = _str(event.get("call_id"), "event.call_id")
             latest = open_calls.get(call_id)
             if not latest:
                 continue
-            at = _latest_of_step(latest, step_of(event))
+            at = _latest_of_step(latest, step_key(event))
             if at < 0:
                 continue  # (its step has no open call of that id)
             entry = latest[at][1]
@@ -210,12 +242,15 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int) -> Logg
     return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
 
 
-def _latest_of_step(stack: list[tuple[tuple[int, int] | None, Any]], step: tuple[int, int] | None) -> int:
+def _latest_of_step(stack: list[tuple[StepKey | None, Any]], step: StepKey | None) -> int:
     """Where in ``stack`` (open calls of one id, latest last) the latest call
-    of model step ``step`` is (None: of any step); -1 when there is none."""
+    of step ``step`` is (None: of any step); -1 when there is none."""
     at = len(stack) - 1
     if step is not None:
-        while at >= 0 and stack[at][0] != step:
+        while at >= 0:
+            key = stack[at][0]
+            if key is not None and same_step(key, step):
+                break
             at -= 1
     return at
 

@@ -130,3 +130,23 @@ def test_auto_colour_needs_a_terminal_and_no_NO_COLOR(
         monkeypatch.setenv("NO_COLOR", no_color)
     assert choose_style(_Tty(), "auto").color is expected
     assert choose_style(io.StringIO(), "auto").color is False
+
+
+def test_agents_sharing_a_session_with_the_same_step_and_call_id_each_get_their_own_result() -> None:
+    # Interleaved: a's call, b's call, a's result, b's result, all turn 1,
+    # step 1, id c: each result goes to its own agent's call.
+    def result(word: str, agent: str) -> dict[str, Any]:
+        projection = ToolResultProjection(content=(text(word),), is_error=False)
+        return result_event("c", projection, turn=1, step=1, agent=agent)
+
+    events = [
+        call_event(1, 1, "c", "x", {"who": "a"}, agent="a"),
+        call_event(1, 1, "c", "x", {"who": "b"}, agent="b"),
+        result("a's", "a"),
+        result("b's", "b"),
+    ]
+    entries = log_entries(events)
+    assert [(e.arguments, e.result.content[0].text if e.result else None) for e in entries] == [
+        ({"who": "a"}, "a's"),
+        ({"who": "b"}, "b's"),
+    ]

@@ -317,3 +317,55 @@ def test_agents_sharing_a_session_recover_their_own_calls_of_the_same_id(rt: Any
         for name, turn in (("a", 1), ("b", 2)):
             recovered = rt.tools.recover(Agent(name, session=reopened), turn, 1)
             assert [item.result.content for item in recovered.results] == [(text(f"{name}'s"),)]
+
+
+def test_agents_sharing_a_session_and_numbering_their_steps_alike_each_recover_their_own_step(
+    rt: Any, tmp_path: Path
+) -> None:
+    """Agents a and b log the same turn and step into one session: every
+    event names its agent, so each recovers its own step, not the one
+    logged last. Here b's step is complete and a's crashed before its body
+    started (a log written by hand, as the crashed process left it)."""
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        rt.tools.execute(
+            ToolBatchInput(calls=[ToolCall("c0", "once", "{}")], agent=Agent("b", session=session), log=LogStep(1, 1))
+        )
+    assert tools.ran == ["c0"]
+    with Session.open(path) as session:  # a's step, as a crash left it: announced and logged, never started
+        session.append({**batch_event(("c0", "once")), "agent": "a"})
+        session.append({**call_event("c0", "once"), "agent": "a"})
+    with Session.open(path) as reopened:
+        b = rt.tools.recover(Agent("b", session=reopened), 1, 1)
+        assert tools.ran == ["c0"]  # b's step is complete: nothing runs (a's step is not b's)
+        a = rt.tools.recover(Agent("a", session=reopened), 1, 1)
+        assert reopened.pending_calls() == []
+    assert texts(b) == [("c0", "once c0")]  # as logged: nothing ran again
+    assert texts(a) == [("c0", "once c0")]  # a's own call, never started: it runs now
+    assert tools.ran == ["c0", "c0"]
+    events = kinds(path)
+    assert events.count(("tool/result", "c0")) == 2
+    with Session.open(path) as reopened:
+        logged = [(e["type"], e.get("agent")) for e in reopened.events() if e["type"] != "tool/batch"]
+    assert logged[-2:] == [("tool/start", "a"), ("tool/result", "a")]
+
+
+def test_a_copy_of_a_tool_call_line_does_not_make_a_finished_call_run_again(rt: Any, tmp_path: Path) -> None:
+    """A complete step whose tool/call line was copied (by hand, a tool
+    that rewrote the file): the agent's batch logs an id once a run, so the
+    copy is not a second call; the step is complete and nothing runs."""
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        rt.tools.execute(
+            ToolBatchInput(calls=[ToolCall("c0", "once", "{}")], agent=Agent("a", session=session), log=LogStep(1, 1))
+        )
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert json.loads(lines[1])["type"] == "tool/call"
+    path.write_bytes(b"".join([lines[0], lines[1], lines[1], *lines[2:]]))
+    with Session.open(path) as reopened:
+        recovered = rt.tools.recover(Agent("a", session=reopened), 1, 1)
+    assert texts(recovered) == [("c0", "once c0")]
+    assert tools.ran == ["c0"]  # not run again
+    assert kinds(path).count(("tool/result", "c0")) == 1  # nothing written

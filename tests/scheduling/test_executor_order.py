@@ -78,6 +78,7 @@ def test_call_and_result_events_are_logged_in_model_order_even_when_later_calls_
         "step": 1,
         "max_parallel_tool_calls": None,
         "calls": [{"call_id": f"c{i}", "name": "t", "arguments": f'{{"i":{i}}}'} for i in range(4)],
+        "agent": "a",
     }
     assert [e["call_id"] for e in call_events] == ["c0", "c1", "c2", "c3"]
     assert [e["call_id"] for e in result_events] == ["c0", "c1", "c2", "c3"]
@@ -88,6 +89,7 @@ def test_call_and_result_events_are_logged_in_model_order_even_when_later_calls_
         "call_id": "c1",
         "name": "t",
         "arguments": {"i": 1},
+        "agent": "a",
     }
     assert result_events[2] == {
         "type": "tool/result",
@@ -98,6 +100,7 @@ def test_call_and_result_events_are_logged_in_model_order_even_when_later_calls_
         "content": [{"type": "text", "text": "v2"}],
         "error": None,
         "meta": None,
+        "agent": "a",
     }
 
 
