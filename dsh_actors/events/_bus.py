@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_a
 
 from loguru import logger
 
+from ..definition import is_async_callable
 from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError, callable_name, safe_str
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -191,7 +192,7 @@ class EventBus:
         """
         if not callable(listener):
             raise InvalidTypeError(f"listener for {name!r} must be callable")
-        is_async = _is_async(listener)
+        is_async = is_async_callable(listener)
         if is_async and name in EVENT_NAMES and name not in ASYNC_EVENTS:
             raise InvalidTypeError(
                 f"{callable_name(listener)} is async def, but {name!r} listeners run on the runtime's threads "
@@ -302,12 +303,6 @@ class EventBus:
         if not chain:
             return default()
         return _run_chain(chain, 0, default, args, awaiter)
-
-
-def _is_async(fn: Any) -> bool:
-    """Whether a listener is ``async`` (asked once, when it subscribes)."""
-    method = getattr(fn, "__call__", None)  # noqa: B004 - the method itself: is it async?
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(method)
 
 
 def _run_chain(
