@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from dsh_actors import (
     Accept,
@@ -106,9 +106,17 @@ def check_bool(policy: str, name: str, value: object) -> bool:
     return value
 
 
-def check_positive_number(policy: str, name: str, value: object) -> float:
+#: The longest wait, in milliseconds, an option may ask for (about 11.6
+#: days): longer is no deadline or backoff a process waits out, and
+#: Python's waits fail past about 3e11 s ("timestamp out of range").
+LONGEST_WAIT_MS: Final = 1e9
+
+
+def check_positive_number(policy: str, name: str, value: object, *, most: float | None = None) -> float:
     if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type,operator]
         raise ValueError(f"{policy}: {name} must be a positive finite number, got {value!r}")
+    if most is not None and value > most:  # type: ignore[operator]
+        raise ValueError(f"{policy}: {name} must be at most {most:g}, got {value:g}")
     return float(value)  # type: ignore[arg-type]
 
 

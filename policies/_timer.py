@@ -35,6 +35,7 @@ _CANCELLED: Final = 1
 _FIRED: Final = 2
 
 _NEVER: Final = float("inf")
+_LONGEST_WAIT_S: Final = 86_400.0
 
 #: Compact only past this many cancelled entries (small heaps are cheap).
 _COMPACT_MIN: Final = 64
@@ -209,7 +210,10 @@ class DeadlineTimer:
                     delay = wake_at - self._clock()
                     if delay > 0:
                         self._wake_at = wake_at
-                        cond.wait(delay)
+                        # (At most a day at a time: a deadline further off,
+                        # a tool's timeout_ms of 1e13 say, is still waited
+                        # for, and Python's waits fail past about 3e11 s.)
+                        cond.wait(min(delay, _LONGEST_WAIT_S))
                         continue
                     break
                 now = self._clock()

@@ -20,7 +20,8 @@ Config (all keyword, validated when applied):
     Total attempts, first included (a positive int, default 3).
 ``base_ms``, ``max_ms``
     The wait before attempt ``k + 1`` is ``min(max_ms, base_ms * 2**(k-1))``
-    (positive numbers, ``max_ms >= base_ms``; defaults 100 and 2000).
+    (positive numbers, at most 1e9 ms, ``max_ms >= base_ms``; defaults 100
+    and 2000).
 ``prepend``
     Install as the outermost wrapper instead of the innermost (default False).
 
@@ -43,7 +44,7 @@ dispatches the call; it starts no thread of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from loguru import logger
@@ -51,6 +52,7 @@ from loguru import logger
 from dsh_actors import ErrorCode, ToolExecution, ToolExecutionFailure, ToolRuntime
 
 from ._common import (
+    LONGEST_WAIT_MS,
     ToolExecutionResult,
     Undo,
     check_bool,
@@ -94,14 +96,13 @@ class RetryPolicy:
         self.base_ms = base_ms
         self.max_ms = max_ms
 
-    def delays(self) -> list[float]:
-        """The backoff before each retry, in seconds (``attempts - 1`` of them)."""
-        out: list[float] = []
+    def delays(self) -> Iterator[float]:
+        """The backoff before each retry, in seconds (``attempts - 1`` of
+        them), one at a time (however many attempts are allowed)."""
         delay = self.base_ms
         for _ in range(self.attempts - 1):
-            out.append(min(delay, self.max_ms) / 1000.0)
+            yield min(delay, self.max_ms) / 1000.0
             delay = min(delay * 2.0, self.max_ms)
-        return out
 
     def is_idempotent(self, execution: ToolExecution) -> bool:
         if execution.name in self.tools:
@@ -173,8 +174,8 @@ def apply(
     check_callable(_POLICY, "predicate", predicate)
     extra = check_names(_POLICY, "codes", codes)
     attempts = check_positive_int(_POLICY, "attempts", attempts)
-    base = check_positive_number(_POLICY, "base_ms", base_ms)
-    cap = check_positive_number(_POLICY, "max_ms", max_ms)
+    base = check_positive_number(_POLICY, "base_ms", base_ms, most=LONGEST_WAIT_MS)
+    cap = check_positive_number(_POLICY, "max_ms", max_ms, most=LONGEST_WAIT_MS)
     if cap < base:
         raise ValueError(f"{_POLICY}: max_ms ({max_ms!r}) must be at least base_ms ({base_ms!r})")
     check_bool(_POLICY, "prepend", prepend)

@@ -151,7 +151,7 @@ def test_the_backoff_is_capped_exponential() -> None:
         base_ms=100,
         max_ms=450,
     )
-    assert policy.delays() == [0.1, 0.2, 0.4, 0.45, 0.45]
+    assert list(policy.delays()) == [0.1, 0.2, 0.4, 0.45, 0.45]
 
 
 def test_the_backoff_ends_at_once_when_the_caller_aborts(rt: Any) -> None:
@@ -218,6 +218,8 @@ def test_disposing_removes_the_wrapper(rt: Any) -> None:
         ({"base_ms": -1}, ValueError, "base_ms must be a positive finite number"),
         ({"max_ms": float("inf")}, ValueError, "max_ms must be a positive finite number"),
         ({"base_ms": 500, "max_ms": 100}, ValueError, "at least base_ms"),
+        ({"base_ms": 1e13, "max_ms": 1e13}, ValueError, r"base_ms must be at most 1e\+09, got 1e\+13"),
+        ({"max_ms": 2e9}, ValueError, r"max_ms must be at most 1e\+09"),
         ({"prepend": 1}, TypeError, "prepend must be True or False"),
         ({"retries": 3}, TypeError, "unknown option"),
     ],
@@ -228,3 +230,11 @@ def test_bad_config_is_rejected_when_applied(
     with pytest.raises(error, match=match):
         rt.use(policies.retry, **config)
     assert rt.events.listeners("tools/execute") == ()
+
+
+def test_the_backoffs_are_computed_one_at_a_time_however_many_attempts_are_allowed(rt: Any) -> None:
+    # attempts=10**8 used to build the list of all its backoffs before the
+    # first retry (seconds, and gigabytes, the call could not be aborted).
+    policy = RetryPolicy(rt, tools=frozenset(), predicate=None, codes=frozenset(), attempts=10**8, base_ms=1, max_ms=5)
+    delays = policy.delays()
+    assert [next(delays) for _ in range(4)] == [0.001, 0.002, 0.004, 0.005]

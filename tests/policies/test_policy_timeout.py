@@ -79,6 +79,19 @@ def test_a_timeout_wins_whatever_the_body_returned_and_keeps_its_deferred_contex
     assert [c.content for c in result.additional_contexts] == [(text("note"),)]
 
 
+def test_a_deadline_centuries_off_is_waited_for_and_later_deadlines_still_fire(rt: Any) -> None:
+    # A timeout_ms of 1e13 (about 317 years) is a positive finite number:
+    # the timer waits for it a day at a time (Python's waits fail past
+    # about 3e11 s) and goes on serving the deadlines after it.
+    rt.use(policies.timeout)
+    rt.tools.register(tool("patient", lambda args, ctx: "done", timeout_ms=1e13))
+    rt.tools.register(tool("slow", waits_for_its_signal(), timeout_ms=20))
+    assert run_one(rt, call("patient")).value == "done"
+    assert code_of(run_one(rt, call("slow"))) == "TOOL_TIMEOUT"
+    thread = the_policy(rt).timer.thread
+    assert thread is not None and thread.is_alive()
+
+
 def test_a_fractional_budget_is_shown_as_given(rt: Any) -> None:
     rt.use(policies.timeout)
     rt.tools.register(tool("slow", waits_for_its_signal(), timeout_ms=12.5))
