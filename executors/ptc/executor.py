@@ -86,6 +86,11 @@ own deadline instead)."""
 _BINDINGS_CACHED: Final = 64
 
 
+#: The longest run a PtcExecutor's timeout_ms may allow: longer is no
+#: bound, and Python's waits fail past about 3e11 s.
+_LONGEST_RUN_MS: Final = 1e9
+
+
 def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int, folder_mb: int) -> str:
     seconds = timeout_ms / 1000
     shown = int(seconds) if float(seconds).is_integer() else seconds
@@ -191,6 +196,8 @@ class PtcExecutor(NativeExecutor):
         super().__init__(max_parallel_tool_calls)
         if type(timeout_ms) not in (int, float) or not math.isfinite(timeout_ms) or timeout_ms <= 0:
             raise ValueError(f"timeout_ms must be a positive finite number, got {timeout_ms!r}")
+        if timeout_ms > _LONGEST_RUN_MS:
+            raise ValueError(f"timeout_ms must be at most {_LONGEST_RUN_MS:g} (about 11.6 days), got {timeout_ms:g}")
         self.timeout_ms = timeout_ms
         self.max_parallel_sub_calls = _positive_int(max_parallel_sub_calls, "max_parallel_sub_calls")
         self.memory_limit_mb = _positive_int(memory_limit_mb, "memory_limit_mb")
@@ -198,9 +205,16 @@ class PtcExecutor(NativeExecutor):
         self.max_folder_mb = _positive_int(max_folder_mb, "max_folder_mb")
         self.max_message_bytes = max(8 << 20, 4 * self.max_output_bytes)
         spares = _positive_int(spare_workers, "spare_workers")
+        if isinstance(worker_command, (str, bytes)):
+            raise TypeError(
+                "worker_command is the worker's argv, a sequence of str such as ['python3', '-I'], "
+                f"not one {type(worker_command).__name__}"
+            )
         command = default_command() if worker_command is None else list(worker_command)
         if not command or not all(type(part) is str for part in command):
             raise ValueError("worker_command must be a non-empty sequence of str")
+        if worker_env is not None and not isinstance(worker_env, Mapping):
+            raise TypeError(f"worker_env must be a mapping of str to str, not {type(worker_env).__qualname__}")
         env = _default_env() if worker_env is None else dict(worker_env)
         if not all(type(k) is str and type(v) is str for k, v in env.items()):
             raise ValueError("worker_env must map str to str")

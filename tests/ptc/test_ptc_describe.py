@@ -180,10 +180,23 @@ def test_the_prompt_sections_hold_the_guide_and_the_signatures() -> None:
         {"max_output_bytes": -1},
         {"spare_workers": 0},
         {"worker_command": []},
+        {"timeout_ms": 1e13},
     ],
 )
 def test_invalid_options_are_rejected(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
+        PtcExecutor(**options)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"worker_command": "python3"}, r"worker_command is the worker's argv, a sequence of str .*, not one str"),
+        ({"worker_env": "x"}, r"worker_env must be a mapping of str to str, not str"),
+    ],
+)
+def test_options_of_the_wrong_kind_are_refused_naming_the_option(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(TypeError, match=match):
         PtcExecutor(**options)
 
 
