@@ -352,6 +352,15 @@ def apply(
             "meter_provider="
         )
     check_bool(_POLICY, "capture_content", capture_content)
+    for name, provider, method in (
+        ("tracer_provider", tracer_provider, "get_tracer"),
+        ("meter_provider", meter_provider, "get_meter"),
+    ):
+        if provider is not None and not callable(getattr(provider, method, None)):
+            raise TypeError(
+                f"{_POLICY}: {name} must be an OpenTelemetry provider (with {method}()) or None, "
+                f"not {type(provider).__qualname__}"
+            )
     try:
         policy = OtelPolicy(rt, tracer_provider, meter_provider, capture_content)
     except ImportError as exc:

@@ -53,6 +53,7 @@ The recorder only reads public names of ``dsh_actors``.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -62,7 +63,11 @@ from typing import Any
 
 from dsh_actors import Agent, ToolExecution, ToolRuntime
 
+from ._common import check_runtime
+
 __all__ = ["CallTimeline", "Recorder", "apply", "record"]
+
+_POLICY = "policies.trace"
 
 
 @dataclass
@@ -318,12 +323,12 @@ class Recorder:
     def to_json(self) -> dict[str, Any]:
         return {"traceEvents": self.trace_events(), "displayTimeUnit": "ms"}
 
-    def write(self, path: str) -> None:
+    def write(self, path: str | os.PathLike[str]) -> None:
         """Write the trace file (``{"traceEvents": [...]}``) to ``path``."""
         write_trace(path, self.trace_events())
 
 
-def write_trace(path: str, events: list[dict[str, Any]]) -> None:
+def write_trace(path: str | os.PathLike[str], events: list[dict[str, Any]]) -> None:
     """Write ``events`` (from one or several recorders) as a trace file."""
     with open(path, "w", encoding="utf-8") as fh:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, fh)
@@ -403,12 +408,24 @@ def apply(
     /,
     *,
     recorder: Recorder | None = None,
-    path: str | None = None,
+    path: str | os.PathLike[str] | None = None,
     scope: Agent | None = None,
 ) -> Callable[[], None]:
     """Install the five listeners on ``rt`` (``scope``: only that agent's
     calls and its descendants'); return the undo. With ``path``, the undo
-    also writes the trace file there."""
+    also writes the trace file there (its folder must exist: it is checked
+    now, not when the trace is written)."""
+    check_runtime(_POLICY, rt)
+    if recorder is not None and not isinstance(recorder, Recorder):
+        raise TypeError(f"{_POLICY}: recorder must be a policies.trace.Recorder, not {type(recorder).__qualname__}")
+    if path is not None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"{_POLICY}: path must be a file path (str or os.PathLike), not {type(path).__qualname__}")
+        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise ValueError(f"{_POLICY}: path {os.fspath(path)!r}: its folder {folder!r} does not exist")
+    if scope is not None and not isinstance(scope, Agent):
+        raise TypeError(f"{_POLICY}: scope must be an Agent or None, not {type(scope).__qualname__}")
     rec = Recorder() if recorder is None else recorder
     now = rec.now
 
@@ -455,7 +472,9 @@ def apply(
 
 
 @contextmanager
-def record(rt: ToolRuntime, *, path: str | None = None, scope: Agent | None = None) -> Iterator[Recorder]:
+def record(
+    rt: ToolRuntime, *, path: str | os.PathLike[str] | None = None, scope: Agent | None = None
+) -> Iterator[Recorder]:
     """Record while the block runs; with ``path``, write the file at the end."""
     recorder = Recorder()
     off = rt.use(_this_module(), recorder=recorder, path=path, scope=scope)

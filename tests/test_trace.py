@@ -232,3 +232,22 @@ def test_a_deferred_call_s_record_ends_deferred_and_its_resumed_part_is_a_record
     assert names[marks[0]["tid"]].startswith("batch 0 prepare/finalize")
     finalize = [e for e in spans(doc, "finalize") if e["args"]["call_id"] == "c0"]
     assert len(finalize) == 1 and names[finalize[0]["tid"]].startswith("batch 1 prepare/finalize")
+
+
+@pytest.mark.parametrize(
+    ("config", "error", "match"),
+    [
+        ({"path": 5}, TypeError, r"path must be a file path \(str or os.PathLike\), not int"),
+        ({"path": "/no/such/folder/trace.json"}, ValueError, r"its folder '/no/such/folder' does not exist"),
+        ({"recorder": 5}, TypeError, r"recorder must be a policies.trace.Recorder, not int"),
+        ({"scope": "main"}, TypeError, r"scope must be an Agent or None, not str"),
+    ],
+)
+def test_bad_options_are_refused_when_applied(
+    rt: Any, config: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    # (path=5 was opened as file descriptor 5 when the trace was written:
+    # the runtime's own event loop pipe.)
+    with pytest.raises(error, match=match):
+        rt.use(trace, **config)
+    assert rt.events.listeners("tools/execute") == ()

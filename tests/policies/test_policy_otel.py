@@ -356,6 +356,12 @@ def test_unknown_options_are_refused(rt: Any) -> None:
         rt.use(policies.otel, capture=True)
 
 
+@pytest.mark.parametrize("option", ["tracer_provider", "meter_provider"])
+def test_a_provider_that_is_not_one_is_refused_naming_the_option(rt: Any, option: str) -> None:
+    with pytest.raises(TypeError, match=rf"policies.otel: {option} must be an OpenTelemetry provider .*, not int"):
+        rt.use(policies.otel, **{option: 5})
+
+
 def _prepared_ahead(rt: Any, otel: Otel) -> tuple[threading.Event, threading.Event]:
     """``lookup`` whose calls c0 and c1 hold until ``release``, the policy
     on, and an event set once c0 and c1 run and c3 (prepared ahead of a
