@@ -25,7 +25,6 @@ from .approvals import ApprovalChannel, ApprovalService
 from .errors import (
     InvalidStateError,
     InvalidTypeError,
-    InvalidValueError,
     RegistrationError,
     RuntimeStoppedError,
     safe_str,
@@ -35,6 +34,7 @@ from .kernel import RuntimeKernel
 from .loop import LoopThread
 from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
 from .pipeline.flights import LoopWatch
+from .pipeline.intake import check_limit
 from .registry.actor import RegistryActor
 from .registry.service import ServiceLinks, ToolsService
 from .scheduling.dispatcher import Dispatcher
@@ -86,12 +86,8 @@ class ToolRuntime:
         max_call_actors: int = DEFAULT_CALL_ACTORS,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        if type(max_parallel_tool_calls) is not int or max_parallel_tool_calls < 1:
-            raise InvalidValueError(
-                f"max_parallel_tool_calls must be a positive integer, got {max_parallel_tool_calls!r}"
-            )
-        if type(max_call_actors) is not int or max_call_actors < 1:
-            raise InvalidValueError(f"max_call_actors must be a positive integer, got {max_call_actors!r}")
+        check_limit(max_parallel_tool_calls)
+        check_limit(max_call_actors, "max_call_actors")
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
             raise InvalidTypeError(f"loop must be an asyncio event loop, not {type(loop).__qualname__}")
         self.max_parallel_tool_calls = max_parallel_tool_calls

@@ -52,6 +52,14 @@ def test_a_runtime_not_started_and_a_bad_limit_raise_usage_errors() -> None:
     with pytest.raises(ValueError, match="positive integer") as bad_limit:
         ToolRuntime(max_parallel_tool_calls=0)
     assert isinstance(bad_limit.value, UsageError)
+    # A limit past what the log (and any count) holds is refused up front,
+    # not found when the batch's tool/batch cannot be written.
+    with pytest.raises(ValueError, match=r"max_parallel_tool_calls must be at most 2\*\*63-1"):
+        ToolRuntime(max_parallel_tool_calls=2**64)
+    with ToolRuntime() as rt:
+        batch = ToolBatchInput(calls=(ToolCall("c1", "t", "{}"),), max_parallel_tool_calls=2**64)
+        with pytest.raises(ValueError, match=r"max_parallel_tool_calls must be at most 2\*\*63-1"):
+            rt.tools.execute(batch)
 
 
 @pytest.mark.parametrize("cls", [InvalidValueError, InvalidTypeError, InvalidStateError, RuntimeStoppedError])

@@ -78,8 +78,8 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value < 1 or value > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer of at most 2**63-1, got {text!r}")
     return value
 
 

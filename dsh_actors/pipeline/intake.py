@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 import re
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -21,10 +21,18 @@ from .call import BadArguments
 __all__ = ["bind_context", "check_batch", "check_limit", "loggable", "parse_arguments"]
 
 
+#: The largest concurrency limit: a 64-bit signed int, what the session
+#: log (lossless JSON) and any count of threads can hold.
+MAX_LIMIT: Final = 2**63 - 1
+
+
 def check_limit(limit: object, what: str = "max_parallel_tool_calls") -> int:
-    """A concurrency limit must be a positive int (``bool`` is not)."""
+    """A concurrency limit must be a positive int (``bool`` is not), at
+    most :data:`MAX_LIMIT`."""
     if type(limit) is not int or limit < 1:
         raise InvalidValueError(f"{what} must be a positive integer, got {safe_str(repr(limit))}")
+    if limit > MAX_LIMIT:
+        raise InvalidValueError(f"{what} must be at most 2**63-1, got {limit:.3g}")
     return limit
 
 
