@@ -221,7 +221,11 @@ _VERBOSE_HELP = (
 
 def _one_line(record: Any) -> str:
     # A callable format: loguru appends no traceback unless it asks for one.
-    return f"{PROG}: {{level}}: {{message}}\n"
+    # A message of several lines (a tool's failure, a program's traceback)
+    # is folded into one: its lines joined with " | ".
+    lines = [line.strip() for line in str(record["message"]).splitlines()]
+    record["extra"]["one_line"] = " | ".join(line for line in lines if line)
+    return f"{PROG}: {{level}}: {{extra[one_line]}}\n"
 
 
 @contextlib.contextmanager

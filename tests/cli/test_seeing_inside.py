@@ -24,10 +24,14 @@ def explode(args, ctx):
 def helper_that_divides():
     return 1 / 0
 
+def complain(args, ctx):
+    raise ValueError("first line\\nsecond line")
+
 OUT = ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)])
 TOOLS = [
     define_tool(name="copy", description="Copy files.", parameters={}, output=OUT, execute=copy),
     define_tool(name="explode", description="Fail.", parameters={}, output=OUT, execute=explode),
+    define_tool(name="complain", description="Fail in two lines.", parameters={}, output=OUT, execute=complain),
 ]
 """
 
@@ -67,3 +71,10 @@ def test_run_names_a_failing_tool_and_shows_its_traceback_with_v(
     assert "helper_that_divides" not in replay.out
     replay_v = cli("replay", "-v", log)
     assert "helper_that_divides" in replay_v.out and "ZeroDivisionError: division by zero" in replay_v.out
+
+
+def test_a_failure_message_of_several_lines_is_one_line_on_stderr(cli: Cli, root: Path, write_module: Any) -> None:
+    tools = write_module("complaining_tools", TOOLS)
+    outcome = cli("run", batch(root, "complain"), "--tools", tools)
+    assert outcome.code == 0
+    assert outcome.err == 'dsh-actors: ERROR: tool "complain" (call c0) failed: first line | second line\n'
