@@ -133,7 +133,12 @@ def decode(line: bytes) -> Any:
 
 
 class FrameTooLong(ValueError):
-    """A line passed the receiver's limit."""
+    """A line passed the receiver's limit; ``head``: its first bytes (what
+    kind of message it is)."""
+
+    def __init__(self, message: str, head: bytes = b"") -> None:
+        super().__init__(message)
+        self.head = head
 
 
 class LineFramer:
@@ -162,13 +167,13 @@ class LineFramer:
             if end < 0:
                 break
             if end - begin > self._max:
-                raise FrameTooLong(f"a message of more than {self._max} bytes")
+                raise FrameTooLong(f"a message of more than {self._max} bytes", bytes(buffer[begin : begin + 64]))
             lines.append(bytes(buffer[begin:end]))
             begin = search = end + 1
         if begin:
             del buffer[:begin]
         if len(buffer) > self._max:
-            raise FrameTooLong(f"a message of more than {self._max} bytes")
+            raise FrameTooLong(f"a message of more than {self._max} bytes", bytes(buffer[:64]))
         return lines
 
     @property

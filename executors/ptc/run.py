@@ -53,6 +53,7 @@ import contextvars
 import math
 import os
 import queue
+import re
 import selectors
 import signal
 import threading
@@ -357,7 +358,7 @@ class Run:
             try:
                 lines = self._framer.feed(chunk)
             except protocol.FrameTooLong as exc:
-                self._end(Ending(kind="protocol", headline=f"the worker sent {exc}"))
+                self._end(_too_long(exc, self._executor.max_message_bytes))
                 return
             for line in lines:
                 self._handle(line)
@@ -744,6 +745,28 @@ class _Sink:
                 self._on_result(sub, result, False)
                 return
         self._on_result(sub, result, True)
+
+
+_KIND_OF_MESSAGE: Final = re.compile(rb'^\{\s*"t"\s*:\s*"([a-z_]+)"')
+
+
+def _too_long(exc: protocol.FrameTooLong, limit: int) -> Ending:
+    """The ending for a message past the limit: the program's own doing
+    when it is its returned value or a tool call's arguments (it can pass
+    less, or use files), else the worker's."""
+    kind = _KIND_OF_MESSAGE.match(exc.head)
+    what = None if kind is None else kind.group(1)
+    if what == protocol.DONE.encode():
+        return Ending(kind="output", headline=f"the program returned a value of more than {limit} bytes as JSON")
+    if what == protocol.CALL.encode():
+        return Ending(
+            kind="output",
+            headline=(
+                f"the program called a tool with arguments of more than {limit} bytes as JSON; "
+                "pass large data through files in the working folder"
+            ),
+        )
+    return Ending(kind="protocol", headline=f"the worker sent {exc}")
 
 
 def cpu_seconds(timeout_ms: float) -> int:

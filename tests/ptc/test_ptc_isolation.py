@@ -15,7 +15,7 @@ import pytest
 
 from dsh_actors import AbortController, ToolBatchExecutionError
 
-from .helpers import GUARD, alive, assert_gone, batch, children, code_of, install, must, run_code, tool
+from .helpers import GUARD, alive, assert_gone, batch, children, code_of, echo_tool, install, must, run_code, tool
 
 
 def pid_reporter(rt: Any) -> list[int]:
@@ -92,6 +92,17 @@ def test_a_returned_value_counts_toward_the_output_limit(rt: Any) -> None:
     install(rt, timeout_ms=5000, max_output_bytes=1000)
     message = failed_as(run_code(rt, "print('a' * 10)\nreturn 'b' * 2000"), "output")
     assert "are more than 1000 bytes" in message
+
+
+def test_a_returned_value_or_tool_arguments_past_the_message_limit_fail_as_the_programs_output(rt: Any) -> None:
+    # 9 MB as JSON is past the largest message a worker may send (8 MB
+    # here): the program's doing, said as such, not a broken worker.
+    install(rt, timeout_ms=20000)
+    rt.tools.register(echo_tool())
+    returned = failed_as(run_code(rt, "return 'z' * 9_000_000"), "output")
+    assert "the program returned a value of more than 8388608 bytes as JSON" in returned
+    called = failed_as(run_code(rt, "return await tools.echo(message='m' * 9_000_000)"), "output")
+    assert "the program called a tool with arguments of more than 8388608 bytes as JSON" in called
 
 
 def test_aborting_the_batch_kills_the_program_and_fires_the_running_sub_calls_signal(rt: Any, ptc: Any) -> None:
