@@ -211,13 +211,14 @@ class ToolRuntime:
                 self._stopper = threading.Thread(target=self._finish_stop, name="dsh-stop", daemon=True)
                 self._stopper.start()
             return
+        running = _running_loop()
+        if running is not None:
+            # This thread runs an event loop and no flight of ours is on it
+            # (else the stop would have returned above): one launched onto
+            # it now could never start while this stop (the first, or one
+            # waiting for it) blocks it.
+            self.loop_watch.halt(running)
         if first:
-            running = _running_loop()
-            if running is not None:
-                # This thread runs an event loop and no flight of ours is on
-                # it (else the stop would have returned above): one launched
-                # onto it now could never start while the stop blocks it.
-                self.loop_watch.halt(running)
             self._finish_stop()
         else:
             self._halted_event.wait()  # the first stop always sets it

@@ -264,13 +264,17 @@ def test_stop_on_the_awaiting_loop_before_an_async_listener_is_reached_does_not_
     assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH")
 
 
-def test_stop_on_the_awaiting_loop_just_before_an_async_listener_is_launched_does_not_wait_for_that_loop() -> None:
+@pytest.mark.parametrize("which", ["first", "second"])
+def test_stop_on_the_awaiting_loop_just_before_an_async_listener_is_launched_does_not_wait_for_that_loop(
+    which: str,
+) -> None:
     # As above, but the listener's flight passed its abort check before
     # the stop fired and is launched only after the stop found nothing of
     # ours on the loop (the launch is held there): the stop then blocks the
     # loop the flight was launched onto. The flight never starts: the call
     # is ABORTED_BEFORE_DISPATCH, and the stop does not wait out its
-    # timeout for the loop.
+    # timeout for the loop. The same when the stop on the loop's thread is a
+    # second one, waiting for a first begun on another thread.
     async def main() -> Any:
         rt = ToolRuntime().start()
         watch = rt.loop_watch
@@ -300,8 +304,15 @@ def test_stop_on_the_awaiting_loop_just_before_an_async_listener_is_launched_doe
         rt.events.on("tools/pre-execute", async_listener)
         task = asyncio.ensure_future(rt.tools.execute_async(batch("a")))
         assert await asyncio.to_thread(at_launch.wait, GUARD)
+        first: threading.Thread | None = None
+        if which == "second":
+            first = threading.Thread(target=rt.stop, kwargs={"timeout": GUARD})
+            first.start()
+            assert await asyncio.to_thread(rt.stop_signal.wait, GUARD)  # the first stop has begun
         rt.stop(timeout=GUARD)
         result = await asyncio.wait_for(task, GUARD)
+        if first is not None:
+            first.join(GUARD)
         return rt.abandoned, code(result.results[0].result)
 
     assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH")

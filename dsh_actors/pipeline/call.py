@@ -218,8 +218,8 @@ class Call:
             "prepare",
             f'tool "{name}" was prepared {self.unprepared} times, and each time the registry or the '
             "pre-execute listeners changed before its body could start: it did not run (does a listener, "
-            "guard or approval service register, unregister or restrict tools, or add listeners, "
-            "for every call?)",
+            "guard, approval service or is_concurrency_safe classifier, of this call or a later one, "
+            "register, unregister or restrict tools, or add listeners, every time it runs?)",
         )
         self.settle(failure_from_exception(error), run_post=self.phases_ran, dispatched=False)
 

@@ -58,7 +58,10 @@ def prepare(
     this thread (the executor classifies a call right before preparing it);
     by default the tool is looked up here. ``before_hooks``: called once,
     just before the pre-execute listeners (or a given answer) are run, if
-    they are (the executor launches the bodies it started before them).
+    they are (the executor launches the bodies it started before them); if
+    it answers true (one of those went back to be prepared again), nothing
+    more runs: the call is left unsettled, for the caller to prepare again
+    after that one.
     """
     if call.outcome is not None:
         return  # settled as it began (bad arguments, routed to the executor)
@@ -75,8 +78,8 @@ def prepare(
     if call.answer is not None:
         # A continued batch: the waterfall ran and asked in the batch that
         # deferred the call; the answer given now takes the service's place.
-        if before_hooks is not None:
-            before_hooks()
+        if before_hooks is not None and before_hooks():
+            return
         try:
             answer, ask = call.answer
             decision = _decide(call, ask, answer)
@@ -85,8 +88,8 @@ def prepare(
             return
     # Without a listener the waterfall is its default, Allow(): skip it.
     elif events.listeners("tools/pre-execute", execution.agent):
-        if before_hooks is not None:
-            before_hooks()
+        if before_hooks is not None and before_hooks():
+            return
         try:
             decision = events.waterfall(
                 "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)

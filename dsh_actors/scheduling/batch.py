@@ -900,35 +900,48 @@ class BatchRun:
         outbox.add((call, value, error))
 
     def _launch(self) -> bool:
-        """Start the calls waiting to launch (FLIGHT) and launch their
-        flights together. This is where their bodies start: a call found
-        stale now (a change since its last check) does not start and goes
-        back to REDO, as a stale call a call actor takes does. True if one
-        did (set in ``sent_back`` too)."""
+        """Start the calls waiting to launch (FLIGHT, in model order) and
+        launch their flights together. This is where their bodies start: a
+        call found stale now (a change since its last check) does not start
+        and goes back to REDO, as a stale call a call actor takes does, and
+        so does every call after it (calls start in model order). True if
+        one did (set in ``sent_back`` too). A call it did not get to (a
+        bug raised) is settled as failed; the flights made are launched."""
         calls, self.launching = self.launching, []
         rt = self.rt
         flights = []
         back = False
-        for call in calls:
-            index = call.index
-            if self.halted is None and stale(rt, call):
-                if self.barrier == index:
-                    self.barrier = None
-                call.unprepare()
-                self._move(index, _REDO)
-                back = True
-                continue
-            flight = start_on_loop(rt, call, self._body_ended_on_loop)
-            if flight is None:
-                self._move(index, _HELD)  # (it settled at once)
-            else:
-                flights.append(flight)
-        if flights:
-            outbox = self.outbox
-            if outbox is None:
-                outbox = self.outbox = Outbox(flights[0].loop, self._put_ends)
-            outbox.launched += len(flights)  # (before any of them can end)
-            rt.loop_watch.launch_all(flights[0].loop, flights)
+        done = 0
+        try:
+            for call in calls:
+                index = call.index
+                if back or (self.halted is None and stale(rt, call)):
+                    if self.barrier == index:
+                        self.barrier = None
+                    call.unprepare()
+                    self._move(index, _REDO)
+                    back = True
+                else:
+                    flight = start_on_loop(rt, call, self._body_ended_on_loop)
+                    if flight is None:
+                        self._move(index, _HELD)  # (it settled at once)
+                    else:
+                        flights.append(flight)
+                done += 1
+        except BaseException as exc:
+            for call in calls[done:]:  # (never left FLIGHT with no flight: the batch would wait for it)
+                if self.state[call.index] is _FLIGHT:
+                    if call.outcome is None:
+                        call.settle(failure_from_exception(exc), run_post=False, dispatched=False)
+                    self._move(call.index, _HELD)
+            raise
+        finally:
+            if flights:
+                outbox = self.outbox
+                if outbox is None:
+                    outbox = self.outbox = Outbox(flights[0].loop, self._put_ends)
+                outbox.launched += len(flights)  # (before any of them can end)
+                rt.loop_watch.launch_all(flights[0].loop, flights)
         if back:
             self.sent_back = True
         return back

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from dsh_actors import (
     AbortController,
     Agent,
+    Ask,
     Deny,
     LogStep,
     Session,
@@ -976,3 +977,72 @@ def test_a_change_made_after_an_async_call_was_decided_and_before_its_flight_was
             kinds = [(e["type"], e.get("call_id")) for e in agent.session.events() if e["type"] != "tool/batch"]  # type: ignore[union-attr]
             assert kinds.count(("tool/call", "c0")) == 1  # logged once, prepared twice
             assert kinds.count(("tool/start", "c0")) == (1 if change == "exclusive-replacement" else 0)
+
+
+def _sent_back_at_launch(rt: Any, starts: list[str]) -> None:
+    """Tools ``a`` and ``b``, async, their bodies noting their starts;
+    ``b``'s classifier registers a tool the first time it runs: a call of
+    ``b`` after a call of ``a`` sends the ``a`` call back as its flight is
+    launched (it was decided before the change)."""
+    changed: list[bool] = []
+    lock = threading.Lock()
+
+    async def body(args: Any, ctx: Any) -> str:
+        with lock:
+            starts.append(ctx.call_id)
+        return ctx.call_id
+
+    def classify(args: Any) -> bool:
+        if not changed:
+            changed.append(True)
+            rt.tools.register(make_tool("z", lambda args, ctx: "z"))
+        return True
+
+    rt.tools.register(make_tool("a", body))  # type: ignore[arg-type]
+    rt.tools.register(make_tool("b", body, classifier=classify))  # type: ignore[arg-type]
+
+
+def test_flights_sent_back_at_their_launch_start_in_model_order() -> None:
+    """c0's flight goes back as it is launched; c1, decided after it (and
+    prepared again after its own classifier's change), goes back with it:
+    the bodies start, and their tool/start are logged, in model order."""
+    with started_runtime() as rt:
+        starts: list[str] = []
+        _sent_back_at_launch(rt, starts)
+        session = Session()
+        batch = ToolBatchInput(
+            calls=tuple(calls("a", "b")),
+            agent=Agent("agent", session=session),
+            log=LogStep(turn=1, step=1),
+            max_parallel_tool_calls=4,
+        )
+        result = rt.tools.submit(batch).result(GUARD)
+        assert [r.result.value for r in result.results] == ["c0", "c1"]
+        assert starts == ["c0", "c1"]
+        assert [e["call_id"] for e in session.events() if e["type"] == "tool/start"] == ["c0", "c1"]
+
+
+def test_a_later_calls_approval_is_not_asked_before_an_earlier_flight_sent_back_is_prepared_again() -> None:
+    """c1's pre-execute hooks come after c0's flight is launched; c0 goes
+    back then, so c1's hooks wait for c0 to be prepared again: c1's
+    approval is asked once (it was asked, and its answer thrown away,
+    before)."""
+    with started_runtime() as rt:
+        starts: list[str] = []
+        asked: list[str] = []
+        _sent_back_at_launch(rt, starts)
+
+        def ask_for_b(execution: Any, next_: Any) -> Any:
+            return Ask(reason="b needs a person") if execution.name == "b" else next_()
+
+        def service(request: Any) -> str:
+            asked.append(request.call_id)
+            return "rejected"
+
+        rt.events.on("tools/pre-execute", ask_for_b)
+        rt.approvals.set(service)
+        batch = ToolBatchInput(calls=tuple(calls("a", "b")), agent=Agent("agent"), max_parallel_tool_calls=4)
+        result = rt.tools.submit(batch).result(GUARD)
+        first, second = (r.result for r in result.results)
+        assert first.value == "c0" and _message(second) == 'the user rejected tool "b"'
+        assert asked == ["c1"]
