@@ -266,8 +266,10 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     subs: dict[str, CallEntry] = {}  # sub-call id -> its latest entry
     # (turn, step, agent) -> the calls its latest tool/batch names that have no tool/call yet
     announced: dict[tuple[int, int, str | None], dict[str, CallEntry]] = {}
-    requests: dict[tuple[str, str], tuple[CallEntry, Approval]] = {}  # (suspension, call id) -> its request
-    redeferred: dict[str, CallEntry] = {}  # call id -> the call a "deferred" decision left waiting
+    # (suspension, call id) -> its request, and the agent the request named
+    requests: dict[tuple[str, str], tuple[CallEntry, Approval, str | None]] = {}
+    # (call id, agent) -> the call a "deferred" decision left waiting
+    redeferred: dict[tuple[str, str | None], CallEntry] = {}
 
     def parent_of(event: Mapping[str, Any], index: int) -> CallEntry:
         parent_id = event.get("parent_call_id")
@@ -343,7 +345,12 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
         elif kind == APPROVAL_REQUEST:
             call_id = _str_field(event, "call_id", index)
             suspension = _str_field(event, "suspension", index)
-            entry_or_none = redeferred.pop(call_id, None) or _call_of(event, call_id, latest, stepped)
+            named = _agent_of(event)
+            entry_or_none = (
+                redeferred.pop((call_id, named), None)
+                or (redeferred.pop((call_id, None), None) if named is not None else None)
+                or _call_of(event, call_id, latest, stepped)
+            )
             if entry_or_none is None or entry_or_none.result is not None:
                 continue  # (a request whose call is not open in the log: nothing to show it on)
             reason = event.get("reason")
@@ -353,15 +360,15 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 shown=_text_by_language(event.get("display_reason")),
             )
             entry_or_none.approvals.append(approval)
-            requests[(suspension, call_id)] = (entry_or_none, approval)
+            requests[(suspension, call_id)] = (entry_or_none, approval, named)
         elif kind == APPROVAL:
             key = (_str_field(event, "suspension", index), _str_field(event, "call_id", index))
             request = requests.pop(key, None)
             if request is not None:
-                asked, approval = request
+                asked, approval, named = request
                 approval.decision = _str_field(event, "decision", index)
                 if approval.decision == "deferred":
-                    redeferred[key[1]] = asked  # the request that follows is this call's
+                    redeferred[(key[1], named)] = asked  # the request that follows (of its agent) is this call's
         elif kind == PTC_DISPATCH_START:
             sub_id = _str_field(event, "sub_call_id", index)
             child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))

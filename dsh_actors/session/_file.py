@@ -138,10 +138,10 @@ class Session:
         # order; _requests is the reverse map.
         self._awaiting: dict[tuple[str, str], int] = {}
         self._requests: dict[int, tuple[str, str]] = {}
-        # call id -> the serial of the call a "deferred" decision left
+        # (call id, its agent) -> the serial of the call a "deferred" decision left
         # waiting: the new request that follows is that call's, even when
         # another open call shares its id.
-        self._redeferred: dict[str, int] = {}
+        self._redeferred: dict[tuple[str, str | None], int] = {}
         # Whether this session holds its file's lock (see hold()), and the
         # file's size when this session read it (another writer since then
         # means what it read is stale).
@@ -369,7 +369,11 @@ class Session:
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
-                serial = self._redeferred.pop(call_id, None)
+                named = event.get("agent")
+                named = named if type(named) is str else None
+                serial = self._redeferred.pop((call_id, named), None)
+                if serial is None and named is not None:
+                    serial = self._redeferred.pop((call_id, None), None)  # (its call named no agent)
                 if serial is None or serial not in self._pending:
                     serial = self._latest_open(call_id, step_key(event))
                 if serial is not None:  # (a request without its tool/call awaits nothing)
@@ -385,7 +389,8 @@ class Session:
                 if serial is not None:
                     del self._requests[serial]
                     if event.get("decision") == "deferred":
-                        self._redeferred[call_id] = serial
+                        step = self._call_steps.get(serial)
+                        self._redeferred[(call_id, None if step is None else step[2])] = serial
         elif kind == PTC_DISPATCH_START:
             sub_call_id = event.get("sub_call_id")
             if type(sub_call_id) is str:

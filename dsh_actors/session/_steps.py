@@ -151,8 +151,11 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
     # call id -> its open tool/calls' (step, entry), latest last (entry None:
     # another step's, or an earlier run's)
     open_calls: dict[str, list[tuple[StepKey | None, _Entry | None]]] = {}
-    requests: dict[tuple[str, str], _Entry | None] = {}  # (suspension, call id) -> the requesting entry
-    redeferred: dict[str, _Entry | None] = {}  # call id -> the entry a "deferred" decision left waiting
+    # (suspension, call id) -> the requesting entry, and the agent the request named
+    requests: dict[tuple[str, str], tuple[_Entry | None, str | None]] = {}
+    # (call id, agent) -> the entry a "deferred" decision left waiting (its
+    # next request is that entry's; agents sharing a session reuse ids)
+    redeferred: dict[tuple[str, str | None], _Entry | None] = {}
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
     entry: _Entry | None
     for event in events:
@@ -173,8 +176,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 # An earlier run's calls are not this run's.
                 for stack in open_calls.values():
                     stack[:] = [(at, None) for at, _ in stack]
-                for key in requests:
-                    requests[key] = None
+                for key, (_, named) in requests.items():
+                    requests[key] = (None, named)
                 redeferred.clear()
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
@@ -211,9 +214,14 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
             if at < 0:
                 continue  # (its step has no open call of that id)
             entry = latest[at][1]
-            if kind == APPROVAL_REQUEST and call_id in redeferred:
-                # Deferred again: the call that decision was for.
-                entry = redeferred.pop(call_id)
+            if kind == APPROVAL_REQUEST:
+                named = _agent_named(event)
+                again = (call_id, named)
+                if again not in redeferred and named is not None:
+                    again = (call_id, None)  # (a decision on a request that named no agent)
+                if again in redeferred:
+                    # Deferred again: the call that decision was for.
+                    entry = redeferred.pop(again)
             if kind == RESULT:
                 del latest[at]
                 if not latest:
@@ -226,20 +234,25 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 entry.result = LoggedResult.from_event(event)
             else:
                 entry.awaiting = _str(event.get("suspension"), "event.suspension")
-                requests[(entry.awaiting, call_id)] = entry
+                requests[(entry.awaiting, call_id)] = (entry, _agent_named(event))
         elif kind == APPROVAL:
             call_id = _str(event.get("call_id"), "event.call_id")
             suspension = _str(event.get("suspension"), "event.suspension")
-            entry = requests.pop((suspension, call_id), None)
+            entry, named = requests.pop((suspension, call_id), (None, None))
             if entry is None:
                 continue
             if entry.awaiting == suspension:
                 entry.awaiting = None
             entry.decision = _str(event.get("decision"), "event.decision")
             if entry.decision == "deferred":
-                redeferred[call_id] = entry
+                redeferred[(call_id, named)] = entry
     chosen = entries if entries is not None else list(fallback.values())
     return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
+
+
+def _agent_named(event: Mapping[str, Any]) -> str | None:
+    agent = event.get("agent")
+    return agent if type(agent) is str else None
 
 
 def _latest_of_step(stack: list[tuple[StepKey | None, Any]], step: StepKey | None) -> int:

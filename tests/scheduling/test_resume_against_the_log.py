@@ -280,3 +280,55 @@ def test_the_resumed_batch_runs_under_the_limit_its_log_holds_not_the_suspension
         assert agent.session is not None
         agent.session.close()
     assert texts(done)[2:] == [("c2", "met c2"), ("c3", "met c3")]
+
+
+def test_agents_sharing_a_session_keep_their_own_deferred_calls_of_one_id_and_step() -> None:
+    """A's resume defers its c0 again while B's batch, logging the same
+    turn, step and call id into the same session, defers its own c0: each
+    new request is its own agent's call's, so B's suspension is resumable
+    (not taken for A's), the session lists both requests, and replay shows
+    each under its own call."""
+    import json
+
+    from dsh_actors import Ask, ToolCall
+
+    def call_(call_id: str, name: str) -> Any:
+        return ToolCall(id=call_id, name=name, arguments=json.dumps({"ask": True}))
+
+    with started_runtime() as rt:
+        gate, entered = threading.Event(), threading.Event()
+
+        def blocking(args: Any, ctx: Any) -> str:
+            entered.set()
+            assert gate.wait(GUARD)
+            return "ex"
+
+        rt.tools.register(make_tool("t", lambda args, ctx: "done " + ctx.call_id))
+        rt.tools.register(make_tool("ex", blocking))
+        rt.events.on(
+            "tools/pre-execute", lambda execution, next_: Ask(reason="r") if execution.arguments.get("ask") else next_()
+        )
+        rt.approvals.set(lambda request: "deferred")
+        session = Session()
+        a, b = Agent("A", session=session), Agent("B", session=session)
+        first = ToolBatchInput(
+            calls=(call_("x0", "ex"), call_("c0", "t")), agent=a, log=LogStep(1, 1), max_parallel_tool_calls=1
+        )
+        suspended = rt.tools.execute(first).suspension
+        resumed: dict[str, Any] = {}
+        thread = threading.Thread(
+            target=lambda: resumed.setdefault(
+                "a", rt.tools.resume(suspended, {"x0": "allowed-once", "c0": "deferred"}, agent=a)
+            )
+        )
+        thread.start()
+        assert entered.wait(GUARD)  # A's resume runs x0; its c0 is deferred again after it
+        b_suspended = rt.tools.execute(ToolBatchInput(calls=(call_("c0", "t"),), agent=b, log=LogStep(1, 1))).suspension
+        gate.set()
+        thread.join(GUARD)
+        a_again = resumed["a"].suspension
+        assert sorted(session.awaiting_approval()) == sorted([("c0", a_again["id"]), ("c0", b_suspended["id"])])
+        done = rt.tools.resume(b_suspended, {"c0": "allowed-once"}, agent=b)
+        assert [(r.call_id, r.result.content[0].text) for r in done.results] == [("c0", "done c0")]
+        shown = [(entry.call_id, [x.decision for x in entry.approvals]) for entry in log_entries(session.events())]
+        assert shown == [("x0", ["allowed-once"]), ("c0", ["deferred", None]), ("c0", ["allowed-once"])]
