@@ -60,6 +60,7 @@ from ..session import (
     PTC_DISPATCH_START,
     RESULT,
     LoggedResult,
+    agent_of,
     step_of,
 )
 
@@ -233,16 +234,11 @@ def _call_of(
     at = step_of(event)
     if at is None:
         return latest.get(call_id)
-    agent = _agent_of(event)
+    agent = agent_of(event)
     found = stepped.get((at[0], at[1], agent, call_id))
     if found is None and agent is not None:
         found = stepped.get((at[0], at[1], None, call_id))  # (a call logged before events named their agent)
     return found
-
-
-def _agent_of(event: Mapping[str, Any]) -> str | None:
-    agent = event.get("agent")
-    return agent if type(agent) is str else None
 
 
 def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
@@ -306,12 +302,12 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 )
                 roots.append(entry)
                 waiting[entry.call_id] = entry
-            announced[(turn, step, _agent_of(event))] = waiting
+            announced[(turn, step, agent_of(event))] = waiting
         elif kind == CALL:
             call_id = _str_field(event, "call_id", index)
             turn, step = event.get("turn"), event.get("step")
             name = _str_field(event, "name", index)
-            agent = _agent_of(event)
+            agent = agent_of(event)
             waiting_or_none = announced.get((turn, step, agent)) if type(turn) is int and type(step) is int else None
             entry_or_none = None if waiting_or_none is None else waiting_or_none.pop(call_id, None)
             if entry_or_none is not None:  # its batch named it: it starts where the batch put it
@@ -345,7 +341,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
         elif kind == APPROVAL_REQUEST:
             call_id = _str_field(event, "call_id", index)
             suspension = _str_field(event, "suspension", index)
-            named = _agent_of(event)
+            named = agent_of(event)
             entry_or_none = (
                 redeferred.pop((call_id, named), None)
                 or (redeferred.pop((call_id, None), None) if named is not None else None)

@@ -222,9 +222,15 @@ def step_key(event: Mapping[str, Any]) -> StepKey | None:
     their steps apart."""
     turn, step = event.get("turn"), event.get("step")
     if type(turn) is int and type(step) is int:
-        agent = event.get("agent")
-        return (turn, step, agent if type(agent) is str else None)
+        return (turn, step, agent_of(event))
     return None
+
+
+def agent_of(event: Mapping[str, Any]) -> str | None:
+    """The id of the agent an event names (its ``"agent"``), or None when
+    it names none."""
+    agent = event.get("agent")
+    return agent if type(agent) is str else None
 
 
 def same_step(a: StepKey, b: StepKey) -> bool:

@@ -34,6 +34,7 @@ from ._events import (
     SessionCorruptError,
     StepKey,
     _interrupted_dispatch,
+    agent_of,
     approval_event,
     result_event,
     results_by_call,
@@ -369,8 +370,7 @@ class Session:
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
-                named = event.get("agent")
-                named = named if type(named) is str else None
+                named = agent_of(event)
                 serial = self._redeferred.pop((call_id, named), None)
                 if serial is None and named is not None:
                     serial = self._redeferred.pop((call_id, None), None)  # (its call named no agent)

@@ -21,6 +21,7 @@ from ._events import (
     LoggedResult,
     StepKey,
     agent_matches,
+    agent_of,
     same_step,
     step_key,
 )
@@ -215,7 +216,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 continue  # (its step has no open call of that id)
             entry = latest[at][1]
             if kind == APPROVAL_REQUEST:
-                named = _agent_named(event)
+                named = agent_of(event)
                 again = (call_id, named)
                 if again not in redeferred and named is not None:
                     again = (call_id, None)  # (a decision on a request that named no agent)
@@ -234,7 +235,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 entry.result = LoggedResult.from_event(event)
             else:
                 entry.awaiting = _str(event.get("suspension"), "event.suspension")
-                requests[(entry.awaiting, call_id)] = (entry, _agent_named(event))
+                requests[(entry.awaiting, call_id)] = (entry, agent_of(event))
         elif kind == APPROVAL:
             call_id = _str(event.get("call_id"), "event.call_id")
             suspension = _str(event.get("suspension"), "event.suspension")
@@ -248,11 +249,6 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 redeferred[(call_id, named)] = entry
     chosen = entries if entries is not None else list(fallback.values())
     return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
-
-
-def _agent_named(event: Mapping[str, Any]) -> str | None:
-    agent = event.get("agent")
-    return agent if type(agent) is str else None
 
 
 def _latest_of_step(stack: list[tuple[StepKey | None, Any]], step: StepKey | None) -> int:
