@@ -61,6 +61,7 @@ from ..session import (
     RESULT,
     LoggedResult,
     agent_of,
+    redeferred_key,
     step_of,
 )
 
@@ -342,10 +343,9 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
             call_id = _str_field(event, "call_id", index)
             suspension = _str_field(event, "suspension", index)
             named = agent_of(event)
-            entry_or_none = (
-                redeferred.pop((call_id, named), None)
-                or (redeferred.pop((call_id, None), None) if named is not None else None)
-                or _call_of(event, call_id, latest, stepped)
+            again = redeferred_key(redeferred, call_id, named)
+            entry_or_none = (redeferred.pop(again) if again is not None else None) or _call_of(
+                event, call_id, latest, stepped
             )
             if entry_or_none is None or entry_or_none.result is not None:
                 continue  # (a request whose call is not open in the log: nothing to show it on)

@@ -233,6 +233,22 @@ def agent_of(event: Mapping[str, Any]) -> str | None:
     return agent if type(agent) is str else None
 
 
+def redeferred_key(
+    waiting: Mapping[tuple[str, str | None], object], call_id: str, agent: str | None
+) -> tuple[str, str | None] | None:
+    """The key in ``waiting`` (``(call id, agent)`` -> the call a "deferred"
+    decision left waiting) of the call that a new approval request for
+    ``call_id`` naming ``agent`` is for, or None: that agent's, else one
+    whose request named no agent (a log written before events carried it).
+    The session, ``read_step`` and replay ask it alike."""
+    key = (call_id, agent)
+    if key in waiting:
+        return key
+    if agent is not None and (call_id, None) in waiting:
+        return (call_id, None)
+    return None
+
+
 def same_step(a: StepKey, b: StepKey) -> bool:
     """Whether two step keys name the same step: the same turn and step,
     and the same agent unless one of them names none (an event written

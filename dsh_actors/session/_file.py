@@ -36,6 +36,7 @@ from ._events import (
     _interrupted_dispatch,
     agent_of,
     approval_event,
+    redeferred_key,
     result_event,
     results_by_call,
     same_step,
@@ -371,9 +372,8 @@ class Session:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
                 named = agent_of(event)
-                serial = self._redeferred.pop((call_id, named), None)
-                if serial is None and named is not None:
-                    serial = self._redeferred.pop((call_id, None), None)  # (its call named no agent)
+                again = redeferred_key(self._redeferred, call_id, named)
+                serial = None if again is None else self._redeferred.pop(again)
                 if serial is None or serial not in self._pending:
                     serial = self._latest_open(call_id, step_key(event))
                 if serial is not None:  # (a request without its tool/call awaits nothing)

@@ -22,6 +22,7 @@ from ._events import (
     StepKey,
     agent_matches,
     agent_of,
+    redeferred_key,
     same_step,
     step_key,
 )
@@ -217,10 +218,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
             entry = latest[at][1]
             if kind == APPROVAL_REQUEST:
                 named = agent_of(event)
-                again = (call_id, named)
-                if again not in redeferred and named is not None:
-                    again = (call_id, None)  # (a decision on a request that named no agent)
-                if again in redeferred:
+                again = redeferred_key(redeferred, call_id, named)
+                if again is not None:
                     # Deferred again: the call that decision was for.
                     entry = redeferred.pop(again)
             if kind == RESULT:
