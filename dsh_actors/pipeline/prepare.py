@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @in_context
 def prepare(
     rt: Kernel, call: Call, registration: Any = LOOK_UP, before_hooks: Callable[[], object] | None = None
-) -> None:
+) -> bool:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
     Leaves the call settled without dispatch (its ``outcome``), deferred
@@ -61,14 +61,14 @@ def prepare(
     they are (the executor launches the bodies it started before them); if
     it answers true (one of those went back to be prepared again), nothing
     more runs: the call is left unsettled, for the caller to prepare again
-    after that one.
+    after that one, and ``prepare`` returns True (else False).
     """
     if call.outcome is not None:
-        return  # settled as it began (bad arguments, routed to the executor)
+        return False  # settled as it began (bad arguments, routed to the executor)
     execution = call.execution
     if call.caller.aborted:
         call.abort_unstarted()
-        return
+        return False
     call.phases_ran = True
     call.registration = lookup(rt, call) if registration is LOOK_UP else registration
     state = rt.state
@@ -79,24 +79,24 @@ def prepare(
         # A continued batch: the waterfall ran and asked in the batch that
         # deferred the call; the answer given now takes the service's place.
         if before_hooks is not None and before_hooks():
-            return
+            return True
         try:
             answer, ask = call.answer
             decision = _decide(call, ask, answer)
         except BaseException as exc:  # noqa: BLE001 - an answer that is not one
             _policy_raised(call, "approval", exc)
-            return
+            return False
     # Without a listener the waterfall is its default, Allow(): skip it.
     elif events.listeners("tools/pre-execute", execution.agent):
         if before_hooks is not None and before_hooks():
-            return
+            return True
         try:
             decision = events.waterfall(
                 "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
             )
         except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
             _policy_raised(call, "tools/pre-execute", exc)
-            return
+            return False
         if type(decision) is Ask:
             approved = call.approved
             if approved is not None and approved[0] == decision and approved[1] is _definition(call):
@@ -109,7 +109,7 @@ def prepare(
                     decision = _route_approval(rt, call, decision)
                 except BaseException as exc:  # noqa: BLE001 - a throwing approval service, too
                     _policy_raised(call, "approval", exc)
-                    return
+                    return False
     else:
         decision = _ALLOW
     match decision:
@@ -117,13 +117,13 @@ def prepare(
             pass
         case Deny(reason=reason, info=info):
             call.settle(failure(safe_str(reason), info), run_post=True, dispatched=False)
-            return
+            return False
         case Cancel():
             call.abort_unstarted()
-            return
+            return False
         case ToolExecutionFailure():  # from approval routing: a denial
             call.settle(decision, run_post=True, dispatched=False)
-            return
+            return False
         case _Deferred(ask=ask):
             # The service answered "deferred": the call waits for a decision
             # (guards run when it is continued, with what holds then). What it
@@ -135,25 +135,26 @@ def prepare(
                     run_post=False,
                     dispatched=False,
                 )
-                return
+                return False
             call.defer(ask)
-            return
+            return False
         case _:
             problem = ToolPolicyError(
                 "tools/pre-execute",
                 f"a listener returned {type(decision).__qualname__}; expected Allow, Deny, Cancel or Ask",
             )
             call.settle(failure_from_exception(problem), run_post=False, dispatched=False)
-            return
+            return False
     # Guards run only after an allow, and nothing can turn their denial back.
     reason, raised = guard_verdict(state, execution)
     if reason is not None:
         call.settle(failure(reason, exception=raised), run_post=True, dispatched=False)
-        return
+        return False
     caller: AbortSignal = call.caller  # the listeners may have aborted it meanwhile
     if caller.aborted:
         call.abort_unstarted()
     # Else allowed: neither settled nor deferred, the call is ready to dispatch.
+    return False
 
 
 def _awaiter(rt: Kernel, call: Call) -> Callable[[Any], Any]:

@@ -252,7 +252,6 @@ class BatchRun:
         "reply",
         "loop",
         "launching",
-        "sent_back",
         "outbox",
         "policy",
         "starts",
@@ -320,7 +319,6 @@ class BatchRun:
         # launched, with the others, before a later call is handed on or its
         # pre-execute hooks run, or at the end of the step (see _launch).
         self.launching: list[Call] = []
-        self.sent_back = False  # a launch sent a call back (see _launch)
         self.outbox: Outbox | None = None  # the loop side of the inbox (made with the first flight)
         self.policy: Any = None  # what the executor gives the batch (BatchPolicy), asked as it opens
         # A continued batch: where each call starts (None: all from the start).
@@ -799,16 +797,11 @@ class BatchRun:
             # The flights this step started are launched before this call's
             # pre-execute listeners or approval run (they may block, or change
             # what holds): a body that started is not held behind them.
-            if self.launching:
-                self.sent_back = False
-                prepare(self.rt, call, looked_up, self._launch)
-                if self.sent_back:
-                    # A flight before it was found stale as it was launched:
-                    # it is prepared again first, and this call after it.
-                    self._put_back(call)
-                    continue
-            else:
-                prepare(self.rt, call, looked_up, None)
+            if prepare(self.rt, call, looked_up, self._launch if self.launching else None):
+                # A flight before it was found stale as it was launched: it
+                # is prepared again first, and this call after it.
+                self._put_back(call)
+                continue
             # Prepared: settled without dispatch (an outcome), deferred (an
             # ask), or allowed (neither), to dispatch.
             settled = call.outcome is not None
@@ -905,7 +898,7 @@ class BatchRun:
         call found stale now (a change since its last check) does not start
         and goes back to REDO, as a stale call a call actor takes does, and
         so does every call after it (calls start in model order). True if
-        one did (set in ``sent_back`` too). A call it did not get to (a
+        one did. A call it did not get to (a
         bug raised) is settled as failed; the flights made are launched."""
         calls, self.launching = self.launching, []
         rt = self.rt
@@ -942,8 +935,6 @@ class BatchRun:
                     outbox = self.outbox = Outbox(flights[0].loop, self._put_ends)
                 outbox.launched += len(flights)  # (before any of them can end)
                 rt.loop_watch.launch_all(flights[0].loop, flights)
-        if back:
-            self.sent_back = True
         return back
 
     def _put_ends(self, ends: tuple[Any, ...]) -> None:
