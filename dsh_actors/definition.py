@@ -397,7 +397,8 @@ def _idempotent_problem(idempotent: object) -> str | None:
     return f"idempotent must be True or False (got {_shown(idempotent)})"
 
 
-def _timeout_problem(timeout_ms: object) -> str | None:
+def timeout_problem(timeout_ms: object) -> str | None:
+    """Why ``timeout_ms`` cannot be a tool's (or a mount's) timeout, or None."""
     if timeout_ms is None:
         return None
     if type(timeout_ms) in (int, float) and math.isfinite(cast(float, timeout_ms)) and cast(float, timeout_ms) > 0:
@@ -565,9 +566,9 @@ def _check(defn: ToolDefinition, parameter_validator: SchemaEnforcer | None) -> 
     execute_problem = _execute_problem(defn.execute)
     if execute_problem is not None:
         problems.append(execute_problem)
-    timeout_problem = _timeout_problem(defn.timeout_ms)
-    if timeout_problem is not None:
-        problems.append(timeout_problem)
+    timeout_wrong = timeout_problem(defn.timeout_ms)
+    if timeout_wrong is not None:
+        problems.append(timeout_wrong)
     idempotent_problem = _idempotent_problem(defn.idempotent)
     if idempotent_problem is not None:
         problems.append(idempotent_problem)
@@ -648,9 +649,9 @@ def define_tool(
     execute_problem = _execute_problem(execute)
     if execute_problem is not None:
         problems.append(execute_problem)
-    timeout_problem = _timeout_problem(timeout_ms)
-    if timeout_problem is not None:
-        problems.append(timeout_problem)
+    timeout_wrong = timeout_problem(timeout_ms)
+    if timeout_wrong is not None:
+        problems.append(timeout_wrong)
     idempotent_problem = _idempotent_problem(idempotent)
     if idempotent_problem is not None:
         problems.append(idempotent_problem)

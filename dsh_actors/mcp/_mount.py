@@ -18,11 +18,12 @@ from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from ..definition import ToolDefinition, ToolOutput, validate_definition
+from ..definition import ToolDefinition, ToolOutput, timeout_problem, validate_definition
 from ..errors import (
     AbortError,
     DshError,
     InvalidTypeError,
+    InvalidValueError,
     RegistrationError,
     ToolOutputError,
     ToolTimeoutError,
@@ -105,6 +106,9 @@ async def mount(
     """
     if not isinstance(session, ClientSession):
         raise InvalidTypeError(f"mount() needs an mcp.ClientSession (got {type(session).__qualname__})")
+    wrong = timeout_problem(timeout_ms)
+    if wrong is not None:  # (before the bound is used on the first request)
+        raise InvalidValueError(f"mount(): {wrong}")
     mounted = _Mount(rt, session, asyncio.get_running_loop(), agent, prefix, timeout_ms)
     await mounted.start()
     return mounted.disposer

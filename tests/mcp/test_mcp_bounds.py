@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mcp_harness import ServerConnection
 
-from dsh_actors import AbortController, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors import AbortController, Agent, InvalidValueError, ToolBatchInput, ToolCall, ToolRuntime
 from dsh_actors.mcp import McpProtocolError, mount
 
 
@@ -179,3 +179,17 @@ def test_a_listing_the_sdk_cannot_read_fails_the_mount_naming_the_problem(
         assert rt.tools.get("echo") is None
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("bad", ["abc", "5", -1, 0, float("nan"), float("inf"), True])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused_before_anything_is_sent(
+    raw: ServerConnection, rt: ToolRuntime, bad: Any
+) -> None:
+    # Before, a str that float() could not read raised its ValueError, and a
+    # bound of zero or less (or True, 1 ms) failed the first tools/list as
+    # if the server had not answered.
+    assert raw.session is not None
+    with pytest.raises(InvalidValueError) as raised:
+        raw.run(mount(rt, raw.session, timeout_ms=bad))
+    assert str(raised.value) == f"mount(): timeout_ms must be a positive finite number (got {bad!r})"
+    assert rt.tools.model_tools(Agent("a")).known_names == ()  # nothing was registered
