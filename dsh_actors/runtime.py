@@ -24,6 +24,7 @@ from .actors import ActorGroup, PendingReplies, RegistryRef, actor_thread_ident
 from .approvals import ApprovalChannel, ApprovalService
 from .errors import (
     InvalidStateError,
+    InvalidValueError,
     InvalidTypeError,
     RegistrationError,
     RuntimeStoppedError,
@@ -57,6 +58,12 @@ class Plugin(Protocol):
 #: The default budget of call actors (threads running sync tool bodies)
 #: shared by every batch of a runtime.
 DEFAULT_CALL_ACTORS = 64
+
+
+#: The longest ``stop(timeout)`` honoured, in seconds (about 11.6 days):
+#: longer waits are no different in practice, and Python's own waits fail
+#: with ``OverflowError`` past ``threading.TIMEOUT_MAX``.
+_LONGEST_STOP_S = 1e6
 
 
 class ToolRuntime:
@@ -198,7 +205,13 @@ class ToolRuntime:
         the stop (``stop_signal`` fires, nothing new is accepted), finishes
         it on a thread of its own (``dsh-stop``) and returns at once; the
         stop then runs as above (the caller's call drains like any other)
-        and :attr:`halted` tells when it is done."""
+        and :attr:`halted` tells when it is done.
+
+        ``timeout`` is a number of seconds, 0 or more (past about 11 days it
+        is taken as 11 days: no stop waits longer)."""
+        if type(timeout) not in (int, float) or not timeout >= 0:  # (NaN too)
+            raise InvalidValueError(f"stop(timeout=...) must be a number of seconds, 0 or more, got {timeout!r}")
+        timeout = min(timeout, _LONGEST_STOP_S)
         with self._lock:
             first = not self._stopped
             if first:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import Session, ToolBatchExecutionError, ToolBatchInput, ToolRuntime
+from dsh_actors import InvalidValueError, Session, ToolBatchExecutionError, ToolBatchInput, ToolRuntime
 
 from .helpers import (
     GUARD,
@@ -127,6 +127,43 @@ def test_a_second_concurrent_stop_returns_only_once_the_runtime_is_stopped() -> 
     first.join(GUARD)
     assert seen == [(True, True)]  # it returned after the batch drained and the runtime stopped
     assert code_of(future.result(GUARD).results[0].result) == "ABORTED"
+    assert_no_new_threads(before)
+
+
+@pytest.mark.parametrize("bad", ["5", -1, float("nan"), True, None])
+def test_a_stop_timeout_that_is_not_seconds_is_refused_and_the_runtime_still_stops(bad: Any) -> None:
+    # Before, stop("5") raised a TypeError from its arithmetic after marking
+    # the runtime stopped: nothing was stopped, and the next stop() waited
+    # for that first one for ever.
+    before = live_threads()
+    rt = ToolRuntime().start()
+    with pytest.raises(InvalidValueError) as raised:
+        rt.stop(bad)
+    assert str(raised.value) == f"stop(timeout=...) must be a number of seconds, 0 or more, got {bad!r}"
+    assert rt.running
+    rt.stop()
+    assert rt.halted
+    assert_no_new_threads(before)
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300])
+def test_a_stop_timeout_past_what_a_wait_takes_is_a_long_one(timeout: float) -> None:
+    # (threading's waits raise OverflowError past TIMEOUT_MAX.)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running = threading.Event()
+
+    def cooperative(args: Any, ctx: Any) -> str:
+        running.set()
+        ctx.signal.wait(GUARD)
+        return "done"
+
+    rt.tools.register(make_tool("t", cooperative))
+    future = rt.tools.submit(ToolBatchInput(calls=calls("t")))
+    must(running, "the body to run")
+    rt.stop(timeout)
+    assert rt.halted
+    assert code_of(future.result(GUARD).results[0].result) == "ABORTED"  # (it ended after the stop began)
     assert_no_new_threads(before)
 
 
