@@ -24,8 +24,8 @@ from .actors import ActorGroup, PendingReplies, RegistryRef, actor_thread_ident
 from .approvals import ApprovalChannel, ApprovalService
 from .errors import (
     InvalidStateError,
-    InvalidValueError,
     InvalidTypeError,
+    InvalidValueError,
     RegistrationError,
     RuntimeStoppedError,
     safe_str,
