@@ -247,6 +247,12 @@ class Agent:
     parent: Agent | None = None
     session: Session | None = None
 
+    def __post_init__(self) -> None:
+        if type(self.id) is not str:
+            raise InvalidTypeError(f"Agent(id) must be a str, not {type(self.id).__qualname__}")
+        if self.parent is not None and not isinstance(self.parent, Agent):
+            raise InvalidTypeError(f"Agent(parent=...) must be an Agent or None, not {type(self.parent).__qualname__}")
+
     def chain(self) -> tuple[Agent, ...]:
         """This agent and its ancestors, farthest first (root ... self)."""
         out: list[Agent] = []

@@ -80,11 +80,18 @@ def check_batch(batch: ToolBatchInput) -> None:
             raise InvalidTypeError(
                 f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
             )
-    if batch.log is not None and batch.agent is None:
-        raise InvalidValueError(
-            "ToolBatchInput.log needs an agent: the log is written to agent.session "
-            "(pass agent=Agent(..., session=Session()), or leave log=None)"
-        )
+    log = batch.log
+    if log is not None:
+        if batch.agent is None:
+            raise InvalidValueError(
+                "ToolBatchInput.log needs an agent: the log is written to agent.session "
+                "(pass agent=Agent(..., session=Session()), or leave log=None)"
+            )
+        if type(log.turn) is not int or type(log.step) is not int:
+            raise InvalidTypeError(
+                f"ToolBatchInput.log's turn and step must be ints, got LogStep(turn={safe_repr(log.turn)}, "
+                f"step={safe_repr(log.step)})"
+            )
     calls = batch.calls
     for i, call in enumerate(calls):
         if type(call) is not ToolCall:

@@ -81,6 +81,37 @@ def test_a_log_without_an_agent_is_refused_before_anything_runs(rt: Any) -> None
     assert (seen.runs, seen.results) == (0, 0)
 
 
+@pytest.mark.parametrize(("turn", "step"), [("1", 1), (1, 1.0), (True, 1), (1, None)])
+def test_a_log_step_that_is_not_two_ints_is_refused_before_anything_runs_or_is_logged(
+    rt: Any, turn: Any, step: Any
+) -> None:
+    # Before, it was logged as it was: a step that read_step, recovery and
+    # resume (which take ints) could never find.
+    seen = Counting(rt)
+    session = Session()
+    with pytest.raises(TypeError) as raised:
+        rt.tools.execute(
+            ToolBatchInput(
+                calls=[ToolCall("c1", "echo", HI)],
+                agent=Agent("main", session=session),
+                log=LogStep(turn=turn, step=step),
+            )
+        )
+    assert str(raised.value) == (
+        f"ToolBatchInput.log's turn and step must be ints, got LogStep(turn={turn!r}, step={step!r})"
+    )
+    assert (seen.runs, seen.results) == (0, 0) and session.events() == []
+
+
+@pytest.mark.parametrize("bad", [5, None, b"main"])
+def test_an_agent_id_that_is_not_a_str_is_refused_when_the_agent_is_made(bad: Any) -> None:
+    # Before, Agent(5) was made, and its repr and every message naming it failed.
+    with pytest.raises(TypeError, match=rf"^Agent\(id\) must be a str, not {type(bad).__qualname__}$"):
+        Agent(bad)
+    with pytest.raises(TypeError, match=r"^Agent\(parent=...\) must be an Agent or None, not str$"):
+        Agent("child", parent="main")  # type: ignore[arg-type]
+
+
 def test_a_log_for_an_agent_without_a_session_runs_and_logs_nowhere(rt: Any) -> None:
     seen = Counting(rt)
     batch = rt.tools.execute(
