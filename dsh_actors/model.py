@@ -308,7 +308,13 @@ class ToolRestriction:
             if isinstance(names, str):
                 # A bare string would silently become its characters.
                 raise InvalidTypeError(f"ToolRestriction.{name} must be a sequence of names, not a str")
-            object.__setattr__(self, name, tuple(names))
+            try:
+                names = tuple(names)
+            except TypeError:
+                raise InvalidTypeError(
+                    f"ToolRestriction.{name} must be a sequence of names, not {type(names).__qualname__}"
+                ) from None
+            object.__setattr__(self, name, names)
 
 
 @dataclass(frozen=True, slots=True)

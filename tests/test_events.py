@@ -162,3 +162,21 @@ def test_an_async_def_guard_is_refused_when_it_is_added() -> None:
 
     with ToolRuntime() as rt, pytest.raises(RegistrationError, match=r"guard .*check is async def"):
         rt.tools.guard(check)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "message"),
+    [
+        (5, {}, "an event name is a str, such as 'tools/result', not int"),
+        ("tools/result", {"scope": "main"}, "on(scope=...) is an Agent or None, not str"),
+        ("tools/result", {"prepend": "yes"}, "on(prepend=...) is True or False, not 'yes'"),
+    ],
+)
+def test_on_refuses_a_name_scope_or_prepend_of_the_wrong_type(name: Any, kwargs: dict[str, Any], message: str) -> None:
+    # Before, each was taken: a listener under the int 5 that no event
+    # reaches, a scope no agent equals, "yes" read as True.
+    bus = EventBus()
+    with pytest.raises(TypeError) as raised:
+        bus.on(name, lambda *args: None, **kwargs)
+    assert str(raised.value) == message
+    assert bus.listeners("tools/result") == ()

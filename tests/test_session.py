@@ -941,3 +941,19 @@ def test_a_new_log_is_held_from_its_creation(tmp_path: Path) -> None:
             second.hold()
     with pytest.raises(OSError, match="session is closed"):
         first.hold()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Session(fsync="yes"), "Session(fsync=...) is True or False, not 'yes'"),
+        (lambda: Session(5), "Session(path) is a str or an os.PathLike or None (in memory), not int"),
+        (lambda: Session.open(5), "Session.open(path) is a str or an os.PathLike, not int"),
+        (lambda: Session.open(None), "Session.open(path) is a str or an os.PathLike, not NoneType"),
+    ],
+)
+def test_a_session_option_of_the_wrong_type_is_refused_naming_it(make: Any, message: str) -> None:
+    # Before, fsync="yes" was taken as True and a path of 5 failed in os.
+    with pytest.raises(TypeError) as raised:
+        make()
+    assert str(raised.value) == message

@@ -23,15 +23,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar, get_args
+from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 from loguru import logger
 
 from ..definition import is_async_callable
 from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError, callable_name, safe_str
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..model import Agent
+from ..model import Agent
 
 __all__ = [
     "EVENT_NAMES",
@@ -190,8 +188,14 @@ class EventBus:
         ``scope``: receive only events of that agent and its descendants.
         ``prepend``: put the listener first (outermost in a waterfall).
         """
+        if type(name) is not str:
+            raise InvalidTypeError(f"an event name is a str, such as 'tools/result', not {type(name).__qualname__}")
         if not callable(listener):
             raise InvalidTypeError(f"listener for {name!r} must be callable")
+        if scope is not None and not isinstance(scope, Agent):
+            raise InvalidTypeError(f"on(scope=...) is an Agent or None, not {type(scope).__qualname__}")
+        if type(prepend) is not bool:
+            raise InvalidTypeError(f"on(prepend=...) is True or False, not {safe_str(prepend)!r}")
         is_async = is_async_callable(listener)
         if is_async and name in EVENT_NAMES and name not in ASYNC_EVENTS:
             raise InvalidTypeError(

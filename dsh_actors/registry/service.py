@@ -62,6 +62,7 @@ from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
 from ..scheduling.suspension import ReleasingReply, checked_with_log, resume_plan
 from ..signals import AbortController, AbortSignal
+from ..toolset import ResolvedToolSet
 from ..visibility import (
     Condition,
     Guard,
@@ -83,7 +84,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..executor_protocol import ToolModelInput
     from ..kernel import Kernel
     from ..scheduling.suspension import Claims
-    from ..toolset import ResolvedToolSet
 
 __all__ = ["ToolsService"]
 
@@ -276,6 +276,14 @@ class ToolsService:
             raise InvalidTypeError(f"a scope is an Agent or None, not {type(scope).__qualname__}")
         return scope
 
+    @staticmethod
+    def _set(tool_set: ResolvedToolSet | None) -> ResolvedToolSet | None:
+        if tool_set is not None and not isinstance(tool_set, ResolvedToolSet):
+            raise InvalidTypeError(
+                f"tool_set is a ResolvedToolSet (from rt.tools.resolve) or None, not {type(tool_set).__qualname__}"
+            )
+        return tool_set
+
     def get(
         self,
         name: str,
@@ -287,7 +295,7 @@ class ToolsService:
         defaults to this service's scope; pass ``None`` for the global view.
         Without ``tool_set`` conditional registrations are included
         (inspection); with one, only what it admits."""
-        reg = lookup(self._state, name, self._viewer(scope), tool_set)
+        reg = lookup(self._state, name, self._viewer(scope), self._set(tool_set))
         return None if reg is None else reg.definition
 
     def executable(
@@ -299,19 +307,19 @@ class ToolsService:
         """The definition a call of ``name`` may run, or ``None`` (the call
         fails as ``UNKNOWN_TOOL``). With ``tool_set`` the set decides;
         without one, conditional registrations are not executable."""
-        reg = executable(self._state, name, self._viewer(scope), tool_set)
+        reg = executable(self._state, name, self._viewer(scope), self._set(tool_set))
         return None if reg is None else reg.definition
 
     def definitions(
         self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None
     ) -> list[ToolDefinition]:
         """The visible definitions, in registration order (a fresh list)."""
-        return definitions(self._state, self._viewer(scope), tool_set)
+        return definitions(self._state, self._viewer(scope), self._set(tool_set))
 
     def schemas(self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None) -> list[ToolSchema]:
         """One fresh, detached ``{"name", "description", "parameters"}`` dict
         per visible tool, in registration order."""
-        return schemas(self._state, self._viewer(scope), tool_set)
+        return schemas(self._state, self._viewer(scope), self._set(tool_set))
 
     def model_tools(self, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> ToolModelInput:
         """What the model is offered for ``agent``'s next step (``None``:
@@ -324,7 +332,7 @@ class ToolsService:
         that admitted them); with one, exactly what it admits. The schemas
         are fresh dicts. Runs ``describe`` on the calling thread; raises
         ``ExecutorUnavailableError`` when no executor is set."""
-        return model_tools(self._state, self._scope if agent is None else self._viewer(agent), tool_set)
+        return model_tools(self._state, self._scope if agent is None else self._viewer(agent), self._set(tool_set))
 
     def check_guards(self, execution: ToolExecution) -> str | None:
         """The first denial of the guards that apply to ``execution.agent``

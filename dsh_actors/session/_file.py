@@ -63,6 +63,14 @@ def _shape_problem(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _check_options(path: object, fsync: object, where: str, *, none_ok: bool) -> None:
+    if not isinstance(path, (str, os.PathLike)) and not (none_ok and path is None):
+        also = " or None (in memory)" if none_ok else ""
+        raise InvalidTypeError(f"{where}(path) is a str or an os.PathLike{also}, not {type(path).__qualname__}")
+    if type(fsync) is not bool:
+        raise InvalidTypeError(f"{where}(fsync=...) is True or False, not {safe_str(fsync)!r}")
+
+
 def _encode(event: Mapping[str, Any]) -> bytes:
     """One event as a line of compact JSON (its newline included), or the
     error saying why not."""
@@ -111,6 +119,7 @@ class Session:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = False) -> None:
+        _check_options(path, fsync, "Session", none_ok=True)
         self._lock = threading.Lock()
         # In memory: each event's JSON, without the newline. On a file: None
         # (events() reads the file), and _count counts the events.
@@ -197,6 +206,7 @@ class Session:
         it. Raises ``FileNotFoundError`` when it does not exist and
         :class:`SessionCorruptError` for a bad line other than the last (a
         bad last line is a torn write: ignored, see :attr:`torn_line`)."""
+        _check_options(path, fsync, "Session.open", none_ok=False)
         file_path = Path(path)
         if not file_path.is_file():
             raise FileNotFoundError(

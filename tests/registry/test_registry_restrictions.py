@@ -222,3 +222,23 @@ def test_a_restriction_does_not_affect_other_scopes(abc: Any) -> None:
     abc.tools.scope(a).restrict(ToolRestriction(deny=["a"]))
     assert names(abc.tools.definitions(b)) == ["a", "b", "c"]
     assert names(abc.tools.definitions()) == ["a", "b", "c"]
+
+
+def test_names_that_are_not_a_sequence_are_refused_naming_the_field() -> None:
+    with pytest.raises(TypeError, match=r"^ToolRestriction.deny must be a sequence of names, not int$"):
+        ToolRestriction(deny=5)  # type: ignore[arg-type]
+
+
+def test_a_tool_set_that_is_not_one_is_refused_naming_where_one_comes_from(abc: Any) -> None:
+    # Before: AttributeError: 'int' object has no attribute 'admitted_in'.
+    for read in (
+        lambda: abc.tools.model_tools(None, 5),
+        lambda: abc.tools.definitions(None, 5),
+        lambda: abc.tools.schemas(None, 5),
+        lambda: abc.tools.get("a", None, 5),
+        lambda: abc.tools.executable("a", None, 5),
+    ):
+        with pytest.raises(
+            TypeError, match=r"^tool_set is a ResolvedToolSet \(from rt.tools.resolve\) or None, not int$"
+        ):
+            read()
