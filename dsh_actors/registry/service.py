@@ -49,6 +49,7 @@ from ..messages import (
 )
 from ..model import (
     Agent,
+    ModelSelection,
     ToolActivationContext,
     ToolBatchInput,
     ToolBatchResult,
@@ -351,8 +352,7 @@ class ToolsService:
         ``ToolPolicyError`` (the condition's exception as ``__cause__``) if
         a condition raises; either way nothing is published.
         """
-        if not isinstance(context, ToolActivationContext):
-            raise InvalidTypeError(f"resolve() takes a ToolActivationContext, not {type(context).__qualname__}")
+        _check_context(context, "resolve()")
         self._refuse_blocking_a_loop("resolve()", "resolve_async(context)", "its async conditions run")
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future), future)
@@ -362,8 +362,7 @@ class ToolsService:
         """:meth:`resolve` without blocking the event loop: ``await`` it.
         ``async def`` conditions run on this very loop (so they may use what
         is bound to it); sync ones on the tool-set actor's thread."""
-        if not isinstance(context, ToolActivationContext):
-            raise InvalidTypeError(f"resolve_async() takes a ToolActivationContext, not {type(context).__qualname__}")
+        _check_context(context, "resolve_async()")
         # Cancelling the awaiting task (asyncio.timeout does) cancels the
         # resolution: its conditions see their signal abort, and the
         # CancelledError goes on once the resolution has ended.
@@ -828,3 +827,18 @@ def _log_queued_failure(future: Future[Any]) -> None:
     exc = future.exception()
     if exc is not None:
         logger.opt(exception=exc).error("a disposer queued from a tools/change listener failed: {}", safe_str(exc))
+
+
+def _check_context(context: object, fn: str) -> None:
+    """``context`` is a ToolActivationContext whose fields are what the
+    conditions are promised (else a clear error, before anything runs)."""
+    if not isinstance(context, ToolActivationContext):
+        raise InvalidTypeError(f"{fn} takes a ToolActivationContext, not {type(context).__qualname__}")
+    for field, kind, shown in (
+        ("agent", Agent, "an Agent or None"),
+        ("model_selection", ModelSelection, "a ModelSelection"),
+        ("signal", AbortSignal, "an AbortSignal"),
+    ):
+        value = getattr(context, field)
+        if not isinstance(value, kind) and not (field == "agent" and value is None):
+            raise InvalidTypeError(f"{fn}: ToolActivationContext.{field} is {shown}, not {type(value).__qualname__}")

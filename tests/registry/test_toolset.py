@@ -623,3 +623,27 @@ def test_a_set_dropped_without_dispose_is_forgotten_when_collected(rt: Any) -> N
     round_trip(rt)  # the registry's loop let go of its last reply
     gc.collect()
     assert rt.state.live_toolsets() == ()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"agent": "main"}, "ToolActivationContext.agent is an Agent or None, not str"),
+        ({"model_selection": "gpt"}, "ToolActivationContext.model_selection is a ModelSelection, not str"),
+        ({"signal": None}, "ToolActivationContext.signal is an AbortSignal, not NoneType"),
+    ],
+)
+def test_a_context_whose_fields_are_not_what_conditions_see_is_refused_before_any_runs(
+    rt: Any, fields: dict[str, Any], message: str
+) -> None:
+    # Before, resolve() failed deep inside with AttributeError ('str' object
+    # has no attribute 'chain'), or handed the conditions what it was given.
+    from dataclasses import replace
+
+    context = replace(activation(Agent("main")), **fields)
+    with pytest.raises(TypeError) as raised:
+        rt.tools.resolve(context)
+    assert str(raised.value) == f"resolve(): {message}"
+    with pytest.raises(TypeError) as raised:
+        asyncio.run(rt.tools.resolve_async(context))
+    assert str(raised.value) == f"resolve_async(): {message}"
