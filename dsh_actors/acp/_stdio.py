@@ -9,9 +9,10 @@ invalid request, with the message's ``id`` when it has a usable one) and
 hands only well-formed messages to the SDK, which answers the rest
 (``-32601`` unknown method, ``-32602`` invalid parameters). A malformed
 response (an ``error`` that is not an object, a result and an error
-both) is answered too, and the SDK gets it as an error response
-(``-32600``, the problem as its message): the agent's request it answers
-fails instead of waiting.
+both) is not answered (JSON-RPC answers requests; answering a response
+could start the peers answering each other's errors): it is logged, and
+the SDK gets it as an error response (``-32600``, the problem as its
+message), so the agent's request it answers fails instead of waiting.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def message_problem(message: object) -> str | None:
     return None
 
 
+def _is_response(message: object) -> bool:
+    """Whether ``message`` is meant as a response: an object without a
+    method, with a result or an error."""
+    return isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message)
+
+
 def _answers_a_request(message: object) -> bool:
     """Whether ``message`` is a response (no method) with an id a request of
     ours may have (a string or an integer)."""
@@ -113,12 +120,18 @@ class CheckedTransport:
             if problem is None:
                 return message  # type: ignore[no-any-return]
             ident = message.get("id") if isinstance(message, dict) else None
+            if _is_response(message):
+                # Not answered: JSON-RPC answers requests, and an error sent
+                # back for a response could start the two peers answering
+                # each other's errors.
+                logger.warning("ACP: ignored a malformed response (id {}): {}", safe_str(ident), problem)
+                if _answers_a_request(message):
+                    # The request of ours it may answer fails with the problem
+                    # (a JSON-RPC error the SDK raises) instead of waiting for
+                    # an answer that will not come.
+                    return {"jsonrpc": "2.0", "id": ident, "error": {"code": INVALID_REQUEST, "message": problem}}
+                continue
             await self._answer(ident if _usable_id(ident) else None, INVALID_REQUEST, "Invalid Request", problem)
-            if _answers_a_request(message):
-                # A malformed response to one of ours, perhaps: the request it
-                # answers fails with the problem (a JSON-RPC error the SDK
-                # raises) instead of waiting for an answer that will not come.
-                return {"jsonrpc": "2.0", "id": ident, "error": {"code": INVALID_REQUEST, "message": problem}}
 
     async def close(self) -> None:
         if self._closed:
