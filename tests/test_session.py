@@ -957,3 +957,40 @@ def test_a_session_option_of_the_wrong_type_is_refused_naming_it(make: Any, mess
     with pytest.raises(TypeError) as raised:
         make()
     assert str(raised.value) == message
+
+
+def test_a_copied_tool_call_line_of_an_agents_batch_is_not_a_second_pending_call(tmp_path: Path) -> None:
+    # An agent's batch logs each id once a run of its step: a second
+    # tool/call of that id in the same run is a copy of the line (as
+    # read_step and recovery have it). Before, it stayed pending until a
+    # repair, after its call's result.
+    from dsh_actors.session import batch_event
+
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        session.append(batch_event(1, 1, [("c0", "t", {})], agent="a"))
+        call = call_event(1, 1, "c0", "t", {}, agent="a")
+        session.append(call)
+        session.append(call)
+        assert session.pending_calls() == ["c0"]
+        session.append(result_event("c0", ok(1, "one"), turn=1, step=1, agent="a"))
+        assert session.pending_calls() == [] and session.repair() == []
+        # The step run again (a second tool/batch): its call is a new one.
+        session.append(batch_event(1, 1, [("c0", "t", {})], agent="a"))
+        session.append(call)
+        assert session.pending_calls() == ["c0"]
+    with Session.open(path) as reopened:  # read back the same way
+        assert reopened.pending_calls() == ["c0"]
+        assert reopened.read_step(1, 1, "a").calls[0].call_id == "c0"
+
+
+def test_a_tool_call_of_another_agent_or_with_no_agent_or_batch_is_its_own_call() -> None:
+    from dsh_actors.session import batch_event
+
+    session = Session()
+    session.append(batch_event(1, 1, [("c0", "t", {})], agent="a"))
+    session.append(call_event(1, 1, "c0", "t", {}, agent="a"))
+    session.append(call_event(1, 1, "c0", "t", {}, agent="b"))  # another agent's call of the same id
+    session.append(call_event(2, 1, "c1", "t", {}))  # no agent named: old logs, each tool/call a call
+    session.append(call_event(2, 1, "c1", "t", {}))
+    assert session.pending_calls() == ["c0", "c0", "c1", "c1"]
