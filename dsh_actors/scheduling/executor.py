@@ -398,20 +398,27 @@ class ExecutorActor(MailboxActor):
         error = ToolBatchExecutionError(f"the batch could not be set up (a bug in the runtime): {safe_str(exc)}")
         error.__cause__ = exc
         assert self._address is not None
+        settle(work.reply, error=error)  # (while this actor holds its slot: see _go_on)
         next_work: RunBatch | Begin | Resume | None = self.dispatcher.step_ended(self._address)
-        settle(work.reply, error=error)
         return next_work
 
     def _go_on(self, run: BatchRun, outcome: Any) -> RunBatch | Begin | Resume | None:
         """Drain ``run`` until it ends or its inbox is empty; then the next
-        runnable work, or back to the idle pool (before the caller hears
-        back: a caller that submits its next batch at once finds this actor
-        free)."""
+        runnable work, or back to the idle pool.
+
+        The caller hears back first, while this actor still holds its step
+        slot: settling the reply runs the future's done-callbacks here, and
+        a callback that runs a batch and waits for it lends that slot
+        (``rt.waiting()``). Given back first, the callback would lend a slot
+        it does not hold, and the nested batch could be sent to this very
+        actor, on the idle shelf while it blocks. (A caller that submits its
+        next batch at once still finds this actor idle: it needs the GIL,
+        which this thread keeps until it waits on its mailbox.)"""
         outcome = _drain_until_paused(run.native, run, outcome)
         assert self._address is not None
-        work: RunBatch | Begin | Resume | None = self.dispatcher.step_ended(self._address)
         if outcome is not RUNNING:
             _settle_reply(run, outcome)
+        work: RunBatch | Begin | Resume | None = self.dispatcher.step_ended(self._address)
         return work
 
 
@@ -570,7 +577,7 @@ class CallActor(MailboxActor):
                 item = mailbox.take()
             else:
                 mailbox.report(call)
-        nxt = dispatcher.release(self.address, mailbox)
         if reply is not None:
-            reply()  # after going back to the dispatcher (see above)
+            reply()  # while this actor holds its slot (see ExecutorActor._go_on)
+        nxt = dispatcher.release(self.address, mailbox)
         return nxt

@@ -94,6 +94,36 @@ def test_a_body_running_a_nested_batch_lends_its_slot_so_the_budget_cannot_deadl
     assert [r.result.value for r in batch.results] == ["leaf+leaf+leaf"] * 3
 
 
+@pytest.mark.parametrize("ends_on", ["executor actor", "call actor"])
+def test_a_done_callback_running_a_nested_batch_finishes_it(ends_on: str) -> None:
+    # A submitted batch's future runs its done-callbacks on the actor that
+    # ends the batch. That actor used to give its slot back (and shelve
+    # itself idle) first: a callback waiting for a nested batch then lent a
+    # slot it did not hold, and the nested batch was sent to that very
+    # actor, blocked in the callback: it never ran.
+    with started_runtime(max_call_actors=4) as rt:
+        rt.tools.register(make_tool("leaf", lambda args, ctx: "leaf"))
+        nested: list[Any] = []
+        done = threading.Event()
+
+        def callback(future: Any) -> None:
+            try:
+                inner = rt.tools.execute(ToolBatchInput(calls=calls(*["leaf"] * 3)))
+                nested.append([r.result.value for r in inner.results])
+            except BaseException as exc:  # noqa: BLE001 - shown by the assertion below
+                nested.append(exc)
+            done.set()
+
+        # One call runs inline on the executor actor; three at cap 3 run on
+        # call actors, and the last one to end ends the batch there.
+        names = ["leaf"] if ends_on == "executor actor" else ["leaf"] * 3
+        future = rt.tools.submit(ToolBatchInput(calls=calls(*names), max_parallel_tool_calls=len(names)))
+        future.add_done_callback(callback)
+        must(done, "the nested batch of the done-callback to finish")
+        rt.dispatcher.assert_invariants()
+    assert nested == [["leaf"] * 3]
+
+
 def test_the_budget_is_a_positive_int_with_a_documented_default() -> None:
     assert ToolRuntime().max_call_actors == DEFAULT_CALL_ACTORS == 64
     for bad in (0, -1, 1.5, True, "8"):
