@@ -87,6 +87,12 @@ class WorkMailbox:
       none, or at least two call actors fewer than this one
       (``Dispatcher.yields``); if calls are still queued here and no server
       is idle or on its way, the mailbox asks for one again.
+    * LEAVEs never outnumber the idle servers beyond the queued calls: a
+      put that would leave its call without an idle server that stays
+      takes one LEAVE back (that server stays for it), and
+      :meth:`release_idle` tells only the idle servers beyond the queued
+      calls to leave. So a call does not wait for a busy server's body
+      while a server idled beside it.
     * While a call is queued and the mailbox is open, ``servers -
       sentinels >= 1``: someone will take it (a put rings the doorbell for
       a waiting server; a server woken for nothing looks again; one woken
@@ -203,9 +209,24 @@ class WorkMailbox:
         try:
             if self.held:
                 return False
-            self._items.append(call)
+            items = self._items
+            items.append(call)
             self.draining = False
             idle = self.idle
+            if self.sentinels and idle < len(items) and not self.closed:
+                # The idle servers here that stay (``idle - sentinels``: the
+                # others were told to leave, nothing more being expected or
+                # another batch waiting for the budget) are fewer than the
+                # calls queued (``len(items) - sentinels``), this one
+                # included: one told to leave stays for it instead (its
+                # wake-up is rung already), rather than this call waiting
+                # for a busy server. Another batch waiting for the budget
+                # is then served as at any take (``Dispatcher.yields``).
+                for at, item in enumerate(items):
+                    if item is LEAVE:
+                        del items[at]
+                        break
+                self.sentinels -= 1
             if idle > self.rung:
                 self.rung += 1
                 self._bell.put(None)
@@ -253,7 +274,10 @@ class WorkMailbox:
         the next :meth:`put`), going back to the dispatcher for other batches."""
         with self._lock:
             self.draining = True
-            self._leave(self.idle - self.sentinels)
+            # The idle servers beyond the queued calls, which the others
+            # take (``idle - sentinels`` stay, ``len(items) - sentinels``
+            # calls are queued).
+            self._leave(self.idle - len(self._items))
 
     def close(self) -> None:
         """The batch is over: every server leaves (after its current call)."""

@@ -1046,3 +1046,28 @@ def test_a_later_calls_approval_is_not_asked_before_an_earlier_flight_sent_back_
         first, second = (r.result for r in result.results)
         assert first.value == "c0" and _message(second) == 'the user rejected tool "b"'
         assert asked == ["c1"]
+
+
+def test_a_call_put_while_the_idle_server_was_told_to_leave_is_taken_by_it() -> None:
+    """One server busy, one idle; nothing more was coming, so the idle one
+    was told to leave (a LEAVE queued, its wake-up rung). A call put before
+    it wakes used to queue behind that LEAVE: the idle server left, no
+    other was asked for (one was idle), and the call waited for the busy
+    one's body. The put takes the LEAVE back: the idle server takes the
+    call, and no other server is asked for."""
+    from dsh_actors.scheduling.inbox import BatchInbox
+    from dsh_actors.scheduling.pool import WorkMailbox
+
+    budget = _Budget()
+    mailbox = WorkMailbox(2, budget, BatchInbox(None))  # type: ignore[arg-type]
+    with budget.lock:
+        mailbox.servers = 2  # both arrived: one runs a call, one waits idle (as take() counts it)
+        mailbox.idle = 1
+    mailbox.release_idle()  # nothing more for now: the idle server is told to leave
+    assert mailbox.sentinels == 1
+    assert mailbox.put("c2") is True  # type: ignore[arg-type]
+    mailbox._wait()  # the idle server wakes (its wake-up was rung for the LEAVE)
+    assert mailbox.take(wait=False) == "c2"
+    assert budget.requests == 0
+    mailbox.assert_invariants()
+    mailbox.close()
