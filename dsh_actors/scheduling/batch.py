@@ -192,7 +192,9 @@ class BatchRun:
       them until their ``Settled``, ``Returned`` or ``BodyEnded`` arrives.
       At most ``limit`` run: no more call actors serve the batch. Beyond
       ``limit`` out, a call is put only as prepared ahead (EARLY): at most
-      ``2 * limit`` are out, and none is EARLY while a FLIGHT is out.
+      ``2 * limit`` are out. With a FLIGHT out, at most ``limit`` are:
+      nothing is prepared ahead then, and a flight starts only once every
+      call put has been taken (an EARLY call taken runs in a freed slot).
     * REDO calls came back unrun because what they were prepared under
       changed before their body started (``Returned``): unprepared again, and
       the next to start (the first in model order, before ``next_start``),
