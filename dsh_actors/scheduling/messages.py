@@ -1,7 +1,11 @@
 """The scheduler's vocabulary (internal).
 
-Every message carries values, or exactly one owned :class:`Call` (whoever
-holds the message owns the call), never a lock or a cursor.
+Every message carries values, or exactly one owned object: a :class:`Call`
+(whoever holds the message owns the call), or a batch's ``BatchRun`` handed
+to the one executor actor that runs it next (:class:`Resume`,
+:class:`Begin`). A :class:`Serve` carries a reference to the batch's work
+mailbox, as a message carries an actor's address: the mailbox is the
+dispatcher's queue for that batch, its state under the dispatcher's lock.
 
 * caller → executor actor (its mailbox): :class:`RunBatch`, or
   :class:`Begin` for a sub-batch the caller feeds (``open_sub_batch``).
