@@ -53,7 +53,7 @@ from dsh_actors import (
 )
 
 from . import signatures
-from .run import Run, cpu_seconds
+from .run import Run, RunSettings, cpu_seconds
 from .workers import WorkerPool, default_command, remove_stale_folders
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -341,6 +341,19 @@ class PtcExecutor(NativeExecutor):
             "no_processes": True,
         }
 
+    def _run_settings(self) -> RunSettings:
+        return RunSettings(
+            timeout_ms=self.timeout_ms,
+            max_parallel_sub_calls=self.max_parallel_sub_calls,
+            max_output_bytes=self.max_output_bytes,
+            max_message_bytes=self.max_message_bytes,
+            max_folder_mb=self.max_folder_mb,
+            memory_limit_mb=self.memory_limit_mb,
+            limits=self.limits(),
+            open_sub_batch=self.open_sub_batch,
+            discard=self.workers.discard,
+        )
+
     # -- run_code ------------------------------------------------------------
 
     def _execute_run_code(self, args: Any, ctx: ToolRunContext) -> dict[str, Any]:
@@ -358,7 +371,7 @@ class PtcExecutor(NativeExecutor):
         except OSError as exc:
             raise CodeRunFailedError("crashed", f"the worker process could not be started: {exc}") from exc
         try:
-            run = Run(self, rt, ctx, worker, args["code"], found, schemas)
+            run = Run(self._run_settings(), rt, ctx, worker, args["code"], found, schemas)
         except BaseException:
             self.workers.discard(worker)
             self._refill()

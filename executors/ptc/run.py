@@ -93,16 +93,35 @@ from .workers import MAX_FOLDER_ENTRIES, Worker, exit_description, folder_usage
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_actors import ToolRuntime
 
-    from .executor import PtcExecutor
     from .signatures import Binding
 
-__all__ = ["Ending", "Run", "cpu_seconds"]
+__all__ = ["Ending", "Run", "RunSettings", "cpu_seconds"]
 
 #: Most tool calls one program may make.
 MAX_SUB_CALLS: Final = 10_000
 
 #: How often the working folder's size is measured while a program runs.
 FOLDER_CHECK_SECONDS: Final = 0.1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSettings:
+    """What a run takes from its executor: its limits as values, and the
+    two things it asks of it (a sub-batch for the program's calls, and
+    taking its worker back). The run never reads the executor's state."""
+
+    timeout_ms: float
+    max_parallel_sub_calls: int
+    max_output_bytes: int
+    max_message_bytes: int
+    max_folder_mb: int
+    memory_limit_mb: int
+    limits: Mapping[str, Any]
+    """The resource limits the worker applies (the ``run`` message's)."""
+    open_sub_batch: Callable[..., Any]
+    """``open_sub_batch(batch, sink, limit)``: the executor's sub-batch."""
+    discard: Callable[[Worker], None]
+    """Take the run's worker back (it is not reused) once the run ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +146,7 @@ class Run:
 
     def __init__(
         self,
-        executor: PtcExecutor,
+        settings: RunSettings,
         rt: ToolRuntime,
         ctx: ToolRunContext,
         worker: Worker,
@@ -135,20 +154,20 @@ class Run:
         bindings: Sequence[Binding],
         schemas: Mapping[str, Any],
     ) -> None:
-        self._executor = executor
+        self._settings = settings
         self._rt = rt
         self._ctx = ctx
         self._worker = worker
         self._code = code
         self._bindings = bindings
         self._schemas = schemas
-        self._limit = executor.max_parallel_sub_calls
-        self._max_output = executor.max_output_bytes
+        self._limit = settings.max_parallel_sub_calls
+        self._max_output = settings.max_output_bytes
         agent = ctx.agent
         self._session = None if agent is None else agent.session
         self._controller = AbortController()
         self._signal = AbortSignal.any(ctx.signal, self._controller.signal)
-        self._framer = protocol.LineFramer(executor.max_message_bytes)
+        self._framer = protocol.LineFramer(settings.max_message_bytes)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -177,8 +196,8 @@ class Run:
         self._accepting = False
         self._outbox = bytearray()
         self._ending: Ending | None = None
-        self._deadline = time.monotonic() + executor.timeout_ms / 1000
-        self._max_folder = executor.max_folder_mb << 20
+        self._deadline = time.monotonic() + settings.timeout_ms / 1000
+        self._max_folder = settings.max_folder_mb << 20
         self._folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
         self._reading_stderr = False
         self._context = contextvars.copy_context()  # the run_code call's (made by its body)
@@ -248,7 +267,7 @@ class Run:
                 os.close(self._wake_r)
                 os.close(self._wake_w)
             self._selector.close()
-            self._executor.workers.discard(self._worker)
+            self._settings.discard(self._worker)
         ending = self._ending
         assert ending is not None
         if ending.kind is None:
@@ -269,7 +288,7 @@ class Run:
         if stop is not None:
             self._end(stop)
         elif time.monotonic() >= self._deadline:
-            ms = self._executor.timeout_ms
+            ms = self._settings.timeout_ms
             shown = int(ms) if float(ms).is_integer() else ms
             self._end(Ending(kind="timeout", headline=f"the program did not finish within {shown} ms and was killed"))
         elif self._phase is _Phase.RUNNING and time.monotonic() >= self._folder_check:
@@ -283,7 +302,7 @@ class Run:
             headline = f"the program made more than {MAX_FOLDER_ENTRIES} files and folders and was killed"
         elif size > self._max_folder:
             headline = (
-                f"the program wrote more than {self._executor.max_folder_mb} MB "
+                f"the program wrote more than {self._settings.max_folder_mb} MB "
                 f"({size} bytes) to its working folder and was killed"
             )
         else:
@@ -358,7 +377,7 @@ class Run:
             try:
                 lines = self._framer.feed(chunk)
             except protocol.FrameTooLong as exc:
-                self._end(_too_long(exc, self._executor.max_message_bytes))
+                self._end(_too_long(exc, self._settings.max_message_bytes))
                 return
             for line in lines:
                 self._handle(line)
@@ -417,7 +436,7 @@ class Run:
                     "v": protocol.VERSION,
                     "code": self._code,
                     "tools": [b.wire() for b in self._bindings],
-                    "limits": self._executor.limits(),
+                    "limits": dict(self._settings.limits),
                 }
             )
             return
@@ -476,7 +495,7 @@ class Run:
         sub_batch = self._sub
         if sub_batch is None:
             try:
-                sub_batch = self._sub = self._executor.open_sub_batch(
+                sub_batch = self._sub = self._settings.open_sub_batch(
                     ToolBatchInput(
                         calls=(),
                         signal=self._signal,
@@ -550,7 +569,7 @@ class Run:
         if status == -signal.SIGXCPU:
             kind, headline = "cpu", "the program used up its CPU time limit and was killed"
         elif status == protocol.EXIT_MEMORY:
-            kind, headline = "memory", f"the program ran out of memory (limit {self._executor.memory_limit_mb} MB)"
+            kind, headline = "memory", f"the program ran out of memory (limit {self._settings.memory_limit_mb} MB)"
         elif self._phase is _Phase.STARTING:
             kind, headline = "crashed", f"the worker process exited before it was ready{shown}"
         else:
