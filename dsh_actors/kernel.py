@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Protocol, final
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncio
-    from concurrent.futures import ThreadPoolExecutor
 
     from .actors import ActorGroup
     from .approvals import ApprovalChannel
     from .events import EventBus
     from .loop import LoopThread
     from .pipeline.flights import LoopWatch
+    from .scheduling.blocking import BlockingPool
     from .signals import AbortSignal
     from .visibility import RegistryState
 
@@ -109,7 +109,7 @@ class Kernel(Protocol):
         lend: see ``scheduling.executor.Lent``)."""
         ...
 
-    def workers(self) -> ThreadPoolExecutor:
+    def workers(self) -> BlockingPool:
         """Threads for executors that only offer a blocking ``execute``."""
         ...
 
@@ -136,7 +136,7 @@ class RuntimeKernel:
     #: The runtime's lifecycle: whether it is started and not stopping.
     is_running: Callable[[], bool]
     #: The pool of worker threads (made on first use).
-    worker_pool: Callable[[], ThreadPoolExecutor]
+    worker_pool: Callable[[], BlockingPool]
     #: ``rt.stop_remaining`` and ``rt.teardown_remaining``.
     stop_clock: Callable[[], float]
     teardown_clock: Callable[[], float]
@@ -154,7 +154,7 @@ class RuntimeKernel:
     def waiting(self) -> AbstractContextManager[Any]:
         return self.lend()
 
-    def workers(self) -> ThreadPoolExecutor:
+    def workers(self) -> BlockingPool:
         return self.worker_pool()
 
     def __repr__(self) -> str:

@@ -14,7 +14,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
 import pykka
@@ -38,6 +37,7 @@ from .pipeline.flights import LoopWatch
 from .pipeline.intake import check_limit
 from .registry.actor import RegistryActor
 from .registry.service import ServiceLinks, ToolsService
+from .scheduling.blocking import BlockingPool
 from .scheduling.dispatcher import Dispatcher
 from .scheduling.executor import CallActor, ExecutorActor, Lent, NativeExecutor
 from .scheduling.suspension import Claims
@@ -117,8 +117,7 @@ class ToolRuntime:
         self._loop: LoopThread | None = None
         # The loops async bodies are in flight on (its thread starts with the first).
         self.loop_watch = LoopWatch()
-        self._workers: ThreadPoolExecutor | None = None
-        self._worker_threads: set[threading.Thread] = set()  # the workers' (each adds its own)
+        self._workers: BlockingPool | None = None
         self._registry: pykka.ActorRef[Any] | None = None
         self._state: RegistryState | None = None
         self._kernel: RuntimeKernel | None = None
@@ -246,7 +245,8 @@ class ToolRuntime:
         current = threading.current_thread()
         if self._loop is not None and current is self._loop.thread:
             return True
-        if current in self._worker_threads:
+        workers = self._workers
+        if workers is not None and workers.owns(current):
             return True
         loop = _running_loop()  # an async body on the caller's loop (execute_async): it runs this loop's flights
         return loop is not None and self.loop_watch.carries(loop)
@@ -280,9 +280,9 @@ class ToolRuntime:
         # more to end (each part below); then it is left behind, named.
         abandoned = self._group.stop_all(self.teardown_remaining())
         if self._workers is not None:
-            self._workers.shutdown(wait=False, cancel_futures=True)
+            self._workers.shutdown()
             end = time.monotonic() + self.teardown_remaining()
-            for thread in list(self._worker_threads):
+            for thread in self._workers.threads():
                 thread.join(max(0.0, end - time.monotonic()))
                 if thread.is_alive():
                     abandoned.append(thread.name)
@@ -440,16 +440,13 @@ class ToolRuntime:
         assert self._loop is not None
         return self._loop
 
-    def workers(self) -> ThreadPoolExecutor:
-        """Threads for executors that only offer a blocking ``execute``."""
+    def workers(self) -> BlockingPool:
+        """Threads for executors that only offer a blocking ``execute``: a
+        batch gets one at once, however many wait on nested batches
+        (``scheduling/blocking.py``)."""
         with self._lock:
             if self._workers is None:
-                threads = self._worker_threads
-                self._workers = ThreadPoolExecutor(
-                    max_workers=32,
-                    thread_name_prefix="dsh-worker",
-                    initializer=lambda: threads.add(threading.current_thread()),
-                )
+                self._workers = BlockingPool("dsh-worker")
             return self._workers
 
     def on_stop(self, hook: Callable[[], Any]) -> Disposer:

@@ -366,3 +366,57 @@ def test_an_executors_bad_answer_or_base_exception_reaches_the_caller_as_a_batch
     rt.tools.set_executor(_Misbehaving(answer))
     with pytest.raises(ToolBatchExecutionError, match=message):
         rt.tools.execute(batch(None, ToolCall("c0", "t", "{}")))
+
+
+def test_batches_of_an_executor_with_only_execute_nest_past_any_thread_count() -> None:
+    # Such an executor's batch runs on a thread of the runtime's own. They
+    # were a pool of 32: a body waiting on a nested batch held its thread,
+    # and the 33rd nested level waited for a thread for ever. A batch now
+    # gets a thread at once; idle ones are reused, then retire.
+    from dsh_actors import NativeExecutor, ToolRuntime, define_tool
+
+    from .helpers import TEXT
+
+    class OnlyExecute:
+        """Delegates to a NativeExecutor, offering only execute(batch)."""
+
+        def __init__(self) -> None:
+            self.native = NativeExecutor()
+
+        def bind(self, runtime: Any) -> None:
+            self.native.bind(runtime)
+
+        def describe(self, tools: Any) -> Any:
+            return self.native.describe(tools)
+
+        def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
+            return self.native.execute(batch)
+
+    depth = 40
+    before = set(threading.enumerate())
+    rt = ToolRuntime(max_call_actors=2).start()
+    try:
+        rt.tools.set_executor(OnlyExecute())
+
+        def nest(args: Any, ctx: Any) -> str:
+            level = int(ctx.call_id[1:])
+            if level == depth:
+                return "bottom"
+            inner = rt.tools.execute(ToolBatchInput(calls=(ToolCall(f"d{level + 1}", "nest", "{}"),)))
+            return inner.results[0].result.value  # type: ignore[no-any-return]
+
+        rt.tools.register(define_tool(name="nest", description="Nests.", parameters={}, output=TEXT, execute=nest))
+        future = rt.tools.submit(ToolBatchInput(calls=(ToolCall("d0", "nest", "{}"),)))
+        assert future.result(10).results[0].result.value == "bottom"
+        workers = rt.workers()
+        assert len(workers.threads()) > 32  # (one a level: each waits for the level below)
+        # A second run reuses the idle threads: no new ones.
+        threads = set(workers.threads())
+        assert (
+            rt.tools.submit(ToolBatchInput(calls=(ToolCall("d39", "nest", "{}"),))).result(10).results[0].result.value
+            == "bottom"
+        )
+        assert set(workers.threads()) <= threads
+    finally:
+        rt.stop()
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []  # stop() joined them
