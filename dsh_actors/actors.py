@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -427,10 +427,16 @@ class RegistryRef(pykka.ActorRef[Any]):
     registry forwards it and replies later), not when the registry has
     handled the message. Other messages go through pykka's own ``ask``."""
 
-    def __init__(self, actor: Any, pending: PendingReplies) -> None:
+    def __init__(
+        self, actor: Any, pending: PendingReplies, waiting: Callable[[Any], AbstractContextManager[Any]]
+    ) -> None:
         super().__init__(actor)
         # The runtime's: an answer still pending when it has stopped fails.
         self._pending = pending
+        # waiting(message): what a blocking ask waits in (the runtime's: it
+        # refuses a wait that would block the loop the work needs, and
+        # lends the calling actor's slot meanwhile, as rt.tools.execute does).
+        self._waiting = waiting
         # The registry's own check of what it understands: one rule, asked
         # here so that an asker gets the error (a handler's is only logged).
         self._check: Callable[[Any], None] = type(actor).check_message
@@ -442,6 +448,9 @@ class RegistryRef(pykka.ActorRef[Any]):
         if not hasattr(message, "reply"):  # understood, answered by nobody: like a tell
             self.tell(message)
             return None if block else _answered(None)
+        # (Before anything is sent: a wait that would block the loop the
+        # work needs is refused.)
+        wait = self._waiting(message) if block else None
         answer: Future[Any] = Future()
         theirs = message.reply
         if theirs is not None:
@@ -455,10 +464,12 @@ class RegistryRef(pykka.ActorRef[Any]):
             answer.add_done_callback(lambda done: _to_pykka(done, out))
             return out
         with self._pending.tracked(answer, lambda: pykka.ActorDeadError(f"{self} stopped before answering")):
-            try:
-                return answer.result(timeout=timeout)
-            except FutureTimeout:
-                raise pykka.Timeout(f"{timeout} seconds") from None
+            assert wait is not None
+            with wait:
+                try:
+                    return answer.result(timeout=timeout)
+                except FutureTimeout:
+                    raise pykka.Timeout(f"{timeout} seconds") from None
 
 
 def _answered(value: Any) -> pykka.ThreadingFuture[Any]:

@@ -23,14 +23,15 @@ that has these members serves (a test's fake).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, final
 
-if TYPE_CHECKING:  # pragma: no cover
-    import asyncio
+from .errors import InvalidStateError, RuntimeStoppedError
 
+if TYPE_CHECKING:  # pragma: no cover
     from .actors import ActorGroup
     from .approvals import ApprovalChannel
     from .events import EventBus
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .signals import AbortSignal
     from .visibility import RegistryState
 
-__all__ = ["Kernel", "RuntimeKernel"]
+__all__ = ["Kernel", "RuntimeKernel", "refuse_blocking_a_loop"]
 
 
 class Kernel(Protocol):
@@ -159,3 +160,31 @@ class RuntimeKernel:
 
     def __repr__(self) -> str:
         return f"<RuntimeKernel generation={self.state.generation} running={self.running}>"
+
+
+def refuse_blocking_a_loop(rt: Kernel, what: str, instead: str, runs: str) -> None:
+    """Refuse a blocking wait for work that needs the loop the calling
+    thread runs (``runs``: what runs there): the runtime's own loop, or the
+    loop it is bound to; and any wait once the runtime is stopped. The one
+    rule of ``rt.tools.execute``, ``resolve``, ``NativeExecutor.execute``
+    and the registry's blocking ``ask`` of the same requests."""
+    bound = rt.bound_loop
+    if bound is not None and bound.is_running():
+        try:
+            on_bound = asyncio.get_running_loop() is bound
+        except RuntimeError:
+            on_bound = False
+        if on_bound:
+            raise InvalidStateError(
+                f"{what} would block the event loop this runtime is bound to ({runs} "
+                f"there): use await rt.tools.{instead} from that loop"
+            )
+    if not rt.running:  # (a stopped runtime raises here, before the loop is asked)
+        raise RuntimeStoppedError("the ToolRuntime is stopped")
+    if rt.loop.in_loop_thread():
+        # On the runtime's own loop: what it waits for would need this very
+        # loop, which the call would block.
+        raise InvalidStateError(
+            f"{what} would block the runtime's own event loop ({runs} there, "
+            f"so it could never finish): use await rt.tools.{instead} from an async body"
+        )

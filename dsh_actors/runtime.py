@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol
 
 import pykka
@@ -30,8 +31,9 @@ from .errors import (
     safe_str,
 )
 from .events import Disposer, EventBus
-from .kernel import RuntimeKernel
+from .kernel import RuntimeKernel, refuse_blocking_a_loop
 from .loop import LoopThread
+from .messages import ExecuteBatch, ResolveToolSet
 from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
 from .pipeline.flights import LoopWatch
 from .pipeline.intake import check_limit
@@ -162,7 +164,7 @@ class ToolRuntime:
             ref = RegistryActor.spawn(self._group, kernel, self._bind_executor)
             actor = self._group.actor(ref)
             assert actor is not None
-            self._registry = RegistryRef(actor, self.pending_replies)
+            self._registry = RegistryRef(actor, self.pending_replies, self._registry_wait)
             links = ServiceLinks(
                 kernel=kernel,
                 registry=self._registry,
@@ -439,6 +441,23 @@ class ToolRuntime:
     def loop(self) -> LoopThread:
         assert self._loop is not None
         return self._loop
+
+    def _registry_wait(self, message: Any) -> AbstractContextManager[Any]:
+        """What a blocking ``rt.registry.ask(message)`` waits in: refused on
+        a loop the work needs (as ``rt.tools.execute`` and ``resolve``
+        are), lending the calling actor's slot meanwhile."""
+        if type(message) is ExecuteBatch:
+            refuse_blocking_a_loop(
+                self.kernel, "rt.registry.ask(ExecuteBatch(...))", "execute_async(batch)", "its async tools run"
+            )
+        elif type(message) is ResolveToolSet:
+            refuse_blocking_a_loop(
+                self.kernel,
+                "rt.registry.ask(ResolveToolSet(...))",
+                "resolve_async(context)",
+                "its async conditions run",
+            )
+        return self.kernel.waiting()
 
     def workers(self) -> BlockingPool:
         """Threads for executors that only offer a blocking ``execute``: a

@@ -35,9 +35,10 @@ import pykka
 from loguru import logger
 
 from ..actors import ASK_TIMEOUT, actor_thread_ident
-from ..errors import InvalidStateError, InvalidTypeError, RegistrationError, RuntimeStoppedError, safe_str
+from ..errors import InvalidTypeError, RegistrationError, RuntimeStoppedError, safe_str
 from ..events import Disposer
 from ..execution import ToolExecutionInput
+from ..kernel import refuse_blocking_a_loop
 from ..messages import (
     AddGuard,
     Register,
@@ -353,7 +354,7 @@ class ToolsService:
         a condition raises; either way nothing is published.
         """
         _check_context(context, "resolve()")
-        self._refuse_blocking_a_loop("resolve()", "resolve_async(context)", "its async conditions run")
+        refuse_blocking_a_loop(self._kernel, "resolve()", "resolve_async(context)", "its async conditions run")
         future: Future[ResolvedToolSet] = Future()
         self._tell(ResolveToolSet(context=context, reply=future), future)
         return self._wait(future, "the tool set resolution", limit=None)
@@ -673,28 +674,9 @@ class ToolsService:
         Raises ``ExecutorUnavailableError`` when no executor is available."""
         return self._blocking(lambda reply: self._start(batch, reply), "execute()", "execute_async(batch)")
 
-    def _refuse_blocking_a_loop(self, what: str, instead: str, runs: str) -> None:
-        """Refuse a blocking call made on the thread of a loop that the
-        work it waits for needs (``runs``: what runs there)."""
-        rt = self._kernel
-        bound = rt.bound_loop
-        if bound is not None and bound.is_running() and _on_loop_thread(bound):
-            raise InvalidStateError(
-                f"{what} would block the event loop this runtime is bound to ({runs} "
-                f"there): use await rt.tools.{instead} from that loop"
-            )
-        _require(rt)  # (a stopped runtime raises here, before the loop is asked)
-        if rt.loop.in_loop_thread():
-            # On the runtime's own loop: what it waits for would need this
-            # very loop, which the call would block.
-            raise InvalidStateError(
-                f"{what} would block the runtime's own event loop ({runs} there, "
-                f"so it could never finish): use await rt.tools.{instead} from an async body"
-            )
-
     def _blocking(self, start: Callable[[Reply], None], what: str, instead: str) -> ToolBatchResult:
         """``start(reply)`` a batch and block the calling thread until it settles."""
-        self._refuse_blocking_a_loop(what, instead, "its async tools run")
+        refuse_blocking_a_loop(self._kernel, what, instead, "its async tools run")
         rt = self._kernel
         reply = _Reply()
         # A stopping runtime drains its batches and answers them; only a

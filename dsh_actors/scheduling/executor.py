@@ -40,6 +40,7 @@ from ..definition import validate_definition
 from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError, ToolBatchExecutionError, safe_str
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
+from ..kernel import refuse_blocking_a_loop
 from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..pipeline.results import failure_from_exception
@@ -177,8 +178,16 @@ class NativeExecutor:
         return ToolModelInput(schemas=schemas, known_names=tuple(d.name for d in tools))
 
     def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
-        """Run ``batch`` and block the calling thread until it settles."""
-        return self.submit(batch).result()
+        """Run ``batch`` and block the calling thread until it settles (as
+        ``rt.tools.execute`` does: refused on a loop its async bodies need,
+        lending the calling actor's slot meanwhile)."""
+        rt = self._rt
+        if rt is None:
+            return self.submit(batch).result()  # (not bound: submit says so)
+        refuse_blocking_a_loop(rt, "NativeExecutor.execute()", "execute_async(batch)", "its async tools run")
+        future = self.submit(batch)
+        with rt.waiting():
+            return future.result()
 
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
         """Start ``batch``; the future settles once every started call has."""

@@ -124,6 +124,67 @@ def test_a_done_callback_running_a_nested_batch_finishes_it(ends_on: str) -> Non
     assert nested == [["leaf"] * 3]
 
 
+@pytest.mark.parametrize("how", ["registry ask", "native executor"])
+def test_a_body_waiting_on_a_nested_batch_through_another_entry_point_lends_its_slot(how: str) -> None:
+    # rt.registry.ask(ExecuteBatch(...)) and NativeExecutor.execute(...)
+    # waited without lending the body's slot: at a budget of one, two
+    # parents each waiting on a nested batch never finished.
+    from dsh_actors import NativeExecutor
+    from dsh_actors.messages import ExecuteBatch
+
+    with started_runtime(max_call_actors=1) as rt:
+        rt.tools.register(make_tool("leaf", lambda args, ctx: "leaf"))
+        native = NativeExecutor()
+        native.bind(rt)
+
+        def parent(args: Any, ctx: Any) -> str:
+            inner_batch = ToolBatchInput(calls=calls("leaf", "leaf"))
+            if how == "registry ask":
+                inner = rt.registry.ask(ExecuteBatch(inner_batch))
+            else:
+                inner = native.execute(inner_batch)
+            return "+".join(r.result.value for r in inner.results)
+
+        rt.tools.register(make_tool("parent", parent))
+        batch = rt.tools.submit(ToolBatchInput(calls=calls("parent", "parent"))).result(GUARD)
+    assert [r.result.value for r in batch.results] == ["leaf+leaf"] * 2
+
+
+@pytest.mark.parametrize("how", ["registry ask", "native executor"])
+def test_waiting_on_a_batch_from_the_runtimes_own_loop_is_refused_at_once(how: str) -> None:
+    # (As rt.tools.execute is.) Before, rt.registry.ask(ExecuteBatch(...))
+    # from an async body on the runtime's loop blocked that loop, which the
+    # nested batch's async body needed: it never finished.
+    from dsh_actors import NativeExecutor
+    from dsh_actors.messages import ExecuteBatch
+
+    with started_runtime() as rt:
+
+        async def async_leaf(args: Any, ctx: Any) -> str:
+            return "leaf"
+
+        rt.tools.register(make_tool("async_leaf", async_leaf))
+        native = NativeExecutor()
+        native.bind(rt)
+
+        async def outer(args: Any, ctx: Any) -> str:
+            inner_batch = ToolBatchInput(calls=calls("async_leaf"))
+            if how == "registry ask":
+                rt.registry.ask(ExecuteBatch(inner_batch))
+            else:
+                native.execute(inner_batch)
+            return "ran"
+
+        rt.tools.register(make_tool("outer", outer))
+        result = rt.tools.execute(ToolBatchInput(calls=calls("outer"))).results[0].result
+    assert result.is_error and result.error.info.code == "INVALID_USE"
+    what = "rt.registry.ask(ExecuteBatch(...))" if how == "registry ask" else "NativeExecutor.execute()"
+    assert result.error.message == (
+        f"{what} would block the runtime's own event loop (its async tools run there, so it could never "
+        "finish): use await rt.tools.execute_async(batch) from an async body"
+    )
+
+
 def test_the_budget_is_a_positive_int_with_a_documented_default() -> None:
     assert ToolRuntime().max_call_actors == DEFAULT_CALL_ACTORS == 64
     for bad in (0, -1, 1.5, True, "8"):
