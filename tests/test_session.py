@@ -975,6 +975,8 @@ def test_a_copied_tool_call_line_of_an_agents_batch_is_not_a_second_pending_call
         assert session.pending_calls() == ["c0"]
         session.append(result_event("c0", ok(1, "one"), turn=1, step=1, agent="a"))
         assert session.pending_calls() == [] and session.repair() == []
+        session.append(call)  # a copy after its call's result: still a copy
+        assert session.pending_calls() == [] and session.repair() == []
         # The step run again (a second tool/batch): its call is a new one.
         session.append(batch_event(1, 1, [("c0", "t", {})], agent="a"))
         session.append(call)

@@ -139,12 +139,11 @@ class Session:
         self._open: dict[str, list[int]] = {}
         # serial -> the (turn, step) its tool/call named (None: none), while open
         self._call_steps: dict[int, StepKey | None] = {}
-        # An agent's step -> how many times its tool/batch was logged (the
-        # step's runs), and serial -> the run its tool/call was logged in
-        # (for a tool/call naming an agent), while open: a second tool/call
-        # of one id in one run is a copy of the line (see _copied).
-        self._runs: dict[StepKey, int] = {}
-        self._call_runs: dict[int, int] = {}
+        # agent id -> (the step of its latest tool/batch, the call ids its
+        # tool/calls named since): an agent's batch logs each id once a run,
+        # so a second tool/call of one of them is a copy of the line (as
+        # read_step has it). Only the latest run of each agent is kept.
+        self._latest_run: dict[str, tuple[StepKey, set[str]]] = {}
         self._serial = 0
         # sub_call_id -> (root_call_id, parent_call_id, name) of each started
         # sub-call without a settle event, in start order
@@ -375,27 +374,27 @@ class Session:
             # Calls and results always have a str call_id (_shape_problem).
             call_id = event["call_id"]
             at = step_key(event)
-            # (Within a run of the step's tool/batch: without one, read_step
-            # takes each tool/call as it comes.)
-            run = None if at is None or at[2] is None else self._runs.get(at)
-            if at is not None and run is not None and self._copied(call_id, at, run):
-                return  # a copy of the line: its call's start and result are the first's (as read_step has it)
+            if at is not None and at[2] is not None:
+                # (Within the agent's latest run, after its tool/batch:
+                # without one, read_step takes each tool/call as it comes.)
+                run = self._latest_run.get(at[2])
+                if run is not None and run[0] == at:
+                    if call_id in run[1]:
+                        return  # a copy of the line: its call's start and result are the first's
+                    run[1].add(call_id)
             self._serial += 1
             self._pending[self._serial] = call_id
             self._open.setdefault(call_id, []).append(self._serial)
             self._call_steps[self._serial] = at
-            if run is not None:
-                self._call_runs[self._serial] = run
         elif kind == BATCH:
             at = step_key(event)
             if at is not None and at[2] is not None:
-                self._runs[at] = self._runs.get(at, 0) + 1  # the step run again: its ids are new calls
+                self._latest_run[at[2]] = (at, set())  # a new run of the agent: its ids are new calls
         elif kind == RESULT:
             serial = self._latest_open(event["call_id"], step_key(event), pop=True)
             if serial is not None:
                 del self._pending[serial]
                 del self._call_steps[serial]
-                self._call_runs.pop(serial, None)
                 key = self._requests.pop(serial, None)
                 if key is not None:
                     del self._awaiting[key]
@@ -434,15 +433,6 @@ class Session:
             sub_call_id = event.get("sub_call_id")
             if type(sub_call_id) is str:
                 self._pending_sub_calls.pop(sub_call_id, None)
-
-    def _copied(self, call_id: str, key: StepKey, run: int) -> bool:
-        """Whether a ``tool/call`` of ``call_id`` naming step ``key`` (an
-        agent's) in that step's run ``run`` copies one still open: an
-        agent's batch logs each id once a run (a batch's ids are unique)."""
-        for serial in self._open.get(call_id, ()):
-            if self._call_steps[serial] == key and self._call_runs.get(serial) == run:
-                return True
-        return False
 
     def _latest_open(self, call_id: str, step: StepKey | None, *, pop: bool = False) -> int | None:
         """The serial of the latest open call of ``call_id`` whose
