@@ -28,7 +28,7 @@ lend it while they wait (:class:`Lent`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, assert_never
@@ -407,7 +407,7 @@ class ExecutorActor(MailboxActor):
         error = ToolBatchExecutionError(f"the batch could not be set up (a bug in the runtime): {safe_str(exc)}")
         error.__cause__ = exc
         assert self._address is not None
-        settle(work.reply, error=error)  # (while this actor holds its slot: see _go_on)
+        _answer(lambda: settle(work.reply, error=error))  # (while this actor holds its slot: see _go_on)
         next_work: RunBatch | Begin | Resume | None = self.dispatcher.step_ended(self._address)
         return next_work
 
@@ -426,7 +426,7 @@ class ExecutorActor(MailboxActor):
         outcome = _drain_until_paused(run.native, run, outcome)
         assert self._address is not None
         if outcome is not RUNNING:
-            _settle_reply(run, outcome)
+            _answer(lambda: _settle_reply(run, outcome))
         work: RunBatch | Begin | Resume | None = self.dispatcher.step_ended(self._address)
         return work
 
@@ -587,6 +587,17 @@ class CallActor(MailboxActor):
             else:
                 mailbox.report(call)
         if reply is not None:
-            reply()  # while this actor holds its slot (see ExecutorActor._go_on)
+            _answer(reply)  # while this actor holds its slot (see ExecutorActor._go_on)
         nxt = dispatcher.release(self.address, mailbox)
         return nxt
+
+
+def _answer(settle_reply: Callable[[], object]) -> None:
+    """Settle a batch's reply on an actor that still holds its slot. The
+    future's done-callbacks run here, and ``concurrent.futures`` lets a
+    callback's ``BaseException`` (``SystemExit``, say) escape: it is
+    logged, and the actor goes on to give its slot back."""
+    try:
+        settle_reply()
+    except BaseException as exc:  # noqa: BLE001 - nothing a callback raises keeps the slot
+        logger.opt(exception=exc).error("a done-callback of a batch's future raised {}", type(exc).__name__)

@@ -185,6 +185,25 @@ def test_waiting_on_a_batch_from_the_runtimes_own_loop_is_refused_at_once(how: s
     )
 
 
+@pytest.mark.parametrize("ends_on", ["executor actor", "call actor"])
+def test_a_done_callback_raising_a_base_exception_does_not_keep_the_actors_slot(ends_on: str) -> None:
+    # concurrent.futures lets a callback's BaseException escape set_result;
+    # the actor settles the reply while it holds its slot, and used to lose
+    # that slot (16 such batches, and no batch could start).
+    with started_runtime(max_call_actors=2) as rt:
+        rt.tools.register(make_tool("leaf", lambda args, ctx: "leaf"))
+
+        def callback(future: Any) -> None:
+            raise SystemExit("a callback exits")
+
+        names = ["leaf"] if ends_on == "executor actor" else ["leaf"] * 3
+        for _ in range(20):  # more than the step slots (16) and the budget (2)
+            future = rt.tools.submit(ToolBatchInput(calls=calls(*names), max_parallel_tool_calls=len(names)))
+            future.add_done_callback(callback)
+            assert [r.result.value for r in future.result(GUARD).results] == names
+        assert rt.tools.execute(ToolBatchInput(calls=calls("leaf"))).results[0].result.value == "leaf"
+
+
 def test_the_budget_is_a_positive_int_with_a_documented_default() -> None:
     assert ToolRuntime().max_call_actors == DEFAULT_CALL_ACTORS == 64
     for bad in (0, -1, 1.5, True, "8"):
