@@ -230,12 +230,17 @@ class Dispatcher:
         self.wanting[mailbox] = None
         sends = self._assign()
         if mailbox.asked:
-            # At the budget: a call actor idle elsewhere (nothing queued for
-            # it) leaves for it now; one that runs out of calls later sees
-            # the waiting mailbox (waits_for) and leaves then.
+            # At the budget: call actors idle elsewhere (nothing queued for
+            # them) leave for it now, as many as free a slot (more than one
+            # when lends that ended left ``serving`` above the budget); one
+            # that runs out of calls later sees the waiting mailbox
+            # (waits_for) and leaves then.
+            needed = self.serving - self.budget + 1
             for other in self._mailboxes:
-                if other is not mailbox and other.shed_idle_locked():
+                if needed <= 0:
                     break
+                if other is not mailbox:
+                    needed -= other.shed_idle_locked(needed)
         return sends
 
     def send(self, sends: list[tuple[Address | None, Any]]) -> None:

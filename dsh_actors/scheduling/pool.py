@@ -79,7 +79,7 @@ class WorkMailbox:
       is coming for now): one that runs out of calls leaves. Nor while
       another batch waits for a slot of the budget: a server that runs out
       of calls then leaves, and when a batch starts waiting the dispatcher
-      sends one idle server of another mailbox away (:meth:`shed_idle_locked`).
+      sends idle servers of other mailboxes away, as many as free a slot (:meth:`shed_idle_locked`).
       So idle servers never hold the budget that another batch (a nested
       one, say) needs to finish, and nothing waits on a timer.
     * Capacity is shared: a server about to take its next call (not its
@@ -286,14 +286,17 @@ class WorkMailbox:
             self._dispatcher.closed_mailbox_locked(self)
             self._leave(self.servers - self.sentinels)
 
-    def shed_idle_locked(self) -> bool:
+    def shed_idle_locked(self, most: int = 1) -> int:
         """(Under the lock.) Another batch waits for a slot of the budget
-        (the dispatcher asks): one server idle here with nothing queued
-        leaves. Whether one does."""
-        if self.closed or self.idle <= self.sentinels or self._items:
-            return False
-        self._leave(1)
-        return True
+        (the dispatcher asks): up to ``most`` servers idle here leave, when
+        no call is queued. How many do."""
+        if self.closed or len(self._items) > self.sentinels:
+            return 0
+        count = min(most, self.idle - self.sentinels)
+        if count <= 0:
+            return 0
+        self._leave(count)
+        return count
 
     def _leave(self, extra: int) -> None:
         # (Under the lock.) ``extra`` more servers leave.

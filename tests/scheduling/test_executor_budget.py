@@ -204,6 +204,49 @@ def test_a_done_callback_raising_a_base_exception_does_not_keep_the_actors_slot(
         assert rt.tools.execute(ToolBatchInput(calls=calls("leaf"))).results[0].result.value == "leaf"
 
 
+def test_a_nested_batch_gets_a_slot_when_ended_lends_left_idle_call_actors_above_the_budget() -> None:
+    # Budget 1. Batch X = [w0, w1, w2, excl] at cap 3: w0..w2 wait inside
+    # rt.waiting() (lending), so X grows to three call actors. w0 and w1
+    # end: serving is now above the budget, and their two call actors idle
+    # at excl's barrier. Then w2 runs a nested batch Y. Y's request sent
+    # one idle call actor away, which did not bring serving under the
+    # budget, and the other kept the slot: Y never ran (a review).
+    with started_runtime(max_call_actors=1) as rt:
+        all_waiting = threading.Barrier(4, timeout=GUARD)
+        first_two, third = threading.Event(), threading.Event()
+        idle = threading.Semaphore(0)
+        original = rt.dispatcher.waits_for
+
+        def waits_for(mailbox: Any) -> bool:  # asked under the lock as a call actor is about to idle
+            answer = original(mailbox)
+            if not answer:
+                idle.release()
+            return answer
+
+        rt.dispatcher.waits_for = waits_for  # type: ignore[method-assign]
+
+        def w(args: Any, ctx: Any) -> str:
+            with rt.waiting():
+                all_waiting.wait()
+                must(third if ctx.call_id == "c2" else first_two, "the test to let the body go on")
+            if ctx.call_id != "c2":
+                return "w"
+            inner = rt.tools.execute(ToolBatchInput(calls=calls("leaf", "leaf", "leaf"), max_parallel_tool_calls=3))
+            return "+".join(r.result.value for r in inner.results)
+
+        rt.tools.register(make_tool("w", w))
+        rt.tools.register(make_tool("leaf", lambda args, ctx: "leaf"))
+        rt.tools.register(make_tool("excl", lambda args, ctx: "excl", classifier=None))
+        future = rt.tools.submit(ToolBatchInput(calls=calls("w", "w", "w", "excl"), max_parallel_tool_calls=3))
+        all_waiting.wait()
+        first_two.set()
+        for _ in range(2):  # w0's and w1's call actors wait idle (excl waits for w2)
+            assert idle.acquire(timeout=GUARD), "a call actor to idle"
+        third.set()
+        result = future.result(GUARD)
+    assert [r.result.value for r in result.results] == ["w", "w", "leaf+leaf+leaf", "excl"]
+
+
 def test_the_budget_is_a_positive_int_with_a_documented_default() -> None:
     assert ToolRuntime().max_call_actors == DEFAULT_CALL_ACTORS == 64
     for bad in (0, -1, 1.5, True, "8"):
