@@ -11,6 +11,7 @@ is never called).
 from __future__ import annotations
 
 import asyncio
+import numbers
 import threading
 import time
 from collections.abc import Callable
@@ -210,9 +211,10 @@ class ToolRuntime:
 
         ``timeout`` is a number of seconds, 0 or more (past about 11 days it
         is taken as 11 days: no stop waits longer)."""
-        if type(timeout) not in (int, float) or not timeout >= 0:  # (NaN too)
-            raise InvalidValueError(f"stop(timeout=...) must be a number of seconds, 0 or more, got {timeout!r}")
-        timeout = min(timeout, _LONGEST_STOP_S)
+        given: object = timeout
+        if not isinstance(given, numbers.Real) or isinstance(given, bool) or not given >= 0:  # (NaN too)
+            raise InvalidValueError(f"stop(timeout=...) must be a number of seconds, 0 or more, got {given!r}")
+        timeout = min(float(given), _LONGEST_STOP_S)
         with self._lock:
             first = not self._stopped
             if first:
