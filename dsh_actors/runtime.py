@@ -212,7 +212,7 @@ class ToolRuntime:
         ``timeout`` is a number of seconds, 0 or more (past about 11 days it
         is taken as 11 days: no stop waits longer)."""
         given: object = timeout
-        if not isinstance(given, numbers.Real) or isinstance(given, bool) or not given >= 0:  # (NaN too)
+        if type(given) is bool or not isinstance(given, numbers.Real) or not float(given) >= 0:  # (NaN too)
             raise InvalidValueError(f"stop(timeout=...) must be a number of seconds, 0 or more, got {given!r}")
         timeout = min(float(given), _LONGEST_STOP_S)
         with self._lock:
