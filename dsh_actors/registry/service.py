@@ -778,13 +778,6 @@ class ToolsService:
                 raise TimeoutError(f"{what} did not finish within {limit}s") from None
 
 
-def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
 def _running(rt: Kernel) -> bool:
     return rt.running
 
