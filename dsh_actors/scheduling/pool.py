@@ -286,7 +286,7 @@ class WorkMailbox:
             self._dispatcher.closed_mailbox_locked(self)
             self._leave(self.servers - self.sentinels)
 
-    def shed_idle_locked(self, most: int = 1) -> int:
+    def shed_idle_locked(self, most: int) -> int:
         """(Under the lock.) Another batch waits for a slot of the budget
         (the dispatcher asks): up to ``most`` servers idle here leave, when
         no call is queued. How many do."""
