@@ -42,7 +42,7 @@ from .registry.actor import RegistryActor
 from .registry.service import ServiceLinks, ToolsService
 from .scheduling.blocking import BlockingPool
 from .scheduling.dispatcher import Dispatcher
-from .scheduling.executor import CallActor, ExecutorActor, Lent, NativeExecutor
+from .scheduling.executor import CallActor, ExecutorActor, Lent, NativeExecutor, refuse_step
 from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
@@ -161,7 +161,7 @@ class ToolRuntime:
                 stop_clock=self.stop_remaining,
                 teardown_clock=self.teardown_remaining,
             )
-            self._dispatcher = Dispatcher(kernel, self.max_call_actors, CallActor.open, ExecutorActor.open)
+            self._dispatcher = Dispatcher(kernel, self.max_call_actors, CallActor.open, ExecutorActor.open, refuse_step)
             ref = RegistryActor.spawn(self._group, kernel, self._bind_executor)
             actor = self._group.actor(ref)
             assert actor is not None

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pykka
+from loguru import logger
 
 from ..actors import ActorGroup, Address
 from ..errors import RuntimeStoppedError
@@ -63,6 +64,9 @@ __all__ = ["Dispatcher"]
 IDLE_STEPPERS_KEPT = 32
 
 Opener = Callable[[ActorGroup, "Kernel", "Dispatcher"], Address]
+#: Answers the batch of a step that will never run (``RunBatch``, ``Begin``,
+#: ``Resume``), with the cause when it is not the runtime's stop.
+StepRefuser = Callable[[Any, "BaseException | None"], None]
 
 
 class Dispatcher:
@@ -99,12 +103,13 @@ class Dispatcher:
         budget: int,
         open_server: Opener,
         open_stepper: Opener,
-        idle_kept: int | None = None,
+        refuse_step: StepRefuser,
     ) -> None:
         self.lock = threading.Lock()
         self._rt = rt
         self._open_server = open_server
         self._open_stepper = open_stepper
+        self._refuse_step = refuse_step
         self.budget = budget
         self.steps_max = Dispatcher.STEPPING_MAX
         self.serving = 0
@@ -112,7 +117,7 @@ class Dispatcher:
         self.stepping = 0
         self.lent_steppers = 0
         self.peak = 0
-        self._servers = IdleShelf(rt.group, rt.loop, budget if idle_kept is None else idle_kept)
+        self._servers = IdleShelf(rt.group, rt.loop, budget)
         self._steppers = IdleShelf(rt.group, rt.loop, IDLE_STEPPERS_KEPT)
         self.wanting: dict[WorkMailbox, None] = {}
         self.runnable: deque[Any] = deque()
@@ -173,37 +178,51 @@ class Dispatcher:
             self.peak = self.serving
 
     def _send(self, sends: list[tuple[Address | None, Any]]) -> None:
-        """Make the sends :meth:`_assign` decided (outside the lock). A call
-        actor that cannot be started (the runtime is stopping) gives its
-        slot back and the mailbox is told nobody comes; a step that cannot
-        be started raises, as ``submit`` does."""
+        """Make the sends :meth:`_assign` decided (outside the lock). A send
+        that cannot be made is answered where it belongs, never raised to
+        this caller (whose own work may be another batch's): see
+        :meth:`_undelivered`."""
         rt = self._rt
-        failure: BaseException | None = None
         for address, message in sends:
-            serve = type(message) is Serve
             try:
                 if address is None:
-                    opener = self._open_server if serve else self._open_stepper
+                    opener = self._open_server if type(message) is Serve else self._open_stepper
                     address = opener(rt.group, rt, self)
                 address.tell(message)
             except (RuntimeError, pykka.ActorDeadError) as exc:
-                self.refused(message)
-                if not serve and failure is None:
-                    failure = exc
-        if failure is not None:
-            # (The runtime is stopping: its actors refuse new work.)
-            raise RuntimeStoppedError("the runtime is stopped") from failure
+                self._undelivered(message, exc)
+
+    def _undelivered(self, message: Any, exc: BaseException) -> None:
+        """``message`` could not be sent: its actor could not be started or
+        had stopped. Its slot is given back; a step's batch is answered (a
+        ``RuntimeStoppedError`` when the runtime stops, else a
+        ``ToolBatchExecutionError`` naming ``exc``: no thread could be
+        started, say); a ``Serve``'s mailbox hears that nobody comes, and
+        when nobody else serves it and the runtime is not stopping, its
+        queued calls fail with that cause rather than wait for nobody."""
+        stopping = self.closed or isinstance(exc, (RuntimeStoppedError, pykka.ActorDeadError))
+        if not stopping:
+            logger.opt(exception=exc).error("the dispatcher could not start an actor for {}", type(message).__name__)
+        if type(message) is Serve:
+            mailbox: WorkMailbox = message.mailbox
+            with self.lock:
+                self.serving -= 1
+                unserved = mailbox.refused_locked(reclaim=not stopping)
+            if unserved:
+                mailbox.fail_unserved(unserved, exc)
+            return
+        self.refused(message)
+        self._refuse_step(message, None if stopping else exc)
 
     def refused(self, message: Any) -> None:
         """A send :meth:`_assign` decided never reached its actor (the
-        runtime is stopping: ``_send`` could not start or tell the actor,
-        or the actor retired before it read the message and refused it):
-        the slot counted for it is given back, and a ``Serve``'s mailbox
-        is told that nobody comes."""
+        runtime is stopping: the actor retired before it read the message,
+        and refused it): the slot counted for it is given back, and a
+        ``Serve``'s mailbox is told that nobody comes."""
         with self.lock:
             if type(message) is Serve:
                 self.serving -= 1
-                message.mailbox.refused_locked()
+                message.mailbox.refused_locked(reclaim=False)
             else:
                 self.stepping -= 1
 
@@ -224,7 +243,7 @@ class Dispatcher:
         in ``servers`` and ``spare`` already). The sends to make once the
         lock is released (:meth:`send`)."""
         if self.closed:
-            mailbox.refused_locked()
+            mailbox.refused_locked(reclaim=False)
             return []
         mailbox.asked += 1
         self.wanting[mailbox] = None
@@ -352,9 +371,13 @@ class Dispatcher:
     # -- stop ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Runtime stop: no more call-actor grants (waiting mailboxes are told
-        nobody comes); idle actors are forgotten (the runtime's group stops
-        them). Queued steps still run, so their batches drain."""
+        """Runtime stop, once its batches have drained or been answered
+        (``NativeExecutor``'s stop hook runs first): no more grants (waiting
+        mailboxes are told nobody comes); idle actors are forgotten (the
+        runtime's group stops them); a step still queued for a slot (its
+        batch queued behind executor actors that the stop could not wait
+        for) is answered with ``RuntimeStoppedError`` rather than left to
+        wait for them."""
         with self.lock:
             self.closed = True
             self._servers.close()
@@ -362,6 +385,10 @@ class Dispatcher:
             for mailbox in list(self.wanting):
                 mailbox.drop_asked_locked()
             self.wanting.clear()
+            queued = list(self.runnable)
+            self.runnable.clear()
+        for work in queued:
+            self._refuse_step(work, None)
 
     # -- invariants ------------------------------------------------------------------
 

@@ -336,6 +336,30 @@ class NativeExecutor:
             settle(run.reply, error=error)
 
 
+def refuse_step(message: RunBatch | Begin | Resume, cause: BaseException | None) -> None:
+    """The step ``message`` will never run (the dispatcher's
+    ``StepRefuser``, and a retired executor actor's refusal): its batch's
+    caller is answered instead of waiting forever. ``cause`` None: the
+    runtime stopped (``RuntimeStoppedError``); else no executor actor could
+    be started for it (a ``ToolBatchExecutionError`` caused by ``cause``).
+    A batch that had begun no longer counts as running for the stop."""
+    if cause is None:
+        when = "started" if isinstance(message, RunBatch) else "finished"
+        error: BaseException = RuntimeStoppedError(f"the runtime stopped before the batch {when}")
+    else:
+        error = ToolBatchExecutionError(
+            "no executor actor could be started to run the batch "
+            f"({type(cause).__name__}: {safe_str(cause) or 'no detail'})"
+        )
+        error.__cause__ = cause
+    if isinstance(message, RunBatch):
+        settle(message.reply, error=error)
+        return
+    run = message.run
+    run.native.run_finished(run)  # (a Resume's batch had begun: the stop no longer waits for it)
+    settle(run.reply, error=error)
+
+
 class ExecutorActor(MailboxActor):
     """Runs one batch at a time (pooled). See the module docstring."""
 
@@ -391,13 +415,7 @@ class ExecutorActor(MailboxActor):
         dispatcher and its batch's caller gets ``RuntimeStoppedError``
         instead of waiting forever (any thread: see ``MailboxActor``)."""
         self.dispatcher.refused(message)
-        if isinstance(message, RunBatch):
-            settle(message.reply, error=RuntimeStoppedError("the runtime stopped before the batch started"))
-            return
-        run = message.run
-        if isinstance(message, Resume):
-            run.native.run_finished(run)  # (it had begun: the stop no longer waits for it)
-        settle(run.reply, error=RuntimeStoppedError("the runtime stopped before the batch finished"))
+        refuse_step(message, None)
 
     def _unstarted(self, work: RunBatch, exc: BaseException) -> RunBatch | Begin | Resume | None:
         """``work``'s batch could not even be set up (a bug): its caller

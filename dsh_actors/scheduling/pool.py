@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from ..errors import ExecutorUnavailableError, safe_str
+from ..pipeline.results import failure_from_exception
 from .messages import Returned, Settled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -321,11 +323,34 @@ class WorkMailbox:
         self.servers -= self.asked
         self.asked = 0
 
-    def refused_locked(self) -> None:
-        """(Under the lock.) A granted server will never come (the runtime is
-        stopping)."""
+    def refused_locked(self, *, reclaim: bool) -> list[Call]:
+        """(Under the lock.) A granted server will never come: the runtime is
+        stopping (its batches are aborted, their queued calls reclaimed), or
+        its actor could not be started (``reclaim``). Then, if no other
+        server serves or is on its way here, the queued calls are taken
+        back (to fail: :meth:`fail_unserved`), else they wait for the
+        others."""
         self.spare -= 1
         self.servers -= 1
+        if not reclaim or self.closed or self.servers - self.sentinels > 0:
+            return []
+        return self._reclaim()
+
+    def fail_unserved(self, calls: list[Call], cause: BaseException) -> None:
+        """``calls``, taken back because no server could be started for
+        them, settle without running (their bodies never started) with an
+        ``EXECUTOR_UNAVAILABLE`` failure caused by ``cause``, and go back to
+        the batch in order, as any settled call."""
+        detail = safe_str(cause) or type(cause).__name__
+        for call in calls:
+            execution = call.execution
+            error = ExecutorUnavailableError(
+                f'call {execution.call_id} (tool "{execution.name}"): no call actor could be started '
+                f"to run it ({type(cause).__name__}: {detail})"
+            )
+            error.__cause__ = cause
+            call.settle(failure_from_exception(error), run_post=call.phases_ran, dispatched=False)
+            self.report(call)
 
     def take(self, *, wait: bool = True, arriving: bool = False) -> Call | None | _Leave:
         """The next call to run (now owned by the caller), or LEAVE (the

@@ -240,6 +240,24 @@ def test_stop_abandons_an_async_body_that_survives_its_cancellation_and_names_it
     assert_no_new_threads(before)  # the loop thread ended without the body
 
 
+def _execute_in_thread(rt: ToolRuntime, batch: ToolBatchInput) -> tuple[threading.Thread, list[Any], threading.Event]:
+    """``rt.tools.execute(batch)`` on a thread of its own: the thread, where
+    its result or exception goes, and the event set once it has one."""
+    outcome: list[Any] = []
+    answered = threading.Event()
+
+    def execute() -> None:
+        try:
+            outcome.append(rt.tools.execute(batch))
+        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+            outcome.append(exc)
+        answered.set()
+
+    caller = threading.Thread(target=execute, name="test-caller")
+    caller.start()
+    return caller, outcome, answered
+
+
 @pytest.mark.parametrize("how", ["submit", "execute"])
 def test_stop_fails_the_reply_of_a_lone_body_that_ignores_its_signal_without_waiting_for_it(how: str) -> None:
     before = live_threads()
@@ -251,24 +269,14 @@ def test_stop_fails_the_reply_of_a_lone_body_that_ignores_its_signal_without_wai
         release.wait(GUARD)  # ignores its signal; runs inline on the batch's executor
         return "late"
 
-    outcome: list[Any] = []
     answered = threading.Event()
-
-    def execute() -> None:
-        try:
-            outcome.append(rt.tools.execute(ToolBatchInput(calls=calls("stubborn"))))
-        except BaseException as exc:  # noqa: BLE001 - inspected below
-            outcome.append(exc)
-        answered.set()
-
     try:
         rt.tools.register(make_tool("stubborn", stubborn))
         if how == "submit":
             future = rt.tools.submit(ToolBatchInput(calls=calls("stubborn")))
             future.add_done_callback(lambda _: answered.set())
         else:
-            caller = threading.Thread(target=execute, name="test-caller")
-            caller.start()
+            caller, outcome, answered = _execute_in_thread(rt, ToolBatchInput(calls=calls("stubborn")))
         must(running, "the lone body to run")
         _stop_in_thread(rt, 0.3)
         # The caller has its answer (a future: by the time stop() returned),
@@ -452,4 +460,50 @@ def test_a_batch_whose_start_loses_the_race_with_the_stop_fails_with_runtime_sto
                 asyncio.run(asyncio.wait_for(rt.tools.execute_async(ToolBatchInput(calls=calls("t"))), GUARD))
         monkeypatch.setattr(Address, "tell", tell)
         assert rt.tools.execute(ToolBatchInput(calls=calls("t"))).results[0].result.value == "ok"  # its slot came back
+    assert_no_new_threads(before)
+
+
+@pytest.mark.parametrize("entry", ["submit", "execute"])
+def test_a_batch_queued_for_a_step_slot_behind_a_stuck_one_is_answered_by_stop(
+    entry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The only step slot is held by a batch whose listener ignores its
+    # signal; a second batch waits for that slot. stop() answers the stuck
+    # batch, and the queued one too: nothing will ever run it.
+    from dsh_actors import RuntimeStoppedError
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+
+    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    holding, release = threading.Event(), threading.Event()
+    answered = threading.Event()
+    try:
+        rt.tools.register(make_tool("hold", lambda args, ctx: "held"))
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+
+        def listener(execution: Any, next_: Any) -> Any:
+            if execution.name == "hold":
+                holding.set()
+                release.wait(GUARD)  # ignores its signal, holding the step slot
+            return next_()
+
+        rt.events.on("tools/pre-execute", listener)
+        holder = rt.tools.submit(ToolBatchInput(calls=calls("hold")))
+        must(holding, "the only step slot is held")
+        if entry == "submit":
+            queued = rt.tools.submit(ToolBatchInput(calls=calls("t")))
+            queued.add_done_callback(lambda _: answered.set())
+        else:
+            caller, outcome, answered = _execute_in_thread(rt, ToolBatchInput(calls=calls("t")))
+        _stop_in_thread(rt, 0.2)
+        assert isinstance(holder.exception(0), ToolBatchExecutionError)
+        must(answered, "the queued batch's caller to be answered by stop()")
+        error = queued.exception(0) if entry == "submit" else outcome[0]
+        assert isinstance(error, RuntimeStoppedError), error
+        assert "before the batch started" in str(error)
+    finally:
+        release.set()
+    if entry == "execute":
+        caller.join(GUARD)
     assert_no_new_threads(before)
