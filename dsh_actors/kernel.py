@@ -15,7 +15,9 @@ replaces a part of it) and hands it down; ``rt.kernel`` is that object.
 runtime's dispatcher (``runtime.dispatcher``, which owns the capacity the
 kernel lends), and registers its stop hook with ``runtime.on_stop``. The
 kernel does not carry the dispatcher: the scheduler is above the kernel,
-and the kernel's module names nothing of it, so the layers import one way.
+and the kernel's module imports nothing of it when it runs (only its
+annotations name ``BlockingPool``, and the layers above it), so the layers
+import one way.
 
 :class:`Kernel` is the protocol those layers are typed against, so anything
 that has these members serves (a test's fake).
