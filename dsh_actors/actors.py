@@ -161,6 +161,11 @@ class ActorGroup:
             if self._enlisted % 64 == 0:
                 self._prune()
 
+    def forget(self, actor: ActorBase) -> None:
+        """Drop ``actor``, whose thread could not be started (it never ran)."""
+        with self._lock:
+            self._members.pop(actor.actor_urn, None)
+
     def started(self, urn: str, thread: threading.Thread) -> None:
         with self._lock:
             member = self._members.get(urn)
@@ -252,6 +257,26 @@ class ActorBase(pykka.ThreadingActor):
         super().__init__()
         self.group = group
         group.enlist(self)
+        _local.constructed = self  # (for start(), should its thread not start)
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> Any:
+        """pykka's ``start``; when the actor's thread cannot be started (the
+        process is at its thread limit: ``RuntimeError``), the actor pykka
+        made and registered is undone (unregistered, out of its group,
+        stopped) before the error goes on, so nothing waits for it."""
+        _local.constructed = None
+        try:
+            return super().start(*args, **kwargs)
+        except BaseException:
+            actor = _local.constructed
+            if isinstance(actor, ActorBase) and actor.actor_ref is not None:
+                pykka.ActorRegistry.unregister(actor.actor_ref)
+                actor.group.forget(actor)
+                actor.actor_stopped.set()
+            raise
+        finally:
+            _local.constructed = None
 
     @classmethod
     def spawn(cls: type[Any], group: ActorGroup, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:

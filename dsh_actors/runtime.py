@@ -283,6 +283,8 @@ class ToolRuntime:
         # Past the drain's deadline, what is still running gets STOP_GRACE
         # more to end (each part below); then it is left behind, named.
         abandoned = self._group.stop_all(self.teardown_remaining())
+        if self._dispatcher is not None:
+            self._dispatcher.refuse_queued()  # (steps queued behind actors left stuck: nothing runs them now)
         if self._workers is not None:
             self._workers.shutdown()
             end = time.monotonic() + self.teardown_remaining()

@@ -52,7 +52,7 @@ from loguru import logger
 from ..actors import ActorGroup, Address
 from ..errors import RuntimeStoppedError
 from .idle import IdleShelf
-from .messages import Serve
+from .messages import RunBatch, Serve
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
@@ -81,12 +81,17 @@ class Dispatcher:
       executor actors waiting with their slot lent.
     * ``wanting``: mailboxes waiting for a call-actor slot, with how many
       each asked for (its ``asked``), in the order they first asked.
-    * ``runnable``: steps waiting for a step slot, first come first served.
+    * ``runnable``: steps waiting for a step slot, first come first served
+      (a begun batch's step that no executor actor could be started for
+      goes back to its head).
+    * ``starved``: an executor actor could not be started (no thread could
+      be); until the retry timer, queued steps take only idle executor
+      actors, and those that end their work.
 
     Invariants (:meth:`assert_invariants`): ``wanting`` is not empty only
     while ``serving >= budget`` (or the dispatcher is closed: then it is
     empty); ``runnable`` is not empty only while ``stepping >=
-    steps_max``; each waiting mailbox's ``asked`` is what ``wanting``
+    steps_max`` or ``starved``; each waiting mailbox's ``asked`` is what ``wanting``
     holds for it; the call actors the open mailboxes count as granted are
     at most ``serving + lent_servers``. After a lend ends, ``serving`` (or
     ``stepping``) may pass its bound until that actor next gives its slot
@@ -96,6 +101,9 @@ class Dispatcher:
     #: Executor actors taking steps at once, for the whole runtime (lent
     #: ones not counted). Read when the dispatcher is made.
     STEPPING_MAX: ClassVar[int] = 16
+    #: Seconds before executor actors are tried again for queued steps,
+    #: after one could not be started (no thread could be).
+    STEP_RETRY_S: ClassVar[float] = 0.05
 
     def __init__(
         self,
@@ -123,6 +131,7 @@ class Dispatcher:
         self.runnable: deque[Any] = deque()
         self._mailboxes: dict[WorkMailbox, None] = {}
         self.closed = False
+        self.starved = False
 
     def __repr__(self) -> str:
         return (
@@ -141,8 +150,11 @@ class Dispatcher:
         sends: list[tuple[Address | None, Any]] = []
         runnable = self.runnable
         while runnable and self.stepping < self.steps_max:
+            stepper = self._steppers.take()
+            if stepper is None and self.starved:
+                break  # (no new one until the retry timer: see _undelivered)
             self.stepping += 1
-            sends.append((self._steppers.take(), runnable.popleft()))
+            sends.append((stepper, runnable.popleft()))
         wanting = self.wanting
         while wanting and self.serving < self.budget:
             mailbox = self._fairest()
@@ -180,51 +192,99 @@ class Dispatcher:
     def _send(self, sends: list[tuple[Address | None, Any]]) -> None:
         """Make the sends :meth:`_assign` decided (outside the lock). A send
         that cannot be made is answered where it belongs, never raised to
-        this caller (whose own work may be another batch's): see
-        :meth:`_undelivered`."""
+        this caller (whose own work may be another batch's), and the slot
+        it gives back is granted again: see :meth:`_undelivered`. (Each
+        failure takes one queued step or one request away, so this ends.)"""
         rt = self._rt
-        for address, message in sends:
-            try:
-                if address is None:
-                    opener = self._open_server if type(message) is Serve else self._open_stepper
-                    address = opener(rt.group, rt, self)
-                address.tell(message)
-            except (RuntimeError, pykka.ActorDeadError) as exc:
-                self._undelivered(message, exc)
+        while sends:
+            again: list[tuple[Address | None, Any]] = []
+            for address, message in sends:
+                try:
+                    if address is None:
+                        opener = self._open_server if type(message) is Serve else self._open_stepper
+                        address = opener(rt.group, rt, self)
+                    address.tell(message)
+                except (RuntimeError, pykka.ActorDeadError) as exc:
+                    again.extend(self._undelivered(message, exc))
+            sends = again
 
-    def _undelivered(self, message: Any, exc: BaseException) -> None:
-        """``message`` could not be sent: its actor could not be started or
-        had stopped. Its slot is given back; a step's batch is answered (a
-        ``RuntimeStoppedError`` when the runtime stops, else a
-        ``ToolBatchExecutionError`` naming ``exc``: no thread could be
-        started, say); a ``Serve``'s mailbox hears that nobody comes, and
-        when nobody else serves it and the runtime is not stopping, its
-        queued calls fail with that cause rather than wait for nobody."""
-        stopping = self.closed or isinstance(exc, (RuntimeStoppedError, pykka.ActorDeadError))
+    def _undelivered(self, message: Any, exc: BaseException) -> list[tuple[Address | None, Any]]:
+        """``message`` could not be sent: its actor could not be started (no
+        thread could be: ``RuntimeError``), or the runtime stops (its group
+        refuses new actors, or the actor had stopped: an idle actor leaves
+        its shelf before it retires, so only a stop ends one that a send
+        was decided for). Its slot is given back and granted again (the
+        sends returned). Then:
+
+        * a ``Serve``'s mailbox hears that nobody comes; when no other
+          server serves it or is on its way, and the runtime does not stop
+          (a stop aborts its batch, which reclaims them), its queued calls
+          fail ``EXECUTOR_UNAVAILABLE`` rather than wait for nobody;
+        * a ``RunBatch`` (nothing of its batch has run) fails: a
+          ``ToolBatchExecutionError`` naming ``exc``, or
+          ``RuntimeStoppedError`` in a stop;
+        * a ``Resume`` or ``Begin`` (its batch has begun: calls may be out)
+          is never answered early: it waits at the head of the queue, for an
+          executor actor that ends its work (``step_ended``) or for the
+          retry timer (:attr:`STEP_RETRY_S`), which tries to start one
+          again; in a stop, its batch is answered ``RuntimeStoppedError``."""
+        stopping = isinstance(exc, (RuntimeStoppedError, pykka.ActorDeadError))
         if not stopping:
             logger.opt(exception=exc).error("the dispatcher could not start an actor for {}", type(message).__name__)
-        if type(message) is Serve:
-            mailbox: WorkMailbox = message.mailbox
-            with self.lock:
+        unserved: list[Any] = []
+        refuse = arm = False
+        with self.lock:
+            if type(message) is Serve:
                 self.serving -= 1
-                unserved = mailbox.refused_locked(reclaim=not stopping)
-            if unserved:
-                mailbox.fail_unserved(unserved, exc)
-            return
-        self.refused(message)
-        self._refuse_step(message, None if stopping else exc)
+                unserved = message.mailbox.refused_locked(reclaim=not stopping)
+            else:
+                self.stepping -= 1
+                if stopping or type(message) is RunBatch:
+                    refuse = True
+                else:
+                    self.runnable.appendleft(message)
+                    arm = not self.starved
+                    self.starved = True
+            sends = [] if self.closed else self._assign()
+        if unserved:
+            message.mailbox.fail_unserved(unserved, exc)
+        if refuse:
+            self._refuse_step(message, None if stopping else exc)
+        if arm:
+            self._arm_retry()
+        return sends
+
+    def _arm_retry(self) -> None:
+        loop = self._rt.loop.loop
+        try:
+            loop.call_soon_threadsafe(loop.call_later, self.STEP_RETRY_S, self._retry_steps)
+        except RuntimeError:  # the loop is closed: the runtime stops (refuse_queued answers them)
+            pass
+
+    def _retry_steps(self) -> None:
+        # On the loop's thread: start executor actors for the queued steps again.
+        with self.lock:
+            self.starved = False
+            sends = [] if self.closed else self._assign()
+        try:
+            self._send(sends)
+        except BaseException as exc:  # noqa: BLE001 - never into the loop
+            logger.opt(exception=exc).error("retrying the queued steps failed")
 
     def refused(self, message: Any) -> None:
-        """A send :meth:`_assign` decided never reached its actor (the
-        runtime is stopping: the actor retired before it read the message,
-        and refused it): the slot counted for it is given back, and a
-        ``Serve``'s mailbox is told that nobody comes."""
+        """A send :meth:`_assign` decided never reached its actor: the actor
+        retired (the runtime stops) before it read the message, and refused
+        it. The slot counted for it is given back and granted again, and a
+        ``Serve``'s mailbox is told that nobody comes (the actor answers a
+        step's batch itself)."""
         with self.lock:
             if type(message) is Serve:
                 self.serving -= 1
                 message.mailbox.refused_locked(reclaim=False)
             else:
                 self.stepping -= 1
+            sends = [] if self.closed else self._assign()
+        self.send(sends)
 
     # -- call-actor slots ------------------------------------------------------------
 
@@ -371,13 +431,10 @@ class Dispatcher:
     # -- stop ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Runtime stop, once its batches have drained or been answered
-        (``NativeExecutor``'s stop hook runs first): no more grants (waiting
-        mailboxes are told nobody comes); idle actors are forgotten (the
-        runtime's group stops them); a step still queued for a slot (its
-        batch queued behind executor actors that the stop could not wait
-        for) is answered with ``RuntimeStoppedError`` rather than left to
-        wait for them."""
+        """Runtime stop: no more call-actor grants (waiting mailboxes are told
+        nobody comes); idle actors are forgotten (the runtime's group stops
+        them). Queued steps still run (an executor actor that ends its work
+        takes the next), so their batches drain."""
         with self.lock:
             self.closed = True
             self._servers.close()
@@ -385,6 +442,14 @@ class Dispatcher:
             for mailbox in list(self.wanting):
                 mailbox.drop_asked_locked()
             self.wanting.clear()
+
+    def refuse_queued(self) -> None:
+        """Runtime stop, once its actors are stopped (or left behind, stuck):
+        a step still queued (a batch waiting for a slot behind executor
+        actors the stop could not wait for) is answered with
+        ``RuntimeStoppedError``, as pykka fails the asks a stopped actor
+        never answered."""
+        with self.lock:
             queued = list(self.runnable)
             self.runnable.clear()
         for work in queued:
@@ -398,7 +463,7 @@ class Dispatcher:
             assert self.serving >= 0 and self.lent_servers >= 0, self
             assert self.stepping >= 0 and self.lent_steppers >= 0, self
             assert not self.wanting or (self.serving >= self.budget and not self.closed), self
-            assert not self.runnable or self.stepping >= self.steps_max, self
+            assert not self.runnable or self.stepping >= self.steps_max or self.starved, self
             for mailbox in self.wanting:
                 assert mailbox.asked > 0, f"{mailbox} waits for nothing"
             granted = 0

@@ -341,8 +341,10 @@ def refuse_step(message: RunBatch | Begin | Resume, cause: BaseException | None)
     ``StepRefuser``, and a retired executor actor's refusal): its batch's
     caller is answered instead of waiting forever. ``cause`` None: the
     runtime stopped (``RuntimeStoppedError``); else no executor actor could
-    be started for it (a ``ToolBatchExecutionError`` caused by ``cause``).
-    A batch that had begun no longer counts as running for the stop."""
+    be started for a batch that has not begun (a ``RunBatch``: a
+    ``ToolBatchExecutionError`` caused by ``cause``; a begun batch's step
+    waits for one instead, see ``Dispatcher._undelivered``). A batch that
+    had begun no longer counts as running for the stop."""
     if cause is None:
         when = "started" if isinstance(message, RunBatch) else "finished"
         error: BaseException = RuntimeStoppedError(f"the runtime stopped before the batch {when}")

@@ -1,8 +1,8 @@
-"""When an actor cannot be started (no thread can be: the process is at its
-limit) while the runtime runs, the work it was for is answered with that
-cause, never left waiting for nobody, and the runtime goes on once threads
-can be started again. (A stopping runtime's refusals are in
-test_executor_stop.py.)"""
+"""When an actor's thread cannot be started (the process is at its thread
+limit) while the runtime runs, the work it was for is never left waiting
+for nobody, never answered before its calls settle, and the runtime goes on
+once threads can be started again; its stop waits for no actor that never
+ran. (A stopping runtime's refusals are in test_executor_stop.py.)"""
 
 from __future__ import annotations
 
@@ -13,39 +13,66 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import Session, ToolBatchExecutionError, ToolBatchInput
-from dsh_actors.actors import ActorGroup
+from dsh_actors import AbortController, Session, ToolBatchExecutionError, ToolBatchInput, ToolRuntime
 from dsh_actors.errors import ErrorCode
 
-from .helpers import GUARD, calls, code_of, events_of, logged_batch, make_tool, must, started_runtime
+from .helpers import (
+    GUARD,
+    assert_no_new_threads,
+    calls,
+    code_of,
+    events_of,
+    live_threads,
+    logged_batch,
+    make_tool,
+    must,
+)
 
 
 @contextmanager
-def no_thread_for(kind: type, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """While the block runs, an actor of ``kind`` cannot be started: its
-    constructor fails as ``Thread.start`` does when no thread can be made."""
-    enlist = ActorGroup.enlist
+def no_thread_for(kind: type, failed: threading.Event | None = None) -> Iterator[None]:
+    """While the block runs, the thread of a new actor of ``kind`` cannot be
+    started: ``Thread.start`` raises as it does at the process's thread
+    limit, once pykka has made and registered the actor (``failed`` is set
+    each time)."""
 
-    def failing(self: ActorGroup, actor: Any) -> None:
-        if isinstance(actor, kind):
-            raise RuntimeError("can't start new thread")
-        enlist(self, actor)
+    def failing(self: Any) -> None:
+        if failed is not None:
+            failed.set()
+        raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(ActorGroup, "enlist", failing)
+    setattr(kind, "_start_actor_loop", failing)  # noqa: B010 - pykka's thread start, for this class only
     try:
         yield
     finally:
-        monkeypatch.setattr(ActorGroup, "enlist", enlist)
+        delattr(kind, "_start_actor_loop")
 
 
-def test_calls_no_call_actor_can_be_started_for_fail_executor_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+@contextmanager
+def runtime(**kwargs: Any) -> Iterator[ToolRuntime]:
+    """A started runtime whose stop (with a long timeout) must not wait for
+    anything: an actor whose thread never started is no member of it."""
+    before = live_threads()
+    rt = ToolRuntime(**kwargs).start()
+    try:
+        yield rt
+    finally:
+        stopper = threading.Thread(target=rt.stop, kwargs={"timeout": 60.0}, name="test-stop")
+        stopper.start()
+        stopper.join(GUARD)
+        assert not stopper.is_alive(), "rt.stop() waited for something that never runs"
+        assert rt.abandoned == ()
+    assert_no_new_threads(before)
+
+
+def test_calls_no_call_actor_can_be_started_for_fail_executor_unavailable() -> None:
     from dsh_actors.scheduling.executor import CallActor
 
-    with started_runtime() as rt:
+    with runtime() as rt:
         ran: list[int] = []
         rt.tools.register(make_tool("t", lambda args, ctx: ran.append(args["i"]) or "ok"))
         session = Session()
-        with no_thread_for(CallActor, monkeypatch):
+        with no_thread_for(CallActor):
             batch = rt.tools.submit(logged_batch(calls("t", "t", "t", "t"), session)).result(GUARD)
         codes = [code_of(r.result) for r in batch.results]
         # The first call may run inline on the batch's own executor actor;
@@ -69,14 +96,12 @@ def test_calls_no_call_actor_can_be_started_for_fail_executor_unavailable(monkey
         rt.dispatcher.assert_invariants()
 
 
-def test_a_batch_no_executor_actor_can_be_started_for_fails_with_that_cause(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_batch_no_executor_actor_can_be_started_for_fails_with_that_cause() -> None:
     from dsh_actors.scheduling.executor import ExecutorActor
 
-    with started_runtime() as rt:
+    with runtime() as rt:
         rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
-        with no_thread_for(ExecutorActor, monkeypatch):
+        with no_thread_for(ExecutorActor):
             future = rt.tools.submit(ToolBatchInput(calls=calls("t")))  # never raises: the future fails
             error = future.exception(GUARD)
             assert isinstance(error, ToolBatchExecutionError), error
@@ -91,31 +116,41 @@ def test_a_batch_no_executor_actor_can_be_started_for_fails_with_that_cause(
         assert rt.tools.execute(ToolBatchInput(calls=calls("t"))).results[0].result.value == "ok"
 
 
-def test_a_queued_step_that_cannot_start_fails_its_own_batch_not_the_thread_that_freed_the_slot(
+def test_a_queued_step_that_cannot_start_fails_its_own_batch_and_the_slot_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The only step slot is held by batch A's listener; batch B waits for it.
-    # The listener then waits for something else (rt.waiting(): its slot is
-    # lent), and B's executor actor cannot be started. B fails with that
-    # cause; A's listener, whose lend made the send, is not the one told.
+    # The only step slot is held by batch X's listener; A and B wait for it.
+    # The listener then lends it (rt.waiting()) and waits for B to run, and
+    # A's executor actor cannot be started (one failure). A fails with that
+    # cause; the listener, whose lend made the send, is not the one told;
+    # and the slot A gave back goes on to B at once.
     from dsh_actors.scheduling.dispatcher import Dispatcher
     from dsh_actors.scheduling.executor import ExecutorActor
 
     monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
-    with started_runtime() as rt:
-        holding, go = threading.Event(), threading.Event()
-        lent: list[BaseException | None] = []
+    with runtime() as rt:
+        holding, go, b_ran = threading.Event(), threading.Event(), threading.Event()
+        lent: list[BaseException | bool] = []
         rt.tools.register(make_tool("hold", lambda args, ctx: "held"))
         rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+        rt.tools.register(make_tool("b", lambda args, ctx: b_ran.set() or "b"))
+        failures = 0
+        start_loop = ExecutorActor._start_actor_loop
+
+        def once(self: Any) -> None:
+            nonlocal failures
+            if failures == 0:
+                failures += 1
+                raise RuntimeError("can't start new thread")
+            start_loop(self)
 
         def listener(execution: Any, next_: Any) -> Any:
             if execution.name == "hold":
                 holding.set()
                 go.wait(GUARD)
                 try:
-                    with rt.waiting():  # lends the step slot: B is sent now
-                        pass
-                    lent.append(None)
+                    with rt.waiting():  # lends the only step slot: A, then B, are sent now
+                        lent.append(b_ran.wait(GUARD))
                 except BaseException as exc:  # noqa: BLE001 - inspected below
                     lent.append(exc)
             return next_()
@@ -123,12 +158,72 @@ def test_a_queued_step_that_cannot_start_fails_its_own_batch_not_the_thread_that
         rt.events.on("tools/pre-execute", listener)
         holder = rt.tools.submit(ToolBatchInput(calls=calls("hold")))
         must(holding, "the only step slot is held")
-        queued = rt.tools.submit(ToolBatchInput(calls=calls("t")))
-        with no_thread_for(ExecutorActor, monkeypatch):
-            go.set()
-            assert [code_of(r.result) for r in holder.result(GUARD).results] == [None]
-            error = queued.exception(GUARD)
-        assert lent == [None]
+        a = rt.tools.submit(ToolBatchInput(calls=calls("t")))
+        b = rt.tools.submit(ToolBatchInput(calls=calls("b")))
+        monkeypatch.setattr(ExecutorActor, "_start_actor_loop", once)
+        go.set()
+        assert [code_of(r.result) for r in holder.result(GUARD).results] == [None]
+        assert lent == [True], lent
+        error = a.exception(GUARD)
         assert isinstance(error, ToolBatchExecutionError) and "no executor actor could be started" in str(error)
+        assert b.result(GUARD).results[0].result.value == "b"
         rt.dispatcher.assert_invariants()
-        assert rt.tools.execute(ToolBatchInput(calls=calls("t"))).results[0].result.value == "ok"
+
+
+@pytest.mark.parametrize("then", ["threads come back", "an executor actor ends its work"])
+def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
+    then: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batch A's two calls run on call actors; its executor actor has retired,
+    # and the only one left is busy with batch H (its listener waits). A is
+    # aborted: its step
+    # must run again, and no executor actor can be started. A is not
+    # answered while its calls are out: its step waits, and runs once an
+    # executor actor can be started again (the retry), or once H's ends its
+    # work; then A commits and logs every call, as any aborted batch.
+    from dsh_actors.scheduling import dispatcher
+    from dsh_actors.scheduling.executor import ExecutorActor
+
+    monkeypatch.setattr(dispatcher, "IDLE_STEPPERS_KEPT", 0)  # an executor actor retires once its work ends
+    with runtime() as rt:
+        running = threading.Semaphore(0)
+        holding, release_h, release_a, failed = (threading.Event() for _ in range(4))
+
+        def stubborn(args: Any, ctx: Any) -> str:
+            running.release()
+            release_a.wait(GUARD)  # ends when the test says, abort or not
+            return "late"
+
+        rt.tools.register(make_tool("slow", stubborn))
+        rt.tools.register(make_tool("hold", lambda args, ctx: "held"))
+
+        def listener(execution: Any, next_: Any) -> Any:
+            if execution.name == "hold":
+                holding.set()
+                release_h.wait(GUARD)
+            return next_()
+
+        rt.events.on("tools/pre-execute", listener)
+        session = Session()
+        controller = AbortController()
+        a = rt.tools.submit(logged_batch(calls("slow", "slow"), session, signal=controller.signal))
+        for _ in range(2):
+            assert running.acquire(timeout=GUARD), "A's two bodies to run"
+        holder = rt.tools.submit(ToolBatchInput(calls=calls("hold")))
+        must(holding, "H holds the only executor actor")
+        with no_thread_for(ExecutorActor, failed):
+            controller.abort("the user stopped")  # A's Wake: its step must run
+            must(failed, "A's step to find no executor actor")
+            release_a.set()  # its bodies end: the batch still holds its calls out
+            assert not a.done(), "a batch was answered while its calls were out"
+            if then == "an executor actor ends its work":
+                release_h.set()
+                result = a.result(GUARD)
+        if then == "threads come back":
+            result = a.result(GUARD)  # (the retry starts an executor actor)
+            release_h.set()
+        # Both bodies settled after the abort: ABORTED, committed and logged.
+        assert [code_of(r.result) for r in result.results] == ["ABORTED", "ABORTED"]
+        assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1"]
+        assert [code_of(r.result) for r in holder.result(GUARD).results] == [None]
+        rt.dispatcher.assert_invariants()

@@ -507,3 +507,47 @@ def test_a_batch_queued_for_a_step_slot_behind_a_stuck_one_is_answered_by_stop(
     if entry == "execute":
         caller.join(GUARD)
     assert_no_new_threads(before)
+
+
+def test_a_batch_queued_for_a_step_slot_behind_one_that_drains_runs_in_the_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The only step slot is held by batch X, whose listener honours its
+    # signal; R waits for the slot. X's executor actor is still in X's
+    # done-callback when the stop closes the dispatcher: R is still queued
+    # then, and runs once that actor takes it, its calls answered
+    # ABORTED_BEFORE_DISPATCH like any batch the stop drains.
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+
+    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
+    closed = threading.Event()
+    close = Dispatcher.close
+
+    def closing(self: Dispatcher) -> None:
+        close(self)
+        closed.set()
+
+    monkeypatch.setattr(Dispatcher, "close", closing)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    holding = threading.Event()
+    rt.tools.register(make_tool("hold", lambda args, ctx: "held"))
+    rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+
+    def listener(execution: Any, next_: Any) -> Any:
+        if execution.name == "hold":
+            holding.set()
+            execution.signal.wait(GUARD)  # until the stop
+        return next_()
+
+    rt.events.on("tools/pre-execute", listener)
+    holder = rt.tools.submit(ToolBatchInput(calls=calls("hold")))
+    holder.add_done_callback(lambda _: closed.wait(GUARD))  # (on X's executor actor, holding the slot)
+    must(holding, "the only step slot is held")
+    queued = rt.tools.submit(ToolBatchInput(calls=calls("t", "t")))
+    _stop_in_thread(rt, 5.0)
+    assert closed.is_set()
+    assert [code_of(r.result) for r in holder.result(0).results] == ["ABORTED_BEFORE_DISPATCH"]
+    assert [code_of(r.result) for r in queued.result(GUARD).results] == ["ABORTED_BEFORE_DISPATCH"] * 2
+    assert rt.abandoned == ()
+    assert_no_new_threads(before)
