@@ -223,10 +223,14 @@ class ActorGroup:
             if isinstance(actor, MailboxActor):
                 actor.mailbox.put(RETIRE)
             try:
-                futures.append(member.ref.stop(block=False))
+                futures.append((member, member.ref.stop(block=False)))
             except pykka.ActorDeadError:
                 pass
-        for fut in futures:
+        for member, fut in futures:
+            with self._lock:
+                forgotten = self._members.get(member.ref.actor_urn) is not member
+            if forgotten:
+                continue  # its thread never started (ActorBase.start): nobody answers its stop
             try:
                 fut.get(timeout=max(0.0, deadline - time.monotonic()))
             except Exception:  # noqa: BLE001 - a stuck actor: joined (and reported) below
@@ -265,18 +269,19 @@ class ActorBase(pykka.ThreadingActor):
         process is at its thread limit: ``RuntimeError``), the actor pykka
         made and registered is undone (unregistered, out of its group,
         stopped) before the error goes on, so nothing waits for it."""
+        outer = getattr(_local, "constructed", None)  # (an actor whose __init__ starts this one)
         _local.constructed = None
         try:
             return super().start(*args, **kwargs)
-        except BaseException:
+        except Exception:
             actor = _local.constructed
             if isinstance(actor, ActorBase) and actor.actor_ref is not None:
+                actor.actor_stopped.set()  # first: a stop that asks it from now on is refused at once
                 pykka.ActorRegistry.unregister(actor.actor_ref)
                 actor.group.forget(actor)
-                actor.actor_stopped.set()
             raise
         finally:
-            _local.constructed = None
+            _local.constructed = outer
 
     @classmethod
     def spawn(cls: type[Any], group: ActorGroup, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:

@@ -190,3 +190,43 @@ def test_a_message_queued_before_pykka_stopped_an_actor_that_never_read_its_mail
     with pytest.raises(pykka.ActorDeadError):
         address.tell("after")
     assert group.stop_all(GUARD) == []
+
+
+class _Inner(ActorBase):
+    def receive(self, message: Any) -> Any:
+        return None
+
+
+class _Outer(ActorBase):
+    def __init__(self, group: ActorGroup) -> None:
+        super().__init__(group)
+        self.child = _Inner.spawn(group)  # an actor whose __init__ starts another
+
+    def receive(self, message: Any) -> Any:
+        return None
+
+
+@pytest.mark.parametrize("kind", [_Inner, _Outer])
+def test_an_actor_whose_thread_cannot_be_started_is_undone_and_stop_all_does_not_wait_for_it(kind: type) -> None:
+    # Thread.start fails (the process is at its thread limit) after pykka
+    # made and registered the actor: it is unregistered, out of the group
+    # and stopped, even when its own __init__ started another actor first.
+    group = ActorGroup()
+
+    def failing(self: Any) -> None:
+        raise RuntimeError("can't start new thread")
+
+    setattr(kind, "_start_actor_loop", failing)  # noqa: B010 - pykka's thread start, for this class only
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            kind.spawn(group)
+    finally:
+        delattr(kind, "_start_actor_loop")
+    assert not [ref for ref in pykka.ActorRegistry.get_all() if ref.actor_class is kind]
+    done = threading.Event()
+    left: list[str] = []
+    stopper = threading.Thread(target=lambda: (left.extend(group.stop_all(30.0)), done.set()), name="test-stop-all")
+    stopper.start()
+    assert done.wait(GUARD), "stop_all waited for an actor whose thread never started"
+    stopper.join(GUARD)
+    assert left == []

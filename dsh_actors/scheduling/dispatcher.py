@@ -52,7 +52,7 @@ from loguru import logger
 from ..actors import ActorGroup, Address
 from ..errors import RuntimeStoppedError
 from .idle import IdleShelf
-from .messages import RunBatch, Serve
+from .messages import Resume, RunBatch, Serve
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
@@ -189,7 +189,7 @@ class Dispatcher:
         if self.serving > self.peak:
             self.peak = self.serving
 
-    def _send(self, sends: list[tuple[Address | None, Any]]) -> None:
+    def _send(self, sends: list[tuple[Address | None, Any]], retrying: bool = False) -> None:
         """Make the sends :meth:`_assign` decided (outside the lock). A send
         that cannot be made is answered where it belongs, never raised to
         this caller (whose own work may be another batch's), and the slot
@@ -205,10 +205,10 @@ class Dispatcher:
                         address = opener(rt.group, rt, self)
                     address.tell(message)
                 except (RuntimeError, pykka.ActorDeadError) as exc:
-                    again.extend(self._undelivered(message, exc))
+                    again.extend(self._undelivered(message, exc, retrying))
             sends = again
 
-    def _undelivered(self, message: Any, exc: BaseException) -> list[tuple[Address | None, Any]]:
+    def _undelivered(self, message: Any, exc: BaseException, retrying: bool) -> list[tuple[Address | None, Any]]:
         """``message`` could not be sent: its actor could not be started (no
         thread could be: ``RuntimeError``), or the runtime stops (its group
         refuses new actors, or the actor had stopped: an idle actor leaves
@@ -227,25 +227,31 @@ class Dispatcher:
           is never answered early: it waits at the head of the queue, for an
           executor actor that ends its work (``step_ended``) or for the
           retry timer (:attr:`STEP_RETRY_S`), which tries to start one
-          again; in a stop, its batch is answered ``RuntimeStoppedError``."""
+          again (``starved``: meanwhile queued steps take only idle
+          executor actors, so no batch fails on another's account); in a
+          stop, its batch is answered ``RuntimeStoppedError``;
+        * ``retrying`` (the retry timer's sends, on the loop's thread): a
+          step of any kind waits so, and nothing is answered there."""
         stopping = isinstance(exc, (RuntimeStoppedError, pykka.ActorDeadError))
-        if not stopping:
-            logger.opt(exception=exc).error("the dispatcher could not start an actor for {}", type(message).__name__)
         unserved: list[Any] = []
         refuse = arm = False
         with self.lock:
+            starved = self.starved
             if type(message) is Serve:
                 self.serving -= 1
                 unserved = message.mailbox.refused_locked(reclaim=not stopping)
             else:
                 self.stepping -= 1
-                if stopping or type(message) is RunBatch:
+                if stopping or (type(message) is RunBatch and not retrying):
                     refuse = True
                 else:
                     self.runnable.appendleft(message)
-                    arm = not self.starved
+                    arm = not starved
                     self.starved = True
             sends = [] if self.closed else self._assign()
+        if not stopping and not retrying and not (starved and type(message) is not Serve):
+            # (Once a starved spell, not at every retry.)
+            logger.opt(exception=exc).error("the dispatcher could not start an actor for {}", type(message).__name__)
         if unserved:
             message.mailbox.fail_unserved(unserved, exc)
         if refuse:
@@ -262,12 +268,26 @@ class Dispatcher:
             pass
 
     def _retry_steps(self) -> None:
-        # On the loop's thread: start executor actors for the queued steps again.
+        # On the loop's thread: the starved spell's retry. An executor actor
+        # is tried again for the head of the queue and, once one starts, for
+        # the rest; a step that still cannot start goes back to the head,
+        # whatever its kind (nothing is answered on the loop's thread), and
+        # the timer is armed again.
         with self.lock:
+            if self.closed or not self.starved:
+                return
             self.starved = False
-            sends = [] if self.closed else self._assign()
+            sends: list[tuple[Address | None, Any]] = []
+            if self.runnable and self.stepping < self.steps_max:
+                self.stepping += 1
+                sends.append((self._steppers.take(), self.runnable.popleft()))
         try:
-            self._send(sends)
+            self._send(sends, retrying=True)
+            with self.lock:
+                if self.closed or self.starved:
+                    return  # (it failed again)
+                sends = self._assign()
+            self._send(sends, retrying=True)
         except BaseException as exc:  # noqa: BLE001 - never into the loop
             logger.opt(exception=exc).error("retrying the queued steps failed")
 
@@ -443,6 +463,18 @@ class Dispatcher:
                 mailbox.drop_asked_locked()
             self.wanting.clear()
 
+    def withdraw(self, run: Any) -> bool:
+        """(Runtime stop, past its deadline.) Take the ``Resume`` queued for
+        ``run`` out of the queue (its batch waits for a step slot, or for an
+        executor actor none could be started for): whether there was one.
+        The caller, holding no step slot, then takes the batch's step."""
+        with self.lock:
+            for at, work in enumerate(self.runnable):
+                if type(work) is Resume and work.run is run:
+                    del self.runnable[at]
+                    return True
+        return False
+
     def refuse_queued(self) -> None:
         """Runtime stop, once its actors are stopped (or left behind, stuck):
         a step still queued (a batch waiting for a slot behind executor
@@ -463,7 +495,10 @@ class Dispatcher:
             assert self.serving >= 0 and self.lent_servers >= 0, self
             assert self.stepping >= 0 and self.lent_steppers >= 0, self
             assert not self.wanting or (self.serving >= self.budget and not self.closed), self
-            assert not self.runnable or self.stepping >= self.steps_max or self.starved, self
+            # (Starved: a retry is armed, and no executor actor is idle.)
+            assert not self.runnable or self.stepping >= self.steps_max or (self.starved and not len(self._steppers)), (
+                self
+            )
             for mailbox in self.wanting:
                 assert mailbox.asked > 0, f"{mailbox} waits for nothing"
             granted = 0

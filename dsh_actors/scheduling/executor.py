@@ -313,7 +313,11 @@ class NativeExecutor:
         answered by the stop itself, as pykka fails the asks a stopped actor
         never answered: its caller gets a ``ToolBatchExecutionError`` now,
         and the batch still commits (and logs) its calls when that thread
-        comes back, its answer then dropped."""
+        comes back, its answer then dropped. A batch that no thread runs
+        (its step waits in the dispatcher's queue: no executor actor could
+        be started, or every step slot is held by a stuck one) is drained by
+        the stop itself, on this thread, once its deadline is in its inbox:
+        it commits (and logs) every call and answers as any drained batch."""
         rt = self._rt
         assert rt is not None
         with self._lock:
@@ -327,6 +331,15 @@ class NativeExecutor:
                 logger.opt(exception=exc).debug("the stop's deadline could not reach {!r}", run)
         if not late:
             return
+        dispatcher = self._dispatcher
+        assert dispatcher is not None
+        for run in late:
+            if dispatcher.withdraw(run):
+                # Nobody runs it (its step was queued, now taken back): this
+                # thread takes its step, as a call actor would (offer).
+                outcome = _drain_until_paused(self, run, run.drain())
+                if outcome is not RUNNING:
+                    _answer(lambda: _settle_reply(run, outcome))  # noqa: B023 - called at once
         with self._lock:
             self._lock.wait_for(lambda: not self._running, timeout=rt.teardown_remaining())
             stuck = list(self._running.values())
@@ -355,11 +368,12 @@ def refuse_step(message: RunBatch | Begin | Resume, cause: BaseException | None)
         )
         error.__cause__ = cause
     if isinstance(message, RunBatch):
-        settle(message.reply, error=error)
-        return
-    run = message.run
-    run.native.run_finished(run)  # (a Resume's batch had begun: the stop no longer waits for it)
-    settle(run.reply, error=error)
+        reply = message.reply
+    else:
+        run = message.run
+        run.native.run_finished(run)  # (a Resume's batch had begun: the stop no longer waits for it)
+        reply = run.reply
+    _answer(lambda: settle(reply, error=error))  # (the sender goes on: see _answer)
 
 
 class ExecutorActor(MailboxActor):

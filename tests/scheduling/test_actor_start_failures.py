@@ -122,8 +122,9 @@ def test_a_queued_step_that_cannot_start_fails_its_own_batch_and_the_slot_goes_o
     # The only step slot is held by batch X's listener; A and B wait for it.
     # The listener then lends it (rt.waiting()) and waits for B to run, and
     # A's executor actor cannot be started (one failure). A fails with that
-    # cause; the listener, whose lend made the send, is not the one told;
-    # and the slot A gave back goes on to B at once.
+    # cause; the listener, whose lend made the send, is not the one told
+    # (not even by A's done-callback raising SystemExit); and the slot A
+    # gave back goes on to B at once.
     from dsh_actors.scheduling.dispatcher import Dispatcher
     from dsh_actors.scheduling.executor import ExecutorActor
 
@@ -159,6 +160,9 @@ def test_a_queued_step_that_cannot_start_fails_its_own_batch_and_the_slot_goes_o
         holder = rt.tools.submit(ToolBatchInput(calls=calls("hold")))
         must(holding, "the only step slot is held")
         a = rt.tools.submit(ToolBatchInput(calls=calls("t")))
+        # (concurrent.futures lets a callback's SystemExit escape: it stops
+        # neither the lend that answers A nor the send of B behind it.)
+        a.add_done_callback(lambda _: (_ for _ in ()).throw(SystemExit("a done-callback exits")))
         b = rt.tools.submit(ToolBatchInput(calls=calls("b")))
         monkeypatch.setattr(ExecutorActor, "_start_actor_loop", once)
         go.set()
@@ -170,21 +174,49 @@ def test_a_queued_step_that_cannot_start_fails_its_own_batch_and_the_slot_goes_o
         rt.dispatcher.assert_invariants()
 
 
+def steps_retire(monkeypatch: pytest.MonkeyPatch) -> threading.Semaphore:
+    """Executor actors are kept idle by nobody (each retires once its work
+    ends), and the semaphore returned is released each time one has ended
+    its work: a batch that has paused then has no thread at all."""
+    from dsh_actors.scheduling import dispatcher
+
+    monkeypatch.setattr(dispatcher, "IDLE_STEPPERS_KEPT", 0)
+    ended = threading.Semaphore(0)
+    step_ended = dispatcher.Dispatcher.step_ended
+
+    def ending(self: Any, address: Any) -> Any:
+        work = step_ended(self, address)
+        ended.release()
+        return work
+
+    monkeypatch.setattr(dispatcher.Dispatcher, "step_ended", ending)
+    return ended
+
+
 @pytest.mark.parametrize("then", ["threads come back", "an executor actor ends its work"])
 def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
     then: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Batch A's two calls run on call actors; its executor actor has retired,
     # and the only one left is busy with batch H (its listener waits). A is
-    # aborted: its step
-    # must run again, and no executor actor can be started. A is not
-    # answered while its calls are out: its step waits, and runs once an
-    # executor actor can be started again (the retry), or once H's ends its
-    # work; then A commits and logs every call, as any aborted batch.
-    from dsh_actors.scheduling import dispatcher
+    # aborted: its step must run again, and no executor actor can be
+    # started. A is not answered while its calls are out: its step waits,
+    # and runs once an executor actor can be started again (the retry), or
+    # once H's ends its work; then A commits and logs every call, as any
+    # aborted batch. B, submitted meanwhile, waits too (it fails no sooner
+    # than A's step runs).
+    from dsh_actors.scheduling.dispatcher import Dispatcher
     from dsh_actors.scheduling.executor import ExecutorActor
 
-    monkeypatch.setattr(dispatcher, "IDLE_STEPPERS_KEPT", 0)  # an executor actor retires once its work ends
+    ended = steps_retire(monkeypatch)
+    ticks = threading.Semaphore(0)
+    retry = Dispatcher._retry_steps
+
+    def ticking(self: Dispatcher) -> None:
+        retry(self)
+        ticks.release()
+
+    monkeypatch.setattr(Dispatcher, "_retry_steps", ticking)
     with runtime() as rt:
         running = threading.Semaphore(0)
         holding, release_h, release_a, failed = (threading.Event() for _ in range(4))
@@ -196,6 +228,7 @@ def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
 
         rt.tools.register(make_tool("slow", stubborn))
         rt.tools.register(make_tool("hold", lambda args, ctx: "held"))
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
 
         def listener(execution: Any, next_: Any) -> Any:
             if execution.name == "hold":
@@ -209,13 +242,18 @@ def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
         a = rt.tools.submit(logged_batch(calls("slow", "slow"), session, signal=controller.signal))
         for _ in range(2):
             assert running.acquire(timeout=GUARD), "A's two bodies to run"
+        assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
         holder = rt.tools.submit(ToolBatchInput(calls=calls("hold")))
         must(holding, "H holds the only executor actor")
         with no_thread_for(ExecutorActor, failed):
             controller.abort("the user stopped")  # A's Wake: its step must run
             must(failed, "A's step to find no executor actor")
+            b = rt.tools.submit(ToolBatchInput(calls=calls("t")))
             release_a.set()  # its bodies end: the batch still holds its calls out
+            for _ in range(2):  # two retries since B came, both finding no thread
+                assert ticks.acquire(timeout=GUARD), "the retry timer to run"
             assert not a.done(), "a batch was answered while its calls were out"
+            assert not b.done(), "a batch queued behind a starved step was answered by the retry"
             if then == "an executor actor ends its work":
                 release_h.set()
                 result = a.result(GUARD)
@@ -226,4 +264,48 @@ def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
         assert [code_of(r.result) for r in result.results] == ["ABORTED", "ABORTED"]
         assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1"]
         assert [code_of(r.result) for r in holder.result(GUARD).results] == [None]
+        assert b.result(GUARD).results[0].result.value == "ok"
         rt.dispatcher.assert_invariants()
+
+
+def test_a_batch_whose_step_no_thread_runs_in_the_stop_is_drained_by_the_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Batch A's bodies honour their signal; its executor actor has retired.
+    # The stop wakes A, and no executor actor can be started for its step,
+    # through the whole stop. The stop takes A's step itself once its
+    # deadline has passed: every call commits ABORTED and is logged, the
+    # batch's mailbox closes (its call actors leave), and nothing is left
+    # behind.
+    from dsh_actors.scheduling.executor import ExecutorActor
+
+    ended = steps_retire(monkeypatch)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running = threading.Semaphore(0)
+    failed = threading.Event()
+
+    def polite(args: Any, ctx: Any) -> str:
+        running.release()
+        ctx.signal.wait(GUARD)
+        return "late"
+
+    rt.tools.register(make_tool("slow", polite))
+    rt.tools.register(make_tool("x", lambda args, ctx: "x", classifier=None))
+    session = Session()
+    # (The exclusive third call keeps the two call actors on A's mailbox.)
+    a = rt.tools.submit(logged_batch(calls("slow", "slow", "x"), session))
+    for _ in range(2):
+        assert running.acquire(timeout=GUARD), "A's two bodies to run"
+    assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
+    with no_thread_for(ExecutorActor, failed):
+        stopper = threading.Thread(target=rt.stop, kwargs={"timeout": 0.2}, name="test-stop")
+        stopper.start()
+        stopper.join(GUARD)
+        assert not stopper.is_alive()
+    assert failed.is_set(), "A's step found an executor actor after all"
+    assert rt.abandoned == ()
+    batch = a.result(0)
+    assert [code_of(r.result) for r in batch.results] == ["ABORTED", "ABORTED", "ABORTED_BEFORE_DISPATCH"]
+    assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1", "c2"]
+    assert_no_new_threads(before)
