@@ -107,6 +107,7 @@ class ToolRuntime:
         self._halted = False
         self._halted_event = threading.Event()
         self._stopper: threading.Thread | None = None
+        self._stopper_thread: threading.Thread | None = None  # the thread finishing the stop
         self._stop_deadline = 0.0
         self._abandoned: tuple[str, ...] = ()
         self.events = EventBus()
@@ -207,7 +208,9 @@ class ToolRuntime:
         the stop (``stop_signal`` fires, nothing new is accepted), finishes
         it on a thread of its own (``dsh-stop``) and returns at once; the
         stop then runs as above (the caller's call drains like any other)
-        and :attr:`halted` tells when it is done.
+        and :attr:`halted` tells when it is done. A ``stop()`` on the thread
+        that runs the stop (a done-callback of a batch's future that the
+        stop answers itself) returns at once too.
 
         ``timeout`` is a number of seconds, 0 or more (past about 11 days it
         is taken as 11 days: no stop waits longer)."""
@@ -222,6 +225,8 @@ class ToolRuntime:
                 self._stop_deadline = time.monotonic() + timeout
         if first:
             self._begin_stop()
+        elif threading.current_thread() is self._stopper_thread:
+            return  # (a done-callback the running stop answers, stopping again: it is under way)
         if self._on_own_thread():
             if first:
                 self._stopper = threading.Thread(target=self._finish_stop, name="dsh-stop", daemon=True)
@@ -265,6 +270,7 @@ class ToolRuntime:
         self._stop_controller.abort("the runtime is stopping")
 
     def _finish_stop(self) -> None:
+        self._stopper_thread = threading.current_thread()
         try:
             self._stop_all()
         finally:

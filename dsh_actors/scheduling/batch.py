@@ -399,16 +399,24 @@ class BatchRun:
             logger.opt(exception=exc).error("the batch scheduler failed")
             return self._error(_internal(exc), exc)
 
-    def abandoned_error(self) -> ToolBatchExecutionError:
+    def abandoned_error(self, unscheduled: bool = False) -> ToolBatchExecutionError:
         """The batch's answer when ``rt.stop()`` cannot wait for it any
         longer: the thread running it is stuck (a body run inline, a
         listener or an approval service that ignores its signal), so the
         stop answers for it (``NativeExecutor._shutdown``, on the stop's
         thread). It reads only ``inline``, ``results`` and ``committed``,
         which that thread does not write while it is stuck; the batch goes
-        on when the thread comes back, and its own answer is then dropped."""
+        on when the thread comes back, and its own answer is then dropped.
+        ``unscheduled``: no thread runs it (its step waited in the
+        dispatcher's queue, taken back by the stop): see :meth:`unscheduled`."""
         call = self.inline
-        if call is not None:
+        if unscheduled:
+            detail = (
+                "the runtime stopped while the batch waited for an executor actor to take its step (none "
+                "could be started, or every step slot was held by one that did not end), so it could not "
+                "commit the calls still out, nor answer"
+            )
+        elif call is not None:
             execution = call.execution
             detail = (
                 "the runtime stopped while tool bodies were still running: "
@@ -421,6 +429,17 @@ class BatchRun:
                 "service or a tool body ignoring its signal) and could not answer"
             )
         return self._error(detail, None)
+
+    def unscheduled(self) -> None:
+        """(``rt.stop()``, past its teardown, on its thread.) The batch's
+        step was taken out of the dispatcher's queue: no thread will run it
+        again. Its work mailbox closes, so the call actors waiting on it
+        leave instead of being left behind. Nothing else of the batch is
+        touched (its calls still out stay uncommitted: the stop runs no
+        batch code, which may be a listener that never returns)."""
+        mailbox = self.mailbox
+        if mailbox is not None:
+            mailbox.close()
 
     def _error(self, detail: str, failure: BaseException | None) -> ToolBatchExecutionError:
         """The batch's failure: ``detail``, the results committed so far

@@ -204,7 +204,7 @@ class Dispatcher:
                         opener = self._open_server if type(message) is Serve else self._open_stepper
                         address = opener(rt.group, rt, self)
                     address.tell(message)
-                except (RuntimeError, pykka.ActorDeadError) as exc:
+                except Exception as exc:  # noqa: BLE001 - no thread, a stopped group or actor, or a bug
                     again.extend(self._undelivered(message, exc, retrying))
             sends = again
 
@@ -395,6 +395,8 @@ class Dispatcher:
         """Run ``work`` (``RunBatch``, ``Begin``, ``Resume``) on an idle
         executor actor, a new one, or when a step slot frees."""
         with self.lock:
+            if self.starved and not any(type(queued) is not RunBatch for queued in self.runnable):
+                self.starved = False  # (no begun batch waits: this batch tries a thread itself)
             self.runnable.append(work)
             sends = self._assign()
         self.send(sends)
@@ -464,10 +466,10 @@ class Dispatcher:
             self.wanting.clear()
 
     def withdraw(self, run: Any) -> bool:
-        """(Runtime stop, past its deadline.) Take the ``Resume`` queued for
+        """(Runtime stop, past its teardown.) Take the ``Resume`` queued for
         ``run`` out of the queue (its batch waits for a step slot, or for an
         executor actor none could be started for): whether there was one.
-        The caller, holding no step slot, then takes the batch's step."""
+        No thread will run the batch again (its inbox stays scheduled)."""
         with self.lock:
             for at, work in enumerate(self.runnable):
                 if type(work) is Resume and work.run is run:

@@ -313,11 +313,12 @@ class NativeExecutor:
         answered by the stop itself, as pykka fails the asks a stopped actor
         never answered: its caller gets a ``ToolBatchExecutionError`` now,
         and the batch still commits (and logs) its calls when that thread
-        comes back, its answer then dropped. A batch that no thread runs
-        (its step waits in the dispatcher's queue: no executor actor could
-        be started, or every step slot is held by a stuck one) is drained by
-        the stop itself, on this thread, once its deadline is in its inbox:
-        it commits (and logs) every call and answers as any drained batch."""
+        comes back, its answer then dropped. A batch that no thread runs by
+        then (its step waits in the dispatcher's queue: no executor actor
+        could be started, or every step slot is held by a stuck one) has
+        its step taken out of the queue and its work mailbox closed, so its
+        call actors leave, and is answered the same way; the stop runs none
+        of its code (a listener there could hold the stop past its bound)."""
         rt = self._rt
         assert rt is not None
         with self._lock:
@@ -331,22 +332,18 @@ class NativeExecutor:
                 logger.opt(exception=exc).debug("the stop's deadline could not reach {!r}", run)
         if not late:
             return
-        dispatcher = self._dispatcher
-        assert dispatcher is not None
-        for run in late:
-            if dispatcher.withdraw(run):
-                # Nobody runs it (its step was queued, now taken back): this
-                # thread takes its step, as a call actor would (offer).
-                outcome = _drain_until_paused(self, run, run.drain())
-                if outcome is not RUNNING:
-                    _answer(lambda: _settle_reply(run, outcome))  # noqa: B023 - called at once
         with self._lock:
             self._lock.wait_for(lambda: not self._running, timeout=rt.teardown_remaining())
             stuck = list(self._running.values())
+        dispatcher = self._dispatcher
+        assert dispatcher is not None
         for run in stuck:
-            error = run.abandoned_error()
+            unscheduled = dispatcher.withdraw(run)
+            if unscheduled:
+                run.unscheduled()
+            error = run.abandoned_error(unscheduled)
             logger.warning("rt.stop() answered a batch it could not wait for any longer: {}", error.detail)
-            settle(run.reply, error=error)
+            _answer(lambda: settle(run.reply, error=error))  # noqa: B023 - called at once
 
 
 def refuse_step(message: RunBatch | Begin | Resume, cause: BaseException | None) -> None:

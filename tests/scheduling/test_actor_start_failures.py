@@ -257,6 +257,11 @@ def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
             if then == "an executor actor ends its work":
                 release_h.set()
                 result = a.result(GUARD)
+                assert b.result(GUARD).results[0].result.value == "ok"  # (taken next by that actor)
+                # The spell is over (nothing begun waits); threads still cannot
+                # be started: a batch submitted now fails at once, as ever.
+                with pytest.raises(ToolBatchExecutionError, match="no executor actor could be started"):
+                    rt.tools.execute(ToolBatchInput(calls=calls("t")))
         if then == "threads come back":
             result = a.result(GUARD)  # (the retry starts an executor actor)
             release_h.set()
@@ -268,15 +273,17 @@ def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
         rt.dispatcher.assert_invariants()
 
 
-def test_a_batch_whose_step_no_thread_runs_in_the_stop_is_drained_by_the_stop(
+def test_a_batch_whose_step_no_thread_runs_in_the_stop_is_answered_and_its_call_actors_leave(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Batch A's bodies honour their signal; its executor actor has retired.
     # The stop wakes A, and no executor actor can be started for its step,
-    # through the whole stop. The stop takes A's step itself once its
-    # deadline has passed: every call commits ABORTED and is logged, the
-    # batch's mailbox closes (its call actors leave), and nothing is left
-    # behind.
+    # through the whole stop. Past its teardown the stop takes A's step out
+    # of the queue and answers A, naming why; it runs none of A's code (so
+    # nothing of A can hold it past its bound), and A's work mailbox closes,
+    # so its two call actors leave rather than being left behind. A's calls
+    # out stay without a result in the log, as after a crash (its
+    # pending_calls, for recovery).
     from dsh_actors.scheduling.executor import ExecutorActor
 
     ended = steps_retire(monkeypatch)
@@ -298,14 +305,23 @@ def test_a_batch_whose_step_no_thread_runs_in_the_stop_is_drained_by_the_stop(
     for _ in range(2):
         assert running.acquire(timeout=GUARD), "A's two bodies to run"
     assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
+    stopped_again: list[str] = []
+
+    def stop_again(_: Any) -> None:  # (answered on the stop's own thread: a second stop returns)
+        rt.stop()
+        stopped_again.append(threading.current_thread().name)
+
+    a.add_done_callback(stop_again)
     with no_thread_for(ExecutorActor, failed):
         stopper = threading.Thread(target=rt.stop, kwargs={"timeout": 0.2}, name="test-stop")
         stopper.start()
         stopper.join(GUARD)
         assert not stopper.is_alive()
     assert failed.is_set(), "A's step found an executor actor after all"
-    assert rt.abandoned == ()
-    batch = a.result(0)
-    assert [code_of(r.result) for r in batch.results] == ["ABORTED", "ABORTED", "ABORTED_BEFORE_DISPATCH"]
-    assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1", "c2"]
+    assert rt.abandoned == (), "A's call actors were left waiting on its mailbox"
+    error = a.exception(0)
+    assert isinstance(error, ToolBatchExecutionError), error
+    assert "waited for an executor actor to take its step" in str(error)
+    assert sorted(session.pending_calls()) == ["c0", "c1"]
+    assert stopped_again == ["test-stop"]
     assert_no_new_threads(before)
