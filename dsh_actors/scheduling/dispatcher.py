@@ -86,7 +86,8 @@ class Dispatcher:
       goes back to its head).
     * ``starved``: an executor actor could not be started (no thread could
       be); until the retry timer, queued steps take only idle executor
-      actors, and those that end their work.
+      actors, and those that end their work. ``retry_armed``: that timer
+      is pending (one at a time).
 
     Invariants (:meth:`assert_invariants`): ``wanting`` is not empty only
     while ``serving >= budget`` (or the dispatcher is closed: then it is
@@ -132,6 +133,7 @@ class Dispatcher:
         self._mailboxes: dict[WorkMailbox, None] = {}
         self.closed = False
         self.starved = False
+        self.retry_armed = False
 
     def __repr__(self) -> str:
         return (
@@ -246,8 +248,9 @@ class Dispatcher:
                     refuse = True
                 else:
                     self.runnable.appendleft(message)
-                    arm = not starved
                     self.starved = True
+                    arm = not self.retry_armed  # (one timer, however the spell began)
+                    self.retry_armed = True
             sends = [] if self.closed else self._assign()
         if not stopping and not retrying and not (starved and type(message) is not Serve):
             # (Once a starved spell, not at every retry.)
@@ -265,7 +268,8 @@ class Dispatcher:
         try:
             loop.call_soon_threadsafe(loop.call_later, self.STEP_RETRY_S, self._retry_steps)
         except RuntimeError:  # the loop is closed: the runtime stops (refuse_queued answers them)
-            pass
+            with self.lock:
+                self.retry_armed = False
 
     def _retry_steps(self) -> None:
         # On the loop's thread: the starved spell's retry. An executor actor
@@ -274,6 +278,7 @@ class Dispatcher:
         # whatever its kind (nothing is answered on the loop's thread), and
         # the timer is armed again.
         with self.lock:
+            self.retry_armed = False
             if self.closed or not self.starved:
                 return
             self.starved = False
@@ -498,6 +503,7 @@ class Dispatcher:
             assert self.stepping >= 0 and self.lent_steppers >= 0, self
             assert not self.wanting or (self.serving >= self.budget and not self.closed), self
             # (Starved: a retry is armed, and no executor actor is idle.)
+            assert not self.starved or self.retry_armed or self.closed, self
             assert not self.runnable or self.stepping >= self.steps_max or (self.starved and not len(self._steppers)), (
                 self
             )
