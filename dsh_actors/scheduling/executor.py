@@ -369,6 +369,7 @@ def refuse_step(message: RunBatch | Begin | Resume, cause: BaseException | None)
     else:
         run = message.run
         run.native.run_finished(run)  # (a Resume's batch had begun: the stop no longer waits for it)
+        run.unscheduled()  # (no thread runs it again: its call actors leave)
         reply = run.reply
     _answer(lambda: settle(reply, error=error))  # (the sender goes on: see _answer)
 
