@@ -108,6 +108,7 @@ class ToolRuntime:
         self._halted_event = threading.Event()
         self._stopper: threading.Thread | None = None
         self._stopper_thread: threading.Thread | None = None  # the thread finishing the stop
+        self._unfinished = False  # a stop begun on an own thread that could start none to finish it
         self._stop_deadline = 0.0
         self._abandoned: tuple[str, ...] = ()
         self.events = EventBus()
@@ -208,9 +209,10 @@ class ToolRuntime:
         the stop (``stop_signal`` fires, nothing new is accepted), finishes
         it on a thread of its own (``dsh-stop``) and returns at once; the
         stop then runs as above (the caller's call drains like any other)
-        and :attr:`halted` tells when it is done. A ``stop()`` on the thread
-        that runs the stop (a done-callback of a batch's future that the
-        stop answers itself) returns at once too.
+        and :attr:`halted` tells when it is done (when no thread can be
+        started for it, the next ``stop()`` on another thread finishes it).
+        A ``stop()`` on the thread that runs the stop (a done-callback of a
+        batch's future that the stop answers itself) returns at once too.
 
         ``timeout`` is a number of seconds, 0 or more (past about 11 days it
         is taken as 11 days: no stop waits longer)."""
@@ -229,8 +231,15 @@ class ToolRuntime:
             return  # (a done-callback the running stop answers, stopping again: it is under way)
         if self._on_own_thread():
             if first:
-                self._stopper = threading.Thread(target=self._finish_stop, name="dsh-stop", daemon=True)
-                self._stopper.start()
+                stopper = threading.Thread(target=self._finish_stop, name="dsh-stop", daemon=True)
+                try:
+                    stopper.start()
+                except RuntimeError as exc:  # no thread can be started: the next stop() elsewhere finishes it
+                    logger.opt(exception=exc).error("rt.stop() could not start its thread; call rt.stop() again")
+                    with self._lock:
+                        self._unfinished = True
+                    return
+                self._stopper = stopper
             return
         running = _running_loop()
         if running is not None:
@@ -239,10 +248,15 @@ class ToolRuntime:
             # it now could never start while this stop (the first, or one
             # waiting for it) blocks it.
             self.loop_watch.halt(running)
-        if first:
+        with self._lock:
+            # (The first stop, or one taking over a stop begun on the
+            # runtime's own thread that could start no thread to finish it.)
+            finish = first or self._unfinished
+            self._unfinished = False
+        if finish:
             self._finish_stop()
         else:
-            self._halted_event.wait()  # the first stop always sets it
+            self._halted_event.wait()  # the stop finishing always sets it
 
     def _on_own_thread(self) -> bool:
         """Whether the calling thread is one a stop waits for: an actor of

@@ -193,6 +193,38 @@ def test_stop_from_inside_a_tool_body_or_observer_starts_the_stop_and_returns_at
     assert_no_new_threads(before)
 
 
+def test_a_stop_begun_in_a_tool_body_that_can_start_no_thread_is_finished_by_the_next_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # rt.stop() in a body cannot wait for its own thread: it finishes the
+    # stop on a thread of its own, which cannot be started here (the
+    # process is at its thread limit). The stop is begun (nothing new is
+    # accepted); the next stop(), from the caller's thread, finishes it
+    # rather than waiting for a thread that never ran.
+    before = live_threads()
+    rt = ToolRuntime().start()
+    start = threading.Thread.start
+
+    def no_stop_thread(self: threading.Thread) -> None:
+        if self.name == "dsh-stop":
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    def body(args: Any, ctx: Any) -> str:
+        rt.stop(timeout=5.0)
+        return "done"
+
+    rt.tools.register(make_tool("t", body))
+    monkeypatch.setattr(threading.Thread, "start", no_stop_thread)
+    batch = rt.tools.submit(ToolBatchInput(calls=calls("t"))).result(GUARD)
+    monkeypatch.undo()
+    assert len(batch.results) == 1
+    assert rt.stop_signal.aborted and not rt.halted
+    _stop_in_thread(rt, 5.0)
+    assert rt.halted
+    assert_no_new_threads(before)
+
+
 def _stop_in_thread(rt: ToolRuntime, timeout: float) -> threading.Thread:
     """``rt.stop(timeout)`` on a thread of its own; joined with the guard
     (a stop that waits out a constant longer than the guard fails here)."""
