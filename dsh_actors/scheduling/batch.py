@@ -433,8 +433,9 @@ class BatchRun:
     def unscheduled(self) -> None:
         """(``rt.stop()``: past its teardown, or refusing the batch's step.)
         The batch's step was taken out of the dispatcher's queue, or will
-        never be read: no thread will run it again. Its work mailbox closes, so the call actors waiting on it
-        leave instead of being left behind. Nothing else of the batch is
+        never be read: no thread will run it again. Its work mailbox
+        closes, so the call actors waiting on it leave instead of being
+        left behind. Nothing else of the batch is
         touched (its calls still out stay uncommitted: the stop runs no
         batch code, which may be a listener that never returns)."""
         mailbox = self.mailbox

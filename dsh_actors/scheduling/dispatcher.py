@@ -297,19 +297,12 @@ class Dispatcher:
             logger.opt(exception=exc).error("retrying the queued steps failed")
 
     def refused(self, message: Any) -> None:
-        """A send :meth:`_assign` decided never reached its actor: the actor
-        retired (the runtime stops) before it read the message, and refused
-        it. The slot counted for it is given back and granted again, and a
-        ``Serve``'s mailbox is told that nobody comes (the actor answers a
-        step's batch itself)."""
-        with self.lock:
-            if type(message) is Serve:
-                self.serving -= 1
-                message.mailbox.refused_locked(reclaim=False)
-            else:
-                self.stepping -= 1
-            sends = [] if self.closed else self._assign()
-        self.send(sends)
+        """A send :meth:`_assign` decided reached its actor after it retired
+        (the runtime stops), and the actor refuses it: answered as any send
+        that could not be made in a stop (:meth:`_undelivered`: the slot
+        comes back and is granted again, a ``Serve``'s mailbox hears that
+        nobody comes, a step's batch gets ``RuntimeStoppedError``)."""
+        self.send(self._undelivered(message, RuntimeStoppedError("the actor retired"), False))
 
     # -- call-actor slots ------------------------------------------------------------
 

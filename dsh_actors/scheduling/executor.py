@@ -429,7 +429,6 @@ class ExecutorActor(MailboxActor):
         dispatcher and its batch's caller gets ``RuntimeStoppedError``
         instead of waiting forever (any thread: see ``MailboxActor``)."""
         self.dispatcher.refused(message)
-        refuse_step(message, None)
 
     def _unstarted(self, work: RunBatch, exc: BaseException) -> RunBatch | Begin | Resume | None:
         """``work``'s batch could not even be set up (a bug): its caller
