@@ -87,7 +87,9 @@ class Dispatcher:
     * ``starved``: an executor actor could not be started (no thread could
       be); until the retry timer, queued steps take only idle executor
       actors, and those that end their work. ``retry_armed``: that timer
-      is pending (one at a time).
+      is pending (one at a time); ``retrying``: the timer is trying to start
+      one for the step it took from the head (the spell lasts until that
+      start succeeds).
 
     Invariants (:meth:`assert_invariants`): ``wanting`` is not empty only
     while ``serving >= budget`` (or the dispatcher is closed: then it is
@@ -134,6 +136,7 @@ class Dispatcher:
         self.closed = False
         self.starved = False
         self.retry_armed = False
+        self.retrying = False
 
     def __repr__(self) -> str:
         return (
@@ -277,21 +280,31 @@ class Dispatcher:
         # the rest; a step that still cannot start goes back to the head,
         # whatever its kind (nothing is answered on the loop's thread), and
         # the timer is armed again.
+        # The spell lasts until that start succeeds (``retrying`` meanwhile):
+        # a batch submitted while it is tried waits behind it, as before it.
         with self.lock:
             self.retry_armed = False
             if self.closed or not self.starved:
                 return
-            self.starved = False
             sends: list[tuple[Address | None, Any]] = []
             if self.runnable and self.stepping < self.steps_max:
                 self.stepping += 1
+                self.retrying = True
                 sends.append((self._steppers.take(), self.runnable.popleft()))
+            else:
+                self.starved = False  # (nothing to try: the queue waits for a step slot as ever)
         try:
-            self._send(sends, retrying=True)
-            with self.lock:
-                if self.closed or self.starved:
-                    return  # (it failed again)
-                sends = self._assign()
+            try:
+                self._send(sends, retrying=True)
+            finally:
+                with self.lock:
+                    self.retrying = False
+                    # Failed again: the step went back to the head and armed the timer.
+                    if self.retry_armed or self.closed:
+                        sends = []
+                    else:
+                        self.starved = False
+                        sends = self._assign()
             self._send(sends, retrying=True)
         except BaseException as exc:  # noqa: BLE001 - never into the loop
             logger.opt(exception=exc).error("retrying the queued steps failed")
@@ -393,7 +406,7 @@ class Dispatcher:
         """Run ``work`` (``RunBatch``, ``Begin``, ``Resume``) on an idle
         executor actor, a new one, or when a step slot frees."""
         with self.lock:
-            if self.starved and not any(type(queued) is not RunBatch for queued in self.runnable):
+            if self.starved and not self.retrying and not any(type(queued) is not RunBatch for queued in self.runnable):
                 self.starved = False  # (no begun batch waits: this batch tries a thread itself)
             self.runnable.append(work)
             sends = self._assign()
@@ -496,7 +509,8 @@ class Dispatcher:
             assert self.stepping >= 0 and self.lent_steppers >= 0, self
             assert not self.wanting or (self.serving >= self.budget and not self.closed), self
             # (Starved: a retry is armed, and no executor actor is idle.)
-            assert not self.starved or self.retry_armed or self.closed, self
+            assert not self.starved or self.retry_armed or self.retrying or self.closed, self
+            assert not self.retrying or self.starved, self
             assert not self.runnable or self.stepping >= self.steps_max or (self.starved and not len(self._steppers)), (
                 self
             )

@@ -273,6 +273,72 @@ def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
         rt.dispatcher.assert_invariants()
 
 
+def test_a_batch_submitted_while_the_retry_tries_a_thread_waits_behind_the_begun_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Batch A is begun (its two calls out on call actors) and its step finds
+    # no executor actor: the spell of starvation begins, and the retry timer
+    # tries again. B is submitted while the retry is still trying to start a
+    # thread: B waits behind A's step as it would before or after that
+    # moment; it is not failed at once on the grounds that nothing begun is
+    # queued (A's step is the one being tried).
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+    from dsh_actors.scheduling.executor import ExecutorActor
+
+    ended = steps_retire(monkeypatch)
+    in_retry = threading.local()
+    trying, go = threading.Event(), threading.Event()
+    retry = Dispatcher._retry_steps
+
+    def marked(self: Dispatcher) -> None:
+        in_retry.on = True
+        try:
+            retry(self)
+        finally:
+            in_retry.on = False
+
+    monkeypatch.setattr(Dispatcher, "_retry_steps", marked)
+
+    def failing(self: Any) -> None:
+        if getattr(in_retry, "on", False) and not go.is_set():
+            trying.set()  # the retry is mid-send: hold it there
+            assert go.wait(GUARD)
+        raise RuntimeError("can't start new thread")
+
+    with runtime() as rt:
+        running = threading.Semaphore(0)
+        release_a = threading.Event()
+
+        def stubborn(args: Any, ctx: Any) -> str:
+            running.release()
+            release_a.wait(GUARD)
+            return "late"
+
+        rt.tools.register(make_tool("slow", stubborn))
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+        controller = AbortController()
+        a = rt.tools.submit(ToolBatchInput(calls=calls("slow", "slow"), signal=controller.signal))
+        for _ in range(2):
+            assert running.acquire(timeout=GUARD), "A's two bodies to run"
+        assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
+        setattr(ExecutorActor, "_start_actor_loop", failing)  # noqa: B010 - see no_thread_for
+        try:
+            controller.abort("the user stopped")  # A's Wake: its step must run, and finds no thread
+            must(trying, "the retry to try a thread for A's step")
+            b = rt.tools.submit(ToolBatchInput(calls=calls("t")))
+            assert not b.done(), "a batch submitted while the retry tried a thread was answered at once"
+            rt.dispatcher.assert_invariants()
+            go.set()  # that try fails too: A's step goes back to the head, B stays behind it
+            release_a.set()
+            assert not a.done() and not b.done()
+        finally:
+            delattr(ExecutorActor, "_start_actor_loop")
+        # Threads come back: the next retry runs A's step, then B.
+        assert [code_of(r.result) for r in a.result(GUARD).results] == ["ABORTED", "ABORTED"]
+        assert b.result(GUARD).results[0].result.value == "ok"
+        rt.dispatcher.assert_invariants()
+
+
 def test_a_batch_whose_step_no_thread_runs_in_the_stop_is_answered_and_its_call_actors_leave(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
