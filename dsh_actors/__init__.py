@@ -15,7 +15,7 @@ from loguru import logger as _logger
 
 _logger.disable("dsh_actors")
 
-from .definition import ToolDefinition, ToolOutput, ToolSchema, define_tool
+from .definition import LONGEST_WAIT_MS, ToolDefinition, ToolOutput, ToolSchema, define_tool
 from .errors import (
     AbortError,
     CodeRunFailedError,
@@ -124,6 +124,7 @@ __all__ = [
     "ToolDefinition",
     "ToolOutput",
     "ToolSchema",
+    "LONGEST_WAIT_MS",
     # calls and results
     "ToolCall",
     "ToolBatchInput",

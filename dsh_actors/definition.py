@@ -397,6 +397,15 @@ def _idempotent_problem(idempotent: object) -> str | None:
     return f"idempotent must be True or False (got {_shown(idempotent)})"
 
 
+#: The longest wait, in milliseconds, that an option of the runtime, its
+#: policies or its executors may ask for (about 11.6 days): a longer one is
+#: no deadline, backoff or stop that a process waits out, and Python's own
+#: waits fail past ``threading.TIMEOUT_MAX`` (``OverflowError``) or about
+#: 3e11 s ("timestamp out of range"). (A tool's ``timeout_ms`` has no bound:
+#: its deadline's timer waits for it a day at a time.)
+LONGEST_WAIT_MS: Final = 1e9
+
+
 def timeout_problem(timeout_ms: object) -> str | None:
     """Why ``timeout_ms`` cannot be a tool's (or a mount's) timeout, or None."""
     if timeout_ms is None:

@@ -23,6 +23,7 @@ from loguru import logger
 
 from .actors import ActorGroup, PendingReplies, RegistryRef, actor_thread_ident
 from .approvals import ApprovalChannel, ApprovalService
+from .definition import LONGEST_WAIT_MS
 from .errors import (
     InvalidStateError,
     InvalidTypeError,
@@ -63,10 +64,9 @@ class Plugin(Protocol):
 DEFAULT_CALL_ACTORS = 64
 
 
-#: The longest ``stop(timeout)`` honoured, in seconds (about 11.6 days):
-#: longer waits are no different in practice, and Python's own waits fail
-#: with ``OverflowError`` past ``threading.TIMEOUT_MAX``.
-_LONGEST_STOP_S = 1e6
+#: The longest ``stop(timeout)`` honoured, in seconds: the longest wait
+#: any option asks for (``LONGEST_WAIT_MS``, about 11.6 days).
+_LONGEST_STOP_S = LONGEST_WAIT_MS / 1000.0
 
 
 class ToolRuntime:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Final, TypeAlias
+from typing import Any, TypeAlias
 
 from dsh_actors import (
     Accept,
@@ -104,12 +104,6 @@ def check_bool(policy: str, name: str, value: object) -> bool:
     if type(value) is not bool:
         raise TypeError(f"{policy}: {name} must be True or False, got {value!r}")
     return value
-
-
-#: The longest wait, in milliseconds, an option may ask for (about 11.6
-#: days): longer is no deadline or backoff a process waits out, and
-#: Python's waits fail past about 3e11 s ("timestamp out of range").
-LONGEST_WAIT_MS: Final = 1e9
 
 
 def check_positive_number(policy: str, name: str, value: object, *, most: float | None = None) -> float:

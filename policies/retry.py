@@ -49,10 +49,9 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dsh_actors import ErrorCode, ToolExecution, ToolExecutionFailure, ToolRuntime
+from dsh_actors import LONGEST_WAIT_MS, ErrorCode, ToolExecution, ToolExecutionFailure, ToolRuntime
 
 from ._common import (
-    LONGEST_WAIT_MS,
     ToolExecutionResult,
     Undo,
     check_bool,

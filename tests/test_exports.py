@@ -59,6 +59,7 @@ EXTRA_NAMES = {
 # to the surface, each from the issue that pins it.
 LATER_NAMES = {
     "tool",  # issue 21: tools from typed functions
+    "LONGEST_WAIT_MS",  # the one bound on a wait an option asks for (policies, executors, stop)
 }
 
 
@@ -128,3 +129,14 @@ def test_every_dsh_error_class_is_exported() -> None:
 def test_the_messages_module_is_public() -> None:
     messages = importlib.import_module("dsh_actors.messages")
     assert hasattr(messages, "ExecuteBatch")
+
+
+def test_the_one_wait_bound_is_what_the_options_refuse_past() -> None:
+    import pytest
+
+    from executors.ptc import PtcExecutor
+
+    assert dsh_actors.LONGEST_WAIT_MS == 1e9  # (policies.retry: tests/policies/test_policy_retry.py)
+    PtcExecutor(timeout_ms=dsh_actors.LONGEST_WAIT_MS)
+    with pytest.raises(ValueError, match=r"timeout_ms must be at most 1e\+09 \(about 11.6 days\), got 2e\+09"):
+        PtcExecutor(timeout_ms=dsh_actors.LONGEST_WAIT_MS * 2)

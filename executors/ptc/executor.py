@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 from loguru import logger
 
 from dsh_actors import (
+    LONGEST_WAIT_MS,
     CodeRunFailedError,
     NativeExecutor,
     ToolDefinition,
@@ -84,11 +85,6 @@ _CLOSE_WAIT_SECONDS: Final = 10.0
 programs' workers to be killed and reaped (``rt.stop()`` waits until its
 own deadline instead)."""
 _BINDINGS_CACHED: Final = 64
-
-
-#: The longest run a PtcExecutor's timeout_ms may allow: longer is no
-#: bound, and Python's waits fail past about 3e11 s.
-_LONGEST_RUN_MS: Final = 1e9
 
 
 def _guide(timeout_ms: float, limit: int, memory_mb: int, max_output: int, folder_mb: int) -> str:
@@ -196,8 +192,8 @@ class PtcExecutor(NativeExecutor):
         super().__init__(max_parallel_tool_calls)
         if type(timeout_ms) not in (int, float) or not math.isfinite(timeout_ms) or timeout_ms <= 0:
             raise ValueError(f"timeout_ms must be a positive finite number, got {timeout_ms!r}")
-        if timeout_ms > _LONGEST_RUN_MS:
-            raise ValueError(f"timeout_ms must be at most {_LONGEST_RUN_MS:g} (about 11.6 days), got {timeout_ms:g}")
+        if timeout_ms > LONGEST_WAIT_MS:
+            raise ValueError(f"timeout_ms must be at most {LONGEST_WAIT_MS:g} (about 11.6 days), got {timeout_ms:g}")
         self.timeout_ms = timeout_ms
         self.max_parallel_sub_calls = _positive_int(max_parallel_sub_calls, "max_parallel_sub_calls")
         self.memory_limit_mb = _positive_int(memory_limit_mb, "memory_limit_mb")
