@@ -268,7 +268,9 @@ class ActorBase(pykka.ThreadingActor):
         """pykka's ``start``; when the actor's thread cannot be started (the
         process is at its thread limit: ``RuntimeError``), the actor pykka
         made and registered is undone (unregistered, out of its group,
-        stopped) before the error goes on, so nothing waits for it."""
+        stopped) before the error goes on, so nothing waits for it: what was
+        asked of it meanwhile (a stop's request, queued before it was marked
+        stopped) is answered as pykka answers a stopped actor's inbox."""
         outer = getattr(_local, "constructed", None)  # (an actor whose __init__ starts this one)
         _local.constructed = None
         try:
@@ -279,6 +281,9 @@ class ActorBase(pykka.ThreadingActor):
                 actor.actor_stopped.set()  # first: a stop that asks it from now on is refused at once
                 pykka.ActorRegistry.unregister(actor.actor_ref)
                 actor.group.forget(actor)
+                # Last: a request queued before it was marked stopped is
+                # answered here; one put after it finds it forgotten (stop_all).
+                actor._actor_loop_teardown()
             raise
         finally:
             _local.constructed = outer

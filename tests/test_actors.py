@@ -230,3 +230,30 @@ def test_an_actor_whose_thread_cannot_be_started_is_undone_and_stop_all_does_not
     assert done.wait(GUARD), "stop_all waited for an actor whose thread never started"
     stopper.join(GUARD)
     assert left == []
+
+
+def test_a_stop_asked_of_an_actor_as_its_thread_fails_to_start_is_answered() -> None:
+    # The race with the runtime's stop: stop_all asked the actor to stop
+    # (pykka queued the request: the actor was not stopped yet) and then
+    # found it still a member, just before its start failed and undid it.
+    # The undo answers what was queued, as pykka does for a stopped actor,
+    # so that stop waits for nothing.
+    group = ActorGroup()
+    asked: list[Any] = []
+
+    def failing(self: Any) -> None:
+        asked.append(self.actor_ref.stop(block=False))  # (stop_all's request, queued in time)
+        asked.append(self.actor_ref.ask("a question", block=False))
+        raise RuntimeError("can't start new thread")
+
+    setattr(_Inner, "_start_actor_loop", failing)  # noqa: B010 - pykka's thread start, for this class only
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            _Inner.spawn(group)
+    finally:
+        delattr(_Inner, "_start_actor_loop")
+    stop, question = asked
+    assert stop.get(timeout=0) is True  # answered as a stopped actor answers a stop
+    with pytest.raises(pykka.ActorDeadError, match="stopped before handling the message"):
+        question.get(timeout=0)
+    assert group.stop_all(GUARD) == []
