@@ -278,15 +278,20 @@ class ActorBase(pykka.ThreadingActor):
         except Exception:
             actor = _local.constructed
             if isinstance(actor, ActorBase) and actor.actor_ref is not None:
-                actor.actor_stopped.set()  # first: a stop that asks it from now on is refused at once
-                pykka.ActorRegistry.unregister(actor.actor_ref)
-                actor.group.forget(actor)
-                # Last: a request queued before it was marked stopped is
-                # answered here; one put after it finds it forgotten (stop_all).
-                actor._actor_loop_teardown()
+                actor._undo()
             raise
         finally:
             _local.constructed = outer
+
+    def _undo(self) -> None:
+        # (On the thread that started it, which its thread never did.)
+        self.actor_stopped.set()  # first: a stop that asks it from now on is refused at once
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        self.group.forget(self)
+        # Last: a request queued before it was marked stopped is answered
+        # here, as pykka answers a stopped actor's inbox; one put after it
+        # finds it forgotten (stop_all).
+        self._actor_loop_teardown()
 
     @classmethod
     def spawn(cls: type[Any], group: ActorGroup, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:
