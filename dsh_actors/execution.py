@@ -114,6 +114,7 @@ class ToolExecution:
         "_signal",
         "_mutable_signal",
         "_frozen",
+        "_approved",
     )
 
     call_id: str
@@ -129,6 +130,9 @@ class ToolExecution:
     _signal: AbortSignal
     _mutable_signal: bool
     _frozen: bool
+    # (Set only once an approval service allowed the call: unset until then,
+    # so an execution pays nothing for it. See approval_stands.)
+    _approved: tuple[Any, Any]
 
     def __init__(
         self,
@@ -195,6 +199,22 @@ class ToolExecution:
     def frozen(self) -> bool:
         return self._frozen
 
+    def approval_stands(self, ask: Any, definition: Any) -> bool:
+        """Whether an approval this call was given stands for ``ask`` (the
+        ``Ask`` its pre-execute waterfall decided): the approval service
+        allowed an equal ``Ask`` for it, about ``definition`` (the tool
+        definition it runs, the same object), and it was then prepared again
+        before its body started (what it was prepared under changed). The
+        pipeline then does not ask the service twice: the call runs as
+        allowed, its guards run again. An observer of approvals
+        (``policies.otel``) asks this to tell a request from an approval that
+        stands; it is the pipeline's own rule."""
+        try:
+            approved = self._approved
+        except AttributeError:
+            return False  # never approved
+        return approved[0] == ask and approved[1] is definition
+
     # -- pipeline-only -----------------------------------------------------
 
     def _open_signal(self) -> None:
@@ -207,6 +227,11 @@ class ToolExecution:
     def _freeze(self) -> None:
         _set_mutable_signal(self, False)
         _set_frozen(self, True)
+
+    def _approve(self, ask: Any, definition: Any) -> None:
+        """The approval service allowed ``ask`` for this call, about
+        ``definition`` (see :meth:`approval_stands`)."""
+        _set_approved(self, (ask, definition))
 
     def _settle_arguments(self, arguments: Any) -> None:
         """The pipeline's one rewrite of ``arguments``: when the call meets
@@ -234,6 +259,7 @@ class ToolExecution:
     _set_signal,
     _set_mutable_signal,
     _set_frozen,
+    _set_approved,
 ) = slot_setters(ToolExecution, ToolExecution.__slots__)  # every slot, in __slots__ order
 
 
@@ -456,6 +482,12 @@ restore_signal = ToolExecution._restore_signal
 #: these run once a call, and a Python frame less is a few hundred
 #: instructions less.)
 freeze = ToolExecution._freeze
+
+
+#: ``approve(execution, ask, definition)``: the approval service allowed
+#: ``ask`` for the call, about ``definition`` (see
+#: :meth:`ToolExecution.approval_stands`).
+approve = ToolExecution._approve
 
 
 def settle_arguments(execution: ToolExecution, arguments: Any) -> None:

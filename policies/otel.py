@@ -110,7 +110,7 @@ class _CallSpan:
     """One call's span and what the policy saw of its trip (only the call's
     own hooks touch it, one at a time)."""
 
-    __slots__ = ("token", "span", "start", "tool", "asked", "cleared", "denied", "aborted", "ask", "approved")
+    __slots__ = ("token", "span", "start", "tool", "asked", "cleared", "denied", "aborted", "ask")
 
     def __init__(self, token: Any, span: Any, start: float, tool: _Tool) -> None:
         self.token = token  # the execution's: a nested call's context holds its parent's
@@ -122,9 +122,6 @@ class _CallSpan:
         self.denied = False
         self.aborted = False
         self.ask: Any = None  # the Ask it was asked
-        # (The Ask, the definition) an approval allowed: prepared again, the
-        # pipeline does not ask that again (pipeline/prepare.py).
-        self.approved: tuple[Any, Any] | None = None
 
 
 #: The current call's span state, in the call's context.
@@ -218,14 +215,12 @@ class OtelPolicy:
         # sampler and the child context (the SDK reads it three times when
         # it is not given).
         state = self._mine(execution)
-        approved: Any = None
         if state is not None:
             # Prepared again (what it was prepared under changed before its
             # body started): the same call, so the same span, current already.
             # What it decided then no longer holds, but an approval given
             # stands for the same question (the pipeline does not ask again).
             state.span.add_event("dsh.tool.prepared_again", {})
-            approved = state.approved
             state.asked = state.cleared = state.denied = state.aborted = False
         else:
             context = self._current()
@@ -238,11 +233,7 @@ class OtelPolicy:
         kind = type(decision)
         if kind is Ask:
             state.asked = True
-            if (
-                approved is not None
-                and approved[0] == decision
-                and approved[1] is executable_definition(self._rt, execution)
-            ):
+            if execution.approval_stands(decision, executable_definition(self._rt, execution)):
                 state.cleared = True  # (the approval it had stands: nothing asked, nothing answered)
             else:
                 state.ask = decision
@@ -262,7 +253,6 @@ class OtelPolicy:
             state.cleared = True
             if state.asked:
                 state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
-                state.approved = (state.ask, executable_definition(self._rt, execution))
         return None
 
     def on_deferred(self, execution: ToolExecution, ask: Any) -> None:

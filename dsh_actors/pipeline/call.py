@@ -91,7 +91,6 @@ class Call:
         "start_error",
         "ask",
         "answer",
-        "approved",
         "found",
         "found_generation",
     )
@@ -177,11 +176,6 @@ class Call:
         # pre-execute waterfall and asking the approval service again;
         # None: prepare from the start.
         self.answer: tuple[str, Any] | None = None
-        # The Ask the approval service allowed for this call, and the tool
-        # definition it was asked about: prepared again (unprepare), the
-        # same Ask about the same definition is not asked again (the person
-        # said yes to this call), while listeners and guards run again.
-        self.approved: tuple[Any, Any] | None = None
         # What lookup() last found in the registry (not None), at which
         # generation: found again without a walk while nothing changed.
         self.found: Any = None

@@ -16,6 +16,7 @@ from ..errors import (
     ToolPolicyError,
     safe_str,
 )
+from ..execution import approve
 from ..model import (
     Allow,
     ApprovalRequest,
@@ -98,11 +99,10 @@ def prepare(
             _policy_raised(call, "tools/pre-execute", exc)
             return False
         if type(decision) is Ask:
-            approved = call.approved
-            if approved is not None and approved[0] == decision and approved[1] is _definition(call):
+            if execution.approval_stands(decision, _definition(call)):
                 # Asked and allowed already, for this tool, before the call
                 # was prepared again (what it was prepared under changed):
-                # not asked twice.
+                # not asked twice (the person said yes to this call).
                 decision = _ALLOW
             else:
                 try:
@@ -229,7 +229,7 @@ def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
         answer = _awaiter(rt, call)(answer)
     decision = _decide(call, ask, answer)
     if type(decision) is Allow:
-        call.approved = (ask, _definition(call))
+        approve(execution, ask, _definition(call))
     return decision
 
 
