@@ -132,7 +132,7 @@ class ToolExecution:
     _frozen: bool
     # (Set only once an approval service allowed the call: unset until then,
     # so an execution pays nothing for it. See approval_stands.)
-    _approved: tuple[Any, Any]
+    _approved: tuple[Any, Any] | None
 
     def __init__(
         self,
@@ -199,21 +199,21 @@ class ToolExecution:
     def frozen(self) -> bool:
         return self._frozen
 
-    def approval_stands(self, ask: Any, definition: Any) -> bool:
+    def approval_stands(self, ask: Any) -> bool:
         """Whether an approval this call was given stands for ``ask`` (the
         ``Ask`` its pre-execute waterfall decided): the approval service
-        allowed an equal ``Ask`` for it, about ``definition`` (the tool
-        definition it runs, the same object), and it was then prepared again
-        before its body started (what it was prepared under changed). The
-        pipeline then does not ask the service twice: the call runs as
-        allowed, its guards run again. An observer of approvals
-        (``policies.otel``) asks this to tell a request from an approval that
-        stands; it is the pipeline's own rule."""
+        allowed an equal ``Ask`` for it, and it was then prepared again
+        before its body started (what it was prepared under changed), still
+        to run the very tool definition that was approved. The pipeline then
+        does not ask the service twice: the call runs as allowed, and its
+        guards run again. An observer of approvals (``policies.otel``) asks
+        this in the waterfall to tell a request from an approval that
+        stands: it is the pipeline's own rule, not a copy."""
         try:
             approved = self._approved
         except AttributeError:
             return False  # never approved
-        return approved[0] == ask and approved[1] is definition
+        return approved is not None and approved[0] == ask
 
     # -- pipeline-only -----------------------------------------------------
 
@@ -232,6 +232,17 @@ class ToolExecution:
         """The approval service allowed ``ask`` for this call, about
         ``definition`` (see :meth:`approval_stands`)."""
         _set_approved(self, (ask, definition))
+
+    def _recheck_approval(self, definition: Any) -> None:
+        """Prepared again, the call runs ``definition`` now (what the pipeline
+        looked up for it): an approval about another definition (the tool
+        was replaced meanwhile) no longer stands."""
+        try:
+            approved = self._approved
+        except AttributeError:
+            return
+        if approved is not None and approved[1] is not definition:
+            _set_approved(self, None)
 
     def _settle_arguments(self, arguments: Any) -> None:
         """The pipeline's one rewrite of ``arguments``: when the call meets
@@ -488,6 +499,10 @@ freeze = ToolExecution._freeze
 #: ``ask`` for the call, about ``definition`` (see
 #: :meth:`ToolExecution.approval_stands`).
 approve = ToolExecution._approve
+
+#: ``recheck_approval(execution, definition)``: prepared again, the call
+#: runs ``definition`` (see :meth:`ToolExecution._recheck_approval`).
+recheck_approval = ToolExecution._recheck_approval
 
 
 def settle_arguments(execution: ToolExecution, arguments: Any) -> None:

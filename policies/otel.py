@@ -91,7 +91,7 @@ from dsh_actors import (
     thaw,
 )
 
-from ._common import Undo, check_bool, check_runtime, executable_definition
+from ._common import Undo, check_bool, check_runtime
 
 __all__ = ["apply"]
 
@@ -233,7 +233,7 @@ class OtelPolicy:
         kind = type(decision)
         if kind is Ask:
             state.asked = True
-            if execution.approval_stands(decision, executable_definition(self._rt, execution)):
+            if execution.approval_stands(decision):
                 state.cleared = True  # (the approval it had stands: nothing asked, nothing answered)
             else:
                 state.ask = decision

@@ -16,7 +16,7 @@ from ..errors import (
     ToolPolicyError,
     safe_str,
 )
-from ..execution import approve
+from ..execution import approve, recheck_approval
 from ..model import (
     Allow,
     ApprovalRequest,
@@ -70,8 +70,11 @@ def prepare(
     if call.caller.aborted:
         call.abort_unstarted()
         return False
+    again = call.phases_ran  # (prepared again: what it was prepared under changed)
     call.phases_ran = True
     call.registration = lookup(rt, call) if registration is LOOK_UP else registration
+    if again:
+        recheck_approval(execution, _definition(call))  # (before any listener asks approval_stands)
     state = rt.state
     reason: str | None
     events = rt.events
@@ -99,7 +102,7 @@ def prepare(
             _policy_raised(call, "tools/pre-execute", exc)
             return False
         if type(decision) is Ask:
-            if execution.approval_stands(decision, _definition(call)):
+            if execution.approval_stands(decision):
                 # Asked and allowed already, for this tool, before the call
                 # was prepared again (what it was prepared under changed):
                 # not asked twice (the person said yes to this call).

@@ -28,6 +28,7 @@ from dsh_actors import (
     Ask,
     Block,
     Deny,
+    NativeExecutor,
     ToolBatchInput,
     ToolCall,
     ToolOutput,
@@ -362,11 +363,13 @@ def test_a_provider_that_is_not_one_is_refused_naming_the_option(rt: Any, option
         rt.use(policies.otel, **{option: 5})
 
 
-def _prepared_ahead(rt: Any, otel: Otel) -> tuple[threading.Event, threading.Event]:
+def _prepared_ahead(rt: Any, otel: Otel, own: bool = False) -> tuple[threading.Event, threading.Event]:
     """``lookup`` whose calls c0 and c1 hold until ``release``, the policy
     on, and an event set once c0 and c1 run and c3 (prepared ahead of a
     free slot at a limit of 2) has passed pre-execute: a change made then
-    finds c2 and c3, and only them, prepared and not started."""
+    finds c2 and c3, and only them, prepared and not started. ``own``:
+    ``lookup`` is the executor's own tool (as PTC's ``run_code`` is), not a
+    registered one."""
     release = threading.Event()
     running = threading.Barrier(3)  # c0's body, c1's body, the listener that saw c3
     ready = threading.Event()
@@ -383,7 +386,15 @@ def _prepared_ahead(rt: Any, otel: Otel) -> tuple[threading.Event, threading.Eve
             ready.set()
         return next_()
 
-    rt.tools.register(tool("lookup", body))
+    if own:
+
+        class Own(NativeExecutor):
+            def executor_tools(self) -> Any:
+                return (tool("lookup", body),)
+
+        rt.tools.set_executor(Own())
+    else:
+        rt.tools.register(tool("lookup", body))
     use(rt, otel)
     rt.events.on("tools/pre-execute", note)
     return release, ready
@@ -447,12 +458,16 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     ]
 
 
-def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipeline_asks_one(rt: Any, otel: Otel) -> None:
+@pytest.mark.parametrize("kind", ["registered", "the executor's own"])
+def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipeline_asks_one(
+    rt: Any, otel: Otel, kind: str
+) -> None:
     """Every call is asked (the same Ask) and allowed; a registry change
     while c2 and c3 wait prepared ahead prepares them again: the pipeline
     does not ask again, and the span records one question and one answer,
-    then that it was prepared again."""
-    release, c3_prepared = _prepared_ahead(rt, otel)
+    then that it was prepared again (the policy asks the pipeline's own
+    rule, ``execution.approval_stands``, whoever provides the tool)."""
+    release, c3_prepared = _prepared_ahead(rt, otel, own=kind != "registered")
     asked: list[str] = []
 
     def service(request: Any) -> str:
