@@ -90,6 +90,9 @@ class Dispatcher:
       is pending (one at a time); ``retrying``: the timer is trying to start
       one for the step it took from the head (the spell lasts until that
       start succeeds).
+    * ``finished``: the stop has refused the steps still queued
+      (:meth:`refuse_queued`): no thread will run a step any more, so one
+      that would wait from now on is refused instead.
 
     Invariants (:meth:`assert_invariants`): ``wanting`` is not empty only
     while ``serving >= budget`` (or the dispatcher is closed: then it is
@@ -137,6 +140,7 @@ class Dispatcher:
         self.starved = False
         self.retry_armed = False
         self.retrying = False
+        self.finished = False
 
     def __repr__(self) -> str:
         return (
@@ -247,13 +251,15 @@ class Dispatcher:
                 unserved = message.mailbox.refused_locked(reclaim=not stopping)
             else:
                 self.stepping -= 1
-                if stopping or (type(message) is RunBatch and not retrying):
+                if stopping or (not retrying and (self.finished or type(message) is RunBatch)):
                     refuse = True
                 else:
+                    # (The retry's, once finished: the stop refuses the queue
+                    # again once the loop, where the retry runs, has stopped.)
                     self.runnable.appendleft(message)
                     self.starved = True
-                    arm = not self.retry_armed  # (one timer, however the spell began)
-                    self.retry_armed = True
+                    arm = not self.retry_armed and not self.finished  # (one timer, however the spell began)
+                    self.retry_armed = self.retry_armed or arm
             sends = [] if self.closed else self._assign()
         if not stopping and not retrying and not (starved and type(message) is not Serve):
             # (Once a starved spell, not at every retry.)
@@ -288,9 +294,10 @@ class Dispatcher:
                 return
             sends: list[tuple[Address | None, Any]] = []
             if self.runnable and self.stepping < self.steps_max:
+                stepper = self._steppers.take()
+                sends.append((stepper, self.runnable.popleft()))
                 self.stepping += 1
                 self.retrying = True
-                sends.append((self._steppers.take(), self.runnable.popleft()))
             else:
                 self.starved = False  # (nothing to try: the queue waits for a step slot as ever)
         try:
@@ -406,10 +413,19 @@ class Dispatcher:
         """Run ``work`` (``RunBatch``, ``Begin``, ``Resume``) on an idle
         executor actor, a new one, or when a step slot frees."""
         with self.lock:
-            if self.starved and not self.retrying and not any(type(queued) is not RunBatch for queued in self.runnable):
-                self.starved = False  # (no begun batch waits: this batch tries a thread itself)
-            self.runnable.append(work)
-            sends = self._assign()
+            finished = self.finished
+            if not finished:
+                if (
+                    self.starved
+                    and not self.retrying
+                    and not any(type(queued) is not RunBatch for queued in self.runnable)
+                ):
+                    self.starved = False  # (no begun batch waits: this batch tries a thread itself)
+                self.runnable.append(work)
+                sends = self._assign()
+        if finished:
+            self._refuse_step(work, None)  # (the stop is past refusing the queue: nothing would run it)
+            return
         self.send(sends)
 
     def step_ended(self, address: Address) -> Any:
@@ -493,8 +509,11 @@ class Dispatcher:
         a step still queued (a batch waiting for a slot behind executor
         actors the stop could not wait for) is answered with
         ``RuntimeStoppedError``, as pykka fails the asks a stopped actor
-        never answered."""
+        never answered; from now on a step is refused as it comes
+        (``finished``). The stop calls it once more after the loop's thread
+        has stopped, for a step the retry timer put back meanwhile."""
         with self.lock:
+            self.finished = True
             queued = list(self.runnable)
             self.runnable.clear()
         for work in queued:

@@ -339,6 +339,103 @@ def test_a_batch_submitted_while_the_retry_tries_a_thread_waits_behind_the_begun
         rt.dispatcher.assert_invariants()
 
 
+def test_a_batch_the_retry_puts_back_during_the_stop_is_still_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A begun batch A waits for an executor actor (none can be started), B
+    # is queued behind it. The retry timer starts one for A, then tries one
+    # for B, which fails; just then rt.stop() gets past its refusal of the
+    # queued steps, and only then does the retry put B back at the head of
+    # the queue. B must still be answered (the stop refuses the queue once
+    # more when the loop, where the retry runs, has stopped), not left
+    # waiting for ever.
+    from pykka import ThreadingActor
+
+    from dsh_actors.errors import RuntimeStoppedError
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+    from dsh_actors.scheduling.executor import ExecutorActor
+
+    ended = steps_retire(monkeypatch)
+    starts: list[str] = []  # what each new executor actor's thread start does, in turn
+
+    def scripted(self: Any) -> None:
+        if starts and starts.pop(0) == "fail":
+            raise RuntimeError("can't start new thread")
+        ThreadingActor._start_actor_loop(self)
+
+    b_queued, in_window, refused, a_failed = (threading.Event() for _ in range(4))
+    undelivered, retry, refuse_queued = Dispatcher._undelivered, Dispatcher._retry_steps, Dispatcher.refuse_queued
+    b_tries = []
+
+    def holding(self: Dispatcher, message: Any, exc: BaseException, retrying: bool) -> Any:
+        if type(message).__name__ == "RunBatch" and retrying:
+            b_tries.append(message)
+            if len(b_tries) == 2:  # the retry's second try for B: the stop refuses the queue first
+                in_window.set()
+                assert refused.wait(GUARD)
+        out = undelivered(self, message, exc, retrying)
+        if type(message).__name__ != "RunBatch":
+            a_failed.set()
+        return out
+
+    first_retry = []
+
+    def gated(self: Dispatcher) -> None:
+        if not first_retry:
+            first_retry.append(True)
+            assert b_queued.wait(GUARD)
+        retry(self)
+
+    def refusing(self: Dispatcher) -> None:
+        refuse_queued(self)
+        refused.set()
+
+    monkeypatch.setattr(Dispatcher, "_undelivered", holding)
+    monkeypatch.setattr(Dispatcher, "_retry_steps", gated)
+    monkeypatch.setattr(Dispatcher, "refuse_queued", refusing)
+    steps_end = threading.Event()  # (cleared: the executor actor the retry starts for A keeps its slot)
+    steps_end.set()
+    step_ended = Dispatcher.step_ended
+
+    def held(self: Dispatcher, address: Any) -> Any:
+        assert steps_end.wait(GUARD)
+        return step_ended(self, address)
+
+    monkeypatch.setattr(Dispatcher, "step_ended", held)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    try:
+        running = threading.Semaphore(0)
+
+        def polite(args: Any, ctx: Any) -> str:
+            running.release()
+            ctx.signal.wait(GUARD)
+            return "late"
+
+        rt.tools.register(make_tool("slow", polite))
+        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+        controller = AbortController()
+        a = rt.tools.submit(ToolBatchInput(calls=calls("slow", "slow"), signal=controller.signal))
+        for _ in range(2):
+            assert running.acquire(timeout=GUARD), "A's two bodies to run"
+        assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
+        starts[:] = ["fail", "ok", "fail", "fail"]  # A's step; the retry: A's, then B's twice
+        monkeypatch.setattr(ExecutorActor, "_start_actor_loop", scripted)
+        steps_end.clear()  # (or A's new executor actor, done with A, would take B)
+        controller.abort("the user stopped")  # A's step must run, and finds no thread
+        must(a_failed, "A's step to find no executor actor")
+        b = rt.tools.submit(ToolBatchInput(calls=calls("t")))
+        assert not b.done()  # (it waits behind A's step)
+        b_queued.set()
+        must(in_window, "the retry to try a thread for B a second time")
+    finally:
+        steps_end.set()
+        rt.stop(timeout=GUARD)
+    assert [code_of(r.result) for r in a.result(GUARD).results] == ["ABORTED", "ABORTED"]
+    with pytest.raises(RuntimeStoppedError, match="the runtime stopped before the batch started"):
+        b.result(GUARD)
+    assert not rt.dispatcher.runnable
+    assert_no_new_threads(before)
+
+
 def test_a_batch_whose_step_no_thread_runs_in_the_stop_is_answered_and_its_call_actors_leave(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
