@@ -206,14 +206,14 @@ class _Outer(ActorBase):
         return None
 
 
-@pytest.mark.parametrize("kind", [_Inner, _Outer])
-def test_an_actor_whose_thread_cannot_be_started_is_undone_and_stop_all_does_not_wait_for_it(kind: type) -> None:
-    # Thread.start fails (the process is at its thread limit) after pykka
-    # made and registered the actor: it is unregistered, out of the group
-    # and stopped, even when its own __init__ started another actor first.
-    group = ActorGroup()
+def spawn_without_a_thread(kind: type, group: ActorGroup, first: Any = None) -> None:
+    """``kind.spawn(group)`` as at the process's thread limit: pykka's
+    thread start raises once pykka has made and registered the actor (after
+    ``first(actor)``, if given); the error reaches the spawner."""
 
     def failing(self: Any) -> None:
+        if first is not None:
+            first(self)
         raise RuntimeError("can't start new thread")
 
     setattr(kind, "_start_actor_loop", failing)  # noqa: B010 - pykka's thread start, for this class only
@@ -222,6 +222,15 @@ def test_an_actor_whose_thread_cannot_be_started_is_undone_and_stop_all_does_not
             kind.spawn(group)
     finally:
         delattr(kind, "_start_actor_loop")
+
+
+@pytest.mark.parametrize("kind", [_Inner, _Outer])
+def test_an_actor_whose_thread_cannot_be_started_is_undone_and_stop_all_does_not_wait_for_it(kind: type) -> None:
+    # Thread.start fails (the process is at its thread limit) after pykka
+    # made and registered the actor: it is unregistered, out of the group
+    # and stopped, even when its own __init__ started another actor first.
+    group = ActorGroup()
+    spawn_without_a_thread(kind, group)
     assert not [ref for ref in pykka.ActorRegistry.get_all() if ref.actor_class is kind]
     done = threading.Event()
     left: list[str] = []
@@ -241,17 +250,11 @@ def test_a_stop_asked_of_an_actor_as_its_thread_fails_to_start_is_answered() -> 
     group = ActorGroup()
     asked: list[Any] = []
 
-    def failing(self: Any) -> None:
-        asked.append(self.actor_ref.stop(block=False))  # (stop_all's request, queued in time)
-        asked.append(self.actor_ref.ask("a question", block=False))
-        raise RuntimeError("can't start new thread")
+    def ask(actor: Any) -> None:
+        asked.append(actor.actor_ref.stop(block=False))  # (stop_all's request, queued in time)
+        asked.append(actor.actor_ref.ask("a question", block=False))
 
-    setattr(_Inner, "_start_actor_loop", failing)  # noqa: B010 - pykka's thread start, for this class only
-    try:
-        with pytest.raises(RuntimeError, match="can't start new thread"):
-            _Inner.spawn(group)
-    finally:
-        delattr(_Inner, "_start_actor_loop")
+    spawn_without_a_thread(_Inner, group, first=ask)
     stop, question = asked
     assert stop.get(timeout=0) is True  # answered as a stopped actor answers a stop
     with pytest.raises(pykka.ActorDeadError, match="stopped before handling the message"):

@@ -193,6 +193,29 @@ def steps_retire(monkeypatch: pytest.MonkeyPatch) -> threading.Semaphore:
     return ended
 
 
+def paused_batch_a(rt: ToolRuntime, ended: threading.Semaphore, wait: Any) -> tuple[Any, AbortController]:
+    """Batch A: two ``slow`` calls whose bodies run on call actors and end
+    when ``wait(ctx)`` returns, submitted with an abort controller; returned
+    (its future and the controller) once both bodies run and A's executor
+    actor has ended its step (``steps_retire``: A then has no thread). Also
+    registers ``t``, a tool that answers "ok"."""
+    running = threading.Semaphore(0)
+
+    def slow(args: Any, ctx: Any) -> str:
+        running.release()
+        wait(ctx)
+        return "late"
+
+    rt.tools.register(make_tool("slow", slow))
+    rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
+    controller = AbortController()
+    a = rt.tools.submit(ToolBatchInput(calls=calls("slow", "slow"), signal=controller.signal))
+    for _ in range(2):
+        assert running.acquire(timeout=GUARD), "A's two bodies to run"
+    assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
+    return a, controller
+
+
 @pytest.mark.parametrize("then", ["threads come back", "an executor actor ends its work"])
 def test_a_begun_batchs_step_waits_for_an_executor_actor_and_the_batch_finishes(
     then: str, monkeypatch: pytest.MonkeyPatch
@@ -306,21 +329,8 @@ def test_a_batch_submitted_while_the_retry_tries_a_thread_waits_behind_the_begun
         raise RuntimeError("can't start new thread")
 
     with runtime() as rt:
-        running = threading.Semaphore(0)
         release_a = threading.Event()
-
-        def stubborn(args: Any, ctx: Any) -> str:
-            running.release()
-            release_a.wait(GUARD)
-            return "late"
-
-        rt.tools.register(make_tool("slow", stubborn))
-        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
-        controller = AbortController()
-        a = rt.tools.submit(ToolBatchInput(calls=calls("slow", "slow"), signal=controller.signal))
-        for _ in range(2):
-            assert running.acquire(timeout=GUARD), "A's two bodies to run"
-        assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
+        a, controller = paused_batch_a(rt, ended, lambda ctx: release_a.wait(GUARD))  # (ends when the test says)
         setattr(ExecutorActor, "_start_actor_loop", failing)  # noqa: B010 - see no_thread_for
         try:
             controller.abort("the user stopped")  # A's Wake: its step must run, and finds no thread
@@ -403,20 +413,7 @@ def test_a_batch_the_retry_puts_back_during_the_stop_is_still_answered(monkeypat
     before = live_threads()
     rt = ToolRuntime().start()
     try:
-        running = threading.Semaphore(0)
-
-        def polite(args: Any, ctx: Any) -> str:
-            running.release()
-            ctx.signal.wait(GUARD)
-            return "late"
-
-        rt.tools.register(make_tool("slow", polite))
-        rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
-        controller = AbortController()
-        a = rt.tools.submit(ToolBatchInput(calls=calls("slow", "slow"), signal=controller.signal))
-        for _ in range(2):
-            assert running.acquire(timeout=GUARD), "A's two bodies to run"
-        assert ended.acquire(timeout=GUARD), "A's executor actor to end its step (and retire)"
+        a, controller = paused_batch_a(rt, ended, lambda ctx: ctx.signal.wait(GUARD))  # (ends at the abort)
         starts[:] = ["fail", "ok", "fail", "fail"]  # A's step; the retry: A's, then B's twice
         monkeypatch.setattr(ExecutorActor, "_start_actor_loop", scripted)
         steps_end.clear()  # (or A's new executor actor, done with A, would take B)
