@@ -318,10 +318,6 @@ class ToolRuntime:
                 abandoned.append(self._loop.thread.name)
             else:
                 abandoned.extend(self.loop_watch.describe(task) for task in tasks)
-        if self._dispatcher is not None:
-            # (Again: a step the dispatcher's retry, on the loop's thread, put
-            # back meanwhile. Nothing puts one back from now on.)
-            self._dispatcher.refuse_queued()
         left = self.loop_watch.stop()  # (releases whoever waits for a flight of the closed loop)
         abandoned.extend(name for name in left if name not in abandoned)
         self.pending_replies.fail_all()  # answers nobody will give any more

@@ -238,28 +238,32 @@ class Dispatcher:
           retry timer (:attr:`STEP_RETRY_S`), which tries to start one
           again (``starved``: meanwhile queued steps take only idle
           executor actors, so no batch fails on another's account); in a
-          stop, its batch is answered ``RuntimeStoppedError``;
+          stop, its batch is answered ``RuntimeStoppedError``, and so is
+          any step once the stop has refused the queue (``finished``);
         * ``retrying`` (the retry timer's sends, on the loop's thread): a
           step of any kind waits so, and nothing is answered there."""
         stopping = isinstance(exc, (RuntimeStoppedError, pykka.ActorDeadError))
         unserved: list[Any] = []
         refuse = arm = False
         with self.lock:
+            stopping = stopping or self.finished  # (past the stop's refusal of the queue: as in a stop)
             starved = self.starved
             if type(message) is Serve:
                 self.serving -= 1
                 unserved = message.mailbox.refused_locked(reclaim=not stopping)
             else:
                 self.stepping -= 1
-                if stopping or (not retrying and (self.finished or type(message) is RunBatch)):
+                if stopping or (type(message) is RunBatch and not retrying):
+                    # (Finished: the stop is past refusing the queue, and no
+                    # thread will run a step. The retry's own is refused
+                    # then too, on the loop's thread: a stop() its callbacks
+                    # call there returns at once.)
                     refuse = True
                 else:
-                    # (The retry's, once finished: the stop refuses the queue
-                    # again once the loop, where the retry runs, has stopped.)
                     self.runnable.appendleft(message)
                     self.starved = True
-                    arm = not self.retry_armed and not self.finished  # (one timer, however the spell began)
-                    self.retry_armed = self.retry_armed or arm
+                    arm = not self.retry_armed  # (one timer, however the spell began)
+                    self.retry_armed = True
             sends = [] if self.closed else self._assign()
         if not stopping and not retrying and not (starved and type(message) is not Serve):
             # (Once a starved spell, not at every retry.)
@@ -510,8 +514,7 @@ class Dispatcher:
         actors the stop could not wait for) is answered with
         ``RuntimeStoppedError``, as pykka fails the asks a stopped actor
         never answered; from now on a step is refused as it comes
-        (``finished``). The stop calls it once more after the loop's thread
-        has stopped, for a step the retry timer put back meanwhile."""
+        (``finished``), the retry timer's too."""
         with self.lock:
             self.finished = True
             queued = list(self.runnable)

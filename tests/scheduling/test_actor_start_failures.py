@@ -349,14 +349,18 @@ def test_a_batch_submitted_while_the_retry_tries_a_thread_waits_behind_the_begun
         rt.dispatcher.assert_invariants()
 
 
-def test_a_batch_the_retry_puts_back_during_the_stop_is_still_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("stop", ["waits for the loop", "abandons the loop"])
+def test_a_batch_the_retry_puts_back_during_the_stop_is_still_answered(
+    stop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A begun batch A waits for an executor actor (none can be started), B
     # is queued behind it. The retry timer starts one for A, then tries one
     # for B, which fails; just then rt.stop() gets past its refusal of the
-    # queued steps, and only then does the retry put B back at the head of
-    # the queue. B must still be answered (the stop refuses the queue once
-    # more when the loop, where the retry runs, has stopped), not left
-    # waiting for ever.
+    # queued steps, and only then does the retry come to put B back at the
+    # head of the queue. B must still be answered (the retry refuses it:
+    # no thread will run a step any more), not left waiting for ever; also
+    # when the loop's thread, where the retry runs, is held past the stop's
+    # deadline (the stop abandons it, and the retry comes back only after).
     from pykka import ThreadingActor
 
     from dsh_actors.errors import RuntimeStoppedError
@@ -371,7 +375,10 @@ def test_a_batch_the_retry_puts_back_during_the_stop_is_still_answered(monkeypat
             raise RuntimeError("can't start new thread")
         ThreadingActor._start_actor_loop(self)
 
-    b_queued, in_window, refused, a_failed = (threading.Event() for _ in range(4))
+    b_queued, in_window, refused, a_failed, stopped = (threading.Event() for _ in range(5))
+    abandon = stop == "abandons the loop"
+    if abandon:
+        monkeypatch.setattr(ToolRuntime, "STOP_GRACE", 0.3)
     undelivered, retry, refuse_queued = Dispatcher._undelivered, Dispatcher._retry_steps, Dispatcher.refuse_queued
     b_tries = []
 
@@ -380,7 +387,7 @@ def test_a_batch_the_retry_puts_back_during_the_stop_is_still_answered(monkeypat
             b_tries.append(message)
             if len(b_tries) == 2:  # the retry's second try for B: the stop refuses the queue first
                 in_window.set()
-                assert refused.wait(GUARD)
+                assert (stopped if abandon else refused).wait(GUARD)
         out = undelivered(self, message, exc, retrying)
         if type(message).__name__ != "RunBatch":
             a_failed.set()
@@ -425,7 +432,9 @@ def test_a_batch_the_retry_puts_back_during_the_stop_is_still_answered(monkeypat
         must(in_window, "the retry to try a thread for B a second time")
     finally:
         steps_end.set()
-        rt.stop(timeout=GUARD)
+        rt.stop(timeout=0.2 if abandon else GUARD)
+        stopped.set()
+    assert rt.abandoned == (("dsh-asyncio",) if abandon else ())
     assert [code_of(r.result) for r in a.result(GUARD).results] == ["ABORTED", "ABORTED"]
     with pytest.raises(RuntimeStoppedError, match="the runtime stopped before the batch started"):
         b.result(GUARD)
