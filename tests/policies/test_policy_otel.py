@@ -458,6 +458,40 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     ]
 
 
+def test_a_call_approved_then_its_tool_replaced_records_the_second_question_the_pipeline_asks(
+    rt: Any, otel: Otel
+) -> None:
+    """Every call is asked (the same Ask) and allowed; while c2 and c3 wait
+    prepared ahead, their agent's scope shadows ``lookup`` with another
+    definition: the approval was about the old one, so the pipeline asks
+    again, and the span records both questions and both answers."""
+    release, c3_prepared = _prepared_ahead(rt, otel)
+    asked: list[str] = []
+
+    def service(request: Any) -> str:
+        asked.append(request.call_id)
+        return "allowed-once"
+
+    rt.approvals.set(service)
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="careful"))
+    agent = Agent("a")
+    calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
+    future = rt.tools.submit(ToolBatchInput(calls=calls, agent=agent, max_parallel_tool_calls=2))
+    replacement = tool("lookup", lambda args, ctx: {"answer": 43})
+    _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.scope(agent).register(replacement))
+    assert sorted(asked) == ["c0", "c1", "c2", "c2", "c3", "c3"]  # c2 and c3 asked about each tool
+    assert [r.result.value for r in future.result(WAIT).results] == [{"answer": 42}] * 2 + [{"answer": 43}] * 2
+    events = {s.attributes["gen_ai.tool.call.id"]: [e.name for e in s.events] for s in otel.tool_spans()}
+    for call_id in ("c2", "c3"):
+        assert events[call_id] == [
+            "dsh.tool.approval.requested",
+            "dsh.tool.approval.answered",
+            "dsh.tool.prepared_again",
+            "dsh.tool.approval.requested",
+            "dsh.tool.approval.answered",
+        ], call_id
+
+
 @pytest.mark.parametrize("kind", ["registered", "the executor's own"])
 def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipeline_asks_one(
     rt: Any, otel: Otel, kind: str
