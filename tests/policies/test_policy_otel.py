@@ -438,7 +438,7 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     rejection as an answer, not as a block)."""
     release, c3_prepared = _prepared_ahead(rt, otel)
     rt.approvals.set(lambda request: "rejected" if request.call_id == "c2" else "allowed-once")
-    calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
+    calls = _four_lookups()
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
     _change_while_ahead(
         future, release, c3_prepared, lambda: rt.events.on("tools/pre-execute", lambda e, next_: Ask(reason="new rule"))
@@ -458,14 +458,19 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     ]
 
 
-def test_a_call_approved_then_its_tool_replaced_records_the_second_question_the_pipeline_asks(
-    rt: Any, otel: Otel
-) -> None:
-    """Every call is asked (the same Ask) and allowed; while c2 and c3 wait
-    prepared ahead, their agent's scope shadows ``lookup`` with another
-    definition: the approval was about the old one, so the pipeline asks
-    again, and the span records both questions and both answers."""
-    release, c3_prepared = _prepared_ahead(rt, otel)
+def _four_lookups() -> list[ToolCall]:
+    """c0..c3, each a call of ``lookup`` (the tool of ``_prepared_ahead``)."""
+    return [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
+
+
+def _event_names(otel: Otel) -> dict[str, list[str]]:
+    """Each call's span's event names, in order, by call id."""
+    return {s.attributes["gen_ai.tool.call.id"]: [e.name for e in s.events] for s in otel.tool_spans()}
+
+
+def _ask_every_call_and_allow(rt: Any) -> list[str]:
+    """Every call asks (the same Ask), and the approval service allows it:
+    the ids of the calls the service was asked about, in order."""
     asked: list[str] = []
 
     def service(request: Any) -> str:
@@ -474,14 +479,26 @@ def test_a_call_approved_then_its_tool_replaced_records_the_second_question_the_
 
     rt.approvals.set(service)
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="careful"))
+    return asked
+
+
+def test_a_call_approved_then_its_tool_replaced_records_the_second_question_the_pipeline_asks(
+    rt: Any, otel: Otel
+) -> None:
+    """Every call is asked (the same Ask) and allowed; while c2 and c3 wait
+    prepared ahead, their agent's scope shadows ``lookup`` with another
+    definition: the approval was about the old one, so the pipeline asks
+    again, and the span records both questions and both answers."""
+    release, c3_prepared = _prepared_ahead(rt, otel)
+    asked = _ask_every_call_and_allow(rt)
     agent = Agent("a")
-    calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
+    calls = _four_lookups()
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=agent, max_parallel_tool_calls=2))
     replacement = tool("lookup", lambda args, ctx: {"answer": 43})
     _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.scope(agent).register(replacement))
     assert sorted(asked) == ["c0", "c1", "c2", "c2", "c3", "c3"]  # c2 and c3 asked about each tool
     assert [r.result.value for r in future.result(WAIT).results] == [{"answer": 42}] * 2 + [{"answer": 43}] * 2
-    events = {s.attributes["gen_ai.tool.call.id"]: [e.name for e in s.events] for s in otel.tool_spans()}
+    events = _event_names(otel)
     for call_id in ("c2", "c3"):
         assert events[call_id] == [
             "dsh.tool.approval.requested",
@@ -502,19 +519,12 @@ def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipelin
     then that it was prepared again (the policy asks the pipeline's own
     rule, ``execution.approval_stands``, whoever provides the tool)."""
     release, c3_prepared = _prepared_ahead(rt, otel, own=kind != "registered")
-    asked: list[str] = []
-
-    def service(request: Any) -> str:
-        asked.append(request.call_id)
-        return "allowed-once"
-
-    rt.approvals.set(service)
-    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="careful"))
-    calls = [ToolCall(f"c{i}", "lookup", json.dumps({"q": str(i)})) for i in range(4)]
+    asked = _ask_every_call_and_allow(rt)
+    calls = _four_lookups()
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
     _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.register(tool("other")))  # c2, c3 again
     assert sorted(asked) == ["c0", "c1", "c2", "c3"]  # once each
-    events = {s.attributes["gen_ai.tool.call.id"]: [e.name for e in s.events] for s in otel.tool_spans()}
+    events = _event_names(otel)
     for call_id in ("c2", "c3"):
         assert events[call_id] == [
             "dsh.tool.approval.requested",
