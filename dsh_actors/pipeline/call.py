@@ -108,7 +108,8 @@ class Call:
         self.run_post = False
         self.dispatched = False
         # Whether prepare() ran the pre-execute phases for it (got past its
-        # pre-aborted check), once or more: never cleared, not even by
+        # pre-aborted check, and was not sent back before its hooks: see
+        # prepare's before_hooks), once or more: never cleared, not even by
         # unprepare(). What abort_unstarted() decides post-execute by.
         self.phases_ran = False
         # How many times it was prepared and then sent back (unprepare()).

@@ -83,6 +83,7 @@ def prepare(
         # A continued batch: the waterfall ran and asked in the batch that
         # deferred the call; the answer given now takes the service's place.
         if before_hooks is not None and before_hooks():
+            call.phases_ran = again  # (no phase ran this time: see abort_unstarted)
             return True
         try:
             answer, ask = call.answer
@@ -93,6 +94,7 @@ def prepare(
     # Without a listener the waterfall is its default, Allow(): skip it.
     elif events.listeners("tools/pre-execute", execution.agent):
         if before_hooks is not None and before_hooks():
+            call.phases_ran = again  # (no phase ran this time: see abort_unstarted)
             return True
         try:
             decision = events.waterfall(

@@ -1387,8 +1387,10 @@ class BatchRun:
                     and call.final is None
                 ), f"deferred call {index} is {call}"
             elif where is _REDO:
-                # (Prepared once: an abort now passes it through post-execute.)
-                assert call is not None and call.phases_ran and call.outcome is None and call.ask is None, (
+                # (Prepared once, or put back before its hooks first ran, when
+                # phases_ran says so: an abort then passes it through
+                # post-execute only if they ever ran.)
+                assert call is not None and call.outcome is None and call.ask is None, (
                     f"call {index} to prepare again is {call}"
                 )
             elif where is _HELD:

@@ -1071,3 +1071,47 @@ def test_a_call_put_while_the_idle_server_was_told_to_leave_is_taken_by_it() -> 
     assert budget.requests == 0
     mailbox.assert_invariants()
     mailbox.close()
+
+
+def test_a_call_sent_back_before_its_hooks_ever_ran_is_aborted_without_post_execute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """c1's prepare launches c0's flight before c1's pre-execute listeners,
+    and c0 goes back (stale); so c1 goes back too, its hooks not run. The
+    abort lands right then: c0, whose phases ran, passes post-execute; c1,
+    which no phase ever saw, does not (reference: "one never prepared runs
+    no phase")."""
+    from dsh_actors.scheduling.batch import BatchRun
+
+    with started_runtime() as rt:
+        starts: list[str] = []
+        _sent_back_at_launch(rt, starts)
+        pre: list[str] = []
+        post: list[str] = []
+
+        def seen_pre(execution: Any, next_: Any) -> Any:
+            pre.append(execution.call_id)
+            return next_()
+
+        def seen_post(execution: Any, result: Any, next_: Any) -> Any:
+            post.append(execution.call_id)
+            return next_()
+
+        rt.events.on("tools/pre-execute", seen_pre)
+        rt.events.on("tools/post-execute", seen_post)
+        controller = AbortController()
+        launch = BatchRun._launch
+        fired: list[bool] = []
+
+        def aborting(self: BatchRun) -> bool:
+            if not fired:  # (the launch c1's prepare makes before its hooks)
+                fired.append(True)
+                controller.abort("the user stopped")
+            return launch(self)
+
+        monkeypatch.setattr(BatchRun, "_launch", aborting)
+        batch = ToolBatchInput(calls=tuple(calls("a", "b")), signal=controller.signal, max_parallel_tool_calls=4)
+        result = rt.tools.submit(batch).result(GUARD)
+        assert [code_of(r.result) for r in result.results] == ["ABORTED_BEFORE_DISPATCH"] * 2
+        assert starts == []
+        assert pre == ["c0"] and post == ["c0"]
