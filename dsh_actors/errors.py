@@ -88,6 +88,13 @@ def safe_str(value: object) -> str:
     return text
 
 
+def exception_text(exc: BaseException) -> str:
+    """``Type: message`` for an exception named in a message (``Type``
+    alone when its message is empty)."""
+    text = safe_str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def safe_repr(value: object, fallback: str = "<unprintable>") -> str:
     """``repr(value)``, or ``fallback`` when that raises (or is not a ``str``)."""
     try:

@@ -13,6 +13,7 @@ from ..errors import (
     LosslessJsonError,
     ToolOutputError,
     ToolPolicyError,
+    exception_text,
     safe_str,
 )
 from ..json import dumps, materialize
@@ -163,7 +164,7 @@ def render_success(
         try:
             rendered = render(execution.arguments, frozen)
         except BaseException as exc:  # noqa: BLE001 - a renderer may raise anything
-            return _callback_failure(name, "output.render", f"raised {_describe(exc)}", additional_contexts, exc)
+            return _callback_failure(name, "output.render", f"raised {exception_text(exc)}", additional_contexts, exc)
         try:
             content = checked_content(rendered)
         except LosslessJsonError as exc:
@@ -175,7 +176,7 @@ def render_success(
             shown = output.presentation_meta(execution.arguments, frozen)
         except BaseException as exc:  # noqa: BLE001
             return _callback_failure(
-                name, "output.presentation_meta", f"raised {_describe(exc)}", additional_contexts, exc
+                name, "output.presentation_meta", f"raised {exception_text(exc)}", additional_contexts, exc
             )
         try:
             meta = materialize(shown, "meta")
@@ -250,11 +251,6 @@ def _not_content(rendered: object, exc: LosslessJsonError) -> str:
 
 def _a(word: str) -> str:
     return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
-
-
-def _describe(exc: BaseException) -> str:
-    text = safe_str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _freeze_contexts(contexts: Any) -> tuple[UserMessage, ...]:

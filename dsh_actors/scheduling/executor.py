@@ -37,7 +37,14 @@ from loguru import logger
 
 from ..actors import ActorGroup, Address, MailboxActor, actor_thread_ident, settle
 from ..definition import validate_definition
-from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError, ToolBatchExecutionError, safe_str
+from ..errors import (
+    InvalidStateError,
+    InvalidTypeError,
+    RuntimeStoppedError,
+    ToolBatchExecutionError,
+    exception_text,
+    safe_str,
+)
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..kernel import refuse_blocking_a_loop
@@ -360,8 +367,7 @@ def refuse_step(message: RunBatch | Begin | Resume, cause: BaseException | None)
         error: BaseException = RuntimeStoppedError(f"the runtime stopped before the batch {when}")
     else:
         error = ToolBatchExecutionError(
-            "no executor actor could be started to run the batch "
-            f"({type(cause).__name__}: {safe_str(cause) or 'no detail'})"
+            f"no executor actor could be started to run the batch ({exception_text(cause)})"
         )
         error.__cause__ = cause
     if isinstance(message, RunBatch):

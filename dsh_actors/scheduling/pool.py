@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import ExecutorUnavailableError, safe_str
+from ..errors import ExecutorUnavailableError, exception_text
 from ..pipeline.results import failure_from_exception
 from .messages import Returned, Settled
 
@@ -341,12 +341,12 @@ class WorkMailbox:
         them, settle without running (their bodies never started) with an
         ``EXECUTOR_UNAVAILABLE`` failure caused by ``cause``, and go back to
         the batch in order, as any settled call."""
-        detail = safe_str(cause) or type(cause).__name__
+        detail = exception_text(cause)
         for call in calls:
             execution = call.execution
             error = ExecutorUnavailableError(
                 f'call {execution.call_id} (tool "{execution.name}"): no call actor could be started '
-                f"to run it ({type(cause).__name__}: {detail})"
+                f"to run it ({detail})"
             )
             error.__cause__ = cause
             call.settle(failure_from_exception(error), run_post=call.phases_ran, dispatched=False)
