@@ -151,17 +151,21 @@ class Dispatcher:
 
     # -- the one assignment step ---------------------------------------------------
 
-    def _assign(self) -> list[tuple[Address | None, Any]]:
+    def _assign(self, retry: bool = False) -> list[tuple[Address | None, Any]]:
         """(Under the lock.) Grant every free slot: queued steps first come
         first served, then waiting mailboxes, the one holding the fewest call
         actors first. The sends to make outside the lock: ``(an idle actor
-        or None to start one, its message)``."""
+        or None to start one, its message)``. ``retry``: the retry timer's, in a starved spell: one new executor
+        actor may be tried (see :meth:`_retry_steps`)."""
         sends: list[tuple[Address | None, Any]] = []
         runnable = self.runnable
         while runnable and self.stepping < self.steps_max:
             stepper = self._steppers.take()
             if stepper is None and self.starved:
-                break  # (no new one until the retry timer: see _undelivered)
+                if not retry:
+                    break  # (no new one until the retry timer: see _undelivered)
+                retry = False
+                self.retrying = True
             self.stepping += 1
             sends.append((stepper, runnable.popleft()))
         wanting = self.wanting
@@ -296,13 +300,8 @@ class Dispatcher:
             self.retry_armed = False
             if self.closed or not self.starved:
                 return
-            sends: list[tuple[Address | None, Any]] = []
-            if self.runnable and self.stepping < self.steps_max:
-                stepper = self._steppers.take()
-                sends.append((stepper, self.runnable.popleft()))
-                self.stepping += 1
-                self.retrying = True
-            else:
+            sends = self._assign(retry=True)
+            if not self.retrying:
                 self.starved = False  # (nothing to try: the queue waits for a step slot as ever)
         try:
             try:
