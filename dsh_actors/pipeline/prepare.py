@@ -49,7 +49,9 @@ def prepare(
     (its ``ask``: the approval service answered ``"deferred"``), or
     neither: allowed, to dispatch. A call with a given ``answer`` (a
     continued batch) skips the waterfall and the service and takes that
-    answer; guards and the recheck run as usual. A call prepared again
+    answer, once; guards and the recheck run as usual (prepared again, it
+    runs the waterfall, and an ``allowed-once`` stands as any approval
+    does). A call prepared again
     (what it was prepared under changed) is not asked the same ``Ask``
     twice about the same tool definition: the approval it had stands. Pre-execute
     listeners, the approval service and guards run here; they may block
@@ -85,12 +87,20 @@ def prepare(
         if before_hooks is not None and before_hooks():
             call.phases_ran = again  # (no phase ran this time: see abort_unstarted)
             return True
+        answer, ask = call.answer
+        # Taken once: an allowed call prepared again (what it was prepared
+        # under changed before its body started) meets its listeners again,
+        # as any call does, and the approval stands only for the same
+        # question about the same tool definition (the person was not asked
+        # about a tool that replaced it meanwhile).
+        call.answer = None
         try:
-            answer, ask = call.answer
             decision = _decide(call, ask, answer)
         except BaseException as exc:  # noqa: BLE001 - an answer that is not one
             _policy_raised(call, "approval", exc)
             return False
+        if type(decision) is Allow and ask is not None:
+            approve(execution, ask, _definition(call))
     # Without a listener the waterfall is its default, Allow(): skip it.
     elif events.listeners("tools/pre-execute", execution.agent):
         if before_hooks is not None and before_hooks():

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -393,6 +394,39 @@ def test_guards_and_the_registration_are_checked_again_at_resume() -> None:
 
     assert result.results[0].result.error.message == "closed for the night"
     assert code_of(result.results[1].result) == "UNKNOWN_TOOL"
+
+
+def test_a_call_allowed_at_resume_whose_tool_is_replaced_before_its_body_starts_is_asked_about_again() -> None:
+    """An ``"allowed-once"`` given at resume stands as an approval given in
+    the batch does: for the tool the person was shown. c1, allowed and
+    waiting for a call actor (c0 holds the only one), is prepared again
+    when c0's body replaces its tool; the person is asked about the new
+    tool (here the service defers: the batch suspends again), and c1 runs
+    it only once allowed."""
+    world = World()
+    c1_allowed = threading.Event()
+    with started_runtime(max_call_actors=1) as rt:
+        install(rt, world)
+        rt.tools.guard(lambda execution: c1_allowed.set() if execution.call_id == "c1" else None)
+        unregister = rt.tools.register(make_tool("t", lambda args, ctx: "the old t"))
+
+        def replace_t(args: Any, ctx: Any) -> str:
+            assert c1_allowed.wait(GUARD), "c1 was never allowed"
+            unregister()
+            rt.tools.register(make_tool("t", lambda args, ctx: "the new t"))
+            return "replaced"
+
+        rt.tools.register(make_tool("replace_t", replace_t))
+        calls = (c("c0", "replace_t", ask=True), c("c1", "t", ask=True))
+        suspended = rt.tools.execute(ToolBatchInput(calls=calls, agent=Agent("main"), max_parallel_tool_calls=3))
+        assert suspended.pending == ("c0", "c1")
+        again = rt.tools.resume(suspended.suspension, {"c0": "allowed-once", "c1": "allowed-once"})
+        assert texts(again) == [("c0", "replaced")]
+        assert again.pending == ("c1",)  # asked about the new t, and deferred
+        done = rt.tools.resume(again.suspension, {"c1": "allowed-once"})
+
+    assert texts(done) == [("c0", "replaced"), ("c1", "the new t")]
+    assert world.results == ["c0", "c1"]
 
 
 def test_bad_decisions_are_refused_before_anything_runs_and_the_suspension_stays_resumable() -> None:
