@@ -50,6 +50,7 @@ from ..messages import (
 )
 from ..model import (
     Agent,
+    LogStep,
     ModelSelection,
     ToolActivationContext,
     ToolBatchInput,
@@ -401,10 +402,18 @@ class ToolsService:
         _require(rt)  # a stopped runtime raises here, as a tell to its registry would
         # What the registry actor does with ExecuteBatch(batch), run here:
         # one implementation, minus the hop to the registry's thread.
-        if starts is None:
-            start_batch(rt, batch, reply, loop)
+        if starts is not None:
+            continue_batch(rt, batch, starts, reply, loop)  # (its step claimed by its resume or recovery)
+            return
+        agent, log = batch.agent, batch.log
+        if isinstance(agent, Agent) and agent.session is not None and isinstance(log, LogStep) and _numbered(log):
+            # A logged step: no resume or recovery of it runs beside it here
+            # (nor a second batch of it), or a call could run twice.
+            self._in_step(
+                agent.session, log.turn, log.step, agent.id, reply, partial(start_batch, rt, batch, loop=loop)
+            )
         else:
-            continue_batch(rt, batch, starts, reply, loop)
+            start_batch(rt, batch, reply, loop)
 
     # -- suspended batches ----------------------------------------------------
 
@@ -505,7 +514,15 @@ class ToolsService:
             self._resume_claimed(plan, None, reply, loop)
         else:
             assert log is not None
-            self._in_step(session, log.turn, log.step, reply, lambda r: self._resume_claimed(plan, session, r, loop))
+            assert batch.agent is not None  # (a session is an agent's)
+            self._in_step(
+                session,
+                log.turn,
+                log.step,
+                batch.agent.id,
+                reply,
+                lambda r: self._resume_claimed(plan, session, r, loop),
+            )
 
     def _resume_claimed(self, plan: Any, session: Any, reply: Reply, loop: Any) -> None:
         if session is not None:
@@ -529,14 +546,18 @@ class ToolsService:
                 raise
         self._start(plan.batch, reply, loop, plan.starts)
 
-    def _in_step(self, session: Any, turn: int, step: int, reply: Reply, start: Callable[[Reply], None]) -> None:
-        """``start(reply)`` holding logged step ``(turn, step)`` of ``session``:
-        a step is resumed or recovered by one caller of this runtime at a
-        time. The claim is given back when the reply settles, or at once if
-        ``start`` raises (the batch never started)."""
+    def _in_step(
+        self, session: Any, turn: int, step: int, agent: str, reply: Reply, start: Callable[[Reply], None]
+    ) -> None:
+        """``start(reply)`` holding logged step ``(turn, step)`` of agent
+        ``agent`` (its id) in ``session``: one batch of this runtime runs a
+        step at a time (the step's own, a resume of it, a recovery of it).
+        The claim is given back when the reply settles, or at once if
+        ``start`` raises or the reply was cancelled (the batch never
+        started)."""
         suspensions = self._links.claims
-        suspensions.claim_step(session, turn, step)
-        claimed = ReleasingReply(reply, lambda: suspensions.release_step(session, turn, step))
+        suspensions.claim_step(session, turn, step, agent)
+        claimed = ReleasingReply(reply, lambda: suspensions.release_step(session, turn, step, agent))
         try:
             start(claimed)
         except BaseException:
@@ -642,7 +663,7 @@ class ToolsService:
         if session is not None and type(turn) is int and type(step) is int:
             # Claimed before the log is read: a resume or recovery of the
             # step running now would change what the plan must be.
-            self._in_step(session, turn, step, reply, start)
+            self._in_step(session, turn, step, agent.id, reply, start)
         else:
             start(reply)  # (recovery_plan refuses it, naming the fix)
 
@@ -791,6 +812,12 @@ def _following(signal: Any) -> AbortController | None:
     if isinstance(signal, AbortSignal):
         return AbortController(signal)
     return None
+
+
+def _numbered(log: LogStep) -> bool:
+    """Whether ``log`` names its step with two ints (else the batch is
+    refused, naming them, as it starts)."""
+    return type(log.turn) is int and type(log.step) is int
 
 
 def _require(rt: Kernel) -> None:

@@ -523,25 +523,27 @@ class Claims:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._taken: set[str] = set()
-        # Logged steps a resume or a recovery of this runtime runs now: (the
-        # session, turn, step). A second one of the same step is refused.
-        self._steps: set[tuple[Any, int, int]] = set()
+        # Logged steps that a batch of this runtime runs now (the step's own
+        # batch, a resume of it, a recovery of it): (the session, turn,
+        # step, agent id). A second one of the same step is refused.
+        self._steps: set[tuple[Any, int, int, str]] = set()
 
-    def claim_step(self, session: Any, turn: int, step: int) -> None:
-        """Take logged step ``(turn, step)`` of ``session`` for a resume or a
-        recovery; raises ``InvalidStateError`` while another one runs it."""
+    def claim_step(self, session: Any, turn: int, step: int, agent: str) -> None:
+        """Take logged step ``(turn, step)`` of ``agent`` (its id) in
+        ``session`` for a batch; raises ``InvalidStateError`` while another
+        batch of this runtime runs it."""
         with self._lock:
-            key = (session, turn, step)
+            key = (session, turn, step, agent)
             if key in self._steps:
                 raise InvalidStateError(
-                    f"step (turn {turn}, step {step}) of this session is being resumed or recovered "
-                    "already: wait for that to finish (a call could otherwise run twice)"
+                    f'step (turn {turn}, step {step}) of agent "{agent}" in this session is being run, resumed or '
+                    "recovered already: wait for that batch to finish (a call could otherwise run twice)"
                 )
             self._steps.add(key)
 
-    def release_step(self, session: Any, turn: int, step: int) -> None:
+    def release_step(self, session: Any, turn: int, step: int, agent: str) -> None:
         with self._lock:
-            self._steps.discard((session, turn, step))
+            self._steps.discard((session, turn, step, agent))
 
     def claim(self, suspension_id: str) -> None:
         """Take ``suspension_id``; raises ``InvalidStateError`` if it was taken."""
@@ -572,7 +574,10 @@ class ReleasingReply:
             release()
 
     def set_running_or_notify_cancel(self) -> bool:
-        return bool(self._reply.set_running_or_notify_cancel())
+        running = bool(self._reply.set_running_or_notify_cancel())
+        if not running:
+            self.release()  # cancelled before it ran: the batch never starts
+        return running
 
     def set_result(self, result: Any) -> None:
         try:

@@ -351,6 +351,73 @@ def test_agents_sharing_a_session_and_numbering_their_steps_alike_each_recover_t
     assert logged[-2:] == [("tool/start", "a"), ("tool/result", "a")]
 
 
+def test_a_step_still_running_is_not_recovered_beside_it_through_its_own_session(rt: Any, tmp_path: Path) -> None:
+    """The step's own batch holds its step: a recovery (or a second batch)
+    of it in the same runtime, through the very session the batch writes
+    (which the session's own lock lets through), is refused while it runs,
+    so no call runs twice; another agent's step of the same number, in the
+    same session, runs beside it; once the batch ended, the step recovers
+    to what it logged."""
+    tools = Tools(rt)
+    running, release = threading.Event(), threading.Event()
+
+    def slow(args: Any, ctx: Any) -> str:
+        tools.ran.append(ctx.call_id)
+        running.set()
+        assert release.wait(GUARD)
+        return "slow"
+
+    rt.tools.register(
+        define_tool(
+            name="slow", description="slow", parameters={}, output=OUTPUT, execute=slow, is_concurrency_safe=True
+        )
+    )
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        agent = Agent("a", session=session)
+        step = ToolBatchInput(
+            calls=[ToolCall("c0", "slow", "{}"), ToolCall("c1", "once", "{}")], agent=agent, log=LogStep(1, 1)
+        )
+        future = rt.tools.submit(step)
+        try:
+            assert running.wait(GUARD)
+            for attempt in (lambda: rt.tools.recover(agent, 1, 1), lambda: rt.tools.execute(step)):
+                with pytest.raises(
+                    Exception,
+                    match=r'step \(turn 1, step 1\) of agent "a" in this session is being run, '
+                    r"resumed or recovered already: wait for that batch to finish",
+                ) as refused:
+                    attempt()
+                assert type(refused.value).__name__ == "InvalidStateError"
+            other = ToolBatchInput(
+                calls=[ToolCall("c0", "once", "{}")], agent=Agent("b", session=session), log=LogStep(1, 1)
+            )
+            assert texts(rt.tools.execute(other)) == [("c0", "once c0")]
+        finally:
+            release.set()
+        assert texts(future.result(GUARD)) == [("c0", "slow"), ("c1", "once c1")]
+        again = rt.tools.recover(agent, 1, 1)  # complete: returned as logged, nothing runs
+    assert texts(again) == [("c0", "slow"), ("c1", "once c1")]
+    assert sorted(tools.ran) == ["c0", "c0", "c1"]  # a's c0 and c1 once each, and b's c0
+    assert kinds(path).count(("tool/result", "c1")) == 1
+
+
+def test_a_step_claim_is_given_back_when_its_reply_was_cancelled_before_the_batch_started() -> None:
+    """A batch whose future was cancelled before it started never runs:
+    its step is free again at once (it would otherwise stay claimed for
+    the runtime's life, refusing every later batch of the step)."""
+    from concurrent.futures import Future
+
+    from dsh_actors.scheduling.suspension import ReleasingReply
+
+    released: list[bool] = []
+    cancelled: Future[Any] = Future()
+    cancelled.cancel()
+    reply = ReleasingReply(cancelled, lambda: released.append(True))
+    assert not reply.set_running_or_notify_cancel()
+    assert released == [True]
+
+
 def test_a_copy_of_a_tool_call_line_does_not_make_a_finished_call_run_again(rt: Any, tmp_path: Path) -> None:
     """A complete step whose tool/call line was copied (by hand, a tool
     that rewrote the file): the agent's batch logs an id once a run, so the

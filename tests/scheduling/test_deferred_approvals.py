@@ -822,7 +822,7 @@ def test_a_step_being_resumed_is_not_recovered_beside_it_and_recovers_to_nothing
         resumer.start()
         try:
             assert running.wait(GUARD)
-            with pytest.raises(Exception, match=r"being resumed or recovered already") as refused:
+            with pytest.raises(Exception, match=r"being run, resumed or recovered already") as refused:
                 rt.tools.recover(agent, 1, 1)
             assert type(refused.value).__name__ == "InvalidStateError"
         finally:
