@@ -538,6 +538,10 @@ class ToolsService:
             # The decisions reach the log before anything runs; a log whose
             # requests were decided already refuses (resumed elsewhere).
             try:
+                # Not once the runtime stopped. (A stop from the write on
+                # leaves the decisions logged and nothing run, as a crash
+                # would: recover() finishes the step.)
+                _require(self._kernel)
                 session.decide(plan.id, plan.decisions)
             except BaseException:
                 # Nothing was written and nothing ran: the claim goes back (a

@@ -320,7 +320,11 @@ def approval_refusal(
         then = (
             f"; the call now awaits suspension {current}: resume that one"
             if current is not None and current != suspension
-            else " (resume the suspension the last resume returned, if it suspended again)"
+            else (
+                " (resume the suspension the last resume returned, if it suspended again; if that resume "
+                "never returned, its process or runtime stopped, rt.tools.recover(agent, turn, step) "
+                "finishes the step)"
+            )
         )
         return InvalidStateError(
             f"suspension {suspension} was resumed already: {where} holds its decision for call {shown} "

@@ -232,9 +232,14 @@ def test_a_logged_suspension_is_resumed_once_across_runtimes_that_share_its_log(
         session3 = Session.open(path)
         with pytest.raises(
             RuntimeError, match=r"was resumed already: the log .* holds its decision for call 'c0' \(allowed-once\)"
-        ):
+        ) as refused:
             rt3.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("main", session=session3))
         session3.close()
+    # What to do if that resume never returned (it stopped after the decision reached the log).
+    assert str(refused.value).endswith(
+        "(resume the suspension the last resume returned, if it suspended again; if that resume never returned, "
+        "its process or runtime stopped, rt.tools.recover(agent, turn, step) finishes the step)"
+    )
 
     assert world.ran == ["c1", "c0"]
     with Session.open(path) as reopened:
