@@ -58,6 +58,7 @@ import selectors
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -79,6 +80,7 @@ from dsh_actors import (
 
 from . import protocol
 from .subcalls import (
+    OUTCOMES,
     Result,
     SubCall,
     SubState,
@@ -99,6 +101,10 @@ __all__ = ["Ending", "Run", "RunSettings", "cpu_seconds"]
 
 #: Most tool calls one program may make.
 MAX_SUB_CALLS: Final = 10_000
+#: A failed run's message lists this many of the calls its program made at
+#: most: the first and the last half of them, the ones between tallied (the
+#: message goes to the model: 10,000 lines would be a few hundred KB).
+LISTED_CALLS: Final = 40
 
 #: How often the working folder's size is measured while a program runs.
 FOLDER_CHECK_SECONDS: Final = 0.1
@@ -675,9 +681,7 @@ class Run:
             parts.append(ending.traceback)
         made = self._calls
         if made:
-            lines = [f"Tool calls the program made ({len(made)}):"]
-            lines.extend(sub.summary() for sub in made)
-            parts.append("\n".join(lines))
+            parts.append(_listing(made))
         else:
             parts.append("The program made no tool calls.")
         output = "".join(self._output)
@@ -791,3 +795,21 @@ def _too_long(exc: protocol.FrameTooLong, limit: int) -> Ending:
 def cpu_seconds(timeout_ms: float) -> int:
     """The CPU-time limit that backs up a wall-clock timeout."""
     return max(1, math.ceil(timeout_ms / 1000)) + 1
+
+
+def _listing(made: list[SubCall]) -> str:
+    """The calls a failed run's program made, one line each, in the order
+    made; past ``LISTED_CALLS``, the first and the last ``LISTED_CALLS /
+    2`` and a tally of the ones between."""
+    lines = [f"Tool calls the program made ({len(made):,}):"]
+    if len(made) <= LISTED_CALLS:
+        lines.extend(sub.summary() for sub in made)
+        return "\n".join(lines)
+    half = LISTED_CALLS // 2
+    between = made[half:-half]
+    tally = Counter(sub.outcome() for sub in between)
+    counts = ", ".join(f"{tally[word]:,} {word}" for word in OUTCOMES if tally[word])
+    lines.extend(sub.summary() for sub in made[:half])
+    lines.append(f"- ... {len(between):,} more: {counts}")
+    lines.extend(sub.summary() for sub in made[-half:])
+    return "\n".join(lines)

@@ -11,7 +11,7 @@ thread.
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
 
@@ -72,6 +72,10 @@ class SubState(str, Enum):
     SKIPPED = "skipped"
 
 
+#: What :meth:`SubCall.outcome` says, in the order a tally lists them.
+OUTCOMES: Final = ("succeeded", "failed", "not started", "no result")
+
+
 class SubCall:
     """One tool call of the program. Its state is the run's thread's; the
     sub-batch's executor actor only reads its identity (to log it)."""
@@ -90,14 +94,24 @@ class SubCall:
     def __repr__(self) -> str:
         return f"<SubCall {self.call_id} {self.name} {self.state.value}>"
 
-    def summary(self) -> str:
-        error = None if self.result is None else self.result.error
+    def outcome(self) -> str:
+        """How it ended, in a word: ``succeeded``, ``failed``, ``not
+        started`` (the run ended before its body started) or ``no result``
+        (its scheduling failed)."""
+        result = self.result
+        error = None if result is None else result.error
         if error is not None and error.info is not None and str(error.info.code) == "ABORTED_BEFORE_DISPATCH":
-            return f"- {self.call_id} {self.name}: not started"  # the run ended before its body started
-        match self.state:
-            case SubState.SETTLED if self.result is not None and not self.result.is_error:
-                status = "succeeded"
-            case SubState.SETTLED if self.result is not None:
+            return "not started"
+        if self.state is SubState.SETTLED and result is not None:
+            return "failed" if result.is_error else "succeeded"
+        return "no result" if self.state is SubState.PENDING else "not started"
+
+    def summary(self) -> str:
+        """Its line in a failed run's listing: ``- <id> <name>: <outcome>``,
+        with a failure's error."""
+        outcome = self.outcome()
+        match outcome:
+            case "failed" if self.result is not None:
                 error = self.result.error
                 info = None if error is None else error.info
                 message = "" if error is None else error.message
@@ -109,10 +123,10 @@ class SubCall:
                     # A plain exception from a body is TOOL_FAILED: its class says more.
                     plain = str(info.code) == "TOOL_FAILED" and info.name != "ToolFailedError"
                     status = f"failed ({info.name if plain else info.code}): {message}"
-            case SubState.PENDING:
+            case "no result":
                 status = "no result (its scheduling failed)"  # execute() waits for the sub-batch's end
             case _:
-                status = "not started"
+                status = outcome
         return f"- {self.call_id} {self.name}: {status}"
 
 

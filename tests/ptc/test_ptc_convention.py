@@ -106,6 +106,36 @@ def test_an_uncaught_tool_error_fails_the_run_with_the_traceback_output_and_the_
     assert result.error.info.name == "CodeRunFailedError"
 
 
+def test_a_failed_run_lists_the_first_and_last_calls_and_tallies_the_rest(rt: Any, ptc: Any) -> None:
+    """The message goes to the model: a program that made many calls gets
+    the first and the last 20 listed and a tally of the ones between, not
+    one line a call (up to 10,000)."""
+
+    def echo_or_fail(args: Any, ctx: Any) -> Any:
+        if args["i"] % 2:
+            raise ValueError(f"odd {args['i']}")
+        return args["i"]
+
+    rt.tools.register(tool("step", echo_or_fail, parameters={"i": {"type": "integer", "required": True}}))
+    program = (
+        "for i in range(1, 51):\n"
+        "    try:\n"
+        "        await tools.step(i=i)\n"
+        "    except ToolError:\n"
+        "        pass\n"
+        "raise RuntimeError('done badly')\n"
+    )
+    result = run_code(rt, program)
+    assert code_of(result) == "CODE_RUN_FAILED"
+    lines = result.error.message.split("Tool calls the program made (50):\n")[1].split("\n\n")[0].split("\n")
+    assert len(lines) == 41
+    assert lines[0] == "- c1:ptc:1 step: failed (ValueError): odd 1"
+    assert lines[19] == "- c1:ptc:20 step: succeeded"
+    assert lines[20] == "- ... 10 more: 5 succeeded, 5 failed"
+    assert lines[21] == "- c1:ptc:31 step: failed (ValueError): odd 31"
+    assert lines[40] == "- c1:ptc:50 step: succeeded"
+
+
 def test_an_uncaught_exception_of_the_program_itself_fails_the_run(rt: Any, ptc: Any) -> None:
     result = run_code(rt, "def half(x):\n    return x / 0\nreturn half(3)\n")
     assert code_of(result) == "CODE_RUN_FAILED"
