@@ -154,6 +154,35 @@ def test_an_async_def_listener_of_an_event_that_never_awaits_is_refused_when_it_
         rt.events.on("tools/pre-execute", listener)()
 
 
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("tool/pre-execute", "tools/pre-execute"),
+        ("tools/pre_execute", "tools/pre-execute"),
+        ("pre-execute", "tools/pre-execute"),
+        ("Tools/Result", "tools/result"),
+        ("tools/results", "tools/result"),
+        ("tools/nothing-like-it", None),
+    ],
+)
+def test_a_misspelled_event_is_refused_naming_the_event_meant(name: str, meant: str | None) -> None:
+    # A deny listener subscribed under a misspelled name would never run:
+    # the policy silently off. A name in the runtime's namespace that is not
+    # one of its events, or one of them without the namespace, is refused;
+    # a plugin's own events keep names of their own.
+    from dsh_actors import Deny, InvalidValueError, ToolRuntime
+
+    with ToolRuntime() as rt:
+        with pytest.raises(InvalidValueError) as refused:
+            rt.events.on(name, lambda execution, next_: Deny("no"))
+        message = str(refused.value)
+        assert message.startswith(f"no event is named {name!r}: ")
+        assert (f"did you mean {meant!r}?" in message) is (meant is not None)
+        assert "'tools/pre-execute', 'tools/execute'" in message
+        for own in ("my-plugin/event", "x/progress", "audit/result"):
+            rt.events.on(own, lambda *args: None)()
+
+
 def test_an_async_def_guard_is_refused_when_it_is_added() -> None:
     from dsh_actors import RegistrationError, ToolRuntime
 

@@ -17,6 +17,7 @@ the package docstring (:mod:`dsh_actors.events`).
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import itertools
 import threading
@@ -28,7 +29,14 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 from loguru import logger
 
 from ..definition import is_async_callable
-from ..errors import InvalidStateError, InvalidTypeError, RuntimeStoppedError, callable_name, safe_str
+from ..errors import (
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
+    RuntimeStoppedError,
+    callable_name,
+    safe_str,
+)
 from ..model import Agent
 
 __all__ = [
@@ -72,6 +80,30 @@ PREPARE_EVENTS = frozenset({"tools/pre-execute"})
 #: the batch's loop); an ``async def`` listener of any other of them is
 #: refused when it subscribes (its coroutine would never run).
 ASYNC_EVENTS = frozenset({"tools/pre-execute"})
+
+
+def unknown_event_problem(name: str) -> str | None:
+    """Why ``name``, not one of the runtime's events, cannot be subscribed
+    to, or None: a plugin's own event (``"my-plugin/event"``) may be. A
+    name in the runtime's namespace (``tools/``, or ``tool/``), or one of
+    its events without it (``"pre-execute"``), is a misspelling: a
+    listener subscribed under it would never run (a policy that denies,
+    silently off)."""
+    namespace, slash, bare = name.lower().replace("_", "-").rpartition("/")
+    if slash:
+        if namespace not in ("tools", "tool"):
+            return None
+        close = difflib.get_close_matches(f"tools/{bare}", EVENT_NAMES, n=1, cutoff=0.75)
+    else:
+        close = [known for known in EVENT_NAMES if known == f"tools/{bare}"]
+        if not close:
+            return None
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (
+        f"no event is named {safe_str(name)!r}: {hint}the runtime's events are "
+        f"{', '.join(repr(known) for known in EVENT_NAMES)} (a plugin's own event takes a name of its own, "
+        "such as 'my-plugin/event')"
+    )
 
 
 class Disposer:
@@ -190,6 +222,10 @@ class EventBus:
         """
         if type(name) is not str:
             raise InvalidTypeError(f"an event name is a str, such as 'tools/result', not {type(name).__qualname__}")
+        if name not in EVENT_NAMES:
+            unknown = unknown_event_problem(name)
+            if unknown is not None:
+                raise InvalidValueError(unknown)
         if not callable(listener):
             raise InvalidTypeError(f"listener for {name!r} must be callable")
         if scope is not None and not isinstance(scope, Agent):
