@@ -10,9 +10,9 @@ the tool body had been invoked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import ToolBatchResult, ToolCallResult
@@ -113,8 +113,17 @@ def callable_name(fn: object) -> str:
     return name if type(name) is str else "<callable>"
 
 
-def _join(violations: Iterable[str]) -> str:
-    return "; ".join(violations)
+#: How many violations an error's message lists at most (the rest are
+#: counted): the message goes to the model, and arguments of 40,000 wrong
+#: items would otherwise make it megabytes long. ``violations`` keeps them all.
+SHOWN_VIOLATIONS: Final = 20
+
+
+def _join(violations: Sequence[str]) -> str:
+    if len(violations) <= SHOWN_VIOLATIONS:
+        return "; ".join(violations)
+    rest = len(violations) - SHOWN_VIOLATIONS
+    return "; ".join(violations[:SHOWN_VIOLATIONS]) + f"; and {rest:,} more"
 
 
 class DshError(Exception):

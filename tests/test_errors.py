@@ -66,3 +66,51 @@ def test_a_runtime_not_started_and_a_bad_limit_raise_usage_errors() -> None:
 def test_the_new_errors_pickle_with_their_class_and_message(cls: type[DshError]) -> None:
     copy = pickle.loads(pickle.dumps(cls("what went wrong")))
     assert type(copy) is cls and copy.message == "what went wrong" and copy.code == cls.code
+
+
+def test_a_message_lists_twenty_violations_and_counts_the_rest_which_the_error_keeps() -> None:
+    from dsh_actors.errors import ToolArgsError, ToolOutputError
+
+    violations = [f'"value.items[{i}]" must be an integer' for i in range(25)]
+    for err, head in (
+        (ToolArgsError(violations), "invalid arguments: "),
+        (ToolOutputError("t", violations), 'tool "t" returned invalid output: '),
+    ):
+        assert str(err) == head + "; ".join(violations[:20]) + "; and 5 more"
+        assert err.violations == tuple(violations)
+    assert str(ToolArgsError(violations[:20])) == "invalid arguments: " + "; ".join(violations[:20])
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_thousands_of_bad_items_give_the_model_a_short_message(rt: ToolRuntime, typed: bool) -> None:
+    """A model's argument of 5,000 wrong items: the INVALID_ARGS message it
+    reads names the first twenty and counts the rest (a typed tool's used
+    to grow with the square of their number to find each once)."""
+    import orjson
+
+    from dsh_actors import ToolOutput, define_tool, tool
+
+    def total(items: list[int]) -> int:
+        """Sums integers."""
+        return sum(items)
+
+    if typed:
+        rt.tools.register(tool(total))
+    else:
+        parameters = {"items": {"type": "array", "items": {"type": "integer"}, "required": True}}
+        output = ToolOutput(schema={"type": "integer"})
+        rt.tools.register(
+            define_tool(
+                name="total",
+                description="Sums.",
+                parameters=parameters,
+                output=output,
+                execute=lambda args, ctx: total(**args),
+            )
+        )
+    arguments = orjson.dumps({"items": ["x"] * 5000}).decode()
+    result = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c0", name="total", arguments=arguments)]))
+    error = result.results[0].result.error
+    assert error.info.code == ErrorCode.INVALID_ARGS
+    assert error.message.endswith('"value.items[19]" must be an integer; and 4,980 more')
+    assert len(error.exception.violations) == 5000

@@ -96,6 +96,7 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
     """``err``'s errors as violations naming their data paths from ``root``,
     in pydantic's order, each once."""
     out: list[str] = []
+    seen: set[str] = set()
     for error in err.errors(include_url=False, include_context=False, include_input=False):
         kind = error["type"]
         path = _data_path(root, error["loc"], data, kind == "missing")
@@ -107,7 +108,8 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
             line = f'"{path}" must be {_WORDS[kind]}'
         else:
             line = f'"{path}": {error["msg"]}'
-        if line not in out:
+        if line not in seen:
+            seen.add(line)
             out.append(line)
     return out or [f'"{root}" does not match the schema']
 
