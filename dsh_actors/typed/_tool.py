@@ -27,9 +27,10 @@ from ..definition import (
     guarded_callbacks,
     validate_definition,
 )
-from ..errors import DshError, RegistrationError, ToolArgsError, ToolOutputError, safe_str
+from ..errors import DshError, RegistrationError, ToolOutputError, safe_str
 from ..execution import ToolRunContext
 from ..json import materialize
+from ..schema import args_error
 from ._docstrings import parse_docstring
 from ._pydantic import PydanticEnforcer, ToolJsonSchema, serialization_problem, violations_of
 
@@ -333,7 +334,9 @@ def _execute(
         try:
             model = parse(args)
         except ValidationError as err:
-            raise ToolArgsError(violations_of(err, args)) from None
+            # (Text that is not JSON: what is wrong with it and where, as for
+            # any tool, not that "value" must be an object.)
+            raise args_error(args, violations_of(err, args)) from None
         values = model.__dict__
         kwargs = {param: values[field] for param, field in by_name}
         if context is not None and not context_positional:

@@ -252,6 +252,24 @@ def test_a_full_mode_definition_tells_the_model_what_is_wrong_with_its_json(rt: 
     )
 
 
+def test_a_typed_tool_tells_the_model_what_is_wrong_with_its_json_as_any_tool_does(rt: Any) -> None:
+    from dsh_actors import tool
+
+    @tool
+    def typed_echo(message: str) -> str:
+        """Echoes."""
+        return message
+
+    rt.tools.register(typed_echo)
+    batch = run(rt, call("typed_echo", '{"message": "hi"', id="c0"), call("typed_echo", '["hi"]', id="c1"))
+    assert_failure(
+        batch.results[0].result,
+        "invalid arguments: arguments are not valid JSON: unexpected end of data at line 1 column 17",
+        ErrorCode.INVALID_ARGS,
+    )
+    assert_failure(batch.results[1].result, 'invalid arguments: "value" must be an object', ErrorCode.INVALID_ARGS)
+
+
 # --------------------------------------------------------------------------
 # The tools/pre-execute waterfall
 # --------------------------------------------------------------------------
