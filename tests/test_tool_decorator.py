@@ -406,8 +406,12 @@ def test_bad_arguments_fail_invalid_args_naming_each_path_and_the_body_does_not_
     )
     missing = run(rt, move, {"steps": 1})
     assert missing.error.message == 'invalid arguments: missing required property "value.point"'
-    not_json = run(rt, move, "not json")
-    assert not_json.error.message == 'invalid arguments: "value" must be an object'
+    not_json = run(rt, move, "not json")  # (what is wrong with the text, and where: as for any tool)
+    assert not_json.error.message == (
+        "invalid arguments: arguments are not valid JSON: invalid literal, expected 'null' at line 1 column 1"
+    )
+    not_an_object = run(rt, move, '["a point"]')
+    assert not_an_object.error.message == 'invalid arguments: "value" must be an object'
     assert calls == []
 
 
