@@ -1113,11 +1113,14 @@ class BatchRun:
             # What registry.execution_mode does, keeping the lookup (the
             # pipeline's, which settles the arguments first).
             registration = lookup(self.rt, call)
+            # The classifier is the tool's code: in the call's context, as
+            # every hook of the call.
+            run = call.context.run
             if call.override is not None:
-                return definition_mode(call.override.definition, execution.arguments), LOOK_UP
+                return run(definition_mode, call.override.definition, execution.arguments), LOOK_UP
             if registration is None:
                 return "exclusive", registration
-            return definition_mode(registration.definition, execution.arguments), registration
+            return run(definition_mode, registration.definition, execution.arguments), registration
         except BaseException:  # noqa: BLE001 - anything odd means exclusive
             return "exclusive", LOOK_UP
 

@@ -73,6 +73,10 @@ def tool(name: str, seen: Seen, *, is_async: bool) -> Any:
     def finalize_content(execution: Any, result: Any) -> None:
         seen.add("finalize_content", execution.call_id)
 
+    def is_concurrency_safe(args: Any) -> bool:
+        seen.add("is_concurrency_safe", "?")  # (a classifier sees only the arguments)
+        return True
+
     if is_async:
 
         async def body(args: Any, ctx: Any) -> str:
@@ -91,7 +95,7 @@ def tool(name: str, seen: Seen, *, is_async: bool) -> Any:
         parameters={},
         output=ToolOutput(schema={"type": "string"}, render=render, presentation_meta=presentation_meta),
         execute=body,
-        is_concurrency_safe=lambda args: True,
+        is_concurrency_safe=is_concurrency_safe,
         project_content=project_content,
         finalize_content=finalize_content,
     )
@@ -147,6 +151,7 @@ def install_hooks(rt: Any, seen: Seen, *, async_listener: bool = False, async_ap
 
 
 EVERY_HOOK = {
+    "is_concurrency_safe",
     "pre-execute",
     "approval",
     "guard",
