@@ -50,6 +50,15 @@ def test_the_installed_console_script_prints_its_help() -> None:
         assert command in done.stdout
 
 
+@pytest.mark.parametrize("module", ["dsh_actors", "dsh_actors.cli"])
+def test_python_m_runs_the_command_by_either_name(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: dsh-actors")
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
