@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from typing import Any, Final
 
 from acp import run_agent, stdio_streams
@@ -75,13 +76,33 @@ def _is_response(message: object) -> bool:
 
 def _answers_a_request(message: object) -> bool:
     """Whether ``message`` is a response (no method) with an id a request of
-    ours may have (a string or an integer)."""
+    ours may have (a string or an integer), whatever else is wrong with it
+    (its ``"jsonrpc"`` missing, say): that request fails, not waits."""
     return (
         isinstance(message, dict)
-        and message.get("jsonrpc") == "2.0"
         and "method" not in message
         and (type(message.get("id")) is str or type(message.get("id")) is int)
     )
+
+
+def _not_json(constant: str) -> Any:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's JSON reads them, JSON
+    has no such words (a peer that sent one sent a line that is not JSON)."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _sendable(value: Any) -> Any:
+    """``value`` with what JSON text in UTF-8 cannot carry replaced: a lone
+    surrogate by U+FFFD, a number that is not finite by null."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_sendable(key): _sendable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_sendable(item) for item in value]
+    return value
 
 
 class CheckedTransport:
@@ -95,7 +116,16 @@ class CheckedTransport:
         self._closed = False
 
     async def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            text = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            data = (text + "\n").encode("utf-8")
+        except (ValueError, UnicodeEncodeError):
+            # Text UTF-8 cannot carry (a lone surrogate: a peer's method name
+            # repeated in an error, a card title from os.fsdecode) or a
+            # number JSON has no word for: sent as what it can be, rather
+            # than not at all (a request never answered, a card never shown).
+            text = json.dumps(_sendable(message), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            data = (text + "\n").encode("utf-8")
         async with self._lock:
             self._writer.write(data)
             await self._writer.drain()
@@ -109,7 +139,7 @@ class CheckedTransport:
             if not line:
                 continue
             try:
-                message = json.loads(line)
+                message = json.loads(line, parse_constant=_not_json)
             except ValueError as exc:
                 await self._answer(None, PARSE_ERROR, "Parse error", f"not JSON: {safe_str(exc)}")
                 continue

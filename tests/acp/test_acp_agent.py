@@ -263,20 +263,28 @@ def test_a_permission_answer_that_is_no_answer_fails_the_call_naming_what_the_cl
                 "approval: the ACP client selected the option 'allow-sometimes', which was not offered (offered: "
             )
             assert not (agent.root / "a.txt").exists()
-        holding = Holding()
-        async with agent_process(tmp_path / "raw", client=holding) as agent:
-            turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
-            await holding.wait_for(lambda: len(holding.permissions) == 1)
-            asked = [m for m in holding.incoming if m.get("method") == "session/request_permission"][-1]
-            await agent.send_raw(b'{"jsonrpc": "2.0", "id": %d, "error": "nope"}\n' % asked["id"])
-            response = await asyncio.wait_for(turn, BOUND)
-            assert response.stop_reason == "end_turn"
-            error = holding.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
-            assert error["message"] == (
-                "approval: the ACP client answered the permission request with an error: "
-                "a response's error must be an object"
+        # A response whose error is not an object; an allowing one without
+        # "jsonrpc": "2.0" (it is not a JSON-RPC response: it allows nothing).
+        allowing = b'{"outcome": {"outcome": "selected", "optionId": "allow-once"}}'
+        for n, (answer, problem) in enumerate(
+            (
+                (b'{"jsonrpc": "2.0", "id": %d, "error": "nope"}\n', "a response's error must be an object"),
+                (b'{"id": %d, "result": ' + allowing + b"}\n", 'a JSON-RPC message has "jsonrpc": "2.0"'),
             )
-            assert not (agent.root / "a.txt").exists()
+        ):
+            holding = Holding()
+            async with agent_process(tmp_path / f"raw{n}", client=holding) as agent:
+                turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
+                await holding.wait_for(lambda held=holding: len(held.permissions) == 1)
+                asked = [m for m in holding.incoming if m.get("method") == "session/request_permission"][-1]
+                await agent.send_raw(answer % asked["id"])
+                response = await asyncio.wait_for(turn, BOUND)
+                assert response.stop_reason == "end_turn"
+                error = holding.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+                assert error["message"] == (
+                    f"approval: the ACP client answered the permission request with an error: {problem}"
+                )
+                assert not (agent.root / "a.txt").exists()
 
     run(scenario)
 
@@ -320,6 +328,11 @@ MALFORMED: list[tuple[bytes, object, int | None]] = [
         "m6",
         -32602,
     ),
+    # A lone surrogate in a method name, which the error repeats: answered
+    # (the surrogate sent as U+FFFD, which UTF-8 can carry).
+    (b'{"jsonrpc": "2.0", "id": "m8", "method": "x\\ud800"}\n', "m8", -32601),
+    # NaN is not JSON (Python's parser reads it): a parse error.
+    (b'{"jsonrpc": "2.0", "id": "m9", "method": "session/prompt", "params": {"sessionId": NaN}}\n', None, -32700),
     # Nested deeper than Python's parser recurses: a parse error, not a crash.
     (
         b'{"jsonrpc": "2.0", "id": "m7", "method": "x", "params": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
