@@ -301,14 +301,25 @@ class BatchRun:
         self.results: list[ToolCallResult] = []
         self.committed = 0  # results whose tool/result reached the session
         self.session: Session | None = None
-        self.signal: AbortSignal = AbortController().signal if batch.signal is None else batch.signal
         # The batch's signal and the runtime's stop, the first abort wins:
         # every call's execution.signal (what its hooks see: pre-execute
         # listeners, the approval service, wrappers, guards, post-execute)
         # and the one parent of its body's fresh signal. Without a batch
-        # signal, the stop's own; with one, fused once in _open.
-        self.body_parent: AbortSignal = rt.stop_signal
-        self.owns_body_parent = False
+        # signal, a signal of the batch's own that follows the stop (it
+        # subscribes to the stop only once something subscribes to it:
+        # nothing to undo for a batch that never opens), which is then
+        # also the batch's signal; with one, fused once in _open. Either
+        # way a batch's calls share one execution.signal that no other
+        # batch's calls have.
+        self.signal: AbortSignal
+        self.body_parent: AbortSignal
+        if batch.signal is None:
+            self.signal = self.body_parent = AbortController(rt.stop_signal).signal
+            self.owns_body_parent = True
+        else:
+            self.signal = batch.signal
+            self.body_parent = rt.stop_signal  # (until _open fuses them)
+            self.owns_body_parent = False
         self.unsubscribe: Any = None
         self.bug: BaseException | None = None
         self.log_error: BaseException | None = None

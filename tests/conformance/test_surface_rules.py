@@ -178,14 +178,20 @@ def test_pre_execute_post_execute_and_the_approval_request_see_one_signal_of_the
     assert not batch.results[0].result.is_error
     assert seen["pre"] is seen["post"] is seen["approval"]
     assert not seen["pre"].aborted and seen["pre"] is not rt.stop_signal
-    # Without a batch signal: the stop's own.
-    unsigned: dict[str, Any] = {}
-    rt.events.on("tools/pre-execute", lambda ex, nxt: (unsigned.setdefault("pre", ex.signal), nxt())[1], prepend=True)
-    rt.tools.execute(ToolBatchInput(calls=(ToolCall("c3", "t", "{}"),), agent=Agent("c")))
-    assert unsigned["pre"] is rt.stop_signal
+    # Without a batch signal: one of the batch's own, which the stop aborts
+    # (the other test below), shared by its calls and by no other batch's.
+    unsigned: list[tuple[str, Any]] = []
+    rt.events.on(
+        "tools/pre-execute", lambda ex, nxt: (unsigned.append((ex.call_id, ex.signal)), nxt())[1], prepend=True
+    )
+    for call_ids in (("c3", "c4"), ("c5",)):
+        rt.tools.execute(ToolBatchInput(calls=tuple(ToolCall(i, "t", "{}") for i in call_ids), agent=Agent("c")))
+    signals = dict(unsigned)
+    assert signals["c3"] is signals["c4"] and signals["c5"] is not signals["c3"]
+    assert all(signal is not rt.stop_signal and not signal.aborted for signal in signals.values())
 
 
-@pytest.mark.parametrize("abort", ["batch", "stop"])
+@pytest.mark.parametrize("abort", ["batch", "stop", "stop, no batch signal"])
 def test_the_hooks_signal_follows_the_batch_signal_and_the_stop(abort: str) -> None:
     controller = AbortController()
     entered, seen = threading.Event(), []
@@ -198,7 +204,8 @@ def test_the_hooks_signal_follows_the_batch_signal_and_the_stop(abort: str) -> N
     with ToolRuntime() as own:
         own.tools.register(tool())
         own.events.on("tools/pre-execute", pre)
-        future = own.tools.submit(ToolBatchInput(calls=(ToolCall("c1", "t", "{}"),), signal=controller.signal))
+        signal = None if abort == "stop, no batch signal" else controller.signal
+        future = own.tools.submit(ToolBatchInput(calls=(ToolCall("c1", "t", "{}"),), signal=signal))
         assert entered.wait(10.0)
         if abort == "batch":
             controller.abort()
