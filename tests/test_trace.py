@@ -197,6 +197,21 @@ def test_consecutive_batches_sharing_a_signal_get_a_lane_each(rt: Any) -> None:
     assert sum(1 for name in names.values() if name.startswith("batch ")) == 3
 
 
+def test_batches_without_a_signal_and_with_ids_of_their_own_get_a_lane_each(rt: Any) -> None:
+    # (Provider-style ids, unique across steps: only the batch's own signal,
+    # which every batch has, tells them apart.)
+    rt.tools.register(tool("noop", lambda args, ctx: "ok"))
+    recorder = trace.Recorder()
+    off = rt.use(trace, recorder=recorder)
+    for step in range(3):
+        calls = tuple(ToolCall(id=f"call_{step}_{i}", name="noop", arguments="{}") for i in range(2))
+        rt.tools.execute(ToolBatchInput(calls=calls))
+    off()
+    assert [(c.call_id, c.batch) for c in recorder.calls] == [(f"call_{s}_{i}", s) for s in range(3) for i in range(2)]
+    names = lane_names(recorder.to_json())
+    assert sum(1 for name in names.values() if name.startswith("batch ")) == 3
+
+
 def test_a_deferred_call_s_record_ends_deferred_and_its_resumed_part_is_a_record_of_its_own(rt: Any) -> None:
     rt.tools.register(tool("work", lambda args, ctx: "ok"))
     rt.events.on(
