@@ -215,6 +215,19 @@ class ToolExecution:
             return False  # never approved
         return approved is not None and approved[0] == ask
 
+    @property
+    def approval(self) -> Any:
+        """The ``Ask`` this call was allowed for (by the approval service,
+        or by an ``"allowed-once"`` given at resume) while that approval
+        stands, else None: what an observer that did not see the question
+        asked (a policy applied since, a resumed call, whose pre-execute
+        waterfall ran in the batch that deferred it) learns of it."""
+        try:
+            approved = self._approved
+        except AttributeError:
+            return None  # never approved
+        return None if approved is None else approved[0]
+
     # -- pipeline-only -----------------------------------------------------
 
     def _open_signal(self) -> None:

@@ -31,7 +31,8 @@ denial); the exception a hook raised is recorded as the span's
 ``exception`` event. Span events (attributes in ``dsh.*``):
 
 ``dsh.tool.denied``
-    a pre-execute ``Deny`` (``dsh.reason``), or a guard's denial.
+    a pre-execute ``Deny`` (``dsh.reason``), or the denial of a guard that
+    runs before this policy's (a global guard registered before it).
 ``dsh.tool.approval.requested`` / ``dsh.tool.approval.answered``
     the call asked for approval (``dsh.reason``), and the answer
     (``dsh.answer``: ``allowed-once``, or ``denied`` with the reason).
@@ -39,8 +40,9 @@ denial); the exception a hook raised is recorded as the span's
     the approval service answered ``"deferred"``: the batch suspends, and
     the span ends there (status unset, no duration recorded). The call's
     trip goes on when the suspension is resumed, perhaps in another process
-    and hours later: that part gets a span of its own, from resume to
-    ``tools/result``.
+    and hours later: that part gets a span of its own, from the decision
+    given at resume (the call's guards) to ``tools/result``, with the
+    answer's event.
 ``dsh.tool.aborted``
     the call was cancelled (``ABORTED``, ``ABORTED_BEFORE_DISPATCH``, a
     pre-execute ``Cancel``).
@@ -48,7 +50,12 @@ denial); the exception a hook raised is recorded as the span's
     ``policies.timeout`` ended it (``TOOL_TIMEOUT``).
 ``dsh.tool.blocked``
     a failure without an error code after the call was cleared to run: a
-    post-execute ``Block`` (or a guard registered after this policy).
+    post-execute ``Block``, or the denial of a guard that runs after this
+    policy's (a global guard registered after it, or any guard of an
+    agent's scope: scoped guards run after the global ones).
+``dsh.policy.disposed``
+    the policy was disposed while the call was in flight: its span ends
+    there (status unset, no duration recorded).
 
 The policy sees a call through a prepended ``tools/pre-execute`` listener,
 a guard (guards run once a call is allowed, the approval included: this
@@ -67,8 +74,10 @@ hold personal data: off by default, as the conventions ask.
 
 **Threads.** The listeners run where the pipeline runs them (the executor
 preparing and finalizing the call, the call's guard); they touch only the
-call's own state, kept in the call's context. The descriptions of the
-tools are cached and the cache is dropped on ``tools/change``.
+call's own state, kept in the call's context (each applied policy its
+own: two may be applied at once, each with its providers). The
+descriptions are cached per tool definition (the one the call's agent
+sees under the name) and the cache is dropped on ``tools/change``.
 """
 
 from __future__ import annotations
@@ -124,10 +133,6 @@ class _CallSpan:
         self.ask: Any = None  # the Ask it was asked
 
 
-#: The current call's span state, in the call's context.
-_CURRENT: contextvars.ContextVar[_CallSpan | None] = contextvars.ContextVar("policies.otel.call", default=None)
-
-
 class _Tool:
     """What every span and point of one tool share, built once per tool
     (and again after a ``tools/change``)."""
@@ -170,8 +175,19 @@ class OtelPolicy:
             DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
         )
         self._capture = capture_content
-        self._tools: dict[str, _Tool] = {}  # by name, for calls without a tool set
+        # What every span of one tool definition shares: id(definition) ->
+        # (the definition, its _Tool); dropped on tools/change.
+        self._tools: dict[int, tuple[Any, _Tool]] = {}
         self._lock = threading.Lock()
+        # The current call's span state, in the call's context (this policy's
+        # own: another one applied beside it keeps its own spans).
+        self._state: contextvars.ContextVar[_CallSpan | None] = contextvars.ContextVar(
+            f"policies.otel.call#{id(self)}", default=None
+        )
+        # The spans started and not ended, by the execution's token: whoever
+        # takes one out ends it (its tools/result or deferral, or the
+        # disposer, which ends those of the calls still in flight).
+        self._open: dict[Any, _CallSpan] = {}
 
     # -- the span ---------------------------------------------------------------
 
@@ -182,21 +198,40 @@ class OtelPolicy:
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = _json_text(execution.arguments)
         span = self._tracer.start_span(tool.span_name, context, kind=self._kind, attributes=attributes)
-        return _CallSpan(execution.token, span, time.perf_counter(), tool)
+        state = _CallSpan(execution.token, span, time.perf_counter(), tool)
+        self._open[execution.token] = state
+        return state
+
+    def _begin(self, execution: ToolExecution) -> _CallSpan:
+        """The call's span started now, current for the rest of its hooks."""
+        # The OpenTelemetry context current at submission (the call's hooks
+        # run in a copy of the caller's), read once for the parent, the
+        # sampler and the child context (the SDK reads it three times when
+        # it is not given).
+        context = self._current()
+        state = self._start(execution, context)
+        self._state.set(state)
+        # (This context is the call's own copy: nothing to restore afterwards.)
+        self._attach(self._set_span(state.span, context))
+        return state
 
     def _tool(self, execution: ToolExecution) -> _Tool:
+        """What the spans of the tool this call runs share: the definition
+        the call's agent (and step admission) sees under its name, so two
+        agents' tools of one name keep their own descriptions."""
         name = execution.name
-        cached = self._tools.get(name) if execution.tool_set is None else None
-        if cached is not None:
-            return cached
         try:
             definition = self._rt.tools.executable(name, execution.agent, execution.tool_set)
         except RuntimeError:  # the runtime is stopping
             definition = None
-        tool = _Tool(name, "" if definition is None else str(definition.description))
-        if execution.tool_set is None:  # (a step's admission may differ: not cached)
-            with self._lock:
-                self._tools[name] = tool
+        if definition is None:
+            return _Tool(name, "")
+        cached = self._tools.get(id(definition))
+        if cached is not None and cached[0] is definition:
+            return cached[1]
+        tool = _Tool(name, str(definition.description))
+        with self._lock:
+            self._tools[id(definition)] = (definition, tool)
         return tool
 
     def _forget_tools(self) -> None:
@@ -204,16 +239,28 @@ class OtelPolicy:
             self._tools = {}
 
     def _mine(self, execution: ToolExecution) -> _CallSpan | None:
-        state = _CURRENT.get()
+        state = self._state.get()
         return state if state is not None and state.token is execution.token else None
+
+    def _take(self, state: _CallSpan) -> bool:
+        """Take ``state``'s span out of the open ones, to end it: False if
+        the disposer took it first (and ended it)."""
+        return self._open.pop(state.token, None) is not None
+
+    def close(self) -> None:
+        """End the spans of the calls still in flight (the policy is being
+        disposed: their tools/result will not reach it)."""
+        while True:
+            try:
+                _, state = self._open.popitem()
+            except KeyError:
+                return
+            state.span.add_event("dsh.policy.disposed", {})
+            state.span.end()
 
     # -- the listeners -------------------------------------------------------------
 
     def pre_execute(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
-        # The OpenTelemetry context current at submission (the call's hooks
-        # run in a copy of the caller's), read once for the parent, the
-        # sampler and the child context (the SDK reads it three times when
-        # it is not given).
         state = self._mine(execution)
         if state is not None:
             # Prepared again (what it was prepared under changed before its
@@ -223,12 +270,7 @@ class OtelPolicy:
             state.span.add_event("dsh.tool.prepared_again", {})
             state.asked = state.cleared = state.denied = state.aborted = False
         else:
-            context = self._current()
-            state = self._start(execution, context)
-            _CURRENT.set(state)
-            # The call's span is current for the rest of the call's hooks (this
-            # context is the call's own copy: nothing to restore afterwards).
-            self._attach(self._set_span(state.span, context))
+            state = self._begin(execution)
         decision = next_()
         kind = type(decision)
         if kind is Ask:
@@ -249,7 +291,15 @@ class OtelPolicy:
     def guard(self, execution: ToolExecution) -> None:
         # Guards run only once the call is allowed: after an approval, its answer.
         state = self._mine(execution)
-        if state is not None and not state.cleared:
+        if state is None:
+            if execution.approval is None:
+                return None
+            # A resumed call (its pre-execute waterfall ran in the batch that
+            # deferred it), allowed by the decision given at resume: its span,
+            # from here to its tools/result.
+            state = self._begin(execution)
+            state.asked = True
+        if not state.cleared:
             state.cleared = True
             if state.asked:
                 state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
@@ -259,15 +309,19 @@ class OtelPolicy:
         state = self._mine(execution)
         if state is None:
             return
+        self._state.set(None)  # (the call's context: a tools/result after an abort gets a span of its own)
+        if not self._take(state):
+            return
         span = state.span
         span.add_event("dsh.tool.approval.deferred", _reason(getattr(ask, "reason", None)))
         span.end()
-        _CURRENT.set(None)  # (the call's context: a tools/result after an abort gets a span of its own)
 
     def on_result(self, execution: ToolExecution, result: Any) -> None:
         state = self._mine(execution)
         if state is None:  # no phase ran (aborted before it started, bad arguments)
             state = self._start(execution)
+        if not self._take(state):
+            return  # ended by the disposer meanwhile
         span = state.span
         name = execution.name
         if type(result) is ToolExecutionFailure:
@@ -358,6 +412,7 @@ def apply(
             f"{_POLICY} needs OpenTelemetry: install the otel extra (pip install 'dsh-actors[otel]')"
         ) from exc
     undo = Undo()
+    undo.add(policy.close)  # (steps undo last first: its listeners are gone by then)
     events = rt.events
     undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
     undo.add(events.on("tools/result", policy.on_result, prepend=True))

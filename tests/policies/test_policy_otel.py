@@ -228,6 +228,29 @@ def test_a_deferred_approval_ends_the_span_and_the_resumed_call_gets_its_own(rt:
     assert resumed.attributes["gen_ai.tool.call.id"] == "c1"
     assert "error.type" not in resumed.attributes
     assert [count for _, count in otel.durations()] == [1]
+    # From the resume's decision (the guards) to tools/result: the body inside it.
+    assert [name for name, _ in events(resumed)] == ["dsh.tool.approval.answered"]
+    assert events(resumed)[0][1] == {"dsh.answer": "allowed-once"}
+
+
+def test_a_resumed_call_s_span_and_duration_cover_its_body(rt: Any, otel: Otel) -> None:
+    inside: list[Any] = []
+
+    def body(args: Any, ctx: Any) -> Any:
+        with otel.tracer.start_as_current_span("inside the body"):
+            inside.append(True)
+        return {"answer": 42}
+
+    rt.tools.register(tool(execute=body))
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+    rt.approvals.set(lambda request: "deferred")
+    use(rt, otel)
+    suspended = run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main"))
+    rt.tools.resume(suspended.suspension, {"c1": "allowed-once"})
+    [child] = otel.spans("inside the body")
+    resumed = otel.tool_spans()[-1]
+    assert child.parent is not None and child.parent.span_id == resumed.context.span_id
+    assert resumed.start_time <= child.start_time and child.end_time <= resumed.end_time
 
 
 def test_an_abort_of_a_deferred_call_ends_in_a_span_of_its_own(rt: Any, otel: Otel) -> None:
@@ -350,6 +373,63 @@ def test_disposing_removes_every_listener(rt: Any, otel: Otel) -> None:
     undo()
     run(rt, ToolCall("c1", "lookup", "{}"))
     assert otel.tool_spans() == []
+
+
+def test_disposing_ends_the_spans_of_the_calls_in_flight(rt: Any, otel: Otel) -> None:
+    running, release = threading.Event(), threading.Event()
+
+    def body(args: Any, ctx: Any) -> Any:
+        running.set()
+        assert release.wait(WAIT)
+        return {"answer": 42}
+
+    rt.tools.register(tool(execute=body))
+    undo = rt.use(policies.otel, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+    future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("c1", "lookup", "{}")]))
+    assert running.wait(WAIT)
+    undo()
+    [span] = otel.tool_spans()  # ended by the disposer, not left open for good
+    assert [name for name, _ in events(span)] == ["dsh.policy.disposed"]
+    release.set()
+    assert not future.result(WAIT).results[0].result.is_error
+    assert len(otel.tool_spans()) == 1 and otel.durations() == []
+
+
+def test_two_policies_applied_at_once_each_keep_their_own_spans(rt: Any, otel: Otel) -> None:
+    other = Otel()
+    try:
+        rt.tools.register(tool())
+        use(rt, otel)
+        rt.use(policies.otel, tracer_provider=other.tracer_provider, meter_provider=other.meter_provider)
+        run(rt, ToolCall("c1", "lookup", "{}"))
+        for each in (otel, other):
+            [span] = each.tool_spans()
+            assert events(span) == [] and span.attributes["gen_ai.tool.call.id"] == "c1"
+            assert [count for _, count in each.durations()] == [1]
+    finally:
+        other.tracer_provider.shutdown()
+        other.meter_provider.shutdown()
+
+
+def test_each_agent_s_own_tool_of_a_name_keeps_its_own_description(rt: Any, otel: Otel) -> None:
+    a, b = Agent("a"), Agent("b")
+    for agent in (a, b):
+        mine = define_tool(
+            name="lookup",
+            description=f"Looks up in {agent.id}'s notes.",
+            parameters={},
+            output=ToolOutput(schema={"type": "json"}, render=lambda args, v: [text(json.dumps(v))]),
+            execute=lambda args, ctx: 1,
+        )
+        rt.tools.scope(agent).register(mine)
+    use(rt, otel)
+    for agent in (a, b, a):
+        run(rt, ToolCall(f"{agent.id}1", "lookup", "{}"), agent=agent)
+    assert [span.attributes["gen_ai.tool.description"] for span in otel.tool_spans()] == [
+        "Looks up in a's notes.",
+        "Looks up in b's notes.",
+        "Looks up in a's notes.",
+    ]
 
 
 def test_unknown_options_are_refused(rt: Any) -> None:
