@@ -114,9 +114,11 @@ def check_positive_number(policy: str, name: str, value: object, *, most: float 
     return float(value)  # type: ignore[arg-type]
 
 
-def check_positive_int(policy: str, name: str, value: object) -> int:
+def check_positive_int(policy: str, name: str, value: object, *, most: int | None = None) -> int:
     if type(value) is not int or value < 1:
         raise ValueError(f"{policy}: {name} must be a positive integer, got {value!r}")
+    if most is not None and value > most:
+        raise ValueError(f"{policy}: {name} must be at most {most:,}, got {value:,}")
     return value
 
 

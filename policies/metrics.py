@@ -11,9 +11,10 @@
 or, as a plugin: ``undo = rt.use(policies.metrics, metrics=m)`` with a
 :class:`Metrics` you created (``rt.use`` returns the core's disposer, which
 cannot carry the object, hence ``install``). Config: ``max_samples=4096``
-(latency samples kept per tool and phase, newest win), ``nested=True``
-(count nested calls, such as PTC sub-calls, too), ``clock`` (seconds,
-default ``time.perf_counter``).
+(latency samples kept per tool and phase, newest win; at most 1,000,000),
+``nested=True`` (count nested calls, such as PTC sub-calls, too), ``clock``
+(seconds, default ``time.perf_counter``; asked once as the policy is made,
+so a clock that does not return a number is refused then).
 
 What is counted: every call that publishes ``tools/result``, which is every
 call, skipped ones included (pre-aborted calls, non-JSON arguments: they
@@ -48,6 +49,7 @@ operations. No thread is started.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter, deque
@@ -62,6 +64,8 @@ from ._common import ToolExecutionResult, Undo, check_bool, check_positive_int, 
 __all__ = ["Metrics", "apply", "install"]
 
 _POLICY = "policies.metrics"
+#: The most samples a series may keep (each tool keeps three series).
+MOST_SAMPLES: Final = 1_000_000
 PHASES: Final = ("wait", "body", "total")
 PERCENTILES: Final = (50, 90, 99)
 
@@ -134,10 +138,15 @@ class Metrics:
         nested: bool = True,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.max_samples = check_positive_int(_POLICY, "max_samples", max_samples)
+        self.max_samples = check_positive_int(_POLICY, "max_samples", max_samples, most=MOST_SAMPLES)
         self.nested = check_bool(_POLICY, "nested", nested)
         if not callable(clock):
             raise TypeError(f"{_POLICY}: clock must be callable (seconds as a float)")
+        now = clock()  # (asked now, not first in a call's hooks, where its error would fail the call)
+        if type(now) not in (int, float) or not math.isfinite(now):
+            raise TypeError(
+                f"{_POLICY}: clock must return seconds as a float, and it returned {type(now).__qualname__}"
+            )
         self._clock = clock
         self._lock = threading.Lock()
         self._tools: dict[str, _ToolStats] = {}

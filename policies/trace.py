@@ -133,6 +133,10 @@ class Recorder:
     def __init__(self, *, pid: int = 1, process_name: str = "dsh-actors", epoch_ns: int | None = None) -> None:
         self.pid = pid
         self.process_name = process_name
+        if epoch_ns is not None and type(epoch_ns) is not int:
+            raise TypeError(
+                f"{_POLICY}: epoch_ns must be a time.perf_counter_ns() value (an int) or None, not {type(epoch_ns).__qualname__}"
+            )
         self.epoch_ns = time.perf_counter_ns() if epoch_ns is None else epoch_ns
         self._lock = threading.Lock()
         self._open: dict[object, CallTimeline] = {}  # execution token -> record
@@ -421,9 +425,16 @@ def apply(
     if path is not None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"{_POLICY}: path must be a file path (str or os.PathLike), not {type(path).__qualname__}")
-        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        text = os.fspath(path)
+        if "\0" in str(text):
+            raise ValueError(f"{_POLICY}: path {text!r} holds a NUL character, which no file path may")
+        if os.path.isdir(text):
+            raise ValueError(
+                f"{_POLICY}: path {text!r} is a folder: give the trace file's path, such as its folder plus 'trace.json'"
+            )
+        folder = os.path.dirname(os.path.abspath(text))
         if not os.path.isdir(folder):
-            raise ValueError(f"{_POLICY}: path {os.fspath(path)!r}: its folder {folder!r} does not exist")
+            raise ValueError(f"{_POLICY}: path {text!r}: its folder {folder!r} does not exist")
     if scope is not None and not isinstance(scope, Agent):
         raise TypeError(f"{_POLICY}: scope must be an Agent or None, not {type(scope).__qualname__}")
     rec = Recorder() if recorder is None else recorder

@@ -254,6 +254,9 @@ def test_a_deferred_call_s_record_ends_deferred_and_its_resumed_part_is_a_record
     [
         ({"path": 5}, TypeError, r"path must be a file path \(str or os.PathLike\), not int"),
         ({"path": "/no/such/folder/trace.json"}, ValueError, r"its folder '/no/such/folder' does not exist"),
+        # (Both used to pass, and the disposer then failed to write: the trace lost.)
+        ({"path": "/"}, ValueError, r"path '/' is a folder: give the trace file's path"),
+        ({"path": "trace\0.json"}, ValueError, r"holds a NUL character"),
         ({"recorder": 5}, TypeError, r"recorder must be a policies.trace.Recorder, not int"),
         ({"scope": "main"}, TypeError, r"scope must be an Agent or None, not str"),
     ],
@@ -266,3 +269,11 @@ def test_bad_options_are_refused_when_applied(
     with pytest.raises(error, match=match):
         rt.use(trace, **config)
     assert rt.events.listeners("tools/execute") == ()
+
+
+def test_a_recorder_s_epoch_is_an_int_checked_when_it_is_made() -> None:
+    # (A string was taken, and every call then failed POLICY_FAILED.)
+    with pytest.raises(
+        TypeError, match=r"epoch_ns must be a time.perf_counter_ns\(\) value \(an int\) or None, not str"
+    ):
+        trace.Recorder(epoch_ns="0")  # type: ignore[arg-type]
