@@ -478,7 +478,10 @@ class ToolRunContext:
         """Attach ``context`` to this call's own result; the agent loop
         appends it only after the ``tool/result``."""
         if not isinstance(context, UserMessage):
-            raise InvalidTypeError("defer_context takes a UserMessage")
+            raise InvalidTypeError(
+                f"defer_context takes a UserMessage, not {type(context).__qualname__}: "
+                'ctx.defer_context(UserMessage([text("...")]))'
+            )
         with self._lock:
             self._contexts.append(context)
 

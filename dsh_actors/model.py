@@ -102,6 +102,22 @@ class ImageBlock:
     mime_type: str
     type: Literal["image"] = field(default="image", init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # (Checked here, where the mistake is made: it used to surface as the
+        # call's POLICY_FAILED render error, far from the fix.)
+        data: Any = self.data
+        if type(data) is not str:
+            fix = (
+                ": base64-encode the bytes, ImageBlock(base64.b64encode(raw).decode(), mime_type)"
+                if isinstance(data, (bytes, bytearray, memoryview))
+                else ""
+            )
+            raise InvalidTypeError(f"ImageBlock data is base64 text (a str), not {type(data).__qualname__}{fix}")
+        if type(self.mime_type) is not str:
+            raise InvalidTypeError(
+                f"ImageBlock mime_type is a str such as 'image/png', not {type(self.mime_type).__qualname__}"
+            )
+
 
 @dataclass(frozen=True, slots=True)
 class ReasoningBlock:
@@ -536,6 +552,13 @@ class Deny:
 
     reason: str
     info: ToolErrorInfo | None = None
+
+    def __post_init__(self) -> None:
+        # (The model reads the reason: anything but text reached it as a Python repr.)
+        if type(self.reason) is not str:
+            raise InvalidTypeError(
+                f"Deny(reason=...) is the text the model reads, a str, not {type(self.reason).__qualname__}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

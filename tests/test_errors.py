@@ -114,3 +114,34 @@ def test_thousands_of_bad_items_give_the_model_a_short_message(rt: ToolRuntime, 
     assert error.info.code == ErrorCode.INVALID_ARGS
     assert error.message.endswith('"value.items[19]" must be an integer; and 4,980 more')
     assert len(error.exception.violations) == 5000
+
+
+def test_content_and_decisions_of_the_wrong_type_are_refused_where_they_are_made_naming_the_fix() -> None:
+    """(They used to be taken, and to surface later: as the call's render
+    failure, or as a Python repr in the message the model reads.)"""
+    from dsh_actors import Deny, ImageBlock
+
+    with pytest.raises(InvalidTypeError, match=r"ImageBlock data is base64 text \(a str\), not bytes: base64-encode"):
+        ImageBlock(b"\x89PNG", "image/png")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match=r"ImageBlock mime_type is a str such as 'image/png', not NoneType"):
+        ImageBlock("aGk=", None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match=r"Deny\(reason=\.\.\.\) is the text the model reads, a str, not dict"):
+        Deny({"why": "policy"})  # type: ignore[arg-type]
+
+
+def test_defer_context_given_text_names_how_to_make_a_user_message(rt: ToolRuntime) -> None:
+    from dsh_actors import ToolOutput, define_tool
+
+    def body(args: object, ctx: object) -> str:
+        ctx.defer_context("remember this")  # type: ignore[attr-defined]
+        return "ok"
+
+    rt.tools.register(
+        define_tool(
+            name="t", description="t", parameters={}, output=ToolOutput(schema={"type": "string"}), execute=body
+        )
+    )
+    result = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c0", name="t", arguments="{}")])).results[0].result
+    assert result.error.message == (
+        'defer_context takes a UserMessage, not str: ctx.defer_context(UserMessage([text("...")]))'
+    )
