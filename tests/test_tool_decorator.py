@@ -753,3 +753,27 @@ def test_parameter_names_pydantic_reserves_on_models_are_fine(rt: Any) -> None:
     assert set(properties(configure)) == {"model_name", "schema", "json", "copy"}
     result = run(rt, configure, {"model_name": "m", "schema": "s", "json": 1})
     assert thaw(result.value) == ["m", "s", 1, False]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_nested_as_deep_as_lossless_json_allows_pass_both_ways(rt: Any) -> None:
+    """pydantic's JSON parser stops at 200 levels; lossless JSON allows
+    MAX_JSON_DEPTH (256): a value between the two was refused as invalid
+    JSON, arguments and return value alike."""
+    from dsh_actors import MAX_JSON_DEPTH
+
+    @tool
+    def depth(data: Any) -> Any:
+        """Gives the value back."""
+        return data
+
+    value = _nested(MAX_JSON_DEPTH - 6)
+    result = run(rt, depth, {"data": value})
+    assert not result.is_error, result.error.message
+    assert thaw(result.value) == value

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from pydantic.json_schema import GenerateJsonSchema
 
 from ..errors import safe_str
-from ..json import FrozenDict, dumps, path_for_index, path_for_key
+from ..json import FrozenDict, dumps, path_for_index, path_for_key, thaw
 
 __all__ = ["PydanticEnforcer", "ToolJsonSchema", "serialization_problem", "violations_of"]
 
@@ -134,12 +134,25 @@ class PydanticEnforcer:
     most ``_STASH_LIMIT`` are kept (a call denied after it was classified
     leaves its entry behind until the limit clears them)."""
 
-    __slots__ = ("schema", "_validate_json", "_stash")
+    __slots__ = ("schema", "_validate_json", "_validate_python", "_stash")
 
     def __init__(self, validator: Any, schema: Any, *, hand_over: bool = False) -> None:
         self.schema = schema
         self._validate_json = validator.validate_json
+        self._validate_python = validator.validate_python
         self._stash: dict[int, tuple[Any, Any]] | None = {} if hand_over else None
+
+    def _typed(self, value: Any) -> Any:
+        """``value`` validated: from its JSON text (faster than walking the
+        frozen value), or, nested deeper than pydantic's JSON parser goes
+        (200 levels, where lossless JSON allows ``MAX_JSON_DEPTH``), from
+        the value itself."""
+        try:
+            return self._validate_json(dumps(value))
+        except ValidationError as err:
+            if not _too_deep_for_json(err):
+                raise
+        return self._validate_python(thaw(value))
 
     def parse(self, value: Any) -> Any:
         """The typed value for a lossless JSON ``value`` (a model instance,
@@ -149,11 +162,11 @@ class PydanticEnforcer:
             kept = stash.pop(id(value), None)
             if kept is not None and kept[0] is value:
                 return kept[1]
-        return self._validate_json(dumps(value))
+        return self._typed(value)
 
     def is_valid(self, value: Any) -> bool:
         try:
-            parsed = self._validate_json(dumps(value))
+            parsed = self._typed(value)
         except (ValidationError, TypeError, ValueError):
             return False
         stash = self._stash
@@ -171,11 +184,25 @@ class PydanticEnforcer:
         try:
             self._validate_json(text)
         except ValidationError as err:
-            return violations_of(err, value, path)
+            if not _too_deep_for_json(err):
+                return violations_of(err, value, path)
+            try:
+                self._validate_python(thaw(value))
+            except ValidationError as deep:
+                return violations_of(deep, value, path)
         return []
 
     def __repr__(self) -> str:
         return f"PydanticEnforcer({dumps(self.schema).decode()[:77]})"
+
+
+def _too_deep_for_json(err: ValidationError) -> bool:
+    """Whether pydantic's JSON parser gave up on the text's nesting (its
+    recursion limit), rather than finding the value invalid."""
+    return any(
+        error["type"] == "json_invalid" and "recursion limit" in str(error.get("ctx", {}).get("error", error["msg"]))
+        for error in err.errors(include_url=False, include_input=False)
+    )
 
 
 def serialization_problem(err: Exception) -> str:
