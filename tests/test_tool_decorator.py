@@ -777,3 +777,16 @@ def test_values_nested_as_deep_as_lossless_json_allows_pass_both_ways(rt: Any) -
     result = run(rt, depth, {"data": value})
     assert not result.is_error, result.error.message
     assert thaw(result.value) == value
+
+
+def test_a_function_that_forgets_to_return_is_told_so(rt: Any) -> None:
+    @tool
+    def greet(name: str) -> str:
+        """Greets."""
+        f"hello {name}"  # noqa: B018 - the mistake under test
+
+    result = run(rt, greet, {"name": "Ada"})
+    assert result.error.message == (
+        'tool "greet" returned invalid output: "value" must be a string; '
+        "greet returned None: is a return statement missing?"
+    )

@@ -349,7 +349,10 @@ def _execute(
         try:
             return dump(validate_value(value), mode="json")
         except ValidationError as err:
-            raise ToolOutputError(name, violations_of(err, value)) from None
+            violations = violations_of(err, value)
+            if value is None:
+                violations.append(f"{getattr(fn, '__name__', name)} returned None: is a return statement missing?")
+            raise ToolOutputError(name, violations) from None
         except (PydanticSerializationError, ValueError, TypeError, RecursionError) as err:
             # The serializer's own complaints, and what it lets through from
             # the value: bytes that are not UTF-8, a cycle, nesting past its
