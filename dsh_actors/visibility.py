@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import orjson
 
-from .errors import callable_name, safe_str
+from .errors import callable_name, exception_text
 from .events import in_scope
 from .json import dumps
 from .model import Agent, ToolActivationContext, ToolRestriction
@@ -602,15 +602,22 @@ def _layer_verdict(guards: Any, execution: ToolExecution) -> tuple[str, BaseExce
         try:
             reason = fn(execution)
         except BaseException as exc:  # noqa: BLE001 - fail closed, never propagate
-            return f"guard {callable_name(fn)} failed: {safe_str(exc) or type(exc).__name__}", exc
+            return f"guard {_guard_name(fn)} failed: {exception_text(exc)}", exc
         if reason is None:
             continue
         if type(reason) is not str:
             return (
-                f"guard {callable_name(fn)} failed: it returned {type(reason).__qualname__} (expected str or None)"
+                f"guard {_guard_name(fn)} failed: it returned {type(reason).__qualname__} (expected str or None)"
             ), None
-        return (reason if reason else f"guard {callable_name(fn)} denied the call"), None
+        return (reason if reason else f"guard {_guard_name(fn)} denied the call"), None
     return None
+
+
+def _guard_name(fn: Any) -> str:
+    """How a guard is named in the message the model reads: its name as
+    written (``check_paths``), not where it was defined
+    (``make.<locals>.check_paths``)."""
+    return callable_name(fn).rpartition("<locals>.")[2]
 
 
 def execution_mode(
