@@ -48,12 +48,18 @@ How a tool maps:
   (``["user"]``) are kept from the model: they are left out of the content
   and of the value, and go to the result's ``meta`` as
   ``{"mcp": {"user_content": [...]}}`` (wire form), which the log keeps and
-  the tool's result card shows after the model's content.
+  the tool's result card shows after the model's content. (Calls running at
+  once with one arguments object, whose every block is for the user only,
+  cannot be told apart: they get no ``user_content`` rather than another
+  call's.)
 * ``isError: true`` is a failure (``MCP_TOOL_ERROR``) whose message is the
   server's text. A JSON-RPC error, or an answer that is not a valid result
-  (a ``result`` that is not an object, or JSON the SDK's parser refuses, such
-  as a lone surrogate or nesting deeper than it reads, fails its call at
-  once, though the SDK drops that message), is ``MCP_PROTOCOL_ERROR``. Only
+  (a content block of a type the MCP SDK does not know, ``structuredContent``
+  that is not an object, a ``result`` that is not an object, or JSON the
+  SDK's parser refuses, such as a lone surrogate or nesting deeper than it
+  reads, fails its call at once, though the SDK drops that message), is
+  ``MCP_PROTOCOL_ERROR``, its message naming what is wrong
+  (``content.0: unknown type "hologram"``). Only
   the SDK's own "Connection closed" error closes the mount: a server's error
   with the same code (-32000, the first of JSON-RPC's server-error range)
   fails that call alone. A ``tools/list`` answered with an error, or with a
@@ -80,7 +86,9 @@ How a tool maps:
 * ``notifications/tools/list_changed`` re-lists: removed tools are
   withdrawn, new ones registered, changed ones replaced (withdrawn, then
   registered again); tools that did not change keep their registration. A
-  tool that a re-listing cannot register is left out and logged. ``mount``
+  tool that a re-listing cannot register is left out and logged; one it
+  cannot withdraw (a ``tools/change`` listener refused) stays registered as
+  it was, logged, and the next re-listing tries again. ``mount``
   chains its handler in front of the session's ``message_handler`` (the SDK
   takes one only at construction) and the disposer puts the original back.
 

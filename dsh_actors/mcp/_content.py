@@ -18,8 +18,14 @@ blob                               then the decoded text (UTF-8, or the MIME
                                    N bytes]``
 ``resource_link``                  :class:`TextBlock` ``[resource link <name>:
                                    <uri> (<mime>)]`` and its description
-anything else                      :class:`TextBlock` ``[<type> content]``
+anything else (read back only)     :class:`TextBlock` ``[<type> content]``
 =================================  ==============================================
+
+The last row is for wire values read back (a logged ``user_content``
+written by a newer MCP SDK, say): a ``tools/call`` result never gets here
+with a block of a type the MCP SDK does not know, since the SDK refuses the
+whole result and the call fails ``MCP_PROTOCOL_ERROR`` (``content.0: unknown
+type "hologram"``).
 
 A block whose ``annotations.audience`` names the user but not the assistant
 (``["user"]``) is for the user only: :func:`for_model` says so, and the mount

@@ -30,11 +30,12 @@ from ..errors import (
     safe_str,
 )
 from ..events import Disposer, disposer
-from ..json import thaw
+from ..json import materialize, thaw
 from ..model import ContentBlock, TextBlock
 from ..pipeline.flights import LoopGoneError, await_flight
 from ..presentation import GenericCallView, GenericResultView, ToolCallView, ToolResultView
 from ..signals import AbortController, AbortSignal
+from ..visibility import RESERVED_NAMES
 from ._content import blocks_from_wire, error_text, for_model
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
 
@@ -93,8 +94,9 @@ async def mount(
     registrations.
 
     Raises :class:`~dsh_actors.errors.RegistrationError`, registering
-    nothing, when a tool cannot be registered (a schema full mode refuses, a
-    name already taken in that scope...): every problem is listed. A listing
+    nothing, when a tool cannot be registered (a schema full mode refuses,
+    the reserved name ``run_code``, a name already taken in that scope...):
+    every problem of the listing itself is listed. A listing
     the server answers with a JSON-RPC error, or with a result that is not a
     valid listing, raises :class:`~dsh_actors.mcp.McpProtocolError` naming
     the problem; a connection that closed meanwhile,
@@ -122,6 +124,18 @@ class _Tool:
     def __init__(self, fingerprint: bytes, dispose: Disposer) -> None:
         self.fingerprint = fingerprint
         self.dispose = dispose
+
+
+class _UserContent:
+    """A call's blocks for the user only, with its arguments and value (the
+    objects ``presentation_meta`` is given)."""
+
+    __slots__ = ("args", "value", "blocks")
+
+    def __init__(self, args: Any, value: Any, blocks: list[dict[str, Any]]) -> None:
+        self.args = args
+        self.value = value
+        self.blocks = blocks
 
 
 class _Mount:
@@ -160,8 +174,8 @@ class _Mount:
         # Content blocks of structured results, from the body to project_content.
         self._content: weakref.WeakKeyDictionary[Any, list[ContentBlock]] = weakref.WeakKeyDictionary()
         self._content_lock = threading.Lock()
-        # Blocks for the user only, from the body to presentation_meta (by id of the arguments).
-        self._for_user: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+        # Blocks for the user only, from the body to presentation_meta, by the call's token.
+        self._for_user: weakref.WeakKeyDictionary[Any, _UserContent] = weakref.WeakKeyDictionary()
         self.disposer = disposer(self._dispose)
         self._stop_hook: Disposer | None = None
 
@@ -171,7 +185,7 @@ class _Mount:
         tools = await self._list_all()
         built, problems = self._build_all(tools)
         if problems:
-            raise RegistrationError(f"cannot mount MCP server {self.server!r}: " + "; ".join(problems))
+            raise RegistrationError(f'cannot mount MCP server "{self.server}": ' + "; ".join(problems))
         registered: dict[str, _Tool] = {}
         try:
             for name, (fingerprint, definition) in built.items():
@@ -226,7 +240,14 @@ class _Mount:
                 )
                 continue
             if tool.name in built:
-                problems.append(f"the server lists tool {tool.name!r} twice")
+                problems.append(f'the server lists tool "{tool.name}" twice')
+                continue
+            if names[tool.name] in RESERVED_NAMES:
+                name = names[tool.name]
+                problems.append(
+                    f'cannot register tool "{name}": "{name}" is reserved for the code-mode transport; '
+                    f'mount the server with a prefix (prefix="mcp_" registers it as "mcp_{name}")'
+                )
                 continue
             try:
                 definition = self._definition(tool, names[tool.name])
@@ -333,40 +354,65 @@ class _Mount:
             except Exception as exc:  # noqa: BLE001 - a re-listing never raises into the SDK
                 logger.error("MCP server {!r}: re-listing tools failed: {}", self.server, safe_str(exc))
                 return
-            self._swap(tools)
+            try:
+                self._swap(tools)
+            except Exception as exc:  # noqa: BLE001 - _swap contains its own; never an unretrieved task error
+                logger.error("MCP server {!r}: swapping the re-listed tools failed: {}", self.server, _text(exc))
             if not self._relist_again:
                 return
 
     def _swap(self, tools: list[types.Tool]) -> None:
+        """Withdraw the tools the listing removed or changed, then register
+        the new and changed ones. A tool that cannot be withdrawn (a
+        ``tools/change`` listener refused the change) stays registered and
+        recorded, its new version left out; one that cannot be registered is
+        left out. Each is logged, and ``_tools`` always holds what is
+        registered, so the next re-listing starts from the truth."""
         built, problems = self._build_all(tools)
         for problem in problems:
             logger.error("MCP server {!r}: tool left out after re-listing: {}", self.server, problem)
         with self._lock:
             if self._disposed:
                 return
-            current = dict(self._tools)
-        kept: dict[str, _Tool] = {}
-        for name, tool in current.items():
-            entry = built.get(name)
-            if entry is not None and entry[0] == tool.fingerprint:
-                kept[name] = tool
-            else:
-                tool.dispose()  # removed, or changed: withdrawn before its successor appears
-        for name, (fingerprint, definition) in built.items():
-            if name in kept:
-                continue
-            try:
-                kept[name] = _Tool(fingerprint, self.service.register(definition))
-            except DshError as err:
-                logger.error("MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, err.message)
-        leftovers: list[_Tool] = []
-        with self._lock:
-            if self.disposed():
-                leftovers = list(kept.values())  # disposed meanwhile: undo what this swap made (idempotent)
-            else:
-                self._tools = kept
-        for tool in leftovers:
-            tool.dispose()
+            record = dict(self._tools)
+        try:
+            for name, tool in list(record.items()):
+                entry = built.get(name)
+                if entry is not None and entry[0] == tool.fingerprint:
+                    continue
+                try:
+                    tool.dispose()  # removed, or changed: withdrawn before its successor appears
+                except Exception as exc:  # noqa: BLE001 - its disposer stays armed: still registered
+                    logger.error(
+                        "MCP server {!r}: tool {!r} could not be withdrawn after re-listing and stays as it was{}: {}",
+                        self.server,
+                        name,
+                        "" if entry is None else " (its new version is left out)",
+                        _text(exc),
+                    )
+                    continue
+                del record[name]
+            for name, (fingerprint, definition) in built.items():
+                if name in record:
+                    continue
+                try:
+                    record[name] = _Tool(fingerprint, self.service.register(definition))
+                except Exception as exc:  # noqa: BLE001 - left out, and said so
+                    logger.error(
+                        "MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, _text(exc)
+                    )
+        finally:
+            leftovers: list[_Tool] = []
+            with self._lock:
+                if self.disposed():  # (a method: mypy would take the check above as still holding)
+                    leftovers = list(record.values())  # disposed meanwhile: undo what this swap made (idempotent)
+                else:
+                    self._tools = record
+            for tool in leftovers:
+                try:
+                    tool.dispose()
+                except DshError as err:  # the runtime stopped meanwhile
+                    logger.debug("MCP server {!r}: {}", self.server, err.message)
 
     # -- disposing ----------------------------------------------------------
 
@@ -452,11 +498,13 @@ class _Mount:
             # Before the session was entered, or after it exited.
             self._closed = safe_str(err)
             raise McpConnectionError(self.server, self._closed) from err
-        except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, a broken stream
+        except ValidationError as err:  # a result the SDK cannot read as a tools/call result
+            raise McpProtocolError(name, f"the server's result is not valid: {_problems(err)}") from None
+        except Exception as err:  # noqa: BLE001 - a broken stream, or something else the SDK raised
             if _is_closed_stream(err):
                 self._closed = "the connection was closed"
                 raise McpConnectionError(self.server, self._closed) from err
-            raise McpProtocolError(name, f"{type(err).__name__}: {safe_str(err)}") from err
+            raise McpProtocolError(name, safe_str(err) or type(err).__name__) from err
 
     async def _on_session_loop(
         self, request: Coroutine[Any, Any, types.CallToolResult], signal: AbortSignal, name: str, call_id: str
@@ -478,55 +526,71 @@ class _Mount:
     def _value(self, name: str, structured: bool, result: types.CallToolResult, args: Any, ctx: ToolRunContext) -> Any:
         every = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
         content = [block for block in every if for_model(block)]
-        if len(content) < len(every):
-            self._keep_for_user([block for block in every if not for_model(block)], args, ctx)
         if result.is_error:
             raise McpToolError(name, error_text(content))
+        value: Any
         if result.structured_content is None:
             if structured:
                 raise ToolOutputError(
                     name,
                     ['"value" is missing: the tool declares an outputSchema but returned no structuredContent'],
                 )
-            return content
-        blocks: list[ContentBlock] = (
-            blocks_from_wire(content) if content else [TextBlock(_json_text(result.structured_content))]
-        )
-        with self._content_lock:
-            self._content[ctx.token] = blocks
-        return result.structured_content
+            value = content
+        else:
+            blocks: list[ContentBlock] = (
+                blocks_from_wire(content) if content else [TextBlock(_json_text(result.structured_content))]
+            )
+            with self._content_lock:
+                self._content[ctx.token] = blocks
+            value = result.structured_content
+        if len(content) < len(every):
+            value = self._keep_for_user([block for block in every if not for_model(block)], args, value, ctx)
+        return value
 
-    def _keep_for_user(self, blocks: list[dict[str, Any]], args: Any, ctx: ToolRunContext) -> None:
-        """Blocks for the user only, from the body to ``presentation_meta``
-        (which sees the call's arguments object, not its token). The entry
-        holds ``args``, so its id stays unique while it lives, and goes when
-        the call's token does, if ``presentation_meta`` did not take it."""
-        key = id(args)
+    def _keep_for_user(self, blocks: list[dict[str, Any]], args: Any, value: Any, ctx: ToolRunContext) -> Any:
+        """Keep a call's blocks for the user only for ``presentation_meta``,
+        which sees the call's arguments and value, not its token: the value
+        is returned frozen, which the runtime keeps as it is, so the value
+        object ``presentation_meta`` gets tells the calls apart even when
+        they share one arguments object. The entry goes with the call's
+        token, and at ``project_content`` (every outcome, failures included)
+        if ``presentation_meta`` did not take it."""
+        try:
+            value = materialize(value)
+        except DshError:
+            return value  # not lossless JSON: the runtime fails the call (INVALID_TOOL_OUTPUT)
         with self._content_lock:
-            self._for_user[key] = (args, blocks)
-        weakref.finalize(ctx.token, self._forget_for_user, key, args)
-
-    def _forget_for_user(self, key: int, args: Any) -> None:
-        with self._content_lock:
-            entry = self._for_user.get(key)
-            if entry is not None and entry[0] is args:
-                del self._for_user[key]
+            self._for_user[ctx.token] = _UserContent(args, value, blocks)
+        return value
 
     def _presentation_meta(self, args: Any, value: Any) -> Any:
         """``{"mcp": {"user_content": [...]}}``: the result's blocks for the
-        user only (wire form), logged with the result for the cards."""
+        user only (wire form), logged with the result for the cards. Calls
+        that cannot be told apart (given one arguments object, each with
+        every block for the user only, so the same empty value) get none:
+        better no blocks than another call's."""
         with self._content_lock:
-            entry = self._for_user.pop(id(args), None)
-        if entry is None or entry[0] is not args:
-            return None
-        return {"mcp": {"user_content": entry[1]}}
+            found = [token for token, kept in self._for_user.items() if kept.value is value and kept.args is args]
+            if len(found) != 1:
+                return None
+            kept = self._for_user.pop(found[0])
+        return {"mcp": {"user_content": kept.blocks}}
 
     def _project_content(self, execution: ToolExecution, result: ToolExecutionResult) -> list[ContentBlock] | None:
         with self._content_lock:
             blocks = self._content.pop(execution.token, None)
+            self._for_user.pop(execution.token, None)  # (a failure after the body: never presented)
         if blocks is None or result.is_error:
             return None
         return blocks
+
+
+def _text(exc: BaseException) -> str:
+    """An exception as a log line: a DshError's message, else its text (or
+    its class name when it has none)."""
+    if isinstance(exc, DshError) and type(exc.message) is str:
+        return exc.message
+    return safe_str(exc) or type(exc).__name__
 
 
 def _fits(name: str) -> bool:
@@ -645,13 +709,57 @@ def _server_name(session: ClientSession) -> str:
 
 def _problems(err: ValidationError) -> str:
     """pydantic's complaints about a server's answer, each as ``path:
-    message``, the first three."""
-    parts = [
-        f"{'.'.join(str(part) for part in detail['loc']) or 'result'}: {detail['msg']}"
-        for detail in err.errors(include_url=False, include_context=False, include_input=False)
-    ]
+    message``, the first three (see ``_collapsed`` for unions)."""
+    found = [(tuple(d["loc"]), d) for d in err.errors(include_url=False, include_context=False)]
+    parts = _collapsed(found)
     more = f" (and {len(parts) - 3} more)" if len(parts) > 3 else ""
     return "; ".join(parts[:3]) + more
+
+
+def _collapsed(found: list[tuple[tuple[Any, ...], Any]]) -> list[str]:
+    """pydantic tries every member of a union (a content block is text,
+    image, audio, resource link or resource) and complains once per member,
+    naming it in the path (``content.0.TextContent.text``). Those become the
+    complaints of the members whose ``type`` matched, without their names
+    (``content.0.text: Field required``); when no member's did,
+    ``content.0: unknown type "hologram"``."""
+    parts: list[str | tuple[Any, ...]] = []
+    unions: dict[tuple[Any, ...], dict[str, list[tuple[tuple[Any, ...], Any]]]] = {}
+    for loc, detail in found:
+        at = next((i for i, part in enumerate(loc) if _is_member(part)), None)
+        if at is None:
+            parts.append(_problem(loc, detail["msg"]))
+            continue
+        prefix = loc[:at]
+        if prefix not in unions:
+            unions[prefix] = {}
+            parts.append(prefix)
+        unions[prefix].setdefault(loc[at], []).append((loc[at + 1 :], detail))
+    out: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        members = unions[part]
+        matched = [tried for tried in members.values() if all(rest != ("type",) for rest, _ in tried)]
+        if matched:
+            out.extend(_collapsed([(part + rest, d) for tried in matched for rest, d in tried]))
+            continue
+        kinds = [d.get("input") for tried in members.values() for rest, d in tried if rest == ("type",)]
+        kind = next((k for k in kinds if type(k) is str), None)
+        what = f'unknown type "{kind[:40]}"' if kind is not None else "no type, or a type that is not a string"
+        out.append(_problem(part, what))
+    return list(dict.fromkeys(out))
+
+
+def _problem(loc: tuple[Any, ...], message: str) -> str:
+    return f"{'.'.join(str(part) for part in loc) or 'result'}: {message}"
+
+
+def _is_member(part: object) -> bool:
+    """Whether a path element names the member of a union pydantic tried
+    (a model's class name; MCP's own fields start in lower case)."""
+    return type(part) is str and part[:1].isupper()
 
 
 def _closed_by_sdk(err: MCPError) -> bool:

@@ -4,7 +4,11 @@ is not an object, a request left unanswered, a tool that requires task
 augmentation. It records every ``notifications/cancelled`` it receives;
 the ``cancellations`` tool returns them once at least ``count`` (an
 argument, default 0) have arrived, and ``wait_silent`` answers once a
-``silent`` call has arrived. Run as a script.
+``silent`` call has arrived. ``gather`` (read-only) answers once ``count``
+calls of it have arrived, each with its own number in a block for the
+model and in one for the user only. ``relist`` switches between two
+listings (the second without ``echo``, with ``busy`` changed and ``added``
+new) and sends ``notifications/tools/list_changed``. Run as a script.
 
 ``SILENT_LISTING=1`` in the environment: ``tools/list`` is never answered.
 ``BAD_LISTING=<kind>``: ``tools/list`` is answered badly (see
@@ -28,6 +32,15 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "surrogate", "description": "answers with a lone surrogate in its text", "inputSchema": OBJECT},
     {"name": "cancellations", "description": "the cancellations received so far", "inputSchema": OBJECT},
     {"name": "wait_silent", "description": "answers once a silent call has arrived", "inputSchema": OBJECT},
+    {"name": "hologram", "description": "answers with a block of a type MCP lacks", "inputSchema": OBJECT},
+    {"name": "struct_list", "description": "answers with structuredContent that is a list", "inputSchema": OBJECT},
+    {
+        "name": "gather",
+        "description": "answers once count calls have arrived",
+        "inputSchema": OBJECT,
+        "annotations": {"readOnlyHint": True},
+    },
+    {"name": "relist", "description": "switches the listing", "inputSchema": OBJECT},
     {
         "name": "task_only",
         "description": "must be called as a task",
@@ -42,17 +55,34 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 
+# The listing after an odd number of relist calls.
+SWITCHED: list[dict[str, Any]] = [
+    {**tool, "description": "busy, changed"} if tool["name"] == "busy" else tool
+    for tool in TOOLS
+    if tool["name"] != "echo"
+] + [{"name": "added", "description": "listed after relist", "inputSchema": OBJECT}]
+
 # What tools/list answers under BAD_LISTING=<kind>: a result, or an error.
 BAD_LISTINGS: dict[str, dict[str, Any]] = {
     "not_a_list": {"result": {"tools": 5}},
     "schema_not_an_object": {"result": {"tools": [{"name": "x", "inputSchema": "object"}]}},
     "error": {"error": {"code": -32603, "message": "internal"}},
+    "run_code": {
+        "result": {
+            "tools": [
+                {"name": "run_code", "inputSchema": OBJECT},
+                {"name": "typo", "inputSchema": {"type": "object", "properties": {"x": {"type": "strin"}}}},
+            ]
+        }
+    },
 }
 
 cancelled: list[dict[str, Any]] = []
 silent_calls = 0
 waiting: list[Any] = []  # ids of wait_silent requests not answered yet
 counting: list[tuple[Any, int]] = []  # (id, count) of cancellations requests not answered yet
+gathered: list[Any] = []  # ids of gather requests not answered yet
+switched = False
 
 
 def send(message: dict[str, Any]) -> None:
@@ -65,6 +95,7 @@ def text(value: str) -> dict[str, Any]:
 
 
 def answer(request: dict[str, Any]) -> None:
+    global switched
     method, rid, params = request.get("method"), request.get("id"), request.get("params") or {}
     if method == "initialize":
         send(
@@ -83,7 +114,7 @@ def answer(request: dict[str, Any]) -> None:
         if bad is not None:
             send({"jsonrpc": "2.0", "id": rid, **BAD_LISTINGS[bad]})
         elif os.environ.get("SILENT_LISTING") != "1":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
+            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": SWITCHED if switched else TOOLS}})
     elif method == "tools/call":
         name = params.get("name")
         if name == "bad_result":
@@ -108,6 +139,22 @@ def answer(request: dict[str, Any]) -> None:
             send({"jsonrpc": "2.0", "id": rid, "result": {**text("deep"), "structuredContent": nested}})
         elif name == "surrogate":
             send({"jsonrpc": "2.0", "id": rid, "result": text("x\ud800y")})  # written as the escape \ud800
+        elif name == "hologram":
+            send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "hologram", "data": "x"}]}})
+        elif name == "struct_list":
+            send({"jsonrpc": "2.0", "id": rid, "result": {**text("[1, 2]"), "structuredContent": [1, 2]}})
+        elif name == "gather":
+            gathered.append(rid)
+            if len(gathered) >= int((params.get("arguments") or {}).get("count", 1)):
+                for n, waiter in enumerate(gathered):
+                    user = {"type": "text", "text": f"user {n}", "annotations": {"audience": ["user"]}}
+                    content = [{"type": "text", "text": f"model {n}"}, user]
+                    send({"jsonrpc": "2.0", "id": waiter, "result": {"content": content, "isError": False}})
+                gathered.clear()
+        elif name == "relist":
+            switched = not switched
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            send({"jsonrpc": "2.0", "id": rid, "result": text("switched" if switched else "switched back")})
         elif name == "echo":
             send({"jsonrpc": "2.0", "id": rid, "result": text(json.dumps(params.get("arguments")))})
         elif name == "cancellations":

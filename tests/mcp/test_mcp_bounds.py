@@ -1,6 +1,8 @@
 """Every request a mount sends is bounded, an answer the SDK cannot read
-fails its call, and a tool that must run as an MCP task is not offered
-(tests/mcp/server_raw.py, a server written by hand over stdio)."""
+fails its call naming the problem, a tool that must run as an MCP task is
+not offered, and the mount's records hold up (concurrent calls, a
+re-listing a listener refuses, a reserved name) against
+tests/mcp/server_raw.py, a server written by hand over stdio."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 from mcp_harness import ServerConnection
 
 from dsh_actors import AbortController, Agent, InvalidValueError, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors.errors import RegistrationError
+from dsh_actors.json import materialize, thaw
 from dsh_actors.mcp import McpProtocolError, mount
 
 
@@ -193,3 +198,120 @@ def test_a_timeout_that_is_not_a_positive_finite_number_is_refused_before_anythi
         raw.run(mount(rt, raw.session, timeout_ms=bad))
     assert str(raised.value) == f"mount(): timeout_ms must be a positive finite number (got {bad!r})"
     assert rt.tools.model_tools(Agent("a")).known_names == ()  # nothing was registered
+
+
+@pytest.mark.parametrize(
+    ("tool", "detail"),
+    [
+        ("hologram", 'content.0: unknown type "hologram"'),
+        ("struct_list", "structuredContent: Input should be a valid dictionary"),
+    ],
+)
+def test_a_result_the_sdk_refuses_fails_naming_the_problem_in_one_line(
+    raw: ServerConnection, rt: ToolRuntime, tool: str, detail: str
+) -> None:
+    # Before, the message was pydantic's dump: one complaint per member of
+    # the content block union, with inputs and URLs, over 34 lines.
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))
+    try:
+        outcome = run(rt, tool)
+        assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR"
+        assert (
+            outcome.error.message == f'MCP protocol error calling "{tool}": the server\'s result is not valid: {detail}'
+        )
+    finally:
+        unmount()
+
+
+def test_calls_given_one_arguments_object_each_get_their_own_content_for_the_user(
+    raw: ServerConnection, rt: ToolRuntime
+) -> None:
+    # The server answers the eight calls of a batch together, each with its
+    # number in a block for the model and in one for the user only. Before,
+    # the blocks for the user were kept by the arguments object's id: a call
+    # got another's, or none (in most batches; five make it certain).
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))
+    try:
+        arguments = materialize({"count": 8})
+        calls = tuple(ToolCall(id=f"c{i}", name="gather", arguments=arguments) for i in range(8))
+        for _ in range(5):
+            batch = ToolBatchInput(calls=calls, max_parallel_tool_calls=8)
+            numbers = set()
+            for entry in rt.tools.submit(batch).result(20).results:
+                outcome = entry.result
+                assert not outcome.is_error, outcome
+                [block] = outcome.content
+                number = block.text.removeprefix("model ")
+                assert outcome.meta is not None, entry.call_id
+                assert thaw(outcome.meta)["mcp"]["user_content"][0]["text"] == f"user {number}", entry.call_id
+                numbers.add(number)
+            assert numbers == {str(n) for n in range(8)}
+    finally:
+        unmount()
+
+
+@pytest.mark.usefixtures("library_logs")
+def test_a_relisting_whose_withdrawal_a_listener_refuses_keeps_the_mount_true_to_the_registry(
+    raw: ServerConnection, rt: ToolRuntime
+) -> None:
+    # The switch withdraws echo, then busy (changed), which a tools/change
+    # listener refuses once, then registers added; switching back registers
+    # echo again. Before, the refusal escaped the re-listing: added was never
+    # registered, and the mount kept echo as registered, so switching back
+    # left it out.
+    assert raw.session is not None
+    unmount = raw.run(mount(rt, raw.session))
+    changes: list[int] = []
+    switched, back = threading.Event(), threading.Event()
+
+    def on_change() -> None:
+        changes.append(1)
+        if len(changes) == 2:
+            raise RuntimeError("not now")
+        known = {s["name"] for s in rt.tools.schemas()}
+        if "added" in known:
+            switched.set()
+        elif switched.is_set() and "echo" in known:
+            back.set()
+
+    errors: list[str] = []
+    sink = logger.add(lambda message: errors.append(str(message)), level="ERROR", filter="dsh_actors")
+    off = rt.events.on("tools/change", on_change)
+    try:
+        busy = rt.tools.get("busy")
+        raw.call_directly("relist")
+        assert switched.wait(20), errors
+        assert rt.tools.get("echo") is None
+        assert rt.tools.get("busy") is busy  # its withdrawal was refused: the old one stays
+        assert any("'busy' could not be withdrawn" in e and "not now" in e for e in errors), errors
+        raw.call_directly("relist")
+        assert back.wait(20), errors
+        assert rt.tools.get("added") is None
+        assert not run(rt, "echo", {"a": 1}).is_error
+        assert rt.tools.get("busy") is busy  # listed as it was first: untouched
+    finally:
+        off()
+        logger.remove(sink)
+        unmount()
+    assert not {s["name"] for s in rt.tools.schemas()}
+
+
+def test_a_tool_named_run_code_is_listed_with_the_other_problems_and_the_fix(tmp_path: Path, rt: ToolRuntime) -> None:
+    # Before, run_code was found only at registration, after the other
+    # problems had been reported (here: only the schema's), and without
+    # the fix.
+    conn = ServerConnection("server_raw.py", tmp_path / "server.log", env={"BAD_LISTING": "run_code"}).start()
+    try:
+        assert conn.session is not None
+        with pytest.raises(RegistrationError) as caught:
+            conn.run(mount(rt, conn.session))
+        assert caught.value.message.startswith(
+            'cannot mount MCP server "raw-server": cannot register tool "run_code": "run_code" is reserved '
+            'for the code-mode transport; mount the server with a prefix (prefix="mcp_" registers it as '
+            '"mcp_run_code"); cannot register tool "typo": parameters: '
+        ), caught.value.message
+        assert not {s["name"] for s in rt.tools.schemas()}
+    finally:
+        conn.close()
