@@ -790,3 +790,15 @@ def test_a_function_that_forgets_to_return_is_told_so(rt: Any) -> None:
         'tool "greet" returned invalid output: "value" must be a string; '
         "greet returned None: is a return statement missing?"
     )
+
+
+def test_a_value_that_fits_no_member_of_a_union_gets_one_violation_naming_each_type(rt: Any) -> None:
+    @tool
+    def pick(v: int | str, items: list[int | bool]) -> str:
+        """Picks."""
+        return "ok"
+
+    result = run(rt, pick, {"v": [1], "items": [1, "x"]})
+    assert result.error.message == (
+        'invalid arguments: "value.v" must be an integer or a string; "value.items[1]" must be an integer or a boolean'
+    )

@@ -94,18 +94,30 @@ _MISSING: Final = object()
 
 def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[str]:
     """``err``'s errors as violations naming their data paths from ``root``,
-    in pydantic's order, each once."""
+    in pydantic's order, each once. The types one value failed (each member
+    of a union, ``int | str``) are one violation: ``"value.v" must be an
+    integer or a string``, not one a member, which would read as a
+    contradiction."""
     out: list[str] = []
     seen: set[str] = set()
+    typed: dict[str, tuple[int, list[str]]] = {}  # path -> (its line in out, the types it must be)
     for error in err.errors(include_url=False, include_context=False, include_input=False):
         kind = error["type"]
         path = _data_path(root, error["loc"], data, kind == "missing")
+        if kind in _WORDS:
+            word = _WORDS[kind]
+            known = typed.get(path)
+            if known is None:
+                typed[path] = (len(out), [word])
+                out.append(f'"{path}" must be {word}')
+            elif word not in known[1]:
+                known[1].append(word)
+                out[known[0]] = f'"{path}" must be {" or ".join(known[1])}'
+            continue
         if kind == "missing":
             line = f'missing required property "{path}"'
         elif kind == "extra_forbidden":
             line = f'"{path}" is not a declared property (additionalProperties: false)'
-        elif kind in _WORDS:
-            line = f'"{path}" must be {_WORDS[kind]}'
         else:
             line = f'"{path}": {error["msg"]}'
         if line not in seen:
