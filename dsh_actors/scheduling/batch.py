@@ -77,7 +77,7 @@ from ..pipeline.stages import (
     wants_loop,
 )
 from ..session import approval_request_event, batch_event, call_event, result_event
-from ..signals import AbortController, AbortSignal
+from ..signals import AbortSignal
 from ..visibility import definition_mode
 from .inbox import RUNNING, BatchInbox
 from .messages import BodyEnded, CallStart, Deadline, Fed, Reply, Returned, Sealed, Settled, Wake
@@ -301,25 +301,17 @@ class BatchRun:
         self.results: list[ToolCallResult] = []
         self.committed = 0  # results whose tool/result reached the session
         self.session: Session | None = None
+        # The batch's signal (without one, the stop's until _open).
+        self.signal: AbortSignal = rt.stop_signal if batch.signal is None else batch.signal
         # The batch's signal and the runtime's stop, the first abort wins:
         # every call's execution.signal (what its hooks see: pre-execute
         # listeners, the approval service, wrappers, guards, post-execute)
-        # and the one parent of its body's fresh signal. Without a batch
-        # signal, a signal of the batch's own that follows the stop (it
-        # subscribes to the stop only once something subscribes to it:
-        # nothing to undo for a batch that never opens), which is then
-        # also the batch's signal; with one, fused once in _open. Either
-        # way a batch's calls share one execution.signal that no other
-        # batch's calls have.
-        self.signal: AbortSignal
-        self.body_parent: AbortSignal
-        if batch.signal is None:
-            self.signal = self.body_parent = AbortController(rt.stop_signal).signal
-            self.owns_body_parent = True
-        else:
-            self.signal = batch.signal
-            self.body_parent = rt.stop_signal  # (until _open fuses them)
-            self.owns_body_parent = False
+        # and the one parent of its body's fresh signal. Fused once in
+        # _open (without a batch signal, from the stop alone, and then the
+        # batch's signal too), closed at the end: a batch's calls share one
+        # execution.signal that no other batch's calls have.
+        self.body_parent: AbortSignal = rt.stop_signal
+        self.owns_body_parent = False
         self.unsubscribe: Any = None
         self.bug: BaseException | None = None
         self.log_error: BaseException | None = None
@@ -524,7 +516,9 @@ class BatchRun:
         stopping = rt.stop_signal
         if batch.signal is not None:
             self.body_parent = AbortSignal.any(self.signal, stopping)
-            self.owns_body_parent = True
+        else:
+            self.signal = self.body_parent = AbortSignal.any(stopping)
+        self.owns_body_parent = True
         inbox = self.inbox
 
         def wake(_: AbortSignal) -> None:
