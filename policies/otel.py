@@ -76,8 +76,9 @@ hold personal data: off by default, as the conventions ask.
 preparing and finalizing the call, the call's guard); they touch only the
 call's own state, kept in the call's context (each applied policy its
 own: two may be applied at once, each with its providers). The
-descriptions are cached per tool definition (the one the call's agent
-sees under the name) and the cache is dropped on ``tools/change``.
+descriptions are cached per tool name and agent (the definition the
+call's agent sees under the name) and the cache is dropped on
+``tools/change``.
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
 OTHER_ERROR: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
+#: The most (tool name, agent) pairs whose descriptions are kept at once.
+_CACHED: Final = 4096
 _TIMEOUT: Final = "TOOL_TIMEOUT"
 
 
@@ -175,9 +178,9 @@ class OtelPolicy:
             DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
         )
         self._capture = capture_content
-        # What every span of one tool definition shares: id(definition) ->
-        # (the definition, its _Tool); dropped on tools/change.
-        self._tools: dict[int, tuple[Any, _Tool]] = {}
+        # What every span of one tool shares, by (name, agent); dropped on
+        # tools/change.
+        self._tools: dict[tuple[str, Any], _Tool] = {}
         self._lock = threading.Lock()
         # The current call's span state, in the call's context (this policy's
         # own: another one applied beside it keeps its own spans).
@@ -218,20 +221,26 @@ class OtelPolicy:
     def _tool(self, execution: ToolExecution) -> _Tool:
         """What the spans of the tool this call runs share: the definition
         the call's agent (and step admission) sees under its name, so two
-        agents' tools of one name keep their own descriptions."""
+        agents' tools of one name keep their own descriptions. Cached by
+        (name, agent) for calls without a step admission: what a name
+        means to an agent changes only with a ``tools/change``, which drops
+        the cache (as does reaching ``_CACHED`` entries)."""
         name = execution.name
+        key = (name, execution.agent) if execution.tool_set is None else None
+        if key is not None:
+            cached = self._tools.get(key)
+            if cached is not None:
+                return cached
         try:
             definition = self._rt.tools.executable(name, execution.agent, execution.tool_set)
         except RuntimeError:  # the runtime is stopping
             definition = None
-        if definition is None:
-            return _Tool(name, "")
-        cached = self._tools.get(id(definition))
-        if cached is not None and cached[0] is definition:
-            return cached[1]
-        tool = _Tool(name, str(definition.description))
-        with self._lock:
-            self._tools[id(definition)] = (definition, tool)
+        tool = _Tool(name, "" if definition is None else str(definition.description))
+        if key is not None:
+            with self._lock:
+                if len(self._tools) >= _CACHED:
+                    self._tools = {}
+                self._tools[key] = tool
         return tool
 
     def _forget_tools(self) -> None:
