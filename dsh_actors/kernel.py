@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .loop import LoopThread
     from .pipeline.flights import LoopWatch
     from .scheduling.blocking import BlockingPool
+    from .scheduling.suspension import Claims
     from .signals import AbortSignal
     from .visibility import RegistryState
 
@@ -83,6 +84,12 @@ class Kernel(Protocol):
     @property
     def loop_watch(self) -> LoopWatch:
         """The watch over the loops flights run on."""
+        ...
+
+    @property
+    def claims(self) -> Claims:
+        """The suspensions this runtime resumed and the logged steps its
+        batches run now (one batch of a step at a time)."""
         ...
 
     @property
@@ -133,6 +140,7 @@ class RuntimeKernel:
     loop: LoopThread
     bound_loop: asyncio.AbstractEventLoop | None
     loop_watch: LoopWatch
+    claims: Claims
     group: ActorGroup
     #: ``lend()``: the context manager :meth:`waiting` returns.
     lend: Callable[[], AbstractContextManager[Any]]

@@ -156,6 +156,7 @@ class ToolRuntime:
                 loop=self._loop,
                 bound_loop=self.bound_loop,
                 loop_watch=self.loop_watch,
+                claims=self.suspensions,
                 lend=Lent,
                 is_running=lambda: self.running,
                 worker_pool=self.workers,

@@ -50,7 +50,6 @@ from ..messages import (
 )
 from ..model import (
     Agent,
-    LogStep,
     ModelSelection,
     ToolActivationContext,
     ToolBatchInput,
@@ -63,7 +62,7 @@ from ..pipeline.stages import run_inline
 from ..scheduling.messages import CallStart, Reply
 from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
-from ..scheduling.suspension import ReleasingReply, checked_with_log, resume_plan
+from ..scheduling.suspension import checked_with_log, in_step, resume_plan
 from ..signals import AbortController, AbortSignal
 from ..toolset import ResolvedToolSet
 from ..visibility import (
@@ -402,18 +401,10 @@ class ToolsService:
         _require(rt)  # a stopped runtime raises here, as a tell to its registry would
         # What the registry actor does with ExecuteBatch(batch), run here:
         # one implementation, minus the hop to the registry's thread.
-        if starts is not None:
-            continue_batch(rt, batch, starts, reply, loop)  # (its step claimed by its resume or recovery)
-            return
-        agent, log = batch.agent, batch.log
-        if isinstance(agent, Agent) and agent.session is not None and isinstance(log, LogStep) and _numbered(log):
-            # A logged step: no resume or recovery of it runs beside it here
-            # (nor a second batch of it), or a call could run twice.
-            self._in_step(
-                agent.session, log.turn, log.step, agent.id, reply, partial(start_batch, rt, batch, loop=loop)
-            )
+        if starts is None:
+            start_batch(rt, batch, reply, loop)  # (a logged batch holds its step: see start_batch)
         else:
-            start_batch(rt, batch, reply, loop)
+            continue_batch(rt, batch, starts, reply, loop)  # (its step held by its resume or recovery)
 
     # -- suspended batches ----------------------------------------------------
 
@@ -554,19 +545,9 @@ class ToolsService:
         self, session: Any, turn: int, step: int, agent: str, reply: Reply, start: Callable[[Reply], None]
     ) -> None:
         """``start(reply)`` holding logged step ``(turn, step)`` of agent
-        ``agent`` (its id) in ``session``: one batch of this runtime runs a
-        step at a time (the step's own, a resume of it, a recovery of it).
-        The claim is given back when the reply settles, or at once if
-        ``start`` raises or the reply was cancelled (the batch never
-        started)."""
-        suspensions = self._links.claims
-        suspensions.claim_step(session, turn, step, agent)
-        claimed = ReleasingReply(reply, lambda: suspensions.release_step(session, turn, step, agent))
-        try:
-            start(claimed)
-        except BaseException:
-            claimed.release()
-            raise
+        ``agent`` in ``session``, from before the step is read (see
+        :func:`~dsh_actors.scheduling.suspension.in_step`)."""
+        in_step(self._links.claims, session, turn, step, agent, reply, start)
 
     # -- interrupted steps -----------------------------------------------------
 
@@ -816,12 +797,6 @@ def _following(signal: Any) -> AbortController | None:
     if isinstance(signal, AbortSignal):
         return AbortController(signal)
     return None
-
-
-def _numbered(log: LogStep) -> bool:
-    """Whether ``log`` names its step with two ints (else the batch is
-    refused, naming them, as it starts)."""
-    return type(log.turn) is int and type(log.step) is int
 
 
 def _require(rt: Kernel) -> None:

@@ -28,6 +28,7 @@ from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..visibility import describe_scope, select_executor
 from .executor import NativeExecutor
 from .messages import CallStart, Reply
+from .suspension import in_step, logged_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
@@ -62,9 +63,39 @@ def start_batch(
     (``intake.bind_context``).
 
     ``starts``: a continued batch (see :func:`continue_batch`).
+
+    A batch that logs its step holds the step while it runs
+    (:func:`~.suspension.in_step`): a second batch of it in this runtime is
+    answered ``InvalidStateError``. (A continued batch's step is held by
+    its resume or recovery, from before it reads the log.)
     """
     try:
         check_batch(batch)
+        step = logged_step(batch) if starts is None else None
+    except BaseException as exc:  # noqa: BLE001 - goes to the requester
+        if reply.set_running_or_notify_cancel():
+            reply.set_exception(exc)
+        return
+    if step is None:
+        _start_checked(runtime, batch, reply, loop, context, starts)
+        return
+    try:
+        in_step(runtime.claims, *step, reply, lambda held: _start_checked(runtime, batch, held, loop, context, None))
+    except BaseException as exc:  # noqa: BLE001 - the step is held: goes to the requester
+        if reply.set_running_or_notify_cancel():
+            reply.set_exception(exc)
+
+
+def _start_checked(
+    runtime: Kernel,
+    batch: ToolBatchInput,
+    reply: Reply,
+    loop: Any,
+    context: contextvars.Context | None,
+    starts: Sequence[CallStart] | None,
+) -> None:
+    """:func:`start_batch` of a checked batch. Never raises."""
+    try:
         batch = bind_context(batch, context)
         executor = select_executor(runtime.state, batch.agent)
         if executor is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -576,8 +576,14 @@ class ReleasingReply:
     def set_running_or_notify_cancel(self) -> bool:
         running = bool(self._reply.set_running_or_notify_cancel())
         if not running:
-            self.release()  # cancelled before it ran: the batch never starts
+            self.release()  # cancelled by its owner: nothing more will settle it
         return running
+
+    def cancelled(self) -> bool:
+        # (What settle() asks of a reply that is done: one its owner
+        # cancelled is still told the batch ended, which releases the claim.)
+        cancelled = getattr(self._reply, "cancelled", None)
+        return bool(cancelled()) if callable(cancelled) else False
 
     def set_result(self, result: Any) -> None:
         try:
@@ -593,6 +599,36 @@ class ReleasingReply:
 
     def done(self) -> bool:
         return bool(self._reply.done())
+
+
+def in_step(
+    claims: Claims, session: Any, turn: int, step: int, agent: str, reply: Any, start: Callable[[Any], None]
+) -> None:
+    """``start(reply)`` holding logged step ``(turn, step)`` of agent
+    ``agent`` (its id) in ``session``: one batch of a runtime runs a step at
+    a time (the step's own, a resume of it, a recovery of it), or a call
+    could run twice (through one ``Session`` the log's own lock lets a
+    second batch in). Raises ``InvalidStateError`` while another holds it.
+    The claim is given back when the batch's reply is settled (its owner
+    may have cancelled it: it is settled all the same when the batch ends),
+    or at once if ``start`` raises or the reply was cancelled before the
+    batch started."""
+    claims.claim_step(session, turn, step, agent)
+    claimed = ReleasingReply(reply, lambda: claims.release_step(session, turn, step, agent))
+    try:
+        start(claimed)
+    except BaseException:
+        claimed.release()
+        raise
+
+
+def logged_step(batch: ToolBatchInput) -> tuple[Any, int, int, str] | None:
+    """``(session, turn, step, agent id)`` of a batch that logs its step
+    (checked already: ``check_batch``), or None."""
+    log, agent = batch.log, batch.agent
+    if log is None or agent is None or agent.session is None:
+        return None
+    return agent.session, log.turn, log.step, agent.id
 
 
 def already_resumed(suspension_id: str) -> str:

@@ -351,13 +351,20 @@ def test_agents_sharing_a_session_and_numbering_their_steps_alike_each_recover_t
     assert logged[-2:] == [("tool/start", "a"), ("tool/result", "a")]
 
 
-def test_a_step_still_running_is_not_recovered_beside_it_through_its_own_session(rt: Any, tmp_path: Path) -> None:
-    """The step's own batch holds its step: a recovery (or a second batch)
-    of it in the same runtime, through the very session the batch writes
-    (which the session's own lock lets through), is refused while it runs,
-    so no call runs twice; another agent's step of the same number, in the
-    same session, runs beside it; once the batch ended, the step recovers
-    to what it logged."""
+@pytest.mark.parametrize("entry", ["rt.tools.submit", "rt.registry.tell(ExecuteBatch)"])
+def test_a_step_still_running_is_not_recovered_beside_it_through_its_own_session(
+    rt: Any, tmp_path: Path, entry: str
+) -> None:
+    """The step's own batch holds its step, whichever way it was started: a
+    recovery (or a second batch) of it in the same runtime, through the
+    very session the batch writes (which the session's own lock lets
+    through), is refused while it runs, so no call runs twice; another
+    agent's step of the same number, in the same session, runs beside it;
+    once the batch ended, the step recovers to what it logged."""
+    from concurrent.futures import Future
+
+    from dsh_actors.messages import ExecuteBatch
+
     tools = Tools(rt)
     running, release = threading.Event(), threading.Event()
 
@@ -378,7 +385,11 @@ def test_a_step_still_running_is_not_recovered_beside_it_through_its_own_session
         step = ToolBatchInput(
             calls=[ToolCall("c0", "slow", "{}"), ToolCall("c1", "once", "{}")], agent=agent, log=LogStep(1, 1)
         )
-        future = rt.tools.submit(step)
+        if entry == "rt.tools.submit":
+            future = rt.tools.submit(step)
+        else:
+            future = Future()
+            rt.registry.tell(ExecuteBatch(batch=step, reply=future))
         try:
             assert running.wait(GUARD)
             for attempt in (lambda: rt.tools.recover(agent, 1, 1), lambda: rt.tools.execute(step)):
@@ -402,20 +413,41 @@ def test_a_step_still_running_is_not_recovered_beside_it_through_its_own_session
     assert kinds(path).count(("tool/result", "c1")) == 1
 
 
-def test_a_step_claim_is_given_back_when_its_reply_was_cancelled_before_the_batch_started() -> None:
-    """A batch whose future was cancelled before it started never runs:
-    its step is free again at once (it would otherwise stay claimed for
-    the runtime's life, refusing every later batch of the step)."""
-    from concurrent.futures import Future
+def test_a_step_whose_batch_s_future_was_cancelled_is_free_once_the_batch_ended(
+    rt: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelling the future ``submit`` returned does not stop the batch
+    (it runs on, its step held); once it ended the step is free again: it
+    would otherwise stay held for the runtime's life, refusing every later
+    batch of the step."""
+    from dsh_actors.scheduling.suspension import Claims
 
-    from dsh_actors.scheduling.suspension import ReleasingReply
+    tools = Tools(rt)
+    running, release, freed = threading.Event(), threading.Event(), threading.Event()
+    release_step = Claims.release_step
 
-    released: list[bool] = []
-    cancelled: Future[Any] = Future()
-    cancelled.cancel()
-    reply = ReleasingReply(cancelled, lambda: released.append(True))
-    assert not reply.set_running_or_notify_cancel()
-    assert released == [True]
+    def noted(claims: Any, *step: Any) -> None:
+        release_step(claims, *step)
+        freed.set()
+
+    monkeypatch.setattr(Claims, "release_step", noted)
+
+    def slow(args: Any, ctx: Any) -> str:
+        running.set()
+        assert release.wait(GUARD)
+        return "slow"
+
+    rt.tools.register(define_tool(name="slow", description="slow", parameters={}, output=OUTPUT, execute=slow))
+    with Session(tmp_path / "log.jsonl") as session:
+        agent = Agent("a", session=session)
+        future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("c0", "slow", "{}")], agent=agent, log=LogStep(1, 1)))
+        assert running.wait(GUARD)
+        assert future.cancel()  # (the batch's future is not running until the batch ends)
+        release.set()
+        assert freed.wait(GUARD), "the step stayed held after its batch ended"
+        again = rt.tools.recover(agent, 1, 1)  # complete: returned as logged, nothing runs
+    assert texts(again) == [("c0", "slow")]
+    assert tools.ran == []
 
 
 def test_a_copy_of_a_tool_call_line_does_not_make_a_finished_call_run_again(rt: Any, tmp_path: Path) -> None:
