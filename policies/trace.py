@@ -163,15 +163,14 @@ class Recorder:
             )
             self._open[token] = rec
         if rec.batch is None and not rec.nested and home:
-            # A batch is told apart by its signal (the caller's, which every
-            # phase but dispatch sees; a batch without one gets its own),
+            # A batch is told apart by its signal: what its calls see as
+            # execution.signal is the batch's own (its caller's signal, if
+            # any, fused with the stop), which no other batch's calls share,
             # not by a thread: its steps may run on an executor actor or on
-            # the call actor that takes one. A call id seen again under the
-            # same signal starts the next batch (the same ids in consecutive
-            # batches, as a benchmark sends them); concurrent batches sharing
-            # one signal share a lane. (A resumed deferred call is first seen
-            # at its dispatch, off its batch's thread: numbered at its
-            # finalize.)
+            # the call actor that takes one. (A call id seen again under one
+            # signal starts the next batch all the same. A resumed deferred
+            # call is first seen at its dispatch, off its batch's thread:
+            # numbered at its finalize.)
             key = execution.signal
             current = self._batches.get(key)
             if current is None or execution.call_id in current[1]:
