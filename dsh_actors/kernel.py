@@ -6,7 +6,7 @@ actors never see the :class:`~dsh_actors.runtime.ToolRuntime` (no module
 below it imports ``dsh_actors.runtime``, even for an annotation;
 ``tests/test_ownership.py`` checks it). They are given a :class:`Kernel`:
 the event bus, the published registry, the stop signal and the stop's
-deadlines, the loops, the approval channel, the actor group, the
+deadlines, the loops, the approval channel, the claims, the actor group, the
 threads for blocking executors and the one way to lend capacity while
 blocked (:meth:`Kernel.waiting`). ``ToolRuntime.start()``
 builds it once (:class:`RuntimeKernel`, frozen: nobody below the runtime
