@@ -191,6 +191,7 @@ class OtelPolicy:
         # takes one out ends it (its tools/result or deferral, or the
         # disposer, which ends those of the calls still in flight).
         self._open: dict[Any, _CallSpan] = {}
+        self._closed = False  # disposed: a span started from now on ends at once
 
     # -- the span ---------------------------------------------------------------
 
@@ -203,6 +204,10 @@ class OtelPolicy:
         span = self._tracer.start_span(tool.span_name, context, kind=self._kind, attributes=attributes)
         state = _CallSpan(execution.token, span, time.perf_counter(), tool)
         self._open[execution.token] = state
+        if self._closed:
+            # Disposed while this call's hook ran: close() may have looked
+            # before the span was in; whoever takes it out ends it.
+            self._end_disposed(execution.token)
         return state
 
     def _begin(self, execution: ToolExecution) -> _CallSpan:
@@ -259,11 +264,13 @@ class OtelPolicy:
     def close(self) -> None:
         """End the spans of the calls still in flight (the policy is being
         disposed: their tools/result will not reach it)."""
-        while True:
-            try:
-                _, state = self._open.popitem()
-            except KeyError:
-                return
+        self._closed = True
+        for token in list(self._open):
+            self._end_disposed(token)
+
+    def _end_disposed(self, token: Any) -> None:
+        state = self._open.pop(token, None)
+        if state is not None:
             state.span.add_event("dsh.policy.disposed", {})
             state.span.end()
 
