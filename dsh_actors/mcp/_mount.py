@@ -187,9 +187,15 @@ class _Mount:
         if problems:
             raise RegistrationError(f'cannot mount MCP server "{self.server}": ' + "; ".join(problems))
         registered: dict[str, _Tool] = {}
+        refused: list[str] = []  # (a name taken in the scope: the registry's own refusal)
         try:
             for name, (fingerprint, definition) in built.items():
-                registered[name] = _Tool(fingerprint, self.service.register(definition))
+                try:
+                    registered[name] = _Tool(fingerprint, self.service.register(definition))
+                except RegistrationError as err:
+                    refused.append(err.message)
+            if refused:
+                raise RegistrationError(f'cannot mount MCP server "{self.server}": ' + "; ".join(refused))
         except BaseException:
             for tool in registered.values():
                 tool.dispose()

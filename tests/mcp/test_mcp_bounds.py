@@ -298,6 +298,34 @@ def test_a_relisting_whose_withdrawal_a_listener_refuses_keeps_the_mount_true_to
     assert not {s["name"] for s in rt.tools.schemas()}
 
 
+def test_names_taken_in_the_scope_are_all_listed_with_the_mount_s_context(tmp_path: Path, rt: ToolRuntime) -> None:
+    # Before, the first taken name stopped the mount, its message without
+    # the server's name; the others were found one attempt at a time.
+    from dsh_actors import ToolOutput, define_tool
+
+    for name in ("echo", "busy"):
+        rt.tools.register(
+            define_tool(
+                name=name,
+                description="mine",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}),
+                execute=lambda args, ctx: "mine",
+            )
+        )
+    conn = ServerConnection("server_raw.py", tmp_path / "server.log").start()
+    try:
+        assert conn.session is not None
+        with pytest.raises(RegistrationError) as caught:
+            conn.run(mount(rt, conn.session))
+        message = caught.value.message
+        assert message.startswith('cannot mount MCP server "raw-server": '), message
+        assert '"echo"' in message and '"busy"' in message, message
+        assert sorted(s["name"] for s in rt.tools.schemas()) == ["busy", "echo"]  # nothing of the server's left
+    finally:
+        conn.close()
+
+
 def test_a_tool_named_run_code_is_listed_with_the_other_problems_and_the_fix(tmp_path: Path, rt: ToolRuntime) -> None:
     # Before, run_code was found only at registration, after the other
     # problems had been reported (here: only the schema's), and without
