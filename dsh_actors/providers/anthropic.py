@@ -23,7 +23,7 @@ In a loop::
 
     message = client.messages.create(model=..., max_tokens=..., messages=messages, tools=anthropic.tools(rt, agent))
     messages.append({"role": "assistant", "content": message.content})
-    calls = anthropic.calls(message)          # () when stop_reason is not "tool_use"
+    calls = anthropic.calls(message)          # () when it has no tool_use block
     if calls:
         messages.extend(anthropic.results(rt.tools.execute(ToolBatchInput(calls=calls, agent=agent))))
 
@@ -101,7 +101,9 @@ _CHAT_KEYS: Final = ("tool_calls", "function_call", "refusal")
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The ``tool_use`` blocks of an assistant message (or of its content
     list), as tool calls in model order. Raises
-    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field."""
+    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field,
+    and for a message that stopped at ``max_tokens`` with a tool call in it
+    (its arguments may be cut short: none is run)."""
     return _calls(response, "response")
 
 
@@ -137,7 +139,19 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         if isinstance(content, str):
             return ()  # a text-only message
         blocks = reader.items(content, f"{where}.content")
-        where = f"{where}.content"
+        cut_short = data.get("stop_reason") == "max_tokens"
+        for index, block in enumerate(blocks):
+            _read_block(reader, reader.obj(block, f"{where}.content[{index}]"), f"{where}.content[{index}]")
+        if cut_short and reader.calls:
+            # The SDK's stream accumulator completes a tool_use input the
+            # limit cut off as partial JSON: a call run from it would run
+            # with arguments the model never finished.
+            raise reader.fail(
+                f"{where}.stop_reason",
+                "the message stopped at max_tokens with a tool call in it: its arguments may be cut short, "
+                "so no call is run; ask again with a higher max_tokens",
+            )
+        return reader.done()
     else:
         found = sequence_or_none(response, where)
         if found is None:

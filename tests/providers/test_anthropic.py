@@ -131,6 +131,24 @@ def test_a_text_only_answer_has_no_calls() -> None:
     assert anthropic.calls({"role": "assistant", "content": "Done."}) == ()
 
 
+def test_a_message_cut_off_at_max_tokens_inside_a_tool_call_runs_no_call() -> None:
+    # The SDK's stream accumulator completes the cut-off partial JSON: the
+    # input reads as a whole object, shorter than the model meant it.
+    cut = dict(
+        MESSAGE,
+        content=[{"type": "tool_use", "id": "toolu_1", "name": "keep_only", "input": {"keep": ["a.txt", "b.txt"]}}],
+        stop_reason="max_tokens",
+    )
+    with pytest.raises(ProviderFormatError) as caught:
+        anthropic.calls(Message.model_validate(cut))
+    assert str(caught.value) == (
+        "response.stop_reason: the message stopped at max_tokens with a tool call in it: its arguments may be "
+        "cut short, so no call is run; ask again with a higher max_tokens"
+    )
+    text_only = dict(MESSAGE, content=[{"type": "text", "text": "Long answ"}], stop_reason="max_tokens")
+    assert anthropic.calls(Message.model_validate(text_only)) == ()
+
+
 @pytest.mark.parametrize(
     ("response", "expected"),
     [
