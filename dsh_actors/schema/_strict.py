@@ -238,6 +238,10 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
         out["additionalProperties"] = False
     if "items" in node:
         out["items"] = _strict(root, node["items"], counter, depth)
+    elif "array" in names:
+        # An array of any items: strict mode needs their schema (OpenAI
+        # refuses "array schema missing items"), and {} cannot be one.
+        raise _NotStrict
     return out
 
 

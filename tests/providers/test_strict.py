@@ -191,6 +191,9 @@ def test_a_null_for_a_required_parameter_still_fails_invalid_args(strict_rt: Too
         {"type": "object", "properties": {"a": {"type": "string", "format": "uri"}}},
         {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}},
         {"type": "object", "properties": {"a": {"type": "object"}}},
+        # An array of any items (OpenAI refuses "array schema missing items").
+        {"type": "object", "properties": {"a": {"type": "array"}}},
+        {"type": "object", "properties": {"a": {"type": ["array", "null"]}}},
         {"anyOf": [{"type": "object", "properties": {}}]},
         {"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}},
     ],
