@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import pickle
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import ray
 from ray import cloudpickle
@@ -76,6 +78,27 @@ def _first_line(text: str) -> str:
         if line:
             return line
     return ""
+
+
+def _pickling_problem(exc: BaseException) -> str | None:
+    """What did not pickle, when ``exc`` (a failed submission) is Ray's
+    serializer refusing the body or an actor's arguments: the line that
+    names the object (Ray puts it after a first line that ends in a
+    colon); None for any other failure."""
+    if not isinstance(exc, (TypeError, pickle.PicklingError)):
+        return None
+    text = _ANSI.sub("", str(exc))  # (Ray's serialization report is colored)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not any("pickle" in line or "serializ" in line for line in lines):
+        return None
+    for line in lines:
+        at = line.find("cannot pickle")
+        if at >= 0:
+            return line[at:]
+    return lines[-1].rstrip(":")
+
+
+_ANSI: Final = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _InFlight:
@@ -311,6 +334,15 @@ class RayExecutor(NativeExecutor):
         try:
             ref = submit(payload, info)
         except Exception as exc:  # noqa: BLE001 - the cluster refused the call: it never started
+            unpicklable = _pickling_problem(exc)
+            if unpicklable is not None:
+                # The tool's own doing, not the cluster's: what did not pickle.
+                raise RayExecutionError(
+                    "cannot send the call",
+                    f"{unpicklable} (a remote tool's body, what it closes over, and a RayActor's constructor "
+                    'arguments must pickle: see "What must be picklable" in executors/ray/README.md)',
+                    ray_error=type(exc).__name__,
+                ) from None
             raise RayUnavailableError(
                 f"the call could not be submitted: {type(exc).__name__}: {_first_line(str(exc))}",
                 ray_error=type(exc).__name__,

@@ -235,3 +235,35 @@ def test_a_body_whose_module_the_workers_cannot_import_fails_with_a_hint(
     assert failure.error.info.code == ErrorCode.TOOL_FAILED
     assert "driver_only_tools" in failure.error.message
     assert "importable on the workers" in failure.error.message
+
+
+class _HoldsALock:
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+
+    def who(self, args: Any, ctx: Any) -> str:
+        return "host"
+
+
+def test_a_body_or_actor_that_cannot_pickle_fails_naming_what_did_not(rt: Any, make_executor: Any, gate: Any) -> None:
+    # (It failed EXECUTOR_UNAVAILABLE, as if the cluster had refused it, its
+    # message cut at "Could not serialize the function ...:".)
+    import threading
+
+    lock = threading.Lock()
+
+    def locked(args: Any, ctx: Any) -> str:
+        with lock:
+            return "locked"
+
+    rt.tools.register(rt_tools.tool("locked", locked, meta=REMOTE))
+    rt.tools.register(rt_tools.tool("hosted", rt_tools.identify, meta={"ray": {"actor": "host", "method": "who"}}))
+    rt.tools.set_executor(make_executor(actors={"host": RayActor(_HoldsALock, threading.Lock())}))
+    for item in rt.tools.execute(batch(("l", "locked", {}), ("h", "hosted", {}))).results:
+        failure = item.result
+        assert failure.is_error and failure.error.info is not None
+        assert (failure.error.info.name, failure.error.info.code) == ("RayExecutionError", ErrorCode.TOOL_FAILED)
+        assert failure.error.message.startswith(
+            "ray cannot send the call: cannot pickle '_thread.lock' object (a remote tool's body, what it "
+            "closes over, and a RayActor's constructor arguments must pickle"
+        ), failure.error.message
