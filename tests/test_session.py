@@ -745,6 +745,27 @@ def test_repair_fails_every_pending_call_in_call_order_once(tmp_path: Path) -> N
     assert file_events(path) == session.events()
 
 
+@pytest.mark.parametrize("stepped", ["both in a step", "the first without one"])
+def test_repair_settles_two_open_calls_of_one_id_in_a_step_run_again(tmp_path: Path, stepped: str) -> None:
+    # A step run again from its start after a crash, and crashed again: its
+    # call x is open twice. Each result pairs with the latest open call of
+    # its id in its step, so repair's first result closed the second call,
+    # and repair then raised KeyError with the first still open.
+    path = tmp_path / "log.jsonl"
+    first = (
+        call_event(1, 1, "x", "t", {})
+        if stepped == "both in a step"
+        else {"type": "tool/call", "call_id": "x", "name": "t", "arguments": {}}
+    )
+    path.write_bytes(orjson.dumps(first) + b"\n" + orjson.dumps(call_event(1, 1, "x", "t", {})) + b"\n")
+    with Session.open(path) as session:
+        assert session.pending_calls() == ["x", "x"]
+        assert [e["call_id"] for e in session.repair()] == ["x", "x"]
+        assert session.pending_calls() == [] and session.repair() == []
+    with Session.open(path) as reopened:
+        assert reopened.pending_calls() == []
+
+
 def test_repair_after_a_crash_completes_the_log(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     lines = [

@@ -654,7 +654,14 @@ class Session:
         again to finish."""
         with self._lock:
             appended = self._close_sub_calls_locked(None)
-            for serial, call_id in list(self._pending.items()):
+            # One result at a time, for the first call still pending: a result
+            # pairs with the latest open call of its id in its step, which
+            # may be another one than the call it was written for (a step
+            # run again from its start after a crash, its ids open twice).
+            for _ in range(len(self._pending)):
+                if not self._pending:
+                    break
+                serial, call_id = next(iter(self._pending.items()))
                 turn, step, agent = self._call_steps[serial] or (None, None, None)
                 event = result_event(call_id, _INTERRUPTED, turn=turn, step=step, agent=agent)
                 self._append_line(_encode(event), RESULT, event)
