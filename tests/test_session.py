@@ -393,6 +393,10 @@ def test_a_torn_last_line_is_ignored_even_when_newline_terminated(tmp_path: Path
         (b"null", "a session event must be a JSON object"),
         (b'{"x": 1}', 'an event needs a "type"'),
         (b'{"type": "tool/result"}', 'needs a str "call_id"'),
+        # Whole JSON that lossless JSON refuses: it was taken for torn, and
+        # cut off (lost) at the next append.
+        (b'{"type": "note", "n": 123456789012345678901234567890}', "is out of range"),
+        (b'{"type": "note", "x": 1e400}', "number is infinity"),
     ],
 )
 def test_a_whole_json_last_line_that_is_no_event_is_corrupt_not_torn(

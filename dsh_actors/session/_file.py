@@ -9,6 +9,7 @@ where the good bytes end; :meth:`Session.events` reads the file."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import sys
 import threading
@@ -48,6 +49,19 @@ from ._write import SessionFile
 
 if sys.platform != "win32":
     import fcntl
+
+
+def _whole_json(line: bytes) -> bool:
+    """Whether ``line`` is whole JSON to a lenient reader (Python's, which
+    takes any int, and nesting as deep as it recurses; one nested deeper
+    counts as whole: a line is only cut off when it surely is a cut)."""
+    try:
+        json.loads(line)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+    return True
 
 
 def _shape_problem(event: Mapping[str, Any]) -> str | None:
@@ -267,7 +281,10 @@ class Session:
             except SessionCorruptError:
                 raise
             except LosslessJsonError as err:
-                if not last:
+                if not last or _whole_json(line):
+                    # (A whole line the lossless reader refuses, an int past
+                    # 64 bits say, is no torn write either: cutting it off
+                    # would lose it.)
                     raise SessionCorruptError(name, lineno, err.message) from None
                 # A torn write: ignore it, and cut it off before appending.
                 self._torn_line = lineno
