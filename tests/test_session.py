@@ -770,6 +770,26 @@ def test_repair_settles_two_open_calls_of_one_id_in_a_step_run_again(tmp_path: P
         assert reopened.pending_calls() == []
 
 
+def test_a_log_that_cannot_be_written_opens_to_be_read_and_refuses_writes_naming_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (A read-only file or file system: Session.open raised the OSError of
+    # its "a+" open, so the log could not even be read.)
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(orjson.dumps(call_event(1, 1, "x", "t", {})) + b"\n")
+
+    def refused(file: Path) -> Any:
+        raise PermissionError(errno.EROFS, "Read-only file system", str(file))
+
+    monkeypatch.setattr(Session, "_open_file", staticmethod(refused))
+    with Session.open(path) as session:
+        assert session.pending_calls() == ["x"] and len(session.events()) == 1
+        for write in (lambda: session.append({"type": "note"}), session.repair, session.hold):
+            with pytest.raises(InvalidStateError, match=r"was opened read-only \(its file or its file system cannot"):
+                write()
+    assert path.read_bytes().count(b"\n") == 1
+
+
 def test_repair_after_a_crash_completes_the_log(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     lines = [

@@ -9,6 +9,7 @@ where the good bytes end; :meth:`Session.events` reads the file."""
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import sys
@@ -177,6 +178,7 @@ class Session:
         # file's size when this session read it (another writer since then
         # means what it read is stale).
         self._held = False
+        self._read_only = False  # opened where it cannot be written: read, never held
         self._seen_size = 0
         self._fsync = bool(fsync)
         self._closed = False
@@ -237,7 +239,16 @@ class Session:
         session = cls(fsync=fsync)
         session._path = file_path
         session._lines = None  # on a file: events() reads it
-        file = cls._open_file(file_path)
+        try:
+            file = cls._open_file(file_path)
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            # Readable, not writable (a read-only file or file system): read
+            # as any log is; a write, a hold, a resume or recovery of it is
+            # refused, naming why.
+            file = io.FileIO(file_path, "r")
+            session._read_only = True
         try:
             file.seek(0)
             data = file.read()
@@ -505,6 +516,12 @@ class Session:
 
     def _hold(self) -> None:
         # Called with the lock held, on an open file session.
+        if self._read_only:
+            raise InvalidStateError(
+                f"the session log {self._path} was opened read-only (its file or its file system cannot be "
+                "written): it can be read, not written, resumed or recovered; make it writable, or open a "
+                "writable copy"
+            )
         file = self._file
         assert file is not None
         fd = file.fileno()
