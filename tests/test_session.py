@@ -341,6 +341,8 @@ def test_open_needs_an_existing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="session log does not exist"):
         Session.open(tmp_path / "nope.jsonl")
     assert not (tmp_path / "nope.jsonl").exists()
+    with pytest.raises(IsADirectoryError, match="that is a folder: give the session log's file"):
+        Session.open(tmp_path)  # (it said the log did not exist)
 
 
 def test_open_reads_the_log_and_continues_it(tmp_path: Path) -> None:

@@ -230,6 +230,10 @@ class Session:
         bad last line is a torn write: ignored, see :attr:`torn_line`)."""
         _check_options(path, fsync, "Session.open", none_ok=False)
         file_path = Path(path)
+        if file_path.is_dir():
+            raise IsADirectoryError(
+                errno.EISDIR, "that is a folder: give the session log's file (a .jsonl file)", str(file_path)
+            )
         if not file_path.is_file():
             raise FileNotFoundError(
                 errno.ENOENT,
