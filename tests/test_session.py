@@ -792,6 +792,21 @@ def test_a_log_that_cannot_be_written_opens_to_be_read_and_refuses_writes_naming
     assert path.read_bytes().count(b"\n") == 1
 
 
+def test_a_line_something_else_appends_to_a_held_log_is_a_clear_error_not_a_parse_crash(tmp_path: Path) -> None:
+    # (The lock is advisory: a shell's >> still writes. events() raised
+    # orjson's own JSONDecodeError, reading the bytes it wrote itself.)
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        session.append({"type": "note", "n": 1})
+        with path.open("a") as other:
+            other.write('{"type": "foreign", "n": 99}\n')
+        session.append({"type": "note", "n": 2})
+        with pytest.raises(SessionCorruptError, match="the log changed under this session: something else wrote"):
+            session.events()
+    with Session.open(path) as reopened:
+        assert [e["n"] for e in reopened.events()] == [1, 99, 2]
+
+
 def test_repair_after_a_crash_completes_the_log(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     lines = [

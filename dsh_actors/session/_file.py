@@ -52,6 +52,14 @@ if sys.platform != "win32":
     import fcntl
 
 
+def _loads_ok(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
 def _whole_json(line: bytes) -> bool:
     """Whether ``line`` is whole JSON to a lenient reader (Python's, which
     takes any int, and nesting as deep as it recurses; one nested deeper
@@ -576,11 +584,25 @@ class Session:
         good bytes: not a torn last line, nor a failed write's leftovers)."""
         with self._lock:
             lines = self._lines_locked()
-        return [orjson.loads(line) for line in lines]
+        return self._parsed(lines)
 
     def _events_locked(self) -> list[dict[str, Any]]:
         # Called with the lock held.
-        return [orjson.loads(line) for line in self._lines_locked()]
+        return self._parsed(self._lines_locked())
+
+    def _parsed(self, lines: list[bytes]) -> list[dict[str, Any]]:
+        try:
+            return [orjson.loads(line) for line in lines]
+        except orjson.JSONDecodeError:
+            # Its good bytes are not what it wrote: something that is not a
+            # Session wrote to the file meanwhile (the lock is advisory).
+            at = next(i for i, line in enumerate(lines, 1) if not _loads_ok(line))
+            raise SessionCorruptError(
+                str(self._path),
+                at,
+                "the log changed under this session: something else wrote to the file (a log has one writer "
+                "at a time); open it again to read what it holds now",
+            ) from None
 
     def _lines_locked(self) -> list[bytes]:
         # Called with the lock held (no append moves _size meanwhile).
