@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import InvalidTypeError, safe_repr, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, safe_repr, safe_str
 from ..executor_protocol import ToolModelInput
 from ..model import (
     ContentBlock,
@@ -178,6 +178,15 @@ def check_batch_result(batch_result: object, fn: str) -> ToolBatchResult:
         raise InvalidTypeError(
             f"{fn}() takes the ToolBatchResult that rt.tools.execute(...) returned, "
             f"not {type(batch_result).__qualname__}"
+        )
+    pending = batch_result.pending
+    if pending:
+        # The provider's next request needs every call's result: these
+        # messages would miss some, and the provider refuse them.
+        shown = ", ".join(repr(call_id) for call_id in pending[:5]) + (", ..." if len(pending) > 5 else "")
+        raise InvalidStateError(
+            f"{fn}() takes a complete batch: this one suspended with call(s) {shown} still open (waiting for an approval, or behind one); "
+            "resume it (rt.tools.resume(batch.suspension, decisions)) and pass the batch that returns"
         )
     return batch_result
 

@@ -199,3 +199,35 @@ def test_a_response_it_cannot_read_is_one_error_naming_the_field(response: Any, 
 def test_results_takes_the_batch_result() -> None:
     with pytest.raises(TypeError, match="takes the ToolBatchResult"):
         openai.results([ToolCall("a", "b")])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("module", ["openai", "openai_responses", "anthropic"])
+def test_results_of_a_suspended_batch_are_refused_naming_the_fix(rt: ToolRuntime, module: str) -> None:
+    # (They gave the settled calls' messages only, which the provider then
+    # refuses for the missing results.)
+    import importlib
+
+    from dsh_actors import Ask, InvalidStateError, ToolOutput, define_tool
+
+    adapter = importlib.import_module(f"dsh_actors.providers.{module}")
+    for name in ("ok", "risky"):
+        rt.tools.register(
+            define_tool(
+                name=name,
+                description=name,
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}),
+                execute=lambda args, ctx: "done",
+            )
+        )
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask("sure?") if execution.name == "risky" else next_())
+    rt.approvals.set(lambda request: "deferred")
+    batch = run(rt, [ToolCall("c1", "ok", "{}"), ToolCall("c2", "risky", "{}")])
+    assert batch.pending == ("c2",)
+    with pytest.raises(InvalidStateError) as refused:
+        adapter.results(batch)
+    assert str(refused.value) == (
+        f"{module}.results() takes a complete batch: this one suspended with call(s) 'c2' still open (waiting "
+        "for an approval, or behind one); resume it (rt.tools.resume(batch.suspension, decisions)) and pass the "
+        "batch that returns"
+    )
