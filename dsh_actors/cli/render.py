@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
 
 from ..definition import ToolDefinition
-from ..errors import LosslessJsonError
+from ..errors import DshError, LosslessJsonError
 from ..json import dumps, loads, thaw
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock
 from ..presentation import (
@@ -60,8 +60,11 @@ from ..session import (
     PTC_DISPATCH_START,
     RESULT,
     LoggedResult,
+    Session,
+    StepKey,
     agent_of,
     redeferred_key,
+    step_key,
     step_of,
 )
 
@@ -242,6 +245,42 @@ def _call_of(
     return found
 
 
+class _Pairing:
+    """The session's own reading of the log, fed one event at a time (an
+    in-memory :class:`Session`): which ``tool/call`` is a copy of an earlier
+    line (a second one of an id in the latest run of an agent's step, after
+    its ``tool/batch``), so that replay pairs calls as the session does
+    rather than by a second statement of that rule."""
+
+    def __init__(self) -> None:
+        self._session = Session()
+        # (call id, step) of the tool/calls fed so far: only a call that
+        # repeats an earlier one's id and step can be a copy of its line
+        self._called: set[tuple[str, StepKey | None]] = set()
+
+    def feed(self, event: Mapping[str, Any], index: int) -> bool:
+        """Log ``event`` in the session; whether it is a ``tool/call`` the
+        session takes for a copy of the line. Raises :class:`LogShapeError`
+        for an event the session refuses."""
+        kind = event.get("type")
+        if type(kind) is not str or not kind:
+            return False  # (not an event the session logs; ignored here, as any unknown type)
+        call_id = event.get("call_id") if kind == CALL else None
+        key = (call_id, step_key(event)) if type(call_id) is str else None
+        # Ask the session (pending_calls copies the list of open calls) only
+        # about a call that repeats an earlier one's id and step.
+        check = key is not None and key in self._called
+        before = len(self._session.pending_calls()) if check else 0
+        try:
+            self._session.append(event)
+        except DshError as err:  # InvalidValueError, InvalidTypeError, LosslessJsonError
+            raise LogShapeError(f"event {index + 1} ({kind}): {err.message}") from None
+        if key is not None:
+            self._called.add(key)
+        # A call the session counts adds an open call; a copy adds none.
+        return check and len(self._session.pending_calls()) == before
+
+
 def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     """The root calls of ``events`` in log order, each with its result,
     its approvals and nested sub-calls. A logged batch's calls come in
@@ -252,8 +291,11 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     (its ``turn`` and ``step``), a decision with the request of its
     suspension; a result or a sub-call whose call is not in the log gets an
     entry of its own (``logged_call`` False). Events of other types are
-    ignored. Raises :class:`LogShapeError` for a malformed batch, call,
-    result, approval or dispatch event."""
+    ignored. A second ``tool/call`` of one id in the latest run of an
+    agent's step, after its ``tool/batch``, is a copy of the line, not a
+    call, as the session has it (its start and result are the first's).
+    Raises :class:`LogShapeError` for a malformed batch, call, result,
+    approval or dispatch event, or one the session refuses."""
     roots: list[CallEntry] = []
     latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
     # (turn, step, agent, root call id) -> its latest entry: a tool/result
@@ -282,8 +324,13 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
         latest[root_id] = placeholder
         return placeholder
 
+    pairing = _Pairing()
     for index, event in enumerate(events):
         kind = event.get("type")
+        if kind == CALL:
+            _str_field(event, "call_id", index)  # (this command's message, before the session's)
+        if pairing.feed(event, index):
+            continue  # a copy of an earlier tool/call line: that call is the one shown
         if kind == BATCH:
             turn, step = event.get("turn"), event.get("step")
             calls = event.get("calls")

@@ -7,11 +7,13 @@ made them. Without ``--tools``, or for a name the module does not
 register, or when a presenter answers ``None``, the generic cards are used.
 
 The file is only read (never repaired or truncated), with the session's
-rules: blank lines are skipped and a bad *last* line is a torn write from a
-crash, ignored with a note on stderr; any other bad line is an error naming
-``FILE:LINE``. With ``-v`` a call whose tool (or a policy) raised shows the
-traceback its ``tool/result`` logged. Exit status 0, or 1 when the file cannot be read or is not a
-session log, or the tools cannot be loaded.
+rules (``Session.open``'s): blank lines are skipped and a *last* line that
+is not whole JSON is a torn write from a crash, ignored with a note on
+stderr; any other bad line (one that is not JSON, or whole JSON that is no
+session event, wherever it is) is an error naming ``FILE:LINE``. With
+``-v`` a call whose tool (or a policy) raised shows the traceback its
+``tool/result`` logged. Exit status 0, or 1 when the file cannot be read or
+is not a session log, or the tools cannot be loaded.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..definition import ToolDefinition
-from ..errors import LosslessJsonError
+from ..errors import DshError, LosslessJsonError
 from ..json import loads
 from ..runtime import ToolRuntime
+from ..session import Session, whole_json
 from .loading import CliError, install_tools, load_tool_source
 from .render import LogShapeError, Lookup, choose_style, log_entries, render_log, summary_line
 
@@ -45,24 +48,35 @@ def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
         raise CliError(f"{path}: cannot read: {err.strerror or err}") from None
     lines = [(number, line) for number, line in enumerate(data.split(b"\n"), 1) if line.strip()]
     events: list[dict[str, Any]] = []
-    torn: int | None = None
+    # Each event goes through a session's append (in memory): what it
+    # refuses, Session.open refuses in the file too.
+    check = Session()
     for index, (number, line) in enumerate(lines):
+        last = index == len(lines) - 1
         try:
             event = loads(line, frozen=False, path="event")
-            if type(event) is not dict:
-                raise LosslessJsonError("event", "a session event is a JSON object")
-            kind = event.get("type")
-            if type(kind) is not str or not kind:
-                raise LosslessJsonError("event", 'a session event has a non-empty string "type"')
         except LosslessJsonError as err:
-            if index < len(lines) - 1:
-                raise CliError(f"{path}:{number}: not a session event: {err.problem}") from None
-            torn = number
-            break
+            if last and not whole_json(line):
+                # A torn write: only a cut line is one (a cut event is not JSON).
+                if not events:
+                    raise _not_an_event(path, number, err.problem, alone=True) from None
+                return events, number
+            raise _not_an_event(path, number, err.problem, alone=last and not events) from None
+        if type(event) is not dict:
+            raise _not_an_event(path, number, "a session event is a JSON object", alone=last and not events)
+        try:
+            check.append(event)
+        except DshError as err:
+            problem = err.message.removeprefix("invalid session event: ")
+            raise _not_an_event(path, number, problem, alone=last and not events) from None
         events.append(event)
-    if not events and torn is not None:
-        raise CliError(f"{path}: not a session log (line {torn} is not a session event)")
-    return events, torn
+    return events, None
+
+
+def _not_an_event(path: str, number: int, problem: str, *, alone: bool) -> CliError:
+    if alone:  # its only line: not a log at all
+        return CliError(f"{path}: not a session log (line {number} is not a session event)")
+    return CliError(f"{path}:{number}: not a session event: {problem}")
 
 
 def replay_command(args: argparse.Namespace) -> int:

@@ -135,7 +135,7 @@ from ._events import (
     step_key,
     step_of,
 )
-from ._file import Session
+from ._file import Session, whole_json
 from ._steps import (
     SETTLED,
     STARTED,
@@ -191,4 +191,5 @@ __all__ = [
     "step_of",
     "read_step",
     "step_calls",
+    "whole_json",
 ]

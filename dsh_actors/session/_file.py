@@ -60,10 +60,12 @@ def _loads_ok(line: bytes) -> bool:
     return True
 
 
-def _whole_json(line: bytes) -> bool:
+def whole_json(line: bytes) -> bool:
     """Whether ``line`` is whole JSON to a lenient reader (Python's, which
     takes any int, and nesting as deep as it recurses; one nested deeper
-    counts as whole: a line is only cut off when it surely is a cut)."""
+    counts as whole): how a torn last line (a write cut short never leaves
+    whole JSON) is told from a corrupt one. A line is only cut off when it
+    surely is a cut."""
     try:
         json.loads(line)
     except RecursionError:
@@ -304,7 +306,7 @@ class Session:
             except SessionCorruptError:
                 raise
             except LosslessJsonError as err:
-                if not last or _whole_json(line):
+                if not last or whole_json(line):
                     # (A whole line the lossless reader refuses, an int past
                     # 64 bits say, is no torn write either: cutting it off
                     # would lose it.)

@@ -20,6 +20,7 @@ from dsh_actors.session import (
     ptc_dispatch_event,
     ptc_dispatch_start_event,
     result_event,
+    start_event,
 )
 
 from .conftest import EXAMPLES, Cli, assert_one_line_error
@@ -246,3 +247,53 @@ def test_a_suspended_log_shows_its_approvals_and_the_calls_that_wait_in_the_batc
         "    refunded\n"
         "4 calls: 2 ok, 0 errors, 2 without a result (1 awaiting approval, 1 never started)\n"
     )
+
+
+def test_a_copy_of_a_tool_call_line_is_the_same_call_as_the_session_has_it(cli: Cli, root: Path) -> None:
+    # In the agent's latest run of the step, after its tool/batch, a second
+    # tool/call of one id is a copy of the line (docs, section 10): the
+    # session, read_step and replay pair it alike, one call with its result.
+    from dsh_actors.session import Session
+
+    call = call_event(1, 1, "a", "echo", {}, agent="cli")
+    log = _log(
+        root / "log.jsonl",
+        batch_event(1, 1, [("a", "echo", "{}")], agent="cli"),
+        call,
+        call,
+        start_event("a", 1, 1, agent="cli"),
+        result_event("a", _ok("fine"), turn=1, step=1, agent="cli"),
+    )
+    with Session.open(log) as session:
+        assert session.pending_calls() == []
+        assert [c.state for c in session.read_step(1, 1, "cli").calls] == ["settled"]
+    replayed = cli("replay", log)
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == "── turn 1 · step 1 ──\n✓ a echo\n    fine\n1 call: 1 ok, 0 errors\n"
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        b"[1,2]",
+        b'{"a":1}',
+        b"12",
+        b'"text"',
+        b'{"type":""}',
+        b'{"type":"tool/start"}',
+        b"123456789012345678901234567890",
+    ],
+)
+def test_a_whole_json_last_line_that_is_no_event_is_an_error_as_for_the_session(
+    cli: Cli, root: Path, last: bytes
+) -> None:
+    # Only a line that is not whole JSON can be a torn write: Session.open
+    # raises SessionCorruptError for any other bad last line, and replay
+    # agrees (it said "a torn last line" and exited 0).
+    from dsh_actors.session import Session, SessionCorruptError
+
+    log = _log(root / "log.jsonl", call_event(1, 1, "a", "x", {}), result_event("a", _ok("fine")))
+    log.write_bytes(log.read_bytes() + last + b"\n")
+    with pytest.raises(SessionCorruptError):
+        Session.open(log).close()
+    assert_one_line_error(cli("replay", log), "replay", f"{log}:3: ")
