@@ -154,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
     run.set_defaults(command_parser=run)
     run.add_argument("--executor", choices=EXECUTORS, default="native", help="the batch executor (default native)")
-    run.add_argument("--log", metavar="FILE", help="write the session log (JSONL) to FILE, a new file")
+    run.add_argument(
+        "--log",
+        metavar="FILE",
+        help="write the session log (JSONL) to FILE, a new file or an empty regular one "
+        "(the results are read back from it)",
+    )
     run.add_argument(
         "--max-parallel",
         type=_positive_int,
@@ -300,6 +305,32 @@ def bench(argv: Sequence[str]) -> int:
     return 0
 
 
+def _is_verbose_flag(arg: str) -> bool:
+    """``-v``/``--verbose`` as argparse reads it (``-vv``, or ``--verb``,
+    an unambiguous prefix)."""
+    return (len(arg) >= 2 and arg[0] == "-" and set(arg[1:]) == {"v"}) or (
+        len(arg) >= len("--verb") and "--verbose".startswith(arg)
+    )
+
+
+def _bench_arguments(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """The arguments ``bench`` forwards to the benchmarks, and whether
+    ``-v`` was among them: the command's own ``-v``/``--verbose`` is taken
+    out (every command takes it after its name; the benchmarks have no such
+    option), up to a ``--``, after which everything is theirs."""
+    forwarded: list[str] = []
+    verbose = False
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            forwarded.extend(argv[index:])
+            break
+        if _is_verbose_flag(arg):
+            verbose = True
+        else:
+            forwarded.append(arg)
+    return forwarded, verbose
+
+
 def _error(command: str | None, message: str) -> None:
     where = PROG if command is None else f"{PROG} {command}"
     sys.stderr.write(f"{where}: error: {message}\n")
@@ -309,9 +340,13 @@ def _error(command: str | None, message: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status (see the module docstring)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] == "bench":
-        with library_logging(verbose=False):
-            return bench(args_list[1:])
+    lead = 0
+    while lead < len(args_list) and _is_verbose_flag(args_list[lead]):
+        lead += 1
+    if lead < len(args_list) and args_list[lead] == "bench":
+        forwarded, verbose = _bench_arguments(args_list[lead + 1 :])
+        with library_logging(verbose=lead > 0 or verbose):
+            return bench(forwarded)
     parser = build_parser()
     try:
         args, unknown = parser.parse_known_args(args_list)
@@ -325,8 +360,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
 
 
+def _bench_command(args: argparse.Namespace) -> int:
+    # (main forwards bench before parsing; a form it does not see still runs it)
+    return bench([])
+
+
 def _run(args: argparse.Namespace) -> int:
-    handlers = {"run": run_command, "schemas": schemas_command, "replay": replay_command}
+    handlers = {
+        "run": run_command,
+        "schemas": schemas_command,
+        "replay": replay_command,
+        "bench": _bench_command,
+    }
     try:
         return handlers[args.command](args)
     except CliError as err:

@@ -34,6 +34,37 @@ def test_bench_runs_the_benchmarks_main_with_its_arguments(
     assert sys.argv == argv_before, "sys.argv is restored"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-v", "bench", "--quick"],
+        ["--verbose", "bench", "--quick"],
+        ["bench", "-v", "--quick"],
+        ["bench", "--quick", "--verbose"],
+        ["-v", "bench", "-v", "--quick"],
+    ],
+)
+def test_bench_takes_verbose_before_or_after_its_name_and_does_not_forward_it(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    # "Every command takes -v/--verbose (before or after the command name)":
+    # bench took it nowhere (KeyError: 'bench', a usage error, or the
+    # benchmarks refusing it).
+    package = tmp_path / "fake_benchmarks_verbose"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import sys\nfrom loguru import logger\nlogger.debug('a debug message')\nprint('args', sys.argv[1:])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cli_main, "BENCH_PACKAGE", "fake_benchmarks_verbose")
+    outcome = cli(*argv)
+    assert (outcome.code, outcome.out) == (0, "args ['--quick']\n"), outcome
+    assert "a debug message" in outcome.err  # -v: the messages from DEBUG up
+    quiet = cli("bench", "--quick")
+    assert (quiet.code, quiet.out, quiet.err) == (0, "args ['--quick']\n", "")
+
+
 def test_bench_without_the_benchmarks_is_a_one_line_error(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli_main, "BENCH_PACKAGE", "no_benchmarks_here")
     assert_one_line_error(cli("bench", "--quick"), "bench", "the benchmarks are not installed")
