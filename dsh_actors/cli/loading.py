@@ -87,7 +87,9 @@ def _import(module_name: str, spec: str) -> ModuleType:
         raise CliError(f"--tools {spec}: importing {module_name} failed: {_describe(err)}") from None
     except DshError as err:
         raise CliError(f"--tools {spec}: a tool in {module_name} is invalid: {_describe(err)}") from None
-    except (Exception, SystemExit) as err:  # noqa: BLE001 - any import-time failure is a clear message
+    except KeyboardInterrupt:
+        raise  # Ctrl-C while importing interrupts the command
+    except BaseException as err:  # noqa: BLE001 - any other import-time failure (SystemExit too) is a clear message
         raise CliError(f"--tools {spec}: importing {module_name} failed: {_describe(err)}") from None
 
 
@@ -178,8 +180,10 @@ def _call_style(fn: Callable[..., Any]) -> str:
 
 
 def install_tools(source: ToolSource, rt: ToolRuntime) -> None:
-    """Register ``source``'s tools into ``rt``; any failure is a
-    :class:`CliError` naming the source."""
+    """Register ``source``'s tools into ``rt``; any failure (a
+    ``SystemExit`` or another ``BaseException`` included, as at import) is
+    a :class:`CliError` naming the source. ``KeyboardInterrupt`` propagates:
+    Ctrl-C interrupts the command."""
     target = source.target
     label = source.label
     try:
@@ -203,7 +207,9 @@ def install_tools(source: ToolSource, rt: ToolRuntime) -> None:
         if "'ToolRuntime' object" in safe_str(err):
             hint = " (register(rt) gets the ToolRuntime; name its parameter `tools` to get rt.tools instead)"
         raise CliError(f"--tools {source.spec}: {label}(...) failed: {_describe(err)}{hint}") from None
-    except Exception as err:  # noqa: BLE001 - a user module's failure is a clear message
+    except KeyboardInterrupt:
+        raise  # Ctrl-C while registering interrupts the command, as while importing
+    except BaseException as err:  # noqa: BLE001 - a user module's failure (SystemExit too) is a clear message
         raise CliError(f"--tools {source.spec}: {label}(...) failed: {_describe(err)}") from None
 
 

@@ -6,8 +6,10 @@ server (:mod:`.mcp_servers`); ``--tools``, ``--mcp`` or both.
 The batch runs as one model step (``LogStep(turn=1, step=1)``) of one agent
 (``--agent``, default ``cli``) whose session is in memory, or the JSONL file
 ``--log`` names, so the cards printed afterwards are drawn from the logged
-events exactly as ``dsh-actors replay`` draws them. ``--json`` prints the
-live results instead, canonical values included.
+events exactly as ``dsh-actors replay`` draws them. That file is a new one
+or an empty regular one: anything else (``/dev/null``, a FIFO, a file that
+holds events or another session holds) is refused before anything runs.
+``--json`` prints the live results instead, canonical values included.
 
 While the batch runs, each progress report of a running call
 (``tools/progress``: a body's ``ctx.report_progress``, an MCP server's
@@ -31,6 +33,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Mapping
@@ -98,19 +101,38 @@ def _approver(mode: str) -> Any:
 
 
 def _open_log(path: str | None) -> Session:
+    """The batch's session: in memory, or a new log file at ``path`` (a
+    missing file, or an empty regular one), held for this run's writes.
+    Anything else is refused before anything is loaded or runs: the cards
+    are drawn from the events read back from the log, which a device or a
+    FIFO (``/dev/null``, a named pipe) does not give back."""
     if path is None:
         return Session()
     target = Path(path)
-    if target.is_dir():
-        raise CliError(f"--log {path}: is a directory")
-    if target.exists() and target.stat().st_size > 0:
-        raise CliError(f"--log {path}: the file already holds events; choose a new file")
+    try:
+        status = target.stat()
+    except FileNotFoundError:
+        status = None
+    except OSError as err:
+        raise CliError(f"--log {path}: cannot use it: {err.strerror or err}") from None
+    if status is not None:
+        if stat.S_ISDIR(status.st_mode):
+            raise CliError(f"--log {path}: is a directory")
+        if not stat.S_ISREG(status.st_mode):
+            raise CliError(
+                f"--log {path}: not a regular file (the results are read back from the log); "
+                "name a new file, or leave out --log to keep the log in memory"
+            )
+        if status.st_size > 0:
+            raise CliError(f"--log {path}: the file already holds events; choose a new file")
     try:
         return Session(target)
     except FileNotFoundError:
         raise CliError(f"--log {path}: the folder {str(target.parent)!r} does not exist") from None
     except OSError as err:
         raise CliError(f"--log {path}: cannot write it: {err.strerror or err}") from None
+    except DshError as err:  # another session holds the file, say
+        raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
 
 
 def _quit_now(signum: int, frame: Any) -> None:
@@ -306,15 +328,15 @@ def run_command(args: argparse.Namespace) -> int:
         batch_file = read_batch(args.batch)
     except BatchFileError as err:
         raise CliError(str(err)) from None
-    source = None if args.tools is None else load_tool_source(args.tools)
-    servers = McpServers(getattr(args, "mcp", None) or [])
     existed = args.log is not None and Path(args.log).exists()
-    session = _open_log(args.log)
+    session = _open_log(args.log)  # (first: a log that cannot be used is refused before anything runs)
     ran = False
     on_main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if on_main_thread else None
     interrupts: Interrupts | None = None
     try:
+        source = None if args.tools is None else load_tool_source(args.tools)
+        servers = McpServers(getattr(args, "mcp", None) or [])
         with ToolRuntime() as rt, servers:
             _install(rt, args, source, servers)
             rt.events.on("tools/progress", ProgressLines(sys.stderr))

@@ -438,6 +438,67 @@ def test_every_batch_that_cannot_run_exits_1_with_one_line_and_no_traceback(
     assert not (root / "scratch").exists(), "no batch ran"
 
 
+def test_a_register_that_exits_or_raises_a_base_exception_fails_like_an_import_does(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # register(rt) raising SystemExit(4) exited 4 without a word, and a bare
+    # BaseException (at import too) printed a traceback; at import time a
+    # SystemExit was already one line, exit 1. Ctrl-C still interrupts.
+    exits = write_module("exits", "def register(rt):\n    raise SystemExit(4)\n")
+    base = write_module("base", "def register(rt):\n    raise BaseException('base')\n")
+    base_at_import = write_module("base_at_import", "raise BaseException('at import')\n")
+    exits_at_import = write_module("exits_at_import", "import sys\nsys.exit(4)\n")
+    for command, before in (("run", [BATCH]), ("schemas", [])):
+        cases = {
+            exits: "exits.py: register(...) failed: SystemExit: 4",
+            base: "base.py: register(...) failed: BaseException: base",
+            base_at_import: "base_at_import.py failed: BaseException: at import",
+            exits_at_import: "exits_at_import.py failed: SystemExit: 4",
+        }
+        for module, fragment in cases.items():
+            assert_one_line_error(cli(command, *before, "--tools", module), command, fragment)
+    interrupted = write_module("interrupted", "def register(rt):\n    raise KeyboardInterrupt\n")
+    outcome = cli("run", BATCH, "--tools", interrupted)
+    assert (outcome.code, outcome.err) == (130, "dsh-actors run: error: interrupted\n")
+    assert not (root / "scratch").exists(), "no batch ran"
+
+
+def test_a_log_another_session_holds_is_a_user_error_before_anything_runs(cli: Cli, root: Path) -> None:
+    # It was the right message, labelled "internal error ... (DSH_ACTORS_DEBUG=1
+    # shows the traceback)", after the tools were loaded.
+    from dsh_actors.session import Session
+
+    held = root / "held.jsonl"
+    held.touch()
+    with Session.open(held) as other:
+        other.hold()
+        outcome = cli("run", BATCH, "--tools", "examples.tools", "--log", held)
+    assert_one_line_error(
+        outcome, "run", f"--log {held}: ", "is being written by another Session", "Close that session"
+    )
+    assert "internal error" not in outcome.err and "DSH_ACTORS_DEBUG" not in outcome.err
+    assert not (root / "scratch").exists(), "no batch ran"
+    assert held.exists() and held.read_bytes() == b"", "the other session's file is left alone"
+
+
+@pytest.mark.parametrize("kind", ["/dev/null", "fifo"])
+def test_a_log_that_is_not_a_regular_file_is_refused_before_anything_runs(cli: Cli, root: Path, kind: str) -> None:
+    # The cards are read back from the log: /dev/null printed "0 calls" after
+    # running the batch, a FIFO "internal error: OSError: Illegal seek".
+    if kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs here")
+        log = root / "log.fifo"
+        os.mkfifo(log)
+    else:
+        log = Path(kind)
+        if not log.exists():
+            pytest.skip("no /dev/null here")
+    outcome = cli("run", BATCH, "--tools", "examples.tools", "--log", log)
+    assert_one_line_error(outcome, "run", f"--log {log}: not a regular file", "name a new file", "leave out --log")
+    assert not (root / "scratch").exists(), "no batch ran"
+
+
 def test_a_missing_ptc_executor_is_a_clear_error(cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "executors.ptc", None)  # import raises ModuleNotFoundError
     outcome = cli("run", BATCH, "--tools", "examples.tools", "--executor", "ptc", "--log", "x.jsonl")
