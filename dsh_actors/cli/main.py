@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import logging
 import os
 import runpy
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from importlib import metadata
 from typing import Any
@@ -233,6 +235,27 @@ def _one_line(record: Any) -> str:
     return f"{PROG}: {{level}}: {{extra[one_line]}}\n"
 
 
+class _StdlibLines(logging.Handler):
+    """Warnings and errors other libraries log through the standard
+    ``logging`` module (the MCP SDK's, say) as the command's one-line
+    messages; their tracebacks only with ``-v`` (without a handler of the
+    application's, Python's last resort printed them whole)."""
+
+    def __init__(self, verbose: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.verbose = verbose
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            lines = [line.strip() for line in record.getMessage().splitlines() if line.strip()]
+            text = f"{PROG}: {record.levelname.lower()}: {record.name}: {' | '.join(lines)}\n"
+            if self.verbose and record.exc_info is not None and record.exc_info[1] is not None:
+                text += "".join(traceback.format_exception(record.exc_info[1]))
+            sys.stderr.write(text)
+        except Exception:  # noqa: BLE001 - logging never raises into the code that logged
+            self.handleError(record)
+
+
 @contextlib.contextmanager
 def library_logging(verbose: bool) -> Iterator[None]:
     """The libraries' messages on stderr while the command runs (see the
@@ -245,9 +268,12 @@ def library_logging(verbose: bool) -> Iterator[None]:
         sink = logger.add(sys.stderr, level="WARNING", format=_one_line)
     for name in LIBRARY_LOGGERS:
         logger.enable(name)
+    stdlib = _StdlibLines(verbose)
+    logging.getLogger().addHandler(stdlib)
     try:
         yield
     finally:
+        logging.getLogger().removeHandler(stdlib)
         for name in LIBRARY_LOGGERS:
             logger.disable(name)
         with contextlib.suppress(ValueError):

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .conftest import Cli
 
 TOOLS = """
@@ -78,3 +80,29 @@ def test_a_failure_message_of_several_lines_is_one_line_on_stderr(cli: Cli, root
     outcome = cli("run", batch(root, "complain"), "--tools", tools)
     assert outcome.code == 0
     assert outcome.err == 'dsh-actors: ERROR: tool "complain" (call c0) failed: first line | second line\n'
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_another_library_s_stdlib_logging_is_one_line_with_its_traceback_only_with_v(
+    verbose: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (The MCP SDK logs a server's non-JSON stdout line with
+    # logging.exception: without a handler, Python's last resort printed
+    # its whole traceback under a command that promises one line.)
+    import logging
+
+    from dsh_actors.cli.main import library_logging
+
+    with library_logging(verbose):
+        try:
+            raise ValueError("Invalid JSON: expected value at line 1 column 1")
+        except ValueError:
+            logging.getLogger("mcp.client.stdio").exception("Failed to parse JSONRPC message from server")
+        logging.getLogger("mcp.client.stdio").info("not shown")
+    err = capsys.readouterr().err
+    first = "dsh-actors: error: mcp.client.stdio: Failed to parse JSONRPC message from server\n"
+    assert err.startswith(first) and "not shown" not in err
+    assert ("Traceback (most recent call last)" in err) is verbose
+    assert not logging.getLogger().handlers or all(
+        type(h).__name__ != "_StdlibLines" for h in logging.getLogger().handlers
+    )
