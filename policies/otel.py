@@ -76,8 +76,8 @@ hold personal data: off by default, as the conventions ask.
 preparing and finalizing the call, the call's guard); they touch only the
 call's own state, kept in the call's context (each applied policy its
 own: two may be applied at once, each with its providers). The
-descriptions are cached per tool name and agent (the definition the
-call's agent sees under the name) and the cache is dropped on
+descriptions are cached per agent (weakly) and tool name (the definition
+the call's agent sees under the name) and the cache is dropped on
 ``tools/change``.
 """
 
@@ -86,6 +86,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -113,8 +114,6 @@ DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
 OTHER_ERROR: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
-#: The most (tool name, agent) pairs whose descriptions are kept at once.
-_CACHED: Final = 4096
 _TIMEOUT: Final = "TOOL_TIMEOUT"
 
 
@@ -178,9 +177,12 @@ class OtelPolicy:
             DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
         )
         self._capture = capture_content
-        # What every span of one tool shares, by (name, agent); dropped on
-        # tools/change.
-        self._tools: dict[tuple[str, Any], _Tool] = {}
+        # What every span of one tool shares, by agent (weakly) and name,
+        # and by name for calls without an agent; dropped on tools/change,
+        # which also moves the generation.
+        self._tools: weakref.WeakKeyDictionary[Any, dict[str, _Tool]] = weakref.WeakKeyDictionary()
+        self._global_tools: dict[str, _Tool] = {}
+        self._generation = 0
         self._lock = threading.Lock()
         # The current call's span state, in the call's context (this policy's
         # own: another one applied beside it keeps its own spans).
@@ -226,31 +228,39 @@ class OtelPolicy:
     def _tool(self, execution: ToolExecution) -> _Tool:
         """What the spans of the tool this call runs share: the definition
         the call's agent (and step admission) sees under its name, so two
-        agents' tools of one name keep their own descriptions. Cached by
-        (name, agent) for calls without a step admission: what a name
-        means to an agent changes only with a ``tools/change``, which drops
-        the cache (as does reaching ``_CACHED`` entries)."""
+        agents' tools of one name keep their own descriptions. Cached per
+        agent (held weakly: an agent the application drops is freed, its
+        session with it) and name, for calls without a step admission: what
+        a name means to an agent changes only with a ``tools/change``, which
+        drops the cache (a lookup that a change overtook is not kept)."""
         name = execution.name
-        key = (name, execution.agent) if execution.tool_set is None else None
-        if key is not None:
-            cached = self._tools.get(key)
+        agent = execution.agent
+        cacheable = execution.tool_set is None
+        if cacheable:
+            names = self._tools.get(agent) if agent is not None else self._global_tools
+            cached = None if names is None else names.get(name)
             if cached is not None:
                 return cached
+        generation = self._generation
         try:
-            definition = self._rt.tools.executable(name, execution.agent, execution.tool_set)
+            definition = self._rt.tools.executable(name, agent, execution.tool_set)
         except RuntimeError:  # the runtime is stopping
             definition = None
         tool = _Tool(name, "" if definition is None else str(definition.description))
-        if key is not None:
+        if cacheable:
             with self._lock:
-                if len(self._tools) >= _CACHED:
-                    self._tools = {}
-                self._tools[key] = tool
+                if generation == self._generation:  # (no tools/change since the lookup)
+                    if agent is None:
+                        self._global_tools[name] = tool
+                    else:
+                        self._tools.setdefault(agent, {})[name] = tool
         return tool
 
     def _forget_tools(self) -> None:
         with self._lock:
-            self._tools = {}
+            self._generation += 1
+            self._tools = weakref.WeakKeyDictionary()
+            self._global_tools = {}
 
     def _mine(self, execution: ToolExecution) -> _CallSpan | None:
         state = self._state.get()

@@ -611,3 +611,24 @@ def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipelin
             "dsh.tool.approval.answered",
             "dsh.tool.prepared_again",
         ], call_id
+
+
+def test_the_description_cache_lets_an_agent_the_application_dropped_go(rt: Any, otel: Otel) -> None:
+    # (It held every agent that had called a tool, and its session, until
+    # the next tools/change.)
+    import gc
+    import weakref
+
+    from dsh_actors import Session
+
+    rt.tools.register(tool())
+    use(rt, otel)
+    agent = Agent("per-request", session=Session())
+    run(rt, ToolCall("c1", "lookup", "{}"), agent=agent)
+    gone = weakref.ref(agent)
+    del agent
+    # (The actor that ran the batch keeps its last message until its next:
+    # one more batch moves it on.)
+    run(rt, ToolCall("c2", "lookup", "{}"))
+    gc.collect()
+    assert gone() is None
