@@ -237,9 +237,12 @@ def _one_line(record: Any) -> str:
 
 class _StdlibLines(logging.Handler):
     """Warnings and errors other libraries log through the standard
-    ``logging`` module (the MCP SDK's, say) as the command's one-line
-    messages; their tracebacks only with ``-v`` (without a handler of the
-    application's, Python's last resort printed them whole)."""
+    ``logging`` module (the MCP SDK's, say), when nothing else handles
+    them, as the command's one-line messages; their tracebacks only with
+    ``-v``. It stands in for ``logging.lastResort`` (which printed them
+    whole) while the command runs: a ``--tools`` module's own
+    ``logging.basicConfig`` still takes effect, and a handler of its
+    replaces it, so nothing prints twice."""
 
     def __init__(self, verbose: bool) -> None:
         super().__init__(logging.WARNING)
@@ -248,7 +251,7 @@ class _StdlibLines(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             lines = [line.strip() for line in record.getMessage().splitlines() if line.strip()]
-            text = f"{PROG}: {record.levelname.lower()}: {record.name}: {' | '.join(lines)}\n"
+            text = f"{PROG}: {record.levelname}: {record.name}: {' | '.join(lines)}\n"
             if self.verbose and record.exc_info is not None and record.exc_info[1] is not None:
                 text += "".join(traceback.format_exception(record.exc_info[1]))
             sys.stderr.write(text)
@@ -268,12 +271,12 @@ def library_logging(verbose: bool) -> Iterator[None]:
         sink = logger.add(sys.stderr, level="WARNING", format=_one_line)
     for name in LIBRARY_LOGGERS:
         logger.enable(name)
-    stdlib = _StdlibLines(verbose)
-    logging.getLogger().addHandler(stdlib)
+    last_resort = logging.lastResort
+    logging.lastResort = _StdlibLines(verbose)
     try:
         yield
     finally:
-        logging.getLogger().removeHandler(stdlib)
+        logging.lastResort = last_resort
         for name in LIBRARY_LOGGERS:
             logger.disable(name)
         with contextlib.suppress(ValueError):

@@ -87,22 +87,37 @@ def test_another_library_s_stdlib_logging_is_one_line_with_its_traceback_only_wi
     verbose: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # (The MCP SDK logs a server's non-JSON stdout line with
-    # logging.exception: without a handler, Python's last resort printed
-    # its whole traceback under a command that promises one line.)
+    # logging.exception: with no handler, Python's last resort printed its
+    # whole traceback under a command that promises one line.) What a
+    # handler handles (an application's, a tools module's basicConfig) is
+    # left to it: nothing prints twice.
     import logging
 
     from dsh_actors.cli.main import library_logging
 
-    with library_logging(verbose):
-        try:
-            raise ValueError("Invalid JSON: expected value at line 1 column 1")
-        except ValueError:
-            logging.getLogger("mcp.client.stdio").exception("Failed to parse JSONRPC message from server")
-        logging.getLogger("mcp.client.stdio").info("not shown")
+    unhandled = logging.getLogger("mcp.client.stdio.test")
+    unhandled.propagate = False  # (no handler on its way: what the command's process has)
+    kept, unhandled.handlers = unhandled.handlers, []  # (pytest's own capture may sit there)
+    handled = logging.getLogger("handled.test")
+    handled.propagate = False
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    handled.addHandler(handler)
+    before = logging.lastResort
+    try:
+        with library_logging(verbose):
+            try:
+                raise ValueError("Invalid JSON: expected value at line 1 column 1")
+            except ValueError:
+                unhandled.exception("Failed to parse JSONRPC message from server")
+            unhandled.info("not shown")
+            handled.warning("its own handler's")
+    finally:
+        handled.removeHandler(handler)
+        unhandled.handlers = kept
     err = capsys.readouterr().err
-    first = "dsh-actors: error: mcp.client.stdio: Failed to parse JSONRPC message from server\n"
-    assert err.startswith(first) and "not shown" not in err
+    assert err.startswith("dsh-actors: ERROR: mcp.client.stdio.test: Failed to parse JSONRPC message from server\n")
+    assert "not shown" not in err and "its own handler's" not in err and seen == ["its own handler's"]
     assert ("Traceback (most recent call last)" in err) is verbose
-    assert not logging.getLogger().handlers or all(
-        type(h).__name__ != "_StdlibLines" for h in logging.getLogger().handlers
-    )
+    assert logging.lastResort is before
