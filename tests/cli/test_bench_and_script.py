@@ -15,17 +15,26 @@ from .conftest import Cli, assert_one_line_error
 cli_main = importlib.import_module("dsh_actors.cli.main")  # the module (the package exports the function)
 
 
+def _fake_benchmarks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, main: str) -> None:
+    """A benchmarks package ``name`` whose ``__main__`` is ``main``, the one
+    ``bench`` runs."""
+    package = tmp_path / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(main)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cli_main, "BENCH_PACKAGE", name)
+
+
 def test_bench_runs_the_benchmarks_main_with_its_arguments(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    package = tmp_path / "fake_benchmarks_for_the_cli"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(
-        "import sys\nprint('args', sys.argv[1:], __name__)\nraise SystemExit(3 if '--fail' in sys.argv else 0)\n"
+    _fake_benchmarks(
+        tmp_path,
+        monkeypatch,
+        "fake_benchmarks_for_the_cli",
+        "import sys\nprint('args', sys.argv[1:], __name__)\nraise SystemExit(3 if '--fail' in sys.argv else 0)\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(cli_main, "BENCH_PACKAGE", "fake_benchmarks_for_the_cli")
     argv_before = list(sys.argv)
     outcome = cli("bench", "--quick", "--json", "out.json")
     assert outcome.code == 0
@@ -50,14 +59,12 @@ def test_bench_takes_verbose_before_or_after_its_name_and_does_not_forward_it(
     # "Every command takes -v/--verbose (before or after the command name)":
     # bench took it nowhere (KeyError: 'bench', a usage error, or the
     # benchmarks refusing it).
-    package = tmp_path / "fake_benchmarks_verbose"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(
-        "import sys\nfrom loguru import logger\nlogger.debug('a debug message')\nprint('args', sys.argv[1:])\n"
+    _fake_benchmarks(
+        tmp_path,
+        monkeypatch,
+        "fake_benchmarks_verbose",
+        "import sys\nfrom loguru import logger\nlogger.debug('a debug message')\nprint('args', sys.argv[1:])\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(cli_main, "BENCH_PACKAGE", "fake_benchmarks_verbose")
     outcome = cli(*argv)
     assert (outcome.code, outcome.out) == (0, "args ['--quick']\n"), outcome
     assert "a debug message" in outcome.err  # -v: the messages from DEBUG up
