@@ -257,6 +257,9 @@ class Agent:
     two scopes. The runtime's caches refer to agents weakly, so an agent
     the application drops (with its session) is freed; one that registered
     or restricted tools stays in the registry until those are disposed.
+    (An idle executor or call actor holds the last message it handled,
+    and through it that batch's agent, until its next message or until it
+    retires, half a second later.)
     """
 
     id: str
