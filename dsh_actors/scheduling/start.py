@@ -72,18 +72,20 @@ def start_batch(
     try:
         check_batch(batch)
         step = logged_step(batch) if starts is None else None
-    except BaseException as exc:  # noqa: BLE001 - goes to the requester
-        if reply.set_running_or_notify_cancel():
-            reply.set_exception(exc)
-        return
-    if step is None:
-        _start_checked(runtime, batch, reply, loop, context, starts)
-        return
-    try:
-        in_step(runtime.claims, *step, reply, lambda held: _start_checked(runtime, batch, held, loop, context, None))
-    except BaseException as exc:  # noqa: BLE001 - the step is held: goes to the requester
-        if reply.set_running_or_notify_cancel():
-            reply.set_exception(exc)
+        if step is None:
+            _start_checked(runtime, batch, reply, loop, context, starts)
+        else:
+            in_step(
+                runtime.claims, *step, reply, lambda held: _start_checked(runtime, batch, held, loop, context, None)
+            )
+    except BaseException as exc:  # noqa: BLE001 - a malformed batch, or its step held: goes to the requester
+        _refuse(reply, exc)
+
+
+def _refuse(reply: Reply, exc: BaseException) -> None:
+    """Answer ``reply`` with ``exc``, unless its owner cancelled it."""
+    if reply.set_running_or_notify_cancel():
+        reply.set_exception(exc)
 
 
 def _start_checked(
@@ -119,8 +121,7 @@ def _start_checked(
         calls = len(batch.calls)
         future.add_done_callback(lambda done: _chain(done, reply, name, calls))
     except BaseException as exc:  # noqa: BLE001 - goes to the requester
-        if reply.set_running_or_notify_cancel():
-            reply.set_exception(exc)
+        _refuse(reply, exc)
 
 
 def continue_batch(
