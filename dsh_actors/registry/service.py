@@ -506,7 +506,9 @@ class ToolsService:
         else:
             assert log is not None
             assert batch.agent is not None  # (a session is an agent's)
-            self._in_step(
+            # Held from before the log is read (see scheduling.suspension.in_step).
+            in_step(
+                self._links.claims,
                 session,
                 log.turn,
                 log.step,
@@ -540,14 +542,6 @@ class ToolsService:
                 claims.release(plan.id)
                 raise
         self._start(plan.batch, reply, loop, plan.starts)
-
-    def _in_step(
-        self, session: Any, turn: int, step: int, agent: str, reply: Reply, start: Callable[[Reply], None]
-    ) -> None:
-        """``start(reply)`` holding logged step ``(turn, step)`` of agent
-        ``agent`` in ``session``, from before the step is read (see
-        :func:`~dsh_actors.scheduling.suspension.in_step`)."""
-        in_step(self._links.claims, session, turn, step, agent, reply, start)
 
     # -- interrupted steps -----------------------------------------------------
 
@@ -648,7 +642,7 @@ class ToolsService:
         if session is not None and type(turn) is int and type(step) is int:
             # Claimed before the log is read: a resume or recovery of the
             # step running now would change what the plan must be.
-            self._in_step(session, turn, step, agent.id, reply, start)
+            in_step(self._links.claims, session, turn, step, agent.id, reply, start)
         else:
             start(reply)  # (recovery_plan refuses it, naming the fix)
 
