@@ -102,7 +102,7 @@ from dsh_actors import (
     thaw,
 )
 
-from ._common import Undo, check_bool, check_runtime
+from ._common import Undo, check_bool, check_runtime, executable_definition
 
 __all__ = ["apply"]
 
@@ -242,10 +242,7 @@ class OtelPolicy:
             if cached is not None:
                 return cached
         generation = self._generation
-        try:
-            definition = self._rt.tools.executable(name, agent, execution.tool_set)
-        except RuntimeError:  # the runtime is stopping
-            definition = None
+        definition = executable_definition(self._rt, execution)
         tool = _Tool(name, "" if definition is None else str(definition.description))
         if cacheable:
             with self._lock:
