@@ -190,18 +190,11 @@ class PydanticEnforcer:
 
     def validate(self, value: Any, path: str = "value") -> list[str]:
         try:
-            text = dumps(value)
+            self._typed(value)
+        except ValidationError as err:  # (a ValueError: caught first)
+            return violations_of(err, value, path)
         except (TypeError, ValueError) as err:  # not lossless JSON: not what the pipeline hands over
             return [f'"{path}" is not JSON ({type(err).__name__})']
-        try:
-            self._validate_json(text)
-        except ValidationError as err:
-            if not _too_deep_for_json(err):
-                return violations_of(err, value, path)
-            try:
-                self._validate_python(thaw(value))
-            except ValidationError as deep:
-                return violations_of(deep, value, path)
         return []
 
     def __repr__(self) -> str:
