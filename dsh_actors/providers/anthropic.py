@@ -139,26 +139,25 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         if isinstance(content, str):
             return ()  # a text-only message
         blocks = reader.items(content, f"{where}.content")
-        cut_short = data.get("stop_reason") == "max_tokens"
-        for index, block in enumerate(blocks):
-            _read_block(reader, reader.obj(block, f"{where}.content[{index}]"), f"{where}.content[{index}]")
-        if cut_short and reader.calls:
-            # The SDK's stream accumulator completes a tool_use input the
-            # limit cut off as partial JSON: a call run from it would run
-            # with arguments the model never finished.
-            raise reader.fail(
-                f"{where}.stop_reason",
-                "the message stopped at max_tokens with a tool call in it: its arguments may be cut short, "
-                "so no call is run; ask again with a higher max_tokens",
-            )
-        return reader.done()
+        # (Only a whole message says where it stopped.)
+        cut_at = f"{where}.stop_reason" if data.get("stop_reason") == "max_tokens" else None
+        where = f"{where}.content"
     else:
         found = sequence_or_none(response, where)
         if found is None:
             raise reader.fail(where, f"expected a message or its content blocks, got {kind(response)}")
-        blocks = found
+        blocks, cut_at = found, None
     for index, block in enumerate(blocks):
         _read_block(reader, reader.obj(block, f"{where}[{index}]"), f"{where}[{index}]")
+    if cut_at is not None and reader.calls:
+        # The SDK's stream accumulator completes a tool_use input the limit
+        # cut off as partial JSON: a call run from it would run with
+        # arguments the model never finished.
+        raise reader.fail(
+            cut_at,
+            "the message stopped at max_tokens with a tool call in it: its arguments may be cut short, "
+            "so no call is run; ask again with a higher max_tokens",
+        )
     return reader.done()
 
 
