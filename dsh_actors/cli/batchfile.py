@@ -50,6 +50,7 @@ BatchShape: TypeAlias = Literal["dsh", "openai", "openai-responses", "anthropic"
 ACCEPTED_SHAPES: Final = (
     'ours ({"calls": [{"id", "name", "arguments"}]} or a list of such calls), '
     'OpenAI (a "tool_calls" list, an assistant message with "tool_calls", or a chat completion with "choices"), '
+    'OpenAI Responses ("function_call" items, or a response whose "output" holds them), '
     'Anthropic ("tool_use" content blocks, or an assistant message whose "content" holds them)'
 )
 """The accepted shapes, in one line (for error messages)."""

@@ -127,7 +127,7 @@ def test_an_unknown_shape_says_which_shapes_are_accepted() -> None:
     message = str(caught.value)
     assert message.startswith("b.json: unknown batch shape (an object with 'foo'); accepted: ")
     assert ACCEPTED_SHAPES in message and "\n" not in message
-    for shape in ("ours", "OpenAI", "Anthropic", "tool_calls", "tool_use"):
+    for shape in ("ours", "OpenAI", "Anthropic", "tool_calls", "tool_use", "Responses", "function_call"):
         assert shape in message
 
 
