@@ -301,9 +301,20 @@ class EventBus:
         logged (loguru) and the others still run."""
         for fn in self.listeners(name, agent):
             try:
-                fn(*args)
+                result = fn(*args)
             except BaseException as exc:  # noqa: BLE001 - observers are contained
                 logger.opt(exception=exc).error("{} listener {} raised: {}", name, callable_name(fn), safe_str(exc))
+                continue
+            if type(result) is CoroutineType:
+                # An async def behind a sync wrapper (a decorator's), which
+                # on() could not see: nothing awaits it here, so it never runs.
+                result.close()
+                logger.error(
+                    "{} listener {} returned a coroutine, which nothing awaits (its body did not run): "
+                    "make it a plain def",
+                    name,
+                    callable_name(fn),
+                )
 
     def emit_strict(self, name: str, *args: Any, agent: Agent | None = None) -> None:
         """Like :meth:`emit`, but the first listener that raises stops the

@@ -53,6 +53,28 @@ _WORDS: Final = {
 }
 
 
+#: The types of the values JSON text gives: an input of another type is a
+#: tool's value (a Python object), named in its violation.
+_JSON_TYPES: Final = frozenset({FrozenDict, dict, list, tuple, str, int, float, bool, type(None)})
+
+#: The type errors of a class (a model, a dataclass, a ``dict``), whose
+#: message says which: "must be an object" misleads for an object of another
+#: class.
+_CLASS_KINDS: Final = frozenset(
+    {"dict_type", "model_type", "model_attributes_type", "dataclass_type", "dataclass_args_type", "typed_dict_type"}
+)
+
+#: pydantic's error types that mean what another one means for JSON data: a
+#: dataclass is validated as a call with keyword arguments, a JSON object's
+#: properties.
+_KINDS: Final = {
+    "unexpected_keyword_argument": "extra_forbidden",
+    "missing_argument": "missing",
+    "missing_keyword_only_argument": "missing",
+    "missing_positional_only_argument": "missing",
+}
+
+
 class ToolJsonSchema(GenerateJsonSchema):
     """pydantic's JSON Schema without a title on every property (the
     property's name says it; a model reads fewer tokens)."""
@@ -61,13 +83,19 @@ class ToolJsonSchema(GenerateJsonSchema):
         return False
 
 
-def _data_path(root: str, loc: tuple[int | str, ...], data: Any, missing: bool) -> str:
+def _data_path(root: str, loc: tuple[int | str, ...], data: Any, missing: bool) -> tuple[str, str | None]:
     """The path of pydantic's ``loc`` in ``data``: each part that is a key
-    (or an index) of the value reached so far; other parts are tags."""
+    (or an index) of the value reached so far; other parts are tags. With
+    the key, when ``loc`` names a mapping's key rather than a value
+    (pydantic's ``[key]`` tag after it, ``dict[int, str]``): the mapping's
+    path and that key."""
     path = root
+    parent = root  # the path before the last key stepped into
+    stepped: str | None = None  # that key, while it is the last part walked
     current = data
     last = len(loc) - 1
     for i, part in enumerate(loc):
+        key, stepped = stepped, None
         if not isinstance(part, str):
             if isinstance(current, (list, tuple)) and -len(current) <= part < len(current):
                 path = path_for_index(path, part)
@@ -75,7 +103,7 @@ def _data_path(root: str, loc: tuple[int | str, ...], data: Any, missing: bool) 
             continue
         if isinstance(current, Mapping):
             if part in current:
-                path = path_for_key(path, part)
+                parent, path, stepped = path, path_for_key(path, part), part
                 current = current[part]
                 continue
         elif current is not None and not isinstance(current, (str, int, float, list, tuple)):
@@ -84,9 +112,11 @@ def _data_path(root: str, loc: tuple[int | str, ...], data: Any, missing: bool) 
                 path = path_for_key(path, part)
                 current = attribute
                 continue
+        if part == "[key]" and key is not None:
+            return parent, key  # (the rest are tags: a union member's name)
         if i == last and missing:
             path = path_for_key(path, part)
-    return path
+    return path, None
 
 
 _MISSING: Final = object()
@@ -101,25 +131,28 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
     out: list[str] = []
     seen: set[str] = set()
     typed: dict[str, tuple[int, list[str]]] = {}  # path -> (its line in out, the types it must be)
-    for error in err.errors(include_url=False, include_context=False, include_input=False):
-        kind = error["type"]
-        path = _data_path(root, error["loc"], data, kind == "missing")
-        if kind in _WORDS:
+    for error in err.errors(include_url=False, include_context=False):
+        kind = _KINDS.get(error["type"], error["type"])
+        path, key = _data_path(root, error["loc"], data, kind == "missing")
+        subject = f'"{path}"' if key is None else f'key {dumps(key).decode()} of "{path}"'
+        # A tool's value is a Python object: one that JSON has no word for is named.
+        got = "" if type(error.get("input")) in _JSON_TYPES else f" (got {type(error['input']).__qualname__})"
+        if kind in _WORDS and not (got and kind in _CLASS_KINDS):
             word = _WORDS[kind]
-            known = typed.get(path)
+            known = typed.get(subject)
             if known is None:
-                typed[path] = (len(out), [word])
-                out.append(f'"{path}" must be {word}')
+                typed[subject] = (len(out), [word])
+                out.append(f"{subject} must be {word}{got}")
             elif word not in known[1]:
                 known[1].append(word)
-                out[known[0]] = f'"{path}" must be {" or ".join(known[1])}'
+                out[known[0]] = f"{subject} must be {' or '.join(known[1])}{got}"
             continue
-        if kind == "missing":
+        if kind == "missing" and key is None:
             line = f'missing required property "{path}"'
-        elif kind == "extra_forbidden":
+        elif kind == "extra_forbidden" and key is None:
             line = f'"{path}" is not a declared property (additionalProperties: false)'
         else:
-            line = f'"{path}": {error["msg"]}'
+            line = f"{subject}: {error['msg']}{got}"
         if line not in seen:
             seen.add(line)
             out.append(line)

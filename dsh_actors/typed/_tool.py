@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import typing
 from collections.abc import Callable, Mapping
+from types import CoroutineType
 from typing import Annotated, Any, Final, overload
 
 from pydantic import ConfigDict, Field, PydanticUserError, TypeAdapter, ValidationError, create_model
@@ -194,11 +196,13 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     try:
         signature = inspect.signature(fn)
         hints = typing.get_type_hints(fn, localns=localns, include_extras=True)
-    except (NameError, TypeError, ValueError) as err:
-        raise refuse(
-            f"cannot read the function's signature and type hints ({safe_str(err)}); "
-            "define the types it names where the function's module can see them"
-        ) from None
+    except (NameError, TypeError, ValueError, SyntaxError, AttributeError) as err:
+        fix = (
+            "write each string annotation as a Python expression"  # ("list[int")
+            if isinstance(err, SyntaxError)
+            else "define the types it names where the function's module can see them"
+        )
+        raise refuse(f"cannot read the function's signature and type hints ({safe_str(err)}); {fix}") from None
     docs = parse_docstring(fn)
 
     fields: dict[str, Any] = {}
@@ -210,6 +214,11 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise refuse(f"parameter {param.name!r}: *args and **kwargs cannot be offered to a model")
         hint = hints.get(param.name, Any)
+        if index == 0 and param.name in ("self", "cls") and param.name not in hints and not inspect.ismethod(fn):
+            raise refuse(
+                f"parameter {param.name!r} would be offered to the model: @tool got a method of a class, not "
+                f"bound to an instance; make the tool of the bound method (tool(instance.method)) instead"
+            )
         if _is_context(hint):
             if context is not None:
                 raise refuse(f"parameters {context!r} and {param.name!r} both ask for the ToolRunContext")
@@ -219,8 +228,12 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
                 positional.append(None)
             continue
         field = f"p{index}"  # never shadows a BaseModel attribute; the alias is the name offered
-        description = None if _described(hint) else docs.parameters.get(param.name)
         default = PydanticUndefined if param.default is _NO_DEFAULT else param.default
+        if isinstance(default, FieldInfo):
+            # ``x: int = Field(3, ge=0)`` (as pydantic's validate_call takes it): its default,
+            # constraints and description are the hint's, not a FieldInfo as the value.
+            hint, default = Annotated[hint, default], PydanticUndefined
+        description = None if _described(hint) else docs.parameters.get(param.name)
         # Only what is given: an explicit description=None would erase the hint's own.
         extra: dict[str, Any] = {} if description is None else {"description": description}
         fields[field] = (hint, Field(default, alias=param.name, **extra))
@@ -234,7 +247,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         arguments_model = create_model(f"{label or 'tool'}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
         parameters_schema = arguments_model.model_json_schema(schema_generator=ToolJsonSchema, mode="validation")
         parameters_schema.pop("title", None)
-        output_adapter: TypeAdapter[Any] = TypeAdapter(returns)
+        output_adapter, dump = _output_adapter(returns)
         output_schema = output_adapter.json_schema(schema_generator=ToolJsonSchema, mode="serialization")
     except (PydanticSchemaGenerationError, PydanticUserError, PydanticJsonSchemaWarning, TypeError) as err:
         raise refuse(_type_problem(err, fields, returns)) from None
@@ -247,7 +260,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     arguments = PydanticEnforcer(arguments_model.__pydantic_validator__, parameters, hand_over=True)
     output = PydanticEnforcer(output_adapter.validator, output_json_schema)
     execute = _execute(
-        shown, fn, arguments, output_adapter, tuple(by_name), tuple(positional), context, context_positional
+        shown, fn, arguments, output_adapter, dump, tuple(by_name), tuple(positional), context, context_positional
     )
     setattr(execute, OWN_VALIDATORS, OwnValidators(parameters=arguments, output=output))
 
@@ -283,6 +296,31 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     return definition
 
 
+#: Serialization keeps a non-finite float as it is, for the lossless JSON
+#: check to refuse (as it refuses one from any tool, and as pydantic's dump
+#: keeps one that a ``float`` holds): by default pydantic dumps one that an
+#: ``Any`` holds as null, silently.
+_KEEP_NON_FINITE: Final = ConfigDict(ser_json_inf_nan="constants")
+
+
+def _output_adapter(returns: Any) -> tuple[TypeAdapter[Any], Callable[[Any], Any]]:
+    """The return annotation's adapter (its schema and validator) and the
+    JSON-mode dump of a valid value, with :data:`_KEEP_NON_FINITE`."""
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(returns, config=_KEEP_NON_FINITE)
+    except PydanticUserError:
+        # A model, dataclass or TypedDict has a config of its own: the
+        # dumper's config is then a one-item tuple's (the outer one rules).
+        adapter = TypeAdapter(returns)
+        in_tuple = TypeAdapter(tuple[returns], config=_KEEP_NON_FINITE).serializer.to_python
+
+        def dump_in_tuple(value: Any) -> Any:
+            return in_tuple((value,), mode="json")[0]
+
+        return adapter, dump_in_tuple
+    return adapter, functools.partial(adapter.serializer.to_python, mode="json")
+
+
 def _type_problem(err: Exception, fields: Mapping[str, tuple[Any, FieldInfo]], returns: Any) -> str:
     """Why pydantic refused the function's types, naming the parameter (or
     the return value) whose annotation it cannot take, without pydantic's
@@ -315,6 +353,7 @@ def _execute(
     fn: _Function,
     arguments: PydanticEnforcer,
     output: TypeAdapter[Any],
+    dump: Callable[[Any], Any],
     by_name: tuple[tuple[str, str], ...],
     positional: tuple[str | None, ...],
     context: str | None,
@@ -324,10 +363,10 @@ def _execute(
     validated into typed values, the function called with them, its value
     validated and dumped as JSON."""
     parse = arguments.parse
-    # pydantic-core's own validator and serializer: TypeAdapter's methods
-    # forward to them with their defaults, at four times the cost.
+    # pydantic-core's own validator and serializer (``dump``, see
+    # _output_adapter): TypeAdapter's methods forward to them with their
+    # defaults, at four times the cost.
     validate_value = output.validator.validate_python
-    dump = output.serializer.to_python
 
     def call_with(args: Any, ctx: ToolRunContext) -> tuple[tuple[Any, ...], dict[str, Any]]:
         # Hot path: one pydantic-core call; messages only when invalid.
@@ -347,7 +386,7 @@ def _execute(
 
     def to_json(value: Any) -> Any:
         try:
-            return dump(validate_value(value), mode="json")
+            return dump(validate_value(value))
         except ValidationError as err:
             violations = violations_of(err, value)
             if value is None:
@@ -369,9 +408,18 @@ def _execute(
         wrapper = execute_async
     else:
 
+        async def finish(coro: Any) -> Any:
+            return to_json(await coro)
+
         def execute_sync(args: Any, ctx: ToolRunContext) -> Any:
             positional_args, kwargs = call_with(args, ctx)
-            return to_json(fn(*positional_args, **kwargs))
+            value = fn(*positional_args, **kwargs)
+            if type(value) is CoroutineType:
+                # A sync wrapper of an async def (a decorator's): its value is
+                # the coroutine's, which the runtime awaits, as it does the
+                # coroutine any sync body returns.
+                return finish(value)
+            return to_json(value)
 
         wrapper = execute_sync
     wrapper.__name__ = "execute"

@@ -1,0 +1,219 @@
+"""Edges of ``@tool``, the event bus and their messages: a non-finite float
+an ``Any`` holds, a sync wrapper of an async def, a mapping's bad key, a
+pydantic ``Field`` as a default, a method taken from its class, ..."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from dsh_actors import RegistrationError, ToolBatchInput, ToolCall, ToolDefinition, thaw, tool
+from dsh_actors.events import EventBus
+
+
+def run(rt: Any, definition: ToolDefinition, arguments: Any) -> Any:
+    """Register ``definition``, run one call of it and unregister it; the
+    call's result."""
+    unregister = rt.tools.register(definition)
+    try:
+        result = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name=definition.name, arguments=arguments)]))
+    finally:
+        unregister()
+    return result.results[0].result
+
+
+class Holder(BaseModel):
+    a: Any = None
+
+
+@dataclasses.dataclass
+class Pair:
+    left: int
+    right: int = 0
+
+
+class Point(BaseModel):
+    x: int
+
+
+class Other(BaseModel):
+    x: int
+
+
+def test_a_non_finite_float_an_any_holds_fails_invalid_tool_output_instead_of_becoming_null(rt: Any) -> None:
+    @tool
+    def no_annotation():  # type: ignore[no-untyped-def]
+        return {"ratio": math.nan}
+
+    @tool
+    def dict_of_any() -> dict[str, Any]:
+        return {"ratio": math.inf}
+
+    @tool
+    def model_with_any() -> Holder:
+        return Holder(a=[1.0, -math.inf])
+
+    @tool
+    def finite() -> Holder:
+        return Holder(a=[1.5])
+
+    for definition, where in (
+        (no_annotation, "value.ratio"),
+        (dict_of_any, "value.ratio"),
+        (model_with_any, "value.a[1]"),
+    ):
+        result = run(rt, definition, {})
+        assert result.is_error, (definition.name, result)
+        assert str(result.error.info.code) == "INVALID_TOOL_OUTPUT"
+        assert f"{where}: float" in result.error.message and "is not lossless JSON" in result.error.message
+    result = run(rt, finite, {})
+    assert not result.is_error and thaw(result.value) == {"a": [1.5]}
+
+
+def test_a_sync_wrapper_of_an_async_function_is_awaited_and_its_value_validated(rt: Any) -> None:
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    @tool
+    @logged
+    async def add_one(x: int) -> int:
+        return x + 1
+
+    @tool
+    @logged
+    async def wrong(x: int) -> int:
+        return "no"  # type: ignore[return-value]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "coroutine was never awaited"
+        result = run(rt, add_one, {"x": 1})
+        assert not result.is_error and result.value == 2
+        failed = run(rt, wrong, {"x": 1})
+    assert failed.is_error and str(failed.error.info.code) == "INVALID_TOOL_OUTPUT"
+    assert failed.error.message == 'tool "wrong" returned invalid output: "value" must be an integer'
+
+
+def test_a_string_annotation_that_is_no_expression_is_refused_naming_the_tool() -> None:
+    def broken(x: "list[int") -> int:  # noqa: F722
+        return 0
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(broken)
+    assert caught.value.tool == "broken"
+    assert "list[int" in caught.value.message and "Python expression" in caught.value.message
+
+
+def test_an_invalid_mapping_key_is_named_as_a_key_not_as_its_value(rt: Any) -> None:
+    @tool
+    def count(v: dict[int, str], w: dict[str, int] | None = None) -> int:
+        return len(v)
+
+    result = run(rt, count, {"v": {"a": "x", "1": "y"}, "w": {"[key]": "q"}})
+    assert result.is_error and str(result.error.info.code) == "INVALID_ARGS"
+    assert result.error.message == (
+        'invalid arguments: key "a" of "value.v" must be an integer; "value.w["[key]"]" must be an integer'
+    )
+    assert not run(rt, count, {"v": {"1": "x"}}).is_error
+
+
+def test_an_undeclared_property_of_a_dataclass_reads_as_for_any_object(rt: Any) -> None:
+    @tool
+    def total(pair: Pair) -> int:
+        return pair.left + pair.right
+
+    result = run(rt, total, {"pair": {"left": 1, "extra": 2}})
+    assert result.is_error
+    assert result.error.message == (
+        'invalid arguments: "value.pair.extra" is not a declared property (additionalProperties: false)'
+    )
+
+
+def test_a_value_of_another_class_names_the_class_it_got(rt: Any) -> None:
+    @tool
+    def point() -> Point:
+        return Other(x=1)  # type: ignore[return-value]
+
+    @tool
+    def number() -> int | str:
+        return Pair(1)  # type: ignore[return-value]
+
+    result = run(rt, point, {})
+    assert result.is_error
+    assert result.error.message == (
+        'tool "point" returned invalid output: "value": Input should be a valid dictionary or instance of Point '
+        "(got Other)"
+    )
+    result = run(rt, number, {})
+    assert (
+        result.error.message
+        == 'tool "number" returned invalid output: "value" must be an integer or a string (got Pair)'
+    )
+
+
+def test_a_pydantic_field_as_default_gives_its_default_constraints_and_description(rt: Any) -> None:
+    @tool
+    def scaled(x: int = Field(3, ge=0, description="how many"), y: int = Field(default_factory=lambda: 7)) -> list[int]:
+        return [x, y]
+
+    assert thaw(scaled.parameters)["properties"] == {
+        "x": {"default": 3, "description": "how many", "minimum": 0, "type": "integer"},
+        "y": {"type": "integer"},
+    }
+    assert thaw(run(rt, scaled, {}).value) == [3, 7]
+    refused = run(rt, scaled, {"x": -1})
+    assert refused.is_error and refused.error.message == (
+        'invalid arguments: "value.x": Input should be greater than or equal to 0'
+    )
+
+
+def test_a_method_taken_from_its_class_is_refused_rather_than_offering_self() -> None:
+    class Search:
+        def __init__(self) -> None:
+            self.prefix = ">"
+
+        def find(self, q: str) -> str:
+            return self.prefix + q
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(Search.find)
+    assert "'self'" in caught.value.message and "tool(instance.method)" in caught.value.message
+    bound = tool(Search().find)
+    assert list(thaw(bound.parameters)["properties"]) == ["q"]
+
+
+def test_an_emitted_listener_that_returns_a_coroutine_is_logged_and_its_coroutine_closed(library_logs: None) -> None:
+    from loguru import logger
+
+    ran: list[Any] = []
+
+    async def observe(value: Any) -> None:
+        ran.append(value)
+
+    @functools.wraps(observe)
+    def wrapped(value: Any) -> Any:
+        return observe(value)
+
+    bus = EventBus()
+    bus.on("tools/result", wrapped)
+    bus.on("tools/result", ran.append)
+    records: list[Any] = []
+    sink = logger.add(lambda message: records.append(message.record), level="ERROR")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # closed: no "coroutine was never awaited"
+            bus.emit("tools/result", 1)
+    finally:
+        logger.remove(sink)
+    assert ran == [1]  # the plain listener after it still ran
+    assert len(records) == 1
+    assert "observe returned a coroutine" in records[0]["message"] and "plain def" in records[0]["message"]
