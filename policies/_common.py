@@ -106,19 +106,33 @@ def check_bool(policy: str, name: str, value: object) -> bool:
     return value
 
 
+def _shown(value: object, spec: str = "r") -> str:
+    """``value`` for a config error (``format`` ``spec``, ``"r"``: its repr),
+    but an int too long to print (or to turn into a float) by its size."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value) if spec == "r" else format(value, spec)
+
+
 def check_positive_number(policy: str, name: str, value: object, *, most: float | None = None) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type,operator]
-        raise ValueError(f"{policy}: {name} must be a positive finite number, got {value!r}")
+    # (An int is finite however large, but may not fit a float: never math.isfinite'd.)
+    kind = type(value)
+    finite = kind is int or (kind is float and math.isfinite(value))  # type: ignore[arg-type]
+    if not finite or value <= 0:  # type: ignore[operator]
+        raise ValueError(f"{policy}: {name} must be a positive finite number, got {_shown(value)}")
     if most is not None and value > most:  # type: ignore[operator]
-        raise ValueError(f"{policy}: {name} must be at most {most:g}, got {value:g}")
-    return float(value)  # type: ignore[arg-type]
+        raise ValueError(f"{policy}: {name} must be at most {most:g}, got {_shown(value, 'g')}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        raise ValueError(f"{policy}: {name} must be a positive finite number, got {_shown(value)}") from None
 
 
 def check_positive_int(policy: str, name: str, value: object, *, most: int | None = None) -> int:
     if type(value) is not int or value < 1:
-        raise ValueError(f"{policy}: {name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{policy}: {name} must be a positive integer, got {_shown(value)}")
     if most is not None and value > most:
-        raise ValueError(f"{policy}: {name} must be at most {most:,}, got {value:,}")
+        raise ValueError(f"{policy}: {name} must be at most {most:,}, got {_shown(value, ',')}")
     return value
 
 

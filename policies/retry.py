@@ -26,9 +26,10 @@ Config (all keyword, validated when applied):
     Install as the outermost wrapper instead of the innermost (default False).
 
 A call is retried when its tool is named in ``tools``, or ``predicate``
-says so, or its definition's ``meta`` has ``"idempotent": True``; and its
-outcome is a failure whose code is in the set; and the caller has not
-aborted. The backoff waits on ``execution.signal`` (never ``time.sleep``),
+says so, or its definition declares ``idempotent=True`` (``define_tool``,
+``@tool``, an MCP ``idempotentHint``) or has ``"idempotent": True`` in its
+``meta``; and its outcome is a failure whose code is in the set; and the
+caller has not aborted. The backoff waits on ``execution.signal`` (never ``time.sleep``),
 so an abort ends it at once, and the last failure is returned. Nothing is
 retried after the caller aborted, whatever the code.
 
@@ -115,7 +116,11 @@ class RetryPolicy:
                     "{}: the idempotency predicate raised for tool {!r}; not retrying", _POLICY, execution.name
                 )
         definition = executable_definition(self._rt, execution)
-        meta = None if definition is None else definition.meta
+        if definition is None:
+            return False
+        if definition.idempotent is True:
+            return True
+        meta = definition.meta
         return meta is not None and meta.get("idempotent") is True
 
     def retry_code(self, result: ToolExecutionResult) -> str | None:

@@ -63,7 +63,32 @@ def failure(
 
 
 def error_info(exc: DshError) -> ToolErrorInfo:
-    return ToolErrorInfo(name=type(exc).__name__, code=str(exc.code))
+    try:
+        code = str(exc.code)
+    except BaseException:  # noqa: BLE001 - a subclass's hostile code: no structured code
+        code = _TOOL_FAILED
+    return ToolErrorInfo(name=type(exc).__name__, code=code if type(code) is str else _TOOL_FAILED)
+
+
+def dsh_message(exc: DshError) -> str:
+    """A :class:`DshError`'s ``message``; for a subclass that never set it
+    (its ``__init__`` skipped ``DshError.__init__``) or made it something
+    else, its ``str``, else what ``Exception`` prints of its arguments; else
+    ``<unprintable thrown value>``. Never raises."""
+    try:
+        message = exc.message
+        if type(message) is str:
+            return message
+    except BaseException:  # noqa: BLE001 - a hostile or missing message
+        pass
+    for show in (str, Exception.__str__):
+        try:
+            text = show(exc)
+        except BaseException:  # noqa: BLE001
+            continue
+        if type(text) is str:
+            return text
+    return "<unprintable thrown value>"
 
 
 def failure_from_exception(
@@ -85,11 +110,7 @@ def failure_from_exception(
     """
     kept = exc if exc.__traceback__ is not None or exc.__cause__ is not None else None
     if isinstance(exc, DshError):
-        try:
-            message = exc.message if type(exc.message) is str else safe_str(exc)
-        except BaseException:  # noqa: BLE001
-            message = "<unprintable thrown value>"
-        return failure(message, error_info(exc), additional_contexts, exception=kept)
+        return failure(dsh_message(exc), error_info(exc), additional_contexts, exception=kept)
     name = type(exc).__name__
     message = safe_str(exc)
     if message == "":
@@ -118,10 +139,7 @@ def policy_failure(
     a :class:`ToolPolicyError` keep their own code and message."""
     if isinstance(exc, (AbortError, ToolPolicyError)):
         return failure_from_exception(exc, additional_contexts)
-    if isinstance(exc, DshError):
-        detail = exc.message if type(exc.message) is str else safe_str(exc)
-    else:
-        detail = safe_str(exc)
+    detail = dsh_message(exc) if isinstance(exc, DshError) else safe_str(exc)
     problem = ToolPolicyError(where, detail or type(exc).__name__)
     problem.__cause__ = exc
     return failure_from_exception(problem, additional_contexts)

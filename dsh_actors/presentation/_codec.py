@@ -69,7 +69,7 @@ class StrCodec(Codec):
     def check(self, value: Any, path: str) -> Any:
         if type(value) is not str:
             raise LosslessJsonError(path, f"expected a str, got {type_name(value)}")
-        return value
+        return _lossless(value, path)
 
 
 class BoolCodec(Codec):
@@ -95,7 +95,7 @@ class IntCodec(Codec):
             raise LosslessJsonError(path, f"expected an int, got {type_name(value)}")
         if self.minimum is not None and value < self.minimum:
             raise LosslessJsonError(path, f"must be at least {self.minimum} (got {value})")
-        return value
+        return _lossless(value, path)
 
 
 class OneOfCodec(Codec):
@@ -110,7 +110,8 @@ class OneOfCodec(Codec):
     def check(self, value: Any, path: str) -> Any:
         if type(value) is not str or value not in self.allowed:
             shown = ", ".join(repr(a) for a in sorted(self.allowed))
-            raise LosslessJsonError(path, f"must be one of {shown} (got {value!r})")
+            got = _shown(value) if type(value) is str else type_name(value)
+            raise LosslessJsonError(path, f"must be one of {shown} (got {got})")
         return value
 
 
@@ -151,6 +152,7 @@ class StrsCodec(Codec):
         for i, item in enumerate(items):
             if type(item) is not str:
                 raise LosslessJsonError(f"{path}[{i}]", f"expected a str, got {type_name(item)}")
+            _lossless(item, f"{path}[{i}]")
         return items
 
     def encode(self, value: Any) -> Any:
@@ -180,6 +182,18 @@ class RecordsCodec(Codec):
         if not isinstance(value, (list, tuple)):
             raise LosslessJsonError(path, f"expected a list, got {type_name(value)}")
         return tuple(self.cls._decode(item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _lossless(value: Any, path: str) -> Any:
+    """``value`` (an exact str or int) if it is lossless JSON, so a card that
+    exists can always be written (no lone surrogate, no int past 64 bits)."""
+    materialize(value, path)
+    return value
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text`` quoted for a message, cut to about ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _as_sequence(value: Any, path: str) -> tuple[Any, ...]:
