@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
@@ -78,6 +79,7 @@ __all__ = [
     "count_results",
     "log_entries",
     "render_log",
+    "terminal_safe",
     "resolve_views",
     "summary_line",
 ]
@@ -125,6 +127,37 @@ class Style:
 
     def glyph(self, fancy: str, plain: str) -> str:
         return fancy if self.unicode else plain
+
+
+#: What a line may hold besides printable text: the colours a :class:`Style`
+#: paints, and only while it paints them.
+_PAINTED: Final = re.compile("\x1b\\[(?:0|1|2|31|32|33|36)m")
+#: Characters a line shows escaped: C0 and C1 controls but the tab, DEL, and
+#: the bidirectional overrides (text that would drive the terminal: retitle
+#: it, move the cursor, clear the screen, ring it, or reorder what is read).
+_CONTROL: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(line: str, style: Style) -> str:
+    """``line`` as a terminal may show it: every control character that a
+    tool's output, its arguments or a log may carry is shown escaped
+    (``\\x1b``), and only ``style``'s own colours pass."""
+    if _CONTROL.search(line) is None:
+        return line
+    if not style.color:
+        return _CONTROL.sub(_escaped, line)
+    parts = _PAINTED.split(line)
+    painted = _PAINTED.findall(line)
+    out = [_CONTROL.sub(_escaped, parts[0])]
+    for code, part in zip(painted, parts[1:], strict=True):
+        out.append(code)
+        out.append(_CONTROL.sub(_escaped, part))
+    return "".join(out)
 
 
 def choose_style(stream: IO[str], mode: ColorMode = "auto") -> Style:
@@ -795,4 +828,4 @@ def render_log(
         if entry.turn is not None:
             step = here
         _render_entry(entry, lookup, style, "", max_lines, out, tracebacks)
-    return out
+    return [terminal_safe(line, style) for line in out]

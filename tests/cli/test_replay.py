@@ -187,6 +187,22 @@ def test_colour_is_used_only_when_asked_for_or_on_a_terminal(cli: Cli, root: Pat
     assert "\x1b[" not in cli("replay", log, "--color", "never").out
 
 
+def test_control_characters_from_the_log_are_shown_escaped_and_only_the_commands_colours_pass(
+    cli: Cli, root: Path
+) -> None:
+    # A tool's output that would retitle the terminal, clear it, ring it,
+    # paint it and reverse what is read; and a name with a cursor move.
+    output = "before\x1b]0;PWNED\x07\x1b[2J\x1b[32mgreen\u202eafter"
+    log = _log(root / "log.jsonl", call_event(1, 1, "a", "x\x1b[1A", {}), result_event("a", _ok(output)))
+    shown = "before\\x1b]0;PWNED\\x07\\x1b[2J\\x1b[32mgreen\\u202eafter"
+    plain = cli("replay", log).out
+    assert shown in plain and "\x1b" not in plain and "\x07" not in plain and "\u202e" not in plain
+    assert "x\\x1b[1A" in plain
+    coloured = cli("replay", log, "--color", "always").out
+    assert "before\\x1b]0;PWNED\\x07\\x1b[2J" in coloured and "\x1b]" not in coloured and "\x1b[2J" not in coloured
+    assert "\x1b[32m✓\x1b[0m" in coloured, "the command's own colours still pass"
+
+
 def test_max_lines_caps_each_card_body(cli: Cli, root: Path) -> None:
     output = "\n".join(f"line {i}" for i in range(100))
     log = _log(root / "log.jsonl", call_event(1, 1, "a", "x", {}), result_event("a", _ok(output)))
