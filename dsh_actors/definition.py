@@ -410,6 +410,8 @@ def timeout_problem(timeout_ms: object) -> str | None:
     """Why ``timeout_ms`` cannot be a tool's (or a mount's) timeout, or None."""
     if timeout_ms is None:
         return None
+    if type(timeout_ms) is int and timeout_ms.bit_length() > 64:  # (no float holds it: a deadline could not be set)
+        return f"timeout_ms must be a positive finite number (got an int of {timeout_ms.bit_length()} bits)"
     if type(timeout_ms) in (int, float) and math.isfinite(cast(float, timeout_ms)) and cast(float, timeout_ms) > 0:
         return None
     return f"timeout_ms must be a positive finite number (got {_shown(timeout_ms)})"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidTypeError, InvalidValueError
+from .json._rules import MAX_INT, surrogate_index, value_problem
 from .model import ToolProgress, UserMessage, slot_setters
 from .signals import AbortSignal, follow, fuse_late
 
@@ -459,8 +460,11 @@ class ToolRunContext:
         the body has returned, a report is dropped. ``progress`` and
         ``total`` are finite numbers, ``message`` text."""
         record = ToolProgress(_number(progress, "progress"), _number(total, "total", optional=True), message)
-        if message is not None and type(message) is not str:
-            raise InvalidTypeError(f"report_progress(message=...) must be a str, not {type(message).__qualname__}")
+        if message is not None:
+            if type(message) is not str:
+                raise InvalidTypeError(f"report_progress(message=...) must be a str, not {type(message).__qualname__}")
+            if surrogate_index(message) >= 0:  # (a listener writing JSON, ACP's or the CLI's, could not)
+                raise InvalidValueError(f"report_progress(message=...): {value_problem(message)}")
         events = self._events
         if events is None:
             return
@@ -548,6 +552,13 @@ def _number(value: Any, name: str, *, optional: bool = False) -> Any:
         return None
     if type(value) is not int and type(value) is not float:
         raise InvalidTypeError(f"report_progress({name}=...) must be a number, not {type(value).__qualname__}")
+    if type(value) is int:
+        if -(2**63) <= value <= MAX_INT:
+            return value
+        raise InvalidValueError(
+            f"report_progress({name}=...) must be a JSON number: an int in [-2**63, 2**64-1] "
+            f"(got an int of {value.bit_length()} bits)"
+        )
     if not math.isfinite(value):
         raise InvalidValueError(f"report_progress({name}=...) must be finite, not {value!r}")
     return value

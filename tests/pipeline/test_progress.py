@@ -145,6 +145,9 @@ def test_a_report_from_a_thread_the_body_waits_for_is_delivered_before_the_resul
         ((float("nan"),), ValueError),
         ((1, float("inf")), ValueError),
         ((1, None, 3), TypeError),
+        ((10**400,), ValueError),  # (no JSON number holds it, no float either)
+        ((1, 2**64), ValueError),
+        ((1, None, "half \ud800"), ValueError),  # a lone surrogate: a listener writing JSON could not
     ],
 )
 def test_bad_progress_values_are_refused_to_the_body(rt: Any, args: tuple[Any, ...], error: type) -> None:

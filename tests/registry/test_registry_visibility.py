@@ -252,6 +252,7 @@ def test_registration_reports_every_problem_of_a_definition_at_once(rt: Any) -> 
         ({"output": ToolOutput(schema={"type": "strin"}, render=lambda a, v: [])}, "output.schema"),
         ({"timeout_ms": float("inf")}, "timeout_ms must be a positive finite number"),
         ({"timeout_ms": 0}, "timeout_ms must be a positive finite number"),
+        ({"timeout_ms": 10**400}, "timeout_ms must be a positive finite number \\(got an int of 1329 bits\\)"),
         ({"parameters": {"type": "string"}}, "parameters"),
         ({"execute": None}, "execute must be callable"),
     ],
