@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dsh_actors import Agent, ApprovalRequest, dumps, materialize
+from dsh_actors import Agent, ApprovalRequest, InvalidTypeError, dumps, materialize
 
 __all__ = [
     "ALLOWED_ONCE",
@@ -81,7 +81,7 @@ class Memory:
 
     def __init__(self, *, per_agent: bool = True) -> None:
         if type(per_agent) is not bool:
-            raise TypeError("policies.approval: per_agent must be True or False")
+            raise InvalidTypeError("policies.approval: per_agent must be True or False")
         self.per_agent = per_agent
         self._lock = threading.Lock()
         self._answers: dict[tuple[Agent | None, str, bytes], str] = {}

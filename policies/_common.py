@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 from dsh_actors import (
     Accept,
     ErrorCode,
     ImageBlock,
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
     ReasoningBlock,
     TextBlock,
     ToolDefinition,
@@ -67,7 +70,7 @@ class Undo:
     def add(self, step: Callable[[], object]) -> None:
         with self._lock:
             if self._done:
-                raise RuntimeError("this policy was already disposed")
+                raise InvalidStateError("this policy was already disposed")
             self._steps.append(step)
 
     @property
@@ -96,13 +99,22 @@ class Undo:
 
 def check_runtime(policy: str, rt: object) -> ToolRuntime:
     if not isinstance(rt, ToolRuntime):
-        raise TypeError(f"{policy}: apply() takes a ToolRuntime, not {type(rt).__qualname__}")
+        raise InvalidTypeError(f"{policy}: apply() takes a ToolRuntime, not {type(rt).__qualname__}")
     return rt
+
+
+def check_no_unknown(policy: str, unknown: Mapping[str, object], *takes: str) -> None:
+    """Refuse the options ``apply`` does not take (its ``**unknown``),
+    naming the ones it does."""
+    if unknown:
+        raise InvalidTypeError(
+            f"{policy}: unknown option(s) {sorted(unknown)}; it takes {', '.join(f'{name}=' for name in takes)}"
+        )
 
 
 def check_bool(policy: str, name: str, value: object) -> bool:
     if type(value) is not bool:
-        raise TypeError(f"{policy}: {name} must be True or False, got {value!r}")
+        raise InvalidTypeError(f"{policy}: {name} must be True or False, got {value!r}")
     return value
 
 
@@ -119,37 +131,37 @@ def check_positive_number(policy: str, name: str, value: object, *, most: float 
     kind = type(value)
     finite = kind is int or (kind is float and math.isfinite(value))  # type: ignore[arg-type]
     if not finite or value <= 0:  # type: ignore[operator]
-        raise ValueError(f"{policy}: {name} must be a positive finite number, got {_shown(value)}")
+        raise InvalidValueError(f"{policy}: {name} must be a positive finite number, got {_shown(value)}")
     if most is not None and value > most:  # type: ignore[operator]
-        raise ValueError(f"{policy}: {name} must be at most {most:g}, got {_shown(value, 'g')}")
+        raise InvalidValueError(f"{policy}: {name} must be at most {most:g}, got {_shown(value, 'g')}")
     try:
         return float(value)  # type: ignore[arg-type]
     except OverflowError:
-        raise ValueError(f"{policy}: {name} must be a positive finite number, got {_shown(value)}") from None
+        raise InvalidValueError(f"{policy}: {name} must be a positive finite number, got {_shown(value)}") from None
 
 
 def check_positive_int(policy: str, name: str, value: object, *, most: int | None = None) -> int:
     if type(value) is not int or value < 1:
-        raise ValueError(f"{policy}: {name} must be a positive integer, got {_shown(value)}")
+        raise InvalidValueError(f"{policy}: {name} must be a positive integer, got {_shown(value)}")
     if most is not None and value > most:
-        raise ValueError(f"{policy}: {name} must be at most {most:,}, got {_shown(value, ',')}")
+        raise InvalidValueError(f"{policy}: {name} must be at most {most:,}, got {_shown(value, ',')}")
     return value
 
 
 def check_callable(policy: str, name: str, value: object) -> Callable[..., Any] | None:
     if value is not None and not callable(value):
-        raise TypeError(f"{policy}: {name} must be callable or None, got {type(value).__qualname__}")
+        raise InvalidTypeError(f"{policy}: {name} must be callable or None, got {type(value).__qualname__}")
     return value
 
 
 def check_names(policy: str, name: str, value: object) -> frozenset[str]:
     """A collection of strings (a bare ``str`` would become its characters)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"{policy}: {name} must be a collection of strings, got {value!r}")
+        raise InvalidTypeError(f"{policy}: {name} must be a collection of strings, got {value!r}")
     names = tuple(value)
     for item in names:
         if type(item) is not str or not item:
-            raise TypeError(f"{policy}: {name} must contain non-empty strings, got {item!r}")
+            raise InvalidTypeError(f"{policy}: {name} must contain non-empty strings, got {item!r}")
     return frozenset(names)
 
 

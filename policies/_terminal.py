@@ -11,7 +11,7 @@ from typing import IO, Any, Final
 
 import orjson
 
-from dsh_actors import AbortSignal, ApprovalRequest, thaw
+from dsh_actors import AbortSignal, ApprovalRequest, InvalidTypeError, InvalidValueError, thaw
 
 from ._answer import ALLOWED_ONCE, CANCELLED, REJECTED, UNAVAILABLE, Answer, Memory, Service
 
@@ -107,11 +107,11 @@ class TerminalPrompt(Service):
         per_agent: bool = True,
     ) -> None:
         if type(max_argument_chars) is not int or max_argument_chars < 1:
-            raise ValueError(f"{_POLICY}: max_argument_chars must be a positive integer")
+            raise InvalidValueError(f"{_POLICY}: max_argument_chars must be a positive integer")
         if type(locale) is not str:
-            raise TypeError(f"{_POLICY}: locale must be a str such as 'en'")
+            raise InvalidTypeError(f"{_POLICY}: locale must be a str such as 'en'")
         if type(remember) is not bool:
-            raise TypeError(f"{_POLICY}: remember must be True or False")
+            raise InvalidTypeError(f"{_POLICY}: remember must be True or False")
         self._memory = Memory(per_agent=per_agent) if remember else None
         self._input = input
         self._output = output

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
-from dsh_actors import ApprovalRequest, ToolRuntime
+from dsh_actors import ApprovalRequest, InvalidTypeError, InvalidValueError, ToolRuntime
 
 from ._answer import (
     ALLOWED_ONCE,
@@ -62,7 +62,7 @@ from ._answer import (
     canonical_arguments,
     decide,
 )
-from ._common import check_runtime
+from ._common import check_no_unknown, check_runtime
 from ._terminal import PROMPT, TerminalPrompt, printable
 
 __all__ = [
@@ -110,11 +110,11 @@ class Rule:
 
     def __post_init__(self) -> None:
         if self.action not in _ACTIONS:
-            raise ValueError(f"{_POLICY}: a rule's action is one of {_ACTIONS}, got {self.action!r}")
+            raise InvalidValueError(f"{_POLICY}: a rule's action is one of {_ACTIONS}, got {self.action!r}")
         if self.tools is not None:
             object.__setattr__(self, "tools", _names(self.tools))
         if self.when is not None and not callable(self.when):
-            raise TypeError(f"{_POLICY}: a rule's when= must be callable (it gets the arguments)")
+            raise InvalidTypeError(f"{_POLICY}: a rule's when= must be callable (it gets the arguments)")
 
     def matches(self, request: ApprovalRequest) -> bool:
         if self.tools is not None and request.tool_name not in self.tools:
@@ -126,11 +126,11 @@ def _names(tools: object) -> frozenset[str]:
     if isinstance(tools, str):
         return frozenset((tools,))
     if not isinstance(tools, Iterable):
-        raise TypeError(f"{_POLICY}: tools must be a name or a collection of names, got {tools!r}")
+        raise InvalidTypeError(f"{_POLICY}: tools must be a name or a collection of names, got {tools!r}")
     names = tuple(tools)
     for name in names:
         if type(name) is not str or not name:
-            raise TypeError(f"{_POLICY}: tool names must be non-empty strings, got {name!r}")
+            raise InvalidTypeError(f"{_POLICY}: tool names must be non-empty strings, got {name!r}")
     return frozenset(names)
 
 
@@ -170,15 +170,15 @@ class RuleService(Service):
         ask: Callable[[ApprovalRequest], Any] | None = None,
     ) -> None:
         if isinstance(rules, Rule):
-            raise TypeError(f"{_POLICY}: rules must be a collection of Rule, not a single Rule")
+            raise InvalidTypeError(f"{_POLICY}: rules must be a collection of Rule, not a single Rule")
         self.rules = tuple(rules)
         for rule in self.rules:
             if not isinstance(rule, Rule):
-                raise TypeError(f"{_POLICY}: rules must be Rule objects, got {type(rule).__qualname__}")
+                raise InvalidTypeError(f"{_POLICY}: rules must be Rule objects, got {type(rule).__qualname__}")
         if default not in _ACTIONS:
-            raise ValueError(f"{_POLICY}: default is one of {_ACTIONS}, got {default!r}")
+            raise InvalidValueError(f"{_POLICY}: default is one of {_ACTIONS}, got {default!r}")
         if ask is not None and not callable(ask):
-            raise TypeError(f"{_POLICY}: ask= must be an approval service (callable)")
+            raise InvalidTypeError(f"{_POLICY}: ask= must be an approval service (callable)")
         self.default: Action = default
         self.ask = ask
 
@@ -217,9 +217,9 @@ class RememberingService(Service):
 
     def __init__(self, inner: Callable[[ApprovalRequest], Any], *, per_agent: bool = True) -> None:
         if not callable(inner):
-            raise TypeError(f"{_POLICY}: RememberingService wraps an approval service (a callable)")
+            raise InvalidTypeError(f"{_POLICY}: RememberingService wraps an approval service (a callable)")
         if type(per_agent) is not bool:
-            raise TypeError(f"{_POLICY}: per_agent must be True or False")
+            raise InvalidTypeError(f"{_POLICY}: per_agent must be True or False")
         self.inner = inner
         self.per_agent = per_agent
         self._memory = Memory(per_agent=per_agent)
@@ -255,10 +255,9 @@ def apply(
     """Install ``service`` with ``rt.approvals.set``; the disposer restores
     the previous service."""
     check_runtime(_POLICY, rt)
-    if unknown:
-        raise TypeError(f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes service=")
+    check_no_unknown(_POLICY, unknown, "service")
     if service is None:
-        raise TypeError(f"{_POLICY}: service= is required (for example RuleService(...) or TerminalPrompt())")
+        raise InvalidTypeError(f"{_POLICY}: service= is required (for example RuleService(...) or TerminalPrompt())")
     if not callable(service):
-        raise TypeError(f"{_POLICY}: service must be callable: service(request) -> str")
+        raise InvalidTypeError(f"{_POLICY}: service must be callable: service(request) -> str")
     return rt.approvals.set(cast(Any, service))

@@ -57,9 +57,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dsh_actors import ToolExecution, ToolRuntime, dumps
+from dsh_actors import InvalidStateError, InvalidTypeError, ToolExecution, ToolRuntime, dumps
 
-from ._common import ToolExecutionResult, Undo, check_bool, check_positive_int, check_runtime, code_of
+from ._common import ToolExecutionResult, Undo, check_bool, check_no_unknown, check_positive_int, check_runtime, code_of
 
 __all__ = ["Metrics", "apply", "install"]
 
@@ -141,10 +141,10 @@ class Metrics:
         self.max_samples = check_positive_int(_POLICY, "max_samples", max_samples, most=MOST_SAMPLES)
         self.nested = check_bool(_POLICY, "nested", nested)
         if not callable(clock):
-            raise TypeError(f"{_POLICY}: clock must be callable (seconds as a float)")
+            raise InvalidTypeError(f"{_POLICY}: clock must be callable (seconds as a float)")
         now = clock()  # (asked now, not first in a call's hooks, where its error would fail the call)
         if type(now) not in (int, float) or not math.isfinite(now):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{_POLICY}: clock must return seconds as a float, and it returned {type(now).__qualname__}"
             )
         self._clock = clock
@@ -209,7 +209,7 @@ class Metrics:
         """Subscribe to ``rt``'s events; return the disposer (also :meth:`dispose`)."""
         check_runtime(_POLICY, rt)
         if self.installed:
-            raise RuntimeError(f"{_POLICY}: this Metrics object is already installed; dispose it first")
+            raise InvalidStateError(f"{_POLICY}: this Metrics object is already installed; dispose it first")
         undo = Undo()
         undo.add(self._forget_trips)
         undo.add(rt.events.on("tools/pre-execute", self._on_pre_execute, prepend=True))
@@ -312,14 +312,11 @@ def apply(rt: ToolRuntime, /, *, metrics: Metrics | None = None, **config: Any) 
     check_runtime(_POLICY, rt)
     if metrics is not None:
         if not isinstance(metrics, Metrics):
-            raise TypeError(f"{_POLICY}: metrics must be a Metrics, not {type(metrics).__qualname__}")
+            raise InvalidTypeError(f"{_POLICY}: metrics must be a Metrics, not {type(metrics).__qualname__}")
         if config:
-            raise TypeError(f"{_POLICY}: pass options to Metrics(...) or here, not both ({sorted(config)})")
+            raise InvalidTypeError(f"{_POLICY}: pass options to Metrics(...) or here, not both ({sorted(config)})")
     else:
         unknown = set(config) - {"max_samples", "nested", "clock"}
-        if unknown:
-            raise TypeError(
-                f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes metrics=, max_samples=, nested=, clock="
-            )
+        check_no_unknown(_POLICY, unknown, "metrics", "max_samples", "nested", "clock")
         metrics = Metrics(**config)
     return metrics.install(rt)

@@ -94,6 +94,8 @@ from dsh_actors import (
     Ask,
     Cancel,
     Deny,
+    InvalidStateError,
+    InvalidTypeError,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
@@ -102,7 +104,7 @@ from dsh_actors import (
     thaw,
 )
 
-from ._common import Undo, check_bool, check_runtime, executable_definition
+from ._common import Undo, check_bool, check_no_unknown, check_runtime, executable_definition
 
 __all__ = ["apply"]
 
@@ -413,25 +415,21 @@ def apply(
     ``capture_content``: record arguments and results on the spans.
     """
     check_runtime(_POLICY, rt)
-    if unknown:
-        raise TypeError(
-            f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes tracer_provider=, capture_content=, "
-            "meter_provider="
-        )
+    check_no_unknown(_POLICY, unknown, "tracer_provider", "capture_content", "meter_provider")
     check_bool(_POLICY, "capture_content", capture_content)
     for name, provider, method in (
         ("tracer_provider", tracer_provider, "get_tracer"),
         ("meter_provider", meter_provider, "get_meter"),
     ):
         if provider is not None and not callable(getattr(provider, method, None)):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{_POLICY}: {name} must be an OpenTelemetry provider (with {method}()) or None, "
                 f"not {type(provider).__qualname__}"
             )
     try:
         policy = OtelPolicy(rt, tracer_provider, meter_provider, capture_content)
     except ImportError as exc:
-        raise RuntimeError(
+        raise InvalidStateError(
             f"{_POLICY} needs OpenTelemetry: install the otel extra (pip install 'dsh-actors[otel]')"
         ) from exc
     undo = Undo()

@@ -50,7 +50,14 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dsh_actors import LONGEST_WAIT_MS, ErrorCode, ToolExecution, ToolExecutionFailure, ToolRuntime
+from dsh_actors import (
+    LONGEST_WAIT_MS,
+    ErrorCode,
+    InvalidValueError,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolRuntime,
+)
 
 from ._common import (
     ToolExecutionResult,
@@ -58,6 +65,7 @@ from ._common import (
     check_bool,
     check_callable,
     check_names,
+    check_no_unknown,
     check_positive_int,
     check_positive_number,
     check_runtime,
@@ -169,11 +177,7 @@ def apply(
 ) -> Callable[[], None]:
     """Install the retry wrapper on ``rt``; return its disposer."""
     check_runtime(_POLICY, rt)
-    if unknown:
-        raise TypeError(
-            f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes tools=, predicate=, codes=, "
-            "attempts=, base_ms=, max_ms=, prepend="
-        )
+    check_no_unknown(_POLICY, unknown, "tools", "predicate", "codes", "attempts", "base_ms", "max_ms", "prepend")
     names = check_names(_POLICY, "tools", tools)
     check_callable(_POLICY, "predicate", predicate)
     extra = check_names(_POLICY, "codes", codes)
@@ -181,7 +185,7 @@ def apply(
     base = check_positive_number(_POLICY, "base_ms", base_ms, most=LONGEST_WAIT_MS)
     cap = check_positive_number(_POLICY, "max_ms", max_ms, most=LONGEST_WAIT_MS)
     if cap < base:
-        raise ValueError(f"{_POLICY}: max_ms ({max_ms!r}) must be at least base_ms ({base_ms!r})")
+        raise InvalidValueError(f"{_POLICY}: max_ms ({max_ms!r}) must be at least base_ms ({base_ms!r})")
     check_bool(_POLICY, "prepend", prepend)
     policy = RetryPolicy(
         rt,

@@ -69,9 +69,9 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dsh_actors import Accept, Agent, TextBlock, ToolExecution, ToolRuntime
+from dsh_actors import Accept, Agent, InvalidTypeError, InvalidValueError, TextBlock, ToolExecution, ToolRuntime
 
-from ._common import UNSET, ContentBlock, ToolExecutionResult, Undo, check_bool, check_runtime
+from ._common import UNSET, ContentBlock, ToolExecutionResult, Undo, check_bool, check_no_unknown, check_runtime
 
 __all__ = ["MIN_PREVIEW_BYTES", "SpillPolicy", "apply", "preview"]
 
@@ -262,17 +262,19 @@ class SpillPolicy:
 
 def _check_directory(directory: object) -> str:
     if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(f"{_POLICY}: directory must be a str or a path, got {directory!r}")
+        raise InvalidTypeError(f"{_POLICY}: directory must be a str or a path, got {directory!r}")
     path = os.fspath(directory)
     if not isinstance(path, str) or not path:
-        raise TypeError(f"{_POLICY}: directory must be a non-empty str path, got {directory!r}")
+        raise InvalidTypeError(f"{_POLICY}: directory must be a non-empty str path, got {directory!r}")
     path = os.path.abspath(path)
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{_POLICY}: directory {path!r} is not valid UTF-8 (it is shown to the model)") from None
+        raise InvalidValueError(
+            f"{_POLICY}: directory {path!r} is not valid UTF-8 (it is shown to the model)"
+        ) from None
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"{_POLICY}: directory {path!r} exists and is not a directory")
+        raise InvalidValueError(f"{_POLICY}: directory {path!r} exists and is not a directory")
     return path
 
 
@@ -299,18 +301,15 @@ def apply(
 ) -> Callable[[], None]:
     """Install the spill listeners on ``rt``; return their disposer."""
     check_runtime(_POLICY, rt)
-    if unknown:
-        raise TypeError(
-            f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes directory=, max_inline_bytes=, ptc_log="
-        )
+    check_no_unknown(_POLICY, unknown, "directory", "max_inline_bytes", "ptc_log")
     if directory is None:
-        raise TypeError(f"{_POLICY}: directory= is required (where spill files go)")
+        raise InvalidTypeError(f"{_POLICY}: directory= is required (where spill files go)")
     path = _check_directory(directory)
     if type(max_inline_bytes) is not int or max_inline_bytes < 1:
-        raise ValueError(f"{_POLICY}: max_inline_bytes must be a positive integer, got {max_inline_bytes!r}")
+        raise InvalidValueError(f"{_POLICY}: max_inline_bytes must be a positive integer, got {max_inline_bytes!r}")
     need = required_cap(path)
     if max_inline_bytes < need:
-        raise ValueError(
+        raise InvalidValueError(
             f"{_POLICY}: max_inline_bytes={max_inline_bytes} cannot hold a preview and the spill locator "
             f"for directory {path!r}; it needs at least {need}"
         )

@@ -64,7 +64,7 @@ from dsh_actors import (
     ToolTimeoutError,
 )
 
-from ._common import ToolExecutionResult, Undo, check_bool, check_runtime, executable_definition
+from ._common import ToolExecutionResult, Undo, check_bool, check_no_unknown, check_runtime, executable_definition
 from ._timer import DeadlineTimer
 
 __all__ = ["TimeoutPolicy", "apply", "timeout_failure"]
@@ -135,8 +135,7 @@ def apply(rt: ToolRuntime, /, *, prepend: bool = False, **unknown: Any) -> Calla
     instead of the innermost one installed so far.
     """
     check_runtime(_POLICY, rt)
-    if unknown:
-        raise TypeError(f"{_POLICY}: unknown option(s) {sorted(unknown)}; it takes prepend=")
+    check_no_unknown(_POLICY, unknown, "prepend")
     check_bool(_POLICY, "prepend", prepend)
     policy = TimeoutPolicy(rt)
     undo = Undo()

@@ -61,9 +61,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh_actors import Agent, ToolExecution, ToolRuntime
+from dsh_actors import Agent, InvalidTypeError, InvalidValueError, ToolExecution, ToolRuntime
 
-from ._common import check_runtime
+from ._common import check_no_unknown, check_runtime
 
 __all__ = ["CallTimeline", "Recorder", "apply", "record"]
 
@@ -134,7 +134,7 @@ class Recorder:
         self.pid = pid
         self.process_name = process_name
         if epoch_ns is not None and type(epoch_ns) is not int:
-            raise TypeError(
+            raise InvalidTypeError(
                 f"{_POLICY}: epoch_ns must be a time.perf_counter_ns() value (an int) or None, not {type(epoch_ns).__qualname__}"
             )
         self.epoch_ns = time.perf_counter_ns() if epoch_ns is None else epoch_ns
@@ -413,29 +413,35 @@ def apply(
     recorder: Recorder | None = None,
     path: str | os.PathLike[str] | None = None,
     scope: Agent | None = None,
+    **unknown: Any,
 ) -> Callable[[], None]:
     """Install the five listeners on ``rt`` (``scope``: only that agent's
     calls and its descendants'); return the undo. With ``path``, the undo
     also writes the trace file there (its folder must exist: it is checked
     now, not when the trace is written)."""
     check_runtime(_POLICY, rt)
+    check_no_unknown(_POLICY, unknown, "recorder", "path", "scope")
     if recorder is not None and not isinstance(recorder, Recorder):
-        raise TypeError(f"{_POLICY}: recorder must be a policies.trace.Recorder, not {type(recorder).__qualname__}")
+        raise InvalidTypeError(
+            f"{_POLICY}: recorder must be a policies.trace.Recorder, not {type(recorder).__qualname__}"
+        )
     if path is not None:
         if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"{_POLICY}: path must be a file path (str or os.PathLike), not {type(path).__qualname__}")
+            raise InvalidTypeError(
+                f"{_POLICY}: path must be a file path (str or os.PathLike), not {type(path).__qualname__}"
+            )
         text = os.fspath(path)
         if "\0" in str(text):
-            raise ValueError(f"{_POLICY}: path {text!r} holds a NUL character, which no file path may")
+            raise InvalidValueError(f"{_POLICY}: path {text!r} holds a NUL character, which no file path may")
         if os.path.isdir(text):
-            raise ValueError(
+            raise InvalidValueError(
                 f"{_POLICY}: path {text!r} is a folder: give the trace file's path, such as its folder plus 'trace.json'"
             )
         folder = os.path.dirname(os.path.abspath(text))
         if not os.path.isdir(folder):
-            raise ValueError(f"{_POLICY}: path {text!r}: its folder {folder!r} does not exist")
+            raise InvalidValueError(f"{_POLICY}: path {text!r}: its folder {folder!r} does not exist")
     if scope is not None and not isinstance(scope, Agent):
-        raise TypeError(f"{_POLICY}: scope must be an Agent or None, not {type(scope).__qualname__}")
+        raise InvalidTypeError(f"{_POLICY}: scope must be an Agent or None, not {type(scope).__qualname__}")
     rec = Recorder() if recorder is None else recorder
     now = rec.now
 

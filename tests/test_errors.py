@@ -145,3 +145,33 @@ def test_defer_context_given_text_names_how_to_make_a_user_message(rt: ToolRunti
     assert result.error.message == (
         'defer_context takes a UserMessage, not str: ctx.defer_context(UserMessage([text("...")]))'
     )
+
+
+def test_the_plugins_and_optional_parts_refuse_bad_options_with_dsh_errors(rt: ToolRuntime) -> None:
+    import policies.approval
+    import policies.retry
+    import policies.spill
+    import policies.trace
+    from dsh_actors import Agent
+    from dsh_actors.acp import attach
+    from dsh_actors.providers.openai import calls
+    from executors.ptc import PtcExecutor
+
+    cases: list[tuple[type[Exception], str, object]] = [
+        (ValueError, "attempts must be a positive integer", lambda: rt.use(policies.retry, attempts=0)),
+        (
+            TypeError,
+            r"unknown option\(s\) \['bogus'\]; it takes recorder=, path=, scope=",
+            lambda: rt.use(policies.trace, bogus=1),
+        ),
+        (TypeError, "service= is required", lambda: rt.use(policies.approval)),
+        (TypeError, "directory= is required", lambda: rt.use(policies.spill)),
+        (ValueError, "timeout_ms must be a positive finite number", lambda: PtcExecutor(timeout_ms=0)),
+        (ValueError, "choices", lambda: calls({"choices": 5})),
+        (TypeError, "agent must be an Agent", lambda: attach(rt, object(), "s1", agent="main")),  # type: ignore[arg-type]
+        (RuntimeError, "event loop", lambda: attach(rt, object(), "s1", agent=Agent("main"))),  # type: ignore[arg-type]
+    ]
+    for builtin, match, attempt in cases:
+        with pytest.raises(builtin, match=match) as caught:
+            attempt()  # type: ignore[operator]
+        assert isinstance(caught.value, DshError) and caught.value.code == ErrorCode.INVALID_USE, match

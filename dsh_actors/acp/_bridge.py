@@ -39,7 +39,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from ..definition import ToolDefinition
-from ..errors import ToolPolicyError, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, ToolPolicyError, safe_str
 from ..events import Disposer, in_scope
 from ..execution import ToolExecution
 from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess, ToolProgress
@@ -219,9 +219,9 @@ class AcpSession:
         controller = AbortController()
         with self._lock:
             if self._state.detached:
-                raise RuntimeError(f"ACP session {self.session_id!r} is detached from its runtime")
+                raise InvalidStateError(f"ACP session {self.session_id!r} is detached from its runtime")
             if self._state.turn is not None:
-                raise RuntimeError(f"ACP session {self.session_id!r} is already running a prompt turn")
+                raise InvalidStateError(f"ACP session {self.session_id!r} is already running a prompt turn")
             self._state.turn = controller
         try:
             yield Turn(controller.signal)
@@ -614,13 +614,13 @@ def attach(
     ``cwd``: the session's working folder (``session/new``'s ``cwd``);
     relative paths of locations and diffs are resolved against it."""
     if not isinstance(agent, Agent):
-        raise TypeError(f"attach(): agent must be an Agent, got {type(agent).__qualname__}")
+        raise InvalidTypeError(f"attach(): agent must be an Agent, got {type(agent).__qualname__}")
     if not isinstance(session_id, str) or not session_id:
-        raise TypeError("attach(): session_id must be a non-empty str")
+        raise InvalidTypeError("attach(): session_id must be a non-empty str")
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        raise RuntimeError(
+        raise InvalidStateError(
             "attach() must be called on the ACP connection's event loop (from an async handler)"
         ) from None
     return AcpSession(rt, client, session_id, agent=agent, cwd=cwd, loop=loop)

@@ -27,7 +27,7 @@ from acp import run_agent, stdio_streams
 from acp.interfaces import Agent
 from loguru import logger
 
-from ..errors import safe_str
+from ..errors import InvalidTypeError, safe_str
 
 __all__ = ["CheckedTransport", "serve"]
 
@@ -206,6 +206,6 @@ async def serve(
     cancelled the handlers still running."""
     if reader is None or writer is None:
         if reader is not None or writer is not None:
-            raise TypeError("serve(): pass both reader and writer, or neither (stdio)")
+            raise InvalidTypeError("serve(): pass both reader and writer, or neither (stdio)")
         reader, writer = await stdio_streams(limit=STREAM_LIMIT)
     await run_agent(agent, CheckedTransport(reader, writer))

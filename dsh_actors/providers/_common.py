@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import InvalidStateError, InvalidTypeError, safe_repr, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_repr, safe_str
 from ..executor_protocol import ToolModelInput
 from ..model import (
     ContentBlock,
@@ -32,9 +32,9 @@ IMAGE_TYPES: Final = ("image/png", "image/jpeg", "image/gif", "image/webp")
 reaches the model as a text note saying it was left out."""
 
 
-class ProviderFormatError(ValueError):
+class ProviderFormatError(InvalidValueError):
     """A response (or part of one) that is not in the shape the module
-    reads. ``path`` says where (``response.choices[0].message.tool_calls[1]
+    reads (a :class:`DshError` that is also a ``ValueError``). ``path`` says where (``response.choices[0].message.tool_calls[1]
     .function``), ``problem`` what is wrong; the message is ``path: problem``,
     one line."""
 

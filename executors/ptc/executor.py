@@ -40,6 +40,9 @@ from loguru import logger
 from dsh_actors import (
     LONGEST_WAIT_MS,
     CodeRunFailedError,
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
     NativeExecutor,
     ToolDefinition,
     ToolModelInput,
@@ -122,7 +125,7 @@ def _render(args: Any, value: Any) -> list[Any]:
 
 def _positive_int(value: object, what: str) -> int:
     if type(value) is not int or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+        raise InvalidValueError(f"{what} must be a positive integer, got {value!r}")
     return value
 
 
@@ -191,9 +194,11 @@ class PtcExecutor(NativeExecutor):
     ) -> None:
         super().__init__(max_parallel_tool_calls)
         if type(timeout_ms) not in (int, float) or not math.isfinite(timeout_ms) or timeout_ms <= 0:
-            raise ValueError(f"timeout_ms must be a positive finite number, got {timeout_ms!r}")
+            raise InvalidValueError(f"timeout_ms must be a positive finite number, got {timeout_ms!r}")
         if timeout_ms > LONGEST_WAIT_MS:
-            raise ValueError(f"timeout_ms must be at most {LONGEST_WAIT_MS:g} (about 11.6 days), got {timeout_ms:g}")
+            raise InvalidValueError(
+                f"timeout_ms must be at most {LONGEST_WAIT_MS:g} (about 11.6 days), got {timeout_ms:g}"
+            )
         self.timeout_ms = timeout_ms
         self.max_parallel_sub_calls = _positive_int(max_parallel_sub_calls, "max_parallel_sub_calls")
         self.memory_limit_mb = _positive_int(memory_limit_mb, "memory_limit_mb")
@@ -202,18 +207,18 @@ class PtcExecutor(NativeExecutor):
         self.max_message_bytes = max(8 << 20, 4 * self.max_output_bytes)
         spares = _positive_int(spare_workers, "spare_workers")
         if isinstance(worker_command, (str, bytes)):
-            raise TypeError(
+            raise InvalidTypeError(
                 "worker_command is the worker's argv, a sequence of str such as ['python3', '-I'], "
                 f"not one {type(worker_command).__name__}"
             )
         command = default_command() if worker_command is None else list(worker_command)
         if not command or not all(type(part) is str for part in command):
-            raise ValueError("worker_command must be a non-empty sequence of str")
+            raise InvalidValueError("worker_command must be a non-empty sequence of str")
         if worker_env is not None and not isinstance(worker_env, Mapping):
-            raise TypeError(f"worker_env must be a mapping of str to str, not {type(worker_env).__qualname__}")
+            raise InvalidTypeError(f"worker_env must be a mapping of str to str, not {type(worker_env).__qualname__}")
         env = _default_env() if worker_env is None else dict(worker_env)
         if not all(type(k) is str and type(v) is str for k, v in env.items()):
-            raise ValueError("worker_env must map str to str")
+            raise InvalidValueError("worker_env must map str to str")
         self.worker_command = tuple(command)
         self.workers = WorkerPool(command, env, spares)
         guide = _guide(
@@ -287,7 +292,7 @@ class PtcExecutor(NativeExecutor):
             if self._runtime is runtime:
                 return
             if self._ptc_closed:
-                raise RuntimeError("this PtcExecutor is closed")
+                raise InvalidStateError("this PtcExecutor is closed")
         super().bind(runtime)
         with self._ptc_lock:
             self._runtime = runtime

@@ -43,6 +43,8 @@ from typing import Any, Final, TypeVar
 
 from loguru import logger
 
+from dsh_actors import InvalidStateError
+
 fcntl: Any
 try:
     import fcntl
@@ -371,7 +373,7 @@ class WorkerPool:
         future: Future[T] = Future()
         with self._lock:
             if self._closed:
-                raise RuntimeError("the PTC executor is closed")
+                raise InvalidStateError("the PTC executor is closed")
             if self._spawner is None:
                 self._spawner = threading.Thread(target=self._serve, name="dsh-ptc-spawn", daemon=True)
                 self._spawner.start()
@@ -442,7 +444,7 @@ class WorkerPool:
         while True:
             with self._lock:
                 if self._closed:
-                    raise RuntimeError("the PTC executor is closed")
+                    raise InvalidStateError("the PTC executor is closed")
                 worker = self._idle.popleft() if self._idle else None
             if worker is None:
                 worker = self._spawn()
@@ -455,7 +457,7 @@ class WorkerPool:
                     self._busy.add(worker)
             if closed:
                 self.discard(worker)
-                raise RuntimeError("the PTC executor is closed")
+                raise InvalidStateError("the PTC executor is closed")
             return worker
 
     def discard(self, worker: Worker) -> None:

@@ -22,6 +22,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from dsh_actors import InvalidValueError
+
 __all__ = ["acquire", "alive", "board", "release", "token"]
 
 _lock = threading.Lock()
@@ -77,7 +79,7 @@ def acquire(address: str | None, init_options: Mapping[str, Any]) -> tuple[bool,
             if address is not None and "://" not in address and address != "auto":
                 current = _gcs_address()
                 if current is not None and current != address:
-                    raise ValueError(
+                    raise InvalidValueError(
                         f"this process is already connected to the Ray cluster at {current}, "
                         f"not {address} (one connection per process)"
                     )

@@ -28,7 +28,16 @@ import ray
 from ray import cloudpickle
 from ray import exceptions as rex
 
-from dsh_actors import AbortError, DshError, NativeExecutor, ToolOutputError, dumps, loads
+from dsh_actors import (
+    AbortError,
+    DshError,
+    InvalidTypeError,
+    InvalidValueError,
+    NativeExecutor,
+    ToolOutputError,
+    dumps,
+    loads,
+)
 
 from . import connection
 from .errors import (
@@ -68,7 +77,7 @@ def _ms(value: Any, name: str, *, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
     if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number of milliseconds >= 0, got {value!r}")
+        raise InvalidValueError(f"{name} must be a finite number of milliseconds >= 0, got {value!r}")
     return float(value)
 
 
@@ -161,21 +170,21 @@ class RayExecutor(NativeExecutor):
     ) -> None:
         super().__init__(max_parallel_tool_calls)
         if address is not None and (type(address) is not str or not address):
-            raise ValueError("address must be a non-empty str or None")
+            raise InvalidValueError("address must be a non-empty str or None")
         if isinstance(remote, str):
-            raise TypeError("remote= takes a predicate, a collection of tool names or a mapping, not a str")
+            raise InvalidTypeError("remote= takes a predicate, a collection of tool names or a mapping, not a str")
         if remote is not None and not (callable(remote) or isinstance(remote, (Mapping, set, frozenset, list, tuple))):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"remote= must be a predicate, a collection of names or a mapping, got {type(remote).__qualname__}"
             )
         if type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0:
-            raise ValueError(f"num_cpus must be a finite number >= 0, got {num_cpus!r}")
+            raise InvalidValueError(f"num_cpus must be a finite number >= 0, got {num_cpus!r}")
         if type(max_retries) is not int or max_retries < -1:
-            raise ValueError(f"max_retries must be an int >= -1, got {max_retries!r}")
+            raise InvalidValueError(f"max_retries must be an int >= -1, got {max_retries!r}")
         actors = dict(actors or {})
         for key, actor in actors.items():
             if type(key) is not str or not isinstance(actor, RayActor):
-                raise TypeError("actors= maps names (str) to RayActor objects")
+                raise InvalidTypeError("actors= maps names (str) to RayActor objects")
         self.address = address
         self.remote = remote
         self.num_cpus = num_cpus

@@ -23,6 +23,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsh_actors import InvalidTypeError, InvalidValueError
+
 __all__ = ["ActorMethod", "RayActor", "RayTask", "placement"]
 
 _TASK_KEYS = ("num_cpus", "num_gpus", "resources", "max_retries", "memory")
@@ -95,11 +97,11 @@ class RayActor:
         **kwargs: Any,
     ) -> None:
         if not isinstance(cls, type):
-            raise TypeError(f"RayActor takes a class, got {type(cls).__qualname__}")
+            raise InvalidTypeError(f"RayActor takes a class, got {type(cls).__qualname__}")
         if name is not None and (type(name) is not str or not name):
-            raise ValueError("RayActor name must be a non-empty str or None")
+            raise InvalidValueError("RayActor name must be a non-empty str or None")
         if type(max_concurrency) is not int or max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+            raise InvalidValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
         self.cls = cls
         self.args = args
         self.kwargs = kwargs
@@ -113,7 +115,7 @@ class RayActor:
 
     def method(self, name: str) -> ActorMethod:
         if type(name) is not str or not name:
-            raise ValueError("a method name must be a non-empty str")
+            raise InvalidValueError("a method name must be a non-empty str")
         return ActorMethod(self, name)
 
     def __repr__(self) -> str:
@@ -146,7 +148,7 @@ def _from_meta(value: Any, actors: Mapping[str, RayActor], tool: str) -> Placeme
             name = value["actor"]
             actor = actors.get(name) if type(name) is str else None
             if actor is None:
-                raise ValueError(
+                raise InvalidValueError(
                     f'tool "{tool}": meta["ray"]["actor"] is {name!r}, which is not one of the '
                     f"executor's actors ({sorted(actors)})"
                 )
@@ -154,7 +156,7 @@ def _from_meta(value: Any, actors: Mapping[str, RayActor], tool: str) -> Placeme
             return ActorMethod(actor, method if type(method) is str else None)
         unknown = sorted(k for k in value if k not in _TASK_KEYS)
         if unknown:
-            raise ValueError(f'tool "{tool}": unknown meta["ray"] option(s) {unknown}')
+            raise InvalidValueError(f'tool "{tool}": unknown meta["ray"] option(s) {unknown}')
         resources = value.get("resources")
         return RayTask(
             num_cpus=value.get("num_cpus"),
@@ -163,7 +165,7 @@ def _from_meta(value: Any, actors: Mapping[str, RayActor], tool: str) -> Placeme
             memory=value.get("memory"),
             max_retries=value.get("max_retries"),
         )
-    raise ValueError(f'tool "{tool}": meta["ray"] must be a bool, a mapping, a RayTask or a RayActor')
+    raise InvalidValueError(f'tool "{tool}": meta["ray"] must be a bool, a mapping, a RayTask or a RayActor')
 
 
 Remote = Callable[[Any], Any] | Collection[str] | Mapping[str, Any] | None
