@@ -40,7 +40,7 @@ from ..messages import (
 )
 from ..model import Agent, ToolActivationContext, ToolBatchInput
 from ..scheduling.start import start_batch
-from ._private import WriteRequest, _Apply, _ScopeIdle
+from ._private import RELEASE, WriteRequest, _Apply, _ScopeIdle, release_last_message
 from .scope import ScopeActor
 from .toolset_actor import ToolSetActor, _Begin
 
@@ -99,6 +99,8 @@ class RegistryActor(ActorBase):
             )
 
     def receive(self, message: Any) -> Any:
+        if message is RELEASE:
+            return None
         self.check_message(message)
         inbox: _Inbox = message
         match inbox:
@@ -116,6 +118,7 @@ class RegistryActor(ActorBase):
                 self._retire(inbox)
             case _:
                 assert_never(inbox)
+        release_last_message(self)  # (an agent the application dropped is not kept by this loop)
         return None
 
     # -- writes ------------------------------------------------------------

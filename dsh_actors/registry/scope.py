@@ -47,7 +47,7 @@ from ..visibility import (
     inherited,
     visible,
 )
-from ._private import WriteRequest, _Apply, _ScopeIdle
+from ._private import RELEASE, WriteReply, WriteRequest, _Apply, _ScopeIdle, release_last_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
@@ -90,15 +90,21 @@ class ScopeActor(ActorBase):
     # -- the loop ----------------------------------------------------------
 
     def receive(self, message: Any) -> Any:
+        if message is RELEASE:
+            return None
         if not isinstance(message, _Apply):
             raise InvalidTypeError(f"a scope actor does not understand {type(message).__qualname__}")
         self._handled += 1
         value: Any = None
         error: BaseException | None = None
-        try:
-            value = self._apply(message.request)
-        except BaseException as exc:  # noqa: BLE001 - goes to the requester
-            error = exc
+        reply = message.reply
+        if isinstance(reply, WriteReply) and not reply.begin():
+            pass  # its caller gave up waiting before it started (and was told nothing changed)
+        else:
+            try:
+                value = self._apply(message.request)
+            except BaseException as exc:  # noqa: BLE001 - goes to the requester
+                error = exc
         if self.scope is not None and self._snap.empty:
             # Before replying: whatever the requester sends the registry next
             # is handled after this notice.
@@ -106,7 +112,8 @@ class ScopeActor(ActorBase):
                 self._registry.tell(_ScopeIdle(scope=self.scope, actor_urn=self.actor_urn, handled=self._handled))
             except pykka.ActorDeadError:
                 pass
-        settle(message.reply, value, error)
+        settle(reply, value, error)
+        release_last_message(self)  # (what it held, a definition or a reply, is not kept by this loop)
         return None
 
     def _apply(self, request: WriteRequest) -> Any:

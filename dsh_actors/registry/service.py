@@ -6,7 +6,9 @@ service seen from, and writing into, ``agent``'s scope. Reads
 :meth:`~ToolsService.definitions`, :meth:`~ToolsService.schemas`,
 :meth:`~ToolsService.check_guards`) read published snapshots on the calling
 thread; writes send a message and wait for the reply, at most
-``ASK_TIMEOUT`` seconds, in the calling thread.
+``ASK_TIMEOUT`` seconds, in the calling thread. A write that raises
+``TimeoutError`` leaves nothing behind: one that had not started is never
+applied, one that had is undone once applied (its caller has no disposer).
 
 Every effect returns a :class:`~dsh_actors.events.Disposer` that undoes
 exactly that effect; calling it again does nothing, and calling it after
@@ -74,7 +76,7 @@ from ..visibility import (
     lookup,
     schemas,
 )
-from ._private import STOPPED, WriteRequest
+from ._private import STOPPED, WriteReply, WriteRequest
 from .actor import RegistryActor
 from .offer import model_tools
 from .scope import ScopeActor
@@ -233,8 +235,9 @@ class ToolsService:
         the ``__cause__``). Returns the disposer that unregisters exactly
         this registration.
         """
-        reg = self._write(lambda f: Register(definition=definition, scope=self._scope, when=when, reply=f))
-        return self._disposer(lambda f: Unregister(registration=reg, reply=f))
+        return self._effect(
+            lambda f: Register(definition=definition, scope=self._scope, when=when, reply=f), _unregister
+        )
 
     def restrict(self, restriction: ToolRestriction) -> Disposer:
         """Filter what this scope (and its descendants) inherit: the global
@@ -248,16 +251,14 @@ class ToolsService:
         own names count as unknown; the message lists the known names).
         Returns the disposer that lifts exactly this restriction.
         """
-        contribution = self._write(lambda f: Restrict(restriction=restriction, scope=self._scope, reply=f))
-        return self._disposer(lambda f: Retract(contribution=contribution, reply=f))
+        return self._effect(lambda f: Restrict(restriction=restriction, scope=self._scope, reply=f), _retract)
 
     def guard(self, fn: Guard) -> Disposer:
         """Add a monotonic guard ``fn(execution) -> str | None`` to this
         layer: it runs (on the thread preparing a call) only after
         pre-execute policy allowed the call, and a reason denies it. Returns
         the disposer that removes exactly this guard."""
-        contribution = self._write(lambda f: AddGuard(guard=fn, scope=self._scope, reply=f))
-        return self._disposer(lambda f: Retract(contribution=contribution, reply=f))
+        return self._effect(lambda f: AddGuard(guard=fn, scope=self._scope, reply=f), _retract)
 
     def set_executor(self, executor: Any) -> Disposer:
         """Provide the executor for this scope (global: the deployment
@@ -266,8 +267,7 @@ class ToolsService:
         if present, runs once per runtime first. Disposing leaves the scope
         without an executor until another is set (or restores the one it
         replaced in this scope)."""
-        contribution = self._write(lambda f: SetExecutor(executor=executor, scope=self._scope, reply=f))
-        return self._disposer(lambda f: Retract(contribution=contribution, reply=f))
+        return self._effect(lambda f: SetExecutor(executor=executor, scope=self._scope, reply=f), _retract)
 
     # -- reads -------------------------------------------------------------
 
@@ -734,15 +734,32 @@ class ToolsService:
         except pykka.ActorDeadError:
             raise RuntimeStoppedError(STOPPED) from None
 
-    def _write(self, make: Callable[[Future[Any]], WriteRequest]) -> Any:
+    def _effect(
+        self, make: Callable[[Future[Any]], WriteRequest], undo: Callable[[Any, Future[Any] | None], WriteRequest]
+    ) -> Disposer:
+        """Apply the write ``make(reply)`` and return the disposer that
+        sends ``undo(its answer, reply)``."""
+        done = self._write(make, undo)
+        return self._disposer(partial(undo, done))
+
+    def _write(
+        self, make: Callable[[Future[Any]], WriteRequest], undo: Callable[[Any, Future[Any] | None], WriteRequest]
+    ) -> Any:
         if self._on_registry_thread():
             raise RegistrationError(
                 "the registry cannot be changed from a tools/change listener "
                 "(it runs on the scope actor that would apply the change)"
             )
-        future: Future[Any] = Future()
+        future: WriteReply = WriteReply()
         self._tell(make(future), future)
-        return self._wait(future, "the registry change", limit=ASK_TIMEOUT)
+        try:
+            return self._wait(future, "the registry change", limit=ASK_TIMEOUT)
+        except TimeoutError:
+            if not future.abandoned:
+                # It had started: the caller, who gets no disposer, must not
+                # be left with the effect once it is applied.
+                future.add_done_callback(partial(_undo_late, self._links.registry, undo))
+            raise
 
     def _disposer(self, make: Callable[[Future[Any]], WriteRequest]) -> Disposer:
         rt = self._kernel
@@ -751,7 +768,7 @@ class ToolsService:
         def undo() -> None:
             if not rt.running:
                 return  # stopped: everything is gone already
-            future: Future[Any] = Future()
+            future: WriteReply = WriteReply()
             try:
                 registry.tell(make(future))
             except (pykka.ActorDeadError, RuntimeError):
@@ -775,11 +792,40 @@ class ToolsService:
             try:
                 return future.result(timeout=limit)
             except FutureTimeout:
-                raise TimeoutError(f"{what} did not finish within {limit}s") from None
+                pass
+            if isinstance(future, WriteReply) and future.abandon():
+                raise TimeoutError(
+                    f"{what} did not start within {limit}s (the registry is busy: is a tools/change listener "
+                    "blocked?); nothing was changed"
+                ) from None
+            if future.done():
+                return future.result()
+            raise TimeoutError(f"{what} did not finish within {limit}s (a tools/change listener has not returned)")
 
 
 def _running(rt: Kernel) -> bool:
     return rt.running
+
+
+def _unregister(registration: Any, reply: Future[Any] | None) -> WriteRequest:
+    return Unregister(registration=registration, reply=reply)
+
+
+def _retract(contribution: Any, reply: Future[Any] | None) -> WriteRequest:
+    return Retract(contribution=contribution, reply=reply)
+
+
+def _undo_late(
+    registry: pykka.ActorRef[Any], undo: Callable[[Any, Future[Any] | None], WriteRequest], done: Future[Any]
+) -> None:
+    """Undo a write whose caller gave up waiting (``TimeoutError``) once it
+    is applied. On the thread that settled it: a message, nothing else."""
+    if done.cancelled() or done.exception() is not None:
+        return
+    try:
+        registry.tell(undo(done.result(), None))
+    except (pykka.ActorDeadError, RuntimeError):
+        pass  # stopped: everything is gone already
 
 
 def _following(signal: Any) -> AbortController | None:
