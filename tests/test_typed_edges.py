@@ -217,3 +217,35 @@ def test_an_emitted_listener_that_returns_a_coroutine_is_logged_and_its_coroutin
     assert ran == [1]  # the plain listener after it still ran
     assert len(records) == 1
     assert "observe returned a coroutine" in records[0]["message"] and "plain def" in records[0]["message"]
+
+
+def test_a_tools_change_listener_that_returns_a_coroutine_is_logged_and_the_change_stands(library_logs: None) -> None:
+    from loguru import logger
+
+    from dsh_actors import ToolRuntime
+
+    async def changed() -> None:
+        raise AssertionError("never runs")
+
+    @functools.wraps(changed)
+    def wrapped() -> Any:
+        return changed()
+
+    records: list[Any] = []
+    sink = logger.add(lambda message: records.append(message.record), level="ERROR")
+    try:
+        with ToolRuntime() as rt, warnings.catch_warnings():
+            warnings.simplefilter("error")  # closed: no "coroutine was never awaited"
+            rt.events.on("tools/change", wrapped)
+
+            @tool
+            def ping() -> str:
+                """Ping."""
+                return "pong"
+
+            rt.tools.register(ping)
+            assert rt.tools.get("ping") is not None
+    finally:
+        logger.remove(sink)
+    assert len(records) == 1
+    assert "tools/change listener" in records[0]["message"] and "changed returned a coroutine" in records[0]["message"]

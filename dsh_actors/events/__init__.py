@@ -84,6 +84,7 @@ from ._bus import (
     EventName,
     Listener,
     disposer,
+    drop_coroutine,
     in_scope,
 )
 
@@ -96,6 +97,7 @@ __all__ = [
     "EventName",
     "Listener",
     "disposer",
+    "drop_coroutine",
     "in_scope",
     # the decisions listeners return
     "UNSET",

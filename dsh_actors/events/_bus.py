@@ -47,6 +47,7 @@ __all__ = [
     "EventName",
     "Listener",
     "disposer",
+    "drop_coroutine",
     "in_scope",
 ]
 
@@ -172,6 +173,19 @@ def in_scope(scope: Agent, agent: Agent | None) -> bool:
             return True
         node = node.parent
     return False
+
+
+def drop_coroutine(name: str, fn: Callable[..., Any], coroutine: Any) -> None:
+    """A notified listener ``fn`` of ``name`` returned ``coroutine``: an
+    ``async def`` behind a sync wrapper (a decorator's), which ``on()``
+    could not see. Nothing awaits it where notifications are sent, so it is
+    closed (its body never runs) and logged, naming the fix."""
+    coroutine.close()
+    logger.error(
+        "{} listener {} returned a coroutine, which nothing awaits (its body did not run): make it a plain def",
+        name,
+        callable_name(fn),
+    )
 
 
 class EventBus:
@@ -306,21 +320,7 @@ class EventBus:
                 logger.opt(exception=exc).error("{} listener {} raised: {}", name, callable_name(fn), safe_str(exc))
                 continue
             if type(result) is CoroutineType:
-                # An async def behind a sync wrapper (a decorator's), which
-                # on() could not see: nothing awaits it here, so it never runs.
-                result.close()
-                logger.error(
-                    "{} listener {} returned a coroutine, which nothing awaits (its body did not run): "
-                    "make it a plain def",
-                    name,
-                    callable_name(fn),
-                )
-
-    def emit_strict(self, name: str, *args: Any, agent: Agent | None = None) -> None:
-        """Like :meth:`emit`, but the first listener that raises stops the
-        dispatch and its exception propagates (``tools/change`` rollback)."""
-        for fn in self.listeners(name, agent):
-            fn(*args)
+                drop_coroutine(name, fn, result)
 
     def waterfall(
         self,

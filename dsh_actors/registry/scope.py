@@ -26,6 +26,7 @@ queues a disposer instead).
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, assert_never, cast
 
 import pykka
@@ -34,6 +35,7 @@ from loguru import logger
 from ..actors import ActorBase, ActorGroup, settle
 from ..definition import ToolDefinition, is_async_callable, validate_definition
 from ..errors import InvalidTypeError, RegistrationError, callable_name, safe_str
+from ..events import drop_coroutine
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
 from ..visibility import (
@@ -156,7 +158,8 @@ class ScopeActor(ActorBase):
         notified = 0
         try:
             for fn in listeners:
-                fn()
+                if type(result := fn()) is CoroutineType:
+                    drop_coroutine("tools/change", fn, result)
                 notified += 1
         except BaseException as exc:  # noqa: BLE001 - rolled back, reported to the caller
             self._publish(old.evolve())
@@ -267,7 +270,7 @@ class ScopeActor(ActorBase):
             own = [n for n in unknown if n in self._snap.registrations]
             note = (
                 f" ({_quoted(own)} {'is' if len(own) == 1 else 'are'} registered in this scope itself, "
-                "and a scope's own tools are never restricted)"
+                "and a scope's own tools are never restricted for the scope itself)"
                 if own
                 else ""
             )

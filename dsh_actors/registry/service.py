@@ -242,7 +242,9 @@ class ToolsService:
     def restrict(self, restriction: ToolRestriction) -> Disposer:
         """Filter what this scope (and its descendants) inherit: the global
         layer and its ancestors' own tools. This scope's own registrations
-        are never hidden. Restrictions intersect; a deny-only filter admits
+        are never hidden from it; its descendants inherit them, so the
+        restriction filters them there (an allow-list, which cannot name
+        them, hides them from the descendants). Restrictions intersect; a deny-only filter admits
         inherited tools registered later, an allow-list excludes them. The
         names are copied now.
 

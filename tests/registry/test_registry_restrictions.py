@@ -66,7 +66,7 @@ def test_a_scopes_own_names_count_as_unknown_and_the_message_says_why(abc: Any) 
         abc.tools.scope(agent).restrict(ToolRestriction(deny=["own"]))
     assert str(err.value) == (
         'cannot restrict agent "main": unknown tool name "own" ("own" is registered in this scope '
-        'itself, and a scope\'s own tools are never restricted); the names it inherits are: "a", "b", "c"'
+        'itself, and a scope\'s own tools are never restricted for the scope itself); the names it inherits are: "a", "b", "c"'
     )
 
 
