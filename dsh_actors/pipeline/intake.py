@@ -161,9 +161,15 @@ def batch_arguments(raw: object) -> Any:
     try:
         return materialize(raw, "arguments")
     except LosslessJsonError as exc:
-        # Not JSON text either, so parsed again it fails INVALID_ARGS as the
-        # batch's call did (a lone surrogate must not become a valid "\ufffd").
-        return f"<arguments that are not lossless JSON: {exc.message}>"
+        return stand_in(exc)
+
+
+def stand_in(problem: LosslessJsonError) -> str:
+    """What a log records for arguments that are not lossless JSON: a
+    readable text saying why. Not JSON text either, so parsed again it fails
+    INVALID_ARGS as the call did (a lone surrogate must not become a valid
+    "\ufffd")."""
+    return f"<arguments that are not lossless JSON: {problem.message}>"
 
 
 def loggable(raw: object) -> Any:
@@ -174,5 +180,5 @@ def loggable(raw: object) -> Any:
         except LosslessJsonError:  # a lone surrogate: keep the rest readable
             return raw.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     if type(raw) is BadArguments:
-        return f"<arguments that are not lossless JSON: {raw.error.message}>"
-    return f"<arguments that are not lossless JSON: {type(raw).__qualname__}>"
+        return stand_in(raw.error)
+    return batch_arguments(raw)  # (the stand-in: they did not materialize)

@@ -43,7 +43,7 @@ from ..model import (
     content_from_json,
     content_to_json,
 )
-from ..pipeline.intake import parse_arguments
+from ..pipeline.intake import parse_arguments, stand_in
 from ..pipeline.stages import DECISIONS, is_text_by_language
 from ..session import LoggedCall, LoggedResult, Session, approval_refusal, error_from_json, error_to_json
 from .messages import CallStart
@@ -163,7 +163,7 @@ def plain_arguments(arguments: Any) -> Any:
     try:
         return thaw(materialize(arguments, "arguments"))
     except LosslessJsonError as exc:
-        return f"<arguments that are not lossless JSON: {exc.message}>"
+        return stand_in(exc)
 
 
 def suspension_value(

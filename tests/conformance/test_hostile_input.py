@@ -76,6 +76,23 @@ def test_a_lone_surrogate_in_argument_text_fails_that_call_and_the_log_stays_wri
     )
 
 
+def test_arguments_given_as_a_mapping_that_is_not_lossless_are_logged_with_the_reason_in_both_events(rt: Any) -> None:
+    rt.tools.register(echo())
+    session = Session()
+    batch = rt.tools.execute(
+        ToolBatchInput(
+            calls=(ToolCall("c1", "echo", {"message": float("nan")}),),
+            agent=Agent("a", session=session),
+            log=LogStep(turn=1, step=1),
+        )
+    )
+    assert code(batch.results[0].result) == "INVALID_ARGS"
+    batch_event, call_event = session.events()[:2]
+    reason = "<arguments that are not lossless JSON: arguments.message: float nan is not lossless JSON>"
+    assert batch_event["calls"][0]["arguments"] == reason
+    assert (call_event["type"], call_event["arguments"]) == ("tool/call", reason)
+
+
 def test_a_tool_call_id_with_a_lone_surrogate_is_rejected_before_anything_runs(rt: Any) -> None:
     rt.tools.register(echo())
     with pytest.raises(ValueError, match="surrogate"):
