@@ -141,7 +141,8 @@ class ResolvedToolSet:
     Reads (:meth:`view`, and the registry read functions given this set)
     take no lock and no thread hop; they are safe from any thread.
     :meth:`dispose` closes admission (idempotent, any thread) A disposed set, or one used with another agent or another
-    runtime, admits nothing.
+    runtime, admits nothing (a batch given one for another agent, or a
+    disposed one, is refused at intake).
     """
 
     __slots__ = ("_admission", "_cache", "__weakref__")

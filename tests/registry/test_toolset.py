@@ -549,6 +549,28 @@ def test_dispose_is_idempotent_and_a_disposed_set_admits_nothing(rt: Any) -> Non
     assert rt.state.live_toolsets() == ()
 
 
+def test_a_batch_given_another_agents_set_or_a_disposed_one_is_refused_before_anything_runs(rt: Any) -> None:
+    from dsh_actors import InvalidStateError, InvalidValueError, ToolBatchInput, ToolCall
+
+    parent = Agent("main")
+    child = Agent("worker", parent=parent)
+    rt.tools.register(tool("a"))
+    calls = (ToolCall("c1", "a", "{}"),)
+    with rt.tools.resolve(activation(parent)) as ts:
+        # (Every call would fail as an unknown tool: the set admits nothing to another agent.)
+        cases = [
+            (child, "resolved for agent 'main', but the batch runs as agent 'worker': resolve the set"),
+            (None, "but the batch runs as no agent"),
+            (Agent("main"), "agent 'main' \\(another Agent object: agents compare by identity\\)"),
+        ]
+        for agent, match in cases:
+            with pytest.raises(InvalidValueError, match=match):
+                rt.tools.execute(ToolBatchInput(calls=calls, agent=agent, tool_set=ts))
+        assert not rt.tools.execute(ToolBatchInput(calls=calls, agent=parent, tool_set=ts)).results[0].result.is_error
+    with pytest.raises(InvalidStateError, match="tool_set was disposed: resolve a new set for this step"):
+        rt.tools.execute(ToolBatchInput(calls=calls, agent=parent, tool_set=ts))
+
+
 def test_dispose_after_stop_does_nothing() -> None:
     from dsh_actors.runtime import ToolRuntime
 
