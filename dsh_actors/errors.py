@@ -173,7 +173,11 @@ class ToolNotFoundError(DshError):
     def __init__(self, name: str, hint: str | None = None) -> None:
         self.name = name
         self.hint = hint
-        message = f'unknown tool "{name}"'
+        # (A model may send a name of any length: the message shows its start.)
+        if len(name) <= 128:
+            message = f'unknown tool "{name}"'
+        else:
+            message = f'unknown tool "{name[:64]}..." (a name of {len(name):,} characters)'
         if hint:
             message = f"{message}. {hint}"
         super().__init__(message)

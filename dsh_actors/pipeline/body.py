@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from ..definition import is_async_callable
 from ..errors import (
     InvalidStateError,
-    ToolNotFoundError,
 )
 from ..execution import ToolRunContext, close_context, flight_signal, fused_context
 from ..model import (
@@ -27,7 +26,7 @@ from ..model import (
 )
 from ..session import start_event
 from ..signals import AbortSignal
-from .call import Call, abort_seen, in_context, lookup
+from .call import Call, abort_seen, in_context, lookup, not_found
 from .flights import Flight
 from .results import (
     aborted,
@@ -85,7 +84,7 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
     if registration is None:
         registration = lookup(rt, call)
     if registration is None:
-        result: ToolExecutionResult = failure_from_exception(ToolNotFoundError(execution.name, call.unknown_hint))
+        result: ToolExecutionResult = failure_from_exception(not_found(rt, call))
         return result
     if call.registration is None:
         call.registration = registration

@@ -25,6 +25,7 @@ or allowed to dispatch (neither).
 from __future__ import annotations
 
 import contextvars
+import difflib
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,7 +44,7 @@ from ..model import (
 )
 from ..schema import absent_null_plan
 from ..signals import AbortSignal
-from ..visibility import executable
+from ..visibility import executable, visible
 from .results import (
     aborted,
     failure_from_exception,
@@ -51,6 +52,7 @@ from .results import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
+    from ..visibility import RegistryState
 
 
 class Call:
@@ -412,6 +414,33 @@ def stale(rt: Kernel, call: Call) -> bool:
         return True
     call.seen_generation = generation
     return False
+
+
+def not_found(rt: Kernel, call: Call) -> ToolNotFoundError:
+    """``UNKNOWN_TOOL`` for ``call``: with its executor's hint (PTC routes a
+    direct call to ``run_code``), else with the names the agent may call
+    that are nearest the one sent, for a model that misspelled one."""
+    execution = call.execution
+    hint = call.unknown_hint
+    if hint is None:
+        hint = _nearest(rt.state, execution.name, execution.agent, execution.tool_set)
+    return ToolNotFoundError(execution.name, hint)
+
+
+def _nearest(state: RegistryState, name: str, agent: Any, tool_set: Any) -> str | None:
+    if len(name) > _NEAREST_LONGEST:
+        return None  # (no tool has such a name: not worth difflib's quadratic time)
+    names = [known for known in visible(state, agent, tool_set) if executable(state, known, agent, tool_set)]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if not close:
+        return None
+    quoted = [f'"{known}"' for known in close]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return f"Did you mean {listed}?"
+
+
+#: The longest name whose nearest tool names are looked for (a tool's is at most 64 characters).
+_NEAREST_LONGEST = 128
 
 
 def lookup(rt: Kernel, call: Call) -> Any:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     InvalidStateError,
-    ToolNotFoundError,
     ToolPolicyError,
 )
 from ..execution import open_signal, restore_signal
@@ -20,7 +19,7 @@ from ..model import (
     UserMessage,
 )
 from .body import EXECUTE_EVENTS, run_body
-from .call import Call, abort_seen, in_context, lookup
+from .call import Call, abort_seen, in_context, lookup, not_found
 from .results import (
     failure_from_exception,
     is_result,
@@ -114,7 +113,7 @@ def render_value(
     success a wrapper or a post-execute policy supplied), or UNKNOWN_TOOL."""
     registration = lookup(rt, call)
     if registration is None:
-        return failure_from_exception(ToolNotFoundError(call.execution.name, call.unknown_hint), contexts)
+        return failure_from_exception(not_found(rt, call), contexts)
     return render_success(
         call.execution,
         registration.definition,

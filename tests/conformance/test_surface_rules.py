@@ -122,6 +122,21 @@ def test_dispatch_of_an_unknown_tool_is_an_unknown_tool_failure(rt: Any) -> None
     assert result.is_error and result.error.info.code == "UNKNOWN_TOOL"
 
 
+def test_an_unknown_tool_names_the_nearest_tools_the_agent_may_call(rt: Any) -> None:
+    main = Agent("main")
+    for name in ("read_file", "write_file", "search_text"):
+        rt.tools.register(tool(name))
+    rt.tools.register(tool("read_files"), when=lambda context: True)  # (conditional: not executable without a set)
+    rt.tools.scope(Agent("other")).register(tool("read_filez"))  # another agent's
+    calls = [ToolCall("c1", "read_fille", "{}"), ToolCall("c2", "zzz", "{}"), ToolCall("c3", "r" * 10_000, "{}")]
+    results = rt.tools.execute(ToolBatchInput(calls=calls, agent=main)).results
+    messages = [r.result.error.message for r in results]
+    assert messages[0] == 'unknown tool "read_fille". Did you mean "read_file" or "write_file"?'
+    assert messages[1] == 'unknown tool "zzz"'
+    assert messages[2] == f'unknown tool "{"r" * 64}..." (a name of 10,000 characters)'
+    assert all(r.result.error.info.code == "UNKNOWN_TOOL" for r in results)
+
+
 # -- executor-owned tools and the direct-call rule -------------------------
 
 
