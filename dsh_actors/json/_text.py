@@ -120,7 +120,8 @@ def text_problem(text: str) -> str | None:
         orjson.loads(text)
     except orjson.JSONDecodeError as err:
         problem = err.msg or "not JSON"
-        problem = problem[:1].lower() + problem[1:]
+        if not problem[1:2].isupper():  # "Unexpected ..." but not "UTF-8 ..."
+            problem = problem[:1].lower() + problem[1:]
         return f"{problem} at line {err.lineno} column {err.colno}"
     return None
 

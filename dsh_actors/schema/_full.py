@@ -246,8 +246,8 @@ class FullJsonSchema:
         (empty: valid). Defaults are never filled in."""
         if type(value) is not FrozenDict:
             try:
-                value = materialize(value)
-            except LosslessJsonError as err:
+                value = materialize(value, path=path)
+            except LosslessJsonError as err:  # its message names the part, from ``path``
                 return [f'"{path}" is not lossless JSON: {err.message}']
         if self._is_valid(value):
             return []
@@ -366,11 +366,8 @@ def _messages(plain: Any, error: Any, root: str) -> list[str]:
         return [
             f'"{child_path(path, str(key))}" is not a declared property ({keyword}: false)' for key in kind.unexpected
         ]
-    if keyword == "enum":
-        return [f'"{path}" must be one of {_shown(_node_at(plain, schema_path) or kind.options)}']
-    if keyword == "const":
-        declared = _node_at(plain, schema_path)
-        return [f'"{path}" must be {_shown(kind.expected_value if declared is None else declared)}']
+    if keyword in ("enum", "const"):
+        return [f'"{path}" {text}' for text in _value_texts(plain, error)]
     if keyword in ("anyOf", "oneOf"):
         return _branches(plain, error, keyword, root)
     if keyword == "falseSchema":
@@ -379,22 +376,41 @@ def _messages(plain: Any, error: Any, root: str) -> list[str]:
             allowed = len(parent["prefixItems"]) if isinstance(parent["prefixItems"], list) else 0
             parent_path = _path(root, list(error.instance_path)[:-1])
             return [f'"{parent_path}" must have at most {_plural(allowed, "item")} (no items beyond "prefixItems")']
+        if schema_path and schema_path[-1] == "propertyNames" and isinstance(error.instance, Mapping):
+            return [f'"{path}" must have no properties (propertyNames: false)']
         return [f'"{path}" is not allowed here (false schema)']
     if keyword == "not" and kind.schema in ({}, True):
         return [f'"{path}" is not allowed here (false schema)']
     if keyword == "propertyNames":
         inner = kind.error
         named = inner.instance
-        return [f'the property name {quote(str(named))} of "{path}" {text}' for text in _simple(plain, inner)]
+        texts = _simple(plain, inner) or _value_texts(plain, inner)
+        if not texts:  # a combinator or a false schema: say which keyword refuses it
+            texts = ['is not allowed by "propertyNames"']
+        return [f'the property name {quote(str(named))} of "{path}" {text}' for text in texts]
     simple = _simple(plain, error)
     if simple:
         return [f'"{path}" {text}' for text in simple]
     return [f'"{path}" does not satisfy {quote(str(keyword))}: {error.message}']
 
 
+def _value_texts(plain: Any, error: Any) -> list[str]:
+    """The message of an ``enum`` or ``const`` error, without the path."""
+    kind = error.kind
+    declared = _node_at(plain, list(error.schema_path))
+    if kind.name == "enum":
+        return [f"must be one of {_shown(declared or kind.options)}"]
+    if kind.name == "const":
+        return [f"must be {_shown(kind.expected_value if declared is None else declared)}"]
+    return []
+
+
 def _simple(plain: Any, error: Any) -> list[str]:
     """The message of a keyword that compares the value to one limit."""
     keyword = error.kind.name
+    schema_path = list(error.schema_path)
+    if keyword == "contains" and schema_path and schema_path[-1] in ("minContains", "maxContains"):
+        keyword = schema_path[-1]  # jsonschema-rs reports both as "contains"
     word = _SIMPLE.get(keyword)
     if word is None:
         return []
@@ -439,8 +455,8 @@ _SIMPLE: Final[dict[str, Any]] = {
     "minProperties": lambda x: f"must have at least {_plural(x, 'property')}".replace("propertys", "properties"),
     "maxProperties": lambda x: f"must have at most {_plural(x, 'property')}".replace("propertys", "properties"),
     "contains": lambda x: 'must contain an item matching the "contains" schema',
-    "minContains": lambda x: f'must contain at least {_shown(x)} items matching the "contains" schema',
-    "maxContains": lambda x: f'must contain at most {_shown(x)} items matching the "contains" schema',
+    "minContains": lambda x: f'must contain at least {_plural(x, "item")} matching the "contains" schema',
+    "maxContains": lambda x: f'must contain at most {_plural(x, "item")} matching the "contains" schema',
     "not": lambda x: 'must not match the "not" schema',
     "unevaluatedItems": lambda x: "has items no keyword evaluated (unevaluatedItems)",
     "additionalItems": lambda x: "has more items than allowed (additionalItems: false)",

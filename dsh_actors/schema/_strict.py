@@ -24,15 +24,19 @@ keyword outside the list (``oneOf``, ``allOf``, ``not``, ``if``,
 ``patternProperties``, ``minLength``, ``uniqueItems``...), an object that
 allows other properties (``additionalProperties`` true or a schema, or an
 object without ``properties``), a schema without a ``type`` (``{}``),
-``$ref`` with other keywords beside it, a remote reference, or the limits.
+``$ref`` with other keywords beside it, a remote reference, the limits, or
+a union of objects that declare the same properties where a ``null`` would
+be dropped (the plan below tells a union's objects apart by their keys).
 
 :func:`absent_null_plan` is the other half: compiled once from the tool's
 own (original) schema, it says which properties are optional and do not
 accept ``null``; the pipeline drops such a ``null`` before anything reads
 the arguments, so a strict model's ``null`` is an absent argument and the
 call validates against the original schema. Properties are followed
-through nested objects, array items, local ``$ref``\\ s and an
-``Optional``'s ``anyOf``, the shapes pydantic generates.
+through nested objects, array items, local ``$ref``\\ s (a recursive schema
+included) and unions (an ``Optional``'s ``anyOf``, a union of models), the
+shapes pydantic generates; a ``null`` the property's own schema accepts
+(``{}``, annotations only, a ``null`` type or branch) is kept.
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ _DROPPED: Final = frozenset({"default", "examples", "$schema"})
 _MAX_PROPERTIES: Final = 5000
 _MAX_NESTING: Final = 10
 _NULL: Final[dict[str, Any]] = {"type": "null"}
+# Keywords that may refuse null and that _accepts_null does not look into.
+_MAY_REFUSE_NULL: Final = ("not", "if", "$dynamicRef", "$recursiveRef")
 
 
 class _NotStrict(Exception):
@@ -141,13 +147,18 @@ def _accepts_null(root: Any, node: Any, seen: frozenset[str] = frozenset()) -> b
             return False
         if not _accepts_null(root, target, seen | {ref}):
             return False
-    for keyword in ("anyOf", "oneOf"):
-        branches = node.get(keyword)
-        if isinstance(branches, (list, tuple)) and not any(_accepts_null(root, b, seen) for b in branches):
-            return False
-    if isinstance(node.get("allOf"), (list, tuple)):
-        return all(_accepts_null(root, b, seen) for b in node["allOf"])
-    return kind is not None or any(k in node for k in ("$ref", "anyOf", "oneOf"))
+    branches = node.get("anyOf")
+    if isinstance(branches, (list, tuple)) and not any(_accepts_null(root, b, seen) for b in branches):
+        return False
+    branches = node.get("oneOf")
+    # Two branches that accept null make oneOf refuse it.
+    if isinstance(branches, (list, tuple)) and sum(1 for b in branches if _accepts_null(root, b, seen)) != 1:
+        return False
+    if isinstance(node.get("allOf"), (list, tuple)) and not all(_accepts_null(root, b, seen) for b in node["allOf"]):
+        return False
+    # Every other keyword (annotations, and those of other types: minLength,
+    # properties...) lets null through; these may refuse it.
+    return not any(keyword in node for keyword in _MAY_REFUSE_NULL)
 
 
 # --------------------------------------------------------------------------
@@ -196,6 +207,7 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
         if any(key in union for key in ("type", "properties", "items")):
             raise _NotStrict  # keywords beside anyOf: not in the strict subset
         union["anyOf"] = [_strict(root, branch, counter, depth) for branch in branches]
+        _check_distinguishable(root, branches)
         return union
     kind = node.get("type")
     names = (kind,) if type(kind) is str else tuple(kind) if isinstance(kind, (list, tuple)) else None
@@ -245,6 +257,33 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
     return out
 
 
+def _check_distinguishable(root: Any, branches: Any) -> None:
+    """Raise _NotStrict when two object branches of a union declare the same
+    properties and a null may be dropped in one of them: the absent-null
+    plan tells a strict model's objects apart by their keys alone, so it
+    could drop a null the branch the model chose requires."""
+    by_keys: dict[frozenset[str], list[Any]] = {}
+    stack = list(branches)
+    seen: set[int] = set()
+    while stack:
+        branch = stack.pop()
+        while isinstance(branch, Mapping) and type(branch.get("$ref")) is str and id(branch) not in seen:
+            seen.add(id(branch))
+            branch = _resolve(root, branch["$ref"])
+        if not isinstance(branch, Mapping) or id(branch) in seen:
+            continue
+        seen.add(id(branch))
+        if isinstance(branch.get("anyOf"), (list, tuple)):
+            stack.extend(branch["anyOf"])
+        elif isinstance(branch.get("items"), Mapping):
+            stack.append(branch["items"])  # items of arrays are told apart alike
+        elif isinstance(branch.get("properties"), Mapping):
+            by_keys.setdefault(frozenset(branch["properties"]), []).append(branch)
+    for same in by_keys.values():
+        if len(same) > 1 and any(_build(root, branch) is not None for branch in same):
+            raise _NotStrict
+
+
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:
     """``node`` accepting ``null`` too (its annotations kept outside)."""
     kind = node.get("type")
@@ -271,26 +310,41 @@ def _plain(value: Any) -> Any:
 @final
 class AbsentNullPlan:
     """Where a ``null`` means "absent" in arguments of one schema: the
-    optional properties that do not accept ``null`` (``drop``), and the plans
-    of nested objects (``properties``, ``items``). Immutable once built."""
+    optional properties that do not accept ``null`` (``drop``), the plans of
+    nested objects (``properties``, ``items``), and for a union (``anyOf``,
+    ``oneOf``, ``allOf``) the plans of its branches (``branches``). An
+    object takes the plan of the one object branch there is, else of the first
+    branch that declares exactly its keys (as a strict model's object of
+    that branch does), else of the first that declares them all; each item
+    of an array is an object of the union of the branches' ``items``. A
+    recursive schema gives a plan that refers to itself. Immutable once
+    built."""
 
-    __slots__ = ("drop", "properties", "items")
+    __slots__ = ("drop", "keys", "properties", "items", "branches", "_array")
 
     def __init__(self) -> None:
         self.drop: frozenset[str] = frozenset()
+        self.keys: frozenset[str] | None = None  # the declared properties (None: not an object)
         self.properties: dict[str, AbsentNullPlan] = {}
         self.items: AbsentNullPlan | None = None
+        self.branches: tuple[AbsentNullPlan, ...] = ()
+        self._array: AbsentNullPlan | None = None  # a union's plan for an array
 
     def apply(self, value: Any) -> Any:
         """``value`` without the nulls this plan drops (``value`` itself when
         there are none: the common case only reads). Frozen values stay
         frozen."""
         kind = type(value)
-        if (
+        is_mapping = (
             kind is FrozenDict
             or kind is dict
             or (kind is not tuple and kind is not list and isinstance(value, Mapping))
-        ):
+        )
+        if self.branches:
+            chosen = self._branch(value, is_mapping)
+            if chosen is not None:
+                return chosen.apply(value)
+        if is_mapping:
             drop = self.drop
             properties = self.properties
             if not properties:  # a flat plan: only a null can change anything
@@ -308,6 +362,19 @@ class AbsentNullPlan:
                 return value
             return tuple(items) if type(value) is tuple else items
         return value
+
+    def _branch(self, value: Any, is_mapping: bool) -> AbsentNullPlan | None:
+        branches = self.branches
+        if is_mapping:
+            objects = [(b, b.keys) for b in branches if b.keys is not None]
+            if len(objects) <= 1:
+                return objects[0][0] if objects else None
+            keys = frozenset(value)
+            exact = next((b for b, declared in objects if declared == keys), None)
+            return exact or next((b for b, declared in objects if keys <= declared), None)
+        if type(value) is tuple or type(value) is list:
+            return self._array
+        return None
 
     def _rebuilt(self, value: Mapping[str, Any]) -> Any:
         out: dict[str, Any] = {}
@@ -334,8 +401,8 @@ def absent_null_plan(schema: Any) -> AbsentNullPlan | None:
     except KeyError:
         pass
     except TypeError:  # an unhashable (plain) schema: build it each time
-        return _build(schema)
-    plan = _build(schema)
+        return _build(schema, schema)
+    plan = _build(schema, schema)
     with _lock:
         _plans[schema] = plan
         if len(_plans) > _CACHE_LIMIT:
@@ -343,21 +410,135 @@ def absent_null_plan(schema: Any) -> AbsentNullPlan | None:
     return plan
 
 
-def _build(schema: Any) -> AbsentNullPlan | None:
-    memo: dict[int, AbsentNullPlan | None] = {}
+class _Node:
+    """What one schema node says about nulls, while the plan is built: the
+    node it refers to (``ref``: it says nothing of its own), or its own
+    ``drop``/``keys``/``properties``/``items`` and its union's ``branches``.
+    ``useful``: a null may be dropped somewhere below it."""
+
+    __slots__ = ("ref", "drop", "keys", "properties", "items", "branches", "useful")
+
+    def __init__(self) -> None:
+        self.ref: _Node | None = None
+        self.drop: frozenset[str] = frozenset()
+        self.keys: frozenset[str] | None = None
+        self.properties: dict[str, _Node] = {}
+        self.items: _Node | None = None
+        self.branches: list[_Node] = []
+        self.useful = False
+
+
+def _build(schema: Any, node: Any) -> AbsentNullPlan | None:
+    """The plan of ``node``, a node of ``schema`` (references resolve from
+    ``schema``)."""
+    # Every schema node gets its _Node before its children are visited, so a
+    # recursive schema (a $ref back to an ancestor) gives a cyclic plan.
+    memo: dict[int, _Node] = {}
     try:
-        return _plan(schema, schema, memo)
+        root = _node(schema, node, memo)
     except RecursionError:
         return None
+    if root is None:
+        return None
+    nodes = list(memo.values())
+    changed = True
+    while changed:  # usefulness is monotone: iterate to the fixpoint
+        changed = False
+        for node in nodes:
+            if not node.useful and _useful(node):
+                node.useful = changed = True
+    plans: dict[int, AbsentNullPlan] = {}
+    todo: list[tuple[_Node, AbsentNullPlan]] = []
+
+    def plan_of(node: _Node | None) -> AbsentNullPlan | None:
+        node = _target(node)
+        if node is None or not node.useful:
+            return None
+        plan = plans.get(id(node))
+        if plan is None:
+            plan = plans[id(node)] = AbsentNullPlan()
+            todo.append((node, plan))
+        return plan
+
+    result = plan_of(root)
+    while todo:
+        node, plan = todo.pop()
+        plan.drop = node.drop
+        plan.keys = node.keys
+        plan.properties = {name: sub for name, c in node.properties.items() if (sub := plan_of(c)) is not None}
+        plan.items = plan_of(node.items)
+        leaves = _leaves(node)
+        if any(leaf.useful for leaf in leaves):
+            plan.branches = tuple(filter(None, (plan_of(leaf) or _keys_only(leaf) for leaf in leaves)))
+        arrays = [b.items for b in leaves if b.items is not None and b.items.useful]
+        if arrays:
+            # An array takes the union of its branches' items plans.
+            array_node = _Node()
+            array_node.items = _Node()
+            array_node.items.branches = arrays
+            array_node.useful = array_node.items.useful = True
+            nodes.append(array_node)  # alive while ids key `plans`
+            plan._array = plan_of(array_node)
+    return result
 
 
-def _plan(root: Any, node: Any, memo: dict[int, AbsentNullPlan | None]) -> AbsentNullPlan | None:
+def _useful(node: _Node) -> bool:
+    if node.ref is not None:
+        return node.ref.useful
+    return (
+        bool(node.drop)
+        or any(c.useful for c in node.properties.values())
+        or (node.items is not None and node.items.useful)
+        or any(c.useful for c in node.branches)
+    )
+
+
+def _target(node: _Node | None) -> _Node | None:
+    """``node`` with its references followed (None: they go round in a circle)."""
+    seen: set[int] = set()
+    while node is not None and node.ref is not None:
+        if id(node) in seen:
+            return None
+        seen.add(id(node))
+        node = node.ref
+    return node
+
+
+def _keys_only(node: _Node) -> AbsentNullPlan | None:
+    """The plan of an object branch that drops nothing (it still claims the
+    objects with its keys), or None for a branch that is not an object."""
+    if node.keys is None:
+        return None
+    plan = AbsentNullPlan()
+    plan.keys = node.keys
+    return plan
+
+
+def _leaves(node: _Node) -> list[_Node]:
+    """The branches of ``node``'s union, unions within it flattened."""
+    out: list[_Node] = []
+    seen = {id(node)}
+    stack = list(reversed(node.branches))
+    while stack:
+        branch = _target(stack.pop())
+        if branch is None or id(branch) in seen:
+            continue
+        seen.add(id(branch))
+        own = bool(branch.drop or branch.properties or branch.items is not None)
+        if branch.branches and not own:
+            stack.extend(reversed(branch.branches))
+        else:
+            out.append(branch)
+    return out
+
+
+def _node(root: Any, node: Any, memo: dict[int, _Node]) -> _Node | None:
     if not isinstance(node, Mapping):
         return None
     key = id(node)
     if key in memo:
         return memo[key]
-    memo[key] = None  # a cycle in progress answers "nothing to drop"
+    out = memo[key] = _Node()
     ref = node.get("$ref")
     if type(ref) is str:
         try:
@@ -365,34 +546,32 @@ def _plan(root: Any, node: Any, memo: dict[int, AbsentNullPlan | None]) -> Absen
         except _NotStrict:
             target = None
         if target is not None:
-            plan = _plan(root, target, memo)
-            memo[key] = plan
-            return plan
+            out.ref = _node(root, target, memo)
+            return out
     for keyword in ("anyOf", "oneOf", "allOf"):
         branches = node.get(keyword)
         if isinstance(branches, (list, tuple)):
-            plans = [p for p in (_plan(root, b, memo) for b in branches if not _is_null(b)) if p is not None]
-            if len(plans) == 1:
-                memo[key] = plans[0]
-                return plans[0]
-    plan = AbsentNullPlan()
+            for branch in branches:
+                if not _is_null(branch):
+                    sub = _node(root, branch, memo)
+                    if sub is not None:
+                        out.branches.append(sub)
     properties = node.get("properties")
     if isinstance(properties, Mapping):
         required = node.get("required", ())
         required = required if isinstance(required, (list, tuple)) else ()
-        plan.drop = frozenset(
+        out.keys = frozenset(properties)
+        out.drop = frozenset(
             name for name, sub in properties.items() if name not in required and not _accepts_null(root, sub)
         )
         for name, sub in properties.items():
-            nested = _plan(root, sub, memo)
+            nested = _node(root, sub, memo)
             if nested is not None:
-                plan.properties[name] = nested
+                out.properties[name] = nested
     items = node.get("items")
     if isinstance(items, Mapping):
-        plan.items = _plan(root, items, memo)
-    result = plan if plan.drop or plan.properties or plan.items is not None else None
-    memo[key] = result
-    return result
+        out.items = _node(root, items, memo)
+    return out
 
 
 def _is_null(node: Any) -> bool:
