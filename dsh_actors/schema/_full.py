@@ -147,6 +147,9 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], Any]:
         out.append(f"{_path('schema', list(error.absolute_path))}: {error.message}")
     if out:
         return out, None
+    loop = _endless_reference(plain)
+    if loop is not None:
+        return [loop], None
     if object_root and (type(plain) is not dict or plain.get("type") != "object"):
         shown = json_text(plain.get("type")) if type(plain) is dict and "type" in plain else "no type"
         out.append(f'schema.type: the root must declare "type": "object" (got {shown})')
@@ -157,6 +160,81 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], Any]:
         out.append(_compile_problem(plain, str(err).split("\n", 1)[0]))
         return out, None
     return out, None if out else validator
+
+
+# Keywords that apply their schema(s) to the value itself, not to a part of it.
+_IN_PLACE: Final = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else")
+
+
+def _endless_reference(plain: Any) -> str | None:
+    """A ``$ref`` that leads back to where it is without reaching into the
+    value (``{"$ref": "#"}`` under ``allOf``, two ``$defs`` that refer to
+    each other): checking any value would never end, and the validator
+    accepts every value instead. Local JSON pointers only (a schema with an
+    ``$id`` below its root, whose references resolve elsewhere, is left to
+    the validator)."""
+    nodes = _walk(plain)
+    if any("$id" in node for node, parts in nodes if parts):
+        return None
+    paths = {id(node): parts for node, parts in nodes}
+
+    def edges(node: Any) -> list[tuple[Any, str | None]]:
+        out: list[tuple[Any, str | None]] = []
+        ref = node.get("$ref")
+        if type(ref) is str and (ref == "#" or ref.startswith("#/")):
+            target = _pointer(plain, ref)
+            if isinstance(target, Mapping):
+                out.append((target, ref))
+        for keyword in _IN_PLACE:
+            sub = node.get(keyword)
+            for item in sub if isinstance(sub, list) else [sub]:
+                if isinstance(item, Mapping):
+                    out.append((item, None))
+        return out
+
+    done: set[int] = set()
+    for start, _ in nodes:
+        if id(start) in done:
+            continue
+        # Depth-first over in-place edges; a node met again on the path is a loop.
+        on_path: dict[int, str | None] = {id(start): None}
+        stack = [(start, iter(edges(start)))]
+        while stack:
+            node, children = stack[-1]
+            step = next(children, None)
+            if step is None:
+                stack.pop()
+                on_path.pop(id(node), None)
+                done.add(id(node))
+                continue
+            child, ref = step
+            if id(child) in on_path:
+                where = ref if ref is not None else next((r for r in on_path.values() if r is not None), None)
+                if where is None:
+                    continue  # (a loop without a reference: not possible in a tree)
+                holder = next(n for n, _ in reversed(stack) if n.get("$ref") == where)
+                return (
+                    f"{_path('schema', [*paths.get(id(holder), []), '$ref'])}: reference {quote(where)} leads back "
+                    "to itself without reaching into the value (checking a value would never end)"
+                )
+            if id(child) not in done:
+                on_path[id(child)] = ref
+                stack.append((child, iter(edges(child))))
+    return None
+
+
+def _pointer(plain: Any, ref: str) -> Any:
+    """The node the local JSON pointer ``ref`` names in ``plain``, or None."""
+    node = plain
+    for raw in ref[2:].split("/") if ref.startswith("#/") else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def _compile_problem(plain: Any, message: str) -> str:

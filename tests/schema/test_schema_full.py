@@ -128,6 +128,20 @@ def test_values_are_judged_by_exact_json_types() -> None:
         ),
         ({"type": 3}, "schema.type: 3 is not valid under any of the given schemas"),
         ({"$schema": "https://example.com/meta"}, "is not supported; name Draft 2020-12"),
+        # References that lead back to themselves without reaching into the
+        # value: the validator would accept every value.
+        (
+            {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+            'schema["$defs"].a["$ref"]: reference "#/$defs/a" leads back to itself without reaching into the value',
+        ),
+        ({"allOf": [{"$ref": "#"}]}, 'schema.allOf[0]["$ref"]: reference "#" leads back to itself'),
+        (
+            {
+                "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/a"}]}},
+                "$ref": "#/$defs/a",
+            },
+            "leads back to itself",
+        ),
     ],
 )
 def test_full_mode_refuses_what_it_cannot_enforce(schema: dict[str, Any], problem: str) -> None:
@@ -135,6 +149,14 @@ def test_full_mode_refuses_what_it_cannot_enforce(schema: dict[str, Any], proble
     assert any(problem in p for p in problems), problems
     with pytest.raises(JsonSchemaError):
         compile_full_json_schema(schema)
+
+
+def test_a_recursive_schema_that_reaches_into_the_value_is_kept() -> None:
+    linked = {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
+    tree = {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}}}
+    for schema in (linked, tree):
+        assert check_full_json_schema(schema) == []
+    assert not compile_full_json_schema(linked).is_valid(materialize({"next": {"next": 3}}))
 
 
 def test_a_parameters_schema_must_stay_object_rooted_and_lossless() -> None:
