@@ -67,6 +67,11 @@ OnEnd = Callable[[Any, BaseException | None], None]
 
 # How a flight onto a loop halted by the stop is told it cannot run there.
 _HALTED = "is blocked: rt.stop() was called on its thread"
+# How a flight whose task was cancelled, not by its signal, ends.
+_CANCELLED_BY_OTHERS = (
+    "the task running {} was cancelled, and not by the runtime (its event loop shutting down, "
+    "or the application cancelling its tasks)"
+)
 
 
 class LoopGoneError(RuntimeError):
@@ -233,7 +238,9 @@ class Flight:
             if self.by_signal or self.signal.aborted:
                 self._end(None, AbortError(before_dispatch=not self.started))
             else:
-                self._end(None, asyncio.CancelledError())  # cancelled by someone else (the loop's shutdown)
+                # Cancelled by someone else (the loop's shutdown, the
+                # application): a message that says so, not a bare class name.
+                self._end(None, asyncio.CancelledError(_CANCELLED_BY_OTHERS.format(self.label)))
             return
         error = task.exception()
         if error is not None:  # pragma: no cover - _shielded returns every exception
