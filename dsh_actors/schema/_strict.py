@@ -236,6 +236,8 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
         if not isinstance(properties, Mapping) or node.get("additionalProperties", False) is not False:
             raise _NotStrict
         required = node.get("required", ())
+        if isinstance(required, (list, tuple)) and any(name not in properties for name in required):
+            raise _NotStrict  # a required key it does not declare: a closed object could never hold it
         counter[0] += len(properties)
         if counter[0] > _MAX_PROPERTIES:
             raise _NotStrict

@@ -196,6 +196,8 @@ def test_a_null_for_a_required_parameter_still_fails_invalid_args(strict_rt: Too
         {"type": "object", "properties": {"a": {"type": ["array", "null"]}}},
         {"anyOf": [{"type": "object", "properties": {}}]},
         {"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}},
+        # A required key it does not declare: a closed object could never hold it.
+        {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]},
     ],
 )
 def test_schemas_outside_the_strict_subset_are_not_made_strict(schema: dict[str, Any]) -> None:
