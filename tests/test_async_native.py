@@ -1207,3 +1207,34 @@ def test_a_flight_is_named_for_what_runs_not_always_as_an_async_tool() -> None:
         'the async pre-execute listener or approval service of tool "t" (call c0)',
         'the async activation condition of tool "t"',
     ]
+
+
+def test_a_body_whose_task_the_application_cancels_fails_with_a_message_naming_it(
+    app_loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A runtime bound to the application's loop: the application cancels
+    that loop's tasks (as ``asyncio.run`` does as it ends) while an async
+    body runs there. The call fails with a message that names the tool and
+    says what happened, not the bare ``CancelledError``."""
+    entered = threading.Event()
+
+    async def slow(args: Any, ctx: Any) -> str:
+        app_loop.call_soon(entered.set)
+        await asyncio.Event().wait()
+        return "never"
+
+    def cancel_all() -> None:
+        for task in asyncio.all_tasks(app_loop):
+            task.cancel()
+
+    with ToolRuntime(loop=app_loop) as rt:
+        rt.tools.register(tool("slow", slow))
+        submitted = rt.tools.submit(batch("slow"))
+        assert entered.wait(GUARD)
+        app_loop.call_soon_threadsafe(cancel_all)
+        result = submitted.result(GUARD).results[0].result
+    assert result.is_error and result.error.info.name == "CancelledError"
+    assert result.error.message == (
+        'the task running async tool "slow" was cancelled, and not by the runtime (its event loop '
+        "shutting down, or the application cancelling its tasks)"
+    )
