@@ -11,9 +11,11 @@ is never called).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import numbers
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol
@@ -129,7 +131,9 @@ class ToolRuntime:
         self._bindings = _Bindings()
         self._tools: ToolsService | None = None
         self._native: NativeExecutor | None = None
-        self._stop_hooks: list[Callable[[], Any]] = []
+        # The hooks of on_stop, in registration order (a key each: see on_stop).
+        self._stop_hooks: dict[int, Callable[[], Any]] = {}
+        self._hook_keys = itertools.count()
         self._stop_controller = AbortController()
         # Callers blocked on the runtime (a batch, a registry ask) and on a
         # registry write: failed by stop(), at its end and at its start.
@@ -293,8 +297,8 @@ class ToolRuntime:
             self._halted_event.set()
 
     def _stop_all(self) -> None:
-        hooks, self._stop_hooks = self._stop_hooks, []
-        for hook in reversed(hooks):
+        hooks, self._stop_hooks = self._stop_hooks, {}
+        for hook in reversed(list(hooks.values())):
             try:
                 hook()
             except Exception:  # noqa: BLE001
@@ -496,13 +500,16 @@ class ToolRuntime:
     def on_stop(self, hook: Callable[[], Any]) -> Disposer:
         """Run ``hook`` early in :meth:`stop` (after ``stop_signal`` fired;
         hooks run last-registered first): executors close pools, policies
-        stop their threads. The disposer unregisters the hook."""
+        stop their threads. The disposer unregisters the hook (it takes no
+        lock of the runtime's: it may run in a weakref callback, wherever
+        the collector runs, e.g. once an executor is freed)."""
         with self._lock:
-            self._stop_hooks.append(hook)
+            key = next(self._hook_keys)
+            hooks = self._stop_hooks  # (a stop that begins takes them all: a removal then is moot)
+            hooks[key] = hook
 
         def remove() -> None:
-            with self._lock:
-                self._stop_hooks = [h for h in self._stop_hooks if h is not hook]
+            hooks.pop(key, None)
 
         return Disposer(remove)
 
@@ -515,12 +522,18 @@ class _Bindings:
     """Which executors' ``bind(runtime)`` has run in one runtime, so each
     runs once per executor object. ``bind`` is user code: it runs outside
     the lock. A second scope that sets the same executor meanwhile waits
-    for that first ``bind`` (and tries itself if it failed)."""
+    for that first ``bind`` (and tries itself if it failed). An executor
+    is recorded weakly when it can be: one the application no longer sets
+    anywhere and drops (an agent's own, say) is freed, and its record goes
+    with it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # By id; the value keeps the object alive so the id is never reused
-        # while recorded. Invariant: an id is in at most one of the two.
+        # By id; the value is a weak reference whose callback drops the
+        # record before the object's memory (and so its id) can be reused,
+        # or, for an object that takes no weak reference, the object itself
+        # (kept alive so its id is never reused while recorded). Invariant:
+        # an id is in at most one of the two.
         self._bound: dict[int, object] = {}
         self._binding: dict[int, threading.Event] = {}
 
@@ -550,8 +563,24 @@ class _Bindings:
             with self._lock:
                 del self._binding[key]
                 if bound:
-                    self._bound[key] = executor
+                    self._bound[key] = _record(executor, key, self._bound)
             done.set()
+
+
+def _record(executor: object, key: int, bound: dict[int, object]) -> object:
+    """What :class:`_Bindings` keeps for ``executor`` (see its ``_bound``)."""
+
+    def forget(ref: object) -> None:
+        # (A weakref callback: it may run on any thread, wherever the
+        # collector runs, so it takes no lock. The id cannot be recorded
+        # again before this runs: the object's memory is not freed yet.)
+        if bound.get(key) is ref:
+            bound.pop(key, None)
+
+    try:
+        return weakref.ref(executor, forget)
+    except TypeError:  # (no weak reference to it: kept alive instead)
+        return executor
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -28,6 +28,7 @@ lend it while they wait (:class:`Lent`).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
@@ -138,15 +139,22 @@ class NativeExecutor:
     def _own(self) -> dict[str, Any]:
         tools = self.executor_tools()
         if not tools:
+            if self._checked_own:
+                self._checked_own = {}
             return {}
         cache = self._checked_own
+        # Only the latest answer's definitions are kept: an executor that
+        # builds its tools afresh for each batch does not grow the cache
+        # (each entry keeps its definition alive) for the runtime's life.
+        kept: dict[int, Any] = {}
         out: dict[str, Any] = {}
         for definition in tools:
             checked = cache.get(id(definition))
             if checked is None or checked.definition is not definition:
                 checked = validate_definition(definition)
-                cache[id(definition)] = checked
+            kept[id(definition)] = checked
             out[definition.name] = checked
+        self._checked_own = kept  # (one assignment: batches on other threads read the old or the new one)
         return out
 
     def batch_policy(self, *, nested: bool = False) -> BatchPolicy:
@@ -178,7 +186,7 @@ class NativeExecutor:
                 raise InvalidStateError("this NativeExecutor is already installed in another runtime")
             self._rt = kernel
             self._dispatcher = runtime.dispatcher
-        runtime.on_stop(self._shutdown)
+        _ShutdownHook.register(self._shutdown, runtime)
 
     def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
         schemas = tuple({"name": d.name, "description": d.description, "parameters": thaw(d.parameters)} for d in tools)
@@ -351,6 +359,41 @@ class NativeExecutor:
             error = run.abandoned_error(unscheduled)
             logger.warning("rt.stop() answered a batch it could not wait for any longer: {}", error.detail)
             _answer(lambda: settle(run.reply, error=error))  # noqa: B023 - called at once
+
+
+class _ShutdownHook:
+    """A native executor's ``rt.on_stop`` hook: it runs the executor's
+    shutdown, holding it weakly. An executor its application no longer
+    sets anywhere and drops (an agent's own, say) is freed, not kept until
+    the runtime stops, and its hook is unregistered then (a batch it runs
+    holds it, so it lives until its batches have ended)."""
+
+    __slots__ = ("_shutdown", "_off")
+
+    def __init__(self, shutdown: Callable[[], None]) -> None:
+        self._shutdown = weakref.WeakMethod(shutdown, self._gone)
+        self._off: Callable[[], object] | None = None
+
+    @classmethod
+    def register(cls, shutdown: Callable[[], None], runtime: Any) -> None:
+        """Have ``runtime`` run ``shutdown`` (a bound method) in its stop."""
+        hook = cls(shutdown)
+        hook._off = runtime.on_stop(hook)
+
+    def _gone(self, _ref: object) -> None:
+        # (A weakref callback, wherever the collector runs: on_stop's
+        # disposer takes no lock of the runtime's.)
+        off, self._off = self._off, None
+        if off is not None:
+            off()
+
+    def __call__(self) -> None:
+        shutdown = self._shutdown()
+        if shutdown is not None:
+            shutdown()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._shutdown()!r}>"
 
 
 def refuse_step(message: RunBatch | Begin | Resume, cause: BaseException | None) -> None:
