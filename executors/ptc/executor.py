@@ -32,7 +32,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
@@ -237,6 +237,7 @@ class PtcExecutor(NativeExecutor):
         self._ptc_lock = threading.Lock()
         self._runs: set[Run] = set()
         self._ptc_closed = False
+        self._stop_hook: Callable[[], object] | None = None  # (rt.on_stop's disposer, once bound)
         self._bindings_cache: dict[tuple[int, ...], tuple[tuple[Any, ...], Any, Any]] = {}
 
     def __repr__(self) -> str:
@@ -296,7 +297,9 @@ class PtcExecutor(NativeExecutor):
         super().bind(runtime)
         with self._ptc_lock:
             self._runtime = runtime
-        runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining()))
+        # (Held until close(), which takes it back: a closed executor an
+        # application drops is freed, not kept by the hook until rt.stop().)
+        self._stop_hook = runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining()))
         remove_stale_folders()
         self.workers.fill()
 
@@ -312,6 +315,9 @@ class PtcExecutor(NativeExecutor):
                 return
             self._ptc_closed = True
             runs = list(self._runs)
+            hook, self._stop_hook = self._stop_hook, None
+        if hook is not None:
+            hook()
         for run in runs:
             run.request_stop("aborted", "the PTC executor is shutting down; the program was killed")
         self.workers.close()

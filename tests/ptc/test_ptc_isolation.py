@@ -220,6 +220,30 @@ def test_closing_the_executor_kills_its_spare_workers_and_later_runs_fail(rt: An
     executor.close()  # idempotent
 
 
+def test_a_scopes_own_executor_closed_and_dropped_is_freed_while_the_runtime_runs(rt: Any) -> None:
+    # (Its stop hook held it, and so its memory, until rt.stop().)
+    import gc
+    import weakref
+
+    from dsh_actors import Agent
+    from executors.ptc import PtcExecutor
+
+    refs = []
+    for i in range(3):
+        executor = PtcExecutor(timeout_ms=2000)
+        refs.append(weakref.ref(executor))
+        unset = rt.tools.scope(Agent(f"agent-{i}")).set_executor(executor)
+        spares = executor.worker_pids()
+        assert spares and all(alive(p) for p in spares)
+        unset()  # (a scope done with its executor: unsetting it does not close it)
+        executor.close()
+        for pid in spares:
+            assert_gone(pid)
+        del executor, unset
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
+
+
 def test_a_worker_runs_one_program_only(rt: Any, ptc: Any) -> None:
     first = run_code(rt, "import os\nreturn os.getpid()").value["result"]
     second = run_code(rt, "import os\nreturn os.getpid()").value["result"]
