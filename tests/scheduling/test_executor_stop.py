@@ -395,9 +395,11 @@ def _hooked(rt: ToolRuntime, kind: str, entered: threading.Event, woke: list[boo
     else:
 
         def wrapper(execution: Any, next_: Any) -> Any:
-            if not entered.is_set():
-                entered.set()
-                woke.append(execution.signal.wait(GUARD))
+            # Every call's: the two calls may both be out on call actors
+            # before the stop (a wrapper that waited only once let the
+            # other's body run).
+            entered.set()
+            woke.append(execution.signal.wait(GUARD))
             return next_()
 
         rt.events.on("tools/execute", wrapper)
@@ -422,7 +424,8 @@ def test_stop_wakes_a_hook_waiting_on_the_calls_signal(kind: str, with_signal: b
     must(entered, "the hook to wait on the call's signal")
     rt.stop(timeout=GUARD)
     batch = future.result(GUARD)  # its results, not the stop's error
-    assert woke == [True]
+    assert woke in ([True], [True, True])  # (the wrapper: once for each call out before the stop)
+    assert woke == [True] or kind == "tools/execute wrapper"
     assert [code_of(r.result) for r in batch.results] == ["ABORTED_BEFORE_DISPATCH"] * 2
     assert ran == []
     assert rt.abandoned == ()
