@@ -25,8 +25,8 @@ keyword outside the list (``oneOf``, ``allOf``, ``not``, ``if``,
 allows other properties (``additionalProperties`` true or a schema, or an
 object without ``properties``), a schema without a ``type`` (``{}``),
 ``$ref`` with other keywords beside it, a remote reference, the limits, or
-a union of objects that declare the same properties where a ``null`` would
-be dropped (the plan below tells a union's objects apart by their keys).
+a union of two or more objects of which one has a ``null`` to drop (the
+plan below could not tell which of them a strict model's object is).
 
 :func:`absent_null_plan` is the other half: compiled once from the tool's
 own (original) schema, it says which properties are optional and do not
@@ -34,9 +34,11 @@ accept ``null``; the pipeline drops such a ``null`` before anything reads
 the arguments, so a strict model's ``null`` is an absent argument and the
 call validates against the original schema. Properties are followed
 through nested objects, array items, local ``$ref``\\ s (a recursive schema
-included) and unions (an ``Optional``'s ``anyOf``, a union of models), the
-shapes pydantic generates; a ``null`` the property's own schema accepts
-(``{}``, annotations only, a ``null`` type or branch) is kept.
+included) and a union's one branch that has nulls to drop (an
+``Optional``'s ``anyOf``), the shapes pydantic generates; a ``null`` the
+property's own schema accepts (``{}``, annotations only, a ``null`` type
+or branch) is kept, and so is every null of a union with several such
+branches.
 """
 
 from __future__ import annotations
@@ -260,11 +262,13 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
 
 
 def _check_distinguishable(root: Any, branches: Any) -> None:
-    """Raise _NotStrict when two object branches of a union declare the same
-    properties and a null may be dropped in one of them: the absent-null
-    plan tells a strict model's objects apart by their keys alone, so it
-    could drop a null the branch the model chose requires."""
-    by_keys: dict[frozenset[str], list[Any]] = {}
+    """Raise _NotStrict when a union holds two or more objects (as branches,
+    or as the items of array branches) and a null may be dropped in one of
+    them: which branch a strict model's object is, the absent-null plan
+    cannot tell by its keys alone, and it could drop a null that the branch
+    the model chose requires (so a union has the plan of its one branch
+    with one, and none when several have)."""
+    objects: list[Any] = []
     stack = list(branches)
     seen: set[int] = set()
     while stack:
@@ -280,10 +284,9 @@ def _check_distinguishable(root: Any, branches: Any) -> None:
         elif isinstance(branch.get("items"), Mapping):
             stack.append(branch["items"])  # items of arrays are told apart alike
         elif isinstance(branch.get("properties"), Mapping):
-            by_keys.setdefault(frozenset(branch["properties"]), []).append(branch)
-    for same in by_keys.values():
-        if len(same) > 1 and any(_build(root, branch) is not None for branch in same):
-            raise _NotStrict
+            objects.append(branch)
+    if len(objects) > 1 and any(_build(root, branch) is not None for branch in objects):
+        raise _NotStrict
 
 
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:
@@ -312,41 +315,30 @@ def _plain(value: Any) -> Any:
 @final
 class AbsentNullPlan:
     """Where a ``null`` means "absent" in arguments of one schema: the
-    optional properties that do not accept ``null`` (``drop``), the plans of
-    nested objects (``properties``, ``items``), and for a union (``anyOf``,
-    ``oneOf``, ``allOf``) the plans of its branches (``branches``). An
-    object takes the plan of the one object branch there is, else of the first
-    branch that declares exactly its keys (as a strict model's object of
-    that branch does), else of the first that declares them all; each item
-    of an array is an object of the union of the branches' ``items``. A
-    recursive schema gives a plan that refers to itself. Immutable once
-    built."""
+    optional properties that do not accept ``null`` (``drop``), and the plans
+    of nested objects (``properties``, ``items``). A union (``anyOf``,
+    ``oneOf``, ``allOf``) has the plan of its one branch that has one (an
+    ``Optional``'s), and none when several have (it is then never sent
+    strict: see ``_check_distinguishable``). A recursive schema gives a plan
+    that refers to itself. Immutable once built."""
 
-    __slots__ = ("drop", "keys", "properties", "items", "branches", "_array")
+    __slots__ = ("drop", "properties", "items")
 
     def __init__(self) -> None:
         self.drop: frozenset[str] = frozenset()
-        self.keys: frozenset[str] | None = None  # the declared properties (None: not an object)
         self.properties: dict[str, AbsentNullPlan] = {}
         self.items: AbsentNullPlan | None = None
-        self.branches: tuple[AbsentNullPlan, ...] = ()
-        self._array: AbsentNullPlan | None = None  # a union's plan for an array
 
     def apply(self, value: Any) -> Any:
         """``value`` without the nulls this plan drops (``value`` itself when
         there are none: the common case only reads). Frozen values stay
         frozen."""
         kind = type(value)
-        is_mapping = (
+        if (
             kind is FrozenDict
             or kind is dict
             or (kind is not tuple and kind is not list and isinstance(value, Mapping))
-        )
-        if self.branches:
-            chosen = self._branch(value, is_mapping)
-            if chosen is not None:
-                return chosen.apply(value)
-        if is_mapping:
+        ):
             drop = self.drop
             properties = self.properties
             if not properties:  # a flat plan: only a null can change anything
@@ -364,19 +356,6 @@ class AbsentNullPlan:
                 return value
             return tuple(items) if type(value) is tuple else items
         return value
-
-    def _branch(self, value: Any, is_mapping: bool) -> AbsentNullPlan | None:
-        branches = self.branches
-        if is_mapping:
-            objects = [(b, b.keys) for b in branches if b.keys is not None]
-            if len(objects) <= 1:
-                return objects[0][0] if objects else None
-            keys = frozenset(value)
-            exact = next((b for b, declared in objects if declared == keys), None)
-            return exact or next((b for b, declared in objects if keys <= declared), None)
-        if type(value) is tuple or type(value) is list:
-            return self._array
-        return None
 
     def _rebuilt(self, value: Mapping[str, Any]) -> Any:
         out: dict[str, Any] = {}
@@ -415,19 +394,23 @@ def absent_null_plan(schema: Any) -> AbsentNullPlan | None:
 class _Node:
     """What one schema node says about nulls, while the plan is built: the
     node it refers to (``ref``: it says nothing of its own), or its own
-    ``drop``/``keys``/``properties``/``items`` and its union's ``branches``.
+    ``drop``/``properties``/``items`` and its union's ``branches``.
     ``useful``: a null may be dropped somewhere below it."""
 
-    __slots__ = ("ref", "drop", "keys", "properties", "items", "branches", "useful")
+    __slots__ = ("ref", "drop", "properties", "items", "branches", "useful")
 
     def __init__(self) -> None:
         self.ref: _Node | None = None
         self.drop: frozenset[str] = frozenset()
-        self.keys: frozenset[str] | None = None
         self.properties: dict[str, _Node] = {}
         self.items: _Node | None = None
         self.branches: list[_Node] = []
         self.useful = False
+
+    @property
+    def own(self) -> bool:
+        """It says something of its own (it is not only a union)."""
+        return bool(self.drop or self.properties or self.items is not None)
 
 
 def _build(schema: Any, node: Any) -> AbsentNullPlan | None:
@@ -453,8 +436,8 @@ def _build(schema: Any, node: Any) -> AbsentNullPlan | None:
     todo: list[tuple[_Node, AbsentNullPlan]] = []
 
     def plan_of(node: _Node | None) -> AbsentNullPlan | None:
-        node = _target(node)
-        if node is None or not node.useful:
+        node = _chosen(node)
+        if node is None or not node.useful or not node.own:
             return None
         plan = plans.get(id(node))
         if plan is None:
@@ -466,21 +449,8 @@ def _build(schema: Any, node: Any) -> AbsentNullPlan | None:
     while todo:
         node, plan = todo.pop()
         plan.drop = node.drop
-        plan.keys = node.keys
         plan.properties = {name: sub for name, c in node.properties.items() if (sub := plan_of(c)) is not None}
         plan.items = plan_of(node.items)
-        leaves = _leaves(node)
-        if any(leaf.useful for leaf in leaves):
-            plan.branches = tuple(filter(None, (plan_of(leaf) or _keys_only(leaf) for leaf in leaves)))
-        arrays = [b.items for b in leaves if b.items is not None and b.items.useful]
-        if arrays:
-            # An array takes the union of its branches' items plans.
-            array_node = _Node()
-            array_node.items = _Node()
-            array_node.items.branches = arrays
-            array_node.useful = array_node.items.useful = True
-            nodes.append(array_node)  # alive while ids key `plans`
-            plan._array = plan_of(array_node)
     return result
 
 
@@ -506,14 +476,22 @@ def _target(node: _Node | None) -> _Node | None:
     return node
 
 
-def _keys_only(node: _Node) -> AbsentNullPlan | None:
-    """The plan of an object branch that drops nothing (it still claims the
-    objects with its keys), or None for a branch that is not an object."""
-    if node.keys is None:
-        return None
-    plan = AbsentNullPlan()
-    plan.keys = node.keys
-    return plan
+def _chosen(node: _Node | None) -> _Node | None:
+    """The node whose plan ``node`` has: itself, with its references
+    followed, and a union (one that says nothing of its own) followed into
+    its one branch where a null may be dropped. A union with several such
+    branches has none: which of them an object is, its keys alone cannot
+    tell (a null one branch drops another may require), so nothing is
+    dropped (None)."""
+    seen: set[int] = set()
+    node = _target(node)
+    while node is not None and node.branches and not node.own and id(node) not in seen:
+        seen.add(id(node))
+        useful = [leaf for leaf in _leaves(node) if leaf.useful]
+        if len(useful) != 1:
+            return None
+        node = useful[0]
+    return node
 
 
 def _leaves(node: _Node) -> list[_Node]:
@@ -526,8 +504,7 @@ def _leaves(node: _Node) -> list[_Node]:
         if branch is None or id(branch) in seen:
             continue
         seen.add(id(branch))
-        own = bool(branch.drop or branch.properties or branch.items is not None)
-        if branch.branches and not own:
+        if branch.branches and not branch.own:
             stack.extend(reversed(branch.branches))
         else:
             out.append(branch)
@@ -562,7 +539,6 @@ def _node(root: Any, node: Any, memo: dict[int, _Node]) -> _Node | None:
     if isinstance(properties, Mapping):
         required = node.get("required", ())
         required = required if isinstance(required, (list, tuple)) else ()
-        out.keys = frozenset(properties)
         out.drop = frozenset(
             name for name, sub in properties.items() if name not in required and not _accepts_null(root, sub)
         )
