@@ -37,6 +37,7 @@ from .errors import (
     ToolPolicyError,
     ToolTimeoutError,
     UsageError,
+    printable,
 )
 from .events import UNSET as UNSET  # importable, not in __all__ (see below)
 from .events import Accept, Allow, Ask, Block, Cancel, Deny
@@ -209,4 +210,6 @@ __all__ = [
     "SearchFileMatches",
     "SearchMatchLine",
     "WebSource",
+    # Text a model or a tool wrote, made safe to show on a terminal (the CLI, the approval prompt).
+    "printable",
 ]

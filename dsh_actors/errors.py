@@ -10,6 +10,7 @@ the tool body had been invoked.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final
@@ -86,6 +87,26 @@ def safe_str(value: object) -> str:
     if type(text) is not str:
         return "<unprintable thrown value>"
     return text
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` safe to show on a terminal: control and format characters
+    (escape sequences, bidi overrides, line separators) become visible
+    ``\\x..``/``\\u....`` escapes, so what a model or a tool wrote cannot
+    drive the terminal (retitle it, clear it, move the cursor, reorder what
+    is read); a tab stays. ``keep_newlines``: ``\\n`` stays too."""
+    if text.isprintable():  # (the common case; a space that is not " " is kept below)
+        return text
+    out: list[str] = []
+    for char in text:
+        if char == "\t" or (keep_newlines and char == "\n"):
+            out.append(char)
+        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def exception_text(exc: BaseException) -> str:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import selectors
 import threading
-import unicodedata
 from typing import IO, Any, Final
 
 import orjson
 
-from dsh_actors import AbortSignal, ApprovalRequest, InvalidTypeError, InvalidValueError, thaw
+from dsh_actors import AbortSignal, ApprovalRequest, InvalidTypeError, InvalidValueError, printable, thaw
 
 from ._answer import ALLOWED_ONCE, CANCELLED, REJECTED, UNAVAILABLE, Answer, Memory, Service
 
@@ -40,22 +39,6 @@ _ABORTED: Final = _Signalled()
 
 def _aborted(signal: AbortSignal) -> bool:
     return signal.aborted
-
-
-def printable(text: str, *, keep_newlines: bool = False) -> str:
-    """``text`` safe to show on a terminal: control and format characters
-    (escape sequences, bidi overrides) become visible ``\\x..``/``\\u....``
-    escapes, so a model cannot repaint the prompt it is judged by."""
-    out: list[str] = []
-    for char in text:
-        if keep_newlines and char == "\n":
-            out.append(char)
-        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(char)
-    return "".join(out)
 
 
 def _localized(display: Any, locale: str) -> str | None:

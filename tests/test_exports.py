@@ -52,6 +52,7 @@ EXTRA_NAMES = {
     "ToolPolicyError", "ToolFailedError", "ExecutorUnavailableError", "LosslessJsonError",
     "UsageError", "InvalidValueError", "InvalidTypeError", "InvalidStateError", "RuntimeStoppedError",
     "SearchFileMatches", "SearchMatchLine", "WebSource", "ToolProgress",
+    "printable",  # (what the CLI and the approval prompt show a model's or a tool's text through)
 }  # fmt: skip
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
 
 from ..definition import ToolDefinition
-from ..errors import DshError, LosslessJsonError
+from ..errors import DshError, LosslessJsonError, printable
 from ..json import dumps, loads, thaw
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock
 from ..presentation import (
@@ -129,34 +129,25 @@ class Style:
         return fancy if self.unicode else plain
 
 
-#: What a line may hold besides printable text: the colours a :class:`Style`
-#: paints, and only while it paints them.
+#: The colours a :class:`Style` paints: what a line may hold besides
+#: printable text, and only while it paints them.
 _PAINTED: Final = re.compile("\x1b\\[(?:0|1|2|31|32|33|36)m")
-#: Characters a line shows escaped: C0 and C1 controls but the tab, DEL, and
-#: the bidirectional overrides (text that would drive the terminal: retitle
-#: it, move the cursor, clear the screen, ring it, or reorder what is read).
-_CONTROL: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def terminal_safe(line: str, style: Style) -> str:
-    """``line`` as a terminal may show it: every control character that a
-    tool's output, its arguments or a log may carry is shown escaped
-    (``\\x1b``), and only ``style``'s own colours pass."""
-    if _CONTROL.search(line) is None:
+    """``line`` as a terminal may show it: every control or format
+    character that a tool's output, its arguments or a log may carry is
+    shown escaped (:func:`~dsh_actors.printable`), and only ``style``'s own
+    colours pass."""
+    if line.isprintable():
         return line
     if not style.color:
-        return _CONTROL.sub(_escaped, line)
+        return printable(line)
     parts = _PAINTED.split(line)
-    painted = _PAINTED.findall(line)
-    out = [_CONTROL.sub(_escaped, parts[0])]
-    for code, part in zip(painted, parts[1:], strict=True):
+    out = [printable(parts[0])]
+    for code, part in zip(_PAINTED.findall(line), parts[1:], strict=True):
         out.append(code)
-        out.append(_CONTROL.sub(_escaped, part))
+        out.append(printable(part))
     return "".join(out)
 
 

@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import orjson
 
-from ..errors import DshError
+from ..errors import DshError, printable
 from ..json import thaw
 from ..model import Agent, ApprovalRequest, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
 from ..runtime import ToolRuntime
@@ -73,7 +73,8 @@ class TerminalApprover:
             if request.signal.aborted:
                 return "cancelled"
             why = _display(request.display_reason) or request.reason
-            sys.stderr.write(f"? {request.tool_name} ({request.call_id}) needs approval: {why or 'no reason given'}\n")
+            question = f"? {request.tool_name} ({request.call_id}) needs approval: {why or 'no reason given'}"
+            sys.stderr.write(printable(question) + "\n")
             sys.stderr.write("  allow it once? [y/N] ")
             sys.stderr.flush()
             answer = sys.stdin.readline()
@@ -229,7 +230,7 @@ class ProgressLines:
         self._lock = threading.Lock()
 
     def __call__(self, execution: Any, progress: Any) -> None:
-        line = f"… {execution.call_id} {execution.name}: {progress_text(progress)}\n"
+        line = printable(f"… {execution.call_id} {execution.name}: {progress_text(progress)}") + "\n"
         with self._lock:
             self._stream.write(line)
             self._stream.flush()

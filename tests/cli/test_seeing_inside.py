@@ -20,6 +20,10 @@ def copy(args, ctx):
     ctx.report_progress(3)
     return "copied"
 
+def retitle(args, ctx):
+    ctx.report_progress(1, message="\x1b]0;RETITLED\x07\x1b[2J\tcleared")
+    return "done"
+
 def explode(args, ctx):
     return helper_that_divides()
 
@@ -32,6 +36,7 @@ def complain(args, ctx):
 OUT = ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)])
 TOOLS = [
     define_tool(name="copy", description="Copy files.", parameters={}, output=OUT, execute=copy),
+    define_tool(name="retitle", description="Drive the terminal.", parameters={}, output=OUT, execute=retitle),
     define_tool(name="explode", description="Fail.", parameters={}, output=OUT, execute=explode),
     define_tool(name="complain", description="Fail in two lines.", parameters={}, output=OUT, execute=complain),
 ]
@@ -54,6 +59,13 @@ def test_run_shows_each_progress_report_on_stderr(cli: Cli, root: Path, write_mo
         "… c0 copy: 3",
     ]
     assert "✓ c0 copy" in outcome.out
+
+
+def test_a_progress_message_cannot_drive_the_terminal(cli: Cli, root: Path, write_module: Any) -> None:
+    tools = write_module("progress_tools", TOOLS)
+    outcome = cli("run", batch(root, "retitle"), "--tools", tools)
+    assert outcome.code == 0, outcome.err
+    assert outcome.err == "… c0 retitle: 1 \\x1b]0;RETITLED\\x07\\x1b[2J\tcleared\n"
 
 
 def test_run_names_a_failing_tool_and_shows_its_traceback_with_v(
