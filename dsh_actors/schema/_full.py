@@ -193,7 +193,7 @@ def _endless_reference(plain: Any) -> str | None:
         return out
 
     done: set[int] = set()
-    for start, _ in nodes:
+    for start in _reachable(plain):
         if id(start) in done:
             continue
         # Depth-first over in-place edges; a node met again on the path is a loop.
@@ -209,18 +209,50 @@ def _endless_reference(plain: Any) -> str | None:
                 continue
             child, ref = step
             if id(child) in on_path:
-                where = ref if ref is not None else next((r for r in on_path.values() if r is not None), None)
-                if where is None:
+                # The loop: the path from ``child`` on, closed by this edge.
+                # Named by its last reference (the node holding it, and it).
+                first = next(i for i, (n, _) in enumerate(stack) if n is child)
+                entered = [on_path[id(n)] for n, _ in stack[first + 1 :]] + [ref]
+                last = max((k for k, r in enumerate(entered) if r is not None), default=None)
+                if last is None:
                     continue  # (a loop without a reference: not possible in a tree)
-                holder = next(n for n, _ in reversed(stack) if n.get("$ref") == where)
+                holder, where = stack[first + last][0], entered[last]
                 return (
-                    f"{_path('schema', [*paths.get(id(holder), []), '$ref'])}: reference {quote(where)} leads back "
-                    "to itself without reaching into the value (checking a value would never end)"
+                    f"{_path('schema', [*paths.get(id(holder), []), '$ref'])}: reference {quote(str(where))} leads "
+                    "back to itself without reaching into the value (checking a value would never end)"
                 )
             if id(child) not in done:
                 on_path[id(child)] = ref
                 stack.append((child, iter(edges(child))))
     return None
+
+
+def _reachable(plain: Any) -> list[Any]:
+    """The schema nodes a value's check can reach from the root: through
+    every keyword that holds schemas, and local references, but not into
+    ``$defs`` (a definition no reference uses is never run)."""
+    out: list[Any] = []
+    seen: set[int] = set()
+    stack = [plain]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, Mapping) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        for key, sub in node.items():
+            if key in _DATA_KEYWORDS or key in ("$defs", "definitions"):
+                continue
+            if key == "$ref":
+                if type(sub) is str and (sub == "#" or sub.startswith("#/")):
+                    stack.append(_pointer(plain, sub))
+            elif key in _NAMED_SCHEMAS and isinstance(sub, Mapping):
+                stack.extend(sub.values())
+            elif isinstance(sub, Mapping):
+                stack.append(sub)
+            elif isinstance(sub, list):
+                stack.extend(sub)
+    return out
 
 
 def _pointer(plain: Any, ref: str) -> Any:

@@ -154,7 +154,9 @@ def test_full_mode_refuses_what_it_cannot_enforce(schema: dict[str, Any], proble
 def test_a_recursive_schema_that_reaches_into_the_value_is_kept() -> None:
     linked = {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}
     tree = {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}}}
-    for schema in (linked, tree):
+    # A definition that refers to itself but that nothing uses is never run.
+    unused = {"type": "object", "properties": {"a": {"type": "integer"}}, "$defs": {"loop": {"$ref": "#/$defs/loop"}}}
+    for schema in (linked, tree, unused):
         assert check_full_json_schema(schema) == []
     assert not compile_full_json_schema(linked).is_valid(materialize({"next": {"next": 3}}))
 
