@@ -249,3 +249,46 @@ def test_a_tools_change_listener_that_returns_a_coroutine_is_logged_and_the_chan
         logger.remove(sink)
     assert len(records) == 1
     assert "tools/change listener" in records[0]["message"] and "changed returned a coroutine" in records[0]["message"]
+
+
+def test_a_tools_change_listener_returning_a_coroutine_is_closed_when_the_change_is_rolled_back_too(
+    library_logs: None,
+) -> None:
+    import inspect
+
+    from loguru import logger
+
+    from dsh_actors import RegistrationError, ToolRuntime
+
+    made: list[Any] = []
+
+    async def changed() -> None:
+        raise AssertionError("never runs")
+
+    @functools.wraps(changed)
+    def wrapped() -> Any:
+        made.append(changed())
+        return made[-1]
+
+    def refuse() -> None:
+        raise RuntimeError("no")
+
+    records: list[Any] = []
+    sink = logger.add(lambda message: records.append(message.record), level="ERROR")
+    try:
+        with ToolRuntime() as rt:
+            rt.events.on("tools/change", wrapped)
+            rt.events.on("tools/change", refuse)
+
+            @tool
+            def ping() -> str:
+                """Ping."""
+                return "pong"
+
+            with pytest.raises(RegistrationError):
+                rt.tools.register(ping)
+    finally:
+        logger.remove(sink)
+    # Told of the change, then of its undoing: both coroutines closed.
+    assert [inspect.getcoroutinestate(c) for c in made] == [inspect.CORO_CLOSED] * 2
+    assert sum("returned a coroutine" in r["message"] for r in records) == 2

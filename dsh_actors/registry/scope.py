@@ -61,6 +61,13 @@ def _quoted(names: list[str] | tuple[str, ...]) -> str:
     return ", ".join(f'"{n}"' for n in names) if names else "(none)"
 
 
+def _notify(fn: Callable[[], object]) -> None:
+    """Tell a ``tools/change`` listener (one that returns a coroutine, an
+    ``async def`` behind a sync wrapper, has it closed and logged)."""
+    if type(result := fn()) is CoroutineType:
+        drop_coroutine("tools/change", fn, result)
+
+
 def _listener_problem(exc: BaseException) -> str:
     detail = safe_str(exc)
     return f"a tools/change listener raised {type(exc).__name__}" + (f": {detail}" if detail else "")
@@ -158,14 +165,13 @@ class ScopeActor(ActorBase):
         notified = 0
         try:
             for fn in listeners:
-                if type(result := fn()) is CoroutineType:
-                    drop_coroutine("tools/change", fn, result)
+                _notify(fn)
                 notified += 1
         except BaseException as exc:  # noqa: BLE001 - rolled back, reported to the caller
             self._publish(old.evolve())
             for fn in listeners[:notified]:
                 try:
-                    fn()  # they saw the change: let them see it undone
+                    _notify(fn)  # they saw the change: let them see it undone
                 except BaseException as again:  # noqa: BLE001 - contained, as emit does
                     logger.opt(exception=again).error(
                         "tools/change listener raised while a change was rolled back: {}", safe_str(again)

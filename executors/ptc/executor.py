@@ -295,11 +295,17 @@ class PtcExecutor(NativeExecutor):
             if self._ptc_closed:
                 raise InvalidStateError("this PtcExecutor is closed")
         super().bind(runtime)
-        with self._ptc_lock:
-            self._runtime = runtime
         # (Held until close(), which takes it back: a closed executor an
         # application drops is freed, not kept by the hook until rt.stop().)
-        self._stop_hook = runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining()))
+        hook = runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining()))
+        with self._ptc_lock:
+            self._runtime = runtime
+            closed = self._ptc_closed
+            if not closed:
+                self._stop_hook = hook
+        if closed:  # (closed meanwhile: the hook it took back was not this one yet)
+            hook()
+            return
         remove_stale_folders()
         self.workers.fill()
 
