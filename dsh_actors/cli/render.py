@@ -137,8 +137,9 @@ _PAINTED: Final = re.compile("\x1b\\[(?:0|1|2|31|32|33|36)m")
 def terminal_safe(line: str, style: Style) -> str:
     """``line`` as a terminal may show it: every control or format
     character that a tool's output, its arguments or a log may carry is
-    shown escaped (:func:`~dsh_actors.printable`), and only ``style``'s own
-    colours pass."""
+    shown escaped (:func:`~dsh_actors.printable`), but the colour codes
+    ``style`` paints, while it paints (the same code in a tool's text passes
+    too: it can only colour)."""
     if line.isprintable():
         return line
     if not style.color:
