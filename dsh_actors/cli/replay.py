@@ -9,7 +9,8 @@ register, or when a presenter answers ``None``, the generic cards are used.
 The file is only read (never repaired or truncated), with the session's
 rules (``Session.open``'s): blank lines are skipped and a *last* line that
 is not whole JSON is a torn write from a crash, ignored with a note on
-stderr; any other bad line (one that is not JSON, or whole JSON that is no
+stderr (the only line too, when it begins as an event does: a crash while
+the first event was written); any other bad line (one that is not JSON, or whole JSON that is no
 session event, wherever it is) is an error naming ``FILE:LINE``. With
 ``-v`` a call whose tool (or a policy) raised shows the traceback its
 ``tool/result`` logged. Exit status 0, or 1 when the file cannot be read or
@@ -19,6 +20,7 @@ is not a session log, or the tools cannot be loaded.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -58,7 +60,10 @@ def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
         except LosslessJsonError as err:
             if last and not whole_json(line):
                 # A torn write: only a cut line is one (a cut event is not JSON).
-                if not events:
+                # A lone one is a log's only when it begins as an event does
+                # (a crash while its first event was written, as
+                # Session.open reads it); other text is no log at all.
+                if not events and not _EVENT_START.match(line):
                     raise _not_an_event(path, number, err.problem, alone=True) from None
                 return events, number
             raise _not_an_event(path, number, err.problem, alone=last and not events) from None
@@ -71,6 +76,11 @@ def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
             raise _not_an_event(path, number, problem, alone=last and not events) from None
         events.append(event)
     return events, None
+
+
+#: How a session event's line begins (``"type"`` first, as the runtime and
+#: ``json.dumps`` of an event built ``{"type": ...}`` write it).
+_EVENT_START = re.compile(rb'\s*\{\s*"type"\s*:')
 
 
 def _not_an_event(path: str, number: int, problem: str, *, alone: bool) -> CliError:

@@ -773,9 +773,18 @@ class Session:
             if self._closed:
                 return
             self._closed = True
-            self._held = False  # (closing the file releases its lock)
+            held, self._held = self._held, False
             file, self._file = self._file, None
         if file is not None:
+            if held and sys.platform != "win32":
+                # Released now, not when the last descriptor of the open file
+                # is closed: a process forked meanwhile (a subprocess another
+                # thread is starting, until its exec closes it) holds one,
+                # and would keep the log locked after this close.
+                try:
+                    fcntl.flock(file.fileno(), fcntl.LOCK_UN)
+                except OSError:
+                    pass
             file.close()
 
     def __enter__(self) -> Session:
