@@ -449,7 +449,8 @@ def lookup(rt: Kernel, call: Call) -> Any:
     arguments are settled here, before any phase reads them: a ``null`` for
     an optional parameter whose schema does not accept ``null`` (what a
     strict model sends for one it leaves out) is dropped, keyed on the
-    tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`)."""
+    tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`), when
+    the arguments as sent do not validate."""
     execution = call.execution
     if call.override is not None:
         registration = call.override
@@ -471,10 +472,14 @@ def lookup(rt: Kernel, call: Call) -> Any:
         arguments = execution.arguments
         if type(arguments) is FrozenDict:
             checked = registration if call.override is not None else registration.checked
-            plan = absent_null_plan(checked.parameter_validator.schema)
+            validator = checked.parameter_validator
+            plan = absent_null_plan(validator.schema)
             if plan is not None:
                 settled = plan.apply(arguments)
-                if settled is not arguments:
+                # Only arguments the schema refuses as sent (a strict model's
+                # nulls): a null that one branch of a union drops, another
+                # may take, and what is valid as sent is what the model meant.
+                if settled is not arguments and not validator.is_valid(arguments):
                     settle_arguments(execution, settled)
     return registration
 

@@ -14,7 +14,8 @@ model's output to the schema, but accepts only a subset of JSON Schema:
   ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``, ``minItems``,
   ``maxItems``, and the annotations ``description``, ``title``,
   ``$comment`` (``default`` and ``examples`` are dropped);
-* at most 5000 properties in all and 10 levels of object nesting;
+* at most 5000 properties in all and 10 levels of object nesting (local
+  references followed as if written in place);
 * no keyword beside ``$ref`` (a ``description`` there is inlined with its
   target; a recursive target so annotated is sent non-strict).
 
@@ -177,9 +178,42 @@ def strict_json_schema(schema: Any) -> dict[str, Any] | None:
     counter = [0]
     try:
         out = _strict(schema, schema, counter, 1)
+        if _nesting(schema, schema, frozenset(), {}) > _MAX_NESTING:
+            return None  # (through $defs: pydantic puts every nested model there)
     except (_NotStrict, RecursionError):
         return None
     return out if isinstance(out, dict) else None
+
+
+def _nesting(root: Any, node: Any, refs: frozenset[str], memo: dict[int, int]) -> int:
+    """How many levels of objects ``node`` nests, its local references
+    followed as if written in place (a recursive one is not followed again:
+    it adds no level a value must have)."""
+    if not isinstance(node, Mapping):
+        return 0
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    ref = node.get("$ref")
+    if type(ref) is str:
+        if ref in refs:
+            return 0
+        try:
+            target = _resolve(root, ref)
+        except _NotStrict:
+            return 0
+        return _nesting(root, target, refs | {ref}, memo)
+    inner = 0
+    properties = node.get("properties")
+    if isinstance(properties, Mapping):
+        inner = max((_nesting(root, sub, refs, memo) for sub in properties.values()), default=0)
+    if isinstance(node.get("items"), Mapping):
+        inner = max(inner, _nesting(root, node["items"], refs, memo))
+    if isinstance(node.get("anyOf"), (list, tuple)):
+        inner = max([inner, *(_nesting(root, branch, refs, memo) for branch in node["anyOf"])])
+    levels = inner + (1 if isinstance(properties, Mapping) else 0)
+    memo[id(node)] = levels
+    return levels
 
 
 def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
@@ -269,20 +303,22 @@ def _check_distinguishable(root: Any, branches: Any) -> None:
     the model chose requires (so a union has the plan of its one branch
     with one, and none when several have)."""
     objects: list[Any] = []
-    stack = list(branches)
-    seen: set[int] = set()
+    # (A node and whether it is reached as an array's items: one model as a
+    # branch and as the items of another, A | list[A], is two objects.)
+    stack: list[tuple[Any, bool]] = [(branch, False) for branch in branches]
+    seen: set[tuple[int, bool]] = set()
     while stack:
-        branch = stack.pop()
-        while isinstance(branch, Mapping) and type(branch.get("$ref")) is str and id(branch) not in seen:
-            seen.add(id(branch))
+        branch, as_items = stack.pop()
+        while isinstance(branch, Mapping) and type(branch.get("$ref")) is str and (id(branch), as_items) not in seen:
+            seen.add((id(branch), as_items))
             branch = _resolve(root, branch["$ref"])
-        if not isinstance(branch, Mapping) or id(branch) in seen:
+        if not isinstance(branch, Mapping) or (id(branch), as_items) in seen:
             continue
-        seen.add(id(branch))
+        seen.add((id(branch), as_items))
         if isinstance(branch.get("anyOf"), (list, tuple)):
-            stack.extend(branch["anyOf"])
+            stack.extend((sub, as_items) for sub in branch["anyOf"])
         elif isinstance(branch.get("items"), Mapping):
-            stack.append(branch["items"])  # items of arrays are told apart alike
+            stack.append((branch["items"], True))  # items of arrays are told apart alike
         elif isinstance(branch.get("properties"), Mapping):
             objects.append(branch)
     if len(objects) > 1 and any(_build(root, branch) is not None for branch in objects):

@@ -235,3 +235,77 @@ def test_the_plan_follows_array_items_and_keeps_frozen_values_frozen() -> None:
     assert settled == {"rows": ({"k": "a"}, {})} and type(settled) is FrozenDict
     untouched = materialize({"rows": [{"k": "a"}]})
     assert plan.apply(untouched) is untouched
+
+
+class _A(BaseModel):
+    a: int
+    x: int = 0
+
+
+class _B(BaseModel):
+    b: int
+    x: int | None = 5
+
+
+class _C(BaseModel):
+    c: int
+    x: int | None
+
+
+def test_arguments_valid_as_sent_keep_their_nulls_whichever_union_branch_they_are() -> None:
+    # A's x drops a null; B's and C's take one: {"b": 1, "x": null} is a B as
+    # sent (a non-strict model's), and must reach the function as one.
+    from dsh_actors import tool
+
+    seen: list[Any] = []
+
+    @tool
+    def t1(u: _A | _B) -> str:
+        seen.append(u)
+        return "ok"
+
+    @tool
+    def t2(u: _A | _C) -> str:
+        seen.append(u)
+        return "ok"
+
+    with ToolRuntime() as rt:
+        rt.tools.register(t1)
+        rt.tools.register(t2)
+        assert [tool["function"]["strict"] for tool in openai.tools(rt, strict=True)] == [False, False]
+        calls = (
+            ToolCall("c1", "t1", '{"u": {"b": 1, "x": null}}'),
+            ToolCall("c2", "t2", '{"u": {"c": 1, "x": null}}'),
+            ToolCall("c3", "t1", '{"u": {"a": 1, "x": null}}'),  # refused as sent: A's null is an absent x
+        )
+        results = rt.tools.execute(ToolBatchInput(calls=calls)).results
+    assert [r.result.is_error for r in results] == [False, False, False]
+    assert seen == [_B(b=1, x=None), _C(c=1, x=None), _A(a=1, x=0)]
+
+
+def test_a_model_and_a_list_of_it_is_two_objects_of_a_union_so_not_strict() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {
+            "A": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "x": {"type": "integer"}},
+                "required": ["a"],
+            }
+        },
+        "properties": {"u": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "array", "items": {"$ref": "#/$defs/A"}}]}},
+        "required": ["u"],
+    }
+    assert strict_json_schema(schema) is None
+
+
+def test_objects_nested_more_than_ten_levels_through_defs_are_not_strict() -> None:
+    def chain(levels: int) -> dict[str, Any]:
+        defs = {
+            f"L{i}": {"type": "object", "properties": {"next": {"$ref": f"#/$defs/L{i + 1}"}}} for i in range(levels)
+        }
+        defs[f"L{levels}"] = {"type": "object", "properties": {"v": {"type": "integer"}}}
+        return {"type": "object", "$defs": defs, "properties": {"head": {"$ref": "#/$defs/L0"}}}
+
+    assert strict_json_schema(chain(8)) is not None  # 10 levels: the root and L0..L8
+    assert strict_json_schema(chain(9)) is None
