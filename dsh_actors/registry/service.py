@@ -299,6 +299,7 @@ class ToolsService:
         defaults to this service's scope; pass ``None`` for the global view.
         Without ``tool_set`` conditional registrations are included
         (inspection); with one, only what it admits."""
+        _check_name("get", name)
         reg = lookup(self._state, name, self._viewer(scope), self._set(tool_set))
         return None if reg is None else reg.definition
 
@@ -311,6 +312,7 @@ class ToolsService:
         """The definition a call of ``name`` may run, or ``None`` (the call
         fails as ``UNKNOWN_TOOL``). With ``tool_set`` the set decides;
         without one, conditional registrations are not executable."""
+        _check_name("executable", name)
         reg = executable(self._state, name, self._viewer(scope), self._set(tool_set))
         return None if reg is None else reg.definition
 
@@ -803,6 +805,11 @@ class ToolsService:
             if future.done():
                 return future.result()
             raise TimeoutError(f"{what} did not finish within {limit}s (a tools/change listener has not returned)")
+
+
+def _check_name(method: str, name: object) -> None:
+    if type(name) is not str:
+        raise InvalidTypeError(f"rt.tools.{method}(name): a tool's name is a str, not {type(name).__qualname__}")
 
 
 def _running(rt: Kernel) -> bool:

@@ -331,3 +331,12 @@ def test_the_view_cache_recognises_the_same_agent_and_never_a_new_one_with_a_reu
         assert list(visible(rt.state, other)) == ["g"]
         del other
     assert list(visible(rt.state, keep)) == ["g", "mine"]
+
+
+def test_get_and_executable_refuse_a_name_that_is_not_a_str(rt: Any) -> None:
+    from dsh_actors import InvalidTypeError
+
+    for method in (rt.tools.get, rt.tools.executable):
+        for name in (["a"], 5, None):
+            with pytest.raises(InvalidTypeError, match="a tool's name is a str, not"):
+                method(name)
