@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,17 @@ def raw(tmp_path: Path) -> Iterator[ServerConnection]:
         connection.close()
 
 
+@contextmanager
+def mounted(rt: ToolRuntime, conn: ServerConnection, **options: Any) -> Iterator[None]:
+    """``conn``'s server mounted on ``rt`` (with ``options``) for the block."""
+    assert conn.session is not None
+    unmount = conn.run(mount(rt, conn.session, **options))
+    try:
+        yield
+    finally:
+        unmount()
+
+
 def run(rt: ToolRuntime, name: str, arguments: dict[str, Any] | None = None) -> Any:
     future = rt.tools.submit(ToolBatchInput(calls=(ToolCall(id="c1", name=name, arguments=arguments or {}),)))
     return future.result(20).results[0].result
@@ -44,31 +56,23 @@ def cancellations(raw: ServerConnection, count: int) -> list[dict[str, Any]]:
 
 
 def test_a_result_that_is_not_an_object_fails_the_call_at_once(raw: ServerConnection, rt: ToolRuntime) -> None:
-    assert raw.session is not None
-    unmount = raw.run(mount(rt, raw.session))  # the default bound: DEFAULT_TIMEOUT_MS, a minute
-    try:
+    with mounted(rt, raw):  # the default bound: DEFAULT_TIMEOUT_MS, a minute
         outcome = run(rt, "bad_result")
         assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR"
         assert outcome.error.message == (
             'MCP protocol error calling "bad_result": the server answered with a result that is not an object (5)'
         )
         assert not run(rt, "echo", {"a": 1}).is_error  # the session goes on
-    finally:
-        unmount()
 
 
 def test_an_unanswered_call_fails_after_the_mounts_timeout_and_is_cancelled_on_the_server(
     raw: ServerConnection, rt: ToolRuntime
 ) -> None:
-    assert raw.session is not None
-    unmount = raw.run(mount(rt, raw.session, timeout_ms=300))
-    try:
+    with mounted(rt, raw, timeout_ms=300):
         outcome = run(rt, "silent")
         assert outcome.is_error and outcome.error.info.code == "TOOL_TIMEOUT"
         assert outcome.error.message == "tool call timed out after 300ms"
         assert [c.get("reason") for c in cancellations(raw, 1)] == ["tool call timed out after 300ms"]
-    finally:
-        unmount()
 
 
 def test_an_unanswered_listing_fails_the_mount_after_its_timeout(tmp_path: Path, rt: ToolRuntime) -> None:
@@ -111,9 +115,7 @@ def test_a_tool_that_requires_a_task_is_not_offered_and_is_logged(raw: ServerCon
 
 
 def test_an_aborted_call_forwards_the_aborts_reason_to_the_server(raw: ServerConnection, rt: ToolRuntime) -> None:
-    assert raw.session is not None
-    unmount = raw.run(mount(rt, raw.session))
-    try:
+    with mounted(rt, raw):
         controller = AbortController()
         future = rt.tools.submit(
             ToolBatchInput(calls=(ToolCall(id="c1", name="silent", arguments={}),), signal=controller.signal)
@@ -123,8 +125,6 @@ def test_an_aborted_call_forwards_the_aborts_reason_to_the_server(raw: ServerCon
         assert future.result(20).results[0].result.error.info.code == "ABORTED"
         reasons = [c.get("reason") for c in cancellations(raw, 1)]
         assert reasons == ["the user pressed stop"]
-    finally:
-        unmount()
 
 
 def test_a_server_error_with_the_code_the_sdk_uses_for_a_closed_connection_fails_that_call_only(
@@ -132,15 +132,11 @@ def test_a_server_error_with_the_code_the_sdk_uses_for_a_closed_connection_fails
 ) -> None:
     # -32000 opens JSON-RPC's server-error range: a server may answer one
     # request with it over a connection that is fine.
-    assert raw.session is not None
-    unmount = raw.run(mount(rt, raw.session))
-    try:
+    with mounted(rt, raw):
         outcome = run(rt, "busy")
         assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR"
         assert outcome.error.message == 'MCP protocol error -32000 calling "busy": rate limited, try again'
         assert not run(rt, "echo", {"a": 1}).is_error  # the mount goes on
-    finally:
-        unmount()
 
 
 @pytest.mark.parametrize("tool", ["deep", "surrogate"])
@@ -150,14 +146,10 @@ def test_an_answer_the_sdk_cannot_parse_fails_the_call_at_once(
     # The server answers at once with JSON the SDK's parser refuses (nested
     # deeper than it reads, a lone surrogate): the call fails then, not at
     # the mount's bound (a minute here).
-    assert raw.session is not None
-    unmount = raw.run(mount(rt, raw.session))
-    try:
+    with mounted(rt, raw):
         outcome = run(rt, tool)
         assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR", outcome
         assert not run(rt, "echo", {"a": 1}).is_error
-    finally:
-        unmount()
 
 
 @pytest.mark.parametrize(
@@ -212,16 +204,12 @@ def test_a_result_the_sdk_refuses_fails_naming_the_problem_in_one_line(
 ) -> None:
     # Before, the message was pydantic's dump: one complaint per member of
     # the content block union, with inputs and URLs, over 34 lines.
-    assert raw.session is not None
-    unmount = raw.run(mount(rt, raw.session))
-    try:
+    with mounted(rt, raw):
         outcome = run(rt, tool)
         assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR"
         assert (
             outcome.error.message == f'MCP protocol error calling "{tool}": the server\'s result is not valid: {detail}'
         )
-    finally:
-        unmount()
 
 
 def test_calls_given_one_arguments_object_each_get_their_own_content_for_the_user(
@@ -231,9 +219,7 @@ def test_calls_given_one_arguments_object_each_get_their_own_content_for_the_use
     # number in a block for the model and in one for the user only. Before,
     # the blocks for the user were kept by the arguments object's id: a call
     # got another's, or none (in most batches; five make it certain).
-    assert raw.session is not None
-    unmount = raw.run(mount(rt, raw.session))
-    try:
+    with mounted(rt, raw):
         arguments = materialize({"count": 8})
         calls = tuple(ToolCall(id=f"c{i}", name="gather", arguments=arguments) for i in range(8))
         for _ in range(5):
@@ -248,8 +234,6 @@ def test_calls_given_one_arguments_object_each_get_their_own_content_for_the_use
                 assert thaw(outcome.meta)["mcp"]["user_content"][0]["text"] == f"user {number}", entry.call_id
                 numbers.add(number)
             assert numbers == {str(n) for n in range(8)}
-    finally:
-        unmount()
 
 
 @pytest.mark.usefixtures("library_logs")
