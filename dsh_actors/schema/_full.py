@@ -52,7 +52,7 @@ from ..errors import JsonSchemaError, LosslessJsonError
 from ..json import FrozenDict, dumps, materialize, thaw
 from ._compile import CompiledJsonSchema, compile_json_schema
 from ._dialect import DIALECTS, dialect_of, dialect_problem
-from ._paths import child_path, index_path, json_text, quote
+from ._paths import child_path, index_path, json_text, local_target, quote
 from ._subset import check_json_schema, json_kind
 
 __all__ = [
@@ -181,8 +181,8 @@ def _endless_reference(plain: Any) -> str | None:
     def edges(node: Any) -> list[tuple[Any, str | None]]:
         out: list[tuple[Any, str | None]] = []
         ref = node.get("$ref")
-        if type(ref) is str and (ref == "#" or ref.startswith("#/")):
-            target = _pointer(plain, ref)
+        if type(ref) is str:
+            target = local_target(plain, ref)
             if isinstance(target, Mapping):
                 out.append((target, ref))
         for keyword in _IN_PLACE:
@@ -244,8 +244,7 @@ def _reachable(plain: Any) -> list[Any]:
             if key in _DATA_KEYWORDS or key in ("$defs", "definitions"):
                 continue
             if key == "$ref":
-                if type(sub) is str and (sub == "#" or sub.startswith("#/")):
-                    stack.append(_pointer(plain, sub))
+                stack.append(local_target(plain, sub))
             elif key in _NAMED_SCHEMAS and isinstance(sub, Mapping):
                 stack.extend(sub.values())
             elif isinstance(sub, Mapping):
@@ -253,20 +252,6 @@ def _reachable(plain: Any) -> list[Any]:
             elif isinstance(sub, list):
                 stack.extend(sub)
     return out
-
-
-def _pointer(plain: Any, ref: str) -> Any:
-    """The node the local JSON pointer ``ref`` names in ``plain``, or None."""
-    node = plain
-    for raw in ref[2:].split("/") if ref.startswith("#/") else []:
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 def _compile_problem(plain: Any, message: str) -> str:

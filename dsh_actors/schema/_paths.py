@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -71,3 +72,25 @@ def type_name(value: object) -> str:
     messages about values that are not what a keyword requires."""
     name = getattr(type(value), "__name__", None)
     return name if type(name) is str else "object"
+
+
+def local_target(root: Any, ref: object) -> Any:
+    """The node of ``root`` a local JSON-pointer reference (``#`` or
+    ``#/a/b``, ``~1`` and ``~0`` escaped) names, or None (another kind of
+    reference: an anchor, a remote one; or a pointer to nothing)."""
+    if type(ref) is not str or not ref.startswith("#"):
+        return None
+    if ref in ("#", "#/"):
+        return root
+    if not ref.startswith("#/"):
+        return None
+    node = root
+    for raw in ref[2:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node

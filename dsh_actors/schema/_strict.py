@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from typing import Any, Final, final
 
 from ..json import FrozenDict
+from ._paths import local_target
 
 __all__ = ["STRICT_FORMATS", "STRICT_KEYWORDS", "AbsentNullPlan", "absent_null_plan", "strict_json_schema"]
 
@@ -104,22 +105,10 @@ class _NotStrict(Exception):
 
 def _resolve(root: Any, ref: Any) -> Any:
     """The node a local reference (``#`` or ``#/a/b``) points to, else raise."""
-    if type(ref) is not str or not ref.startswith("#"):
-        raise _NotStrict
-    node = root
-    if ref in ("#", "#/"):
-        return node
-    if not ref.startswith("#/"):
-        raise _NotStrict  # an anchor: not supported in strict mode
-    for raw in ref[2:].split("/"):
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            raise _NotStrict
-    return node
+    target = local_target(root, ref)
+    if target is None:
+        raise _NotStrict  # (an anchor, a remote reference, or nothing there: not in strict mode)
+    return target
 
 
 def _accepts_null(root: Any, node: Any, seen: frozenset[str] = frozenset()) -> bool:
