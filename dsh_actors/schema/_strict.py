@@ -166,9 +166,9 @@ def strict_json_schema(schema: Any) -> dict[str, Any] | None:
         return None
     counter = [0]
     try:
-        out = _strict(schema, schema, counter, 1)
+        out = _strict(schema, schema, counter)
         if _nesting(schema, schema, frozenset(), {}) > _MAX_NESTING:
-            return None  # (through $defs: pydantic puts every nested model there)
+            return None  # (references followed: pydantic puts every nested model in $defs)
     except (_NotStrict, RecursionError):
         return None
     return out if isinstance(out, dict) else None
@@ -205,7 +205,7 @@ def _nesting(root: Any, node: Any, refs: frozenset[str], memo: dict[int, int]) -
     return levels
 
 
-def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
+def _strict(root: Any, node: Any, counter: list[int]) -> Any:
     if not isinstance(node, Mapping):
         raise _NotStrict
     if any(key not in STRICT_KEYWORDS for key in node):
@@ -220,7 +220,7 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
         if not isinstance(target, Mapping) or any(key not in ("description", "title", "$comment") for key in siblings):
             raise _NotStrict
         return _strict(
-            root, {**{k: v for k, v in target.items() if k not in ("$defs", "definitions")}, **siblings}, counter, depth
+            root, {**{k: v for k, v in target.items() if k not in ("$defs", "definitions")}, **siblings}, counter
         )
     if "anyOf" in node:
         branches = node["anyOf"]
@@ -231,7 +231,7 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
         }
         if any(key in union for key in ("type", "properties", "items")):
             raise _NotStrict  # keywords beside anyOf: not in the strict subset
-        union["anyOf"] = [_strict(root, branch, counter, depth) for branch in branches]
+        union["anyOf"] = [_strict(root, branch, counter) for branch in branches]
         _check_distinguishable(root, branches)
         return union
     kind = node.get("type")
@@ -248,12 +248,10 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
         if key in ("$defs", "definitions"):
             if not isinstance(value, Mapping):
                 raise _NotStrict
-            out[key] = {name: _strict(root, sub, counter, depth) for name, sub in value.items()}
+            out[key] = {name: _strict(root, sub, counter) for name, sub in value.items()}
         else:
             out[key] = _plain(value)
     if "object" in names:
-        if depth > _MAX_NESTING:
-            raise _NotStrict
         properties = node.get("properties")
         # An object without "properties" is free-form, and one whose
         # additionalProperties is true or a schema takes other keys: closing
@@ -268,7 +266,7 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
             raise _NotStrict
         strict_properties: dict[str, Any] = {}
         for name, sub in properties.items():
-            converted = _strict(root, sub, counter, depth + 1)
+            converted = _strict(root, sub, counter)
             if name not in required and not _accepts_null(root, sub):
                 converted = _nullable(converted)
             strict_properties[name] = converted
@@ -276,7 +274,7 @@ def _strict(root: Any, node: Any, counter: list[int], depth: int) -> Any:
         out["required"] = list(properties)
         out["additionalProperties"] = False
     if "items" in node:
-        out["items"] = _strict(root, node["items"], counter, depth)
+        out["items"] = _strict(root, node["items"], counter)
     elif "array" in names:
         # An array of any items: strict mode needs their schema (OpenAI
         # refuses "array schema missing items"), and {} cannot be one.
