@@ -309,3 +309,14 @@ def test_objects_nested_more_than_ten_levels_through_defs_are_not_strict() -> No
 
     assert strict_json_schema(chain(8)) is not None  # 10 levels: the root and L0..L8
     assert strict_json_schema(chain(9)) is None
+
+
+def test_objects_nested_more_than_ten_levels_inline_are_not_strict() -> None:
+    def inline(levels: int) -> dict[str, Any]:
+        node: dict[str, Any] = {"type": "object", "properties": {"v": {"type": "integer"}}}
+        for _ in range(levels - 1):
+            node = {"type": "object", "properties": {"n": node}}
+        return node
+
+    assert strict_json_schema(inline(10)) is not None
+    assert strict_json_schema(inline(11)) is None
