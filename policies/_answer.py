@@ -4,10 +4,12 @@ whether the user asked to make an answer permanent. Private to
 
 from __future__ import annotations
 
+import inspect
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from dsh_actors import Agent, ApprovalRequest, InvalidTypeError, dumps, materialize
 
@@ -21,7 +23,11 @@ __all__ = [
     "Service",
     "canonical_arguments",
     "decide",
+    "then",
 ]
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
 
 ALLOWED_ONCE: Final = "allowed-once"
 REJECTED: Final = "rejected"
@@ -37,26 +43,55 @@ class Answer:
     remember: bool = False
 
 
-def decide(service: Callable[[ApprovalRequest], Any], request: ApprovalRequest) -> Answer:
+def then(pending: Coroutine[Any, Any, _T], after: Callable[[_T], _U]) -> Coroutine[Any, Any, _U]:
+    """``after(await pending)`` as a coroutine: how the answer of an
+    ``async def`` service goes on (the pipeline awaits it on the batch's
+    loop). ``pending`` is closed if that coroutine never starts."""
+
+    async def run() -> _U:
+        return after(await pending)
+
+    coro = run()
+    weakref.finalize(coro, pending.close)  # (a no-op once it was awaited)
+    return coro
+
+
+def _as_answer(answer: Any) -> Answer:
+    return answer if type(answer) is Answer else Answer(answer)
+
+
+def decide(service: Callable[[ApprovalRequest], Any], request: ApprovalRequest) -> Answer | Coroutine[Any, Any, Answer]:
     """Ask ``service``: its ``decide`` when it has one, else its plain answer
-    (never to be remembered)."""
+    (never to be remembered). An ``async def`` service's answer is a
+    coroutine that gives the :class:`Answer`."""
     method = getattr(service, "decide", None)
     if callable(method):
         answer = method(request)
-        if type(answer) is Answer:
-            return answer
-        return Answer(answer)
-    return Answer(service(request))
+        if inspect.iscoroutine(answer):
+            return then(answer, _as_answer)
+        return _as_answer(answer)
+    answer = service(request)
+    if inspect.iscoroutine(answer):
+        return then(answer, Answer)
+    return Answer(answer)
+
+
+def _text(answer: Answer) -> str:
+    return answer.answer
 
 
 class Service:
-    """``service(request) -> str`` from ``decide``."""
+    """``service(request) -> str`` from ``decide`` (a coroutine when
+    ``decide`` gives one: the service is then async)."""
 
-    def decide(self, request: ApprovalRequest) -> Answer:  # pragma: no cover - abstract
+    def decide(self, request: ApprovalRequest) -> Answer | Coroutine[Any, Any, Answer]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def __call__(self, request: ApprovalRequest) -> str:
-        return self.decide(request).answer
+    def __call__(self, request: ApprovalRequest) -> str | Coroutine[Any, Any, str]:
+        answer = self.decide(request)
+        if inspect.iscoroutine(answer):
+            return then(answer, _text)
+        return _as_answer(answer).answer
 
     def __bool__(self) -> bool:
         # A service is always truthy, even one whose __len__ (answers

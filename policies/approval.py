@@ -40,12 +40,16 @@ a remembered "always".)
 Threads: a service runs on the thread that prepares the call (a batch's
 executor thread, so a pending prompt holds up only that batch) and may
 block; the prompt serves one request at a time and waits for its turn
-observing each request's signal.
+observing each request's signal. ``RuleService`` and ``RememberingService``
+may delegate to an ``async def`` service (its ``decide`` or ``__call__``):
+they are then async for that request (a coroutine the pipeline awaits on
+the batch's loop), and remember its answer the same way once it comes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
@@ -61,6 +65,7 @@ from ._answer import (
     Service,
     canonical_arguments,
     decide,
+    then,
 )
 from ._common import check_no_unknown, check_runtime
 from ._terminal import PROMPT, TerminalPrompt, printable
@@ -188,7 +193,7 @@ class RuleService(Service):
                 return rule.action
         return self.default
 
-    def decide(self, request: ApprovalRequest) -> Answer:
+    def decide(self, request: ApprovalRequest) -> Answer | Coroutine[Any, Any, Answer]:
         action = self.action_for(request)
         if action == "allow":
             return Answer(ALLOWED_ONCE)
@@ -213,7 +218,9 @@ class RememberingService(Service):
     Thread-safe. (A :class:`TerminalPrompt` remembers on its own; wrap it
     to share one memory with other services, or to remember across agents
     with ``per_agent=False``. :meth:`forget` also forgets in ``inner`` when
-    it has a ``forget`` of its own.)"""
+    it has a ``forget`` of its own.) ``inner`` may be ``async def``: a
+    remembered answer is still given at once, anything else is asked by
+    awaiting ``inner`` on the batch's loop, and remembered once it answers."""
 
     def __init__(self, inner: Callable[[ApprovalRequest], Any], *, per_agent: bool = True) -> None:
         if not callable(inner):
@@ -224,11 +231,16 @@ class RememberingService(Service):
         self.per_agent = per_agent
         self._memory = Memory(per_agent=per_agent)
 
-    def decide(self, request: ApprovalRequest) -> Answer:
+    def decide(self, request: ApprovalRequest) -> Answer | Coroutine[Any, Any, Answer]:
         known = self._memory.recall(request)
         if known is not None:
             return Answer(known)
         answer = decide(self.inner, request)
+        if inspect.iscoroutine(answer):  # an async inner service: kept once awaited
+            return then(answer, lambda settled: self._kept(request, settled))
+        return self._kept(request, cast(Answer, answer))
+
+    def _kept(self, request: ApprovalRequest, answer: Answer) -> Answer:
         self._memory.keep(request, answer)
         return Answer(answer.answer)
 

@@ -28,11 +28,19 @@ Left alone: nested calls (``execution.parent`` is set: their content goes
 to a program, not the model), value replacements (``Accept(value=...)``)
 and ``Block`` decisions, content with any non-text block (images), and
 anything at or under the cap. Outcomes that never reach post-execute (a
-throwing wrapper, a pre-aborted call) or that the pipeline decides after it
-(the cancellation replacement) are never seen, so never spilled; failures
-that do pass through it (a tool error with a huge message) are bounded
-like successes. If writing fails in any way, the inline result is kept and
-a warning is logged (loguru).
+throwing wrapper, a pre-aborted call) are never seen, so never spilled;
+failures that do pass through it (a tool error with a huge message) are
+bounded like successes. If writing fails in any way, the inline result is
+kept and a warning is logged (loguru).
+
+**Replaced outcomes.** What the pipeline decides after post-execute can
+replace the preview: the cancellation replacement (a success that settled
+after the abort becomes ``ABORTED``), a ``finalize_content`` hook, an outer
+post-execute listener that drops or retries what this one returned. A
+``tools/result`` listener therefore looks at each call's final result, and
+a file of the call whose path its content does not show is removed (the
+model never learns of it). A call this policy did not spill costs that
+listener one dictionary test.
 
 **Files.** ``<directory>/<agent folder>/<call id>-<random>.txt``. The agent
 folder is derived from the agent's path (and its session file, when it has
@@ -54,7 +62,8 @@ program and the model are unaffected.
 Threads: the post-execute listener runs on the thread that finalizes the
 call (a batch's executor thread: the write holds up only that batch), the
 ptc-dispatch-log listener on the executor actor that commits the sub-call. Each does
-one small file write; no thread is started.
+one small file write; the ``tools/result`` listener (the finalizing thread)
+at most removes the files of its own call. No thread is started.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -157,6 +167,10 @@ class SpillPolicy:
     def __init__(self, directory: str, max_inline_bytes: int) -> None:
         self.directory = directory
         self.max_inline_bytes = max_inline_bytes
+        # The files written for calls whose tools/result has not come yet:
+        # (folder, file, path) by the call's token.
+        self._lock = threading.Lock()
+        self._written: dict[object, list[tuple[str, str, str]]] = {}
 
     # -- files ----------------------------------------------------------------
 
@@ -187,8 +201,9 @@ class SpillPolicy:
             raise
         return folder, name
 
-    def write(self, agent: Agent | None, call_id: str, text: str) -> str:
-        """Write ``text`` to a new file; return its path. Raises on any failure."""
+    def write(self, agent: Agent | None, call_id: str, text: str) -> tuple[str, str]:
+        """Write ``text`` to a new file; return its folder's and its own
+        name. Raises on any failure."""
         data = text.encode("utf-8")
         folder, folder_name = self._open_folder(agent)
         try:
@@ -217,23 +232,51 @@ class SpillPolicy:
                 os.close(fd)
         finally:
             os.close(folder)
-        return os.path.join(self.directory, folder_name, file_name)
+        return folder_name, file_name
 
-    def bound(self, content: object, agent: Agent | None, call_id: str, what: str) -> list[ContentBlock] | None:
-        """The preview content replacing ``content``, or ``None`` to keep it
-        (not all text, small enough, or the write failed)."""
+    def remove(self, folder_name: str, file_name: str) -> None:
+        """Remove a file :meth:`write` wrote (through the folder's
+        descriptor, as it was written). Raises on any failure."""
+        base = os.open(self.directory, _OPEN_DIR)
+        try:
+            folder = os.open(folder_name, _OPEN_DIR | _NOFOLLOW, dir_fd=base)
+        finally:
+            os.close(base)
+        try:
+            os.unlink(file_name, dir_fd=folder)
+        finally:
+            os.close(folder)
+
+    def bound(
+        self, content: object, agent: Agent | None, call_id: str, what: str
+    ) -> tuple[list[ContentBlock], tuple[str, str, str]] | None:
+        """The preview content replacing ``content`` and the file it names
+        (folder, file, path), or ``None`` to keep it (not all text, small
+        enough, or the write failed)."""
         text = _text_of(content)
         if text is None:
             return None
         assert isinstance(content, (list, tuple))
         if _utf8_size(content) <= self.max_inline_bytes:
             return None
+        written: tuple[str, str] | None = None
         try:
-            path = self.write(agent, call_id, text)
-            return [TextBlock(preview(text, path, self.max_inline_bytes))]
+            written = self.write(agent, call_id, text)
+            path = os.path.join(self.directory, *written)
+            return [TextBlock(preview(text, path, self.max_inline_bytes))], (*written, path)
         except Exception as exc:  # noqa: BLE001 - any failure keeps the inline result
             logger.warning("{}: could not spill {} of call {!r}; keeping it inline: {}", _POLICY, what, call_id, exc)
+            if written is not None:  # (no preview names it)
+                self._discard(*written)
             return None
+
+    def _discard(self, folder_name: str, file_name: str) -> None:
+        try:
+            self.remove(folder_name, file_name)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - an orphan is logged, never raised
+            logger.warning("{}: could not remove the unused spill file {}: {}", _POLICY, file_name, exc)
 
     # -- listeners ----------------------------------------------------------------
 
@@ -243,10 +286,29 @@ class SpillPolicy:
         if execution.parent is not None or type(decision) is not Accept or decision.value is not UNSET:
             return decision
         content = result.content if decision.content is None else decision.content
-        replacement = self.bound(content, execution.agent, execution.call_id, "the result")
-        if replacement is None:
+        bounded = self.bound(content, execution.agent, execution.call_id, "the result")
+        if bounded is None:
             return decision
+        replacement, file = bounded
+        with self._lock:
+            self._written.setdefault(execution.token, []).append(file)
         return Accept(content=tuple(replacement), additional_contexts=decision.additional_contexts)
+
+    def result(self, execution: ToolExecution, result: Any) -> None:
+        """The ``tools/result`` listener (the finalizing thread): remove the
+        files of this call that its final content does not show (the
+        cancellation or a later hook replaced the preview)."""
+        if not self._written:  # (the common case: nothing spilled is pending)
+            return
+        with self._lock:
+            files = self._written.pop(execution.token, None)
+        if files is None:
+            return
+        content = getattr(result, "content", ())
+        shown = [block.text for block in content if type(block) is TextBlock]
+        for folder_name, file_name, path in files:
+            if not any(path in text for text in shown):
+                self._discard(folder_name, file_name)
 
     def ptc_dispatch_log(self, dispatch: Any, next_: Callable[[], Any]) -> Any:
         """The ``tools/ptc-dispatch-log`` listener (the sub-call's executor actor):
@@ -256,8 +318,8 @@ class SpillPolicy:
         if type(call_id) is not str:
             return content
         agent = getattr(dispatch, "agent", None)
-        replacement = self.bound(content, agent if isinstance(agent, Agent) else None, call_id, "the dispatch log copy")
-        return content if replacement is None else replacement
+        bounded = self.bound(content, agent if isinstance(agent, Agent) else None, call_id, "the dispatch log copy")
+        return content if bounded is None else bounded[0]
 
 
 def _check_directory(directory: object) -> str:
@@ -317,6 +379,7 @@ def apply(
     policy = SpillPolicy(path, max_inline_bytes)
     undo = Undo()
     undo.add(rt.events.on("tools/post-execute", policy.post_execute, prepend=True))
+    undo.add(rt.events.on("tools/result", policy.result))
     if ptc_log:
         undo.add(rt.events.on("tools/ptc-dispatch-log", policy.ptc_dispatch_log, prepend=True))
     return undo
