@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from ..definition import ToolDefinition
 from ..errors import InvalidStateError, InvalidTypeError, ToolPolicyError, safe_str
 from ..events import Disposer, in_scope
-from ..execution import ToolExecution
+from ..execution import ToolExecution, ToolExecutionToken
 from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess, ToolProgress
 from ..presentation import ToolCallView, ToolResultView, generic_call_view, generic_result_view
 from ..runtime import ToolRuntime
@@ -71,6 +71,7 @@ _KIND_OF_OPTION: Final = {option_id: kind for option_id, _, kind in PERMISSION_O
 #: JSON-RPC "method not found": a client that does not take permission requests.
 _METHOD_NOT_FOUND: Final = -32601
 _META_KEY: Final = "dsh_actors"
+_UNSEEN: Final[Any] = object()
 
 
 # --------------------------------------------------------------------------
@@ -190,6 +191,11 @@ class AcpSession:
         # Invariant: only the pump task reads or writes _known.
         self._known: dict[str, _Known] = {}
         self._asks: dict[asyncio.Task[None], _Ask] = {}
+        # The definition each prepared call runs with (from its pre-execute
+        # phase to its result): its result card is that definition's, even
+        # when the registry no longer answers (the runtime stopping) or no
+        # longer holds it (unregistered while the call ran).
+        self._definitions: dict[ToolExecutionToken, ToolDefinition | None] = {}
         self._previous_service = rt.approvals.service
         self._pump = loop.create_task(self._run_pump(), name=f"dsh_actors.acp pump {session_id}")
         self._disposers: list[Disposer] = []
@@ -279,11 +285,19 @@ class AcpSession:
 
     # -- listeners (runtime threads) ----------------------------------------
 
-    def _post(self, item: _Item) -> None:
+    def _post(self, item: _Item) -> bool:
+        """Queue ``item`` for the pump; False when no pump will take it (the
+        loop is closed, or the pump ended without a detach: the loop shut
+        down)."""
+        if self._pump.done():
+            logger.debug("ACP session {}: the pump has ended; update dropped", self.session_id)
+            return False
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # the loop is closed: nobody is left to show it
             logger.debug("ACP session {}: event loop closed; update dropped", self.session_id)
+            return False
+        return True
 
     def _definition(self, execution: ToolExecution) -> ToolDefinition | None:
         try:
@@ -337,7 +351,8 @@ class AcpSession:
     def _on_pre_execute(self, execution: ToolExecution, next: Callable[[], Any]) -> Any:
         """Outermost ``tools/pre-execute`` listener: the call appears (pending)."""
         try:
-            fields = self._call_card(execution, self._definition(execution))
+            definition = self._definitions[execution.token] = self._definition(execution)
+            fields = self._call_card(execution, definition)
             self._post(_Appeared(execution.call_id, self._parent_id(execution), fields))
         except Exception as exc:  # noqa: BLE001 - showing a call never decides it
             logger.opt(exception=exc).error("ACP session {}: cannot show call {}", self.session_id, execution.call_id)
@@ -356,7 +371,9 @@ class AcpSession:
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionSuccess | ToolExecutionFailure) -> None:
         """``tools/result``: the call ends, completed or failed, with its result card."""
-        definition = self._definition(execution)
+        definition = self._definitions.pop(execution.token, _UNSEEN)
+        if definition is _UNSEEN:  # (it ran no phase)
+            definition = self._definition(execution)
         self._post(
             _Settled(
                 call_id=execution.call_id,
@@ -394,11 +411,13 @@ class AcpSession:
             with self._lock:
                 # Posted under the lock detach() takes: the question is queued
                 # before the pump's stop, so the pump answers it either way.
-                posted = not self._state.detached and not answer.cancelled()
-                if posted:
-                    self._post(_Ask(request.call_id, request.tool_name, _reason_text(request), answer))
+                posted = (
+                    not self._state.detached
+                    and not answer.cancelled()
+                    and self._post(_Ask(request.call_id, request.tool_name, _reason_text(request), answer))
+                )
             if not posted and not answer.cancelled():
-                return "unavailable"  # detached meanwhile
+                return "unavailable"  # detached meanwhile, or the connection's loop is gone
             try:
                 return answer.result()
             except concurrent.futures.CancelledError:
@@ -409,16 +428,21 @@ class AcpSession:
     # -- the pump (the connection's event loop) ------------------------------
 
     async def _run_pump(self) -> None:
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                break
-            try:
-                await self._handle(item)
-            except Exception as exc:  # noqa: BLE001 - the connection may be gone; keep serving flushes
-                logger.debug("ACP session {}: update not sent: {}", self.session_id, safe_str(exc))
-        # Open questions end (a task cancelled before its first step never
-        # runs, so its future is settled here too); a flush still queued is done.
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is None:
+                    break
+                try:
+                    await self._handle(item)
+                except Exception as exc:  # noqa: BLE001 - the connection may be gone; keep serving flushes
+                    logger.debug("ACP session {}: update not sent: {}", self.session_id, safe_str(exc))
+        finally:  # (also when the loop shuts down and cancels the pump)
+            self._end_pump()
+
+    def _end_pump(self) -> None:
+        """Open questions end (a task cancelled before its first step never
+        runs, so its future is settled here too); a flush still queued is done."""
         for task, ask in list(self._asks.items()):
             task.cancel()
             _settle(ask.answer, "unavailable")

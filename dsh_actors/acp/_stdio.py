@@ -8,8 +8,9 @@ each such line with a JSON-RPC error (``-32700`` parse error, ``-32600``
 invalid request, with the message's ``id`` when it has a usable one) and
 hands only well-formed messages to the SDK, which answers the rest
 (``-32601`` unknown method, ``-32602`` invalid parameters). A malformed
-response (an ``error`` that is not an object, a result and an error
-both) is not answered (JSON-RPC answers requests; answering a response
+response (an ``error`` that is not an object with an integer ``code`` and
+a string ``message``, a result and an error both, or neither: an id
+without a method) is not answered (JSON-RPC answers requests; answering a response
 could start the peers answering each other's errors): it is logged, and
 the SDK gets it as an error response (``-32600``, the problem as its
 message), so the agent's request it answers fails instead of waiting.
@@ -33,6 +34,7 @@ __all__ = ["CheckedTransport", "serve"]
 
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
+_RESPONSE_KEYS: Final = ("id", "result", "error")
 STREAM_LIMIT: Final = 50 * 1024 * 1024
 """The longest line read at once (the SDK's default for stdio)."""
 
@@ -63,15 +65,19 @@ def message_problem(message: object) -> str | None:
         return "a response has a result or an error"
     if "result" in message and "error" in message:
         return "a response has a result or an error, not both"
-    if "error" in message and not isinstance(message["error"], dict):
-        return "a response's error must be an object"
+    if "error" in message:
+        error = message["error"]
+        if not isinstance(error, dict):
+            return "a response's error must be an object"
+        if type(error.get("code")) is not int or type(error.get("message")) is not str:
+            return "a response's error has an integer code and a string message"
     return None
 
 
 def _is_response(message: object) -> bool:
     """Whether ``message`` is meant as a response: an object without a
-    method, with a result or an error."""
-    return isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message)
+    method, with an id, a result or an error (a request has a method)."""
+    return isinstance(message, dict) and "method" not in message and any(key in message for key in _RESPONSE_KEYS)
 
 
 def _answers_a_request(message: object) -> bool:

@@ -1,0 +1,283 @@
+"""dsh_actors.acp as a demanding editor hits it: answers that are no
+JSON-RPC responses, error objects that are not JSON-RPC errors, a runtime
+that stops (or a registry that changes) while a call runs, and a
+connection whose event loop ended without detaching its session."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("acp", reason="the acp extra is part of the test extra")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from acp import PROTOCOL_VERSION, connect_to_agent, text_block
+from acp.client.connection import ClientSideConnection
+from harness import BOUND, RecordingClient, call
+
+from dsh_actors import (
+    Agent,
+    Ask,
+    GenericCallView,
+    GenericResultView,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+    text,
+)
+from dsh_actors.acp import attach, message_problem, serve
+from examples.acp_agent import ScriptedAgent
+
+
+class Holding(RecordingClient):
+    """Records a permission request and never answers it itself: the test
+    answers with a raw line."""
+
+    async def request_permission(self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+        self.permissions.append((tool_call, options))
+        await self._note()
+        await asyncio.Event().wait()
+
+
+@dataclass
+class Wired:
+    conn: ClientSideConnection
+    client: RecordingClient
+    session_id: str
+    raw: asyncio.StreamWriter
+
+    async def answer_permission_with(self, line: bytes) -> None:
+        """Answer the open permission request with ``line`` % its id, as it is."""
+        await self.client.wait_for(lambda: len(self.client.permissions) == 1)
+        asked = [m for m in self.client.incoming if m.get("method") == "session/request_permission"][-1]
+        self.raw.write(line % asked["id"])
+        await self.raw.drain()
+
+
+@asynccontextmanager
+async def wired(rt: ToolRuntime, root: Path, client: RecordingClient) -> AsyncIterator[Wired]:
+    """The example's agent served over a socket pair, the SDK's client on
+    the other end (recording what it receives), its writer at hand."""
+    agent = ScriptedAgent(rt)
+    near, far = socket.socketpair()
+    agent_reader, agent_writer = await asyncio.open_connection(sock=near)
+    client_reader, client_writer = await asyncio.open_connection(sock=far)
+    server = asyncio.get_running_loop().create_task(serve(agent, agent_reader, agent_writer))
+    conn = connect_to_agent(client, client_writer, client_reader, observers=[client.observe])
+    try:
+        await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), BOUND)
+        session = await asyncio.wait_for(conn.new_session(cwd=str(root), mcp_servers=[]), BOUND)
+        yield Wired(conn, client, session.session_id, client_writer)
+    finally:
+        await conn.close()
+        client_writer.close()
+        await asyncio.wait_for(server, BOUND)
+        await agent.aclose()
+        for undo in agent.undo:
+            undo()
+
+
+def test_a_response_with_an_id_but_no_result_or_error_fails_the_request_it_answers_unanswered(
+    rt: ToolRuntime, tmp_path: Path
+) -> None:
+    # {"jsonrpc": "2.0", "id": N} can only be a response (it has no method):
+    # not answered (an error with the id N could fail the client's own
+    # request N), and the permission request it answers fails at once.
+    async def scenario() -> None:
+        client = Holding()
+        async with wired(rt, tmp_path, client) as running:
+            turn = asyncio.ensure_future(
+                running.conn.prompt(
+                    session_id=running.session_id,
+                    prompt=[text_block(call("write_file", path="a.txt", content="1\n"))],
+                )
+            )
+            try:
+                await running.answer_permission_with(b'{"jsonrpc": "2.0", "id": %d}\n')
+                response = await asyncio.wait_for(asyncio.shield(turn), BOUND)
+            finally:
+                if not turn.done():
+                    await running.conn.cancel(session_id=running.session_id)
+                    await asyncio.wait_for(turn, BOUND)
+            assert response.stop_reason == "end_turn"
+            error = client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+            assert error["message"] == (
+                "approval: the ACP client answered the permission request with an error: "
+                "a response has a result or an error"
+            )
+            assert [m for m in client.incoming if "error" in m] == []  # not answered
+            assert not (tmp_path / "a.txt").exists()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "error",
+    [b'{"code": 1, "message": {"a": [1]}}', b'{"code": "-32601", "message": "nf"}', b"{}"],
+)
+def test_an_error_without_an_integer_code_and_a_string_message_fails_the_approval_saying_so(
+    rt: ToolRuntime, tmp_path: Path, error: bytes
+) -> None:
+    # (A message that is an object showed as Python's repr: "{'a': [1]}".)
+    async def scenario() -> None:
+        client = Holding()
+        async with wired(rt, tmp_path, client) as running:
+            turn = asyncio.ensure_future(
+                running.conn.prompt(
+                    session_id=running.session_id,
+                    prompt=[text_block(call("write_file", path="a.txt", content="1\n"))],
+                )
+            )
+            await running.answer_permission_with(b'{"jsonrpc": "2.0", "id": %d, "error": ' + error + b"}\n")
+            response = await asyncio.wait_for(turn, BOUND)
+            assert response.stop_reason == "end_turn"
+            failure = client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+            assert failure["info"]["code"] == "POLICY_FAILED"
+            assert failure["message"] == (
+                "approval: the ACP client answered the permission request with an error: "
+                "a response's error has an integer code and a string message"
+            )
+
+    asyncio.run(scenario())
+
+
+def test_message_problem_requires_a_responses_error_to_be_a_json_rpc_error() -> None:
+    problem = "a response's error has an integer code and a string message"
+    assert message_problem({"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "message": {}}}) == problem
+    assert message_problem({"jsonrpc": "2.0", "id": 1, "error": {"code": True, "message": "x"}}) == problem
+    assert message_problem({"jsonrpc": "2.0", "id": 1, "error": {"message": "x"}}) == problem
+    assert message_problem({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "x", "data": [1]}}) is None
+
+
+class Updates:
+    """An ACP client for an in-process attach: records the tool updates."""
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no permission is asked")
+
+
+def _carded(started: threading.Event, stop_waiting: threading.Event | None = None) -> Any:
+    """A tool with its own cards whose body returns once its signal aborts
+    (or ``stop_waiting`` is set)."""
+
+    def body(args: Any, ctx: Any) -> str:
+        started.set()
+        if stop_waiting is None:
+            assert ctx.signal.wait(BOUND), "the runtime to stop"
+        else:
+            assert stop_waiting.wait(BOUND), "the test to release the call"
+        return "value"
+
+    return define_tool(
+        name="carded",
+        description="A tool with cards.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}),
+        execute=body,
+        present_call=lambda args: GenericCallView(title="the call card"),
+        present_result=lambda args, result: GenericResultView(title="the result card", content=(text("shown"),)),
+    )
+
+
+def test_a_call_that_ends_while_the_runtime_stops_ends_with_its_own_result_card() -> None:
+    # (The registry no longer answers once stop began: the generic card was shown.)
+    started = threading.Event()
+
+    async def scenario(rt: ToolRuntime) -> None:
+        agent = Agent("a")
+        rt.tools.scope(agent).register(_carded(started))
+        client = Updates()
+        session = attach(rt, client, "s1", agent=agent)  # type: ignore[arg-type]
+        async with session, session.turn() as turn:
+            batch = asyncio.ensure_future(
+                rt.tools.execute_async(
+                    ToolBatchInput(calls=[ToolCall(id="c1", name="carded")], agent=agent, signal=turn.signal)
+                )
+            )
+            assert await asyncio.to_thread(started.wait, BOUND)
+            await asyncio.to_thread(rt.stop)
+            await asyncio.wait_for(batch, BOUND)
+        end = client.updates[-1]
+        assert (end["toolCallId"], end["status"]) == ("c1", "failed")
+        assert end.get("title") == "the result card"
+        assert end["content"] == [{"type": "content", "content": {"type": "text", "text": "shown"}}]
+
+    with ToolRuntime() as rt:
+        asyncio.run(scenario(rt))
+
+
+def test_a_call_whose_tool_is_unregistered_while_it_runs_ends_with_its_own_result_card(rt: ToolRuntime) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    async def scenario() -> None:
+        agent = Agent("a")
+        unregister = rt.tools.scope(agent).register(_carded(started, release))
+        client = Updates()
+        async with attach(rt, client, "s1", agent=agent) as session, session.turn() as turn:  # type: ignore[arg-type]
+            batch = asyncio.ensure_future(
+                rt.tools.execute_async(
+                    ToolBatchInput(calls=[ToolCall(id="c1", name="carded")], agent=agent, signal=turn.signal)
+                )
+            )
+            assert await asyncio.to_thread(started.wait, BOUND)
+            unregister()
+            release.set()
+            result = (await asyncio.wait_for(batch, BOUND)).results[0].result
+            assert result.value == "value"
+        end = client.updates[-1]
+        assert (end["toolCallId"], end["status"], end.get("title")) == ("c1", "completed", "the result card")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+
+
+def test_an_approval_asked_after_the_connections_loop_ended_answers_unavailable_at_once(rt: ToolRuntime) -> None:
+    # The agent never detached its session and its event loop is gone: no
+    # one will ever answer, so the call must not wait (it waited until the
+    # runtime stopped).
+    agent = Agent("a")
+    rt.tools.scope(agent).register(
+        define_tool(
+            name="ping",
+            description="Ping.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=lambda args, ctx: "pong",
+        )
+    )
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"), scope=agent)
+
+    async def connection() -> None:
+        attach(rt, Updates(), "s1", agent=agent)  # type: ignore[arg-type]
+
+    asyncio.run(connection())
+    results: list[Any] = []
+    batch = threading.Thread(
+        target=lambda: results.append(
+            rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="ping")], agent=agent))
+        )
+    )
+    batch.start()
+    batch.join(BOUND)
+    assert not batch.is_alive(), "the approval waited for an answer no one will give"
+    error = results[0].results[0].result.error
+    assert error.message == 'tool "ping" requires approval, but no approval channel is available'
