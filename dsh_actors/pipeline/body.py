@@ -24,7 +24,7 @@ from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from ..session import start_event
+from ..session import ENCLOSING_CALL, start_event
 from ..signals import AbortSignal
 from .call import Call, abort_seen, in_context, lookup, not_found
 from .flights import Flight
@@ -105,6 +105,10 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
             call.start_error = exc
             result = aborted(before_dispatch=True)
             return result
+        if at is not None:
+            # In the call's context (this stage runs in it): a logged batch
+            # the body runs names this call as its parent (crash recovery).
+            ENCLOSING_CALL.set((*at, execution.call_id))
     wrapper_signal = execution.signal
     # A fresh signal for the body: the caller's, the wrapper's replacement
     # (if any), and the runtime's stop signal; the first abort wins. It is

@@ -76,7 +76,7 @@ from ..pipeline.stages import (
     start_on_loop,
     wants_loop,
 )
-from ..session import approval_request_event, batch_event, call_event, result_event
+from ..session import ENCLOSING_CALL, approval_request_event, batch_event, call_event, result_event
 from ..signals import AbortSignal
 from ..visibility import definition_mode
 from .inbox import RUNNING, BatchInbox
@@ -1138,10 +1138,23 @@ class BatchRun:
         calls = [(c.id, c.name, batch_arguments(c.arguments)) for c in self.batch.calls]
         try:
             session.append_lossless(
-                batch_event(log.turn, log.step, calls, self.batch.max_parallel_tool_calls, self._log_agent())
+                batch_event(
+                    log.turn,
+                    log.step,
+                    calls,
+                    self.batch.max_parallel_tool_calls,
+                    self._log_agent(),
+                    self._enclosing_call(),
+                )
             )
         except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
             self.log_error = exc
+
+    def _enclosing_call(self) -> tuple[int, int, str | None, str] | None:
+        """The logged call whose body runs this batch, if any (its context
+        says so: see ``session.ENCLOSING_CALL``)."""
+        context = self.batch.context
+        return None if context is None else context.get(ENCLOSING_CALL)
 
     def _log_call(self, call: Call, *, started: bool = True) -> bool:
         """Write the call's ``tool/call``; False if the session failed.

@@ -18,13 +18,21 @@ An approval decided in the log (a resumed suspension's ``tool/approval``)
 is given to its call as its answer, so nobody is asked twice; a call still
 waiting for a deferred approval is asked again (its old suspension can
 then no longer decide it).
+
+A call that started and has no result may have run nested logged batches
+in its body (``rt.tools.execute`` with ``log=LogStep(...)`` from the body:
+their ``tool/batch`` names the call as its ``parent``, and so on down).
+Their run is over with the crash: their calls without a result are closed
+first (``Session.close_steps``, as ``repair`` closes them), and the call is
+not run again, idempotent or not, when a call of a tool that is not
+idempotent started in them (its body would run that call again).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidTypeError, InvalidValueError
+from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from ..json import dumps, thaw
 from ..model import (
     Agent,
@@ -36,7 +44,18 @@ from ..model import (
     ToolExecutionSuccess,
     ToolFailure,
 )
-from ..session import INTERRUPTED, LoggedCall, LoggedResult
+from ..session import (
+    BATCH,
+    CALL,
+    INTERRUPTED,
+    START,
+    LoggedCall,
+    LoggedResult,
+    StepKey,
+    parent_of,
+    same_step,
+    step_key,
+)
 from ..signals import AbortSignal
 from ..visibility import executable
 from .messages import CallStart
@@ -71,19 +90,92 @@ def logged_arguments(logged: Any) -> Any:
     return dumps(thaw(logged)).decode()
 
 
-def _idempotent(rt: Kernel, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None) -> bool:
-    registration = executable(rt.state, call.name, agent, tool_set)
+def _idempotent(rt: Kernel, name: str, agent: Agent, tool_set: ResolvedToolSet | None) -> bool:
+    registration = executable(rt.state, name, agent, tool_set)
     return registration is not None and registration.definition.idempotent is True
 
 
-def _start(rt: Kernel, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None) -> CallStart:
+def _start(
+    rt: Kernel, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None, nested: frozenset[str]
+) -> CallStart:
     if call.result is not None:
         return CallStart(result=recovered_result(call.result), logged=True)
     answer = call.decision if call.awaiting is None and call.decision in _FINAL_DECISIONS else None
-    if call.started and not _idempotent(rt, call, agent, tool_set):
-        # Its body may have run, whole or in part: it must not run twice.
+    if call.started and not all(_idempotent(rt, name, agent, tool_set) for name in (call.name, *sorted(nested))):
+        # Its body may have run, whole or in part (a nested batch's call of
+        # a tool that is not idempotent included): it must not run twice.
         return CallStart(result=INTERRUPTED, log_result=True, logged=True)
     return CallStart(logged=call.logged, answer=answer)
+
+
+def _nested_steps(
+    events: list[dict[str, Any]], here: StepKey, open_ids: set[str]
+) -> dict[str, tuple[set[StepKey], set[str]]]:
+    """For each call of ``open_ids`` (the started calls without a result of
+    step ``here``): the logged steps its body ran, directly or through
+    their calls' bodies in turn (each such ``tool/batch`` names its
+    ``parent``), and the names of the tools whose calls started in them."""
+    children: dict[tuple[StepKey, str], set[StepKey]] = {}
+    names: dict[tuple[StepKey, str], str] = {}
+    started: dict[StepKey, set[str]] = {}
+    for event in events:
+        kind = event.get("type")
+        at = step_key(event)
+        if at is None:
+            continue
+        if kind == BATCH:
+            parent = parent_of(event)
+            if parent is not None:
+                children.setdefault(parent, set()).add(at)
+            for logged in event.get("calls") or ():
+                if type(logged) is dict and type(logged.get("call_id")) is str and type(logged.get("name")) is str:
+                    names[(at, logged["call_id"])] = logged["name"]
+        elif kind == CALL and type(event.get("call_id")) is str and type(event.get("name")) is str:
+            names[(at, event["call_id"])] = event["name"]
+        elif kind == START and type(event.get("call_id")) is str:
+            started.setdefault(at, set()).add(event["call_id"])
+    nested: dict[str, tuple[set[StepKey], set[str]]] = {}
+    for call_id in open_ids:
+        steps: set[StepKey] = set()
+        ran: set[str] = set()
+        todo = [(here, call_id)]
+        while todo:
+            key, enclosing = todo.pop()
+            for child in children.get((key, enclosing), ()):
+                if child in steps or same_step(child, here):
+                    continue
+                steps.add(child)
+                for inner in started.get(child, ()):
+                    name = names.get((child, inner))
+                    if name is not None:
+                        ran.add(name)
+                    todo.append((child, inner))
+        nested[call_id] = (steps, ran)
+    return nested
+
+
+def _close_nested(rt: Kernel, session: Any, steps: set[StepKey], turn: int, step: int, agent: Agent) -> None:
+    """Close the calls without a result of ``steps`` (nested in the calls of
+    step ``(turn, step)`` the crash left open), holding each step as a
+    batch of it would: one that a batch of this runtime runs now is not
+    closed under it (``InvalidStateError``)."""
+    held: list[tuple[int, int, str]] = []
+    try:
+        for key in sorted(steps, key=lambda k: (k[0], k[1], k[2] or "")):
+            owner = agent.id if key[2] is None else key[2]
+            try:
+                rt.claims.claim_step(session, key[0], key[1], owner)
+            except InvalidStateError:
+                raise InvalidStateError(
+                    f'step (turn {turn}, step {step}) of agent "{agent.id}" ran step (turn {key[0]}, step '
+                    f'{key[1]}) of agent "{owner}" in a call the crash interrupted, and a batch of this runtime '
+                    "is running, resuming or recovering that step now: wait for it to finish, then recover this step"
+                ) from None
+            held.append((key[0], key[1], owner))
+        session.close_steps(steps)
+    finally:
+        for t, s_, owner in held:
+            rt.claims.release_step(session, t, s_, owner)
 
 
 def recovery_plan(
@@ -97,10 +189,11 @@ def recovery_plan(
     deps: Any = None,
 ) -> tuple[ToolBatchInput, tuple[CallStart, ...]]:
     """The batch that finishes step ``(turn, step)`` of ``agent``'s session
-    log and where each of its calls starts (see the module docstring).
-    Raises ``TypeError``/``ValueError`` naming the fix: an agent without a
-    session, a turn or step that is not an int, a step the log has no call
-    of."""
+    log and where each of its calls starts (see the module docstring); the
+    open calls of the logged steps nested in its interrupted calls are
+    closed first. Raises ``TypeError``/``ValueError`` naming the fix: an
+    agent without a session, a turn or step that is not an int, a step the
+    log has no call of."""
     if not isinstance(agent, Agent):
         raise InvalidTypeError(f"recover() takes the Agent whose step it finishes, not {type(agent).__qualname__}")
     session = agent.session
@@ -122,6 +215,13 @@ def recovery_plan(
             "nothing to recover (a step whose tool/batch never reached the log never started: run it "
             "with rt.tools.execute)"
         )
+    interrupted = {c.call_id for c in logged.calls if c.started and c.result is None}
+    nested: dict[str, tuple[set[StepKey], set[str]]] = {}
+    if interrupted:
+        nested = _nested_steps(session.events(), (turn, step, agent.id), interrupted)
+    steps: set[StepKey] = set().union(*(found for found, _ in nested.values()))
+    if steps:
+        _close_nested(rt, session, steps, turn, step, agent)
     calls = tuple(ToolCall(id=c.call_id, name=c.name, arguments=logged_arguments(c.arguments)) for c in logged.calls)
     batch = ToolBatchInput(
         calls=calls,
@@ -132,4 +232,5 @@ def recovery_plan(
         log=LogStep(turn=turn, step=step),
         deps=deps,
     )
-    return batch, tuple(_start(rt, c, agent, tool_set) for c in logged.calls)
+    ran = {call_id: frozenset(started) for call_id, (_, started) in nested.items()}
+    return batch, tuple(_start(rt, c, agent, tool_set, ran.get(c.call_id, frozenset())) for c in logged.calls)

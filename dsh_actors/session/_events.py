@@ -5,6 +5,7 @@ logged fields. ``dsh_actors.session`` documents the format."""
 
 from __future__ import annotations
 
+import contextvars
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -166,19 +167,32 @@ def call_event(
     return event
 
 
+#: The logged call whose body runs in the current context, as
+#: ``(turn, step, agent id or None, call_id)``: set in the call's context as
+#: its ``tool/start`` is written, so a logged batch its body runs
+#: (``rt.tools.execute`` from the body, which binds the body's context)
+#: names it as its ``parent`` in its ``tool/batch``.
+ENCLOSING_CALL: contextvars.ContextVar[tuple[int, int, str | None, str] | None] = contextvars.ContextVar(
+    "dsh_actors.enclosing_call", default=None
+)
+
+
 def batch_event(
     turn: int,
     step: int,
     calls: Iterable[tuple[str, str, Any]],
     max_parallel_tool_calls: int | None = None,
     agent: str | None = None,
+    parent: tuple[int, int, str | None, str] | None = None,
 ) -> dict[str, Any]:
     """A ``tool/batch`` event: every call of a logged batch, in model order,
     written before any of them starts, so that a crash loses none of them.
     ``calls``: ``(call_id, name, arguments)`` with ``arguments`` as the
     model sent them (JSON text as it is, or lossless JSON);
     ``max_parallel_tool_calls``: the batch's own limit (None: the
-    executor's); ``agent``: as for :func:`call_event`."""
+    executor's); ``agent``: as for :func:`call_event`; ``parent``: the
+    logged call whose body runs this batch (:data:`ENCLOSING_CALL`), as
+    ``(turn, step, agent id or None, call_id)``."""
     event = {
         "type": BATCH,
         "turn": _int(turn, "turn"),
@@ -197,7 +211,28 @@ def batch_event(
     }
     if agent is not None:
         event["agent"] = _plain_str(agent, "agent")
+    if parent is not None:
+        p_turn, p_step, p_agent, p_call = parent
+        named: dict[str, Any] = {"turn": _int(p_turn, "turn"), "step": _int(p_step, "step")}
+        if p_agent is not None:
+            named["agent"] = _plain_str(p_agent, "agent")
+        named["call_id"] = _plain_str(p_call, "call_id")
+        event["parent"] = named
     return event
+
+
+def parent_of(event: Mapping[str, Any]) -> tuple[StepKey, str] | None:
+    """The logged call a ``tool/batch`` names as its ``parent`` (the call
+    whose body ran it): its step and its call id; None when it names none
+    or names it in another shape (a hand-written log)."""
+    parent = event.get("parent")
+    if type(parent) is not dict:
+        return None
+    key = step_key(parent)
+    call_id = parent.get("call_id")
+    if key is None or type(call_id) is not str:
+        return None
+    return key, call_id
 
 
 def step_of(event: Mapping[str, Any]) -> tuple[int, int] | None:

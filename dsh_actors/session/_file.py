@@ -740,6 +740,31 @@ class Session:
         with self._lock:
             return self._close_sub_calls_locked(roots)
 
+    def close_steps(self, steps: Collection[StepKey]) -> list[dict[str, Any]]:
+        """:meth:`repair` for some steps only: a synthetic failure
+        ``tool/ptc-dispatch`` for every open sub-call of their open calls,
+        then a synthetic failure ``tool/result`` for every call without a
+        result whose ``tool/call`` named one of ``steps`` (``(turn, step,
+        agent id)``), in call order; the events appended. (Crash recovery
+        closes the logged steps nested in the calls it settles or runs
+        again.)"""
+        wanted = set(steps)
+        with self._lock:
+            if self._closed:
+                raise OSError("session is closed")
+            ours = [call_id for serial, call_id in self._pending.items() if self._call_steps[serial] in wanted]
+            appended = self._close_sub_calls_locked(set(ours)) if ours else []
+            for _ in range(len(ours)):
+                # As repair(): one at a time, the first of those still open.
+                serial = next((s for s in self._pending if self._call_steps[s] in wanted), None)
+                if serial is None:
+                    break
+                turn, step, agent = self._call_steps[serial] or (None, None, None)
+                event = result_event(self._pending[serial], _INTERRUPTED, turn=turn, step=step, agent=agent)
+                self._append_line(_encode(event), RESULT, event)
+                appended.append(event)
+            return appended
+
     def _close_sub_calls_locked(self, roots: set[str] | None) -> list[dict[str, Any]]:
         # Called with the lock held. ``roots`` None: every open sub-call.
         appended: list[dict[str, Any]] = []
