@@ -29,8 +29,9 @@ line longer than the receiver's limit is a protocol violation.
 ``{"t": "done", "ok": false, "kind": str, "message": str, "traceback": str}``
     The program failed: ``kind`` is ``error`` (an uncaught exception),
     ``syntax`` (it does not compile), ``memory`` (``MemoryError``) or
-    ``result`` (the returned value is not JSON); ``message`` is one line,
-    ``traceback`` the last lines of the traceback (may be empty).
+    ``result`` (the returned value is not JSON); ``message`` is one line
+    (cut at 2,000 characters), ``traceback`` the last lines of the
+    traceback (its last 8,000 characters; may be empty).
 
 **Messages, parent → worker**
 

@@ -296,7 +296,17 @@ class Run:
         elif time.monotonic() >= self._deadline:
             ms = self._settings.timeout_ms
             shown = int(ms) if float(ms).is_integer() else ms
-            self._end(Ending(kind="timeout", headline=f"the program did not finish within {shown} ms and was killed"))
+            if self._phase is _Phase.STARTING:  # the program never started: say why, as far as stderr tells
+                self._worker.read_stderr()
+                tail = self._worker.stderr_tail()
+                ending = Ending(
+                    kind="timeout",
+                    headline=f"the worker process was not ready within {shown} ms (the program did not start)",
+                    traceback=f"Worker stderr:\n{tail}" if tail else "",
+                )
+            else:
+                ending = Ending(kind="timeout", headline=f"the program did not finish within {shown} ms and was killed")
+            self._end(ending)
         elif self._phase is _Phase.RUNNING and time.monotonic() >= self._folder_check:
             self._check_folder()
             self._folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
@@ -424,13 +434,20 @@ class Run:
         except DshError as exc:
             self._protocol_error(f"a line that is not JSON ({exc})")
             return
-        kind = message.get("t") if isinstance(message, Mapping) else None
+        if not isinstance(message, Mapping):
+            self._protocol_error(f"a message that is not a JSON object but {_shown(message)}")
+            return
+        kind = message.get("t")
+        if type(kind) is not str:
+            self._protocol_error(f'a message without its kind (a "t" string): {_shown(kind)}')
+            return
         if self._phase is _Phase.STARTING:
             if kind != protocol.READY:
-                self._protocol_error(f"expected {protocol.READY!r}, got {safe_str(kind)!r}")
+                self._protocol_error(f"expected {protocol.READY!r}, got {_shown(kind)}")
                 return
-            if message.get("v") != protocol.VERSION:
-                self._protocol_error(f"the worker speaks version {message.get('v')!r}, not {protocol.VERSION}")
+            version = message.get("v")
+            if type(version) is not int or version != protocol.VERSION:
+                self._protocol_error(f"the worker speaks version {_shown(version)}, not {protocol.VERSION}")
                 return
             self._read_stderr()  # what was written before ready is not the program's
             self._phase = _Phase.RUNNING
@@ -459,7 +476,7 @@ class Run:
         elif kind == protocol.DONE:
             self._on_done(message)
         else:
-            self._protocol_error(f"an unexpected message {safe_str(kind)!r}")
+            self._protocol_error(f"an unexpected message {_shown(kind)}")
 
     def _capture(self, data: str) -> None:
         encoded = data.encode("utf-8")
@@ -479,8 +496,9 @@ class Run:
 
     def _on_call(self, message: Mapping[str, Any]) -> None:
         n = len(self._calls) + 1
-        if message.get("id") != n:
-            self._protocol_error(f"call id {safe_str(message.get('id'))!r}, expected {n}")
+        ident = message.get("id")
+        if type(ident) is not int or ident != n:
+            self._protocol_error(f"call id {_shown(ident)}, expected {n}")
             return
         name = message.get("name")
         arguments = message.get("args")
@@ -496,7 +514,9 @@ class Run:
         self._calls.append(sub)
         if schema is None:  # only a worker that ignores its bindings gets here
             sub.state = SubState.SKIPPED
-            self._reply(sub, failure(f'unknown tool "{name}"', name="ToolNotFoundError", code="UNKNOWN_TOOL"))
+            shown = name if len(name) <= _SHOWN_CHARS else f"{name[:_SHOWN_CHARS]}..."
+            sub.result = failure(f'unknown tool "{shown}"', name="ToolNotFoundError", code="UNKNOWN_TOOL")
+            self._reply(sub, sub.result)
             return
         sub_batch = self._sub
         if sub_batch is None:
@@ -781,6 +801,11 @@ def _too_long(exc: protocol.FrameTooLong, limit: int) -> Ending:
     what = None if kind is None else kind.group(1)
     if what == protocol.DONE.encode():
         return Ending(kind="output", headline=f"the program returned a value of more than {limit} bytes as JSON")
+    if what == protocol.PROGRESS.encode():
+        return Ending(
+            kind="output",
+            headline=f"the program reported progress with a message of more than {limit} bytes as JSON",
+        )
     if what == protocol.CALL.encode():
         return Ending(
             kind="output",
@@ -790,6 +815,25 @@ def _too_long(exc: protocol.FrameTooLong, limit: int) -> Ending:
             ),
         )
     return Ending(kind="protocol", headline=f"the worker sent {exc}")
+
+
+_SHOWN_CHARS: Final = 60
+_JSON_KINDS: Final = {bool: "a boolean", type(None): "null"}
+
+
+def _shown(value: object) -> str:
+    """A value the worker sent (lossless JSON, frozen), as a protocol error
+    shows it: a str's repr or a number, cut short, else its JSON kind
+    (never a Python repr of the frozen containers)."""
+    if type(value) is str:
+        return repr(value) if len(value) <= _SHOWN_CHARS else f"{value[:_SHOWN_CHARS]!r}... ({len(value):,} characters)"
+    if type(value) in (int, float):
+        return str(value)[:_SHOWN_CHARS]
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (tuple, list)):
+        return "an array"
+    return _JSON_KINDS.get(type(value), "a value")
 
 
 def cpu_seconds(timeout_ms: float) -> int:

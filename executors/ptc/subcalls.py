@@ -65,7 +65,8 @@ def failure(message: str, *, name: str | None = None, code: str | None = None) -
 
 class SubState(str, Enum):
     """PENDING (fed to the sub-batch) → SETTLED (committed, its result
-    back), or SKIPPED (never fed: an unknown tool)."""
+    back), or SKIPPED (never fed: an unknown tool, its failure the result;
+    or the runtime was stopping)."""
 
     PENDING = "pending"
     SETTLED = "settled"
@@ -95,14 +96,15 @@ class SubCall:
         return f"<SubCall {self.call_id} {self.name} {self.state.value}>"
 
     def outcome(self) -> str:
-        """How it ended, in a word: ``succeeded``, ``failed``, ``not
-        started`` (the run ended before its body started) or ``no result``
-        (its scheduling failed)."""
+        """How it ended, in a word: ``succeeded``, ``failed`` (an unknown
+        tool's call too: skipped with its failure), ``not started`` (the run
+        ended before its body started) or ``no result`` (its scheduling
+        failed)."""
         result = self.result
         error = None if result is None else result.error
         if error is not None and error.info is not None and str(error.info.code) == "ABORTED_BEFORE_DISPATCH":
             return "not started"
-        if self.state is SubState.SETTLED and result is not None:
+        if self.state is not SubState.PENDING and result is not None:  # settled, or refused unfed (unknown tool)
             return "failed" if result.is_error else "succeeded"
         return "no result" if self.state is SubState.PENDING else "not started"
 
@@ -127,7 +129,8 @@ class SubCall:
                 status = "no result (its scheduling failed)"  # execute() waits for the sub-batch's end
             case _:
                 status = outcome
-        return f"- {self.call_id} {self.name}: {status}"
+        name = self.name if len(self.name) <= 100 else f"{self.name[:100]}..."  # (an unknown one: any length)
+        return f"- {self.call_id} {name}: {status}"
 
 
 def log_start(session: Session, ctx: ToolRunContext, sub: SubCall) -> None:

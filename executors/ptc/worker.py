@@ -80,6 +80,10 @@ _PRELOAD = (
 )
 
 _PR_SET_PDEATHSIG = 1
+MAX_HEADLINE = 2000
+"""Most characters of a failed run's message (the exception's last line)."""
+MAX_TRACEBACK = 8000
+"""Most characters of a failed run's traceback (its end is kept)."""
 _LIFELINE_POLL_MS = 1000
 
 # --------------------------------------------------------------------------
@@ -88,23 +92,27 @@ _LIFELINE_POLL_MS = 1000
 
 
 class Channel:
-    """The protocol pipes: blocking writes, reads driven by the loop."""
+    """The protocol pipes: blocking writes, reads driven by the loop.
+    A message is written whole under a lock: a program's threads print
+    too, and a pipe keeps only writes of up to ``PIPE_BUF`` bytes apart."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self.read_fd = read_fd
         self.write_fd = write_fd
+        self._send_lock = threading.RLock()
         self.framer = protocol.LineFramer(1 << 30)
         self.lines: list[bytes] = []
         self.on_message: Callable[[Any], None] | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         data = memoryview(protocol.encode(message))
-        try:
-            while data:
-                written = os.write(self.write_fd, data)
-                data = data[written:]
-        except OSError:  # the parent is gone
-            os._exit(0)
+        with self._send_lock:
+            try:
+                while data:
+                    written = os.write(self.write_fd, data)
+                    data = data[written:]
+            except OSError:  # the parent is gone
+                os._exit(0)
 
     def read_blocking(self) -> Any:
         """The next message, waiting for it (before the loop runs)."""
@@ -133,13 +141,15 @@ class Channel:
 
 class Capture(io.TextIOBase):
     """``sys.stdout``/``sys.stderr`` of the program: text goes to the
-    parent as ``out`` messages, a line (or a chunk) at a time."""
+    parent as ``out`` messages, a line (or a chunk) at a time (under a
+    lock: the program's threads may print at once)."""
 
     def __init__(self, channel: Channel) -> None:
         super().__init__()
         self._channel = channel
         self._buffer: list[str] = []
         self._size = 0
+        self._lock = threading.RLock()
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
@@ -156,26 +166,23 @@ class Capture(io.TextIOBase):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if not text:
             return 0
-        self._buffer.append(text)
-        self._size += len(text)
-        if self._size >= 4096 or "\n" in text:
-            self.flush()
+        with self._lock:
+            self._buffer.append(text)
+            self._size += len(text)
+            if self._size >= 4096 or "\n" in text:
+                self.flush()
         return len(text)
 
     def flush(self) -> None:
-        if not self._buffer:
-            return
-        text = "".join(self._buffer)
-        self._buffer = []
-        self._size = 0
-        chunk = protocol.OUT_CHUNK
-        for start in range(0, len(text), chunk):
-            piece = text[start : start + chunk]
-            try:
-                piece.encode("utf-8")
-            except UnicodeEncodeError:
-                piece = piece.encode("utf-8", "replace").decode("utf-8")
-            self._channel.send({"t": protocol.OUT, "data": piece})
+        with self._lock:
+            if not self._buffer:
+                return
+            text = "".join(self._buffer)
+            self._buffer = []
+            self._size = 0
+            chunk = protocol.OUT_CHUNK
+            for start in range(0, len(text), chunk):
+                self._channel.send({"t": protocol.OUT, "data": _wire_text(text[start : start + chunk])})
 
 
 # --------------------------------------------------------------------------
@@ -405,7 +412,7 @@ def _traceback_text(exc: BaseException, limit: int = 20) -> str:
     text = "".join(report.format()).rstrip("\n").splitlines()
     if len(text) > limit:
         text = ["  ..."] + text[-limit:]
-    return "\n".join(text)[-8000:]
+    return "\n".join(text)[-MAX_TRACEBACK:]
 
 
 def _headline(exc: BaseException) -> str:
@@ -413,8 +420,30 @@ def _headline(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
+def _wire_text(text: str) -> str:
+    """``text`` with any lone surrogate replaced: it must encode as UTF-8
+    (an exception's message may hold one)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def _failure(kind: str, message: str, tb: str = "") -> dict[str, Any]:
-    return {"t": protocol.DONE, "ok": False, "kind": kind, "message": message, "traceback": tb}
+    """A failed ``done``: the message (one line) cut at
+    :data:`MAX_HEADLINE` characters and the traceback at its last
+    :data:`MAX_TRACEBACK` (they go to the model; a 9 MB exception message
+    would not even fit in a protocol line)."""
+    if len(message) > MAX_HEADLINE:
+        message = f"{message[:MAX_HEADLINE]}... ({len(message):,} characters)"
+    return {
+        "t": protocol.DONE,
+        "ok": False,
+        "kind": kind,
+        "message": _wire_text(message),
+        "traceback": _wire_text(tb[-MAX_TRACEBACK:]),
+    }
 
 
 def run(
@@ -449,8 +478,12 @@ def run(
                 continue
             if type(value) not in (int, float) or not math.isfinite(value):
                 raise TypeError(f"report_progress({name}=...) must be a finite number, not {value!r}")
-        if message is not None and type(message) is not str:
-            raise TypeError(f"report_progress(message=...) must be a str, not {type(message).__name__}")
+        if message is not None:
+            if type(message) is not str:
+                raise TypeError(f"report_progress(message=...) must be a str, not {type(message).__name__}")
+            problem = protocol.json_problem(message, "report_progress(message=...)")
+            if problem is not None:
+                raise ValueError(problem)
         capture.flush()  # output printed before the report stays before it
         channel.send({"t": protocol.PROGRESS, "progress": progress, "total": total, "message": message})
 
