@@ -187,6 +187,9 @@ def _checked_starts(batch: ToolBatchInput, starts: Sequence[CallStart] | None) -
     for start in starts:
         if not isinstance(start, CallStart):
             raise InvalidTypeError(f"a continued batch takes CallStart values, not {type(start).__qualname__}")
+        if start.answer == "deferred" and start.ask is None:
+            # (Its call would have nothing to wait on, and would run as allowed.)
+            raise InvalidValueError('a CallStart deferred again ("deferred") needs the Ask it waits on (ask=)')
     return starts
 
 

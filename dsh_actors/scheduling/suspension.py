@@ -43,7 +43,7 @@ from ..model import (
     content_from_json,
     content_to_json,
 )
-from ..pipeline.intake import parse_arguments, stand_in
+from ..pipeline.intake import batch_arguments, parse_arguments, stand_in
 from ..pipeline.stages import DECISIONS, is_text_by_language
 from ..session import LoggedCall, LoggedResult, Session, approval_refusal, error_from_json, error_to_json
 from .messages import CallStart
@@ -237,6 +237,23 @@ def _str(value: object, path: str) -> str:
     return value
 
 
+def _approval_ask(approval: object, path: str) -> Ask:
+    """A deferred call's ``approval`` read back as the ``Ask`` it answers:
+    without it, a call deferred again would have nothing to wait on (and
+    would run as allowed), so a missing or malformed one is refused."""
+    if not isinstance(approval, Mapping):
+        raise InvalidValueError(
+            f"not a suspension: {path} must be an object (reason, display_reason), got {type(approval).__qualname__}"
+        )
+    reason = approval.get("reason")
+    if reason is not None and type(reason) is not str:
+        raise InvalidValueError(f"not a suspension: {path}.reason must be null or a str")
+    display = approval.get("display_reason")
+    if display is not None and not is_text_by_language(display):
+        raise InvalidValueError(f"not a suspension: {path}.display_reason must be null or an object of texts")
+    return Ask(reason=reason, display_reason=None if display is None else dict(display))
+
+
 def resume_plan(
     suspension: object,
     decisions: object,
@@ -313,15 +330,7 @@ def resume_plan(
                     f"answer one of {', '.join(repr(d) for d in DECISIONS)}"
                 )
             answers[call_id] = answer
-            approval = raw.get("approval")
-            ask = None
-            if isinstance(approval, Mapping):
-                reason = approval.get("reason")
-                display = approval.get("display_reason")
-                ask = Ask(
-                    reason=reason if type(reason) is str else None,
-                    display_reason=dict(display) if isinstance(display, Mapping) else None,
-                )
+            ask = _approval_ask(raw.get("approval"), f"{where}.approval")
             # Its tool/call is in the log (it started): not written again.
             starts.append(CallStart(answer=answer, ask=ask, logged=logged))
         elif state == PENDING:
@@ -392,8 +401,10 @@ def resume_plan(
 
 def _canonical_arguments(arguments: Any) -> Any:
     """Arguments as the intake reads them, as plain JSON (JSON text parsed,
-    empty text ``{}``), so text and the object it holds compare equal."""
-    parsed = parse_arguments(arguments)
+    empty text ``{}``), so text and the object it holds compare equal.
+    Taken as ``tool/batch`` records them first: arguments that are not
+    lossless JSON (a lone surrogate) are logged as a stand-in text."""
+    parsed = parse_arguments(batch_arguments(arguments))
     if type(parsed) is str:
         return ("text", parsed)
     try:
