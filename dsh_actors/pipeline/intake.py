@@ -159,13 +159,16 @@ _BATCH_FIELD_KINDS: tuple[tuple[str, type], ...] = (
 )
 
 
-def bind_context(batch: ToolBatchInput, current: contextvars.Context | None = None) -> ToolBatchInput:
+def bind_context(
+    batch: ToolBatchInput, current: contextvars.Context | None = None, signal: AbortSignal | None = None
+) -> ToolBatchInput:
     """``batch`` with the context its hooks run in (each call in a copy of
     it) and its deps settled, when the batch is submitted: its own
     ``context`` (copied) or ``current`` (a copy of the submitter's, taken
     on the submitting thread), and its own ``deps`` or, when None, the
     enclosing call's (a batch submitted from a tool body), which the
-    context then carries for batches nested further."""
+    context then carries for batches nested further. ``signal``: replaces
+    the batch's (in the same copy)."""
     base = batch.context.copy() if batch.context is not None else current
     if base is None:
         base = contextvars.copy_context()
@@ -174,6 +177,8 @@ def bind_context(batch: ToolBatchInput, current: contextvars.Context | None = No
         deps = base.get(CALL_DEPS)
     elif base.get(CALL_DEPS) is not deps:
         base.run(CALL_DEPS.set, deps)
+    if signal is not None:
+        return replace(batch, context=base, deps=deps, signal=signal)
     return replace(batch, context=base, deps=deps)
 
 

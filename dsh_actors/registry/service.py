@@ -61,6 +61,7 @@ from ..model import (
 )
 from ..pipeline.flights import await_settled
 from ..pipeline.stages import run_inline
+from ..scheduling.interrupt import Interruptible
 from ..scheduling.messages import CallStart, Reply
 from ..scheduling.recovery import recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
@@ -392,11 +393,17 @@ class ToolsService:
         return future
 
     def _start(
-        self, batch: ToolBatchInput, reply: Reply, loop: Any = None, starts: Sequence[CallStart] | None = None
+        self,
+        batch: ToolBatchInput,
+        reply: Reply,
+        loop: Any = None,
+        starts: Sequence[CallStart] | None = None,
+        signal: AbortSignal | None = None,
     ) -> None:
         """Start ``batch`` into ``reply``. ``starts``: a continued batch
         (``scheduling.start.continue_batch``: a resumed suspension, a
-        recovered step), one ``CallStart`` per call."""
+        recovered step), one ``CallStart`` per call. ``signal``: the batch's
+        signal replaced (an ``Interruptible``'s)."""
         if not isinstance(batch, ToolBatchInput):
             raise InvalidTypeError(f"execute() takes a ToolBatchInput, not {type(batch).__qualname__}")
         if batch.agent is None and self._scope is not None:
@@ -406,7 +413,7 @@ class ToolsService:
         # What the registry actor does with ExecuteBatch(batch), run here:
         # one implementation, minus the hop to the registry's thread.
         if starts is None:
-            start_batch(rt, batch, reply, loop)  # (a logged batch holds its step: see start_batch)
+            start_batch(rt, batch, reply, loop, signal=signal)  # (a logged batch holds its step: see start_batch)
         else:
             continue_batch(rt, batch, starts, reply, loop)  # (its step held by its resume or recovery)
 
@@ -454,9 +461,14 @@ class ToolsService:
         log (``Session.hold``) and a suspension whose calls, arguments or
         settled results disagree with it raises ``InvalidValueError``
         naming what differs, before anything runs or is claimed. A
-        malformed suspension or decision raises ``InvalidValueError``."""
+        malformed suspension or decision raises ``InvalidValueError``.
+        Ctrl-C while it waits aborts the resumed batch (see ``execute``)."""
+        guard = Interruptible(signal)
         return self._blocking(
-            lambda reply: self._resume(suspension, decisions, agent, signal, reply, None, tool_set, deps),
+            lambda reply: self._resume(
+                suspension, decisions, agent, guard.signal or signal, reply, None, tool_set, deps
+            ),
+            guard,
             "resume()",
             "resume_async(suspension, decisions)",
         )
@@ -588,9 +600,12 @@ class ToolsService:
         it wrote to it after this session read it, this raises
         ``InvalidStateError`` and nothing runs. Raises
         ``TypeError``/``ValueError`` for an agent without a session or a
-        step the log has no call of."""
+        step the log has no call of. Ctrl-C while it waits aborts the
+        recovered batch (see ``execute``)."""
+        guard = Interruptible(signal)
         return self._blocking(
-            lambda reply: self._recover(agent, turn, step, signal, tool_set, deps, reply),
+            lambda reply: self._recover(agent, turn, step, guard.signal or signal, tool_set, deps, reply),
+            guard,
             "recover()",
             "recover_async(agent, turn, step)",
         )
@@ -675,24 +690,36 @@ class ToolsService:
     def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
         """Run ``batch`` and return its settled result, blocking the calling
         thread (however long the batch takes, but not past ``rt.stop()``).
-        Raises ``ExecutorUnavailableError`` when no executor is available."""
-        return self._blocking(lambda reply: self._start(batch, reply), "execute()", "execute_async(batch)")
+        Raises ``ExecutorUnavailableError`` when no executor is available.
+        Ctrl-C while it waits (on the main thread) aborts the batch, waits
+        for it to settle, and goes on (``scheduling.interrupt``)."""
+        guard = Interruptible(batch.signal if isinstance(batch, ToolBatchInput) else None)
+        return self._blocking(
+            lambda reply: self._start(batch, reply, signal=guard.signal), guard, "execute()", "execute_async(batch)"
+        )
 
-    def _blocking(self, start: Callable[[Reply], None], what: str, instead: str) -> ToolBatchResult:
-        """``start(reply)`` a batch and block the calling thread until it settles."""
-        refuse_blocking_a_loop(self._kernel, what, instead, "its async tools run")
+    def _blocking(
+        self, start: Callable[[Reply], None], guard: Interruptible, what: str, instead: str
+    ) -> ToolBatchResult:
+        """``start(reply)`` a batch and block the calling thread until it
+        settles; ``guard`` aborts it if an interrupt ends the wait."""
         rt = self._kernel
         reply = _Reply()
         # A stopping runtime drains its batches and answers them; only a
         # batch stuck past the end of stop() has no answer: stop fails it.
-        with self._links.pending_replies.tracked(
-            reply, lambda: RuntimeStoppedError(f"{STOPPED} (before the batch finished)")
+        with (
+            self._links.pending_replies.tracked(
+                reply, lambda: RuntimeStoppedError(f"{STOPPED} (before the batch finished)")
+            ),
+            guard,
         ):
+            refuse_blocking_a_loop(rt, what, instead, "its async tools run")
             start(reply)
+            guard.started(reply.done, partial(reply.wait, -1))
             with rt.waiting():  # a tool body's nested batch holds no slot
                 reply.wait(-1)
-        result: ToolBatchResult = reply.outcome()
-        return result
+            result: ToolBatchResult = reply.outcome()
+            return result
 
     async def execute_async(self, batch: ToolBatchInput) -> ToolBatchResult:
         """``await`` the batch without blocking the event loop. Its async

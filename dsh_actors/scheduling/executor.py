@@ -30,8 +30,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
 from loguru import logger
@@ -56,6 +58,7 @@ from ..pipeline.stages import dispatch
 from .batch import BatchRun
 from .dispatcher import Dispatcher
 from .inbox import RUNNING
+from .interrupt import Interruptible
 from .messages import (
     BatchHost,
     BatchPolicy,
@@ -195,14 +198,18 @@ class NativeExecutor:
     def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
         """Run ``batch`` and block the calling thread until it settles (as
         ``rt.tools.execute`` does: refused on a loop its async bodies need,
-        lending the calling actor's slot meanwhile)."""
+        lending the calling actor's slot meanwhile, aborted by Ctrl-C)."""
         rt = self._rt
         if rt is None:
             return self.submit(batch).result()  # (not bound: submit says so)
         refuse_blocking_a_loop(rt, "NativeExecutor.execute()", "execute_async(batch)", "its async tools run")
-        future = self.submit(batch)
-        with rt.waiting():
-            return future.result()
+        with Interruptible(batch.signal if isinstance(batch, ToolBatchInput) else None) as guard:
+            # (Ctrl-C on the main thread aborts the batch: scheduling.interrupt)
+            signal = guard.signal
+            future = self.submit(batch if signal is None else replace(batch, signal=signal))
+            guard.started(future.done, partial(futures.wait, (future,)))
+            with rt.waiting():
+                return future.result()
 
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
         """Start ``batch``; the future settles once every started call has."""

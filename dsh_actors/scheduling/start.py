@@ -32,6 +32,7 @@ from .suspension import in_step, logged_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
+    from ..signals import AbortSignal
 
 __all__ = ["check_continuable", "continue_batch", "start_batch"]
 
@@ -43,6 +44,7 @@ def start_batch(
     loop: Any = None,
     context: contextvars.Context | None = None,
     starts: Sequence[CallStart] | None = None,
+    signal: AbortSignal | None = None,
 ) -> None:
     """What ``ExecuteBatch`` means: check ``batch``, pick the nearest
     executor on its agent's chain, start the batch there and settle
@@ -64,6 +66,9 @@ def start_batch(
 
     ``starts``: a continued batch (see :func:`continue_batch`).
 
+    ``signal``: the batch's signal replaced, as its context is bound (a
+    blocking caller's ``Interruptible``, which follows the batch's own).
+
     A batch that logs its step holds the step while it runs
     (:func:`~.suspension.in_step`): a second batch of it in this runtime is
     answered ``InvalidStateError``. (A continued batch's step is held by
@@ -73,10 +78,13 @@ def start_batch(
         check_batch(batch)
         step = logged_step(batch) if starts is None else None
         if step is None:
-            _start_checked(runtime, batch, reply, loop, context, starts)
+            _start_checked(runtime, batch, reply, loop, context, starts, signal)
         else:
             in_step(
-                runtime.claims, *step, reply, lambda held: _start_checked(runtime, batch, held, loop, context, None)
+                runtime.claims,
+                *step,
+                reply,
+                lambda held: _start_checked(runtime, batch, held, loop, context, None, signal),
             )
     except BaseException as exc:  # noqa: BLE001 - a malformed batch, or its step held: goes to the requester
         _refuse(reply, exc)
@@ -95,10 +103,11 @@ def _start_checked(
     loop: Any,
     context: contextvars.Context | None,
     starts: Sequence[CallStart] | None,
+    signal: AbortSignal | None = None,
 ) -> None:
     """:func:`start_batch` of a checked batch. Never raises."""
     try:
-        batch = bind_context(batch, context)
+        batch = bind_context(batch, context, signal)
         executor = select_executor(runtime.state, batch.agent)
         if executor is None:
             raise ExecutorUnavailableError(describe_scope(batch.agent))

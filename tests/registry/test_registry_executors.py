@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from dsh_actors.messages import ExecuteBatch, Retract
 from dsh_actors.model import Agent, ToolBatchInput, ToolBatchResult, ToolCall
 from dsh_actors.registry import select_executor
 from dsh_actors.runtime import ToolRuntime
+from dsh_actors.signals import AbortSignal
 
 from .helpers import WAIT, BlockingExecutor, RecordingExecutor, batch, labelled, tool
 
@@ -52,7 +54,15 @@ def test_the_executor_gets_the_batch_as_given(rt: Any) -> None:
     rt.tools.scope(agent).set_executor(rec)
     the_batch = batch(agent)
     rt.tools.execute(the_batch)
-    assert rec.batches == [the_batch]
+    # (On the main thread it carries a signal of its own, which Ctrl-C
+    # aborts: scheduling.interrupt. Elsewhere it is the very batch.)
+    assert [replace(b, signal=None) for b in rec.batches] == [the_batch]
+    assert isinstance(rec.batches[0].signal, AbortSignal)
+    elsewhere: list[Any] = []
+    worker = threading.Thread(target=lambda: elsewhere.append(rt.tools.execute(the_batch)))
+    worker.start()
+    worker.join(WAIT)
+    assert elsewhere and rec.batches[1] == the_batch
 
 
 def test_a_scoped_service_fills_in_its_agent_when_the_batch_has_none(rt: Any) -> None:

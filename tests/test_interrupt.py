@@ -1,0 +1,299 @@
+"""Ctrl-C while the main thread waits in a blocking ``rt.tools.execute``
+(reference section 7): the batch is aborted (its calls see their signal,
+the unstarted ones are ``ABORTED_BEFORE_DISPATCH``), the wait goes on until
+it has settled, then the ``KeyboardInterrupt`` goes on; a second Ctrl-C
+during that wait leaves at once, the batch still aborted.
+
+The interrupt is a real SIGINT sent to the main thread from a tool body
+(``signal.pthread_kill``), once the main thread blocks in the wait: Python
+runs the handler there, interrupting the lock wait. Threads are
+synchronised with Events; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dsh_actors import (
+    AbortController,
+    Agent,
+    Ask,
+    LogStep,
+    NativeExecutor,
+    Session,
+    ToolBatchInput,
+    ToolCall,
+    ToolRuntime,
+)
+from dsh_actors.definition import ToolOutput, define_tool
+from dsh_actors.model import text
+
+WAIT = 10.0  # the bound of every wait; a correct run never reaches it
+
+TEXT = ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)])
+
+
+def make_tool(name: str, body: Any) -> Any:
+    return define_tool(name=name, description=f"the {name} tool", parameters={}, output=TEXT, execute=body)
+
+
+def quick(args: Any, ctx: Any) -> str:
+    return "quick"
+
+
+def logged(session: Session, *names: str, **options: Any) -> ToolBatchInput:
+    """One call per name (``c0, c1, ...``), serial, logged at turn 1, step 1."""
+    return ToolBatchInput(
+        calls=tuple(ToolCall(f"c{i}", name, "{}") for i, name in enumerate(names)),
+        agent=Agent("a", session=session),
+        log=LogStep(turn=1, step=1),
+        max_parallel_tool_calls=1,
+        **options,
+    )
+
+
+def logged_codes(session: Session) -> dict[str, str | None]:
+    """Each logged call's failure code (None: a success)."""
+    return {
+        e["call_id"]: (e["error"] or {}).get("info", {}).get("code") if e.get("error") else None
+        for e in session.events()
+        if e["type"] == "tool/result"
+    }
+
+
+#: Where the main thread waits for a batch: the blocking facade's reply,
+#: and a future's result (``NativeExecutor.execute``).
+BATCH_WAITS = ("_Reply.wait", "Future.result")
+
+
+class MainWaits:
+    """Ctrl-C in the main thread's n-th wait for a batch, deterministically.
+
+    A profile hook on the main thread holds it as it begins that wait (the
+    lock's ``acquire``), until a tool body has sent it a real SIGINT
+    (:meth:`interrupt`): Python's handler then raises the
+    ``KeyboardInterrupt`` right there, as from the interrupted wait. (A
+    SIGINT that lands while the main thread is on its way into the lock's
+    system call stays pending until the wait ends: a test that just sends
+    one would be flaky.) The hook is gone once it raised: :meth:`arm` sets
+    it again."""
+
+    def __init__(self, count: int) -> None:
+        self.entered = [threading.Event() for _ in range(count)]
+        self.sent = [threading.Event() for _ in range(count)]
+        self._seen = 0
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "c_call" or getattr(arg, "__name__", None) != "acquire":
+            return
+        waiter = frame if frame.f_code.co_qualname != "Condition.wait" else frame.f_back
+        if waiter is None or waiter.f_code.co_qualname not in BATCH_WAITS:
+            return
+        n = self._seen
+        self._seen += 1
+        if n < len(self.entered):
+            self.entered[n].set()
+            self.sent[n].wait(WAIT)  # the SIGINT's KeyboardInterrupt is raised here
+
+    def arm(self) -> None:
+        """Watch the calling thread's (the main thread's) waits."""
+        sys.setprofile(self)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Watch the main thread's waits, within the block."""
+        self.arm()
+        try:
+            yield
+        finally:
+            sys.setprofile(None)
+
+    def interrupt(self, n: int) -> None:
+        """(From a tool body.) Ctrl-C once the main thread's n-th wait began."""
+        assert self.entered[n].wait(WAIT), "the main thread never waited"
+        main = threading.main_thread().ident
+        assert main is not None
+        signal.pthread_kill(main, signal.SIGINT)
+        self.sent[n].set()
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[MainWaits]:
+    """Python's own SIGINT handler (KeyboardInterrupt), put back afterwards."""
+    assert threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield MainWaits(2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_in_execute_aborts_the_batch_and_waits_for_it_to_settle(ctrl_c: MainWaits) -> None:
+    caller = AbortController()
+    saw: dict[str, Any] = {}
+    ended = threading.Event()
+
+    def slow(args: Any, ctx: Any) -> str:
+        try:
+            ctrl_c.interrupt(0)
+            saw["aborted"] = ctx.signal.wait(WAIT)
+            saw["reason"] = ctx.signal.reason
+            return "slow"
+        finally:
+            ended.set()
+
+    session = Session()
+    with ToolRuntime() as rt:
+        rt.tools.register(make_tool("slow", slow))
+        rt.tools.register(make_tool("quick", quick))
+        with pytest.raises(KeyboardInterrupt), ctrl_c.watching():
+            rt.tools.execute(logged(session, "slow", "quick", "quick", signal=caller.signal))
+        # The batch settled before the interrupt went on: every call is logged.
+        assert ended.is_set(), "execute() left before the batch settled"
+        assert saw["aborted"] is True, "the running body never saw its signal"
+        assert "interrupted (KeyboardInterrupt)" in str(saw["reason"])
+        assert logged_codes(session) == {
+            "c0": "ABORTED",
+            "c1": "ABORTED_BEFORE_DISPATCH",
+            "c2": "ABORTED_BEFORE_DISPATCH",
+        }
+        assert not caller.signal.aborted, "the caller's own signal was aborted"
+        # The runtime goes on working, and the caller's signal still counts.
+        again = rt.tools.execute(ToolBatchInput(calls=(ToolCall("d0", "quick", "{}"),), signal=caller.signal))
+        assert not again.results[0].result.is_error
+
+
+def test_a_second_ctrl_c_while_execute_waits_for_the_aborted_batch_leaves_at_once(ctrl_c: MainWaits) -> None:
+    release = threading.Event()
+    saw: dict[str, bool] = {}
+
+    def stubborn(args: Any, ctx: Any) -> str:
+        # The abort runs this on the main thread, before it waits again.
+        ctx.signal.add_callback(lambda _: ctrl_c.arm())
+        ctrl_c.interrupt(0)
+        saw["aborted"] = ctx.signal.wait(WAIT)
+        ctrl_c.interrupt(1)  # again, while execute waits for the batch to settle
+        release.wait(WAIT)  # ignores its signal until the caller has left
+        return "stubborn"
+
+    session = Session()
+    with ToolRuntime() as rt:
+        rt.tools.register(make_tool("stubborn", stubborn))
+        rt.tools.register(make_tool("quick", quick))
+        try:
+            with pytest.raises(KeyboardInterrupt) as second, ctrl_c.watching():
+                rt.tools.execute(logged(session, "stubborn", "quick"))
+            assert isinstance(second.value.__context__, KeyboardInterrupt)  # (the first one)
+            assert saw["aborted"] is True
+            assert not release.is_set()
+        finally:
+            release.set()
+    # The stop drained the batch: still aborted, every call logged.
+    assert logged_codes(session) == {"c0": "ABORTED", "c1": "ABORTED_BEFORE_DISPATCH"}
+
+
+def test_ctrl_c_in_native_executor_execute_aborts_the_batch_and_waits_for_it(ctrl_c: MainWaits) -> None:
+    ended = threading.Event()
+    saw: dict[str, bool] = {}
+
+    def slow(args: Any, ctx: Any) -> str:
+        try:
+            ctrl_c.interrupt(0)
+            saw["aborted"] = ctx.signal.wait(WAIT)
+            return "slow"
+        finally:
+            ended.set()
+
+    session = Session()
+    with ToolRuntime() as rt:
+        rt.tools.register(make_tool("slow", slow))
+        rt.tools.register(make_tool("quick", quick))
+        executor = NativeExecutor()
+        rt.tools.set_executor(executor)
+        with pytest.raises(KeyboardInterrupt), ctrl_c.watching():
+            executor.execute(logged(session, "slow", "quick"))
+        assert ended.is_set(), "NativeExecutor.execute() left before the batch settled"
+        assert saw["aborted"] is True
+        assert logged_codes(session) == {"c0": "ABORTED", "c1": "ABORTED_BEFORE_DISPATCH"}
+        assert not executor.execute(ToolBatchInput(calls=(ToolCall("d0", "quick", "{}"),))).results[0].result.is_error
+
+
+def test_ctrl_c_reaches_a_batch_nested_in_a_body_through_the_bodys_signal(ctrl_c: MainWaits) -> None:
+    # A body's nested execute runs on the runtime's thread, as before: it
+    # is the outer batch's abort, through the signal the body passes on,
+    # that stops it.
+    nested_saw: dict[str, bool] = {}
+    nested_codes: dict[str, str | None] = {}
+
+    def inner(args: Any, ctx: Any) -> str:
+        ctrl_c.interrupt(0)
+        nested_saw["aborted"] = ctx.signal.wait(WAIT)
+        return "inner"
+
+    session = Session()
+    with ToolRuntime() as rt:
+
+        def outer(args: Any, ctx: Any) -> str:
+            nested = rt.tools.execute(
+                ToolBatchInput(
+                    calls=(ToolCall("n0", "inner", "{}"), ToolCall("n1", "quick", "{}")),
+                    signal=ctx.signal,
+                    max_parallel_tool_calls=1,
+                )
+            )
+            for item in nested.results:
+                failure = item.result.error if item.result.is_error else None
+                nested_codes[item.call_id] = None if failure is None or failure.info is None else failure.info.code
+            return "outer"
+
+        rt.tools.register(make_tool("outer", outer))
+        rt.tools.register(make_tool("inner", inner))
+        rt.tools.register(make_tool("quick", quick))
+        with pytest.raises(KeyboardInterrupt), ctrl_c.watching():
+            rt.tools.execute(logged(session, "outer", "quick"))
+        assert nested_saw["aborted"] is True
+        assert nested_codes == {"n0": "ABORTED", "n1": "ABORTED_BEFORE_DISPATCH"}
+        assert logged_codes(session) == {"c0": "ABORTED", "c1": "ABORTED_BEFORE_DISPATCH"}
+
+
+def test_ctrl_c_in_resume_aborts_the_resumed_batch_and_waits_for_it(ctrl_c: MainWaits) -> None:
+    ended = threading.Event()
+    saw: dict[str, bool] = {}
+
+    def slow(args: Any, ctx: Any) -> str:
+        try:
+            ctrl_c.interrupt(0)
+            saw["aborted"] = ctx.signal.wait(WAIT)
+            return "slow"
+        finally:
+            ended.set()
+
+    def ask_for_c0(execution: Any, next_: Any) -> Any:
+        return Ask(reason="a person must approve") if execution.call_id == "c0" else next_()
+
+    session = Session()
+    agent = Agent("a", session=session)
+    with ToolRuntime() as rt:
+        rt.tools.register(make_tool("slow", slow))
+        rt.tools.register(make_tool("quick", quick))
+        rt.events.on("tools/pre-execute", ask_for_c0)
+        rt.approvals.set(lambda request: "deferred")
+        batch = ToolBatchInput(
+            calls=(ToolCall("c0", "slow", "{}"), ToolCall("c1", "quick", "{}")),
+            agent=agent,
+            log=LogStep(turn=1, step=1),
+        )
+        suspended = rt.tools.execute(batch)
+        assert "c0" in suspended.pending
+        with pytest.raises(KeyboardInterrupt), ctrl_c.watching():
+            rt.tools.resume(suspended.suspension, {"c0": "allowed-once"}, agent=agent)
+        assert ended.is_set(), "resume() left before the batch settled"
+        assert saw["aborted"] is True
+        assert logged_codes(session) == {"c0": "ABORTED", "c1": "ABORTED_BEFORE_DISPATCH"}
