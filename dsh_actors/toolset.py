@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+from .errors import InvalidStateError, InvalidValueError, safe_repr
 from .model import Agent
 from .visibility import Registration, RegistryState, _visible, describe_scope
 
@@ -160,6 +161,26 @@ class ResolvedToolSet:
     def disposed(self) -> bool:
         return self._admission.disposed
 
+    def check_usable(self, agent: Agent | None, subject: str, role: str, fix: str) -> None:
+        """Refuse using this set for ``agent`` when it admits nothing there:
+        resolved for another agent (``InvalidValueError``), or disposed
+        (``InvalidStateError``). The message names ``subject`` (what holds
+        the set), ``role`` (what ``agent`` is doing: "the batch runs as")
+        and, for another agent, ``fix``. (A batch's intake and the tools
+        offered to a model refuse alike: a set that admits nothing fails
+        every call, or offers no tool at all.)"""
+        resolved_for = self._admission.agent
+        if resolved_for is not agent:
+            twin = resolved_for is not None and agent is not None and resolved_for.id == agent.id
+            raise InvalidValueError(
+                f"{subject} was resolved for {_agent_name(resolved_for)}, but {role} {_agent_name(agent)}"
+                f"{' (another Agent object: agents compare by identity)' if twin else ''}: {fix}"
+            )
+        if self._admission.disposed:
+            raise InvalidStateError(
+                f"{subject} was disposed: resolve a new set for this step (a set admits nothing once disposed)"
+            )
+
     # -- reads -------------------------------------------------------------
 
     def _views(
@@ -218,3 +239,7 @@ class ResolvedToolSet:
             names = list(self._views(admission.state, admission.agent)[0])
             state = f"admitted={names}"
         return f"<ResolvedToolSet {describe_scope(admission.agent)} {state}>"
+
+
+def _agent_name(agent: Agent | None) -> str:
+    return "no agent (the global view)" if agent is None else f"agent {safe_repr(agent.id)}"

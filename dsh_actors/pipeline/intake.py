@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import orjson
 
-from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, LosslessJsonError, safe_repr, safe_str
+from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_repr, safe_str
 from ..execution import CALL_DEPS
 from ..json import loads, materialize
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
@@ -82,7 +82,12 @@ def check_batch(batch: ToolBatchInput) -> None:
             )
     tool_set = batch.tool_set
     if tool_set is not None:
-        _check_tool_set(tool_set, batch.agent)
+        tool_set.check_usable(
+            batch.agent,
+            "ToolBatchInput.tool_set",
+            "the batch runs as",
+            "resolve the set for the batch's agent (rt.tools.resolve(ToolActivationContext(agent=..., ...)))",
+        )
     log = batch.log
     if log is not None:
         if batch.agent is None:
@@ -113,27 +118,6 @@ def check_batch(batch: ToolBatchInput) -> None:
                 raise InvalidValueError(exc.message) from None
     if len(calls) > 1 and len({call.id for call in calls}) != len(calls):
         _refuse_duplicate_ids(calls)
-
-
-def _check_tool_set(tool_set: ResolvedToolSet, agent: Agent | None) -> None:
-    """A set admits nothing to another agent than its own, nor once
-    disposed: a batch given one would fail every call as an unknown tool."""
-    resolved_for = tool_set.agent
-    if resolved_for is not agent:
-        twin = resolved_for is not None and agent is not None and resolved_for.id == agent.id
-        raise InvalidValueError(
-            f"ToolBatchInput.tool_set was resolved for {_agent_name(resolved_for)}, but the batch runs as "
-            f"{_agent_name(agent)}{' (another Agent object: agents compare by identity)' if twin else ''}: "
-            "resolve the set for the batch's agent (rt.tools.resolve(ToolActivationContext(agent=..., ...)))"
-        )
-    if tool_set.disposed:
-        raise InvalidStateError(
-            "ToolBatchInput.tool_set was disposed: resolve a new set for this step (a set admits nothing once disposed)"
-        )
-
-
-def _agent_name(agent: Agent | None) -> str:
-    return "no agent (the global view)" if agent is None else f"agent {safe_repr(agent.id)}"
 
 
 def _refuse_duplicate_ids(calls: tuple[ToolCall, ...]) -> None:

@@ -151,7 +151,17 @@ class Reader:
             raise self.fail(where, f"missing {key!r}")
         value = data[key]
         if type(value) is not str or not value:
-            raise self.fail(f"{where}.{key}", f"must be a non-empty string, got {kind(value)}")
+            got = "an empty string" if type(value) is str else kind(value)
+            raise self.fail(f"{where}.{key}", f"must be a non-empty string, got {got}")
+        if not value.isascii():
+            # A batch refuses such an id or name whole (it is not lossless
+            # JSON): say where it came from instead.
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise self.fail(
+                    f"{where}.{key}", f"holds a lone surrogate (U+{ord(value[err.start]):04X} at index {err.start})"
+                ) from None
         return value
 
     def add(self, call_id: str, name: str, arguments: Any, where: str, key: str) -> None:
@@ -257,6 +267,14 @@ def model_input(rt: Any, agent: Agent | None, tool_set: ResolvedToolSet | None) 
     if not isinstance(service, ToolsService):
         raise InvalidTypeError(f"tools() takes a ToolRuntime (or its rt.tools), not {type(rt).__qualname__}")
     return service.model_tools(agent, tool_set)
+
+
+def check_strict(strict: object, fn: str) -> bool:
+    """``strict`` as given, when it is a bool (``"false"`` is truthy: it
+    would ask for strict function calling)."""
+    if type(strict) is not bool:
+        raise InvalidTypeError(f"{fn}(strict=...) takes True or False, not {type(strict).__qualname__}")
+    return strict
 
 
 def strict_parameters(parameters: Any) -> tuple[Any, bool]:

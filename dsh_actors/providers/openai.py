@@ -47,6 +47,7 @@ from ._common import (
     Results,
     block_kind,
     check_batch_result,
+    check_strict,
     data_url,
     image_left_out,
     image_type,
@@ -211,6 +212,7 @@ def tools(
     Chat Completions function tools. ``rt`` is the runtime (or a
     ``ToolsService``). ``strict``: strict function calling for every tool
     whose schema allows it (module docstring)."""
+    check_strict(strict, "openai.tools")
     out: list[dict[str, Any]] = []
     for schema in model_input(rt, agent, tool_set).schemas:
         function: dict[str, Any] = {

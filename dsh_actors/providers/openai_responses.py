@@ -51,6 +51,7 @@ from ._common import (
     Results,
     block_kind,
     check_batch_result,
+    check_strict,
     data_url,
     image_left_out,
     image_type,
@@ -195,6 +196,7 @@ def tools(
     Responses function tools. ``rt`` is the runtime (or a ``ToolsService``).
     ``strict``: strict function calling for every tool whose schema allows
     it (module docstring)."""
+    check_strict(strict, "openai_responses.tools")
     out: list[dict[str, Any]] = []
     for schema in model_input(rt, agent, tool_set).schemas:
         parameters, is_strict = strict_parameters(schema["parameters"]) if strict else (schema["parameters"], False)

@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ExecutorUnavailableError, InvalidTypeError, LosslessJsonError
+from ..errors import (
+    ExecutorUnavailableError,
+    InvalidTypeError,
+    LosslessJsonError,
+)
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
 from ..visibility import RegistryState, describe_scope, select_executor, visible
@@ -41,7 +45,17 @@ def model_tools(state: RegistryState, agent: Agent | None, tool_set: ResolvedToo
     chain) describing :func:`callable_definitions`: its ``ToolModelInput``,
     with fresh, detached schema dicts. Raises ``ExecutorUnavailableError``
     when no executor is set on the chain, and ``TypeError`` naming the
-    executor when its ``describe`` returns something malformed."""
+    executor when its ``describe`` returns something malformed. A
+    ``tool_set`` resolved for another agent, or disposed, is refused as a
+    batch given it is (it admits nothing: the model would be offered no
+    tool at all, and make no call that the batch could refuse)."""
+    if tool_set is not None:
+        tool_set.check_usable(
+            agent,
+            "the tool_set",
+            "the tools are offered to",
+            "pass the agent the set was resolved for (and run its batch as that agent)",
+        )
     executor = select_executor(state, agent)
     if executor is None:
         raise ExecutorUnavailableError(describe_scope(agent))
