@@ -19,10 +19,14 @@ arguments that are not JSON) gets a span at its ``tools/result``.
 
 Its parent is the span current where the batch was submitted (the hooks of
 a call run in the caller's ``contextvars`` context), so tool spans sit
-under the application's agent step. While the call runs, its span is the
+under the application's agent step; so is a later span of the call (its
+``tools/result`` after a deferral was aborted), and each applied policy's
+(not another policy's span of the same call). While the call runs, its span is the
 current span of the call's context: the body's own spans, a nested batch's
 calls, a PTC program's sub-calls and the trace context an MCP
-``tools/call`` carries in ``_meta`` (``traceparent``) are its children.
+``tools/call`` carries in ``_meta`` (``traceparent``) are its children
+(with several policies applied, the body's are the last made current's,
+and a nested call's span each policy's own call span's).
 
 A failure sets the span's status to ``ERROR`` (the failure's message) and
 ``error.type`` to the failure's code (``TOOL_FAILED``, ``TOOL_TIMEOUT``,
@@ -42,7 +46,9 @@ denial); the exception a hook raised is recorded as the span's
     trip goes on when the suspension is resumed, perhaps in another process
     and hours later: that part gets a span of its own, from the decision
     given at resume (the call's guards) to ``tools/result``, with the
-    answer's event.
+    answer's event (``dsh.tool.approval.answered``; a ``"rejected"`` or
+    ``"cancelled"`` given at resume runs no hook this policy sees before
+    ``tools/result``: that span has ``dsh.tool.denied``).
 ``dsh.tool.aborted``
     the call was cancelled (``ABORTED``, ``ABORTED_BEFORE_DISPATCH``, a
     pre-execute ``Cancel``).
@@ -137,6 +143,37 @@ class _CallSpan:
         self.ask: Any = None  # the Ask it was asked
 
 
+class _Layer:
+    """The spans the applied policies started for one call, in the call's
+    context (shared by every applied policy: several may be applied at
+    once). Each policy's span is parented on what was current before the
+    first of them (the span current at submission), not on another
+    policy's span of the same call; a nested call's, on the same policy's
+    span of its enclosing call while that call's spans are current."""
+
+    __slots__ = ("token", "before", "outer", "spans", "top")
+
+    def __init__(self, token: Any, before: Any, outer: _Layer | None) -> None:
+        self.token = token
+        self.before = before  # the OpenTelemetry context current before any of this call's spans
+        self.outer = outer  # the enclosing call's (a nested call's context holds it)
+        self.spans: dict[Any, Any] = {}  # by policy
+        self.top: Any = None  # the span made current last (the body's current span)
+
+    def parent(self, policy: Any, set_span: Callable[[Any, Any], Any], current_span: Callable[[Any], Any]) -> Any:
+        """The context ``policy``'s span of this call starts in."""
+        outer = self.outer
+        if outer is not None and outer.top is not None and current_span(self.before) is outer.top:
+            own = outer.spans.get(policy)
+            if own is not None and own is not outer.top:
+                return set_span(own, self.before)
+        return self.before
+
+
+#: The current call's _Layer, in the call's context.
+_LAYER: Final[contextvars.ContextVar[_Layer | None]] = contextvars.ContextVar("policies.otel.layer", default=None)
+
+
 class _Tool:
     """What every span and point of one tool share, built once per tool
     (and again after a ``tools/change``)."""
@@ -170,6 +207,7 @@ class OtelPolicy:
         self._attach = otel_context.attach
         self._current = otel_context.get_current
         self._set_span = trace.set_span_in_context
+        self._get_span = trace.get_current_span
         self._kind = SpanKind.INTERNAL
         self._error = Status
         self._error_code = StatusCode.ERROR
@@ -219,12 +257,17 @@ class OtelPolicy:
         # The OpenTelemetry context current at submission (the call's hooks
         # run in a copy of the caller's), read once for the parent, the
         # sampler and the child context (the SDK reads it three times when
-        # it is not given).
-        context = self._current()
-        state = self._start(execution, context)
+        # it is not given); what it was before another applied policy made
+        # its span of this call current (see _Layer).
+        layer = _LAYER.get()
+        if layer is None or layer.token is not execution.token:
+            layer = _Layer(execution.token, self._current(), layer)
+            _LAYER.set(layer)
+        state = self._start(execution, layer.parent(self, self._set_span, self._get_span))
         self._state.set(state)
+        layer.spans[self] = layer.top = state.span
         # (This context is the call's own copy: nothing to restore afterwards.)
-        self._attach(self._set_span(state.span, context))
+        self._attach(self._set_span(state.span, self._current()))
         return state
 
     def _tool(self, execution: ToolExecution) -> _Tool:
@@ -343,8 +386,13 @@ class OtelPolicy:
 
     def on_result(self, execution: ToolExecution, result: Any) -> None:
         state = self._mine(execution)
-        if state is None:  # no phase ran (aborted before it started, bad arguments)
-            state = self._start(execution)
+        if state is None:  # no phase ran (aborted before it started, bad arguments), or it ran until deferred
+            # (Deferred, then aborted: parented as its first span was, not on that one.)
+            layer = _LAYER.get()
+            parent = None
+            if layer is not None and layer.token is execution.token:
+                parent = layer.parent(self, self._set_span, self._get_span)
+            state = self._start(execution, parent)
         if not self._take(state):
             return  # ended by the disposer meanwhile
         span = state.span
@@ -380,8 +428,10 @@ class OtelPolicy:
             attributes = state.tool.ok
             if self._capture and type(result) is ToolExecutionSuccess:
                 span.set_attribute("gen_ai.tool.call.result", _json_text(result.value))
-        span.end()
-        self._duration.record(time.perf_counter() - state.start, attributes)
+        try:
+            span.end()
+        finally:  # (a span processor that raises loses no duration)
+            self._duration.record(time.perf_counter() - state.start, attributes)
 
 
 def _reason(reason: Any) -> dict[str, Any]:

@@ -1,0 +1,142 @@
+"""policies.otel edge cases found by probing: span parentage with several
+policies applied at once and after a deferral, and a span processor that
+raises. Against the OpenTelemetry SDK (in-memory exporter and reader)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import policies
+from dsh_actors import AbortController, Agent, Ask, ToolBatchInput, ToolCall, ToolOutput, define_tool, text
+
+WAIT = 10.0
+
+
+class Otel:
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.tracer = self.tracer_provider.get_tracer("tests")
+
+    def by_id(self) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        for span in self.exporter.get_finished_spans():
+            if span.name.startswith("execute_tool "):
+                out.setdefault(span.attributes["gen_ai.tool.call.id"], []).append(span)
+        return out
+
+    def duration_counts(self) -> list[int]:
+        data = self.reader.get_metrics_data()
+        return [
+            point.count
+            for resource in (() if data is None else data.resource_metrics)
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "gen_ai.execute_tool.duration"
+            for point in metric.data.data_points
+        ]
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    o = Otel()
+    yield o
+    o.shutdown()
+
+
+def tool(name: str = "lookup", execute: Any = None) -> Any:
+    return define_tool(
+        name=name,
+        description=f"The {name} tool.",
+        parameters={"q": {"type": "string"}},
+        output=ToolOutput(schema={"type": "json"}, render=lambda a, v: [text(json.dumps(v))]),
+        execute=execute or (lambda args, ctx: {"answer": 42}),
+        is_concurrency_safe=lambda args: True,
+    )
+
+
+def use(rt: Any, otel: Otel) -> None:
+    rt.use(policies.otel, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+
+
+def test_two_policies_applied_at_once_each_parent_their_spans_on_the_callers_span(rt: Any, otel: Otel) -> None:
+    # (The first applied's span was a child of the second's, a span of
+    # another provider, and a nested call's under the other's too.)
+    other = Otel()
+    try:
+        rt.tools.register(tool("inner"))
+
+        def outer(args: Any, ctx: Any) -> Any:
+            rt.tools.execute(ToolBatchInput(calls=[ToolCall("i1", "inner", "{}")]))
+            return {}
+
+        rt.tools.register(tool("outer", outer))
+        use(rt, otel)
+        use(rt, other)
+        with otel.tracer.start_as_current_span("agent step") as step:
+            rt.tools.execute(ToolBatchInput(calls=[ToolCall("o1", "outer", "{}")]))
+        for each in (otel, other):
+            spans = each.by_id()
+            [o1], [i1] = spans["o1"], spans["i1"]
+            assert o1.parent.span_id == step.get_span_context().span_id
+            assert i1.parent.span_id == o1.context.span_id
+    finally:
+        other.shutdown()
+
+
+def test_a_deferred_call_then_aborted_is_parented_on_the_callers_span(rt: Any, otel: Otel) -> None:
+    # (Its last span was a child of its first, the one the deferral ended.)
+    rt.tools.register(tool())
+    rt.tools.register(tool("slow", lambda args, ctx: ctx.signal.wait(WAIT) and {}))
+    rt.events.on("tools/pre-execute", lambda e, next_: Ask(reason="writes") if e.name == "lookup" else next_())
+    rt.approvals.set(lambda request: "deferred")
+    use(rt, otel)
+    controller = AbortController()
+    deferred = threading.Event()
+    rt.events.on("tools/deferred", lambda execution, ask: deferred.set())
+    with otel.tracer.start_as_current_span("agent step") as step:
+        future = rt.tools.submit(
+            ToolBatchInput(
+                calls=[ToolCall("c0", "lookup", "{}"), ToolCall("c1", "slow", "{}")],
+                agent=Agent("main"),
+                signal=controller.signal,
+            )
+        )
+    assert deferred.wait(WAIT)
+    controller.abort()
+    assert future.result(WAIT).pending == ()
+    waiting, ended = otel.by_id()["c0"]
+    assert [e.name for e in waiting.events][-1] == "dsh.tool.approval.deferred"
+    assert ended.attributes["error.type"] == "ABORTED_BEFORE_DISPATCH"
+    assert ended.parent.span_id == step.get_span_context().span_id
+
+
+def test_a_span_processor_that_raises_loses_no_duration(rt: Any, otel: Otel) -> None:
+    class Raising(SpanProcessor):
+        def on_end(self, span: Any) -> None:
+            raise RuntimeError("exporter down")
+
+    otel.tracer_provider.add_span_processor(Raising())
+    rt.tools.register(tool())
+    use(rt, otel)
+    result = rt.tools.execute(ToolBatchInput(calls=[ToolCall("c1", "lookup", "{}")]))
+    assert not result.results[0].result.is_error
+    assert len(otel.by_id()["c1"]) == 1
+    assert otel.duration_counts() == [1]
