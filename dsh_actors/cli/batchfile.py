@@ -79,6 +79,8 @@ class Batch:
 def read_batch(path: str | Path) -> Batch:
     """Read and parse the batch file at ``path`` (``-``: standard input)."""
     name = str(path)
+    if not name:  # (Path("") is the current directory)
+        raise BatchFileError("the batch file needs a name (got an empty one; '-' is standard input)")
     try:
         data = sys.stdin.buffer.read() if name == "-" else Path(path).read_bytes()
     except FileNotFoundError:

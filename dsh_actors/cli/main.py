@@ -36,6 +36,7 @@ from typing import Any
 
 from loguru import logger
 
+from ..errors import printable
 from .batchfile import ACCEPTED_SHAPES
 from .loading import EXECUTORS, CliError
 from .replay import replay_command
@@ -221,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_VERBOSE_FORMAT = (
+    "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <8}</level> | "
+    "<cyan>{name}</cyan>:<cyan>{function}</cyan>:<cyan>{line}</cyan> - "
+    "<level>{extra[safe_message]}</level>\n{extra[safe_exception]}"
+)
+"""loguru's default format, with the message escaped for the terminal."""
+
 _VERBOSE_HELP = (
     "log everything the runtime says (DEBUG and up, with tracebacks) on stderr; default: warnings and errors"
 )
@@ -230,9 +238,19 @@ def _one_line(record: Any) -> str:
     # A callable format: loguru appends no traceback unless it asks for one.
     # A message of several lines (a tool's failure, a program's traceback)
     # is folded into one: its lines joined with " | ".
+    # What a tool or a server wrote (escape sequences, say) is shown escaped.
     lines = [line.strip() for line in str(record["message"]).splitlines()]
-    record["extra"]["one_line"] = " | ".join(line for line in lines if line)
+    record["extra"]["one_line"] = printable(" | ".join(line for line in lines if line))
     return f"{PROG}: {{level}}: {{extra[one_line]}}\n"
+
+
+def _verbose_format(record: Any) -> str:
+    # loguru's default format, the message made safe for the terminal.
+    record["extra"]["safe_message"] = printable(str(record["message"]), keep_newlines=True)
+    exception = record["exception"]
+    shown = "" if exception is None or exception.value is None else "".join(traceback.format_exception(exception.value))
+    record["extra"]["safe_exception"] = printable(shown, keep_newlines=True)
+    return _VERBOSE_FORMAT
 
 
 class _StdlibLines(logging.Handler):
@@ -251,9 +269,9 @@ class _StdlibLines(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             lines = [line.strip() for line in record.getMessage().splitlines() if line.strip()]
-            text = f"{PROG}: {record.levelname}: {record.name}: {' | '.join(lines)}\n"
+            text = printable(f"{PROG}: {record.levelname}: {record.name}: {' | '.join(lines)}") + "\n"
             if self.verbose and record.exc_info is not None and record.exc_info[1] is not None:
-                text += "".join(traceback.format_exception(record.exc_info[1]))
+                text += printable("".join(traceback.format_exception(record.exc_info[1])), keep_newlines=True)
             sys.stderr.write(text)
         except Exception:  # noqa: BLE001 - logging never raises into the code that logged
             self.handleError(record)
@@ -266,7 +284,7 @@ def library_logging(verbose: bool) -> Iterator[None]:
     with contextlib.suppress(ValueError):  # already removed
         logger.remove(0)  # loguru's default handler: the command owns stderr
     if verbose:
-        sink = logger.add(sys.stderr, level="DEBUG", backtrace=False, diagnose=False)
+        sink = logger.add(sys.stderr, level="DEBUG", format=_verbose_format, backtrace=False, diagnose=False)
     else:
         sink = logger.add(sys.stderr, level="WARNING", format=_one_line)
     for name in LIBRARY_LOGGERS:
@@ -362,7 +380,7 @@ def _bench_arguments(argv: Sequence[str]) -> tuple[list[str], bool]:
 
 def _error(command: str | None, message: str) -> None:
     where = PROG if command is None else f"{PROG} {command}"
-    sys.stderr.write(f"{where}: error: {message}\n")
+    sys.stderr.write(f"{where}: error: {printable(message)}\n")
     sys.stderr.flush()
 
 

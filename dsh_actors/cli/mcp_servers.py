@@ -17,7 +17,11 @@ servers' stderr is the command's stderr, or, when the command runs
 in-process with a ``sys.stderr`` that has no file descriptor, the
 process's own (else ``os.devnull``): :func:`dsh_actors.mcp.server_errlog`.
 A server has 30 s to answer the MCP handshake; one that does not is a one-line error and is stopped (the
-SDK closes its stdin, then terminates and kills it). Needs the ``mcp``
+SDK closes its stdin, then terminates and kills it). An answer the SDK
+cannot read fails the handshake at once, naming what is wrong; Ctrl-C
+while a server starts (:meth:`McpServers.close` before it is ready) stops
+it at once. A server's output is read as UTF-8, with ``U+FFFD`` for bytes
+that are not (the SDK's default, ``strict``, would stop reading it). Needs the ``mcp``
 extra.
 """
 
@@ -31,6 +35,8 @@ import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, Final
+
+from loguru import logger
 
 from ..errors import DshError, safe_str
 from ..runtime import ToolRuntime
@@ -87,6 +93,7 @@ class McpServers:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
         self._failure: str | None = None
 
     def start(self, rt: ToolRuntime) -> McpServers:
@@ -97,7 +104,8 @@ class McpServers:
         except ImportError:
             raise CliError("--mcp needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, args=(rt,), name="dsh-cli-mcp", daemon=True)
+        self._task = self._loop.create_task(self._serve(rt))  # (the loop runs it once the thread starts)
+        self._thread = threading.Thread(target=self._main, name="dsh-cli-mcp", daemon=True)
         self._thread.start()
         if not self._ready.wait((_HANDSHAKE_S + _LISTING_S + _SLACK_S) * len(self._argvs)):
             self.close()
@@ -108,11 +116,18 @@ class McpServers:
             raise CliError(failure)
         return self
 
-    def _main(self, rt: ToolRuntime) -> None:
-        assert self._loop is not None
+    def _main(self) -> None:
+        assert self._loop is not None and self._task is not None
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._serve(rt))
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass  # close() while the servers were starting (Ctrl-C): each one started is stopped
+        except Exception as err:  # noqa: BLE001 - a server's transport failing as it stops: one line, no traceback
+            if self._ready.is_set():
+                logger.warning("--mcp: a server did not stop cleanly: {}", _describe(err))
+            elif self._failure is None:
+                self._failure = f"--mcp: {_describe(err)}"
         finally:
             self._ready.set()
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
@@ -124,18 +139,26 @@ class McpServers:
         from mcp import ClientSession, StdioServerParameters, stdio_client
 
         from ..mcp import mount, server_errlog
+        from ..mcp._mount import answer_failed_malformed
 
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
             for command, argv, prefix in zip(self.commands, self._argvs, self._prefixes, strict=True):
                 where = f"--mcp {command!r}"
                 try:
-                    params = StdioServerParameters(command=argv[0], args=argv[1:])
+                    # "replace": a server's bytes that are not UTF-8 become U+FFFD; with the
+                    # SDK's "strict" its reader dies on them, and every later answer is lost.
+                    params = StdioServerParameters(command=argv[0], args=argv[1:], encoding_error_handler="replace")
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=server_errlog()))
-                    session = await stack.enter_async_context(ClientSession(read, write))
+                    handshake = _Handshake(answer_failed_malformed)
+                    session = await stack.enter_async_context(
+                        ClientSession(read, write, message_handler=handshake.on_message)
+                    )
+                    handshake.session = session
                     try:
                         async with asyncio.timeout(_HANDSHAKE_S):
                             await session.initialize()
+                        handshake.session = None
                     except TimeoutError:
                         # Leaving the stack stops the server process (the SDK's stdio shutdown).
                         self._failure = (
@@ -154,10 +177,14 @@ class McpServers:
                 await self._stop.wait()
 
     def close(self) -> None:
-        loop, stop, thread = self._loop, self._stop, self._thread
-        if thread is not None and thread.is_alive() and loop is not None and stop is not None:
+        loop, stop, thread, task = self._loop, self._stop, self._thread, self._task
+        if thread is not None and thread.is_alive() and loop is not None:
             try:
-                loop.call_soon_threadsafe(stop.set)
+                if self._ready.is_set():
+                    if stop is not None:
+                        loop.call_soon_threadsafe(stop.set)
+                elif task is not None:  # still starting (a handshake may wait 30 s): cancel it
+                    loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:
                 pass
         if thread is not None:
@@ -168,6 +195,21 @@ class McpServers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Handshake:
+    """The session's message handler while it shakes hands: an answer the
+    SDK cannot read (``{"result": 5}``) fails ``initialize`` at once, as a
+    mount does for its requests, instead of leaving it to wait for its
+    bound (then it does nothing: a mount chains its own in front)."""
+
+    def __init__(self, fail: Any) -> None:
+        self.fail = fail
+        self.session: Any = None
+
+    async def on_message(self, message: Any) -> None:
+        if self.session is not None and isinstance(message, Exception):
+            self.fail(self.session, message)
 
 
 def _describe(err: BaseException) -> str:
@@ -182,10 +224,18 @@ def _describe(err: BaseException) -> str:
 
     collect(err)
     first: Any = leaves[0] if leaves else err
-    if isinstance(first, FileNotFoundError):
+    if isinstance(first, (FileNotFoundError, PermissionError, NotADirectoryError)):  # spawning it failed
         return f"cannot start the server: {first.strerror or 'no such file'}: {first.filename or ''}".rstrip(": ")
+    if type(first).__name__ == "ValidationError":  # pydantic's: an answer the SDK cannot read as what it expects
+        from ..mcp._mount import _problems
+
+        return f"the server's answer to the MCP handshake is not valid: {_problems(first)}"
     text = " ".join(safe_str(first).split())
     if type(first).__name__ == "MCPError":
+        from ..mcp._mount import _MALFORMED  # (the SDK's module: only --mcp needs it)
+
+        if getattr(first, "data", None) == _MALFORMED:
+            return f"the server's answer to the MCP handshake is not valid: {text}"
         if getattr(first, "code", None) == -32000:  # the SDK's CONNECTION_CLOSED
             return "the server exited or closed its connection during the MCP handshake"
         return f"the server answered with an error: {text}"

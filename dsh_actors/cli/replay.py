@@ -40,6 +40,8 @@ __all__ = ["read_log", "replay_command"]
 def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
     """The events of the session log at ``path``, and the line number of a
     torn last line that was ignored (or ``None``)."""
+    if not path:  # (Path("") is the current directory)
+        raise CliError("the session log needs a file name (got an empty one)")
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:

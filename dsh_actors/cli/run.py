@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import selectors
 import signal
@@ -109,6 +110,8 @@ def _open_log(path: str | None) -> Session:
     FIFO (``/dev/null``, a named pipe) does not give back."""
     if path is None:
         return Session()
+    if not path:  # (Path("") is the current directory)
+        raise CliError("--log needs a file name (got an empty one)")
     target = Path(path)
     try:
         status = target.stat()
@@ -244,14 +247,16 @@ def progress_text(progress: Any) -> str:
         text = done
     else:
         text = f"{done}/{_number(total)}"
-        if total > 0:
-            text += f" ({progress.progress * 100 / total:.0f}%)"
+        share = progress.progress * 100 / total if total > 0 else math.inf
+        if math.isfinite(share):
+            text += f" ({share:.0f}%)"
     message = progress.message
     return f"{text} {message}" if message else text
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    # (a whole number as digits only while that is short: 1e300 is not 301 digits)
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
 
 
 def _json_document(

@@ -334,13 +334,10 @@ class _Mount:
         SDK's waiter for that id gets an error at once, which the request
         maps to ``MCP_PROTOCOL_ERROR``. Uses the dispatcher's waiter table
         (no public hook exists); without it the request's bound applies."""
-        answer = _malformed_answer(error)
-        resolve = getattr(getattr(self.session, "_dispatcher", None), "_resolve_pending", None)
-        if answer is None or resolve is None:
-            return
-        request_id, detail = answer
-        logger.warning("MCP server {!r}: unreadable answer to request {!r}: {}", self.server, request_id, detail)
-        resolve(request_id, types.ErrorData(code=types.INVALID_REQUEST, message=detail, data=_MALFORMED))
+        failed = answer_failed_malformed(self.session, error)
+        if failed is not None:
+            request_id, detail = failed
+            logger.warning("MCP server {!r}: unreadable answer to request {!r}: {}", self.server, request_id, detail)
 
     def _schedule_relist(self) -> None:
         # On the session's loop (the message handler). One re-listing at a
@@ -701,7 +698,11 @@ def _present_result(args: Any, result: Any) -> ToolResultView | None:
 
 
 def _fingerprint(tool: types.Tool) -> bytes:
-    return orjson.dumps(tool.model_dump(mode="json", by_alias=True, exclude_none=True), option=orjson.OPT_SORT_KEYS)
+    """The tool as listed, as canonical bytes (what a re-listing compares).
+    The standard library's JSON: orjson refuses an int beyond 64 bits,
+    which a tool's ``_meta`` or schema may hold."""
+    wire = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps(wire, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def _server_name(session: ClientSession) -> str:
@@ -823,6 +824,21 @@ def _load_propagate() -> Any:
 
 
 _propagate: Any = _load_propagate()
+
+
+def answer_failed_malformed(session: ClientSession, error: Exception) -> tuple[Any, str] | None:
+    """An answer the SDK could not read (``error``, handed to the message
+    handler): when it holds the answer's id, the session's waiter for that
+    id fails at once (a mount's requests, or the CLI's handshake before any
+    mount). ``(id, what is wrong)`` when it did, else None (the request's
+    bound applies). Uses the dispatcher's waiter table: no public hook
+    exists."""
+    answer = _malformed_answer(error)
+    resolve = getattr(getattr(session, "_dispatcher", None), "_resolve_pending", None)
+    if answer is None or resolve is None:
+        return None
+    resolve(answer[0], types.ErrorData(code=types.INVALID_REQUEST, message=answer[1], data=_MALFORMED))
+    return answer
 
 
 def _malformed_answer(error: Exception) -> tuple[Any, str] | None:

@@ -81,7 +81,7 @@ def kind(value: object) -> str:
     if isinstance(value, (int, float)):
         return "a number"
     if isinstance(value, str):
-        return "a string"
+        return "a string" if value else "an empty string"
     if isinstance(value, Mapping):
         return "an object"
     if isinstance(value, (list, tuple)):
@@ -151,8 +151,7 @@ class Reader:
             raise self.fail(where, f"missing {key!r}")
         value = data[key]
         if type(value) is not str or not value:
-            got = "an empty string" if type(value) is str else kind(value)
-            raise self.fail(f"{where}.{key}", f"must be a non-empty string, got {got}")
+            raise self.fail(f"{where}.{key}", f"must be a non-empty string, got {kind(value)}")
         if not value.isascii():
             # A batch refuses such an id or name whole (it is not lossless
             # JSON): say where it came from instead.

@@ -140,7 +140,7 @@ def test_an_unknown_shape_says_which_shapes_are_accepted() -> None:
         ({"calls": []}, "no tool calls found (in the dsh-actors shape)"),
         ({"calls": {}}, "batch.calls: must be a list, got an object"),
         ({"calls": [{"id": "a"}]}, "batch.calls[0]: missing 'name'"),
-        ({"calls": [{"name": ""}]}, "batch.calls[0].name: must be a non-empty string, got a string"),
+        ({"calls": [{"name": ""}]}, "batch.calls[0].name: must be a non-empty string, got an empty string"),
         ({"calls": [{"id": 7, "name": "x"}]}, "batch.calls[0].id: must be a non-empty string, got a number"),
         ({"calls": [{"name": "x", "args": {}}]}, "batch.calls[0]: unknown key 'args'"),
         ({"calls": [{"name": "x", "arguments": [1]}]}, "batch.calls[0].arguments: must be an object or JSON text, got a list"),
