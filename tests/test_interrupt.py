@@ -297,3 +297,11 @@ def test_ctrl_c_in_resume_aborts_the_resumed_batch_and_waits_for_it(ctrl_c: Main
         assert ended.is_set(), "resume() left before the batch settled"
         assert saw["aborted"] is True
         assert logged_codes(session) == {"c0": "ABORTED", "c1": "ABORTED_BEFORE_DISPATCH"}
+
+
+def test_native_executor_execute_of_a_non_batch_on_the_main_thread_names_its_type() -> None:
+    with ToolRuntime() as rt:
+        executor = NativeExecutor()
+        rt.tools.set_executor(executor)
+        with pytest.raises(TypeError, match="expected a ToolBatchInput, got str"):
+            executor.execute("not a batch")  # type: ignore[arg-type]

@@ -269,6 +269,9 @@ class AcpSession:
             self._post(None)  # after every question posted so far (see _approve)
         for dispose in reversed(self._disposers):
             dispose()
+        # (A call whose tools/result comes as another execution, a deferred
+        # one resumed, left its entry: nothing reads them from now on.)
+        self._definitions.clear()
         if controller is not None:
             controller.abort()
 

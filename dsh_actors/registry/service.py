@@ -63,7 +63,7 @@ from ..pipeline.flights import await_settled
 from ..pipeline.stages import run_inline
 from ..scheduling.interrupt import Interruptible
 from ..scheduling.messages import CallStart, Reply
-from ..scheduling.recovery import recovery_plan
+from ..scheduling.recovery import close_nested, recovery_plan
 from ..scheduling.start import check_continuable, continue_batch, start_batch
 from ..scheduling.suspension import checked_with_log, in_step, resume_plan
 from ..signals import AbortController, AbortSignal
@@ -650,12 +650,15 @@ class ToolsService:
                 # another process's batch or recovery holds it, or wrote to it
                 # since this session read it, and this refuses.
                 agent.session.hold()
-            batch, starts = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
-            check_continuable(rt, batch)
-            # A run_code call's sub-calls that the crash left open end first (as
-            # repair() ends them): whatever the call becomes, they are over.
-            agent.session.close_sub_calls([call.id for call in batch.calls])
-            self._start(batch, claimed, loop, starts)
+            plan = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
+            check_continuable(rt, plan.batch)
+            # Written only now that nothing refuses: the open calls of the
+            # logged steps the interrupted calls ran, then a run_code call's
+            # sub-calls that the crash left open (as repair() ends them):
+            # whatever the call becomes, they are over.
+            close_nested(rt, plan)
+            agent.session.close_sub_calls([call.id for call in plan.batch.calls])
+            self._start(plan.batch, claimed, loop, plan.starts)
 
         session = getattr(agent, "session", None)
         if session is not None and type(turn) is int and type(step) is int:

@@ -34,7 +34,7 @@ from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never, cast
 
 from loguru import logger
 
@@ -203,7 +203,9 @@ class NativeExecutor:
         if rt is None:
             return self.submit(batch).result()  # (not bound: submit says so)
         refuse_blocking_a_loop(rt, "NativeExecutor.execute()", "execute_async(batch)", "its async tools run")
-        with Interruptible(batch.signal if isinstance(batch, ToolBatchInput) else None) as guard:
+        if not isinstance(cast(object, batch), ToolBatchInput):
+            return self.submit(batch).result()  # (submit refuses it, naming the type)
+        with Interruptible(batch.signal) as guard:
             # (Ctrl-C on the main thread aborts the batch: scheduling.interrupt)
             signal = guard.signal
             future = self.submit(batch if signal is None else replace(batch, signal=signal))

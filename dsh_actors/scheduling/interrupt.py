@@ -79,6 +79,7 @@ class Interruptible:
                 controller.abort(f"the wait for the batch was interrupted ({type(exc).__name__})")
                 wait = self._wait
                 assert wait is not None
-                wait()  # (a second interrupt leaves at once; the batch stays aborted)
+                if not done():  # (settled: nothing more to wait for, whatever the wait was doing)
+                    wait()  # (a second interrupt leaves at once; the batch stays aborted)
         finally:
             controller.signal.close()

@@ -30,7 +30,7 @@ idempotent started in them (its body would run that call again).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from ..json import dumps, thaw
@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
     from ..toolset import ResolvedToolSet
 
-__all__ = ["logged_arguments", "recovered_result", "recovery_plan"]
+__all__ = ["RecoveryPlan", "close_nested", "logged_arguments", "recovered_result", "recovery_plan"]
 
 #: Decisions that end a deferred approval (``"deferred"`` asks again later).
 _FINAL_DECISIONS = frozenset({"allowed-once", "rejected", "cancelled"})
@@ -154,11 +154,30 @@ def _nested_steps(
     return nested
 
 
-def _close_nested(rt: Kernel, session: Any, steps: set[StepKey], turn: int, step: int, agent: Agent) -> None:
-    """Close the calls without a result of ``steps`` (nested in the calls of
-    step ``(turn, step)`` the crash left open), holding each step as a
-    batch of it would: one that a batch of this runtime runs now is not
-    closed under it (``InvalidStateError``)."""
+class RecoveryPlan(NamedTuple):
+    """What :func:`recovery_plan` found: the batch that finishes the step,
+    where each of its calls starts, and the logged steps its interrupted
+    calls ran (for :func:`close_nested`)."""
+
+    batch: ToolBatchInput
+    starts: tuple[CallStart, ...]
+    nested: frozenset[StepKey]
+
+
+def close_nested(rt: Kernel, plan: RecoveryPlan) -> None:
+    """Close the calls without a result of ``plan.nested`` (the logged
+    steps the crash left open in the step's interrupted calls), holding
+    each step as a batch of it would: one that a batch of this runtime
+    runs now is not closed under it (``InvalidStateError``, before
+    anything is written). Called once nothing else refuses the recovery."""
+    steps = plan.nested
+    if not steps:
+        return
+    batch = plan.batch
+    agent, log = batch.agent, batch.log
+    assert agent is not None and log is not None
+    turn, step, session = log.turn, log.step, agent.session
+    assert session is not None  # (recovery_plan refuses an agent without one)
     held: list[tuple[int, int, str]] = []
     try:
         for key in sorted(steps, key=lambda k: (k[0], k[1], k[2] or "")):
@@ -187,13 +206,13 @@ def recovery_plan(
     signal: AbortSignal | None = None,
     tool_set: ResolvedToolSet | None = None,
     deps: Any = None,
-) -> tuple[ToolBatchInput, tuple[CallStart, ...]]:
+) -> RecoveryPlan:
     """The batch that finishes step ``(turn, step)`` of ``agent``'s session
-    log and where each of its calls starts (see the module docstring); the
-    open calls of the logged steps nested in its interrupted calls are
-    closed first. Raises ``TypeError``/``ValueError`` naming the fix: an
-    agent without a session, a turn or step that is not an int, a step the
-    log has no call of."""
+    log, where each of its calls starts, and the logged steps nested in its
+    interrupted calls (see the module docstring; :func:`close_nested`
+    closes those). Reads the log only. Raises ``TypeError``/``ValueError``
+    naming the fix: an agent without a session, a turn or step that is not
+    an int, a step the log has no call of."""
     if not isinstance(agent, Agent):
         raise InvalidTypeError(f"recover() takes the Agent whose step it finishes, not {type(agent).__qualname__}")
     session = agent.session
@@ -219,9 +238,7 @@ def recovery_plan(
     nested: dict[str, tuple[set[StepKey], set[str]]] = {}
     if interrupted:
         nested = _nested_steps(session.events(), (turn, step, agent.id), interrupted)
-    steps: set[StepKey] = set().union(*(found for found, _ in nested.values()))
-    if steps:
-        _close_nested(rt, session, steps, turn, step, agent)
+    steps: frozenset[StepKey] = frozenset().union(*(found for found, _ in nested.values()))
     calls = tuple(ToolCall(id=c.call_id, name=c.name, arguments=logged_arguments(c.arguments)) for c in logged.calls)
     batch = ToolBatchInput(
         calls=calls,
@@ -233,4 +250,5 @@ def recovery_plan(
         deps=deps,
     )
     ran = {call_id: frozenset(started) for call_id, (_, started) in nested.items()}
-    return batch, tuple(_start(rt, c, agent, tool_set, ran.get(c.call_id, frozenset())) for c in logged.calls)
+    starts = tuple(_start(rt, c, agent, tool_set, ran.get(c.call_id, frozenset())) for c in logged.calls)
+    return RecoveryPlan(batch, starts, steps)

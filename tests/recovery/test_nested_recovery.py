@@ -20,7 +20,18 @@ import pytest
 from scheduling.helpers import GUARD
 from scheduling.helpers import TEXT_OUTPUT as OUTPUT
 
-from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolCall, ToolRuntime, define_tool
+from dsh_actors import (
+    AbortController,
+    Agent,
+    LogStep,
+    ModelSelection,
+    Session,
+    ToolActivationContext,
+    ToolBatchInput,
+    ToolCall,
+    ToolRuntime,
+    define_tool,
+)
 from dsh_actors.errors import InvalidStateError
 from dsh_actors.session import INTERRUPTED
 
@@ -386,3 +397,22 @@ def test_a_logged_batch_a_body_runs_names_its_call_as_parent(rt: Any) -> None:
     rt.tools.execute(ToolBatchInput(calls=(ToolCall("n3", "leaf", {}),), agent=agent, log=LogStep(1, 4)))
     parents = {e["step"]: e.get("parent") for e in session.events() if e["type"] == "tool/batch"}
     assert parents == {1: None, 2: IN_O1, 3: IN_O1, 4: None}
+
+
+def test_a_refused_recovery_writes_nothing_to_the_log(rt: Any, tmp_path: Path) -> None:
+    Tools(rt, ())
+    path = tmp_path / "log.jsonl"
+    crashed_log(path, *outer_started(("i0", "charge")), call(2, "i0", "charge"), start(2, "i0"))
+    other = Agent("b")
+    wrong = rt.tools.resolve(
+        ToolActivationContext(agent=other, model_selection=ModelSelection("p", "m"), signal=AbortController().signal)
+    )
+    try:
+        with Session.open(path) as session:
+            size = len(session)
+            with pytest.raises(ValueError, match="resolved for agent 'b'"):
+                rt.tools.recover(Agent("a", session=session), 1, 1, tool_set=wrong)
+            assert len(session) == size  # the nested step's open call is not closed by a refused recovery
+            assert session.pending_calls() == ["o1", "i0"]
+    finally:
+        wrong.dispose()
