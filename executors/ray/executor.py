@@ -82,7 +82,7 @@ def _ms(value: Any, name: str, *, allow_none: bool = False) -> float | None:
 
 
 def _first_line(text: str) -> str:
-    for line in text.splitlines():
+    for line in _ANSI.sub("", text).splitlines():
         line = line.strip()
         if line:
             return line
@@ -181,6 +181,12 @@ class RayExecutor(NativeExecutor):
             raise InvalidValueError(f"num_cpus must be a finite number >= 0, got {num_cpus!r}")
         if type(max_retries) is not int or max_retries < -1:
             raise InvalidValueError(f"max_retries must be an int >= -1, got {max_retries!r}")
+        if actors is not None and not isinstance(actors, Mapping):
+            raise InvalidTypeError(f"actors= maps names (str) to RayActor objects, got {type(actors).__qualname__}")
+        if init_options is not None and not isinstance(init_options, Mapping):
+            raise InvalidTypeError(
+                f"init_options= must be a mapping of ray.init keywords, got {type(init_options).__qualname__}"
+            )
         actors = dict(actors or {})
         for key, actor in actors.items():
             if type(key) is not str or not isinstance(actor, RayActor):
@@ -253,7 +259,13 @@ class RayExecutor(NativeExecutor):
         try:
             where = placement(definition, self.remote, self.actors)
         except Exception as exc:  # noqa: BLE001 - a bad placement fails the call, clearly
-            error = RayExecutionError("placement", str(exc))
+            if isinstance(exc, DshError):
+                error = RayExecutionError("placement", exc.message)
+            else:  # the application's remote= raised: say so (a KeyError's text alone is only its key)
+                error = RayExecutionError(
+                    "placement",
+                    f'tool "{definition.name}": remote= raised {type(exc).__name__}: {_first_line(_safe_text(exc))}',
+                )
 
             def misplaced(args: Any, ctx: Any) -> Any:
                 raise error
@@ -269,7 +281,17 @@ class RayExecutor(NativeExecutor):
                 return self._handle(actor).call.remote(method, payload, info, self._board)
 
             return self._body(definition, submit_actor, actor=True)
-        function = self._task(definition, where)
+        try:
+            function = self._task(definition, where)
+        except Exception as exc:  # noqa: BLE001 - options Ray refuses fail the call, not the batch
+            refused = RayExecutionError(
+                "placement", f'tool "{definition.name}": Ray refused the task options: {_first_line(str(exc))}'
+            )
+
+            def refused_task(args: Any, ctx: Any) -> Any:
+                raise refused
+
+            return refused_task
 
         def submit_task(payload: bytes, info: Any) -> Any:
             return function.remote(payload, info, self._board)
@@ -305,7 +327,15 @@ class RayExecutor(NativeExecutor):
                 if actor.namespace is not None:
                     options["namespace"] = actor.namespace
             factory = cloudpickle.dumps((actor.cls, actor.args, actor.kwargs))
-            handle = _remote_class(ToolHost).options(**options).remote(factory)
+            try:
+                made = _remote_class(ToolHost).options(**options)
+            except (TypeError, ValueError) as exc:
+                # The RayActor's options (checked by Ray): the call's
+                # placement is wrong, the cluster did not refuse anything.
+                raise RayExecutionError(
+                    "placement", f"{actor!r}: Ray refused the actor options: {_first_line(str(exc))}"
+                ) from None
+            handle = made.remote(factory)
             with self._state_lock:
                 self._handles[id(actor)] = (actor, handle)
             return handle
@@ -342,6 +372,8 @@ class RayExecutor(NativeExecutor):
             raise RayUnavailableError(_CONNECTION_GONE)
         try:
             ref = submit(payload, info)
+        except DshError:
+            raise  # ours, precise already (a RayActor's options Ray refused)
         except Exception as exc:  # noqa: BLE001 - the cluster refused the call: it never started
             unpicklable = _pickling_problem(exc)
             if unpicklable is not None:
@@ -380,6 +412,12 @@ class RayExecutor(NativeExecutor):
                     return self._apply(name, await self._abort(key, entry, future, signal, absorb=1), ctx)
                 raise _translate(exc) from None
             return self._apply(name, envelope, ctx)
+        except AbortError:
+            if self._ray_closed and not signal.aborted:
+                # close() cancelled it, not the caller nor rt.stop(): an
+                # abort would read as the caller's doing.
+                raise RayUnavailableError(_CLOSED_WHILE_RUNNING) from None
+            raise
         finally:
             with self._state_lock:
                 self._inflight.pop(key, None)
@@ -443,6 +481,13 @@ class RayExecutor(NativeExecutor):
             raise
         except Exception:  # noqa: BLE001 - the board (or Ray) is gone: the outcome decides
             started = None
+        if started is False:
+            # The board now refuses its start: its body never runs. Settle
+            # at once; Ray drops the task when it gets to it (a call queued
+            # on a busy actor would otherwise wait for the running one).
+            self._ray_cancel(ref, force=False)
+            future.add_done_callback(_retrieved)  # (its TaskCancelledError is expected: not "never retrieved")
+            raise AbortError(before_dispatch=True)
         grace = self.cancel_grace_ms
         rt = self._rt
         stopping = self._stopping or (rt is not None and rt.stop_signal.aborted)
@@ -503,6 +548,14 @@ class RayExecutor(NativeExecutor):
         if kind == BAD_OUTPUT:
             raise ToolOutputError(name, [problem])
         if kind == CANCELLED:
+            if not (ctx.signal.aborted or self._stopping):
+                # Interrupted, but not by us: reported as an abort, the call
+                # would read as the caller's doing.
+                raise RayExecutionError(
+                    "cancelled",
+                    "the body was interrupted (KeyboardInterrupt) but this runtime did not abort the call: a "
+                    "ray.cancel from outside the runtime, or the body raised KeyboardInterrupt itself",
+                )
             raise AbortError(before_dispatch=not entered)
         error: BaseException | None = None
         if pickled is not None:
@@ -626,10 +679,19 @@ _CONNECTION_GONE = (
     "the Ray connection this executor joined is gone (ray.shutdown() was called, or the cluster was lost): "
     "make a new RayExecutor to use Ray again"
 )
+_CLOSED_WHILE_RUNNING = (
+    "the RayExecutor was closed while the call was on the cluster: its Ray call was cancelled (its body may have "
+    "run in part)"
+)
 _LOST_WHILE_RUNNING = (
     "the Ray connection was lost while the call was on the cluster (ray.shutdown() was called, or the "
     "cluster went away): its body may have run in part"
 )
+
+
+def _retrieved(future: Any) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _safe_text(value: object) -> str:
@@ -662,6 +724,17 @@ def _translate(exc: BaseException) -> DshError:
             f"the call's Ray task could not run its body ({detail}); is the tool's module "
             "importable on the workers? (executors/ray/README.md)",
             ray_error=cause_name,
+        )
+    if isinstance(exc, rex.RayActorError) and getattr(exc, "actor_init_failed", False):
+        # Its constructor raised (Ray's message: its own line, then the
+        # constructor's traceback, whose last line is the cause).
+        lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+        cause = lines[-1] if len(lines) > 1 else "an error"
+        return RayExecutionError(
+            "actor failed",
+            f"the RayActor's constructor raised {cause}; the actor is dead and every call on it fails: fix the "
+            "class or its arguments, then make a new RayExecutor",
+            ray_error=name,
         )
     if isinstance(exc, _DIED):
         return RayWorkerDiedError(_first_line(str(exc)), ray_error=name)

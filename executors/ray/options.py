@@ -18,6 +18,7 @@ The executor's ``remote=`` overrides the metadata (see
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ from dsh_actors import InvalidTypeError, InvalidValueError
 __all__ = ["ActorMethod", "RayActor", "RayTask", "placement"]
 
 _TASK_KEYS = ("num_cpus", "num_gpus", "resources", "max_retries", "memory")
+_ACTOR_KEYS = ("actor", "method")
+
+
+def _amount(value: Any, what: str) -> None:
+    """``value`` is a finite number >= 0 (a bool is not one)."""
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise InvalidValueError(f"{what} must be a finite number >= 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,29 @@ class RayTask:
     memory: int | None = None
     max_retries: int | None = None
     options: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Checked here, not by Ray when the first call is submitted (a bad
+        # value then failed the whole batch, with Ray's message).
+        for name in ("num_cpus", "num_gpus"):
+            value = getattr(self, name)
+            if value is not None:
+                _amount(value, f"RayTask {name}")
+        if self.memory is not None and (type(self.memory) is not int or self.memory < 0):
+            raise InvalidValueError(f"RayTask memory must be an int of bytes >= 0, got {self.memory!r}")
+        if self.max_retries is not None and (type(self.max_retries) is not int or self.max_retries < -1):
+            raise InvalidValueError(f"RayTask max_retries must be an int >= -1, got {self.max_retries!r}")
+        if self.resources is not None:
+            if not isinstance(self.resources, Mapping):
+                raise InvalidTypeError(
+                    f"RayTask resources must map resource names to amounts, got {type(self.resources).__qualname__}"
+                )
+            for key, value in self.resources.items():
+                if type(key) is not str or not key:
+                    raise InvalidValueError(f"RayTask resources: a resource name must be a non-empty str, got {key!r}")
+                _amount(value, f"RayTask resources[{key!r}]")
+        if self.options is not None and not isinstance(self.options, Mapping):
+            raise InvalidTypeError(f"RayTask options must be a mapping, got {type(self.options).__qualname__}")
 
     def ray_options(self, default_cpus: float, default_retries: int) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.options or {})
@@ -100,8 +131,13 @@ class RayActor:
             raise InvalidTypeError(f"RayActor takes a class, got {type(cls).__qualname__}")
         if name is not None and (type(name) is not str or not name):
             raise InvalidValueError("RayActor name must be a non-empty str or None")
+        if namespace is not None and (type(namespace) is not str or not namespace):
+            raise InvalidValueError("RayActor namespace must be a non-empty str or None")
+        _amount(num_cpus, "RayActor num_cpus")
         if type(max_concurrency) is not int or max_concurrency < 1:
             raise InvalidValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+        if options is not None and not isinstance(options, Mapping):
+            raise InvalidTypeError(f"RayActor options must be a mapping, got {type(options).__qualname__}")
         self.cls = cls
         self.args = args
         self.kwargs = kwargs
@@ -145,6 +181,12 @@ def _from_meta(value: Any, actors: Mapping[str, RayActor], tool: str) -> Placeme
         return ActorMethod(value)
     if isinstance(value, Mapping):
         if "actor" in value:
+            unknown = sorted(str(k) for k in value if k not in _ACTOR_KEYS)
+            if unknown:
+                raise InvalidValueError(
+                    f'tool "{tool}": meta["ray"] for an actor takes "actor" and "method" only, not {unknown} '
+                    "(resources are the RayActor's: RayActor(..., num_cpus=..., options={...}))"
+                )
             name = value["actor"]
             actor = actors.get(name) if type(name) is str else None
             if actor is None:
@@ -153,18 +195,23 @@ def _from_meta(value: Any, actors: Mapping[str, RayActor], tool: str) -> Placeme
                     f"executor's actors ({sorted(actors)})"
                 )
             method = value.get("method")
-            return ActorMethod(actor, method if type(method) is str else None)
-        unknown = sorted(k for k in value if k not in _TASK_KEYS)
+            if method is not None and (type(method) is not str or not method):
+                raise InvalidValueError(f'tool "{tool}": meta["ray"]["method"] must be a non-empty str, got {method!r}')
+            return ActorMethod(actor, method)
+        unknown = sorted(str(k) for k in value if k not in _TASK_KEYS)
         if unknown:
             raise InvalidValueError(f'tool "{tool}": unknown meta["ray"] option(s) {unknown}')
         resources = value.get("resources")
-        return RayTask(
-            num_cpus=value.get("num_cpus"),
-            num_gpus=value.get("num_gpus"),
-            resources=dict(resources) if resources is not None else None,
-            memory=value.get("memory"),
-            max_retries=value.get("max_retries"),
-        )
+        try:
+            return RayTask(
+                num_cpus=value.get("num_cpus"),
+                num_gpus=value.get("num_gpus"),
+                resources=dict(resources) if isinstance(resources, Mapping) else resources,
+                memory=value.get("memory"),
+                max_retries=value.get("max_retries"),
+            )
+        except (InvalidValueError, InvalidTypeError) as exc:
+            raise InvalidValueError(f'tool "{tool}": meta["ray"]: {exc}') from None
     raise InvalidValueError(f'tool "{tool}": meta["ray"] must be a bool, a mapping, a RayTask or a RayActor')
 
 

@@ -267,8 +267,32 @@ class RemoteContext:
                 raise
             return None, self._concludes
 
+    def __getattr__(self, name: str) -> Any:
+        # (Only for what the slots do not have.) What a driver-side
+        # ToolRunContext offers and a remote body does not get: say why.
+        if name in _NOT_REMOTE:
+            raise AttributeError(
+                f'ctx.{name} is not available to a body that runs on Ray ({_NOT_REMOTE[name]}; see "What the '
+                'context offers remotely" in executors/ray/README.md)',
+                name=name,
+                obj=self,
+            )
+        raise AttributeError(f"'RemoteContext' object has no attribute {name!r}", name=name, obj=self)
+
     def __repr__(self) -> str:
         return f"<RemoteContext {self.name} call_id={self.call_id!r}>"
+
+
+_NOT_REMOTE = {
+    "report_progress": "progress is not sent back from the cluster",
+    "deps": "deps are never sent to the cluster: pass what the body needs in its arguments or build it there",
+    "execution": "the ToolExecution stays in the driver",
+    "tool_set": "the tool set stays in the driver",
+    "schema": "the binding-time schema stays in the driver",
+    "parent": "the call's parent stays in the driver",
+    "token": "the call's token stays in the driver",
+    "agent": "use ctx.agent_id and ctx.agent_path",
+}
 
 
 # --------------------------------------------------------------------------
