@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 
 from loguru import logger
 
-from ..errors import AbortError
+from ..errors import AbortError, InvalidStateError
 from ..signals import AbortSignal
 
 #: The call id of a tool-set condition's flight (it has no call).
@@ -67,6 +67,10 @@ OnEnd = Callable[[Any, BaseException | None], None]
 
 # How a flight onto a loop halted by the stop is told it cannot run there.
 _HALTED = "is blocked: rt.stop() was called on its thread"
+_WAITED_ON = (
+    "is blocked: its own thread waits in a blocking rt.tools.execute() (or resume, recover), so the call "
+    "could never start; on that loop, use await rt.tools.execute_async()"
+)
 # How a flight whose task was cancelled, not by its signal, ends.
 _CANCELLED_BY_OTHERS = (
     "the task running {} was cancelled, and not by the runtime (its event loop shutting down, "
@@ -316,11 +320,18 @@ class Flight:
 
     def never_starts(self, state: str) -> None:
         """Launched onto a loop that can no longer run its start (its thread
-        is blocked by the runtime's stop): it ends now, aborted before its
-        first step if its signal fired (as the stop's abort has), else
-        :class:`LoopGoneError` (``state`` says why)."""
-        if not self.end_if_aborted():
+        is blocked by the runtime's stop, or by a blocking wait for a
+        batch): it ends now, aborted before its first step if its signal
+        fired (as the stop's abort has), else :class:`LoopGoneError` for a
+        stop, ``InvalidStateError`` for a wait (the loop is not gone: the
+        application blocks it), ``state`` saying why."""
+        if self.end_if_aborted():
+            return
+        if state is _HALTED:
             self.fail_gone(state)
+            return
+        self.coro.close()
+        self._end(None, InvalidStateError(f"the event loop that runs {self.label} {state}"))
 
     def fail_gone(self, state: str) -> None:
         """The loop is closed or stopped with this flight still on it."""
@@ -540,6 +551,22 @@ class _Beat:
         self.answered = True
 
 
+class _WaitedOn:
+    """:meth:`LoopWatch.blocking_wait` on a thread that runs ``loop``."""
+
+    __slots__ = ("_watch", "_loop")
+
+    def __init__(self, watch: LoopWatch, loop: asyncio.AbstractEventLoop) -> None:
+        self._watch = watch
+        self._loop = loop
+
+    def __enter__(self) -> None:
+        self._watch.wait_begins(self._loop)
+
+    def __exit__(self, *exc: object) -> None:
+        self._watch.wait_ends(self._loop)
+
+
 class LoopWatch:
     """The runtime's watch over the loops its flights run on (see the
     module docstring). State, under ``_lock``: ``_flights`` (loop → the
@@ -576,9 +603,12 @@ class LoopWatch:
         # come and go every few microseconds; a wake each time would cost
         # more thread switches than the flights themselves).
         self._idle = False
-        # Loops whose thread a blocking stop holds (rt.stop() called there):
-        # a flight launched onto one never starts (see halt).
+        # Loops whose thread a blocking stop holds (rt.stop() called there),
+        # or a blocking wait for a batch, by why: a flight launched onto one
+        # never starts (see halt, blocking_wait). Invariant: a loop a stop
+        # halted stays so; a wait's entry leaves with its last wait.
         self._halted: set[asyncio.AbstractEventLoop] = set()
+        self._waited_on: dict[asyncio.AbstractEventLoop, int] = {}
 
     def launch(self, flight: Flight) -> None:
         """Start ``flight`` on its loop. A loop that is closed or not running
@@ -622,16 +652,16 @@ class LoopWatch:
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            halted = loop in self._halted
-            if not halted:
+            halted = _HALTED if loop in self._halted else _WAITED_ON if loop in self._waited_on else None
+            if halted is None:
                 inlet = self._inlets.get(loop)
                 if inlet is not None:
                     inlet.extend(flights)  # the loop has not run the pending start yet
                     return
                 self._inlets[loop] = list(flights)
-        if halted:
+        if halted is not None:
             for flight in flights:
-                flight.never_starts(_HALTED)
+                flight.never_starts(halted)
             return
         try:
             loop.call_soon_threadsafe(self._start_pending, loop)
@@ -654,6 +684,37 @@ class LoopWatch:
             pending = self._inlets.pop(loop, [])
         for flight in pending:
             flight.never_starts(_HALTED)
+
+    def blocking_wait(self) -> _WaitedOn | None:
+        """Around a blocking wait of the calling thread for a batch
+        (``rt.tools.execute``, ``resume``, ``recover``,
+        ``NativeExecutor.execute``): when this thread runs an event loop
+        (the application's, a notebook's), the start of a flight launched
+        onto that loop could not run before the wait ends, and the wait
+        may be for that very flight. So, as :meth:`halt` does for a stop,
+        the flights whose start is pending end now, and so does every
+        flight launched onto it until the wait ends (``LoopGoneError``
+        naming the fix), instead of a hang. None on a thread without one
+        (use ``with`` on what it returns otherwise)."""
+        loop = asyncio._get_running_loop()
+        return None if loop is None else _WaitedOn(self, loop)
+
+    def wait_begins(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A blocking wait on ``loop``'s thread begins (see :meth:`blocking_wait`)."""
+        with self._lock:
+            self._waited_on[loop] = self._waited_on.get(loop, 0) + 1
+            pending = self._inlets.pop(loop, [])
+        for flight in pending:
+            flight.never_starts(_WAITED_ON)
+
+    def wait_ends(self, loop: asyncio.AbstractEventLoop) -> None:
+        """That wait has ended."""
+        with self._lock:
+            left = self._waited_on[loop] - 1
+            if left:
+                self._waited_on[loop] = left
+            else:
+                del self._waited_on[loop]
 
     def _start_pending(self, loop: asyncio.AbstractEventLoop) -> None:
         # On the loop's thread: start every flight launched onto it since

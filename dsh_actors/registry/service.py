@@ -717,10 +717,15 @@ class ToolsService:
             guard,
         ):
             refuse_blocking_a_loop(rt, what, instead, "its async tools run")
+            waited_on = rt.loop_watch.blocking_wait()  # (None: this thread runs no event loop)
             start(reply)
             guard.started(reply.done, partial(reply.wait, -1))
             with rt.waiting():  # a tool body's nested batch holds no slot
-                reply.wait(-1)
+                if waited_on is None:
+                    reply.wait(-1)
+                else:
+                    with waited_on:  # its flights cannot start: they end, naming the fix
+                        reply.wait(-1)
             result: ToolBatchResult = reply.outcome()
             return result
 

@@ -208,10 +208,14 @@ class NativeExecutor:
         with Interruptible(batch.signal) as guard:
             # (Ctrl-C on the main thread aborts the batch: scheduling.interrupt)
             signal = guard.signal
+            waited_on = rt.loop_watch.blocking_wait()  # (see ToolsService._blocking)
             future = self.submit(batch if signal is None else replace(batch, signal=signal))
             guard.started(future.done, partial(futures.wait, (future,)))
             with rt.waiting():
-                return future.result()
+                if waited_on is None:
+                    return future.result()
+                with waited_on:
+                    return future.result()
 
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
         """Start ``batch``; the future settles once every started call has."""

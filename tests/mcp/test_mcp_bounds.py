@@ -327,3 +327,27 @@ def test_a_tool_named_run_code_is_listed_with_the_other_problems_and_the_fix(tmp
         assert not {s["name"] for s in rt.tools.schemas()}
     finally:
         conn.close()
+
+
+def test_a_blocking_execute_on_the_sessions_own_loop_fails_its_calls_at_once_naming_the_fix(
+    raw: ServerConnection, rt: ToolRuntime
+) -> None:
+    # The natural mistake: the sync API from async code on the loop that
+    # owns the session. Its call could never start there: it fails at once
+    # (it hung), and the mount goes on serving once the loop runs again.
+    batch = ToolBatchInput(calls=(ToolCall(id="c1", name="echo", arguments={"a": 1}),))
+
+    async def blocking_on_the_loop() -> Any:
+        return rt.tools.execute(batch)
+
+    with mounted(rt, raw):
+        outcome = raw.run(blocking_on_the_loop()).results[0].result
+        assert outcome.is_error and outcome.error.info.code == "INVALID_USE"
+        assert "its own thread waits in a blocking rt.tools.execute()" in outcome.error.message
+        assert outcome.error.message.endswith("on that loop, use await rt.tools.execute_async()")
+
+        async def awaited() -> Any:
+            return await rt.tools.execute_async(batch)
+
+        assert not raw.run(awaited()).results[0].result.is_error
+        assert not run(rt, "echo", {"a": 1}).is_error
