@@ -196,22 +196,22 @@ def test_an_emitted_listener_that_returns_a_coroutine_is_logged_and_its_coroutin
 
     ran: list[Any] = []
 
-    async def observe(value: Any) -> None:
+    async def observe(execution: Any, value: Any) -> None:
         ran.append(value)
 
     @functools.wraps(observe)
-    def wrapped(value: Any) -> Any:
-        return observe(value)
+    def wrapped(execution: Any, value: Any) -> Any:
+        return observe(execution, value)
 
     bus = EventBus()
     bus.on("tools/result", wrapped)
-    bus.on("tools/result", ran.append)
+    bus.on("tools/result", lambda execution, value: ran.append(value))
     records: list[Any] = []
     sink = logger.add(lambda message: records.append(message.record), level="ERROR")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # closed: no "coroutine was never awaited"
-            bus.emit("tools/result", 1)
+            bus.emit("tools/result", None, 1)
     finally:
         logger.remove(sink)
     assert ran == [1]  # the plain listener after it still ran

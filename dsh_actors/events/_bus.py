@@ -83,6 +83,44 @@ PREPARE_EVENTS = frozenset({"tools/pre-execute"})
 ASYNC_EVENTS = frozenset({"tools/pre-execute"})
 
 
+#: What a listener of each of the runtime's events is called with (the
+#: parameter names the reference gives): one that cannot take them is
+#: refused when it subscribes, not at its first event.
+LISTENER_ARGUMENTS: Final[dict[str, tuple[str, ...]]] = {
+    "tools/pre-execute": ("execution", "next"),
+    "tools/execute": ("execution", "next"),
+    "tools/post-execute": ("execution", "result", "next"),
+    "tools/result": ("execution", "result"),
+    "tools/change": (),
+    "tools/ptc-dispatch-log": ("dispatch", "next"),
+    "tools/progress": ("execution", "progress"),
+    "tools/deferred": ("execution", "ask"),
+}
+
+
+def arity_problem(name: str, listener: Callable[..., Any]) -> str | None:
+    """Why ``listener`` cannot be called as a ``name`` listener is (its
+    positional arguments, :data:`LISTENER_ARGUMENTS`), or None (also when
+    Python cannot tell: a builtin without a signature)."""
+    arguments = LISTENER_ARGUMENTS.get(name)
+    if arguments is None:
+        return None
+    try:
+        signature = inspect.signature(listener)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*arguments)
+    except TypeError:
+        shown = ", ".join(arguments)
+        return (
+            f"{callable_name(listener)} cannot be a {name!r} listener: it is called as fn({shown}), "
+            f"{len(arguments)} positional argument{'' if len(arguments) == 1 else 's'}, and its signature is "
+            f"{signature}"
+        )
+    return None
+
+
 def unknown_event_problem(name: str) -> str | None:
     """Why ``name``, not one of the runtime's events, cannot be subscribed
     to, or None: a plugin's own event (``"my-plugin/event"``) may be. A
@@ -242,6 +280,9 @@ class EventBus:
                 raise InvalidValueError(unknown)
         if not callable(listener):
             raise InvalidTypeError(f"listener for {name!r} must be callable")
+        arity = arity_problem(name, listener)
+        if arity is not None:
+            raise InvalidTypeError(arity)
         if scope is not None and not isinstance(scope, Agent):
             raise InvalidTypeError(f"on(scope=...) is an Agent or None, not {type(scope).__qualname__}")
         if type(prepend) is not bool:

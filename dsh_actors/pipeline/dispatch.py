@@ -21,6 +21,7 @@ from ..model import (
 from .body import EXECUTE_EVENTS, run_body
 from .call import Call, abort_seen, in_context, lookup, not_found
 from .results import (
+    FORGOT_NEXT,
     failure_from_exception,
     is_result,
     render_success,
@@ -69,7 +70,8 @@ def dispatch(rt: Kernel, call: Call) -> None:
             result = failure_from_exception(
                 ToolPolicyError(
                     "tools/execute",
-                    f"a wrapper returned {type(result).__qualname__}; expected a ToolExecutionResult",
+                    f"a wrapper returned {type(result).__qualname__}; expected a ToolExecutionResult"
+                    f"{FORGOT_NEXT if result is None else ''}",
                 )
             )
             skip_post = True

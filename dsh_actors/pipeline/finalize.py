@@ -32,6 +32,7 @@ from ..model import (
 from .call import Call, abort_seen, in_context, lookup
 from .dispatch import render_value
 from .results import (
+    FORGOT_NEXT,
     aborted,
     caused,
     failure,
@@ -167,7 +168,7 @@ def _apply_post_decision(rt: Kernel, call: Call, result: ToolExecutionResult, de
         return failure_from_exception(
             ToolPolicyError(
                 "tools/post-execute",
-                f"a listener returned {kind.__qualname__}; expected Accept or Block",
+                f"a listener returned {kind.__qualname__}; expected Accept or Block{FORGOT_NEXT if decision is None else ''}",
             ),
             result.additional_contexts,
         )

@@ -30,6 +30,7 @@ from ..visibility import guard_verdict
 from .body import await_on_loop
 from .call import LOOK_UP, Call, in_context, lookup
 from .results import (
+    FORGOT_NEXT,
     failure,
     failure_from_exception,
     policy_failure,
@@ -156,7 +157,8 @@ def prepare(
         case _:
             problem = ToolPolicyError(
                 "tools/pre-execute",
-                f"a listener returned {type(decision).__qualname__}; expected Allow, Deny, Cancel or Ask",
+                f"a listener returned {type(decision).__qualname__}; expected Allow, Deny, Cancel or Ask"
+                f"{FORGOT_NEXT if decision is None else ''}",
             )
             call.settle(failure_from_exception(problem), run_post=False, dispatched=False)
             return False

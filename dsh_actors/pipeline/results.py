@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..execution import ToolExecution
 
 __all__ = [
+    "FORGOT_NEXT",
     "aborted",
     "checked_content",
     "default_text",
@@ -44,6 +45,11 @@ __all__ = [
     "policy_failure",
     "render_success",
 ]
+
+
+#: What a waterfall listener (or wrapper) that returned None was told: the
+#: usual cause is a forgotten ``return next()``.
+FORGOT_NEXT = " (did it forget to return next()?)"
 
 
 def failure(
@@ -97,7 +103,8 @@ def failure_from_exception(
     """The failure for anything a tool, listener or renderer raised.
 
     A :class:`DshError` keeps its message and gets ``info`` (class name and
-    code); anything else gives its ``str`` (the class name when empty) and
+    code); anything else gives its ``str`` (the class name when empty; a
+    ``KeyError``'s, which is the key alone, after its class name) and
     ``info`` with its class name and the code ``TOOL_FAILED``
     (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``), so a program
     and the log can tell one kind of failure from another. A hostile
@@ -115,6 +122,8 @@ def failure_from_exception(
     message = safe_str(exc)
     if message == "":
         message = name
+    elif isinstance(exc, KeyError):
+        message = f"{name}: {message}"  # (its text is the key alone: 'missing')
     return failure(message, ToolErrorInfo(name=name, code=_TOOL_FAILED), additional_contexts, exception=kept)
 
 
