@@ -389,7 +389,14 @@ class ToolBatchInput:
     context: contextvars.Context | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "calls", tuple(self.calls))
+        calls: object = self.calls
+        if type(calls) is not tuple:
+            if isinstance(calls, (str, bytes, Mapping, ToolCall)) or not isinstance(calls, Iterable):
+                raise InvalidTypeError(
+                    f"ToolBatchInput.calls is a list (or tuple) of ToolCall, got {type(calls).__qualname__}"
+                    + (": wrap the one call, calls=[ToolCall(...)]" if isinstance(calls, ToolCall) else "")
+                )
+            object.__setattr__(self, "calls", tuple(calls))
 
 
 @dataclass(frozen=True, slots=True)

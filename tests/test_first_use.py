@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import InvalidTypeError, ToolBatchInput, ToolCall, ToolRuntime, tool
+from dsh_actors import AbortController, InvalidTypeError, ToolBatchInput, ToolCall, ToolRuntime, tool
 
 
 @tool
@@ -79,3 +79,28 @@ def test_a_key_error_from_a_tool_reads_as_one() -> None:
     assert result.error.message == "KeyError: 'missing'"
     assert result.content[0].text == "Error: KeyError: 'missing'"
     assert (result.error.info.name, result.error.info.code) == ("KeyError", "TOOL_FAILED")
+
+
+@pytest.mark.parametrize(
+    ("calls", "said"),
+    [
+        (ToolCall("c1", "lookup", {}), "got ToolCall: wrap the one call, calls=[ToolCall(...)]"),
+        ("abc", "got str"),
+        ({"id": "c1"}, "got dict"),
+        (5, "got int"),
+    ],
+)
+def test_calls_that_are_not_a_list_of_calls_are_refused_naming_the_shape(calls: Any, said: str) -> None:
+    with pytest.raises(InvalidTypeError, match="ToolBatchInput.calls is a list \\(or tuple\\) of ToolCall") as refused:
+        ToolBatchInput(calls=calls)
+    assert str(refused.value).endswith(said)
+    assert ToolBatchInput(calls=[ToolCall("c1", "lookup", {})]).calls == (ToolCall("c1", "lookup", {}),)
+
+
+def test_a_controller_given_for_the_signal_is_told_to_pass_its_signal() -> None:
+    with ToolRuntime() as rt:
+        with pytest.raises(InvalidTypeError) as refused:
+            rt.tools.execute(ToolBatchInput(calls=(), signal=AbortController()))  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "ToolBatchInput.signal must be an AbortSignal or None, got AbortController: pass its .signal"
+    )

@@ -78,7 +78,13 @@ def check_batch(batch: ToolBatchInput) -> None:
         value = getattr(batch, field)
         if value is not None and not isinstance(value, kind):
             raise InvalidTypeError(
-                f"ToolBatchInput.{field} must be a {kind.__name__} or None, got {type(value).__qualname__}"
+                f"ToolBatchInput.{field} must be {_article(kind.__name__)} {kind.__name__} or None, got "
+                f"{type(value).__qualname__}"
+                + (
+                    ": pass its .signal"
+                    if field == "signal" and isinstance(getattr(value, "signal", None), kind)
+                    else ""
+                )
             )
     tool_set = batch.tool_set
     if tool_set is not None:
@@ -195,3 +201,7 @@ def loggable(raw: object) -> Any:
     if type(raw) is BadArguments:
         return stand_in(raw.error)
     return batch_arguments(raw)  # (the stand-in: they did not materialize)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "AEIOU" else "a"

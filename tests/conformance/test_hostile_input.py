@@ -219,7 +219,7 @@ def test_a_presenter_given_a_hostile_mapping_answers_none() -> None:
 
 
 def test_a_batch_with_a_field_of_the_wrong_type_is_rejected_with_a_clear_type_error(rt: Any) -> None:
-    with pytest.raises(TypeError, match="ToolBatchInput.agent must be a Agent"):
+    with pytest.raises(TypeError, match="ToolBatchInput.agent must be an Agent"):
         rt.tools.execute(ToolBatchInput(calls=(), agent="main"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ToolBatchInput.signal"):
         rt.tools.execute(ToolBatchInput(calls=(), signal=object()))  # type: ignore[arg-type]
