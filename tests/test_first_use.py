@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import AbortController, InvalidTypeError, ToolBatchInput, ToolCall, ToolRuntime, tool
+from dsh_actors import AbortController, InvalidTypeError, RegistrationError, ToolBatchInput, ToolCall, ToolRuntime, tool
 
 
 @tool
@@ -104,3 +104,17 @@ def test_a_controller_given_for_the_signal_is_told_to_pass_its_signal() -> None:
     assert str(refused.value) == (
         "ToolBatchInput.signal must be an AbortSignal or None, got AbortController: pass its .signal"
     )
+
+
+def test_an_unannotated_ctx_parameter_is_refused_naming_the_annotation() -> None:
+    def summarize(text: str, ctx) -> str:  # type: ignore[no-untyped-def]  # noqa: ANN001
+        return text
+
+    with pytest.raises(RegistrationError, match="parameter 'ctx' has no annotation") as refused:
+        tool(summarize)
+    assert "annotate it ctx: ToolRunContext" in str(refused.value)
+
+    def other(text: str, note) -> str:  # type: ignore[no-untyped-def]  # noqa: ANN001
+        return text
+
+    assert "note" in tool(other).parameters["properties"]  # (any other name: offered, any JSON)

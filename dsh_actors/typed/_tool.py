@@ -219,6 +219,13 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
                 f"parameter {param.name!r} would be offered to the model: @tool got a method of a class, not "
                 f"bound to an instance; make the tool of the bound method (tool(instance.method)) instead"
             )
+        if param.name in ("ctx", "context") and param.name not in hints and context is None:
+            # (Offered to the model as a required parameter of any value, it
+            # would never get the call's context: almost surely not meant.)
+            raise refuse(
+                f"parameter {param.name!r} has no annotation, so it would be offered to the model: annotate it "
+                f"{param.name}: ToolRunContext to get the call's context (or give it a type to offer it)"
+            )
         if _is_context(hint):
             if context is not None:
                 raise refuse(f"parameters {context!r} and {param.name!r} both ask for the ToolRunContext")
