@@ -3,6 +3,7 @@ use ``policies.approval.TerminalPrompt``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import threading
@@ -68,7 +69,9 @@ class TerminalPrompt(Service):
     Answers: ``y``/``yes`` → ``"allowed-once"``, ``n``/``no`` →
     ``"rejected"``, ``a``/``always`` → ``"allowed-once"`` (remember),
     ``never`` → ``"rejected"`` (remember); anything else asks again. End of
-    input (or an unusable terminal) → ``"unavailable"``. Text from the model
+    input (or an unusable terminal) → ``"unavailable"``; once input that is
+    not a terminal has ended (a pipe, a file, ``/dev/null``), later requests
+    get ``"unavailable"`` with one line, not the question again. Text from the model
     is shown with control characters escaped; arguments are shown as
     indented JSON, cut after ``max_argument_chars``.
 
@@ -103,6 +106,7 @@ class TerminalPrompt(Service):
         self._turn = threading.Condition(threading.Lock())
         self._busy = False
         self._pending = b""  # read past a line's end, for the next prompt
+        self._closed_input = False  # the input ended for good (not a terminal's Ctrl-D)
 
     # -- streams -------------------------------------------------------------
 
@@ -176,6 +180,14 @@ class TerminalPrompt(Service):
                 return _ABORTED
             return line if line else None
         return self._read_fd(fd, request)
+
+    def _at_end_for_good(self) -> bool:
+        """Whether the input, at its end now, stays there: anything but a
+        terminal (where Ctrl-D ends one read, and the next prompt reads again)."""
+        try:
+            return not self.input.isatty()
+        except (AttributeError, OSError, ValueError):
+            return True
 
     def _take_line(self, at_eof: bool) -> str | None:
         data = self._pending
@@ -283,6 +295,11 @@ class TerminalPrompt(Service):
             return Answer(CANCELLED)
         try:
             try:
+                if self._closed_input:
+                    # (A pipe or file at its end stays there: the question
+                    # is not printed again for nobody to answer.)
+                    self._write(f'no answer for tool "{printable(request.tool_name)}" (input closed)\n')
+                    return Answer(UNAVAILABLE)
                 self._write(self.describe(request))
                 while True:
                     self._write(PROMPT)
@@ -292,13 +309,19 @@ class TerminalPrompt(Service):
                         return Answer(CANCELLED)
                     if line is None:
                         self._write("\nno answer (input closed)\n")
+                        self._closed_input = self._at_end_for_good()
                         return Answer(UNAVAILABLE)
                     assert isinstance(line, str)
                     choice = _CHOICES.get(line.strip().lower())
                     if choice is not None:
                         return choice
                     self._write("please answer y, n, a (always) or never\n")
-            except (OSError, ValueError):  # a closed or broken terminal
-                return Answer(CANCELLED if request.signal.aborted else UNAVAILABLE)
+            except (OSError, ValueError):  # a closed or broken terminal, input it cannot wait on
+                if request.signal.aborted:
+                    return Answer(CANCELLED)
+                self._closed_input = self._at_end_for_good()
+                with contextlib.suppress(OSError, ValueError):  # (the terminal itself may be gone)
+                    self._write("\nno answer (input closed)\n")
+                return Answer(UNAVAILABLE)
         finally:
             self._release()

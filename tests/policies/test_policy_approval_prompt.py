@@ -386,3 +386,28 @@ def test_a_terminal_that_hangs_up_is_unavailable(terminal: Terminal) -> None:
     terminal.hang_up()
     worker.join(WAIT)
     assert answers == ["unavailable"]
+
+
+def test_once_input_that_is_not_a_terminal_ended_later_requests_are_unavailable_in_one_line(tmp_path: Any) -> None:
+    out = io.StringIO()
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    with open(empty) as closed:  # a file at its end, as </dev/null gives (a descriptor, not a terminal)
+        prompt = TerminalPrompt(input=closed, output=out, remember=False)
+        assert prompt(request()) == "unavailable"
+        first = out.getvalue()
+        assert "Tool call needs approval" in first and first.endswith("no answer (input closed)\n")
+        assert prompt(request(tool_name="rm")) == "unavailable"
+        assert out.getvalue()[len(first) :] == 'no answer for tool "rm" (input closed)\n'
+
+
+def test_a_terminals_end_of_input_is_asked_again_next_time() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = io.StringIO()
+    prompt = TerminalPrompt(input=Tty(""), output=out, remember=False)
+    assert prompt(request()) == "unavailable"  # Ctrl-D
+    assert prompt(request()) == "unavailable"
+    assert out.getvalue().count("Tool call needs approval") == 2  # (asked again: a terminal reads on)
