@@ -137,9 +137,15 @@ def _check_message(reader: Reader, data: Mapping[str, Any], where: str) -> None:
         at = f"{where}.content[{index}]"
         part_type = reader.obj(part, at).get("type")
         if type(part_type) is not str or part_type not in _PART_TYPES:
+            hint = " (an Anthropic message? read it with anthropic.calls)" if part_type in _ANTHROPIC_BLOCKS else ""
             raise reader.fail(
-                f"{at}.type", f'an assistant message\'s content part is "text" or "refusal", got {_shown(part_type)}'
+                f"{at}.type",
+                f'an assistant message\'s content part is "text" or "refusal", got {_shown(part_type)}{hint}',
             )
+
+
+#: Content block types of an Anthropic message that a Chat Completions one never has.
+_ANTHROPIC_BLOCKS: Final = frozenset({"tool_use", "thinking", "redacted_thinking", "server_tool_use"})
 
 
 def _keys(data: Mapping[str, Any]) -> str:

@@ -141,3 +141,12 @@ def test_a_batch_runs_the_calls_a_reader_gives(rt: ToolRuntime) -> None:
     assert [item.result.is_error for item in batch.results] == [False, True]
     assert batch.results[1].result.error.info is not None
     assert batch.results[1].result.error.info.code == "UNKNOWN_TOOL"
+
+
+def test_an_anthropic_message_given_to_openai_calls_is_named_so() -> None:
+    message = {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "x", "input": {}}]}
+    with pytest.raises(ProviderFormatError) as refused:
+        openai.calls(message)
+    assert str(refused.value).endswith(
+        'content part is "text" or "refusal", got \'tool_use\' (an Anthropic message? read it with anthropic.calls)'
+    )
