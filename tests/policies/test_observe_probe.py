@@ -6,59 +6,15 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import SpanProcessor
+from otel_helpers import Otel
 
 import policies
 from dsh_actors import AbortController, Agent, Ask, ToolBatchInput, ToolCall, ToolOutput, define_tool, text
 
 WAIT = 10.0
-
-
-class Otel:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-        self.tracer = self.tracer_provider.get_tracer("tests")
-
-    def by_id(self) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
-        for span in self.exporter.get_finished_spans():
-            if span.name.startswith("execute_tool "):
-                out.setdefault(span.attributes["gen_ai.tool.call.id"], []).append(span)
-        return out
-
-    def duration_counts(self) -> list[int]:
-        data = self.reader.get_metrics_data()
-        return [
-            point.count
-            for resource in (() if data is None else data.resource_metrics)
-            for scope in resource.scope_metrics
-            for metric in scope.metrics
-            if metric.name == "gen_ai.execute_tool.duration"
-            for point in metric.data.data_points
-        ]
-
-    def shutdown(self) -> None:
-        self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
-
-
-@pytest.fixture
-def otel() -> Iterator[Otel]:
-    o = Otel()
-    yield o
-    o.shutdown()
 
 
 def tool(name: str = "lookup", execute: Any = None) -> Any:
@@ -139,4 +95,4 @@ def test_a_span_processor_that_raises_loses_no_duration(rt: Any, otel: Otel) -> 
     result = rt.tools.execute(ToolBatchInput(calls=[ToolCall("c1", "lookup", "{}")]))
     assert not result.results[0].result.is_error
     assert len(otel.by_id()["c1"]) == 1
-    assert otel.duration_counts() == [1]
+    assert [count for _, count in otel.durations()] == [1]

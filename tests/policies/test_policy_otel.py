@@ -9,16 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from otel_helpers import Otel
 
 import policies
 import policies.timeout
@@ -38,43 +33,6 @@ from dsh_actors import (
 from executors.ptc import PtcExecutor
 
 WAIT = 10.0
-
-
-class Otel:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-        self.tracer = self.tracer_provider.get_tracer("tests")
-
-    def spans(self, name: str | None = None) -> list[Any]:
-        spans = list(self.exporter.get_finished_spans())
-        return [s for s in spans if name is None or s.name == name]
-
-    def tool_spans(self) -> list[Any]:
-        return [s for s in self.spans() if s.name.startswith("execute_tool ")]
-
-    def durations(self) -> list[tuple[dict[str, Any], int]]:
-        data = self.reader.get_metrics_data()
-        out: list[tuple[dict[str, Any], int]] = []
-        for resource in () if data is None else data.resource_metrics:
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    if metric.name == "gen_ai.execute_tool.duration":
-                        assert metric.unit == "s"
-                        for point in metric.data.data_points:
-                            out.append((dict(point.attributes), point.count))
-        return out
-
-
-@pytest.fixture
-def otel() -> Iterator[Otel]:
-    o = Otel()
-    yield o
-    o.tracer_provider.shutdown()
-    o.meter_provider.shutdown()
 
 
 def tool(name: str = "lookup", execute: Any = None, **options: Any) -> Any:
