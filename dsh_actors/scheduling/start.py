@@ -80,14 +80,31 @@ def start_batch(
         if step is None:
             _start_checked(runtime, batch, reply, loop, context, starts, signal)
         else:
-            in_step(
-                runtime.claims,
-                *step,
-                reply,
-                lambda held: _start_checked(runtime, batch, held, loop, context, None, signal),
-            )
+
+            def start(held: Reply) -> None:
+                refuse_open_step(*step)  # (holding the step: nothing runs it meanwhile)
+                _start_checked(runtime, batch, held, loop, context, None, signal)
+
+            in_step(runtime.claims, *step, reply, start)
     except BaseException as exc:  # noqa: BLE001 - a malformed batch, or its step held: goes to the requester
         _refuse(reply, exc)
+
+
+def refuse_open_step(session: Any, turn: int, step: int, agent: str) -> None:
+    """Refuse running logged step ``(turn, step)`` of agent ``agent`` again
+    while its last run left calls without a result (a crash, a suspension):
+    their bodies may have run, and a new run would run them again. Raises
+    ``InvalidStateError`` naming the call ids and the way to finish it."""
+    left = session.open_calls(turn, step, agent)
+    if not left:
+        return
+    shown = ", ".join(repr(call_id) for call_id in left[:5]) + (", ..." if len(left) > 5 else "")
+    raise InvalidStateError(
+        f'step (turn {turn}, step {step}) of agent "{agent}" has calls its last run left without a result '
+        f"({shown}): their bodies may have run, and running the step again would run them again; finish that "
+        f"run first: rt.tools.recover(agent, {turn}, {step}) after a crash, rt.tools.resume(suspension, "
+        "decisions) for a suspended batch (or session.repair() to close them as failed)"
+    )
 
 
 def _refuse(reply: Reply, exc: BaseException) -> None:

@@ -652,6 +652,18 @@ class Session:
         with self._lock:
             return list(self._pending.values())
 
+    def open_calls(self, turn: int, step: int, agent: str | None = None) -> list[str]:
+        """:meth:`pending_calls` of one step (with ``agent``, that agent's:
+        a call that names another agent is left out), in call order."""
+        here = (turn, step, agent)
+        with self._lock:
+            steps = self._call_steps
+            return [
+                call_id
+                for serial, call_id in self._pending.items()
+                if (at := steps[serial]) is not None and same_step(here, at)
+            ]
+
     def pending_sub_calls(self) -> list[str]:
         """Sub-call ids that have a ``tool/ptc-dispatch-start`` event but no
         ``tool/ptc-dispatch`` yet, in start order."""
