@@ -30,8 +30,14 @@ def test_ray_shutdown_under_running_calls_fails_them_clearly_and_the_process_liv
     assert outcome["settled"] is True
     assert len(outcome["results"]) == 4  # two running, two queued by Ray
     for result in outcome["results"]:
+        if result["name"] == "RemoteToolError":
+            # (The body's own helper, the test's Gate actor, can die of the
+            # shutdown first: the body then fails with that, as it raised it.)
+            assert result["message"].startswith("ActorDiedError:") and "class_name: Gate" in result["message"]
+            continue
         assert result["name"] == "RayUnavailableError" and result["code"] == "EXECUTOR_UNAVAILABLE"
         assert "the Ray connection was lost while the call was on the cluster" in result["message"]
+    assert any(result["name"] == "RayUnavailableError" for result in outcome["results"])
     ray_call, local_call = outcome["later"]
     assert ray_call["name"] == "RayUnavailableError"
     assert "make a new RayExecutor to use Ray again" in ray_call["message"]
