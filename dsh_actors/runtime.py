@@ -11,6 +11,7 @@ is never called).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import numbers
 import threading
@@ -479,6 +480,12 @@ class ToolRuntime:
             refuse_blocking_a_loop(
                 self.kernel, "rt.registry.ask(ExecuteBatch(...))", "execute_async(batch)", "its async tools run"
             )
+            waited_on = self.kernel.loop_watch.blocking_wait()  # (as rt.tools.execute: see ToolsService._blocking)
+            if waited_on is not None:
+                stack = contextlib.ExitStack()
+                stack.enter_context(self.kernel.waiting())
+                stack.enter_context(waited_on)
+                return stack
         elif type(message) is ResolveToolSet:
             refuse_blocking_a_loop(
                 self.kernel,

@@ -305,3 +305,44 @@ def test_native_executor_execute_of_a_non_batch_on_the_main_thread_names_its_typ
         rt.tools.set_executor(executor)
         with pytest.raises(TypeError, match="expected a ToolBatchInput, got str"):
             executor.execute("not a batch")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "at", [("interrupt.py", "started", "call"), ("interrupt.py", "started", "return"), ("service.py", "_start", "call")]
+)
+@pytest.mark.parametrize("native", [False, True])
+def test_ctrl_c_around_the_start_leaves_no_batch_running_and_no_wait(at: tuple[str, str, str], native: bool) -> None:
+    # A Ctrl-C that lands as the batch is being started (Python runs signal
+    # handlers at a function's entry or return) either stops the start
+    # before anything runs, or aborts the batch it started; either way
+    # execute raises KeyboardInterrupt and never waits for a reply that
+    # nobody settles.
+    if native and at[0] == "service.py":
+        at = ("executor.py", "submit_into", "call")
+    filename, function, event = at
+    ran: list[str] = []
+
+    def hook(frame: Any, what: str, arg: Any) -> None:
+        if what == event and frame.f_code.co_name == function and frame.f_code.co_filename.endswith(filename):
+            sys.setprofile(None)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with ToolRuntime() as rt:
+            rt.tools.register(make_tool("quick", lambda args, ctx: ran.append(ctx.call_id) or "ok"))
+            executor = NativeExecutor()
+            if native:
+                rt.tools.set_executor(executor)
+            batch = ToolBatchInput(calls=(ToolCall("c0", "quick", "{}"),))
+            sys.setprofile(hook)
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    executor.execute(batch) if native else rt.tools.execute(batch)
+            finally:
+                sys.setprofile(None)
+            assert ran == []  # (interrupted before its body, or aborted before it)
+            again = ToolBatchInput(calls=(ToolCall("c1", "quick", "{}"),))
+            assert not (executor.execute(again) if native else rt.tools.execute(again)).results[0].result.is_error
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -108,7 +108,7 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
         if at is not None:
             # In the call's context (this stage runs in it): a logged batch
             # the body runs names this call as its parent (crash recovery).
-            ENCLOSING_CALL.set((*at, execution.call_id))
+            ENCLOSING_CALL.set((session, (*at, execution.call_id)))
     wrapper_signal = execution.signal
     # A fresh signal for the body: the caller's, the wrapper's replacement
     # (if any), and the runtime's stop signal; the first abort wins. It is

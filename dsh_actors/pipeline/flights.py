@@ -68,8 +68,8 @@ OnEnd = Callable[[Any, BaseException | None], None]
 # How a flight onto a loop halted by the stop is told it cannot run there.
 _HALTED = "is blocked: rt.stop() was called on its thread"
 _WAITED_ON = (
-    "is blocked: its own thread waits in a blocking rt.tools.execute() (or resume, recover), so the call "
-    "could never start; on that loop, use await rt.tools.execute_async()"
+    "is blocked: its own thread waits in a blocking rt.tools.execute() (or resume, recover, dispatch), so the "
+    "call could never start; on that loop, use await rt.tools.execute_async()"
 )
 # How a flight whose task was cancelled, not by its signal, ends.
 _CANCELLED_BY_OTHERS = (

@@ -688,7 +688,11 @@ class ToolsService:
             raise RuntimeStoppedError("the ToolRuntime is not running")
         if execution.agent is None and self._scope is not None:
             execution = replace(execution, agent=self._scope)
-        return run_inline(rt, execution)
+        waited_on = rt.loop_watch.blocking_wait()  # (this thread's loop cannot start its async body: see _blocking)
+        if waited_on is None:
+            return run_inline(rt, execution)
+        with waited_on:
+            return run_inline(rt, execution)
 
     def execute(self, batch: ToolBatchInput) -> ToolBatchResult:
         """Run ``batch`` and return its settled result, blocking the calling
@@ -718,8 +722,16 @@ class ToolsService:
         ):
             refuse_blocking_a_loop(rt, what, instead, "its async tools run")
             waited_on = rt.loop_watch.blocking_wait()  # (None: this thread runs no event loop)
-            start(reply)
-            guard.started(reply.done, partial(reply.wait, -1))
+            # Before the start: an interrupt from its first line on aborts
+            # the batch and waits for it; one that ends the start before it
+            # handed the reply on settles the reply, so nothing waits for it.
+            try:
+                guard.started(reply.done, partial(reply.wait, -1))
+                start(reply)
+            except BaseException as exc:
+                if not reply.done():
+                    reply.set_exception(exc)
+                raise
             with rt.waiting():  # a tool body's nested batch holds no slot
                 if waited_on is None:
                     reply.wait(-1)

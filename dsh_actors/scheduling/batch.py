@@ -1151,10 +1151,14 @@ class BatchRun:
             self.log_error = exc
 
     def _enclosing_call(self) -> tuple[int, int, str | None, str] | None:
-        """The logged call whose body runs this batch, if any (its context
-        says so: see ``session.ENCLOSING_CALL``)."""
+        """The logged call whose body runs this batch, if any, and logged in
+        this batch's session (its context says so: see
+        ``session.ENCLOSING_CALL``)."""
         context = self.batch.context
-        return None if context is None else context.get(ENCLOSING_CALL)
+        enclosing = None if context is None else context.get(ENCLOSING_CALL)
+        if enclosing is None or enclosing[0] is not self.session:
+            return None
+        return enclosing[1]
 
     def _log_call(self, call: Call, *, started: bool = True) -> bool:
         """Write the call's ``tool/call``; False if the session failed.

@@ -209,8 +209,13 @@ class NativeExecutor:
             # (Ctrl-C on the main thread aborts the batch: scheduling.interrupt)
             signal = guard.signal
             waited_on = rt.loop_watch.blocking_wait()  # (see ToolsService._blocking)
-            future = self.submit(batch if signal is None else replace(batch, signal=signal))
-            guard.started(future.done, partial(futures.wait, (future,)))
+            future: Future[ToolBatchResult] = Future()
+            try:
+                guard.started(future.done, partial(futures.wait, (future,)))  # (before the start: see _blocking)
+                self.submit_into(batch if signal is None else replace(batch, signal=signal), future)
+            except BaseException as exc:
+                settle(future, error=exc)  # (not handed on: settled, so nothing waits for it)
+                raise
             with rt.waiting():
                 if waited_on is None:
                     return future.result()

@@ -168,11 +168,12 @@ def call_event(
 
 
 #: The logged call whose body runs in the current context, as
-#: ``(turn, step, agent id or None, call_id)``: set in the call's context as
-#: its ``tool/start`` is written, so a logged batch its body runs
-#: (``rt.tools.execute`` from the body, which binds the body's context)
-#: names it as its ``parent`` in its ``tool/batch``.
-ENCLOSING_CALL: contextvars.ContextVar[tuple[int, int, str | None, str] | None] = contextvars.ContextVar(
+#: ``(session, (turn, step, agent id or None, call_id))``: set in the call's
+#: context as its ``tool/start`` is written, so a logged batch its body
+#: runs (``rt.tools.execute`` from the body, which binds the body's
+#: context) in the same session names it as its ``parent`` in its
+#: ``tool/batch`` (in another session the call is not there to name).
+ENCLOSING_CALL: contextvars.ContextVar[tuple[object, tuple[int, int, str | None, str]] | None] = contextvars.ContextVar(
     "dsh_actors.enclosing_call", default=None
 )
 

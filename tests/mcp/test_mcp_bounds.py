@@ -17,10 +17,20 @@ import pytest
 from loguru import logger
 from mcp_harness import ServerConnection
 
-from dsh_actors import AbortController, Agent, InvalidValueError, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors import (
+    AbortController,
+    AbortSignal,
+    Agent,
+    InvalidValueError,
+    ToolBatchInput,
+    ToolCall,
+    ToolExecutionInput,
+    ToolRuntime,
+)
 from dsh_actors.errors import RegistrationError
 from dsh_actors.json import materialize, thaw
 from dsh_actors.mcp import McpProtocolError, mount
+from dsh_actors.messages import ExecuteBatch
 
 
 @pytest.fixture
@@ -338,13 +348,21 @@ def test_a_blocking_execute_on_the_sessions_own_loop_fails_its_calls_at_once_nam
     batch = ToolBatchInput(calls=(ToolCall(id="c1", name="echo", arguments={"a": 1}),))
 
     async def blocking_on_the_loop() -> Any:
-        return rt.tools.execute(batch)
+        return rt.tools.execute(batch).results[0].result
+
+    async def asked_on_the_loop() -> Any:
+        return rt.registry.ask(ExecuteBatch(batch)).results[0].result
+
+    async def dispatched_on_the_loop() -> Any:
+        execution = ToolExecutionInput(call_id="d1", name="echo", arguments={"a": 1}, signal=AbortSignal())
+        return rt.tools.dispatch(execution)
 
     with mounted(rt, raw):
-        outcome = raw.run(blocking_on_the_loop()).results[0].result
-        assert outcome.is_error and outcome.error.info.code == "INVALID_USE"
-        assert "its own thread waits in a blocking rt.tools.execute()" in outcome.error.message
-        assert outcome.error.message.endswith("on that loop, use await rt.tools.execute_async()")
+        for blocking in (blocking_on_the_loop, asked_on_the_loop, dispatched_on_the_loop):
+            outcome = raw.run(blocking())
+            assert outcome.is_error and outcome.error.info.code == "INVALID_USE"
+            assert "its own thread waits in a blocking rt.tools.execute()" in outcome.error.message
+            assert outcome.error.message.endswith("on that loop, use await rt.tools.execute_async()")
 
         async def awaited() -> Any:
             return await rt.tools.execute_async(batch)

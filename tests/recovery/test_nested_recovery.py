@@ -416,3 +416,21 @@ def test_a_refused_recovery_writes_nothing_to_the_log(rt: Any, tmp_path: Path) -
             assert session.pending_calls() == ["o1", "i0"]
     finally:
         wrong.dispose()
+
+
+def test_a_nested_batch_logged_in_another_session_names_no_parent(rt: Any) -> None:
+    here, there = Session(), Session()
+
+    def outer(args: Any, ctx: Any) -> str:
+        rt.tools.execute(
+            ToolBatchInput(calls=(ToolCall("n1", "leaf", {}),), agent=Agent("b", session=there), log=LogStep(1, 2))
+        )
+        return "done"
+
+    for name, body in (("outer", outer), ("leaf", lambda args, ctx: "leaf")):
+        rt.tools.register(define_tool(name=name, description=name, parameters={}, output=OUTPUT, execute=body))
+    rt.tools.execute(
+        ToolBatchInput(calls=(ToolCall("o1", "outer", {}),), agent=Agent("a", session=here), log=LogStep(1, 1))
+    )
+    (nested,) = [e for e in there.events() if e["type"] == "tool/batch"]
+    assert "parent" not in nested  # (o1 is not in that log: nothing there to name)
