@@ -124,6 +124,27 @@ class MainWaits:
         self.sent[n].set()
 
 
+class Interrupting:
+    """A tool body (``slow``) that sends Ctrl-C once the main thread waits,
+    then waits on its own signal: ``aborted`` (whether it fired),
+    ``reason`` (its reason), ``ended`` (set as the body returns)."""
+
+    def __init__(self, ctrl_c: MainWaits) -> None:
+        self.ctrl_c = ctrl_c
+        self.ended = threading.Event()
+        self.aborted: bool | None = None
+        self.reason: Any = None
+
+    def __call__(self, args: Any, ctx: Any) -> str:
+        try:
+            self.ctrl_c.interrupt(0)
+            self.aborted = ctx.signal.wait(WAIT)
+            self.reason = ctx.signal.reason
+            return "slow"
+        finally:
+            self.ended.set()
+
+
 @pytest.fixture
 def ctrl_c() -> Iterator[MainWaits]:
     """Python's own SIGINT handler (KeyboardInterrupt), put back afterwards."""
@@ -137,18 +158,7 @@ def ctrl_c() -> Iterator[MainWaits]:
 
 def test_ctrl_c_in_execute_aborts_the_batch_and_waits_for_it_to_settle(ctrl_c: MainWaits) -> None:
     caller = AbortController()
-    saw: dict[str, Any] = {}
-    ended = threading.Event()
-
-    def slow(args: Any, ctx: Any) -> str:
-        try:
-            ctrl_c.interrupt(0)
-            saw["aborted"] = ctx.signal.wait(WAIT)
-            saw["reason"] = ctx.signal.reason
-            return "slow"
-        finally:
-            ended.set()
-
+    slow = Interrupting(ctrl_c)
     session = Session()
     with ToolRuntime() as rt:
         rt.tools.register(make_tool("slow", slow))
@@ -156,9 +166,9 @@ def test_ctrl_c_in_execute_aborts_the_batch_and_waits_for_it_to_settle(ctrl_c: M
         with pytest.raises(KeyboardInterrupt), ctrl_c.watching():
             rt.tools.execute(logged(session, "slow", "quick", "quick", signal=caller.signal))
         # The batch settled before the interrupt went on: every call is logged.
-        assert ended.is_set(), "execute() left before the batch settled"
-        assert saw["aborted"] is True, "the running body never saw its signal"
-        assert "interrupted (KeyboardInterrupt)" in str(saw["reason"])
+        assert slow.ended.is_set(), "execute() left before the batch settled"
+        assert slow.aborted is True, "the running body never saw its signal"
+        assert "interrupted (KeyboardInterrupt)" in str(slow.reason)
         assert logged_codes(session) == {
             "c0": "ABORTED",
             "c1": "ABORTED_BEFORE_DISPATCH",
@@ -200,16 +210,7 @@ def test_a_second_ctrl_c_while_execute_waits_for_the_aborted_batch_leaves_at_onc
 
 
 def test_ctrl_c_in_native_executor_execute_aborts_the_batch_and_waits_for_it(ctrl_c: MainWaits) -> None:
-    ended = threading.Event()
-    saw: dict[str, bool] = {}
-
-    def slow(args: Any, ctx: Any) -> str:
-        try:
-            ctrl_c.interrupt(0)
-            saw["aborted"] = ctx.signal.wait(WAIT)
-            return "slow"
-        finally:
-            ended.set()
+    slow = Interrupting(ctrl_c)
 
     session = Session()
     with ToolRuntime() as rt:
@@ -219,8 +220,8 @@ def test_ctrl_c_in_native_executor_execute_aborts_the_batch_and_waits_for_it(ctr
         rt.tools.set_executor(executor)
         with pytest.raises(KeyboardInterrupt), ctrl_c.watching():
             executor.execute(logged(session, "slow", "quick"))
-        assert ended.is_set(), "NativeExecutor.execute() left before the batch settled"
-        assert saw["aborted"] is True
+        assert slow.ended.is_set(), "NativeExecutor.execute() left before the batch settled"
+        assert slow.aborted is True
         assert logged_codes(session) == {"c0": "ABORTED", "c1": "ABORTED_BEFORE_DISPATCH"}
         assert not executor.execute(ToolBatchInput(calls=(ToolCall("d0", "quick", "{}"),))).results[0].result.is_error
 
@@ -264,16 +265,7 @@ def test_ctrl_c_reaches_a_batch_nested_in_a_body_through_the_bodys_signal(ctrl_c
 
 
 def test_ctrl_c_in_resume_aborts_the_resumed_batch_and_waits_for_it(ctrl_c: MainWaits) -> None:
-    ended = threading.Event()
-    saw: dict[str, bool] = {}
-
-    def slow(args: Any, ctx: Any) -> str:
-        try:
-            ctrl_c.interrupt(0)
-            saw["aborted"] = ctx.signal.wait(WAIT)
-            return "slow"
-        finally:
-            ended.set()
+    slow = Interrupting(ctrl_c)
 
     def ask_for_c0(execution: Any, next_: Any) -> Any:
         return Ask(reason="a person must approve") if execution.call_id == "c0" else next_()
@@ -294,8 +286,8 @@ def test_ctrl_c_in_resume_aborts_the_resumed_batch_and_waits_for_it(ctrl_c: Main
         assert "c0" in suspended.pending
         with pytest.raises(KeyboardInterrupt), ctrl_c.watching():
             rt.tools.resume(suspended.suspension, {"c0": "allowed-once"}, agent=agent)
-        assert ended.is_set(), "resume() left before the batch settled"
-        assert saw["aborted"] is True
+        assert slow.ended.is_set(), "resume() left before the batch settled"
+        assert slow.aborted is True
         assert logged_codes(session) == {"c0": "ABORTED", "c1": "ABORTED_BEFORE_DISPATCH"}
 
 
