@@ -47,7 +47,7 @@ from .errors import (
     RayWorkerDiedError,
     RemoteToolError,
 )
-from .options import ActorMethod, RayActor, RayTask, Remote, placement
+from .options import ActorMethod, RayActor, RayTask, Remote, check_amount, check_retries, placement
 from .worker import BAD_OUTPUT, CANCELLED, ERROR, OK, ToolHost, contexts_from_json, task_entry
 
 __all__ = ["RayExecutor"]
@@ -177,10 +177,8 @@ class RayExecutor(NativeExecutor):
             raise InvalidTypeError(
                 f"remote= must be a predicate, a collection of names or a mapping, got {type(remote).__qualname__}"
             )
-        if type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0:
-            raise InvalidValueError(f"num_cpus must be a finite number >= 0, got {num_cpus!r}")
-        if type(max_retries) is not int or max_retries < -1:
-            raise InvalidValueError(f"max_retries must be an int >= -1, got {max_retries!r}")
+        check_amount(num_cpus, "num_cpus")
+        check_retries(max_retries, "max_retries")
         if actors is not None and not isinstance(actors, Mapping):
             raise InvalidTypeError(f"actors= maps names (str) to RayActor objects, got {type(actors).__qualname__}")
         if init_options is not None and not isinstance(init_options, Mapping):

@@ -32,10 +32,16 @@ _TASK_KEYS = ("num_cpus", "num_gpus", "resources", "max_retries", "memory")
 _ACTOR_KEYS = ("actor", "method")
 
 
-def _amount(value: Any, what: str) -> None:
+def check_amount(value: Any, what: str) -> None:
     """``value`` is a finite number >= 0 (a bool is not one)."""
     if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
         raise InvalidValueError(f"{what} must be a finite number >= 0, got {value!r}")
+
+
+def check_retries(value: Any, what: str) -> None:
+    """``value`` is Ray's ``max_retries``: an int >= -1 (-1: retry forever)."""
+    if type(value) is not int or value < -1:
+        raise InvalidValueError(f"{what} must be an int >= -1, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +65,11 @@ class RayTask:
         for name in ("num_cpus", "num_gpus"):
             value = getattr(self, name)
             if value is not None:
-                _amount(value, f"RayTask {name}")
+                check_amount(value, f"RayTask {name}")
         if self.memory is not None and (type(self.memory) is not int or self.memory < 0):
             raise InvalidValueError(f"RayTask memory must be an int of bytes >= 0, got {self.memory!r}")
-        if self.max_retries is not None and (type(self.max_retries) is not int or self.max_retries < -1):
-            raise InvalidValueError(f"RayTask max_retries must be an int >= -1, got {self.max_retries!r}")
+        if self.max_retries is not None:
+            check_retries(self.max_retries, "RayTask max_retries")
         if self.resources is not None:
             if not isinstance(self.resources, Mapping):
                 raise InvalidTypeError(
@@ -72,7 +78,7 @@ class RayTask:
             for key, value in self.resources.items():
                 if type(key) is not str or not key:
                     raise InvalidValueError(f"RayTask resources: a resource name must be a non-empty str, got {key!r}")
-                _amount(value, f"RayTask resources[{key!r}]")
+                check_amount(value, f"RayTask resources[{key!r}]")
         if self.options is not None and not isinstance(self.options, Mapping):
             raise InvalidTypeError(f"RayTask options must be a mapping, got {type(self.options).__qualname__}")
 
@@ -133,7 +139,7 @@ class RayActor:
             raise InvalidValueError("RayActor name must be a non-empty str or None")
         if namespace is not None and (type(namespace) is not str or not namespace):
             raise InvalidValueError("RayActor namespace must be a non-empty str or None")
-        _amount(num_cpus, "RayActor num_cpus")
+        check_amount(num_cpus, "RayActor num_cpus")
         if type(max_concurrency) is not int or max_concurrency < 1:
             raise InvalidValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
         if options is not None and not isinstance(options, Mapping):
