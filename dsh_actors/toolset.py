@@ -19,6 +19,9 @@ replacement, a new restriction, an unregistration (during resolution or
 after) stops calls that have not started from using the old admission, even
 if the change is undone later. Reads also intersect with the current
 visibility, so a change is honoured from the moment it is published.
+Candidates and withdrawals follow the committed registry: a change whose
+``tools/change`` listeners are still running (and may roll it back) is
+neither among the candidates nor a reason to withdraw one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .errors import InvalidStateError, InvalidValueError, safe_repr
 from .model import Agent
-from .visibility import Registration, RegistryState, _visible, describe_scope
+from .visibility import Registration, RegistryState, _visible, committed, describe_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import ToolDefinition
@@ -97,18 +100,20 @@ class Admission:
     # -- writes --------------------------------------------------------------
 
     def begin(self) -> Mapping[str, Registration]:
-        """Read and keep the candidates (the tool-set actor, once)."""
+        """Read and keep the candidates (the tool-set actor, once): what the
+        agent sees in the committed registry (a change whose listeners may
+        still roll it back is not in them)."""
         # Under the lock that note_visible takes: a change committed while
         # the candidates are read is either already in them or noted after.
         with self._lock:
-            candidates = _visible(self.state, self.agent)
+            candidates = committed(self.state, self.agent)
             self._candidates = candidates
             return candidates
 
     def note_visible(self, current: Mapping[str, Registration]) -> None:
-        """Withdraw, for good, every candidate ``current`` (the agent's
-        visibility after a committed change) does not show as the same
-        registration. Called by scope actors."""
+        """Withdraw, for good, every candidate ``current`` (what the agent
+        sees in the committed registry after a change) does not show as the
+        same registration. Called by scope actors."""
         with self._lock:
             candidates = self._candidates
             if candidates is None or self._disposed:

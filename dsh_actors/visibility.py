@@ -62,6 +62,7 @@ __all__ = [
     "ScopeKey",
     "ScopeSnapshot",
     "check_guards",
+    "committed",
     "definitions",
     "describe_scope",
     "executable",
@@ -296,6 +297,12 @@ class RegistryState:
     written before ``generation`` moves to it: a reader that sees
     generation ``g`` sees every scope changed at ``g`` or before.
     Only scope actors write (each its own entry); reads take no lock.
+
+    A change published ``pending`` (its ``tools/change`` listeners are
+    running and may roll it back) is seen by every read at once, but not by
+    :func:`committed`: until :meth:`settle`, that read keeps the scope's
+    previous snapshot (``_pending``), so no resolution reads a state a
+    rollback may undo.
     """
 
     def __init__(self) -> None:
@@ -312,6 +319,11 @@ class RegistryState:
         # Weak: a set its owner dropped without disposing stops being told.
         self._toolsets: weakref.WeakValueDictionary[int, Admission] = weakref.WeakValueDictionary()
         self._toolsets_lock = threading.Lock()
+        # The committed snapshot of every scope whose change is pending; only
+        # changed under _pending_lock, which committed() takes when a change
+        # is (or was, during its read) pending.
+        self._pending: dict[Agent | None, ScopeSnapshot] = {}
+        self._pending_lock = threading.Lock()
 
     def snapshot(self, scope: Agent | None) -> ScopeSnapshot:
         """``scope``'s latest snapshot (an empty one if it has none)."""
@@ -320,12 +332,26 @@ class RegistryState:
 
     # -- writers (scope actors and the registry actor only) -----------------
 
-    def publish(self, snapshot: ScopeSnapshot) -> None:
-        """Publish ``snapshot`` as its scope's latest (its scope actor only)."""
+    def publish(self, snapshot: ScopeSnapshot, *, pending: bool = False) -> None:
+        """Publish ``snapshot`` as its scope's latest (its scope actor only).
+        ``pending``: listeners may still roll it back; :meth:`settle` ends it."""
+        scope = snapshot.scope
+        if pending:
+            # Recorded before the snapshot is visible: see committed().
+            with self._pending_lock:
+                self._pending[scope] = self.snapshot(scope)
         # Invariant: the snapshot is visible before the generation moves, so a
         # reader that saw generation g computes from data at least as new as g.
-        self.scopes[snapshot.scope] = snapshot
-        self._bump(snapshot.scope)
+        self.scopes[scope] = snapshot
+        self._bump(scope)
+
+    def settle(self, scope: Agent | None, undo: ScopeSnapshot | None = None) -> None:
+        """End ``scope``'s pending change: accepted, or rolled back by
+        publishing ``undo`` (its scope actor only)."""
+        with self._pending_lock:
+            if undo is not None:
+                self.publish(undo)  # (moves the generation: see committed())
+            del self._pending[scope]
 
     def retire(self, scope: Agent | None) -> None:
         """Drop ``scope``'s entry if its layer is empty (the registry actor,
@@ -462,13 +488,13 @@ def _visible(state: RegistryState, agent: Agent | None) -> Mapping[str, Registra
     if agent is None:
         view = cache.global_view
         if view is None:
-            view = cache.global_view = _compute_view(state, None)
+            view = cache.global_view = _compute_view(state.scopes, None)
         return view
     key = id(agent)
     entry = cache.views.get(key)
     if entry is not None and entry[0]() is agent:
         return entry[1]
-    view = _compute_view(state, agent)
+    view = _compute_view(state.scopes, agent)
     views = cache.views
     if len(views) >= _CACHE_LIMIT:
         views.clear()
@@ -476,14 +502,35 @@ def _visible(state: RegistryState, agent: Agent | None) -> Mapping[str, Registra
     return view
 
 
-def _compute_view(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
-    layered = _layered(state.scopes, agent, own=True)
+def _compute_view(scopes: Mapping[Agent | None, ScopeSnapshot], agent: Agent | None) -> Mapping[str, Registration]:
+    layered = _layered(scopes, agent, own=True)
     ordered = sorted(layered.values(), key=_by_seq)
     return MappingProxyType({reg.name: reg for reg in ordered})
 
 
 def _by_seq(reg: Registration) -> int:
     return reg.seq
+
+
+def committed(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
+    """What ``agent`` sees in the committed registry: :func:`visible`
+    without the changes still pending (published, their ``tools/change``
+    listeners running). What a resolution reads its candidates from, and
+    what scope actors tell live sets they still see, so neither depends on
+    a state a rollback undoes. With no change pending it is the cached
+    view, read without a lock."""
+    generation = state.generation  # read first: a rollback moves it
+    if not state._pending:
+        view = _visible(state, agent)
+        # Nothing was pending before the read, nothing is after it, and
+        # nothing was rolled back meanwhile: ``view`` is committed.
+        if not state._pending and state.generation == generation:
+            return view
+    with state._pending_lock:  # no change starts or settles meanwhile
+        pending = state._pending
+        if not pending:
+            return _visible(state, agent)
+        return _compute_view({**state.scopes, **pending}, agent)
 
 
 def visible(

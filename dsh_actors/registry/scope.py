@@ -12,10 +12,14 @@ runtime. It handles one write at a time, on its own thread:
    listener, on this thread; if a listener raises, publish the previous
    layer again, tell the listeners that already ran (their errors are
    logged and contained), and fail the request with a ``RegistrationError``
-   whose ``__cause__`` is the listener's exception,
+   whose ``__cause__`` is the listener's exception. Until the listeners
+   accepted it the change is pending: resolutions read the registry as
+   committed (:func:`~dsh_actors.visibility.committed`), without it, so a
+   rolled-back change never reaches a resolved set,
 4. once the change is committed, tell every live resolved tool set on the
-   affected chains what they can still see, so a replaced or restricted
-   admission is withdrawn for good before this actor handles another write.
+   affected chains what they can still see (committed), so a replaced or
+   restricted admission is withdrawn for good before this actor handles
+   another write.
 
 ``tools/change`` listeners therefore run on a scope actor's thread: they may
 read the registry (reads never wait), but a write from there would wait for
@@ -44,10 +48,10 @@ from ..visibility import (
     Registration,
     ScopeSnapshot,
     _next_seq,
+    committed,
     describe_scope,
     in_chain,
     inherited,
-    visible,
 )
 from ._private import RELEASE, WriteReply, WriteRequest, _Apply, _ScopeIdle, release_last_message
 
@@ -157,18 +161,22 @@ class ScopeActor(ActorBase):
     ) -> None:
         """Publish ``snap``; with ``announce``, emit ``tools/change`` and roll
         back (raising ``failure(exc)`` from ``exc``) if a listener raises."""
-        old = self._snap
-        self._publish(snap)
         if not announce:
+            self._publish(snap)
             return
+        old = self._snap
+        state = self._state
         listeners = self.kernel.events.listeners("tools/change")
+        self._snap = snap
+        state.publish(snap, pending=True)
         notified = 0
         try:
             for fn in listeners:
                 _notify(fn)
                 notified += 1
         except BaseException as exc:  # noqa: BLE001 - rolled back, reported to the caller
-            self._publish(old.evolve())
+            self._snap = undo = old.evolve()
+            state.settle(self.scope, undo)
             for fn in listeners[:notified]:
                 try:
                     _notify(fn)  # they saw the change: let them see it undone
@@ -178,6 +186,7 @@ class ScopeActor(ActorBase):
                     )
             assert failure is not None
             raise failure(exc) from exc
+        state.settle(self.scope)
         self._note_toolsets()
 
     def _note_toolsets(self) -> None:
@@ -188,7 +197,7 @@ class ScopeActor(ActorBase):
         for ts in state.live_toolsets():
             if in_chain(self.scope, ts.agent):
                 try:
-                    ts.note_visible(visible(state, ts.agent))
+                    ts.note_visible(committed(state, ts.agent))
                 except Exception:  # pragma: no cover - defensive: never fail a committed change
                     logger.exception("recording a withdrawal in {!r} failed", ts)
 
