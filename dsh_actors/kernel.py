@@ -16,7 +16,7 @@ runtime's dispatcher (``runtime.dispatcher``, which owns the capacity the
 kernel lends), and registers its stop hook with ``runtime.on_stop``. The
 kernel does not carry the dispatcher: the scheduler is above the kernel,
 and the kernel's module imports nothing of it when it runs (only its
-annotations name ``BlockingPool``, and the layers above it), so the layers
+annotations name ``BlockingPool`` and ``Claims``, and the layers above it), so the layers
 import one way.
 
 :class:`Kernel` is the protocol those layers are typed against, so anything

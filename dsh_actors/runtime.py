@@ -39,7 +39,7 @@ from .events import Disposer, EventBus
 from .kernel import RuntimeKernel, refuse_blocking_a_loop
 from .loop import LoopThread
 from .messages import ExecuteBatch, ResolveToolSet
-from .model import ApprovalRequest  # re-exported: it lived here before it moved down to the values
+from .model import ApprovalRequest  # re-exported: dsh_actors.runtime.ApprovalRequest is importable too
 from .pipeline.flights import LoopWatch
 from .pipeline.intake import check_limit
 from .registry.actor import RegistryActor

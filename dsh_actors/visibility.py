@@ -7,7 +7,8 @@ all read through it. (It is not inside ``registry/``: importing a module of
 a package runs the package's ``__init__`` first, and the registry package
 holds the actors of layer 5.)
 
-Every scope that has ever been written to has one :class:`ScopeSnapshot` in
+Every scope written to (and not retired: an empty layer whose actor
+retired is dropped) has one :class:`ScopeSnapshot` in
 :attr:`RegistryState.scopes` (``None`` is the global layer). Only that
 scope's :class:`~dsh_actors.registry.scope.ScopeActor` replaces its entry,
 always with a new immutable snapshot, and then bumps

@@ -2,7 +2,7 @@
 may call (``rt.tools.model_tools``).
 
 A pure read over the published snapshots, like the other reads in
-:mod:`.state`, plus one call of the executor's ``describe`` on the calling
+:mod:`dsh_actors.visibility`, plus one call of the executor's ``describe`` on the calling
 thread.
 """
 

@@ -1,6 +1,6 @@
 """What runs inside the Ray cluster: the wrapper every remote call goes
 through (:func:`run_call`), the context a body gets there
-(:class:`RemoteContext`), the per-executor :class:`SignalBoard` actor and
+(:class:`RemoteContext`), the :class:`SignalBoard` actor (one per driver process) and
 the :class:`ToolHost` actor that keeps a stateful tool's instance.
 
 Protocol (one call, key ``k``):
