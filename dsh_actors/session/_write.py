@@ -64,8 +64,8 @@ def _libc_write() -> Callable[[int, bytes, int], int] | None:
     arguments itself (an ``int`` fd, the ``bytes``' buffer, and the length
     as a C ``int``, which holds any length up to :data:`HELD_WRITE_MAX` and
     which libffi widens to the ``size_t`` register unchanged), about half
-    of what typed arguments and the errno swap cost a call
-    (``benchmarks/HOPS.md``, "CPU per call"). On failure (-1: nothing was
+    of what typed arguments and the errno swap cost a call (counted with
+    callgrind). On failure (-1: nothing was
     written) the write is made again by ``FileIO.write``, which raises the
     error with its errno."""
     if not sys.platform.startswith("linux"):
