@@ -50,7 +50,7 @@ def logged_keys() -> dict[str, list[str]]:
 def test_the_log_table_gives_exactly_the_keys_the_session_writes() -> None:
     failure = ToolExecutionFailure(error=ToolFailure("m", ToolErrorInfo("E", "X")), content=(TextBlock("Error: m"),))
     written = [
-        session.batch_event(1, 2, [("c", "t", "{}")], 4, agent="a", parent=(1, 1, "a", "p")),
+        session.batch_event(1, 2, [("c", "t", "{}")], 4, agent="a", parent=(1, 1, "a", "p"), unknown=[]),
         session.call_event(1, 2, "c", "t", {}, agent="a"),
         session.start_event("c", 1, 2, agent="a"),
         session.result_event("c", failure, turn=1, step=2, agent="a"),

@@ -63,7 +63,7 @@ from ..pipeline.flights import await_settled
 from ..pipeline.stages import run_inline
 from ..scheduling.interrupt import Interruptible
 from ..scheduling.messages import CallStart, Reply
-from ..scheduling.recovery import close_nested, recovery_plan
+from ..scheduling.recovery import close_nested, recovery_plan, refuse_missing_tools
 from ..scheduling.start import check_continuable, continue_batch, start_batch
 from ..scheduling.suspension import checked_with_log, in_step, resume_plan
 from ..signals import AbortController, AbortSignal
@@ -541,6 +541,8 @@ class ToolsService:
             # from it). Refused before anything is claimed.
             session.hold()
             plan = checked_with_log(plan, session)
+            assert plan.known is not None  # (read from the log)
+            refuse_missing_tools(self._kernel, plan.batch, plan.starts, plan.known, "resume", f"suspension {plan.id}")
         claims = self._links.claims
         claims.claim(plan.id)
         if session is not None:
@@ -598,7 +600,10 @@ class ToolsService:
         session takes the log first (``Session.hold``): while another
         process writes it (the original batch, another recovery), or when
         it wrote to it after this session read it, this raises
-        ``InvalidStateError`` and nothing runs. Raises
+        ``InvalidStateError`` and nothing runs; so does a call that would
+        run a tool the agent could call when the step was logged and that
+        this runtime does not offer it (register it first: it would fail
+        ``UNKNOWN_TOOL`` for good). Raises
         ``TypeError``/``ValueError`` for an agent without a session or a
         step the log has no call of. Ctrl-C while it waits aborts the
         recovered batch (see ``execute``)."""
@@ -652,6 +657,14 @@ class ToolsService:
                 agent.session.hold()
             plan = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
             check_continuable(rt, plan.batch)
+            refuse_missing_tools(
+                rt,
+                plan.batch,
+                plan.starts,
+                plan.known,
+                "recover",
+                f'step (turn {turn}, step {step}) of agent "{agent.id}"',
+            )
             # Written only now that nothing refuses: the open calls of the
             # logged steps the interrupted calls ran, then a run_code call's
             # sub-calls that the crash left open (as repair() ends them):

@@ -82,6 +82,7 @@ from ..visibility import definition_mode
 from .inbox import RUNNING, BatchInbox
 from .messages import BodyEnded, CallStart, Deadline, Fed, Reply, Returned, Sealed, Settled, Wake
 from .pool import WorkMailbox
+from .recovery import unknown_calls
 from .suspension import new_suspension_id, suspension_value
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -525,14 +526,14 @@ class BatchRun:
             inbox.put(Wake())
 
         self.unsubscribe = self.body_parent.add_callback(wake)
+        policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
+        own = policy.own
         agent = batch.agent
         if batch.log is not None and agent is not None:
             self.session = agent.session
             if self.session is not None and batch.calls and self.starts is None:
                 # (A continued batch continues a step whose tool/batch is logged.)
                 self._log_batch()
-        policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
-        own = policy.own
         self.hook = policy.hook
         # The default direct_call_hint always answers None: skip the call.
         hint_of = policy.hint
@@ -1131,20 +1132,27 @@ class BatchRun:
 
     def _log_batch(self) -> None:
         """Write the batch's ``tool/batch`` (every call, as the model sent
-        it) before any call starts; a failure halts the batch."""
+        it, and which of them name a tool the agent cannot call now: the
+        executor's own tools count) before any call starts; a failure halts
+        the batch."""
         session = self.session
-        log = self.batch.log
+        batch = self.batch
+        log = batch.log
         assert session is not None and log is not None
-        calls = [(c.id, c.name, batch_arguments(c.arguments)) for c in self.batch.calls]
+        calls = [(c.id, c.name, batch_arguments(c.arguments)) for c in batch.calls]
         try:
+            # (One registry lookup per call: recovery tells these calls, which
+            # fail UNKNOWN_TOOL, from calls of a tool its runtime lacks.)
+            unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy.own)
             session.append_lossless(
                 batch_event(
                     log.turn,
                     log.step,
                     calls,
-                    self.batch.max_parallel_tool_calls,
+                    batch.max_parallel_tool_calls,
                     self._log_agent(),
                     self._enclosing_call(),
+                    unknown,
                 )
             )
         except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining

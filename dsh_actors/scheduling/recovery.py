@@ -26,13 +26,23 @@ Their run is over with the crash: their calls without a result are closed
 first (``Session.close_steps``, as ``repair`` closes them), and the call is
 not run again, idempotent or not, when a call of a tool that is not
 idempotent started in them (its body would run that call again).
+
+A call that would run (started from the start, run again, or run from an
+``"allowed-once"`` in the log) must find its tool: when the step's
+``tool/batch`` says the agent could call it then (its ``unknown`` key:
+:func:`unknown_calls` as the batch was logged) and the recovering runtime
+does not offer it, :func:`refuse_missing_tools` refuses the recovery before
+anything is written (the call would fail ``UNKNOWN_TOOL`` for good). A call
+of a tool that was unknown then settles ``UNKNOWN_TOOL`` as it would have.
+A resume of a logged suspension is refused alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_str
 from ..json import dumps, thaw
 from ..model import (
     Agent,
@@ -57,14 +67,23 @@ from ..session import (
     step_key,
 )
 from ..signals import AbortSignal
-from ..visibility import executable
+from ..visibility import executable, select_executor
 from .messages import CallStart
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
     from ..toolset import ResolvedToolSet
+    from ..visibility import RegistryState
 
-__all__ = ["RecoveryPlan", "close_nested", "logged_arguments", "recovered_result", "recovery_plan"]
+__all__ = [
+    "RecoveryPlan",
+    "close_nested",
+    "logged_arguments",
+    "recovered_result",
+    "recovery_plan",
+    "refuse_missing_tools",
+    "unknown_calls",
+]
 
 #: Decisions that end a deferred approval (``"deferred"`` asks again later).
 _FINAL_DECISIONS = frozenset({"allowed-once", "rejected", "cancelled"})
@@ -156,12 +175,85 @@ def _nested_steps(
 
 class RecoveryPlan(NamedTuple):
     """What :func:`recovery_plan` found: the batch that finishes the step,
-    where each of its calls starts, and the logged steps its interrupted
-    calls ran (for :func:`close_nested`)."""
+    where each of its calls starts, the logged steps its interrupted calls
+    ran (for :func:`close_nested`), and whether the agent could call each
+    call's tool when the step was logged (``LoggedCall.known``, for
+    :func:`refuse_missing_tools`)."""
 
     batch: ToolBatchInput
     starts: tuple[CallStart, ...]
     nested: frozenset[StepKey]
+    known: tuple[bool | None, ...]
+
+
+def unknown_calls(
+    state: RegistryState,
+    calls: Iterable[ToolCall],
+    agent: Agent | None,
+    tool_set: ResolvedToolSet | None,
+    own: Container[str],
+) -> list[str]:
+    """The ids of ``calls`` whose tool ``agent`` cannot call, so that they
+    fail ``UNKNOWN_TOOL``: neither one of ``own`` (the names of its
+    executor's own tools: PTC's ``run_code``) nor executable in ``state``
+    (registered, visible to the agent and, if conditional, admitted by
+    ``tool_set``). The one rule behind a logged batch's record (its
+    ``tool/batch``'s ``unknown``, written as it opens) and
+    :func:`refuse_missing_tools`."""
+    return [c.id for c in calls if c.name not in own and executable(state, c.name, agent, tool_set) is None]
+
+
+#: The answers a continued call runs its tool from (None: prepared from the
+#: start); "rejected", "cancelled" and "deferred" end or hold it unrun.
+_RUNS = (None, "allowed-once")
+
+
+def refuse_missing_tools(
+    rt: Kernel,
+    batch: ToolBatchInput,
+    starts: Sequence[CallStart],
+    known: Sequence[bool | None],
+    verb: str,
+    what: str,
+) -> None:
+    """Refuse to continue ``batch``, a logged step read back (a recovery, a
+    resume), when a call of it that would run (``starts``: no given result,
+    no answer that ends it unrun) names a tool the agent could call when the
+    step was logged (``known``, per call: ``LoggedCall.known``; None, a log
+    that does not say, runs as it would) and cannot call in this runtime:
+    it would fail ``UNKNOWN_TOOL`` for good, a lie about a call the model
+    made right. Raises ``InvalidStateError`` naming the calls, their tools
+    and the fix (``cannot <verb> <what>: ...``). Reads only: called before
+    anything is written."""
+    runs = [
+        c
+        for c, start, was in zip(batch.calls, starts, known, strict=True)
+        if was and start.result is None and start.answer in _RUNS
+    ]
+    if not runs:
+        return
+    agent, state = batch.agent, rt.state
+    provided = getattr(select_executor(state, agent), "executor_tools", None)
+    own = {definition.name for definition in provided()} if callable(provided) else set()
+    missing = set(unknown_calls(state, runs, agent, batch.tool_set, own))
+    if not missing:
+        return
+    calls = [c for c in runs if c.id in missing]
+    names = list(dict.fromkeys(c.name for c in calls))
+    one = len(names) == 1
+    raise InvalidStateError(
+        f"cannot {verb} {what}: {'call' if len(calls) == 1 else 'calls'} "
+        f"{', '.join(_quoted(c.id) for c in calls)} would run {'tool' if one else 'tools'} "
+        f"{', '.join(_quoted(n) for n in names)}, which the agent could call when the step was logged and "
+        "cannot call in this runtime (not registered, not visible to the agent, or conditional and not "
+        f"admitted by the tool_set passed): register {'it' if one else 'them'} (rt.tools.register, or mount "
+        f"the MCP server or set the executor that provides {'it' if one else 'them'}; pass the step's "
+        f"tool_set= for a conditional one) and {verb} again (nothing was run or written)"
+    )
+
+
+def _quoted(text: str) -> str:
+    return f'"{safe_str(text)}"'
 
 
 def close_nested(rt: Kernel, plan: RecoveryPlan) -> None:
@@ -251,4 +343,4 @@ def recovery_plan(
     )
     ran = {call_id: frozenset(started) for call_id, (_, started) in nested.items()}
     starts = tuple(_start(rt, c, agent, tool_set, ran.get(c.call_id, frozenset())) for c in logged.calls)
-    return RecoveryPlan(batch, starts, steps)
+    return RecoveryPlan(batch, starts, steps, tuple(c.known for c in logged.calls))

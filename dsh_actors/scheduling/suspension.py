@@ -229,6 +229,10 @@ class ResumePlan:
     decisions: Mapping[str, str]
     """Every deferred call's answer (a deferred call without a decision
     stays deferred), in model order."""
+    known: tuple[bool | None, ...] | None = None
+    """A logged batch's, once :func:`checked_with_log` read its log: whether
+    the agent could call each call's tool when the step was logged
+    (``LoggedCall.known``); None: unlogged, or not read yet."""
 
 
 def _str(value: object, path: str) -> str:
@@ -439,7 +443,8 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
     settled since, see ``session.approval_refusal``). Returns the plan with
     the log's arguments and the limit its ``tool/batch`` logged: the log is
     the authority for what it holds (the suspension alone carries a
-    result's ``value`` and its contexts)."""
+    result's ``value`` and its contexts), and what it says of each call's
+    tool (``known``)."""
     batch = plan.batch
     log = batch.log
     assert log is not None
@@ -485,6 +490,7 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
         plan,
         batch=replace(batch, calls=tuple(calls), max_parallel_tool_calls=read.max_parallel_tool_calls),
         starts=tuple(starts),
+        known=tuple(entry.known for entry in logged),
     )
 
 

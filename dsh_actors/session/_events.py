@@ -185,6 +185,7 @@ def batch_event(
     max_parallel_tool_calls: int | None = None,
     agent: str | None = None,
     parent: tuple[int, int, str | None, str] | None = None,
+    unknown: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """A ``tool/batch`` event: every call of a logged batch, in model order,
     written before any of them starts, so that a crash loses none of them.
@@ -193,7 +194,11 @@ def batch_event(
     ``max_parallel_tool_calls``: the batch's own limit (None: the
     executor's); ``agent``: as for :func:`call_event`; ``parent``: the
     logged call whose body runs this batch (:data:`ENCLOSING_CALL`), as
-    ``(turn, step, agent id or None, call_id)``."""
+    ``(turn, step, agent id or None, call_id)``; ``unknown``: the ids of
+    the calls whose tool the agent could not call as the batch was logged
+    (they fail ``UNKNOWN_TOOL``), so that recovery tells them from calls of
+    a tool the recovering runtime lacks (None: not recorded, as in a log
+    written before the key existed)."""
     event = {
         "type": BATCH,
         "turn": _int(turn, "turn"),
@@ -219,6 +224,8 @@ def batch_event(
             named["agent"] = _plain_str(p_agent, "agent")
         named["call_id"] = _plain_str(p_call, "call_id")
         event["parent"] = named
+    if unknown is not None:
+        event["unknown"] = [_plain_str(call_id, "unknown") for call_id in unknown]
     return event
 
 

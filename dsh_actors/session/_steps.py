@@ -48,7 +48,11 @@ class LoggedCall:
     ``result``: its logged result, or None. ``awaiting``: the id of the
     suspension whose resume would decide its deferred approval (a
     ``tool/approval-request`` not decided yet), or None. ``decision``: the
-    last approval decision logged for it (``tool/approval``), or None."""
+    last approval decision logged for it (``tool/approval``), or None.
+    ``known``: whether its agent could call its tool when the step's
+    ``tool/batch`` was logged (False: it fails ``UNKNOWN_TOOL``, the model
+    called a tool it did not have), or None when the log does not say (a
+    ``tool/batch`` written before it recorded that, or none)."""
 
     call_id: str
     name: str
@@ -58,6 +62,7 @@ class LoggedCall:
     result: LoggedResult | None
     awaiting: str | None = None
     decision: str | None = None
+    known: bool | None = None
 
     @property
     def state(self) -> CallState:
@@ -67,12 +72,13 @@ class LoggedCall:
 
 
 class _Entry:
-    __slots__ = ("call_id", "name", "arguments", "logged", "started", "result", "awaiting", "decision")
+    __slots__ = ("call_id", "name", "arguments", "logged", "started", "result", "awaiting", "decision", "known")
 
-    def __init__(self, call_id: str, name: str, arguments: Any) -> None:
+    def __init__(self, call_id: str, name: str, arguments: Any, known: bool | None = None) -> None:
         self.call_id = call_id
         self.name = name
         self.arguments = arguments
+        self.known = known
         self.logged = False
         self.started = False
         self.result: LoggedResult | None = None
@@ -89,6 +95,7 @@ class _Entry:
             self.result,
             None if self.result is not None else self.awaiting,
             self.decision,
+            self.known,
         )
 
 
@@ -102,12 +109,17 @@ def _batch_calls(event: Mapping[str, Any]) -> list[_Entry]:
     calls = event.get("calls")
     if type(calls) is not list:
         raise LosslessJsonError("event.calls", "must be a list")
+    unknown = event.get("unknown")  # (None: a log written before the batch recorded it)
+    if unknown is not None and (type(unknown) is not list or any(type(i) is not str for i in unknown)):
+        raise LosslessJsonError("event.unknown", "must be null or a list of call ids")
+    unknown_ids = None if unknown is None else frozenset(unknown)
     entries: list[_Entry] = []
     for i, item in enumerate(calls):
         if not isinstance(item, Mapping):
             raise LosslessJsonError(f"event.calls[{i}]", "must be an object")
         call_id = _str(item.get("call_id"), f"event.calls[{i}].call_id")
-        entries.append(_Entry(call_id, _str(item.get("name"), f"event.calls[{i}].name"), item.get("arguments")))
+        known = None if unknown_ids is None else call_id not in unknown_ids
+        entries.append(_Entry(call_id, _str(item.get("name"), f"event.calls[{i}].name"), item.get("arguments"), known))
     return entries
 
 

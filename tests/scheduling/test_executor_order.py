@@ -79,6 +79,7 @@ def test_call_and_result_events_are_logged_in_model_order_even_when_later_calls_
         "max_parallel_tool_calls": None,
         "calls": [{"call_id": f"c{i}", "name": "t", "arguments": f'{{"i":{i}}}'} for i in range(4)],
         "agent": "a",
+        "unknown": [],
     }
     assert [e["call_id"] for e in call_events] == ["c0", "c1", "c2", "c3"]
     assert [e["call_id"] for e in result_events] == ["c0", "c1", "c2", "c3"]
