@@ -1,6 +1,9 @@
 """The timeout policy: a ``tools/execute`` wrapper enforcing ``timeout_ms``.
 
 ``rt.use(policies.timeout)`` (config: ``prepend=False``).
+``policies.timeout.applied(rt)`` tells whether it is applied to ``rt``
+(until its disposer runs): a caller that applies it only when it is not
+applied yet (the command line's ``run``) keeps one deadline per call.
 
 For a call whose executable definition declares ``timeout_ms``, the wrapper
 swaps in a deadline signal that follows the caller's
@@ -67,7 +70,7 @@ from dsh_actors import (
 from ._common import ToolExecutionResult, Undo, check_bool, check_no_unknown, check_runtime, executable_definition
 from ._timer import DeadlineTimer
 
-__all__ = ["TimeoutPolicy", "apply", "timeout_failure"]
+__all__ = ["TimeoutPolicy", "applied", "apply", "timeout_failure"]
 
 _POLICY = "policies.timeout"
 
@@ -143,3 +146,12 @@ def apply(rt: ToolRuntime, /, *, prepend: bool = False, **unknown: Any) -> Calla
     undo.add(rt.events.on("tools/execute", policy.wrapper, prepend=prepend))
     undo.add(rt.on_stop(lambda: policy.timer.stop(rt.teardown_remaining())))
     return undo
+
+
+def applied(rt: ToolRuntime, /) -> bool:
+    """Whether this policy is applied to ``rt``: one of its wrappers is
+    among ``rt``'s ``tools/execute`` listeners (applied and not disposed)."""
+    return any(
+        isinstance(getattr(listener, "__self__", None), TimeoutPolicy)
+        for listener in rt.events.listeners("tools/execute")
+    )

@@ -1,6 +1,9 @@
-"""What the commands load: a tool module (``--tools MODULE[:ATTR]``) and an
-executor (``--executor native|ptc``), with every failure turned into a
-one-line :class:`CliError`.
+"""What the commands load: a tool module (``--tools MODULE[:ATTR]``), an
+executor (``--executor native|ptc``), ``run``'s timeout policy
+(``policies.timeout``, unless ``--no-timeout``) and its approval prompt
+(``policies.approval.TerminalPrompt``), with every failure turned into a
+one-line :class:`CliError`. ``executors`` and ``policies`` are
+imported by name, when used: the core never imports them statically.
 
 ``MODULE`` is a module name imported with the current directory on
 ``sys.path`` (``examples.tools``), or the path of a ``.py`` file. ``ATTR``
@@ -32,7 +35,15 @@ from ..definition import ToolDefinition
 from ..errors import DshError, safe_str
 from ..runtime import ToolRuntime
 
-__all__ = ["CliError", "ToolSource", "install_executor", "install_tools", "load_tool_source"]
+__all__ = [
+    "CliError",
+    "ToolSource",
+    "install_executor",
+    "install_timeout",
+    "install_tools",
+    "load_tool_source",
+    "terminal_prompt",
+]
 
 _DEFAULT_ATTRS: Final = ("register", "TOOLS")
 _SERVICE_NAMES: Final = frozenset({"tools", "service", "tools_service", "registry"})
@@ -220,15 +231,7 @@ def install_executor(name: str, rt: ToolRuntime) -> Any:
         return rt.native_executor
     if name != "ptc":  # pragma: no cover - argparse restricts the choice
         raise CliError(f"--executor {name}: unknown executor (choose {', '.join(EXECUTORS)})")
-    try:
-        # Imported by name: the core never imports executors/ statically.
-        module = importlib.import_module("executors.ptc")
-    except ModuleNotFoundError as err:
-        if err.name in ("executors", "executors.ptc"):
-            raise CliError("--executor ptc: the PTC executor is not installed (no module executors.ptc)") from None
-        raise CliError(f"--executor ptc: importing executors.ptc failed: {_describe(err)}") from None
-    except Exception as err:  # noqa: BLE001
-        raise CliError(f"--executor ptc: importing executors.ptc failed: {_describe(err)}") from None
+    module = _import_by_name("executors.ptc", "--executor ptc", "the PTC executor is not installed")
     executor_class = getattr(module, "PtcExecutor", None)
     if executor_class is None:
         raise CliError("--executor ptc: the PTC executor is not available (executors.ptc has no PtcExecutor)")
@@ -238,3 +241,47 @@ def install_executor(name: str, rt: ToolRuntime) -> Any:
     except Exception as err:  # noqa: BLE001
         raise CliError(f"--executor ptc: cannot start the PTC executor: {_describe(err)}") from None
     return executor
+
+
+def install_timeout(rt: ToolRuntime) -> None:
+    """Apply ``policies.timeout`` to ``rt``, after the tools and their
+    policies (so it is the innermost ``tools/execute`` wrapper so far: under
+    a retry policy, each attempt gets the tool's ``timeout_ms``), unless a
+    ``--tools`` module applied it itself: one deadline per call, not two.
+    Stopped with the runtime."""
+    module = _import_by_name(
+        "policies.timeout",
+        "the timeout policy",
+        "not installed",
+        fix="; reinstall dsh-actors, or run with --no-timeout",
+    )
+    if not module.applied(rt):
+        rt.use(module)
+
+
+def terminal_prompt() -> Any:
+    """``policies.approval``'s ``TerminalPrompt``, asking on stderr and
+    reading the answer from stdin: the approval service of ``--approve
+    prompt``. It stops waiting for an answer, and answers ``"cancelled"``,
+    when the request's signal fires (the batch's abort: Ctrl-C)."""
+    module = _import_by_name(
+        "policies.approval",
+        "the approval prompt",
+        "not installed",
+        fix="; reinstall dsh-actors, or run with --approve yes or --approve no",
+    )
+    return module.TerminalPrompt(output=sys.stderr)
+
+
+def _import_by_name(module_name: str, label: str, missing: str, *, fix: str = "") -> ModuleType:
+    """Import ``module_name`` (of ``executors/`` or ``policies/``: by name,
+    when used, as the core never imports them statically), or fail with a
+    one-line :class:`CliError` starting ``label: `` and ending ``fix``."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name in (module_name.partition(".")[0], module_name):
+            raise CliError(f"{label}: {missing} (no module {module_name}){fix}") from None
+        raise CliError(f"{label}: importing {module_name} failed: {_describe(err)}{fix}") from None
+    except Exception as err:  # noqa: BLE001
+        raise CliError(f"{label}: importing {module_name} failed: {_describe(err)}{fix}") from None

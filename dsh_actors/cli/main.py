@@ -175,8 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=APPROVE_MODES,
         help=(
             "answer the calls a policy asks approval for: yes, no, or prompt on the terminal "
-            "(default: prompt when stdin is a terminal, else no approval service: asking calls are denied)"
+            "(default: prompt when stdin and stderr are terminals, else no approval service: asking calls are denied)"
         ),
+    )
+    run.add_argument(
+        "--no-timeout",
+        dest="timeout",
+        action="store_false",
+        help="do not enforce the tools' timeout_ms (default: policies.timeout fails a call past its tool's "
+        "timeout_ms with TOOL_TIMEOUT; a --tools module that applies it itself still does)",
     )
     run.add_argument("--json", action="store_true", help="print the results as one JSON document instead of cards")
 

@@ -11,6 +11,9 @@ or an empty regular one: anything else (``/dev/null``, a FIFO, a file that
 holds events or another session holds) is refused before anything runs.
 ``--json`` prints the live results instead, canonical values included.
 
+A tool's ``timeout_ms`` is enforced (``policies.timeout``: past it the call
+fails ``TOOL_TIMEOUT``) unless ``--no-timeout``.
+
 While the batch runs, each progress report of a running call
 (``tools/progress``: a body's ``ctx.report_progress``, an MCP server's
 progress notification, a PTC program's ``report_progress``) is shown on
@@ -37,7 +40,6 @@ import socket
 import stat
 import sys
 import threading
-from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Final
@@ -46,12 +48,20 @@ import orjson
 
 from ..errors import DshError, printable
 from ..json import thaw
-from ..model import Agent, ApprovalRequest, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
+from ..model import Agent, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
 from ..runtime import ToolRuntime
 from ..session import Session, error_to_json
 from ..signals import AbortController
 from .batchfile import Batch, BatchFileError, read_batch
-from .loading import CliError, ToolSource, install_executor, install_tools, load_tool_source
+from .loading import (
+    CliError,
+    ToolSource,
+    install_executor,
+    install_timeout,
+    install_tools,
+    load_tool_source,
+    terminal_prompt,
+)
 from .mcp_servers import McpServers
 from .render import choose_style, log_entries, render_log, resolve_views, summary_line
 
@@ -61,45 +71,12 @@ APPROVE_MODES: Final = ("yes", "no", "prompt")
 EXIT_INTERRUPTED: Final = 130
 
 
-class TerminalApprover:
-    """An approval service that asks on the terminal (``stderr`` for the
-    question, ``stdin`` for the answer). Runs on the executor thread that
-    prepares the call and blocks it until answered; one question at a time."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def __call__(self, request: ApprovalRequest) -> str:
-        with self._lock:
-            if request.signal.aborted:
-                return "cancelled"
-            why = _display(request.display_reason) or request.reason
-            question = f"? {request.tool_name} ({request.call_id}) needs approval: {why or 'no reason given'}"
-            sys.stderr.write(printable(question) + "\n")
-            sys.stderr.write("  allow it once? [y/N] ")
-            sys.stderr.flush()
-            answer = sys.stdin.readline()
-            if not answer:
-                return "unavailable"
-            return "allowed-once" if answer.strip().lower() in ("y", "yes") else "rejected"
-
-
-def _display(reason: Any) -> str | None:
-    """The prompt text of a localized ``display_reason`` (English, else any)."""
-    if isinstance(reason, str):
-        return reason
-    if isinstance(reason, Mapping) and reason:
-        chosen = reason.get("en", next(iter(reason.values())))
-        return chosen if isinstance(chosen, str) else None
-    return None
-
-
 def _approver(mode: str) -> Any:
     if mode == "yes":
         return lambda request: "allowed-once"
     if mode == "no":
         return lambda request: "rejected"
-    return TerminalApprover()
+    return terminal_prompt()
 
 
 def _open_log(path: str | None) -> Session:
@@ -293,15 +270,18 @@ def _json_document(
 
 
 def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource | None, servers: McpServers) -> None:
-    """The tools, the approval service and the executor the batch runs with."""
+    """The tools, the approval service, the timeout policy and the
+    executor the batch runs with."""
     explicit = args.approve is not None
     if not explicit and sys.stdin.isatty() and sys.stderr.isatty():
-        rt.approvals.set(TerminalApprover())  # installed first: the module's own service, if any, wins
+        rt.approvals.set(terminal_prompt())  # installed first: the module's own service, if any, wins
     if source is not None:
         install_tools(source, rt)
     servers.start(rt)
     if explicit:
         rt.approvals.set(_approver(args.approve))  # asked for: it wins
+    if args.timeout:
+        install_timeout(rt)  # a tool's timeout_ms holds here as in an application that applies it
     install_executor(args.executor, rt)
 
 

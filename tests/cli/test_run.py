@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -506,6 +507,20 @@ def test_a_missing_ptc_executor_is_a_clear_error(cli: Cli, root: Path, monkeypat
     assert not (root / "x.jsonl").exists(), "a batch that never ran leaves no log"
 
 
+def test_a_missing_approval_prompt_is_a_clear_error_naming_the_way_out(
+    cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "policies.approval", None)  # import raises ModuleNotFoundError
+    outcome = cli("run", BATCH, "--tools", "examples.tools", "--approve", "prompt")
+    assert_one_line_error(
+        outcome,
+        "run",
+        "the approval prompt: not installed (no module policies.approval); "
+        "reinstall dsh-actors, or run with --approve yes or --approve no",
+    )
+    assert cli("run", BATCH, "--tools", "examples.tools", "--approve", "no").code == 0
+
+
 def test_the_ptc_executor_runs_the_batch_when_it_is_installed(
     cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -586,24 +601,116 @@ def test_a_command_leaves_no_thread_behind(cli: Cli, root: Path) -> None:
     assert {t for t in threading.enumerate() if t.is_alive()} - before == set()
 
 
-@pytest.mark.parametrize(
-    ("answer", "decision"),
-    [("y\n", "allowed-once"), ("yes\n", "allowed-once"), ("n\n", "rejected"), ("\n", "rejected"), ("", "unavailable")],
-)
-def test_the_terminal_approver_asks_on_stderr_and_reads_the_answer_from_stdin(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, decision: str
-) -> None:
-    from dsh_actors import Agent
-    from dsh_actors.cli.run import TerminalApprover
-    from dsh_actors.runtime import ApprovalRequest
+class PipedStdin:
+    """A pipe as ``sys.stdin``, as a shell's ``|`` gives it: the prompt waits
+    on its descriptor until a line comes (or the write end is closed)."""
 
-    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(answer))
-    request = ApprovalRequest(
-        agent=Agent("a"), tool_name="write_file", call_id="w", reason="write outside scratch/: x",
-        display_reason={"en": "Allow writing x?"}, signal=AbortController().signal,
-    )  # fmt: skip
-    assert TerminalApprover()(request) == decision
-    assert capsys.readouterr().err == "? write_file (w) needs approval: Allow writing x?\n  allow it once? [y/N] "
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        read_end, self.write_end = os.pipe()
+        self.stream = os.fdopen(read_end, "r")
+        monkeypatch.setattr(sys, "stdin", self.stream)
+
+    def send(self, text: str) -> None:
+        os.write(self.write_end, text.encode())
+
+    def close(self) -> None:
+        """End of input (once; later calls do nothing)."""
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self.write_end = -1
+
+
+@pytest.fixture
+def piped_stdin(monkeypatch: pytest.MonkeyPatch) -> Iterator[PipedStdin]:
+    stdin = PipedStdin(monkeypatch)
+    try:
+        yield stdin
+    finally:
+        stdin.close()
+        stdin.stream.close()
+
+
+@pytest.mark.parametrize(
+    ("answers", "asked", "written", "error"),
+    [
+        ("y\n", 1, True, None),
+        ("maybe\nalways\n", 2, True, None),  # anything else asks again
+        ("n\n", 1, False, 'Error: the user rejected tool "write_file"'),
+        ("", 1, False, 'Error: tool "write_file" requires approval, but no approval channel is available'),
+    ],
+)
+def test_approve_prompt_asks_on_stderr_and_reads_the_answer_from_stdin(
+    cli: Cli, root: Path, piped_stdin: PipedStdin, answers: str, asked: int, written: bool, error: str | None
+) -> None:
+    piped_stdin.send(answers)
+    piped_stdin.close()
+    batch = _batch(root, {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "x"}})
+    outcome = cli("run", batch, "--tools", "examples.tools", "--approve", "prompt")
+    assert outcome.code == 0, outcome.err
+    assert (root / "notes.md").exists() is written
+    if error is not None:
+        assert error in outcome.out
+    # policies.approval's TerminalPrompt, on stderr (stdout keeps the cards)
+    assert "Tool call needs approval\n  agent:     cli\n  tool:      write_file\n  call:      w\n" in outcome.err
+    assert "  reason:    Allow writing notes.md (outside scratch/)?\n  arguments:\n" in outcome.err
+    assert outcome.err.count("Allow? [y]es / [n]o / [a]lways / never: ") == asked
+    assert "Tool call needs approval" not in outcome.out
+
+
+class PromptSeen:
+    """``sys.stderr`` that passes everything on to the captured stream and
+    sets ``asked`` once the approval question has been written (the prompt
+    then waits for its answer)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.asked = threading.Event()
+
+    def write(self, text: str) -> int:
+        written = self.stream.write(text)
+        if "needs approval" in text:
+            self.asked.set()
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def test_a_ctrl_c_while_the_prompt_waits_cancels_the_question_and_prints_the_results(
+    cli: Cli, root: Path, piped_stdin: PipedStdin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The old prompt blocked in sys.stdin.readline(): the run waited for a
+    # line that never came (here: until the presser gave up and closed the
+    # input), then reported no approval channel rather than the abort.
+    stderr = PromptSeen(sys.stderr)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    finished = threading.Event()
+
+    def press_ctrl_c() -> None:
+        if stderr.asked.wait(10):
+            os.kill(os.getpid(), signal.SIGINT)  # the run's own handler aborts the batch
+        if not finished.wait(10):
+            piped_stdin.close()  # (only a prompt deaf to the abort gets here: let it end)
+
+    batch = _batch(
+        root,
+        {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "x"}},
+        {"id": "s", "name": "write_file", "arguments": {"path": "scratch/a.txt", "content": "a"}},
+    )
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
+    try:
+        outcome = cli("run", batch, "--tools", "examples.tools", "--approve", "prompt", "--max-parallel", "1")
+    finally:
+        finished.set()
+        presser.join()
+    assert stderr.asked.is_set()
+    assert outcome.code == 130
+    assert "dsh-actors run: interrupted; aborting the batch" in outcome.err
+    assert "approval cancelled\n" in outcome.err
+    assert not (root / "notes.md").exists()
+    assert 'Error: approval for tool "write_file" was cancelled' in outcome.out
+    assert outcome.out.endswith("2 calls: 0 ok, 2 errors\n")
 
 
 _NOISY_TOOLS = """
