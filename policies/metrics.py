@@ -1,4 +1,5 @@
-"""The metrics policy: outcome counts and latency percentiles per tool.
+"""The metrics policy: outcome counts and latency percentiles per tool,
+and how busy the runtime is.
 
 ::
 
@@ -14,7 +15,9 @@ cannot carry the object, hence ``install``). Config: ``max_samples=4096``
 (latency samples kept per tool and phase, newest win; at most 1,000,000),
 ``nested=True`` (count nested calls, such as PTC sub-calls, too), ``clock``
 (seconds, default ``time.perf_counter``; asked once as the policy is made,
-so a clock that does not return a number is refused then).
+so a clock that does not return a number is refused then),
+``meter_provider`` (an OpenTelemetry ``MeterProvider`` to publish the
+gauges below on; default None: none).
 
 What is counted: every call that publishes ``tools/result``, which is every
 call, skipped ones included (pre-aborted calls, non-JSON arguments: they
@@ -27,7 +30,24 @@ Latencies (milliseconds), kept apart:
 
 ``wait``
     from entering ``tools/pre-execute`` to entering ``tools/execute``:
-    pre-execute policy, approval, guards and the wait for a pool slot.
+    pre-execute policy, approval, guards and the wait for capacity. Its
+    two waits are also kept apart (``wait`` minus both is the time in the
+    pre-execute listeners):
+``approval``
+    from the end of the pre-execute listeners (they returned an ``Ask``
+    that no approval given earlier answers) to the answer that allows the
+    call (this policy's guard: the approval service, sync or async, and the
+    global guards registered before this policy). Only a call whose
+    approval allowed it has one: a denial, a ``"deferred"`` answer or a
+    failing service leaves none (no hook runs at that answer).
+``queue``
+    from the call being ready to run (the end of the pre-execute
+    listeners, or of its approval) to entering ``tools/execute``: the
+    guards (after the approval's) and the wait for capacity, a free call
+    actor of its batch (a call prepared ahead of a free slot) or a slot of
+    the runtime's budget (``ToolRuntime(max_call_actors=...)``). A call
+    waiting for its batch's cap before it is prepared, or its batch
+    waiting for a step slot, is in no phase yet: the gauges show those.
 ``body``
     the duration of this policy's ``tools/execute`` wrapper's ``next()``:
     the wrappers inside it and the body (all attempts, when a retry policy
@@ -36,15 +56,36 @@ Latencies (milliseconds), kept apart:
     from entering ``tools/pre-execute`` to ``tools/result``: post-execute
     and finalization included.
 
-A denied call has ``total`` but no ``wait``/``body``; a skipped call has
-none (it ran no phase) but is counted. For the phases to be measured from
-their very start, this policy *prepends* its listeners: install it after
-the other policies (a listener prepended later is outside it).
+A denied call has ``total`` (and ``approval`` if one allowed it) but no
+``wait``/``queue``/``body``; a skipped call has none (it ran no phase) but
+is counted. For the phases to be measured from their very start, this
+policy *prepends* its listeners: install it after the other policies (a
+listener prepended later is outside it), on a started runtime (it adds a
+guard).
 
-Threads: the pre-execute listener and the ``tools/result`` observer run on
-the thread that prepares and finalizes the call (an executor's thread), the
-wrapper on the call actor's thread; they share a lock held for a few dict
-operations. No thread is started.
+**How busy the runtime is.** ``snapshot()["capacity"]`` is the runtime's
+dispatcher's reading (``rt.dispatcher.snapshot()``), None while the policy
+is not installed or the runtime is not running: ``call_actors_in_use``
+(call-actor slots held, lent ones not counted) against ``call_actors_max``
+(the budget), ``call_actors_lent``, ``call_actors_peak``,
+``call_actors_wanted`` (call actors batches wait for beyond the budget),
+``calls_queued`` (calls in the batches' work mailboxes no call actor has
+taken yet), and the executor actors' ``steps_in_use``, ``steps_lent``,
+``steps_max`` and ``steps_queued`` (batches waiting for a step slot). With
+a ``meter_provider``, each is an OpenTelemetry observable gauge (see
+:data:`GAUGES`: ``dsh.call_actors.in_use``, ``dsh.calls.queued``, ...),
+and so is ``in_flight`` (``dsh.calls.in_flight``); they are read when the
+provider's reader collects (nothing is added to a call's path) and report
+nothing while the policy is not installed. OpenTelemetry keeps the first
+instrument of a name: one ``Metrics`` per meter provider (a second is
+refused as it is installed).
+
+Threads: the pre-execute listener, the guard and the ``tools/result``
+observer run on the thread that prepares and finalizes the call (an
+executor's thread), the wrapper on the call actor's thread; they share a
+lock held for a few dict operations (a call's own hooks, one at a time,
+write its trip). The gauges are read on the collecting thread. No thread
+is started.
 """
 
 from __future__ import annotations
@@ -52,22 +93,42 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dsh_actors import InvalidStateError, InvalidTypeError, ToolExecution, ToolRuntime, dumps
+from dsh_actors import Ask, InvalidStateError, InvalidTypeError, ToolExecution, ToolRuntime, dumps
 
 from ._common import ToolExecutionResult, Undo, check_bool, check_no_unknown, check_positive_int, check_runtime, code_of
 
 __all__ = ["Metrics", "apply", "install"]
 
 _POLICY = "policies.metrics"
-#: The most samples a series may keep (each tool keeps three series).
+#: The most samples a series may keep (each tool keeps one per phase).
 MOST_SAMPLES: Final = 1_000_000
-PHASES: Final = ("wait", "body", "total")
+PHASES: Final = ("wait", "approval", "queue", "body", "total")
 PERCENTILES: Final = (50, 90, 99)
+#: The observable gauges a ``meter_provider`` gets: (instrument name, the
+#: reading's key, unit, description). Every key but ``in_flight`` (this
+#: policy's) is one of ``rt.dispatcher.snapshot()``.
+GAUGES: Final = (
+    ("dsh.call_actors.in_use", "call_actors_in_use", "{call_actor}", "Call-actor slots held (lent ones not counted)."),
+    ("dsh.call_actors.lent", "call_actors_lent", "{call_actor}", "Call actors waiting with their slot lent."),
+    ("dsh.call_actors.max", "call_actors_max", "{call_actor}", "The call-actor budget (max_call_actors)."),
+    ("dsh.call_actors.peak", "call_actors_peak", "{call_actor}", "The most call-actor slots held at once."),
+    ("dsh.call_actors.wanted", "call_actors_wanted", "{call_actor}", "Call actors waiting for a slot of the budget."),
+    ("dsh.calls.queued", "calls_queued", "{call}", "Calls waiting in work mailboxes for a call actor."),
+    ("dsh.steps.in_use", "steps_in_use", "{step}", "Executor actors' step slots held (lent ones not counted)."),
+    ("dsh.steps.lent", "steps_lent", "{step}", "Executor actors waiting with their step slot lent."),
+    ("dsh.steps.max", "steps_max", "{step}", "The step slots."),
+    ("dsh.steps.queued", "steps_queued", "{step}", "Batches' steps waiting for a step slot."),
+    ("dsh.calls.in_flight", "in_flight", "{call}", "Calls between tools/pre-execute and tools/result."),
+)
+#: The meter providers a Metrics publishes its gauges on.
+_OBSERVED: Final[weakref.WeakKeyDictionary[Any, None]] = weakref.WeakKeyDictionary()
+_OBSERVED_LOCK: Final = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -75,6 +136,9 @@ class _Trip:
     """One call between its pre-execute entry and its result."""
 
     started: float
+    ready: float  # the end of the pre-execute listeners (or of the approval): from here, the queue
+    asked: float | None = None  # its Ask waits for an answer since (the end of the listeners)
+    approval: float | None = None  # seconds until its approval allowed it
     dispatched: float | None = None
     body: float = 0.0
     dispatches: int = 0
@@ -137,6 +201,7 @@ class Metrics:
         max_samples: int = 4096,
         nested: bool = True,
         clock: Callable[[], float] = time.perf_counter,
+        meter_provider: Any = None,
     ) -> None:
         self.max_samples = check_positive_int(_POLICY, "max_samples", max_samples, most=MOST_SAMPLES)
         self.nested = check_bool(_POLICY, "nested", nested)
@@ -154,6 +219,9 @@ class Metrics:
         # Keyed by the execution's token (identity): calls between pre-execute and result.
         self._trips: dict[object, _Trip] = {}
         self._undo: Undo | None = None
+        self._rt: ToolRuntime | None = None  # while installed: whose capacity is read
+        self._meter_provider = None if meter_provider is None else _check_meter_provider(meter_provider)
+        self._observing = False  # the gauges are registered (at the first install)
 
     # -- reading ------------------------------------------------------------
 
@@ -161,17 +229,20 @@ class Metrics:
         """A fresh plain dict (JSON-ready)::
 
             {"calls": n, "outcomes": {"ok": n, "TOOL_TIMEOUT": m, ...},
-             "latency_ms": {"wait": S, "body": S, "total": S},
+             "latency_ms": {"wait": S, "approval": S, "queue": S, "body": S, "total": S},
              "tools": {name: {"calls", "outcomes", "latency_ms"}, ...},
-             "in_flight": k}
+             "in_flight": k, "capacity": {"call_actors_in_use": n, ...} or None}
 
         where each ``S`` is ``{"count", "mean", "min", "max", "p50", "p90",
         "p99"}`` (``None`` values while ``count`` is 0; percentiles over the
-        last ``max_samples`` samples)."""
+        last ``max_samples`` samples), and ``capacity`` is the runtime's
+        (see the module docstring)."""
+        capacity = self._capacity()
         with self._lock:
             out = self._describe(self._all)
             out["tools"] = {name: self._describe(stats) for name, stats in sorted(self._tools.items())}
             out["in_flight"] = len(self._trips)
+        out["capacity"] = capacity
         return out
 
     def to_json(self) -> str:
@@ -190,6 +261,53 @@ class Metrics:
             self._tools = {}
             self._all = _ToolStats(self.max_samples)
 
+    def _capacity(self) -> dict[str, int] | None:
+        """The installed runtime's dispatcher's reading, or None."""
+        rt = self._rt
+        return rt.dispatcher.snapshot() if rt is not None and rt.running else None
+
+    def _observe(self) -> None:
+        """Register :data:`GAUGES` on the meter provider, once (at the first
+        install): they read whichever runtime this object is installed on,
+        when collected."""
+        from opentelemetry.metrics import Observation  # (_check_meter_provider found it)
+
+        meter_provider = self._meter_provider
+        with _OBSERVED_LOCK:
+            try:
+                taken = meter_provider in _OBSERVED
+                if not taken:
+                    _OBSERVED[meter_provider] = None
+            except TypeError:  # (a provider that cannot be weakly keyed: not tracked)
+                taken = False
+        if taken:
+            raise InvalidStateError(
+                f"{_POLICY}: another Metrics publishes its gauges on this meter_provider already "
+                "(OpenTelemetry keeps the first instrument of a name); install that Metrics, or pass another provider"
+            )
+        meter = meter_provider.get_meter(__name__)
+
+        def gauge(key: str) -> Callable[[Any], list[Any]]:
+            def observe(options: Any) -> list[Any]:
+                value = self._reading(key)
+                return [] if value is None else [Observation(value)]
+
+            return observe
+
+        for name, key, unit, description in GAUGES:
+            meter.create_observable_gauge(name, callbacks=[gauge(key)], unit=unit, description=description)
+        self._observing = True
+
+    def _reading(self, key: str) -> int | None:
+        """One gauge's value now (None: nothing to report, not installed)."""
+        if key == "in_flight":
+            if not self.installed:
+                return None
+            with self._lock:
+                return len(self._trips)
+        capacity = self._capacity()
+        return None if capacity is None else capacity[key]
+
     @staticmethod
     def _describe(stats: _ToolStats) -> dict[str, Any]:
         return {
@@ -206,16 +324,27 @@ class Metrics:
         return undo is not None and not undo.disposed
 
     def install(self, rt: ToolRuntime) -> Callable[[], None]:
-        """Subscribe to ``rt``'s events; return the disposer (also :meth:`dispose`)."""
+        """Subscribe to ``rt``'s events and add a guard (``rt`` must be
+        started; the gauges are registered at the first install); return the
+        disposer (also :meth:`dispose`)."""
         check_runtime(_POLICY, rt)
         if self.installed:
             raise InvalidStateError(f"{_POLICY}: this Metrics object is already installed; dispose it first")
         undo = Undo()
-        undo.add(self._forget_trips)
-        undo.add(rt.events.on("tools/pre-execute", self._on_pre_execute, prepend=True))
-        undo.add(rt.events.on("tools/execute", self._on_execute, prepend=True))
-        undo.add(rt.events.on("tools/result", self._on_result))
-        undo.add(rt.events.on("tools/deferred", self._on_deferred))
+        try:
+            # (First: a runtime not started refuses it, and nothing is left behind.)
+            undo.add(rt.tools.guard(self._on_allowed))
+            if self._meter_provider is not None and not self._observing:
+                self._observe()
+            undo.add(self._forget_trips)
+            undo.add(rt.events.on("tools/pre-execute", self._on_pre_execute, prepend=True))
+            undo.add(rt.events.on("tools/execute", self._on_execute, prepend=True))
+            undo.add(rt.events.on("tools/result", self._on_result))
+            undo.add(rt.events.on("tools/deferred", self._on_deferred))
+        except BaseException:
+            undo()
+            raise
+        self._rt = rt
         self._undo = undo
         return undo
 
@@ -226,6 +355,7 @@ class Metrics:
             undo()
 
     def _forget_trips(self) -> None:
+        self._rt = None
         with self._lock:
             self._trips.clear()
 
@@ -235,11 +365,27 @@ class Metrics:
         return self.installed and (self.nested or execution.parent is None)
 
     def _on_pre_execute(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
-        if self._counts(execution):
-            started = self._clock()
-            with self._lock:
-                self._trips.setdefault(execution.token, _Trip(started))
-        return next_()
+        if not self._counts(execution):
+            return next_()
+        started = self._clock()
+        with self._lock:
+            trip = self._trips.setdefault(execution.token, _Trip(started, started))
+        decision = next_()
+        # The listeners decided (prepared again, once more): an Ask waits for
+        # its answer (this policy's guard), unless an approval given stands.
+        trip.ready = ended = self._clock()
+        trip.asked = ended if type(decision) is Ask and not execution.approval_stands(decision) else None
+        return decision
+
+    def _on_allowed(self, execution: ToolExecution) -> None:
+        # The guard: it runs once the call is allowed, after its approval.
+        # (A dict read without the lock: only asked calls go on.)
+        trip = self._trips.get(execution.token)
+        if trip is not None and trip.asked is not None:
+            trip.ready = answered = self._clock()
+            trip.approval = (trip.approval or 0.0) + (answered - trip.asked)
+            trip.asked = None
+        return None
 
     def _on_execute(self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         if not self._counts(execution):
@@ -280,14 +426,34 @@ class Metrics:
                 target.outcomes[code] += 1
                 if trip is None:
                     continue  # skipped: no phase ran
+                series = target.series
+                if trip.approval is not None:
+                    series["approval"].add(trip.approval)
                 if trip.dispatched is not None:
-                    target.series["wait"].add(trip.dispatched - trip.started)
-                    target.series["body"].add(trip.body)
-                target.series["total"].add(ended - trip.started)
+                    series["wait"].add(trip.dispatched - trip.started)
+                    series["queue"].add(trip.dispatched - trip.ready)
+                    series["body"].add(trip.body)
+                series["total"].add(ended - trip.started)
 
     def __repr__(self) -> str:
         state = "installed" if self.installed else "not installed"
         return f"<Metrics {state} calls={self._all.calls}>"
+
+
+def _check_meter_provider(meter_provider: Any) -> Any:
+    """``meter_provider``, if it is one and OpenTelemetry is installed."""
+    if not callable(getattr(meter_provider, "get_meter", None)):
+        raise InvalidTypeError(
+            f"{_POLICY}: meter_provider must be an OpenTelemetry MeterProvider (with get_meter()) or None, "
+            f"not {type(meter_provider).__qualname__}"
+        )
+    try:
+        import opentelemetry.metrics  # noqa: F401 - only whether it is there
+    except ImportError as exc:
+        raise InvalidStateError(
+            f"{_POLICY}: meter_provider needs OpenTelemetry: install the otel extra (pip install 'dsh-actors[otel]')"
+        ) from exc
+    return meter_provider
 
 
 def install(
@@ -297,11 +463,12 @@ def install(
     max_samples: int = 4096,
     nested: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    meter_provider: Any = None,
 ) -> Metrics:
     """Create a :class:`Metrics`, install it on ``rt`` and return it;
     ``metrics.dispose()`` uninstalls it (``rt.stop()`` needs nothing: no
     thread is started)."""
-    metrics = Metrics(max_samples=max_samples, nested=nested, clock=clock)
+    metrics = Metrics(max_samples=max_samples, nested=nested, clock=clock, meter_provider=meter_provider)
     metrics.install(rt)
     return metrics
 
@@ -316,7 +483,7 @@ def apply(rt: ToolRuntime, /, *, metrics: Metrics | None = None, **config: Any) 
         if config:
             raise InvalidTypeError(f"{_POLICY}: pass options to Metrics(...) or here, not both ({sorted(config)})")
     else:
-        unknown = set(config) - {"max_samples", "nested", "clock"}
-        check_no_unknown(_POLICY, unknown, "metrics", "max_samples", "nested", "clock")
+        unknown = set(config) - {"max_samples", "nested", "clock", "meter_provider"}
+        check_no_unknown(_POLICY, unknown, "metrics", "max_samples", "nested", "clock", "meter_provider")
         metrics = Metrics(**config)
     return metrics.install(rt)

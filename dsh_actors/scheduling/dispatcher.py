@@ -30,7 +30,7 @@ actors first (round-robin by batch). The sends it decides (``Serve`` to a
 call actor, the step's work to an executor actor, starting one when none
 is idle) are made outside the lock, the shape of httpcore's connection
 pool. And a call actor that ends a call while another batch waits with
-fewer call actors than its own leaves its batch for it
+no call actor, or at least two fewer than its own, leaves its batch for it
 (:meth:`Dispatcher.yields`): one long batch does not keep the whole budget
 while another waits.
 
@@ -148,6 +148,44 @@ class Dispatcher:
             f"stepping={self.stepping}/{self.steps_max} lent_steppers={self.lent_steppers} "
             f"wanting={len(self.wanting)} runnable={len(self.runnable)}>"
         )
+
+    def snapshot(self) -> dict[str, int]:
+        """How busy the runtime is, read at once under the lock, for
+        monitoring (``policies.metrics`` reads it for its ``capacity`` and
+        its gauges; nothing on a call's path does). Read-only::
+
+            call_actors_in_use   call-actor slots held: call actors serving
+                                 a batch (running a call, idle with it, or
+                                 on their way to it), lent ones not counted
+                                 (above call_actors_max for a moment after
+                                 a lend ends)
+            call_actors_lent     call actors waiting with their slot lent
+            call_actors_max      the budget (max_call_actors)
+            call_actors_peak     the most slots held at once so far
+            call_actors_wanted   call actors batches asked for that wait
+                                 for a slot of the budget
+            calls_queued         calls put in the batches' work mailboxes
+                                 that no call actor has taken yet
+            steps_in_use         step slots held (executor actors running
+                                 a batch's step), lent ones not counted
+            steps_lent           executor actors waiting with their slot lent
+            steps_max            STEPPING_MAX
+            steps_queued         steps waiting for a step slot (a batch to
+                                 begin or go on)
+        """
+        with self.lock:
+            return {
+                "call_actors_in_use": self.serving,
+                "call_actors_lent": self.lent_servers,
+                "call_actors_max": self.budget,
+                "call_actors_peak": self.peak,
+                "call_actors_wanted": sum(mailbox.asked for mailbox in self.wanting),
+                "calls_queued": sum(mailbox.queued() for mailbox in self._mailboxes),
+                "steps_in_use": self.stepping,
+                "steps_lent": self.lent_steppers,
+                "steps_max": self.steps_max,
+                "steps_queued": len(self.runnable),
+            }
 
     # -- the one assignment step ---------------------------------------------------
 

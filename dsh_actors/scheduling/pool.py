@@ -169,6 +169,11 @@ class WorkMailbox:
         for the budget, not told to leave)."""
         return self.servers - self.asked - self.sentinels
 
+    def queued(self) -> int:
+        """(Under the lock.) Calls put here that no server has taken yet
+        (read by ``Dispatcher.snapshot``)."""
+        return len(self._items) - self.sentinels
+
     def _ring(self) -> None:
         # (Under the lock.) Wake one waiting server, unless enough are rung.
         if self.idle > self.rung:

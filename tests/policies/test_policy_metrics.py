@@ -1,5 +1,7 @@
-"""policies.metrics: outcomes by tool and code, and latency percentiles
-with dispatch wait, body time and total time kept apart."""
+"""policies.metrics: outcomes by tool and code, latency percentiles with
+dispatch wait (and, within it, the approval and the queue for capacity),
+body time and total time kept apart, and how busy the runtime is (its
+capacity, as a dict and as OpenTelemetry gauges)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ from typing import Any
 
 import orjson
 import pytest
-from policy_helpers import call, run, run_one, tool
+from otel_helpers import Otel
+from policy_helpers import WAIT, call, run, run_one, tool
 
 import policies
-from dsh_actors import AbortController, Agent, Deny, ToolArgsError, ToolExecutionInput
-from policies.metrics import Metrics
+from dsh_actors import AbortController, Agent, Ask, Deny, ToolArgsError, ToolExecutionInput, ToolRuntime
+from policies.metrics import GAUGES, Metrics
+
+MAIN = Agent("main")
 
 
 class FakeClock:
@@ -208,6 +213,14 @@ def test_disposing_stops_counting_and_keeps_the_counts(rt: Any) -> None:
     assert all(rt.events.listeners(n) == () for n in ("tools/pre-execute", "tools/execute", "tools/result"))
 
 
+def test_installing_on_a_runtime_not_started_says_so_and_leaves_nothing() -> None:
+    rt = ToolRuntime()  # (never started: no thread to stop)
+    metrics = Metrics()
+    with pytest.raises(RuntimeError, match="not started: call start"):
+        metrics.install(rt)
+    assert not metrics.installed and rt.events.listeners("tools/pre-execute") == ()
+
+
 def test_a_metrics_object_is_installed_once_at_a_time(rt: Any) -> None:
     metrics = policies.metrics.install(rt)
     with pytest.raises(RuntimeError, match="already installed"):
@@ -239,6 +252,7 @@ def test_reset_forgets_the_counts(rt: Any) -> None:
         ({"window": 3}, TypeError, "unknown option"),
         ({"metrics": Metrics(), "max_samples": 3}, TypeError, "not both"),
         ({"metrics": "m"}, TypeError, "must be a Metrics"),
+        ({"meter_provider": "otel"}, TypeError, "meter_provider must be an OpenTelemetry MeterProvider"),
     ],
 )
 def test_bad_config_is_rejected_when_applied(
@@ -265,3 +279,159 @@ def test_a_deferred_call_is_not_left_in_flight_and_is_counted_when_it_is_resumed
     rt.tools.resume(suspended.suspension, {"a": "allowed-once"})
     snap = metrics.snapshot()
     assert snap["in_flight"] == 0 and snap["outcomes"] == {"ok": 2}
+    # (The answer came at resume: its time is not an approval this policy timed.)
+    assert snap["latency_ms"]["approval"]["count"] == 0
+
+
+def test_the_approval_and_the_queue_are_kept_apart_within_the_wait(rt: Any) -> None:
+    clock = FakeClock()
+
+    def asks(execution: Any, next_: Any) -> Any:
+        clock.advance(2.0)  # pre-execute policy: in the wait, in neither of its parts
+        return Ask(reason="check") if execution.name == "asked" else next_()
+
+    def person(request: Any) -> str:
+        clock.advance(7.0)  # a person answering
+        return "allowed-once"
+
+    def later_guard(execution: Any) -> None:
+        clock.advance(0.5)  # a guard after the approval's: in the queue
+        return None
+
+    def body(args: Any, ctx: Any) -> Any:
+        clock.advance(5.0)
+        return "done"
+
+    rt.events.on("tools/pre-execute", asks)
+    rt.approvals.set(person)
+    metrics = policies.metrics.install(rt, clock=clock)
+    rt.tools.guard(later_guard)
+    rt.tools.register(tool("asked", body))
+    rt.tools.register(tool("plain", body))
+
+    run_one(rt, call("asked"), agent=MAIN)
+    run_one(rt, call("plain"), agent=MAIN)
+
+    tools = metrics.snapshot()["tools"]
+    asked = {phase: s["max"] for phase, s in tools["asked"]["latency_ms"].items()}
+    assert asked == {"wait": 9500.0, "approval": 7000.0, "queue": 500.0, "body": 5000.0, "total": 14500.0}
+    plain = tools["plain"]["latency_ms"]
+    assert plain["approval"]["count"] == 0
+    assert (plain["wait"]["max"], plain["queue"]["max"]) == (2500.0, 500.0)
+
+
+def test_a_denied_approval_leaves_no_approval_sample(rt: Any) -> None:
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="check"))
+    rt.approvals.set(lambda request: "rejected")
+    metrics = policies.metrics.install(rt)
+    rt.tools.register(tool("echo"))
+
+    run_one(rt, call("echo"), agent=MAIN)
+
+    latency = metrics.snapshot()["tools"]["echo"]["latency_ms"]
+    assert [latency[p]["count"] for p in ("wait", "approval", "queue", "body", "total")] == [0, 0, 0, 0, 1]
+
+
+def gauges(otel: Otel) -> dict[str, int]:
+    """The dsh.* gauges the reader collects now, by name."""
+    data = otel.reader.get_metrics_data()
+    out: dict[str, int] = {}
+    for resource in () if data is None else data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name.startswith("dsh."):
+                    (point,) = metric.data.data_points
+                    out[metric.name] = point.value
+    return out
+
+
+def test_a_call_waiting_for_a_call_actor_is_in_its_queue_and_the_gauges_show_it(otel: Otel) -> None:
+    clock = FakeClock()
+    first_runs = threading.Event()
+    second_queued = threading.Event()
+    looked = threading.Event()
+    finish_first = threading.Event()
+
+    def first(args: Any, ctx: Any) -> Any:
+        first_runs.set()
+        finish_first.wait(WAIT)
+        clock.advance(5.0)  # meanwhile the second call waits for the only call actor
+        return "first"
+
+    def hold_third(execution: Any, next_: Any) -> Any:
+        if execution.name == "third":
+            # Calls are prepared in model order: the second is in the work
+            # mailbox already, and the only call actor runs the first.
+            first_runs.wait(WAIT)
+            second_queued.set()
+            looked.wait(WAIT)
+        return next_()
+
+    before = set(threading.enumerate())
+    with ToolRuntime(max_parallel_tool_calls=3, max_call_actors=1) as rt:
+        rt.events.on("tools/pre-execute", hold_third)
+        metrics = policies.metrics.install(rt, clock=clock, meter_provider=otel.meter_provider)
+        for name in ("first", "second", "third"):
+            rt.tools.register(tool(name, first if name == "first" else None))
+        batch = threading.Thread(
+            target=run, args=(rt, call("first", id="a"), call("second", id="b"), call("third", id="c"))
+        )
+        batch.start()
+        try:
+            assert second_queued.wait(WAIT)
+            seen = gauges(otel)
+            capacity = metrics.snapshot()["capacity"]
+        finally:
+            looked.set()
+            finish_first.set()
+            batch.join(WAIT)
+        assert not batch.is_alive()
+        snap = metrics.snapshot()
+        steps_max = rt.dispatcher.steps_max
+    for thread in set(threading.enumerate()) - before:
+        thread.join(WAIT)
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+
+    assert capacity == {
+        "call_actors_in_use": 1,  # the first call's, of a budget of one
+        "call_actors_lent": 0,
+        "call_actors_max": 1,
+        "call_actors_peak": 1,
+        "call_actors_wanted": 1,  # the batch asked for one more: none is free
+        "calls_queued": 1,  # the second call
+        "steps_in_use": 1,  # the batch's executor, preparing the third call
+        "steps_lent": 0,
+        "steps_max": steps_max,
+        "steps_queued": 0,
+    }
+    # One table: a gauge for each key of the reading, and the calls in flight.
+    assert seen == {name: {**capacity, "in_flight": 3}[key] for name, key, _, _ in GAUGES}
+    assert snap["outcomes"] == {"ok": 3}
+    second = snap["tools"]["second"]["latency_ms"]
+    assert (second["wait"]["max"], second["queue"]["max"], second["approval"]["count"]) == (5000.0, 5000.0, 0)
+
+
+def test_the_gauges_report_nothing_while_the_metrics_are_not_installed(rt: Any, otel: Otel) -> None:
+    metrics = Metrics(meter_provider=otel.meter_provider)
+    assert gauges(otel) == {} and metrics.snapshot()["capacity"] is None
+    undo = rt.use(policies.metrics, metrics=metrics)
+    assert gauges(otel)["dsh.call_actors.max"] == rt.max_call_actors
+    assert metrics.snapshot()["capacity"]["call_actors_max"] == rt.max_call_actors
+    undo()
+    assert gauges(otel) == {} and metrics.snapshot()["capacity"] is None
+
+
+def test_one_metrics_per_meter_provider(rt: Any, otel: Otel) -> None:
+    policies.metrics.install(rt, meter_provider=otel.meter_provider)
+    before = rt.events.listeners("tools/result")
+    second = Metrics(meter_provider=otel.meter_provider)
+    # (OpenTelemetry keeps the first instrument of a name: the second's gauges would read the first.)
+    with pytest.raises(RuntimeError, match="another Metrics publishes its gauges on this meter_provider"):
+        rt.use(policies.metrics, metrics=second)
+    assert not second.installed and rt.events.listeners("tools/result") == before
+    other = Otel()
+    try:
+        rt.use(policies.metrics, metrics=Metrics(meter_provider=other.meter_provider))  # another provider: fine
+        assert gauges(other)["dsh.call_actors.max"] == rt.max_call_actors
+    finally:
+        other.shutdown()
