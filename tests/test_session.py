@@ -953,6 +953,20 @@ def test_results_by_call_reads_ptc_dispatches_when_asked() -> None:
 
 
 def test_a_malformed_result_event_is_reported_with_the_bad_field() -> None:
+def test_results_by_call_keeps_an_id_s_latest_result_and_step_calls_pairs_each_step_s() -> None:
+    """A provider that numbers its call ids per step reuses call_0: the map
+    by id keeps the latest result (as documented); a step's own results
+    are read with step_calls."""
+    session = Session()
+    for step in (1, 2):
+        session.append(call_event(1, step, "call_0", "t", {}, agent="a"))
+        session.append(result_event("call_0", ok(None, f"step {step}"), turn=1, step=step, agent="a"))
+    assert {k: v.content for k, v in session.results_by_call().items()} == {"call_0": (TextBlock("step 2"),)}
+    for step in (1, 2):
+        (call,) = session.step_calls(1, step, "a")
+        assert call.result is not None and call.result.content == (TextBlock(f"step {step}"),)
+
+
     event = result_event("c1", ok(None, "x"))
     event["content"] = [{"type": "text", "text": 5}]
     with pytest.raises(LosslessJsonError, match=r"event\.content\[0\]\.text"):

@@ -195,6 +195,9 @@ class CallEntry:
     arguments: Any
     turn: int | None = None
     step: int | None = None
+    agent: str | None = None
+    """The id of the agent whose step it is (its ``tool/call``'s or
+    ``tool/batch``'s ``agent``), or None when the log names none."""
     result: LoggedResult | None = None
     children: list[CallEntry] = field(default_factory=list)
     logged_call: bool = True
@@ -371,6 +374,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                     arguments=_batch_arguments(item.get("arguments")),
                     turn=turn,
                     step=step,
+                    agent=agent_of(event),
                     batch_only=True,
                 )
                 roots.append(entry)
@@ -397,6 +401,7 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
                 arguments=event.get("arguments"),
                 turn=turn if type(turn) is int else None,
                 step=step if type(step) is int else None,
+                agent=agent,
             )
             roots.append(entry)
             latest[call_id] = entry
@@ -807,15 +812,21 @@ def render_log(
 ) -> list[str]:
     """The lines that show ``entries``: a header per model step (when
     ``steps``), then each call with its cards, sub-calls nested under their
-    root call. ``max_lines`` caps each card's body; ``tracebacks`` adds the
-    logged traceback of a call whose hook raised."""
+    root call. A step is an agent's: when the entries name more than one
+    agent (agents sharing a session), each header names its agent.
+    ``max_lines`` caps each card's body; ``tracebacks`` adds the logged
+    traceback of a call whose hook raised."""
     out: list[str] = []
     rule = style.glyph("──", "--")
-    step: tuple[int | None, int | None] | None = None
+    dot = style.glyph(" ·", ",")
+    named = len({entry.agent for entry in entries if entry.turn is not None}) > 1
+    step: tuple[int | None, int | None, str | None] | None = None
     for entry in entries:
-        here = (entry.turn, entry.step)
+        here = (entry.turn, entry.step, entry.agent)
         if steps and entry.turn is not None and here != step:
-            where = f"turn {entry.turn}{style.glyph(' ·', ',')} step {entry.step}"
+            where = f"turn {entry.turn}{dot} step {entry.step}"
+            if named:
+                where = f"{'no agent' if entry.agent is None else 'agent ' + entry.agent}{dot} {where}"
             out.append(style.dim(f"{rule} {where} {rule}"))
         if entry.turn is not None:
             step = here

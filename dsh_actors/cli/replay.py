@@ -2,7 +2,8 @@
 
 Each logged call is drawn with its tool's cards (``present_call`` from the
 logged arguments, ``present_result`` from the logged result projection),
-grouped by model step; PTC sub-dispatches are nested under the call that
+grouped by model step (an agent's: named in its header when the log has
+more than one agent); PTC sub-dispatches are nested under the call that
 made them. Without ``--tools``, or for a name the module does not
 register, or when a presenter answers ``None``, the generic cards are used.
 

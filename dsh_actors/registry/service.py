@@ -29,6 +29,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
@@ -63,7 +64,7 @@ from ..pipeline.flights import await_settled
 from ..pipeline.stages import run_inline
 from ..scheduling.interrupt import Interruptible
 from ..scheduling.messages import CallStart, Reply
-from ..scheduling.recovery import close_nested, recovery_plan, refuse_missing_tools
+from ..scheduling.recovery import close_nested, recovery_plan, recovery_session, refuse_missing_tools
 from ..scheduling.start import check_continuable, continue_batch, start_batch
 from ..scheduling.suspension import checked_with_log, in_step, resume_plan
 from ..signals import AbortController, AbortSignal
@@ -458,9 +459,10 @@ class ToolsService:
         runtime, or in any process whose session log records the first
         one's decisions, raises ``InvalidStateError`` and nothing runs.
         For a logged batch the log is the authority: the session takes the
-        log (``Session.hold``) and a suspension whose calls, arguments or
-        settled results disagree with it raises ``InvalidValueError``
-        naming what differs, before anything runs or is claimed. A
+        log (``Session.holding``: a refusal gives it back) and a
+        suspension whose calls, arguments or settled results disagree with
+        it raises ``InvalidValueError`` naming what differs, before
+        anything runs or is claimed. A
         malformed suspension or decision raises ``InvalidValueError``.
         Ctrl-C while it waits aborts the resumed batch (see ``execute``)."""
         guard = Interruptible(signal)
@@ -534,32 +536,35 @@ class ToolsService:
             )
 
     def _resume_claimed(self, plan: Any, session: Any, reply: Reply, loop: Any) -> None:
-        if session is not None:
-            # The log is the authority: taken for this session's writes (no
-            # other process writes it meanwhile), then the suspension must
-            # agree with what it says of the step (its arguments are taken
-            # from it). Refused before anything is claimed.
-            session.hold()
-            plan = checked_with_log(plan, session)
-            assert plan.known is not None  # (read from the log)
-            refuse_missing_tools(self._kernel, plan.batch, plan.starts, plan.known, "resume", f"suspension {plan.id}")
-        claims = self._links.claims
-        claims.claim(plan.id)
-        if session is not None:
-            # The decisions reach the log before anything runs; a log whose
-            # requests were decided already refuses (resumed elsewhere).
-            try:
-                # Not once the runtime stopped. (A stop from the write on
-                # leaves the decisions logged and nothing run, as a crash
-                # would: recover() finishes the step.)
-                _require(self._kernel)
-                session.decide(plan.id, plan.decisions)
-            except BaseException:
-                # Nothing was written and nothing ran: the claim goes back (a
-                # suspension decided in the log stays refused by the log).
-                claims.release(plan.id)
-                raise
-        self._start(plan.batch, reply, loop, plan.starts)
+        # The log is taken for this session's writes (no other process
+        # writes it meanwhile); a refusal that wrote nothing gives it back.
+        with nullcontext() if session is None else session.holding():
+            if session is not None:
+                # The log is the authority: the suspension must agree with
+                # what it says of the step (its arguments are taken from it).
+                # Refused before anything is claimed.
+                plan = checked_with_log(plan, session)
+                assert plan.known is not None  # (read from the log)
+                refuse_missing_tools(
+                    self._kernel, plan.batch, plan.starts, plan.known, "resume", f"suspension {plan.id}"
+                )
+            claims = self._links.claims
+            claims.claim(plan.id)
+            if session is not None:
+                # The decisions reach the log before anything runs; a log whose
+                # requests were decided already refuses (resumed elsewhere).
+                try:
+                    # Not once the runtime stopped. (A stop from the write on
+                    # leaves the decisions logged and nothing run, as a crash
+                    # would: recover() finishes the step.)
+                    _require(self._kernel)
+                    session.decide(plan.id, plan.decisions)
+                except BaseException:
+                    # Nothing was written and nothing ran: the claim goes back (a
+                    # suspension decided in the log stays refused by the log).
+                    claims.release(plan.id)
+                    raise
+            self._start(plan.batch, reply, loop, plan.starts)
 
     # -- interrupted steps -----------------------------------------------------
 
@@ -596,8 +601,9 @@ class ToolsService:
         returned as logged and nothing is written. The batch runs with the
         step's own limit, under the same barriers; ``signal`` cancels it;
         ``tool_set`` (a resolved step admission) makes conditional tools
-        executable, ``deps`` reaches the bodies as ``ctx.deps``. The
-        session takes the log first (``Session.hold``): while another
+        executable, ``deps`` reaches the bodies as ``ctx.deps``. Its
+        arguments are checked first; then the session takes the log
+        (``Session.holding``: a refusal gives it back): while another
         process writes it (the original batch, another recovery), or when
         it wrote to it after this session read it, this raises
         ``InvalidStateError`` and nothing runs; so does a call that would
@@ -648,38 +654,36 @@ class ToolsService:
     ) -> None:
         rt = self._kernel
         _require(rt)
+        # The arguments first: a wrong one is named whoever holds the log.
+        session = recovery_session(agent, turn, step, signal)
 
         def start(claimed: Reply) -> None:
-            if isinstance(agent, Agent) and agent.session is not None:
-                # Nothing else writes the log while the step is read and run:
-                # another process's batch or recovery holds it, or wrote to it
-                # since this session read it, and this refuses.
-                agent.session.hold()
-            plan = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
-            check_continuable(rt, plan.batch)
-            refuse_missing_tools(
-                rt,
-                plan.batch,
-                plan.starts,
-                plan.known,
-                "recover",
-                f'step (turn {turn}, step {step}) of agent "{agent.id}"',
-            )
-            # Written only now that nothing refuses: the open calls of the
-            # logged steps the interrupted calls ran, then a run_code call's
-            # sub-calls that the crash left open (as repair() ends them):
-            # whatever the call becomes, they are over.
-            close_nested(rt, plan)
-            agent.session.close_sub_calls([call.id for call in plan.batch.calls])
-            self._start(plan.batch, claimed, loop, plan.starts)
+            # Nothing else writes the log while the step is read and run:
+            # another process's batch or recovery holds it, or wrote to it
+            # since this session read it, and this refuses. A refusal that
+            # wrote nothing gives it back.
+            with session.holding():
+                plan = recovery_plan(rt, agent, turn, step, signal=signal, tool_set=tool_set, deps=deps)
+                check_continuable(rt, plan.batch)
+                refuse_missing_tools(
+                    rt,
+                    plan.batch,
+                    plan.starts,
+                    plan.known,
+                    "recover",
+                    f'step (turn {turn}, step {step}) of agent "{agent.id}"',
+                )
+                # Written only now that nothing refuses: the open calls of the
+                # logged steps the interrupted calls ran, then a run_code call's
+                # sub-calls that the crash left open (as repair() ends them):
+                # whatever the call becomes, they are over.
+                close_nested(rt, plan)
+                session.close_sub_calls([call.id for call in plan.batch.calls])
+                self._start(plan.batch, claimed, loop, plan.starts)
 
-        session = getattr(agent, "session", None)
-        if session is not None and type(turn) is int and type(step) is int:
-            # Claimed before the log is read: a resume or recovery of the
-            # step running now would change what the plan must be.
-            in_step(self._links.claims, session, turn, step, agent.id, reply, start)
-        else:
-            start(reply)  # (recovery_plan refuses it, naming the fix)
+        # Claimed before the log is read: a resume or recovery of the step
+        # running now would change what the plan must be.
+        in_step(self._links.claims, session, turn, step, agent.id, reply, start)
 
     def dispatch(self, execution: ToolExecutionInput) -> ToolExecutionResult:
         """Run ONE call through the whole pipeline on the calling thread and

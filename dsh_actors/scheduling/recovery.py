@@ -61,6 +61,7 @@ from ..session import (
     START,
     LoggedCall,
     LoggedResult,
+    Session,
     StepKey,
     parent_of,
     same_step,
@@ -81,6 +82,7 @@ __all__ = [
     "logged_arguments",
     "recovered_result",
     "recovery_plan",
+    "recovery_session",
     "refuse_missing_tools",
     "unknown_calls",
 ]
@@ -289,6 +291,29 @@ def close_nested(rt: Kernel, plan: RecoveryPlan) -> None:
             rt.claims.release_step(session, t, s_, owner)
 
 
+def recovery_session(agent: Any, turn: Any, step: Any, signal: Any) -> Session:
+    """The session a recovery of step ``(turn, step)`` of ``agent`` reads,
+    once its arguments are checked: asked before anything is claimed or
+    held, so a wrong argument is named whatever holds the log. Raises
+    ``TypeError``/``ValueError`` naming the fix: an agent without a
+    session, a turn or step that is not an int, a signal that is not an
+    ``AbortSignal``."""
+    if not isinstance(agent, Agent):
+        raise InvalidTypeError(f"recover() takes the Agent whose step it finishes, not {type(agent).__qualname__}")
+    session = agent.session
+    if session is None:
+        raise InvalidValueError(
+            f"agent {agent.id!r} has no session to recover from: open its log with "
+            "Agent(..., session=Session.open(path))"
+        )
+    for name, value in (("turn", turn), ("step", step)):
+        if type(value) is not int:
+            raise InvalidTypeError(f"recover() takes the {name} as an int, not {type(value).__qualname__}")
+    if signal is not None and not isinstance(signal, AbortSignal):
+        raise InvalidTypeError(f"signal must be an AbortSignal, not {type(signal).__qualname__}")
+    return session
+
+
 def recovery_plan(
     rt: Kernel,
     agent: Any,
@@ -303,21 +328,9 @@ def recovery_plan(
     log, where each of its calls starts, and the logged steps nested in its
     interrupted calls (see the module docstring; :func:`close_nested`
     closes those). Reads the log only. Raises ``TypeError``/``ValueError``
-    naming the fix: an agent without a session, a turn or step that is not
-    an int, a step the log has no call of."""
-    if not isinstance(agent, Agent):
-        raise InvalidTypeError(f"recover() takes the Agent whose step it finishes, not {type(agent).__qualname__}")
-    session = agent.session
-    if session is None:
-        raise InvalidValueError(
-            f"agent {agent.id!r} has no session to recover from: open its log with "
-            "Agent(..., session=Session.open(path))"
-        )
-    for name, value in (("turn", turn), ("step", step)):
-        if type(value) is not int:
-            raise InvalidTypeError(f"recover() takes the {name} as an int, not {type(value).__qualname__}")
-    if signal is not None and not isinstance(signal, AbortSignal):
-        raise InvalidTypeError(f"signal must be an AbortSignal, not {type(signal).__qualname__}")
+    naming the fix: what :func:`recovery_session` refuses, a step the log
+    has no call of."""
+    session = recovery_session(agent, turn, step, signal)
     logged = session.read_step(turn, step, agent.id)  # (its own step: agents may share the session)
     if not logged.calls:
         where = "" if session.path is None else f" ({session.path})"

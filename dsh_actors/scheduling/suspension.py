@@ -201,7 +201,9 @@ def suspension_value(
             entry["waits_for"] = list(waiting)
         calls.append(entry)
     agent = batch.agent
-    log = batch.log
+    # Only a batch that logged its step is a logged one: an agent without a
+    # session runs a batch with log= unlogged, and resumes it so.
+    logged = logged_step(batch)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -363,11 +365,19 @@ def resume_plan(
             raise InvalidTypeError(f"agent must be an Agent, not {type(agent).__qualname__}")
         actual = [a.id for a in agent.chain()]
         if path is None or actual != path:
-            wanted = "no agent" if path is None else f'agent "{"/".join(path)}"'
-            raise InvalidValueError(
-                f'the suspension was made for {wanted}, not agent "{agent.path}": pass the agent whose '
-                "batch was suspended (or agent=None)"
-            )
+            if path is None:
+                wanted, fix = "no agent", "pass agent=None"
+            elif suspension.get("log") is not None:
+                # (agent=None rebuilds an agent without a session: a logged batch refuses it)
+                wanted = f'agent "{"/".join(path)}"'
+                fix = (
+                    "pass the agent whose batch was suspended, with the session it logs to "
+                    "(Agent(..., session=Session.open(path)))"
+                )
+            else:
+                wanted = f'agent "{"/".join(path)}"'
+                fix = "pass the agent whose batch was suspended (or agent=None)"
+            raise InvalidValueError(f'the suspension was made for {wanted}, not agent "{agent.path}": {fix}')
     raw_log = suspension.get("log")
     log: LogStep | None = None
     if raw_log is not None:

@@ -96,7 +96,9 @@ one (start order), then a synthetic failure ``tool/result`` for every
 :meth:`Session.pending_calls` and :meth:`Session.pending_sub_calls` say
 what is still open. :meth:`Session.results_by_call` gives each call's
 :class:`LoggedResult`, rebuilt from logged fields only, whose
-:meth:`LoggedResult.projection` is what ``present_result`` takes on replay.
+:meth:`LoggedResult.projection` is what ``present_result`` takes on replay;
+it is keyed by call id, so an id logged in several steps keeps its latest
+result: :meth:`Session.step_calls` pairs one step's results with its calls.
 """
 
 from __future__ import annotations

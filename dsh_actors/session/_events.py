@@ -541,7 +541,9 @@ class LoggedResult:
 def results_by_call(events: Iterable[Mapping[str, Any]], *, ptc: bool = False) -> dict[str, LoggedResult]:
     """Each call's logged result, by call id, in log order. ``tool/result``
     events only, or with ``ptc`` only ``tool/ptc-dispatch`` events (keyed by
-    ``sub_call_id``). A call id logged twice keeps its last result."""
+    ``sub_call_id``). A call id logged twice (reused across steps, agents
+    sharing a session, a step run again) keeps its last result: one step's
+    results, each with its call, are :func:`step_calls`'s."""
     wanted = PTC_DISPATCH if ptc else RESULT
     out: dict[str, LoggedResult] = {}
     for event in events:

@@ -14,7 +14,8 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -522,6 +523,39 @@ class Session:
                 raise OSError("session is closed")
             if self._file is not None and not self._held:
                 self._hold()
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """:meth:`hold` for the work of the ``with`` block, which may be
+        refused: when the block raises, and this session did not hold its
+        file before it and logged no event in it, the file is given back
+        (another ``Session`` may then write the log, and this one takes it
+        again before its next write). A refused resume or recovery leaves
+        the session as it found it this way. When the block ends normally,
+        the session keeps the file, as after :meth:`hold`."""
+        with self._lock:
+            held, count = self._held, self._count
+        self.hold()
+        try:
+            yield
+        except BaseException:
+            if not held:
+                with self._lock:
+                    if self._held and self._count == count:
+                        self._give_back()
+            raise
+
+    def _give_back(self) -> None:
+        # Called with the lock held, holding the file, when this session
+        # logged nothing since it took it: as hold() found it. Whatever the
+        # file holds now, this session knows (it was the one writer).
+        file = self._file
+        assert file is not None
+        fd = file.fileno()
+        self._seen_size = os.fstat(fd).st_size
+        if sys.platform != "win32":
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        self._held = False
 
     @property
     def held(self) -> bool:

@@ -288,6 +288,27 @@ def test_a_copy_of_a_tool_call_line_is_the_same_call_as_the_session_has_it(cli: 
     assert replayed.out == "── turn 1 · step 1 ──\n✓ a echo\n    fine\n1 call: 1 ok, 0 errors\n"
 
 
+def test_agents_sharing_a_session_each_show_their_step_under_a_header_naming_them(cli: Cli, root: Path) -> None:
+    # Two agents number their steps alike and reuse the call id c1: each
+    # step is its agent's, in log order (bob's step 1 ran between alice's).
+    def step(agent: str, number: int, said: str) -> list[dict[str, Any]]:
+        return [
+            batch_event(1, number, [("c1", "echo", "{}")], agent=agent),
+            call_event(1, number, "c1", "echo", {}, agent=agent),
+            result_event("c1", _ok(said), turn=1, step=number, agent=agent),
+        ]
+
+    log = _log(root / "log.jsonl", *step("alice", 1, "a1"), *step("bob", 1, "b1"), *step("alice", 2, "a2"))
+    replayed = cli("replay", log)
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == (
+        "── agent alice · turn 1 · step 1 ──\n✓ c1 echo\n    a1\n"
+        "── agent bob · turn 1 · step 1 ──\n✓ c1 echo\n    b1\n"
+        "── agent alice · turn 1 · step 2 ──\n✓ c1 echo\n    a2\n"
+        "3 calls: 3 ok, 0 errors\n"
+    )
+
+
 @pytest.mark.parametrize(
     "last",
     [

@@ -280,6 +280,35 @@ def test_what_cannot_be_recovered_is_refused_naming_the_fix(rt: Any, tmp_path: P
     )
 
 
+def test_a_refused_recovery_leaves_its_session_as_it_found_it(rt: Any, tmp_path: Path) -> None:
+    """A recovery that is refused writes nothing and gives the log back (a
+    session that held it before keeps it); a wrong argument is named before
+    the log is taken, whoever holds it."""
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    crashed_log(path, batch_event(("c0", "safe")))
+    refused = Session.open(path)
+    with pytest.raises(ValueError, match="has no call of turn 1, step 2: nothing to recover"):
+        rt.tools.recover(Agent("a", session=refused), 1, 2)
+    assert not refused.held
+    with Session.open(path) as holder:
+        holder.hold()
+        with Session.open(path) as other:
+            with pytest.raises(TypeError, match=r"recover\(\) takes the turn as an int, not str"):
+                rt.tools.recover(Agent("a", session=other), "1", 1)
+            with pytest.raises(TypeError, match="signal must be an AbortSignal, not str"):
+                rt.tools.recover(Agent("a", session=other), 1, 1, signal="stop")  # type: ignore[arg-type]
+            assert not other.held
+        with pytest.raises(ValueError, match="nothing to recover"):
+            rt.tools.recover(Agent("a", session=holder), 1, 2)
+        assert holder.held  # (held before the call: it stays held)
+    assert kinds(path) == [("tool/batch", None)]  # nothing was written
+    # The log is free: the session refused first recovers the step.
+    assert texts(rt.tools.recover(Agent("a", session=refused), 1, 1)) == [("c0", "safe c0")]
+    refused.close()
+    assert tools.ran == ["c0"]
+
+
 def test_agents_sharing_a_session_recover_their_own_calls_of_the_same_id(rt: Any, tmp_path: Path) -> None:
     """Agent a's call c1 starts and settles while agent b's call c1 (another
     step, the same session) is open: each step reads back its own result."""

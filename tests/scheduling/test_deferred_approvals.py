@@ -472,6 +472,20 @@ def test_a_logged_suspension_needs_the_agent_with_its_session() -> None:
             rt.tools.resume(suspension, {"c0": "allowed-once"})
 
 
+def test_a_batch_with_log_whose_agent_has_no_session_suspends_unlogged_and_resumes() -> None:
+    """The session opts an agent in: with none, log= logs nothing, and the
+    suspension is an unlogged one (resumed without a session)."""
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        agent = Agent("main")
+        batch = ToolBatchInput(calls=(c("c0", ask=True), c("c1")), agent=agent, log=LogStep(turn=1, step=1))
+        suspension = roundtrip(rt.tools.execute(batch).suspension)
+        assert suspension["log"] is None
+        done = rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=agent)
+    assert texts(done) == [("c0", "done c0"), ("c1", "done c1")]
+
+
 def test_a_nested_call_cannot_be_deferred_and_fails_clearly(rt: Any) -> None:
     world = World()
     install(rt, world)

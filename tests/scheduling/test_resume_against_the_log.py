@@ -115,6 +115,54 @@ def test_a_logged_suspension_that_disagrees_with_its_log_is_refused_and_nothing_
     assert seen == [("c1", {"ask": False}), ("c0", {"ask": True}), ("c2", {"ask": False})]
 
 
+def test_a_refused_resume_leaves_its_session_as_it_found_it(tmp_path: Path) -> None:
+    """A resume refused after its session took the log (a suspension that
+    disagrees with it) writes nothing and gives the log back; a session
+    that held it before keeps it."""
+    world = World()
+    path = tmp_path / "log.jsonl"
+    with started_runtime() as rt:
+        install(rt, world)
+        origin, suspension = suspend(rt, world, Session(path))
+        assert origin.session is not None
+        origin.session.close()
+        size = path.stat().st_size
+        disagrees = changed(suspension, set_content)
+        with Session.open(path) as refused:
+            with pytest.raises(InvalidValueError, match="the suspension does not match its log"):
+                rt.tools.resume(disagrees, {"c0": "allowed-once"}, agent=Agent("main", session=refused))
+            assert not refused.held
+            with Session.open(path) as holder:
+                holder.hold()
+                with pytest.raises(InvalidValueError, match="the suspension does not match its log"):
+                    rt.tools.resume(disagrees, {"c0": "allowed-once"}, agent=Agent("main", session=holder))
+                assert holder.held
+        assert path.stat().st_size == size  # nothing was written
+        # The log is free: another session of it resumes the suspension.
+        with Session.open(path) as session:
+            done = rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("main", session=session))
+    assert texts(done) == [("c0", "done c0"), ("c1", "done c1"), ("c2", "done c2")]
+
+
+def test_a_logged_suspension_resumed_with_another_agent_is_told_to_pass_its_agent_and_session(
+    tmp_path: Path,
+) -> None:
+    """agent=None would be refused for a logged batch: the message does not
+    suggest it."""
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        origin, suspension = suspend(rt, world, Session(tmp_path / "log.jsonl"))
+        with pytest.raises(InvalidValueError) as refused:
+            rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=Agent("other", session=origin.session))
+        assert origin.session is not None
+        origin.session.close()
+    assert str(refused.value) == (
+        'the suspension was made for agent "main", not agent "other": pass the agent whose batch was '
+        "suspended, with the session it logs to (Agent(..., session=Session.open(path)))"
+    )
+
+
 def test_a_suspension_resumed_with_another_log_says_it_comes_from_another_log(tmp_path: Path) -> None:
     world = World()
     with started_runtime() as rt:
