@@ -14,8 +14,12 @@ model's output to the schema, but accepts only a subset of JSON Schema:
   ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``, ``minItems``,
   ``maxItems``, and the annotations ``description``, ``title``,
   ``$comment`` (``default`` and ``examples`` are dropped);
-* at most 5000 properties in all and 10 levels of object nesting (local
-  references followed as if written in place);
+* OpenAI's documented size limits: at most 5000 properties in all and 10
+  levels of object nesting (local references followed as if written in
+  place), 1000 enum values in all, 15,000 characters of values in an enum
+  of more than 250 values, and 120,000 characters of property names,
+  definition names, enum and const values in all (strings by their length,
+  other values by their JSON text);
 * no keyword beside ``$ref`` (a ``description`` there is inlined with its
   target; a recursive target so annotated is sent non-strict).
 
@@ -48,7 +52,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Final, final
 
-from ..json import FrozenDict
+from ..errors import DshError
+from ..json import FrozenDict, dumps
 from ._paths import local_target
 
 __all__ = ["STRICT_FORMATS", "STRICT_KEYWORDS", "AbsentNullPlan", "absent_null_plan", "strict_json_schema"]
@@ -94,6 +99,10 @@ STRICT_FORMATS: Final = frozenset(
 _DROPPED: Final = frozenset({"default", "examples", "$schema"})
 _MAX_PROPERTIES: Final = 5000
 _MAX_NESTING: Final = 10
+_MAX_ENUM_VALUES: Final = 1000
+_LARGE_ENUM: Final = 250  # an enum of more values has a character limit of its own
+_MAX_LARGE_ENUM_CHARS: Final = 15_000
+_MAX_CHARS: Final = 120_000
 _NULL: Final[dict[str, Any]] = {"type": "null"}
 # Keywords that may refuse null and that _accepts_null does not look into.
 _MAY_REFUSE_NULL: Final = ("not", "if", "$dynamicRef", "$recursiveRef")
@@ -101,6 +110,52 @@ _MAY_REFUSE_NULL: Final = ("not", "if", "$dynamicRef", "$recursiveRef")
 
 class _NotStrict(Exception):
     """The schema cannot be made strict."""
+
+
+class _Budget:
+    """What the strict form written so far spends of OpenAI's documented
+    size limits (module docstring, but the nesting: ``_nesting``); each
+    method raises :class:`_NotStrict` past one."""
+
+    __slots__ = ("properties", "enum_values", "chars")
+
+    def __init__(self) -> None:
+        self.properties = 0
+        self.enum_values = 0
+        self.chars = 0
+
+    def spend(self, properties: int = 0, enum_values: int = 0, chars: int = 0) -> None:
+        self.properties += properties
+        self.enum_values += enum_values
+        self.chars += chars
+        if self.properties > _MAX_PROPERTIES or self.enum_values > _MAX_ENUM_VALUES or self.chars > _MAX_CHARS:
+            raise _NotStrict
+
+    def names(self, names: Any, *, properties: bool) -> None:
+        """An object's property names (``properties``) or definition names."""
+        self.spend(properties=len(names) if properties else 0, chars=sum(len(name) for name in names))
+
+    def values(self, node: Mapping[str, Any]) -> None:
+        """A node's ``enum`` and ``const`` values."""
+        if "const" in node:
+            self.spend(chars=_chars(node["const"]))
+        enum = node.get("enum")
+        if isinstance(enum, (list, tuple)):
+            chars = sum(_chars(value) for value in enum)
+            if len(enum) > _LARGE_ENUM and sum(len(v) for v in enum if type(v) is str) > _MAX_LARGE_ENUM_CHARS:
+                raise _NotStrict
+            self.spend(enum_values=len(enum), chars=chars)
+
+
+def _chars(value: Any) -> int:
+    """What a value counts toward the character limits: a str its length,
+    anything else its compact JSON text's."""
+    if type(value) is str:
+        return len(value)
+    try:
+        return len(dumps(value))
+    except DshError:
+        raise _NotStrict from None  # (not lossless JSON: no schema to send strict)
 
 
 def _resolve(root: Any, ref: Any) -> Any:
@@ -164,9 +219,8 @@ def strict_json_schema(schema: Any) -> dict[str, Any] | None:
     (module docstring)."""
     if not isinstance(schema, Mapping) or schema.get("type") != "object" or "anyOf" in schema:
         return None
-    counter = [0]
     try:
-        out = _strict(schema, schema, counter)
+        out = _strict(schema, schema, _Budget())
         if _nesting(schema, schema, frozenset(), {}) > _MAX_NESTING:
             return None  # (references followed: pydantic puts every nested model in $defs)
     except (_NotStrict, RecursionError):
@@ -205,7 +259,7 @@ def _nesting(root: Any, node: Any, refs: frozenset[str], memo: dict[int, int]) -
     return levels
 
 
-def _strict(root: Any, node: Any, counter: list[int]) -> Any:
+def _strict(root: Any, node: Any, budget: _Budget) -> Any:
     if not isinstance(node, Mapping):
         raise _NotStrict
     if any(key not in STRICT_KEYWORDS for key in node):
@@ -220,8 +274,9 @@ def _strict(root: Any, node: Any, counter: list[int]) -> Any:
         if not isinstance(target, Mapping) or any(key not in ("description", "title", "$comment") for key in siblings):
             raise _NotStrict
         return _strict(
-            root, {**{k: v for k, v in target.items() if k not in ("$defs", "definitions")}, **siblings}, counter
+            root, {**{k: v for k, v in target.items() if k not in ("$defs", "definitions")}, **siblings}, budget
         )
+    budget.values(node)
     if "anyOf" in node:
         branches = node["anyOf"]
         if not isinstance(branches, (list, tuple)) or not branches:
@@ -231,7 +286,7 @@ def _strict(root: Any, node: Any, counter: list[int]) -> Any:
         }
         if any(key in union for key in ("type", "properties", "items")):
             raise _NotStrict  # keywords beside anyOf: not in the strict subset
-        union["anyOf"] = [_strict(root, branch, counter) for branch in branches]
+        union["anyOf"] = [_strict(root, branch, budget) for branch in branches]
         _check_distinguishable(root, branches)
         return union
     kind = node.get("type")
@@ -248,7 +303,8 @@ def _strict(root: Any, node: Any, counter: list[int]) -> Any:
         if key in ("$defs", "definitions"):
             if not isinstance(value, Mapping):
                 raise _NotStrict
-            out[key] = {name: _strict(root, sub, counter) for name, sub in value.items()}
+            budget.names(value, properties=False)
+            out[key] = {name: _strict(root, sub, budget) for name, sub in value.items()}
         else:
             out[key] = _plain(value)
     if "object" in names:
@@ -261,12 +317,10 @@ def _strict(root: Any, node: Any, counter: list[int]) -> Any:
         required = node.get("required", ())
         if isinstance(required, (list, tuple)) and any(name not in properties for name in required):
             raise _NotStrict  # a required key it does not declare: a closed object could never hold it
-        counter[0] += len(properties)
-        if counter[0] > _MAX_PROPERTIES:
-            raise _NotStrict
+        budget.names(properties, properties=True)
         strict_properties: dict[str, Any] = {}
         for name, sub in properties.items():
-            converted = _strict(root, sub, counter)
+            converted = _strict(root, sub, budget)
             if name not in required and not _accepts_null(root, sub):
                 converted = _nullable(converted)
             strict_properties[name] = converted
@@ -274,7 +328,7 @@ def _strict(root: Any, node: Any, counter: list[int]) -> Any:
         out["required"] = list(properties)
         out["additionalProperties"] = False
     if "items" in node:
-        out["items"] = _strict(root, node["items"], counter)
+        out["items"] = _strict(root, node["items"], budget)
     elif "array" in names:
         # An array of any items: strict mode needs their schema (OpenAI
         # refuses "array schema missing items"), and {} cannot be one.

@@ -4,6 +4,7 @@ strict model sends for an optional parameter read as absent by the pipeline."""
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -320,3 +321,61 @@ def test_objects_nested_more_than_ten_levels_inline_are_not_strict() -> None:
 
     assert strict_json_schema(inline(10)) is not None
     assert strict_json_schema(inline(11)) is None
+
+
+def enums(*sizes: int, width: int = 4) -> dict[str, Any]:
+    """An object schema with one string enum property per size, each value
+    ``width`` characters long."""
+    return {
+        "type": "object",
+        "properties": {
+            f"e{n}": {"type": "string", "enum": [f"{i:0{width}d}" for i in range(size)]} for n, size in enumerate(sizes)
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("schema", "strict"),
+    [
+        # At most 1000 enum values in all.
+        (enums(500, 500), True),
+        (enums(500, 501), False),
+        # An enum of more than 250 values: at most 15,000 characters of them.
+        (enums(250, width=70), True),  # (17,500 characters, but only 250 values)
+        (enums(251, width=59), True),  # 14,809 characters
+        (enums(251, width=60), False),  # 15,060 characters
+        # At most 120,000 characters of property names, definition names,
+        # enum and const values in all.
+        (enums(*[200] * 5, width=119), True),  # 119,000 characters
+        (enums(*[200] * 5, width=121), False),  # 121,000
+        ({"type": "object", "properties": {f"{i:060d}": {"type": "integer"} for i in range(2000)}}, True),
+        ({"type": "object", "properties": {f"{i:061d}": {"type": "integer"} for i in range(2000)}}, False),
+        (
+            {
+                "type": "object",
+                "$defs": {f"{i:0100d}": {"const": "x" * 500, "type": "string"} for i in range(201)},
+                "properties": {"a": {"$ref": f"#/$defs/{0:0100d}"}},
+            },
+            False,  # 201 * (100 + 500) characters
+        ),
+    ],
+)
+def test_schemas_past_openais_enum_and_size_limits_are_not_made_strict(schema: dict[str, Any], strict: bool) -> None:
+    assert (strict_json_schema(schema) is not None) is strict
+
+
+def test_a_typed_tool_with_more_enum_values_than_strict_mode_takes_is_sent_non_strict(rt: ToolRuntime) -> None:
+    from dsh_actors import tool
+
+    Airport = enum.Enum("Airport", {f"A{i:04d}": f"A{i:04d}" for i in range(1200)})  # type: ignore[misc]
+
+    @tool
+    def fly(dest: Airport) -> str:  # type: ignore[valid-type]
+        """Fly somewhere."""
+        return "ok"
+
+    rt.tools.register(fly)
+    (chat,) = openai.tools(rt, strict=True)
+    (responses,) = openai_responses.tools(rt, strict=True)
+    assert chat["function"]["strict"] is False and responses["strict"] is False
+    assert chat["function"]["parameters"] == responses["parameters"] == openai.tools(rt)[0]["function"]["parameters"]
