@@ -438,7 +438,7 @@ def validate_json_schema_value(schema: object, value: Any, path: str = "value") 
     schema raises :class:`JsonSchemaError`.
 
     Total over any Python value: one that is not lossless JSON (NaN, an
-    infinity, an int out of range, a str enum or any other
+    infinity, ``-0.0``, an int out of range, a str enum or any other
     subclass, a dict with a non-str key, a cycle, nesting deeper than
     ``MAX_JSON_DEPTH``) gives the one violation saying where, whatever the
     schema (``{}`` included). The compiled form
