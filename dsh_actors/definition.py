@@ -13,8 +13,9 @@ schema, and the runtime enforces both: arguments before the body
 :func:`define_tool` is the author path: it compiles the schema DSL, checks
 everything registration would reject, and wraps the callbacks so that the
 body only ever sees arguments that match ``parameters`` (invalid ones fail
-the call with ``ToolArgsError``), the classifier answers ``False`` and the
-presenters ``None`` on invalid arguments, and neither ever raises.
+the call with ``ToolArgsError``), the classifier and a ``requires_approval``
+predicate answer ``False`` and the presenters ``None`` on invalid
+arguments, and neither the classifier nor the presenters ever raise.
 
 :func:`validate_definition` is what registration runs: every structural
 check, with every problem reported at once, and the output and parameter
@@ -32,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast
 
 from loguru import logger
 
-from .errors import DshError, JsonSchemaError, RegistrationError, ToolArgsError, safe_repr, safe_str
+from .errors import DshError, JsonSchemaError, RegistrationError, ToolArgsError, exception_text, safe_repr, safe_str
 from .json import thaw
 from .model import ContentBlock, ToolExecutionResult
 from .presentation import PresentedResult, ToolCallView, ToolResultView
+from .presentation._projection import presenter_failed
 from .schema import (
     CompiledJsonSchema,
     FullJsonSchema,
@@ -72,7 +74,8 @@ __all__ = [
 class ToolSchema(TypedDict):
     """The model-facing projection of a tool: exactly these three keys.
     ``schemas()`` builds fresh ones; no callback, ``timeout_ms``,
-    ``idempotent``, classifier or ``meta`` ever appears in them."""
+    ``idempotent``, ``requires_approval``, classifier or ``meta`` ever
+    appears in them."""
 
     name: str
     description: str
@@ -239,6 +242,21 @@ class ToolDefinition:
     logged result runs again only when its tool is idempotent; otherwise it
     gets an ``INTERRUPTED`` failure. Never model-visible."""
 
+    requires_approval: bool | Classifier = False
+    """Whether a call needs a person's approval before it runs: ``True``
+    (every call), ``False`` (the default), or a predicate
+    ``requires_approval(args) -> bool`` on the frozen arguments (pure, fast,
+    non-blocking, like ``is_concurrency_safe``). For a call that needs it,
+    the ``tools/pre-execute`` waterfall's default (what the last ``next()``
+    returns, and the decision when no listener is subscribed) is
+    ``Ask(reason='tool "<name>" requires approval (its definition sets
+    requires_approval)')`` instead of ``Allow()``, routed to the approval
+    service like any ``Ask``. A listener that returns a decision without
+    calling ``next()`` still decides, an ``Allow()`` included. A predicate
+    that raises or answers anything but a bool fails the call
+    ``POLICY_FAILED`` (``requires_approval: ...``, naming the tool). Never
+    model-visible."""
+
     project_content: ContentHook | None = None
     """``project_content(execution, result) -> content | None``: replace the
     rendered content before ``tools/post-execute`` (``None`` keeps it). Runs
@@ -397,6 +415,15 @@ def _idempotent_problem(idempotent: object) -> str | None:
     return f"idempotent must be True or False (got {_shown(idempotent)})"
 
 
+def _requires_approval_problem(requires_approval: object) -> str | None:
+    if type(requires_approval) is bool or callable(requires_approval):
+        return None
+    return (
+        "requires_approval must be True, False or a callable requires_approval(args) -> bool "
+        f"(got {_shown(requires_approval)})"
+    )
+
+
 #: The longest wait, in milliseconds, that an option of the runtime, its
 #: policies or its executors may ask for (about 11.6 days): a longer one is
 #: no deadline, backoff or stop that a process waits out, and Python's own
@@ -525,7 +552,8 @@ def validate_definition(defn: object) -> CheckedDefinition:
     an ``execute`` that is not callable, or that cannot be called as
     ``execute(args, ctx)``;
     a ``timeout_ms`` that is not a positive finite int or float; an
-    ``idempotent`` that is not a bool; other
+    ``idempotent`` that is not a bool; a ``requires_approval`` that is
+    neither a bool nor callable; other
     callbacks that are neither callable nor ``None``; a ``meta`` that is not
     a mapping; a ``schema_mode`` other than ``"subset"``/``"full"``. In full
     mode the schemas are checked and compiled by
@@ -583,6 +611,9 @@ def _check(defn: ToolDefinition, parameter_validator: SchemaEnforcer | None) -> 
     idempotent_problem = _idempotent_problem(defn.idempotent)
     if idempotent_problem is not None:
         problems.append(idempotent_problem)
+    approval_problem = _requires_approval_problem(defn.requires_approval)
+    if approval_problem is not None:
+        problems.append(approval_problem)
     problems.extend(_callback_problems({key: getattr(defn, key) for key in _OPTIONAL_CALLBACKS}))
     if defn.meta is not None and not _is_instance(defn.meta, Mapping):
         problems.append(f"meta must be a mapping or None (got {type(defn.meta).__qualname__})")
@@ -611,6 +642,7 @@ def define_tool(
     is_concurrency_safe: Classifier | bool | None = None,
     timeout_ms: float | None = None,
     idempotent: bool = False,
+    requires_approval: bool | Classifier = False,
     project_content: ContentHook | None = None,
     finalize_content: ContentHook | None = None,
     present_call: PresentCall | None = None,
@@ -635,9 +667,14 @@ def define_tool(
       the classifier raises; otherwise the classifier's answer, unchanged. A
       bool is a constant classifier (``True``: every valid call may overlap
       its siblings).
+    * ``requires_approval`` (a bool, or a predicate on the arguments: see
+      :attr:`ToolDefinition.requires_approval`): a predicate answers
+      ``False`` on invalid arguments without being called (the body will not
+      run: the call fails ``INVALID_ARGS``), otherwise its own answer.
     * ``present_call`` / ``present_result`` answer ``None`` on invalid
-      arguments, when the presenter raises (logged at debug), or when it
-      returns something that is not a view; they never raise.
+      arguments, and when the presenter raises or returns something that
+      is not a view (a warning naming the fix, once per tool, presenter and
+      kind of failure); they never raise.
 
     Raises :class:`RegistrationError` (naming the tool, every problem at
     once) for what registration would reject, an ``execute`` that cannot be
@@ -666,6 +703,9 @@ def define_tool(
     idempotent_problem = _idempotent_problem(idempotent)
     if idempotent_problem is not None:
         problems.append(idempotent_problem)
+    approval_problem = _requires_approval_problem(requires_approval)
+    if approval_problem is not None:
+        problems.append(approval_problem)
     classifier = constant_classifier(is_concurrency_safe) if type(is_concurrency_safe) is bool else is_concurrency_safe
     problems.extend(
         _callback_problems(
@@ -720,6 +760,7 @@ def define_tool(
         is_concurrency_safe=None if classifier is None else _classifier(name, validator, classifier),
         timeout_ms=timeout_ms,
         idempotent=idempotent,
+        requires_approval=_guarded_requires_approval(name, validator, requires_approval),
         project_content=project_content,
         finalize_content=finalize_content,
         present_call=None if present_call is None else _call_presenter(name, validator, present_call),
@@ -828,6 +869,9 @@ def _wrap_full(defn: ToolDefinition) -> None:
     classifier = _unwrapped(defn.is_concurrency_safe)
     if callable(classifier):
         setters["is_concurrency_safe"] = _classifier(name, validator, classifier)
+    requires_approval = _unwrapped(defn.requires_approval)
+    if callable(requires_approval):
+        setters["requires_approval"] = _guarded_requires_approval(name, validator, requires_approval)
     present_call = _unwrapped(defn.present_call)
     if callable(present_call):
         setters["present_call"] = _call_presenter(name, validator, present_call)
@@ -915,6 +959,24 @@ def guarded_callbacks(
     )
 
 
+def _guarded_requires_approval(name: str, validator: _Validates, requires_approval: bool | Classifier) -> Any:
+    """``requires_approval`` as a definition holds it: a bool (or anything
+    that is not callable, for registration to refuse) as it is; a
+    predicate wrapped the way :func:`define_tool` wraps it, answering
+    ``False`` without calling it on arguments ``validator`` rejects (the
+    body will not run: the call fails ``INVALID_ARGS``). What it raises is
+    not caught: the pipeline fails the call, naming the tool."""
+    if not callable(requires_approval):
+        return requires_approval
+    is_valid = validator.is_valid
+
+    def predicate(args: Any) -> bool:
+        return is_valid(args) and requires_approval(args)
+
+    _label(predicate, name, "requires_approval", requires_approval)
+    return predicate
+
+
 def _classifier(name: str, validator: _Validates, classifier: Classifier) -> Classifier:
     is_valid = validator.is_valid
 
@@ -961,16 +1023,20 @@ def _view(
     name: str, role: str, kind: type, is_valid: Callable[[Any], bool], args: Any, presenter: Any, *inputs: Any
 ) -> Any:
     """``presenter(*inputs)`` if ``args`` are valid and it returns a ``kind``
-    (or None); None, logged, for anything else: presenters never raise."""
+    (or None); None for anything else, with a warning (``presenter_failed``):
+    presenters never raise."""
     try:
         if not is_valid(args):
             return None
         view = presenter(*inputs)
     except BaseException as err:  # noqa: BLE001 - presenters never raise
-        logger.debug("tool {!r}: {} raised {}; using the generic card", name, role, safe_str(err))
+        presenter_failed(name, role, type(err).__qualname__, f"raised {exception_text(err)}")
         return None
     if view is not None and not _is_instance(view, kind):
-        logger.debug("tool {!r}: {} returned a {}, not a {}", name, role, type(view).__qualname__, kind.__name__)
+        got = type(view).__qualname__
+        presenter_failed(
+            name, role, f"returned {got}", f"returned a value of type {got}, not a {kind.__name__} (or None)"
+        )
         return None
     return view
 
@@ -988,18 +1054,23 @@ _GUARDED: Final = "__dsh_guarded__"
 
 
 def _guard_own(defn: ToolDefinition, own: OwnValidators) -> None:
-    """Guard the classifier and presenters of a definition whose ``execute``
-    brings its own validators, as :func:`define_tool` guards them: those
-    ``@tool`` made are guarded already; one a ``dataclasses.replace`` put in
-    is wrapped here."""
+    """Guard the classifier, the presenters and a ``requires_approval``
+    predicate of a definition whose ``execute`` brings its own validators,
+    as :func:`define_tool` guards them: the classifier and presenters
+    ``@tool`` made are guarded already; its predicate, and one a
+    ``dataclasses.replace`` put in, are wrapped here."""
     name = defn.name if type(defn.name) is str else "<unnamed>"
     given = {
         key: fn
-        for key in ("is_concurrency_safe", "present_call", "present_result")
+        for key in ("is_concurrency_safe", "present_call", "present_result", "requires_approval")
         if callable(fn := getattr(defn, key)) and not getattr(fn, _GUARDED, False)
     }
     if not given:
         return
+    if "requires_approval" in given:
+        object.__setattr__(
+            defn, "requires_approval", _guarded_requires_approval(name, own.parameters, given["requires_approval"])
+        )
     classifier, present_call, present_result = guarded_callbacks(
         name,
         own.parameters,

@@ -68,6 +68,9 @@ class ErrorCode(str, Enum):
     POLICY_FAILED = "POLICY_FAILED"
     INVALID_USE = "INVALID_USE"
     RUNTIME_STOPPED = "RUNTIME_STOPPED"
+    # No exception class: the failure Session.repair (and crash recovery)
+    # gives a call whose body started and whose result was never logged.
+    INTERRUPTED = "INTERRUPTED"
     # dsh_actors.mcp (the optional "mcp" extra): what an MCP server answered.
     MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
     MCP_PROTOCOL_ERROR = "MCP_PROTOCOL_ERROR"

@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidTypeError, InvalidValueError
+from .errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from .json._rules import MAX_INT, surrogate_index, value_problem
-from .model import ToolProgress, UserMessage, slot_setters
+from .model import TextBlock, ToolProgress, UserMessage, slot_setters
 from .signals import AbortSignal, follow, fuse_late
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -457,8 +457,8 @@ class ToolRunContext:
         thread, before this returns. Call it from the body (sync or async)
         or a thread the body waits for; a call's reports are delivered in
         the order they are made and never after its ``tools/result``: once
-        the body has returned, a report is dropped. ``progress`` and
-        ``total`` are finite numbers, ``message`` text."""
+        the body has returned, a report raises ``InvalidStateError``.
+        ``progress`` and ``total`` are finite numbers, ``message`` text."""
         record = ToolProgress(_number(progress, "progress"), _number(total, "total", optional=True), message)
         if message is not None:
             if type(message) is not str:
@@ -474,24 +474,46 @@ class ToolRunContext:
                 lock = self._progress_lock = threading.RLock()
         with lock:
             if self._closed:
-                return
+                raise self._settled("report_progress")
             execution = self._execution
             events.emit("tools/progress", execution, record, agent=execution.agent)
 
-    def defer_context(self, context: UserMessage) -> None:
+    def defer_context(self, context: UserMessage | str) -> None:
         """Attach ``context`` to this call's own result; the agent loop
-        appends it only after the ``tool/result``."""
-        if not isinstance(context, UserMessage):
+        appends it only after the ``tool/result``. A ``str`` is the text of
+        the message: ``ctx.defer_context("x")`` is
+        ``ctx.defer_context(UserMessage([text("x")]))``. Once the body has
+        returned, this raises ``InvalidStateError``."""
+        if isinstance(context, str):
+            context = UserMessage((TextBlock(context),))
+        elif not isinstance(context, UserMessage):
             raise InvalidTypeError(
-                f"defer_context takes a UserMessage, not {type(context).__qualname__}: "
-                'ctx.defer_context(UserMessage([text("...")]))'
+                f"defer_context takes a UserMessage or a str (its text), not {type(context).__qualname__}: "
+                'ctx.defer_context("...") or ctx.defer_context(UserMessage([text("...")], source=...))'
             )
         with self._lock:
+            if self._closed:
+                raise self._settled("defer_context")
             self._contexts.append(context)
 
     def conclude_turn(self) -> None:
-        """Mark a successful final result as terminal for the agent's turn."""
-        self._concludes = True
+        """Mark a successful final result as terminal for the agent's turn.
+        Once the body has returned, this raises ``InvalidStateError``."""
+        with self._lock:
+            if self._closed:
+                raise self._settled("conclude_turn")
+            self._concludes = True
+
+    def _settled(self, method: str) -> InvalidStateError:
+        """The one rule of the methods whose effect :meth:`_close` collects
+        or ends: called after it, they raise this, never act unseen."""
+        execution = self._execution
+        return InvalidStateError(
+            f'ctx.{method}() came after the body of tool "{execution.name}" (call "{execution.call_id}") '
+            f"returned: the call has settled, so it would have no effect. Call ctx.{method}() before the "
+            "body returns; a body that hands ctx to a thread or a task must wait for it (thread.join(), "
+            "await the task)"
+        )
 
 
 # -- the pipeline's side ------------------------------------------------------

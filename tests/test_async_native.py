@@ -1235,6 +1235,36 @@ def test_a_body_whose_task_the_application_cancels_fails_with_a_message_naming_i
         result = submitted.result(GUARD).results[0].result
     assert result.is_error and result.error.info.name == "CancelledError"
     assert result.error.message == (
-        'the task running async tool "slow" was cancelled, and not by the runtime (its event loop '
-        "shutting down, or the application cancelling its tasks)"
+        'async tool "slow" ended with CancelledError, not cancelled by the runtime: it raised CancelledError '
+        "itself (or awaited something that was cancelled), or something else cancelled its task (its event "
+        "loop shutting down, or the application cancelling its tasks)"
     )
+    kept = result.error.exception
+    assert isinstance(kept, asyncio.CancelledError) and isinstance(kept.__cause__, asyncio.CancelledError)
+
+
+def test_a_body_that_raises_cancelled_error_itself_fails_saying_so_and_keeps_the_exception(rt: Any) -> None:
+    """Nobody cancelled its task: the message must not blame only the
+    loop or the application, and what the body raised is kept, with its
+    traceback, as the ``__cause__`` of the failure's exception."""
+
+    async def fetch(args: Any, ctx: Any) -> str:
+        raise asyncio.CancelledError("upstream client gave up")
+
+    rt.tools.register(tool("fetch", fetch))
+    result = rt.tools.execute(batch("fetch")).results[0].result
+    assert code(result) == "TOOL_FAILED" and result.error.info.name == "CancelledError"
+    message = result.error.message
+    assert message.startswith('async tool "fetch" ended with CancelledError, not cancelled by the runtime: ')
+    assert "it raised CancelledError itself" in message and "something else cancelled its task" in message
+    assert message.endswith("; the CancelledError says: upstream client gave up")
+    kept = result.error.exception
+    assert isinstance(kept, asyncio.CancelledError) and str(kept) == message
+    raised = kept.__cause__
+    assert isinstance(raised, asyncio.CancelledError) and str(raised) == "upstream client gave up"
+    frames = []
+    tb = raised.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert "fetch" in frames

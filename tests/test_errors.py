@@ -129,8 +129,63 @@ def test_content_and_decisions_of_the_wrong_type_are_refused_where_they_are_made
         Deny({"why": "policy"})  # type: ignore[arg-type]
 
 
-def test_defer_context_given_text_names_how_to_make_a_user_message(rt: ToolRuntime) -> None:
-    from dsh_actors import ToolOutput, define_tool
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            "data:image/png;base64,iVBORw0KGgo=",
+            'is a data URL, not base64 text: strip its "data:<type>;base64," prefix',
+        ),
+        ("not base64 !!", "is not base64 text (the standard alphabet"),
+        ("iVBORw0KGgo", "is not base64 text"),  # (unpadded)
+        ("iVBO\nRw0KGgo=", "is not base64 text"),  # (a line break)
+        ("aGk=aGk=", "is not base64 text"),  # (padding inside)
+        ("aGk-", "is not base64 text"),  # (the URL-safe alphabet)
+        ("é", "is not base64 text"),
+        ("", "is empty: base64-encode the bytes"),
+    ],
+)
+def test_image_data_that_is_not_base64_is_refused_where_the_block_is_made_naming_the_fix(
+    data: str, problem: str
+) -> None:
+    """(It used to be taken, and sent: ``data:image/png;base64,data:...`` to
+    OpenAI, and data Anthropic refuses, with the whole history.)"""
+    from dsh_actors import ImageBlock
+
+    with pytest.raises(InvalidValueError) as caught:
+        ImageBlock(data, "image/png")
+    assert caught.value.message.startswith(f"ImageBlock data {problem}")
+    for good in ("aGk=", "aGk+", "aG==", "iVBORw0KGgo=", "////"):
+        assert ImageBlock(good, "image/png").data == good
+
+
+def test_an_asks_display_reason_is_text_by_language_and_a_str_is_its_english_text() -> None:
+    """(A str used to be taken as it was, and to fail the call only once it
+    was deferred, with a misleading ``tools/pre-execute:`` prefix.)"""
+    from dsh_actors import Ask
+
+    assert Ask(display_reason="Delete it?").display_reason == {"en": "Delete it?"}
+    given = {"en": "Delete it?", "fr": "Le supprimer ?"}
+    ask = Ask(reason="r", display_reason=given)
+    given["en"] = "changed"  # copied as the Ask is made
+    assert ask == Ask(reason="r", display_reason={"en": "Delete it?", "fr": "Le supprimer ?"})
+    assert Ask().display_reason is None
+    fix = r'Ask\(display_reason=\.\.\.\) must be the English text \(a str\) or a mapping of language to text with an "en" entry, such as \{"en": "Delete the file\?"'
+    for shown, got in [
+        (5, "int"),
+        (["en", "x"], "list"),
+        ({"fr": "x"}, 'a mapping without an "en" entry'),
+        ({"en": 1}, "a mapping whose keys and values are not all str"),
+        (b"Delete it?", "bytes"),
+    ]:
+        with pytest.raises(InvalidTypeError, match=fix) as caught:
+            Ask(display_reason=shown)  # type: ignore[arg-type]
+        assert caught.value.message.endswith(f"(got {got})")
+
+
+def test_defer_context_takes_text_as_the_text_of_a_user_message(rt: ToolRuntime) -> None:
+    """(A str used to fail the call, showing the fix to the model.)"""
+    from dsh_actors import ToolOutput, UserMessage, define_tool, text
 
     def body(args: object, ctx: object) -> str:
         ctx.defer_context("remember this")  # type: ignore[attr-defined]
@@ -142,8 +197,26 @@ def test_defer_context_given_text_names_how_to_make_a_user_message(rt: ToolRunti
         )
     )
     result = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c0", name="t", arguments="{}")])).results[0].result
+    assert not result.is_error
+    assert result.additional_contexts == (UserMessage([text("remember this")]),)
+
+
+def test_defer_context_given_another_type_names_both_forms_it_takes(rt: ToolRuntime) -> None:
+    from dsh_actors import ToolOutput, define_tool
+
+    def body(args: object, ctx: object) -> str:
+        ctx.defer_context(b"remember this")  # type: ignore[attr-defined]
+        return "ok"
+
+    rt.tools.register(
+        define_tool(
+            name="t", description="t", parameters={}, output=ToolOutput(schema={"type": "string"}), execute=body
+        )
+    )
+    result = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c0", name="t", arguments="{}")])).results[0].result
     assert result.error.message == (
-        'defer_context takes a UserMessage, not str: ctx.defer_context(UserMessage([text("...")]))'
+        "defer_context takes a UserMessage or a str (its text), not bytes: "
+        'ctx.defer_context("...") or ctx.defer_context(UserMessage([text("...")], source=...))'
     )
 
 

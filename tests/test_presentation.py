@@ -321,3 +321,51 @@ def test_a_result_projection_keeps_only_the_logged_fields_of_a_live_result() -> 
     assert projected.is_error and projected.error == ToolFailure("boom")
     assert not hasattr(projected, "value")
     assert ToolResultProjection([text("x")], is_error=False).content == (text("x"),)
+
+
+def test_a_broken_presenter_is_a_warning_once_per_tool_and_kind_of_failure_naming_the_fix(library_logs: None) -> None:
+    """(A presenter that reads ``result.value`` works live and used to fall
+    back to the generic card on replay with only a DEBUG line.)"""
+    from loguru import logger
+
+    from dsh_actors import tool
+    from dsh_actors.json import materialize
+
+    def present(args: Any, result: Any) -> Any:
+        if args["cmd"] == "junk":
+            return "not a card"
+        return TerminalResultView(output=result.value["stdout"])
+
+    @tool(present_call=lambda args: "not a card", present_result=present)
+    def shell_drawn_from_a_log(cmd: str) -> dict[str, str]:
+        """Run a command."""
+        return {"stdout": cmd}
+
+    live = ToolExecutionSuccess(value={"stdout": "ran"}, content=[text('{"stdout":"ran"}')])
+    logged = ToolResultProjection.of(live)
+    ls, junk = materialize({"cmd": "ls"}), materialize({"cmd": "junk"})
+    messages: list[str] = []
+    sink = logger.add(lambda message: messages.append(str(message)), level="WARNING", format="{message}")
+    try:
+        assert shell_drawn_from_a_log.present_result is not None and shell_drawn_from_a_log.present_call is not None
+        assert shell_drawn_from_a_log.present_result(ls, live) == TerminalResultView(output="ran")
+        assert messages == []
+        for _ in range(3):  # every call, every replay: one warning per kind of failure
+            assert shell_drawn_from_a_log.present_result(ls, logged) is None
+            assert shell_drawn_from_a_log.present_result(junk, live) is None
+            assert shell_drawn_from_a_log.present_call(ls) is None
+    finally:
+        logger.remove(sink)
+    head = 'tool "shell_drawn_from_a_log": '
+    assert messages == [
+        f"{head}present_result raised AttributeError: 'ToolResultProjection' object has no attribute 'value'; the "
+        "generic card is shown instead: fix present_result, or have it return None for the generic card; drawn from "
+        "a log (a replay, the dsh-actors command) it gets a ToolResultProjection: content, is_error, error and meta, "
+        "no value (keep what the card needs in presentation_meta)\n",
+        f"{head}present_result returned a value of type str, not a ToolResultView (or None); the generic card is "
+        "shown instead: fix present_result, or have it return None for the generic card; drawn from a log (a "
+        "replay, the dsh-actors command) it gets a ToolResultProjection: content, is_error, error and meta, no "
+        "value (keep what the card needs in presentation_meta)\n",
+        f"{head}present_call returned a value of type str, not a ToolCallView (or None); the generic card is shown "
+        "instead: fix present_call, or have it return None for the generic card\n",
+    ]

@@ -827,6 +827,19 @@ def test_repair_after_a_crash_completes_the_log(tmp_path: Path) -> None:
         )
 
 
+def test_the_code_of_a_repaired_call_is_a_member_of_the_closed_vocabulary() -> None:
+    """(INTERRUPTED used to be no ErrorCode: ErrorCode(code) raised.)"""
+    from dsh_actors.session import INTERRUPTED
+
+    session = Session()
+    session.append(call_event(1, 1, "c1", "send_email", {"to": "bob"}))
+    session.repair()
+    [result] = session.results_by_call().values()
+    assert result.error is not None and result.error.info is not None
+    assert ErrorCode(result.error.info.code) is ErrorCode.INTERRUPTED
+    assert INTERRUPTED.error.info is not None and INTERRUPTED.error.info.code == ErrorCode.INTERRUPTED
+
+
 def test_repair_settles_every_started_sub_call_before_the_pending_calls(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     # The parent was killed while a run_code program had five sub-calls
@@ -940,19 +953,6 @@ def test_logged_results_rebuild_what_present_result_needs(tmp_path: Path) -> Non
     assert orjson.loads(orjson.dumps(result_event("c1", first))) == replay.events()[1]
 
 
-def test_results_by_call_reads_ptc_dispatches_when_asked() -> None:
-    events = [
-        ptc_dispatch_start_event("r1", "r1", "r1:ptc:1", "read", {}),
-        ptc_dispatch_event("r1", "r1", "r1:ptc:1", "read", False, [TextBlock("x")], None, {"m": 1}),
-        result_event("r1", ok(None, "done")),
-    ]
-    assert list(results_by_call(events)) == ["r1"]
-    nested = results_by_call(events, ptc=True)
-    assert list(nested) == ["r1:ptc:1"]
-    assert nested["r1:ptc:1"].content == (TextBlock("x"),) and nested["r1:ptc:1"].meta == {"m": 1}
-
-
-def test_a_malformed_result_event_is_reported_with_the_bad_field() -> None:
 def test_results_by_call_keeps_an_id_s_latest_result_and_step_calls_pairs_each_step_s() -> None:
     """A provider that numbers its call ids per step reuses call_0: the map
     by id keeps the latest result (as documented); a step's own results
@@ -967,6 +967,19 @@ def test_results_by_call_keeps_an_id_s_latest_result_and_step_calls_pairs_each_s
         assert call.result is not None and call.result.content == (TextBlock(f"step {step}"),)
 
 
+def test_results_by_call_reads_ptc_dispatches_when_asked() -> None:
+    events = [
+        ptc_dispatch_start_event("r1", "r1", "r1:ptc:1", "read", {}),
+        ptc_dispatch_event("r1", "r1", "r1:ptc:1", "read", False, [TextBlock("x")], None, {"m": 1}),
+        result_event("r1", ok(None, "done")),
+    ]
+    assert list(results_by_call(events)) == ["r1"]
+    nested = results_by_call(events, ptc=True)
+    assert list(nested) == ["r1:ptc:1"]
+    assert nested["r1:ptc:1"].content == (TextBlock("x"),) and nested["r1:ptc:1"].meta == {"m": 1}
+
+
+def test_a_malformed_result_event_is_reported_with_the_bad_field() -> None:
     event = result_event("c1", ok(None, "x"))
     event["content"] = [{"type": "text", "text": 5}]
     with pytest.raises(LosslessJsonError, match=r"event\.content\[0\]\.text"):

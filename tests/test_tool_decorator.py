@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import sys
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -291,6 +292,29 @@ def test_what_cannot_be_a_tool_is_refused_naming_the_tool() -> None:
         tool(timeout_ms=-1)(slow)
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="pydantic takes typing.TypedDict from Python 3.12 on")
+def test_a_typing_typed_dict_before_python_3_12_is_refused_naming_typing_extensions() -> None:
+    """(The error used to offer "a TypedDict" among the types to use.)"""
+    import typing
+
+    class Plain(typing.TypedDict):
+        a: int
+
+    def takes(td: Plain) -> int:
+        return td["a"]
+
+    def gives(a: int) -> Plain:
+        return {"a": a}
+
+    for fn, where in ((takes, "parameter 'td'"), (gives, "the return annotation")):
+        with pytest.raises(RegistrationError) as caught:
+            tool(fn)
+        assert str(caught.value) == (
+            f'cannot register tool "{fn.__name__}": {where}: pydantic cannot validate a typing.TypedDict on '
+            "Python < 3.12; define it with typing_extensions.TypedDict (from typing_extensions import TypedDict)"
+        )
+
+
 def test_a_decorated_tool_is_a_full_mode_definition_enforced_by_pydantic_core_also_after_replace() -> None:
     @tool
     def add(a: int, b: int) -> int:
@@ -471,15 +495,13 @@ def test_a_value_the_serializer_cannot_dump_fails_invalid_tool_output_naming_the
         return value
 
     for definition, why in (
-        (raw, "'utf-8' codec can't decode byte 0xff in position 0: invalid utf-8"),
-        (cyclic, "Circular reference detected (id repeated)"),
-        (deep, "Maximum serialization depth exceeded"),
+        (raw, "holds bytes that are not UTF-8 text, which JSON cannot carry"),
+        (cyclic, "cannot be turned into JSON: Circular reference detected (id repeated)"),
+        (deep, "cannot be turned into JSON: Maximum serialization depth exceeded"),
     ):
         result = run(rt, definition, {})
         assert code_of(result) == ErrorCode.INVALID_TOOL_OUTPUT
-        assert result.error.message == (
-            f'tool "{definition.name}" returned invalid output: "value" cannot be turned into JSON: {why}'
-        )
+        assert result.error.message == f'tool "{definition.name}" returned invalid output: "value" {why}'
 
 
 def test_a_replacement_value_is_validated_against_the_return_annotation(rt: Any) -> None:
@@ -743,6 +765,37 @@ def test_a_classifier_put_in_by_replace_is_guarded_like_the_decorators_own() -> 
     assert copy.is_concurrency_safe is not None
     assert copy.is_concurrency_safe(FrozenDict({"path": "a"})) is True
     assert copy.is_concurrency_safe(FrozenDict({"path": 3})) is False  # invalid arguments: exclusive
+
+
+def test_requires_approval_is_a_bool_or_a_predicate_on_frozen_arguments_answering_false_on_invalid_ones(
+    rt: Any,
+) -> None:
+    from dsh_actors import Agent
+
+    @tool(requires_approval=lambda args: args["path"].startswith("/etc"))
+    def delete(path: str) -> str:
+        return f"deleted {path}"
+
+    assert callable(delete.requires_approval)
+    assert delete.requires_approval(FrozenDict({"path": "/etc/x"})) is True
+    assert delete.requires_approval(FrozenDict({"path": "/tmp/x"})) is False
+    assert delete.requires_approval(FrozenDict({"path": 3})) is False  # invalid: the body will not run
+    copy = dataclasses.replace(delete, requires_approval=lambda args: True)
+    assert callable(copy.requires_approval) and copy.requires_approval(FrozenDict({"path": 3})) is False
+
+    asked: list[str] = []
+    rt.approvals.set(lambda request: asked.append(request.arguments["path"]) or "rejected")
+    assert run(rt, delete, {"path": "/tmp/x"}, agent=Agent("a")).value == "deleted /tmp/x"
+    assert run(rt, delete, {"path": "/etc/x"}, agent=Agent("a")).error.message == 'the user rejected tool "delete"'
+    assert asked == ["/etc/x"]
+
+    @tool(requires_approval=True)
+    def drop() -> str:
+        return "dropped"
+
+    assert drop.requires_approval is True and tool(drop.execute.__wrapped__).requires_approval is False
+    with pytest.raises(RegistrationError, match=r'tool "drop": requires_approval must be True, False or a callable'):
+        tool(requires_approval="yes")(drop.execute.__wrapped__)  # type: ignore[arg-type]
 
 
 def test_parameter_names_pydantic_reserves_on_models_are_fine(rt: Any) -> None:

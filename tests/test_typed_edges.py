@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from dsh_actors import RegistrationError, ToolBatchInput, ToolCall, ToolDefinition, thaw, tool
+from dsh_actors.errors import ToolOutputError
 from dsh_actors.events import EventBus
 
 
@@ -74,6 +75,62 @@ def test_a_non_finite_float_an_any_holds_fails_invalid_tool_output_instead_of_be
         assert f"{where}: float" in result.error.message and "is not lossless JSON" in result.error.message
     result = run(rt, finite, {})
     assert not result.is_error and thaw(result.value) == {"a": [1.5]}
+
+
+def test_a_typed_tool_returning_negative_zero_returns_zero_not_a_broken_tool(rt: Any) -> None:
+    # round(-0.027..., 1) is -0.0, and so is 0.0 * -1: ordinary values, returned as 0.0.
+    # (Lossless JSON itself still refuses -0.0: a model that sends it is told so.)
+    @tool
+    def celsius(fahrenheit: float) -> float:
+        return round((fahrenheit - 32) * 5 / 9, 1)
+
+    @tool
+    def scale(x: float, factor: float = 1.0) -> dict[str, float]:
+        return {"x": x, "scaled": x * factor}
+
+    result = run(rt, celsius, {"fahrenheit": 31.95})
+    assert not result.is_error, result.error
+    assert result.value == 0.0 and math.copysign(1.0, result.value) == 1.0
+    assert [block.text for block in result.content] == ["0.0"]
+    result = run(rt, scale, '{"x": 0.0, "factor": -1}')  # what a model sends, as text
+    assert not result.is_error, result.error
+    assert thaw(result.value) == {"x": 0.0, "scaled": 0.0}
+    assert [math.copysign(1.0, v) for v in result.value.values()] == [1.0, 1.0]
+    assert [block.text for block in result.content] == ['{"x":0.0,"scaled":0.0}']
+    result = run(rt, scale, '{"x": -0.0}')
+    assert result.is_error and result.error is not None
+    assert result.error.message.endswith("arguments.x: -0.0 is not lossless JSON"), result.error.message
+
+
+def test_bytes_that_are_not_utf8_fail_with_a_short_message_and_the_fix_in_the_exceptions_note(rt: Any) -> None:
+    png = b"\x89PNG\r\n\x1a\n..."
+
+    @tool
+    def thumbnail(path: str) -> bytes:
+        return png
+
+    @tool
+    async def thumbnails(path: str) -> dict[str, bytes]:
+        return {"a.png": png}
+
+    @tool
+    def greeting() -> bytes:
+        return b"hi"
+
+    assert thaw(thumbnail.output.schema) == {"type": "string", "format": "binary"}
+    for definition in (thumbnail, thumbnails):
+        result = run(rt, definition, {"path": "a.png"})
+        assert str(result.error.info.code) == "INVALID_TOOL_OUTPUT"
+        message = f'tool "{definition.name}" returned invalid output: "value" holds bytes that are not UTF-8 text, '
+        assert result.error.message == message + "which JSON cannot carry"  # the model's: short
+        assert [block.text for block in result.content] == ["Error: " + result.error.message]
+        error = result.error.exception
+        assert isinstance(error, ToolOutputError) and str(error) == result.error.message
+        [note] = error.__notes__
+        assert note.startswith(f'tool "{definition.name}" returned bytes')
+        assert "base64.b64encode(data).decode()" in note and "ImageBlock(" in note and "render" in note
+    result = run(rt, greeting, {})
+    assert not result.is_error and result.value == "hi"
 
 
 def test_a_sync_wrapper_of_an_async_function_is_awaited_and_its_value_validated(rt: Any) -> None:

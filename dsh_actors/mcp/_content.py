@@ -21,6 +21,12 @@ blob                               then the decoded text (UTF-8, or the MIME
 anything else (read back only)     :class:`TextBlock` ``[<type> content]``
 =================================  ==============================================
 
+An image (or image blob) whose data is not base64 text, which
+:class:`ImageBlock` refuses, makes :func:`blocks_from_wire` raise
+``InvalidValueError`` naming it (``content.1: ImageBlock data is a data
+URL, ...``): the mount fails such a call ``MCP_PROTOCOL_ERROR``, and
+:func:`error_text` leaves it out (it has no text).
+
 The last row is for wire values read back (a logged ``user_content``
 written by a newer MCP SDK, say): a ``tools/call`` result never gets here
 with a block of a type the MCP SDK does not know, since the SDK refuses the
@@ -41,6 +47,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import InvalidValueError
 from ..model import ContentBlock, ImageBlock, TextBlock
 
 __all__ = ["blocks_from_wire", "error_text", "for_model"]
@@ -124,8 +131,15 @@ def block_from_wire(block: Mapping[str, Any]) -> ContentBlock:
 
 
 def blocks_from_wire(content: Sequence[Mapping[str, Any]]) -> list[ContentBlock]:
-    """Every MCP content block of a result, in order."""
-    return [block_from_wire(block) for block in content]
+    """Every MCP content block of a result, in order; ``InvalidValueError``
+    naming the first image whose data is not base64 (``content.<i>: ...``)."""
+    out: list[ContentBlock] = []
+    for i, block in enumerate(content):
+        try:
+            out.append(block_from_wire(block))
+        except InvalidValueError as err:
+            raise InvalidValueError(f"content.{i}: {err.message}") from None
+    return out
 
 
 def error_text(content: Sequence[Mapping[str, Any]]) -> str:
@@ -133,7 +147,10 @@ def error_text(content: Sequence[Mapping[str, Any]]) -> str:
     text renderings of the others) joined by newlines."""
     parts = []
     for block in content:
-        rendered = block_from_wire(block)
+        try:
+            rendered = block_from_wire(block)
+        except InvalidValueError:  # an image whose data is not base64: no text either way
+            continue
         if type(rendered) is TextBlock:
             parts.append(rendered.text)
     return "\n".join(parts)

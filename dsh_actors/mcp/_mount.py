@@ -22,6 +22,7 @@ from ..definition import ToolDefinition, ToolOutput, timeout_problem, validate_d
 from ..errors import (
     AbortError,
     DshError,
+    InvalidStateError,
     InvalidTypeError,
     InvalidValueError,
     RegistrationError,
@@ -531,6 +532,12 @@ class _Mount:
         content = [block for block in every if for_model(block)]
         if result.is_error:
             raise McpToolError(name, error_text(content))
+        try:
+            # (An unstructured result's blocks are made again by render: this
+            # finds a bad image, which would fail it, as the server's fault.)
+            blocks = blocks_from_wire(every)
+        except InvalidValueError as err:
+            raise McpProtocolError(name, f"the server's result is not valid: {err.message}") from None
         value: Any
         if result.structured_content is None:
             if structured:
@@ -540,11 +547,9 @@ class _Mount:
                 )
             value = content
         else:
-            blocks: list[ContentBlock] = (
-                blocks_from_wire(content) if content else [TextBlock(_json_text(result.structured_content))]
-            )
+            shown = [block for block, wire in zip(blocks, every, strict=True) if for_model(wire)]
             with self._content_lock:
-                self._content[ctx.token] = blocks
+                self._content[ctx.token] = shown or [TextBlock(_json_text(result.structured_content))]
             value = result.structured_content
         if len(content) < len(every):
             value = self._keep_for_user([block for block in every if not for_model(block)], args, value, ctx)
@@ -788,12 +793,14 @@ def _progress_to(ctx: ToolRunContext) -> Any:
     id as ``_meta.progressToken``): each ``notifications/progress`` becomes
     the call's ``tools/progress``, its listeners run in the call's context
     (a copy, on the session's loop). After the body returned, a late
-    notification is dropped (``report_progress`` says so)."""
+    notification is dropped (``report_progress`` raises, saying so)."""
     context = contextvars.copy_context()
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         try:
             context.run(ctx.report_progress, value, total, message)
+        except InvalidStateError:
+            pass  # the server's notification came after the call's result: nobody waits for it
         except (TypeError, ValueError) as exc:  # a server's bad numbers: never the call's failure
             logger.warning("MCP progress for {} ignored: {}", ctx.call_id, safe_str(exc))
 

@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 
 from loguru import logger
 
-from ..errors import AbortError, InvalidStateError
+from ..errors import AbortError, InvalidStateError, safe_str
 from ..signals import AbortSignal
 
 #: The call id of a tool-set condition's flight (it has no call).
@@ -71,11 +71,28 @@ _WAITED_ON = (
     "is blocked: its own thread waits in a blocking rt.tools.execute() (or resume, recover, dispatch), so the "
     "call could never start; on that loop, use await rt.tools.execute_async()"
 )
-# How a flight whose task was cancelled, not by its signal, ends.
+# How a flight whose task ended cancelled, not by its signal, ends (see
+# _cancelled_by_others): something cancelled the task, or its coroutine
+# raised CancelledError itself (or let through that of something it
+# awaited); one message names both.
 _CANCELLED_BY_OTHERS = (
-    "the task running {} was cancelled, and not by the runtime (its event loop shutting down, "
-    "or the application cancelling its tasks)"
+    "{} ended with CancelledError, not cancelled by the runtime: it raised CancelledError itself (or "
+    "awaited something that was cancelled), or something else cancelled its task (its event loop shutting "
+    "down, or the application cancelling its tasks)"
 )
+
+
+def _cancelled_by_others(label: str, raised: BaseException | None) -> asyncio.CancelledError:
+    """The error a flight ends with when its task ended cancelled and its
+    signal had not fired: says so, with what the coroutine raised (its
+    text, and the exception itself as ``__cause__``, so the failure keeps it)."""
+    message = _CANCELLED_BY_OTHERS.format(label)
+    said = "" if raised is None else safe_str(raised)
+    if said:
+        message = f"{message}; the CancelledError says: {said}"
+    error = asyncio.CancelledError(message)
+    error.__cause__ = raised
+    return error
 
 
 class LoopGoneError(RuntimeError):
@@ -126,6 +143,7 @@ class Flight:
         "ahead",
         "cancel_first",
         "label",
+        "raised",
     )
 
     def __init__(
@@ -158,6 +176,8 @@ class Flight:
         # cancel() reached the loop before the start did (a launch that
         # joined a pending start): start() then cancels it at once.
         self.cancel_first = False  # (the loop's thread only)
+        # The CancelledError the coroutine ended with (the loop's thread only).
+        self.raised: BaseException | None = None
         self.ended = False
         self.wave: Wave | None = None  # the flights launched with it on its signal (one subscription)
         self.watch: LoopWatch | None = None
@@ -208,7 +228,8 @@ class Flight:
         self.started = True
         try:
             value = await self.coro
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            self.raised = exc  # (kept as the __cause__ of the error it ends with)
             raise
         except BaseException as exc:  # noqa: BLE001 - see _Escaped
             if self._ends_here():
@@ -243,8 +264,9 @@ class Flight:
                 self._end(None, AbortError(before_dispatch=not self.started))
             else:
                 # Cancelled by someone else (the loop's shutdown, the
-                # application): a message that says so, not a bare class name.
-                self._end(None, asyncio.CancelledError(_CANCELLED_BY_OTHERS.format(self.label)))
+                # application), or the coroutine raised CancelledError:
+                # a message that says so, not a bare class name.
+                self._end(None, _cancelled_by_others(self.label, self.raised))
             return
         error = task.exception()
         if error is not None:  # pragma: no cover - _shielded returns every exception

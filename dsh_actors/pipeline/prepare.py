@@ -8,7 +8,7 @@ cancellation.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -75,7 +75,9 @@ def prepare(
         return False
     again = call.phases_ran  # (prepared again: what it was prepared under changed)
     call.phases_ran = True
-    call.registration = lookup(rt, call) if registration is LOOK_UP else registration
+    registration = call.registration = lookup(rt, call) if registration is LOOK_UP else registration
+    # The tool's requires_approval (on the hot path, read once: False for most tools).
+    required = False if registration is None else registration.definition.requires_approval
     if again:
         recheck_approval(execution, _definition(call))  # (before any listener asks approval_stands)
     state = rt.state
@@ -102,14 +104,16 @@ def prepare(
             return False
         if type(decision) is Allow and ask is not None:
             approve(execution, ask, _definition(call))
-    # Without a listener the waterfall is its default, Allow(): skip it.
-    elif events.listeners("tools/pre-execute", execution.agent):
+    # Without a listener the waterfall is its default, Allow() (unless the
+    # tool requires approval): skip it.
+    elif required is not False or events.listeners("tools/pre-execute", execution.agent):
         if before_hooks is not None and before_hooks():
             call.phases_ran = again  # (no phase ran this time: see abort_unstarted)
             return True
+        default = _allow if required is False else _approval_default(execution, required)
         try:
             decision = events.waterfall(
-                "tools/pre-execute", _allow, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
+                "tools/pre-execute", default, execution, agent=execution.agent, awaiter=_awaiter(rt, call)
             )
         except BaseException as exc:  # noqa: BLE001 - a throwing policy skips post-execute
             _policy_raised(call, "tools/pre-execute", exc)
@@ -187,24 +191,14 @@ def _awaiter(rt: Kernel, call: Call) -> Callable[[Any], Any]:
     return wait
 
 
-def is_text_by_language(value: Any) -> bool:
-    """Whether ``value`` is what an ``Ask``'s ``display_reason`` must be to
-    be deferred: a mapping of language to text."""
-    return isinstance(value, Mapping) and all(type(k) is str and type(v) is str for k, v in value.items())
-
-
 def _deferred_ask_problem(ask: Any) -> str | None:
-    """Why a deferred ``Ask`` cannot be written into a suspension, or None."""
+    """Why a deferred ``Ask`` cannot be written into a suspension, or None.
+    (Its ``display_reason`` is text by language: ``Ask`` refuses anything
+    else as it is made.)"""
     reason = getattr(ask, "reason", None)
     if reason is not None and type(reason) is not str:
         return f"Ask(reason=...) must be a str or None to be deferred, not {type(reason).__name__}"
-    shown = getattr(ask, "display_reason", None)
-    if shown is None or is_text_by_language(shown):
-        return None
-    return (
-        "Ask(display_reason=...) must be a mapping of language to text, such as "
-        '{"en": "Delete the file?"}, to be deferred'
-    )
+    return None
 
 
 def _allow() -> Allow:
@@ -212,6 +206,43 @@ def _allow() -> Allow:
 
 
 _ALLOW = Allow()
+
+
+def _approval_default(execution: Any, required: Any) -> Callable[[], Allow | Ask]:
+    """The ``tools/pre-execute`` waterfall's default (what the last
+    ``next()`` returns) for a call of a tool whose ``requires_approval`` is
+    ``True`` or a predicate: ``Ask`` with a fixed reason naming the tool
+    (the predicate answered ``True``), or ``Allow()`` (it answered
+    ``False``). The predicate gets the frozen arguments each time the
+    default is reached; if it raises or answers anything but a bool, the
+    default raises :class:`ToolPolicyError` (``requires_approval: ...``,
+    naming the tool), which fails the call as a raising listener does."""
+    name = execution.name
+    ask = Ask(reason=f'tool "{name}" requires approval (its definition sets requires_approval)')
+    if required is True:
+        return lambda: ask
+    arguments = execution.arguments
+
+    def default() -> Allow | Ask:
+        try:
+            answer = required(arguments)
+        except BaseException as exc:  # noqa: BLE001 - the call fails, naming the predicate
+            problem = ToolPolicyError(
+                "requires_approval",
+                f'the predicate of tool "{name}" raised {type(exc).__name__}: {safe_str(exc)}; '
+                "it must return True or False for any arguments the tool accepts",
+            )
+            raise problem from exc
+        if answer is True:
+            return ask
+        if answer is False:
+            return _ALLOW
+        raise ToolPolicyError(
+            "requires_approval",
+            f'the predicate of tool "{name}" returned {type(answer).__qualname__}; it must return True or False',
+        )
+
+    return default
 
 
 def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:

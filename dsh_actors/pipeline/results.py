@@ -104,7 +104,9 @@ def failure_from_exception(
 
     A :class:`DshError` keeps its message and gets ``info`` (class name and
     code); anything else gives its ``str`` (the class name when empty; a
-    ``KeyError``'s, which is the key alone, after its class name) and
+    ``KeyError``'s, which is the key alone, after its class name; a
+    ``SystemExit``'s, its code, after its class name and a note that
+    ``sys.exit()`` was called, argparse's way out) and
     ``info`` with its class name and the code ``TOOL_FAILED``
     (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``), so a program
     and the log can tell one kind of failure from another. A hostile
@@ -120,7 +122,9 @@ def failure_from_exception(
         return failure(dsh_message(exc), error_info(exc), additional_contexts, exception=kept)
     name = type(exc).__name__
     message = safe_str(exc)
-    if message == "":
+    if isinstance(exc, SystemExit):  # (its text is the exit code alone: '3')
+        message = f"{name}: {message} {_EXITED}" if message else f"{name} {_EXITED}"
+    elif message == "":
         message = name
     elif isinstance(exc, KeyError):
         message = f"{name}: {message}"  # (its text is the key alone: 'missing')
@@ -135,6 +139,8 @@ def caused(error: DshError, cause: BaseException) -> DshError:
 
 
 _TOOL_FAILED = str(ErrorCode.TOOL_FAILED)
+# What a SystemExit's failure says besides its code, for the developer.
+_EXITED = "(sys.exit() was called: argparse calls it on arguments it cannot parse; raise an exception instead)"
 
 
 def policy_failure(
@@ -260,11 +266,15 @@ def _callback_failure(
     """A tool's output callback broke its contract: ``POLICY_FAILED``, the
     message naming the callback (``output.render of tool "x": ...``), not
     the value it was given. What the callback raised stays as the error's
-    ``__cause__`` (so on ``outcome.error.exception``)."""
+    ``__cause__`` (so on ``outcome.error.exception``). The message and its
+    fix are the developer's (``error.message``, the log): the model reads
+    only that the tool ran and its output could not be rendered."""
     error: DshError = ToolPolicyError(f'{role} of tool "{name}"', detail)
     if cause is not None:
         error = caused(error, cause)
-    return failure_from_exception(error, additional_contexts)
+    failed = failure_from_exception(error, additional_contexts)
+    shown = f'Error: tool "{name}" ran, but its output could not be rendered: a fault in the tool, not in the call'
+    return replace(failed, content=(TextBlock(shown),))
 
 
 def _not_content(rendered: object, exc: LosslessJsonError) -> str:

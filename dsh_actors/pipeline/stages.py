@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..execution import ToolExecutionInput
-from ..model import ToolExecutionResult
+from ..model import ToolExecutionResult, is_text_by_language
 from .body import (
     await_on_loop,
     body_of,
@@ -36,7 +36,7 @@ from .body import (
 from .call import LOOK_UP, MAX_UNPREPARED, BadArguments, Call, begin, begin_call, lookup, stale, stamp
 from .dispatch import dispatch
 from .finalize import BLOCKED_DEFAULT, finalize
-from .prepare import DECISIONS, is_text_by_language, prepare
+from .prepare import DECISIONS, prepare
 from .results import failure
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,19 +1,23 @@
 """What presenters see, and the fallbacks: :class:`ToolResultProjection`
-(the durable fields of a result, what a replay has), :data:`PresentedResult`
-and the generic cards used when a tool gives none.
+(the durable fields of a result, what a replay has), :data:`PresentedResult`,
+the generic cards used when a tool gives none, and :func:`presenter_failed`,
+the warning when a presenter breaks and its generic card is shown instead.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
+
+from loguru import logger
 
 from ..errors import LosslessJsonError
 from ..json import materialize
 from ..model import ContentBlock, ToolExecutionFailure, ToolExecutionSuccess, ToolFailure
 from ._cards import GenericCallView, GenericResultView
 
-__all__ = ["PresentedResult", "ToolResultProjection", "generic_call_view", "generic_result_view"]
+__all__ = ["PresentedResult", "ToolResultProjection", "generic_call_view", "generic_result_view", "presenter_failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +68,36 @@ def generic_result_view(result: PresentedResult) -> GenericResultView:
     result's raw content. Used when a tool is unknown or its
     ``present_result`` returned ``None``."""
     return GenericResultView(content=tuple(result.content))
+
+
+_FIXES: Final = {
+    "present_call": "fix present_call, or have it return None for the generic card",
+    "present_result": (
+        "fix present_result, or have it return None for the generic card; drawn from a log (a replay, the "
+        "dsh-actors command) it gets a ToolResultProjection: content, is_error, error and meta, no value (keep "
+        "what the card needs in presentation_meta)"
+    ),
+}
+_WARNED_LIMIT: Final = 1024
+_warned_lock = threading.Lock()
+_warned: set[tuple[str, str, str]] = set()
+
+
+def presenter_failed(tool: str, role: str, kind: str, problem: str) -> None:
+    """Log at WARNING that ``tool``'s presenter ``role`` (``present_call``
+    or ``present_result``) failed (``problem``: ``raised KeyError: 'x'``,
+    ``returned a value of type str, not a ToolResultView (or None)``) and
+    its generic card is shown instead, naming the fix. Presenters run for
+    every call and again on every replay, so each tool, presenter and
+    ``kind`` of failure (the exception's class, or what it returned) is
+    logged once in the process."""
+    key = (tool, role, kind)
+    with _warned_lock:
+        if key in _warned:
+            return
+        if len(_warned) >= _WARNED_LIMIT:
+            _warned.clear()
+        _warned.add(key)
+    logger.warning(
+        'tool "{}": {} {}; the generic card is shown instead: {}', tool, role, problem, _FIXES.get(role, f"fix {role}")
+    )

@@ -209,7 +209,7 @@ def suspension_value(
         "version": VERSION,
         "id": suspension_id,
         "agent": None if agent is None else [a.id for a in agent.chain()],
-        "log": None if log is None else {"turn": log.turn, "step": log.step},
+        "log": None if logged is None else {"turn": logged[1], "step": logged[2]},
         "max_parallel_tool_calls": batch.max_parallel_tool_calls,
         "calls": calls,
     }
@@ -256,7 +256,9 @@ def _approval_ask(approval: object, path: str) -> Ask:
         raise InvalidValueError(f"not a suspension: {path}.reason must be null or a str")
     display = approval.get("display_reason")
     if display is not None and not is_text_by_language(display):
-        raise InvalidValueError(f"not a suspension: {path}.display_reason must be null or an object of texts")
+        raise InvalidValueError(
+            f'not a suspension: {path}.display_reason must be null or an object of texts with an "en" entry'
+        )
     return Ask(reason=reason, display_reason=None if display is None else dict(display))
 
 

@@ -6,13 +6,15 @@ logged fields. ``dsh_actors.session`` documents the format."""
 from __future__ import annotations
 
 import contextvars
+import os
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from types import TracebackType
 from typing import Any, Final, Protocol, TypeAlias
 
-from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
+from ..errors import ErrorCode, InvalidTypeError, InvalidValueError, LosslessJsonError, ToolArgsError, safe_str
 from ..json import materialize
 from ..model import (
     ContentBlock,
@@ -37,7 +39,7 @@ APPROVAL: Final = "tool/approval"
 REPAIR_MESSAGE: Final = "tool call interrupted: the session ended before its result was recorded"
 """The message of the synthetic failure :meth:`Session.repair` appends."""
 REPAIR_ERROR_NAME: Final = "SessionRepair"
-REPAIR_ERROR_CODE: Final = "INTERRUPTED"
+REPAIR_ERROR_CODE: Final = str(ErrorCode.INTERRUPTED)
 
 INTERRUPTED: Final = ToolExecutionFailure(
     error=ToolFailure(REPAIR_MESSAGE, ToolErrorInfo(REPAIR_ERROR_NAME, REPAIR_ERROR_CODE)),
@@ -392,11 +394,29 @@ def traceback_text(exc: BaseException) -> str:
 
 def _traced(event: dict[str, Any], error: ToolFailure | None) -> dict[str, Any]:
     """``event`` with a ``traceback`` field (text, for people: no model
-    ever sees it) when the failure kept the exception a hook raised."""
+    ever sees it) when the failure kept the exception a hook raised, but
+    for the model's bad arguments that the validation the library wraps
+    around a body refused (a ``ToolArgsError`` whose traceback has no frame
+    outside ``dsh_actors``): an expected outcome, with nothing of the
+    application's to show."""
     exc = None if error is None else getattr(error, "exception", None)
-    if exc is not None:
+    if exc is not None and (not isinstance(exc, ToolArgsError) or _through_user_code(exc.__traceback__)):
         event["traceback"] = traceback_text(exc)
     return event
+
+
+#: The folder of the ``dsh_actors`` package: a frame of a file under it is the library's.
+_LIBRARY: Final = os.path.dirname(os.path.dirname(__file__)) + os.sep
+
+
+def _through_user_code(tb: TracebackType | None) -> bool:
+    """Whether traceback ``tb`` has a frame outside the ``dsh_actors``
+    package (a body, a hook: code the application wrote)."""
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_LIBRARY):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def approval_request_event(

@@ -25,10 +25,17 @@ from typing import Any, Final, final
 from pydantic import ValidationError
 from pydantic.json_schema import GenerateJsonSchema
 
-from ..errors import safe_str
+from ..errors import ToolOutputError, safe_str
 from ..json import FrozenDict, dumps, path_for_index, path_for_key, thaw
 
-__all__ = ["PydanticEnforcer", "ToolJsonSchema", "serialization_problem", "violations_of"]
+__all__ = [
+    "PydanticEnforcer",
+    "ToolJsonSchema",
+    "bytes_error",
+    "serialization_problem",
+    "violations_of",
+    "without_negative_zero",
+]
 
 _WORDS: Final = {
     "int_type": "an integer",
@@ -246,3 +253,35 @@ def _too_deep_for_json(err: ValidationError) -> bool:
 def serialization_problem(err: Exception) -> str:
     """A serializer's complaint as a violation of the value."""
     return f'"value" cannot be turned into JSON: {safe_str(err)}'
+
+
+def bytes_error(name: str) -> ToolOutputError:
+    """The failure of a value that holds bytes that are not UTF-8 (pydantic
+    writes bytes as UTF-8 text): a short violation for the model, and the
+    fix, for the developer, as a note on the exception (shown with its
+    traceback, in the log and the session log)."""
+    error = ToolOutputError(name, ['"value" holds bytes that are not UTF-8 text, which JSON cannot carry'])
+    error.add_note(
+        f'tool "{name}" returned bytes (or a value holding bytes) that are not UTF-8 text: a tool\'s value must '
+        "be JSON, and bytes become JSON only as UTF-8 text. Return base64 text instead "
+        "(base64.b64encode(data).decode(), annotated -> str); for an image the model should see, render it too: "
+        '@tool(render=lambda args, data: [ImageBlock(data, "image/png")])'
+    )
+    return error
+
+
+def without_negative_zero(value: Any) -> Any:
+    """``value`` (a JSON-mode dump: dicts, lists, scalars) with every
+    ``-0.0`` made ``0.0``, sharing what holds none. Lossless JSON refuses
+    ``-0.0`` (``docs/reference.md``, section 2), but arithmetic makes it
+    (``round(-0.04, 1)``, ``0.0 * -1``) and Python holds it equal to
+    ``0.0``: a typed tool's value is not refused for it. Called only once
+    the value failed to materialize, so a value without one costs nothing
+    here."""
+    if type(value) is float:
+        return 0.0 if value == 0.0 else value
+    if type(value) is dict:
+        return {key: without_negative_zero(item) for key, item in value.items()}
+    if type(value) is list or type(value) is tuple:
+        return [without_negative_zero(item) for item in value]
+    return value

@@ -29,12 +29,20 @@ from ..definition import (
     guarded_callbacks,
     validate_definition,
 )
-from ..errors import DshError, RegistrationError, ToolOutputError, safe_str
+from ..errors import DshError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
 from ..execution import ToolRunContext
 from ..json import materialize
+from ..json._rules import value_problem
 from ..schema import args_error
 from ._docstrings import parse_docstring
-from ._pydantic import PydanticEnforcer, ToolJsonSchema, serialization_problem, violations_of
+from ._pydantic import (
+    PydanticEnforcer,
+    ToolJsonSchema,
+    bytes_error,
+    serialization_problem,
+    violations_of,
+    without_negative_zero,
+)
 
 __all__ = ["tool"]
 
@@ -54,6 +62,7 @@ def tool(
     concurrency_safe: bool | Callable[[Any], bool] | None = None,
     timeout_ms: float | None = None,
     idempotent: bool = False,
+    requires_approval: bool | Callable[[Any], bool] = False,
     meta: Mapping[str, Any] | None = None,
     render: Render | None = None,
     presentation_meta: PresentationMeta | None = None,
@@ -71,6 +80,7 @@ def tool(
     concurrency_safe: bool | Callable[[Any], bool] | None = None,
     timeout_ms: float | None = None,
     idempotent: bool = False,
+    requires_approval: bool | Callable[[Any], bool] = False,
     meta: Mapping[str, Any] | None = None,
     render: Render | None = None,
     presentation_meta: PresentationMeta | None = None,
@@ -111,8 +121,12 @@ def tool(
     ``is_concurrency_safe`` (a bool is a constant; a callable gets the
     arguments as frozen JSON and answers ``False`` on invalid ones, like
     the presenters, which answer ``None``); ``idempotent`` (may the body run
-    again for a call that a crash interrupted, see ``rt.tools.recover``)
-    and ``timeout_ms`` are never shown to the model; ``render`` and
+    again for a call that a crash interrupted, see ``rt.tools.recover``),
+    ``requires_approval`` (a bool, or a predicate that gets the arguments as
+    frozen JSON and answers ``False`` on invalid ones: a call that needs it
+    runs only once the approval service allows it, see
+    ``ToolDefinition.requires_approval``) and ``timeout_ms`` are never shown
+    to the model; ``render`` and
     ``presentation_meta`` are :class:`~dsh_actors.ToolOutput`'s and get the
     arguments and the value as frozen JSON (no ``render``: a ``str`` as it
     is, anything else as compact JSON text). The original function stays
@@ -130,6 +144,7 @@ def tool(
         concurrency_safe=concurrency_safe,
         timeout_ms=timeout_ms,
         idempotent=idempotent,
+        requires_approval=requires_approval,
         meta=meta,
         render=render,
         presentation_meta=presentation_meta,
@@ -154,6 +169,7 @@ class _Options(typing.NamedTuple):
     concurrency_safe: bool | Callable[[Any], bool] | None
     timeout_ms: float | None
     idempotent: bool
+    requires_approval: bool | Callable[[Any], bool]
     meta: Mapping[str, Any] | None
     render: Render | None
     presentation_meta: PresentationMeta | None
@@ -293,6 +309,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         is_concurrency_safe=is_concurrency_safe,
         timeout_ms=options.timeout_ms,
         idempotent=options.idempotent,
+        requires_approval=options.requires_approval,  # a predicate is guarded by the definition (full mode)
         present_call=present_call,
         present_result=present_result,
         meta=options.meta,
@@ -308,6 +325,10 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
 #: keeps one that a ``float`` holds): by default pydantic dumps one that an
 #: ``Any`` holds as null, silently.
 _KEEP_NON_FINITE: Final = ConfigDict(ser_json_inf_nan="constants")
+
+
+#: Lossless JSON's refusal of -0.0 (see :func:`without_negative_zero`).
+_NEGATIVE_ZERO: Final = value_problem(-0.0)
 
 
 def _output_adapter(returns: Any) -> tuple[TypeAdapter[Any], Callable[[Any], Any]]:
@@ -352,6 +373,11 @@ def _type_problem(err: Exception, fields: Mapping[str, tuple[Any, FieldInfo]], r
         "exactly ToolRunContext"
     )
     where = "" if culprit is None else f"{culprit}: "
+    if getattr(err, "code", None) == "typed-dict-version":  # (pydantic takes typing's only from Python 3.12)
+        return (
+            f"{where}pydantic cannot validate a typing.TypedDict on Python < 3.12; define it with "
+            "typing_extensions.TypedDict (from typing_extensions import TypedDict)"
+        )
     return f"{where}pydantic cannot validate or describe this type ({first}); {fix}"
 
 
@@ -393,17 +419,25 @@ def _execute(
 
     def to_json(value: Any) -> Any:
         try:
-            return dump(validate_value(value))
+            out = dump(validate_value(value))
         except ValidationError as err:
             violations = violations_of(err, value)
             if value is None:
                 violations.append(f"{getattr(fn, '__name__', name)} returned None: is a return statement missing?")
             raise ToolOutputError(name, violations) from None
+        except UnicodeDecodeError:  # (pydantic writes bytes as UTF-8 text)
+            raise bytes_error(name) from None
         except (PydanticSerializationError, ValueError, TypeError, RecursionError) as err:
             # The serializer's own complaints, and what it lets through from
             # the value: bytes that are not UTF-8, a cycle, nesting past its
             # depth limit.
             raise ToolOutputError(name, [serialization_problem(err)]) from None
+        try:
+            return materialize(out, "value")  # (frozen: the pipeline takes it as it is)
+        except LosslessJsonError as err:
+            # -0.0, which arithmetic makes, is returned as 0.0; anything else
+            # the pipeline refuses as for any tool.
+            return without_negative_zero(out) if err.problem == _NEGATIVE_ZERO else out
 
     wrapper: Any
     if inspect.iscoroutinefunction(fn):

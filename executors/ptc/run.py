@@ -71,6 +71,7 @@ from dsh_actors import (
     AbortSignal,
     CodeRunFailedError,
     DshError,
+    ErrorCode,
     ToolBatchInput,
     ToolRunContext,
     dumps,
@@ -515,7 +516,7 @@ class Run:
         if schema is None:  # only a worker that ignores its bindings gets here
             sub.state = SubState.SKIPPED
             shown = name if len(name) <= _SHOWN_CHARS else f"{name[:_SHOWN_CHARS]}..."
-            sub.result = failure(f'unknown tool "{shown}"', name="ToolNotFoundError", code="UNKNOWN_TOOL")
+            sub.result = failure(f'unknown tool "{shown}"', name="ToolNotFoundError", code=str(ErrorCode.UNKNOWN_TOOL))
             self._reply(sub, sub.result)
             return
         sub_batch = self._sub

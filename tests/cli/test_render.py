@@ -21,8 +21,9 @@ from dsh_actors import (
     text,
 )
 from dsh_actors.cli.render import Style, choose_style, log_entries, render_log
+from dsh_actors.model import content_to_json
 from dsh_actors.presentation import DiffCallView, ToolResultProjection, WebSource
-from dsh_actors.session import call_event, result_event
+from dsh_actors.session import LoggedResult, call_event, result_event
 
 PLAIN = Style(color=False, unicode=True)
 
@@ -102,6 +103,17 @@ def test_a_generic_card_shows_its_title_and_every_content_block() -> None:
     blocks = (text("first\nsecond"), ImageBlock(data="AAAA", mime_type="image/png"))
     drawn = _draw(None, content=blocks)
     assert drawn == "✓ c t\n    first\n    second\n    [image image/png, about 3 bytes]\n"
+
+
+def test_a_log_written_before_images_were_checked_still_replays_its_image_as_logged() -> None:
+    """(ImageBlock now refuses data that is not base64; a log that holds
+    such an image, written before, still reads back.)"""
+    event = result_event("c", ToolResultProjection(content=(ImageBlock("AAAA", "image/png"),), is_error=False))
+    event["content"][0]["data"] = "data:image/png;base64,AAAA"
+    lines = render_log(log_entries([call_event(1, 1, "c", "t", {}), event]), lambda name: None, PLAIN, steps=False)
+    assert lines == ["✓ c t", "    [image image/png, about 19 bytes]"]
+    (image,) = LoggedResult.from_event(event).content
+    assert type(image) is ImageBlock and content_to_json([image]) == event["content"]
 
 
 def test_ascii_glyphs_are_used_when_the_terminal_is_not_utf8() -> None:

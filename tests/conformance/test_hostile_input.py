@@ -3,7 +3,9 @@ exception; it never crashes the runtime, hangs a batch or loses an event."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import sys
 import threading
 from typing import Any
 
@@ -178,6 +180,36 @@ def test_an_async_body_raising_system_exit_fails_that_call_and_the_loop_keeps_se
     assert first.results[0].result.is_error
     second = rt.tools.execute(ToolBatchInput(calls=(ToolCall("c2", "fine", "{}"),)))
     assert second.results[0].result.value == "alive"
+
+
+def test_a_body_that_exits_fails_with_a_message_naming_system_exit_and_sys_exit(rt: Any) -> None:
+    # "Error: 3" told neither the model nor the developer what happened.
+    def parse(args: Any, ctx: Any) -> Any:
+        parser = argparse.ArgumentParser(prog="parse")
+        parser.add_argument("--port", type=int, required=True)
+        return parser.parse_args(["--port", "x"]).port  # (argparse prints its usage on stderr, then exits)
+
+    async def bye(args: Any, ctx: Any) -> Any:
+        sys.exit(3)
+
+    rt.tools.register(echo(lambda args, ctx: sys.exit(3), name="exits"))
+    rt.tools.register(echo(bye, name="bye"))
+    rt.tools.register(echo(lambda args, ctx: sys.exit(), name="quits"))
+    rt.tools.register(echo(parse, name="parse"))
+    rt.tools.register(echo(lambda args, ctx: (_ for _ in ()).throw(KeyboardInterrupt), name="interrupted"))
+    calls = tuple(ToolCall(f"c{i}", name, "{}") for i, name in enumerate(("exits", "bye", "quits", "parse")))
+    batch = rt.tools.execute(ToolBatchInput(calls=calls + (ToolCall("c9", "interrupted", "{}"),)))
+    exited = "(sys.exit() was called: argparse calls it on arguments it cannot parse; raise an exception instead)"
+    assert [r.result.error.message for r in batch.results] == [
+        f"SystemExit: 3 {exited}",
+        f"SystemExit: 3 {exited}",
+        f"SystemExit {exited}",
+        f"SystemExit: 2 {exited}",
+        "KeyboardInterrupt",
+    ]
+    for r in batch.results:
+        assert code(r.result) == "TOOL_FAILED" and r.result.error.info.name == type(r.result.error.exception).__name__
+    assert isinstance(batch.results[0].result.error.exception, SystemExit)
 
 
 def test_presenters_and_classifiers_of_define_tool_never_raise_even_base_exceptions() -> None:

@@ -173,6 +173,42 @@ def chart(points: int = Field(ge=1)) -> Total:
     )
 
 
+BAD_IMAGE = "data:image/png;base64," + PNG  # a data URL, not base64
+
+
+@app.tool(structured_output=False)
+def bad_image_kind() -> list:
+    return [
+        TextContent(type="text", text="a screenshot"),
+        ImageContent(type="image", data=BAD_IMAGE, mimeType="image/png"),
+    ]
+
+
+@app.tool()
+def bad_image_chart() -> Total:
+    """Structured content with an image the user only sees, whose data is not base64."""
+    return CallToolResult(
+        content=[
+            TextContent(type="text", text="1 point"),
+            ImageContent(
+                type="image", data="not base64!", mimeType="image/png", annotations=Annotations(audience=["user"])
+            ),
+        ],
+        structured_content={"total": 1, "note": None},
+    )
+
+
+@app.tool(structured_output=False)
+def bad_image_error() -> list:
+    return CallToolResult(
+        is_error=True,
+        content=[
+            TextContent(type="text", text="the camera is off"),
+            ImageContent(type="image", data=BAD_IMAGE, mimeType="image/png"),
+        ],
+    )
+
+
 @app.tool(annotations=ToolAnnotations(idempotentHint=True))
 def fail(reason: str) -> str:
     """Always fails with the reason."""

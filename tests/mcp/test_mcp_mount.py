@@ -14,10 +14,20 @@ import pytest
 from mcp_harness import ServerConnection
 
 import policies.timeout
-from dsh_actors import AbortController, Agent, ImageBlock, TextBlock, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors import (
+    AbortController,
+    Agent,
+    ImageBlock,
+    TextBlock,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+)
 from dsh_actors.json import dumps, materialize, thaw
 from dsh_actors.mcp import mount
-from dsh_actors.mcp._mount import _registered_names
+from dsh_actors.mcp._mount import _progress_to, _registered_names
 from dsh_actors.model import ToolBatchResult
 
 PNG = "iVBORw0KGgo="
@@ -154,6 +164,22 @@ def test_audio_resources_and_links_map_to_a_block_or_a_text_rendering(mounted: T
     assert run(mounted, "t_link_kind").content == (
         TextBlock("[resource link report: file:///report.pdf (application/pdf)]\nthe quarterly report"),
     )
+
+
+def test_an_image_whose_data_is_not_base64_fails_its_call_as_the_servers_protocol_error(mounted: ToolRuntime) -> None:
+    unstructured = run(mounted, "t_bad_image_kind")
+    assert code(unstructured) == "MCP_PROTOCOL_ERROR"
+    assert unstructured.error.message == (
+        'MCP protocol error calling "t_bad_image_kind": the server\'s result is not valid: content.1: ImageBlock data '
+        'is a data URL, not base64 text: strip its "data:<type>;base64," prefix (the type goes in mime_type)'
+    )
+    structured = run(mounted, "t_bad_image_chart")  # (an image for the user only)
+    assert code(structured) == "MCP_PROTOCOL_ERROR"
+    assert "content.1: ImageBlock data is not base64 text" in structured.error.message
+    # A failure keeps the server's text; the image has none.
+    failed = run(mounted, "t_bad_image_error")
+    assert code(failed) == "MCP_TOOL_ERROR" and failed.error.message == "the camera is off"
+    assert not run(mounted, "t_image_kind").is_error  # and the session goes on
 
 
 def test_is_error_is_a_failure_with_the_servers_text(mounted: ToolRuntime) -> None:
@@ -410,6 +436,26 @@ def test_server_progress_notifications_become_tools_progress_events_before_the_r
         ("c1", 3.0, 3.0, "step 3"),
         ("c1", "result"),
     ]
+
+
+def test_a_progress_notification_after_the_body_returned_is_dropped(rt: ToolRuntime) -> None:
+    # A server may notify after its tools/call answered: the call has
+    # settled (ctx.report_progress raises there), and the notification is dropped.
+    kept: list[Any] = []
+    seen: list[Any] = []
+    rt.tools.register(
+        define_tool(
+            name="keeper",
+            description="Keeps its context.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=lambda args, ctx: kept.append(ctx) or "done",
+        )
+    )
+    rt.events.on("tools/progress", lambda execution, progress: seen.append(progress))
+    assert not run(rt, "keeper").is_error
+    asyncio.run(_progress_to(kept[0])(1.0, 2.0, "late"))  # raises nothing
+    assert seen == []
 
 
 def test_a_tools_call_carries_a_progress_token(mounted: ToolRuntime) -> None:

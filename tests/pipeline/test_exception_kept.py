@@ -189,6 +189,79 @@ def test_outcomes_the_runtime_describes_keep_no_exception_and_log_nothing(rt: An
     assert errors.items == []
 
 
+def test_arguments_the_validation_around_a_body_refuses_log_no_traceback(rt: Any) -> None:
+    """The model's bad arguments refused by the library (``@tool``'s
+    pydantic validation, sync and async, ``define_tool``'s, text that is
+    not JSON) are an outcome: their traceback would show only library
+    frames, so the log keeps none (the live result keeps the error, with
+    its violations). Every such call still has a ``tool/start``: the
+    arguments are validated inside the body invoked."""
+    from dsh_actors import ToolArgsError
+    from dsh_actors import tool as typed_tool
+
+    @typed_tool
+    def sync_n(n: int) -> int:
+        """Sync."""
+        return n
+
+    @typed_tool
+    async def async_n(n: int) -> int:
+        """Async."""
+        return n
+
+    rt.tools.register(sync_n)
+    rt.tools.register(async_n)
+    rt.tools.register(
+        define_tool(
+            name="dsl_n",
+            description="Dsl.",
+            parameters={"n": {"type": "integer", "required": True}},
+            output=ToolOutput(schema={"type": "integer"}),
+            execute=lambda args, ctx: args["n"],
+        )
+    )
+    session = Session()
+    calls = [
+        ToolCall("s", "sync_n", '{"n": "x"}'),
+        ToolCall("a", "async_n", '{"n": "x"}'),
+        ToolCall("d", "dsl_n", '{"n": "x"}'),
+        ToolCall("j", "sync_n", '{"n": '),
+    ]
+    batch = ToolBatchInput(calls=calls, agent=Agent("main", session=session), log=LogStep(1, 1))
+    results = rt.tools.execute(batch).results
+    assert [r.result.error.info.code for r in results] == ["INVALID_ARGS"] * 4
+    assert [type(r.result.error.exception) for r in results] == [ToolArgsError] * 4
+    events = session.events()
+    assert [e["call_id"] for e in events if e["type"] == "tool/start"] == ["s", "a", "d", "j"]
+    assert [e for e in events if e["type"] == "tool/result" and "traceback" in e] == []
+
+
+def test_a_body_that_raises_tool_args_error_itself_keeps_its_traceback(rt: Any) -> None:
+    from dsh_actors import ToolDefinition, validate_args
+
+    def checking_body(args: Any, ctx: Any) -> Any:
+        validate_args({"type": "object", "properties": {"n": {"type": "integer"}}}, args)
+        return "ok"
+
+    rt.tools.register(
+        ToolDefinition(
+            name="t",
+            description="Checks its own arguments.",
+            parameters={"type": "object", "properties": {"n": {}}},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=checking_body,
+        )
+    )
+    session = Session()
+    agent = Agent("main", session=session)
+    batch = ToolBatchInput(calls=[ToolCall("c1", "t", '{"n": "x"}')], agent=agent, log=LogStep(1, 1))
+    outcome = rt.tools.execute(batch).results[0].result
+    assert outcome.error.info.code == "INVALID_ARGS"
+    assert "checking_body" in frames(outcome.error.exception)
+    [event] = [e for e in session.events() if e["type"] == "tool/result"]
+    assert "checking_body" in event["traceback"]
+
+
 def test_the_session_log_keeps_the_traceback_text_beside_the_models_fields(rt: Any) -> None:
     rt.tools.register(tool(execute=raising_body))
     session = Session()

@@ -234,7 +234,11 @@ def test_a_render_that_raises_fails_the_call(rt: Any) -> None:
     rt.tools.register(echo_tool(render=render))
     result = run_one(rt)
     assert result.is_error and result.value is None
-    assert result.content == (TextBlock("Error: " + result.error.message),)
+    assert result.error.message == 'output.render of tool "echo": raised RuntimeError: cannot render'
+    # The message, and its fix, are the developer's: the model reads that the tool ran.
+    assert result.content == (
+        TextBlock('Error: tool "echo" ran, but its output could not be rendered: a fault in the tool, not in the call'),
+    )
 
 
 def test_presentation_meta_appears_in_the_meta_of_a_root_call(rt: Any) -> None:

@@ -13,10 +13,12 @@ import pytest
 
 from dsh_actors import (
     Agent,
+    InvalidStateError,
     ToolBatchInput,
     ToolCall,
     ToolOutput,
     ToolProgress,
+    UserMessage,
     define_tool,
     text,
 )
@@ -106,19 +108,42 @@ def test_a_throwing_progress_listener_is_contained(rt: Any) -> None:
     assert seen == [1, 2, 3]
 
 
-def test_a_report_after_the_body_returned_is_dropped(rt: Any) -> None:
-    kept: list[Any] = []
+kept_contexts: list[Any] = []
+
+
+def leaky_body(args: Any, ctx: Any) -> str:
+    kept_contexts.append(ctx)
+    return "done"
+
+
+async def async_leaky_body(args: Any, ctx: Any) -> str:
+    kept_contexts.append(ctx)
+    return "done"
+
+
+@pytest.mark.parametrize("body", [leaky_body, async_leaky_body], ids=["sync", "async"])
+def test_a_context_used_after_the_body_returned_raises_saying_the_call_has_settled(rt: Any, body: Any) -> None:
+    # A thread the body started and did not wait for: its report, deferred
+    # context or conclude_turn would reach nobody; it is told so, never dropped silently.
+    kept_contexts.clear()
     late: list[Any] = []
-
-    def body(args: Any, ctx: Any) -> str:
-        kept.append(ctx)
-        return "done"
-
     rt.tools.register(tool("leaky", body))
     rt.events.on("tools/progress", lambda execution, progress: late.append(progress))
-    rt.tools.execute(ToolBatchInput(calls=[ToolCall("a", "leaky", "{}")]))
-    kept[0].report_progress(1)
-    assert late == []
+    batch = rt.tools.execute(ToolBatchInput(calls=[ToolCall("a", "leaky", "{}")]))
+    ctx = kept_contexts.pop()
+    for method, call in (
+        ("report_progress", lambda: ctx.report_progress(1, total=1, message="finished")),
+        ("defer_context", lambda: ctx.defer_context(UserMessage([text("job finished")]))),
+        ("conclude_turn", lambda: ctx.conclude_turn()),
+    ):
+        with pytest.raises(InvalidStateError) as caught:
+            call()
+        message = str(caught.value)
+        assert message.startswith(f'ctx.{method}() came after the body of tool "leaky" (call "a") returned')
+        assert "the call has settled" in message and "before the body returns" in message
+        assert "thread.join()" in message
+    assert late == [] and batch.additional_contexts == ()
+    assert not batch.results[0].result.concludes_turn
 
 
 def test_a_report_from_a_thread_the_body_waits_for_is_delivered_before_the_result(rt: Any) -> None:

@@ -188,6 +188,30 @@ def test_an_ask_on_a_sub_call_goes_to_the_approval_service_with_the_sub_call_id(
     assert asked == [("c1:ptc:1", "echo"), ("c1:ptc:2", "echo")]
 
 
+def test_a_sub_call_of_a_tool_that_requires_approval_is_asked_through_the_same_pipeline(rt: Any, ptc: Any) -> None:
+    import dataclasses
+
+    from dsh_actors import Agent
+
+    rt.tools.register(dataclasses.replace(echo_tool(), requires_approval=True))
+    asked: list[tuple[str, str, str | None]] = []
+
+    def service(request: Any) -> str:
+        asked.append((request.call_id, request.tool_name, request.reason))
+        return "allowed-once" if request.arguments["message"] == "yes" else "rejected"
+
+    rt.approvals.set(service)
+    result = run_code(
+        rt,
+        "ok = await tools.echo(message='yes')\n"
+        "try:\n    await tools.echo(message='no')\nexcept ToolError as err:\n    return [ok, str(err)]",
+        agent=Agent("a"),
+    )
+    assert result.value["result"] == ({"message": "yes"}, 'the user rejected tool "echo"')
+    reason = 'tool "echo" requires approval (its definition sets requires_approval)'
+    assert asked == [("c1:ptc:1", "echo", reason), ("c1:ptc:2", "echo", reason)]  # run_code itself is not asked
+
+
 def test_a_value_too_deep_to_send_fails_only_that_call(rt: Any, ptc: Any) -> None:
     deep: Any = "leaf"
     for _ in range(256):  # as deep as the core allows: the result envelope is one level more

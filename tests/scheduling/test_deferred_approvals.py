@@ -747,8 +747,9 @@ def test_an_abort_while_a_call_is_deferred_and_a_later_one_runs_ends_the_batch_w
     ]
 
 
-@pytest.mark.parametrize("shown", ["please approve", 5, ["en", "x"], {"en": 1}])
-def test_a_deferred_ask_whose_display_reason_is_not_text_by_language_fails_the_call_clearly(shown: Any) -> None:
+@pytest.mark.parametrize("shown", [5, ["en", "x"], {"en": 1}, {"fr": "x"}])
+def test_an_ask_whose_display_reason_is_not_text_by_language_fails_the_call_clearly(shown: Any) -> None:
+    # (Refused as the Ask is made, in the listener: before, only once the call deferred.)
     world = World()
     with started_runtime() as rt:
         install(rt, world)
@@ -761,8 +762,28 @@ def test_a_deferred_ask_whose_display_reason_is_not_text_by_language_fails_the_c
     assert result.pending == () and result.suspension is None
     outcome = result.results[1].result
     assert code_of(outcome) == "POLICY_FAILED"
-    assert "Ask(display_reason=...) must be a mapping of language to text" in outcome.error.message
+    assert outcome.error.message.startswith(
+        'tools/pre-execute: Ask(display_reason=...) must be the English text (a str) or a mapping of language to text with an "en" entry'
+    )
     assert sorted(world.ran) == ["c0", "c2"]
+
+
+def test_a_deferred_ask_whose_display_reason_is_a_str_suspends_with_it_as_the_english_text() -> None:
+    # (A str was taken when the Ask was made, then failed the call once it deferred.)
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        rt.events.on(
+            "tools/pre-execute",
+            lambda execution, next_: Ask(reason="r", display_reason="May I?") if execution.call_id == "c1" else next_(),
+            prepend=True,
+        )
+        result = rt.tools.execute(ToolBatchInput(calls=(c("c0"), c("c1"), c("c2")), agent=Agent("main")))
+        assert result.pending == ("c1",)
+        assert result.suspension["calls"][1]["approval"] == {"reason": "r", "display_reason": {"en": "May I?"}}
+        done = rt.tools.resume(roundtrip(result.suspension), {"c1": "allowed-once"}, agent=Agent("main"))
+    assert texts(done) == [("c0", "done c0"), ("c1", "done c1"), ("c2", "done c2")]
+    assert sorted(world.ran) == ["c0", "c1", "c2"]
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", "42", "true"])
