@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dsh_actors import (
     Accept,
     Block,
@@ -166,34 +168,19 @@ def test_the_program_gets_the_value_even_when_a_policy_replaced_the_content(rt: 
     assert result.value["result"] == {"message": "full value"}
 
 
-def test_an_ask_on_a_sub_call_goes_to_the_approval_service_with_the_sub_call_id(rt: Any, ptc: Any) -> None:
-    from dsh_actors import Agent, Ask
-
-    rt.tools.register(echo_tool())
-    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="check") if execution.parent else next())
-    asked: list[tuple[str, str]] = []
-
-    def service(request: Any) -> str:
-        asked.append((request.call_id, request.tool_name))
-        return "allowed-once" if request.arguments["message"] == "yes" else "rejected"
-
-    rt.approvals.set(service)
-    result = run_code(
-        rt,
-        "ok = await tools.echo(message='yes')\n"
-        "try:\n    await tools.echo(message='no')\nexcept ToolError as err:\n    return [ok, str(err)]",
-        agent=Agent("a"),
-    )
-    assert result.value["result"] == ({"message": "yes"}, 'the user rejected tool "echo"')
-    assert asked == [("c1:ptc:1", "echo"), ("c1:ptc:2", "echo")]
-
-
-def test_a_sub_call_of_a_tool_that_requires_approval_is_asked_through_the_same_pipeline(rt: Any, ptc: Any) -> None:
+@pytest.mark.parametrize("asker", ["listener", "requires_approval"])
+def test_an_ask_on_a_sub_call_goes_to_the_approval_service_with_the_sub_call_id(rt: Any, ptc: Any, asker: str) -> None:
     import dataclasses
 
-    from dsh_actors import Agent
+    from dsh_actors import Agent, Ask
 
-    rt.tools.register(dataclasses.replace(echo_tool(), requires_approval=True))
+    if asker == "listener":
+        rt.tools.register(echo_tool())
+        rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="check") if execution.parent else next())
+        reason = "check"
+    else:  # the tool's definition asks, through the same pipeline
+        rt.tools.register(dataclasses.replace(echo_tool(), requires_approval=True))
+        reason = 'tool "echo" requires approval (its definition sets requires_approval)'
     asked: list[tuple[str, str, str | None]] = []
 
     def service(request: Any) -> str:
@@ -208,7 +195,6 @@ def test_a_sub_call_of_a_tool_that_requires_approval_is_asked_through_the_same_p
         agent=Agent("a"),
     )
     assert result.value["result"] == ({"message": "yes"}, 'the user rejected tool "echo"')
-    reason = 'tool "echo" requires approval (its definition sets requires_approval)'
     assert asked == [("c1:ptc:1", "echo", reason), ("c1:ptc:2", "echo", reason)]  # run_code itself is not asked
 
 

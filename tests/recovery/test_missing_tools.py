@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduling.helpers import GUARD, assert_no_new_threads, live_threads
+from scheduling.helpers import GUARD
 from scheduling.helpers import TEXT_OUTPUT as OUTPUT
 
 from dsh_actors import (
@@ -34,19 +33,6 @@ from dsh_actors import (
 from dsh_actors.errors import InvalidStateError
 from dsh_actors.scheduling.executor import NativeExecutor
 from dsh_actors.session import INTERRUPTED
-
-
-@pytest.fixture
-def runtime_pair() -> Iterator[tuple[ToolRuntime, ToolRuntime]]:
-    """Two runtimes: the one whose step is cut short and the one that finishes it."""
-    before = live_threads()
-    first, second = ToolRuntime().start(), ToolRuntime().start()
-    try:
-        yield first, second
-    finally:
-        first.stop()
-        second.stop()
-    assert_no_new_threads(before)
 
 
 def tool(name: str, ran: list[str], **options: Any) -> Any:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scheduling.helpers import GUARD, assert_no_new_threads, live_threads
+from scheduling.helpers import GUARD
 from scheduling.helpers import TEXT_OUTPUT as OUTPUT
 
 from dsh_actors import (
@@ -66,19 +65,6 @@ class Tools:
 
         rt.events.on("tools/pre-execute", ask_when_told)
         rt.approvals.set(service)
-
-
-@pytest.fixture
-def runtime_pair() -> Iterator[tuple[ToolRuntime, ToolRuntime]]:
-    """Two runtimes: the one that crashes and the one that recovers."""
-    before = live_threads()
-    first, second = ToolRuntime().start(), ToolRuntime().start()
-    try:
-        yield first, second
-    finally:
-        first.stop()
-        second.stop()
-    assert_no_new_threads(before)
 
 
 def batch_event(*calls: tuple[str, str], ask: tuple[str, ...] = ()) -> dict[str, Any]:
