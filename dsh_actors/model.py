@@ -611,20 +611,17 @@ class Cancel:
 
 def is_text_by_language(value: object) -> bool:
     """Whether ``value`` is what an ``Ask``'s ``display_reason`` holds: a
-    mapping of language to text (``str`` keys and values) with an ``"en"``
-    entry."""
-    return (
-        isinstance(value, Mapping)
-        and "en" in value
-        and all(type(k) is str and type(v) is str for k, v in value.items())
-    )
+    mapping of language to text (``str`` keys and values). An ``"en"``
+    entry is what a reader falls back on, but is not required: a suspension
+    stored with another language alone still resumes."""
+    return isinstance(value, Mapping) and all(type(k) is str and type(v) is str for k, v in value.items())
 
 
 @dataclass(frozen=True, slots=True)
 class Ask:
     """Pre-execute: run only if the approval service answers ``allowed-once``.
     ``reason`` is the audited reason; ``display_reason`` localized prompt
-    text (``{"en": ..., "fr": ...}``, an ``"en"`` entry required). A ``str``
+    text (``{"en": ..., "fr": ...}``; give an ``"en"`` entry). A ``str``
     given as ``display_reason`` is the English text: ``Ask(display_reason="Delete
     it?")`` holds ``{"en": "Delete it?"}``. A mapping is copied; anything else
     is refused as the decision is made (``InvalidTypeError``)."""
@@ -641,15 +638,14 @@ class Ask:
         elif is_text_by_language(shown):
             object.__setattr__(self, "display_reason", dict(shown))  # type: ignore[call-overload]
         else:
-            if not isinstance(shown, Mapping):
-                got = type(shown).__qualname__
-            elif "en" not in shown:
-                got = 'a mapping without an "en" entry'
-            else:
-                got = "a mapping whose keys and values are not all str"
+            got = (
+                type(shown).__qualname__
+                if not isinstance(shown, Mapping)
+                else "a mapping whose keys and values are not all str"
+            )
             raise InvalidTypeError(
-                "Ask(display_reason=...) must be the English text (a str) or a mapping of language to text "
-                f'with an "en" entry, such as {{"en": "Delete the file?", "fr": "Supprimer le fichier ?"}} (got {got})'
+                "Ask(display_reason=...) must be the English text (a str) or a mapping of language to text, "
+                f'such as {{"en": "Delete the file?", "fr": "Supprimer le fichier ?"}} (got {got})'
             )
 
 

@@ -257,7 +257,7 @@ def _approval_ask(approval: object, path: str) -> Ask:
     display = approval.get("display_reason")
     if display is not None and not is_text_by_language(display):
         raise InvalidValueError(
-            f'not a suspension: {path}.display_reason must be null or an object of texts with an "en" entry'
+            f"not a suspension: {path}.display_reason must be null or an object of language to text"
         )
     return Ask(reason=reason, display_reason=None if display is None else dict(display))
 

@@ -747,7 +747,7 @@ def test_an_abort_while_a_call_is_deferred_and_a_later_one_runs_ends_the_batch_w
     ]
 
 
-@pytest.mark.parametrize("shown", [5, ["en", "x"], {"en": 1}, {"fr": "x"}])
+@pytest.mark.parametrize("shown", [5, ["en", "x"], {"en": 1}])
 def test_an_ask_whose_display_reason_is_not_text_by_language_fails_the_call_clearly(shown: Any) -> None:
     # (Refused as the Ask is made, in the listener: before, only once the call deferred.)
     world = World()
@@ -763,7 +763,7 @@ def test_an_ask_whose_display_reason_is_not_text_by_language_fails_the_call_clea
     outcome = result.results[1].result
     assert code_of(outcome) == "POLICY_FAILED"
     assert outcome.error.message.startswith(
-        'tools/pre-execute: Ask(display_reason=...) must be the English text (a str) or a mapping of language to text with an "en" entry'
+        "tools/pre-execute: Ask(display_reason=...) must be the English text (a str) or a mapping of language to text, such as"
     )
     assert sorted(world.ran) == ["c0", "c2"]
 
