@@ -1143,7 +1143,7 @@ class BatchRun:
         try:
             # (One registry lookup per call: recovery tells these calls, which
             # fail UNKNOWN_TOOL, from calls of a tool its runtime lacks.)
-            unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy.own)
+            unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
             session.append_lossless(
                 batch_event(
                     log.turn,

@@ -39,7 +39,7 @@ A resume of a logged suspension is refused alike.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_str
@@ -69,7 +69,7 @@ from ..session import (
 )
 from ..signals import AbortSignal
 from ..visibility import executable, select_executor
-from .messages import CallStart
+from .messages import BatchPolicy, CallStart
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
@@ -193,16 +193,28 @@ def unknown_calls(
     calls: Iterable[ToolCall],
     agent: Agent | None,
     tool_set: ResolvedToolSet | None,
-    own: Container[str],
+    policy: BatchPolicy | None,
 ) -> list[str]:
-    """The ids of ``calls`` whose tool ``agent`` cannot call, so that they
-    fail ``UNKNOWN_TOOL``: neither one of ``own`` (the names of its
-    executor's own tools: PTC's ``run_code``) nor executable in ``state``
-    (registered, visible to the agent and, if conditional, admitted by
-    ``tool_set``). The one rule behind a logged batch's record (its
-    ``tool/batch``'s ``unknown``, written as it opens) and
-    :func:`refuse_missing_tools`."""
-    return [c.id for c in calls if c.name not in own and executable(state, c.name, agent, tool_set) is None]
+    """The ids of ``calls`` that run no tool, so that they fail
+    ``UNKNOWN_TOOL``, by the rule a batch follows (``BatchRun._open``): a
+    call of one of the executor's own tools (``policy.own``: PTC's
+    ``run_code``) runs it; else one the executor's direct-call hint answers
+    (``policy.hint``) runs nothing; else it runs its tool if that is
+    executable in ``state`` (registered, visible to the agent and, if
+    conditional, admitted by ``tool_set``). ``policy``: the executor's
+    :class:`BatchPolicy` (None: an executor without one). The one rule
+    behind a logged batch's record (its ``tool/batch``'s ``unknown``,
+    written as it opens) and :func:`refuse_missing_tools`."""
+    own = policy.own if policy is not None else {}
+    hint_of = policy.hint if policy is not None else None
+    return [
+        c.id
+        for c in calls
+        if c.name not in own
+        and (
+            (hint_of is not None and hint_of(c.name) is not None) or executable(state, c.name, agent, tool_set) is None
+        )
+    ]
 
 
 #: The answers a continued call runs its tool from (None: prepared from the
@@ -235,9 +247,9 @@ def refuse_missing_tools(
     if not runs:
         return
     agent, state = batch.agent, rt.state
-    provided = getattr(select_executor(state, agent), "executor_tools", None)
-    own = {definition.name for definition in provided()} if callable(provided) else set()
-    missing = set(unknown_calls(state, runs, agent, batch.tool_set, own))
+    policy_of = getattr(select_executor(state, agent), "batch_policy", None)
+    policy = policy_of() if callable(policy_of) else None  # (what the recovered batch would run with)
+    missing = set(unknown_calls(state, runs, agent, batch.tool_set, policy))
     if not missing:
         return
     calls = [c for c in runs if c.id in missing]

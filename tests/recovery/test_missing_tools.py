@@ -245,3 +245,36 @@ def test_a_logged_resume_is_refused_a_tool_its_runtime_lacks_unless_the_call_doe
         # Rejected, the call does not run: its tool is not needed.
         result = resuming.tools.resume(suspension, {"c0": "rejected"}, agent=agent)
     assert result.results[0].result.is_error and ran == []
+
+
+class Hinting(NativeExecutor):
+    """An executor that lets no direct call of ``echo`` run (as PTC sends the
+    model to ``run_code``): such a call fails ``UNKNOWN_TOOL`` with a hint."""
+
+    def direct_call_hint(self, name: str) -> str | None:
+        return "call it from a program" if name == "echo" else None
+
+
+def test_a_call_the_executor_s_direct_call_hint_refuses_is_logged_unknown_and_recovers_unknown(
+    runtime_pair: Any, tmp_path: Path
+) -> None:
+    # (It was logged as known, and recovering without echo was refused with
+    # "the agent could call it when the step was logged".)
+    crashing, recovering = runtime_pair
+    hold, ran = Hold(), []
+    hold.register(crashing)
+    crashing.tools.register(tool("echo", ran))
+    crashing.tools.set_executor(Hinting())
+    log, crashed = tmp_path / "log.jsonl", tmp_path / "crashed.jsonl"
+    with Session(log) as session:
+        calls = (ToolCall("c0", "hold", {}), ToolCall("c1", "echo", {}))
+        crash_copy(
+            crashing, hold, ToolBatchInput(calls, agent=Agent("a", session=session), log=LogStep(1, 1)), log, crashed
+        )
+    assert logged_batch_event(crashed)["unknown"] == ["c1"]
+
+    recovering.tools.set_executor(Hinting())
+    with Session.open(crashed) as session:
+        result = recovering.tools.recover(Agent("a", session=session), 1, 1)
+    assert outcome(result)[1:] == [("c1", "UNKNOWN_TOOL")]
+    assert ran == []
