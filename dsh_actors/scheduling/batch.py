@@ -527,7 +527,6 @@ class BatchRun:
 
         self.unsubscribe = self.body_parent.add_callback(wake)
         policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
-        own = policy.own
         agent = batch.agent
         if batch.log is not None and agent is not None:
             self.session = agent.session
@@ -535,8 +534,7 @@ class BatchRun:
                 # (A continued batch continues a step whose tool/batch is logged.)
                 self._log_batch()
         self.hook = policy.hook
-        # The default direct_call_hint always answers None: skip the call.
-        hint_of = policy.hint
+        route = policy.route
         calls = self.calls
         unbuilt = self.unbuilt
         starts = self.starts
@@ -547,9 +545,7 @@ class BatchRun:
                 unbuilt.append(None)
                 self._added()
                 continue
-            name = tool_call.name
-            override = own.get(name) if own else None
-            hint = hint_of(name) if hint_of is not None and override is None else None
+            override, hint = route(tool_call.name)
             if type(tool_call.arguments) is str:
                 # JSON text cannot change: it is parsed and materialized, and
                 # its call built, when the call is about to start, so the

@@ -62,6 +62,18 @@ class BatchPolicy:
     dispatcher: Dispatcher
     """The runtime's capacity (the work mailbox asks it for servers)."""
 
+    def route(self, name: str) -> tuple[Any, str | None]:
+        """Where a model's call of ``name`` goes, before the registry: the
+        executor's own tool (its checked definition) if it provides one, else
+        the executor's direct-call hint (a str: the call fails
+        ``UNKNOWN_TOOL`` with it), else ``(None, None)``: the registry
+        decides. The one rule for a batch's calls and for what recovery
+        reads of them (``recovery.unknown_calls``)."""
+        own = self.own
+        override = own.get(name) if own else None
+        hint_of = self.hint
+        return override, (hint_of(name) if hint_of is not None and override is None else None)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallStart:

@@ -196,25 +196,20 @@ def unknown_calls(
     policy: BatchPolicy | None,
 ) -> list[str]:
     """The ids of ``calls`` that run no tool, so that they fail
-    ``UNKNOWN_TOOL``, by the rule a batch follows (``BatchRun._open``): a
-    call of one of the executor's own tools (``policy.own``: PTC's
-    ``run_code``) runs it; else one the executor's direct-call hint answers
-    (``policy.hint``) runs nothing; else it runs its tool if that is
-    executable in ``state`` (registered, visible to the agent and, if
-    conditional, admitted by ``tool_set``). ``policy``: the executor's
-    :class:`BatchPolicy` (None: an executor without one). The one rule
-    behind a logged batch's record (its ``tool/batch``'s ``unknown``,
-    written as it opens) and :func:`refuse_missing_tools`."""
-    own = policy.own if policy is not None else {}
-    hint_of = policy.hint if policy is not None else None
-    return [
-        c.id
-        for c in calls
-        if c.name not in own
-        and (
-            (hint_of is not None and hint_of(c.name) is not None) or executable(state, c.name, agent, tool_set) is None
-        )
-    ]
+    ``UNKNOWN_TOOL``, routed as a batch routes them
+    (:meth:`BatchPolicy.route`: the executor's own tool, PTC's ``run_code``,
+    runs; a call its direct-call hint answers runs nothing; else the tool
+    runs if it is executable in ``state``: registered, visible to the agent
+    and, if conditional, admitted by ``tool_set``). ``policy``: the
+    executor's (None: an executor without one). What a logged batch records
+    (its ``tool/batch``'s ``unknown``, written as it opens) and what
+    :func:`refuse_missing_tools` checks."""
+    unknown = []
+    for c in calls:
+        override, hint = (None, None) if policy is None else policy.route(c.name)
+        if override is None and (hint is not None or executable(state, c.name, agent, tool_set) is None):
+            unknown.append(c.id)
+    return unknown
 
 
 #: The answers a continued call runs its tool from (None: prepared from the
