@@ -285,7 +285,6 @@ class Metrics:
                 f"{_POLICY}: another Metrics publishes its gauges on this meter_provider already "
                 "(OpenTelemetry keeps the first instrument of a name); install that Metrics, or pass another provider"
             )
-        meter = meter_provider.get_meter(__name__)
 
         def gauge(key: str) -> Callable[[Any], list[Any]]:
             def observe(options: Any) -> list[Any]:
@@ -294,8 +293,14 @@ class Metrics:
 
             return observe
 
-        for name, key, unit, description in GAUGES:
-            meter.create_observable_gauge(name, callbacks=[gauge(key)], unit=unit, description=description)
+        try:
+            meter = meter_provider.get_meter(__name__)
+            for name, key, unit, description in GAUGES:
+                meter.create_observable_gauge(name, callbacks=[gauge(key)], unit=unit, description=description)
+        except BaseException:
+            with _OBSERVED_LOCK:  # (not taken after all: a later install may try again)
+                _OBSERVED.pop(meter_provider, None)
+            raise
         self._observing = True
 
     def _reading(self, key: str) -> int | None:

@@ -435,3 +435,30 @@ def test_one_metrics_per_meter_provider(rt: Any, otel: Otel) -> None:
         assert gauges(other)["dsh.call_actors.max"] == rt.max_call_actors
     finally:
         other.shutdown()
+
+
+def test_a_provider_whose_gauges_could_not_be_made_is_not_taken(rt: Any) -> None:
+    # (It stayed marked as taken: every later install on it was refused,
+    # naming "another Metrics" that did not exist.)
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    class NotReady(MeterProvider):
+        failing = True
+
+        def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+            if self.failing:
+                raise RuntimeError("exporter not ready")
+            return super().get_meter(*args, **kwargs)
+
+    provider = NotReady()
+    try:
+        metrics = Metrics(meter_provider=provider)
+        with pytest.raises(RuntimeError, match="exporter not ready"):
+            rt.use(policies.metrics, metrics=metrics)
+        assert not metrics.installed
+        provider.failing = False
+        undo = rt.use(policies.metrics, metrics=metrics)
+        assert metrics.installed
+        undo()
+    finally:
+        provider.shutdown()
