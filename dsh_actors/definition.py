@@ -33,11 +33,20 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast
 
 from loguru import logger
 
-from .errors import DshError, JsonSchemaError, RegistrationError, ToolArgsError, exception_text, safe_repr, safe_str
+from .errors import (
+    DshError,
+    InvalidTypeError,
+    JsonSchemaError,
+    RegistrationError,
+    ToolArgsError,
+    exception_text,
+    safe_repr,
+    safe_str,
+)
 from .json import thaw
 from .model import ContentBlock, ToolExecutionResult
 from .presentation import PresentedResult, ToolCallView, ToolResultView
-from .presentation._projection import presenter_failed
+from .presentation._projection import first_failure, presenter_failed
 from .schema import (
     CompiledJsonSchema,
     FullJsonSchema,
@@ -56,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "OWN_VALIDATORS",
+    "RESERVED_NAMES",
     "CheckedDefinition",
     "OwnValidators",
     "SchemaEnforcer",
@@ -67,6 +77,7 @@ __all__ = [
     "guarded_callbacks",
     "is_async_callable",
     "own_validators",
+    "reserved_name_problem",
     "validate_definition",
 ]
 
@@ -116,8 +127,8 @@ class SchemaEnforcer(Protocol):
 @dataclass(frozen=True, slots=True)
 class OwnValidators:
     """The validators a definition's ``execute`` brings with it (those of a
-    :func:`~dsh_actors.tool` definition, built once at decoration), carried
-    as ``execute.__dsh_validators__``.
+    :func:`~dsh_actors.tool` definition, built once at decoration), and the
+    typed function it calls, carried as ``execute.__dsh_validators__``.
 
     They stand for a full-mode definition's schemas only while
     ``parameters`` and ``output.schema`` are the very objects they enforce
@@ -130,6 +141,10 @@ class OwnValidators:
     output: SchemaEnforcer
     """Enforces ``definition.output.schema`` on the value's JSON form; its
     ``schema`` is that object."""
+
+    function: Callable[..., Any]
+    """The function ``@tool`` made the definition of: what calling the
+    definition calls (:meth:`ToolDefinition.__call__`)."""
 
 
 OWN_VALIDATORS: Final = "__dsh_validators__"
@@ -324,6 +339,23 @@ class ToolDefinition:
             else:
                 _guard_own(self, own)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function a :func:`~dsh_actors.tool` definition was made
+        of, as written: ``add(1, 2)`` is the undecorated ``add(1, 2)``
+        (no validation; a context parameter gets what you pass, and an
+        ``async def`` gives its coroutine), so a unit test calls the tool
+        directly. Any other definition (:func:`define_tool`, a raw or MCP
+        one) has only ``execute(args, ctx)``: calling it raises
+        :class:`~dsh_actors.InvalidTypeError` saying how to run it."""
+        own = getattr(self.execute, OWN_VALIDATORS, None)
+        if type(own) is not OwnValidators:
+            name = safe_str(self.name) if type(self.name) is str else "<unnamed>"
+            raise InvalidTypeError(
+                f'tool "{name}" was not made by @tool, so there is no function to call: run it as the model '
+                f'would, rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="{name}", arguments={{...}})]))'
+            )
+        return own.function(*args, **kwargs)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckedDefinition:
@@ -442,6 +474,20 @@ def timeout_problem(timeout_ms: object) -> str | None:
     if type(timeout_ms) in (int, float) and math.isfinite(cast(float, timeout_ms)) and cast(float, timeout_ms) > 0:
         return None
     return f"timeout_ms must be a positive finite number (got {_shown(timeout_ms)})"
+
+
+#: Names no registration may take and no restriction may mention: the
+#: code-mode executor's transport (the executor offers it itself).
+RESERVED_NAMES: Final = frozenset({"run_code"})
+
+
+def reserved_name_problem(name: object) -> str | None:
+    """Why registration refuses ``name`` as one of :data:`RESERVED_NAMES`,
+    naming the fix, or None. (Registration's check, and ``@tool``'s, which
+    refuses at decoration what registration would.)"""
+    if type(name) is not str or name not in RESERVED_NAMES:
+        return None
+    return f'"{name}" is reserved for the code-mode transport; give the tool another name'
 
 
 TOOL_NAME_RULE: Final = "^[a-zA-Z0-9_-]{1,64}$"
@@ -566,10 +612,24 @@ def validate_definition(defn: object) -> CheckedDefinition:
     Runs on the registering thread; pure apart from compiling (cached).
     """
     if not isinstance(defn, ToolDefinition):
-        raise RegistrationError(f"expected a ToolDefinition, got {type(defn).__qualname__}")
+        raise RegistrationError(_not_a_definition(defn))
     if defn._checked is not None and defn._checked.definition is defn:
         return defn._checked
     return _check(defn, parameter_validator=None)
+
+
+def _not_a_definition(value: object) -> str:
+    """What registering ``value``, which is no :class:`ToolDefinition`,
+    gets told: what it is and how to make a definition."""
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return (
+            f"expected a ToolDefinition, got the function {safe_str(value.__name__)}: decorate it with @tool "
+            "(from dsh_actors import tool), or make a definition with define_tool(...)"
+        )
+    return (
+        f"expected a ToolDefinition, got {type(value).__qualname__}: make one with @tool on a typed function, "
+        "or with define_tool(...)"
+    )
 
 
 def _check(defn: ToolDefinition, parameter_validator: SchemaEnforcer | None) -> CheckedDefinition:
@@ -986,13 +1046,27 @@ def _classifier(name: str, validator: _Validates, classifier: Classifier) -> Cla
                 return False
             return classifier(args)
         except BaseException as err:  # noqa: BLE001 - a raising classifier means exclusive
-            logger.debug(
-                "tool {!r}: is_concurrency_safe raised {}; treating the call as exclusive", name, safe_str(err)
-            )
+            _classifier_failed(name, err)
             return False
 
     _label(is_concurrency_safe, name, "is_concurrency_safe", classifier)
     return is_concurrency_safe
+
+
+def _classifier_failed(name: str, err: BaseException) -> None:
+    """A classifier raised (its call runs exclusive): a WARNING naming the
+    tool, the error and the likely fix the first time it raises this kind
+    of error (:func:`first_failure`), DEBUG after that."""
+    if not first_failure(name, "is_concurrency_safe", type(err).__qualname__):
+        logger.debug("tool {!r}: is_concurrency_safe raised {}; the call runs exclusive", name, exception_text(err))
+        return
+    logger.warning(
+        'tool "{}": is_concurrency_safe (@tool\'s concurrency_safe) raised {}, so its call runs exclusive; it '
+        'gets the arguments as frozen JSON, not typed values (args["path"], not args.path): fix it to answer '
+        "True or False for any valid arguments",
+        name,
+        exception_text(err),
+    )
 
 
 def _call_presenter(name: str, validator: _Validates, presenter: PresentCall) -> PresentCall:

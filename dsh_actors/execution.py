@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextvars
 import itertools
 import math
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from .errors import InvalidStateError, InvalidTypeError, InvalidValueError
 from .json._rules import MAX_INT, surrogate_index, value_problem
@@ -36,7 +37,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import Agent
     from .toolset import ResolvedToolSet
 
-__all__ = ["ToolExecution", "ToolExecutionInput", "ToolExecutionToken", "ToolRunContext"]
+if sys.version_info >= (3, 13):
+    from typing import TypeVar
+else:  # (the TypeVar default of PEP 696)
+    from typing_extensions import TypeVar
+
+__all__ = ["DepsT", "ToolExecution", "ToolExecutionInput", "ToolExecutionToken", "ToolRunContext"]
+
+#: The type of ``ctx.deps`` (:class:`ToolRunContext`'s type parameter);
+#: ``Any`` when a body annotates its context ``ToolRunContext`` bare.
+DepsT = TypeVar("DepsT", default=Any)
 
 _token_ids = itertools.count(1)
 
@@ -288,10 +298,16 @@ class ToolExecution:
 ) = slot_setters(ToolExecution, ToolExecution.__slots__)  # every slot, in __slots__ order
 
 
-class ToolRunContext:
+class ToolRunContext(Generic[DepsT]):
     """What a tool body receives: the execution's identity, the body's own
     signal (fused from the caller's and any wrapper's), and
     :meth:`defer_context` / :meth:`conclude_turn`.
+
+    Generic in the type of :attr:`deps`: annotate a body's context
+    ``ctx: ToolRunContext[MyDeps]`` and a type checker knows ``ctx.deps`` is
+    a ``MyDeps`` (nothing checks it at runtime: ``deps`` is what
+    ``ToolBatchInput.deps`` was given); ``ToolRunContext`` alone is
+    ``ToolRunContext[Any]``.
 
     A sync body runs on a call actor's worker thread; an ``async def`` body on
     the batch's event loop: the loop that awaits ``rt.tools.execute_async``,
@@ -442,10 +458,12 @@ class ToolRunContext:
     schema = property(lambda self: self._execution.schema, doc="Binding-time schema (PTC).")
 
     @property
-    def deps(self) -> Any:
+    def deps(self) -> DepsT:
         """The application's dependencies (``ToolBatchInput.deps``, or the
-        enclosing call's), as given."""
-        return self._execution.deps
+        enclosing call's), as given; typed ``DepsT``
+        (``ToolRunContext[MyDeps]``), never checked."""
+        deps: DepsT = self._execution.deps  # (Any: no cast to call)
+        return deps
 
     @property
     def execution(self) -> ToolExecution:

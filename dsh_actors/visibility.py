@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import orjson
 
+from .definition import RESERVED_NAMES  # (re-exported: where the registry's readers look for it)
 from .errors import callable_name, exception_text
 from .events import in_scope
 from .json import dumps
@@ -88,10 +89,6 @@ Guard: TypeAlias = "Callable[[ToolExecution], str | None]"
 
 ContributionKind: TypeAlias = Literal["restriction", "guard", "executor"]
 ExecutionMode: TypeAlias = Literal["parallel", "exclusive"]
-
-#: Names no registration may take and no restriction may mention: the
-#: code-mode executor's transport.
-RESERVED_NAMES: Final = frozenset({"run_code"})
 
 _seqs = itertools.count(1)
 

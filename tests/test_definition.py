@@ -481,8 +481,17 @@ def test_an_async_raw_definition_is_marked_async() -> None:
     assert validate_definition(raw_tool(execute=body)).is_async is True
 
 
-def test_something_that_is_not_a_definition_is_rejected() -> None:
-    assert registration_problem({"name": "x"}) == "expected a ToolDefinition, got dict"
+def test_something_that_is_not_a_definition_is_rejected_naming_how_to_make_one() -> None:
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert registration_problem({"name": "x"}) == (
+        "expected a ToolDefinition, got dict: make one with @tool on a typed function, or with define_tool(...)"
+    )
+    assert registration_problem(add) == (
+        "expected a ToolDefinition, got the function add: decorate it with @tool (from dsh_actors import tool), "
+        "or make a definition with define_tool(...)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -170,7 +170,9 @@ def test_an_asks_display_reason_is_text_by_language_and_a_str_is_its_english_tex
     given["en"] = "changed"  # copied as the Ask is made
     assert ask == Ask(reason="r", display_reason={"en": "Delete it?", "fr": "Le supprimer ?"})
     assert Ask().display_reason is None
-    assert Ask(display_reason={"fr": "Le supprimer ?"}).display_reason == {"fr": "Le supprimer ?"}  # (stored ones resume)
+    assert Ask(display_reason={"fr": "Le supprimer ?"}).display_reason == {
+        "fr": "Le supprimer ?"
+    }  # (stored ones resume)
     fix = r'Ask\(display_reason=\.\.\.\) must be the English text \(a str\) or a mapping of language to text, such as \{"en": "Delete the file\?"'
     for shown, got in [
         (5, "int"),

@@ -16,6 +16,7 @@ from typing_extensions import TypedDict  # pydantic needs it for a TypedDict bef
 from dsh_actors import (
     Accept,
     ErrorCode,
+    InvalidTypeError,
     JsonSchemaError,
     RegistrationError,
     TextBlock,
@@ -854,4 +855,207 @@ def test_a_value_that_fits_no_member_of_a_union_gets_one_violation_naming_each_t
     result = run(rt, pick, {"v": [1], "items": [1, "x"]})
     assert result.error.message == (
         'invalid arguments: "value.v" must be an integer or a string; "value.items[1]" must be an integer or a boolean'
+    )
+
+
+# --------------------------------------------------------------------------
+# Authoring: a tool called in a unit test, refusals that name the fix, the
+# whole docstring, a typed context, a classifier that raises
+# --------------------------------------------------------------------------
+
+
+def test_a_decorated_tool_is_called_as_its_function_and_any_other_definition_says_how_to_run_it() -> None:
+    import asyncio
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    @tool
+    async def fetch(url: str, ctx: ToolRunContext) -> str:
+        """Fetch."""
+        return f"{url} with {ctx!r}"
+
+    assert add(1, 2) == 3 and add(a=2, b=3) == 5  # as written: no validation, no runtime
+    assert asyncio.run(fetch("a.test", "a context")) == "a.test with 'a context'"  # type: ignore[arg-type]
+    assert dataclasses.replace(add, name="plus")(1, 1) == 2  # the same body, the same function
+    echo = define_tool(
+        name="echo",
+        description="Echo.",
+        parameters={"m": {"type": "string", "required": True}},
+        output=ToolOutput(schema={"type": "string"}),
+        execute=lambda args, ctx: args["m"],
+    )
+    with pytest.raises(
+        InvalidTypeError,
+        match=r'^tool "echo" was not made by @tool, so there is no function to call: run it as the model would, '
+        r'rt\.tools\.execute\(ToolBatchInput\(calls=\[ToolCall\(id="c1", name="echo", arguments=\{\.\.\.\}\)\]\)\)$',
+    ):
+        echo({"m": "x"})
+
+
+def test_refusals_of_the_decorator_name_the_fix() -> None:
+    def variadic(query: str, *terms: str) -> str:
+        return query
+
+    def options(query: str, **flags: bool) -> str:
+        return query
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(variadic)
+    assert str(caught.value) == (
+        "cannot register tool \"variadic\": parameter 'terms': *args and **kwargs cannot be offered to a model; "
+        "take a list instead (terms: list[str])"
+    )
+    with pytest.raises(RegistrationError) as caught:
+        tool(options)
+    assert str(caught.value).endswith(
+        "take one parameter holding them (flags: Options, a pydantic model or TypedDict whose fields are the "
+        "options, or a dict[str, ...])"
+    )
+    with pytest.raises(RegistrationError) as caught:
+        tool("search")  # type: ignore[call-overload]  # @tool("search") def ...
+    assert str(caught.value) == "@tool takes the tool's name as a keyword: @tool(name='search'), not @tool('search')"
+
+
+def test_the_reserved_name_is_refused_by_the_decorator_as_registration_refuses_it(rt: Any) -> None:
+    def run_code(code: str) -> str:
+        return code
+
+    reserved = '"run_code" is reserved for the code-mode transport; give the tool another name'
+    with pytest.raises(RegistrationError) as caught:
+        tool(run_code)
+    assert str(caught.value) == f'cannot register tool "run_code": {reserved}'
+    with pytest.raises(RegistrationError) as caught:
+        tool(name="run_code")(lambda: "")
+    assert str(caught.value) == f'cannot register tool "run_code": {reserved}'
+    renamed = tool(name="run_python")(run_code)
+    with pytest.raises(RegistrationError) as caught:
+        rt.tools.register(dataclasses.replace(renamed, name="run_code"))
+    assert str(caught.value) == f'cannot register tool "run_code": {reserved}'
+
+
+def test_the_description_keeps_every_docstring_section_but_the_signatures_in_each_style() -> None:
+    @tool
+    def google(sql: str, limit: int = 100) -> str:
+        """Run a read-only SQL query.
+
+        Note:
+            Only SELECT statements are allowed.
+
+        Args:
+            sql: The query.
+            limit: Row cap.
+        Warning:
+            Large results are truncated.
+
+        Returns:
+            The rows as text.
+
+        Raises:
+            ValueError: On a write.
+
+        Example:
+            google(sql="SELECT 1")
+        """
+        return sql
+
+    assert google.description == (
+        "Run a read-only SQL query.\n\nNote:\n    Only SELECT statements are allowed.\n\n"
+        'Warning:\n    Large results are truncated.\n\nExample:\n    google(sql="SELECT 1")'
+    )
+    assert {k: v["description"] for k, v in properties(google).items()} == {"sql": "The query.", "limit": "Row cap."}
+
+    @tool
+    def numpy(sql: str) -> str:
+        """Run a query.
+
+        Parameters
+        ----------
+        sql : str
+            The query.
+
+        Returns
+        -------
+        str
+            The rows.
+
+        Notes
+        -----
+        Large results are truncated.
+        """
+        return sql
+
+    assert numpy.description == "Run a query.\n\nNotes\n-----\nLarge results are truncated."
+    assert properties(numpy)["sql"]["description"] == "The query."
+
+    @tool
+    def sphinx(sql: str, limit: int = 1) -> str:
+        """Run a query.
+
+        :param sql: The query,
+        read-only.
+        :param limit: Row cap.
+        :returns: The rows.
+        :raises ValueError: On a write.
+
+        .. note:: Large results are truncated.
+        """
+        return sql
+
+    assert sphinx.description == "Run a query.\n\n.. note:: Large results are truncated."
+    assert {k: v["description"] for k, v in properties(sphinx).items()} == {
+        "sql": "The query, read-only.",
+        "limit": "Row cap.",
+    }
+
+
+def test_a_context_typed_by_its_deps_is_the_context(rt: Any) -> None:
+    @dataclasses.dataclass
+    class Deps:
+        db: dict[str, str]
+
+    @tool
+    def lookup(key: str, ctx: ToolRunContext[Deps]) -> str:
+        """Look a key up."""
+        return ctx.deps.db[key]
+
+    @tool
+    def described(ctx: Annotated[ToolRunContext[Deps], "the call's context"]) -> str:
+        """Which call."""
+        return ctx.call_id
+
+    assert set(properties(lookup)) == {"key"} and properties(described) == {}
+    assert run(rt, lookup, {"key": "a"}, deps=Deps(db={"a": "found"})).value == "found"
+    assert run(rt, described, {}).value == "c1"
+
+
+def test_a_classifier_that_raises_runs_the_call_exclusive_and_is_warned_about_once_per_tool(
+    library_logs: None,
+) -> None:
+    from loguru import logger
+
+    class Query(BaseModel):
+        path: str
+
+    # (A name of its own: each tool's classifier is warned about once per kind of failure.)
+    @tool(name="read_with_a_typed_classifier", concurrency_safe=lambda args: args.q.path.startswith("/tmp"))
+    def read(q: Query) -> str:
+        return q.path
+
+    records: list[Any] = []
+    sink = logger.add(lambda message: records.append(message.record), level="DEBUG")
+    try:
+        assert read.is_concurrency_safe is not None
+        assert read.is_concurrency_safe(FrozenDict({"q": FrozenDict({"path": "/tmp/x"})})) is False
+        assert read.is_concurrency_safe(FrozenDict({"q": FrozenDict({"path": "/tmp/y"})})) is False
+    finally:
+        logger.remove(sink)
+    assert [r["level"].name for r in records] == ["WARNING", "DEBUG"]
+    assert records[0]["message"] == (
+        'tool "read_with_a_typed_classifier": is_concurrency_safe (@tool\'s concurrency_safe) raised '
+        "AttributeError: 'FrozenDict' object has no attribute 'q', so its call runs exclusive; it gets the "
+        'arguments as frozen JSON, not typed values (args["path"], not args.path): fix it to answer True or False '
+        "for any valid arguments"
     )

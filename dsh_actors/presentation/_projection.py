@@ -83,21 +83,31 @@ _warned_lock = threading.Lock()
 _warned: set[tuple[str, str, str]] = set()
 
 
+def first_failure(tool: str, role: str, kind: str) -> bool:
+    """Whether this is the first time in the process that ``tool``'s
+    callback ``role`` failed this ``kind`` of way (the exception's class,
+    or what it returned): the callbacks that run for every call warn once
+    per tool, callback and kind of failure, not per call."""
+    key = (tool, role, kind)
+    with _warned_lock:
+        if key in _warned:
+            return False
+        if len(_warned) >= _WARNED_LIMIT:
+            _warned.clear()
+        _warned.add(key)
+    return True
+
+
 def presenter_failed(tool: str, role: str, kind: str, problem: str) -> None:
     """Log at WARNING that ``tool``'s presenter ``role`` (``present_call``
     or ``present_result``) failed (``problem``: ``raised KeyError: 'x'``,
     ``returned a value of type str, not a ToolResultView (or None)``) and
     its generic card is shown instead, naming the fix. Presenters run for
     every call and again on every replay, so each tool, presenter and
-    ``kind`` of failure (the exception's class, or what it returned) is
-    logged once in the process."""
-    key = (tool, role, kind)
-    with _warned_lock:
-        if key in _warned:
-            return
-        if len(_warned) >= _WARNED_LIMIT:
-            _warned.clear()
-        _warned.add(key)
+    ``kind`` of failure is logged once in the process
+    (:func:`first_failure`)."""
+    if not first_failure(tool, role, kind):
+        return
     logger.warning(
         'tool "{}": {} {}; the generic card is shown instead: {}', tool, role, problem, _FIXES.get(role, f"fix {role}")
     )

@@ -37,7 +37,7 @@ import pykka
 from loguru import logger
 
 from ..actors import ActorBase, ActorGroup, settle
-from ..definition import ToolDefinition, is_async_callable, validate_definition
+from ..definition import ToolDefinition, is_async_callable, reserved_name_problem, validate_definition
 from ..errors import InvalidTypeError, RegistrationError, callable_name, safe_str
 from ..events import drop_coroutine
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
@@ -215,8 +215,9 @@ class ScopeActor(ActorBase):
                 raise
             problems.append(err.problem)
         name = defn.name if type(defn.name) is str and defn.name else None
-        if name in RESERVED_NAMES:
-            problems.insert(0, f'"{name}" is reserved for the code-mode transport')
+        reserved = reserved_name_problem(name)
+        if reserved is not None:
+            problems.insert(0, reserved)
         if when is not None and not callable(cast(object, when)):
             problems.append(f"when must be callable or None (got {type(when).__qualname__})")
         if name is not None and name in self._snap.registrations:

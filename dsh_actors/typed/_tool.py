@@ -27,6 +27,7 @@ from ..definition import (
     ToolOutput,
     constant_classifier,
     guarded_callbacks,
+    reserved_name_problem,
     validate_definition,
 )
 from ..errors import DshError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
@@ -92,10 +93,13 @@ def tool(
     ``@tool`` or ``@tool(name=..., description=..., ...)`` returns a
     :class:`~dsh_actors.ToolDefinition`, ready to register:
 
-    * ``name``: the function's name; ``description``: its docstring's text
-      before the sections; each parameter's description: its entry in the
-      docstring's ``Args:`` (Google), ``Parameters`` (NumPy) or ``:param x:``
-      (Sphinx) section. A ``Field(description=...)`` in the hint wins.
+    * ``name``: the function's name; ``description``: its docstring without
+      the sections about the signature (the parameters, and ``Returns``,
+      ``Yields``, ``Raises``), every other one (``Note:``, ``Example:``,
+      ``Warning:``...) kept where it is; each parameter's description: its
+      entry in the docstring's ``Args:`` (Google), ``Parameters`` (NumPy) or
+      ``:param x:`` (Sphinx) section. A ``Field(description=...)`` in the
+      hint wins.
     * The parameters: one property per parameter, its JSON Schema generated
       by pydantic from the hint (builtins, ``list[...]``, ``dict[str,
       ...]``, ``Literal``, ``Enum``, ``X | None``, ``Annotated[...,
@@ -103,7 +107,8 @@ def tool(
       ``TypedDict``...; no hint: any JSON value). A parameter with a default
       is optional; unknown arguments are refused (``additionalProperties:
       false``). A parameter annotated :class:`~dsh_actors.ToolRunContext`
-      gets the call's context and is not offered to the model.
+      (or ``ToolRunContext[Deps]``, which types ``ctx.deps``) gets the
+      call's context and is not offered to the model.
     * The arguments are validated by pydantic-core (the validator is built
       here, once) inside the body's step: invalid ones fail ``INVALID_ARGS``
       naming each path (``"value.point.x" must be an integer``) and the
@@ -119,24 +124,31 @@ def tool(
     ``parameters`` and ``output``). The other options are
     :class:`~dsh_actors.ToolDefinition`'s: ``concurrency_safe`` is
     ``is_concurrency_safe`` (a bool is a constant; a callable gets the
-    arguments as frozen JSON and answers ``False`` on invalid ones, like
-    the presenters, which answer ``None``); ``idempotent`` (may the body run
-    again for a call that a crash interrupted, see ``rt.tools.recover``),
-    ``requires_approval`` (a bool, or a predicate that gets the arguments as
-    frozen JSON and answers ``False`` on invalid ones: a call that needs it
+    arguments as frozen JSON, ``args["q"]["path"]``, not the typed values,
+    and answers ``False`` on invalid ones, like the presenters, which
+    answer ``None``; one that raises runs the call exclusive, logged at
+    WARNING the first time per tool and kind of error); ``idempotent`` (may
+    the body run again for a call that a crash interrupted, see
+    ``rt.tools.recover``), ``requires_approval`` (a bool, or a predicate
+    that gets the arguments as frozen JSON, like the classifier, and
+    answers ``False`` on invalid ones: a call that needs it
     runs only once the approval service allows it, see
     ``ToolDefinition.requires_approval``) and ``timeout_ms`` are never shown
     to the model; ``render`` and
     ``presentation_meta`` are :class:`~dsh_actors.ToolOutput`'s and get the
     arguments and the value as frozen JSON (no ``render``: a ``str`` as it
-    is, anything else as compact JSON text). The original function stays
-    reachable as ``definition.execute.__wrapped__``.
+    is, anything else as compact JSON text). Calling the definition calls
+    the original function as written (``add(1, 2)``: no validation, a
+    context parameter gets what is passed), so a unit test calls the tool
+    directly; the function is also ``definition.execute.__wrapped__``.
 
-    Raises :class:`~dsh_actors.RegistrationError` naming the tool for what
-    cannot become a tool (``*args``, a hint pydantic cannot validate or
-    describe, an annotation that does not resolve) and for anything
-    registration would reject. A plain function runs on a call actor's
-    worker thread; an ``async def`` on the batch's event loop.
+    Raises :class:`~dsh_actors.RegistrationError` naming the tool and the
+    fix for what cannot become a tool (``*args``, a hint pydantic cannot
+    validate or describe, an annotation that does not resolve, the name
+    given positionally: ``@tool("x")``) and for anything registration
+    would reject (the reserved name ``run_code`` included). A plain
+    function runs on a call actor's worker thread; an ``async def`` on the
+    batch's event loop.
     """
     options = _Options(
         name=name,
@@ -178,9 +190,11 @@ class _Options(typing.NamedTuple):
 
 
 def _is_context(hint: Any) -> bool:
+    """Whether ``hint`` asks for the call's context: ``ToolRunContext``,
+    ``ToolRunContext[Deps]``, either inside ``Annotated[...]``."""
     if typing.get_origin(hint) is Annotated:
         hint = typing.get_args(hint)[0]
-    return hint is ToolRunContext
+    return hint is ToolRunContext or typing.get_origin(hint) is ToolRunContext
 
 
 def _described(hint: Any) -> bool:
@@ -193,6 +207,11 @@ def _described(hint: Any) -> bool:
 def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> ToolDefinition:
     if isinstance(fn, ToolDefinition):
         raise RegistrationError("@tool was applied twice (this is a ToolDefinition already)", tool=fn.name)
+    given: object = fn  # (typed a function; @tool("x") passes the name)
+    if type(given) is str:
+        raise RegistrationError(
+            f"@tool takes the tool's name as a keyword: @tool(name={given!r}), not @tool({given!r})"
+        )
     if not callable(fn):
         raise RegistrationError(f"@tool decorates a function (got {type(fn).__qualname__})")
     label = getattr(fn, "__name__", None)
@@ -202,6 +221,9 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     def refuse(problem: str) -> RegistrationError:
         return RegistrationError(problem, tool=shown)
 
+    reserved = reserved_name_problem(name)
+    if reserved is not None:
+        raise refuse(reserved)
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise refuse("@tool needs a function that returns its value (this one is a generator)")
     if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
@@ -228,7 +250,13 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     context_positional = False
     for index, param in enumerate(signature.parameters.values()):
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise refuse(f"parameter {param.name!r}: *args and **kwargs cannot be offered to a model")
+            fix = (
+                f"take a list instead ({param.name}: list[str])"
+                if param.kind is param.VAR_POSITIONAL
+                else f"take one parameter holding them ({param.name}: Options, a pydantic model or TypedDict whose "
+                "fields are the options, or a dict[str, ...])"
+            )
+            raise refuse(f"parameter {param.name!r}: *args and **kwargs cannot be offered to a model; {fix}")
         hint = hints.get(param.name, Any)
         if index == 0 and param.name in ("self", "cls") and param.name not in hints and not inspect.ismethod(fn):
             raise refuse(
@@ -285,7 +313,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
     execute = _execute(
         shown, fn, arguments, output_adapter, dump, tuple(by_name), tuple(positional), context, context_positional
     )
-    setattr(execute, OWN_VALIDATORS, OwnValidators(parameters=arguments, output=output))
+    setattr(execute, OWN_VALIDATORS, OwnValidators(parameters=arguments, output=output, function=fn))
 
     safe = options.concurrency_safe
     classifier = constant_classifier(safe) if type(safe) is bool else safe
@@ -370,7 +398,7 @@ def _type_problem(err: Exception, fields: Mapping[str, tuple[Any, FieldInfo]], r
     fix = (
         "annotate it with types that JSON can carry (int, float, str, bool, None, lists, dicts, Literal, "
         "enums, a BaseModel, a dataclass or a TypedDict of those); the run context is a parameter annotated "
-        "exactly ToolRunContext"
+        "exactly ToolRunContext (or ToolRunContext[Deps])"
     )
     where = "" if culprit is None else f"{culprit}: "
     if getattr(err, "code", None) == "typed-dict-version":  # (pydantic takes typing's only from Python 3.12)

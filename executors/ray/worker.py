@@ -39,6 +39,7 @@ from dsh_actors import (
     AbortError,
     DshError,
     ImageBlock,
+    InvalidTypeError,
     ReasoningBlock,
     TextBlock,
     UserMessage,
@@ -88,13 +89,18 @@ def _block_to_json(block: Any) -> dict[str, Any]:
     raise TypeError(f"a UserMessage's content holds TextBlock, ImageBlock or ReasoningBlock, not {t.__qualname__}")
 
 
-def contexts_to_json(contexts: list[UserMessage]) -> bytes | None:
-    """Deferred contexts as lossless JSON text (None when there are none)."""
+def _context_to_json(context: UserMessage | str) -> Any:
+    if isinstance(context, str):
+        return str(context)  # (the driver's defer_context makes its message)
+    return {"content": [_block_to_json(b) for b in context.content], "source": context.source, "meta": context.meta}
+
+
+def contexts_to_json(contexts: list[UserMessage | str]) -> bytes | None:
+    """Deferred contexts as lossless JSON text (None when there are none):
+    a message as an object, a ``str`` as it is."""
     if not contexts:
         return None
-    return dumps(
-        [{"content": [_block_to_json(b) for b in m.content], "source": m.source, "meta": m.meta} for m in contexts]
-    )
+    return dumps([_context_to_json(c) for c in contexts])
 
 
 def _block_from_json(item: Any) -> Any:
@@ -108,12 +114,15 @@ def _block_from_json(item: Any) -> Any:
     raise ValueError(f"unknown content block type {kind!r}")
 
 
-def contexts_from_json(data: bytes | None) -> list[UserMessage]:
-    """The inverse of :func:`contexts_to_json`."""
+def contexts_from_json(data: bytes | None) -> list[UserMessage | str]:
+    """The inverse of :func:`contexts_to_json`: messages, and the ``str``
+    contexts as they are, for the driver's ``ctx.defer_context``."""
     if data is None:
         return []
     return [
-        UserMessage(
+        item
+        if type(item) is str
+        else UserMessage(
             content=tuple(_block_from_json(b) for b in item["content"]),
             source=item["source"],
             meta=item["meta"],
@@ -239,14 +248,19 @@ class RemoteContext:
         self.ray_key, self.call_id, self.root_call_id, self.name, self.agent_id, self.agent_path = info
         self.arguments = arguments
         self.signal = signal
-        self._contexts: list[UserMessage] = []
+        self._contexts: list[UserMessage | str] = []
         self._concludes = False
         self._lock = threading.Lock()
 
-    def defer_context(self, context: UserMessage) -> None:
-        """Attach ``context`` to this call's own result (as on the driver)."""
-        if not isinstance(context, UserMessage):
-            raise TypeError("defer_context takes a UserMessage")
+    def defer_context(self, context: UserMessage | str) -> None:
+        """Attach ``context`` to this call's own result (as on the driver,
+        whose ``ctx.defer_context`` gets it: a ``str`` is the text of the
+        message it makes there)."""
+        if not isinstance(context, (UserMessage, str)):
+            raise InvalidTypeError(
+                f"defer_context takes a UserMessage or a str (its text), not {type(context).__qualname__}: "
+                'ctx.defer_context("...") or ctx.defer_context(UserMessage([text("...")], source=...))'
+            )
         with self._lock:
             self._contexts.append(context)
 

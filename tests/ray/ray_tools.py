@@ -200,6 +200,12 @@ def concludes(args: Any, ctx: Any) -> Any:
     return {"done": True}
 
 
+def defers_text(args: Any, ctx: Any) -> Any:
+    ctx.defer_context("remember the plain text")  # the driver makes the UserMessage
+    ctx.defer_context(UserMessage([text("and a message")], source="ray-test"))
+    return "deferred"
+
+
 def bad_context(args: Any, ctx: Any) -> Any:
     ctx.defer_context(UserMessage([text("x")], meta={"s": {1, 2}}))
     return "fine"

@@ -10,7 +10,7 @@ import ray
 import ray_tools as rt_tools
 from ray_helpers import gate_wait, result_of
 
-from dsh_actors import Agent, ErrorCode, ToolBatchInput, ToolCall
+from dsh_actors import Agent, ErrorCode, TextBlock, ToolBatchInput, ToolCall, UserMessage
 from executors.ray import RayActor
 
 REMOTE = {"ray": True}
@@ -138,6 +138,17 @@ def test_values_deferred_contexts_and_conclude_turn_travel_back(rt: Any, make_ex
     assert bad.error.info.code == ErrorCode.INVALID_TOOL_OUTPUT
     assert bad.error.message.startswith('tool "bad" returned invalid output: value.s')
     assert aio.value["async"] is True and aio.value["pid"] != os.getpid()
+
+
+def test_a_str_deferred_on_a_worker_becomes_the_drivers_user_message(rt: Any, make_executor: Any, gate: Any) -> None:
+    rt.tools.register(rt_tools.tool("note", rt_tools.defers_text, meta=REMOTE))
+    rt.tools.set_executor(make_executor())
+    (outcome,) = rt.tools.execute(batch(("n", "note", {}))).results
+    assert outcome.result.value == "deferred", outcome.result
+    plain, message = outcome.result.additional_contexts
+    assert isinstance(plain, UserMessage) and plain.content == (TextBlock("remember the plain text"),)
+    assert plain.source is None and plain.meta is None  # what ctx.defer_context("...") makes on the driver
+    assert message.content == (TextBlock("and a message"),) and message.source == "ray-test"
 
 
 def test_a_stateful_tool_keeps_its_state_on_a_ray_actor(rt: Any, make_executor: Any, gate: Any) -> None:

@@ -9,7 +9,7 @@ import pytest
 import ray_tools as rt_tools
 from ray import exceptions as rex
 
-from dsh_actors import AbortError, ErrorCode, ImageBlock, ReasoningBlock, UserMessage, text
+from dsh_actors import AbortError, ErrorCode, ImageBlock, InvalidTypeError, ReasoningBlock, UserMessage, text
 from executors.ray import (
     RayActor,
     RayExecutionError,
@@ -20,7 +20,7 @@ from executors.ray import (
 )
 from executors.ray.executor import _translate
 from executors.ray.options import ActorMethod, placement
-from executors.ray.worker import contexts_from_json, contexts_to_json
+from executors.ray.worker import RemoteContext, contexts_from_json, contexts_to_json
 
 
 def tool(name: str = "t", meta: Any = None) -> Any:
@@ -71,6 +71,18 @@ def test_deferred_contexts_cross_as_lossless_json() -> None:
     assert isinstance(data, bytes)
     assert contexts_from_json(data) == contexts
     assert contexts_to_json([]) is None and contexts_from_json(None) == []
+
+
+def test_a_str_context_crosses_as_text_and_a_wrong_one_is_refused_on_the_worker() -> None:
+    ctx = RemoteContext(("k", "c1", None, "t", None, None), {}, None)  # type: ignore[arg-type]
+    ctx.defer_context("plain text")
+    ctx.defer_context(UserMessage([text("a message")]))
+    with pytest.raises(InvalidTypeError, match=r'not dict: ctx.defer_context\("..."\)'):
+        ctx.defer_context({"role": "user", "content": "x"})  # type: ignore[arg-type]
+    data, concludes = ctx._take()
+    # The str stays a str: the driver's ctx.defer_context makes its message.
+    assert contexts_from_json(data) == ["plain text", UserMessage([text("a message")])]
+    assert not concludes
 
 
 def code(error: Any) -> tuple[str, str]:

@@ -197,7 +197,9 @@ def test_schemas_are_detached_from_the_registry_and_from_the_callers_dict(rt: An
 def test_run_code_is_a_reserved_name(rt: Any) -> None:
     with pytest.raises(RegistrationError) as err:
         rt.tools.register(tool("run_code"))
-    assert str(err.value) == 'cannot register tool "run_code": "run_code" is reserved for the code-mode transport'
+    assert str(err.value) == (
+        'cannot register tool "run_code": "run_code" is reserved for the code-mode transport; give the tool another name'
+    )
     with pytest.raises(RegistrationError):
         rt.tools.scope(Agent("a")).register(tool("run_code"))
 
