@@ -32,7 +32,7 @@ from ..definition import (
 )
 from ..errors import DshError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
 from ..execution import ToolRunContext
-from ..json import materialize
+from ..json import check_lossless, materialize
 from ..json._rules import value_problem
 from ..schema import args_error
 from ._docstrings import parse_docstring
@@ -460,12 +460,18 @@ def _execute(
             # the value: bytes that are not UTF-8, a cycle, nesting past its
             # depth limit.
             raise ToolOutputError(name, [serialization_problem(err)]) from None
+        # -0.0, which arithmetic makes, is returned as 0.0; anything else
+        # the pipeline refuses as for any tool. Found with the walk the
+        # pipeline would make anyway where it can take the result as it is
+        # (a dict frozen; a scalar), else (a list: the pipeline walks the
+        # tuple made of it again) with a walk that builds nothing.
         try:
-            return materialize(out, "value")  # (frozen: the pipeline takes it as it is)
+            if type(out) is not list:
+                return materialize(out, "value")
+            check_lossless(out, "value")
         except LosslessJsonError as err:
-            # -0.0, which arithmetic makes, is returned as 0.0; anything else
-            # the pipeline refuses as for any tool.
             return without_negative_zero(out) if err.problem == _NEGATIVE_ZERO else out
+        return out
 
     wrapper: Any
     if inspect.iscoroutinefunction(fn):
