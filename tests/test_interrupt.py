@@ -338,3 +338,43 @@ def test_ctrl_c_around_the_start_leaves_no_batch_running_and_no_wait(at: tuple[s
             assert not (executor.execute(again) if native else rt.tools.execute(again)).results[0].result.is_error
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_ctrl_c_inside_the_hand_over_to_an_executor_actor_is_held_until_the_batch_owns_its_reply(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Ctrl-C that lands inside the dispatcher's hand-over (its step slot
+    # taken, the batch not yet sent to an executor actor) raised right
+    # there: the batch was never sent and the slot never given back. With
+    # one step slot, the next batch then waited for good.
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+
+    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
+    ran: list[str] = []
+
+    def hook(frame: Any, what: str, arg: Any) -> None:
+        if what == "call" and frame.f_code.co_name == "send" and frame.f_code.co_filename.endswith("dispatcher.py"):
+            sys.setprofile(None)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with ToolRuntime() as rt:
+            rt.tools.register(make_tool("quick", lambda args, ctx: ran.append(ctx.call_id) or "ok"))
+            executor = NativeExecutor()
+            if native:
+                rt.tools.set_executor(executor)
+            sys.setprofile(hook)
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    batch = ToolBatchInput(calls=(ToolCall("c0", "quick", "{}"),))
+                    executor.execute(batch) if native else rt.tools.execute(batch)
+            finally:
+                sys.setprofile(None)
+            assert ran in ([], ["c0"])  # (aborted before its body, or it ran: the batch was handed over)
+            again = ToolBatchInput(calls=(ToolCall("c1", "quick", "{}"),))
+            future = executor.submit(again) if native else rt.tools.submit(again)
+            assert not future.result(WAIT).results[0].result.is_error  # (the one step slot is free)
+    finally:
+        signal.signal(signal.SIGINT, previous)
