@@ -211,14 +211,16 @@ _ALLOW = Allow()
 def _approval_default(execution: Any, required: Any) -> Callable[[], Allow | Ask]:
     """The ``tools/pre-execute`` waterfall's default (what the last
     ``next()`` returns) for a call of a tool whose ``requires_approval`` is
-    ``True`` or a predicate: ``Ask`` with a fixed reason naming the tool
-    (the predicate answered ``True``), or ``Allow()`` (it answered
+    ``True`` or a predicate: ``Ask()``, with no reason of its own (the
+    predicate answered ``True``), or ``Allow()`` (it answered
     ``False``). The predicate gets the frozen arguments each time the
     default is reached; if it raises or answers anything but a bool, the
     default raises :class:`ToolPolicyError` (``requires_approval: ...``,
     naming the tool), which fails the call as a raising listener does."""
     name = execution.name
-    ask = Ask(reason=f'tool "{name}" requires approval (its definition sets requires_approval)')
+    # No reason of its own: the denials then say what is missing (no service,
+    # no agent), and the service sees the tool and its arguments.
+    ask = Ask()
     if required is True:
         return lambda: ask
     arguments = execution.arguments

@@ -195,7 +195,8 @@ def check_batch_result(batch_result: object, fn: str) -> ToolBatchResult:
         shown = ", ".join(repr(call_id) for call_id in pending[:5]) + (", ..." if len(pending) > 5 else "")
         raise InvalidStateError(
             f"{fn}() takes a complete batch: this one suspended with call(s) {shown} still open (waiting for an approval, or behind one); "
-            "resume it (rt.tools.resume(batch.suspension, decisions)) and pass the batch that returns"
+            "resume it (rt.tools.resume(batch.suspension, decisions, agent=agent), with the agent the batch ran for) "
+            "and pass the batch that returns"
         )
     return batch_result
 

@@ -228,6 +228,6 @@ def test_results_of_a_suspended_batch_are_refused_naming_the_fix(rt: ToolRuntime
         adapter.results(batch)
     assert str(refused.value) == (
         f"{module}.results() takes a complete batch: this one suspended with call(s) 'c2' still open (waiting "
-        "for an approval, or behind one); resume it (rt.tools.resume(batch.suspension, decisions)) and pass the "
-        "batch that returns"
+        "for an approval, or behind one); resume it (rt.tools.resume(batch.suspension, decisions, agent=agent), "
+        "with the agent the batch ran for) and pass the batch that returns"
     )

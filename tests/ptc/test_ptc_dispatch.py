@@ -180,7 +180,7 @@ def test_an_ask_on_a_sub_call_goes_to_the_approval_service_with_the_sub_call_id(
         reason = "check"
     else:  # the tool's definition asks, through the same pipeline
         rt.tools.register(dataclasses.replace(echo_tool(), requires_approval=True))
-        reason = 'tool "echo" requires approval (its definition sets requires_approval)'
+        reason = None  # (the definition's Ask has no reason of its own)
     asked: list[tuple[str, str, str | None]] = []
 
     def service(request: Any) -> str:
