@@ -46,7 +46,7 @@ from .errors import (
 from .json import thaw
 from .model import ContentBlock, ToolExecutionResult
 from .presentation import PresentedResult, ToolCallView, ToolResultView
-from .presentation._projection import first_failure, presenter_failed
+from .presentation._projection import checked_view, first_failure
 from .schema import (
     CompiledJsonSchema,
     FullJsonSchema,
@@ -1046,17 +1046,19 @@ def _classifier(name: str, validator: _Validates, classifier: Classifier) -> Cla
                 return False
             return classifier(args)
         except BaseException as err:  # noqa: BLE001 - a raising classifier means exclusive
-            _classifier_failed(name, err)
+            classifier_failed(name, err)
             return False
 
     _label(is_concurrency_safe, name, "is_concurrency_safe", classifier)
     return is_concurrency_safe
 
 
-def _classifier_failed(name: str, err: BaseException) -> None:
+def classifier_failed(name: str, err: BaseException) -> None:
     """A classifier raised (its call runs exclusive): a WARNING naming the
     tool, the error and the likely fix the first time it raises this kind
-    of error (:func:`first_failure`), DEBUG after that."""
+    of error (:func:`first_failure`), DEBUG after that. The one rule for
+    every classifier: the guarded ones (``define_tool``, ``@tool``, full
+    mode) and a raw definition's (``visibility.definition_mode``)."""
     if not first_failure(name, "is_concurrency_safe", type(err).__qualname__):
         logger.debug("tool {!r}: is_concurrency_safe raised {}; the call runs exclusive", name, exception_text(err))
         return
@@ -1073,8 +1075,7 @@ def _call_presenter(name: str, validator: _Validates, presenter: PresentCall) ->
     is_valid = validator.is_valid
 
     def present_call(args: Any) -> ToolCallView | None:
-        view: ToolCallView | None = _view(name, "present_call", ToolCallView, is_valid, args, presenter, args)
-        return view
+        return checked_view(name, "present_call", ToolCallView, presenter, (args,), is_valid)
 
     _label(present_call, name, "present_call", presenter)
     return present_call
@@ -1084,35 +1085,10 @@ def _result_presenter(name: str, validator: _Validates, presenter: PresentResult
     is_valid = validator.is_valid
 
     def present_result(args: Any, result: PresentedResult) -> ToolResultView | None:
-        view: ToolResultView | None = _view(
-            name, "present_result", ToolResultView, is_valid, args, presenter, args, result
-        )
-        return view
+        return checked_view(name, "present_result", ToolResultView, presenter, (args, result), is_valid)
 
     _label(present_result, name, "present_result", presenter)
     return present_result
-
-
-def _view(
-    name: str, role: str, kind: type, is_valid: Callable[[Any], bool], args: Any, presenter: Any, *inputs: Any
-) -> Any:
-    """``presenter(*inputs)`` if ``args`` are valid and it returns a ``kind``
-    (or None); None for anything else, with a warning (``presenter_failed``):
-    presenters never raise."""
-    try:
-        if not is_valid(args):
-            return None
-        view = presenter(*inputs)
-    except BaseException as err:  # noqa: BLE001 - presenters never raise
-        presenter_failed(name, role, type(err).__qualname__, f"raised {exception_text(err)}")
-        return None
-    if view is not None and not _is_instance(view, kind):
-        got = type(view).__qualname__
-        presenter_failed(
-            name, role, f"returned {got}", f"returned a value of type {got}, not a {kind.__name__} (or None)"
-        )
-        return None
-    return view
 
 
 def _label(wrapper: Any, name: str, role: str, original: object) -> None:

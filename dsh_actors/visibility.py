@@ -41,7 +41,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import orjson
 
-from .definition import RESERVED_NAMES  # (re-exported: where the registry's readers look for it)
+from .definition import (
+    RESERVED_NAMES,  # (re-exported: where the registry's readers look for it)
+    classifier_failed,
+)
 from .errors import callable_name, exception_text
 from .events import in_scope
 from .json import dumps
@@ -691,7 +694,8 @@ def definition_mode(definition: ToolDefinition, args: Any) -> ExecutionMode:
         return "exclusive"
     try:
         answer = classifier(args)
-    except BaseException:  # noqa: BLE001 - a failing classifier means exclusive
+    except BaseException as err:  # noqa: BLE001 - a failing classifier means exclusive
+        classifier_failed(definition.name, err)
         return "exclusive"
     return "parallel" if answer is True else "exclusive"
 

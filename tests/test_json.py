@@ -225,6 +225,12 @@ def _nested_tuples(depth: int, leaf: object = 1) -> Any:
     return value
 
 
+def _long_path(step: str, steps: int) -> str:
+    """The path ``value`` then ``steps`` times ``step``, as a message shows
+    one of more than 20 steps: its first and last 8 steps."""
+    return f"value{step * 8} … ({steps - 16} more) … {step * 8}"
+
+
 def _nested_dicts(depth: int, leaf: object = 1) -> Any:
     value: Any = leaf
     for _ in range(depth):
@@ -350,6 +356,52 @@ def test_paths_quote_keys_that_are_not_identifiers_and_cut_long_ones() -> None:
     assert path_for_index("value.a", 3) == "value.a[3]"
 
 
+def test_a_path_of_more_than_20_steps_shows_its_first_and_last_8_and_counts_the_rest() -> None:
+    # Before, a value nested 300 deep was named by 256 "[0]"s in a message.
+    def stepped(root: str, steps: list[Any]) -> str:
+        path = root
+        for step in steps:
+            path = path_for_key(path, step) if type(step) is str else path_for_index(path, step)
+        return path
+
+    assert stepped("value", [0] * 20) == "value" + "[0]" * 20  # 20 steps: as they are
+    assert (
+        stepped("value", list(range(21)))
+        == "value[0][1][2][3][4][5][6][7] … (5 more) … [13][14][15][16][17][18][19][20]"
+    )
+    odd = ["a", 'x [0] … (3 more) … "y".z', "k" * 70, -1, "é", "b.c"]
+    steps = odd * 5
+    shown = stepped("value", steps)
+    rendered = [".a", '["x [0] … (3 more) … \\"y\\".z"]', '["' + "k" * 48 + '…"]', "[-1]", ".é", '["b.c"]'] * 5
+    assert shown == "value" + "".join(rendered[:8]) + " … (14 more) … " + "".join(rendered[-8:])
+    # One rule, step by step or at once: a bad value's path is the same.
+    value: Any = -0.0
+    for step in reversed(steps):
+        value = [value] if type(step) is int else {step: value}
+    with pytest.raises(LosslessJsonError) as info:
+        materialize(value)
+    assert info.value.path == stepped("value", [0 if type(step) is int else step for step in steps])
+
+
+def test_arguments_nested_300_deep_are_refused_with_a_short_path(rt: Any) -> None:
+    from dsh_actors import ToolBatchInput, ToolCall, tool
+
+    @tool
+    def take(data: Any) -> str:
+        """Take anything."""
+        return "ok"
+
+    rt.tools.register(take)
+    deep = '{"data": ' + "[" * 300 + "]" * 300 + "}"
+    batch = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="take", arguments=deep)]))
+    result = batch.results[0].result
+    assert result.is_error and result.error.info.code == "INVALID_ARGS"
+    assert result.error.message == (
+        "invalid arguments: arguments are not lossless JSON: arguments.data" + "[0]" * 7 + " … (240 more) … "
+        + "[0]" * 8 + ": nesting deeper than 256"
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------
 # Depth and cycles
 
@@ -365,7 +417,7 @@ def test_max_json_depth_levels_are_accepted_and_one_more_is_rejected(nest: Any) 
         materialize(nest(MAX_JSON_DEPTH + 1))
     assert info.value.problem == "nesting deeper than 256"
     step = "[0]" if nest is _nested_lists else ".k"
-    assert info.value.path == "value" + step * MAX_JSON_DEPTH
+    assert info.value.path == _long_path(step, MAX_JSON_DEPTH)
     with pytest.raises(LosslessJsonError):
         dumps(nest(MAX_JSON_DEPTH + 1))
 
@@ -392,7 +444,7 @@ def test_a_frozen_dict_counts_its_own_depth_where_it_is_embedded() -> None:
     assert materialize(_nested_lists(56, inner)) == _nested_tuples(56, inner)
     with pytest.raises(LosslessJsonError) as info:
         materialize(_nested_lists(57, inner))
-    assert info.value.path == "value" + "[0]" * 57
+    assert info.value.path == _long_path("[0]", 57)
     assert FrozenDict(a=_nested_lists(55, inner))["a"] is not None
     with pytest.raises(LosslessJsonError):
         FrozenDict(a=_nested_lists(56, inner))
@@ -694,7 +746,7 @@ def test_loads_rejects_text_nested_deeper_than_the_limit() -> None:
     assert loads(b"[" * 256 + b"]" * 256) == _nested_tuples(256, ())[0]
     with pytest.raises(LosslessJsonError) as info:
         loads(b"[" * 257 + b"]" * 257)
-    assert info.value.path == "value" + "[0]" * 256
+    assert info.value.path == _long_path("[0]", 256)
     assert info.value.problem == "nesting deeper than 256"
     with pytest.raises(LosslessJsonError) as info:  # past orjson's own limit
         loads(b"[" * 100_000 + b"]" * 100_000)

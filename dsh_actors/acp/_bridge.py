@@ -44,6 +44,7 @@ from ..events import Disposer, in_scope
 from ..execution import ToolExecution, ToolExecutionToken
 from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess, ToolProgress
 from ..presentation import ToolCallView, ToolResultView, generic_call_view, generic_result_view
+from ..presentation._projection import checked_view
 from ..runtime import ToolRuntime
 from ..signals import AbortController, AbortSignal
 from ._cards import call_fields, raw_output, result_fields
@@ -312,13 +313,8 @@ class AcpSession:
     def _call_card(self, execution: ToolExecution, definition: ToolDefinition | None) -> dict[str, Any]:
         view: ToolCallView | None = None
         presenter = None if definition is None else definition.present_call
-        if presenter is not None:
-            try:
-                candidate = presenter(execution.arguments)
-            except Exception as exc:  # noqa: BLE001 - a raw definition's presenter may raise: generic card
-                logger.warning("present_call of {} raised: {}", execution.name, safe_str(exc))
-                candidate = None
-            view = candidate if isinstance(candidate, ToolCallView) else None
+        if presenter is not None:  # (a raw definition's may raise: the generic card, warned about once)
+            view = checked_view(execution.name, "present_call", ToolCallView, presenter, (execution.arguments,))
         if view is None:
             view = generic_call_view(execution.name, execution.arguments)
         return call_fields(view, execution.arguments, self.cwd)
@@ -332,12 +328,9 @@ class AcpSession:
         view: ToolResultView | None = None
         presenter = None if definition is None else definition.present_result
         if presenter is not None:
-            try:
-                candidate = presenter(execution.arguments, result)
-            except Exception as exc:  # noqa: BLE001 - as above
-                logger.warning("present_result of {} raised: {}", execution.name, safe_str(exc))
-                candidate = None
-            view = candidate if isinstance(candidate, ToolResultView) else None
+            view = checked_view(
+                execution.name, "present_result", ToolResultView, presenter, (execution.arguments, result)
+            )
         if view is None:
             view = generic_result_view(result)
         fields = result_fields(view, result, self.cwd)

@@ -6,7 +6,9 @@ with the PTC sub-dispatches of that call (``tool/ptc-dispatch-start`` and
 ``tool/ptc-dispatch``) nested under it. :func:`render_log` draws that tree,
 asking each tool for its cards (``present_call(args)`` and
 ``present_result(args, projection)``) and falling back to the generic cards
-when the tool is unknown, its presenter returns ``None``, or raises.
+when the tool is unknown, its presenter returns ``None``, or fails (raises,
+or returns something else than a card: logged at WARNING once per tool,
+presenter and kind of failure, as the runtime logs it).
 
 A card becomes lines of text:
 
@@ -52,6 +54,7 @@ from ..presentation import (
     generic_call_view,
     generic_result_view,
 )
+from ..presentation._projection import checked_view
 from ..session import (
     APPROVAL,
     APPROVAL_REQUEST,
@@ -509,39 +512,31 @@ def summary_line(entries: Sequence[CallEntry]) -> str:
 # --------------------------------------------------------------------------
 
 
-def _present_call(definition: ToolDefinition | None, args: Any) -> ToolCallView | None:
+def _present_call(definition: ToolDefinition | None, name: str, args: Any) -> ToolCallView | None:
     presenter = None if definition is None else definition.present_call
     if presenter is None:
         return None
-    try:
-        view = presenter(args)
-    except Exception:  # noqa: BLE001 - a raw definition's presenter may raise: generic card
-        return None
-    return view if isinstance(view, ToolCallView) else None
+    return checked_view(name, "present_call", ToolCallView, presenter, (args,))
 
 
 def _present_result(
-    definition: ToolDefinition | None, args: Any, result: ToolResultProjection
+    definition: ToolDefinition | None, name: str, args: Any, result: ToolResultProjection
 ) -> ToolResultView | None:
     presenter = None if definition is None else definition.present_result
     if presenter is None:
         return None
-    try:
-        view = presenter(args, result)
-    except Exception:  # noqa: BLE001 - a raw definition's presenter may raise: generic card
-        return None
-    return view if isinstance(view, ToolResultView) else None
+    return checked_view(name, "present_result", ToolResultView, presenter, (args, result))
 
 
 def resolve_views(entry: CallEntry, lookup: Lookup) -> tuple[ToolCallView, ToolResultView | None]:
     """The call's cards: its tool's, or the generic ones."""
     name = entry.name if entry.name is not None else "?"
     definition = lookup(name) if entry.name is not None else None
-    call_view = _present_call(definition, entry.arguments) or generic_call_view(name, entry.arguments)
+    call_view = _present_call(definition, name, entry.arguments) or generic_call_view(name, entry.arguments)
     if entry.result is None:
         return call_view, None
     projection = entry.result.projection()
-    result_view = _present_result(definition, entry.arguments, projection) or generic_result_view(projection)
+    result_view = _present_result(definition, name, entry.arguments, projection) or generic_result_view(projection)
     return call_view, result_view
 
 

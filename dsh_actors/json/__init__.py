@@ -28,7 +28,11 @@ default); a list/tuple item adds ``[3]``; a dict key that is a Python
 identifier of at most 64 characters adds ``.key``, any other key adds
 ``["key"]`` quoted as a JSON string (``value.a[3]["content-type"]``,
 ``value["3"]``); a longer key is cut to its first 48 characters and shown as
-``["abc…"]``. A bad dict key is reported at the path of its dict.
+``["abc…"]``. A path of more than 20 steps shows its first and last 8
+steps and how many are left out between them
+(``value[0][0][0][0][0][0][0][0] … (240 more) … [0][0][0][0][0][0][0][0]``),
+wherever it is written: :func:`path_for_key` and :func:`path_for_index`
+keep it so. A bad dict key is reported at the path of its dict.
 
 **Frozen values.** :func:`materialize` returns a detached, deep-frozen copy:
 dicts become :class:`FrozenDict`, lists become tuples, scalars (and ``str``,

@@ -10,6 +10,7 @@ theirs. Pure and thread-safe.
 from __future__ import annotations
 
 import json as _stdlib_json
+import re
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -21,10 +22,12 @@ __all__ = [
     "BIG_FLOAT",
     "MAX_INT",
     "MAX_JSON_DEPTH",
+    "MAX_PATH_STEPS",
     "MIN_INT",
     "bad_value",
     "check_keys",
     "error_path",
+    "join_path",
     "key_problem",
     "path_for_index",
     "path_for_key",
@@ -64,26 +67,87 @@ def path_for_key(path: str, key: str) -> str:
     """The path of ``key`` in the dict at ``path``: ``value.name``, or
     ``value["content-type"]`` when the key is not an identifier (see the
     docstring of :mod:`dsh_actors.json` for the whole convention). Pure, thread-safe."""
-    if len(key) > _MAX_KEY_IN_PATH:
-        return f'{path}[{_quote_key(key[:_KEY_PREFIX_IN_PATH])[:-1]}…"]'
-    if key.isidentifier():
-        return f"{path}.{key}"
-    return f"{path}[{_quote_key(key)}]"
+    return _stepped(path, _key_step(key))
 
 
 def path_for_index(path: str, index: int) -> str:
     """The path of item ``index`` of the list at ``path``: ``value[3]``."""
-    return f"{path}[{index}]"
+    return _stepped(path, _index_step(index))
 
 
-def _join_path(root: str, keys: Iterable[object]) -> str:
-    path = root
-    for key in keys:
-        if type(key) is str:
-            path = path_for_key(path, key)
-        elif type(key) is int:
-            path = path_for_index(path, key)
-    return path
+def _index_step(index: int) -> str:
+    return f"[{index}]"
+
+
+def _key_step(key: str) -> str:
+    if len(key) > _MAX_KEY_IN_PATH:
+        return f'[{_quote_key(key[:_KEY_PREFIX_IN_PATH])[:-1]}…"]'
+    if key.isidentifier():
+        return f".{key}"
+    return f"[{_quote_key(key)}]"
+
+
+MAX_PATH_STEPS: Final = 20
+"""The most steps a path shows in full; a longer one shows its first and
+last :data:`_PATH_ENDS` steps and how many are left out between them
+(``value[0][0][0][0][0][0][0][0] … (240 more) … [0][0][0][0][0][0][0][0]``)."""
+_PATH_ENDS: Final = 8
+# One step as path_for_key and path_for_index write it (and the schema
+# validator's "[<int key>]" for a key that is not a str), and the gap of a
+# shortened path.
+_STEP: Final = re.compile(r'\.[^.\["\s…]+|\[(?:-?\d+|"(?:[^"\\]|\\.)*"|<[^>\]]*>)\]')
+_GAP: Final = re.compile(r" … \((\d+) more\) … ")
+_GAP_MARK: Final = " more) … "
+
+
+def _stepped(path: str, step: str) -> str:
+    """``path`` and one more ``step``, shortened when it is longer than
+    :data:`MAX_PATH_STEPS` (the one rule of every path renderer: each steps
+    through :func:`path_for_key` and :func:`path_for_index`)."""
+    out = path + step
+    # (Every step starts with "." or "[": fewer of them, and no gap, is short enough.)
+    if out.count(".") + out.count("[") <= MAX_PATH_STEPS and _GAP_MARK not in out:
+        return out
+    return _shortened(out)
+
+
+def _shortened(path: str) -> str:
+    """``path`` (its root, then steps, maybe one gap) with the steps past the
+    first and before the last :data:`_PATH_ENDS` counted in the gap; as it
+    is when it has no more than :data:`MAX_PATH_STEPS` steps, or is not a
+    path these functions wrote."""
+    ends = [i for i in (path.find("."), path.find("[")) if i >= 0]
+    if not ends:
+        return path
+    start = position = min(ends)
+    steps: list[str] = []
+    hidden = 0
+    while position < len(path):
+        found = _STEP.match(path, position)
+        if found is None:
+            found = _GAP.match(path, position)
+            if found is None or hidden or len(steps) != _PATH_ENDS:
+                return path  # (not written here: shown as it is)
+            hidden = int(found.group(1))
+        else:
+            steps.append(found.group())
+        position = found.end()
+    if len(steps) + hidden <= MAX_PATH_STEPS:
+        return path
+    hidden += len(steps) - 2 * _PATH_ENDS
+    return f"{path[:start]}{''.join(steps[:_PATH_ENDS])} … ({hidden} more) … {''.join(steps[-_PATH_ENDS:])}"
+
+
+def join_path(root: str, keys: Iterable[object]) -> str:
+    """The path of ``keys`` (each a ``str`` key or an ``int`` index; anything
+    else is left out) from ``root``: what :func:`path_for_key` and
+    :func:`path_for_index` make step by step, shortened once at the end."""
+    steps = [
+        _key_step(key) if isinstance(key, str) else _index_step(key)
+        for key in keys
+        if type(key) is str or type(key) is int
+    ]
+    return _stepped(root, "".join(steps))
 
 
 def _type_name(cls: type) -> str:
@@ -239,7 +303,7 @@ def error_path(root_path: str, stack: list[Any], key: object, child: object) -> 
         keys.append(key)
     if child is not None:
         keys.append(child)
-    return _join_path(root_path, keys)
+    return join_path(root_path, keys)
 
 
 def bad_value(root_path: str, stack: list[Any], key: object, k: object, v: object) -> LosslessJsonError:
@@ -255,7 +319,7 @@ def too_deep(root_path: str, stack: list[Any], src: object, key: object, k: obje
         earlier = seen.setdefault(id(frame[0]), index)
         if earlier != index:  # the first container on the path that repeats
             keys = [f[3] for f in frames[1:]]
-            here = _join_path(root_path, keys[:index])
-            there = _join_path(root_path, keys[:earlier])
+            here = join_path(root_path, keys[:index])
+            there = join_path(root_path, keys[:earlier])
             return LosslessJsonError(here, f"cycle: {here} refers back to {there}")
     return LosslessJsonError(error_path(root_path, stack, key, k), f"nesting deeper than {MAX_JSON_DEPTH}")

@@ -18,7 +18,7 @@ from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from ..definition import ToolDefinition, ToolOutput, timeout_problem, validate_definition
+from ..definition import ToolDefinition, ToolOutput, reserved_name_problem, timeout_problem, validate_definition
 from ..errors import (
     AbortError,
     DshError,
@@ -36,7 +36,6 @@ from ..model import ContentBlock, TextBlock
 from ..pipeline.flights import LoopGoneError, await_flight
 from ..presentation import GenericCallView, GenericResultView, ToolCallView, ToolResultView
 from ..signals import AbortController, AbortSignal
-from ..visibility import RESERVED_NAMES
 from ._content import blocks_from_wire, error_text, for_model
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
 
@@ -174,6 +173,9 @@ class _Mount:
         self._handler: Any = None
         # Content blocks of structured results, from the body to project_content.
         self._content: weakref.WeakKeyDictionary[Any, list[ContentBlock]] = weakref.WeakKeyDictionary()
+        # An unstructured result's value and its blocks (converted by the body, which checks them), from the
+        # body to render, by the call's token: render takes them rather than converting the value again.
+        self._rendered: weakref.WeakKeyDictionary[Any, tuple[Any, list[ContentBlock]]] = weakref.WeakKeyDictionary()
         self._content_lock = threading.Lock()
         # Blocks for the user only, from the body to presentation_meta, by the call's token.
         self._for_user: weakref.WeakKeyDictionary[Any, _UserContent] = weakref.WeakKeyDictionary()
@@ -249,12 +251,12 @@ class _Mount:
             if tool.name in built:
                 problems.append(f'the server lists tool "{tool.name}" twice')
                 continue
-            if names[tool.name] in RESERVED_NAMES:
-                name = names[tool.name]
-                problems.append(
-                    f'cannot register tool "{name}": "{name}" is reserved for the code-mode transport; '
-                    f'mount the server with a prefix (prefix="mcp_" registers it as "mcp_{name}")'
-                )
+            reserved = reserved_name_problem(names[tool.name])
+            if reserved is not None:
+                # (registration's words, and the one way to another name a server's tool has: the prefix)
+                which = "another" if self.prefix else "a"
+                fix = f'mount the server with {which} prefix (prefix="mcp_" registers it as "mcp_{tool.name}")'
+                problems.append(RegistrationError(f"{reserved}: {fix}", tool=names[tool.name]).message)
                 continue
             try:
                 definition = self._definition(tool, names[tool.name])
@@ -290,7 +292,7 @@ class _Mount:
             parameters=tool.input_schema,
             output=ToolOutput(
                 schema={} if output_schema is None else output_schema,
-                render=_render,
+                render=self._render,
                 presentation_meta=self._presentation_meta,
             ),
             execute=execute,
@@ -529,15 +531,17 @@ class _Mount:
 
     def _value(self, name: str, structured: bool, result: types.CallToolResult, args: Any, ctx: ToolRunContext) -> Any:
         every = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
-        content = [block for block in every if for_model(block)]
+        visible = [for_model(block) for block in every]
+        content = [block for block, seen in zip(every, visible, strict=True) if seen]
         if result.is_error:
             raise McpToolError(name, error_text(content))
         try:
-            # (An unstructured result's blocks are made again by render: this
-            # finds a bad image, which would fail it, as the server's fault.)
+            # (Converted once, here: a bad image is the server's fault. The
+            # blocks the model sees are kept for render or project_content.)
             blocks = blocks_from_wire(every)
         except InvalidValueError as err:
             raise McpProtocolError(name, f"the server's result is not valid: {err.message}") from None
+        shown = [block for block, seen in zip(blocks, visible, strict=True) if seen]
         value: Any
         if result.structured_content is None:
             if structured:
@@ -545,15 +549,41 @@ class _Mount:
                     name,
                     ['"value" is missing: the tool declares an outputSchema but returned no structuredContent'],
                 )
-            value = content
+            value = self._keep_rendered(content, shown, ctx)
         else:
-            shown = [block for block, wire in zip(blocks, every, strict=True) if for_model(wire)]
             with self._content_lock:
                 self._content[ctx.token] = shown or [TextBlock(_json_text(result.structured_content))]
             value = result.structured_content
         if len(content) < len(every):
             value = self._keep_for_user([block for block in every if not for_model(block)], args, value, ctx)
         return value
+
+    def _keep_rendered(self, content: list[dict[str, Any]], shown: list[ContentBlock], ctx: ToolRunContext) -> Any:
+        """An unstructured result's value (its wire blocks the model sees),
+        frozen, which the runtime keeps as it is: ``render`` is given that
+        very object and takes ``shown``, the blocks made of it, rather than
+        converting it again (``_render``). The entry goes with the call's
+        token, and at ``project_content`` if render did not take it."""
+        try:
+            value = materialize(content)
+        except DshError:
+            return content  # not lossless JSON: the runtime fails the call (INVALID_TOOL_OUTPUT)
+        if shown:  # (an empty value is the one empty tuple: nothing to keep)
+            with self._content_lock:
+                self._rendered[ctx.token] = (value, shown)
+        return value
+
+    def _render(self, args: Any, value: Any) -> list[ContentBlock]:
+        """The content of a value: the blocks the body made of it when it is
+        an unstructured result's value as the body returned it; else (a
+        value a policy put in) :func:`_render`'s."""
+        if type(value) is tuple and value:
+            with self._content_lock:
+                for token, (kept, blocks) in self._rendered.items():
+                    if kept is value:
+                        del self._rendered[token]
+                        return blocks
+        return _render(args, value)
 
     def _keep_for_user(self, blocks: list[dict[str, Any]], args: Any, value: Any, ctx: ToolRunContext) -> Any:
         """Keep a call's blocks for the user only for ``presentation_meta``,
@@ -588,6 +618,7 @@ class _Mount:
         with self._content_lock:
             blocks = self._content.pop(execution.token, None)
             self._for_user.pop(execution.token, None)  # (a failure after the body: never presented)
+            self._rendered.pop(execution.token, None)  # (a failure before render, or a policy's value)
         if blocks is None or result.is_error:
             return None
         return blocks
@@ -682,8 +713,10 @@ def _json_text(value: Any) -> str:
 def _render(args: Any, value: Any) -> list[ContentBlock]:
     """Content of a value: MCP content blocks (an unstructured result) are
     converted; any other value (structured content, or a value a policy put
-    in) is shown as compact JSON. A structured result's own content blocks
-    replace this rendering (``project_content``)."""
+    in) is shown as compact JSON. The body's own unstructured value is not
+    converted again (``_Mount._render`` takes the blocks the body made), and
+    a structured result's own content blocks replace this rendering
+    (``project_content``)."""
     if type(value) is tuple and all(isinstance(b, Mapping) and type(b.get("type")) is str for b in value):
         return blocks_from_wire(value)
     if type(value) is str:

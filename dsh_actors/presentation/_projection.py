@@ -1,23 +1,34 @@
 """What presenters see, and the fallbacks: :class:`ToolResultProjection`
 (the durable fields of a result, what a replay has), :data:`PresentedResult`,
 the generic cards used when a tool gives none, and :func:`presenter_failed`,
-the warning when a presenter breaks and its generic card is shown instead.
+the warning when a presenter breaks and its generic card is shown instead
+(:func:`checked_view` calls a presenter under that rule).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeVar
 
 from loguru import logger
 
-from ..errors import LosslessJsonError
+from ..errors import LosslessJsonError, exception_text
 from ..json import materialize
 from ..model import ContentBlock, ToolExecutionFailure, ToolExecutionSuccess, ToolFailure
 from ._cards import GenericCallView, GenericResultView
 
-__all__ = ["PresentedResult", "ToolResultProjection", "generic_call_view", "generic_result_view", "presenter_failed"]
+__all__ = [
+    "PresentedResult",
+    "ToolResultProjection",
+    "checked_view",
+    "generic_call_view",
+    "generic_result_view",
+    "presenter_failed",
+]
+
+_View = TypeVar("_View")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +122,36 @@ def presenter_failed(tool: str, role: str, kind: str, problem: str) -> None:
     logger.warning(
         'tool "{}": {} {}; the generic card is shown instead: {}', tool, role, problem, _FIXES.get(role, f"fix {role}")
     )
+
+
+def checked_view(
+    tool: str,
+    role: str,
+    kind: type[_View],
+    presenter: Callable[..., Any],
+    inputs: tuple[Any, ...],
+    is_valid: Callable[[Any], bool] | None = None,
+) -> _View | None:
+    """``presenter(*inputs)`` when it returns a ``kind`` (or None); None,
+    never an exception, when it raises or returns anything else, with
+    :func:`presenter_failed`'s warning (the caller then shows the generic
+    card). With ``is_valid``, None without calling it when the arguments
+    (``inputs[0]``) are not valid. The one rule of a presenter call: the
+    guarded presenters of ``define_tool``/``@tool``, and the command's and
+    the ACP bridge's cards of a raw definition's presenters use it."""
+    try:
+        if is_valid is not None and not is_valid(inputs[0]):
+            return None
+        view = presenter(*inputs)
+    except KeyboardInterrupt:
+        raise  # (Ctrl-C on the main thread, drawing a command's cards: it still stops the command)
+    except BaseException as err:  # noqa: BLE001 - presenters never raise
+        presenter_failed(tool, role, type(err).__qualname__, f"raised {exception_text(err)}")
+        return None
+    if view is not None and not isinstance(view, kind):
+        got = type(view).__qualname__
+        presenter_failed(
+            tool, role, f"returned {got}", f"returned a value of type {got}, not a {kind.__name__} (or None)"
+        )
+        return None
+    return view

@@ -50,9 +50,10 @@ from jsonschema import Draft7Validator, Draft202012Validator
 
 from ..errors import JsonSchemaError, LosslessJsonError
 from ..json import FrozenDict, dumps, materialize, thaw
+from ..json._rules import join_path
 from ._compile import CompiledJsonSchema, compile_json_schema
 from ._dialect import DIALECTS, dialect_of, dialect_problem
-from ._paths import child_path, index_path, json_text, local_target, quote
+from ._paths import child_path, json_text, local_target, quote
 from ._subset import check_json_schema, json_kind
 
 __all__ = [
@@ -86,10 +87,7 @@ _MISSING_POINTER: Final = re.compile(r"(?:Pointer|Anchor) '(.*?)' does not exist
 
 
 def _path(root: str, parts: Sequence[object]) -> str:
-    path = root
-    for part in parts:
-        path = index_path(path, part) if type(part) is int else child_path(path, str(part))
-    return path
+    return join_path(root, [part if type(part) is int else str(part) for part in parts])
 
 
 def _walk(schema: Any) -> list[tuple[Any, list[object]]]:

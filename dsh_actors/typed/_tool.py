@@ -7,7 +7,7 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Mapping
-from types import CoroutineType
+from types import CoroutineType, UnionType
 from typing import Annotated, Any, Final, overload
 
 from pydantic import ConfigDict, Field, PydanticUserError, TypeAdapter, ValidationError, create_model
@@ -197,6 +197,17 @@ def _is_context(hint: Any) -> bool:
     return hint is ToolRunContext or typing.get_origin(hint) is ToolRunContext
 
 
+def _context_in_union(hint: Any) -> bool:
+    """Whether ``hint`` is a union with the context in it (``ToolRunContext
+    | None``, ``Optional[ToolRunContext]``), maybe inside ``Annotated``:
+    neither the context (which is always given) nor a type to offer."""
+    if typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) not in (typing.Union, UnionType):
+        return False
+    return any(_is_context(member) for member in typing.get_args(hint))
+
+
 def _described(hint: Any) -> bool:
     """Whether ``hint`` carries a ``Field(description=...)`` of its own."""
     if typing.get_origin(hint) is not Annotated:
@@ -269,6 +280,12 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
             raise refuse(
                 f"parameter {param.name!r} has no annotation, so it would be offered to the model: annotate it "
                 f"{param.name}: ToolRunContext to get the call's context (or give it a type to offer it)"
+            )
+        if _context_in_union(hint):
+            raise refuse(
+                f"parameter {param.name!r} is annotated with a union that holds ToolRunContext (such as "
+                f"ToolRunContext | None): annotate it {param.name}: ToolRunContext (or ToolRunContext[Deps]); the "
+                "call's context is always given, never None"
             )
         if _is_context(hint):
             if context is not None:

@@ -162,3 +162,41 @@ def test_agents_sharing_a_session_with_the_same_step_and_call_id_each_get_their_
         ({"who": "a"}, "a's"),
         ({"who": "b"}, "b's"),
     ]
+
+
+def test_a_raw_definitions_broken_presenters_draw_the_generic_cards_and_are_warned_about_once_per_kind(
+    library_logs: None,
+) -> None:
+    # Before, the command drew the generic cards silently: the author never
+    # learned why the tool's own cards did not show.
+    from loguru import logger
+
+    from dsh_actors import ToolDefinition
+
+    def present_call(args: Any) -> Any:
+        raise KeyError("path")
+
+    raw = ToolDefinition(
+        name="raw_cards_in_the_command", description="", parameters={"type": "object"},
+        output=ToolOutput(schema={}, render=lambda a, v: []), execute=lambda a, c: None,
+        present_call=present_call, present_result=lambda args, result: "not a card",
+    )  # fmt: skip
+    projection = ToolResultProjection(content=(text("raw content"),), is_error=False)
+    entries = log_entries([call_event(1, 1, "c", raw.name, {"path": "a"}), result_event("c", projection)])
+    messages: list[str] = []
+    sink = logger.add(lambda message: messages.append(str(message)), level="WARNING", format="{message}")
+    try:
+        for _ in range(2):  # every replay draws the cards again: one warning per kind of failure
+            lines = render_log(entries, lambda name: raw if name == raw.name else None, PLAIN, steps=False)
+            assert lines == ['✓ c raw_cards_in_the_command · {"path":"a"}', "    raw content"]
+    finally:
+        logger.remove(sink)
+    head = 'tool "raw_cards_in_the_command": '
+    assert messages == [
+        f"{head}present_call raised KeyError: 'path'; the generic card is shown instead: fix present_call, or have "
+        "it return None for the generic card\n",
+        f"{head}present_result returned a value of type str, not a ToolResultView (or None); the generic card is "
+        "shown instead: fix present_result, or have it return None for the generic card; drawn from a log (a "
+        "replay, the dsh-actors command) it gets a ToolResultProjection: content, is_error, error and meta, no "
+        "value (keep what the card needs in presentation_meta)\n",
+    ]

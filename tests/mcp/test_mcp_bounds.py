@@ -331,8 +331,8 @@ def test_a_tool_named_run_code_is_listed_with_the_other_problems_and_the_fix(tmp
             conn.run(mount(rt, conn.session))
         assert caught.value.message.startswith(
             'cannot mount MCP server "raw-server": cannot register tool "run_code": "run_code" is reserved '
-            'for the code-mode transport; mount the server with a prefix (prefix="mcp_" registers it as '
-            '"mcp_run_code"); cannot register tool "typo": parameters: '
+            "for the code-mode transport; give the tool another name: mount the server with a prefix "
+            '(prefix="mcp_" registers it as "mcp_run_code"); cannot register tool "typo": parameters: '
         ), caught.value.message
         assert not {s["name"] for s in rt.tools.schemas()}
     finally:

@@ -154,6 +154,32 @@ def test_text_and_image_blocks_map_to_their_own_blocks(mounted: ToolRuntime) -> 
     assert image.content == (ImageBlock(data=PNG, mime_type="image/png"),)
 
 
+def test_an_unstructured_results_blocks_are_converted_once_and_a_policys_value_is_rendered(
+    mounted: ToolRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, the body converted the blocks (checking every image's base64)
+    # and render converted the same blocks again: twice the cost of an image.
+    from dsh_actors import Accept
+    from dsh_actors.mcp import _mount
+
+    converted: list[int] = []
+    convert = _mount.blocks_from_wire
+
+    def counting(content: Any) -> Any:
+        converted.append(len(content))
+        return convert(content)
+
+    monkeypatch.setattr(_mount, "blocks_from_wire", counting)
+    image = run(mounted, "t_image_kind")
+    assert image.content == (ImageBlock(data=PNG, mime_type="image/png"),)
+    assert converted == [1]
+    # A value a post-execute policy puts in is rendered from that value.
+    swapped = [{"type": "text", "text": "swapped"}]
+    mounted.events.on("tools/post-execute", lambda execution, result, next_: Accept(value=swapped))
+    assert run(mounted, "t_text_kind").content == (TextBlock("swapped"),)
+    assert converted == [1, 2, 1]
+
+
 def test_audio_resources_and_links_map_to_a_block_or_a_text_rendering(mounted: ToolRuntime) -> None:
     assert run(mounted, "t_audio_kind").content == (TextBlock("[audio audio/wav, 12 bytes]"),)
     assert run(mounted, "t_resource_kind").content == (

@@ -150,6 +150,37 @@ def test_only_an_exact_true_from_the_classifier_makes_a_call_parallel(rt: Any, c
     assert execution_mode(rt.state, "t", {}, None) == mode
 
 
+def test_a_raw_classifier_that_raises_is_warned_about_once_per_tool_and_exception_class(
+    rt: Any, library_logs: None
+) -> None:
+    # Before, a raw (subset-mode) definition's classifier failed silently:
+    # its calls ran exclusive and nobody was told why.
+    from loguru import logger
+
+    from .helpers import raw_tool
+
+    def classify(args: Any) -> bool:
+        raise (KeyError if "q" in args else RuntimeError)("path")
+
+    rt.tools.register(raw_tool("raw_classifier_that_raises", is_concurrency_safe=classify))
+    records: list[Any] = []
+    sink = logger.add(lambda message: records.append(message.record), level="DEBUG")
+    try:
+        for args in ({}, {}, {"q": "x"}):
+            assert execution_mode(rt.state, "raw_classifier_that_raises", args, None) == "exclusive"
+    finally:
+        logger.remove(sink)
+    assert [r["level"].name for r in records] == ["WARNING", "DEBUG", "WARNING"]
+    assert records[0]["message"] == (
+        'tool "raw_classifier_that_raises": is_concurrency_safe (@tool\'s concurrency_safe) raised RuntimeError: '
+        'path, so its call runs exclusive; it gets the arguments as frozen JSON, not typed values (args["path"], '
+        "not args.path): fix it to answer True or False for any valid arguments"
+    )
+    assert records[2]["message"].startswith(
+        'tool "raw_classifier_that_raises": is_concurrency_safe (@tool\'s concurrency_safe) raised KeyError: '
+    )
+
+
 def test_an_unknown_tool_is_exclusive(rt: Any) -> None:
     assert execution_mode(rt.state, "nope", {}, None) == "exclusive"
 

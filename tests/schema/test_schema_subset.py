@@ -360,9 +360,8 @@ def test_a_schema_nested_256_levels_is_accepted() -> None:
 
 def test_a_10000_deep_schema_is_rejected_without_a_recursion_error() -> None:
     (violation,) = violations_of(nested_items(10_000))
-    assert violation.startswith("schema.items.items.")
-    assert violation.endswith(": schema is nested deeper than 256 levels")
-    assert violation.count(".items") == 256
+    items = ".items" * 8  # (a path of more than 20 steps shows its first and last 8)
+    assert violation == f"schema{items} … (240 more) … {items}: schema is nested deeper than 256 levels"
 
 
 def test_a_deep_properties_chain_is_rejected() -> None:
