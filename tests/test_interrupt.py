@@ -300,15 +300,29 @@ def test_native_executor_execute_of_a_non_batch_on_the_main_thread_names_its_typ
 
 
 @pytest.mark.parametrize(
-    "at", [("interrupt.py", "started", "call"), ("interrupt.py", "started", "return"), ("service.py", "_start", "call")]
+    "at",
+    [
+        ("interrupt.py", "started", "call"),
+        ("interrupt.py", "started", "return"),
+        ("service.py", "_start", "call"),
+        ("dispatcher.py", "send", "call"),  # inside the hand-over: the step slot taken, the batch not yet sent
+    ],
 )
 @pytest.mark.parametrize("native", [False, True])
-def test_ctrl_c_around_the_start_leaves_no_batch_running_and_no_wait(at: tuple[str, str, str], native: bool) -> None:
+def test_ctrl_c_around_the_start_leaves_no_batch_running_and_no_wait(
+    at: tuple[str, str, str], native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A Ctrl-C that lands as the batch is being started (Python runs signal
     # handlers at a function's entry or return) either stops the start
     # before anything runs, or aborts the batch it started; either way
     # execute raises KeyboardInterrupt and never waits for a reply that
-    # nobody settles.
+    # nobody settles. Inside the dispatcher's hand-over it is held until
+    # the batch owns its reply (raised there, it left the step slot taken
+    # and the batch never sent: with one slot, the next batch waited for
+    # good).
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+
+    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
     if native and at[0] == "service.py":
         at = ("executor.py", "submit_into", "call")
     filename, function, event = at
@@ -333,46 +347,9 @@ def test_ctrl_c_around_the_start_leaves_no_batch_running_and_no_wait(at: tuple[s
                     executor.execute(batch) if native else rt.tools.execute(batch)
             finally:
                 sys.setprofile(None)
-            assert ran == []  # (interrupted before its body, or aborted before it)
-            again = ToolBatchInput(calls=(ToolCall("c1", "quick", "{}"),))
-            assert not (executor.execute(again) if native else rt.tools.execute(again)).results[0].result.is_error
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@pytest.mark.parametrize("native", [False, True])
-def test_ctrl_c_inside_the_hand_over_to_an_executor_actor_is_held_until_the_batch_owns_its_reply(
-    native: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A Ctrl-C that lands inside the dispatcher's hand-over (its step slot
-    # taken, the batch not yet sent to an executor actor) raised right
-    # there: the batch was never sent and the slot never given back. With
-    # one step slot, the next batch then waited for good.
-    from dsh_actors.scheduling.dispatcher import Dispatcher
-
-    monkeypatch.setattr(Dispatcher, "STEPPING_MAX", 1)
-    ran: list[str] = []
-
-    def hook(frame: Any, what: str, arg: Any) -> None:
-        if what == "call" and frame.f_code.co_name == "send" and frame.f_code.co_filename.endswith("dispatcher.py"):
-            sys.setprofile(None)
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with ToolRuntime() as rt:
-            rt.tools.register(make_tool("quick", lambda args, ctx: ran.append(ctx.call_id) or "ok"))
-            executor = NativeExecutor()
-            if native:
-                rt.tools.set_executor(executor)
-            sys.setprofile(hook)
-            try:
-                with pytest.raises(KeyboardInterrupt):
-                    batch = ToolBatchInput(calls=(ToolCall("c0", "quick", "{}"),))
-                    executor.execute(batch) if native else rt.tools.execute(batch)
-            finally:
-                sys.setprofile(None)
-            assert ran in ([], ["c0"])  # (aborted before its body, or it ran: the batch was handed over)
+            # (Interrupted before its body, or aborted before it; handed
+            # over, the batch may have run its quick call first.)
+            assert ran == [] or (filename == "dispatcher.py" and ran == ["c0"])
             again = ToolBatchInput(calls=(ToolCall("c1", "quick", "{}"),))
             future = executor.submit(again) if native else rt.tools.submit(again)
             assert not future.result(WAIT).results[0].result.is_error  # (the one step slot is free)
