@@ -744,12 +744,11 @@ class ToolsService:
             # handed the reply on settles the reply, so nothing waits for it.
             try:
                 guard.started(reply.done, partial(reply.wait, -1))
-                guard.start(partial(start, reply))  # (Ctrl-C held until the batch owns its reply)
+                start(reply)
             except BaseException as exc:
                 if not reply.done():
                     reply.set_exception(exc)
                 raise
-            guard.deliver()  # (a held Ctrl-C: the batch runs, so it is aborted and waited for)
             with rt.waiting():  # a tool body's nested batch holds no slot
                 if waited_on is None:
                     reply.wait(-1)

@@ -212,13 +212,10 @@ class NativeExecutor:
             future: Future[ToolBatchResult] = Future()
             try:
                 guard.started(future.done, partial(futures.wait, (future,)))  # (before the start: see _blocking)
-                guard.start(
-                    partial(self.submit_into, batch if signal is None else replace(batch, signal=signal), future)
-                )
+                self.submit_into(batch if signal is None else replace(batch, signal=signal), future)
             except BaseException as exc:
                 settle(future, error=exc)  # (not handed on: settled, so nothing waits for it)
                 raise
-            guard.deliver()
             with rt.waiting():
                 if waited_on is None:
                     return future.result()

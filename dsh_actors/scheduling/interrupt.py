@@ -12,21 +12,10 @@ batch still aborted), as a cancelled ``execute_async`` does. No polling:
 the wait is the one the caller makes anyway. On any other thread nothing
 is made (a tool body's nested batch sees the abort through its body's
 signal instead).
-
-The start itself (the batch handed to the dispatcher and on to an executor
-actor: a few microseconds) runs with Ctrl-C held (:meth:`Interruptible.start`):
-Python raises a signal's exception at any bytecode, and one raised inside
-that hand-over would leave it half done (the step slot taken, the batch
-never sent). Python's own SIGINT handler is swapped for one that only
-notes the signal, and the ``KeyboardInterrupt`` is raised once the start
-has returned (:meth:`Interruptible.deliver`), when the batch owns its reply
-and the interrupt aborts it and waits. An application's own SIGINT handler
-is left as it is.
 """
 
 from __future__ import annotations
 
-import signal as signals
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -46,11 +35,10 @@ class Interruptible:
     owns its reply (``done()``: whether it has settled; ``wait()``: block
     until it has), then wait. Not reusable."""
 
-    __slots__ = ("_controller", "_done", "_held", "_wait")
+    __slots__ = ("_controller", "_done", "_wait")
 
     def __init__(self, signal: object) -> None:
         self._controller: AbortController | None = None
-        self._held = False
         self._done: Callable[[], bool] | None = None
         self._wait: Callable[[], object] | None = None
         if threading.get_ident() == _MAIN.ident:
@@ -71,28 +59,6 @@ class Interruptible:
         and waits for it."""
         self._done = done
         self._wait = wait
-
-    def start(self, start: Callable[[], object]) -> None:
-        """Run ``start()`` (the batch's start, after :meth:`started`) with
-        Ctrl-C held when Python's own handler is installed: one that comes
-        meanwhile is raised by :meth:`deliver`, called once the start
-        returned. A start that raises drops it (the start's error goes on)."""
-        if self._controller is None or signals.getsignal(signals.SIGINT) is not signals.default_int_handler:
-            start()
-            return
-        held: list[int] = []
-        signals.signal(signals.SIGINT, lambda number, frame: held.append(number))
-        try:
-            start()
-        finally:
-            signals.signal(signals.SIGINT, signals.default_int_handler)
-            self._held = bool(held)
-
-    def deliver(self) -> None:
-        """Raise the ``KeyboardInterrupt`` of a Ctrl-C :meth:`start` held."""
-        if self._held:
-            self._held = False
-            raise KeyboardInterrupt
 
     def __enter__(self) -> Interruptible:
         return self
