@@ -88,6 +88,25 @@ async def wired(rt: ToolRuntime, root: Path, client: RecordingClient) -> AsyncIt
             undo()
 
 
+async def write_answered_with(running: Any, answer: bytes) -> Any:
+    """Prompt a ``write_file`` call, answer its permission request with the
+    raw line ``answer`` (``%d``: the request's id) and return the turn's
+    response (cancelling the turn if it did not end)."""
+    turn = asyncio.ensure_future(
+        running.conn.prompt(
+            session_id=running.session_id,
+            prompt=[text_block(call("write_file", path="a.txt", content="1\n"))],
+        )
+    )
+    try:
+        await running.answer_permission_with(answer)
+        return await asyncio.wait_for(asyncio.shield(turn), BOUND)
+    finally:
+        if not turn.done():
+            await running.conn.cancel(session_id=running.session_id)
+            await asyncio.wait_for(turn, BOUND)
+
+
 def test_a_response_with_an_id_but_no_result_or_error_fails_the_request_it_answers_unanswered(
     rt: ToolRuntime, tmp_path: Path
 ) -> None:
@@ -97,19 +116,7 @@ def test_a_response_with_an_id_but_no_result_or_error_fails_the_request_it_answe
     async def scenario() -> None:
         client = Holding()
         async with wired(rt, tmp_path, client) as running:
-            turn = asyncio.ensure_future(
-                running.conn.prompt(
-                    session_id=running.session_id,
-                    prompt=[text_block(call("write_file", path="a.txt", content="1\n"))],
-                )
-            )
-            try:
-                await running.answer_permission_with(b'{"jsonrpc": "2.0", "id": %d}\n')
-                response = await asyncio.wait_for(asyncio.shield(turn), BOUND)
-            finally:
-                if not turn.done():
-                    await running.conn.cancel(session_id=running.session_id)
-                    await asyncio.wait_for(turn, BOUND)
+            response = await write_answered_with(running, b'{"jsonrpc": "2.0", "id": %d}\n')
             assert response.stop_reason == "end_turn"
             error = client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
             assert error["message"] == (
@@ -133,14 +140,7 @@ def test_an_error_without_an_integer_code_and_a_string_message_fails_the_approva
     async def scenario() -> None:
         client = Holding()
         async with wired(rt, tmp_path, client) as running:
-            turn = asyncio.ensure_future(
-                running.conn.prompt(
-                    session_id=running.session_id,
-                    prompt=[text_block(call("write_file", path="a.txt", content="1\n"))],
-                )
-            )
-            await running.answer_permission_with(b'{"jsonrpc": "2.0", "id": %d, "error": ' + error + b"}\n")
-            response = await asyncio.wait_for(turn, BOUND)
+            response = await write_answered_with(running, b'{"jsonrpc": "2.0", "id": %d, "error": ' + error + b"}\n")
             assert response.stop_reason == "end_turn"
             failure = client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
             assert failure["info"]["code"] == "POLICY_FAILED"

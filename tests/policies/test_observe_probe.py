@@ -5,14 +5,13 @@ raises. Against the OpenTelemetry SDK (in-memory exporter and reader)."""
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor
 from otel_helpers import Otel
 
 import policies
-from dsh_actors import AbortController, Agent, Ask, ToolBatchInput, ToolCall, ToolOutput, define_tool, text
+from dsh_actors import ToolBatchInput, ToolCall, ToolOutput, define_tool, text
 
 WAIT = 10.0
 
@@ -55,33 +54,6 @@ def test_two_policies_applied_at_once_each_parent_their_spans_on_the_callers_spa
             assert i1.parent.span_id == o1.context.span_id
     finally:
         other.shutdown()
-
-
-def test_a_deferred_call_then_aborted_is_parented_on_the_callers_span(rt: Any, otel: Otel) -> None:
-    # (Its last span was a child of its first, the one the deferral ended.)
-    rt.tools.register(tool())
-    rt.tools.register(tool("slow", lambda args, ctx: ctx.signal.wait(WAIT) and {}))
-    rt.events.on("tools/pre-execute", lambda e, next_: Ask(reason="writes") if e.name == "lookup" else next_())
-    rt.approvals.set(lambda request: "deferred")
-    use(rt, otel)
-    controller = AbortController()
-    deferred = threading.Event()
-    rt.events.on("tools/deferred", lambda execution, ask: deferred.set())
-    with otel.tracer.start_as_current_span("agent step") as step:
-        future = rt.tools.submit(
-            ToolBatchInput(
-                calls=[ToolCall("c0", "lookup", "{}"), ToolCall("c1", "slow", "{}")],
-                agent=Agent("main"),
-                signal=controller.signal,
-            )
-        )
-    assert deferred.wait(WAIT)
-    controller.abort()
-    assert future.result(WAIT).pending == ()
-    waiting, ended = otel.by_id()["c0"]
-    assert [e.name for e in waiting.events][-1] == "dsh.tool.approval.deferred"
-    assert ended.attributes["error.type"] == "ABORTED_BEFORE_DISPATCH"
-    assert ended.parent.span_id == step.get_span_context().span_id
 
 
 def test_a_span_processor_that_raises_loses_no_duration(rt: Any, otel: Otel) -> None:

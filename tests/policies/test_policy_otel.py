@@ -223,13 +223,14 @@ def test_an_abort_of_a_deferred_call_ends_in_a_span_of_its_own(rt: Any, otel: Ot
     # c0 is deferred while c1 runs; the abort ends both.
     deferred = threading.Event()
     rt.events.on("tools/deferred", lambda execution, ask: deferred.set())
-    future = rt.tools.submit(
-        ToolBatchInput(
-            calls=[ToolCall("c0", "lookup", "{}"), ToolCall("c1", "slow", "{}")],
-            agent=Agent("main"),
-            signal=controller.signal,
+    with otel.tracer.start_as_current_span("agent step") as step:
+        future = rt.tools.submit(
+            ToolBatchInput(
+                calls=[ToolCall("c0", "lookup", "{}"), ToolCall("c1", "slow", "{}")],
+                agent=Agent("main"),
+                signal=controller.signal,
+            )
         )
-    )
     assert deferred.wait(WAIT)
     controller.abort()
     result = future.result(WAIT)
@@ -240,6 +241,9 @@ def test_an_abort_of_a_deferred_call_ends_in_a_span_of_its_own(rt: Any, otel: Ot
     waiting, ended = by_id["c0"]
     assert events(waiting)[-1][0] == "dsh.tool.approval.deferred"
     assert ended.attributes["error.type"] == "ABORTED_BEFORE_DISPATCH"
+    # (Its last span was a child of its first, the one the deferral ended:
+    # it is parented on the caller's span.)
+    assert ended.parent.span_id == step.get_span_context().span_id
 
 
 def test_an_abort_and_a_timeout_are_events(rt: Any, otel: Otel) -> None:

@@ -62,15 +62,21 @@ class AsyncScripted:
         return (await self.decide(req)).answer
 
 
-def test_an_async_always_is_remembered_through_the_runtime(rt: Any) -> None:
-    inner = AsyncScripted(Answer("allowed-once", remember=True))
+def asked_twice(rt: Any, answer: str) -> tuple[AsyncScripted, RememberingService, Any, Any]:
+    """Two calls with the same arguments, each asked through a remembering
+    service around an async one that answers ``answer`` to remember."""
+    inner = AsyncScripted(Answer(answer, remember=True))
     service = RememberingService(inner)
     rt.events.on("tools/pre-execute", always_ask)
     rt.approvals.set(service)
     rt.tools.register(tool())
-
     first = run_one(rt, call(id="c1", message="hi"), agent=MAIN)
     again = run_one(rt, call(id="c2", message="hi"), agent=MAIN)
+    return inner, service, first, again
+
+
+def test_an_async_always_is_remembered_through_the_runtime(rt: Any) -> None:
+    inner, service, first, again = asked_twice(rt, "allowed-once")
 
     assert not first.is_error and first.value == "hi"
     assert not again.is_error and again.value == "hi"
@@ -79,14 +85,7 @@ def test_an_async_always_is_remembered_through_the_runtime(rt: Any) -> None:
 
 
 def test_an_async_never_is_remembered_as_a_rejection(rt: Any) -> None:
-    inner = AsyncScripted(Answer("rejected", remember=True))
-    service = RememberingService(inner)
-    rt.events.on("tools/pre-execute", always_ask)
-    rt.approvals.set(service)
-    rt.tools.register(tool())
-
-    first = run_one(rt, call(id="c1", message="hi"), agent=MAIN)
-    again = run_one(rt, call(id="c2", message="hi"), agent=MAIN)
+    inner, _, first, again = asked_twice(rt, "rejected")
 
     for result in (first, again):
         assert result.error is not None and result.error.message == 'the user rejected tool "echo"'

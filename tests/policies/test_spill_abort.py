@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from policy_helpers import WAIT, call, code_of, render_text, run_one, tool
 
 import policies
@@ -37,33 +38,16 @@ def abort_once_started(started: threading.Event, controller: AbortController) ->
     return thread
 
 
-def test_the_file_of_a_success_that_settled_after_the_abort_is_removed(rt: Any, tmp_path: Path) -> None:
-    spill_dir = tmp_path / "spill"
-    use_spill(rt, spill_dir)
-    started = threading.Event()
-    controller = AbortController()
+def stubborn_body(kind: str, started: threading.Event) -> Any:
+    """A body that returns LONG only after the abort (its success settles
+    after it: the cancellation replaces it), sync or async."""
 
-    def stubborn(args: Any, ctx: Any) -> str:
+    def sync_body(args: Any, ctx: Any) -> str:
         started.set()
         assert ctx.signal.wait(WAIT)
-        return LONG  # settles after the abort: the cancellation replaces it
+        return LONG
 
-    rt.tools.register(tool("cat", stubborn))
-    aborter = abort_once_started(started, controller)
-    result = run_one(rt, call("cat"), agent=MAIN, signal=controller.signal)
-    aborter.join(WAIT)
-
-    assert code_of(result) == "ABORTED"
-    assert spilled_files(spill_dir) == []
-
-
-def test_the_file_of_an_async_success_that_settled_after_the_abort_is_removed(rt: Any, tmp_path: Path) -> None:
-    spill_dir = tmp_path / "spill"
-    use_spill(rt, spill_dir)
-    started = threading.Event()
-    controller = AbortController()
-
-    async def stubborn(args: Any, ctx: Any) -> str:
+    async def async_body(args: Any, ctx: Any) -> str:
         started.set()
         try:
             await asyncio.Event().wait()  # until the abort cancels it
@@ -71,7 +55,16 @@ def test_the_file_of_an_async_success_that_settled_after_the_abort_is_removed(rt
             pass
         return LONG
 
-    rt.tools.register(tool("cat", stubborn))
+    return sync_body if kind == "sync" else async_body
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_the_file_of_a_success_that_settled_after_the_abort_is_removed(kind: str, rt: Any, tmp_path: Path) -> None:
+    spill_dir = tmp_path / "spill"
+    use_spill(rt, spill_dir)
+    started = threading.Event()
+    controller = AbortController()
+    rt.tools.register(tool("cat", stubborn_body(kind, started)))
     aborter = abort_once_started(started, controller)
     result = run_one(rt, call("cat"), agent=MAIN, signal=controller.signal)
     aborter.join(WAIT)
