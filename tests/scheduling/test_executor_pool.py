@@ -27,6 +27,7 @@ from dsh_actors import (
     ToolRuntime,
 )
 from dsh_actors.scheduling.dispatcher import Dispatcher
+from dsh_actors.scheduling.idle import IdleShelf
 
 from .helpers import (
     GUARD,
@@ -736,11 +737,27 @@ def test_consecutive_batches_reuse_the_same_call_actor_threads(rt: Any) -> None:
     assert third <= first
 
 
-def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(rt: Any) -> None:
+def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(
+    rt: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rt.tools.register(make_tool("t", lambda args, ctx: "ok"))
-    shelf = rt.dispatcher._steppers
+    dispatcher = rt.dispatcher
+    shelf = dispatcher._steppers
     kept = shelf.kept
     shelf.kept = 1
+    # An executor actor replies first and ends its step after (see
+    # ExecutorActor._go_on): the last step's end, under the dispatcher's
+    # lock, tells the test that every actor is shelved or retired.
+    quiet = threading.Event()
+    shelve = IdleShelf.shelve
+
+    def shelve_then_tell(self: IdleShelf, address: Any) -> bool:
+        kept_it = shelve(self, address)
+        if self is shelf and dispatcher.stepping == 0:
+            quiet.set()
+        return kept_it
+
+    monkeypatch.setattr(IdleShelf, "shelve", shelve_then_tell)
     try:
         sizes = []
         for _ in range(4):
@@ -749,8 +766,11 @@ def test_surplus_pooled_actors_are_retired_from_the_runtime_group_after_a_burst(
             ]  # six batches at once: six executor actors, five of them surplus
             for future in futures:
                 future.result(GUARD)
-            # An executor actor is back in its pool (or retired) before it
-            # replies; a retired one's thread ends.
+            with dispatcher.lock:
+                ended = dispatcher.stepping == 0
+                quiet.clear()
+            assert ended or quiet.wait(GUARD)
+            # Every executor actor is back in its pool or retired; a retired one's thread ends.
             executors = [t for t in rt.group.threads() if t.name == "dsh-ExecutorActor"]
             assert len(shelf) == 1
             for thread in executors:
