@@ -40,8 +40,8 @@ from .errors import (
     RegistrationError,
     ToolArgsError,
     exception_text,
-    safe_repr,
     safe_str,
+    shown_value,
 )
 from .json import thaw
 from .model import ContentBlock, ToolExecutionResult
@@ -427,7 +427,7 @@ _OPTIONAL_CALLBACKS: Final = (
 
 
 def _shown(value: object) -> str:
-    return safe_repr(value, "<unprintable value>")
+    return shown_value(value)
 
 
 # Registration is a trusted same-process contract, but its input is typed
@@ -469,9 +469,12 @@ def timeout_problem(timeout_ms: object) -> str | None:
     """Why ``timeout_ms`` cannot be a tool's (or a mount's) timeout, or None."""
     if timeout_ms is None:
         return None
-    if type(timeout_ms) is int and timeout_ms.bit_length() > 64:  # (no float holds it: a deadline could not be set)
-        return f"timeout_ms must be a positive finite number (got an int of {timeout_ms.bit_length()} bits)"
-    if type(timeout_ms) in (int, float) and math.isfinite(cast(float, timeout_ms)) and cast(float, timeout_ms) > 0:
+    if (
+        type(timeout_ms) in (int, float)
+        and not (type(timeout_ms) is int and timeout_ms.bit_length() > 64)  # (no float holds it: no deadline)
+        and math.isfinite(cast(float, timeout_ms))
+        and cast(float, timeout_ms) > 0
+    ):
         return None
     return f"timeout_ms must be a positive finite number (got {_shown(timeout_ms)})"
 

@@ -128,6 +128,16 @@ def safe_repr(value: object, fallback: str = "<unprintable>") -> str:
     return text if type(text) is str else fallback
 
 
+def shown_value(value: object, fallback: str = "<unprintable value>") -> str:
+    """A configuration value as an error shows it: :func:`safe_repr`, but an
+    int beyond 64 bits by its size (``an int of 70 bits``), as no option
+    takes one and its digits would swamp the message (past 4,300 digits
+    ``repr`` raises)."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return safe_repr(value, fallback)
+
+
 def callable_name(fn: object) -> str:
     """A name for a user callback in messages and logs: its ``__qualname__``,
     else its type's (a callable object); never raises."""

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
-from .errors import InvalidStateError, InvalidTypeError, InvalidValueError
+from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, shown_value
 from .json._rules import MAX_INT, surrogate_index, value_problem
 from .model import TextBlock, ToolProgress, UserMessage, slot_setters
 from .signals import AbortSignal, follow, fuse_late
@@ -596,8 +596,7 @@ def _number(value: Any, name: str, *, optional: bool = False) -> Any:
         if -(2**63) <= value <= MAX_INT:
             return value
         raise InvalidValueError(
-            f"report_progress({name}=...) must be a JSON number: an int in [-2**63, 2**64-1] "
-            f"(got an int of {value.bit_length()} bits)"
+            f"report_progress({name}=...) must be a JSON number: an int in [-2**63, 2**64-1] (got {shown_value(value)})"
         )
     if not math.isfinite(value):
         raise InvalidValueError(f"report_progress({name}=...) must be finite, not {value!r}")

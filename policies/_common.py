@@ -121,8 +121,8 @@ def check_bool(policy: str, name: str, value: object) -> bool:
 def _shown(value: object, spec: str = "r") -> str:
     """``value`` for a config error (``format`` ``spec``, ``"r"``: its repr),
     but an int too long to print (or to turn into a float) by its size."""
-    if type(value) is int and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
+    if type(value) is int and value.bit_length() > 64:  # (the core's errors.shown_value: policies use the public API)
+        return f"an int of {value.bit_length()} bits"
     return repr(value) if spec == "r" else format(value, spec)
 
 

@@ -185,3 +185,15 @@ def test_bad_progress_values_are_refused_to_the_body(rt: Any, args: tuple[Any, .
     # A DshError that is also the builtin (so `except TypeError` still works).
     assert outcome.is_error and isinstance(outcome.error.exception, error)
     assert outcome.error.info is not None and outcome.error.info.code == "INVALID_USE"
+
+
+def test_an_int_too_long_for_json_is_named_by_its_size(rt: Any) -> None:
+    # (Its digits would swamp the message: the one rule of errors.shown_value.)
+    def body(call_args: Any, ctx: Any) -> str:
+        ctx.report_progress(10**400)
+        return "done"
+
+    rt.tools.register(tool("bad", body))
+    outcome = rt.tools.execute(ToolBatchInput(calls=[ToolCall("a", "bad", "{}")])).results[0].result
+    assert outcome.is_error
+    assert "(got an int of 1329 bits)" in str(outcome.error.exception)

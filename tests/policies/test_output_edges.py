@@ -87,7 +87,7 @@ def test_a_huge_integer_backoff_is_a_config_error_not_an_overflow(rt: Any, optio
 
 
 def test_an_integer_too_long_to_print_is_named_by_its_size(rt: Any) -> None:
-    with pytest.raises(ValueError, match=r"attempts must be a positive integer, got an integer of \d+ bits"):
+    with pytest.raises(ValueError, match=r"attempts must be a positive integer, got an int of \d+ bits"):
         rt.use(policies.retry, tools=("x",), attempts=-(10**5000))
 
 
