@@ -9,6 +9,7 @@ a reference to the list it passed cannot change a record afterwards.
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
@@ -98,10 +99,15 @@ class TextBlock:
 @dataclass(frozen=True, slots=True)
 class ImageBlock:
     """An image: base64 ``data`` of ``mime_type`` (``image/png``, ...).
-    ``data`` is checked as the block is made: bytes, empty text, a data URL
-    or other text that is not base64 (standard alphabet, ``=`` padding, no line
-    breaks) are refused, naming the fix (C loops: about 2 ms for a 1 MB
-    image). A block read back from a log is not checked again
+    Both are checked as the block is made, naming the fix: ``mime_type``
+    must be an image media type, ``image/<subtype>`` (the subtype's
+    characters as RFC 6838 has them, ``image`` in any case, optionally
+    ``;`` parameters), so an empty one, ``png`` or ``text/plain`` is
+    refused; bytes, empty text, a data URL or other text that is not base64
+    (standard alphabet, ``=`` padding, no line breaks) are refused as
+    ``data`` (C loops: about 2 ms for a 1 MB image). A type the providers
+    do not take (``image/svg+xml``) is kept: they leave the image out with
+    a note. A block read back from a log is not checked again
     (:func:`content_from_json`)."""
 
     data: str
@@ -119,6 +125,9 @@ class ImageBlock:
             raise InvalidTypeError(
                 f"ImageBlock mime_type is a str such as 'image/png', not {type(self.mime_type).__qualname__}"
             )
+        problem = _media_type_problem(self.mime_type, data)
+        if problem is not None:
+            raise InvalidValueError(f"ImageBlock mime_type {problem}")
         problem = _base64_problem(data)
         if problem is not None:
             raise InvalidValueError(f"ImageBlock data {problem}")
@@ -126,6 +135,33 @@ class ImageBlock:
 
 _ENCODE_FIX: Final = "base64-encode the bytes, ImageBlock(base64.b64encode(raw).decode(), mime_type)"
 _BASE64_DIGITS: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+
+
+# ``image/<subtype>``: RFC 6838's restricted-name characters, then any
+# parameters (``image/svg+xml; charset=utf-8``).
+_IMAGE_MEDIA_TYPE: Final = re.compile(r"(?i:image)/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*(?:[ \t]*;[^\r\n]*)?")
+_SHOWN_CHARS: Final = 40
+
+
+def _media_type_problem(mime_type: str, data: str) -> str | None:
+    """What is wrong with ``mime_type`` as an image's media type, with the
+    fix; ``None`` when nothing. ``data`` is looked at only to tell the
+    arguments given the wrong way round (a media type as the data)."""
+    if _IMAGE_MEDIA_TYPE.fullmatch(mime_type) is not None:
+        return None
+    if not mime_type:
+        problem = "is empty"
+    else:
+        shown = mime_type if len(mime_type) <= _SHOWN_CHARS else f"{mime_type[:_SHOWN_CHARS]}..."
+        problem = f"{shown!r} is not an image media type"
+    if _IMAGE_MEDIA_TYPE.fullmatch(data) is not None:
+        fix = "the arguments are the wrong way round, ImageBlock(data, mime_type)"
+    elif "/" not in mime_type and _IMAGE_MEDIA_TYPE.fullmatch(f"image/{mime_type}") is not None:
+        subtype = mime_type.lower()
+        fix = f"give 'image/{'jpeg' if subtype == 'jpg' else subtype}'"
+    else:
+        fix = "give the image's type as 'image/<subtype>', such as 'image/png' or 'image/jpeg'"
+    return f"{problem}: {fix}"
 
 
 def _base64_problem(data: str) -> str | None:
@@ -224,9 +260,10 @@ def content_to_json(blocks: Iterable[ContentBlock]) -> list[dict[str, Any]]:
 
 def content_from_json(items: object, path: str = "content") -> tuple[ContentBlock, ...]:
     """Inverse of :func:`content_to_json`; raises :class:`LosslessJsonError`
-    on anything that is not a logged content block. An image's ``data`` is
-    read back as logged, unchecked: a log written before :class:`ImageBlock`
-    refused text that is not base64 replays as it was sent."""
+    on anything that is not a logged content block. An image's ``data`` and
+    ``mime_type`` are read back as logged, unchecked: a log written before
+    :class:`ImageBlock` refused text that is not base64, or a type that is
+    not ``image/<subtype>``, replays as it was sent."""
     if not isinstance(items, (list, tuple)):
         raise LosslessJsonError(path, "content must be a list")
     out: list[ContentBlock] = []
@@ -725,8 +762,8 @@ _set_image_data, _set_image_mime_type, _set_image_type = slot_setters(ImageBlock
 
 
 def _logged_image(data: str, mime_type: str) -> ImageBlock:
-    """An :class:`ImageBlock` as a log holds it, without the base64 check
-    (:func:`content_from_json`)."""
+    """An :class:`ImageBlock` as a log holds it, without its checks of the
+    data and the type (:func:`content_from_json`)."""
     block = _new_image(ImageBlock)
     _set_image_data(block, data)
     _set_image_mime_type(block, mime_type)

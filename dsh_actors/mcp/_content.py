@@ -21,11 +21,12 @@ blob                               then the decoded text (UTF-8, or the MIME
 anything else (read back only)     :class:`TextBlock` ``[<type> content]``
 =================================  ==============================================
 
-An image (or image blob) whose data is not base64 text, which
-:class:`ImageBlock` refuses, makes :func:`blocks_from_wire` raise
-``InvalidValueError`` naming it (``content.1: ImageBlock data is a data
-URL, ...``): the mount fails such a call ``MCP_PROTOCOL_ERROR``, and
-:func:`error_text` leaves it out (it has no text).
+An image (or image blob) whose data is not base64 text, or whose MIME
+type is not ``image/<subtype>``, which :class:`ImageBlock` refuses, makes
+:func:`blocks_from_wire` raise ``InvalidValueError`` naming it
+(``content.1: ImageBlock data is a data URL, ...``): the mount fails such
+a call ``MCP_PROTOCOL_ERROR``, and :func:`error_text` leaves it out (it
+has no text).
 
 The last row is for wire values read back (a logged ``user_content``
 written by a newer MCP SDK, say): a ``tools/call`` result never gets here
@@ -132,7 +133,9 @@ def block_from_wire(block: Mapping[str, Any]) -> ContentBlock:
 
 def blocks_from_wire(content: Sequence[Mapping[str, Any]]) -> list[ContentBlock]:
     """Every MCP content block of a result, in order; ``InvalidValueError``
-    naming the first image whose data is not base64 (``content.<i>: ...``)."""
+    naming the first image :class:`ImageBlock` refuses (data that is not
+    base64, a MIME type that is not ``image/<subtype>``: ``content.<i>:
+    ...``)."""
     out: list[ContentBlock] = []
     for i, block in enumerate(content):
         try:
@@ -149,7 +152,7 @@ def error_text(content: Sequence[Mapping[str, Any]]) -> str:
     for block in content:
         try:
             rendered = block_from_wire(block)
-        except InvalidValueError:  # an image whose data is not base64: no text either way
+        except InvalidValueError:  # an image ImageBlock refuses: no text either way
             continue
         if type(rendered) is TextBlock:
             parts.append(rendered.text)

@@ -34,7 +34,7 @@ from .dispatch import render_value
 from .results import (
     FORGOT_NEXT,
     aborted,
-    caused,
+    content_from_hook,
     failure,
     failure_from_exception,
     freeze_result,
@@ -77,14 +77,7 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
         result = _freeze_or_fail(result)
     finalize_content = None if definition is None else definition.finalize_content
     if finalize_content is not None:
-        try:
-            replacement = finalize_content(execution, result)
-            if replacement is not None:
-                result = replace(result, content=check_content(replacement))
-        except BaseException as exc:  # noqa: BLE001 - finalize_content must be total; contain it
-            result = failure_from_exception(
-                caused(ToolPolicyError("finalize_content", safe_str(exc)), exc), result.additional_contexts
-            )
+        result, _ = content_from_hook("finalize_content", finalize_content, execution, result)
         result = _freeze_or_fail(result)
     if type(result) is ToolExecutionFailure or type(call.outcome) is ToolExecutionFailure:
         log_exceptions(execution, call.outcome, result)
@@ -128,14 +121,9 @@ def _post_execute(rt: Kernel, call: Call, result: ToolExecutionResult, definitio
     execution = call.execution
     project = None if definition is None else definition.project_content
     if project is not None:
-        try:
-            projected = project(execution, result)
-            if projected is not None:
-                result = replace(result, content=check_content(projected))
-        except BaseException as exc:  # noqa: BLE001
-            return failure_from_exception(
-                caused(ToolPolicyError("project_content", safe_str(exc)), exc), result.additional_contexts
-            )
+        result, broke = content_from_hook("project_content", project, execution, result)
+        if broke:
+            return result
     entering = result
     try:
         decision = rt.events.waterfall("tools/post-execute", _accept, execution, entering, agent=execution.agent)

@@ -37,6 +37,7 @@ __all__ = [
     "FORGOT_NEXT",
     "aborted",
     "checked_content",
+    "content_from_hook",
     "default_text",
     "failure",
     "failure_from_exception",
@@ -201,7 +202,7 @@ def render_success(
         try:
             content = checked_content(rendered)
         except LosslessJsonError as exc:
-            detail = _not_content(rendered, exc)
+            detail = _not_content(rendered, exc, _RENDER_UNSET)
             return _callback_failure(name, "output.render", detail, additional_contexts)
     meta = None
     if execution.parent is None and output.presentation_meta is not None:
@@ -256,32 +257,77 @@ def default_text(value: Any) -> TextBlock:
     return TextBlock(value if type(value) is str else dumps(value).decode())
 
 
+def content_from_hook(
+    role: str, hook: Any, execution: ToolExecution, result: ToolExecutionResult
+) -> tuple[ToolExecutionResult, bool]:
+    """``result`` with its content replaced by what the content hook ``role``
+    (``project_content``, ``finalize_content``) returns for it (``None``:
+    ``result`` as it is), and ``False``. A hook that raises, or returns
+    anything else than content blocks, fails the call as a broken
+    ``render`` does (:func:`_callback_failure`; what the model reads says
+    the tool ran only when ``result`` is a success): that failure, and
+    ``True``. Never raises."""
+    name = execution.name
+    contexts = result.additional_contexts
+    given = type(result) is not ToolExecutionSuccess
+    try:
+        replacement = hook(execution, result)
+    except BaseException as exc:  # noqa: BLE001 - a content hook may raise anything; contain it
+        detail = f"raised {exception_text(exc)}"
+        return _callback_failure(name, role, detail, contexts, exc, given_failure=given), True
+    if replacement is None:
+        return result, False
+    try:
+        content = check_content(replacement)
+    except LosslessJsonError as exc:
+        detail = _not_content(replacement, exc, _KEEP_CONTENT)
+        return _callback_failure(name, role, detail, contexts, given_failure=given), True
+    except BaseException as exc:  # noqa: BLE001 - a hostile sequence
+        detail = f"returned content that raised {exception_text(exc)} when read"
+        return _callback_failure(name, role, detail, contexts, exc, given_failure=given), True
+    return replace(result, content=content), False
+
+
 def _callback_failure(
     name: str,
     role: str,
     detail: str,
     additional_contexts: tuple[UserMessage, ...],
     cause: BaseException | None = None,
+    *,
+    given_failure: bool = False,
 ) -> ToolExecutionFailure:
-    """A tool's output callback broke its contract: ``POLICY_FAILED``, the
-    message naming the callback (``output.render of tool "x": ...``), not
-    the value it was given. What the callback raised stays as the error's
-    ``__cause__`` (so on ``outcome.error.exception``). The message and its
-    fix are the developer's (``error.message``, the log): the model reads
-    only that the tool ran and its output could not be rendered."""
+    """A tool's output callback (``render``, ``presentation_meta``, a
+    content hook) broke its contract: ``POLICY_FAILED``, the message naming
+    the callback (``output.render of tool "x": ...``), not the value it was
+    given. What the callback raised stays as the error's ``__cause__`` (so
+    on ``outcome.error.exception``). The message and its fix are the
+    developer's (``error.message``, the log): the model reads only that the
+    tool ran and its output could not be rendered (or, for a callback
+    ``given_failure``, that the call failed and its error could not be
+    rendered)."""
     error: DshError = ToolPolicyError(f'{role} of tool "{name}"', detail)
     if cause is not None:
         error = caused(error, cause)
     failed = failure_from_exception(error, additional_contexts)
-    shown = f'Error: tool "{name}" ran, but its output could not be rendered: a fault in the tool, not in the call'
+    if given_failure:
+        shown = f'Error: tool "{name}" failed, and its error could not be rendered: {_NOT_THE_CALL}'
+    else:
+        shown = f'Error: tool "{name}" ran, but its output could not be rendered: {_NOT_THE_CALL}'
     return replace(failed, content=(TextBlock(shown),))
 
 
-def _not_content(rendered: object, exc: LosslessJsonError) -> str:
+_NOT_THE_CALL = "a fault in the tool, not in the call"
+# What a callback that returned something else than content blocks is told.
+_RENDER_UNSET = "leave render unset to send a str value as it is and any other value as JSON text"
+_KEEP_CONTENT = "return None to keep the content as it is"
+
+
+def _not_content(rendered: object, exc: LosslessJsonError, fix: str) -> str:
     if not isinstance(rendered, (list, tuple)):
         return (
             f"returned {_a(type(rendered).__qualname__)}, not a list of content blocks (TextBlock, ImageBlock, "
-            "ReasoningBlock); leave render unset to send a str value as it is and any other value as JSON text"
+            f"ReasoningBlock); {fix}"
         )
     return f"returned {exc.message}"
 

@@ -209,6 +209,15 @@ def bad_image_error() -> list:
     )
 
 
+@app.tool(structured_output=False)
+def bad_image_type() -> list:
+    """An image whose MIME type is not image/<subtype>."""
+    return [
+        TextContent(type="text", text="a screenshot"),
+        ImageContent(type="image", data=PNG, mimeType="png"),
+    ]
+
+
 @app.tool(annotations=ToolAnnotations(idempotentHint=True))
 def fail(reason: str) -> str:
     """Always fails with the reason."""

@@ -208,6 +208,20 @@ def test_an_image_whose_data_is_not_base64_fails_its_call_as_the_servers_protoco
     assert not run(mounted, "t_image_kind").is_error  # and the session goes on
 
 
+def test_an_image_whose_mime_type_is_not_an_image_type_fails_its_call_as_the_servers_protocol_error(
+    mounted: ToolRuntime,
+) -> None:
+    """(It used to reach the model as a note that an image of type png was
+    left out.)"""
+    outcome = run(mounted, "t_bad_image_type")
+    assert code(outcome) == "MCP_PROTOCOL_ERROR"
+    assert outcome.error.message == (
+        'MCP protocol error calling "t_bad_image_type": the server\'s result is not valid: content.1: ImageBlock '
+        "mime_type 'png' is not an image media type: give 'image/png'"
+    )
+    assert not run(mounted, "t_image_kind").is_error  # and the session goes on
+
+
 def test_is_error_is_a_failure_with_the_servers_text(mounted: ToolRuntime) -> None:
     outcome = run(mounted, "t_fail", {"reason": "the disk is full"})
     assert code(outcome) == "MCP_TOOL_ERROR"
