@@ -462,7 +462,11 @@ class ToolsService:
         log (``Session.holding``: a refusal gives it back) and a
         suspension whose calls, arguments or settled results disagree with
         it raises ``InvalidValueError`` naming what differs, before
-        anything runs or is claimed. A
+        anything runs or is claimed. A call that would run a tool the agent
+        could call when the step was logged (or, unlogged, when the batch
+        suspended: the suspension's ``unknown``) and that this runtime does
+        not offer raises ``InvalidStateError`` before anything is claimed
+        (register it first: it would fail ``UNKNOWN_TOOL`` for good). A
         malformed suspension or decision raises ``InvalidValueError``.
         Ctrl-C while it waits aborts the resumed batch (see ``execute``)."""
         guard = Interruptible(signal)
@@ -545,6 +549,9 @@ class ToolsService:
                 # Refused before anything is claimed.
                 plan = checked_with_log(plan, session)
                 assert plan.known is not None  # (read from the log)
+            if plan.known is not None:  # (None: a suspension made before it recorded its unknown calls)
+                # Refused before anything is claimed: a call that would run a
+                # tool the agent could call then and cannot call now.
                 refuse_missing_tools(
                     self._kernel, plan.batch, plan.starts, plan.known, "resume", f"suspension {plan.id}"
                 )
@@ -609,7 +616,9 @@ class ToolsService:
         ``InvalidStateError`` and nothing runs; so does a call that would
         run a tool the agent could call when the step was logged and that
         this runtime does not offer it (register it first: it would fail
-        ``UNKNOWN_TOOL`` for good). Raises
+        ``UNKNOWN_TOOL`` for good), or a started call of such a tool (its
+        ``idempotent`` would decide whether it runs again).
+        Raises
         ``TypeError``/``ValueError`` for an agent without a session or a
         step the log has no call of. Ctrl-C while it waits aborts the
         recovered batch (see ``execute``)."""
@@ -672,6 +681,7 @@ class ToolsService:
                     plan.known,
                     "recover",
                     f'step (turn {turn}, step {step}) of agent "{agent.id}"',
+                    plan.rerun,
                 )
                 # Written only now that nothing refuses: the open calls of the
                 # logged steps the interrupted calls ran, then a run_code call's

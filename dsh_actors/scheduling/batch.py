@@ -1330,7 +1330,8 @@ class BatchRun:
             )
         settled = {item.call_id: item.result for item in results}
         pending = tuple(c.id for c in batch.calls if c.id not in settled)
-        value = suspension_value(self.suspension_id, batch, settled, deferred)
+        unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
+        value = suspension_value(self.suspension_id, batch, settled, deferred, unknown)
         return _batch_result(results, pending=pending, suspension=value)
 
     def _commit_stuck(self, call: Call) -> None:

@@ -32,14 +32,19 @@ A call that would run (started from the start, run again, or run from an
 ``tool/batch`` says the agent could call it then (its ``unknown`` key:
 :func:`unknown_calls` as the batch was logged) and the recovering runtime
 does not offer it, :func:`refuse_missing_tools` refuses the recovery before
-anything is written (the call would fail ``UNKNOWN_TOOL`` for good). A call
-of a tool that was unknown then settles ``UNKNOWN_TOOL`` as it would have.
-A resume of a logged suspension is refused alike.
+anything is written (the call would fail ``UNKNOWN_TOOL`` for good). So does
+a started call whose own tool decides whether it runs again (its nested
+steps started no call that stops it) and is missing: its ``idempotent`` is
+the registration's, which the runtime lacks, and ``INTERRUPTED`` for good
+would settle a call the same tools would run again. A call of a tool that
+was unknown then settles ``UNKNOWN_TOOL`` as it would have. A resume is
+refused alike (a logged one by its log's ``unknown``, an unlogged one by its
+suspension's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_str
@@ -117,12 +122,14 @@ def _idempotent(rt: Kernel, name: str, agent: Agent, tool_set: ResolvedToolSet |
 
 
 def _start(
-    rt: Kernel, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None, nested: frozenset[str]
+    rt: Kernel, call: LoggedCall, agent: Agent, tool_set: ResolvedToolSet | None, nested_idempotent: bool
 ) -> CallStart:
+    """Where logged ``call`` starts; ``nested_idempotent``: whether every
+    tool its nested steps started a call of is idempotent (True: none)."""
     if call.result is not None:
         return CallStart(result=recovered_result(call.result), logged=True)
     answer = call.decision if call.awaiting is None and call.decision in _FINAL_DECISIONS else None
-    if call.started and not all(_idempotent(rt, name, agent, tool_set) for name in (call.name, *sorted(nested))):
+    if call.started and not (nested_idempotent and _idempotent(rt, call.name, agent, tool_set)):
         # Its body may have run, whole or in part (a nested batch's call of
         # a tool that is not idempotent included): it must not run twice.
         return CallStart(result=INTERRUPTED, log_result=True, logged=True)
@@ -178,14 +185,17 @@ def _nested_steps(
 class RecoveryPlan(NamedTuple):
     """What :func:`recovery_plan` found: the batch that finishes the step,
     where each of its calls starts, the logged steps its interrupted calls
-    ran (for :func:`close_nested`), and whether the agent could call each
-    call's tool when the step was logged (``LoggedCall.known``, for
-    :func:`refuse_missing_tools`)."""
+    ran (for :func:`close_nested`), whether the agent could call each
+    call's tool when the step was logged (``LoggedCall.known``), and the
+    interrupted calls whose own tool decides whether they run again
+    (``rerun``: every tool their nested steps started is idempotent; both
+    for :func:`refuse_missing_tools`)."""
 
     batch: ToolBatchInput
     starts: tuple[CallStart, ...]
     nested: frozenset[StepKey]
     known: tuple[bool | None, ...]
+    rerun: frozenset[str] = frozenset()
 
 
 def unknown_calls(
@@ -224,20 +234,25 @@ def refuse_missing_tools(
     known: Sequence[bool | None],
     verb: str,
     what: str,
+    rerun: Collection[str] = (),
 ) -> None:
-    """Refuse to continue ``batch``, a logged step read back (a recovery, a
-    resume), when a call of it that would run (``starts``: no given result,
-    no answer that ends it unrun) names a tool the agent could call when the
-    step was logged (``known``, per call: ``LoggedCall.known``; None, a log
-    that does not say, runs as it would) and cannot call in this runtime:
-    it would fail ``UNKNOWN_TOOL`` for good, a lie about a call the model
-    made right. Raises ``InvalidStateError`` naming the calls, their tools
-    and the fix (``cannot <verb> <what>: ...``). Reads only: called before
-    anything is written."""
+    """Refuse to continue ``batch``, a step read back (a recovery, a resume),
+    when a call of it that would run (``starts``: no given result, no
+    answer that ends it unrun; or one of ``rerun``, started calls that run
+    again if their tool, registered now, is idempotent: a missing one
+    cannot say) names a tool the agent could call when the step was logged,
+    or when the batch suspended (``known``, per call: ``LoggedCall.known``,
+    or an unlogged suspension's; None, a log or suspension that does not
+    say, runs as it would) and cannot call in this runtime: it would fail
+    ``UNKNOWN_TOOL`` for good, a lie about a call the model made right (or,
+    started, end ``INTERRUPTED`` where the same tools would run it again).
+    Raises ``InvalidStateError`` naming the calls, their tools and the fix
+    (``cannot <verb> <what>: ...``). Reads only: called before anything is
+    written or claimed."""
     runs = [
         c
         for c, start, was in zip(batch.calls, starts, known, strict=True)
-        if was and start.result is None and start.answer in _RUNS
+        if was and ((start.result is None and start.answer in _RUNS) or c.id in rerun)
     ]
     if not runs:
         return
@@ -250,10 +265,20 @@ def refuse_missing_tools(
     calls = [c for c in runs if c.id in missing]
     names = list(dict.fromkeys(c.name for c in calls))
     one = len(names) == 1
+    again = [c.id for c in calls if c.id in rerun]
+    started = ""
+    if again:
+        which = "it" if len(calls) == 1 else ", ".join(_quoted(i) for i in again)
+        started = (
+            f" ({which} started: it runs again if its tool is idempotent, else ends INTERRUPTED)"
+            if len(again) == 1
+            else f" ({which} started: they run again if their tools are idempotent, else end INTERRUPTED)"
+        )
+    when = "the step was logged" if batch.log is not None else "the batch suspended"
     raise InvalidStateError(
         f"cannot {verb} {what}: {'call' if len(calls) == 1 else 'calls'} "
         f"{', '.join(_quoted(c.id) for c in calls)} would run {'tool' if one else 'tools'} "
-        f"{', '.join(_quoted(n) for n in names)}, which the agent could call when the step was logged and "
+        f"{', '.join(_quoted(n) for n in names)}{started}, which the agent could call when {when} and "
         "cannot call in this runtime (not registered, not visible to the agent, or conditional and not "
         f"admitted by the tool_set passed): register {'it' if one else 'them'} (rt.tools.register, or mount "
         f"the MCP server or set the executor that provides {'it' if one else 'them'}; pass the step's "
@@ -361,6 +386,17 @@ def recovery_plan(
         log=LogStep(turn=turn, step=step),
         deps=deps,
     )
-    ran = {call_id: frozenset(started) for call_id, (_, started) in nested.items()}
-    starts = tuple(_start(rt, c, agent, tool_set, ran.get(c.call_id, frozenset())) for c in logged.calls)
-    return RecoveryPlan(batch, starts, steps, tuple(c.known for c in logged.calls))
+    # Per interrupted call: whether every tool its nested steps started a
+    # call of is idempotent; then its own tool decides whether it runs again.
+    rerun = {
+        call_id: all(_idempotent(rt, name, agent, tool_set) for name in sorted(started))
+        for call_id, (_, started) in nested.items()
+    }
+    starts = tuple(_start(rt, c, agent, tool_set, rerun.get(c.call_id, True)) for c in logged.calls)
+    return RecoveryPlan(
+        batch,
+        starts,
+        steps,
+        tuple(c.known for c in logged.calls),
+        frozenset(call_id for call_id, own_tool_decides in rerun.items() if own_tool_decides),
+    )

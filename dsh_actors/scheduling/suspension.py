@@ -5,9 +5,10 @@ with ``result.suspension`` (:func:`suspension_value`): the batch's calls in
 model order, each ``settled`` (its final result), ``deferred`` (waiting for
 a decision: the tool, its arguments and the ``Ask`` shown to a person) or
 ``pending`` (never started: it waits behind a deferred call); plus the
-batch's log step and limit, its agent's path and a fresh id. Nothing in it
-refers to a live object, so it survives ``json.dumps``/``json.loads`` and
-another process.
+batch's log step and limit, its agent's path, the calls that run no tool
+(``unknown``, as a logged batch's ``tool/batch`` records them) and a fresh
+id. Nothing in it refers to a live object, so it survives
+``json.dumps``/``json.loads`` and another process.
 
 Resuming (:func:`resume_plan`) reads it back, checks the decisions, and
 turns it into the one continuation every interrupted batch uses
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -171,11 +172,15 @@ def suspension_value(
     batch: ToolBatchInput,
     settled: Mapping[str, ToolExecutionResult],
     deferred: Mapping[str, tuple[Any, Ask | None]],
+    unknown: Iterable[str],
 ) -> dict[str, Any]:
     """The suspension of ``batch``: ``settled`` (call id → final result),
     ``deferred`` (call id → (normalized arguments, the ``Ask``)); every
-    other call is pending. Plain JSON (dicts, lists, str, numbers, bools,
-    None)."""
+    other call is pending. ``unknown``: the ids of the calls that run no
+    tool as the batch suspends (``recovery.unknown_calls``, by the batch's
+    routing), so that a resume tells them from calls of a tool its runtime
+    lacks (a logged batch's resume reads its ``tool/batch``'s instead).
+    Plain JSON (dicts, lists, str, numbers, bools, None)."""
     calls: list[dict[str, Any]] = []
     waiting: list[str] = []  # the deferred calls before the current one
     for tool_call in batch.calls:
@@ -212,6 +217,7 @@ def suspension_value(
         "log": None if logged is None else {"turn": logged[1], "step": logged[2]},
         "max_parallel_tool_calls": batch.max_parallel_tool_calls,
         "calls": calls,
+        "unknown": list(unknown),
     }
 
 
@@ -232,9 +238,11 @@ class ResumePlan:
     """Every deferred call's answer (a deferred call without a decision
     stays deferred), in model order."""
     known: tuple[bool | None, ...] | None = None
-    """A logged batch's, once :func:`checked_with_log` read its log: whether
-    the agent could call each call's tool when the step was logged
-    (``LoggedCall.known``); None: unlogged, or not read yet."""
+    """Whether the agent could call each call's tool: an unlogged batch's as
+    it suspended (the suspension's ``unknown``), a logged batch's when the
+    step was logged, once :func:`checked_with_log` read its log
+    (``LoggedCall.known``); None: a suspension made before it recorded
+    ``unknown`` (its calls run as they would)."""
 
 
 def _str(value: object, path: str) -> str:
@@ -398,6 +406,11 @@ def resume_plan(
     limit = suspension.get("max_parallel_tool_calls")
     if limit is not None and type(limit) is not int:
         raise InvalidValueError("not a suspension: max_parallel_tool_calls must be null or an int")
+    unknown = suspension.get("unknown")  # (absent: a suspension made before it was recorded)
+    if unknown is not None and (not isinstance(unknown, list) or any(type(i) is not str for i in unknown)):
+        raise InvalidValueError("not a suspension: unknown must be null or a list of call ids")
+    ids = None if unknown is None else frozenset(unknown)
+    known = None if ids is None else tuple(call.id not in ids for call in calls)
     batch = ToolBatchInput(
         calls=tuple(calls),
         signal=signal,
@@ -407,7 +420,7 @@ def resume_plan(
         log=log,
         deps=deps,
     )
-    return ResumePlan(id=suspension_id, batch=batch, starts=tuple(starts), decisions=answers)
+    return ResumePlan(id=suspension_id, batch=batch, starts=tuple(starts), decisions=answers, known=known)
 
 
 # --------------------------------------------------------------------------

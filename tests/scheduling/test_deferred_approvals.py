@@ -32,6 +32,7 @@ from dsh_actors import (
     ToolRuntime,
 )
 from dsh_actors.cli import main as cli_main
+from dsh_actors.errors import InvalidStateError
 
 from .helpers import GUARD, code_of, events_of, make_tool, started_runtime
 
@@ -395,10 +396,14 @@ def test_guards_and_the_registration_are_checked_again_at_resume() -> None:
     with started_runtime() as rt2:  # the second runtime: a guard, and no "safe2" any more
         rt2.tools.register(make_tool("safe", lambda args, ctx: "ran"))
         rt2.tools.guard(lambda execution: "closed for the night" if execution.name == "safe" else None)
-        result = rt2.tools.resume(roundtrip(suspended.suspension), {"c0": "allowed-once", "c1": "allowed-once"})
+        suspension = roundtrip(suspended.suspension)
+        # safe2 was there as the batch suspended: c1 is refused, not failed UNKNOWN_TOOL for good.
+        with pytest.raises(InvalidStateError, match='call "c1" would run tool "safe2"'):
+            rt2.tools.resume(suspension, {"c0": "allowed-once", "c1": "allowed-once"})
+        result = rt2.tools.resume(suspension, {"c0": "allowed-once", "c1": "rejected"})
 
     assert result.results[0].result.error.message == "closed for the night"
-    assert code_of(result.results[1].result) == "UNKNOWN_TOOL"
+    assert result.results[1].result.error.message == 'the user rejected tool "safe2"'
 
 
 def test_a_call_allowed_at_resume_whose_tool_is_replaced_before_its_body_starts_is_asked_about_again() -> None:
