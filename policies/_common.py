@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from dsh_actors import (
+    AbortSignal,
     Accept,
     ErrorCode,
     ImageBlock,
@@ -28,6 +30,7 @@ from dsh_actors import (
 )
 
 __all__ = [
+    "Batches",
     "ContentBlock",
     "ToolExecutionResult",
     "UNSET",
@@ -51,6 +54,39 @@ ContentBlock: TypeAlias = TextBlock | ImageBlock | ReasoningBlock
 UNSET: Any = Accept().value
 
 _ERROR = "ERROR"
+
+
+_T = TypeVar("_T")
+
+
+class Batches(Generic[_T]):
+    """Which batch a call belongs to, as a policy sees it from the call's own
+    hooks (the one rule of ``policies.trace`` and ``policies.metrics``): a
+    batch's calls share one ``execution.signal``, the batch's own (its
+    caller's signal, if any, fused with the stop), which no other batch's
+    calls see; not a thread, as its steps may run on an executor actor or
+    on the call actor that takes one. A call id seen again under one signal
+    opens the next batch all the same. Each batch keeps the value its first
+    call gave (:meth:`of`), forgotten with its signal. Not thread-safe: used
+    under the policy's lock."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: weakref.WeakKeyDictionary[AbortSignal, tuple[_T, set[str]]] = weakref.WeakKeyDictionary()
+
+    def of(self, execution: ToolExecution, first: _T) -> _T:
+        """The value of the batch of ``execution``: ``first`` when it is the
+        batch's first call (its first time here)."""
+        key = execution.signal
+        current = self._seen.get(key)
+        if current is None or execution.call_id in current[1]:
+            current = self._seen[key] = (first, set())
+        current[1].add(execution.call_id)
+        return current[0]
+
+    def clear(self) -> None:
+        self._seen.clear()
 
 
 class Undo:

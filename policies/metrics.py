@@ -26,10 +26,17 @@ code: ``"ok"`` for a success, else ``error.info.code`` (``TOOL_FAILED`` for a
 plain exception from a body), or ``"ERROR"`` for a failure without
 structured identity (a ``Deny`` without ``info``).
 
-Latencies (milliseconds), kept apart:
+Latencies (milliseconds), kept apart. A call's time starts when its batch
+opens, as this policy sees it: when the first of the batch's calls enters
+``tools/pre-execute`` (a batch is told apart by its ``execution.signal``,
+which its calls share and no other batch's do). A nested call
+(``execution.parent`` set: ``rt.tools.dispatch``, a PTC sub-call) starts
+as it enters ``tools/pre-execute`` itself. Give a call you dispatch its
+``parent`` (or a signal of its own): one without, whose signal another
+call dispatched before it had, is taken for a call of that one's batch.
 
 ``wait``
-    from entering ``tools/pre-execute`` to entering ``tools/execute``:
+    from its start to entering ``tools/execute``: its turn to be prepared,
     pre-execute policy, approval, guards and the wait for capacity. Its
     two waits are also kept apart (``wait`` minus both is the time in the
     pre-execute listeners):
@@ -37,28 +44,38 @@ Latencies (milliseconds), kept apart:
     from the end of the pre-execute listeners (they returned an ``Ask``
     that no approval given earlier answers) to the answer that allows the
     call (this policy's guard: the approval service, sync or async, and the
-    global guards registered before this policy). Only a call whose
-    approval allowed it has one: a denial, a ``"deferred"`` answer or a
-    failing service leaves none (no hook runs at that answer).
+    global guards registered before this policy), or to a ``"deferred"``
+    answer (``tools/deferred``: sampled then; the decision given at resume,
+    perhaps in another process, is not timed, so nothing counts twice). A
+    denial or a failing service leaves none: no hook runs at that answer
+    (the first after it, post-execute, waits for the calls before it to
+    commit, in model order: their bodies would count as the approval).
 ``queue``
-    from the call being ready to run (the end of the pre-execute
-    listeners, or of its approval) to entering ``tools/execute``: the
-    guards (after the approval's) and the wait for capacity, a free call
-    actor of its batch (a call prepared ahead of a free slot) or a slot of
-    the runtime's budget (``ToolRuntime(max_call_actors=...)``). A call
-    waiting for its batch's cap before it is prepared, or its batch
-    waiting for a step slot, is in no phase yet: the gauges show those.
+    the time before the call's preparation (its turn: the batch's cap, an
+    exclusive call before it, the calls before it being prepared, in
+    model order, approvals included), and from the call being ready to
+    run (the end of the pre-execute listeners, or of its approval) to
+    entering ``tools/execute``: the guards (after the approval's) and the
+    wait for capacity, a free call actor of its batch (a call prepared
+    ahead of a free slot) or a slot of the runtime's budget
+    (``ToolRuntime(max_call_actors=...)``). A batch waiting for a step
+    slot has not opened yet: in no phase (the gauges show it).
 ``body``
     the duration of this policy's ``tools/execute`` wrapper's ``next()``:
     the wrappers inside it and the body (all attempts, when a retry policy
     is inside it).
 ``total``
-    from entering ``tools/pre-execute`` to ``tools/result``: post-execute
-    and finalization included.
+    from its start to ``tools/result``: post-execute and finalization
+    included. So for a call that ran, ``total`` is ``wait`` + ``body`` +
+    the time after its body (post-execute, its turn to commit), and
+    ``wait`` is ``queue`` + ``approval`` + the time in the pre-execute
+    listeners (a call prepared again: also its time between the two).
 
-A denied call has ``total`` (and ``approval`` if one allowed it) but no
-``wait``/``queue``/``body``; a skipped call has none (it ran no phase) but
-is counted. For the phases to be measured from their very start, this
+A denied call has ``total`` (from its start) and ``approval`` if one
+allowed it (a guard denied it then), but no ``wait``/``queue``/``body``; a
+deferred call has ``approval`` only (its result, at resume or at the
+abort that ends it, is counted without latencies); a skipped call has none (it ran no phase) but is
+counted. For the phases to be measured from their very start, this
 policy *prepends* its listeners: install it after the other policies (a
 listener prepended later is outside it), on a started runtime (it adds a
 guard).
@@ -80,8 +97,8 @@ nothing while the policy is not installed. OpenTelemetry keeps the first
 instrument of a name: one ``Metrics`` per meter provider (a second is
 refused as it is installed).
 
-Threads: the pre-execute listener, the guard and the ``tools/result``
-observer run on the thread that prepares and finalizes the call (an
+Threads: the pre-execute listener, the guard and the ``tools/deferred``
+and ``tools/result`` observers run on the thread that prepares and finalizes the call (an
 executor's thread), the wrapper on the call actor's thread; they share a
 lock held for a few dict operations (a call's own hooks, one at a time,
 write its trip). The gauges are read on the collecting thread. No thread
@@ -101,7 +118,16 @@ from typing import Any, Final
 
 from dsh_actors import Ask, InvalidStateError, InvalidTypeError, ToolExecution, ToolRuntime, dumps
 
-from ._common import ToolExecutionResult, Undo, check_bool, check_no_unknown, check_positive_int, check_runtime, code_of
+from ._common import (
+    Batches,
+    ToolExecutionResult,
+    Undo,
+    check_bool,
+    check_no_unknown,
+    check_positive_int,
+    check_runtime,
+    code_of,
+)
 
 __all__ = ["Metrics", "apply", "install"]
 
@@ -135,7 +161,8 @@ _OBSERVED_LOCK: Final = threading.Lock()
 class _Trip:
     """One call between its pre-execute entry and its result."""
 
-    started: float
+    started: float  # when its batch opened (see _opened; a nested call: its pre-execute entry)
+    entered: float  # its (first) pre-execute entry: from started to here, in the queue
     ready: float  # the end of the pre-execute listeners (or of the approval): from here, the queue
     asked: float | None = None  # its Ask waits for an answer since (the end of the listeners)
     approval: float | None = None  # seconds until its approval allowed it
@@ -218,6 +245,7 @@ class Metrics:
         self._all = _ToolStats(self.max_samples)
         # Keyed by the execution's token (identity): calls between pre-execute and result.
         self._trips: dict[object, _Trip] = {}
+        self._batches: Batches[float] = Batches()  # when each batch opened
         self._undo: Undo | None = None
         self._rt: ToolRuntime | None = None  # while installed: whose capacity is read
         self._meter_provider = None if meter_provider is None else _check_meter_provider(meter_provider)
@@ -363,6 +391,7 @@ class Metrics:
         self._rt = None
         with self._lock:
             self._trips.clear()
+            self._batches.clear()
 
     # -- listeners ---------------------------------------------------------------
 
@@ -372,15 +401,27 @@ class Metrics:
     def _on_pre_execute(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
         if not self._counts(execution):
             return next_()
-        started = self._clock()
+        entered = self._clock()
         with self._lock:
-            trip = self._trips.setdefault(execution.token, _Trip(started, started))
+            trip = self._trips.get(execution.token)
+            if trip is None:  # (else prepared again: it keeps its start)
+                trip = self._trips[execution.token] = _Trip(self._opened(execution, entered), entered, entered)
         decision = next_()
         # The listeners decided (prepared again, once more): an Ask waits for
         # its answer (this policy's guard), unless an approval given stands.
         trip.ready = ended = self._clock()
         trip.asked = ended if type(decision) is Ask and not execution.approval_stands(decision) else None
         return decision
+
+    def _opened(self, execution: ToolExecution, entered: float) -> float:
+        """When the batch of ``execution`` (entering ``tools/pre-execute``
+        for the first time, at ``entered``) opened, as this policy sees it:
+        when its first call entered ``tools/pre-execute`` (``Batches``: a
+        call id seen again under a signal, the same call dispatched again,
+        opens another). A nested
+        call (``parent`` set: a dispatch, a PTC sub-call) starts at its own
+        entry. Lock held."""
+        return entered if execution.parent is not None else self._batches.of(execution, entered)
 
     def _on_allowed(self, execution: ToolExecution) -> None:
         # The guard: it runs once the call is allowed, after its approval.
@@ -411,10 +452,18 @@ class Metrics:
 
     def _on_deferred(self, execution: ToolExecution, ask: Any) -> None:
         # The batch suspends: the call is no longer in flight here. Its
-        # tools/result comes when it is resumed (perhaps in another process):
-        # counted then, without latencies (its trip began before the wait).
+        # approval waited until now: sampled now (the answer given at resume,
+        # perhaps in another process, is not timed: nothing counts twice).
+        # Its tools/result comes when it is resumed: counted then, without
+        # latencies (its trip began before the wait).
+        deferred = self._clock()
         with self._lock:
-            self._trips.pop(execution.token, None)
+            trip = self._trips.pop(execution.token, None)
+            if trip is None or trip.asked is None:
+                return
+            approval = (trip.approval or 0.0) + (deferred - trip.asked)
+            for target in (self._stats(execution.name), self._all):
+                target.series["approval"].add(approval)
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         if not self._counts(execution):
@@ -423,10 +472,7 @@ class Metrics:
         code = code_of(result)
         with self._lock:
             trip = self._trips.pop(execution.token, None)
-            stats = self._tools.get(execution.name)
-            if stats is None:
-                stats = self._tools[execution.name] = _ToolStats(self.max_samples)
-            for target in (stats, self._all):
+            for target in (self._stats(execution.name), self._all):
                 target.calls += 1
                 target.outcomes[code] += 1
                 if trip is None:
@@ -436,9 +482,16 @@ class Metrics:
                     series["approval"].add(trip.approval)
                 if trip.dispatched is not None:
                     series["wait"].add(trip.dispatched - trip.started)
-                    series["queue"].add(trip.dispatched - trip.ready)
+                    series["queue"].add((trip.entered - trip.started) + (trip.dispatched - trip.ready))
                     series["body"].add(trip.body)
                 series["total"].add(ended - trip.started)
+
+    def _stats(self, tool: str) -> _ToolStats:
+        """The counts of ``tool`` (made at its first call). Lock held."""
+        stats = self._tools.get(tool)
+        if stats is None:
+            stats = self._tools[tool] = _ToolStats(self.max_samples)
+        return stats
 
     def __repr__(self) -> str:
         state = "installed" if self.installed else "not installed"

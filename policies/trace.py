@@ -63,7 +63,7 @@ from typing import Any
 
 from dsh_actors import Agent, InvalidTypeError, InvalidValueError, ToolExecution, ToolRuntime
 
-from ._common import check_no_unknown, check_runtime
+from ._common import Batches, check_no_unknown, check_runtime
 
 __all__ = ["CallTimeline", "Recorder", "apply", "record"]
 
@@ -141,8 +141,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._open: dict[object, CallTimeline] = {}  # execution token -> record
         self._done: list[CallTimeline] = []
-        # the batch's signal -> (batch number, call ids seen in it)
-        self._batches: dict[object, tuple[int, set[str]]] = {}
+        self._batches: Batches[int] = Batches()  # each batch's number
         self._next_batch = 0
         self._batch_threads: dict[int, tuple[int, str]] = {}
 
@@ -163,21 +162,11 @@ class Recorder:
             )
             self._open[token] = rec
         if rec.batch is None and not rec.nested and home:
-            # A batch is told apart by its signal: what its calls see as
-            # execution.signal is the batch's own (its caller's signal, if
-            # any, fused with the stop), which no other batch's calls share,
-            # not by a thread: its steps may run on an executor actor or on
-            # the call actor that takes one. (A call id seen again under one
-            # signal starts the next batch all the same. A resumed deferred
-            # call is first seen at its dispatch, off its batch's thread:
-            # numbered at its finalize.)
-            key = execution.signal
-            current = self._batches.get(key)
-            if current is None or execution.call_id in current[1]:
-                current = self._batches[key] = (self._next_batch, set())
+            # (Batches: the one rule. A resumed deferred call is first seen
+            # at its dispatch, off its batch's thread: numbered at its finalize.)
+            rec.batch = self._batches.of(execution, self._next_batch)
+            if rec.batch == self._next_batch:
                 self._next_batch += 1
-            current[1].add(execution.call_id)
-            rec.batch = current[0]
         return rec
 
     def _prepared(self, execution: ToolExecution, start: float, end: float) -> None:

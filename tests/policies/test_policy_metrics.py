@@ -14,7 +14,17 @@ from otel_helpers import Otel
 from policy_helpers import WAIT, call, run, run_one, tool
 
 import policies
-from dsh_actors import AbortController, Agent, Ask, Deny, ToolArgsError, ToolExecutionInput, ToolRuntime
+from dsh_actors import (
+    AbortController,
+    AbortSignal,
+    Agent,
+    Ask,
+    Deny,
+    ToolArgsError,
+    ToolBatchInput,
+    ToolExecutionInput,
+    ToolRuntime,
+)
 from policies.metrics import GAUGES, Metrics
 
 MAIN = Agent("main")
@@ -264,23 +274,32 @@ def test_bad_config_is_rejected_when_applied(
 
 
 def test_a_deferred_call_is_not_left_in_flight_and_is_counted_when_it_is_resumed(rt: Any) -> None:
-    from dsh_actors import Ask, ToolBatchInput
+    clock = FakeClock()
 
-    metrics = policies.metrics.install(rt)
+    def later(request: Any) -> str:
+        clock.advance(2.0)  # a person who takes a while to say "later"
+        return "deferred"
+
+    metrics = policies.metrics.install(rt, clock=clock)
     rt.tools.register(tool("echo"))
     rt.events.on(
         "tools/pre-execute", lambda execution, next_: Ask(reason="check") if execution.call_id == "a" else next_()
     )
-    rt.approvals.set(lambda request: "deferred")
+    rt.approvals.set(later)
     suspended = rt.tools.execute(ToolBatchInput(calls=(call("echo", id="a"), call("echo", id="b")), agent=Agent("m")))
     assert suspended.pending == ("a",)
     snap = metrics.snapshot()
     assert snap["in_flight"] == 0 and snap["calls"] == 1
+    # Its approval is timed until the deferral, as it defers (it left no
+    # sample: a farm saw no time spent waiting for a person).
+    assert (snap["latency_ms"]["approval"]["count"], snap["latency_ms"]["approval"]["max"]) == (1, 2000.0)
     rt.tools.resume(suspended.suspension, {"a": "allowed-once"})
     snap = metrics.snapshot()
     assert snap["in_flight"] == 0 and snap["outcomes"] == {"ok": 2}
-    # (The answer came at resume: its time is not an approval this policy timed.)
-    assert snap["latency_ms"]["approval"]["count"] == 0
+    # The answer came at resume (it could have come in another process): not
+    # timed, nothing counts twice; the resumed call has no other latency.
+    latency = snap["latency_ms"]
+    assert (latency["approval"]["count"], latency["total"]["count"]) == (1, 1)
 
 
 def test_the_approval_and_the_queue_are_kept_apart_within_the_wait(rt: Any) -> None:
@@ -330,6 +349,103 @@ def test_a_denied_approval_leaves_no_approval_sample(rt: Any) -> None:
 
     latency = metrics.snapshot()["tools"]["echo"]["latency_ms"]
     assert [latency[p]["count"] for p in ("wait", "approval", "queue", "body", "total")] == [0, 0, 0, 0, 1]
+
+
+def test_the_phases_of_calls_waiting_for_the_cap_add_up_to_their_time_from_the_batch_opening(rt: Any) -> None:
+    # (A call waiting for its batch's cap before it was prepared was in no
+    # phase: its wait, queue and total began only as it was prepared.)
+    clock = FakeClock()
+    running = {"c0": threading.Event(), "c1": threading.Event()}
+    release = threading.Event()
+    prepared_ahead = threading.Event()
+    entered: dict[str, float] = {}
+    results: dict[str, float] = {}
+
+    def held(args: Any, ctx: Any) -> Any:
+        event = running.get(ctx.call_id)
+        if event is not None:
+            event.set()
+            release.wait(WAIT)
+        return "done"
+
+    def asks_first(execution: Any, next_: Any) -> Any:
+        entered[execution.call_id] = clock()
+        return Ask(reason="check") if execution.call_id == "c0" else next_()
+
+    def person(request: Any) -> str:
+        clock.advance(1.0)  # the calls after it wait for their turn meanwhile
+        return "allowed-once"
+
+    def guard(execution: Any) -> None:
+        if execution.call_id == "c3":
+            prepared_ahead.set()
+        return None
+
+    rt.events.on("tools/pre-execute", asks_first)
+    rt.approvals.set(person)
+    metrics = policies.metrics.install(rt, clock=clock)
+    rt.tools.guard(guard)
+    rt.events.on("tools/result", lambda execution, result: results.__setitem__(execution.call_id, clock()))
+    for i in range(5):
+        rt.tools.register(tool(f"t{i}", held))
+    batch = ToolBatchInput(
+        calls=tuple(call(f"t{i}", id=f"c{i}") for i in range(5)), agent=MAIN, max_parallel_tool_calls=2
+    )
+    runner = threading.Thread(target=rt.tools.execute, args=(batch,))
+    runner.start()
+    try:
+        # Two calls run (the cap), two are prepared ahead of a free slot, and
+        # the fifth waits for a slot before it is prepared.
+        assert running["c0"].wait(WAIT) and running["c1"].wait(WAIT) and prepared_ahead.wait(WAIT)
+        clock.advance(3.0)
+    finally:
+        release.set()
+        runner.join(WAIT)
+    assert not runner.is_alive()
+    assert entered == {"c0": 0.0, "c1": 1.0, "c2": 1.0, "c3": 1.0, "c4": 4.0}
+
+    tools = metrics.snapshot()["tools"]
+    phases = {i: {phase: s["max"] for phase, s in tools[f"t{i}"]["latency_ms"].items()} for i in range(5)}
+    for i, got in phases.items():
+        # From the batch's opening (0) to its result, and nothing in between
+        # left out: no time in the listeners, nor after the bodies.
+        assert got["total"] == results[f"c{i}"] * 1000.0
+        assert got["wait"] + got["body"] == got["total"]
+        assert got["queue"] + (got["approval"] or 0.0) == got["wait"]
+    assert phases[0] == {"wait": 1000.0, "approval": 1000.0, "queue": 0.0, "body": 3000.0, "total": 4000.0}
+    assert phases[1] == {"wait": 1000.0, "approval": None, "queue": 1000.0, "body": 3000.0, "total": 4000.0}
+    assert phases[4] == {"wait": 4000.0, "approval": None, "queue": 4000.0, "body": 0.0, "total": 4000.0}
+
+
+def test_a_nested_call_and_a_call_dispatched_again_start_as_they_enter(rt: Any) -> None:
+    # (Calls of a batch start as it opens, told apart by their signal: these share one and are no batch.)
+    clock = FakeClock()
+
+    def work(args: Any, ctx: Any) -> Any:
+        clock.advance(1.0)
+        return "done"
+
+    def composite(args: Any, ctx: Any) -> Any:
+        for i in range(2):
+            nested = ToolExecutionInput(
+                call_id=f"{ctx.call_id}:{i}", name="nested", arguments={}, signal=ctx.signal, parent=ctx.token
+            )
+            rt.tools.dispatch(nested)
+        return "done"
+
+    metrics = policies.metrics.install(rt, clock=clock)
+    rt.tools.register(tool("again", work))
+    rt.tools.register(tool("nested", work))
+    rt.tools.register(tool("composite", composite))
+    again = ToolExecutionInput(call_id="d1", name="again", arguments={}, signal=AbortSignal())
+    for _ in range(2):
+        rt.tools.dispatch(again)
+    run_one(rt, call("composite"))
+
+    tools = metrics.snapshot()["tools"]
+    for name in ("again", "nested"):
+        assert tools[name]["latency_ms"]["total"]["count"] == 2
+        assert tools[name]["latency_ms"]["total"]["max"] == 1000.0
 
 
 def gauges(otel: Otel) -> dict[str, int]:
