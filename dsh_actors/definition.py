@@ -35,7 +35,6 @@ from loguru import logger
 
 from .errors import (
     DshError,
-    InvalidTypeError,
     JsonSchemaError,
     RegistrationError,
     ToolArgsError,
@@ -144,7 +143,7 @@ class OwnValidators:
 
     function: Callable[..., Any]
     """The function ``@tool`` made the definition of: what calling the
-    definition calls (:meth:`ToolDefinition.__call__`)."""
+    definition calls (:class:`~dsh_actors.typed.TypedToolDefinition`)."""
 
 
 OWN_VALIDATORS: Final = "__dsh_validators__"
@@ -211,6 +210,11 @@ class ToolDefinition:
     ``schema_mode="subset"`` is not argument-validated by the runtime;
     :func:`define_tool` builds one whose callbacks validate, and so does
     ``schema_mode="full"`` (see that field).
+
+    A definition is not callable: it runs through the runtime
+    (``rt.tools.execute``). Only the subclass :func:`~dsh_actors.tool`
+    returns (:class:`~dsh_actors.typed.TypedToolDefinition`) is, as its
+    function.
     """
 
     name: str
@@ -338,23 +342,6 @@ class ToolDefinition:
                 _wrap_full(self)
             else:
                 _guard_own(self, own)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the function a :func:`~dsh_actors.tool` definition was made
-        of, as written: ``add(1, 2)`` is the undecorated ``add(1, 2)``
-        (no validation; a context parameter gets what you pass, and an
-        ``async def`` gives its coroutine), so a unit test calls the tool
-        directly. Any other definition (:func:`define_tool`, a raw or MCP
-        one) has only ``execute(args, ctx)``: calling it raises
-        :class:`~dsh_actors.InvalidTypeError` saying how to run it."""
-        own = getattr(self.execute, OWN_VALIDATORS, None)
-        if type(own) is not OwnValidators:
-            name = safe_str(self.name) if type(self.name) is str else "<unnamed>"
-            raise InvalidTypeError(
-                f'tool "{name}" was not made by @tool, so there is no function to call: run it as the model '
-                f'would, rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="{name}", arguments={{...}})]))'
-            )
-        return own.function(*args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

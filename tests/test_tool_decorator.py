@@ -874,14 +874,68 @@ def test_a_value_that_fits_no_member_of_a_union_gets_one_violation_naming_each_t
     )
 
 
+def test_a_value_that_fits_no_member_of_a_union_of_models_gets_each_members_violations_under_its_name(
+    rt: Any,
+) -> None:
+    class Circle(BaseModel):
+        radius: float
+
+    class Square(BaseModel):
+        side: float
+        label: str = ""
+
+    class Dot(BaseModel):
+        kind: Literal["dot"]
+        x: int
+
+    class Line(BaseModel):
+        kind: Literal["line"]
+        length: int
+
+    @tool
+    def area(shape: Circle | Square | int, shapes: list[Circle | Square] | None = None) -> float:
+        """Area."""
+        return 0.0
+
+    @tool
+    def mark(at: Annotated[Dot | Line, Field(discriminator="kind")]) -> str:
+        """Mark."""
+        return "ok"
+
+    neither = run(rt, area, {"shape": {"label": 5}, "shapes": [{"radius": 1}, {"radius": "big"}]}).error.message
+    assert neither == (
+        'invalid arguments: "value.shape" matches none of its alternatives: '
+        'Circle [missing required property "value.shape.radius"], '
+        'Square [missing required property "value.shape.side"; "value.shape.label" must be a string]; '
+        '"value.shapes[1]" matches none of its alternatives: '
+        'Circle ["value.shapes[1].radius" must be a number], Square [missing required property "value.shapes[1].side"]'
+    )
+    # Only the members of the value's type speak: an object is not told it must be an integer...
+    one_object_member = run(rt, area, {"shape": {"side": 1, "label": []}}).error.message
+    assert one_object_member == (
+        'invalid arguments: "value.shape" matches none of its alternatives: '
+        'Circle [missing required property "value.shape.radius"], Square ["value.shape.label" must be a string]'
+    )
+    # ...and a value of no member's type is told the types, in one violation.
+    assert run(rt, area, {"shape": "big"}).error.message == (
+        'invalid arguments: "value.shape" must be an object or an integer'
+    )
+    # A discriminator picks the member: its violations alone, as they are.
+    assert run(rt, mark, {"at": {"kind": "line", "x": 1}}).error.message == (
+        'invalid arguments: missing required property "value.at.length"'
+    )
+
+
 # --------------------------------------------------------------------------
 # Authoring: a tool called in a unit test, refusals that name the fix, the
 # whole docstring, a typed context, a classifier that raises
 # --------------------------------------------------------------------------
 
 
-def test_a_decorated_tool_is_called_as_its_function_and_any_other_definition_says_how_to_run_it() -> None:
+def test_only_a_decorated_tool_is_callable_and_it_is_called_as_its_function() -> None:
     import asyncio
+
+    from dsh_actors.typed import TypedToolDefinition
 
     @tool
     def add(a: int, b: int) -> int:
@@ -895,7 +949,9 @@ def test_a_decorated_tool_is_called_as_its_function_and_any_other_definition_say
 
     assert add(1, 2) == 3 and add(a=2, b=3) == 5  # as written: no validation, no runtime
     assert asyncio.run(fetch("a.test", "a context")) == "a.test with 'a context'"  # type: ignore[arg-type]
-    assert dataclasses.replace(add, name="plus")(1, 1) == 2  # the same body, the same function
+    plus = dataclasses.replace(add, name="plus")
+    assert type(plus) is TypedToolDefinition and plus(1, 1) == 2  # the same body, the same function
+    assert isinstance(add, ToolDefinition) and callable(add)
     echo = define_tool(
         name="echo",
         description="Echo.",
@@ -903,12 +959,25 @@ def test_a_decorated_tool_is_called_as_its_function_and_any_other_definition_say
         output=ToolOutput(schema={"type": "string"}),
         execute=lambda args, ctx: args["m"],
     )
+    raw = ToolDefinition(
+        name="raw",
+        description="Raw.",
+        parameters={"type": "object"},
+        output=ToolOutput(schema={}),
+        execute=echo.execute,
+    )
+    # A definition that has only execute(args, ctx) does not pass for a function with callable().
+    assert not callable(echo) and not callable(raw)
+    with pytest.raises(TypeError, match="^'ToolDefinition' object is not callable$"):
+        echo({"m": "x"})  # type: ignore[operator]
+    # A copy of a decorated tool given another execute has no function to call, and says how to run it.
     with pytest.raises(
         InvalidTypeError,
-        match=r'^tool "echo" was not made by @tool, so there is no function to call: run it as the model would, '
-        r'rt\.tools\.execute\(ToolBatchInput\(calls=\[ToolCall\(id="c1", name="echo", arguments=\{\.\.\.\}\)\]\)\)$',
+        match=r'^tool "add" has an execute that @tool did not make, so there is no function to call: run it as the '
+        r'model would, rt\.tools\.execute\(ToolBatchInput\(calls=\[ToolCall\(id="c1", name="add", '
+        r"arguments=\{\.\.\.\}\)\]\)\)$",
     ):
-        echo({"m": "x"})
+        dataclasses.replace(add, execute=echo.execute)(1, 2)
 
 
 def test_refusals_of_the_decorator_name_the_fix() -> None:

@@ -1,8 +1,9 @@
 """Tools from typed functions: :func:`tool`.
 
 ``@tool`` reads a plain or ``async def`` function's signature, type hints
-and docstring and returns a :class:`~dsh_actors.ToolDefinition` whose
-arguments and value pydantic-core validates (``_tool.py``). The pieces:
+and docstring and returns a :class:`TypedToolDefinition`: a
+:class:`~dsh_actors.ToolDefinition` whose arguments and value pydantic-core
+validates, callable as the function (``_tool.py``). The pieces:
 
 * ``_docstrings.py``: the description and per-parameter descriptions, from
   Google, NumPy or Sphinx docstrings (the ``docstring-parser`` package);
@@ -14,6 +15,6 @@ arguments and value pydantic-core validates (``_tool.py``). The pieces:
 from __future__ import annotations
 
 from ._pydantic import PydanticEnforcer
-from ._tool import tool
+from ._tool import TypedToolDefinition, tool
 
-__all__ = ["PydanticEnforcer", "tool"]
+__all__ = ["PydanticEnforcer", "TypedToolDefinition", "tool"]

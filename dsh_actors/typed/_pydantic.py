@@ -14,12 +14,15 @@ thing (``missing required property "value.a"``, ``"value.n" must be an
 integer``); anything else keeps pydantic's message (``"value.n": Input
 should be greater than or equal to 0``). Paths are data paths from
 ``value``: pydantic's location tags that are not keys of the data (a union
-member's name) are left out.
+member's name) are left out of paths; they tell which member of a union
+each error is from, so a value that no member takes gets its members'
+violations grouped by member (see :func:`violations_of`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final, final
 
 from pydantic import ValidationError
@@ -90,17 +93,22 @@ class ToolJsonSchema(GenerateJsonSchema):
         return False
 
 
-def _data_path(root: str, loc: tuple[int | str, ...], data: Any, missing: bool) -> tuple[str, str | None]:
+def _data_path(
+    root: str, loc: tuple[int | str, ...], data: Any, missing: bool
+) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
     """The path of pydantic's ``loc`` in ``data``: each part that is a key
     (or an index) of the value reached so far; other parts are tags. With
     the key, when ``loc`` names a mapping's key rather than a value
     (pydantic's ``[key]`` tag after it, ``dict[int, str]``): the mapping's
-    path and that key."""
+    path and that key. Last, the union members ``loc`` went through: each
+    tag (a member's name, or a discriminator's value) with the path of the
+    value that union judged, outermost first."""
     path = root
     parent = root  # the path before the last key stepped into
     stepped: str | None = None  # that key, while it is the last part walked
     current = data
     last = len(loc) - 1
+    members: list[tuple[str, str]] = []
     for i, part in enumerate(loc):
         key, stepped = stepped, None
         if not isinstance(part, str):
@@ -120,13 +128,30 @@ def _data_path(root: str, loc: tuple[int | str, ...], data: Any, missing: bool) 
                 current = attribute
                 continue
         if part == "[key]" and key is not None:
-            return parent, key  # (the rest are tags: a union member's name)
+            return parent, key, tuple(members)  # (the rest are tags: a union member's name)
         if i == last and missing:
             path = path_for_key(path, part)
-    return path, None
+        elif part != "[key]":
+            members.append((path, part))
+    return path, None, tuple(members)
 
 
 _MISSING: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Error:
+    """One of pydantic's errors, placed in the data: ``subject`` (its
+    quoted path, or a mapping's ``key`` and the mapping's ``path``), the union
+    members it went through (see :func:`_data_path`), and its words."""
+
+    subject: str
+    path: str
+    key: str | None
+    members: tuple[tuple[str, str], ...]
+    kind: str
+    message: str
+    got: str  # the Python type of a value JSON has no word for, as " (got T)"
 
 
 def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[str]:
@@ -134,16 +159,41 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
     in pydantic's order, each once. The types one value failed (each member
     of a union, ``int | str``) are one violation: ``"value.v" must be an
     integer or a string``, not one a member, which would read as a
-    contradiction."""
-    out: list[str] = []
-    seen: set[str] = set()
-    typed: dict[str, tuple[int, list[str]]] = {}  # path -> (its line in out, the types it must be)
+    contradiction. A value that no member of a union takes gets the
+    violations of the members of its type (a member whose type it is not
+    is left out); with one such member (``Circle | None``, ``Circle |
+    int``, or the member a discriminator picks), that member's violations
+    as they are; with several, one violation that names each member with
+    its own: ``"value.shape" matches none of its alternatives: Circle
+    [missing required property "value.shape.radius"], Square [...]``."""
+    errors: list[_Error] = []
     for error in err.errors(include_url=False, include_context=False):
         kind = _KINDS.get(error["type"], error["type"])
-        path, key = _data_path(root, error["loc"], data, kind == "missing")
+        path, key, members = _data_path(root, error["loc"], data, kind == "missing")
         subject = f'"{path}"' if key is None else f'key {dumps(key).decode()} of "{path}"'
         # A tool's value is a Python object: one that JSON has no word for is named.
         got = "" if type(error.get("input")) in _JSON_TYPES else f" (got {type(error['input']).__qualname__})"
+        errors.append(_Error(subject, path, key, members, kind, error["msg"], got))
+    return _violations(errors, 0) or [f'"{root}" does not match the schema']
+
+
+def _violations(errors: list[_Error], depth: int) -> list[str]:
+    """The violations of ``errors``, whose first ``depth`` union members
+    are accounted for; those that went through one more are told by
+    :func:`_union_violations`, where the first of them stood."""
+    out: list[str | list[_Error]] = []  # a list: the errors of a union's members, told where the first stood
+    typed: dict[str, tuple[int, list[str]]] = {}  # subject -> (its line in out, the types it must be)
+    unions: dict[str, list[_Error]] = {}  # the path of a union's value -> the errors of its members
+    for error in errors:
+        subject, kind, got = error.subject, error.kind, error.got
+        if len(error.members) > depth:
+            at = error.members[depth][0]
+            union = unions.get(at)
+            if union is None:
+                union = unions[at] = []
+                out.append(union)
+            union.append(error)
+            continue
         if kind in _WORDS and not (got and kind in _CLASS_KINDS):
             word = _WORDS[kind]
             known = typed.get(subject)
@@ -154,16 +204,37 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
                 known[1].append(word)
                 out[known[0]] = f"{subject} must be {' or '.join(known[1])}{got}"
             continue
-        if kind == "missing" and key is None:
-            line = f'missing required property "{path}"'
-        elif kind == "extra_forbidden" and key is None:
-            line = f'"{path}" is not a declared property (additionalProperties: false)'
+        if kind == "missing" and error.key is None:
+            out.append(f'missing required property "{error.path}"')
+        elif kind == "extra_forbidden" and error.key is None:
+            out.append(f'"{error.path}" is not a declared property (additionalProperties: false)')
         else:
-            line = f"{subject}: {error['msg']}{got}"
-        if line not in seen:
-            seen.add(line)
-            out.append(line)
-    return out or [f'"{root}" does not match the schema']
+            out.append(f"{subject}: {error.message}{got}")
+    lines: dict[str, None] = {}  # (each once, in order)
+    for item in out:
+        lines.update(dict.fromkeys([item] if isinstance(item, str) else _union_violations(item, depth)))
+    return list(lines)
+
+
+def _union_violations(errors: list[_Error], depth: int) -> list[str]:
+    """The violations of a value that no member of a union takes:
+    ``errors`` are its members' (each went through ``depth`` unions
+    before), in the members' order."""
+    at = errors[0].members[depth][0]
+    by_member: dict[str, list[_Error]] = {}
+    for error in errors:
+        by_member.setdefault(error.members[depth][1], []).append(error)
+    # A member is of the value's type unless all it says is that the value is
+    # not (in words, or naming the class a tool's value is not).
+    fitting = {
+        member: own
+        for member, own in by_member.items()
+        if not all(e.kind in _WORDS and e.subject == f'"{at}"' for e in own)
+    }
+    if len(fitting) < 2:  # none (the types it must be, in one violation) or one: its violations
+        return _violations(next(iter(fitting.values()), errors), depth + 1)
+    each = ", ".join(f"{member} [{'; '.join(_violations(own, depth + 1))}]" for member, own in fitting.items())
+    return [f'"{at}" matches none of its alternatives: {each}']
 
 
 _STASH_LIMIT: Final = 256

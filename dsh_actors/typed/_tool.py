@@ -7,6 +7,7 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import CoroutineType, UnionType
 from typing import Annotated, Any, Final, overload
 
@@ -30,7 +31,7 @@ from ..definition import (
     reserved_name_problem,
     validate_definition,
 )
-from ..errors import DshError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
+from ..errors import DshError, InvalidTypeError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
 from ..execution import ToolRunContext
 from ..json import check_lossless, materialize
 from ..json._rules import value_problem
@@ -45,14 +46,41 @@ from ._pydantic import (
     without_negative_zero,
 )
 
-__all__ = ["tool"]
+__all__ = ["TypedToolDefinition", "tool"]
 
 _Function = Callable[..., Any]
 _NO_DEFAULT: Final = inspect.Parameter.empty
 
 
+@dataclass(frozen=True, eq=False, kw_only=True, slots=True)
+class TypedToolDefinition(ToolDefinition):
+    """The :class:`~dsh_actors.ToolDefinition` :func:`tool` makes: a
+    definition like any other (same fields; ``dataclasses.replace`` gives
+    another of this class) that is also callable as the function it was
+    made of. Only this kind of definition is callable (``callable(defn)``);
+    any other has only ``execute(args, ctx)``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function, as written: ``add(1, 2)`` is the
+        undecorated ``add(1, 2)`` (no validation; a context parameter gets
+        what you pass, and an ``async def`` gives its coroutine), so a unit
+        test calls the tool directly. A copy whose ``execute`` was replaced
+        (``dataclasses.replace(defn, execute=...)``) has no function to
+        call: it raises :class:`~dsh_actors.InvalidTypeError` saying how to
+        run it."""
+        own = getattr(self.execute, OWN_VALIDATORS, None)
+        if type(own) is not OwnValidators:
+            name = safe_str(self.name) if type(self.name) is str else "<unnamed>"
+            raise InvalidTypeError(
+                f'tool "{name}" has an execute that @tool did not make, so there is no function to call: run it as '
+                f'the model would, rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="{name}", '
+                "arguments={...})]))"
+            )
+        return own.function(*args, **kwargs)
+
+
 @overload
-def tool(fn: _Function, /) -> ToolDefinition: ...
+def tool(fn: _Function, /) -> TypedToolDefinition: ...
 
 
 @overload
@@ -69,7 +97,7 @@ def tool(
     presentation_meta: PresentationMeta | None = None,
     present_call: PresentCall | None = None,
     present_result: PresentResult | None = None,
-) -> Callable[[_Function], ToolDefinition]: ...
+) -> Callable[[_Function], TypedToolDefinition]: ...
 
 
 def tool(
@@ -87,11 +115,12 @@ def tool(
     presentation_meta: PresentationMeta | None = None,
     present_call: PresentCall | None = None,
     present_result: PresentResult | None = None,
-) -> ToolDefinition | Callable[[_Function], ToolDefinition]:
+) -> TypedToolDefinition | Callable[[_Function], TypedToolDefinition]:
     """Make a tool of a plain or ``async def`` function with type hints.
 
     ``@tool`` or ``@tool(name=..., description=..., ...)`` returns a
-    :class:`~dsh_actors.ToolDefinition`, ready to register:
+    :class:`TypedToolDefinition` (a :class:`~dsh_actors.ToolDefinition`
+    that is callable as the function), ready to register:
 
     * ``name``: the function's name; ``description``: its docstring without
       the sections about the signature (the parameters, and ``Returns``,
@@ -140,7 +169,8 @@ def tool(
     is, anything else as compact JSON text). Calling the definition calls
     the original function as written (``add(1, 2)``: no validation, a
     context parameter gets what is passed), so a unit test calls the tool
-    directly; the function is also ``definition.execute.__wrapped__``.
+    directly; the function is also ``definition.execute.__wrapped__``. No
+    other definition is callable.
 
     Raises :class:`~dsh_actors.RegistrationError` naming the tool and the
     fix for what cannot become a tool (``*args``, a hint pydantic cannot
@@ -168,7 +198,7 @@ def tool(
     localns = dict(caller.f_locals) if caller.f_code.co_name != "<module>" else None
     if fn is None:
 
-        def decorate(function: _Function) -> ToolDefinition:
+        def decorate(function: _Function) -> TypedToolDefinition:
             return _build(function, options, localns)
 
         return decorate
@@ -215,7 +245,7 @@ def _described(hint: Any) -> bool:
     return any(isinstance(m, FieldInfo) and m.description for m in typing.get_args(hint)[1:])
 
 
-def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> ToolDefinition:
+def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> TypedToolDefinition:
     if isinstance(fn, ToolDefinition):
         raise RegistrationError("@tool was applied twice (this is a ToolDefinition already)", tool=fn.name)
     given: object = fn  # (typed a function; @tool("x") passes the name)
@@ -343,7 +373,7 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         present_call=options.present_call,
         present_result=options.present_result,
     )
-    definition = ToolDefinition(
+    definition = TypedToolDefinition(
         name=name,  # type: ignore[arg-type]  # registration's check names a bad one
         description=options.description if options.description is not None else docs.description,
         parameters=parameters,
