@@ -42,20 +42,21 @@ call dispatched before it had, is taken for a call of that one's batch.
     pre-execute listeners):
 ``approval``
     from the end of the pre-execute listeners (they returned an ``Ask``
-    that no approval given earlier answers) to the answer that allows the
-    call (this policy's guard: the approval service, sync or async, and the
-    global guards registered before this policy), or to a ``"deferred"``
-    answer (``tools/deferred``: sampled then; the decision given at resume,
-    perhaps in another process, is not timed, so nothing counts twice). A
-    denial or a failing service leaves none: no hook runs at that answer
-    (the first after it, post-execute, waits for the calls before it to
-    commit, in model order: their bodies would count as the approval).
+    that no approval given earlier answers) to the approval service's
+    answer (sync or async), whatever it is (``tools/approval``): one that
+    allows the call, a denial, or ``"deferred"`` (sampled as the batch
+    suspends; the decision given at resume, perhaps in another process, is
+    not timed, so nothing counts twice). One sample per call (a call
+    prepared again and asked again: the sum). None when no one was asked
+    (no approval service, no agent) or the service failed (it raised, or
+    gave no valid answer). The guards come after it, in ``queue``, global
+    ones registered before this policy included.
 ``queue``
     the time before the call's preparation (its turn: the batch's cap, an
     exclusive call before it, the calls before it being prepared, in
     model order, approvals included), and from the call being ready to
-    run (the end of the pre-execute listeners, or of its approval) to
-    entering ``tools/execute``: the guards (after the approval's) and the
+    run (the end of the pre-execute listeners, or its approval's answer)
+    to entering ``tools/execute``: the guards and the
     wait for capacity, a free call actor of its batch (a call prepared
     ahead of a free slot) or a slot of the runtime's budget
     (``ToolRuntime(max_call_actors=...)``). A batch waiting for a step
@@ -71,14 +72,14 @@ call dispatched before it had, is taken for a call of that one's batch.
     ``wait`` is ``queue`` + ``approval`` + the time in the pre-execute
     listeners (a call prepared again: also its time between the two).
 
-A denied call has ``total`` (from its start) and ``approval`` if one
-allowed it (a guard denied it then), but no ``wait``/``queue``/``body``; a
+A denied call has ``total`` (from its start) and ``approval`` if the
+service answered for it (a denial, or an approval a guard then
+overrode), but no ``wait``/``queue``/``body``; a
 deferred call has ``approval`` only (its result, at resume or at the
 abort that ends it, is counted without latencies); a skipped call has none (it ran no phase) but is
 counted. For the phases to be measured from their very start, this
 policy *prepends* its listeners: install it after the other policies (a
-listener prepended later is outside it), on a started runtime (it adds a
-guard).
+listener prepended later is outside it).
 
 **How busy the runtime is.** ``snapshot()["capacity"]`` is the runtime's
 dispatcher's reading (``rt.dispatcher.snapshot()``), None while the policy
@@ -97,7 +98,7 @@ nothing while the policy is not installed. OpenTelemetry keeps the first
 instrument of a name: one ``Metrics`` per meter provider (a second is
 refused as it is installed).
 
-Threads: the pre-execute listener, the guard and the ``tools/deferred``
+Threads: the pre-execute listener and the ``tools/approval``, ``tools/deferred``
 and ``tools/result`` observers run on the thread that prepares and finalizes the call (an
 executor's thread), the wrapper on the call actor's thread; they share a
 lock held for a few dict operations (a call's own hooks, one at a time,
@@ -163,9 +164,9 @@ class _Trip:
 
     started: float  # when its batch opened (see _opened; a nested call: its pre-execute entry)
     entered: float  # its (first) pre-execute entry: from started to here, in the queue
-    ready: float  # the end of the pre-execute listeners (or of the approval): from here, the queue
+    ready: float  # the end of the pre-execute listeners (or the approval's answer): from here, the queue
     asked: float | None = None  # its Ask waits for an answer since (the end of the listeners)
-    approval: float | None = None  # seconds until its approval allowed it
+    approval: float | None = None  # seconds until the approval service answered (summed, if asked again)
     dispatched: float | None = None
     body: float = 0.0
     dispatches: int = 0
@@ -357,22 +358,20 @@ class Metrics:
         return undo is not None and not undo.disposed
 
     def install(self, rt: ToolRuntime) -> Callable[[], None]:
-        """Subscribe to ``rt``'s events and add a guard (``rt`` must be
-        started; the gauges are registered at the first install); return the
-        disposer (also :meth:`dispose`)."""
+        """Subscribe to ``rt``'s events (the gauges are registered at the
+        first install); return the disposer (also :meth:`dispose`)."""
         check_runtime(_POLICY, rt)
         if self.installed:
             raise InvalidStateError(f"{_POLICY}: this Metrics object is already installed; dispose it first")
         undo = Undo()
         try:
-            # (First: a runtime not started refuses it, and nothing is left behind.)
-            undo.add(rt.tools.guard(self._on_allowed))
             if self._meter_provider is not None and not self._observing:
                 self._observe()
             undo.add(self._forget_trips)
             undo.add(rt.events.on("tools/pre-execute", self._on_pre_execute, prepend=True))
             undo.add(rt.events.on("tools/execute", self._on_execute, prepend=True))
             undo.add(rt.events.on("tools/result", self._on_result))
+            undo.add(rt.events.on("tools/approval", self._on_approval))
             undo.add(rt.events.on("tools/deferred", self._on_deferred))
         except BaseException:
             undo()
@@ -408,7 +407,7 @@ class Metrics:
                 trip = self._trips[execution.token] = _Trip(self._opened(execution, entered), entered, entered)
         decision = next_()
         # The listeners decided (prepared again, once more): an Ask waits for
-        # its answer (this policy's guard), unless an approval given stands.
+        # its answer (tools/approval), unless an approval given stands.
         trip.ready = ended = self._clock()
         trip.asked = ended if type(decision) is Ask and not execution.approval_stands(decision) else None
         return decision
@@ -423,15 +422,19 @@ class Metrics:
         entry. Lock held."""
         return entered if execution.parent is not None else self._batches.of(execution, entered)
 
-    def _on_allowed(self, execution: ToolExecution) -> None:
-        # The guard: it runs once the call is allowed, after its approval.
-        # (A dict read without the lock: only asked calls go on.)
-        trip = self._trips.get(execution.token)
-        if trip is not None and trip.asked is not None:
-            trip.ready = answered = self._clock()
+    def _on_approval(self, execution: ToolExecution, ask: Any, answer: str) -> None:
+        # The approval service answered, whatever it said: the approval ends
+        # and the call is ready (the guards, if it is allowed, are in the
+        # queue). Sampled where its trip ends here: its tools/result, or its
+        # deferral (tools/deferred, right after a "deferred" answer in a batch).
+        answered = self._clock()
+        with self._lock:
+            trip = self._trips.get(execution.token)
+            if trip is None or trip.asked is None:
+                return
             trip.approval = (trip.approval or 0.0) + (answered - trip.asked)
+            trip.ready = answered
             trip.asked = None
-        return None
 
     def _on_execute(self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         if not self._counts(execution):
@@ -452,18 +455,16 @@ class Metrics:
 
     def _on_deferred(self, execution: ToolExecution, ask: Any) -> None:
         # The batch suspends: the call is no longer in flight here. Its
-        # approval waited until now: sampled now (the answer given at resume,
-        # perhaps in another process, is not timed: nothing counts twice).
-        # Its tools/result comes when it is resumed: counted then, without
-        # latencies (its trip began before the wait).
-        deferred = self._clock()
+        # approval, timed to the "deferred" answer, is sampled now (the
+        # answer given at resume, perhaps in another process, is not timed:
+        # nothing counts twice). Its tools/result comes when it is resumed:
+        # counted then, without latencies (its trip began before the wait).
         with self._lock:
             trip = self._trips.pop(execution.token, None)
-            if trip is None or trip.asked is None:
+            if trip is None or trip.approval is None:
                 return
-            approval = (trip.approval or 0.0) + (deferred - trip.asked)
             for target in (self._stats(execution.name), self._all):
-                target.series["approval"].add(approval)
+                target.series["approval"].add(trip.approval)
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         if not self._counts(execution):

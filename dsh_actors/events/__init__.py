@@ -17,6 +17,7 @@ Event names and listener signatures (``docs/reference.md``, section 8):
 ``tools/ptc-dispatch-log``  waterfall ``fn(dispatch, next) -> content``
 ``tools/progress``          emit      ``fn(execution, progress) -> None``
 ``tools/deferred``          emit      ``fn(execution, ask) -> None``
+``tools/approval``          emit      ``fn(execution, ask, answer) -> None``
 ==========================  ========  ==========================================
 
 Decisions: a ``tools/pre-execute`` listener returns :class:`Allow`,
@@ -56,6 +57,18 @@ Which thread runs a listener (none of them may assume another):
   (which then suspends); ``ask`` is the ``Ask`` the pre-execute waterfall
   returned. The call's ``tools/result`` comes later: when the suspension is
   resumed (perhaps in another process) or an abort ends the call.
+* ``tools/approval`` observers run on the thread that prepares the call,
+  right after the approval service gave a valid answer for it and before
+  that answer takes effect (an ``async def`` service's once it is
+  awaited), for a call of a batch, a nested call (``rt.tools.dispatch``)
+  or a PTC sub-call alike: ``ask`` is the ``Ask`` the pre-execute
+  waterfall returned, ``answer`` the answer, one of ``"allowed-once"``,
+  ``"rejected"``, ``"cancelled"``, ``"unavailable"`` or ``"deferred"``
+  (the ``str`` itself). Not published when no one was asked (no service
+  is installed, the call has no agent, or an approval given earlier for
+  the call stands), for a service that raised or answered anything else
+  (the call fails ``POLICY_FAILED``), nor for a decision given at resume
+  (``rt.tools.resume``).
 
 Every listener, guard, approval service, renderer and body of a call runs
 in that call's copy of the caller's ``contextvars.Context`` (the one

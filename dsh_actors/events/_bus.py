@@ -63,6 +63,7 @@ EventName: TypeAlias = Literal[
     "tools/ptc-dispatch-log",
     "tools/progress",
     "tools/deferred",
+    "tools/approval",
 ]
 """The events the runtime and the PTC executor dispatch (the bus itself
 accepts any name: a plugin may dispatch events of its own)."""
@@ -95,6 +96,7 @@ LISTENER_ARGUMENTS: Final[dict[str, tuple[str, ...]]] = {
     "tools/ptc-dispatch-log": ("dispatch", "next"),
     "tools/progress": ("execution", "progress"),
     "tools/deferred": ("execution", "ask"),
+    "tools/approval": ("execution", "ask", "answer"),
 }
 
 

@@ -98,7 +98,7 @@ def prepare(
         # about a tool that replaced it meanwhile).
         call.answer = None
         try:
-            decision = _decide(call, ask, answer)
+            decision = _decide(call, ask, _answer(call, answer))
         except BaseException as exc:  # noqa: BLE001 - an answer that is not one
             _policy_raised(call, "approval", exc)
             return False
@@ -250,8 +250,10 @@ def _approval_default(execution: Any, required: Any) -> Callable[[], Allow | Ask
 def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
     """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
     ``_Deferred`` for ``"deferred"`` (the batch suspends the call), else a
-    denial (a failure). A raising service propagates (the caller makes it
-    a ``POLICY_FAILED`` failure)."""
+    denial (a failure). A raising service, or an answer that is none of
+    :data:`ANSWERS`, propagates (the caller makes it a ``POLICY_FAILED``
+    failure). A valid answer is published first (``tools/approval``, in
+    the call's context: ``prepare`` runs in it), before it takes effect."""
     execution = call.execution
     name = execution.name
     service = rt.approvals.service
@@ -277,6 +279,10 @@ def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
     if inspect.iscoroutine(answer):
         # An async approval service: awaited on the batch's loop (this thread waits).
         answer = _awaiter(rt, call)(answer)
+    answer = _answer(call, answer)
+    events = rt.events
+    if events.has_listeners("tools/approval"):
+        events.emit("tools/approval", execution, ask, answer, agent=execution.agent)
     decision = _decide(call, ask, answer)
     if type(decision) is Allow:
         approve(execution, ask, _definition(call))
@@ -302,13 +308,17 @@ class _Deferred:
 #: The approval answers a person may give (``rt.tools.resume`` decisions).
 DECISIONS = ("allowed-once", "rejected", "cancelled", "deferred")
 
+#: The answers an approval service may give.
+ANSWERS = ("allowed-once", "rejected", "cancelled", "unavailable", "deferred")
 
-def _decide(call: Call, ask: Ask, answer: Any) -> Any:
-    """What an approval answer means for ``call``: ``Allow()`` only for
+
+def _decide(call: Call, ask: Ask, answer: str) -> Any:
+    """What an approval ``answer`` (one of :data:`ANSWERS`, as
+    :func:`_answer` reads it) means for ``call``: ``Allow()`` only for
     ``"allowed-once"``, ``_Deferred`` for ``"deferred"``, else a denial (a
-    failure); an answer that is none of these raises ``ToolPolicyError``."""
+    failure)."""
     name = call.execution.name
-    if answer == "allowed-once" and type(answer) is str:
+    if answer == "allowed-once":
         return Allow()
     if answer == "rejected":
         return failure(f'the user rejected tool "{name}"')
@@ -316,8 +326,20 @@ def _decide(call: Call, ask: Ask, answer: Any) -> Any:
         return failure(f'approval for tool "{name}" was cancelled')
     if answer == "unavailable":
         return failure(f'tool "{name}" requires approval, but no approval channel is available')
-    if answer == "deferred":
-        return _Deferred(ask)
+    return _Deferred(ask)
+
+
+def _answer(call: Call, answer: Any) -> str:
+    """``answer``, an approval service's (or a resume's), as the one of
+    :data:`ANSWERS` it is (a denial or a deferral may be a ``str``
+    subclass, such as a ``StrEnum`` member; ``"allowed-once"`` only the
+    ``str`` itself); anything else raises ``ToolPolicyError``."""
+    if type(answer) is str and answer in ANSWERS:
+        return answer
+    for known in ANSWERS[1:]:  # (every answer but "allowed-once")
+        if answer == known:
+            return known
+    name = call.execution.name
     if type(answer) is str:
         shown = answer if len(answer) <= 60 else answer[:57] + "..."
         what = f"the string {shown!r}"

@@ -24,6 +24,7 @@ from dsh_actors import (
     define_tool,
     text,
 )
+from dsh_actors.events import EVENT_NAMES
 
 #: The bound of every wait in these tests (seconds).
 WAIT = 5.0
@@ -91,17 +92,6 @@ class Recorder:
     def items(self) -> list[Any]:
         with self._lock:
             return list(self._items)
-
-
-EVENT_NAMES = (
-    "tools/pre-execute",
-    "tools/execute",
-    "tools/post-execute",
-    "tools/result",
-    "tools/change",
-    "tools/ptc-dispatch-log",
-    "tools/progress",
-)
 
 
 def listener_lists(rt: Any) -> dict[str, tuple[Any, ...]]:

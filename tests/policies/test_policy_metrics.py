@@ -223,12 +223,14 @@ def test_disposing_stops_counting_and_keeps_the_counts(rt: Any) -> None:
     assert all(rt.events.listeners(n) == () for n in ("tools/pre-execute", "tools/execute", "tools/result"))
 
 
-def test_installing_on_a_runtime_not_started_says_so_and_leaves_nothing() -> None:
-    rt = ToolRuntime()  # (never started: no thread to stop)
-    metrics = Metrics()
-    with pytest.raises(RuntimeError, match="not started: call start"):
-        metrics.install(rt)
-    assert not metrics.installed and rt.events.listeners("tools/pre-execute") == ()
+def test_metrics_installed_before_the_runtime_starts_count_once_it_runs() -> None:
+    # (It added a guard, which a runtime not started refuses: it adds none now.)
+    rt = ToolRuntime()
+    metrics = policies.metrics.install(rt)
+    with rt:
+        rt.tools.register(tool("echo"))
+        run_one(rt, call("echo"))
+    assert metrics.snapshot()["outcomes"] == {"ok": 1}
 
 
 def test_a_metrics_object_is_installed_once_at_a_time(rt: Any) -> None:
@@ -290,8 +292,8 @@ def test_a_deferred_call_is_not_left_in_flight_and_is_counted_when_it_is_resumed
     assert suspended.pending == ("a",)
     snap = metrics.snapshot()
     assert snap["in_flight"] == 0 and snap["calls"] == 1
-    # Its approval is timed until the deferral, as it defers (it left no
-    # sample: a farm saw no time spent waiting for a person).
+    # Its approval is timed to the "deferred" answer and sampled as it
+    # defers (it left no sample: a farm saw no time spent waiting for a person).
     assert (snap["latency_ms"]["approval"]["count"], snap["latency_ms"]["approval"]["max"]) == (1, 2000.0)
     rt.tools.resume(suspended.suspension, {"a": "allowed-once"})
     snap = metrics.snapshot()
@@ -300,6 +302,27 @@ def test_a_deferred_call_is_not_left_in_flight_and_is_counted_when_it_is_resumed
     # timed, nothing counts twice; the resumed call has no other latency.
     latency = snap["latency_ms"]
     assert (latency["approval"]["count"], latency["total"]["count"]) == (1, 1)
+
+
+def test_a_nested_call_deferred_is_refused_and_its_approval_sampled_once(rt: Any) -> None:
+    clock = FakeClock()
+
+    def later(request: Any) -> str:
+        clock.advance(2.0)
+        return "deferred"
+
+    metrics = policies.metrics.install(rt, clock=clock)
+    rt.tools.register(tool("echo"))
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="check"))
+    rt.approvals.set(later)
+    nested = ToolExecutionInput(call_id="n", name="echo", arguments={}, signal=AbortSignal(), agent=MAIN)
+
+    assert rt.tools.dispatch(nested).is_error  # (only a batch can wait for a decision)
+
+    snap = metrics.snapshot()
+    latency = snap["tools"]["echo"]["latency_ms"]
+    assert (latency["approval"]["count"], latency["approval"]["max"], latency["total"]["count"]) == (1, 2000.0, 1)
+    assert snap["in_flight"] == 0
 
 
 def test_the_approval_and_the_queue_are_kept_apart_within_the_wait(rt: Any) -> None:
@@ -313,6 +336,10 @@ def test_the_approval_and_the_queue_are_kept_apart_within_the_wait(rt: Any) -> N
         clock.advance(7.0)  # a person answering
         return "allowed-once"
 
+    def earlier_guard(execution: Any) -> None:
+        clock.advance(0.25)  # a guard registered before the policy: in the queue too
+        return None
+
     def later_guard(execution: Any) -> None:
         clock.advance(0.5)  # a guard after the approval's: in the queue
         return None
@@ -323,6 +350,7 @@ def test_the_approval_and_the_queue_are_kept_apart_within_the_wait(rt: Any) -> N
 
     rt.events.on("tools/pre-execute", asks)
     rt.approvals.set(person)
+    rt.tools.guard(earlier_guard)
     metrics = policies.metrics.install(rt, clock=clock)
     rt.tools.guard(later_guard)
     rt.tools.register(tool("asked", body))
@@ -332,23 +360,59 @@ def test_the_approval_and_the_queue_are_kept_apart_within_the_wait(rt: Any) -> N
     run_one(rt, call("plain"), agent=MAIN)
 
     tools = metrics.snapshot()["tools"]
+    # The approval ends at the service's answer: every guard, whenever it
+    # was registered, is in the queue, as for a call that was not asked.
     asked = {phase: s["max"] for phase, s in tools["asked"]["latency_ms"].items()}
-    assert asked == {"wait": 9500.0, "approval": 7000.0, "queue": 500.0, "body": 5000.0, "total": 14500.0}
+    assert asked == {"wait": 9750.0, "approval": 7000.0, "queue": 750.0, "body": 5000.0, "total": 14750.0}
+    assert tools["asked"]["latency_ms"]["approval"]["count"] == 1
     plain = tools["plain"]["latency_ms"]
     assert plain["approval"]["count"] == 0
-    assert (plain["wait"]["max"], plain["queue"]["max"]) == (2500.0, 500.0)
+    assert (plain["wait"]["max"], plain["queue"]["max"]) == (2750.0, 750.0)
 
 
-def test_a_denied_approval_leaves_no_approval_sample(rt: Any) -> None:
+@pytest.mark.parametrize("answer", ["rejected", "cancelled", "unavailable"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_denied_approval_is_timed_to_its_answer(rt: Any, answer: str, is_async: bool) -> None:
+    # (No hook ran at a denial: it left no approval sample.)
+    clock = FakeClock()
+
+    def person(request: Any) -> str:
+        clock.advance(3.0)  # a person who takes a while to say no
+        return answer
+
+    async def aperson(request: Any) -> str:
+        return person(request)
+
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="check"))
-    rt.approvals.set(lambda request: "rejected")
-    metrics = policies.metrics.install(rt)
+    rt.approvals.set(aperson if is_async else person)
+    metrics = policies.metrics.install(rt, clock=clock)
     rt.tools.register(tool("echo"))
 
     run_one(rt, call("echo"), agent=MAIN)
 
     latency = metrics.snapshot()["tools"]["echo"]["latency_ms"]
-    assert [latency[p]["count"] for p in ("wait", "approval", "queue", "body", "total")] == [0, 0, 0, 0, 1]
+    assert [latency[p]["count"] for p in ("wait", "approval", "queue", "body", "total")] == [0, 1, 0, 0, 1]
+    assert (latency["approval"]["max"], latency["total"]["max"]) == (3000.0, 3000.0)
+
+
+@pytest.mark.parametrize("service", [None, "raises", "nonsense"])
+def test_an_approval_no_service_answered_leaves_no_approval_sample(rt: Any, service: str | None) -> None:
+    def person(request: Any) -> str:
+        if service == "raises":
+            raise RuntimeError("no person here")
+        return "maybe"
+
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="check"))
+    if service is not None:
+        rt.approvals.set(person)
+    metrics = policies.metrics.install(rt)
+    rt.tools.register(tool("echo"))
+
+    run_one(rt, call("echo"), agent=MAIN)
+
+    snap = metrics.snapshot()
+    latency = snap["tools"]["echo"]["latency_ms"]
+    assert (latency["approval"]["count"], latency["total"]["count"], snap["in_flight"]) == (0, 1, 0)
 
 
 def test_the_phases_of_calls_waiting_for_the_cap_add_up_to_their_time_from_the_batch_opening(rt: Any) -> None:

@@ -188,6 +188,8 @@ def test_an_ask_on_a_sub_call_goes_to_the_approval_service_with_the_sub_call_id(
         return "allowed-once" if request.arguments["message"] == "yes" else "rejected"
 
     rt.approvals.set(service)
+    heard: list[tuple[str, str | None, str]] = []  # (tools/approval: sub-calls route approvals as any call)
+    rt.events.on("tools/approval", lambda execution, ask, answer: heard.append((execution.call_id, ask.reason, answer)))
     result = run_code(
         rt,
         "ok = await tools.echo(message='yes')\n"
@@ -196,6 +198,7 @@ def test_an_ask_on_a_sub_call_goes_to_the_approval_service_with_the_sub_call_id(
     )
     assert result.value["result"] == ({"message": "yes"}, 'the user rejected tool "echo"')
     assert asked == [("c1:ptc:1", "echo", reason), ("c1:ptc:2", "echo", reason)]  # run_code itself is not asked
+    assert heard == [("c1:ptc:1", reason, "allowed-once"), ("c1:ptc:2", reason, "rejected")]
 
 
 def test_a_value_too_deep_to_send_fails_only_that_call(rt: Any, ptc: Any) -> None:
