@@ -35,20 +35,41 @@ denial); the exception a hook raised is recorded as the span's
 ``exception`` event. Span events (attributes in ``dsh.*``):
 
 ``dsh.tool.denied``
-    a pre-execute ``Deny`` (``dsh.reason``), or the denial of a guard that
-    runs before this policy's (a global guard registered before it).
-``dsh.tool.approval.requested`` / ``dsh.tool.approval.answered``
-    the call asked for approval (``dsh.reason``), and the answer
-    (``dsh.answer``: ``allowed-once``, or ``denied`` with the reason).
+    a pre-execute ``Deny`` (``dsh.reason``), or a denial (``dsh.reason``:
+    its message) that no approval answer gives: a guard's that runs before
+    this policy's (a global guard registered before it), the pipeline's for
+    an ``Ask`` no one could be asked about (no approval service, no agent)
+    or for a nested call's deferral, and a ``"rejected"`` or ``"cancelled"``
+    given at resume (see below).
+``dsh.tool.approval.requested``
+    the pre-execute waterfall returned an ``Ask`` (``dsh.reason``) that no
+    approval given earlier stands for (``execution.approval_stands``): the
+    call waits for an approval from here (the event's time is when it was
+    asked).
+``dsh.tool.approval.answered``
+    the approval service's answer (``tools/approval``, as it is given,
+    before it takes effect): ``dsh.answer`` is the answer itself
+    (``allowed-once``, ``rejected``, ``cancelled``, ``unavailable`` or
+    ``deferred``) and ``dsh.approval.duration`` the seconds from the request
+    to the answer (how long the person, or the service, took). Without a
+    valid answer (the service raised or answered something else) there is
+    none: the span's status and ``error.type`` (``POLICY_FAILED``, or the
+    abort's code) say what ended the wait.
 ``dsh.tool.approval.deferred``
-    the approval service answered ``"deferred"``: the batch suspends, and
+    after that answer's ``dsh.tool.approval.answered``, the batch suspends:
     the span ends there (status unset, no duration recorded). The call's
     trip goes on when the suspension is resumed, perhaps in another process
-    and hours later: that part gets a span of its own, from the decision
-    given at resume (the call's guards) to ``tools/result``, with the
-    answer's event (``dsh.tool.approval.answered``; a ``"rejected"`` or
-    ``"cancelled"`` given at resume runs no hook this policy sees before
-    ``tools/result``: that span has ``dsh.tool.denied``).
+    and hours later: that part gets a span of its own. No hook tells this
+    policy the decision given at resume (``tools/approval`` is not
+    published for it), so that span shows only what follows it: an
+    ``"allowed-once"`` lets the call's guards run, and its span runs from
+    there to ``tools/result``, with ``dsh.tool.approval.answered``
+    (``dsh.answer``: ``allowed-once``, no ``dsh.approval.duration``: the
+    wait is not known here); a ``"rejected"`` or ``"cancelled"`` settles
+    the call before any hook this policy sees, so its span is made at its
+    ``tools/result`` and has ``dsh.tool.denied`` with the denial's message
+    (``the user rejected tool "..."``, ``approval for tool "..." was
+    cancelled``), not an answer event.
 ``dsh.tool.aborted``
     the call was cancelled (``ABORTED``, ``ABORTED_BEFORE_DISPATCH``, a
     pre-execute ``Cancel``).
@@ -65,8 +86,8 @@ denial); the exception a hook raised is recorded as the span's
 
 The policy sees a call through a prepended ``tools/pre-execute`` listener,
 a guard (guards run once a call is allowed, the approval included: this
-one marks the call cleared), a ``tools/deferred`` observer and a
-``tools/result`` observer; nothing else,
+one marks the call cleared), a ``tools/approval`` observer (the answers),
+a ``tools/deferred`` observer and a ``tools/result`` observer; nothing else,
 so it adds no phase to a call that had none.
 
 **Content.** Only with ``capture_content=True``: ``gen_ai.tool.call.arguments``
@@ -78,8 +99,9 @@ hold personal data: off by default, as the conventions ask.
 ``gen_ai.operation.name``, ``gen_ai.tool.name`` and, for a failure,
 ``error.type``: the duration per tool and outcome.
 
-**Threads.** The listeners run where the pipeline runs them (the executor
-preparing and finalizing the call, the call's guard); they touch only the
+**Threads.** The listeners run where the pipeline runs them (the thread
+preparing and finalizing the call, which also publishes the approval's
+answer, the call's guard); they touch only the
 call's own state, kept in the call's context (each applied policy its
 own: two may be applied at once, each with its providers). The
 descriptions are cached per agent (weakly) and tool name (the definition
@@ -123,24 +145,25 @@ OTHER_ERROR: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
 _TIMEOUT: Final = "TOOL_TIMEOUT"
+#: The approval answers that do not deny the call.
+_GOES_ON: Final = frozenset({"allowed-once", "deferred"})
 
 
 class _CallSpan:
     """One call's span and what the policy saw of its trip (only the call's
     own hooks touch it, one at a time)."""
 
-    __slots__ = ("token", "span", "start", "tool", "asked", "cleared", "denied", "aborted", "ask")
+    __slots__ = ("token", "span", "start", "tool", "asked", "cleared", "denied", "aborted")
 
     def __init__(self, token: Any, span: Any, start: float, tool: _Tool) -> None:
         self.token = token  # the execution's: a nested call's context holds its parent's
         self.span = span
         self.start = start
         self.tool = tool
-        self.asked = False
+        self.asked: float | None = None  # when its Ask was requested, until the answer (perf_counter)
         self.cleared = False  # passed this policy's guard: allowed, approved if asked
-        self.denied = False
+        self.denied = False  # its denial is on the span already (a Deny, an approval's denying answer)
         self.aborted = False
-        self.ask: Any = None  # the Ask it was asked
 
 
 class _Layer:
@@ -336,17 +359,17 @@ class OtelPolicy:
             # What it decided then no longer holds, but an approval given
             # stands for the same question (the pipeline does not ask again).
             state.span.add_event("dsh.tool.prepared_again", {})
-            state.asked = state.cleared = state.denied = state.aborted = False
+            state.asked = None
+            state.cleared = state.denied = state.aborted = False
         else:
             state = self._begin(execution)
         decision = next_()
         kind = type(decision)
         if kind is Ask:
-            state.asked = True
-            if execution.approval_stands(decision):
-                state.cleared = True  # (the approval it had stands: nothing asked, nothing answered)
-            else:
-                state.ask = decision
+            # Routed to the approval service (its answer: on_approval), unless
+            # the approval it had stands (nothing asked, nothing answered).
+            if not execution.approval_stands(decision):
+                state.asked = time.perf_counter()
                 state.span.add_event("dsh.tool.approval.requested", _reason(decision.reason))
         elif kind is Deny:
             state.denied = True
@@ -356,21 +379,34 @@ class OtelPolicy:
             state.span.add_event("dsh.tool.aborted", {})
         return decision
 
+    def on_approval(self, execution: ToolExecution, ask: Any, answer: str) -> None:
+        # The approval service answered (before the answer takes effect):
+        # the answer, and how long it took since the request.
+        state = self._mine(execution)
+        if state is None:
+            return
+        attributes: dict[str, Any] = {"dsh.answer": answer}
+        asked = state.asked
+        if asked is not None:
+            state.asked = None
+            attributes["dsh.approval.duration"] = time.perf_counter() - asked
+        if answer not in _GOES_ON:
+            state.denied = True  # (the call's denial: this answer says why)
+        state.span.add_event("dsh.tool.approval.answered", attributes)
+
     def guard(self, execution: ToolExecution) -> None:
-        # Guards run only once the call is allowed: after an approval, its answer.
+        # Guards run only once the call is allowed (an approval answered
+        # first): from here, a failure without a code is a block.
         state = self._mine(execution)
         if state is None:
             if execution.approval is None:
                 return None
             # A resumed call (its pre-execute waterfall ran in the batch that
-            # deferred it), allowed by the decision given at resume: its span,
-            # from here to its tools/result.
+            # deferred it), allowed by the "allowed-once" given at resume (no
+            # tools/approval then): its span, from here to its tools/result.
             state = self._begin(execution)
-            state.asked = True
-        if not state.cleared:
-            state.cleared = True
-            if state.asked:
-                state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
+            state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
+        state.cleared = True
         return None
 
     def on_deferred(self, execution: ToolExecution, ask: Any) -> None:
@@ -408,15 +444,14 @@ class OtelPolicy:
             elif code == _TIMEOUT:
                 span.add_event("dsh.tool.timeout", {})
             elif info is None and not state.denied:
-                # Decided by nobody this policy's listener saw: before its
-                # guard, the approval's answer or an earlier guard; after
-                # it, a post-execute Block (or a later guard).
-                if state.cleared:
-                    span.add_event("dsh.tool.blocked", {"dsh.reason": error.message})
-                elif state.asked:
-                    span.add_event("dsh.tool.approval.answered", {"dsh.answer": "denied", "dsh.reason": error.message})
-                else:
-                    span.add_event("dsh.tool.denied", {"dsh.reason": error.message})
+                # Decided where this policy's listeners did not see it: before
+                # its guard, an earlier guard, the pipeline (an Ask no one
+                # could be asked: no service, no agent; a nested call's
+                # deferral) or a decision given at resume; after it, a
+                # post-execute Block (or a later guard).
+                span.add_event(
+                    "dsh.tool.blocked" if state.cleared else "dsh.tool.denied", {"dsh.reason": error.message}
+                )
             if exc is not None:
                 span.record_exception(exc)
             attributes = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name, "error.type": code}
@@ -488,6 +523,7 @@ def apply(
     undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
     undo.add(events.on("tools/result", policy.on_result, prepend=True))
     undo.add(events.on("tools/deferred", policy.on_deferred, prepend=True))
+    undo.add(events.on("tools/approval", policy.on_approval, prepend=True))
     undo.add(events.on("tools/change", policy._forget_tools))
     undo.add(rt.tools.guard(policy.guard))
     return undo

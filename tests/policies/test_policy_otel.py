@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import policies
 import policies.timeout
 from dsh_actors import (
     AbortController,
+    AbortSignal,
     Agent,
     Ask,
     Block,
@@ -26,6 +28,7 @@ from dsh_actors import (
     NativeExecutor,
     ToolBatchInput,
     ToolCall,
+    ToolExecutionInput,
     ToolOutput,
     define_tool,
     text,
@@ -155,29 +158,158 @@ def test_a_guard_denial_is_an_event(rt: Any, otel: Otel) -> None:
     assert events(span) == [("dsh.tool.denied", {"dsh.reason": "outside the sandbox"})]
 
 
-@pytest.mark.parametrize(("answer", "expected"), [("allowed-once", "allowed-once"), ("rejected", "denied")])
-def test_an_approval_is_asked_and_answered_in_events(rt: Any, otel: Otel, answer: str, expected: str) -> None:
+def untimed(span: Any) -> list[tuple[str, dict[str, Any]]]:
+    """``events(span)``, each approval answer's ``dsh.approval.duration``
+    checked (seconds, a float) and left out."""
+    out = events(span)
+    for name, attributes in out:
+        if name == "dsh.tool.approval.answered":
+            took = attributes.pop("dsh.approval.duration")
+            assert type(took) is float and took >= 0.0
+    return out
+
+
+def timed_service(answer: str, kind: str, took: list[float]) -> Any:
+    """An approval service (sync or ``async def``) that answers ``answer``,
+    appending to ``took`` how long it took by its own clock (the answer
+    event's duration covers at least that)."""
+    if kind == "sync":
+
+        def service(request: Any) -> str:
+            start = time.perf_counter()
+            took.append(time.perf_counter() - start)
+            return answer
+
+        return service
+
+    async def async_service(request: Any) -> str:
+        start = time.perf_counter()  # (awaited on the batch's loop)
+        took.append(time.perf_counter() - start)
+        return answer
+
+    return async_service
+
+
+SERVICE_KINDS = ("sync", "async")
+
+
+@pytest.mark.parametrize("kind", SERVICE_KINDS)
+@pytest.mark.parametrize("answer", ["allowed-once", "rejected", "cancelled", "unavailable"])
+def test_an_approval_is_requested_and_answered_with_the_answer_and_how_long_it_took(
+    rt: Any, otel: Otel, answer: str, kind: str
+) -> None:
+    """The request is an event at the time the call asked; the service's
+    answer (``tools/approval``) is one, the answer itself (a denial named as
+    the person gave it, not a generic one), with the seconds since the
+    request; a denying answer is the call's only denial event."""
     rt.tools.register(tool())
     rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
-    rt.approvals.set(lambda request: answer)
+    took: list[float] = []
+    rt.approvals.set(timed_service(answer, kind, took))
+    use(rt, otel)
+    [outcome] = run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main")).results
+    [span] = otel.tool_spans()
+    requested, answered = span.events
+    assert (requested.name, dict(requested.attributes)) == (
+        "dsh.tool.approval.requested",
+        {"dsh.reason": "writes files"},
+    )
+    assert answered.name == "dsh.tool.approval.answered"
+    assert set(answered.attributes) == {"dsh.answer", "dsh.approval.duration"}
+    assert answered.attributes["dsh.answer"] == answer
+    [service_took] = took
+    assert service_took <= answered.attributes["dsh.approval.duration"]
+    assert requested.timestamp <= answered.timestamp
+    if answer == "allowed-once":
+        assert span.status.status_code is StatusCode.UNSET and "error.type" not in span.attributes
+    else:
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.status.description == outcome.result.error.message
+        assert span.attributes["error.type"] == "_OTHER"
+
+
+def test_an_approval_a_guard_then_overrides_keeps_its_answer_and_the_guard_s_denial(rt: Any, otel: Otel) -> None:
+    """The person allowed the call; a guard that runs before this policy's
+    denied it: the span says both, not that the person denied it."""
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+    rt.approvals.set(lambda request: "allowed-once")
+    rt.tools.guard(lambda execution: "outside the sandbox")  # (guards run in registration order)
     use(rt, otel)
     run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main"))
     [span] = otel.tool_spans()
-    names = events(span)
-    assert names[0] == ("dsh.tool.approval.requested", {"dsh.reason": "writes files"})
-    assert names[1][0] == "dsh.tool.approval.answered" and names[1][1]["dsh.answer"] == expected
+    assert untimed(span) == [
+        ("dsh.tool.approval.requested", {"dsh.reason": "writes files"}),
+        ("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"}),
+        ("dsh.tool.denied", {"dsh.reason": "outside the sandbox"}),
+    ]
 
 
-def test_a_deferred_approval_ends_the_span_and_the_resumed_call_gets_its_own(rt: Any, otel: Otel) -> None:
+@pytest.mark.parametrize("missing", ["service", "agent"])
+def test_an_ask_no_one_could_be_asked_about_is_a_denial_not_an_answer(rt: Any, otel: Otel, missing: str) -> None:
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask())
+    if missing == "agent":
+        rt.approvals.set(lambda request: "allowed-once")
+    use(rt, otel)
+    [outcome] = run(rt, ToolCall("c1", "lookup", "{}"), agent=None if missing == "agent" else Agent("main")).results
+    [span] = otel.tool_spans()
+    assert events(span) == [
+        ("dsh.tool.approval.requested", {}),
+        ("dsh.tool.denied", {"dsh.reason": outcome.result.error.message}),
+    ]
+
+
+def test_a_nested_call_s_deferral_is_answered_then_denied(rt: Any, otel: Otel) -> None:
+    """A nested call (``rt.tools.dispatch``) cannot wait for a decision: the
+    service's ``"deferred"`` is its answer, and the pipeline's refusal the
+    denial."""
     rt.tools.register(tool())
     rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
     rt.approvals.set(lambda request: "deferred")
     use(rt, otel)
+    outcome = rt.tools.dispatch(
+        ToolExecutionInput(call_id="n1", name="lookup", arguments={}, agent=Agent("main"), signal=AbortSignal())
+    )
+    [span] = otel.tool_spans()
+    assert untimed(span) == [
+        ("dsh.tool.approval.requested", {"dsh.reason": "writes files"}),
+        ("dsh.tool.approval.answered", {"dsh.answer": "deferred"}),
+        ("dsh.tool.denied", {"dsh.reason": outcome.error.message}),
+    ]
+
+
+def test_an_approval_service_that_fails_gives_no_answer(rt: Any, otel: Otel) -> None:
+    def service(request: Any) -> str:
+        raise RuntimeError("the prompt crashed")
+
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+    rt.approvals.set(service)
+    use(rt, otel)
+    run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main"))
+    [span] = otel.tool_spans()
+    assert [name for name, _ in events(span)] == ["dsh.tool.approval.requested", "exception"]
+    assert span.attributes["error.type"] == "POLICY_FAILED"
+
+
+@pytest.mark.parametrize("kind", SERVICE_KINDS)
+def test_a_deferred_approval_ends_the_span_and_the_resumed_call_gets_its_own(rt: Any, otel: Otel, kind: str) -> None:
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+    took: list[float] = []
+    rt.approvals.set(timed_service("deferred", kind, took))
+    use(rt, otel)
     suspended = run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main"))
     assert suspended.pending == ("c1",)
     [waiting] = otel.tool_spans()  # ended when the batch suspended, not left open
-    assert [name for name, _ in events(waiting)] == ["dsh.tool.approval.requested", "dsh.tool.approval.deferred"]
-    assert events(waiting)[1][1] == {"dsh.reason": "writes files"}
+    answer = waiting.events[1]
+    assert took[0] <= answer.attributes["dsh.approval.duration"]  # (the wait until the deferral)
+    assert untimed(waiting) == [
+        ("dsh.tool.approval.requested", {"dsh.reason": "writes files"}),
+        ("dsh.tool.approval.answered", {"dsh.answer": "deferred"}),
+        ("dsh.tool.approval.deferred", {"dsh.reason": "writes files"}),
+    ]
     assert waiting.status.status_code is StatusCode.UNSET
     assert otel.durations() == []  # the call has not finished: no duration yet
     rt.tools.resume(suspended.suspension, {"c1": "allowed-once"})
@@ -186,9 +318,30 @@ def test_a_deferred_approval_ends_the_span_and_the_resumed_call_gets_its_own(rt:
     assert resumed.attributes["gen_ai.tool.call.id"] == "c1"
     assert "error.type" not in resumed.attributes
     assert [count for _, count in otel.durations()] == [1]
-    # From the resume's decision (the guards) to tools/result: the body inside it.
-    assert [name for name, _ in events(resumed)] == ["dsh.tool.approval.answered"]
-    assert events(resumed)[0][1] == {"dsh.answer": "allowed-once"}
+    # From the resume's decision (the guards) to tools/result: the body inside
+    # it. No tools/approval at resume: the answer, but how long the person
+    # took is not known here.
+    assert events(resumed) == [("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})]
+
+
+@pytest.mark.parametrize(
+    ("decision", "message"),
+    [("rejected", 'the user rejected tool "lookup"'), ("cancelled", 'approval for tool "lookup" was cancelled')],
+)
+def test_a_denial_given_at_resume_is_a_denied_span_of_its_own(rt: Any, otel: Otel, decision: str, message: str) -> None:
+    """No hook shows the policy a decision given at resume: the call settles
+    before any it sees, so its span is made at ``tools/result``, with the
+    denial's message (the documented gap), not an answer it did not see."""
+    rt.tools.register(tool())
+    rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+    rt.approvals.set(lambda request: "deferred")
+    use(rt, otel)
+    suspended = run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main"))
+    rt.tools.resume(suspended.suspension, {"c1": decision})
+    waiting, resumed = otel.tool_spans()
+    assert events(waiting)[-1][0] == "dsh.tool.approval.deferred"
+    assert events(resumed) == [("dsh.tool.denied", {"dsh.reason": message})]
+    assert resumed.attributes["error.type"] == "_OTHER" and resumed.status.description == message
 
 
 def test_a_resumed_call_s_span_and_duration_cover_its_body(rt: Any, otel: Otel) -> None:
@@ -485,13 +638,11 @@ def test_a_call_asked_only_when_prepared_again_records_that_question_and_its_ans
     _change_while_ahead(
         future, release, c3_prepared, lambda: rt.events.on("tools/pre-execute", lambda e, next_: Ask(reason="new rule"))
     )
-    events = {
-        s.attributes["gen_ai.tool.call.id"]: [(e.name, dict(e.attributes)) for e in s.events] for s in otel.tool_spans()
-    }
+    events = {s.attributes["gen_ai.tool.call.id"]: untimed(s) for s in otel.tool_spans()}
     assert events["c2"] == [
         ("dsh.tool.prepared_again", {}),
         ("dsh.tool.approval.requested", {"dsh.reason": "new rule"}),
-        ("dsh.tool.approval.answered", {"dsh.answer": "denied", "dsh.reason": 'the user rejected tool "lookup"'}),
+        ("dsh.tool.approval.answered", {"dsh.answer": "rejected"}),
     ]
     assert events["c3"] == [
         ("dsh.tool.prepared_again", {}),
