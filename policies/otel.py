@@ -39,16 +39,15 @@ denial); the exception a hook raised is recorded as the span's
     its message) that no approval answer gives: a guard's that runs before
     this policy's (a global guard registered before it), the pipeline's for
     an ``Ask`` no one could be asked about (no approval service, no agent)
-    or for a nested call's deferral, and a ``"rejected"`` or ``"cancelled"``
-    given at resume (see below).
+    or for a nested call's deferral.
 ``dsh.tool.approval.requested``
     the pre-execute waterfall returned an ``Ask`` (``dsh.reason``) that no
     approval given earlier stands for (``execution.approval_stands``): the
     call waits for an approval from here (the event's time is when it was
     asked).
 ``dsh.tool.approval.answered``
-    the approval service's answer (``tools/approval``, as it is given,
-    before it takes effect): ``dsh.answer`` is the answer itself
+    the approval service's answer, or the decision given at resume
+    (``tools/approval``, as it is given, before it takes effect): ``dsh.answer`` is the answer itself
     (``allowed-once``, ``rejected``, ``cancelled``, ``unavailable`` or
     ``deferred``) and ``dsh.approval.duration`` the seconds from the request
     to the answer (how long the person, or the service, took). Without a
@@ -59,17 +58,11 @@ denial); the exception a hook raised is recorded as the span's
     after that answer's ``dsh.tool.approval.answered``, the batch suspends:
     the span ends there (status unset, no duration recorded). The call's
     trip goes on when the suspension is resumed, perhaps in another process
-    and hours later: that part gets a span of its own. No hook tells this
-    policy the decision given at resume (``tools/approval`` is not
-    published for it), so that span shows only what follows it: an
-    ``"allowed-once"`` lets the call's guards run, and its span runs from
-    there to ``tools/result``, with ``dsh.tool.approval.answered``
-    (``dsh.answer``: ``allowed-once``, no ``dsh.approval.duration``: the
-    wait is not known here); a ``"rejected"`` or ``"cancelled"`` settles
-    the call before any hook this policy sees, so its span is made at its
-    ``tools/result`` and has ``dsh.tool.denied`` with the denial's message
-    (``the user rejected tool "..."``, ``approval for tool "..." was
-    cancelled``), not an answer event.
+    and hours later: that part gets a span of its own, from the decision
+    given at resume (``tools/approval`` publishes it too:
+    ``dsh.tool.approval.answered`` with ``dsh.answer``, no
+    ``dsh.approval.duration``, as the wait is not known here) to
+    ``tools/result``.
 ``dsh.tool.aborted``
     the call was cancelled (``ABORTED``, ``ABORTED_BEFORE_DISPATCH``, a
     pre-execute ``Cancel``).
@@ -381,10 +374,12 @@ class OtelPolicy:
 
     def on_approval(self, execution: ToolExecution, ask: Any, answer: str) -> None:
         # The approval service answered (before the answer takes effect):
-        # the answer, and how long it took since the request.
+        # the answer, and how long it took since the request. Or a decision
+        # given at resume (its pre-execute waterfall ran in the batch that
+        # deferred it): the resumed call's span starts here.
         state = self._mine(execution)
         if state is None:
-            return
+            state = self._begin(execution)
         attributes: dict[str, Any] = {"dsh.answer": answer}
         asked = state.asked
         if asked is not None:
@@ -398,15 +393,8 @@ class OtelPolicy:
         # Guards run only once the call is allowed (an approval answered
         # first): from here, a failure without a code is a block.
         state = self._mine(execution)
-        if state is None:
-            if execution.approval is None:
-                return None
-            # A resumed call (its pre-execute waterfall ran in the batch that
-            # deferred it), allowed by the "allowed-once" given at resume (no
-            # tools/approval then): its span, from here to its tools/result.
-            state = self._begin(execution)
-            state.span.add_event("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})
-        state.cleared = True
+        if state is not None:
+            state.cleared = True
         return None
 
     def on_deferred(self, execution: ToolExecution, ask: Any) -> None:
@@ -447,7 +435,7 @@ class OtelPolicy:
                 # Decided where this policy's listeners did not see it: before
                 # its guard, an earlier guard, the pipeline (an Ask no one
                 # could be asked: no service, no agent; a nested call's
-                # deferral) or a decision given at resume; after it, a
+                # deferral); after it, a
                 # post-execute Block (or a later guard).
                 span.add_event(
                     "dsh.tool.blocked" if state.cleared else "dsh.tool.denied", {"dsh.reason": error.message}

@@ -155,16 +155,29 @@ def test_it_is_not_published_when_no_one_was_asked_or_the_service_failed(rt: Any
     assert (info is not None and info.code == "POLICY_FAILED") is failed
 
 
-def test_a_continued_call_takes_the_answer_given_at_resume_without_a_publication(rt: Any) -> None:
+@pytest.mark.parametrize("decision", ["allowed-once", "rejected", "cancelled"])
+def test_a_decision_given_at_resume_is_published_as_the_service_s_answer_is(rt: Any, decision: str) -> None:
     world = World(rt)
     rt.approvals.set(lambda request: "deferred")
     suspended = run(rt)
-    assert len(world.heard) == 1
+    assert [answer for _, _, answer in world.heard] == ["deferred"]
+    asked = world.heard[0][1]
 
-    done = rt.tools.resume(suspended.suspension, {"c1": "allowed-once"})
+    done = rt.tools.resume(suspended.suspension, {"c1": decision})
 
-    assert not done.results[0].result.is_error and world.ran == ["c1"]
-    assert len(world.heard) == 1  # (no service answered at resume)
+    assert done.results[0].result.is_error is (decision != "allowed-once")
+    assert world.ran == (["c1"] if decision == "allowed-once" else [])
+    ((execution, ask, answer),) = world.heard[1:]
+    assert (execution.call_id, answer) == ("c1", decision)
+    assert ask == asked  # (the deferred Ask, read back from the suspension)
+
+
+def test_a_call_left_deferred_at_resume_is_not_published_again(rt: Any) -> None:
+    world = World(rt)
+    rt.approvals.set(lambda request: "deferred")
+    suspended = run(rt)
+    again = rt.tools.resume(suspended.suspension, {})
+    assert again.suspension is not None and len(world.heard) == 1
 
 
 def test_scoped_observers_hear_their_agent_and_its_descendants_only(rt: Any) -> None:

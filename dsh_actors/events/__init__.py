@@ -58,8 +58,9 @@ Which thread runs a listener (none of them may assume another):
   returned. The call's ``tools/result`` comes later: when the suspension is
   resumed (perhaps in another process) or an abort ends the call.
 * ``tools/approval`` observers run on the thread that prepares the call,
-  right after the approval service gave a valid answer for it and before
-  that answer takes effect (an ``async def`` service's once it is
+  right after the approval service gave a valid answer for it, or a
+  resume gave a decision for it (``rt.tools.resume``: not ``"deferred"``,
+  which leaves the call waiting), and before that answer takes effect (an ``async def`` service's once it is
   awaited), for a call of a batch, a nested call (``rt.tools.dispatch``)
   or a PTC sub-call alike: ``ask`` is the ``Ask`` the pre-execute
   waterfall returned, ``answer`` the answer, one of ``"allowed-once"``,
@@ -67,8 +68,8 @@ Which thread runs a listener (none of them may assume another):
   (the ``str`` itself). Not published when no one was asked (no service
   is installed, the call has no agent, or an approval given earlier for
   the call stands), for a service that raised or answered anything else
-  (the call fails ``POLICY_FAILED``), nor for a decision given at resume
-  (``rt.tools.resume``).
+  (the call fails ``POLICY_FAILED``), nor when a recovery applies again a
+  decision the log holds (it was published when it was given).
 
 Every listener, guard, approval service, renderer and body of a call runs
 in that call's copy of the caller's ``contextvars.Context`` (the one

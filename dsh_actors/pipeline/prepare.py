@@ -98,10 +98,16 @@ def prepare(
         # about a tool that replaced it meanwhile).
         call.answer = None
         try:
-            decision = _decide(call, ask, _answer(call, answer))
+            answer = _answer(call, answer)
         except BaseException as exc:  # noqa: BLE001 - an answer that is not one
             _policy_raised(call, "approval", exc)
             return False
+        if ask is not None and answer != "deferred":
+            # A decision given at resume, published as the service's would be
+            # (a logged decision a recovery applies again has no Ask: it was
+            # published when it was given; a call left deferred got none).
+            _published(rt, execution, ask, answer)
+        decision = _decide(call, ask, answer)
         if type(decision) is Allow and ask is not None:
             approve(execution, ask, _definition(call))
     # Without a listener the waterfall is its default, Allow() (unless the
@@ -280,13 +286,19 @@ def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
         # An async approval service: awaited on the batch's loop (this thread waits).
         answer = _awaiter(rt, call)(answer)
     answer = _answer(call, answer)
-    events = rt.events
-    if events.has_listeners("tools/approval"):
-        events.emit("tools/approval", execution, ask, answer, agent=execution.agent)
+    _published(rt, execution, ask, answer)
     decision = _decide(call, ask, answer)
     if type(decision) is Allow:
         approve(execution, ask, _definition(call))
     return decision
+
+
+def _published(rt: Kernel, execution: Any, ask: Ask, answer: str) -> None:
+    """``tools/approval``: ``answer`` was given to ``ask`` (the approval
+    service's, or a resume's decision), before it takes effect."""
+    events = rt.events
+    if events.has_listeners("tools/approval"):
+        events.emit("tools/approval", execution, ask, answer, agent=execution.agent)
 
 
 def _definition(call: Call) -> Any:

@@ -318,9 +318,8 @@ def test_a_deferred_approval_ends_the_span_and_the_resumed_call_gets_its_own(rt:
     assert resumed.attributes["gen_ai.tool.call.id"] == "c1"
     assert "error.type" not in resumed.attributes
     assert [count for _, count in otel.durations()] == [1]
-    # From the resume's decision (the guards) to tools/result: the body inside
-    # it. No tools/approval at resume: the answer, but how long the person
-    # took is not known here.
+    # From the resume's decision (tools/approval) to tools/result: the body
+    # inside it. How long the person took is not known here.
     assert events(resumed) == [("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"})]
 
 
@@ -329,9 +328,8 @@ def test_a_deferred_approval_ends_the_span_and_the_resumed_call_gets_its_own(rt:
     [("rejected", 'the user rejected tool "lookup"'), ("cancelled", 'approval for tool "lookup" was cancelled')],
 )
 def test_a_denial_given_at_resume_is_a_denied_span_of_its_own(rt: Any, otel: Otel, decision: str, message: str) -> None:
-    """No hook shows the policy a decision given at resume: the call settles
-    before any it sees, so its span is made at ``tools/result``, with the
-    denial's message (the documented gap), not an answer it did not see."""
+    """The decision given at resume is the answer (``tools/approval``): the
+    resumed call's span shows it, and its status the denial's message."""
     rt.tools.register(tool())
     rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
     rt.approvals.set(lambda request: "deferred")
@@ -340,7 +338,7 @@ def test_a_denial_given_at_resume_is_a_denied_span_of_its_own(rt: Any, otel: Ote
     rt.tools.resume(suspended.suspension, {"c1": decision})
     waiting, resumed = otel.tool_spans()
     assert events(waiting)[-1][0] == "dsh.tool.approval.deferred"
-    assert events(resumed) == [("dsh.tool.denied", {"dsh.reason": message})]
+    assert events(resumed) == [("dsh.tool.approval.answered", {"dsh.answer": decision})]
     assert resumed.attributes["error.type"] == "_OTHER" and resumed.status.description == message
 
 
