@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import sys
 import typing
@@ -172,6 +173,15 @@ def tool(
     directly; the function is also ``definition.execute.__wrapped__``. No
     other definition is callable.
 
+    ``definition.execute`` pickles as what it was made of, never as its
+    validators: the execute of a module-level definition (``module.qualname``
+    of the function is this definition) as that reference, any other as the
+    function, its resolved hints and the tool's name, decorated again where
+    it is loaded. So cloudpickle takes it (a ``RayExecutor`` ships it), and
+    plain :mod:`pickle` the first kind, and the second when the function
+    pickles by reference. Either way the copy validates and behaves as the
+    original; ``copy.copy`` and ``copy.deepcopy`` give it back itself.
+
     Raises :class:`~dsh_actors.RegistrationError` naming the tool and the
     fix for what cannot become a tool (``*args``, a hint pydantic cannot
     validate or describe, an annotation that does not resolve, the name
@@ -206,17 +216,18 @@ def tool(
 
 
 class _Options(typing.NamedTuple):
+    # (The defaults are tool()'s: a rebuilt execute, see _ToolExecute, needs only the name.)
     name: str | None
-    description: str | None
-    concurrency_safe: bool | Callable[[Any], bool] | None
-    timeout_ms: float | None
-    idempotent: bool
-    requires_approval: bool | Callable[[Any], bool]
-    meta: Mapping[str, Any] | None
-    render: Render | None
-    presentation_meta: PresentationMeta | None
-    present_call: PresentCall | None
-    present_result: PresentResult | None
+    description: str | None = None
+    concurrency_safe: bool | Callable[[Any], bool] | None = None
+    timeout_ms: float | None = None
+    idempotent: bool = False
+    requires_approval: bool | Callable[[Any], bool] = False
+    meta: Mapping[str, Any] | None = None
+    render: Render | None = None
+    presentation_meta: PresentationMeta | None = None
+    present_call: PresentCall | None = None
+    present_result: PresentResult | None = None
 
 
 def _is_context(hint: Any) -> bool:
@@ -245,7 +256,12 @@ def _described(hint: Any) -> bool:
     return any(isinstance(m, FieldInfo) and m.description for m in typing.get_args(hint)[1:])
 
 
-def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> TypedToolDefinition:
+def _build(
+    fn: _Function, options: _Options, localns: dict[str, Any] | None, hints: dict[str, Any] | None = None
+) -> TypedToolDefinition:
+    """The definition of ``fn``; ``hints``: its type hints resolved already
+    (a rebuilt execute's, see :class:`_ToolExecute`), else resolved here
+    with ``localns``."""
     if isinstance(fn, ToolDefinition):
         raise RegistrationError("@tool was applied twice (this is a ToolDefinition already)", tool=fn.name)
     given: object = fn  # (typed a function; @tool("x") passes the name)
@@ -274,7 +290,8 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
         )
     try:
         signature = inspect.signature(fn)
-        hints = typing.get_type_hints(fn, localns=localns, include_extras=True)
+        if hints is None:
+            hints = typing.get_type_hints(fn, localns=localns, include_extras=True)
     except (NameError, TypeError, ValueError, SyntaxError, AttributeError) as err:
         fix = (
             "write each string annotation as a Python expression"  # ("list[int")
@@ -357,9 +374,10 @@ def _build(fn: _Function, options: _Options, localns: dict[str, Any] | None) -> 
 
     arguments = PydanticEnforcer(arguments_model.__pydantic_validator__, parameters, hand_over=True)
     output = PydanticEnforcer(output_adapter.validator, output_json_schema)
-    execute = _execute(
+    body = _execute(
         shown, fn, arguments, output_adapter, dump, tuple(by_name), tuple(positional), context, context_positional
     )
+    execute = _ToolExecute(body, shown, (fn, options.name, hints))
     setattr(execute, OWN_VALIDATORS, OwnValidators(parameters=arguments, output=output, function=fn))
 
     safe = options.concurrency_safe
@@ -544,7 +562,83 @@ def _execute(
             return to_json(value)
 
         wrapper = execute_sync
-    wrapper.__name__ = "execute"
-    wrapper.__qualname__ = f"tool({name!r}).execute"
-    wrapper.__wrapped__ = fn
     return wrapper
+
+
+class _ToolExecute(functools.partial[Any]):
+    """A ``@tool`` definition's ``execute``: its validating body (the one
+    function :func:`_execute` made, called as it is: ``inspect`` sees
+    through a ``partial``, so an ``async def``'s is still async), which
+    pickles as what it was made of: the function, the tool's name as given
+    and the function's resolved type hints (``_made_of``), never the
+    validators (pydantic-core's validator of the arguments' model, which
+    ``create_model`` made and no module holds, does not round-trip).
+
+    The execute of a module-level definition (``fn.__module__`` then
+    ``fn.__qualname__`` reach, in this process, the definition whose
+    execute this is; ``__main__`` excepted, which is another module where
+    it is loaded) pickles as that reference: loading imports the module
+    and takes its definition's execute. Any other (a local tool, a
+    definition made by calling ``tool(fn)``, a bound method's) pickles as
+    ``(fn, name, hints)`` and is decorated again where it is loaded, the
+    hints given (they may name what only the decorating frame saw), so a
+    cloudpickled local function works too. Copies are the object itself,
+    as for a function."""
+
+    __name__: str
+    __qualname__: str
+    __wrapped__: _Function
+    _made_of: tuple[_Function, str | None, dict[str, Any]]
+
+    def __new__(
+        cls, body: _Function, shown: str, made_of: tuple[_Function, str | None, dict[str, Any]]
+    ) -> _ToolExecute:
+        execute = super().__new__(cls, body)
+        execute.__name__ = "execute"
+        execute.__qualname__ = f"tool({shown!r}).execute"
+        execute.__wrapped__ = made_of[0]
+        execute._made_of = made_of
+        return execute
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fn, name, hints = self._made_of
+        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        if type(module) is str and type(qualname) is str and module != "__main__":
+            found = _definition_at(sys.modules.get(module), qualname)
+            if found is not None and found.execute is self:
+                return (_module_tool_execute, (module, qualname))
+        return (_rebuilt_execute, (fn, name, hints))
+
+    def __repr__(self) -> str:
+        return f"<{self.__qualname__}>"
+
+    def __copy__(self) -> _ToolExecute:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _ToolExecute:
+        return self
+
+
+def _definition_at(module: object, qualname: str) -> TypedToolDefinition | None:
+    """The ``@tool`` definition at ``qualname`` in ``module``, or None."""
+    found: object = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found if isinstance(found, TypedToolDefinition) else None
+
+
+def _module_tool_execute(module: str, qualname: str) -> Any:
+    """Load a module-level definition's execute (see :class:`_ToolExecute`)."""
+    found = _definition_at(importlib.import_module(module), qualname)
+    if found is None:
+        raise InvalidTypeError(
+            f"{module}.{qualname} is no @tool definition here, where a pickled @tool execute names it: install the "
+            "same version of that module wherever the tool runs"
+        )
+    return found.execute
+
+
+def _rebuilt_execute(fn: _Function, name: str | None, hints: dict[str, Any]) -> Any:
+    """Load the execute of a tool that is not module-level: ``fn``
+    decorated again (see :class:`_ToolExecute`)."""
+    return _build(fn, _Options(name), None, hints).execute

@@ -15,8 +15,10 @@ from collections import defaultdict
 from typing import Any
 
 import ray
+from pydantic import BaseModel, Field
 
-from dsh_actors import AbortError, ToolOutput, UserMessage, define_tool, text
+from dsh_actors import AbortError, ToolOutput, ToolRunContext, UserMessage, define_tool, text
+from dsh_actors import tool as typed_tool
 
 NAMESPACE = "dsh-tests"
 GATE = "gate"
@@ -264,6 +266,42 @@ class Counter:
 
     def total_now(self, args: Any, ctx: Any) -> Any:
         return self.total
+
+
+# --------------------------------------------------------------------------
+# @tool definitions (their execute pickles as what it was made of)
+# --------------------------------------------------------------------------
+
+
+class Submission(BaseModel):
+    answer: str
+    points: int = Field(ge=0)
+
+
+class Grade(BaseModel):
+    pid: int
+    call_id: str
+    score: int
+
+
+@typed_tool(meta={"ray": True})
+def grade(submission: Submission, ctx: ToolRunContext) -> Grade:
+    """Grade a submission (module-level: shipped as a reference to this
+    definition, which the worker imports)."""
+    if submission.answer == "boom":
+        raise ValueError(f"cannot grade {submission.answer!r}")
+    return Grade(pid=os.getpid(), call_id=ctx.call_id, score=submission.points * 2)
+
+
+def make_scaler(factor: int) -> Any:
+    """A local @tool (shipped by value: decorated again on the worker)."""
+
+    @typed_tool(meta={"ray": True})
+    async def scale(n: int) -> dict[str, int]:
+        """Scale a number."""
+        return {"pid": os.getpid(), "scaled": n * factor}
+
+    return scale
 
 
 # --------------------------------------------------------------------------

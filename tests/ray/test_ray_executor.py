@@ -119,6 +119,34 @@ def test_a_body_that_raises_fails_with_its_class_and_message(rt: Any, make_execu
     assert (invalid.error.info.name, invalid.error.info.code) == ("ToolArgsError", ErrorCode.INVALID_ARGS)
 
 
+def test_an_at_tool_runs_on_a_worker_with_its_validation(rt: Any, make_executor: Any, gate: Any) -> None:
+    rt.tools.register(rt_tools.grade)  # module-level: the worker imports it
+    rt.tools.register(rt_tools.make_scaler(3))  # local: decorated again on the worker
+    rt.tools.set_executor(make_executor())
+    result = rt.tools.execute(
+        batch(
+            ("ok", "grade", {"submission": {"answer": "42", "points": 4}}),
+            ("bad", "grade", {"submission": {"answer": "42", "points": -1}}),
+            ("boom", "grade", {"submission": {"answer": "boom", "points": 1}}),
+            ("local", "scale", {"n": 5}),
+        )
+    )
+    ok, bad, boom, local = (r.result for r in result.results)
+    assert not ok.is_error, ok
+    assert ok.value["pid"] != os.getpid()
+    assert ok.value == {"pid": ok.value["pid"], "call_id": "ok", "score": 8}  # the model dumped on the worker
+    assert bad.is_error and bad.error.info is not None
+    assert (bad.error.info.name, bad.error.info.code) == ("ToolArgsError", ErrorCode.INVALID_ARGS)
+    assert (
+        bad.error.message == 'invalid arguments: "value.submission.points": Input should be greater than or equal to 0'
+    )
+    assert boom.is_error and boom.error.info is not None
+    assert (boom.error.info.name, boom.error.info.code) == ("RemoteToolError", ErrorCode.TOOL_FAILED)
+    assert boom.error.message == "ValueError: cannot grade 'boom'"
+    assert not local.is_error, local
+    assert local.value["pid"] != os.getpid() and local.value["scaled"] == 15
+
+
 def test_values_deferred_contexts_and_conclude_turn_travel_back(rt: Any, make_executor: Any, gate: Any) -> None:
     rt.tools.register(rt_tools.tool("done", rt_tools.concludes, meta=REMOTE))
     rt.tools.register(rt_tools.tool("bad", rt_tools.returns_a_set, meta=REMOTE))
