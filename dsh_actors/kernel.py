@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
 from .errors import InvalidStateError, RuntimeStoppedError
 
@@ -198,3 +199,40 @@ def refuse_blocking_a_loop(rt: Kernel, what: str, instead: str, runs: str) -> No
             f"{what} would block the runtime's own event loop ({runs} there, "
             f"so it could never finish): use await rt.tools.{instead} from an async body"
         )
+
+
+_T = TypeVar("_T")
+
+
+class BatchFuture(Future[_T]):
+    """The future ``submit`` returns (``rt.tools.submit``,
+    ``NativeExecutor.submit``): a ``concurrent.futures.Future`` whose
+    blocking ``result()`` and ``exception()`` wait as ``rt.tools.execute``
+    does: refused on a loop the batch's async tools need
+    (:func:`refuse_blocking_a_loop`), and lending the calling actor's slot
+    while they wait (``rt.waiting()``), so a tool body or a hook that waits
+    on a nested batch this way never holds the budget others need.
+    (``concurrent.futures.wait`` and ``as_completed`` wait without it: in a
+    body, wait inside ``with rt.waiting():``.)"""
+
+    def __init__(self, rt: Kernel) -> None:
+        super().__init__()
+        self._kernel = rt
+
+    def result(self, timeout: float | None = None) -> _T:
+        if self.done():
+            return super().result(timeout)
+        with self._waiting():
+            return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self.done():
+            return super().exception(timeout)
+        with self._waiting():
+            return super().exception(timeout)
+
+    def _waiting(self) -> AbstractContextManager[Any]:
+        rt = self._kernel
+        if rt.running:  # (stopped: the stop answers the batch; waiting for that is fine)
+            refuse_blocking_a_loop(rt, "submit(batch).result()", "execute_async(batch)", "its async tools run")
+        return rt.waiting()

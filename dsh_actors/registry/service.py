@@ -41,7 +41,7 @@ from ..actors import ASK_TIMEOUT, actor_thread_ident
 from ..errors import InvalidTypeError, RegistrationError, RuntimeStoppedError, safe_str
 from ..events import Disposer
 from ..execution import ToolExecutionInput
-from ..kernel import refuse_blocking_a_loop
+from ..kernel import BatchFuture, refuse_blocking_a_loop
 from ..messages import (
     AddGuard,
     Register,
@@ -388,8 +388,10 @@ class ToolsService:
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
         """Start ``batch`` on the nearest executor of its agent (a scoped
         service fills in its own agent when the batch has none) and return
-        the future of its result. Never blocks."""
-        future: Future[ToolBatchResult] = Future()
+        the future of its result. Never blocks; the future's ``result()``
+        waits as :meth:`execute` does (a ``BatchFuture``: refused on a loop
+        the batch's async tools need, lending the calling actor's slot)."""
+        future: Future[ToolBatchResult] = BatchFuture(self._kernel)
         self._start(batch, future)
         return future
 
@@ -794,9 +796,12 @@ class ToolsService:
         future: Future[T] = Future()
         try:
             start(future, asyncio.get_running_loop())
-            if controller is None:
-                return await asyncio.wrap_future(future)
-            result: T = await await_settled(future, partial(controller.abort, "the task awaiting it was cancelled"))
+            # (A loop run by a tool body's or a hook's thread, asyncio.run(...):
+            # its slot is lent while it waits, as execute's.)
+            with self._kernel.waiting():
+                if controller is None:
+                    return await asyncio.wrap_future(future)
+                result: T = await await_settled(future, partial(controller.abort, "the task awaiting it was cancelled"))
             return result
         finally:
             if controller is not None:

@@ -50,7 +50,7 @@ from ..errors import (
 )
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
-from ..kernel import refuse_blocking_a_loop
+from ..kernel import BatchFuture, refuse_blocking_a_loop
 from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..pipeline.results import failure_from_exception
@@ -223,9 +223,11 @@ class NativeExecutor:
                     return future.result()
 
     def submit(self, batch: ToolBatchInput) -> Future[ToolBatchResult]:
-        """Start ``batch``; the future settles once every started call has."""
-        future: Future[ToolBatchResult] = Future()
-        self.submit_into(batch, future)
+        """Start ``batch``; the future settles once every started call has
+        (a ``BatchFuture``: its ``result()`` waits as :meth:`execute` does)."""
+        rt = self._rt
+        future: Future[ToolBatchResult] = Future() if rt is None else BatchFuture(rt)
+        self.submit_into(batch, future)  # (not bound: refused)
         return future
 
     def submit_into(

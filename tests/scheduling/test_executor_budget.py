@@ -124,11 +124,17 @@ def test_a_done_callback_running_a_nested_batch_finishes_it(ends_on: str) -> Non
     assert nested == [["leaf"] * 3]
 
 
-@pytest.mark.parametrize("how", ["registry ask", "native executor"])
+@pytest.mark.parametrize(
+    "how", ["registry ask", "native executor", "submit", "native submit", "asyncio.run of execute_async"]
+)
 def test_a_body_waiting_on_a_nested_batch_through_another_entry_point_lends_its_slot(how: str) -> None:
-    # rt.registry.ask(ExecuteBatch(...)) and NativeExecutor.execute(...)
-    # waited without lending the body's slot: at a budget of one, two
-    # parents each waiting on a nested batch never finished.
+    # rt.registry.ask(ExecuteBatch(...)), NativeExecutor.execute(...),
+    # a submitted batch's future.result() and a loop the body runs
+    # (asyncio.run(rt.tools.execute_async(...))) waited without lending the
+    # body's slot: at a budget of one, two parents each waiting on a nested
+    # batch never finished.
+    import asyncio
+
     from dsh_actors import NativeExecutor
     from dsh_actors.messages import ExecuteBatch
 
@@ -141,8 +147,14 @@ def test_a_body_waiting_on_a_nested_batch_through_another_entry_point_lends_its_
             inner_batch = ToolBatchInput(calls=calls("leaf", "leaf"))
             if how == "registry ask":
                 inner = rt.registry.ask(ExecuteBatch(inner_batch))
-            else:
+            elif how == "native executor":
                 inner = native.execute(inner_batch)
+            elif how == "submit":
+                inner = rt.tools.submit(inner_batch).result()
+            elif how == "native submit":
+                inner = native.submit(inner_batch).result()
+            else:
+                inner = asyncio.run(rt.tools.execute_async(inner_batch))
             return "+".join(r.result.value for r in inner.results)
 
         rt.tools.register(make_tool("parent", parent))
@@ -150,7 +162,7 @@ def test_a_body_waiting_on_a_nested_batch_through_another_entry_point_lends_its_
     assert [r.result.value for r in batch.results] == ["leaf+leaf"] * 2
 
 
-@pytest.mark.parametrize("how", ["registry ask", "native executor"])
+@pytest.mark.parametrize("how", ["registry ask", "native executor", "submit", "native submit"])
 def test_waiting_on_a_batch_from_the_runtimes_own_loop_is_refused_at_once(how: str) -> None:
     # (As rt.tools.execute is.) Before, rt.registry.ask(ExecuteBatch(...))
     # from an async body on the runtime's loop blocked that loop, which the
@@ -171,14 +183,21 @@ def test_waiting_on_a_batch_from_the_runtimes_own_loop_is_refused_at_once(how: s
             inner_batch = ToolBatchInput(calls=calls("async_leaf"))
             if how == "registry ask":
                 rt.registry.ask(ExecuteBatch(inner_batch))
-            else:
+            elif how == "native executor":
                 native.execute(inner_batch)
+            elif how == "submit":
+                rt.tools.submit(inner_batch).result()
+            else:
+                native.submit(inner_batch).result()
             return "ran"
 
         rt.tools.register(make_tool("outer", outer))
         result = rt.tools.execute(ToolBatchInput(calls=calls("outer"))).results[0].result
     assert result.is_error and result.error.info.code == "INVALID_USE"
-    what = "rt.registry.ask(ExecuteBatch(...))" if how == "registry ask" else "NativeExecutor.execute()"
+    what = {
+        "registry ask": "rt.registry.ask(ExecuteBatch(...))",
+        "native executor": "NativeExecutor.execute()",
+    }.get(how, "submit(batch).result()")
     assert result.error.message == (
         f"{what} would block the runtime's own event loop (its async tools run there, so it could never "
         "finish): use await rt.tools.execute_async(batch) from an async body"
