@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import re
 import sys
 import uuid
@@ -40,7 +42,16 @@ from acp.schema import (
 from loguru import logger
 
 import examples.tools
-from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolBatchResult, ToolCall, ToolRuntime
+from dsh_actors import (
+    Agent,
+    LogStep,
+    Session,
+    ToolBatchInput,
+    ToolBatchResult,
+    ToolCall,
+    ToolRuntime,
+    printable,
+)
 from dsh_actors.acp import AcpSession, attach, serve
 
 _CALL_LINE = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(\{.*)?$")
@@ -97,10 +108,15 @@ class ScriptedAgent:
         )
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
-        return None
+        # initialize offers no authentication method: none is known.
+        raise RequestError.invalid_params(
+            {"methodId": f"unknown authentication method {method_id!r}: this agent needs no authentication"}
+        )
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         assert self.client is not None, "the SDK connects before any request"
+        if not os.path.isabs(cwd):
+            raise RequestError.invalid_params({"cwd": f"{cwd!r} is not an absolute path (ACP requires one)"})
         if not Path(cwd).is_dir():
             raise RequestError.invalid_params({"cwd": f"{cwd!r} is not a folder"})
         session_id = f"sess_{uuid.uuid4().hex[:12]}"
@@ -120,6 +136,10 @@ class ScriptedAgent:
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         session = self._session(session_id)
+        if session.turn_running:  # (ACP: one prompt at a time; a turn not started takes no turn number)
+            raise RequestError.invalid_request(
+                {"sessionId": f"session {session_id!r} is already running a prompt: wait for its answer or cancel it"}
+            )
         self.turns[session_id] += 1
         turn_number = self.turns[session_id]
         text = "\n".join(block.text for block in prompt if getattr(block, "type", None) == "text")
@@ -157,6 +177,23 @@ class ScriptedAgent:
             await session.aclose()
 
 
+class _StdlibToLoguru(logging.Handler):
+    """What the SDK logs through the standard ``logging`` module (a client's
+    notification whose parameters are not valid, say) as one loguru line,
+    without the traceback Python's last resort printed whole."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.exc_info is not None and record.exc_info[1] is not None:
+                text += f": {record.exc_info[1]}"
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            level = "ERROR" if record.levelno >= logging.ERROR else "WARNING"  # (the root logger takes WARNING and up)
+            logger.log(level, "{}", printable(" | ".join(lines)))
+        except Exception:  # noqa: BLE001 - logging never raises into the code that logged
+            self.handleError(record)
+
+
 async def run(agent: ScriptedAgent) -> None:
     try:
         await serve(agent)
@@ -174,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     # stdout carries the protocol: everything else goes to stderr.
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
+    logging.basicConfig(level=logging.WARNING, handlers=[_StdlibToLoguru()])
     for name in ("dsh_actors", "policies", "executors"):
         logger.enable(name)
     with ToolRuntime() as rt:  # stopping it drains the batches a disconnect cancelled

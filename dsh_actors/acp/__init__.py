@@ -48,7 +48,9 @@ While a session is attached:
   parent: ``{"dsh_actors": {"parentToolCallId": "<root call id>"}}``;
 * an ``Ask`` is asked through ``session/request_permission`` with the four
   options of :data:`PERMISSION_OPTIONS` (allow once, always allow, reject,
-  always reject). An "always" answer is remembered for that tool name for
+  always reject); the request's tool call is the call's pending card, its
+  content the ask's reason (as text) followed by the card's own (a diff
+  card's proposed diff stays shown while the person decides). An "always" answer is remembered for that tool name for
   the rest of the session (later calls are not asked). A request the client
   answers ``cancelled``, or whose call's signal fires first, answers
   ``"cancelled"``; a closed connection, or a client that does not take
@@ -67,6 +69,9 @@ While a session is attached:
   report as a line of text (``2/4 (50%) copying b.txt``) and whose
   ``_meta["dsh_actors"]["progress"]`` holds its numbers; the runtime
   delivers them in order and none after the call's ``tools/result``.
+  Reports are merged: while a call's progress update waits to be sent, a
+  newer report replaces it (the latest wins), so a body reporting faster
+  than the client reads sends fewer updates, never a backlog.
 
 Threads: see :mod:`._bridge`. Attach on the connection's event loop, and
 run the turn's batches with ``await rt.tools.execute_async(...)`` there: a

@@ -94,8 +94,11 @@ class _Started:
 
 @dataclass(frozen=True, slots=True)
 class _Progressed:
+    """The call has a progress report to show: the latest one, held in
+    :attr:`_State.progress` until the pump sends it (reports made meanwhile
+    replace it)."""
+
     call_id: str
-    progress: ToolProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,9 @@ class _State:
     """The fields several threads touch, under :attr:`AcpSession._lock`."""
 
     remembered: dict[str, str] = field(default_factory=dict)
+    progress: dict[str, ToolProgress] = field(default_factory=dict)
+    """Each call's latest progress report not sent yet (its ``_Progressed``
+    is queued)."""
     turn: AbortController | None = None
     detached: bool = False
 
@@ -163,8 +169,9 @@ class _State:
 class AcpSession:
     """A runtime attached to one ACP session (see :func:`attach`).
 
-    :meth:`turn` runs a prompt turn, :meth:`cancel` (the handler of the
-    client's ``session/cancel``) aborts it, :meth:`flush` waits until every
+    :meth:`turn` runs a prompt turn (:attr:`turn_running` says whether one
+    runs), :meth:`cancel` (the handler of the client's ``session/cancel``)
+    aborts it, :meth:`flush` waits until every
     update posted so far was sent, :meth:`detach` (or ``await aclose()``,
     or ``async with``) removes the listeners and the approval service.
     """
@@ -239,6 +246,14 @@ class AcpSession:
             with self._lock:
                 self._state.turn = None
             await self.flush()
+
+    @property
+    def turn_running(self) -> bool:
+        """Whether a prompt turn is running (:meth:`turn` would refuse
+        another): a ``session/prompt`` handler answers a second prompt with
+        a JSON-RPC error instead of starting it."""
+        with self._lock:
+            return self._state.turn is not None
 
     def cancel(self) -> bool:
         """Abort the running prompt turn (its batches stop starting calls,
@@ -361,9 +376,17 @@ class AcpSession:
 
     def _on_progress(self, execution: ToolExecution, progress: ToolProgress) -> None:
         """``tools/progress``: the running call's progress, as an update.
-        The runtime delivers a call's reports in order and none after its
-        ``tools/result``; the pump keeps that order on the wire."""
-        self._post(_Progressed(execution.call_id, progress))
+        The runtime delivers a call's reports in order (after its body
+        started) and none after its ``tools/result``; the pump keeps that
+        order on the wire. Reports are merged: while one is queued and not
+        yet sent, a newer one replaces it (the latest progress wins), so a
+        body that reports faster than the client reads costs no backlog."""
+        call_id = execution.call_id
+        with self._lock:
+            queued = call_id in self._state.progress
+            self._state.progress[call_id] = progress
+            if not queued and not self._post(_Progressed(call_id)):
+                del self._state.progress[call_id]  # no pump will send it
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionSuccess | ToolExecutionFailure) -> None:
         """``tools/result``: the call ends, completed or failed, with its result card."""
@@ -460,7 +483,9 @@ class AcpSession:
             case _Started(call_id=call_id):
                 if call_id in self._known:
                     await self._update(call_id, {"status": "in_progress"})
-            case _Progressed(call_id=call_id, progress=progress):
+            case _Progressed(call_id=call_id):
+                with self._lock:
+                    progress = self._state.progress.pop(call_id)
                 if call_id in self._known:
                     await self._update(call_id, _progress_fields(progress))
             case _Settled():
@@ -514,10 +539,14 @@ class AcpSession:
         known = self._known.get(item.call_id)
         tool_call: dict[str, Any] = {"toolCallId": item.call_id}
         if known is not None:
-            tool_call.update({key: value for key, value in known.fields.items() if key != "content"})
+            tool_call.update(known.fields)
             tool_call["title"] = known.title
-        if item.reason:
-            tool_call["content"] = [{"type": "content", "content": {"type": "text", "text": item.reason}}]
+        # ACP's content replaces the card's: the reason comes first, then
+        # what the call card showed pending (a proposed diff), to judge.
+        content = [{"type": "content", "content": {"type": "text", "text": item.reason}}] if item.reason else []
+        content += tool_call.pop("content", [])
+        if content:
+            tool_call["content"] = content
         options = [
             PermissionOption.model_validate({"optionId": i, "name": n, "kind": k}) for i, n, k in PERMISSION_OPTIONS
         ]

@@ -106,6 +106,8 @@ class Running:
     session_id: str
     root: Path
     logs: Path
+    stderr: str = ""
+    """What the agent wrote on stderr (once it exited: after the block)."""
 
     async def prompt(self, text: str) -> Any:
         return await asyncio.wait_for(self.conn.prompt(session_id=self.session_id, prompt=[text_block(text)]), BOUND)
@@ -199,10 +201,12 @@ async def agent_process(tmp_path: Path, *args: str, client: RecordingClient | No
     )
     assert process.stdin is not None and process.stdout is not None
     conn = connect_to_agent(client, process.stdin, process.stdout, observers=[client.observe])
+    running: Running | None = None
     try:
         await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), BOUND)
         session = await asyncio.wait_for(conn.new_session(cwd=str(root), mcp_servers=[]), BOUND)
-        yield Running(conn, process, client, session.session_id, root, logs)
+        running = Running(conn, process, client, session.session_id, root, logs)
+        yield running
     finally:
         await conn.close()
         if process.returncode is None:
@@ -216,6 +220,8 @@ async def agent_process(tmp_path: Path, *args: str, client: RecordingClient | No
     assert process.stderr is not None
     stderr = (await process.stderr.read()).decode()
     assert process.returncode == 0, f"the agent exited {process.returncode}:\n{stderr}"
+    if running is not None:
+        running.stderr = stderr
 
 
 def run(scenario: Callable[[], Any]) -> Any:

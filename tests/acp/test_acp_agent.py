@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("acp", reason="the acp extra is part of the test extra")
 sys.path.insert(0, str(Path(__file__).parent))
 
+from acp import RequestError
 from harness import BOUND, Fifo, RecordingClient, Running, agent_process, call, run
 
 pytestmark = pytest.mark.slow
@@ -397,5 +398,45 @@ def test_ptc_sub_calls_appear_under_their_run_code_call(tmp_path: Path) -> None:
             assert order.index((sub, "completed")) < order.index(("call_1_1", "completed"))
             end = client.tool_updates("call_1_1")[-1]
             assert end["rawOutput"]["is_error"] is False
+
+    run(scenario)
+
+
+def test_requests_the_agent_cannot_take_get_json_rpc_errors_and_no_traceback(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path) as agent:
+            with pytest.raises(RequestError) as relative:
+                await asyncio.wait_for(agent.conn.new_session(cwd=".", mcp_servers=[]), BOUND)
+            assert relative.value.code == -32602
+            assert relative.value.data == {"cwd": "'.' is not an absolute path (ACP requires one)"}
+            with pytest.raises(RequestError) as unknown:
+                await asyncio.wait_for(agent.conn.authenticate(method_id="password"), BOUND)
+            assert unknown.value.code == -32602
+            assert unknown.value.data == {
+                "methodId": "unknown authentication method 'password': this agent needs no authentication"
+            }
+            # A notification is not answered: the SDK logs its invalid parameters (one line, below).
+            await agent.send_raw(b'{"jsonrpc": "2.0", "method": "session/cancel", "params": {"x": 1}}\n')
+
+            up = Fifo(agent.root, "up.fifo")
+            gate = Fifo(agent.root, GATE)
+            turn = agent.start_prompt(call("run_shell", command=BLOCKING))
+            await _started(agent, "call_1_1", up)
+            with pytest.raises(RequestError) as second:
+                await agent.prompt(call("run_shell", command="echo never"))
+            assert second.value.code == -32600
+            assert second.value.data == {
+                "sessionId": f"session {agent.session_id!r} is already running a prompt: wait for its answer or cancel it"
+            }
+            await gate.write("released\n")
+            assert (await asyncio.wait_for(turn, BOUND)).stop_reason == "end_turn"
+            # The refused prompt took no turn: the next one is turn 2.
+            assert (await agent.prompt(call("run_shell", command="echo next"))).stop_reason == "end_turn"
+            assert agent.client.status_of("call_2_1") == "completed"
+            assert [e["turn"] for e in agent.log_events() if e["type"] == "tool/call"] == [1, 2]
+        assert "Traceback" not in agent.stderr, agent.stderr
+        logged = [line for line in agent.stderr.splitlines() if "session/cancel" in line]
+        assert len(logged) == 1 and "ERROR" in logged[0], agent.stderr
+        assert "Unhandled error while handling notification method=session/cancel: 1 validation error" in logged[0]
 
     run(scenario)

@@ -28,6 +28,8 @@ from harness import BOUND, RecordingClient, call
 from dsh_actors import (
     Agent,
     Ask,
+    DiffCallView,
+    FileDiff,
     GenericCallView,
     NativeExecutor,
     ToolBatchInput,
@@ -174,11 +176,28 @@ def test_a_detached_session_shows_nothing_and_gives_the_approval_service_back(rt
     asyncio.run(scenario())
 
 
+class ProgressSeen(RecordingClient):
+    """Records; each progress update it receives releases one ``seen``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = threading.Semaphore(0)
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        await super().session_update(session_id, update, **kwargs)
+        if update.field_meta is not None:
+            self.seen.release()
+
+
 def test_a_calls_progress_reaches_the_client_in_order_between_start_and_end(rt: ToolRuntime, tmp_path: Path) -> None:
+    # Each report waits until the client has its update (reports made while
+    # one is unsent are merged: see test_acp_probe).
+    client = ProgressSeen()
+
     def copy(args: Any, ctx: Any) -> str:
-        ctx.report_progress(1, 4, "a.txt")
-        ctx.report_progress(2, 4)
-        ctx.report_progress(2.5)
+        for report in ((1, 4, "a.txt"), (2, 4), (2.5,)):
+            ctx.report_progress(*report)
+            assert client.seen.acquire(timeout=BOUND), "the client to receive the report"
         return "copied"
 
     copier = define_tool(
@@ -190,7 +209,7 @@ def test_a_calls_progress_reaches_the_client_in_order_between_start_and_end(rt: 
     )
 
     async def scenario() -> None:
-        async with in_process(rt, tmp_path) as running:
+        async with in_process(rt, tmp_path, client) as running:
             session = running.agent.sessions[running.session_id]
             rt.tools.scope(session.agent).register(copier)
             response = await running.prompt(call("copy_files"))
@@ -273,3 +292,36 @@ def test_a_call_prepared_again_appears_once_and_its_approval_is_not_asked_again(
         asyncio.run(scenario())
     finally:
         release.set()
+
+
+def test_a_permission_request_shows_the_reason_and_keeps_the_proposed_diff(rt: ToolRuntime, tmp_path: Path) -> None:
+    # ACP's content replaces the card's: a request carrying the reason alone
+    # wiped the diff the person has to judge.
+    edit = define_tool(
+        name="edit",
+        description="Edit a file.",
+        parameters={"path": {"type": "string", "required": True}},
+        output=ToolOutput(schema={"type": "string"}),
+        execute=lambda args, ctx: "edited",
+        present_call=lambda args: DiffCallView(
+            title=f"edit {args['path']}", diffs=(FileDiff(args["path"], "old\n", "new\n"),)
+        ),
+    )
+
+    async def scenario() -> None:
+        client = RecordingClient(choices=["allow-once"])
+        async with in_process(rt, tmp_path, client) as running:
+            session = running.agent.sessions[running.session_id]
+            rt.tools.scope(session.agent).register(edit)
+            rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="edit x.py?"), scope=session.agent)
+            response = await running.prompt(call("edit", path="x.py"))
+            assert response.stop_reason == "end_turn"
+            diff = {"type": "diff", "path": f"{tmp_path}/x.py", "oldText": "old\n", "newText": "new\n"}
+            assert client.tool_updates("call_1_1")[0]["content"] == [diff]
+            [(tool_call, _)] = client.permissions
+            asked = tool_call.model_dump(mode="json", by_alias=True, exclude_none=True)
+            assert asked["content"] == [{"type": "content", "content": {"type": "text", "text": "edit x.py?"}}, diff]
+            assert (asked["title"], asked["kind"]) == ("edit x.py", "edit")
+            assert client.status_of("call_1_1") == "completed"
+
+    asyncio.run(scenario())

@@ -281,3 +281,76 @@ def test_an_approval_asked_after_the_connections_loop_ended_answers_unavailable_
     assert not batch.is_alive(), "the approval waited for an answer no one will give"
     error = results[0].results[0].result.error
     assert error.message == 'tool "ping" requires approval, but no approval channel is available'
+
+
+class HeldAtFirstProgress(Updates):
+    """Records the tool updates; sending the first progress update waits
+    (the connection is slow) until the test releases it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = threading.Event()
+        self.release = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        await super().session_update(session_id, update, **kwargs)
+        if self.updates[-1].get("_meta") and not self.holding.is_set():
+            self.holding.set()
+            await self.release.wait()
+
+
+def test_progress_reported_while_an_update_is_being_sent_is_merged_into_the_latest(rt: ToolRuntime) -> None:
+    # Each report was its own update: a body reporting faster than the
+    # client reads left a backlog that the call's result waited behind.
+    reported = threading.Event()
+
+    def count(args: Any, ctx: Any) -> str:
+        ctx.report_progress(0, 1000)
+        assert client.holding.wait(BOUND), "the first report's update to be sending"
+        for n in range(1, 1001):
+            ctx.report_progress(n, 1000, f"item {n}")
+        reported.set()
+        return "counted"
+
+    agent = Agent("a")
+    rt.tools.scope(agent).register(
+        define_tool(
+            name="count",
+            description="Count.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=count,
+        )
+    )
+    client = HeldAtFirstProgress()
+
+    async def scenario() -> None:
+        async with attach(rt, client, "s1", agent=agent) as session, session.turn() as turn:  # type: ignore[arg-type]
+            batch = asyncio.ensure_future(
+                rt.tools.execute_async(
+                    ToolBatchInput(calls=[ToolCall(id="c1", name="count")], agent=agent, signal=turn.signal)
+                )
+            )
+            assert await asyncio.to_thread(reported.wait, BOUND)
+            client.release.set()
+            assert (await asyncio.wait_for(batch, BOUND)).results[0].result.value == "counted"
+        shown = [
+            (u.get("status"), u["content"][0]["content"]["text"] if "_meta" in u else None) for u in client.updates
+        ]
+        assert shown == [
+            ("pending", None),
+            ("in_progress", None),
+            (None, "0/1000 (0%)"),
+            (None, "1000/1000 (100%) item 1000"),
+            ("completed", None),
+        ]
+        assert client.updates[3]["_meta"]["dsh_actors"]["progress"] == {
+            "progress": 1000,
+            "total": 1000,
+            "message": "item 1000",
+        }
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        reported.set()
