@@ -24,7 +24,12 @@ call, skipped ones included (pre-aborted calls, non-JSON arguments: they
 run no phase but still publish one result). Outcomes are keyed by tool and
 code: ``"ok"`` for a success, else ``error.info.code`` (``TOOL_FAILED`` for a
 plain exception from a body), or ``"ERROR"`` for a failure without
-structured identity (a ``Deny`` without ``info``).
+structured identity (a ``Deny`` without ``info``). The calls that fail
+``UNKNOWN_TOOL`` (no tool of the name the model sent that the call's agent
+may run) are counted under one name, :data:`UNKNOWN_TOOLS` (``"(unknown)"``,
+which no tool can be called), not under the name sent: names a model makes
+up would each keep an entry for good. A tool's latency windows are made at
+its first sample.
 
 Latencies (milliseconds), kept apart. A call's time starts when its batch
 opens, as this policy sees it: when the first of the batch's calls enters
@@ -95,8 +100,17 @@ a ``meter_provider``, each is an OpenTelemetry observable gauge (see
 and so is ``in_flight`` (``dsh.calls.in_flight``); they are read when the
 provider's reader collects (nothing is added to a call's path) and report
 nothing while the policy is not installed. OpenTelemetry keeps the first
-instrument of a name: one ``Metrics`` per meter provider (a second is
+instrument of a name: the gauges are made once per meter provider, by the
+first ``Metrics`` installed with it, and read the ``Metrics`` installed
+with it now (a second, while another is installed with that provider, is
 refused as it is installed).
+
+**Stopping.** A stop of the runtime ends the installation as the stop
+begins (``rt.stop_signal``): ``installed`` is False, the gauges report
+nothing, and the object (or another ``Metrics`` with the same provider)
+may be installed on another runtime. Its listeners stay on the stopping
+runtime, and count the calls its stop drains, until :meth:`Metrics.dispose`
+or the next install removes them.
 
 Threads: the pre-execute listener and the ``tools/approval``, ``tools/deferred``
 and ``tools/result`` observers run on the thread that prepares and finalizes the call (an
@@ -117,7 +131,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dsh_actors import Ask, InvalidStateError, InvalidTypeError, ToolExecution, ToolRuntime, dumps
+from dsh_actors import AbortSignal, Ask, InvalidStateError, InvalidTypeError, ToolExecution, ToolRuntime, dumps
 
 from ._common import (
     Batches,
@@ -130,7 +144,7 @@ from ._common import (
     code_of,
 )
 
-__all__ = ["Metrics", "apply", "install"]
+__all__ = ["UNKNOWN_TOOLS", "Metrics", "apply", "install"]
 
 _POLICY = "policies.metrics"
 #: The most samples a series may keep (each tool keeps one per phase).
@@ -153,8 +167,13 @@ GAUGES: Final = (
     ("dsh.steps.queued", "steps_queued", "{step}", "Batches' steps waiting for a step slot."),
     ("dsh.calls.in_flight", "in_flight", "{call}", "Calls between tools/pre-execute and tools/result."),
 )
-#: The meter providers a Metrics publishes its gauges on.
-_OBSERVED: Final[weakref.WeakKeyDictionary[Any, None]] = weakref.WeakKeyDictionary()
+#: The name the calls that fail ``UNKNOWN_TOOL`` are counted under (no
+#: tool is named so: a tool's name is letters, digits, ``_`` and ``-``).
+UNKNOWN_TOOLS: Final = "(unknown)"
+_UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
+#: The gauges made on each meter provider (weakly keyed: a provider that
+#: cannot be is not tracked).
+_OBSERVED: Final[weakref.WeakKeyDictionary[Any, _Gauges]] = weakref.WeakKeyDictionary()
 _OBSERVED_LOCK: Final = threading.Lock()
 
 
@@ -176,7 +195,7 @@ class _Trip:
 class _Series:
     """Latency samples of one phase: all-time count/sum/max, a window for percentiles."""
 
-    window: deque[float]
+    window: deque[float] | list[float]
     count: int = 0
     total: float = 0.0
     low: float = float("inf")
@@ -190,11 +209,14 @@ class _Series:
         self.low = min(self.low, ms)
         self.high = max(self.high, ms)
 
+    def copy(self) -> _Series:
+        """A copy to summarize without the lock (its window a list: read only)."""
+        return _Series(list(self.window), self.count, self.total, self.low, self.high)
+
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"count": self.count}
         if not self.count:
-            out.update({"mean": None, "min": None, "max": None})
-            out.update({f"p{p}": None for p in PERCENTILES})
+            out.update(_NO_SAMPLES)
             return out
         ordered = sorted(self.window)
         out.update({"mean": self.total / self.count, "min": self.low, "max": self.high})
@@ -205,15 +227,27 @@ class _Series:
         return out
 
 
+_NO_SAMPLES: Final[dict[str, Any]] = {"mean": None, "min": None, "max": None, **{f"p{p}": None for p in PERCENTILES}}
+
+
 @dataclass(slots=True)
 class _ToolStats:
     max_samples: int
     calls: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    # By phase; empty until the first sample (``target.series or
+    # target.windows()``): a tool whose calls ran no phase keeps no window.
     series: dict[str, _Series] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    def windows(self) -> dict[str, _Series]:
+        """:attr:`series`, made now (at the first sample)."""
         self.series = {phase: _Series(deque(maxlen=self.max_samples)) for phase in PHASES}
+        return self.series
+
+    def copy(self) -> _ToolStats:
+        """A copy to describe without the lock."""
+        series = {phase: each.copy() for phase, each in self.series.items()}
+        return _ToolStats(self.max_samples, self.calls, self.outcomes.copy(), series)
 
 
 class Metrics:
@@ -249,8 +283,9 @@ class Metrics:
         self._batches: Batches[float] = Batches()  # when each batch opened
         self._undo: Undo | None = None
         self._rt: ToolRuntime | None = None  # while installed: whose capacity is read
+        self._stopping: AbortSignal | None = None  # the installed runtime's stop_signal
         self._meter_provider = None if meter_provider is None else _check_meter_provider(meter_provider)
-        self._observing = False  # the gauges are registered (at the first install)
+        self._gauges: _Gauges | None = None  # its provider's (found or made at the first install)
 
     # -- reading ------------------------------------------------------------
 
@@ -267,10 +302,13 @@ class Metrics:
         last ``max_samples`` samples), and ``capacity`` is the runtime's
         (see the module docstring)."""
         capacity = self._capacity()
-        with self._lock:
-            out = self._describe(self._all)
-            out["tools"] = {name: self._describe(stats) for name, stats in sorted(self._tools.items())}
-            out["in_flight"] = len(self._trips)
+        with self._lock:  # (copied: the hooks of every call need this lock)
+            everything = self._all.copy()
+            tools = [(name, stats.copy()) for name, stats in self._tools.items()]
+            in_flight = len(self._trips)
+        out = self._describe(everything)
+        out["tools"] = {name: self._describe(stats) for name, stats in sorted(tools)}
+        out["in_flight"] = in_flight
         out["capacity"] = capacity
         return out
 
@@ -279,7 +317,8 @@ class Metrics:
         return dumps(self.snapshot(), sort_keys=True).decode()
 
     def count(self, tool: str, code: str = "ok") -> int:
-        """How many calls of ``tool`` ended with ``code``."""
+        """How many calls of ``tool`` ended with ``code`` (:data:`UNKNOWN_TOOLS`:
+        the calls of tools unknown to their agent)."""
         with self._lock:
             stats = self._tools.get(tool)
             return 0 if stats is None else stats.outcomes[code]
@@ -295,42 +334,38 @@ class Metrics:
         rt = self._rt
         return rt.dispatcher.snapshot() if rt is not None and rt.running else None
 
-    def _observe(self) -> None:
-        """Register :data:`GAUGES` on the meter provider, once (at the first
-        install): they read whichever runtime this object is installed on,
-        when collected."""
-        from opentelemetry.metrics import Observation  # (_check_meter_provider found it)
-
+    def _publish(self) -> None:
+        """Have the gauges of this object's meter provider read this object
+        (made on the provider at the first install of a Metrics with it:
+        :class:`_Gauges`); refused while another Metrics installed with it
+        publishes there."""
         meter_provider = self._meter_provider
         with _OBSERVED_LOCK:
+            gauges = self._gauges or _gauges_of(meter_provider)
+            if gauges is not None:
+                other = gauges.publisher()
+                if other is not None and other is not self and other.installed:
+                    raise InvalidStateError(
+                        f"{_POLICY}: another Metrics publishes its gauges on this meter_provider already "
+                        "(OpenTelemetry keeps the first instrument of a name); install that Metrics, dispose it "
+                        "first (or stop its runtime), or pass another provider"
+                    )
+                gauges.publisher = weakref.ref(self)
+                self._gauges = gauges
+                return
+            gauges = _Gauges(self)
             try:
-                taken = meter_provider in _OBSERVED
-                if not taken:
-                    _OBSERVED[meter_provider] = None
+                _OBSERVED[meter_provider] = gauges
             except TypeError:  # (a provider that cannot be weakly keyed: not tracked)
-                taken = False
-        if taken:
-            raise InvalidStateError(
-                f"{_POLICY}: another Metrics publishes its gauges on this meter_provider already "
-                "(OpenTelemetry keeps the first instrument of a name); install that Metrics, or pass another provider"
-            )
-
-        def gauge(key: str) -> Callable[[Any], list[Any]]:
-            def observe(options: Any) -> list[Any]:
-                value = self._reading(key)
-                return [] if value is None else [Observation(value)]
-
-            return observe
-
+                pass
         try:
-            meter = meter_provider.get_meter(__name__)
-            for name, key, unit, description in GAUGES:
-                meter.create_observable_gauge(name, callbacks=[gauge(key)], unit=unit, description=description)
+            gauges.make(meter_provider)
         except BaseException:
-            with _OBSERVED_LOCK:  # (not taken after all: a later install may try again)
-                _OBSERVED.pop(meter_provider, None)
+            with _OBSERVED_LOCK:  # (not made after all: a later install may try again)
+                if _gauges_of(meter_provider) is gauges:
+                    del _OBSERVED[meter_provider]
             raise
-        self._observing = True
+        self._gauges = gauges
 
     def _reading(self, key: str) -> int | None:
         """One gauge's value now (None: nothing to report, not installed)."""
@@ -347,27 +382,35 @@ class Metrics:
         return {
             "calls": stats.calls,
             "outcomes": dict(sorted(stats.outcomes.items())),
-            "latency_ms": {phase: stats.series[phase].summary() for phase in PHASES},
+            "latency_ms": {phase: _summary(stats.series.get(phase)) for phase in PHASES},
         }
 
     # -- installing -----------------------------------------------------------
 
     @property
     def installed(self) -> bool:
+        """Installed, and its runtime's stop has not begun."""
         undo = self._undo
-        return undo is not None and not undo.disposed
+        stopping = self._stopping
+        return undo is not None and not undo.disposed and stopping is not None and not stopping.aborted
 
     def install(self, rt: ToolRuntime) -> Callable[[], None]:
-        """Subscribe to ``rt``'s events (the gauges are registered at the
-        first install); return the disposer (also :meth:`dispose`)."""
+        """Subscribe to ``rt``'s events (and have the meter provider's
+        gauges read this object); return the disposer (also
+        :meth:`dispose`). An installation a stop ended is disposed first."""
         check_runtime(_POLICY, rt)
         if self.installed:
             raise InvalidStateError(f"{_POLICY}: this Metrics object is already installed; dispose it first")
+        self.dispose()  # (installed on a runtime that stopped: its listeners go now)
         undo = Undo()
+        # Installed from here (another Metrics is refused this one's gauges meanwhile).
+        self._rt = rt
+        self._stopping = rt.stop_signal
+        self._undo = undo
         try:
-            if self._meter_provider is not None and not self._observing:
-                self._observe()
             undo.add(self._forget_trips)
+            if self._meter_provider is not None:
+                self._publish()
             undo.add(rt.events.on("tools/pre-execute", self._on_pre_execute, prepend=True))
             undo.add(rt.events.on("tools/execute", self._on_execute, prepend=True))
             undo.add(rt.events.on("tools/result", self._on_result))
@@ -376,8 +419,6 @@ class Metrics:
         except BaseException:
             undo()
             raise
-        self._rt = rt
-        self._undo = undo
         return undo
 
     def dispose(self) -> None:
@@ -395,7 +436,9 @@ class Metrics:
     # -- listeners ---------------------------------------------------------------
 
     def _counts(self, execution: ToolExecution) -> bool:
-        return self.installed and (self.nested or execution.parent is None)
+        # (Subscribed: a stopping runtime's calls are counted as they drain.)
+        undo = self._undo
+        return undo is not None and not undo.disposed and (self.nested or execution.parent is None)
 
     def _on_pre_execute(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
         if not self._counts(execution):
@@ -464,21 +507,22 @@ class Metrics:
             if trip is None or trip.approval is None:
                 return
             for target in (self._stats(execution.name), self._all):
-                target.series["approval"].add(trip.approval)
+                (target.series or target.windows())["approval"].add(trip.approval)
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         if not self._counts(execution):
             return
         ended = self._clock()
         code = code_of(result)
+        name = UNKNOWN_TOOLS if code == _UNKNOWN_TOOL else execution.name
         with self._lock:
             trip = self._trips.pop(execution.token, None)
-            for target in (self._stats(execution.name), self._all):
+            for target in (self._stats(name), self._all):
                 target.calls += 1
                 target.outcomes[code] += 1
                 if trip is None:
                     continue  # skipped: no phase ran
-                series = target.series
+                series = target.series or target.windows()
                 if trip.approval is not None:
                     series["approval"].add(trip.approval)
                 if trip.dispatched is not None:
@@ -497,6 +541,45 @@ class Metrics:
     def __repr__(self) -> str:
         state = "installed" if self.installed else "not installed"
         return f"<Metrics {state} calls={self._all.calls}>"
+
+
+def _summary(series: _Series | None) -> dict[str, Any]:
+    return {"count": 0, **_NO_SAMPLES} if series is None else series.summary()
+
+
+class _Gauges:
+    """The observable gauges (:data:`GAUGES`) made on one meter provider,
+    once (OpenTelemetry keeps the first instrument of a name): each reads
+    the Metrics that publishes on the provider now (held weakly), and
+    reports nothing while it is not installed."""
+
+    __slots__ = ("publisher",)
+
+    def __init__(self, publisher: Metrics) -> None:
+        self.publisher = weakref.ref(publisher)
+
+    def make(self, meter_provider: Any) -> None:
+        from opentelemetry.metrics import Observation  # (_check_meter_provider found it)
+
+        def gauge(key: str) -> Callable[[Any], list[Any]]:
+            def observe(options: Any) -> list[Any]:
+                metrics = self.publisher()
+                value = None if metrics is None else metrics._reading(key)
+                return [] if value is None else [Observation(value)]
+
+            return observe
+
+        meter = meter_provider.get_meter(__name__)
+        for name, key, unit, description in GAUGES:
+            meter.create_observable_gauge(name, callbacks=[gauge(key)], unit=unit, description=description)
+
+
+def _gauges_of(meter_provider: Any) -> _Gauges | None:
+    """The gauges made on ``meter_provider``, if it is tracked. Lock held."""
+    try:
+        return _OBSERVED.get(meter_provider)
+    except TypeError:
+        return None
 
 
 def _check_meter_provider(meter_provider: Any) -> Any:
@@ -525,8 +608,9 @@ def install(
     meter_provider: Any = None,
 ) -> Metrics:
     """Create a :class:`Metrics`, install it on ``rt`` and return it;
-    ``metrics.dispose()`` uninstalls it (``rt.stop()`` needs nothing: no
-    thread is started)."""
+    ``metrics.dispose()`` uninstalls it, and a stop of ``rt`` ends the
+    installation as it begins (see the module docstring; no thread is
+    started)."""
     metrics = Metrics(max_samples=max_samples, nested=nested, clock=clock, meter_provider=meter_provider)
     metrics.install(rt)
     return metrics

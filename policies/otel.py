@@ -4,7 +4,8 @@ duration histogram, after the OpenTelemetry GenAI semantic conventions.
 ``rt.use(policies.otel, tracer_provider=None, capture_content=False,
 meter_provider=None)`` (the ``otel`` extra: ``opentelemetry-api``; without
 a provider argument the global ones are used, so an application that
-configured the SDK needs to pass nothing).
+configured the SDK needs to pass nothing). It registers a guard
+(``rt.tools.guard``): the runtime must be started.
 
 **Spans.** Each call (nested ones and PTC sub-calls included) gets one span
 ``execute_tool {gen_ai.tool.name}``, kind ``INTERNAL``, with
@@ -90,7 +91,13 @@ hold personal data: off by default, as the conventions ask.
 
 **Metric.** ``gen_ai.execute_tool.duration`` (histogram, seconds), with
 ``gen_ai.operation.name``, ``gen_ai.tool.name`` and, for a failure,
-``error.type``: the duration per tool and outcome.
+``error.type``: the duration per tool and outcome. A call that fails
+``UNKNOWN_TOOL`` (no tool of the name the model sent that its agent may
+run) has ``gen_ai.tool.name = "_OTHER"`` there: names a model makes up
+would each make an attribute set, which the SDK keeps for good and caps
+(its span keeps the name sent). The histogram is made once per meter
+provider (a meter asked of OpenTelemetry's global proxy provider is kept
+by it for good).
 
 **Threads.** The listeners run where the pipeline runs them (the thread
 preparing and finalizing the call, which also publishes the approval's
@@ -98,8 +105,8 @@ answer, the call's guard); they touch only the
 call's own state, kept in the call's context (each applied policy its
 own: two may be applied at once, each with its providers). The
 descriptions are cached per agent (weakly) and tool name (the definition
-the call's agent sees under the name) and the cache is dropped on
-``tools/change``.
+the call's agent sees under the name; not a name it has no definition
+for) and the cache is dropped on ``tools/change``.
 """
 
 from __future__ import annotations
@@ -135,9 +142,12 @@ OPERATION: Final = "execute_tool"
 TOOL_TYPE: Final = "function"
 DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
 OTHER_ERROR: Final = "_OTHER"
+#: The histogram's ``gen_ai.tool.name`` for a call of a tool unknown to its agent.
+OTHER_TOOL: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
 _TIMEOUT: Final = "TOOL_TIMEOUT"
+_UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
 #: The approval answers that do not deny the call.
 _GOES_ON: Final = frozenset({"allowed-once", "deferred"})
 
@@ -228,10 +238,7 @@ class OtelPolicy:
         self._error = Status
         self._error_code = StatusCode.ERROR
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(__name__, meter_provider=meter_provider)
-        self._duration = meter.create_histogram(
-            DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
-        )
+        self._duration = _duration_histogram(metrics.get_meter_provider() if meter_provider is None else meter_provider)
         self._capture = capture_content
         # What every span of one tool shares, by agent (weakly) and name,
         # and by name for calls without an agent; dropped on tools/change,
@@ -293,7 +300,9 @@ class OtelPolicy:
         agent (held weakly: an agent the application drops is freed, its
         session with it) and name, for calls without a step admission: what
         a name means to an agent changes only with a ``tools/change``, which
-        drops the cache (a lookup that a change overtook is not kept)."""
+        drops the cache (a lookup that a change overtook is not kept). A
+        name without a definition is not kept (a name a model made up, an
+        executor's own tool, a runtime stopping)."""
         name = execution.name
         agent = execution.agent
         cacheable = execution.tool_set is None
@@ -304,7 +313,9 @@ class OtelPolicy:
                 return cached
         generation = self._generation
         definition = executable_definition(self._rt, execution)
-        tool = _Tool(name, "" if definition is None else str(definition.description))
+        if definition is None:
+            return _Tool(name, "")
+        tool = _Tool(name, str(definition.description))
         if cacheable:
             with self._lock:
                 if generation == self._generation:  # (no tools/change since the lookup)
@@ -442,7 +453,11 @@ class OtelPolicy:
                 )
             if exc is not None:
                 span.record_exception(exc)
-            attributes = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name, "error.type": code}
+            attributes = {
+                "gen_ai.operation.name": OPERATION,
+                "gen_ai.tool.name": OTHER_TOOL if code == _UNKNOWN_TOOL else name,
+                "error.type": code,
+            }
             span.set_attribute("error.type", code)
             span.set_status(self._error(self._error_code, error.message))
             if self._capture:
@@ -455,6 +470,31 @@ class OtelPolicy:
             span.end()
         finally:  # (a span processor that raises loses no duration)
             self._duration.record(time.perf_counter() - state.start, attributes)
+
+
+#: The duration histogram made on each meter provider (weakly keyed; a
+#: provider that cannot be gets one per applied policy).
+_HISTOGRAMS: Final[weakref.WeakKeyDictionary[Any, Any]] = weakref.WeakKeyDictionary()
+_HISTOGRAMS_LOCK: Final = threading.Lock()
+
+
+def _duration_histogram(meter_provider: Any) -> Any:
+    """The ``gen_ai.execute_tool.duration`` histogram of ``meter_provider``,
+    made at its first use."""
+    with _HISTOGRAMS_LOCK:
+        try:
+            histogram = _HISTOGRAMS.get(meter_provider)
+        except TypeError:
+            histogram = None
+        if histogram is None:
+            histogram = meter_provider.get_meter(__name__).create_histogram(
+                DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
+            )
+            try:
+                _HISTOGRAMS[meter_provider] = histogram
+            except TypeError:
+                pass
+        return histogram
 
 
 def _reason(reason: Any) -> dict[str, Any]:
@@ -486,6 +526,7 @@ def apply(
     ``tracer_provider`` / ``meter_provider``: where spans and the duration
     histogram go (None: OpenTelemetry's global providers).
     ``capture_content``: record arguments and results on the spans.
+    ``rt`` must be started (the policy registers a guard).
     """
     check_runtime(_POLICY, rt)
     check_no_unknown(_POLICY, unknown, "tracer_provider", "capture_content", "meter_provider")
@@ -500,6 +541,13 @@ def apply(
                 f"not {type(provider).__qualname__}"
             )
     try:
+        tools = rt.tools  # (where its guard goes: checked before anything is subscribed)
+    except InvalidStateError as exc:
+        raise InvalidStateError(
+            f"{_POLICY} registers a guard, which needs a started runtime: apply it after rt.start() "
+            "(or inside `with ToolRuntime() as rt:`)"
+        ) from exc
+    try:
         policy = OtelPolicy(rt, tracer_provider, meter_provider, capture_content)
     except ImportError as exc:
         raise InvalidStateError(
@@ -508,10 +556,14 @@ def apply(
     undo = Undo()
     undo.add(policy.close)  # (steps undo last first: its listeners are gone by then)
     events = rt.events
-    undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
-    undo.add(events.on("tools/result", policy.on_result, prepend=True))
-    undo.add(events.on("tools/deferred", policy.on_deferred, prepend=True))
-    undo.add(events.on("tools/approval", policy.on_approval, prepend=True))
-    undo.add(events.on("tools/change", policy._forget_tools))
-    undo.add(rt.tools.guard(policy.guard))
+    try:
+        undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
+        undo.add(events.on("tools/result", policy.on_result, prepend=True))
+        undo.add(events.on("tools/deferred", policy.on_deferred, prepend=True))
+        undo.add(events.on("tools/approval", policy.on_approval, prepend=True))
+        undo.add(events.on("tools/change", policy._forget_tools))
+        undo.add(tools.guard(policy.guard))
+    except BaseException:  # (the runtime began to stop meanwhile: nothing is left subscribed)
+        undo()
+        raise
     return undo

@@ -21,12 +21,16 @@ so:
 * a body that ignores its signal is never abandoned: the call settles when
   it returns, and is still a timeout.
 
-Outcome: if the deadline fired *first*, the result is a ``TOOL_TIMEOUT``
+Outcome: if the deadline passed *first*, the result is a ``TOOL_TIMEOUT``
 failure, ``tool call timed out after <N>ms``, whatever the body then
 returned (deferred contexts are kept). If the caller aborted first the
 result is left alone and the pipeline's cancellation rule applies
 (``ABORTED``): "first" is decided by the deadline signal's reason, since
-it takes the reason of the first abort (the caller's or the deadline's). A failure
+it takes the reason of the first abort (the caller's or the deadline's).
+The deadline has passed when it fired, or when the wrapped call returns
+at or after it (read on the deadline's own clock) and the caller has not
+aborted: a timer thread that is late (a busy process) does not decide
+the outcome; the body just did not see its signal abort. A failure
 is returned, never raised, so post-execute still sees it.
 
 Calls of tools without ``timeout_ms`` (and an executor's own tools, such as
@@ -52,6 +56,7 @@ timeout), exactly like a call entering it afterwards.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -92,7 +97,10 @@ class TimeoutPolicy:
 
     def __init__(self, rt: ToolRuntime) -> None:
         self._rt = rt
-        self.timer = DeadlineTimer(name="dsh-policy-timeout")
+        # The deadlines' clock: the timer's, and the wrapper's to tell
+        # whether a deadline it did not see fire has passed.
+        self._clock = time.monotonic
+        self.timer = DeadlineTimer(name="dsh-policy-timeout", clock=self._clock)
 
     def wrapper(self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         """The ``tools/execute`` wrapper (a call actor's thread)."""
@@ -123,10 +131,14 @@ class TimeoutPolicy:
             result = next_()
         finally:
             execution.signal = caller
-            deadline.cancel()
-            signal.close()
-        # The signal keeps the reason of whichever abort came first.
-        if fired and signal.reason is fired[0]:
+            # Passed: it is due and the timer, late, has not fired it yet,
+            # or it fired (its abort may still be on its way); not if the
+            # disposer dropped it.
+            passed = self._clock() >= deadline.when if deadline.cancel() else deadline.fired
+            signal.close()  # (the deadline's abort can no longer reach it)
+        # The signal keeps the reason of whichever abort came first: a
+        # caller's abort keeps ABORTED, unless the deadline's came before it.
+        if passed and (not signal.aborted or (fired and signal.reason is fired[0])):
             return timeout_failure(timeout_ms, result)
         return result
 

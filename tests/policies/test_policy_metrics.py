@@ -25,7 +25,7 @@ from dsh_actors import (
     ToolExecutionInput,
     ToolRuntime,
 )
-from policies.metrics import GAUGES, Metrics
+from policies.metrics import GAUGES, UNKNOWN_TOOLS, Metrics
 
 MAIN = Agent("main")
 
@@ -68,7 +68,7 @@ def test_outcomes_are_counted_by_tool_and_code(rt: Any) -> None:
     assert snap["tools"]["echo"]["outcomes"] == {"ok": 2}
     assert snap["tools"]["invalid"]["outcomes"] == {"INVALID_ARGS": 1}
     assert snap["tools"]["plain"]["outcomes"] == {"TOOL_FAILED": 1}
-    assert snap["tools"]["missing"]["outcomes"] == {"UNKNOWN_TOOL": 1}
+    assert snap["tools"][UNKNOWN_TOOLS]["outcomes"] == {"UNKNOWN_TOOL": 1} and "missing" not in snap["tools"]
     assert metrics.count("echo") == 2 and metrics.count("echo", "ERROR") == 0
     assert snap["in_flight"] == 0
 
@@ -208,6 +208,47 @@ def test_nested_false_ignores_nested_calls(rt: Any) -> None:
 
     assert everything.snapshot()["calls"] == 2
     assert roots.snapshot()["calls"] == 1 and "echo" not in roots.snapshot()["tools"]
+
+
+def test_the_calls_of_tools_unknown_to_their_agent_share_one_entry(rt: Any) -> None:
+    # (Each name a model made up kept an entry of its own, with its
+    # windows, for good: the entries grew without bound.)
+    metrics = policies.metrics.install(rt)
+    rt.tools.register(tool("echo"))
+
+    run(rt, call("echo", id="a"), *[call(f"made_up_{i}", id=f"u{i}") for i in range(5)], agent=MAIN)
+
+    snap = metrics.snapshot()
+    assert sorted(snap["tools"]) == [UNKNOWN_TOOLS, "echo"]
+    unknown = snap["tools"][UNKNOWN_TOOLS]
+    assert unknown["calls"] == 5 and unknown["outcomes"] == {"UNKNOWN_TOOL": 5}
+    assert unknown["latency_ms"]["total"]["count"] == 5
+    assert metrics.count(UNKNOWN_TOOLS, "UNKNOWN_TOOL") == 5 and metrics.count("made_up_0", "UNKNOWN_TOOL") == 0
+    assert snap["outcomes"] == {"UNKNOWN_TOOL": 5, "ok": 1}
+
+
+def test_a_tools_latency_windows_are_made_at_its_first_sample(rt: Any) -> None:
+    # (Each tool made its five windows at its first call, sampled or not.)
+    metrics = policies.metrics.install(rt)
+    rt.tools.register(tool("echo"))
+    controller = AbortController()
+    controller.abort()
+
+    run_one(rt, call("echo"), signal=controller.signal)  # aborted before it started: no phase ran
+
+    assert metrics._tools["echo"].series == {}
+    latency = metrics.snapshot()["tools"]["echo"]["latency_ms"]
+    assert latency["total"] == {
+        "count": 0,
+        "mean": None,
+        "min": None,
+        "max": None,
+        "p50": None,
+        "p90": None,
+        "p99": None,
+    }
+    run_one(rt, call("echo"))
+    assert sorted(metrics._tools["echo"].series) == ["approval", "body", "queue", "total", "wait"]
 
 
 def test_disposing_stops_counting_and_keeps_the_counts(rt: Any) -> None:
@@ -615,6 +656,54 @@ def test_one_metrics_per_meter_provider(rt: Any, otel: Otel) -> None:
         assert gauges(other)["dsh.call_actors.max"] == rt.max_call_actors
     finally:
         other.shutdown()
+
+
+def test_a_stop_ends_the_installation_and_the_provider_serves_the_next_runtime(otel: Otel) -> None:
+    # (A Metrics stayed installed on the stopped runtime: its gauges
+    # reported it, and neither it nor another Metrics with its provider
+    # could be installed on the next runtime.)
+    metrics = Metrics(meter_provider=otel.meter_provider)
+    with ToolRuntime() as first:
+        first.use(policies.metrics, metrics=metrics)
+        first.tools.register(tool("echo"))
+        run_one(first, call("echo"))
+        assert metrics.installed and gauges(otel)["dsh.calls.in_flight"] == 0
+    assert not metrics.installed
+    assert gauges(otel) == {}
+
+    with ToolRuntime() as second:
+        other = policies.metrics.install(second, meter_provider=otel.meter_provider)
+        assert gauges(otel)["dsh.call_actors.max"] == second.max_call_actors
+        with pytest.raises(RuntimeError, match="another Metrics publishes its gauges on this meter_provider"):
+            second.use(policies.metrics, metrics=metrics)
+        other.dispose()
+        second.use(policies.metrics, metrics=metrics)
+        assert metrics.installed and gauges(otel)["dsh.call_actors.max"] == second.max_call_actors
+        assert first.events.listeners("tools/result") == ()  # its listeners on the stopped runtime are gone
+        second.tools.register(tool("echo"))
+        run_one(second, call("echo"))
+    assert metrics.snapshot()["outcomes"] == {"ok": 2}
+
+
+def test_the_calls_a_stop_drains_are_counted() -> None:
+    started = threading.Event()
+
+    def waits(args: Any, ctx: Any) -> Any:
+        started.set()
+        ctx.signal.wait(WAIT)  # until the stop aborts it
+        return "late"
+
+    rt = ToolRuntime().start()
+    try:
+        metrics = policies.metrics.install(rt)
+        rt.tools.register(tool("waits", waits))
+        future = rt.tools.submit(ToolBatchInput(calls=[call("waits")]))
+        assert started.wait(WAIT)
+    finally:
+        rt.stop()
+    assert future.result(WAIT).results[0].result.is_error
+    assert not metrics.installed
+    assert metrics.snapshot()["tools"]["waits"]["outcomes"] == {"ABORTED": 1}
 
 
 def test_a_provider_whose_gauges_could_not_be_made_is_not_taken(rt: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 from otel_helpers import Otel
+from policy_helpers import listener_lists
 
 import policies
 import policies.timeout
@@ -30,6 +31,7 @@ from dsh_actors import (
     ToolCall,
     ToolExecutionInput,
     ToolOutput,
+    ToolRuntime,
     define_tool,
     text,
 )
@@ -743,3 +745,69 @@ def test_the_description_cache_lets_an_agent_the_application_dropped_go(rt: Any,
     run(rt, ToolCall("c2", "lookup", "{}"))
     gc.collect()
     assert gone() is None
+
+
+def the_otel_policy(rt: Any) -> Any:
+    (policy,) = {getattr(fn, "__self__", None) for fn in rt.events.listeners("tools/result")}
+    return policy
+
+
+def test_the_calls_of_tools_unknown_to_their_agent_share_one_histogram_point(rt: Any, otel: Otel) -> None:
+    # (Each name a model made up made an attribute set of the histogram,
+    # which the SDK keeps for good and caps, and a cached description.)
+    rt.tools.register(tool())
+    use(rt, otel)
+    run(rt, ToolCall("a", "lookup", "{}"), *[ToolCall(f"u{i}", f"made_up_{i}", "{}") for i in range(3)])
+
+    points = sorted(otel.durations(), key=lambda p: sorted(p[0].items()))
+    assert points == [
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "_OTHER", "error.type": "UNKNOWN_TOOL"}, 3),
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 1),
+    ]
+    # The spans keep the names sent (spans are not aggregated).
+    assert sorted(span.name for span in otel.tool_spans()) == [
+        "execute_tool lookup",
+        "execute_tool made_up_0",
+        "execute_tool made_up_1",
+        "execute_tool made_up_2",
+    ]
+    assert sorted(the_otel_policy(rt)._global_tools) == ["lookup"]
+
+
+def test_the_duration_histogram_is_made_once_per_meter_provider(
+    rt: Any, otel: Otel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (Each application asked the provider for a meter again: OpenTelemetry's
+    # global proxy provider, the one without a meter_provider before the SDK
+    # is set up, keeps each meter it gave for good.)
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    asked: list[str] = []
+
+    class Counting(MeterProvider):
+        def get_meter(self, name: str, *args: Any, **kwargs: Any) -> Any:
+            asked.append(name)
+            return super().get_meter(name, *args, **kwargs)
+
+    provider = Counting()
+    monkeypatch.setattr(metrics, "get_meter_provider", lambda: provider)  # the global one
+    try:
+        for _ in range(3):
+            rt.use(policies.otel, tracer_provider=otel.tracer_provider)()
+            rt.use(policies.otel, tracer_provider=otel.tracer_provider, meter_provider=provider)()
+        assert asked == ["policies.otel"]
+    finally:
+        provider.shutdown()
+
+
+def test_a_runtime_not_started_is_refused_naming_the_fix_with_nothing_left_subscribed(otel: Otel) -> None:
+    # (Its listeners were subscribed before the guard, which a runtime not
+    # started refuses, and were left there.)
+    rt = ToolRuntime()
+    with pytest.raises(
+        RuntimeError,
+        match=r"policies.otel registers a guard, which needs a started runtime: apply it after rt.start\(\)",
+    ):
+        use(rt, otel)
+    assert all(listeners == () for listeners in listener_lists(rt).values())

@@ -201,6 +201,56 @@ def test_a_caller_abort_first_keeps_aborted_even_when_the_deadline_fires_before_
     assert code_of(result) == "ABORTED"
 
 
+def a_late_timer(rt: Any) -> threading.Event:
+    """Keep the policy's timer thread busy in a callback (as a loaded
+    process would keep it from running): no deadline fires until the
+    returned event is set."""
+    busy, release = threading.Event(), threading.Event()
+    the_policy(rt).timer.schedule(0, lambda: busy.set() or release.wait(WAIT))
+    assert busy.wait(WAIT)
+    return release
+
+
+def test_a_call_returning_after_its_deadline_is_a_timeout_though_the_timer_was_late(rt: Any) -> None:
+    # (It came back ok: only the deadline's firing made a timeout, and a
+    # timer thread a busy process ran late fired after the body returned.)
+    seen = Recorder()
+
+    def body(args: Any, ctx: Any) -> Any:
+        seen.add(ctx.signal.aborted)
+        return "too late"
+
+    rt.use(policies.timeout)
+    rt.tools.register(tool("slow", body, timeout_ms=1e-6))  # (due a nanosecond after the wrapper is entered)
+    release = a_late_timer(rt)
+    try:
+        result = run_one(rt, call("slow"))
+    finally:
+        release.set()
+
+    assert seen.items == [False]  # the deadline never fired while the body ran
+    assert code_of(result) == "TOOL_TIMEOUT"
+    assert result.error.message == "tool call timed out after 1e-06ms"
+
+
+def test_a_caller_abort_keeps_aborted_when_the_timer_is_late_past_the_deadline(rt: Any) -> None:
+    controller = AbortController()
+
+    def body(args: Any, ctx: Any) -> Any:
+        controller.abort()  # the deadline has passed, not fired: the caller's abort is the one the call saw
+        return "done"
+
+    rt.use(policies.timeout)
+    rt.tools.register(tool("slow", body, timeout_ms=1e-6))
+    release = a_late_timer(rt)
+    try:
+        result = run_one(rt, call("slow"), signal=controller.signal)
+    finally:
+        release.set()
+
+    assert code_of(result) == "ABORTED"
+
+
 def test_a_caller_abort_first_is_not_turned_into_a_timeout_by_a_wrapper_failure(rt: Any) -> None:
     # The body fails on its own after the caller's abort: the failure is
     # kept as it is (failures settling after cancellation are kept), and
