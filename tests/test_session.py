@@ -577,6 +577,65 @@ def test_appending_after_close_raises_os_error(tmp_path: Path) -> None:
         assert session.events() == [{"type": "a"}]
 
 
+def test_a_write_to_a_closed_session_names_its_log_and_how_to_go_on(tmp_path: Path, rt: Any) -> None:
+    # It said "session is closed" (and a batch "... could not be written:
+    # session is closed"): neither which log nor what to do.
+    from dsh_actors import Agent, LogStep, ToolBatchExecutionError, ToolBatchInput, ToolCall, tool
+
+    path = tmp_path / "log.jsonl"
+    session = Session(path)
+    session.close()
+    closed = (
+        f"session is closed (its log: {path}); open the log again with Session.open(path) "
+        "and give the agent that session: Agent(..., session=Session.open(path))"
+    )
+    for write in (
+        lambda: session.append({"type": "a"}),
+        session.hold,
+        lambda: session.decide("s1", {"c1": "allowed-once"}),
+        lambda: session.close_steps([(1, 1, None)]),
+    ):
+        with pytest.raises(OSError) as caught:
+            write()
+        assert str(caught.value) == closed
+    memory = Session()
+    memory.close()
+    with pytest.raises(OSError, match=r"^session is closed \(an in-memory session: it logs nothing more\); give"):
+        memory.append({"type": "a"})
+
+    @tool
+    def echo(message: str) -> str:
+        """Echo the message."""
+        return message
+
+    rt.tools.register(echo)
+    batch = ToolBatchInput(
+        calls=(ToolCall(id="c1", name="echo", arguments={"message": "hi"}),),
+        agent=Agent("a", session=session),
+        log=LogStep(turn=1, step=1),
+    )
+    with pytest.raises(ToolBatchExecutionError) as failed:
+        rt.tools.execute(batch)
+    assert failed.value.code == ErrorCode.BATCH_EXECUTION_FAILED
+    assert failed.value.message == f"tool batch failed: the session log could not be written: {closed}"
+
+
+def test_a_failed_write_names_the_log_and_what_to_do_and_keeps_its_errno(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was "[Errno 28] No space left on device" alone.
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        monkeypatch.setattr(session, "_file", FailingFile(session._file))
+        with pytest.raises(OSError) as caught:
+            session.append({"type": "a"})
+    assert type(caught.value) is OSError and caught.value.errno == errno.ENOSPC
+    assert str(caught.value) == (
+        f"[Errno {errno.ENOSPC}] No space left on device, writing the session log {path}: the event was not "
+        "logged; free space on its disk, then finish the step with rt.tools.recover(agent, turn, step)"
+    )
+
+
 def test_the_context_manager_closes_the_session(tmp_path: Path) -> None:
     with Session(tmp_path / "log.jsonl") as session:
         assert not session.closed

@@ -7,8 +7,10 @@ and returns its exit status; it never lets a traceback reach the user
 Exit statuses: ``0`` the command ran (for ``run``: the batch ran, even if
 some calls failed; the summary line counts them); ``1`` it could not run (a
 one-line ``dsh-actors <command>: error: ...`` on stderr); ``2`` a bad
-command line (argparse's usage message); ``130`` interrupted. ``bench``
-returns the benchmarks' own status.
+command line (argparse's usage message); ``74`` standard output is
+closed or cannot be written (a full disk: one line says which); ``130``
+interrupted (Ctrl-C, in any command, ``bench`` included, and while the
+commands load). ``bench`` otherwise returns the benchmarks' own status.
 
 Logging: the libraries are silent by default (their loguru messages are
 disabled at import); the command is an application, so it turns them on
@@ -24,30 +26,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from importlib import metadata
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from loguru import logger
 
 from ..errors import printable
-from .batchfile import ACCEPTED_SHAPES
-from .loading import EXECUTORS, CliError
-from .replay import replay_command
-from .run import APPROVE_MODES, EXIT_INTERRUPTED, run_command
-from .schemas import FORMATS, schemas_command
+from .exits import EXIT_INTERRUPTED, EXIT_OUTPUT_FAILED, OUTPUT_CLOSED, OutputError, silence_output
+
+# The commands' modules are imported by main(), once its Ctrl-C handler is
+# in place: this module imports little of its own (see main).
 
 __all__ = ["build_parser", "main"]
 
 PROG = "dsh-actors"
 LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
 """The loguru names the command enables while it runs."""
+COMMANDS = ("run", "schemas", "replay", "bench")
+"""The commands' names (an error names its command)."""
 BENCH_PACKAGE = "benchmarks"
 """The package ``dsh-actors bench`` runs as ``python -m``."""
 BENCH_PROG_ENV = "DSH_ACTORS_BENCH_PROG"
@@ -57,7 +60,7 @@ program name while ``dsh-actors bench`` runs them."""
 _EPILOG = """\
 exit status: 0 the command ran (run: the batch ran, even if calls failed);
 1 it could not run (one line on stderr says why); 2 a bad command line;
-130 interrupted.
+74 standard output is closed or cannot be written; 130 interrupted.
 
 examples:
   dsh-actors run examples/batch.json --tools examples.tools
@@ -70,6 +73,8 @@ examples:
 
 
 def _version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("dsh-actors")
     except metadata.PackageNotFoundError:
@@ -99,6 +104,11 @@ def _count(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command (``bench`` is forwarded before
     parsing: its options belong to the benchmarks)."""
+    from .batchfile import ACCEPTED_SHAPES
+    from .loading import EXECUTORS
+    from .run import APPROVE_MODES
+    from .schemas import FORMATS
+
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Run, inspect and replay batches of LLM tool calls with the dsh-actors runtime.",
@@ -107,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # (Not required=True: argparse would report a missing COMMAND before an
+    # unrecognized argument; main reports either.)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     # Also accepted after the command; SUPPRESS keeps a value given before it.
     common = argparse.ArgumentParser(add_help=False)
@@ -150,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
             "as one model step, and print each result with its tool's card, then a summary line "
             f"('3 calls: 2 ok, 1 error'). Accepted batch shapes: {ACCEPTED_SHAPES}."
         ),
-        epilog="exit status: 0 when the batch ran (even if some calls failed), 1 when it could not run, 130 when interrupted.",
+        epilog="exit status: 0 when the batch ran (even if some calls failed), 1 when it could not run, "
+        "74 when standard output cannot be written, 130 when interrupted.",
     )
     run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
     run.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
@@ -392,26 +405,58 @@ def _error(command: str | None, message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command and return its exit status (see the module docstring)."""
+    """Run one command and return its exit status (see the module docstring).
+
+    Ctrl-C ends every command alike, from here on (the import of the
+    commands' modules included, which happens here): ``dsh-actors
+    <command>: error: interrupted`` and exit status 130, never a traceback
+    (``run`` first aborts its batch and prints the results: its own handler
+    stands in while the batch runs)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     lead = 0
     while lead < len(args_list) and _is_verbose_flag(args_list[lead]):
         lead += 1
+    command = args_list[lead] if lead < len(args_list) and args_list[lead] in COMMANDS else None
+    try:
+        return _main(args_list, lead)
+    except KeyboardInterrupt:
+        _error(command, "interrupted")
+        return EXIT_INTERRUPTED
+    except OutputError as err:
+        _error(command, str(err))
+        silence_output()
+        return EXIT_OUTPUT_FAILED
+    except BrokenPipeError:
+        # The reader went away (dsh-actors replay log | head): not an error.
+        silence_output()
+        return 0
+
+
+def _main(args_list: list[str], lead: int) -> int:
+    """:func:`main` within its handlers; ``lead``: how many ``-v`` come
+    before the command's name."""
     if lead < len(args_list) and args_list[lead] == "bench":
         forwarded, verbose = _bench_arguments(args_list[lead + 1 :])
-        with library_logging(verbose=lead > 0 or verbose):
-            return bench(forwarded)
-    parser = build_parser()
-    try:
-        args, unknown = parser.parse_known_args(args_list)
-        if unknown:  # the subcommand's usage, not the top-level one (argparse's parse_args shows that)
-            getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
-        if args.command in ("run", "schemas") and args.tools is None and not args.mcp:
-            args.command_parser.error("one of the arguments --tools or --mcp is required")
-    except SystemExit as exit:
-        return exit.code if isinstance(exit.code, int) else 2
-    with library_logging(verbose=getattr(args, "verbose", False)):
-        return _run(args)
+        verbose = lead > 0 or verbose
+        command: Callable[[], int] = functools.partial(bench, forwarded)
+    else:
+        parser = build_parser()
+        try:
+            args, unknown = parser.parse_known_args(args_list)
+            if unknown:  # the subcommand's usage, not the top-level one (argparse's parse_args shows that)
+                getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+            if args.command is None:
+                parser.error("the following arguments are required: COMMAND")
+            if args.command in ("run", "schemas") and args.tools is None and not args.mcp:
+                args.command_parser.error("one of the arguments --tools or --mcp is required")
+        except SystemExit as exit:
+            return exit.code if isinstance(exit.code, int) else 2
+        verbose = getattr(args, "verbose", False)
+        command = functools.partial(_run, args)
+    if sys.stdout is None:  # (started with it closed: >&-)
+        raise OutputError(OUTPUT_CLOSED)
+    with library_logging(verbose=verbose):
+        return command()
 
 
 def _bench_command(args: argparse.Namespace) -> int:
@@ -420,6 +465,11 @@ def _bench_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .loading import CliError
+    from .replay import replay_command
+    from .run import run_command
+    from .schemas import schemas_command
+
     handlers = {
         "run": run_command,
         "schemas": schemas_command,
@@ -431,16 +481,8 @@ def _run(args: argparse.Namespace) -> int:
     except CliError as err:
         _error(args.command, str(err))
         return 1
-    except KeyboardInterrupt:
-        _error(args.command, "interrupted")
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (dsh-actors replay log | head): not an error.
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
-        except OSError:
-            pass
-        return 0
+    except (OutputError, BrokenPipeError):
+        raise  # (main's, as for bench)
     except Exception as err:  # noqa: BLE001 - never a traceback for the user
         if os.environ.get("DSH_ACTORS_DEBUG"):
             raise

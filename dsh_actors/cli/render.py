@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
 
 from ..definition import ToolDefinition
-from ..errors import DshError, LosslessJsonError, printable
+from ..errors import DshError, LosslessJsonError, printable, safe_str
 from ..json import dumps, loads, thaw
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock
 from ..presentation import (
@@ -220,21 +220,38 @@ class CallEntry:
 
 
 class LogShapeError(ValueError):
-    """An event of a known type is malformed; the message says which."""
+    """An event of a known type is malformed: the one at ``index`` (from 0)
+    of the events read, of type ``kind``, for the reason ``problem``; the
+    message (``event 3 (tool/call): ...``) says all three."""
+
+    def __init__(self, index: int, event: Mapping[str, Any], problem: str) -> None:
+        self.index = index
+        self.kind = safe_str(event.get("type"))
+        self.problem = problem
+        super().__init__(f"event {index + 1} ({self.kind}): {problem}")
 
 
 def _str_field(event: Mapping[str, Any], key: str, index: int) -> str:
     value = event.get(key)
     if type(value) is not str:
-        raise LogShapeError(f"event {index + 1} ({event.get('type')}): {key!r} must be a string")
+        raise LogShapeError(index, event, f"{key!r} must be a string")
     return value
+
+
+def _logged_step(event: Mapping[str, Any], index: int) -> tuple[int, int]:
+    """The ``turn`` and ``step`` a ``tool/batch`` or ``tool/call`` event
+    must name (both ints, as the executor logs them)."""
+    turn, step = event.get("turn"), event.get("step")
+    if type(turn) is not int or type(step) is not int:
+        raise LogShapeError(index, event, "needs an int turn and step")
+    return turn, step
 
 
 def _result(event: Mapping[str, Any], index: int) -> LoggedResult:
     try:
         return LoggedResult.from_event(event)
     except Exception as err:  # LosslessJsonError naming the field, ValueError
-        raise LogShapeError(f"event {index + 1} ({event.get('type')}): {err}") from None
+        raise LogShapeError(index, event, safe_str(err)) from None
 
 
 def _batch_arguments(raw: Any) -> Any:
@@ -305,7 +322,7 @@ class _Pairing:
         try:
             self._session.append(event)
         except DshError as err:  # InvalidValueError, InvalidTypeError, LosslessJsonError
-            raise LogShapeError(f"event {index + 1} ({kind}): {err.message}") from None
+            raise LogShapeError(index, event, err.message) from None
         if key is not None:
             self._called.add(key)
         # A call the session counts adds an open call; a copy adds none.
@@ -326,7 +343,8 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     agent's step, after its ``tool/batch``, is a copy of the line, not a
     call, as the session has it (its start and result are the first's).
     Raises :class:`LogShapeError` for a malformed batch, call, result,
-    approval or dispatch event, or one the session refuses."""
+    approval or dispatch event (a batch or call without an int turn and
+    step, say), or one the session refuses."""
     roots: list[CallEntry] = []
     latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
     # (turn, step, agent, root call id) -> its latest entry: a tool/result
@@ -358,19 +376,20 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     pairing = _Pairing()
     for index, event in enumerate(events):
         kind = event.get("type")
-        if kind == CALL:
-            _str_field(event, "call_id", index)  # (this command's message, before the session's)
+        if kind == CALL:  # (this command's messages, before the session's)
+            _str_field(event, "call_id", index)
+            _logged_step(event, index)
         if pairing.feed(event, index):
             continue  # a copy of an earlier tool/call line: that call is the one shown
         if kind == BATCH:
-            turn, step = event.get("turn"), event.get("step")
+            turn, step = _logged_step(event, index)
             calls = event.get("calls")
-            if type(turn) is not int or type(step) is not int or type(calls) is not list:
-                raise LogShapeError(f"event {index + 1} ({kind}): needs an int turn and step and a list of calls")
+            if type(calls) is not list:
+                raise LogShapeError(index, event, "needs a list of calls")
             waiting: dict[str, CallEntry] = {}
             for item in calls:
                 if not isinstance(item, Mapping):
-                    raise LogShapeError(f"event {index + 1} ({kind}): each call must be an object")
+                    raise LogShapeError(index, event, "each call must be an object")
                 entry = CallEntry(
                     call_id=_str_field(item, "call_id", index),
                     name=_str_field(item, "name", index),
@@ -385,31 +404,22 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
             announced[(turn, step, agent_of(event))] = waiting
         elif kind == CALL:
             call_id = _str_field(event, "call_id", index)
-            turn, step = event.get("turn"), event.get("step")
+            turn, step = _logged_step(event, index)
             name = _str_field(event, "name", index)
             agent = agent_of(event)
-            waiting_or_none = announced.get((turn, step, agent)) if type(turn) is int and type(step) is int else None
+            waiting_or_none = announced.get((turn, step, agent))
             entry_or_none = None if waiting_or_none is None else waiting_or_none.pop(call_id, None)
             if entry_or_none is not None:  # its batch named it: it starts where the batch put it
                 entry_or_none.batch_only = False
                 entry_or_none.name = name
                 entry_or_none.arguments = event.get("arguments")
-                latest[call_id] = entry_or_none
-                if entry_or_none.turn is not None and entry_or_none.step is not None:
-                    stepped[(entry_or_none.turn, entry_or_none.step, agent, call_id)] = entry_or_none
-                continue
-            entry = CallEntry(
-                call_id=call_id,
-                name=name,
-                arguments=event.get("arguments"),
-                turn=turn if type(turn) is int else None,
-                step=step if type(step) is int else None,
-                agent=agent,
-            )
-            roots.append(entry)
-            latest[call_id] = entry
-            if entry.turn is not None and entry.step is not None:
-                stepped[(entry.turn, entry.step, agent, call_id)] = entry
+            else:
+                entry_or_none = CallEntry(
+                    call_id=call_id, name=name, arguments=event.get("arguments"), turn=turn, step=step, agent=agent
+                )
+                roots.append(entry_or_none)
+            latest[call_id] = entry_or_none
+            stepped[(turn, step, agent, call_id)] = entry_or_none
         elif kind == RESULT:
             result = _result(event, index)
             entry_or_none = _call_of(event, result.call_id, latest, stepped)

@@ -12,7 +12,9 @@ rules (``Session.open``'s): blank lines are skipped and a *last* line that
 is not whole JSON is a torn write from a crash, ignored with a note on
 stderr (the only line too, when it begins as an event does: a crash while
 the first event was written); any other bad line (one that is not JSON, or whole JSON that is no
-session event, wherever it is) is an error naming ``FILE:LINE``. With
+session event, wherever it is), or an event of a known type that is
+malformed (a ``tool/call`` or ``tool/batch`` without an int ``turn`` and
+``step``, say), is an error naming ``FILE:LINE``. With
 ``-v`` a call whose tool (or a policy) raised shows the traceback its
 ``tool/result`` logged. Exit status 0, or 1 when the file cannot be read or
 is not a session log, or the tools cannot be loaded.
@@ -32,15 +34,16 @@ from ..errors import DshError, LosslessJsonError
 from ..json import loads
 from ..runtime import ToolRuntime
 from ..session import Session, whole_json
+from .exits import write_output
 from .loading import CliError, install_tools, load_tool_source
 from .render import LogShapeError, Lookup, choose_style, log_entries, render_log, summary_line
 
 __all__ = ["read_log", "replay_command"]
 
 
-def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
-    """The events of the session log at ``path``, and the line number of a
-    torn last line that was ignored (or ``None``)."""
+def read_log(path: str) -> tuple[list[dict[str, Any]], list[int], int | None]:
+    """The events of the session log at ``path``, the line number of each,
+    and the line number of a torn last line that was ignored (or ``None``)."""
     if not path:  # (Path("") is the current directory)
         raise CliError("the session log needs a file name (got an empty one)")
     try:
@@ -53,6 +56,7 @@ def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
         raise CliError(f"{path}: cannot read: {err.strerror or err}") from None
     lines = [(number, line) for number, line in enumerate(data.split(b"\n"), 1) if line.strip()]
     events: list[dict[str, Any]] = []
+    numbers: list[int] = []
     # Each event goes through a session's append (in memory): what it
     # refuses, Session.open refuses in the file too.
     check = Session()
@@ -68,7 +72,7 @@ def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
                 # Session.open reads it); other text is no log at all.
                 if not events and not _EVENT_START.match(line):
                     raise _not_an_event(path, number, err.problem, alone=True) from None
-                return events, number
+                return events, numbers, number
             raise _not_an_event(path, number, err.problem, alone=last and not events) from None
         if type(event) is not dict:
             raise _not_an_event(path, number, "a session event is a JSON object", alone=last and not events)
@@ -78,7 +82,8 @@ def read_log(path: str) -> tuple[list[dict[str, Any]], int | None]:
             problem = err.message.removeprefix("invalid session event: ")
             raise _not_an_event(path, number, problem, alone=last and not events) from None
         events.append(event)
-    return events, None
+        numbers.append(number)
+    return events, numbers, None
 
 
 #: How a session event's line begins (``"type"`` first, as the runtime and
@@ -93,11 +98,11 @@ def _not_an_event(path: str, number: int, problem: str, *, alone: bool) -> CliEr
 
 
 def replay_command(args: argparse.Namespace) -> int:
-    events, torn = read_log(args.file)
+    events, numbers, torn = read_log(args.file)
     try:
         entries = log_entries(events)
     except LogShapeError as err:
-        raise CliError(f"{args.file}: {err}") from None
+        raise CliError(f"{args.file}:{numbers[err.index]}: bad {err.kind} event: {err.problem}") from None
     out = sys.stdout
     with ExitStack() as stack:
         lookup: Lookup = _unknown
@@ -107,14 +112,10 @@ def replay_command(args: argparse.Namespace) -> int:
             install_tools(source, rt)
             lookup = rt.tools.get
         style = choose_style(out, args.color)
-        if not entries:
-            out.write(style.dim("(no tool calls in the log)") + "\n")
         verbose = bool(getattr(args, "verbose", False))
-        for line in render_log(entries, lookup, style, max_lines=args.max_lines or None, tracebacks=verbose):
-            out.write(line + "\n")
-        if entries:
-            out.write(summary_line(entries) + "\n")
-        out.flush()
+        lines = render_log(entries, lookup, style, max_lines=args.max_lines or None, tracebacks=verbose)
+        last = summary_line(entries) if entries else style.dim("(no tool calls in the log)")
+        write_output(out, [*(line + "\n" for line in lines), last + "\n"])
     if torn is not None:
         sys.stderr.write(f"dsh-actors replay: {args.file}:{torn}: ignored a torn last line (an interrupted write)\n")
     return 0

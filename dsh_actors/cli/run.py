@@ -22,10 +22,11 @@ tool raised also shows the traceback under its card.
 
 Exit status: 0 when the batch ran, whatever its calls returned (the summary
 line says how many failed); 1 when it could not run (bad file, module,
-tools, executor or log); 130 when interrupted (Ctrl-C aborts the batch:
-started calls drain, the rest are skipped, and the results are printed; a
-second Ctrl-C exits at once, without waiting for bodies that ignore their
-signal).
+tools, executor or log); 74 when standard output is closed (then nothing
+runs) or the results could not be written to it (the batch ran); 130 when
+interrupted (Ctrl-C aborts the batch: started calls drain, the rest are
+skipped, and the results are printed; a second Ctrl-C exits at once,
+without waiting for bodies that ignore their signal).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ..runtime import ToolRuntime
 from ..session import Session, error_to_json
 from ..signals import AbortController
 from .batchfile import Batch, BatchFileError, read_batch
+from .exits import EXIT_INTERRUPTED, OutputError, write_output
 from .loading import (
     CliError,
     ToolSource,
@@ -68,7 +70,6 @@ from .render import choose_style, log_entries, render_log, resolve_views, summar
 __all__ = ["APPROVE_MODES", "run_command"]
 
 APPROVE_MODES: Final = ("yes", "no", "prompt")
-EXIT_INTERRUPTED: Final = 130
 
 
 def _approver(mode: str) -> Any:
@@ -296,16 +297,12 @@ def _print(
         names = {call.id: call.name for call in batch_file.calls}
         ok = sum(1 for r in batch.results if not r.result.is_error)
         summary = {"calls": len(batch.results), "ok": ok, "error": len(batch.results) - ok}
-        out.write(_json_document(batch, names, views, batch_file.shape, summary).decode("utf-8"))
+        write_output(out, [_json_document(batch, names, views, batch_file.shape, summary).decode("utf-8")])
     else:
         style = choose_style(out, args.color)
         verbose = bool(getattr(args, "verbose", False))
-        for line in render_log(
-            entries, lookup, style, max_lines=args.max_lines or None, steps=False, tracebacks=verbose
-        ):
-            out.write(line + "\n")
-        out.write(summary_line(entries) + "\n")
-    out.flush()
+        lines = render_log(entries, lookup, style, max_lines=args.max_lines or None, steps=False, tracebacks=verbose)
+        write_output(out, [*(line + "\n" for line in lines), summary_line(entries) + "\n"])
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -342,7 +339,11 @@ def run_command(args: argparse.Namespace) -> int:
                 batch, interrupted = interrupts.wait(rt.tools.submit(batch_input))
             except DshError as err:
                 raise CliError(f"the batch failed: {err.message}") from None
-            _print(args, rt, batch, session, batch_file)
+            try:
+                _print(args, rt, batch, session, batch_file)
+            except OutputError as err:  # (not a reason to run it again: its calls ran)
+                log = "" if session.path is None else f"; dsh-actors replay {session.path} shows its results"
+                raise OutputError(f"{err}; the batch ran{log}") from None
     finally:
         if sigint is not None and interrupts is not None and signal.getsignal(signal.SIGINT) is interrupts:
             signal.signal(signal.SIGINT, sigint)

@@ -15,7 +15,7 @@ writes them as a provider's ``tools`` parameter, with
 
 ``--mcp "COMMAND ..."`` (repeatable) adds the tools of a stdio MCP server.
 Printed as one indented JSON list. Exit status 0, or 1 when the tools or
-the executor cannot be loaded.
+the executor cannot be loaded (74: standard output cannot be written).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import orjson
 
 from ..providers import anthropic, openai, openai_responses
 from ..runtime import ToolRuntime
+from .exits import write_output
 from .loading import install_executor, install_tools, load_tool_source
 from .mcp_servers import McpServers
 
@@ -58,6 +59,5 @@ def schemas_command(args: argparse.Namespace) -> int:
         servers.start(rt)
         install_executor(args.executor, rt)
         document = _FORMATTERS[args.format](rt)
-    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n")
-    sys.stdout.flush()
+    write_output(sys.stdout, [orjson.dumps(document, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n"])
     return 0

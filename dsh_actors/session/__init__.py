@@ -69,15 +69,18 @@ view is stale).
 
 **Failures.** An event that is not lossless JSON raises
 :class:`~dsh_actors.errors.LosslessJsonError` (path starting at ``event``)
-and writes nothing. A failed write re-raises the ``OSError`` as it is (the
-executor turns it into ``ToolBatchExecutionError``) and leaves the session
+and writes nothing. A failed write raises an ``OSError`` of its errno (so
+of its class) whose message names the log and what to do (free space, then
+finish the step with ``rt.tools.recover``; the executor turns it into
+``ToolBatchExecutionError``) and leaves the session
 consistent: the event is not in :meth:`Session.events`, and the bytes it
 may have left are cut off the file. If they cannot be cut (the file cannot
 be truncated), the next append first writes a ``\\n`` when the file does
 not end with one, so the torn line never merges with a good one (it then
 stands as a line of its own, which a later :meth:`Session.open` reports as
 corrupt: that takes a failed write *and* a failed truncate). Appending
-to a closed session raises ``OSError("session is closed")``.
+to a closed session raises ``OSError("session is closed ...")``, naming
+its log and how to go on (``Session.open(path)``).
 
 **Reading back.** :meth:`Session.open` reads an existing file and continues
 it. Blank lines are skipped. The *last* line is accepted only if it parses

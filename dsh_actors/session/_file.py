@@ -336,8 +336,9 @@ class Session:
 
         Raises ``TypeError``/``ValueError`` for a malformed event,
         :class:`LosslessJsonError` for one that is not lossless JSON,
-        ``OSError("session is closed")`` after :meth:`close`, and the
-        ``OSError`` of a failed write as it is. On any error nothing is
+        ``OSError("session is closed ...")`` after :meth:`close`, and for a
+        failed write an ``OSError`` of its errno (``ENOSPC``: disk full) whose
+        message names the log and what to do. On any error nothing is
         logged."""
         line = _encode(event)
         kind = event["type"]
@@ -377,7 +378,7 @@ class Session:
     def _append_line(self, line: bytes, kind: str, event: Mapping[str, Any]) -> None:
         # Called with the lock held. ``line``: the event's JSON and its newline.
         if self._closed:
-            raise OSError("session is closed")
+            raise self._closed_error()
         file = self._file
         if file is not None:
             if not self._held:
@@ -393,12 +394,14 @@ class Session:
                     _write_rest(file, data, written)
                 if self._fsync:
                     os.fsync(file.fileno())
-            except BaseException:
+            except BaseException as err:
                 self._dirty = True
                 try:
                     self._recover(file)
                 except OSError:
                     pass  # still dirty: the next append tries again
+                if isinstance(err, OSError):
+                    raise self._write_error(err) from err
                 raise
             self._size += len(data)
             self._newline_needed = False
@@ -516,11 +519,11 @@ class Session:
         process or another one still running) holds the file, or when the
         file changed after this session read it (another one wrote to it
         since: what this one knows of it is stale; open it again), and
-        ``OSError("session is closed")`` after :meth:`close`. Idempotent; an
+        ``OSError("session is closed ...")`` after :meth:`close`. Idempotent; an
         in-memory session holds nothing."""
         with self._lock:
             if self._closed:
-                raise OSError("session is closed")
+                raise self._closed_error()
             if self._file is not None and not self._held:
                 self._hold()
 
@@ -592,6 +595,33 @@ class Session:
                 "open it again with Session.open(path) before writing to it, resuming or recovering a step of it"
             )
         self._held = True
+
+    def _closed_error(self) -> OSError:
+        """What a write to this session raises once it is closed."""
+        if self._path is None:
+            return OSError(
+                "session is closed (an in-memory session: it logs nothing more); "
+                "give the agent an open session (Session(), or Session(path) for a log file)"
+            )
+        return OSError(
+            f"session is closed (its log: {self._path}); open the log again with Session.open(path) "
+            "and give the agent that session: Agent(..., session=Session.open(path))"
+        )
+
+    def _write_error(self, err: OSError) -> OSError:
+        """A failed write's ``OSError`` (its errno, so its class), naming
+        the log and what to do."""
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = "free space on its disk"
+        elif err.errno == errno.EFBIG:
+            fix = "let the file grow (the process's file-size limit: ulimit -f)"
+        else:
+            fix = "make it writable again"
+        text = (
+            f"{err.strerror or safe_str(err)}, writing the session log {self._path}: the event was not logged; "
+            f"{fix}, then finish the step with rt.tools.recover(agent, turn, step)"
+        )
+        return OSError(text) if err.errno is None else OSError(err.errno, text)
 
     def _recover(self, file: IO[bytes]) -> None:
         """Cut whatever follows the good bytes (a failed write, a torn last
@@ -726,7 +756,7 @@ class Session:
         already logged."""
         with self._lock:
             if self._closed:
-                raise OSError("session is closed")
+                raise self._closed_error()
             for call_id in decisions:
                 if (suspension, call_id) not in self._awaiting:
                     refusal = approval_refusal(self._events_locked(), suspension, call_id, self._path)
@@ -797,7 +827,7 @@ class Session:
         wanted = set(steps)
         with self._lock:
             if self._closed:
-                raise OSError("session is closed")
+                raise self._closed_error()
             ours = [call_id for serial, call_id in self._pending.items() if self._call_steps[serial] in wanted]
             appended = self._close_sub_calls_locked(set(ours)) if ours else []
             for _ in range(len(ours)):

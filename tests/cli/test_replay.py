@@ -170,7 +170,7 @@ def test_a_file_that_is_not_a_session_log_exits_1_with_one_line(cli: Cli, root: 
         "middle.jsonl": ["middle.jsonl:2: not a session event: invalid JSON text"],
         "one.json": ["one.json: not a session log (line 1 is not a session event)"],
         str(BATCH): ["batch.json:1: not a session event"],
-        "bad_result.jsonl": ["bad_result.jsonl: event 1 (tool/result):", "is_error"],
+        "bad_result.jsonl": ["bad_result.jsonl:1: bad tool/result event:", "is_error"],
         ".": ["is a directory"],
     }
     for name, fragments in cases.items():
@@ -334,3 +334,22 @@ def test_a_whole_json_last_line_that_is_no_event_is_an_error_as_for_the_session(
     with pytest.raises(SessionCorruptError):
         Session.open(log).close()
     assert_one_line_error(cli("replay", log), "replay", f"{log}:3: ")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("step", [1]), ("turn", "one"), ("step", None), ("turn", True), ("step", 1.0)],
+)
+def test_a_tool_call_line_without_an_int_turn_and_step_is_an_error_naming_its_line(
+    cli: Cli, root: Path, field: str, value: Any
+) -> None:
+    # It was drawn (under "turn -5 · step None", or under no header) and
+    # the replay exited 0; a tool/batch line is refused so, by the same rule.
+    bad = {**call_event(1, 1, "c2", "x", {}), field: value}
+    log = _log(root / "log.jsonl", call_event(1, 1, "c1", "x", {}), result_event("c1", _ok("fine")), bad)
+    log.write_bytes(log.read_bytes().replace(b"\n", b"\n\n", 1))  # a blank line: line numbers are not event numbers
+    expected = f"{log}:4: bad tool/call event: needs an int turn and step"
+    assert_one_line_error(cli("replay", log), "replay", expected)
+    batch = {**batch_event(1, 2, [("c3", "x", {})]), field: value}
+    _log(log, call_event(1, 1, "c1", "x", {}), batch)
+    assert_one_line_error(cli("replay", log), "replay", f"{log}:2: bad tool/batch event: needs an int turn and step")

@@ -583,6 +583,20 @@ def test_an_unknown_option_prints_the_subcommands_usage(cli: Cli, root: Path) ->
         assert outcome.err.rstrip().endswith(f"error: unrecognized arguments: {unknown}")
 
 
+def test_an_unknown_option_before_the_command_is_reported_as_such(cli: Cli) -> None:
+    # It said "the following arguments are required: COMMAND".
+    for argv, error in (
+        (["--bogus"], "dsh-actors: error: unrecognized arguments: --bogus"),
+        (["-v", "--bogus", "-x"], "dsh-actors: error: unrecognized arguments: --bogus -x"),
+        ([], "dsh-actors: error: the following arguments are required: COMMAND"),
+        (["-v"], "dsh-actors: error: the following arguments are required: COMMAND"),
+    ):
+        outcome = cli(*argv)
+        assert outcome.code == 2, argv
+        assert outcome.err.startswith("usage: dsh-actors [-h] [--version] [-v] COMMAND ...\n"), outcome.err
+        assert outcome.err.rstrip().endswith(error), outcome.err
+
+
 def test_help_and_version_exit_0(cli: Cli) -> None:
     top = cli("--help")
     assert top.code == 0

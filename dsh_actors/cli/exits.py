@@ -1,0 +1,75 @@
+"""How a command ends when it cannot end normally: the exit statuses of
+the table in ``README.md`` beside this file that are not 0, 1 or 2, and
+standard output that cannot be written.
+
+It imports nothing of the runtime: :func:`.main.main` has it before it
+imports the commands, so Ctrl-C while they load ends the command as
+anywhere else.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Iterable
+from typing import Final, TextIO
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_OUTPUT_FAILED", "OutputError", "silence_output", "write_output"]
+
+EXIT_INTERRUPTED: Final = 130
+"""Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT ended."""
+EXIT_OUTPUT_FAILED: Final = 74
+"""Standard output is closed, or writing it failed (``sysexits.h``'s
+``EX_IOERR``)."""
+
+OUTPUT_CLOSED: Final = (
+    "standard output is closed, so nothing could be shown; "
+    "give the command somewhere to write (a file, a pipe, or /dev/null)"
+)
+
+
+class OutputError(Exception):
+    """Standard output cannot be written; the message (one line) says why
+    (exit status :data:`EXIT_OUTPUT_FAILED`)."""
+
+
+def write_output(out: TextIO, lines: Iterable[str]) -> None:
+    """Write ``lines`` (each with its newline) to ``out``, standard output,
+    and flush it. A failed write raises :class:`OutputError` naming why (a
+    full disk); ``BrokenPipeError`` (the reader went away: ``| head``)
+    passes as it is."""
+    try:
+        for line in lines:
+            out.write(line)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        reason = err.strerror or str(err) or type(err).__name__
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OutputError(f"cannot write standard output: the disk is full ({reason})") from None
+        raise OutputError(f"cannot write standard output: {reason}") from None
+
+
+def silence_output() -> None:
+    """Point the process's standard output at ``/dev/null``: after it
+    failed (or its reader went away), what its buffer still holds would
+    fail again when Python flushes it at exit, with a message of Python's
+    own. A standard output that is no file of the process (none, or a
+    test's capture) is left to its owner."""
+    out = sys.stdout
+    try:
+        fd = -1 if out is None else out.fileno()
+    except (OSError, ValueError):  # (io.UnsupportedOperation is both)
+        fd = -1
+    if fd < 0:
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+    except OSError:
+        pass
