@@ -4,7 +4,8 @@ that no test leaves a thread behind."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -31,6 +32,38 @@ def assert_no_new_threads(before: set[threading.Thread]) -> None:
 
 
 LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
+
+
+class LogRecords:
+    """The loguru records a sink took (thread-safe): ``items``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: list[Any] = []
+
+    def sink(self, message: Any) -> None:
+        with self.lock:
+            self.items.append(message.record)
+
+
+@pytest.fixture
+def log_records(library_logs: None) -> Iterator[Callable[[str], LogRecords]]:
+    """``log_records(level)``: the records the libraries log at ``level`` or
+    above from then on, until the test ends."""
+    from loguru import logger
+
+    handles: list[int] = []
+
+    def capture(level: str) -> LogRecords:
+        records = LogRecords()
+        handles.append(logger.add(records.sink, level=level))
+        return records
+
+    try:
+        yield capture
+    finally:
+        for handle in handles:
+            logger.remove(handle)
 
 
 @pytest.fixture

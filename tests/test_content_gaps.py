@@ -6,12 +6,10 @@ be rendered, the developer keeps the message and the exception."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from dsh_actors import (
     Agent,
@@ -127,24 +125,9 @@ def run_one(rt: Any, session: Session | None = None) -> Any:
     return rt.tools.execute(batch).results[0].result
 
 
-class Records:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.items: list[Any] = []
-
-    def sink(self, message: Any) -> None:
-        with self.lock:
-            self.items.append(message.record)
-
-
 @pytest.fixture
-def records(library_logs: None) -> Any:
-    kept = Records()
-    handle = logger.add(kept.sink, level="WARNING")
-    try:
-        yield kept
-    finally:
-        logger.remove(handle)
+def records(log_records: Any) -> Any:
+    return log_records("WARNING")
 
 
 class SecretError(Exception):
@@ -160,7 +143,7 @@ def leaks(hook: str) -> Any:
 
 @pytest.mark.parametrize("hook", ["project_content", "finalize_content"])
 def test_a_content_hook_that_raises_is_a_render_failure_the_model_reads_without_the_exception(
-    rt: Any, records: Records, hook: str
+    rt: Any, records: Any, hook: str
 ) -> None:
     """(The model used to read ``Error: <hook>: <the exception's text>``.)"""
     rt.tools.register(hook_tool(**{hook: leaks(hook)}))

@@ -7,7 +7,6 @@ the durable projection or the model's content."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import pytest
@@ -50,26 +49,10 @@ def tool(name: str = "t", *, execute: Any = None, render: Any = None, meta: Any 
     )
 
 
-class Records:
-    """The ERROR records the libraries log while the test runs."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.items: list[Any] = []
-
-    def sink(self, message: Any) -> None:
-        with self.lock:
-            self.items.append(message.record)
-
-
 @pytest.fixture
-def errors(library_logs: None) -> Any:
-    records = Records()
-    handle = logger.add(records.sink, level="ERROR")
-    try:
-        yield records
-    finally:
-        logger.remove(handle)
+def errors(log_records: Any) -> Any:
+    """The ERROR records the libraries log while the test runs."""
+    return log_records("ERROR")
 
 
 def run_one(rt: Any, name: str = "t", session: Session | None = None) -> Any:
@@ -89,7 +72,7 @@ def frames(exc: BaseException) -> list[str]:
     return names
 
 
-def test_a_body_that_raises_keeps_its_exception_and_traceback_on_the_result(rt: Any, errors: Records) -> None:
+def test_a_body_that_raises_keeps_its_exception_and_traceback_on_the_result(rt: Any, errors: Any) -> None:
     rt.tools.register(tool(execute=raising_body))
     outcome = run_one(rt)
     exc = outcome.error.exception
@@ -102,7 +85,7 @@ def test_a_body_that_raises_keeps_its_exception_and_traceback_on_the_result(rt: 
     assert 'tool "t" (call c1) failed: division by zero' in record["message"]
 
 
-def test_an_async_body_that_raises_keeps_its_exception(rt: Any, errors: Records) -> None:
+def test_an_async_body_that_raises_keeps_its_exception(rt: Any, errors: Any) -> None:
     rt.tools.register(tool(execute=raising_async_body))
     outcome = run_one(rt)
     assert type(outcome.error.exception) is LookupError
@@ -127,7 +110,7 @@ def raise_in(where: str) -> Any:
 
 
 @pytest.mark.parametrize("where", ["pre-execute", "wrapper", "post-execute", "approval", "guard"])
-def test_a_listener_wrapper_guard_or_approval_service_that_raises_is_kept(rt: Any, errors: Records, where: str) -> None:
+def test_a_listener_wrapper_guard_or_approval_service_that_raises_is_kept(rt: Any, errors: Any, where: str) -> None:
     rt.tools.register(tool())
     if where == "pre-execute":
         rt.events.on("tools/pre-execute", raise_in(where))
@@ -156,7 +139,7 @@ def test_a_listener_wrapper_guard_or_approval_service_that_raises_is_kept(rt: An
 
 
 @pytest.mark.parametrize("which", ["render", "presentation_meta"])
-def test_a_renderer_that_raises_is_the_cause_of_the_output_error(rt: Any, errors: Records, which: str) -> None:
+def test_a_renderer_that_raises_is_the_cause_of_the_output_error(rt: Any, errors: Any, which: str) -> None:
     if which == "render":
         rt.tools.register(tool(render=raise_in(which)))
     else:
@@ -169,7 +152,7 @@ def test_a_renderer_that_raises_is_the_cause_of_the_output_error(rt: Any, errors
     assert len(errors.items) == 1
 
 
-def test_outcomes_the_runtime_describes_keep_no_exception_and_log_nothing(rt: Any, errors: Records) -> None:
+def test_outcomes_the_runtime_describes_keep_no_exception_and_log_nothing(rt: Any, errors: Any) -> None:
     rt.tools.register(
         define_tool(
             name="needs",
@@ -277,11 +260,11 @@ def test_the_session_log_keeps_the_traceback_text_beside_the_models_fields(rt: A
 
 
 def test_nothing_is_logged_while_the_library_is_disabled(rt: Any) -> None:
-    records = Records()
-    handle = logger.add(records.sink, level="DEBUG")
+    messages: list[Any] = []
+    handle = logger.add(messages.append, level="DEBUG")
     try:
         rt.tools.register(tool(execute=raising_body))
         run_one(rt)
     finally:
         logger.remove(handle)
-    assert records.items == []
+    assert messages == []
