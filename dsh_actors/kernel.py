@@ -26,6 +26,7 @@ that has these members serves (a test's fake).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
@@ -114,10 +115,12 @@ class Kernel(Protocol):
         ``ToolRuntime.STOP_GRACE``)."""
         ...
 
-    def waiting(self) -> AbstractContextManager[Any]:
+    def waiting(self, context: contextvars.Context | None = None) -> AbstractContextManager[Any]:
         """Around a wait of the calling thread for work the runtime must do:
         the calling actor lends its capacity for the wait (the one way to
-        lend: see ``scheduling.executor.Lent``)."""
+        lend: see ``scheduling.executor.Lent``). ``context``: the work
+        waited for runs in it (an async body's flight): the capacity is
+        lent on demand, once that work needs some (it starts a batch)."""
         ...
 
     def workers(self) -> BlockingPool:
@@ -143,8 +146,10 @@ class RuntimeKernel:
     loop_watch: LoopWatch
     claims: Claims
     group: ActorGroup
-    #: ``lend()``: the context manager :meth:`waiting` returns.
+    #: ``lend()``: the context manager :meth:`waiting` returns;
+    #: ``lend_on_demand(context)``: the one ``waiting(context)`` returns.
     lend: Callable[[], AbstractContextManager[Any]]
+    lend_on_demand: Callable[[contextvars.Context], AbstractContextManager[Any]]
     #: The runtime's lifecycle: whether it is started and not stopping.
     is_running: Callable[[], bool]
     #: The pool of worker threads (made on first use).
@@ -163,8 +168,8 @@ class RuntimeKernel:
     def teardown_remaining(self) -> float:
         return self.teardown_clock()
 
-    def waiting(self) -> AbstractContextManager[Any]:
-        return self.lend()
+    def waiting(self, context: contextvars.Context | None = None) -> AbstractContextManager[Any]:
+        return self.lend() if context is None else self.lend_on_demand(context)
 
     def workers(self) -> BlockingPool:
         return self.worker_pool()

@@ -46,7 +46,7 @@ from .registry.actor import RegistryActor
 from .registry.service import ServiceLinks, ToolsService
 from .scheduling.blocking import BlockingPool
 from .scheduling.dispatcher import Dispatcher
-from .scheduling.executor import CallActor, ExecutorActor, Lent, NativeExecutor, refuse_step
+from .scheduling.executor import CallActor, ExecutorActor, Lent, LentOnDemand, NativeExecutor, refuse_step
 from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
@@ -163,6 +163,7 @@ class ToolRuntime:
                 loop_watch=self.loop_watch,
                 claims=self.suspensions,
                 lend=Lent,
+                lend_on_demand=LentOnDemand,
                 is_running=lambda: self.running,
                 worker_pool=self.workers,
                 group=self._group,

@@ -200,7 +200,7 @@ def _invoke(
         # On the loop's thread, as the body ends: what the abort rule holds it against.
         call.settled_aborted = abort_seen(call, stopping)
 
-    return await_on_loop(rt, coro, signal, call.loop, ctx.name, ctx.call_id, ended)
+    return await_on_loop(rt, coro, signal, call.loop, ctx.name, ctx.call_id, ended, on_demand=True)
 
 
 def target_loop(rt: Kernel, loop: Any) -> asyncio.AbstractEventLoop:
@@ -219,13 +219,18 @@ def await_on_loop(
     call_id: str = "?",
     ended: Callable[[], None] | None = None,
     what: str | None = None,
+    on_demand: bool = False,
 ) -> Any:
     """Run ``coro`` as a :class:`Flight` on ``loop`` (None: the runtime's
     own loop thread) and wait for it to end, on this thread: for a body
     under a ``tools/execute`` wrapper (the wrapper needs the result on its
-    thread) and for ``rt.tools.dispatch``. A call actor waiting here lends
-    its slot. Cancellation and a loop that is gone behave
-    as for a batch's async call (``pipeline/flights.py``)."""
+    thread) and for ``rt.tools.dispatch``, and for an async pre-execute
+    listener or approval service. An actor waiting here lends its slot
+    (``rt.waiting()``); ``on_demand`` (a body's wait), only once the
+    flight needs the runtime's capacity (it starts a batch: see
+    ``scheduling.executor.LentOnDemand``), so an async body that only awaits
+    holds its call actor as a sync body does. Cancellation and a loop that
+    is gone behave as for a batch's async call (``pipeline/flights.py``)."""
     target = target_loop(rt, loop)
     if target.is_running() and _on_thread_of(target):  # (the runtime's own loop thread too)
         coro.close()
@@ -249,8 +254,8 @@ def await_on_loop(
         # as its start would, without waiting for the loop (a stop called
         # on that loop's thread blocks it).
         return done.result()  # (raises its AbortError)
-    rt.loop_watch.launch(flight)
-    with rt.waiting():  # a waiting call actor holds no slot
+    with rt.waiting(flight.context if on_demand else None):  # (before the launch: the flight's context is set)
+        rt.loop_watch.launch(flight)
         return done.result()
 
 

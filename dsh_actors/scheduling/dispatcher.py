@@ -13,12 +13,14 @@ Capacity is of two kinds, and the :class:`Dispatcher` owns both:
   (:meth:`Dispatcher.step_ended`).
 
 A thread that blocks on work the runtime must do (a body run inline, a
-nested batch, an approval, an async body waited for under a
-``tools/execute`` wrapper) **lends** its slot for the wait, whichever kind
+nested batch, an approval) **lends** its slot for the wait, whichever kind
 it holds (:class:`~.executor.Lent`, ``rt.waiting()``: :meth:`Dispatcher.lend`
 and :meth:`Dispatcher.unlend`). It is the one way to lend, and there is no
 bound on it: a thread that waits never holds capacity another batch needs,
-so nested batches cannot deadlock it at any budget.
+so nested batches cannot deadlock it at any budget. A thread waiting for
+an async body under a ``tools/execute`` wrapper lends on demand
+(:class:`~.executor.LentOnDemand`: once the body starts a batch, counted
+by :meth:`Dispatcher.lend_decided`), and holds its slot until then.
 
 Everything is decided under :attr:`Dispatcher.lock` (the work mailboxes
 share it: a mailbox's counters are the dispatcher's per-batch queue), by
@@ -486,9 +488,17 @@ class Dispatcher:
     # -- lending ---------------------------------------------------------------------
 
     def lend(self, stepper: bool) -> None:
-        """The calling actor (an executor actor when ``stepper``, else a call
-        actor) blocks on work the runtime must do: its slot serves others
-        until :meth:`unlend`."""
+        """An actor (an executor actor when ``stepper``, else a call actor)
+        blocks on work the runtime must do: its slot serves others until
+        :meth:`unlend`."""
+        sends = self.lend_decided(stepper)
+        if sends:
+            self._send(sends)
+
+    def lend_decided(self, stepper: bool) -> list[tuple[Address | None, Any]]:
+        """:meth:`lend`'s counts and grants, under the lock; the sends to
+        make with :meth:`send` (an on-demand lend counts under its own lock
+        and sends after it: see ``executor.Lent.lend``)."""
         self.lock.acquire()
         try:
             if stepper:
@@ -498,11 +508,9 @@ class Dispatcher:
                 self.serving -= 1
                 self.lent_servers += 1
             # (The slot lent serves a queued step or a waiting mailbox, if any.)
-            sends = self._assign() if self.runnable or self.wanting else None
+            return self._assign() if self.runnable or self.wanting else []
         finally:
             self.lock.release()
-        if sends:
-            self._send(sends)
 
     def unlend(self, stepper: bool) -> None:
         """The wait is over: the actor holds a slot again (the count may pass

@@ -27,6 +27,7 @@ lend it while they wait (:class:`Lent`).
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -79,7 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
     from ..kernel import Kernel
 
-__all__ = ["CallActor", "ExecutorActor", "Lent", "NativeExecutor", "SubBatch"]
+__all__ = ["CallActor", "ExecutorActor", "Lent", "LentOnDemand", "NativeExecutor", "SubBatch", "lend_waiter"]
 
 
 class NativeExecutor:
@@ -254,6 +255,7 @@ class NativeExecutor:
             else check_limit(batch.max_parallel_tool_calls)
         )
         if not checked:
+            lend_waiter()  # (a batch an async body starts: see LentOnDemand; start_batch lends for a checked one)
             check_batch(batch)
             batch = bind_context(batch)  # (start_batch binds a checked one)
         with self._lock:
@@ -285,6 +287,7 @@ class NativeExecutor:
         with self._lock:
             if self._closed:
                 raise RuntimeStoppedError("the runtime is stopped")
+        lend_waiter()  # (opened by an async body: see LentOnDemand)
         reply: Future[ToolBatchResult] = Future()
         run = BatchRun(
             rt,
@@ -592,13 +595,25 @@ def _settle_reply(run: BatchRun, outcome: Any) -> None:
         settle(run.reply, outcome)
 
 
+#: The on-demand waiter (:class:`LentOnDemand`) whose slot work running in
+#: this context lends when it needs capacity: set in the context of the
+#: flight that waiter's thread waits for.
+_WAITER: contextvars.ContextVar[LentOnDemand | None] = contextvars.ContextVar("dsh_waiter", default=None)
+
+# A LentOnDemand's state (under its lock): its thread waits holding its
+# slot; the slot is lent; the wait has ended (nothing is lent any more).
+_HOLDING, _LENT, _ENDED = 0, 1, 2
+
+
 class Lent:
     """``rt.waiting()``: around a wait of the calling thread for work the
     runtime must do (a body run inline, a nested batch, an approval, an
     async body or listener). The one way to lend capacity: an executor
     actor lends its step slot, a call actor its call-actor slot, to the
     runtime's :class:`~.dispatcher.Dispatcher` for the wait (a nested wait
-    lends nothing more); anywhere else, nothing. A plain object, not a
+    lends nothing more); anywhere else, nothing of its own, but a wait in
+    the work of an on-demand waiter (its loop's thread) lends that
+    waiter's slot (:class:`LentOnDemand`). A plain object, not a
     generator: it wraps every body run inline."""
 
     __slots__ = ("_actor",)
@@ -608,7 +623,9 @@ class Lent:
 
     def __enter__(self) -> None:
         actor = actor_thread_ident()
-        if (type(actor) is ExecutorActor or type(actor) is CallActor) and not actor.lent:
+        if type(actor) is ExecutorActor or type(actor) is CallActor:
+            if actor.lent:
+                return  # (a nested wait: lent already)
             stepper = type(actor) is ExecutorActor
             actor.lent = True
             try:
@@ -620,6 +637,8 @@ class Lent:
                 actor.lent = False
                 raise
             self._actor = actor
+        else:
+            lend_waiter()
 
     def __exit__(self, *exc: object) -> None:
         actor = self._actor
@@ -627,6 +646,76 @@ class Lent:
             self._actor = None
             actor.dispatcher.unlend(type(actor) is ExecutorActor)
             actor.lent = False
+
+
+class LentOnDemand(Lent):
+    """The kernel's ``waiting(context)``: an actor's thread waits for an
+    async body's flight (under a ``tools/execute`` wrapper) that runs in
+    ``context``, and lends its slot **on demand**: it keeps the slot while
+    the body only awaits (as a sync body does), and lends it once the work
+    in ``context`` needs the runtime's capacity: it starts a batch
+    (:func:`lend_waiter`, at every batch start) or waits inside
+    ``rt.waiting()`` on a thread that is no actor (the body's loop). So
+    those waits count in the budget, one call actor each, and nesting still
+    cannot deadlock it. Its state (holding, lent, ended) is this object's,
+    under its own lock: the lend comes from another thread, and the waiting
+    thread gives the slot back at its end only if it was lent. On a thread
+    that is no actor, or an actor whose slot is lent already, it does
+    nothing (the flight, whose context copies the current one, lends the
+    same waiter as the current context, if any)."""
+
+    __slots__ = ("_context", "_lock", "_state")
+
+    def __init__(self, context: contextvars.Context) -> None:
+        super().__init__()
+        self._context = context
+        self._lock = threading.Lock()
+        self._state = _HOLDING
+
+    def __enter__(self) -> None:
+        actor = actor_thread_ident()
+        if (type(actor) is ExecutorActor or type(actor) is CallActor) and not actor.lent:
+            actor.lent = True  # (its slot is this object's to lend)
+            self._actor = actor
+            self._context.run(_WAITER.set, self)
+
+    def __exit__(self, *exc: object) -> None:
+        actor = self._actor
+        if actor is None:
+            return
+        with self._lock:
+            lent = self._state == _LENT
+            self._state = _ENDED
+        self._actor = None  # (after _ENDED: lend reads it only while holding)
+        if lent:
+            actor.dispatcher.unlend(type(actor) is ExecutorActor)
+        actor.lent = False
+
+    def lend(self) -> None:
+        """(Any thread.) The work this waiter waits for needs the runtime's
+        capacity: its slot is lent now, unless it is lent already or the
+        wait has ended. The dispatcher counts the lend under this waiter's
+        lock, so the end of the wait gives back only a slot counted lent;
+        the sends the lend decided are made after that lock."""
+        with self._lock:
+            actor = self._actor
+            if self._state != _HOLDING or actor is None:
+                return
+            self._state = _LENT
+            dispatcher = actor.dispatcher
+            sends = dispatcher.lend_decided(type(actor) is ExecutorActor)
+        dispatcher.send(sends)
+
+
+def lend_waiter(context: contextvars.Context | None = None) -> None:
+    """Work in ``context`` (None: the calling thread's) is about to need
+    the runtime's capacity (it starts a batch, or waits inside
+    ``rt.waiting()`` on a thread that is no actor): when that is the
+    context of a flight an on-demand waiter waits for (:class:`LentOnDemand`),
+    the waiter's slot is lent (once). A context variable read otherwise."""
+    waiter = _WAITER.get() if context is None else context.get(_WAITER)
+    if waiter is not None:
+        waiter.lend()
 
 
 class CallActor(MailboxActor):

@@ -26,7 +26,7 @@ from ..errors import (
 from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..visibility import describe_scope, select_executor
-from .executor import NativeExecutor
+from .executor import NativeExecutor, lend_waiter
 from .messages import CallStart, Reply
 from .suspension import in_step, logged_step
 
@@ -75,6 +75,10 @@ def start_batch(
     its resume or recovery, from before it reads the log.)
     """
     try:
+        # Started by an async body a thread waits for on demand: that
+        # thread's slot is lent now (see executor.Lent), before the batch
+        # needs any.
+        lend_waiter(context)
         check_batch(batch)
         step = logged_step(batch) if starts is None else None
         if step is None:

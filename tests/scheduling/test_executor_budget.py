@@ -361,6 +361,129 @@ def test_async_bodies_under_a_sync_wrapper_nesting_execute_async_finish_at_a_bud
         assert [r.result.value for r in result.results] == ["1>2>leaf|leaf|2>leaf|leaf"] * 3, budget
 
 
+def test_async_bodies_under_a_wrapper_wait_on_call_actors_within_the_budget() -> None:
+    # A tools/execute wrapper makes a call actor wait for each async body.
+    # That wait used to lend its slot at once, so the dispatcher started
+    # another call actor for the next queued call, and so on without bound
+    # (1,000 agents of 3 async calls under policies.metrics peaked at
+    # thousands of threads; a farm audit). It lends only when the body
+    # needs the budget now (a nested batch: the tests below), so 40 such
+    # calls in 8 batches wait on the 4 call actors of the budget.
+    import asyncio
+
+    budget = 4
+    with started_runtime(max_call_actors=budget) as rt:
+        rt.events.on("tools/execute", lambda execution, next_: next_())
+        dispatcher = rt.dispatcher
+        lent_call_actors: list[bool] = []  # every lend of a call-actor slot
+        for name in ("lend", "lend_decided"):  # (the up-front lend, the on-demand one)
+            original = getattr(dispatcher, name, None)
+            if original is not None:
+
+                def lend(stepper: bool, original: Any = original) -> Any:
+                    if not stepper:
+                        lent_call_actors.append(True)
+                    return original(stepper)
+
+                setattr(dispatcher, name, lend)
+        running = 0
+        worst = {"bodies": 0, "call actors": 0}
+
+        async def main() -> list[Any]:
+            first_wave, release = asyncio.Event(), asyncio.Event()
+
+            async def body(args: Any, ctx: Any) -> str:
+                nonlocal running
+                running += 1  # (on this loop's thread only)
+                held = dispatcher.snapshot()
+                worst["bodies"] = max(worst["bodies"], running)
+                worst["call actors"] = max(worst["call actors"], held["call_actors_in_use"] + held["call_actors_lent"])
+                if running == budget:
+                    first_wave.set()
+                try:
+                    await release.wait()
+                finally:
+                    running -= 1
+                return "ok"
+
+            rt.tools.register(make_tool("wait", body))
+            batches = [
+                ToolBatchInput(calls=[call(i, "wait", b=b) for i in range(5)], max_parallel_tool_calls=5)
+                for b in range(8)
+            ]
+            awaited = asyncio.gather(*(rt.tools.execute_async(batch) for batch in batches))
+            try:
+                await asyncio.wait_for(first_wave.wait(), GUARD)
+            finally:
+                release.set()
+            return await asyncio.wait_for(awaited, GUARD)
+
+        results = asyncio.run(main())
+        dispatcher.assert_invariants()
+        assert dispatcher.snapshot()["call_actors_peak"] <= budget
+    assert [r.result.value for batch in results for r in batch.results] == ["ok"] * 40
+    assert worst == {"bodies": budget, "call actors": budget}
+    assert not lent_call_actors  # no body needed the budget: no call actor lent its slot
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["execute_async", "submit", "native submit", "registry ask", "execute on a thread", "waiting for a sibling"],
+)
+def test_an_async_body_under_a_wrapper_lends_its_call_actor_when_it_needs_the_budget(how: str) -> None:
+    # The call actor waiting for an async body under a tools/execute wrapper
+    # keeps its slot until the body needs the budget: it starts a batch,
+    # by any entry point, on any thread its context reaches (asyncio.to_thread
+    # copies it), or waits inside rt.waiting() (here for its sibling call,
+    # which needs the only call actor). Then the slot is lent, once: at a
+    # budget of one, two such parents, each nesting two async calls, finish.
+    import asyncio
+    from concurrent.futures import Future
+
+    from dsh_actors import NativeExecutor
+    from dsh_actors.messages import ExecuteBatch
+
+    with started_runtime(max_call_actors=1) as rt:
+        rt.events.on("tools/execute", lambda execution, next_: next_())
+        native = NativeExecutor()
+        native.bind(rt)
+        arrived = {"c0": threading.Event(), "c1": threading.Event()}
+
+        async def leaf(args: Any, ctx: Any) -> str:
+            return "leaf"
+
+        async def parent(args: Any, ctx: Any) -> str:
+            inner_batch = ToolBatchInput(calls=calls("leaf", "leaf"))
+            if how == "execute_async":
+                inner = await rt.tools.execute_async(inner_batch)
+            elif how == "submit":
+                inner = await asyncio.wrap_future(rt.tools.submit(inner_batch))
+            elif how == "native submit":
+                inner = await asyncio.wrap_future(native.submit(inner_batch))
+            elif how == "registry ask":
+                answer: Future[Any] = Future()
+                rt.registry.ask(ExecuteBatch(inner_batch, reply=answer), block=False)
+                inner = await asyncio.wrap_future(answer)
+            elif how == "execute on a thread":
+                inner = await asyncio.to_thread(rt.tools.execute, inner_batch)
+            else:
+                arrived[ctx.call_id].set()
+                other = arrived["c1" if ctx.call_id == "c0" else "c0"]
+                with rt.waiting():
+                    await asyncio.to_thread(must, other, "the sibling call to run")
+                return "met"
+            return "+".join(r.result.value for r in inner.results)
+
+        rt.tools.register(make_tool("leaf", leaf))
+        rt.tools.register(make_tool("parent", parent))
+        batch = rt.tools.submit(ToolBatchInput(calls=calls("parent", "parent"))).result(GUARD)
+        rt.dispatcher.assert_invariants()
+        snapshot = rt.dispatcher.snapshot()
+    expected = "met" if how == "waiting for a sibling" else "leaf+leaf"
+    assert [r.result.value for r in batch.results] == [expected] * 2
+    assert snapshot["call_actors_lent"] == 0  # every lend ended with its wait
+
+
 def _queued_listener(call_id: str, event: threading.Event) -> Any:
     """A ``tools/pre-execute`` listener that sets ``event`` when ``call_id``
     is prepared: the call before it is in its batch's work mailbox then."""
