@@ -454,7 +454,7 @@ class ExecutorActor(MailboxActor):
         self._rt = rt
         self._address: Address | None = None
         self.dispatcher = dispatcher  # (read-only: whose step slot it holds)
-        self.lent = False  # its step slot is lent (see Lent); its own thread only
+        self.lends = 0  # the waits its step slot is lent for (see Lent); its own thread only
 
     def handle(self, message: RunBatch | Begin | Resume) -> None:
         if self._address is None:
@@ -622,30 +622,36 @@ class Lent:
         self._actor: ExecutorActor | CallActor | None = None
 
     def __enter__(self) -> None:
+        lend_waiter()  # (in an on-demand waiter's flight, on any thread: its slot too)
         actor = actor_thread_ident()
         if type(actor) is ExecutorActor or type(actor) is CallActor:
-            if actor.lent:
-                return  # (a nested wait: lent already)
+            # Waits nest, and on a loop this thread runs they interleave (two
+            # coroutines, each in a `with` of its own, end in any order): the
+            # slot is lent at the first and taken back at the last (a depth).
+            lends = actor.lends
+            actor.lends = lends + 1
+            self._actor = actor
+            if lends:
+                return
             stepper = type(actor) is ExecutorActor
-            actor.lent = True
             try:
                 actor.dispatcher.lend(stepper)
             except BaseException:
                 # The slot was lent before the sends it decided failed (the
                 # runtime is stopping): taken back, since __exit__ never runs.
                 actor.dispatcher.unlend(stepper)
-                actor.lent = False
+                actor.lends = lends
+                self._actor = None
                 raise
-            self._actor = actor
-        else:
-            lend_waiter()
 
     def __exit__(self, *exc: object) -> None:
         actor = self._actor
         if actor is not None:
             self._actor = None
-            actor.dispatcher.unlend(type(actor) is ExecutorActor)
-            actor.lent = False
+            lends = actor.lends - 1
+            actor.lends = lends
+            if not lends:
+                actor.dispatcher.unlend(type(actor) is ExecutorActor)
 
 
 class LentOnDemand(Lent):
@@ -655,9 +661,12 @@ class LentOnDemand(Lent):
     the body only awaits (as a sync body does), and lends it once the work
     in ``context`` needs the runtime's capacity: it starts a batch
     (:func:`lend_waiter`, at every batch start) or waits inside
-    ``rt.waiting()`` on a thread that is no actor (the body's loop). So
-    those waits count in the budget, one call actor each, and nesting still
-    cannot deadlock it. Its state (holding, lent, ended) is this object's,
+    ``rt.waiting()`` (on the body's loop, whatever thread runs it). So
+    those waits count in the budget, one call actor each, and nesting
+    cannot deadlock it, as long as the body's nested batch starts with the
+    body's contextvars (its task, ``asyncio.to_thread``; a thread that has
+    not them, such as ``loop.run_in_executor``'s, lends nothing, as a sync
+    body's wait outside ``rt.waiting()`` does not). Its state (holding, lent, ended) is this object's,
     under its own lock: the lend comes from another thread, and the waiting
     thread gives the slot back at its end only if it was lent. On a thread
     that is no actor, or an actor whose slot is lent already, it does
@@ -674,8 +683,8 @@ class LentOnDemand(Lent):
 
     def __enter__(self) -> None:
         actor = actor_thread_ident()
-        if (type(actor) is ExecutorActor or type(actor) is CallActor) and not actor.lent:
-            actor.lent = True  # (its slot is this object's to lend)
+        if (type(actor) is ExecutorActor or type(actor) is CallActor) and not actor.lends:
+            actor.lends = 1  # (its slot is this object's to lend: its thread waits, so no other wait nests)
             self._actor = actor
             self._context.run(_WAITER.set, self)
 
@@ -689,7 +698,7 @@ class LentOnDemand(Lent):
         self._actor = None  # (after _ENDED: lend reads it only while holding)
         if lent:
             actor.dispatcher.unlend(type(actor) is ExecutorActor)
-        actor.lent = False
+        actor.lends = 0
 
     def lend(self) -> None:
         """(Any thread.) The work this waiter waits for needs the runtime's
@@ -727,7 +736,7 @@ class CallActor(MailboxActor):
         self.rt = rt
         self.dispatcher = dispatcher  # (read-only: whose call-actor slot it holds)
         self.address = Address(self)
-        self.lent = False  # its slot is lent (see Lent); its own thread only
+        self.lends = 0  # the waits its slot is lent for (see Lent); its own thread only
 
     def handle(self, message: Serve) -> None:
         match message:

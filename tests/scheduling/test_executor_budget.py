@@ -607,3 +607,73 @@ def test_at_a_budget_of_one_two_batches_take_turns() -> None:
             release.set()
         assert [r.result.value for r in b.result(GUARD).results] == ["b", "b"]
         assert [r.result.value for r in a.result(GUARD).results] == ["a"] * 6
+
+
+def test_two_nested_batches_awaited_at_once_on_a_bodys_loop_keep_its_slot_lent_until_both_end() -> None:
+    # A sync body awaiting two execute_async at once (asyncio.gather on a loop
+    # its call actor runs): each await is a wait of its own. The first to end
+    # used to take the slot back while the second still needed a call actor:
+    # at a budget of one, the second never got one.
+    import asyncio
+
+    with started_runtime(max_call_actors=1) as rt:
+        rt.tools.register(make_tool("quick", lambda args, ctx: "quick"))
+        gates: dict[str, asyncio.Event] = {}
+
+        async def gate(args: Any, ctx: Any) -> str:
+            await gates["first ended"].wait()  # (its batch's calls after it need a call actor)
+            return "gate"
+
+        rt.tools.register(make_tool("gate", gate, classifier=None))
+
+        def parent(args: Any, ctx: Any) -> str:
+            async def both() -> list[str]:
+                gates["first ended"] = asyncio.Event()
+
+                async def first() -> Any:
+                    result = await rt.tools.execute_async(ToolBatchInput(calls=calls("quick")))
+                    gates["first ended"].set()
+                    return result
+
+                second = ToolBatchInput(calls=calls("gate", "quick", "quick"), max_parallel_tool_calls=2)
+                one, two = await asyncio.gather(first(), rt.tools.execute_async(second))
+                return [r.result.value for r in (*one.results, *two.results)]
+
+            return "+".join(asyncio.run(both()))
+
+        rt.tools.register(make_tool("parent", parent))
+        batch = rt.tools.submit(ToolBatchInput(calls=calls("parent", "quick"))).result(GUARD)
+        rt.dispatcher.assert_invariants()
+    assert [r.result.value for r in batch.results] == ["quick+gate+quick+quick", "quick"]
+
+
+def test_an_async_body_under_a_wrapper_on_an_actors_loop_lends_its_waiter_inside_rt_waiting() -> None:
+    # The nested batch's async bodies run on the loop a sync body's call actor
+    # runs (asyncio.run(execute_async(...))); each is waited for, under the
+    # wrapper, by another call actor holding its slot. `with rt.waiting():` in
+    # one of them lent the loop's actor's slot, not its waiter's: at a budget
+    # of one its sibling never got a call actor.
+    import asyncio
+
+    with started_runtime(max_call_actors=1) as rt:
+        rt.events.on("tools/execute", lambda execution, next_: next_())
+        arrived = {"c0": threading.Event(), "c1": threading.Event()}
+
+        async def sibling(args: Any, ctx: Any) -> str:
+            arrived[ctx.call_id].set()
+            other = arrived["c1" if ctx.call_id == "c0" else "c0"]
+            with rt.waiting():
+                met = await asyncio.to_thread(other.wait, GUARD)
+            return "met" if met else "alone"
+
+        rt.tools.register(make_tool("sibling", sibling))
+        rt.tools.register(make_tool("quick", lambda args, ctx: "quick"))
+
+        def parent(args: Any, ctx: Any) -> str:
+            inner = asyncio.run(rt.tools.execute_async(ToolBatchInput(calls=calls("sibling", "sibling"))))
+            return "+".join(r.result.value for r in inner.results)
+
+        rt.tools.register(make_tool("parent", parent))
+        batch = rt.tools.submit(ToolBatchInput(calls=calls("parent", "quick"))).result(GUARD)
+        rt.dispatcher.assert_invariants()
+    assert [r.result.value for r in batch.results] == ["met+met", "quick"]
