@@ -131,7 +131,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dsh_actors import AbortSignal, Ask, InvalidStateError, InvalidTypeError, ToolExecution, ToolRuntime, dumps
+from dsh_actors import (
+    AbortSignal,
+    Ask,
+    ErrorCode,
+    InvalidStateError,
+    InvalidTypeError,
+    ToolExecution,
+    ToolRuntime,
+    dumps,
+)
 
 from ._common import (
     Batches,
@@ -170,7 +179,6 @@ GAUGES: Final = (
 #: The name the calls that fail ``UNKNOWN_TOOL`` are counted under (no
 #: tool is named so: a tool's name is letters, digits, ``_`` and ``-``).
 UNKNOWN_TOOLS: Final = "(unknown)"
-_UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
 #: The gauges made on each meter provider (weakly keyed: a provider that
 #: cannot be is not tracked).
 _OBSERVED: Final[weakref.WeakKeyDictionary[Any, _Gauges]] = weakref.WeakKeyDictionary()
@@ -514,7 +522,7 @@ class Metrics:
             return
         ended = self._clock()
         code = code_of(result)
-        name = UNKNOWN_TOOLS if code == _UNKNOWN_TOOL else execution.name
+        name = UNKNOWN_TOOLS if code == ErrorCode.UNKNOWN_TOOL else execution.name
         with self._lock:
             trip = self._trips.pop(execution.token, None)
             for target in (self._stats(name), self._all):

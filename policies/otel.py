@@ -122,6 +122,7 @@ from dsh_actors import (
     Ask,
     Cancel,
     Deny,
+    ErrorCode,
     InvalidStateError,
     InvalidTypeError,
     ToolExecution,
@@ -147,7 +148,6 @@ OTHER_TOOL: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
 _TIMEOUT: Final = "TOOL_TIMEOUT"
-_UNKNOWN_TOOL: Final = "UNKNOWN_TOOL"
 #: The approval answers that do not deny the call.
 _GOES_ON: Final = frozenset({"allowed-once", "deferred"})
 
@@ -455,7 +455,7 @@ class OtelPolicy:
                 span.record_exception(exc)
             attributes = {
                 "gen_ai.operation.name": OPERATION,
-                "gen_ai.tool.name": OTHER_TOOL if code == _UNKNOWN_TOOL else name,
+                "gen_ai.tool.name": OTHER_TOOL if code == ErrorCode.UNKNOWN_TOOL else name,
                 "error.type": code,
             }
             span.set_attribute("error.type", code)

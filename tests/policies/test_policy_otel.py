@@ -171,22 +171,31 @@ def untimed(span: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _deliberate(took: list[float]) -> None:
+    """Take at least a millisecond by the clock (spinning: no sleep, so the
+    time is the service's own however loaded the machine), and append how
+    long it took to ``took``."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.001:
+        pass
+    took.append(time.perf_counter() - start)
+
+
 def timed_service(answer: str, kind: str, took: list[float]) -> Any:
-    """An approval service (sync or ``async def``) that answers ``answer``,
-    appending to ``took`` how long it took by its own clock (the answer
-    event's duration covers at least that)."""
+    """An approval service (sync or ``async def``) that answers ``answer``
+    after deliberating at least a millisecond, appending to ``took`` how
+    long it took by its own clock (the answer event's duration covers at
+    least that)."""
     if kind == "sync":
 
         def service(request: Any) -> str:
-            start = time.perf_counter()
-            took.append(time.perf_counter() - start)
+            _deliberate(took)
             return answer
 
         return service
 
     async def async_service(request: Any) -> str:
-        start = time.perf_counter()  # (awaited on the batch's loop)
-        took.append(time.perf_counter() - start)
+        _deliberate(took)  # (awaited on the batch's loop)
         return answer
 
     return async_service
