@@ -32,6 +32,7 @@ from dsh_actors import (
 __all__ = [
     "Batches",
     "ContentBlock",
+    "PerProvider",
     "ToolExecutionResult",
     "UNSET",
     "Undo",
@@ -87,6 +88,36 @@ class Batches(Generic[_T]):
 
     def clear(self) -> None:
         self._seen.clear()
+
+
+class PerProvider(Generic[_T]):
+    """One object per OpenTelemetry meter provider, made at its first use
+    (OpenTelemetry keeps the first instrument of a name, so an instrument is
+    made once per provider): keyed weakly, so a provider the application
+    drops is freed; one that cannot be weakly keyed gets a new object each
+    time. Thread-safe: :meth:`of` makes under :attr:`lock`."""
+
+    __slots__ = ("lock", "_made")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._made: weakref.WeakKeyDictionary[Any, _T] = weakref.WeakKeyDictionary()
+
+    def of(self, meter_provider: Any, make: Callable[[], _T]) -> _T:
+        """The object of ``meter_provider``: ``make()`` at its first use (one
+        that raises leaves nothing behind: a later use makes it again)."""
+        with self.lock:
+            try:
+                found = self._made.get(meter_provider)
+            except TypeError:
+                found = None
+            if found is None:
+                found = make()
+                try:
+                    self._made[meter_provider] = found
+                except TypeError:
+                    pass
+            return found
 
 
 class Undo:

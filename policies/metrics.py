@@ -129,6 +129,7 @@ import weakref
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from dsh_actors import (
@@ -144,6 +145,7 @@ from dsh_actors import (
 
 from ._common import (
     Batches,
+    PerProvider,
     ToolExecutionResult,
     Undo,
     check_bool,
@@ -179,10 +181,8 @@ GAUGES: Final = (
 #: The name the calls that fail ``UNKNOWN_TOOL`` are counted under (no
 #: tool is named so: a tool's name is letters, digits, ``_`` and ``-``).
 UNKNOWN_TOOLS: Final = "(unknown)"
-#: The gauges made on each meter provider (weakly keyed: a provider that
-#: cannot be is not tracked).
-_OBSERVED: Final[weakref.WeakKeyDictionary[Any, _Gauges]] = weakref.WeakKeyDictionary()
-_OBSERVED_LOCK: Final = threading.Lock()
+#: The gauges made on each meter provider.
+_GAUGES: Final[PerProvider[_Gauges]] = PerProvider()
 
 
 @dataclass(slots=True)
@@ -348,31 +348,16 @@ class Metrics:
         :class:`_Gauges`); refused while another Metrics installed with it
         publishes there."""
         meter_provider = self._meter_provider
-        with _OBSERVED_LOCK:
-            gauges = self._gauges or _gauges_of(meter_provider)
-            if gauges is not None:
-                other = gauges.publisher()
-                if other is not None and other is not self and other.installed:
-                    raise InvalidStateError(
-                        f"{_POLICY}: another Metrics publishes its gauges on this meter_provider already "
-                        "(OpenTelemetry keeps the first instrument of a name); install that Metrics, dispose it "
-                        "first (or stop its runtime), or pass another provider"
-                    )
-                gauges.publisher = weakref.ref(self)
-                self._gauges = gauges
-                return
-            gauges = _Gauges(self)
-            try:
-                _OBSERVED[meter_provider] = gauges
-            except TypeError:  # (a provider that cannot be weakly keyed: not tracked)
-                pass
-        try:
-            gauges.make(meter_provider)
-        except BaseException:
-            with _OBSERVED_LOCK:  # (not made after all: a later install may try again)
-                if _gauges_of(meter_provider) is gauges:
-                    del _OBSERVED[meter_provider]
-            raise
+        gauges = self._gauges or _GAUGES.of(meter_provider, partial(_Gauges.made, meter_provider))
+        with _GAUGES.lock:  # (the check and the claim at once)
+            other = gauges.publisher()
+            if other is not None and other is not self and other.installed:
+                raise InvalidStateError(
+                    f"{_POLICY}: another Metrics publishes its gauges on this meter_provider already "
+                    "(OpenTelemetry keeps the first instrument of a name); install that Metrics, dispose it "
+                    "first (or stop its runtime), or pass another provider"
+                )
+            gauges.publisher = weakref.ref(self)
         self._gauges = gauges
 
     def _reading(self, key: str) -> int | None:
@@ -563,8 +548,15 @@ class _Gauges:
 
     __slots__ = ("publisher",)
 
-    def __init__(self, publisher: Metrics) -> None:
-        self.publisher = weakref.ref(publisher)
+    def __init__(self) -> None:
+        self.publisher: Callable[[], Metrics | None] = _nobody
+
+    @classmethod
+    def made(cls, meter_provider: Any) -> _Gauges:
+        """The gauges, made on ``meter_provider``, read by nobody yet."""
+        gauges = cls()
+        gauges.make(meter_provider)
+        return gauges
 
     def make(self, meter_provider: Any) -> None:
         from opentelemetry.metrics import Observation  # (_check_meter_provider found it)
@@ -582,12 +574,8 @@ class _Gauges:
             meter.create_observable_gauge(name, callbacks=[gauge(key)], unit=unit, description=description)
 
 
-def _gauges_of(meter_provider: Any) -> _Gauges | None:
-    """The gauges made on ``meter_provider``, if it is tracked. Lock held."""
-    try:
-        return _OBSERVED.get(meter_provider)
-    except TypeError:
-        return None
+def _nobody() -> None:
+    return None
 
 
 def _check_meter_provider(meter_provider: Any) -> Any:

@@ -133,7 +133,7 @@ from dsh_actors import (
     thaw,
 )
 
-from ._common import Undo, check_bool, check_no_unknown, check_runtime, executable_definition
+from ._common import PerProvider, Undo, check_bool, check_no_unknown, check_runtime, executable_definition
 
 __all__ = ["apply"]
 
@@ -472,29 +472,19 @@ class OtelPolicy:
             self._duration.record(time.perf_counter() - state.start, attributes)
 
 
-#: The duration histogram made on each meter provider (weakly keyed; a
-#: provider that cannot be gets one per applied policy).
-_HISTOGRAMS: Final[weakref.WeakKeyDictionary[Any, Any]] = weakref.WeakKeyDictionary()
-_HISTOGRAMS_LOCK: Final = threading.Lock()
+#: The duration histogram made on each meter provider.
+_HISTOGRAMS: Final[PerProvider[Any]] = PerProvider()
 
 
 def _duration_histogram(meter_provider: Any) -> Any:
     """The ``gen_ai.execute_tool.duration`` histogram of ``meter_provider``,
     made at its first use."""
-    with _HISTOGRAMS_LOCK:
-        try:
-            histogram = _HISTOGRAMS.get(meter_provider)
-        except TypeError:
-            histogram = None
-        if histogram is None:
-            histogram = meter_provider.get_meter(__name__).create_histogram(
-                DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
-            )
-            try:
-                _HISTOGRAMS[meter_provider] = histogram
-            except TypeError:
-                pass
-        return histogram
+    return _HISTOGRAMS.of(
+        meter_provider,
+        lambda: meter_provider.get_meter(__name__).create_histogram(
+            DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
+        ),
+    )
 
 
 def _reason(reason: Any) -> dict[str, Any]:
