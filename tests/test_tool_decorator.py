@@ -630,15 +630,20 @@ def test_a_render_that_raises_fails_naming_the_render(rt: Any) -> None:
 # --------------------------------------------------------------------------
 
 
-def test_define_tool_takes_a_bool_as_a_constant_classifier() -> None:
-    echo = define_tool(
+def echo_tool(**options: Any) -> ToolDefinition:
+    """``define_tool`` of an ``echo`` of its string ``m``."""
+    return define_tool(
         name="echo",
         description="Echo.",
         parameters={"m": {"type": "string", "required": True}},
         output=ToolOutput(schema={"type": "string"}),
         execute=lambda args, ctx: args["m"],
-        is_concurrency_safe=True,
+        **options,
     )
+
+
+def test_define_tool_takes_a_bool_as_a_constant_classifier() -> None:
+    echo = echo_tool(is_concurrency_safe=True)
     assert echo.is_concurrency_safe is not None
     assert echo.is_concurrency_safe(FrozenDict({"m": "x"})) is True
     assert echo.is_concurrency_safe(FrozenDict({"m": 1})) is False  # invalid arguments: exclusive
@@ -952,13 +957,7 @@ def test_only_a_decorated_tool_is_callable_and_it_is_called_as_its_function() ->
     plus = dataclasses.replace(add, name="plus")
     assert type(plus) is TypedToolDefinition and plus(1, 1) == 2  # the same body, the same function
     assert isinstance(add, ToolDefinition) and callable(add)
-    echo = define_tool(
-        name="echo",
-        description="Echo.",
-        parameters={"m": {"type": "string", "required": True}},
-        output=ToolOutput(schema={"type": "string"}),
-        execute=lambda args, ctx: args["m"],
-    )
+    echo = echo_tool()
     raw = ToolDefinition(
         name="raw",
         description="Raw.",
