@@ -40,7 +40,9 @@ from .errors import (
     ToolArgsError,
     exception_text,
     safe_str,
-    shown_value,
+)
+from .errors import (
+    shown_value as _shown,
 )
 from .json import thaw
 from .model import ContentBlock, ToolExecutionResult
@@ -411,10 +413,6 @@ _OPTIONAL_CALLBACKS: Final = (
     "present_call",
     "present_result",
 )
-
-
-def _shown(value: object) -> str:
-    return shown_value(value)
 
 
 # Registration is a trusted same-process contract, but its input is typed

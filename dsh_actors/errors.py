@@ -10,6 +10,7 @@ the tool body had been invoked.
 
 from __future__ import annotations
 
+import errno
 import unicodedata
 from collections.abc import Sequence
 from enum import Enum
@@ -136,6 +137,11 @@ def shown_value(value: object, fallback: str = "<unprintable value>") -> str:
     if type(value) is int and value.bit_length() > 64:
         return f"an int of {value.bit_length()} bits"
     return safe_repr(value, fallback)
+
+
+def disk_full(err: OSError) -> bool:
+    """Whether a failed write's ``err`` says the disk (or the quota) is full."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def callable_name(fn: object) -> str:

@@ -9,11 +9,12 @@ anywhere else.
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from collections.abc import Iterable
 from typing import Final, TextIO
+
+from ..errors import disk_full
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_OUTPUT_FAILED", "OutputError", "silence_output", "write_output"]
 
@@ -47,7 +48,7 @@ def write_output(out: TextIO, lines: Iterable[str]) -> None:
         raise
     except OSError as err:
         reason = err.strerror or str(err) or type(err).__name__
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        if disk_full(err):
             raise OutputError(f"cannot write standard output: the disk is full ({reason})") from None
         raise OutputError(f"cannot write standard output: {reason}") from None
 

@@ -555,7 +555,9 @@ class _Mount:
                 self._content[ctx.token] = shown or [TextBlock(_json_text(result.structured_content))]
             value = result.structured_content
         if len(content) < len(every):
-            value = self._keep_for_user([block for block in every if not for_model(block)], args, value, ctx)
+            value = self._keep_for_user(
+                [block for block, seen in zip(every, visible, strict=True) if not seen], args, value, ctx
+            )
         return value
 
     def _keep_rendered(self, content: list[dict[str, Any]], shown: list[ContentBlock], ctx: ToolRunContext) -> Any:

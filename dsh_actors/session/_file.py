@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import orjson
 
-from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, LosslessJsonError, disk_full, safe_str
 from ..json import FrozenDict, dumps, loads
 from ._events import (
     _INTERRUPTED,
@@ -611,7 +611,7 @@ class Session:
     def _write_error(self, err: OSError) -> OSError:
         """A failed write's ``OSError`` (its errno, so its class), naming
         the log and what to do."""
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        if disk_full(err):
             fix = "free space on its disk"
         elif err.errno == errno.EFBIG:
             fix = "let the file grow (the process's file-size limit: ulimit -f)"
