@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import (
     AbortError,
@@ -214,6 +214,17 @@ def _allow() -> Allow:
 _ALLOW = Allow()
 
 
+#: The default's ``Ask``, one for every call (frozen; approvals compare
+#: asks by equality): no reason of its own, so the denials say what is
+#: missing (no service, no agent), and the service sees the tool and its
+#: arguments.
+_ASK: Final = Ask()
+
+
+def _asked() -> Ask:
+    return _ASK
+
+
 def _approval_default(execution: Any, required: Any) -> Callable[[], Allow | Ask]:
     """The ``tools/pre-execute`` waterfall's default (what the last
     ``next()`` returns) for a call of a tool whose ``requires_approval`` is
@@ -224,11 +235,9 @@ def _approval_default(execution: Any, required: Any) -> Callable[[], Allow | Ask
     default raises :class:`ToolPolicyError` (``requires_approval: ...``,
     naming the tool), which fails the call as a raising listener does."""
     name = execution.name
-    # No reason of its own: the denials then say what is missing (no service,
-    # no agent), and the service sees the tool and its arguments.
-    ask = Ask()
+    ask = _ASK
     if required is True:
-        return lambda: ask
+        return _asked
     arguments = execution.arguments
 
     def default() -> Allow | Ask:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..execution import ToolExecutionInput
-from ..model import ToolExecutionResult, is_text_by_language
+from ..model import ToolExecutionResult
 from .body import (
     await_on_loop,
     body_of,
@@ -47,7 +47,6 @@ __all__ = [
     "BadArguments",
     "Call",
     "DECISIONS",
-    "is_text_by_language",
     "LOOK_UP",
     "MAX_UNPREPARED",
     "await_on_loop",

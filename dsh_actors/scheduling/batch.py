@@ -260,6 +260,7 @@ class BatchRun:
         "starts",
         "late",
         "suspension_id",
+        "unknown",
         "sink",
         "sealed",
     )
@@ -333,6 +334,9 @@ class BatchRun:
         # call settled behind one that waits as the batch suspends.
         self.late = False
         self.suspension_id: str | None = None  # minted when the first call defers
+        # The calls that run no tool, as its tool/batch logged them (None:
+        # not logged yet); a suspension records the same.
+        self.unknown: list[str] | None = None
         self.sink = sink  # a sub-batch's FeedSink (None: a batch)
         self.sealed = sink is None  # no more calls will be fed
 
@@ -1139,7 +1143,7 @@ class BatchRun:
         try:
             # (One registry lookup per call: recovery tells these calls, which
             # fail UNKNOWN_TOOL, from calls of a tool its runtime lacks.)
-            unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
+            unknown = self.unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
             session.append_lossless(
                 batch_event(
                     log.turn,
@@ -1330,7 +1334,9 @@ class BatchRun:
             )
         settled = {item.call_id: item.result for item in results}
         pending = tuple(c.id for c in batch.calls if c.id not in settled)
-        unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
+        unknown = self.unknown  # (a logged batch's, as its tool/batch has them)
+        if unknown is None:
+            unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
         value = suspension_value(self.suspension_id, batch, settled, deferred, unknown)
         return _batch_result(results, pending=pending, suspension=value)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Ask, ToolBatchInput, ToolExecutionResult
@@ -70,9 +70,14 @@ class BatchPolicy:
         decides. The one rule for a batch's calls and for what recovery
         reads of them (``recovery.unknown_calls``)."""
         own = self.own
-        override = own.get(name) if own else None
         hint_of = self.hint
+        if not own and hint_of is None:
+            return _REGISTRY_DECIDES  # (the common case: nothing made per call)
+        override = own.get(name) if own else None
         return override, (hint_of(name) if hint_of is not None and override is None else None)
+
+
+_REGISTRY_DECIDES: Final[tuple[Any, str | None]] = (None, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,9 +43,10 @@ from ..model import (
     UserMessage,
     content_from_json,
     content_to_json,
+    is_text_by_language,
 )
 from ..pipeline.intake import batch_arguments, parse_arguments, stand_in
-from ..pipeline.stages import DECISIONS, is_text_by_language
+from ..pipeline.stages import DECISIONS
 from ..session import LoggedCall, LoggedResult, Session, approval_refusal, error_from_json, error_to_json
 from .messages import CallStart
 from .recovery import logged_arguments
