@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
-from collections.abc import Coroutine
-from concurrent.futures import Future
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from loguru import logger
@@ -29,11 +30,26 @@ def _quiet_about_abandoned(loop: asyncio.AbstractEventLoop, context: dict[str, A
     logger.error("the runtime's event loop: {}", context.get("message", "an error"))
 
 
+class _ContextExecutor(ThreadPoolExecutor):
+    """The loop's default executor (``loop.run_in_executor(None, ...)``):
+    asyncio's own, except that each function runs in a copy of its
+    submitter's contextvars, as ``asyncio.to_thread`` runs it. So a body's
+    blocking work handed to it is still that body's: a nested batch it
+    starts lends the slot of the call actor waiting for the body
+    (``scheduling.executor.LentOnDemand``) instead of waiting for it."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+
 class LoopThread:
     """One asyncio event loop on one daemon thread, owned by a runtime."""
 
     def __init__(self, name: str = "dsh-asyncio") -> None:
         self._loop = asyncio.new_event_loop()
+        # (asyncio's default size; its threads start at the first use, and
+        # the loop's close shuts them down)
+        self._loop.set_default_executor(_ContextExecutor(thread_name_prefix=f"{name}-executor"))
         self._stopping = False
         # stop()'s: how long the tasks left may take to end once cancelled,
         # and the ones that did not (written by the loop's thread as it ends).

@@ -664,8 +664,9 @@ class LentOnDemand(Lent):
     ``rt.waiting()`` (on the body's loop, whatever thread runs it). So
     those waits count in the budget, one call actor each, and nesting
     cannot deadlock it, as long as the body's nested batch starts with the
-    body's contextvars (its task, ``asyncio.to_thread``; a thread that has
-    not them, such as ``loop.run_in_executor``'s, lends nothing, as a sync
+    body's contextvars (its task, ``asyncio.to_thread``, the runtime's
+    loop's default executor; a thread that has not them, such as a plain
+    ``Thread``, lends nothing, as a sync
     body's wait outside ``rt.waiting()`` does not). Its state (holding, lent, ended) is this object's,
     under its own lock: the lend comes from another thread, and the waiting
     thread gives the slot back at its end only if it was lent. On a thread

@@ -428,13 +428,21 @@ def test_async_bodies_under_a_wrapper_wait_on_call_actors_within_the_budget() ->
 
 @pytest.mark.parametrize(
     "how",
-    ["execute_async", "submit", "native submit", "registry ask", "execute on a thread", "waiting for a sibling"],
+    [
+        "execute_async",
+        "submit",
+        "native submit",
+        "registry ask",
+        "execute on a thread",
+        "execute in the loop's executor",
+        "waiting for a sibling",
+    ],
 )
 def test_an_async_body_under_a_wrapper_lends_its_call_actor_when_it_needs_the_budget(how: str) -> None:
     # The call actor waiting for an async body under a tools/execute wrapper
     # keeps its slot until the body needs the budget: it starts a batch,
     # by any entry point, on any thread its context reaches (asyncio.to_thread
-    # copies it), or waits inside rt.waiting() (here for its sibling call,
+    # copies it, and so does run_in_executor on the runtime's loop), or waits inside rt.waiting() (here for its sibling call,
     # which needs the only call actor). Then the slot is lent, once: at a
     # budget of one, two such parents, each nesting two async calls, finish.
     import asyncio
@@ -466,6 +474,9 @@ def test_an_async_body_under_a_wrapper_lends_its_call_actor_when_it_needs_the_bu
                 inner = await asyncio.wrap_future(answer)
             elif how == "execute on a thread":
                 inner = await asyncio.to_thread(rt.tools.execute, inner_batch)
+            elif how == "execute in the loop's executor":
+                # (the runtime's loop's default executor carries the body's contextvars, as to_thread does)
+                inner = await asyncio.get_running_loop().run_in_executor(None, rt.tools.execute, inner_batch)
             else:
                 arrived[ctx.call_id].set()
                 other = arrived["c1" if ctx.call_id == "c0" else "c0"]
