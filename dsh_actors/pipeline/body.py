@@ -333,11 +333,23 @@ def wants_loop(rt: Kernel, call: Call, registration: Any) -> bool:
     """Whether ``call`` (about to dispatch) runs as a flight the executor
     does not wait for: its body is ``async def`` and no ``tools/execute``
     wrapper observes it (a wrapper needs the body's result on its thread)."""
+    return _async_body(call, registration) and not rt.events.observed(EXECUTE_EVENTS, call.execution.agent)
+
+
+def waits_on_loop(rt: Kernel, call: Call, registration: Any) -> bool:
+    """Whether a thread will wait for ``call``'s body on a loop: it is
+    ``async def`` and a ``tools/execute`` wrapper observes it. That wait
+    holds its slot until the body needs the runtime's capacity
+    (:func:`await_on_loop`'s ``on_demand``), which only a call actor's
+    slot can do: such a call never runs inline on the thread stepping its
+    batch, which lends its step slot for whatever it runs inline, and so
+    would take one thread per batch beyond the budget."""
+    return _async_body(call, registration) and rt.events.observed(EXECUTE_EVENTS, call.execution.agent)
+
+
+def _async_body(call: Call, registration: Any) -> bool:
     if registration is None:
         return False
     if call.body_hook is None:
-        if not registration.is_async:
-            return False  # the common case: a sync body, no replacement to ask
-    elif body_of(call, registration)[1] is not True:
-        return False
-    return not rt.events.observed(EXECUTE_EVENTS, call.execution.agent)
+        return registration.is_async  # type: ignore[no-any-return]  # (the common case: no replacement to ask)
+    return body_of(call, registration)[1] is True

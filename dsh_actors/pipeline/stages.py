@@ -31,6 +31,7 @@ from .body import (
     finish_on_loop,
     start_on_loop,
     target_loop,
+    waits_on_loop,
     wants_loop,
 )
 from .call import LOOK_UP, MAX_UNPREPARED, BadArguments, Call, begin, begin_call, lookup, stale, stamp
@@ -64,6 +65,7 @@ __all__ = [
     "stamp",
     "start_on_loop",
     "target_loop",
+    "waits_on_loop",
     "wants_loop",
 ]
 

@@ -74,6 +74,7 @@ from ..pipeline.stages import (
     stale,
     stamp,
     start_on_loop,
+    waits_on_loop,
     wants_loop,
 )
 from ..session import ENCLOSING_CALL, approval_request_event, batch_event, call_event, result_event
@@ -867,11 +868,17 @@ class BatchRun:
                 # the loop.
                 self._move(index, _FLIGHT)
                 self.launching.append(call)
-            elif not out and (exclusive or self.limit == 1 or (self.next_start == total and self.sealed)):
+            elif (
+                not out
+                and (exclusive or self.limit == 1 or (self.next_start == total and self.sealed))
+                and not waits_on_loop(self.rt, call, call.registration)
+            ):
                 # The only call that can start: run it here, no hop. (The last
                 # call of a sub-batch is not: its feeder may make more.)
                 # (A body run here may block: this actor's step slot serves
-                # other batches meanwhile.)
+                # other batches meanwhile. An async body under a wrapper goes
+                # to a call actor instead, which holds its slot while the
+                # body only awaits: see waits_on_loop.)
                 with self.rt.waiting():
                     self.inline = call
                     dispatch(self.rt, call)
