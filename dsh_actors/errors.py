@@ -106,11 +106,17 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
         if char == "\t" or (keep_newlines and char == "\n"):
             out.append(char)
         elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+            out.append(escaped(char))
         else:
             out.append(char)
     return "".join(out)
+
+
+def escaped(char: str) -> str:
+    """One character in the visible form :func:`printable` shows it in:
+    ``\\x..`` below 256, else ``\\u....``."""
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def exception_text(exc: BaseException) -> str:

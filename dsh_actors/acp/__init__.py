@@ -41,7 +41,21 @@ While a session is attached:
   :mod:`._cards`: a diff card as ACP diff content, a terminal card as its
   output and exit status, a read, search or web card as its text) and its
   durable projection as raw output (``is_error``, ``content``, ``error``,
-  ``meta``, as the ``tool/result`` log event holds them);
+  ``meta``, as the ``tool/result`` log event holds them) when that is at
+  most :data:`RAW_OUTPUT_LIMIT` (65,536) characters of JSON; a larger one
+  is not sent a second time beside the card's content, which shows the
+  result: the raw output is then ``{"is_error": ..., "truncated": true,
+  "size": <its JSON length>}`` (the session log holds it whole);
+* the text a card shows (titles, text content, progress lines, a
+  permission request's reason) is safe to show: terminal escape sequences
+  (ANSI CSI colours and cursor moves, OSC window titles and hyperlinks, the
+  other ESC sequences) are left out, ``\\r\\n`` and a lone ``\\r`` end a
+  line, and every other control character (C0 but tab and newline, DEL,
+  C1), the bidi controls and the line separators are shown in their
+  ``\\x..`` / ``\\u....`` form (:func:`dsh_actors.printable`'s); other
+  format characters (a zero-width joiner in an emoji) stay. Diffs keep the files' text, the raw
+  input and raw output their strings (JSON escapes control characters), and
+  the model's result is not changed;
 * a nested call (a PTC sub-call of ``run_code``, or any call dispatched with
   a ``parent``) is its own ``tool_call``, its title prefixed with its root
   call's (``run_code › read notes.txt``), and its ``_meta`` naming the
@@ -82,11 +96,12 @@ that sends the updates and receives the permission answers.
 from __future__ import annotations
 
 from ._bridge import PERMISSION_OPTIONS, AcpSession, Turn, attach
-from ._cards import call_fields, raw_output, result_fields
+from ._cards import RAW_OUTPUT_LIMIT, call_fields, raw_output, result_fields
 from ._stdio import CheckedTransport, message_problem, serve
 
 __all__ = [
     "PERMISSION_OPTIONS",
+    "RAW_OUTPUT_LIMIT",
     "AcpSession",
     "CheckedTransport",
     "Turn",

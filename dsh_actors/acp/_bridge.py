@@ -47,7 +47,7 @@ from ..presentation import ToolCallView, ToolResultView, generic_call_view, gene
 from ..presentation._projection import checked_view
 from ..runtime import ToolRuntime
 from ..signals import AbortController, AbortSignal
-from ._cards import call_fields, raw_output, result_fields
+from ._cards import call_fields, raw_output, result_fields, text_content
 
 __all__ = ["PERMISSION_OPTIONS", "AcpSession", "Turn", "attach"]
 
@@ -543,7 +543,7 @@ class AcpSession:
             tool_call["title"] = known.title
         # ACP's content replaces the card's: the reason comes first, then
         # what the call card showed pending (a proposed diff), to judge.
-        content = [{"type": "content", "content": {"type": "text", "text": item.reason}}] if item.reason else []
+        content = [text_content(item.reason)] if item.reason else []
         content += tool_call.pop("content", [])
         if content:
             tool_call["content"] = content
@@ -605,7 +605,7 @@ def _progress_fields(progress: ToolProgress) -> dict[str, Any]:
         shown += f" {progress.message}"
     numbers = {"progress": progress.progress, "total": progress.total, "message": progress.message}
     return {
-        "content": [{"type": "content", "content": {"type": "text", "text": shown}}],
+        "content": [text_content(shown)],
         "_meta": {_META_KEY: {"progress": numbers}},
     }
 

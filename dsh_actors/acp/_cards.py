@@ -27,17 +27,32 @@ Result cards (the content of the final ``tool_call_update``):
 
 A card's title, when it has one, replaces the pending title. The raw
 output is the result's durable projection: ``is_error``, ``content``,
-``error`` and ``meta`` exactly as the ``tool/result`` log event holds them.
-Relative paths (locations, diffs) are resolved against the session's
-working folder, since ACP clients expect absolute paths.
+``error`` and ``meta`` exactly as the ``tool/result`` log event holds them,
+when its JSON is at most :data:`RAW_OUTPUT_LIMIT` characters; a longer one
+(a large result, whose text the card's content already carries) is not
+sent a second time: the raw output is then ``{"is_error": ..., "truncated":
+true, "size": <the projection's JSON length>}`` (the session log holds it
+whole). Relative paths (locations, diffs) are resolved against the
+session's working folder, since ACP clients expect absolute paths.
+
+Card text (titles and text content, here and in :mod:`._bridge`'s progress
+and permission requests) is what a tool wrote made safe to show
+(:func:`card_text`): an editor renders it as Markdown or plain text, and
+may hand it to a terminal, so terminal escape sequences are left out and
+other control characters shown. Diffs keep the files' text as it is, and
+the raw input and raw output their strings (JSON escapes their control
+characters); the model's result is never changed.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
+from ..errors import escaped
 from ..json import thaw
 from ..model import ContentBlock, ImageBlock, TextBlock
 from ..presentation import (
@@ -58,9 +73,51 @@ from ..presentation import (
 )
 from ..session import result_event
 
-__all__ = ["block_content", "call_fields", "raw_output", "result_fields"]
+__all__ = [
+    "RAW_OUTPUT_LIMIT",
+    "block_content",
+    "call_fields",
+    "card_text",
+    "raw_output",
+    "result_fields",
+    "text_content",
+]
 
 _UNPRINTABLE: Final = "<arguments that are not JSON>"
+
+RAW_OUTPUT_LIMIT: Final = 64 * 1024
+"""The longest raw output, in characters of compact JSON, that a result's
+final update carries whole (see :func:`raw_output`)."""
+
+#: The escape sequences card text leaves out (ECMA-48's 7-bit forms): a CSI
+#: (colours, cursor motion, erasing), an OSC, DCS, SOS, PM or APC string
+#: ended by BEL or ST (window titles, hyperlinks, clipboard writes), and
+#: every other ESC sequence (character sets, keypad modes). A string never
+#: ended (before a control character) loses only its ESC and introducer; an
+#: ESC that starts no sequence is shown, like any other control character.
+_ESCAPE: Final = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[\]PX^_][^\x00-\x1f\x7f]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+_LINE_END: Final = re.compile(r"\r\n?")
+#: The characters card text shows in their visible form (``errors.escaped``):
+#: the C0 and C1 controls but tab and newline, DEL, the bidi controls (which
+#: reorder what is read), the line and paragraph separators, and lone
+#: surrogates. Other format characters stay, as an editor shows them: a
+#: zero-width joiner inside an emoji, a soft hyphen, private-use icons.
+_SHOWN: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    return escaped(match.group())
+
+
+def card_text(value: str) -> str:
+    """``value`` as a card shows it: terminal escape sequences (colours, a
+    window title, a hyperlink) left out, ``\\r\\n`` and a lone ``\\r`` as a
+    line break, and every other control character (C0, DEL, C1), the bidi
+    controls and the line separators in their visible ``\\x..`` /
+    ``\\u....`` form, as :func:`~dsh_actors.errors.printable` shows them;
+    tabs, newlines and the other format characters (a zero-width joiner
+    in an emoji) stay."""
+    return _SHOWN.sub(_shown, _LINE_END.sub("\n", _ESCAPE.sub("", value)))
 
 
 def _path(path: str, cwd: str | None) -> str:
@@ -83,8 +140,9 @@ def _diff(diff: FileDiff, cwd: str | None) -> dict[str, Any]:
     return out
 
 
-def _text(value: str) -> dict[str, Any]:
-    return {"type": "content", "content": {"type": "text", "text": value}}
+def text_content(value: str) -> dict[str, Any]:
+    """``value`` as ACP tool-call content: text, as :func:`card_text` shows it."""
+    return {"type": "content", "content": {"type": "text", "text": card_text(value)}}
 
 
 def block_content(block: ContentBlock) -> dict[str, Any]:
@@ -92,7 +150,7 @@ def block_content(block: ContentBlock) -> dict[str, Any]:
     are, reasoning as text."""
     if isinstance(block, ImageBlock):
         return {"type": "content", "content": {"type": "image", "data": block.data, "mimeType": block.mime_type}}
-    return _text(block.text)  # a TextBlock or a ReasoningBlock
+    return text_content(block.text)  # a TextBlock or a ReasoningBlock
 
 
 def _blocks(blocks: Sequence[ContentBlock]) -> list[dict[str, Any]]:
@@ -113,21 +171,21 @@ def call_fields(view: ToolCallView, arguments: Any, cwd: str | None = None) -> d
     fields: dict[str, Any]
     if isinstance(view, TerminalCallView):
         notes = [note for note in (view.description, None if view.cwd is None else f"in {view.cwd}") if note]
-        fields = {"title": view.title, "kind": "execute", "rawInput": _plain(arguments)}
+        fields = {"title": card_text(view.title), "kind": "execute", "rawInput": _plain(arguments)}
         if notes:
-            fields["content"] = [_text("\n".join(notes))]
+            fields["content"] = [text_content("\n".join(notes))]
         return fields
     if isinstance(view, DiffCallView):
         locations = view.locations or tuple(FileLocation(diff.path) for diff in view.diffs)
         return {
-            "title": view.title,
+            "title": card_text(view.title),
             "kind": "edit",
             "rawInput": _plain(arguments),
             "content": [_diff(diff, cwd) for diff in view.diffs],
             "locations": [_location(location, cwd) for location in locations],
         }
     if isinstance(view, GenericCallView):
-        fields = {"title": view.title, "kind": view.kind or "other"}
+        fields = {"title": card_text(view.title), "kind": view.kind or "other"}
         if view.raw_input is not None:
             fields["rawInput"] = _plain(view.raw_input)
         if view.content:
@@ -140,14 +198,15 @@ def call_fields(view: ToolCallView, arguments: Any, cwd: str | None = None) -> d
 
 def _fenced(body: str, lang: str | None = None) -> str:
     fence = "```"
-    while fence in body:
+    shown = _ESCAPE.sub("", body)  # (leaving escape sequences out can join backticks)
+    while fence in shown:
         fence += "`"
     return f"{fence}{lang or ''}\n{body}\n{fence}"
 
 
 def _terminal_text(view: TerminalResultView) -> str:
     parts: list[str] = []
-    output = (view.output or "").rstrip("\n")
+    output = (view.output or "").rstrip("\r\n")
     if output:
         parts.append(_fenced(output))
     if view.signal is not None:
@@ -214,16 +273,24 @@ def result_fields(view: ToolResultView, result: PresentedResult, cwd: str | None
             text = _web_text(view, result)
         else:  # pragma: no cover - the card union is closed
             text = ""
-        content = [_text(text)] if text else _blocks(result.content)
+        content = [text_content(text)] if text else _blocks(result.content)
     fields: dict[str, Any] = {"content": content}
     title = getattr(view, "title", None)
     if title:
-        fields["title"] = title
+        fields["title"] = card_text(title)
     return fields
 
 
 def raw_output(call_id: str, result: PresentedResult) -> dict[str, Any]:
     """The durable projection of ``result``: the ``tool/result`` log event's
-    ``is_error``, ``content``, ``error`` and ``meta``, as plain JSON."""
+    ``is_error``, ``content``, ``error`` and ``meta``, as plain JSON, when
+    its compact JSON is at most :data:`RAW_OUTPUT_LIMIT` characters. A
+    longer one is not sent whole beside the card's content, which already
+    shows the result: ``{"is_error": ..., "truncated": true, "size": <its
+    JSON length>}`` (the session log holds it whole)."""
     event = result_event(call_id, result)
-    return {key: _plain(event[key]) for key in ("is_error", "content", "error", "meta")}
+    projection = {key: _plain(event[key]) for key in ("is_error", "content", "error", "meta")}
+    size = len(json.dumps(projection, ensure_ascii=False, separators=(",", ":")))
+    if size <= RAW_OUTPUT_LIMIT:
+        return projection
+    return {"is_error": projection["is_error"], "truncated": True, "size": size}

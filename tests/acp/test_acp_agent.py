@@ -105,6 +105,26 @@ def test_each_card_kind_appears_pending_moves_in_progress_and_ends_with_its_card
     run(scenario)
 
 
+def test_escape_sequences_in_a_commands_output_are_left_out_of_its_card_not_its_result(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with agent_process(tmp_path) as agent:
+            # Colour, a window title (OSC ended by BEL), a hyperlink (OSC ended by ST) and a stray control.
+            command = (
+                r"printf '\033[1;31mred\033[0m \033]0;pwned\007\033]8;;https://x.org\033\\link\033]8;;\033\\ \001\n'"
+            )
+            await agent.prompt(call("run_shell", command=command))
+            end = agent.client.tool_updates("call_1_1")[-1]
+            assert end["status"] == "completed"
+            assert end["content"][0]["content"]["text"] == "```\nred link \\x01\n```\nexit code 0"
+            # The model's result (and the raw output, its durable projection) is what the command wrote.
+            painted = "\x1b[1;31mred\x1b[0m \x1b]0;pwned\x07\x1b]8;;https://x.org\x1b\\link\x1b]8;;\x1b\\ \x01"
+            logged = _results(agent.log_events())["call_1_1"]
+            assert logged["content"] == [{"type": "text", "text": f"{painted}\n[exit code 0]"}]
+            assert end["rawOutput"] == _raw_output(logged)
+
+    run(scenario)
+
+
 def test_an_overwrite_shows_old_and_new_text_and_a_second_prompt_gets_new_call_ids(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with agent_process(tmp_path) as agent:

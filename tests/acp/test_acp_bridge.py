@@ -7,6 +7,7 @@ connection's loop, a web card, approvals of other agents, detaching."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import sys
 import threading
@@ -108,6 +109,33 @@ def test_an_async_body_runs_on_the_connections_loop_and_a_web_card_becomes_text(
             ]
             assert (updates[0]["title"], updates[0]["kind"]) == ("fetch https://example.org", "fetch")
             assert updates[2]["content"][0]["content"]["text"] == "https://example.org (200)\n\npage body"
+
+    asyncio.run(scenario())
+
+
+def test_a_large_result_reaches_the_client_once_in_the_cards_content(rt: ToolRuntime, tmp_path: Path) -> None:
+    body = "0123456789abcde\n" * (512 * 1024)  # 8 MiB of text
+    dump = define_tool(
+        name="dump",
+        description="Return a large text.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda args, value: [text(value)]),
+        execute=lambda args, ctx: body,
+    )
+
+    async def scenario() -> None:
+        async with in_process(rt, tmp_path) as running:
+            session = running.agent.sessions[running.session_id]
+            rt.tools.scope(session.agent).register(dump)
+            await running.prompt("dump {}")
+            end = running.client.tool_updates("call_1_1")[-1]
+            assert end["status"] == "completed"
+            assert end["content"] == [{"type": "content", "content": {"type": "text", "text": body}}]
+            assert end["rawOutput"]["truncated"] is True and end["rawOutput"]["size"] > len(body)
+            # The update is about 8 MiB on the wire, not twice that.
+            once = len(json.dumps(body))
+            size = len(json.dumps(end, separators=(",", ":")))
+            assert once < size < once + 1024, (size, once)
 
     asyncio.run(scenario())
 
@@ -313,7 +341,8 @@ def test_a_permission_request_shows_the_reason_and_keeps_the_proposed_diff(rt: T
         async with in_process(rt, tmp_path, client) as running:
             session = running.agent.sessions[running.session_id]
             rt.tools.scope(session.agent).register(edit)
-            rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="edit x.py?"), scope=session.agent)
+            reason = "edit \x1b[1mx.py\x1b[0m?"  # (card text: the escape sequences are left out)
+            rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason=reason), scope=session.agent)
             response = await running.prompt(call("edit", path="x.py"))
             assert response.stop_reason == "end_turn"
             diff = {"type": "diff", "path": f"{tmp_path}/x.py", "oldText": "old\n", "newText": "new\n"}

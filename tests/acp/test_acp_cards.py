@@ -5,6 +5,8 @@ example agent's tests cover the rest end to end)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("acp", reason="the acp extra is part of the test extra")
@@ -27,11 +29,14 @@ from dsh_actors import (
     ToolExecutionFailure,
     ToolExecutionSuccess,
     ToolFailure,
+    ToolProgress,
     WebResultView,
     materialize,
     text,
 )
-from dsh_actors.acp import call_fields, message_problem, raw_output, result_fields
+from dsh_actors.acp import RAW_OUTPUT_LIMIT, call_fields, message_problem, raw_output, result_fields
+from dsh_actors.acp._bridge import _progress_fields
+from dsh_actors.acp._cards import card_text
 from dsh_actors.presentation import SearchFileMatches, SearchMatchLine, WebSource
 
 OK = ToolExecutionSuccess(value="v", content=(text("raw text"),), meta={"k": 1})
@@ -156,6 +161,73 @@ def test_the_raw_output_is_the_durable_projection_of_the_result() -> None:
     }
     failed = ToolExecutionFailure(error=ToolFailure("boom"), content=(text("Error: boom"),))
     assert raw_output("c1", failed)["error"] == {"message": "boom", "info": None}
+
+
+# A tool's output as a terminal would paint it: colour (CSI), a window title
+# and a hyperlink (OSC, ended by BEL and by ST), a character set (ESC ( B),
+# a bell, a NUL, DEL, a C1 CSI, a bidi override, CRLF and a lone CR.
+PAINTED = (
+    "\x1b[1;31mred\x1b[0m \x1b]0;pwned\x07\x1b]8;;https://x.org\x1b\\link\x1b]8;;\x1b\\\x1b(B"
+    "\tbell\x07 nul\x00 del\x7f c1\x9b1m \u202eevil\r\nline\rover"
+)
+SHOWN = "red link\tbell\\x07 nul\\x00 del\\x7f c1\\x9b1m \\u202eevil\nline\nover"
+
+
+def test_card_text_leaves_escape_sequences_out_and_shows_other_control_characters() -> None:
+    result = ToolExecutionSuccess(value="v", content=(text(PAINTED),))
+    wire = _end(result_fields(GenericResultView(title="\x1b]0;t\x07done\x1b[K"), result))
+    assert _texts(wire) == [SHOWN]
+    assert wire["title"] == "done"
+    # Every card's text: a terminal call's title and notes, a fenced output
+    # (whose fence outgrows backticks joined by leaving an escape out), search rows.
+    call = _start(call_fields(TerminalCallView(title="ls\x1b[m", description=PAINTED), materialize({})))
+    assert (call["title"], _texts(call)) == ("ls", [SHOWN])
+    terminal = _end(result_fields(TerminalResultView(output="``\x1b[0m`\r\n", exit_code=0), OK))
+    assert _texts(terminal) == ["````\n```\n````\nexit code 0"]
+    paths = SearchResultView(shape="paths", truncated=False, total=1, paths=("a\x1b[2Kb",))
+    assert _texts(_end(result_fields(paths, OK))) == ["ab"]
+    # What the model got, and the raw output, keep the text as the tool wrote it.
+    assert result.content[0].text == PAINTED
+    assert raw_output("c1", result)["content"] == [{"type": "text", "text": PAINTED}]
+
+
+def test_card_text_shows_bidi_controls_and_keeps_other_format_characters() -> None:
+    # Bidi controls reorder what is read: shown. A zero-width joiner inside
+    # an emoji, a soft hyphen and a private-use icon (a prompt's glyph) are
+    # what the editor should draw: kept.
+    family, icon = "\U0001f468\u200d\U0001f469\u200d\U0001f467", "\ue0b0"
+    assert card_text(f"{family} \u202eevil\u202c soft\u00adhy {icon}\u2028") == (
+        f"{family} \\u202eevil\\u202c soft\u00adhy {icon}\\u2028"
+    )
+
+
+def test_a_progress_line_is_card_text_and_its_meta_keeps_the_message() -> None:
+    fields = _progress_fields(ToolProgress(1, 2, "\x1b[32mcopying\x1b[0m a.txt\x07"))
+    assert fields["content"][0]["content"]["text"] == "1/2 (50%) copying a.txt\\x07"
+    assert fields["_meta"]["dsh_actors"]["progress"]["message"] == "\x1b[32mcopying\x1b[0m a.txt\x07"
+
+
+def test_a_raw_output_longer_than_the_limit_is_left_out_with_its_size() -> None:
+    fits = ToolExecutionSuccess(value="v", content=(text("x" * (RAW_OUTPUT_LIMIT - 100)),))
+    assert raw_output("c1", fits)["content"] == [{"type": "text", "text": "x" * (RAW_OUTPUT_LIMIT - 100)}]
+    large = ToolExecutionSuccess(value="v", content=(text("x" * RAW_OUTPUT_LIMIT),), meta={"n": 1})
+    whole = {
+        "is_error": False,
+        "content": [{"type": "text", "text": "x" * RAW_OUTPUT_LIMIT}],
+        "error": None,
+        "meta": {"n": 1},
+    }
+    size = len(json.dumps(whole, separators=(",", ":")))
+    assert raw_output("c1", large) == {"is_error": False, "truncated": True, "size": size}
+    failed = ToolExecutionFailure(error=ToolFailure("b" * RAW_OUTPUT_LIMIT), content=(text("Error: b"),))
+    whole = {
+        "is_error": True,
+        "content": [{"type": "text", "text": "Error: b"}],
+        "error": {"message": "b" * RAW_OUTPUT_LIMIT, "info": None},
+        "meta": None,
+    }
+    size = len(json.dumps(whole, separators=(",", ":")))
+    assert raw_output("c1", failed) == {"is_error": True, "truncated": True, "size": size}
 
 
 @pytest.mark.parametrize(
