@@ -443,8 +443,9 @@ def test_lone_async_calls_under_a_wrapper_wait_on_call_actors_within_the_budget(
         dispatcher = rt.dispatcher
         lends: list[bool] = []  # every lend, of a step slot (True) or a call-actor slot
         for name in ("lend", "lend_decided"):
+            original = getattr(dispatcher, name)
 
-            def lend(stepper: bool, original: Any = getattr(dispatcher, name)) -> Any:
+            def lend(stepper: bool, original: Any = original) -> Any:
                 lends.append(stepper)
                 return original(stepper)
 
