@@ -126,6 +126,7 @@ class ToolExecution:
         "_mutable_signal",
         "_frozen",
         "_approved",
+        "_tool_found",
     )
 
     call_id: str
@@ -144,6 +145,8 @@ class ToolExecution:
     # (Set only once an approval service allowed the call: unset until then,
     # so an execution pays nothing for it. See approval_stands.)
     _approved: tuple[Any, Any] | None
+    # (Set by the pipeline's lookup of the call's tool: unset until then. See tool_found.)
+    _tool_found: bool
 
     def __init__(
         self,
@@ -239,6 +242,25 @@ class ToolExecution:
             return None  # never approved
         return None if approved is None else approved[0]
 
+    @property
+    def tool_found(self) -> bool | None:
+        """Whether the pipeline found a tool for this call's name when it last
+        looked it up: a definition the call's agent may run (the registry's,
+        admitted by the call's ``tool_set``, or one its executor provides
+        itself, PTC's ``run_code``). False: the name runs no tool (one the
+        model made up, or a tool the agent may not call), and the call fails
+        ``UNKNOWN_TOOL`` unless something settles it first (arguments that
+        are not JSON, a denial, a deferral, an abort). None: not looked up.
+        The pipeline looks every call up before its ``tools/pre-execute``
+        listeners run or, for one that runs no phase, before its
+        ``tools/result``. An observer that keeps something per tool name
+        (``policies.metrics``, ``policies.otel``) reads it rather than look
+        the name up again: it is the pipeline's own answer, not a copy."""
+        try:
+            return self._tool_found
+        except AttributeError:
+            return None  # never looked up
+
     # -- pipeline-only -----------------------------------------------------
 
     def _open_signal(self) -> None:
@@ -295,6 +317,7 @@ class ToolExecution:
     _set_mutable_signal,
     _set_frozen,
     _set_approved,
+    _set_tool_found,
 ) = slot_setters(ToolExecution, ToolExecution.__slots__)  # every slot, in __slots__ order
 
 
@@ -563,6 +586,11 @@ approve = ToolExecution._approve
 #: ``recheck_approval(execution, definition)``: prepared again, the call
 #: runs ``definition`` (see :meth:`ToolExecution._recheck_approval`).
 recheck_approval = ToolExecution._recheck_approval
+
+#: ``found_tool(execution, found)``: what the pipeline's lookup of the
+#: call's tool found (see :attr:`ToolExecution.tool_found`; the slot's own
+#: setter: a lookup runs once or twice a call).
+found_tool = _set_tool_found
 
 
 def settle_arguments(execution: ToolExecution, arguments: Any) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "check_positive_number",
     "check_runtime",
     "code_of",
+    "counted_name",
     "executable_definition",
 ]
 
@@ -242,6 +243,22 @@ def code_of(result: ToolExecutionResult) -> str:
         return _ERROR
     code = info.code
     return str(code) if isinstance(code, (str, ErrorCode)) else _ERROR
+
+
+def counted_name(execution: ToolExecution, unknown: str, code: str | None = None) -> str:
+    """The name a policy that keeps something per tool (``policies.metrics``'
+    counts, ``policies.otel``'s histogram) keeps the call of ``execution``
+    under: its own, or ``unknown`` for every call of a name that runs no tool
+    (names a model makes up would each keep an entry for good), whatever
+    settled it: the pipeline found no tool of the name
+    (``execution.tool_found``: arguments that are not JSON, a denial, a
+    deferral or an abort may settle the call before it fails
+    ``UNKNOWN_TOOL``), or the call ended with ``code`` ``UNKNOWN_TOOL`` (a
+    direct call an executor routes elsewhere, PTC's, fails so whatever the
+    registry has)."""
+    if code == ErrorCode.UNKNOWN_TOOL or execution.tool_found is False:
+        return unknown
+    return execution.name
 
 
 def executable_definition(rt: ToolRuntime, execution: ToolExecution) -> ToolDefinition | None:

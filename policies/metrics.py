@@ -24,12 +24,15 @@ call, skipped ones included (pre-aborted calls, non-JSON arguments: they
 run no phase but still publish one result). Outcomes are keyed by tool and
 code: ``"ok"`` for a success, else ``error.info.code`` (``TOOL_FAILED`` for a
 plain exception from a body), or ``"ERROR"`` for a failure without
-structured identity (a ``Deny`` without ``info``). The calls that fail
-``UNKNOWN_TOOL`` (no tool of the name the model sent that the call's agent
-may run) are counted under one name, :data:`UNKNOWN_TOOLS` (``"(unknown)"``,
-which no tool can be called), not under the name sent: names a model makes
-up would each keep an entry for good. A tool's latency windows are made at
-its first sample.
+structured identity (a ``Deny`` without ``info``). The calls of a name
+that runs no tool (no tool of the name the model sent that the call's agent
+may run: ``execution.tool_found`` is False, or the call failed
+``UNKNOWN_TOOL``) are counted under one name, :data:`UNKNOWN_TOOLS`
+(``"(unknown)"``, which no tool can be called), not under the name sent,
+whatever settled them (``UNKNOWN_TOOL``, or before it arguments that are
+not JSON, a denial, a deferral, an abort): names a model makes up would
+each keep an entry for good. A tool's latency windows are made at its
+first sample.
 
 Latencies (milliseconds), kept apart. A call's time starts when its batch
 opens, as this policy sees it: when the first of the batch's calls enters
@@ -135,7 +138,6 @@ from typing import Any, Final
 from dsh_actors import (
     AbortSignal,
     Ask,
-    ErrorCode,
     InvalidStateError,
     InvalidTypeError,
     ToolExecution,
@@ -153,6 +155,7 @@ from ._common import (
     check_positive_int,
     check_runtime,
     code_of,
+    counted_name,
 )
 
 __all__ = ["UNKNOWN_TOOLS", "Metrics", "apply", "install"]
@@ -178,7 +181,7 @@ GAUGES: Final = (
     ("dsh.steps.queued", "steps_queued", "{step}", "Batches' steps waiting for a step slot."),
     ("dsh.calls.in_flight", "in_flight", "{call}", "Calls between tools/pre-execute and tools/result."),
 )
-#: The name the calls that fail ``UNKNOWN_TOOL`` are counted under (no
+#: The name the calls of a name that runs no tool are counted under (no
 #: tool is named so: a tool's name is letters, digits, ``_`` and ``-``).
 UNKNOWN_TOOLS: Final = "(unknown)"
 #: The gauges made on each meter provider.
@@ -499,7 +502,7 @@ class Metrics:
             trip = self._trips.pop(execution.token, None)
             if trip is None or trip.approval is None:
                 return
-            for target in (self._stats(execution.name), self._all):
+            for target in (self._stats(counted_name(execution, UNKNOWN_TOOLS)), self._all):
                 (target.series or target.windows())["approval"].add(trip.approval)
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
@@ -507,7 +510,7 @@ class Metrics:
             return
         ended = self._clock()
         code = code_of(result)
-        name = UNKNOWN_TOOLS if code == ErrorCode.UNKNOWN_TOOL else execution.name
+        name = counted_name(execution, UNKNOWN_TOOLS, code)
         with self._lock:
             trip = self._trips.pop(execution.token, None)
             for target in (self._stats(name), self._all):

@@ -91,13 +91,15 @@ hold personal data: off by default, as the conventions ask.
 
 **Metric.** ``gen_ai.execute_tool.duration`` (histogram, seconds), with
 ``gen_ai.operation.name``, ``gen_ai.tool.name`` and, for a failure,
-``error.type``: the duration per tool and outcome. A call that fails
-``UNKNOWN_TOOL`` (no tool of the name the model sent that its agent may
-run) has ``gen_ai.tool.name = "_OTHER"`` there: names a model makes up
-would each make an attribute set, which the SDK keeps for good and caps
-(its span keeps the name sent). The histogram is made once per meter
-provider (a meter asked of OpenTelemetry's global proxy provider is kept
-by it for good).
+``error.type``: the duration per tool and outcome. A call of a name that
+runs no tool (no tool of the name the model sent that its agent may run:
+``execution.tool_found`` is False, or the call failed ``UNKNOWN_TOOL``)
+has ``gen_ai.tool.name = "_OTHER"`` there, whatever settled it
+(``UNKNOWN_TOOL``, or before it arguments that are not JSON, a denial, an
+abort): names a model makes up would each make an attribute set, which the
+SDK keeps for good and caps (its span keeps the name sent). The histogram
+is made once per meter provider (a meter asked of OpenTelemetry's global
+proxy provider is kept by it for good).
 
 **Threads.** The listeners run where the pipeline runs them (the thread
 preparing and finalizing the call, which also publishes the approval's
@@ -122,7 +124,6 @@ from dsh_actors import (
     Ask,
     Cancel,
     Deny,
-    ErrorCode,
     InvalidStateError,
     InvalidTypeError,
     ToolExecution,
@@ -133,7 +134,15 @@ from dsh_actors import (
     thaw,
 )
 
-from ._common import PerProvider, Undo, check_bool, check_no_unknown, check_runtime, executable_definition
+from ._common import (
+    PerProvider,
+    Undo,
+    check_bool,
+    check_no_unknown,
+    check_runtime,
+    counted_name,
+    executable_definition,
+)
 
 __all__ = ["apply"]
 
@@ -143,7 +152,7 @@ OPERATION: Final = "execute_tool"
 TOOL_TYPE: Final = "function"
 DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
 OTHER_ERROR: Final = "_OTHER"
-#: The histogram's ``gen_ai.tool.name`` for a call of a tool unknown to its agent.
+#: The histogram's ``gen_ai.tool.name`` for a call of a name that runs no tool.
 OTHER_TOOL: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
@@ -302,7 +311,8 @@ class OtelPolicy:
         a name means to an agent changes only with a ``tools/change``, which
         drops the cache (a lookup that a change overtook is not kept). A
         name without a definition is not kept (a name a model made up, an
-        executor's own tool, a runtime stopping)."""
+        executor's own tool, a runtime stopping), and one the pipeline found
+        no tool of (``execution.tool_found``) is not looked up again."""
         name = execution.name
         agent = execution.agent
         cacheable = execution.tool_set is None
@@ -311,6 +321,8 @@ class OtelPolicy:
             cached = None if names is None else names.get(name)
             if cached is not None:
                 return cached
+        if execution.tool_found is False:
+            return _Tool(name, "")  # (the pipeline found no tool of the name: nothing to look up)
         generation = self._generation
         definition = executable_definition(self._rt, execution)
         if definition is None:
@@ -431,7 +443,6 @@ class OtelPolicy:
         if not self._take(state):
             return  # ended by the disposer meanwhile
         span = state.span
-        name = execution.name
         if type(result) is ToolExecutionFailure:
             error = result.error
             info = error.info
@@ -455,7 +466,7 @@ class OtelPolicy:
                 span.record_exception(exc)
             attributes = {
                 "gen_ai.operation.name": OPERATION,
-                "gen_ai.tool.name": OTHER_TOOL if code == ErrorCode.UNKNOWN_TOOL else name,
+                "gen_ai.tool.name": counted_name(execution, OTHER_TOOL, code),
                 "error.type": code,
             }
             span.set_attribute("error.type", code)

@@ -36,7 +36,7 @@ from ..errors import (
     ToolNotFoundError,
     ToolPolicyError,
 )
-from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput, settle_arguments
+from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput, found_tool, settle_arguments
 from ..json import FrozenDict, materialize
 from ..model import (
     ToolExecutionResult,
@@ -450,7 +450,8 @@ def lookup(rt: Kernel, call: Call) -> Any:
     an optional parameter whose schema does not accept ``null`` (what a
     strict model sends for one it leaves out) is dropped, keyed on the
     tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`), when
-    the arguments as sent do not validate."""
+    the arguments as sent do not validate. Whether it found one is the
+    execution's ``tool_found``."""
     execution = call.execution
     if call.override is not None:
         registration = call.override
@@ -467,6 +468,7 @@ def lookup(rt: Kernel, call: Call) -> Any:
             registration = executable(state, execution.name, execution.agent, tool_set)
             call.found = registration
             call.found_generation = generation
+    found_tool(execution, registration is not None)
     if registration is not None and not call.arguments_settled:
         call.arguments_settled = True
         arguments = execution.arguments

@@ -14,6 +14,8 @@ from typing import Any
 from dsh_actors import (
     AbortSignal,
     Agent,
+    Cancel,
+    Deny,
     ToolBatchInput,
     ToolBatchResult,
     ToolCall,
@@ -92,6 +94,33 @@ class Recorder:
     def items(self) -> list[Any]:
         with self._lock:
             return list(self._items)
+
+
+#: Arguments that parse but are not lossless JSON (an integer beyond 64 bits).
+NOT_LOSSLESS = '{"n": 1' + "0" * 30 + "}"
+#: The ways a call is settled before it dispatches (where a call of a name
+#: that runs no tool fails UNKNOWN_TOOL), with the code each ends with (None: none).
+SETTLED_BEFORE_DISPATCH: dict[str, str | None] = {
+    "bad-json": "INVALID_ARGS",
+    "pre-execute-deny": None,  # (a Deny without info: no code)
+    "guard-deny": None,
+    "cancel": "ABORTED_BEFORE_DISPATCH",
+}
+
+
+def settle_before_dispatch(rt: Any, how: str, name: str, settled: str) -> ToolCall:
+    """A call of ``name`` (id ``settled``) that ``how`` settles before it
+    dispatches: arguments that are not lossless JSON (an integer beyond 64
+    bits: settled as the call begins; text that is not JSON at all is the
+    tool's validation's to refuse), a pre-execute ``Deny`` or ``Cancel``, a
+    guard's denial."""
+    if how == "pre-execute-deny":
+        rt.events.on("tools/pre-execute", lambda e, next_: Deny("no") if e.call_id == settled else next_())
+    elif how == "cancel":
+        rt.events.on("tools/pre-execute", lambda e, next_: Cancel() if e.call_id == settled else next_())
+    elif how == "guard-deny":
+        rt.tools.guard(lambda e: "outside the sandbox" if e.call_id == settled else None)
+    return ToolCall(settled, name, NOT_LOSSLESS if how == "bad-json" else "{}")
 
 
 def listener_lists(rt: Any) -> dict[str, tuple[Any, ...]]:

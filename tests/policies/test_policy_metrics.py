@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from otel_helpers import Otel
-from policy_helpers import WAIT, call, run, run_one, tool
+from policy_helpers import SETTLED_BEFORE_DISPATCH, WAIT, call, run, run_one, settle_before_dispatch, tool
 
 import policies
 from dsh_actors import (
@@ -20,6 +20,7 @@ from dsh_actors import (
     Agent,
     Ask,
     Deny,
+    NativeExecutor,
     ToolArgsError,
     ToolBatchInput,
     ToolExecutionInput,
@@ -225,6 +226,94 @@ def test_the_calls_of_tools_unknown_to_their_agent_share_one_entry(rt: Any) -> N
     assert unknown["latency_ms"]["total"]["count"] == 5
     assert metrics.count(UNKNOWN_TOOLS, "UNKNOWN_TOOL") == 5 and metrics.count("made_up_0", "UNKNOWN_TOOL") == 0
     assert snap["outcomes"] == {"UNKNOWN_TOOL": 5, "ok": 1}
+
+
+@pytest.mark.parametrize("how", SETTLED_BEFORE_DISPATCH)
+def test_a_made_up_name_settled_before_it_dispatches_is_counted_as_unknown(rt: Any, how: str) -> None:
+    # (Only a call that failed UNKNOWN_TOOL went to the bucket: one settled
+    # before, by arguments that are not JSON, a denial, a cancel, kept an
+    # entry of its own name for good, however many names a model made up.)
+    metrics = policies.metrics.install(rt)
+    rt.tools.register(tool("echo"))
+    made_up = settle_before_dispatch(rt, how, "made_up_0", "u0")
+
+    run(rt, call("echo", id="a"), made_up, agent=MAIN)
+
+    snap = metrics.snapshot()
+    assert sorted(snap["tools"]) == [UNKNOWN_TOOLS, "echo"]
+    assert snap["tools"][UNKNOWN_TOOLS]["outcomes"] == {SETTLED_BEFORE_DISPATCH[how] or "ERROR": 1}
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["registered", "executor's own"])
+@pytest.mark.parametrize("how", SETTLED_BEFORE_DISPATCH)
+def test_a_real_tool_settled_before_it_dispatches_keeps_its_name(rt: Any, how: str, own: bool) -> None:
+    # A tool the agent may run, whoever provides it (an executor's own, as
+    # PTC's run_code, is not in the registry: rt.tools.executable says None).
+    metrics = policies.metrics.install(rt)
+    if own:
+
+        class Own(NativeExecutor):
+            def executor_tools(self) -> Any:
+                return (tool("echo"),)
+
+        rt.tools.set_executor(Own())
+    else:
+        rt.tools.register(tool("echo"))
+    run(rt, call("echo", id="a"), settle_before_dispatch(rt, how, "echo", "b"), agent=MAIN)
+
+    snap = metrics.snapshot()
+    assert sorted(snap["tools"]) == ["echo"]
+    assert snap["tools"]["echo"]["outcomes"] == {"ok": 1, SETTLED_BEFORE_DISPATCH[how] or "ERROR": 1}
+
+
+def test_the_execution_says_whether_the_pipeline_found_its_tool(rt: Any) -> None:
+    # What the policies key on (execution.tool_found): the pipeline's own
+    # lookup, an executor's own tool included, seen by every hook of a call;
+    # a call settled as it begins (arguments not lossless JSON) is looked up
+    # before its tools/result.
+    class Own(NativeExecutor):
+        def executor_tools(self) -> Any:
+            return (tool("own"),)
+
+    rt.tools.set_executor(Own())
+    rt.tools.register(tool("echo"))
+    seen: list[tuple[str, str, bool | None]] = []
+
+    def pre_execute(execution: Any, next_: Any) -> Any:
+        seen.append(("pre-execute", execution.name, execution.tool_found))
+        return next_()
+
+    rt.events.on("tools/pre-execute", pre_execute)
+    rt.events.on(
+        "tools/result", lambda execution, result: seen.append(("result", execution.name, execution.tool_found))
+    )
+
+    run(rt, call("echo", id="a"), call("own", id="b"), call("made_up", id="c"), agent=MAIN)
+    run(rt, settle_before_dispatch(rt, "bad-json", "made_up", "d"), agent=MAIN)
+
+    assert sorted(seen) == [
+        ("pre-execute", "echo", True),
+        ("pre-execute", "made_up", False),
+        ("pre-execute", "own", True),
+        ("result", "echo", True),
+        ("result", "made_up", False),
+        ("result", "made_up", False),
+        ("result", "own", True),
+    ]
+
+
+def test_a_made_up_name_deferred_leaves_its_approval_in_the_unknown_entry(rt: Any) -> None:
+    # (Its approval, sampled as the batch suspends, made an entry of the name.)
+    metrics = policies.metrics.install(rt)
+    rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="check"))
+    rt.approvals.set(lambda request: "deferred")
+
+    suspended = rt.tools.execute(ToolBatchInput(calls=(call("made_up_0", id="u0"),), agent=MAIN))
+
+    assert suspended.pending == ("u0",)
+    snap = metrics.snapshot()
+    assert sorted(snap["tools"]) == [UNKNOWN_TOOLS]
+    assert snap["tools"][UNKNOWN_TOOLS]["latency_ms"]["approval"]["count"] == 1
 
 
 def test_a_tools_latency_windows_are_made_at_its_first_sample(rt: Any) -> None:

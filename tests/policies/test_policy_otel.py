@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 from otel_helpers import Otel
-from policy_helpers import listener_lists
+from policy_helpers import SETTLED_BEFORE_DISPATCH, listener_lists, settle_before_dispatch
 
 import policies
 import policies.timeout
@@ -781,6 +781,47 @@ def test_the_calls_of_tools_unknown_to_their_agent_share_one_histogram_point(rt:
         "execute_tool made_up_2",
     ]
     assert sorted(the_otel_policy(rt)._global_tools) == ["lookup"]
+
+
+@pytest.mark.parametrize("how", SETTLED_BEFORE_DISPATCH)
+def test_a_made_up_name_settled_before_it_dispatches_has_the_other_tool_name(rt: Any, otel: Otel, how: str) -> None:
+    # (Only a call that failed UNKNOWN_TOOL had "_OTHER": one settled before,
+    # by arguments that are not JSON, a denial, a cancel, made an attribute
+    # set of its own name, for good, however many names a model made up.)
+    rt.tools.register(tool())
+    use(rt, otel)
+    run(rt, ToolCall("a", "lookup", "{}"), settle_before_dispatch(rt, how, "made_up_0", "u0"))
+
+    code = SETTLED_BEFORE_DISPATCH[how] or "_OTHER"
+    assert sorted(otel.durations(), key=lambda p: sorted(p[0].items())) == [
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "_OTHER", "error.type": code}, 1),
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 1),
+    ]
+    assert sorted(span.name for span in otel.tool_spans()) == ["execute_tool lookup", "execute_tool made_up_0"]
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["registered", "executor's own"])
+@pytest.mark.parametrize("how", SETTLED_BEFORE_DISPATCH)
+def test_a_real_tool_settled_before_it_dispatches_keeps_its_name(rt: Any, otel: Otel, how: str, own: bool) -> None:
+    # A tool the agent may run, whoever provides it (an executor's own, as
+    # PTC's run_code, is not in the registry: rt.tools.executable says None).
+    if own:
+
+        class Own(NativeExecutor):
+            def executor_tools(self) -> Any:
+                return (tool(),)
+
+        rt.tools.set_executor(Own())
+    else:
+        rt.tools.register(tool())
+    use(rt, otel)
+    run(rt, ToolCall("a", "lookup", "{}"), settle_before_dispatch(rt, how, "lookup", "b"))
+
+    code = SETTLED_BEFORE_DISPATCH[how] or "_OTHER"
+    assert sorted(otel.durations(), key=lambda p: sorted(p[0].items())) == [
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "error.type": code}, 1),
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 1),
+    ]
 
 
 def test_the_duration_histogram_is_made_once_per_meter_provider(
