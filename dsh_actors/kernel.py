@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
 
 from .errors import InvalidStateError, RuntimeStoppedError
 
@@ -46,7 +46,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from .signals import AbortSignal
     from .visibility import RegistryState
 
-__all__ = ["Kernel", "RuntimeKernel", "refuse_blocking_a_loop"]
+__all__ = ["NEW_RUNTIME", "STOPPED", "STOPPED_REFUSAL", "Kernel", "RuntimeKernel", "refuse_blocking_a_loop"]
+
+STOPPED: Final = "the ToolRuntime is stopped"
+"""The state, as a stopped runtime's errors say it (a wait the stop cut
+short adds what it waited for)."""
+
+NEW_RUNTIME: Final = "create a new ToolRuntime() and register the tools on it"
+"""The fix for anything asked of a stopped runtime: it never starts again."""
+
+STOPPED_REFUSAL: Final = f"{STOPPED}: a stopped runtime does not start again; {NEW_RUNTIME}"
+"""What a stopped runtime says to new work (``rt.tools``, a batch, a
+listener, a plugin, an approval service)."""
 
 
 class Kernel(Protocol):
@@ -196,7 +207,7 @@ def refuse_blocking_a_loop(rt: Kernel, what: str, instead: str, runs: str) -> No
                 f"there): use await rt.tools.{instead} from that loop"
             )
     if not rt.running:  # (a stopped runtime raises here, before the loop is asked)
-        raise RuntimeStoppedError("the ToolRuntime is stopped")
+        raise RuntimeStoppedError(STOPPED_REFUSAL)
     if rt.loop.in_loop_thread():
         # On the runtime's own loop: what it waits for would need this very
         # loop, which the call would block.

@@ -36,7 +36,7 @@ from .errors import (
     safe_str,
 )
 from .events import Disposer, EventBus
-from .kernel import RuntimeKernel, refuse_blocking_a_loop
+from .kernel import NEW_RUNTIME, STOPPED_REFUSAL, RuntimeKernel, refuse_blocking_a_loop
 from .loop import LoopThread
 from .messages import ExecuteBatch, ResolveToolSet
 from .model import ApprovalRequest  # re-exported: dsh_actors.runtime.ApprovalRequest is importable too
@@ -52,8 +52,6 @@ from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
 
 __all__ = ["DEFAULT_CALL_ACTORS", "ApprovalChannel", "ApprovalRequest", "ApprovalService", "Plugin", "ToolRuntime"]
-
-_STOPPED = "the ToolRuntime is stopped"
 
 
 class Plugin(Protocol):
@@ -146,7 +144,7 @@ class ToolRuntime:
     def start(self) -> ToolRuntime:
         with self._lock:
             if self._stopped:
-                raise RuntimeStoppedError("a stopped ToolRuntime cannot be started again")
+                raise RuntimeStoppedError(f"a stopped ToolRuntime cannot be started again: {NEW_RUNTIME}")
             if self._started:
                 return self
             self._started = True
@@ -284,8 +282,8 @@ class ToolRuntime:
     def _begin_stop(self) -> None:
         # Nothing new attaches to a stopping runtime (rt.tools and rt.use
         # check _stopped; the bus and the channel are told).
-        self.events.close(_STOPPED)
-        self.approvals.close(_STOPPED)
+        self.events.close(STOPPED_REFUSAL)
+        self.approvals.close(STOPPED_REFUSAL)
         self.pending_writes.fail_all()  # a registry change waited on fails now
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
@@ -395,7 +393,7 @@ class ToolRuntime:
         if not self._started:
             raise InvalidStateError("the ToolRuntime is not started: call start() or use it as a context manager")
         if self._stopped:
-            raise RuntimeStoppedError(_STOPPED)
+            raise RuntimeStoppedError(STOPPED_REFUSAL)
 
     # -- public parts ------------------------------------------------------
 
@@ -426,7 +424,7 @@ class ToolRuntime:
         raises ``RuntimeError``, as ``rt.events.on`` and
         ``rt.approvals.set`` do then."""
         if self._stopped:
-            raise RuntimeStoppedError(_STOPPED)
+            raise RuntimeStoppedError(STOPPED_REFUSAL)
         apply = getattr(plugin, "apply", None)
         if not callable(apply):
             raise InvalidTypeError(f"{plugin!r} is not a plugin: it has no apply(rt, **config)")

@@ -109,7 +109,7 @@ def check_batch(batch: ToolBatchInput) -> None:
     calls = batch.calls
     for i, call in enumerate(calls):
         if type(call) is not ToolCall:
-            raise InvalidTypeError(f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall")
+            raise InvalidTypeError(_not_a_call(calls, i))
         call_id = call.id
         name = call.name
         if type(call_id) is not str or type(name) is not str:
@@ -124,6 +124,75 @@ def check_batch(batch: ToolBatchInput) -> None:
                 raise InvalidValueError(exc.message) from None
     if len(calls) > 1 and len({call.id for call in calls}) != len(calls):
         _refuse_duplicate_ids(calls)
+
+
+#: The provider adapters (``dsh_actors.providers``), by what each converts:
+#: its ``calls(...)`` takes a whole response, its message, or its tool calls.
+_ADAPTERS: Final = {
+    "openai": "the completion, its message or message.tool_calls",
+    "openai_responses": "the response, its output or one function_call item",
+    "anthropic": "the message, its content or one tool_use block",
+}
+
+
+def _not_a_call(calls: tuple[Any, ...], i: int) -> str:
+    """Why ``calls[i]`` is refused, naming the fix: the provider adapter
+    that converts it when it is an SDK's call (known by its module, no SDK
+    imported), a provider's call as a dict, or an SDK response or message
+    passed as ``calls`` itself (iterating a pydantic object gives its
+    ``(field, value)`` pairs); else how to make a :class:`ToolCall`."""
+    call = calls[i]
+    make = "make each call with ToolCall(id=..., name=..., arguments=...)"
+    pairs = _provider_of_pairs(calls)
+    if pairs is not None:
+        return (
+            f"calls is a model response or message, not a list of ToolCall (calls[{i}] is one of its "
+            f"(field, value) pairs): convert it with dsh_actors.providers.{pairs}.calls(...), "
+            f"which takes {_ADAPTERS[pairs]}"
+        )
+    head = f"calls[{i}] is a {type(call).__qualname__}, not a ToolCall"
+    provider = _provider_of_call(call)
+    if provider is not None:
+        return (
+            f"{head}: convert the model's calls with dsh_actors.providers.{provider}.calls(...), "
+            f"which takes {_ADAPTERS[provider]}; or {make}"
+        )
+    return (
+        f"{head}: {make}, or convert a model response with the calls(...) of its provider's adapter in "
+        "dsh_actors.providers (openai, openai_responses or anthropic)"
+    )
+
+
+def _provider_of_call(call: object) -> str | None:
+    """The adapter of a provider's tool call: an SDK object, by its module
+    and class, or a dict, by its shape."""
+    if isinstance(call, dict):
+        kind = call.get("type")
+        if kind == "function_call":
+            return "openai_responses"
+        if kind == "tool_use":
+            return "anthropic"
+        return "openai" if kind == "function" or "function" in call else None
+    module = type(call).__module__ or ""
+    if module.startswith("openai.types.responses."):
+        return "openai_responses"
+    if module.startswith("openai."):
+        return "openai"
+    return "anthropic" if module.startswith("anthropic.") else None
+
+
+def _provider_of_pairs(calls: tuple[Any, ...]) -> str | None:
+    """The adapter for ``calls`` made of an SDK object's ``(field, value)``
+    pairs (what ``tuple(message)`` gives), by its fields; None for anything
+    else."""
+    if not all(type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str for pair in calls):
+        return None
+    fields = {pair[0] for pair in calls}
+    if "output" in fields:
+        return "openai_responses"
+    if "stop_reason" in fields:
+        return "anthropic"
+    return "openai" if fields & {"choices", "message", "tool_calls"} else None
 
 
 def _refuse_duplicate_ids(calls: tuple[ToolCall, ...]) -> None:

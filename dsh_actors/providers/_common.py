@@ -44,6 +44,10 @@ class ProviderFormatError(InvalidValueError):
         super().__init__(f"{path}: {problem}")
 
 
+# Public as dsh_actors.providers.ProviderFormatError: tracebacks name that path, not this private module.
+ProviderFormatError.__module__ = "dsh_actors.providers"
+
+
 class Results(list[dict[str, Any]]):
     """What ``results(batch)`` returns: the provider's input for the next
     request (a plain ``list`` of plain dicts, to ``extend`` the conversation

@@ -80,8 +80,8 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
     """The tool calls of a chat completion, a choice, an assistant message
     or a ``tool_calls`` list, in model order. Raises
     :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field
-    (a completion with several choices, a call without an id, a duplicate
-    id, a non-function call, ...)."""
+    (a completion with several choices, a list of choices, a call without
+    an id, a duplicate id, a non-function call, ...)."""
     return _calls(response, "response")
 
 
@@ -169,6 +169,11 @@ def _read_tool_calls(reader: Reader, items: Iterable[Any], where: str) -> None:
             call_type = "function"
         if call_type != "function":
             raise reader.fail(f"{at}.type", f'must be "function", got {safe_repr(call_type)}')
+        if "function" not in call and "message" in call:
+            raise reader.fail(
+                at,
+                "a choice, not a tool call (a list is read as message.tool_calls): pass the completion or choices[0].message",
+            )
         function = reader.obj(call.get("function"), f"{at}.function")
         name = reader.text(function, "name", f"{at}.function")
         reader.add(reader.text(call, "id", at), name, function.get("arguments"), f"{at}.function", "arguments")

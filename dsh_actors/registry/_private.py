@@ -9,12 +9,11 @@ from typing import Any, Final, TypeAlias
 
 import pykka
 
+from ..kernel import STOPPED as STOPPED  # (the state, as registry/service.py's messages say it)
 from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent
 
 WriteRequest: TypeAlias = Register | Unregister | Restrict | AddGuard | SetExecutor | Retract
-
-STOPPED = "the ToolRuntime is stopped"
 
 
 class WriteReply(Future[Any]):

@@ -77,6 +77,22 @@ def _listener_problem(exc: BaseException) -> str:
     return f"a tools/change listener raised {type(exc).__name__}" + (f": {detail}" if detail else "")
 
 
+def _duplicate_problem(scope: Agent | None) -> str:
+    """A duplicate name in ``scope``'s layer, and the ways out: dispose of
+    the first registration, rename this one, or shadow it from a nearer
+    scope (section 4 of docs/reference.md)."""
+    nearer = (
+        "register it in an agent's scope, rt.tools.scope(agent).register(...), to shadow it for that agent"
+        if scope is None
+        else "register it in a sub-agent's scope (Agent(..., parent=...)) to shadow it there"
+    )
+    return (
+        f"a tool with this name is already registered in {describe_scope(scope)} (to replace it, call the "
+        "disposer the first register() returned, then register again; or give this one another name, "
+        f"@tool(name=...) or define_tool(name=...); or {nearer})"
+    )
+
+
 class ScopeActor(ActorBase):
     """Owns the layer of ``scope`` (``None``: global). See the module doc."""
 
@@ -221,7 +237,7 @@ class ScopeActor(ActorBase):
         if when is not None and not callable(cast(object, when)):
             problems.append(f"when must be callable or None (got {type(when).__qualname__})")
         if name is not None and name in self._snap.registrations:
-            problems.append(f"a tool with this name is already registered in {describe_scope(self.scope)}")
+            problems.append(_duplicate_problem(self.scope))
         if problems or checked is None:
             raise RegistrationError("; ".join(problems), tool=name)
         reg = Registration(definition=defn, checked=checked, scope=self.scope, when=when, seq=_next_seq())

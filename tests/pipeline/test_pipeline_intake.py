@@ -118,3 +118,97 @@ def test_a_log_for_an_agent_without_a_session_runs_and_logs_nowhere(rt: Any) -> 
         ToolBatchInput(calls=[ToolCall("c1", "echo", HI)], agent=Agent("main"), log=LogStep(turn=1, step=1))
     )
     assert not batch.results[0].result.is_error and seen.runs == 1
+
+
+# -- a call that is not a ToolCall: the refusal names the fix ----------------------
+
+
+def _openai_message() -> Any:
+    from openai.types.chat import ChatCompletionMessage
+
+    call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+    return ChatCompletionMessage.model_validate({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _responses_response() -> Any:
+    from openai.types.responses import Response
+
+    item = {"type": "function_call", "call_id": "c1", "name": "echo", "arguments": "{}"}
+    return Response.model_validate(
+        {
+            "id": "r",
+            "object": "response",
+            "created_at": 0,
+            "model": "m",
+            "output": [item],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+    )
+
+
+def _anthropic_message() -> Any:
+    from anthropic.types import Message
+
+    block = {"type": "tool_use", "id": "c1", "name": "echo", "input": {}}
+    return Message.model_validate(
+        {
+            "id": "m",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [block],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+    )
+
+
+def _refusal(calls: Any) -> str:
+    from dsh_actors.pipeline.intake import check_batch
+
+    with pytest.raises(TypeError) as caught:
+        check_batch(ToolBatchInput(calls=calls))
+    return str(caught.value)
+
+
+def test_a_provider_sdk_call_is_refused_naming_the_adapter_that_converts_it(rt: Any) -> None:
+    sdk_calls = _openai_message().tool_calls
+    with pytest.raises(TypeError) as caught:
+        rt.tools.execute(ToolBatchInput(calls=sdk_calls))
+    said = str(caught.value)
+    assert said.startswith("calls[0] is a ChatCompletionMessageFunctionToolCall, not a ToolCall: ")
+    assert "dsh_actors.providers.openai.calls(" in said
+    for calls, adapter in (
+        (_responses_response().output, "openai_responses"),
+        (_anthropic_message().content, "anthropic"),
+        ([{"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}], "openai"),
+        ([{"type": "function_call", "call_id": "c1", "name": "echo", "arguments": "{}"}], "openai_responses"),
+        ([{"type": "tool_use", "id": "c1", "name": "echo", "input": {}}], "anthropic"),
+    ):
+        said = _refusal(calls)
+        assert said.startswith("calls[0] is a "), said
+        assert f"dsh_actors.providers.{adapter}.calls(" in said, said
+
+
+def test_a_plain_dict_is_refused_naming_the_tool_call_to_make() -> None:
+    said = _refusal([{"id": "c1", "name": "echo", "arguments": {}}])
+    assert said.startswith("calls[0] is a dict, not a ToolCall: ")
+    assert "ToolCall(id=..., name=..., arguments=...)" in said
+    assert "dsh_actors.providers" in said
+
+
+def test_a_whole_sdk_response_as_calls_is_refused_as_one_not_as_a_tuple() -> None:
+    # Iterating a pydantic object gives its (field, value) pairs: calls[0]
+    # is a tuple, which would say nothing of the fix.
+    for response, adapter in (
+        (_openai_message(), "openai"),
+        (_responses_response(), "openai_responses"),
+        (_anthropic_message(), "anthropic"),
+    ):
+        said = _refusal(response)
+        assert "is a tuple" not in said, said
+        assert said.startswith("calls is a model response or message, not a list of ToolCall"), said
+        assert f"dsh_actors.providers.{adapter}.calls(" in said, said

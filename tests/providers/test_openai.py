@@ -196,6 +196,23 @@ def test_a_response_it_cannot_read_is_one_error_naming_the_field(response: Any, 
     assert str(caught.value).startswith(expected), str(caught.value)
 
 
+def test_the_choices_list_is_refused_naming_the_completion_or_its_message() -> None:
+    completion = ChatCompletion.model_validate(COMPLETION)
+    for choices in (completion.choices, COMPLETION["choices"]):
+        with pytest.raises(ProviderFormatError) as caught:
+            openai.calls(choices)
+        assert caught.value.path == "response[0]"
+        assert "a choice, not a tool call" in caught.value.problem
+        assert "the completion or choices[0].message" in caught.value.problem
+
+
+def test_the_format_error_is_shown_by_its_public_path() -> None:
+    # (a traceback names the class by __module__: the private _common would show)
+    assert f"{ProviderFormatError.__module__}.{ProviderFormatError.__qualname__}" == (
+        "dsh_actors.providers.ProviderFormatError"
+    )
+
+
 def test_results_takes_the_batch_result() -> None:
     with pytest.raises(TypeError, match="takes the ToolBatchResult"):
         openai.results([ToolCall("a", "b")])  # type: ignore[arg-type]

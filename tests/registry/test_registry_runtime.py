@@ -152,6 +152,27 @@ def test_a_stopped_runtime_refuses_use_approvals_set_and_events_on_like_tools() 
     assert rt.approvals.service is None and not rt.events.has_listeners("tools/result")
 
 
+def test_a_stopped_runtime_names_the_fix_a_new_runtime() -> None:
+    import policies
+
+    rt = ToolRuntime().start()
+    tools = rt.tools
+    rt.stop()
+    refusals = (
+        lambda: rt.tools,
+        lambda: rt.use(policies.timeout),
+        lambda: rt.approvals.set(lambda request: "allowed-once"),
+        lambda: rt.events.on("tools/result", lambda execution, result: None),
+        lambda: tools.execute(batch()),  # a service held from before the stop
+        rt.start,
+    )
+    for refused in refusals:
+        with pytest.raises(RuntimeError) as caught:
+            refused()
+        assert "create a new ToolRuntime()" in str(caught.value), str(caught.value)
+    assert str(caught.value).startswith("a stopped ToolRuntime cannot be started again: ")
+
+
 def test_a_new_runtime_accepts_listeners_and_approval_services_before_it_starts() -> None:
     rt = ToolRuntime()
     off = rt.events.on("tools/result", lambda execution, result: None)

@@ -208,11 +208,27 @@ def test_a_duplicate_name_in_the_same_layer_is_rejected(rt: Any) -> None:
     rt.tools.register(tool("x"))
     with pytest.raises(RegistrationError) as err:
         rt.tools.register(tool("x"))
-    assert str(err.value) == 'cannot register tool "x": a tool with this name is already registered in the global scope'
+    said = str(err.value)
+    assert said.startswith('cannot register tool "x": a tool with this name is already registered in the global scope')
+    # The ways out: dispose of the first, rename this one, or shadow it from an agent's scope.
+    for fix in ("the disposer the first register() returned", "@tool(name=...)", "rt.tools.scope(agent).register("):
+        assert fix in said, said
     agent = Agent("main")
     rt.tools.scope(agent).register(tool("y"))
-    with pytest.raises(RegistrationError, match='already registered in agent "main"'):
+    with pytest.raises(RegistrationError, match='already registered in agent "main"') as err:
         rt.tools.scope(agent).register(tool("y"))
+    assert "the disposer the first register() returned" in str(err.value)
+    assert "a sub-agent's scope" in str(err.value)
+
+
+def test_the_ways_out_a_duplicate_name_names_work(rt: Any) -> None:
+    undo = rt.tools.register(tool("x"))
+    undo()
+    rt.tools.register(tool("x"))  # the disposer, then register again
+    rt.tools.register(tool("x2"))  # another name
+    agent = Agent("main")
+    rt.tools.scope(agent).register(tool("x"))  # an agent's scope shadows the global one
+    rt.tools.scope(Agent("sub", parent=agent)).register(tool("x"))  # a sub-agent's shadows its parent's
 
 
 def test_the_same_name_in_different_layers_is_not_a_duplicate(rt: Any) -> None:
