@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import math
 import warnings
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
@@ -128,7 +128,7 @@ def test_bytes_that_are_not_utf8_fail_with_a_short_message_and_the_fix_in_the_ex
         assert isinstance(error, ToolOutputError) and str(error) == result.error.message
         [note] = error.__notes__
         assert note.startswith(f'tool "{definition.name}" returned bytes')
-        assert "base64.b64encode(data).decode()" in note and "ImageBlock(" in note and "render" in note
+        assert "base64.b64encode(data).decode()" in note and "-> ImageBlock" in note and "ImageBlock(" in note
     result = run(rt, greeting, {})
     assert not result.is_error and result.value == "hi"
 
@@ -349,3 +349,172 @@ def test_a_tools_change_listener_returning_a_coroutine_is_closed_when_the_change
     # Told of the change, then of its undoing: both coroutines closed.
     assert [inspect.getcoroutinestate(c) for c in made] == [inspect.CORO_CLOSED] * 2
     assert sum("returned a coroutine" in r["message"] for r in records) == 2
+
+
+# --------------------------------------------------------------------------
+# A new user's audit: content returned, values JSON cannot carry, messages
+# --------------------------------------------------------------------------
+
+PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+
+def test_a_returned_content_block_or_a_list_of_them_reaches_the_model_as_those_blocks(rt: Any) -> None:
+    from dsh_actors import ImageBlock, TextBlock
+    from dsh_actors.providers import anthropic
+
+    image = ImageBlock(PNG, "image/png")
+
+    @tool
+    def screenshot() -> ImageBlock:
+        return image
+
+    @tool
+    def gallery() -> list[TextBlock | ImageBlock]:
+        return [TextBlock("two shots"), image, image]
+
+    @tool
+    def caption() -> TextBlock:
+        return TextBlock("a cat")
+
+    @tool
+    def named() -> dict[str, ImageBlock]:  # not content: rendered as any value is
+        return {"a": image}
+
+    @tool(render=lambda args, value: [TextBlock("rendered")])
+    def own() -> ImageBlock:
+        return image
+
+    shot = run(rt, screenshot, {})
+    assert shot.content == (image,)
+    assert thaw(shot.value) == {"data": PNG, "mime_type": "image/png", "type": "image"}
+    assert run(rt, gallery, {}).content == (TextBlock("two shots"), image, image)
+    assert run(rt, caption, {}).content == (TextBlock("a cat"),)
+    assert run(rt, own, {}).content == (TextBlock("rendered"),)
+    [as_json] = run(rt, named, {}).content
+    assert type(as_json) is TextBlock and as_json.text.startswith('{"a":{"data":')
+
+    # What the model is sent: the image as an image, its base64 once.
+    rt.tools.register(screenshot)
+    batch = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="screenshot")]))
+    [message] = anthropic.results(batch)
+    [block] = message["content"]
+    assert block["content"] == [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]
+    assert str(message).count(PNG) == 1
+
+
+def test_a_part_json_cannot_carry_is_named_by_its_path_and_type_with_the_fix_in_a_note(rt: Any) -> None:
+    import threading
+
+    @tool
+    def status():  # type: ignore[no-untyped-def]  # noqa: ANN202
+        return {"ok": True, "lock": threading.Lock()}
+
+    @tool
+    def nested() -> Holder:
+        return Holder(a=[1, {"run": print}])
+
+    @tool
+    def oops() -> Any:
+        return ValueError("not found")
+
+    @tool
+    def wrapped() -> dict[str, Any]:
+        return {"error": KeyError("x")}
+
+    for definition, violation, note in (
+        (status, '"value.lock" is a _thread.lock', 'returned a value whose "value.lock" is a _thread.lock: '),
+        (nested, '"value.a[1].run" is a builtin_function_or_method', 'whose "value.a[1].run" is a builtin_'),
+        (oops, '"value" is an exception (ValueError)', "returned an exception (ValueError) instead of raising it"),
+        (wrapped, '"value.error" is an exception (KeyError)', 'whose "value.error" is an exception (KeyError)'),
+    ):
+        result = run(rt, definition, {})
+        assert str(result.error.info.code) == "INVALID_TOOL_OUTPUT"
+        assert result.error.message == (
+            f'tool "{definition.name}" returned invalid output: {violation}, which JSON cannot carry'
+        )
+        assert "<class" not in result.error.message
+        [told] = result.error.exception.__notes__
+        assert told.startswith(f'tool "{definition.name}" ') and note in told, told
+        if "exception" in violation:
+            assert "raise it" in told
+        else:
+            assert "Return what the model needs to know of it" in told
+
+    # A value that dumps on its own, failed by its annotation's serializer: in the serializer's words.
+    from pydantic import PlainSerializer
+
+    def refuse(value: int) -> int:
+        raise ValueError("no")
+
+    @tool
+    def odd() -> Annotated[int, PlainSerializer(refuse)]:
+        return 3
+
+    assert run(rt, odd, {}).error.message == (
+        'tool "odd" returned invalid output: "value" cannot be turned into JSON: Error calling function `refuse`: '
+        "ValueError: no"
+    )
+
+
+def test_a_decorators_wrapper_that_hid_the_signature_is_refused_naming_functools_wraps() -> None:
+    def retry(fn: Any) -> Any:
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return inner
+
+    def fetch(url: str) -> str:
+        return url
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(retry(fetch))
+    message = str(caught.value)
+    assert message.startswith('cannot register tool "inner": parameters *args and **kwargs cannot be offered')
+    assert "@functools.wraps(fn)" in message
+
+
+def test_a_default_json_cannot_carry_is_left_out_of_the_schema_whatever_the_warning_filters(rt: Any) -> None:
+    unset = object()
+    got: list[Any] = []
+
+    def since(a: int, since: object = unset) -> int:
+        got.append(since)
+        return a
+
+    for action in ("error", "always"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(action)
+            definition = tool(since)
+        assert caught == []
+        assert thaw(definition.parameters)["properties"]["since"] == {}
+        assert thaw(definition.parameters)["required"] == ["a"]
+    assert run(rt, definition, {"a": 1}).value == 1
+    assert run(rt, definition, {"a": 2, "since": "2026-01-01"}).value == 2
+    assert got == [unset, "2026-01-01"]
+
+
+def test_a_bad_return_annotation_is_told_the_return_values_fix_not_the_run_contexts() -> None:
+    import socket
+
+    def connect(host: str) -> socket.socket:
+        raise AssertionError("never runs")
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(connect)
+    message = str(caught.value)
+    assert message.startswith('cannot register tool "connect": the return annotation: ')
+    assert "ToolRunContext" not in message and "return what the model needs to know of the object (its text" in message
+
+
+def test_a_lambda_or_a_function_name_the_apis_refuse_is_refused_showing_the_name_option() -> None:
+    with pytest.raises(RegistrationError) as caught:
+        tool(lambda x: x)
+    assert 'tool(name="my_tool")(lambda ...)' in str(caught.value)
+    assert tool(name="double")(lambda x: 2 * x).name == "double"
+
+    def météo() -> str:
+        return "sun"
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(météo)
+    assert str(caught.value).endswith('@tool(name="m_t_o")')

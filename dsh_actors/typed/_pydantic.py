@@ -21,12 +21,13 @@ violations grouped by member (see :func:`violations_of`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Final, final
 
-from pydantic import ValidationError
-from pydantic.json_schema import GenerateJsonSchema
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaWarningKind
+from pydantic_core import PydanticSerializationError, to_json
 
 from ..errors import ToolOutputError, safe_str
 from ..json import FrozenDict, dumps, path_for_index, path_for_key, thaw
@@ -35,7 +36,7 @@ __all__ = [
     "PydanticEnforcer",
     "ToolJsonSchema",
     "bytes_error",
-    "serialization_problem",
+    "serialization_error",
     "violations_of",
     "without_negative_zero",
 ]
@@ -87,10 +88,21 @@ _KINDS: Final = {
 
 class ToolJsonSchema(GenerateJsonSchema):
     """pydantic's JSON Schema without a title on every property (the
-    property's name says it; a model reads fewer tokens)."""
+    property's name says it; a model reads fewer tokens), and without
+    pydantic's warnings of what it leaves out of a schema: a default it
+    cannot write as JSON (a sentinel, ``since: object = _UNSET``: the
+    parameter is optional, shown without its default, and the function
+    gets its own default when the model leaves it out), a union member or
+    discriminator it cannot describe. Those are warnings pydantic emits
+    through :mod:`warnings`, which would print to stderr or, under ``-W
+    error``, refuse the tool naming nothing: left out, the tool is made the
+    same way whatever the warning filters."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
+
+    def emit_warning(self, kind: JsonSchemaWarningKind, detail: str) -> None:
+        return None
 
 
 def _data_path(
@@ -321,9 +333,85 @@ def _too_deep_for_json(err: ValidationError) -> bool:
     )
 
 
-def serialization_problem(err: Exception) -> str:
-    """A serializer's complaint as a violation of the value."""
-    return f'"value" cannot be turned into JSON: {safe_str(err)}'
+def serialization_error(name: str, value: Any, err: Exception) -> ToolOutputError:
+    """The failure of a value the serializer cannot dump (``err``, its
+    complaint). A part of it that JSON cannot carry (a lock, a function, an
+    exception returned instead of raised) is named by its path and type,
+    for the model, with the fix for the developer as a note on the
+    exception (as :func:`bytes_error` does); anything else (a cycle, nesting
+    past the serializer's depth limit) in the serializer's words. Only a
+    failing value is walked: the call that succeeds pays nothing here."""
+    found = _unserializable_part(value)
+    if found is None:
+        return ToolOutputError(name, [f'"value" cannot be turned into JSON: {safe_str(err)}'])
+    path, part = found
+    kind = type(part)
+    shown = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    returned = f'tool "{name}" returned ' + ("" if path == "value" else f'a value whose "{path}" is ')
+    if isinstance(part, BaseException):
+        error = ToolOutputError(name, [f'"{path}" is an exception ({shown}), which JSON cannot carry'])
+        error.add_note(
+            f"{returned}an exception ({shown}) instead of raising it: raise it "
+            f"(raise {kind.__qualname__}(...)), so the call fails with its message as an error result the model "
+            "sees, or return its message as text (str(err))"
+        )
+        return error
+    article = "an" if shown[:1].lower() in ("a", "e", "i", "o", "u") else "a"
+    error = ToolOutputError(name, [f'"{path}" is {article} {shown}, which JSON cannot carry'])
+    error.add_note(
+        f"{returned}{article} {shown}: a tool's value must be JSON (str, int, float, "
+        "bool, None, lists and dicts of those, or a BaseModel, a dataclass or a TypedDict of them). Return what "
+        "the model needs to know of it instead (its text, a number, a dict of its fields), or leave it out"
+    )
+    return error
+
+
+def _unserializable_part(value: Any) -> tuple[str, Any] | None:
+    """The path and the object of the part of ``value`` the serializer
+    fails on: from the value down, the first part of each container that
+    does not dump on its own, to one that is not a container. None when
+    there is none (a cycle, or nesting too deep: a container whose parts
+    all dump; a value that dumps on its own, which its annotation's
+    serializer failed)."""
+    if _dumps(value):
+        return None
+    path, current, seen = "value", value, set()
+    while id(current) not in seen:
+        seen.add(id(current))
+        parts = _parts(current, path)
+        if parts is None:
+            return path, current
+        for step, part in parts:
+            if not _dumps(part):
+                path, current = step, part
+                break
+        else:
+            return None
+    return None  # (a cycle)
+
+
+def _parts(value: Any, path: str) -> Iterator[tuple[str, Any]] | None:
+    """The parts of a container the serializer walks (a mapping, a list, a
+    tuple, a set, a model, a dataclass), each with its path; None for
+    anything else."""
+    if isinstance(value, Mapping):
+        return ((path_for_key(path, key if type(key) is str else safe_str(key)), part) for key, part in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ((path_for_index(path, index), part) for index, part in enumerate(value))
+    if isinstance(value, BaseModel):
+        return ((path_for_key(path, key), part) for key, part in value)  # (fields and extras)
+    if is_dataclass(value) and not isinstance(value, type):
+        return ((path_for_key(path, f.name), getattr(value, f.name)) for f in fields(value))
+    return None
+
+
+def _dumps(part: Any) -> bool:
+    """Whether pydantic-core's serializer dumps ``part`` on its own."""
+    try:
+        to_json(part)
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        return False
+    return True
 
 
 def bytes_error(name: str) -> ToolOutputError:
@@ -335,8 +423,8 @@ def bytes_error(name: str) -> ToolOutputError:
     error.add_note(
         f'tool "{name}" returned bytes (or a value holding bytes) that are not UTF-8 text: a tool\'s value must '
         "be JSON, and bytes become JSON only as UTF-8 text. Return base64 text instead "
-        "(base64.b64encode(data).decode(), annotated -> str); for an image the model should see, render it too: "
-        '@tool(render=lambda args, data: [ImageBlock(data, "image/png")])'
+        "(base64.b64encode(data).decode(), annotated -> str); for an image the model should see, return it as an "
+        'image, annotated -> ImageBlock: ImageBlock(base64.b64encode(data).decode(), "image/png")'
     )
     return error
 

@@ -7,7 +7,7 @@ import importlib
 import inspect
 import sys
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import CoroutineType, UnionType
 from typing import Annotated, Any, Final, overload
@@ -27,6 +27,7 @@ from ..definition import (
     Render,
     ToolDefinition,
     ToolOutput,
+    _name_problem,
     constant_classifier,
     guarded_callbacks,
     reserved_name_problem,
@@ -36,13 +37,14 @@ from ..errors import DshError, InvalidTypeError, LosslessJsonError, Registration
 from ..execution import ToolRunContext
 from ..json import check_lossless, materialize
 from ..json._rules import value_problem
+from ..model import ContentBlock, content_from_json
 from ..schema import args_error
 from ._docstrings import parse_docstring
 from ._pydantic import (
     PydanticEnforcer,
     ToolJsonSchema,
     bytes_error,
-    serialization_problem,
+    serialization_error,
     violations_of,
     without_negative_zero,
 )
@@ -51,6 +53,7 @@ __all__ = ["TypedToolDefinition", "tool"]
 
 _Function = Callable[..., Any]
 _NO_DEFAULT: Final = inspect.Parameter.empty
+_VARIADIC: Final = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True, slots=True)
@@ -123,7 +126,8 @@ def tool(
     :class:`TypedToolDefinition` (a :class:`~dsh_actors.ToolDefinition`
     that is callable as the function), ready to register:
 
-    * ``name``: the function's name; ``description``: its docstring without
+    * ``name``: the function's name (a lambda's, or one the model APIs
+      refuse, is refused, naming ``@tool(name=...)``); ``description``: its docstring without
       the sections about the signature (the parameters, and ``Returns``,
       ``Yields``, ``Raises``), every other one (``Note:``, ``Example:``,
       ``Warning:``...) kept where it is; each parameter's description: its
@@ -135,7 +139,10 @@ def tool(
       ...]``, ``Literal``, ``Enum``, ``X | None``, ``Annotated[...,
       Field(ge=..., pattern=...)]``, pydantic models, dataclasses,
       ``TypedDict``...; no hint: any JSON value). A parameter with a default
-      is optional; unknown arguments are refused (``additionalProperties:
+      is optional (a default JSON cannot carry, such as a sentinel
+      ``object()``, is left out of the schema, whatever the warning
+      filters, and the function gets it when the model leaves the
+      parameter out); unknown arguments are refused (``additionalProperties:
       false``). A parameter annotated :class:`~dsh_actors.ToolRunContext`
       (or ``ToolRunContext[Deps]``, which types ``ctx.deps``) gets the
       call's context and is not offered to the model.
@@ -147,7 +154,14 @@ def tool(
     * The return annotation is the output schema (serialization mode; no
       annotation: any JSON value). The returned value is validated against
       it and turned into lossless JSON (a model dumped in JSON mode); a
-      value that does not fit fails ``INVALID_TOOL_OUTPUT``.
+      value that does not fit fails ``INVALID_TOOL_OUTPUT`` (a part JSON
+      cannot carry named by its path and type, the fix in the exception's
+      note: an exception returned, to raise it).
+    * A return annotation that is content, a content block (``->
+      ImageBlock``), a union of them (``TextBlock | ImageBlock``) or a
+      list of those (``-> list[TextBlock | ImageBlock]``), is sent to the
+      model as those blocks (without ``render``; the value is still their
+      JSON form), so a returned image reaches the model as an image.
 
     The definition is in full schema mode with pydantic-core as its
     enforcer (``dataclasses.replace`` keeps that as long as it keeps
@@ -166,8 +180,9 @@ def tool(
     ``ToolDefinition.requires_approval``) and ``timeout_ms`` are never shown
     to the model; ``render`` and
     ``presentation_meta`` are :class:`~dsh_actors.ToolOutput`'s and get the
-    arguments and the value as frozen JSON (no ``render``: a ``str`` as it
-    is, anything else as compact JSON text). Calling the definition calls
+    arguments and the value as frozen JSON (no ``render``: content blocks
+    as they are, see above, a ``str`` as it is, anything else as compact
+    JSON text). Calling the definition calls
     the original function as written (``add(1, 2)``: no validation, a
     context parameter gets what is passed), so a unit test calls the tool
     directly; the function is also ``definition.execute.__wrapped__``. No
@@ -183,7 +198,8 @@ def tool(
     original; ``copy.copy`` and ``copy.deepcopy`` give it back itself.
 
     Raises :class:`~dsh_actors.RegistrationError` naming the tool and the
-    fix for what cannot become a tool (``*args``, a hint pydantic cannot
+    fix for what cannot become a tool (``*args``; ``*args`` with
+    ``**kwargs``, a decorator's wrapper: ``functools.wraps``; a hint pydantic cannot
     validate or describe, an annotation that does not resolve, the name
     given positionally: ``@tool("x")``) and for anything registration
     would reject (the reserved name ``run_code`` included). A plain
@@ -249,6 +265,52 @@ def _context_in_union(hint: Any) -> bool:
     return any(_is_context(member) for member in typing.get_args(hint))
 
 
+#: The content blocks a return annotation may name to be sent as content.
+_BLOCKS: Final = frozenset(typing.get_args(ContentBlock))
+
+
+def _is_content(returns: Any) -> bool:
+    """Whether the return annotation is content for the model: a content
+    block (``ImageBlock``, ``TextBlock``, ``ReasoningBlock``), a union of
+    them (``TextBlock | ImageBlock``), or a ``list``, ``tuple`` or
+    ``Sequence`` of those, maybe inside ``Annotated``."""
+    if typing.get_origin(returns) is Annotated:
+        returns = typing.get_args(returns)[0]
+    if typing.get_origin(returns) in (list, tuple, Sequence):
+        items = [item for item in typing.get_args(returns) if item is not Ellipsis]
+        return bool(items) and all(_is_block(item) for item in items)
+    return _is_block(returns)
+
+
+def _is_block(hint: Any) -> bool:
+    """Whether ``hint`` is a content block or a union of them."""
+    if typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, UnionType):
+        return all(_is_block(member) for member in typing.get_args(hint))
+    return hint in _BLOCKS
+
+
+def _render_content(args: Any, value: Any) -> list[ContentBlock]:
+    """The default ``render`` of a tool whose return annotation is content
+    (see :func:`_is_content`): the value, a block's JSON form or a list of
+    them, validated already, as those blocks, so an image reaches the
+    model as an image rather than as JSON text holding its base64."""
+    return list(content_from_json(value if type(value) is tuple else (value,), "value"))
+
+
+def _function_name_problem(name: str) -> str:
+    """Why the function's name cannot name the tool, and the fix: a name
+    given to ``@tool``."""
+    if name == "<lambda>":
+        return (
+            'a lambda has no name the model APIs accept ("<lambda>"): name the tool, '
+            'tool(name="my_tool")(lambda ...), or define the function with def'
+        )
+    suggested = "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in name)[:64]
+    return f'{_name_problem(name)}: @tool(name="{suggested or "my_tool"}")'
+
+
 def _described(hint: Any) -> bool:
     """Whether ``hint`` carries a ``Field(description=...)`` of its own."""
     if typing.get_origin(hint) is not Annotated:
@@ -288,6 +350,8 @@ def _build(
             f"@tool decorates a function defined with def or async def, not a {type(fn).__qualname__}; "
             "write a function that calls it, with the parameters and types the model should see"
         )
+    if options.name is None and type(name) is str and _name_problem(name) is not None:
+        raise refuse(_function_name_problem(name))
     try:
         signature = inspect.signature(fn)
         if hints is None:
@@ -306,8 +370,18 @@ def _build(
     positional: list[str | None] = []  # fields of positional-only parameters; None: the context
     context: str | None = None
     context_positional = False
+    variadic = {p.kind: p.name for p in signature.parameters.values() if p.kind in _VARIADIC}
+    if len(variadic) == 2:
+        args_name, kwargs_name = variadic[inspect.Parameter.VAR_POSITIONAL], variadic[inspect.Parameter.VAR_KEYWORD]
+        raise refuse(
+            f"parameters *{args_name} and **{kwargs_name} cannot be offered to a model; if this is a decorator's "
+            "wrapper, which hides the signature of the function it wraps, decorate the wrapper with "
+            "@functools.wraps(fn) in the decorator, so @tool sees the wrapped function's name, parameters and "
+            f"docstring; else take a list ({args_name}: list[str]) and one parameter holding the options "
+            f"({kwargs_name}: Options, a pydantic model or TypedDict)"
+        )
     for index, param in enumerate(signature.parameters.values()):
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in _VARIADIC:
             fix = (
                 f"take a list instead ({param.name}: list[str])"
                 if param.kind is param.VAR_POSITIONAL
@@ -396,7 +470,9 @@ def _build(
         description=options.description if options.description is not None else docs.description,
         parameters=parameters,
         output=ToolOutput(
-            schema=output_json_schema, render=options.render, presentation_meta=options.presentation_meta
+            schema=output_json_schema,
+            render=_render_content if options.render is None and _is_content(returns) else options.render,
+            presentation_meta=options.presentation_meta,
         ),
         execute=execute,
         is_concurrency_safe=is_concurrency_safe,
@@ -462,9 +538,12 @@ def _type_problem(err: Exception, fields: Mapping[str, tuple[Any, FieldInfo]], r
     first = first.split(". Set `arbitrary_types_allowed", 1)[0].rstrip(".")
     fix = (
         "annotate it with types that JSON can carry (int, float, str, bool, None, lists, dicts, Literal, "
-        "enums, a BaseModel, a dataclass or a TypedDict of those); the run context is a parameter annotated "
-        "exactly ToolRunContext (or ToolRunContext[Deps])"
+        "enums, a BaseModel, a dataclass or a TypedDict of those)"
     )
+    if culprit == "the return annotation":
+        fix += ", and return what the model needs to know of the object (its text, a dict of its fields)"
+    else:
+        fix += "; the run context is a parameter annotated exactly ToolRunContext (or ToolRunContext[Deps])"
     where = "" if culprit is None else f"{culprit}: "
     if getattr(err, "code", None) == "typed-dict-version":  # (pydantic takes typing's only from Python 3.12)
         return (
@@ -524,7 +603,7 @@ def _execute(
             # The serializer's own complaints, and what it lets through from
             # the value: bytes that are not UTF-8, a cycle, nesting past its
             # depth limit.
-            raise ToolOutputError(name, [serialization_problem(err)]) from None
+            raise serialization_error(name, value, err) from None
         # -0.0, which arithmetic makes, is returned as 0.0; anything else
         # the pipeline refuses as for any tool. Found with the walk the
         # pipeline would make anyway where it can take the result as it is
