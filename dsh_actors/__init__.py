@@ -5,15 +5,28 @@ error classes and card records results carry) and nothing else.
 
 The library is silent until the application asks it to log: it logs through
 loguru, disabled at import. ``logger.enable("dsh_actors")`` (and
-``"policies"``, ``"executors"``) turns its messages on: DEBUG lines about
-lifecycle, ERROR lines (with tracebacks) for contained failures such as a
-raising ``tools/result`` observer. The ``dsh-actors`` command enables them
+``"policies"``, ``"executors"``; before or after the import) turns its
+messages on: DEBUG lines about lifecycle, ERROR lines (with the
+exception's own traceback) for contained failures such as a raising
+``tools/result`` observer. The ``dsh-actors`` command enables them
 (warnings and errors; ``--verbose``: everything).
 """
 
 from loguru import logger as _logger
 
-_logger.disable("dsh_actors")
+# Silent until the application enables it, whatever the order: the core and
+# the packages installed beside it (policies and executors import the core
+# first, so this runs before their code) are disabled here, once; what the
+# application chose for any of them (or a module of one) before this import
+# is applied again over the disable, which wipes it. (loguru keeps those
+# choices in its activation list, which no public API reads; a loguru without
+# one gets the disable.)
+_PACKAGES = ("dsh_actors.", "policies.", "executors.")
+_chosen = [c for c in getattr(getattr(_logger, "_core", None), "activation_list", ()) if c[0].startswith(_PACKAGES)]
+for _package in _PACKAGES:
+    _logger.disable(_package[:-1])
+for _name, _enabled in sorted(_chosen, key=lambda c: c[0].count(".")):
+    (_logger.enable if _enabled else _logger.disable)(_name[:-1])
 
 from .definition import LONGEST_WAIT_MS, ToolDefinition, ToolOutput, ToolSchema, define_tool
 from .errors import (

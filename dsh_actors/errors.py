@@ -11,10 +11,13 @@ the tool body had been invoked.
 from __future__ import annotations
 
 import errno
+import traceback
 import unicodedata
 from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final
+
+from loguru import logger
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import ToolBatchResult, ToolCallResult
@@ -41,8 +44,10 @@ __all__ = [
     "InvalidStateError",
     "RuntimeStoppedError",
     "callable_name",
+    "log_exception",
     "safe_repr",
     "safe_str",
+    "traceback_text",
 ]
 
 
@@ -157,6 +162,42 @@ def callable_name(fn: object) -> str:
     if type(name) is not str:
         name = getattr(type(fn), "__qualname__", None)
     return name if type(name) is str else "<callable>"
+
+
+#: How much of a traceback a log line or a logged event keeps (its end, where the raise is).
+TRACEBACK_LIMIT: Final = 16_000
+
+
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s formatted traceback (its causes included), at most
+    :data:`TRACEBACK_LIMIT` characters (the end kept)."""
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except BaseException:  # noqa: BLE001 - a hostile exception
+        text = f"{type(exc).__name__}: <unprintable thrown value>\n"
+    if len(text) > TRACEBACK_LIMIT:
+        text = "...\n" + text[-TRACEBACK_LIMIT:]
+    return text
+
+
+def log_exception(exc: BaseException, message: str, *args: object, level: str = "ERROR") -> None:
+    """Log ``message`` (loguru's ``{}`` formatting of ``args``) at ``level``,
+    as the caller's record, followed on the next lines by ``exc``'s own
+    traceback (:func:`traceback_text`: the frames from where it was caught
+    to where it was raised), which the record's ``extra["traceback"]``
+    holds too (a one-line sink cuts it off the message with it); formatted
+    only for a record some sink takes. How the library logs an exception:
+    never as ``logger.opt(exception=exc)``, which loguru's default sink
+    shows with every frame of the catching thread and the values of their
+    variables (``backtrace``, ``diagnose``), the runtime's objects among
+    them."""
+
+    def add_traceback(record: Any) -> None:
+        text = traceback_text(exc).rstrip("\n")
+        record["extra"]["traceback"] = text
+        record["message"] += "\n" + text
+
+    logger.opt(depth=1).patch(add_traceback).log(level, message, *args)
 
 
 #: How many violations an error's message lists at most (the rest are

@@ -33,6 +33,7 @@ from .errors import (
     InvalidValueError,
     RegistrationError,
     RuntimeStoppedError,
+    log_exception,
     safe_str,
 )
 from .events import Disposer, EventBus
@@ -301,8 +302,8 @@ class ToolRuntime:
         for hook in reversed(list(hooks.values())):
             try:
                 hook()
-            except Exception:  # noqa: BLE001
-                logger.exception("a runtime stop hook failed")
+            except Exception as exc:  # noqa: BLE001
+                log_exception(exc, "a runtime stop hook failed")
         if self._dispatcher is not None:
             self._dispatcher.close()
         # Past the drain's deadline, what is still running gets STOP_GRACE

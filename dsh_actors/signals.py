@@ -32,9 +32,7 @@ from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
-from loguru import logger
-
-from .errors import AbortError, InvalidTypeError, callable_name, safe_repr
+from .errors import AbortError, InvalidTypeError, callable_name, log_exception, safe_repr
 
 __all__ = ["AbortCallback", "AbortController", "AbortSignal", "Unsubscribe"]
 
@@ -233,8 +231,8 @@ class AbortSignal:
     def _invoke(self, fn: AbortCallback) -> None:
         try:
             fn(self)
-        except BaseException:  # noqa: BLE001 - one callback must not stop the fan-out
-            logger.exception("abort callback {} raised; ignored", callable_name(fn))
+        except BaseException as exc:  # noqa: BLE001 - one callback must not stop the fan-out
+            log_exception(exc, "abort callback {} raised; ignored", callable_name(fn))
 
     # -- aborting -------------------------------------------------------------
 

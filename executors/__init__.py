@@ -6,6 +6,4 @@ chosen tool bodies on a Ray cluster (the ``ray`` extra).
 Like the core they log through loguru, disabled at import:
 ``logger.enable("executors")`` turns it on."""
 
-from loguru import logger as _logger
-
-_logger.disable("executors")
+import dsh_actors as _core  # noqa: F401  # (its import disables this package's logging: see its docstring)

@@ -16,9 +16,7 @@ They use only what ``dsh_actors`` exports. Like the core they log through
 loguru, disabled at import: ``logger.enable("policies")`` turns it on.
 """
 
-from loguru import logger as _logger
-
-_logger.disable("policies")
+import dsh_actors as _core  # noqa: F401  # (its import disables this package's logging: see its docstring)
 
 from . import approval, metrics, otel, retry, spill, timeout
 

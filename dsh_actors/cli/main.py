@@ -255,11 +255,16 @@ _VERBOSE_HELP = (
 
 
 def _one_line(record: Any) -> str:
-    # A callable format: loguru appends no traceback unless it asks for one.
+    # A callable format: loguru appends no traceback unless it asks for one;
+    # the traceback the library appends to a message (errors.log_exception,
+    # also in extra["traceback"]) is cut off it.
     # A message of several lines (a tool's failure, a program's traceback)
     # is folded into one: its lines joined with " | ".
     # What a tool or a server wrote (escape sequences, say) is shown escaped.
-    lines = [line.strip() for line in str(record["message"]).splitlines()]
+    message, appended = str(record["message"]), record["extra"].get("traceback")
+    if type(appended) is str:
+        message = message.removesuffix("\n" + appended)
+    lines = [line.strip() for line in message.splitlines()]
     record["extra"]["one_line"] = printable(" | ".join(line for line in lines if line))
     return f"{PROG}: {{level}}: {{extra[one_line]}}\n"
 

@@ -35,6 +35,7 @@ from ..errors import (
     InvalidValueError,
     RuntimeStoppedError,
     callable_name,
+    log_exception,
     safe_str,
 )
 from ..model import Agent
@@ -360,7 +361,7 @@ class EventBus:
             try:
                 result = fn(*args)
             except BaseException as exc:  # noqa: BLE001 - observers are contained
-                logger.opt(exception=exc).error("{} listener {} raised: {}", name, callable_name(fn), safe_str(exc))
+                log_exception(exc, "{} listener {} raised: {}", name, callable_name(fn), safe_str(exc))
                 continue
             if type(result) is CoroutineType:
                 drop_coroutine(name, fn, result)

@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from loguru import logger
-
 from ..errors import (
     AbortError,
     LosslessJsonError,
     ToolArgsError,
     ToolPolicyError,
+    log_exception,
     safe_str,
 )
 from ..execution import freeze
@@ -101,9 +100,7 @@ def log_exceptions(execution: Any, *results: Any) -> None:
         if exc is None or exc is seen or isinstance(exc, (AbortError, ToolArgsError)):
             continue
         seen = exc
-        logger.opt(exception=exc).error(
-            'tool "{}" (call {}) failed: {}', execution.name, execution.call_id, error.message
-        )
+        log_exception(exc, 'tool "{}" (call {}) failed: {}', execution.name, execution.call_id, error.message)
 
 
 def _freeze_or_fail(result: ToolExecutionResult) -> ToolExecutionResult:

@@ -47,6 +47,7 @@ from ..errors import (
     RuntimeStoppedError,
     ToolBatchExecutionError,
     exception_text,
+    log_exception,
     safe_str,
 )
 from ..executor_protocol import ToolModelInput
@@ -799,4 +800,4 @@ def _answer(settle_reply: Callable[[], object]) -> None:
     try:
         settle_reply()
     except BaseException as exc:  # noqa: BLE001 - nothing a callback raises keeps the slot
-        logger.opt(exception=exc).error("a done-callback of a batch's future raised {}", type(exc).__name__)
+        log_exception(exc, "a done-callback of a batch's future raised {}", type(exc).__name__)

@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import contextvars
 import os
-import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
 from typing import Any, Final, Protocol, TypeAlias
 
-from ..errors import ErrorCode, InvalidTypeError, InvalidValueError, LosslessJsonError, ToolArgsError, safe_str
+from ..errors import (
+    ErrorCode,
+    InvalidTypeError,
+    InvalidValueError,
+    LosslessJsonError,
+    ToolArgsError,
+    safe_str,
+    traceback_text,
+)
 from ..json import materialize
 from ..model import (
     ContentBlock,
@@ -374,22 +381,6 @@ def result_event(
     if agent is not None:
         event["agent"] = agent if type(agent) is str else _plain_str(agent, "agent")
     return event if error is None else _traced(event, error)
-
-
-#: How much of a traceback a logged event keeps (its end, where the raise is).
-TRACEBACK_LIMIT: Final = 16_000
-
-
-def traceback_text(exc: BaseException) -> str:
-    """``exc``'s formatted traceback (its causes included), at most
-    :data:`TRACEBACK_LIMIT` characters (the end kept)."""
-    try:
-        text = "".join(traceback.format_exception(exc))
-    except BaseException:  # noqa: BLE001 - a hostile exception
-        text = f"{type(exc).__name__}: <unprintable thrown value>\n"
-    if len(text) > TRACEBACK_LIMIT:
-        text = "...\n" + text[-TRACEBACK_LIMIT:]
-    return text
 
 
 def _traced(event: dict[str, Any], error: ToolFailure | None) -> dict[str, Any]:
