@@ -38,9 +38,11 @@ from dsh_actors.session import (
     LoggedResult,
     Session,
     SessionCorruptError,
+    approval_request_event,
     call_event,
     ptc_dispatch_event,
     ptc_dispatch_start_event,
+    read_step,
     result_event,
     results_by_call,
 )
@@ -1144,3 +1146,25 @@ def test_a_tool_call_of_another_agent_or_with_no_agent_or_batch_is_its_own_call(
     session.append(call_event(2, 1, "c1", "t", {}))  # no agent named: old logs, each tool/call a call
     session.append(call_event(2, 1, "c1", "t", {}))
     assert session.pending_calls() == ["c0", "c0", "c1", "c1"]
+
+
+def test_a_request_of_another_step_is_that_step_s_call_s_not_the_one_deferred_again_meanwhile() -> None:
+    # (Step 2's request was taken for step 1's c0, deferred again and not
+    # asked yet: step 2's suspension awaited nothing, and step 1's new
+    # request replaced it. A step's read, which reads that step's events
+    # only, says the same as a read of every event.)
+    session = Session()
+    session.append(call_event(1, 1, "c0", "t", {}, agent="a"))
+    session.append(approval_request_event("c0", "s1", "t", "why", None, turn=1, step=1, agent="a"))
+    session.decide("s1", {"c0": "deferred"})  # a resume of step 1 defers its c0 again ...
+    session.append(call_event(1, 2, "c0", "t", {}, agent="a"))  # ... while step 2 defers its own c0
+    session.append(approval_request_event("c0", "s2", "t", "why", None, turn=1, step=2, agent="a"))
+    session.append(approval_request_event("c0", "s3", "t", "why", None, turn=1, step=1, agent="a"))  # (step 1's)
+    assert session.awaiting_approval() == [("c0", "s2"), ("c0", "s3")]
+    events = session.events()
+    for calls in (session.step_calls, lambda turn, step, agent: read_step(events, turn, step, agent).calls):
+        assert [(c.awaiting, c.decision) for c in calls(1, 1, "a")] == [("s3", "deferred")]
+        assert [(c.awaiting, c.decision) for c in calls(1, 2, "a")] == [("s2", None)]
+    session.decide("s2", {"c0": "allowed-once"})
+    session.decide("s3", {"c0": "rejected"})
+    assert session.awaiting_approval() == []

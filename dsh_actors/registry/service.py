@@ -619,7 +619,9 @@ class ToolsService:
         run a tool the agent could call when the step was logged and that
         this runtime does not offer it (register it first: it would fail
         ``UNKNOWN_TOOL`` for good), or a started call of such a tool (its
-        ``idempotent`` would decide whether it runs again).
+        ``idempotent`` would decide whether it runs again), or one whose
+        nested logged steps started a call of such a tool (whose
+        ``idempotent`` would decide it too).
         Raises
         ``TypeError``/``ValueError`` for an agent without a session or a
         step the log has no call of. Ctrl-C while it waits aborts the

@@ -36,7 +36,10 @@ anything is written (the call would fail ``UNKNOWN_TOOL`` for good). So does
 a started call whose own tool decides whether it runs again (its nested
 steps started no call that stops it) and is missing: its ``idempotent`` is
 the registration's, which the runtime lacks, and ``INTERRUPTED`` for good
-would settle a call the same tools would run again. A call of a tool that
+would settle a call the same tools would run again; and so does one whose
+own tool would let it run again while its nested steps started a call of
+a tool the runtime lacks that was known as their step was logged (that
+tool's ``idempotent`` decides too). A call of a tool that
 was unknown then settles ``UNKNOWN_TOOL`` as it would have. A resume is
 refused alike (a logged one by its log's ``unknown``, an unlogged one by its
 suspension's).
@@ -44,8 +47,9 @@ suspension's).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_str
 from ..json import dumps, thaw
@@ -68,7 +72,6 @@ from ..session import (
     LoggedResult,
     Session,
     StepKey,
-    parent_of,
     same_step,
     step_key,
 )
@@ -116,7 +119,7 @@ def logged_arguments(logged: Any) -> Any:
     return dumps(thaw(logged)).decode()
 
 
-def _idempotent(rt: Kernel, name: str, agent: Agent, tool_set: ResolvedToolSet | None) -> bool:
+def _idempotent(rt: Kernel, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None) -> bool:
     registration = executable(rt.state, name, agent, tool_set)
     return registration is not None and registration.definition.idempotent is True
 
@@ -136,50 +139,68 @@ def _start(
     return CallStart(logged=call.logged, answer=answer)
 
 
+#: A call that started in a nested step: its step, its id, its tool's name,
+#: and whether the agent could call that tool as its step was logged
+#: (``LoggedCall.known``: None, the log does not say).
+NestedCall: TypeAlias = tuple[StepKey, str, str, bool | None]
+
+
 def _nested_steps(
-    events: list[dict[str, Any]], here: StepKey, open_ids: set[str]
-) -> dict[str, tuple[set[StepKey], set[str]]]:
+    session: Session, here: StepKey, open_ids: Collection[str]
+) -> dict[str, tuple[set[StepKey], list[NestedCall]]]:
     """For each call of ``open_ids`` (the started calls without a result of
     step ``here``): the logged steps its body ran, directly or through
     their calls' bodies in turn (each such ``tool/batch`` names its
-    ``parent``), and the names of the tools whose calls started in them."""
-    children: dict[tuple[StepKey, str], set[StepKey]] = {}
-    names: dict[tuple[StepKey, str], str] = {}
-    started: dict[StepKey, set[str]] = {}
-    for event in events:
-        kind = event.get("type")
-        at = step_key(event)
-        if at is None:
-            continue
-        if kind == BATCH:
-            parent = parent_of(event)
-            if parent is not None:
-                children.setdefault(parent, set()).add(at)
-            for logged in event.get("calls") or ():
-                if type(logged) is dict and type(logged.get("call_id")) is str and type(logged.get("name")) is str:
-                    names[(at, logged["call_id"])] = logged["name"]
-        elif kind == CALL and type(event.get("call_id")) is str and type(event.get("name")) is str:
-            names[(at, event["call_id"])] = event["name"]
-        elif kind == START and type(event.get("call_id")) is str:
-            started.setdefault(at, set()).add(event["call_id"])
-    nested: dict[str, tuple[set[StepKey], set[str]]] = {}
+    ``parent``: ``Session.child_steps``), and the calls that started in
+    them (each step's events read once: ``Session.step_events``)."""
+    ran_in: dict[StepKey, list[tuple[str, str | None, bool | None]]] = {}
+    nested: dict[str, tuple[set[StepKey], list[NestedCall]]] = {}
     for call_id in open_ids:
         steps: set[StepKey] = set()
-        ran: set[str] = set()
+        ran: list[NestedCall] = []
         todo = [(here, call_id)]
         while todo:
             key, enclosing = todo.pop()
-            for child in children.get((key, enclosing), ()):
+            for child in session.child_steps(key[0], key[1], key[2], enclosing):
                 if child in steps or same_step(child, here):
                     continue
                 steps.add(child)
-                for inner in started.get(child, ()):
-                    name = names.get((child, inner))
+                started = ran_in.get(child)
+                if started is None:
+                    started = ran_in[child] = _started_in(session.step_events(child[0], child[1], child[2]), child)
+                for inner, name, known in started:
                     if name is not None:
-                        ran.add(name)
+                        ran.append((child, inner, name, known))
                     todo.append((child, inner))
         nested[call_id] = (steps, ran)
     return nested
+
+
+def _started_in(events: list[dict[str, Any]], here: StepKey) -> list[tuple[str, str | None, bool | None]]:
+    """The calls of step ``here`` (exactly: its agent's) in ``events`` that
+    have a ``tool/start``, each with its tool's name (its ``tool/batch``'s
+    or its ``tool/call``'s, the latest; None: neither) and whether the
+    agent could call it as the step was logged (its latest ``tool/batch``
+    that lists it: not in its ``unknown``; None when it does not say)."""
+    names: dict[str, str] = {}
+    known: dict[str, bool | None] = {}
+    started: dict[str, None] = {}
+    for event in events:
+        if step_key(event) != here:
+            continue
+        kind = event.get("type")
+        if kind == BATCH:
+            unknown = event.get("unknown")
+            ids = frozenset(unknown) if type(unknown) is list and all(type(i) is str for i in unknown) else None
+            for logged in event.get("calls") or ():
+                if type(logged) is dict and type(logged.get("call_id")) is str and type(logged.get("name")) is str:
+                    names[logged["call_id"]] = logged["name"]
+                    known[logged["call_id"]] = None if ids is None else logged["call_id"] not in ids
+        elif kind == CALL and type(event.get("call_id")) is str and type(event.get("name")) is str:
+            names[event["call_id"]] = event["name"]
+        elif kind == START and type(event.get("call_id")) is str:
+            started[event["call_id"]] = None
+    return [(call_id, names.get(call_id), known.get(call_id)) for call_id in started]
 
 
 class RecoveryPlan(NamedTuple):
@@ -187,15 +208,17 @@ class RecoveryPlan(NamedTuple):
     where each of its calls starts, the logged steps its interrupted calls
     ran (for :func:`close_nested`), whether the agent could call each
     call's tool when the step was logged (``LoggedCall.known``), and the
-    interrupted calls whose own tool decides whether they run again
-    (``rerun``: every tool their nested steps started is idempotent; both
-    for :func:`refuse_missing_tools`)."""
+    interrupted calls whose tools decide whether they run again
+    (``rerun``: nothing their nested steps started stops them; each with
+    the calls of its nested steps whose tool is not registered here and
+    was known as their step was logged: their ``idempotent`` decides too;
+    both for :func:`refuse_missing_tools`)."""
 
     batch: ToolBatchInput
     starts: tuple[CallStart, ...]
     nested: frozenset[StepKey]
     known: tuple[bool | None, ...]
-    rerun: frozenset[str] = frozenset()
+    rerun: Mapping[str, tuple[NestedCall, ...]] = MappingProxyType({})
 
 
 def unknown_calls(
@@ -234,7 +257,7 @@ def refuse_missing_tools(
     known: Sequence[bool | None],
     verb: str,
     what: str,
-    rerun: Collection[str] = (),
+    rerun: Mapping[str, Sequence[NestedCall]] = MappingProxyType({}),
 ) -> None:
     """Refuse to continue ``batch``, a step read back (a recovery, a resume),
     when a call of it that would run (``starts``: no given result, no
@@ -246,44 +269,85 @@ def refuse_missing_tools(
     say, runs as it would) and cannot call in this runtime: it would fail
     ``UNKNOWN_TOOL`` for good, a lie about a call the model made right (or,
     started, end ``INTERRUPTED`` where the same tools would run it again).
-    Raises ``InvalidStateError`` naming the calls, their tools and the fix
-    (``cannot <verb> <what>: ...``). Reads only: called before anything is
-    written or claimed."""
+    So does a call of ``rerun`` whose own tool would let it run again
+    (idempotent, or missing as above) when a call its nested steps started
+    (``rerun``'s, known then) is of such a tool: its ``idempotent`` decides
+    too. Raises ``InvalidStateError`` naming the calls, their tools and the
+    fix (``cannot <verb> <what>: ...``). Reads only: called before anything
+    is written or claimed."""
     runs = [
         c
         for c, start, was in zip(batch.calls, starts, known, strict=True)
         if was and ((start.result is None and start.answer in _RUNS) or c.id in rerun)
     ]
-    if not runs:
+    if not runs and not any(rerun.values()):
         return
     agent, state = batch.agent, rt.state
-    policy_of = getattr(select_executor(state, agent), "batch_policy", None)
-    policy = policy_of() if callable(policy_of) else None  # (what the recovered batch would run with)
+    policy = _policy(state, agent)  # (what the recovered batch would run with)
     missing = set(unknown_calls(state, runs, agent, batch.tool_set, policy))
-    if not missing:
+    # Per started call whose own tool would let it run again: the calls of
+    # its nested steps whose tool this runtime lacks.
+    lacking: dict[str, list[NestedCall]] = {}
+    for c in batch.calls:
+        inner = rerun.get(c.id)
+        if inner and (c.id in missing or _idempotent(rt, c.name, agent, batch.tool_set)):
+            absent = unknown_calls(state, (ToolCall(i, n, {}) for _, i, n, _ in inner), agent, batch.tool_set, policy)
+            found = [n for n in inner if n[1] in absent]
+            if found:
+                lacking[c.id] = found
+    if not missing and not lacking:
         return
     calls = [c for c in runs if c.id in missing]
-    names = list(dict.fromkeys(c.name for c in calls))
+    names = list(dict.fromkeys([*(c.name for c in calls), *(n[2] for found in lacking.values() for n in found)]))
     one = len(names) == 1
-    again = [c.id for c in calls if c.id in rerun]
-    started = ""
-    if again:
-        which = "it" if len(calls) == 1 else ", ".join(_quoted(i) for i in again)
-        started = (
-            f" ({which} started: it runs again if its tool is idempotent, else ends INTERRUPTED)"
-            if len(again) == 1
-            else f" ({which} started: they run again if their tools are idempotent, else end INTERRUPTED)"
+    parts = []
+    if calls:
+        own = list(dict.fromkeys(c.name for c in calls))
+        again = [c.id for c in calls if c.id in rerun]
+        started = ""
+        if again:
+            which = "it" if len(calls) == 1 else ", ".join(_quoted(i) for i in again)
+            started = (
+                f" ({which} started: it runs again if its tool is idempotent, else ends INTERRUPTED)"
+                if len(again) == 1
+                else f" ({which} started: they run again if their tools are idempotent, else end INTERRUPTED)"
+            )
+        parts.append(
+            f"{'call' if len(calls) == 1 else 'calls'} {', '.join(_quoted(c.id) for c in calls)} would run "
+            f"{'tool' if len(own) == 1 else 'tools'} {', '.join(_quoted(n) for n in own)}{started}"
         )
-    when = "the step was logged" if batch.log is not None else "the batch suspended"
+    for call_id, found in lacking.items():
+        tools = list(dict.fromkeys(n[2] for n in found))
+        where = ", ".join(f"{_quoted(i)} in {_step_shown(at, agent)}" for at, i, _, _ in found)
+        parts.append(
+            f"call {_quoted(call_id)} started and its body ran {'tool' if len(tools) == 1 else 'tools'} "
+            f"{', '.join(_quoted(n) for n in tools)} in a nested step ({where}: {_quoted(call_id)} runs again if "
+            "every tool it ran is idempotent, else ends INTERRUPTED)"
+        )
+    when = (
+        "the batch suspended" if batch.log is None else "their steps were logged" if lacking else "the step was logged"
+    )
     raise InvalidStateError(
-        f"cannot {verb} {what}: {'call' if len(calls) == 1 else 'calls'} "
-        f"{', '.join(_quoted(c.id) for c in calls)} would run {'tool' if one else 'tools'} "
-        f"{', '.join(_quoted(n) for n in names)}{started}, which the agent could call when {when} and "
+        f"cannot {verb} {what}: {'; '.join(parts)}, which the agent could call when {when} and "
         "cannot call in this runtime (not registered, not visible to the agent, or conditional and not "
         f"admitted by the tool_set passed): register {'it' if one else 'them'} (rt.tools.register, or mount "
         f"the MCP server or set the executor that provides {'it' if one else 'them'}; pass the step's "
         f"tool_set= for a conditional one) and {verb} again (nothing was run or written)"
     )
+
+
+def _policy(state: RegistryState, agent: Agent | None) -> BatchPolicy | None:
+    """The ``BatchPolicy`` a batch of ``agent`` would run with (None: its
+    executor has none)."""
+    policy_of = getattr(select_executor(state, agent), "batch_policy", None)
+    return policy_of() if callable(policy_of) else None
+
+
+def _step_shown(key: StepKey, agent: Agent | None) -> str:
+    shown = f"step (turn {key[0]}, step {key[1]})"
+    if key[2] is not None and (agent is None or key[2] != agent.id):
+        shown += f" of agent {_quoted(key[2])}"
+    return shown
 
 
 def _quoted(text: str) -> str:
@@ -371,10 +435,10 @@ def recovery_plan(
             "nothing to recover (a step whose tool/batch never reached the log never started: run it "
             "with rt.tools.execute)"
         )
-    interrupted = {c.call_id for c in logged.calls if c.started and c.result is None}
-    nested: dict[str, tuple[set[StepKey], set[str]]] = {}
+    interrupted = [c.call_id for c in logged.calls if c.started and c.result is None]
+    nested: dict[str, tuple[set[StepKey], list[NestedCall]]] = {}
     if interrupted:
-        nested = _nested_steps(session.events(), (turn, step, agent.id), interrupted)
+        nested = _nested_steps(session, (turn, step, agent.id), interrupted)
     steps: frozenset[StepKey] = frozenset().union(*(found for found, _ in nested.values()))
     calls = tuple(ToolCall(id=c.call_id, name=c.name, arguments=logged_arguments(c.arguments)) for c in logged.calls)
     batch = ToolBatchInput(
@@ -386,17 +450,22 @@ def recovery_plan(
         log=LogStep(turn=turn, step=step),
         deps=deps,
     )
-    # Per interrupted call: whether every tool its nested steps started a
-    # call of is idempotent; then its own tool decides whether it runs again.
-    rerun = {
-        call_id: all(_idempotent(rt, name, agent, tool_set) for name in sorted(started))
-        for call_id, (_, started) in nested.items()
-    }
-    starts = tuple(_start(rt, c, agent, tool_set, rerun.get(c.call_id, True)) for c in logged.calls)
-    return RecoveryPlan(
-        batch,
-        starts,
-        steps,
-        tuple(c.known for c in logged.calls),
-        frozenset(call_id for call_id, own_tool_decides in rerun.items() if own_tool_decides),
-    )
+    # Per interrupted call, the calls its nested steps started: a tool that
+    # is registered and not idempotent, or missing and not known then (the
+    # log does not say), stops it running again whatever its own tool;
+    # else its own tool decides, with the missing ones known then.
+    rerun: dict[str, tuple[NestedCall, ...]] = {}
+    for call_id, (_, started) in nested.items():
+        undecided: list[NestedCall] = []
+        for inner in started:
+            registration = executable(rt.state, inner[2], agent, tool_set)
+            if registration is None and inner[3] is True:
+                undecided.append(inner)
+            elif registration is None or registration.definition.idempotent is not True:
+                break
+        else:
+            rerun[call_id] = tuple(undecided)
+    # (True: its nested steps let it run again whatever they started; its own tool decides.)
+    nested_idempotent = {call_id: rerun.get(call_id) == () for call_id in nested}
+    starts = tuple(_start(rt, c, agent, tool_set, nested_idempotent.get(c.call_id, True)) for c in logged.calls)
+    return RecoveryPlan(batch, starts, steps, tuple(c.known for c in logged.calls), MappingProxyType(rerun))

@@ -49,11 +49,14 @@ call even when ids repeat across steps, or agents share the session); a
 its call's; one that names none, as logs written before these events
 carried them, pairs with the latest open ``tool/call`` of its id), and a
 request made again after a ``"deferred"`` decision with the call that
-decision was for.
+decision was for (a request of another step is that step's call's).
 
 **Storage.** ``Session()`` keeps events in memory; ``Session(path)``
 keeps none (only the pending call and sub-call ids that pair calls with
-results): :meth:`Session.events` reads the file. It
+results): :meth:`Session.events` reads the file. Once a step is read back
+(:meth:`Session.read_step`: a resume, a recovery) the session also keeps
+where each step's events are (``_index.py``), so that a step's read parses
+that step's lines only (:meth:`Session.step_events`). It
 appends them to a JSONL file (orjson, compact, ``\\n``-terminated) through
 an unbuffered handle, so each event is one ``write`` that reaches the OS
 before :meth:`Session.append` returns (``fsync=True`` also makes it reach

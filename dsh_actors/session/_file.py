@@ -4,7 +4,9 @@ documents the format and the guarantees.
 
 A session on a file keeps no event in memory: only what pairs calls with
 their results (the pending call and sub-call ids), the number of events and
-where the good bytes end; :meth:`Session.events` reads the file."""
+where the good bytes end; :meth:`Session.events` reads the file. Once a step
+is read back, it keeps where each step's events are (``_index.py``):
+:meth:`Session.step_events` reads those lines only."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +48,7 @@ from ._events import (
     same_step,
     step_key,
 )
+from ._index import StepIndex
 from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step, step_calls
 from ._write import SessionFile
 
@@ -121,6 +124,39 @@ _NEWLINE = b"\n"
 
 def _id_or_none(value: object) -> str | None:
     return value if type(value) is str else None
+
+
+def _pread(fd: int, start: int, end: int) -> bytes:
+    """The bytes of ``fd`` from ``start`` to ``end`` (fewer where it ends first)."""
+    chunks: list[bytes] = []
+    offset = start
+    while offset < end:
+        chunk = os.pread(fd, end - offset, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _line_spans(data: bytes, base: int, junk: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The ``(start, end)`` file offsets of the lines of ``data`` (the file's
+    bytes from offset ``base``), without their newline, skipping the byte
+    ranges ``junk`` (a failed write's bytes that hold no event)."""
+    stop = base + len(data)
+    segments: list[tuple[int, int]] = []
+    at = base
+    for start, end in sorted(junk):
+        segments.append((at, start))
+        at = end
+    segments.append((at, stop))
+    for at, stop in segments:
+        while at < stop:
+            newline = data.find(b"\n", at - base, stop - base)
+            end = stop if newline < 0 else newline + base
+            if end > at:
+                yield at, end
+            at = end + 1
 
 
 def _write_rest(file: IO[bytes], data: bytes, written: int | None) -> None:
@@ -199,6 +235,11 @@ class Session:
         self._dirty = False  # the file may hold bytes past _size to cut
         self._newline_needed = False  # the good bytes do not end with a newline
         self._torn_line: int | None = None
+        # Where each step's events are (see _index.py): made when a step is
+        # first read, extended by what was logged since at each read, under
+        # its own lock (appends go on meanwhile).
+        self._index_lock = threading.Lock()
+        self._step_index: StepIndex | None = None
         if path is not None:
             self._path = Path(path)
             parent = self._path.parent
@@ -447,11 +488,17 @@ class Session:
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
-                named = agent_of(event)
+                named, at = agent_of(event), step_key(event)
                 again = redeferred_key(self._redeferred, call_id, named)
-                serial = None if again is None else self._redeferred.pop(again)
+                serial = None
+                if again is not None:
+                    waiting = self._call_steps.get(self._redeferred[again])
+                    if at is None or waiting is None or same_step(waiting, at):
+                        # The call that decision was for (a request of
+                        # another step is that step's call's).
+                        serial = self._redeferred.pop(again)
                 if serial is None or serial not in self._pending:
-                    serial = self._latest_open(call_id, step_key(event))
+                    serial = self._latest_open(call_id, at)
                 if serial is not None:  # (a request without its tool/call awaits nothing)
                     earlier = self._requests.pop(serial, None)
                     if earlier is not None:
@@ -662,19 +709,25 @@ class Session:
         except orjson.JSONDecodeError:
             # Its good bytes are not what it wrote: something that is not a
             # Session wrote to the file meanwhile (the lock is advisory).
-            at = next(i for i, line in enumerate(lines, 1) if not _loads_ok(line))
-            raise SessionCorruptError(
-                str(self._path),
-                at,
-                "the log changed under this session: something else wrote to the file (a log has one writer "
-                "at a time); open it again to read what it holds now",
-            ) from None
+            raise self._changed(next(i for i, line in enumerate(lines, 1) if not _loads_ok(line))) from None
+
+    def _changed(self, lineno: int) -> SessionCorruptError:
+        """What a read raises when the good bytes of the file are not what
+        this session wrote or read there (line ``lineno``)."""
+        return SessionCorruptError(
+            str(self._path),
+            lineno,
+            "the log changed under this session: something else wrote to the file (a log has one writer "
+            "at a time); open it again to read what it holds now",
+        )
 
     def _lines_locked(self) -> list[bytes]:
         # Called with the lock held (no append moves _size meanwhile).
         if self._lines is not None:
             return list(self._lines)
         data = self._read_good_bytes()
+        if len(data) != self._size:  # (cut short by something else: what it held is gone)
+            raise self._changed(data.count(b"\n") + 1)
         if self._junk:
             kept = bytearray()
             start = 0
@@ -687,22 +740,131 @@ class Session:
 
     def _read_good_bytes(self) -> bytes:
         # Called with the lock held (no append moves _size meanwhile).
-        size = self._size
+        return self._read_ranges([(0, self._size)])[0]
+
+    def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of the file from each ``(start, end)`` of ``ranges``
+        (fewer where the file ends first). Called with the lock held."""
         file = self._file
         if file is not None:
-            fd = file.fileno()
-            chunks: list[bytes] = []
-            offset = 0
-            while offset < size:
-                chunk = os.pread(fd, size - offset, offset)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                offset += len(chunk)
-            return b"".join(chunks)
+            return [_pread(file.fileno(), start, end) for start, end in ranges]
         assert self._path is not None  # closed: read it again by its path
         with open(self._path, "rb") as closed:
-            return closed.read(size)
+            return [_pread(closed.fileno(), start, end) for start, end in ranges]
+
+    # -- reading one step ---------------------------------------------------
+
+    def step_events(self, turn: int, step: int, agent: str | None = None) -> list[dict[str, Any]]:
+        """The events :meth:`read_step` reads for model step ``(turn,
+        step)`` (of ``agent``, when given: events naming another agent are
+        left out), in log order, as fresh dicts: the ``tool/batch``,
+        ``tool/call``, ``tool/start``, ``tool/result`` and
+        ``tool/approval-request`` events naming the step, and the
+        ``tool/approval`` decisions of the suspensions its requests name.
+
+        Only their lines are read and parsed: the session keeps where each
+        step's events are (an index of positions, a few dozen bytes an
+        event, made at the first step read and extended by the events
+        logged since at each one), so reading one agent's step of a log many
+        agents share costs what that step holds, not what the log holds. A
+        log that holds an event naming no step or no agent (written before
+        events carried them, or by hand) pairs it with any step's calls:
+        every event is read and returned. Raises
+        :class:`SessionCorruptError` when the file's good bytes are not what
+        this session wrote or read there (something else wrote to it)."""
+        with self._index_lock:
+            index = self._extended_index()
+            if index.whole:
+                return self.events()
+            found = self._events_at(
+                index.step_spans(turn, step, agent),
+                lambda event: (event.get("turn"), event.get("step")) == (turn, step),
+            )
+            suspensions = {
+                e["suspension"]
+                for _, e in found
+                if e.get("type") == APPROVAL_REQUEST and type(e.get("suspension")) is str
+            }
+            if suspensions:
+                decided = self._events_at(
+                    index.approval_spans(suspensions),
+                    lambda event: event.get("type") == APPROVAL and event.get("suspension") in suspensions,
+                )
+                found = sorted(found + decided, key=lambda item: item[0])
+        return [event for _, event in found]
+
+    def child_steps(self, turn: int, step: int, agent: str | None, call_id: str) -> tuple[StepKey, ...]:
+        """The steps whose ``tool/batch`` names call ``call_id`` of step
+        ``(turn, step)`` of ``agent`` as its ``parent`` (the logged batches
+        its body ran: see ``batch_event``), as ``(turn, step, agent id)``, in
+        log order; read from the index :meth:`step_events` keeps."""
+        with self._index_lock:
+            return self._extended_index().children((turn, step, agent), call_id)
+
+    def _extended_index(self) -> StepIndex:
+        """The step index, extended by the events logged since it was last.
+        Called with the index lock held (appends go on meanwhile)."""
+        index = self._step_index
+        new: list[bytes] = []
+        data, junk = b"", []
+        with self._lock:
+            lines = self._lines
+            stop = self._size if lines is None else len(lines)
+            if index is None or index.end > stop:
+                index = StepIndex()  # (the first read, or the file shrank under this session: read it again)
+            begin = index.end
+            if lines is not None:
+                new = lines[begin:stop]
+            elif stop > begin:
+                (data,) = self._read_ranges([(begin, stop)])
+                junk = [(start, end) for start, end in self._junk if begin <= start and end <= stop]
+        self._step_index = None  # (a failed read leaves none: the next one starts again)
+        for number, line in enumerate(new, begin):
+            index.add(number, number + 1, orjson.loads(line))
+        if lines is None:
+            if len(data) != stop - begin:
+                raise self._changed(self._line_number(begin + len(data)))
+            view = memoryview(data)
+            for start, end in _line_spans(data, begin, junk):
+                try:
+                    event = orjson.loads(view[start - begin : end - begin])
+                except orjson.JSONDecodeError:
+                    if not bytes(view[start - begin : end - begin]).strip():
+                        continue  # (a blank line)
+                    raise self._changed(self._line_number(start)) from None
+                index.add(start, end, event)
+        index.end = stop
+        self._step_index = index
+        return index
+
+    def _events_at(
+        self, spans: list[tuple[int, int]], fits: Callable[[dict[str, Any]], bool]
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """The events at ``spans`` (from the step index), each with its
+        position; each must be one ``fits`` accepts, as it was when it was
+        indexed (else the file changed under this session)."""
+        if not spans:
+            return []
+        with self._lock:
+            lines = self._lines
+            raw = [lines[start] for start, _ in spans] if lines is not None else self._read_ranges(spans)
+        found: list[tuple[int, dict[str, Any]]] = []
+        for (start, end), line in zip(spans, raw, strict=True):
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                event = None
+            if type(event) is not dict or not fits(event) or (lines is None and len(line) != end - start):
+                raise self._changed(self._line_number(start))
+            found.append((start, event))
+        return found
+
+    def _line_number(self, offset: int) -> int:
+        """The number of the line of the file at byte ``offset`` (for an
+        error: it reads the file up to there)."""
+        with self._lock:
+            (data,) = self._read_ranges([(0, offset)])
+        return data.count(b"\n") + 1
 
     def __len__(self) -> int:
         """The number of events logged."""
@@ -773,13 +935,13 @@ class Session:
         """The calls of model step ``(turn, step)``, in model order, each
         with where it stands (:attr:`LoggedCall.state`: ``"settled"``,
         ``"started"`` or ``"unstarted"``); :func:`step_calls` over
-        :meth:`events`."""
-        return step_calls(self.events(), turn, step, agent)
+        :meth:`step_events` (what it says over every event)."""
+        return step_calls(self.step_events(turn, step, agent), turn, step, agent)
 
     def read_step(self, turn: int, step: int, agent: str | None = None) -> LoggedStep:
-        """:func:`read_step` over :meth:`events`: the step's calls and its
-        batch's own limit."""
-        return read_step(self.events(), turn, step, agent)
+        """:func:`read_step` over :meth:`step_events` (what it says over
+        every event): the step's calls and its batch's own limit."""
+        return read_step(self.step_events(turn, step, agent), turn, step, agent)
 
     def repair(self) -> list[dict[str, Any]]:
         """Settle everything a crash left open, and return the events

@@ -224,15 +224,17 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
             latest = open_calls.get(call_id)
             if not latest:
                 continue
-            at = _latest_of_step(latest, step_key(event))
+            named_step = step_key(event)
+            at = _latest_of_step(latest, named_step)
             if at < 0:
                 continue  # (its step has no open call of that id)
             entry = latest[at][1]
-            if kind == APPROVAL_REQUEST:
+            if kind == APPROVAL_REQUEST and (named_step is None or named_step[:2] == (turn, step)):
                 named = agent_of(event)
                 again = redeferred_key(redeferred, call_id, named)
                 if again is not None:
-                    # Deferred again: the call that decision was for.
+                    # Deferred again: the call that decision was for (a
+                    # request of another step is that step's call's).
                     entry = redeferred.pop(again)
             if kind == RESULT:
                 del latest[at]

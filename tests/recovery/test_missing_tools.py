@@ -353,6 +353,33 @@ def test_an_unlogged_resume_is_refused_a_tool_its_runtime_lacks_until_it_is_regi
     assert ran == ["c0", "c1"]
 
 
+@pytest.mark.xfail(
+    reason="a continued batch has no tool/batch of its own: scheduling/batch.py's _suspend looks its calls up in "
+    "the live registry; it needs what its resume read (the suspension's or the log's unknown, as CallStart.known)",
+    strict=True,
+)
+def test_a_resumed_batch_that_suspends_again_records_the_unknown_calls_its_suspension_recorded(
+    runtime_pair: Any,
+) -> None:
+    # A resume in a runtime that lacks "write" and has "nope" deferred c0
+    # again (c1 waits behind it): the new suspension said c0 ("write") was
+    # unknown and c1 ("nope", which the model made up) known, so resuming it
+    # there ran c0 as an unknown tool (UNKNOWN_TOOL for good) where the
+    # first suspension is refused until "write" is registered.
+    suspending, resuming = runtime_pair
+    suspending.tools.register(tool("write", []))
+    resuming.tools.register(tool("nope", []))
+    suspending.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="a person must approve"))
+    suspending.approvals.set(lambda request: "deferred")
+    calls = (ToolCall("c0", "write", {}), ToolCall("c1", "nope", {}))
+    first = suspending.tools.execute(ToolBatchInput(calls, agent=Agent("a"))).suspension
+    assert first["unknown"] == ["c1"]
+    again = resuming.tools.resume(first, {"c0": "deferred"}).suspension
+    assert again["unknown"] == ["c1"]
+    with pytest.raises(InvalidStateError, match='call "c0" would run tool "write"'):
+        resuming.tools.resume(again, {"c0": "allowed-once"})
+
+
 def made_before_unknown() -> dict[str, Any]:
     """An unlogged suspension as the code made it before it recorded its
     ``unknown`` calls (an application may have stored one)."""

@@ -70,9 +70,12 @@ NESTED_CHILD = textwrap.dedent(
 class Tools:
     """``plan`` (idempotent) runs step 2 of its agent, ``inner`` (the calls
     given), in its body; ``charge`` (not idempotent) and ``lookup``
-    (idempotent) record their runs."""
+    (idempotent) record their runs. ``names``: the ones registered now."""
 
-    def __init__(self, rt: ToolRuntime, inner: tuple[tuple[str, str], ...]) -> None:
+    def __init__(
+        self, rt: ToolRuntime, inner: tuple[tuple[str, str], ...], names: tuple[str, ...] = ("plan", "charge", "lookup")
+    ) -> None:
+        self.rt = rt
         self.ran: list[str] = []
         self.blocking: set[str] = set()  # calls whose body waits for release
         self.entered = threading.Event()  # one of them is running
@@ -93,16 +96,22 @@ class Tools:
                 assert self.release.wait(GUARD)
             return f"{ctx.name} {ctx.call_id}"
 
-        for name, body, idempotent in (("plan", plan, True), ("charge", leaf, False), ("lookup", leaf, True)):
-            rt.tools.register(
+        self.bodies = {"plan": plan, "charge": leaf, "lookup": leaf}
+        self.register(*names)
+
+    def register(self, *names: str, idempotent: dict[str, bool] | None = None) -> None:
+        """Register ``names`` (``idempotent``: flags other than their own)."""
+        flags = {"plan": True, "charge": False, "lookup": True, **(idempotent or {})}
+        for name in names:
+            self.rt.tools.register(
                 define_tool(
                     name=name,
                     description=name,
                     parameters={},
                     output=OUTPUT,
-                    execute=body,
+                    execute=self.bodies[name],
                     is_concurrency_safe=False,
-                    idempotent=idempotent,
+                    idempotent=flags[name],
                 )
             )
 
@@ -434,3 +443,88 @@ def test_a_nested_batch_logged_in_another_session_names_no_parent(rt: Any) -> No
     )
     (nested,) = [e for e in there.events() if e["type"] == "tool/batch"]
     assert "parent" not in nested  # (o1 is not in that log: nothing there to name)
+
+
+def known(event: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool/batch`` that records the calls whose tool the agent could not call (none)."""
+    return dict(event, unknown=[])
+
+
+def charge_started(*, recorded: bool = True, also: tuple[tuple[str, str], ...] = ()) -> tuple[dict[str, Any], ...]:
+    """Step 1's plan o1 started; its body's step 2 started i0 (charge), and
+    the calls ``also``; ``recorded``: the nested tool/batch records its
+    unknown calls."""
+    nested = batch(2, ("i0", "charge"), *also, parent=IN_O1)
+    return (
+        known(batch(1, ("o1", "plan"))),
+        call(1, "o1", "plan"),
+        start(1, "o1"),
+        known(nested) if recorded else nested,
+        call(2, "i0", "charge"),
+        start(2, "i0"),  # the crash, in charge
+        *(e for i, n in also for e in (call(2, i, n), start(2, i), done(2, i, f"{n} {i}"))),
+    )
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_call_whose_nested_step_started_a_tool_the_runtime_lacks_is_refused_until_it_is_registered(
+    rt: Any, tmp_path: Path, idempotent: bool
+) -> None:
+    # (It ended INTERRUPTED for good: the missing tool counted as not
+    # idempotent, where the same tools would run plan again.)
+    tools = Tools(rt, (("i0", "charge"),), names=("plan", "lookup"))
+    path = tmp_path / "log.jsonl"
+    crashed_log(path, *charge_started())
+    written = path.read_bytes()
+    with Session.open(path) as session:
+        agent = Agent("a", session=session)
+        with pytest.raises(InvalidStateError) as refused:
+            rt.tools.recover(agent, 1, 1)
+        assert str(refused.value) == (
+            'cannot recover step (turn 1, step 1) of agent "a": call "o1" started and its body ran tool "charge" in '
+            'a nested step ("i0" in step (turn 1, step 2): "o1" runs again if every tool it ran is idempotent, else '
+            "ends INTERRUPTED), which the agent could call when their steps were logged and cannot call in this "
+            "runtime (not registered, not visible to the agent, or conditional and not admitted by the tool_set "
+            "passed): register it (rt.tools.register, or mount the MCP server or set the executor that provides it; "
+            "pass the step's tool_set= for a conditional one) and recover again (nothing was run or written)"
+        )
+        assert path.read_bytes() == written and session.pending_calls() == ["o1", "i0"]
+
+        tools.register("charge", idempotent={"charge": idempotent})
+        result = rt.tools.recover(agent, 1, 1)
+        assert session.pending_calls() == []
+    if idempotent:
+        assert texts(result) == [("o1", "i0=ok")]  # plan ran again, and so did its nested step
+        assert tools.ran == ["o1", "i0"]
+    else:
+        assert result.results[0].result == INTERRUPTED and tools.ran == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "the nested step does not record its unknown calls",
+        "plan is not idempotent",
+        "the nested step started a call that is not idempotent",
+    ],
+)
+def test_a_nested_missing_tool_is_not_asked_for_when_the_call_ends_interrupted_whatever_it_says(
+    rt: Any, tmp_path: Path, case: str
+) -> None:
+    tools = Tools(rt, (), names=())
+    tools.register(
+        "plan",
+        "lookup",
+        idempotent={
+            "plan": case != "plan is not idempotent",
+            "lookup": case != "the nested step started a call that is not idempotent",
+        },
+    )
+    also = (("i1", "lookup"),)
+    path = tmp_path / "log.jsonl"
+    crashed_log(path, *charge_started(recorded=case != "the nested step does not record its unknown calls", also=also))
+    with Session.open(path) as session:
+        result = rt.tools.recover(Agent("a", session=session), 1, 1)
+        assert result.results[0].result == INTERRUPTED
+        assert session.pending_calls() == []
+    assert tools.ran == []
