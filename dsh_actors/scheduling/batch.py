@@ -1342,6 +1342,10 @@ class BatchRun:
         settled = {item.call_id: item.result for item in results}
         pending = tuple(c.id for c in batch.calls if c.id not in settled)
         unknown = self.unknown  # (a logged batch's, as its tool/batch has them)
+        starts = self.starts
+        if unknown is None and starts is not None and all(s.known is not None for s in starts):
+            # A continued batch: what its log or suspension recorded.
+            unknown = [c.id for c, s in zip(batch.calls, starts, strict=True) if s.known is False]
         if unknown is None:
             unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
         value = suspension_value(self.suspension_id, batch, settled, deferred, unknown)

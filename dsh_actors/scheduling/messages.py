@@ -111,6 +111,10 @@ class CallStart:
     ask: Ask | None = None
     """With ``answer``: the ``Ask`` the answer replies to (a call deferred
     again keeps it for its next suspension)."""
+    known: bool | None = None
+    """Whether the agent could call its tool when its batch was logged or
+    suspended (``LoggedCall.known``, a suspension's ``unknown``; None: not
+    recorded): what the batch records again if it suspends once more."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,6 +48,7 @@ suspension's).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
@@ -467,5 +468,8 @@ def recovery_plan(
             rerun[call_id] = tuple(undecided)
     # (True: its nested steps let it run again whatever they started; its own tool decides.)
     nested_idempotent = {call_id: rerun.get(call_id) == () for call_id in nested}
-    starts = tuple(_start(rt, c, agent, tool_set, nested_idempotent.get(c.call_id, True)) for c in logged.calls)
+    starts = tuple(
+        replace(_start(rt, c, agent, tool_set, nested_idempotent.get(c.call_id, True)), known=c.known)
+        for c in logged.calls
+    )
     return RecoveryPlan(batch, starts, steps, tuple(c.known for c in logged.calls), MappingProxyType(rerun))

@@ -412,6 +412,8 @@ def resume_plan(
         raise InvalidValueError("not a suspension: unknown must be null or a list of call ids")
     ids = None if unknown is None else frozenset(unknown)
     known = None if ids is None else tuple(call.id not in ids for call in calls)
+    if known is not None:
+        starts = [replace(start, known=was) for start, was in zip(starts, known, strict=True)]
     batch = ToolBatchInput(
         calls=tuple(calls),
         signal=signal,
@@ -511,7 +513,7 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
             # came back unrun to be prepared again and waited behind a
             # deferred call. It starts from the start, not logged twice.
             start = replace(start, logged=True)
-        starts.append(start)
+        starts.append(replace(start, known=entry.known))
     return replace(
         plan,
         batch=replace(batch, calls=tuple(calls), max_parallel_tool_calls=read.max_parallel_tool_calls),

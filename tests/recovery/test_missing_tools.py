@@ -353,11 +353,6 @@ def test_an_unlogged_resume_is_refused_a_tool_its_runtime_lacks_until_it_is_regi
     assert ran == ["c0", "c1"]
 
 
-@pytest.mark.xfail(
-    reason="a continued batch has no tool/batch of its own: scheduling/batch.py's _suspend looks its calls up in "
-    "the live registry; it needs what its resume read (the suspension's or the log's unknown, as CallStart.known)",
-    strict=True,
-)
 def test_a_resumed_batch_that_suspends_again_records_the_unknown_calls_its_suspension_recorded(
     runtime_pair: Any,
 ) -> None:
