@@ -6,4 +6,5 @@ chosen tool bodies on a Ray cluster (the ``ray`` extra).
 Like the core they log through loguru, disabled at import:
 ``logger.enable("executors")`` turns it on."""
 
-import dsh_actors as _core  # noqa: F401  # (its import disables this package's logging: see its docstring)
+# (Logging: the core's import, which every module here makes first, disables
+# "executors" and keeps what the application chose before: see dsh_actors' docstring.)

@@ -16,7 +16,8 @@ They use only what ``dsh_actors`` exports. Like the core they log through
 loguru, disabled at import: ``logger.enable("policies")`` turns it on.
 """
 
-import dsh_actors as _core  # noqa: F401  # (its import disables this package's logging: see its docstring)
+# (Logging: the core's import, which every module here makes first, disables
+# "policies" and keeps what the application chose before: see dsh_actors' docstring.)
 
 from . import approval, metrics, otel, retry, spill, timeout
 
