@@ -5,7 +5,7 @@ registers every tool of an initialized ``mcp.ClientSession`` (``tools/list``,
 every page) in ``rt``'s global scope or in ``agent``'s, and returns the
 disposer that withdraws them again::
 
-    server = StdioServerParameters(command="python", args=["server.py"])
+    server = StdioServerParameters(command="python", args=["server.py"], encoding_error_handler="replace")
     async with stdio_client(server, errlog=server_errlog()) as (r, w):
         async with ClientSession(r, w) as session:
             await session.initialize()
@@ -19,6 +19,12 @@ file descriptor, else the process's own stderr (``sys.__stderr__``), else
 when ``mcp.client.stdio`` was first imported, which in a notebook, under
 pytest's ``capsys`` or ``contextlib.redirect_stderr`` has no descriptor:
 the server then fails to start (``io.UnsupportedOperation: fileno``).
+``encoding_error_handler="replace"``: bytes of the server's that are not
+UTF-8 become U+FFFD. With the SDK's default (``"strict"``) the SDK's
+reader stops at the first such line and discards the server's output
+until the server exits, without closing the session: the call it answers
+and every later one wait for the mount's bound (``TOOL_TIMEOUT``), and
+the mount, which sees only the session, cannot tell.
 
 How a tool maps:
 
@@ -57,7 +63,8 @@ How a tool maps:
   (a content block of a type the MCP SDK does not know, ``structuredContent``
   that is not an object, a ``result`` that is not an object, or JSON the
   SDK's parser refuses, such as a lone surrogate or nesting deeper than it
-  reads, fails its call at once, though the SDK drops that message), is
+  reads, fails its call at once, though the SDK drops that message; so
+  does a JSON-RPC batch, an array of answers, each call it answers), is
   ``MCP_PROTOCOL_ERROR``, its message naming what is wrong
   (``content.0: unknown type "hologram"``). Only
   the SDK's own "Connection closed" error closes the mount: a server's error

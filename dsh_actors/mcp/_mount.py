@@ -333,13 +333,12 @@ class _Mount:
     def _fail_malformed(self, error: Exception) -> None:
         """An answer the SDK could not read (its transport hands the parse
         error to the message handler and drops the message, so the request
-        would wait for its bound): when the error holds the answer's id, the
-        SDK's waiter for that id gets an error at once, which the request
-        maps to ``MCP_PROTOCOL_ERROR``. Uses the dispatcher's waiter table
-        (no public hook exists); without it the request's bound applies."""
-        failed = answer_failed_malformed(self.session, error)
-        if failed is not None:
-            request_id, detail = failed
+        would wait for its bound): when the error holds the answer's id (or
+        a batch's ids), the SDK's waiter for each gets an error at once,
+        which the request maps to ``MCP_PROTOCOL_ERROR``. Uses the
+        dispatcher's waiter table (no public hook exists); without it the
+        request's bound applies."""
+        for request_id, detail in answer_failed_malformed(self.session, error):
             logger.warning("MCP server {!r}: unreadable answer to request {!r}: {}", self.server, request_id, detail)
 
     def _schedule_relist(self) -> None:
@@ -868,54 +867,163 @@ def _load_propagate() -> Any:
 _propagate: Any = _load_propagate()
 
 
-def answer_failed_malformed(session: ClientSession, error: Exception) -> tuple[Any, str] | None:
+def answer_failed_malformed(session: ClientSession, error: Exception) -> list[tuple[Any, str]]:
     """An answer the SDK could not read (``error``, handed to the message
-    handler): when it holds the answer's id, the session's waiter for that
-    id fails at once (a mount's requests, or the CLI's handshake before any
-    mount). ``(id, what is wrong)`` when it did, else None (the request's
-    bound applies). Uses the dispatcher's waiter table: no public hook
-    exists."""
-    answer = _malformed_answer(error)
+    handler): the session's waiter for each id it holds (one, or each
+    answer's of a JSON-RPC batch) fails at once (a mount's requests, or the
+    CLI's handshake before any mount). Returns ``(id, what is wrong)`` for
+    each; none when ``error`` holds no answer's id (the request's bound
+    applies). Uses the dispatcher's waiter table: no public hook exists."""
+    answers = _malformed_answers(error, _server_name(session))
     resolve = getattr(getattr(session, "_dispatcher", None), "_resolve_pending", None)
-    if answer is None or resolve is None:
-        return None
-    resolve(answer[0], types.ErrorData(code=types.INVALID_REQUEST, message=answer[1], data=_MALFORMED))
-    return answer
+    if resolve is None:
+        return []
+    for request_id, detail in answers:
+        resolve(request_id, types.ErrorData(code=types.INVALID_REQUEST, message=detail, data=_MALFORMED))
+    return answers
 
 
-def _malformed_answer(error: Exception) -> tuple[Any, str] | None:
-    """``(id, what is wrong)`` when ``error`` is the SDK's failure to read a
-    JSON-RPC answer (a pydantic ``ValidationError`` whose input has an
-    ``id`` and a ``result`` or an ``error``), else None."""
+def _malformed_answers(error: Exception, server: str) -> list[tuple[Any, str]]:
+    """``(id, what is wrong)`` of each JSON-RPC answer in the message the
+    SDK failed to read, when ``error`` is that failure (a pydantic
+    ``ValidationError`` whose input is an answer, an ``id`` with a
+    ``result`` or an ``error``, or a JSON-RPC batch: an array of them);
+    else none."""
     errors = getattr(error, "errors", None)
     if not callable(errors):
-        return None
+        return []
     try:
         details = errors()
     except Exception:  # noqa: BLE001 - not a pydantic error after all
-        return None
-    message: Any = None
-    unreadable: str | None = None  # why the SDK's parser refused the line's JSON
+        return []
     for detail in details:
-        value = detail.get("input") if isinstance(detail, Mapping) else None
+        value: Any = detail.get("input") if isinstance(detail, Mapping) else None
+        unreadable: str | None = None  # why the SDK's parser refused the line's JSON
         if type(value) is str and detail.get("type") == "json_invalid":
             # JSON the SDK's parser refuses (nested deeper than it reads, a
-            # lone surrogate): the id is read with the standard library's.
+            # lone surrogate): the ids are read without parsing what is nested.
             try:
-                value = json.loads(value)
-            except (ValueError, RecursionError):
+                value = _shallow_json(value)
+            except ValueError:
                 continue
             unreadable = safe_str(detail.get("msg"))
-        if isinstance(value, Mapping) and "id" in value and ("result" in value or "error" in value):
-            message = value
-            break
-    if message is None or type(message["id"]) not in (int, str):
-        return None
+        batch = type(value) is list
+        answers = [
+            message
+            for message in (value if batch else [value])
+            if isinstance(message, Mapping) and "id" in message and ("result" in message or "error" in message)
+        ]
+        if answers:
+            return [
+                (message["id"], _what_is_wrong(message, server, batch, unreadable))
+                for message in answers
+                if type(message["id"]) in (int, str)
+            ]
+    return []
+
+
+def _what_is_wrong(message: Mapping[str, Any], server: str, batch: bool, unreadable: str | None) -> str:
+    if batch:
+        return f'the MCP server "{server}" answered with a JSON-RPC batch (an array), which the MCP SDK cannot read'
     if unreadable is not None:
-        return message["id"], f"the MCP SDK cannot read the server's answer ({unreadable})"
+        return f'the MCP SDK cannot read the answer of MCP server "{server}" ({unreadable})'
     if "result" in message:
         result = message["result"]
         if not isinstance(result, Mapping):
-            return message["id"], f"the server answered with a result that is not an object ({_json_text(result)[:80]})"
-        return message["id"], "the server's answer is not a valid JSON-RPC response"
-    return message["id"], f"the server answered with an unreadable error ({_json_text(message['error'])[:80]})"
+            return f"the server answered with a result that is not an object ({_json_text(result)[:80]})"
+        return "the server's answer is not a valid JSON-RPC response"
+    return f"the server answered with an unreadable error ({_json_text(message['error'])[:80]})"
+
+
+#: A JSON string, escapes and all.
+_STRING_RE: Final = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_STRING: Final = re.compile(_STRING_RE, re.DOTALL)
+#: One JSON token after any whitespace, colons and commas (which
+#: ``_shallow_json`` does not check): a string, an opening bracket, a
+#: closing one, or anything else up to the next of those (a number, ``true``).
+_JSON_TOKEN: Final = re.compile(rf'[\s:,]*(?:({_STRING_RE})|([{{\[])|([}}\]])|([^\s"{{}}\[\]:,]+))', re.DOTALL)
+#: Everything up to the next closing bracket that is not in a string.
+_TO_CLOSING: Final = re.compile(rf'[^"}}\]]*(?:{_STRING_RE}[^"}}\]]*)*', re.DOTALL)
+#: Closing brackets in a row (and whitespace and commas between them).
+_CLOSINGS: Final = re.compile(r"[}\]][\s,}\]]*")
+
+
+def _shallow_json(text: str, keep: int = 2) -> Any:
+    """``text``'s JSON value read without recursion (the standard library's
+    parser recurses, and fails on nesting deeper than Python's recursion
+    limit): arrays and objects ``keep`` levels down or deeper are read past
+    (``_past_nested``) and stand as ``...``. Enough to read an answer's id,
+    not a validator (colons and commas are not checked). Raises
+    ``ValueError`` when ``text`` is not one JSON value as far as it reads."""
+    stack: list[Any] = []  # the open arrays and objects, outermost first
+    keys: list[Any] = []  # of each: the key whose value comes next (an object's)
+    found: list[Any] = []
+    pos, end = 0, len(text.rstrip())
+    while pos < end:
+        match = _JSON_TOKEN.match(text, pos)
+        if match is None:
+            raise ValueError("not JSON")
+        pos = match.end()
+        string, opening, closing, scalar = match.groups()
+        value: Any
+        if opening is not None and len(stack) < keep:
+            stack.append({} if opening == "{" else [])
+            keys.append(None)
+            continue
+        if opening is not None:
+            pos = _past_nested(text, match.start(2))
+            value = ...
+        elif closing is not None:
+            if not stack:
+                raise ValueError("a closing bracket without its opening one")
+            keys.pop()
+            value = stack.pop()
+        else:
+            value = json.loads(string if string is not None else scalar)
+        if not stack:
+            found.append(value)
+        elif type(stack[-1]) is list:
+            stack[-1].append(value)
+        elif keys[-1] is None:
+            if type(value) is not str:
+                raise ValueError("an object's key that is not a string")
+            keys[-1] = value
+        else:
+            stack[-1][keys[-1]] = value
+            keys[-1] = None
+    if stack or len(found) != 1:
+        raise ValueError("not one JSON value")
+    return found[0]
+
+
+def _past_nested(text: str, pos: int) -> int:
+    """Where the array or object that opens at ``text[pos]`` ends. Read in
+    runs (everything up to the next closing bracket outside a string, then
+    the closing brackets in a row), not token by token: nesting a hundred
+    thousand levels deep is a few steps."""
+    depth = 0
+    while True:
+        run = _TO_CLOSING.match(text, pos)
+        assert run is not None  # (it matches the empty string)
+        outside = _STRING.sub("", run.group())
+        depth += outside.count("{") + outside.count("[")
+        closings = _CLOSINGS.match(text, run.end())
+        if closings is None:
+            raise ValueError("an array or object that does not end")
+        first, start, end = closings.start(), closings.start(), closings.end()
+        found = _closings(text, start, end)
+        if found < depth:
+            depth -= found
+            pos = end
+            continue
+        while end - start > 1:  # the depth-th of them closes it: where is it?
+            middle = (start + end) // 2
+            if _closings(text, first, middle) >= depth:
+                end = middle
+            else:
+                start = middle
+        return end
+
+
+def _closings(text: str, start: int, end: int) -> int:
+    return text.count("}", start, end) + text.count("]", start, end)

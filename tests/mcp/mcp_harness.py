@@ -22,10 +22,15 @@ WAIT_S = 20.0
 
 class ServerConnection:
     """``script`` (a file next to this one) served over stdio, with an
-    initialized ``ClientSession`` on ``loop``."""
+    initialized ``ClientSession`` on ``loop``; ``options``, more fields of
+    its ``StdioServerParameters``."""
 
-    def __init__(self, script: str, errlog: Path, env: dict[str, str] | None = None) -> None:
-        self.params = StdioServerParameters(command=sys.executable, args=[str(HERE / script)], cwd=str(HERE), env=env)
+    def __init__(
+        self, script: str, errlog: Path, env: dict[str, str] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        self.params = StdioServerParameters(
+            command=sys.executable, args=[str(HERE / script)], cwd=str(HERE), env=env, **(options or {})
+        )
         self.errlog_path = errlog
         self.loop = asyncio.new_event_loop()
         self.session: ClientSession | None = None

@@ -8,7 +8,12 @@ argument, default 0) have arrived, and ``wait_silent`` answers once a
 calls of it have arrived, each with its own number in a block for the
 model and in one for the user only. ``relist`` switches between two
 listings (the second without ``echo``, with ``busy`` changed and ``added``
-new) and sends ``notifications/tools/list_changed``. Run as a script.
+new) and sends ``notifications/tools/list_changed``. ``batch`` (read-only)
+answers once ``count`` calls of it have arrived, with one JSON-RPC batch
+(an array) holding every answer (``deep: true``: each nested as
+``deep_result``'s). ``deep_result`` and ``deep_error`` answer with a value
+nested deeper than Python's JSON parser reads, the id last; ``not_utf8``
+with a line that is not UTF-8. Run as a script.
 
 ``SILENT_LISTING=1`` in the environment: ``tools/list`` is never answered.
 ``BAD_LISTING=<kind>``: ``tools/list`` is answered badly (see
@@ -41,6 +46,15 @@ TOOLS: list[dict[str, Any]] = [
         "annotations": {"readOnlyHint": True},
     },
     {"name": "relist", "description": "switches the listing", "inputSchema": OBJECT},
+    {
+        "name": "batch",
+        "description": "answers once count calls have arrived, in one JSON-RPC batch",
+        "inputSchema": OBJECT,
+        "annotations": {"readOnlyHint": True},
+    },
+    {"name": "deep_result", "description": "answers with structuredContent nested too deep", "inputSchema": OBJECT},
+    {"name": "deep_error", "description": "answers with an error whose data is nested too deep", "inputSchema": OBJECT},
+    {"name": "not_utf8", "description": "answers with a line that is not UTF-8", "inputSchema": OBJECT},
     {
         "name": "task_only",
         "description": "must be called as a task",
@@ -82,12 +96,24 @@ silent_calls = 0
 waiting: list[Any] = []  # ids of wait_silent requests not answered yet
 counting: list[tuple[Any, int]] = []  # (id, count) of cancellations requests not answered yet
 gathered: list[Any] = []  # ids of gather requests not answered yet
+batched: list[Any] = []  # ids of batch requests not answered yet
+#: Deeper than Python's JSON parser reads (its recursion limit, ~1,000 levels).
+TOO_DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000
 switched = False
 
 
 def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
+    write(json.dumps(message))
+
+
+def write(line: str) -> None:
+    sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def too_deep(rid: Any) -> str:
+    """An answer whose structuredContent is nested too deep, its id last."""
+    return '{"jsonrpc":"2.0","result":{"content":[],"structuredContent":' + TOO_DEEP + '},"id":' + json.dumps(rid) + "}"
 
 
 def text(value: str) -> dict[str, Any]:
@@ -151,6 +177,30 @@ def answer(request: dict[str, Any]) -> None:
                     content = [{"type": "text", "text": f"model {n}"}, user]
                     send({"jsonrpc": "2.0", "id": waiter, "result": {"content": content, "isError": False}})
                 gathered.clear()
+        elif name == "batch":
+            arguments = params.get("arguments") or {}
+            batched.append(rid)
+            if len(batched) >= int(arguments.get("count", 1)):
+                if arguments.get("deep"):
+                    write("[" + ",".join(too_deep(waiter) for waiter in batched) + "]")
+                else:
+                    answers = [{"jsonrpc": "2.0", "id": waiter, "result": text("batched")} for waiter in batched]
+                    write(json.dumps(answers))
+                batched.clear()
+        elif name == "deep_result":
+            write(too_deep(rid))
+        elif name == "deep_error":
+            write(
+                '{"jsonrpc":"2.0","error":{"code":-32000,"message":"m","data":'
+                + TOO_DEEP
+                + '},"id":'
+                + json.dumps(rid)
+                + "}"
+            )
+        elif name == "not_utf8":
+            text_not_utf8 = b'{"type":"text","text":"\xff"}'  # (0xff is never in UTF-8)
+            sys.stdout.buffer.write(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[%s]}}\n' % (rid, text_not_utf8))
+            sys.stdout.flush()
         elif name == "relist":
             switched = not switched
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})

@@ -6,7 +6,9 @@ tests/mcp/server_raw.py, a server written by hand over stdio."""
 
 from __future__ import annotations
 
+import ast
 import json
+import textwrap
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -160,6 +162,74 @@ def test_an_answer_the_sdk_cannot_parse_fails_the_call_at_once(
         outcome = run(rt, tool)
         assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR", outcome
         assert not run(rt, "echo", {"a": 1}).is_error
+
+
+#: The bound of the tests of answers the SDK drops: the call must fail long
+#: before it (one that waits for it fails TOOL_TIMEOUT).
+DROPPED_BOUND_MS = 10_000
+
+
+@pytest.mark.parametrize("tool", ["deep_result", "deep_error"])
+def test_an_answer_nested_deeper_than_pythons_parser_reads_fails_the_call_at_once(
+    raw: ServerConnection, rt: ToolRuntime, tool: str
+) -> None:
+    # 100,000 levels (the standard library's parser recurses, and gives up
+    # at ~1,000), the answer's id after them: read without parsing them.
+    with mounted(rt, raw, timeout_ms=DROPPED_BOUND_MS):
+        outcome = run(rt, tool)
+        assert outcome.is_error and outcome.error.info.code == "MCP_PROTOCOL_ERROR", outcome
+        assert outcome.error.message.startswith(
+            f'MCP protocol error calling "{tool}": the MCP SDK cannot read the answer of MCP server "raw-server" '
+            "(Invalid JSON: recursion limit exceeded"
+        )
+        assert not run(rt, "echo", {"a": 1}).is_error
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_json_rpc_batch_fails_every_call_it_answers_at_once(
+    raw: ServerConnection, rt: ToolRuntime, deep: bool
+) -> None:
+    # One array answers both calls (each nested too deep, with deep): the
+    # SDK reads no batch, so each call fails, naming the server.
+    with mounted(rt, raw, timeout_ms=DROPPED_BOUND_MS):
+        calls = tuple(ToolCall(id=f"c{i}", name="batch", arguments={"count": 2, "deep": deep}) for i in range(2))
+        results = rt.tools.submit(ToolBatchInput(calls=calls)).result(20).results
+        for item in results:
+            assert item.result.is_error and item.result.error.info.code == "MCP_PROTOCOL_ERROR", item.result
+            assert item.result.error.message == (
+                'MCP protocol error calling "batch": the MCP server "raw-server" answered with a JSON-RPC batch '
+                "(an array), which the MCP SDK cannot read"
+            )
+        assert not run(rt, "echo", {"a": 1}).is_error
+
+
+def test_the_modules_example_server_parameters_survive_an_answer_that_is_not_utf8(
+    tmp_path: Path, rt: ToolRuntime
+) -> None:
+    # The StdioServerParameters dsh_actors.mcp's docstring shows. With the
+    # SDK's default (encoding_error_handler="strict") a line that is not
+    # UTF-8 stops the SDK's reader: that call and every later one would
+    # wait for the bound.
+    import dsh_actors.mcp
+
+    assert dsh_actors.mcp.__doc__ is not None
+    example = dsh_actors.mcp.__doc__.split("::\n", 1)[1].split("\n\n", 1)[0]
+    tree = compile(textwrap.dedent(example), "example", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    [params] = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "StdioServerParameters"
+    ]
+    options = {kw.arg: ast.literal_eval(kw.value) for kw in params.keywords if kw.arg not in ("command", "args")}
+    conn = ServerConnection("server_raw.py", tmp_path / "server.log", options=options).start()
+    try:
+        with mounted(rt, conn, timeout_ms=DROPPED_BOUND_MS):
+            outcome = run(rt, "not_utf8")
+            assert not outcome.is_error, outcome
+            assert outcome.value[0]["text"] == "\ufffd"  # the byte that is not UTF-8, replaced
+            assert not run(rt, "echo", {"a": 1}).is_error
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize(
