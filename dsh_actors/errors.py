@@ -124,6 +124,21 @@ def escaped(char: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def utf8_text(text: str) -> str:
+    """``text`` with each lone surrogate (what ``os.fsdecode`` makes of a
+    file name's byte that is not UTF-8) as its ``\\udcff`` escape, the form
+    ``repr`` shows it in (as a ``FileNotFoundError``'s message quotes its
+    file name), so the text can be encoded as UTF-8: kept in a result, the
+    log, JSON. Any other text is returned as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def exception_text(exc: BaseException) -> str:
     """``Type: message`` for an exception named in a message (``Type``
     alone when its message is empty)."""
@@ -170,14 +185,16 @@ TRACEBACK_LIMIT: Final = 16_000
 
 def traceback_text(exc: BaseException) -> str:
     """``exc``'s formatted traceback (its causes included), at most
-    :data:`TRACEBACK_LIMIT` characters (the end kept)."""
+    :data:`TRACEBACK_LIMIT` characters (the end kept), lone surrogates
+    escaped (:func:`utf8_text`: an exception's text may quote a file name
+    ``os.fsdecode`` gave) so the session log can keep it."""
     try:
         text = "".join(traceback.format_exception(exc))
     except BaseException:  # noqa: BLE001 - a hostile exception
         text = f"{type(exc).__name__}: <unprintable thrown value>\n"
     if len(text) > TRACEBACK_LIMIT:
         text = "...\n" + text[-TRACEBACK_LIMIT:]
-    return text
+    return utf8_text(text)
 
 
 def log_exception(exc: BaseException, message: str, *args: object, level: str = "ERROR") -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
-from .errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
+from .errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str, utf8_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Session
@@ -661,19 +661,27 @@ class Ask:
     text (``{"en": ..., "fr": ...}``; give an ``"en"`` entry). A ``str``
     given as ``display_reason`` is the English text: ``Ask(display_reason="Delete
     it?")`` holds ``{"en": "Delete it?"}``. A mapping is copied; anything else
-    is refused as the decision is made (``InvalidTypeError``)."""
+    is refused as the decision is made (``InvalidTypeError``). A lone
+    surrogate in the text (a file name ``os.fsdecode`` gave) is kept as its
+    ``\\udcff`` escape, as a failure's message keeps it
+    (:func:`~dsh_actors.errors.utf8_text`): the log and a suspension can
+    hold it, an approval service can show it."""
 
     reason: str | None = None
     display_reason: Mapping[str, str] | str | None = None
 
     def __post_init__(self) -> None:
+        reason: object = self.reason
+        if type(reason) is str and not reason.isascii():
+            object.__setattr__(self, "reason", utf8_text(reason))
         shown: object = self.display_reason
         if shown is None:
             return
         if type(shown) is str:
-            object.__setattr__(self, "display_reason", {"en": shown})
+            object.__setattr__(self, "display_reason", {"en": utf8_text(shown)})
         elif is_text_by_language(shown):
-            object.__setattr__(self, "display_reason", dict(shown))  # type: ignore[call-overload]
+            texts = {utf8_text(k): utf8_text(v) for k, v in shown.items()}  # type: ignore[attr-defined]
+            object.__setattr__(self, "display_reason", texts)
         else:
             got = (
                 type(shown).__qualname__

@@ -354,12 +354,16 @@ def _answer(call: Call, answer: Any) -> str:
     """``answer``, an approval service's (or a resume's), as the one of
     :data:`ANSWERS` it is (a denial or a deferral may be a ``str``
     subclass, such as a ``StrEnum`` member; ``"allowed-once"`` only the
-    ``str`` itself); anything else raises ``ToolPolicyError``."""
+    ``str`` itself); anything else raises ``ToolPolicyError``. Only a
+    ``str`` is compared, as the text it holds (``str.__eq__``): an answer's
+    own ``__eq__`` never runs, so one that raises is named as a wrong
+    answer, not taken for the service raising."""
     if type(answer) is str and answer in ANSWERS:
         return answer
-    for known in ANSWERS[1:]:  # (every answer but "allowed-once")
-        if answer == known:
-            return known
+    if isinstance(answer, str):
+        for known in ANSWERS[1:]:  # (every answer but "allowed-once")
+            if str.__eq__(answer, known):
+                return known
     name = call.execution.name
     if type(answer) is str:
         shown = answer if len(answer) <= 60 else answer[:57] + "..."

@@ -15,6 +15,7 @@ from ..errors import (
     ToolPolicyError,
     exception_text,
     safe_str,
+    utf8_text,
 )
 from ..json import dumps, materialize
 from ..model import (
@@ -60,7 +61,13 @@ def failure(
     meta: Any = None,
     exception: BaseException | None = None,
 ) -> ToolExecutionFailure:
-    """A failure whose content is ``[TextBlock("Error: " + message)]``."""
+    """A failure whose content is ``[TextBlock("Error: " + message)]``.
+    A lone surrogate in ``message`` (a file name ``os.fsdecode`` gave, in
+    an exception's text, a ``Deny``'s or a guard's reason) is shown as its
+    ``\\udcff`` escape (:func:`~dsh_actors.errors.utf8_text`), as a
+    ``FileNotFoundError`` quotes its file name: the text stays the tool's
+    own, and lossless."""
+    message = utf8_text(message)
     return ToolExecutionFailure(
         error=ToolFailure(message, info, exception),
         content=(TextBlock("Error: " + message),),
@@ -104,11 +111,11 @@ def failure_from_exception(
     """The failure for anything a tool, listener or renderer raised.
 
     A :class:`DshError` keeps its message and gets ``info`` (class name and
-    code); anything else gives its ``str`` (the class name when empty; a
-    ``KeyError``'s, which is the key alone, after its class name; a
-    ``SystemExit``'s, its code, after its class name and a note that
-    ``sys.exit()`` was called, argparse's way out) and
-    ``info`` with its class name and the code ``TOOL_FAILED``
+    code); anything else gives its ``str`` as :func:`thrown_text` names
+    it (the class name when empty; a ``KeyError``'s, which is the key
+    alone, after its class name; a ``SystemExit``'s, its code, after its
+    class name and a note that ``sys.exit()`` was called, argparse's way
+    out) and ``info`` with its class name and the code ``TOOL_FAILED``
     (``ToolErrorInfo("FileNotFoundError", "TOOL_FAILED")``), so a program
     and the log can tell one kind of failure from another. A hostile
     exception whose ``str`` raises gives ``<unprintable thrown value>``.
@@ -121,15 +128,24 @@ def failure_from_exception(
     kept = exc if exc.__traceback__ is not None or exc.__cause__ is not None else None
     if isinstance(exc, DshError):
         return failure(dsh_message(exc), error_info(exc), additional_contexts, exception=kept)
+    info = ToolErrorInfo(name=type(exc).__name__, code=_TOOL_FAILED)
+    return failure(thrown_text(exc), info, additional_contexts, exception=kept)
+
+
+def thrown_text(exc: BaseException) -> str:
+    """What a failure says of ``exc``, which is not a :class:`DshError`:
+    its ``str``; the class name when that is empty; a ``KeyError``'s (the
+    key alone) and a ``SystemExit``'s (the exit code alone, with a note
+    that ``sys.exit()`` was called) after the class name. Never raises."""
     name = type(exc).__name__
     message = safe_str(exc)
     if isinstance(exc, SystemExit):  # (its text is the exit code alone: '3')
-        message = f"{name}: {message} {_EXITED}" if message else f"{name} {_EXITED}"
-    elif message == "":
-        message = name
-    elif isinstance(exc, KeyError):
-        message = f"{name}: {message}"  # (its text is the key alone: 'missing')
-    return failure(message, ToolErrorInfo(name=name, code=_TOOL_FAILED), additional_contexts, exception=kept)
+        return f"{name}: {message} {_EXITED}" if message else f"{name} {_EXITED}"
+    if message == "":
+        return name
+    if isinstance(exc, KeyError):
+        return f"{name}: {message}"  # (its text is the key alone: 'missing')
+    return message
 
 
 def caused(error: DshError, cause: BaseException) -> DshError:
@@ -149,13 +165,14 @@ def policy_failure(
 ) -> ToolExecutionFailure:
     """The failure for what a policy (a ``tools/pre-execute`` or
     ``tools/post-execute`` listener, the approval service) raised:
-    ``POLICY_FAILED`` with ``<where>: <its message>`` (the class name when
-    the message is empty), since the tool did nothing wrong. An
+    ``POLICY_FAILED`` with ``<where>: <its message>`` (named as
+    :func:`thrown_text` names it: ``tools/pre-execute: SystemExit: 2
+    (sys.exit() was called: ...)``), since the tool did nothing wrong. An
     :class:`AbortError` (the call's signal fired while a policy waited) and
     a :class:`ToolPolicyError` keep their own code and message."""
     if isinstance(exc, (AbortError, ToolPolicyError)):
         return failure_from_exception(exc, additional_contexts)
-    detail = dsh_message(exc) if isinstance(exc, DshError) else safe_str(exc)
+    detail = dsh_message(exc) if isinstance(exc, DshError) else thrown_text(exc)
     problem = ToolPolicyError(where, detail or type(exc).__name__)
     problem.__cause__ = exc
     return failure_from_exception(problem, additional_contexts)
@@ -351,10 +368,14 @@ def _freeze_contexts(contexts: Any) -> tuple[UserMessage, ...]:
 
 
 def _freeze_error(error: Any) -> ToolFailure:
+    """``error`` checked, its text with lone surrogates escaped as
+    :func:`failure` escapes them (a wrapper may build a ``ToolFailure``
+    itself): the same object when nothing needed escaping."""
     if type(error) is not ToolFailure:
         raise LosslessJsonError("error", f"{type(error).__qualname__} is not a ToolFailure")
     if type(error.message) is not str:
         raise LosslessJsonError("error.message", "must be a str")
+    message = utf8_text(error.message)
     info = error.info
     if info is not None:
         if type(info) is not ToolErrorInfo:
@@ -362,9 +383,16 @@ def _freeze_error(error: Any) -> ToolFailure:
         for field in ("name", "code"):
             if type(getattr(info, field)) is not str:
                 raise LosslessJsonError(f"error.info.{field}", "must be a str")
-        if info.reason is not None and type(info.reason) is not str:
+        reason = info.reason
+        if reason is not None and type(reason) is not str:
             raise LosslessJsonError("error.info.reason", "must be a str")
-    return error
+        name, code = utf8_text(info.name), utf8_text(info.code)
+        reason = None if reason is None else utf8_text(reason)
+        if name is not info.name or code is not info.code or reason is not info.reason:
+            info = ToolErrorInfo(name, code, reason)
+    if message is error.message and info is error.info:
+        return error
+    return ToolFailure(message, info, error.exception)
 
 
 def checked_content(blocks: object) -> tuple[ContentBlock, ...]:
@@ -387,7 +415,9 @@ def checked_content(blocks: object) -> tuple[ContentBlock, ...]:
 
 def freeze_result(result: ToolExecutionResult) -> ToolExecutionResult:
     """Check and deep-freeze every field of a candidate result, or raise
-    :class:`LosslessJsonError` naming the first bad field.
+    :class:`LosslessJsonError` naming the first bad field (a lone surrogate
+    in a failure's ``error`` text is escaped instead, as :func:`failure`
+    escapes it).
 
     A result whose every field is frozen already is returned as it is (the
     usual case: the pipeline built it from frozen parts), so the final freeze

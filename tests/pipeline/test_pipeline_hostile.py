@@ -290,14 +290,63 @@ def test_an_approval_service_raising_a_base_exception_subclass_becomes_a_failure
     assert_failure(run_one(rt, agent=Agent("main")), "approval: approval melted", "POLICY_FAILED")
 
 
-def test_an_approval_answer_whose_eq_raises_becomes_a_failure(rt: Any) -> None:
-    rt.approvals.set(lambda request: Poison())
+@pytest.mark.parametrize(
+    ("answer", "message", "code"),
+    [
+        pytest.param(
+            Poison(),
+            'approval: the approval service answered Poison for tool "echo"; expected one of "allowed-once", '
+            '"rejected", "cancelled", "unavailable" or "deferred"',
+            "POLICY_FAILED",
+            id="not-a-str",
+        ),
+        # A str subclass is read as the text it holds: its own __eq__ never runs.
+        pytest.param(PoisonStr("rejected"), 'the user rejected tool "echo"', None, id="str-subclass"),
+    ],
+)
+def test_an_approval_answer_whose_eq_raises_is_read_without_comparing_it(
+    rt: Any, answer: Any, message: str, code: str | None
+) -> None:
+    rt.approvals.set(lambda request: answer)
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask())
     ran: list[Any] = []
     rt.tools.register(echo_tool(execute=lambda args, ctx: ran.append(args) or "x"))
 
-    assert run_one(rt, agent=Agent("main")).is_error
+    assert_failure(run_one(rt, agent=Agent("main")), message, code)
     assert ran == []
+
+
+def exits(*args: Any) -> Any:
+    raise SystemExit(2)
+
+
+def loses_key(*args: Any) -> Any:
+    raise KeyError("user")
+
+
+EXITED = (
+    "SystemExit: 2 (sys.exit() was called: argparse calls it on arguments it cannot parse; raise an exception instead)"
+)
+
+
+@pytest.mark.parametrize(
+    ("where", "raises", "message"),
+    [
+        pytest.param("tools/pre-execute", exits, f"tools/pre-execute: {EXITED}", id="listener-exits"),
+        pytest.param("approval", exits, f"approval: {EXITED}", id="service-exits"),
+        pytest.param("tools/post-execute", loses_key, "tools/post-execute: KeyError: 'user'", id="listener-key"),
+    ],
+)
+def test_a_policy_s_exception_is_named_as_a_body_s_is(rt: Any, where: str, raises: Any, message: str) -> None:
+    # (Not "tools/pre-execute: 2": a SystemExit's text is its exit code, a KeyError's the key.)
+    if where == "approval":
+        rt.approvals.set(raises)
+        rt.events.on("tools/pre-execute", lambda execution, next_: Ask())
+    else:
+        rt.events.on(where, raises)
+    rt.tools.register(echo_tool())
+
+    assert_failure(run_one(rt, agent=Agent("main")), message, "POLICY_FAILED")
 
 
 @pytest.mark.parametrize(
