@@ -57,7 +57,8 @@ NEW_RUNTIME: Final = "create a new ToolRuntime() and register the tools on it"
 
 STOPPED_REFUSAL: Final = f"{STOPPED}: a stopped runtime does not start again; {NEW_RUNTIME}"
 """What a stopped runtime says to new work (``rt.tools``, a batch, a
-listener, a plugin, an approval service)."""
+listener, a plugin, an approval service; a ``ToolsService`` held from
+before the stop)."""
 
 
 class Kernel(Protocol):

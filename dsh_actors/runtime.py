@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import numbers
 import threading
@@ -33,8 +34,9 @@ from .errors import (
     InvalidValueError,
     RegistrationError,
     RuntimeStoppedError,
+    callable_name,
+    exception_text,
     log_exception,
-    safe_str,
 )
 from .events import Disposer, EventBus
 from .kernel import NEW_RUNTIME, STOPPED_REFUSAL, RuntimeKernel, refuse_blocking_a_loop
@@ -88,7 +90,8 @@ class ToolRuntime:
 
     #: Seconds :meth:`stop` gives, past its timeout, to each part it then
     #: tells to end (a batch committing its calls still out, the actors and
-    #: their threads, the loop and its tasks) before it leaves it running.
+    #: their threads, the loop and its tasks) before it leaves it running
+    #: (twice that to a stop hook: see :meth:`on_stop`).
     STOP_GRACE: ClassVar[float] = 0.5
 
     def __init__(
@@ -109,7 +112,8 @@ class ToolRuntime:
         self._halted = False
         self._halted_event = threading.Event()
         self._stopper: threading.Thread | None = None
-        self._stopper_thread: threading.Thread | None = None  # the thread finishing the stop
+        # The threads running the stop: the one finishing it and its hooks' (see _run_stop_hooks).
+        self._stopping_threads: set[threading.Thread] = set()
         self._unfinished = False  # a stop begun on an own thread that could start none to finish it
         self._stop_deadline = 0.0
         self._abandoned: tuple[str, ...] = ()
@@ -205,6 +209,10 @@ class ToolRuntime:
         (the loop closes without it), a loop thread an async body blocks.
         A batch whose own thread is stuck (its only call run inline) is
         answered by the stop itself, with that ``ToolBatchExecutionError``.
+        The :meth:`on_stop` hooks are bounded too (one that blocks is left
+        running, named in :attr:`abandoned`); a ``SystemExit`` or
+        ``KeyboardInterrupt`` a hook raises does not cut the stop short:
+        this ``stop()`` raises it once the runtime is stopped.
 
         Every ``stop()`` returns only once the runtime is stopped: a second
         one, concurrent with the first, waits for it. Called on one of the
@@ -216,9 +224,11 @@ class ToolRuntime:
         it on a thread of its own (``dsh-stop``) and returns at once; the
         stop then runs as above (the caller's call drains like any other)
         and :attr:`halted` tells when it is done (when no thread can be
-        started for it, the next ``stop()`` on another thread finishes it).
-        A ``stop()`` on the thread that runs the stop (a done-callback of a
-        batch's future that the stop answers itself) returns at once too.
+        started for it, the next ``stop()`` on another thread finishes it;
+        a hook's ``SystemExit`` or ``KeyboardInterrupt`` is then logged).
+        A ``stop()`` on a thread that runs the stop (a stop hook, or a
+        done-callback of a batch's future that the stop answers itself)
+        returns at once too.
 
         ``timeout`` is a number of seconds, 0 or more (past about 11 days it
         is taken as 11 days: no stop waits longer)."""
@@ -233,11 +243,13 @@ class ToolRuntime:
                 self._stop_deadline = time.monotonic() + timeout
         if first:
             self._begin_stop()
-        elif threading.current_thread() is self._stopper_thread:
-            return  # (a done-callback the running stop answers, stopping again: it is under way)
+        elif threading.current_thread() in self._stopping_threads:
+            return  # (a stop hook, or a done-callback the running stop answers, stopping again: it is under way)
         if self._on_own_thread():
             if first:
-                stopper = threading.Thread(target=self._finish_stop, name="dsh-stop", daemon=True)
+                stopper = threading.Thread(
+                    target=self._finish_stop, kwargs={"raising": False}, name="dsh-stop", daemon=True
+                )
                 try:
                     stopper.start()
                 except RuntimeError as exc:  # no thread can be started: the next stop() elsewhere finishes it
@@ -260,7 +272,7 @@ class ToolRuntime:
             finish = first or self._unfinished
             self._unfinished = False
         if finish:
-            self._finish_stop()
+            self._finish_stop(raising=True)
         else:
             self._halted_event.wait()  # the stop finishing always sets it
 
@@ -289,26 +301,33 @@ class ToolRuntime:
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
 
-    def _finish_stop(self) -> None:
-        self._stopper_thread = threading.current_thread()
+    def _finish_stop(self, *, raising: bool) -> None:
+        """Finish the stop on the calling thread. A ``SystemExit`` or
+        ``KeyboardInterrupt`` a stop hook raised goes on once the stop is
+        done: raised here when ``raising`` (a ``stop()`` caller's thread),
+        else logged (the ``dsh-stop`` thread has nobody to raise it to)."""
+        self._stopping_threads.add(threading.current_thread())
         try:
-            self._stop_all()
+            escaped = self._stop_all()
         finally:
             self._halted = True
             self._halted_event.set()
+        if escaped is None:
+            return
+        if raising:
+            raise escaped
+        log_exception(escaped, "a runtime stop hook raised {}; the stop went on", type(escaped).__name__)
 
-    def _stop_all(self) -> None:
-        hooks, self._stop_hooks = self._stop_hooks, {}
-        for hook in reversed(list(hooks.values())):
-            try:
-                hook()
-            except Exception as exc:  # noqa: BLE001
-                log_exception(exc, "a runtime stop hook failed")
+    def _stop_all(self) -> BaseException | None:
+        """The stop's teardown; returns what a hook raised that is no
+        ``Exception`` (see :meth:`_run_stop_hooks`)."""
+        abandoned: list[str] = []
+        escaped = self._run_stop_hooks(abandoned)
         if self._dispatcher is not None:
             self._dispatcher.close()
         # Past the drain's deadline, what is still running gets STOP_GRACE
         # more to end (each part below); then it is left behind, named.
-        abandoned = self._group.stop_all(self.teardown_remaining())
+        abandoned.extend(self._group.stop_all(self.teardown_remaining()))
         if self._dispatcher is not None:
             self._dispatcher.refuse_queued()  # (steps queued behind actors left stuck: nothing runs them now)
         if self._workers is not None:
@@ -336,6 +355,52 @@ class ToolRuntime:
                 self.STOP_GRACE,
                 ", ".join(abandoned),
             )
+        return escaped
+
+    def _run_stop_hooks(self, abandoned: list[str]) -> BaseException | None:
+        """Run the :meth:`on_stop` hooks, the last registered first, each
+        on a thread of its own (``dsh-stop-hook (<its name>)``), waited for
+        until the stop's deadline and then twice :attr:`STOP_GRACE` (a hook
+        may give what it tells to end at the deadline the grace itself, as
+        the default executor's drain does its batches). A hook still
+        running then is left running, never joined, and named in
+        ``abandoned``; the next one runs. A hook's exception is logged; what
+        it raises that is no ``Exception`` (``SystemExit``,
+        ``KeyboardInterrupt``) does not cut the stop short either: the
+        first is returned, to go on once the stop is done (the others are
+        logged). When no thread can be started, a hook runs on the calling
+        thread, unbounded."""
+        hooks, self._stop_hooks = self._stop_hooks, {}
+        escaped: BaseException | None = None
+        for hook in reversed(list(hooks.values())):
+            raised: list[BaseException] = []
+            thread = threading.Thread(
+                target=contextvars.copy_context().run,
+                args=(_run_stop_hook, hook, raised),
+                name=f"dsh-stop-hook ({callable_name(hook)})",
+                daemon=True,
+            )
+            self._stopping_threads.add(thread)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread can be started: it runs here
+                logger.warning(
+                    "rt.stop() could start no thread for a stop hook ({}): it runs on the stop's thread, unbounded",
+                    exception_text(exc),
+                )
+                _run_stop_hook(hook, raised)
+            else:
+                thread.join(self.stop_remaining() + 2 * self.STOP_GRACE)
+                if thread.is_alive():
+                    abandoned.append(thread.name)
+                    continue
+            if not raised:
+                continue
+            if escaped is None:
+                escaped = raised[0]
+            else:
+                log_exception(raised[0], "a runtime stop hook raised {}; the stop went on", type(raised[0]).__name__)
+        return escaped
 
     def waiting(self) -> Lent:
         """Around a wait of the calling thread for work this runtime must do
@@ -374,8 +439,9 @@ class ToolRuntime:
         """What :meth:`stop` left running once it had waited its timeout
         (and :attr:`STOP_GRACE`): the names of threads (``dsh-CallActor``,
         ``dsh-ExecutorActor``: a sync body ignoring its signal;
-        ``dsh-asyncio``: something blocking the runtime's loop) and of async
-        tasks (``async tool "fetch" (call c3)``: a body that survived its
+        ``dsh-asyncio``: something blocking the runtime's loop;
+        ``dsh-stop-hook (<its name>)``: a stop hook that has not returned)
+        and of async tasks (``async tool "fetch" (call c3)``: a body that survived its
         cancellation, never resumed once the loop closed). Empty until the
         stop is done, and when nothing was left."""
         return self._abandoned
@@ -507,9 +573,19 @@ class ToolRuntime:
     def on_stop(self, hook: Callable[[], Any]) -> Disposer:
         """Run ``hook`` early in :meth:`stop` (after ``stop_signal`` fired;
         hooks run last-registered first): executors close pools, policies
-        stop their threads. The disposer unregisters the hook (it takes no
-        lock of the runtime's: it may run in a weakref callback, wherever
-        the collector runs, e.g. once an executor is freed)."""
+        stop their threads. Each hook runs on a thread of its own
+        (``dsh-stop-hook (<its name>)``, in the context of the ``stop()``
+        call) and is waited for until the stop's deadline, then twice
+        :attr:`STOP_GRACE` (a hook may give the grace itself to what it
+        tells to end at the deadline, as the default executor's drain does
+        its batches): one that has not returned then is left running,
+        never joined, named in :attr:`abandoned`, and the stop goes on with
+        the next hook. A hook that waits for something bounds its wait by
+        :meth:`teardown_remaining`. Its exception is logged; a
+        ``SystemExit`` or ``KeyboardInterrupt`` is raised by ``stop()``
+        once the runtime is stopped. The disposer unregisters the hook (it
+        takes no lock of the runtime's: it may run in a weakref callback,
+        wherever the collector runs, e.g. once an executor is freed)."""
         with self._lock:
             key = next(self._hook_keys)
             hooks = self._stop_hooks  # (a stop that begins takes them all: a removal then is moot)
@@ -565,7 +641,9 @@ class _Bindings:
             bind(runtime)
             bound = True
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
-            raise RegistrationError(f"{type(executor).__qualname__}.bind(runtime) failed: {safe_str(exc)}") from exc
+            raise RegistrationError(
+                f"{type(executor).__qualname__}.bind(runtime) failed: {exception_text(exc)}"
+            ) from exc
         finally:
             with self._lock:
                 del self._binding[key]
@@ -588,6 +666,17 @@ def _record(executor: object, key: int, bound: dict[int, object]) -> object:
         return weakref.ref(executor, forget)
     except TypeError:  # (no weak reference to it: kept alive instead)
         return executor
+
+
+def _run_stop_hook(hook: Callable[[], Any], raised: list[BaseException]) -> None:
+    """Run one stop hook (on its thread): its exception is logged; what it
+    raises that is no ``Exception`` goes in ``raised``, for the stop."""
+    try:
+        hook()
+    except Exception as exc:  # noqa: BLE001 - the application's code: logged, the stop goes on
+        log_exception(exc, "a runtime stop hook failed")
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: raised once the stop is done
+        raised.append(exc)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -41,7 +41,7 @@ from ..actors import ASK_TIMEOUT, actor_thread_ident
 from ..errors import InvalidTypeError, RegistrationError, RuntimeStoppedError, safe_str
 from ..events import Disposer
 from ..execution import ToolExecutionInput
-from ..kernel import BatchFuture, refuse_blocking_a_loop
+from ..kernel import STOPPED_REFUSAL, BatchFuture, refuse_blocking_a_loop
 from ..messages import (
     AddGuard,
     Register,
@@ -326,7 +326,10 @@ class ToolsService:
 
     def schemas(self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None) -> list[ToolSchema]:
         """One fresh, detached ``{"name", "description", "parameters"}`` dict
-        per visible tool, in registration order."""
+        per visible tool, in registration order. Raises
+        ``RuntimeStoppedError`` once the runtime stops (as
+        :meth:`model_tools`: it runs no step any more)."""
+        _require(self._kernel)
         return schemas(self._state, self._viewer(scope), self._set(tool_set))
 
     def model_tools(self, agent: Agent | None = None, tool_set: ResolvedToolSet | None = None) -> ToolModelInput:
@@ -339,7 +342,10 @@ class ToolsService:
         conditional tools are left out (they are callable only in a step
         that admitted them); with one, exactly what it admits. The schemas
         are fresh dicts. Runs ``describe`` on the calling thread; raises
-        ``ExecutorUnavailableError`` when no executor is set."""
+        ``ExecutorUnavailableError`` when no executor is set, and
+        ``RuntimeStoppedError`` once the runtime stops (it runs no step any
+        more: a model offered its tools would call them in vain)."""
+        _require(self._kernel)
         return model_tools(self._state, self._scope if agent is None else self._viewer(agent), self._set(tool_set))
 
     def check_guards(self, execution: ToolExecution) -> str | None:
@@ -715,8 +721,7 @@ class ToolsService:
         if not isinstance(execution, ToolExecutionInput):
             raise InvalidTypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
         rt = self._kernel
-        if not rt.running:
-            raise RuntimeStoppedError("the ToolRuntime is not running")
+        _require(rt)
         if execution.agent is None and self._scope is not None:
             execution = replace(execution, agent=self._scope)
         waited_on = rt.loop_watch.blocking_wait()  # (this thread's loop cannot start its async body: see _blocking)
@@ -817,7 +822,7 @@ class ToolsService:
         try:
             self._links.registry.tell(message)
         except pykka.ActorDeadError:
-            raise RuntimeStoppedError(STOPPED) from None
+            raise RuntimeStoppedError(STOPPED_REFUSAL) from None
 
     def _effect(
         self, make: Callable[[Future[Any]], WriteRequest], undo: Callable[[Any, Future[Any] | None], WriteRequest]
@@ -930,8 +935,10 @@ def _following(signal: Any) -> AbortController | None:
 
 
 def _require(rt: Kernel) -> None:
+    """Refuse work on a stopped (or stopping) runtime, naming the fix
+    (a service held from before the stop gets here)."""
     if not rt.running:
-        raise RuntimeStoppedError(STOPPED)
+        raise RuntimeStoppedError(STOPPED_REFUSAL)
 
 
 def _log_queued_failure(future: Future[Any]) -> None:

@@ -187,10 +187,21 @@ def test_a_failing_bind_rejects_the_contribution(rt: Any) -> None:
         def bind(self, runtime: Any) -> None:
             raise ValueError("cannot bind")
 
-    with pytest.raises(RegistrationError, match=r"Broken.bind\(runtime\) failed: cannot bind") as err:
+    with pytest.raises(RegistrationError, match=r"Broken.bind\(runtime\) failed: ValueError: cannot bind") as err:
         rt.tools.set_executor(Broken("b"))
     assert isinstance(err.value.__cause__, ValueError)
     assert select_executor(rt.state, None) is rt.native_executor
+
+
+def test_a_bind_raising_an_exception_without_text_is_named_by_its_type(rt: Any) -> None:
+    class Interrupted(RecordingExecutor):
+        def bind(self, runtime: Any) -> None:
+            raise KeyboardInterrupt
+
+    with pytest.raises(RegistrationError) as err:
+        rt.tools.scope(Agent("b")).set_executor(Interrupted("i"))
+    assert str(err.value).endswith("Interrupted.bind(runtime) failed: KeyboardInterrupt"), str(err.value)
+    assert isinstance(err.value.__cause__, KeyboardInterrupt)
 
 
 def test_an_object_that_is_not_an_executor_is_rejected(rt: Any) -> None:

@@ -173,6 +173,40 @@ def test_a_stopped_runtime_names_the_fix_a_new_runtime() -> None:
     assert str(caught.value).startswith("a stopped ToolRuntime cannot be started again: ")
 
 
+def test_a_service_held_from_before_the_stop_refuses_new_work_naming_the_fix() -> None:
+    from dsh_actors import NativeExecutor
+    from dsh_actors.errors import RuntimeStoppedError
+    from dsh_actors.execution import ToolExecutionInput
+    from dsh_actors.signals import AbortController
+
+    rt = ToolRuntime().start()
+    tools = rt.tools
+    scoped = tools.scope(Agent("a"))
+    tools.register(tool("t"))
+    rt.stop()
+    refusals = {
+        "register": lambda: tools.register(tool("u")),
+        "guard": lambda: tools.guard(lambda execution: None),
+        "restrict": lambda: scoped.restrict(ToolRestriction(deny=["t"])),
+        "set_executor": lambda: scoped.set_executor(NativeExecutor()),
+        "submit": lambda: tools.submit(batch()),
+        "dispatch": lambda: tools.dispatch(
+            ToolExecutionInput(call_id="c1", name="t", arguments={}, signal=AbortController().signal)
+        ),
+        # What the model would be offered for a next step, which a stopped runtime never runs:
+        "model_tools": tools.model_tools,
+        "scoped model_tools": scoped.model_tools,
+        "schemas": tools.schemas,
+    }
+    for what, refused in refusals.items():
+        with pytest.raises(RuntimeStoppedError) as caught:
+            refused()
+        assert "create a new ToolRuntime()" in str(caught.value), (what, str(caught.value))
+    # Inspection still reads the registry as it was when the runtime stopped.
+    assert names(tools.definitions()) == ["t"]
+    assert tools.get("t") is not None
+
+
 def test_a_new_runtime_accepts_listeners_and_approval_services_before_it_starts() -> None:
     rt = ToolRuntime()
     off = rt.events.on("tools/result", lambda execution, result: None)
