@@ -11,7 +11,8 @@ import warnings
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from dsh_actors import RegistrationError, ToolBatchInput, ToolCall, ToolDefinition, thaw, tool
 from dsh_actors.errors import ToolOutputError
@@ -75,6 +76,57 @@ def test_a_non_finite_float_an_any_holds_fails_invalid_tool_output_instead_of_be
         assert f"{where}: float" in result.error.message and "is not lossless JSON" in result.error.message
     result = run(rt, finite, {})
     assert not result.is_error and thaw(result.value) == {"a": [1.5]}
+
+
+class Reading(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+    value: float
+
+
+@dataclasses.dataclass
+class Span:
+    low: float
+
+
+class Limits(TypedDict):
+    high: float
+
+
+def test_a_non_finite_float_sent_as_text_fails_invalid_args_before_the_body(rt: Any) -> None:
+    # Lax mode reads the strings "nan", "inf" and "1e400" as floats: JSON
+    # has none, and the body would run with one.
+    ran: list[Any] = []
+
+    @tool
+    def scale(
+        factor: float = 1.0,
+        factors: list[float] | None = None,
+        span: Span | None = None,
+        limits: Limits | None = None,
+        reading: Reading | None = None,
+        by_name: dict[str, float] | None = None,
+        unbounded: Annotated[float, Field(allow_inf_nan=True)] = 0.0,
+    ) -> str:
+        ran.append(factor)
+        return "ok"
+
+    for arguments, where in (
+        ('{"factor": "nan"}', "value.factor"),
+        ('{"factor": "-Infinity"}', "value.factor"),
+        ('{"factor": "1e400"}', "value.factor"),
+        ('{"factors": [1, "inf"]}', "value.factors[1]"),
+        ('{"span": {"low": "nan"}}', "value.span.low"),
+        ('{"limits": {"high": "inf"}}', "value.limits.high"),
+        ('{"reading": {"value": "inf"}}', "value.reading.value"),
+        ('{"by_name": {"k": "inf"}}', "value.by_name.k"),
+    ):
+        result = run(rt, scale, arguments)
+        assert result.is_error and str(result.error.info.code) == "INVALID_ARGS", (arguments, result)
+        assert result.error.message == f'invalid arguments: "{where}": Input should be a finite number'
+    assert ran == []
+    # A type that allows them gets them; a finite float stays a float.
+    assert not run(rt, scale, '{"unbounded": "inf", "factor": "2.5"}').is_error
+    assert ran == [2.5]
 
 
 def test_a_typed_tool_returning_negative_zero_returns_zero_not_a_broken_tool(rt: Any) -> None:

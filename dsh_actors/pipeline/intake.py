@@ -4,6 +4,7 @@ and what the log records of arguments that did not materialize."""
 from __future__ import annotations
 
 import contextvars
+import json
 import re
 from dataclasses import replace
 from typing import Any, Final
@@ -12,7 +13,7 @@ import orjson
 
 from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_repr, safe_str
 from ..execution import CALL_DEPS
-from ..json import loads, materialize
+from ..json import loads, materialize, path_for_index, path_for_key
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
 from ..signals import AbortSignal
 from ..toolset import ResolvedToolSet
@@ -45,8 +46,9 @@ def parse_arguments(raw: object) -> Any:
     string, so a ``str`` argument is always the text the model sent (the
     tool's validation then fails it with ``INVALID_ARGS``, saying what is
     wrong with the JSON and where); JSON that is not lossless (an integer
-    out of range, a lone surrogate) gives :class:`BadArguments`; anything
-    else is passed on as is (and materialized by the pipeline)."""
+    out of range, a lone surrogate, an object that gives a key twice: which
+    value is meant is unknown) gives :class:`BadArguments`; anything else
+    is passed on as is (and materialized by the pipeline)."""
     if type(raw) is not str:
         return raw
     if raw.strip() == "":
@@ -57,6 +59,14 @@ def parse_arguments(raw: object) -> Any:
         return raw
     if type(value) is str:
         return raw  # a JSON string ('"{\"a\": 1}"', arguments encoded twice): the text as sent
+    # Hot path: orjson keeps a repeated key's last value, silently. Every
+    # key is followed by a colon, so text with no more colons than the
+    # object has keys repeats none (one count, in C): only other text is
+    # looked at further.
+    if type(value) is dict and raw.count(":") > len(value):
+        repeated = _repeated_key(raw, value)
+        if repeated is not None:
+            return BadArguments(repeated)
     if _LONG_DIGITS.search(raw) is not None:
         # orjson reads integer literals beyond 64 bits as floats: re-read
         # with the lossless loader, which rejects them.
@@ -65,6 +75,73 @@ def parse_arguments(raw: object) -> Any:
         except LosslessJsonError as exc:
             return BadArguments(exc)
     return value
+
+
+def _repeated_key(raw: str, value: dict[str, Any]) -> LosslessJsonError | None:
+    """A key that an object of the JSON text ``raw`` (parsed: ``value``)
+    gives more than once (the first such object's, in the text's order), as
+    the problem at its path; None when there is none. The text is parsed
+    again only when it could hold more keys than ``value`` has: each key is
+    a string, maybe whitespace, then a colon, so ``":`` counts at least the
+    keys of text with no whitespace before a colon (a colon in a string
+    counts only after an escaped quote), and every colon those of any text."""
+    if " :" in raw or "\n:" in raw or "\t:" in raw or "\r:" in raw:
+        most = raw.count(":")
+    else:
+        most = raw.count('":')
+    if most <= len(value) or most <= _key_count(value):
+        return None
+    try:
+        parsed = json.loads(raw, object_pairs_hook=_object)
+    except (ValueError, RecursionError):  # (orjson parsed it; nesting too deep for the stdlib is refused later)
+        return None
+    stack: list[tuple[Any, str]] = [(parsed, "arguments")]
+    while stack:
+        item, path = stack.pop()
+        if type(item) is _Repeated:
+            return LosslessJsonError(
+                path_for_key(path, item.key), "the key appears more than once in its object: send each key once"
+            )
+        if isinstance(item, dict):
+            stack.extend((child, path_for_key(path, key)) for key, child in reversed(item.items()))
+        elif type(item) is list:
+            stack.extend((item[i], path_for_index(path, i)) for i in range(len(item) - 1, -1, -1))
+    return None
+
+
+def _key_count(value: dict[str, Any]) -> int:
+    """How many keys the objects of ``value`` (parsed JSON) have in all."""
+    count = 0
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            count += len(item)
+            stack.extend(child for child in item.values() if type(child) is dict or type(child) is list)
+        else:
+            stack.extend(child for child in item if type(child) is dict or type(child) is list)
+    return count
+
+
+class _Repeated(dict[str, Any]):
+    """An object of the text that gives ``key`` more than once."""
+
+    __slots__ = ("key",)
+
+    key: str
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the JSON text, from its ``(key, value)`` pairs in order:
+    a :class:`_Repeated` when a key comes twice."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            repeated = _Repeated(pairs)
+            repeated.key = key
+            return repeated
+        seen.add(key)
+    return dict(pairs)
 
 
 def check_batch(batch: ToolBatchInput) -> None:

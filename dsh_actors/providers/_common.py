@@ -179,7 +179,18 @@ class Reader:
         self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         self.places[call_id] = where
 
-    def done(self) -> tuple[ToolCall, ...]:
+    def done(self, cut_at: str | None = None, stopped: str = "", limit: str = "") -> tuple[ToolCall, ...]:
+        """The calls read. ``cut_at``: where the response says it stopped at
+        its output token limit (``stopped`` says how, ``limit`` names the
+        request's parameter): with a call in it, that call's arguments may
+        be cut short (a stream accumulator completes partial JSON, or the
+        text ends mid-value), so none is run, whichever provider."""
+        if cut_at is not None and self.calls:
+            raise self.fail(
+                cut_at,
+                f"{stopped} with a tool call in it: its arguments may be cut short, so no call is run; "
+                f"ask again with a higher {limit}",
+            )
         return tuple(self.calls)
 
 

@@ -81,7 +81,9 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
     or a ``tool_calls`` list, in model order. Raises
     :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field
     (a completion with several choices, a list of choices, a call without
-    an id, a duplicate id, a non-function call, ...)."""
+    an id, a duplicate id, a non-function call, ...), and for a choice
+    that stopped at its token limit (``finish_reason`` ``"length"``) with a
+    tool call in it (its arguments may be cut short: none is run)."""
     return _calls(response, "response")
 
 
@@ -102,14 +104,20 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             )
         data = reader.obj(choices[0], f"{where}.choices[0]")
         where = f"{where}.choices[0]"
+    cut_at = None
     if "message" in data and "role" not in data:
+        # (Only a choice says where it stopped.)
+        if data.get("finish_reason") == "length":
+            cut_at = f"{where}.finish_reason"
         data = reader.obj(data["message"], f"{where}.message")
         where = f"{where}.message"
     _check_message(reader, data, where)
     tool_calls = data.get("tool_calls")
     if tool_calls is not None:
         _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
-    return reader.done()
+    return reader.done(
+        cut_at, 'the choice stopped at its token limit (finish_reason "length")', "max_completion_tokens"
+    )
 
 
 def _check_message(reader: Reader, data: Mapping[str, Any], where: str) -> None:

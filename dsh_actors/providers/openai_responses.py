@@ -112,7 +112,10 @@ item, or a shape from another API, is reported rather than skipped."""
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The ``function_call`` items of a response (or of its ``output``
     list), as tool calls in model order. Raises
-    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field."""
+    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field,
+    and for a response that stopped at ``max_output_tokens`` (``status``
+    ``"incomplete"``) with a function call in it (its arguments may be cut
+    short: none is run)."""
     return _calls(response, "response")
 
 
@@ -126,14 +129,18 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         if "output" not in data:
             raise reader.fail(where, f'expected a response (with "output") or its output items{_hint(data)}')
         items: Any = reader.items(data["output"], f"{where}.output")
+        # (Only a whole response says where it stopped.)
+        details = mapping_or_none(data.get("incomplete_details"), f"{where}.incomplete_details") or {}
+        stopped = data.get("status") == "incomplete" and details.get("reason") == "max_output_tokens"
+        cut_at = f"{where}.incomplete_details.reason" if stopped else None
         where = f"{where}.output"
     elif isinstance(response, (list, tuple)):
-        items = response
+        items, cut_at = response, None
     else:
         raise reader.fail(where, f"expected a response or its output items, got {kind(response)}")
     for index, item in enumerate(items):
         _read_item(reader, reader.obj(item, f"{where}[{index}]"), f"{where}[{index}]")
-    return reader.done()
+    return reader.done(cut_at, 'the response stopped at max_output_tokens (status "incomplete")', "max_output_tokens")
 
 
 def _read_item(reader: Reader, item: Any, at: str) -> None:

@@ -433,7 +433,7 @@ def _build(
 
     returns = hints.get("return", Any) if signature.return_annotation is not _NO_DEFAULT else Any
     try:
-        arguments_model = create_model(f"{label or 'tool'}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        arguments_model = create_model(f"{label or 'tool'}_arguments", __config__=_ARGUMENTS_CONFIG, **fields)
         parameters_schema = arguments_model.model_json_schema(schema_generator=ToolJsonSchema, mode="validation")
         parameters_schema.pop("title", None)
         output_adapter, dump = _output_adapter(returns)
@@ -487,6 +487,18 @@ def _build(
     checked = validate_definition(definition)  # every problem registration would name, now
     object.__setattr__(definition, "_checked", checked)
     return definition
+
+
+#: The arguments model's config: no property the parameters do not declare,
+#: and no non-finite float. JSON has none, but pydantic's lax mode reads the
+#: strings "nan", "inf" and "1e400" as floats: the body would run with one
+#: (and a value holding it fail INVALID_TOOL_OUTPUT, blamed on the tool).
+#: Refused instead as the arguments' fault (``finite_number``), wherever the
+#: config reaches: the parameters, their lists, dicts, unions, TypedDicts
+#: and standard dataclasses. A pydantic model or dataclass keeps its own
+#: config (pydantic-core reuses its validator): pydantic's default there
+#: allows them, unless it sets ``allow_inf_nan=False``.
+_ARGUMENTS_CONFIG: Final = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 #: Serialization keeps a non-finite float as it is, for the lossless JSON

@@ -183,8 +183,33 @@ class LineFramer:
         return len(self._buffer)
 
 
-def _key_path(path: str, key: str) -> str:
-    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+#: A path of more than this many steps shows its first and last
+#: :data:`_PATH_ENDS` and how many it leaves out between them: the rule of
+#: every path the core writes (``docs/reference.md`` section 2,
+#: ``dsh_actors.json.path_for_key``), which the worker, needing only the
+#: standard library, cannot import (a test holds the two to the same text).
+_MAX_PATH_STEPS = 20
+_PATH_ENDS = 8
+
+#: A step on the way to a value: the steps before it (None at the root) and its own.
+_Steps = tuple[Any, str] | None
+
+
+def _key_step(key: str) -> str:
+    return f".{key}" if key.isidentifier() else f"[{key!r}]"
+
+
+def _path(root: str, steps: _Steps) -> str:
+    """``root`` and ``steps``, shortened as the core shortens a path."""
+    shown: list[str] = []
+    while steps is not None:
+        steps, step = steps
+        shown.append(step)
+    shown.reverse()
+    if len(shown) <= _MAX_PATH_STEPS:
+        return root + "".join(shown)
+    hidden = len(shown) - 2 * _PATH_ENDS
+    return f"{root}{''.join(shown[:_PATH_ENDS])} … ({hidden} more) … {''.join(shown[-_PATH_ENDS:])}"
 
 
 def json_problem(value: object, path: str = "value") -> str | None:
@@ -192,15 +217,16 @@ def json_problem(value: object, path: str = "value") -> str | None:
     ``docs/reference.md`` section 2), or None: exact ``dict`` (``str``
     keys), ``list``/``tuple``, ``str`` (no lone surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
     other than ``-0.0``, ``bool``, ``None``; no cycles, at most
-    :data:`MAX_DEPTH` levels. Iterative, so a deep value cannot exhaust the
-    stack."""
-    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    :data:`MAX_DEPTH` levels. The problem's path starts at ``path``, and
+    one of more than 20 steps is shortened as the core's are. Iterative, so
+    a deep value cannot exhaust the stack."""
+    stack: list[tuple[Any, _Steps, int]] = [(value, None, 0)]
     open_ids: set[int] = set()
     exits: list[tuple[int, int]] = []  # (stack length, id) to release on the way back
     while stack:
         while exits and exits[-1][0] > len(stack):
             open_ids.discard(exits.pop()[1])
-        item, where, depth = stack.pop()
+        item, steps, depth = stack.pop()
         kind = type(item)
         if item is None or kind is bool:
             continue
@@ -208,35 +234,35 @@ def json_problem(value: object, path: str = "value") -> str | None:
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                return f"{where}: a str with a lone surrogate is not JSON"
+                return f"{_path(path, steps)}: a str with a lone surrogate is not JSON"
             continue
         if kind is int:
             if not _MIN_INT <= item <= _MAX_INT:
-                return f"{where}: the int {item} is outside [-2**63, 2**64-1]"
+                return f"{_path(path, steps)}: the int {item} is outside [-2**63, 2**64-1]"
             continue
         if kind is float:
             if not math.isfinite(item):
-                return f"{where}: the float {item!r} is not JSON"
+                return f"{_path(path, steps)}: the float {item!r} is not JSON"
             if item == 0.0 and math.copysign(1.0, item) < 0:
-                return f"{where}: -0.0 is not lossless JSON"
+                return f"{_path(path, steps)}: -0.0 is not lossless JSON"
             continue
         if kind is dict or kind is list or kind is tuple:
             if depth >= MAX_DEPTH:
-                return f"{where}: nesting deeper than {MAX_DEPTH} levels"
+                return f"{_path(path, steps)}: nesting deeper than {MAX_DEPTH} levels"
             ident = id(item)
             if ident in open_ids:
-                return f"{where}: a value that contains itself is not JSON"
+                return f"{_path(path, steps)}: a value that contains itself is not JSON"
             open_ids.add(ident)
             exits.append((len(stack) + 1, ident))
             if kind is dict:
                 for key, child in reversed(list(item.items())):
                     if type(key) is not str:
-                        return f"{where}: a dict key must be a str, not {type(key).__name__} {key!r}"
-                    stack.append((child, _key_path(where, key), depth + 1))
+                        return f"{_path(path, steps)}: a dict key must be a str, not {type(key).__name__} {key!r}"
+                    stack.append((child, (steps, _key_step(key)), depth + 1))
             else:
                 children = list(item)
                 for index in range(len(children) - 1, -1, -1):
-                    stack.append((children[index], f"{where}[{index}]", depth + 1))
+                    stack.append((children[index], (steps, f"[{index}]"), depth + 1))
             continue
-        return f"{where}: a {kind.__name__} is not JSON (use dict, list, str, int, float, bool or None)"
+        return f"{_path(path, steps)}: a {kind.__name__} is not JSON (use dict, list, str, int, float, bool or None)"
     return None

@@ -120,6 +120,58 @@ def test_a_log_for_an_agent_without_a_session_runs_and_logs_nowhere(rt: Any) -> 
     assert not batch.results[0].result.is_error and seen.runs == 1
 
 
+# -- argument text that gives a key twice: which value is meant is unknown ----------
+
+
+def test_arguments_that_give_a_key_twice_fail_invalid_args_naming_it_and_the_log_keeps_both(rt: Any) -> None:
+    seen = Counting(rt)
+    session = Session()
+    text = '{"message": "safe.txt", "message": "/etc/passwd"}'
+    batch = rt.tools.execute(
+        ToolBatchInput(calls=[ToolCall("c1", "echo", text)], agent=Agent("main", session=session), log=LogStep(1, 1))
+    )
+    result = batch.results[0].result
+    assert result.is_error and str(result.error.info.code) == "INVALID_ARGS" and seen.runs == 0
+    problem = "arguments.message: the key appears more than once in its object: send each key once"
+    assert result.error.message == f"invalid arguments: arguments are not lossless JSON: {problem}"
+    logged = {event["type"]: event for event in session.events()}
+    assert logged["tool/batch"]["calls"][0]["arguments"] == text  # as the model sent it
+    assert logged["tool/call"]["arguments"] == f"<arguments that are not lossless JSON: {problem}>"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"a": {"b": 1, "b": 2}}', "arguments.a.b"),
+        ('{"a": [{"k": 1}, {"k": 1, "k" : 2}]}', "arguments.a[1].k"),  # (whitespace before a colon)
+        ('{"a" : "http://x", "a": 1}', "arguments.a"),
+        ('{"a":1,"\\u0061":2}', "arguments.a"),  # an escape that spells the same key
+    ],
+)
+def test_a_key_given_twice_is_found_at_any_depth(text: str, where: str) -> None:
+    from dsh_actors.pipeline.call import BadArguments
+    from dsh_actors.pipeline.intake import parse_arguments
+
+    parsed = parse_arguments(text)
+    assert type(parsed) is BadArguments and parsed.error.path == where, parsed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"url": "http://a:b", "at": "12:30"}',  # colons in strings
+        '{"s": "\\"x\\": y", "t": 1}',  # a key-like quote and colon in a string
+        '{"a": {"x": 1}, "b": {"x": 1}, "c" : [{"x": "1:2"}]}',  # one key in several objects
+    ],
+)
+def test_text_that_only_looks_like_it_repeats_a_key_parses_as_it_is(text: str) -> None:
+    import json
+
+    from dsh_actors.pipeline.intake import parse_arguments
+
+    assert parse_arguments(text) == json.loads(text)
+
+
 # -- a call that is not a ToolCall: the refusal names the fix ----------------------
 
 

@@ -152,6 +152,17 @@ def test_a_returned_value_that_is_not_json_fails_the_run_clearly(rt: Any, ptc: A
     assert "result[0]: the float nan is not JSON" in nan.error.message
 
 
+def test_a_returned_value_nested_too_deep_names_a_short_path(rt: Any, ptc: Any) -> None:
+    result = run_code(rt, "d = 1\nfor _ in range(1000):\n    d = [d]\nreturn d")
+    assert result.error.message.startswith(
+        "code run failed (result): the returned value is not JSON: result"
+        + "[0]" * 8
+        + " … (234 more) … "
+        + "[0]" * 8
+        + ": nesting deeper than 250 levels"
+    )
+
+
 def test_a_syntax_error_fails_the_run_before_anything_runs(rt: Any, ptc: Any) -> None:
     result = run_code(rt, "x = = 1")
     assert result.error.message.startswith("code run failed (syntax): SyntaxError: invalid syntax")

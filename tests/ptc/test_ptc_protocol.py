@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dsh_actors.json import path_for_index, path_for_key
 from executors.ptc.protocol import FrameTooLong, LineFramer, json_problem
 from executors.ptc.workers import exit_description
 
@@ -60,6 +61,21 @@ def test_the_json_check_finds_cycles_but_accepts_shared_siblings() -> None:
     for _ in range(300):
         deep = [deep]
     assert "nesting deeper than 250 levels" in (json_problem(deep) or "")
+
+
+def test_a_long_path_is_shortened_as_the_cores_are() -> None:
+    # The worker cannot import the core: the two must write the same path.
+    deep: Any = float("nan")
+    steps: list[str | int] = []
+    for level in range(30):
+        deep = {"items": deep} if level % 2 else [0, deep]
+        steps.append("items" if level % 2 else 1)
+    core = "result"
+    for step in reversed(steps):  # root first
+        core = path_for_key(core, step) if type(step) is str else path_for_index(core, step)
+    assert " … (14 more) … " in core
+    assert json_problem(deep, "result") == f"{core}: the float nan is not JSON"
+    assert json_problem([[{"a": [float("inf")]}]]) == "value[0][0].a[0]: the float inf is not JSON"
 
 
 def test_exit_descriptions_name_the_signal() -> None:
