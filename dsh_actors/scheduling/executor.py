@@ -188,7 +188,10 @@ class NativeExecutor:
             if self._rt is kernel:
                 return
             if self._rt is not None:
-                raise InvalidStateError("this NativeExecutor is already installed in another runtime")
+                name = type(self).__name__
+                raise InvalidStateError(
+                    f"this {name} is already installed in another runtime: make one {name} per runtime"
+                )
             self._rt = kernel
             self._dispatcher = runtime.dispatcher
         _ShutdownHook.register(self._shutdown, runtime)

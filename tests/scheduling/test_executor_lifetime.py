@@ -10,6 +10,8 @@ import threading
 import weakref
 from typing import Any
 
+import pytest
+
 from dsh_actors import Agent, NativeExecutor, RuntimeStoppedError, ToolBatchInput, ToolCall, ToolDefinition
 
 from .helpers import make_tool, started_runtime
@@ -151,3 +153,19 @@ def test_executor_tools_built_afresh_for_each_batch_are_not_kept() -> None:
     assert rt.halted
     assert len(executor.bodies) == 30
     assert _alive(executor.bodies) <= 1  # (the latest batch's, which the next one checks against)
+
+
+def test_an_executor_bound_to_a_second_runtime_names_its_class_and_the_fix() -> None:
+    # (PtcExecutor and RayExecutor are NativeExecutors: the message named
+    # the base class, and no fix.)
+    from dsh_actors.errors import InvalidStateError
+
+    class Mine(NativeExecutor):
+        pass
+
+    executor = Mine()
+    with started_runtime() as first, started_runtime() as second:
+        executor.bind(first)
+        with pytest.raises(InvalidStateError) as raised:
+            executor.bind(second)
+    assert str(raised.value) == "this Mine is already installed in another runtime: make one Mine per runtime"
