@@ -39,6 +39,7 @@ from dsh_actors.session import (
     Session,
     SessionCorruptError,
     approval_request_event,
+    batch_event,
     call_event,
     ptc_dispatch_event,
     ptc_dispatch_start_event,
@@ -381,12 +382,34 @@ def test_a_torn_last_line_is_ignored_and_cut_off_before_the_next_append(tmp_path
         assert reopened.torn_line is None and len(reopened.events()) == 2
 
 
-def test_a_torn_last_line_is_ignored_even_when_newline_terminated(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "last",
+    [
+        b'{"type": "b", "x": ',  # cut mid-event
+        b'{"type":"b"}}',  # a stray brace typed at its end
+        b'{"type":"b"},',  # a trailing comma
+        b'{"type":"b","x":"caf\xe9"}',  # a Latin-1 byte
+        b'{"type":"b"}\x00',  # a NUL
+    ],
+    ids=["cut", "brace", "comma", "latin-1", "nul"],
+)
+def test_a_bad_newline_terminated_last_line_is_corrupt_not_torn(tmp_path: Path, last: bytes) -> None:
+    # Each event is written with its newline in one write: a write cut short
+    # never ends in one. A last line that does was written so (by hand, say):
+    # taken for torn, it was cut off at the next append, and the call it
+    # settled counted as open (recover ran its body again).
     path = tmp_path / "log.jsonl"
-    path.write_bytes(b'{"type":"a"}\n{"type": "b", "x": \n')
+    data = b'{"type":"a"}\n' + last + b"\n"
+    path.write_bytes(data)
+    with pytest.raises(SessionCorruptError) as caught:
+        Session.open(path)
+    assert (caught.value.file, caught.value.lineno) == (str(path), 2)
+    assert str(caught.value).startswith(f"{path}:2: event: ")
+    assert path.read_bytes() == data
+    # Without its newline, the same line may be a write cut short: torn.
+    path.write_bytes(data[:-1])
     with Session.open(path) as session:
-        assert session.events() == [{"type": "a"}]
-        assert session.torn_line == 2
+        assert (session.events(), session.torn_line) == ([{"type": "a"}], 2)
 
 
 @pytest.mark.parametrize("newline", [b"\n", b""], ids=["terminated", "unterminated"])
@@ -672,6 +695,19 @@ def test_on_a_local_disk_the_write_keeps_the_gil_and_on_anything_else_it_is_file
         closed.write(b"late\n")
 
 
+def test_the_look_at_the_path_is_the_files_os_stat_however_the_process_moves(tmp_path: Path) -> None:
+    from dsh_actors.session._write import SessionFile
+
+    path = tmp_path / "log.jsonl"
+    with SessionFile(path) as file:
+        file.write(b"abc\n")
+        found = os.stat(path)
+        assert file.at_path() == (found.st_dev, found.st_ino, found.st_size)
+        os.remove(path)
+        with pytest.raises(FileNotFoundError):
+            file.at_path()
+
+
 def test_a_large_write_lets_other_threads_run_and_lands_whole(tmp_path: Path) -> None:
     from dsh_actors.session._write import HELD_WRITE_MAX, SessionFile
 
@@ -854,18 +890,136 @@ def test_a_log_that_cannot_be_written_opens_to_be_read_and_refuses_writes_naming
 
 
 def test_a_line_something_else_appends_to_a_held_log_is_a_clear_error_not_a_parse_crash(tmp_path: Path) -> None:
-    # (The lock is advisory: a shell's >> still writes. events() raised
-    # orjson's own JSONDecodeError, reading the bytes it wrote itself.)
+    # (The lock is advisory: a shell's >> still writes. The session's next
+    # write went after that line, as its own; events() raised orjson's own
+    # JSONDecodeError, reading bytes changed under it.)
     path = tmp_path / "log.jsonl"
     with Session(path) as session:
         session.append({"type": "note", "n": 1})
         with path.open("a") as other:
             other.write('{"type": "foreign", "n": 99}\n')
-        session.append({"type": "note", "n": 2})
+        with pytest.raises(InvalidStateError, match="grew by 29 bytes this Session did not write while this"):
+            session.append(batch_event(1, 1, [("c1", "echo", "{}")]))  # (a step's writes begin: checked)
+        assert session.events() == [{"type": "note", "n": 1}]
+        with path.open("r+b") as other:
+            other.write(b"X")  # (in place: the size stays)
         with pytest.raises(SessionCorruptError, match="the log changed under this session: something else wrote"):
             session.events()
+
+
+def _replace(path: Path) -> None:
+    # An editor's save, sed -i: a new file renamed over the log.
+    copy = path.with_name(path.name + ".tmp")
+    copy.write_bytes(path.read_bytes())
+    os.replace(copy, path)
+
+
+def _move_away(path: Path) -> None:
+    # The log renamed (it still has a name), a copy in its place.
+    data = path.read_bytes()
+    os.rename(path, path.with_name(path.name + "~"))
+    path.write_bytes(data)
+
+
+def _cut_short(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize(
+    ("edit", "what"),
+    [
+        (_replace, "was replaced by another file"),
+        (_move_away, "was replaced by another file"),
+        (os.remove, "was removed"),
+        (_cut_short, "was cut short (22 bytes; this Session wrote 44)"),
+    ],
+    ids=["replaced", "moved-away", "removed", "cut-short"],
+)
+def test_a_write_to_a_log_replaced_removed_or_cut_short_under_its_session_fails(
+    tmp_path: Path, edit: Any, what: str
+) -> None:
+    # The append returned as if logged: its event went to a file no path
+    # leads to (lost), or after a cut line (the log no longer opened). The
+    # file is checked as a step's writes begin (its tool/batch), and then
+    # before every write until it is found as it was.
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        session.append({"type": "note", "n": 1})
+        session.append({"type": "note", "n": 2})
+        edit(path)
+        after = path.read_bytes() if path.exists() else None
+        for event in (batch_event(1, 1, [("c1", "echo", "{}")]), {"type": "note", "n": 3}):
+            with pytest.raises(InvalidStateError) as caught:
+                session.append(event)
+            text = str(caught.value)
+            assert text.startswith(f"the session log {path} {what}")
+            assert "while this Session was writing it: the event was not logged" in text
+            assert "open the log again with Session.open(path)" in text
+        assert len(session) == 2
+    assert (path.read_bytes() if path.exists() else None) == after
+
+
+def test_a_log_on_a_fifo_is_written_whatever_its_size_says(tmp_path: Path) -> None:
+    # (A pipe has no size to keep: the check before each write is a regular
+    # file's.)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with Session(fifo) as session:  # (opened read-write: it does not wait for a reader)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            session.append({"type": "a"})
+            session.append({"type": "b"})
+            assert os.read(reader, 100) == b'{"type":"a"}\n{"type":"b"}\n'
+        finally:
+            os.close(reader)
+
+
+def test_a_log_opened_by_a_relative_path_is_written_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (The check before each write looks at the path it was opened by, made
+    # absolute then: not at another file of that name in the new folder.)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with Session("log.jsonl") as session:
+        session.append({"type": "a"})
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        (tmp_path / "elsewhere" / "log.jsonl").write_bytes(b"")
+        session.append({"type": "b"})
+    assert file_events(tmp_path / "log.jsonl") == [{"type": "a"}, {"type": "b"}]
+
+
+def test_a_batch_whose_log_was_replaced_under_its_session_fails_and_runs_nothing(tmp_path: Path, rt: Any) -> None:
+    # It reported success: its events were written to the replaced file.
+    from dsh_actors import Agent, LogStep, ToolBatchExecutionError, ToolBatchInput, ToolCall, tool
+
+    ran: list[str] = []
+
+    @tool
+    def echo(message: str) -> str:
+        """Echo the message."""
+        ran.append(message)
+        return message
+
+    rt.tools.register(echo)
+    path = tmp_path / "log.jsonl"
+    with Session(path) as session:
+        agent = Agent("a", session=session)
+
+        def step(n: int) -> Any:
+            calls = (ToolCall(id=f"c{n}", name="echo", arguments={"message": str(n)}),)
+            return rt.tools.execute(ToolBatchInput(calls=calls, agent=agent, log=LogStep(turn=1, step=n)))
+
+        step(1)
+        _replace(path)
+        with pytest.raises(ToolBatchExecutionError) as failed:
+            step(2)
+    assert failed.value.message.startswith(
+        f"tool batch failed: the session log could not be written: the session log {path} was replaced"
+    )
+    assert ran == ["1"]
     with Session.open(path) as reopened:
-        assert [e["n"] for e in reopened.events()] == [1, 99, 2]
+        assert {e["step"] for e in reopened.events()} == {1}
 
 
 def test_repair_after_a_crash_completes_the_log(tmp_path: Path) -> None:

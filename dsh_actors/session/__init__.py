@@ -81,18 +81,29 @@ may have left are cut off the file. If they cannot be cut (the file cannot
 be truncated), the next append first writes a ``\\n`` when the file does
 not end with one, so the torn line never merges with a good one (it then
 stands as a line of its own, which a later :meth:`Session.open` reports as
-corrupt: that takes a failed write *and* a failed truncate). Appending
-to a closed session raises ``OSError("session is closed ...")``, naming
-its log and how to go on (``Session.open(path)``).
+corrupt: that takes a failed write *and* a failed truncate). As a step's
+writes begin (its ``tool/batch``, a resume's ``tool/approval``,
+:meth:`Session.hold`), and before every write once that found a change,
+a session on a regular file checks that its path still leads to
+the file it opened, of the size it made it: a log replaced (an editor's
+save, ``sed -i``), moved, removed, cut short or written to by something
+else under it makes the write raise ``InvalidStateError`` naming the log,
+how it changed and what to do (``Session.open(path)`` again, then
+``rt.tools.recover``), and writes nothing, rather than lose the event or
+append it after a cut line.
+Appending to a closed session raises ``OSError("session is closed ...")``,
+naming its log and how to go on (``Session.open(path)``).
 
 **Reading back.** :meth:`Session.open` reads an existing file and continues
-it. Blank lines are skipped. The *last* line is accepted only if it parses
-as an event (a valid event without its trailing ``\\n`` is kept, and the
-next append starts on a fresh line); otherwise it is a torn write from a
-crash: it is ignored, reported by :attr:`Session.torn_line`, and cut off
-the file before the first append (a read-only use never changes the file).
-Any other line that is not a valid event raises :class:`SessionCorruptError`
-naming ``<path>:<line number>``.
+it. Blank lines are skipped. A valid event without its trailing ``\\n`` is
+kept as the last line, and the next append starts on a fresh line. A last
+line without its ``\\n`` that is not whole JSON is a torn write from a
+crash (each event is written with its newline in one write, so a cut one
+never ends in a newline): it is ignored, reported by
+:attr:`Session.torn_line`, and cut off the file before the first append (a
+read-only use never changes the file). Any other line that is not a valid
+event, a newline-terminated last one included, raises
+:class:`SessionCorruptError` naming ``<path>:<line number>``.
 
 **Repair and replay.** :meth:`Session.repair` appends a synthetic failure
 ``tool/ptc-dispatch`` for every ``tool/ptc-dispatch-start`` still without

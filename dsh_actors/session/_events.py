@@ -59,7 +59,8 @@ _INTERRUPTED: Final = INTERRUPTED
 
 
 class SessionCorruptError(LosslessJsonError):
-    """A line of a session file, other than the last, is not a valid event:
+    """A line of a session file, other than a torn last one (see
+    ``Session.open``), is not a valid event:
     ``<file>:<lineno>: <problem>``. ``file`` and ``lineno`` (1-based) locate
     it; ``path`` (inherited) is ``"<file>:<lineno>"``. Its code is
     ``INVALID_JSON``."""

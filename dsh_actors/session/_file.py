@@ -14,6 +14,7 @@ import errno
 import io
 import json
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -68,8 +69,8 @@ def whole_json(line: bytes) -> bool:
     """Whether ``line`` is whole JSON to a lenient reader (Python's, which
     takes any int, and nesting as deep as it recurses; one nested deeper
     counts as whole): how a torn last line (a write cut short never leaves
-    whole JSON) is told from a corrupt one. A line is only cut off when it
-    surely is a cut."""
+    whole JSON, nor a newline after it) is told from a corrupt one. A line
+    is only cut off when it surely is a cut: unterminated and not whole."""
     try:
         json.loads(line)
     except RecursionError:
@@ -227,6 +228,14 @@ class Session:
         self._held = False
         self._read_only = False  # opened where it cannot be written: read, never held
         self._seen_size = 0
+        # The device and inode of the file this session opened, and what
+        # reads those of the file its path leads to now (None: one it never
+        # writes, or no regular file), for the check as a step's writes
+        # begin (see _check_file); whether one found the file changed (then
+        # every write checks, until one finds it as it was).
+        self._device = self._inode = -1
+        self._at_path: Callable[[], tuple[int, int, int]] | None = None
+        self._file_changed = False
         self._fsync = bool(fsync)
         self._closed = False
         self._path: Path | None = None
@@ -247,7 +256,7 @@ class Session:
                 raise FileNotFoundError(errno.ENOENT, "session log directory does not exist", str(parent))
             file = self._open_file(self._path)
             try:
-                size = os.fstat(file.fileno()).st_size
+                size = self._know_file(file)
             except BaseException:
                 file.close()
                 raise
@@ -278,8 +287,9 @@ class Session:
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> Session:
         """Read the existing JSONL file at ``path`` and continue appending to
         it. Raises ``FileNotFoundError`` when it does not exist and
-        :class:`SessionCorruptError` for a bad line other than the last (a
-        bad last line is a torn write: ignored, see :attr:`torn_line`)."""
+        :class:`SessionCorruptError` for a bad line, but a torn write: a
+        last line without its newline that is not whole JSON (a write cut
+        short by a crash), which is ignored (see :attr:`torn_line`)."""
         _check_options(path, fsync, "Session.open", none_ok=False)
         file_path = Path(path)
         if file_path.is_dir():
@@ -306,6 +316,7 @@ class Session:
             file = io.FileIO(file_path, "r")
             session._read_only = True
         try:
+            session._know_file(file)
             file.seek(0)
             data = file.read()
             session._seen_size = len(data)
@@ -315,6 +326,16 @@ class Session:
             raise
         session._file = file
         return session
+
+    def _know_file(self, file: IO[bytes]) -> int:
+        """Remember which file ``file`` (just opened by the log's path) is,
+        for :meth:`_check_file`; its size."""
+        status = os.fstat(file.fileno())
+        self._device, self._inode = status.st_dev, status.st_ino
+        # (A pipe or a device has no size to keep, nor lines to lose.)
+        regular = stat.S_ISREG(status.st_mode)
+        self._at_path = file.at_path if regular and isinstance(file, SessionFile) else None
+        return status.st_size
 
     def _load(self, data: bytes, name: str) -> None:
         """Index the events of ``data`` (a whole file); see :meth:`open`."""
@@ -332,7 +353,7 @@ class Session:
             if data[start:end].strip():
                 spans.append((lineno, start, end, terminated))
             start = end + 1
-        for index, (lineno, start, end, _terminated) in enumerate(spans):
+        for index, (lineno, start, end, terminated) in enumerate(spans):
             line = data[start:end]
             last = index == len(spans) - 1
             try:
@@ -348,10 +369,13 @@ class Session:
             except SessionCorruptError:
                 raise
             except LosslessJsonError as err:
-                if not last or whole_json(line):
-                    # (A whole line the lossless reader refuses, an int past
-                    # 64 bits say, is no torn write either: cutting it off
-                    # would lose it.)
+                if terminated or whole_json(line):
+                    # Only an unterminated line can be a torn write: each
+                    # event is written with its newline in one write, so a
+                    # write cut short never ends in one. A bad line that does
+                    # (the last one too: edited by hand, say) was written so,
+                    # and so was a whole line the lossless reader refuses (an
+                    # int past 64 bits): cutting either off would lose it.
                     raise SessionCorruptError(name, lineno, err.message) from None
                 # A torn write: ignore it, and cut it off before appending.
                 self._torn_line = lineno
@@ -377,10 +401,12 @@ class Session:
 
         Raises ``TypeError``/``ValueError`` for a malformed event,
         :class:`LosslessJsonError` for one that is not lossless JSON,
-        ``OSError("session is closed ...")`` after :meth:`close`, and for a
+        ``OSError("session is closed ...")`` after :meth:`close`, for a
         failed write an ``OSError`` of its errno (``ENOSPC``: disk full) whose
-        message names the log and what to do. On any error nothing is
-        logged."""
+        message names the log and what to do, and ``InvalidStateError`` when
+        the log's file was replaced, moved, removed, cut short or written to
+        by something else under this session (see :meth:`_check_file`). On
+        any error nothing is logged."""
         line = _encode(event)
         kind = event["type"]
         with self._lock:
@@ -424,6 +450,11 @@ class Session:
         if file is not None:
             if not self._held:
                 self._hold()
+            if kind == BATCH or kind == APPROVAL or self._file_changed:
+                # (As a step's writes begin: its batch opens, or a resume
+                # logs its decisions. Not before every write: a stat(2) an
+                # event was a tenth of a logged call's cost.)
+                self._check_file()
             # One write(2) for the line on the unbuffered handle: nothing is
             # left in a buffer to flush.
             if self._dirty:
@@ -573,6 +604,8 @@ class Session:
                 raise self._closed_error()
             if self._file is not None and not self._held:
                 self._hold()
+            if self._file is not None:
+                self._check_file()  # (what recover and resume hold it for: a step's writes)
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -642,6 +675,51 @@ class Session:
                 "open it again with Session.open(path) before writing to it, resuming or recovering a step of it"
             )
         self._held = True
+
+    def _check_file(self) -> None:
+        """Refuse a write (before it) when the log's path no longer leads to
+        this session's file, or that file is not the size this session made
+        it: it was replaced (an editor's save, ``sed -i``: a new file renamed
+        over it), removed, cut short, or written to by something else. What
+        this session wrote then would be lost (in a file no path leads to) or
+        follow a cut line (the log no longer opens). One ``stat(2)``
+        (``SessionFile.at_path``), as a step's writes begin (its
+        ``tool/batch``, a resume's ``tool/approval``, :meth:`hold`), and
+        before every write once one found the file changed: a change in
+        the middle of a step is found at the next step. Called with the
+        lock held."""
+        at_path = self._at_path
+        if at_path is None:
+            return  # (opened read-only, or no regular file: see _know_file)
+        self._file_changed = True  # (until it is found as it was, below)
+        try:
+            device, inode, size = at_path()
+        except FileNotFoundError:
+            raise self._not_its_file("was removed") from None
+        except OSError as err:
+            raise self._write_error(err) from err
+        if (
+            inode == self._inode
+            and device == self._device
+            and (size == self._size or (self._dirty and size > self._size))  # (dirty: bytes to cut)
+        ):
+            self._file_changed = False
+            return
+        if inode != self._inode or device != self._device:
+            raise self._not_its_file("was replaced by another file (an editor's save, sed -i, a rename over it)")
+        if size < self._size:
+            raise self._not_its_file(f"was cut short ({size} bytes; this Session wrote {self._size})")
+        raise self._not_its_file(f"grew by {size - self._size} bytes this Session did not write")
+
+    def _not_its_file(self, what: str) -> InvalidStateError:
+        """What a write raises when the log's file changed under this session
+        (``what``: how; see :meth:`_check_file`)."""
+        return InvalidStateError(
+            f"the session log {self._path} {what} while this Session was writing it: the event was not logged "
+            "(it would be lost, or follow a cut line). Leave a log's file alone while a Session writes it; open "
+            "the log again with Session.open(path) (a removed one: put it back first; this Session's events() "
+            "still reads what it held), then finish the step with rt.tools.recover(agent, turn, step)"
+        )
 
     def _closed_error(self) -> OSError:
         """What a write to this session raises once it is closed."""

@@ -131,6 +131,9 @@ class SessionFile(io.FileIO):
         super().__init__(path, "a+")
         self._fd = self.fileno()
         self._held_write = _WRITE if holds_gil_while_writing(self._fd) else None
+        # The path it was opened by, made absolute (a later chdir changes
+        # nothing), for at_path.
+        self._where = os.fsencode(os.path.abspath(path))
 
     @property
     def holds_gil(self) -> bool:
@@ -140,6 +143,15 @@ class SessionFile(io.FileIO):
     def close(self) -> None:
         self._held_write = None  # (first: no held write to a closed descriptor)
         super().close()
+
+    def at_path(self) -> tuple[int, int, int]:
+        """The device, inode and size (``os.stat``'s ``st_dev``, ``st_ino``
+        and ``st_size``) of the file the path this file was opened by leads
+        to now, following symbolic links: this file's, unless it was
+        replaced, moved or removed since. Raises ``OSError``
+        (``FileNotFoundError``: nothing is there) when it cannot be read."""
+        found = os.stat(self._where)
+        return found.st_dev, found.st_ino, found.st_size
 
     def write(self, data: Any) -> int:
         held_write = self._held_write
