@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_actors.errors import ErrorCode, InvalidStateError, LosslessJsonError
+from dsh_actors.errors import ErrorCode, InvalidStateError, InvalidTypeError, LosslessJsonError
 from dsh_actors.json import FrozenDict, dumps, materialize
 from dsh_actors.model import (
     ImageBlock,
@@ -1322,3 +1322,18 @@ def test_a_request_of_another_step_is_that_step_s_call_s_not_the_one_deferred_ag
     session.decide("s2", {"c0": "allowed-once"})
     session.decide("s3", {"c0": "rejected"})
     assert session.awaiting_approval() == []
+
+
+def test_an_in_memory_session_that_keeps_no_events_pairs_calls_and_refuses_reads() -> None:
+    # (What replay feeds a log of any length: it holds what is open, as a
+    # session on a file does, not every line.)
+    session = Session(keep_events=False)
+    for i in range(3):
+        session.append(call_event(1, 1, f"c{i}", "echo", {}))
+    session.append(result_event("c1", ok("ok"), turn=1, step=1))
+    assert (len(session), session.pending_calls()) == (4, ["c0", "c2"])
+    for read in (session.events, lambda: session.read_step(1, 1)):
+        with pytest.raises(InvalidStateError, match=r"keeps no events \(Session\(keep_events=False\)\)"):
+            read()
+    with pytest.raises(InvalidTypeError, match=r"Session\(keep_events=...\) is True or False"):
+        Session(keep_events=0)  # type: ignore[arg-type]

@@ -179,15 +179,24 @@ class Session:
     the file is created if missing; its directory must exist
     (``FileNotFoundError`` otherwise) and an existing file must be empty
     (``FileExistsError``: continue one with :meth:`open`). ``fsync=True``
-    fsyncs after every event.
+    fsyncs after every event. ``keep_events=False`` (in memory) keeps no
+    event, only what pairs calls with their results, as a session on a file
+    keeps: it checks and pairs a stream of events of any length (a replay)
+    in memory bounded by what is open; reading events back from it
+    (:meth:`events`, :meth:`read_step`) raises ``InvalidStateError``.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, fsync: bool = False, keep_events: bool = True
+    ) -> None:
         _check_options(path, fsync, "Session", none_ok=True)
+        if type(keep_events) is not bool:
+            raise InvalidTypeError(f"Session(keep_events=...) is True or False, not {safe_str(keep_events)!r}")
         self._lock = threading.Lock()
-        # In memory: each event's JSON, without the newline. On a file: None
-        # (events() reads the file), and _count counts the events.
-        self._lines: list[bytes] | None = None if path is not None else []
+        # In memory: each event's JSON, without the newline (None: kept by
+        # no one, keep_events=False). On a file: None (events() reads the
+        # file), and _count counts the events.
+        self._lines: list[bytes] | None = [] if path is None and keep_events else None
         self._count = 0
         # Byte ranges of the file below _size that hold no event: a failed
         # write's bytes that could not be cut off (see _recover).
@@ -826,9 +835,19 @@ class Session:
         file = self._file
         if file is not None:
             return [_pread(file.fileno(), start, end) for start, end in ranges]
-        assert self._path is not None  # closed: read it again by its path
+        if self._path is None:
+            raise self._keeps_none()
+        # (Closed: read it again by its path.)
         with open(self._path, "rb") as closed:
             return [_pread(closed.fileno(), start, end) for start, end in ranges]
+
+    @staticmethod
+    def _keeps_none() -> InvalidStateError:
+        """What reading events back from a ``Session(keep_events=False)`` raises."""
+        return InvalidStateError(
+            "this Session keeps no events (Session(keep_events=False)): it only pairs calls with their "
+            "results; keep them in memory with Session(), or log to a file with Session(path)"
+        )
 
     # -- reading one step ---------------------------------------------------
 
@@ -887,6 +906,8 @@ class Session:
         data, junk = b"", []
         with self._lock:
             lines = self._lines
+            if lines is None and self._path is None:
+                raise self._keeps_none()
             stop = self._size if lines is None else len(lines)
             if index is None or index.end > stop:
                 index = StepIndex()  # (the first read, or the file shrank under this session: read it again)
