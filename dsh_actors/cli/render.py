@@ -3,7 +3,10 @@
 :func:`log_entries` turns the events of a session log into a tree: one
 :class:`CallEntry` per root ``tool/call`` (paired with its ``tool/result``),
 with the PTC sub-dispatches of that call (``tool/ptc-dispatch-start`` and
-``tool/ptc-dispatch``) nested under it. :func:`render_log` draws that tree,
+``tool/ptc-dispatch``) nested under it; :class:`LogTree` builds it one
+event at a time and hands out each root call once it is complete (replay
+draws a log of any length so, with :func:`render_lines` and a
+:class:`Tally` for the summary line). :func:`render_log` draws that tree,
 asking each tool for its cards (``present_call(args)`` and
 ``present_result(args, projection)``) and falling back to the generic cards
 when the tool is unknown, its presenter returns ``None``, or fails (raises,
@@ -29,7 +32,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
 
@@ -76,11 +80,16 @@ __all__ = [
     "Approval",
     "CallEntry",
     "ColorMode",
+    "LogTree",
     "Lookup",
     "Style",
+    "Tally",
     "choose_style",
     "count_results",
+    "index_only_session",
     "log_entries",
+    "note_agent",
+    "render_lines",
     "render_log",
     "terminal_safe",
     "resolve_views",
@@ -293,6 +302,15 @@ def _call_of(
     return found
 
 
+def index_only_session() -> Session:
+    """An in-memory :class:`Session` that keeps no event, only its index
+    (the open calls, sub-calls and requests, the latest run of each agent):
+    what ``Session.open`` keeps of a log on a file. Replay feeds it every
+    event of a log to check and pair them as the session does, in memory
+    bounded by what is open rather than by the log's length."""
+    return Session(keep_events=False)
+
+
 class _Pairing:
     """The session's own reading of the log, fed one event at a time (an
     in-memory :class:`Session`): which ``tool/call`` is a copy of an earlier
@@ -301,10 +319,12 @@ class _Pairing:
     rather than by a second statement of that rule."""
 
     def __init__(self) -> None:
-        self._session = Session()
-        # (call id, step) of the tool/calls fed so far: only a call that
-        # repeats an earlier one's id and step can be a copy of its line
-        self._called: set[tuple[str, StepKey | None]] = set()
+        self._session = index_only_session()
+        # agent -> (call id, step) of its tool/calls since its latest
+        # tool/batch: only a call that repeats one of them can be a copy of
+        # its line (the session takes none for one outside that run, nor
+        # one of an agent that logged no batch, or of no agent)
+        self._called: dict[str, set[tuple[str, StepKey | None]]] = {}
 
     def feed(self, event: Mapping[str, Any], index: int) -> bool:
         """Log ``event`` in the session; whether it is a ``tool/call`` the
@@ -314,19 +334,292 @@ class _Pairing:
         if type(kind) is not str or not kind:
             return False  # (not an event the session logs; ignored here, as any unknown type)
         call_id = event.get("call_id") if kind == CALL else None
-        key = (call_id, step_key(event)) if type(call_id) is str else None
+        at = step_key(event) if kind == CALL or kind == BATCH else None
+        called = None if at is None or at[2] is None else self._called.get(at[2])
+        key = (call_id, at) if type(call_id) is str else None
         # Ask the session (pending_calls copies the list of open calls) only
         # about a call that repeats an earlier one's id and step.
-        check = key is not None and key in self._called
+        check = key is not None and called is not None and key in called
         before = len(self._session.pending_calls()) if check else 0
         try:
             self._session.append(event)
         except DshError as err:  # InvalidValueError, InvalidTypeError, LosslessJsonError
             raise LogShapeError(index, event, err.message) from None
-        if key is not None:
-            self._called.add(key)
+        if kind == BATCH and at is not None and at[2] is not None:
+            self._called[at[2]] = set()  # (as the session starts the agent's latest run)
+        elif key is not None and called is not None:
+            called.add(key)
         # A call the session counts adds an open call; a copy adds none.
         return check and len(self._session.pending_calls()) == before
+
+
+@dataclass(slots=True, eq=False)
+class _Open:
+    """A root call that later events may still change: its place among the
+    roots, the index of the last event that changed it (or a call nested in
+    it), its sub-calls without a result and its requests without a
+    decision."""
+
+    ordinal: int
+    changed: int
+    sub_calls: int = 0
+    requests: int = 0
+    sub_ids: list[str] = field(default_factory=list)
+
+
+class LogTree:
+    """:func:`log_entries` one event at a time, keeping only what later
+    events may still change: :meth:`feed` hands out each root call, in log
+    order, once it is complete, so a log of any length is read in memory
+    bounded by what is open in it.
+
+    A root call is complete once it has its result, each of its sub-calls
+    has one and none of its approval requests awaits a decision: it is
+    forgotten then, and a later event of its id is one of a call not in the
+    log (a ``tool/result`` or sub-call of a call that has its result gets an
+    entry of its own). A call that stays open is handed out at the end, or,
+    given ``done_after`` (from :meth:`open_roots` of an earlier reading of
+    the same events), right after the last event that changes it; the roots
+    after it wait for it. ``keep=False`` hands out nothing (a first reading,
+    for :meth:`open_roots` and :attr:`agents` only)."""
+
+    def __init__(self, done_after: Mapping[int, int] | None = None, *, keep: bool = True) -> None:
+        self._done_after: Mapping[int, int] = done_after or {}
+        self._keep = keep
+        self._pairing = _Pairing()
+        self._roots: deque[CallEntry] = deque()  # made, not yet handed out, in log order
+        self._open: dict[CallEntry, _Open] = {}  # root -> what keeps it open
+        self._made = 0  # roots made so far
+        self._changed: list[CallEntry] = []  # the roots the current event changed
+        self._latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
+        # (turn, step, agent, root call id) -> its latest entry: a tool/result
+        # (or request) that names its step pairs with its step's call, even
+        # while another step's call shares the id (agents sharing a session)
+        self._stepped: dict[tuple[int, int, str | None, str], CallEntry] = {}
+        # sub-call id -> its latest entry, and its root call
+        self._subs: dict[str, tuple[CallEntry, CallEntry]] = {}
+        # (turn, step, agent) -> the calls its latest tool/batch names that have no tool/call yet
+        self._announced: dict[tuple[int, int, str | None], dict[str, CallEntry]] = {}
+        # (suspension, call id) -> its request, and the agent the request named
+        self._requests: dict[tuple[str, str], tuple[CallEntry, Approval, str | None]] = {}
+        # (call id, agent) -> the call a "deferred" decision left waiting
+        self._redeferred: dict[tuple[str, str | None], CallEntry] = {}
+        self.agents: set[str | None] = set()
+        """The agents whose steps the roots are, up to two (:func:`note_agent`)."""
+
+    def open_roots(self) -> dict[int, int]:
+        """The roots still open (by their place among the roots, from 0),
+        each with the index of the last event that changed it."""
+        return {state.ordinal: state.changed for state in self._open.values()}
+
+    def finish(self) -> list[CallEntry]:
+        """The roots not handed out yet, in log order (after the last event)."""
+        roots = list(self._roots)
+        self._roots.clear()
+        return roots
+
+    def feed(self, event: Mapping[str, Any], index: int) -> list[CallEntry]:
+        """Read ``event``, the one at ``index`` (from 0); the roots it
+        completed (and those after them that were waiting), in log order.
+        Raises :class:`LogShapeError` as :func:`log_entries` does."""
+        self._read(event, index)
+        for root in self._changed:
+            state = self._open.get(root)
+            if state is None:
+                continue  # (handed out already)
+            state.changed = index
+            if root.result is not None and not state.sub_calls and not state.requests:
+                self._forget(root, state)
+            elif self._done_after.get(state.ordinal) == index:
+                del self._open[root]  # (nothing changes it any more: it stays where later events look)
+        self._changed.clear()
+        roots = self._roots
+        done: list[CallEntry] = []
+        while roots and roots[0] not in self._open:
+            done.append(roots.popleft())
+        return done
+
+    def _forget(self, root: CallEntry, state: _Open) -> None:
+        del self._open[root]
+        if self._latest.get(root.call_id) is root:
+            del self._latest[root.call_id]
+        if root.turn is not None and root.step is not None:
+            key = (root.turn, root.step, root.agent, root.call_id)
+            if self._stepped.get(key) is root:
+                del self._stepped[key]
+        subs = self._subs
+        for sub_id in state.sub_ids:
+            found = subs.get(sub_id)
+            if found is not None and found[1] is root:
+                del subs[sub_id]
+
+    def _root(self, entry: CallEntry) -> CallEntry:
+        """A new root call, in log order."""
+        self._open[entry] = _Open(ordinal=self._made, changed=-1)
+        self._made += 1
+        if self._keep:
+            self._roots.append(entry)
+        note_agent(self.agents, entry)
+        self._changed.append(entry)
+        return entry
+
+    def _parent_of(self, event: Mapping[str, Any], index: int) -> tuple[CallEntry, CallEntry]:
+        """The entry a sub-call event nests under, and its root call."""
+        parent_id = event.get("parent_call_id")
+        subs, latest = self._subs, self._latest
+        if type(parent_id) is str and parent_id in subs:
+            return subs[parent_id]
+        root_id = _str_field(event, "root_call_id", index)
+        if type(parent_id) is str and parent_id in latest:
+            return latest[parent_id], latest[parent_id]
+        if root_id in latest:
+            return latest[root_id], latest[root_id]
+        placeholder = self._root(CallEntry(call_id=root_id, name=None, arguments=None, logged_call=False))
+        latest[root_id] = placeholder
+        return placeholder, placeholder
+
+    def _request_done(self, root: CallEntry) -> None:
+        state = self._open.get(root)
+        if state is not None:
+            state.requests -= 1
+        self._changed.append(root)
+
+    def _read(self, event: Mapping[str, Any], index: int) -> None:
+        kind = event.get("type")
+        if kind == CALL:  # (this command's messages, before the session's)
+            _str_field(event, "call_id", index)
+            _logged_step(event, index)
+        if self._pairing.feed(event, index):
+            return  # a copy of an earlier tool/call line: that call is the one shown
+        latest, stepped, changed = self._latest, self._stepped, self._changed
+        if kind == BATCH:
+            turn, step = _logged_step(event, index)
+            calls = event.get("calls")
+            if type(calls) is not list:
+                raise LogShapeError(index, event, "needs a list of calls")
+            waiting: dict[str, CallEntry] = {}
+            made: list[CallEntry] = []
+            for item in calls:
+                if not isinstance(item, Mapping):
+                    raise LogShapeError(index, event, "each call must be an object")
+                made.append(
+                    CallEntry(
+                        call_id=_str_field(item, "call_id", index),
+                        name=_str_field(item, "name", index),
+                        arguments=_batch_arguments(item.get("arguments")),
+                        turn=turn,
+                        step=step,
+                        agent=agent_of(event),
+                        batch_only=True,
+                    )
+                )
+            for entry in made:
+                waiting[self._root(entry).call_id] = entry
+            at = (turn, step, agent_of(event))
+            if waiting:
+                self._announced[at] = waiting
+            else:
+                self._announced.pop(at, None)
+        elif kind == CALL:
+            call_id = _str_field(event, "call_id", index)
+            turn, step = _logged_step(event, index)
+            name = _str_field(event, "name", index)
+            agent = agent_of(event)
+            at = (turn, step, agent)
+            waiting_or_none = self._announced.get(at)
+            entry_or_none = None if waiting_or_none is None else waiting_or_none.pop(call_id, None)
+            if entry_or_none is not None:  # its batch named it: it starts where the batch put it
+                if not waiting_or_none:
+                    del self._announced[at]
+                entry_or_none.batch_only = False
+                entry_or_none.name = name
+                entry_or_none.arguments = event.get("arguments")
+                changed.append(entry_or_none)
+            else:
+                entry_or_none = self._root(
+                    CallEntry(
+                        call_id=call_id, name=name, arguments=event.get("arguments"), turn=turn, step=step, agent=agent
+                    )
+                )
+            latest[call_id] = entry_or_none
+            stepped[(turn, step, agent, call_id)] = entry_or_none
+        elif kind == RESULT:
+            result = _result(event, index)
+            entry_or_none = _call_of(event, result.call_id, latest, stepped)
+            if entry_or_none is None or entry_or_none.result is not None:
+                entry_or_none = self._root(
+                    CallEntry(call_id=result.call_id, name=None, arguments=None, logged_call=False)
+                )
+                latest[result.call_id] = entry_or_none
+            entry_or_none.result = result
+            entry_or_none.traceback = _traceback(event)
+            changed.append(entry_or_none)
+        elif kind == APPROVAL_REQUEST:
+            call_id = _str_field(event, "call_id", index)
+            suspension = _str_field(event, "suspension", index)
+            named = agent_of(event)
+            again = redeferred_key(self._redeferred, call_id, named)
+            entry_or_none = (self._redeferred.pop(again) if again is not None else None) or _call_of(
+                event, call_id, latest, stepped
+            )
+            if entry_or_none is None or entry_or_none.result is not None:
+                return  # (a request whose call is not open in the log: nothing to show it on)
+            reason = event.get("reason")
+            approval = Approval(
+                suspension=suspension,
+                reason=reason if type(reason) is str else None,
+                shown=_text_by_language(event.get("display_reason")),
+            )
+            entry_or_none.approvals.append(approval)
+            replaced = self._requests.get((suspension, call_id))
+            if replaced is not None:
+                self._request_done(replaced[0])
+            self._requests[(suspension, call_id)] = (entry_or_none, approval, named)
+            state = self._open.get(entry_or_none)
+            if state is not None:
+                state.requests += 1
+            changed.append(entry_or_none)
+        elif kind == APPROVAL:
+            key = (_str_field(event, "suspension", index), _str_field(event, "call_id", index))
+            request = self._requests.pop(key, None)
+            if request is not None:
+                asked, approval, named = request
+                approval.decision = _str_field(event, "decision", index)
+                if approval.decision == "deferred":
+                    self._redeferred[(key[1], named)] = asked  # the request that follows (of its agent) is this call's
+                self._request_done(asked)
+        elif kind == PTC_DISPATCH_START:
+            sub_id = _str_field(event, "sub_call_id", index)
+            child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))
+            parent, root = self._parent_of(event, index)
+            parent.children.append(child)
+            self._subs[sub_id] = (child, root)
+            state = self._open.get(root)
+            if state is not None:
+                state.sub_calls += 1
+                state.sub_ids.append(sub_id)
+            changed.append(root)
+        elif kind == PTC_DISPATCH:
+            result = _result(event, index)
+            found = self._subs.get(result.call_id)
+            if found is None or found[0].result is not None:
+                child = CallEntry(
+                    call_id=result.call_id, name=_str_field(event, "name", index), arguments=None, logged_call=False
+                )
+                parent, root = self._parent_of(event, index)
+                parent.children.append(child)
+                self._subs[result.call_id] = (child, root)
+                state = self._open.get(root)
+                if state is not None:
+                    state.sub_ids.append(result.call_id)
+            else:
+                child, root = found
+                state = self._open.get(root)
+                if state is not None:
+                    state.sub_calls -= 1
+            child.result = result
+            child.traceback = _traceback(event)
+            changed.append(root)
 
 
 def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
@@ -337,7 +630,8 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     request pairs with the latest call of its id that has no result yet
     (ids may repeat across steps), in the step it names when it names one
     (its ``turn`` and ``step``), a decision with the request of its
-    suspension; a result or a sub-call whose call is not in the log gets an
+    suspension; a result or a sub-call whose call is not in the log, or
+    comes after that call is complete (see :class:`LogTree`), gets an
     entry of its own (``logged_call`` False). Events of other types are
     ignored. A second ``tool/call`` of one id in the latest run of an
     agent's step, after its ``tool/batch``, is a copy of the line, not a
@@ -345,132 +639,11 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     Raises :class:`LogShapeError` for a malformed batch, call, result,
     approval or dispatch event (a batch or call without an int turn and
     step, say), or one the session refuses."""
+    tree = LogTree()
     roots: list[CallEntry] = []
-    latest: dict[str, CallEntry] = {}  # root call id -> its latest entry
-    # (turn, step, agent, root call id) -> its latest entry: a tool/result
-    # (or request) that names its step pairs with its step's call, even
-    # while another step's call shares the id (agents sharing a session)
-    stepped: dict[tuple[int, int, str | None, str], CallEntry] = {}
-    subs: dict[str, CallEntry] = {}  # sub-call id -> its latest entry
-    # (turn, step, agent) -> the calls its latest tool/batch names that have no tool/call yet
-    announced: dict[tuple[int, int, str | None], dict[str, CallEntry]] = {}
-    # (suspension, call id) -> its request, and the agent the request named
-    requests: dict[tuple[str, str], tuple[CallEntry, Approval, str | None]] = {}
-    # (call id, agent) -> the call a "deferred" decision left waiting
-    redeferred: dict[tuple[str, str | None], CallEntry] = {}
-
-    def parent_of(event: Mapping[str, Any], index: int) -> CallEntry:
-        parent_id = event.get("parent_call_id")
-        if type(parent_id) is str and parent_id in subs:
-            return subs[parent_id]
-        root_id = _str_field(event, "root_call_id", index)
-        if type(parent_id) is str and parent_id in latest:
-            return latest[parent_id]
-        if root_id in latest:
-            return latest[root_id]
-        placeholder = CallEntry(call_id=root_id, name=None, arguments=None, logged_call=False)
-        roots.append(placeholder)
-        latest[root_id] = placeholder
-        return placeholder
-
-    pairing = _Pairing()
     for index, event in enumerate(events):
-        kind = event.get("type")
-        if kind == CALL:  # (this command's messages, before the session's)
-            _str_field(event, "call_id", index)
-            _logged_step(event, index)
-        if pairing.feed(event, index):
-            continue  # a copy of an earlier tool/call line: that call is the one shown
-        if kind == BATCH:
-            turn, step = _logged_step(event, index)
-            calls = event.get("calls")
-            if type(calls) is not list:
-                raise LogShapeError(index, event, "needs a list of calls")
-            waiting: dict[str, CallEntry] = {}
-            for item in calls:
-                if not isinstance(item, Mapping):
-                    raise LogShapeError(index, event, "each call must be an object")
-                entry = CallEntry(
-                    call_id=_str_field(item, "call_id", index),
-                    name=_str_field(item, "name", index),
-                    arguments=_batch_arguments(item.get("arguments")),
-                    turn=turn,
-                    step=step,
-                    agent=agent_of(event),
-                    batch_only=True,
-                )
-                roots.append(entry)
-                waiting[entry.call_id] = entry
-            announced[(turn, step, agent_of(event))] = waiting
-        elif kind == CALL:
-            call_id = _str_field(event, "call_id", index)
-            turn, step = _logged_step(event, index)
-            name = _str_field(event, "name", index)
-            agent = agent_of(event)
-            waiting_or_none = announced.get((turn, step, agent))
-            entry_or_none = None if waiting_or_none is None else waiting_or_none.pop(call_id, None)
-            if entry_or_none is not None:  # its batch named it: it starts where the batch put it
-                entry_or_none.batch_only = False
-                entry_or_none.name = name
-                entry_or_none.arguments = event.get("arguments")
-            else:
-                entry_or_none = CallEntry(
-                    call_id=call_id, name=name, arguments=event.get("arguments"), turn=turn, step=step, agent=agent
-                )
-                roots.append(entry_or_none)
-            latest[call_id] = entry_or_none
-            stepped[(turn, step, agent, call_id)] = entry_or_none
-        elif kind == RESULT:
-            result = _result(event, index)
-            entry_or_none = _call_of(event, result.call_id, latest, stepped)
-            if entry_or_none is None or entry_or_none.result is not None:
-                entry_or_none = CallEntry(call_id=result.call_id, name=None, arguments=None, logged_call=False)
-                roots.append(entry_or_none)
-                latest[result.call_id] = entry_or_none
-            entry_or_none.result = result
-            entry_or_none.traceback = _traceback(event)
-        elif kind == APPROVAL_REQUEST:
-            call_id = _str_field(event, "call_id", index)
-            suspension = _str_field(event, "suspension", index)
-            named = agent_of(event)
-            again = redeferred_key(redeferred, call_id, named)
-            entry_or_none = (redeferred.pop(again) if again is not None else None) or _call_of(
-                event, call_id, latest, stepped
-            )
-            if entry_or_none is None or entry_or_none.result is not None:
-                continue  # (a request whose call is not open in the log: nothing to show it on)
-            reason = event.get("reason")
-            approval = Approval(
-                suspension=suspension,
-                reason=reason if type(reason) is str else None,
-                shown=_text_by_language(event.get("display_reason")),
-            )
-            entry_or_none.approvals.append(approval)
-            requests[(suspension, call_id)] = (entry_or_none, approval, named)
-        elif kind == APPROVAL:
-            key = (_str_field(event, "suspension", index), _str_field(event, "call_id", index))
-            request = requests.pop(key, None)
-            if request is not None:
-                asked, approval, named = request
-                approval.decision = _str_field(event, "decision", index)
-                if approval.decision == "deferred":
-                    redeferred[(key[1], named)] = asked  # the request that follows (of its agent) is this call's
-        elif kind == PTC_DISPATCH_START:
-            sub_id = _str_field(event, "sub_call_id", index)
-            child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))
-            parent_of(event, index).children.append(child)
-            subs[sub_id] = child
-        elif kind == PTC_DISPATCH:
-            result = _result(event, index)
-            child_or_none = subs.get(result.call_id)
-            if child_or_none is None or child_or_none.result is not None:
-                child_or_none = CallEntry(
-                    call_id=result.call_id, name=_str_field(event, "name", index), arguments=None, logged_call=False
-                )
-                parent_of(event, index).children.append(child_or_none)
-                subs[result.call_id] = child_or_none
-            child_or_none.result = result
-            child_or_none.traceback = _traceback(event)
+        roots.extend(tree.feed(event, index))
+    roots.extend(tree.finish())
     return roots
 
 
@@ -485,36 +658,70 @@ def _walk(entries: Iterable[CallEntry]) -> Iterable[CallEntry]:
         yield from _walk(entry.children)
 
 
-def count_results(entries: Sequence[CallEntry]) -> tuple[int, int, int, int]:
+def count_results(entries: Iterable[CallEntry]) -> tuple[int, int, int, int]:
     """``(calls, ok, errors, without a result)`` over the root calls."""
-    ok = sum(1 for e in entries if e.result is not None and not e.result.is_error)
-    errors = sum(1 for e in entries if e.result is not None and e.result.is_error)
-    return len(entries), ok, errors, len(entries) - ok - errors
+    tally = Tally()
+    for entry in entries:
+        tally.add(entry)
+    return tally.calls, tally.ok, tally.errors, tally.calls - tally.ok - tally.errors
 
 
 def _plural(count: int, word: str, plural: str | None = None) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {plural or word + 's'}"
 
 
-def summary_line(entries: Sequence[CallEntry]) -> str:
+@dataclass(slots=True)
+class Tally:
+    """What :func:`summary_line` counts, added up one root call at a time
+    (:meth:`add`), so that a log need not be held to be summed up."""
+
+    calls: int = 0
+    ok: int = 0
+    errors: int = 0
+    awaiting: int = 0
+    """Calls without a result whose last approval request is undecided."""
+    never: int = 0
+    """Calls without a result that only their batch names (never started)."""
+    nested: int = 0
+    """PTC sub-calls, at any depth."""
+
+    def add(self, entry: CallEntry) -> None:
+        """Count the root call ``entry`` (and the sub-calls under it)."""
+        self.calls += 1
+        result = entry.result
+        if result is None:
+            self.awaiting += entry.awaiting
+            self.never += entry.batch_only
+        elif result.is_error:
+            self.errors += 1
+        else:
+            self.ok += 1
+        self.nested += sum(1 for _ in _walk(entry.children))
+
+    def line(self) -> str:
+        """``3 calls: 2 ok, 1 error`` (see :func:`summary_line`)."""
+        line = f"{_plural(self.calls, 'call')}: {self.ok} ok, {_plural(self.errors, 'error')}"
+        pending = self.calls - self.ok - self.errors
+        if pending:
+            line += f", {pending} without a result"
+            why = [f"{self.awaiting} awaiting approval"] if self.awaiting else []
+            if self.never:
+                why.append(f"{self.never} never started")
+            if why:
+                line += f" ({', '.join(why)})"
+        if self.nested:
+            line += f" ({_plural(self.nested, 'nested call')})"
+        return line
+
+
+def summary_line(entries: Iterable[CallEntry]) -> str:
     """``3 calls: 2 ok, 1 error`` (and the calls without a result, those
     awaiting an approval and those that never started among them, and the
     PTC sub-calls, when there are any)."""
-    calls, ok, errors, pending = count_results(entries)
-    line = f"{_plural(calls, 'call')}: {ok} ok, {_plural(errors, 'error')}"
-    if pending:
-        line += f", {pending} without a result"
-        awaiting = sum(1 for e in entries if e.awaiting)
-        never = sum(1 for e in entries if e.batch_only and e.result is None)
-        why = [f"{awaiting} awaiting approval"] if awaiting else []
-        if never:
-            why.append(f"{never} never started")
-        if why:
-            line += f" ({', '.join(why)})"
-    nested = sum(1 for _ in _walk(entries)) - calls
-    if nested:
-        line += f" ({_plural(nested, 'nested call')})"
-    return line
+    tally = Tally()
+    for entry in entries:
+        tally.add(entry)
+    return tally.line()
 
 
 # --------------------------------------------------------------------------
@@ -821,11 +1028,40 @@ def render_log(
     agent (agents sharing a session), each header names its agent.
     ``max_lines`` caps each card's body; ``tracebacks`` adds the logged
     traceback of a call whose hook raised."""
-    out: list[str] = []
+    agents: set[str | None] = set()
+    for entry in entries:
+        note_agent(agents, entry)
+    named = len(agents) > 1
+    return list(
+        render_lines(entries, lookup, style, named=named, max_lines=max_lines, steps=steps, tracebacks=tracebacks)
+    )
+
+
+def note_agent(agents: set[str | None], entry: CallEntry) -> None:
+    """Add to ``agents`` the agent whose step ``entry`` is (None: a step
+    that names none), up to two: the headers name each step's agent when
+    the entries are more than one agent's steps."""
+    if entry.turn is not None and len(agents) < 2:
+        agents.add(entry.agent)
+
+
+def render_lines(
+    entries: Iterable[CallEntry],
+    lookup: Lookup,
+    style: Style,
+    *,
+    named: bool,
+    max_lines: int | None = None,
+    steps: bool = True,
+    tracebacks: bool = False,
+) -> Iterator[str]:
+    """:func:`render_log`'s lines, drawn one root call at a time as
+    ``entries`` yields them; ``named``: whether each header names its
+    agent (more than one agent's steps, which :func:`note_agent` tells)."""
     rule = style.glyph("──", "--")
     dot = style.glyph(" ·", ",")
-    named = len({entry.agent for entry in entries if entry.turn is not None}) > 1
     step: tuple[int | None, int | None, str | None] | None = None
+    out: list[str] = []
     for entry in entries:
         here = (entry.turn, entry.step, entry.agent)
         if steps and entry.turn is not None and here != step:
@@ -836,4 +1072,6 @@ def render_log(
         if entry.turn is not None:
             step = here
         _render_entry(entry, lookup, style, "", max_lines, out, tracebacks)
-    return [terminal_safe(line, style) for line in out]
+        for line in out:
+            yield terminal_safe(line, style)
+        out.clear()

@@ -18,72 +18,147 @@ malformed (a ``tool/call`` or ``tool/batch`` without an int ``turn`` and
 ``-v`` a call whose tool (or a policy) raised shows the traceback its
 ``tool/result`` logged. Exit status 0, or 1 when the file cannot be read or
 is not a session log, or the tools cannot be loaded.
+
+The log is read twice, a line at a time, and never held: the first reading
+checks every line (nothing is drawn from a log with a bad one) and learns
+which calls stay open to its end and whether the steps are more than one
+agent's; the second draws each root call as soon as it is complete, or
+after the last event that changes it (:class:`~.render.LogTree`), so
+memory holds what is open in the log (calls without a result, and the
+calls logged after such a call until it is complete), not the log. A
+pipe's bytes (a FIFO, ``/dev/stdin``) are first copied to a temporary file.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 from ..definition import ToolDefinition
 from ..errors import DshError, LosslessJsonError
 from ..json import loads
 from ..runtime import ToolRuntime
-from ..session import Session, whole_json
+from ..session import whole_json
 from .exits import write_output
 from .loading import CliError, install_tools, load_tool_source
-from .render import LogShapeError, Lookup, choose_style, log_entries, render_log, summary_line
+from .render import (
+    CallEntry,
+    LogShapeError,
+    LogTree,
+    Lookup,
+    Style,
+    Tally,
+    choose_style,
+    index_only_session,
+    render_lines,
+)
 
-__all__ = ["read_log", "replay_command"]
+__all__ = ["replay_command"]
 
 
-def read_log(path: str) -> tuple[list[dict[str, Any]], list[int], int | None]:
-    """The events of the session log at ``path``, the line number of each,
-    and the line number of a torn last line that was ignored (or ``None``)."""
+def _open_log(path: str) -> IO[bytes]:
+    """The session log at ``path``, open for reading from its start, as many
+    times as replay reads it: a pipe's bytes (a FIFO, ``/dev/stdin``) are
+    first copied to a temporary file."""
     if not path:  # (Path("") is the current directory)
         raise CliError("the session log needs a file name (got an empty one)")
     try:
-        data = Path(path).read_bytes()
+        file = open(path, "rb")  # (closed by replay_command)
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise CliError(f"{path}: is a directory, not a session log") from None
     except OSError as err:
-        raise CliError(f"{path}: cannot read: {err.strerror or err}") from None
-    lines = [(number, line) for number, line in enumerate(data.split(b"\n"), 1) if line.strip()]
-    events: list[dict[str, Any]] = []
-    numbers: list[int] = []
-    # Each event goes through a session's append (in memory): what it
-    # refuses, Session.open refuses in the file too.
-    check = Session()
-    for index, (number, line) in enumerate(lines):
-        last = index == len(lines) - 1
+        raise _cannot_read(path, err) from None
+    if file.seekable():
+        return file
+    with file:
+        spool = tempfile.TemporaryFile()  # (returned, as the log)
         try:
-            event = loads(line, frozen=False, path="event")
-        except LosslessJsonError as err:
-            if last and not whole_json(line):
-                # A torn write: only a cut line is one (a cut event is not JSON).
-                # A lone one is a log's only when it begins as an event does
-                # (a crash while its first event was written, as
-                # Session.open reads it); other text is no log at all.
-                if not events and not _EVENT_START.match(line):
-                    raise _not_an_event(path, number, err.problem, alone=True) from None
-                return events, numbers, number
-            raise _not_an_event(path, number, err.problem, alone=last and not events) from None
-        if type(event) is not dict:
-            raise _not_an_event(path, number, "a session event is a JSON object", alone=last and not events)
+            shutil.copyfileobj(file, spool)
+        except OSError as err:
+            spool.close()
+            raise _cannot_read(path, err) from None
+    return spool
+
+
+def _cannot_read(path: str, err: OSError) -> CliError:
+    return CliError(f"{path}: cannot read: {err.strerror or err}")
+
+
+class _LogReader:
+    """The events of a session log read from its start, one line at a time,
+    with ``Session.open``'s rules (see the module docstring): after a
+    reading, :attr:`last` is the number of the last line read as an event
+    (0: none) and :attr:`torn` the number of a torn last line that was
+    ignored (or ``None``). Raises :class:`CliError` naming ``FILE:LINE``
+    for a bad line."""
+
+    def __init__(self, file: IO[bytes], path: str) -> None:
+        self.file = file
+        self.path = path
+        self.last = 0
+        self.torn: int | None = None
+
+    def _lines(self, until: int | None) -> Iterator[tuple[int, bytes, bool]]:
+        """The lines that are not blank, up to line ``until`` (``None``:
+        all), each with its number (from 1) and whether it is the last."""
+        held: tuple[int, bytes] | None = None
         try:
-            check.append(event)
-        except DshError as err:
-            problem = err.message.removeprefix("invalid session event: ")
-            raise _not_an_event(path, number, problem, alone=last and not events) from None
-        events.append(event)
-        numbers.append(number)
-    return events, numbers, None
+            self.file.seek(0)
+            for number, raw in enumerate(self.file, 1):
+                if until is not None and number > until:
+                    break
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                if not line.strip():
+                    continue
+                if held is not None:
+                    yield (*held, False)
+                held = (number, line)
+        except OSError as err:
+            raise _cannot_read(self.path, err) from None
+        if held is not None:
+            yield (*held, True)
+
+    def events(self, until: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Each event and the number of its line, up to line ``until``."""
+        path = self.path
+        first = True
+        # Each event goes through a session's append (one that keeps no
+        # event; lossless, as read): what it refuses, Session.open refuses
+        # in the file too.
+        check = index_only_session()
+        for number, line, last in self._lines(until):
+            try:
+                event = loads(line, frozen=False, path="event")
+            except LosslessJsonError as err:
+                if last and not whole_json(line):
+                    # A torn write: only a cut line is one (a cut event is not JSON).
+                    # A lone one is a log's only when it begins as an event does
+                    # (a crash while its first event was written, as
+                    # Session.open reads it); other text is no log at all.
+                    if first and not _EVENT_START.match(line):
+                        raise _not_an_event(path, number, err.problem, alone=True) from None
+                    self.torn = number
+                    return
+                raise _not_an_event(path, number, err.problem, alone=last and first) from None
+            if type(event) is not dict:
+                raise _not_an_event(path, number, "a session event is a JSON object", alone=last and first)
+            try:
+                check.append_lossless(event)
+            except DshError as err:
+                problem = err.message.removeprefix("invalid session event: ")
+                raise _not_an_event(path, number, problem, alone=last and first) from None
+            first = False
+            self.last = number
+            yield number, event
 
 
 #: How a session event's line begins (``"type"`` first, as the runtime and
@@ -98,27 +173,91 @@ def _not_an_event(path: str, number: int, problem: str, *, alone: bool) -> CliEr
 
 
 def replay_command(args: argparse.Namespace) -> int:
-    events, numbers, torn = read_log(args.file)
-    try:
-        entries = log_entries(events)
-    except LogShapeError as err:
-        raise CliError(f"{args.file}:{numbers[err.index]}: bad {err.kind} event: {err.problem}") from None
-    out = sys.stdout
-    with ExitStack() as stack:
-        lookup: Lookup = _unknown
-        if args.tools is not None:
-            source = load_tool_source(args.tools)
-            rt = stack.enter_context(ToolRuntime())
-            install_tools(source, rt)
-            lookup = rt.tools.get
-        style = choose_style(out, args.color)
-        verbose = bool(getattr(args, "verbose", False))
-        lines = render_log(entries, lookup, style, max_lines=args.max_lines or None, tracebacks=verbose)
-        last = summary_line(entries) if entries else style.dim("(no tool calls in the log)")
-        write_output(out, [*(line + "\n" for line in lines), last + "\n"])
-    if torn is not None:
-        sys.stderr.write(f"dsh-actors replay: {args.file}:{torn}: ignored a torn last line (an interrupted write)\n")
+    with _open_log(args.file) as file:
+        scan = _scan(_LogReader(file, args.file))
+        out = sys.stdout
+        with ExitStack() as stack:
+            lookup: Lookup = _unknown
+            if args.tools is not None:
+                source = load_tool_source(args.tools)
+                rt = stack.enter_context(ToolRuntime())
+                install_tools(source, rt)
+                lookup = rt.tools.get
+            style = choose_style(out, args.color)
+            verbose = bool(getattr(args, "verbose", False))
+            tally = Tally()
+            entries = _entries(_LogReader(file, args.file), scan, tally)
+            lines = render_lines(
+                entries, lookup, style, named=scan.named, max_lines=args.max_lines or None, tracebacks=verbose
+            )
+            write_output(out, _with_summary(lines, tally, style))
+    if scan.torn is not None:
+        sys.stderr.write(
+            f"dsh-actors replay: {args.file}:{scan.torn}: ignored a torn last line (an interrupted write)\n"
+        )
     return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """What a first reading of the log tells the second, which draws it."""
+
+    last: int
+    """The number of the last line to read (a torn last line excluded)."""
+    torn: int | None
+    """The number of the torn last line that was ignored, or ``None``."""
+    named: bool
+    """Whether the steps are more than one agent's (their headers name them)."""
+    done_after: dict[int, int]
+    """The root calls still open at the end (:meth:`LogTree.open_roots`)."""
+
+
+def _scan(reader: _LogReader) -> _Scan:
+    """Read the whole log once, keeping only what is open in it: every
+    line is checked before anything is drawn (a bad line's error wins over
+    a malformed event's, as when the log was read whole), and the second
+    reading learns which calls stay open to the end, and whether the
+    headers name agents."""
+    tree = LogTree(keep=False)
+    malformed: CliError | None = None
+    for index, (number, event) in enumerate(reader.events()):
+        if malformed is None:
+            try:
+                tree.feed(event, index)
+            except LogShapeError as err:
+                malformed = _bad_event(reader.path, number, err)
+    if malformed is not None:
+        raise malformed
+    return _Scan(last=reader.last, torn=reader.torn, named=len(tree.agents) > 1, done_after=tree.open_roots())
+
+
+def _entries(reader: _LogReader, scan: _Scan, tally: Tally) -> Iterator[CallEntry]:
+    """The root calls of the log, each as soon as it is complete (see
+    :class:`LogTree`), counted in ``tally``."""
+    tree = LogTree(scan.done_after)
+    for index, (number, event) in enumerate(reader.events(until=scan.last)):
+        try:
+            done = tree.feed(event, index)
+        except LogShapeError as err:  # (the file changed since the first reading)
+            raise _bad_event(reader.path, number, err) from None
+        for entry in done:
+            tally.add(entry)
+            yield entry
+    for entry in tree.finish():
+        tally.add(entry)
+        yield entry
+
+
+def _bad_event(path: str, number: int, err: LogShapeError) -> CliError:
+    return CliError(f"{path}:{number}: bad {err.kind} event: {err.problem}")
+
+
+def _with_summary(lines: Iterable[str], tally: Tally, style: Style) -> Iterator[str]:
+    """``lines``, each with its newline, then the summary line."""
+    for line in lines:
+        yield line + "\n"
+    last = tally.line() if tally.calls else style.dim("(no tool calls in the log)")
+    yield last + "\n"
 
 
 def _unknown(name: str) -> ToolDefinition | None:

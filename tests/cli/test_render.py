@@ -20,10 +20,16 @@ from dsh_actors import (
     define_tool,
     text,
 )
-from dsh_actors.cli.render import Style, choose_style, log_entries, render_log
+from dsh_actors.cli.render import LogTree, Style, choose_style, log_entries, render_log
 from dsh_actors.model import content_to_json
 from dsh_actors.presentation import DiffCallView, ToolResultProjection, WebSource
-from dsh_actors.session import LoggedResult, call_event, result_event
+from dsh_actors.session import (
+    LoggedResult,
+    call_event,
+    ptc_dispatch_event,
+    ptc_dispatch_start_event,
+    result_event,
+)
 
 PLAIN = Style(color=False, unicode=True)
 
@@ -200,3 +206,23 @@ def test_a_raw_definitions_broken_presenters_draw_the_generic_cards_and_are_warn
         "replay, the dsh-actors command) it gets a ToolResultProjection: content, is_error, error and meta, no "
         "value (keep what the card needs in presentation_meta)\n",
     ]
+
+
+def test_a_sub_call_logged_after_its_call_is_complete_is_one_whose_call_is_not_in_the_log() -> None:
+    # A complete call (its result, every sub-call's, no approval awaiting a
+    # decision) is handed out and forgotten: nothing later changes it.
+    ok = ToolResultProjection(content=(text("ok"),), is_error=False)
+    events = [
+        call_event(1, 1, "rc", "run_code", {}),
+        ptc_dispatch_start_event("rc", "rc", "rc:ptc:1", "t", {}),
+        result_event("rc", ok),  # (its sub-call still open: it waits for it)
+        ptc_dispatch_event("rc", "rc", "rc:ptc:1", "t", False, [text("sub")], None, None),
+        ptc_dispatch_start_event("rc", "rc", "rc:ptc:2", "t", {}),
+    ]
+    first, late = log_entries(events)
+    assert (first.call_id, [child.call_id for child in first.children]) == ("rc", ["rc:ptc:1"])
+    assert (late.call_id, late.logged_call, [child.call_id for child in late.children]) == ("rc", False, ["rc:ptc:2"])
+    tree = LogTree()
+    handed = [[entry.call_id for entry in tree.feed(event, index)] for index, event in enumerate(events)]
+    assert handed == [[], [], [], ["rc"], []]
+    assert [entry.call_id for entry in tree.finish()] == ["rc"]

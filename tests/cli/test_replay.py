@@ -3,7 +3,12 @@ cards where a tool is unknown, PTC sub-calls nested under their call."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import sys
+import threading
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +16,7 @@ import orjson
 import pytest
 
 from dsh_actors import text
+from dsh_actors.cli import main
 from dsh_actors.presentation import ToolResultProjection
 from dsh_actors.session import (
     approval_event,
@@ -353,3 +359,122 @@ def test_a_tool_call_line_without_an_int_turn_and_step_is_an_error_naming_its_li
     batch = {**batch_event(1, 2, [("c3", "x", {})]), field: value}
     _log(log, call_event(1, 1, "c1", "x", {}), batch)
     assert_one_line_error(cli("replay", log), "replay", f"{log}:2: bad tool/batch event: needs an int turn and step")
+
+
+class _Sink(io.TextIOBase):
+    """Standard output that keeps only its last line and a count."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.last = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        self.last = text
+        return len(text)
+
+
+def _long_log(path: Path, steps: int) -> Path:
+    """A crash's call that never got its result, then ``steps`` steps of a
+    shell call and a run_code call with one sub-call, each settled."""
+    ok = _ok("hello\n[exit code 0]", {"output": "hello\n", "exit_code": 0, "signal": None})
+    with path.open("wb") as out:
+        out.write(orjson.dumps(call_event(1, 1, "lost", "run_shell", {"command": "true"}, agent="a")) + b"\n")
+        for step in range(2, steps + 2):
+            shell, code = f"s{step}", f"r{step}"
+            calls = [(shell, "run_shell", {"command": "echo hello"}), (code, "run_code", {"code": "return 1"})]
+            events = [batch_event(1, step, calls, agent="a")]
+            for call_id, name, arguments in calls:
+                events.append(call_event(1, step, call_id, name, arguments, agent="a"))
+                events.append(start_event(call_id, 1, step, agent="a"))
+            sub = f"{code}:ptc:1"
+            events.append(ptc_dispatch_start_event(code, code, sub, "run_shell", {"command": "echo hello"}))
+            events.append(ptc_dispatch_event(code, code, sub, "run_shell", False, [text("hello")], None, None))
+            events.append(result_event(shell, ok, turn=1, step=step, agent="a"))
+            events.append(result_event(code, _ok("1"), turn=1, step=step, agent="a"))
+            out.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    return path
+
+
+def _replay_peak(log: Path, steps: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The peak of the memory a replay of ``log`` allocated (tracemalloc)."""
+    sink = _Sink()
+    monkeypatch.setattr(sys, "stdout", sink)
+    tracemalloc.start()
+    try:
+        code = main(["replay", str(log)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 0
+    assert sink.last == f"{2 * steps + 1} calls: {2 * steps} ok, 0 errors, 1 without a result ({steps} nested calls)\n"
+    assert sink.lines == 2 + 8 * steps + 1  # the lost call under its header, 8 lines a step, the summary
+    return peak
+
+
+def test_replay_holds_what_is_open_in_the_log_not_the_whole_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It held all of it, about 1.4 KB a line: the bytes, every line, every
+    # event (twice in sessions), every call and every line drawn, at once.
+    # Even behind a call that never gets its result, each call is drawn
+    # once it is complete and forgotten.
+    short, long = 30, 120
+    short_log, long_log = _long_log(tmp_path / "short.jsonl", short), _long_log(tmp_path / "long.jsonl", long)
+    _replay_peak(short_log, short, monkeypatch)  # (what the first replay imports and caches)
+    lines = (long - short) * 10  # 10 lines a step
+    growth = _replay_peak(long_log, long, monkeypatch) - _replay_peak(short_log, short, monkeypatch)
+    assert growth < lines * 20, f"{growth} bytes more for {lines} more lines"
+
+
+def test_calls_logged_after_a_call_without_its_result_wait_for_it_and_keep_their_order(cli: Cli, root: Path) -> None:
+    log = _log(
+        root / "log.jsonl",
+        call_event(1, 1, "slow", "x", {}),
+        call_event(1, 2, "quick", "x", {}),
+        result_event("quick", _ok("first done"), turn=1, step=2),
+        ptc_dispatch_start_event("slow", "slow", "slow:ptc:1", "y", {}),
+        result_event("slow", _ok("last done"), turn=1, step=1),
+        ptc_dispatch_event("slow", "slow", "slow:ptc:1", "y", False, [text("nested")], None, None),
+        call_event(1, 3, "never", "x", {}),
+        call_event(1, 4, "after", "x", {}),
+        result_event("after", _ok("after it"), turn=1, step=4),
+    )
+    replayed = cli("replay", log)
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == (
+        "── turn 1 · step 1 ──\n"
+        "✓ slow x\n"
+        "    ✓ slow:ptc:1 y\n"
+        "        nested\n"
+        "    last done\n"
+        "── turn 1 · step 2 ──\n"
+        "✓ quick x\n"
+        "    first done\n"
+        "── turn 1 · step 3 ──\n"
+        "… never x  no result recorded\n"
+        "── turn 1 · step 4 ──\n"
+        "✓ after x\n"
+        "    after it\n"
+        "4 calls: 3 ok, 0 errors, 1 without a result (1 nested call)\n"
+    )
+
+
+def test_a_log_read_from_a_pipe_replays_as_from_a_file(cli: Cli, root: Path) -> None:
+    # (The log is read twice: a pipe's bytes are copied to a temporary file.)
+    log = _log(root / "log.jsonl", call_event(1, 1, "a", "x", {}), result_event("a", _ok("fine")))
+    fifo = root / "log.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(log.read_bytes(),))
+    writer.start()
+    try:
+        replayed = cli("replay", fifo)
+    finally:
+        if writer.is_alive():  # (in case the replay never opened the pipe: let the writer go)
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join()
+    assert (replayed.code, replayed.err) == (0, "")
+    assert replayed.out == cli("replay", log).out == "── turn 1 · step 1 ──\n✓ a x\n    fine\n1 call: 1 ok, 0 errors\n"
