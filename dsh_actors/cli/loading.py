@@ -6,7 +6,9 @@ one-line :class:`CliError`. ``executors`` and ``policies`` are
 imported by name, when used: the core never imports them statically.
 
 ``MODULE`` is a module name imported with the current directory on
-``sys.path`` (``examples.tools``), or the path of a ``.py`` file. ``ATTR``
+``sys.path`` (``examples.tools``), or the path of a ``.py`` file, imported
+with its folder first on ``sys.path`` (as ``python FILE`` has it: it imports
+the modules beside it). ``ATTR``
 (dotted for a nested attribute; default ``register``, else ``TOOLS``) is one
 of:
 
@@ -113,11 +115,19 @@ def _import_file(path: Path, spec: str) -> ModuleType:
         raise CliError(f"--tools {spec}: cannot import {str(path)!r} as a Python module")
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[name] = module
+    # Its folder first on sys.path while it runs, as `python FILE` has it,
+    # so it imports the modules beside it; only then, so that none of them
+    # stands in for one the command imports later (policies, executors).
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
     try:
         loader_spec.loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
         raise
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
     return module
 
 

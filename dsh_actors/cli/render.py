@@ -72,6 +72,7 @@ from ..session import (
     StepKey,
     agent_of,
     redeferred_key,
+    same_step,
     step_key,
     step_of,
 )
@@ -559,9 +560,20 @@ class LogTree:
             suspension = _str_field(event, "suspension", index)
             named = agent_of(event)
             again = redeferred_key(self._redeferred, call_id, named)
-            entry_or_none = (self._redeferred.pop(again) if again is not None else None) or _call_of(
-                event, call_id, latest, stepped
-            )
+            entry_or_none = None
+            if again is not None:
+                deferred, asked_in = self._redeferred[again], step_key(event)
+                if (
+                    asked_in is None
+                    or deferred.turn is None
+                    or deferred.step is None
+                    or same_step((deferred.turn, deferred.step, deferred.agent), asked_in)
+                ):
+                    # The call that decision was for (a request of another
+                    # step is that step's call's), as the session pairs it.
+                    entry_or_none = self._redeferred.pop(again)
+            if entry_or_none is None or entry_or_none.result is not None:
+                entry_or_none = _call_of(event, call_id, latest, stepped)
             if entry_or_none is None or entry_or_none.result is not None:
                 return  # (a request whose call is not open in the log: nothing to show it on)
             reason = event.get("reason")

@@ -8,10 +8,12 @@ made them. Without ``--tools``, or for a name the module does not
 register, or when a presenter answers ``None``, the generic cards are used.
 
 The file is only read (never repaired or truncated), with the session's
-rules (``Session.open``'s): blank lines are skipped and a *last* line that
-is not whole JSON is a torn write from a crash, ignored with a note on
-stderr (the only line too, when it begins as an event does: a crash while
-the first event was written); any other bad line (one that is not JSON, or whole JSON that is no
+rules (``Session.open``'s): blank lines are skipped and a *last* line
+without its newline that is not whole JSON is a torn write from a crash
+(each event is written with its newline in one write), ignored with a note
+on stderr (the only line too, when it begins as an event does: a crash
+while the first event was written); any other bad line (one that is not
+JSON, a newline-terminated last one included, or whole JSON that is no
 session event, wherever it is), or an event of a known type that is
 malformed (a ``tool/call`` or ``tool/batch`` without an int ``turn`` and
 ``step``, say), is an error naming ``FILE:LINE``. With
@@ -107,21 +109,23 @@ class _LogReader:
         self.last = 0
         self.torn: int | None = None
 
-    def _lines(self, until: int | None) -> Iterator[tuple[int, bytes, bool]]:
+    def _lines(self, until: int | None) -> Iterator[tuple[int, bytes, bool, bool]]:
         """The lines that are not blank, up to line ``until`` (``None``:
-        all), each with its number (from 1) and whether it is the last."""
-        held: tuple[int, bytes] | None = None
+        all), each with its number (from 1), whether it ended in a newline
+        and whether it is the last."""
+        held: tuple[int, bytes, bool] | None = None
         try:
             self.file.seek(0)
             for number, raw in enumerate(self.file, 1):
                 if until is not None and number > until:
                     break
-                line = raw[:-1] if raw.endswith(b"\n") else raw
+                terminated = raw.endswith(b"\n")
+                line = raw[:-1] if terminated else raw
                 if not line.strip():
                     continue
                 if held is not None:
                     yield (*held, False)
-                held = (number, line)
+                held = (number, line, terminated)
         except OSError as err:
             raise _cannot_read(self.path, err) from None
         if held is not None:
@@ -135,12 +139,14 @@ class _LogReader:
         # event; lossless, as read): what it refuses, Session.open refuses
         # in the file too.
         check = index_only_session()
-        for number, line, last in self._lines(until):
+        for number, line, terminated, last in self._lines(until):
             try:
                 event = loads(line, frozen=False, path="event")
             except LosslessJsonError as err:
-                if last and not whole_json(line):
-                    # A torn write: only a cut line is one (a cut event is not JSON).
+                if last and not terminated and not whole_json(line):
+                    # A torn write: only a cut line is one (a cut event is
+                    # not JSON, and each event is written with its newline
+                    # in one write, so a cut one never ends in a newline).
                     # A lone one is a log's only when it begins as an event does
                     # (a crash while its first event was written, as
                     # Session.open reads it); other text is no log at all.

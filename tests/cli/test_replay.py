@@ -159,6 +159,20 @@ def test_a_torn_last_line_is_ignored_with_a_note(cli: Cli, root: Path) -> None:
     assert log.read_bytes().endswith(b'"call_'), "replay never changes the file"
 
 
+@pytest.mark.parametrize("last", [b'{"type": "tool/call", "call_', b"...}}", b"nope"])
+def test_a_bad_newline_terminated_last_line_is_an_error_as_for_the_session(cli: Cli, root: Path, last: bytes) -> None:
+    # Each event is written with its newline in one write: only an
+    # unterminated line can be a torn one. Replay said "ignored a torn last
+    # line" and exited 0 where Session.open raises SessionCorruptError.
+    from dsh_actors.session import Session, SessionCorruptError
+
+    log = _log(root / "log.jsonl", call_event(1, 1, "a", "x", {}), result_event("a", _ok("fine")))
+    log.write_bytes(log.read_bytes() + last + b"\n\n")  # (a blank line after it: still the last line)
+    with pytest.raises(SessionCorruptError, match=":3: "):
+        Session.open(log).close()
+    assert_one_line_error(cli("replay", log), "replay", f"{log}:3: not a session event: ")
+
+
 def test_an_empty_log_shows_that_it_holds_no_calls(cli: Cli, root: Path) -> None:
     (root / "empty.jsonl").write_text("\n")
     outcome = cli("replay", "empty.jsonl")
@@ -268,6 +282,43 @@ def test_a_suspended_log_shows_its_approvals_and_the_calls_that_wait_in_the_batc
         "    decision: allowed-once\n"
         "    refunded\n"
         "4 calls: 2 ok, 0 errors, 2 without a result (1 awaiting approval, 1 never started)\n"
+    )
+
+
+def test_a_request_after_a_deferral_is_its_own_step_s_call_s_as_the_session_has_it(cli: Cli, root: Path) -> None:
+    # Step 1's c0 is deferred again (its new request comes later) while
+    # step 2, reusing the id, asks for its own c0: replay showed step 2's
+    # request (s2) under step 1's call, and step 2's call with none.
+    from dsh_actors.session import Session
+
+    def asked(suspension: str, step: int) -> dict[str, Any]:
+        return approval_request_event("c0", suspension, "refund", "why", None, turn=1, step=step, agent="a")
+
+    log = _log(
+        root / "log.jsonl",
+        call_event(1, 1, "c0", "refund", {}, agent="a"),
+        asked("s1", 1),
+        approval_event("c0", "s1", "deferred"),
+        call_event(1, 2, "c0", "refund", {}, agent="a"),
+        asked("s2", 2),
+        asked("s3", 1),
+    )
+    with Session.open(log) as session:
+        assert session.awaiting_approval() == [("c0", "s2"), ("c0", "s3")]
+        assert [c.awaiting for c in session.step_calls(1, 1, "a")] == ["s3"]
+        assert [c.awaiting for c in session.step_calls(1, 2, "a")] == ["s2"]
+    replayed = cli("replay", log)
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == (
+        "── turn 1 · step 1 ──\n"
+        "⏸ c0 refund  awaiting approval\n"
+        "    approval asked: why (suspension s1)\n"
+        "    decision: deferred\n"
+        "    approval asked: why (suspension s3)\n"
+        "── turn 1 · step 2 ──\n"
+        "⏸ c0 refund  awaiting approval\n"
+        "    approval asked: why (suspension s2)\n"
+        "2 calls: 0 ok, 0 errors, 2 without a result (2 awaiting approval)\n"
     )
 
 

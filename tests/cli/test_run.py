@@ -207,6 +207,36 @@ def test_a_module_name_is_imported_from_the_current_directory(cli: Cli, root: Pa
     assert outcome.out.endswith("4 calls: 4 ok, 0 errors\n")
 
 
+def test_a_tools_file_imports_the_modules_beside_it_as_python_file_does(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # It failed "ModuleNotFoundError: No module named ..." (`python
+    # tools.py` finds them: its folder is first on sys.path).
+    write_module(
+        "helpers_beside_the_tools_file",
+        '''
+        from dsh_actors import tool
+
+        @tool
+        def add(a: int, b: int) -> int:
+            """Add."""
+            return a + b
+        ''',
+    )
+    tools = write_module("tools_beside_helpers", "from helpers_beside_the_tools_file import add\nTOOLS = [add]\n")
+    batch = _batch(root, {"id": "c1", "name": "add", "arguments": {"a": 1, "b": 2}})
+    before = list(sys.path)
+    try:
+        outcome = cli("run", batch, "--tools", tools)
+    finally:
+        sys.modules.pop("helpers_beside_the_tools_file", None)
+    assert outcome.code == 0, outcome.err
+    assert outcome.out.endswith("1 call: 1 ok, 0 errors\n")
+    # Only while it is imported: a module of that folder never stands in
+    # for one the command imports later (policies, executors).
+    assert sys.path == before
+
+
 def test_max_parallel_caps_how_many_calls_overlap(cli: Cli, root: Path, write_module: Any, tmp_path: Path) -> None:
     module = write_module(
         "overlap_tools",
