@@ -71,10 +71,9 @@ from ..session import (
     Session,
     StepKey,
     agent_of,
-    redeferred_key,
-    same_step,
     step_key,
     step_of,
+    take_redeferred,
 )
 
 __all__ = [
@@ -368,6 +367,11 @@ class _Open:
     sub_ids: list[str] = field(default_factory=list)
 
 
+def _entry_step(entry: CallEntry) -> StepKey | None:
+    """The step of a call drawn from the log, or None when its events named none."""
+    return None if entry.turn is None or entry.step is None else (entry.turn, entry.step, entry.agent)
+
+
 class LogTree:
     """:func:`log_entries` one event at a time, keeping only what later
     events may still change: :meth:`feed` hands out each root call, in log
@@ -558,20 +562,8 @@ class LogTree:
         elif kind == APPROVAL_REQUEST:
             call_id = _str_field(event, "call_id", index)
             suspension = _str_field(event, "suspension", index)
-            named = agent_of(event)
-            again = redeferred_key(self._redeferred, call_id, named)
-            entry_or_none = None
-            if again is not None:
-                deferred, asked_in = self._redeferred[again], step_key(event)
-                if (
-                    asked_in is None
-                    or deferred.turn is None
-                    or deferred.step is None
-                    or same_step((deferred.turn, deferred.step, deferred.agent), asked_in)
-                ):
-                    # The call that decision was for (a request of another
-                    # step is that step's call's), as the session pairs it.
-                    entry_or_none = self._redeferred.pop(again)
+            # (The session's pairing of a request after a "deferred" decision.)
+            entry_or_none = take_redeferred(self._redeferred, call_id, event, _entry_step)
             if entry_or_none is None or entry_or_none.result is not None:
                 entry_or_none = _call_of(event, call_id, latest, stepped)
             if entry_or_none is None or entry_or_none.result is not None:
@@ -586,7 +578,7 @@ class LogTree:
             replaced = self._requests.get((suspension, call_id))
             if replaced is not None:
                 self._request_done(replaced[0])
-            self._requests[(suspension, call_id)] = (entry_or_none, approval, named)
+            self._requests[(suspension, call_id)] = (entry_or_none, approval, agent_of(event))
             state = self._open.get(entry_or_none)
             if state is not None:
                 state.requests += 1

@@ -155,6 +155,7 @@ from ._events import (
     start_event,
     step_key,
     step_of,
+    take_redeferred,
 )
 from ._file import Session, whole_json
 from ._steps import (
@@ -188,6 +189,7 @@ __all__ = [
     "agent_matches",
     "agent_of",
     "redeferred_key",
+    "take_redeferred",
     "same_step",
     "step_key",
     "STARTED",

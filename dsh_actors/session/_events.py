@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import contextvars
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
-from typing import Any, Final, Protocol, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias, TypeVar
 
 from ..errors import (
     ErrorCode,
@@ -299,6 +299,30 @@ def redeferred_key(
         return key
     if agent is not None and (call_id, None) in waiting:
         return (call_id, None)
+    return None
+
+
+_Waiting = TypeVar("_Waiting")
+
+
+def take_redeferred(
+    waiting: MutableMapping[tuple[str, str | None], _Waiting],
+    call_id: str,
+    request: Mapping[str, Any],
+    step_of: Callable[[_Waiting], StepKey | None],
+) -> _Waiting | None:
+    """The call a "deferred" decision left waiting that the approval
+    ``request`` for ``call_id`` is for, taken out of ``waiting``, or None:
+    the one :func:`redeferred_key` finds, when the request names no step,
+    ``step_of`` it gives none, or both name the same step (a request of
+    another step, of a call that reuses the id, is that step's call's: the
+    waiting one stays). The session and replay pair requests alike."""
+    again = redeferred_key(waiting, call_id, agent_of(request))
+    if again is None:
+        return None
+    at, waited = step_key(request), step_of(waiting[again])
+    if at is None or waited is None or same_step(waited, at):
+        return waiting.pop(again)
     return None
 
 

@@ -41,13 +41,12 @@ from ._events import (
     SessionCorruptError,
     StepKey,
     _interrupted_dispatch,
-    agent_of,
     approval_event,
-    redeferred_key,
     result_event,
     results_by_call,
     same_step,
     step_key,
+    take_redeferred,
 )
 from ._index import StepIndex
 from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step, step_calls
@@ -528,17 +527,11 @@ class Session:
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
-                named, at = agent_of(event), step_key(event)
-                again = redeferred_key(self._redeferred, call_id, named)
-                serial = None
-                if again is not None:
-                    waiting = self._call_steps.get(self._redeferred[again])
-                    if at is None or waiting is None or same_step(waiting, at):
-                        # The call that decision was for (a request of
-                        # another step is that step's call's).
-                        serial = self._redeferred.pop(again)
+                # The call a "deferred" decision was for, if this is its
+                # request again; else the latest open call of its step.
+                serial = take_redeferred(self._redeferred, call_id, event, self._call_steps.get)
                 if serial is None or serial not in self._pending:
-                    serial = self._latest_open(call_id, at)
+                    serial = self._latest_open(call_id, step_key(event))
                 if serial is not None:  # (a request without its tool/call awaits nothing)
                     earlier = self._requests.pop(serial, None)
                     if earlier is not None:
