@@ -361,31 +361,36 @@ def test_async_bodies_under_a_sync_wrapper_nesting_execute_async_finish_at_a_bud
         assert [r.result.value for r in result.results] == ["1>2>leaf|leaf|2>leaf|leaf"] * 3, budget
 
 
-def test_async_bodies_under_a_wrapper_wait_on_call_actors_within_the_budget() -> None:
+@pytest.mark.parametrize("shape", ["five calls", "one call", "serial", "exclusive"])
+def test_async_bodies_under_a_wrapper_wait_on_call_actors_within_the_budget(shape: str) -> None:
     # A tools/execute wrapper makes a call actor wait for each async body.
     # That wait used to lend its slot at once, so the dispatcher started
     # another call actor for the next queued call, and so on without bound
     # (1,000 agents of 3 async calls under policies.metrics peaked at
     # thousands of threads; a farm audit). It lends only when the body
-    # needs the budget now (a nested batch: the tests below), so 40 such
-    # calls in 8 batches wait on the 4 call actors of the budget.
+    # needs the budget now (a nested batch: the tests below), so the calls
+    # of 8 batches wait on the 4 call actors of the budget. The only call
+    # that can start (a one-call batch, a serial batch's call, an exclusive
+    # call) ran inline on the thread stepping its batch, which lends its
+    # step slot for whatever it runs there: one thread per batch, with no
+    # bound (1,000 one-call agents under policies.timeout: about 1,000
+    # threads). It goes to a call actor too, and nothing lends.
     import asyncio
 
     budget = 4
+    n = {"five calls": 5, "serial": 2}.get(shape, 1)
     with started_runtime(max_call_actors=budget) as rt:
         rt.events.on("tools/execute", lambda execution, next_: next_())
         dispatcher = rt.dispatcher
-        lent_call_actors: list[bool] = []  # every lend of a call-actor slot
+        lends: list[bool] = []  # every lend, of a step slot (True) or a call-actor slot
         for name in ("lend", "lend_decided"):  # (the up-front lend, the on-demand one)
-            original = getattr(dispatcher, name, None)
-            if original is not None:
+            original = getattr(dispatcher, name)
 
-                def lend(stepper: bool, original: Any = original) -> Any:
-                    if not stepper:
-                        lent_call_actors.append(True)
-                    return original(stepper)
+            def lend(stepper: bool, original: Any = original) -> Any:
+                lends.append(stepper)
+                return original(stepper)
 
-                setattr(dispatcher, name, lend)
+            setattr(dispatcher, name, lend)
         running = 0
         worst = {"bodies": 0, "call actors": 0}
 
@@ -406,76 +411,14 @@ def test_async_bodies_under_a_wrapper_wait_on_call_actors_within_the_budget() ->
                     running -= 1
                 return "ok"
 
-            rt.tools.register(make_tool("wait", body))
-            batches = [
-                ToolBatchInput(calls=[call(i, "wait", b=b) for i in range(5)], max_parallel_tool_calls=5)
-                for b in range(8)
-            ]
-            awaited = asyncio.gather(*(rt.tools.execute_async(batch) for batch in batches))
-            try:
-                await asyncio.wait_for(first_wave.wait(), GUARD)
-            finally:
-                release.set()
-            return await asyncio.wait_for(awaited, GUARD)
-
-        results = asyncio.run(main())
-        dispatcher.assert_invariants()
-        assert dispatcher.snapshot()["call_actors_peak"] <= budget
-    assert [r.result.value for batch in results for r in batch.results] == ["ok"] * 40
-    assert worst == {"bodies": budget, "call actors": budget}
-    assert not lent_call_actors  # no body needed the budget: no call actor lent its slot
-
-
-@pytest.mark.parametrize("shape", ["one call", "serial", "exclusive"])
-def test_lone_async_calls_under_a_wrapper_wait_on_call_actors_within_the_budget(shape: str) -> None:
-    # The only call that can start (a one-call batch, a serial batch's call,
-    # an exclusive call) runs inline on the thread stepping its batch, which
-    # lends its step slot for whatever it runs there: an async body under a
-    # wrapper then took one thread per batch, with no bound (1,000 one-call
-    # agents under policies.timeout: about 1,000 threads). Such a call goes
-    # to a call actor instead, which holds its slot while the body awaits:
-    # 8 batches wait on the 4 call actors of the budget, and nothing lends.
-    import asyncio
-
-    budget = 4
-    with started_runtime(max_call_actors=budget) as rt:
-        rt.events.on("tools/execute", lambda execution, next_: next_())
-        dispatcher = rt.dispatcher
-        lends: list[bool] = []  # every lend, of a step slot (True) or a call-actor slot
-        for name in ("lend", "lend_decided"):
-            original = getattr(dispatcher, name)
-
-            def lend(stepper: bool, original: Any = original) -> Any:
-                lends.append(stepper)
-                return original(stepper)
-
-            setattr(dispatcher, name, lend)
-        running = 0
-        worst = 0
-
-        async def main() -> list[Any]:
-            first_wave, release = asyncio.Event(), asyncio.Event()
-
-            async def body(args: Any, ctx: Any) -> str:
-                nonlocal running, worst
-                running += 1  # (on this loop's thread only)
-                worst = max(worst, running)
-                if running == budget:
-                    first_wave.set()
-                try:
-                    await release.wait()
-                finally:
-                    running -= 1
-                return "ok"
-
             if shape == "exclusive":
                 rt.tools.register(make_tool("wait", body, classifier=None))
             else:
                 rt.tools.register(make_tool("wait", body))
-            n = 2 if shape == "serial" else 1
             batches = [
                 ToolBatchInput(
-                    calls=[call(i, "wait", b=b) for i in range(n)], max_parallel_tool_calls=1 if n > 1 else None
+                    calls=[call(i, "wait", b=b) for i in range(n)],
+                    max_parallel_tool_calls=1 if shape == "serial" else n,
                 )
                 for b in range(8)
             ]
@@ -489,9 +432,11 @@ def test_lone_async_calls_under_a_wrapper_wait_on_call_actors_within_the_budget(
         results = asyncio.run(main())
         dispatcher.assert_invariants()
         assert dispatcher.snapshot()["call_actors_peak"] <= budget
-    assert [r.result.value for batch in results for r in batch.results] == ["ok"] * (16 if shape == "serial" else 8)
-    assert worst == budget
-    assert not lends  # no body needed the budget: nothing was lent, no thread beyond it
+    assert [r.result.value for batch in results for r in batch.results] == ["ok"] * (8 * n)
+    assert worst == {"bodies": budget, "call actors": budget}
+    # No body needed the budget: no call actor lent its slot, and no thread
+    # stepping a batch lent its step slot for an inline async body.
+    assert not lends
 
 
 @pytest.mark.parametrize(
