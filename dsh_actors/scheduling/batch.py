@@ -78,7 +78,7 @@ from ..pipeline.stages import (
     wants_loop,
 )
 from ..session import ENCLOSING_CALL, approval_request_event, batch_event, call_event, result_event
-from ..signals import AbortSignal
+from ..signals import AbortController, AbortSignal
 from ..visibility import definition_mode
 from .inbox import RUNNING, BatchInbox
 from .messages import BodyEnded, CallStart, Deadline, Fed, Reply, Returned, Sealed, Settled, Wake
@@ -312,7 +312,8 @@ class BatchRun:
         # and the one parent of its body's fresh signal. Fused once in
         # _open (without a batch signal, from the stop alone, and then the
         # batch's signal too), closed at the end: a batch's calls share one
-        # execution.signal that no other batch's calls have.
+        # execution.signal that no other batch's calls have (but a sub-batch's
+        # call fed with a signal of its own: see _fed).
         self.body_parent: AbortSignal = rt.stop_signal
         self.owns_body_parent = False
         self.unsubscribe: Any = None
@@ -495,12 +496,15 @@ class BatchRun:
         value already), the last in model order."""
         index = len(self.calls)
         batch = self.batch
+        # A call fed with a signal of its own follows the batch's and that
+        # one (subscribed only once something waits on it: see AbortController).
+        signal = self.body_parent if fed.signal is None else AbortController(self.body_parent, fed.signal).signal
         call = begin_call(
             index,
             fed.call_id,
             fed.name,
             fed.arguments,
-            self.body_parent,
+            signal,
             batch.agent,
             batch.tool_set,
             root_call_id=fed.root_call_id,
@@ -509,7 +513,7 @@ class BatchRun:
             context=batch.context,
             deps=batch.deps,
         )
-        call.body_parent = self.body_parent
+        call.body_parent = signal
         call.body_hook = self.hook
         call.loop = self.loop
         self.unbuilt.append(None)
@@ -1219,6 +1223,9 @@ class BatchRun:
         result = finalize(self.rt, call)
         assert call.final is result, call  # COMMITTED: its final result frozen and published
         self._record(call, result)
+        signal = call.body_parent
+        if signal is not self.body_parent and signal is not None:
+            signal.close()  # a fed call's own (see _fed): its work has settled
 
     def _record_given(self, index: int) -> None:
         """A call given its final result (a continued batch): recorded as it

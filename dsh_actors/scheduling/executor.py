@@ -80,6 +80,7 @@ from .pool import LEAVE, WorkMailbox
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
     from ..kernel import Kernel
+    from ..signals import AbortSignal
 
 __all__ = ["CallActor", "ExecutorActor", "Lent", "LentOnDemand", "NativeExecutor", "SubBatch", "lend_waiter"]
 
@@ -561,8 +562,13 @@ class SubBatch:
         schema: Any = None,
         root_call_id: str | None = None,
         parent: Any = None,
+        signal: AbortSignal | None = None,
     ) -> None:
-        """One more call, the last in model order (any thread; one feeder)."""
+        """One more call, the last in model order (any thread; one feeder).
+        ``signal``: one of this call alone, whose abort aborts it (before
+        its body starts: ``ABORTED_BEFORE_DISPATCH``; its body's signal
+        fires, and a success becomes ``ABORTED``) as the batch's signal
+        aborts every call."""
         self._inbox.put(
             Fed(
                 call_id=call_id,
@@ -571,6 +577,7 @@ class SubBatch:
                 schema=schema,
                 root_call_id=root_call_id,
                 parent=parent,
+                signal=signal,
             )
         )
 

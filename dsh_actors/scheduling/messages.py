@@ -211,6 +211,10 @@ class Fed:
     root_call_id: str | None = None
     parent: Any = None
     """``execution.parent``: the token of the call that feeds the batch."""
+    signal: Any = None
+    """An ``AbortSignal`` of this call alone, or None: its abort aborts
+    this call as the batch's signal aborts every call (the feeder gave up
+    on it: a program cancelled it)."""
 
 
 @dataclass(frozen=True, slots=True)

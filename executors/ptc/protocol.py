@@ -21,6 +21,14 @@ line longer than the receiver's limit is a protocol violation.
 ``{"t": "call", "id": n, "name": str, "args": {...}}``
     The program calls tool ``name`` with ``args``. ``n`` counts from 1 in
     the order the program made its calls.
+``{"t": "cancel", "id": n}``
+    The program stopped waiting for call ``n`` before its result came (the
+    task awaiting it was cancelled: ``asyncio.wait_for`` timing out,
+    ``task.cancel()``, a ``TaskGroup`` whose other task failed). The parent
+    aborts that sub-call alone (its signal fires; it settles ``ABORTED``,
+    or ``ABORTED_BEFORE_DISPATCH`` if its body had not started), which
+    frees its place under ``max_parallel_sub_calls`` once its body returns.
+    Its ``result`` may still come: the worker drops it.
 ``{"t": "progress", "progress": number, "total": number | null, "message": str | null}``
     The program called ``report_progress(...)``: the parent publishes it as
     the ``run_code`` call's ``tools/progress`` event.
@@ -52,8 +60,10 @@ process group in any case, and never reuses a worker.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
+import types
 from typing import Any
 
 _orjson: Any
@@ -64,6 +74,7 @@ except ImportError:  # pragma: no cover - depends on the interpreter
 
 __all__ = [
     "CALL",
+    "CANCEL",
     "DONE",
     "EXIT_MEMORY",
     "EXIT_ORPHANED",
@@ -88,6 +99,7 @@ VERSION = 1
 READY = "ready"
 OUT = "out"
 CALL = "call"
+CANCEL = "cancel"
 DONE = "done"
 RUN = "run"
 RESULT = "result"
@@ -212,14 +224,59 @@ def _path(root: str, steps: _Steps) -> str:
     return f"{root}{''.join(shown[:_PATH_ENDS])} … ({hidden} more) … {''.join(shown[-_PATH_ENDS:])}"
 
 
+def _int_text(value: int) -> str:
+    """An int as the core's lossless-JSON errors show it
+    (``dsh_actors/json/_rules.py``; a test holds the two equal): ``2**64``
+    for a power of two, its digits up to 256 bits, else ``of N bits`` (past
+    4,300 digits ``str`` raises, and the digits would swamp the message)."""
+    magnitude = -value if value < 0 else value
+    bits = magnitude.bit_length()
+    if bits > 1 and magnitude & (magnitude - 1) == 0:
+        return f"{'-' if value < 0 else ''}2**{bits - 1}"
+    if bits <= 256:
+        return int.__repr__(value)
+    return f"of {bits} bits"
+
+
+#: Key types shown with their value (the builtin ``repr``, which runs no
+#: code of the program's); any other key by its type alone.
+_SHOWN_KEYS = (float, bool, type(None), bytes, complex)
+
+
+def _key_text(key: object) -> str:
+    """A dict key that is not a str, as a problem names it: ``int 1``,
+    ``int of 16610 bits``, ``bytes b'k'`` (cut at 60 characters), ``tuple``."""
+    if type(key) is int:
+        return f"int {_int_text(key)}"
+    kind = type(key)
+    if kind in _SHOWN_KEYS:
+        text = repr(key)  # (an exact builtin type: its own repr)
+        return f"{kind.__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    return kind.__name__
+
+
+def _not_awaited(coroutine: Any) -> str:
+    """The problem of a coroutine where a value belongs: a call made
+    without ``await`` (a tool's is named ``tools.NAME``). One that never
+    started is closed: as a value it can never run, and Python would warn
+    that it was never awaited from wherever it is dropped (the worker's
+    own code, for a returned one)."""
+    if inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED:
+        coroutine.close()
+    return f"the call to {coroutine.__qualname__}() was not awaited: await it"
+
+
 def json_problem(value: object, path: str = "value") -> str | None:
     """Why ``value`` is not lossless JSON (the core's rules,
     ``docs/reference.md`` section 2), or None: exact ``dict`` (``str``
     keys), ``list``/``tuple``, ``str`` (no lone surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
     other than ``-0.0``, ``bool``, ``None``; no cycles, at most
     :data:`MAX_DEPTH` levels. The problem's path starts at ``path``, and
-    one of more than 20 steps is shortened as the core's are. Iterative, so
-    a deep value cannot exhaust the stack."""
+    one of more than 20 steps is shortened as the core's are; an int is
+    shown as the core shows it (past 256 bits by its size). A coroutine is
+    named as a call that was not awaited (and closed if it never started).
+    Iterative, so a deep value cannot exhaust the stack; runs no code of
+    the value's own (no ``repr``)."""
     stack: list[tuple[Any, _Steps, int]] = [(value, None, 0)]
     open_ids: set[int] = set()
     exits: list[tuple[int, int]] = []  # (stack length, id) to release on the way back
@@ -238,7 +295,9 @@ def json_problem(value: object, path: str = "value") -> str | None:
             continue
         if kind is int:
             if not _MIN_INT <= item <= _MAX_INT:
-                return f"{_path(path, steps)}: the int {item} is outside [-2**63, 2**64-1]"
+                shown = _int_text(item)
+                article = "an int" if shown.startswith("of ") else "the int"
+                return f"{_path(path, steps)}: {article} {shown} is outside [-2**63, 2**64-1]"
             continue
         if kind is float:
             if not math.isfinite(item):
@@ -257,12 +316,14 @@ def json_problem(value: object, path: str = "value") -> str | None:
             if kind is dict:
                 for key, child in reversed(list(item.items())):
                     if type(key) is not str:
-                        return f"{_path(path, steps)}: a dict key must be a str, not {type(key).__name__} {key!r}"
+                        return f"{_path(path, steps)}: a dict key must be a str, not {_key_text(key)}"
                     stack.append((child, (steps, _key_step(key)), depth + 1))
             else:
                 children = list(item)
                 for index in range(len(children) - 1, -1, -1):
                     stack.append((children[index], (steps, f"[{index}]"), depth + 1))
             continue
+        if kind is types.CoroutineType:
+            return f"{_path(path, steps)}: {_not_awaited(item)}"
         return f"{_path(path, steps)}: a {kind.__name__} is not JSON (use dict, list, str, int, float, bool or None)"
     return None

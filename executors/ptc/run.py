@@ -27,7 +27,10 @@ model's batch, a sub-call commits as soon as it has settled (a program may
 wait for one result before it makes the call that lets an earlier one
 finish). The run feeds each call to the sub-batch (``Fed``) and seals it
 when the run ends; the sub-batch's :class:`_Sink` logs a sub-call's start
-and settle events and hands its result back.
+and settle events and hands its result back. Each call is fed with a
+signal of its own (``SubCall.cancel``): when the program cancels its await
+(a ``cancel`` message) that call alone is aborted, as the run's signal
+aborts them all.
 
 A :class:`SubCall` is PENDING (made, no result yet), SETTLED (committed:
 its result is back), or SKIPPED (an unknown tool: never fed). Invariants:
@@ -472,6 +475,8 @@ class Run:
             self._capture(data)
         elif kind == protocol.CALL:
             self._on_call(message)
+        elif kind == protocol.CANCEL:
+            self._on_cancel(message)
         elif kind == protocol.PROGRESS:
             self._on_progress(message)
         elif kind == protocol.DONE:
@@ -540,9 +545,29 @@ class Run:
                 return
             sub_batch.reply.add_done_callback(self._sub_batch_ended)
         self._by_id[call_id] = sub
+        sub.cancel = AbortController()
         sub_batch.feed(
-            call_id, name, arguments, schema=schema, root_call_id=self._ctx.root_call_id, parent=self._ctx.token
+            call_id,
+            name,
+            arguments,
+            schema=schema,
+            root_call_id=self._ctx.root_call_id,
+            parent=self._ctx.token,
+            signal=sub.cancel.signal,
         )
+
+    def _on_cancel(self, message: Mapping[str, Any]) -> None:
+        """The program stopped waiting for one of its calls (its task was
+        cancelled): that sub-call alone is aborted, which frees its place
+        under the sub-call limit once its body returns. Its result, if it
+        still comes, is dropped by the worker."""
+        ident = message.get("id")
+        if type(ident) is not int or not 1 <= ident <= len(self._calls):
+            self._protocol_error(f"a cancel of call {_shown(ident)}, which the program did not make")
+            return
+        control = self._calls[ident - 1].cancel
+        if control is not None:  # (None: never fed, an unknown tool's; a settled one's abort changes nothing)
+            control.abort("the program cancelled this tool call (it stopped waiting for its result)")
 
     def _on_progress(self, message: Mapping[str, Any]) -> None:
         """The program's ``report_progress``: the ``run_code`` call's
@@ -590,10 +615,18 @@ class Run:
             self._end(stop)
             return
         worker = self._worker
+        running = worker.running()  # before the kill: a status of -9 may be ours
         status = worker.kill()
         tail = worker.stderr_tail()
         shown = "" if status is None else f" ({exit_description(status)})"
-        if status == -signal.SIGXCPU:
+        if running:
+            when = "before it was ready" if self._phase is _Phase.STARTING else "without finishing the run"
+            kind, headline = (
+                "crashed",
+                f"the worker process closed its protocol pipe {when} and was killed (it was still running; "
+                "a program must not close file descriptors it did not open)",
+            )
+        elif status == -signal.SIGXCPU:
             kind, headline = "cpu", "the program used up its CPU time limit and was killed"
         elif status == protocol.EXIT_MEMORY:
             kind, headline = "memory", f"the program ran out of memory (limit {self._settings.memory_limit_mb} MB)"

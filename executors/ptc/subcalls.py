@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from loguru import logger
 
 from dsh_actors import (
+    AbortController,
     ImageBlock,
     ReasoningBlock,
     TextBlock,
@@ -81,7 +82,7 @@ class SubCall:
     """One tool call of the program. Its state is the run's thread's; the
     sub-batch's executor actor only reads its identity (to log it)."""
 
-    __slots__ = ("n", "call_id", "name", "arguments", "schema", "state", "result")
+    __slots__ = ("n", "call_id", "name", "arguments", "schema", "state", "result", "cancel")
 
     def __init__(self, n: int, call_id: str, name: str, arguments: Any, schema: Any) -> None:
         self.n = n
@@ -91,6 +92,8 @@ class SubCall:
         self.schema = schema
         self.state = SubState.PENDING
         self.result: Result | None = None
+        #: Aborts this sub-call alone (the program cancelled it); None until it is fed.
+        self.cancel: AbortController | None = None
 
     def __repr__(self) -> str:
         return f"<SubCall {self.call_id} {self.name} {self.state.value}>"
@@ -129,6 +132,8 @@ class SubCall:
                 status = "no result (its scheduling failed)"  # execute() waits for the sub-batch's end
             case _:
                 status = outcome
+        if self.cancel is not None and self.cancel.signal.aborted:
+            status += " (the program cancelled it)"
         name = self.name if len(self.name) <= 100 else f"{self.name[:100]}..."  # (an unknown one: any length)
         return f"- {self.call_id} {name}: {status}"
 

@@ -193,7 +193,8 @@ class Capture(io.TextIOBase):
 class ToolError(Exception):
     """A tool call failed: ``str(err)`` is the failure message; ``tool`` the
     tool's name, ``code`` its failure code (``INVALID_ARGS``, ``TOOL_FAILED``,
-    ...) or None, ``error_name`` the error's class name
+    ...) or None (a denial: a policy or the approval refused the call, or
+    its approval was deferred, which a program cannot wait for), ``error_name`` the error's class name
     (``FileNotFoundError``, ``ToolArgsError``, ...) or None, ``call_id`` the
     sub-call's id."""
 
@@ -240,6 +241,10 @@ class Client:
         self._channel.send({"t": protocol.CALL, "id": n, "name": name, "args": arguments})
         try:
             return await future
+        except asyncio.CancelledError:
+            if not future.done() or future.cancelled():  # no result yet: the program gave up on it
+                self._channel.send({"t": protocol.CANCEL, "id": n})
+            raise
         finally:
             self._pending.pop(n, None)
 
@@ -301,7 +306,12 @@ class Tool:
         problem = protocol.json_problem(arguments, "arguments")
         if problem is not None:
             raise TypeError(f"tools.{py}(): {problem}")
-        return self._client.call(self._name, arguments)
+        call: Any = self._client.call(self._name, arguments)
+        # Named after the tool, not Client.call: Python's "coroutine ... was
+        # never awaited" and json_problem say which call lacks its await.
+        call.__name__ = py
+        call.__qualname__ = f"tools.{py}"
+        return call
 
 
 class Tools:
@@ -476,8 +486,11 @@ def run(
         for name, value, optional in (("progress", progress, False), ("total", total, True)):
             if value is None and optional:
                 continue
-            if type(value) not in (int, float) or not math.isfinite(value):
+            if type(value) not in (int, float) or (type(value) is float and not math.isfinite(value)):
                 raise TypeError(f"report_progress({name}=...) must be a finite number, not {value!r}")
+            problem = protocol.json_problem(value, f"report_progress({name}=...)")
+            if problem is not None:  # an int past 64 bits, -0.0: the parent would refuse the message
+                raise ValueError(problem)
         if message is not None:
             if type(message) is not str:
                 raise TypeError(f"report_progress(message=...) must be a str, not {type(message).__name__}")

@@ -83,6 +83,7 @@ MAX_FOLDER_ENTRIES: Final = 10_000
 _FOLDER_NAME: Final = re.compile(re.escape(FOLDER_PREFIX) + r"([0-9]+)\.([0-9]+)-")
 _STDERR_TAIL: Final = 8192
 _STDERR_PIPE_BYTES: Final = 1 << 20  # Linux's default most for a user (fs.pipe-max-size)
+_PF_EXITING: Final = 0x4  # Linux: a task's flag from the start of its exit (include/linux/sched.h)
 
 
 def _start_time(pid: int) -> str | None:
@@ -284,6 +285,24 @@ class Worker:
         except ChildProcessError:
             return True
         return info is not None
+
+    def running(self) -> bool | None:
+        """Whether the child still runs: False once it has ended or is
+        ending (Linux: exiting, it closes its files, pipes included, before
+        it becomes a zombie: ``PF_EXITING`` in ``/proc/<pid>/stat`` tells);
+        None where this cannot be told (no ``/proc``)."""
+        if self.exited():
+            return False
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                fields = stat.read()
+        except OSError:
+            return None
+        # pid (comm) state ppid pgrp session tty_nr tpgid flags ...; comm may hold ")".
+        after = fields[fields.rfind(b")") + 2 :].split()
+        if len(after) < 7 or not after[6].isdigit():
+            return None
+        return after[0] not in (b"Z", b"X", b"x") and not int(after[6]) & _PF_EXITING
 
     def terminate(self) -> None:
         """Kill the process group without reaping or closing anything

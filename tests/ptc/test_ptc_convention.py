@@ -187,6 +187,40 @@ def test_arguments_that_are_not_json_raise_type_error_at_the_call(rt: Any, ptc: 
     )
 
 
+def test_an_int_past_what_str_can_print_is_named_by_its_size_not_a_worker_crash(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    for code, problem in (
+        ("return 10**5000", "result: an int of 16610 bits"),
+        ("return {10**5000: 1}", "result: a dict key must be a str, not int of 16610 bits"),
+    ):
+        message = run_code(rt, code).error.message
+        assert message.startswith(f"code run failed (result): the returned value is not JSON: {problem}"), message
+    result = run_code(rt, "try:\n    await tools.echo(message=10**5000)\nexcept TypeError as err:\n    return str(err)")
+    assert result.value["result"] == (
+        "tools.echo(): arguments.message: an int of 16610 bits is outside [-2**63, 2**64-1]"
+    )
+
+
+def test_a_tool_call_without_await_is_named_as_such_and_python_warns_with_the_programs_line(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    message = run_code(rt, "return tools.echo(message='x')").error.message
+    assert message == (
+        "code run failed (result): the returned value is not JSON: "
+        "result: the call to tools.echo() was not awaited: await it\n\nThe program made no tool calls."
+    )
+    result = run_code(
+        rt,
+        "try:\n    await tools.echo(message=tools.echo(message='x'))\nexcept TypeError as err:\n    return str(err)",
+    )
+    assert result.value == {
+        "result": "tools.echo(): arguments.message: the call to tools.echo() was not awaited: await it",
+        "output": "",
+    }
+    # A bare call: Python's own warning, naming the tool at the program's line.
+    output = run_code(rt, "tools.echo(message='x')\nreturn 1").value["output"]
+    assert output.startswith("<run_code>:1: RuntimeWarning: coroutine 'tools.echo' was never awaited\n"), output
+
+
 def test_output_printed_before_a_call_stays_before_it_and_stderr_is_captured_too(rt: Any, ptc: Any) -> None:
     seen: list[str] = []
     rt.tools.register(tool("mark", lambda args, ctx: seen.append("call") or "m"))

@@ -218,11 +218,18 @@ def test_a_deferred_approval_on_a_sub_call_fails_it_in_the_program_and_the_run_g
     rt.approvals.set(lambda request: "deferred")
     result = run_code(
         rt,
-        "try:\n    await tools.echo(message='later')\nexcept ToolError as err:\n    return str(err)",
+        "try:\n    await tools.echo(message='later')\nexcept ToolError as err:\n"
+        "    return [str(err), err.code, err.error_name]",
         agent=Agent("a"),
     )
     assert code_of(result) is None
     assert result.value["result"] == (
         'tool "echo" requires approval, but the approval service deferred it and a nested call '
-        "cannot wait for a decision (only a batch suspends)"
+        "cannot wait for a decision (only a batch suspends)",
+        None,  # a denial: no code (docs/reference.md, sections 5 and 11), as the guide tells the model
+        None,
+    )
+    (guide,) = ptc.sections
+    assert "`err.code` the error code or None (a call that a policy or the approval refused or deferred)" in (
+        guide.content
     )

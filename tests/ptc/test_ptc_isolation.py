@@ -7,6 +7,7 @@ sockets, subprocesses, new code and writes outside the working folder."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -256,6 +257,29 @@ def test_a_worker_that_dies_fails_the_run_as_crashed(rt: Any, ptc: Any) -> None:
     message = failed_as(run_code(rt, "import os\nprint('bye')\nos._exit(3)"), "crashed")
     assert "the worker process exited without finishing the run (exit code 3)" in message
     assert message.endswith("Output before the run ended:\nbye\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="whether a worker still runs is read from /proc")
+def test_a_program_that_closes_the_protocol_pipe_is_named_not_reported_as_killed_by_a_signal(rt: Any, ptc: Any) -> None:
+    # It closes the worker's end of the pipe to the parent (an fd past 2
+    # that is a pipe open for writing) and waits: the worker still runs
+    # when the parent sees the pipe end, and the SIGKILL is the parent's.
+    code = (
+        "import fcntl, os, stat\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        "        mode = os.fstat(fd).st_mode\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if stat.S_ISFIFO(mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:\n"
+        "        os.close(fd)\n"
+        "await asyncio.Event().wait()"
+    )
+    message = failed_as(run_code(rt, code), "crashed")
+    assert message.startswith(
+        "code run failed (crashed): the worker process closed its protocol pipe without finishing the run "
+        "and was killed (it was still running; a program must not close file descriptors it did not open)"
+    ), message
 
 
 def test_a_worker_command_that_cannot_start_fails_the_run_as_crashed(rt: Any) -> None:

@@ -62,3 +62,13 @@ def test_a_bad_progress_value_is_an_error_in_the_program(rt: Any, ptc: Any) -> N
     result = run_code(rt, "report_progress('half')\nreturn 1")
     assert result.is_error
     assert "report_progress(progress=...) must be a finite number" in result.error.message
+
+
+def test_a_progress_int_past_64_bits_is_an_error_in_the_program_not_a_protocol_error(rt: Any, ptc: Any) -> None:
+    code = "try:\n    report_progress(1, total={})\nexcept ValueError as err:\n    return str(err)"
+    assert run_code(rt, code.format("2**70")).value["result"] == (
+        "report_progress(total=...): the int 2**70 is outside [-2**63, 2**64-1]"
+    )
+    assert run_code(rt, code.format("10**400")).value["result"] == (
+        "report_progress(total=...): an int of 1329 bits is outside [-2**63, 2**64-1]"
+    )

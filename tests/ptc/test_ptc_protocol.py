@@ -3,12 +3,16 @@ worker-side lossless JSON check, exit descriptions."""
 
 from __future__ import annotations
 
+import gc
+import inspect
 import sys
+import warnings
 from typing import Any
 
 import pytest
 
-from dsh_actors.json import path_for_index, path_for_key
+from dsh_actors.errors import LosslessJsonError
+from dsh_actors.json import check_lossless, path_for_index, path_for_key
 from executors.ptc.protocol import FrameTooLong, LineFramer, json_problem
 from executors.ptc.workers import exit_description
 
@@ -39,7 +43,12 @@ def test_the_framer_refuses_a_line_past_its_limit_even_before_it_ends() -> None:
         ({"a": {1, 2}}, "value.a: a set is not JSON"),
         ([float("inf")], "value[0]: the float inf is not JSON"),
         (-0.0, "value: -0.0 is not lossless JSON"),
-        (2**64, "value: the int 18446744073709551616 is outside [-2**63, 2**64-1]"),
+        (2**64, "value: the int 2**64 is outside [-2**63, 2**64-1]"),
+        # Past 4,300 digits str() raises: an int is shown as the core shows it.
+        ([10**5000], "value[0]: an int of 16610 bits is outside [-2**63, 2**64-1]"),
+        ({10**5000: 1}, "value: a dict key must be a str, not int of 16610 bits"),
+        ({(1, 10**5000): 1}, "value: a dict key must be a str, not tuple"),
+        ({b"k": 1}, "value: a dict key must be a str, not bytes b'k'"),
         ({"bad key": "\ud800"}, "value['bad key']: a str with a lone surrogate is not JSON"),
     ],
 )
@@ -76,6 +85,36 @@ def test_a_long_path_is_shortened_as_the_cores_are() -> None:
     assert " … (14 more) … " in core
     assert json_problem(deep, "result") == f"{core}: the float nan is not JSON"
     assert json_problem([[{"a": [float("inf")]}]]) == "value[0][0].a[0]: the float inf is not JSON"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**64, -(2**63) - 1, -(2**64), 3**100, 2**256 + 1, 3**200, 2**300, 10**5000, -(10**5000)],
+    ids=lambda value: f"{'-' if value < 0 else ''}{value.bit_length()}-bits",
+)
+def test_an_int_is_shown_as_the_cores_lossless_json_errors_show_it(value: int) -> None:
+    # The worker cannot import the core: the two must show an int alike.
+    with pytest.raises(LosslessJsonError) as caught:
+        check_lossless(value)
+    core = caught.value.problem
+    assert core.startswith("int ") and core.endswith(" is out of range [-2**63, 2**64-1]"), core
+    shown = core[len("int ") : -len(" is out of range [-2**63, 2**64-1]")]
+    article = "an int" if shown.startswith("of ") else "the int"
+    assert json_problem(value) == f"value: {article} {shown} is outside [-2**63, 2**64-1]"
+
+
+async def _lookup() -> None:
+    """A coroutine function of the program's own."""
+
+
+def test_a_coroutine_is_named_as_a_call_that_was_not_awaited_and_closed() -> None:
+    never_started = _lookup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Python's "never awaited" would be an error here
+        assert json_problem({"a": [never_started]}) == "value.a[0]: the call to _lookup() was not awaited: await it"
+        assert inspect.getcoroutinestate(never_started) == inspect.CORO_CLOSED
+        del never_started
+        gc.collect()
 
 
 def test_exit_descriptions_name_the_signal() -> None:

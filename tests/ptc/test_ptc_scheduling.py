@@ -302,6 +302,85 @@ def test_a_sub_call_the_run_ended_before_it_started_still_gets_its_tools_result(
     assert results == {"c1:ptc:1": "ABORTED", "c1:ptc:2": "ABORTED_BEFORE_DISPATCH", "c1": "CODE_RUN_FAILED"}
 
 
+def _result_codes(rt: Any) -> dict[str, str | None]:
+    """Each call's code as its tools/result has it (None: a success or no code)."""
+    results: dict[str, str | None] = {}
+
+    def on_result(execution: Any, result: Any) -> None:
+        info = result.error.info if result.is_error else None
+        results[execution.call_id] = None if info is None else str(info.code)
+
+    rt.events.on("tools/result", on_result)
+    return results
+
+
+def test_a_running_call_the_program_cancels_is_aborted_alone_and_frees_its_place(rt: Any) -> None:
+    # One place (max_parallel_sub_calls=1): the program gives up on `slow`
+    # and calls `echo`, which can start only once `slow` has left its place.
+    install(rt, timeout_ms=5000, max_parallel_sub_calls=1)
+    began = threading.Event()
+    aborted: list[bool] = []
+
+    def slow(args: Any, ctx: Any) -> str:
+        began.set()
+        aborted.append(ctx.signal.wait(GUARD))
+        return "late"
+
+    rt.tools.register(tool("slow", slow))
+    rt.tools.register(tool("echo", lambda args, ctx: "echo"))
+    results = _result_codes(rt)
+    # The progress report comes after the call on the same pipe, and before
+    # the cancel: the run reads the cancel once `slow` has begun.
+    rt.events.on("tools/progress", lambda execution, progress: must(began, "slow began"))
+    code = (
+        "task = asyncio.ensure_future(tools.slow())\n"
+        "await asyncio.sleep(0)\n"
+        "report_progress(1)\n"
+        "task.cancel()\n"
+        "try:\n"
+        "    await task\n"
+        "except asyncio.CancelledError:\n"
+        "    pass\n"
+        "return await tools.echo()"
+    )
+    result = run_code(rt, code)
+    assert result.value["result"] == "echo", result
+    assert aborted == [True]
+    assert results == {"c1:ptc:1": "ABORTED", "c1:ptc:2": None, "c1": None}
+
+
+def test_a_call_the_program_cancels_before_it_started_never_starts(rt: Any) -> None:
+    install(rt, timeout_ms=5000, max_parallel_sub_calls=1)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def hold(args: Any, ctx: Any) -> str:
+        must(release, "the program cancelled the queued call")
+        return "held"
+
+    rt.tools.register(tool("hold", hold))
+    rt.tools.register(tool("queued", lambda args, ctx: ran.append("queued") or "ran"))
+    results = _result_codes(rt)
+    # The cancel is on the pipe before the progress report: `hold` ends after the run read it.
+    rt.events.on("tools/progress", lambda execution, progress: release.set())
+    code = (
+        "held = asyncio.ensure_future(tools.hold())\n"
+        "queued = asyncio.ensure_future(tools.queued())\n"
+        "await asyncio.sleep(0)\n"
+        "queued.cancel()\n"
+        "try:\n"
+        "    await queued\n"
+        "except asyncio.CancelledError:\n"
+        "    pass\n"
+        "report_progress(1)\n"
+        "return await held"
+    )
+    result = run_code(rt, code)
+    assert result.value["result"] == "held", result
+    assert ran == []
+    assert results == {"c1:ptc:1": None, "c1:ptc:2": "ABORTED_BEFORE_DISPATCH", "c1": None}
+
+
 def test_a_sub_batch_that_fails_internally_ends_the_run_at_once(rt: Any, monkeypatch: Any) -> None:
     # A bug in the scheduler fails the sub-batch (it never hangs): the run
     # ends "internal" instead of leaving the program waiting for its timeout.
