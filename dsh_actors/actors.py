@@ -40,7 +40,7 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from .errors import InvalidTypeError, RuntimeStoppedError
+from .errors import STOPPED_REFUSAL, InvalidTypeError, RuntimeStoppedError
 
 __all__ = [
     "ASK_TIMEOUT",
@@ -155,7 +155,7 @@ class ActorGroup:
         thread, before its thread starts). Raises once the group is closed."""
         with self._lock:
             if self._closed:
-                raise RuntimeStoppedError("the runtime is stopped")
+                raise RuntimeStoppedError(STOPPED_REFUSAL)
             self._members[actor.actor_urn] = _Member(actor.actor_ref, actor)
             self._enlisted += 1
             if self._enlisted % 64 == 0:

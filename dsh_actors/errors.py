@@ -434,6 +434,19 @@ class InvalidStateError(UsageError, RuntimeError):
     loop it would block, ...)."""
 
 
+STOPPED: Final = "the ToolRuntime is stopped"
+"""The state, as a stopped runtime's errors say it (a wait the stop cut
+short adds what it waited for)."""
+
+NEW_RUNTIME: Final = "create a new ToolRuntime() and register the tools on it"
+"""The fix for anything asked of a stopped runtime: it never starts again."""
+
+STOPPED_REFUSAL: Final = f"{STOPPED}: a stopped runtime does not start again; {NEW_RUNTIME}"
+"""What a stopped runtime says to new work (``rt.tools``, a batch, a
+listener, a plugin, an approval service; a ``ToolsService`` held from
+before the stop)."""
+
+
 class RuntimeStoppedError(DshError, RuntimeError):
     """The runtime is stopped (or stopping): it refuses new work, and a wait
     for work it no longer does ends with this error."""

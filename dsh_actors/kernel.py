@@ -31,9 +31,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
-from .errors import InvalidStateError, RuntimeStoppedError
+from .errors import NEW_RUNTIME, STOPPED, STOPPED_REFUSAL, InvalidStateError, RuntimeStoppedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .actors import ActorGroup
@@ -48,17 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["NEW_RUNTIME", "STOPPED", "STOPPED_REFUSAL", "Kernel", "RuntimeKernel", "refuse_blocking_a_loop"]
 
-STOPPED: Final = "the ToolRuntime is stopped"
-"""The state, as a stopped runtime's errors say it (a wait the stop cut
-short adds what it waited for)."""
-
-NEW_RUNTIME: Final = "create a new ToolRuntime() and register the tools on it"
-"""The fix for anything asked of a stopped runtime: it never starts again."""
-
-STOPPED_REFUSAL: Final = f"{STOPPED}: a stopped runtime does not start again; {NEW_RUNTIME}"
-"""What a stopped runtime says to new work (``rt.tools``, a batch, a
-listener, a plugin, an approval service; a ``ToolsService`` held from
-before the stop)."""
 
 
 class Kernel(Protocol):

@@ -42,6 +42,7 @@ from loguru import logger
 from ..actors import ActorGroup, Address, MailboxActor, actor_thread_ident, settle
 from ..definition import validate_definition
 from ..errors import (
+    STOPPED_REFUSAL,
     InvalidStateError,
     InvalidTypeError,
     RuntimeStoppedError,
@@ -265,7 +266,7 @@ class NativeExecutor:
             batch = bind_context(batch)  # (start_batch binds a checked one)
         with self._lock:
             if self._closed:
-                raise RuntimeStoppedError("the runtime is stopped")
+                raise RuntimeStoppedError(STOPPED_REFUSAL)
         self._post(
             RunBatch(
                 batch=batch,
@@ -291,7 +292,7 @@ class NativeExecutor:
             raise InvalidStateError("this NativeExecutor is not installed in a runtime (rt.tools.set_executor)")
         with self._lock:
             if self._closed:
-                raise RuntimeStoppedError("the runtime is stopped")
+                raise RuntimeStoppedError(STOPPED_REFUSAL)
         lend_waiter()  # (opened by an async body: see LentOnDemand)
         reply: Future[ToolBatchResult] = Future()
         run = BatchRun(

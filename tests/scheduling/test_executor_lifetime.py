@@ -79,12 +79,9 @@ def test_an_executor_still_set_is_shut_down_by_the_stop() -> None:
             del other
         gc.collect()
         assert not rt.tools.execute(_batch(agent)).results[0].result.is_error
-    try:
+    with pytest.raises(RuntimeStoppedError) as refused:  # (else it was not shut down by rt.stop())
         executor.submit(_batch(agent))
-    except RuntimeStoppedError:
-        pass
-    else:  # pragma: no cover - the failure this test is for
-        raise AssertionError("the executor still set was not shut down by rt.stop()")
+    assert "create a new ToolRuntime()" in str(refused.value)  # (the fix: it never starts again)
 
 
 class _Unreferenceable:
