@@ -960,16 +960,19 @@ def test_a_write_to_a_log_replaced_removed_or_cut_short_under_its_session_fails(
 
 
 def test_a_log_on_a_fifo_is_written_whatever_its_size_says(tmp_path: Path) -> None:
-    # (A pipe has no size to keep: the check before each write is a regular
-    # file's.)
+    # (A pipe has no size to keep: the check as a step's writes begin is a
+    # regular file's. A pipe's size says 0 whatever was written to it.)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    batch = batch_event(1, 1, [("c1", "echo", "{}")])
     with Session(fifo) as session:  # (opened read-write: it does not wait for a reader)
         reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         try:
             session.append({"type": "a"})
+            session.append(batch)  # (a step's writes begin: checked)
             session.append({"type": "b"})
-            assert os.read(reader, 100) == b'{"type":"a"}\n{"type":"b"}\n'
+            expected = b'{"type":"a"}\n' + orjson.dumps(batch) + b'\n{"type":"b"}\n'
+            assert os.read(reader, 4096) == expected
         finally:
             os.close(reader)
 
@@ -981,12 +984,14 @@ def test_a_log_opened_by_a_relative_path_is_written_after_a_chdir(
     # absolute then: not at another file of that name in the new folder.)
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path)
+    batch = batch_event(1, 1, [("c1", "echo", "{}")])
     with Session("log.jsonl") as session:
         session.append({"type": "a"})
         monkeypatch.chdir(tmp_path / "elsewhere")
         (tmp_path / "elsewhere" / "log.jsonl").write_bytes(b"")
+        session.append(batch)  # (a step's writes begin: checked)
         session.append({"type": "b"})
-    assert file_events(tmp_path / "log.jsonl") == [{"type": "a"}, {"type": "b"}]
+    assert file_events(tmp_path / "log.jsonl") == [{"type": "a"}, batch, {"type": "b"}]
 
 
 def test_a_batch_whose_log_was_replaced_under_its_session_fails_and_runs_nothing(tmp_path: Path, rt: Any) -> None:

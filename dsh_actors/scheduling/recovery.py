@@ -25,7 +25,11 @@ their ``tool/batch`` names the call as its ``parent``, and so on down).
 Their run is over with the crash: their calls without a result are closed
 first (``Session.close_steps``, as ``repair`` closes them), and the call is
 not run again, idempotent or not, when a call of a tool that is not
-idempotent started in them (its body would run that call again).
+idempotent started in them (its body would run that call again), tools
+looked up as the recovering agent sees them: one it cannot call counts as
+not idempotent, unless the step is its own and says it could call it then
+(below). Another agent's step (a sub-agent's) says what that agent could
+call, which the recovering one need not see: such a tool stops the call.
 
 A call that would run (started from the start, run again, or run from an
 ``"allowed-once"`` in the log) must find its tool: when the step's
@@ -37,9 +41,9 @@ a started call whose own tool decides whether it runs again (its nested
 steps started no call that stops it) and is missing: its ``idempotent`` is
 the registration's, which the runtime lacks, and ``INTERRUPTED`` for good
 would settle a call the same tools would run again; and so does one whose
-own tool would let it run again while its nested steps started a call of
-a tool the runtime lacks that was known as their step was logged (that
-tool's ``idempotent`` decides too). A call of a tool that
+own tool would let it run again while its nested steps of its own agent
+started a call of a tool the runtime lacks that was known as their step
+was logged (that tool's ``idempotent`` decides too). A call of a tool that
 was unknown then settles ``UNKNOWN_TOOL`` as it would have. A resume is
 refused alike (a logged one by its log's ``unknown``, an unlogged one by its
 suspension's).
@@ -211,8 +215,9 @@ class RecoveryPlan(NamedTuple):
     call's tool when the step was logged (``LoggedCall.known``), and the
     interrupted calls whose tools decide whether they run again
     (``rerun``: nothing their nested steps started stops them; each with
-    the calls of its nested steps whose tool is not registered here and
-    was known as their step was logged: their ``idempotent`` decides too;
+    the calls of its nested steps of the recovering agent whose tool is
+    not registered here and was known as their step was logged: their
+    ``idempotent`` decides too;
     both for :func:`refuse_missing_tools`)."""
 
     batch: ToolBatchInput
@@ -272,7 +277,7 @@ def refuse_missing_tools(
     started, end ``INTERRUPTED`` where the same tools would run it again).
     So does a call of ``rerun`` whose own tool would let it run again
     (idempotent, or missing as above) when a call its nested steps started
-    (``rerun``'s, known then) is of such a tool: its ``idempotent`` decides
+    (``rerun``'s: in steps of its own agent, known then) is of such a tool: its ``idempotent`` decides
     too. Raises ``InvalidStateError`` naming the calls, their tools and the
     fix (``cannot <verb> <what>: ...``). Reads only: called before anything
     is written or claimed."""
@@ -454,13 +459,16 @@ def recovery_plan(
     # Per interrupted call, the calls its nested steps started: a tool that
     # is registered and not idempotent, or missing and not known then (the
     # log does not say), stops it running again whatever its own tool;
-    # else its own tool decides, with the missing ones known then.
+    # else its own tool decides, with the missing ones known then. Only in
+    # the agent's own steps: another agent's (a sub-agent's) "known" says
+    # what that agent could call, which this one need not see (nor can a
+    # registration here make it see it): missing, it stops the call too.
     rerun: dict[str, tuple[NestedCall, ...]] = {}
     for call_id, (_, started) in nested.items():
         undecided: list[NestedCall] = []
         for inner in started:
             registration = executable(rt.state, inner[2], agent, tool_set)
-            if registration is None and inner[3] is True:
+            if registration is None and inner[3] is True and inner[0][2] == agent.id:
                 undecided.append(inner)
             elif registration is None or registration.definition.idempotent is not True:
                 break

@@ -293,7 +293,8 @@ def redeferred_key(
     decision left waiting) of the call that a new approval request for
     ``call_id`` naming ``agent`` is for, or None: that agent's, else one
     whose request named no agent (a log written before events carried it).
-    The session, ``read_step`` and replay ask it alike."""
+    The session, ``read_step`` and replay ask it alike, through
+    :func:`take_redeferred`."""
     key = (call_id, agent)
     if key in waiting:
         return key
@@ -316,7 +317,8 @@ def take_redeferred(
     the one :func:`redeferred_key` finds, when the request names no step,
     ``step_of`` it gives none, or both name the same step (a request of
     another step, of a call that reuses the id, is that step's call's: the
-    waiting one stays). The session and replay pair requests alike."""
+    waiting one stays). The session, ``read_step`` and replay pair requests
+    alike."""
     again = redeferred_key(waiting, call_id, agent_of(request))
     if again is None:
         return None

@@ -808,15 +808,8 @@ class Session:
         data = self._read_good_bytes()
         if len(data) != self._size:  # (cut short by something else: what it held is gone)
             raise self._changed(data.count(b"\n") + 1)
-        if self._junk:
-            kept = bytearray()
-            start = 0
-            for begin, end in self._junk:
-                kept += data[start:begin] + b"\n"
-                start = end
-            kept += data[start:]
-            data = bytes(kept)
-        return [line for line in data.split(b"\n") if line.strip()]
+        # (The lines the step index reads: a failed write's bytes skipped.)
+        return [line for start, end in _line_spans(data, 0, self._junk) if (line := data[start:end]).strip()]
 
     def _read_good_bytes(self) -> bytes:
         # Called with the lock held (no append moves _size meanwhile).

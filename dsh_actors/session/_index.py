@@ -48,8 +48,10 @@ class StepIndex:
         self._steps: dict[tuple[int, int], dict[str, array[int]]] = {}
         # suspension id -> the (start, end) of its tool/approval events
         self._approvals: dict[str, array[int]] = {}
-        # (a call's step, its id) -> the steps whose tool/batch names it as parent, in log order
-        self._children: dict[tuple[StepKey, str], list[StepKey]] = {}
+        # (a call's step, its id) -> the steps whose tool/batch names it as
+        # parent, in log order (the keys of a dict: a step run again is not
+        # added twice, and finding it costs no scan of the others)
+        self._children: dict[tuple[StepKey, str], dict[StepKey, None]] = {}
 
     def add(self, start: int, end: int, event: Mapping[str, Any]) -> None:
         """Index ``event``, the line from ``start`` to ``end`` (log order)."""
@@ -69,9 +71,7 @@ class StepIndex:
                 return  # (a batch of no step is no step's)
             parent = parent_of(event)
             if parent is not None:
-                children = self._children.setdefault(parent, [])
-                if key not in children:
-                    children.append(key)
+                self._children.setdefault(parent, {}).setdefault(key)
         elif kind == APPROVAL_REQUEST and (
             type(event.get("call_id")) is not str or type(event.get("suspension")) is not str
         ):

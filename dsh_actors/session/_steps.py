@@ -22,9 +22,9 @@ from ._events import (
     StepKey,
     agent_matches,
     agent_of,
-    redeferred_key,
     same_step,
     step_key,
+    take_redeferred,
 )
 
 CallState = Literal["settled", "started", "unstarted"]
@@ -169,7 +169,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
     requests: dict[tuple[str, str], tuple[_Entry | None, str | None]] = {}
     # (call id, agent) -> the entry a "deferred" decision left waiting (its
     # next request is that entry's; agents sharing a session reuse ids)
-    redeferred: dict[tuple[str, str | None], _Entry | None] = {}
+    redeferred: dict[tuple[str, str | None], _Entry] = {}
+    here: StepKey = (turn, step, agent)  # (the step of every entry)
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
     entry: _Entry | None
     for event in events:
@@ -229,13 +230,13 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
             if at < 0:
                 continue  # (its step has no open call of that id)
             entry = latest[at][1]
-            if kind == APPROVAL_REQUEST and (named_step is None or named_step[:2] == (turn, step)):
-                named = agent_of(event)
-                again = redeferred_key(redeferred, call_id, named)
+            if kind == APPROVAL_REQUEST:
+                # Deferred again: the call that decision was for (a request
+                # of another step is that step's call's), as the session
+                # and replay pair it.
+                again = take_redeferred(redeferred, call_id, event, lambda _: here)
                 if again is not None:
-                    # Deferred again: the call that decision was for (a
-                    # request of another step is that step's call's).
-                    entry = redeferred.pop(again)
+                    entry = again
             if kind == RESULT:
                 del latest[at]
                 if not latest:

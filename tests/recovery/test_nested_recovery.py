@@ -528,3 +528,41 @@ def test_a_nested_missing_tool_is_not_asked_for_when_the_call_ends_interrupted_w
         assert result.results[0].result == INTERRUPTED
         assert session.pending_calls() == []
     assert tools.ran == []
+
+
+@pytest.mark.parametrize("where", ["in the sub-agent's scope", "nowhere"])
+def test_a_sub_agents_nested_call_of_a_tool_the_agent_does_not_see_ends_the_call_interrupted(
+    rt: Any, tmp_path: Path, where: str
+) -> None:
+    # (It was refused for good, "register it", even when it was registered:
+    # the sub-agent's step says what the sub-agent could call, and no
+    # registration makes the recovering agent see a tool of its scope.)
+    tools = Tools(rt, (), names=("plan", "lookup"))
+    path = tmp_path / "log.jsonl"
+    crashed_log(
+        path,
+        known(batch(1, ("o1", "plan"))),
+        call(1, "o1", "plan"),
+        start(1, "o1"),
+        dict(known(batch(1, ("s0", "charge"), parent=IN_O1)), agent="sub"),
+        dict(call(1, "s0", "charge"), agent="sub"),
+        dict(start(1, "s0"), agent="sub"),  # the crash, in charge
+    )
+    with Session.open(path) as session:
+        agent = Agent("a", session=session)
+        sub = Agent("sub", parent=agent, session=session)
+        if where == "in the sub-agent's scope":
+            charge = define_tool(
+                name="charge",
+                description="charge",
+                parameters={},
+                output=OUTPUT,
+                execute=tools.bodies["charge"],
+                idempotent=True,
+            )
+            rt.tools.scope(sub).register(charge)
+        result = rt.tools.recover(agent, 1, 1)
+        assert result.results[0].result == INTERRUPTED
+        assert session.pending_calls() == []
+        assert [c.state for c in session.step_calls(1, 1, "sub")] == ["settled"]
+    assert tools.ran == []

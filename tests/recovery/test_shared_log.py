@@ -246,3 +246,19 @@ def test_a_failed_write_s_bytes_left_in_the_file_are_skipped_by_the_index(
         assert b'\n{"type":"\n{"type":"tool/result"' in path.read_bytes()  # (the 9 bytes stand as a line)
         assert [c.state for c in session.step_calls(1, 1, "a1")] == ["settled", "settled"]
         assert_reads_agree(session)
+
+
+@pytest.mark.parametrize("on_file", [True, False])
+def test_a_call_s_nested_steps_are_listed_once_each_in_the_order_first_logged(tmp_path: Path, on_file: bool) -> None:
+    # (The index keeps them as a dict's keys: a step run again, its
+    # tool/batch logged again, is found without a scan of the others.)
+    in_c1 = (1, 1, "a", "c1")
+    session = Session(tmp_path / "log.jsonl") if on_file else Session()
+    with session:
+        session.append(batch("a", 1, "c1"))
+        for step, agent in ((3, "a"), (2, "a"), (3, "a"), (4, "b"), (2, "a")):
+            session.append(batch(agent, step, "n0", parent=in_c1))
+        session.append(batch("a", 5, "n0", parent=(1, 1, "a", "c2")))  # (another call's)
+        assert session.child_steps(1, 1, "a", "c1") == ((1, 3, "a"), (1, 2, "a"), (1, 4, "b"))
+        assert session.child_steps(1, 1, "a", "c2") == ((1, 5, "a"),)
+        assert session.child_steps(1, 1, "b", "c1") == ()
