@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["NEW_RUNTIME", "STOPPED", "STOPPED_REFUSAL", "Kernel", "RuntimeKernel", "refuse_blocking_a_loop"]
 
 
-
 class Kernel(Protocol):
     """What a layer below the runtime may use of it (see the module doc)."""
 
