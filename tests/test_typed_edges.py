@@ -454,6 +454,33 @@ def test_a_returned_content_block_or_a_list_of_them_reaches_the_model_as_those_b
     assert str(message).count(PNG) == 1
 
 
+def test_an_optional_content_return_sends_blocks_as_blocks_and_none_as_for_any_tool(rt: Any) -> None:
+    from typing import Optional
+
+    from dsh_actors import ImageBlock, TextBlock
+
+    image = ImageBlock(PNG, "image/png")
+
+    @tool
+    def maybe(found: bool) -> ImageBlock | None:
+        return image if found else None
+
+    @tool
+    def maybe_many(found: bool) -> Optional[list[TextBlock | ImageBlock]]:  # noqa: UP045 - the Optional spelling
+        return [TextBlock("shots"), image] if found else None
+
+    @tool
+    def nothing() -> None:
+        return None
+
+    assert run(rt, maybe, {"found": True}).content == (image,)
+    assert run(rt, maybe_many, {"found": True}).content == (TextBlock("shots"), image)
+    none = run(rt, nothing, {}).content
+    assert none == (TextBlock("null"),)
+    assert run(rt, maybe, {"found": False}).content == none
+    assert run(rt, maybe_many, {"found": False}).content == none
+
+
 def test_a_part_json_cannot_carry_is_named_by_its_path_and_type_with_the_fix_in_a_note(rt: Any) -> None:
     import threading
 
@@ -473,11 +500,16 @@ def test_a_part_json_cannot_carry_is_named_by_its_path_and_type_with_the_fix_in_
     def wrapped() -> dict[str, Any]:
         return {"error": KeyError("x")}
 
+    @tool
+    def keyed() -> Any:  # a key that is not a str: its path does not read as key "1"
+        return {"1": 0, 1: threading.Lock()}
+
     for definition, violation, note in (
         (status, '"value.lock" is a _thread.lock', 'returned a value whose "value.lock" is a _thread.lock: '),
         (nested, '"value.a[1].run" is a builtin_function_or_method', 'whose "value.a[1].run" is a builtin_'),
         (oops, '"value" is an exception (ValueError)', "returned an exception (ValueError) instead of raising it"),
         (wrapped, '"value.error" is an exception (KeyError)', 'whose "value.error" is an exception (KeyError)'),
+        (keyed, '"value[<int key>]" is a _thread.lock', 'whose "value[<int key>]" is a _thread.lock'),
     ):
         result = run(rt, definition, {})
         assert str(result.error.info.code) == "INVALID_TOOL_OUTPUT"

@@ -31,6 +31,7 @@ from pydantic_core import PydanticSerializationError, to_json
 
 from ..errors import ToolOutputError, safe_str
 from ..json import FrozenDict, dumps, path_for_index, path_for_key, thaw
+from ..schema._compile import _key_path
 
 __all__ = [
     "PydanticEnforcer",
@@ -392,10 +393,11 @@ def _unserializable_part(value: Any) -> tuple[str, Any] | None:
 
 def _parts(value: Any, path: str) -> Iterator[tuple[str, Any]] | None:
     """The parts of a container the serializer walks (a mapping, a list, a
-    tuple, a set, a model, a dataclass), each with its path; None for
+    tuple, a set, a model, a dataclass), each with its path (a key that is
+    not a str as the core's paths show one, ``value[<int key>]``); None for
     anything else."""
     if isinstance(value, Mapping):
-        return ((path_for_key(path, key if type(key) is str else safe_str(key)), part) for key, part in value.items())
+        return ((_key_path(path, key), part) for key, part in value.items())
     if isinstance(value, (list, tuple, set, frozenset)):
         return ((path_for_index(path, index), part) for index, part in enumerate(value))
     if isinstance(value, BaseModel):

@@ -35,9 +35,9 @@ from ..definition import (
 )
 from ..errors import DshError, InvalidTypeError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
 from ..execution import ToolRunContext
-from ..json import check_lossless, materialize
+from ..json import check_lossless, dumps, materialize
 from ..json._rules import value_problem
-from ..model import ContentBlock, content_from_json
+from ..model import ContentBlock, TextBlock, content_from_json
 from ..schema import args_error
 from ._docstrings import parse_docstring
 from ._pydantic import (
@@ -273,9 +273,15 @@ def _is_content(returns: Any) -> bool:
     """Whether the return annotation is content for the model: a content
     block (``ImageBlock``, ``TextBlock``, ``ReasoningBlock``), a union of
     them (``TextBlock | ImageBlock``), or a ``list``, ``tuple`` or
-    ``Sequence`` of those, maybe inside ``Annotated``."""
+    ``Sequence`` of those, maybe inside ``Annotated``; or any of these or
+    ``None`` (``ImageBlock | None``, ``Optional[list[ImageBlock]]``)."""
     if typing.get_origin(returns) is Annotated:
         returns = typing.get_args(returns)[0]
+    if typing.get_origin(returns) in (typing.Union, UnionType):
+        members = [member for member in typing.get_args(returns) if member is not type(None)]
+        if len(members) == 1:  # (one annotation or None)
+            return _is_content(members[0])
+        return all(_is_block(member) for member in members)
     if typing.get_origin(returns) in (list, tuple, Sequence):
         items = [item for item in typing.get_args(returns) if item is not Ellipsis]
         return bool(items) and all(_is_block(item) for item in items)
@@ -295,7 +301,10 @@ def _render_content(args: Any, value: Any) -> list[ContentBlock]:
     """The default ``render`` of a tool whose return annotation is content
     (see :func:`_is_content`): the value, a block's JSON form or a list of
     them, validated already, as those blocks, so an image reaches the
-    model as an image rather than as JSON text holding its base64."""
+    model as an image rather than as JSON text holding its base64; None
+    (an optional one's) as the text ``null``, as for a tool without ``render``."""
+    if value is None:
+        return [TextBlock(dumps(None).decode())]
     return list(content_from_json(value if type(value) is tuple else (value,), "value"))
 
 

@@ -203,12 +203,35 @@ class LineFramer:
 _MAX_PATH_STEPS = 20
 _PATH_ENDS = 8
 
+#: A key longer than this is shown by its first :data:`_KEY_PREFIX_IN_PATH`
+#: characters and an ellipsis (the core's ``_MAX_KEY_IN_PATH`` and
+#: ``_KEY_PREFIX_IN_PATH``; a test holds the two equal).
+_MAX_KEY_IN_PATH = 64
+_KEY_PREFIX_IN_PATH = 48
+
 #: A step on the way to a value: the steps before it (None at the root) and its own.
 _Steps = tuple[Any, str] | None
 
 
+def _quote_key(key: str) -> str:
+    """``key`` as a JSON string, as the core quotes it: non-ASCII as it is,
+    but a key with a lone surrogate escaped, ASCII only."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(key)
+    return json.dumps(key, ensure_ascii=False)
+
+
 def _key_step(key: str) -> str:
-    return f".{key}" if key.isidentifier() else f"[{key!r}]"
+    """The path step of dict key ``key``, as the core writes it
+    (``dsh_actors.json.path_for_key``): ``.name``, ``["content-type"]``, or a
+    long key's start ``["abc…"]``."""
+    if len(key) > _MAX_KEY_IN_PATH:
+        return f'[{_quote_key(key[:_KEY_PREFIX_IN_PATH])[:-1]}…"]'
+    if key.isidentifier():
+        return f".{key}"
+    return f"[{_quote_key(key)}]"
 
 
 def _path(root: str, steps: _Steps) -> str:
@@ -271,8 +294,9 @@ def json_problem(value: object, path: str = "value") -> str | None:
     ``docs/reference.md`` section 2), or None: exact ``dict`` (``str``
     keys), ``list``/``tuple``, ``str`` (no lone surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
     other than ``-0.0``, ``bool``, ``None``; no cycles, at most
-    :data:`MAX_DEPTH` levels. The problem's path starts at ``path``, and
-    one of more than 20 steps is shortened as the core's are; an int is
+    :data:`MAX_DEPTH` levels. The problem's path starts at ``path``, its
+    keys are written as the core writes them (``["content-type"]``, a long
+    key cut), and one of more than 20 steps is shortened as the core's are; an int is
     shown as the core shows it (past 256 bits by its size). A coroutine is
     named as a call that was not awaited (and closed if it never started).
     Iterative, so a deep value cannot exhaust the stack; runs no code of

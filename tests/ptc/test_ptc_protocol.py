@@ -49,7 +49,7 @@ def test_the_framer_refuses_a_line_past_its_limit_even_before_it_ends() -> None:
         ({10**5000: 1}, "value: a dict key must be a str, not int of 16610 bits"),
         ({(1, 10**5000): 1}, "value: a dict key must be a str, not tuple"),
         ({b"k": 1}, "value: a dict key must be a str, not bytes b'k'"),
-        ({"bad key": "\ud800"}, "value['bad key']: a str with a lone surrogate is not JSON"),
+        ({"bad key": "\ud800"}, 'value["bad key"]: a str with a lone surrogate is not JSON'),
     ],
 )
 def test_the_worker_checks_values_with_the_cores_rules(value: Any, problem: str | None) -> None:
@@ -85,6 +85,20 @@ def test_a_long_path_is_shortened_as_the_cores_are() -> None:
     assert " … (14 more) … " in core
     assert json_problem(deep, "result") == f"{core}: the float nan is not JSON"
     assert json_problem([[{"a": [float("inf")]}]]) == "value[0][0].a[0]: the float inf is not JSON"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["name", "content-type", "it's", 'x"y', "a\nb", "tab\there", "é-ü", "k" * 64, "k" * 65, "é" * 300],
+    ids=lambda key: repr(key[:20]) + (f"-{len(key)}" if len(key) > 20 else ""),
+)
+def test_a_dict_key_is_a_path_step_as_the_cores_is(key: str) -> None:
+    # The worker cannot import the core: the two must write a key's step alike.
+    with pytest.raises(LosslessJsonError) as caught:
+        check_lossless({"a": {key: float("nan")}})
+    core = caught.value.path
+    assert core == path_for_key(path_for_key("value", "a"), key)
+    assert json_problem({"a": {key: float("nan")}}) == f"{core}: the float nan is not JSON"
 
 
 @pytest.mark.parametrize(
