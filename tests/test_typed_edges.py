@@ -490,7 +490,7 @@ def test_a_part_json_cannot_carry_is_named_by_its_path_and_type_with_the_fix_in_
 
     @tool
     def nested() -> Holder:
-        return Holder(a=[1, {"run": print}])
+        return Holder(a=[1, {"run": len}])
 
     @tool
     def oops() -> Any:
