@@ -43,9 +43,13 @@ While a session is attached:
   durable projection as raw output (``is_error``, ``content``, ``error``,
   ``meta``, as the ``tool/result`` log event holds them) when that is at
   most :data:`RAW_OUTPUT_LIMIT` (65,536) characters of JSON; a larger one
-  is not sent a second time beside the card's content, which shows the
-  result: the raw output is then ``{"is_error": ..., "truncated": true,
-  "size": <its JSON length>}`` (the session log holds it whole);
+  (the session log holds it whole) is cut, with ``"truncated": true`` and
+  ``"size": <its JSON length>``: to ``{"is_error", "truncated", "size"}``
+  when the card's content is the result's own text (the result's content,
+  a terminal's output, a read's window, a web fetch's body), not sent a
+  second time, else (a card's own content, a diff, search rows, web search
+  sources) to the projection with its strings cut to prefixes, at most the
+  limit long;
 * the text a card shows (titles, text content, progress lines, a
   permission request's reason) is safe to show: terminal escape sequences
   (ANSI CSI colours and cursor moves, OSC window titles and hyperlinks, the

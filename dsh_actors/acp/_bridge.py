@@ -349,7 +349,7 @@ class AcpSession:
         if view is None:
             view = generic_result_view(result)
         fields = result_fields(view, result, self.cwd)
-        fields["rawOutput"] = raw_output(execution.call_id, result)
+        fields["rawOutput"] = raw_output(execution.call_id, result, view)
         return fields
 
     @staticmethod

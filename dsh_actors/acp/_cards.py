@@ -28,11 +28,16 @@ Result cards (the content of the final ``tool_call_update``):
 A card's title, when it has one, replaces the pending title. The raw
 output is the result's durable projection: ``is_error``, ``content``,
 ``error`` and ``meta`` exactly as the ``tool/result`` log event holds them,
-when its JSON is at most :data:`RAW_OUTPUT_LIMIT` characters; a longer one
-(a large result, whose text the card's content already carries) is not
-sent a second time: the raw output is then ``{"is_error": ..., "truncated":
-true, "size": <the projection's JSON length>}`` (the session log holds it
-whole). Relative paths (locations, diffs) are resolved against the
+when its JSON is at most :data:`RAW_OUTPUT_LIMIT` characters. A longer one
+(the session log holds it whole) is cut, marked ``"truncated": true`` with
+``"size"``, the whole projection's JSON length: when the card's content is
+the result's own text (a generic card showing the result's content, the
+fallback, a terminal, read or web fetch card) that text is not sent a
+second time, and the raw output is ``{"is_error": ..., "truncated": true,
+"size": ...}``; beside a card that shows something else (a generic card's
+own content, a diff, search rows, a web search's sources) it is the
+projection with its strings cut to prefixes, at most the limit long, so
+the editor still gets the result up to the limit. Relative paths (locations, diffs) are resolved against the
 session's working folder, since ACP clients expect absolute paths.
 
 Card text (titles and text content, here and in :mod:`._bridge`'s progress
@@ -281,16 +286,125 @@ def result_fields(view: ToolResultView, result: PresentedResult, cwd: str | None
     return fields
 
 
-def raw_output(call_id: str, result: PresentedResult) -> dict[str, Any]:
+def _shows_result(view: ToolResultView, result: PresentedResult) -> bool:
+    """Whether the card's content is the result's own text: the result's
+    content (a generic card without content of its own, or with the
+    result's: the fallback), a terminal's captured output, a read's window
+    or a web fetch's body. A diff, a search's rows, a web search's sources
+    or a generic card's own content show something else."""
+    if isinstance(view, GenericResultView):
+        return view.content is None or view.content == tuple(result.content)
+    if isinstance(view, WebResultView):
+        return view.kind == "fetch"
+    return isinstance(view, (TerminalResultView, ReadResultView))
+
+
+def _json_len(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _room(value: Any, room: int) -> int:
+    """``room`` less an upper bound of the length of ``value``'s compact
+    JSON, without serializing it: a string's characters at most 6 each (a
+    control character as ``\\u001f``), a number at most 24 (``-1.2345678901234567e-308``;
+    a lossless int fits 64 bits); negative as soon as the bound passes
+    ``room``, where the walk stops."""
+    if isinstance(value, str):
+        return room - 6 * len(value) - 2
+    if isinstance(value, dict):
+        room -= 2
+        for key, item in value.items():
+            room = _room(item, _room(key, room - 2))  # the colon and the comma
+            if room < 0:
+                break
+        return room
+    if isinstance(value, list):
+        room -= 2
+        for item in value:
+            room = _room(item, room - 1)  # the comma
+            if room < 0:
+                break
+        return room
+    return room - 24  # null, a bool or a number
+
+
+def _prefix(value: str, room: int) -> str:
+    """The longest prefix of ``value`` whose JSON string is at most
+    ``room`` (at least 2) characters: its JSON cut there, less an escape
+    sequence the cut split, read back."""
+    body = json.dumps(value[: room - 2], ensure_ascii=False)[1:-1]
+    if len(body) <= room - 2:
+        return value[: room - 2]
+    body = body[: room - 2]
+    while True:  # at most 5 times
+        try:
+            return str(json.loads(f'"{body}"'))
+        except ValueError:
+            body = body[:-1]
+
+
+def _fit(value: Any, room: int) -> tuple[Any, int] | None:
+    """``value`` with each string cut to a prefix and each list and object
+    cut after the members that fit, so that its compact JSON is at most
+    ``room`` characters, and that JSON's length; ``None`` when nothing of
+    it fits (a scalar whole, a string's ``""``, a member of a list or
+    object that has one)."""
+    if isinstance(value, (str, list, dict)) and room < 2:
+        return None
+    if isinstance(value, str):
+        cut = _prefix(value, room)
+        return cut, _json_len(cut)
+    if isinstance(value, (list, dict)):
+        used = 2
+        out: Any = [] if isinstance(value, list) else {}
+        for key, item in enumerate(value) if isinstance(value, list) else value.items():
+            head = (1 if out else 0) + (0 if isinstance(out, list) else _json_len(key) + 1)
+            fitted = _fit(item, room - used - head)
+            if fitted is None:
+                break
+            used += head + fitted[1]
+            if isinstance(out, list):
+                out.append(fitted[0])
+            else:
+                out[key] = fitted[0]
+        return (out, used) if out or not value else None
+    size = _json_len(value)
+    return (value, size) if size <= room else None
+
+
+def _bounded(projection: dict[str, Any], size: int) -> dict[str, Any]:
+    """``projection`` cut to at most :data:`RAW_OUTPUT_LIMIT` characters of
+    JSON (its content first, then its error and meta, by :func:`_fit`),
+    with ``"truncated": true`` and ``size``, the whole one's length."""
+    out = {"is_error": projection["is_error"], "content": [], "error": None, "meta": None, "truncated": True}
+    out["size"] = size
+    room = RAW_OUTPUT_LIMIT - _json_len(out)
+    for key, empty in (("content", 2), ("error", 4), ("meta", 4)):  # [] / null
+        fitted = _fit(projection[key], room + empty)
+        if fitted is not None:
+            out[key] = fitted[0]
+            room -= fitted[1] - empty
+    return out
+
+
+def raw_output(call_id: str, result: PresentedResult, view: ToolResultView) -> dict[str, Any]:
     """The durable projection of ``result``: the ``tool/result`` log event's
     ``is_error``, ``content``, ``error`` and ``meta``, as plain JSON, when
-    its compact JSON is at most :data:`RAW_OUTPUT_LIMIT` characters. A
-    longer one is not sent whole beside the card's content, which already
-    shows the result: ``{"is_error": ..., "truncated": true, "size": <its
-    JSON length>}`` (the session log holds it whole)."""
+    its compact JSON is at most :data:`RAW_OUTPUT_LIMIT` characters (a
+    bound on its length is taken first: the JSON is measured only when
+    the bound passes the limit). A longer one is cut, with ``"truncated":
+    true`` and ``"size"``, its whole JSON length (the session log holds it
+    whole): when ``view``, the result's card, shows the result's own text
+    (see :func:`_shows_result`), which is not sent a second time, to
+    ``{"is_error": ..., "truncated": true, "size": ...}``; else to the
+    projection with its strings cut to prefixes, at most the limit long."""
     event = result_event(call_id, result)
     projection = {key: _plain(event[key]) for key in ("is_error", "content", "error", "meta")}
-    size = len(json.dumps(projection, ensure_ascii=False, separators=(",", ":")))
+    if _room(projection, RAW_OUTPUT_LIMIT) >= 0:
+        return projection
+    size = _json_len(projection)
     if size <= RAW_OUTPUT_LIMIT:
         return projection
-    return {"is_error": projection["is_error"], "truncated": True, "size": size}
+    if _shows_result(view, result):
+        return {"is_error": projection["is_error"], "truncated": True, "size": size}
+    return _bounded(projection, size)

@@ -30,11 +30,12 @@ from dsh_actors import (
     ToolExecutionSuccess,
     ToolFailure,
     ToolProgress,
+    ToolResultView,
     WebResultView,
     materialize,
     text,
 )
-from dsh_actors.acp import RAW_OUTPUT_LIMIT, call_fields, message_problem, raw_output, result_fields
+from dsh_actors.acp import RAW_OUTPUT_LIMIT, _cards, call_fields, message_problem, raw_output, result_fields
 from dsh_actors.acp._bridge import _progress_fields
 from dsh_actors.acp._cards import card_text
 from dsh_actors.presentation import SearchFileMatches, SearchMatchLine, WebSource
@@ -153,14 +154,14 @@ def test_a_web_result_card_is_its_answer_and_sources_or_its_url_and_body() -> No
 
 
 def test_the_raw_output_is_the_durable_projection_of_the_result() -> None:
-    assert raw_output("c1", OK) == {
+    assert raw_output("c1", OK, GenericResultView()) == {
         "is_error": False,
         "content": [{"type": "text", "text": "raw text"}],
         "error": None,
         "meta": {"k": 1},
     }
     failed = ToolExecutionFailure(error=ToolFailure("boom"), content=(text("Error: boom"),))
-    assert raw_output("c1", failed)["error"] == {"message": "boom", "info": None}
+    assert raw_output("c1", failed, GenericResultView())["error"] == {"message": "boom", "info": None}
 
 
 # A tool's output as a terminal would paint it: colour (CSI), a window title
@@ -188,7 +189,7 @@ def test_card_text_leaves_escape_sequences_out_and_shows_other_control_character
     assert _texts(_end(result_fields(paths, OK))) == ["ab"]
     # What the model got, and the raw output, keep the text as the tool wrote it.
     assert result.content[0].text == PAINTED
-    assert raw_output("c1", result)["content"] == [{"type": "text", "text": PAINTED}]
+    assert raw_output("c1", result, GenericResultView())["content"] == [{"type": "text", "text": PAINTED}]
 
 
 def test_card_text_shows_bidi_controls_and_keeps_other_format_characters() -> None:
@@ -209,7 +210,9 @@ def test_a_progress_line_is_card_text_and_its_meta_keeps_the_message() -> None:
 
 def test_a_raw_output_longer_than_the_limit_is_left_out_with_its_size() -> None:
     fits = ToolExecutionSuccess(value="v", content=(text("x" * (RAW_OUTPUT_LIMIT - 100)),))
-    assert raw_output("c1", fits)["content"] == [{"type": "text", "text": "x" * (RAW_OUTPUT_LIMIT - 100)}]
+    assert raw_output("c1", fits, GenericResultView())["content"] == [
+        {"type": "text", "text": "x" * (RAW_OUTPUT_LIMIT - 100)}
+    ]
     large = ToolExecutionSuccess(value="v", content=(text("x" * RAW_OUTPUT_LIMIT),), meta={"n": 1})
     whole = {
         "is_error": False,
@@ -218,7 +221,7 @@ def test_a_raw_output_longer_than_the_limit_is_left_out_with_its_size() -> None:
         "meta": {"n": 1},
     }
     size = len(json.dumps(whole, separators=(",", ":")))
-    assert raw_output("c1", large) == {"is_error": False, "truncated": True, "size": size}
+    assert raw_output("c1", large, GenericResultView()) == {"is_error": False, "truncated": True, "size": size}
     failed = ToolExecutionFailure(error=ToolFailure("b" * RAW_OUTPUT_LIMIT), content=(text("Error: b"),))
     whole = {
         "is_error": True,
@@ -227,7 +230,96 @@ def test_a_raw_output_longer_than_the_limit_is_left_out_with_its_size() -> None:
         "meta": None,
     }
     size = len(json.dumps(whole, separators=(",", ":")))
-    assert raw_output("c1", failed) == {"is_error": True, "truncated": True, "size": size}
+    assert raw_output("c1", failed, GenericResultView()) == {"is_error": True, "truncated": True, "size": size}
+
+
+def _large(n: int = RAW_OUTPUT_LIMIT + 30_000) -> ToolExecutionSuccess:
+    rows = "".join(f"test_{i} passed\n" for i in range(n // 15 + 1))[:n]
+    return ToolExecutionSuccess(value="v", content=(text(rows), text("tail")), meta={"lines": 6000})
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        GenericResultView(),
+        GenericResultView(title="ran tests", content=_large().content),  # the result's own content
+        TerminalResultView(output="(the output)", exit_code=0),
+        ReadResultView(path="a.py", offset=1, lines=(), total_lines=0, content="(the window)"),
+        WebResultView(kind="fetch", url="https://example.org"),
+    ],
+)
+def test_a_large_results_text_is_left_out_of_the_raw_output_when_its_card_shows_it(view: ToolResultView) -> None:
+    large = _large()
+    out = raw_output("c1", large, view)
+    assert out == {"is_error": False, "truncated": True, "size": _size(raw_output_whole(large))}
+
+
+def _size(value: object) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def raw_output_whole(result: ToolExecutionSuccess | ToolExecutionFailure) -> dict:
+    return {
+        "is_error": result.is_error,
+        "content": [{"type": "text", "text": block.text} for block in result.content],
+        "error": None if result.error is None else {"message": result.error.message, "info": None},
+        "meta": None if result.meta is None else dict(result.meta),
+    }
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        GenericResultView(title="ran tests", content=(text("6000 lines, 0 failures"),)),
+        DiffResultView(diffs=(FileDiff("/a", "o", "n"),)),
+        SearchResultView(shape="paths", truncated=False, total=1, paths=("a",)),
+        WebResultView(kind="search", answer="an answer"),
+    ],
+)
+def test_a_large_result_beside_a_card_showing_something_else_is_sent_up_to_the_limit(view: ToolResultView) -> None:
+    large = _large()
+    whole = raw_output_whole(large)
+    out = raw_output("c1", large, view)
+    assert _size(out) <= RAW_OUTPUT_LIMIT
+    assert out["truncated"] is True and out["size"] == _size(whole)
+    assert out["is_error"] is False and out["error"] is None
+    # The first text block cut to a prefix that fills the limit (the rest left out).
+    (first,) = out["content"]
+    assert first["type"] == "text" and whole["content"][0]["text"].startswith(first["text"])
+    assert _size(out) > RAW_OUTPUT_LIMIT - 6
+    # A failure's message and meta come after the content, in the room left.
+    failed = ToolExecutionFailure(
+        error=ToolFailure("\x01" * RAW_OUTPUT_LIMIT), content=(text("Error: \x01"),), meta={"k": "v" * 100}
+    )
+    out = raw_output("c1", failed, view)
+    assert _size(out) <= RAW_OUTPUT_LIMIT
+    assert out["content"] == [{"type": "text", "text": "Error: \x01"}]
+    message = out["error"]["message"]
+    assert message == "\x01" * len(message) and _size(out) > RAW_OUTPUT_LIMIT - 6
+    assert out["error"] == {"message": message} and out["meta"] is None  # (no room left for the rest)
+
+
+@pytest.mark.parametrize("char", ["x", "\x01", "é"])
+def test_the_raw_output_is_measured_only_when_its_bound_passes_the_limit(
+    char: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured: list[object] = []
+    json_len = _cards._json_len
+    monkeypatch.setattr(_cards, "_json_len", lambda value: measured.append(value) or json_len(value))
+    # Around the limit, with the JSON longest (every character escaped) and
+    # shortest: the raw output is whole exactly when its JSON fits.
+    for n in range(RAW_OUTPUT_LIMIT - 100, RAW_OUTPUT_LIMIT + 100, 7):
+        for length in (n, n // 6):
+            result = ToolExecutionSuccess(value="v", content=(text(char * length),))
+            whole = raw_output_whole(result)
+            size = _size(whole)
+            expected = whole if size <= RAW_OUTPUT_LIMIT else {"is_error": False, "truncated": True, "size": size}
+            assert raw_output("c1", result, GenericResultView()) == expected
+    # A result far under the limit (a sixth of it, its worst escape factor) is not serialized.
+    measured.clear()
+    small = ToolExecutionSuccess(value="v", content=(text(char * (RAW_OUTPUT_LIMIT // 6 - 100)),), meta={"n": [1.5]})
+    assert raw_output("c1", small, GenericResultView()) == raw_output_whole(small)
+    assert measured == []
 
 
 @pytest.mark.parametrize(
