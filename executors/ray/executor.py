@@ -143,14 +143,19 @@ class RayExecutor(NativeExecutor):
     * ``cancel_grace_ms`` (default 1000): after an abort, how long a body
       that has started gets to end by itself (it sees ``ctx.signal``)
       before ``ray.cancel`` interrupts it (``KeyboardInterrupt`` in the
-      body); a call that has not started is cancelled at once;
+      body, once it runs Python code again: not while it is blocked in a C
+      call); a call that has not started is cancelled at once, and so is
+      the task of an ``async def`` body on its worker;
     * ``force_cancel_ms`` (default 5000, ``None``: never): how long an
       interrupted task then has before ``ray.cancel(force=True)`` kills its
       worker (tasks only: Ray cannot force-cancel an actor's method);
     * ``max_retries`` (default 0): Ray's retries of a task whose worker died;
     * ``local_cpus``, ``object_store_memory`` and ``init_options`` (more
       ``ray.init`` keywords): for the local cluster / the connection this
-      executor makes.
+      executor makes (a local cluster keeps Ray from ending the driver
+      60 s after its GCS is gone: ``gcs_rpc_server_reconnect_timeout_s`` is
+      :data:`connection.RECONNECT_TIMEOUT_S` unless ``init_options``'
+      ``_system_config`` says otherwise).
     """
 
     def __init__(
@@ -209,6 +214,15 @@ class RayExecutor(NativeExecutor):
         options["log_to_driver"] = False
         options["logging_level"] = "WARNING"
         options.update(init_options or {})
+        if address is None:
+            # Ray would end the whole driver process 60 s after its local
+            # cluster's GCS is gone; the calls fail here (connection.watch).
+            system = options.get("_system_config")
+            if system is None or isinstance(system, Mapping):
+                options["_system_config"] = {
+                    "gcs_rpc_server_reconnect_timeout_s": connection.RECONNECT_TIMEOUT_S,
+                    **(system or {}),
+                }
         self._id = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
         self._state_lock = threading.Lock()
@@ -428,14 +442,16 @@ class RayExecutor(NativeExecutor):
 
     async def _outcome(self, future: Any) -> Any:
         """The call's envelope (or its Ray error), watching the connection
-        meanwhile: a connection lost under a submitted call (running or
-        queued by Ray) fails it with ``RayUnavailableError`` instead of
-        waiting for a ref that will never settle. Never cancels ``future``
-        (``asyncio.wait`` does not)."""
+        meanwhile (``ray.shutdown()``, and its GCS through
+        :func:`connection.watch`): a connection lost under a submitted call
+        (running or queued by Ray) fails it with ``RayUnavailableError``
+        instead of waiting for a ref that will never settle. Never cancels
+        ``future`` (``asyncio.wait`` does not)."""
         while True:
             done, _ = await asyncio.wait({future}, timeout=_LOST_POLL_S)
             if done:
                 return future.result()
+            connection.watch(self._connection)
             if self._lost():
                 raise RayUnavailableError(_LOST_WHILE_RUNNING)
 
@@ -675,7 +691,8 @@ _LOST_POLL_S = 0.25
 """Seconds between two looks at the connection while a call is in flight."""
 _CONNECTION_GONE = (
     "the Ray connection this executor joined is gone (ray.shutdown() was called, or the cluster was lost): "
-    "make a new RayExecutor to use Ray again"
+    "make a new RayExecutor to use Ray again (once a connection whose cluster was lost is shut down: "
+    'executors/ray/README.md, "The cluster connection")'
 )
 _CLOSED_WHILE_RUNNING = (
     "the RayExecutor was closed while the call was on the cluster: its Ray call was cancelled (its body may have "

@@ -146,10 +146,12 @@ class RemoteSignal:
     reading :attr:`aborted` is a flag read and :meth:`wait` sleeps on a
     ``threading.Event``. Neither is a Ray call: the task keeps its CPUs
     while it waits (a blocking ``ray.get``/``ray.wait`` would lend them to
-    other tasks), and no thread polls.
+    other tasks), and no thread polls. :meth:`wait` blocks its thread: an
+    ``async def`` body does not call it (the abort cancels its task, see
+    :func:`run_call`).
     """
 
-    __slots__ = ("_board", "_key", "_lock", "_event", "_aborted", "_reason_text", "_done")
+    __slots__ = ("_board", "_key", "_lock", "_event", "_aborted", "_reason_text", "_done", "_on_abort")
 
     def __init__(self, board: Any, key: str | None) -> None:
         self._board = board
@@ -159,6 +161,7 @@ class RemoteSignal:
         self._aborted = False
         self._reason_text: str | None = None
         self._done = board is None  # no board: can never abort
+        self._on_abort: list[Callable[[], None]] = []
 
     def _subscribe(self) -> None:
         with self._lock:
@@ -183,6 +186,23 @@ class RemoteSignal:
         else:
             self._done = True
         self._event.set()
+        with self._lock:
+            callbacks, self._on_abort = self._on_abort, []
+        if self._aborted:
+            for callback in callbacks:
+                callback()
+
+    def _call_on_abort(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from Ray's callback thread, or now) once the
+        driver aborts the call; never if it finishes first."""
+        with self._lock:
+            if not self._event.is_set():
+                self._on_abort.append(callback)
+                callback = _nothing
+        if self._board is not None:
+            self._subscribe()
+        if self._aborted:
+            callback()
 
     def _settle(self, timeout: float | None) -> bool:
         if self._aborted:
@@ -342,12 +362,14 @@ def run_call(body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallI
     """Run one call's body on this worker and return its envelope.
 
     The body gets the frozen arguments (parsed from lossless JSON) and a
-    :class:`RemoteContext`; an ``async def`` body runs to completion on a
-    fresh event loop. Whatever the body raises (or returns that is not
+    :class:`RemoteContext`; an ``async def`` body runs as a task on a
+    fresh event loop, which the driver's abort cancels at once (see
+    :func:`_run_async`). Whatever the body raises (or returns that is not
     lossless JSON) is returned as an envelope, never raised, so the
     driver keeps the deferred contexts. ``ray.cancel`` interrupts the body
     with ``KeyboardInterrupt``: caught here, it gives ``CANCELLED`` and
-    whether the body had been entered.
+    whether the body had been entered; so does the ``CancelledError`` of
+    an aborted async body.
     """
     key = info[0]
     entered = False
@@ -364,7 +386,7 @@ def run_call(body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallI
         ctx = RemoteContext(info, arguments, RemoteSignal(board, key))
         value = body(arguments, ctx)
         if inspect.iscoroutine(value):
-            value = asyncio.run(value)
+            value = _run_async(value, ctx.signal)
         try:
             value_json = dumps(value)
         except DshError as exc:  # not lossless JSON (dumps raises nothing else)
@@ -383,6 +405,11 @@ def run_call(body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallI
             return (CANCELLED, entered, None, False)
         contexts, concludes = ctx._take()
         return (CANCELLED, entered, contexts, concludes)
+    except asyncio.CancelledError as exc:
+        if ctx is not None and ctx.signal._aborted:  # our cancel of an aborted async body
+            contexts, concludes = ctx._take()
+            return (CANCELLED, True, contexts, concludes)
+        return _error(exc, ctx or RemoteContext(info, None, RemoteSignal(None, None)))
     except BaseException as exc:  # noqa: BLE001 - everything a body does is its outcome
         if ctx is None:
             ctx = RemoteContext(info, None, RemoteSignal(None, None))
@@ -393,6 +420,35 @@ def run_call(body: Callable[[Any, Any], Any], arguments_json: bytes, info: CallI
                 board.finish.remote(key)
             except BaseException:  # noqa: BLE001 - the board is gone; the driver copes
                 pass
+
+
+def _run_async(coroutine: Any, signal: RemoteSignal) -> Any:
+    """Run an ``async def`` body's coroutine to completion on a fresh event
+    loop, as a task that the driver's abort cancels at once (the board's
+    answer, on Ray's callback thread, schedules the cancel on the loop):
+    the body gets ``CancelledError`` at the ``await`` it is at, as an async
+    body does on the driver. (``ray.cancel``'s ``KeyboardInterrupt`` cannot
+    reach a loop waiting for I/O or a timer: it is raised only when Python
+    code next runs.)"""
+
+    async def main() -> Any:
+        task = asyncio.ensure_future(coroutine)
+        loop = asyncio.get_running_loop()
+
+        def cancel() -> None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop is closed: the body has ended
+                pass
+
+        signal._call_on_abort(cancel)
+        return await task
+
+    return asyncio.run(main())
+
+
+def _nothing() -> None:
+    pass
 
 
 # --------------------------------------------------------------------------

@@ -180,6 +180,25 @@ def stubborn(args: Any, ctx: Any) -> Any:
     return "outlasted"
 
 
+async def awaits_its_abort(args: Any, ctx: Any) -> Any:
+    """An ``async def`` body that awaits (never looking at its signal):
+    only the cancellation of its task ends it; it cleans up, deferring a
+    context, and lets the cancellation go on."""
+    g = gate()
+    await g.set.remote(f"started:{args['x']}", os.getpid())
+    try:
+        await asyncio.sleep(SPIN_FOREVER)
+    except asyncio.CancelledError:
+        ctx.defer_context(f"cancelled: {ctx.signal.reason}")
+        await g.set.remote(f"cancelled:{args['x']}", ctx.signal.reason)
+        raise
+    return "slept"
+
+
+def exits_its_worker(args: Any, ctx: Any) -> Any:
+    os._exit(1)
+
+
 def waits_to_be_killed(args: Any, ctx: Any) -> Any:
     g = gate()
     call(g.set.remote(f"started:{args['x']}", os.getpid()))

@@ -97,6 +97,26 @@ def test_abort_a_body_that_swallows_the_interrupt_force_cancels_it(rt: Any, make
     wait_until(lambda: not alive(pid), "the stubborn worker to be killed", timeout=15)
 
 
+def test_abort_an_async_body_cancels_its_task_on_the_worker(rt: Any, make_executor: Any, gate: Any) -> None:
+    # An async body awaiting a timer: ray.cancel's KeyboardInterrupt cannot
+    # reach its loop, and no force cancel comes (None) within the grace.
+    rt.tools.register(rt_tools.tool("nap", rt_tools.awaits_its_abort, meta=REMOTE_0))
+    executor = make_executor(cancel_grace_ms=60_000, force_cancel_ms=None)
+    rt.tools.set_executor(executor)
+    controller = AbortController()
+    future = rt.tools.submit(batch(("n", "nap", {"x": "n"}), signal=controller.signal))
+    pid = gate_wait(gate, "started:n")
+    controller.abort("no more")
+    result = result_of(future)
+    (outcome,) = (r.result for r in result.results)
+    assert outcome.error.info.code == ErrorCode.ABORTED
+    # The task was cancelled on the worker, as an async body's is on the
+    # driver: it cleaned up, and its deferred context came back.
+    assert gate_wait(gate, "cancelled:n") == "no more"
+    assert [c.content[0].text for c in outcome.additional_contexts] == ["cancelled: no more"]
+    os.kill(pid, 0)  # its worker lives on
+
+
 def test_abort_a_call_queued_behind_another_on_an_actor(rt: Any, make_executor: Any, gate: Any) -> None:
     # One instance runs one call at a time: the second waits in the actor.
     rt.tools.register(rt_tools.tool("coop", rt_tools.noop, meta={"ray": {"actor": "p", "method": "cooperate"}}))
