@@ -114,7 +114,8 @@ class ToolRuntime:
         self._stopper: threading.Thread | None = None
         # The threads running the stop: the one finishing it and its hooks' (see _run_stop_hooks).
         self._stopping_threads: set[threading.Thread] = set()
-        self._unfinished = False  # a stop begun on an own thread that could start none to finish it
+        self._unfinished = False  # a stop begun that no thread has taken on to finish yet (see _finish_stop)
+        self._escaped: BaseException | None = None  # what the finished stop kept for a stop() to raise
         self._stop_deadline = 0.0
         self._abandoned: tuple[str, ...] = ()
         self.events = EventBus()
@@ -214,18 +215,23 @@ class ToolRuntime:
         ``KeyboardInterrupt`` a hook raises does not cut the stop short:
         this ``stop()`` raises it once the runtime is stopped.
 
-        Every ``stop()`` returns only once the runtime is stopped: a second
-        one, concurrent with the first, waits for it. Called on one of the
-        runtime's own threads (from a tool body, a listener or an observer
-        running on an actor of this runtime, its loop thread or its worker
-        threads, or an event loop its async calls run on), ``stop()``
-        cannot wait for that thread to end: it starts
-        the stop (``stop_signal`` fires, nothing new is accepted), finishes
-        it on a thread of its own (``dsh-stop``) and returns at once; the
+        The stop runs on a thread of its own (``dsh-stop``, in the
+        context of the ``stop()`` that began it) while the caller waits for
+        it, so a ``KeyboardInterrupt`` (Ctrl-C) or a ``SystemExit`` (a
+        signal handler's ``sys.exit``) raised in that wait does not cut it
+        short either: the first is raised once the runtime is stopped (a
+        hook's is then logged). Every ``stop()`` returns only once the runtime is
+        stopped: a second one, concurrent with the first, waits for it.
+        Called on one of the runtime's own threads (from a tool body, a
+        listener or an observer running on an actor of this runtime, its
+        loop thread or its worker threads, or an event loop its async calls
+        run on), ``stop()`` cannot wait for that thread to end: it starts
+        the stop (``stop_signal`` fires, nothing new is accepted), leaves
+        ``dsh-stop`` to finish it and returns at once; the
         stop then runs as above (the caller's call drains like any other)
-        and :attr:`halted` tells when it is done (when no thread can be
-        started for it, the next ``stop()`` on another thread finishes it;
-        a hook's ``SystemExit`` or ``KeyboardInterrupt`` is then logged).
+        and :attr:`halted` tells when it is done (a hook's ``SystemExit``
+        or ``KeyboardInterrupt`` is then logged; when no thread can be
+        started for it, the next ``stop()`` on another thread finishes it).
         A ``stop()`` on a thread that runs the stop (a stop hook, or a
         done-callback of a batch's future that the stop answers itself)
         returns at once too.
@@ -240,24 +246,18 @@ class ToolRuntime:
             first = not self._stopped
             if first:
                 self._stopped = True
+                self._unfinished = True  # (until a thread takes it on: _finish_stop)
                 self._stop_deadline = time.monotonic() + timeout
-        if first:
-            self._begin_stop()
-        elif threading.current_thread() in self._stopping_threads:
+        if not first and threading.current_thread() in self._stopping_threads:
             return  # (a stop hook, or a done-callback the running stop answers, stopping again: it is under way)
         if self._on_own_thread():
             if first:
-                stopper = threading.Thread(
-                    target=self._finish_stop, kwargs={"raising": False}, name="dsh-stop", daemon=True
-                )
-                try:
-                    stopper.start()
-                except RuntimeError as exc:  # no thread can be started: the next stop() elsewhere finishes it
-                    logger.opt(exception=exc).error("rt.stop() could not start its thread; call rt.stop() again")
-                    with self._lock:
-                        self._unfinished = True
-                    return
-                self._stopper = stopper
+                self._begin_stop()  # (here, before returning)
+                failed = self._start_stopper(self._finish_and_log)
+                if failed is not None:  # (the next stop() elsewhere finishes it)
+                    logger.error(
+                        "rt.stop() could not start its thread ({}); call rt.stop() again", exception_text(failed)
+                    )
             return
         running = _running_loop()
         if running is not None:
@@ -266,15 +266,19 @@ class ToolRuntime:
             # it now could never start while this stop (the first, or one
             # waiting for it) blocks it.
             self.loop_watch.halt(running)
-        with self._lock:
-            # (The first stop, or one taking over a stop begun on the
-            # runtime's own thread that could start no thread to finish it.)
-            finish = first or self._unfinished
-            self._unfinished = False
-        if finish:
-            self._finish_stop(raising=True)
-        else:
-            self._halted_event.wait()  # the stop finishing always sets it
+        interrupted = self._await_stop()
+        escaped = self._take_escaped()
+        if interrupted is not None:
+            if escaped is not None:
+                log_exception(
+                    escaped,
+                    "rt.stop() met {} (see the traceback); it raises the {} that interrupted it instead",
+                    type(escaped).__name__,
+                    type(interrupted).__name__,
+                )
+            raise interrupted
+        if escaped is not None:
+            raise escaped
 
     def _on_own_thread(self) -> bool:
         """Whether the calling thread is one a stop waits for: an actor of
@@ -293,6 +297,8 @@ class ToolRuntime:
         return loop is not None and self.loop_watch.carries(loop)
 
     def _begin_stop(self) -> None:
+        # (Idempotent: a stop begun on a thread of the runtime is begun
+        # there, and again by the thread that finishes it.)
         # Nothing new attaches to a stopping runtime (rt.tools and rt.use
         # check _stopped; the bus and the channel are told).
         self.events.close(STOPPED_REFUSAL)
@@ -301,22 +307,96 @@ class ToolRuntime:
         # First: every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
 
-    def _finish_stop(self, *, raising: bool) -> None:
-        """Finish the stop on the calling thread. A ``SystemExit`` or
-        ``KeyboardInterrupt`` a stop hook raised goes on once the stop is
-        done: raised here when ``raising`` (a ``stop()`` caller's thread),
-        else logged (the ``dsh-stop`` thread has nobody to raise it to)."""
-        self._stopping_threads.add(threading.current_thread())
+    def _start_stopper(self, finish: Callable[[], object]) -> RuntimeError | None:
+        """Start the ``dsh-stop`` thread, which runs ``finish``, in the
+        calling ``stop()``'s context (its stop hooks run in a copy of it);
+        the error when no thread can be started."""
+        stopper = threading.Thread(target=contextvars.copy_context().run, args=(finish,), name="dsh-stop", daemon=True)
         try:
+            stopper.start()
+        except RuntimeError as exc:
+            return exc
+        self._stopper = stopper
+        return None
+
+    def _await_stop(self) -> BaseException | None:
+        """On a ``stop()`` caller's thread: start the ``dsh-stop`` thread
+        that finishes the stop (unless a thread has taken it on already),
+        then wait until the stop is done (:meth:`_finish_stop` always ends
+        it). A
+        ``KeyboardInterrupt`` (Ctrl-C) or a ``SystemExit`` (a signal
+        handler's ``sys.exit``), which Python raises on the main thread
+        alone, ends only this wait, not the stop: the first is returned, to
+        be raised once the stop is done (the others are dropped; the stop
+        is bounded by its timeout). The thread is started within the
+        ``try``, so nothing it runs (a hook sending a signal) can interrupt
+        this thread outside it. When no thread can be started, the stop
+        finishes here."""
+        interrupted: BaseException | None = None
+        start = True
+        while True:
+            try:
+                if start:
+                    start = False  # (once: an interrupt in Thread.start may come after the thread started)
+                    with self._lock:
+                        unfinished = self._unfinished
+                    failed = self._start_stopper(self._finish_stop) if unfinished else None
+                    if failed is not None:
+                        logger.warning(
+                            "rt.stop() could start no thread of its own ({}): it finishes on the caller's thread",
+                            exception_text(failed),
+                        )
+                        self._finish_stop()
+                self._halted_event.wait()
+            except BaseException as exc:  # noqa: BLE001 - raised by stop() once the runtime is stopped
+                if interrupted is None:
+                    interrupted = exc
+            else:
+                return interrupted
+
+    def _finish_stop(self) -> None:
+        """Take the stop on, unless a thread has already (the first to
+        come: ``dsh-stop``, or a ``stop()`` caller's when no thread can be
+        started), and finish it on the calling thread: begin it, if the
+        ``stop()`` that was first has not (it is idempotent), and tear the
+        runtime down. What a stop hook raised that is no ``Exception``
+        (``SystemExit``, ``KeyboardInterrupt``), or what the teardown
+        itself raised, is kept (``_escaped``) for a ``stop()`` waiting for
+        it to raise once the stop is done."""
+        with self._lock:
+            if not self._unfinished:
+                return
+            self._unfinished = False
+        self._stopping_threads.add(threading.current_thread())
+        escaped: BaseException | None = None
+        try:
+            self._begin_stop()
             escaped = self._stop_all()
+        except BaseException as exc:  # noqa: BLE001 - raised by the stop() that waits, or logged
+            escaped = exc
         finally:
+            self._escaped = escaped  # (before the stop is done: whoever waits for it takes it then)
             self._halted = True
             self._halted_event.set()
-        if escaped is None:
-            return
-        if raising:
-            raise escaped
-        log_exception(escaped, "a runtime stop hook raised {}; the stop went on", type(escaped).__name__)
+
+    def _take_escaped(self) -> BaseException | None:
+        """What the finished stop kept for a ``stop()`` to raise, once."""
+        with self._lock:
+            escaped, self._escaped = self._escaped, None
+        return escaped
+
+    def _finish_and_log(self) -> None:
+        """Finish a stop begun on one of the runtime's own threads (on
+        ``dsh-stop``): what it kept, no ``stop()`` waiting for it has
+        taken, is logged (nobody would raise it)."""
+        self._finish_stop()
+        escaped = self._take_escaped()
+        if escaped is not None:
+            log_exception(
+                escaped,
+                "rt.stop() met {} (see the traceback); called on a thread of the runtime, it has nobody to raise it to",
+                type(escaped).__name__,
+            )
 
     def _stop_all(self) -> BaseException | None:
         """The stop's teardown; returns what a hook raised that is no
@@ -368,15 +448,16 @@ class ToolRuntime:
         it raises that is no ``Exception`` (``SystemExit``,
         ``KeyboardInterrupt``) does not cut the stop short either: the
         first is returned, to go on once the stop is done (the others are
-        logged). When no thread can be started, a hook runs on the calling
-        thread, unbounded."""
+        logged, and so is one an abandoned hook raises later). When no
+        thread can be started, a hook runs on the calling thread,
+        unbounded."""
         hooks, self._stop_hooks = self._stop_hooks, {}
         escaped: BaseException | None = None
         for hook in reversed(list(hooks.values())):
-            raised: list[BaseException] = []
+            run = _StopHookRun(hook)
             thread = threading.Thread(
                 target=contextvars.copy_context().run,
-                args=(_run_stop_hook, hook, raised),
+                args=(run,),
                 name=f"dsh-stop-hook ({callable_name(hook)})",
                 daemon=True,
             )
@@ -388,18 +469,18 @@ class ToolRuntime:
                     "rt.stop() could start no thread for a stop hook ({}): it runs on the stop's thread, unbounded",
                     exception_text(exc),
                 )
-                _run_stop_hook(hook, raised)
+                run()
             else:
                 thread.join(self.stop_remaining() + 2 * self.STOP_GRACE)
-                if thread.is_alive():
+                if run.abandon():
                     abandoned.append(thread.name)
                     continue
-            if not raised:
+            if run.raised is None:
                 continue
             if escaped is None:
-                escaped = raised[0]
+                escaped = run.raised
             else:
-                log_exception(raised[0], "a runtime stop hook raised {}; the stop went on", type(raised[0]).__name__)
+                log_exception(run.raised, "a runtime stop hook raised {}; the stop went on", type(run.raised).__name__)
         return escaped
 
     def waiting(self) -> Lent:
@@ -575,7 +656,8 @@ class ToolRuntime:
         hooks run last-registered first): executors close pools, policies
         stop their threads. Each hook runs on a thread of its own
         (``dsh-stop-hook (<its name>)``, in the context of the ``stop()``
-        call) and is waited for until the stop's deadline, then twice
+        call that began the stop, even on a thread of the runtime) and is
+        waited for until the stop's deadline, then twice
         :attr:`STOP_GRACE` (a hook may give the grace itself to what it
         tells to end at the deadline, as the default executor's drain does
         its batches): one that has not returned then is left running,
@@ -583,7 +665,8 @@ class ToolRuntime:
         the next hook. A hook that waits for something bounds its wait by
         :meth:`teardown_remaining`. Its exception is logged; a
         ``SystemExit`` or ``KeyboardInterrupt`` is raised by ``stop()``
-        once the runtime is stopped. The disposer unregisters the hook (it
+        once the runtime is stopped (logged, raised by a hook already
+        abandoned). The disposer unregisters the hook (it
         takes no lock of the runtime's: it may run in a weakref callback,
         wherever the collector runs, e.g. once an executor is freed)."""
         with self._lock:
@@ -668,15 +751,47 @@ def _record(executor: object, key: int, bound: dict[int, object]) -> object:
         return executor
 
 
-def _run_stop_hook(hook: Callable[[], Any], raised: list[BaseException]) -> None:
-    """Run one stop hook (on its thread): its exception is logged; what it
-    raises that is no ``Exception`` goes in ``raised``, for the stop."""
-    try:
-        hook()
-    except Exception as exc:  # noqa: BLE001 - the application's code: logged, the stop goes on
-        log_exception(exc, "a runtime stop hook failed")
-    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: raised once the stop is done
-        raised.append(exc)
+class _StopHookRun:
+    """One run of a stop hook (called on its thread): its exception is
+    logged; what it raises that is no ``Exception`` (``SystemExit``,
+    ``KeyboardInterrupt``) is kept in :attr:`raised`, for the stop, unless
+    the stop has abandoned the hook by then (:meth:`abandon`): then nobody
+    will raise it, and it is logged."""
+
+    def __init__(self, hook: Callable[[], Any]) -> None:
+        self._hook = hook
+        self._lock = threading.Lock()
+        self._done = False
+        self._abandoned = False
+        self.raised: BaseException | None = None
+
+    def __call__(self) -> None:
+        raised: BaseException | None = None
+        try:
+            self._hook()
+        except Exception as exc:  # noqa: BLE001 - the application's code: logged, the stop goes on
+            log_exception(exc, "a runtime stop hook failed")
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: raised once the stop is done
+            raised = exc
+        with self._lock:
+            self._done = True
+            abandoned = self._abandoned
+            if not abandoned:
+                self.raised = raised
+        if raised is not None and abandoned:
+            log_exception(
+                raised,
+                "a runtime stop hook raised {} after rt.stop() had left it running (named in rt.abandoned); "
+                "it is not raised",
+                type(raised).__name__,
+            )
+
+    def abandon(self) -> bool:
+        """Once the stop has waited for the hook: whether it is still
+        running, and so abandoned (what it raises from then on is logged)."""
+        with self._lock:
+            self._abandoned = not self._done
+            return self._abandoned
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

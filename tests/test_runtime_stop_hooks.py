@@ -2,11 +2,14 @@
 stop's deadline (and twice ``ToolRuntime.STOP_GRACE``); one that blocks is
 left running, named in ``rt.abandoned``, and the stop goes on. A hook's
 ``SystemExit`` or ``KeyboardInterrupt`` does not cut the teardown short:
-``stop()`` raises it once the runtime is stopped."""
+``stop()`` raises it once the runtime is stopped; nor does one a signal
+raises in the main thread waiting in ``stop()``. A hook runs in the context
+of the ``stop()`` that began the stop, wherever that ran."""
 
 from __future__ import annotations
 
 import contextvars
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -115,5 +118,109 @@ def test_a_hook_sees_the_stop_callers_context_and_may_call_stop() -> None:
     where.set("the caller's")
     rt.stop(GUARD)
     assert seen == ["the caller's", False]
+    assert rt.halted and rt.abandoned == ()
+    assert_no_new_threads(before)
+
+
+def _sys_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # (an application's SIGTERM handler: sys.exit)
+
+
+@pytest.mark.parametrize("sent_from", ["a stop hook", "a stop_signal callback"])
+@pytest.mark.parametrize(
+    ("signum", "handler", "raised"),
+    [(signal.SIGINT, signal.default_int_handler, KeyboardInterrupt), (signal.SIGTERM, _sys_exit, SystemExit)],
+    ids=["Ctrl-C", "SIGTERM-sys.exit"],
+)
+def test_a_signal_to_the_main_thread_waiting_in_stop_does_not_cut_the_stop_short(
+    sent_from: str, signum: int, handler: Callable[[int, Any], object], raised: type[BaseException]
+) -> None:
+    # A real signal, sent to the main thread as it waits in stop() by what
+    # the stop runs (on a thread it started while the main thread was in
+    # that wait): Python runs the handler there, which raises. The stop
+    # goes on (it still waits for that hook, runs the next and stops
+    # everything) and stop() raises it once it is done.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Python runs signal handlers on the main thread only")
+    main = threading.main_thread().ident
+    assert main is not None
+    handled = threading.Event()
+
+    def handle(signum: int, frame: Any) -> None:
+        handled.set()
+        handler(signum, frame)
+
+    previous = signal.signal(signum, handle)
+    try:
+        before = live_threads()
+        rt = ToolRuntime().start()
+        ran: list[str] = []
+        rt.on_stop(lambda: ran.append("registered first, runs after"))
+
+        def interrupts() -> None:
+            signal.pthread_kill(main, signum)
+            ran.append("handled" if handled.wait(GUARD) else "never handled")  # (the main thread raised meanwhile)
+
+        if sent_from == "a stop hook":
+            rt.on_stop(interrupts)
+        else:
+            rt.stop_signal.add_callback(lambda _: interrupts())
+        with pytest.raises(raised):
+            rt.stop(GUARD)
+    finally:
+        signal.signal(signum, previous)
+    assert ran == ["handled", "registered first, runs after"]
+    assert rt.halted and rt.abandoned == ()
+    assert_no_new_threads(before)  # the actors, the loop and the hooks' threads all ended
+    rt.stop()  # done: nothing left to raise
+
+
+def test_a_system_exit_an_abandoned_hook_raises_later_is_logged(
+    monkeypatch: pytest.MonkeyPatch, log_records: Any
+) -> None:
+    monkeypatch.setattr(ToolRuntime, "STOP_GRACE", 0.2)
+    errors = log_records("ERROR")
+    before = live_threads()
+    rt = ToolRuntime().start()
+    release = threading.Event()
+
+    def late() -> None:
+        release.wait(GUARD)
+        raise SystemExit(3)
+
+    rt.on_stop(late)
+    try:
+        assert _stop_in_thread(rt, 0.0) == []  # abandoned: nobody raises what it raises later
+        (name,) = rt.abandoned
+        (hook,) = [thread for thread in threading.enumerate() if thread.name == name]
+    finally:
+        release.set()
+    hook.join(GUARD)
+    assert not hook.is_alive()
+    logged = [record["message"] for record in errors.items if "SystemExit" in record["message"]]
+    assert len(logged) == 1 and "rt.abandoned" in logged[0], logged
+    assert_no_new_threads(before)
+
+
+def test_a_hook_of_a_stop_begun_in_a_tool_body_sees_the_bodys_context() -> None:
+    before = live_threads()
+    where: contextvars.ContextVar[str] = contextvars.ContextVar("where", default="unset")
+    rt = ToolRuntime().start()
+    seen: list[str] = []
+    rt.on_stop(lambda: seen.append(where.get()))
+
+    @tool
+    def stops(ctx: ToolRunContext) -> str:
+        """Stops the runtime."""
+        where.set("the body's")
+        rt.stop()  # on a thread of the runtime: the stop finishes on dsh-stop
+        return "stopping"
+
+    rt.tools.register(stops)
+    where.set("the test's")
+    future = rt.tools.submit(ToolBatchInput(calls=(ToolCall("c1", "stops", "{}"),)))
+    assert len(future.result(GUARD).results) == 1
+    rt.stop(GUARD)  # waits for the stop the body began
+    assert seen == ["the body's"]
     assert rt.halted and rt.abandoned == ()
     assert_no_new_threads(before)
