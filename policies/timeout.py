@@ -40,7 +40,9 @@ replaced and the wrapper just returns ``next()``.
 **What the budget covers.** The clock starts when this wrapper is entered,
 i.e. at dispatch, on the call actor's thread: time spent waiting for a pool
 slot (``max_parallel_tool_calls``), in pre-execute policy or in an approval
-prompt does not count. It covers the wrappers inside this one and the body.
+prompt does not count. It covers the wrappers inside this one and the body,
+and for an ``async def`` body the time its steps wait for a busy event loop
+(a loop running many bodies counts against each of them).
 Put it inside a retry policy (apply retry first) to give each attempt its
 own budget, outside it to bound all attempts together.
 
