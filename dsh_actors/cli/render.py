@@ -71,7 +71,6 @@ from ..session import (
     Session,
     StepKey,
     agent_of,
-    step_key,
     step_of,
     take_redeferred,
 )
@@ -305,52 +304,11 @@ def _call_of(
 def index_only_session() -> Session:
     """An in-memory :class:`Session` that keeps no event, only its index
     (the open calls, sub-calls and requests, the latest run of each agent):
-    what ``Session.open`` keeps of a log on a file. Replay feeds it every
-    event of a log to check and pair them as the session does, in memory
-    bounded by what is open rather than by the log's length."""
+    what ``Session.open`` keeps of a log on a file. A reading of a log
+    (:class:`LogTree`'s) appends every event to one, to check them and to
+    pair calls as the session does, in memory bounded by what is open
+    rather than by the log's length."""
     return Session(keep_events=False)
-
-
-class _Pairing:
-    """The session's own reading of the log, fed one event at a time (an
-    in-memory :class:`Session`): which ``tool/call`` is a copy of an earlier
-    line (a second one of an id in the latest run of an agent's step, after
-    its ``tool/batch``), so that replay pairs calls as the session does
-    rather than by a second statement of that rule."""
-
-    def __init__(self) -> None:
-        self._session = index_only_session()
-        # agent -> (call id, step) of its tool/calls since its latest
-        # tool/batch: only a call that repeats one of them can be a copy of
-        # its line (the session takes none for one outside that run, nor
-        # one of an agent that logged no batch, or of no agent)
-        self._called: dict[str, set[tuple[str, StepKey | None]]] = {}
-
-    def feed(self, event: Mapping[str, Any], index: int) -> bool:
-        """Log ``event`` in the session; whether it is a ``tool/call`` the
-        session takes for a copy of the line. Raises :class:`LogShapeError`
-        for an event the session refuses."""
-        kind = event.get("type")
-        if type(kind) is not str or not kind:
-            return False  # (not an event the session logs; ignored here, as any unknown type)
-        call_id = event.get("call_id") if kind == CALL else None
-        at = step_key(event) if kind == CALL or kind == BATCH else None
-        called = None if at is None or at[2] is None else self._called.get(at[2])
-        key = (call_id, at) if type(call_id) is str else None
-        # Ask the session (pending_calls copies the list of open calls) only
-        # about a call that repeats an earlier one's id and step.
-        check = key is not None and called is not None and key in called
-        before = len(self._session.pending_calls()) if check else 0
-        try:
-            self._session.append(event)
-        except DshError as err:  # InvalidValueError, InvalidTypeError, LosslessJsonError
-            raise LogShapeError(index, event, err.message) from None
-        if kind == BATCH and at is not None and at[2] is not None:
-            self._called[at[2]] = set()  # (as the session starts the agent's latest run)
-        elif key is not None and called is not None:
-            called.add(key)
-        # A call the session counts adds an open call; a copy adds none.
-        return check and len(self._session.pending_calls()) == before
 
 
 @dataclass(slots=True, eq=False)
@@ -386,12 +344,24 @@ class LogTree:
     given ``done_after`` (from :meth:`open_roots` of an earlier reading of
     the same events), right after the last event that changes it; the roots
     after it wait for it. ``keep=False`` hands out nothing (a first reading,
-    for :meth:`open_roots` and :attr:`agents` only)."""
+    for :meth:`open_roots` and :attr:`agents` only).
 
-    def __init__(self, done_after: Mapping[int, int] | None = None, *, keep: bool = True) -> None:
+    Each event goes into a session (:func:`index_only_session`), whose
+    :attr:`~dsh_actors.Session.call_count` says which ``tool/call`` is a
+    copy of an earlier line, so calls pair as the session pairs them: the
+    tree's own, to which :meth:`feed` appends each event (checked), or
+    ``session``, to which the caller appends each event before feeding it
+    (replay's reader, which reports what the session refuses), and only
+    then: one session a reading."""
+
+    def __init__(
+        self, done_after: Mapping[int, int] | None = None, *, keep: bool = True, session: Session | None = None
+    ) -> None:
         self._done_after: Mapping[int, int] = done_after or {}
         self._keep = keep
-        self._pairing = _Pairing()
+        self._appends = session is None  # (the tree's own session: feed appends each event)
+        self._session = index_only_session() if session is None else session
+        self._calls = self._session.call_count  # its calls up to the last tool/call fed
         self._roots: deque[CallEntry] = deque()  # made, not yet handed out, in log order
         self._open: dict[CallEntry, _Open] = {}  # root -> what keeps it open
         self._made = 0  # roots made so far
@@ -426,7 +396,8 @@ class LogTree:
     def feed(self, event: Mapping[str, Any], index: int) -> list[CallEntry]:
         """Read ``event``, the one at ``index`` (from 0); the roots it
         completed (and those after them that were waiting), in log order.
-        Raises :class:`LogShapeError` as :func:`log_entries` does."""
+        Raises :class:`LogShapeError` as :func:`log_entries` does (the
+        reading ends there: the tree is fed no more)."""
         self._read(event, index)
         for root in self._changed:
             state = self._open.get(root)
@@ -494,8 +465,18 @@ class LogTree:
         if kind == CALL:  # (this command's messages, before the session's)
             _str_field(event, "call_id", index)
             _logged_step(event, index)
-        if self._pairing.feed(event, index):
-            return  # a copy of an earlier tool/call line: that call is the one shown
+        session = self._session
+        # (An event without a str type is none the session logs: ignored, as any unknown type.)
+        if self._appends and type(kind) is str and kind:
+            try:
+                session.append(event)
+            except DshError as err:  # InvalidValueError, InvalidTypeError, LosslessJsonError
+                raise LogShapeError(index, event, err.message) from None
+        if kind == CALL:
+            counted = session.call_count
+            if counted == self._calls:
+                return  # the session took it for a copy of an earlier line: that call is the one shown
+            self._calls = counted
         latest, stepped, changed = self._latest, self._stepped, self._changed
         if kind == BATCH:
             turn, step = _logged_step(event, index)

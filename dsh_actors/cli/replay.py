@@ -47,7 +47,7 @@ from ..definition import ToolDefinition
 from ..errors import DshError, LosslessJsonError
 from ..json import loads
 from ..runtime import ToolRuntime
-from ..session import whole_json
+from ..session import Session, whole_json
 from .exits import write_output
 from .loading import CliError, install_tools, load_tool_source
 from .render import (
@@ -131,14 +131,13 @@ class _LogReader:
         if held is not None:
             yield (*held, True)
 
-    def events(self, until: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Each event and the number of its line, up to line ``until``."""
+    def events(self, session: Session, until: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Each event and the number of its line, up to line ``until``,
+        appended to ``session`` (:func:`~.render.index_only_session`: the
+        reading's, its :class:`LogTree`'s) before it is yielded: what the
+        session refuses, ``Session.open`` refuses in the file too."""
         path = self.path
         first = True
-        # Each event goes through a session's append (one that keeps no
-        # event; lossless, as read): what it refuses, Session.open refuses
-        # in the file too.
-        check = index_only_session()
         for number, line, terminated, last in self._lines(until):
             try:
                 event = loads(line, frozen=False, path="event")
@@ -158,7 +157,7 @@ class _LogReader:
             if type(event) is not dict:
                 raise _not_an_event(path, number, "a session event is a JSON object", alone=last and first)
             try:
-                check.append_lossless(event)
+                session.append_lossless(event)  # (lossless, as read)
             except DshError as err:
                 problem = err.message.removeprefix("invalid session event: ")
                 raise _not_an_event(path, number, problem, alone=last and first) from None
@@ -224,9 +223,10 @@ def _scan(reader: _LogReader) -> _Scan:
     a malformed event's, as when the log was read whole), and the second
     reading learns which calls stay open to the end, and whether the
     headers name agents."""
-    tree = LogTree(keep=False)
+    session = index_only_session()
+    tree = LogTree(keep=False, session=session)
     malformed: CliError | None = None
-    for index, (number, event) in enumerate(reader.events()):
+    for index, (number, event) in enumerate(reader.events(session)):
         if malformed is None:
             try:
                 tree.feed(event, index)
@@ -240,8 +240,9 @@ def _scan(reader: _LogReader) -> _Scan:
 def _entries(reader: _LogReader, scan: _Scan, tally: Tally) -> Iterator[CallEntry]:
     """The root calls of the log, each as soon as it is complete (see
     :class:`LogTree`), counted in ``tally``."""
-    tree = LogTree(scan.done_after)
-    for index, (number, event) in enumerate(reader.events(until=scan.last)):
+    session = index_only_session()
+    tree = LogTree(scan.done_after, session=session)
+    for index, (number, event) in enumerate(reader.events(session, until=scan.last)):
         try:
             done = tree.feed(event, index)
         except LogShapeError as err:  # (the file changed since the first reading)

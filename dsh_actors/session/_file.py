@@ -963,6 +963,15 @@ class Session:
         with self._lock:
             return list(self._pending.values())
 
+    @property
+    def call_count(self) -> int:
+        """The number of ``tool/call`` events taken as calls: one more
+        after each one appended, except a copy of the line (a second
+        ``tool/call`` of one id in the latest run of an agent's step, after
+        its ``tool/batch``: :meth:`pending_calls` does not list it either).
+        Replay reads it to pair calls as the session does."""
+        return self._serial
+
     def open_calls(self, turn: int, step: int, agent: str | None = None) -> list[str]:
         """:meth:`pending_calls` of one step (with ``agent``, that agent's:
         a call that names another agent is left out), in call order."""

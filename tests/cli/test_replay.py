@@ -338,11 +338,48 @@ def test_a_copy_of_a_tool_call_line_is_the_same_call_as_the_session_has_it(cli: 
         result_event("a", _ok("fine"), turn=1, step=1, agent="cli"),
     )
     with Session.open(log) as session:
-        assert session.pending_calls() == []
+        assert session.pending_calls() == [] and session.call_count == 1  # (two tool/call lines, one call)
         assert [c.state for c in session.read_step(1, 1, "cli").calls] == ["settled"]
     replayed = cli("replay", log)
     assert replayed.code == 0 and replayed.err == ""
     assert replayed.out == "── turn 1 · step 1 ──\n✓ a echo\n    fine\n1 call: 1 ok, 0 errors\n"
+
+
+def test_each_reading_appends_each_event_once_to_one_session_as_read(
+    cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each of replay's two readings appends each event to one session (its
+    # LogTree's, whose call_count tells a copied tool/call line), as read:
+    # loads made its values lossless, so append_lossless does not walk them
+    # again. Before, each reading appended each event to two sessions (the
+    # reader's check and the LogTree's pairing, the second through the
+    # checked append): half as much CPU again for a replay.
+    from dsh_actors.session import Session
+
+    appended: list[tuple[str, str]] = []
+    checked, lossless = Session.append, Session.append_lossless
+
+    def spy_append(self: Session, event: Any) -> None:
+        appended.append(("append", event["type"]))
+        checked(self, event)
+
+    def spy_append_lossless(self: Session, event: dict[str, Any]) -> None:
+        appended.append(("append_lossless", event["type"]))
+        lossless(self, event)
+
+    monkeypatch.setattr(Session, "append", spy_append)
+    monkeypatch.setattr(Session, "append_lossless", spy_append_lossless)
+    call = call_event(1, 1, "a", "echo", {}, agent="cli")
+    events = (
+        batch_event(1, 1, [("a", "echo", "{}")], agent="cli"),
+        call,
+        call,  # (a copy of the line: the same call)
+        result_event("a", _ok("fine"), turn=1, step=1, agent="cli"),
+    )
+    replayed = cli("replay", _log(root / "log.jsonl", *events))
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == "── turn 1 · step 1 ──\n✓ a echo\n    fine\n1 call: 1 ok, 0 errors\n"
+    assert appended == 2 * [("append_lossless", event["type"]) for event in events]
 
 
 def test_agents_sharing_a_session_each_show_their_step_under_a_header_naming_them(cli: Cli, root: Path) -> None:
