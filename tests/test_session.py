@@ -1342,3 +1342,24 @@ def test_an_in_memory_session_that_keeps_no_events_pairs_calls_and_refuses_reads
             read()
     with pytest.raises(InvalidTypeError, match=r"Session\(keep_events=...\) is True or False"):
         Session(keep_events=0)  # type: ignore[arg-type]
+
+
+def test_a_request_taking_over_another_calls_suspension_and_id_keeps_the_index_consistent() -> None:
+    # Two requests of one suspension and call id, for two calls (one names
+    # its step and agent, one names neither): the second took the key over
+    # while the first call still held it, and the first call's result then
+    # dropped the second's, whose own result raised KeyError (replay showed
+    # "internal error"; a generated-log comparison found it).
+    session = Session()
+    events: list[dict[str, Any]] = [
+        {"type": "tool/call", "turn": 1, "step": 1, "call_id": "c", "name": "t", "arguments": {"w": 6}},
+        {"type": "tool/call", "turn": 1, "step": 2, "call_id": "c", "name": "t", "arguments": {"w": 8}, "agent": "y"},
+        approval_request_event("c", "s2", "t", "why", None, turn=1, step=1, agent="y"),
+        approval_request_event("c", "s2", "t", "why", None),
+        {"type": "tool/approval", "call_id": "c", "suspension": "s2", "decision": "allowed-once"},
+        result_event("c", ok("r4"), turn=1, step=1),
+        result_event("c", ok("r5"), turn=1, step=2, agent="y"),
+    ]
+    for event in events:
+        session.append(event)
+    assert (session.pending_calls(), session.awaiting_approval()) == ([], [])

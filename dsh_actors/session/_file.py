@@ -536,8 +536,16 @@ class Session:
                     earlier = self._requests.pop(serial, None)
                     if earlier is not None:
                         del self._awaiting[earlier]
-                    self._awaiting[(suspension, call_id)] = serial
-                    self._requests[serial] = (suspension, call_id)
+                    # _awaiting and _requests are each other's inverse: a
+                    # request with the key of another call's (the same
+                    # suspension and call id, of another step: by hand, or
+                    # a log of events without steps) takes it over.
+                    key = (suspension, call_id)
+                    other = self._awaiting.get(key)
+                    if other is not None:
+                        del self._requests[other]
+                    self._awaiting[key] = serial
+                    self._requests[serial] = key
         elif kind == APPROVAL:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
