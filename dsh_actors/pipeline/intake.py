@@ -81,15 +81,18 @@ def _repeated_key(raw: str, value: dict[str, Any]) -> LosslessJsonError | None:
     """A key that an object of the JSON text ``raw`` (parsed: ``value``)
     gives more than once (the first such object's, in the text's order), as
     the problem at its path; None when there is none. The text is parsed
-    again only when it could hold more keys than ``value`` has: each key is
-    a string, maybe whitespace, then a colon, so ``":`` counts at least the
-    keys of text with no whitespace before a colon (a colon in a string
-    counts only after an escaped quote), and every colon those of any text."""
-    if " :" in raw or "\n:" in raw or "\t:" in raw or "\r:" in raw:
-        most = raw.count(":")
-    else:
-        most = raw.count('":')
-    if most <= len(value) or most <= _key_count(value):
+    again only when it could repeat one. A quote in JSON text delimits a
+    string or, escaped as ``\\"``, is a character of one; orjson writes
+    ``value`` back with the same strings, each quote in them as ``\\"``.
+    So text that writes no quote as ``\\u0022`` has as many quotes as
+    orjson's text for its value (two counts, in C, at any depth) unless it
+    holds a string the value does not: a key given again (and what it gave
+    first)."""
+    try:
+        kept = orjson.dumps(value).count(b'"')
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes
+        kept = -1
+    if kept == raw.count('"') and "\\u0022" not in raw:
         return None
     try:
         parsed = json.loads(raw, object_pairs_hook=_object)
@@ -107,20 +110,6 @@ def _repeated_key(raw: str, value: dict[str, Any]) -> LosslessJsonError | None:
         elif type(item) is list:
             stack.extend((item[i], path_for_index(path, i)) for i in range(len(item) - 1, -1, -1))
     return None
-
-
-def _key_count(value: dict[str, Any]) -> int:
-    """How many keys the objects of ``value`` (parsed JSON) have in all."""
-    count = 0
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        if type(item) is dict:
-            count += len(item)
-            stack.extend(child for child in item.values() if type(child) is dict or type(child) is list)
-        else:
-            stack.extend(child for child in item if type(child) is dict or type(child) is list)
-    return count
 
 
 class _Repeated(dict[str, Any]):

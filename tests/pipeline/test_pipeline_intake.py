@@ -8,6 +8,8 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolCall
 from dsh_actors.messages import ExecuteBatch
@@ -146,6 +148,18 @@ def test_arguments_that_give_a_key_twice_fail_invalid_args_naming_it_and_the_log
         ('{"a": [{"k": 1}, {"k": 1, "k" : 2}]}', "arguments.a[1].k"),  # (whitespace before a colon)
         ('{"a" : "http://x", "a": 1}', "arguments.a"),
         ('{"a":1,"\\u0061":2}', "arguments.a"),  # an escape that spells the same key
+        ('{"a\\\\":1,"a\\\\":2}', 'arguments["a\\\\"]'),  # a key that ends in an escaped backslash
+        ('{"a\\"":1, "a\\"" :2}', 'arguments["a\\""]'),  # ... in an escaped quote
+        ('{"\\u0022": 1, "\\"": 2}', 'arguments["\\""]'),  # a quote written as \u0022
+        ('{"a": 1, "a": "\\u0022\\u0022"}', "arguments.a"),  # as many quotes as orjson writes for its value
+        ('{"k"\n\t:1,"k" \r\n :2}', "arguments.k"),  # whitespace of every kind before a colon
+        ('{"m": "say \\"k\\": 1", "m": "x"}', "arguments.m"),  # what it gave first holds a quote and colon
+        ('{"a": [[{"x": [{"k": 1}, {"k": "\\":", "k": 2}]}]]}', "arguments.a[0][0].x[1].k"),
+        ('{"xs": [' + ", ".join(map(str, range(1000))) + '], "q": {"k": 1, "k": 2}}', "arguments.q.k"),
+        (
+            '{"a": ' * 300 + '{"k": 1, "k": 2}' + "}" * 300,  # deeper than orjson writes
+            "arguments" + ".a" * 8 + " … (285 more) … " + ".a" * 7 + ".k",
+        ),
     ],
 )
 def test_a_key_given_twice_is_found_at_any_depth(text: str, where: str) -> None:
@@ -162,6 +176,12 @@ def test_a_key_given_twice_is_found_at_any_depth(text: str, where: str) -> None:
         '{"url": "http://a:b", "at": "12:30"}',  # colons in strings
         '{"s": "\\"x\\": y", "t": 1}',  # a key-like quote and colon in a string
         '{"a": {"x": 1}, "b": {"x": 1}, "c" : [{"x": "1:2"}]}',  # one key in several objects
+        '{"s": "{\\"k\\": 1, \\"k\\" : 2}", "t": 1}',  # a repeated key in a string's JSON
+        '{"code": "x ? \\"a\\" : \\"b\\"", "n": 1}',  # an escaped quote, whitespace, a colon
+        '{"a\\\\": 1, "a": 2, "a\\"": 3}',  # keys that differ by an escape
+        '{"q": "\\u0022", "t": "\\\\u0022:"}',  # a quote written as \u0022, and that text itself
+        '{"a" : 1, "b"\n: {"a" :[1, {"b": "\\":"}], "c": ": x"}}',
+        '{"a": ' * 300 + '{"k": 1}' + "}" * 300,  # deeper than orjson writes
     ],
 )
 def test_text_that_only_looks_like_it_repeats_a_key_parses_as_it_is(text: str) -> None:
@@ -170,6 +190,51 @@ def test_text_that_only_looks_like_it_repeats_a_key_parses_as_it_is(text: str) -
     from dsh_actors.pipeline.intake import parse_arguments
 
     assert parse_arguments(text) == json.loads(text)
+
+
+#: Keys, some of them one key written two ways (\u0061 is a, \u005C a
+#: backslash, \u0022 a quote), and strings that hold quotes and colons.
+_KEYS = ['"a"', '"\\u0061"', '"a\\\\"', '"a\\u005C"', '"a\\""', '"a\\u0022"', '"\\""', '"\\u0022"', '":"', '" :"', '""']
+_STRINGS = ['"k\\": 1"', '"\\"k\\" :"', '"\\u0022:"', '"\\\\u0022"', '": x"', '"\\\\"', '"http://x:1"']
+_SPACE = st.sampled_from(["", "", " ", "\n", "\t ", "\r\n"])
+
+
+@st.composite
+def _object_text(draw: Any, values: Any) -> str:
+    """An object's text whose keys may repeat, whitespace anywhere it may be."""
+    members = [
+        draw(_SPACE) + key + draw(_SPACE) + ":" + draw(_SPACE) + draw(values)
+        for key in draw(st.lists(st.sampled_from(_KEYS), max_size=4))
+    ]
+    return "{" + ",".join(members) + draw(_SPACE) + "}"
+
+
+_VALUE_TEXT = st.recursive(
+    st.sampled_from([*_STRINGS, "1", "true", "null"]),
+    lambda values: st.one_of(
+        _object_text(values), st.lists(values, max_size=3).map(lambda items: "[" + ", ".join(items) + "]")
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=100)
+@given(_object_text(_VALUE_TEXT))
+def test_a_key_given_twice_is_found_exactly_whatever_the_text_holds(text: str) -> None:
+    import json
+
+    from dsh_actors.pipeline.call import BadArguments
+    from dsh_actors.pipeline.intake import parse_arguments
+
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeats
+        repeats = repeats or len({key for key, _ in pairs}) < len(pairs)
+        return dict(pairs)
+
+    repeats = False
+    value = json.loads(text, object_pairs_hook=once)
+    parsed = parse_arguments(text)
+    assert (type(parsed) is BadArguments) == repeats and (repeats or parsed == value), (text, parsed)
 
 
 # -- a call that is not a ToolCall: the refusal names the fix ----------------------
