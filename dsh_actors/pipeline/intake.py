@@ -61,12 +61,22 @@ def parse_arguments(raw: object) -> Any:
         return raw  # a JSON string ('"{\"a\": 1}"', arguments encoded twice): the text as sent
     # Hot path: orjson keeps a repeated key's last value, silently. Every
     # key is followed by a colon, so text with no more colons than the
-    # object has keys repeats none (one count, in C): only other text is
-    # looked at further.
+    # object has keys repeats none (one count, in C). Other text is read
+    # again only if it may repeat one: a quote in JSON text delimits a
+    # string or, escaped as \", is a character of one, and orjson writes
+    # the value back with the same strings, a quote in them as \". So text
+    # that writes no quote as \u0022 has as many quotes as orjson's text
+    # for its value unless it holds a string the value does not: a key
+    # given again, and what it gave first (two more counts in C, any depth).
     if type(value) is dict and raw.count(":") > len(value):
-        repeated = _repeated_key(raw, value)
-        if repeated is not None:
-            return BadArguments(repeated)
+        try:
+            kept = orjson.dumps(value).count(b'"')
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes
+            kept = -1
+        if kept != raw.count('"') or "\\u0022" in raw:
+            repeated = _repeated_key(raw)
+            if repeated is not None:
+                return BadArguments(repeated)
     if _LONG_DIGITS.search(raw) is not None:
         # orjson reads integer literals beyond 64 bits as floats: re-read
         # with the lossless loader, which rejects them.
@@ -77,23 +87,10 @@ def parse_arguments(raw: object) -> Any:
     return value
 
 
-def _repeated_key(raw: str, value: dict[str, Any]) -> LosslessJsonError | None:
-    """A key that an object of the JSON text ``raw`` (parsed: ``value``)
-    gives more than once (the first such object's, in the text's order), as
-    the problem at its path; None when there is none. The text is parsed
-    again only when it could repeat one. A quote in JSON text delimits a
-    string or, escaped as ``\\"``, is a character of one; orjson writes
-    ``value`` back with the same strings, each quote in them as ``\\"``.
-    So text that writes no quote as ``\\u0022`` has as many quotes as
-    orjson's text for its value (two counts, in C, at any depth) unless it
-    holds a string the value does not: a key given again (and what it gave
-    first)."""
-    try:
-        kept = orjson.dumps(value).count(b'"')
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes
-        kept = -1
-    if kept == raw.count('"') and "\\u0022" not in raw:
-        return None
+def _repeated_key(raw: str) -> LosslessJsonError | None:
+    """A key that an object of the JSON text ``raw`` gives more than once
+    (the first such object's, in the text's order), as the problem at its
+    path; None when there is none."""
     try:
         parsed = json.loads(raw, object_pairs_hook=_object)
     except (ValueError, RecursionError):  # (orjson parsed it; nesting too deep for the stdlib is refused later)
