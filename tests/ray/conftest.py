@@ -41,7 +41,7 @@ def cluster() -> Iterator[Any]:
     and the test meet at. At the end: shut down, no thread, no process."""
     assert not ray.is_initialized(), "a previous module left Ray initialized"
     threads_before = live_threads()
-    children_before = children()
+    children_before = set(children())
     ray.init(**init_options())
     try:
         from ray_tools import GATE, NAMESPACE, Gate, warm_one
@@ -53,9 +53,9 @@ def cluster() -> Iterator[Any]:
     finally:
         ray.shutdown()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (children() - children_before):
+    while time.monotonic() < deadline and (set(children()) - children_before):
         time.sleep(0.05)  # ray.shutdown() has signalled them; reap
-    left = children() - children_before
+    left = set(children()) - children_before
     assert not left, f"Ray processes left running: {sorted(left)}"
     leaked = [t for t in live_threads() - threads_before if not t.name.startswith("pytest_timeout")]
     for thread in leaked:

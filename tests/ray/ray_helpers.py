@@ -17,10 +17,11 @@ def live_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.is_alive()}
 
 
-def children() -> set[int]:
-    """This process's child pids (Ray's raylet, GCS, workers), from /proc."""
-    me = str(os.getpid())
-    out: set[int] = set()
+def children(pid: int | None = None) -> dict[int, str]:
+    """The child processes of ``pid`` (this process: Ray's raylet, GCS,
+    workers), each with its name, from /proc."""
+    parent = str(os.getpid() if pid is None else pid)
+    out: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -29,8 +30,8 @@ def children() -> set[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == me:
-            out.add(int(entry.name))
+        if len(fields) > 1 and fields[1] == parent:
+            out[int(entry.name)] = stat[stat.find("(") + 1 : stat.rfind(")")]
     return out
 
 

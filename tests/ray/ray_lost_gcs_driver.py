@@ -31,6 +31,7 @@ import ray
 import ray._private.worker
 import ray_tools as rt_tools
 from conftest import HERE, OBJECT_STORE
+from ray_helpers import children
 
 from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime
 from executors.ray import RayExecutor, RayUnavailableError
@@ -41,22 +42,6 @@ def _shown(result: Any) -> Any:
         return {"value": result.value}
     info = result.error.info
     return {"name": info.name, "code": str(info.code), "message": result.error.message}
-
-
-def _children(pid: int) -> dict[int, str]:
-    """``pid``'s child processes and their names, from /proc."""
-    out: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.find("(") + 1 : stat.rfind(")")]
-        if stat.rsplit(")", 1)[-1].split()[1] == str(pid):
-            out[int(entry.name)] = name
-    return out
 
 
 def _kill(pids: list[int]) -> None:
@@ -110,10 +95,10 @@ def main() -> int:
         calls = [ToolCall(f"c{i}", "held", {"x": f"h{i}"}) for i in range(2)]
         future = rt.tools.submit(ToolBatchInput(calls=calls))
         ray.get(gate.wait_any.remote([f"entered:h{i}" for i in range(2)]))  # a call runs
-        cluster = {pid: name for pid, name in _children(os.getpid()).items() if name in ("gcs_server", "raylet")}
+        cluster = {pid: name for pid, name in children(os.getpid()).items() if name in ("gcs_server", "raylet")}
         helpers = {}  # the raylet's children: its workers end with it, its agents do not
         for raylet in (pid for pid, name in cluster.items() if name == "raylet"):
-            helpers.update(_children(raylet))
+            helpers.update(children(raylet))
         _kill(list(cluster))
         killed = time.monotonic()
         try:

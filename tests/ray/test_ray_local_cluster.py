@@ -27,7 +27,7 @@ def options() -> dict[str, Any]:
 
 def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_it_down() -> None:
     assert not ray.is_initialized()
-    threads_before, children_before = live_threads(), children()
+    threads_before, children_before = live_threads(), set(children())
     shared = RayActor(rt_tools.Counter, name="farm-counter", namespace="farm")
     first = RayExecutor(
         local_cpus=2, object_store_memory=80 * 1024 * 1024, init_options=options(), actors={"counter": shared}
@@ -71,7 +71,7 @@ def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_i
     finally:
         first.close()
     assert not ray.is_initialized()
-    wait_until(lambda: not (children() - children_before), "Ray's processes to exit", timeout=15)
+    wait_until(lambda: not (set(children()) - children_before), "Ray's processes to exit", timeout=15)
     leaked = [t for t in live_threads() - threads_before if not t.name.startswith("pytest_timeout")]
     for thread in leaked:
         thread.join(5)
