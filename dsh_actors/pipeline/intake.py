@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import re
 from dataclasses import replace
 from typing import Any, Final
 
@@ -37,7 +36,11 @@ def check_limit(limit: object, what: str = "max_parallel_tool_calls") -> int:
     return limit
 
 
-_LONG_DIGITS = re.compile(r"\d{19}")
+#: ASCII digits (JSON's only) as ``0``, to find a run of 19 with one
+#: ``bytes.find`` (16 KB of text: 16 µs, where ``re``'s ``\d{19}``, tried at
+#: every character, took 250 µs).
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"0123456789", b"0" * 10)
+_NINETEEN_DIGITS: Final = b"0" * 19
 
 
 def parse_arguments(raw: object) -> Any:
@@ -77,9 +80,10 @@ def parse_arguments(raw: object) -> Any:
             repeated = _repeated_key(raw)
             if repeated is not None:
                 return BadArguments(repeated)
-    if _LONG_DIGITS.search(raw) is not None:
-        # orjson reads integer literals beyond 64 bits as floats: re-read
-        # with the lossless loader, which rejects them.
+    if raw.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO).find(_NINETEEN_DIGITS) >= 0:
+        # orjson reads integer literals beyond 64 bits as floats: text with
+        # 19 digits in a row is re-read with the lossless loader, which
+        # rejects them.
         try:
             return loads(raw, frozen=False, path="arguments")
         except LosslessJsonError as exc:

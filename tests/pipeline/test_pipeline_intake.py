@@ -237,6 +237,41 @@ def test_a_key_given_twice_is_found_exactly_whatever_the_text_holds(text: str) -
     assert (type(parsed) is BadArguments) == repeats and (repeats or parsed == value), (text, parsed)
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"n": 18446744073709551616}', "arguments.n"),  # 2**64: orjson reads a float
+        ('{"a": [1, -9223372036854775809]}', "arguments.a[1]"),
+        ('{"s": "é ✓", "n": 123456789012345678901234567890}', "arguments.n"),  # after text that is not ASCII
+        ('{"n":99999999999999999999}', "arguments.n"),
+    ],
+)
+def test_an_integer_beyond_64_bits_is_bad_arguments_naming_where(text: str, where: str) -> None:
+    from dsh_actors.pipeline.call import BadArguments
+    from dsh_actors.pipeline.intake import parse_arguments
+
+    parsed = parse_arguments(text)
+    assert type(parsed) is BadArguments and parsed.error.path == where, parsed
+    assert "out of range" in parsed.error.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"n": 18446744073709551615, "m": -9223372036854775808}',  # the bounds themselves
+        '{"id": "12345678901234567890123", "n": 1}',  # long digits in a string
+        '{"id": "١٢٣٤٥٦٧٨٩٠١٢٣٤٥٦٧٨٩٠", "n": 1}',  # digits that are not ASCII
+        '{"x": 1.5e300, "y": 1.2345678901234567890123}',  # long floats are floats
+    ],
+)
+def test_long_digits_that_are_not_an_integer_beyond_64_bits_parse_as_they_are(text: str) -> None:
+    import json
+
+    from dsh_actors.pipeline.intake import parse_arguments
+
+    assert parse_arguments(text) == json.loads(text)
+
+
 # -- a call that is not a ToolCall: the refusal names the fix ----------------------
 
 
