@@ -354,6 +354,9 @@ def test_paths_quote_keys_that_are_not_identifiers_and_cut_long_ones() -> None:
     assert path_for_key("value", "k" * 65) == f'value["{"k" * 48}…"]'
     assert path_for_key("value", "k" * 64) == f"value.{'k' * 64}"
     assert path_for_index("value.a", 3) == "value.a[3]"
+    # A Python value's key that is not a str (a tool's, before it is JSON).
+    assert path_for_key("value", 3) == "value[<int key>]"
+    assert path_for_key("value", (1, 2)) == "value[<tuple key>]"
 
 
 def test_a_path_of_more_than_20_steps_shows_its_first_and_last_8_and_counts_the_rest() -> None:

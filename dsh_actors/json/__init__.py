@@ -32,7 +32,9 @@ identifier of at most 64 characters adds ``.key``, any other key adds
 steps and how many are left out between them
 (``value[0][0][0][0][0][0][0][0] … (240 more) … [0][0][0][0][0][0][0][0]``),
 wherever it is written: :func:`path_for_key` and :func:`path_for_index`
-keep it so. A bad dict key is reported at the path of its dict.
+keep it so. A bad dict key is reported at the path of its dict; a key that
+is not a ``str`` in a path of a Python value (a tool's, before it is
+lossless JSON) is ``[<int key>]``, as :func:`path_for_key` writes it.
 
 **Frozen values.** :func:`materialize` returns a detached, deep-frozen copy:
 dicts become :class:`FrozenDict`, lists become tuples, scalars (and ``str``,

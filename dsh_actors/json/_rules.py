@@ -63,10 +63,12 @@ def _quote_key(key: str) -> str:
         return _stdlib_json.dumps(key)
 
 
-def path_for_key(path: str, key: str) -> str:
+def path_for_key(path: str, key: object) -> str:
     """The path of ``key`` in the dict at ``path``: ``value.name``, or
-    ``value["content-type"]`` when the key is not an identifier (see the
-    docstring of :mod:`dsh_actors.json` for the whole convention). Pure, thread-safe."""
+    ``value["content-type"]`` when the key is not an identifier, or
+    ``value[<int key>]`` when it is not a ``str`` (a Python value that is
+    not lossless JSON, such as a tool's, may have one); see the docstring of
+    :mod:`dsh_actors.json` for the whole convention. Pure, thread-safe."""
     return _stepped(path, _key_step(key))
 
 
@@ -79,7 +81,9 @@ def _index_step(index: int) -> str:
     return f"[{index}]"
 
 
-def _key_step(key: str) -> str:
+def _key_step(key: object) -> str:
+    if not isinstance(key, str):
+        return f"[<{type(key).__name__} key>]"
     if len(key) > _MAX_KEY_IN_PATH:
         return f'[{_quote_key(key[:_KEY_PREFIX_IN_PATH])[:-1]}…"]'
     if key.isidentifier():
@@ -92,9 +96,8 @@ MAX_PATH_STEPS: Final = 20
 last :data:`_PATH_ENDS` steps and how many are left out between them
 (``value[0][0][0][0][0][0][0][0] … (240 more) … [0][0][0][0][0][0][0][0]``)."""
 _PATH_ENDS: Final = 8
-# One step as path_for_key and path_for_index write it (and the schema
-# validator's "[<int key>]" for a key that is not a str), and the gap of a
-# shortened path.
+# One step as path_for_key (also "[<int key>]", for a key that is not a str)
+# and path_for_index write it, and the gap of a shortened path.
 _STEP: Final = re.compile(r'\.[^.\["\s…]+|\[(?:-?\d+|"(?:[^"\\]|\\.)*"|<[^>\]]*>)\]')
 _GAP: Final = re.compile(r" … \((\d+) more\) … ")
 _GAP_MARK: Final = " more) … "

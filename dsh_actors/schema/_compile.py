@@ -75,13 +75,6 @@ def _no_errors(value: Any, path: str, out: list[str]) -> None:
     return None
 
 
-def _key_path(path: str, key: object) -> str:
-    # Keys of lossless values are str; anything else still gets a printable path.
-    if type(key) is str:
-        return child_path(path, key)
-    return f"{path}[<{type(key).__name__} key>]"
-
-
 def _type_check(json_type: str) -> _Ok:
     """The exact-type predicate of one JSON type (jsonschema's Draft 2020-12
     semantics: bool is not a number; an integral float is an integer)."""
@@ -278,7 +271,7 @@ def _compile_object(node: Mapping[str, Any]) -> _Compiled:
         if closed:
             for key in v:
                 if key not in declared:
-                    out.append(f'"{_key_path(path, key)}" is not a declared property (additionalProperties: false)')
+                    out.append(f'"{child_path(path, key)}" is not a declared property (additionalProperties: false)')
 
     return _Compiled(ok, errs)
 

@@ -31,7 +31,6 @@ from pydantic_core import PydanticSerializationError, to_json
 
 from ..errors import ToolOutputError, safe_str
 from ..json import FrozenDict, dumps, path_for_index, path_for_key, thaw
-from ..schema._compile import _key_path
 
 __all__ = [
     "PydanticEnforcer",
@@ -397,7 +396,7 @@ def _parts(value: Any, path: str) -> Iterator[tuple[str, Any]] | None:
     not a str as the core's paths show one, ``value[<int key>]``); None for
     anything else."""
     if isinstance(value, Mapping):
-        return ((_key_path(path, key), part) for key, part in value.items())
+        return ((path_for_key(path, key), part) for key, part in value.items())
     if isinstance(value, (list, tuple, set, frozenset)):
         return ((path_for_index(path, index), part) for index, part in enumerate(value))
     if isinstance(value, BaseModel):
