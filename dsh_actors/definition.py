@@ -44,8 +44,8 @@ from .errors import (
 from .errors import (
     shown_value as _shown,
 )
-from .json import thaw
-from .model import ContentBlock, ToolExecutionResult
+from .json import dumps, thaw
+from .model import ContentBlock, TextBlock, ToolExecutionResult
 from .presentation import PresentedResult, ToolCallView, ToolResultView
 from .presentation._projection import checked_view, first_failure
 from .schema import (
@@ -74,6 +74,7 @@ __all__ = [
     "ToolOutput",
     "ToolSchema",
     "constant_classifier",
+    "default_text",
     "define_tool",
     "guarded_callbacks",
     "is_async_callable",
@@ -189,11 +190,18 @@ class ToolOutput:
     """``render(args, value) -> list[ContentBlock]``: the model-facing
     content of a validated value. ``None`` (the default): a ``str`` value is
     sent as it is, any other value as its compact JSON text
-    (``{"a":[1,2]}``, ``3``, ``null``)."""
+    (``{"a":[1,2]}``, ``3``, ``null``): :func:`default_text`."""
 
     presentation_meta: PresentationMeta | None = None
     """``presentation_meta(args, value) -> JSON``: replayable presentation
     data logged as the result's ``meta`` (root calls only)."""
+
+
+def default_text(value: Any) -> TextBlock:
+    """The content of a value when its tool has no ``render``: a ``str`` as
+    it is, anything else (a lossless JSON value) as its compact JSON text
+    (never a Python repr)."""
+    return TextBlock(value if type(value) is str else dumps(value).decode())
 
 
 def _required_output() -> ToolOutput:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..definition import default_text
 from ..errors import (
     AbortError,
     DshError,
@@ -17,7 +18,7 @@ from ..errors import (
     safe_str,
     utf8_text,
 )
-from ..json import dumps, materialize
+from ..json import materialize
 from ..model import (
     ContentBlock,
     TextBlock,
@@ -39,7 +40,6 @@ __all__ = [
     "aborted",
     "checked_content",
     "content_from_hook",
-    "default_text",
     "failure",
     "failure_from_exception",
     "freeze_result",
@@ -266,12 +266,6 @@ def _success(
     _set_contexts(result, additional_contexts)
     _set_concludes(result, concludes_turn)
     return result
-
-
-def default_text(value: Any) -> TextBlock:
-    """The content of a value when its tool has no ``render``: a ``str`` as
-    it is, anything else as its compact JSON text (never a Python repr)."""
-    return TextBlock(value if type(value) is str else dumps(value).decode())
 
 
 def content_from_hook(

@@ -29,15 +29,16 @@ from ..definition import (
     ToolOutput,
     _name_problem,
     constant_classifier,
+    default_text,
     guarded_callbacks,
     reserved_name_problem,
     validate_definition,
 )
 from ..errors import DshError, InvalidTypeError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
 from ..execution import ToolRunContext
-from ..json import check_lossless, dumps, materialize
+from ..json import check_lossless, materialize
 from ..json._rules import value_problem
-from ..model import ContentBlock, TextBlock, content_from_json
+from ..model import ContentBlock, content_from_json
 from ..schema import args_error
 from ._docstrings import parse_docstring
 from ._pydantic import (
@@ -302,9 +303,9 @@ def _render_content(args: Any, value: Any) -> list[ContentBlock]:
     (see :func:`_is_content`): the value, a block's JSON form or a list of
     them, validated already, as those blocks, so an image reaches the
     model as an image rather than as JSON text holding its base64; None
-    (an optional one's) as the text ``null``, as for a tool without ``render``."""
+    (an optional one's) as for a tool without ``render`` (the text ``null``)."""
     if value is None:
-        return [TextBlock(dumps(None).decode())]
+        return [default_text(value)]
     return list(content_from_json(value if type(value) is tuple else (value,), "value"))
 
 
