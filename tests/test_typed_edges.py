@@ -10,6 +10,7 @@ import math
 import warnings
 from typing import Annotated, Any
 
+import pydantic.dataclasses
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
@@ -28,6 +29,16 @@ def run(rt: Any, definition: ToolDefinition, arguments: Any) -> Any:
     finally:
         unregister()
     return result.results[0].result
+
+
+def assert_not_finite(rt: Any, definition: ToolDefinition, *cases: tuple[str, str]) -> None:
+    """Each call of ``definition`` with ``cases``' arguments (JSON text)
+    fails ``INVALID_ARGS`` naming the path (``cases``' second) of the float
+    that is not finite."""
+    for arguments, where in cases:
+        result = run(rt, definition, arguments)
+        assert result.is_error and str(result.error.info.code) == "INVALID_ARGS", (arguments, result)
+        assert result.error.message == f'invalid arguments: "{where}": Input should be a finite number'
 
 
 class Holder(BaseModel):
@@ -110,7 +121,9 @@ def test_a_non_finite_float_sent_as_text_fails_invalid_args_before_the_body(rt: 
         ran.append(factor)
         return "ok"
 
-    for arguments, where in (
+    assert_not_finite(
+        rt,
+        scale,
         ('{"factor": "nan"}', "value.factor"),
         ('{"factor": "-Infinity"}', "value.factor"),
         ('{"factor": "1e400"}', "value.factor"),
@@ -119,14 +132,82 @@ def test_a_non_finite_float_sent_as_text_fails_invalid_args_before_the_body(rt: 
         ('{"limits": {"high": "inf"}}', "value.limits.high"),
         ('{"reading": {"value": "inf"}}', "value.reading.value"),
         ('{"by_name": {"k": "inf"}}', "value.by_name.k"),
-    ):
-        result = run(rt, scale, arguments)
-        assert result.is_error and str(result.error.info.code) == "INVALID_ARGS", (arguments, result)
-        assert result.error.message == f'invalid arguments: "{where}": Input should be a finite number'
+    )
     assert ran == []
-    # A type that allows them gets them; a finite float stays a float.
-    assert not run(rt, scale, '{"unbounded": "inf", "factor": "2.5"}').is_error
+    # A finite float stays a float.
+    assert not run(rt, scale, '{"factor": "2.5"}').is_error
     assert ran == [2.5]
+
+
+class Free(BaseModel):  # pydantic's default: a float field allows nan and inf
+    x: float
+
+
+class Loose(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=True)
+    x: float
+
+
+@pydantic.dataclasses.dataclass
+class Sample:
+    x: float
+
+
+class Node(BaseModel):
+    value: float
+    children: list[Node] = []
+
+
+class Holds(BaseModel):
+    spans: list[Span]
+    limits: Limits | None = None
+
+
+def test_a_non_finite_float_in_a_models_own_config_fails_invalid_args_naming_its_path(rt: Any) -> None:
+    # A model keeps its own config (pydantic's allows nan and inf), but the
+    # arguments are JSON: the body never runs with a float JSON cannot
+    # carry, whatever the type allows (the value it returns could not be
+    # written, and the fault is the arguments').
+    ran: list[Any] = []
+
+    @tool
+    def place(
+        free: Free | None = None,
+        loose: Loose | None = None,
+        sample: Sample | None = None,
+        tree: Node | None = None,
+        holds: Holds | None = None,
+        unbounded: Annotated[float, Field(allow_inf_nan=True)] = 0.0,
+    ) -> Any:
+        ran.append((free, loose, sample, tree, holds))
+        return free or loose or sample or tree or holds
+
+    assert_not_finite(
+        rt,
+        place,
+        ('{"free": {"x": "inf"}}', "value.free.x"),
+        ('{"free": {"x": "NaN"}}', "value.free.x"),
+        ('{"free": {"x": "-Infinity"}}', "value.free.x"),
+        ('{"free": {"x": "1e400"}}', "value.free.x"),
+        ('{"loose": {"x": "inf"}}', "value.loose.x"),
+        ('{"sample": {"x": "nan"}}', "value.sample.x"),
+        ('{"tree": {"value": 1, "children": [{"value": "inf"}]}}', "value.tree.children[0].value"),
+        ('{"holds": {"spans": [{"low": 1}, {"low": "nan"}]}}', "value.holds.spans[1].low"),
+        ('{"holds": {"spans": [], "limits": {"high": "inf"}}}', "value.holds.limits.high"),
+        ('{"unbounded": "inf"}', "value.unbounded"),
+    )
+    assert ran == []
+    # NaN itself is no JSON.
+    result = run(rt, place, '{"free": {"x": NaN}}')
+    assert result.is_error and str(result.error.info.code) == "INVALID_ARGS"
+    assert "arguments are not valid JSON" in result.error.message
+    # Finite floats reach the function as the types' values, and back.
+    result = run(rt, place, '{"tree": {"value": "1.5", "children": [{"value": 2}]}}')
+    assert not result.is_error, result.error
+    assert thaw(result.value) == {"value": 1.5, "children": [{"value": 2.0, "children": []}]}
+    assert ran[-1][3] == Node(value=1.5, children=[Node(value=2.0)])
+    # The models themselves keep their config outside the tool.
+    assert math.isinf(Free(x="inf").x) and math.isinf(Loose(x="inf").x)  # type: ignore[arg-type]
 
 
 def test_a_typed_tool_returning_negative_zero_returns_zero_not_a_broken_tool(rt: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Final, final
 
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaWarningKind
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import PydanticSerializationError, SchemaValidator, to_json
 
 from ..errors import ToolOutputError, safe_str
 from ..json import FrozenDict, dumps, path_for_index, path_for_key, thaw
@@ -36,6 +36,7 @@ __all__ = [
     "PydanticEnforcer",
     "ToolJsonSchema",
     "bytes_error",
+    "finite_validator",
     "serialization_error",
     "violations_of",
     "without_negative_zero",
@@ -247,6 +248,46 @@ def _union_violations(errors: list[_Error], depth: int) -> list[str]:
         return _violations(next(iter(fitting.values()), errors), depth + 1)
     each = ", ".join(f"{member} [{'; '.join(_violations(own, depth + 1))}]" for member, own in fitting.items())
     return [f'"{at}" matches none of its alternatives: {each}']
+
+
+def finite_validator(model: type[BaseModel]) -> SchemaValidator:
+    """The validator of ``model`` (a tool's arguments) that reads no float as
+    NaN or infinity, wherever it is: every ``float`` of its core schema made
+    ``allow_inf_nan=False``, whatever the config of the model, dataclass or
+    ``Field`` that holds it says. JSON has no such number, but lax mode
+    reads the strings ``"nan"``, ``"inf"`` and ``"1e400"`` as floats, and a
+    nested model or pydantic dataclass keeps its own config (pydantic's
+    default allows them): refused here, ``finite_number``, at its path.
+    Built once, from a copy of the schema (the classes' own schemas and
+    validators are left as they are), without the classes' prebuilt
+    validators, which would keep their config; it validates as fast as
+    ``model``'s own."""
+    schema: Any = _finite_floats(model.__pydantic_core_schema__)
+    top = schema["schema"] if schema["type"] == "definitions" else schema
+    return SchemaValidator(schema, top.get("config"), _use_prebuilt=False)
+
+
+#: The keys of a core schema whose values are no schema the validator
+#: builds: the author's data (a default, a ``Literal``'s values, an enum's
+#: members, an error's context), metadata and the serializer's schema.
+_NOT_VALIDATED: Final = frozenset(
+    {"default", "metadata", "expected", "members", "custom_error_context", "serialization"}
+)
+
+
+def _finite_floats(node: Any) -> Any:
+    """A copy of the core schema ``node`` with every ``float`` schema
+    ``allow_inf_nan=False`` (see :func:`finite_validator`)."""
+    if type(node) is dict:
+        out = {key: item if key in _NOT_VALIDATED else _finite_floats(item) for key, item in node.items()}
+        if out.get("type") == "float":
+            out["allow_inf_nan"] = False
+        return out
+    if type(node) is list:
+        return [_finite_floats(item) for item in node]
+    if type(node) is tuple:
+        return tuple(_finite_floats(item) for item in node)
+    return node
 
 
 _STASH_LIMIT: Final = 256

@@ -45,6 +45,7 @@ from ._pydantic import (
     PydanticEnforcer,
     ToolJsonSchema,
     bytes_error,
+    finite_validator,
     serialization_error,
     violations_of,
     without_negative_zero,
@@ -150,7 +151,9 @@ def tool(
     * The arguments are validated by pydantic-core (the validator is built
       here, once) inside the body's step: invalid ones fail ``INVALID_ARGS``
       naming each path (``"value.point.x" must be an integer``) and the
-      function does not run. The function gets typed values (a model
+      function does not run; so does a float that is NaN or infinite
+      (lax mode reads the text ``"inf"`` as one), wherever it is, whatever
+      its type's config says. The function gets typed values (a model
       instance for a model, a ``list`` for a list), never frozen mappings.
     * The return annotation is the output schema (serialization mode; no
       annotation: any JSON value). The returned value is validated against
@@ -456,7 +459,7 @@ def _build(
     except DshError as err:
         raise refuse(f"the generated schema is not lossless JSON ({err.message}); check the defaults") from None
 
-    arguments = PydanticEnforcer(arguments_model.__pydantic_validator__, parameters, hand_over=True)
+    arguments = PydanticEnforcer(finite_validator(arguments_model), parameters, hand_over=True)
     output = PydanticEnforcer(output_adapter.validator, output_json_schema)
     body = _execute(
         shown, fn, arguments, output_adapter, dump, tuple(by_name), tuple(positional), context, context_positional
@@ -499,16 +502,10 @@ def _build(
     return definition
 
 
-#: The arguments model's config: no property the parameters do not declare,
-#: and no non-finite float. JSON has none, but pydantic's lax mode reads the
-#: strings "nan", "inf" and "1e400" as floats: the body would run with one
-#: (and a value holding it fail INVALID_TOOL_OUTPUT, blamed on the tool).
-#: Refused instead as the arguments' fault (``finite_number``), wherever the
-#: config reaches: the parameters, their lists, dicts, unions, TypedDicts
-#: and standard dataclasses. A pydantic model or dataclass keeps its own
-#: config (pydantic-core reuses its validator): pydantic's default there
-#: allows them, unless it sets ``allow_inf_nan=False``.
-_ARGUMENTS_CONFIG: Final = ConfigDict(extra="forbid", allow_inf_nan=False)
+#: The arguments model's config: no property the parameters do not declare.
+#: (No float is NaN or infinite either, wherever it is and whatever its
+#: type's config says: the validator is :func:`finite_validator`'s.)
+_ARGUMENTS_CONFIG: Final = ConfigDict(extra="forbid")
 
 
 #: Serialization keeps a non-finite float as it is, for the lossless JSON
