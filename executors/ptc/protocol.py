@@ -209,18 +209,29 @@ _PATH_ENDS = 8
 _MAX_KEY_IN_PATH = 64
 _KEY_PREFIX_IN_PATH = 48
 
+#: A dict key with a lone surrogate is named by its first this many
+#: characters (the core's; a test holds the two equal).
+_KEY_IN_PROBLEM = 40
+
 #: A step on the way to a value: the steps before it (None at the root) and its own.
 _Steps = tuple[Any, str] | None
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: it cannot be encoded as UTF-8."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _quote_key(key: str) -> str:
     """``key`` as a JSON string, as the core quotes it: non-ASCII as it is,
     but a key with a lone surrogate escaped, ASCII only."""
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(key)
-    return json.dumps(key, ensure_ascii=False)
+    return json.dumps(key, ensure_ascii=_has_lone_surrogate(key))
 
 
 def _key_step(key: str) -> str:
@@ -292,7 +303,8 @@ def _not_awaited(coroutine: Any) -> str:
 def json_problem(value: object, path: str = "value") -> str | None:
     """Why ``value`` is not lossless JSON (the core's rules,
     ``docs/reference.md`` section 2), or None: exact ``dict`` (``str``
-    keys), ``list``/``tuple``, ``str`` (no lone surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
+    keys, no lone surrogates), ``list``/``tuple``, ``str`` (no lone
+    surrogates), ``int`` in [-2**63, 2**64-1], finite ``float``
     other than ``-0.0``, ``bool``, ``None``; no cycles, at most
     :data:`MAX_DEPTH` levels. The problem's path starts at ``path``, its
     keys are written as the core writes them (``["content-type"]``, a long
@@ -312,9 +324,7 @@ def json_problem(value: object, path: str = "value") -> str | None:
         if item is None or kind is bool:
             continue
         if kind is str:
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
+            if _has_lone_surrogate(item):
                 return f"{_path(path, steps)}: a str with a lone surrogate is not JSON"
             continue
         if kind is int:
@@ -338,9 +348,14 @@ def json_problem(value: object, path: str = "value") -> str | None:
             open_ids.add(ident)
             exits.append((len(stack) + 1, ident))
             if kind is dict:
-                for key, child in reversed(list(item.items())):
+                pairs = list(item.items())
+                for key, _child in pairs:
                     if type(key) is not str:
                         return f"{_path(path, steps)}: a dict key must be a str, not {_key_text(key)}"
+                    if _has_lone_surrogate(key):
+                        shown = _quote_key(key[:_KEY_IN_PROBLEM])
+                        return f"{_path(path, steps)}: the dict key {shown} has a lone surrogate and is not JSON"
+                for key, child in reversed(pairs):
                     stack.append((child, (steps, _key_step(key)), depth + 1))
             else:
                 children = list(item)

@@ -49,6 +49,22 @@ def test_an_exception_message_with_a_lone_surrogate_fails_the_run_as_an_error(rt
     assert "worker.py" not in message
 
 
+def test_a_dict_key_with_a_lone_surrogate_is_refused_in_arguments_and_in_the_result(rt: Any) -> None:
+    # (Arguments: a UnicodeEncodeError from the worker's encoder at the
+    # call. Result: the worker crashed writing its done message.)
+    install(rt, timeout_ms=5000)
+    rt.tools.register(echo_tool())
+    code = "try:\n    await tools.echo(message={'k\\udfff': 1})\nexcept TypeError as exc:\n    return str(exc)"
+    result = run_code(rt, code)
+    problem = 'arguments.message: the dict key "k\\udfff" has a lone surrogate and is not JSON'
+    assert result.value["result"] == f"tools.echo(): {problem}"
+    message = failed_as(run_code(rt, "return {'ok': [{'a': 1, '\\ud800': 2}]}"), "result")
+    assert message.startswith(
+        'code run failed (result): the returned value is not JSON: result.ok[0]: the dict key "\\ud800" '
+        "has a lone surrogate and is not JSON\n"
+    ), message
+
+
 def test_a_huge_exception_message_is_cut_and_not_taken_for_a_returned_value(rt: Any) -> None:
     # (9 MB: a done line past the message limit, reported as "the program
     # returned a value of more than ..."; 200 KB went whole to the model.)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import re
 import sys
 import warnings
 from typing import Any
@@ -50,6 +51,7 @@ def test_the_framer_refuses_a_line_past_its_limit_even_before_it_ends() -> None:
         ({(1, 10**5000): 1}, "value: a dict key must be a str, not tuple"),
         ({b"k": 1}, "value: a dict key must be a str, not bytes b'k'"),
         ({"bad key": "\ud800"}, 'value["bad key"]: a str with a lone surrogate is not JSON'),
+        ({"a": {"ok": 1, "\ud800": 1}}, 'value.a: the dict key "\\ud800" has a lone surrogate and is not JSON'),
     ],
 )
 def test_the_worker_checks_values_with_the_cores_rules(value: Any, problem: str | None) -> None:
@@ -99,6 +101,21 @@ def test_a_dict_key_is_a_path_step_as_the_cores_is(key: str) -> None:
     core = caught.value.path
     assert core == path_for_key(path_for_key("value", "a"), key)
     assert json_problem({"a": {key: float("nan")}}) == f"{core}: the float nan is not JSON"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["\ud800", "é\udfff", "x" * 50 + "\ud800", "\ud800" + "y" * 60],
+    ids=["lone", "after-non-ascii", "past-the-cut", "long"],
+)
+def test_a_dict_key_with_a_lone_surrogate_is_refused_as_the_core_refuses_it(key: str) -> None:
+    # The worker cannot import the core: the two must name the dict and the key alike.
+    with pytest.raises(LosslessJsonError) as caught:
+        check_lossless({"a": {"ok": 1, key: 1}})
+    shown = re.fullmatch(r'dict key (".*") has a lone surrogate \(.*', caught.value.problem)
+    assert shown is not None, caught.value.problem
+    expected = f"{caught.value.path}: the dict key {shown[1]} has a lone surrogate and is not JSON"
+    assert json_problem({"a": {"ok": 1, key: 1}}) == expected
 
 
 @pytest.mark.parametrize(
