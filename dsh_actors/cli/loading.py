@@ -8,7 +8,14 @@ imported by name, when used: the core never imports them statically.
 ``MODULE`` is a module name imported with the current directory on
 ``sys.path`` (``examples.tools``), or the path of a ``.py`` file, imported
 with its folder first on ``sys.path`` (as ``python FILE`` has it: it imports
-the modules beside it). ``ATTR``
+the modules beside it). Then the modules of that folder stay importable
+until the command ends, as ``python FILE`` keeps its folder for the life of
+the process, so a tool that imports one when it runs finds it; but only
+when nothing else provides that name (the folder is searched after every
+other place, editable installs included), so that none of them stands in
+for a module the command imports later (``policies``, ``executors``). What
+the loader adds (the current directory, a file's folder) is taken off when
+the command ends (:func:`loader_path_scope`). ``ATTR``
 (dotted for a nested attribute; default ``register``, else ``TOOLS``) is one
 of:
 
@@ -22,13 +29,15 @@ of:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
@@ -44,12 +53,19 @@ __all__ = [
     "install_timeout",
     "install_tools",
     "load_tool_source",
+    "loader_path_scope",
     "terminal_prompt",
 ]
 
 _DEFAULT_ATTRS: Final = ("register", "TOOLS")
 _SERVICE_NAMES: Final = frozenset({"tools", "service", "tools_service", "registry"})
 EXECUTORS: Final = ("native", "ptc")
+
+#: What the loader added, oldest first, as (the list, the entry): the
+#: current directory on ``sys.path``, a tools file's :class:`_FolderFinder`
+#: on ``sys.meta_path``. :func:`loader_path_scope` takes off what its
+#: command added.
+_ADDED: list[tuple[list[Any], object]] = []
 
 
 class CliError(Exception):
@@ -88,6 +104,7 @@ def _import(module_name: str, spec: str) -> ModuleType:
         cwd = os.getcwd()
         if cwd not in sys.path:
             sys.path.insert(0, cwd)
+            _ADDED.append((sys.path, cwd))
         return importlib.import_module(module_name)
     except CliError:
         raise
@@ -118,6 +135,7 @@ def _import_file(path: Path, spec: str) -> ModuleType:
     # Its folder first on sys.path while it runs, as `python FILE` has it,
     # so it imports the modules beside it; only then, so that none of them
     # stands in for one the command imports later (policies, executors).
+    # Afterwards the folder is searched last (see _FolderFinder).
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
     try:
@@ -128,7 +146,47 @@ def _import_file(path: Path, spec: str) -> ModuleType:
     finally:
         if folder in sys.path:
             sys.path.remove(folder)
+    if not any(type(finder) is _FolderFinder and finder.folder == folder for finder in sys.meta_path):
+        finder = _FolderFinder(folder)
+        sys.meta_path.append(finder)
+        _ADDED.append((sys.meta_path, finder))
     return module
+
+
+class _FolderFinder:
+    """Finds a top-level module in a tools file's folder, last of all
+    finders (at the end of ``sys.meta_path``, after an editable install's,
+    which comes after ``sys.path``'s): a module of the folder a tool imports
+    when it runs, unless something else provides that name."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if path is not None:  # a submodule: its package's own __path__ finds it
+            return None
+        return PathFinder.find_spec(fullname, [self.folder], target)
+
+
+@contextlib.contextmanager
+def loader_path_scope() -> Iterator[None]:
+    """The life of one command for what the loader adds (see the module
+    docstring): what it added while the block ran is taken off when the
+    block ends, so that commands run one after another in one process
+    (tests calling ``main()``) each start with the ``sys.path`` and
+    ``sys.meta_path`` the process had, which never grow from one to the
+    next. Without it (a caller of :func:`load_tool_source` of its own),
+    what the loader adds stays, each folder once."""
+    start = len(_ADDED)
+    try:
+        yield
+    finally:
+        while len(_ADDED) > start:
+            where, entry = _ADDED.pop()
+            with contextlib.suppress(ValueError):  # (the program took it off itself)
+                where.remove(entry)
 
 
 def load_tool_source(spec: str) -> ToolSource:

@@ -470,7 +470,7 @@ def _bench_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .loading import CliError
+    from .loading import CliError, loader_path_scope
     from .replay import replay_command
     from .run import run_command
     from .schemas import schemas_command
@@ -482,7 +482,8 @@ def _run(args: argparse.Namespace) -> int:
         "bench": _bench_command,
     }
     try:
-        return handlers[args.command](args)
+        with loader_path_scope():  # what --tools put on sys.path lasts as long as the command
+            return handlers[args.command](args)
     except CliError as err:
         _error(args.command, str(err))
         return 1

@@ -232,9 +232,74 @@ def test_a_tools_file_imports_the_modules_beside_it_as_python_file_does(
         sys.modules.pop("helpers_beside_the_tools_file", None)
     assert outcome.code == 0, outcome.err
     assert outcome.out.endswith("1 call: 1 ok, 0 errors\n")
-    # Only while it is imported: a module of that folder never stands in
-    # for one the command imports later (policies, executors).
+    # Only until the command ends: one command's folder never stays for the next.
     assert sys.path == before
+
+
+def test_a_tool_of_a_tools_file_imports_a_module_beside_it_when_it_runs(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # It failed "ModuleNotFoundError: No module named ..." (the folder was on
+    # sys.path only while the file was imported; `python tools.py` keeps it).
+    write_module("helper_sibling_imported_lazily", "def greet(name):\n    return f'hello {name}'\n")
+    tools = write_module(
+        "tools_importing_lazily",
+        '''
+        from dsh_actors import tool
+
+        @tool
+        def greet(name: str) -> str:
+            """Greet."""
+            import helper_sibling_imported_lazily
+
+            return helper_sibling_imported_lazily.greet(name)
+
+        TOOLS = [greet]
+        ''',
+    )
+    batch = _batch(root, {"id": "c1", "name": "greet", "arguments": {"name": "ada"}})
+    before, finders_before = list(sys.path), list(sys.meta_path)
+    for _ in range(2):  # in-process commands one after another: each as the first
+        try:
+            outcome = cli("run", batch, "--tools", tools)
+        finally:
+            sys.modules.pop("helper_sibling_imported_lazily", None)
+        assert outcome.code == 0, outcome.err
+        assert "hello ada" in outcome.out
+        assert outcome.out.endswith("1 call: 1 ok, 0 errors\n")
+        assert (sys.path, sys.meta_path) == (before, finders_before)
+
+
+def test_a_module_beside_a_tools_file_never_stands_in_for_one_the_command_imports(tmp_path: Path) -> None:
+    # A process of its own: policies is imported once per process. The folder
+    # stays on sys.path for the command, but last: the command's own
+    # policies.timeout (run applies it) is still the one it imports.
+    folder = tmp_path / "tools_folder"
+    folder.mkdir()
+    (folder / "policies.py").write_text("raise ImportError('the tools folder policies.py was imported')\n")
+    (folder / "helper_sibling_of_a_process.py").write_text("def greet(name):\n    return f'hello {name}'\n")
+    (folder / "tools.py").write_text(
+        "from dsh_actors import tool\n\n"
+        "@tool\n"
+        "def greet(name: str) -> str:\n"
+        '    """Greet."""\n'
+        "    import helper_sibling_of_a_process\n\n"
+        "    return helper_sibling_of_a_process.greet(name)\n\n"
+        "TOOLS = [greet]\n"
+    )
+    batch = _batch(tmp_path, {"id": "c1", "name": "greet", "arguments": {"name": "ada"}})
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh_actors.cli", "run", str(batch), "--tools", str(folder / "tools.py")],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hello ada" in done.stdout
+    assert done.stdout.endswith("1 call: 1 ok, 0 errors\n"), done.stdout
 
 
 def test_max_parallel_caps_how_many_calls_overlap(cli: Cli, root: Path, write_module: Any, tmp_path: Path) -> None:
