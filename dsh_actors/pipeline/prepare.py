@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import (
@@ -42,7 +43,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @in_context
 def prepare(
-    rt: Kernel, call: Call, registration: Any = LOOK_UP, before_hooks: Callable[[], object] | None = None
+    rt: Kernel,
+    call: Call,
+    registration: Any = LOOK_UP,
+    before_hooks: Callable[[], object] | None = None,
+    meanwhile: Callable[[Call, Callable[[], Any]], Any] | None = None,
 ) -> bool:
     """Run the pre-dispatch phases of ``call`` on the calling thread.
 
@@ -66,6 +71,10 @@ def prepare(
     it answers true (one of those went back to be prepared again), nothing
     more runs: the call is left unsettled, for the caller to prepare again
     after that one, and ``prepare`` returns True (else False).
+    ``meanwhile(call, ask)``: how the approval service is asked, if it is
+    (the batch runs ``ask`` on a thread of its own and commits what
+    settles while it waits: ``BatchRun._meanwhile``); by default it is
+    asked on this thread.
     """
     if call.outcome is not None:
         return False  # settled as it began (bad arguments, routed to the executor)
@@ -132,7 +141,7 @@ def prepare(
                 decision = _ALLOW
             else:
                 try:
-                    decision = _route_approval(rt, call, decision)
+                    decision = _route_approval(rt, call, decision, meanwhile)
                 except BaseException as exc:  # noqa: BLE001 - a throwing approval service, too
                     _policy_raised(call, "approval", exc)
                     return False
@@ -262,8 +271,11 @@ def _approval_default(execution: Any, required: Any) -> Callable[[], Allow | Ask
     return default
 
 
-def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
-    """Ask the approval service; ``Allow()`` only for ``"allowed-once"``,
+def _route_approval(
+    rt: Kernel, call: Call, ask: Ask, meanwhile: Callable[[Call, Callable[[], Any]], Any] | None = None
+) -> Any:
+    """Ask the approval service (through ``meanwhile``, if given: see
+    :func:`prepare`); ``Allow()`` only for ``"allowed-once"``,
     ``_Deferred`` for ``"deferred"`` (the batch suspends the call), else a
     denial (a failure). A raising service, or an answer that is none of
     :data:`ANSWERS`, propagates (the caller makes it a ``POLICY_FAILED``
@@ -289,17 +301,27 @@ def _route_approval(rt: Kernel, call: Call, ask: Ask) -> Any:
         signal=call.caller,
         arguments=execution.arguments,
     )
-    with rt.waiting():  # a person may take a while: other batches step meanwhile
-        answer: Any = service(request)
-    if inspect.iscoroutine(answer):
-        # An async approval service: awaited on the batch's loop (this thread waits).
-        answer = _awaiter(rt, call)(answer)
+    asking = partial(_asked_service, rt, call, service, request)
+    if meanwhile is None:
+        with rt.waiting():  # a person may take a while: other batches step meanwhile
+            answer: Any = asking()
+    else:
+        answer = meanwhile(call, asking)
     answer = _answer(call, answer)
     _published(rt, execution, ask, answer)
     decision = _decide(call, ask, answer)
     if type(decision) is Allow:
         approve(execution, ask, _definition(call))
     return decision
+
+
+def _asked_service(rt: Kernel, call: Call, service: Any, request: ApprovalRequest) -> Any:
+    """The approval service's answer to ``request`` (an ``async def``
+    service's awaited on the batch's loop: the calling thread waits)."""
+    answer = service(request)
+    if inspect.iscoroutine(answer):
+        answer = _awaiter(rt, call)(answer)
+    return answer
 
 
 def _published(rt: Kernel, execution: Any, ask: Ask, answer: str) -> None:

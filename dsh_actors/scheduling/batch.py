@@ -39,6 +39,10 @@ the feeder's :class:`~.messages.FeedSink`, not to the session's
 
 from __future__ import annotations
 
+import contextvars
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from enum import IntEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -131,6 +135,13 @@ class CallState(IntEnum):
     ``Call`` left with whoever runs its body."""
     COMMITTED = 8
     """Its result is recorded (and logged)."""
+    PREPARING = 9
+    """Being prepared (after UNSTARTED or REDO), its approval service
+    asked on a thread of its own while the thread that steps the batch
+    waits for the answer and meanwhile commits the calls that settle
+    (:meth:`BatchRun._meanwhile`): a person taking their time holds no
+    earlier call's result back. Nothing else starts meanwhile. At most one
+    call is PREPARING; a call whose preparation asks nobody never is."""
 
 
 #: The states whose call is owned elsewhere (a call actor, the mailbox, a
@@ -141,9 +152,28 @@ assert OUTS == {s for s in CallState if CallState.OUT <= s <= CallState.FLIGHT}
 #: The only moves ``BatchRun._move`` makes.
 NEXT: dict[CallState, frozenset[CallState]] = {
     CallState.UNSTARTED: frozenset(
-        {CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD, CallState.DEFERRED}
+        {
+            CallState.REDO,
+            CallState.OUT,
+            CallState.EARLY,
+            CallState.FLIGHT,
+            CallState.HELD,
+            CallState.DEFERRED,
+            CallState.PREPARING,
+        }
     ),
     CallState.REDO: frozenset(
+        {
+            CallState.REDO,
+            CallState.OUT,
+            CallState.EARLY,
+            CallState.FLIGHT,
+            CallState.HELD,
+            CallState.DEFERRED,
+            CallState.PREPARING,
+        }
+    ),
+    CallState.PREPARING: frozenset(
         {CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD, CallState.DEFERRED}
     ),
     CallState.OUT: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
@@ -166,6 +196,7 @@ _HELD = CallState.HELD
 _DEFERRED = CallState.DEFERRED
 _STUCK = CallState.STUCK
 _COMMITTED = CallState.COMMITTED
+_PREPARING = CallState.PREPARING
 #: NEXT as bit masks, by state (an Enum member hashes in Python: no set
 #: lookups on the hot path).
 _NEXT_MASKS = tuple(sum(1 << to for to in NEXT[state]) for state in CallState)
@@ -375,30 +406,9 @@ class BatchRun:
                 return RUNNING
             unstepped = False
             try:
-                kind = type(message)
-                if kind is Settled:
-                    index = message.call.index
-                    # (Not out: committed ABORTED already, at the stop's deadline.)
-                    if _OUT <= self.state[index] <= _FLIGHT:
-                        self._move(index, _HELD)
-                        if self.bug is None and inbox.more():
-                            unstepped = True
-                            continue  # one step for the ends queued now
-                elif kind is BodyEnded:
-                    self._body_ended(message)
-                    if self.bug is None and inbox.more():
-                        unstepped = True
-                        continue
-                elif kind is Returned:
-                    self._returned(message)
-                elif kind is Fed:
-                    self._fed(message)
-                elif kind is Sealed:
-                    self.sealed = True
-                elif kind is Deadline:
-                    self._deadline()
-                else:
-                    assert kind is Wake, message
+                if self._receive(message) and self.bug is None and inbox.more():
+                    unstepped = True
+                    continue  # one step for the ends queued now
             except BaseException as exc:  # noqa: BLE001 - a bug: drain, then fail the batch
                 self._failed(exc)
             self._advance()
@@ -408,6 +418,85 @@ class BatchRun:
         except BaseException as exc:  # noqa: BLE001 - a bug: the batch fails, it never hangs
             logger.opt(exception=exc).error("the batch scheduler failed")
             return self._error(_internal(exc), exc)
+
+    def _receive(self, message: Any) -> bool:
+        """Take in one message of the inbox (no step); whether it was an end
+        (``Settled``, ``BodyEnded``)."""
+        kind = type(message)
+        if kind is Settled:
+            index = message.call.index
+            # (Not out: committed ABORTED already, at the stop's deadline.)
+            if _OUT <= self.state[index] <= _FLIGHT:
+                self._move(index, _HELD)
+            return True
+        if kind is BodyEnded:
+            self._body_ended(message)
+            return True
+        if kind is Returned:
+            self._returned(message)
+        elif kind is Fed:
+            self._fed(message)
+        elif kind is Sealed:
+            self.sealed = True
+        elif kind is Deadline:
+            self._deadline()
+        else:
+            assert kind is Wake, message
+        return False
+
+    def _meanwhile(self, call: Call, ask: Callable[[], Any]) -> Any:
+        """``call``'s approval: ``ask()`` (the approval service, awaited if
+        async) runs on a thread of its own, in this thread's context, while
+        this thread, which steps the batch, waits for its answer (lending
+        its slot) and meanwhile takes in the messages put in the inbox and
+        commits what settled: a call before ``call`` whose body ended
+        records its result (``tools/result``, ``tool/result``) now, not
+        when a person has answered. Nothing starts meanwhile: ``call`` is
+        PREPARING (see :class:`CallState`). The answer, or what ``ask``
+        raised."""
+        self._move(call.index, _PREPARING)
+        answer: Future[Any] = Future()
+        inbox = self.inbox
+        waker = threading.Event()
+        context = contextvars.copy_context()
+
+        def run() -> None:
+            try:
+                value = context.run(ask)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                answer.set_exception(exc)
+            else:
+                answer.set_result(value)
+            waker.set()
+
+        inbox.waker = waker
+        try:
+            threading.Thread(target=run, name="dsh-approval", daemon=True).start()
+            with self.rt.waiting():
+                while True:
+                    waker.clear()
+                    self._take_ends()  # (first: what was queued before the waker was set)
+                    if answer.done():
+                        break
+                    waker.wait()
+        finally:
+            inbox.waker = None
+        return answer.result()
+
+    def _take_ends(self) -> None:
+        """While a call is PREPARING (:meth:`_meanwhile`): the messages
+        queued now taken in, and what settled committed (no call starts)."""
+        inbox = self.inbox
+        try:
+            message = inbox.get()
+            while message is not None:
+                self._receive(message)
+                message = inbox.get()
+            self._commit_ready()
+            if BatchRun.check_invariants and self.bug is None:
+                self._assert_invariants()
+        except BaseException as exc:  # noqa: BLE001 - a bug: no call starts; the batch fails
+            self._failed(exc)
 
     def abandoned_error(self, unscheduled: bool = False) -> ToolBatchExecutionError:
         """The batch's answer when ``rt.stop()`` cannot wait for it any
@@ -830,7 +919,7 @@ class BatchRun:
             # The flights this step started are launched before this call's
             # pre-execute listeners or approval run (they may block, or change
             # what holds): a body that started is not held behind them.
-            if prepare(self.rt, call, looked_up, self._launch if self.launching else None):
+            if prepare(self.rt, call, looked_up, self._launch if self.launching else None, self._meanwhile):
                 # A flight before it was found stale as it was launched: it
                 # is prepared again first, and this call after it.
                 self._put_back(call)
@@ -839,6 +928,22 @@ class BatchRun:
             # ask), or allowed (neither), to dispatch.
             settled = call.outcome is not None
             deferred = not settled and call.ask is not None
+            if self.state[index] is _PREPARING:
+                # Its approval was awaited while the calls that settled
+                # committed: what is out may have dropped, a call before it
+                # may have come back to be prepared again, the batch may
+                # have halted (a bug, the stop's deadline).
+                out = self.outs
+                early = early and out >= self.limit
+                if not settled and not deferred:
+                    if self._halted():
+                        call.abort_unstarted()
+                        self._move(index, _HELD)
+                        continue
+                    redo = self._first_redo()
+                    if redo is not None and redo < index:
+                        self._put_back(call)  # (its approval stands: not asked again)
+                        continue
             if not settled and not deferred and stale(self.rt, call):
                 # Changed while it was prepared: once more, under what holds now.
                 call.unprepare()
@@ -898,6 +1003,11 @@ class BatchRun:
                 if not self._put(call, early):
                     self._put_back(call)
                     return
+
+    def _halted(self) -> bool:
+        """Whether no call starts any more (read anew: a step may have
+        halted the batch while this one waited, see :meth:`_meanwhile`)."""
+        return self.halted is not None
 
     def _put_back(self, call: Call) -> None:
         """``call`` was prepared to start, but a stale call before it is on
@@ -1453,6 +1563,13 @@ class BatchRun:
                 ), f"held call {index} is {call}"
             elif where is _STUCK:
                 assert any(c is call for c in self.stuck), f"stuck call {index} is not named"
+            elif where is _PREPARING:
+                # Its approval is awaited (between two steps only while the
+                # thread that steps the batch commits what settles meanwhile).
+                assert call is not None and call.phases_ran and call.outcome is None and call.ask is None, (
+                    f"call {index} being prepared is {call}"
+                )
+        assert count[_PREPARING] <= 1, "two calls are being prepared at once"
         assert self.sealed or fed, "a batch is not sealed"
         if fed:
             assert self.next_commit == self.next_start or calls[self.next_commit] is not None
@@ -1487,15 +1604,19 @@ class BatchRun:
                     or (behind is None and fed)  # (a sub-batch's: committed as it settled)
                     or state[index] is _HELD  # (its outcome: see above)
                 ), "a call started after an exclusive one before it committed"
-        if self.halted is not None and self.bug is None:
+        if self.halted is not None and self.bug is None and not count[_PREPARING]:
+            # (A call being prepared is ended, and the calls after it, once
+            # its approval has answered.)
             assert self.next_start == total, "a call stayed unstarted after the batch halted"
         if not out and self.bug is None and self.next_commit < self.next_start:
             # Nothing is out, so the next call in order has its outcome (or waits
-            # for a decision, or is stuck), or it is to prepare again and waits
-            # for a deferred call before it.
+            # for a decision, or is stuck, or for its approval), or it is to
+            # prepare again and waits for a deferred call before it, or for
+            # the call being prepared (it came back meanwhile).
             where = state[self.next_commit]
             assert calls[self.next_commit] is not None and (
-                where in (_HELD, _DEFERRED, _STUCK) or (where is _REDO and self._deferred_before(self.next_commit))
+                where in (_HELD, _DEFERRED, _STUCK, _PREPARING)
+                or (where is _REDO and (self._deferred_before(self.next_commit) or bool(count[_PREPARING])))
             ), where.name
         if self.mailbox is not None:
             self.mailbox.assert_invariants()

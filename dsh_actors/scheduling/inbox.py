@@ -33,10 +33,12 @@ class BatchInbox:
     inbox and :meth:`pause`\\ s. Invariant, under ``_lock``: ``scheduled``
     is True from a ``schedule`` (or the run's start) until a ``pause`` that
     found the queue empty; so exactly one thread runs the batch at a time,
-    and a message put is always drained by someone.
+    and a message put is always drained by someone. While the runner waits
+    in the middle of a step (``waker`` set: an approval, see
+    ``BatchRun._meanwhile``), a message put also wakes it.
     """
 
-    __slots__ = ("_q", "_lock", "scheduled", "ended", "schedule", "run_here")
+    __slots__ = ("_q", "_lock", "scheduled", "ended", "schedule", "run_here", "waker")
 
     def __init__(self, schedule: Any, run_here: Any = None) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -47,9 +49,15 @@ class BatchInbox:
         # run_here(): run the batch on the calling thread until it pauses;
         # what settles its reply once it has ended (else None). See offer().
         self.run_here = run_here
+        # Set by the runner while it waits in the middle of a step (an
+        # approval, see BatchRun._meanwhile): every message put sets it.
+        self.waker: threading.Event | None = None
 
     def put(self, message: Any) -> None:
         self._q.put(message)
+        waker = self.waker
+        if waker is not None:
+            waker.set()
         lock = self._lock  # (acquire/release, not ``with``: a put a call)
         lock.acquire()
         try:
@@ -69,6 +77,9 @@ class BatchInbox:
         it has ended (the caller calls it after going back to its pool),
         else None."""
         self._q.put(message)
+        waker = self.waker
+        if waker is not None:
+            waker.set()
         with self._lock:
             if self.scheduled or self.ended:
                 return None

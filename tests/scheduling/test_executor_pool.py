@@ -239,12 +239,22 @@ def test_a_guard_added_while_calls_wait_prepared_ahead_applies_to_them(rt: Any) 
     assert [e["call_id"] for e in events_of(ahead.session, "tool/result")] == ids
 
 
-def _ask_every_call(rt: Any) -> list[str]:
-    """Every call asks for approval, and is allowed: the ids asked, in order."""
+def _ask_every_call(rt: Any) -> tuple[list[str], threading.Event]:
+    """Every call asks for approval, and is allowed: the ids asked, in
+    order, and an event set once c3 has been allowed and has passed the
+    guards (its approval service runs on a thread of its own: a change
+    meant for a call prepared ahead waits for that)."""
     asked: list[str] = []
+    c3_allowed = threading.Event()
+
+    def guard(execution: Any) -> None:
+        if execution.call_id == "c3":
+            c3_allowed.set()
+
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="ok?"))
     rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
-    return asked
+    rt.tools.guard(guard)
+    return asked, c3_allowed
 
 
 def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepares_it_again(rt: Any) -> None:
@@ -252,10 +262,11 @@ def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepare
     prepares the calls waiting prepared ahead again; the person who allowed
     one of them is not asked again, while listeners and guards run again."""
     ahead = _prepared_ahead(rt)
-    asked = _ask_every_call(rt)
+    asked, c3_allowed = _ask_every_call(rt)
     future = rt.tools.submit(ahead.batch())
     try:
         ahead.ready()
+        must(c3_allowed, "c3 allowed, prepared ahead")
         rt.tools.register(make_tool("other", lambda args, ctx: "x"))
     finally:
         ahead.release.abort()
@@ -271,10 +282,11 @@ def test_a_tool_replaced_while_its_calls_wait_prepared_ahead_is_asked_about_agai
     allowed for the old ``t``; replaced by another ``t`` before their
     bodies start, they are asked about again."""
     ahead = _prepared_ahead(rt)
-    asked = _ask_every_call(rt)
+    asked, c3_allowed = _ask_every_call(rt)
     future = rt.tools.submit(ahead.batch())
     try:
         ahead.ready()
+        must(c3_allowed, "c3 allowed, prepared ahead")
         ahead.unregister()
         rt.tools.register(make_tool("t", lambda args, ctx: "new"))
     finally:
