@@ -657,7 +657,9 @@ def is_text_by_language(value: object) -> bool:
 @dataclass(frozen=True, slots=True)
 class Ask:
     """Pre-execute: run only if the approval service answers ``allowed-once``.
-    ``reason`` is the audited reason; ``display_reason`` localized prompt
+    ``reason`` is the audited reason, a ``str`` or ``None`` (anything else
+    is refused as the decision is made: ``InvalidTypeError``);
+    ``display_reason`` localized prompt
     text (``{"en": ..., "fr": ...}``; give an ``"en"`` entry). A ``str``
     given as ``display_reason`` is the English text: ``Ask(display_reason="Delete
     it?")`` holds ``{"en": "Delete it?"}``. A mapping is copied; anything else
@@ -672,8 +674,16 @@ class Ask:
 
     def __post_init__(self) -> None:
         reason: object = self.reason
-        if type(reason) is str and not reason.isascii():
-            object.__setattr__(self, "reason", utf8_text(reason))
+        if type(reason) is str:
+            if not reason.isascii():
+                object.__setattr__(self, "reason", utf8_text(reason))
+        elif reason is not None:
+            # (The approval service, the log and a suspension read the reason:
+            # anything but text reached them as a Python repr, or failed the
+            # call only once it was deferred.)
+            raise InvalidTypeError(
+                f"Ask(reason=...) is the audited reason, a str or None, not {type(reason).__qualname__}"
+            )
         shown: object = self.display_reason
         if shown is None:
             return

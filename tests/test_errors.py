@@ -185,6 +185,23 @@ def test_an_asks_display_reason_is_text_by_language_and_a_str_is_its_english_tex
         assert caught.value.message.endswith(f"(got {got})")
 
 
+def test_an_asks_reason_that_is_not_text_is_refused_as_the_ask_is_made() -> None:
+    """(It used to be taken: given to the approval service as it was, or
+    failing the call only once the service deferred it, as a Deny's
+    reason is refused already.)"""
+    from dsh_actors import Ask
+
+    class Secret:
+        def __repr__(self) -> str:
+            return "<Secret internal 0x7f>"
+
+    assert Ask(reason="why").reason == "why" and Ask(reason=None).reason is None
+    for reason, got in [(3, "int"), (Secret(), Secret.__qualname__), (["a", "b"], "list"), (b"why", "bytes")]:
+        with pytest.raises(InvalidTypeError) as caught:
+            Ask(reason=reason)  # type: ignore[arg-type]
+        assert caught.value.message == f"Ask(reason=...) is the audited reason, a str or None, not {got}"
+
+
 def test_defer_context_takes_text_as_the_text_of_a_user_message(rt: ToolRuntime) -> None:
     """(A str used to fail the call, showing the fix to the model.)"""
     from dsh_actors import ToolOutput, UserMessage, define_tool, text

@@ -99,3 +99,39 @@ def test_the_documents_give_the_thread_bound_the_benchmark_checks() -> None:
         "benchmarks/HOPS.md": re.findall(r"`scale\.concurrent_threads_bound` \((\d+)\)", _flat("benchmarks/HOPS.md")),
     }
     assert stated == {path: [str(bound)] for path in stated}
+
+
+def test_section_6_names_the_error_a_bad_suspension_or_decision_raises_as_resume_raises_it() -> None:
+    # (It said InvalidValueError for any of them; the wrong type raises InvalidTypeError.)
+    from dsh_actors import Agent, ToolBatchInput, ToolCall, ToolRuntime, tool
+    from dsh_actors.errors import InvalidTypeError, InvalidValueError
+
+    @tool(requires_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    with ToolRuntime() as rt:
+        rt.tools.register(pay)
+        rt.approvals.set(lambda request: "deferred")
+        batch = ToolBatchInput(calls=[ToolCall(id="c", name="pay", arguments={"amount": 1})], agent=Agent("a"))
+        suspension = rt.tools.execute(batch).suspension
+        raised = []
+        for given, decisions in [
+            ("a str", {}),
+            (suspension, []),
+            (suspension, None),
+            ({**suspension, "version": "1"}, {}),
+            ({**suspension, "format": "other"}, {}),
+            (suspension, {"c": "yes"}),
+            (suspension, {"other": "rejected"}),
+        ]:
+            try:
+                rt.tools.resume(given, decisions)
+            except (InvalidTypeError, InvalidValueError) as err:
+                raised.append(type(err).__name__)
+    assert raised == ["InvalidTypeError"] * 4 + ["InvalidValueError"] * 3
+    text = " ".join(section(6).split())
+    assert "a suspension or `decisions` of the wrong type raises `InvalidTypeError`" in text
+    assert "and a malformed one raises `InvalidValueError`" in text
+    assert "A malformed suspension or decision raises `InvalidValueError`" not in text

@@ -162,15 +162,8 @@ def prepare(
         case _Deferred(ask=ask):
             # The service answered "deferred": the call waits for a decision
             # (guards run when it is continued, with what holds then). What it
-            # asked goes into a plain-JSON suspension: it must be plain.
-            unfit = _deferred_ask_problem(ask)
-            if unfit is not None:
-                call.settle(
-                    failure_from_exception(ToolPolicyError("tools/pre-execute", unfit)),
-                    run_post=False,
-                    dispatched=False,
-                )
-                return False
+            # asked goes into a plain-JSON suspension: an Ask holds only text
+            # (it refuses anything else as it is made).
             call.defer(ask)
             return False
         case _:
@@ -204,16 +197,6 @@ def _awaiter(rt: Kernel, call: Call) -> Callable[[Any], Any]:
         return await_on_loop(rt, coro, call.caller, call.loop, execution.name, execution.call_id, what=what)
 
     return wait
-
-
-def _deferred_ask_problem(ask: Any) -> str | None:
-    """Why a deferred ``Ask`` cannot be written into a suspension, or None.
-    (Its ``display_reason`` is text by language: ``Ask`` refuses anything
-    else as it is made.)"""
-    reason = getattr(ask, "reason", None)
-    if reason is not None and type(reason) is not str:
-        return f"Ask(reason=...) must be a str or None to be deferred, not {type(reason).__name__}"
-    return None
 
 
 def _allow() -> Allow:
@@ -374,28 +357,28 @@ def _decide(call: Call, ask: Ask, answer: str) -> Any:
 
 def _answer(call: Call, answer: Any) -> str:
     """``answer``, an approval service's (or a resume's), as the one of
-    :data:`ANSWERS` it is (a denial or a deferral may be a ``str``
-    subclass, such as a ``StrEnum`` member; ``"allowed-once"`` only the
-    ``str`` itself); anything else raises ``ToolPolicyError``. Only a
-    ``str`` is compared, as the text it holds (``str.__eq__``): an answer's
-    own ``__eq__`` never runs, so one that raises is named as a wrong
-    answer, not taken for the service raising."""
-    if type(answer) is str and answer in ANSWERS:
-        return answer
-    if isinstance(answer, str):
-        for known in ANSWERS[1:]:  # (every answer but "allowed-once")
-            if str.__eq__(answer, known):
-                return known
-    name = call.execution.name
-    if type(answer) is str:
-        shown = answer if len(answer) <= 60 else answer[:57] + "..."
-        what = f"the string {shown!r}"
-    else:
+    :data:`ANSWERS` it is, a plain ``str``: a ``str`` subclass (a
+    ``StrEnum`` member, a ``(str, Enum)`` one) is read as the text it holds,
+    ``"allowed-once"`` included; anything else raises ``ToolPolicyError``,
+    naming its type (and the text a ``str`` holds), never its repr. The
+    text is taken with ``str.__str__`` and compared as a plain ``str``: an
+    answer's own ``__eq__``, ``__hash__`` or ``__str__`` never runs, so one
+    that says yes to everything is no grant, and one that raises is named
+    as a wrong answer, not taken for the service raising."""
+    if not issubclass(type(answer), str):  # (not isinstance: a __class__ that says str is not a str)
         what = type(answer).__qualname__
+    else:
+        text = str.__str__(answer)
+        if text in ANSWERS:
+            return text
+        shown = repr(text if len(text) <= 60 else text[:57] + "...")
+        what = f"the string {shown}"
+        if type(answer) is not str:
+            what += f" (of type {type(answer).__qualname__})"
     raise ToolPolicyError(
         "approval",
-        f'the approval service answered {what} for tool "{name}"; expected one of "allowed-once", '
-        '"rejected", "cancelled", "unavailable" or "deferred"',
+        f'the approval service answered {what} for tool "{call.execution.name}"; expected one of '
+        '"allowed-once", "rejected", "cancelled", "unavailable" or "deferred"',
     )
 
 

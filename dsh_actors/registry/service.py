@@ -475,7 +475,8 @@ class ToolsService:
         suspended: the suspension's ``unknown``) and that this runtime does
         not offer raises ``InvalidStateError`` before anything is claimed
         (register it first: it would fail ``UNKNOWN_TOOL`` for good). A
-        malformed suspension or decision raises ``InvalidValueError``.
+        suspension or ``decisions`` of the wrong type raises
+        ``InvalidTypeError``, a malformed one ``InvalidValueError``.
         Ctrl-C while it waits aborts the resumed batch (see ``execute``)."""
         guard = Interruptible(signal)
         return self._blocking(

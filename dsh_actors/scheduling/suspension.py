@@ -340,10 +340,19 @@ def resume_plan(
             starts.append(CallStart(result=result))
         elif state == DEFERRED:
             deferred_ids.append(call_id)
-            answer = decisions.get(call_id, "deferred")
-            if type(answer) is not str or answer not in DECISIONS:
+            given = decisions.get(call_id, "deferred")
+            # A str subclass (a StrEnum member) is read as the text it holds
+            # (str.__str__: its own methods never run), as a service's answer is.
+            answer = str.__str__(given) if issubclass(type(given), str) else ""
+            if answer not in DECISIONS:  # (named by its type and text, never its repr)
+                if type(given) is str:
+                    what = repr(answer[:60])
+                elif issubclass(type(given), str):
+                    what = f"{answer[:60]!r} (of type {type(given).__qualname__})"
+                else:
+                    what = "None" if given is None else f"of type {type(given).__qualname__}, not a str"
                 raise InvalidValueError(
-                    f"the decision for call {safe_str(call_id)!r} is {safe_str(repr(answer))}: "
+                    f"the decision for call {safe_str(call_id)!r} is {what}: "
                     f"answer one of {', '.join(repr(d) for d in DECISIONS)}"
                 )
             answers[call_id] = answer

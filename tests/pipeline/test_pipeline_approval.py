@@ -3,6 +3,7 @@ pinned denial reasons, the request, and guards after approval."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import pytest
@@ -103,6 +104,54 @@ def test_an_answer_that_is_not_one_of_the_decisions_is_named_with_the_valid_ones
     message = result.error.message
     assert f'the approval service answered {shown} for tool "echo"; expected one of "allowed-once"' in message
     assert len(message) < 300
+
+
+class Answer(enum.StrEnum):
+    ALLOW = "allowed-once"
+    MAYBE = "maybe"
+
+
+class MixedAnswer(str, enum.Enum):  # (the "string enum" before StrEnum)
+    ALLOW = "allowed-once"
+
+
+class Text(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(Answer.ALLOW, id="StrEnum"),
+        pytest.param(MixedAnswer.ALLOW, id="str-Enum"),
+        pytest.param(Text("allowed-once"), id="str-subclass"),
+    ],
+)
+def test_an_allowed_once_answer_of_a_str_subclass_is_read_as_the_text_it_holds(rt: Any, answer: Any) -> None:
+    # (As the reference says of any answer: it used to fail the call,
+    # "answered Answer", while a StrEnum "rejected" was read as its text.)
+    rt.approvals.set(lambda request: answer)
+    rt.events.on("tools/pre-execute", ask())
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt, agent=Agent("main"))
+
+    assert not result.is_error and result.value == "hi"
+    assert "body" in trip.journal
+
+
+def test_an_unknown_answer_of_a_str_subclass_is_named_by_its_type_and_text_never_its_repr(rt: Any) -> None:
+    rt.approvals.set(lambda request: Answer.MAYBE)
+    rt.events.on("tools/pre-execute", ask())
+    rt.tools.register(echo_tool())
+
+    message = run_one(rt, agent=Agent("main")).error.message
+
+    assert message.startswith(
+        "approval: the approval service answered the string 'maybe' (of type Answer) for tool \"echo\"; expected one of"
+    )
+    assert "<" not in message
 
 
 def test_an_approval_denial_still_passes_through_post_execute(rt: Any) -> None:

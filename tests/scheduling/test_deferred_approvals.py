@@ -7,6 +7,7 @@ also another process), exactly once."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import subprocess
 import sys
@@ -463,6 +464,33 @@ def test_bad_decisions_are_refused_before_anything_runs_and_the_suspension_stays
         assert world.ran == ["c1"]
         result = rt.tools.resume(suspension, {"c0": "allowed-once"})
     assert texts(result) == [("c0", "done c0"), ("c1", "done c1")]
+
+
+class Decision(enum.StrEnum):
+    ALLOW = "allowed-once"
+    MAYBE = "maybe"
+
+
+class MixedDecision(str, enum.Enum):
+    REJECT = "rejected"
+
+
+def test_a_decision_of_a_str_subclass_is_read_as_the_text_it_holds_and_a_bad_one_named_without_its_repr() -> None:
+    # (A StrEnum "allowed-once" was refused as "<Decision.ALLOW: 'allowed-once'>".)
+    world = World()
+    with started_runtime() as rt:
+        install(rt, world)
+        suspended = rt.tools.execute(ToolBatchInput(calls=(c("c0", ask=True), c("c1", ask=True)), agent=Agent("main")))
+        with pytest.raises(ValueError) as caught:
+            rt.tools.resume(suspended.suspension, {"c0": Decision.MAYBE})
+        assert str(caught.value).startswith("the decision for call 'c0' is 'maybe' (of type Decision): answer one of")
+        for bad, shown in ((3, "of type int, not a str"), (None, "None")):
+            with pytest.raises(ValueError, match=rf"the decision for call 'c0' is {shown}: answer one of"):
+                rt.tools.resume(suspended.suspension, {"c0": bad})
+        assert world.ran == []
+        done = rt.tools.resume(suspended.suspension, {"c0": Decision.ALLOW, "c1": MixedDecision.REJECT})
+    assert texts(done) == [("c0", "done c0"), ("c1", 'Error: the user rejected tool "safe"')]
+    assert world.ran == ["c0"]
 
 
 def test_a_logged_suspension_needs_the_agent_with_its_session() -> None:
