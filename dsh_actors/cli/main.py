@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
             "as one model step, and print each result with its tool's card, then a summary line "
             f"('3 calls: 2 ok, 1 error'). Accepted batch shapes: {ACCEPTED_SHAPES}."
         ),
-        epilog="exit status: 0 when the batch ran (even if some calls failed), 1 when it could not run, "
+        epilog="exit status: 0 when the batch ran (even if some calls failed, or it suspended on a deferred "
+        "approval), 1 when it could not run, "
         "74 when standard output cannot be written, 130 when interrupted.",
     )
     run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
@@ -187,8 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--approve",
         choices=APPROVE_MODES,
         help=(
-            "answer the calls a policy asks approval for: yes, no, or prompt on the terminal "
-            "(default: prompt when stdin and stderr are terminals, else no approval service: asking calls are denied)"
+            "answer the calls a policy asks approval for: yes, no, or prompt on the terminal; it wins over "
+            "an approval service the --tools module sets (default: the module's own service if it sets one, "
+            "else prompt when stdin and stderr are terminals, else none: asking calls are denied)"
         ),
     )
     run.add_argument(
@@ -198,7 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not enforce the tools' timeout_ms (default: policies.timeout fails a call past its tool's "
         "timeout_ms with TOOL_TIMEOUT; a --tools module that applies it itself still does)",
     )
-    run.add_argument("--json", action="store_true", help="print the results as one JSON document instead of cards")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the results as one JSON document instead of cards (the calls a suspended batch left open "
+        "are under 'pending')",
+    )
 
     schemas = commands.add_parser(
         "schemas",

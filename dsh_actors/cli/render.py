@@ -67,6 +67,7 @@ from ..session import (
     PTC_DISPATCH,
     PTC_DISPATCH_START,
     RESULT,
+    START,
     LoggedResult,
     Session,
     StepKey,
@@ -220,11 +221,22 @@ class CallEntry:
     batch_only: bool = False
     """Only its batch's ``tool/batch`` names it: it never reached its
     ``tool/call`` (it waits behind a deferred call, or a crash came first)."""
+    started: bool = False
+    """Its body may have run: its ``tool/start`` is logged (a PTC sub-call:
+    its ``tool/ptc-dispatch-start``)."""
 
     @property
     def awaiting(self) -> bool:
         """It has no result and its last approval request is undecided."""
         return self.result is None and bool(self.approvals) and self.approvals[-1].decision is None
+
+    @property
+    def never_started(self) -> bool:
+        """It has no result and never started: its call is in the log (or
+        its batch names it) without a ``tool/start`` (section 10 of the
+        reference: a call without one had not run), and it does not await
+        an approval. A call without a result that started may have run."""
+        return self.result is None and not self.started and self.logged_call and not self.awaiting
 
 
 class LogShapeError(ValueError):
@@ -529,6 +541,12 @@ class LogTree:
                 )
             latest[call_id] = entry_or_none
             stepped[(turn, step, agent, call_id)] = entry_or_none
+        elif kind == START:
+            # (Pairs as a result does: the latest call of its id, in its step.)
+            entry_or_none = _call_of(event, _str_field(event, "call_id", index), latest, stepped)
+            if entry_or_none is not None and entry_or_none.result is None and not entry_or_none.started:
+                entry_or_none.started = True
+                changed.append(entry_or_none)
         elif kind == RESULT:
             result = _result(event, index)
             entry_or_none = _call_of(event, result.call_id, latest, stepped)
@@ -575,7 +593,9 @@ class LogTree:
                 self._request_done(asked)
         elif kind == PTC_DISPATCH_START:
             sub_id = _str_field(event, "sub_call_id", index)
-            child = CallEntry(call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"))
+            child = CallEntry(
+                call_id=sub_id, name=_str_field(event, "name", index), arguments=event.get("arguments"), started=True
+            )
             parent, root = self._parent_of(event, index)
             parent.children.append(child)
             self._subs[sub_id] = (child, root)
@@ -611,7 +631,9 @@ def log_entries(events: Iterable[Mapping[str, Any]]) -> list[CallEntry]:
     """The root calls of ``events`` in log order, each with its result,
     its approvals and nested sub-calls. A logged batch's calls come in
     model order when its ``tool/batch`` is read; a call it names that never
-    reached its ``tool/call`` stays ``batch_only``. A result or an approval
+    reached its ``tool/call`` stays ``batch_only``; a call whose
+    ``tool/start`` is logged is ``started`` (without a result, it may have
+    run; without either, it never started). A result or an approval
     request pairs with the latest call of its id that has no result yet
     (ids may repeat across steps), in the step it names when it names one
     (its ``turn`` and ``step``), a decision with the request of its
@@ -665,8 +687,10 @@ class Tally:
     errors: int = 0
     awaiting: int = 0
     """Calls without a result whose last approval request is undecided."""
+    started: int = 0
+    """Calls without a result that started (they may have run)."""
     never: int = 0
-    """Calls without a result that only their batch names (never started)."""
+    """Calls without a result that never started (:attr:`CallEntry.never_started`)."""
     nested: int = 0
     """PTC sub-calls, at any depth."""
 
@@ -675,8 +699,12 @@ class Tally:
         self.calls += 1
         result = entry.result
         if result is None:
-            self.awaiting += entry.awaiting
-            self.never += entry.batch_only
+            if entry.awaiting:
+                self.awaiting += 1
+            elif entry.never_started:
+                self.never += 1
+            else:
+                self.started += 1
         elif result.is_error:
             self.errors += 1
         else:
@@ -690,6 +718,8 @@ class Tally:
         if pending:
             line += f", {pending} without a result"
             why = [f"{self.awaiting} awaiting approval"] if self.awaiting else []
+            if self.started:
+                why.append(f"{self.started} may have run")
             if self.never:
                 why.append(f"{self.never} never started")
             if why:
@@ -701,8 +731,9 @@ class Tally:
 
 def summary_line(entries: Iterable[CallEntry]) -> str:
     """``3 calls: 2 ok, 1 error`` (and the calls without a result, those
-    awaiting an approval and those that never started among them, and the
-    PTC sub-calls, when there are any)."""
+    awaiting an approval, those that started (they may have run) and those
+    that never started among them, and the PTC sub-calls, when there are
+    any)."""
     tally = Tally()
     for entry in entries:
         tally.add(entry)
@@ -940,7 +971,9 @@ def _status(entry: CallEntry, style: Style) -> tuple[str, str]:
             return style.yellow(style.glyph("⏸", "||")), style.yellow("awaiting approval")
         if entry.batch_only:
             return style.dim(style.glyph("·", ".")), style.dim("never started (only its batch names it)")
-        return style.yellow(style.glyph("…", "?")), style.yellow("no result recorded")
+        if entry.never_started:
+            return style.dim(style.glyph("·", ".")), style.dim("never started (no tool/start logged)")
+        return style.yellow(style.glyph("…", "?")), style.yellow("started, no result recorded (it may have run)")
     if not result.is_error:
         return style.green(style.glyph("✓", "ok")), ""
     code = None if result.error is None or result.error.info is None else result.error.info.code

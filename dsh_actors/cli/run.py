@@ -9,7 +9,10 @@ The batch runs as one model step (``LogStep(turn=1, step=1)``) of one agent
 events exactly as ``dsh-actors replay`` draws them. That file is a new one
 or an empty regular one: anything else (``/dev/null``, a FIFO, a file that
 holds events or another session holds) is refused before anything runs.
-``--json`` prints the live results instead, canonical values included.
+``--json`` prints the live results instead, canonical values included:
+every call of the batch, those a suspended batch left open (awaiting an
+approval, or never started behind one) in ``pending``, counted in the
+summary as the cards' summary line counts them.
 
 A tool's ``timeout_ms`` is enforced (``policies.timeout``: past it the call
 fails ``TOOL_TIMEOUT``) unless ``--no-timeout``.
@@ -21,7 +24,8 @@ stderr as ``… CALL_ID TOOL: 2/5 (40%) message``. With ``-v`` a call whose
 tool raised also shows the traceback under its card.
 
 Exit status: 0 when the batch ran, whatever its calls returned (the summary
-line says how many failed); 1 when it could not run (bad file, module,
+line says how many failed), a batch that suspended on a deferred approval
+included, with cards or ``--json``; 1 when it could not run (bad file, module,
 tools, executor or log); 74 when standard output is closed (then nothing
 runs) or the results could not be written to it (the batch ran); 130 when
 interrupted (Ctrl-C aborts the batch: started calls drain, the rest are
@@ -237,9 +241,11 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
 
 
-def _json_document(
-    batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str, summary: dict[str, int]
-) -> bytes:
+def _json_document(batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str) -> bytes:
+    """The ``--json`` document: every call of the batch, the settled ones in
+    ``results`` and the open ones (a batch that suspended on a deferred
+    approval) in ``pending``, each in model order, its ``suspension``, and
+    a ``summary`` that counts them as the cards' summary line does."""
     results = []
     for item in batch.results:
         outcome = item.result
@@ -257,17 +263,55 @@ def _json_document(
         entry["call_view"] = None if call_view is None else call_view.to_json()
         entry["result_view"] = None if result_view is None else result_view.to_json()
         results.append(entry)
+    pending = _pending_entries(batch, views)
+    ok = sum(1 for r in batch.results if not r.result.is_error)
+    deferred = sum(1 for p in pending if p["state"] == "deferred")
     document = {
         "shape": shape,
         "results": results,
+        "pending": pending,
         "additional_contexts": [
             {"content": content_to_json(m.content), "source": m.source, "meta": thaw(m.meta)}
             for m in batch.additional_contexts
         ],
         "concluded": batch.concluded,
-        "summary": summary,
+        "suspension": batch.suspension,
+        "summary": {
+            "calls": len(results) + len(pending),
+            "ok": ok,
+            "error": len(results) - ok,
+            "without_result": len(pending),
+            "awaiting_approval": deferred,
+            "never_started": len(pending) - deferred,
+        },
     }
     return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _pending_entries(batch: ToolBatchResult, views: dict[str, Any]) -> list[dict[str, Any]]:
+    """The open calls of a suspended batch (``batch.pending``), model order,
+    as its ``suspension`` describes them: ``"deferred"`` (awaiting an
+    approval: ``approval`` is what the person is asked) or ``"pending"``
+    (never started: it waits for the deferred calls ``waits_for``)."""
+    if batch.suspension is None:
+        return []
+    entries = []
+    for call in batch.suspension["calls"]:
+        state = call["state"]
+        if state == "settled":
+            continue
+        call_view = views.get(call["id"], (None, None))[0]
+        entries.append(
+            {
+                "call_id": call["id"],
+                "name": call["name"],
+                "state": state,
+                "approval": call.get("approval"),
+                "waits_for": call.get("waits_for", []),
+                "call_view": None if call_view is None else call_view.to_json(),
+            }
+        )
+    return entries
 
 
 def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource | None, servers: McpServers) -> None:
@@ -295,9 +339,7 @@ def _print(
     if args.json:
         views = {e.call_id: resolve_views(e, lookup) for e in entries}
         names = {call.id: call.name for call in batch_file.calls}
-        ok = sum(1 for r in batch.results if not r.result.is_error)
-        summary = {"calls": len(batch.results), "ok": ok, "error": len(batch.results) - ok}
-        write_output(out, [_json_document(batch, names, views, batch_file.shape, summary).decode("utf-8")])
+        write_output(out, [_json_document(batch, names, views, batch_file.shape).decode("utf-8")])
     else:
         style = choose_style(out, args.color)
         verbose = bool(getattr(args, "verbose", False))

@@ -72,7 +72,8 @@ def test_a_pending_diff_call_shows_its_diff() -> None:
     drawn = _draw(
         None, pending=True, present_call=lambda args: DiffCallView(title="edit a", diffs=(FileDiff("a", None, "x\n"),))
     )
-    assert drawn == "… c t · edit a  no result recorded\n    --- /dev/null\n    +++ b/a\n    @@ -0,0 +1 @@\n    +x\n"
+    diff = "    --- /dev/null\n    +++ b/a\n    @@ -0,0 +1 @@\n    +x\n"
+    assert drawn == "· c t · edit a  never started (no tool/start logged)\n" + diff
 
 
 def test_a_read_card_numbers_its_lines_and_says_when_the_window_is_empty() -> None:

@@ -138,8 +138,8 @@ def test_ptc_dispatches_are_nested_under_their_root_call(cli: Cli, root: Path) -
         '        Error: unknown tool "nope"\n'
         '    {"result": "done", "output": ""}\n'
         "── turn 1 · step 2 ──\n"
-        "… after run_shell · $ true  no result recorded\n"
-        "2 calls: 1 ok, 0 errors, 1 without a result (2 nested calls)\n"
+        "· after run_shell · $ true  never started (no tool/start logged)\n"
+        "2 calls: 1 ok, 0 errors, 1 without a result (1 never started) (2 nested calls)\n"
     )
 
 
@@ -282,6 +282,40 @@ def test_a_suspended_log_shows_its_approvals_and_the_calls_that_wait_in_the_batc
         "    decision: allowed-once\n"
         "    refunded\n"
         "4 calls: 2 ok, 0 errors, 2 without a result (1 awaiting approval, 1 never started)\n"
+    )
+
+
+def test_a_crashed_step_tells_calls_that_may_have_run_from_calls_that_never_started(cli: Cli, root: Path) -> None:
+    # A crash after "run" and "code" logged their tool/start (and "code" a
+    # sub-call), "asked" its tool/call only (its approval service had not
+    # answered), and before "after" reached its tool/call. Each showed "no
+    # result recorded" but "after", and the summary counted 1 never started.
+    named = [("done", "x", "{}"), ("run", "x", "{}"), ("code", "run_code", "{}"), ("asked", "x", "{}")]
+    log = _log(
+        root / "log.jsonl",
+        batch_event(1, 1, [*named, ("after", "x", "{}")]),
+        call_event(1, 1, "done", "x", {}),
+        start_event("done", 1, 1),
+        call_event(1, 1, "run", "x", {}),
+        start_event("run", 1, 1),
+        call_event(1, 1, "code", "run_code", {}),
+        start_event("code", 1, 1),
+        ptc_dispatch_start_event("code", "code", "code:ptc:1", "x", {}),
+        call_event(1, 1, "asked", "x", {}),
+        result_event("done", _ok("fine"), turn=1, step=1),
+    )
+    replayed = cli("replay", log)
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == (
+        "── turn 1 · step 1 ──\n"
+        "✓ done x\n"
+        "    fine\n"
+        "… run x  started, no result recorded (it may have run)\n"
+        "… code run_code  started, no result recorded (it may have run)\n"
+        "    … code:ptc:1 x  started, no result recorded (it may have run)\n"
+        "· asked x  never started (no tool/start logged)\n"
+        "· after x  never started (only its batch names it)\n"
+        "5 calls: 1 ok, 0 errors, 4 without a result (2 may have run, 2 never started) (1 nested call)\n"
     )
 
 
@@ -498,7 +532,9 @@ def _replay_peak(log: Path, steps: int, monkeypatch: pytest.MonkeyPatch) -> int:
     finally:
         tracemalloc.stop()
     assert code == 0
-    assert sink.last == f"{2 * steps + 1} calls: {2 * steps} ok, 0 errors, 1 without a result ({steps} nested calls)\n"
+    assert sink.last == (
+        f"{2 * steps + 1} calls: {2 * steps} ok, 0 errors, 1 without a result (1 never started) ({steps} nested calls)\n"
+    )
     assert sink.lines == 2 + 8 * steps + 1  # the lost call under its header, 8 lines a step, the summary
     return peak
 
@@ -543,11 +579,11 @@ def test_calls_logged_after_a_call_without_its_result_wait_for_it_and_keep_their
         "✓ quick x\n"
         "    first done\n"
         "── turn 1 · step 3 ──\n"
-        "… never x  no result recorded\n"
+        "· never x  never started (no tool/start logged)\n"
         "── turn 1 · step 4 ──\n"
         "✓ after x\n"
         "    after it\n"
-        "4 calls: 3 ok, 0 errors, 1 without a result (1 nested call)\n"
+        "4 calls: 3 ok, 0 errors, 1 without a result (1 never started) (1 nested call)\n"
     )
 
 

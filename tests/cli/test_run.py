@@ -71,7 +71,7 @@ def test_each_example_batch_file_gives_the_same_results(cli: Cli, root: Path, na
     assert [line["text"] for line in values[1]["lines"]] == HELLO.splitlines()
     assert values[2]["total"] == 2 and values[2]["matches"][0]["path"] == "scratch/hello.py"
     assert values[3]["output"] == "hello from the shell\n" and values[3]["exit_code"] == 0
-    assert document["summary"] == {"calls": 4, "ok": 4, "error": 0}
+    assert document["summary"] == {**NOTHING_OPEN, "calls": 4, "ok": 4, "error": 0}
 
 
 def test_json_output_carries_content_errors_and_both_cards(cli: Cli, root: Path) -> None:
@@ -91,7 +91,90 @@ def test_json_output_carries_content_errors_and_both_cards(cli: Cli, root: Path)
         "card": "generic",
         "content": [{"type": "text", "text": 'Error: unknown tool "unknown_tool"'}],
     }
-    assert document["shape"] == "dsh" and document["summary"] == {"calls": 2, "ok": 1, "error": 1}
+    assert document["shape"] == "dsh" and document["summary"] == {**NOTHING_OPEN, "calls": 2, "ok": 1, "error": 1}
+    assert document["pending"] == [] and document["suspension"] is None
+
+
+NOTHING_OPEN = {"without_result": 0, "awaiting_approval": 0, "never_started": 0}
+
+DEFERRING_TOOLS = """
+from dsh_actors import tool
+
+@tool(requires_approval=True, concurrency_safe=True)
+def pay(to: str) -> str:
+    \"\"\"Pay someone.\"\"\"
+    return f"paid {to}"
+
+@tool(concurrency_safe=True)
+def look(q: str) -> str:
+    \"\"\"Look up.\"\"\"
+    return f"looked {q}"
+
+@tool
+def write(path: str) -> str:
+    \"\"\"Write alone.\"\"\"
+    return f"wrote {path}"
+
+def register(rt):
+    for definition in (pay, look, write):
+        rt.tools.register(definition)
+    rt.approvals.set(lambda request: "deferred")
+"""
+
+
+def test_json_output_shows_the_calls_a_suspended_batch_left_open_and_counts_them_as_the_cards_do(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # The module's approval service defers "a": "b" runs beside it, "c"
+    # (exclusive) waits for it. The JSON listed "b" alone and counted 1 call.
+    module = write_module("deferring_tools", DEFERRING_TOOLS)
+    batch = _batch(
+        root,
+        {"id": "a", "name": "pay", "arguments": {"to": "bob"}},
+        {"id": "b", "name": "look", "arguments": {"q": "x"}},
+        {"id": "c", "name": "write", "arguments": {"path": "p"}},
+    )
+    cards = cli("run", batch, "--tools", module)
+    outcome = cli("run", batch, "--tools", module, "--json")
+
+    assert outcome.code == cards.code == 0 and outcome.err == ""
+    assert cards.out.endswith("3 calls: 1 ok, 0 errors, 2 without a result (1 awaiting approval, 1 never started)\n")
+    document = json.loads(outcome.out)
+    assert [r["call_id"] for r in document["results"]] == ["b"]
+    generic = {"card": "generic", "locations": []}
+    assert document["pending"] == [
+        {
+            "call_id": "a",
+            "name": "pay",
+            "state": "deferred",
+            "approval": {"reason": None, "display_reason": None},
+            "waits_for": [],
+            "call_view": {**generic, "title": "pay", "raw_input": {"to": "bob"}},
+        },
+        {
+            "call_id": "c",
+            "name": "write",
+            "state": "pending",
+            "approval": None,
+            "waits_for": ["a"],
+            "call_view": {**generic, "title": "write", "raw_input": {"path": "p"}},
+        },
+    ]
+    assert document["summary"] == {
+        "calls": 3,
+        "ok": 1,
+        "error": 0,
+        "without_result": 2,
+        "awaiting_approval": 1,
+        "never_started": 1,
+    }
+    suspension = document["suspension"]
+    assert suspension["format"] == "dsh-actors/suspension"
+    assert [(call["id"], call["state"]) for call in suspension["calls"]] == [
+        ("a", "deferred"),
+        ("b", "settled"),
+        ("c", "pending"),
+    ]
 
 
 def test_a_denied_shell_command_fails_its_call_but_the_batch_exits_0(cli: Cli, root: Path) -> None:
@@ -702,6 +785,22 @@ def test_help_and_version_exit_0(cli: Cli) -> None:
     assert run_help.code == 0 and "--max-parallel" in run_help.out and "tool_use" in run_help.out
     version = cli("--version")
     assert version.code == 0 and version.out.startswith("dsh-actors ")
+
+
+def test_approve_s_help_says_a_tools_module_s_own_service_is_kept_by_default(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # (It said "no approval service: asking calls are denied" without a
+    # terminal, while the module's own service answers them.)
+    run_help = " ".join(cli("run", "--help").out.split())
+    assert (
+        "it wins over an approval service the --tools module sets (default: the module's own service if it sets "
+        "one, else prompt when stdin and stderr are terminals, else none: asking calls are denied)"
+    ) in run_help
+    module = write_module("deferring_tools", DEFERRING_TOOLS.replace('"deferred"', '"allowed-once"'))
+    batch = _batch(root, {"id": "a", "name": "pay", "arguments": {"to": "bob"}})
+    outcome = cli("run", batch, "--tools", module)  # (stdin is no terminal here)
+    assert outcome.code == 0 and "✓ a pay" in outcome.out and "paid bob" in outcome.out
 
 
 def test_a_command_leaves_no_thread_behind(cli: Cli, root: Path) -> None:
