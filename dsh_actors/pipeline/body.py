@@ -26,7 +26,7 @@ from ..model import (
 )
 from ..session import ENCLOSING_CALL, start_event
 from ..signals import AbortSignal
-from .call import Call, abort_seen, in_context, lookup, not_found
+from .call import LOOK_UP, Call, abort_seen, in_context, lookup, not_found
 from .flights import Flight
 from .results import (
     aborted,
@@ -77,11 +77,13 @@ def body_of(call: Call, registration: Any) -> tuple[Any, bool | None]:
 
 
 def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExecutionResult:
-    """Everything before the body's first line: the lookup (unless
-    ``registration`` is given), the not-found and aborted checks, the fresh
-    signal, the body to call. A result when the body does not run."""
+    """Everything before the body's first line: the lookup (only for
+    ``LOOK_UP``: a call of a batch runs the registration it was prepared
+    with, ``call.registration``, None if it found no tool), the not-found
+    and aborted checks, the fresh signal, the body to call. A result when
+    the body does not run."""
     execution = call.execution
-    if registration is None:
+    if registration is LOOK_UP:
         registration = lookup(rt, call)
     if registration is None:
         result: ToolExecutionResult = failure_from_exception(not_found(rt, call))
@@ -165,9 +167,12 @@ def _leave_body(
     return result
 
 
-def run_body(rt: Kernel, call: Call, registration: Any = None) -> ToolExecutionResult:
+def run_body(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> ToolExecutionResult:
     """The innermost step of ``tools/execute`` on this thread: enter, invoke
-    the body (an async one on its loop, this thread waiting), leave."""
+    the body (an async one on its loop, this thread waiting), leave.
+    ``registration``: what the call runs (``call.registration``, what it
+    was prepared with: a change after its last check for one, while its
+    wrappers run say, does not apply to it); ``LOOK_UP``: look it up now."""
     entered = _enter_body(rt, call, registration)
     if not isinstance(entered, _Entered):
         return entered

@@ -41,7 +41,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
         # No wrapper: nothing can replace the signal, or hand back a result
         # the body did not produce, or unregister the tool in between.
         try:
-            result: Any = run_body(rt, call)
+            result: Any = run_body(rt, call, call.registration)
             skip_post = False
         except BaseException as exc:  # noqa: BLE001 - run_body contains the body; be sure
             result = failure_from_exception(exc)
@@ -60,7 +60,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
                 "after the waterfall had returned: the call's result is settled, and its body does not run "
                 "again (call next() before returning)"
             )
-        return run_body(rt, call)
+        return run_body(rt, call, call.registration)
 
     try:
         events = rt.events

@@ -1115,3 +1115,56 @@ def test_a_call_sent_back_before_its_hooks_ever_ran_is_aborted_without_post_exec
         assert [code_of(r.result) for r in result.results] == ["ABORTED_BEFORE_DISPATCH"] * 2
         assert starts == []
         assert pre == ["c0"] and post == ["c0"]
+
+
+@pytest.mark.parametrize("body_kind", ["sync", "async"])
+@pytest.mark.parametrize("change", ["replace-with-approval", "unregister"])
+@pytest.mark.parametrize("size", [1, 2], ids=["inline", "call-actor"])
+def test_a_change_made_while_a_calls_wrappers_run_does_not_apply_to_it(body_kind: str, change: str, size: int) -> None:
+    # The body used to be looked up again as it was entered: a tool replaced
+    # while a wrapper held the call ran the replacement's body (one that
+    # requires approval, without it), and an unregistered one failed
+    # UNKNOWN_TOOL. A running call keeps what it was prepared with.
+    from dsh_actors import define_tool
+
+    with started_runtime() as rt:
+        in_wrapper = threading.Event()
+        changed = threading.Event()
+
+        if body_kind == "sync":
+
+            def old_body(args: Any, ctx: Any) -> str:
+                return "v1"
+        else:
+
+            async def old_body(args: Any, ctx: Any) -> str:  # type: ignore[misc]
+                return "v1"
+
+        def new_body(args: Any, ctx: Any) -> str:
+            return "v2"
+
+        def hold(execution: Any, next_: Any) -> Any:
+            if execution.call_id == "c0":
+                in_wrapper.set()
+                must(changed, "the test's change")
+            return next_()
+
+        unregister = rt.tools.register(make_tool("t", old_body))
+        rt.events.on("tools/execute", hold)
+        future = rt.tools.submit(ToolBatchInput(calls=tuple(calls(*["t"] * size))))
+        must(in_wrapper, "c0 in its wrapper")
+        unregister()
+        if change == "replace-with-approval":
+            rt.tools.register(
+                define_tool(
+                    name="t",
+                    description="needs a person",
+                    parameters={},
+                    output=ToolOutput(schema={"type": "string"}),
+                    execute=new_body,
+                    requires_approval=True,
+                )
+            )
+        changed.set()
+        batch = future.result(GUARD)
+    assert batch.results[0].result.value == "v1", batch.results[0].result
