@@ -31,9 +31,15 @@ and a nested call's span each policy's own call span's).
 
 A failure sets the span's status to ``ERROR`` (the failure's message) and
 ``error.type`` to the failure's code (``TOOL_FAILED``, ``TOOL_TIMEOUT``,
-``INVALID_ARGS``, ...; ``_OTHER`` for a failure without one, such as a
-denial); the exception a hook raised is recorded as the span's
-``exception`` event. Span events (attributes in ``dsh.*``):
+``INVALID_ARGS``, ...; ``_OTHER``, the conventions' fallback, for a failure
+without one, such as a denial, which has no code of its own). The exception
+a body or hook raised (a fault) is recorded as the span's ``exception``
+event; the model's bad arguments (a ``ToolArgsError``) and a cancellation
+(an ``AbortError``) are outcomes, not faults, as the library's logging
+tells them (it logs neither): their span gets the status and
+``error.type`` only. No ``gen_ai.agent.name``: an ``Agent`` is a scope key,
+not a name the application gave an agent (two ``Agent("main")`` are two
+scopes). Span events (attributes in ``dsh.*``):
 
 ``dsh.tool.denied``
     a pre-execute ``Deny`` (``dsh.reason``), or a denial (``dsh.reason``:
@@ -85,15 +91,21 @@ a ``tools/deferred`` observer and a ``tools/result`` observer; nothing else,
 so it adds no phase to a call that had none.
 
 **Content.** Only with ``capture_content=True``: ``gen_ai.tool.call.arguments``
-(the arguments as JSON text) and ``gen_ai.tool.call.result`` (a success's
-value as JSON text, a failure's content text). Arguments and results may
-hold personal data: off by default, as the conventions ask.
+(the arguments as JSON text; text the model sent that is not JSON, or whose
+JSON is a string, as it was sent: ``execution.arguments`` is a ``str`` only
+then) and ``gen_ai.tool.call.result`` (a success's value as JSON text, a
+failure's content text). Arguments and results may hold personal data: off
+by default, as the conventions ask.
 
 **Metric.** ``gen_ai.execute_tool.duration`` (histogram, seconds), with
-``gen_ai.operation.name``, ``gen_ai.tool.name`` and, for a failure,
-``error.type``: the duration per tool and outcome. A call of a name that
-runs no tool (no tool of the name the model sent that its agent may run:
-``execution.tool_found`` is False, or the call failed ``UNKNOWN_TOOL``)
+``gen_ai.operation.name``, ``gen_ai.tool.name``, ``gen_ai.tool.type`` and,
+for a failure, ``error.type``: the duration per tool and outcome. Its
+bucket boundaries are the conventions' advice (``DURATION_BUCKETS``: 0.01 s
+doubling to 81.92 s; the SDK's default ones put every call under 5 s in
+one bucket), given as ``explicit_bucket_boundaries_advisory``: a View of
+the application's that sets an aggregation replaces them. A call of a name
+that runs no tool (no tool of the name the model sent that its agent may
+run: ``execution.tool_found`` is False, or the call failed ``UNKNOWN_TOOL``)
 has ``gen_ai.tool.name = "_OTHER"`` there, whatever settled it
 (``UNKNOWN_TOOL``, or before it arguments that are not JSON, a denial, an
 abort): names a model makes up would each make an attribute set, which the
@@ -121,11 +133,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from dsh_actors import (
+    AbortError,
     Ask,
     Cancel,
     Deny,
     InvalidStateError,
     InvalidTypeError,
+    ToolArgsError,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
@@ -151,12 +165,18 @@ _POLICY: Final = "policies.otel"
 OPERATION: Final = "execute_tool"
 TOOL_TYPE: Final = "function"
 DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
+#: The histogram's bucket boundaries (seconds), as the conventions advise.
+DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 OTHER_ERROR: Final = "_OTHER"
 #: The histogram's ``gen_ai.tool.name`` for a call of a name that runs no tool.
 OTHER_TOOL: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
 _TIMEOUT: Final = "TOOL_TIMEOUT"
+#: The exceptions that are outcomes, not faults: a cancellation and the
+#: model's bad arguments (the rule the library's logging applies, which
+#: logs neither: pipeline.finalize.log_exceptions).
+_OUTCOMES: Final = (AbortError, ToolArgsError)
 #: The approval answers that do not deny the call.
 _GOES_ON: Final = frozenset({"allowed-once", "deferred"})
 
@@ -226,7 +246,11 @@ class _Tool:
         if description:
             self.attributes["gen_ai.tool.description"] = description
         # The histogram's for a success (the SDK only reads them).
-        self.ok: dict[str, Any] = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
+        self.ok: dict[str, Any] = {
+            "gen_ai.operation.name": OPERATION,
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.type": TOOL_TYPE,
+        }
 
 
 class OtelPolicy:
@@ -274,7 +298,8 @@ class OtelPolicy:
         attributes = tool.attributes.copy()
         attributes["gen_ai.tool.call.id"] = execution.call_id
         if self._capture:
-            attributes["gen_ai.tool.call.arguments"] = _json_text(execution.arguments)
+            arguments = execution.arguments  # (a str: the text the model sent did not parse)
+            attributes["gen_ai.tool.call.arguments"] = arguments if type(arguments) is str else _json_text(arguments)
         span = self._tracer.start_span(tool.span_name, context, kind=self._kind, attributes=attributes)
         state = _CallSpan(execution.token, span, time.perf_counter(), tool)
         self._open[execution.token] = state
@@ -462,11 +487,12 @@ class OtelPolicy:
                 span.add_event(
                     "dsh.tool.blocked" if state.cleared else "dsh.tool.denied", {"dsh.reason": error.message}
                 )
-            if exc is not None:
+            if exc is not None and not isinstance(exc, _OUTCOMES):
                 span.record_exception(exc)
             attributes = {
                 "gen_ai.operation.name": OPERATION,
                 "gen_ai.tool.name": counted_name(execution, OTHER_TOOL, code),
+                "gen_ai.tool.type": TOOL_TYPE,
                 "error.type": code,
             }
             span.set_attribute("error.type", code)
@@ -493,7 +519,10 @@ def _duration_histogram(meter_provider: Any) -> Any:
     return _HISTOGRAMS.of(
         meter_provider,
         lambda: meter_provider.get_meter(__name__).create_histogram(
-            DURATION_METRIC, unit="s", description="Duration of tool executions (dsh-actors calls)."
+            DURATION_METRIC,
+            unit="s",
+            description="Duration of tool executions (dsh-actors calls).",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         ),
     )
 
@@ -505,7 +534,7 @@ def _reason(reason: Any) -> dict[str, Any]:
 def _json_text(value: Any) -> str:
     try:
         return str(dumps(thaw(value)).decode("utf-8"))
-    except Exception:  # noqa: BLE001 - raw arguments that are not JSON
+    except Exception:  # noqa: BLE001 - (not expected: arguments and values are materialized JSON)
         return repr(value)
 
 

@@ -4,7 +4,7 @@ provider an ``InMemoryMetricReader`` reads (the ``otel`` fixture)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -16,12 +16,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 
 class Otel:
-    def __init__(self) -> None:
+    def __init__(self, views: Sequence[Any] = ()) -> None:
         self.exporter = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.meter_provider = MeterProvider(metric_readers=[self.reader], views=views)
         self.tracer = self.tracer_provider.get_tracer("tests")
 
     def spans(self, name: str | None = None) -> list[Any]:
@@ -38,17 +38,20 @@ class Otel:
             out.setdefault(span.attributes["gen_ai.tool.call.id"], []).append(span)
         return out
 
-    def durations(self) -> list[tuple[dict[str, Any], int]]:
+    def duration_points(self) -> list[Any]:
+        """The ``gen_ai.execute_tool.duration`` histogram's data points."""
         data = self.reader.get_metrics_data()
-        out: list[tuple[dict[str, Any], int]] = []
+        out: list[Any] = []
         for resource in () if data is None else data.resource_metrics:
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
                     if metric.name == "gen_ai.execute_tool.duration":
                         assert metric.unit == "s"
-                        for point in metric.data.data_points:
-                            out.append((dict(point.attributes), point.count))
+                        out.extend(metric.data.data_points)
         return out
+
+    def durations(self) -> list[tuple[dict[str, Any], int]]:
+        return [(dict(point.attributes), point.count) for point in self.duration_points()]
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()

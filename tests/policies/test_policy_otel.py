@@ -60,6 +60,14 @@ def run(rt: Any, *calls: ToolCall, **batch: Any) -> Any:
     return rt.tools.execute(ToolBatchInput(calls=list(calls), **batch))
 
 
+def point(tool: str, error: str | None = None) -> dict[str, Any]:
+    """The attributes of a duration histogram point of ``tool`` (``error``: its error.type)."""
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "gen_ai.tool.type": "function"}
+    if error is not None:
+        attributes["error.type"] = error
+    return attributes
+
+
 def test_each_call_is_an_execute_tool_span_under_the_span_current_at_submission(rt: Any, otel: Otel) -> None:
     rt.tools.register(tool())
     use(rt, otel)
@@ -119,6 +127,63 @@ def test_a_failure_sets_error_type_and_status_and_records_the_exception(rt: Any,
     assert event.attributes["exception.type"] == "KeyError"
 
 
+#: Failures by what ended them: (call, error.type, a fault: an exception
+#: event and an ERROR log line, or an outcome: neither).
+FAILURES = {
+    "a body raised": ("raises", "{}", "TOOL_FAILED", True),
+    "a hook raised": ("hooked", "{}", "POLICY_FAILED", True),
+    "arguments not JSON": ("lookup", "{nope", "INVALID_ARGS", False),
+    "arguments the schema refuses": ("lookup", '{"q": 1}', "INVALID_ARGS", False),
+    "a body's AbortError": ("aborting", "{}", "ABORTED", False),
+    "aborted before dispatch": ("lookup", "{}", "ABORTED_BEFORE_DISPATCH", False),
+}
+
+
+@pytest.mark.parametrize("how", FAILURES)
+def test_only_a_fault_is_an_exception_event_as_only_a_fault_is_logged(
+    rt: Any, otel: Otel, log_records: Any, how: str
+) -> None:
+    # (The model's bad arguments and a body's AbortError were recorded as
+    # exceptions, with the library's frames: outcomes, not faults, which
+    # the library's logging does not log either.)
+    name, arguments, code, fault = FAILURES[how]
+    started = threading.Event()
+
+    def raises(args: Any, ctx: Any) -> Any:
+        raise KeyError("missing")
+
+    def aborting(args: Any, ctx: Any) -> Any:
+        started.set()
+        ctx.signal.wait(WAIT)
+        ctx.signal.throw_if_aborted()
+        return {}
+
+    def hook(execution: Any, next_: Any) -> Any:
+        if execution.name == "hooked":
+            raise LookupError("hook broke")
+        return next_()
+
+    for each in (tool(), tool("raises", raises), tool("hooked"), tool("aborting", aborting)):
+        rt.tools.register(each)
+    rt.events.on("tools/pre-execute", hook)
+    use(rt, otel)
+    errors = log_records("ERROR")
+    controller = AbortController()
+    if code == "ABORTED_BEFORE_DISPATCH":
+        controller.abort()
+    future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("c1", name, arguments)], signal=controller.signal))
+    if name == "aborting":
+        assert started.wait(WAIT)
+        controller.abort()
+    [outcome] = future.result(WAIT).results
+    assert outcome.result.error.info.code == code
+    [span] = otel.tool_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == code
+    assert [e.name for e in span.events if e.name == "exception"] == (["exception"] if fault else [])
+    assert bool(errors.items) is fault  # (the library's own rule: finalize.log_exceptions)
+
+
 def test_content_is_recorded_only_when_asked(rt: Any, otel: Otel) -> None:
     rt.tools.register(tool())
     use(rt, otel)
@@ -135,6 +200,20 @@ def test_capture_content_records_arguments_and_results(rt: Any, otel: Otel) -> N
     [span] = otel.tool_spans()
     assert json.loads(span.attributes["gen_ai.tool.call.arguments"]) == {"q": "x"}
     assert json.loads(span.attributes["gen_ai.tool.call.result"]) == {"answer": 42}
+
+
+@pytest.mark.parametrize("sent", ["{nope", '"{\\"q\\": \\"x\\"}"'], ids=["not JSON", "a JSON string"])
+def test_capture_content_records_arguments_that_did_not_parse_as_the_model_sent_them(
+    rt: Any, otel: Otel, sent: str
+) -> None:
+    # (They were recorded as a JSON string holding the text, '"{nope"': the
+    # pipeline keeps text that did not parse as the str sent.)
+    rt.tools.register(tool())
+    use(rt, otel, capture_content=True)
+    run(rt, ToolCall("bad", "lookup", sent))
+    [span] = otel.tool_spans()
+    assert span.attributes["error.type"] == "INVALID_ARGS"
+    assert span.attributes["gen_ai.tool.call.arguments"] == sent
 
 
 def events(span: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -476,7 +555,9 @@ def test_ptc_sub_calls_nest_under_their_run_code_span(rt: Any, otel: Otel) -> No
         assert by_id[sub].parent.span_id == by_id["r1"].context.span_id
 
 
-def test_the_duration_histogram_is_per_tool_and_outcome(rt: Any, otel: Otel) -> None:
+def test_the_duration_histogram_is_per_tool_and_outcome_with_the_tool_type(rt: Any, otel: Otel) -> None:
+    # (Its points lacked gen_ai.tool.type, which the conventions recommend
+    # there too: the span had it.)
     def explode(args: Any, ctx: Any) -> Any:
         raise ValueError("x")
 
@@ -486,9 +567,45 @@ def test_the_duration_histogram_is_per_tool_and_outcome(rt: Any, otel: Otel) -> 
     run(rt, ToolCall("a", "lookup", "{}"), ToolCall("b", "lookup", "{}"), ToolCall("c", "explode", "{}"))
     points = sorted(otel.durations(), key=lambda p: sorted(p[0].items()))
     assert points == [
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "explode", "error.type": "TOOL_FAILED"}, 1),
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 2),
+        (
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "explode",
+                "gen_ai.tool.type": "function",
+                "error.type": "TOOL_FAILED",
+            },
+            1,
+        ),
+        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "gen_ai.tool.type": "function"}, 2),
     ]
+
+
+ADVISED_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+
+
+def test_the_duration_histogram_has_the_bucket_boundaries_the_conventions_advise(rt: Any, otel: Otel) -> None:
+    # (It advised none: the SDK's default boundaries, 0, 5, 10, 25, ...
+    # seconds, put every call under 5 s in one bucket.)
+    rt.tools.register(tool())
+    use(rt, otel)
+    run(rt, ToolCall("a", "lookup", "{}"))
+    [only] = otel.duration_points()
+    assert list(only.explicit_bounds) == ADVISED_BUCKETS
+
+
+def test_an_application_s_view_replaces_the_advised_bucket_boundaries(rt: Any) -> None:
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+    own = View(instrument_name="gen_ai.execute_tool.duration", aggregation=ExplicitBucketHistogramAggregation([1, 60]))
+    otel = Otel(views=[own])
+    try:
+        rt.tools.register(tool())
+        use(rt, otel)
+        run(rt, ToolCall("a", "lookup", "{}"))
+        [only] = otel.duration_points()
+        assert list(only.explicit_bounds) == [1, 60]
+    finally:
+        otel.shutdown()
 
 
 def test_disposing_removes_every_listener(rt: Any, otel: Otel) -> None:
@@ -770,8 +887,8 @@ def test_the_calls_of_tools_unknown_to_their_agent_share_one_histogram_point(rt:
 
     points = sorted(otel.durations(), key=lambda p: sorted(p[0].items()))
     assert points == [
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "_OTHER", "error.type": "UNKNOWN_TOOL"}, 3),
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 1),
+        (point("_OTHER", "UNKNOWN_TOOL"), 3),
+        (point("lookup"), 1),
     ]
     # The spans keep the names sent (spans are not aggregated).
     assert sorted(span.name for span in otel.tool_spans()) == [
@@ -794,8 +911,8 @@ def test_a_made_up_name_settled_before_it_dispatches_has_the_other_tool_name(rt:
 
     code = SETTLED_BEFORE_DISPATCH[how] or "_OTHER"
     assert sorted(otel.durations(), key=lambda p: sorted(p[0].items())) == [
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "_OTHER", "error.type": code}, 1),
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 1),
+        (point("_OTHER", code), 1),
+        (point("lookup"), 1),
     ]
     assert sorted(span.name for span in otel.tool_spans()) == ["execute_tool lookup", "execute_tool made_up_0"]
 
@@ -819,8 +936,8 @@ def test_a_real_tool_settled_before_it_dispatches_keeps_its_name(rt: Any, otel: 
 
     code = SETTLED_BEFORE_DISPATCH[how] or "_OTHER"
     assert sorted(otel.durations(), key=lambda p: sorted(p[0].items())) == [
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "error.type": code}, 1),
-        ({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}, 1),
+        (point("lookup", code), 1),
+        (point("lookup"), 1),
     ]
 
 
