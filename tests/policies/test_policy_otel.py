@@ -721,11 +721,16 @@ def _prepared_ahead(rt: Any, otel: Otel, own: bool = False) -> tuple[threading.E
     return release, ready
 
 
-def _change_while_ahead(future: Any, release: threading.Event, ready: threading.Event, change: Any) -> None:
-    """Once c0 and c1 run and c3 waits prepared ahead (``_prepared_ahead``):
-    ``change()``, then release c0 and c1 and wait for the batch."""
+def _change_while_ahead(
+    future: Any, release: threading.Event, ready: threading.Event, change: Any, allowed: threading.Event | None = None
+) -> None:
+    """Once c0 and c1 run and c3 waits prepared ahead (``_prepared_ahead``)
+    (and, given ``allowed``, c3's approval has been answered: the service
+    runs on a thread of its own): ``change()``, then release c0 and c1 and
+    wait for the batch."""
     try:
         assert ready.wait(WAIT), "c0 and c1 to run and c3 to be prepared ahead"
+        assert allowed is None or allowed.wait(WAIT), "c3 to be allowed"
         change()
     finally:
         release.set()
@@ -787,18 +792,25 @@ def _event_names(otel: Otel) -> dict[str, list[str]]:
     return {s.attributes["gen_ai.tool.call.id"]: [e.name for e in s.events] for s in otel.tool_spans()}
 
 
-def _ask_every_call_and_allow(rt: Any) -> list[str]:
+def _ask_every_call_and_allow(rt: Any) -> tuple[list[str], threading.Event]:
     """Every call asks (the same Ask), and the approval service allows it:
-    the ids of the calls the service was asked about, in order."""
+    the ids of the calls the service was asked about, in order, and an
+    event set once c3 has been allowed and passed the guards."""
     asked: list[str] = []
+    c3_allowed = threading.Event()
 
     def service(request: Any) -> str:
         asked.append(request.call_id)
         return "allowed-once"
 
+    def guard(execution: Any) -> None:
+        if execution.call_id == "c3":
+            c3_allowed.set()
+
     rt.approvals.set(service)
     rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="careful"))
-    return asked
+    rt.tools.guard(guard)
+    return asked, c3_allowed
 
 
 def test_a_call_approved_then_its_tool_replaced_records_the_second_question_the_pipeline_asks(
@@ -809,12 +821,12 @@ def test_a_call_approved_then_its_tool_replaced_records_the_second_question_the_
     definition: the approval was about the old one, so the pipeline asks
     again, and the span records both questions and both answers."""
     release, c3_prepared = _prepared_ahead(rt, otel)
-    asked = _ask_every_call_and_allow(rt)
+    asked, c3_allowed = _ask_every_call_and_allow(rt)
     agent = Agent("a")
     calls = _four_lookups()
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=agent, max_parallel_tool_calls=2))
     replacement = tool("lookup", lambda args, ctx: {"answer": 43})
-    _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.scope(agent).register(replacement))
+    _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.scope(agent).register(replacement), c3_allowed)
     assert sorted(asked) == ["c0", "c1", "c2", "c2", "c3", "c3"]  # c2 and c3 asked about each tool
     assert [r.result.value for r in future.result(WAIT).results] == [{"answer": 42}] * 2 + [{"answer": 43}] * 2
     events = _event_names(otel)
@@ -838,10 +850,11 @@ def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipelin
     then that it was prepared again (the policy asks the pipeline's own
     rule, ``execution.approval_stands``, whoever provides the tool)."""
     release, c3_prepared = _prepared_ahead(rt, otel, own=kind != "registered")
-    asked = _ask_every_call_and_allow(rt)
+    asked, c3_allowed = _ask_every_call_and_allow(rt)
     calls = _four_lookups()
     future = rt.tools.submit(ToolBatchInput(calls=calls, agent=Agent("a"), max_parallel_tool_calls=2))
-    _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.register(tool("other")))  # c2, c3 again
+    # (c2, c3 prepared again)
+    _change_while_ahead(future, release, c3_prepared, lambda: rt.tools.register(tool("other")), c3_allowed)
     assert sorted(asked) == ["c0", "c1", "c2", "c3"]  # once each
     events = _event_names(otel)
     for call_id in ("c2", "c3"):
