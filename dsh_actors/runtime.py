@@ -264,7 +264,11 @@ class ToolRuntime:
             # This thread runs an event loop and no flight of ours is on it
             # (else the stop would have returned above): one launched onto
             # it now could never start while this stop (the first, or one
-            # waiting for it) blocks it.
+            # waiting for it) blocks it. The stop begins here first (it is
+            # idempotent: dsh-stop, or a first stop, begins it too), so the
+            # signals have fired when the halt ends such a flight: its call
+            # is aborted before dispatch, not failed by a halted loop.
+            self._begin_stop()
             self.loop_watch.halt(running)
         interrupted = self._await_stop()
         escaped = self._take_escaped()

@@ -264,35 +264,49 @@ def test_stop_on_the_awaiting_loop_before_an_async_listener_is_reached_does_not_
     assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH")
 
 
+@pytest.mark.parametrize("launched", ["before the halt", "after the halt"])
 @pytest.mark.parametrize("which", ["first", "second"])
 def test_stop_on_the_awaiting_loop_just_before_an_async_listener_is_launched_does_not_wait_for_that_loop(
-    which: str,
+    which: str, launched: str
 ) -> None:
     # As above, but the listener's flight passed its abort check before
     # the stop fired and is launched only after the stop found nothing of
     # ours on the loop (the launch is held there): the stop then blocks the
-    # loop the flight was launched onto. The flight never starts: the call
-    # is ABORTED_BEFORE_DISPATCH, and the stop does not wait out its
-    # timeout for the loop. The same when the stop on the loop's thread is a
-    # second one, waiting for a first begun on another thread.
+    # loop the flight was launched onto. The flight is launched just before
+    # the stop halts that loop (the halt finds its start pending; the halt
+    # is held until the launch returned) or just after (the launch finds
+    # the loop halted). Either way the flight never starts: the call is
+    # ABORTED_BEFORE_DISPATCH (the stop fired the call's signal before it
+    # halted the loop), and the stop does not wait out its timeout for the
+    # loop. The same when the stop on the loop's thread is a second one,
+    # waiting for a first begun on another thread.
     async def main() -> Any:
         rt = ToolRuntime().start()
         watch = rt.loop_watch
-        launch, carries = watch.launch, watch.carries
-        at_launch, checked = threading.Event(), threading.Event()
+        launch, carries, halt = watch.launch, watch.carries, watch.halt
+        at_launch, checked, halted, done = (threading.Event() for _ in range(4))
+        early = launched == "before the halt"
 
         def held_launch(flight: Any) -> None:
             at_launch.set()
-            assert checked.wait(GUARD)
+            assert (checked if early else halted).wait(GUARD)
             launch(flight)
+            done.set()
 
         def checking(loop: Any) -> bool:
             found = carries(loop)
             checked.set()
             return found
 
+        def held_halt(loop: Any) -> None:
+            if early:
+                assert done.wait(GUARD)  # the flight's start is pending on the loop
+            halt(loop)
+            halted.set()
+
         watch.launch = held_launch  # type: ignore[method-assign]
         watch.carries = checking  # type: ignore[method-assign]
+        watch.halt = held_halt  # type: ignore[method-assign]
 
         async def body(args: Any, ctx: Any) -> str:
             return "ok"
@@ -313,9 +327,10 @@ def test_stop_on_the_awaiting_loop_just_before_an_async_listener_is_launched_doe
         result = await asyncio.wait_for(task, GUARD)
         if first is not None:
             first.join(GUARD)
-        return rt.abandoned, code(result.results[0].result)
+        outcome = result.results[0].result
+        return rt.abandoned, code(outcome), outcome.error.message if code(outcome) == "POLICY_FAILED" else None
 
-    assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH")
+    assert asyncio.run(main()) == ((), "ABORTED_BEFORE_DISPATCH", None)
 
 
 def test_an_abort_cancels_a_started_body_on_the_app_loop_and_waits_for_its_cleanup() -> None:

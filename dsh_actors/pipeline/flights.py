@@ -698,9 +698,9 @@ class LoopWatch:
         ``stop()`` called there, with no flight of this runtime in flight
         on it): the start of a flight launched onto it would never run. The
         flights whose start is pending end now, and so does every flight
-        launched onto it from now on (aborted before dispatch: the stop has
-        fired their signals), so the stop does not wait its timeout for
-        them."""
+        launched onto it from now on (aborted before dispatch: the stop
+        fires their signals before it halts the loop), so the stop does not
+        wait its timeout for them."""
         with self._lock:
             self._halted.add(loop)
             pending = self._inlets.pop(loop, [])
