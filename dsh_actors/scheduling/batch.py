@@ -149,33 +149,17 @@ class CallState(IntEnum):
 OUTS = frozenset({CallState.OUT, CallState.EARLY, CallState.FLIGHT})
 assert OUTS == {s for s in CallState if CallState.OUT <= s <= CallState.FLIGHT}
 
+#: Where a call goes once prepared: settled or deferred, on towards its
+#: body, or back to be prepared again.
+_PREPARED = frozenset(
+    {CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD, CallState.DEFERRED}
+)
+
 #: The only moves ``BatchRun._move`` makes.
 NEXT: dict[CallState, frozenset[CallState]] = {
-    CallState.UNSTARTED: frozenset(
-        {
-            CallState.REDO,
-            CallState.OUT,
-            CallState.EARLY,
-            CallState.FLIGHT,
-            CallState.HELD,
-            CallState.DEFERRED,
-            CallState.PREPARING,
-        }
-    ),
-    CallState.REDO: frozenset(
-        {
-            CallState.REDO,
-            CallState.OUT,
-            CallState.EARLY,
-            CallState.FLIGHT,
-            CallState.HELD,
-            CallState.DEFERRED,
-            CallState.PREPARING,
-        }
-    ),
-    CallState.PREPARING: frozenset(
-        {CallState.REDO, CallState.OUT, CallState.EARLY, CallState.FLIGHT, CallState.HELD, CallState.DEFERRED}
-    ),
+    CallState.UNSTARTED: _PREPARED | {CallState.PREPARING},
+    CallState.REDO: _PREPARED | {CallState.PREPARING},
+    CallState.PREPARING: _PREPARED,
     CallState.OUT: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
     CallState.EARLY: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
     CallState.FLIGHT: frozenset({CallState.HELD, CallState.REDO, CallState.STUCK}),
