@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from enum import IntEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -430,41 +429,38 @@ class BatchRun:
 
     def _meanwhile(self, call: Call, ask: Callable[[], Any]) -> Any:
         """``call``'s approval: ``ask()`` (the approval service, awaited if
-        async) runs on a thread of its own, in this thread's context, while
-        this thread, which steps the batch, waits for its answer (lending
-        its slot) and meanwhile takes in the messages put in the inbox and
-        commits what settled: a call before ``call`` whose body ended
-        records its result (``tools/result``, ``tool/result``) now, not
-        when a person has answered. Nothing starts meanwhile: ``call`` is
-        PREPARING (see :class:`CallState`). The answer, or what ``ask``
-        raised."""
+        async) runs on a worker thread (``rt.workers()``: a thread of the
+        runtime, which a stop called there counts as its own and names if it
+        is left running) in a copy of this thread's context (the call's),
+        while this thread, which steps the batch, waits for the answer
+        (lending its slot while it only waits) and meanwhile takes in the
+        messages put in the inbox and commits what settled: a call before
+        ``call`` whose body ended records its result (``tools/result``,
+        ``tool/result``) now, not when a person has answered. Nothing
+        starts meanwhile: ``call`` is PREPARING (see :class:`CallState`).
+        What the service set in its context is set in the call's, as if it
+        had run here. The answer, or what ``ask`` raised."""
         self._move(call.index, _PREPARING)
-        answer: Future[Any] = Future()
         inbox = self.inbox
         waker = threading.Event()
-        context = contextvars.copy_context()
-
-        def run() -> None:
-            try:
-                value = context.run(ask)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                answer.set_exception(exc)
-            else:
-                answer.set_result(value)
-            waker.set()
-
+        before = contextvars.copy_context()
+        context = before.copy()
         inbox.waker = waker
         try:
-            threading.Thread(target=run, name="dsh-approval", daemon=True).start()
-            with self.rt.waiting():
-                while True:
-                    waker.clear()
-                    self._take_ends()  # (first: what was queued before the waker was set)
-                    if answer.done():
-                        break
+            answer = self.rt.workers().submit(context.run, ask)
+            answer.add_done_callback(lambda _: waker.set())
+            while True:
+                waker.clear()
+                self._take_ends()  # (first: what was queued before the waker was set)
+                if answer.done():
+                    break
+                with self.rt.waiting():
                     waker.wait()
         finally:
             inbox.waker = None
+        for var, value in context.items():
+            if var not in before or before[var] is not value:
+                var.set(value)
         return answer.result()
 
     def _take_ends(self) -> None:
@@ -488,8 +484,12 @@ class BatchRun:
         listener or an approval service that ignores its signal), so the
         stop answers for it (``NativeExecutor._shutdown``, on the stop's
         thread). It reads only ``inline``, ``results`` and ``committed``,
-        which that thread does not write while it is stuck; the batch goes
-        on when the thread comes back, and its own answer is then dropped.
+        which that thread does not write while it is stuck, but for one
+        waiting for an approval service (:meth:`_meanwhile`), which may
+        commit a call meanwhile: the stop then reads the results committed
+        so far (``results`` is appended before ``committed`` counts it); the
+        batch goes on when the thread comes back, and its own answer is then
+        dropped.
         ``unscheduled``: no thread runs it (its step waited in the
         dispatcher's queue, taken back by the stop): see :meth:`unscheduled`."""
         call = self.inline
@@ -915,8 +915,10 @@ class BatchRun:
             if self.state[index] is _PREPARING:
                 # Its approval was awaited while the calls that settled
                 # committed: what is out may have dropped, a call before it
-                # may have come back to be prepared again, the batch may
-                # have halted (a bug, the stop's deadline).
+                # may have come back to be prepared again, calls may have
+                # been fed (a sub-batch), the batch may have halted (a bug,
+                # the stop's deadline, a log write).
+                total = len(calls)
                 out = self.outs
                 early = early and out >= self.limit
                 if not settled and not deferred:
@@ -989,9 +991,10 @@ class BatchRun:
                     return
 
     def _halted(self) -> bool:
-        """Whether no call starts any more (read anew: a step may have
-        halted the batch while this one waited, see :meth:`_meanwhile`)."""
-        return self.halted is not None
+        """Whether no call starts any more, or is about to (a log write
+        failed, a bug): read anew, as a step may have taken that in while
+        this one waited (see :meth:`_meanwhile`)."""
+        return self.halted is not None or self.log_error is not None or self.bug is not None
 
     def _put_back(self, call: Call) -> None:
         """``call`` was prepared to start, but a stale call before it is on

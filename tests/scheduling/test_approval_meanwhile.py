@@ -81,13 +81,14 @@ def test_a_call_that_settles_while_a_later_call_waits_for_approval_commits_and_i
 
             rt.approvals.set(person_async)
         agent = Agent("ag", session=Session(path))
-        WHO.set("the caller")
+        token = WHO.set("the caller")
         batch = ToolBatchInput(
             calls=(ToolCall("a", "fast", {"x": 1}), ToolCall("b", "pay", {"x": 2}), ToolCall("c", "later", {"x": 3})),
             agent=agent,
             log=LogStep(turn=1, step=1),
         )
         future = rt.tools.submit(batch)
+        WHO.reset(token)
         must(asked, "the approval service is asked")
         must(a_committed, "a's tools/result while b waits for its approval")
         assert ("tool/result", "a") in _logged(path)
@@ -162,3 +163,130 @@ def test_a_stop_while_a_call_waits_for_approval_is_prompt_and_leaves_no_thread()
         result = future.result(GUARD)
     assert result.results[0].result.value == "fast 1"
     assert result.results[1].result.is_error
+
+
+def test_calls_fed_to_a_sub_batch_while_its_call_waits_for_approval_start_and_the_sealed_batch_ends() -> None:
+    # (The step went on with the number of calls it had read before the
+    # approval: a call fed meanwhile stayed unstarted, and a sub-batch sealed
+    # meanwhile never ended.)
+    from dsh_actors import NativeExecutor
+
+    committed: dict[str, threading.Event] = {"s0": threading.Event(), "s1": threading.Event()}
+
+    class Sink:
+        def started(self, execution: Any) -> None:
+            pass
+
+        def committed(self, execution: Any, result: Any) -> None:
+            committed[execution.call_id].set()
+
+    later_ran = threading.Event()
+    with started_runtime() as rt:
+        for definition in _tools(later_ran):
+            rt.tools.register(definition)
+        executor = NativeExecutor()
+        rt.tools.set_executor(executor)
+        sub = executor.open_sub_batch(ToolBatchInput(calls=(), agent=Agent("ag")), Sink(), 4)
+
+        def person(request: Any) -> str:
+            sub.feed("s1", "fast", {"x": 2})
+            sub.seal()
+            return "allowed-once"
+
+        rt.approvals.set(person)
+        sub.feed("s0", "pay", {"x": 1})
+        sub.reply.result(GUARD)
+    assert committed["s0"].is_set() and committed["s1"].is_set()
+
+
+def test_a_stop_called_by_the_approval_service_returns_at_once_and_ends_the_call_unstarted() -> None:
+    later_ran = threading.Event()
+    took: list[bool] = []
+    with started_runtime() as rt:
+        for definition in _tools(later_ran):
+            rt.tools.register(definition)
+
+        def person(request: Any) -> str:
+            rt.stop(timeout=GUARD)  # (on a thread of the runtime: it begins the stop and returns)
+            took.append(request.signal.aborted)
+            return "allowed-once"
+
+        rt.approvals.set(person)
+        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("b", "pay", {"x": 2}),), agent=Agent("ag")))
+        assert rt.abandoned == ()
+    assert took == [True]
+    assert code_of(result.results[0].result) == "ABORTED_BEFORE_DISPATCH"
+
+
+def test_what_the_approval_service_sets_in_its_context_the_calls_later_hooks_see() -> None:
+    later_ran = threading.Event()
+    seen: dict[str, str] = {}
+    with started_runtime() as rt:
+        for definition in _tools(later_ran):
+            rt.tools.register(definition)
+
+        def person(request: Any) -> str:
+            WHO.set("the approver")
+            return "allowed-once"
+
+        def post(execution: Any, result: Any, next_: Any) -> Any:
+            seen[execution.call_id] = WHO.get()
+            return next_()
+
+        rt.approvals.set(person)
+        rt.events.on("tools/post-execute", post)
+        rt.tools.execute(
+            ToolBatchInput(calls=(ToolCall("a", "fast", {"x": 1}), ToolCall("b", "pay", {"x": 2})), agent=Agent("ag"))
+        )
+    assert seen == {"a": "nobody", "b": "the approver"}
+
+
+def test_a_log_write_that_fails_while_a_call_waits_for_approval_keeps_that_call_from_running(tmp_path: Path) -> None:
+    ran: list[str] = []
+    a_go = threading.Event()
+    a_tried = threading.Event()
+
+    class Failing(Session):
+        def append_lossless(self, event: Any) -> Any:
+            if event.get("type") == "tool/result" and event.get("call_id") == "a":
+                a_tried.set()
+                raise OSError(28, "No space left on device (the test's)")
+            return super().append_lossless(event)
+
+    @tool(concurrency_safe=True)
+    def fast(x: int) -> str:
+        """Ends once the approval is asked."""
+        must(a_go, "b's approval to be asked")
+        ran.append("a")
+        return "fast"
+
+    @tool(concurrency_safe=True, requires_approval=True)
+    def pay(x: int) -> str:
+        """Needs a person."""
+        ran.append("b")
+        return "paid"
+
+    with started_runtime() as rt:
+        rt.tools.register(fast)
+        rt.tools.register(pay)
+
+        def person(request: Any) -> str:
+            a_go.set()
+            must(a_tried, "a's tool/result to be written meanwhile")
+            return "allowed-once"
+
+        rt.approvals.set(person)
+        agent = Agent("ag", session=Failing(tmp_path / "log.jsonl"))
+        future = rt.tools.submit(
+            ToolBatchInput(
+                calls=(ToolCall("a", "fast", {"x": 1}), ToolCall("b", "pay", {"x": 2})),
+                agent=agent,
+                log=LogStep(turn=1, step=1),
+            )
+        )
+        with pytest.raises(Exception, match="the session log could not be written") as caught:
+            future.result(GUARD)
+        agent.session.close()
+    partial = caught.value.partial  # type: ignore[attr-defined]
+    assert code_of(partial.results[1].result) == "ABORTED_BEFORE_DISPATCH"
+    assert ran == ["a"]
