@@ -17,8 +17,12 @@ nested batch, an approval) **lends** its slot for the wait, whichever kind
 it holds (:class:`~.executor.Lent`, ``rt.waiting()``: :meth:`Dispatcher.lend`
 and :meth:`Dispatcher.unlend`). It is the one way to lend, and there is no
 bound on it: a thread that waits never holds capacity another batch needs,
-so nested batches cannot deadlock it at any budget. A thread waiting for
-an async body under a ``tools/execute`` wrapper lends on demand
+so nested batches cannot deadlock it at any budget. A thread that lent
+never waits to take its slot back: one that comes back over the bound
+gives it back at its next decision point (an executor actor as its work
+ends, a call actor before it takes another call:
+:meth:`Dispatcher.repays_locked`). A thread waiting for an async body
+under a ``tools/execute`` wrapper lends on demand
 (:class:`~.executor.LentOnDemand`: once the body starts a batch, counted
 by :meth:`Dispatcher.lend_decided`), and holds its slot until then.
 
@@ -78,7 +82,11 @@ class Dispatcher:
 
     * ``serving``: call actors holding a call-actor slot (serving a
       mailbox, or on their way to one), lent ones not counted;
-      ``lent_servers``: call actors waiting with their slot lent.
+      ``lent_servers``: call actors waiting with their slot lent;
+      ``owing``: call actors that took their slot back above the budget
+      (:meth:`unlend`) and have not yet reached their next take, where
+      each gives it back if ``serving`` is still above the budget
+      (:meth:`repays_locked`).
     * ``stepping``: executor actors holding a step slot; ``lent_steppers``:
       executor actors waiting with their slot lent.
     * ``wanting``: mailboxes waiting for a call-actor slot, with how many
@@ -101,9 +109,11 @@ class Dispatcher:
     empty); ``runnable`` is not empty only while ``stepping >=
     steps_max`` or ``starved``; each waiting mailbox's ``asked`` is what ``wanting``
     holds for it; the call actors the open mailboxes count as granted are
-    at most ``serving + lent_servers``. After a lend ends, ``serving`` (or
-    ``stepping``) may pass its bound until that actor next gives its slot
-    back: a thread that lent never waits to continue.
+    at most ``serving + lent_servers``; ``serving <= budget + owing``:
+    after a lend ends, ``serving`` may pass the budget only until that call
+    actor's next take (the rest of its body or step), and ``stepping`` its
+    bound until that executor actor's work ends: a thread that lent never
+    waits to continue.
     """
 
     #: Executor actors taking steps at once, for the whole runtime (lent
@@ -130,6 +140,7 @@ class Dispatcher:
         self.steps_max = Dispatcher.STEPPING_MAX
         self.serving = 0
         self.lent_servers = 0
+        self.owing = 0
         self.stepping = 0
         self.lent_steppers = 0
         self.peak = 0
@@ -146,7 +157,7 @@ class Dispatcher:
 
     def __repr__(self) -> str:
         return (
-            f"<Dispatcher serving={self.serving}/{self.budget} lent={self.lent_servers} "
+            f"<Dispatcher serving={self.serving}/{self.budget} lent={self.lent_servers} owing={self.owing} "
             f"stepping={self.stepping}/{self.steps_max} lent_steppers={self.lent_steppers} "
             f"wanting={len(self.wanting)} runnable={len(self.runnable)}>"
         )
@@ -159,8 +170,8 @@ class Dispatcher:
             call_actors_in_use   call-actor slots held: call actors serving
                                  a batch (running a call, idle with it, or
                                  on their way to it), lent ones not counted
-                                 (above call_actors_max for a moment after
-                                 a lend ends)
+                                 (above call_actors_max after a lend ends,
+                                 until that call actor's next take)
             call_actors_lent     call actors waiting with their slot lent
             call_actors_max      the budget (max_call_actors)
             call_actors_peak     the most slots held at once so far
@@ -408,10 +419,11 @@ class Dispatcher:
             self._send(sends)
 
     def waits_for(self, mailbox: WorkMailbox) -> bool:
-        """(Under the lock.) Whether another mailbox waits for a slot (a
-        call actor of ``mailbox`` with nothing to take leaves for it)."""
+        """(Under the lock.) Whether another mailbox waits for a slot, or
+        the runtime stops (closed: a batch still running then starts no
+        call): a call actor of ``mailbox`` with nothing to take leaves."""
         wanting = self.wanting
-        return bool(wanting) and (len(wanting) > 1 or mailbox not in wanting)
+        return self.closed or (bool(wanting) and (len(wanting) > 1 or mailbox not in wanting))
 
     def yields(self, mailbox: WorkMailbox) -> bool:
         """(Under the lock.) Whether a call actor of ``mailbox`` that is
@@ -434,13 +446,28 @@ class Dispatcher:
                     return True
         return False
 
-    def release(self, worker: Address, left: WorkMailbox | None = None) -> WorkMailbox | None:
+    def repays_locked(self) -> bool:
+        """(Under the lock.) A call actor that took its slot back above the
+        budget (:meth:`unlend`: it owes it) is about to take its next call:
+        whether it gives the slot back instead, leaving its mailbox (True
+        while ``serving`` is still above the budget: :meth:`release` with
+        ``owed`` takes the slot and its debt), or owes nothing any more
+        (other call actors gave slots back meanwhile)."""
+        if self.serving > self.budget:
+            return True
+        self.owing -= 1
+        return False
+
+    def release(self, worker: Address, left: WorkMailbox | None = None, owed: bool = False) -> WorkMailbox | None:
         """The call actor at ``worker`` left a mailbox (``left``): the next
         mailbox it serves (the fairest waiting one, another than ``left``
         when another waits), or None (it is idle now, or retired if enough
-        are idle)."""
+        are idle). ``owed``: it gives back a slot it owed
+        (:meth:`repays_locked`)."""
         with self.lock:
             self.serving -= 1
+            if owed:
+                self.owing -= 1
             if self.wanting and self.serving < self.budget:
                 mailbox = self._fairest(left)
                 self._grant(mailbox)
@@ -512,27 +539,40 @@ class Dispatcher:
         finally:
             self.lock.release()
 
-    def unlend(self, stepper: bool) -> None:
-        """The wait is over: the actor holds a slot again (the count may pass
-        its bound until the actor gives it back)."""
+    def unlend(self, stepper: bool, owes: bool = False) -> bool:
+        """The wait is over: the actor holds a slot again, at once (the
+        count may pass its bound). Whether that call actor owes its slot:
+        it took it back above the budget (``owing``; or it owed it
+        already, ``owes``), and gives it back at its next take while
+        ``serving`` is still above (:meth:`repays_locked`). An executor
+        actor gives its step slot back as its work ends (:meth:`step_ended`)."""
         self.lock.acquire()
         try:
             if stepper:
                 self.lent_steppers -= 1
                 self.stepping += 1
-            else:
-                self.lent_servers -= 1
-                self.serving += 1
+                return False
+            self.lent_servers -= 1
+            serving = self.serving = self.serving + 1
+            if owes or serving <= self.budget:
+                return owes
+            self.owing += 1
+            return True
         finally:
             self.lock.release()
 
     # -- stop ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Runtime stop: no more call-actor grants (waiting mailboxes are told
-        nobody comes); idle actors are forgotten (the runtime's group stops
-        them). Queued steps still run (an executor actor that ends its work
-        takes the next), so their batches drain."""
+        """Runtime stop (past the stop hooks: the executors' drain): no more
+        call-actor grants (waiting mailboxes are told nobody comes); idle
+        actors are forgotten (the runtime's group stops them). A batch still
+        running now is stuck, or drains past the stop's signal, starting no
+        call: the call actors idle on its mailbox leave (a ``LEAVE`` each,
+        :meth:`WorkMailbox.shed_idle_locked`), and so does one that runs out
+        of calls from now on (:meth:`waits_for`), so only a thread stuck in
+        a body is left behind. Queued steps still run (an executor actor
+        that ends its work takes the next), so their batches drain."""
         with self.lock:
             self.closed = True
             self._servers.close()
@@ -540,6 +580,8 @@ class Dispatcher:
             for mailbox in list(self.wanting):
                 mailbox.drop_asked_locked()
             self.wanting.clear()
+            for mailbox in self._mailboxes:
+                mailbox.shed_idle_locked(mailbox.servers)
 
     def withdraw(self, run: Any) -> bool:
         """(Runtime stop, past its teardown.) Take the ``Resume`` queued for
@@ -573,6 +615,9 @@ class Dispatcher:
         """What holds between two events (see the class docstring)."""
         with self.lock:
             assert self.serving >= 0 and self.lent_servers >= 0, self
+            # (Above the budget only until the call actors that took their
+            # slot back there reach their next take.)
+            assert 0 <= self.owing and self.serving <= self.budget + self.owing, self
             assert self.stepping >= 0 and self.lent_steppers >= 0, self
             assert not self.wanting or (self.serving >= self.budget and not self.closed), self
             # (Starved: a retry is armed, and no executor actor is idle.)

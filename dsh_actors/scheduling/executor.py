@@ -357,12 +357,14 @@ class NativeExecutor:
         answered by the stop itself, as pykka fails the asks a stopped actor
         never answered: its caller gets a ``ToolBatchExecutionError`` now,
         and the batch still commits (and logs) its calls when that thread
-        comes back, its answer then dropped. A batch that no thread runs by
-        then (its step waits in the dispatcher's queue: no executor actor
-        could be started, or every step slot is held by a stuck one) has
-        its step taken out of the queue and its work mailbox closed, so its
-        call actors leave, and is answered the same way; the stop runs none
-        of its code (a listener there could hold the stop past its bound)."""
+        comes back, its answer then dropped (its call actors idle meanwhile
+        leave once the stop closes the dispatcher: ``Dispatcher.close``). A
+        batch that no thread runs by then (its step waits in the
+        dispatcher's queue: no executor actor could be started, or every
+        step slot is held by a stuck one) has its step taken out of the
+        queue and its work mailbox closed, so its call actors leave, and is
+        answered the same way; the stop runs none of its code (a listener
+        there could hold the stop past its bound)."""
         rt = self._rt
         assert rt is not None
         with self._lock:
@@ -651,7 +653,7 @@ class Lent:
             except BaseException:
                 # The slot was lent before the sends it decided failed (the
                 # runtime is stopping): taken back, since __exit__ never runs.
-                actor.dispatcher.unlend(stepper)
+                _take_back(actor)
                 actor.lends = lends
                 self._actor = None
                 raise
@@ -663,7 +665,7 @@ class Lent:
             lends = actor.lends - 1
             actor.lends = lends
             if not lends:
-                actor.dispatcher.unlend(type(actor) is ExecutorActor)
+                _take_back(actor)
 
 
 class LentOnDemand(Lent):
@@ -710,7 +712,7 @@ class LentOnDemand(Lent):
             self._state = _ENDED
         self._actor = None  # (after _ENDED: lend reads it only while holding)
         if lent:
-            actor.dispatcher.unlend(type(actor) is ExecutorActor)
+            _take_back(actor)
         actor.lends = 0
 
     def lend(self) -> None:
@@ -727,6 +729,17 @@ class LentOnDemand(Lent):
             dispatcher = actor.dispatcher
             sends = dispatcher.lend_decided(type(actor) is ExecutorActor)
         dispatcher.send(sends)
+
+
+def _take_back(actor: ExecutorActor | CallActor) -> None:
+    """(On ``actor``'s thread.) Its wait is over: its slot is its own again
+    (``Dispatcher.unlend``); a call actor that took it back above the
+    budget owes it, and gives it back before it takes another call
+    (``CallActor.owes``)."""
+    if type(actor) is CallActor:
+        actor.owes = actor.dispatcher.unlend(False, actor.owes)
+    else:
+        actor.dispatcher.unlend(True)
 
 
 def lend_waiter(context: contextvars.Context | None = None) -> None:
@@ -750,6 +763,10 @@ class CallActor(MailboxActor):
         self.dispatcher = dispatcher  # (read-only: whose call-actor slot it holds)
         self.address = Address(self)
         self.lends = 0  # the waits its slot is lent for (see Lent); its own thread only
+        # It took its slot back above the budget (a lend ended: _take_back)
+        # and gives it back before its next call, unless the runtime is
+        # within the budget again by then (_repay); its own thread only.
+        self.owes = False
 
     def handle(self, message: Serve) -> None:
         match message:
@@ -770,7 +787,6 @@ class CallActor(MailboxActor):
         """Serve ``mailbox`` until told to leave; the next mailbox the dispatcher
         sends this actor to, or None (idle)."""
         rt = self.rt
-        dispatcher = self.dispatcher
         reply = None  # settles the batch's reply, when this actor ended it
         mailbox.arrive()
         item = mailbox.take(arriving=True)
@@ -781,11 +797,11 @@ class CallActor(MailboxActor):
             except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
                 logger.opt(exception=exc).error("dispatch of {!r} failed", call)
                 call.settle(failure_from_exception(exc), run_post=False, dispatched=True)
-            item = mailbox.take(wait=False)
+            item = self._repay(mailbox, False) if self.owes else mailbox.take(wait=False)
             if item is LEAVE:
                 # Back with the dispatcher before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
-                nxt = dispatcher.release(self.address, mailbox)
+                nxt = self._release(mailbox)
                 mailbox.report(call)
                 return nxt
             if item is None:
@@ -794,13 +810,30 @@ class CallActor(MailboxActor):
                 # them), then take the next call: the slot this call freed
                 # is refilled without a hop to an executor actor and back.
                 reply = mailbox.report_and_step(call)
-                item = mailbox.take()
+                item = self._repay(mailbox, True) if self.owes else mailbox.take()
             else:
                 mailbox.report(call)
         if reply is not None:
             _answer(reply)  # while this actor holds its slot (see ExecutorActor._go_on)
-        nxt = dispatcher.release(self.address, mailbox)
-        return nxt
+        return self._release(mailbox)
+
+    def _repay(self, mailbox: WorkMailbox, wait: bool) -> Any:
+        """This actor took its slot back above the budget (``owes``: a body
+        or a step it ran lent it) and is about to take its next call: it
+        leaves ``mailbox`` instead (LEAVE: :meth:`_release` gives the slot
+        back) while the runtime still holds more call-actor slots than the
+        budget, else it takes the call as ever (``WorkMailbox.give_back``)."""
+        if mailbox.give_back():
+            return LEAVE
+        self.owes = False
+        return mailbox.take(wait=wait)
+
+    def _release(self, mailbox: WorkMailbox) -> WorkMailbox | None:
+        # Its slot goes back to the dispatcher (the debt with it, if it owes
+        # it): the next mailbox it serves, or None.
+        owed = self.owes
+        self.owes = False
+        return self.dispatcher.release(self.address, mailbox, owed)
 
 
 def _answer(settle_reply: Callable[[], object]) -> None:

@@ -52,7 +52,7 @@ class WorkMailbox:
 
     The executor calls :meth:`put`, :meth:`all_taken`, :meth:`resume`,
     :meth:`reclaim`, :meth:`release_idle` and :meth:`close`; call actors
-    call :meth:`arrive`, :meth:`take` and :meth:`report`. Its state is the
+    call :meth:`arrive`, :meth:`take`, :meth:`give_back` and :meth:`report`. Its state is the
     mailbox's own (the executor reads none of it), guarded by the
     dispatcher's one lock (``_lock``: the mailbox is the dispatcher's queue
     for this batch):
@@ -88,7 +88,13 @@ class WorkMailbox:
       first, just arrived) leaves instead when another batch waits holding
       none, or at least two call actors fewer than this one
       (``Dispatcher.yields``); if calls are still queued here and no server
-      is idle or on its way, the mailbox asks for one again.
+      is idle or on its way, the mailbox asks for one again. So does a
+      server that took its slot back above the budget (a lend ended)
+      while the runtime still holds more slots than the budget
+      (:meth:`give_back`): the budget is passed only until its next call.
+    * When the runtime stops, servers idle here leave, and so does one
+      that runs out of calls (``Dispatcher.close``, ``waits_for``): only a
+      thread stuck in a body stays behind a batch that is stuck.
     * LEAVEs never outnumber the idle servers beyond the queued calls: a
       put that would leave its call without an idle server that stays
       takes one LEAVE back (that server stays for it), and
@@ -229,11 +235,7 @@ class WorkMailbox:
                 # wake-up is rung already), rather than this call waiting
                 # for a busy server. Another batch waiting for the budget
                 # is then served as at any take (``Dispatcher.yields``).
-                for at, item in enumerate(items):
-                    if item is LEAVE:
-                        del items[at]
-                        break
-                self.sentinels -= 1
+                self._unleave()
             if idle > self.rung:
                 self.rung += 1
                 self._bell.put(None)
@@ -305,6 +307,15 @@ class WorkMailbox:
         self._leave(count)
         return count
 
+    def _unleave(self) -> None:
+        # (Under the lock.) One LEAVE queued is taken back (the first).
+        items = self._items
+        for at, item in enumerate(items):
+            if item is LEAVE:
+                del items[at]
+                break
+        self.sentinels -= 1
+
     def _leave(self, extra: int) -> None:
         # (Under the lock.) ``extra`` more servers leave.
         if extra > 0:
@@ -373,26 +384,13 @@ class WorkMailbox:
         dispatcher = self._dispatcher
         while True:
             returned: Returned | None = None
-            grow = leaving = regrow = False
+            grow = leaving = False
             lock.acquire()  # (acquire/release, not ``with``: a take a call)
             try:
                 if not arriving and dispatcher.wanting and items and items[0] is not LEAVE and dispatcher.yields(self):
                     # Another batch waits with fewer call actors: this one
-                    # leaves for it (the dispatcher sends it there). Its
-                    # calls still queued are not left behind a body that
-                    # blocks: unless a server stays idle or is on its way,
-                    # the mailbox asks for one again (it waits its turn).
-                    self.servers -= 1
-                    if self.idle:
-                        # The wake-up this server may have had is passed on:
-                        # a server idle here takes the queued calls (it was
-                        # lost, and the calls waited forever beside it).
-                        self._ring()
-                    regrow = not self.closed and self.idle == 0 and self.spare == 0
-                    if regrow:
-                        self.servers += 1
-                        self.spare += 1
-                        sends = dispatcher.want_locked(self)
+                    # leaves for it (the dispatcher sends it there).
+                    sends = self._depart_locked()
                     leaving = True
                 elif items:
                     item = items.popleft()
@@ -431,8 +429,7 @@ class WorkMailbox:
             finally:
                 lock.release()
             if leaving:
-                if regrow:
-                    dispatcher.send(sends)
+                dispatcher.send(sends)
                 return LEAVE
             if returned is not None:
                 self.inbox.put(returned)
@@ -442,6 +439,47 @@ class WorkMailbox:
                     dispatcher.send(sends)
                 return item  # type: ignore[no-any-return]
             self._wait()
+
+    def give_back(self) -> bool:
+        """A server that took its slot back above the budget (its lend
+        ended: ``Dispatcher.unlend``) is about to take its next call:
+        whether it leaves instead, its slot going back to the dispatcher
+        (the caller releases it, ``owed``), while the runtime still holds
+        more call-actor slots than the budget (``Dispatcher.repays_locked``).
+        Its calls still queued wait their turn, as at a yield."""
+        lock = self._lock
+        dispatcher = self._dispatcher
+        with lock:
+            if not dispatcher.repays_locked():
+                return False
+            if self.sentinels >= self.servers:
+                # (Closing: every server is told to leave, this one too: it
+                # takes its LEAVE now.)
+                self._unleave()
+            sends = self._depart_locked()
+        dispatcher.send(sends)
+        return True
+
+    def _depart_locked(self) -> list[Any]:
+        # (Under the lock.) A server leaves before taking its next call (it
+        # yields to another batch, or gives back a slot above the budget).
+        # Its calls still queued are not left behind a body that blocks:
+        # unless a server stays idle or is on its way, the mailbox asks for
+        # one again (it waits its turn). The sends to make after the lock.
+        self.servers -= 1
+        if len(self._items) == self.sentinels:
+            return []
+        if self.idle:
+            # The wake-up this server may have had is passed on: a server
+            # idle here takes the queued calls (it was lost, and the calls
+            # waited forever beside it).
+            self._ring()
+            return []
+        if self.closed or self.spare:
+            return []
+        self.servers += 1
+        self.spare += 1
+        return self._dispatcher.want_locked(self)
 
     def _wait(self) -> None:
         """Wait for a wake-up (this server is counted idle), with no timer:

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from dsh_actors import ToolBatchInput, ToolRuntime
+from dsh_actors.actors import actor_thread_ident
 from dsh_actors.runtime import DEFAULT_CALL_ACTORS
+from dsh_actors.scheduling.executor import CallActor
 
 from .helpers import GUARD, call, calls, make_tool, must, started_runtime
 
@@ -227,14 +229,15 @@ def test_a_nested_batch_gets_a_slot_when_ended_lends_left_idle_call_actors_above
     # Budget 1. Batch X = [w0, w1, w2, excl] at cap 3: w0..w2 wait inside
     # rt.waiting() (lending), so X grows to three call actors. w0 and w1
     # end: serving is now above the budget, and their two call actors idle
-    # at excl's barrier. Then w2 runs a nested batch Y. Y's request sent
-    # one idle call actor away, which did not bring serving under the
-    # budget, and the other kept the slot: Y never ran (a review).
+    # at excl's barrier, or give back a slot taken back above the budget
+    # (Dispatcher.repays_locked). Then w2 runs a nested batch Y. Y's
+    # request sent one idle call actor away, which did not bring serving
+    # under the budget, and the other kept the slot: Y never ran (a review).
     with started_runtime(max_call_actors=1) as rt:
         all_waiting = threading.Barrier(4, timeout=GUARD)
         first_two, third = threading.Event(), threading.Event()
         idle = threading.Semaphore(0)
-        original = rt.dispatcher.waits_for
+        original, release = rt.dispatcher.waits_for, rt.dispatcher.release
 
         def waits_for(mailbox: Any) -> bool:  # asked under the lock as a call actor is about to idle
             answer = original(mailbox)
@@ -242,7 +245,12 @@ def test_a_nested_batch_gets_a_slot_when_ended_lends_left_idle_call_actors_above
                 idle.release()
             return answer
 
+        def gives_back(*args: Any) -> Any:  # a call actor leaves X (its slot above the budget)
+            idle.release()
+            return release(*args)
+
         rt.dispatcher.waits_for = waits_for  # type: ignore[method-assign]
+        rt.dispatcher.release = gives_back  # type: ignore[method-assign]
 
         def w(args: Any, ctx: Any) -> str:
             with rt.waiting():
@@ -259,8 +267,8 @@ def test_a_nested_batch_gets_a_slot_when_ended_lends_left_idle_call_actors_above
         future = rt.tools.submit(ToolBatchInput(calls=calls("w", "w", "w", "excl"), max_parallel_tool_calls=3))
         all_waiting.wait()
         first_two.set()
-        for _ in range(2):  # w0's and w1's call actors wait idle (excl waits for w2)
-            assert idle.acquire(timeout=GUARD), "a call actor to idle"
+        for _ in range(2):  # w0's and w1's call actors wait idle (excl waits for w2) or leave
+            assert idle.acquire(timeout=GUARD), "a call actor to idle or leave"
         third.set()
         result = future.result(GUARD)
     assert [r.result.value for r in result.results] == ["w", "w", "leaf+leaf+leaf", "excl"]
@@ -701,3 +709,74 @@ def test_an_async_body_under_a_wrapper_on_an_actors_loop_lends_its_waiter_inside
         batch = rt.tools.submit(ToolBatchInput(calls=calls("parent", "quick"))).result(GUARD)
         rt.dispatcher.assert_invariants()
     assert [r.result.value for r in batch.results] == ["met+met", "quick"]
+
+
+def test_a_call_actor_back_above_the_budget_after_an_inline_body_gives_its_slot_back_before_its_next_call() -> None:
+    """Budget 1. Batch A's call actor ends a0 with nothing queued and takes
+    A's step itself, which runs the exclusive a1 inline, lending its slot:
+    batch B gets it, and b0 runs on a call actor of its own. a1 ends: A's
+    call actor takes its slot back (two held at a budget of one). It used
+    to go on to take a2 and run it beside b0, holding that slot for as long
+    as A had calls (and one more per batch so chained, K+1 at once): now it
+    gives the slot back before its next call, and a2 waits for b0."""
+    held: set[str] = set()  # bodies on call actors holding their slot (not lent)
+    worst: list[str] = []
+    lock = threading.Lock()
+    a0_running, a0_go, a1_running, a1_go, b0_running = (threading.Event() for _ in range(5))
+    decided = threading.Event()  # A's call actor took a2, or gave its slot back
+    inline: list[threading.Thread] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        actor = actor_thread_ident()
+        holds = type(actor) is CallActor and actor.lends == 0
+        with lock:
+            if holds:
+                held.add(ctx.call_id)
+                if len(held) > len(worst):
+                    worst[:] = sorted(held)
+        try:
+            if ctx.call_id == "c0":
+                a0_running.set()
+                must(a0_go, "the test to let a0 end")
+            elif ctx.call_id == "c1":
+                inline.append(threading.current_thread())
+                a1_running.set()
+                must(a1_go, "the test to let a1 end")
+            elif ctx.call_id == "c2":
+                decided.set()
+            elif ctx.call_id == "b:c0":
+                b0_running.set()
+                must(decided, "A's call actor to take a2 or give its slot back")
+        finally:
+            with lock:
+                held.discard(ctx.call_id)
+        return "ok"
+
+    with started_runtime(max_call_actors=1) as rt:
+        release = rt.dispatcher.release
+
+        def watched_release(*args: Any) -> Any:
+            if inline and threading.current_thread() is inline[0]:
+                decided.set()  # (A's call actor leaves A before its next call)
+            return release(*args)
+
+        rt.dispatcher.release = watched_release  # type: ignore[method-assign]
+        rt.tools.register(make_tool("s", body))
+        rt.tools.register(make_tool("x", body, classifier=None))
+        a = rt.tools.submit(ToolBatchInput(calls=calls("s", "x", "s", "s"), max_parallel_tool_calls=2))
+        try:
+            must(a0_running, "a0 to run")
+            b = rt.tools.submit(ToolBatchInput(calls=batch_b("s", "s"), max_parallel_tool_calls=2))
+            a0_go.set()
+            must(a1_running, "a1 to run inline on A's call actor")
+            must(b0_running, "b0 to run on the slot a1 lent")
+            a1_go.set()
+        finally:
+            a0_go.set()
+            a1_go.set()
+        assert [r.result.value for r in a.result(GUARD).results] == ["ok"] * 4
+        assert [r.result.value for r in b.result(GUARD).results] == ["ok"] * 2
+        assert inline and inline[0].name == "dsh-CallActor"
+        assert len(worst) == 1, f"bodies ran at once on call actors holding a slot of a budget of one: {worst}"
+        rt.dispatcher.assert_invariants()
+        assert rt.dispatcher.owing == 0

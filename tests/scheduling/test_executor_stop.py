@@ -328,6 +328,43 @@ def test_stop_fails_the_reply_of_a_lone_body_that_ignores_its_signal_without_wai
     assert_no_new_threads(before)  # the executor's thread ends once the body returns
 
 
+def test_stop_leaves_only_the_thread_stuck_in_a_body_not_a_call_actor_idle_beside_it() -> None:
+    # [s0, s1, x2] at cap 2: s0 and s1 run on two call actors at once; the
+    # exclusive x2 then runs inline on the one that took the batch's step,
+    # and ignores its signal. The other call actor waits idle on the batch's
+    # work mailbox: the stop used to leave it behind too, named in
+    # rt.abandoned, running no body, until x2 returned.
+    before = live_threads()
+    rt = ToolRuntime().start()
+    both = threading.Barrier(2, timeout=GUARD)
+    running, release = threading.Event(), threading.Event()
+    stuck: list[threading.Thread] = []
+
+    def s(args: Any, ctx: Any) -> str:
+        both.wait()  # s0 and s1 at once: two call actors serve the batch
+        return "s"
+
+    def x(args: Any, ctx: Any) -> str:
+        stuck.append(threading.current_thread())
+        running.set()
+        release.wait(GUARD)  # ignores its signal
+        return "x"
+
+    try:
+        rt.tools.register(make_tool("s", s))
+        rt.tools.register(make_tool("x", x, classifier=None))
+        future = rt.tools.submit(ToolBatchInput(calls=calls("s", "s", "x"), max_parallel_tool_calls=2))
+        must(running, "x2 to run inline")
+        _stop_in_thread(rt, 0.1)
+        assert isinstance(future.exception(0), ToolBatchExecutionError)
+        assert rt.abandoned == (stuck[0].name,), rt.abandoned
+        left = [t.name for t in live_threads() - before if t is not stuck[0]]
+        assert not left, f"threads left behind that run no body: {left}"
+    finally:
+        release.set()
+    assert_no_new_threads(before)
+
+
 def test_stop_leaves_a_loop_thread_blocked_by_an_async_body_behind_and_names_it() -> None:
     before = live_threads()
     rt = ToolRuntime().start()
