@@ -28,8 +28,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["IMAGE_TYPES", "ProviderFormatError", "Results"]
 
 IMAGE_TYPES: Final = ("image/png", "image/jpeg", "image/gif", "image/webp")
-"""The image types all three providers accept; an image of another type
-reaches the model as a text note saying it was left out."""
+"""The image types all three providers accept (an image's media type is
+compared without its parameters, its type and subtype in any case); an
+image of another type reaches the model as a text note saying it was left
+out."""
 
 
 class ProviderFormatError(InvalidValueError):
@@ -179,17 +181,16 @@ class Reader:
         self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         self.places[call_id] = where
 
-    def done(self, cut_at: str | None = None, stopped: str = "", limit: str = "") -> tuple[ToolCall, ...]:
-        """The calls read. ``cut_at``: where the response says it stopped at
-        its output token limit (``stopped`` says how, ``limit`` names the
-        request's parameter): with a call in it, that call's arguments may
-        be cut short (a stream accumulator completes partial JSON, or the
-        text ends mid-value), so none is run, whichever provider."""
+    def done(self, cut_at: str | None = None, stopped: str = "", fix: str = "") -> tuple[ToolCall, ...]:
+        """The calls read. ``cut_at``: where the response says its output
+        was cut off or stopped early (at its output token limit, ...;
+        ``stopped`` says how, ``fix`` what to do): with a call in it, that
+        call's arguments may be cut short (a stream accumulator completes
+        partial JSON, or the text ends mid-value), so none is run, whichever
+        provider."""
         if cut_at is not None and self.calls:
             raise self.fail(
-                cut_at,
-                f"{stopped} with a tool call in it: its arguments may be cut short, so no call is run; "
-                f"ask again with a higher {limit}",
+                cut_at, f"{stopped} with a tool call in it: its arguments may be cut short, so no call is run; {fix}"
             )
         return tuple(self.calls)
 
@@ -244,9 +245,11 @@ def block_kind(call: str, block: object) -> type:
 
 
 def image_type(block: ImageBlock) -> str | None:
-    """The block's media type as the providers spell it, or ``None`` when
-    they do not accept it (``image/jpg`` is read as ``image/jpeg``)."""
-    mime = block.mime_type.strip().lower()
+    """The block's media type as the providers spell it, bare (type and
+    subtype in lower case, without parameters: ``Image/PNG; name=x`` is
+    ``image/png``), or ``None`` when they do not accept it (``image/jpg``
+    is read as ``image/jpeg``)."""
+    mime = block.mime_type.split(";", 1)[0].strip().lower()
     if mime == "image/jpg":
         mime = "image/jpeg"
     return mime if mime in IMAGE_TYPES else None
@@ -256,8 +259,20 @@ def data_url(block: ImageBlock, mime: str) -> str:
     return f"data:{mime};base64,{block.data}"
 
 
-def image_left_out(block: ImageBlock, provider: str) -> str:
-    return f"[an image of type {block.mime_type} was left out: {provider} accepts {', '.join(IMAGE_TYPES)}]"
+def image_left_out(block: ImageBlock, provider: str, why: str = "") -> str:
+    """The note that stands for an image a request leaves out: by default,
+    one of a type ``provider`` does not accept; ``why`` says another reason."""
+    if not why:
+        why = f"{provider} accepts {', '.join(IMAGE_TYPES)}"
+    return f"[an image of type {block.mime_type} was left out: {why}]"
+
+
+def kept(text: str, *, whitespace: bool = True) -> bool:
+    """Whether a text (or reasoning) block's ``text`` is sent: empty text
+    never is, in a result or an additional context (a context left with
+    nothing is not sent), and whitespace-only text only where
+    ``whitespace`` (Anthropic refuses it)."""
+    return bool(text) and (whitespace or not text.isspace())
 
 
 def concluded_by(batch: ToolBatchResult) -> tuple[str, ...]:

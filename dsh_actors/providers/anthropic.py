@@ -8,13 +8,18 @@
   message (a chat completion or message, a Responses API response, an
   object whose ``model_dump()`` raises), is a
   :class:`~dsh_actors.providers.ProviderFormatError`, never ``()``, so a
-  loop handed the wrong shape does not stop as if the model had answered.
+  loop handed the wrong shape does not stop as if the model had answered;
+  a stream event, or the conversation's list of messages, is named as such
+  with what to pass instead. A message cut off or stopped early
+  (:data:`CUT_OFF`) with a ``tool_use`` block in it is refused: none runs.
 * :func:`results` gives the one user message that follows the assistant
   message: its content is a ``{"type": "tool_result", "tool_use_id",
   "content", "is_error"}`` block per call, in model order, then the blocks
   of each additional context, in order (the API wants the tool results
   first in that turn and text after them). A failure has ``is_error:
-  true``. A batch with neither results nor contexts gives ``[]``.
+  true`` and text content only (the API refuses an image in one: each
+  becomes a note saying it was left out). A batch with neither results nor
+  contexts gives ``[]``.
 * :func:`tools` gives the ``tools`` parameter: ``{"name", "description",
   "input_schema"}`` per tool the agent's executor offers (under PTC, only
   ``run_code``).
@@ -29,8 +34,9 @@ In a loop::
 
 Content: a result that is one text block is a string; otherwise a list of
 ``text`` and ``image`` blocks (a ``tool_result`` takes images directly, as
-base64 sources); empty text blocks are dropped (the API refuses them), and
-a result with no content left has no ``content`` key. An image of a type
+base64 sources); empty and whitespace-only text blocks are dropped (the
+API refuses them), and a success with no content left has no ``content``
+key, a failure the text ``Error: <message>``. An image of a type
 the API does not accept (:data:`~dsh_actors.providers.IMAGE_TYPES`)
 becomes a note saying it was left out. Reasoning blocks are sent as text (a
 tool result cannot carry thinking blocks).
@@ -38,7 +44,7 @@ tool result cannot carry thinking blocks).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import safe_repr
@@ -51,6 +57,7 @@ from ._common import (
     image_left_out,
     image_type,
     is_error,
+    kept,
     kind,
     mapping_or_none,
     model_content,
@@ -94,6 +101,37 @@ nothing for the client to run. Every other type but ``tool_use`` is an
 error: a new kind of block, or a shape from another API, is reported rather
 than skipped."""
 
+CUT_OFF: Final[Mapping[str, tuple[str, str]]] = {
+    "max_tokens": ("the message stopped at max_tokens", "ask again with a higher max_tokens"),
+    "model_context_window_exceeded": (
+        'the message filled the model\'s context window (stop_reason "model_context_window_exceeded")',
+        "shorten the conversation (such as its longest tool results) and ask again",
+    ),
+    "refusal": (
+        'the message was stopped by a refusal (stop_reason "refusal")',
+        "the model declined to go on (the message's stop_details say why): change the request, or ask another model",
+    ),
+}
+"""The stop reasons of a message whose output was cut off or stopped early:
+how it stopped and the fix. A ``tool_use`` block in such a message may hold
+input the stop cut short, so none is run. (``pause_turn`` is a server
+tool's loop pausing: its blocks are whole, and it holds no client call.)"""
+
+_STREAM_EVENTS: Final = frozenset(
+    {
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+    }
+)
+_STREAMED: Final = (
+    "is a stream event, not a message: assemble the stream first and pass the message it makes "
+    "(with the SDK: client.messages.stream(...), then stream.get_final_message())"
+)
+
 _CHAT_KEYS: Final = ("tool_calls", "function_call", "refusal")
 """Keys of a Chat Completions message that an Anthropic message never has."""
 
@@ -101,8 +139,11 @@ _CHAT_KEYS: Final = ("tool_calls", "function_call", "refusal")
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The ``tool_use`` blocks of an assistant message (or of its content
     list), as tool calls in model order. Raises
-    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field,
-    and for a message that stopped at ``max_tokens`` with a tool call in it
+    :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field
+    or saying what to pass instead (a stream event, the conversation's list
+    of messages), and for a message cut off or stopped early
+    (:data:`CUT_OFF`: ``stop_reason`` ``max_tokens``,
+    ``model_context_window_exceeded`` or ``refusal``) with a tool call in it
     (its arguments may be cut short: none is run)."""
     return _calls(response, "response")
 
@@ -115,6 +156,8 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         if message_type == "tool_use":
             _read_block(reader, data, where)
             return reader.done()
+        if _is_stream_event(message_type):
+            raise reader.fail(f"{where}.type", f"{_shown(message_type)} {_STREAMED}")
         if message_type is not None and message_type != "message":
             raise reader.fail(
                 f"{where}.type",
@@ -140,22 +183,33 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             return ()  # a text-only message
         blocks = reader.items(content, f"{where}.content")
         # (Only a whole message says where it stopped.)
-        cut_at = f"{where}.stop_reason" if data.get("stop_reason") == "max_tokens" else None
+        stop_reason = data.get("stop_reason")
+        cut = CUT_OFF.get(stop_reason) if type(stop_reason) is str else None
+        cut_at = f"{where}.stop_reason" if cut is not None else None
         where = f"{where}.content"
     else:
         found = sequence_or_none(response, where)
         if found is None:
             raise reader.fail(where, f"expected a message or its content blocks, got {kind(response)}")
-        blocks, cut_at = found, None
+        blocks, cut_at, cut = found, None, None
     for index, block in enumerate(blocks):
         _read_block(reader, reader.obj(block, f"{where}[{index}]"), f"{where}[{index}]")
-    # (The SDK's stream accumulator completes a tool_use input the limit
-    # cut off as partial JSON: it would run with arguments never finished.)
-    return reader.done(cut_at, "the message stopped at max_tokens", "max_tokens")
+    # (The SDK's stream accumulator completes a tool_use input the stop cut
+    # off as partial JSON: it would run with arguments never finished.)
+    return reader.done(cut_at, *(cut or ("", "")))
 
 
 def _read_block(reader: Reader, block: Any, at: str) -> None:
     block_type = block.get("type")
+    # (A Responses API message item has a type "message" too, but no stop_reason.)
+    if (block_type == "message" and "stop_reason" in block) or (block_type is None and "role" in block):
+        raise reader.fail(
+            at,
+            "a message, not a content block (a list is read as one message's content, not as the "
+            "conversation): pass the assistant message itself (messages[-1], or the SDK's Message)",
+        )
+    if _is_stream_event(block_type):
+        raise reader.fail(f"{at}.type", f"{_shown(block_type)} {_STREAMED}")
     if type(block_type) is not str:
         raise reader.fail(f"{at}.type", f"a content block needs a string type, got {kind(block_type)}")
     if block_type in SKIPPED:
@@ -172,6 +226,10 @@ def _read_block(reader: Reader, block: Any, at: str) -> None:
     elif mapping_or_none(arguments, f"{at}.input") is None:
         raise reader.fail(f"{at}.input", f"must be an object, got {kind(arguments)}")
     reader.add(reader.text(block, "id", at), reader.text(block, "name", at), arguments, at, "input")
+
+
+def _is_stream_event(block_type: Any) -> bool:
+    return type(block_type) is str and block_type in _STREAM_EVENTS
 
 
 def _shown(value: Any) -> str:
@@ -193,15 +251,18 @@ def results(batch_result: ToolBatchResult) -> Results:
     batch = check_batch_result(batch_result, "anthropic.results")
     content: list[dict[str, Any]] = []
     for item in batch.results:
-        blocks = _blocks(model_content(item.call_id, item.result), f"call {item.call_id!r}")
+        failed = is_error(item.result)
+        blocks = _blocks(model_content(item.call_id, item.result), f"call {item.call_id!r}", error=failed)
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": item.call_id}
         if len(blocks) == 1 and blocks[0]["type"] == "text":
             block["content"] = blocks[0]["text"]
         elif blocks:
             block["content"] = blocks
         elif isinstance(item.result, ToolExecutionFailure):
-            block["content"] = f"Error: {item.result.error.message}"  # only empty text was left
-        block["is_error"] = is_error(item.result)
+            # (Only blank text was left; the API refuses an empty error.)
+            message = item.result.error.message.strip()
+            block["content"] = f"Error: {message}" if message else "Error"
+        block["is_error"] = failed
         content.append(block)
     for context in batch.additional_contexts:
         content.extend(_blocks(context.content, "an additional context"))
@@ -218,19 +279,22 @@ def tools(rt: Any, agent: Agent | None = None, tool_set: ResolvedToolSet | None 
     ]
 
 
-def _blocks(blocks: Iterable[ContentBlock], what: str) -> list[dict[str, Any]]:
+def _blocks(blocks: Iterable[ContentBlock], what: str, *, error: bool = False) -> list[dict[str, Any]]:
+    """``blocks`` as the API's; ``error``: for an error result, which takes
+    text only (each image becomes a note)."""
     out: list[dict[str, Any]] = []
     for block in blocks:
         t = block_kind(what, block)
         if t is ImageBlock:
             assert isinstance(block, ImageBlock)
             mime = image_type(block)
-            if mime is None:
-                out.append({"type": "text", "text": image_left_out(block, _PROVIDER)})
+            if error or mime is None:
+                why = "an error result takes text only" if error else ""
+                out.append({"type": "text", "text": image_left_out(block, _PROVIDER, why)})
             else:
                 out.append({"type": "image", "source": {"type": "base64", "media_type": mime, "data": block.data}})
         else:
             assert isinstance(block, (TextBlock, ReasoningBlock))
-            if block.text:
+            if kept(block.text, whitespace=False):
                 out.append({"type": "text", "text": block.text})
     return out

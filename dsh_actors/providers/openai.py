@@ -8,7 +8,9 @@
   Anthropic message, a Responses API response, ``{}``, an object whose
   ``model_dump()`` raises) is a :class:`~dsh_actors.providers.ProviderFormatError`,
   never ``()``, so a loop handed the wrong shape does not stop as if the
-  model had answered. Argument text is kept as text: the executor parses
+  model had answered; a streamed chunk, or the conversation's list of
+  messages, is named as such with what to pass instead. Argument text is
+  kept as text: the executor parses
   it, so arguments that are not JSON fail their own call ``INVALID_ARGS``
   instead of the whole response.
 * :func:`results` gives the messages that follow the assistant message:
@@ -29,10 +31,12 @@
   ``"strict": false``. The ``null`` a strict model then sends for an
   optional parameter is read as absent by the pipeline.
 
-Content: one text block becomes a string; several become text parts.
-Images become ``image_url`` parts with a ``data:`` URL; an image of a type
-the provider does not accept (:data:`~dsh_actors.providers.IMAGE_TYPES`)
-becomes a note saying it was left out. Reasoning blocks are sent as text.
+Content: one text block becomes a string; several become text parts;
+empty text is left out (a context left with nothing is not sent). Images
+become ``image_url`` parts with a ``data:`` URL of the bare media type
+(without parameters); an image of a type the provider does not accept
+(:data:`~dsh_actors.providers.IMAGE_TYPES`) becomes a note saying it was
+left out. Reasoning blocks are sent as text.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from ._common import (
     data_url,
     image_left_out,
     image_type,
+    kept,
     kind,
     mapping_or_none,
     model_content,
@@ -75,13 +80,20 @@ _SHAPES: Final = (
     'or an assistant message (with "role": "assistant")'
 )
 
+_STREAMED: Final = (
+    "a streamed chunk (chat.completion.chunk), not a completion: assemble the stream first and pass the "
+    "completion it makes (with the SDK: client.chat.completions.stream(...), then stream.get_final_completion())"
+)
+
 
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The tool calls of a chat completion, a choice, an assistant message
     or a ``tool_calls`` list, in model order. Raises
     :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field
     (a completion with several choices, a list of choices, a call without
-    an id, a duplicate id, a non-function call, ...), and for a choice
+    an id, a duplicate id, a non-function call, ...) or saying what to
+    pass instead (a streamed chunk, the conversation's list of messages),
+    and for a choice
     that stopped at its token limit (``finish_reason`` ``"length"``) with a
     tool call in it (its arguments may be cut short: none is run)."""
     return _calls(response, "response")
@@ -95,6 +107,8 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             _read_tool_calls(reader, response, where)
             return reader.done()
         raise reader.fail(where, f"{_SHAPES}, got {kind(response)}")
+    if data.get("object") == "chat.completion.chunk":
+        raise reader.fail(where, _STREAMED)
     if "choices" in data:
         choices = reader.items(data["choices"], f"{where}.choices")
         if len(choices) != 1:
@@ -105,6 +119,8 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         data = reader.obj(choices[0], f"{where}.choices[0]")
         where = f"{where}.choices[0]"
     cut_at = None
+    if "delta" in data and "message" not in data and "role" not in data:
+        raise reader.fail(where, f"the choice of {_STREAMED}")
     if "message" in data and "role" not in data:
         # (Only a choice says where it stopped.)
         if data.get("finish_reason") == "length":
@@ -116,7 +132,9 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
     if tool_calls is not None:
         _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
     return reader.done(
-        cut_at, 'the choice stopped at its token limit (finish_reason "length")', "max_completion_tokens"
+        cut_at,
+        'the choice stopped at its token limit (finish_reason "length")',
+        "ask again with a higher max_completion_tokens",
     )
 
 
@@ -177,14 +195,32 @@ def _read_tool_calls(reader: Reader, items: Iterable[Any], where: str) -> None:
             call_type = "function"
         if call_type != "function":
             raise reader.fail(f"{at}.type", f'must be "function", got {safe_repr(call_type)}')
-        if "function" not in call and "message" in call:
-            raise reader.fail(
-                at,
-                "a choice, not a tool call (a list is read as message.tool_calls): pass the completion or choices[0].message",
-            )
+        if "function" not in call:
+            misplaced = _misplaced(call)
+            if misplaced:
+                raise reader.fail(at, misplaced)
         function = reader.obj(call.get("function"), f"{at}.function")
         name = reader.text(function, "name", f"{at}.function")
         reader.add(reader.text(call, "id", at), name, function.get("arguments"), f"{at}.function", "arguments")
+
+
+def _misplaced(data: Mapping[str, Any]) -> str:
+    """What ``data``, found where a tool call belongs, is instead, with
+    what to pass; ``""`` when it is none of these."""
+    if data.get("object") == "chat.completion.chunk":
+        return _STREAMED
+    if "delta" in data:
+        return f"the choice of {_STREAMED}"
+    if "choices" in data:
+        return "a chat completion, not a tool call (a list is read as message.tool_calls): pass the completion itself"
+    if "message" in data:
+        return "a choice, not a tool call (a list is read as message.tool_calls): pass the completion or choices[0].message"
+    if "role" in data:
+        return (
+            "a message, not a tool call (a list is read as message.tool_calls, not as the conversation): "
+            "pass the assistant message itself (completion.choices[0].message, or messages[-1])"
+        )
+    return ""
 
 
 def results(batch_result: ToolBatchResult) -> Results:
@@ -212,7 +248,8 @@ def results(batch_result: ToolBatchResult) -> Results:
                 texts.append(f"[image {attached} ({mime}) is attached to the next user message]")
             else:
                 assert isinstance(block, (TextBlock, ReasoningBlock))
-                texts.append(block.text)
+                if kept(block.text):
+                    texts.append(block.text)
         messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _text_content(texts)})
     if images:
         messages.append({"role": "user", "content": images})
@@ -268,7 +305,8 @@ def _user_content(blocks: Iterable[ContentBlock]) -> str | list[dict[str, Any]]:
                 parts.append(_image_part(block, mime))
         else:
             assert isinstance(block, (TextBlock, ReasoningBlock))
-            parts.append({"type": "text", "text": block.text})
+            if kept(block.text):
+                parts.append({"type": "text", "text": block.text})
     if len(parts) == 1 and parts[0]["type"] == "text":
         return str(parts[0]["text"])
     return parts

@@ -12,7 +12,9 @@ items out.
   item of any other type, or anything that is not a response (a chat
   completion, an Anthropic message, an object whose ``model_dump()``
   raises): a :class:`~dsh_actors.providers.ProviderFormatError`, never
-  ``()``. Argument text is kept as text (the executor parses it).
+  ``()``; a stream event, or a list of responses, is named as such with
+  what to pass instead. Argument text is kept as text (the executor parses
+  it).
 * :func:`results` gives the input items for the next request: one
   ``{"type": "function_call_output", "call_id", "output"}`` per call, in
   model order, then one user message item (``{"type": "message", "role":
@@ -33,8 +35,10 @@ items out.
 
 Content: an output that is one text block is a string; otherwise a list of
 ``input_text`` and ``input_image`` parts (a ``function_call_output`` takes
-images directly; the image is a ``data:`` URL with ``detail: "auto"``,
-which a message's image part requires). An image of a type the
+images directly; the image is a ``data:`` URL of the bare media type with
+``detail: "auto"``, which a message's image part requires). Empty text is
+left out (an output left with nothing is ``""``; a context, not sent), as
+in Chat Completions. An image of a type the
 provider does not accept (:data:`~dsh_actors.providers.IMAGE_TYPES`)
 becomes a note saying it was left out. Reasoning blocks are sent as text.
 """
@@ -55,6 +59,7 @@ from ._common import (
     data_url,
     image_left_out,
     image_type,
+    kept,
     kind,
     mapping_or_none,
     model_content,
@@ -126,6 +131,8 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         if data.get("type") == "function_call":
             _read_item(reader, data, where)
             return reader.done()
+        if _is_stream_event(data.get("type")):
+            raise reader.fail(f"{where}.type", f"{safe_repr(data['type'])[:60]} {_STREAMED}")
         if "output" not in data:
             raise reader.fail(where, f'expected a response (with "output") or its output items{_hint(data)}')
         items: Any = reader.items(data["output"], f"{where}.output")
@@ -140,11 +147,21 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         raise reader.fail(where, f"expected a response or its output items, got {kind(response)}")
     for index, item in enumerate(items):
         _read_item(reader, reader.obj(item, f"{where}[{index}]"), f"{where}[{index}]")
-    return reader.done(cut_at, 'the response stopped at max_output_tokens (status "incomplete")', "max_output_tokens")
+    return reader.done(
+        cut_at,
+        'the response stopped at max_output_tokens (status "incomplete")',
+        "ask again with a higher max_output_tokens",
+    )
 
 
 def _read_item(reader: Reader, item: Any, at: str) -> None:
     item_type = item.get("type")
+    if item_type is None and "output" in item:
+        raise reader.fail(
+            at, "a response, not an output item (a list is read as response.output): pass the response itself"
+        )
+    if _is_stream_event(item_type):
+        raise reader.fail(f"{at}.type", f"{safe_repr(item_type)[:60]} {_STREAMED}")
     if type(item_type) is not str:
         raise reader.fail(f"{at}.type", f"an output item needs a string type, got {kind(item_type)}")
     if item_type in CLIENT_CALLS or (item_type == "tool_search_call" and item.get("execution") == "client"):
@@ -162,6 +179,16 @@ def _read_item(reader: Reader, item: Any, at: str) -> None:
             "items without a call skipped (an Anthropic content block? read it with anthropic.calls)",
         )
     reader.add(reader.text(item, "call_id", at), reader.text(item, "name", at), item.get("arguments"), at, "arguments")
+
+
+_STREAMED: Final = (
+    "is a stream event, not a response: assemble the stream first and pass the response it makes "
+    "(with the SDK: client.responses.stream(...), then stream.get_final_response())"
+)
+
+
+def _is_stream_event(item_type: Any) -> bool:
+    return type(item_type) is str and item_type.startswith("response.")
 
 
 def _hint(data: Any) -> str:
@@ -232,5 +259,6 @@ def _parts(blocks: Iterable[ContentBlock], what: str) -> list[dict[str, Any]]:
                 parts.append({"type": "input_image", "image_url": data_url(block, mime), "detail": "auto"})
         else:
             assert isinstance(block, (TextBlock, ReasoningBlock))
-            parts.append({"type": "input_text", "text": block.text})
+            if kept(block.text):
+                parts.append({"type": "input_text", "text": block.text})
     return parts

@@ -3,13 +3,16 @@ one user message of tool_result blocks out, valid as the SDK's params."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx2
 import pytest
+from anthropic import Anthropic
 from anthropic.types import Message, MessageParam, ToolParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
-from dsh_actors import ToolCall, ToolRuntime
+from dsh_actors import Accept, Block, ImageBlock, ToolCall, ToolRuntime, text
 from dsh_actors.providers import ProviderFormatError, anthropic
 
 from .helpers import ERROR_CASES, ERROR_IDS, PNG, aborted_batch, kit, run, validate
@@ -147,6 +150,119 @@ def test_a_message_cut_off_at_max_tokens_inside_a_tool_call_runs_no_call() -> No
     )
     text_only = dict(MESSAGE, content=[{"type": "text", "text": "Long answ"}], stop_reason="max_tokens")
     assert anthropic.calls(Message.model_validate(text_only)) == ()
+
+
+def _stream(stop_reason: str) -> tuple[list[Any], Message]:
+    """A streamed message that stops with ``stop_reason`` inside a
+    ``tool_use`` input, through the SDK's client (over a mock transport): the
+    raw events and the message its stream helper assembles."""
+    events = [
+        {"type": "message_start", "message": {**MESSAGE, "content": [], "stop_reason": None}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {}}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": '{"path": "todo.md", "content": "- tests\\n- do'}},
+        {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+         "usage": {"output_tokens": 5}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    body = "".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n" for event in events)
+    transport = httpx2.MockTransport(
+        lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, text=body)
+    )
+    request: Any = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Go."}]}
+    with Anthropic(api_key="test", http_client=httpx2.Client(transport=transport), max_retries=0) as client:
+        raw = list(client.messages.create(**request, stream=True))
+        with client.messages.stream(**request) as stream:
+            return raw, stream.get_final_message()
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "stopped", "fix"),
+    [
+        ("max_tokens", "the message stopped at max_tokens", "ask again with a higher max_tokens"),
+        ("model_context_window_exceeded",
+         'the message filled the model\'s context window (stop_reason "model_context_window_exceeded")',
+         "shorten the conversation (such as its longest tool results) and ask again"),
+        ("refusal", 'the message was stopped by a refusal (stop_reason "refusal")',
+         "the model declined to go on (the message's stop_details say why): change the request, or ask another model"),
+    ],
+)  # fmt: skip
+def test_a_streamed_tool_call_cut_off_by_any_early_stop_runs_no_call(stop_reason: str, stopped: str, fix: str) -> None:
+    # (The stream helper completes the cut partial JSON: the input reads
+    # {"path": "todo.md"}, and only max_tokens used to be refused.)
+    _, message = _stream(stop_reason)
+    assert message.stop_reason == stop_reason
+    assert [block.model_dump()["input"] for block in message.content] == [{"path": "todo.md"}]
+    with pytest.raises(ProviderFormatError) as caught:
+        anthropic.calls(message)
+    assert str(caught.value) == (
+        f"response.stop_reason: {stopped} with a tool call in it: its arguments may be cut short, "
+        f"so no call is run; {fix}"
+    )
+
+
+def test_a_stream_event_or_the_conversation_is_refused_naming_what_to_pass() -> None:
+    raw, message = _stream("tool_use")
+    assert [call.name for call in anthropic.calls(message)] == ["write_file"]
+    for event in (raw[0], raw[1], [raw[0]]):
+        with pytest.raises(ProviderFormatError) as caught:
+            anthropic.calls(event)
+        assert "is a stream event, not a message: assemble the stream first" in str(caught.value)
+        assert "stream.get_final_message()" in str(caught.value)
+    conversation = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": message.content}]
+    for given in (conversation, [message]):
+        with pytest.raises(ProviderFormatError) as caught:
+            anthropic.calls(given)
+        assert str(caught.value) == (
+            "response[0]: a message, not a content block (a list is read as one message's content, not as the "
+            "conversation): pass the assistant message itself (messages[-1], or the SDK's Message)"
+        )
+
+
+def test_a_failure_holding_an_image_sends_text_only(tools_rt: ToolRuntime) -> None:
+    # The API refuses an is_error tool_result with anything but text ("all
+    # content must be type 'text' if 'is_error' is true").
+    def post(execution: Any, result: Any, next_: Any) -> Any:
+        if execution.name == "screenshot":
+            return Block([text("Withheld:"), ImageBlock(PNG, "image/png")])
+        if execution.name == "think":
+            return Block([ImageBlock(PNG, "image/png")])
+        return next_()
+
+    tools_rt.events.on("tools/post-execute", post)
+    (reply,) = anthropic.results(run(tools_rt, [ToolCall("c1", "screenshot", "{}"), ToolCall("c2", "think", "{}")]))
+    note = {"type": "text", "text": "[an image of type image/png was left out: an error result takes text only]"}
+    assert reply["content"] == [
+        {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "Withheld:"}, note],
+         "is_error": True},
+        {"type": "tool_result", "tool_use_id": "c2", "content": note["text"], "is_error": True},
+    ]  # fmt: skip
+    validate(MessageParam, reply)
+
+
+def test_whitespace_only_text_is_left_out_and_no_error_is_empty(tools_rt: ToolRuntime) -> None:
+    # The API refuses whitespace-only text ("text content blocks must contain
+    # non-whitespace text") and an empty error. A success left with nothing
+    # has no content, as an empty one had.
+    def post(execution: Any, result: Any, next_: Any) -> Any:
+        if execution.name == "diagram":
+            return Block([text("  ")])
+        blocks = {"screenshot": [text(" \n ")], "think": [text("kept"), text("\t")]}
+        return Accept(content=blocks[execution.name]) if execution.name in blocks else next_()
+
+    tools_rt.events.on("tools/post-execute", post)
+    calls = [ToolCall("c1", "screenshot", "{}"), ToolCall("c2", "think", "{}"), ToolCall("c3", "diagram", "{}"),
+             ToolCall("c4", "note", '{"text": " "}')]  # fmt: skip
+    (reply,) = anthropic.results(run(tools_rt, calls))
+    assert reply["content"] == [
+        {"type": "tool_result", "tool_use_id": "c1", "is_error": False},
+        {"type": "tool_result", "tool_use_id": "c2", "content": "kept", "is_error": False},
+        {"type": "tool_result", "tool_use_id": "c3", "content": "Error", "is_error": True},
+        {"type": "tool_result", "tool_use_id": "c4", "content": "noted", "is_error": False},
+        IMAGE,
+    ]
+    validate(MessageParam, reply)
 
 
 @pytest.mark.parametrize(

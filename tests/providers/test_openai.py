@@ -7,8 +7,10 @@ import json
 from typing import Any
 
 import pytest
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import (
     ChatCompletion,
+    ChatCompletionChunk,
     ChatCompletionMessageParam,
     ChatCompletionToolUnionParam,
 )
@@ -227,6 +229,54 @@ def test_the_choices_list_is_refused_naming_the_completion_or_its_message() -> N
         assert caught.value.path == "response[0]"
         assert "a choice, not a tool call" in caught.value.problem
         assert "the completion or choices[0].message" in caught.value.problem
+
+
+def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> ChatCompletionChunk:
+    return ChatCompletionChunk.model_validate({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1741570283, "model": "gpt-4.1",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    })  # fmt: skip
+
+
+def test_a_streamed_chunk_or_the_conversation_is_refused_naming_what_to_pass() -> None:
+    # (They read "must be an object, got null" and "... got an object with
+    # the keys 'delta', ...": nothing said what to pass instead.)
+    chunks = [
+        _chunk({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                     "function": {"name": "read_file", "arguments": ""}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"path": "a.md"}'}}]}),
+        _chunk({}, "tool_calls"),
+    ]  # fmt: skip
+    streamed = (
+        "a streamed chunk (chat.completion.chunk), not a completion: assemble the stream first and pass the "
+        "completion it makes (with the SDK: client.chat.completions.stream(...), then stream.get_final_completion())"
+    )
+    for given, expected in (
+        (chunks[0], f"response: {streamed}"),
+        (chunks, f"response[0]: {streamed}"),
+        (chunks[0].choices[0], f"response: the choice of {streamed}"),
+        ({"choices": [chunks[0].choices[0].model_dump()]}, f"response.choices[0]: the choice of {streamed}"),
+    ):
+        with pytest.raises(ProviderFormatError) as caught:
+            openai.calls(given)
+        assert str(caught.value) == expected
+    # What it names works: the SDK's stream state assembles the completion.
+    state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    completion = state.get_final_completion()
+    assert openai.calls(completion) == (ToolCall("call_1", "read_file", '{"path": "a.md"}'),)
+    conversation = [{"role": "user", "content": "Read a.md."}, completion.choices[0].message.model_dump()]
+    for given in (conversation, conversation[1:]):
+        with pytest.raises(ProviderFormatError) as caught:
+            openai.calls(given)
+        assert str(caught.value) == (
+            "response[0]: a message, not a tool call (a list is read as message.tool_calls, not as the "
+            "conversation): pass the assistant message itself (completion.choices[0].message, or messages[-1])"
+        )
+    with pytest.raises(ProviderFormatError) as caught:
+        openai.calls([completion])
+    assert str(caught.value).startswith("response[0]: a chat completion, not a tool call")
 
 
 def test_the_format_error_is_shown_by_its_public_path() -> None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from openai.types.responses import FunctionToolParam, Response, ResponseInputItemParam
+from openai.types.responses import (
+    FunctionToolParam,
+    Response,
+    ResponseCompletedEvent,
+    ResponseInputItemParam,
+    ResponseOutputItemDoneEvent,
+)
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 
 from dsh_actors import ToolCall, ToolRuntime
@@ -163,3 +169,25 @@ def test_a_response_it_cannot_read_is_one_error_naming_the_field(response: Any, 
     with pytest.raises(ProviderFormatError) as caught:
         openai_responses.calls(response)
     assert str(caught.value).startswith(expected), str(caught.value)
+
+
+def test_a_stream_event_or_a_list_of_responses_is_refused_naming_what_to_pass() -> None:
+    response = Response.model_validate(RESPONSE)
+    completed = ResponseCompletedEvent(type="response.completed", response=response, sequence_number=9)
+    done = ResponseOutputItemDoneEvent(
+        type="response.output_item.done", item=response.output[1], output_index=1, sequence_number=5
+    )
+    for given, where in ((completed, "response.type"), (done, "response.type"), ([done], "response[0].type")):
+        with pytest.raises(ProviderFormatError) as caught:
+            openai_responses.calls(given)
+        assert caught.value.path == where
+        assert caught.value.problem.endswith(
+            "is a stream event, not a response: assemble the stream first and pass the response it makes "
+            "(with the SDK: client.responses.stream(...), then stream.get_final_response())"
+        )
+    assert openai_responses.calls(completed.response) == EXPECTED
+    with pytest.raises(ProviderFormatError) as caught:
+        openai_responses.calls([response])
+    assert str(caught.value) == (
+        "response[0]: a response, not an output item (a list is read as response.output): pass the response itself"
+    )
