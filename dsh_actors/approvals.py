@@ -21,8 +21,10 @@ class ApprovalService(Protocol):
     ``"deferred"`` leaves it waiting for a person (the batch suspends:
     ``result.suspension``, finished by ``rt.tools.resume``; a nested call,
     which cannot suspend, fails); any other answer fails it without
-    running it. A sync service runs on the
-    executor thread that prepares the call, and may block (a person
+    running it. A sync service runs on a
+    worker thread of the runtime for a call of a batch (while the batch
+    commits the calls before it that end meanwhile), on the thread that
+    prepares the call for a nested one, and may block (a person
     answering); an ``async def`` service runs on the batch's event loop
     (the one that awaited ``execute_async``, the bound loop, or the
     runtime's own), and must not block it."""

@@ -11,9 +11,9 @@ to the session's queue with ``loop.call_soon_threadsafe``. One task on the
 connection's event loop, the *pump*, takes the records in order and alone
 owns what the session knows about its calls (which appeared, their titles);
 it sends every update itself, so a call's updates reach the client in the
-order the runtime produced them. The approval service runs on the thread
-that prepares the call and waits there (never on the loop) for the answer
-the pump obtains.
+order the runtime produced them. The approval service runs on a thread of the
+runtime (a worker, for a call of a batch) and waits there (never on the
+loop) for the answer the pump obtains.
 """
 
 from __future__ import annotations
@@ -403,7 +403,7 @@ class AcpSession:
             )
         )
 
-    # -- approvals (the thread that prepares a call) -----------------------
+    # -- approvals (a thread of the runtime: a worker, for a batch's call) --
 
     def _approve(self, request: ApprovalRequest) -> Any:
         """The approval service: this session's calls are asked through

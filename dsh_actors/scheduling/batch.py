@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from loguru import logger
 
-from ..errors import ToolBatchExecutionError, safe_str
+from ..errors import AbortError, ToolBatchExecutionError, safe_str
 from ..execution import freeze
 from ..model import (
     ToolBatchInput,
@@ -440,14 +440,25 @@ class BatchRun:
         starts meanwhile: ``call`` is PREPARING (see :class:`CallState`).
         What the service set in its context is set in the call's, as if it
         had run here. The answer, or what ``ask`` raised."""
+        caller = call.caller
+        if caller.aborted:  # (the stop may have shut the workers down: asked of nobody)
+            raise AbortError(before_dispatch=True, reason=caller.reason)
+        before = contextvars.copy_context()
+        context = before.copy()
+        try:
+            answer = self.rt.workers().submit(context.run, ask)
+        except RuntimeError:
+            if caller.aborted:  # (the stop shut the workers down meanwhile)
+                raise AbortError(before_dispatch=True, reason=caller.reason) from None
+            # No thread could be started: asked here, as a nested call's is
+            # (the calls before it then commit once it has answered).
+            with self.rt.waiting():
+                return ask()
         self._move(call.index, _PREPARING)
         inbox = self.inbox
         waker = threading.Event()
-        before = contextvars.copy_context()
-        context = before.copy()
         inbox.waker = waker
         try:
-            answer = self.rt.workers().submit(context.run, ask)
             answer.add_done_callback(lambda _: waker.set())
             while True:
                 waker.clear()
@@ -458,6 +469,8 @@ class BatchRun:
                     waker.wait()
         finally:
             inbox.waker = None
+        if answer.cancelled():  # (the stop shut the workers down before one took it)
+            raise AbortError(before_dispatch=True, reason=caller.reason)
         for var, value in context.items():
             if var not in before or before[var] is not value:
                 var.set(value)

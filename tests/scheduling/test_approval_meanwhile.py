@@ -290,3 +290,44 @@ def test_a_log_write_that_fails_while_a_call_waits_for_approval_keeps_that_call_
     partial = caught.value.partial  # type: ignore[attr-defined]
     assert code_of(partial.results[1].result) == "ABORTED_BEFORE_DISPATCH"
     assert ran == ["a"]
+
+
+def test_a_call_aborted_before_its_approval_is_asked_is_aborted_before_dispatch_and_nobody_is_asked() -> None:
+    # (Past a stop that shut the workers down, the service's failure to be
+    # asked was reported as the approval service's failure: POLICY_FAILED.)
+    later_ran = threading.Event()
+    asked: list[str] = []
+    controller = AbortController()
+    with started_runtime() as rt:
+        for definition in _tools(later_ran):
+            rt.tools.register(definition)
+
+        def aborting(execution: Any, next_: Any) -> Any:
+            controller.abort("the user pressed stop while a listener ran")
+            return next_()
+
+        rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
+        rt.events.on("tools/pre-execute", aborting)
+        result = rt.tools.execute(
+            ToolBatchInput(calls=(ToolCall("b", "pay", {"x": 2}),), agent=Agent("ag"), signal=controller.signal)
+        )
+    assert code_of(result.results[0].result) == "ABORTED_BEFORE_DISPATCH"
+    assert asked == []
+
+
+def test_when_no_worker_thread_can_be_started_the_approval_is_asked_on_the_stepping_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_actors.scheduling.blocking import BlockingPool
+
+    def no_thread(self: Any, fn: Any, *args: Any) -> Any:
+        raise RuntimeError("can't start new thread")
+
+    later_ran = threading.Event()
+    with started_runtime() as rt:
+        for definition in _tools(later_ran):
+            rt.tools.register(definition)
+        rt.approvals.set(lambda request: "allowed-once")
+        monkeypatch.setattr(BlockingPool, "submit", no_thread)
+        result = rt.tools.execute(ToolBatchInput(calls=(ToolCall("b", "pay", {"x": 2}),), agent=Agent("ag")))
+    assert result.results[0].result.value == "paid 2"
