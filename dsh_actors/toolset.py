@@ -17,11 +17,12 @@ write) every candidate that the agent no longer sees as the same
 registration. Such a candidate is withdrawn for good: a same-name
 replacement, a new restriction, an unregistration (during resolution or
 after) stops calls that have not started from using the old admission, even
-if the change is undone later. Reads also intersect with the current
-visibility, so a change is honoured from the moment it is published.
-Candidates and withdrawals follow the committed registry: a change whose
+if the change is undone later. Reads also intersect with what the agent
+sees in the committed registry, so a change is honoured from the moment it
+is committed. Candidates, withdrawals and reads all follow the committed
+registry (:func:`~dsh_actors.visibility.committed`): a change whose
 ``tools/change`` listeners are still running (and may roll it back) is
-neither among the candidates nor a reason to withdraw one.
+neither among the candidates, nor a reason to withdraw one, nor hides one.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .errors import InvalidStateError, InvalidValueError, safe_repr
 from .model import Agent
-from .visibility import Registration, RegistryState, _visible, committed, describe_scope
+from .visibility import Registration, RegistryState, committed, describe_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import ToolDefinition
@@ -146,9 +147,10 @@ class ResolvedToolSet:
 
     Reads (:meth:`view`, and the registry read functions given this set)
     take no lock and no thread hop; they are safe from any thread.
-    :meth:`dispose` closes admission (idempotent, any thread) A disposed set, or one used with another agent or another
-    runtime, admits nothing (a batch given one for another agent, or a
-    disposed one, is refused at intake).
+    :meth:`dispose` closes admission (idempotent, any thread). A disposed
+    set, or one used with another agent or another runtime, admits nothing
+    (a batch given one for another agent, or a disposed one, is refused at
+    intake; see :meth:`check_usable`).
     """
 
     __slots__ = ("_admission", "_cache", "__weakref__")
@@ -166,14 +168,23 @@ class ResolvedToolSet:
     def disposed(self) -> bool:
         return self._admission.disposed
 
-    def check_usable(self, agent: Agent | None, subject: str, role: str, fix: str) -> None:
+    def check_usable(
+        self, agent: Agent | None, subject: str, role: str, fix: str, *, state: RegistryState | None = None
+    ) -> None:
         """Refuse using this set for ``agent`` when it admits nothing there:
-        resolved for another agent (``InvalidValueError``), or disposed
+        resolved by another runtime than the one whose registry is
+        ``state`` (``InvalidValueError``; ``None``: not checked), resolved
+        for another agent (``InvalidValueError``), or disposed
         (``InvalidStateError``). The message names ``subject`` (what holds
         the set), ``role`` (what ``agent`` is doing: "the batch runs as")
-        and, for another agent, ``fix``. (A batch's intake and the tools
-        offered to a model refuse alike: a set that admits nothing fails
-        every call, or offers no tool at all.)"""
+        and, for another agent, ``fix``. (A batch's intake, a nested
+        dispatch and the tools offered to a model refuse alike: a set that
+        admits nothing fails every call, or offers no tool at all.)"""
+        if state is not None and state is not self._admission.state:
+            raise InvalidValueError(
+                f"{subject} was resolved by another ToolRuntime, whose registrations this one does not run: "
+                "resolve the set with the runtime that uses it (its rt.tools.resolve(...))"
+            )
         resolved_for = self._admission.agent
         if resolved_for is not agent:
             twin = resolved_for is not None and agent is not None and resolved_for.id == agent.id
@@ -196,7 +207,7 @@ class ResolvedToolSet:
         if admitted is None or admission.disposed or agent is not admission.agent or state is not admission.state:
             return _EMPTY, _EMPTY
         wversion = admission.wversion  # read before withdrawn: a stale tag only forces a recompute
-        current = _visible(state, agent)
+        current = committed(state, agent)
         cache = self._cache
         if cache is not None and cache[0] is current and cache[1] == wversion:
             return cache[2], cache[3]
@@ -211,8 +222,9 @@ class ResolvedToolSet:
 
     def admitted_in(self, state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
         """The registrations admitted that ``agent`` still sees in ``state``
-        as the very ones admitted, by name (what the registry read functions
-        use; empty for another agent or another runtime's registry)."""
+        (committed) as the very ones admitted, by name (what the registry
+        read functions use; empty for another agent or another runtime's
+        registry)."""
         return self._views(state, agent)[0]
 
     def view(self, scope: Agent | None) -> Mapping[str, ToolDefinition]:

@@ -21,8 +21,17 @@ shadows farther); a name is kept only if every restriction on S's chain
 (its ancestors' and its own) admits it; then S's own registrations are
 overlaid, which no restriction hides. The result is cached per agent for
 the current generation, so a repeated read is a dict lookup; the cache
-refers to agents weakly, so it never keeps a dropped agent (and its
-session) alive.
+refers to agents weakly, and a publication drops the previous
+generation's cache at once, so it never keeps a dropped agent (and its
+session) alive, not even through the agent's own registrations that a
+disposer just removed.
+
+What decides a call or what the model is offered (:func:`executable`,
+:func:`callable_view`, a resolved set's reads) reads the *committed*
+registry (:func:`committed`): a change whose ``tools/change`` listeners
+may still roll it back is not acted on. Inspection without a set
+(:func:`visible`, :func:`lookup`, :func:`definitions`, :func:`schemas`)
+reads what is published, so a listener sees the change it is told of.
 
 Every function here is pure, thread-safe, and may be called from any thread
 (the pipeline calls them from executor and call actors). Guards run on the
@@ -66,6 +75,7 @@ __all__ = [
     "RegistryState",
     "ScopeKey",
     "ScopeSnapshot",
+    "callable_view",
     "check_guards",
     "committed",
     "definitions",
@@ -189,8 +199,12 @@ _Filter: TypeAlias = "tuple[frozenset[str] | None, frozenset[str] | None]"
 
 
 def _compile_filter(restriction: ToolRestriction) -> _Filter:
-    allow = None if restriction.allow is None else frozenset(restriction.allow)
-    deny = None if restriction.deny is None else frozenset(restriction.deny)
+    """``restriction`` as ``(allow, deny)`` sets. An empty list names no
+    tool, as ``None`` does: it filters nothing (``restrict`` refuses a
+    restriction whose lists both name nothing, and an empty ``allow``
+    beside a ``deny`` is a deny-only filter)."""
+    allow = frozenset(restriction.allow) if restriction.allow else None
+    deny = frozenset(restriction.deny) if restriction.deny else None
     return allow, deny
 
 
@@ -260,8 +274,10 @@ class _ViewCache:
     """The views computed for one generation. It never keeps an agent
     alive: each agent's view is filed under ``id(agent)`` beside a weak
     reference that proves the id still names that agent, and the entry is
-    removed when the agent is freed. (The view itself holds registrations,
-    never the agent it was computed for.)"""
+    removed when the agent is freed. (A view holds registrations, and the
+    agent's own hold the agent as their ``scope``: so does its layer, until
+    they are disposed, and the publication that disposes them drops this
+    cache too, see :meth:`RegistryState._bump`.)"""
 
     __slots__ = ("generation", "views", "global_view", "__weakref__")
 
@@ -292,18 +308,22 @@ class RegistryState:
 
     ``scopes`` maps a scope to its latest snapshot; a scope that was never
     written (or whose layer became empty and was retired) has no entry and
-    reads as empty. ``generation`` increases on every publication, and
+    reads as empty. ``generation`` increases on every publication (and
+    when a pending change settles), and
     ``changed_at[agent]`` (``global_changed_at`` for the global scope) is
-    the generation of that scope's last publication (or retirement),
+    the generation of that scope's last publication (settlement or retirement),
     written before ``generation`` moves to it: a reader that sees
     generation ``g`` sees every scope changed at ``g`` or before.
     Only scope actors write (each its own entry); reads take no lock.
 
     A change published ``pending`` (its ``tools/change`` listeners are
-    running and may roll it back) is seen by every read at once, but not by
-    :func:`committed`: until :meth:`settle`, that read keeps the scope's
-    previous snapshot (``_pending``), so no resolution reads a state a
-    rollback may undo.
+    running and may roll it back) is seen by inspection reads at once, but
+    not by :func:`committed`: until :meth:`settle`, that read keeps the
+    scope's previous snapshot (``_pending``), so neither a call, nor what
+    the model is offered, nor a resolution acts on a state a rollback may
+    undo. Settling moves the generation either way (an accepted change is
+    committed now, a rolled-back one is published no more), so what was
+    read while the change was pending is read again.
     """
 
     def __init__(self) -> None:
@@ -314,7 +334,9 @@ class RegistryState:
         self.changed_at: weakref.WeakKeyDictionary[Agent, int] = weakref.WeakKeyDictionary()
         self.global_changed_at = 0
         self._gen_lock = threading.Lock()
-        self._cache = _ViewCache(-1)
+        # Only _bump replaces it (before it moves the generation), dropping
+        # the previous generation's views with the state they describe.
+        self._cache = _ViewCache(0)
         # Resolved tool sets that are being resolved or are live: scope
         # actors tell them what became invisible after every committed change.
         # Weak: a set its owner dropped without disposing stops being told.
@@ -348,10 +370,13 @@ class RegistryState:
 
     def settle(self, scope: Agent | None, undo: ScopeSnapshot | None = None) -> None:
         """End ``scope``'s pending change: accepted, or rolled back by
-        publishing ``undo`` (its scope actor only)."""
+        publishing ``undo`` (its scope actor only). Either way the
+        generation moves: what reads see changed (see committed())."""
         with self._pending_lock:
             if undo is not None:
-                self.publish(undo)  # (moves the generation: see committed())
+                self.publish(undo)  # (before the entry goes: see committed())
+            else:
+                self._bump(scope)
             del self._pending[scope]
 
     def retire(self, scope: Agent | None) -> None:
@@ -363,12 +388,13 @@ class RegistryState:
             self._bump(scope)
 
     def views(self) -> _ViewCache:
-        """The cache of computed views for the current generation (a fresh
-        one once the generation moved)."""
+        """The cache of computed views for the current generation. A read
+        racing a publication (the generation it read was replaced
+        meanwhile) gets a fresh cache that nobody keeps."""
         gen = self.generation  # read first: see publish
         cache = self._cache
         if cache.generation != gen:
-            cache = self._cache = _ViewCache(gen)
+            return _ViewCache(gen)
         return cache
 
     def _bump(self, scope: Agent | None) -> None:
@@ -378,6 +404,9 @@ class RegistryState:
                 self.global_changed_at = generation
             else:
                 self.changed_at[scope] = generation
+            # The previous generation's views go with it, now: they may hold
+            # registrations just removed, and through them their agent.
+            self._cache = _ViewCache(generation)
             self.generation = generation
 
     def changed_since(self, generation: int, agent: Agent | None) -> bool:
@@ -516,15 +545,16 @@ def _by_seq(reg: Registration) -> int:
 def committed(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
     """What ``agent`` sees in the committed registry: :func:`visible`
     without the changes still pending (published, their ``tools/change``
-    listeners running). What a resolution reads its candidates from, and
-    what scope actors tell live sets they still see, so neither depends on
-    a state a rollback undoes. With no change pending it is the cached
-    view, read without a lock."""
-    generation = state.generation  # read first: a rollback moves it
+    listeners running). What decides a call and the tools the model is
+    offered (:func:`callable_view`), what a resolution reads its candidates
+    from, and what scope actors tell live sets they still see, so none of
+    them depends on a state a rollback undoes. With no change pending it
+    is the cached view, read without a lock."""
+    generation = state.generation  # read first: settling a change moves it
     if not state._pending:
         view = _visible(state, agent)
         # Nothing was pending before the read, nothing is after it, and
-        # nothing was rolled back meanwhile: ``view`` is committed.
+        # nothing was settled meanwhile: ``view`` is committed.
         if not state._pending and state.generation == generation:
             return view
     with state._pending_lock:  # no change starts or settles meanwhile
@@ -557,16 +587,28 @@ def lookup(
     return visible(state, agent, tool_set).get(name)
 
 
+def callable_view(
+    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+) -> Mapping[str, Registration]:
+    """What decides the calls of ``agent`` and the tools it is offered, by
+    name: with ``tool_set``, what the set admits; without one, what
+    ``agent`` sees in the committed registry, conditional registrations
+    included (which only a set makes callable: see :func:`executable`).
+    Never a change a ``tools/change`` listener may still roll back."""
+    if tool_set is not None:
+        return tool_set.admitted_in(state, agent)
+    return committed(state, agent)
+
+
 def executable(
     state: RegistryState, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None = None
 ) -> Registration | None:
     """The registration a call of ``name`` by ``agent`` may run, or ``None``
-    (the call fails as ``UNKNOWN_TOOL``). With ``tool_set`` the set decides;
-    without one, conditional registrations are not executable."""
-    if tool_set is not None:
-        return tool_set.admitted_in(state, agent).get(name)
-    reg = _visible(state, agent).get(name)
-    if reg is None or reg.when is not None:
+    (the call fails as ``UNKNOWN_TOOL``), from :func:`callable_view`. With
+    ``tool_set`` the set decides; without one, conditional registrations
+    are not executable."""
+    reg = callable_view(state, agent, tool_set).get(name)
+    if reg is None or (tool_set is None and reg.when is not None):
         return None
     return reg
 
@@ -581,7 +623,9 @@ def definitions(
 
 def schemas(state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None) -> list[ToolSchema]:
     """One fresh ``{"name", "description", "parameters"}`` dict per visible
-    tool. ``parameters`` is a deep plain copy of the schema checked at
+    tool (see :func:`visible`: without ``tool_set``, conditional tools
+    included, which the model is offered only by a set that admits them).
+    ``parameters`` is a deep plain copy of the schema checked at
     registration: mutating the result never affects the registry, and no
     callback, ``timeout_ms``, classifier or ``meta`` ever appears in it."""
     loads = orjson.loads

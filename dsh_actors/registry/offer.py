@@ -3,7 +3,10 @@ may call (``rt.tools.model_tools``).
 
 A pure read over the published snapshots, like the other reads in
 :mod:`dsh_actors.visibility`, plus one call of the executor's ``describe`` on the calling
-thread.
+thread. It reads what decides the agent's calls
+(:func:`~dsh_actors.visibility.callable_view`): the committed registry, so
+the model is never offered a change that a ``tools/change`` listener may
+still roll back.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ..errors import (
 )
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
-from ..visibility import RegistryState, describe_scope, select_executor, visible
+from ..visibility import RegistryState, callable_view, describe_scope, select_executor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
@@ -32,11 +35,13 @@ def callable_definitions(
     state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
 ) -> list[ToolDefinition]:
     """The definitions a call by ``agent`` may run, in registration order:
-    with ``tool_set``, what it admits; without one, every visible
-    registration that is not conditional (a conditional tool is callable
-    only in a step that admitted it)."""
+    with ``tool_set``, what it admits; without one, every registration
+    ``agent`` sees in the committed registry that is not conditional (a
+    conditional tool is callable only in a step that admitted it)."""
     return [
-        reg.definition for reg in visible(state, agent, tool_set).values() if tool_set is not None or reg.when is None
+        reg.definition
+        for reg in callable_view(state, agent, tool_set).values()
+        if tool_set is not None or reg.when is None
     ]
 
 
@@ -46,8 +51,9 @@ def model_tools(state: RegistryState, agent: Agent | None, tool_set: ResolvedToo
     with fresh, detached schema dicts. Raises ``ExecutorUnavailableError``
     when no executor is set on the chain, and ``TypeError`` naming the
     executor when its ``describe`` returns something malformed. A
-    ``tool_set`` resolved for another agent, or disposed, is refused as a
-    batch given it is (it admits nothing: the model would be offered no
+    ``tool_set`` resolved by another runtime or for another agent, or
+    disposed, is refused (:meth:`ResolvedToolSet.check_usable`, as a batch's
+    intake refuses one: it admits nothing, so the model would be offered no
     tool at all, and make no call that the batch could refuse)."""
     if tool_set is not None:
         tool_set.check_usable(
@@ -55,6 +61,7 @@ def model_tools(state: RegistryState, agent: Agent | None, tool_set: ResolvedToo
             "the tool_set",
             "the tools are offered to",
             "pass the agent the set was resolved for (and run its batch as that agent)",
+            state=state,
         )
     executor = select_executor(state, agent)
     if executor is None:

@@ -13,9 +13,10 @@ runtime. It handles one write at a time, on its own thread:
    layer again, tell the listeners that already ran (their errors are
    logged and contained), and fail the request with a ``RegistrationError``
    whose ``__cause__`` is the listener's exception. Until the listeners
-   accepted it the change is pending: resolutions read the registry as
-   committed (:func:`~dsh_actors.visibility.committed`), without it, so a
-   rolled-back change never reaches a resolved set,
+   accepted it the change is pending: what decides a call, what the model
+   is offered and resolutions read the registry as committed
+   (:func:`~dsh_actors.visibility.committed`), without it, so a
+   rolled-back change never runs a tool nor reaches a resolved set,
 4. once the change is committed, tell every live resolved tool set on the
    affected chains what they can still see (committed), so a replaced or
    restricted admission is withdrawn for good before this actor handles
@@ -47,6 +48,7 @@ from ..visibility import (
     Contribution,
     Registration,
     ScopeSnapshot,
+    _compile_filter,
     _next_seq,
     committed,
     describe_scope,
@@ -285,7 +287,8 @@ class ScopeActor(ActorBase):
             )
         allow = _names(restriction.allow, "allow", where)
         deny = _names(restriction.deny, "deny", where)
-        if not allow and not deny:
+        copy = ToolRestriction(allow=allow, deny=deny)
+        if _compile_filter(copy) == (None, None):  # (what the filter is read as: an empty list names nothing)
             raise RegistrationError(
                 f"cannot restrict {where}: the restriction is empty (give allow and/or deny tool names)"
             )
@@ -313,7 +316,7 @@ class ScopeActor(ActorBase):
         contribution = Contribution(
             kind="restriction",
             scope=scope,
-            value=ToolRestriction(allow=allow, deny=deny),
+            value=copy,
             seq=_next_seq(),
         )
 

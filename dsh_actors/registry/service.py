@@ -313,7 +313,9 @@ class ToolsService:
     ) -> ToolDefinition | None:
         """The definition a call of ``name`` may run, or ``None`` (the call
         fails as ``UNKNOWN_TOOL``). With ``tool_set`` the set decides;
-        without one, conditional registrations are not executable."""
+        without one, conditional registrations are not executable. Reads
+        the committed registry, as a call's lookup does (a change whose
+        ``tools/change`` listeners may still roll it back is not in it)."""
         _check_name("executable", name)
         reg = executable(self._state, name, self._viewer(scope), self._set(tool_set))
         return None if reg is None else reg.definition
@@ -326,7 +328,10 @@ class ToolsService:
 
     def schemas(self, scope: Agent | None | _Own = _OWN, tool_set: ResolvedToolSet | None = None) -> list[ToolSchema]:
         """One fresh, detached ``{"name", "description", "parameters"}`` dict
-        per visible tool, in registration order. Raises
+        per visible tool, in registration order: an inspection read, so
+        without ``tool_set`` it lists conditional tools too, which
+        :meth:`model_tools` leaves out (only a step whose set admits one is
+        offered it); pass the step's set for what it admits. Raises
         ``RuntimeStoppedError`` once the runtime stops (as
         :meth:`model_tools`: it runs no step any more)."""
         _require(self._kernel)
@@ -340,7 +345,9 @@ class ToolsService:
         per callable tool; under PTC, only ``run_code`` (its description
         listing the tools as Python signatures). Without ``tool_set``
         conditional tools are left out (they are callable only in a step
-        that admitted them); with one, exactly what it admits. The schemas
+        that admitted them); with one, exactly what it admits. It reads the
+        committed registry: a change whose ``tools/change`` listeners may
+        still roll it back is not offered (nor run). The schemas
         are fresh dicts. Runs ``describe`` on the calling thread; raises
         ``ExecutorUnavailableError`` when no executor is set, and
         ``RuntimeStoppedError`` once the runtime stops (it runs no step any
@@ -363,7 +370,9 @@ class ToolsService:
 
         Raises ``AbortError`` if ``context.signal`` aborts first, and
         ``ToolPolicyError`` (the condition's exception as ``__cause__``) if
-        a condition raises; either way nothing is published.
+        a condition raises; either way nothing is published. A sync
+        condition cannot be stopped: one that waits must watch
+        ``context.signal``, and an abort takes effect when it returns.
         """
         _check_context(context, "resolve()")
         refuse_blocking_a_loop(self._kernel, "resolve()", "resolve_async(context)", "its async conditions run")
@@ -718,6 +727,9 @@ class ToolsService:
         ``root_call_id``. A sync body runs on this thread, an async one on
         the runtime's loop thread (so do not call this from the loop).
         A scoped service fills in its agent when ``execution.agent`` is None.
+        A ``tool_set`` that admits nothing here (resolved by another
+        runtime or for another agent, or disposed) is refused before
+        anything runs, as a batch given it is.
         """
         if not isinstance(execution, ToolExecutionInput):
             raise InvalidTypeError(f"dispatch() takes a ToolExecutionInput, not {type(execution).__qualname__}")
@@ -725,6 +737,15 @@ class ToolsService:
         _require(rt)
         if execution.agent is None and self._scope is not None:
             execution = replace(execution, agent=self._scope)
+        tool_set = execution.tool_set
+        if isinstance(tool_set, ResolvedToolSet):
+            tool_set.check_usable(
+                execution.agent,
+                "ToolExecutionInput.tool_set",
+                "the call runs as",
+                "resolve the set for the call's agent, or pass the enclosing execution's agent and tool_set",
+                state=self._state,
+            )
         waited_on = rt.loop_watch.blocking_wait()  # (this thread's loop cannot start its async body: see _blocking)
         if waited_on is None:
             return run_inline(rt, execution)
@@ -839,7 +860,9 @@ class ToolsService:
         if self._on_registry_thread():
             raise RegistrationError(
                 "the registry cannot be changed from a tools/change listener "
-                "(it runs on the scope actor that would apply the change)"
+                "(it runs on the scope actor that would apply the change): make the change after the write being "
+                "announced returns, from the code that made that write or from a thread this listener does not "
+                "wait for (a disposer called here is queued instead)"
             )
         future: WriteReply = WriteReply()
         self._tell(make(future), future)

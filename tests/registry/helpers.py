@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 from dsh_actors.definition import ToolDefinition, ToolOutput, define_tool
+from dsh_actors.errors import RegistrationError
 from dsh_actors.execution import ToolExecution
 from dsh_actors.model import (
     Agent,
@@ -149,3 +151,51 @@ def round_trip(rt: Any) -> None:
 
     nowhere = Contribution(kind="guard", scope=Agent("nowhere"), value=None, seq=0)
     assert rt.registry.ask(Retract(contribution=nowhere), timeout=WAIT) is False
+
+
+class Veto(Exception):
+    pass
+
+
+@contextmanager
+def change_in_flight(rt: Any, change: Callable[[], object], *, veto: bool = True) -> Iterator[list[BaseException]]:
+    """Run ``change`` on a helper thread and hold it inside its first
+    ``tools/change`` listener (published, not yet accepted) for the body of
+    the block; then the listener raises (``veto``) or returns. Later changes
+    pass the listener. Yields the errors ``change`` raised (once the block
+    exits)."""
+    entered, release = threading.Event(), threading.Event()
+    armed = [True]
+
+    def listener() -> None:
+        if not armed:
+            return
+        armed.clear()
+        entered.set()
+        assert release.wait(WAIT)
+        if veto:
+            raise Veto("vetoed")
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            change()
+        except BaseException as exc:  # noqa: BLE001 - checked by the test
+            errors.append(exc)
+
+    off = rt.events.on("tools/change", listener)
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert entered.wait(WAIT)
+        yield errors
+    finally:
+        release.set()
+        thread.join(WAIT)
+        off()
+    assert not thread.is_alive()
+
+
+def vetoed(errors: list[BaseException]) -> bool:
+    return len(errors) == 1 and isinstance(errors[0], RegistrationError) and isinstance(errors[0].__cause__, Veto)

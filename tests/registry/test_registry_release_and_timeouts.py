@@ -49,6 +49,25 @@ def test_the_registry_does_not_keep_an_agent_whose_scope_was_emptied_alive(rt: A
     assert freed.wait(WAIT)
 
 
+@pytest.mark.parametrize("read", ["definitions", "executable"])
+def test_an_agent_whose_own_tools_were_disposed_is_freed_though_its_view_was_read(rt: Any, read: str) -> None:
+    # The view cached for the agent (an inspection read, or the lookup of a
+    # call) held its own registration, whose scope is the agent, until some
+    # later read replaced the cache.
+    rt.tools.register(tool("a"))
+    agent = Agent("main", session=Session())
+    freed = _freed_event(agent.session)
+    undo = rt.tools.scope(agent).register(tool("own"))
+    if read == "definitions":
+        assert [d.name for d in rt.tools.definitions(agent)] == ["a", "own"]
+    else:
+        assert rt.tools.executable("own", agent) is not None
+    del agent
+    undo()  # no registry read after it
+    gc.collect()
+    assert freed.wait(WAIT)
+
+
 @contextmanager
 def _registry_held_by_a_listener(rt: Any, monkeypatch: Any) -> Iterator[Callable[[], list[BaseException]]]:
     """A global ``register("first")``, on a thread, whose ``tools/change``

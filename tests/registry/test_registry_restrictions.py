@@ -181,6 +181,18 @@ def test_two_identical_restrictions_are_lifted_one_at_a_time(abc: Any) -> None:
     assert names(scoped.definitions()) == ["b", "c"]
 
 
+def test_an_empty_allow_list_beside_a_deny_list_names_nothing_as_when_alone(abc: Any) -> None:
+    # An empty list names no tool: alone it is refused as empty (above), and
+    # beside a deny list the filter is that deny-only one. (It had hidden
+    # every inherited tool.)
+    agent = Agent("main")
+    abc.tools.scope(agent).restrict(ToolRestriction(allow=[], deny=["a"]))
+    assert names(abc.tools.definitions(agent)) == ["b", "c"]
+    assert [s["name"] for s in abc.tools.model_tools(agent).schemas] == ["b", "c"]
+    abc.tools.register(tool("later"))
+    assert names(abc.tools.definitions(agent)) == ["b", "c", "later"]
+
+
 def test_a_deny_only_filter_admits_inherited_tools_registered_later(abc: Any) -> None:
     agent = Agent("main")
     abc.tools.scope(agent).restrict(ToolRestriction(deny=["a"]))

@@ -571,6 +571,49 @@ def test_a_batch_given_another_agents_set_or_a_disposed_one_is_refused_before_an
         rt.tools.execute(ToolBatchInput(calls=calls, agent=parent, tool_set=ts))
 
 
+def test_a_nested_dispatch_given_a_set_that_admits_nothing_is_refused_before_anything_runs(rt: Any) -> None:
+    # (It failed as an unknown tool, as a batch given such a set had.)
+    from dsh_actors import InvalidStateError, InvalidValueError, ToolExecutionInput
+    from dsh_actors.runtime import ToolRuntime
+    from dsh_actors.signals import AbortSignal
+
+    parent = Agent("main")
+    child = Agent("worker", parent=parent)
+    ran: list[str] = []
+    rt.tools.register(raw_tool("a", execute=lambda args, ctx: ran.append("a") or "a"))
+
+    def nested(agent: Agent, tool_set: ResolvedToolSet) -> Any:
+        return rt.tools.dispatch(
+            ToolExecutionInput(
+                call_id="n1", name="a", arguments={}, signal=AbortSignal(), agent=agent, tool_set=tool_set
+            )
+        )
+
+    with rt.tools.resolve(activation(parent)) as ts:
+        with pytest.raises(
+            InvalidValueError,
+            match="^ToolExecutionInput.tool_set was resolved for agent 'main', but the call runs as agent 'worker': ",
+        ):
+            nested(child, ts)
+        assert ran == []
+        assert not nested(parent, ts).is_error
+        # (A scoped service fills in its agent, then checks the set.)
+        scoped = ToolExecutionInput(call_id="n2", name="a", arguments={}, signal=AbortSignal(), tool_set=ts)
+        assert rt.tools.scope(parent).dispatch(scoped).value == "a"
+    with pytest.raises(InvalidStateError, match="^ToolExecutionInput.tool_set was disposed: resolve a new set"):
+        nested(parent, ts)
+    with ToolRuntime() as other:
+        other.tools.register(tool("a"))
+        with other.tools.resolve(activation(parent)) as elsewhere:
+            with pytest.raises(InvalidValueError) as err:
+                nested(parent, elsewhere)
+    assert str(err.value) == (
+        "ToolExecutionInput.tool_set was resolved by another ToolRuntime, whose registrations this one does "
+        "not run: resolve the set with the runtime that uses it (its rt.tools.resolve(...))"
+    )
+    assert ran == ["a", "a"]
+
+
 def test_dispose_after_stop_does_nothing() -> None:
     from dsh_actors.runtime import ToolRuntime
 

@@ -1,6 +1,7 @@
 """What the model is offered with a step's tool set: ``model_tools`` refuses
-a set it would read as empty (resolved for another agent, or disposed), as a
-batch given one is refused, instead of offering the model no tool at all."""
+a set it would read as empty (resolved by another runtime or for another
+agent, or disposed), as a batch given one is refused, instead of offering
+the model no tool at all."""
 
 from __future__ import annotations
 
@@ -43,6 +44,24 @@ def test_model_tools_refuses_a_disposed_set(rt: Any) -> None:
     with pytest.raises(InvalidStateError, match="^the tool_set was disposed: resolve a new set for this step"):
         rt.tools.model_tools(main, ts)
     assert names(list(rt.tools.model_tools(main).schemas)) == ["plain"]
+
+
+def test_model_tools_refuses_a_set_resolved_by_another_runtime(rt: Any) -> None:
+    # (It offered no tool at all: the set admits nothing in this runtime.)
+    from dsh_actors.runtime import ToolRuntime
+
+    rt.tools.register(tool("plain"))
+    main = Agent("main")
+    with ToolRuntime() as other:
+        other.tools.register(tool("plain"))
+        with other.tools.resolve(activation(main)) as ts:
+            assert names(list(other.tools.model_tools(main, ts).schemas)) == ["plain"]
+            with pytest.raises(InvalidValueError) as err:
+                rt.tools.model_tools(main, ts)
+    assert str(err.value) == (
+        "the tool_set was resolved by another ToolRuntime, whose registrations this one does not run: "
+        "resolve the set with the runtime that uses it (its rt.tools.resolve(...))"
+    )
 
 
 def test_a_set_for_the_global_view_is_offered_to_the_global_view(rt: Any) -> None:

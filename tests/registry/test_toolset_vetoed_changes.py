@@ -5,66 +5,14 @@ withdraws nothing from a live set."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from dsh_actors.errors import RegistrationError
 from dsh_actors.model import Agent, ToolRestriction
 
-from .helpers import WAIT, activation, names, tool
-
-
-class Veto(Exception):
-    pass
-
-
-@contextmanager
-def change_in_flight(rt: Any, change: Callable[[], object], *, veto: bool = True) -> Iterator[list[BaseException]]:
-    """Run ``change`` on a helper thread and hold it inside its first
-    ``tools/change`` listener (published, not yet accepted) for the body of
-    the block; then the listener raises (``veto``) or returns. Later changes
-    pass the listener. Yields the errors ``change`` raised (once the block
-    exits)."""
-    entered, release = threading.Event(), threading.Event()
-    armed = [True]
-
-    def listener() -> None:
-        if not armed:
-            return
-        armed.clear()
-        entered.set()
-        assert release.wait(WAIT)
-        if veto:
-            raise Veto("vetoed")
-
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            change()
-        except BaseException as exc:  # noqa: BLE001 - checked by the test
-            errors.append(exc)
-
-    off = rt.events.on("tools/change", listener)
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        assert entered.wait(WAIT)
-        yield errors
-    finally:
-        release.set()
-        thread.join(WAIT)
-        off()
-    assert not thread.is_alive()
-
-
-def vetoed(errors: list[BaseException]) -> bool:
-    return len(errors) == 1 and isinstance(errors[0], RegistrationError) and isinstance(errors[0].__cause__, Veto)
-
+from .helpers import activation, change_in_flight, names, tool, vetoed
 
 AGENT = Agent("main")
 
