@@ -16,6 +16,7 @@ from ..json import loads, materialize, path_for_index, path_for_key
 from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
 from ..signals import AbortSignal
 from ..toolset import ResolvedToolSet
+from ..visibility import RegistryState
 from .call import BadArguments
 
 __all__ = ["bind_context", "check_batch", "check_limit", "loggable", "parse_arguments"]
@@ -134,13 +135,15 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def check_batch(batch: ToolBatchInput) -> None:
+def check_batch(batch: ToolBatchInput, state: RegistryState | None = None) -> None:
     """Reject a malformed batch before anything runs or is logged (a clear
     TypeError or ValueError naming the field): a field of the wrong type, a
     ``log`` without an agent (an agent whose ``session`` is None is logged
     nowhere: the session, not the batch, opts an agent in), a call that
     is not a :class:`ToolCall` or whose id or name is not valid text, and
-    two calls with the same id (results, events and the log pair by id)."""
+    two calls with the same id (results, events and the log pair by id).
+    ``state``: the registry of the runtime that runs it, which a
+    ``tool_set`` must have been resolved by (None: not checked)."""
     for field, kind in _BATCH_FIELD_KINDS:
         value = getattr(batch, field)
         if value is not None and not isinstance(value, kind):
@@ -160,6 +163,7 @@ def check_batch(batch: ToolBatchInput) -> None:
             "ToolBatchInput.tool_set",
             "the batch runs as",
             "resolve the set for the batch's agent (rt.tools.resolve(ToolActivationContext(agent=..., ...)))",
+            state=state,
         )
     log = batch.log
     if log is not None:

@@ -262,7 +262,7 @@ class NativeExecutor:
         )
         if not checked:
             lend_waiter()  # (a batch an async body starts: see LentOnDemand; start_batch lends for a checked one)
-            check_batch(batch)
+            check_batch(batch, rt.state)
             batch = bind_context(batch)  # (start_batch binds a checked one)
         with self._lock:
             if self._closed:

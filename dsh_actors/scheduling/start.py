@@ -79,7 +79,7 @@ def start_batch(
         # thread's slot is lent now (see executor.Lent), before the batch
         # needs any.
         lend_waiter(context)
-        check_batch(batch)
+        check_batch(batch, runtime.state)
         step = logged_step(batch) if starts is None else None
         if step is None:
             _start_checked(runtime, batch, reply, loop, context, starts, signal)
@@ -186,7 +186,7 @@ def check_continuable(runtime: Kernel, batch: ToolBatchInput) -> None:
     it runs anything: a malformed batch, no executor for its agent, or an
     executor that runs batches itself. (A caller that must not consume
     anything before the batch is accepted asks this first.)"""
-    check_batch(batch)
+    check_batch(batch, runtime.state)
     if batch.max_parallel_tool_calls is not None:
         check_limit(batch.max_parallel_tool_calls)
     executor = select_executor(runtime.state, batch.agent)

@@ -64,6 +64,27 @@ def test_model_tools_refuses_a_set_resolved_by_another_runtime(rt: Any) -> None:
     )
 
 
+def test_a_batch_refuses_a_set_resolved_by_another_runtime_before_anything_runs(rt: Any) -> None:
+    # (It ran, every call failing "unknown tool": the set admits nothing here.)
+    from dsh_actors import ToolBatchInput, ToolCall
+    from dsh_actors.runtime import ToolRuntime
+
+    rt.tools.register(tool("plain"))
+    main = Agent("main")
+    ran: list[str] = []
+    rt.events.on("tools/result", lambda execution, result: ran.append(execution.call_id))
+    with ToolRuntime() as other:
+        other.tools.register(tool("plain"))
+        with other.tools.resolve(activation(main)) as ts:
+            batch = ToolBatchInput(calls=(ToolCall("c1", "plain", "{}"),), agent=main, tool_set=ts)
+            for execute in (rt.tools.execute, lambda b: rt.tools.submit(b).result()):
+                with pytest.raises(
+                    InvalidValueError, match="^ToolBatchInput.tool_set was resolved by another ToolRuntime"
+                ):
+                    execute(batch)
+    assert ran == []
+
+
 def test_a_set_for_the_global_view_is_offered_to_the_global_view(rt: Any) -> None:
     rt.tools.register(tool("cond"), when=lambda ctx: True)
     with rt.tools.resolve(activation(None)) as ts:
