@@ -80,6 +80,20 @@ _SHAPES: Final = (
     'or an assistant message (with "role": "assistant")'
 )
 
+CUT_OFF: Final[Mapping[str, tuple[str, str]]] = {
+    "length": (
+        'the choice stopped at its token limit (finish_reason "length")',
+        "ask again with a higher max_completion_tokens",
+    ),
+    "content_filter": (
+        'content filters omitted some of the choice\'s output (finish_reason "content_filter")',
+        "change the request, or handle it as the model's refusal",
+    ),
+}
+"""The ``finish_reason`` values of a choice whose output was cut off: how
+it stopped and the fix. A tool call in such a choice may hold arguments the
+stop cut short, so none is run."""
+
 _STREAMED: Final = (
     "a streamed chunk (chat.completion.chunk), not a completion: assemble the stream first and pass the "
     "completion it makes (with the SDK: client.chat.completions.stream(...), then stream.get_final_completion())"
@@ -94,8 +108,9 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
     an id, a duplicate id, a non-function call, ...) or saying what to
     pass instead (a streamed chunk, the conversation's list of messages),
     and for a choice
-    that stopped at its token limit (``finish_reason`` ``"length"``) with a
-    tool call in it (its arguments may be cut short: none is run)."""
+    whose output was cut off (:data:`CUT_OFF`: ``finish_reason``
+    ``"length"`` or ``"content_filter"``) with a tool call in it (its
+    arguments may be cut short: none is run)."""
     return _calls(response, "response")
 
 
@@ -118,24 +133,21 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             )
         data = reader.obj(choices[0], f"{where}.choices[0]")
         where = f"{where}.choices[0]"
-    cut_at = None
+    cut_at, cut = None, None
     if "delta" in data and "message" not in data and "role" not in data:
         raise reader.fail(where, f"the choice of {_STREAMED}")
     if "message" in data and "role" not in data:
         # (Only a choice says where it stopped.)
-        if data.get("finish_reason") == "length":
-            cut_at = f"{where}.finish_reason"
+        finish_reason = data.get("finish_reason")
+        cut = CUT_OFF.get(finish_reason) if type(finish_reason) is str else None
+        cut_at = f"{where}.finish_reason" if cut is not None else None
         data = reader.obj(data["message"], f"{where}.message")
         where = f"{where}.message"
     _check_message(reader, data, where)
     tool_calls = data.get("tool_calls")
     if tool_calls is not None:
         _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
-    return reader.done(
-        cut_at,
-        'the choice stopped at its token limit (finish_reason "length")',
-        "ask again with a higher max_completion_tokens",
-    )
+    return reader.done(cut_at, *(cut or ("", "")))
 
 
 def _check_message(reader: Reader, data: Mapping[str, Any], where: str) -> None:

@@ -45,7 +45,7 @@ becomes a note saying it was left out. Reasoning blocks are sent as text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import safe_repr
@@ -114,13 +114,31 @@ but ``function_call`` and :data:`CLIENT_CALLS` is an error: a new kind of
 item, or a shape from another API, is reported rather than skipped."""
 
 
+CUT_OFF: Final[Mapping[str, tuple[str, str]]] = {
+    "max_output_tokens": (
+        'the response stopped at max_output_tokens (status "incomplete")',
+        "ask again with a higher max_output_tokens",
+    ),
+    "content_filter": (
+        'content filters omitted some of the response\'s output (status "incomplete", reason "content_filter")',
+        "change the request, or handle it as the model's refusal",
+    ),
+}
+"""The ``incomplete_details.reason`` values of an ``"incomplete"``
+response whose output was cut off: how it stopped and the fix. A
+``function_call`` item in such a response may hold arguments the stop cut
+short, so none is run. (``steered`` stops at a safe output boundary, the
+SDK says: its items are whole, and read as usual.)"""
+
+
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The ``function_call`` items of a response (or of its ``output``
     list), as tool calls in model order. Raises
     :class:`~dsh_actors.providers.ProviderFormatError` naming the bad field,
-    and for a response that stopped at ``max_output_tokens`` (``status``
-    ``"incomplete"``) with a function call in it (its arguments may be cut
-    short: none is run)."""
+    and for a response whose output was cut off (``status``
+    ``"incomplete"`` for a reason in :data:`CUT_OFF`: ``max_output_tokens``
+    or ``content_filter``) with a function call in it (its arguments may be
+    cut short: none is run)."""
     return _calls(response, "response")
 
 
@@ -138,20 +156,17 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         items: Any = reader.items(data["output"], f"{where}.output")
         # (Only a whole response says where it stopped.)
         details = mapping_or_none(data.get("incomplete_details"), f"{where}.incomplete_details") or {}
-        stopped = data.get("status") == "incomplete" and details.get("reason") == "max_output_tokens"
-        cut_at = f"{where}.incomplete_details.reason" if stopped else None
+        reason = details.get("reason") if data.get("status") == "incomplete" else None
+        cut = CUT_OFF.get(reason) if type(reason) is str else None
+        cut_at = f"{where}.incomplete_details.reason" if cut is not None else None
         where = f"{where}.output"
     elif isinstance(response, (list, tuple)):
-        items, cut_at = response, None
+        items, cut_at, cut = response, None, None
     else:
         raise reader.fail(where, f"expected a response or its output items, got {kind(response)}")
     for index, item in enumerate(items):
         _read_item(reader, reader.obj(item, f"{where}[{index}]"), f"{where}[{index}]")
-    return reader.done(
-        cut_at,
-        'the response stopped at max_output_tokens (status "incomplete")',
-        "ask again with a higher max_output_tokens",
-    )
+    return reader.done(cut_at, *(cut or ("", "")))
 
 
 def _read_item(reader: Reader, item: Any, at: str) -> None:

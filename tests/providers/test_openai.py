@@ -200,6 +200,29 @@ def test_a_choice_cut_off_at_its_token_limit_inside_a_tool_call_runs_no_call() -
     assert openai.calls(ChatCompletion.model_validate(text_only)) == ()
 
 
+def test_a_choice_content_filters_cut_inside_a_tool_call_runs_no_call() -> None:
+    # (The SDK: "content_filter if content was omitted due to a flag from our
+    # content filters": the arguments may end where the filter cut them.)
+    cut = json.loads(json.dumps(COMPLETION))
+    cut["choices"][0]["finish_reason"] = "content_filter"
+    cut["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"] = '{"path": "READ'
+    for source, where in (
+        (ChatCompletion.model_validate(cut), "response.choices[0]"),
+        (cut, "response.choices[0]"),
+        (cut["choices"][0], "response"),
+    ):
+        with pytest.raises(ProviderFormatError) as caught:
+            openai.calls(source)
+        assert str(caught.value) == (
+            f"{where}.finish_reason: content filters omitted some of the choice's output (finish_reason "
+            '"content_filter") with a tool call in it: its arguments may be cut short, so no call is run; '
+            "change the request, or handle it as the model's refusal"
+        )
+    text_only = json.loads(json.dumps(cut))
+    text_only["choices"][0]["message"].update(content="Long answ", tool_calls=None)
+    assert openai.calls(ChatCompletion.model_validate(text_only)) == ()
+
+
 @pytest.mark.parametrize(
     ("response", "expected"),
     [

@@ -153,6 +153,28 @@ def test_a_response_cut_off_at_max_output_tokens_inside_a_function_call_runs_no_
     assert openai_responses.calls(Response.model_validate(text_only)) == ()
 
 
+def test_a_response_content_filters_cut_inside_a_function_call_runs_no_call() -> None:
+    cut: dict[str, Any] = dict(RESPONSE, status="incomplete", incomplete_details={"reason": "content_filter"})
+    cut["output"] = [*RESPONSE["output"][:2], dict(RESPONSE["output"][2], status="incomplete", arguments='{"x')]
+    for source in (Response.model_validate(cut), cut):
+        with pytest.raises(ProviderFormatError) as caught:
+            openai_responses.calls(source)
+        assert str(caught.value) == (
+            "response.incomplete_details.reason: content filters omitted some of the response's output (status "
+            '"incomplete", reason "content_filter") with a tool call in it: its arguments may be cut short, so no '
+            "call is run; change the request, or handle it as the model's refusal"
+        )
+    text_only = dict(cut, output=[RESPONSE["output"][0]])
+    assert openai_responses.calls(Response.model_validate(text_only)) == ()
+
+
+def test_a_response_steered_to_a_stop_gives_its_whole_function_calls() -> None:
+    # (The SDK: "steered means the response stopped at a safe output
+    # boundary": its items are whole.)
+    steered = dict(RESPONSE, status="incomplete", incomplete_details={"reason": "steered"})
+    assert openai_responses.calls(Response.model_validate(steered)) == EXPECTED
+
+
 @pytest.mark.parametrize(
     ("response", "expected"),
     [
