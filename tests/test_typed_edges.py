@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import math
 import warnings
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pydantic.dataclasses
 import pytest
@@ -208,6 +208,58 @@ def test_a_non_finite_float_in_a_models_own_config_fails_invalid_args_naming_its
     assert ran[-1][3] == Node(value=1.5, children=[Node(value=2.0)])
     # The models themselves keep their config outside the tool.
     assert math.isinf(Free(x="inf").x) and math.isinf(Loose(x="inf").x)  # type: ignore[arg-type]
+
+
+class Person(BaseModel):
+    weight: float
+
+
+class Team(BaseModel):
+    # (Field names the core schema also uses for data of its own.)
+    members: list[Person] = []
+    metadata: dict[str, float] = {}
+    default: float = 0.0
+
+
+class Tagged(BaseModel):
+    kind: Literal["default"]
+    x: float
+
+
+class OtherTagged(BaseModel):
+    kind: Literal["other"]
+    x: float
+
+
+class Meta(TypedDict):
+    metadata: float
+
+
+def test_a_non_finite_float_under_a_field_named_like_the_core_schemas_own_keys_fails_invalid_args(rt: Any) -> None:
+    # (A field called members, metadata or default, or a tagged union's tag
+    # "default", was taken for the schema's own data and kept pydantic's
+    # allow_inf_nan: the body ran with inf.)
+    ran: list[Any] = []
+
+    @tool
+    def rate(
+        team: Team | None = None,
+        tagged: Annotated[Tagged | OtherTagged, Field(discriminator="kind")] | None = None,
+        meta: Meta | None = None,
+    ) -> Any:
+        ran.append((team, tagged, meta))
+        return 1
+
+    assert_not_finite(
+        rt,
+        rate,
+        ('{"team": {"members": [{"weight": "inf"}]}}', "value.team.members[0].weight"),
+        ('{"team": {"metadata": {"k": "nan"}}}', "value.team.metadata.k"),
+        ('{"team": {"default": "-inf"}}', "value.team.default"),
+        ('{"tagged": {"kind": "default", "x": "inf"}}', "value.tagged.x"),
+        ('{"meta": {"metadata": "nan"}}', "value.meta.metadata"),
+    )
+    assert ran == []
 
 
 def test_a_typed_tool_returning_negative_zero_returns_zero_not_a_broken_tool(rt: Any) -> None:

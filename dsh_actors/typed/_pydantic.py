@@ -277,10 +277,17 @@ _NOT_VALIDATED: Final = frozenset(
 
 def _finite_floats(node: Any) -> Any:
     """A copy of the core schema ``node`` with every ``float`` schema
-    ``allow_inf_nan=False`` (see :func:`finite_validator`)."""
+    ``allow_inf_nan=False`` (see :func:`finite_validator`). A schema (a dict
+    with a ``type``) keeps the author's data under :data:`_NOT_VALIDATED`
+    as it is; any other dict (``fields`` by the user's field names, a tagged
+    union's ``choices`` by tag, ``definitions``) has schemas under every
+    key, whatever its name (a field called ``members`` or a tag
+    ``"default"``)."""
     if type(node) is dict:
+        if type(node.get("type")) is not str:
+            return {key: _finite_floats(item) for key, item in node.items()}
         out = {key: item if key in _NOT_VALIDATED else _finite_floats(item) for key, item in node.items()}
-        if out.get("type") == "float":
+        if out["type"] == "float":
             out["allow_inf_nan"] = False
         return out
     if type(node) is list:
