@@ -52,6 +52,7 @@ from .errors import (
     UsageError,
     printable,
 )
+from .errors import is_fault as is_fault  # importable, not in __all__ (see below)
 from .events import UNSET as UNSET  # importable, not in __all__ (see below)
 from .events import Accept, Allow, Ask, Block, Cancel, Deny
 from .execution import ToolExecution, ToolExecutionInput, ToolRunContext
@@ -116,7 +117,9 @@ from .toolset import ResolvedToolSet
 from .typed import tool
 
 # Importable but not in __all__ (docs/reference.md section 1 lists __all__):
-# UNSET is the default of Accept(value=UNSET), "no replacement value".
+# UNSET is the default of Accept(value=UNSET), "no replacement value";
+# is_fault(exc) tells a fault from an outcome (what the logging, the
+# session log's tracebacks and policies.otel share).
 __all__ = [
     # runtime and scopes
     "ToolRuntime",

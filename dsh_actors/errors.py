@@ -11,10 +11,12 @@ the tool body had been invoked.
 from __future__ import annotations
 
 import errno
+import os
 import traceback
 import unicodedata
 from collections.abc import Sequence
 from enum import Enum
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
@@ -195,6 +197,35 @@ def traceback_text(exc: BaseException) -> str:
     if len(text) > TRACEBACK_LIMIT:
         text = "...\n" + text[-TRACEBACK_LIMIT:]
     return utf8_text(text)
+
+
+def is_fault(exc: BaseException) -> bool:
+    """Whether ``exc``, which a hook or body raised for a call, is a fault
+    (logged with its traceback, ``policies.otel``'s span ``exception``
+    event) rather than an outcome the runtime only describes: a
+    cancellation (``AbortError``) and the model's bad arguments (a
+    ``ToolArgsError`` the validation the library wraps around a body
+    raised: its traceback has no frame outside ``dsh_actors``) are
+    outcomes; a ``ToolArgsError`` the tool's own code raises is a fault.
+    The one rule of the logging, the session log's tracebacks and the
+    otel policy."""
+    if isinstance(exc, AbortError):
+        return False
+    return not isinstance(exc, ToolArgsError) or _through_user_code(exc.__traceback__)
+
+
+#: The folder of the ``dsh_actors`` package: a frame of a file under it is the library's.
+_LIBRARY: Final = os.path.dirname(__file__) + os.sep
+
+
+def _through_user_code(tb: TracebackType | None) -> bool:
+    """Whether traceback ``tb`` has a frame outside the ``dsh_actors``
+    package (a body, a hook: code the application wrote)."""
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_LIBRARY):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def log_exception(exc: BaseException, message: str, *args: object, level: str = "ERROR") -> None:

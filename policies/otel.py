@@ -34,9 +34,10 @@ A failure sets the span's status to ``ERROR`` (the failure's message) and
 ``INVALID_ARGS``, ...; ``_OTHER``, the conventions' fallback, for a failure
 without one, such as a denial, which has no code of its own). The exception
 a body or hook raised (a fault) is recorded as the span's ``exception``
-event; the model's bad arguments (a ``ToolArgsError``) and a cancellation
-(an ``AbortError``) are outcomes, not faults, as the library's logging
-tells them (it logs neither): their span gets the status and
+event; the model's bad arguments (a ``ToolArgsError`` the validation
+around a body raised) and a cancellation (an ``AbortError``) are
+outcomes, not faults, by the library's one rule (``dsh_actors.is_fault``,
+which its logging follows too): their span gets the status and
 ``error.type`` only. No ``gen_ai.agent.name``: an ``Agent`` is a scope key,
 not a name the application gave an agent (two ``Agent("main")`` are two
 scopes). Span events (attributes in ``dsh.*``):
@@ -133,18 +134,17 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from dsh_actors import (
-    AbortError,
     Ask,
     Cancel,
     Deny,
     InvalidStateError,
     InvalidTypeError,
-    ToolArgsError,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
     ToolRuntime,
     dumps,
+    is_fault,
     thaw,
 )
 
@@ -173,10 +173,6 @@ OTHER_TOOL: Final = "_OTHER"
 
 _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
 _TIMEOUT: Final = "TOOL_TIMEOUT"
-#: The exceptions that are outcomes, not faults: a cancellation and the
-#: model's bad arguments (the rule the library's logging applies, which
-#: logs neither: pipeline.finalize.log_exceptions).
-_OUTCOMES: Final = (AbortError, ToolArgsError)
 #: The approval answers that do not deny the call.
 _GOES_ON: Final = frozenset({"allowed-once", "deferred"})
 
@@ -487,7 +483,7 @@ class OtelPolicy:
                 span.add_event(
                     "dsh.tool.blocked" if state.cleared else "dsh.tool.denied", {"dsh.reason": error.message}
                 )
-            if exc is not None and not isinstance(exc, _OUTCOMES):
+            if exc is not None and is_fault(exc):
                 span.record_exception(exc)
             attributes = {
                 "gen_ai.operation.name": OPERATION,

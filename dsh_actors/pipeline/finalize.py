@@ -10,10 +10,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    AbortError,
     LosslessJsonError,
-    ToolArgsError,
     ToolPolicyError,
+    is_fault,
     log_exception,
     safe_str,
 )
@@ -89,15 +88,15 @@ def finalize(rt: Kernel, call: Call) -> ToolExecutionResult:
 def log_exceptions(execution: Any, *results: Any) -> None:
     """Log, once each, at ERROR with its traceback, the exception a hook
     raised for this call (``error.exception`` of ``results``), naming the
-    tool and the call. A cancellation (``AbortError``) and the model's bad
-    arguments (``ToolArgsError``) are outcomes, not faults: not logged."""
+    tool and the call. Only a fault (``errors.is_fault``): a cancellation
+    and the model's bad arguments are outcomes, not logged."""
     seen: BaseException | None = None
     for result in results:
         error = result.error if type(result) is ToolExecutionFailure else None
         if error is None:
             continue
         exc = error.exception
-        if exc is None or exc is seen or isinstance(exc, (AbortError, ToolArgsError)):
+        if exc is None or exc is seen or not is_fault(exc):
             continue
         seen = exc
         log_exception(exc, 'tool "{}" (call {}) failed: {}', execution.name, execution.call_id, error.message)

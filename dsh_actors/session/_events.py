@@ -6,19 +6,18 @@ logged fields. ``dsh_actors.session`` documents the format."""
 from __future__ import annotations
 
 import contextvars
-import os
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from types import TracebackType
 from typing import Any, Final, Protocol, TypeAlias, TypeVar
 
 from ..errors import (
+    AbortError,
     ErrorCode,
     InvalidTypeError,
     InvalidValueError,
     LosslessJsonError,
-    ToolArgsError,
+    is_fault,
     safe_str,
     traceback_text,
 )
@@ -412,29 +411,14 @@ def result_event(
 
 def _traced(event: dict[str, Any], error: ToolFailure | None) -> dict[str, Any]:
     """``event`` with a ``traceback`` field (text, for people: no model
-    ever sees it) when the failure kept the exception a hook raised, but
-    for the model's bad arguments that the validation the library wraps
-    around a body refused (a ``ToolArgsError`` whose traceback has no frame
-    outside ``dsh_actors``): an expected outcome, with nothing of the
-    application's to show."""
+    ever sees it) when the failure kept the exception a hook raised and it
+    is a fault (``errors.is_fault``) or a cancellation: not for the model's
+    bad arguments that the validation the library wraps around a body
+    refused, an expected outcome with nothing of the application's to show."""
     exc = None if error is None else getattr(error, "exception", None)
-    if exc is not None and (not isinstance(exc, ToolArgsError) or _through_user_code(exc.__traceback__)):
+    if exc is not None and (is_fault(exc) or isinstance(exc, AbortError)):
         event["traceback"] = traceback_text(exc)
     return event
-
-
-#: The folder of the ``dsh_actors`` package: a frame of a file under it is the library's.
-_LIBRARY: Final = os.path.dirname(os.path.dirname(__file__)) + os.sep
-
-
-def _through_user_code(tb: TracebackType | None) -> bool:
-    """Whether traceback ``tb`` has a frame outside the ``dsh_actors``
-    package (a body, a hook: code the application wrote)."""
-    while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_LIBRARY):
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def approval_request_event(

@@ -27,6 +27,7 @@ from dsh_actors import (
     Block,
     Deny,
     NativeExecutor,
+    ToolArgsError,
     ToolBatchInput,
     ToolCall,
     ToolExecutionInput,
@@ -135,6 +136,8 @@ FAILURES = {
     "arguments not JSON": ("lookup", "{nope", "INVALID_ARGS", False),
     "arguments the schema refuses": ("lookup", '{"q": 1}', "INVALID_ARGS", False),
     "a body's AbortError": ("aborting", "{}", "ABORTED", False),
+    # (The tool's own code raising ToolArgsError is its fault, not the model's.)
+    "a body raised ToolArgsError": ("refuses", "{}", "INVALID_ARGS", True),
     "aborted before dispatch": ("lookup", "{}", "ABORTED_BEFORE_DISPATCH", False),
 }
 
@@ -152,6 +155,9 @@ def test_only_a_fault_is_an_exception_event_as_only_a_fault_is_logged(
     def raises(args: Any, ctx: Any) -> Any:
         raise KeyError("missing")
 
+    def refuses(args: Any, ctx: Any) -> Any:
+        raise ToolArgsError("the tool's own check")
+
     def aborting(args: Any, ctx: Any) -> Any:
         started.set()
         ctx.signal.wait(WAIT)
@@ -163,7 +169,7 @@ def test_only_a_fault_is_an_exception_event_as_only_a_fault_is_logged(
             raise LookupError("hook broke")
         return next_()
 
-    for each in (tool(), tool("raises", raises), tool("hooked"), tool("aborting", aborting)):
+    for each in (tool(), tool("raises", raises), tool("hooked"), tool("aborting", aborting), tool("refuses", refuses)):
         rt.tools.register(each)
     rt.events.on("tools/pre-execute", hook)
     use(rt, otel)
@@ -181,7 +187,7 @@ def test_only_a_fault_is_an_exception_event_as_only_a_fault_is_logged(
     assert span.status.status_code is StatusCode.ERROR
     assert span.attributes["error.type"] == code
     assert [e.name for e in span.events if e.name == "exception"] == (["exception"] if fault else [])
-    assert bool(errors.items) is fault  # (the library's own rule: finalize.log_exceptions)
+    assert bool(errors.items) is fault  # (the one rule: dsh_actors.is_fault)
 
 
 def test_content_is_recorded_only_when_asked(rt: Any, otel: Otel) -> None:
