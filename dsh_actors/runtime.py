@@ -647,9 +647,11 @@ class ToolRuntime:
         return self.kernel.waiting()
 
     def workers(self) -> BlockingPool:
-        """Threads for executors that only offer a blocking ``execute``: a
-        batch gets one at once, however many wait on nested batches
-        (``scheduling/blocking.py``)."""
+        """Threads for work that blocks outside the actors: executors that
+        only offer a blocking ``execute`` (a batch gets one at once, however
+        many wait on nested batches) and the approval service of a batch's
+        call, asked while the batch commits what settles
+        (``scheduling/blocking.py``, ``BatchRun._meanwhile``)."""
         with self._lock:
             if self._workers is None:
                 self._workers = BlockingPool("dsh-worker")

@@ -107,14 +107,18 @@ def test_a_call_looked_up_while_an_accepted_restriction_is_announced_is_looked_u
             looked_up.set()  # (ends the wait below if x was never found)
 
     worker = threading.Thread(target=batch)
-    with change_in_flight(
-        rt, lambda: rt.tools.scope(AGENT).restrict(ToolRestriction(deny=["x"])), veto=False
-    ) as errors:
-        worker.start()
-        assert looked_up.wait(WAIT)
-        assert not outcome, "x was found while the restriction was pending"
-    accepted.set()
-    worker.join(WAIT)
+    try:
+        with change_in_flight(
+            rt, lambda: rt.tools.scope(AGENT).restrict(ToolRestriction(deny=["x"])), veto=False
+        ) as errors:
+            worker.start()
+            assert looked_up.wait(WAIT)
+            assert not outcome, "x was found while the restriction was pending"
+    finally:
+        accepted.set()  # (also when the block failed: the call's listener must not wait on)
+        if worker.is_alive() or worker.ident is not None:
+            worker.join(WAIT)
+    assert not worker.is_alive(), "the batch did not end"
     assert errors == []
     assert code(outcome[0]) == "UNKNOWN_TOOL"
     assert ran == []
