@@ -177,34 +177,28 @@ def test_a_final_answer_has_no_calls_and_argument_text_stays_text() -> None:
     assert openai.calls(broken) == (ToolCall("x", "t", "{oops"),)
 
 
-def test_a_choice_cut_off_at_its_token_limit_inside_a_tool_call_runs_no_call() -> None:
-    # Every call of the choice is refused, the complete ones too: the model
-    # is asked again for the whole step.
-    cut = json.loads(json.dumps(COMPLETION))
-    cut["choices"][0]["finish_reason"] = "length"
-    cut["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"] = '{"path": "READ'
-    for source, where in (
-        (ChatCompletion.model_validate(cut), "response.choices[0]"),
-        (cut, "response.choices[0]"),
-        (cut["choices"][0], "response"),
-    ):
-        with pytest.raises(ProviderFormatError) as caught:
-            openai.calls(source)
-        assert str(caught.value) == (
-            f'{where}.finish_reason: the choice stopped at its token limit (finish_reason "length") with a tool '
-            "call in it: its arguments may be cut short, so no call is run; ask again with a higher "
-            "max_completion_tokens"
-        )
-    text_only = json.loads(json.dumps(cut))
-    text_only["choices"][0]["message"].update(content="Long answ", tool_calls=None)
-    assert openai.calls(ChatCompletion.model_validate(text_only)) == ()
-
-
-def test_a_choice_content_filters_cut_inside_a_tool_call_runs_no_call() -> None:
+#: finish_reason: what the refusal says happened and how to fix it.
+CUT_CHOICES = {
+    "length": (
+        'the choice stopped at its token limit (finish_reason "length") with a tool call in it',
+        "ask again with a higher max_completion_tokens",
+    ),
     # (The SDK: "content_filter if content was omitted due to a flag from our
     # content filters": the arguments may end where the filter cut them.)
+    "content_filter": (
+        'content filters omitted some of the choice\'s output (finish_reason "content_filter") with a tool call in it',
+        "change the request, or handle it as the model's refusal",
+    ),
+}
+
+
+@pytest.mark.parametrize("reason", CUT_CHOICES)
+def test_a_choice_cut_inside_a_tool_call_runs_no_call(reason: str) -> None:
+    # Every call of the choice is refused, the complete ones too: the model
+    # is asked again for the whole step.
+    what, fix = CUT_CHOICES[reason]
     cut = json.loads(json.dumps(COMPLETION))
-    cut["choices"][0]["finish_reason"] = "content_filter"
+    cut["choices"][0]["finish_reason"] = reason
     cut["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"] = '{"path": "READ'
     for source, where in (
         (ChatCompletion.model_validate(cut), "response.choices[0]"),
@@ -214,9 +208,7 @@ def test_a_choice_content_filters_cut_inside_a_tool_call_runs_no_call() -> None:
         with pytest.raises(ProviderFormatError) as caught:
             openai.calls(source)
         assert str(caught.value) == (
-            f"{where}.finish_reason: content filters omitted some of the choice's output (finish_reason "
-            '"content_filter") with a tool call in it: its arguments may be cut short, so no call is run; '
-            "change the request, or handle it as the model's refusal"
+            f"{where}.finish_reason: {what}: its arguments may be cut short, so no call is run; {fix}"
         )
     text_only = json.loads(json.dumps(cut))
     text_only["choices"][0]["message"].update(content="Long answ", tool_calls=None)

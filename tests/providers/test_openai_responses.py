@@ -138,31 +138,30 @@ def test_tools_are_responses_function_tools(tools_rt: ToolRuntime) -> None:
     assert {(t["type"], t["strict"]) for t in offered} == {("function", False)}
 
 
-def test_a_response_cut_off_at_max_output_tokens_inside_a_function_call_runs_no_call() -> None:
-    cut: dict[str, Any] = dict(RESPONSE, status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+#: incomplete_details.reason: what the refusal says happened and how to fix it.
+CUT_RESPONSES = {
+    "max_output_tokens": (
+        'the response stopped at max_output_tokens (status "incomplete")',
+        "ask again with a higher max_output_tokens",
+    ),
+    "content_filter": (
+        'content filters omitted some of the response\'s output (status "incomplete", reason "content_filter")',
+        "change the request, or handle it as the model's refusal",
+    ),
+}
+
+
+@pytest.mark.parametrize("reason", CUT_RESPONSES)
+def test_a_response_cut_inside_a_function_call_runs_no_call(reason: str) -> None:
+    what, fix = CUT_RESPONSES[reason]
+    cut: dict[str, Any] = dict(RESPONSE, status="incomplete", incomplete_details={"reason": reason})
     cut["output"] = [*RESPONSE["output"][:2], dict(RESPONSE["output"][2], status="incomplete", arguments='{"x')]
     for source in (Response.model_validate(cut), cut):
         with pytest.raises(ProviderFormatError) as caught:
             openai_responses.calls(source)
         assert str(caught.value) == (
-            'response.incomplete_details.reason: the response stopped at max_output_tokens (status "incomplete") '
-            "with a tool call in it: its arguments may be cut short, so no call is run; ask again with a higher "
-            "max_output_tokens"
-        )
-    text_only = dict(cut, output=[RESPONSE["output"][0]])
-    assert openai_responses.calls(Response.model_validate(text_only)) == ()
-
-
-def test_a_response_content_filters_cut_inside_a_function_call_runs_no_call() -> None:
-    cut: dict[str, Any] = dict(RESPONSE, status="incomplete", incomplete_details={"reason": "content_filter"})
-    cut["output"] = [*RESPONSE["output"][:2], dict(RESPONSE["output"][2], status="incomplete", arguments='{"x')]
-    for source in (Response.model_validate(cut), cut):
-        with pytest.raises(ProviderFormatError) as caught:
-            openai_responses.calls(source)
-        assert str(caught.value) == (
-            "response.incomplete_details.reason: content filters omitted some of the response's output (status "
-            '"incomplete", reason "content_filter") with a tool call in it: its arguments may be cut short, so no '
-            "call is run; change the request, or handle it as the model's refusal"
+            f"response.incomplete_details.reason: {what} with a tool call in it: its arguments may be cut short, "
+            f"so no call is run; {fix}"
         )
     text_only = dict(cut, output=[RESPONSE["output"][0]])
     assert openai_responses.calls(Response.model_validate(text_only)) == ()
