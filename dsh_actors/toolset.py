@@ -146,7 +146,9 @@ class ResolvedToolSet:
     """One step's admission, for exactly one agent (``agent``).
 
     Reads (:meth:`view`, and the registry read functions given this set)
-    take no lock and no thread hop; they are safe from any thread.
+    take no thread hop, and no lock unless a registry change is being
+    announced (its ``tools/change`` listeners run: the committed registry
+    is then read under the state's lock); they are safe from any thread.
     :meth:`dispose` closes admission (idempotent, any thread). A disposed
     set, or one used with another agent or another runtime, admits nothing
     (a batch given one for another agent, or a disposed one, is refused at

@@ -12,8 +12,9 @@ retired is dropped) has one :class:`ScopeSnapshot` in
 :attr:`RegistryState.scopes` (``None`` is the global layer). Only that
 scope's :class:`~dsh_actors.registry.scope.ScopeActor` replaces its entry,
 always with a new immutable snapshot, and then bumps
-:attr:`RegistryState.generation`. Everybody else reads without a lock and
-without a thread hop.
+:attr:`RegistryState.generation`. Everybody else reads without a thread
+hop, and without a lock but for a read of the committed registry while a
+change is pending (:func:`committed`).
 
 Visibility of a scope S (``docs/reference.md``, section 4): the global
 registrations, overlaid by each ancestor's own registrations farthest to nearest (nearer
@@ -314,7 +315,8 @@ class RegistryState:
     the generation of that scope's last publication (settlement or retirement),
     written before ``generation`` moves to it: a reader that sees
     generation ``g`` sees every scope changed at ``g`` or before.
-    Only scope actors write (each its own entry); reads take no lock.
+    Only scope actors write (each its own entry); reads take no lock, but
+    for :func:`committed` while a change is pending.
 
     A change published ``pending`` (its ``tools/change`` listeners are
     running and may roll it back) is seen by inspection reads at once, but
@@ -607,8 +609,10 @@ def executable(
     (the call fails as ``UNKNOWN_TOOL``), from :func:`callable_view`. With
     ``tool_set`` the set decides; without one, conditional registrations
     are not executable."""
-    reg = callable_view(state, agent, tool_set).get(name)
-    if reg is None or (tool_set is None and reg.when is not None):
+    if tool_set is not None:
+        return tool_set.admitted_in(state, agent).get(name)  # (the set decides)
+    reg = committed(state, agent).get(name)  # (callable_view's, one frame less: once a call)
+    if reg is None or reg.when is not None:
         return None
     return reg
 

@@ -26,7 +26,7 @@ from ..model import (
 )
 from ..session import ENCLOSING_CALL, start_event
 from ..signals import AbortSignal
-from .call import LOOK_UP, Call, abort_seen, in_context, lookup, not_found
+from .call import Call, abort_seen, in_context, not_found
 from .flights import Flight
 from .results import (
     aborted,
@@ -77,19 +77,14 @@ def body_of(call: Call, registration: Any) -> tuple[Any, bool | None]:
 
 
 def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExecutionResult:
-    """Everything before the body's first line: the lookup (only for
-    ``LOOK_UP``: a call of a batch runs the registration it was prepared
-    with, ``call.registration``, None if it found no tool), the not-found
-    and aborted checks, the fresh signal, the body to call. A result when
-    the body does not run."""
+    """Everything before the body's first line: ``registration`` is what
+    the call runs (``call.registration``, the one it was prepared with,
+    None if it found no tool), the not-found and aborted checks, the fresh
+    signal, the body to call. A result when the body does not run."""
     execution = call.execution
-    if registration is LOOK_UP:
-        registration = lookup(rt, call)
     if registration is None:
         result: ToolExecutionResult = failure_from_exception(not_found(rt, call))
         return result
-    if call.registration is None:
-        call.registration = registration
     stopping = rt.stop_signal
     if call.caller.aborted or stopping.aborted:
         # Aborted after it was prepared, before its body ran: not invoked.
@@ -167,13 +162,13 @@ def _leave_body(
     return result
 
 
-def run_body(rt: Kernel, call: Call, registration: Any = LOOK_UP) -> ToolExecutionResult:
+def run_body(rt: Kernel, call: Call) -> ToolExecutionResult:
     """The innermost step of ``tools/execute`` on this thread: enter, invoke
-    the body (an async one on its loop, this thread waiting), leave.
-    ``registration``: what the call runs (``call.registration``, what it
-    was prepared with: a change after its last check for one, while its
-    wrappers run say, does not apply to it); ``LOOK_UP``: look it up now."""
-    entered = _enter_body(rt, call, registration)
+    the body (an async one on its loop, this thread waiting), leave. It
+    runs ``call.registration``, what the call was prepared with: a change
+    after its last check for one (while its wrappers run, say) does not
+    apply to it."""
+    entered = _enter_body(rt, call, call.registration)
     if not isinstance(entered, _Entered):
         return entered
     call.settled_aborted = None  # (an async body's end on its loop records it: _invoke)

@@ -19,7 +19,7 @@ from ..model import (
     UserMessage,
 )
 from .body import EXECUTE_EVENTS, run_body
-from .call import Call, abort_seen, in_context, lookup, not_found
+from .call import Call, abort_seen, in_context, not_found
 from .results import (
     FORGOT_NEXT,
     failure_from_exception,
@@ -39,9 +39,9 @@ def dispatch(rt: Kernel, call: Call) -> None:
     execution = call.execution
     if not rt.events.observed(EXECUTE_EVENTS, execution.agent):
         # No wrapper: nothing can replace the signal, or hand back a result
-        # the body did not produce, or unregister the tool in between.
+        # the body did not produce.
         try:
-            result: Any = run_body(rt, call, call.registration)
+            result: Any = run_body(rt, call)
             skip_post = False
         except BaseException as exc:  # noqa: BLE001 - run_body contains the body; be sure
             result = failure_from_exception(exc)
@@ -60,7 +60,7 @@ def dispatch(rt: Kernel, call: Call) -> None:
                 "after the waterfall had returned: the call's result is settled, and its body does not run "
                 "again (call next() before returning)"
             )
-        return run_body(rt, call, call.registration)
+        return run_body(rt, call)
 
     try:
         events = rt.events
@@ -111,9 +111,10 @@ def _revalidate(rt: Kernel, call: Call, result: ToolExecutionSuccess) -> ToolExe
 def render_value(
     rt: Kernel, call: Call, value: Any, contexts: tuple[UserMessage, ...], concludes_turn: bool
 ) -> ToolExecutionResult:
-    """``value`` validated and rendered by the tool as registered now (a
-    success a wrapper or a post-execute policy supplied), or UNKNOWN_TOOL."""
-    registration = lookup(rt, call)
+    """``value`` validated and rendered by the tool the call runs (the
+    registration it was prepared with, as its body: a success a wrapper or
+    a post-execute policy supplied), or UNKNOWN_TOOL when it found none."""
+    registration = call.registration
     if registration is None:
         return failure_from_exception(not_found(rt, call), contexts)
     return render_success(

@@ -90,7 +90,18 @@ def run_inline(rt: Kernel, inp: ToolExecutionInput) -> ToolExecutionResult:
     does the scheduling. A deferred approval fails the call: only a batch
     can suspend."""
     call = begin(0, inp)
+    stamp(rt, call)
     prepare(rt, call)
+    while call.outcome is None and call.ask is None and stale(rt, call):
+        # What it was prepared under changed before its body could start
+        # (the approval service took a while, say): prepared once more,
+        # under what holds now, as a batch's call is.
+        call.unprepare()
+        if call.unprepared >= MAX_UNPREPARED:
+            call.give_up_preparing()
+            break
+        stamp(rt, call)
+        prepare(rt, call)
     if call.outcome is None:
         if call.ask is not None:
             refuse_deferral(call)

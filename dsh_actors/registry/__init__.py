@@ -10,7 +10,8 @@
   registry, and the read functions (:func:`visible`, :func:`lookup`,
   :func:`executable`, :func:`definitions`, :func:`schemas`,
   :func:`check_guards`, :func:`execution_mode`, :func:`select_executor`):
-  pure, lock-free, any thread; this is what the pipeline calls.
+  pure, any thread, lock-free but for a committed read while a change is
+  pending (``visibility.committed``); this is what the pipeline calls.
 """
 
 from __future__ import annotations

@@ -186,6 +186,12 @@ _NEXT_MASKS = tuple(sum(1 << to for to in NEXT[state]) for state in CallState)
 _STATES = len(CallState)
 
 
+def _unasked(caller: AbortSignal) -> AbortError:
+    """Why a call's approval service was not asked: its ``caller`` aborted
+    (``prepare`` settles it ``ABORTED_BEFORE_DISPATCH``)."""
+    return AbortError(before_dispatch=True, reason=caller.reason)
+
+
 def _out_state(state: CallState) -> bool:
     """Whether a call in ``state`` is out (see :data:`OUTS`)."""
     return _OUT <= state <= _FLIGHT
@@ -442,14 +448,14 @@ class BatchRun:
         had run here. The answer, or what ``ask`` raised."""
         caller = call.caller
         if caller.aborted:  # (the stop may have shut the workers down: asked of nobody)
-            raise AbortError(before_dispatch=True, reason=caller.reason)
+            raise _unasked(caller)
         before = contextvars.copy_context()
         context = before.copy()
         try:
             answer = self.rt.workers().submit(context.run, ask)
         except RuntimeError:
             if caller.aborted:  # (the stop shut the workers down meanwhile)
-                raise AbortError(before_dispatch=True, reason=caller.reason) from None
+                raise _unasked(caller) from None
             # No thread could be started: asked here, as a nested call's is
             # (the calls before it then commit once it has answered).
             with self.rt.waiting():
@@ -470,7 +476,7 @@ class BatchRun:
         finally:
             inbox.waker = None
         if answer.cancelled():  # (the stop shut the workers down before one took it)
-            raise AbortError(before_dispatch=True, reason=caller.reason)
+            raise _unasked(caller)
         for var, value in context.items():
             if var not in before or before[var] is not value:
                 var.set(value)

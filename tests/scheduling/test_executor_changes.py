@@ -1168,3 +1168,100 @@ def test_a_change_made_while_a_calls_wrappers_run_does_not_apply_to_it(body_kind
         changed.set()
         batch = future.result(GUARD)
     assert batch.results[0].result.value == "v1", batch.results[0].result
+
+
+@pytest.mark.parametrize("change", ["unregister", "replace"])
+def test_a_nested_call_whose_tool_changed_while_its_approval_waited_runs_what_holds_now(change: str) -> None:
+    # (A nested call went straight from prepare to its body: it ran the
+    # unregistered tool, since its body runs what it was prepared with.)
+    from dsh_actors import ToolExecutionInput, define_tool
+
+    with started_runtime() as rt:
+        asked, answer = threading.Event(), threading.Event()
+        ran: list[str] = []
+
+        def approve(request: Any) -> str:
+            asked.set()
+            must(answer, "the test's answer")
+            return "allowed-once"
+
+        def old(args: Any, ctx: Any) -> str:
+            ran.append("old")
+            return "v1"
+
+        def new(args: Any, ctx: Any) -> str:
+            ran.append("new")
+            return "v2"
+
+        def definition(body: Any, requires_approval: bool) -> Any:
+            return define_tool(
+                name="t",
+                description="t",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}),
+                execute=body,
+                requires_approval=requires_approval,
+            )
+
+        rt.approvals.set(approve)
+        unregister = rt.tools.register(definition(old, True))
+        out: list[Any] = []
+        nested = threading.Thread(
+            target=lambda: out.append(
+                rt.tools.dispatch(
+                    ToolExecutionInput(
+                        call_id="n1", name="t", arguments={}, agent=Agent("main"), signal=AbortController().signal
+                    )
+                )
+            )
+        )
+        nested.start()
+        must(asked, "the approval service to be asked")
+        unregister()
+        if change == "replace":
+            rt.tools.register(definition(new, False))
+        answer.set()
+        nested.join(GUARD)
+        assert not nested.is_alive()
+    result = out[0]
+    if change == "unregister":
+        assert code_of(result) == "UNKNOWN_TOOL" and ran == []
+    else:
+        assert result.value == "v2" and ran == ["new"]
+
+
+@pytest.mark.parametrize("mode", ["wrapper's own success", "post-execute Accept(value=)"])
+def test_a_value_supplied_for_a_call_whose_tool_was_replaced_meanwhile_is_checked_by_the_tool_it_runs(
+    mode: str,
+) -> None:
+    # (The body ran the prepared tool, but a success a wrapper made, or a
+    # post-execute replacement value, was checked against the replacement:
+    # INVALID_TOOL_OUTPUT, blaming the tool for a value it never returned.)
+    from dsh_actors import Accept, ToolExecutionSuccess, define_tool
+
+    with started_runtime() as rt:
+        held, changed = threading.Event(), threading.Event()
+
+        def hold(execution: Any, next_: Any) -> Any:
+            held.set()
+            must(changed, "the test's replacement")
+            if mode == "wrapper's own success":
+                return ToolExecutionSuccess(value="cached", content=(text("cached"),))
+            return next_()
+
+        def definition(kind: str, body: Any) -> Any:
+            return define_tool(
+                name="t", description="t", parameters={}, output=ToolOutput(schema={"type": kind}), execute=body
+            )
+
+        unregister = rt.tools.register(definition("string", lambda args, ctx: "v1"))
+        rt.events.on("tools/execute", hold)
+        if mode != "wrapper's own success":
+            rt.events.on("tools/post-execute", lambda execution, result, next_: Accept(value="w"))
+        future = rt.tools.submit(ToolBatchInput(calls=(call(0, "t"),)))
+        must(held, "the call in its wrapper")
+        unregister()
+        rt.tools.register(definition("integer", lambda args, ctx: 2))
+        changed.set()
+        result = future.result(GUARD).results[0].result
+    assert result.value == ("cached" if mode == "wrapper's own success" else "w"), result
