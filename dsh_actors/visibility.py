@@ -339,6 +339,9 @@ class RegistryState:
         # Only _bump replaces it (before it moves the generation), dropping
         # the previous generation's views with the state they describe.
         self._cache = _ViewCache(0)
+        # The committed views while a change is pending (committed()),
+        # under _pending_lock; _bump drops it as it drops _cache.
+        self._committed_cache = _ViewCache(0)
         # Resolved tool sets that are being resolved or are live: scope
         # actors tell them what became invisible after every committed change.
         # Weak: a set its owner dropped without disposing stops being told.
@@ -409,6 +412,7 @@ class RegistryState:
             # The previous generation's views go with it, now: they may hold
             # registrations just removed, and through them their agent.
             self._cache = _ViewCache(generation)
+            self._committed_cache = _ViewCache(generation)
             self.generation = generation
 
     def changed_since(self, generation: int, agent: Agent | None) -> bool:
@@ -516,17 +520,24 @@ def inherited(state: RegistryState, agent: Agent) -> dict[str, Registration]:
 
 
 def _visible(state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]:
-    cache = state.views()
+    return _cached_view(state.views(), state.scopes, agent)
+
+
+def _cached_view(
+    cache: _ViewCache, scopes: Mapping[Agent | None, ScopeSnapshot], agent: Agent | None
+) -> Mapping[str, Registration]:
+    """``agent``'s view of ``scopes``, from ``cache`` (the views of the
+    generation ``scopes`` describe), computed and kept there on a miss."""
     if agent is None:
         view = cache.global_view
         if view is None:
-            view = cache.global_view = _compute_view(state.scopes, None)
+            view = cache.global_view = _compute_view(scopes, None)
         return view
     key = id(agent)
     entry = cache.views.get(key)
     if entry is not None and entry[0]() is agent:
         return entry[1]
-    view = _compute_view(state.scopes, agent)
+    view = _compute_view(scopes, agent)
     views = cache.views
     if len(views) >= _CACHE_LIMIT:
         views.clear()
@@ -563,7 +574,13 @@ def committed(state: RegistryState, agent: Agent | None) -> Mapping[str, Registr
         pending = state._pending
         if not pending:
             return _visible(state, agent)
-        return _compute_view({**state.scopes, **pending}, agent)
+        # Cached for the generation: a change starts, settles or is
+        # published elsewhere only by moving it (every call's lookup reads
+        # this while a tools/change listener runs).
+        cache = state._committed_cache
+        if cache.generation != state.generation:
+            cache = state._committed_cache = _ViewCache(state.generation)
+        return _cached_view(cache, {**state.scopes, **pending}, agent)
 
 
 def visible(
