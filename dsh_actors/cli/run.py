@@ -69,7 +69,7 @@ from .loading import (
     terminal_prompt,
 )
 from .mcp_servers import McpServers
-from .render import choose_style, log_entries, render_log, resolve_views, summary_line
+from .render import Tally, choose_style, log_entries, render_log, resolve_views, summary_line
 
 __all__ = ["APPROVE_MODES", "run_command"]
 
@@ -241,11 +241,13 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
 
 
-def _json_document(batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str) -> bytes:
+def _json_document(
+    batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str, tally: Tally
+) -> bytes:
     """The ``--json`` document: every call of the batch, the settled ones in
     ``results`` and the open ones (a batch that suspended on a deferred
     approval) in ``pending``, each in model order, its ``suspension``, and
-    a ``summary`` that counts them as the cards' summary line does."""
+    a ``summary``: ``tally``, what the cards' summary line counts."""
     results = []
     for item in batch.results:
         outcome = item.result
@@ -264,8 +266,6 @@ def _json_document(batch: ToolBatchResult, names: dict[str, str], views: dict[st
         entry["result_view"] = None if result_view is None else result_view.to_json()
         results.append(entry)
     pending = _pending_entries(batch, views)
-    ok = sum(1 for r in batch.results if not r.result.is_error)
-    deferred = sum(1 for p in pending if p["state"] == "deferred")
     document = {
         "shape": shape,
         "results": results,
@@ -277,12 +277,12 @@ def _json_document(batch: ToolBatchResult, names: dict[str, str], views: dict[st
         "concluded": batch.concluded,
         "suspension": batch.suspension,
         "summary": {
-            "calls": len(results) + len(pending),
-            "ok": ok,
-            "error": len(results) - ok,
-            "without_result": len(pending),
-            "awaiting_approval": deferred,
-            "never_started": len(pending) - deferred,
+            "calls": tally.calls,
+            "ok": tally.ok,
+            "error": tally.errors,
+            "without_result": tally.calls - tally.ok - tally.errors,
+            "awaiting_approval": tally.awaiting,
+            "never_started": tally.never,
         },
     }
     return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
@@ -339,7 +339,10 @@ def _print(
     if args.json:
         views = {e.call_id: resolve_views(e, lookup) for e in entries}
         names = {call.id: call.name for call in batch_file.calls}
-        write_output(out, [_json_document(batch, names, views, batch_file.shape).decode("utf-8")])
+        tally = Tally()
+        for entry in entries:
+            tally.add(entry)
+        write_output(out, [_json_document(batch, names, views, batch_file.shape, tally).decode("utf-8")])
     else:
         style = choose_style(out, args.color)
         verbose = bool(getattr(args, "verbose", False))
