@@ -72,7 +72,8 @@ class Model:
     def admitted(self, nodes: list[int], name: str) -> bool:
         for node in nodes:
             for _key, allow, deny in self.restrictions.get(node, []):
-                if allow is not None and name not in allow:
+                # (An empty allow list names no tool: it filters nothing.)
+                if allow and name not in allow:
                     return False
                 if deny is not None and name in deny:
                     return False
