@@ -77,6 +77,7 @@ __all__ = [
     "ScopeKey",
     "ScopeSnapshot",
     "callable_view",
+    "is_callable",
     "check_guards",
     "committed",
     "definitions",
@@ -280,12 +281,15 @@ class _ViewCache:
     they are disposed, and the publication that disposes them drops this
     cache too, see :meth:`RegistryState._bump`.)"""
 
-    __slots__ = ("generation", "views", "global_view", "__weakref__")
+    __slots__ = ("generation", "views", "global_view", "scopes", "__weakref__")
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
         self.views: dict[int, tuple[weakref.ref[Agent], Mapping[str, Registration]]] = {}
         self.global_view: Mapping[str, Registration] | None = None
+        # The scopes the views are of, when not the state's own (the
+        # committed ones while a change is pending: see committed()).
+        self.scopes: Mapping[Agent | None, ScopeSnapshot] | None = None
 
 
 def _forget_view(cache: _ViewCache, key: int) -> Callable[[weakref.ref[Agent]], None]:
@@ -580,7 +584,10 @@ def committed(state: RegistryState, agent: Agent | None) -> Mapping[str, Registr
         cache = state._committed_cache
         if cache.generation != state.generation:
             cache = state._committed_cache = _ViewCache(state.generation)
-        return _cached_view(cache, {**state.scopes, **pending}, agent)
+        scopes = cache.scopes
+        if scopes is None:
+            scopes = cache.scopes = {**state.scopes, **pending}  # (this generation's committed scopes)
+        return _cached_view(cache, scopes, agent)
 
 
 def visible(
@@ -626,12 +633,17 @@ def executable(
     (the call fails as ``UNKNOWN_TOOL``), from :func:`callable_view`. With
     ``tool_set`` the set decides; without one, conditional registrations
     are not executable."""
-    if tool_set is not None:
-        return tool_set.admitted_in(state, agent).get(name)  # (the set decides)
-    reg = committed(state, agent).get(name)  # (callable_view's, one frame less: once a call)
-    if reg is None or reg.when is not None:
+    reg = callable_view(state, agent, tool_set).get(name)
+    if reg is None or not is_callable(reg, tool_set):
         return None
     return reg
+
+
+def is_callable(reg: Registration, tool_set: ResolvedToolSet | None) -> bool:
+    """Whether ``reg``, read from :func:`callable_view` with ``tool_set``,
+    may be called: the set decides; without one, a conditional tool may not
+    (only a step that admitted it calls it)."""
+    return tool_set is not None or reg.when is None
 
 
 def definitions(

@@ -21,7 +21,7 @@ from ..errors import (
 )
 from ..executor_protocol import ToolModelInput
 from ..json import thaw
-from ..visibility import RegistryState, callable_view, describe_scope, select_executor
+from ..visibility import RegistryState, callable_view, describe_scope, is_callable, select_executor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition
@@ -38,11 +38,7 @@ def callable_definitions(
     with ``tool_set``, what it admits; without one, every registration
     ``agent`` sees in the committed registry that is not conditional (a
     conditional tool is callable only in a step that admitted it)."""
-    return [
-        reg.definition
-        for reg in callable_view(state, agent, tool_set).values()
-        if tool_set is not None or reg.when is None
-    ]
+    return [reg.definition for reg in callable_view(state, agent, tool_set).values() if is_callable(reg, tool_set)]
 
 
 def model_tools(state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None) -> ToolModelInput:
