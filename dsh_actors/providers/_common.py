@@ -181,18 +181,30 @@ class Reader:
         self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         self.places[call_id] = where
 
-    def done(self, cut_at: str | None = None, stopped: str = "", fix: str = "") -> tuple[ToolCall, ...]:
-        """The calls read. ``cut_at``: where the response says its output
-        was cut off or stopped early (at its output token limit, ...;
-        ``stopped`` says how, ``fix`` what to do): with a call in it, that
-        call's arguments may be cut short (a stream accumulator completes
-        partial JSON, or the text ends mid-value), so none is run, whichever
+    def done(self, cut: CutOff | None = None) -> tuple[ToolCall, ...]:
+        """The calls read. ``cut``: the response says its output was cut off
+        or stopped early (:func:`cut_off`): with a call in it, that call's
+        arguments may be cut short (a stream accumulator completes partial
+        JSON, or the text ends mid-value), so none is run, whichever
         provider."""
-        if cut_at is not None and self.calls:
+        if cut is not None and self.calls:
+            at, stopped, fix = cut
             raise self.fail(
-                cut_at, f"{stopped} with a tool call in it: its arguments may be cut short, so no call is run; {fix}"
+                at, f"{stopped} with a tool call in it: its arguments may be cut short, so no call is run; {fix}"
             )
         return tuple(self.calls)
+
+
+#: Where a response says it was cut off, how it stopped, what to do.
+CutOff = tuple[str, str, str]
+
+
+def cut_off(table: Mapping[str, tuple[str, str]], reason: object, at: str) -> CutOff | None:
+    """``reason`` (a stop or finish reason the response gave at ``at``) as
+    a :data:`CutOff` when ``table`` (an adapter's ``CUT_OFF``: how it
+    stopped, what to do) names it, else None (for :meth:`Reader.done`)."""
+    found = table.get(reason) if type(reason) is str else None
+    return None if found is None else (at, *found)
 
 
 # -- writing results ----------------------------------------------------------

@@ -54,6 +54,7 @@ from ._common import (
     Results,
     block_kind,
     check_batch_result,
+    cut_off,
     image_left_out,
     image_type,
     is_error,
@@ -184,19 +185,18 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         blocks = reader.items(content, f"{where}.content")
         # (Only a whole message says where it stopped.)
         stop_reason = data.get("stop_reason")
-        cut = CUT_OFF.get(stop_reason) if type(stop_reason) is str else None
-        cut_at = f"{where}.stop_reason" if cut is not None else None
+        cut = cut_off(CUT_OFF, stop_reason, f"{where}.stop_reason")
         where = f"{where}.content"
     else:
         found = sequence_or_none(response, where)
         if found is None:
             raise reader.fail(where, f"expected a message or its content blocks, got {kind(response)}")
-        blocks, cut_at, cut = found, None, None
+        blocks, cut = found, None
     for index, block in enumerate(blocks):
         _read_block(reader, reader.obj(block, f"{where}[{index}]"), f"{where}[{index}]")
     # (The SDK's stream accumulator completes a tool_use input the stop cut
     # off as partial JSON: it would run with arguments never finished.)
-    return reader.done(cut_at, *(cut or ("", "")))
+    return reader.done(cut)
 
 
 def _read_block(reader: Reader, block: Any, at: str) -> None:

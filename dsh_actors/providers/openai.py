@@ -52,6 +52,7 @@ from ._common import (
     block_kind,
     check_batch_result,
     check_strict,
+    cut_off,
     data_url,
     image_left_out,
     image_type,
@@ -133,21 +134,20 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             )
         data = reader.obj(choices[0], f"{where}.choices[0]")
         where = f"{where}.choices[0]"
-    cut_at, cut = None, None
+    cut = None
     if "delta" in data and "message" not in data and "role" not in data:
         raise reader.fail(where, f"the choice of {_STREAMED}")
     if "message" in data and "role" not in data:
         # (Only a choice says where it stopped.)
         finish_reason = data.get("finish_reason")
-        cut = CUT_OFF.get(finish_reason) if type(finish_reason) is str else None
-        cut_at = f"{where}.finish_reason" if cut is not None else None
+        cut = cut_off(CUT_OFF, finish_reason, f"{where}.finish_reason")
         data = reader.obj(data["message"], f"{where}.message")
         where = f"{where}.message"
     _check_message(reader, data, where)
     tool_calls = data.get("tool_calls")
     if tool_calls is not None:
         _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
-    return reader.done(cut_at, *(cut or ("", "")))
+    return reader.done(cut)
 
 
 def _check_message(reader: Reader, data: Mapping[str, Any], where: str) -> None:

@@ -56,6 +56,7 @@ from ._common import (
     block_kind,
     check_batch_result,
     check_strict,
+    cut_off,
     data_url,
     image_left_out,
     image_type,
@@ -157,16 +158,15 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         # (Only a whole response says where it stopped.)
         details = mapping_or_none(data.get("incomplete_details"), f"{where}.incomplete_details") or {}
         reason = details.get("reason") if data.get("status") == "incomplete" else None
-        cut = CUT_OFF.get(reason) if type(reason) is str else None
-        cut_at = f"{where}.incomplete_details.reason" if cut is not None else None
+        cut = cut_off(CUT_OFF, reason, f"{where}.incomplete_details.reason")
         where = f"{where}.output"
     elif isinstance(response, (list, tuple)):
-        items, cut_at, cut = response, None, None
+        items, cut = response, None
     else:
         raise reader.fail(where, f"expected a response or its output items, got {kind(response)}")
     for index, item in enumerate(items):
         _read_item(reader, reader.obj(item, f"{where}[{index}]"), f"{where}[{index}]")
-    return reader.done(cut_at, *(cut or ("", "")))
+    return reader.done(cut)
 
 
 def _read_item(reader: Reader, item: Any, at: str) -> None:
