@@ -762,6 +762,76 @@ def test_calls_sharing_one_frozen_argument_object_each_get_their_own_typed_value
     assert thaw(shared) == {"items": [1]}
 
 
+def test_keyword_and_other_parameter_sections_of_a_google_docstring_describe_their_parameters() -> None:
+    @tool
+    def forecast(city: str, *, days: int = 3, units: str = "metric", lang: str = "en") -> str:
+        """Get the weather forecast.
+
+        Args:
+            city: The city.
+
+        Keyword Args:
+            days: How many days.
+            units: metric or imperial.
+
+        Other Parameters:
+            lang: The language of the text.
+
+        Note:
+            Cached for an hour.
+        """
+        return city
+
+    assert forecast.description == "Get the weather forecast.\n\nNote:\n    Cached for an hour."
+    assert {k: v["description"] for k, v in properties(forecast).items()} == {
+        "city": "The city.",
+        "days": "How many days.",
+        "units": "metric or imperial.",
+        "lang": "The language of the text.",
+    }
+
+    @tool
+    def options(*, verbose: bool = False) -> str:
+        """List the options.
+
+        Keyword Arguments:
+            verbose: Show each option's default.
+        """
+        return ""
+
+    assert options.description == "List the options."
+    assert properties(options)["verbose"]["description"] == "Show each option's default."
+
+
+def test_a_docstring_without_a_summary_still_describes_its_parameters() -> None:
+    @tool
+    def google(x: int) -> int:
+        """
+        Args:
+            x: The x.
+        """
+        return x
+
+    assert google.description == ""
+    assert properties(google)["x"]["description"] == "The x."
+
+
+def test_numpy_parameters_documented_together_each_get_the_description() -> None:
+    @tool
+    def numpy(x: int, y: int) -> int:
+        """Add two numbers.
+
+        Parameters
+        ----------
+        x, y : int
+            The numbers.
+        """
+        return x + y
+
+    assert numpy.description == "Add two numbers."
+    assert {k: v["description"] for k, v in properties(numpy).items()} == {"x": "The numbers.", "y": "The numbers."}
+
+
 def test_a_summary_wrapped_over_several_lines_stays_one_paragraph() -> None:
     @tool
     def read(path: str) -> str:

@@ -1,9 +1,11 @@
 """What a function's docstring says about a tool: its description and each
 parameter's.
 
-Parsed by the ``docstring-parser`` package, which reads Google (``Args:``),
-NumPy (``Parameters`` / ``----------``) and Sphinx (``:param x:``) sections
-and picks the style that explains the most of the docstring. The
+Parsed by the ``docstring-parser`` package, which reads Google (``Args:``,
+and here also napoleon's ``Keyword Args:`` and ``Other Parameters:``), NumPy
+(``Parameters`` / ``----------``, ``x, y : int`` naming each) and Sphinx
+(``:param x:``) sections and picks the style that explains the most of the
+docstring (one that starts with a section, without a summary, too). The
 description is the docstring without the sections that document the
 Python function's signature: the parameters (their entries describe the
 properties instead) and what it returns, yields or raises (the output
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import docstring_parser
-from docstring_parser import DocstringStyle
+from docstring_parser import Docstring, DocstringStyle, epydoc, google, numpydoc, rest
 
 __all__ = ["DocstringParts", "parse_docstring"]
 
@@ -39,10 +41,34 @@ class DocstringParts:
     """Each documented parameter's description, by name."""
 
 
+#: Napoleon's other Google sections of parameters (keyword-only ones are
+#: often documented under ``Keyword Args:``), which docstring-parser's
+#: Google parser does not know: read as ``Args:`` is.
+_GOOGLE_OTHER_PARAMETERS: Final = (
+    "Keyword Args", "Keyword Arguments", "Other Args", "Other Arguments", "Other Parameters", "Other Params",
+)  # fmt: skip
+_GOOGLE: Final = google.GoogleParser(
+    [
+        *google.DEFAULT_SECTIONS,
+        *(google.Section(title, "param", google.SectionType.MULTIPLE) for title in _GOOGLE_OTHER_PARAMETERS),
+    ]
+)
+#: Each style's parser, in docstring-parser's order (the first of those that
+#: explain the most wins).
+_PARSE: Final = {
+    DocstringStyle.REST: rest.parse,
+    DocstringStyle.GOOGLE: _GOOGLE.parse,
+    DocstringStyle.NUMPYDOC: numpydoc.parse,
+    DocstringStyle.EPYDOC: epydoc.parse,
+}
+
 # The sections that leave the description, as each style writes their
-# titles. (The parameter titles are those docstring-parser reads
-# parameters from.)
-_GOOGLE_TITLE: Final = re.compile(r"(?:Args|Arguments|Parameters|Params|Returns|Yields|Raises|Exceptions|Except):\s*")
+# titles. (The parameter titles are those the parsers read parameters
+# from.)
+_GOOGLE_TITLE: Final = re.compile(
+    r"(?:Args|Arguments|Parameters|Params|Returns|Yields|Raises|Exceptions|Except"
+    rf"|{'|'.join(_GOOGLE_OTHER_PARAMETERS)}):\s*"
+)
 _NUMPY_TITLES: Final = frozenset(
     {
         "Parameters", "Params", "Arguments", "Args", "Other Parameters", "Other Params", "Other Arguments",
@@ -111,16 +137,35 @@ def _split(doc: str, style: DocstringStyle) -> tuple[str, str] | None:
     return text, "\n".join(cut)
 
 
+def _parse(text: str) -> Docstring:
+    """``text`` parsed in the style that explains the most of it (the most
+    sections' entries), as ``docstring_parser.parse`` picks one, with
+    :data:`_GOOGLE` for Google's."""
+    parsed: list[Docstring] = []
+    failure: docstring_parser.ParseError | None = None
+    for parse in _PARSE.values():
+        try:
+            parsed.append(parse(text))
+        except docstring_parser.ParseError as err:
+            failure = err
+    if not parsed and failure is not None:
+        raise failure
+    return max(parsed, key=lambda one: len(one.meta))
+
+
 def parse_docstring(fn: object) -> DocstringParts:
     """The description and parameter descriptions of ``fn``'s docstring."""
     doc = inspect.getdoc(fn)
     if not doc:
         return DocstringParts("")
     try:
-        parsed = docstring_parser.parse(doc)
-        style = parsed.style
+        # The style is told from the docstring after a summary line, so a
+        # docstring that starts with a section (``Args:``, no summary) is
+        # read as one, not as a summary line "Args:".
+        style = _parse(f"_\n\n{doc}").style
         split = None if style is None else _split(doc, style)
         if style is None or split is None:
+            parsed = docstring_parser.parse(doc) if style is None else _PARSE[style](doc)
             # The parser cuts the summary after its first line; a summary wrapped
             # over several lines (no blank line after the first) is one paragraph.
             joint = "\n\n" if parsed.blank_after_short_description else "\n"
@@ -132,8 +177,14 @@ def parse_docstring(fn: object) -> DocstringParts:
             # that the parser would take as its last entry's stays out. (A
             # summary line first: the parser dedents the lines after it.)
             text, sections = split
-            params = docstring_parser.parse(f"_\n\n{sections}", style=style).params if sections else []
+            params = _PARSE[style](f"_\n\n{sections}").params if sections else []
     except docstring_parser.ParseError:
         return DocstringParts(doc.strip())
-    parameters = {param.arg_name: " ".join(param.description.split()) for param in params if param.description}
+    # (NumPy documents parameters together, ``x, y : int``: each gets it.)
+    parameters = {
+        name.strip(): " ".join(param.description.split())
+        for param in params
+        if param.description
+        for name in param.arg_name.split(",")
+    }
     return DocstringParts(text, parameters)

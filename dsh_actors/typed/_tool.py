@@ -133,9 +133,9 @@ def tool(
       the sections about the signature (the parameters, and ``Returns``,
       ``Yields``, ``Raises``), every other one (``Note:``, ``Example:``,
       ``Warning:``...) kept where it is; each parameter's description: its
-      entry in the docstring's ``Args:`` (Google), ``Parameters`` (NumPy) or
-      ``:param x:`` (Sphinx) section. A ``Field(description=...)`` in the
-      hint wins.
+      entry in the docstring's ``Args:`` (Google; ``Keyword Args:`` and
+      ``Other Parameters:`` too), ``Parameters`` (NumPy) or ``:param x:``
+      (Sphinx) section. A ``Field(description=...)`` in the hint wins.
     * The parameters: one property per parameter, its JSON Schema generated
       by pydantic from the hint (builtins, ``list[...]``, ``dict[str,
       ...]``, ``Literal``, ``Enum``, ``X | None``, ``Annotated[...,
