@@ -433,6 +433,46 @@ def test_a_method_taken_from_its_class_is_refused_rather_than_offering_self() ->
     assert list(thaw(bound.parameters)["properties"]) == ["q"]
 
 
+def test_tool_over_a_classmethod_or_staticmethod_is_refused_naming_the_tool_and_the_order_that_works() -> None:
+    with pytest.raises(RegistrationError) as caught:
+
+        class Clock:
+            @tool  # type: ignore[arg-type]
+            @classmethod
+            def now(cls, zone: str) -> str:
+                return zone
+
+    assert str(caught.value) == (
+        'cannot register tool "now": @tool got a classmethod, which has no class to be bound to yet: make the tool '
+        "of it once the class exists, tool(MyClass.now)"
+    )
+    with pytest.raises(RegistrationError) as caught:
+
+        class Maths:
+            @tool  # type: ignore[arg-type]
+            @staticmethod
+            def double(x: int) -> int:
+                return 2 * x
+
+    assert str(caught.value) == (
+        'cannot register tool "double": @tool got a staticmethod: write @staticmethod above @tool (or decorate the '
+        "plain function)"
+    )
+
+    class Both:
+        @classmethod
+        def now(cls, zone: str) -> str:
+            return zone
+
+        @staticmethod
+        @tool
+        def double(x: int) -> int:
+            return 2 * x
+
+    assert list(thaw(tool(Both.now).parameters)["properties"]) == ["zone"]
+    assert Both.double.name == "double" and Both.double(2) == 4
+
+
 def test_an_emitted_listener_that_returns_a_coroutine_is_logged_and_its_coroutine_closed(library_logs: None) -> None:
     from loguru import logger
 
@@ -735,3 +775,51 @@ def test_a_lambda_or_a_function_name_the_apis_refuse_is_refused_showing_the_name
     with pytest.raises(RegistrationError) as caught:
         tool(météo)
     assert str(caught.value).endswith('@tool(name="m_t_o")')
+
+
+def test_a_tuple_sent_too_short_names_its_missing_items_not_a_missing_property(rt: Any) -> None:
+    @tool
+    def span(pair: tuple[int, int], spans: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
+        return (pair[0],)  # type: ignore[return-value]
+
+    result = run(rt, span, {"pair": [1], "spans": {"a": []}})
+    assert result.is_error and str(result.error.info.code) == "INVALID_ARGS"
+    assert result.error.message == (
+        'invalid arguments: missing required item "value.pair[1]"; missing required item "value.spans.a[0]"; '
+        'missing required item "value.spans.a[1]"'
+    )
+    result = run(rt, span, {"pair": [1, 2]})
+    assert result.error.message == 'tool "span" returned invalid output: missing required item "value[1]"'
+
+
+def test_a_field_alias_in_the_hint_is_the_name_offered_and_two_parameters_offered_as_one_are_refused(
+    rt: Any,
+) -> None:
+    @tool
+    def book(from_: Annotated[str, Field(alias="from")], to: str, when: str = Field("today", alias="on")) -> str:
+        """Book a trip.
+
+        Args:
+            from_: Where from.
+        """
+        return f"{from_}-{to}-{when}"
+
+    schema = thaw(book.parameters)
+    assert list(schema["properties"]) == ["from", "to", "on"]
+    assert schema["properties"]["from"] == {"description": "Where from.", "type": "string"}
+    assert schema["required"] == ["from", "to"]
+    assert run(rt, book, {"from": "A", "to": "B"}).value == "A-B-today"
+    refused = run(rt, book, {"from_": "A", "to": "B"})
+    assert refused.error.message == (
+        'invalid arguments: missing required property "value.from"; '
+        '"value.from_" is not a declared property (additionalProperties: false)'
+    )
+
+    def clash(a: int, b: Annotated[int, Field(alias="a")]) -> int:
+        return a + b
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(clash)
+    assert str(caught.value) == (
+        "cannot register tool \"clash\": parameters 'a' and 'b' are both offered to the model as \"a\" (Field(alias=...)); give each its own name"
+    )

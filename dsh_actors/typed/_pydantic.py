@@ -128,6 +128,8 @@ def _data_path(
             if isinstance(current, (list, tuple)) and -len(current) <= part < len(current):
                 path = path_for_index(path, part)
                 current = current[part]
+            elif i == last and missing:  # (a tuple's item past the array's end)
+                path = path_for_index(path, part)
             continue
         if isinstance(current, Mapping):
             if part in current:
@@ -182,7 +184,10 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
     errors: list[_Error] = []
     for error in err.errors(include_url=False, include_context=False):
         kind = _KINDS.get(error["type"], error["type"])
-        path, key, members = _data_path(root, error["loc"], data, kind == "missing")
+        loc = error["loc"]
+        path, key, members = _data_path(root, loc, data, kind == "missing")
+        if kind == "missing" and loc and type(loc[-1]) is int:
+            kind = "missing_item"  # a tuple's item: the array is too short
         subject = f'"{path}"' if key is None else f'key {dumps(key).decode()} of "{path}"'
         # A tool's value is a Python object: one that JSON has no word for is named.
         got = "" if type(error.get("input")) in _JSON_TYPES else f" (got {type(error['input']).__qualname__})"
@@ -219,6 +224,8 @@ def _violations(errors: list[_Error], depth: int) -> list[str]:
             continue
         if kind == "missing" and error.key is None:
             out.append(f'missing required property "{error.path}"')
+        elif kind == "missing_item" and error.key is None:
+            out.append(f'missing required item "{error.path}"')
         elif kind == "extra_forbidden" and error.key is None:
             out.append(f'"{error.path}" is not a declared property (additionalProperties: false)')
         else:

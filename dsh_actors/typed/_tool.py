@@ -140,7 +140,9 @@ def tool(
       by pydantic from the hint (builtins, ``list[...]``, ``dict[str,
       ...]``, ``Literal``, ``Enum``, ``X | None``, ``Annotated[...,
       Field(ge=..., pattern=...)]``, pydantic models, dataclasses,
-      ``TypedDict``...; no hint: any JSON value). A parameter with a default
+      ``TypedDict``...; no hint: any JSON value), named as the parameter or
+      as the hint's ``Field(alias=...)`` says (``from_: Annotated[str,
+      Field(alias="from")]`` is ``"from"``). A parameter with a default
       is optional (a default JSON cannot carry, such as a sentinel
       ``object()``, is left out of the schema, whatever the warning
       filters, and the function gets it when the model leaves the
@@ -205,7 +207,8 @@ def tool(
     fix for what cannot become a tool (``*args``; ``*args`` with
     ``**kwargs``, a decorator's wrapper: ``functools.wraps``; a hint pydantic cannot
     validate or describe, an annotation that does not resolve, the name
-    given positionally: ``@tool("x")``) and for anything registration
+    given positionally: ``@tool("x")``; ``@tool`` above ``@classmethod`` or
+    ``@staticmethod``; two parameters offered as one name) and for anything registration
     would reject (the reserved name ``run_code`` included). A plain
     function runs on a call actor's worker thread; an ``async def`` on the
     batch's event loop.
@@ -324,6 +327,15 @@ def _function_name_problem(name: str) -> str:
     return f'{_name_problem(name)}: @tool(name="{suggested or "my_tool"}")'
 
 
+def _alias(hint: Any) -> str | None:
+    """The property name a ``Field(alias=...)`` in ``hint`` asks for (the
+    last one), or None."""
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    aliases = [m.alias for m in typing.get_args(hint)[1:] if isinstance(m, FieldInfo) and type(m.alias) is str]
+    return aliases[-1] if aliases else None
+
+
 def _described(hint: Any) -> bool:
     """Whether ``hint`` carries a ``Field(description=...)`` of its own."""
     if typing.get_origin(hint) is not Annotated:
@@ -344,6 +356,15 @@ def _build(
         raise RegistrationError(
             f"@tool takes the tool's name as a keyword: @tool(name={given!r}), not @tool({given!r})"
         )
+    if isinstance(given, (classmethod, staticmethod)):  # (@tool above either, in a class body)
+        method = getattr(given.__func__, "__name__", None)
+        fix = (
+            "a classmethod, which has no class to be bound to yet: make the tool of it once the class exists, "
+            f"tool(MyClass.{method})"
+            if isinstance(given, classmethod)
+            else "a staticmethod: write @staticmethod above @tool (or decorate the plain function)"
+        )
+        raise RegistrationError(f"@tool got {fix}", tool=safe_str(method) if method else None)
     if not callable(fn):
         raise RegistrationError(f"@tool decorates a function (got {type(fn).__qualname__})")
     label = getattr(fn, "__name__", None)
@@ -379,6 +400,7 @@ def _build(
     docs = parse_docstring(fn)
 
     fields: dict[str, Any] = {}
+    offered: dict[str, str] = {}  # property -> its parameter
     by_name: list[tuple[str, str]] = []  # (parameter, field), keyword-passed
     positional: list[str | None] = []  # fields of positional-only parameters; None: the context
     context: str | None = None
@@ -438,7 +460,16 @@ def _build(
         description = None if _described(hint) else docs.parameters.get(param.name)
         # Only what is given: an explicit description=None would erase the hint's own.
         extra: dict[str, Any] = {} if description is None else {"description": description}
-        fields[field] = (hint, Field(default, alias=param.name, **extra))
+        # The property: the parameter's name, or the alias its Field gives (``from_: Annotated[str,
+        # Field(alias="from")]``), which the Field given here would otherwise override.
+        shown_as = _alias(hint) or param.name
+        if shown_as in offered:
+            raise refuse(
+                f"parameters {offered[shown_as]!r} and {param.name!r} are both offered to the model as "
+                f'"{shown_as}" (Field(alias=...)); give each its own name'
+            )
+        offered[shown_as] = param.name
+        fields[field] = (hint, Field(default, alias=shown_as, **extra))
         if param.kind is param.POSITIONAL_ONLY:
             positional.append(field)
         else:
