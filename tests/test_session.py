@@ -348,6 +348,26 @@ def test_open_needs_an_existing_file(tmp_path: Path) -> None:
         Session.open(tmp_path)  # (it said the log did not exist)
 
 
+def test_a_new_session_on_a_folder_or_a_bad_name_says_so_without_a_repr_of_its_path(tmp_path: Path) -> None:
+    with pytest.raises(IsADirectoryError, match="that is a folder: give the session log's file") as caught:
+        Session(tmp_path)  # (it said "Is a directory: PosixPath(...)")
+    assert "PosixPath" not in str(caught.value)
+    with pytest.raises(OSError) as too_long:
+        Session(tmp_path / ("x" * 300 + ".jsonl"))
+    assert "PosixPath" not in str(too_long.value)
+    assert str(too_long.value).endswith(f"'{tmp_path / ('x' * 300 + '.jsonl')}'")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+def test_open_of_a_path_that_is_no_regular_file_says_so_not_that_it_does_not_exist(tmp_path: Path) -> None:
+    fifo = tmp_path / "log.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="is not a regular file") as caught:
+        Session.open(fifo)
+    assert not isinstance(caught.value, FileNotFoundError)  # (it said "session log does not exist")
+    assert caught.value.filename == str(fifo)
+
+
 def test_open_reads_the_log_and_continues_it(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     with Session(path) as first:
@@ -492,6 +512,37 @@ def test_a_corrupt_line_before_the_last_is_an_error_naming_its_line_number(
     assert err.lineno == 3 and err.file == str(path)
     assert str(err).startswith(f"{path}:3: ")
     assert problem in str(err)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_malformed_event_of_a_step_read_back_names_its_log_line(tmp_path: Path, shared: bool) -> None:
+    """A tool/result whose content a reader refuses (a block type of a newer
+    version, an edit by hand) is named by its line, as ``Session.open``
+    names a bad line, wherever the step is read back (a recovery, a resume):
+    not as a bare ``event.content[0]`` of no file."""
+    path = tmp_path / "log.jsonl"
+    events: list[dict[str, Any]] = [
+        batch_event(1, 1, [("c1", "t", "{}")], agent="a"),
+        call_event(1, 1, "c1", "t", {}, agent="a"),
+        {**result_event("c1", ok(1, "one"), turn=1, step=1, agent="a"), "content": [{"type": "audio", "data": "x"}]},
+    ]
+    if not shared:  # (an event naming no agent: every event is read, not the step's lines)
+        events.append({"type": "tool/start", "call_id": "c9"})
+    with Session(path) as session:
+        for event in events:
+            session.append(event)
+    with Session.open(path) as session:
+        for read in (session.read_step, session.step_calls):
+            with pytest.raises(SessionCorruptError) as caught:
+                read(1, 1, "a")
+            assert caught.value.file == str(path) and caught.value.lineno == 3
+            assert str(caught.value).startswith(
+                f"{path}:3: bad tool/result event: event.content[0]: unknown content block type 'audio'"
+            )
+        with pytest.raises(SessionCorruptError, match=f"^{path}:3: bad tool/result event: event.content"):
+            session.results_by_call()
+    with pytest.raises(LosslessJsonError, match=r"^event\.content\[0\]: unknown content block type"):
+        read_step(events, 1, 1, "a")  # (events of no file: the field alone)
 
 
 def test_a_session_on_a_file_keeps_no_event_in_memory_and_reads_the_file(tmp_path: Path) -> None:

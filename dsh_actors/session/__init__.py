@@ -116,6 +116,9 @@ what is still open. :meth:`Session.results_by_call` gives each call's
 :meth:`LoggedResult.projection` is what ``present_result`` takes on replay;
 it is keyed by call id, so an id logged in several steps keeps its latest
 result: :meth:`Session.step_calls` pairs one step's results with its calls.
+On a file, an event these reads refuse (a malformed field: a content block
+type of a newer version, an edit by hand) raises :class:`SessionCorruptError`
+naming its ``<path>:<line number>``.
 """
 
 from __future__ import annotations

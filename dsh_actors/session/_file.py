@@ -17,11 +17,11 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
 
@@ -49,11 +49,13 @@ from ._events import (
     take_redeferred,
 )
 from ._index import StepIndex
-from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step, step_calls
+from ._steps import LoggedCall, LoggedStep, approval_refusal, read_step
 from ._write import SessionFile
 
 if sys.platform != "win32":
     import fcntl
+
+_T = TypeVar("_T")
 
 
 def _loads_ok(line: bytes) -> bool:
@@ -159,6 +161,14 @@ def _line_spans(data: bytes, base: int, junk: list[tuple[int, int]]) -> Iterator
             at = end + 1
 
 
+def _refuse_folder(path: Path) -> None:
+    """Raise ``IsADirectoryError`` naming the fix when ``path`` is a folder."""
+    if path.is_dir():
+        raise IsADirectoryError(
+            errno.EISDIR, "that is a folder: give the session log's file (a .jsonl file)", str(path)
+        )
+
+
 def _write_rest(file: IO[bytes], data: bytes, written: int | None) -> None:
     """Finish a short write: ``written`` of ``data``'s bytes went out."""
     view = memoryview(data)
@@ -262,6 +272,7 @@ class Session:
             parent = self._path.parent
             if not parent.is_dir():
                 raise FileNotFoundError(errno.ENOENT, "session log directory does not exist", str(parent))
+            _refuse_folder(self._path)
             file = self._open_file(self._path)
             try:
                 size = self._know_file(file)
@@ -294,17 +305,22 @@ class Session:
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> Session:
         """Read the existing JSONL file at ``path`` and continue appending to
-        it. Raises ``FileNotFoundError`` when it does not exist and
+        it. Raises ``FileNotFoundError`` when it does not exist,
+        ``IsADirectoryError`` for a folder, ``OSError`` (``EINVAL``) for a
+        path that is no regular file (a pipe, a device), and
         :class:`SessionCorruptError` for a bad line, but a torn write: a
         last line without its newline that is not whole JSON (a write cut
         short by a crash), which is ignored (see :attr:`torn_line`)."""
         _check_options(path, fsync, "Session.open", none_ok=False)
         file_path = Path(path)
-        if file_path.is_dir():
-            raise IsADirectoryError(
-                errno.EISDIR, "that is a folder: give the session log's file (a .jsonl file)", str(file_path)
-            )
+        _refuse_folder(file_path)
         if not file_path.is_file():
+            if file_path.exists():  # (a pipe, a device, a socket)
+                raise OSError(
+                    errno.EINVAL,
+                    "that is not a regular file: a session log is a file (a .jsonl file) it reads and continues",
+                    str(file_path),
+                )
             raise FileNotFoundError(
                 errno.ENOENT,
                 "session log does not exist (Session(path) creates a new one)",
@@ -321,7 +337,7 @@ class Session:
             # Readable, not writable (a read-only file or file system): read
             # as any log is; a write, a hold, a resume or recovery of it is
             # refused, naming why.
-            file = io.FileIO(file_path, "r")
+            file = io.FileIO(os.fspath(file_path), "r")
             session._read_only = True
         try:
             session._know_file(file)
@@ -1031,19 +1047,59 @@ class Session:
 
     def results_by_call(self, *, ptc: bool = False) -> dict[str, LoggedResult]:
         """:func:`results_by_call` over :meth:`events`."""
-        return results_by_call(self.events(), ptc=ptc)
+        return self._read_back(self.events(), lambda events: results_by_call(events, ptc=ptc))
 
     def step_calls(self, turn: int, step: int, agent: str | None = None) -> tuple[LoggedCall, ...]:
         """The calls of model step ``(turn, step)``, in model order, each
         with where it stands (:attr:`LoggedCall.state`: ``"settled"``,
         ``"started"`` or ``"unstarted"``); :func:`step_calls` over
         :meth:`step_events` (what it says over every event)."""
-        return step_calls(self.step_events(turn, step, agent), turn, step, agent)
+        return self.read_step(turn, step, agent).calls
 
     def read_step(self, turn: int, step: int, agent: str | None = None) -> LoggedStep:
         """:func:`read_step` over :meth:`step_events` (what it says over
         every event): the step's calls and its batch's own limit."""
-        return read_step(self.step_events(turn, step, agent), turn, step, agent)
+        return self._read_back(self.step_events(turn, step, agent), lambda events: read_step(events, turn, step, agent))
+
+    def _read_back(self, events: list[dict[str, Any]], read: Callable[[Iterable[dict[str, Any]]], _T]) -> _T:
+        """``read(events)`` (events of this session, in log order, that it
+        reads one at a time): on a file, the :class:`LosslessJsonError` it
+        raises for a malformed event (a field a reader refuses: a content
+        block type of a newer version, an edit by hand) is raised as a
+        :class:`SessionCorruptError` naming the event's line, as
+        :meth:`open` names a bad line."""
+        current: list[dict[str, Any]] = []
+
+        def each() -> Iterator[dict[str, Any]]:
+            for event in events:
+                current[:] = (event,)
+                yield event
+
+        try:
+            return read(each())
+        except SessionCorruptError:
+            raise
+        except LosslessJsonError as err:
+            lineno = self._line_of(current[0]) if self._path is not None and current else None
+            if lineno is None:
+                raise
+            kind = safe_str(current[0].get("type"))
+            raise SessionCorruptError(str(self._path), lineno, f"bad {kind} event: {err.message}") from None
+
+    def _line_of(self, event: Mapping[str, Any]) -> int | None:
+        """The number of the first line of the file that holds ``event``
+        (None: none does now), for an error: it reads the file."""
+        with self._lock:
+            data = self._read_good_bytes()
+            junk = list(self._junk)
+        for start, end in _line_spans(data, 0, junk):
+            try:
+                found = orjson.loads(data[start:end])
+            except orjson.JSONDecodeError:
+                continue
+            if found == event:
+                return data.count(b"\n", 0, start) + 1
+        return None
 
     def repair(self) -> list[dict[str, Any]]:
         """Settle everything a crash left open, and return the events

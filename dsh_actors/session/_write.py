@@ -128,7 +128,7 @@ class SessionFile(io.FileIO):
     ``FileIO``'s."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        super().__init__(path, "a+")
+        super().__init__(os.fspath(path), "a+")  # (an error names the path, not its repr)
         self._fd = self.fileno()
         self._held_write = _WRITE if holds_gil_while_writing(self._fd) else None
         # The path it was opened by, made absolute (a later chdir changes

@@ -28,7 +28,7 @@ from dsh_actors import (
     define_tool,
     text,
 )
-from dsh_actors.session import INTERRUPTED
+from dsh_actors.session import INTERRUPTED, SessionCorruptError
 
 
 class Tools:
@@ -264,6 +264,37 @@ def test_what_cannot_be_recovered_is_refused_naming_the_fix(rt: Any, tmp_path: P
         f"the session log of agent 'a' ({path}) has no call of turn 1, step 2: nothing to recover (a step "
         "whose tool/batch never reached the log never started: run it with rt.tools.execute)"
     )
+
+
+def test_a_malformed_logged_result_is_named_by_its_line_and_nothing_runs(rt: Any, tmp_path: Path) -> None:
+    """A logged result a reader refuses (a content block type of a newer
+    version, an edit by hand): the recovery names the log's line, as
+    ``Session.open`` names a bad line, runs nothing and writes nothing."""
+    tools = Tools(rt)
+    path = tmp_path / "log.jsonl"
+    crashed_log(
+        path,
+        batch_event(("c0", "once"), ("c1", "safe")),
+        call_event("c0", "once"),
+        {"type": "tool/start", "call_id": "c0"},
+        {
+            "type": "tool/result",
+            "call_id": "c0",
+            "is_error": False,
+            "content": [{"type": "audio", "data": "x"}],
+            "error": None,
+            "meta": None,
+        },
+    )
+    size = path.stat().st_size
+    with Session.open(path) as session:
+        with pytest.raises(SessionCorruptError) as caught:
+            rt.tools.recover(Agent("a", session=session), 1, 1)
+        assert not session.held
+    assert str(caught.value).startswith(
+        f"{path}:4: bad tool/result event: event.content[0]: unknown content block type 'audio'"
+    )
+    assert tools.ran == [] and path.stat().st_size == size
 
 
 def test_a_refused_recovery_leaves_its_session_as_it_found_it(rt: Any, tmp_path: Path) -> None:
