@@ -330,9 +330,15 @@ def test_a_new_session_needs_an_existing_directory(tmp_path: Path) -> None:
 def test_a_new_session_refuses_a_file_that_already_holds_events(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     path.write_bytes(b'{"type":"custom"}\n')
-    with pytest.raises(FileExistsError, match=r"use Session\.open\(path\)"):
+    with pytest.raises(FileExistsError, match=r"not empty: .*Session\.open\(path\) continues"):
         Session(path)
     assert path.read_bytes() == b'{"type":"custom"}\n'
+    notes = tmp_path / "notes.txt"  # (not a log at all: nothing says to continue it as one)
+    notes.write_bytes(b"my notes\n")
+    with pytest.raises(FileExistsError, match="the file is not empty") as refused:
+        Session(notes)
+    assert "holds events" not in str(refused.value)
+    assert notes.read_bytes() == b"my notes\n"
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     with Session(empty) as session:

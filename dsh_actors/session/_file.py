@@ -283,7 +283,8 @@ class Session:
                 file.close()
                 raise FileExistsError(
                     errno.EEXIST,
-                    "session log already holds events; use Session.open(path) to continue it",
+                    "the file is not empty: Session(path) starts a new log in an empty or new file; "
+                    "Session.open(path) continues a session log that is there",
                     str(self._path),
                 )
             self._file = file
