@@ -71,16 +71,23 @@ While a session is attached:
   card's proposed diff stays shown while the person decides). An "always" answer is remembered for that tool name for
   the rest of the session (later calls are not asked). A request the client
   answers ``cancelled``, or whose call's signal fires first, answers
-  ``"cancelled"``; a closed connection, or a client that does not take
+  ``"cancelled"`` (so does a closed connection's, for a call of the running
+  turn, which the closed connection cancels: see below); a closed
+  connection otherwise, or a client that does not take
   permission requests (``-32601``), ``"unavailable"``. An answer that is
   none (an option that was not offered, a result that is not a permission
   response, a JSON-RPC error, a malformed response) fails the approval:
-  the call fails ``POLICY_FAILED``, ``approval: <what the client sent>``.
+  the call fails ``POLICY_FAILED``, ``approval: <what the client sent>``
+  (of a JSON-RPC error, its message and what its data says: ``Internal
+  error (<the text of the exception the client's handler raised>)``).
   Calls of other agents go to the approval service installed before the
   session attached;
 * :meth:`AcpSession.cancel` (the handler of ``session/cancel``) aborts the
   running turn's signal: its batches start no new call, running bodies see
-  their signal, and the prompt answers the stop reason ``"cancelled"``.
+  their signal, and the prompt answers the stop reason ``"cancelled"``. So
+  does a closed connection, as soon as an update or a permission request
+  of the session fails with the SDK's ``ConnectionError`` (before the SDK
+  cancels the prompt's handler): no call starts for a client that left.
 
 * each ``tools/progress`` of a running call (``ctx.report_progress``, an
   MCP server's progress) is a ``tool_call_update`` whose content is the

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -39,7 +40,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from ..definition import ToolDefinition
-from ..errors import InvalidStateError, InvalidTypeError, ToolPolicyError, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, ToolPolicyError, printable, safe_str
 from ..events import Disposer, in_scope
 from ..execution import ToolExecution, ToolExecutionToken
 from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess, ToolProgress
@@ -72,6 +73,8 @@ _KIND_OF_OPTION: Final = {option_id: kind for option_id, _, kind in PERMISSION_O
 #: JSON-RPC "method not found": a client that does not take permission requests.
 _METHOD_NOT_FOUND: Final = -32601
 _META_KEY: Final = "dsh_actors"
+#: The most of a client's error data a failure shows.
+_SAID_LIMIT: Final = 200
 _UNSEEN: Final[Any] = object()
 
 
@@ -455,6 +458,7 @@ class AcpSession:
                 try:
                     await self._handle(item)
                 except Exception as exc:  # noqa: BLE001 - the connection may be gone; keep serving flushes
+                    self._lost(exc)
                     logger.debug("ACP session {}: update not sent: {}", self.session_id, safe_str(exc))
         finally:  # (also when the loop shuts down and cancels the pump)
             self._end_pump()
@@ -509,6 +513,14 @@ class AcpSession:
             case None:  # pragma: no cover - the loop stops before
                 pass
 
+    def _lost(self, exc: Exception) -> None:
+        """Sending raised ``exc``: if it is a ``ConnectionError`` (the SDK's
+        once the client left), the running turn is cancelled now, before the
+        batch starts another call for a client that is gone (the prompt's
+        handler learns it only later, when the SDK cancels it)."""
+        if isinstance(exc, ConnectionError):
+            self.cancel()
+
     def _cancel_ask(self, answer: concurrent.futures.Future[str], task: asyncio.Task[None]) -> None:
         """The call's signal cancelled the question: withdraw the request
         (runs on the thread that aborted, or on the loop)."""
@@ -561,13 +573,14 @@ class AcpSession:
             if exc.code == _METHOD_NOT_FOUND:  # a client that asks no one: no channel
                 _settle(item.answer, "unavailable")
             else:
-                _refuse(item.answer, f"the ACP client answered the permission request with an error: {safe_str(exc)}")
+                _refuse(item.answer, f"the ACP client answered the permission request with an error: {_said(exc)}")
             return
         except ValidationError as exc:
             shown = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in exc.errors()[:3])
             _refuse(item.answer, f"the ACP client's answer to the permission request is not valid ({shown})")
             return
         except Exception as exc:  # noqa: BLE001 - a closed connection: no channel
+            self._lost(exc)
             logger.warning("ACP session {}: permission request failed: {}", self.session_id, safe_str(exc))
             _settle(item.answer, "unavailable")
             return
@@ -612,6 +625,28 @@ def _progress_fields(progress: ToolProgress) -> dict[str, Any]:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _said(error: RequestError) -> str:
+    """A JSON-RPC error the client sent, as a failure names it: its message,
+    then what its ``data`` says (the SDK's client puts the text of the
+    exception its handler raised in ``data["details"]``), at most
+    :data:`_SAID_LIMIT` characters of it, shown with :func:`printable`."""
+    text = safe_str(error)
+    data = error.data
+    if isinstance(data, Mapping) and isinstance(data.get("details"), str):
+        data = data["details"]
+    if data is None:
+        return text
+    try:
+        said = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON (an in-process client's): not shown
+        return text
+    if not said:
+        return text
+    if len(said) > _SAID_LIMIT:
+        said = f"{said[:_SAID_LIMIT]}..."
+    return f"{text} ({printable(said)})"
 
 
 def _refuse(future: concurrent.futures.Future[str], detail: str) -> None:

@@ -354,3 +354,25 @@ def test_a_permission_request_shows_the_reason_and_keeps_the_proposed_diff(rt: T
             assert client.status_of("call_1_1") == "completed"
 
     asyncio.run(scenario())
+
+
+def test_a_permission_request_the_client_fails_names_what_its_error_says(rt: ToolRuntime, tmp_path: Path) -> None:
+    # The SDK's client answers a handler that raised with "Internal error"
+    # and the exception's text in the error's data: the failure showed the
+    # message alone, which says nothing of what went wrong.
+    class Failing(RecordingClient):
+        async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("the dialog\x1b[2J could not open")
+
+    async def scenario() -> None:
+        async with in_process(rt, tmp_path, Failing()) as running:
+            await running.prompt(call("write_file", path="a.txt", content="1\n"))
+            error = running.client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+            assert error["info"]["code"] == "POLICY_FAILED"
+            assert error["message"] == (
+                "approval: the ACP client answered the permission request with an error: "
+                "Internal error (the dialog\\x1b[2J could not open)"
+            )
+            assert not (tmp_path / "a.txt").exists()
+
+    asyncio.run(scenario())

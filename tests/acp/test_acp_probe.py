@@ -354,3 +354,72 @@ def test_progress_reported_while_an_update_is_being_sent_is_merged_into_the_late
         asyncio.run(scenario())
     finally:
         reported.set()
+
+
+class Gone(Updates):
+    """A client whose connection has closed, as the SDK's is once the peer
+    left: sending raises ``ConnectionError`` (a permission request only, or
+    every update too)."""
+
+    def __init__(self, updates_fail: bool) -> None:
+        super().__init__()
+        self.updates_fail = updates_fail
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if self.updates_fail:
+            raise ConnectionError("Connection closed")
+        await super().session_update(session_id, update, **kwargs)
+
+    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("Connection closed")
+
+
+@pytest.mark.parametrize("updates_fail", [False, True], ids=["permission request", "update"])
+def test_a_closed_connection_cancels_the_running_turn_before_its_next_call_starts(
+    rt: ToolRuntime, updates_fail: bool
+) -> None:
+    # The SDK cancels the prompt's handler (which aborts the turn) some loop
+    # iterations after its connection closed; meanwhile the batch went on:
+    # a permission request answered "unavailable" and the next call ran
+    # after the client had left.
+    ran: list[str] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        if args["wait"]:  # (the turn ends only by the abort: its updates fail)
+            assert ctx.signal.wait(BOUND), "the turn to be cancelled"
+        ran.append(ctx.call_id)
+        return "done"
+
+    agent = Agent("a")
+    rt.tools.scope(agent).register(
+        define_tool(
+            name="work",
+            description="Work.",
+            parameters={"wait": {"type": "boolean", "required": True}, "ask": {"type": "boolean", "required": True}},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=body,
+        )
+    )
+    rt.events.on(
+        "tools/pre-execute",
+        lambda execution, next_: Ask(reason="ok?") if execution.arguments["ask"] else next_(),
+        scope=agent,
+    )
+    first = {"wait": updates_fail, "ask": not updates_fail}
+    calls = [
+        ToolCall(id="c1", name="work", arguments=first),
+        ToolCall(id="c2", name="work", arguments={"wait": False, "ask": False}),
+    ]
+
+    async def scenario() -> None:
+        async with attach(rt, Gone(updates_fail), "s1", agent=agent) as session:  # type: ignore[arg-type]
+            async with session.turn() as turn:
+                batch = await asyncio.wait_for(
+                    rt.tools.execute_async(ToolBatchInput(calls=calls, agent=agent, signal=turn.signal)), BOUND
+                )
+            assert turn.stop_reason == "cancelled"
+            second = batch.results[1].result
+            assert second.error is not None and second.error.info.code == "ABORTED_BEFORE_DISPATCH", second
+            assert "c2" not in ran
+
+    asyncio.run(scenario())
