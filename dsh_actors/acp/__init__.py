@@ -33,8 +33,9 @@ While a session is attached:
   ``tool_call`` update, status ``pending``, with the title, kind, locations,
   raw input and content of its ``present_call`` card (the generic card when
   the tool has none), when its ``tools/pre-execute`` phase starts (before
-  any approval); a call that runs no phase (aborted before dispatch,
-  arguments that are not JSON) appears when it settles;
+  any approval); a call that runs no phase (aborted before dispatch)
+  appears when it settles (one whose arguments are not JSON, or whose tool
+  is unknown, runs its phases as any call and fails in its body's place);
 * it turns ``in_progress`` when its body starts (the outermost
   ``tools/execute`` wrapper is entered), and ends ``completed`` or
   ``failed`` with the content of its ``present_result`` card (see
