@@ -69,9 +69,11 @@ How a tool maps:
   (``content.0: unknown type "hologram"``). Only
   the SDK's own "Connection closed" error closes the mount: a server's error
   with the same code (-32000, the first of JSON-RPC's server-error range)
-  fails that call alone. A ``tools/list`` answered with an error, or with a
-  result that is not a valid listing, raises ``McpProtocolError`` from
-  :func:`mount`.
+  fails that call alone. A ``tools/list`` answered with an error, with a
+  result that is not a valid listing, or with JSON the SDK's parser
+  refuses (at once, as for a call), raises ``McpProtocolError`` from
+  :func:`mount`. A tool whose name is taken in the scope fails the mount
+  (``RegistrationError``), naming the mount's fix: a ``prefix``.
 * Every request is bounded by the mount's ``timeout_ms`` (default
   :data:`DEFAULT_TIMEOUT_MS`, 60 s): a ``tools/call`` left unanswered fails
   ``TOOL_TIMEOUT`` and is cancelled on the server; a ``tools/list`` page left
@@ -82,7 +84,8 @@ How a tool maps:
   tasks remain in the 2026 protocol core. ``"optional"`` tools are called
   with a plain ``tools/call``. A connection that is gone (the server died,
   the session closed, its loop stopped) is ``MCP_CONNECTION_CLOSED``, and
-  every later call of the mount fails with it at once.
+  every later call of the mount fails with it at once; its message names
+  the fix (start the server again and mount the new session).
 * ``annotations.readOnlyHint: true`` without ``destructiveHint: true`` makes
   the tool concurrency-safe; anything else is exclusive.
   ``readOnlyHint: true`` or ``idempotentHint: true`` makes it
@@ -97,7 +100,9 @@ How a tool maps:
   cannot withdraw (a ``tools/change`` listener refused) stays registered as
   it was, logged, and the next re-listing tries again. ``mount``
   chains its handler in front of the session's ``message_handler`` (the SDK
-  takes one only at construction) and the disposer puts the original back.
+  takes one only at construction) before it lists, so a notification that
+  arrives while it lists re-lists once that listing is registered; the
+  disposer (or a failed ``mount``) puts the original back.
 
 Cancellation: when a call's signal fires, the SDK request is cancelled (the
 SDK sends ``notifications/cancelled`` to the server, whose ``reason`` is the

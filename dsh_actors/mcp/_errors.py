@@ -37,11 +37,15 @@ class McpConnectionError(DshError):
     """The connection to the server is gone: the server process died or
     closed its side, the session was closed, or the event loop that owns the
     session stopped. Once this happened, every later call of the mounted
-    tools fails with it at once."""
+    tools fails with it at once. The message names the fix: a new session,
+    mounted again."""
 
     code = ErrorCode.MCP_CONNECTION_CLOSED
 
     def __init__(self, server: str, detail: str) -> None:
         self.server = server
         self.detail = detail
-        super().__init__(f'MCP server "{server}" is not reachable: {detail}')
+        super().__init__(
+            f'MCP server "{server}" is not reachable: {detail} (if the server exited, its stderr says why; '
+            "start it again and mount the new session)"
+        )

@@ -35,7 +35,9 @@ from ..json import materialize, thaw
 from ..model import ContentBlock, TextBlock
 from ..pipeline.flights import LoopGoneError, await_flight
 from ..presentation import GenericCallView, GenericResultView, ToolCallView, ToolResultView
+from ..registry.scope import duplicate_problem
 from ..signals import AbortController, AbortSignal
+from ..visibility import describe_scope
 from ._content import blocks_from_wire, error_text, for_model
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
 
@@ -96,10 +98,11 @@ async def mount(
     Raises :class:`~dsh_actors.errors.RegistrationError`, registering
     nothing, when a tool cannot be registered (a schema full mode refuses,
     the reserved name ``run_code``, a name already taken in that scope...):
-    every problem of the listing itself is listed. A listing
-    the server answers with a JSON-RPC error, or with a result that is not a
-    valid listing, raises :class:`~dsh_actors.mcp.McpProtocolError` naming
-    the problem; a connection that closed meanwhile,
+    every problem of the listing itself is listed, a taken name with the
+    mount's fix (a ``prefix``). A listing
+    the server answers with a JSON-RPC error, with a result that is not a
+    valid listing, or with JSON the SDK cannot parse (at once), raises
+    :class:`~dsh_actors.mcp.McpProtocolError` naming the problem; a connection that closed meanwhile,
     :class:`~dsh_actors.mcp.McpConnectionError`.
 
     Returns the disposer that withdraws every registration the mount made
@@ -169,6 +172,7 @@ class _Mount:
         self._closed: str | None = None  # why the connection is gone, once it is
         self._relisting: asyncio.Task[None] | None = None
         self._relist_again = False
+        self._started = False  # the first listing is registered
         self._original_handler: Any = None
         self._handler: Any = None
         # Content blocks of structured results, from the body to project_content.
@@ -185,6 +189,22 @@ class _Mount:
     # -- listing and registering ------------------------------------------
 
     async def start(self) -> None:
+        # Attached before the listing: an answer to it that the SDK cannot
+        # read fails it at once, and a list_changed that arrives meanwhile
+        # re-lists once the listing is registered.
+        self._attach()
+        try:
+            await self._register_listing()
+        except BaseException:
+            self._detach()
+            raise
+        self._started = True
+        if self._relist_again:
+            self._schedule_relist()
+        _forward_cancel_reasons(self.session)
+        self._stop_hook = self.rt.on_stop(self._detach)
+
+    async def _register_listing(self) -> None:
         tools = await self._list_all()
         built, problems = self._build_all(tools)
         if problems:
@@ -196,7 +216,7 @@ class _Mount:
                 try:
                     registered[name] = _Tool(fingerprint, self.service.register(definition))
                 except RegistrationError as err:
-                    refused.append(err.message)
+                    refused.append(self._refusal(name, err))
             if refused:
                 raise RegistrationError(f'cannot mount MCP server "{self.server}": ' + "; ".join(refused))
         except BaseException:
@@ -205,9 +225,6 @@ class _Mount:
             raise
         with self._lock:
             self._tools = registered
-        self._attach()
-        _forward_cancel_reasons(self.session)
-        self._stop_hook = self.rt.on_stop(self._detach)
 
     async def _list_all(self) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -223,7 +240,7 @@ class _Mount:
             except MCPError as err:
                 if _closed_by_sdk(err):
                     raise McpConnectionError(self.server, safe_str(err.message)) from err
-                raise McpProtocolError("tools/list", safe_str(err.message), err.code) from err
+                raise _answered_error("tools/list", err) from err
             except ValidationError as err:  # a result the SDK cannot read as a listing
                 raise McpProtocolError("tools/list", f"the server's listing is not valid: {_problems(err)}") from None
             tools.extend(page.tools)
@@ -252,11 +269,10 @@ class _Mount:
                 problems.append(f'the server lists tool "{tool.name}" twice')
                 continue
             reserved = reserved_name_problem(names[tool.name])
-            if reserved is not None:
-                # (registration's words, and the one way to another name a server's tool has: the prefix)
-                which = "another" if self.prefix else "a"
-                fix = f'mount the server with {which} prefix (prefix="mcp_" registers it as "mcp_{tool.name}")'
-                problems.append(RegistrationError(f"{reserved}: {fix}", tool=names[tool.name]).message)
+            if reserved is not None:  # (registration's words, and the mount's fix)
+                problems.append(
+                    RegistrationError(f"{reserved}: {self._prefix_fix(tool.name)}", tool=names[tool.name]).message
+                )
                 continue
             try:
                 definition = self._definition(tool, names[tool.name])
@@ -266,6 +282,22 @@ class _Mount:
                 continue
             built[tool.name] = (_fingerprint(tool), definition)
         return built, problems
+
+    def _prefix_fix(self, name: str) -> str:
+        """The one way to another name a server's tool ``name`` has: the prefix."""
+        which = "another" if self.prefix else "a"
+        example = "mcp2_" if self.prefix == "mcp_" else "mcp_"
+        return f'mount the server with {which} prefix (prefix="{example}" registers it as "{example}{name}")'
+
+    def _refusal(self, name: str, err: RegistrationError) -> str:
+        """Registration's refusal of the server's tool ``name``; for a name
+        taken in the scope, with the mount's fix instead of registration's
+        (``@tool(name=...)`` and the like, which a server's tool cannot take)."""
+        if err.tool is None or err.problem != duplicate_problem(self.agent):
+            return err.message
+        taken = f"a tool with this name is already registered in {describe_scope(self.agent)}"
+        fix = f"{self._prefix_fix(name)}, or withdraw the other tool first"
+        return RegistrationError(f"{taken}: {fix}", tool=err.tool).message
 
     def _definition(self, tool: types.Tool, registered: str) -> ToolDefinition:
         name = tool.name
@@ -343,10 +375,11 @@ class _Mount:
 
     def _schedule_relist(self) -> None:
         # On the session's loop (the message handler). One re-listing at a
-        # time; notifications that arrive meanwhile cause one more.
+        # time; notifications that arrive meanwhile cause one more, as do
+        # those that arrive while start() lists (it schedules that one).
         if self._disposed:
             return
-        if self._relisting is not None and not self._relisting.done():
+        if not self._started or (self._relisting is not None and not self._relisting.done()):
             self._relist_again = True
             return
         self._relisting = self.loop.create_task(self._relist())
@@ -403,9 +436,8 @@ class _Mount:
                 try:
                     record[name] = _Tool(fingerprint, self.service.register(definition))
                 except Exception as exc:  # noqa: BLE001 - left out, and said so
-                    logger.error(
-                        "MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, _text(exc)
-                    )
+                    text = self._refusal(name, exc) if isinstance(exc, RegistrationError) else _text(exc)
+                    logger.error("MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, text)
         finally:
             leftovers: list[_Tool] = []
             with self._lock:
@@ -494,9 +526,7 @@ class _Mount:
             if _closed_by_sdk(err):
                 self._closed = safe_str(err.message) or "connection closed"
                 raise McpConnectionError(self.server, self._closed) from err
-            if err.data == _MALFORMED:
-                raise McpProtocolError(name, safe_str(err.message)) from err
-            raise McpProtocolError(name, safe_str(err.message), err.code) from err
+            raise _answered_error(name, err) from err
         except asyncio.CancelledError:
             raise
         except RuntimeError as err:
@@ -806,6 +836,15 @@ def _is_member(part: object) -> bool:
     """Whether a path element names the member of a union pydantic tried
     (a model's class name; MCP's own fields start in lower case)."""
     return type(part) is str and part[:1].isupper()
+
+
+def _answered_error(tool: str, err: MCPError) -> McpProtocolError:
+    """A request's JSON-RPC error as ``MCP_PROTOCOL_ERROR``: with the
+    server's code, or without one for an answer the SDK could not read (the
+    error ``_fail_malformed`` handed its waiter)."""
+    if err.data == _MALFORMED:
+        return McpProtocolError(tool, safe_str(err.message))
+    return McpProtocolError(tool, safe_str(err.message), err.code)
 
 
 def _closed_by_sdk(err: MCPError) -> bool:

@@ -79,7 +79,7 @@ def _listener_problem(exc: BaseException) -> str:
     return f"a tools/change listener raised {type(exc).__name__}" + (f": {detail}" if detail else "")
 
 
-def _duplicate_problem(scope: Agent | None) -> str:
+def duplicate_problem(scope: Agent | None) -> str:
     """A duplicate name in ``scope``'s layer, and the ways out: dispose of
     the first registration, rename this one, or shadow it from a nearer
     scope (section 4 of docs/reference.md)."""
@@ -239,7 +239,7 @@ class ScopeActor(ActorBase):
         if when is not None and not callable(cast(object, when)):
             problems.append(f"when must be callable or None (got {type(when).__qualname__})")
         if name is not None and name in self._snap.registrations:
-            problems.append(_duplicate_problem(self.scope))
+            problems.append(duplicate_problem(self.scope))
         if problems or checked is None:
             raise RegistrationError("; ".join(problems), tool=name)
         reg = Registration(definition=defn, checked=checked, scope=self.scope, when=when, seq=_next_seq())

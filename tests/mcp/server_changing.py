@@ -3,7 +3,10 @@ lists two tools per page, and its ``swap`` tool removes ``alpha``, adds
 ``delta`` and ``remote`` (whose schema has a remote reference), changes
 ``beta``'s description and sends
 ``notifications/tools/list_changed``. It also has tools whose structured
-output breaks their outputSchema. Run as a script: it serves over stdio."""
+output breaks their outputSchema. With ``CHANGE_WHILE_LISTING=1`` in the
+environment, the first request for a second page makes the same change
+(without ``remote``) and sends the notification before answering it. Run
+as a script: it serves over stdio."""
 
 from __future__ import annotations
 
@@ -49,9 +52,24 @@ if os.environ.get("START_WITH_REMOTE") == "1":
     tools["remote"] = REMOTE
 
 
+changing_while_listing = os.environ.get("CHANGE_WHILE_LISTING") == "1"
+
+
+def swap() -> None:
+    """Remove ``alpha``, add ``delta``, change ``beta``'s description."""
+    del tools["alpha"]
+    tools["delta"] = Tool(name="delta", description="the delta tool", input_schema=OBJECT)
+    tools["beta"] = Tool(name="beta", description="the changed beta tool", input_schema=OBJECT)
+
+
 async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
-    names = list(tools)
+    global changing_while_listing
     start = int(params.cursor) if params is not None and params.cursor else 0
+    if start and changing_while_listing:  # (CHANGE_WHILE_LISTING=1: once, asked for the second page)
+        changing_while_listing = False
+        swap()
+        await ctx.session.send_tool_list_changed()
+    names = list(tools)
     page = names[start : start + PAGE]
     cursor = str(start + PAGE) if start + PAGE < len(names) else None
     return ListToolsResult(tools=[tools[n] for n in page], next_cursor=cursor)
@@ -60,9 +78,7 @@ async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
 async def call_tool(ctx: Any, params: Any) -> CallToolResult:
     name = params.name
     if name == "swap":
-        del tools["alpha"]
-        tools["delta"] = Tool(name="delta", description="the delta tool", input_schema=OBJECT)
-        tools["beta"] = Tool(name="beta", description="the changed beta tool", input_schema=OBJECT)
+        swap()
         tools["remote"] = REMOTE
         await ctx.session.send_tool_list_changed()
         return CallToolResult(content=[TextContent(type="text", text="swapped")])

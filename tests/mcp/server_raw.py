@@ -17,7 +17,8 @@ with a line that is not UTF-8. Run as a script.
 
 ``SILENT_LISTING=1`` in the environment: ``tools/list`` is never answered.
 ``BAD_LISTING=<kind>``: ``tools/list`` is answered badly (see
-``BAD_LISTINGS``).
+``BAD_LISTINGS``; ``too_deep``: with a listing nested deeper than Python's
+JSON parser reads).
 """
 
 from __future__ import annotations
@@ -137,7 +138,9 @@ def answer(request: dict[str, Any]) -> None:
         )
     elif method == "tools/list":
         bad = os.environ.get("BAD_LISTING")
-        if bad is not None:
+        if bad == "too_deep":  # JSON the SDK's parser refuses, the id last
+            write('{"jsonrpc":"2.0","result":{"tools":' + TOO_DEEP + '},"id":' + json.dumps(rid) + "}")
+        elif bad is not None:
             send({"jsonrpc": "2.0", "id": rid, **BAD_LISTINGS[bad]})
         elif os.environ.get("SILENT_LISTING") != "1":
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": SWITCHED if switched else TOOLS}})

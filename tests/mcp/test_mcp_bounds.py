@@ -258,6 +258,28 @@ def test_a_listing_the_sdk_cannot_read_fails_the_mount_naming_the_problem(
         conn.close()
 
 
+def test_a_listing_the_sdk_cannot_parse_fails_the_mount_at_once_naming_the_problem(
+    tmp_path: Path, rt: ToolRuntime
+) -> None:
+    # Before, the mount attached its handler (which fails the waiter of an
+    # answer the SDK drops) only after listing: the listing waited for its
+    # bound and failed saying the server had not answered.
+    conn = ServerConnection("server_raw.py", tmp_path / "server.log", env={"BAD_LISTING": "too_deep"}).start()
+    try:
+        assert conn.session is not None
+        handler = conn.session._message_handler
+        with pytest.raises(McpProtocolError) as caught:
+            conn.run(mount(rt, conn.session, timeout_ms=DROPPED_BOUND_MS))
+        assert caught.value.message.startswith(
+            'MCP protocol error calling "tools/list": the MCP SDK cannot read the answer of MCP server "raw-server" '
+            "(Invalid JSON: recursion limit exceeded"
+        ), caught.value.message
+        assert conn.session._message_handler is handler  # the failed mount detached
+        assert rt.tools.get("echo") is None
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("bad", ["abc", "5", -1, 0, float("nan"), float("inf"), True])
 def test_a_timeout_that_is_not_a_positive_finite_number_is_refused_before_anything_is_sent(
     raw: ServerConnection, rt: ToolRuntime, bad: Any
@@ -386,6 +408,12 @@ def test_names_taken_in_the_scope_are_all_listed_with_the_mount_s_context(tmp_pa
         assert message.startswith('cannot mount MCP server "raw-server": '), message
         assert '"echo"' in message and '"busy"' in message, message
         assert sorted(s["name"] for s in rt.tools.schemas()) == ["busy", "echo"]  # nothing of the server's left
+        # The mount's fix, not registration's (@tool(name=...), which a server's tool cannot take).
+        assert message.count("@tool(name=") == 0, message
+        assert (
+            'cannot register tool "echo": a tool with this name is already registered in the global scope: mount '
+            'the server with a prefix (prefix="mcp_" registers it as "mcp_echo"), or withdraw the other tool first'
+        ) in message, message
     finally:
         conn.close()
 

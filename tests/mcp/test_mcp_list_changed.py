@@ -98,3 +98,35 @@ def test_a_server_with_an_unenforceable_schema_is_refused_whole(tmp_path: Path, 
         assert not names(rt)
     finally:
         connection.close()
+
+
+def test_a_list_changed_while_mount_lists_relists_once_the_listing_is_registered(
+    tmp_path: Path, rt: ToolRuntime
+) -> None:
+    # The server changes its tools between two pages of the first listing,
+    # which then holds alpha (removed) and misses gamma (moved to an earlier
+    # page). Before, the mount attached its handler only after that listing:
+    # the notification was lost and the mount kept the stale tools.
+    expected = {"beta", "gamma", "delta", "swap", "bad_output", "no_structured", "good_output"}
+    relisted = threading.Event()
+
+    def on_change() -> None:
+        if names(rt) == expected:
+            relisted.set()
+
+    off = rt.events.on("tools/change", on_change)
+    connection = ServerConnection(
+        "server_changing.py", tmp_path / "server.log", env={"CHANGE_WHILE_LISTING": "1"}
+    ).start()
+    try:
+        assert connection.session is not None
+        unmount = connection.run(mount(rt, connection.session))
+        try:
+            assert relisted.wait(20), names(rt)
+            beta = rt.tools.get("beta")
+            assert beta is not None and beta.description == "the changed beta tool"
+        finally:
+            unmount()
+    finally:
+        off()
+        connection.close()

@@ -37,6 +37,10 @@ def test_a_server_killed_mid_call_fails_that_call_and_later_ones_fast(tmp_path: 
         assert outcome.is_error and outcome.error.info is not None
         assert outcome.error.info.code == "MCP_CONNECTION_CLOSED"
         assert outcome.error.message.startswith('MCP server "tools-under-test" is not reachable: ')
+        # The fix, not only what happened (before, the message ended at the SDK's "Connection closed").
+        assert outcome.error.message.endswith(
+            "(if the server exited, its stderr says why; start it again and mount the new session)"
+        ), outcome.error.message
 
         started = time.monotonic()
         later = (
