@@ -22,8 +22,10 @@ Result cards (the content of the final ``tool_call_update``):
 * read: the window's text in a fenced block tagged with the card's ``lang``;
 * search: ``path:line: text`` rows grouped by file (or the paths), and a
   note when the result was capped;
-* web: a search's answer and sources as Markdown links, or a fetch's URL and
-  status followed by the result's own text.
+* web: a search's answer and sources as Markdown links, one list item a
+  source (its title's brackets escaped and its URL written so that the link
+  ends where the URL does: a page's title cannot point the link elsewhere),
+  or a fetch's URL and status followed by the result's own text.
 
 A card's title, when it has one, replaces the pending title. The raw
 output is the result's durable projection: ``is_error``, ``content``,
@@ -241,12 +243,37 @@ def _search_text(view: SearchResultView) -> str:
     return text
 
 
+#: What a Markdown link's text escapes, so that a page's title cannot end
+#: the link early and point it elsewhere (``x](https://elsewhere)``).
+_LINK_TEXT: Final = re.compile(r"([\\\[\]])")
+#: A link destination written as is: no whitespace, parenthesis, angle
+#: bracket or backslash (else it is written ``<...>``, those percent-encoded).
+_PLAIN_TARGET: Final = re.compile(r"[^\s()<>\\]*")
+_POINTY: Final = {ord(c): f"%{ord(c):02X}" for c in "<>\\\n\r"}
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line (a source's line of the list stays one item)."""
+    return " ".join(text.split())
+
+
+def _link_text(title: str) -> str:
+    return _LINK_TEXT.sub(r"\\\1", _one_line(title))
+
+
+def _link_target(url: str) -> str:
+    """``url`` as a Markdown link's destination that ends where it does."""
+    if _PLAIN_TARGET.fullmatch(url):
+        return url
+    return f"<{url.translate(_POINTY)}>"
+
+
 def _web_text(view: WebResultView, result: PresentedResult) -> str:
     if view.kind == "search":
         parts = [view.answer] if view.answer else []
         for source in view.sources:
-            line = f"- [{source.title}]({source.url})"
-            parts.append(f"{line}: {source.snippet}" if source.snippet else line)
+            line = f"- [{_link_text(source.title)}]({_link_target(source.url)})"
+            parts.append(f"{line}: {_one_line(source.snippet)}" if source.snippet else line)
         if view.truncated:
             parts.append("[more results were not shown]")
         return "\n".join(parts)

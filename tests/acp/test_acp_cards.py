@@ -153,6 +153,38 @@ def test_a_web_result_card_is_its_answer_and_sources_or_its_url_and_body() -> No
     assert _texts(_end(result_fields(fetch, OK))) == ["https://example.org (200)\n\nraw text\n[truncated]"]
 
 
+def test_a_web_source_s_title_and_url_cannot_forge_or_break_its_link() -> None:
+    # A page's title is the page's to choose: "x](https://elsewhere)" ended
+    # the link early and pointed it elsewhere, and a line break in it (or in
+    # the snippet) broke the list. Read as an editor reads Markdown.
+    from markdown_it import MarkdownIt
+
+    sources = (
+        WebSource("Fine](https://evil.example) [", "https://good.example/a", "line one\nline two"),
+        WebSource("Wiki\nlink", "https://en.wikipedia.org/wiki/Foo_(bar)"),
+        WebSource("Odd", "https://x.example/a b<c>\\d"),
+        WebSource("B", "https://b.org"),
+    )
+    (text,) = _texts(_end(result_fields(WebResultView(kind="search", sources=sources), OK)))
+    tokens = MarkdownIt("commonmark").parse(text)
+    items = [token for token in tokens if token.type == "inline"]
+    links = [
+        (child.attrs["href"], "".join(c.content for c in item.children[i + 1 :] if c.type == "text").split(":")[0])
+        for item in items
+        for i, child in enumerate(item.children or ())
+        if child.type == "link_open"
+    ]
+    assert [href for href, _ in links] == [
+        "https://good.example/a",
+        "https://en.wikipedia.org/wiki/Foo_(bar)",
+        "https://x.example/a%20b%3Cc%3E%5Cd",
+        "https://b.org",
+    ]
+    assert len(items) == 4  # one list item a source
+    assert text.splitlines()[0] == r"- [Fine\](https://evil.example) \[](https://good.example/a): line one line two"
+    assert text.splitlines()[1] == "- [Wiki link](<https://en.wikipedia.org/wiki/Foo_(bar)>)"
+
+
 def test_the_raw_output_is_the_durable_projection_of_the_result() -> None:
     assert raw_output("c1", OK, GenericResultView()) == {
         "is_error": False,
