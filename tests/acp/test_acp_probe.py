@@ -423,3 +423,60 @@ def test_a_closed_connection_cancels_the_running_turn_before_its_next_call_start
             assert "c2" not in ran
 
     asyncio.run(scenario())
+
+
+def test_a_call_made_while_a_change_is_pending_is_carded_by_the_tool_it_runs(rt: ToolRuntime) -> None:
+    # A shadowing registration published but not yet accepted (its
+    # tools/change listener still deciding) is not what a call runs: the
+    # call's cards were drawn by it all the same (the bridge read the
+    # published registry).
+    def tool_titled(title: str) -> Any:
+        return define_tool(
+            name="work",
+            description="Work.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=lambda args, ctx: title,
+            present_call=lambda args: GenericCallView(title=f"{title} call"),
+            present_result=lambda args, result: GenericResultView(title=f"{title} result"),
+        )
+
+    agent = Agent("a")
+    rt.tools.register(tool_titled("global"))
+    client = Updates()
+    deciding, decided = threading.Event(), threading.Event()
+
+    def listener() -> None:  # holds the change published, then refuses it
+        deciding.set()
+        assert decided.wait(BOUND)
+        raise ValueError("refused")
+
+    off = rt.events.on("tools/change", listener)
+    refused: list[BaseException] = []
+
+    def change() -> None:
+        try:
+            rt.tools.scope(agent).register(tool_titled("shadow"))
+        except Exception as exc:  # noqa: BLE001 - checked below
+            refused.append(exc)
+
+    changing = threading.Thread(target=change)
+    changing.start()
+
+    async def scenario() -> None:
+        async with attach(rt, client, "s1", agent=agent):  # type: ignore[arg-type]
+            batch = await asyncio.wait_for(
+                rt.tools.execute_async(ToolBatchInput(calls=[ToolCall(id="c1", name="work")], agent=agent)), BOUND
+            )
+            assert batch.results[0].result.content == (text("global"),)
+
+    try:
+        assert deciding.wait(BOUND)
+        asyncio.run(scenario())
+    finally:
+        decided.set()
+        changing.join(BOUND)
+        off()
+    assert len(refused) == 1
+    titles = [update["title"] for update in client.updates if "title" in update]
+    assert titles == ["global call", "global result"], client.updates
