@@ -42,6 +42,12 @@ def _aborted(signal: AbortSignal) -> bool:
     return signal.aborted
 
 
+def _missing(stream: object) -> bool:
+    """Whether a standard stream is missing: ``sys.stdin``/``sys.stdout`` is
+    None in a process started without it (a service, ``0<&-``)."""
+    return stream is None
+
+
 def _localized(display: Any, locale: str) -> str | None:
     if isinstance(display, str):
         return display
@@ -60,16 +66,18 @@ class TerminalPrompt(Service):
 
     ``input``/``output`` are text streams (default ``sys.stdin`` /
     ``sys.stdout``, looked up per request). When ``input`` has a real file
-    descriptor (a terminal, a pipe) the prompt reads it directly, waiting
-    with a selector, so it wakes up the moment ``request.signal`` fires and
-    answers ``"cancelled"``; it then owns that descriptor's input (text
-    buffered in the stream object is not seen). A stream without a
-    descriptor (``io.StringIO``) is read with ``readline()``.
+    descriptor (a terminal, a pipe, a file) the prompt reads it directly,
+    waiting with a selector, so it wakes up the moment ``request.signal``
+    fires and answers ``"cancelled"`` (a regular file, always ready, is read
+    without waiting); it then owns that descriptor's input (text buffered
+    in the stream object is not seen). A stream without a descriptor
+    (``io.StringIO``) is read with ``readline()``.
 
     Answers: ``y``/``yes`` → ``"allowed-once"``, ``n``/``no`` →
     ``"rejected"``, ``a``/``always`` → ``"allowed-once"`` (remember),
     ``never`` → ``"rejected"`` (remember); anything else asks again. End of
-    input (or an unusable terminal) → ``"unavailable"``; once input that is
+    input (or an unusable terminal, or a process started without standard
+    input or output) → ``"unavailable"``; once input that is
     not a terminal has ended (a pipe, a file, ``/dev/null``), later requests
     get ``"unavailable"`` with one line, not the question again. Text from the model
     is shown with control characters escaped; arguments are shown as
@@ -128,6 +136,8 @@ class TerminalPrompt(Service):
 
     def _write(self, text: str) -> None:
         out = self.output
+        if _missing(out):
+            return
         out.write(text)
         out.flush()
 
@@ -216,13 +226,19 @@ class TerminalPrompt(Service):
         unsubscribe = signal.add_callback(wake)
         selector = selectors.DefaultSelector()  # epoll/kqueue: no FD_SETSIZE limit
         try:
-            selector.register(fd, selectors.EVENT_READ)
-            selector.register(wake_r, selectors.EVENT_READ)
+            try:
+                selector.register(fd, selectors.EVENT_READ)
+            except PermissionError:
+                # EPERM: epoll cannot wait on it (a regular file, /dev/null),
+                # as such a file is always ready: read it without waiting.
+                waits = False
+            else:
+                waits = True
+                selector.register(wake_r, selectors.EVENT_READ)
             while True:
                 if signal.aborted:
                     return _ABORTED
-                ready = {key.fd for key, _ in selector.select()}
-                if wake_r in ready:
+                if waits and wake_r in {key.fd for key, _ in selector.select()}:
                     return _ABORTED
                 try:
                     chunk = os.read(fd, 4096)
@@ -295,9 +311,10 @@ class TerminalPrompt(Service):
             return Answer(CANCELLED)
         try:
             try:
-                if self._closed_input:
-                    # (A pipe or file at its end stays there: the question
-                    # is not printed again for nobody to answer.)
+                if self._closed_input or _missing(self.input) or _missing(self.output):
+                    # (A pipe or file at its end stays there, and a process
+                    # started without a standard stream has none: the
+                    # question is not printed for nobody to answer.)
                     self._write(f'no answer for tool "{printable(request.tool_name)}" (input closed)\n')
                     return Answer(UNAVAILABLE)
                 self._write(self.describe(request))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import select
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -411,3 +412,25 @@ def test_a_terminals_end_of_input_is_asked_again_next_time() -> None:
     assert prompt(request()) == "unavailable"  # Ctrl-D
     assert prompt(request()) == "unavailable"
     assert out.getvalue().count("Tool call needs approval") == 2  # (asked again: a terminal reads on)
+
+
+def test_answers_in_a_file_are_read(tmp_path: Any) -> None:
+    # (``< answers.txt``: epoll cannot wait on a regular file, which is always ready.)
+    answers = tmp_path / "answers"
+    answers.write_text("y\nnever\n")
+    with open(answers) as given:
+        prompt = TerminalPrompt(input=given, output=io.StringIO())
+        assert prompt.decide(request()) == Answer("allowed-once")
+        assert prompt.decide(request(command="rm")) == Answer("rejected", remember=True)
+        assert prompt(request(command="other")) == "unavailable"  # its end
+
+
+@pytest.mark.parametrize("missing", ["stdin", "stdout"])
+def test_a_process_without_standard_input_or_output_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], missing: str
+) -> None:
+    # (sys.stdin / sys.stdout are None in a process started without them: a service, ``0<&-``.)
+    monkeypatch.setattr(sys, missing, None)
+    assert TerminalPrompt()(request()) == "unavailable"
+    if missing == "stdin":
+        assert capsys.readouterr().out == 'no answer for tool "bash" (input closed)\n'
