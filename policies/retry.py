@@ -15,7 +15,9 @@ Config (all keyword, validated when applied):
     logged. Runs on the call actor's thread; must be fast.
 ``codes``
     Failure codes (``error.info.code``) worth another attempt, *added to*
-    the default ``{"TOOL_TIMEOUT"}``.
+    the default ``{"TOOL_TIMEOUT"}``. ``INVALID_ARGS`` is refused
+    (:data:`NEVER_RETRIED`): the same frozen arguments fail the same way,
+    and only the model can correct them.
 ``attempts``
     Total attempts, first included (a positive int, default 3).
 ``base_ms``, ``max_ms``
@@ -72,12 +74,14 @@ from ._common import (
     executable_definition,
 )
 
-__all__ = ["DEFAULT_CODES", "RetryPolicy", "apply"]
+__all__ = ["DEFAULT_CODES", "NEVER_RETRIED", "RetryPolicy", "apply"]
 
 _POLICY = "policies.retry"
 
 #: Codes retried whatever the configuration adds.
 DEFAULT_CODES: Final = frozenset({str(ErrorCode.TOOL_TIMEOUT)})
+#: Codes ``codes`` may not name: an attempt with the same arguments fails the same way.
+NEVER_RETRIED: Final = frozenset({str(ErrorCode.INVALID_ARGS)})
 
 Predicate = Callable[[ToolExecution], object]
 
@@ -181,6 +185,12 @@ def apply(
     names = check_names(_POLICY, "tools", tools)
     check_callable(_POLICY, "predicate", predicate)
     extra = check_names(_POLICY, "codes", codes)
+    refused = extra & NEVER_RETRIED
+    if refused:
+        raise InvalidValueError(
+            f"{_POLICY}: codes: {', '.join(sorted(refused))} is never retried (the same arguments fail "
+            "the same way; the model must correct them): remove it from codes"
+        )
     attempts = check_positive_int(_POLICY, "attempts", attempts)
     base = check_positive_number(_POLICY, "base_ms", base_ms, most=LONGEST_WAIT_MS)
     cap = check_positive_number(_POLICY, "max_ms", max_ms, most=LONGEST_WAIT_MS)

@@ -213,6 +213,7 @@ def test_disposing_removes_the_wrapper(rt: Any) -> None:
         ({"tools": [1]}, TypeError, "non-empty strings"),
         ({"predicate": 3}, TypeError, "predicate must be callable"),
         ({"codes": "TOOL_TIMEOUT"}, TypeError, "codes must be a collection"),
+        ({"codes": ("INVALID_ARGS",)}, ValueError, "INVALID_ARGS is never retried .*remove it from codes"),
         ({"attempts": 0}, ValueError, "attempts must be a positive integer"),
         ({"attempts": True}, ValueError, "attempts must be a positive integer"),
         ({"base_ms": -1}, ValueError, "base_ms must be a positive finite number"),
