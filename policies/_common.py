@@ -45,6 +45,7 @@ __all__ = [
     "code_of",
     "counted_name",
     "executable_definition",
+    "listens",
 ]
 
 # The core defines these two aliases but does not export them.
@@ -259,6 +260,12 @@ def counted_name(execution: ToolExecution, unknown: str, code: str | None = None
     if code == ErrorCode.UNKNOWN_TOOL or execution.tool_found is False:
         return unknown
     return execution.name
+
+
+def listens(rt: ToolRuntime, event: str, kind: type) -> bool:
+    """Whether a listener of ``event`` on ``rt`` is a method of a ``kind``
+    (a policy's object): the policy is applied to ``rt`` and not disposed."""
+    return any(isinstance(getattr(listener, "__self__", None), kind) for listener in rt.events.listeners(event))
 
 
 def executable_definition(rt: ToolRuntime, execution: ToolExecution) -> ToolDefinition | None:

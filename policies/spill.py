@@ -15,6 +15,10 @@ Config (keyword, validated when applied):
 ``ptc_log``
     Also bound the durable ``tools/ptc-dispatch-log`` copy (default True).
 
+Applied once per runtime: a second application, while the first is not
+disposed, is refused (it would spill the first one's preview, whose file
+the first one then removes as a file its call's result does not show).
+
 **Post-execute.** A listener, prepended (outermost), that calls ``next()``
 first and then looks at the decision the rest of the chain made. If the
 effective content (the decision's replacement content, else the result's)
@@ -79,9 +83,27 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dsh_actors import Accept, Agent, InvalidTypeError, InvalidValueError, TextBlock, ToolExecution, ToolRuntime
+from dsh_actors import (
+    Accept,
+    Agent,
+    InvalidStateError,
+    InvalidTypeError,
+    InvalidValueError,
+    TextBlock,
+    ToolExecution,
+    ToolRuntime,
+)
 
-from ._common import UNSET, ContentBlock, ToolExecutionResult, Undo, check_bool, check_no_unknown, check_runtime
+from ._common import (
+    UNSET,
+    ContentBlock,
+    ToolExecutionResult,
+    Undo,
+    check_bool,
+    check_no_unknown,
+    check_runtime,
+    listens,
+)
 
 __all__ = ["MIN_PREVIEW_BYTES", "SpillPolicy", "apply", "preview"]
 
@@ -376,6 +398,11 @@ def apply(
             f"for directory {path!r}; it needs at least {need}"
         )
     check_bool(_POLICY, "ptc_log", ptc_log)
+    if listens(rt, "tools/post-execute", SpillPolicy):
+        raise InvalidStateError(
+            f"{_POLICY}: it is applied to this runtime already (a second would spill the first one's preview "
+            "and remove the file with the full output); dispose that one first to change its options"
+        )
     policy = SpillPolicy(path, max_inline_bytes)
     undo = Undo()
     undo.add(rt.events.on("tools/post-execute", policy.post_execute, prepend=True))

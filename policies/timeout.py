@@ -74,7 +74,15 @@ from dsh_actors import (
     ToolTimeoutError,
 )
 
-from ._common import ToolExecutionResult, Undo, check_bool, check_no_unknown, check_runtime, executable_definition
+from ._common import (
+    ToolExecutionResult,
+    Undo,
+    check_bool,
+    check_no_unknown,
+    check_runtime,
+    executable_definition,
+    listens,
+)
 from ._timer import DeadlineTimer
 
 __all__ = ["TimeoutPolicy", "applied", "apply", "timeout_failure"]
@@ -165,7 +173,4 @@ def apply(rt: ToolRuntime, /, *, prepend: bool = False, **unknown: Any) -> Calla
 def applied(rt: ToolRuntime, /) -> bool:
     """Whether this policy is applied to ``rt``: one of its wrappers is
     among ``rt``'s ``tools/execute`` listeners (applied and not disposed)."""
-    return any(
-        isinstance(getattr(listener, "__self__", None), TimeoutPolicy)
-        for listener in rt.events.listeners("tools/execute")
-    )
+    return listens(rt, "tools/execute", TimeoutPolicy)

@@ -22,6 +22,7 @@ from dsh_actors import (
     Agent,
     Block,
     ImageBlock,
+    InvalidStateError,
     TextBlock,
     ToolExecutionInput,
     ToolOutput,
@@ -352,6 +353,19 @@ def test_a_write_failure_keeps_the_inline_result_and_logs_a_warning(
 
     assert result.content == (text(long),)
     assert any("could not spill" in m and "keeping it inline" in m for m in warnings)
+
+
+def test_a_second_application_is_refused_until_the_first_is_disposed(rt: Any, spill_dir: Path) -> None:
+    # (A second one spilled the first one's preview, and the first then
+    # removed its own file, the full output: the model was shown a file
+    # naming a file that was gone.)
+    undo = use_spill(rt, spill_dir)
+    with pytest.raises(InvalidStateError, match="policies.spill: it is applied to this runtime already"):
+        rt.use(policies.spill, directory=spill_dir / "other", max_inline_bytes=4096)
+    assert len(rt.events.listeners("tools/post-execute")) == 1
+    undo()
+    use_spill(rt, spill_dir)  # (disposed: it may be applied again)
+    assert len(rt.events.listeners("tools/post-execute")) == 1
 
 
 def test_disposing_removes_both_listeners(rt: Any, spill_dir: Path) -> None:
