@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from dsh_actors import (
@@ -172,7 +172,7 @@ def check_runtime(policy: str, rt: object) -> ToolRuntime:
     return rt
 
 
-def check_no_unknown(policy: str, unknown: Mapping[str, object], *takes: str) -> None:
+def check_no_unknown(policy: str, unknown: Collection[str], *takes: str) -> None:
     """Refuse the options ``apply`` does not take (its ``**unknown``),
     naming the ones it does."""
     if unknown:

@@ -140,6 +140,7 @@ from dsh_actors import (
     Ask,
     InvalidStateError,
     InvalidTypeError,
+    InvalidValueError,
     ToolExecution,
     ToolRuntime,
     dumps,
@@ -281,10 +282,12 @@ class Metrics:
         if not callable(clock):
             raise InvalidTypeError(f"{_POLICY}: clock must be callable (seconds as a float)")
         now = clock()  # (asked now, not first in a call's hooks, where its error would fail the call)
-        if type(now) not in (int, float) or not math.isfinite(now):
+        if type(now) not in (int, float):
             raise InvalidTypeError(
                 f"{_POLICY}: clock must return seconds as a float, and it returned {type(now).__qualname__}"
             )
+        if not math.isfinite(now):
+            raise InvalidValueError(f"{_POLICY}: clock must return a finite number of seconds, and it returned {now}")
         self._clock = clock
         self._lock = threading.Lock()
         self._tools: dict[str, _ToolStats] = {}

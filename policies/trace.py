@@ -131,6 +131,14 @@ class Recorder:
     """
 
     def __init__(self, *, pid: int = 1, process_name: str = "dsh-actors", epoch_ns: int | None = None) -> None:
+        # (The trace file's "pid" is a number, its process name a string: a
+        # bool or a str there made a file trace viewers refuse.)
+        if type(pid) is not int:
+            raise InvalidTypeError(
+                f"{_POLICY}: pid must be an int (the process track's id), not {type(pid).__qualname__}"
+            )
+        if type(process_name) is not str:
+            raise InvalidTypeError(f"{_POLICY}: process_name must be a str, not {type(process_name).__qualname__}")
         self.pid = pid
         self.process_name = process_name
         if epoch_ns is not None and type(epoch_ns) is not int:

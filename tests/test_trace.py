@@ -277,3 +277,17 @@ def test_a_recorder_s_epoch_is_an_int_checked_when_it_is_made() -> None:
         TypeError, match=r"epoch_ns must be a time.perf_counter_ns\(\) value \(an int\) or None, not str"
     ):
         trace.Recorder(epoch_ns="0")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"pid": True}, r"pid must be an int \(the process track's id\), not bool"),
+        ({"pid": "1"}, r"pid must be an int \(the process track's id\), not str"),
+        ({"process_name": 3}, r"process_name must be a str, not int"),
+    ],
+)
+def test_a_recorder_s_pid_and_process_name_are_checked_when_it_is_made(config: dict[str, Any], match: str) -> None:
+    # (They went into the trace file as given: "pid": true, a file trace viewers refuse.)
+    with pytest.raises(TypeError, match=match):
+        trace.Recorder(**config)

@@ -5,6 +5,7 @@ capacity, as a dict and as OpenTelemetry gauges)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -389,6 +390,7 @@ def test_reset_forgets_the_counts(rt: Any) -> None:
         ({"max_samples": 2**63}, ValueError, "max_samples must be at most 1,000,000"),
         # (Asked as the policy is made: it used to fail every call it timed.)
         ({"clock": lambda: None}, TypeError, "clock must return seconds as a float, and it returned NoneType"),
+        ({"clock": lambda: math.nan}, ValueError, "clock must return a finite number of seconds, and it returned nan"),
         ({"nested": "yes"}, TypeError, "nested"),
         ({"clock": 3}, TypeError, "clock"),
         ({"window": 3}, TypeError, "unknown option"),
