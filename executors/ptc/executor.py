@@ -301,7 +301,7 @@ class PtcExecutor(NativeExecutor):
         hook = runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining()))
         with self._ptc_lock:
             self._runtime = runtime
-            closed = self._ptc_closed
+            closed = self.closed  # (read again, under the lock: close() may have run meanwhile)
             if not closed:
                 self._stop_hook = hook
         if closed:  # (closed meanwhile: the hook it took back was not this one yet)

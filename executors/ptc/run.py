@@ -359,7 +359,7 @@ class Run:
             # program did after it does not count.
             self._check_stop()
             for key, _mask in events:
-                if self._phase is _Phase.ENDED and key.data != "wake":
+                if self.ended and key.data != "wake":  # (read again: a handler above may have ended it)
                     continue
                 if key.data == "wake":
                     self._drain_wake()
@@ -573,7 +573,8 @@ class Run:
         """The program's ``report_progress``: the ``run_code`` call's
         ``tools/progress`` (on the run's thread, the body's)."""
         try:
-            self._ctx.report_progress(message.get("progress"), message.get("total"), message.get("message"))
+            progress: Any = message.get("progress")  # (checked by report_progress: a bad one is a protocol error)
+            self._ctx.report_progress(progress, message.get("total"), message.get("message"))
         except (TypeError, ValueError) as exc:
             self._protocol_error(f"a progress message with {exc}")
 

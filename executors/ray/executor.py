@@ -251,6 +251,11 @@ class RayExecutor(NativeExecutor):
         self.close()
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._ray_closed
+
+    @property
     def owns_connection(self) -> bool:
         """Whether this process's executors made the Ray connection: the
         last one to close calls ``ray.shutdown()`` (False when the
@@ -338,7 +343,7 @@ class RayExecutor(NativeExecutor):
                 options["get_if_exists"] = True
                 if actor.namespace is not None:
                     options["namespace"] = actor.namespace
-            factory = cloudpickle.dumps((actor.cls, actor.args, actor.kwargs))
+            factory = cloudpickle.dumps((actor.cls, actor.args, actor.kwargs))  # type: ignore[no-untyped-call]
             try:
                 made = _remote_class(ToolHost).options(**options)
             except (TypeError, ValueError) as exc:
@@ -425,7 +430,7 @@ class RayExecutor(NativeExecutor):
                 raise _translate(exc) from None
             return self._apply(name, envelope, ctx)
         except AbortError:
-            if self._ray_closed and not signal.aborted:
+            if self.closed and not signal.aborted:  # (read again: close() may have run meanwhile)
                 # close() cancelled it, not the caller nor rt.stop(): an
                 # abort would read as the caller's doing.
                 raise RayUnavailableError(_CLOSED_WHILE_RUNNING) from None

@@ -340,7 +340,7 @@ def _pickled(exc: BaseException) -> bytes | None:
     if not isinstance(exc, DshError):
         return None
     try:
-        return bytes(cloudpickle.dumps(exc))
+        return bytes(cloudpickle.dumps(exc))  # type: ignore[no-untyped-call]  # (ray ships no types for it)
     except Exception:  # noqa: BLE001
         return None
 
