@@ -56,12 +56,13 @@ import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh_actors import Agent, InvalidTypeError, InvalidValueError, ToolExecution, ToolRuntime
+from dsh_actors import Agent, InvalidStateError, InvalidTypeError, InvalidValueError, ToolExecution, ToolRuntime
 
 from ._common import Batches, check_no_unknown, check_runtime
 
@@ -152,6 +153,9 @@ class Recorder:
         self._batches: Batches[int] = Batches()  # each batch's number
         self._next_batch = 0
         self._batch_threads: dict[int, tuple[int, str]] = {}
+        # The runtimes it is applied to now (apply, until its undo): once
+        # each, or it would record every call twice.
+        self._applied: weakref.WeakSet[ToolRuntime] = weakref.WeakSet()
 
     def now(self) -> float:
         """µs since the epoch."""
@@ -440,6 +444,13 @@ def apply(
     if scope is not None and not isinstance(scope, Agent):
         raise InvalidTypeError(f"{_POLICY}: scope must be an Agent or None, not {type(scope).__qualname__}")
     rec = Recorder() if recorder is None else recorder
+    with rec._lock:
+        if rt in rec._applied:
+            raise InvalidStateError(
+                f"{_POLICY}: this Recorder is applied to this runtime already (each call would be recorded "
+                "twice): dispose that application first, or give this one a Recorder of its own"
+            )
+        rec._applied.add(rt)
     now = rec.now
 
     def pre_execute(execution: ToolExecution, next_: Callable[[], Any]) -> Any:
@@ -467,17 +478,31 @@ def apply(
         rec._deferred(execution, now())
 
     events = rt.events
-    offs = [
-        events.on("tools/pre-execute", pre_execute, scope=scope, prepend=True),
-        events.on("tools/execute", execute, scope=scope, prepend=True),
-        events.on("tools/post-execute", post_execute, scope=scope, prepend=True),
-        events.on("tools/result", on_result, scope=scope, prepend=True),
-        events.on("tools/deferred", on_deferred, scope=scope, prepend=True),
-    ]
+    offs: list[Callable[[], None]] = []
 
-    def undo() -> None:
+    def off_all() -> None:
         for off in offs:
             off()
+        with rec._lock:
+            rec._applied.discard(rt)
+
+    try:
+        offs.append(events.on("tools/pre-execute", pre_execute, scope=scope, prepend=True))
+        offs.append(events.on("tools/execute", execute, scope=scope, prepend=True))
+        offs.append(events.on("tools/post-execute", post_execute, scope=scope, prepend=True))
+        offs.append(events.on("tools/result", on_result, scope=scope, prepend=True))
+        offs.append(events.on("tools/deferred", on_deferred, scope=scope, prepend=True))
+    except BaseException:
+        off_all()
+        raise
+    undone: list[bool] = []
+
+    def undo() -> None:
+        with rec._lock:  # (once: a second call would free a later application's place)
+            if undone:
+                return
+            undone.append(True)
+        off_all()
         if path is not None:
             rec.write(path)
 

@@ -19,9 +19,11 @@ from dsh_actors import (
     Agent,
     Ask,
     Deny,
+    InvalidStateError,
     ToolBatchInput,
     ToolCall,
     ToolOutput,
+    ToolRuntime,
     define_tool,
     text,
 )
@@ -182,6 +184,33 @@ def test_undoing_the_plugin_stops_recording(rt: Any) -> None:
     rt.tools.execute(batch("noop"))
     assert len(recorder.calls) == 1
     assert all(not rt.events.listeners(name) for name in ("tools/pre-execute", "tools/execute", "tools/result"))
+
+
+def test_a_recorder_is_applied_to_a_runtime_once_at_a_time(rt: Any) -> None:
+    # Applied twice, it recorded every call twice (the second time as a
+    # batch of its own).
+    rt.tools.register(tool("noop", lambda args, ctx: "ok"))
+    recorder = trace.Recorder()
+    off = rt.use(trace, recorder=recorder)
+    with pytest.raises(InvalidStateError, match="applied to this runtime already .* a Recorder of its own"):
+        rt.use(trace, recorder=recorder)
+    rt.tools.execute(batch("noop"))
+    assert len(recorder.calls) == 1
+    off()
+    off()  # (a second undo frees nothing of a later application)
+    again = rt.use(trace, recorder=recorder)  # once disposed, it may be applied again
+    off()
+    with pytest.raises(InvalidStateError):
+        rt.use(trace, recorder=recorder)
+    again()
+    with ToolRuntime() as other:  # another runtime may share it
+        other.tools.register(tool("noop", lambda args, ctx: "ok"))
+        both = rt.use(trace, recorder=recorder), other.use(trace, recorder=recorder)
+        rt.tools.execute(batch("noop"))
+        other.tools.execute(batch("noop"))
+        for undo in both:
+            undo()
+    assert len(recorder.calls) == 3
 
 
 def test_consecutive_batches_sharing_a_signal_get_a_lane_each(rt: Any) -> None:
