@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 import jsonschema_rs
-from jsonschema import Draft7Validator, Draft202012Validator
+from jsonschema import Draft7Validator, Draft202012Validator, FormatChecker
 
 from ..errors import JsonSchemaError, LosslessJsonError
 from ..json import FrozenDict, dumps, materialize, thaw
@@ -80,6 +80,14 @@ _NAMED_SCHEMAS: Final = frozenset({"properties", "patternProperties", "$defs", "
 _REFS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 
 _META: Final = {"2020-12": Draft202012Validator, "draft-07": Draft7Validator}
+#: The formats the meta-schema check asserts: its dialect's, but ``regex``,
+#: which jsonschema checks with Python's ``re`` (no ``\p{L}``, which an
+#: ECMA-262 pattern with the ``u`` flag has); the validator compiles each
+#: pattern itself, and refuses one it cannot ("is not a regex").
+_META_FORMATS: Final = {
+    dialect: FormatChecker([name for name in meta.FORMAT_CHECKER.checkers if name != "regex"])
+    for dialect, meta in _META.items()
+}
 _DRAFTS: Final = {"2020-12": jsonschema_rs.Draft202012, "draft-07": jsonschema_rs.Draft7}
 
 _MISSING_RESOURCE: Final = re.compile(r"Resource '(.*?)' is not present in a registry")
@@ -136,7 +144,7 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], Any]:
             return [f"{child_path('schema', '$schema')}: {problem}"], None
     dialect = dialect_of(plain)
     meta = _META[dialect]
-    meta_validator = meta(meta.META_SCHEMA, format_checker=meta.FORMAT_CHECKER)
+    meta_validator = meta(meta.META_SCHEMA, format_checker=_META_FORMATS[dialect])
     try:
         meta_errors = list(meta_validator.iter_errors(plain))
     except RecursionError:
@@ -155,7 +163,9 @@ def _problems(plain: Any, object_root: bool) -> tuple[list[str], Any]:
         # offline: a reference to anything outside the schema fails here.
         validator = jsonschema_rs.validator_for(plain, validate_formats=True, offline=True)
     except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as err:
-        out.append(_compile_problem(plain, str(err).split("\n", 1)[0]))
+        # (A ValidationError's instance path is where in the schema: a pattern it cannot compile.)
+        where = list(err.instance_path) if isinstance(err, jsonschema_rs.ValidationError) else []
+        out.append(_compile_problem(plain, str(err).split("\n", 1)[0], where))
         return out, None
     return out, None if out else validator
 
@@ -252,8 +262,9 @@ def _reachable(plain: Any) -> list[Any]:
     return out
 
 
-def _compile_problem(plain: Any, message: str) -> str:
-    """A problem naming the schema path of what jsonschema-rs refused to compile."""
+def _compile_problem(plain: Any, message: str, at: Sequence[str | int] = ()) -> str:
+    """A problem naming the schema path of what jsonschema-rs refused to
+    compile (``at``, when it says, for anything but a reference)."""
     missing = _MISSING_RESOURCE.search(message)
     pointer = _MISSING_POINTER.search(message)
     refs = [
@@ -277,7 +288,7 @@ def _compile_problem(plain: Any, message: str) -> str:
             ("schema", target),
         )
         return f"{where}: reference {quote(shown)} does not resolve within the schema"
-    return f"schema: {message}"
+    return f"{_path('schema', list(at))}: {message}"
 
 
 def _names(uri: str, ref: str) -> bool:

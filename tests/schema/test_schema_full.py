@@ -361,3 +361,23 @@ def test_registration_lists_every_problem_of_a_full_mode_definition() -> None:
 )
 def test_violations_read_like_the_subsets(schema: dict[str, Any], value: Any, messages: list[str]) -> None:
     assert compile_full_json_schema(schema).validate(materialize(value)) == messages
+
+
+def test_an_ecma_pattern_python_s_re_cannot_read_is_enforced_and_a_bad_one_is_named_at_its_path() -> None:
+    # JSON Schema patterns are ECMA-262 regular expressions: `\p{L}` (a
+    # letter, with the u flag) is one. The meta-schema check asserted the
+    # "regex" format with Python's re, which has no \p, and refused the
+    # schema (an MCP server's whole listing with it), although the
+    # validator compiles and enforces it.
+    letters = compile_full_json_schema(
+        {"type": "object", "properties": {"name": {"type": "string", "pattern": r"^\p{L}+$"}}}
+    )
+    assert letters.validate({"name": "Zoë"}) == []
+    assert letters.validate({"name": "R2D2"}) == [r'"value.name" must match the pattern "^\\p{L}+$"']
+    with pytest.raises(JsonSchemaError) as refused:
+        compile_full_json_schema({"type": "object", "properties": {"name": {"type": "string", "pattern": "(a"}}})
+    assert str(refused.value).endswith('schema.properties.name.pattern: "(a" is not a "regex"')
+    # (A value whose format is "regex" is still asserted, by the validator.)
+    regex = compile_full_json_schema({"type": "object", "properties": {"re": {"type": "string", "format": "regex"}}})
+    assert regex.validate({"re": r"^\p{L}+$"}) == []
+    assert regex.validate({"re": "(a"}) != []
