@@ -135,3 +135,62 @@ def test_section_6_names_the_error_a_bad_suspension_or_decision_raises_as_resume
     assert "a suspension or `decisions` of the wrong type raises `InvalidTypeError`" in text
     assert "and a malformed one raises `InvalidValueError`" in text
     assert "A malformed suspension or decision raises `InvalidValueError`" not in text
+
+
+def test_the_limits_the_reference_states_are_the_codes() -> None:
+    # Numbers the reference gives in prose drift silently when a constant changes.
+    from dsh_actors import LONGEST_WAIT_MS, MAX_JSON_DEPTH, ToolRuntime
+    from dsh_actors.errors import SHOWN_VIOLATIONS
+    from dsh_actors.json._rules import MAX_PATH_STEPS
+    from dsh_actors.pipeline.call import MAX_UNPREPARED
+    from dsh_actors.runtime import DEFAULT_CALL_ACTORS
+    from dsh_actors.scheduling.dispatcher import Dispatcher
+
+    text = " ".join(REFERENCE.split())
+    stated = {
+        "STOP_GRACE": re.findall(r"`ToolRuntime\.STOP_GRACE` \(([\d.]+) s\)", text),
+        "MAX_UNPREPARED": re.findall(r"A call sent back (\d+) times \(`MAX_UNPREPARED`", text),
+        "max_call_actors": re.findall(r"max_call_actors=(\d+)", text),
+        "MAX_JSON_DEPTH": re.findall(r"`MAX_JSON_DEPTH` \((\d+)\)", text),
+        "LONGEST_WAIT_MS": re.findall(r"\| `LONGEST_WAIT_MS` \| `([\de]+)`", text),
+        "stop timeout": re.findall(r"past ([\de]+) s it is taken as [\de]+ s", text),
+        "violations": re.findall(r"lists at most (\d+) violations", text),
+        "path steps": re.findall(r"a path of more than (\d+) steps", text),
+        "step slots": re.findall(r"the runtime's (\d+) step slots", text),
+    }
+    assert stated == {
+        "STOP_GRACE": [str(ToolRuntime.STOP_GRACE)],
+        "MAX_UNPREPARED": [str(MAX_UNPREPARED)],
+        "max_call_actors": [str(DEFAULT_CALL_ACTORS), str(DEFAULT_CALL_ACTORS)],
+        "MAX_JSON_DEPTH": [str(MAX_JSON_DEPTH)],
+        "LONGEST_WAIT_MS": [f"{LONGEST_WAIT_MS:.0e}".replace("e+0", "e")],
+        "stop timeout": [f"{LONGEST_WAIT_MS / 1000:.0e}".replace("e+0", "e")],
+        "violations": [str(SHOWN_VIOLATIONS)],
+        "path steps": [str(MAX_PATH_STEPS)],
+        "step slots": [str(Dispatcher.STEPPING_MAX)],
+    }
+
+
+def test_section_5_gives_the_approval_denials_the_pipeline_gives() -> None:
+    from dsh_actors import Agent, ToolBatchInput, ToolCall, ToolRuntime, tool
+
+    @tool(requires_approval=True)
+    def pay() -> str:
+        """Pay."""
+        return "paid"
+
+    def message(rt: ToolRuntime, agent: Agent | None) -> str:
+        outcome = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c", name="pay")], agent=agent)).results[0].result
+        assert isinstance(outcome, ToolExecutionFailure)
+        return outcome.error.message.replace("pay", "<n>")
+
+    with ToolRuntime() as rt:
+        rt.tools.register(pay)
+        given = [message(rt, Agent("a"))]
+        rt.approvals.set(lambda request: "allowed-once")
+        given.append(message(rt, None))
+        for answer in ("rejected", "cancelled", "unavailable"):
+            rt.approvals.set(lambda request, answer=answer: answer)
+            given.append(message(rt, Agent("a")))
+    text = " ".join(section(5).split())
+    assert [f"`{m}`" in text for m in given] == [True] * len(given), given
