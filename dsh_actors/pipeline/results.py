@@ -187,6 +187,14 @@ def is_result(value: object) -> bool:
     return type(value) is ToolExecutionSuccess or type(value) is ToolExecutionFailure
 
 
+def _invalid_output(error: ToolOutputError, additional_contexts: tuple[UserMessage, ...]) -> ToolExecutionFailure:
+    """The ``INVALID_TOOL_OUTPUT`` failure of a value that does not fit, with
+    ``error`` kept as its exception (its ``violations``, every one, where
+    the message lists 20), as the one a ``@tool`` body's validation raises
+    is: a value that does not fit is the fault of the code that made it."""
+    return failure(dsh_message(error), error_info(error), additional_contexts, exception=error)
+
+
 def render_success(
     execution: ToolExecution,
     definition: Any,
@@ -203,10 +211,10 @@ def render_success(
     try:
         frozen = materialize(value)
     except LosslessJsonError as exc:
-        return failure_from_exception(ToolOutputError(name, [exc.message]), additional_contexts)
+        return _invalid_output(ToolOutputError(name, [exc.message]), additional_contexts)
     violations = output_validator.validate(frozen)
     if violations:
-        return failure_from_exception(ToolOutputError(name, violations), additional_contexts)
+        return _invalid_output(ToolOutputError(name, violations), additional_contexts)
     output = definition.output
     render = output.render
     if render is None:

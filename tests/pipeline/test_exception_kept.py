@@ -279,3 +279,38 @@ def test_nothing_is_logged_while_the_library_is_disabled(rt: Any) -> None:
     finally:
         logger.remove(handle)
     assert messages == []
+
+
+def test_a_value_that_does_not_fit_keeps_every_violation_however_the_tool_was_made(rt: Any) -> None:
+    # The message lists 20 violations "; and 10 more", and the reference
+    # says the error's `violations` keeps them all: a @tool body's value
+    # kept its ToolOutputError, a define_tool body's (or a hook's value)
+    # had no exception, so the other ten were nowhere.
+    from dsh_actors import ErrorCode, ToolOutputError
+    from dsh_actors import tool as typed_tool
+
+    wide = {f"k{i}": "x" for i in range(30)}
+    schema = {
+        "type": "object",
+        "additionalProperties": True,
+        "properties": {f"k{i}": {"type": "integer"} for i in range(30)},
+    }
+    rt.tools.register(
+        define_tool(
+            name="plain", description="d", parameters={}, output=ToolOutput(schema=schema), execute=lambda a, c: wide
+        )
+    )
+
+    @typed_tool
+    def typed() -> dict[str, int]:
+        """Returns what does not fit."""
+        return wide  # type: ignore[return-value]
+
+    rt.tools.register(typed)
+    batch = rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="plain"), ToolCall(id="c2", name="typed")]))
+    for outcome in batch.results:
+        error = outcome.result.error
+        assert error is not None and error.info is not None and error.info.code == ErrorCode.INVALID_TOOL_OUTPUT
+        assert error.message.endswith("; and 10 more")
+        assert isinstance(error.exception, ToolOutputError), outcome.call_id
+        assert len(error.exception.violations) == 30
