@@ -127,6 +127,7 @@ class ToolExecution:
         "_frozen",
         "_approved",
         "_tool_found",
+        "_definition",
     )
 
     call_id: str
@@ -145,8 +146,10 @@ class ToolExecution:
     # (Set only once an approval service allowed the call: unset until then,
     # so an execution pays nothing for it. See approval_stands.)
     _approved: tuple[Any, Any] | None
-    # (Set by the pipeline's lookup of the call's tool: unset until then. See tool_found.)
+    # (Set by the pipeline's lookup of the call's tool: unset until then. See
+    # tool_found and definition.)
     _tool_found: bool
+    _definition: Any
 
     def __init__(
         self,
@@ -261,6 +264,23 @@ class ToolExecution:
         except AttributeError:
             return None  # never looked up
 
+    @property
+    def definition(self) -> Any:
+        """The registry's tool definition this call runs, as the pipeline
+        last looked it up (a ``ToolDefinition``): what its body, its
+        argument and output checks and its ``tools/execute`` wrappers go by
+        (a change before its body starts sends the call back to be looked
+        up and prepared again, so a wrapper reads what the body runs). None
+        when not looked up, for a name that runs no tool (``tool_found``
+        False), and for a tool its executor provides itself (PTC's
+        ``run_code``). A policy that reads a tool's settings
+        (``timeout_ms``, ``idempotent``) reads them here rather than look
+        the name up again."""
+        try:
+            return self._definition
+        except AttributeError:
+            return None  # never looked up
+
     # -- pipeline-only -----------------------------------------------------
 
     def _open_signal(self) -> None:
@@ -318,6 +338,7 @@ class ToolExecution:
     _set_frozen,
     _set_approved,
     _set_tool_found,
+    _set_definition,
 ) = slot_setters(ToolExecution, ToolExecution.__slots__)  # every slot, in __slots__ order
 
 
@@ -591,6 +612,9 @@ recheck_approval = ToolExecution._recheck_approval
 #: call's tool found (see :attr:`ToolExecution.tool_found`; the slot's own
 #: setter: a lookup runs once or twice a call).
 found_tool = _set_tool_found
+#: ``found_definition(execution, definition)``: the registry's definition
+#: that lookup found (see :attr:`ToolExecution.definition`).
+found_definition = _set_definition
 
 
 def settle_arguments(execution: ToolExecution, arguments: Any) -> None:

@@ -269,9 +269,13 @@ def listens(rt: ToolRuntime, event: str, kind: type) -> bool:
 
 
 def executable_definition(rt: ToolRuntime, execution: ToolExecution) -> ToolDefinition | None:
-    """The definition ``execution`` runs (as the pipeline looks it up), or
-    ``None``: unknown, an executor's own tool (PTC's ``run_code``), or a
-    runtime that is stopping."""
+    """The definition ``execution`` runs (``execution.definition``, the
+    pipeline's own lookup), or ``None``: unknown, an executor's own tool
+    (PTC's ``run_code``), or a runtime that is stopping. An execution the
+    pipeline has not looked up (``tool_found`` None) is looked up here."""
+    if execution.tool_found is not None:
+        definition: ToolDefinition | None = execution.definition
+        return definition
     try:
         return rt.tools.executable(execution.name, execution.agent, execution.tool_set)
     except RuntimeError:  # the runtime is stopping: the call is being torn down

@@ -36,7 +36,7 @@ from ..errors import (
     ToolNotFoundError,
     ToolPolicyError,
 )
-from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput, found_tool, settle_arguments
+from ..execution import CALL_DEPS, ToolExecution, ToolExecutionInput, found_definition, found_tool, settle_arguments
 from ..json import FrozenDict, materialize
 from ..model import (
     ToolExecutionResult,
@@ -451,7 +451,8 @@ def lookup(rt: Kernel, call: Call) -> Any:
     strict model sends for one it leaves out) is dropped, keyed on the
     tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`), when
     the arguments as sent do not validate. Whether it found one is the
-    execution's ``tool_found``."""
+    execution's ``tool_found``, and the registry's definition it found its
+    ``definition``."""
     execution = call.execution
     if call.override is not None:
         registration = call.override
@@ -469,6 +470,7 @@ def lookup(rt: Kernel, call: Call) -> Any:
             call.found = registration
             call.found_generation = generation
     found_tool(execution, registration is not None)
+    found_definition(execution, None if registration is None or call.override is not None else registration.definition)
     if registration is not None and not call.arguments_settled:
         call.arguments_settled = True
         arguments = execution.arguments

@@ -612,3 +612,45 @@ def test_a_batch_returns_one_result_per_call_in_order(rt: Any) -> None:
     )
     assert [item.call_id for item in batch.results] == ["a", "b"]
     assert [item.result.value for item in batch.results] == ["a", "b"]
+
+
+def test_the_execution_names_the_definition_its_call_runs_even_after_a_replacement(rt: Any) -> None:
+    # execution.definition: the registry's definition the call runs, as the
+    # pipeline looked it up (what policies.timeout, retry and otel read a
+    # tool's settings from instead of looking the name up again); a tool
+    # replaced before the body starts is looked up again, and so is the
+    # definition the hooks see.
+    first = echo_tool(timeout_ms=1_000)
+    second = echo_tool(timeout_ms=2_000, execute=lambda args, ctx: "second")
+    off = [rt.tools.register(first)]
+    seen: list[tuple[str, Any]] = []
+
+    def pre_execute(execution: Any, next_: Any) -> Any:
+        seen.append((f"{execution.call_id} pre-execute", execution.definition))
+        if execution.definition is first:  # replaced as the call is prepared: it is prepared again
+            off.pop()()
+            off.append(rt.tools.register(second))
+        return next_()
+
+    def wrapper(execution: Any, next_: Any) -> Any:
+        seen.append((f"{execution.call_id} execute", execution.definition))
+        return next_()
+
+    rt.events.on("tools/pre-execute", pre_execute)
+    rt.events.on("tools/execute", wrapper)
+    rt.events.on(
+        "tools/result", lambda execution, result: seen.append((f"{execution.call_id} result", execution.definition))
+    )
+    result, unknown = (one.result for one in run(rt, call(id="a"), call("made_up", id="b")).results)
+    assert result.content == (text("second"),) and code_of(unknown) == "UNKNOWN_TOOL"
+    shown = sorted((phase, d.timeout_ms if d is not None else None) for phase, d in seen)
+    assert shown == [
+        ("a execute", 2_000),
+        ("a pre-execute", 1_000),
+        ("a pre-execute", 2_000),
+        ("a result", 2_000),
+        ("b execute", None),  # (an unknown tool's call fails in its body's place)
+        ("b pre-execute", None),
+        ("b result", None),
+    ]
+    assert all(d is second for phase, d in seen if phase in ("a execute", "a result"))
