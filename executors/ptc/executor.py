@@ -352,7 +352,6 @@ class PtcExecutor(NativeExecutor):
             "memory_bytes": self.memory_limit_mb << 20,
             "cpu_seconds": cpu_seconds(self.timeout_ms),
             "file_bytes": self.max_folder_mb << 20,
-            "no_processes": True,
         }
 
     def _run_settings(self) -> RunSettings:

@@ -47,7 +47,8 @@ line longer than the receiver's limit is a protocol violation.
     Run ``code``. ``tools`` lists the bindings (see
     :func:`executors.ptc.signatures.bindings`): ``{"py", "name", "params",
     "omit_none"}`` each. ``limits``: ``memory_bytes``, ``cpu_seconds``,
-    ``file_bytes`` (each an int or null) and ``no_processes`` (a bool).
+    ``file_bytes`` (each an int or null; a key the worker does not know is
+    ignored).
 ``{"t": "result", "id": n, "ok": true, "value": <JSON>}``
 ``{"t": "result", "id": n, "ok": false, "name": str, "error": str, "code": str | null, "error_name": str | null, "sub_call_id": str}``
     The outcome of call ``n``: its value, or the tool's name, the failure

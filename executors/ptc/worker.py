@@ -285,7 +285,7 @@ class Tool:
     def __repr__(self) -> str:
         return f"<tool {self._name}>"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # (a tool may have a parameter "self")
         py = self.__name__
         if len(args) == 1 and not kwargs and type(args[0]) is dict:
             arguments = dict(args[0])
@@ -367,10 +367,9 @@ def apply_limits(limits: dict[str, Any]) -> None:
     files = limits.get("file_bytes")
     if type(files) is int and files > 0:
         cap(resource.RLIMIT_FSIZE, files)
-    if limits.get("no_processes") is True and hasattr(resource, "RLIMIT_NPROC"):
-        # Counts every process of the user, and root is exempt: the audit
-        # hook is what refuses fork/exec; this only backs it up.
-        cap(resource.RLIMIT_NPROC, 0)
+    # No RLIMIT_NPROC: Linux counts threads against it (every task of the
+    # user), so it would keep a program from starting a thread; the audit
+    # hook is what refuses fork, exec and subprocesses.
 
 
 def compile_program(code: str) -> Any:
@@ -405,7 +404,21 @@ _OWN_FILES = frozenset(os.path.realpath(f) for f in (__file__, protocol.__file__
 
 
 def _traceback_text(exc: BaseException, limit: int = 20) -> str:
-    """The traceback without the worker's own frames, its last lines."""
+    """The traceback without the worker's own frames, its last lines; an
+    exception that cannot be formatted (its type's name, ``__str__`` or
+    notes raise) gives its frames and :func:`_headline`'s line."""
+    try:
+        return _formatted_traceback(exc, limit)
+    except BaseException:  # noqa: BLE001 - a hostile exception
+        try:
+            stack = traceback.StackSummary.extract(traceback.walk_tb(_EXCEPTION_TRACEBACK.__get__(exc)))
+            text = "".join(traceback.StackSummary.from_list(_program_frames(list(stack))).format())
+            return f"Traceback (most recent call last):\n{text}{_headline(exc)}"[-MAX_TRACEBACK:]
+        except BaseException:  # noqa: BLE001 - nothing to show
+            return ""
+
+
+def _formatted_traceback(exc: BaseException, limit: int) -> str:
     report = traceback.TracebackException(type(exc), exc, exc.__traceback__, capture_locals=False)
     seen: set[int] = set()
     todo = [report]
@@ -414,10 +427,7 @@ def _traceback_text(exc: BaseException, limit: int = 20) -> str:
         if id(item) in seen:
             continue
         seen.add(id(item))
-        frames = list(item.stack)
-        first = next((i for i, f in enumerate(frames) if f.filename == PROGRAM), 0)
-        kept = [f for f in frames[first:] if os.path.realpath(f.filename) not in _OWN_FILES]
-        item.stack = traceback.StackSummary.from_list(kept)
+        item.stack = traceback.StackSummary.from_list(_program_frames(list(item.stack)))
         todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
     text = "".join(report.format()).rstrip("\n").splitlines()
     if len(text) > limit:
@@ -425,9 +435,39 @@ def _traceback_text(exc: BaseException, limit: int = 20) -> str:
     return "\n".join(text)[-MAX_TRACEBACK:]
 
 
+def _program_frames(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
+    """From the program's first frame on, without the worker's own."""
+    first = next((i for i, f in enumerate(frames) if f.filename == PROGRAM), 0)
+    return [f for f in frames[first:] if os.path.realpath(f.filename) not in _OWN_FILES]
+
+
 def _headline(exc: BaseException) -> str:
-    lines = traceback.format_exception_only(type(exc), exc)
-    return lines[-1].strip() if lines else type(exc).__name__
+    """``ValueError: message``: the exception's own line, not a note added
+    to it (the traceback shows those); an exception that cannot be
+    formatted (its class's names raise when read) is named by its type's
+    ``__name__`` alone (never a crash of the worker that shows its own
+    traceback)."""
+    try:
+        report = traceback.TracebackException(type(exc), exc, None, compact=True)
+        report.__notes__ = None  # (format_exception_only ends with the notes)
+        lines = list(report.format_exception_only())
+        return lines[-1].strip() if lines else _type_name(exc)
+    except BaseException:  # noqa: BLE001 - a hostile exception
+        return f"{_type_name(exc)}: <exception that cannot be printed>"
+
+
+#: ``BaseException.__traceback__`` and ``type.__name__`` as the interpreter
+#: reads them: a program's class may override ``__getattribute__``.
+_EXCEPTION_TRACEBACK: Any = BaseException.__dict__["__traceback__"]
+_TYPE_NAME: Any = type.__dict__["__name__"]
+
+
+def _type_name(exc: BaseException) -> str:
+    try:
+        name = _TYPE_NAME.__get__(type(exc))
+    except BaseException:  # noqa: BLE001 - a hostile metaclass
+        return "exception"
+    return name if type(name) is str else "exception"
 
 
 def _wire_text(text: str) -> str:

@@ -48,6 +48,17 @@ def test_a_tool_is_called_with_keywords_positionals_or_one_positional_dict(rt: A
     assert result.value["result"] == ({"a": "x", "b": 1}, {"a": "y", "b": 2}, {"a": "z"}, {"a": "w"})
 
 
+def test_a_parameter_named_self_is_passed_by_keyword_as_its_signature_shows(rt: Any, ptc: Any) -> None:
+    # (It raised "TypeError: Tool.__call__() got multiple values for argument 'self'".)
+    rt.tools.register(tool("t", lambda args, ctx: dict(args), parameters={"self": {"type": "string"}}))
+    result = run_code(
+        rt,
+        "first = await tools.t(self='a')\ntry:\n    await tools.t('b', self='c')\nexcept TypeError as err:\n"
+        "    return [first, str(err)]",
+    )
+    assert result.value["result"] == ({"self": "a"}, "tools.t() got multiple values for argument 'self'")
+
+
 def test_asyncio_gather_runs_safe_calls_concurrently(rt: Any, ptc: Any) -> None:
     both_in = threading.Barrier(2, timeout=GUARD)  # passes only if the two calls overlap
 

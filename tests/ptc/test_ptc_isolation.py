@@ -7,6 +7,7 @@ sockets, subprocesses, new code and writes outside the working folder."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 from concurrent.futures import Future
@@ -367,3 +368,35 @@ def test_the_worker_does_not_inherit_the_parents_environment(rt: Any, ptc: Any) 
         del os.environ["DSH_PTC_SECRET"]
     assert "DSH_PTC_SECRET" not in result.value["result"]
     assert "TMPDIR" in result.value["result"]
+
+
+def _as_an_unprivileged_user() -> list[str]:
+    """A worker command that runs the worker as an ordinary user: itself
+    when the tests do not run as root, else ``nobody`` (root is exempt
+    from per-user limits such as ``RLIMIT_NPROC``)."""
+    if os.geteuid() != 0:
+        return ["{python}", "-I", "{worker}"]
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    try:
+        probe = subprocess.run([*drop, sys.executable, "-I", "-c", "pass"], capture_output=True, timeout=GUARD)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("setpriv cannot run this Python as nobody")
+    if probe.returncode != 0:
+        pytest.skip("setpriv cannot run this Python as nobody")
+    # (nobody may not enter the folder root made: opened to it first)
+    return ["sh", "-c", 'chmod 777 "$1" && shift && exec "$@"', "sh", "{workdir}", *drop, "{python}", "-I", "{worker}"]
+
+
+def test_a_program_of_an_ordinary_user_can_start_threads(rt: Any) -> None:
+    # (RLIMIT_NPROC 0, meant to back up the refusal of subprocesses, counts
+    # threads too: "RuntimeError: can't start new thread" for any user but root.)
+    install(rt, timeout_ms=10000, worker_command=_as_an_unprivileged_user())
+    code = (
+        "import os, threading\nran = []\nthread = threading.Thread(target=ran.append, args=('thread',))\n"
+        "thread.start()\nthread.join()\n"
+        "return [os.geteuid() != 0, ran, await asyncio.to_thread(sum, [1, 2])]"
+    )
+    result = run_code(rt, code)
+    assert not result.is_error, result.error.message[:500]
+    assert result.value["result"] == (True, ("thread",), 3)
+    assert "run_code does not allow os.fork" in failed_as(run_code(rt, "import os\nos.fork()"), "error")

@@ -153,3 +153,30 @@ def test_threads_of_a_program_printing_at_once_do_not_break_the_protocol(rt: Any
     output = result.value["output"]  # (two threads' prints may mix within a line, as in any Python)
     assert sorted(set(output)) == ["\n", "0", "1", "2", "3"]
     assert [output.count(c) for c in "\n0123"] == [400, 500_000, 500_000, 500_000, 500_000]
+
+
+def test_an_exception_whose_type_cannot_be_named_fails_the_run_as_an_error_without_the_workers_traceback(
+    rt: Any,
+) -> None:
+    # (The worker crashed formatting it: "crashed", with the worker's own
+    # traceback, worker.py and asyncio frames, as the program's output.)
+    install(rt, timeout_ms=5000)
+    code = (
+        "class M(type):\n    def __getattribute__(cls, name):\n"
+        "        if name in ('__name__', '__qualname__', '__module__'):\n            raise RuntimeError(name)\n"
+        "        return type.__getattribute__(cls, name)\nclass E(Exception, metaclass=M):\n    pass\nraise E('x')"
+    )
+    message = failed_as(run_code(rt, code), "error")
+    assert message.startswith("code run failed (error): E: <exception that cannot be printed>\n"), message[:300]
+    assert "worker.py" not in message and "asyncio" not in message
+    assert 'File "<run_code>", line 8, in __run_code__' in message  # the program's own frame
+
+
+def test_the_headline_is_the_exceptions_line_not_a_note_added_to_it(rt: Any) -> None:
+    # (The headline was the traceback's last line: the last note.)
+    install(rt, timeout_ms=5000)
+    message = failed_as(
+        run_code(rt, "err = ValueError('bad input')\nerr.add_note('while reading a.txt')\nraise err"), "error"
+    )
+    assert message.startswith("code run failed (error): ValueError: bad input\n\n"), message[:300]
+    assert "ValueError: bad input\nwhile reading a.txt" in message  # the traceback keeps the note
