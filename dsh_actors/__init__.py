@@ -112,6 +112,8 @@ from .schema import (
     value_schema_spec_to_json_schema,
 )
 from .session import Session
+from .session import ptc_dispatch_event as ptc_dispatch_event  # importable, not in __all__ (see below)
+from .session import ptc_dispatch_start_event as ptc_dispatch_start_event  # (the same)
 from .signals import AbortController, AbortSignal
 from .toolset import ResolvedToolSet
 from .typed import tool
@@ -119,7 +121,9 @@ from .typed import tool
 # Importable but not in __all__ (docs/reference.md section 1 lists __all__):
 # UNSET is the default of Accept(value=UNSET), "no replacement value";
 # is_fault(exc) tells a fault from an outcome (what the logging, the
-# session log's tracebacks and policies.otel share).
+# session log's tracebacks and policies.otel share); ptc_dispatch_event and
+# ptc_dispatch_start_event build the session log's sub-dispatch events
+# (executors.ptc writes them: one builder of their shape).
 __all__ = [
     # runtime and scopes
     "ToolRuntime",

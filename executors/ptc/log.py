@@ -1,8 +1,8 @@
 """The durable log of sub-calls: the waterfall record and the two events.
 
-The event dicts have exactly the shapes of the core's session builders
-(``dsh_actors.session``; ``docs/reference.md``, section 10), which are not
-exported:
+The event dicts are built by the core's session builders
+(``dsh_actors.ptc_dispatch_event`` and ``ptc_dispatch_start_event``,
+importable, not in ``__all__``; ``docs/reference.md``, section 10):
 
 ``tool/ptc-dispatch-start``
     ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
@@ -30,7 +30,8 @@ from dsh_actors import (
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
-    ToolFailure,
+    ptc_dispatch_event,
+    ptc_dispatch_start_event,
     thaw,
 )
 
@@ -72,57 +73,11 @@ class PtcDispatchLog:
     """The sub-call's complete model-facing content (the default payload)."""
 
 
-def _str(value: object) -> str:
-    return str(value)  # a str enum (ErrorCode) gives its value; an exact str stays itself
-
-
-def content_json(blocks: Iterable[Any]) -> list[dict[str, Any]]:
-    """The logged form of content blocks (the core's ``content_to_json``)."""
-    out: list[dict[str, Any]] = []
-    for block in blocks:
-        kind = type(block)
-        if kind is TextBlock:
-            out.append({"type": "text", "text": block.text})
-        elif kind is ImageBlock:
-            out.append({"type": "image", "data": block.data, "mime_type": block.mime_type})
-        elif kind is ReasoningBlock:
-            item: dict[str, Any] = {"type": "reasoning", "text": block.text}
-            if block.signature is not None:
-                item["signature"] = block.signature
-            out.append(item)
-        else:
-            raise TypeError(f"{kind.__qualname__} is not a content block")
-    return out
-
-
-def error_json(error: ToolFailure | None) -> dict[str, Any] | None:
-    """The logged form of a failure (the core's ``error_to_json``)."""
-    if error is None:
-        return None
-    info = error.info
-    return {
-        "message": _str(error.message),
-        "info": None
-        if info is None
-        else {
-            "name": _str(info.name),
-            "code": _str(info.code),
-            "reason": None if info.reason is None else _str(info.reason),
-        },
-    }
-
-
 def dispatch_start_event(
     root_call_id: str, parent_call_id: str, sub_call_id: str, name: str, arguments: Any
 ) -> dict[str, Any]:
-    return {
-        "type": PTC_DISPATCH_START,
-        "root_call_id": root_call_id,
-        "parent_call_id": parent_call_id,
-        "sub_call_id": sub_call_id,
-        "name": name,
-        "arguments": arguments,
-    }
+    """A ``tool/ptc-dispatch-start`` event (the core's builder)."""
+    return ptc_dispatch_start_event(root_call_id, parent_call_id, sub_call_id, name, arguments)
 
 
 def dispatch_event(
@@ -133,14 +88,9 @@ def dispatch_event(
     result: ToolExecutionSuccess | ToolExecutionFailure,
     content: Iterable[Any],
 ) -> dict[str, Any]:
-    return {
-        "type": PTC_DISPATCH,
-        "root_call_id": root_call_id,
-        "parent_call_id": parent_call_id,
-        "sub_call_id": sub_call_id,
-        "name": name,
-        "is_error": bool(result.is_error),
-        "content": content_json(content),
-        "error": error_json(result.error),
-        "meta": None if result.meta is None else thaw(result.meta),
-    }
+    """A ``tool/ptc-dispatch`` event (the core's builder: with the
+    ``traceback`` of a failure that kept a fault)."""
+    meta = None if result.meta is None else thaw(result.meta)
+    return ptc_dispatch_event(
+        root_call_id, parent_call_id, sub_call_id, name, result.is_error, content, result.error, meta
+    )

@@ -62,6 +62,11 @@ def test_the_log_holds_start_and_settle_events_in_order_with_the_core_shapes(rt:
         "info": {"name": "ValueError", "code": "TOOL_FAILED", "reason": None},
     }
     assert events[4]["content"] == [{"type": "text", "text": "Error: broken"}]
+    # ... and, as every logged failure of a fault, its traceback (the log's
+    # copy of the core's builder had left it out).
+    assert "traceback" not in events[2]
+    assert events[4]["traceback"].startswith("Traceback (most recent call last):")
+    assert 'raise ValueError("broken")' in events[4]["traceback"]
     replayed = agent.session.results_by_call(ptc=True)
     assert sorted(replayed) == ["c1:ptc:1", "c1:ptc:2"]
 
