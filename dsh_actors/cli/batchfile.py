@@ -25,12 +25,15 @@ argument *text* is kept as text: the executor parses it
 (``docs/reference.md``, section 6), so arguments that are not JSON fail
 their call with ``INVALID_ARGS`` instead of failing the whole file.
 
-Every problem raises :class:`BatchFileError` with a one-line message that
-names the file and the JSON path of the bad field.
+The file is UTF-8 text (a leading byte order mark is skipped). Every
+problem (other bytes, an empty file, no JSON, a bad field) raises
+:class:`BatchFileError` with a one-line message that names the file and
+the JSON path of the bad field.
 """
 
 from __future__ import annotations
 
+import codecs
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +84,8 @@ def read_batch(path: str | Path) -> Batch:
     name = str(path)
     if not name:  # (Path("") is the current directory)
         raise BatchFileError("the batch file needs a name (got an empty one; '-' is standard input)")
+    if name == "-" and sys.stdin is None:  # (started with it closed: <&-)
+        raise BatchFileError("standard input is closed; name the batch file, or pipe the batch to '-'")
     try:
         data = sys.stdin.buffer.read() if name == "-" else Path(path).read_bytes()
     except FileNotFoundError:
@@ -90,12 +95,30 @@ def read_batch(path: str | Path) -> Batch:
     except OSError as err:
         raise BatchFileError(f"{name}: cannot read: {err.strerror or err}") from None
     source = "<stdin>" if name == "-" else name
+    text = _text(data, source)
     try:
-        value = loads(data, frozen=False, path="batch")
+        value = loads(text, frozen=False, path="batch")
     except LosslessJsonError as err:
         where = "" if err.path == "batch" else f" at {err.path}"
         raise BatchFileError(f"{source}: not valid JSON{where}: {err.problem}") from None
     return parse_batch(value, source)
+
+
+def _text(data: bytes, source: str) -> str:
+    """The batch file's JSON text: UTF-8 (RFC 8259), a leading byte order
+    mark skipped (as editors on Windows write one), not empty."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise BatchFileError(f"{source}: UTF-16 text, not UTF-8; save it as UTF-8")
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise BatchFileError(
+            f"{source}: not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
+    if not text.strip():
+        raise BatchFileError(f"{source}: empty; it should hold the tool calls, as JSON")
+    return text
 
 
 def parse_batch(data: Any, source: str = "batch") -> Batch:

@@ -35,14 +35,21 @@ class OutputError(Exception):
     (exit status :data:`EXIT_OUTPUT_FAILED`)."""
 
 
-def write_output(out: TextIO, lines: Iterable[str]) -> None:
+def write_output(out: TextIO, lines: Iterable[str], *, json: bool = False) -> None:
     """Write ``lines`` (each with its newline) to ``out``, standard output,
     and flush it. A failed write raises :class:`OutputError` naming why (a
     full disk); ``BrokenPipeError`` (the reader went away: ``| head``)
-    passes as it is."""
+    passes as it is. A character ``out``'s encoding cannot write (an
+    ``ascii`` or Windows code page standard output) is shown escaped:
+    ``\\xe9``, or, in JSON text (``json``), ``\\u00e9``, so the document
+    stays valid JSON of the same value."""
+    encoding = getattr(out, "encoding", None) or "utf-8"
     try:
         for line in lines:
-            out.write(line)
+            try:
+                out.write(line)
+            except UnicodeEncodeError:  # (the encoding checks the whole line before anything is written)
+                out.write(_encodable(line, encoding, json))
         out.flush()
     except BrokenPipeError:
         raise
@@ -51,6 +58,23 @@ def write_output(out: TextIO, lines: Iterable[str]) -> None:
         if disk_full(err):
             raise OutputError(f"cannot write standard output: the disk is full ({reason})") from None
         raise OutputError(f"cannot write standard output: {reason}") from None
+
+
+def _encodable(text: str, encoding: str, json: bool) -> str:
+    """``text`` with each character ``encoding`` cannot write escaped: as
+    Python's ``backslashreplace`` does, or, in JSON text (where such a
+    character can only be inside a string), as JSON's ``\\uXXXX``."""
+    if not json:
+        return text.encode(encoding, "backslashreplace").decode(encoding)
+    shown = []
+    for char in text:
+        try:
+            char.encode(encoding)
+        except UnicodeEncodeError:
+            units = char.encode("utf-16-be")  # (a surrogate pair beyond U+FFFF)
+            char = "".join(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2))
+        shown.append(char)
+    return "".join(shown)
 
 
 def silence_output() -> None:

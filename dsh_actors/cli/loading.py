@@ -8,7 +8,8 @@ imported by name, when used: the core never imports them statically.
 ``MODULE`` is a module name imported with the current directory on
 ``sys.path`` (``examples.tools``), or the path of a ``.py`` file, imported
 with its folder first on ``sys.path`` (as ``python FILE`` has it: it imports
-the modules beside it). Then the modules of that folder stay importable
+the modules beside it); a folder (``.``, ``./my_pkg``) is refused, naming
+the module to give instead. Then the modules of that folder stay importable
 until the command ends, as ``python FILE`` keeps its folder for the life of
 the process, so a tool that imports one when it runs finds it; but only
 when nothing else provides that name (the folder is searched after every
@@ -96,10 +97,18 @@ class ToolSource:
     """The attribute it names."""
 
 
+def _names_a_path(module_name: str) -> bool:
+    """Whether ``--tools`` names a file or a folder rather than a module:
+    a ``.py`` name, a name with a path separator, or an existing path that
+    is no dotted module name (``.``, ``..``, ``my-tools``)."""
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        return True
+    return not all(part.isidentifier() for part in module_name.split(".")) and os.path.lexists(module_name)
+
+
 def _import(module_name: str, spec: str) -> ModuleType:
-    looks_like_file = module_name.endswith(".py") or "/" in module_name or os.sep in module_name
     try:
-        if looks_like_file:
+        if _names_a_path(module_name):
             return _import_file(Path(module_name), spec)
         cwd = os.getcwd()
         if cwd not in sys.path:
@@ -111,6 +120,11 @@ def _import(module_name: str, spec: str) -> ModuleType:
     except ModuleNotFoundError as err:
         missing = err.name or ""
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            if os.path.isfile(module_name):  # (--tools batch.json)
+                raise CliError(
+                    f"--tools {spec}: {module_name!r} is a file, not a Python module; "
+                    "name a module (my_tools) or a .py file (./my_tools.py)"
+                ) from None
             raise CliError(
                 f"--tools {spec}: no module named {module_name!r} (looked in the current directory and sys.path)"
             ) from None
@@ -124,6 +138,15 @@ def _import(module_name: str, spec: str) -> ModuleType:
 
 
 def _import_file(path: Path, spec: str) -> ModuleType:
+    if path.is_dir():
+        package = path.resolve()
+        fix = (
+            f"it is the package {package.name}: run from {str(package.parent)!r} with --tools {package.name}, "
+            "or name a .py file in it"
+            if (package / "__init__.py").is_file() and package.name.isidentifier()
+            else "name a .py file in it, or a module"
+        )
+        raise CliError(f"--tools {spec}: {str(path)!r} is a folder; {fix}")
     if not path.is_file():
         raise CliError(f"--tools {spec}: no such file {str(path)!r}")
     name = f"_dsh_tools_{path.stem}_{abs(hash(str(path.resolve())))}"
@@ -215,15 +238,22 @@ def _a(value: object) -> str:
     return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
-def _definitions(value: object, spec: str, label: str) -> list[ToolDefinition]:
+def _definitions(value: object, spec: str, label: str, *, returned: bool = False) -> list[ToolDefinition]:
+    """``value``, the attribute ``label`` (or, ``returned``, what the
+    function ``label`` returned), as the definitions to register."""
     if isinstance(value, ToolDefinition):
         return [value]
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         items = list(value)
         for index, item in enumerate(items):
             if not isinstance(item, ToolDefinition):
-                raise CliError(f"--tools {spec}: {label}[{index}] is {_a(item)}, not a ToolDefinition")
+                where = f"item {index} of what {label}() returned" if returned else f"{label}[{index}]"
+                raise CliError(f"--tools {spec}: {where} is {_a(item)}, not a ToolDefinition")
         return items
+    if returned:
+        raise CliError(
+            f"--tools {spec}: {label}() returned {_a(value)}; expected a ToolDefinition or a sequence of them"
+        )
     raise CliError(
         f"--tools {spec}: {label} is {_a(value)}; expected register(rt), "
         "a ToolDefinition, a sequence of them, or a function returning one"
@@ -269,7 +299,7 @@ def install_tools(source: ToolSource, rt: ToolRuntime) -> None:
         if callable(target) and not isinstance(target, ToolDefinition):
             style = _call_style(target)
             if style == "factory":
-                definitions = _definitions(target(), source.spec, f"{label}() returned")
+                definitions = _definitions(target(), source.spec, label, returned=True)
             else:
                 target(rt.tools if style == "tools" else rt)
                 return

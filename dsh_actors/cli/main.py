@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
             "grouped by model step, PTC sub-calls nested under their call; generic cards for unknown tools."
         ),
     )
-    replay.add_argument("file", metavar="FILE", help="the session log")
+    replay.add_argument("file", metavar="FILE", help="the session log ('-': standard input)")
     replay.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (without it: generic cards)")
     replay.set_defaults(command_parser=replay)
 

@@ -28,12 +28,14 @@ agent's; the second draws each root call as soon as it is complete, or
 after the last event that changes it (:class:`~.render.LogTree`), so
 memory holds what is open in the log (calls without a result, and the
 calls logged after such a call until it is complete), not the log. A
-pipe's bytes (a FIFO, ``/dev/stdin``) are first copied to a temporary file.
+pipe's bytes (a FIFO, ``/dev/stdin``, ``-``: standard input) are first
+copied to a temporary file.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -70,9 +72,9 @@ def _open_log(path: str) -> IO[bytes]:
     times as replay reads it: a pipe's bytes (a FIFO, ``/dev/stdin``) are
     first copied to a temporary file."""
     if not path:  # (Path("") is the current directory)
-        raise CliError("the session log needs a file name (got an empty one)")
+        raise CliError("the session log needs a file name (got an empty one; '-' is standard input)")
     try:
-        file = open(path, "rb")  # (closed by replay_command)
+        file = _stdin() if path == "-" else open(path, "rb")  # (closed by replay_command)
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -89,6 +91,19 @@ def _open_log(path: str) -> IO[bytes]:
             spool.close()
             raise _cannot_read(path, err) from None
     return spool
+
+
+def _stdin() -> IO[bytes]:
+    """Standard input (``-``), as a file of its own: closing it leaves the
+    process's ``sys.stdin`` open."""
+    stream = sys.stdin
+    try:
+        fd = -1 if stream is None else stream.fileno()
+    except (OSError, ValueError):  # (io.UnsupportedOperation is both)
+        fd = -1
+    if fd < 0:
+        raise CliError("standard input is closed; name the session log, or pipe the log to '-'")
+    return open(os.dup(fd), "rb")
 
 
 def _cannot_read(path: str, err: OSError) -> CliError:
@@ -178,8 +193,9 @@ def _not_an_event(path: str, number: int, problem: str, *, alone: bool) -> CliEr
 
 
 def replay_command(args: argparse.Namespace) -> int:
+    name = "<stdin>" if args.file == "-" else args.file  # (in messages)
     with _open_log(args.file) as file:
-        scan = _scan(_LogReader(file, args.file))
+        scan = _scan(_LogReader(file, name))
         out = sys.stdout
         with ExitStack() as stack:
             lookup: Lookup = _unknown
@@ -191,15 +207,13 @@ def replay_command(args: argparse.Namespace) -> int:
             style = choose_style(out, args.color)
             verbose = bool(getattr(args, "verbose", False))
             tally = Tally()
-            entries = _entries(_LogReader(file, args.file), scan, tally)
+            entries = _entries(_LogReader(file, name), scan, tally)
             lines = render_lines(
                 entries, lookup, style, named=scan.named, max_lines=args.max_lines or None, tracebacks=verbose
             )
             write_output(out, _with_summary(lines, tally, style))
     if scan.torn is not None:
-        sys.stderr.write(
-            f"dsh-actors replay: {args.file}:{scan.torn}: ignored a torn last line (an interrupted write)\n"
-        )
+        sys.stderr.write(f"dsh-actors replay: {name}:{scan.torn}: ignored a torn last line (an interrupted write)\n")
     return 0
 
 

@@ -342,7 +342,7 @@ def _print(
         tally = Tally()
         for entry in entries:
             tally.add(entry)
-        write_output(out, [_json_document(batch, names, views, batch_file.shape, tally).decode("utf-8")])
+        write_output(out, [_json_document(batch, names, views, batch_file.shape, tally).decode("utf-8")], json=True)
     else:
         style = choose_style(out, args.color)
         verbose = bool(getattr(args, "verbose", False))
@@ -356,7 +356,7 @@ def run_command(args: argparse.Namespace) -> int:
         batch_file = read_batch(args.batch)
     except BatchFileError as err:
         raise CliError(str(err)) from None
-    existed = args.log is not None and Path(args.log).exists()
+    existed = args.log is not None and os.path.exists(args.log)  # (False for a name too long: _open_log says so)
     session = _open_log(args.log)  # (first: a log that cannot be used is refused before anything runs)
     ran = False
     on_main_thread = threading.current_thread() is threading.main_thread()

@@ -59,5 +59,5 @@ def schemas_command(args: argparse.Namespace) -> int:
         servers.start(rt)
         install_executor(args.executor, rt)
         document = _FORMATTERS[args.format](rt)
-    write_output(sys.stdout, [orjson.dumps(document, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n"])
+    write_output(sys.stdout, [orjson.dumps(document, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n"], json=True)
     return 0

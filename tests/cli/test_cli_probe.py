@@ -157,7 +157,9 @@ def test_an_empty_file_name_is_refused_as_such_not_as_a_directory(cli: Cli, root
     no_batch = cli("run", "", "--mcp", _server(tmp_path))
     assert_one_line_error(no_batch, "run", "the batch file needs a name (got an empty one; '-' is standard input)")
     no_file = cli("replay", "")
-    assert_one_line_error(no_file, "replay", "the session log needs a file name (got an empty one)")
+    assert_one_line_error(
+        no_file, "replay", "the session log needs a file name (got an empty one; '-' is standard input)"
+    )
 
 
 def test_a_server_command_that_cannot_be_executed_says_so(cli: Cli, root: Path, tmp_path: Path) -> None:
