@@ -146,7 +146,7 @@ def main() -> None:
             elif kind == "tool/call":
                 print(f"  tool/call   {event['call_id']:<4} {event['name']}")
             elif kind == "tool/start":
-                print(f"  tool/start  {event['call_id']:<4}")
+                print(f"  tool/start  {event['call_id']}")
             else:
                 print(f"  tool/result {event['call_id']:<4} {'error' if event['is_error'] else 'ok'}")
 

@@ -110,7 +110,7 @@ def _open_log(path: str | None) -> Session:
                 "name a new file, or leave out --log to keep the log in memory"
             )
         if status.st_size > 0:
-            raise CliError(f"--log {path}: the file already holds events; choose a new file")
+            raise CliError(f"--log {path}: the file is not empty (a log is written to a new file); choose a new file")
     try:
         return Session(target)
     except FileNotFoundError:

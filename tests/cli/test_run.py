@@ -600,7 +600,7 @@ def _bad_inputs(root: Path, write_module: Any) -> dict[str, tuple[list[Any], lis
             [batch, "--tools", str(needs_dep)],
             ["No module named 'a_dependency_that_is_not_installed'"],
         ),
-        "used log": ([batch, "--tools", "examples.tools", "--log", "used.jsonl"], ["already holds events"]),
+        "used log": ([batch, "--tools", "examples.tools", "--log", "used.jsonl"], ["the file is not empty"]),
         "log folder missing": (
             [batch, "--tools", "examples.tools", "--log", "no/dir/x.jsonl"],
             ["the folder 'no/dir' does not exist"],
