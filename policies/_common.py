@@ -268,15 +268,9 @@ def listens(rt: ToolRuntime, event: str, kind: type) -> bool:
     return any(isinstance(getattr(listener, "__self__", None), kind) for listener in rt.events.listeners(event))
 
 
-def executable_definition(rt: ToolRuntime, execution: ToolExecution) -> ToolDefinition | None:
-    """The definition ``execution`` runs (``execution.definition``, the
-    pipeline's own lookup), or ``None``: unknown, an executor's own tool
-    (PTC's ``run_code``), or a runtime that is stopping. An execution the
-    pipeline has not looked up (``tool_found`` None) is looked up here."""
-    if execution.tool_found is not None:
-        definition: ToolDefinition | None = execution.definition
-        return definition
-    try:
-        return rt.tools.executable(execution.name, execution.agent, execution.tool_set)
-    except RuntimeError:  # the runtime is stopping: the call is being torn down
-        return None
+def executable_definition(execution: ToolExecution) -> ToolDefinition | None:
+    """The definition ``execution`` runs (``execution.definition``: the
+    pipeline's own lookup, made before any hook of the call runs), or
+    ``None``: unknown, or an executor's own tool (PTC's ``run_code``)."""
+    definition: ToolDefinition | None = execution.definition
+    return definition

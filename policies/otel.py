@@ -345,7 +345,7 @@ class OtelPolicy:
         if execution.tool_found is False:
             return _Tool(name, "")  # (the pipeline found no tool of the name: nothing to look up)
         generation = self._generation
-        definition = executable_definition(self._rt, execution)
+        definition = executable_definition(execution)
         if definition is None:
             return _Tool(name, "")
         tool = _Tool(name, str(definition.description))

@@ -127,7 +127,7 @@ class RetryPolicy:
                 logger.opt(exception=exc).warning(
                     "{}: the idempotency predicate raised for tool {!r}; not retrying", _POLICY, execution.name
                 )
-        definition = executable_definition(self._rt, execution)
+        definition = executable_definition(execution)
         if definition is None:
             return False
         if definition.idempotent is True:

@@ -114,7 +114,7 @@ class TimeoutPolicy:
 
     def wrapper(self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         """The ``tools/execute`` wrapper (a call actor's thread)."""
-        definition = executable_definition(self._rt, execution)
+        definition = executable_definition(execution)
         timeout_ms = None if definition is None else definition.timeout_ms
         if timeout_ms is None:
             return next_()

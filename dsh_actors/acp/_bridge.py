@@ -322,14 +322,11 @@ class AcpSession:
         return True
 
     def _definition(self, execution: ToolExecution) -> ToolDefinition | None:
-        # The committed registry, as the call's own lookup reads it: a change
-        # still pending (its tools/change listeners deciding) is not what
-        # the call runs, and does not draw its cards.
-        try:
-            return self.rt.tools.executable(execution.name, scope=self.agent, tool_set=execution.tool_set)
-        except Exception as exc:  # noqa: BLE001 - a card is never worth failing a call
-            logger.debug("ACP session {}: no definition for {}: {}", self.session_id, execution.name, safe_str(exc))
-            return None
+        # What the call runs: the pipeline's own lookup (the call's agent's
+        # view of the committed registry), made before its pre-execute
+        # listeners or, for a call that runs no phase, before its result.
+        found: ToolDefinition | None = execution.definition
+        return found
 
     def _call_card(self, execution: ToolExecution, definition: ToolDefinition | None) -> dict[str, Any]:
         view: ToolCallView | None = None

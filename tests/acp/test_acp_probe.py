@@ -480,3 +480,33 @@ def test_a_call_made_while_a_change_is_pending_is_carded_by_the_tool_it_runs(rt:
     assert len(refused) == 1
     titles = [update["title"] for update in client.updates if "title" in update]
     assert titles == ["global call", "global result"], client.updates
+
+
+def test_a_sub_agent_s_call_is_carded_by_the_tool_its_own_scope_runs(rt: ToolRuntime) -> None:
+    # The bridge looked the tool up in the attached agent's scope: a tool a
+    # sub-agent's scope shadows was drawn with the parent's card.
+    def looking(title: str) -> Any:
+        return define_tool(
+            name="look",
+            description="Look.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=lambda args, ctx: title,
+            present_call=lambda args: GenericCallView(title=title),
+        )
+
+    parent = Agent("main")
+    child = Agent("sub", parent=parent)
+    rt.tools.scope(parent).register(looking("the parent's look"))
+    rt.tools.scope(child).register(looking("the child's look"))
+    client = Updates()
+
+    async def scenario() -> None:
+        async with attach(rt, client, "s1", agent=parent):  # type: ignore[arg-type]
+            batch = await asyncio.wait_for(
+                rt.tools.execute_async(ToolBatchInput(calls=[ToolCall(id="c1", name="look")], agent=child)), BOUND
+            )
+            assert batch.results[0].result.content == (text("the child's look"),)
+
+    asyncio.run(scenario())
+    assert [update["title"] for update in client.updates if "title" in update] == ["the child's look"]
