@@ -23,8 +23,9 @@ Result cards (the content of the final ``tool_call_update``):
 * search: ``path:line: text`` rows grouped by file (or the paths), and a
   note when the result was capped;
 * web: a search's answer and sources as Markdown links, one list item a
-  source (its title's brackets escaped and its URL written so that the link
-  ends where the URL does: a page's title cannot point the link elsewhere),
+  source (its title and snippet read as text, their punctuation escaped,
+  and its URL written so that the link ends where the URL does: a page
+  cannot point the link elsewhere or add one of its own),
   or a fetch's URL and status followed by the result's own text.
 
 A card's title, when it has one, replaces the pending title. The raw
@@ -243,9 +244,11 @@ def _search_text(view: SearchResultView) -> str:
     return text
 
 
-#: What a Markdown link's text escapes, so that a page's title cannot end
-#: the link early and point it elsewhere (``x](https://elsewhere)``).
-_LINK_TEXT: Final = re.compile(r"([\\\[\]])")
+#: What a page's own text (a source's title and snippet) escapes: every
+#: ASCII punctuation character, as CommonMark allows, so that none of it
+#: is Markdown (a title cannot end its link early, a backtick open a code
+#: span that swallows the link, a snippet add a link or HTML of its own).
+_PUNCTUATION: Final = re.compile(r"([!-/:-@\[-`{-~])")
 #: A link destination written as is: no whitespace, parenthesis, angle
 #: bracket or backslash (else it is written ``<...>``, those percent-encoded).
 _PLAIN_TARGET: Final = re.compile(r"[^\s()<>\\]*")
@@ -257,8 +260,10 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _link_text(title: str) -> str:
-    return _LINK_TEXT.sub(r"\\\1", _one_line(title))
+def _page_text(text: str) -> str:
+    """A page's text (a title, a snippet) on one line, read as text, not
+    Markdown."""
+    return _PUNCTUATION.sub(r"\\\1", _one_line(text))
 
 
 def _link_target(url: str) -> str:
@@ -272,8 +277,8 @@ def _web_text(view: WebResultView, result: PresentedResult) -> str:
     if view.kind == "search":
         parts = [view.answer] if view.answer else []
         for source in view.sources:
-            line = f"- [{_link_text(source.title)}]({_link_target(source.url)})"
-            parts.append(f"{line}: {_one_line(source.snippet)}" if source.snippet else line)
+            line = f"- [{_page_text(source.title)}]({_link_target(source.url)})"
+            parts.append(f"{line}: {_page_text(source.snippet)}" if source.snippet else line)
         if view.truncated:
             parts.append("[more results were not shown]")
         return "\n".join(parts)

@@ -154,16 +154,18 @@ def test_a_web_result_card_is_its_answer_and_sources_or_its_url_and_body() -> No
 
 
 def test_a_web_source_s_title_and_url_cannot_forge_or_break_its_link() -> None:
-    # A page's title is the page's to choose: "x](https://elsewhere)" ended
-    # the link early and pointed it elsewhere, and a line break in it (or in
-    # the snippet) broke the list. Read as an editor reads Markdown.
+    # A page's title and snippet are the page's to choose: "x](https://
+    # elsewhere)" ended the link early and pointed it elsewhere, a backtick
+    # opened a code span that swallowed the link, a snippet added a link
+    # (or HTML) of its own, and a line break broke the list. Read as an
+    # editor reads Markdown.
     from markdown_it import MarkdownIt
 
     sources = (
         WebSource("Fine](https://evil.example) [", "https://good.example/a", "line one\nline two"),
         WebSource("Wiki\nlink", "https://en.wikipedia.org/wiki/Foo_(bar)"),
         WebSource("Odd", "https://x.example/a b<c>\\d"),
-        WebSource("B", "https://b.org"),
+        WebSource("B`", "https://b.org", "`[B](https://evil.example/setup.exe) <a href='https://evil.example'>x</a>"),
     )
     (text,) = _texts(_end(result_fields(WebResultView(kind="search", sources=sources), OK)))
     tokens = MarkdownIt("commonmark").parse(text)
@@ -181,7 +183,10 @@ def test_a_web_source_s_title_and_url_cannot_forge_or_break_its_link() -> None:
         "https://b.org",
     ]
     assert len(items) == 4  # one list item a source
-    assert text.splitlines()[0] == r"- [Fine\](https://evil.example) \[](https://good.example/a): line one line two"
+    assert not [c for item in items for c in item.children or () if c.type in ("html_inline", "code_inline")]
+    assert text.splitlines()[0] == (
+        r"- [Fine\]\(https\:\/\/evil\.example\) \[](https://good.example/a): line one line two"
+    )
     assert text.splitlines()[1] == "- [Wiki link](<https://en.wikipedia.org/wiki/Foo_(bar)>)"
 
 
