@@ -209,3 +209,91 @@ def test_on_refuses_a_name_scope_or_prepend_of_the_wrong_type(name: Any, kwargs:
         bus.on(name, lambda *args: None, **kwargs)
     assert str(raised.value) == message
     assert bus.listeners("tools/result") == ()
+
+
+def _one_echo_call(name: str, listener: Any) -> Any:
+    """One call of a tool ``t`` with ``listener`` subscribed to ``name``: its result."""
+    from dsh_actors import ToolBatchInput, ToolCall, ToolRuntime, define_tool
+
+    with ToolRuntime() as rt:
+        rt.tools.register(
+            define_tool(
+                name="t",
+                description="t",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [text(v)]),
+                execute=lambda args, ctx: "ok",
+            )
+        )
+        rt.events.on(name, listener)
+        return rt.tools.execute(ToolBatchInput(calls=(ToolCall("c0", "t", "{}"),))).results[0].result
+
+
+@pytest.mark.parametrize("name", ["tools/execute", "tools/post-execute"])
+def test_a_sync_listener_that_returns_a_coroutine_fails_its_call_naming_the_fix_and_closes_it(name: str) -> None:
+    # An async def behind a sync decorator: on() cannot see it, and nothing
+    # awaits these events' listeners. Before, the call failed with "a
+    # wrapper returned coroutine" and Python warned on stderr that the
+    # coroutine was never awaited (the library is silent).
+    import functools
+    import warnings
+
+    ran: list[str] = []
+
+    async def audit(*args: Any) -> Any:
+        ran.append("audit")
+        return args[-1]()
+
+    @functools.wraps(audit)
+    def decorated(*args: Any) -> Any:
+        return audit(*args)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (an unawaited coroutine's warning, if it were collected unclosed)
+        result = _one_echo_call(name, decorated)
+        import gc
+
+        gc.collect()
+    assert result.is_error and result.error.info is not None and result.error.info.code == "POLICY_FAILED"
+    assert result.error.message == (
+        f"{name}: a listener returned a coroutine ({audit.__qualname__}), which nothing awaits (its body did not run): "
+        f"'{name}' listeners run on the runtime's threads, so make it a plain def"
+    )
+    assert ran == []
+
+
+def test_an_async_pre_execute_listener_that_returns_next_without_awaiting_it_fails_naming_the_fix() -> None:
+    # `return next()` in an async def: the listener's value was the rest of
+    # the chain's coroutine, never run. Before, the call failed with "a
+    # listener returned coroutine; expected Allow, ..." and a RuntimeWarning
+    # naming the runtime's _arun_chain.
+    import gc
+    import warnings
+
+    async def forgetful(execution: Any, next_: Any) -> Any:
+        return next_()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = _one_echo_call("tools/pre-execute", forgetful)
+        gc.collect()
+    assert result.is_error and result.error.info is not None and result.error.info.code == "POLICY_FAILED"
+    assert result.error.message == (
+        "tools/pre-execute: the async listener "
+        "test_an_async_pre_execute_listener_that_returns_next_without_awaiting_it_fails_naming_the_fix.<locals>"
+        ".forgetful returned next() without awaiting it, so the rest of the chain never ran: return await next()"
+    )
+
+
+def test_a_plugin_waterfall_without_an_awaiter_returns_an_async_listeners_coroutine() -> None:
+    # A plugin's own event is left to the plugin: the coroutine is its result.
+    import asyncio
+
+    bus = EventBus()
+
+    async def listener(value: int, next_: Any) -> int:
+        return value + 1
+
+    bus.on("my-plugin/event", listener)
+    coroutine = bus.waterfall("my-plugin/event", lambda: 0, 41)
+    assert asyncio.run(coroutine) == 42

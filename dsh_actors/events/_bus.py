@@ -23,6 +23,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from types import CoroutineType
 from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
@@ -34,6 +35,7 @@ from ..errors import (
     InvalidTypeError,
     InvalidValueError,
     RuntimeStoppedError,
+    ToolPolicyError,
     callable_name,
     log_exception,
     safe_str,
@@ -386,8 +388,12 @@ class EventBus:
         ``awaiter(coroutine)``: how this caller waits for an ``async def``
         listener (the pipeline runs it on the batch's event loop). An async
         listener gets an async ``next``: ``decision = await next()`` runs
-        the rest of the chain on that loop. Without an awaiter an async
-        listener's coroutine is its result (and the caller refuses it).
+        the rest of the chain on that loop; one that returns ``next()``
+        without awaiting it raises ``InvalidStateError`` saying so. Without
+        an awaiter, a coroutine a listener of one of the runtime's other
+        waterfalls returns (an ``async def`` behind a sync decorator: nothing
+        awaits those) is closed and raises ``ToolPolicyError`` naming the
+        fix; a plugin's own event's coroutine is its result.
         """
         subscribers = self._lists.get(name)
         if subscribers is None:
@@ -397,7 +403,41 @@ class EventBus:
             chain = subscribers.reaching(agent)
         if not chain:
             return default()
+        if awaiter is None:
+            awaiter = _REFUSERS.get(name)  # (a runtime event nothing awaits: refuse a coroutine)
         return _run_chain(chain, 0, default, args, awaiter)
+
+
+def _refuse_coroutine(name: str, coroutine: Any) -> Any:
+    """The ``awaiter`` of a runtime waterfall nothing awaits: a sync
+    listener of ``name`` returned ``coroutine``, an ``async def`` behind a
+    sync wrapper (a decorator's) that ``on()`` could not see. Closed (its
+    body never runs), and the call fails naming the fix."""
+    coroutine.close()
+    raise ToolPolicyError(
+        name,
+        f"a listener returned a coroutine ({safe_str(getattr(coroutine, '__qualname__', '?'))}), which nothing "
+        f"awaits (its body did not run): {name!r} listeners run on the runtime's threads, so make it a plain def",
+    )
+
+
+#: The awaiter of each runtime waterfall whose listeners are never awaited.
+_REFUSERS: Final[dict[str, Callable[[Any], Any]]] = {
+    name: partial(_refuse_coroutine, name) for name in EVENT_NAMES if name not in ASYNC_EVENTS
+}
+
+
+def _awaited(fn: Listener, value: Any) -> Any:
+    """What the ``async def`` listener ``fn`` returned, once awaited: refused
+    when it is the coroutine of its own ``next()``, which it forgot to
+    await (the rest of the chain never ran)."""
+    if type(value) is CoroutineType and value.cr_code is _arun_chain.__code__:
+        value.close()
+        raise InvalidStateError(
+            f"the async listener {callable_name(fn)} returned next() without awaiting it, so the rest of the "
+            "chain never ran: return await next()"
+        )
+    return value
 
 
 def _run_chain(
@@ -416,7 +456,7 @@ def _run_chain(
         def anext_() -> Any:
             return _arun_chain(chain, index + 1, default, args, awaiter)
 
-        return awaiter(fn(*args, anext_))  # type: ignore[no-any-return]
+        return _awaited(fn, awaiter(fn(*args, anext_)))  # type: ignore[no-any-return]
 
     if index + 1 == len(chain):
         next_ = default  # the last listener's next runs the default itself (two frames less)
@@ -451,7 +491,7 @@ async def _arun_chain(
         def anext_() -> Any:
             return _arun_chain(chain, index + 1, default, args, awaiter)
 
-        return await fn(*args, anext_)  # type: ignore[no-any-return]
+        return _awaited(fn, await fn(*args, anext_))  # type: ignore[no-any-return]
 
     def refuse(coro: Any) -> Any:
         # An async listener reached from this sync listener's next(): its
