@@ -28,11 +28,12 @@ import itertools
 import threading
 from collections.abc import Callable
 from functools import partial
+from numbers import Real
 from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
-from .errors import AbortError, InvalidTypeError, callable_name, log_exception, safe_repr
+from .errors import AbortError, InvalidTypeError, InvalidValueError, callable_name, log_exception, safe_repr
 
 __all__ = ["AbortCallback", "AbortController", "AbortSignal", "Unsubscribe"]
 
@@ -58,6 +59,26 @@ _PENDING: Final = _Pending()
 
 def _noop() -> None:
     return None
+
+
+def _not_callable(fn: object) -> InvalidTypeError:
+    return InvalidTypeError(
+        f"add_callback() takes a function, fn(signal), not {type(fn).__qualname__} {safe_repr(fn)[:60]} "
+        "(pass the function itself, not what calling it returned)"
+    )
+
+
+def _seconds(timeout: object) -> float | None:
+    """``wait(timeout=...)`` as :meth:`threading.Event.wait` takes it: None
+    (no limit) for one longer than the platform can wait."""
+    if isinstance(timeout, int) and type(timeout) is not bool:  # (compared exactly: past a float's range too)
+        return None if timeout > threading.TIMEOUT_MAX else float(timeout)
+    if type(timeout) is bool or not isinstance(timeout, Real):
+        raise InvalidTypeError(f"wait(timeout=...) is a number of seconds or None, not {type(timeout).__qualname__}")
+    seconds = float(timeout)
+    if seconds != seconds:
+        raise InvalidValueError("wait(timeout=...) is a number of seconds or None, not NaN")
+    return None if seconds > threading.TIMEOUT_MAX else seconds
 
 
 # Stamps each abort in the order aborts happen (``next`` on a count is atomic
@@ -161,8 +182,13 @@ class AbortSignal:
         Returns ``True`` at once if the signal has already aborted. Waiting
         does not poll: it sleeps on a :class:`threading.Event`. A signal that
         can no longer abort (no controller, or a closed fused signal) makes
-        ``wait()`` without a timeout block forever.
+        ``wait()`` without a timeout block forever, as does a timeout
+        longer than the platform can wait (``math.inf``). A timeout that is
+        not a number of seconds raises ``InvalidTypeError`` (NaN:
+        ``InvalidValueError``).
         """
+        if timeout is not None:
+            timeout = _seconds(timeout)
         if self._reason is not _PENDING:
             return True
         with self._lock:
@@ -205,8 +231,12 @@ class AbortSignal:
         (an unsubscribed callback that has not run yet will not run).
 
         On a closed fused signal that has not aborted (it never will),
-        ``fn`` is not kept and the unsubscribe does nothing.
+        ``fn`` is not kept and the unsubscribe does nothing. ``fn`` that is
+        not callable raises ``InvalidTypeError`` here, not when the signal
+        aborts.
         """
+        if not callable(fn):
+            raise _not_callable(fn)
         self._lock.acquire()
         try:
             if self._reason is _PENDING:
@@ -435,6 +465,8 @@ class _Following(AbortSignal):
         return AbortSignal.reason.fget(self)  # type: ignore[attr-defined]
 
     def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            timeout = _seconds(timeout)  # (before it links)
         if self._parents is not None:
             self._link()
             if self._caught_up():  # (another thread may be linking it still)
@@ -447,6 +479,8 @@ class _Following(AbortSignal):
         super().throw_if_aborted()
 
     def add_callback(self, fn: AbortCallback) -> Unsubscribe:
+        if not callable(fn):
+            raise _not_callable(fn)  # (before it links)
         if self._parents is not None:
             self._link()
         return super().add_callback(fn)

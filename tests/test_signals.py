@@ -6,6 +6,7 @@ deadlock guard, never a way to wait for something to happen.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -255,6 +256,48 @@ def test_a_callback_may_unsubscribe_itself_and_others_during_dispatch() -> None:
 @pytest.mark.parametrize("timeout", [0, 0.001, -1])
 def test_wait_with_a_timeout_returns_false_while_pending(timeout: float) -> None:
     assert AbortController().signal.wait(timeout) is False
+
+
+@pytest.mark.parametrize("following", [False, True])
+@pytest.mark.parametrize("timeout", [math.inf, 10**400])
+def test_wait_longer_than_the_platform_can_waits_until_the_abort(timeout: float, following: bool) -> None:
+    # Before, threading's OverflowError ("timestamp out of range for
+    # platform time_t") came out of wait(math.inf).
+    parent = AbortController()
+    controller = AbortController(parent.signal) if following else parent
+    outcome: list[object] = []
+
+    def waiter(_: int) -> None:
+        try:
+            outcome.append(controller.signal.wait(timeout))
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            outcome.append(exc)
+
+    thread = threading.Thread(target=waiter, args=(0,))
+    thread.start()
+    parent.abort()
+    thread.join(GUARD)
+    assert outcome == [True]
+
+
+@pytest.mark.parametrize("following", [False, True])
+def test_wait_and_add_callback_refuse_what_they_cannot_use_naming_it(following: bool) -> None:
+    # Before, add_callback(None) (what calling the callback returned) was
+    # kept, and only logged as "raised" when the signal aborted: it never
+    # ran. wait("1") failed with "'>' not supported between instances of
+    # 'str' and 'int'"; wait(nan) returned False at once.
+    from dsh_actors import InvalidTypeError, InvalidValueError
+
+    parent = AbortController()
+    signal = AbortController(parent.signal).signal if following else parent.signal
+    with pytest.raises(InvalidTypeError, match=r"^add_callback\(\) takes a function, fn\(signal\), not NoneType None"):
+        signal.add_callback(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match=r"^wait\(timeout=\.\.\.\) is a number of seconds or None, not str$"):
+        signal.wait("1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="not NaN"):
+        signal.wait(math.nan)
+    assert parent.signal.listener_count == 0  # (a following signal did not link)
+    assert signal.wait(0) is False
 
 
 def test_wait_returns_true_when_another_thread_aborts() -> None:
