@@ -153,9 +153,9 @@ class Recorder:
         self._batches: Batches[int] = Batches()  # each batch's number
         self._next_batch = 0
         self._batch_threads: dict[int, tuple[int, str]] = {}
-        # The runtimes it is applied to now (apply, until its undo): once
-        # each, or it would record every call twice.
-        self._applied: weakref.WeakSet[ToolRuntime] = weakref.WeakSet()
+        # The scopes it is applied to now on each runtime (apply, until its
+        # undo): scopes that overlap would record a call twice.
+        self._applied: weakref.WeakKeyDictionary[ToolRuntime, list[Agent | None]] = weakref.WeakKeyDictionary()
 
     def now(self) -> float:
         """µs since the epoch."""
@@ -445,12 +445,14 @@ def apply(
         raise InvalidTypeError(f"{_POLICY}: scope must be an Agent or None, not {type(scope).__qualname__}")
     rec = Recorder() if recorder is None else recorder
     with rec._lock:
-        if rt in rec._applied:
+        scopes = rec._applied.setdefault(rt, [])
+        if any(_overlap(scope, other) for other in scopes):
             raise InvalidStateError(
-                f"{_POLICY}: this Recorder is applied to this runtime already (each call would be recorded "
-                "twice): dispose that application first, or give this one a Recorder of its own"
+                f"{_POLICY}: this Recorder is applied to this runtime already for these calls (each would be "
+                "recorded twice): dispose that application first, give this one a Recorder of its own, or "
+                "scope each to agents apart"
             )
-        rec._applied.add(rt)
+        scopes.append(scope)
     now = rec.now
 
     def pre_execute(execution: ToolExecution, next_: Callable[[], Any]) -> Any:
@@ -484,7 +486,9 @@ def apply(
         for off in offs:
             off()
         with rec._lock:
-            rec._applied.discard(rt)
+            scopes = rec._applied.get(rt)
+            if scopes is not None:
+                scopes.remove(scope)
 
     try:
         offs.append(events.on("tools/pre-execute", pre_execute, scope=scope, prepend=True))
@@ -507,6 +511,13 @@ def apply(
             rec.write(path)
 
     return undo
+
+
+def _overlap(one: Agent | None, other: Agent | None) -> bool:
+    """Whether some call reaches the listeners of both scopes: either is
+    global, or one is the other or its ancestor (listeners reach the
+    scope's descendants)."""
+    return one is None or other is None or one in other.chain() or other in one.chain()
 
 
 @contextmanager

@@ -211,6 +211,19 @@ def test_a_recorder_is_applied_to_a_runtime_once_at_a_time(rt: Any) -> None:
         for undo in both:
             undo()
     assert len(recorder.calls) == 3
+    # Scoped to agents apart it may be applied once for each; to an agent
+    # and its sub-agent (whose calls reach both), not.
+    parent, sibling = Agent("a"), Agent("b")
+    child = Agent("a1", parent=parent)
+    apart = [rt.use(trace, recorder=recorder, scope=parent), rt.use(trace, recorder=recorder, scope=sibling)]
+    with pytest.raises(InvalidStateError, match="applied to this runtime already"):
+        rt.use(trace, recorder=recorder, scope=child)
+    with pytest.raises(InvalidStateError, match="applied to this runtime already"):
+        rt.use(trace, recorder=recorder)
+    rt.tools.execute(ToolBatchInput(calls=[ToolCall(id="c1", name="noop")], agent=child))
+    assert len(recorder.calls) == 4  # (once)
+    for undo in apart:
+        undo()
 
 
 def test_consecutive_batches_sharing_a_signal_get_a_lane_each(rt: Any) -> None:
