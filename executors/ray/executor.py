@@ -297,7 +297,7 @@ class RayExecutor(NativeExecutor):
             def submit_actor(payload: bytes, info: Any) -> Any:
                 return self._handle(actor).call.remote(method, payload, info, self._board)
 
-            return self._body(definition, submit_actor, actor=True)
+            return self._body(definition, submit_actor, actor=actor)
         try:
             function = self._task(definition, where)
         except Exception as exc:  # noqa: BLE001 - options Ray refuses fail the call, not the batch
@@ -313,7 +313,7 @@ class RayExecutor(NativeExecutor):
         def submit_task(payload: bytes, info: Any) -> Any:
             return function.remote(payload, info, self._board)
 
-        return self._body(definition, submit_task, actor=False)
+        return self._body(definition, submit_task, actor=None)
 
     def _task(self, definition: Any, spec: RayTask) -> Any:
         key = (id(definition), spec.key())
@@ -350,14 +350,14 @@ class RayExecutor(NativeExecutor):
                 # The RayActor's options (checked by Ray): the call's
                 # placement is wrong, the cluster did not refuse anything.
                 raise RayExecutionError(
-                    "placement", f"{actor!r}: Ray refused the actor options: {_first_line(str(exc))}"
+                    "placement", f"{_label(actor)}: Ray refused the actor options: {_first_line(str(exc))}"
                 ) from None
             handle = made.remote(factory)
             with self._state_lock:
                 self._handles[id(actor)] = (actor, handle)
             return handle
 
-    def _body(self, definition: Any, submit: Callable[[bytes, Any], Any], *, actor: bool) -> Any:
+    def _body(self, definition: Any, submit: Callable[[bytes, Any], Any], *, actor: RayActor | None) -> Any:
         name = definition.name
 
         async def ray_body(args: Any, ctx: Any) -> Any:
@@ -368,7 +368,9 @@ class RayExecutor(NativeExecutor):
 
     # -- one call ----------------------------------------------------------
 
-    async def _run(self, name: str, submit: Callable[[bytes, Any], Any], actor: bool, args: Any, ctx: Any) -> Any:
+    async def _run(
+        self, name: str, submit: Callable[[bytes, Any], Any], actor: RayActor | None, args: Any, ctx: Any
+    ) -> Any:
         signal = ctx.signal
         if signal.aborted:
             raise AbortError(before_dispatch=True)
@@ -384,7 +386,7 @@ class RayExecutor(NativeExecutor):
         )
         payload = dumps(args)
         if self._ray_closed:
-            raise RayUnavailableError("the RayExecutor is closed")
+            raise RayUnavailableError(_CLOSED)
         if self._lost():
             raise RayUnavailableError(_CONNECTION_GONE)
         try:
@@ -406,7 +408,7 @@ class RayExecutor(NativeExecutor):
                 ray_error=type(exc).__name__,
             ) from None
         with self._state_lock:
-            entry = self._inflight[key] = _InFlight(ref, actor)
+            entry = self._inflight[key] = _InFlight(ref, actor is not None)
             stopping = self._stopping
         if stopping:  # stop() or close() began while it was being submitted
             self._cancel(ref, key, "the runtime is stopping")
@@ -427,7 +429,7 @@ class RayExecutor(NativeExecutor):
                     # before the body's task was cancelled (that cancel is
                     # still on its way: absorb it): an abort.
                     return self._apply(name, await self._abort(key, entry, future, signal, absorb=1), ctx)
-                raise _translate(exc) from None
+                raise _translate(exc, actor) from None
             return self._apply(name, envelope, ctx)
         except AbortError:
             if self.closed and not signal.aborted:  # (read again: close() may have run meanwhile)
@@ -694,6 +696,7 @@ class RayExecutor(NativeExecutor):
 
 _LOST_POLL_S = 0.25
 """Seconds between two looks at the connection while a call is in flight."""
+_CLOSED = "the RayExecutor is closed: make a new RayExecutor (and set it) to run these tools on Ray again"
 _CONNECTION_GONE = (
     "the Ray connection this executor joined is gone (ray.shutdown() was called, or the cluster was lost): "
     "make a new RayExecutor to use Ray again (once a connection whose cluster was lost is shut down: "
@@ -721,9 +724,15 @@ def _safe_text(value: object) -> str:
         return "<unprintable reason>"
 
 
-def _translate(exc: BaseException) -> DshError:
+def _label(actor: RayActor) -> str:
+    """How a message names a RayActor: its name and class (never a repr)."""
+    cls = getattr(actor.cls, "__qualname__", "?")
+    return f'the RayActor "{actor.name}" ({cls})' if actor.name is not None else f"the RayActor of {cls}"
+
+
+def _translate(exc: BaseException, actor: RayActor | None = None) -> DshError:
     """A Ray exception from a call's ref (not after an abort) as the
-    call's error."""
+    call's error; ``actor``: the RayActor the call was sent to."""
     name = type(exc).__name__
     if isinstance(exc, rex.RayTaskError):
         cause = exc.cause
@@ -754,6 +763,15 @@ def _translate(exc: BaseException) -> DshError:
             "actor failed",
             f"the RayActor's constructor raised {cause}; the actor is dead and every call on it fails: fix the "
             "class or its arguments, then make a new RayExecutor",
+            ray_error=name,
+        )
+    if isinstance(exc, rex.ActorDiedError) and actor is not None:
+        # Dead for good (Ray restarts an actor only within its max_restarts):
+        # this call and every later one on it fail the same way.
+        return RayWorkerDiedError(
+            f"{_first_line(str(exc)).rstrip('.')}; {_label(actor)} is dead and every later call on it fails: give it "
+            'options={"max_restarts": -1} for Ray to restart it (its state then starts afresh), or make a new '
+            "RayExecutor",
             ray_error=name,
         )
     if isinstance(exc, _DIED):

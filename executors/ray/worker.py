@@ -26,6 +26,7 @@ This module is imported on the workers: it needs ``ray`` and ``dsh_actors``
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import threading
 import traceback
@@ -336,12 +337,24 @@ _NOT_REMOTE = {
 
 def _pickled(exc: BaseException) -> bytes | None:
     """The exception itself, if it is one of ours (a DshError keeps its
-    class, message and code across the boundary) and pickles."""
+    class, message and code across the boundary). An attribute that does
+    not pickle (a lock, a client, a response object) is left out: the
+    class, message and code still cross."""
     if not isinstance(exc, DshError):
         return None
     try:
         return bytes(cloudpickle.dumps(exc))  # type: ignore[no-untyped-call]  # (ray ships no types for it)
     except Exception:  # noqa: BLE001
+        pass
+    clone = copy.copy(exc)  # (DshError.__reduce__: the same class and message, its attributes shared)
+    for attribute, value in list(vars(clone).items()):
+        try:
+            cloudpickle.dumps(value)  # type: ignore[no-untyped-call]
+        except Exception:  # noqa: BLE001 - left out
+            delattr(clone, attribute)
+    try:
+        return bytes(cloudpickle.dumps(clone))  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - its class itself does not pickle
         return None
 
 

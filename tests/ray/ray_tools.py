@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -17,7 +18,16 @@ from typing import Any
 import ray
 from pydantic import BaseModel, Field
 
-from dsh_actors import AbortError, ToolOutput, ToolRunContext, UserMessage, define_tool, text
+from dsh_actors import (
+    AbortError,
+    ErrorCode,
+    ToolFailedError,
+    ToolOutput,
+    ToolRunContext,
+    UserMessage,
+    define_tool,
+    text,
+)
 from dsh_actors import tool as typed_tool
 
 NAMESPACE = "dsh-tests"
@@ -209,6 +219,20 @@ def waits_to_be_killed(args: Any, ctx: Any) -> Any:
 def raises(args: Any, ctx: Any) -> Any:
     ctx.defer_context(UserMessage([text("before the error")]))
     raise ValueError(f"bad input {args.get('x')}")
+
+
+class RefusedByTheService(ToolFailedError):
+    """A DshError holding what does not pickle (a client, a lock)."""
+
+    code = ErrorCode.INVALID_ARGS
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.client = threading.Lock()
+
+
+def raises_what_does_not_pickle(args: Any, ctx: Any) -> Any:
+    raise RefusedByTheService("the service refused: x is taken")
 
 
 def returns_a_set(args: Any, ctx: Any) -> Any:

@@ -163,9 +163,18 @@ def test_a_killed_actor_fails_its_call(rt: Any, make_executor: Any, gate: Any) -
     # ray.kill returns before the actor is gone: a task sent after it ends
     # (fails) only once the actor has died, so the next call meets a dead one.
     ray.wait([doomed.__ray_terminate__.remote()], timeout=60)
-    failure = rt.tools.execute(batch(("b", "add", {"x": 1}))).results[0].result
-    assert failure.is_error and failure.error.info is not None
-    assert (failure.error.info.name, failure.error.info.code) == ("RayWorkerDiedError", ErrorCode.TOOL_FAILED)
+    for call in ("b", "c"):
+        failure = rt.tools.execute(batch((call, "add", {"x": 1}))).results[0].result
+        assert failure.is_error and failure.error.info is not None
+        assert (failure.error.info.name, failure.error.info.code) == ("RayWorkerDiedError", ErrorCode.TOOL_FAILED)
+        # (Each said only "ray worker died: The actor died unexpectedly
+        # before finishing this task.", never that it stays dead, nor what to do.)
+        assert failure.error.message.startswith("ray worker died: "), failure.error.message
+        assert failure.error.message.endswith(
+            'the RayActor "doomed-counter" (Counter) is dead and every later call on it fails: give it '
+            'options={"max_restarts": -1} for Ray to restart it (its state then starts afresh), or make a new '
+            "RayExecutor"
+        ), failure.error.message
 
 
 def test_policies_run_in_the_driver_for_remote_calls(rt: Any, make_executor: Any, gate: Any) -> None:

@@ -119,6 +119,19 @@ def test_a_body_that_raises_fails_with_its_class_and_message(rt: Any, make_execu
     assert (invalid.error.info.name, invalid.error.info.code) == ("ToolArgsError", ErrorCode.INVALID_ARGS)
 
 
+def test_a_dsh_error_holding_what_does_not_pickle_keeps_its_class_message_and_code(
+    rt: Any, make_executor: Any, gate: Any
+) -> None:
+    # (It came back as RemoteToolError, TOOL_FAILED, "RefusedByTheService:
+    # the service refused: ...": a ToolFailedError's exact message lost.)
+    rt.tools.register(rt_tools.tool("refused", rt_tools.raises_what_does_not_pickle, meta=REMOTE))
+    rt.tools.set_executor(make_executor())
+    failure = rt.tools.execute(batch(("r", "refused", {}))).results[0].result
+    assert failure.is_error and failure.error.info is not None
+    assert (failure.error.info.name, failure.error.info.code) == ("RefusedByTheService", ErrorCode.INVALID_ARGS)
+    assert failure.error.message == "the service refused: x is taken"
+
+
 def test_an_at_tool_runs_on_a_worker_with_its_validation(rt: Any, make_executor: Any, gate: Any) -> None:
     rt.tools.register(rt_tools.grade)  # module-level: the worker imports it
     rt.tools.register(rt_tools.make_scaler(3))  # local: decorated again on the worker
@@ -251,7 +264,9 @@ def test_a_closed_executor_fails_calls_as_unavailable(rt: Any, make_executor: An
     failure = result.results[0].result
     assert failure.is_error and failure.error.info is not None
     assert (failure.error.info.name, failure.error.info.code) == ("RayUnavailableError", ErrorCode.EXECUTOR_UNAVAILABLE)
-    assert failure.error.message == "ray unavailable: the RayExecutor is closed"
+    assert failure.error.message == (
+        "ray unavailable: the RayExecutor is closed: make a new RayExecutor (and set it) to run these tools on Ray again"
+    )
 
 
 def test_a_body_whose_module_the_workers_cannot_import_fails_with_a_hint(

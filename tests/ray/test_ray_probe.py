@@ -90,7 +90,8 @@ def test_actor_options_ray_refuses_fail_as_a_placement_not_an_unavailable_cluste
     rt.tools.set_executor(make_executor(actors={"odd": odd}))
     name, code, message = failure(rt.tools.execute(batch(("a", "add", {"x": 1}))))
     assert (name, code) == ("RayExecutionError", ErrorCode.TOOL_FAILED)
-    assert message.startswith("ray placement: <RayActor Counter>: Ray refused the actor options: actor `lifetime`")
+    # (Named by a repr: "ray placement: <RayActor Counter>: Ray refused ...".)
+    assert message.startswith("ray placement: the RayActor of Counter: Ray refused the actor options: actor `lifetime`")
 
 
 def test_an_actor_whose_constructor_raises_fails_its_calls_naming_the_cause(
