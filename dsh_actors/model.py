@@ -504,8 +504,9 @@ class ToolFailure:
     without ``info``, a post-execute ``Block``).
 
     ``exception`` is the live exception a body, listener, wrapper, guard,
-    approval service or renderer raised (with its ``__traceback__``), or
-    None. It lives only on the result in memory: it is never compared,
+    approval service or renderer raised (with its ``__traceback__``), the
+    ``ToolOutputError`` of a value that does not fit the output schema
+    (its ``violations``: every one), or None. It lives only on the result in memory: it is never compared,
     never logged as an object and never shown to the model (the session log
     keeps its traceback as text in the ``tool/result`` event's
     ``traceback`` field)."""

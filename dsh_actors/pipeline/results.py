@@ -106,7 +106,7 @@ def dsh_message(exc: DshError) -> str:
 
 
 def failure_from_exception(
-    exc: BaseException, additional_contexts: tuple[UserMessage, ...] = ()
+    exc: BaseException, additional_contexts: tuple[UserMessage, ...] = (), *, keep: bool = False
 ) -> ToolExecutionFailure:
     """The failure for anything a tool, listener or renderer raised.
 
@@ -123,9 +123,12 @@ def failure_from_exception(
     The failure keeps ``exc`` as ``error.exception`` when it was raised (it
     has a traceback) or wraps one that was (its ``__cause__``): what user
     code threw, never an error the runtime only built to describe an
-    outcome (``aborted()``, an unknown tool).
+    outcome (``aborted()``, an unknown tool); and with ``keep`` whatever
+    it is: a value that does not fit the output schema, the fault of the
+    code that made it, keeps its ``ToolOutputError`` (every violation,
+    where the message lists 20) however the tool was made.
     """
-    kept = exc if exc.__traceback__ is not None or exc.__cause__ is not None else None
+    kept = exc if keep or exc.__traceback__ is not None or exc.__cause__ is not None else None
     if isinstance(exc, DshError):
         return failure(dsh_message(exc), error_info(exc), additional_contexts, exception=kept)
     info = ToolErrorInfo(name=type(exc).__name__, code=_TOOL_FAILED)
@@ -187,14 +190,6 @@ def is_result(value: object) -> bool:
     return type(value) is ToolExecutionSuccess or type(value) is ToolExecutionFailure
 
 
-def _invalid_output(error: ToolOutputError, additional_contexts: tuple[UserMessage, ...]) -> ToolExecutionFailure:
-    """The ``INVALID_TOOL_OUTPUT`` failure of a value that does not fit, with
-    ``error`` kept as its exception (its ``violations``, every one, where
-    the message lists 20), as the one a ``@tool`` body's validation raises
-    is: a value that does not fit is the fault of the code that made it."""
-    return failure(dsh_message(error), error_info(error), additional_contexts, exception=error)
-
-
 def render_success(
     execution: ToolExecution,
     definition: Any,
@@ -211,10 +206,10 @@ def render_success(
     try:
         frozen = materialize(value)
     except LosslessJsonError as exc:
-        return _invalid_output(ToolOutputError(name, [exc.message]), additional_contexts)
+        return failure_from_exception(ToolOutputError(name, [exc.message]), additional_contexts, keep=True)
     violations = output_validator.validate(frozen)
     if violations:
-        return _invalid_output(ToolOutputError(name, violations), additional_contexts)
+        return failure_from_exception(ToolOutputError(name, violations), additional_contexts, keep=True)
     output = definition.output
     render = output.render
     if render is None:
