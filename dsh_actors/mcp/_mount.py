@@ -37,7 +37,6 @@ from ..pipeline.flights import LoopGoneError, await_flight
 from ..presentation import GenericCallView, GenericResultView, ToolCallView, ToolResultView
 from ..registry.scope import duplicate_problem
 from ..signals import AbortController, AbortSignal
-from ..visibility import describe_scope
 from ._content import blocks_from_wire, error_text, for_model
 from ._errors import McpConnectionError, McpProtocolError, McpToolError
 
@@ -295,9 +294,8 @@ class _Mount:
         (``@tool(name=...)`` and the like, which a server's tool cannot take)."""
         if err.tool is None or err.problem != duplicate_problem(self.agent):
             return err.message
-        taken = f"a tool with this name is already registered in {describe_scope(self.agent)}"
         fix = f"{self._prefix_fix(name)}, or withdraw the other tool first"
-        return RegistrationError(f"{taken}: {fix}", tool=err.tool).message
+        return RegistrationError(duplicate_problem(self.agent, fix), tool=err.tool).message
 
     def _definition(self, tool: types.Tool, registered: str) -> ToolDefinition:
         name = tool.name

@@ -79,19 +79,23 @@ def _listener_problem(exc: BaseException) -> str:
     return f"a tools/change listener raised {type(exc).__name__}" + (f": {detail}" if detail else "")
 
 
-def duplicate_problem(scope: Agent | None) -> str:
-    """A duplicate name in ``scope``'s layer, and the ways out: dispose of
-    the first registration, rename this one, or shadow it from a nearer
-    scope (section 4 of docs/reference.md)."""
+def duplicate_problem(scope: Agent | None, fix: str | None = None) -> str:
+    """A duplicate name in ``scope``'s layer, and the ways out (``fix``, or
+    registration's own: dispose of the first registration, rename this
+    one, or shadow it from a nearer scope; section 4 of docs/reference.md).
+    The one wording of it: ``dsh_actors.mcp`` gives a server's tool the
+    mount's fix."""
+    taken = f"a tool with this name is already registered in {describe_scope(scope)}"
+    if fix is not None:
+        return f"{taken}: {fix}"
     nearer = (
         "register it in an agent's scope, rt.tools.scope(agent).register(...), to shadow it for that agent"
         if scope is None
         else "register it in a sub-agent's scope (Agent(..., parent=...)) to shadow it there"
     )
     return (
-        f"a tool with this name is already registered in {describe_scope(scope)} (to replace it, call the "
-        "disposer the first register() returned, then register again; or give this one another name, "
-        f"@tool(name=...) or define_tool(name=...); or {nearer})"
+        f"{taken} (to replace it, call the disposer the first register() returned, then register again; "
+        f"or give this one another name, @tool(name=...) or define_tool(name=...); or {nearer})"
     )
 
 
