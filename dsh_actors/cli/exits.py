@@ -77,17 +77,23 @@ def _encodable(text: str, encoding: str, json: bool) -> str:
     return "".join(shown)
 
 
+def file_descriptor(stream: object) -> int:
+    """The file descriptor of a standard stream, or -1: it has none (the
+    process started without it, ``<&-``; a test's capture)."""
+    try:
+        fd = -1 if stream is None else stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # (io.UnsupportedOperation is both of the last)
+        return -1
+    return fd if type(fd) is int else -1
+
+
 def silence_output() -> None:
     """Point the process's standard output at ``/dev/null``: after it
     failed (or its reader went away), what its buffer still holds would
     fail again when Python flushes it at exit, with a message of Python's
     own. A standard output that is no file of the process (none, or a
     test's capture) is left to its owner."""
-    out = sys.stdout
-    try:
-        fd = -1 if out is None else out.fileno()
-    except (OSError, ValueError):  # (io.UnsupportedOperation is both)
-        fd = -1
+    fd = file_descriptor(sys.stdout)
     if fd < 0:
         return
     try:

@@ -50,7 +50,7 @@ from ..errors import DshError, LosslessJsonError
 from ..json import loads
 from ..runtime import ToolRuntime
 from ..session import Session, whole_json
-from .exits import write_output
+from .exits import file_descriptor, write_output
 from .loading import CliError, install_tools, load_tool_source
 from .render import (
     CallEntry,
@@ -96,11 +96,7 @@ def _open_log(path: str) -> IO[bytes]:
 def _stdin() -> IO[bytes]:
     """Standard input (``-``), as a file of its own: closing it leaves the
     process's ``sys.stdin`` open."""
-    stream = sys.stdin
-    try:
-        fd = -1 if stream is None else stream.fileno()
-    except (OSError, ValueError):  # (io.UnsupportedOperation is both)
-        fd = -1
+    fd = file_descriptor(sys.stdin)  # (read by lines from a file of its own: it needs the descriptor)
     if fd < 0:
         raise CliError("standard input is closed; name the session log, or pipe the log to '-'")
     return open(os.dup(fd), "rb")
