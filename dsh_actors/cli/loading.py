@@ -126,7 +126,9 @@ def _import(module_name: str, spec: str) -> ModuleType:
                     "name a module (my_tools) or a .py file (./my_tools.py)"
                 ) from None
             raise CliError(
-                f"--tools {spec}: no module named {module_name!r} (looked in the current directory and sys.path)"
+                f"--tools {spec}: no module named {module_name!r} (looked in the current directory and sys.path); "
+                "run from the folder that holds it, add that folder to PYTHONPATH, "
+                f"or name its file (--tools path/to/{module_name.rpartition('.')[2]}.py)"
             ) from None
         raise CliError(f"--tools {spec}: importing {module_name} failed: {_describe(err)}") from None
     except DshError as err:

@@ -166,3 +166,19 @@ def test_results_print_on_a_standard_output_that_cannot_encode_them(
     raw = _ascii_stdout(monkeypatch)
     assert main(["schemas", "--tools", module]) == 0
     assert json.loads(raw.getvalue().decode("ascii"))[0]["function"]["description"] == "Echo the text (café ✓ 😀)."
+
+
+def test_a_module_not_found_names_the_ways_to_find_it(cli: Cli, root: Path, tmp_path: Path) -> None:
+    # Was "no module named 'shop' (looked in the current directory and
+    # sys.path)", with no word of the .py form the option also takes.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "newcomer_shop.py").write_text(ECHO)
+    outcome = cli("run", _batch(root), "--tools", "newcomer_shop")
+    assert_one_line_error(
+        outcome,
+        "run",
+        "no module named 'newcomer_shop'",
+        "add that folder to PYTHONPATH, or name its file (--tools path/to/newcomer_shop.py)",
+    )
+    assert cli("run", _batch(root), "--tools", str(elsewhere / "newcomer_shop.py")).code == 0
