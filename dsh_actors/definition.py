@@ -622,6 +622,11 @@ def _not_a_definition(value: object) -> str:
             f"expected a ToolDefinition, got the function {safe_str(value.__name__)}: decorate it with @tool "
             "(from dsh_actors import tool), or make a definition with define_tool(...)"
         )
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return (
+            f"expected a ToolDefinition, got a {type(value).__qualname__}: register one definition per call "
+            "(for definition in tools: rt.tools.register(definition)), each with its own disposer"
+        )
     return (
         f"expected a ToolDefinition, got {type(value).__qualname__}: make one with @tool on a typed function, "
         "or with define_tool(...)"

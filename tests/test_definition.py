@@ -492,6 +492,11 @@ def test_something_that_is_not_a_definition_is_rejected_naming_how_to_make_one()
         "expected a ToolDefinition, got the function add: decorate it with @tool (from dsh_actors import tool), "
         "or make a definition with define_tool(...)"
     )
+    # Was "got list: make one with @tool ...", though the list held definitions.
+    assert registration_problem([raw_tool(), raw_tool()]) == (
+        "expected a ToolDefinition, got a list: register one definition per call "
+        "(for definition in tools: rt.tools.register(definition)), each with its own disposer"
+    )
 
 
 @pytest.mark.parametrize(
