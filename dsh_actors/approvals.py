@@ -57,6 +57,11 @@ class ApprovalChannel:
         """Install ``service``; its disposer restores the previous one."""
         if not callable(service):
             raise InvalidTypeError("an approval service must be callable: fn(request) -> str")
+        if isinstance(service, type):  # (the class itself: calling it with a request would make one)
+            raise InvalidTypeError(
+                f"an approval service is a function or an instance, not the class {service.__qualname__}: "
+                f"pass {service.__qualname__}(...)"
+            )
         key = object()
         with self._lock:
             if self._closed is not None:

@@ -312,3 +312,15 @@ def test_disposing_the_approval_service_restores_the_previous_one(rt: Any) -> No
     assert_failure(run_one(rt, agent=agent), 'the user rejected tool "echo"')
     dispose()
     assert not run_one(rt, agent=agent).is_error
+
+
+def test_an_approval_service_class_given_for_an_instance_is_refused_naming_the_fix(rt: Any) -> None:
+    # The class is callable, so it was installed: asked about a call, it
+    # made an instance of the request, and the model read "approval:
+    # 'ApprovalRequest' object is not iterable".
+    import policies.approval as approval
+    from dsh_actors import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError, match=r"not the class RuleService: pass RuleService\(\.\.\.\)"):
+        rt.approvals.set(approval.RuleService)
+    rt.approvals.set(approval.RuleService([approval.allow("echo")]))  # an instance is taken
