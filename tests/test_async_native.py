@@ -1194,6 +1194,47 @@ def test_cancelling_the_task_awaiting_execute_async_aborts_the_batch_and_waits_f
     asyncio.run(main())
 
 
+def test_the_cancellation_that_ends_execute_async_is_the_callers_own_so_a_cancel_scope_catches_it() -> None:
+    """The CancelledError that goes on once the batch has settled is the one
+    the awaiting task was cancelled with (its message): anyio's cancel scope
+    knows its own by that message, and a new bare one escaped
+    ``move_on_after``, failing the whole program."""
+    anyio = pytest.importorskip("anyio")
+
+    def waits(args: Any, ctx: Any) -> str:
+        entered.set()
+        ctx.signal.wait(GUARD)  # the batch is aborted by the cancellation
+        return "late"
+
+    entered = threading.Event()
+    with ToolRuntime() as rt:
+        rt.tools.register(tool("waits", waits))
+
+        async def cancelled_with_a_message() -> None:
+            task = asyncio.create_task(rt.tools.execute_async(batch("waits")))
+            assert await asyncio.to_thread(entered.wait, GUARD)
+            task.cancel("the caller's reason")
+            with pytest.raises(asyncio.CancelledError) as raised:
+                await task
+            assert raised.value.args == ("the caller's reason",)
+
+        asyncio.run(cancelled_with_a_message())
+        entered.clear()
+
+        async def in_a_cancel_scope() -> bool:
+            async def cancel_once_entered(scope: Any) -> None:
+                assert await asyncio.to_thread(entered.wait, GUARD)
+                scope.cancel()
+
+            with anyio.CancelScope() as scope:
+                canceller = asyncio.create_task(cancel_once_entered(scope))
+                await rt.tools.execute_async(batch("waits"))
+            await canceller
+            return bool(scope.cancelled_caught)
+
+        assert anyio.run(in_a_cancel_scope)
+
+
 def test_a_flight_is_named_for_what_runs_not_always_as_an_async_tool() -> None:
     # How a stop's rt.abandoned, the loop watch's warnings and LoopGoneError
     # name a flight: a tool body by default; a listener or an activation

@@ -404,8 +404,8 @@ async def await_settled(done: concurrent.futures.Future[Any], on_cancel: Callabl
     """Await ``done`` (set from any thread) here. When the awaiting task is
     cancelled, ``on_cancel()`` asks what ``done`` waits for to stop (once,
     if it has not ended), and this still waits for it to end (it is never
-    abandoned) before the ``CancelledError`` goes on: a cancellation wins
-    over the value. The one way the runtime awaits work of its own from a
+    abandoned) before the ``CancelledError`` goes on (the one the task was
+    cancelled with, its message kept): a cancellation wins over the value. The one way the runtime awaits work of its own from a
     task: a flight (:func:`await_flight`), a batch (``execute_async``).
 
     ``done`` settling wakes the task through one future of this loop's
@@ -428,23 +428,27 @@ async def await_settled(done: concurrent.futures.Future[Any], on_cancel: Callabl
             pass
 
     done.add_done_callback(settled)  # (called at once if it has settled)
-    cancelled = False
+    # The first cancellation, raised again once ``done`` has settled: the
+    # very error (its message, e.g. anyio's "Cancelled via cancel scope",
+    # by which a cancel scope knows it for its own and catches it).
+    cancellation: asyncio.CancelledError | None = None
     while True:
         try:
             await wake[0]
             break  # woken by ring(): ``done`` has settled
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             # (``done`` may have settled and ring() found the wake cancelled:
             # ask ``done`` itself before waiting on a new one.)
             settled_now = done.done()
-            if not cancelled and not settled_now:
-                on_cancel()
-            cancelled = True
+            if cancellation is None:
+                cancellation = exc
+                if not settled_now:
+                    on_cancel()
             if settled_now:
                 break
             wake[0] = loop.create_future()
-    if cancelled:
-        raise asyncio.CancelledError()  # (the cancellation wins over the value)
+    if cancellation is not None:
+        raise cancellation  # (the cancellation wins over the value)
     try:
         return done.result()
     except concurrent.futures.CancelledError:  # whoever set it cancelled it
