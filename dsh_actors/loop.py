@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -36,10 +37,27 @@ class _ContextExecutor(ThreadPoolExecutor):
     submitter's contextvars, as ``asyncio.to_thread`` runs it. So a body's
     blocking work handed to it is still that body's: a nested batch it
     starts lends the slot of the call actor waiting for the body
-    (``scheduling.executor.LentOnDemand``) instead of waiting for it."""
+    (``scheduling.executor.LentOnDemand``) instead of waiting for it.
+    It knows its threads, so the loop's stop joins them (:meth:`left`)."""
+
+    def __init__(self, thread_name_prefix: str) -> None:
+        self._started: list[threading.Thread] = []
+        super().__init__(thread_name_prefix=thread_name_prefix, initializer=self._one_more)
+
+    def _one_more(self) -> None:
+        self._started.append(threading.current_thread())  # (on the new thread, before its first work)
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def left(self, deadline: float) -> list[str]:
+        """Once shut down (the loop's close does it, without waiting): join
+        its threads until ``deadline`` (``time.monotonic()``); the names of
+        those still running then (work a cancelled body handed to
+        ``asyncio.to_thread`` goes on: it is never interrupted)."""
+        for thread in self._started:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread.name for thread in self._started if thread.is_alive()]
 
 
 class LoopThread:
@@ -48,13 +66,18 @@ class LoopThread:
     def __init__(self, name: str = "dsh-asyncio") -> None:
         self._loop = asyncio.new_event_loop()
         # (asyncio's default size; its threads start at the first use, and
-        # the loop's close shuts them down)
-        self._loop.set_default_executor(_ContextExecutor(thread_name_prefix=f"{name}-executor"))
+        # the loop's close shuts them down; the stop joins them)
+        self._executor = _ContextExecutor(thread_name_prefix=f"{name}-executor")
+        self._loop.set_default_executor(self._executor)
         self._stopping = False
         # stop()'s: how long the tasks left may take to end once cancelled,
-        # and the ones that did not (written by the loop's thread as it ends).
+        # and when its default executor's threads must have ended; the tasks
+        # that did not end, and those threads' names (written by the loop's
+        # thread as it ends).
         self._grace = 0.0
+        self._deadline = 0.0
         self._abandoned: list[asyncio.Task[Any]] = []
+        self._threads_left: list[str] = []
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -103,6 +126,7 @@ class LoopThread:
                 logger.opt(exception=exc).error("the runtime's event loop could not end cleanly")
             finally:
                 loop.close()
+                self._threads_left = self._executor.left(self._deadline)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; a ``concurrent.futures.Future``."""
@@ -111,24 +135,27 @@ class LoopThread:
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def stop(self, timeout: float = 30.0) -> list[asyncio.Task[Any]] | None:
+    def stop(self, timeout: float = 30.0) -> tuple[list[asyncio.Task[Any]], list[str]] | None:
         """Stop the loop and end its thread within about ``timeout`` seconds:
         the tasks still on it are cancelled and get that long to end; then
         the loop closes without the ones that did not (they are never
-        resumed). Returns those abandoned tasks, or None when the thread
-        itself did not end in time (a callback or task blocks it; it stays
-        behind, a daemon thread)."""
+        resumed), and its default executor's threads are joined until that
+        timeout. Returns those abandoned tasks and the names of the
+        executor's threads still running (left, never joined), or None when
+        the thread itself did not end in time (a callback or task blocks
+        it; it stays behind, a daemon thread)."""
         if not self._stopping:
             self._grace = max(0.0, timeout)
+            self._deadline = time.monotonic() + self._grace
             self._stopping = True
             try:
                 self._loop.call_soon_threadsafe(self._loop.stop)
             except RuntimeError:  # closed already
                 pass
         if threading.current_thread() is self._thread:
-            return []
+            return [], []
         self._thread.join(max(0.0, timeout) + 2 * _LEFT_FOR_CLOSING)
         if self._thread.is_alive():
             return None
         abandoned, self._abandoned = self._abandoned, []
-        return abandoned
+        return abandoned, self._threads_left

@@ -422,11 +422,13 @@ class ToolRuntime:
                 if thread.is_alive():
                     abandoned.append(thread.name)
         if self._loop is not None:
-            tasks = self._loop.stop(self.teardown_remaining())
-            if tasks is None:  # something blocks the loop's thread itself
+            left_on_loop = self._loop.stop(self.teardown_remaining())
+            if left_on_loop is None:  # something blocks the loop's thread itself
                 abandoned.append(self._loop.thread.name)
             else:
+                tasks, threads = left_on_loop
                 abandoned.extend(self.loop_watch.describe(task) for task in tasks)
+                abandoned.extend(threads)  # (its default executor's: asyncio.to_thread work still running)
         left = self.loop_watch.stop()  # (releases whoever waits for a flight of the closed loop)
         abandoned.extend(name for name in left if name not in abandoned)
         self.pending_replies.fail_all()  # answers nobody will give any more

@@ -388,6 +388,38 @@ def test_stop_leaves_a_loop_thread_blocked_by_an_async_body_behind_and_names_it(
     assert_no_new_threads(before)  # the loop's thread ends once the body lets it go
 
 
+def test_stop_names_the_work_a_cancelled_async_body_left_in_its_loops_default_executor(monkeypatch: Any) -> None:
+    # The body's task is cancelled and ends at once; what it handed to
+    # asyncio.to_thread goes on, on a thread of the runtime's loop's default
+    # executor: the stop joins that thread until its timeout, then leaves it,
+    # named (it ran on, unnamed, and held up the interpreter's exit).
+    monkeypatch.setattr(ToolRuntime, "STOP_GRACE", 0.1)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    working, release = threading.Event(), threading.Event()
+
+    def work() -> str:
+        working.set()
+        release.wait(GUARD)  # ignores the cancellation of the task that awaits it
+        return "late"
+
+    async def offloads(args: Any, ctx: Any) -> str:
+        return await asyncio.to_thread(work)
+
+    try:
+        rt.tools.register(make_tool("offloads", offloads))
+        future = rt.tools.submit(ToolBatchInput(calls=calls("offloads")))
+        must(working, "the offloaded work to run")
+        _stop_in_thread(rt, 0.1)
+        assert [r.result.error.info.code for r in future.result(0).results] == ["ABORTED"]
+        assert [name for name in rt.abandoned if name.startswith("dsh-asyncio-executor")] == [
+            "dsh-asyncio-executor_0"
+        ], rt.abandoned
+    finally:
+        release.set()
+    assert_no_new_threads(before)
+
+
 # --------------------------------------------------------------------------
 # rt.stop() reaches the hooks of a call, not only its body: a pre-execute
 # listener (sync or async), the approval service and a tools/execute
