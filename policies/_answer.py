@@ -112,46 +112,62 @@ class Memory:
     """Answers made permanent (``"allowed-once"`` or ``"rejected"`` with
     ``remember=True``), keyed by the tool name, the exact arguments
     (canonical JSON) and, with ``per_agent``, the same
-    :class:`~dsh_actors.Agent` object. Thread-safe."""
+    :class:`~dsh_actors.Agent` object. Thread-safe.
+
+    An agent's own answers are held weakly by the agent: no later request
+    can be the same agent once it is freed, so they go with it (a farm that
+    drops its agents does not keep each one, and its session, here)."""
 
     def __init__(self, *, per_agent: bool = True) -> None:
         if type(per_agent) is not bool:
             raise InvalidTypeError("policies.approval: per_agent must be True or False")
         self.per_agent = per_agent
         self._lock = threading.Lock()
-        self._answers: dict[tuple[Agent | None, str, bytes], str] = {}
+        # (tool name, canonical arguments) -> answer, per agent (None: shared,
+        # and a request without an agent).
+        self._shared: dict[tuple[str, bytes], str] = {}
+        self._by_agent: weakref.WeakKeyDictionary[Agent, dict[tuple[str, bytes], str]] = weakref.WeakKeyDictionary()
 
-    def _key(self, request: ApprovalRequest) -> tuple[Agent | None, str, bytes] | None:
-        canonical = canonical_arguments(request.arguments)
-        if canonical is None:
-            return None
-        return (request.agent if self.per_agent else None, request.tool_name, canonical)
+    def _answers(self, request: ApprovalRequest, *, create: bool) -> dict[tuple[str, bytes], str] | None:
+        # (under _lock)
+        agent = request.agent if self.per_agent else None
+        if agent is None:
+            return self._shared
+        answers = self._by_agent.get(agent)
+        if answers is None and create:
+            answers = self._by_agent[agent] = {}
+        return answers
 
     def recall(self, request: ApprovalRequest) -> str | None:
         """The answer remembered for ``request``, if any."""
-        key = self._key(request)
-        if key is None:
+        canonical = canonical_arguments(request.arguments)
+        if canonical is None:
             return None
         with self._lock:
-            return self._answers.get(key)
+            answers = self._answers(request, create=False)
+            return None if answers is None else answers.get((request.tool_name, canonical))
 
     def keep(self, request: ApprovalRequest, answer: Answer) -> None:
         """Remember ``answer`` when the user made it permanent."""
         if not answer.remember or answer.answer not in (ALLOWED_ONCE, REJECTED):
             return
-        key = self._key(request)
-        if key is not None:
+        canonical = canonical_arguments(request.arguments)
+        if canonical is not None:
             with self._lock:
-                self._answers[key] = answer.answer
+                answers = self._answers(request, create=True)
+                assert answers is not None
+                answers[(request.tool_name, canonical)] = answer.answer
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._answers)
+            return len(self._shared) + sum(len(answers) for answers in self._by_agent.values())
 
     def forget(self, tool_name: str | None = None) -> None:
         """Forget every remembered answer (of ``tool_name`` only, if given)."""
         with self._lock:
-            if tool_name is None:
-                self._answers.clear()
-            else:
-                self._answers = {k: v for k, v in self._answers.items() if k[1] != tool_name}
+            for answers in (self._shared, *self._by_agent.values()):
+                if tool_name is None:
+                    answers.clear()
+                else:
+                    for key in [key for key in answers if key[0] == tool_name]:
+                        del answers[key]

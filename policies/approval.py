@@ -214,7 +214,8 @@ class RememberingService(Service):
     (``"allowed-once"`` or ``"rejected"`` only) and gives them again, without
     asking, for a later request with the same key: the tool name, the exact
     arguments (canonical JSON) and, with ``per_agent=True`` (the default),
-    the same :class:`~dsh_actors.Agent` object. Everything else is asked.
+    the same :class:`~dsh_actors.Agent` object (held weakly: a dropped
+    agent's answers go with it). Everything else is asked.
     Thread-safe. (A :class:`TerminalPrompt` remembers on its own; wrap it
     to share one memory with other services, or to remember across agents
     with ``per_agent=False``. :meth:`forget` also forgets in ``inner`` when

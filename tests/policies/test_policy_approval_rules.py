@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
 from policy_helpers import Recorder, call, run_one, tool
 
 import policies
-from dsh_actors import AbortSignal, Agent, ApprovalRequest, Ask, materialize
+from dsh_actors import AbortSignal, Agent, ApprovalRequest, Ask, Session, materialize
 from policies.approval import (
     Answer,
     RememberingService,
@@ -219,6 +221,29 @@ def test_forget_drops_remembered_answers() -> None:
     service.forget("bash")
     assert len(service) == 1
     assert service(request("bash", call_id="c3")) == "rejected"
+
+
+def test_an_agents_remembered_answers_go_with_the_agent() -> None:
+    # (A farm shares one service among thousands of agents: the memory held
+    # each agent, and its session, for the service's life, though no later
+    # request could be that agent once the application dropped it.)
+    inner = Scripted(*[Answer("allowed-once", remember=True)] * 20)
+    service = RememberingService(inner)
+    refs: list[weakref.ref[Any]] = []
+    for i in range(20):
+        agent = Agent(f"farm-{i}", session=Session())
+        refs.append(weakref.ref(agent))
+        refs.append(weakref.ref(agent.session))
+        assert service(request(agent=agent, call_id=f"c{i}")) == "allowed-once"
+        del agent
+    gc.collect()
+    assert sum(ref() is not None for ref in refs) == 0
+    assert len(service) == 0
+    kept = Scripted(Answer("allowed-once", remember=True))
+    service = RememberingService(kept)
+    service(request())  # (MAIN lives on: its answer is still given)
+    assert service(request(call_id="c2")) == "allowed-once"
+    assert len(kept.asked.items) == 1
 
 
 def test_rules_outside_memory_still_beat_a_remembered_always() -> None:
