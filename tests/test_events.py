@@ -5,6 +5,7 @@ exports one object per decision and names the events it documents."""
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -45,6 +46,72 @@ def test_observed_with_no_listener_at_all_is_false() -> None:
     assert bus.observed(("tools/result",), CHILD) is True
     off()
     assert bus.observed(("tools/result",), CHILD) is False
+
+
+@given(
+    subscriptions=st.lists(
+        st.tuples(st.sampled_from(["tools/result", "tools/change"]), st.sampled_from(AGENTS), st.booleans()),
+        max_size=8,
+    ),
+    agent=st.sampled_from(AGENTS),
+    dispose=st.integers(0, 8),
+)
+def test_listeners_are_those_of_the_agents_chain_in_subscription_order(subscriptions, agent, dispose) -> None:  # type: ignore[no-untyped-def]
+    # (Scoped listeners are filed by their scope: an event looks up its
+    # agent's chain; the order is still the subscriptions', prepend kept.)
+    bus = EventBus()
+    order: list[tuple[str, Agent | None, Any]] = []
+    gone: set[int] = set()
+    for i, (name, scope, prepend) in enumerate(subscriptions):
+
+        def fn(*a: Any) -> None:
+            return None
+
+        off = bus.on(name, fn, scope=scope, prepend=prepend)
+        if i < dispose:
+            gone.add(id(fn))
+            off()
+        entry = (name, scope, fn)
+        order.insert(0, entry) if prepend else order.append(entry)
+    for name in ("tools/result", "tools/change"):
+        expected = tuple(
+            fn
+            for n, scope, fn in order
+            if n == name
+            and id(fn) not in gone
+            and (scope is None or name == "tools/change" or events.in_scope(scope, agent))
+        )
+        assert bus.listeners(name, agent) == expected
+
+
+def test_an_event_of_one_agent_costs_the_same_whatever_the_number_of_other_agents_listening() -> None:
+    # (A farm: thousands of agents, each with listeners scoped to it. Every
+    # event of any agent tested each of them, so a call's events cost grew
+    # with the number of agents.)
+    def calls_per_event(others: int) -> int:
+        bus = EventBus()
+        me = Agent("me", parent=ROOT)
+        agents = [Agent(f"a{i}") for i in range(others)]
+        for agent in agents:
+            bus.on("tools/result", lambda e, r: None, scope=agent)
+        bus.on("tools/result", lambda e, r: None, scope=ROOT)
+        bus.on("tools/result", lambda e, r: None)
+        counted = [0]
+
+        def count(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                counted[0] += 1
+
+        sys.setprofile(count)
+        try:
+            bus.emit("tools/result", None, None, agent=me)
+            observed = bus.observed(("tools/result",), me)
+        finally:
+            sys.setprofile(None)
+        assert observed
+        return counted[0]
+
+    assert calls_per_event(1000) == calls_per_event(10)
 
 
 def test_the_decisions_are_one_object_whichever_path_imports_them() -> None:

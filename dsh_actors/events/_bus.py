@@ -189,9 +189,12 @@ class _Entry:
 class _Subscribers:
     """One event's subscriptions, immutable (replaced on every change).
     What a dispatch needs is computed here once per change, not per event:
-    with no scoped listener (the common case) every event reaches them all."""
+    with no scoped listener (the common case) every event reaches them all;
+    otherwise the scoped ones are filed by their scope, so an event looks
+    up only its agent's chain, never every agent's listeners (a farm of
+    thousands of agents, each with listeners scoped to it)."""
 
-    __slots__ = ("entries", "all", "all_listeners")
+    __slots__ = ("entries", "all", "all_listeners", "unscoped", "scoped")
 
     def __init__(self, entries: tuple[_Entry, ...], unfiltered: bool) -> None:
         self.entries = entries
@@ -200,12 +203,54 @@ class _Subscribers:
         self.all_listeners: tuple[Listener, ...] | None = (
             None if self.all is None else tuple(e.listener for e in entries)
         )
+        # Otherwise: each entry with its position in ``entries``, unscoped
+        # ones apart, scoped ones by their scope.
+        self.unscoped: tuple[tuple[int, _Entry], ...] = ()
+        self.scoped: dict[Agent, tuple[tuple[int, _Entry], ...]] = {}
+        if self.all is None:
+            unscoped: list[tuple[int, _Entry]] = []
+            scoped: dict[Agent, list[tuple[int, _Entry]]] = {}
+            for position, e in enumerate(entries):
+                if e.scope is None:
+                    unscoped.append((position, e))
+                else:
+                    scoped.setdefault(e.scope, []).append((position, e))
+            self.unscoped = tuple(unscoped)
+            self.scoped = {scope: tuple(items) for scope, items in scoped.items()}
+
+    def reaches(self, agent: Agent | None) -> bool:
+        """Whether an event of ``agent`` reaches any entry."""
+        if self.all is not None or self.unscoped:
+            return True
+        scoped = self.scoped
+        node = agent
+        while node is not None:
+            if node in scoped:
+                return True
+            node = node.parent
+        return False
 
     def reaching(self, agent: Agent | None) -> tuple[_Entry, ...]:
-        """The entries an event of ``agent`` reaches, outermost first."""
+        """The entries an event of ``agent`` reaches, outermost first: the
+        unscoped ones and those scoped to ``agent`` or an ancestor."""
         if self.all is not None:
             return self.all
-        return tuple(e for e in self.entries if e.scope is None or in_scope(e.scope, agent))
+        parts = [self.unscoped] if self.unscoped else []
+        scoped = self.scoped
+        node = agent
+        while node is not None:
+            found = scoped.get(node)
+            if found is not None:
+                parts.append(found)
+            node = node.parent
+        if not parts:
+            return ()
+        items = parts[0] if len(parts) == 1 else sorted(itertools.chain.from_iterable(parts), key=_position)
+        return tuple(e for _, e in items)
+
+
+def _position(item: tuple[int, _Entry]) -> int:
+    return item[0]
 
 
 def in_scope(scope: Agent, agent: Agent | None) -> bool:
@@ -338,12 +383,8 @@ class EventBus:
             return False
         for name in names:
             subscribers = lists.get(name)
-            if subscribers is not None:
-                if subscribers.all is not None:
-                    return True
-                for e in subscribers.entries:
-                    if e.scope is None or in_scope(e.scope, agent):
-                        return True
+            if subscribers is not None and subscribers.reaches(agent):
+                return True
         return False
 
     def listeners(self, name: str, agent: Agent | None = None) -> tuple[Listener, ...]:
