@@ -350,6 +350,12 @@ class RegistryState:
         # actors tell them what became invisible after every committed change.
         # Weak: a set its owner dropped without disposing stops being told.
         self._toolsets: weakref.WeakValueDictionary[int, Admission] = weakref.WeakValueDictionary()
+        # The same admissions filed under every agent on their agent's chain,
+        # so a change of one agent's scope tells only the sets it can affect
+        # (not every live set of a farm's thousands of agents).
+        self._toolsets_in: weakref.WeakKeyDictionary[Agent, weakref.WeakValueDictionary[int, Admission]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._toolsets_lock = threading.Lock()
         # The committed snapshot of every scope whose change is pending; only
         # changed under _pending_lock, which committed() takes when a change
@@ -440,20 +446,37 @@ class RegistryState:
     def add_toolset(self, admission: Admission) -> None:
         """List ``admission`` as live: scope actors tell it what every later
         change withdrew."""
+        key = id(admission)
         with self._toolsets_lock:
-            self._toolsets[id(admission)] = admission
+            self._toolsets[key] = admission
+            for node in _chain(admission.agent):
+                self._toolsets_in.setdefault(node, weakref.WeakValueDictionary())[key] = admission
 
     def remove_toolset(self, admission: Admission) -> None:
+        key = id(admission)
         with self._toolsets_lock:
-            self._toolsets.pop(id(admission), None)
+            if self._toolsets.get(key) is not admission:
+                return
+            del self._toolsets[key]
+            for node in _chain(admission.agent):
+                filed = self._toolsets_in.get(node)
+                if filed is not None:
+                    filed.pop(key, None)
+                    if not filed:
+                        del self._toolsets_in[node]
 
-    def live_toolsets(self) -> tuple[Admission, ...]:
-        """The admissions being resolved or live now."""
+    def live_toolsets(self, scope: Agent | None = None) -> tuple[Admission, ...]:
+        """The admissions being resolved or live now that a change of
+        ``scope`` can affect (:func:`in_chain`): those of ``scope`` and its
+        descendants (every one for the global scope, ``None``)."""
         toolsets = self._toolsets
         if not toolsets:
             return ()
         with self._toolsets_lock:
-            return tuple(toolsets.values())
+            if scope is None:
+                return tuple(toolsets.values())
+            filed = self._toolsets_in.get(scope)
+            return () if filed is None else tuple(filed.values())
 
     def __repr__(self) -> str:
         return f"<RegistryState generation={self.generation} scopes={len(self.scopes)}>"
@@ -472,6 +495,10 @@ def describe_scope(scope: Agent | None) -> str:
         return f'agent "{scope.path}"'
     except Exception:  # noqa: BLE001 - a hostile id
         return "an agent"
+
+
+def _chain(agent: Agent | None) -> tuple[Agent, ...]:
+    return () if agent is None else agent.chain()
 
 
 def in_chain(scope: Agent | None, agent: Agent | None) -> bool:

@@ -52,7 +52,6 @@ from ..visibility import (
     _next_seq,
     committed,
     describe_scope,
-    in_chain,
     inherited,
 )
 from ._private import RELEASE, WriteReply, WriteRequest, _Apply, _ScopeIdle, release_last_message
@@ -215,13 +214,13 @@ class ScopeActor(ActorBase):
         # Runs after the change is committed and before this actor handles
         # anything else, so no later write of this scope (a lift, an
         # unregister of a shadowing tool) can re-expose a withdrawn admission.
+        # (Only the sets on this scope's chains: those of it and its descendants.)
         state = self._state
-        for ts in state.live_toolsets():
-            if in_chain(self.scope, ts.agent):
-                try:
-                    ts.note_visible(committed(state, ts.agent))
-                except Exception:  # pragma: no cover - defensive: never fail a committed change
-                    logger.exception("recording a withdrawal in {!r} failed", ts)
+        for ts in state.live_toolsets(self.scope):
+            try:
+                ts.note_visible(committed(state, ts.agent))
+            except Exception:  # pragma: no cover - defensive: never fail a committed change
+                logger.exception("recording a withdrawal in {!r} failed", ts)
 
     # -- registrations -----------------------------------------------------
 

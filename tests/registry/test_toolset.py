@@ -712,3 +712,46 @@ def test_a_context_whose_fields_are_not_what_conditions_see_is_refused_before_an
     with pytest.raises(TypeError) as raised:
         asyncio.run(rt.tools.resolve_async(context))
     assert str(raised.value) == f"resolve_async(): {message}"
+
+
+def test_a_change_of_one_agents_scope_costs_the_same_whatever_the_number_of_other_agents_live_sets() -> None:
+    # (A farm: thousands of agents, each with its step's set. Every committed
+    # change of any agent's scope looked at every live set of every agent to
+    # find those it could affect, so one agent's register or restrict cost
+    # grew with the number of agents.)
+    from dsh_actors import ToolRuntime
+    from dsh_actors.registry.scope import ScopeActor
+
+    noting = ScopeActor._note_toolsets.__code__
+
+    def calls_per_change(others: int) -> int:
+        counted = [0]
+        inside: set[int] = set()
+
+        def count(frame: Any, event: str, arg: Any) -> None:
+            if frame.f_code is noting:
+                if event == "call":
+                    inside.add(threading.get_ident())
+                elif event == "return":
+                    inside.discard(threading.get_ident())
+            if event == "call" and threading.get_ident() in inside:
+                counted[0] += 1
+
+        with ToolRuntime() as rt:
+            rt.tools.register(tool("a"))
+            rt.tools.register(tool("b"))
+            agents = [Agent(f"a{i}") for i in range(others)]
+            sets = [rt.tools.resolve(activation(agent)) for agent in agents]
+            me = Agent("me")
+            threading.setprofile(count)  # (the scope actor of "me" starts with its first write)
+            try:
+                rt.tools.scope(me).restrict(ToolRestriction(deny=["b"]))()
+            finally:
+                threading.setprofile(None)
+            assert all(s.view(agent) for s, agent in zip(sets, agents, strict=True))
+            for s in sets:
+                s.dispose()
+        assert counted[0] > 0
+        return counted[0]
+
+    assert calls_per_change(300) == calls_per_change(3)
