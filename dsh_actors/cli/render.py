@@ -16,7 +16,8 @@ presenter and kind of failure, as the runtime logs it).
 A card becomes lines of text:
 
 * terminal: ``$ command``, the captured output and the exit status;
-* diff: a unified diff (``difflib``) with ``+``/``-`` lines;
+* diff: a unified diff (``difflib``) with ``+``/``-`` lines (one hunk for a
+  change too costly to match line by line);
 * read: a line-numbered window of the file;
 * search: matches grouped by file, and whether the result was capped;
 * web: the answer and sources of a search, or the URL and status of a fetch;
@@ -101,6 +102,9 @@ Lookup = Callable[[str], "ToolDefinition | None"]
 """Finds the definition of a tool by name (``None``: unknown)."""
 
 _HEAD_ARGS_WIDTH: Final = 80
+_DIFF_BUDGET: Final = 1_000_000
+"""How many lines a diff's matcher may scan (a few tenths of a second) before a
+card shows the change as one hunk (:func:`_diff_groups`)."""
 _INDENT: Final = "    "
 
 
@@ -823,7 +827,7 @@ def _head(view: ToolCallView, name: str, style: Style) -> tuple[str, list[str]]:
 
 def _argument_lines(raw: Any, style: Style) -> list[str]:
     if not isinstance(raw, Mapping):
-        return [style.dim(line) for line in _split(str(raw))]
+        return [style.dim(line) for line in _split(raw if isinstance(raw, str) else _compact(thaw(raw)))]
     lines: list[str] = []
     bar = style.glyph("│", "|")
     for key, value in raw.items():
@@ -835,27 +839,104 @@ def _argument_lines(raw: Any, style: Style) -> list[str]:
     return lines
 
 
+class _DiffTooCostly(Exception):
+    """The matcher spent its budget (:data:`_DIFF_BUDGET`)."""
+
+
+class _BoundedMatcher(difflib.SequenceMatcher[str]):
+    """``difflib``'s matcher, which raises :class:`_DiffTooCostly` once the
+    lines its searches scan pass ``budget``: its time grows with the square
+    of the lines on inputs whose matches are many and short (every other
+    line changed), minutes for a file of 40,000 lines."""
+
+    def __init__(self, old: Sequence[str], new: Sequence[str], budget: int) -> None:
+        self._left = budget
+        self._sizes = (len(old), len(new))
+        super().__init__(None, old, new)
+
+    def find_longest_match(
+        self, alo: int = 0, ahi: int | None = None, blo: int = 0, bhi: int | None = None
+    ) -> difflib.Match:
+        ahi = self._sizes[0] if ahi is None else ahi
+        bhi = self._sizes[1] if bhi is None else bhi
+        self._left -= ahi - alo + bhi - blo
+        if self._left < 0:
+            raise _DiffTooCostly
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
+def _text_lines(value: str) -> list[str]:
+    """``value``'s lines, each with its ``\\n`` (the last one may have none):
+    split at ``\\n`` only, as a file's lines are, so a ``\\r`` or a form feed
+    stays in its line."""
+    lines = value.split("\n")
+    last = lines.pop()
+    return [line + "\n" for line in lines] + ([last] if last else [])
+
+
+def _diff_groups(old: list[str], new: list[str]) -> list[list[tuple[str, int, int, int, int]]]:
+    """The hunks (``difflib`` opcodes, 3 lines of context) that turn ``old``
+    into ``new``; past :data:`_DIFF_BUDGET`, one hunk replacing every line
+    between their common first and last lines (a true diff, not the
+    shortest)."""
+    try:
+        return list(_BoundedMatcher(old, new, _DIFF_BUDGET).get_grouped_opcodes(3))
+    except _DiffTooCostly:
+        pass
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    end = 0
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    first, old_end, new_end = max(start - 3, 0), len(old) - end, len(new) - end
+    return [
+        [
+            ("equal", first, start, first, start),
+            ("replace", start, old_end, start, new_end),
+            ("equal", old_end, min(old_end + 3, len(old)), new_end, min(new_end + 3, len(new))),
+        ]
+    ]
+
+
+def _hunk_range(start: int, stop: int) -> str:
+    """A hunk header's range, as ``diff -u`` writes it."""
+    length = stop - start
+    if length == 1:
+        return str(start + 1)
+    return f"{start + 1 if length else start},{length}"
+
+
 def _diff_lines(diffs: Sequence[FileDiff], style: Style) -> list[str]:
+    """Each diff as a unified diff of its lines. A change of line ending or
+    of the newline at the end shows too: a ``\\r`` is shown escaped in its
+    line, and a last line without a newline is followed by ``\\ No newline
+    at end of file``."""
     lines: list[str] = []
     for diff in diffs:
-        old = [] if diff.old_text is None else diff.old_text.splitlines()
-        new = diff.new_text.splitlines()
-        before = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
-        body = list(difflib.unified_diff(old, new, fromfile=before, tofile=f"b/{diff.path}", lineterm=""))
-        if not body:
+        old = [] if diff.old_text is None else _text_lines(diff.old_text)
+        new = _text_lines(diff.new_text)
+        groups = [] if old == new else _diff_groups(old, new)
+        if not groups:
             lines.append(style.dim(f"{diff.path}: no changes"))
             continue
-        for line in body:
-            if line.startswith(("---", "+++")):
-                lines.append(style.bold(line))
-            elif line.startswith("@@"):
-                lines.append(style.cyan(line))
-            elif line.startswith("+"):
-                lines.append(style.green(line))
-            elif line.startswith("-"):
-                lines.append(style.red(line))
-            else:
-                lines.append(line)
+        before = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
+        lines.extend((style.bold(f"--- {before}"), style.bold(f"+++ b/{diff.path}")))
+        for group in groups:
+            old_range = _hunk_range(group[0][1], group[-1][2])
+            new_range = _hunk_range(group[0][3], group[-1][4])
+            lines.append(style.cyan(f"@@ -{old_range} +{new_range} @@"))
+            for tag, i1, i2, j1, j2 in group:
+                shown: list[tuple[str, Callable[[str], str], str]]
+                if tag == "equal":
+                    shown = [(" ", str, line) for line in old[i1:i2]]
+                else:
+                    shown = [("-", style.red, line) for line in old[i1:i2]]
+                    shown.extend(("+", style.green, line) for line in new[j1:j2])
+                for sign, paint, line in shown:
+                    lines.append(paint(sign + line.removesuffix("\n")))
+                    if not line.endswith("\n"):
+                        lines.append("\\ No newline at end of file")
     return lines
 
 

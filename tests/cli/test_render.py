@@ -6,6 +6,8 @@ import io
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_actors import (
     DiffResultView,
@@ -68,12 +70,81 @@ def test_a_diff_card_is_a_unified_diff_with_context() -> None:
     )
 
 
+def test_a_diff_card_shows_a_changed_line_ending_and_a_missing_final_newline() -> None:
+    crlf = _draw(DiffResultView(diffs=(FileDiff("w", "a\r\nb\r\n", "a\nb\n"),)))
+    assert crlf == "✓ c t\n    --- a/w\n    +++ b/w\n    @@ -1,2 +1,2 @@\n    -a\\x0d\n    -b\\x0d\n    +a\n    +b\n"
+    eol = _draw(DiffResultView(diffs=(FileDiff("n", "a\nb", "a\nb\n"),)))
+    assert (
+        eol
+        == "✓ c t\n    --- a/n\n    +++ b/n\n    @@ -1,2 +1,2 @@\n     a\n    -b\n    \\ No newline at end of file\n    +b\n"
+    )
+    # Lines split at \n only: a form feed stays in its line.
+    feed = _draw(DiffResultView(diffs=(FileDiff("f", "x\fy\n", "x\fz\n"),)))
+    assert feed == "✓ c t\n    --- a/f\n    +++ b/f\n    @@ -1 +1 @@\n    -x\\x0cy\n    +x\\x0cz\n"
+
+
+def test_a_diff_too_costly_to_match_line_by_line_is_one_hunk_between_the_common_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_actors.cli import render
+
+    # (Every other line changed: difflib's time grows with the square of the lines.)
+    monkeypatch.setattr(render, "_DIFF_BUDGET", 10)
+    old = "".join(f"{n}\n" for n in range(10))
+    new = "".join(f"{n}\n" if n in (0, 1, 3, 5, 9) else f"x{n}\n" for n in range(10))
+    drawn = _draw(DiffResultView(diffs=(FileDiff("f", old, new),)))
+    hunk = "".join(f"    -{n}\n" for n in range(2, 9)) + "".join(f"    +{line}\n" for line in new.split()[2:9])
+    assert drawn == "✓ c t\n    --- a/f\n    +++ b/f\n    @@ -1,10 +1,10 @@\n     0\n     1\n" + hunk + "     9\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    old=st.lists(st.sampled_from("abcd"), max_size=12),
+    new=st.lists(st.sampled_from("abcd"), max_size=12),
+    budget=st.sampled_from((0, 30, 1_000_000)),
+)
+def test_a_diff_card_within_or_past_its_budget_turns_the_old_lines_into_the_new(
+    old: list[str], new: list[str], budget: int
+) -> None:
+    from dsh_actors.cli import render
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "_DIFF_BUDGET", budget)
+        lines = render._diff_lines(
+            (FileDiff("f", "".join(x + "\n" for x in old), "".join(x + "\n" for x in new)),), PLAIN
+        )
+    if old == new:
+        assert lines == ["f: no changes"]
+        return
+    rebuilt, at = [], 0  # new, from old and the hunks
+    for line in lines[2:]:
+        if line.startswith("@@"):
+            start, _, length = line.split()[1][1:].partition(",")
+            first = int(start) - (length != "0")
+            rebuilt.extend(old[at:first])
+            at = first
+        elif line[0] in " -":
+            assert line[1:] == old[at]
+            at += 1
+        if line[0] in " +":
+            rebuilt.append(line[1:])
+    assert rebuilt + old[at:] == new
+
+
 def test_a_pending_diff_call_shows_its_diff() -> None:
     drawn = _draw(
         None, pending=True, present_call=lambda args: DiffCallView(title="edit a", diffs=(FileDiff("a", None, "x\n"),))
     )
     diff = "    --- /dev/null\n    +++ b/a\n    @@ -0,0 +1 @@\n    +x\n"
     assert drawn == "· c t · edit a  never started (no tool/start logged)\n" + diff
+
+
+def test_arguments_too_long_for_the_head_that_are_no_object_are_listed_as_json() -> None:
+    from dsh_actors.presentation import GenericCallView
+
+    raw = ["x" * 50, {"k": [1, None]}, "y" * 40]
+    drawn = _draw(None, pending=True, present_call=lambda args: GenericCallView(title="t", raw_input=raw))
+    assert drawn.split("\n")[1] == '    ["' + "x" * 50 + '",{"k":[1,null]},"' + "y" * 40 + '"]'
 
 
 def test_a_read_card_numbers_its_lines_and_says_when_the_window_is_empty() -> None:
