@@ -308,7 +308,8 @@ class ToolRuntime:
         self.events.close(STOPPED_REFUSAL)
         self.approvals.close(STOPPED_REFUSAL)
         self.pending_writes.fail_all()  # a registry change waited on fails now
-        # First: every running body and batch sees the runtime going away.
+        # Then (after the closes, so nothing an abort callback or a woken body
+        # attaches gets in) every running body and batch sees the runtime going away.
         self._stop_controller.abort("the runtime is stopping")
 
     def _start_stopper(self, finish: Callable[[], object]) -> RuntimeError | None:
