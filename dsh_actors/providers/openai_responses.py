@@ -13,8 +13,12 @@ items out.
   completion, an Anthropic message, an object whose ``model_dump()``
   raises): a :class:`~dsh_actors.providers.ProviderFormatError`, never
   ``()``; a stream event, or a list of responses, is named as such with
-  what to pass instead. Argument text is kept as text (the executor parses
-  it).
+  what to pass instead, and a response that holds no finished answer
+  (:data:`UNFINISHED`: ``status`` ``queued``, ``in_progress``, ``failed``
+  or ``cancelled``) is refused naming its status. A ``function_call`` that
+  a ``function_call_output`` of the same list answers (a conversation kept
+  by hand) is not read again. Argument text is kept as text (the executor
+  parses it).
 * :func:`results` gives the input items for the next request: one
   ``{"type": "function_call_output", "call_id", "output"}`` per call, in
   model order, then one user message item (``{"type": "message", "role":
@@ -48,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import safe_repr
+from ..errors import safe_repr, safe_str
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCall
 from ._common import (
     Reader,
@@ -131,6 +135,18 @@ response whose output was cut off: how it stopped and the fix. A
 short, so none is run. (``steered`` stops at a safe output boundary, the
 SDK says: its items are whole, and read as usual.)"""
 
+UNFINISHED: Final[Mapping[str, tuple[str, str]]] = {
+    "queued": ("is not finished yet", "wait until it is (client.responses.retrieve(response.id)) and pass that"),
+    "in_progress": ("is not finished yet", "wait until it is (client.responses.retrieve(response.id)) and pass that"),
+    "failed": ("failed", "ask again"),
+    "cancelled": ("was cancelled", "ask again if the turn should go on"),
+}
+"""The ``status`` values of a response that holds no finished answer (a
+background response still running, or one that ended without its output):
+what happened and the fix. Reading one is an error whatever its output
+holds: ``()`` would end a loop as if the model had answered, and a
+``function_call`` in it may be unfinished."""
+
 
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The ``function_call`` items of a response (or of its ``output``
@@ -139,7 +155,9 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
     and for a response whose output was cut off (``status``
     ``"incomplete"`` for a reason in :data:`CUT_OFF`: ``max_output_tokens``
     or ``content_filter``) with a function call in it (its arguments may be
-    cut short: none is run)."""
+    cut short: none is run), and for one that holds no finished answer
+    (:data:`UNFINISHED`), whatever its output. A function call answered by
+    a ``function_call_output`` of the same list is left out."""
     return _calls(response, "response")
 
 
@@ -154,6 +172,12 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             raise reader.fail(f"{where}.type", f"{safe_repr(data['type'])[:60]} {_STREAMED}")
         if "output" not in data:
             raise reader.fail(where, f'expected a response (with "output") or its output items{_hint(data)}')
+        status = data.get("status")
+        if type(status) is str and status in UNFINISHED:
+            happened, fix = UNFINISHED[status]
+            raise reader.fail(
+                f"{where}.status", f'the response {happened} (status "{status}"{_error(data, where)}): {fix}'
+            )
         items: Any = reader.items(data["output"], f"{where}.output")
         # (Only a whole response says where it stopped.)
         details = mapping_or_none(data.get("incomplete_details"), f"{where}.incomplete_details") or {}
@@ -164,9 +188,24 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         items, cut = response, None
     else:
         raise reader.fail(where, f"expected a response or its output items, got {kind(response)}")
+    answered: set[str] = set()
     for index, item in enumerate(items):
-        _read_item(reader, reader.obj(item, f"{where}[{index}]"), f"{where}[{index}]")
+        found = reader.obj(item, f"{where}[{index}]")
+        _read_item(reader, found, f"{where}[{index}]")
+        if found.get("type") == "function_call_output" and type(found.get("call_id")) is str:
+            answered.add(found["call_id"])
+    if answered:
+        # (A conversation kept by hand, or an output whose calls the server
+        # answered: a call its own list answers is not run again.)
+        reader.calls = [call for call in reader.calls if call.id not in answered]
     return reader.done(cut)
+
+
+def _error(data: Mapping[str, Any], where: str) -> str:
+    """A failed response's ``error``, as ``, error <code>: <message>`` (one line)."""
+    error = mapping_or_none(data.get("error"), f"{where}.error") or {}
+    said = [safe_str(value).splitlines()[0][:200] for value in (error.get("code"), error.get("message")) if value]
+    return f", error {': '.join(said)}" if said else ""
 
 
 def _read_item(reader: Reader, item: Any, at: str) -> None:

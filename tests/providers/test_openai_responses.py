@@ -174,6 +174,42 @@ def test_a_response_steered_to_a_stop_gives_its_whole_function_calls() -> None:
     assert openai_responses.calls(Response.model_validate(steered)) == EXPECTED
 
 
+UNFINISHED = {
+    "queued": 'the response is not finished yet (status "queued"): wait until it is '
+    "(client.responses.retrieve(response.id)) and pass that",
+    "in_progress": 'the response is not finished yet (status "in_progress"): wait until it is '
+    "(client.responses.retrieve(response.id)) and pass that",
+    "failed": 'the response failed (status "failed", error server_error: The model failed): ask again',
+    "cancelled": 'the response was cancelled (status "cancelled"): ask again if the turn should go on',
+}
+
+
+@pytest.mark.parametrize("status", UNFINISHED)
+def test_a_response_without_a_finished_answer_is_refused_whatever_it_holds(status: str) -> None:
+    # (A background response polled too soon, or one that ended without its
+    # output: () would end the loop as if the model had answered.)
+    error = {"code": "server_error", "message": "The model failed"} if status == "failed" else None
+    for output in ([], RESPONSE["output"][:2], RESPONSE["output"]):
+        response = dict(RESPONSE, status=status, error=error, output=output)
+        for source in (Response.model_validate(response), response):
+            with pytest.raises(ProviderFormatError) as caught:
+                openai_responses.calls(source)
+            assert caught.value.path == "response.status"
+            assert caught.value.problem == UNFINISHED[status]
+
+
+def test_a_conversation_kept_by_hand_gives_only_the_calls_it_has_not_answered(tools_rt: ToolRuntime) -> None:
+    first = Response.model_validate(dict(RESPONSE, output=RESPONSE["output"][1:2]))
+    conversation: list[Any] = [{"type": "message", "role": "user", "content": "Look at app.py"}]
+    conversation += [item.model_dump(exclude_none=True) for item in first.output]
+    conversation += openai_responses.results(run(tools_rt, openai_responses.calls(first)))
+    second = Response.model_validate(dict(RESPONSE, output=RESPONSE["output"][2:]))
+    conversation += [item.model_dump(exclude_none=True) for item in second.output]
+    validate(ResponseCreateParamsNonStreaming, {"model": "gpt-4.1", "input": conversation}, exact=False)
+    # (call_12345xyz was answered in the first turn: it is not run again.)
+    assert openai_responses.calls(conversation) == openai_responses.calls(second) == EXPECTED[1:]
+
+
 @pytest.mark.parametrize(
     ("response", "expected"),
     [
