@@ -670,6 +670,20 @@ def test_frozen_dict_repr_copy_and_pickle() -> None:
         assert hash(back) == hash(nested)
 
 
+def test_a_frozen_dict_as_deep_as_allowed_pickles() -> None:
+    # Pickling recursed through several frames per nested FrozenDict: a
+    # lossless value of 250 levels raised RecursionError.
+    plain: Any = {"leaf": [1.5, None]}
+    for _ in range(MAX_JSON_DEPTH - 2):
+        plain = {"a": plain}
+    frozen = materialize(plain)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        back: Any = pickle.loads(pickle.dumps(frozen, protocol=protocol))
+        assert back == frozen
+        assert type(back) is FrozenDict
+        assert thaw(back) == plain
+
+
 def test_frozen_dict_or_returns_a_frozen_dict_and_plain_or_a_plain_dict() -> None:
     frozen = FrozenDict(a=1)
     merged = frozen | {"b": [2]}
