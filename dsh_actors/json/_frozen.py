@@ -96,8 +96,8 @@ class FrozenDict(dict[str, JsonValue], metaclass=_FrozenDictType):
     ``TypeError("FrozenDict is read-only")``. The hash is computed once, from
     the items regardless of order, and cached; it cannot fail since every
     value is frozen. ``copy()``, ``copy.copy`` and ``copy.deepcopy`` return
-    the same object; pickling round-trips at any depth (it pickles as its JSON
-    text). ``fd | other`` returns a new
+    the same object; pickling round-trips at any depth (it pickles thawed, as plain
+    dicts and lists). ``fd | other`` returns a new
     ``FrozenDict`` (``other`` is materialized); ``plain | fd`` is ``dict``'s
     own operator and returns a plain ``dict``; ``fd |= other`` raises.
     It cannot be subclassed.
@@ -130,12 +130,11 @@ class FrozenDict(dict[str, JsonValue], metaclass=_FrozenDictType):
         return f"FrozenDict({dict.__repr__(self)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled as its JSON text, read back by ``loads``: pickle recurses
-        # through several frames per nested FrozenDict, so a value within
-        # MAX_JSON_DEPTH would exceed Python's recursion limit.
-        from ._text import dumps, loads  # (a cycle at import time)
-
-        return (loads, (dumps(self),))
+        # Pickled thawed (plain dicts and lists), frozen again by
+        # ``materialize``: pickle recurses through several frames per nested
+        # FrozenDict, so a value within MAX_JSON_DEPTH would exceed Python's
+        # recursion limit; plain containers take fewer.
+        return (materialize, (thaw(self),))
 
     def copy(self) -> FrozenDict:
         return self
