@@ -22,7 +22,6 @@ from dsh_actors import (
     InvalidValueError,
     ReasoningBlock,
     TextBlock,
-    ToolDefinition,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
@@ -44,7 +43,6 @@ __all__ = [
     "check_runtime",
     "code_of",
     "counted_name",
-    "executable_definition",
     "listens",
 ]
 
@@ -266,11 +264,3 @@ def listens(rt: ToolRuntime, event: str, kind: type) -> bool:
     """Whether a listener of ``event`` on ``rt`` is a method of a ``kind``
     (a policy's object): the policy is applied to ``rt`` and not disposed."""
     return any(isinstance(getattr(listener, "__self__", None), kind) for listener in rt.events.listeners(event))
-
-
-def executable_definition(execution: ToolExecution) -> ToolDefinition | None:
-    """The definition ``execution`` runs (``execution.definition``: the
-    pipeline's own lookup, made before any hook of the call runs), or
-    ``None``: unknown, or an executor's own tool (PTC's ``run_code``)."""
-    definition: ToolDefinition | None = execution.definition
-    return definition

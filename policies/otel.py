@@ -155,7 +155,6 @@ from ._common import (
     check_no_unknown,
     check_runtime,
     counted_name,
-    executable_definition,
 )
 
 __all__ = ["apply"]
@@ -345,7 +344,7 @@ class OtelPolicy:
         if execution.tool_found is False:
             return _Tool(name, "")  # (the pipeline found no tool of the name: nothing to look up)
         generation = self._generation
-        definition = executable_definition(execution)
+        definition = execution.definition  # (what the call runs: the pipeline's lookup)
         if definition is None:
             return _Tool(name, "")
         tool = _Tool(name, str(definition.description))

@@ -71,7 +71,6 @@ from ._common import (
     check_positive_int,
     check_positive_number,
     check_runtime,
-    executable_definition,
 )
 
 __all__ = ["DEFAULT_CODES", "NEVER_RETRIED", "RetryPolicy", "apply"]
@@ -127,7 +126,7 @@ class RetryPolicy:
                 logger.opt(exception=exc).warning(
                     "{}: the idempotency predicate raised for tool {!r}; not retrying", _POLICY, execution.name
                 )
-        definition = executable_definition(execution)
+        definition = execution.definition  # (what the call runs: the pipeline's lookup)
         if definition is None:
             return False
         if definition.idempotent is True:

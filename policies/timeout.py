@@ -80,7 +80,6 @@ from ._common import (
     check_bool,
     check_no_unknown,
     check_runtime,
-    executable_definition,
     listens,
 )
 from ._timer import DeadlineTimer
@@ -114,7 +113,7 @@ class TimeoutPolicy:
 
     def wrapper(self, execution: ToolExecution, next_: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
         """The ``tools/execute`` wrapper (a call actor's thread)."""
-        definition = executable_definition(execution)
+        definition = execution.definition  # (what the call runs: the pipeline's lookup)
         timeout_ms = None if definition is None else definition.timeout_ms
         if timeout_ms is None:
             return next_()

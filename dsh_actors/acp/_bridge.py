@@ -321,13 +321,6 @@ class AcpSession:
             return False
         return True
 
-    def _definition(self, execution: ToolExecution) -> ToolDefinition | None:
-        # What the call runs: the pipeline's own lookup (the call's agent's
-        # view of the committed registry), made before its pre-execute
-        # listeners or, for a call that runs no phase, before its result.
-        found: ToolDefinition | None = execution.definition
-        return found
-
     def _call_card(self, execution: ToolExecution, definition: ToolDefinition | None) -> dict[str, Any]:
         view: ToolCallView | None = None
         presenter = None if definition is None else definition.present_call
@@ -365,7 +358,7 @@ class AcpSession:
     def _on_pre_execute(self, execution: ToolExecution, next: Callable[[], Any]) -> Any:
         """Outermost ``tools/pre-execute`` listener: the call appears (pending)."""
         try:
-            definition = self._definitions[execution.token] = self._definition(execution)
+            definition = self._definitions[execution.token] = execution.definition
             fields = self._call_card(execution, definition)
             self._post(_Appeared(execution.call_id, self._parent_id(execution), fields))
         except Exception as exc:  # noqa: BLE001 - showing a call never decides it
@@ -395,7 +388,7 @@ class AcpSession:
         """``tools/result``: the call ends, completed or failed, with its result card."""
         definition = self._definitions.pop(execution.token, _UNSEEN)
         if definition is _UNSEEN:  # (it ran no phase)
-            definition = self._definition(execution)
+            definition = execution.definition
         self._post(
             _Settled(
                 call_id=execution.call_id,
