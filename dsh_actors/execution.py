@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
 from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, shown_value
+from .json._frozen import materialize
 from .json._rules import MAX_INT, surrogate_index, value_problem
-from .model import TextBlock, ToolProgress, UserMessage, slot_setters
-from .signals import AbortSignal, follow, fuse_late
+from .model import Agent, TextBlock, ToolProgress, UserMessage, slot_setters
+from .signals import AbortController, AbortSignal, follow, fuse_late
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import ToolSchema
-    from .model import Agent
     from .toolset import ResolvedToolSet
 
 if sys.version_info >= (3, 13):
@@ -389,6 +389,61 @@ class ToolRunContext(Generic[DepsT]):
         self._concludes = False
         self._events = events
         self._progress_lock: threading.RLock | None = None
+
+    @classmethod
+    def for_test(
+        cls,
+        *,
+        arguments: Any = None,
+        name: str = "tool",
+        call_id: str = "test-call",
+        agent: Agent | str | None = "test",
+        deps: Any = None,
+        signal: AbortSignal | None = None,
+    ) -> ToolRunContext[Any]:
+        """A context for calling a tool body yourself, in a unit test:
+        ``add_note("x", ToolRunContext.for_test(deps=db))`` for an ``@tool``
+        function, ``echo.execute(ctx.arguments, ctx)`` for a ``define_tool``
+        body (``ctx = ToolRunContext.for_test(arguments={...})``).
+
+        ``arguments`` (default ``{}``) is frozen as the pipeline freezes a
+        call's (``ctx.arguments``); ``agent`` is an :class:`Agent` of that
+        id (``"test"``), an ``Agent`` as given, or None; ``deps`` is
+        ``ctx.deps``; ``signal`` is ``ctx.signal`` as given: pass an
+        :class:`AbortController`'s signal and abort it to cancel the body
+        (default: a signal nothing aborts). ``defer_context`` and
+        ``conclude_turn`` work as in a call (the context is never closed);
+        ``report_progress`` checks its arguments and publishes nothing (no
+        runtime). ``root_call_id`` is ``call_id``; ``tool_set``, ``parent``
+        and ``schema`` are None."""
+        for label, text_value in (("name", name), ("call_id", call_id)):
+            if type(text_value) is not str:
+                raise InvalidTypeError(
+                    f"ToolRunContext.for_test({label}=...) must be a str, not {type(text_value).__qualname__}"
+                )
+        if signal is None:
+            signal = AbortController().signal
+        elif not isinstance(signal, AbortSignal):
+            raise InvalidTypeError(
+                "ToolRunContext.for_test(signal=...) must be an AbortSignal (an AbortController's .signal), "
+                f"not {type(signal).__qualname__}"
+            )
+        if isinstance(agent, str):
+            agent = Agent(agent)
+        elif agent is not None and not isinstance(agent, Agent):
+            raise InvalidTypeError(
+                "ToolRunContext.for_test(agent=...) must be an Agent, an agent id (a str) or None, "
+                f"not {type(agent).__qualname__}"
+            )
+        execution = ToolExecution(
+            call_id=call_id,
+            name=name,
+            arguments=materialize({} if arguments is None else arguments, "arguments"),
+            signal=signal,
+            agent=agent,
+            deps=deps,
+        )
+        return cls(execution, signal)
 
     @classmethod
     def _fused(cls, execution: ToolExecution, parents: tuple[AbortSignal, ...], events: Any = None) -> ToolRunContext:
