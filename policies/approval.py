@@ -48,10 +48,14 @@ the batch's loop), and remember its answer the same way once it comes.
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
+
+from loguru import logger
 
 from dsh_actors import ApprovalRequest, InvalidTypeError, InvalidValueError, ToolRuntime
 
@@ -95,6 +99,14 @@ _POLICY = "policies.approval"
 
 Action = Literal["allow", "deny", "ask"]
 _ACTIONS: Final = ("allow", "deny", "ask")
+
+#: How alike a rule's tool name and a requested one must be for a typo
+#: (``difflib``'s ratio: ``read_fille``/``read_file`` 0.95, ``bsh``/``bash``
+#: 0.86; ``read_file``/``write_file``, two tools, 0.74).
+_TYPO_CUTOFF: Final = 0.8
+#: The requested tool names a RuleService remembers having checked (the
+#: model may make names up: past this many it starts over).
+_CHECKED_LIMIT: Final = 1024
 
 
 # --------------------------------------------------------------------------
@@ -165,6 +177,15 @@ class RuleService(Service):
     model reads ``the user rejected tool "<n>"``), ``ask`` delegates to the
     ``ask`` service (its answer, remember flag included), or answers
     ``"unavailable"`` when there is none.
+
+    Rules match tool names exactly, and a service knows no runtime: a name
+    no registered tool has (tools may be registered after the service is
+    set, in an agent's scope, or mounted later) is not an error. A likely
+    typo is logged instead, at WARNING, once per service and requested
+    name: the first time the service is asked about a tool that no rule
+    names while a rule names one spelled almost alike (``read_fille`` for
+    ``read_file``), since that rule never applies (a ``deny`` rule's typo
+    lets the default decide).
     """
 
     def __init__(
@@ -186,8 +207,11 @@ class RuleService(Service):
             raise InvalidTypeError(f"{_POLICY}: ask= must be an approval service (callable)")
         self.default: Action = default
         self.ask = ask
+        self._checked: set[str] = set()
+        self._checked_lock = threading.Lock()
 
     def action_for(self, request: ApprovalRequest) -> Action:
+        self._check_named(request.tool_name)
         for rule in self.rules:
             if rule.matches(request):
                 return rule.action
@@ -202,6 +226,30 @@ class RuleService(Service):
         if self.ask is None:
             return Answer(UNAVAILABLE)
         return decide(self.ask, request)
+
+    def _check_named(self, name: str) -> None:
+        """The first time this service is asked about tool ``name``: a
+        WARNING if no rule names it but one names a tool spelled almost
+        alike (a typo: that rule never applies)."""
+        with self._checked_lock:
+            if name in self._checked:
+                return
+            if len(self._checked) >= _CHECKED_LIMIT:
+                self._checked.clear()
+            self._checked.add(name)
+        named = sorted({tool for rule in self.rules if rule.tools is not None for tool in rule.tools})
+        if name in named:
+            return
+        close = difflib.get_close_matches(name, named, n=1, cutoff=_TYPO_CUTOFF)
+        if close:
+            logger.warning(
+                '{}: a RuleService was asked about tool "{}", which none of its rules names, but a rule names '
+                '"{}": rules match tool names exactly, so if that is a typo the rule never applies; name the '
+                "tool as it is registered",
+                _POLICY,
+                name,
+                close[0],
+            )
 
 
 # --------------------------------------------------------------------------
