@@ -4,6 +4,9 @@
 ``policies.timeout.applied(rt)`` tells whether it is applied to ``rt``
 (until its disposer runs): a caller that applies it only when it is not
 applied yet (the command line's ``run``) keeps one deadline per call.
+Where it is not applied, nothing enforces ``timeout_ms``: the core logs
+that at DEBUG, once per tool, as such a tool's body starts with the
+caller's own signal (``docs/reference.md``, section 12).
 
 For a call whose executable definition declares ``timeout_ms``, the wrapper
 swaps in a deadline signal that follows the caller's

@@ -15,15 +15,18 @@ from collections.abc import Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
+from loguru import logger
+
 from ..definition import is_async_callable
 from ..errors import (
     InvalidStateError,
 )
-from ..execution import ToolRunContext, close_context, flight_signal, fused_context
+from ..execution import ToolExecution, ToolRunContext, close_context, flight_signal, fused_context
 from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
+from ..presentation._projection import first_failure
 from ..session import ENCLOSING_CALL, start_event
 from ..signals import AbortSignal
 from .call import Call, abort_seen, in_context, not_found
@@ -113,14 +116,35 @@ def _enter_body(rt: Kernel, call: Call, registration: Any) -> _Entered | ToolExe
     # closed by close_context(ctx) in _leave_body (see ToolRunContext._fused).
     if wrapper_signal is not call.caller:
         signals: tuple[AbortSignal, ...] = (call.caller, wrapper_signal, stopping)
-    elif call.body_parent is not None:
-        signals = (call.body_parent,)  # fires exactly when the caller or the stop does
     else:
-        signals = (call.caller, stopping)
+        if registration.definition.timeout_ms is not None and execution.definition is not None:
+            _no_deadline(execution)
+        if call.body_parent is not None:
+            signals = (call.body_parent,)  # fires exactly when the caller or the stop does
+        else:
+            signals = (call.caller, stopping)
     ctx = fused_context(execution, signals, rt.events)
     body, is_async = body_of(call, registration)
     call.body_invoked = True
     return _Entered(ctx, registration, body, is_async, stopping)
+
+
+def _no_deadline(execution: ToolExecution) -> None:
+    """A registry tool that declares ``timeout_ms`` is entered with the
+    caller's own signal: no ``tools/execute`` wrapper gave it a deadline
+    (``policies.timeout`` swaps one in: it is not applied). DEBUG, once
+    per tool in the process (:func:`first_failure`): an application may
+    leave timeouts unenforced on purpose (the command's ``--no-timeout``),
+    but one that forgot the policy learns why none fires."""
+    if first_failure(execution.name, "timeout_ms", "no deadline"):
+        logger.debug(
+            'tool "{}" declares timeout_ms={}, but nothing enforces it: its call "{}" runs with no deadline (no '
+            "tools/execute wrapper replaced its signal); apply policies.timeout (rt.use(policies.timeout)) to "
+            "enforce it",
+            execution.name,
+            execution.definition.timeout_ms,
+            execution.call_id,
+        )
 
 
 def _leave_body(
