@@ -83,10 +83,13 @@ class Dispatcher:
     * ``serving``: call actors holding a call-actor slot (serving a
       mailbox, or on their way to one), lent ones not counted;
       ``lent_servers``: call actors waiting with their slot lent;
-      ``owing``: call actors that took their slot back above the budget
-      (:meth:`unlend`) and have not yet reached their next take, where
-      each gives it back if ``serving`` is still above the budget
-      (:meth:`repays_locked`).
+      ``owing``: the call actors (their addresses) that took their slot
+      back above the budget (:meth:`unlend`) and have not yet reached
+      their next take, where each gives it back if ``serving`` is still
+      above the budget (:meth:`repays_locked`), or left their mailbox
+      (:meth:`release`). The one record of who owes: a call actor keeps
+      none of its own (it reads this set before its next take: only its
+      own thread adds or removes it).
     * ``stepping``: executor actors holding a step slot; ``lent_steppers``:
       executor actors waiting with their slot lent.
     * ``wanting``: mailboxes waiting for a call-actor slot, with how many
@@ -109,11 +112,12 @@ class Dispatcher:
     empty); ``runnable`` is not empty only while ``stepping >=
     steps_max`` or ``starved``; each waiting mailbox's ``asked`` is what ``wanting``
     holds for it; the call actors the open mailboxes count as granted are
-    at most ``serving + lent_servers``; ``serving <= budget + owing``:
-    after a lend ends, ``serving`` may pass the budget only until that call
-    actor's next take (the rest of its body or step), and ``stepping`` its
-    bound until that executor actor's work ends: a thread that lent never
-    waits to continue.
+    at most ``serving + lent_servers``; ``serving <= budget + len(owing)``,
+    and ``len(owing) <= serving + lent_servers`` (each call actor that owes
+    holds its slot, or lent it again): after a lend ends, ``serving`` may
+    pass the budget only until that call actor's next take (the rest of its
+    body or step), and ``stepping`` its bound until that executor actor's
+    work ends: a thread that lent never waits to continue.
     """
 
     #: Executor actors taking steps at once, for the whole runtime (lent
@@ -140,7 +144,7 @@ class Dispatcher:
         self.steps_max = Dispatcher.STEPPING_MAX
         self.serving = 0
         self.lent_servers = 0
-        self.owing = 0
+        self.owing: set[Address] = set()
         self.stepping = 0
         self.lent_steppers = 0
         self.peak = 0
@@ -157,7 +161,7 @@ class Dispatcher:
 
     def __repr__(self) -> str:
         return (
-            f"<Dispatcher serving={self.serving}/{self.budget} lent={self.lent_servers} owing={self.owing} "
+            f"<Dispatcher serving={self.serving}/{self.budget} lent={self.lent_servers} owing={len(self.owing)} "
             f"stepping={self.stepping}/{self.steps_max} lent_steppers={self.lent_steppers} "
             f"wanting={len(self.wanting)} runnable={len(self.runnable)}>"
         )
@@ -446,28 +450,31 @@ class Dispatcher:
                     return True
         return False
 
-    def repays_locked(self) -> bool:
-        """(Under the lock.) A call actor that took its slot back above the
-        budget (:meth:`unlend`: it owes it) is about to take its next call:
-        whether it gives the slot back instead, leaving its mailbox (True
-        while ``serving`` is still above the budget: :meth:`release` with
-        ``owed`` takes the slot and its debt), or owes nothing any more
-        (other call actors gave slots back meanwhile)."""
+    def repays_locked(self, worker: Address) -> bool:
+        """(Under the lock.) The call actor at ``worker`` is about to take
+        its next call: whether it gives its slot back instead, leaving its
+        mailbox (True when it owes it, :meth:`unlend`, and ``serving`` is
+        still above the budget: :meth:`release` takes the slot and the
+        debt). False when it owes nothing, or nothing any more (other call
+        actors gave slots back meanwhile: the debt is cleared)."""
+        owing = self.owing
+        if worker not in owing:
+            return False
         if self.serving > self.budget:
             return True
-        self.owing -= 1
+        owing.discard(worker)
         return False
 
-    def release(self, worker: Address, left: WorkMailbox | None = None, owed: bool = False) -> WorkMailbox | None:
+    def release(self, worker: Address, left: WorkMailbox | None = None) -> WorkMailbox | None:
         """The call actor at ``worker`` left a mailbox (``left``): the next
         mailbox it serves (the fairest waiting one, another than ``left``
         when another waits), or None (it is idle now, or retired if enough
-        are idle). ``owed``: it gives back a slot it owed
-        (:meth:`repays_locked`)."""
+        are idle). A slot it owed (:meth:`unlend`) is given back with its
+        debt."""
         with self.lock:
             self.serving -= 1
-            if owed:
-                self.owing -= 1
+            if self.owing:
+                self.owing.discard(worker)
             if self.wanting and self.serving < self.budget:
                 mailbox = self._fairest(left)
                 self._grant(mailbox)
@@ -539,25 +546,25 @@ class Dispatcher:
         finally:
             self.lock.release()
 
-    def unlend(self, stepper: bool, owes: bool = False) -> bool:
+    def unlend(self, worker: Address | None = None) -> None:
         """The wait is over: the actor holds a slot again, at once (the
-        count may pass its bound). Whether that call actor owes its slot:
-        it took it back above the budget (``owing``; or it owed it
-        already, ``owes``), and gives it back at its next take while
-        ``serving`` is still above (:meth:`repays_locked`). An executor
-        actor gives its step slot back as its work ends (:meth:`step_ended`)."""
+        count may pass its bound): the call actor at ``worker``, else (None)
+        an executor actor. A call actor that took its slot back above the
+        budget owes it (``owing``; it may owe it already, from an earlier
+        lend of the same body or step), and gives it back at its next take
+        while ``serving`` is still above (:meth:`repays_locked`) or as it
+        leaves its mailbox (:meth:`release`). An executor actor gives its
+        step slot back as its work ends (:meth:`step_ended`)."""
         self.lock.acquire()
         try:
-            if stepper:
+            if worker is None:
                 self.lent_steppers -= 1
                 self.stepping += 1
-                return False
+                return
             self.lent_servers -= 1
             serving = self.serving = self.serving + 1
-            if owes or serving <= self.budget:
-                return owes
-            self.owing += 1
-            return True
+            if serving > self.budget:
+                self.owing.add(worker)
         finally:
             self.lock.release()
 
@@ -616,8 +623,11 @@ class Dispatcher:
         with self.lock:
             assert self.serving >= 0 and self.lent_servers >= 0, self
             # (Above the budget only until the call actors that took their
-            # slot back there reach their next take.)
-            assert 0 <= self.owing and self.serving <= self.budget + self.owing, self
+            # slot back there reach their next take; each holds its slot,
+            # or lent it again.)
+            owing = len(self.owing)
+            assert self.serving <= self.budget + owing, self
+            assert owing <= self.serving + self.lent_servers, self
             assert self.stepping >= 0 and self.lent_steppers >= 0, self
             assert not self.wanting or (self.serving >= self.budget and not self.closed), self
             # (Starved: a retry is armed, and no executor actor is idle.)

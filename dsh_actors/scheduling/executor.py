@@ -734,12 +734,9 @@ class LentOnDemand(Lent):
 def _take_back(actor: ExecutorActor | CallActor) -> None:
     """(On ``actor``'s thread.) Its wait is over: its slot is its own again
     (``Dispatcher.unlend``); a call actor that took it back above the
-    budget owes it, and gives it back before it takes another call
-    (``CallActor.owes``)."""
-    if type(actor) is CallActor:
-        actor.owes = actor.dispatcher.unlend(False, actor.owes)
-    else:
-        actor.dispatcher.unlend(True)
+    budget owes it (the dispatcher's ``owing``), and gives it back before
+    it takes another call (``CallActor._repay``)."""
+    actor.dispatcher.unlend(actor.address if type(actor) is CallActor else None)
 
 
 def lend_waiter(context: contextvars.Context | None = None) -> None:
@@ -763,10 +760,6 @@ class CallActor(MailboxActor):
         self.dispatcher = dispatcher  # (read-only: whose call-actor slot it holds)
         self.address = Address(self)
         self.lends = 0  # the waits its slot is lent for (see Lent); its own thread only
-        # It took its slot back above the budget (a lend ended: _take_back)
-        # and gives it back before its next call, unless the runtime is
-        # within the budget again by then (_repay); its own thread only.
-        self.owes = False
 
     def handle(self, message: Serve) -> None:
         match message:
@@ -787,6 +780,11 @@ class CallActor(MailboxActor):
         """Serve ``mailbox`` until told to leave; the next mailbox the dispatcher
         sends this actor to, or None (idle)."""
         rt = self.rt
+        # Someone owes a slot (it took it back above the budget, a lend
+        # ended): this actor may, and asks under the lock before its next
+        # take (_repay). Read without the lock: only this actor's thread
+        # puts it in or takes it out, so it is seen whenever it owes.
+        owing = self.dispatcher.owing
         reply = None  # settles the batch's reply, when this actor ended it
         mailbox.arrive()
         item = mailbox.take(arriving=True)
@@ -797,7 +795,7 @@ class CallActor(MailboxActor):
             except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
                 logger.opt(exception=exc).error("dispatch of {!r} failed", call)
                 call.settle(failure_from_exception(exc), run_post=False, dispatched=True)
-            item = self._repay(mailbox, False) if self.owes else mailbox.take(wait=False)
+            item = self._repay(mailbox, False) if owing else mailbox.take(wait=False)
             if item is LEAVE:
                 # Back with the dispatcher before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
@@ -810,7 +808,7 @@ class CallActor(MailboxActor):
                 # them), then take the next call: the slot this call freed
                 # is refilled without a hop to an executor actor and back.
                 reply = mailbox.report_and_step(call)
-                item = self._repay(mailbox, True) if self.owes else mailbox.take()
+                item = self._repay(mailbox, True) if owing else mailbox.take()
             else:
                 mailbox.report(call)
         if reply is not None:
@@ -818,22 +816,21 @@ class CallActor(MailboxActor):
         return self._release(mailbox)
 
     def _repay(self, mailbox: WorkMailbox, wait: bool) -> Any:
-        """This actor took its slot back above the budget (``owes``: a body
-        or a step it ran lent it) and is about to take its next call: it
-        leaves ``mailbox`` instead (LEAVE: :meth:`_release` gives the slot
-        back) while the runtime still holds more call-actor slots than the
-        budget, else it takes the call as ever (``WorkMailbox.give_back``)."""
-        if mailbox.give_back():
+        """Some call actor owes a slot and this one is about to take its
+        next call: when it is this one (a body or a step it ran lent its
+        slot, and it took it back above the budget: the dispatcher's
+        ``owing``), it leaves ``mailbox`` instead (LEAVE: :meth:`_release`
+        gives the slot back) while the runtime still holds more call-actor
+        slots than the budget; else it takes the call as ever
+        (``WorkMailbox.give_back``)."""
+        if mailbox.give_back(self.address):
             return LEAVE
-        self.owes = False
         return mailbox.take(wait=wait)
 
     def _release(self, mailbox: WorkMailbox) -> WorkMailbox | None:
         # Its slot goes back to the dispatcher (the debt with it, if it owes
         # it): the next mailbox it serves, or None.
-        owed = self.owes
-        self.owes = False
-        return self.dispatcher.release(self.address, mailbox, owed)
+        return self.dispatcher.release(self.address, mailbox)
 
 
 def _answer(settle_reply: Callable[[], object]) -> None:

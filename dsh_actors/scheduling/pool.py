@@ -29,6 +29,7 @@ from ..pipeline.results import failure_from_exception
 from .messages import Returned, Settled
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..actors import Address
     from ..pipeline.stages import Call
     from .dispatcher import Dispatcher
     from .inbox import BatchInbox
@@ -440,17 +441,18 @@ class WorkMailbox:
                 return item  # type: ignore[no-any-return]
             self._wait()
 
-    def give_back(self) -> bool:
-        """A server that took its slot back above the budget (its lend
-        ended: ``Dispatcher.unlend``) is about to take its next call:
-        whether it leaves instead, its slot going back to the dispatcher
-        (the caller releases it, ``owed``), while the runtime still holds
-        more call-actor slots than the budget (``Dispatcher.repays_locked``).
-        Its calls still queued wait their turn, as at a yield."""
+    def give_back(self, worker: Address) -> bool:
+        """The server at ``worker`` is about to take its next call: whether
+        it leaves instead, its slot going back to the dispatcher (the
+        caller releases it), because it took its slot back above the
+        budget (its lend ended: ``Dispatcher.unlend``) and the runtime
+        still holds more call-actor slots than the budget
+        (``Dispatcher.repays_locked``). Its calls still queued wait their
+        turn, as at a yield."""
         lock = self._lock
         dispatcher = self._dispatcher
         with lock:
-            if not dispatcher.repays_locked():
+            if not dispatcher.repays_locked(worker):
                 return False
             if self.sentinels >= self.servers:
                 # (Closing: every server is told to leave, this one too: it

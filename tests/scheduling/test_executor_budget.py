@@ -779,4 +779,4 @@ def test_a_call_actor_back_above_the_budget_after_an_inline_body_gives_its_slot_
         assert inline and inline[0].name == "dsh-CallActor"
         assert len(worst) == 1, f"bodies ran at once on call actors holding a slot of a budget of one: {worst}"
         rt.dispatcher.assert_invariants()
-        assert rt.dispatcher.owing == 0
+        assert not rt.dispatcher.owing

@@ -285,8 +285,24 @@ def test_the_dispatchers_invariants_hold_for_concurrent_batches_sharing_a_small_
     (``deep``: of two such bodies; waited for on a call actor under a sync
     ``tools/execute`` wrapper when ``wrapped``): every batch finishes with every result, never hangs, and
     the dispatcher's invariants (``Dispatcher.assert_invariants``, asserted
-    with the batch's after every step) hold throughout."""
+    with the batch's after every step, and as every lend ends) hold
+    throughout: a call actor that takes its slot back above the budget is
+    in the dispatcher's ``owing`` (``serving <= budget + len(owing)``), and
+    once the runtime has stopped no call actor owes one."""
+    broken: list[str] = []
     with started_runtime(max_call_actors=budget) as rt:
+        dispatcher = rt.dispatcher
+        unlend = dispatcher.unlend
+
+        def checked_unlend(worker: Any = None) -> None:
+            # (On the actor's thread: a failure is recorded, not raised into its body.)
+            unlend(worker)
+            try:
+                dispatcher.assert_invariants()
+            except AssertionError as exc:
+                broken.append(str(exc))
+
+        dispatcher.unlend = checked_unlend  # type: ignore[method-assign]
         if wrapped:
             rt.events.on("tools/execute", lambda execution, next_: next_())
         leaf = ToolBatchInput(calls=tuple(call(i, "safe") for i in range(2)))
@@ -323,6 +339,9 @@ def test_the_dispatchers_invariants_hold_for_concurrent_batches_sharing_a_small_
             futures.append(rt.tools.submit(ToolBatchInput(calls=tuple(the_calls), max_parallel_tool_calls=cap)))
         results = [future.result(GUARD) for future in futures]
         rt.dispatcher.assert_invariants()
+    assert not broken, broken
+    # (Every call actor has left its mailbox: each repaid what it owed.)
+    assert not dispatcher.owing and dispatcher.serving == dispatcher.lent_servers == 0, dispatcher
     expected = {
         "safe": "ok",
         "excl": "ok",
