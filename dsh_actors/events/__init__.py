@@ -54,9 +54,11 @@ Which thread runs a listener (none of them may assume another):
   returns; ``progress`` is a frozen :class:`~dsh_actors.model.ToolProgress`.
 * ``tools/deferred`` observers run on the thread that prepares the call,
   when the approval service has answered ``"deferred"`` for it in a batch
-  (which then suspends); ``ask`` is the ``Ask`` the pre-execute waterfall
-  returned. The call's ``tools/result`` comes later: when the suspension is
-  resumed (perhaps in another process) or an abort ends the call.
+  that has not halted (which then suspends; a halted batch ends the call
+  ``ABORTED_BEFORE_DISPATCH`` without announcing it); ``ask`` is the
+  ``Ask`` the pre-execute waterfall returned. The call's ``tools/result``
+  comes later: when the suspension is resumed (perhaps in another
+  process) or an abort ends the call.
 * ``tools/approval`` observers run on the thread that prepares the call,
   right after the approval service gave a valid answer for it, or a
   resume gave a decision for it (``rt.tools.resume``: not ``"deferred"``,

@@ -824,8 +824,6 @@ class BatchRun:
         """Start every call that may start now (see the class docstring)."""
         calls = self.calls
         total = len(calls)
-        signal = self.signal
-        stopping = self.rt.stop_signal
         while True:
             if not self.outs:
                 # Nothing runs, so no slot waits for this: what settled
@@ -834,12 +832,7 @@ class BatchRun:
                 self._commit_ready()
             if self.next_commit == total and not self.count[_DEFERRED]:
                 return  # (with deferred calls held, an abort must still end them)
-            if self.halted is None:
-                if signal.aborted or stopping.aborted:
-                    self._halt("aborted", reclaim=True)
-                elif self.log_error is not None or self.bug is not None:
-                    self._halt("failed", reclaim=self.bug is None, ahead_only=True)
-            if self.halted is not None:
+            if self._halts():
                 if self.bug is not None:
                     return  # started calls drain; nothing more is committed
                 # No barrier and no call starts after an abort: every unstarted
@@ -941,7 +934,7 @@ class BatchRun:
                 out = self.outs
                 early = early and out >= self.limit
                 if not settled and not deferred:
-                    if self._halted():
+                    if self._halts():
                         call.abort_unstarted()
                         self._move(index, _HELD)
                         continue
@@ -957,11 +950,20 @@ class BatchRun:
             if exclusive:
                 self.barrier = index
             if deferred:
-                if self.sink is None:
+                if self.sink is not None:
+                    refuse_deferral(call)  # a program cannot wait for a decision
+                elif self._halts():
+                    # The batch halted while its approval was asked (on a
+                    # worker or here: the service itself may have aborted
+                    # it): the call will not wait for a decision, so its
+                    # deferral is never announced (no tools/deferred, no
+                    # tool/approval-request); it ends as _abort_deferred
+                    # would end it, and commits in its turn.
+                    call.abort_unstarted()
+                else:
                     self._defer(call)
                     self._move(index, _DEFERRED)  # the commit passes it in its turn
                     continue
-                refuse_deferral(call)  # a program cannot wait for a decision
                 settled = True
             if settled:
                 self._move(index, _HELD)
@@ -1009,11 +1011,19 @@ class BatchRun:
                     self._put_back(call)
                     return
 
-    def _halted(self) -> bool:
-        """Whether no call starts any more, or is about to (a log write
-        failed, a bug): read anew, as a step may have taken that in while
-        this one waited (see :meth:`_meanwhile`)."""
-        return self.halted is not None or self.log_error is not None or self.bug is not None
+    def _halts(self) -> bool:
+        """Whether no call starts any more: the batch halted, or halts now
+        (``halted`` set: its signal or the runtime's stop aborted, a log
+        write failed, a bug). Read anew, as the step goes on and as a step
+        may have taken that in while this one waited (see
+        :meth:`_meanwhile`): the one test of a halt before a call starts
+        or is announced as deferred."""
+        if self.halted is None:
+            if self.signal.aborted or self.rt.stop_signal.aborted:
+                self._halt("aborted", reclaim=True)
+            elif self.log_error is not None or self.bug is not None:
+                self._halt("failed", reclaim=self.bug is None, ahead_only=True)
+        return self.halted is not None
 
     def _put_back(self, call: Call) -> None:
         """``call`` was prepared to start, but a stale call before it is on
@@ -1393,9 +1403,11 @@ class BatchRun:
 
     def _defer(self, call: Call) -> None:
         """``call`` is DEFERRED (the approval service answered
-        ``"deferred"``): a logged batch logs the request (with the id of the
-        suspension the batch will return), and ``tools/deferred`` observers
-        hear of it (in the call's context, as its other hooks)."""
+        ``"deferred"`` and the batch has not halted: see ``_start_ready``):
+        a logged batch logs the request (with the id of the suspension the
+        batch will return), and ``tools/deferred`` observers hear of it (in
+        the call's context, as its other hooks). The one place a deferral
+        is announced."""
         if self.suspension_id is None:
             self.suspension_id = new_suspension_id()
         execution = call.execution

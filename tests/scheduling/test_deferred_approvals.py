@@ -380,6 +380,64 @@ def test_an_abort_while_a_call_is_deferred_ends_the_batch_without_a_suspension()
     assert session.pending_calls() == [] and session.awaiting_approval() == []
 
 
+@pytest.mark.parametrize("logged", [False, True], ids=["unlogged", "logged"])
+@pytest.mark.parametrize("asked_on", ["a worker", "the stepping thread"])
+def test_a_deferral_answered_once_the_batch_is_aborted_is_not_announced(
+    monkeypatch: pytest.MonkeyPatch, asked_on: str, logged: bool
+) -> None:
+    """The service answers "deferred" after the batch's abort (which it
+    made itself: deterministic). The call ends ``ABORTED_BEFORE_DISPATCH``
+    and is never announced as deferred: no ``tools/deferred``, no
+    ``tool/approval-request`` (which a person would be shown). Asked on a
+    worker while the batch commits meanwhile, or on the stepping thread
+    when no worker thread can be started."""
+    from dsh_actors.scheduling.blocking import BlockingPool
+
+    world = World()
+    controller = AbortController()
+    session = Session() if logged else None
+    heard: list[str] = []
+    answered: list[tuple[str, str]] = []
+    asked_from: list[str] = []
+
+    def service(request: Any) -> str:
+        asked_from.append(threading.current_thread().name)
+        controller.abort("the user pressed stop while the person was asked")
+        return "deferred"
+
+    def no_thread(self: Any, fn: Any, *args: Any) -> Any:
+        raise RuntimeError("can't start new thread")
+
+    with started_runtime() as rt:
+        install(rt, world, service=service)
+        rt.events.on("tools/deferred", lambda execution, ask: heard.append(execution.call_id))
+        rt.events.on("tools/approval", lambda execution, ask, answer: answered.append((execution.call_id, answer)))
+        if asked_on == "the stepping thread":
+            monkeypatch.setattr(BlockingPool, "submit", no_thread)
+        result = rt.tools.execute(
+            ToolBatchInput(
+                calls=(c("c0", ask=True), c("c1")),
+                agent=Agent("main", session=session),
+                log=LogStep(turn=1, step=1) if logged else None,
+                signal=controller.signal,
+            )
+        )
+
+    assert asked_from and asked_from[0].startswith("dsh-worker-") == (asked_on == "a worker")
+    assert answered == [("c0", "deferred")]  # (the service's answer is published, as any)
+    assert heard == []
+    assert result.suspension is None and result.pending == ()
+    assert [(item.call_id, code_of(item.result)) for item in result.results] == [
+        ("c0", "ABORTED_BEFORE_DISPATCH"),
+        ("c1", "ABORTED_BEFORE_DISPATCH"),
+    ]
+    assert world.ran == [] and world.results == ["c0", "c1"]
+    if session is not None:
+        assert events_of(session, "tool/approval-request") == []
+        assert [e["call_id"] for e in events_of(session, "tool/result")] == ["c0", "c1"]
+        assert session.pending_calls() == [] and session.awaiting_approval() == []
+
+
 # ---------------------------------------------------------------------------
 # What is checked again at resume
 # ---------------------------------------------------------------------------
