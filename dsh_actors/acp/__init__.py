@@ -73,7 +73,11 @@ While a session is attached:
   the rest of the session (later calls are not asked). A request the client
   answers ``cancelled``, or whose call's signal fires first, answers
   ``"cancelled"`` (so does a closed connection's, for a call of the running
-  turn, which the closed connection cancels: see below); a closed
+  turn, which the closed connection cancels: see below). A signal that
+  fires first (the turn cancelled, the runtime stopping) settles the call
+  at once, but the client's dialog stays open: the SDK has no way to
+  withdraw a request it sent (no ``$/cancel_request``), and the answer
+  the person gives later is ignored; the call's card has ended meanwhile. A closed
   connection otherwise, or a client that does not take
   permission requests (``-32601``), ``"unavailable"``. An answer that is
   none (an option that was not offered, a result that is not a permission
@@ -89,6 +93,15 @@ While a session is attached:
   does a closed connection, as soon as an update or a permission request
   of the session fails with the SDK's ``ConnectionError`` (before the SDK
   cancels the prompt's handler): no call starts for a client that left.
+* a turn that ends cancelled, or while the runtime stops, ends every card
+  of the session still open (pending or in progress) at once: ``failed``
+  (ACP has no cancelled status), its content the line ``stopped: the
+  prompt turn was cancelled before the call ended`` (or ``stopped: the
+  runtime stopped before the call ended``), and nothing more of that call
+  is shown, its own late end included. Only a call that outlives its
+  batch is still open then (a batch drains before it answers): a body
+  that ignores its signal on the batch's own thread, whose batch the stop
+  answered (the reference, section 7), or a batch the turn did not await.
 
 * each ``tools/progress`` of a running call (``ctx.report_progress``, an
   MCP server's progress) is a ``tool_call_update`` whose content is the

@@ -76,6 +76,8 @@ _META_KEY: Final = "dsh_actors"
 #: The most of a client's error data a failure shows.
 _SAID_LIMIT: Final = 200
 _UNSEEN: Final[Any] = object()
+_RUNTIME_STOPPED: Final = "stopped: the runtime stopped before the call ended"
+_TURN_CANCELLED: Final = "stopped: the prompt turn was cancelled before the call ended"
 
 
 # --------------------------------------------------------------------------
@@ -128,7 +130,15 @@ class _Flush:
     done: asyncio.Future[None]
 
 
-_Item: TypeAlias = _Appeared | _Started | _Progressed | _Settled | _Ask | _Flush | None
+@dataclass(frozen=True, slots=True)
+class _Stopped:
+    """The turn ended stopped (cancelled, or the runtime stopping): every
+    card still open ends ``failed`` with ``text``, at once."""
+
+    text: str
+
+
+_Item: TypeAlias = _Appeared | _Started | _Progressed | _Settled | _Ask | _Flush | _Stopped | None
 
 
 @dataclass(slots=True)
@@ -199,8 +209,11 @@ class AcpSession:
         self._lock = threading.Lock()
         self._state = _State()
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
-        # Invariant: only the pump task reads or writes _known.
+        # Invariant: only the pump task reads or writes _known and _closed.
         self._known: dict[str, _Known] = {}
+        # The calls whose card a stopped turn's end closed while they ran:
+        # nothing more of them is shown (their own end removes them).
+        self._closed: set[str] = set()
         self._asks: dict[asyncio.Task[None], _Ask] = {}
         # The definition each prepared call runs with (from its pre-execute
         # phase to its result): its result card is that definition's, even
@@ -232,7 +245,12 @@ class AcpSession:
         """A prompt turn: yields a :class:`Turn` whose signal the client's
         ``session/cancel`` (:meth:`cancel`) aborts. Leaving it flushes the
         updates of its batches; leaving it with an exception (the prompt's
-        handler was cancelled: the client went away) also aborts its signal."""
+        handler was cancelled: the client went away) also aborts its signal.
+        Leaving it cancelled, or with the runtime stopping, first ends every
+        card of the session still open (a body that ignores its signal, on
+        the batch's own thread, outlives the batch a stop answered):
+        ``failed``, its content a line saying why; nothing more of such a
+        call is shown, its own end included."""
         controller = AbortController()
         with self._lock:
             if self._state.detached:
@@ -248,6 +266,10 @@ class AcpSession:
         finally:
             with self._lock:
                 self._state.turn = None
+            if self.rt.stop_signal.aborted:
+                self._post(_Stopped(_RUNTIME_STOPPED))
+            elif controller.signal.aborted:
+                self._post(_Stopped(_TURN_CANCELLED))
             await self.flush()
 
     @property
@@ -475,7 +497,7 @@ class AcpSession:
                 if not done.done():
                     done.set_result(None)
             case _Appeared(call_id=call_id, parent_id=parent_id, fields=fields):
-                if call_id not in self._known:  # (prepared again: shown already)
+                if call_id not in self._known and call_id not in self._closed:  # (prepared again: shown already)
                     await self._appear(call_id, parent_id, fields)
             case _Started(call_id=call_id):
                 if call_id in self._known:
@@ -486,6 +508,9 @@ class AcpSession:
                 if call_id in self._known:
                     await self._update(call_id, _progress_fields(progress))
             case _Settled():
+                if item.call_id in self._closed:  # its card ended with its turn
+                    self._closed.discard(item.call_id)
+                    return
                 if item.call_id not in self._known:
                     await self._appear(item.call_id, item.parent_id, item.call)
                 fields = {"status": "failed" if item.failed else "completed", **item.fields}
@@ -493,9 +518,15 @@ class AcpSession:
                 if title is not None:
                     fields["title"] = self._titled(item.parent_id, title)
                 # Invariant: a call is known from its pending update to its end
-                # (its nested calls end before it does).
+                # (its nested calls end before it does), or to a stopped turn's.
                 del self._known[item.call_id]
                 await self._update(item.call_id, fields)
+            case _Stopped(text=text):
+                still_open = list(reversed(self._known))  # (nested calls first)
+                self._known.clear()
+                self._closed.update(still_open)
+                for call_id in still_open:
+                    await self._update(call_id, {"status": "failed", "content": [text_content(text)]})
             case _Ask():
                 if item.answer.done():
                     return

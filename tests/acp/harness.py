@@ -179,10 +179,13 @@ def call(name: str, **arguments: Any) -> str:
 
 
 @asynccontextmanager
-async def agent_process(tmp_path: Path, *args: str, client: RecordingClient | None = None) -> AsyncIterator[Running]:
-    """The example agent in a subprocess, initialized, with one session
-    whose working folder is ``tmp_path / "project"``. On exit the client
-    closes its end and the agent must exit 0 by itself."""
+async def agent_process(
+    tmp_path: Path, *args: str, client: RecordingClient | None = None, module: str = "examples.acp_agent"
+) -> AsyncIterator[Running]:
+    """The example agent (or ``module``, run with ``-m``) in a subprocess,
+    initialized, with one session whose working folder is
+    ``tmp_path / "project"``. On exit the client closes its end and the
+    agent must exit 0 by itself."""
     root = tmp_path / "project"
     (root / "scratch").mkdir(parents=True)
     logs = tmp_path / "logs"
@@ -190,7 +193,7 @@ async def agent_process(tmp_path: Path, *args: str, client: RecordingClient | No
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "examples.acp_agent",
+        module,
         "--log-dir",
         str(logs),
         *args,

@@ -250,6 +250,43 @@ def test_a_call_whose_tool_is_unregistered_while_it_runs_ends_with_its_own_resul
         release.set()
 
 
+def test_a_card_still_running_when_a_turn_ends_cancelled_ends_with_it_and_its_late_end_is_not_shown(
+    rt: ToolRuntime,
+) -> None:
+    # The prompt's handler fails while its batch still runs a body that
+    # ignores its signal: the turn ends cancelled, and so does the card.
+    started, release = threading.Event(), threading.Event()
+
+    async def scenario() -> None:
+        agent = Agent("a")
+        rt.tools.scope(agent).register(_carded(started, release))
+        client = Updates()
+        async with attach(rt, client, "s1", agent=agent) as session:  # type: ignore[arg-type]
+            with pytest.raises(LookupError, match="the model failed"):
+                async with session.turn() as turn:
+                    batch = asyncio.ensure_future(
+                        rt.tools.execute_async(
+                            ToolBatchInput(calls=[ToolCall(id="c1", name="carded")], agent=agent, signal=turn.signal)
+                        )
+                    )
+                    assert await asyncio.to_thread(started.wait, BOUND)
+                    raise LookupError("the model failed")
+            end = client.updates[-1]
+            assert (end["toolCallId"], end["status"]) == ("c1", "failed")
+            stopped = "stopped: the prompt turn was cancelled before the call ended"
+            assert end["content"] == [{"type": "content", "content": {"type": "text", "text": stopped}}]
+            release.set()
+            error = (await asyncio.wait_for(batch, BOUND)).results[0].result.error
+            assert error is not None and error.info is not None and error.info.code == "ABORTED"
+            await session.flush()
+            assert client.updates[-1] == end
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+
+
 def test_an_approval_asked_after_the_connections_loop_ended_answers_unavailable_at_once(rt: ToolRuntime) -> None:
     # The agent never detached its session and its event loop is gone: no
     # one will ever answer, so the call must not wait (it waited until the
