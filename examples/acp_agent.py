@@ -44,6 +44,7 @@ from loguru import logger
 import examples.tools
 from dsh_actors import (
     Agent,
+    DshError,
     LogStep,
     Session,
     ToolBatchInput,
@@ -152,12 +153,21 @@ class ScriptedAgent:
         if not calls:
             await self._say(session, 'No tool calls. Write one per line: TOOL {"arg": "value"}')
             return PromptResponse(stop_reason="end_turn")
-        async with session.turn() as turn:
-            batch = await self.rt.tools.execute_async(
-                ToolBatchInput(
-                    calls=calls, agent=session.agent, signal=turn.signal, log=LogStep(turn=turn_number, step=1)
+        try:
+            async with session.turn() as turn:
+                batch = await self.rt.tools.execute_async(
+                    ToolBatchInput(
+                        calls=calls, agent=session.agent, signal=turn.signal, log=LogStep(turn=turn_number, step=1)
+                    )
                 )
-            )
+        except DshError as error:
+            if not self.rt.stop_signal.aborted:
+                raise  # (a failed log write: the prompt fails with the error's message)
+            # The host is shutting the runtime down (its stop answered the
+            # batch while a body still ran, or came before it started): the
+            # turn ends cancelled, not with an internal error.
+            await self._say(session, f"Stopped: {error}")
+            return PromptResponse(stop_reason="cancelled")
         await self._say(session, summary(batch, turn.cancelled))
         return PromptResponse(stop_reason=turn.stop_reason)
 
