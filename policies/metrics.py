@@ -20,8 +20,8 @@ so a clock that does not return a number is refused then),
 gauges below on; default None: none).
 
 What is counted: every call that publishes ``tools/result``, which is every
-call, skipped ones included (pre-aborted calls, non-JSON arguments: they
-run no phase but still publish one result). Outcomes are keyed by tool and
+call, skipped ones included (pre-aborted calls, arguments that are not
+lossless JSON: they run no phase but still publish one result). Outcomes are keyed by tool and
 code: ``"ok"`` for a success, else ``error.info.code`` (``TOOL_FAILED`` for a
 plain exception from a body), or ``"ERROR"`` for a failure without
 structured identity (a ``Deny`` without ``info``). The calls of a name
@@ -30,7 +30,7 @@ may run: ``execution.tool_found`` is False, or the call failed
 ``UNKNOWN_TOOL``) are counted under one name, :data:`UNKNOWN_TOOLS`
 (``"(unknown)"``, which no tool can be called), not under the name sent,
 whatever settled them (``UNKNOWN_TOOL``, or before it arguments that are
-not JSON, a denial, a deferral, an abort): names a model makes up would
+not lossless JSON, a denial, a deferral, an abort): names a model makes up would
 each keep an entry for good. A tool's latency windows are made at its
 first sample.
 

@@ -5,7 +5,11 @@ duration histogram, after the OpenTelemetry GenAI semantic conventions.
 meter_provider=None)`` (the ``otel`` extra: ``opentelemetry-api``; without
 a provider argument the global ones are used, so an application that
 configured the SDK needs to pass nothing). It registers a guard
-(``rt.tools.guard``): the runtime must be started.
+(``rt.tools.guard``): the runtime must be started. Several may be applied
+at once, each with providers of its own: one whose tracer or meter
+provider an applied one uses (None: the global one, as it is then) is
+refused, as each call would get a second span there, or its duration
+recorded twice.
 
 **Spans.** Each call (nested ones and PTC sub-calls included) gets one span
 ``execute_tool {gen_ai.tool.name}``, kind ``INTERNAL``, with
@@ -16,7 +20,11 @@ when the call enters ``tools/pre-execute`` (this policy prepends its
 listener: the span covers the other pre-execute listeners, the approval,
 the guards, the wait for a slot, the body, post-execute) and ends at
 ``tools/result``; a call that runs no phase (aborted before it started,
-arguments that are not JSON) gets a span at its ``tools/result``.
+arguments that are not lossless JSON) gets a span at its ``tools/result``. A
+sampler or span processor of the tracer provider's that raises as the span
+starts does not fail the call: it goes on without a span (a WARNING
+logged), still timed in the histogram, its body's spans under the span
+its own would have had as parent.
 
 Its parent is the span current where the batch was submitted (the hooks of
 a call run in the caller's ``contextvars`` context), so tool spans sit
@@ -108,8 +116,8 @@ the application's that sets an aggregation replaces them. A call of a name
 that runs no tool (no tool of the name the model sent that its agent may
 run: ``execution.tool_found`` is False, or the call failed ``UNKNOWN_TOOL``)
 has ``gen_ai.tool.name = "_OTHER"`` there, whatever settled it
-(``UNKNOWN_TOOL``, or before it arguments that are not JSON, a denial, an
-abort): names a model makes up would each make an attribute set, which the
+(``UNKNOWN_TOOL``, or before it arguments that are not lossless JSON, a
+denial, an abort): names a model makes up would each make an attribute set, which the
 SDK keeps for good and caps (its span keeps the name sent). The histogram
 is made once per meter provider (a meter asked of OpenTelemetry's global
 proxy provider is kept by it for good).
@@ -132,6 +140,8 @@ import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Final
+
+from loguru import logger
 
 from dsh_actors import (
     Ask,
@@ -263,10 +273,17 @@ class OtelPolicy:
         self._set_span = trace.set_span_in_context
         self._get_span = trace.get_current_span
         self._kind = SpanKind.INTERNAL
+        self._no_span = trace.NonRecordingSpan
         self._error = Status
         self._error_code = StatusCode.ERROR
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self._duration = _duration_histogram(metrics.get_meter_provider() if meter_provider is None else meter_provider)
+        # The providers as given (None: the global one), each with its option
+        # and how to read the global one.
+        self._providers: tuple[tuple[str, Any, Callable[[], Any]], ...] = (
+            ("tracer_provider", tracer_provider, trace.get_tracer_provider),
+            ("meter_provider", meter_provider, metrics.get_meter_provider),
+        )
         self._capture = capture_content
         # What every span of one tool shares, by agent (weakly) and name,
         # and by name for calls without an agent; dropped on tools/change,
@@ -286,6 +303,15 @@ class OtelPolicy:
         self._open: dict[Any, _CallSpan] = {}
         self._closed = False  # disposed: a span started from now on ends at once
 
+    def shared_provider(self, other: OtelPolicy) -> str | None:
+        """The option whose provider ``other`` uses too (None: the global
+        one, as it is now), or None: ``other``'s spans or durations would go
+        where this policy's go."""
+        for (option, mine, current), (_, theirs, _) in zip(self._providers, other._providers, strict=True):
+            if (current() if mine is None else mine) is (current() if theirs is None else theirs):
+                return option
+        return None
+
     # -- the span ---------------------------------------------------------------
 
     def _start(self, execution: ToolExecution, context: Any = None) -> _CallSpan:
@@ -295,7 +321,17 @@ class OtelPolicy:
         if self._capture:
             arguments = execution.arguments  # (a str: the text the model sent did not parse)
             attributes["gen_ai.tool.call.arguments"] = arguments if type(arguments) is str else _json_text(arguments)
-        span = self._tracer.start_span(tool.span_name, context, kind=self._kind, attributes=attributes)
+        try:
+            span = self._tracer.start_span(tool.span_name, context, kind=self._kind, attributes=attributes)
+        except Exception as exc:  # noqa: BLE001 - the application's sampler or span processor: not the call's failure
+            logger.opt(exception=exc).warning(
+                "{}: starting the span of call {} raised (a sampler or span processor of the tracer provider's); "
+                "the call goes on without one",
+                _POLICY,
+                execution.call_id,
+            )
+            # (Its body's spans stay under the span it would have had as parent.)
+            span = self._no_span(self._get_span(context).get_span_context())
         state = _CallSpan(execution.token, span, time.perf_counter(), tool)
         self._open[execution.token] = state
         if self._closed:
@@ -311,16 +347,23 @@ class OtelPolicy:
         # sampler and the child context (the SDK reads it three times when
         # it is not given); what it was before another applied policy made
         # its span of this call current (see _Layer).
-        layer = _LAYER.get()
-        if layer is None or layer.token is not execution.token:
-            layer = _Layer(execution.token, self._current(), layer)
-            _LAYER.set(layer)
+        layer = self._layer(execution)
         state = self._start(execution, layer.parent(self, self._set_span, self._get_span))
         self._state.set(state)
         layer.spans[self] = layer.top = state.span
         # (This context is the call's own copy: nothing to restore afterwards.)
         self._attach(self._set_span(state.span, self._current()))
         return state
+
+    def _layer(self, execution: ToolExecution) -> _Layer:
+        """The spans the applied policies started for this call, made at
+        the first of them (a nested call's context holds its enclosing
+        call's, which it keeps as ``outer``)."""
+        layer = _LAYER.get()
+        if layer is None or layer.token is not execution.token:
+            layer = _Layer(execution.token, self._current(), layer)
+            _LAYER.set(layer)
+        return layer
 
     def _tool(self, execution: ToolExecution) -> _Tool:
         """What the spans of the tool this call runs share: the definition
@@ -454,12 +497,9 @@ class OtelPolicy:
     def on_result(self, execution: ToolExecution, result: Any) -> None:
         state = self._mine(execution)
         if state is None:  # no phase ran (aborted before it started, bad arguments), or it ran until deferred
-            # (Deferred, then aborted: parented as its first span was, not on that one.)
-            layer = _LAYER.get()
-            parent = None
-            if layer is not None and layer.token is execution.token:
-                parent = layer.parent(self, self._set_span, self._get_span)
-            state = self._start(execution, parent)
+            # (Deferred, then aborted: parented as its first span was, not on
+            # that one; a nested call, on this policy's span of its enclosing call.)
+            state = self._start(execution, self._layer(execution).parent(self, self._set_span, self._get_span))
         if not self._take(state):
             return  # ended by the disposer meanwhile
         span = state.span
@@ -578,6 +618,15 @@ def apply(
         raise InvalidStateError(
             f"{_POLICY} needs OpenTelemetry: install the otel extra (pip install 'dsh-actors[otel]')"
         ) from exc
+    for listener in rt.events.listeners("tools/result"):
+        applied = getattr(listener, "__self__", None)
+        shared = policy.shared_provider(applied) if isinstance(applied, OtelPolicy) else None
+        if shared is not None:
+            twice = "a second span" if shared == "tracer_provider" else "its duration recorded twice"
+            raise InvalidStateError(
+                f"{_POLICY}: it is applied to this runtime already with the same {shared} (None is OpenTelemetry's "
+                f"global one), where each call would get {twice}; dispose that one first, or pass another {shared}"
+            )
     undo = Undo()
     undo.add(policy.close)  # (steps undo last first: its listeners are gone by then)
     events = rt.events

@@ -68,3 +68,36 @@ def test_a_span_processor_that_raises_loses_no_duration(rt: Any, otel: Otel) -> 
     assert not result.results[0].result.is_error
     assert len(otel.by_id()["c1"]) == 1
     assert [count for _, count in otel.durations()] == [1]
+
+
+def test_a_span_processor_that_raises_as_a_span_starts_does_not_fail_the_call(
+    rt: Any, otel: Otel, log_records: Any
+) -> None:
+    # (The call failed POLICY_FAILED, "tools/pre-execute: exporter down"
+    # shown to the model, for the tracer provider's failure.)
+    class Raising(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            if span.name.startswith("execute_tool"):
+                raise RuntimeError("exporter down")
+
+    otel.tracer_provider.add_span_processor(Raising())
+    inner: list[Any] = []
+
+    def body(args: Any, ctx: Any) -> Any:
+        with otel.tracer.start_as_current_span("inside the body") as span:
+            inner.append(span)
+        return {"answer": 42}
+
+    rt.tools.register(tool(execute=body))
+    use(rt, otel)
+    warnings = log_records("WARNING")
+    with otel.tracer.start_as_current_span("agent step") as step:
+        result = rt.tools.execute(ToolBatchInput(calls=[ToolCall("c1", "lookup", "{}")]))
+    assert not result.results[0].result.is_error, result
+    assert otel.by_id() == {}  # (no span, and still timed)
+    assert [count for _, count in otel.durations()] == [1]
+    [body_span] = otel.spans("inside the body")  # (under the span the call's would have had as parent)
+    assert body_span.parent.span_id == step.get_span_context().span_id
+    [warning] = [r for r in warnings.items if r["name"] == "policies.otel"]
+    assert "starting the span of call c1 raised" in warning["message"]
+    assert warning["exception"].value.args == ("exporter down",)

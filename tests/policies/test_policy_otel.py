@@ -528,7 +528,7 @@ def test_a_post_execute_block_is_an_event(rt: Any, otel: Otel) -> None:
 
 def test_a_call_that_runs_no_phase_still_gets_its_span(rt: Any, otel: Otel) -> None:
     use(rt, otel)
-    run(rt, ToolCall("bad", "lookup", "{not json"))
+    run(rt, ToolCall("bad", "lookup", {"q": float("nan")}))  # (not lossless: no phase runs)
     [span] = otel.tool_spans()
     assert span.attributes["gen_ai.tool.call.id"] == "bad"
     assert span.status.status_code is StatusCode.ERROR
@@ -656,6 +656,70 @@ def test_two_policies_applied_at_once_each_keep_their_own_spans(rt: Any, otel: O
     finally:
         other.tracer_provider.shutdown()
         other.meter_provider.shutdown()
+
+
+def test_a_nested_call_that_runs_no_phase_is_under_each_policy_s_own_span_of_its_enclosing_call(
+    rt: Any, otel: Otel
+) -> None:
+    # (Its span was parented on the span current in the enclosing call's
+    # body: the last applied policy's, a span of another provider, for the
+    # others.)
+    other = Otel()
+    try:
+        rt.tools.register(tool())
+        aborted = AbortController()
+        aborted.abort("the caller gave up")
+
+        def outer(args: Any, ctx: Any) -> Any:
+            nested = ToolExecutionInput(call_id="n1", name="lookup", arguments={"q": "x"}, signal=aborted.signal)
+            assert rt.tools.dispatch(nested).error.info.code == "ABORTED_BEFORE_DISPATCH"
+            return {}
+
+        rt.tools.register(tool("outer", outer))
+        use(rt, otel)
+        rt.use(policies.otel, tracer_provider=other.tracer_provider, meter_provider=other.meter_provider)
+        run(rt, ToolCall("o1", "outer", "{}"))
+        for each in (otel, other):
+            spans = each.by_id()
+            [o1], [n1] = spans["o1"], spans["n1"]
+            assert n1.parent.span_id == o1.context.span_id
+    finally:
+        other.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("second", "shared"),
+    [
+        (("mine", "mine"), "tracer_provider"),
+        (("mine", "other"), "tracer_provider"),
+        (("other", "mine"), "meter_provider"),
+        (("global", "global"), "tracer_provider"),
+    ],
+)
+def test_a_second_application_with_a_provider_the_first_uses_is_refused(
+    rt: Any, otel: Otel, second: tuple[str, str], shared: str
+) -> None:
+    # (It was applied: each call got two spans there, or its duration
+    # recorded twice.)
+    other = Otel()
+    try:
+        tracers = {"mine": otel.tracer_provider, "other": other.tracer_provider, "global": None}
+        meters = {"mine": otel.meter_provider, "other": other.meter_provider, "global": None}
+        first = "global" if second == ("global", "global") else "mine"
+        undo = rt.use(policies.otel, tracer_provider=tracers[first], meter_provider=meters[first])
+        before = listener_lists(rt)
+        again = {"tracer_provider": tracers[second[0]], "meter_provider": meters[second[1]]}
+        with pytest.raises(
+            RuntimeError,
+            match=rf"policies.otel: it is applied to this runtime already with the same {shared} .*"
+            rf"dispose that one first, or pass another {shared}",
+        ):
+            rt.use(policies.otel, **again)
+        assert listener_lists(rt) == before  # (nothing left subscribed)
+        undo()
+        rt.use(policies.otel, **again)()  # (once the first is disposed)
+    finally:
+        other.shutdown()
 
 
 def test_each_agent_s_own_tool_of_a_name_keeps_its_own_description(rt: Any, otel: Otel) -> None:
