@@ -118,7 +118,9 @@ run: ``execution.tool_found`` is False, or the call failed ``UNKNOWN_TOOL``)
 has ``gen_ai.tool.name = "_OTHER"`` there, whatever settled it
 (``UNKNOWN_TOOL``, or before it arguments that are not lossless JSON, a
 denial, an abort): names a model makes up would each make an attribute set, which the
-SDK keeps for good and caps (its span keeps the name sent). The histogram
+SDK keeps for good and caps (its span's ``gen_ai.tool.name`` keeps the
+name sent, and the span is named ``execute_tool`` alone: a span name is
+a dimension too, for a collector's span metrics). The histogram
 is made once per meter provider (a meter asked of OpenTelemetry's global
 proxy provider is kept by it for good).
 
@@ -240,8 +242,11 @@ class _Tool:
 
     __slots__ = ("span_name", "attributes", "ok")
 
-    def __init__(self, name: str, description: str) -> None:
-        self.span_name = f"{OPERATION} {name}"
+    def __init__(self, name: str, description: str, known: bool = True) -> None:
+        # (A name that runs no tool is the model's own text, of any length:
+        # its spans are named by the operation alone, a dimension a
+        # collector's span metrics can keep; the attribute keeps the name.)
+        self.span_name = f"{OPERATION} {name}" if known else OPERATION
         # The span's attributes but the call id (each span gets a copy).
         self.attributes: dict[str, Any] = {
             "gen_ai.operation.name": OPERATION,
@@ -385,7 +390,7 @@ class OtelPolicy:
             if cached is not None:
                 return cached
         if execution.tool_found is False:
-            return _Tool(name, "")  # (the pipeline found no tool of the name: nothing to look up)
+            return _Tool(name, "", known=False)  # (the pipeline found no tool of the name: nothing to look up)
         generation = self._generation
         definition = execution.definition  # (what the call runs: the pipeline's lookup)
         if definition is None:

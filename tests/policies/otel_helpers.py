@@ -29,7 +29,7 @@ class Otel:
         return [s for s in spans if name is None or s.name == name]
 
     def tool_spans(self) -> list[Any]:
-        return [s for s in self.spans() if s.name.startswith("execute_tool ")]
+        return [s for s in self.spans() if (s.attributes or {}).get("gen_ai.operation.name") == "execute_tool"]
 
     def by_id(self) -> dict[str, list[Any]]:
         """The tool spans by call id, in the order they ended."""
