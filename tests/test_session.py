@@ -520,6 +520,21 @@ def test_a_corrupt_line_before_the_last_is_an_error_naming_its_line_number(
     assert problem in str(err)
 
 
+def test_a_corrupt_line_names_the_way_to_open_the_log(tmp_path: Path) -> None:
+    """A log damaged in its middle (a line cut short, edited by hand) is not
+    read past: the error says what to do, not only what is wrong."""
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"type":"a"}\n{"type":"tool/call","turn":1,"ste\n{"type":"c"}\n')
+    with pytest.raises(SessionCorruptError) as caught:
+        Session.open(path)
+    assert str(caught.value).startswith(f"{path}:2: ")
+    assert str(caught.value).endswith(
+        "; the log is damaged at that line (edited by hand, or written by another program or a newer "
+        "dsh-actors), and only a torn last line (a write a crash cut short) is cut off: mend or remove that "
+        "line in a copy of the log, and open the copy"
+    )
+
+
 @pytest.mark.parametrize("shared", [False, True])
 def test_a_malformed_event_of_a_step_read_back_names_its_log_line(tmp_path: Path, shared: bool) -> None:
     """A tool/result whose content a reader refuses (a block type of a newer

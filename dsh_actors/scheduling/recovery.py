@@ -337,8 +337,9 @@ def refuse_missing_tools(
         f"cannot {verb} {what}: {'; '.join(parts)}, which the agent could call when {when} and "
         "cannot call in this runtime (not registered, not visible to the agent, or conditional and not "
         f"admitted by the tool_set passed): register {'it' if one else 'them'} (rt.tools.register, or mount "
-        f"the MCP server or set the executor that provides {'it' if one else 'them'}; pass the step's "
-        f"tool_set= for a conditional one) and {verb} again (nothing was run or written)"
+        f"the MCP server or set the executor that provides {'it' if one else 'them'}; lift the restriction that "
+        f"hides {'it' if one else 'them'} from the agent; pass the step's tool_set= for a conditional one) and "
+        f"{verb} again (nothing was run or written)"
     )
 
 

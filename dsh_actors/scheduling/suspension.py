@@ -47,7 +47,7 @@ from ..model import (
 )
 from ..pipeline.intake import batch_arguments, parse_arguments, stand_in
 from ..pipeline.stages import DECISIONS
-from ..session import LoggedCall, LoggedResult, Session, approval_refusal, error_from_json, error_to_json
+from ..session import LOST_END, LoggedCall, LoggedResult, Session, approval_refusal, error_from_json, error_to_json
 from .messages import CallStart
 from .recovery import logged_arguments
 
@@ -487,7 +487,8 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
     assert log is not None
     where = f"the log {session.path}" if session.path is not None else "the session's log"
     step = f"turn {log.turn}, step {log.step}"
-    read = session.read_step(log.turn, log.step, None if batch.agent is None else batch.agent.id)
+    agent_id = None if batch.agent is None else batch.agent.id
+    read = session.read_step(log.turn, log.step, agent_id)
     logged = read.calls
     tail = "; resume the suspension value its batch returned, unchanged (nothing ran)"
     if not logged:
@@ -511,7 +512,9 @@ def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
                 f"{where}: the suspension does not match its log{tail}"
             )
         if start.answer is not None and entry.awaiting != plan.id:
-            raise approval_refusal(session.events(), plan.id, call.id, session.path)
+            # (From the step's events, as read_step reads them: memory stays
+            # flat however long the log.)
+            raise approval_refusal(session.step_events(log.turn, log.step, agent_id), plan.id, call.id, session.path)
     calls: list[ToolCall] = []
     starts: list[CallStart] = []
     for call, start, entry in zip(batch.calls, plan.starts, logged, strict=True):
@@ -546,7 +549,7 @@ def _check_call(call: ToolCall, start: CallStart, entry: LoggedCall, where: str,
     if state == SETTLED and entry.result is None:
         raise InvalidValueError(
             f"call {shown} is settled in the suspension, but {where} has no result for it: the suspension "
-            f"does not match its log{tail}"
+            f"does not match its log{tail}{LOST_END}"
         )
     if state != SETTLED and entry.result is not None:
         raise InvalidValueError(

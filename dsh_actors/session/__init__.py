@@ -162,6 +162,7 @@ from ._events import (
 )
 from ._file import Session, whole_json
 from ._steps import (
+    LOST_END,
     SETTLED,
     STARTED,
     UNSTARTED,
@@ -180,6 +181,7 @@ __all__ = [
     "CALL",
     "ENCLOSING_CALL",
     "INTERRUPTED",
+    "LOST_END",
     "PTC_DISPATCH",
     "PTC_DISPATCH_START",
     "REPAIR_ERROR_CODE",

@@ -123,6 +123,19 @@ def _encode(event: Mapping[str, Any]) -> bytes:
 
 _NEWLINE = b"\n"
 
+#: What a bad line of the log (other than a torn last one) says to do.
+_DAMAGED = (
+    "; the log is damaged at that line (edited by hand, or written by another program or a newer dsh-actors), "
+    "and only a torn last line (a write a crash cut short) is cut off: mend or remove that line in a copy of "
+    "the log, and open the copy"
+)
+
+
+def _corrupt(file: str, lineno: int, problem: str) -> SessionCorruptError:
+    """The error for line ``lineno`` of ``file``, which is no event a
+    session reads (``problem``: why), naming what to do."""
+    return SessionCorruptError(file, lineno, problem + _DAMAGED)
+
 
 def _id_or_none(value: object) -> str | None:
     return value if type(value) is str else None
@@ -387,10 +400,10 @@ class Session:
                 # object is not JSON), so one that is no event is corrupt
                 # wherever it is.
                 if type(event) is not dict:
-                    raise SessionCorruptError(name, lineno, "event: a session event must be a JSON object")
+                    raise _corrupt(name, lineno, "event: a session event must be a JSON object")
                 problem = _shape_problem(event)
                 if problem is not None:
-                    raise SessionCorruptError(name, lineno, f"event: {problem}")
+                    raise _corrupt(name, lineno, f"event: {problem}")
             except SessionCorruptError:
                 raise
             except LosslessJsonError as err:
@@ -401,7 +414,7 @@ class Session:
                     # (the last one too: edited by hand, say) was written so,
                     # and so was a whole line the lossless reader refuses (an
                     # int past 64 bits): cutting either off would lose it.
-                    raise SessionCorruptError(name, lineno, err.message) from None
+                    raise _corrupt(name, lineno, err.message) from None
                 # A torn write: ignore it, and cut it off before appending.
                 self._torn_line = lineno
                 self._size = start
@@ -1085,7 +1098,7 @@ class Session:
             if lineno is None:
                 raise
             kind = safe_str(current[0].get("type"))
-            raise SessionCorruptError(str(self._path), lineno, f"bad {kind} event: {err.message}") from None
+            raise _corrupt(str(self._path), lineno, f"bad {kind} event: {err.message}") from None
 
     def _line_of(self, event: Mapping[str, Any]) -> int | None:
         """The number of the first line of the file that holds ``event``

@@ -278,6 +278,16 @@ def _latest_of_step(stack: list[tuple[StepKey | None, Any]], step: StepKey | Non
     return at
 
 
+#: What a refusal of a logged suspension adds when the log lacks what the
+#: suspension holds (a request, a result): the log may have lost its last
+#: events, which a recovery of the step finishes from what it holds.
+LOST_END: Final = (
+    "; if it is unchanged, the log lost its last events (the machine stopped before they reached the disk: "
+    "Session(path, fsync=True) keeps each one), and rt.tools.recover(agent, turn, step) finishes the step "
+    "(asking for its approvals again)"
+)
+
+
 def approval_refusal(
     events: Iterable[Mapping[str, Any]], suspension: str, call_id: str, path: str | os.PathLike[str] | None = None
 ) -> UsageError:
@@ -296,6 +306,9 @@ def approval_refusal(
       does not match the log), or none at all (it comes from another log,
       or its id was changed).
 
+    Once the suspension's request for the call is found, the events of
+    another step (a call of the same id another agent, or another step,
+    logged) are passed over: they are not that call's.
     ``path`` names the log in the messages."""
     where = "this log" if path is None else f"the log {os.fspath(path)}"
     shown = safe_str(repr(call_id))
@@ -305,6 +318,7 @@ def approval_refusal(
     reasked = False  # a request without a decision before it (a recovery asking again)
     after_deferred = False  # a "deferred" decision: the next request is the call's
     fresh = False  # a tool/call of the same id since the request: a call of its own
+    here: StepKey | None = None  # the step of the suspension's request (None: it names none)
     others: list[str] = []  # the other calls the suspension deferred
     for event in events:
         kind = event.get("type")
@@ -314,10 +328,13 @@ def approval_refusal(
                 others.append(other)
             continue
         by = event.get("suspension")
+        if requested and here is not None and (at := step_key(event)) is not None and not same_step(here, at):
+            continue  # another step's call of the same id (another agent's, or ids reused across steps)
         if kind == CALL and requested:
             fresh = True
         elif kind == APPROVAL_REQUEST and by == suspension:
             requested, current, fresh = True, suspension, False
+            here = step_key(event)
         elif kind == APPROVAL_REQUEST and requested and type(by) is str and current is not None:
             if after_deferred:
                 current, after_deferred = by, False
@@ -359,10 +376,10 @@ def approval_refusal(
         return InvalidValueError(
             f"suspension {suspension} did not defer call {shown} in {where} (it deferred "
             f"{', '.join(safe_str(repr(c)) for c in others)}): the suspension does not match the log; resume the "
-            "suspension value the batch returned, unchanged"
+            f"suspension value the batch returned, unchanged{LOST_END}"
         )
     return InvalidValueError(
         f"{where} never deferred a call under suspension {suspension}: the suspension comes from another log, "
         "or its id was changed; resume it with the agent whose session is the log its batch wrote "
-        "(agent=Agent(..., session=Session.open(that path)))"
+        f"(agent=Agent(..., session=Session.open(that path))){LOST_END}"
     )

@@ -32,6 +32,7 @@ from dsh_actors import (
     ToolActivationContext,
     ToolBatchInput,
     ToolCall,
+    ToolRestriction,
     ToolRuntime,
     define_tool,
 )
@@ -129,8 +130,9 @@ def test_a_call_of_a_tool_the_recovering_runtime_lacks_is_refused_until_it_is_re
             'cannot recover step (turn 1, step 1) of agent "a": call "c1" would run tool "write", which the '
             "agent could call when the step was logged and cannot call in this runtime (not registered, not "
             "visible to the agent, or conditional and not admitted by the tool_set passed): register it "
-            "(rt.tools.register, or mount the MCP server or set the executor that provides it; pass the step's "
-            "tool_set= for a conditional one) and recover again (nothing was run or written)"
+            "(rt.tools.register, or mount the MCP server or set the executor that provides it; lift the "
+            "restriction that hides it from the agent; pass the step's tool_set= for a conditional one) and "
+            "recover again (nothing was run or written)"
         )
         assert crashed.read_bytes() == written
 
@@ -175,6 +177,31 @@ def test_a_started_call_of_a_tool_the_recovering_runtime_lacks_is_refused_until_
         assert outcome(result) == [("c0", "hold c0")] and ran == ["c0"]
     else:
         assert result.results[0].result == INTERRUPTED and ran == []
+
+
+def test_a_tool_a_restriction_hides_from_the_agent_is_refused_naming_the_restriction(tmp_path: Path) -> None:
+    """Registered, but hidden from the agent by a restriction of the
+    resuming runtime: the refusal names that fix too, not only registering
+    it (which would change nothing)."""
+    ran: list[str] = []
+    log = tmp_path / "log.jsonl"
+    with ToolRuntime() as rt:
+        rt.tools.register(tool("write", ran))
+        rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="a person decides"))
+        rt.approvals.set(lambda request: "deferred")
+        with Session(log) as session:
+            batch = ToolBatchInput((ToolCall("c0", "write", {}),), agent=Agent("a", session=session), log=LogStep(1, 1))
+            suspension = json.loads(json.dumps(rt.tools.execute(batch).suspension))
+    with ToolRuntime() as rt, Session.open(log) as session:
+        rt.tools.register(tool("write", ran))
+        agent = Agent("a", session=session)
+        lift = rt.tools.scope(agent).restrict(ToolRestriction(deny=["write"]))
+        with pytest.raises(InvalidStateError) as refused:
+            rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=agent)
+        assert "lift the restriction that hides it from the agent" in str(refused.value)
+        lift()
+        done = rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=agent)
+    assert outcome(done) == [("c0", "write c0")] and ran == ["c0"]
 
 
 def test_a_log_that_does_not_record_unknown_calls_settles_a_missing_tool_unknown_as_before(
@@ -342,8 +369,9 @@ def test_an_unlogged_resume_is_refused_a_tool_its_runtime_lacks_until_it_is_regi
         f'cannot resume suspension {suspension["id"]}: calls "c0", "c1" would run tools "write", "read", which '
         "the agent could call when the batch suspended and cannot call in this runtime (not registered, not "
         "visible to the agent, or conditional and not admitted by the tool_set passed): register them "
-        "(rt.tools.register, or mount the MCP server or set the executor that provides them; pass the step's "
-        "tool_set= for a conditional one) and resume again (nothing was run or written)"
+        "(rt.tools.register, or mount the MCP server or set the executor that provides them; lift the "
+        "restriction that hides them from the agent; pass the step's tool_set= for a conditional one) and "
+        "resume again (nothing was run or written)"
     )
     ran: list[str] = []
     for name in ("write", "read"):

@@ -486,7 +486,8 @@ def test_a_call_whose_nested_step_started_a_tool_the_runtime_lacks_is_refused_un
             "ends INTERRUPTED), which the agent could call when their steps were logged and cannot call in this "
             "runtime (not registered, not visible to the agent, or conditional and not admitted by the tool_set "
             "passed): register it (rt.tools.register, or mount the MCP server or set the executor that provides it; "
-            "pass the step's tool_set= for a conditional one) and recover again (nothing was run or written)"
+            "lift the restriction that hides it from the agent; pass the step's tool_set= for a conditional one) "
+            "and recover again (nothing was run or written)"
         )
         assert path.read_bytes() == written and session.pending_calls() == ["o1", "i0"]
 

@@ -235,6 +235,99 @@ def test_a_recovery_that_asked_again_is_named_when_the_old_suspension_is_resumed
         agent.session.close()
 
 
+def test_a_refusal_reads_its_own_step_when_another_agent_s_call_shares_the_id(tmp_path: Path) -> None:
+    """Agents sharing a session log calls of the same ids: the refusal of
+    alice's old suspension (a recovery of her step asked again) names the
+    suspension her call awaits now, not "settled", though bob's call of
+    the same id was logged in between."""
+    world = World()
+    session = Session(tmp_path / "log.jsonl")
+    with started_runtime() as rt:
+        install(rt, world)
+        alice, old = suspend(rt, world, session, agent="alice")
+        suspend(rt, world, session, agent="bob")  # bob's c0: same turn, step and id
+        asked = rt.tools.recover(alice, 1, 1).suspension  # the service defers again
+        with pytest.raises(InvalidStateError) as refused:
+            rt.tools.resume(old, {"c0": "allowed-once"}, agent=alice)
+        session.close()
+    assert str(refused.value) == (
+        f"call 'c0' no longer awaits suspension {old['id']}: a recovery of its step asked for its approval "
+        f"again, and it now awaits suspension {asked['id']}: resume that one"
+    )
+
+
+@pytest.mark.parametrize("lost", ["the request", "the settled call's result"])
+def test_a_suspension_whose_log_lost_its_last_events_is_told_to_recover_the_step(tmp_path: Path, lost: str) -> None:
+    """A machine that stops before the log's last writes reach the disk
+    (``fsync=False``) leaves a log without them, while the application
+    kept the suspension: the refusal names the way on (``recover``, which
+    asks again), not only "another log"."""
+    world = World()
+    log = tmp_path / "log.jsonl"
+    with started_runtime() as rt:
+        install(rt, world)
+        who = Agent("main", session=Session(log))
+        # c0 deferred, c1 settled after it; or c1 settled, c0 deferred after it.
+        calls = (c("c0", ask=True), c("c1")) if lost == "the settled call's result" else (c("c1"), c("c0", ask=True))
+        suspension = roundtrip(rt.tools.execute(ToolBatchInput(calls=calls, agent=who, log=LogStep(1, 1))).suspension)
+        assert who.session is not None
+        who.session.close()
+        lines = log.read_bytes().splitlines(keepends=True)
+        assert lines[-1].startswith(
+            b'{"type":"tool/result"' if lost != "the request" else b'{"type":"tool/approval-req'
+        )
+        log.write_bytes(b"".join(lines[:-1]) + lines[-1][:20])  # its last event lost, the one before torn
+        with Session.open(log) as session:
+            agent = Agent("main", session=session)
+            with pytest.raises(InvalidValueError) as refused:
+                rt.tools.resume(suspension, {"c0": "allowed-once"}, agent=agent)
+            assert "the log lost its last events" in str(refused.value)
+            assert "rt.tools.recover(agent, turn, step) finishes the step" in str(refused.value)
+            rt.approvals.set(lambda request: "allowed-once")
+            done = rt.tools.recover(agent, 1, 1)
+    # (c1 started and lost its result: its tool is not idempotent, so it ends INTERRUPTED.)
+    c1 = "done c1" if lost == "the request" else "Error: " + INTERRUPTED.error.message
+    assert sorted(texts(done)) == [("c0", "done c0"), ("c1", c1)]
+
+
+def test_a_resume_refused_as_resumed_already_reads_its_step_not_the_whole_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second resume (an approval form sent twice) is refused from the
+    step's events (``Session.step_events``): a session on a file keeps
+    memory flat however long its log, and reading every event of it into
+    memory for the refusal would not."""
+    world = World()
+    session = Session(tmp_path / "log.jsonl")
+    with started_runtime() as rt:
+        install(rt, world)
+        agent, suspension = suspend(rt, world, session)
+        rt.tools.resume(suspension, {"c0": "rejected"}, agent=agent)
+
+        def whole_log() -> Any:
+            raise AssertionError("the refusal read every event of the log")
+
+        monkeypatch.setattr(session, "events", whole_log)
+        with pytest.raises(InvalidStateError, match=r"was resumed already: the log .* holds its decision"):
+            rt.tools.resume(suspension, {"c0": "rejected"}, agent=agent)
+        session.close()
+
+
+def test_a_refusal_names_the_suspension_the_call_was_deferred_to_not_another_step_s() -> None:
+    """A call deferred again: the next request of its own step is its new
+    one, not the request another agent's call of the same id made first."""
+    session = Session()
+    session.append(call_event(1, 1, "c0", "safe", {}, agent="alice"))
+    session.append(approval_request_event("c0", "s1", "safe", "why", None, turn=1, step=1, agent="alice"))
+    session.decide("s1", {"c0": "deferred"})
+    session.append(call_event(1, 1, "c0", "safe", {}, agent="bob"))
+    session.append(approval_request_event("c0", "s2", "safe", "why", None, turn=1, step=1, agent="bob"))
+    session.append(approval_request_event("c0", "s3", "safe", "why", None, turn=1, step=1, agent="alice"))
+    assert session.awaiting_approval() == [("c0", "s2"), ("c0", "s3")]
+    with pytest.raises(InvalidStateError, match="the call now awaits suspension s3: resume that one"):
+        session.decide("s1", {"c0": "allowed-once"})
+
+
 # ---------------------------------------------------------------------------
 # Call ids reused across steps and agents sharing a session
 # ---------------------------------------------------------------------------
