@@ -218,8 +218,9 @@ class ToolRuntime:
         The stop runs on a thread of its own (``dsh-stop``, in the
         context of the ``stop()`` that began it) while the caller waits for
         it, so a ``KeyboardInterrupt`` (Ctrl-C) or a ``SystemExit`` (a
-        signal handler's ``sys.exit``) raised in that wait does not cut it
-        short either: the first is raised once the runtime is stopped (a
+        signal handler's ``sys.exit``) raised in that wait, or as the stop
+        begins, does not cut it short either: the first is raised once the
+        runtime is stopped (a
         hook's is then logged). Every ``stop()`` returns only once the runtime is
         stopped: a second one, concurrent with the first, waits for it.
         Called on one of the runtime's own threads (from a tool body, a
@@ -241,36 +242,11 @@ class ToolRuntime:
         given: object = timeout
         if type(given) is bool or not isinstance(given, numbers.Real) or not float(given) >= 0:  # (NaN too)
             raise InvalidValueError(f"stop(timeout=...) must be a number of seconds, 0 or more, got {given!r}")
-        timeout = min(float(given), _LONGEST_STOP_S)
-        with self._lock:
-            first = not self._stopped
-            if first:
-                self._stopped = True
-                self._unfinished = True  # (until a thread takes it on: _finish_stop)
-                self._stop_deadline = time.monotonic() + timeout
-        if not first and threading.current_thread() in self._stopping_threads:
-            return  # (a stop hook, or a done-callback the running stop answers, stopping again: it is under way)
-        if self._on_own_thread():
-            if first:
-                self._begin_stop()  # (here, before returning)
-                failed = self._start_stopper(self._finish_and_log)
-                if failed is not None:  # (the next stop() elsewhere finishes it)
-                    logger.error(
-                        "rt.stop() could not start its thread ({}); call rt.stop() again", exception_text(failed)
-                    )
+        waited, interrupted = self._await_stop(time.monotonic() + min(float(given), _LONGEST_STOP_S))
+        if not waited:  # (begun on a thread of the runtime, or a stop's own: dsh-stop finishes it)
+            if interrupted is not None:
+                raise interrupted
             return
-        running = _running_loop()
-        if running is not None:
-            # This thread runs an event loop and no flight of ours is on it
-            # (else the stop would have returned above): one launched onto
-            # it now could never start while this stop (the first, or one
-            # waiting for it) blocks it. The stop begins here first (it is
-            # idempotent: dsh-stop, or a first stop, begins it too), so the
-            # signals have fired when the halt ends such a flight: its call
-            # is aborted before dispatch, not failed by a halted loop.
-            self._begin_stop()
-            self.loop_watch.halt(running)
-        interrupted = self._await_stop()
         escaped = self._take_escaped()
         if interrupted is not None:
             if escaped is not None:
@@ -324,40 +300,82 @@ class ToolRuntime:
         self._stopper = stopper
         return None
 
-    def _await_stop(self) -> BaseException | None:
-        """On a ``stop()`` caller's thread: start the ``dsh-stop`` thread
-        that finishes the stop (unless a thread has taken it on already),
-        then wait until the stop is done (:meth:`_finish_stop` always ends
-        it). A
+    def _await_stop(self, deadline: float) -> tuple[bool, BaseException | None]:
+        """:meth:`stop` on its caller's thread, past the check of its
+        ``timeout``: mark the stop begun (the first ``stop()``, due by
+        ``deadline``); on one of the runtime's own threads, begin it and
+        leave the ``dsh-stop`` thread to finish it, without waiting
+        (``(False, ...)``); elsewhere start that thread (unless a thread
+        has taken the stop on already) and wait until the stop is done
+        (``(True, ...)``: :meth:`_finish_stop` always ends it). A
         ``KeyboardInterrupt`` (Ctrl-C) or a ``SystemExit`` (a signal
         handler's ``sys.exit``), which Python raises on the main thread
-        alone, ends only this wait, not the stop: the first is returned, to
-        be raised once the stop is done (the others are dropped; the stop
-        is bounded by its timeout). The thread is started within the
-        ``try``, so nothing it runs (a hook sending a signal) can interrupt
-        this thread outside it. When no thread can be started, the stop
+        alone, ends only what it lands in, from the mark on, not the stop:
+        that part is done again (each is idempotent, and ``dsh-stop`` is
+        started again while no thread has taken the stop on: one started
+        twice finds it taken and ends), and the first is returned, to be
+        raised once the stop is done (the others are dropped; the stop is
+        bounded by its timeout). So no interrupt leaves a stop begun that
+        no thread finishes, nor a caller waiting for a thread that was
+        never started. The thread is started within the ``try``, so
+        nothing it runs (a hook sending a signal) can interrupt this
+        thread outside it. When no thread can be started, the stop
         finishes here."""
         interrupted: BaseException | None = None
-        start = True
+        first: bool | None = None  # whether this call began the stop (None: not marked yet)
+        waits = False  # dsh-stop started (or the stop finished here): only the wait is left
         while True:
             try:
-                if start:
-                    start = False  # (once: an interrupt in Thread.start may come after the thread started)
-                    with self._lock:
-                        unfinished = self._unfinished
-                    failed = self._start_stopper(self._finish_stop) if unfinished else None
+                if first is None:
+                    with self._lock:  # (nothing in it is a call: an interrupt lands before, or once first is set)
+                        first = not self._stopped
+                        if first:
+                            self._stopped = True
+                            self._unfinished = True  # (until a thread takes it on: _finish_stop)
+                            self._stop_deadline = deadline
+                if not waits:
+                    if not first and threading.current_thread() in self._stopping_threads:
+                        return False, interrupted  # (a stop hook, or a done-callback the running stop answers)
+                    if self._on_own_thread():
+                        if first:
+                            self._begin_stop()  # (here, before returning)
+                            failed = self._start_stopper(self._finish_and_log) if self._untaken() else None
+                            if failed is not None:  # (the next stop() elsewhere finishes it)
+                                logger.error(
+                                    "rt.stop() could not start its thread ({}); call rt.stop() again",
+                                    exception_text(failed),
+                                )
+                        return False, interrupted
+                    running = _running_loop()
+                    if running is not None:
+                        # This thread runs an event loop and no flight of ours is on it
+                        # (else the stop would have returned above): one launched onto
+                        # it now could never start while this stop (the first, or one
+                        # waiting for it) blocks it. The stop begins here first (it is
+                        # idempotent: dsh-stop, or a first stop, begins it too), so the
+                        # signals have fired when the halt ends such a flight: its call
+                        # is aborted before dispatch, not failed by a halted loop.
+                        self._begin_stop()
+                        self.loop_watch.halt(running)
+                    failed = self._start_stopper(self._finish_stop) if self._untaken() else None
                     if failed is not None:
                         logger.warning(
                             "rt.stop() could start no thread of its own ({}): it finishes on the caller's thread",
                             exception_text(failed),
                         )
                         self._finish_stop()
+                    waits = True
                 self._halted_event.wait()
             except BaseException as exc:  # noqa: BLE001 - raised by stop() once the runtime is stopped
                 if interrupted is None:
                     interrupted = exc
             else:
-                return interrupted
+                return True, interrupted
+
+    def _untaken(self) -> bool:
+        """Whether no thread has taken the begun stop on yet (see :meth:`_finish_stop`)."""
+        with self._lock:
+            return self._unfinished
 
     def _finish_stop(self) -> None:
         """Take the stop on, unless a thread has already (the first to

@@ -224,3 +224,34 @@ def test_a_hook_of_a_stop_begun_in_a_tool_body_sees_the_bodys_context() -> None:
     assert seen == ["the body's"]
     assert rt.halted and rt.abandoned == ()
     assert_no_new_threads(before)
+
+
+@pytest.mark.parametrize("lands_in", ["_on_own_thread", "_start_stopper"])
+def test_an_interrupt_as_the_stop_begins_does_not_leave_it_unfinished(
+    lands_in: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Ctrl-C (raised here by what stop() calls, once) that lands after
+    # stop() marked the stop begun and before its dsh-stop thread ran: it
+    # used to leave the runtime refusing work with nothing torn down
+    # (_on_own_thread: stop() raised at once, rt.halted stayed False until
+    # another stop()), or a caller waiting for a dsh-stop thread that was
+    # never started (_start_stopper: stop() never returned). The stop now
+    # goes on, and stop() raises the interrupt once the runtime is stopped.
+    before = live_threads()
+    rt = ToolRuntime().start()
+    original = getattr(ToolRuntime, lands_in)
+    pending = [KeyboardInterrupt("Ctrl-C")]
+
+    def interrupted(self: ToolRuntime, *args: Any) -> Any:
+        if pending:
+            raise pending.pop()
+        return original(self, *args)
+
+    monkeypatch.setattr(ToolRuntime, lands_in, interrupted)
+    try:
+        raised = _stop_in_thread(rt, GUARD)
+        assert [type(exc) for exc in raised] == [KeyboardInterrupt]
+        assert rt.halted and rt.abandoned == ()
+    finally:
+        rt.stop()  # (finishes a stop left unfinished; done: nothing left to raise)
+    assert_no_new_threads(before)

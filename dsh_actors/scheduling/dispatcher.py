@@ -262,8 +262,22 @@ class Dispatcher:
         that cannot be made is answered where it belongs, never raised to
         this caller (whose own work may be another batch's), and the slot
         it gives back is granted again: see :meth:`_undelivered`. (Each
-        failure takes one queued step or one request away, so this ends.)"""
+        failure takes one queued step or one request away, so this ends.)
+
+        Starting an actor waits for its thread to start: on the main thread
+        (a batch posted there), Ctrl-C's ``KeyboardInterrupt``, or another
+        exception a signal handler raises (one that is no ``Exception``),
+        may end that wait. It ends only the wait, not the send (else the
+        slot decided for it would stay counted with no actor to hold it,
+        and its message would never arrive): the actor is opened again for
+        the message (nothing was sent to the one whose start it
+        interrupted, which idles until the stop stops it), the other sends
+        are made, and then the first such exception is raised (the others
+        are dropped: each ended a start that was made again). (One that
+        lands in the ``tell`` itself, a few instructions, is raised after
+        the other sends too, that message taken as sent.)"""
         rt = self._rt
+        interrupted: BaseException | None = None
         while sends:
             again: list[tuple[Address | None, Any]] = []
             for address, message in sends:
@@ -274,7 +288,14 @@ class Dispatcher:
                     address.tell(message)
                 except Exception as exc:  # noqa: BLE001 - no thread, a stopped group or actor, or a bug
                     again.extend(self._undelivered(message, exc, retrying))
+                except BaseException as exc:  # noqa: BLE001 - an interrupt: raised once the sends are made
+                    if interrupted is None:
+                        interrupted = exc
+                    if address is None:
+                        again.append((None, message))  # (its actor's start was interrupted: opened again)
             sends = again
+        if interrupted is not None:
+            raise interrupted
 
     def _undelivered(self, message: Any, exc: BaseException, retrying: bool) -> list[tuple[Address | None, Any]]:
         """``message`` could not be sent: its actor could not be started (no
