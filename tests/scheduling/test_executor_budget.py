@@ -780,3 +780,45 @@ def test_a_call_actor_back_above_the_budget_after_an_inline_body_gives_its_slot_
         assert len(worst) == 1, f"bodies ran at once on call actors holding a slot of a budget of one: {worst}"
         rt.dispatcher.assert_invariants()
         assert not rt.dispatcher.owing
+
+
+@pytest.mark.parametrize("lends", [True, False], ids=["inside rt.waiting()", "outside"])
+def test_a_body_waiting_for_a_later_call_of_its_own_batch_at_a_budget_of_one(lends: bool) -> None:
+    """Budget 1: c0 waits for c1, a later call of its own batch. Inside
+    ``rt.waiting()`` it lends the one call actor, so c1 runs on another
+    and both succeed. Outside, it holds it and c1 waits behind it (a wait
+    on user code the runtime cannot see, as for another batch's call): the
+    stop ends it, c0 ``ABORTED`` (its body sees its signal), c1 and c2 never
+    started (reference section 7)."""
+    c0_waits, c1_queued, go = threading.Event(), threading.Event(), threading.Event()
+
+    def waiter(args: Any, ctx: Any) -> str:
+        ctx.signal.add_callback(lambda _: go.set())  # (the stop ends the wait)
+        c0_waits.set()
+        if lends:
+            with rt.waiting():
+                must(go, "c1 to run")
+        else:
+            must(go, "the stop")
+        return "waited"
+
+    def setter(args: Any, ctx: Any) -> str:
+        go.set()
+        return "set"
+
+    with started_runtime(max_call_actors=1) as rt:
+        rt.tools.register(make_tool("waiter", waiter))
+        rt.tools.register(make_tool("setter", setter))
+        rt.tools.register(make_tool("quick", lambda args, ctx: "quick"))
+        rt.events.on("tools/pre-execute", _queued_listener("c2", c1_queued))
+        batch = rt.tools.submit(ToolBatchInput(calls=calls("waiter", "setter", "quick")))
+        if lends:
+            assert [r.result.value for r in batch.result(GUARD).results] == ["waited", "set", "quick"]
+            return
+        must(c0_waits, "c0 to wait")
+        must(c1_queued, "c1 to wait for the call actor c0 holds")
+        assert not batch.done()
+        rt.stop()
+        results = batch.result(GUARD).results
+    codes = [r.result.error.info.code if r.result.is_error else None for r in results]  # type: ignore[union-attr]
+    assert codes == ["ABORTED", "ABORTED_BEFORE_DISPATCH", "ABORTED_BEFORE_DISPATCH"]
