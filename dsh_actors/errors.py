@@ -404,13 +404,16 @@ class LosslessJsonError(DshError):
 
 class RegistrationError(DshError):
     """``cannot register tool "<name>": <problem>`` (or, for a restriction
-    or another registry effect, ``<problem>`` alone when no tool is named)."""
+    or another registry effect, ``<problem>`` alone when no tool is named).
+    ``errors``: when ``register_all`` refused definitions, one error per
+    refused definition (the message joins theirs); else empty."""
 
     code = ErrorCode.REGISTRATION_FAILED
 
-    def __init__(self, problem: str, *, tool: str | None = None) -> None:
+    def __init__(self, problem: str, *, tool: str | None = None, errors: tuple[RegistrationError, ...] = ()) -> None:
         self.tool = tool
         self.problem = problem
+        self.errors = errors
         if tool is None:
             super().__init__(problem)
         else:

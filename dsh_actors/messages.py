@@ -21,7 +21,8 @@ tool-set actor, and each answers when it is done. If the runtime stops first,
 :class:`~dsh_actors.registry.ToolsService` is a thin facade over exactly
 these messages. Unlike the facade, a raw ``ask`` returns the registry's
 handles (:class:`Registration`, :class:`Contribution`) rather than disposers:
-undo an effect with :class:`Unregister` / :class:`Retract`. (Both handle
+undo an effect with :class:`Unregister` (or :class:`RegisterAll`'s
+``replacing``) / :class:`Retract`. (Both handle
 types live in :mod:`dsh_actors.registry`.) Do not send a
 write and wait for it from inside a ``tools/change`` listener (it runs on a
 scope actor's thread): the facade refuses that with a clear error; a raw ask
@@ -46,6 +47,7 @@ __all__ = [
     "AddGuard",
     "ExecuteBatch",
     "Register",
+    "RegisterAll",
     "RegistryMessage",
     "ResolveToolSet",
     "Restrict",
@@ -77,6 +79,42 @@ class Register:
     per step by ``ResolveToolSet``."""
 
     reply: Future[Registration] | None = None
+    """Completed with the reply, or the error."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterAll:
+    """Register several tools in a layer and withdraw registrations of it,
+    as ONE change: a batch's lookup, what the model is offered and a
+    resolution see the layer as it was before or as it is after, never a
+    part of it (a tool replaced by one of the same name is never missing),
+    and ``tools/change`` is announced once. :class:`Register` and
+    :class:`Unregister` are this change for one tool. Reply: the
+    :class:`Registration` of each definition, in order.
+
+    Fails with ``RegistrationError``, changing nothing: when definitions are
+    refused (for each, what :class:`Register` would refuse, or its name
+    given twice; ``errors`` holds one ``RegistrationError`` per refused
+    definition), when ``replacing`` holds something that is not a
+    registration of this layer, or when a ``tools/change`` listener raised
+    (rolled back, its exception the ``__cause__``).
+    """
+
+    definitions: tuple[ToolDefinition, ...] = field(kw_only=False)
+    """The definitions to register (borrowed, compared by identity)."""
+
+    scope: Agent | None = None
+    """The layer: an agent's scope, or ``None`` for the global layer."""
+
+    when: Condition | None = None
+    """Optional activation condition of every one of them (see :class:`Register`)."""
+
+    replacing: tuple[Registration, ...] = ()
+    """Registrations of this layer to withdraw in the same change (what
+    :class:`Register` or this message replied); one already gone is
+    skipped. A definition may take the name of one of them."""
+
+    reply: Future[tuple[Registration, ...]] | None = None
     """Completed with the reply, or the error."""
 
 
@@ -208,6 +246,6 @@ class ResolveToolSet:
 
 
 RegistryMessage: TypeAlias = (
-    Register | Unregister | Restrict | AddGuard | SetExecutor | Retract | ExecuteBatch | ResolveToolSet
+    Register | RegisterAll | Unregister | Restrict | AddGuard | SetExecutor | Retract | ExecuteBatch | ResolveToolSet
 )
 """Every public message the registry actor handles."""

@@ -94,11 +94,14 @@ How a tool maps:
   ``title`` (or ``annotations.title``) is the title of its call card. The
   definition's ``meta["mcp"]`` holds the server's name and the tool as listed.
 * ``notifications/tools/list_changed`` re-lists: removed tools are
-  withdrawn, new ones registered, changed ones replaced (withdrawn, then
-  registered again); tools that did not change keep their registration. A
-  tool that a re-listing cannot register is left out and logged; one it
-  cannot withdraw (a ``tools/change`` listener refused) stays registered as
-  it was, logged, and the next re-listing tries again. ``mount``
+  withdrawn, new ones registered, changed ones replaced, all in one
+  registry change (``rt.tools.register_all``), so a batch sees the old
+  listing or the new one, never a changed tool missing in between; tools
+  that did not change keep their registration. A tool that a re-listing
+  cannot register is left out and logged; when a ``tools/change`` listener
+  refuses the change, every tool stays as it was, logged, and the next
+  re-listing tries again. A listing the SDK refuses names the tool whose
+  entry is wrong (``tool "x": inputSchema: ...``). ``mount``
   chains its handler in front of the session's ``message_handler`` (the SDK
   takes one only at construction) before it lists, so a notification that
   arrives while it lists re-lists once that listing is registered; the

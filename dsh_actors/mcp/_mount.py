@@ -92,8 +92,10 @@ async def mount(
     ``execution.taskSupport`` is ``"required"`` is left out (logged): the
     MCP SDK cannot call a tool as a task.
     ``notifications/tools/list_changed`` re-lists the tools and swaps the
-    registrations.
+    registrations in one registry change (a batch sees the old listing or
+    the new one, never a changed tool missing in between).
 
+    The tools are registered in one change (``rt.tools.register_all``).
     Raises :class:`~dsh_actors.errors.RegistrationError`, registering
     nothing, when a tool cannot be registered (a schema full mode refuses,
     the reserved name ``run_code``, a name already taken in that scope...):
@@ -192,6 +194,7 @@ class _Mount:
         # read fails it at once, and a list_changed that arrives meanwhile
         # re-lists once the listing is registered.
         self._attach()
+        _KeepListings.wrap(self.session)
         try:
             await self._register_listing()
         except BaseException:
@@ -208,22 +211,15 @@ class _Mount:
         built, problems = self._build_all(tools)
         if problems:
             raise RegistrationError(f'cannot mount MCP server "{self.server}": ' + "; ".join(problems))
-        registered: dict[str, _Tool] = {}
-        refused: list[str] = []  # (a name taken in the scope: the registry's own refusal)
-        try:
-            for name, (fingerprint, definition) in built.items():
-                try:
-                    registered[name] = _Tool(fingerprint, self.service.register(definition))
-                except RegistrationError as err:
-                    refused.append(self._refusal(name, err))
-            if refused:
-                raise RegistrationError(f'cannot mount MCP server "{self.server}": ' + "; ".join(refused))
-        except BaseException:
-            for tool in registered.values():
-                tool.dispose()
-            raise
+        try:  # (one change: the server's tools appear together, or none does)
+            disposers = self.service.register_all([definition for _, definition in built.values()])
+        except RegistrationError as err:
+            refusals = self._refusals(err, built)
+            raise RegistrationError(
+                f'cannot mount MCP server "{self.server}": ' + "; ".join(refusals.values() or [err.message])
+            ) from err
         with self._lock:
-            self._tools = registered
+            self._tools = _recorded(built, disposers)
 
     async def _list_all(self) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -231,6 +227,8 @@ class _Mount:
         seen: set[str] = set()
         for _ in range(_MAX_PAGES):
             params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+            answers: list[Any] = []  # the page as the server answered it (_KeepListings)
+            keeping = _LISTING_ANSWERS.set(answers)
             try:
                 async with asyncio.timeout(self.bound_ms / 1000):
                     page = await self.session.list_tools(params=params)
@@ -241,7 +239,9 @@ class _Mount:
                     raise McpConnectionError(self.server, safe_str(err.message)) from err
                 raise _answered_error("tools/list", err) from err
             except ValidationError as err:  # a result the SDK cannot read as a listing
-                raise McpProtocolError("tools/list", f"the server's listing is not valid: {_problems(err)}") from None
+                raise McpProtocolError("tools/list", _invalid_listing(err, answers)) from None
+            finally:
+                _LISTING_ANSWERS.reset(keeping)
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
@@ -288,14 +288,24 @@ class _Mount:
         example = "mcp2_" if self.prefix == "mcp_" else "mcp_"
         return f'mount the server with {which} prefix (prefix="{example}" registers it as "{example}{name}")'
 
-    def _refusal(self, name: str, err: RegistrationError) -> str:
-        """Registration's refusal of the server's tool ``name``; for a name
-        taken in the scope, with the mount's fix instead of registration's
-        (``@tool(name=...)`` and the like, which a server's tool cannot take)."""
-        if err.tool is None or err.problem != duplicate_problem(self.agent):
-            return err.message
-        fix = f"{self._prefix_fix(name)}, or withdraw the other tool first"
-        return RegistrationError(duplicate_problem(self.agent, fix), tool=err.tool).message
+    def _refusals(self, err: RegistrationError, built: Mapping[str, tuple[bytes, ToolDefinition]]) -> dict[str, str]:
+        """The tools of ``built`` (by the server's name) that ``register_all``
+        refused, each with registration's refusal; for a name taken in the
+        scope, with the mount's fix instead of registration's
+        (``@tool(name=...)`` and the like, which a server's tool cannot
+        take). Empty when the change failed whole (a listener raised)."""
+        names = {definition.name: name for name, (_, definition) in built.items()}
+        out: dict[str, str] = {}
+        for refused in err.errors:
+            name = names.get(refused.tool) if refused.tool is not None else None
+            if name is None:
+                continue
+            if refused.problem != duplicate_problem(self.agent):
+                out[name] = refused.message
+                continue
+            fix = f"{self._prefix_fix(name)}, or withdraw the other tool first"
+            out[name] = RegistrationError(duplicate_problem(self.agent, fix), tool=refused.tool).message
+        return out
 
     def _definition(self, tool: types.Tool, registered: str) -> ToolDefinition:
         name = tool.name
@@ -398,12 +408,15 @@ class _Mount:
                 return
 
     def _swap(self, tools: list[types.Tool]) -> None:
-        """Withdraw the tools the listing removed or changed, then register
-        the new and changed ones. A tool that cannot be withdrawn (a
-        ``tools/change`` listener refused the change) stays registered and
-        recorded, its new version left out; one that cannot be registered is
-        left out. Each is logged, and ``_tools`` always holds what is
-        registered, so the next re-listing starts from the truth."""
+        """Withdraw the tools the listing removed or changed and register the
+        new and changed ones as ONE registry change (``register_all``): a
+        batch sees the old listing or the new one, never a changed tool
+        missing in between. A tool that cannot be registered is left out
+        (logged) and the change is made without it; when the change fails
+        whole (a ``tools/change`` listener refused it), every tool stays as
+        it was (logged) and the next re-listing tries again. ``_tools``
+        always holds what is registered, so the next re-listing starts from
+        the truth."""
         built, problems = self._build_all(tools)
         for problem in problems:
             logger.error("MCP server {!r}: tool left out after re-listing: {}", self.server, problem)
@@ -411,43 +424,42 @@ class _Mount:
             if self._disposed:
                 return
             record = dict(self._tools)
-        try:
-            for name, tool in list(record.items()):
-                entry = built.get(name)
-                if entry is not None and entry[0] == tool.fingerprint:
-                    continue
-                try:
-                    tool.dispose()  # removed, or changed: withdrawn before its successor appears
-                except Exception as exc:  # noqa: BLE001 - its disposer stays armed: still registered
+        kept = {name: tool for name, tool in record.items() if name in built and built[name][0] == tool.fingerprint}
+        replaced = [tool.dispose for name, tool in record.items() if name not in kept]
+        new = {name: entry for name, entry in built.items() if name not in kept}
+        if not replaced and not new:
+            return
+        while True:
+            try:
+                disposers = self.service.register_all(
+                    [definition for _, definition in new.values()], replacing=replaced
+                )
+                break
+            except RegistrationError as err:
+                refusals = self._refusals(err, new)
+                if not refusals:
                     logger.error(
-                        "MCP server {!r}: tool {!r} could not be withdrawn after re-listing and stays as it was{}: {}",
+                        "MCP server {!r}: the re-listed tools were not swapped, every tool stays as it was "
+                        "(the next re-listing tries again): {}",
                         self.server,
-                        name,
-                        "" if entry is None else " (its new version is left out)",
-                        _text(exc),
+                        err.message,
                     )
-                    continue
-                del record[name]
-            for name, (fingerprint, definition) in built.items():
-                if name in record:
-                    continue
-                try:
-                    record[name] = _Tool(fingerprint, self.service.register(definition))
-                except Exception as exc:  # noqa: BLE001 - left out, and said so
-                    text = self._refusal(name, exc) if isinstance(exc, RegistrationError) else _text(exc)
+                    return
+                for name, text in refusals.items():
                     logger.error("MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, text)
-        finally:
-            leftovers: list[_Tool] = []
-            with self._lock:
-                if self.disposed():  # (a method: mypy would take the check above as still holding)
-                    leftovers = list(record.values())  # disposed meanwhile: undo what this swap made (idempotent)
-                else:
-                    self._tools = record
-            for tool in leftovers:
-                try:
-                    tool.dispose()
-                except DshError as err:  # the runtime stopped meanwhile
-                    logger.debug("MCP server {!r}: {}", self.server, err.message)
+                    del new[name]
+        record = {**kept, **_recorded(new, disposers)}
+        leftovers: list[_Tool] = []
+        with self._lock:
+            if self.disposed():  # (a method: mypy would take the check above as still holding)
+                leftovers = list(record.values())  # disposed meanwhile: undo what this swap made (idempotent)
+            else:
+                self._tools = record
+        for tool in leftovers:
+            try:
+                tool.dispose()
+            except DshError as err:  # the runtime stopped meanwhile
+                logger.debug("MCP server {!r}: {}", self.server, err.message)
 
     # -- disposing ----------------------------------------------------------
 
@@ -653,6 +665,15 @@ class _Mount:
         return blocks
 
 
+def _recorded(built: Mapping[str, tuple[bytes, ToolDefinition]], disposers: list[Disposer]) -> dict[str, _Tool]:
+    """The mounted tools ``register_all`` registered: ``built``'s, by the
+    server's name, with the disposers it returned (in the same order)."""
+    return {
+        name: _Tool(fingerprint, dispose)
+        for (name, (fingerprint, _)), dispose in zip(built.items(), disposers, strict=True)
+    }
+
+
 def _text(exc: BaseException) -> str:
     """An exception as a log line: a DshError's message, else its text (or
     its class name when it has none)."""
@@ -703,6 +724,41 @@ def _registered_names(prefix: str, names: list[str]) -> dict[str, str]:
 _CALL_SIGNALS: contextvars.ContextVar[tuple[AbortSignal, ...]] = contextvars.ContextVar(
     "dsh_mcp_call_signals", default=()
 )
+
+
+#: The ``tools/list`` answers the SDK's dispatcher returned to the task that
+#: runs in this context (``_Mount._list_all`` sets a fresh list per page).
+_LISTING_ANSWERS: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "dsh_mcp_listing_answers", default=None
+)
+
+
+class _KeepListings:
+    """The session's dispatcher's ``send_raw_request``, wrapped once per
+    session: a ``tools/list`` answer is kept, as the server sent it, for
+    the listing that asked for it (``_LISTING_ANSWERS``), so a listing the
+    SDK refuses can be told by the names of its tools (its validation
+    error gives their indexes only). The SDK has no hook for it; without
+    that method (another SDK version) the complaints give indexes."""
+
+    __slots__ = ("original",)
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    @classmethod
+    def wrap(cls, session: ClientSession) -> None:
+        dispatcher = getattr(session, "_dispatcher", None)
+        original = getattr(dispatcher, "send_raw_request", None)
+        if original is not None and not isinstance(original, cls):
+            dispatcher.send_raw_request = cls(original)  # type: ignore[union-attr]
+
+    async def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        answer = await self.original(method, *args, **kwargs)
+        kept = _LISTING_ANSWERS.get()
+        if kept is not None and method == "tools/list":
+            kept.append(answer)
+        return answer
 
 
 def _forward_cancel_reasons(session: ClientSession) -> None:
@@ -781,10 +837,49 @@ def _server_name(session: ClientSession) -> str:
     return name if type(name) is str and name else "mcp"
 
 
-def _problems(err: ValidationError) -> str:
+def _invalid_listing(err: ValidationError, answers: list[Any]) -> str:
+    """A listing page the SDK refused (``err``), as ``_problems`` says it,
+    a complaint about a tool naming the tool (``tool "x": inputSchema:
+    ...``, not ``tools.0.inputSchema``) when the page as the server
+    answered it (``answers``, kept by ``_KeepListings``) gives its entry a
+    name, and then the fix."""
+    answer = answers[-1] if answers else None
+    entries = answer.get("tools") if isinstance(answer, Mapping) else None
+    names: dict[int, str] = {}
+    if type(entries) is list:
+        for index, entry in enumerate(entries):
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if type(name) is str:
+                names[index] = _json_text(name[:64])
+    detail = f"the server's listing is not valid: {_problems(err, names)}"
+    indexes = {_tool_index(tuple(detail["loc"])) for detail in err.errors(include_url=False)}
+    named = sorted({names[index] for index in indexes if index is not None and index in names})
+    if not named:
+        return detail
+    which = f"tool {named[0]}" if len(named) == 1 else f"tools {', '.join(named)}"
+    return (
+        f"{detail} (the MCP SDK refuses the whole listing for {'it' if len(named) == 1 else 'them'}: "
+        f"fix {which} on the server)"
+    )
+
+
+def _tool_index(loc: tuple[Any, ...]) -> int | None:
+    """The index of the listed tool a complaint's path is in (``tools.3....``)."""
+    return loc[1] if len(loc) >= 2 and loc[0] == "tools" and type(loc[1]) is int else None
+
+
+class _ToolEntry(str):
+    """A listed tool in a complaint's path: its name, as JSON (see ``_problem``)."""
+
+    __slots__ = ()
+
+
+def _problems(err: ValidationError, names: Mapping[int, str] | None = None) -> str:
     """pydantic's complaints about a server's answer, each as ``path:
-    message``, the first three (see ``_collapsed`` for unions)."""
-    found = [(tuple(d["loc"]), d) for d in err.errors(include_url=False, include_context=False)]
+    message``, the first three (see ``_collapsed`` for unions). ``names``:
+    of a listing, the listed tools' names by index, which a complaint
+    about a named tool shows instead of its index."""
+    found = [(_named(tuple(d["loc"]), names), d) for d in err.errors(include_url=False, include_context=False)]
     parts = _collapsed(found)
     more = f" (and {len(parts) - 3} more)" if len(parts) > 3 else ""
     return "; ".join(parts[:3]) + more
@@ -826,7 +921,17 @@ def _collapsed(found: list[tuple[tuple[Any, ...], Any]]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _named(loc: tuple[Any, ...], names: Mapping[int, str] | None) -> tuple[Any, ...]:
+    index = _tool_index(loc) if names else None
+    if names is None or index is None or index not in names:
+        return loc
+    return (_ToolEntry(names[index]), *loc[2:])
+
+
 def _problem(loc: tuple[Any, ...], message: str) -> str:
+    if loc and isinstance(loc[0], _ToolEntry):  # (a listed tool, by name)
+        rest = ".".join(str(part) for part in loc[1:])
+        return f"tool {loc[0]}: {rest + ': ' if rest else ''}{message}"
     return f"{'.'.join(str(part) for part in loc) or 'result'}: {message}"
 
 

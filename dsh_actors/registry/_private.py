@@ -10,10 +10,10 @@ from typing import Any, Final, TypeAlias
 import pykka
 
 from ..kernel import STOPPED as STOPPED  # (the state, as registry/service.py's messages say it)
-from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
+from ..messages import AddGuard, Register, RegisterAll, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent
 
-WriteRequest: TypeAlias = Register | Unregister | Restrict | AddGuard | SetExecutor | Retract
+WriteRequest: TypeAlias = Register | RegisterAll | Unregister | Restrict | AddGuard | SetExecutor | Retract
 
 
 class WriteReply(Future[Any]):

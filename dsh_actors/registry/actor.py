@@ -32,6 +32,7 @@ from ..messages import (
     AddGuard,
     ExecuteBatch,
     Register,
+    RegisterAll,
     ResolveToolSet,
     Restrict,
     Retract,
@@ -50,10 +51,20 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["RegistryActor"]
 
 _Inbox: TypeAlias = (
-    Register | Unregister | Restrict | AddGuard | SetExecutor | Retract | ExecuteBatch | ResolveToolSet | _ScopeIdle
+    Register
+    | RegisterAll
+    | Unregister
+    | Restrict
+    | AddGuard
+    | SetExecutor
+    | Retract
+    | ExecuteBatch
+    | ResolveToolSet
+    | _ScopeIdle
 )
 _ACCEPTED = (
     Register,
+    RegisterAll,
     Unregister,
     Restrict,
     AddGuard,
@@ -104,7 +115,7 @@ class RegistryActor(ActorBase):
         self.check_message(message)
         inbox: _Inbox = message
         match inbox:
-            case Register() | Restrict() | AddGuard() | SetExecutor():
+            case Register() | RegisterAll() | Restrict() | AddGuard() | SetExecutor():
                 self._forward(inbox, inbox.scope, spawn=True)
             case Unregister():
                 self._forward(inbox, getattr(inbox.registration, "scope", None), spawn=False)

@@ -7,7 +7,10 @@ runtime. It handles one write at a time, on its own thread:
 
 1. validate the request against its layer (and the published layers it
    inherits),
-2. publish the new immutable snapshot (readers see it at once),
+2. publish the new immutable snapshot (readers see it at once); a
+   ``RegisterAll`` (registrations and withdrawals together) is one
+   snapshot, as a ``Register`` or an ``Unregister`` is (``_change``, the one
+   way registrations change), so no reader sees a part of it,
 3. for registrations and restrictions, announce ``tools/change`` to every
    listener, on this thread; if a listener raises, publish the previous
    layer again, tell the listeners that already ran (their errors are
@@ -30,9 +33,9 @@ queues a disposer instead).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, assert_never, cast
+from typing import TYPE_CHECKING, Any, assert_never
 
 import pykka
 from loguru import logger
@@ -41,7 +44,7 @@ from ..actors import ActorBase, ActorGroup, settle
 from ..definition import ToolDefinition, is_async_callable, reserved_name_problem, validate_definition
 from ..errors import InvalidTypeError, RegistrationError, callable_name, safe_str
 from ..events import drop_coroutine
-from ..messages import AddGuard, Register, Restrict, Retract, SetExecutor, Unregister
+from ..messages import AddGuard, Register, RegisterAll, Restrict, Retract, SetExecutor, Unregister
 from ..model import Agent, ToolRestriction
 from ..visibility import (
     RESERVED_NAMES,
@@ -78,10 +81,29 @@ def _listener_problem(exc: BaseException) -> str:
     return f"a tools/change listener raised {type(exc).__name__}" + (f": {detail}" if detail else "")
 
 
+def _when_problem(when: object) -> str | None:
+    if when is not None and not callable(when):
+        return f"when must be callable or None (got {type(when).__qualname__})"
+    return None
+
+
+def _first(errors: list[RegistrationError]) -> RegistrationError:
+    """A one-tool change's refusal: that tool's error."""
+    return errors[0]
+
+
+def _items(value: object, field: str, kind: str) -> Sequence[Any]:
+    """``RegisterAll.<field>``, a tuple (or list) of ``kind``."""
+    if not isinstance(value, (tuple, list)):
+        raise RegistrationError(f"RegisterAll.{field} is a tuple of {kind}, not {type(value).__qualname__}")
+    return value
+
+
 def duplicate_problem(scope: Agent | None, fix: str | None = None) -> str:
     """A duplicate name in ``scope``'s layer, and the ways out (``fix``, or
-    registration's own: dispose of the first registration, rename this
-    one, or shadow it from a nearer scope; section 4 of docs/reference.md).
+    registration's own: replace the first registration, ``register_all``'s
+    ``replacing``; rename this one; or shadow it from a nearer scope;
+    section 4 of docs/reference.md).
     The one wording of it: ``dsh_actors.mcp`` gives a server's tool the
     mount's fix."""
     taken = f"a tool with this name is already registered in {describe_scope(scope)}"
@@ -93,7 +115,8 @@ def duplicate_problem(scope: Agent | None, fix: str | None = None) -> str:
         else "register it in a sub-agent's scope (Agent(..., parent=...)) to shadow it there"
     )
     return (
-        f"{taken} (to replace it, call the disposer the first register() returned, then register again; "
+        f"{taken} (to replace it, pass the disposer the first register() returned to "
+        "register_all([definition], replacing=[disposer]), which swaps them in one change; "
         f"or give this one another name, @tool(name=...) or define_tool(name=...); or {nearer})"
     )
 
@@ -154,6 +177,8 @@ class ScopeActor(ActorBase):
         match request:
             case Register():
                 return self._register(request)
+            case RegisterAll():
+                return self._register_all(request)
             case Unregister():
                 return self._unregister(request)
             case Restrict():
@@ -226,7 +251,97 @@ class ScopeActor(ActorBase):
 
     def _register(self, request: Register) -> Registration:
         defn = request.definition
-        when = request.when
+        name = defn.name if isinstance(defn, ToolDefinition) else None
+
+        def failure(exc: BaseException) -> RegistrationError:
+            return RegistrationError(f"{_listener_problem(exc)}; the registration was rolled back", tool=name)
+
+        return self._change((defn,), request.when, (), failure)[0][0]
+
+    def _unregister(self, request: Unregister) -> bool:
+        reg = request.registration
+        if not isinstance(reg, Registration):
+            raise RegistrationError(f"Unregister takes a Registration, got {type(reg).__qualname__}")
+
+        def failure(exc: BaseException) -> RegistrationError:
+            return RegistrationError(
+                f'cannot unregister tool "{reg.name}" from {describe_scope(self.scope)}: '
+                f"{_listener_problem(exc)}; the tool stays registered"
+            )
+
+        return self._change((), None, (reg,), failure)[1]
+
+    def _register_all(self, request: RegisterAll) -> tuple[Registration, ...]:
+        where = describe_scope(self.scope)
+        definitions = _items(request.definitions, "definitions", "ToolDefinitions")
+        replacing = _items(request.replacing, "replacing", "Registrations")
+        wrong_when = _when_problem(request.when)
+        if wrong_when is not None:
+            raise RegistrationError(f"cannot register tools in {where}: {wrong_when}")
+        for reg in replacing:
+            if not isinstance(reg, Registration):
+                raise RegistrationError(f"RegisterAll.replacing holds Registrations, not {type(reg).__qualname__}")
+            if reg.scope is not self.scope:
+                raise RegistrationError(
+                    f'cannot replace tool "{reg.name}" in {where}: it is registered in {describe_scope(reg.scope)} '
+                    "(replace it in its own scope: rt.tools.scope(agent) for an agent's, rt.tools for the global one)"
+                )
+
+        def refused(errors: list[RegistrationError]) -> RegistrationError:
+            return RegistrationError("; ".join(err.message for err in errors), errors=tuple(errors))
+
+        def failure(exc: BaseException) -> RegistrationError:
+            return RegistrationError(
+                f"cannot change the tools of {where}: {_listener_problem(exc)}; the change was rolled back"
+            )
+
+        return self._change(definitions, request.when, replacing, failure, refused)[0]
+
+    def _change(
+        self,
+        definitions: Sequence[Any],
+        when: Any,
+        withdraw: Sequence[Registration],
+        failure: Callable[[BaseException], RegistrationError],
+        refused: Callable[[list[RegistrationError]], RegistrationError] = _first,
+    ) -> tuple[tuple[Registration, ...], bool]:
+        """The one way this layer's registrations change: register
+        ``definitions`` (each with ``when``) and withdraw the registrations
+        of ``withdraw`` still in the layer, as ONE snapshot, published and
+        announced once (not at all when it changes nothing), so no reader
+        sees a part of it: a definition may take a withdrawn one's name and
+        the name is never missing. Refused definitions raise
+        ``refused(their errors)`` before anything is published; a listener
+        that raises rolls it all back (``failure``). Returns the new
+        registrations, in order, and whether anything was withdrawn."""
+        regs = dict(self._snap.registrations)
+        withdrawn = False
+        for reg in withdraw:
+            if regs.get(reg.name) is reg:
+                del regs[reg.name]
+                withdrawn = True
+        made: list[Registration] = []
+        ours: set[str] = set()
+        errors: list[RegistrationError] = []
+        for defn in definitions:
+            try:
+                reg = self._registration(defn, when, regs, ours)
+            except RegistrationError as err:
+                errors.append(err)
+                continue
+            regs[reg.name] = reg
+            ours.add(reg.name)
+            made.append(reg)
+        if errors:
+            raise refused(errors)
+        if made or withdrawn:
+            self._commit(self._snap.evolve(registrations=regs), announce=True, failure=failure)
+        return tuple(made), withdrawn
+
+    def _registration(self, defn: Any, when: Any, regs: Mapping[str, Registration], ours: set[str]) -> Registration:
+        """``defn`` registered with ``when`` in this layer, which holds
+        ``regs`` (``ours``: the names the change registers before it); or
+        the ``RegistrationError`` naming the tool and every problem."""
         problems: list[str] = []
         checked = None
         try:
@@ -239,39 +354,16 @@ class ScopeActor(ActorBase):
         reserved = reserved_name_problem(name)
         if reserved is not None:
             problems.insert(0, reserved)
-        if when is not None and not callable(cast(object, when)):
-            problems.append(f"when must be callable or None (got {type(when).__qualname__})")
-        if name is not None and name in self._snap.registrations:
+        wrong_when = _when_problem(when)
+        if wrong_when is not None:
+            problems.append(wrong_when)
+        if name is not None and name in ours:
+            problems.append("another of the definitions registered with it has this name")
+        elif name is not None and name in regs:
             problems.append(duplicate_problem(self.scope))
         if problems or checked is None:
             raise RegistrationError("; ".join(problems), tool=name)
-        reg = Registration(definition=defn, checked=checked, scope=self.scope, when=when, seq=_next_seq())
-        regs = dict(self._snap.registrations)
-        regs[reg.name] = reg
-
-        def failure(exc: BaseException) -> RegistrationError:
-            return RegistrationError(f"{_listener_problem(exc)}; the registration was rolled back", tool=reg.name)
-
-        self._commit(self._snap.evolve(registrations=regs), announce=True, failure=failure)
-        return reg
-
-    def _unregister(self, request: Unregister) -> bool:
-        reg = request.registration
-        if not isinstance(reg, Registration):
-            raise RegistrationError(f"Unregister takes a Registration, got {type(reg).__qualname__}")
-        if self._snap.registrations.get(reg.name) is not reg:
-            return False
-        regs = dict(self._snap.registrations)
-        del regs[reg.name]
-
-        def failure(exc: BaseException) -> RegistrationError:
-            return RegistrationError(
-                f'cannot unregister tool "{reg.name}" from {describe_scope(self.scope)}: '
-                f"{_listener_problem(exc)}; the tool stays registered"
-            )
-
-        self._commit(self._snap.evolve(registrations=regs), announce=True, failure=failure)
-        return True
+        return Registration(definition=defn, checked=checked, scope=self.scope, when=when, seq=_next_seq())
 
     # -- restrictions ------------------------------------------------------
 

@@ -8,7 +8,8 @@ service seen from, and writing into, ``agent``'s scope. Reads
 thread; writes send a message and wait for the reply, at most
 ``ASK_TIMEOUT`` seconds, in the calling thread. A write that raises
 ``TimeoutError`` leaves nothing behind: one that had not started is never
-applied, one that had is undone once applied (its caller has no disposer).
+applied, one that had is undone once applied (its caller has no disposer;
+what a ``register_all`` replaced stays withdrawn).
 
 Every effect returns a :class:`~dsh_actors.events.Disposer` that undoes
 exactly that effect; calling it again does nothing, and calling it after
@@ -17,9 +18,9 @@ fail (and rolls it back), the disposer raises and stays armed.
 
 Writes cannot wait from a ``tools/change`` listener: the listener runs on the
 very scope actor that would have to handle the write. There, ``register``,
-``restrict``, ``guard`` and ``set_executor`` raise ``RegistrationError``; a
-disposer is queued instead (it takes effect right after the change being
-announced settles, and returns at once).
+``register_all``, ``restrict``, ``guard`` and ``set_executor`` raise
+``RegistrationError``; a disposer is queued instead (it takes effect right
+after the change being announced settles, and returns at once).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, final
 
 import pykka
 from loguru import logger
@@ -45,6 +46,7 @@ from ..kernel import STOPPED_REFUSAL, BatchFuture, refuse_blocking_a_loop
 from ..messages import (
     AddGuard,
     Register,
+    RegisterAll,
     ResolveToolSet,
     Restrict,
     Retract,
@@ -72,6 +74,7 @@ from ..toolset import ResolvedToolSet
 from ..visibility import (
     Condition,
     Guard,
+    Registration,
     check_guards,
     definitions,
     executable,
@@ -157,13 +160,26 @@ _OWN: Final = _Own()
 
 class _EffectDisposer(Disposer):
     """A disposer that stays armed when the undo fails (a ``tools/change``
-    listener rolled it back, so the effect is still in place)."""
+    listener rolled it back, so the effect is still in place). ``_handle``:
+    what it undoes (the registry's reply), for ``register_all(replacing=)``."""
 
-    __slots__ = ()
+    __slots__ = ("_handle",)
+
+    def __init__(self, fn: Callable[[], Any], handle: Any) -> None:
+        super().__init__(fn)
+        self._handle = handle
+
+    def spend(self) -> None:
+        """Disarm it: its effect was undone otherwise (a ``register_all``
+        replaced its registration)."""
+        with self._lock:
+            self._fn = self._handle = None
 
     def __call__(self) -> None:
+        # (The handle goes with the undo: a registration holds its agent.)
         with self._lock:
             fn, self._fn = self._fn, None
+            handle, self._handle = self._handle, None
         if fn is None:
             return
         try:
@@ -171,7 +187,7 @@ class _EffectDisposer(Disposer):
         except BaseException:
             with self._lock:
                 if self._fn is None:
-                    self._fn = fn
+                    self._fn, self._handle = fn, handle
             raise
 
 
@@ -240,6 +256,53 @@ class ToolsService:
         return self._effect(
             lambda f: Register(definition=definition, scope=self._scope, when=when, reply=f), _unregister
         )
+
+    def register_all(
+        self,
+        definitions: Sequence[ToolDefinition],
+        *,
+        when: Condition | None = None,
+        replacing: Sequence[Disposer] = (),
+    ) -> list[Disposer]:
+        """Register every one of ``definitions`` in this service's layer, and
+        withdraw the registrations of ``replacing`` (disposers that
+        :meth:`register` or :meth:`register_all` of this layer returned), as
+        ONE change: a batch's lookup, what the model is offered and a
+        resolution see the layer as it was or as it is after, never a part
+        of it (a tool replaced by a definition of the same name is never
+        missing), and ``tools/change`` is announced once. ``when`` applies
+        to each definition (see :meth:`register`).
+
+        Raises ``RegistrationError``, changing nothing, when definitions are
+        refused (each refusal :meth:`register` would give, or a name given
+        twice: the message lists every one, ``errors`` holds each
+        definition's own), or when a ``tools/change`` listener raised
+        (rolled back; its exception is the ``__cause__``). Returns one
+        disposer per definition, in order, each unregistering exactly its
+        registration; the disposers in ``replacing`` are spent (calling one
+        does nothing). A ``TimeoutError`` once the change had started
+        withdraws what it registered once it is applied (what it replaced
+        stays withdrawn).
+        """
+        if not isinstance(cast(object, definitions), (list, tuple)):
+            raise InvalidTypeError(
+                "register_all(definitions) takes a list of ToolDefinitions, not "
+                f"{type(definitions).__qualname__} (one definition: register(definition))"
+            )
+        if not isinstance(cast(object, replacing), (list, tuple)):
+            raise InvalidTypeError(
+                f"register_all(replacing=) takes a list of disposers, not {type(replacing).__qualname__}"
+            )
+        scope = self._scope
+        replaced = [found for found in map(_replaced, replacing) if found is not None]
+        withdrawn = tuple(reg for _, reg in replaced)
+        done: tuple[Registration, ...] = self._write(
+            lambda f: RegisterAll(tuple(definitions), scope=scope, when=when, replacing=withdrawn, reply=f),
+            partial(_withdraw_all, scope),
+        )
+        for disposer, _ in replaced:
+            disposer.spend()
+        return [self._disposer(partial(_unregister, reg), reg) for reg in done]
 
     def restrict(self, restriction: ToolRestriction) -> Disposer:
         """Filter what this scope (and its descendants) inherit: the global
@@ -852,7 +915,7 @@ class ToolsService:
         """Apply the write ``make(reply)`` and return the disposer that
         sends ``undo(its answer, reply)``."""
         done = self._write(make, undo)
-        return self._disposer(partial(undo, done))
+        return self._disposer(partial(undo, done), done)
 
     def _write(
         self, make: Callable[[Future[Any]], WriteRequest], undo: Callable[[Any, Future[Any] | None], WriteRequest]
@@ -875,7 +938,8 @@ class ToolsService:
                 future.add_done_callback(partial(_undo_late, self._links.registry, undo))
             raise
 
-    def _disposer(self, make: Callable[[Future[Any]], WriteRequest]) -> Disposer:
+    def _disposer(self, make: Callable[[Future[Any]], WriteRequest], handle: Any) -> Disposer:
+        """The disposer that sends ``make(reply)``, undoing ``handle``."""
         rt = self._kernel
         registry = self._links.registry
 
@@ -896,7 +960,7 @@ class ToolsService:
                 if _running(rt):
                     raise
 
-        return _EffectDisposer(undo)
+        return _EffectDisposer(undo, handle)
 
     def _wait(self, future: Future[T], what: str, *, limit: float | None) -> T:
         # A stopping runtime fails the wait at once (no polling).
@@ -932,6 +996,29 @@ def _unregister(registration: Any, reply: Future[Any] | None) -> WriteRequest:
 
 def _retract(contribution: Any, reply: Future[Any] | None) -> WriteRequest:
     return Retract(contribution=contribution, reply=reply)
+
+
+def _withdraw_all(scope: Agent | None, registrations: Any, reply: Future[Any] | None) -> WriteRequest:
+    return RegisterAll((), scope=scope, replacing=registrations, reply=reply)
+
+
+def _replaced(disposer: object) -> tuple[_EffectDisposer, Registration] | None:
+    """``disposer`` (from ``register`` or ``register_all``) and the
+    registration it undoes; None when it was disposed already (nothing to
+    withdraw); else an error naming the fix. (The scope actor refuses a
+    registration of another layer.)"""
+    if isinstance(disposer, _EffectDisposer):
+        handle = disposer._handle
+        if handle is None:
+            return None
+        if isinstance(handle, Registration):
+            return disposer, handle
+        what = "another effect's disposer"
+    else:
+        what = type(disposer).__qualname__
+    raise InvalidTypeError(
+        f"register_all(replacing=) takes the disposers register() or register_all() returned, not {what}"
+    )
 
 
 def _undo_late(

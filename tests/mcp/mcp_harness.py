@@ -71,6 +71,17 @@ class ServerConnection:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = WAIT_S) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def idle(self) -> None:
+        """Wait until the session's loop is through with the step it runs
+        now: a re-listing swaps the registrations in one step of its task,
+        so a ``tools/change`` listener's event is set before the mount has
+        recorded the swap, and this waits for that."""
+
+        async def nothing() -> None:
+            return None
+
+        self.run(nothing())
+
     def call_directly(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
         """A tools/call straight through the SDK (not through the runtime)."""
         assert self.session is not None

@@ -81,6 +81,10 @@ SWITCHED: list[dict[str, Any]] = [
 BAD_LISTINGS: dict[str, dict[str, Any]] = {
     "not_a_list": {"result": {"tools": 5}},
     "schema_not_an_object": {"result": {"tools": [{"name": "x", "inputSchema": "object"}]}},
+    "second_schema_bad": {
+        "result": {"tools": [{"name": "fine", "inputSchema": OBJECT}, {"name": "notes.read", "inputSchema": []}]}
+    },
+    "nameless": {"result": {"tools": [{"name": "fine", "inputSchema": OBJECT}, {"inputSchema": "object"}]}},
     "error": {"error": {"code": -32603, "message": "internal"}},
     "run_code": {
         "result": {

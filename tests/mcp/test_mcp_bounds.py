@@ -236,9 +236,23 @@ def test_the_modules_example_server_parameters_survive_an_answer_that_is_not_utf
     ("kind", "detail"),
     [
         ("not_a_list", "the server's listing is not valid: tools: Input should be a valid list"),
+        # A listed tool's entry is named by the tool's name (before: by its
+        # index, tools.0), with the fix; by its index when it has no name.
         (
             "schema_not_an_object",
-            "the server's listing is not valid: tools.0.inputSchema: Input should be a valid dictionary or instance of InputSchema",
+            'the server\'s listing is not valid: tool "x": inputSchema: Input should be a valid dictionary or '
+            'instance of InputSchema (the MCP SDK refuses the whole listing for it: fix tool "x" on the server)',
+        ),
+        (
+            "second_schema_bad",
+            'the server\'s listing is not valid: tool "notes.read": inputSchema: Input should be a valid dictionary '
+            'or instance of InputSchema (the MCP SDK refuses the whole listing for it: fix tool "notes.read" on the '
+            "server)",
+        ),
+        (
+            "nameless",
+            "the server's listing is not valid: tools.1.inputSchema: Input should be a valid dictionary or instance "
+            "of InputSchema; tools.1.name: Field required",
         ),
         ("error", "internal"),
     ],
@@ -339,47 +353,54 @@ def test_calls_given_one_arguments_object_each_get_their_own_content_for_the_use
 
 
 @pytest.mark.usefixtures("library_logs")
-def test_a_relisting_whose_withdrawal_a_listener_refuses_keeps_the_mount_true_to_the_registry(
+def test_a_relisting_a_listener_refuses_leaves_every_tool_as_it_was_and_the_mount_true_to_the_registry(
     raw: ServerConnection, rt: ToolRuntime
 ) -> None:
-    # The switch withdraws echo, then busy (changed), which a tools/change
-    # listener refuses once, then registers added; switching back registers
-    # echo again. Before, the refusal escaped the re-listing: added was never
-    # registered, and the mount kept echo as registered, so switching back
-    # left it out.
+    # The switch withdraws echo and the old busy and registers the changed
+    # busy and added, as one change, which a tools/change listener refuses
+    # once: every tool stays as it was (before, one change per tool, a
+    # refusal left a mix of the two listings). Switching back lists what is
+    # registered: nothing changes; switching again swaps them.
     assert raw.session is not None
     unmount = raw.run(mount(rt, raw.session))
-    changes: list[int] = []
-    switched, back = threading.Event(), threading.Event()
+    changes: list[set[str]] = []
+    refused, switched = threading.Event(), threading.Event()
 
     def on_change() -> None:
-        changes.append(1)
-        if len(changes) == 2:
-            raise RuntimeError("not now")
         known = {s["name"] for s in rt.tools.schemas()}
+        changes.append(known)
+        if len(changes) == 1:
+            raise RuntimeError("not now")
         if "added" in known:
             switched.set()
-        elif switched.is_set() and "echo" in known:
-            back.set()
 
     errors: list[str] = []
-    sink = logger.add(lambda message: errors.append(str(message)), level="ERROR", filter="dsh_actors")
+
+    def sink(message: Any) -> None:
+        errors.append(str(message))
+        if "the re-listed tools were not swapped" in str(message):
+            refused.set()
+
+    handle = logger.add(sink, level="ERROR", filter="dsh_actors")
     off = rt.events.on("tools/change", on_change)
     try:
-        busy = rt.tools.get("busy")
+        echo, busy = rt.tools.get("echo"), rt.tools.get("busy")
+        raw.call_directly("relist")
+        assert refused.wait(20), errors
+        assert any("every tool stays as it was" in e and "not now" in e for e in errors), errors
+        assert (rt.tools.get("echo"), rt.tools.get("busy"), rt.tools.get("added")) == (echo, busy, None)
+        assert not run(rt, "echo", {"a": 1}).is_error
+        raw.call_directly("relist")  # back: the listing the registry holds
         raw.call_directly("relist")
         assert switched.wait(20), errors
+        raw.idle()
         assert rt.tools.get("echo") is None
-        assert rt.tools.get("busy") is busy  # its withdrawal was refused: the old one stays
-        assert any("'busy' could not be withdrawn" in e and "not now" in e for e in errors), errors
-        raw.call_directly("relist")
-        assert back.wait(20), errors
-        assert rt.tools.get("added") is None
-        assert not run(rt, "echo", {"a": 1}).is_error
-        assert rt.tools.get("busy") is busy  # listed as it was first: untouched
+        changed = rt.tools.get("busy")
+        assert changed is not None and changed.description == "busy, changed"
+        assert len(changes) == 2, changes  # the refused change and the swap: switching back changed nothing
     finally:
         off()
-        logger.remove(sink)
+        logger.remove(handle)
         unmount()
     assert not {s["name"] for s in rt.tools.schemas()}
 

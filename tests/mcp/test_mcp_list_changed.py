@@ -12,7 +12,7 @@ import pytest
 from loguru import logger
 from mcp_harness import ServerConnection
 
-from dsh_actors import TextBlock, ToolBatchInput, ToolCall, ToolRuntime
+from dsh_actors import Agent, TextBlock, ToolBatchInput, ToolCall, ToolExecutionSuccess, ToolRuntime
 from dsh_actors.errors import RegistrationError
 from dsh_actors.json import thaw
 from dsh_actors.mcp import mount
@@ -72,6 +72,7 @@ def test_list_changed_relists_and_swaps_the_registrations(conn: ServerConnection
     try:
         assert run(rt, "x_swap").content == (TextBlock("swapped"),)
         assert changed.wait(20), names(rt)
+        conn.idle()
         assert rt.tools.get("x_alpha") is None  # withdrawn
         assert rt.tools.get("x_gamma") is gamma  # unchanged: the same registration
         new_beta = rt.tools.get("x_beta")
@@ -85,6 +86,53 @@ def test_list_changed_relists_and_swaps_the_registrations(conn: ServerConnection
         logger.remove(sink)
         unmount()
     assert not names(rt)
+
+
+def test_a_batch_during_a_relisting_sees_the_old_listing_or_the_new_never_a_gap(
+    tmp_path: Path, rt: ToolRuntime
+) -> None:
+    # The swap changes beta (and removes alpha, adds delta). Before, the
+    # re-listing withdrew the old beta in one registry change and registered
+    # the new one in another: a batch that opened between them (here, one
+    # opened at every change the re-listing announces, which reads the
+    # registry as it was before that change) failed UNKNOWN_TOOL for a tool
+    # listed before and after. Now the re-listing is one change.
+    probe = Agent("probe")
+    seen: list[str] = []
+    relisted = threading.Event()
+
+    def look_up(execution: Any, next_: Any) -> Any:  # the probe's calls run nothing: they say what they found
+        if execution.definition is None:
+            return next_()  # (no tool: the call fails as it would)
+        return ToolExecutionSuccess(value=execution.definition.description, content=(TextBlock("found"),))
+
+    def probe_beta() -> str:
+        batch = ToolBatchInput(calls=(ToolCall(id="p1", name="y_beta", arguments={}),), agent=probe)
+        outcome = rt.tools.execute(batch).results[0].result
+        return f"{outcome.error.info.code}: {outcome.error.message}" if outcome.is_error else str(outcome.value)
+
+    def on_change() -> None:
+        seen.append(probe_beta())
+        if rt.tools.get("y_delta") is not None:
+            relisted.set()
+
+    connection = ServerConnection("server_changing.py", tmp_path / "server.log").start()
+    try:
+        assert connection.session is not None
+        unmount = connection.run(mount(rt, connection.session, prefix="y_"))
+        rt.events.on("tools/execute", look_up, scope=probe)
+        off = rt.events.on("tools/change", on_change)
+        try:
+            assert run(rt, "y_swap").content == (TextBlock("swapped"),)
+            assert relisted.wait(20), names(rt)
+            connection.idle()
+        finally:
+            off()
+            unmount()
+    finally:
+        connection.close()
+    # One change, announced once: while it was, a batch still read the old listing.
+    assert seen == ["the beta tool"], seen
 
 
 def test_a_server_with_an_unenforceable_schema_is_refused_whole(tmp_path: Path, rt: ToolRuntime) -> None:

@@ -211,7 +211,11 @@ def test_a_duplicate_name_in_the_same_layer_is_rejected(rt: Any) -> None:
     said = str(err.value)
     assert said.startswith('cannot register tool "x": a tool with this name is already registered in the global scope')
     # The ways out: dispose of the first, rename this one, or shadow it from an agent's scope.
-    for fix in ("the disposer the first register() returned", "@tool(name=...)", "rt.tools.scope(agent).register("):
+    for fix in (
+        "the disposer the first register() returned to register_all([definition], replacing=[disposer])",
+        "@tool(name=...)",
+        "rt.tools.scope(agent).register(",
+    ):
         assert fix in said, said
     agent = Agent("main")
     rt.tools.scope(agent).register(tool("y"))
@@ -223,8 +227,9 @@ def test_a_duplicate_name_in_the_same_layer_is_rejected(rt: Any) -> None:
 
 def test_the_ways_out_a_duplicate_name_names_work(rt: Any) -> None:
     undo = rt.tools.register(tool("x"))
-    undo()
-    rt.tools.register(tool("x"))  # the disposer, then register again
+    newer = tool("x")
+    rt.tools.register_all([newer], replacing=[undo])  # the disposer, replaced in one change
+    assert rt.tools.get("x") is newer
     rt.tools.register(tool("x2"))  # another name
     agent = Agent("main")
     rt.tools.scope(agent).register(tool("x"))  # an agent's scope shadows the global one
