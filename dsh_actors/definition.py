@@ -624,8 +624,9 @@ def _not_a_definition(value: object) -> str:
         )
     if isinstance(value, (list, tuple, set, frozenset)):
         return (
-            f"expected a ToolDefinition, got a {type(value).__qualname__}: register one definition per call "
-            "(for definition in tools: rt.tools.register(definition)), each with its own disposer"
+            f"expected a ToolDefinition, got a {type(value).__qualname__}: register several at once with "
+            "rt.tools.register_all(definitions) (one change, a disposer for each), or one per call with "
+            "rt.tools.register(definition)"
         )
     return (
         f"expected a ToolDefinition, got {type(value).__qualname__}: make one with @tool on a typed function, "

@@ -494,8 +494,8 @@ def test_something_that_is_not_a_definition_is_rejected_naming_how_to_make_one()
     )
     # Was "got list: make one with @tool ...", though the list held definitions.
     assert registration_problem([raw_tool(), raw_tool()]) == (
-        "expected a ToolDefinition, got a list: register one definition per call "
-        "(for definition in tools: rt.tools.register(definition)), each with its own disposer"
+        "expected a ToolDefinition, got a list: register several at once with rt.tools.register_all(definitions) "
+        "(one change, a disposer for each), or one per call with rt.tools.register(definition)"
     )
 
 
