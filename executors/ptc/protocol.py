@@ -79,6 +79,7 @@ __all__ = [
     "DONE",
     "EXIT_MEMORY",
     "EXIT_ORPHANED",
+    "EXIT_PIPE_CLOSED",
     "FAILURE_KINDS",
     "FrameTooLong",
     "LineFramer",
@@ -114,6 +115,10 @@ EXIT_MEMORY = 86
 
 #: Exit status of a worker whose parent went away (its lifeline closed).
 EXIT_ORPHANED = 87
+
+#: Exit status of a worker that found a protocol pipe's file descriptor
+#: closed (``EBADF``): its program closed a descriptor it did not open.
+EXIT_PIPE_CLOSED = 88
 
 #: Characters of captured output per ``out`` message.
 OUT_CHUNK = 16384

@@ -512,11 +512,15 @@ class Run:
             self._protocol_error("a call without a tool name or an arguments object")
             return
         if n > MAX_SUB_CALLS:
-            self._end(Ending(kind="limit", headline=f"the program made more than {MAX_SUB_CALLS} tool calls"))
+            headline = (
+                f"the program made more than {MAX_SUB_CALLS:,} tool calls, the most one run may make: "
+                "split the work over several runs"
+            )
+            self._end(Ending(kind="limit", headline=headline))
             return
         call_id = f"{self._ctx.call_id}:ptc:{n}"
         schema = self._schemas.get(name)
-        sub = SubCall(n, call_id, name, arguments, schema)
+        sub = SubCall(n, call_id, name, schema)
         self._calls.append(sub)
         if schema is None:  # only a worker that ignores its bindings gets here
             sub.state = SubState.SKIPPED
@@ -620,12 +624,18 @@ class Run:
         status = worker.kill()
         tail = worker.stderr_tail()
         shown = "" if status is None else f" ({exit_description(status)})"
+        when = "before it was ready" if self._phase is _Phase.STARTING else "without finishing the run"
         if running:
-            when = "before it was ready" if self._phase is _Phase.STARTING else "without finishing the run"
             kind, headline = (
                 "crashed",
                 f"the worker process closed its protocol pipe {when} and was killed (it was still running; "
                 "a program must not close file descriptors it did not open)",
+            )
+        elif status == protocol.EXIT_PIPE_CLOSED:
+            kind, headline = (
+                "crashed",
+                f"the worker process closed its protocol pipe {when} and exited "
+                "(a program must not close file descriptors it did not open)",
             )
         elif status == -signal.SIGXCPU:
             kind, headline = "cpu", "the program used up its CPU time limit and was killed"
@@ -633,6 +643,12 @@ class Run:
             kind, headline = "memory", f"the program ran out of memory (limit {self._settings.memory_limit_mb} MB)"
         elif self._phase is _Phase.STARTING:
             kind, headline = "crashed", f"the worker process exited before it was ready{shown}"
+        elif status is not None and status >= 0:  # (a status the worker does not use: os._exit())
+            kind, headline = (
+                "crashed",
+                f"the worker process exited without finishing the run{shown}: "
+                "a program ends by returning or raising, not by ending its process",
+            )
         else:
             kind, headline = "crashed", f"the worker process exited without finishing the run{shown}"
         self._end(Ending(kind=kind, headline=headline, traceback=f"Worker stderr:\n{tail}" if tail else ""))
@@ -804,7 +820,7 @@ class _Sink:
             return
         sub = self._subs[execution.call_id]
         try:
-            log_start(session, self._ctx, sub)
+            log_start(session, self._ctx, sub, execution.arguments)  # (as fed: frozen, read-only)
         except BaseException as exc:
             self._broken = True
             self._stop("internal", f"the session log could not be written: {safe_str(exc)}")

@@ -80,15 +80,17 @@ OUTCOMES: Final = ("succeeded", "failed", "not started", "no result")
 
 class SubCall:
     """One tool call of the program. Its state is the run's thread's; the
-    sub-batch's executor actor only reads its identity (to log it)."""
+    sub-batch's executor actor only reads its identity (to log it). It
+    keeps no arguments: the sub-batch's call holds them until it commits
+    (a run's calls, up to 10,000 of up to ``max_message_bytes`` each, are
+    not all kept in memory until the run ends)."""
 
-    __slots__ = ("n", "call_id", "name", "arguments", "schema", "state", "result", "cancel")
+    __slots__ = ("n", "call_id", "name", "schema", "state", "result", "cancel")
 
-    def __init__(self, n: int, call_id: str, name: str, arguments: Any, schema: Any) -> None:
+    def __init__(self, n: int, call_id: str, name: str, schema: Any) -> None:
         self.n = n
         self.call_id = call_id
         self.name = name
-        self.arguments = arguments
         self.schema = schema
         self.state = SubState.PENDING
         self.result: Result | None = None
@@ -138,9 +140,10 @@ class SubCall:
         return f"- {self.call_id} {name}: {status}"
 
 
-def log_start(session: Session, ctx: ToolRunContext, sub: SubCall) -> None:
-    """Append ``sub``'s ``tool/ptc-dispatch-start`` (raises what the session raises)."""
-    session.append(dispatch_start_event(ctx.root_call_id, ctx.call_id, sub.call_id, sub.name, thaw(sub.arguments)))
+def log_start(session: Session, ctx: ToolRunContext, sub: SubCall, arguments: Any) -> None:
+    """Append ``sub``'s ``tool/ptc-dispatch-start`` with the ``arguments``
+    it starts with (raises what the session raises)."""
+    session.append(dispatch_start_event(ctx.root_call_id, ctx.call_id, sub.call_id, sub.name, thaw(arguments)))
 
 
 def log_settle(rt: ToolRuntime, session: Session, ctx: ToolRunContext, sub: SubCall, result: Result) -> None:

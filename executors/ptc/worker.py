@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import errno
 import io
 import linecache
 import math
@@ -42,7 +43,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 resource: Any
 try:
@@ -91,6 +92,13 @@ _LIFELINE_POLL_MS = 1000
 # --------------------------------------------------------------------------
 
 
+def pipe_lost(exc: OSError) -> NoReturn:
+    """Exit: a protocol pipe failed. ``EBADF``: the program closed its file
+    descriptor (:data:`protocol.EXIT_PIPE_CLOSED`, which the parent names);
+    else the parent is gone."""
+    os._exit(protocol.EXIT_PIPE_CLOSED if exc.errno == errno.EBADF else 0)
+
+
 class Channel:
     """The protocol pipes: blocking writes, reads driven by the loop.
     A message is written whole under a lock: a program's threads print
@@ -111,13 +119,16 @@ class Channel:
                 while data:
                     written = os.write(self.write_fd, data)
                     data = data[written:]
-            except OSError:  # the parent is gone
-                os._exit(0)
+            except OSError as exc:
+                pipe_lost(exc)
 
     def read_blocking(self) -> Any:
         """The next message, waiting for it (before the loop runs)."""
         while not self.lines:
-            chunk = os.read(self.read_fd, 1 << 16)
+            try:
+                chunk = os.read(self.read_fd, 1 << 16)
+            except OSError as exc:
+                pipe_lost(exc)
             if not chunk:
                 os._exit(0)  # the parent closed the pipe: nothing to run
             self.lines.extend(self.framer.feed(chunk))
@@ -130,6 +141,8 @@ class Channel:
                 chunk = os.read(self.read_fd, 1 << 16)
             except BlockingIOError:
                 break
+            except OSError as exc:
+                pipe_lost(exc)
             if not chunk:
                 os._exit(0)  # the parent is gone
             self.lines.extend(self.framer.feed(chunk))
@@ -429,6 +442,7 @@ def _formatted_traceback(exc: BaseException, limit: int) -> str:
         seen.add(id(item))
         item.stack = traceback.StackSummary.from_list(_program_frames(list(item.stack)))
         todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
+        todo.extend(item.exceptions or ())  # an exception group's (a TaskGroup's)
     text = "".join(report.format()).rstrip("\n").splitlines()
     if len(text) > limit:
         text = ["  ..."] + text[-limit:]
@@ -596,14 +610,18 @@ def die_with_parent() -> None:
 def watch_parent(read_fd: int) -> None:
     """The lifeline: exit as soon as the parent's end of the protocol pipe
     closes (its process died), or the parent pid changes, even while the
-    program sleeps or computes."""
+    program sleeps or computes; also once the program has closed the
+    pipe's descriptor (:func:`pipe_lost`'s status)."""
     parent = os.getppid()
     poller = select.poll()
     poller.register(read_fd, 0)  # only POLLHUP/POLLERR/POLLNVAL are reported
 
     def watch() -> None:
         while True:
-            if poller.poll(_LIFELINE_POLL_MS) or os.getppid() != parent:
+            events = poller.poll(_LIFELINE_POLL_MS)
+            if any(mask & select.POLLNVAL for _fd, mask in events):  # closed by the program
+                os._exit(protocol.EXIT_PIPE_CLOSED)
+            if events or os.getppid() != parent:
                 os._exit(protocol.EXIT_ORPHANED)
 
     threading.Thread(target=watch, name="dsh-ptc-lifeline", daemon=True).start()

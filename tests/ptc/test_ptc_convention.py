@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from dsh_actors import ToolExecutionSuccess
+from executors.ptc import run as ptc_run
 
 from .helpers import GUARD, code_of, echo_tool, run_code, tool
 
@@ -115,6 +116,37 @@ def test_an_uncaught_tool_error_fails_the_run_with_the_traceback_output_and_the_
     assert "- c1:ptc:2 read: failed (ValueError): no such file" in message
     assert message.endswith("Output before the run ended:\nbefore the failure\n")
     assert result.error.info.name == "CodeRunFailedError"
+
+
+def test_the_workers_frames_are_not_shown_in_an_exception_groups_tracebacks_either(rt: Any, ptc: Any) -> None:
+    # A TaskGroup whose tool call failed raises an ExceptionGroup: each of
+    # its exceptions' tracebacks is cut to the program's frames as well.
+    def refuse(args: Any, ctx: Any) -> Any:
+        raise ValueError("no such file")
+
+    rt.tools.register(echo_tool())
+    rt.tools.register(tool("read", refuse))
+    code = (
+        "async with asyncio.TaskGroup() as group:\n"
+        "    group.create_task(tools.echo(message='one'))\n"
+        "    group.create_task(tools.read())\n"
+    )
+    message = run_code(rt, code).error.message
+    assert message.startswith(
+        "code run failed (error): ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+    ), message
+    assert "| ToolError: no such file\n" in message
+    assert "worker.py" not in message, message
+
+
+def test_a_program_past_the_call_limit_is_told_to_split_its_work(rt: Any, ptc: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(ptc_run, "MAX_SUB_CALLS", 3)  # (10,000 calls take seconds)
+    rt.tools.register(echo_tool())
+    message = run_code(rt, "for i in range(5):\n    await tools.echo(message=str(i))").error.message
+    assert message.startswith(
+        "code run failed (limit): the program made more than 3 tool calls, the most one run may make: "
+        "split the work over several runs\n\nTool calls the program made (3):\n"
+    ), message
 
 
 def test_a_failed_run_lists_the_first_and_last_calls_and_tallies_the_rest(rt: Any, ptc: Any) -> None:

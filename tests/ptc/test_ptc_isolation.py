@@ -15,9 +15,21 @@ from typing import Any
 
 import pytest
 
-from dsh_actors import AbortController, ToolBatchExecutionError
+from dsh_actors import AbortController, Agent, Session, ToolBatchExecutionError
 
-from .helpers import GUARD, alive, assert_gone, batch, children, code_of, echo_tool, install, must, run_code, tool
+from .helpers import (
+    GUARD,
+    alive,
+    assert_gone,
+    batch,
+    children,
+    code_of,
+    echo_tool,
+    install,
+    must,
+    run_code,
+    tool,
+)
 
 
 def pid_reporter(rt: Any) -> list[int]:
@@ -105,6 +117,27 @@ def test_a_returned_value_or_tool_arguments_past_the_message_limit_fail_as_the_p
     assert "the program returned a value of more than 8388608 bytes as JSON" in returned
     called = failed_as(run_code(rt, "return await tools.echo(message='m' * 9_000_000)"), "output")
     assert "the program called a tool with arguments of more than 8388608 bytes as JSON" in called
+
+
+def test_the_parent_keeps_no_arguments_of_the_sub_calls_that_have_settled(rt: Any, ptc: Any) -> None:
+    # 20 calls of 2 MB each, one after the other: the parent (this process)
+    # holds the arguments of the calls in flight only, not 40 MB until the
+    # run ends (10,000 calls of 8 MB each would be 80 GB). (Logged to a
+    # session that keeps no events in memory: the start events are written.)
+    import tracemalloc
+
+    held: list[int] = []
+    rt.tools.register(tool("store", lambda args, ctx: len(args["data"]), parameters={"data": {"type": "string"}}))
+    rt.tools.register(tool("measure", lambda args, ctx: held.append(tracemalloc.get_traced_memory()[0])))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        code = "data = 'x' * 2_000_000\nfor _ in range(20):\n    await tools.store(data=data)\nawait tools.measure()"
+        result = run_code(rt, code, agent=Agent("main", session=Session(keep_events=False)))
+    finally:
+        tracemalloc.stop()
+    assert not result.is_error, result
+    assert held[0] - before < 10_000_000, f"{held[0] - before:,} bytes held"
 
 
 def test_aborting_the_batch_kills_the_program_and_fires_the_running_sub_calls_signal(rt: Any, ptc: Any) -> None:
@@ -256,7 +289,10 @@ def test_a_worker_runs_one_program_only(rt: Any, ptc: Any) -> None:
 
 def test_a_worker_that_dies_fails_the_run_as_crashed(rt: Any, ptc: Any) -> None:
     message = failed_as(run_code(rt, "import os\nprint('bye')\nos._exit(3)"), "crashed")
-    assert "the worker process exited without finishing the run (exit code 3)" in message
+    assert message.startswith(
+        "code run failed (crashed): the worker process exited without finishing the run (exit code 3): "
+        "a program ends by returning or raising, not by ending its process\n\n"
+    ), message
     assert message.endswith("Output before the run ended:\nbye\n")
 
 
@@ -265,22 +301,51 @@ def test_a_program_that_closes_the_protocol_pipe_is_named_not_reported_as_killed
     # It closes the worker's end of the pipe to the parent (an fd past 2
     # that is a pipe open for writing) and waits: the worker still runs
     # when the parent sees the pipe end, and the SIGKILL is the parent's.
-    code = (
+    code = close_protocol_pipe("O_WRONLY") + "await asyncio.Event().wait()"
+    message = failed_as(run_code(rt, code), "crashed")
+    assert message.startswith(
+        "code run failed (crashed): the worker process closed its protocol pipe without finishing the run "
+        "and was killed (it was still running; a program must not close file descriptors it did not open)"
+    ), message
+
+
+def close_protocol_pipe(mode: str) -> str:
+    """Code that closes the worker's end of a protocol pipe: an fd past 2
+    that is a pipe open with ``mode`` (``O_WRONLY``: to the parent,
+    ``O_RDONLY``: from it)."""
+    return (
         "import fcntl, os, stat\n"
         "for fd in range(3, 64):\n"
         "    try:\n"
         "        mode = os.fstat(fd).st_mode\n"
         "    except OSError:\n"
         "        continue\n"
-        "    if stat.S_ISFIFO(mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:\n"
+        f"    if stat.S_ISFIFO(mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.{mode}:\n"
         "        os.close(fd)\n"
-        "await asyncio.Event().wait()"
     )
-    message = failed_as(run_code(rt, code), "crashed")
-    assert message.startswith(
-        "code run failed (crashed): the worker process closed its protocol pipe without finishing the run "
-        "and was killed (it was still running; a program must not close file descriptors it did not open)"
-    ), message
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pipes are found through fcntl")
+@pytest.mark.parametrize(
+    ("mode", "then"),
+    [
+        ("O_RDONLY", "return await tools.echo(message='x')"),  # the call's result cannot be read
+        ("O_RDONLY", "await asyncio.Event().wait()"),  # the lifeline finds the pipe closed
+        ("O_WRONLY", "return 1"),  # the done message cannot be written
+    ],
+)
+def test_a_program_that_closes_a_protocol_pipe_is_named_however_the_worker_ends(
+    rt: Any, ptc: Any, mode: str, then: str
+) -> None:
+    # The worker exits on its own as soon as it finds its pipe closed
+    # (before, it exited 0 or 87, unexplained, or its event loop logged
+    # the failed read into the output until the output limit killed it).
+    rt.tools.register(echo_tool())
+    message = failed_as(run_code(rt, close_protocol_pipe(mode) + then), "crashed")
+    headline = message.split("\n\n")[0]
+    assert headline.startswith("code run failed (crashed): the worker process closed its protocol pipe "), headline
+    assert headline.endswith("a program must not close file descriptors it did not open)"), headline
+    assert "worker.py" not in message
 
 
 def test_a_worker_command_that_cannot_start_fails_the_run_as_crashed(rt: Any) -> None:
