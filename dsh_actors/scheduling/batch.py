@@ -321,8 +321,11 @@ class BatchRun:
         self.count = [0] * _STATES  # how many calls are in each state
         self.outs = 0  # how many are out: OUT, EARLY or FLIGHT
         self.barrier: int | None = None
+        # The committed results, in commit order; a sub-batch keeps none
+        # (each goes to its sink as it commits: a program's thousands of
+        # results are not held until it ends, and its reply holds none).
         self.results: list[ToolCallResult] = []
-        self.committed = 0  # results whose tool/result reached the session
+        self.committed = 0  # results whose tool/result reached the session (a sub-batch's: its sink)
         self.session: Session | None = None
         # The batch's signal (without one, the stop's until _open).
         self.signal: AbortSignal = rt.stop_signal if batch.signal is None else batch.signal
@@ -1495,15 +1498,15 @@ class BatchRun:
         self._record(call, result)
 
     def _record(self, call: Call, result: ToolExecutionResult) -> None:
-        self.results.append(_call_result(call.execution.call_id, result))
         sink = self.sink
         if sink is not None:
             try:
                 sink.committed(call.execution, result)
             except BaseException as exc:  # noqa: BLE001 - the sink must not raise; a bug: fail the batch
                 self._failed(exc)
-            self.committed = len(self.results)
+            self.committed += 1  # (the result is the sink's: not kept, see results)
             return
+        self.results.append(_call_result(call.execution.call_id, result))
         session = self.session
         if session is None:
             self.committed = len(self.results)
@@ -1535,7 +1538,8 @@ class BatchRun:
         count = self.count
         deferred = self._deferred()
         committed = count[_COMMITTED]
-        assert len(self.results) == committed, (len(self.results), committed)
+        assert (self.committed if fed else len(self.results)) == committed, (len(self.results), committed)
+        assert not (fed and self.results), "a sub-batch keeps no results"
         assert not (fed and count[_DEFERRED]), "a sub-batch never suspends"
         # Each state against the facts of its Call (pipeline/call.py), read
         # only where the batch holds the call: an OUT, EARLY or FLIGHT call

@@ -551,7 +551,8 @@ class SubBatch:
     def __init__(self, inbox: Any, reply: Future[ToolBatchResult]) -> None:
         self._inbox = inbox
         self.reply = reply
-        """Settles once the batch is sealed and every call fed has committed."""
+        """Settles once the batch is sealed and every call fed has committed
+        (its value holds no results: each went to the sink as it committed)."""
 
     def __repr__(self) -> str:
         return f"<SubBatch done={self.reply.done()}>"

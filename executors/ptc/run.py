@@ -781,7 +781,7 @@ class Run:
             except queue.Empty:
                 return
             sub.state = SubState.SETTLED
-            sub.result = result
+            sub.result = result if result.is_error else None  # (a success's is not kept: see SubCall)
             forward(self._ctx, sub, result)
             if not replied:
                 self._reply(sub, result)  # dropped if the run has ended

@@ -83,7 +83,8 @@ class SubCall:
     sub-batch's executor actor only reads its identity (to log it). It
     keeps no arguments: the sub-batch's call holds them until it commits
     (a run's calls, up to 10,000 of up to ``max_message_bytes`` each, are
-    not all kept in memory until the run ends)."""
+    not all kept in memory until the run ends), nor a success's result (a
+    failure's only: the failed run's listing names it)."""
 
     __slots__ = ("n", "call_id", "name", "schema", "state", "result", "cancel")
 
@@ -93,7 +94,7 @@ class SubCall:
         self.name = name
         self.schema = schema
         self.state = SubState.PENDING
-        self.result: Result | None = None
+        self.result: Result | None = None  # a failure's (SETTLED with None: it succeeded)
         #: Aborts this sub-call alone (the program cancelled it); None until it is fed.
         self.cancel: AbortController | None = None
 
@@ -109,6 +110,8 @@ class SubCall:
         error = None if result is None else result.error
         if error is not None and error.info is not None and str(error.info.code) == "ABORTED_BEFORE_DISPATCH":
             return "not started"
+        if self.state is SubState.SETTLED and result is None:
+            return "succeeded"
         if self.state is not SubState.PENDING and result is not None:  # settled, or refused unfed (unknown tool)
             return "failed" if result.is_error else "succeeded"
         return "no result" if self.state is SubState.PENDING else "not started"

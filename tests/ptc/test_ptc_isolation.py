@@ -140,6 +140,27 @@ def test_the_parent_keeps_no_arguments_of_the_sub_calls_that_have_settled(rt: An
     assert held[0] - before < 10_000_000, f"{held[0] - before:,} bytes held"
 
 
+def test_the_parent_keeps_no_results_of_the_sub_calls_that_have_succeeded(rt: Any, ptc: Any) -> None:
+    # 20 calls whose results are 2 MB each, one after the other: the parent
+    # (this process) keeps neither the sub-batch's results (each goes to
+    # the run as it commits; the sub-batch's reply holds none) nor the
+    # successes' on the run's sub-calls, not 40 MB until the run ends.
+    import tracemalloc
+
+    held: list[int] = []
+    rt.tools.register(tool("load", lambda args, ctx: "x" * 2_000_000))
+    rt.tools.register(tool("measure", lambda args, ctx: held.append(tracemalloc.get_traced_memory()[0])))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        code = "for _ in range(20):\n    await tools.load()\nawait tools.measure()"
+        result = run_code(rt, code, agent=Agent("main", session=Session(keep_events=False)))
+    finally:
+        tracemalloc.stop()
+    assert not result.is_error, result
+    assert held[0] - before < 10_000_000, f"{held[0] - before:,} bytes held"
+
+
 def test_aborting_the_batch_kills_the_program_and_fires_the_running_sub_calls_signal(rt: Any, ptc: Any) -> None:
     pids = pid_reporter(rt)
     started = threading.Event()
