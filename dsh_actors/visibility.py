@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -268,24 +269,28 @@ def empty_snapshot(scope: Agent | None) -> ScopeSnapshot:
 
 
 # A per-generation cache of computed views may hold at most this many agents
-# (it is dropped whole when exceeded, and on every publication).
+# (past it, the view computed longest ago goes; every publication drops the
+# whole cache).
 _CACHE_LIMIT: Final = 4096
 
 
 class _ViewCache:
-    """The views computed for one generation. It never keeps an agent
-    alive: each agent's view is filed under ``id(agent)`` beside a weak
-    reference that proves the id still names that agent, and the entry is
-    removed when the agent is freed. (A view holds registrations, and the
-    agent's own hold the agent as their ``scope``: so does its layer, until
-    they are disposed, and the publication that disposes them drops this
-    cache too, see :meth:`RegistryState._bump`.)"""
+    """The views computed for one generation, at most ``_CACHE_LIMIT``
+    agents', in the order they were computed: a full cache lets the oldest
+    go, so a farm of more agents still finds the views it computed last
+    (a read does not reorder them: a hit stays one dict lookup). It never
+    keeps an agent alive: each agent's view is filed under ``id(agent)``
+    beside a weak reference that proves the id still names that agent, and
+    the entry is removed when the agent is freed. (A view holds
+    registrations, and the agent's own hold the agent as their ``scope``: so
+    does its layer, until they are disposed, and the publication that
+    disposes them drops this cache too, see :meth:`RegistryState._bump`.)"""
 
     __slots__ = ("generation", "views", "global_view", "scopes", "__weakref__")
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
-        self.views: dict[int, tuple[weakref.ref[Agent], Mapping[str, Registration]]] = {}
+        self.views: OrderedDict[int, tuple[weakref.ref[Agent], Mapping[str, Registration]]] = OrderedDict()
         self.global_view: Mapping[str, Registration] | None = None
         # The scopes the views are of, when not the state's own (the
         # committed ones while a change is pending: see committed()).
@@ -571,7 +576,10 @@ def _cached_view(
     view = _compute_view(scopes, agent)
     views = cache.views
     if len(views) >= _CACHE_LIMIT:
-        views.clear()
+        try:
+            views.popitem(last=False)  # the view computed longest ago (one call, safe among threads)
+        except KeyError:  # (other threads emptied it meanwhile)
+            pass
     views[key] = (weakref.ref(agent, _forget_view(cache, key)), view)
     return view
 

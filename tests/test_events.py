@@ -114,6 +114,71 @@ def test_an_event_of_one_agent_costs_the_same_whatever_the_number_of_other_agent
     assert calls_per_event(1000) == calls_per_event(10)
 
 
+@pytest.mark.parametrize("scoped", [True, False], ids=["scoped", "unscoped"])
+@pytest.mark.parametrize("prepend", [False, True], ids=["appended", "prepended"])
+def test_subscribing_and_disposing_costs_the_same_whatever_the_number_of_listeners_already_there(
+    scoped: bool, prepend: bool
+) -> None:
+    # (A farm subscribes thousands of listeners, each scoped to its agent.
+    # Every subscription and disposal rebuilt the event's whole listener
+    # list, call by call, so setting a farm up cost the square of its size.)
+    def calls_per_change(others: int) -> int:
+        bus = EventBus()
+        for i in range(others):
+            bus.on("tools/result", lambda e, r: None, scope=Agent(f"a{i}") if scoped else None, prepend=i % 2 == 0)
+        me = Agent("me")
+        counted = [0]
+
+        def count(frame: Any, event: str, arg: Any) -> None:
+            if event in ("call", "c_call"):  # (a generator's or a comprehension's step counts as a call)
+                counted[0] += 1
+
+        def listener(e: Any, r: Any) -> None:
+            return None
+
+        sys.setprofile(count)
+        try:
+            off = bus.on("tools/result", listener, scope=me if scoped else None, prepend=prepend)
+            off()
+        finally:
+            sys.setprofile(None)
+        assert listener not in bus.listeners("tools/result", me)
+        assert len(bus.listeners("tools/result", None if scoped else me)) == (0 if scoped else others)
+        return counted[0]
+
+    assert calls_per_change(1000) == calls_per_change(10)
+
+
+@pytest.mark.parametrize("scope", [None, ROOT, CHILD], ids=["unscoped", "ancestor", "own"])
+def test_a_dispatch_keeps_the_listeners_it_started_with(scope: Agent | None) -> None:
+    # (Its listeners subscribe and dispose of others meanwhile, of the same
+    # scope and of another on the chain: the next dispatch sees that.)
+    bus = EventBus()
+    seen: list[str] = []
+    later: list[Any] = []
+
+    def first(e: Any, r: Any) -> None:
+        seen.append("first")
+        if not later:
+            later.append(bus.on("tools/result", lambda e, r: seen.append("added"), scope=scope))
+            later.append(bus.on("tools/result", lambda e, r: seen.append("added first"), scope=CHILD, prepend=True))
+            dispose_last()
+
+    bus.on("tools/result", first, scope=scope)
+    bus.on("tools/result", lambda e, r: seen.append("other scope"), scope=OTHER)
+    dispose_last = bus.on("tools/result", lambda e, r: seen.append("last"), scope=scope)
+    bus.emit("tools/result", None, None, agent=CHILD)
+    assert seen == ["first", "last"]
+    seen.clear()
+    bus.emit("tools/result", None, None, agent=CHILD)
+    assert seen == ["added first", "first", "added"]
+    for off in later:
+        off()
+    seen.clear()
+    bus.emit("tools/result", None, None, agent=CHILD)
+    assert seen == ["first"]
+
+
 def test_the_decisions_are_one_object_whichever_path_imports_them() -> None:
     for name in ("Allow", "Deny", "Cancel", "Ask", "Accept", "Block", "UNSET"):
         assert getattr(events, name) is getattr(model, name) is getattr(dsh_actors, name), name

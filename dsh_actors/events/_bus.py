@@ -1,10 +1,15 @@
 """The event bus: ``emit`` and ``waterfall`` dispatch, scope-filtered.
 
-Listener lists are immutable tuples replaced on every change (copy on write),
-so dispatching an event takes no lock and never waits for a subscriber. What a
-dispatch needs is worked out at that change, not per event: whether each
-listener is ``async def``, and (when no listener of the event is scoped) the
-tuple every event reaches.
+Listener lists are immutable tuples, one per scope (and one of the unscoped
+listeners), each replaced when a listener of it comes or goes (copy on write),
+so dispatching an event takes no lock and never waits for a subscriber. The
+scopes' tuples are filed in a dict changed in place, so a change copies only
+its own scope's tuple: subscribing a farm's thousands of scoped listeners
+costs each the same, not the number already there (an unscoped one copies
+the unscoped tuple, in C, which every event walks anyway). What a dispatch
+needs is worked out at that change, not per event: whether each listener is
+``async def``, and (when no listener of the event is scoped) the tuple every
+event reaches.
 
 Scope filtering: a listener subscribed with ``scope=agent`` sees events of
 that agent and of its descendants; a listener without a scope sees every
@@ -24,6 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 from types import CoroutineType
 from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
@@ -182,41 +188,72 @@ def disposer(fn: Callable[[], Any]) -> Disposer:
 class _Entry:
     listener: Listener
     scope: Agent | None
-    seq: int
+    order: int  # where it runs among the event's listeners: prepended ones < 0, newest first; appended ones after
     is_async: bool  # an ``async def`` (or async ``__call__``): decided once, when it subscribes
 
 
 class _Subscribers:
-    """One event's subscriptions, immutable (replaced on every change).
-    What a dispatch needs is computed here once per change, not per event:
-    with no scoped listener (the common case) every event reaches them all;
-    otherwise the scoped ones are filed by their scope, so an event looks
-    up only its agent's chain, never every agent's listeners (a farm of
-    thousands of agents, each with listeners scoped to it)."""
+    """One event's subscriptions, changed in place under the bus's lock. A
+    dispatch reads only immutable tuples from it, each replaced by a change
+    (never altered), so a dispatch keeps the listeners it started with.
+    With no scoped listener (the common case) every event reaches the
+    unscoped ones, :attr:`all` (and :attr:`all_listeners`, their
+    functions); otherwise the scoped ones are filed by their scope, so an
+    event looks up only its agent's chain, never every agent's listeners,
+    and a change copies only its own scope's tuple (a farm of thousands of
+    agents, each with listeners scoped to it). Every tuple is in
+    ``_Entry.order``."""
 
-    __slots__ = ("entries", "all", "all_listeners", "unscoped", "scoped")
+    __slots__ = ("unfiltered", "count", "all", "all_listeners", "unscoped", "unscoped_listeners", "scoped")
 
-    def __init__(self, entries: tuple[_Entry, ...], unfiltered: bool) -> None:
-        self.entries = entries
-        # Every entry, when an event's agent cannot filter any out.
-        self.all: tuple[_Entry, ...] | None = entries if unfiltered or all(e.scope is None for e in entries) else None
-        self.all_listeners: tuple[Listener, ...] | None = (
-            None if self.all is None else tuple(e.listener for e in entries)
-        )
-        # Otherwise: each entry with its position in ``entries``, unscoped
-        # ones apart, scoped ones by their scope.
-        self.unscoped: tuple[tuple[int, _Entry], ...] = ()
-        self.scoped: dict[Agent, tuple[tuple[int, _Entry], ...]] = {}
-        if self.all is None:
-            unscoped: list[tuple[int, _Entry]] = []
-            scoped: dict[Agent, list[tuple[int, _Entry]]] = {}
-            for position, e in enumerate(entries):
-                if e.scope is None:
-                    unscoped.append((position, e))
-                else:
-                    scoped.setdefault(e.scope, []).append((position, e))
-            self.unscoped = tuple(unscoped)
-            self.scoped = {scope: tuple(items) for scope, items in scoped.items()}
+    def __init__(self, unfiltered: bool) -> None:
+        self.unfiltered = unfiltered  # (every entry is filed as unscoped: an event of any agent reaches it)
+        self.count = 0
+        self.unscoped: tuple[_Entry, ...] = ()
+        self.unscoped_listeners: tuple[Listener, ...] = ()  # (each unscoped entry's listener, in step)
+        self.scoped: dict[Agent, tuple[_Entry, ...]] = {}
+        # The unscoped ones, when an event's agent cannot filter any out.
+        self.all: tuple[_Entry, ...] | None = ()
+        self.all_listeners: tuple[Listener, ...] | None = ()
+
+    def add(self, entry: _Entry) -> None:
+        first = entry.order < 0
+        scope = None if self.unfiltered else entry.scope
+        if scope is None:
+            entries, listeners = self.unscoped, self.unscoped_listeners
+            if first:
+                self.unscoped, self.unscoped_listeners = (entry, *entries), (entry.listener, *listeners)
+            else:
+                self.unscoped, self.unscoped_listeners = (*entries, entry), (*listeners, entry.listener)
+        else:
+            group = self.scoped.get(scope, ())
+            self.scoped[scope] = (entry, *group) if first else (*group, entry)
+        self.count += 1
+        self._refile()
+
+    def remove(self, entry: _Entry) -> None:
+        scope = None if self.unfiltered else entry.scope
+        if scope is None:
+            entries = self.unscoped
+            at = entries.index(entry)  # (by identity: _Entry has no __eq__)
+            listeners = self.unscoped_listeners
+            self.unscoped = entries[:at] + entries[at + 1 :]
+            self.unscoped_listeners = listeners[:at] + listeners[at + 1 :]
+        else:
+            group = self.scoped[scope]
+            at = group.index(entry)
+            if len(group) > 1:
+                self.scoped[scope] = group[:at] + group[at + 1 :]
+            else:
+                del self.scoped[scope]
+        self.count -= 1
+        self._refile()
+
+    def _refile(self) -> None:
+        if self.scoped:
+            self.all = self.all_listeners = None
+        else:
+            self.all, self.all_listeners = self.unscoped, self.unscoped_listeners
 
     def reaches(self, agent: Agent | None) -> bool:
         """Whether an event of ``agent`` reaches any entry."""
@@ -233,8 +270,9 @@ class _Subscribers:
     def reaching(self, agent: Agent | None) -> tuple[_Entry, ...]:
         """The entries an event of ``agent`` reaches, outermost first: the
         unscoped ones and those scoped to ``agent`` or an ancestor."""
-        if self.all is not None:
-            return self.all
+        found = self.all
+        if found is not None:
+            return found
         parts = [self.unscoped] if self.unscoped else []
         scoped = self.scoped
         node = agent
@@ -245,12 +283,10 @@ class _Subscribers:
             node = node.parent
         if not parts:
             return ()
-        items = parts[0] if len(parts) == 1 else sorted(itertools.chain.from_iterable(parts), key=_position)
-        return tuple(e for _, e in items)
+        return parts[0] if len(parts) == 1 else tuple(sorted(itertools.chain.from_iterable(parts), key=_order))
 
 
-def _position(item: tuple[int, _Entry]) -> int:
-    return item[0]
+_order = attrgetter("order")
 
 
 def in_scope(scope: Agent, agent: Agent | None) -> bool:
@@ -292,7 +328,7 @@ class EventBus:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lists: dict[str, _Subscribers] = {}
-        self._seq = itertools.count()
+        self._seq = itertools.count(1)  # (from 1: a prepended entry's order is its -seq)
         self._closed: str | None = None
         # Moves whenever a listener of PREPARE_EVENTS comes or goes (under
         # _lock; read without it): a call prepared under an older version
@@ -344,32 +380,31 @@ class EventBus:
                 "and are never awaited: make it a plain def (only 'tools/pre-execute' listeners and "
                 "approval services may be async def)"
             )
-        entry = _Entry(listener, scope, next(self._seq), is_async)
-        unfiltered = name in UNFILTERED_EVENTS
         with self._lock:
             if self._closed is not None:
                 raise RuntimeStoppedError(self._closed)
-            current = self._entries(name)
-            self._lists[name] = _Subscribers((entry, *current) if prepend else (*current, entry), unfiltered)
+            seq = next(self._seq)
+            entry = _Entry(listener, scope, -seq if prepend else seq, is_async)
+            subscribers = self._lists.get(name)
+            if subscribers is None:
+                subscribers = _Subscribers(name in UNFILTERED_EVENTS)
+            subscribers.add(entry)
+            self._lists[name] = subscribers  # (once it has its entry: has_listeners tells)
             if name in PREPARE_EVENTS:
                 self.version += 1
 
         def remove() -> None:
+            # (Called once, by its Disposer: the entry is in the event's
+            # subscriptions, which stay filed while they hold an entry.)
             with self._lock:
-                current = self._entries(name)
-                kept = tuple(e for e in current if e is not entry)
-                if kept:
-                    self._lists[name] = _Subscribers(kept, unfiltered)
-                else:
-                    self._lists.pop(name, None)
-                if name in PREPARE_EVENTS and len(kept) != len(current):
+                subscribers = self._lists[name]
+                subscribers.remove(entry)
+                if not subscribers.count:
+                    del self._lists[name]
+                if name in PREPARE_EVENTS:
                     self.version += 1
 
         return Disposer(remove)
-
-    def _entries(self, name: str) -> tuple[_Entry, ...]:
-        subscribers = self._lists.get(name)
-        return () if subscribers is None else subscribers.entries
 
     def has_listeners(self, name: str) -> bool:
         return name in self._lists

@@ -356,6 +356,42 @@ def test_the_view_cache_recognises_the_same_agent_and_never_a_new_one_with_a_reu
     assert list(visible(rt.state, keep)) == ["g", "mine"]
 
 
+def test_a_farm_of_more_agents_than_the_view_cache_holds_still_finds_the_views_it_computed_last(
+    rt: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (A full cache was emptied whole: past its limit, a farm's agents
+    # computed their views again and again.)
+    from dsh_actors import visibility
+
+    computed: list[Agent | None] = []
+    compute = visibility._compute_view
+
+    def counting(scopes: Any, agent: Agent | None) -> Any:
+        computed.append(agent)
+        return compute(scopes, agent)
+
+    monkeypatch.setattr(visibility, "_compute_view", counting)
+    rt.tools.register(tool("g"))
+    limit = visibility._CACHE_LIMIT
+    farm = [Agent(f"a{i}") for i in range(limit + 904)]
+    rt.tools.scope(farm[-1]).register(tool("own"))
+    for agent in farm:
+        visible(rt.state, agent)
+    assert len(computed) == len(farm)
+    computed.clear()
+    recent = farm[-limit:]
+    for agent in recent:
+        assert list(visible(rt.state, agent)) == (["g", "own"] if agent is farm[-1] else ["g"])
+    assert computed == [], "the views computed last are still cached"
+    assert list(visible(rt.state, farm[0])) == ["g"]
+    assert computed == [farm[0]], "the view computed longest ago went"
+    # A registry change still drops them all.
+    rt.tools.register(tool("h"))
+    computed.clear()
+    assert list(visible(rt.state, farm[-1])) == ["g", "own", "h"]
+    assert computed == [farm[-1]]
+
+
 def test_get_and_executable_refuse_a_name_that_is_not_a_str(rt: Any) -> None:
     from dsh_actors import InvalidTypeError
 
