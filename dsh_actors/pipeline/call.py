@@ -94,10 +94,11 @@ class Call:
         "ask",
         "answer",
         "found",
-        "found_generation",
     )
 
-    def __init__(self, index: int, execution: ToolExecution, raw_arguments: Any) -> None:
+    def __init__(
+        self, index: int, execution: ToolExecution, raw_arguments: Any, found: dict[str, tuple[Any, int]] | None = None
+    ) -> None:
         self.index = index
         self.execution = execution
         self.caller: AbortSignal = execution.signal
@@ -179,10 +180,11 @@ class Call:
         # pre-execute waterfall and asking the approval service again;
         # None: prepare from the start.
         self.answer: tuple[str, Any] | None = None
-        # What lookup() last found in the registry (not None), at which
-        # generation: found again without a walk while nothing changed.
-        self.found: Any = None
-        self.found_generation = -1
+        # What lookup() found in the registry (not None), by tool name, with
+        # the generation it found it at: found again without a walk while
+        # nothing changed. Shared by a batch's calls (one agent, one tool
+        # set: the same name finds the same registration).
+        self.found: dict[str, tuple[Any, int]] = {} if found is None else found
 
     def settle(self, outcome: ToolExecutionResult, *, run_post: bool, dispatched: bool) -> None:
         """The call's outcome: the one place it is written. ``dispatched``:
@@ -324,13 +326,16 @@ def begin_call(
     route_to_executor: bool = False,
     context: contextvars.Context | None = None,
     deps: Any = None,
+    found: dict[str, tuple[Any, int]] | None = None,
 ) -> Call:
     """:func:`begin` from the fields of a ``ToolExecutionInput`` (the batch
     executor's hot path builds no input record per call).
 
     ``context``: the batch's context (bound with its deps, see
     ``intake.bind_context``), copied for this call; None: a copy of the
-    current one, where ``deps`` None inherits the enclosing call's."""
+    current one, where ``deps`` None inherits the enclosing call's.
+    ``found``: what :func:`lookup` found for calls of the same agent and
+    tool set (a batch's), shared with this one (None: its own)."""
     if context is None:
         context = contextvars.copy_context()
         if deps is None:
@@ -360,7 +365,7 @@ def begin_call(
         schema=schema,
         deps=deps,
     )
-    call = Call(index, execution, raw)
+    call = Call(index, execution, raw, found)
     call.context = context
     call.override = override
     call.unknown_hint = unknown_hint
@@ -459,16 +464,19 @@ def lookup(rt: Kernel, call: Call) -> Any:
     else:
         state = rt.state
         generation = state.generation  # read first, as the registry's view cache does
-        registration = call.found
+        name = execution.name
+        found = call.found.get(name)
         tool_set = execution.tool_set
-        if registration is None or call.found_generation != generation or (tool_set is not None and tool_set.disposed):
+        if found is None or found[1] != generation or (tool_set is not None and tool_set.disposed):
             # What the registry says now. The same registration again while
             # the generation has not moved (the registry's views are cached
             # by generation too) and the call's tool set is not disposed
             # (the one change that moves no generation).
-            registration = executable(state, execution.name, execution.agent, tool_set)
-            call.found = registration
-            call.found_generation = generation
+            registration = executable(state, name, execution.agent, tool_set)
+            if registration is not None:
+                call.found[name] = (registration, generation)
+        else:
+            registration = found[0]
     found_tool(execution, registration is not None)
     found_definition(execution, None if registration is None or call.override is not None else registration.definition)
     if registration is not None and not call.arguments_settled:

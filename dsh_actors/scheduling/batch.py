@@ -284,6 +284,7 @@ class BatchRun:
         "unknown",
         "sink",
         "sealed",
+        "found",
     )
 
     def __init__(
@@ -315,6 +316,8 @@ class BatchRun:
         self.calls: list[Call | None] = []
         # For each call not built yet: (the model's call, override, hint).
         self.unbuilt: list[tuple[ToolCall, Any, str | None] | None] = []
+        # What its calls' lookups found (one agent, one tool set): shared by them.
+        self.found: dict[str, tuple[Any, int]] = {}
         self.next_start = 0
         self.next_commit = 0
         self.state: list[CallState] = []  # each call's CallState (see _move)
@@ -607,6 +610,7 @@ class BatchRun:
             schema=fed.schema,
             context=batch.context,
             deps=batch.deps,
+            found=self.found,
         )
         call.body_parent = signal
         call.body_hook = self.hook
@@ -1220,6 +1224,7 @@ class BatchRun:
             route_to_executor=hint is not None,
             context=batch.context,
             deps=batch.deps,
+            found=self.found,
         )
         call.body_parent = self.body_parent
         call.body_hook = self.hook
