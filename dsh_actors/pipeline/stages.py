@@ -77,7 +77,8 @@ def refuse_deferral(call: Call) -> None:
     call.settle(
         failure(
             f'tool "{call.execution.name}" requires approval, but the approval service deferred it and a '
-            "nested call cannot wait for a decision (only a batch suspends)"
+            "nested call cannot wait for a decision (only a batch suspends): call the tool as a tool call of "
+            "its own, not from code or another tool, for a person to decide"
         ),
         run_post=True,
         dispatched=False,

@@ -225,7 +225,8 @@ def test_a_deferred_approval_on_a_sub_call_fails_it_in_the_program_and_the_run_g
     assert code_of(result) is None
     assert result.value["result"] == (
         'tool "echo" requires approval, but the approval service deferred it and a nested call '
-        "cannot wait for a decision (only a batch suspends)",
+        "cannot wait for a decision (only a batch suspends): call the tool as a tool call of its own, not from "
+        "code or another tool, for a person to decide",
         None,  # a denial: no code (docs/reference.md, sections 5 and 11), as the guide tells the model
         None,
     )

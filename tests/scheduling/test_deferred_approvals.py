@@ -587,7 +587,8 @@ def test_a_nested_call_cannot_be_deferred_and_fails_clearly(rt: Any) -> None:
     )
     assert result.error.message == (
         'tool "safe" requires approval, but the approval service deferred it and a nested call '
-        "cannot wait for a decision (only a batch suspends)"
+        "cannot wait for a decision (only a batch suspends): call the tool as a tool call of its own, not from "
+        "code or another tool, for a person to decide"
     )
     assert world.ran == []
 
