@@ -351,8 +351,20 @@ def test_mounting_into_an_agents_scope_and_unmounting(conn: ServerConnection, rt
         .result
     )
     assert thaw(outcome.value)["total"] == 2
-    unmount()
-    unmount()  # idempotent
+    mounted_names = sorted(d.name for d in rt.tools.scope(agent).definitions() if rt.tools.get(d.name) is None)
+    assert len(mounted_names) > 1
+    # Unmounting withdraws the server's tools as one change: announced
+    # once, and a listener sees them all gone at once (none half-withdrawn).
+    changes: list[list[str]] = []
+    off = rt.events.on(
+        "tools/change", lambda: changes.append([n for n in mounted_names if rt.tools.scope(agent).get(n) is not None])
+    )
+    try:
+        unmount()
+        unmount()  # idempotent
+    finally:
+        off()
+    assert changes == [[]], changes
     assert rt.tools.scope(agent).get("add") is None
     assert conn.session._message_handler is handler
 
