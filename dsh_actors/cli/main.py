@@ -72,6 +72,54 @@ examples:
 """
 
 
+_RUN_EPILOG = """\
+exit status: 0 when the batch ran (even if some calls failed, or it suspended on a deferred approval), \
+1 when it could not run, 2 for a bad command line, 74 when standard output cannot be written, \
+130 when interrupted.
+
+examples:
+  dsh-actors run examples/batch.json --tools examples.tools
+  dsh-actors run examples/batch_openai.json --tools examples.tools --log run.jsonl --json
+  dsh-actors run examples/batch_mcp.json --mcp "python -m examples.mcp_server"
+  dsh-actors run batch.json --tools my_tools.py --mcp "notes_=python -m examples.mcp_server"
+  dsh-actors run - --tools examples.tools --approve no < examples/batch_anthropic.json
+"""
+
+_SCHEMAS_EPILOG = """\
+exit status: 0 when the schemas were printed, 1 when the tools, a server or the executor could not be \
+loaded, 2 for a bad command line, 74 when standard output cannot be written, 130 when interrupted.
+
+examples:
+  dsh-actors schemas --tools examples.tools --format anthropic
+  dsh-actors schemas --mcp "python -m examples.mcp_server" --format raw
+  dsh-actors schemas --tools examples.tools --executor ptc
+"""
+
+_REPLAY_EPILOG = """\
+exit status: 0 when the log was drawn, 1 when it could not be read (a bad line is named FILE:LINE), \
+2 for a bad command line, 74 when standard output cannot be written, 130 when interrupted.
+
+examples:
+  dsh-actors replay run.jsonl --tools examples.tools
+  dsh-actors replay run.jsonl --max-lines 0 --color always | less -R
+  cat run.jsonl | dsh-actors replay -
+"""
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """A command's help: its description and epilog filled to the
+    terminal's width paragraph by paragraph, and the indented lines of an
+    ``examples:`` paragraph kept as they are, one command a line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n\n".join(
+            "\n".join(indent + line for line in paragraph.splitlines())
+            if paragraph.startswith("examples:")
+            else super(_HelpFormatter, self)._fill_text(paragraph, width, indent)
+            for paragraph in text.split("\n\n")
+        )
+
+
 def _version() -> str:
     from importlib import metadata
 
@@ -158,13 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[display],
         help="execute a batch of tool calls read from a JSON file",
         description=(
-            "Execute the tool calls of a JSON batch file against the tools a Python module registers, "
-            "as one model step, and print each result with its tool's card, then a summary line "
-            f"('3 calls: 2 ok, 1 error'). Accepted batch shapes: {ACCEPTED_SHAPES}."
+            "Execute the tool calls of a JSON batch file against the tools a Python module registers "
+            "(--tools) and MCP servers serve (--mcp), as one model step, and print each result with its "
+            "tool's card, then a summary line ('3 calls: 2 ok, 1 error'). "
+            f"Accepted batch shapes: {ACCEPTED_SHAPES}."
         ),
-        epilog="exit status: 0 when the batch ran (even if some calls failed, or it suspended on a deferred "
-        "approval), 1 when it could not run, "
-        "74 when standard output cannot be written, 130 when interrupted.",
+        epilog=_RUN_EPILOG,
+        formatter_class=_HelpFormatter,
     )
     run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
     run.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
@@ -212,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="print the model-facing tool schemas in a provider's format",
         description="Print the tool schemas the executor offers the model, as JSON in a provider's tool format.",
+        epilog=_SCHEMAS_EPILOG,
+        formatter_class=_HelpFormatter,
     )
     schemas.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
     schemas.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
@@ -236,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Render a session log (JSONL) in the terminal with each tool's present_call/present_result cards, "
             "grouped by model step, PTC sub-calls nested under their call; generic cards for unknown tools."
         ),
+        epilog=_REPLAY_EPILOG,
+        formatter_class=_HelpFormatter,
     )
     replay.add_argument("file", metavar="FILE", help="the session log ('-': standard input)")
     replay.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (without it: generic cards)")

@@ -21,8 +21,10 @@ SDK closes its stdin, then terminates and kills it). An answer the SDK
 cannot read fails the handshake at once, naming what is wrong; Ctrl-C
 while a server starts (:meth:`McpServers.close` before it is ready) stops
 it at once. A server's output is read as UTF-8, with ``U+FFFD`` for bytes
-that are not (the SDK's default, ``strict``, would stop reading it). Needs the ``mcp``
-extra.
+that are not (the SDK's default, ``strict``, would stop reading it). A mount's
+refusal is told in the command line's words (:func:`_mount_problem`): a
+prefix as ``--mcp 'mcp_=COMMAND ...'``, a server gone before its tools were
+mounted as such. Needs the ``mcp`` extra.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from ..errors import DshError, safe_str
+from ..errors import DshError, RegistrationError, safe_str
 from ..runtime import ToolRuntime
 from .loading import CliError
 
@@ -57,6 +59,8 @@ _SLACK_S: Final = 30.0
 #: First words of a --mcp command that mean this command's own interpreter.
 _PYTHONS: Final = frozenset({"python", "python3"})
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_-]*")
+#: How a mount's refusal names a prefix as its fix (``prefix="mcp_"``).
+_PREFIX_FIX: Final = re.compile(r'prefix="([A-Za-z0-9_-]*)"')
 
 
 def split_prefix(command: str) -> tuple[str, str]:
@@ -77,6 +81,7 @@ class McpServers:
         self.commands = list(commands)
         self._argvs: list[list[str]] = []
         self._prefixes: list[str] = []
+        self._lines: list[str] = []  # (each command as written, without its prefix)
         for command in self.commands:
             prefix, line = split_prefix(command)
             try:
@@ -89,12 +94,17 @@ class McpServers:
                 argv[0] = sys.executable
             self._argvs.append(argv)
             self._prefixes.append(prefix)
+            self._lines.append(line)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._failure: str | None = None
+        # Set as the servers' thread ends (close() waits for it, not for a
+        # join: on Python < 3.13 a join a Ctrl-C interrupted takes the thread
+        # for ended, and a later one returns at once).
+        self._stopped = threading.Event()
 
     def start(self, rt: ToolRuntime) -> McpServers:
         if not self._argvs:
@@ -130,8 +140,11 @@ class McpServers:
                 self._failure = f"--mcp: {_describe(err)}"
         finally:
             self._ready.set()
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.close()
+            try:
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+                self._loop.close()
+            finally:
+                self._stopped.set()
 
     async def _serve(self, rt: ToolRuntime) -> None:
         # The optional "mcp" extra (dsh_actors.mcp imports the SDK at module
@@ -143,7 +156,9 @@ class McpServers:
 
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
-            for command, argv, prefix in zip(self.commands, self._argvs, self._prefixes, strict=True):
+            for command, argv, prefix, line in zip(
+                self.commands, self._argvs, self._prefixes, self._lines, strict=True
+            ):
                 where = f"--mcp {command!r}"
                 try:
                     # "replace": a server's bytes that are not UTF-8 become U+FFFD; with the
@@ -167,9 +182,9 @@ class McpServers:
                         break
                     stack.callback(await mount(rt, session, prefix=prefix))
                 except DshError as err:
-                    self._failure = f"{where}: {' '.join(err.message.split())}"
+                    self._failure = f"{where}: {_mount_problem(err, line)}"
                 except Exception as err:  # noqa: BLE001 - one line for the user (anyio may wrap it in a group)
-                    self._failure = f"{where}: {_describe(err)}"
+                    self._failure = f"{where}: {_describe(err, prefix)}"
                 if self._failure is not None:
                     break
             self._ready.set()
@@ -177,8 +192,22 @@ class McpServers:
                 await self._stop.wait()
 
     def close(self) -> None:
+        """Stop the servers and wait until they are (each within the SDK's
+        bounds: it closes the server's stdin, waits 2 s, terminates it,
+        waits 2 s, kills it). A Ctrl-C meanwhile does not cut the wait
+        short (a server that does not end with its input, say, would be left
+        running): it is raised once they are stopped; a second one quits."""
+        try:
+            self._close()
+        except KeyboardInterrupt:
+            self._close()
+            raise
+
+    def _close(self) -> None:
         loop, stop, thread, task = self._loop, self._stop, self._thread, self._task
-        if thread is not None and thread.is_alive() and loop is not None:
+        if thread is None:
+            return
+        if loop is not None and not self._stopped.is_set():
             try:
                 if self._ready.is_set():
                     if stop is not None:
@@ -187,8 +216,8 @@ class McpServers:
                     loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:
                 pass
-        if thread is not None:
-            thread.join(_SLACK_S)
+        if self._stopped.wait(_SLACK_S):
+            thread.join()  # (it has ended its work: it returns)
 
     def __enter__(self) -> McpServers:
         return self
@@ -212,7 +241,28 @@ class _Handshake:
             self.fail(self.session, message)
 
 
-def _describe(err: BaseException) -> str:
+def _mount_problem(err: DshError, line: str) -> str:
+    """Why mounting the server of command ``line`` (without its prefix)
+    failed, in the command line's words: a prefix is ``--mcp
+    'mcp_=COMMAND'`` here (the mount names ``prefix="mcp_"``, its
+    keyword), and a server gone before its tools were mounted is to be
+    started again by running the command again, not by mounting a new
+    session."""
+    from ..mcp import McpConnectionError  # (the SDK's module: only --mcp needs it)
+
+    if isinstance(err, McpConnectionError):
+        return "the server exited or closed its connection before its tools were mounted (its stderr may say why)"
+    text = " ".join(err.message.split())
+    if isinstance(err, RegistrationError):
+        text = _PREFIX_FIX.sub(lambda fix: f"--mcp {shlex.quote(fix[1] + '=' + line)}", text)
+    return text
+
+
+def _describe(err: BaseException, prefix: str = "") -> str:
+    """``err``, which starting a server raised, in one line; when spawning
+    it failed and its ``--mcp`` value had a ``prefix``, a shell's habit is
+    named too: ``NAME=VALUE COMMAND`` reads ``NAME`` as the prefix here,
+    not as an environment variable."""
     leaves: list[BaseException] = []
 
     def collect(e: BaseException) -> None:
@@ -225,7 +275,13 @@ def _describe(err: BaseException) -> str:
     collect(err)
     first: Any = leaves[0] if leaves else err
     if isinstance(first, (FileNotFoundError, PermissionError, NotADirectoryError)):  # spawning it failed
-        return f"cannot start the server: {first.strerror or 'no such file'}: {first.filename or ''}".rstrip(": ")
+        shown = f"cannot start the server: {first.strerror or 'no such file'}: {first.filename or ''}".rstrip(": ")
+        if prefix:
+            shown += (
+                f" (the text before the first '=' is the tools' prefix, {prefix!r}, and the command follows it; "
+                f"to set an environment variable, start the command with env: --mcp 'env {prefix}=VALUE COMMAND ...')"
+            )
+        return shown
     if type(first).__name__ == "ValidationError":  # pydantic's: an answer the SDK cannot read as what it expects
         from ..mcp._mount import _problems
 

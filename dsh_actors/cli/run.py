@@ -29,8 +29,9 @@ included, with cards or ``--json``; 1 when it could not run (bad file, module,
 tools, executor or log); 74 when standard output is closed (then nothing
 runs) or the results could not be written to it (the batch ran); 130 when
 interrupted (Ctrl-C aborts the batch: started calls drain, the rest are
-skipped, and the results are printed; a second Ctrl-C exits at once,
-without waiting for bodies that ignore their signal).
+skipped, and the results are printed; one after the batch settled ends the
+command as it would; a second Ctrl-C exits at once, without waiting for
+bodies that ignore their signal).
 """
 
 from __future__ import annotations
@@ -140,20 +141,25 @@ class Interrupts:
     waiting for it to settle; the second exits at once (130, ``_quit_now``).
     The handler runs on the main thread between two bytecodes: it aborts
     only while that thread waits for the batch (holding none of the
-    runtime's locks), else :meth:`wait` aborts when it begins."""
+    runtime's locks), else :meth:`wait` aborts when it begins. A Ctrl-C
+    after the batch settled (while its results are printed, the MCP
+    servers and the runtime stop) has nothing to abort: the command ends
+    as it would, with exit status 130 (``seen``)."""
 
     def __init__(self, controller: AbortController) -> None:
         self.controller = controller
         self.seen = False  # a Ctrl-C came
         self.waiting = False  # the main thread waits for the batch
+        self.settled = False  # the wait returned the batch's result
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.seen:
             _quit_now(signum, frame)
         self.seen = True
-        sys.stderr.write("dsh-actors run: interrupted; aborting the batch (Ctrl-C again to quit at once)\n")
+        doing = "the batch has ended; finishing" if self.settled else "aborting the batch"
+        sys.stderr.write(f"dsh-actors run: interrupted; {doing} (Ctrl-C again to quit at once)\n")
         sys.stderr.flush()
-        if self.waiting:
+        if self.waiting and not self.settled:
             self._abort()
 
     def _abort(self) -> None:
@@ -173,7 +179,9 @@ class Interrupts:
             self._abort()  # interrupted before the wait began
         if threading.current_thread() is threading.main_thread():
             _wait_waking_on_signals(future)
-        return future.result(), self.seen
+        result = future.result()
+        self.settled = True
+        return result, self.seen
 
 
 def _wait_waking_on_signals(future: Future[Any]) -> None:
@@ -350,8 +358,22 @@ def _print(
         write_output(out, [*(line + "\n" for line in lines), summary_line(entries) + "\n"])
 
 
+def _check_prompt_input(args: argparse.Namespace) -> None:
+    """Refuse ``--approve prompt`` with the batch on standard input (``-``)
+    that is not a terminal: reading the batch takes that input to its end,
+    so no question could ever be answered (every asking call would be
+    denied). On a terminal the prompt reads on after the batch's Ctrl-D."""
+    if args.batch != "-" or args.approve != "prompt" or sys.stdin is None or sys.stdin.isatty():
+        return
+    raise CliError(
+        "--approve prompt reads its answers from standard input, which holds the batch ('-'): "
+        "save the batch to a file and name it instead of '-', or answer every call with --approve yes or no"
+    )
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run the batch; see the module docstring for the exit status."""
+    _check_prompt_input(args)
     try:
         batch_file = read_batch(args.batch)
     except BatchFileError as err:
@@ -381,7 +403,7 @@ def run_command(args: argparse.Namespace) -> int:
                 signal.signal(signal.SIGINT, interrupts)  # (put back below)
             ran = True
             try:
-                batch, interrupted = interrupts.wait(rt.tools.submit(batch_input))
+                batch, _ = interrupts.wait(rt.tools.submit(batch_input))
             except DshError as err:
                 raise CliError(f"the batch failed: {err.message}") from None
             try:
@@ -395,4 +417,4 @@ def run_command(args: argparse.Namespace) -> int:
         session.close()
         if not ran and not existed and session.path is not None:
             session.path.unlink(missing_ok=True)  # the batch never ran: leave no empty log behind
-    return EXIT_INTERRUPTED if interrupted else 0
+    return EXIT_INTERRUPTED if interrupts is not None and interrupts.seen else 0

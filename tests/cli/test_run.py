@@ -542,6 +542,47 @@ def test_a_second_ctrl_c_exits_130_at_once_while_a_body_ignores_its_signal(tmp_p
                 stream.close()
 
 
+#: A tool whose card is drawn as a Ctrl-C comes: after the batch settled (as
+#: while its results are printed, or the MCP servers and the runtime stop).
+PRESSED_WHILE_PRINTING = """
+import signal
+
+from dsh_actors import tool
+
+
+def present_result(args, result):
+    signal.raise_signal(signal.SIGINT)  # (the handler runs on this, the main, thread)
+    return None
+
+
+@tool(present_result=present_result)
+def done() -> str:
+    \"\"\"Done at once.\"\"\"
+    return "finished"
+
+
+TOOLS = [done]
+"""
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_a_ctrl_c_after_the_batch_settled_exits_130_and_says_it_only_finishes(
+    cli: Cli, root: Path, write_module: Any, json_output: bool
+) -> None:
+    # (It said "aborting the batch" of a batch that had ended, and the command exited 0.)
+    module = write_module("pressed_tools", PRESSED_WHILE_PRINTING)
+    batch = _batch(root, {"id": "d", "name": "done", "arguments": {}})
+    outcome = cli("run", batch, "--tools", module, *(["--json"] if json_output else []))
+    assert outcome.code == 130, outcome
+    assert outcome.err == (
+        "dsh-actors run: interrupted; the batch has ended; finishing (Ctrl-C again to quit at once)\n"
+    )
+    if json_output:
+        assert json.loads(outcome.out)["results"][0]["value"] == "finished"
+    else:
+        assert outcome.out == "✓ d done\n    finished\n1 call: 1 ok, 0 errors\n"
+
+
 # --------------------------------------------------------------------------
 # A batch that cannot run: exit 1 and one line on stderr
 # --------------------------------------------------------------------------
@@ -787,6 +828,26 @@ def test_help_and_version_exit_0(cli: Cli) -> None:
     assert version.code == 0 and version.out.startswith("dsh-actors ")
 
 
+@pytest.mark.parametrize(
+    ("command", "example"),
+    [
+        ("run", '  dsh-actors run examples/batch_mcp.json --mcp "python -m examples.mcp_server"\n'),
+        ("schemas", "  dsh-actors schemas --tools examples.tools --format anthropic\n"),
+        ("replay", "  dsh-actors replay run.jsonl --tools examples.tools\n"),
+    ],
+)
+def test_each_commands_help_shows_examples_one_a_line_and_every_exit_status(
+    cli: Cli, command: str, example: str
+) -> None:
+    # (Only the top-level help had examples; schemas and replay told no exit status.)
+    outcome = cli(command, "--help")
+    assert outcome.code == 0 and outcome.err == ""
+    assert "\nexamples:\n" in outcome.out and example in outcome.out
+    statuses = " ".join(outcome.out.partition("exit status:")[2].partition("examples:")[0].split())
+    for status in ("0 when", "1 when", "2 for a bad command line", "74 when", "130 when interrupted"):
+        assert status in statuses, (status, statuses)
+
+
 def test_approve_s_help_says_a_tools_module_s_own_service_is_kept_by_default(
     cli: Cli, root: Path, write_module: Any
 ) -> None:
@@ -863,6 +924,25 @@ def test_approve_prompt_asks_on_stderr_and_reads_the_answer_from_stdin(
     assert "  reason:    Allow writing notes.md (outside scratch/)?\n  arguments:\n" in outcome.err
     assert outcome.err.count("Allow? [y]es / [n]o / [a]lways / never: ") == asked
     assert "Tool call needs approval" not in outcome.out
+
+
+def test_approve_prompt_with_the_batch_on_piped_stdin_is_refused_naming_the_fix(
+    cli: Cli, root: Path, piped_stdin: PipedStdin
+) -> None:
+    # Reading the batch takes the pipe to its end: no question could be answered
+    # (each asking call was denied, "no approval channel is available").
+    call = {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "x"}}
+    piped_stdin.send(json.dumps({"calls": [call]}))
+    piped_stdin.close()
+    outcome = cli("run", "-", "--tools", "examples.tools", "--approve", "prompt")
+    assert_one_line_error(
+        outcome,
+        "run",
+        "--approve prompt reads its answers from standard input, which holds the batch ('-')",
+        "save the batch to a file",
+        "--approve yes or no",
+    )
+    assert not (root / "notes.md").exists()
 
 
 class PromptSeen:
