@@ -1,13 +1,14 @@
 """pydantic-core behind the interface of the compiled schemas.
 
-A :class:`PydanticEnforcer` wraps the ``SchemaValidator`` pydantic built
-for a type (once, at decoration) and answers what a compiled JSON Schema
+A :class:`PydanticEnforcer` wraps a ``SchemaValidator`` built from the
+core schema pydantic made for a type (once, at decoration, by
+:func:`json_validator`) and answers what a compiled JSON Schema
 answers (``schema``, ``is_valid``, ``validate``), so registration and the
 pipeline treat a :func:`~dsh_actors.tool` definition like any other. Values
 are checked in JSON mode, from their JSON text: what a model sent (or a
-tool's value in its JSON form) is judged as pydantic judges JSON, with the
-type's own configuration (lax by default; ``Strict()`` or
-``ConfigDict(strict=True)`` where the author asks).
+tool's value in its JSON form, read as pydantic dumped it) is judged as
+pydantic judges JSON, with the type's own configuration (lax by default;
+``Strict()`` or ``ConfigDict(strict=True)`` where the author asks).
 
 Violations use the words of the subset's messages where they mean the same
 thing (``missing required property "value.a"``, ``"value.n" must be an
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
 from typing import Any, Final, final
 
 from pydantic import BaseModel, ValidationError
@@ -36,7 +38,7 @@ __all__ = [
     "PydanticEnforcer",
     "ToolJsonSchema",
     "bytes_error",
-    "finite_validator",
+    "json_validator",
     "serialization_error",
     "violations_of",
     "without_negative_zero",
@@ -62,6 +64,9 @@ _WORDS: Final = {
     "dataclass_type": "an object",
     "dataclass_args_type": "an object",
     "typed_dict_type": "an object",
+    # (pydantic's words show the class: "a valid path for <class 'pathlib.Path'>".)
+    "path_type": "a string",
+    "bytes_type": "a string",
 }
 
 
@@ -257,21 +262,38 @@ def _union_violations(errors: list[_Error], depth: int) -> list[str]:
     return [f'"{at}" matches none of its alternatives: {each}']
 
 
-def finite_validator(model: type[BaseModel]) -> SchemaValidator:
-    """The validator of ``model`` (a tool's arguments) that reads no float as
-    NaN or infinity, wherever it is: every ``float`` of its core schema made
-    ``allow_inf_nan=False``, whatever the config of the model, dataclass or
-    ``Field`` that holds it says. JSON has no such number, but lax mode
-    reads the strings ``"nan"``, ``"inf"`` and ``"1e400"`` as floats, and a
-    nested model or pydantic dataclass keeps its own config (pydantic's
-    default allows them): refused here, ``finite_number``, at its path.
-    Built once, from a copy of the schema (the classes' own schemas and
-    validators are left as they are), without the classes' prebuilt
-    validators, which would keep their config; it validates as fast as
-    ``model``'s own."""
-    schema: Any = _finite_floats(model.__pydantic_core_schema__)
-    top = schema["schema"] if schema["type"] == "definitions" else schema
-    return SchemaValidator(schema, top.get("config"), _use_prebuilt=False)
+def json_validator(schema: Any, *, dumped: bool = False) -> SchemaValidator:
+    """The validator of a type's JSON values, from a copy of its core
+    ``schema`` (a tool's arguments model's; with ``dumped``, a return
+    annotation's, to check the value's JSON form), built once, without the
+    classes' prebuilt validators, which would keep their own schemas (the
+    classes' schemas and validators are left as they are). In the copy:
+
+    * every ``float`` refuses NaN and infinity (``allow_inf_nan=False``),
+      whatever the config of the model, dataclass or ``Field`` that holds
+      it says. JSON has no such number, but lax mode reads the strings
+      ``"nan"``, ``"inf"`` and ``"1e400"`` as floats, and pydantic's
+      default allows them: refused, ``finite_number``, at its path;
+    * a ``Literal`` of enum members (``Literal[Kind.CAT]``) takes their
+      values, which its JSON Schema shows (``"cat"``), and gives the
+      members: pydantic takes only the member itself for a plain ``Enum``'s,
+      so no JSON value would do, and its messages would show the members'
+      reprs (``<Kind.CAT: 'cat'>``); so does a discriminated union whose
+      tags are enum members;
+    * with ``dumped``, what the JSON form holds as it was dumped (by alias,
+      as the output schema shows it): each field under its serialization
+      alias (or its name), a field the dump leaves out (``exclude=True``)
+      optional, a computed field an optional property, and a part that has
+      a serializer of its own (``field_serializer``, ``PlainSerializer``,
+      ``model_serializer``) the serializer's return annotation (any JSON
+      value without one); a discriminated union a plain union of its
+      members (its discriminator names the tag's validation alias).
+
+    It validates as fast as the type's own (a ``Literal`` of enum members
+    calls one function more)."""
+    copy: Any = _for_json(schema, dumped)
+    top = copy["schema"] if copy["type"] == "definitions" else copy
+    return SchemaValidator(copy, top.get("config"), _use_prebuilt=False)
 
 
 #: The keys of a core schema whose values are no schema the validator
@@ -281,27 +303,140 @@ _NOT_VALIDATED: Final = frozenset(
     {"default", "metadata", "expected", "members", "custom_error_context", "serialization"}
 )
 
+#: The serializers that are the author's functions, whose value is what the
+#: dump holds.
+_SERIALIZER_FUNCTIONS: Final = frozenset({"function-plain", "function-wrap"})
 
-def _finite_floats(node: Any) -> Any:
-    """A copy of the core schema ``node`` with every ``float`` schema
-    ``allow_inf_nan=False`` (see :func:`finite_validator`). A schema (a dict
-    with a ``type``) keeps the author's data under :data:`_NOT_VALIDATED`
-    as it is; any other dict (``fields`` by the user's field names, a tagged
-    union's ``choices`` by tag, ``definitions``) has schemas under every
-    key, whatever its name (a field called ``members`` or a tag
-    ``"default"``)."""
+#: The serializers' ``when_used`` that leave ``None`` as it is.
+_NONE_KEPT: Final = frozenset({"unless-none", "json-unless-none"})
+
+_JSON_SCALARS: Final = (str, int, float, bool, type(None))
+
+
+def _for_json(node: Any, dumped: bool) -> Any:
+    """A copy of the core schema ``node`` for :func:`json_validator`. A
+    schema (a dict with a ``type``) keeps the author's data under
+    :data:`_NOT_VALIDATED` as it is; any other dict (``fields`` by the
+    user's field names, a tagged union's ``choices`` by tag,
+    ``definitions``) has schemas under every key, whatever its name (a
+    field called ``members`` or a tag ``"default"``)."""
     if type(node) is dict:
-        if type(node.get("type")) is not str:
-            return {key: _finite_floats(item) for key, item in node.items()}
-        out = {key: item if key in _NOT_VALIDATED else _finite_floats(item) for key, item in node.items()}
-        if out["type"] == "float":
+        kind = node.get("type")
+        if type(kind) is not str:
+            return {key: _for_json(item, dumped) for key, item in node.items()}
+        serializer = node.get("serialization")
+        if dumped and type(serializer) is dict and serializer.get("type") in _SERIALIZER_FUNCTIONS:
+            return _as_serialized(node, serializer)
+        out = {key: item if key in _NOT_VALIDATED else _for_json(item, dumped) for key, item in node.items()}
+        if kind == "float":
             out["allow_inf_nan"] = False
+        elif kind == "literal":
+            return _literal_by_value(out)
+        elif kind == "tagged-union" and dumped:
+            # (Its discriminator names the field's validation alias, which the dump need not hold.)
+            union = {"type": "union", "choices": list(out["choices"].values())}
+            return union | {key: out[key] for key in ("ref", "metadata") if key in out}
+        elif kind == "tagged-union" and not callable(out["discriminator"]):
+            out["choices"] = _tags_by_value(out["choices"])
+        elif dumped and kind in ("model-field", "dataclass-field", "typed-dict-field"):
+            _field_as_dumped(out)
+        elif dumped and kind == "dataclass":
+            out["post_init"] = False  # (its InitVars are not in the dump; the values are final)
+        elif dumped and out.get("computed_fields"):
+            _computed_as_fields(out)
         return out
     if type(node) is list:
-        return [_finite_floats(item) for item in node]
+        return [_for_json(item, dumped) for item in node]
     if type(node) is tuple:
-        return tuple(_finite_floats(item) for item in node)
+        return tuple(_for_json(item, dumped) for item in node)
     return node
+
+
+def _json_value(value: Any) -> Any:
+    """The JSON value of a ``Literal``'s value or a tag: an enum member's
+    value, anything else as it is."""
+    return value.value if isinstance(value, Enum) else value
+
+
+def _literal_by_value(node: dict[str, Any]) -> dict[str, Any]:
+    """A ``literal`` schema whose enum members are taken as their values
+    (see :func:`json_validator`) and given as the members; ``node`` as it
+    is when it holds none, or a value JSON has no scalar for."""
+    expected = node["expected"]
+    if not any(isinstance(value, Enum) for value in expected):
+        return node
+    members: dict[tuple[type, Any], Any] = {}
+    for value in expected:
+        shown = _json_value(value)
+        if not isinstance(shown, _JSON_SCALARS):
+            return node
+        members.setdefault((type(shown), shown), value)
+    by_value = {key: value for key, value in node.items() if key not in ("ref", "metadata")}
+    by_value["expected"] = [shown for _, shown in members]
+
+    def member(value: Any) -> Any:
+        return members.get((type(value), value), value)
+
+    wrapper = {"type": "function-after", "function": {"type": "no-info", "function": member}, "schema": by_value}
+    return wrapper | {key: node[key] for key in ("ref", "metadata") if key in node}
+
+
+def _tags_by_value(choices: dict[Any, Any]) -> dict[Any, Any]:
+    """A discriminated union's ``choices`` with each enum member's tag its
+    value (the JSON value the discriminator reads), unless one is no JSON
+    scalar or two would be one."""
+    if not all(isinstance(_json_value(tag), _JSON_SCALARS) for tag in choices):
+        return choices
+    by_value = {_json_value(tag): choice for tag, choice in choices.items()}
+    return by_value if len(by_value) == len(choices) else choices
+
+
+def _as_serialized(node: dict[str, Any], serializer: dict[str, Any]) -> dict[str, Any]:
+    """What a schema whose serializer is the author's function dumps: the
+    function's return annotation's schema (any value without one; ``None``
+    too where the serializer leaves it as it is), in place of ``node``."""
+    shown: dict[str, Any] = _for_json(serializer.get("return_schema", {"type": "any"}), True)
+    if serializer.get("when_used") in _NONE_KEPT:
+        shown = {"type": "nullable", "schema": shown}
+    # (Under the node's ref, which the schema may use elsewhere, beside any of its own.)
+    return {"type": "chain", "steps": [shown], "ref": node["ref"]} if "ref" in node else shown
+
+
+def _field_as_dumped(field: dict[str, Any]) -> None:
+    """A field read as the dump holds it: under its serialization alias,
+    else its name; optional when the dump may leave it out (excluded, or a
+    dataclass's ``InitVar``); a dataclass's ``field(init=False)``, which the
+    dump holds, taken."""
+    alias = field.pop("serialization_alias", None)
+    field.pop("validation_alias", None)
+    field.pop("init", None)
+    if type(alias) is str:
+        field["validation_alias"] = alias
+    if (
+        field.get("serialization_exclude")
+        or field.get("serialization_exclude_if") is not None
+        or field.get("init_only")
+    ):
+        if field["type"] == "typed-dict-field":
+            field["required"] = False
+        else:
+            field["schema"] = {"type": "default", "schema": field["schema"], "default": None}
+
+
+def _computed_as_fields(fields_schema: dict[str, Any]) -> None:
+    """The computed fields of a model's, dataclass's or ``TypedDict``'s
+    fields schema as optional fields, under the names they are dumped as."""
+    for computed in fields_schema.pop("computed_fields"):
+        name = computed["property_name"]
+        alias = {"validation_alias": computed["alias"]} if type(computed.get("alias")) is str else {}
+        value = {"type": "default", "schema": computed["return_schema"], "default": None}
+        if fields_schema["type"] == "model-fields":
+            fields_schema["fields"][name] = {"type": "model-field", "schema": value, **alias}
+        elif fields_schema["type"] == "typed-dict":
+            schema = computed["return_schema"]
+            fields_schema["fields"][name] = {"type": "typed-dict-field", "schema": schema, "required": False, **alias}
+        else:  # dataclass-args
+            fields_schema["fields"].append({"type": "dataclass-field", "name": name, "schema": value, **alias})
 
 
 _STASH_LIMIT: Final = 256

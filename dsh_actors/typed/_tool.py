@@ -45,7 +45,7 @@ from ._pydantic import (
     PydanticEnforcer,
     ToolJsonSchema,
     bytes_error,
-    finite_validator,
+    json_validator,
     serialization_error,
     violations_of,
     without_negative_zero,
@@ -159,7 +159,9 @@ def tool(
       instance for a model, a ``list`` for a list), never frozen mappings.
     * The return annotation is the output schema (serialization mode; no
       annotation: any JSON value). The returned value is validated against
-      it and turned into lossless JSON (a model dumped in JSON mode); a
+      it and turned into lossless JSON (a model dumped in JSON mode, by
+      alias, as the output schema shows it: ``Field(alias="firstName")``
+      is ``"firstName"``); a
       value that does not fit fails ``INVALID_TOOL_OUTPUT`` (a part JSON
       cannot carry named by its path and type, the fix in the exception's
       note: an exception returned, to raise it).
@@ -378,7 +380,11 @@ def _build(
     if reserved is not None:
         raise refuse(reserved)
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
-        raise refuse("@tool needs a function that returns its value (this one is a generator)")
+        kind = "an async generator" if inspect.isasyncgenfunction(fn) else "a generator"
+        raise refuse(
+            f"@tool needs a function that returns its value, not {kind}: collect what it yields and return that "
+            "(a list, or the text joined), one value for the call"
+        )
     if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
         raise refuse(
             f"@tool decorates a function defined with def or async def, not a {type(fn).__qualname__}; "
@@ -391,11 +397,15 @@ def _build(
         if hints is None:
             hints = typing.get_type_hints(fn, localns=localns, include_extras=True)
     except (NameError, TypeError, ValueError, SyntaxError, AttributeError) as err:
-        fix = (
-            "write each string annotation as a Python expression"  # ("list[int")
-            if isinstance(err, SyntaxError)
-            else "define the types it names where the function's module can see them"
-        )
+        if isinstance(err, SyntaxError):
+            fix = "write each string annotation as a Python expression"  # ("list[int")
+        elif isinstance(err, NameError) and type(err.name) is str:
+            fix = (
+                f"define {err.name} before the function, where its module sees it (@tool reads the annotations "
+                "as it decorates the function: a class defined below it is not there yet), or import it"
+            )
+        else:
+            fix = "define the types it names where the function's module can see them"
         raise refuse(f"cannot read the function's signature and type hints ({safe_str(err)}); {fix}") from None
     docs = parse_docstring(fn)
 
@@ -490,8 +500,8 @@ def _build(
     except DshError as err:
         raise refuse(f"the generated schema is not lossless JSON ({err.message}); check the defaults") from None
 
-    arguments = PydanticEnforcer(finite_validator(arguments_model), parameters, hand_over=True)
-    output = PydanticEnforcer(output_adapter.validator, output_json_schema)
+    arguments = PydanticEnforcer(json_validator(arguments_model.__pydantic_core_schema__), parameters, hand_over=True)
+    output = PydanticEnforcer(json_validator(output_adapter.core_schema, dumped=True), output_json_schema)
     body = _execute(
         shown, fn, arguments, output_adapter, dump, tuple(by_name), tuple(positional), context, context_positional
     )
@@ -535,7 +545,7 @@ def _build(
 
 #: The arguments model's config: no property the parameters do not declare.
 #: (No float is NaN or infinite either, wherever it is and whatever its
-#: type's config says: the validator is :func:`finite_validator`'s.)
+#: type's config says: the validator is :func:`json_validator`'s.)
 _ARGUMENTS_CONFIG: Final = ConfigDict(extra="forbid")
 
 
@@ -552,7 +562,10 @@ _NEGATIVE_ZERO: Final = value_problem(-0.0)
 
 def _output_adapter(returns: Any) -> tuple[TypeAdapter[Any], Callable[[Any], Any]]:
     """The return annotation's adapter (its schema and validator) and the
-    JSON-mode dump of a valid value, with :data:`_KEEP_NON_FINITE`."""
+    JSON-mode dump of a valid value, with :data:`_KEEP_NON_FINITE`, by alias:
+    each field under the name the output schema (serialization mode) shows,
+    its serialization alias or alias (``Field(alias="firstName")``), as
+    FastAPI dumps a response model."""
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(returns, config=_KEEP_NON_FINITE)
     except PydanticUserError:
@@ -562,10 +575,10 @@ def _output_adapter(returns: Any) -> tuple[TypeAdapter[Any], Callable[[Any], Any
         in_tuple = TypeAdapter(tuple[returns], config=_KEEP_NON_FINITE).serializer.to_python
 
         def dump_in_tuple(value: Any) -> Any:
-            return in_tuple((value,), mode="json")[0]
+            return in_tuple((value,), mode="json", by_alias=True)[0]
 
         return adapter, dump_in_tuple
-    return adapter, functools.partial(adapter.serializer.to_python, mode="json")
+    return adapter, functools.partial(adapter.serializer.to_python, mode="json", by_alias=True)
 
 
 def _type_problem(err: Exception, fields: Mapping[str, tuple[Any, FieldInfo]], returns: Any) -> str:
@@ -641,7 +654,9 @@ def _execute(
 
     def to_json(value: Any) -> Any:
         try:
-            out = dump(validate_value(value))
+            # (The value is the function's, a Python object: a dict for a
+            # TypedDict or a model has its fields' names for keys, by_name.)
+            out = dump(validate_value(value, by_name=True))
         except ValidationError as err:
             violations = violations_of(err, value)
             if value is None:
