@@ -471,12 +471,10 @@ class _Mount:
         with self._lock:
             self._disposed = True
             tools, self._tools = self._tools, {}
-        if tools:
+        for tool in tools.values():
             try:
-                # One change, as the mount's own: a batch sees every tool of
-                # the server or none (and tools/change is announced once).
-                self.service.register_all([], replacing=[tool.dispose for tool in tools.values()])
-            except DshError as err:  # the runtime stopped meanwhile (or a tools/change listener refused it)
+                tool.dispose()
+            except DshError as err:  # the runtime stopped meanwhile
                 logger.debug("MCP server {!r}: {}", self.server, err.message)
         self._detach()
         if self._stop_hook is not None:
