@@ -205,7 +205,9 @@ def is_fault(exc: BaseException) -> bool:
     event) rather than an outcome the runtime only describes: a
     cancellation (``AbortError``) and the model's bad arguments (a
     ``ToolArgsError`` the validation the library wraps around a body
-    raised: its traceback has no frame outside ``dsh_actors``) are
+    raised: its traceback has no frame outside ``dsh_actors`` and Python's
+    standard library, such as the ``concurrent.futures`` frames an async
+    body's exception comes back to a waiting thread through) are
     outcomes; a ``ToolArgsError`` the tool's own code raises is a fault.
     The one rule of the logging, the session log's tracebacks and the
     otel policy."""
@@ -217,15 +219,33 @@ def is_fault(exc: BaseException) -> bool:
 #: The folder of the ``dsh_actors`` package: a frame of a file under it is the library's.
 _LIBRARY: Final = os.path.dirname(__file__) + os.sep
 
+#: The folder of Python's standard library (where ``os`` was loaded from):
+#: a frame of a file under it, but for its ``site-packages`` (installed
+#: packages, the application's among them), is Python's; so is a frozen
+#: module's (``<frozen os>``).
+_STDLIB: Final = os.path.dirname(os.__file__) + os.sep
+_INSTALLED: Final = ("site-packages", "dist-packages")
+
 
 def _through_user_code(tb: TracebackType | None) -> bool:
     """Whether traceback ``tb`` has a frame outside the ``dsh_actors``
-    package (a body, a hook: code the application wrote)."""
+    package and Python's standard library (a body, a hook: code the
+    application wrote)."""
     while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_LIBRARY):
+        if _is_users(tb.tb_frame.f_code.co_filename):
             return True
         tb = tb.tb_next
     return False
+
+
+def _is_users(filename: str) -> bool:
+    """Whether a frame of ``filename`` is neither the library's nor
+    Python's own (see :data:`_STDLIB`)."""
+    if filename.startswith(_LIBRARY) or filename.startswith("<frozen "):
+        return False
+    if filename.startswith(_STDLIB):
+        return filename[len(_STDLIB) :].split(os.sep, 1)[0] in _INSTALLED
+    return True
 
 
 def log_exception(exc: BaseException, message: str, *args: object, level: str = "ERROR") -> None:

@@ -18,7 +18,17 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from dsh_actors import AbortController, ToolBatchInput, ToolCall, ToolOutput, ToolRuntime, define_tool, text
+from dsh_actors import (
+    AbortController,
+    ToolArgsError,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    ToolRuntime,
+    define_tool,
+    is_fault,
+    text,
+)
 
 GUARD = 10.0  # seconds; only ever reached if something deadlocks
 
@@ -130,6 +140,48 @@ def test_a_done_callbacks_exception_is_logged_with_its_own_traceback(printed: Li
     assert "a done-callback of a batch's future raised Stop" in shown.splitlines()[0]
     assert 'in applications_code\n    return {}["no such key"]' in shown and "in callback" in shown
     assert INTERNALS.search(shown) is None, shown
+
+
+def an_async_tool(rt: ToolRuntime, body: Any) -> None:
+    async def execute(args: Any, ctx: Any) -> Any:
+        return body()
+
+    rt.tools.register(
+        define_tool(
+            name="t",
+            description="A tool.",
+            parameters={"n": {"type": "integer", "required": True}},
+            output=ToolOutput(schema={"type": "string"}),
+            execute=execute,
+        )
+    )
+
+
+def test_the_models_bad_arguments_to_an_async_body_under_a_wrapper_are_not_logged(printed: Lines) -> None:
+    # (The exception came back to the wrapper's thread through a
+    # concurrent.futures.Future, whose frames is_fault counted as the
+    # application's code: an outcome was logged at ERROR with a traceback.)
+    with ToolRuntime() as rt:
+        an_async_tool(rt, lambda: "ok")
+        rt.events.on("tools/execute", lambda execution, next_: next_())
+        [outcome] = rt.tools.execute(ToolBatchInput(calls=[ToolCall("c1", "t", '{"n": "one"}')])).results
+    assert outcome.result.error.info.code == "INVALID_ARGS"
+    assert not is_fault(outcome.result.error.exception)
+    assert printed.texts == []
+
+
+def test_the_tools_own_args_error_from_an_async_body_under_a_wrapper_is_logged(printed: Lines) -> None:
+    def refuses() -> Any:
+        raise ToolArgsError(["the tool's own check"])
+
+    with ToolRuntime() as rt:
+        an_async_tool(rt, refuses)
+        rt.events.on("tools/execute", lambda execution, next_: next_())
+        [outcome] = rt.tools.execute(ToolBatchInput(calls=[ToolCall("c1", "t", '{"n": 1}')])).results
+    assert outcome.result.error.info.code == "INVALID_ARGS"
+    [shown] = printed.texts
+    assert 'tool "t" (call c1) failed: invalid arguments' in shown.splitlines()[0]
+    assert "in refuses\n" in shown
 
 
 # -- whose choice the import keeps (a subprocess each: the order of imports matters) --

@@ -14,6 +14,7 @@ from ..errors import (
 )
 from ..execution import open_signal, restore_signal
 from ..model import (
+    UNSET,
     ToolExecutionResult,
     ToolExecutionSuccess,
     UserMessage,
@@ -66,14 +67,9 @@ def dispatch(rt: Kernel, call: Call) -> None:
         events = rt.events
         result = events.waterfall("tools/execute", body, execution, agent=execution.agent)
         skip_post = False
-        if not is_result(result):
-            result = failure_from_exception(
-                ToolPolicyError(
-                    "tools/execute",
-                    f"a wrapper returned {type(result).__qualname__}; expected a ToolExecutionResult"
-                    f"{FORGOT_NEXT if result is None else ''}",
-                )
-            )
+        broken = _broken_result(result)
+        if broken is not None:
+            result = failure_from_exception(ToolPolicyError("tools/execute", broken))
             skip_post = True
         elif type(result) is ToolExecutionSuccess:
             # A success the body produced settled when the body did, however
@@ -93,6 +89,23 @@ def dispatch(rt: Kernel, call: Call) -> None:
         ended = True
         restore_signal(execution, caller)
     call.settle(result, run_post=not skip_post, dispatched=True)
+
+
+def _broken_result(result: Any) -> str | None:
+    """What is wrong with what the ``tools/execute`` waterfall returned,
+    naming the fix; None: it is a result. (A success the body produced
+    always has a value: only a wrapper builds one without.)"""
+    if not is_result(result):
+        return (
+            f"a wrapper returned {type(result).__qualname__}; expected a ToolExecutionResult"
+            f"{FORGOT_NEXT if result is None else ''}"
+        )
+    if type(result) is ToolExecutionSuccess and result.value is UNSET:
+        return (
+            "a wrapper returned a ToolExecutionSuccess without a value (value=UNSET): "
+            "give it the tool's value (None is one), or return next()'s result"
+        )
+    return None
 
 
 def _settled_with(result: Any, successes: list[tuple[ToolExecutionResult, bool]]) -> bool | None:

@@ -24,6 +24,7 @@ from dsh_actors import (
     ToolOutput,
     ToolRuntime,
     define_tool,
+    is_fault,
 )
 from dsh_actors.json import dumps, materialize, thaw
 from dsh_actors.mcp import mount
@@ -144,6 +145,22 @@ def test_pydantic_schemas_are_enforced_before_the_call_reaches_the_server(mounte
     ok = run(mounted, "t_search", {"query": "q", "limit": None, "filters": {"tags": ["a"], "inner": {"a": 0}}})
     assert not ok.is_error, ok
     assert thaw(ok.value) == {"result": "q:None:['a']"}
+
+
+def test_the_models_bad_arguments_are_an_outcome_not_logged_under_a_tools_execute_wrapper(
+    mounted: ToolRuntime, log_records: Any
+) -> None:
+    # (The body runs on the session's loop and, under a wrapper, its
+    # exception comes back through a concurrent.futures.Future, whose frames
+    # is_fault counted as the application's: the model's bad arguments were
+    # logged at ERROR with a traceback, as a fault.)
+    errors = log_records("WARNING")
+    mounted.events.on("tools/execute", lambda execution, next_: next_())
+    outcome = run(mounted, "t_add", {"x": "one", "inner": {"a": 1}})
+    assert code(outcome) == "INVALID_ARGS"
+    assert outcome.error.message == 'invalid arguments: "value.x" must be an integer'
+    assert not is_fault(outcome.error.exception)
+    assert errors.items == []
 
 
 def test_text_and_image_blocks_map_to_their_own_blocks(mounted: ToolRuntime) -> None:

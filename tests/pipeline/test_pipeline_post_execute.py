@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dsh_actors import (
+    UNSET,
     Accept,
     Agent,
     Block,
@@ -171,6 +172,38 @@ def test_a_wrapper_returning_something_that_is_not_a_result_fails_the_call(rt: A
     rt.tools.register(echo_tool())
     result = run_one(rt)
     assert result.is_error and result.value is None
+
+
+@pytest.mark.parametrize("calls_next", [False, True], ids=["without-next", "after-next"])
+def test_a_wrapper_success_without_a_value_fails_the_call_naming_the_fix(rt: Any, calls_next: bool) -> None:
+    # (Its message was the tool's INVALID_TOOL_OUTPUT, naming our class:
+    # 'value: dsh_actors.model._Unset is not lossless JSON'.)
+    def wrapper(execution: Any, next_: Any) -> Any:
+        if calls_next:
+            next_()
+        return ToolExecutionSuccess(value=UNSET, content=[text("done")])
+
+    rt.events.on("tools/execute", wrapper)
+    trip = Trip(rt)
+    rt.tools.register(echo_tool(execute=trip.body))
+
+    result = run_one(rt)
+
+    assert_failure(
+        result,
+        "tools/execute: a wrapper returned a ToolExecutionSuccess without a value (value=UNSET): "
+        "give it the tool's value (None is one), or return next()'s result",
+        ErrorCode.POLICY_FAILED,
+    )
+    assert ("body" in trip.journal) is calls_next
+    assert "post" not in trip.journal  # (as for any wrapper that broke its contract)
+
+
+def test_accept_with_value_unset_keeps_the_result(rt: Any) -> None:
+    rt.events.on("tools/post-execute", post_returning(Accept(value=UNSET)))
+    rt.tools.register(echo_tool())
+    result = run_one(rt)
+    assert not result.is_error and result.value == "hi"
 
 
 def test_a_wrapper_that_retries_calls_the_body_again(rt: Any) -> None:
