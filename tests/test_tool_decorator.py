@@ -1001,6 +1001,58 @@ def test_a_value_that_fits_no_member_of_a_union_of_models_gets_each_members_viol
     )
 
 
+def test_a_literal_or_an_enum_is_told_in_json_with_every_other_alternative_of_its_union(rt: Any) -> None:
+    # (A union told only its Literal's values, in Python's spelling: 3.5 for
+    # Literal["auto"] | int was told "Input should be 'auto'", never that an
+    # integer does too.)
+    @tool
+    def pick(
+        x: Literal["auto"] | int = "auto",
+        mode: Literal["a", "b"] | bool = False,
+        flag: Literal["on", True, None] = None,
+        color: Color | int = 0,
+        where: Point | Literal["here"] = "here",
+        weights: dict[Literal["a", "b"], int] | None = None,
+    ) -> Literal["done"] | int:
+        return 2.5  # type: ignore[return-value]
+
+    def refused(arguments: Any) -> str:
+        result = run(rt, pick, arguments)
+        assert code_of(result) == ErrorCode.INVALID_ARGS
+        return str(result.error.message).removeprefix("invalid arguments: ")
+
+    assert refused({"x": 3.5}) == '"value.x" must be "auto" or an integer'
+    assert refused({"x": "fast"}) == '"value.x" must be "auto" or an integer'
+    assert refused({"mode": "c"}) == '"value.mode" must be one of ["a","b"] or a boolean'
+    assert refused({"flag": "off"}) == '"value.flag" must be one of ["on",true,null]'
+    assert refused({"color": "blue"}) == '"value.color" must be one of ["red","green"] or an integer'
+    assert refused({"where": "there"}) == '"value.where" must be an object or "here"'
+    # An object is told its model's violations alone (not that it must be "here").
+    assert refused({"where": {"x": "far"}}) == '"value.where.x" must be an integer'
+    assert refused({"weights": {"c": 1}}) == 'key "c" of "value.weights" must be one of ["a","b"]'
+    returned = run(rt, pick, {})
+    assert returned.error.message == 'tool "pick" returned invalid output: "value" must be "done" or an integer'
+
+
+def test_a_discriminated_unions_unknown_tag_is_told_at_its_key_as_the_tags_in_json(rt: Any) -> None:
+    # (It was pydantic's "Input tag 'None' found using 'kind' does not match
+    # any of the expected tags: 'dot', 'line'" at the union's path.)
+    class Dot(BaseModel):
+        kind: Literal["dot"] = Field(alias="Kind")
+
+    class Line(BaseModel):
+        kind: Literal["line", 2] = Field(alias="Kind")
+
+    @tool
+    def mark(at: Annotated[Dot | Line, Field(discriminator="kind")]) -> str:
+        return "ok"
+
+    for tag in ("circle", None, [1]):
+        assert run(rt, mark, {"at": {"Kind": tag}}).error.message == (
+            'invalid arguments: "value.at.Kind" must be one of ["dot","line",2]'
+        )
+
+
 # --------------------------------------------------------------------------
 # Authoring: a tool called in a unit test, refusals that name the fix, the
 # whole docstring, a typed context, a classifier that raises

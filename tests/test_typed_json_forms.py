@@ -187,11 +187,11 @@ def test_a_literal_of_enum_members_takes_the_values_its_schema_shows_and_gives_t
     assert not result.is_error, result.error
     assert thaw(result.value) == {"kind": "dog"}
     assert thaw(run(rt, adopt, {"pet": {"kind": "cat"}}).value) == {"kind": "cat", "lives": 9}
-    # Told as values, never as the members' reprs (<Kind.CAT: 'cat'>).
+    # Told as values in JSON, never as the members' reprs (<Kind.CAT: 'cat'>).
     refused = run(rt, adopt, {"pet": {"kind": "cow"}, "kind": "cow", "shade": "light"})
     assert refused.error.message == (
-        "invalid arguments: \"value.pet\": Input tag 'cow' found using 'kind' does not match any of the expected "
-        "tags: 'cat', 'dog'; \"value.kind\": Input should be 'cat' or 'dog'; \"value.shade\": Input should be 'dark'"
+        'invalid arguments: "value.pet.kind" must be one of ["cat","dog"]; "value.kind" must be one of ["cat","dog"]; '
+        '"value.shade" must be "dark"'
     )
 
 

@@ -12,16 +12,18 @@ pydantic judges JSON, with the type's own configuration (lax by default;
 
 Violations use the words of the subset's messages where they mean the same
 thing (``missing required property "value.a"``, ``"value.n" must be an
-integer``); anything else keeps pydantic's message (``"value.n": Input
-should be greater than or equal to 0``). Paths are data paths from
-``value``: pydantic's location tags that are not keys of the data (a union
-member's name) are left out of paths; they tell which member of a union
-each error is from, so a value that no member takes gets its members'
+integer``; a ``Literal``'s or an ``Enum``'s values in JSON, ``"value.k"
+must be one of ["cat","dog"]``); anything else keeps pydantic's message
+(``"value.n": Input should be greater than or equal to 0``). Paths are
+data paths from ``value``: pydantic's location tags that are not keys of
+the data (a union member's name) are left out of paths; they tell which
+member of a union each error is from, so a value that no member takes gets its members'
 violations grouped by member (see :func:`violations_of`).
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
@@ -80,6 +82,11 @@ _JSON_TYPES: Final = frozenset({FrozenDict, dict, list, tuple, str, int, float, 
 _CLASS_KINDS: Final = frozenset(
     {"dict_type", "model_type", "model_attributes_type", "dataclass_type", "dataclass_args_type", "typed_dict_type"}
 )
+
+#: The errors of a value that is none of a few (a ``Literal``'s, an
+#: ``Enum``'s), whose context lists them: worded as the subset words
+#: ``const`` and ``enum``, in JSON (see :func:`_values_word`).
+_VALUE_KINDS: Final = frozenset({"literal_error", "enum"})
 
 #: pydantic's error types that mean what another one means for JSON data: a
 #: dataclass is validated as a call with keyword arguments, a JSON object's
@@ -163,13 +170,16 @@ _MISSING: Final = object()
 class _Error:
     """One of pydantic's errors, placed in the data: ``subject`` (its
     quoted path, or a mapping's ``key`` and the mapping's ``path``), the union
-    members it went through (see :func:`_data_path`), and its words."""
+    members it went through (see :func:`_data_path`), and its words: what
+    the value must be when the subset has words for it (``an integer``,
+    ``"auto"``), else pydantic's message."""
 
     subject: str
     path: str
     key: str | None
     members: tuple[tuple[str, str], ...]
     kind: str
+    word: str | None  # "must be <word>": of a type or of a few values (see _WORDS, _VALUE_KINDS)
     message: str
     got: str  # the Python type of a value JSON has no word for, as " (got T)"
 
@@ -179,24 +189,35 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
     in pydantic's order, each once. The types one value failed (each member
     of a union, ``int | str``) are one violation: ``"value.v" must be an
     integer or a string``, not one a member, which would read as a
-    contradiction. A value that no member of a union takes gets the
-    violations of the members of its type (a member whose type it is not
-    is left out); with one such member (``Circle | None``, ``Circle |
-    int``, or the member a discriminator picks), that member's violations
-    as they are; with several, one violation that names each member with
-    its own: ``"value.shape" matches none of its alternatives: Circle
-    [missing required property "value.shape.radius"], Square [...]``."""
+    contradiction; a ``Literal``'s values are told with them
+    (``Literal["auto"] | int``: ``"value.x" must be "auto" or an integer``).
+    A value that no member of a union takes gets the violations of the
+    members of its type (a member that only says the value is not of its
+    type, or not one of its values, is left out); with one such member
+    (``Circle | None``, ``Circle | int``, or the member a discriminator
+    picks), that member's violations as they are; with several, one
+    violation that names each member with its own: ``"value.shape" matches
+    none of its alternatives: Circle [missing required property
+    "value.shape.radius"], Square [...]``. A discriminated union's unknown
+    tag is told at its key, as a ``Literal``'s values."""
     errors: list[_Error] = []
-    for error in err.errors(include_url=False, include_context=False):
+    for error in err.errors(include_url=False):
         kind = _KINDS.get(error["type"], error["type"])
         loc = error["loc"]
         path, key, members = _data_path(root, loc, data, kind == "missing")
         if kind == "missing" and loc and type(loc[-1]) is int:
             kind = "missing_item"  # a tuple's item: the array is too short
+        ctx = error.get("ctx", {})
+        word = _values_word(ctx.get("expected")) if kind in _VALUE_KINDS else _WORDS.get(kind)
+        if kind == "union_tag_invalid" and key is None:  # a discriminated union's tag: told at its key, as values
+            tag = _tag_key(ctx.get("discriminator"), error["input"])
+            word = None if tag is None else _values_word(ctx.get("expected_tags"))
+            if tag is not None and word is not None:
+                path = path_for_key(path, tag)
         subject = f'"{path}"' if key is None else f'key {dumps(key).decode()} of "{path}"'
         # A tool's value is a Python object: one that JSON has no word for is named.
         got = "" if type(error.get("input")) in _JSON_TYPES else f" (got {type(error['input']).__qualname__})"
-        errors.append(_Error(subject, path, key, members, kind, error["msg"], got))
+        errors.append(_Error(subject, path, key, members, kind, word, error["msg"], got))
     return _violations(errors, 0) or [f'"{root}" does not match the schema']
 
 
@@ -208,7 +229,7 @@ def _violations(errors: list[_Error], depth: int) -> list[str]:
     typed: dict[str, tuple[int, list[str]]] = {}  # subject -> (its line in out, the types it must be)
     unions: dict[str, list[_Error]] = {}  # the path of a union's value -> the errors of its members
     for error in errors:
-        subject, kind, got = error.subject, error.kind, error.got
+        subject, kind, word, got = error.subject, error.kind, error.word, error.got
         if len(error.members) > depth:
             at = error.members[depth][0]
             union = unions.get(at)
@@ -217,8 +238,7 @@ def _violations(errors: list[_Error], depth: int) -> list[str]:
                 out.append(union)
             union.append(error)
             continue
-        if kind in _WORDS and not (got and kind in _CLASS_KINDS):
-            word = _WORDS[kind]
+        if word is not None and not (got and kind in _CLASS_KINDS):
             known = typed.get(subject)
             if known is None:
                 typed[subject] = (len(out), [word])
@@ -250,16 +270,59 @@ def _union_violations(errors: list[_Error], depth: int) -> list[str]:
     for error in errors:
         by_member.setdefault(error.members[depth][1], []).append(error)
     # A member is of the value's type unless all it says is that the value is
-    # not (in words, or naming the class a tool's value is not).
+    # not (in words: not of its type, or none of its values; or naming the
+    # class a tool's value is not).
     fitting = {
         member: own
         for member, own in by_member.items()
-        if not all(e.kind in _WORDS and e.subject == f'"{at}"' for e in own)
+        if not all(e.word is not None and e.subject == f'"{at}"' for e in own)
     }
     if len(fitting) < 2:  # none (the types it must be, in one violation) or one: its violations
         return _violations(next(iter(fitting.values()), errors), depth + 1)
     each = ", ".join(f"{member} [{'; '.join(_violations(own, depth + 1))}]" for member, own in fitting.items())
     return [f'"{at}" matches none of its alternatives: {each}']
+
+
+def _values_word(expected: object) -> str | None:
+    """What a value must be that is none of the values pydantic's
+    ``expected`` lists (a ``literal_error``'s or an ``enum`` error's
+    context, a tag error's ``expected_tags``: their Python reprs, ``'a', 1,
+    True or None``, ``'a', 'b'``), in the subset's words: ``"a"`` for one,
+    ``one of ["a",1,true,null]`` for several. None unless each is a JSON
+    scalar (not bytes, nor an enum member of another value) and the reprs
+    read back are ``expected`` (no value's text taken for two)."""
+    if type(expected) is not str:
+        return None
+    try:
+        body = ast.parse(expected, mode="eval").body  # ('a', 'b' or 'c'): a tuple whose last is an `or`
+        parts = body.elts if isinstance(body, ast.Tuple) else [body]
+        leaves = [leaf for part in parts for leaf in (part.values if isinstance(part, ast.BoolOp) else [part])]
+        values = [ast.literal_eval(leaf) for leaf in leaves]
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
+    shown = [repr(value) for value in values]
+    if not all(isinstance(value, _JSON_SCALARS) for value in values) or expected not in (
+        ", ".join(shown),
+        f"{', '.join(shown[:-1])} or {shown[-1]}",
+    ):
+        return None
+    return dumps(values[0]).decode() if len(values) == 1 else f"one of {dumps(values).decode()}"
+
+
+def _tag_key(discriminator: object, value: object) -> str | None:
+    """The key of the object ``value`` that holds its discriminated union's
+    tag: of the keys pydantic's ``discriminator`` context names (``'kind'``,
+    or ``'kind' | 'Kind'``, a field's name and alias), the first ``value``
+    has; None for a function's (``f()``)."""
+    if type(discriminator) is not str or not isinstance(value, Mapping):
+        return None
+    try:
+        names = [
+            node.value for node in ast.walk(ast.parse(discriminator, mode="eval")) if isinstance(node, ast.Constant)
+        ]
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    return next((name for name in names if type(name) is str and name in value), None)
 
 
 def json_validator(schema: Any, *, dumped: bool = False) -> SchemaValidator:
