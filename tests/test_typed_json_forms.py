@@ -152,6 +152,28 @@ def test_a_returned_value_is_dumped_as_its_output_schema_shows_it_and_its_json_f
         assert thaw(run(rt, definition, {}).value) == value
 
 
+class ByName(BaseModel):
+    # Read by name only; dumped by alias, as its output schema shows it.
+    model_config = ConfigDict(validate_by_alias=False, validate_by_name=True)
+    first: str = Field(alias="firstName")
+
+
+class HoldsByName(BaseModel):
+    inner: ByName
+
+
+def test_a_model_read_by_name_only_is_still_checked_in_the_form_its_dump_holds(rt: Any) -> None:
+    # (Its validate_by_alias=False came along into the output check, which
+    # then looked for "first" in a dump that holds "firstName".)
+    @tool
+    def by_name() -> HoldsByName:
+        return HoldsByName(inner=ByName(first="a"))
+
+    result = run(rt, by_name, {})
+    assert not result.is_error, result.error
+    assert thaw(result.value) == {"inner": {"firstName": "a"}}
+
+
 class Kind(enum.Enum):
     CAT = "cat"
     DOG = "dog"

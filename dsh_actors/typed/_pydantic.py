@@ -407,6 +407,10 @@ def _for_json(node: Any, dumped: bool) -> Any:
             out["post_init"] = False  # (its InitVars are not in the dump; the values are final)
         elif dumped and out.get("computed_fields"):
             _computed_as_fields(out)
+        if dumped and type(out.get("config")) is dict:
+            # (The dump holds the fields under their aliases, which a config
+            # with validate_by_alias=False would not read.)
+            out["config"] = out["config"] | {"validate_by_alias": True}
         return out
     if type(node) is list:
         return [_for_json(item, dumped) for item in node]
