@@ -781,11 +781,13 @@ class CallActor(MailboxActor):
         """Serve ``mailbox`` until told to leave; the next mailbox the dispatcher
         sends this actor to, or None (idle)."""
         rt = self.rt
-        # Someone owes a slot (it took it back above the budget, a lend
-        # ended): this actor may, and asks under the lock before its next
-        # take (_repay). Read without the lock: only this actor's thread
-        # puts it in or takes it out, so it is seen whenever it owes.
+        # This actor owes its slot (it took it back above the budget, a lend
+        # ended) when its address is in the dispatcher's owing: it asks
+        # under the lock before its next take (_repay). Read without the
+        # lock: only this actor's thread puts it in or takes it out, so it
+        # is seen exactly whenever it owes (another's debt costs it nothing).
         owing = self.dispatcher.owing
+        address = self.address
         reply = None  # settles the batch's reply, when this actor ended it
         mailbox.arrive()
         item = mailbox.take(arriving=True)
@@ -796,7 +798,7 @@ class CallActor(MailboxActor):
             except BaseException as exc:  # noqa: BLE001 - dispatch never raises; be sure
                 logger.opt(exception=exc).error("dispatch of {!r} failed", call)
                 call.settle(failure_from_exception(exc), run_post=False, dispatched=True)
-            item = self._repay(mailbox, False) if owing else mailbox.take(wait=False)
+            item = self._repay(mailbox, False) if owing and address in owing else mailbox.take(wait=False)
             if item is LEAVE:
                 # Back with the dispatcher before the batch hears of this call: a
                 # batch the caller sends next finds this actor idle.
@@ -809,7 +811,7 @@ class CallActor(MailboxActor):
                 # them), then take the next call: the slot this call freed
                 # is refilled without a hop to an executor actor and back.
                 reply = mailbox.report_and_step(call)
-                item = self._repay(mailbox, True) if owing else mailbox.take()
+                item = self._repay(mailbox, True) if owing and address in owing else mailbox.take()
             else:
                 mailbox.report(call)
         if reply is not None:
@@ -817,13 +819,12 @@ class CallActor(MailboxActor):
         return self._release(mailbox)
 
     def _repay(self, mailbox: WorkMailbox, wait: bool) -> Any:
-        """Some call actor owes a slot and this one is about to take its
-        next call: when it is this one (a body or a step it ran lent its
-        slot, and it took it back above the budget: the dispatcher's
-        ``owing``), it leaves ``mailbox`` instead (LEAVE: :meth:`_release`
-        gives the slot back) while the runtime still holds more call-actor
-        slots than the budget; else it takes the call as ever
-        (``WorkMailbox.give_back``)."""
+        """This call actor owes its slot (a body or a step it ran lent it,
+        and it took it back above the budget: the dispatcher's ``owing``)
+        and is about to take its next call: it leaves ``mailbox`` instead
+        (LEAVE: :meth:`_release` gives the slot back) while the runtime
+        still holds more call-actor slots than the budget; else it takes the
+        call as ever (``WorkMailbox.give_back``)."""
         if mailbox.give_back(self.address):
             return LEAVE
         return mailbox.take(wait=wait)
