@@ -14,6 +14,12 @@ every call of the batch, those a suspended batch left open (awaiting an
 approval, or never started behind one) in ``pending``, counted in the
 summary as the cards' summary line counts them.
 
+With no approval channel (no ``--approve``, stdin or stderr not a
+terminal, and no service of the ``--tools`` module), a call a policy asks
+approval for is denied with the policy's reason as its error; then one
+note on stderr, after the results, names ``--approve`` and its choices
+(:class:`Unasked`).
+
 A tool's ``timeout_ms`` is enforced (``policies.timeout``: past it the call
 fails ``TOOL_TIMEOUT``) unless ``--no-timeout``.
 
@@ -46,6 +52,7 @@ import socket
 import stat
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Final
@@ -53,6 +60,8 @@ from typing import Any, Final
 import orjson
 
 from ..errors import DshError, printable
+from ..events import Ask
+from ..execution import ToolExecution
 from ..json import thaw
 from ..model import Agent, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
 from ..runtime import ToolRuntime
@@ -322,11 +331,59 @@ def _pending_entries(batch: ToolBatchResult, views: dict[str, Any]) -> list[dict
     return entries
 
 
-def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource | None, servers: McpServers) -> None:
+class Unasked:
+    """The outermost ``tools/pre-execute`` listener of a run with no
+    approval channel (no ``--approve``, no terminal to prompt on): it
+    notes each call whose waterfall asks for an approval (an ``Ask`` that
+    no approval given earlier stands for) while no approval service is
+    installed, which the pipeline then denies with the ``Ask``'s reason,
+    so the run can tell the user the way on (:meth:`note`). It only
+    watches: the decision passes through unchanged. Runs on the calls'
+    threads; the lock keeps the set whole."""
+
+    def __init__(self, rt: ToolRuntime) -> None:
+        self._approvals = rt.approvals
+        self._lock = threading.Lock()
+        self._calls: set[str] = set()
+
+    def __call__(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
+        decision = next_()
+        if type(decision) is Ask and self._approvals.service is None and not execution.approval_stands(decision):
+            with self._lock:
+                self._calls.add(execution.call_id)
+        return decision
+
+    def note(self, args: argparse.Namespace) -> str | None:
+        """The line for stderr when a call was denied for want of an
+        approval channel (else None): it names ``--approve`` and its
+        choices (with the batch on piped stdin, ``prompt`` for the batch saved
+        to a file: it reads its answers from stdin)."""
+        count = len(self._calls)
+        if count == 0:
+            return None
+        calls = "1 call that asks for approval was" if count == 1 else f"{count} calls that ask for approval were"
+        if _stdin_holds_batch(args):
+            way = (
+                "rerun with --approve yes (allow them) or --approve no (reject them), or save the batch to a "
+                "file for --approve prompt (it reads the answers from standard input)"
+            )
+        else:
+            way = (
+                "rerun with --approve yes (allow them), --approve no (reject them) or --approve prompt "
+                "(ask, reading the answers from standard input)"
+            )
+        return f"dsh-actors run: note: {calls} denied: there is no terminal to ask on and no approval service; {way}\n"
+
+
+def _install(
+    rt: ToolRuntime, args: argparse.Namespace, source: ToolSource | None, servers: McpServers
+) -> Unasked | None:
     """The tools, the approval service, the timeout policy and the
-    executor the batch runs with."""
+    executor the batch runs with; with no approval channel (neither
+    ``--approve`` nor a terminal), the :class:`Unasked` listener."""
     explicit = args.approve is not None
-    if not explicit and sys.stdin.isatty() and sys.stderr.isatty():
+    terminal = sys.stdin.isatty() and sys.stderr.isatty()
+    if not explicit and terminal:
         rt.approvals.set(terminal_prompt())  # installed first: the module's own service, if any, wins
     if source is not None:
         install_tools(source, rt)
@@ -336,6 +393,11 @@ def _install(rt: ToolRuntime, args: argparse.Namespace, source: ToolSource | Non
     if args.timeout:
         install_timeout(rt)  # a tool's timeout_ms holds here as in an application that applies it
     install_executor(args.executor, rt)
+    if explicit or terminal:
+        return None
+    unasked = Unasked(rt)
+    rt.events.on("tools/pre-execute", unasked, prepend=True)  # outermost: it sees the decision the call gets
+    return unasked
 
 
 def _print(
@@ -358,12 +420,19 @@ def _print(
         write_output(out, [*(line + "\n" for line in lines), summary_line(entries) + "\n"])
 
 
+def _stdin_holds_batch(args: argparse.Namespace) -> bool:
+    """Whether the batch is read from standard input (``-``) that is not a
+    terminal: reading it takes that input to its end, so the prompt could
+    read no answer from it. (On a terminal the prompt reads on after the
+    batch's Ctrl-D.)"""
+    return args.batch == "-" and sys.stdin is not None and not sys.stdin.isatty()
+
+
 def _check_prompt_input(args: argparse.Namespace) -> None:
-    """Refuse ``--approve prompt`` with the batch on standard input (``-``)
-    that is not a terminal: reading the batch takes that input to its end,
-    so no question could ever be answered (every asking call would be
-    denied). On a terminal the prompt reads on after the batch's Ctrl-D."""
-    if args.batch != "-" or args.approve != "prompt" or sys.stdin is None or sys.stdin.isatty():
+    """Refuse ``--approve prompt`` with the batch on standard input that is
+    not a terminal (:func:`_stdin_holds_batch`): no question could ever be
+    answered (every asking call would be denied)."""
+    if args.approve != "prompt" or not _stdin_holds_batch(args):
         return
     raise CliError(
         "--approve prompt reads its answers from standard input, which holds the batch ('-'): "
@@ -388,7 +457,7 @@ def run_command(args: argparse.Namespace) -> int:
         source = None if args.tools is None else load_tool_source(args.tools)
         servers = McpServers(getattr(args, "mcp", None) or [])
         with ToolRuntime() as rt, servers:
-            _install(rt, args, source, servers)
+            unasked = _install(rt, args, source, servers)
             rt.events.on("tools/progress", ProgressLines(sys.stderr))
             controller = AbortController()
             batch_input = ToolBatchInput(
@@ -411,6 +480,9 @@ def run_command(args: argparse.Namespace) -> int:
             except OutputError as err:  # (not a reason to run it again: its calls ran)
                 log = "" if session.path is None else f"; dsh-actors replay {session.path} shows its results"
                 raise OutputError(f"{err}; the batch ran{log}") from None
+            note = None if unasked is None else unasked.note(args)
+            if note is not None:
+                sys.stderr.write(note)
     finally:
         if sigint is not None and interrupts is not None and signal.getsignal(signal.SIGINT) is interrupts:
             signal.signal(signal.SIGINT, sigint)

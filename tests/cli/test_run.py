@@ -194,6 +194,75 @@ def test_a_write_outside_scratch_is_denied_when_no_approval_service_is_installed
     assert not (root / "notes.md").exists()
 
 
+NO_CHANNEL_NOTE = (
+    "dsh-actors run: note: {calls} denied: there is no terminal to ask on and no approval service; rerun with "
+    "--approve yes (allow them), --approve no (reject them) or --approve prompt (ask, reading the answers from "
+    "standard input)\n"
+)
+
+
+def test_calls_denied_for_want_of_an_approval_channel_name_approve_once_on_stderr(
+    cli: Cli, root: Path, piped_stdin: PipedStdin, write_module: Any
+) -> None:
+    # Without a terminal (CI, a pipe) and without --approve nobody is asked:
+    # each asking call was denied showing the policy's reason alone, and
+    # nothing said that --approve answers them.
+    piped_stdin.close()
+    batch = _batch(
+        root,
+        {"id": "w1", "name": "write_file", "arguments": {"path": "a.md", "content": "x"}},
+        {"id": "w2", "name": "write_file", "arguments": {"path": "b.md", "content": "x"}},
+        {"id": "s", "name": "run_shell", "arguments": {"command": "sudo reboot"}},  # a Deny: not for want of one
+    )
+    for options in ((), ("--json",)):
+        outcome = cli("run", batch, "--tools", "examples.tools", *options)
+        assert outcome.code == 0
+        assert "write outside scratch/: a.md" in outcome.out and "write outside scratch/: b.md" in outcome.out
+        assert outcome.err == NO_CHANNEL_NOTE.format(calls="2 calls that ask for approval were")
+    # A tool that requires approval itself (no listener asks): the same note.
+    module = write_module(
+        "asking_tools", DEFERRING_TOOLS.replace('    rt.approvals.set(lambda request: "deferred")\n', "")
+    )
+    outcome = cli("run", _batch(root, {"id": "a", "name": "pay", "arguments": {"to": "bob"}}), "--tools", module)
+    assert outcome.code == 0
+    assert 'Error: tool "pay" requires approval, but no approval service is installed' in outcome.out
+    assert outcome.err == NO_CHANNEL_NOTE.format(calls="1 call that asks for approval was")
+
+
+@pytest.mark.parametrize("case", ["--approve no", "a deny only", "the module's own service"])
+def test_no_note_when_no_call_was_denied_for_want_of_an_approval_channel(
+    cli: Cli, root: Path, piped_stdin: PipedStdin, write_module: Any, case: str
+) -> None:
+    piped_stdin.close()
+    write = {"id": "w", "name": "write_file", "arguments": {"path": "a.md", "content": "x"}}
+    if case == "--approve no":
+        outcome = cli("run", _batch(root, write), "--tools", "examples.tools", "--approve", "no")
+    elif case == "a deny only":
+        sudo = {"id": "s", "name": "run_shell", "arguments": {"command": "sudo reboot"}}
+        outcome = cli("run", _batch(root, sudo), "--tools", "examples.tools")
+    else:
+        module = write_module("rejecting_tools", DEFERRING_TOOLS.replace('"deferred"', '"rejected"'))
+        outcome = cli("run", _batch(root, {"id": "a", "name": "pay", "arguments": {"to": "bob"}}), "--tools", module)
+    assert outcome.code == 0 and "✗ " in outcome.out
+    assert outcome.err == ""
+
+
+def test_the_note_with_the_batch_on_piped_stdin_offers_prompt_only_with_a_batch_file(
+    cli: Cli, root: Path, piped_stdin: PipedStdin
+) -> None:
+    # (--approve prompt is refused with the batch on piped stdin: it could read no answer.)
+    call = {"id": "w", "name": "write_file", "arguments": {"path": "notes.md", "content": "x"}}
+    piped_stdin.send(json.dumps({"calls": [call]}))
+    piped_stdin.close()
+    outcome = cli("run", "-", "--tools", "examples.tools")
+    assert outcome.code == 0 and "write outside scratch/: notes.md" in outcome.out
+    assert outcome.err == (
+        "dsh-actors run: note: 1 call that asks for approval was denied: there is no terminal to ask on and no "
+        "approval service; rerun with --approve yes (allow them) or --approve no (reject them), or save the batch "
+        "to a file for --approve prompt (it reads the answers from standard input)\n"
+    )
+
+
 def test_a_write_outside_scratch_runs_when_the_approval_service_allows_it(
     cli: Cli, root: Path, write_module: Any, tmp_path: Path
 ) -> None:
