@@ -3,13 +3,17 @@
 It registers a few tools, runs one model batch with parallel-safe and
 exclusive calls, a policy denial and a guard, then a batch that is aborted
 mid-way, and prints each result, the schedule it ran on and the session log.
+It takes no arguments but ``--help`` (an unknown one is refused, exit 2).
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 import textwrap
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from typing_extensions import TypedDict  # pydantic reads a TypedDict from here before Python 3.12
@@ -72,7 +76,30 @@ def _row(call_id: str, name: str, result: Any) -> str:
     return "\n".join([head + lines[0], *(" " * len(head) + line for line in lines[1:])])
 
 
-def main() -> None:
+def _rows(calls: Sequence[ToolCall], results: Sequence[Any]) -> None:
+    """Print one row per result, its tool's name from the call it answers
+    (the results are in model order)."""
+    for call, item in zip(calls, results, strict=True):
+        print(_row(item.call_id, call.name, item.result))
+
+
+def _parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="python -m dsh_actors.demo",
+        description=(
+            "A two-second tour of dsh-actors (./dev demo): one batch of tool calls run on a real runtime "
+            "(parallel-safe fetches, exclusive writes, a policy denial, invalid arguments, an unknown tool), "
+            "then a batch aborted mid-way; it prints each result, the schedule the calls ran on and the "
+            "session log. It takes no arguments."
+        ),
+    )
+
+
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the tour; ``argv``, the command line's arguments, takes only
+    ``--help`` (which prints what the tour does and exits 0); anything
+    else exits 2 naming it (argparse's usage message)."""
+    _parser().parse_args(argv)
     timeline: list[tuple[str, str, float]] = []
     lock = threading.Lock()
     with ToolRuntime(max_parallel_tool_calls=3) as rt:
@@ -102,8 +129,7 @@ def main() -> None:
         elapsed = (time.perf_counter() - started) * 1000
         print(f"dsh-actors demo: one batch of {len(calls)} calls, cap 3, in {elapsed:.1f} ms\n")
         print(f"  {'id':<4} {'tool':<11} {'status':<6} {'code':<24} content")
-        for call, item in zip(calls, batch.results, strict=True):
-            print(_row(item.call_id, call.name, item.result))
+        _rows(calls, batch.results)
         # One clock for the header and the schedule: both from the batch's start.
         print("\n  schedule (ms since the batch started): fetches overlap; the write runs alone")
         for call_id, what, at in sorted(timeline, key=lambda x: x[2]):
@@ -122,21 +148,21 @@ def main() -> None:
             "tools/pre-execute",
             lambda ex, nxt: (controller.abort("user pressed stop"), nxt())[1] if ex.call_id == "a2" else nxt(),
         )
+        aborted_calls = (
+            ToolCall("a1", "fetch", '{"url": "https://d.example", "ms": 5}'),
+            ToolCall("a2", "write_file", '{"path": "x", "text": "y"}'),
+            ToolCall("a3", "fetch", '{"url": "https://e.example", "ms": 5}'),
+        )
         aborted = rt.tools.execute(
             ToolBatchInput(
-                calls=(
-                    ToolCall("a1", "fetch", '{"url": "https://d.example", "ms": 5}'),
-                    ToolCall("a2", "write_file", '{"path": "x", "text": "y"}'),
-                    ToolCall("a3", "fetch", '{"url": "https://e.example", "ms": 5}'),
-                ),
+                calls=aborted_calls,
                 agent=agent,
                 signal=controller.signal,
                 log=LogStep(turn=1, step=2),
             )
         )
         dispose()
-        for item in aborted.results:
-            print(_row(item.call_id, "", item.result))
+        _rows(aborted_calls, aborted.results)
 
         print(f"\nsession log: {len(session.events())} events")
         for event in session.events():
@@ -152,4 +178,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -4,6 +4,8 @@ and shows every message whole."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -22,3 +24,30 @@ def test_the_header_time_covers_the_schedule_and_no_message_is_cut(capsys: pytes
     # The INVALID_ARGS row wraps at a word boundary: its message is all there.
     joined = " ".join(out.split())
     assert 'Error: invalid arguments: "value.url" must be a string; missing required property "value.ms"' in joined
+
+
+def test_the_aborted_batch_s_rows_name_their_tools(capsys: pytest.CaptureFixture[str]) -> None:
+    demo.main()
+    aborted = capsys.readouterr().out.split("an aborted batch:")[1].split("\n\n")[0]
+    rows = [line.split()[:3] for line in aborted.splitlines()[1:]]
+    assert rows == [["a1", "fetch", "ok"], ["a2", "write_file", "error"], ["a3", "fetch", "error"]]
+
+
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_actors.demo", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_help_describes_the_demo_and_exits_0_without_running_it() -> None:
+    done = _demo("--help")
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("usage: python -m dsh_actors.demo [-h]\n")
+    assert "A two-second tour of dsh-actors (./dev demo)" in done.stdout
+    assert "dsh-actors demo:" not in done.stdout and "session log:" not in done.stdout  # (it ran the tour)
+
+
+def test_an_unknown_argument_is_refused_naming_it_with_exit_2() -> None:
+    done = _demo("--quick", "x")
+    assert done.returncode == 2 and done.stdout == ""  # (it ignored them and ran the tour)
+    assert "error: unrecognized arguments: --quick x" in done.stderr
