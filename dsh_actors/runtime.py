@@ -111,7 +111,6 @@ class ToolRuntime:
         self._dispatcher: Dispatcher | None = None
         self._halted = False
         self._halted_event = threading.Event()
-        self._stopper: threading.Thread | None = None
         # The threads running the stop: the one finishing it and its hooks' (see _run_stop_hooks).
         self._stopping_threads: set[threading.Thread] = set()
         self._unfinished = False  # a stop begun that no thread has taken on to finish yet (see _finish_stop)
@@ -297,7 +296,6 @@ class ToolRuntime:
             stopper.start()
         except RuntimeError as exc:
             return exc
-        self._stopper = stopper
         return None
 
     def _await_stop(self, deadline: float) -> tuple[bool, BaseException | None]:
