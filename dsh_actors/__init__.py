@@ -80,6 +80,7 @@ from .model import (
     UserMessage,
     text,
 )
+from .pipeline.results import logged_meta as logged_meta  # importable, not in __all__ (see below)
 from .presentation import (
     DiffCallView,
     DiffResultView,
@@ -123,7 +124,9 @@ from .typed import tool
 # is_fault(exc) tells a fault from an outcome (what the logging, the
 # session log's tracebacks and policies.otel share); ptc_dispatch_event and
 # ptc_dispatch_start_event build the session log's sub-dispatch events
-# (executors.ptc writes them: one builder of their shape).
+# (executors.ptc writes them: one builder of their shape), logged_meta the
+# presentation meta a sub-call's event carries (what its tool's
+# presentation_meta gives a root call's result: one way to compute it).
 __all__ = [
     # runtime and scopes
     "ToolRuntime",

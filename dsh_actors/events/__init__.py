@@ -47,7 +47,8 @@ Which thread runs a listener (none of them may assume another):
 * ``tools/change`` listeners run on the scope actor thread that made the
   change; they may read the registry but not change it.
 * ``tools/ptc-dispatch-log`` listeners run on the PTC executor's sub-call
-  thread.
+  thread, and so does a PTC sub-call's ``presentation_meta``, for its
+  ``tool/ptc-dispatch`` event (the pipeline runs it for root calls only).
 * ``tools/progress`` listeners run on the thread that reports the progress
   (``ctx.report_progress`` in a sync body: the body's thread; in an async
   body: its loop's thread, so they must not block), before the report

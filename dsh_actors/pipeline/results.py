@@ -44,7 +44,9 @@ __all__ = [
     "failure_from_exception",
     "freeze_result",
     "is_result",
+    "logged_meta",
     "policy_failure",
+    "presented_meta",
     "render_success",
 ]
 
@@ -227,15 +229,9 @@ def render_success(
     meta = None
     if execution.parent is None and output.presentation_meta is not None:
         try:
-            shown = output.presentation_meta(execution.arguments, frozen)
-        except BaseException as exc:  # noqa: BLE001
-            return _callback_failure(
-                name, "output.presentation_meta", f"raised {exception_text(exc)}", additional_contexts, exc
-            )
-        try:
-            meta = materialize(shown, "meta")
-        except LosslessJsonError as exc:
-            return _callback_failure(name, "output.presentation_meta", f"returned {exc.message}", additional_contexts)
+            meta = presented_meta(name, output, execution.arguments, frozen)
+        except ToolPolicyError as error:
+            return _callback_failure(name, _META, error.detail, additional_contexts, error.__cause__)
     return _success(
         frozen,
         content,
@@ -243,6 +239,47 @@ def render_success(
         additional_contexts if type(additional_contexts) is tuple else tuple(additional_contexts),
         concludes_turn,
     )
+
+
+_META = "output.presentation_meta"
+
+
+def presented_meta(name: str, output: Any, arguments: Any, value: Any) -> Any:
+    """The presentation meta of tool ``name``'s call: ``output``'s
+    ``presentation_meta(arguments, value)`` (the call's frozen arguments
+    and value), materialized; ``None`` when the tool has none. What a root
+    call's result carries, and what the session log's copy of a PTC
+    sub-call carries (:func:`logged_meta`). Raises ``ToolPolicyError``
+    naming the callback (``output.presentation_meta of tool "x": raised
+    ...`` or ``returned ...``), what it raised as the error's
+    ``__cause__``."""
+    presenter = output.presentation_meta
+    if presenter is None:
+        return None
+    try:
+        shown = presenter(arguments, value)
+    except BaseException as exc:  # noqa: BLE001 - a presenter may raise anything
+        raise ToolPolicyError(f'{_META} of tool "{name}"', f"raised {exception_text(exc)}") from exc
+    try:
+        return materialize(shown, "meta")
+    except LosslessJsonError as exc:
+        raise ToolPolicyError(f'{_META} of tool "{name}"', f"returned {exc.message}") from None
+
+
+def logged_meta(execution: ToolExecution, result: ToolExecutionResult) -> Any:
+    """The presentation meta the session log's copy of ``execution``'s
+    ``result`` carries: ``result.meta``; for a success of a call with a
+    ``parent`` (a PTC sub-call: the pipeline computes presentation meta for
+    root calls only, so its result has none), its tool's
+    :func:`presented_meta` over the call's arguments and value, what the
+    result of the same call made by the model carries, so a replay draws
+    the same cards. Raises ``ToolPolicyError`` as :func:`presented_meta`
+    does."""
+    meta = result.meta
+    definition = execution.definition
+    if execution.parent is None or meta is not None or type(result) is not ToolExecutionSuccess or definition is None:
+        return meta
+    return presented_meta(execution.name, definition.output, execution.arguments, result.value)
 
 
 # A success built field by field through the slot descriptors: what

@@ -13,7 +13,9 @@ importable, not in ``__all__``; ``docs/reference.md``, section 10):
     ``{"type", "root_call_id", "parent_call_id", "sub_call_id", "name",
     "is_error", "content", "error", "meta"}``: the settled sub-call's
     durable copy; ``content`` is what the ``tools/ptc-dispatch-log``
-    waterfall returned.
+    waterfall returned, ``meta`` the presentation meta the same call made
+    by the model would carry (``dsh_actors.logged_meta``: the pipeline
+    computes it for root calls only), so a replay draws the tool's cards.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from dsh_actors import (
     ToolExecutionSuccess,
     ptc_dispatch_event,
     ptc_dispatch_start_event,
-    thaw,
 )
 
 __all__ = ["PTC_DISPATCH", "PTC_DISPATCH_START", "PtcDispatchLog", "dispatch_event", "dispatch_start_event"]
@@ -87,10 +88,12 @@ def dispatch_event(
     name: str,
     result: ToolExecutionSuccess | ToolExecutionFailure,
     content: Iterable[Any],
+    meta: Any,
 ) -> dict[str, Any]:
     """A ``tool/ptc-dispatch`` event (the core's builder: with the
-    ``traceback`` of a failure that kept a fault)."""
-    meta = None if result.meta is None else thaw(result.meta)
+    ``traceback`` of a failure that kept a fault); ``meta``: the
+    presentation meta to log (``dsh_actors.logged_meta``'s, as
+    :func:`~.subcalls.log_settle` computes it)."""
     return ptc_dispatch_event(
         root_call_id, parent_call_id, sub_call_id, name, result.is_error, content, result.error, meta
     )

@@ -832,7 +832,7 @@ class _Sink:
         session = self._session
         if session is not None and not self._broken and sub.call_id in self._started:
             try:
-                log_settle(self._rt, session, self._ctx, sub, result)
+                log_settle(self._rt, session, self._ctx, sub, execution, result)
             except BaseException as exc:  # noqa: BLE001 - the program must not go on unlogged
                 self._broken = True
                 self._stop("internal", f"the session log could not be written: {safe_str(exc)}")

@@ -21,11 +21,14 @@ from dsh_actors import (
     ReasoningBlock,
     TextBlock,
     ToolErrorInfo,
+    ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
     ToolFailure,
+    ToolPolicyError,
     ToolRunContext,
     UserMessage,
+    logged_meta,
     thaw,
 )
 
@@ -43,6 +46,7 @@ __all__ = [
     "log_settle",
     "log_start",
     "logged_content",
+    "presentation",
     "safe_str",
 ]
 
@@ -149,11 +153,34 @@ def log_start(session: Session, ctx: ToolRunContext, sub: SubCall, arguments: An
     session.append(dispatch_start_event(ctx.root_call_id, ctx.call_id, sub.call_id, sub.name, thaw(arguments)))
 
 
-def log_settle(rt: ToolRuntime, session: Session, ctx: ToolRunContext, sub: SubCall, result: Result) -> None:
-    """Append ``sub``'s ``tool/ptc-dispatch``, its content through the
-    ``tools/ptc-dispatch-log`` waterfall first (raises what the session raises)."""
+def log_settle(
+    rt: ToolRuntime, session: Session, ctx: ToolRunContext, sub: SubCall, execution: ToolExecution, result: Result
+) -> None:
+    """Append ``sub``'s ``tool/ptc-dispatch`` (``execution``: its call),
+    its content through the ``tools/ptc-dispatch-log`` waterfall first, with
+    its :func:`presentation` meta (raises what the session raises)."""
     content = logged_content(rt, ctx, sub, result)
-    session.append(dispatch_event(ctx.root_call_id, ctx.call_id, sub.call_id, sub.name, result, content))
+    meta = presentation(sub, execution, result)
+    session.append(dispatch_event(ctx.root_call_id, ctx.call_id, sub.call_id, sub.name, result, content, meta))
+
+
+def presentation(sub: SubCall, execution: ToolExecution, result: Result) -> Any:
+    """The presentation meta of ``sub``'s durable copy, as JSON: what its
+    tool's ``presentation_meta`` gives the same call made by the model
+    (``dsh_actors.logged_meta``), so a replay draws its cards. One that
+    raises or returns something that is not JSON is logged and the copy
+    has none (the call has settled, and the program gets its value)."""
+    try:
+        meta = logged_meta(execution, result)
+    except ToolPolicyError as exc:
+        logger.opt(exception=exc).error(
+            "{}; the log's copy of {} has no presentation meta (replay draws generic cards): "
+            "fix the tool's presentation_meta",
+            exc.message,
+            sub.call_id,
+        )
+        return None
+    return None if meta is None else thaw(meta)
 
 
 def logged_content(rt: ToolRuntime, ctx: ToolRunContext, sub: SubCall, result: Result) -> tuple[Any, ...]:

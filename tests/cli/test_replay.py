@@ -131,7 +131,7 @@ def test_ptc_dispatches_are_nested_under_their_root_call(cli: Cli, root: Path) -
         "    code:\n"
         "      │ a = await tools.read_file(path='notes.md')\n"
         "      │ return a\n"
-        "    ✓ rc:ptc:1 run_shell · $ echo nested\n"  # a known tool's pending card; no meta on sub-calls
+        "    ✓ rc:ptc:1 run_shell · $ echo nested\n"  # a known tool's pending card: a log without the sub-call's meta
         "        nested\n"
         "        [exit code 0]\n"
         "    ✗ rc:ptc:2 nope  error\n"
@@ -245,6 +245,35 @@ def test_a_run_code_batch_under_the_ptc_executor_replays_its_sub_calls_nested(cl
     assert "    ✓ p:ptc:1 write_file · write scratch/a.txt\n" in out
     assert "    ✓ p:ptc:2 run_shell · $ cat scratch/a.txt\n        hi\n" in out
     assert out.endswith("1 call: 1 ok, 0 errors (2 nested calls)\n")
+
+
+def test_a_ptc_sub_call_is_drawn_with_the_card_its_tool_draws_for_a_direct_call(cli: Cli, root: Path) -> None:
+    ptc = pytest.importorskip("executors.ptc")
+    if not hasattr(ptc, "PtcExecutor"):
+        pytest.skip("executors.ptc has no PtcExecutor yet")
+    (root / "notes.md").write_text("# Notes\nhello\n")
+    direct = root / "direct.json"
+    direct.write_text(json.dumps({"calls": [{"id": "r", "name": "read_file", "arguments": {"path": "notes.md"}}]}))
+    card = (
+        "✓ r read_file · read notes.md\n"
+        "    notes.md · lines 1–2 of 2 (markdown)\n"  # the read card, drawn from the logged meta
+        "    1 │ # Notes\n"
+        "    2 │ hello\n"
+    )
+    assert cli("run", direct, "--tools", "examples.tools").out.startswith(card)
+    code = "return (await tools.read_file(path='notes.md'))['total_lines']"
+    batch = root / "ptc.json"
+    batch.write_text(json.dumps({"calls": [{"id": "p", "name": "run_code", "arguments": {"code": code}}]}))
+    ran = cli("run", batch, "--tools", "examples.tools", "--executor", "ptc", "--log", "ptc.jsonl")
+    assert ran.code == 0, ran.err
+    replayed = cli("replay", "ptc.jsonl", "--tools", "examples.tools")
+    assert replayed.code == 0 and replayed.err == ""
+    # The same card, nested under run_code: the sub-call's tool/ptc-dispatch
+    # logs the presentation meta the direct call's tool/result logs.
+    nested = "".join("    " + line for line in card.replace("✓ r ", "✓ p:ptc:1 ").splitlines(keepends=True))
+    assert nested in ran.out
+    assert nested in replayed.out
+    assert replayed.out.endswith("1 call: 1 ok, 0 errors (1 nested call)\n")
 
 
 def test_a_suspended_log_shows_its_approvals_and_the_calls_that_wait_in_the_batch(cli: Cli, root: Path) -> None:

@@ -7,10 +7,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsh_actors import Agent, ImageBlock, Session, text
+import pytest
+
+from dsh_actors import (
+    Agent,
+    ImageBlock,
+    LogStep,
+    Session,
+    ToolBatchInput,
+    ToolCall,
+    ToolOutput,
+    ToolRuntime,
+    text,
+    thaw,
+)
 from executors.ptc import PtcDispatchLog
 
-from .helpers import GUARD, batch, echo_tool, events_of, install, run_code, tool, with_session
+from .helpers import GUARD, JSON_OUTPUT, batch, echo_tool, events_of, install, run_code, tool, with_session
 
 KINDS = ("tool/call", "tool/result", "tool/ptc-dispatch-start", "tool/ptc-dispatch")
 
@@ -194,3 +207,73 @@ def test_a_session_that_cannot_be_written_ends_the_run(rt: Any, ptc: Any, tmp_pa
     result = rt.tools.execute(batch("return await tools.work()", agent=agent, log=False)).results[0].result
     assert result.error.message.startswith("code run failed (internal): the session log could not be written")
     assert ran == []
+
+
+def shown_tool(presentation_meta: Any) -> Any:
+    """``shown(message)``: its arguments as its value, with ``presentation_meta``."""
+    output = ToolOutput(schema=JSON_OUTPUT.schema, render=JSON_OUTPUT.render, presentation_meta=presentation_meta)
+    return tool("shown", lambda args, ctx: dict(args), parameters={"message": {"type": "string"}}, output=output)
+
+
+def test_a_sub_calls_event_carries_the_presentation_meta_a_root_call_of_its_tool_gets(rt: Any, ptc: Any) -> None:
+    def presented(args: Any, value: Any) -> Any:
+        return {"chars": len(value["message"]), "path": [args["message"]]}
+
+    rt.tools.register(shown_tool(presented))
+    live: list[Any] = []
+    rt.events.on("tools/result", lambda ex, res: live.append(res) if ex.parent is not None else None)
+    agent = with_session()
+    result = run_code(rt, "return await tools.shown(message='four')", agent=agent)
+    assert result.value["result"] == {"message": "four"}
+    (settle,) = events_of(agent.session, "tool/ptc-dispatch")
+    # The same call made by the model (native executor) logs this meta in its
+    # tool/result; the sub-call's copy carries it too: replay draws its cards.
+    direct = with_session()
+    with ToolRuntime() as native:
+        native.tools.register(shown_tool(presented))
+        call = ToolCall(id="d1", name="shown", arguments={"message": "four"})
+        native.tools.execute(ToolBatchInput(calls=(call,), agent=direct, log=LogStep(turn=1, step=1)))
+    (logged,) = events_of(direct.session, "tool/result")
+    assert settle["meta"] == logged["meta"] == {"chars": 4, "path": ["four"]}
+    assert [r.meta for r in live] == [None]  # the live result as before: SPEC section 5
+    (replayed,) = agent.session.results_by_call(ptc=True).values()
+    assert thaw(replayed.meta) == {"chars": 4, "path": ["four"]}
+
+
+def test_a_failed_sub_call_logs_no_presentation_meta(rt: Any, ptc: Any) -> None:
+    def fail(args: Any, ctx: Any) -> Any:
+        raise ValueError("no")
+
+    presented: list[Any] = []
+    output = ToolOutput(
+        schema=JSON_OUTPUT.schema, presentation_meta=lambda args, value: presented.append(value) or {"x": 1}
+    )
+    rt.tools.register(tool("fail", fail, output=output))
+    agent = with_session()
+    run_code(rt, "try:\n    await tools.fail()\nexcept ToolError:\n    return 1", agent=agent)
+    (settle,) = events_of(agent.session, "tool/ptc-dispatch")
+    assert settle["is_error"] is True and settle["meta"] is None and presented == []
+
+
+@pytest.mark.parametrize(
+    ("meta", "detail"),
+    [
+        (lambda args, value: 1 / 0, "raised ZeroDivisionError: division by zero"),
+        (lambda args, value: {"x": float("nan")}, "returned meta.x: float nan is not lossless JSON"),
+    ],
+)
+def test_a_broken_presentation_meta_leaves_the_sub_calls_copy_without_meta_and_is_logged(
+    rt: Any, ptc: Any, log_records: Any, meta: Any, detail: str
+) -> None:
+    records = log_records("ERROR")
+    rt.tools.register(shown_tool(meta))
+    agent = with_session()
+    result = run_code(rt, "return await tools.shown(message='m')", agent=agent)
+    assert result.value["result"] == {"message": "m"}  # the sub-call had settled: the program got its value
+    (settle,) = events_of(agent.session, "tool/ptc-dispatch")
+    assert settle["is_error"] is False and settle["meta"] is None
+    (record,) = [r for r in records.items if "presentation_meta" in r["message"]]
+    assert record["message"] == (
+        f'output.presentation_meta of tool "shown": {detail}; the log\'s copy of c1:ptc:1 has no presentation '
+        "meta (replay draws generic cards): fix the tool's presentation_meta"
+    )
