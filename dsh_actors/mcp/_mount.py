@@ -120,6 +120,12 @@ async def mount(
     return mounted.disposer
 
 
+_UNLISTED = b""
+"""The fingerprint of a tool that may or may not be registered (a swap
+timed out): no listing has it (``_fingerprint`` is never empty), so the
+next re-listing replaces it."""
+
+
 class _Tool:
     """One mounted tool: its registration and the listing it came from."""
 
@@ -414,9 +420,13 @@ class _Mount:
         missing in between. A tool that cannot be registered is left out
         (logged) and the change is made without it; when the change fails
         whole (a ``tools/change`` listener refused it), every tool stays as
-        it was (logged) and the next re-listing tries again. ``_tools``
-        always holds what is registered, so the next re-listing starts from
-        the truth."""
+        it was (logged) and the next re-listing tries again. When it times
+        out (``TimeoutError``), only the kept tools are known to stay: the
+        others are recorded with no listing's fingerprint, so the next
+        re-listing withdraws whichever is still registered and registers the
+        listed ones again. ``_tools`` always holds what is registered (or,
+        after a timeout, may be), so the next re-listing starts from the
+        truth."""
         built, problems = self._build_all(tools)
         for problem in problems:
             logger.error("MCP server {!r}: tool left out after re-listing: {}", self.server, problem)
@@ -434,6 +444,22 @@ class _Mount:
                 disposers = self.service.register_all(
                     [definition for _, definition in new.values()], replacing=replaced
                 )
+                record = {**kept, **_recorded(new, disposers)}
+                break
+            except TimeoutError as err:
+                # Not started (nothing changed), rolled back, or applied late
+                # and then undone (what it replaced stays withdrawn): which
+                # one is unknown here.
+                logger.error(
+                    "MCP server {!r}: the registry did not take the re-listed tools in time ({}); only the "
+                    "unchanged tools are sure to stay registered (the next re-listing registers the others again)",
+                    self.server,
+                    safe_str(err),
+                )
+                record = {
+                    **kept,
+                    **{name: _Tool(_UNLISTED, tool.dispose) for name, tool in record.items() if name not in kept},
+                }
                 break
             except RegistrationError as err:
                 refusals = self._refusals(err, new)
@@ -448,7 +474,6 @@ class _Mount:
                 for name, text in refusals.items():
                     logger.error("MCP server {!r}: tool {!r} left out after re-listing: {}", self.server, name, text)
                     del new[name]
-        record = {**kept, **_recorded(new, disposers)}
         leftovers: list[_Tool] = []
         with self._lock:
             if self.disposed():  # (a method: mypy would take the check above as still holding)

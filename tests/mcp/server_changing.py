@@ -2,8 +2,9 @@
 lists two tools per page, and its ``swap`` tool removes ``alpha``, adds
 ``delta`` and ``remote`` (whose schema has a remote reference), changes
 ``beta``'s description and sends
-``notifications/tools/list_changed``. It also has tools whose structured
-output breaks their outputSchema. With ``CHANGE_WHILE_LISTING=1`` in the
+``notifications/tools/list_changed`` (called again, it changes them
+back). It also has tools whose structured output breaks their
+outputSchema. With ``CHANGE_WHILE_LISTING=1`` in the
 environment, the first request for a second page makes the same change
 (without ``remote``) and sends the notification before answering it. Run
 as a script: it serves over stdio."""
@@ -56,10 +57,16 @@ changing_while_listing = os.environ.get("CHANGE_WHILE_LISTING") == "1"
 
 
 def swap() -> None:
-    """Remove ``alpha``, add ``delta``, change ``beta``'s description."""
-    del tools["alpha"]
-    tools["delta"] = Tool(name="delta", description="the delta tool", input_schema=OBJECT)
-    tools["beta"] = Tool(name="beta", description="the changed beta tool", input_schema=OBJECT)
+    """Remove ``alpha``, add ``delta``, change ``beta``'s description; the
+    next call changes them back (as listed at first), and so on."""
+    if "alpha" in tools:
+        del tools["alpha"]
+        tools["delta"] = Tool(name="delta", description="the delta tool", input_schema=OBJECT)
+        tools["beta"] = Tool(name="beta", description="the changed beta tool", input_schema=OBJECT)
+    else:
+        del tools["delta"]
+        tools["alpha"] = Tool(name="alpha", description="the alpha tool", input_schema=OBJECT)
+        tools["beta"] = Tool(name="beta", description="the beta tool", input_schema=OBJECT)
 
 
 async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
@@ -79,7 +86,10 @@ async def call_tool(ctx: Any, params: Any) -> CallToolResult:
     name = params.name
     if name == "swap":
         swap()
-        tools["remote"] = REMOTE
+        if "alpha" in tools:
+            del tools["remote"]
+        else:
+            tools["remote"] = REMOTE
         await ctx.session.send_tool_list_changed()
         return CallToolResult(content=[TextContent(type="text", text="swapped")])
     if name == "bad_output":

@@ -12,8 +12,9 @@ import pytest
 from loguru import logger
 from mcp_harness import ServerConnection
 
-from dsh_actors import Agent, TextBlock, ToolBatchInput, ToolCall, ToolExecutionSuccess, ToolRuntime
+from dsh_actors import Agent, TextBlock, ToolBatchInput, ToolCall, ToolExecutionSuccess, ToolRuntime, ToolsService
 from dsh_actors.errors import RegistrationError
+from dsh_actors.events import Disposer
 from dsh_actors.json import thaw
 from dsh_actors.mcp import mount
 
@@ -178,3 +179,60 @@ def test_a_list_changed_while_mount_lists_relists_once_the_listing_is_registered
     finally:
         off()
         connection.close()
+
+
+@pytest.mark.usefixtures("library_logs")
+def test_a_swap_that_timed_out_is_made_again_by_the_next_relisting(
+    tmp_path: Path, rt: ToolRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The re-listing's one registry change times out and is applied late:
+    # register_all then withdraws what it registered, and what it replaced
+    # (alpha, the old beta) stays withdrawn (its docstring). Before, the
+    # mount kept its old record, so when the server listed alpha and beta
+    # as they were again, the next re-listing "kept" two tools that were
+    # no longer registered.
+    first = {"z_alpha", "z_beta", "z_gamma", "z_swap", "z_bad_output", "z_no_structured", "z_good_output"}
+    real = ToolsService.register_all
+    timed_out = threading.Event()
+    restored = threading.Event()
+
+    def applied_late(self: ToolsService, definitions: Any, *, when: Any = None, replacing: Any = ()) -> list[Disposer]:
+        monkeypatch.setattr(ToolsService, "register_all", real)  # (once)
+        for dispose in real(self, definitions, when=when, replacing=replacing):
+            dispose()
+        timed_out.set()
+        raise TimeoutError("the registry change did not finish within 30.0s (a tools/change listener has not returned)")
+
+    def on_change() -> None:
+        if names(rt) == first:
+            restored.set()
+
+    errors: list[str] = []
+    sink = logger.add(lambda message: errors.append(str(message)), level="ERROR", filter="dsh_actors")
+    connection = ServerConnection("server_changing.py", tmp_path / "server.log").start()
+    try:
+        assert connection.session is not None
+        unmount = connection.run(mount(rt, connection.session, prefix="z_"))
+        try:
+            assert names(rt) == first
+            monkeypatch.setattr(ToolsService, "register_all", applied_late)
+            assert run(rt, "z_swap").content == (TextBlock("swapped"),)
+            assert timed_out.wait(20)
+            connection.idle()
+            assert names(rt) == first - {"z_alpha", "z_beta"}  # only the kept ones stay
+            off = rt.events.on("tools/change", on_change)
+            try:
+                assert run(rt, "z_swap").content == (TextBlock("swapped"),)  # back to the first listing
+                assert restored.wait(20), names(rt)
+                connection.idle()
+            finally:
+                off()
+            beta = rt.tools.get("z_beta")
+            assert beta is not None and beta.description == "the beta tool"
+            assert any("did not take the re-listed tools in time" in e for e in errors), errors
+        finally:
+            unmount()
+    finally:
+        logger.remove(sink)
+        connection.close()
+    assert not names(rt)
