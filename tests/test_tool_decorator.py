@@ -1034,6 +1034,43 @@ def test_a_literal_or_an_enum_is_told_in_json_with_every_other_alternative_of_it
     assert returned.error.message == 'tool "pick" returned invalid output: "value" must be "done" or an integer'
 
 
+def test_a_value_where_null_is_allowed_too_is_told_or_null(rt: Any) -> None:
+    # (pydantic reports only the inner type's error for an optional type:
+    # `x: int | None` sent "a" was told "value.x" must be an integer.)
+    @tool
+    def pick(
+        x: int | None = None,
+        k: Literal["a", "b"] | None = None,
+        u: int | str | None = None,
+        at: Point | None = None,
+        where: Point | Literal["here"] | None = None,
+        xs: list[int | None] | None = None,
+        by: dict[str, Point | None] | None = None,
+        n: int = 0,
+    ) -> int | None:
+        return "q"  # type: ignore[return-value]
+
+    def refused(arguments: Any) -> str:
+        result = run(rt, pick, arguments)
+        assert code_of(result) == ErrorCode.INVALID_ARGS
+        return str(result.error.message).removeprefix("invalid arguments: ")
+
+    assert refused({"x": "a"}) == '"value.x" must be an integer or null'
+    assert refused({"k": "c"}) == '"value.k" must be one of ["a","b"] or null'
+    assert refused({"u": [1]}) == '"value.u" must be an integer or a string or null'
+    assert refused({"at": 1}) == '"value.at" must be an object or null'
+    assert refused({"where": "there"}) == '"value.where" must be an object or "here" or null'
+    assert refused({"xs": [1, "a"]}) == '"value.xs[1]" must be an integer or null'
+    assert refused({"xs": 1}) == '"value.xs" must be an array or null'
+    assert refused({"by": {"p": 1}}) == '"value.by.p" must be an object or null'
+    # Null is told only where it is allowed: a field of an optional object, a required value.
+    assert refused({"at": {"x": "a"}}) == '"value.at.x" must be an integer'
+    assert refused({"where": {"x": "a"}}) == '"value.where.x" must be an integer'
+    assert refused({"n": "a"}) == '"value.n" must be an integer'
+    returned = run(rt, pick, {})
+    assert returned.error.message == 'tool "pick" returned invalid output: "value" must be an integer or null'
+
+
 def test_a_discriminated_unions_unknown_tag_is_told_at_its_key_as_the_tags_in_json(rt: Any) -> None:
     # (It was pydantic's "Input tag 'None' found using 'kind' does not match
     # any of the expected tags: 'dot', 'line'" at the union's path.)

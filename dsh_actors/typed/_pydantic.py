@@ -180,13 +180,17 @@ class _Error:
     members: tuple[tuple[str, str], ...]
     kind: str
     word: str | None  # "must be <word>": of a type or of a few values (see _WORDS, _VALUE_KINDS)
+    nullable: bool  # whether null is allowed there too (see _nullable_at): "must be <word> or null"
     message: str
     got: str  # the Python type of a value JSON has no word for, as " (got T)"
 
 
-def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[str]:
+def violations_of(err: ValidationError, data: Any, root: str = "value", schema: Any = None) -> list[str]:
     """``err``'s errors as violations naming their data paths from ``root``,
-    in pydantic's order, each once. The types one value failed (each member
+    in pydantic's order, each once. With the core ``schema`` that made
+    ``err``, a value that must be of a type (or one of a few values) where
+    ``null`` is allowed too is told so (``int | None``: ``"value.x" must be
+    an integer or null``; pydantic reports only the inner type's error). The types one value failed (each member
     of a union, ``int | str``) are one violation: ``"value.v" must be an
     integer or a string``, not one a member, which would read as a
     contradiction; a ``Literal``'s values are told with them
@@ -217,7 +221,8 @@ def violations_of(err: ValidationError, data: Any, root: str = "value") -> list[
         subject = f'"{path}"' if key is None else f'key {dumps(key).decode()} of "{path}"'
         # A tool's value is a Python object: one that JSON has no word for is named.
         got = "" if type(error.get("input")) in _JSON_TYPES else f" (got {type(error['input']).__qualname__})"
-        errors.append(_Error(subject, path, key, members, kind, word, error["msg"], got))
+        nullable = word is not None and schema is not None and _nullable_at(schema, loc)
+        errors.append(_Error(subject, path, key, members, kind, word, nullable, error["msg"], got))
     return _violations(errors, 0) or [f'"{root}" does not match the schema']
 
 
@@ -226,7 +231,7 @@ def _violations(errors: list[_Error], depth: int) -> list[str]:
     are accounted for; those that went through one more are told by
     :func:`_union_violations`, where the first of them stood."""
     out: list[str | list[_Error]] = []  # a list: the errors of a union's members, told where the first stood
-    typed: dict[str, tuple[int, list[str]]] = {}  # subject -> (its line in out, the types it must be)
+    typed: dict[str, tuple[int, list[str]]] = {}  # subject -> (its line in out, the types it must be, null last)
     unions: dict[str, list[_Error]] = {}  # the path of a union's value -> the errors of its members
     for error in errors:
         subject, kind, word, got = error.subject, error.kind, error.word, error.got
@@ -241,11 +246,14 @@ def _violations(errors: list[_Error], depth: int) -> list[str]:
         if word is not None and not (got and kind in _CLASS_KINDS):
             known = typed.get(subject)
             if known is None:
-                typed[subject] = (len(out), [word])
-                out.append(f"{subject} must be {word}{got}")
-            elif word not in known[1]:
-                known[1].append(word)
-                out[known[0]] = f"{subject} must be {' or '.join(known[1])}{got}"
+                known = typed[subject] = (len(out), [])
+                out.append("")
+            words = known[1]
+            if word not in words:
+                words.insert(len(words) - (words[-1:] == ["null"]), word)  # (null stays last)
+            if error.nullable and "null" not in words:
+                words.append("null")
+            out[known[0]] = f"{subject} must be {' or '.join(words)}{got}"
             continue
         if kind == "missing" and error.key is None:
             out.append(f'missing required property "{error.path}"')
@@ -281,6 +289,113 @@ def _union_violations(errors: list[_Error], depth: int) -> list[str]:
         return _violations(next(iter(fitting.values()), errors), depth + 1)
     each = ", ".join(f"{member} [{'; '.join(_violations(own, depth + 1))}]" for member, own in fitting.items())
     return [f'"{at}" matches none of its alternatives: {each}']
+
+
+def _nullable_at(schema: Any, loc: tuple[int | str, ...]) -> bool:
+    """Whether the core ``schema`` allows ``null`` where pydantic's ``loc``
+    leads (a ``nullable`` schema there, or around the union a member's tag
+    in ``loc`` names). Walked only for a failing value; False when ``loc``
+    does not lead through ``schema`` to one answer (a union member its tag
+    does not name alone, a key of no field)."""
+    definitions: dict[str, Any] = {}
+    _collect_refs(schema, definitions)
+    answers: set[bool] = set()
+    _walk_loc(schema, loc, 0, False, definitions, answers, set())
+    return answers == {True}
+
+
+def _collect_refs(node: Any, definitions: dict[str, Any]) -> None:
+    """Each schema of ``node`` that has a ``ref``, under it."""
+    if type(node) is dict:
+        if type(node.get("ref")) is str:
+            definitions.setdefault(node["ref"], node)
+        for key, item in node.items():
+            if key not in _NOT_VALIDATED:
+                _collect_refs(item, definitions)
+    elif type(node) is list or type(node) is tuple:
+        for item in node:
+            _collect_refs(item, definitions)
+
+
+#: The keys of the schemas a core schema wraps without a step of ``loc``.
+_INNER: Final = ("schema", "steps", "lax_schema", "strict_schema", "json_schema", "python_schema")
+
+
+def _walk_loc(
+    node: Any,
+    loc: tuple[int | str, ...],
+    at: int,
+    nullable: bool,
+    definitions: dict[str, Any],
+    answers: set[bool],
+    seen: set[tuple[int, int]],
+) -> None:
+    """Adds to ``answers`` whether null is allowed where ``loc[at:]`` leads
+    from ``node`` (``nullable``: a ``nullable`` schema stood since the last
+    step into the data)."""
+    if type(node) is not dict or (id(node), at) in seen:
+        return
+    seen.add((id(node), at))
+    kind = node.get("type")
+    if kind == "definition-ref":
+        return _walk_loc(definitions.get(node.get("schema_ref", "")), loc, at, nullable, definitions, answers, seen)
+    if kind == "nullable":
+        nullable = True
+    elif kind == "union" and at < len(loc):  # a member's tag: no step into the data
+        for choice in node.get("choices", ()):
+            if type(choice) is tuple and len(choice) == 2:
+                if choice[1] == loc[at]:
+                    _walk_loc(choice[0], loc, at + 1, nullable, definitions, answers, seen)
+            else:  # (pydantic names it: tried, a wrong one seldom leads as far)
+                _walk_loc(choice, loc, at + 1, nullable, definitions, answers, seen)
+        return
+    elif kind == "tagged-union" and at < len(loc):
+        choices = node.get("choices", {})
+        named = [choice for tag, choice in choices.items() if str(_json_value(tag)) == str(loc[at])]
+        for choice in named or choices.values():
+            _walk_loc(choice, loc, at + 1, nullable, definitions, answers, seen)
+        return
+    elif at < len(loc):
+        stepped = _stepped_into(node, loc, at)
+        if stepped is not None:
+            return _walk_loc(stepped[0], loc, stepped[1], False, definitions, answers, seen)
+    inner = [item for key in _INNER for item in _as_list(node.get(key))]
+    if kind in ("model-fields", "typed-dict", "dataclass-args") or not inner:
+        if at == len(loc):
+            answers.add(nullable)
+        return
+    for item in inner:
+        _walk_loc(item, loc, at, nullable, definitions, answers, seen)
+    return
+
+
+def _as_list(item: Any) -> list[Any]:
+    return item if type(item) is list else [] if item is None else [item]
+
+
+def _stepped_into(node: dict[str, Any], loc: tuple[int | str, ...], at: int) -> tuple[Any, int] | None:
+    """The schema of the part of the data ``loc[at]`` names in the data
+    ``node`` judges (a field, an item, a mapping's value or key), with the
+    index in ``loc`` after it; None when ``node`` holds no such part."""
+    kind, part = node.get("type"), loc[at]
+    if kind in ("model-fields", "typed-dict", "dataclass-args"):
+        fields = node.get("fields", {})
+        for name, field in fields.items() if type(fields) is dict else ((f.get("name"), f) for f in fields):
+            if part in (name, field.get("validation_alias"), field.get("serialization_alias")):
+                return field, at + 1
+        return None
+    if kind in ("list", "set", "frozenset", "generator") and type(part) is int:
+        return node.get("items_schema", {"type": "any"}), at + 1
+    if kind == "tuple" and type(part) is int:
+        items, variadic = node.get("items_schema", []), node.get("variadic_item_index")
+        if variadic is not None and part >= variadic:
+            return items[variadic], at + 1
+        return (items[part], at + 1) if 0 <= part < len(items) else None
+    if kind == "dict":
+        if at + 1 < len(loc) and loc[at + 1] == "[key]":
+            return node.get("keys_schema", {"type": "any"}), at + 2
+        return node.get("values_schema", {"type": "any"}), at + 1
+    return None
 
 
 def _values_word(expected: object) -> str | None:
@@ -526,10 +641,11 @@ class PydanticEnforcer:
     most ``_STASH_LIMIT`` are kept (a call denied after it was classified
     leaves its entry behind until the limit clears them)."""
 
-    __slots__ = ("schema", "_validate_json", "_validate_python", "_stash")
+    __slots__ = ("schema", "_core", "_validate_json", "_validate_python", "_stash")
 
-    def __init__(self, validator: Any, schema: Any, *, hand_over: bool = False) -> None:
+    def __init__(self, validator: Any, schema: Any, *, hand_over: bool = False, core: Any = None) -> None:
         self.schema = schema
+        self._core = core  # the core schema ``validator`` was built from: read for violations only
         self._validate_json = validator.validate_json
         self._validate_python = validator.validate_python
         self._stash: dict[int, tuple[Any, Any]] | None = {} if hand_over else None
@@ -572,10 +688,15 @@ class PydanticEnforcer:
         try:
             self._typed(value)
         except ValidationError as err:  # (a ValueError: caught first)
-            return violations_of(err, value, path)
+            return self.violations(err, value, path)
         except (TypeError, ValueError) as err:  # not lossless JSON: not what the pipeline hands over
             return [f'"{path}" is not JSON ({type(err).__name__})']
         return []
+
+    def violations(self, err: ValidationError, value: Any, path: str = "value") -> list[str]:
+        """The violations of ``err``, raised for ``value`` by this
+        validator (see :func:`violations_of`)."""
+        return violations_of(err, value, path, self._core)
 
     def __repr__(self) -> str:
         return f"PydanticEnforcer({dumps(self.schema).decode()[:77]})"

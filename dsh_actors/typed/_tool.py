@@ -500,8 +500,10 @@ def _build(
     except DshError as err:
         raise refuse(f"the generated schema is not lossless JSON ({err.message}); check the defaults") from None
 
-    arguments = PydanticEnforcer(json_validator(arguments_model.__pydantic_core_schema__), parameters, hand_over=True)
-    output = PydanticEnforcer(json_validator(output_adapter.core_schema, dumped=True), output_json_schema)
+    arguments_core = arguments_model.__pydantic_core_schema__
+    arguments = PydanticEnforcer(json_validator(arguments_core), parameters, hand_over=True, core=arguments_core)
+    output_core = output_adapter.core_schema
+    output = PydanticEnforcer(json_validator(output_core, dumped=True), output_json_schema, core=output_core)
     body = _execute(
         shown, fn, arguments, output_adapter, dump, tuple(by_name), tuple(positional), context, context_positional
     )
@@ -643,7 +645,7 @@ def _execute(
         except ValidationError as err:
             # (Text that is not JSON: what is wrong with it and where, as for
             # any tool, not that "value" must be an object.)
-            raise args_error(args, violations_of(err, args)) from None
+            raise args_error(args, arguments.violations(err, args)) from None
         values = model.__dict__
         kwargs = {param: values[field] for param, field in by_name}
         if context is not None and not context_positional:
@@ -658,7 +660,7 @@ def _execute(
             # TypedDict or a model has its fields' names for keys, by_name.)
             out = dump(validate_value(value, by_name=True))
         except ValidationError as err:
-            violations = violations_of(err, value)
+            violations = violations_of(err, value, schema=output.core_schema)
             if value is None:
                 violations.append(f"{getattr(fn, '__name__', name)} returned None: is a return statement missing?")
             raise ToolOutputError(name, violations) from None
