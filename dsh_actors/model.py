@@ -63,6 +63,8 @@ class _Unset:
     """The type of :data:`UNSET`: "no value given" where ``None`` is a value."""
 
     __slots__ = ()
+    #: What a value that holds UNSET is told (see ``dsh_actors.json._rules.value_problem``).
+    _NOT_JSON: Final = "UNSET is not a value (it means none was given): return or pass the value itself; None is one"
     _instance: _Unset | None = None
 
     def __new__(cls) -> _Unset:

@@ -775,3 +775,31 @@ def test_loads_uses_the_path_it_is_given() -> None:
     with pytest.raises(LosslessJsonError) as info:
         loads(b'{"x": -0.0}', path="arguments")
     assert str(info.value) == "arguments.x: -0.0 is not lossless JSON"
+
+
+def test_our_own_objects_are_told_in_words_the_user_knows_not_by_module_path() -> None:
+    # (A value holding UNSET was told "dsh_actors.model._Unset is not lossless JSON".)
+    from dsh_actors import UNSET, ToolCall, ToolOutput, ToolRuntime, define_tool, text
+    from dsh_actors.model import ToolBatchInput
+
+    with pytest.raises(LosslessJsonError) as info:
+        materialize({"a": UNSET})
+    assert info.value.problem == (
+        "UNSET is not a value (it means none was given): return or pass the value itself; None is one"
+    )
+    with pytest.raises(LosslessJsonError) as info:
+        materialize([ToolCall("c1", "t", "{}")])
+    assert str(info.value) == "value[0]: ToolCall is not lossless JSON"
+
+    unset = define_tool(
+        name="unset",
+        description="returns UNSET",
+        parameters={},
+        output=ToolOutput(schema={"type": "json"}, render=lambda args, value: [text("x")]),
+        execute=lambda args, ctx: UNSET,
+    )
+    with ToolRuntime() as rt:
+        rt.tools.register(unset)
+        result = rt.tools.execute(ToolBatchInput(calls=[ToolCall("c1", "unset", "{}")])).results[0].result
+    assert result.is_error and "dsh_actors" not in result.error.message and "_Unset" not in result.error.message
+    assert "UNSET is not a value" in result.error.message

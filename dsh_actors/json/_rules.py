@@ -155,7 +155,9 @@ def join_path(root: str, keys: Iterable[object]) -> str:
 
 def _type_name(cls: type) -> str:
     """``cls``'s qualified name, read from the type itself so that a
-    metaclass cannot interfere; ``module.`` is added unless builtin."""
+    metaclass cannot interfere; ``module.`` is added unless builtin or one
+    of this package's (whose public names the package exports: ``ToolOutput``,
+    not the module it is defined in)."""
     try:
         name = type.__dict__["__qualname__"].__get__(cls)
         module = type.__dict__["__module__"].__get__(cls)
@@ -163,9 +165,32 @@ def _type_name(cls: type) -> str:
         return "<unnamed type>"
     if type(name) is not str:
         return "<unnamed type>"
-    if type(module) is str and module != "builtins":
+    if type(module) is str and module != "builtins" and not _is_own(module):
         return f"{module}.{name}"
     return name
+
+
+_PACKAGE: Final = __name__.split(".", 1)[0]
+
+
+def _is_own(module: str) -> bool:
+    return module == _PACKAGE or module.startswith(_PACKAGE + ".")
+
+
+def _own_problem(cls: type) -> str | None:
+    """What one of this package's own types says its object is, for a
+    value that holds one (its ``_NOT_JSON`` class attribute: ``UNSET is not
+    a value ...``), read from the class's namespace, no hook run; None for
+    any other type."""
+    try:
+        module = type.__dict__["__module__"].__get__(cls)
+        namespace = type.__dict__["__dict__"].__get__(cls)
+    except Exception:  # noqa: BLE001
+        return None
+    if type(module) is not str or not _is_own(module):
+        return None
+    words = namespace.get("_NOT_JSON")
+    return words if type(words) is str else None
 
 
 def _format_int(value: int) -> str:
@@ -267,6 +292,9 @@ def value_problem(value: object) -> str:
             f"str with a lone surrogate (U+{ord(value[index]):04X} at index {index}) "
             "is not lossless JSON (it cannot be encoded as UTF-8)"
         )
+    own = _own_problem(cls)
+    if own is not None:
+        return own
     base = _first_base(cls, _JSON_BASES)
     if base is not None:
         return f"{base.__name__} subclass {_type_name(cls)} is not lossless JSON (exact types only)"
