@@ -363,6 +363,7 @@ class PtcExecutor(NativeExecutor):
             max_folder_mb=self.max_folder_mb,
             memory_limit_mb=self.memory_limit_mb,
             limits=self.limits(),
+            own_tools=tuple(d.name for d in self.executor_tools()),
             open_sub_batch=self.open_sub_batch,
             discard=self.workers.discard,
         )

@@ -43,12 +43,13 @@ line longer than the receiver's limit is a protocol violation.
 
 **Messages, parent → worker**
 
-``{"t": "run", "v": VERSION, "code": str, "tools": [...], "limits": {...}}``
+``{"t": "run", "v": VERSION, "code": str, "tools": [...], "limits": {...}, "own": [str]}``
     Run ``code``. ``tools`` lists the bindings (see
     :func:`executors.ptc.signatures.bindings`): ``{"py", "name", "params",
     "omit_none"}`` each. ``limits``: ``memory_bytes``, ``cpu_seconds``,
     ``file_bytes`` (each an int or null; a key the worker does not know is
-    ignored).
+    ignored). ``own``: the names of the executor's own tools
+    (``run_code``), which a program cannot call (optional).
 ``{"t": "result", "id": n, "ok": true, "value": <JSON>}``
 ``{"t": "result", "id": n, "ok": false, "name": str, "error": str, "code": str | null, "error_name": str | null, "sub_call_id": str}``
     The outcome of call ``n``: its value, or the tool's name, the failure

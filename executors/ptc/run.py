@@ -128,6 +128,9 @@ class RunSettings:
     memory_limit_mb: int
     limits: Mapping[str, Any]
     """The resource limits the worker applies (the ``run`` message's)."""
+    own_tools: tuple[str, ...]
+    """The executor's own tools (``run_code``): not callable from a program
+    (the ``run`` message's ``own``, named when a program calls one)."""
     open_sub_batch: Callable[..., Any]
     """``open_sub_batch(batch, sink, limit)``: the executor's sub-batch."""
     discard: Callable[[Worker], None]
@@ -291,9 +294,11 @@ class Run:
             stop = Ending(kind="aborted", headline="the tool batch was aborted; the program was killed")
         return stop
 
-    def _check_stop(self) -> None:
+    def _check_stop(self) -> bool:
+        """End the run if a stop was asked for, the deadline has passed or
+        the working folder is past its limits; whether the run has ended."""
         if self._phase is _Phase.ENDED:
-            return
+            return True
         stop = self._requested_stop()
         if stop is not None:
             self._end(stop)
@@ -314,6 +319,7 @@ class Run:
         elif self._phase is _Phase.RUNNING and time.monotonic() >= self._folder_check:
             self._check_folder()
             self._folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
+        return self.ended
 
     def _check_folder(self) -> bool:
         """End the run if the working folder is past its limits; whether it is."""
@@ -394,6 +400,10 @@ class Run:
             if not chunk:
                 self._worker_gone()
                 return
+            # Each read is news (this loop reads on while the pipe has
+            # more): a stop asked for before it was written wins.
+            if self._check_stop():
+                return
             try:
                 lines = self._framer.feed(chunk)
             except protocol.FrameTooLong as exc:
@@ -464,6 +474,7 @@ class Run:
                     "code": self._code,
                     "tools": [b.wire() for b in self._bindings],
                     "limits": dict(self._settings.limits),
+                    "own": list(self._settings.own_tools),
                 }
             )
             return

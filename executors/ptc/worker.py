@@ -329,19 +329,26 @@ class Tool:
 
 class Tools:
     """The ``tools`` namespace of a program: one attribute per tool.
-    ``getattr(tools, "registered-name")`` works too."""
+    ``getattr(tools, "registered-name")`` works too. ``own``: the
+    executor's own tools (``run_code``), which a program cannot call."""
 
-    def __init__(self, functions: dict[str, Tool], by_name: dict[str, Tool]) -> None:
+    def __init__(self, functions: dict[str, Tool], by_name: dict[str, Tool], own: frozenset[str] = frozenset()) -> None:
         # Python names never start with "_" (signatures.py prefixes them).
         self.__dict__.update(functions)
         self.__dict__["_by_name"] = by_name
+        self.__dict__["_own"] = own
 
     def __getattr__(self, name: str) -> Tool:
         tool: Tool | None = self.__dict__.get("_by_name", {}).get(name)
         if tool is not None:
             return tool
         names = sorted(k for k in self.__dict__ if not k.startswith("_"))
-        raise AttributeError(f"there is no tool {name!r} (available: {', '.join(names) or 'none'})")
+        available = f"available: {', '.join(names) or 'none'}"
+        if name in self.__dict__.get("_own", ()):
+            raise AttributeError(
+                f"there is no tool {name!r}: a program cannot run code itself; call the tools directly ({available})"
+            )
+        raise AttributeError(f"there is no tool {name!r} ({available})")
 
     def __dir__(self) -> list[str]:
         return sorted(k for k in self.__dict__ if not k.startswith("_"))
@@ -533,7 +540,8 @@ def run(
         tool = Tool(client, binding)
         functions[binding["py"]] = tool
         by_name[binding["name"]] = tool
-    tools = Tools(functions, by_name)
+    own = message.get("own") or ()
+    tools = Tools(functions, by_name, frozenset(name for name in own if type(name) is str))
 
     def report_progress(progress: Any, total: Any = None, message: Any = None) -> None:
         """Tell the user how far the program is (``progress`` out of ``total``)."""

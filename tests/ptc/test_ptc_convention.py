@@ -218,6 +218,15 @@ def test_calling_a_tool_that_is_not_bound_raises_attribute_error_naming_the_tool
     assert "AttributeError: there is no tool 'nothing' (available: echo)" in result.error.message
 
 
+def test_calling_run_code_from_a_program_says_a_program_cannot_run_code_itself(rt: Any, ptc: Any) -> None:
+    rt.tools.register(echo_tool())
+    result = run_code(rt, "await tools.run_code(code='return 1')")
+    assert (
+        "AttributeError: there is no tool 'run_code': a program cannot run code itself; "
+        "call the tools directly (available: echo)"
+    ) in result.error.message
+
+
 def test_arguments_that_are_not_json_raise_type_error_at_the_call(rt: Any, ptc: Any) -> None:
     rt.tools.register(echo_tool())
     result = run_code(

@@ -5,6 +5,8 @@ tools/ptc-dispatch-log waterfall; a raising listener is contained."""
 
 from __future__ import annotations
 
+import select
+import threading
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from dsh_actors import (
     thaw,
 )
 from executors.ptc import PtcDispatchLog
+from executors.ptc.run import Run
 
 from .helpers import GUARD, JSON_OUTPUT, batch, echo_tool, events_of, install, run_code, tool, with_session
 
@@ -207,6 +210,38 @@ def test_a_session_that_cannot_be_written_ends_the_run(rt: Any, ptc: Any, tmp_pa
     result = rt.tools.execute(batch("return await tools.work()", agent=agent, log=False)).results[0].result
     assert result.error.message.startswith("code run failed (internal): the session log could not be written")
     assert ran == []
+
+
+def test_a_stop_asked_for_before_the_programs_next_message_wins(
+    rt: Any, ptc: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    # The failed start-event write asks the run to stop; the sub-call then
+    # settles aborted before dispatch and its result reaches the program,
+    # which raises. Forced order: the program's done is in the pipe before
+    # the run's thread reads on after feeding the call (the same read loop).
+    stopped = threading.Event()
+    request_stop, on_call = Run.request_stop, Run._on_call
+
+    def stop(run: Any, kind: str, headline: str) -> None:
+        request_stop(run, kind, headline)
+        stopped.set()
+
+    def call(run: Any, message: Any) -> None:
+        on_call(run, message)
+        assert stopped.wait(10)
+        assert select.select([run._worker.stdout_fd], [], [], 10)[0]  # the program's done is written
+
+    monkeypatch.setattr(Run, "request_stop", stop)
+    monkeypatch.setattr(Run, "_on_call", call)
+    rt.tools.register(tool("work", lambda a, c: 1))
+    session = Session(tmp_path / "log.jsonl")
+    session.close()  # every append now raises
+    result = (
+        rt.tools.execute(batch("return await tools.work()", agent=Agent("a", session=session), log=False))
+        .results[0]
+        .result
+    )
+    assert result.error.message.startswith("code run failed (internal): the session log could not be written")
 
 
 def shown_tool(presentation_meta: Any) -> Any:
