@@ -817,10 +817,6 @@ class Session:
             lines = self._lines_locked()
         return self._parsed(lines)
 
-    def _events_locked(self) -> list[dict[str, Any]]:
-        # Called with the lock held.
-        return self._parsed(self._lines_locked())
-
     def _parsed(self, lines: list[bytes]) -> list[dict[str, Any]]:
         try:
             return [orjson.loads(line) for line in lines]
@@ -893,13 +889,21 @@ class Session:
         every event is read and returned. Raises
         :class:`SessionCorruptError` when the file's good bytes are not what
         this session wrote or read there (something else wrote to it)."""
+        return self._steps_events(lambda index: [(turn, step, agent)])
+
+    def _steps_events(self, steps: Callable[[StepIndex], Iterable[StepKey]]) -> list[dict[str, Any]]:
+        """What :meth:`step_events` reads for each of the steps ``steps``
+        names (from the step index, extended), together, in log order (a
+        step's agent None: every agent's)."""
         with self._index_lock:
             index = self._extended_index()
             if index.whole:
                 return self.events()
+            keys = list(steps(index))
+            pairs = {(turn, step) for turn, step, _ in keys}
             found = self._events_at(
-                index.step_spans(turn, step, agent),
-                lambda event: (event.get("turn"), event.get("step")) == (turn, step),
+                sorted({span for turn, step, agent in keys for span in index.step_spans(turn, step, agent)}),
+                lambda event: (event.get("turn"), event.get("step")) in pairs,
             )
             suspensions = {
                 e["suspension"]
@@ -1047,17 +1051,20 @@ class Session:
         or settled since; ``InvalidValueError`` when this log never deferred
         that call under that suspension (a suspension from another log, or
         an id that was changed). A write failure raises after the events
-        already logged."""
+        already logged. The refusal reads the events of the steps the
+        suspension's requests name (as :meth:`step_events` does), after
+        the session's lock is released: not every event of the log."""
         with self._lock:
             if self._closed:
                 raise self._closed_error()
-            for call_id in decisions:
-                if (suspension, call_id) not in self._awaiting:
-                    refusal = approval_refusal(self._events_locked(), suspension, call_id, self._path)
-                    raise refusal
-            for call_id, decision in decisions.items():
-                event = approval_event(call_id, suspension, decision)
-                self._append_line(_encode(event), APPROVAL, event)
+            refused = next((call_id for call_id in decisions if (suspension, call_id) not in self._awaiting), None)
+            if refused is None:
+                for call_id, decision in decisions.items():
+                    event = approval_event(call_id, suspension, decision)
+                    self._append_line(_encode(event), APPROVAL, event)
+                return
+        read = self._steps_events(lambda index: index.request_steps(suspension))
+        raise approval_refusal(read, suspension, refused, self._path)
 
     def results_by_call(self, *, ptc: bool = False) -> dict[str, LoggedResult]:
         """:func:`results_by_call` over :meth:`events`."""

@@ -37,7 +37,7 @@ class StepIndex:
     ``end``: what is indexed, the offset of the first byte (a file) or the
     number of the first line (in memory) not indexed yet."""
 
-    __slots__ = ("end", "whole", "_steps", "_approvals", "_children")
+    __slots__ = ("end", "whole", "_steps", "_approvals", "_requests", "_children")
 
     def __init__(self) -> None:
         self.end = 0
@@ -48,6 +48,9 @@ class StepIndex:
         self._steps: dict[tuple[int, int], dict[str, array[int]]] = {}
         # suspension id -> the (start, end) of its tool/approval events
         self._approvals: dict[str, array[int]] = {}
+        # suspension id -> the steps its tool/approval-request events name,
+        # in log order (the keys of a dict, as below)
+        self._requests: dict[str, dict[StepKey, None]] = {}
         # (a call's step, its id) -> the steps whose tool/batch names it as
         # parent, in log order (the keys of a dict: a step run again is not
         # added twice, and finding it costs no scan of the others)
@@ -80,11 +83,14 @@ class StepIndex:
             self._read_whole()
         elif not self.whole:
             self._steps.setdefault((key[0], key[1]), {}).setdefault(key[2], array("q")).extend((start, end))
+            if kind == APPROVAL_REQUEST:
+                self._requests.setdefault(event["suspension"], {}).setdefault(key)
 
     def _read_whole(self) -> None:
         self.whole = True
         self._steps.clear()
         self._approvals.clear()
+        self._requests.clear()
 
     def step_spans(self, turn: int, step: int, agent: str | None) -> list[tuple[int, int]]:
         """Where the events of step ``(turn, step)`` of ``agent`` (None: of
@@ -101,6 +107,11 @@ class StepIndex:
         """Where the ``tool/approval`` events of ``suspensions`` are, in log order."""
         found = (self._approvals.get(suspension) for suspension in suspensions)
         return sorted(span for positions in found if positions is not None for span in _pairs(positions))
+
+    def request_steps(self, suspension: str) -> tuple[StepKey, ...]:
+        """The steps whose ``tool/approval-request`` events name
+        ``suspension``, in log order (not :attr:`whole`)."""
+        return tuple(self._requests.get(suspension, ()))
 
     def children(self, here: StepKey, call_id: str) -> tuple[StepKey, ...]:
         """The steps whose ``tool/batch`` names call ``call_id`` of step

@@ -14,12 +14,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from dsh_actors import Agent, LogStep, Session, ToolBatchInput
 from dsh_actors.cli.render import log_entries
 from dsh_actors.errors import InvalidStateError, InvalidValueError
-from dsh_actors.session import INTERRUPTED, approval_request_event, call_event, result_event
+from dsh_actors.session import INTERRUPTED, approval_refusal, approval_request_event, call_event, result_event
 
 from .helpers import GUARD, make_tool, started_runtime
 from .test_deferred_approvals import World, c, install, roundtrip, texts
@@ -311,6 +312,44 @@ def test_a_resume_refused_as_resumed_already_reads_its_step_not_the_whole_log(
         with pytest.raises(InvalidStateError, match=r"was resumed already: the log .* holds its decision"):
             rt.tools.resume(suspension, {"c0": "rejected"}, agent=agent)
         session.close()
+
+
+@pytest.mark.parametrize(
+    ("suspension", "call_id", "parsed_lines"),
+    [("s1", "c0", 3), ("s1", "c1", 3), ("s9", "c0", 0)],  # resumed already; did not defer c1; from another log
+)
+def test_a_refused_decision_parses_its_suspension_s_step_not_the_whole_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suspension: str, call_id: str, parsed_lines: int
+) -> None:
+    """``Session.decide`` refused (an approval form sent twice) reads the
+    events of the step of the suspension's request (``step_events``), not
+    every event of the log under the session's lock, which blocked every
+    writer of the session for seconds on a large log; its message is what
+    ``approval_refusal`` says over every event."""
+    with Session(tmp_path / "log.jsonl") as session:
+        session.append(call_event(1, 1, "c0", "safe", {}, agent="alice"))
+        session.append(approval_request_event("c0", "s1", "safe", "why", None, turn=1, step=1, agent="alice"))
+        session.decide("s1", {"c0": "rejected"})
+        for step in range(1, 51):  # (another agent's steps, logged since)
+            session.append(call_event(1, step, "c0", "safe", {}, agent="bob"))
+            session.append(result_event("c0", INTERRUPTED, turn=1, step=step, agent="bob"))
+        session.read_step(1, 1, "alice")  # (the first read indexes the log)
+        parsed = 0
+        loads = orjson.loads
+
+        def counting(data: Any) -> Any:
+            nonlocal parsed
+            if bytes(data[:8]) == b'{"type":':  # (a log line)
+                parsed += 1
+            return loads(data)
+
+        monkeypatch.setattr(orjson, "loads", counting)
+        with pytest.raises((InvalidStateError, InvalidValueError)) as refused:
+            session.decide(suspension, {call_id: "allowed-once"})
+        monkeypatch.undo()
+        assert parsed == parsed_lines  # (alice's call, request and decision, or nothing: not bob's 100)
+        assert str(refused.value) == str(approval_refusal(session.events(), suspension, call_id, session.path))
+        assert type(refused.value) is type(approval_refusal(session.events(), suspension, call_id, session.path))
 
 
 def test_a_refusal_names_the_suspension_the_call_was_deferred_to_not_another_step_s() -> None:
