@@ -5,7 +5,9 @@ its code was compiled. It refuses (``Blocked``, a ``PermissionError``;
 ``BlockedImport``, an ``ImportError``):
 
 * sockets and the network clients (``socket.*``, ``http.client.*``,
-  ``urllib.*``, ...);
+  ``urllib.*``, ...); a new event loop's self-pipe is a socket pair, so
+  ``asyncio.run``/``asyncio.new_event_loop`` are refused too, with a
+  message that says to await on the worker's loop instead (:data:`NEW_LOOP`);
 * new processes and process control: ``subprocess.Popen``, ``os.system``,
   ``os.exec*``, ``os.spawn*``, ``os.posix_spawn*``, ``os.fork``,
   ``os.forkpty``, ``os.kill``/``killpg``, ``signal.pthread_kill``
@@ -68,6 +70,7 @@ Standard library only: copied next to ``worker.py`` into a container.
 
 from __future__ import annotations
 
+import asyncio.selector_events
 import os
 import re
 import stat
@@ -75,7 +78,7 @@ import sys
 import sysconfig
 from typing import Any
 
-__all__ = ["Blocked", "BlockedImport", "Guard", "PROGRAM", "disarm_process_spawning", "resolution"]
+__all__ = ["Blocked", "BlockedImport", "Guard", "NEW_LOOP", "PROGRAM", "disarm_process_spawning", "resolution"]
 
 PROGRAM = "<run_code>"
 """The filename of the program (in tracebacks, and refused as a source of new code)."""
@@ -196,6 +199,17 @@ _UNSET_DIR_FDS = (None, -1, -100)  # unset, or AT_FDCWD
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _PROC_ENTRY = re.compile(r"/proc/([0-9]+)(?:/|$)")
 _MAX_LINKS = 40
+
+_SELF_PIPE_CODE: Any = getattr(
+    getattr(asyncio.selector_events.BaseSelectorEventLoop, "_make_self_pipe", None), "__code__", None
+)
+"""The code of asyncio's ``_make_self_pipe``: a new event loop makes its
+self-pipe there, a socket pair."""
+NEW_LOOP = (
+    "run_code does not allow starting an event loop (asyncio.run, asyncio.new_event_loop): "
+    "a program runs on the worker's event loop already: await coroutines directly "
+    "(await tools.x(), asyncio.gather(...)) instead of starting a loop"
+)
 
 _posix_open = os.open
 """The real ``os.open`` (``posix.open``), captured at import, before the
@@ -467,6 +481,8 @@ class Guard:
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
         if event in _DENIED_EVENTS or event.startswith(_DENIED_PREFIXES):
+            if event == "socket.__new__" and _making_event_loop():
+                raise Blocked(NEW_LOOP)
             raise Blocked(f"run_code does not allow {event}")
         if event == "open":
             self.check_open(*args[:3])
@@ -517,6 +533,16 @@ class Guard:
         elif event == "object.__setattr__":
             if len(args) > 1 and args[1] == "__code__":
                 raise Blocked("run_code does not allow replacing a function's code")
+
+
+def _making_event_loop() -> bool:
+    """Whether the socket being made is a new event loop's self-pipe: the
+    first caller outside ``socket.py`` is asyncio's ``_make_self_pipe``."""
+    socket_file = getattr(sys.modules.get("socket"), "__file__", None)
+    frame = sys._getframe(2)  # 0 is this function, 1 the hook
+    while frame is not None and frame.f_code.co_filename == socket_file:
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame is not None and _SELF_PIPE_CODE is not None and frame.f_code is _SELF_PIPE_CODE
 
 
 def disarm_process_spawning() -> None:

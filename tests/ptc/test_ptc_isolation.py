@@ -417,6 +417,23 @@ def test_the_audit_hook_refuses(rt: Any, ptc: Any, code: str, refusal: str) -> N
     assert refusal in message, message[:400]
 
 
+def test_starting_an_event_loop_is_refused_with_a_message_that_names_the_fix(rt: Any, ptc: Any) -> None:
+    expected = "a program runs on the worker's event loop already: await coroutines directly"
+    message = failed_as(run_code(rt, "asyncio.new_event_loop()"), "error")
+    assert message.startswith("code run failed (error): Blocked: run_code does not allow starting an event loop")
+    assert expected in message.splitlines()[0], message[:400]
+    in_thread = run_code(
+        rt,
+        "import threading\nerrors = []\nasync def main():\n    return 1\n"
+        "def target():\n    try:\n        asyncio.run(main())\n    except Exception as exc:\n        errors.append(str(exc))\n"
+        "t = threading.Thread(target=target)\nt.start()\nt.join()\nreturn errors",
+    ).value["result"]
+    assert len(in_thread) == 1 and expected in in_thread[0], in_thread
+    # Any other socket keeps the plain refusal.
+    plain = failed_as(run_code(rt, "import socket\nsocket.socketpair()"), "error")
+    assert "run_code does not allow socket.__new__" in plain.splitlines()[0], plain[:400]
+
+
 def test_what_programs_may_do_despite_the_audit_hook(rt: Any, ptc: Any) -> None:
     result = run_code(
         rt,
