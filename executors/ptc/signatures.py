@@ -342,7 +342,8 @@ class Binding:
     ``null``, dropped when the program passes ``None`` (so
     ``limit=None`` means "no limit"); ``signature``: the prompt text;
     ``types``: the definitions of the classes it names (its models, as
-    each a ``TypedDict``), listed before the signatures.
+    each a ``TypedDict``), listed before the signatures; ``summary``: the
+    first line of its description (``repr(tools)`` lists them).
     """
 
     py: str
@@ -351,6 +352,7 @@ class Binding:
     omit_none: tuple[str, ...]
     signature: str
     types: tuple[str, ...] = ()
+    summary: str = ""
 
     def wire(self) -> dict[str, Any]:
         """The form sent to the worker in the ``run`` message."""
@@ -359,6 +361,7 @@ class Binding:
             "name": self.name,
             "params": [list(pair) for pair in self.params],
             "omit_none": list(self.omit_none),
+            "summary": self.summary,
         }
 
 
@@ -435,6 +438,7 @@ def signature(
         omit_none=tuple(omit_none),
         signature=text,
         types=types.definitions(used),
+        summary=next((line.strip() for line in description.splitlines() if line.strip()), ""),
     )
 
 

@@ -294,6 +294,7 @@ class Tool:
         self._params: list[tuple[str, str]] = [(p, r) for p, r in binding["params"]]
         self._to_real = dict(self._params)
         self._omit_none: list[str] = list(binding["omit_none"])
+        self._summary = str(binding.get("summary") or "")
 
     def __repr__(self) -> str:
         return f"<tool {self._name}>"
@@ -330,13 +331,20 @@ class Tool:
 class Tools:
     """The ``tools`` namespace of a program: one attribute per tool.
     ``getattr(tools, "registered-name")`` works too. ``own``: the
-    executor's own tools (``run_code``), which a program cannot call."""
+    executor's own tools (``run_code``), which a program cannot call.
+    ``repr(tools)`` (``print``) lists the tools, each with the first line
+    of its description; ``help(tools)`` shows that list and how to call
+    them (the instance's own ``__doc__``), not this class."""
 
     def __init__(self, functions: dict[str, Tool], by_name: dict[str, Tool], own: frozenset[str] = frozenset()) -> None:
         # Python names never start with "_" (signatures.py prefixes them).
         self.__dict__.update(functions)
         self.__dict__["_by_name"] = by_name
         self.__dict__["_own"] = own
+        self.__dict__["__doc__"] = (
+            "Each is a coroutine function: await tools.NAME(...) (keywords, or one dict of arguments); "
+            "a failed call raises ToolError."
+        )
 
     def __getattr__(self, name: str) -> Tool:
         tool: Tool | None = self.__dict__.get("_by_name", {}).get(name)
@@ -354,7 +362,12 @@ class Tools:
         return sorted(k for k in self.__dict__ if not k.startswith("_"))
 
     def __repr__(self) -> str:
-        return f"<tools: {', '.join(self.__dir__())}>"
+        listed = [(name, self.__dict__[name]) for name in self.__dir__()]
+        lines = [f"tools.{name}: {tool._summary}" if tool._summary else f"tools.{name}" for name, tool in listed]
+        return "\n".join(["tools:", *(f"  {line}" for line in lines)]) if lines else "tools: none"
+
+
+Tools.__module__ = "builtins"  # ``help(tools)`` names no worker module
 
 
 # --------------------------------------------------------------------------

@@ -161,6 +161,18 @@ def test_a_program_sees_exactly_the_tools_of_its_scope(rt: Any) -> None:
     assert run_code(rt, "return sorted(dir(tools))").value["result"] == ("echo", "secret")
 
 
+def test_print_and_help_of_tools_list_the_tools_with_their_descriptions(rt: Any) -> None:
+    install(rt, timeout_ms=2000)
+    rt.tools.register(echo_tool())
+    rt.tools.register(tool("read-file", lambda args, ctx: "s", description="Read a file.\n\nMore details."))
+    listing = "tools:\n  tools.echo: test tool echo\n  tools.read_file: Read a file."
+    assert run_code(rt, "return repr(tools)").value["result"] == listing
+    shown = run_code(rt, "help(tools)").value["output"]
+    assert shown.splitlines()[2:5] == listing.splitlines(), shown
+    assert "await tools.NAME(...)" in shown
+    assert "__getattr__" not in shown and "Tools(" not in shown and "__main__" not in shown, shown
+
+
 def test_the_prompt_sections_hold_the_guide_and_the_signatures() -> None:
     executor = PtcExecutor(timeout_ms=1500, max_parallel_sub_calls=4)
     (guide,) = executor.sections
