@@ -72,10 +72,12 @@ examples:
 """
 
 
-_RUN_EPILOG = """\
+#: The exit statuses every command shares, at the end of each one's list.
+_EXIT_TAIL = "2 for a bad command line, 74 when standard output cannot be written, 130 when interrupted."
+
+_RUN_EPILOG = f"""\
 exit status: 0 when the batch ran (even if some calls failed, or it suspended on a deferred approval), \
-1 when it could not run, 2 for a bad command line, 74 when standard output cannot be written, \
-130 when interrupted.
+1 when it could not run, {_EXIT_TAIL}
 
 examples:
   dsh-actors run examples/batch.json --tools examples.tools
@@ -85,9 +87,9 @@ examples:
   dsh-actors run - --tools examples.tools --approve no < examples/batch_anthropic.json
 """
 
-_SCHEMAS_EPILOG = """\
+_SCHEMAS_EPILOG = f"""\
 exit status: 0 when the schemas were printed, 1 when the tools, a server or the executor could not be \
-loaded, 2 for a bad command line, 74 when standard output cannot be written, 130 when interrupted.
+loaded, {_EXIT_TAIL}
 
 examples:
   dsh-actors schemas --tools examples.tools --format anthropic
@@ -95,9 +97,9 @@ examples:
   dsh-actors schemas --tools examples.tools --executor ptc
 """
 
-_REPLAY_EPILOG = """\
+_REPLAY_EPILOG = f"""\
 exit status: 0 when the log was drawn, 1 when it could not be read (a bad line is named FILE:LINE), \
-2 for a bad command line, 74 when standard output cannot be written, 130 when interrupted.
+{_EXIT_TAIL}
 
 examples:
   dsh-actors replay run.jsonl --tools examples.tools

@@ -60,7 +60,7 @@ _SLACK_S: Final = 30.0
 _PYTHONS: Final = frozenset({"python", "python3"})
 _PREFIX: Final = re.compile(r"[A-Za-z0-9_-]*")
 #: How a mount's refusal names a prefix as its fix (``prefix="mcp_"``).
-_PREFIX_FIX: Final = re.compile(r'prefix="([A-Za-z0-9_-]*)"')
+_PREFIX_FIX: Final = re.compile(rf'prefix="({_PREFIX.pattern})"')
 
 
 def split_prefix(command: str) -> tuple[str, str]:

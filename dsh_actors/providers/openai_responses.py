@@ -135,9 +135,14 @@ response whose output was cut off: how it stopped and the fix. A
 short, so none is run. (``steered`` stops at a safe output boundary, the
 SDK says: its items are whole, and read as usual.)"""
 
+_STILL_RUNNING: Final = (
+    "is not finished yet",
+    "wait until it is (client.responses.retrieve(response.id)) and pass that",
+)
+
 UNFINISHED: Final[Mapping[str, tuple[str, str]]] = {
-    "queued": ("is not finished yet", "wait until it is (client.responses.retrieve(response.id)) and pass that"),
-    "in_progress": ("is not finished yet", "wait until it is (client.responses.retrieve(response.id)) and pass that"),
+    "queued": _STILL_RUNNING,
+    "in_progress": _STILL_RUNNING,
     "failed": ("failed", "ask again"),
     "cancelled": ("was cancelled", "ask again if the turn should go on"),
 }

@@ -640,13 +640,12 @@ class Run:
             kind, headline = (
                 "crashed",
                 f"the worker process closed its protocol pipe {when} and was killed (it was still running; "
-                "a program must not close file descriptors it did not open)",
+                f"{_OWN_DESCRIPTORS})",
             )
         elif status == protocol.EXIT_PIPE_CLOSED:
             kind, headline = (
                 "crashed",
-                f"the worker process closed its protocol pipe {when} and exited "
-                "(a program must not close file descriptors it did not open)",
+                f"the worker process closed its protocol pipe {when} and exited ({_OWN_DESCRIPTORS})",
             )
         elif status == -signal.SIGXCPU:
             kind, headline = "cpu", "the program used up its CPU time limit and was killed"
@@ -851,6 +850,8 @@ class _Sink:
                 return
         self._on_result(sub, result, True)
 
+
+_OWN_DESCRIPTORS: Final = "a program must not close file descriptors it did not open"
 
 _KIND_OF_MESSAGE: Final = re.compile(rb'^\{\s*"t"\s*:\s*"([a-z_]+)"')
 
