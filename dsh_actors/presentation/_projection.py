@@ -100,6 +100,8 @@ def first_failure(tool: str, role: str, kind: str) -> bool:
     or what it returned): the callbacks that run for every call warn once
     per tool, callback and kind of failure, not per call."""
     key = (tool, role, kind)
+    if key in _warned:  # (read without the lock: a set's membership test is atomic; told already)
+        return False
     with _warned_lock:
         if key in _warned:
             return False

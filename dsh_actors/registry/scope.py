@@ -269,6 +269,8 @@ class ScopeActor(ActorBase):
                 f"{_listener_problem(exc)}; the tool stays registered"
             )
 
+        if self._snap.registrations.get(reg.name) is not reg:
+            return False  # (withdrawn already: nothing to copy or announce)
         return self._change((), None, (reg,), failure)[1]
 
     def _register_all(self, request: RegisterAll) -> tuple[Registration, ...]:

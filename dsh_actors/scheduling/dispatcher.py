@@ -494,8 +494,7 @@ class Dispatcher:
         debt."""
         with self.lock:
             self.serving -= 1
-            if self.owing:
-                self.owing.discard(worker)
+            self.owing.discard(worker)
             if self.wanting and self.serving < self.budget:
                 mailbox = self._fairest(left)
                 self._grant(mailbox)

@@ -205,6 +205,7 @@ def violations_of(err: ValidationError, data: Any, root: str = "value", schema: 
     "value.shape.radius"], Square [...]``. A discriminated union's unknown
     tag is told at its key, as a ``Literal``'s values."""
     errors: list[_Error] = []
+    definitions: dict[str, Any] | None = None  # (the schema's refs, collected once, when first needed)
     for error in err.errors(include_url=False):
         kind = _KINDS.get(error["type"], error["type"])
         loc = error["loc"]
@@ -221,7 +222,12 @@ def violations_of(err: ValidationError, data: Any, root: str = "value", schema: 
         subject = f'"{path}"' if key is None else f'key {dumps(key).decode()} of "{path}"'
         # A tool's value is a Python object: one that JSON has no word for is named.
         got = "" if type(error.get("input")) in _JSON_TYPES else f" (got {type(error['input']).__qualname__})"
-        nullable = word is not None and schema is not None and _nullable_at(schema, loc)
+        nullable = False
+        if word is not None and schema is not None:
+            if definitions is None:
+                definitions = {}
+                _collect_refs(schema, definitions)
+            nullable = _nullable_at(schema, loc, definitions)
         errors.append(_Error(subject, path, key, members, kind, word, nullable, error["msg"], got))
     return _violations(errors, 0) or [f'"{root}" does not match the schema']
 
@@ -291,14 +297,13 @@ def _union_violations(errors: list[_Error], depth: int) -> list[str]:
     return [f'"{at}" matches none of its alternatives: {each}']
 
 
-def _nullable_at(schema: Any, loc: tuple[int | str, ...]) -> bool:
+def _nullable_at(schema: Any, loc: tuple[int | str, ...], definitions: dict[str, Any]) -> bool:
     """Whether the core ``schema`` allows ``null`` where pydantic's ``loc``
     leads (a ``nullable`` schema there, or around the union a member's tag
     in ``loc`` names). Walked only for a failing value; False when ``loc``
     does not lead through ``schema`` to one answer (a union member its tag
-    does not name alone, a key of no field)."""
-    definitions: dict[str, Any] = {}
-    _collect_refs(schema, definitions)
+    does not name alone, a key of no field). ``definitions``: its refs
+    (:func:`_collect_refs`)."""
     answers: set[bool] = set()
     _walk_loc(schema, loc, 0, False, definitions, answers, set())
     return answers == {True}
