@@ -6,7 +6,8 @@ actors never see the :class:`~dsh_actors.runtime.ToolRuntime` (no module
 below it imports ``dsh_actors.runtime``, even for an annotation;
 ``tests/test_ownership.py`` checks it). They are given a :class:`Kernel`:
 the event bus, the published registry, the stop signal and the stop's
-deadlines, the loops, the approval channel, the claims, the actor group, the
+deadlines, the loops, the approval channel, the claims (:class:`Claims`,
+defined here), the actor group, the
 threads for blocking executors and the one way to lend capacity while
 blocked (:meth:`Kernel.waiting`). ``ToolRuntime.start()``
 builds it once (:class:`RuntimeKernel`, frozen: nobody below the runtime
@@ -16,7 +17,7 @@ runtime's dispatcher (``runtime.dispatcher``, which owns the capacity the
 kernel lends), and registers its stop hook with ``runtime.on_stop``. The
 kernel does not carry the dispatcher: the scheduler is above the kernel,
 and the kernel's module imports nothing of it when it runs (only its
-annotations name ``BlockingPool`` and ``Claims``, and the layers above it), so the layers
+annotations name ``BlockingPool`` and the layers above it), so the layers
 import one way.
 
 :class:`Kernel` is the protocol those layers are typed against, so anything
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
@@ -42,11 +44,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .loop import LoopThread
     from .pipeline.flights import LoopWatch
     from .scheduling.blocking import BlockingPool
-    from .scheduling.suspension import Claims
     from .signals import AbortSignal
     from .visibility import RegistryState
 
-__all__ = ["NEW_RUNTIME", "STOPPED", "STOPPED_REFUSAL", "Kernel", "RuntimeKernel", "refuse_blocking_a_loop"]
+__all__ = ["NEW_RUNTIME", "STOPPED", "STOPPED_REFUSAL", "Claims", "Kernel", "RuntimeKernel", "refuse_blocking_a_loop"]
 
 
 class Kernel(Protocol):
@@ -241,3 +242,55 @@ class BatchFuture(Future[_T]):
         if rt.running:  # (stopped: the stop answers the batch; waiting for that is fine)
             refuse_blocking_a_loop(rt, "submit(batch).result()", "execute_async(batch)", "its async tools run")
         return rt.waiting()
+
+
+class Claims:
+    """The suspensions a runtime has resumed (``rt`` keeps one): a
+    suspension is resumed at most once per runtime, whatever its origin.
+    An id is a few dozen bytes; they are kept for the runtime's life."""
+
+    __slots__ = ("_lock", "_taken", "_steps")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken: set[str] = set()
+        # Logged steps that a batch of this runtime runs now (the step's own
+        # batch, a resume of it, a recovery of it): (the session, turn,
+        # step, agent id). A second one of the same step is refused.
+        self._steps: set[tuple[Any, int, int, str]] = set()
+
+    def claim_step(self, session: Any, turn: int, step: int, agent: str) -> None:
+        """Take logged step ``(turn, step)`` of ``agent`` (its id) in
+        ``session`` for a batch; raises ``InvalidStateError`` while another
+        batch of this runtime runs it."""
+        with self._lock:
+            key = (session, turn, step, agent)
+            if key in self._steps:
+                raise InvalidStateError(
+                    f'step (turn {turn}, step {step}) of agent "{agent}" in this session is being run, resumed or '
+                    "recovered already: wait for that batch to finish (a call could otherwise run twice)"
+                )
+            self._steps.add(key)
+
+    def release_step(self, session: Any, turn: int, step: int, agent: str) -> None:
+        with self._lock:
+            self._steps.discard((session, turn, step, agent))
+
+    def claim(self, suspension_id: str) -> None:
+        """Take ``suspension_id``; raises ``InvalidStateError`` if it was taken."""
+        with self._lock:
+            if suspension_id in self._taken:
+                raise InvalidStateError(already_resumed(suspension_id))
+            self._taken.add(suspension_id)
+
+    def release(self, suspension_id: str) -> None:
+        """Give back a claim whose resume could not start (nothing ran)."""
+        with self._lock:
+            self._taken.discard(suspension_id)
+
+
+def already_resumed(suspension_id: str) -> str:
+    return (
+        f"suspension {suspension_id} was resumed already in this runtime: a suspension is resumed once "
+        "(resume the suspension the last resume returned, if it suspended again)"
+    )

@@ -39,7 +39,7 @@ from .errors import (
     log_exception,
 )
 from .events import Disposer, EventBus
-from .kernel import NEW_RUNTIME, STOPPED_REFUSAL, RuntimeKernel, refuse_blocking_a_loop
+from .kernel import NEW_RUNTIME, STOPPED_REFUSAL, Claims, RuntimeKernel, refuse_blocking_a_loop
 from .loop import LoopThread
 from .messages import ExecuteBatch, ResolveToolSet
 from .model import ApprovalRequest  # re-exported: dsh_actors.runtime.ApprovalRequest is importable too
@@ -50,7 +50,6 @@ from .registry.service import ServiceLinks, ToolsService
 from .scheduling.blocking import BlockingPool
 from .scheduling.dispatcher import Dispatcher
 from .scheduling.executor import CallActor, ExecutorActor, Lent, LentOnDemand, NativeExecutor, refuse_step
-from .scheduling.suspension import Claims
 from .signals import AbortController, AbortSignal
 from .visibility import RegistryState
 

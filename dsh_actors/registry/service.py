@@ -91,8 +91,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..definition import ToolDefinition, ToolSchema
     from ..execution import ToolExecution
     from ..executor_protocol import ToolModelInput
-    from ..kernel import Kernel
-    from ..scheduling.suspension import Claims
+    from ..kernel import Claims, Kernel
 
 __all__ = ["ToolsService"]
 

@@ -14,14 +14,13 @@ Resuming (:func:`resume_plan`) reads it back, checks the decisions, and
 turns it into the one continuation every interrupted batch uses
 (``scheduling.start.continue_batch``): settled calls are given their
 results, deferred ones their answers, pending ones start from the start.
-:class:`Claims` makes a suspension resumable once per runtime; a logged
+The kernel's ``Claims`` make a suspension resumable once per runtime; a logged
 batch is also claimed in its session (``Session.decide``), which is what
 holds across processes sharing the log.
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -29,8 +28,9 @@ from typing import Any, Final
 
 import orjson
 
-from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
+from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str
 from ..json import materialize, thaw
+from ..kernel import Claims
 from ..model import (
     Agent,
     Ask,
@@ -51,7 +51,7 @@ from ..session import LOST_END, LoggedCall, LoggedResult, Session, approval_refu
 from .messages import CallStart
 from .recovery import logged_arguments
 
-__all__ = ["Claims", "ResumePlan", "checked_with_log", "new_suspension_id", "resume_plan", "suspension_value"]
+__all__ = ["ResumePlan", "checked_with_log", "new_suspension_id", "resume_plan", "suspension_value"]
 
 FORMAT: Final = "dsh-actors/suspension"
 VERSION: Final = 1
@@ -570,51 +570,6 @@ def _check_call(call: ToolCall, start: CallStart, entry: LoggedCall, where: str,
             )
 
 
-class Claims:
-    """The suspensions a runtime has resumed (``rt`` keeps one): a
-    suspension is resumed at most once per runtime, whatever its origin.
-    An id is a few dozen bytes; they are kept for the runtime's life."""
-
-    __slots__ = ("_lock", "_taken", "_steps")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._taken: set[str] = set()
-        # Logged steps that a batch of this runtime runs now (the step's own
-        # batch, a resume of it, a recovery of it): (the session, turn,
-        # step, agent id). A second one of the same step is refused.
-        self._steps: set[tuple[Any, int, int, str]] = set()
-
-    def claim_step(self, session: Any, turn: int, step: int, agent: str) -> None:
-        """Take logged step ``(turn, step)`` of ``agent`` (its id) in
-        ``session`` for a batch; raises ``InvalidStateError`` while another
-        batch of this runtime runs it."""
-        with self._lock:
-            key = (session, turn, step, agent)
-            if key in self._steps:
-                raise InvalidStateError(
-                    f'step (turn {turn}, step {step}) of agent "{agent}" in this session is being run, resumed or '
-                    "recovered already: wait for that batch to finish (a call could otherwise run twice)"
-                )
-            self._steps.add(key)
-
-    def release_step(self, session: Any, turn: int, step: int, agent: str) -> None:
-        with self._lock:
-            self._steps.discard((session, turn, step, agent))
-
-    def claim(self, suspension_id: str) -> None:
-        """Take ``suspension_id``; raises ``InvalidStateError`` if it was taken."""
-        with self._lock:
-            if suspension_id in self._taken:
-                raise InvalidStateError(already_resumed(suspension_id))
-            self._taken.add(suspension_id)
-
-    def release(self, suspension_id: str) -> None:
-        """Give back a claim whose resume could not start (nothing ran)."""
-        with self._lock:
-            self._taken.discard(suspension_id)
-
-
 class ReleasingReply:
     """A reply that gives back a step claim once it is settled (or once
     :meth:`release` is called: the batch never started)."""
@@ -686,10 +641,3 @@ def logged_step(batch: ToolBatchInput) -> tuple[Any, int, int, str] | None:
     if log is None or agent is None or agent.session is None:
         return None
     return agent.session, log.turn, log.step, agent.id
-
-
-def already_resumed(suspension_id: str) -> str:
-    return (
-        f"suspension {suspension_id} was resumed already in this runtime: a suspension is resumed once "
-        "(resume the suspension the last resume returned, if it suspended again)"
-    )

@@ -466,7 +466,7 @@ def test_a_step_whose_batch_s_future_was_cancelled_is_free_once_the_batch_ended(
     (it runs on, its step held); once it ended the step is free again: it
     would otherwise stay held for the runtime's life, refusing every later
     batch of the step."""
-    from dsh_actors.scheduling.suspension import Claims
+    from dsh_actors.kernel import Claims
 
     tools = Tools(rt)
     running, release, freed = threading.Event(), threading.Event(), threading.Event()
