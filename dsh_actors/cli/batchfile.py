@@ -46,7 +46,7 @@ from ..model import ToolCall
 from ..providers import ProviderFormatError, anthropic, openai, openai_responses
 from ..providers._common import kind as _kind
 
-__all__ = ["ACCEPTED_SHAPES", "Batch", "BatchFileError", "BatchShape", "parse_batch", "read_batch"]
+__all__ = ["ACCEPTED_SHAPES", "Batch", "BatchFileError", "BatchShape", "parse_batch", "read_batch", "read_json_file"]
 
 BatchShape: TypeAlias = Literal["dsh", "openai", "openai-responses", "anthropic"]
 
@@ -81,43 +81,66 @@ class Batch:
 
 def read_batch(path: str | Path) -> Batch:
     """Read and parse the batch file at ``path`` (``-``: standard input)."""
-    name = str(path)
-    if not name:  # (Path("") is the current directory)
-        raise BatchFileError("the batch file needs a name (got an empty one; '-' is standard input)")
-    if name == "-" and sys.stdin is None:  # (started with it closed: <&-)
-        raise BatchFileError("standard input is closed; name the batch file, or pipe the batch to '-'")
-    try:
-        data = sys.stdin.buffer.read() if name == "-" else Path(path).read_bytes()
-    except FileNotFoundError:
-        raise BatchFileError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise BatchFileError(f"{name}: is a directory, not a batch file") from None
-    except OSError as err:
-        raise BatchFileError(f"{name}: cannot read: {err.strerror or err}") from None
-    source = "<stdin>" if name == "-" else name
-    text = _text(data, source)
-    try:
-        value = loads(text, frozen=False, path="batch")
-    except LosslessJsonError as err:
-        where = "" if err.path == "batch" else f" at {err.path}"
-        raise BatchFileError(f"{source}: not valid JSON{where}: {err.problem}") from None
+    value, source = read_json_file(path)
     return parse_batch(value, source)
 
 
-def _text(data: bytes, source: str) -> str:
-    """The batch file's JSON text: UTF-8 (RFC 8259), a leading byte order
-    mark skipped (as editors on Windows write one), not empty."""
+def read_json_file(
+    path: str | Path,
+    *,
+    what: str = "batch file",
+    holds: str = "the tool calls",
+    root: str = "batch",
+    stdin: bool = True,
+    error: type[Exception] = BatchFileError,
+    label: str | None = None,
+) -> tuple[Any, str]:
+    """The JSON value of the file at ``path`` (with ``stdin``, ``-`` is
+    standard input), and the name a message gives it (``<stdin>``, else
+    ``path``). The file is UTF-8 text (a leading byte order mark skipped);
+    any problem raises ``error`` with a one-line message naming the file
+    (as ``label``, when given), the file's ``what`` (a missing name, a directory), what it ``holds``
+    (an empty one) and the JSON path from ``root`` of text that is not
+    JSON."""
+    name = str(path)
+    from_stdin = stdin and name == "-"
+    if not name:  # (Path("") is the current directory)
+        hint = "; '-' is standard input" if stdin else ""
+        raise error(f"the {what} needs a name (got an empty one{hint})")
+    if from_stdin and sys.stdin is None:  # (started with it closed: <&-)
+        raise error(f"standard input is closed; name the {what}, or pipe the {what.removesuffix(' file')} to '-'")
+    source = "<stdin>" if from_stdin else name
+    shown = source if label is None else label
+    try:
+        data = sys.stdin.buffer.read() if from_stdin else Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{shown}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{shown}: is a directory, not a {what}") from None
+    except OSError as err:
+        raise error(f"{shown}: cannot read: {err.strerror or err}") from None
+    text = _text(data, shown, holds, error)
+    try:
+        return loads(text, frozen=False, path=root), source
+    except LosslessJsonError as err:
+        where = "" if err.path == root else f" at {err.path}"
+        raise error(f"{shown}: not valid JSON{where}: {err.problem}") from None
+
+
+def _text(data: bytes, source: str, holds: str, error: type[Exception]) -> str:
+    """The file's JSON text: UTF-8 (RFC 8259), a leading byte order mark
+    skipped (as editors on Windows write one), not empty."""
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise BatchFileError(f"{source}: UTF-16 text, not UTF-8; save it as UTF-8")
+        raise error(f"{source}: UTF-16 text, not UTF-8; save it as UTF-8")
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        raise BatchFileError(
+        raise error(
             f"{source}: not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it as UTF-8"
         ) from None
     if not text.strip():
-        raise BatchFileError(f"{source}: empty; it should hold the tool calls, as JSON")
+        raise error(f"{source}: empty; it should hold {holds}, as JSON")
     return text
 
 

@@ -84,6 +84,7 @@ examples:
   dsh-actors run examples/batch_openai.json --tools examples.tools --log run.jsonl --json
   dsh-actors run examples/batch_mcp.json --mcp "python -m examples.mcp_server"
   dsh-actors run batch.json --tools my_tools.py --mcp "notes_=python -m examples.mcp_server"
+  dsh-actors run batch.json --mcp-config ~/.cursor/mcp.json --json
   dsh-actors run - --tools examples.tools --approve no < examples/batch_anthropic.json
 """
 
@@ -200,7 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(split like a shell would; repeatable; needs the mcp extra); a leading 'python' is this "
         "command's own interpreter. PREFIX= (letters, digits, _ and -) names the tools PREFIX + name, so two "
         "servers with the same tool names can be mounted together: --mcp 'a_=python -m examples.mcp_server' "
-        "--mcp 'b_=python -m examples.mcp_server'. --tools, --mcp or both"
+        "--mcp 'b_=python -m examples.mcp_server'. --tools, --mcp, --mcp-config or several"
+    )
+    mcp_config_help = (
+        "also mount every MCP server a JSON file lists as Claude Desktop, Claude Code and Cursor keep them: "
+        '{"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}} (repeatable; stdio servers '
+        'only; "disabled": true leaves one out); each is mounted as --mcp mounts a server, its tools under '
+        "their own names"
     )
 
     run = commands.add_parser(
@@ -209,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="execute a batch of tool calls read from a JSON file",
         description=(
             "Execute the tool calls of a JSON batch file against the tools a Python module registers "
-            "(--tools) and MCP servers serve (--mcp), as one model step, and print each result with its "
+            "(--tools) and MCP servers serve (--mcp, --mcp-config), as one model step, and print each result with its "
             "tool's card, then a summary line ('3 calls: 2 ok, 1 error'). "
             f"Accepted batch shapes: {ACCEPTED_SHAPES}."
         ),
@@ -219,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
     run.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
     run.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
+    run.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
     run.set_defaults(command_parser=run)
     run.add_argument("--executor", choices=EXECUTORS, default="native", help="the batch executor (default native)")
     run.add_argument(
@@ -267,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schemas.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
     schemas.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
+    schemas.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
     schemas.set_defaults(command_parser=schemas)
     schemas.add_argument(
         "--format",
@@ -513,8 +522,8 @@ def _main(args_list: list[str], lead: int) -> int:
                 getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
             if args.command is None:
                 parser.error("the following arguments are required: COMMAND")
-            if args.command in ("run", "schemas") and args.tools is None and not args.mcp:
-                args.command_parser.error("one of the arguments --tools or --mcp is required")
+            if args.command in ("run", "schemas") and args.tools is None and not args.mcp and not args.mcp_config:
+                args.command_parser.error("one of the arguments --tools, --mcp or --mcp-config is required")
         except SystemExit as exit:
             return exit.code if isinstance(exit.code, int) else 2
         verbose = getattr(args, "verbose", False)

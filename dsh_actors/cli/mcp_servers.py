@@ -25,26 +25,42 @@ that are not (the SDK's default, ``strict``, would stop reading it). A mount's
 refusal is told in the command line's words (:func:`_mount_problem`): a
 prefix as ``--mcp 'mcp_=COMMAND ...'``, a server gone before its tools were
 mounted as such. Needs the ``mcp`` extra.
+
+``--mcp-config FILE`` (repeatable) mounts the servers a JSON file lists the
+way Claude Desktop, Claude Code and Cursor keep them, ``{"mcpServers":
+{"NAME": {"command": ..., "args": [...], "env": {...}}}}``, each as an
+``--mcp`` value is, after the ``--mcp`` ones (:func:`read_config`): its
+tools keep their names, ``command`` ``python`` is this command's own
+interpreter, ``env`` is added to the environment the SDK gives a server,
+and a server marked ``"disabled": true`` is left out. The whole file is
+checked before any server starts; what cannot be used (text that is not
+JSON, another shape, a server without ``command``, a transport other than
+stdio: ``"url"``, ``"type": "sse"``) is a one-line error naming the file,
+the server and the fix.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import shlex
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from loguru import logger
 
 from ..errors import DshError, RegistrationError, safe_str
+from ..providers._common import kind
 from ..runtime import ToolRuntime
+from .batchfile import read_json_file
 from .loading import CliError
 
-__all__ = ["McpServers"]
+__all__ = ["McpServers", "read_config"]
 
 #: How long a server may take to answer the MCP handshake (``initialize``).
 #: A module attribute, read when a server starts, so tests can shorten it.
@@ -63,6 +79,137 @@ _PREFIX: Final = re.compile(r"[A-Za-z0-9_-]*")
 _PREFIX_FIX: Final = re.compile(rf'prefix="({_PREFIX.pattern})"')
 
 
+#: The shape of a server of an --mcp-config file, and of the file, for its errors.
+_SERVER_SHAPE: Final = '{"command": "...", "args": ["..."], "env": {"KEY": "VALUE"}}'
+_CONFIG_SHAPE: Final = f'{{"mcpServers": {{"NAME": {_SERVER_SHAPE}}}}}'
+
+
+@dataclass(frozen=True, slots=True)
+class _Server:
+    """One stdio server to mount, from an ``--mcp`` value or an
+    ``--mcp-config`` file: how messages name it (``where``), the command
+    that starts it (``argv``, ``python`` already this interpreter), its
+    tools' ``prefix``, the environment variables it adds (``env``), and
+    how a mount refusal's prefix fix names it: the ``--mcp`` value that
+    mounts it without the prefix (``line``), and, for a file's server,
+    which server of which file that value stands in for (``instead``)."""
+
+    where: str
+    argv: list[str]
+    prefix: str
+    line: str
+    env: dict[str, str] | None = None
+    instead: str = ""
+
+
+def _own_python(argv: list[str]) -> list[str]:
+    """``argv`` with a first word ``python`` (or ``python3``) as this
+    command's own interpreter."""
+    return [sys.executable, *argv[1:]] if argv[0] in _PYTHONS else argv
+
+
+def _from_option(command: str) -> _Server:
+    """The server of one ``--mcp`` value."""
+    prefix, line = split_prefix(command)
+    where = f"--mcp {command!r}"
+    try:
+        argv = shlex.split(line)
+    except ValueError as err:
+        raise CliError(f"{where}: {err}") from None
+    if not argv:
+        raise CliError(f"{where}: needs a command line (got an empty one)")
+    return _Server(where, _own_python(argv), prefix, line)
+
+
+def read_config(path: str) -> list[_Server]:
+    """The servers an ``--mcp-config`` file lists (module docstring), in
+    the file's order, the disabled ones left out; :class:`CliError` with a
+    one-line message naming the file, the server and the fix for a file
+    that cannot be used."""
+    where = f"--mcp-config {shlex.quote(path)}"
+    value, source = read_json_file(
+        path,
+        what="config file of MCP servers",
+        holds=f"the MCP servers, {_CONFIG_SHAPE}",
+        root="config",
+        stdin=False,
+        error=CliError,
+        label=where,
+    )
+    servers = value.get("mcpServers") if isinstance(value, Mapping) else None
+    if not isinstance(servers, Mapping):
+        found = (
+            f'"mcpServers" is {kind(servers)}'
+            if isinstance(value, Mapping) and "mcpServers" in value
+            else f"the file holds {_describe_value(value)}"
+        )
+        raise CliError(
+            f"{where}: expected the MCP servers by name, {_CONFIG_SHAPE} (as Claude Desktop, Claude Code "
+            f"and Cursor write them), but {found}"
+        )
+    if not servers:
+        raise CliError(f'{where}: "mcpServers" lists no servers; add one: {_CONFIG_SHAPE}')
+    return [
+        server
+        for name, entry in servers.items()
+        if (server := _config_server(f"{where}: server {json.dumps(name, ensure_ascii=False)}", source, name, entry))
+    ]
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in list(value)[:5])
+        return f"an object with the keys {keys}" if keys else "an empty object"
+    return kind(value)
+
+
+def _config_server(where: str, source: str, name: str, entry: Any) -> _Server | None:
+    """The server ``name`` of the file ``source`` lists as ``entry``; None
+    when it is disabled."""
+    if not isinstance(entry, Mapping):
+        raise CliError(f"{where}: expected an object, {_SERVER_SHAPE}, got {kind(entry)}")
+    disabled = entry.get("disabled", False)
+    if type(disabled) is not bool:
+        raise CliError(f'{where}: "disabled" should be true or false, got {kind(disabled)}')
+    if disabled:
+        return None
+    transport = entry.get("type", "stdio")
+    if not isinstance(transport, str):
+        raise CliError(
+            f'{where}: "type" should be "stdio" (the one transport dsh-actors supports), got {kind(transport)}'
+        )
+    if transport != "stdio" or ("url" in entry and "command" not in entry):
+        how = f"the {json.dumps(transport, ensure_ascii=False)} transport" if transport != "stdio" else 'a URL ("url")'
+        raise CliError(
+            f"{where}: it is reached by {how}, which dsh-actors does not support: only stdio servers, "
+            'started from "command" and "args"; give the command that starts it over stdio, '
+            "or leave the server out of the file"
+        )
+    command = entry.get("command")
+    if "command" not in entry:
+        raise CliError(f'{where}: no "command": name the program that starts it, as "command": "npx", "args": [...]')
+    if not isinstance(command, str) or not command.strip():
+        raise CliError(f'{where}: "command" should be the program that starts it, got {kind(command)}')
+    args = entry.get("args", [])
+    if not isinstance(args, list):
+        raise CliError(f'{where}: "args" should be a list of strings, got {kind(args)}')
+    for index, arg in enumerate(args):
+        if not isinstance(arg, str):
+            raise CliError(f'{where}: "args"[{index}] should be a string, got {kind(arg)} (write it in quotes)')
+    env = entry.get("env") or {}
+    if not isinstance(env, Mapping):
+        raise CliError(f'{where}: "env" should be an object of strings, {{"KEY": "VALUE"}}, got {kind(env)}')
+    for key, text in env.items():
+        if not isinstance(text, str):
+            shown = json.dumps(key, ensure_ascii=False)
+            raise CliError(f'{where}: "env".{shown} should be a string, got {kind(text)} (write it in quotes)')
+    argv = [command, *args]
+    # (the --mcp value a prefix fix names: the variables' values are not shown)
+    line = shlex.join(["env", *(f"{key}=..." for key in env), *argv] if env else argv)
+    instead = f", given instead of server {json.dumps(name, ensure_ascii=False)} of {shlex.quote(source)},"
+    return _Server(where, _own_python(argv), "", line, dict(env) or None, instead)
+
+
 def split_prefix(command: str) -> tuple[str, str]:
     """``"PREFIX=COMMAND ..."`` as ``(PREFIX, "COMMAND ...")``; ``("",
     command)`` when the text before the first ``=`` is not a prefix (module
@@ -77,24 +224,11 @@ class McpServers:
     """The stdio MCP servers of one command, mounted into ``rt`` by
     :meth:`start` and stopped by :meth:`close` (a context manager)."""
 
-    def __init__(self, commands: Sequence[str]) -> None:
+    def __init__(self, commands: Sequence[str], configs: Sequence[str] = ()) -> None:
         self.commands = list(commands)
-        self._argvs: list[list[str]] = []
-        self._prefixes: list[str] = []
-        self._lines: list[str] = []  # (each command as written, without its prefix)
-        for command in self.commands:
-            prefix, line = split_prefix(command)
-            try:
-                argv = shlex.split(line)
-            except ValueError as err:
-                raise CliError(f"--mcp {command!r}: {err}") from None
-            if not argv:
-                raise CliError(f"--mcp {command!r}: needs a command line (got an empty one)")
-            if argv[0] in _PYTHONS:
-                argv[0] = sys.executable
-            self._argvs.append(argv)
-            self._prefixes.append(prefix)
-            self._lines.append(line)
+        self._servers = [_from_option(command) for command in self.commands]
+        for path in configs:
+            self._servers.extend(read_config(path))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -107,17 +241,18 @@ class McpServers:
         self._stopped = threading.Event()
 
     def start(self, rt: ToolRuntime) -> McpServers:
-        if not self._argvs:
+        if not self._servers:
             return self
         try:
             import mcp  # noqa: F401 - the optional "mcp" extra: only --mcp needs it
         except ImportError:
-            raise CliError("--mcp needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
+            option = self._servers[0].where.split(" ", 1)[0]
+            raise CliError(f"{option} needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
         self._loop = asyncio.new_event_loop()
         self._task = self._loop.create_task(self._serve(rt))  # (the loop runs it once the thread starts)
         self._thread = threading.Thread(target=self._main, name="dsh-cli-mcp", daemon=True)
         self._thread.start()
-        if not self._ready.wait((_HANDSHAKE_S + _LISTING_S + _SLACK_S) * len(self._argvs)):
+        if not self._ready.wait((_HANDSHAKE_S + _LISTING_S + _SLACK_S) * len(self._servers)):
             self.close()
             raise CliError("--mcp: the servers did not start")
         if self._failure is not None:
@@ -156,14 +291,14 @@ class McpServers:
 
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
-            for command, argv, prefix, line in zip(
-                self.commands, self._argvs, self._prefixes, self._lines, strict=True
-            ):
-                where = f"--mcp {command!r}"
+            for server in self._servers:
+                where, argv, prefix = server.where, server.argv, server.prefix
                 try:
                     # "replace": a server's bytes that are not UTF-8 become U+FFFD; with the
                     # SDK's "strict" its reader dies on them, and every later answer is lost.
-                    params = StdioServerParameters(command=argv[0], args=argv[1:], encoding_error_handler="replace")
+                    params = StdioServerParameters(
+                        command=argv[0], args=argv[1:], env=server.env, encoding_error_handler="replace"
+                    )
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=server_errlog()))
                     handshake = _Handshake(answer_failed_malformed)
                     session = await stack.enter_async_context(
@@ -182,7 +317,7 @@ class McpServers:
                         break
                     stack.callback(await mount(rt, session, prefix=prefix))
                 except DshError as err:
-                    self._failure = f"{where}: {_mount_problem(err, line)}"
+                    self._failure = f"{where}: {_mount_problem(err, server)}"
                 except Exception as err:  # noqa: BLE001 - one line for the user (anyio may wrap it in a group)
                     self._failure = f"{where}: {_describe(err, prefix)}"
                 if self._failure is not None:
@@ -241,20 +376,20 @@ class _Handshake:
             self.fail(self.session, message)
 
 
-def _mount_problem(err: DshError, line: str) -> str:
-    """Why mounting the server of command ``line`` (without its prefix)
-    failed, in the command line's words: a prefix is ``--mcp
-    'mcp_=COMMAND'`` here (the mount names ``prefix="mcp_"``, its
-    keyword), and a server gone before its tools were mounted is to be
-    started again by running the command again, not by mounting a new
-    session."""
+def _mount_problem(err: DshError, server: _Server) -> str:
+    """Why mounting ``server`` failed, in the command line's words: a
+    prefix is ``--mcp 'mcp_=COMMAND'`` here (the mount names
+    ``prefix="mcp_"``, its keyword; for a server of an ``--mcp-config``
+    file, that value given instead of it), and a server gone before its
+    tools were mounted is to be started again by running the command
+    again, not by mounting a new session."""
     from ..mcp import McpConnectionError  # (the SDK's module: only --mcp needs it)
 
     if isinstance(err, McpConnectionError):
         return "the server exited or closed its connection before its tools were mounted (its stderr may say why)"
     text = " ".join(err.message.split())
     if isinstance(err, RegistrationError):
-        text = _PREFIX_FIX.sub(lambda fix: f"--mcp {shlex.quote(fix[1] + '=' + line)}", text)
+        text = _PREFIX_FIX.sub(lambda fix: f"--mcp {shlex.quote(fix[1] + '=' + server.line)}{server.instead}", text)
     return text
 
 

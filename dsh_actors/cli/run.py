@@ -1,7 +1,9 @@
 """``dsh-actors run BATCH.json --tools MODULE``: run one batch of tool calls.
 
 ``--mcp "COMMAND ..."`` (repeatable) also mounts the tools of a stdio MCP
-server (:mod:`.mcp_servers`); ``--tools``, ``--mcp`` or both.
+server, ``--mcp-config FILE`` (repeatable) those of each server a JSON file
+lists (:mod:`.mcp_servers`); ``--tools``, ``--mcp``, ``--mcp-config`` or
+several.
 
 The batch runs as one model step (``LogStep(turn=1, step=1)``) of one agent
 (``--agent``, default ``cli``) whose session is in memory, or the JSONL file
@@ -12,7 +14,9 @@ holds events or another session holds) is refused before anything runs.
 ``--json`` prints the live results instead, canonical values included:
 every call of the batch, those a suspended batch left open (awaiting an
 approval, or never started behind one) in ``pending``, counted in the
-summary as the cards' summary line counts them.
+summary as the cards' summary line counts them. Its ``version``
+(:data:`JSON_VERSION`) says which shape a consumer reads (the keys
+``dsh_actors/cli/README.md`` lists for it).
 
 With no approval channel (no ``--approve``, stdin or stderr not a
 terminal, and no service of the ``--tools`` module), a call a policy asks
@@ -81,9 +85,13 @@ from .loading import (
 from .mcp_servers import McpServers
 from .render import Tally, choose_style, log_entries, render_log, resolve_views, summary_line
 
-__all__ = ["APPROVE_MODES", "run_command"]
+__all__ = ["APPROVE_MODES", "JSON_VERSION", "run_command"]
 
 APPROVE_MODES: Final = ("yes", "no", "prompt")
+JSON_VERSION: Final = 1
+"""The ``version`` of the ``--json`` document: the shape ``README.md``
+beside this module documents. A key added keeps it; a key removed, renamed
+or given another meaning raises it."""
 
 
 def _approver(mode: str) -> Any:
@@ -261,10 +269,11 @@ def _number(value: float) -> str:
 def _json_document(
     batch: ToolBatchResult, names: dict[str, str], views: dict[str, Any], shape: str, tally: Tally
 ) -> bytes:
-    """The ``--json`` document: every call of the batch, the settled ones in
-    ``results`` and the open ones (a batch that suspended on a deferred
-    approval) in ``pending``, each in model order, its ``suspension``, and
-    a ``summary``: ``tally``, what the cards' summary line counts."""
+    """The ``--json`` document: its ``version`` (:data:`JSON_VERSION`),
+    every call of the batch, the settled ones in ``results`` and the open
+    ones (a batch that suspended on a deferred approval) in ``pending``,
+    each in model order, its ``suspension``, and a ``summary``: ``tally``,
+    what the cards' summary line counts."""
     results = []
     for item in batch.results:
         outcome = item.result
@@ -284,6 +293,7 @@ def _json_document(
         results.append(entry)
     pending = _pending_entries(batch, views)
     document = {
+        "version": JSON_VERSION,
         "shape": shape,
         "results": results,
         "pending": pending,
@@ -455,7 +465,7 @@ def run_command(args: argparse.Namespace) -> int:
     interrupts: Interrupts | None = None
     try:
         source = None if args.tools is None else load_tool_source(args.tools)
-        servers = McpServers(getattr(args, "mcp", None) or [])
+        servers = McpServers(getattr(args, "mcp", None) or [], getattr(args, "mcp_config", None) or [])
         with ToolRuntime() as rt, servers:
             unasked = _install(rt, args, source, servers)
             rt.events.on("tools/progress", ProgressLines(sys.stderr))

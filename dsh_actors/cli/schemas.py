@@ -13,7 +13,8 @@ writes them as a provider's ``tools`` parameter, with
 * ``anthropic``: ``{"name", "description", "input_schema"}`` (Messages);
 * ``raw``: ours, ``{"name", "description", "parameters"}``.
 
-``--mcp "COMMAND ..."`` (repeatable) adds the tools of a stdio MCP server.
+``--mcp "COMMAND ..."`` (repeatable) adds the tools of a stdio MCP server,
+``--mcp-config FILE`` (repeatable) those of each server a JSON file lists.
 Printed as one indented JSON list. Exit status 0, or 1 when the tools or
 the executor cannot be loaded (74: standard output cannot be written).
 """
@@ -52,7 +53,7 @@ FORMATS: Final = tuple(_FORMATTERS)
 
 def schemas_command(args: argparse.Namespace) -> int:
     source = None if args.tools is None else load_tool_source(args.tools)
-    servers = McpServers(getattr(args, "mcp", None) or [])
+    servers = McpServers(getattr(args, "mcp", None) or [], getattr(args, "mcp_config", None) or [])
     with ToolRuntime() as rt, servers:
         if source is not None:
             install_tools(source, rt)

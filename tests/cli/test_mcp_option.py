@@ -43,7 +43,7 @@ def test_schemas_lists_the_servers_tools_next_to_a_modules(cli: Cli, root: Path)
 def test_without_tools_or_mcp_the_command_line_is_refused(cli: Cli) -> None:
     outcome = cli("schemas")
     assert outcome.code == 2
-    assert "one of the arguments --tools or --mcp is required" in outcome.err
+    assert "one of the arguments --tools, --mcp or --mcp-config is required" in outcome.err
 
 
 def test_a_server_that_cannot_start_is_a_one_line_error(cli: Cli, root: Path) -> None:

@@ -177,6 +177,31 @@ def test_json_output_shows_the_calls_a_suspended_batch_left_open_and_counts_them
     ]
 
 
+def test_json_output_states_its_version_first_and_the_readme_documents_each_key_it_has(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # (The document had no version: a consumer could not tell which shape it read.)
+    from dsh_actors.cli.run import JSON_VERSION
+
+    module = write_module("deferring_tools", DEFERRING_TOOLS)
+    batch = _batch(
+        root,
+        {"id": "a", "name": "pay", "arguments": {"to": "bob"}},
+        {"id": "b", "name": "look", "arguments": {"q": "x"}},
+        {"id": "c", "name": "write", "arguments": {"path": "p"}},
+        {"id": "d", "name": "unknown_tool", "arguments": {}},
+    )
+    document = json.loads(cli("run", batch, "--tools", module, "--json").out)
+    assert JSON_VERSION == 1 and list(document)[0] == "version" and document["version"] == JSON_VERSION
+    readme = (Path(__file__).parents[2] / "dsh_actors" / "cli" / "README.md").read_text()
+    section = readme.split("#### The `--json` document", 1)[1].split("\n#", 1)[0]
+    keys = {*document, *document["summary"], *document["pending"][0]}
+    keys |= {key for result in document["results"] for key in result}
+    assert {"value", "error", "waits_for"} <= keys
+    assert not [key for key in sorted(keys) if f"`{key}`" not in section]
+    assert f"| `version` | `{JSON_VERSION}` |" in section
+
+
 def test_a_denied_shell_command_fails_its_call_but_the_batch_exits_0(cli: Cli, root: Path) -> None:
     batch = _batch(root, {"id": "x", "name": "run_shell", "arguments": {"command": "sudo reboot"}})
     outcome = cli("run", batch, "--tools", "examples.tools")
