@@ -266,14 +266,14 @@ class ToolExecution:
 
     @property
     def definition(self) -> Any:
-        """The registry's tool definition this call runs, as the pipeline
-        last looked it up (a ``ToolDefinition``): what its body, its
-        argument and output checks and its ``tools/execute`` wrappers go by
-        (a change before its body starts sends the call back to be looked
-        up and prepared again, so a wrapper reads what the body runs). None
-        when not looked up, for a name that runs no tool (``tool_found``
-        False), and for a tool its executor provides itself (PTC's
-        ``run_code``). A policy that reads a tool's settings
+        """The tool definition this call runs, as the pipeline last looked
+        it up (a ``ToolDefinition``: the registry's, or the one its executor
+        provides itself, PTC's ``run_code``): what its body, its argument
+        and output checks and its ``tools/execute`` wrappers go by (a change
+        before its body starts sends the call back to be looked up and
+        prepared again, so a wrapper reads what the body runs). None when
+        not looked up, and for a name that runs no tool (``tool_found``
+        False). A policy that reads a tool's settings
         (``timeout_ms``, ``idempotent``) reads them here rather than look
         the name up again."""
         try:

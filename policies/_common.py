@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from dsh_actors import (
@@ -35,6 +35,7 @@ __all__ = [
     "ToolExecutionResult",
     "UNSET",
     "Undo",
+    "applied",
     "check_bool",
     "check_callable",
     "check_names",
@@ -260,7 +261,17 @@ def counted_name(execution: ToolExecution, unknown: str, code: str | None = None
     return execution.name
 
 
+def applied(rt: ToolRuntime, event: str, kind: type[_T]) -> Iterator[_T]:
+    """The objects of ``kind`` (a policy's) whose methods listen to
+    ``event`` on ``rt``: the policies of that kind applied to ``rt`` and
+    not disposed, in the order their listeners run."""
+    for listener in rt.events.listeners(event):
+        owner = getattr(listener, "__self__", None)
+        if isinstance(owner, kind):
+            yield owner
+
+
 def listens(rt: ToolRuntime, event: str, kind: type) -> bool:
     """Whether a listener of ``event`` on ``rt`` is a method of a ``kind``
     (a policy's object): the policy is applied to ``rt`` and not disposed."""
-    return any(isinstance(getattr(listener, "__self__", None), kind) for listener in rt.events.listeners(event))
+    return next(applied(rt, event, kind), None) is not None

@@ -92,12 +92,24 @@ scopes). Span events (attributes in ``dsh.*``):
 ``dsh.policy.disposed``
     the policy was disposed while the call was in flight: its span ends
     there (status unset, no duration recorded).
+``dsh.runtime.stopped``
+    the runtime stopped and the call had not settled by the stop's
+    deadline (its thread ignores the stop's signal: a body run inline on
+    its batch's thread, a sync listener or approval service that does not
+    return; the stop answers its batch without it). The policy's
+    ``rt.on_stop`` hook waits for the calls in flight to settle, until that
+    deadline (``rt.stop_remaining()``), and then ends the spans of those
+    that have not: status ``ERROR`` (``the runtime stopped before the call
+    settled``), ``error.type`` ``_OTHER``, no duration recorded. Its
+    ``tools/result``, should the call settle later, adds nothing (nor does
+    anything else the call's thread does when it comes back).
 
 The policy sees a call through a prepended ``tools/pre-execute`` listener,
 a guard (guards run once a call is allowed, the approval included: this
 one marks the call cleared), a ``tools/approval`` observer (the answers),
 a ``tools/deferred`` observer and a ``tools/result`` observer; nothing else,
-so it adds no phase to a call that had none.
+so it adds no phase to a call that had none (and an ``rt.on_stop`` hook,
+above).
 
 **Content.** Only with ``capture_content=True``: ``gen_ai.tool.call.arguments``
 (the arguments as JSON text; text the model sent that is not JSON, or whose
@@ -128,10 +140,15 @@ proxy provider is kept by it for good).
 preparing and finalizing the call, which also publishes the approval's
 answer, the call's guard); they touch only the
 call's own state, kept in the call's context (each applied policy its
-own: two may be applied at once, each with its providers). The
+own: two may be applied at once, each with its providers), and the
+policy's set of open spans, under a lock held for a dict operation (the
+stop hook, on its own thread, ends those still open; an event is added
+to a span only while it is open). The
 descriptions are cached per agent (weakly) and tool name (the definition
 the call's agent sees under the name; not a name it has no definition
-for) and the cache is dropped on ``tools/change``.
+for; an entry serves only calls of the definition it was built from, so
+an executor replaced without a ``tools/change`` is seen) and the cache is
+dropped on ``tools/change``.
 """
 
 from __future__ import annotations
@@ -163,6 +180,7 @@ from dsh_actors import (
 from ._common import (
     PerProvider,
     Undo,
+    applied,
     check_bool,
     check_no_unknown,
     check_runtime,
@@ -186,6 +204,8 @@ _ABORTED: Final = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
 _TIMEOUT: Final = "TOOL_TIMEOUT"
 #: The approval answers that do not deny the call.
 _GOES_ON: Final = frozenset({"allowed-once", "deferred"})
+#: The status of a span the runtime's stop ended.
+_STOPPED: Final = "the runtime stopped before the call settled"
 
 
 class _CallSpan:
@@ -240,9 +260,10 @@ class _Tool:
     """What every span and point of one tool share, built once per tool
     (and again after a ``tools/change``)."""
 
-    __slots__ = ("span_name", "attributes", "ok")
+    __slots__ = ("span_name", "attributes", "ok", "definition")
 
-    def __init__(self, name: str, description: str, known: bool = True) -> None:
+    def __init__(self, name: str, description: str, known: bool = True, definition: Any = None) -> None:
+        self.definition = definition  # (what it was built from: a cached one is used for this one only)
         # (A name that runs no tool is the model's own text, of any length:
         # its spans are named by the operation alone, a dimension a
         # collector's span metrics can keep; the attribute keeps the name.)
@@ -303,9 +324,11 @@ class OtelPolicy:
             f"policies.otel.call#{id(self)}", default=None
         )
         # The spans started and not ended, by the execution's token: whoever
-        # takes one out ends it (its tools/result or deferral, or the
-        # disposer, which ends those of the calls still in flight).
+        # takes one out ends it (its tools/result or deferral, the disposer
+        # or the runtime's stop, which end those of the calls still in
+        # flight). Changed under _ends, notified as it empties.
         self._open: dict[Any, _CallSpan] = {}
+        self._ends = threading.Condition()
         self._closed = False  # disposed: a span started from now on ends at once
 
     def shared_provider(self, other: OtelPolicy) -> str | None:
@@ -338,7 +361,8 @@ class OtelPolicy:
             # (Its body's spans stay under the span it would have had as parent.)
             span = self._no_span(self._get_span(context).get_span_context())
         state = _CallSpan(execution.token, span, time.perf_counter(), tool)
-        self._open[execution.token] = state
+        with self._ends:
+            self._open[execution.token] = state
         if self._closed:
             # Disposed while this call's hook ran: close() may have looked
             # before the span was in; whoever takes it out ends it.
@@ -376,18 +400,20 @@ class OtelPolicy:
         agents' tools of one name keep their own descriptions. Cached per
         agent (held weakly: an agent the application drops is freed, its
         session with it) and name, for calls without a step admission: what
-        a name means to an agent changes only with a ``tools/change``, which
-        drops the cache (a lookup that a change overtook is not kept). A
-        name without a definition is not kept (a name a model made up, an
-        executor's own tool, a runtime stopping), and one the pipeline found
-        no tool of (``execution.tool_found``) is not looked up again."""
+        a name means to an agent changes with a ``tools/change``, which
+        drops the cache (a lookup that a change overtook is not kept), and
+        with its executor (PTC's ``run_code``), so an entry serves only a
+        call that runs the definition it was built from. A name without a
+        definition is not kept (a name a model made up, a runtime stopping),
+        and one the pipeline found no tool of (``execution.tool_found``) is
+        not looked up again."""
         name = execution.name
         agent = execution.agent
         cacheable = execution.tool_set is None
         if cacheable:
             names = self._tools.get(agent) if agent is not None else self._global_tools
             cached = None if names is None else names.get(name)
-            if cached is not None:
+            if cached is not None and cached.definition is execution.definition:
                 return cached
         if execution.tool_found is False:
             return _Tool(name, "", known=False)  # (the pipeline found no tool of the name: nothing to look up)
@@ -395,7 +421,7 @@ class OtelPolicy:
         definition = execution.definition  # (what the call runs: the pipeline's lookup)
         if definition is None:
             return _Tool(name, "")
-        tool = _Tool(name, str(definition.description))
+        tool = _Tool(name, str(definition.description), definition=definition)
         if cacheable:
             with self._lock:
                 if generation == self._generation:  # (no tools/change since the lookup)
@@ -417,8 +443,22 @@ class OtelPolicy:
 
     def _take(self, state: _CallSpan) -> bool:
         """Take ``state``'s span out of the open ones, to end it: False if
-        the disposer took it first (and ended it)."""
-        return self._open.pop(state.token, None) is not None
+        the disposer or the runtime's stop took it first (and ended it)."""
+        return self._pop(state.token) is not None
+
+    def _pop(self, token: Any) -> _CallSpan | None:
+        with self._ends:
+            state = self._open.pop(token, None)
+            if not self._open:
+                self._ends.notify_all()
+        return state
+
+    def _event(self, state: _CallSpan, name: str, attributes: dict[str, Any]) -> None:
+        """Add an event to ``state``'s span, unless it was ended meanwhile
+        (the runtime's stop ended it: the call's thread comes back late)."""
+        with self._ends:  # (ended only once out of _open: not in between)
+            if self._open.get(state.token) is state:
+                state.span.add_event(name, attributes)
 
     def close(self) -> None:
         """End the spans of the calls still in flight (the policy is being
@@ -428,10 +468,27 @@ class OtelPolicy:
             self._end_disposed(token)
 
     def _end_disposed(self, token: Any) -> None:
-        state = self._open.pop(token, None)
+        state = self._pop(token)
         if state is not None:
             state.span.add_event("dsh.policy.disposed", {})
             state.span.end()
+
+    def runtime_stopping(self) -> None:
+        """The ``rt.on_stop`` hook: wait for the calls in flight to settle,
+        until the stop's deadline, and end the spans of those that have not
+        (their thread ignores the stop's signal: the stop answers their
+        batch without them, and their tools/result, if it ever comes, comes
+        late)."""
+        with self._ends:
+            self._ends.wait_for(lambda: not self._open, self._rt.stop_remaining())
+            left = list(self._open.values())
+            self._open.clear()  # (taken out: their late tools/result ends nothing)
+        for state in left:
+            span = state.span
+            span.add_event("dsh.runtime.stopped", {})
+            span.set_attribute("error.type", OTHER_ERROR)
+            span.set_status(self._error(self._error_code, _STOPPED))
+            span.end()
 
     # -- the listeners -------------------------------------------------------------
 
@@ -442,7 +499,7 @@ class OtelPolicy:
             # body started): the same call, so the same span, current already.
             # What it decided then no longer holds, but an approval given
             # stands for the same question (the pipeline does not ask again).
-            state.span.add_event("dsh.tool.prepared_again", {})
+            self._event(state, "dsh.tool.prepared_again", {})
             state.asked = None
             state.cleared = state.denied = state.aborted = False
         else:
@@ -454,13 +511,13 @@ class OtelPolicy:
             # the approval it had stands (nothing asked, nothing answered).
             if not execution.approval_stands(decision):
                 state.asked = time.perf_counter()
-                state.span.add_event("dsh.tool.approval.requested", _reason(decision.reason))
+                self._event(state, "dsh.tool.approval.requested", _reason(decision.reason))
         elif kind is Deny:
             state.denied = True
-            state.span.add_event("dsh.tool.denied", _reason(decision.reason))
+            self._event(state, "dsh.tool.denied", _reason(decision.reason))
         elif kind is Cancel:
             state.aborted = True
-            state.span.add_event("dsh.tool.aborted", {})
+            self._event(state, "dsh.tool.aborted", {})
         return decision
 
     def on_approval(self, execution: ToolExecution, ask: Any, answer: str) -> None:
@@ -478,7 +535,7 @@ class OtelPolicy:
             attributes["dsh.approval.duration"] = time.perf_counter() - asked
         if answer not in _GOES_ON:
             state.denied = True  # (the call's denial: this answer says why)
-        state.span.add_event("dsh.tool.approval.answered", attributes)
+        self._event(state, "dsh.tool.approval.answered", attributes)
 
     def guard(self, execution: ToolExecution) -> None:
         # Guards run only once the call is allowed (an approval answered
@@ -623,9 +680,8 @@ def apply(
         raise InvalidStateError(
             f"{_POLICY} needs OpenTelemetry: install the otel extra (pip install 'dsh-actors[otel]')"
         ) from exc
-    for listener in rt.events.listeners("tools/result"):
-        applied = getattr(listener, "__self__", None)
-        shared = policy.shared_provider(applied) if isinstance(applied, OtelPolicy) else None
+    for other in applied(rt, "tools/result", OtelPolicy):
+        shared = policy.shared_provider(other)
         if shared is not None:
             twice = "a second span" if shared == "tracer_provider" else "its duration recorded twice"
             raise InvalidStateError(
@@ -636,6 +692,7 @@ def apply(
     undo.add(policy.close)  # (steps undo last first: its listeners are gone by then)
     events = rt.events
     try:
+        undo.add(rt.on_stop(policy.runtime_stopping))
         undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
         undo.add(events.on("tools/result", policy.on_result, prepend=True))
         undo.add(events.on("tools/deferred", policy.on_deferred, prepend=True))

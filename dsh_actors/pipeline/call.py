@@ -456,8 +456,8 @@ def lookup(rt: Kernel, call: Call) -> Any:
     strict model sends for one it leaves out) is dropped, keyed on the
     tool's own schema (:func:`~dsh_actors.schema.absent_null_plan`), when
     the arguments as sent do not validate. Whether it found one is the
-    execution's ``tool_found``, and the registry's definition it found its
-    ``definition``."""
+    execution's ``tool_found``, and the definition it found (the
+    override's or the registry's) its ``definition``."""
     execution = call.execution
     if call.override is not None:
         registration = call.override
@@ -478,7 +478,7 @@ def lookup(rt: Kernel, call: Call) -> Any:
         else:
             registration = found[0]
     found_tool(execution, registration is not None)
-    found_definition(execution, None if registration is None or call.override is not None else registration.definition)
+    found_definition(execution, None if registration is None else registration.definition)
     if registration is not None and not call.arguments_settled:
         call.arguments_settled = True
         arguments = execution.arguments

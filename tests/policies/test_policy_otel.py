@@ -16,6 +16,7 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 from otel_helpers import Otel
 from policy_helpers import SETTLED_BEFORE_DISPATCH, listener_lists, settle_before_dispatch
+from scheduling.helpers import assert_no_new_threads, live_threads
 
 import policies
 import policies.timeout
@@ -28,6 +29,7 @@ from dsh_actors import (
     Deny,
     NativeExecutor,
     ToolArgsError,
+    ToolBatchExecutionError,
     ToolBatchInput,
     ToolCall,
     ToolExecutionInput,
@@ -642,6 +644,81 @@ def test_disposing_ends_the_spans_of_the_calls_in_flight(rt: Any, otel: Otel) ->
     assert len(otel.tool_spans()) == 1 and otel.durations() == []
 
 
+@pytest.mark.parametrize("stuck_in", ["body", "approval"])
+def test_a_stop_ends_once_the_span_of_a_call_it_could_not_wait_for(
+    monkeypatch: pytest.MonkeyPatch, otel: Otel, caplog: pytest.LogCaptureFixture, stuck_in: str
+) -> None:
+    # The batch's own thread is stuck (a lone body run inline, or a sync
+    # approval service, ignoring the stop's signal): the stop answers the
+    # batch itself and the call settles only when that thread comes back.
+    # Its span was left open for good; the stop ends it (a call still
+    # unsettled at the stop's deadline), and the late settle adds nothing.
+    monkeypatch.setattr(ToolRuntime, "STOP_GRACE", 0.05)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    stuck, release, settled = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        stuck.set()
+        assert release.wait(WAIT), "the test to release the stuck thread"  # ignores its signal
+
+    def body(args: Any, ctx: Any) -> Any:
+        if stuck_in == "body":
+            hold()
+        return {"answer": 42}
+
+    def service(request: Any) -> str:
+        hold()
+        return "allowed-once"
+
+    try:
+        rt.tools.register(tool(execute=body))
+        if stuck_in == "approval":
+            rt.events.on("tools/pre-execute", lambda execution, next: Ask(reason="writes files"))
+            rt.approvals.set(service)
+        use(rt, otel)
+        rt.events.on("tools/result", lambda execution, result: settled.set())
+        future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("c1", "lookup", "{}")], agent=Agent("main")))
+        assert stuck.wait(WAIT)
+        rt.stop(0)
+        assert isinstance(future.exception(0), ToolBatchExecutionError)
+        assert not settled.is_set()
+        [span] = otel.tool_spans()  # ended by the stop, not left open for good
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.status.description == "the runtime stopped before the call settled"
+        assert span.attributes["error.type"] == "_OTHER"
+        assert [name for name, _ in events(span)][-1] == "dsh.runtime.stopped"
+    finally:
+        release.set()
+    assert settled.wait(WAIT), "the call to settle once its thread came back"
+    assert len(otel.tool_spans()) == 1 and otel.durations() == []  # not ended again, no duration
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")] == []
+    assert_no_new_threads(before)
+
+
+def test_a_call_that_settles_by_the_stop_s_deadline_ends_its_span_itself(rt: Any, otel: Otel) -> None:
+    # Only a call still unsettled at the deadline is ended by the stop: one
+    # whose body ends on the stop's signal keeps its own outcome and duration.
+    running = threading.Event()
+
+    def body(args: Any, ctx: Any) -> Any:
+        running.set()
+        ctx.signal.wait(WAIT)
+        return {"answer": 42}
+
+    rt.tools.register(tool(execute=body))
+    use(rt, otel)
+    future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("c1", "lookup", "{}")]))
+    assert running.wait(WAIT)
+    rt.stop(WAIT)
+    [outcome] = future.result(0).results
+    [span] = otel.tool_spans()
+    assert "dsh.runtime.stopped" not in [name for name, _ in events(span)]
+    code = outcome.result.error.info.code if outcome.result.is_error else None
+    assert span.attributes.get("error.type") == code
+    assert [count for _, count in otel.durations()] == [1]
+
+
 def test_two_policies_applied_at_once_each_keep_their_own_spans(rt: Any, otel: Otel) -> None:
     other = Otel()
     try:
@@ -1068,3 +1145,23 @@ def test_a_runtime_not_started_is_refused_naming_the_fix_with_nothing_left_subsc
     ):
         use(rt, otel)
     assert all(listeners == () for listeners in listener_lists(rt).values())
+
+
+def test_run_code_s_span_has_its_definition_s_description_as_any_tool_s(rt: Any, otel: Otel) -> None:
+    # gen_ai.tool.description comes from execution.definition, for an
+    # executor's own tool (PTC's run_code) as for a registered one.
+    ptc = PtcExecutor(timeout_ms=5000)
+    rt.tools.set_executor(ptc)
+    use(rt, otel)
+    run(rt, ToolCall("r1", "run_code", {"code": "return 1"}))
+    [span] = otel.tool_spans()
+    [run_code] = ptc.executor_tools()
+    assert span.attributes["gen_ai.tool.description"] == run_code.description
+    # Another executor's run_code (its guide names its own time limit): no
+    # tools/change, yet the span has the new description, not a cached one.
+    other = PtcExecutor(timeout_ms=7000)
+    rt.tools.set_executor(other)
+    run(rt, ToolCall("r2", "run_code", {"code": "return 1"}))
+    [other_run_code] = other.executor_tools()
+    assert other_run_code.description != run_code.description
+    assert otel.tool_spans()[-1].attributes["gen_ai.tool.description"] == other_run_code.description
