@@ -22,8 +22,11 @@ there; sub-calls are prepared and committed on the executor actors and
 dispatched on the runtime's call actors, like any batch's calls
 (``tools/ptc-dispatch-log`` listeners run on the executor actor that
 commits the sub-call). ``bind`` (``set_executor``) starts the spare
-workers; ``close()`` (also run first thing by ``rt.stop()``) kills every
-worker and waits for the runs to end.
+workers and subscribes a prepended ``tools/pre-execute`` listener and a
+``tools/approval`` observer, through which a run's deadline stands still
+while one of its sub-calls waits for the approval service; ``close()``
+(also run first thing by ``rt.stop()``) removes them, kills every worker
+and waits for the runs to end.
 """
 
 from __future__ import annotations
@@ -39,12 +42,14 @@ from loguru import logger
 
 from dsh_actors import (
     LONGEST_WAIT_MS,
+    Ask,
     CodeRunFailedError,
     InvalidStateError,
     InvalidTypeError,
     InvalidValueError,
     NativeExecutor,
     ToolDefinition,
+    ToolExecution,
     ToolModelInput,
     ToolOutput,
     ToolPromptSection,
@@ -138,7 +143,9 @@ class PtcExecutor(NativeExecutor):
     """Programmatic tool calling (see ``docs/reference.md``, "PTC").
 
     ``timeout_ms`` bounds a run's wall-clock time (and, with a second to
-    spare, its CPU time); ``max_parallel_sub_calls`` how many of a
+    spare, its CPU time), but for the time a tool call of the program
+    waits for the approval service: a person deciding does not count, as
+    for a tool's own ``timeout_ms``; ``max_parallel_sub_calls`` how many of a
     program's tool calls dispatch at once; ``memory_limit_mb`` the worker's
     address space; ``max_output_bytes`` the program's output (its printed
     text, plus whatever it writes to file descriptor 2) plus its returned
@@ -236,9 +243,12 @@ class PtcExecutor(NativeExecutor):
         )
         self._runtime: ToolRuntime | None = None
         self._ptc_lock = threading.Lock()
-        self._runs: set[Run] = set()
+        # By the run_code call's token (its sub-calls' parent): written under
+        # the lock, read without it by the approval listeners (one dict get).
+        self._runs: dict[Any, Run] = {}
         self._ptc_closed = False
-        self._stop_hook: Callable[[], object] | None = None  # (rt.on_stop's disposer, once bound)
+        # (rt.on_stop's disposer and the approval listeners' ones, once bound)
+        self._stop_hooks: tuple[Callable[[], object], ...] = ()
         self._bindings_cache: dict[tuple[int, ...], tuple[tuple[Any, ...], Any, Any]] = {}
 
     def __repr__(self) -> str:
@@ -296,16 +306,23 @@ class PtcExecutor(NativeExecutor):
             if self._ptc_closed:
                 raise InvalidStateError("this PtcExecutor is closed")
         super().bind(runtime)
-        # (Held until close(), which takes it back: a closed executor an
-        # application drops is freed, not kept by the hook until rt.stop().)
-        hook = runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining()))
+        # (Held until close(), which takes them back: a closed executor an
+        # application drops is freed, not kept by the hook and the
+        # listeners until rt.stop().)
+        events = runtime.events
+        hooks = (
+            runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining())),
+            events.on("tools/pre-execute", self._approval_asked, prepend=True),
+            events.on("tools/approval", self._approval_answered),
+        )
         with self._ptc_lock:
             self._runtime = runtime
             closed = self.closed  # (read again, under the lock: close() may have run meanwhile)
             if not closed:
-                self._stop_hook = hook
-        if closed:  # (closed meanwhile: the hook it took back was not this one yet)
-            hook()
+                self._stop_hooks = hooks
+        if closed:  # (closed meanwhile: the hooks it took back were not these yet)
+            for hook in hooks:
+                hook()
             return
         remove_stale_folders()
         self.workers.fill()
@@ -321,9 +338,9 @@ class PtcExecutor(NativeExecutor):
             if self._ptc_closed:
                 return
             self._ptc_closed = True
-            runs = list(self._runs)
-            hook, self._stop_hook = self._stop_hook, None
-        if hook is not None:
+            runs = list(self._runs.values())
+            hooks, self._stop_hooks = self._stop_hooks, ()
+        for hook in hooks:
             hook()
         for run in runs:
             run.request_stop("aborted", "the PTC executor is shutting down; the program was killed")
@@ -393,15 +410,39 @@ class PtcExecutor(NativeExecutor):
         with self._ptc_lock:
             closed = self.closed  # again: close() may have run meanwhile
             if not closed:
-                self._runs.add(run)
+                self._runs[ctx.token] = run
         if closed:
             run.request_stop("aborted", "the PTC executor is shutting down; the program was killed")
         try:
             return run.execute()
         finally:
             with self._ptc_lock:
-                self._runs.discard(run)
+                self._runs.pop(ctx.token, None)
             self._refill()
+
+    # -- approvals of sub-calls: the time a person takes does not count ------
+
+    def _approval_asked(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
+        """``tools/pre-execute`` (prepended at bind): a sub-call of a run
+        whose decision is an ``Ask`` that no earlier approval stands for is
+        routed to the approval service now; its run's deadline stands still
+        until it is answered (:meth:`_approval_answered`) or settles."""
+        decision = next_()
+        parent = execution.parent
+        if parent is not None and type(decision) is Ask:
+            run = self._runs.get(parent)
+            if run is not None and not execution.approval_stands(decision):
+                run.approval_asked(execution.call_id)
+        return decision
+
+    def _approval_answered(self, execution: ToolExecution, ask: Any, answer: str) -> None:
+        """``tools/approval``: the service answered (published before the
+        answer takes effect): the sub-call no longer waits for a person."""
+        parent = execution.parent
+        if parent is not None:
+            run = self._runs.get(parent)
+            if run is not None:
+                run.approval_answered(execution.call_id)
 
     def _refill(self) -> None:
         """Replace the spare a run used, in the background, once the run is

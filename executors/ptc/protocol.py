@@ -46,7 +46,9 @@ line longer than the receiver's limit is a protocol violation.
 ``{"t": "run", "v": VERSION, "code": str, "tools": [...], "limits": {...}, "own": [str]}``
     Run ``code``. ``tools`` lists the bindings (see
     :func:`executors.ptc.signatures.bindings`): ``{"py", "name", "params",
-    "omit_none", "summary"}`` each (``summary`` optional). ``limits``: ``memory_bytes``, ``cpu_seconds``,
+    "omit_none", "summary", "signature"}`` each (``summary`` and
+    ``signature``, ``{"params": [[py, hint, default | null], ...],
+    "returns": hint}``, optional). ``limits``: ``memory_bytes``, ``cpu_seconds``,
     ``file_bytes`` (each an int or null; a key the worker does not know is
     ignored). ``own``: the names of the executor's own tools
     (``run_code``), which a program cannot call (optional).

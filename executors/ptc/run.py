@@ -8,6 +8,11 @@ the worker's stdout, its stderr, its stdin (while output is queued) and a
 wake-up pipe that the sub-batch and the abort callback write to, woken at
 least every :data:`FOLDER_CHECK_SECONDS` to measure the working folder.
 
+Deadline: ``timeout_ms`` from the run's start, standing still while a
+sub-call waits for the approval service (a person deciding: see
+:meth:`Run.approval_asked`), as a tool's own ``timeout_ms`` does not count
+its approval.
+
 Output limits: the captured text (``out`` messages), the bytes the worker
 writes to its fd 2 and the returned value together stay within
 ``max_output_bytes``; the working folder within ``max_folder_mb`` and
@@ -210,6 +215,13 @@ class Run:
         self._outbox = bytearray()
         self._ending: Ending | None = None
         self._deadline = time.monotonic() + settings.timeout_ms / 1000
+        # While a sub-call waits for the approval service (a person), the
+        # deadline stands still: ``_asking`` holds those sub-calls, and
+        # ``_paused_at`` when the first began (under ``_clock_lock``: the
+        # threads preparing and committing sub-calls write them).
+        self._clock_lock = threading.Lock()
+        self._asking: set[str] = set()
+        self._paused_at: float | None = None
         self._max_folder = settings.max_folder_mb << 20
         self._folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
         self._reading_stderr = False
@@ -236,6 +248,38 @@ class Run:
             if self._stop is None:
                 self._stop = Ending(kind=kind, headline=headline)
         self._wake()
+
+    def approval_asked(self, call_id: str) -> None:
+        """Sub-call ``call_id`` waits for the approval service (any thread:
+        the one preparing it). Until every sub-call that waits has its
+        answer (:meth:`approval_answered`), the deadline stands still: the
+        time a person takes does not count against ``timeout_ms``, as it
+        does not against a tool's own (``policies.timeout`` starts its
+        clock after the approval)."""
+        with self._clock_lock:
+            if not self._asking:
+                self._paused_at = time.monotonic()
+            self._asking.add(call_id)
+
+    def approval_answered(self, call_id: str) -> None:
+        """Sub-call ``call_id`` no longer waits for a person (its answer
+        came, or it settled: any thread); the deadline moves on by the time
+        the program waited, once no sub-call waits any more."""
+        with self._clock_lock:
+            if call_id not in self._asking:
+                return
+            self._asking.discard(call_id)
+            paused_at = self._paused_at
+            if self._asking or paused_at is None:
+                return
+            self._paused_at = None
+            self._deadline += time.monotonic() - paused_at
+
+    def _deadline_at(self) -> float:
+        """When the run times out, as of now: never while a sub-call waits
+        for a person (the run's thread)."""
+        with self._clock_lock:
+            return math.inf if self._paused_at is not None else self._deadline
 
     def _wake(self) -> None:
         with self._wake_lock:
@@ -302,7 +346,7 @@ class Run:
         stop = self._requested_stop()
         if stop is not None:
             self._end(stop)
-        elif time.monotonic() >= self._deadline:
+        elif time.monotonic() >= self._deadline_at():
             ms = self._settings.timeout_ms
             shown = int(ms) if float(ms).is_integer() else ms
             if self._phase is _Phase.STARTING:  # the program never started: say why, as far as stderr tells
@@ -359,7 +403,8 @@ class Run:
 
     def _loop(self) -> None:
         while self._phase is not _Phase.ENDED:
-            wake = self._deadline if self._phase is _Phase.STARTING else min(self._deadline, self._folder_check)
+            deadline = self._deadline_at()
+            wake = deadline if self._phase is _Phase.STARTING else min(deadline, self._folder_check)
             events = self._selector.select(max(0.0, wake - time.monotonic()))
             # A stop or the deadline before the worker's news: what the
             # program did after it does not count.
@@ -778,6 +823,7 @@ class Run:
         (or ``send`` is False: its log failed): then the run's thread
         decides, and a result caused by the abort never reaches the
         program."""
+        self.approval_answered(sub.call_id)  # (asked and never answered: no service, it raised, an abort)
         direct = send and not self._signal.aborted
         self._completions.put((sub, result, direct))
         if direct:

@@ -343,7 +343,12 @@ class Binding:
     ``limit=None`` means "no limit"); ``signature``: the prompt text;
     ``types``: the definitions of the classes it names (its models, as
     each a ``TypedDict``), listed before the signatures; ``summary``: the
-    first line of its description (``repr(tools)`` lists them).
+    first line of its description (``repr(tools)`` lists them);
+    ``parameters`` and ``returns``: the signature's parts as text,
+    ``(python name, type hint, default or None when required)`` each (a
+    tool without parameters has one, ``("**arguments", "Any", None)``),
+    from which the worker gives ``tools.NAME`` its ``inspect`` signature
+    (``repr``, ``help``).
     """
 
     py: str
@@ -353,6 +358,8 @@ class Binding:
     signature: str
     types: tuple[str, ...] = ()
     summary: str = ""
+    parameters: tuple[tuple[str, str, str | None], ...] = ()
+    returns: str = "Any"
 
     def wire(self) -> dict[str, Any]:
         """The form sent to the worker in the ``run`` message."""
@@ -362,6 +369,7 @@ class Binding:
             "params": [list(pair) for pair in self.params],
             "omit_none": list(self.omit_none),
             "summary": self.summary,
+            "signature": {"params": [list(p) for p in self.parameters], "returns": self.returns},
         }
 
 
@@ -404,9 +412,9 @@ def signature(
     order = [k for k in props if k in required] + [k for k in props if k not in required]
     taken: set[str] = set()
     pairs: list[tuple[str, str]] = []
-    rendered: list[str] = []
     documented: list[tuple[str, Mapping[str, Any]]] = []
     omit_none: list[str] = []
+    shown: list[tuple[str, str, str | None]] = []
     for real in order:
         spec = props[real] if isinstance(props[real], Mapping) else {}
         param = py_name(real, taken, prefix="arg")
@@ -415,18 +423,18 @@ def signature(
         hint, names = types.hint(spec, parameters)
         used.extend(names)
         if real in required:
-            rendered.append(f"{param}: {hint}")
+            shown.append((param, hint, None))
         else:
             default = spec.get("default")
             if default is None:  # absent or null: omitted means "not given"
-                hint = _union([hint, "None"])
-                rendered.append(f"{param}: {hint} = None")
+                shown.append((param, _union([hint, "None"]), "None"))
             else:
-                rendered.append(f"{param}: {hint} = {_default(default)}")
+                shown.append((param, hint, _default(default)))
             if not accepts_null(spec, parameters):
                 omit_none.append(real)
     if not props:
-        rendered.append("**arguments: Any")
+        shown.append(("**arguments", "Any", None))
+    rendered = [f"{p}: {h}" if d is None else f"{p}: {h} = {d}" for p, h, d in shown]
     returns, names = types.hint(output, output)
     used.extend(names)
     header = f"async def {py}({', '.join(rendered)}) -> {returns}:"
@@ -439,6 +447,8 @@ def signature(
         signature=text,
         types=types.definitions(used),
         summary=next((line.strip() for line in description.splitlines() if line.strip()), ""),
+        parameters=tuple(shown),
+        returns=returns,
     )
 
 

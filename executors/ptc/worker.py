@@ -33,6 +33,7 @@ import ast
 import asyncio
 import builtins
 import errno
+import inspect
 import io
 import linecache
 import math
@@ -281,11 +282,47 @@ class Client:
             )
 
 
+class _Shown(str):
+    """Text a signature shows as it is (a type hint, a default): its repr
+    is the text, not a quoted string."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str.__str__(self)
+
+
+def _signature(wire: Any) -> inspect.Signature | None:
+    """The ``inspect`` signature of a binding's ``signature`` (the prompt's
+    hints and defaults, as text); None without one."""
+    if not isinstance(wire, dict):
+        return None
+    try:
+        parameters = [
+            inspect.Parameter(py[2:], inspect.Parameter.VAR_KEYWORD, annotation=_Shown(hint))
+            if py.startswith("**")
+            else inspect.Parameter(
+                py,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=inspect.Parameter.empty if default is None else _Shown(default),
+                annotation=_Shown(hint),
+            )
+            for py, hint, default in wire["params"]
+        ]
+        return inspect.Signature(parameters, return_annotation=_Shown(wire["returns"]))
+    except (KeyError, TypeError, ValueError):  # (malformed: the tool is shown without one)
+        return None
+
+
 class Tool:
     """``tools.NAME``: calling it gives the coroutine of one tool call.
 
     Arguments: keywords (``path="a"``), positionals in signature order, or
-    one positional dict that is the whole argument object."""
+    one positional dict that is the whole argument object.
+
+    A program sees it as the function it stands for: ``repr`` and
+    ``help`` show its signature (``inspect.signature`` gives it) and the
+    first line of its description, not this class."""
 
     def __init__(self, client: Client, binding: dict[str, Any]) -> None:
         self._client = client
@@ -295,9 +332,22 @@ class Tool:
         self._to_real = dict(self._params)
         self._omit_none: list[str] = list(binding["omit_none"])
         self._summary = str(binding.get("summary") or "")
+        self.__signature__ = _signature(binding.get("signature"))
+        summary = f"{self._summary}\n\n" if self._summary else ""
+        self.__doc__ = (
+            f"{summary}A coroutine function: await tools.{self.__name__}(...) (keywords, positionals in "
+            "signature order, or one dict of arguments); a failed call raises ToolError."
+        )
 
     def __repr__(self) -> str:
-        return f"<tool {self._name}>"
+        shown = f"tools.{self.__name__}{'' if self.__signature__ is None else self.__signature__}"
+        return f"{shown}: {self._summary}" if self._summary else shown
+
+    def __get__(self, instance: Any, owner: Any = None) -> Tool:
+        """Read off a class, a tool is itself (as a static function is);
+        being a descriptor, it is a routine to ``help``, which then shows
+        its signature and description, not this class."""
+        return self
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # (a tool may have a parameter "self")
         py = self.__name__
@@ -367,7 +417,7 @@ class Tools:
         return "\n".join(["tools:", *(f"  {line}" for line in lines)]) if lines else "tools: none"
 
 
-Tools.__module__ = "builtins"  # ``help(tools)`` names no worker module
+Tools.__module__ = Tool.__module__ = "builtins"  # ``help(tools)``, ``help(tools.NAME)`` name no worker module
 
 
 # --------------------------------------------------------------------------
@@ -449,6 +499,21 @@ def _traceback_text(exc: BaseException, limit: int = 20) -> str:
             return f"Traceback (most recent call last):\n{text}{_headline(exc)}"[-MAX_TRACEBACK:]
         except BaseException:  # noqa: BLE001 - nothing to show
             return ""
+
+
+def _thread_excepthook(args: Any) -> None:
+    """``threading.excepthook`` while a program runs: a thread it started
+    raised. Printed (to the captured ``sys.stderr``) as threading's own hook
+    prints it, its traceback cut as a failed run's is
+    (:func:`_traceback_text`: the program's frames, not the worker's audit
+    hook)."""
+    if args.exc_type is SystemExit:
+        return
+    if args.exc_value is None:  # (nothing to cut)
+        threading.__excepthook__(args)
+        return
+    name = args.thread.name if args.thread is not None else threading.get_ident()
+    print(f"Exception in thread {name}:\n{_traceback_text(args.exc_value)}", file=sys.stderr, flush=True)
 
 
 def _formatted_traceback(exc: BaseException, limit: int) -> str:
@@ -588,6 +653,7 @@ def run(
 
     sys.stdout = sys.stderr = capture
     sys.stdin = io.StringIO("")
+    threading.excepthook = _thread_excepthook
     guard.install()
     del guard  # the audit hook holds the only reference
     os.set_blocking(channel.read_fd, False)

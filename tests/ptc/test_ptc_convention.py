@@ -139,6 +139,30 @@ def test_the_workers_frames_are_not_shown_in_an_exception_groups_tracebacks_eith
     assert "worker.py" not in message, message
 
 
+def test_a_programs_thread_prints_its_traceback_cut_to_the_programs_frames(rt: Any, ptc: Any) -> None:
+    # A thread the program starts that raises: threading's hook prints its
+    # traceback to the captured stderr, cut as a failed run's is (no frame
+    # of the worker's audit hook, nor threading's own before the program's).
+    code = (
+        "import threading\n"
+        "def write():\n"
+        "    open('/outside/file.txt', 'w')\n"
+        "thread = threading.Thread(target=write, name='writer')\n"
+        "thread.start()\n"
+        "thread.join()\n"
+        "return 'joined'\n"
+    )
+    result = run_code(rt, code)
+    assert result.value["result"] == "joined"
+    assert result.value["output"] == (
+        "Exception in thread writer:\n"
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 3, in write\n'
+        "    open('/outside/file.txt', 'w')\n"
+        "Blocked: run_code does not allow writing '/outside/file.txt' (outside its working folder)\n"
+    )
+
+
 def test_a_program_past_the_call_limit_is_told_to_split_its_work(rt: Any, ptc: Any, monkeypatch: Any) -> None:
     monkeypatch.setattr(ptc_run, "MAX_SUB_CALLS", 3)  # (10,000 calls take seconds)
     rt.tools.register(echo_tool())

@@ -173,6 +173,44 @@ def test_print_and_help_of_tools_list_the_tools_with_their_descriptions(rt: Any)
     assert "__getattr__" not in shown and "Tools(" not in shown and "__main__" not in shown, shown
 
 
+def test_repr_and_help_of_one_tool_show_its_signature_and_description(rt: Any) -> None:
+    # The signature the prompt lists (hints and defaults as text) and the
+    # description's first line, not the worker's Tool class.
+    install(rt, timeout_ms=2000)
+    rt.tools.register(
+        raw(
+            "read-file",
+            {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "mode": {"type": "string", "enum": ["text", "bytes"], "default": "text"},
+                },
+                "required": ["path"],
+            },
+            output={"type": "string"},
+            description="Read a file.\n\nMore details.",
+        )
+    )
+    rt.tools.register(raw("ping", {"type": "object"}, description=""))
+    code = (
+        "import inspect\n"
+        "help(tools.read_file)\n"
+        "return [repr(tools.read_file), repr(tools.ping), str(inspect.signature(tools.read_file))]"
+    )
+    value = run_code(rt, code).value
+    signature = "(path: str, mode: Literal['text', 'bytes'] = 'text') -> str"
+    assert value["result"] == (
+        f"tools.read_file{signature}: Read a file.",
+        "tools.ping(**arguments: Any) -> Any",
+        signature,
+    )
+    shown = value["output"]
+    assert shown.splitlines()[2:4] == [f"read_file{signature}", "    Read a file."], shown
+    assert "await tools.read_file(...)" in shown
+    assert "class Tool" not in shown and "__init__" not in shown and "__main__" not in shown, shown
+
+
 def test_the_prompt_sections_hold_the_guide_and_the_signatures() -> None:
     executor = PtcExecutor(timeout_ms=1500, max_parallel_sub_calls=4)
     (guide,) = executor.sections

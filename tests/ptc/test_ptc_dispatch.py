@@ -201,6 +201,74 @@ def test_an_ask_on_a_sub_call_goes_to_the_approval_service_with_the_sub_call_id(
     assert heard == [("c1:ptc:1", reason, "allowed-once"), ("c1:ptc:2", reason, "rejected")]
 
 
+class _Clock:
+    """The run's clock (``executors.ptc.run``'s ``time``), moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _approving(rt: Any, monkeypatch: Any) -> _Clock:
+    """A 2 s executor whose ``echo`` requires approval, its runs on a
+    clock of the test's; ``slow`` moves that clock on by 2.5 s."""
+    import dataclasses
+
+    from executors.ptc import run as run_module
+
+    from .helpers import install
+
+    install(rt, timeout_ms=2000)
+    clock = _Clock()
+    monkeypatch.setattr(run_module, "time", clock)
+    rt.tools.register(dataclasses.replace(echo_tool(), requires_approval=True))
+
+    def slow(args: Any, ctx: Any) -> str:
+        clock.now += 2.5
+        return "slow"
+
+    rt.tools.register(tool("slow", slow))
+    return clock
+
+
+def test_the_time_a_person_takes_to_answer_a_sub_calls_approval_does_not_count_against_the_timeout(
+    rt: Any, monkeypatch: Any
+) -> None:
+    # As a tool's own timeout_ms (policies.timeout) does not count its
+    # approval: the program's deadline stands still while a person decides,
+    # and runs on once they have answered.
+    from dsh_actors import Agent
+
+    clock = _approving(rt, monkeypatch)
+
+    def service(request: Any) -> str:
+        clock.now += 60.0  # a minute to decide; the program has 2 s
+        return "allowed-once"
+
+    rt.approvals.set(service)
+    result = run_code(rt, "return await tools.echo(message='yes')", agent=Agent("a"))
+    assert result.value["result"] == {"message": "yes"}
+    late = run_code(rt, "await tools.echo(message='yes')\nreturn await tools.slow()", agent=Agent("a"))
+    assert code_of(late) == "CODE_RUN_FAILED"
+    assert late.error.message.startswith("code run failed (timeout): the program did not finish within 2000 ms")
+
+
+def test_a_sub_call_asked_about_with_no_one_to_answer_stops_the_clock_only_until_it_settles(
+    rt: Any, monkeypatch: Any
+) -> None:
+    # No approval service: the call is denied at once, and the time after it
+    # counts again (the deadline moves on when the asked call settles).
+    from dsh_actors import Agent
+
+    _approving(rt, monkeypatch)
+    code = "try:\n    await tools.echo(message='yes')\nexcept ToolError:\n    pass\nreturn await tools.slow()"
+    result = run_code(rt, code, agent=Agent("a"))
+    assert code_of(result) == "CODE_RUN_FAILED"
+    assert result.error.message.startswith("code run failed (timeout): the program did not finish within 2000 ms")
+
+
 def test_a_value_too_deep_to_send_fails_only_that_call(rt: Any, ptc: Any) -> None:
     deep: Any = "leaf"
     for _ in range(256):  # as deep as the core allows: the result envelope is one level more
