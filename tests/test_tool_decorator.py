@@ -218,6 +218,67 @@ def test_a_parameter_with_a_default_is_optional_and_shows_its_default() -> None:
     assert schema["properties"]["path"]["default"] is None
 
 
+def test_a_default_its_own_parameter_refuses_is_refused_at_decoration_naming_it_and_the_fix(rt: Any) -> None:
+    # Before, pydantic left the default unchecked: the schema offered
+    # {"default": 20, "maximum": 10}, a call leaving n out ran with 20, and
+    # one sending the advertised 20 failed INVALID_ARGS.
+    def page(query: str, n: Annotated[int, Field(le=10)] = 20) -> int:
+        return n
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(page)
+    assert str(caught.value) == (
+        "cannot register tool \"page\": parameter 'n' has the default 20, which it refuses itself "
+        '("value.n": Input should be less than or equal to 10): give it a default it accepts, or loosen its type '
+        "or constraint to take this one (pydantic does not check defaults: the schema would offer the model a "
+        "default the tool rejects when sent, and a call that leaves the parameter out would run with it unchecked)"
+    )
+
+    # The implicit-optional idiom is not refused: it runs as written (left
+    # out, or sent as null by a strict model, the function gets None).
+    @tool
+    def search(query: str, limit: int = None) -> str:  # type: ignore[assignment]
+        return repr(limit)
+
+    assert run(rt, search, {"query": "q"}).value == "None"
+    assert run(rt, search, {"query": "q", "limit": None}).value == "None"
+    assert run(rt, search, {"query": "q", "limit": 3}).value == "3"
+
+    # Each one is named: a Field() default, a part of a model's, under its alias.
+    class Window(BaseModel):
+        size: Annotated[int, Field(ge=1)]
+
+    closed = Window.model_construct(size=0)
+
+    def nested(
+        window: Window = closed,
+        x: int = Field(5, ge=6),
+        since: Annotated[str, Field(alias="from", max_length=2)] = "abc",
+    ) -> int:
+        return 0
+
+    with pytest.raises(RegistrationError) as caught:
+        tool(nested)
+    message = str(caught.value)
+    assert """parameter 'window' has the default {"size":0}, which it refuses itself ("value.window.size": """ in (
+        message
+    )
+    assert "parameter 'x' has the default 5, which it refuses itself (\"value.x\": Input should be greater" in message
+    assert 'parameter \'since\' has the default "abc", which it refuses itself ("value.from": String should' in message
+
+    # Defaults the parameters accept (and one the schema cannot show) are as before.
+    unset, origin = object(), Point(x=1)
+
+    @tool
+    def fine(
+        n: Annotated[int, Field(le=10)] = 10, limit: int | None = None, since: object = unset, point: Point = origin
+    ) -> int:
+        return n
+
+    assert thaw(fine.parameters)["properties"]["n"] == {"type": "integer", "maximum": 10, "default": 10}
+    assert run(rt, fine, {}).value == 10
+
+
 def test_a_context_parameter_is_not_offered_and_the_schemas_are_what_the_model_is_offered(rt: Any) -> None:
     @tool
     def where(path: str, ctx: ToolRunContext) -> str:

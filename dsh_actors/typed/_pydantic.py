@@ -24,7 +24,7 @@ violations grouped by member (see :func:`violations_of`).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
 from typing import Any, Final, final
@@ -185,7 +185,9 @@ class _Error:
     got: str  # the Python type of a value JSON has no word for, as " (got T)"
 
 
-def violations_of(err: ValidationError, data: Any, root: str = "value", schema: Any = None) -> list[str]:
+def violations_of(
+    err: ValidationError, data: Any, root: str = "value", schema: Any = None, under: Collection[str] = ()
+) -> list[str]:
     """``err``'s errors as violations naming their data paths from ``root``,
     in pydantic's order, each once. With the core ``schema`` that made
     ``err``, a value that must be of a type (or one of a few values) where
@@ -203,12 +205,16 @@ def violations_of(err: ValidationError, data: Any, root: str = "value", schema: 
     violation that names each member with its own: ``"value.shape" matches
     none of its alternatives: Circle [missing required property
     "value.shape.radius"], Square [...]``. A discriminated union's unknown
-    tag is told at its key, as a ``Literal``'s values."""
+    tag is told at its key, as a ``Literal``'s values. With ``under``, only
+    the errors inside those properties of ``data`` (the key an error's
+    location starts with; as if ``err`` had no other)."""
     errors: list[_Error] = []
     definitions: dict[str, Any] | None = None  # (the schema's refs, collected once, when first needed)
     for error in err.errors(include_url=False):
         kind = _KINDS.get(error["type"], error["type"])
         loc = error["loc"]
+        if under and (not loc or loc[0] not in under):
+            continue
         path, key, members = _data_path(root, loc, data, kind == "missing")
         if kind == "missing" and loc and type(loc[-1]) is int:
             kind = "missing_item"  # a tuple's item: the array is too short

@@ -36,7 +36,7 @@ from ..definition import (
 )
 from ..errors import DshError, InvalidTypeError, LosslessJsonError, RegistrationError, ToolOutputError, safe_str
 from ..execution import ToolRunContext
-from ..json import check_lossless, materialize
+from ..json import check_lossless, dumps, materialize
 from ..json._rules import value_problem
 from ..model import ContentBlock, content_from_json
 from ..schema import args_error
@@ -146,8 +146,13 @@ def tool(
       is optional (a default JSON cannot carry, such as a sentinel
       ``object()``, is left out of the schema, whatever the warning
       filters, and the function gets it when the model leaves the
-      parameter out); unknown arguments are refused (``additionalProperties:
-      false``). A parameter annotated :class:`~dsh_actors.ToolRunContext`
+      parameter out; a default the schema shows that its own parameter
+      refuses, ``n: Annotated[int, Field(le=10)] = 20``, is refused here,
+      as pydantic does not check defaults; ``limit: int = None`` is the
+      implicit-optional idiom and runs as written: left out or sent as
+      ``null`` by a strict model, the function gets None); unknown
+      arguments are refused (``additionalProperties: false``). A parameter
+      annotated :class:`~dsh_actors.ToolRunContext`
       (or ``ToolRunContext[Deps]``, which types ``ctx.deps``) gets the
       call's context and is not offered to the model.
     * The arguments are validated by pydantic-core (the validator is built
@@ -210,7 +215,8 @@ def tool(
     ``**kwargs``, a decorator's wrapper: ``functools.wraps``; a hint pydantic cannot
     validate or describe, an annotation that does not resolve, the name
     given positionally: ``@tool("x")``; ``@tool`` above ``@classmethod`` or
-    ``@staticmethod``; two parameters offered as one name) and for anything registration
+    ``@staticmethod``; two parameters offered as one name; a default its
+    parameter refuses) and for anything registration
     would reject (the reserved name ``run_code`` included). A plain
     function runs on a call actor's worker thread; an ``async def`` on the
     batch's event loop.
@@ -502,6 +508,9 @@ def _build(
 
     arguments_core = arguments_model.__pydantic_core_schema__
     arguments = PydanticEnforcer(json_validator(arguments_core), parameters, hand_over=True, core=arguments_core)
+    refused = _refused_default(parameters, arguments, arguments_core, offered)
+    if refused is not None:
+        raise refuse(refused)
     output_core = output_adapter.core_schema
     output = PydanticEnforcer(json_validator(output_core, dumped=True), output_json_schema, core=output_core)
     body = _execute(
@@ -560,6 +569,51 @@ _KEEP_NON_FINITE: Final = ConfigDict(ser_json_inf_nan="constants")
 
 #: Lossless JSON's refusal of -0.0 (see :func:`without_negative_zero`).
 _NEGATIVE_ZERO: Final = value_problem(-0.0)
+
+
+def _refused_default(parameters: Any, arguments: PydanticEnforcer, core: Any, offered: Mapping[str, str]) -> str | None:
+    """Why a default the schema shows is one its own parameter refuses
+    (``n: Annotated[int, Field(le=10)] = 20``), with the fix, or None. A
+    ``None`` default is the implicit-optional idiom (``limit: int = None``),
+    not checked: the function gets None when the model leaves the parameter
+    out, and a strict model's ``null`` for it is dropped before validation
+    (``absent_null_plan``), so it works as written. pydantic does not validate a default (unless
+    ``validate_default``), so the schema would offer the model a value the
+    tool refuses when sent, and a call that leaves it out would run with it
+    unchecked. Checked once, here: the defaults the schema shows, as JSON
+    (what the model reads), validated as the arguments are."""
+    properties = parameters.get("properties")
+    shown = {
+        prop: spec["default"]
+        for prop, spec in (properties.items() if isinstance(properties, Mapping) else ())
+        if isinstance(spec, Mapping) and spec.get("default") is not None
+    }
+    if not shown:
+        return None
+    probe = materialize(shown)
+    try:
+        arguments.parse(probe)
+    except ValidationError as err:
+        failing = {error["loc"][0] for error in err.errors(include_url=False) if error["loc"]}
+        problems = [_default_problem(err, probe, core, prop, offered[prop]) for prop in shown if prop in failing]
+        if problems:
+            return (
+                "; ".join(problems) + " (pydantic does not check defaults: the schema would offer the model a "
+                "default the tool rejects when sent, and a call that leaves the parameter out would run with it "
+                "unchecked)"
+            )
+    return None
+
+
+def _default_problem(err: ValidationError, probe: Any, core: Any, prop: str, param: str) -> str:
+    """Parameter ``param``'s refusal of its default (``probe[prop]``, which
+    ``err`` found invalid), and the fix."""
+    default = probe[prop]
+    why = "; ".join(violations_of(err, probe, "value", core, under=(prop,)))
+    return (
+        f"parameter {param!r} has the default {dumps(default).decode()}, which it refuses itself ({why}): give it "
+        "a default it accepts, or loosen its type or constraint to take this one"
+    )
 
 
 def _output_adapter(returns: Any) -> tuple[TypeAdapter[Any], Callable[[Any], Any]]:
