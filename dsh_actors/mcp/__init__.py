@@ -53,7 +53,8 @@ How a tool maps:
 * Content blocks whose ``annotations.audience`` is for the user only
   (``["user"]``) are kept from the model: they are left out of the content
   and of the value, and go to the result's ``meta`` as
-  ``{"mcp": {"user_content": [...]}}`` (wire form), which the log keeps and
+  ``{"mcp": {"user_content": [...]}}`` (wire form), which the log keeps (a
+  program's sub-call: its ``tool/ptc-dispatch`` event's ``meta``) and
   the tool's result card shows after the model's content. (Calls running at
   once with one arguments object, whose every block is for the user only,
   cannot be told apart: they get no ``user_content`` rather than another

@@ -657,8 +657,9 @@ class _Mount:
         is returned frozen, which the runtime keeps as it is, so the value
         object ``presentation_meta`` gets tells the calls apart even when
         they share one arguments object. The entry goes with the call's
-        token, and at ``project_content`` (every outcome, failures included)
-        if ``presentation_meta`` did not take it."""
+        token, and at ``project_content`` (every outcome, failures included,
+        but a PTC sub-call's success, whose ``presentation_meta`` is asked
+        after it) if ``presentation_meta`` did not take it."""
         try:
             value = materialize(value)
         except DshError:
@@ -683,7 +684,12 @@ class _Mount:
     def _project_content(self, execution: ToolExecution, result: ToolExecutionResult) -> list[ContentBlock] | None:
         with self._content_lock:
             blocks = self._content.pop(execution.token, None)
-            self._for_user.pop(execution.token, None)  # (a failure after the body: never presented)
+            if execution.parent is None or result.is_error:
+                # (A failure after the body: never presented. A sub-call's
+                # success keeps its blocks: its presentation meta is asked
+                # after this hook, for the session log's copy,
+                # dsh_actors.logged_meta; the token's going drops them else.)
+                self._for_user.pop(execution.token, None)
             self._rendered.pop(execution.token, None)  # (a failure before render, or a policy's value)
         if blocks is None or result.is_error:
             return None

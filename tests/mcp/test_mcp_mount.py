@@ -612,6 +612,33 @@ def test_content_for_the_user_only_reaches_the_log_and_the_cards_not_the_model(m
     assert run(mounted, "t_text_kind").meta is None  # nothing for the user only
 
 
+def test_a_programs_sub_call_logs_the_content_for_the_user_only_as_a_direct_call_does(mounted: ToolRuntime) -> None:
+    # Before, the sub-call's project_content dropped the blocks before the
+    # log's copy asked presentation_meta for them: its meta was null.
+    from dsh_actors import LogStep, Session
+    from executors.ptc import PtcExecutor
+
+    agent = Agent("a", session=Session())
+    run(mounted, "t_audience_kind", agent=agent, log=LogStep(turn=1, step=1))
+    [direct] = [e for e in agent.session.events() if e["type"] == "tool/result"]
+    executor = PtcExecutor(timeout_ms=20_000)
+    mounted.tools.set_executor(executor)
+    program = {"code": "blocks = await tools.t_audience_kind()\nreturn len(blocks)"}
+    batch = ToolBatchInput(
+        calls=(ToolCall(id="p1", name="run_code", arguments=program),), agent=agent, log=LogStep(turn=1, step=2)
+    )
+    try:
+        outcome = mounted.tools.execute(batch).results[0].result
+    finally:
+        mounted.stop()
+    assert not outcome.is_error and thaw(outcome.value)["result"] == 3, outcome
+    assert executor.worker_pids() == []
+    [dispatch] = [e for e in agent.session.events() if e["type"] == "tool/ptc-dispatch"]
+    user = [{"type": "text", "text": "for the user", "annotations": {"audience": ["user"]}}]
+    assert direct["meta"] == dispatch["meta"] == {"mcp": {"user_content": user}}
+    assert dispatch["content"] == direct["content"]
+
+
 def test_a_text_blob_resource_is_decoded_in_its_charset(mounted: ToolRuntime) -> None:
     assert run(mounted, "t_text_blob_kind").content == (
         TextBlock("[resource file:///a.txt (text/plain)]\nhéllo\nworld"),
