@@ -495,6 +495,57 @@ def test_an_empty_file_opens_as_an_empty_session(tmp_path: Path) -> None:
     assert path.read_bytes() == b'{"type":"a"}\n'
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_open_and_the_first_step_read_read_the_log_a_bounded_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    # Session.open read the whole file at once, and so did the first step
+    # read after it (a recovery's): a 26 MB log, its bytes and more held at
+    # once. Both read a chunk at a time, lines across chunks (a line longer
+    # than many) read as they were; a step read then reads its lines.
+    from dsh_actors.session import _file
+
+    reads: list[int] = []
+    pread = _file._pread
+
+    def recording(fd: int, start: int, end: int) -> bytes:
+        reads.append(end - start)
+        return pread(fd, start, end)
+
+    monkeypatch.setattr(_file, "_READ_CHUNK", chunk)
+    monkeypatch.setattr(_file, "_pread", recording)
+    path = tmp_path / "log.jsonl"
+    events = [
+        batch_event(1, 1, [("c1", "echo", {"message": "x" * 200})], agent="a"),
+        call_event(1, 1, "c1", "echo", {"message": "x" * 200}, agent="a"),
+        {"type": "note"},
+        result_event("c1", ok(1, "one"), turn=1, step=1, agent="a"),
+    ]
+    good = b"\n".join(orjson.dumps(event) for event in events) + b"\n\n  \n"
+    longest = max(len(line) for line in good.split(b"\n"))
+    torn = orjson.dumps(call_event(1, 2, "c2", "echo", {}))[:30]
+    path.write_bytes(good + torn)
+    with Session.open(path) as session:
+        assert (len(session), session.torn_line, session.pending_calls()) == (4, 7, [])
+        assert len(reads) > 2 and all(0 < size <= chunk for size in reads)
+        assert [call.state for call in session.read_step(1, 1, "a").calls] == ["settled"]
+        assert all(0 < size <= max(chunk, longest) for size in reads)
+        session.append({"type": "c"})
+        assert session.step_events(1, 1, "a") == [events[0], events[1], events[3]]
+    assert path.read_bytes() == good + b'{"type":"c"}\n'
+    # A valid last line without its newline is kept; a corrupt line past
+    # the first chunk is named by its number.
+    path.write_bytes(good + b'{"type":"d"}')
+    with Session.open(path) as session:
+        assert (len(session), session.torn_line) == (5, None)
+        session.append({"type": "e"})
+    assert path.read_bytes() == good + b'{"type":"d"}\n{"type":"e"}\n'
+    path.write_bytes(good + b'{"type": "d", "x": -0.0}\n{"type":"e"}\n')
+    with pytest.raises(SessionCorruptError) as caught:
+        Session.open(path)
+    assert caught.value.lineno == 7 and "-0.0" in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("bad_line", "problem"),
     [

@@ -95,7 +95,8 @@ Appending to a closed session raises ``OSError("session is closed ...")``,
 naming its log and how to go on (``Session.open(path)``).
 
 **Reading back.** :meth:`Session.open` reads an existing file and continues
-it. Blank lines are skipped. A valid event without its trailing ``\\n`` is
+it, a chunk (1 MiB) at a time: it holds one chunk and the line it parses,
+never the whole file. Blank lines are skipped. A valid event without its trailing ``\\n`` is
 kept as the last line, and the next append starts on a fresh line. A last
 line without its ``\\n`` that is not whole JSON is a torn write from a
 crash (each event is written with its newline in one write, so a cut one

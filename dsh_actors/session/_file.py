@@ -154,6 +154,43 @@ def _pread(fd: int, start: int, end: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+#: How many bytes :meth:`Session.open`, and a step index's reading of the
+#: lines logged since it was last extended, read of the log at a time: they
+#: hold one chunk and the line they parse, never the whole file.
+_READ_CHUNK = 1 << 20
+
+
+def _file_lines(read: Callable[[int, int], bytes], start: int, stop: int | None) -> Iterator[tuple[int, bytes, bool]]:
+    """The lines of a file from offset ``start`` (where a line starts) to
+    ``stop`` (None: to its end), read :data:`_READ_CHUNK` bytes at a time by
+    ``read(begin, end)`` (the bytes from ``begin`` to ``end``, fewer where the
+    file ends first): each line's start offset, its bytes without the
+    newline, and whether a newline ends it (only the last one may not). It
+    holds a chunk and one line (a line longer than a chunk is joined from
+    its pieces)."""
+    offset = start  # where the next chunk starts
+    pieces: list[bytes] = []  # the beginning of a line the chunks before hold
+    while stop is None or offset < stop:
+        chunk = read(offset, offset + _READ_CHUNK if stop is None else min(offset + _READ_CHUNK, stop))
+        if not chunk:
+            break
+        at = 0
+        while (newline := chunk.find(b"\n", at)) >= 0:
+            line = chunk[at:newline]
+            if pieces:
+                pieces.append(line)
+                line = b"".join(pieces)
+                pieces.clear()
+            yield start, line, True
+            at = newline + 1
+            start = offset + at
+        if at < len(chunk):
+            pieces.append(chunk[at:])
+        offset += len(chunk)
+    if pieces:
+        yield start, b"".join(pieces), False
+
+
 def _line_spans(data: bytes, base: int, junk: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
     """The ``(start, end)`` file offsets of the lines of ``data`` (the file's
     bytes from offset ``base``), without their newline, skipping the byte
@@ -318,9 +355,10 @@ class Session:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, fsync: bool = False) -> Session:
-        """Read the existing JSONL file at ``path`` and continue appending to
-        it. Raises ``FileNotFoundError`` when it does not exist,
-        ``IsADirectoryError`` for a folder, ``OSError`` (``EINVAL``) for a
+        """Read the existing JSONL file at ``path`` (a chunk at a time: never
+        the whole file at once) and continue appending to it. Raises
+        ``FileNotFoundError`` when it does not exist, ``IsADirectoryError``
+        for a folder, ``OSError`` (``EINVAL``) for a
         path that is no regular file (a pipe, a device), and
         :class:`SessionCorruptError` for a bad line, but a torn write: a
         last line without its newline that is not whole JSON (a write cut
@@ -355,10 +393,7 @@ class Session:
             session._read_only = True
         try:
             session._know_file(file)
-            file.seek(0)
-            data = file.read()
-            session._seen_size = len(data)
-            session._load(data, str(file_path))
+            session._load(file, str(file_path))
         except BaseException:
             file.close()
             raise
@@ -375,25 +410,17 @@ class Session:
         self._at_path = file.at_path if regular and isinstance(file, SessionFile) else None
         return status.st_size
 
-    def _load(self, data: bytes, name: str) -> None:
-        """Index the events of ``data`` (a whole file); see :meth:`open`."""
-        # (line number, start offset, end offset without the newline, terminated)
-        spans: list[tuple[int, int, int, bool]] = []
-        start = 0
-        lineno = 0
-        size = len(data)
-        while start < size:
-            lineno += 1
-            end = data.find(b"\n", start)
-            terminated = end >= 0
-            if not terminated:
-                end = size
-            if data[start:end].strip():
-                spans.append((lineno, start, end, terminated))
-            start = end + 1
-        for index, (lineno, start, end, terminated) in enumerate(spans):
-            line = data[start:end]
-            last = index == len(spans) - 1
+    def _load(self, file: IO[bytes], name: str) -> None:
+        """Index the events of ``file`` (the whole file, read a chunk at a
+        time: see :func:`_file_lines`); see :meth:`open`."""
+        fd = file.fileno()
+        size = 0  # the bytes read
+        terminated = True  # whether the last line read ended with a newline
+        lines = _file_lines(lambda begin, end: _pread(fd, begin, end), 0, None)
+        for lineno, (start, line, terminated) in enumerate(lines, 1):
+            size = start + len(line) + int(terminated)
+            if not line.strip():
+                continue
             try:
                 event = loads(line, frozen=False, path="event")
                 # Whole JSON: a torn write never leaves that (a cut event
@@ -415,21 +442,21 @@ class Session:
                     # and so was a whole line the lossless reader refuses (an
                     # int past 64 bits): cutting either off would lose it.
                     raise _corrupt(name, lineno, err.message) from None
-                # A torn write: ignore it, and cut it off before appending.
+                # A torn write (the last line: only it is unterminated):
+                # ignore it, and cut it off before appending.
                 self._torn_line = lineno
                 self._size = start
                 self._dirty = True
                 self._newline_needed = False  # a line starts after a newline
-                return
+                break
             self._index(event["type"], event)
             self._count += 1
-            if last:
-                self._size = size
-                self._newline_needed = not data.endswith(b"\n")
-        if not spans:
-            # Only blank text (or nothing): continue after it.
+        self._seen_size = size
+        if self._torn_line is None:
+            # (After the last event, or blank text after it, or nothing but
+            # blank text: continue there.)
             self._size = size
-            self._newline_needed = size > 0 and not data.endswith(b"\n")
+            self._newline_needed = not terminated
 
     # -- appending ------------------------------------------------------
 
@@ -931,7 +958,7 @@ class Session:
         Called with the index lock held (appends go on meanwhile)."""
         index = self._step_index
         new: list[bytes] = []
-        data, junk = b"", []
+        junk: list[tuple[int, int]] = []
         with self._lock:
             lines = self._lines
             if lines is None and self._path is None:
@@ -942,27 +969,50 @@ class Session:
             begin = index.end
             if lines is not None:
                 new = lines[begin:stop]
-            elif stop > begin:
-                (data,) = self._read_ranges([(begin, stop)])
-                junk = [(start, end) for start, end in self._junk if begin <= start and end <= stop]
+            else:
+                junk = sorted((start, end) for start, end in self._junk if begin <= start and end <= stop)
         self._step_index = None  # (a failed read leaves none: the next one starts again)
         for number, line in enumerate(new, begin):
             index.add(number, number + 1, orjson.loads(line))
         if lines is None:
-            if len(data) != stop - begin:
-                raise self._changed(self._line_number(begin + len(data)))
-            view = memoryview(data)
-            for start, end in _line_spans(data, begin, junk):
-                try:
-                    event = orjson.loads(view[start - begin : end - begin])
-                except orjson.JSONDecodeError:
-                    if not bytes(view[start - begin : end - begin]).strip():
-                        continue  # (a blank line)
-                    raise self._changed(self._line_number(start)) from None
-                index.add(start, end, event)
+            # The file from begin to stop, a chunk at a time (appends go on
+            # meanwhile, after stop): its lines, and a failed write's bytes
+            # (junk: read, as the file must still hold them, not indexed).
+            at = begin
+            for start, end in [*junk, (stop, stop)]:
+                self._index_lines(index, at, start)
+                self._index_lines(None, start, end)
+                at = end
         index.end = stop
         self._step_index = index
         return index
+
+    def _index_lines(self, index: StepIndex | None, begin: int, stop: int) -> None:
+        """Add the events of the file's lines from ``begin`` to ``stop`` to
+        ``index`` (None: only read them), reading a chunk at a time, each
+        under the lock; raise when they are not what this session wrote or
+        read there (the file changed under it)."""
+        reached = begin
+        for start, line, terminated in _file_lines(self._read_at, begin, stop):
+            reached = start + len(line) + int(terminated)
+            if index is None or not line:
+                continue
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                if not line.strip():
+                    continue  # (a blank line)
+                raise self._changed(self._line_number(start)) from None
+            index.add(start, start + len(line), event)
+        if reached != stop:  # (cut short by something else: what it held is gone)
+            raise self._changed(self._line_number(reached))
+
+    def _read_at(self, start: int, end: int) -> bytes:
+        """The file's bytes from ``start`` to ``end`` (fewer where it ends
+        first), read under the lock."""
+        with self._lock:
+            (data,) = self._read_ranges([(start, end)])
+        return data
 
     def _events_at(
         self, spans: list[tuple[int, int]], fits: Callable[[dict[str, Any]], bool]
