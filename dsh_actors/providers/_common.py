@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from pydantic import BaseModel
+
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_repr, safe_str
 from ..executor_protocol import ToolModelInput
 from ..model import (
@@ -95,6 +97,18 @@ def kind(value: object) -> str:
     return type(value).__qualname__
 
 
+def shown(value: Any) -> str:
+    """A value the response holds where a name belongs, for an error
+    message: a string quoted (at most 60 characters), anything else by
+    :func:`kind`."""
+    return safe_repr(value)[:60] if type(value) is str else kind(value)
+
+
+CHAT_KEYS: Final = ("tool_calls", "function_call", "refusal")
+"""Keys of a Chat Completions message that an Anthropic message or a
+Responses API item never has."""
+
+
 def plain(value: Any, where: str) -> Any:
     """An SDK object (anything with ``model_dump()``) as its dict; anything
     else as it is. Only this level is converted: the reader converts each
@@ -104,6 +118,12 @@ def plain(value: Any, where: str) -> Any:
     if value is None or isinstance(value, (Mapping, str, bytes, list, tuple, int, float)):
         return value
     try:
+        if isinstance(value, BaseModel):
+            # (warnings=False: an object built with model_construct, or
+            # holding dicts where the SDK declares its models, dumps what it
+            # holds, and pydantic would print a warning for each such field.
+            # What the reader cannot read is a ProviderFormatError.)
+            return value.model_dump(warnings=False)
         dump = getattr(value, "model_dump", None)
         if callable(dump):
             return dump()
@@ -168,6 +188,15 @@ class Reader:
                     f"{where}.{key}", f"holds a lone surrogate (U+{ord(value[err.start]):04X} at index {err.start})"
                 ) from None
         return value
+
+    def assistant(self, role: object, where: str) -> None:
+        """``role`` (read at ``where``) is an assistant message's: another
+        role is named, anything else (null) is not a role."""
+        if role == "assistant":
+            return
+        if type(role) is str:
+            raise self.fail(where, f"a {safe_repr(role)} message holds no tool calls; pass the assistant message")
+        raise self.fail(where, f'must be "assistant", got {kind(role)}')
 
     def add(self, call_id: str, name: str, arguments: Any, where: str, key: str) -> None:
         arguments = plain(arguments, f"{where}.{key}")

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import safe_repr
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCall, ToolExecutionFailure
 from ._common import (
+    CHAT_KEYS,
     Reader,
     Results,
     block_kind,
@@ -65,6 +66,7 @@ from ._common import (
     model_input,
     results_of,
     sequence_or_none,
+    shown,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -133,9 +135,6 @@ _STREAMED: Final = (
     "(with the SDK: client.messages.stream(...), then stream.get_final_message())"
 )
 
-_CHAT_KEYS: Final = ("tool_calls", "function_call", "refusal")
-"""Keys of a Chat Completions message that an Anthropic message never has."""
-
 
 def calls(response: Any) -> tuple[ToolCall, ...]:
     """The ``tool_use`` blocks of an assistant message (or of its content
@@ -158,14 +157,14 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             _read_block(reader, data, where)
             return reader.done()
         if _is_stream_event(message_type):
-            raise reader.fail(f"{where}.type", f"{_shown(message_type)} {_STREAMED}")
+            raise reader.fail(f"{where}.type", f"{shown(message_type)} {_STREAMED}")
         if message_type is not None and message_type != "message":
             raise reader.fail(
                 f"{where}.type",
-                f'expected a message (type "message") or its content blocks, got {_shown(message_type)} '
+                f'expected a message (type "message") or its content blocks, got {shown(message_type)} '
                 '(of the blocks, only a "tool_use" is read alone)',
             )
-        for key in _CHAT_KEYS:
+        for key in CHAT_KEYS:
             if key in data:
                 raise reader.fail(
                     f"{where}.{key}", "a Chat Completions message (read it with openai.calls), not an Anthropic one"
@@ -174,11 +173,7 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             raise reader.fail(
                 where, f'expected a message (with "role" and "content") or its content blocks{_hint(data)}'
             )
-        role = data["role"]
-        if role != "assistant":
-            raise reader.fail(
-                f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message"
-            )
+        reader.assistant(data["role"], f"{where}.role")
         content = data["content"]
         if isinstance(content, str):
             return ()  # a text-only message
@@ -209,7 +204,7 @@ def _read_block(reader: Reader, block: Any, at: str) -> None:
             "conversation): pass the assistant message itself (messages[-1], or the SDK's Message)",
         )
     if _is_stream_event(block_type):
-        raise reader.fail(f"{at}.type", f"{_shown(block_type)} {_STREAMED}")
+        raise reader.fail(f"{at}.type", f"{shown(block_type)} {_STREAMED}")
     if type(block_type) is not str:
         raise reader.fail(f"{at}.type", f"a content block needs a string type, got {kind(block_type)}")
     if block_type in SKIPPED:
@@ -230,10 +225,6 @@ def _read_block(reader: Reader, block: Any, at: str) -> None:
 
 def _is_stream_event(block_type: Any) -> bool:
     return type(block_type) is str and block_type in _STREAM_EVENTS
-
-
-def _shown(value: Any) -> str:
-    return safe_repr(value)[:60] if type(value) is str else kind(value)
 
 
 def _hint(data: Any) -> str:

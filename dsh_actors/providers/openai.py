@@ -4,7 +4,9 @@
   one choice), one choice (``{"message": ...}``), an assistant message
   (``{"role": "assistant", ...}``, or a dict with ``tool_calls``), or its
   bare ``tool_calls`` list, as SDK objects or dicts. A message without
-  tool calls (a final answer, a refusal) gives ``()``; anything else (an
+  tool calls (a final answer, a refusal) gives ``()``; one with a
+  ``function_call`` (the deprecated ``functions`` parameter's) and anything
+  else (an
   Anthropic message, a Responses API response, ``{}``, an object whose
   ``model_dump()`` raises) is a :class:`~dsh_actors.providers.ProviderFormatError`,
   never ``()``, so a loop handed the wrong shape does not stop as if the
@@ -62,6 +64,7 @@ from ._common import (
     model_content,
     model_input,
     results_of,
+    shown,
     strict_parameters,
 )
 
@@ -144,6 +147,13 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
         data = reader.obj(data["message"], f"{where}.message")
         where = f"{where}.message"
     _check_message(reader, data, where)
+    if data.get("function_call") is not None:
+        # (Not a final answer: () would end a loop as if the model had answered.)
+        raise reader.fail(
+            f"{where}.function_call",
+            "a function call of the deprecated functions parameter, which is not read: offer the tools as "
+            "tools=openai.tools(rt, agent), and the model calls them in tool_calls",
+        )
     tool_calls = data.get("tool_calls")
     if tool_calls is not None:
         _read_tool_calls(reader, reader.items(tool_calls, f"{where}.tool_calls"), f"{where}.tool_calls")
@@ -163,11 +173,7 @@ def _check_message(reader: Reader, data: Mapping[str, Any], where: str) -> None:
     if "role" not in data and "tool_calls" not in data:
         hint = " (a Responses API response? read it with openai_responses.calls)" if "output" in data else ""
         raise reader.fail(where, f"{_SHAPES}, got {_keys(data)}{hint}")
-    role = data.get("role", "assistant")
-    if role != "assistant":
-        raise reader.fail(
-            f"{where}.role", f"a {safe_repr(role)} message holds no tool calls; pass the assistant message"
-        )
+    reader.assistant(data.get("role", "assistant"), f"{where}.role")
     content = data.get("content")
     if content is None or type(content) is str:
         return
@@ -178,7 +184,7 @@ def _check_message(reader: Reader, data: Mapping[str, Any], where: str) -> None:
             hint = " (an Anthropic message? read it with anthropic.calls)" if part_type in _ANTHROPIC_BLOCKS else ""
             raise reader.fail(
                 f"{at}.type",
-                f'an assistant message\'s content part is "text" or "refusal", got {_shown(part_type)}{hint}',
+                f'an assistant message\'s content part is "text" or "refusal", got {shown(part_type)}{hint}',
             )
 
 
@@ -192,10 +198,6 @@ def _keys(data: Mapping[str, Any]) -> str:
         return "an empty object"
     shown = ", ".join(safe_repr(key)[:40] for key in keys[:6])
     return f"an object with the keys {shown}{', ...' if len(keys) > 6 else ''}"
-
-
-def _shown(value: Any) -> str:
-    return safe_repr(value)[:60] if type(value) is str else kind(value)
 
 
 def _read_tool_calls(reader: Reader, items: Iterable[Any], where: str) -> None:

@@ -15,10 +15,15 @@ items out.
   ``()``; a stream event, or a list of responses, is named as such with
   what to pass instead, and a response that holds no finished answer
   (:data:`UNFINISHED`: ``status`` ``queued``, ``in_progress``, ``failed``
-  or ``cancelled``) is refused naming its status. A ``function_call`` that
+  or ``cancelled``) is refused naming its status, and so is a
+  ``function_call`` item whose own ``status`` says it did not finish
+  (:data:`UNFINISHED_CALL`: ``in_progress`` or ``incomplete``), wherever
+  it is read. A ``function_call`` that
   a ``function_call_output`` of the same list answers (a conversation kept
-  by hand) is not read again. Argument text is kept as text (the executor
-  parses it).
+  by hand) is not read again; such a list's input items are skipped too
+  (messages without a ``type``, item references), but a Chat Completions
+  or Anthropic message in it is an error, not a message whose calls go
+  unread. Argument text is kept as text (the executor parses it).
 * :func:`results` gives the input items for the next request: one
   ``{"type": "function_call_output", "call_id", "output"}`` per call, in
   model order, then one user message item (``{"type": "message", "role":
@@ -55,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import safe_repr, safe_str
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCall
 from ._common import (
+    CHAT_KEYS,
     Reader,
     Results,
     block_kind,
@@ -70,6 +76,8 @@ from ._common import (
     model_content,
     model_input,
     results_of,
+    sequence_or_none,
+    shown,
     strict_parameters,
 )
 
@@ -112,6 +120,10 @@ SKIPPED: Final = frozenset(
         "apply_patch_call_output",
         "tool_search_output",
         "mcp_approval_response",
+        # Input items only (a conversation kept by hand holds them).
+        "item_reference",
+        "configuration_update",
+        "compaction_trigger",
     }
 )
 """Output items that carry nothing for the client to run. Every other type
@@ -161,8 +173,9 @@ def calls(response: Any) -> tuple[ToolCall, ...]:
     ``"incomplete"`` for a reason in :data:`CUT_OFF`: ``max_output_tokens``
     or ``content_filter``) with a function call in it (its arguments may be
     cut short: none is run), and for one that holds no finished answer
-    (:data:`UNFINISHED`), whatever its output. A function call answered by
-    a ``function_call_output`` of the same list is left out."""
+    (:data:`UNFINISHED`), whatever its output, and for a function call
+    item that did not finish (:data:`UNFINISHED_CALL`). A function call
+    answered by a ``function_call_output`` of the same list is left out."""
     return _calls(response, "response")
 
 
@@ -172,7 +185,7 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
     if data is not None:
         if data.get("type") == "function_call":
             _read_item(reader, data, where)
-            return reader.done()
+            return _unfinished_calls(reader, reader.done(), {data["call_id"]: data})
         if _is_stream_event(data.get("type")):
             raise reader.fail(f"{where}.type", f"{safe_repr(data['type'])[:60]} {_STREAMED}")
         if "output" not in data:
@@ -194,16 +207,47 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
     else:
         raise reader.fail(where, f"expected a response or its output items, got {kind(response)}")
     answered: set[str] = set()
+    read: dict[str, Mapping[str, Any]] = {}  # call id -> its function_call item
     for index, item in enumerate(items):
         found = reader.obj(item, f"{where}[{index}]")
         _read_item(reader, found, f"{where}[{index}]")
-        if found.get("type") == "function_call_output" and type(found.get("call_id")) is str:
+        if found.get("type") == "function_call":
+            read[found["call_id"]] = found
+        elif found.get("type") == "function_call_output" and type(found.get("call_id")) is str:
             answered.add(found["call_id"])
     if answered:
         # (A conversation kept by hand, or an output whose calls the server
         # answered: a call its own list answers is not run again.)
         reader.calls = [call for call in reader.calls if call.id not in answered]
-    return reader.done(cut)
+    return _unfinished_calls(reader, reader.done(cut), read)
+
+
+UNFINISHED_CALL: Final[Mapping[str, str]] = {
+    "in_progress": "pass the finished response (a stream's final response, or the item of its "
+    "response.output_item.done event)",
+    "incomplete": "ask again (with a higher max_output_tokens if the response stopped at it)",
+}
+"""The ``status`` values of a ``function_call`` item whose arguments did
+not finish (still being streamed, or cut off), with the fix. Such an item
+is refused even where nothing else says the response stopped (an output
+list or the item read alone, or a response ``incomplete`` for a reason not
+in :data:`CUT_OFF`)."""
+
+
+def _unfinished_calls(
+    reader: Reader, found: tuple[ToolCall, ...], items: Mapping[str, Mapping[str, Any]]
+) -> tuple[ToolCall, ...]:
+    """``found`` (``reader.done()``), unless the item of one of them
+    (``items``, by call id) says it did not finish (:data:`UNFINISHED_CALL`)."""
+    for call in found:
+        status = items[call.id].get("status")
+        fix = UNFINISHED_CALL.get(status) if type(status) is str else None
+        if fix is not None:
+            raise reader.fail(
+                f"{reader.places[call.id]}.status",
+                f'the function call is "{status}": its arguments may be unfinished, so no call is run; {fix}',
+            )
+    return found
 
 
 def _error(data: Mapping[str, Any], where: str) -> str:
@@ -221,6 +265,9 @@ def _read_item(reader: Reader, item: Any, at: str) -> None:
         )
     if _is_stream_event(item_type):
         raise reader.fail(f"{at}.type", f"{safe_repr(item_type)[:60]} {_STREAMED}")
+    if item_type == "message" or (item_type is None and "role" in item):
+        _read_message(reader, item, at)
+        return
     if type(item_type) is not str:
         raise reader.fail(f"{at}.type", f"an output item needs a string type, got {kind(item_type)}")
     if item_type in CLIENT_CALLS or (item_type == "tool_search_call" and item.get("execution") == "client"):
@@ -238,6 +285,36 @@ def _read_item(reader: Reader, item: Any, at: str) -> None:
             "items without a call skipped (an Anthropic content block? read it with anthropic.calls)",
         )
     reader.add(reader.text(item, "call_id", at), reader.text(item, "name", at), item.get("arguments"), at, "arguments")
+
+
+_INPUT_ROLES: Final = frozenset({"user", "assistant", "system", "developer"})
+"""The roles of an input message without a ``type`` (the SDK's
+``EasyInputMessageParam``), as a conversation kept by hand holds."""
+
+
+def _read_message(reader: Reader, item: Mapping[str, Any], at: str) -> None:
+    """A message item (``type`` ``"message"``, or an input message without
+    one) holds nothing to run; one of another API, whose calls would be
+    left unread, is an error: a Chat Completions message, or an Anthropic
+    message (its ``stop_reason``, or a ``tool_use`` block in its content)."""
+    for key in CHAT_KEYS:
+        if key in item:
+            raise reader.fail(
+                f"{at}.{key}", "a Chat Completions message (read it with openai.calls), not a Responses API item"
+            )
+    anthropic = "stop_reason" in item
+    content = sequence_or_none(item.get("content"), f"{at}.content") or ()
+    for index, part in enumerate(content):
+        found = mapping_or_none(part, f"{at}.content[{index}]")
+        anthropic = anthropic or (found is not None and found.get("type") == "tool_use")
+    if anthropic:
+        raise reader.fail(at, "an Anthropic message (read it with anthropic.calls), not a Responses API item")
+    role = item.get("role")
+    if item.get("type") is None and (type(role) is not str or role not in _INPUT_ROLES):
+        raise reader.fail(
+            f"{at}.role",
+            f'an input message\'s role is "user", "assistant", "system" or "developer", got {shown(role)}',
+        )
 
 
 _STREAMED: Final = (

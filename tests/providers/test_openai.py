@@ -336,3 +336,18 @@ def test_results_of_a_suspended_batch_are_refused_naming_the_fix(rt: ToolRuntime
         "for an approval, or behind one); resume it (rt.tools.resume(batch.suspension, decisions, agent=agent), "
         "with the agent the batch ran for) and pass the batch that returns"
     )
+
+
+def test_a_function_call_of_the_deprecated_functions_parameter_is_refused_naming_the_fix() -> None:
+    # (It gave (): a loop ended the turn as if the model had answered.)
+    legacy = json.loads(json.dumps(COMPLETION))
+    legacy["choices"][0]["message"].update(tool_calls=None, function_call={"name": "read_file", "arguments": "{}"})
+    legacy["choices"][0]["finish_reason"] = "function_call"
+    for source, where in ((ChatCompletion.model_validate(legacy), "response.choices[0].message"),
+                          (legacy["choices"][0]["message"], "response")):  # fmt: skip
+        with pytest.raises(ProviderFormatError) as caught:
+            openai.calls(source)
+        assert str(caught.value) == (
+            f"{where}.function_call: a function call of the deprecated functions parameter, which is not read: "
+            "offer the tools as tools=openai.tools(rt, agent), and the model calls them in tool_calls"
+        )

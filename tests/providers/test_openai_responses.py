@@ -3,7 +3,7 @@ function_call_output items out, valid as the SDK's input item params."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
 from openai.types.responses import (
@@ -248,3 +248,94 @@ def test_a_stream_event_or_a_list_of_responses_is_refused_naming_what_to_pass() 
     assert str(caught.value) == (
         "response[0]: a response, not an output item (a list is read as response.output): pass the response itself"
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "fix"),
+    [
+        ("incomplete", "ask again (with a higher max_output_tokens if the response stopped at it)"),
+        ("in_progress", "pass the finished response (a stream's final response, or the item of its "
+                        "response.output_item.done event)"),
+    ],
+)  # fmt: skip
+def test_a_function_call_item_that_did_not_finish_runs_no_call(status: str, fix: str) -> None:
+    # (Its arguments, cut short, were run wherever the response did not say
+    # it was cut: its output list, the item alone, or a reason not in CUT_OFF.)
+    unfinished = dict(RESPONSE["output"][2], status=status, arguments='{"x')
+    output = [*RESPONSE["output"][:2], unfinished]
+    problem = f'the function call is "{status}": its arguments may be unfinished, so no call is run; {fix}'
+    other_reason = dict(RESPONSE, status="incomplete", incomplete_details={"reason": "max_messages"}, output=output)
+    for source, where in (
+        (Response.model_validate(other_reason), "response.output[2]"),
+        (other_reason, "response.output[2]"),
+        (output, "response[2]"),
+        (Response.model_validate(other_reason).output[2], "response"),
+        (unfinished, "response"),
+    ):
+        with pytest.raises(ProviderFormatError) as caught:
+            openai_responses.calls(source)
+        assert (caught.value.path, caught.value.problem) == (f"{where}.status", problem)
+    # One that a function_call_output of the list answers is not run: nothing to refuse.
+    answered = [*output, {"type": "function_call_output", "call_id": unfinished["call_id"], "output": "x"}]
+    assert openai_responses.calls(answered) == EXPECTED[:1]
+
+
+def test_every_input_item_type_of_the_sdk_is_read_skipped_or_refused() -> None:
+    # (A conversation kept by hand holds input items: an item_reference was
+    # "unknown output item type".)
+    from openai.types.responses import ResponseInputItemParam
+
+    found: set[str] = set()
+    for member in get_args(ResponseInputItemParam):
+        found.update(arg for arg in _literals(get_type_hints(member)["type"]) if isinstance(arg, str))
+    known = {"function_call", "tool_search_call"} | openai_responses.SKIPPED | openai_responses.CLIENT_CALLS
+    assert {"function_call", "item_reference"} <= found
+    assert found <= known, f"input item types the reader does not know: {sorted(found - known)}"
+
+
+def _literals(annotation: Any) -> list[Any]:
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    return [value for arg in get_args(annotation) for value in _literals(arg)]
+
+
+#: Input items of a conversation kept by hand, which hold nothing to run.
+INPUTS: list[Any] = [
+    {"role": "developer", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "input_text", "text": "Look at app.py"}]},
+    {"type": "item_reference", "id": "rs_67ccd2bf8c7c8190a48e2c2d1f1c3e0e"},
+]
+
+
+def test_a_conversation_kept_by_hand_skips_its_input_messages_and_references() -> None:
+    # (A message without a type, the SDK's EasyInputMessageParam, was
+    # refused as an output item without a type.)
+    conversation = [*INPUTS, RESPONSE["output"][1]]
+    validate(ResponseCreateParamsNonStreaming, {"model": "gpt-4.1", "input": conversation}, exact=False)
+    assert openai_responses.calls(conversation) == EXPECTED[:1]
+
+
+def test_a_message_of_another_api_in_a_list_is_refused_naming_its_reader() -> None:
+    # (A list holding an Anthropic message, the SDK's or its dump, gave ():
+    # its tool_use blocks unread, the loop ended as if the model had answered.)
+    from anthropic.types import Message
+
+    claude = Message.model_validate({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}],
+        "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},
+    })  # fmt: skip
+    anthropic_message = "an Anthropic message (read it with anthropic.calls), not a Responses API item"
+    for given, where, problem in (
+        ([claude], "response[0]", anthropic_message),
+        ([claude.model_dump()], "response[0]", anthropic_message),
+        ([{"type": "message", "role": "assistant", "content": claude.content}], "response[0]", anthropic_message),
+        ([*INPUTS, {"role": "assistant", "content": claude.content}], "response[3]", anthropic_message),
+        ([{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]}],
+         "response[0].tool_calls", "a Chat Completions message (read it with openai.calls), not a Responses API item"),
+        ([{"role": "tool", "tool_call_id": "c", "content": "x"}], "response[0].role",
+         'an input message\'s role is "user", "assistant", "system" or "developer", got \'tool\''),
+    ):  # fmt: skip
+        with pytest.raises(ProviderFormatError) as caught:
+            openai_responses.calls(given)
+        assert (caught.value.path, caught.value.problem) == (where, problem)

@@ -7,6 +7,7 @@ disposed, is refused by every tools(); strict takes a bool only."""
 from __future__ import annotations
 
 import json
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -18,6 +19,7 @@ from dsh_actors import (
     ModelSelection,
     ToolActivationContext,
     ToolBatchInput,
+    ToolCall,
     ToolOutput,
     ToolRuntime,
     define_tool,
@@ -150,3 +152,48 @@ def test_an_anthropic_message_given_to_openai_calls_is_named_so() -> None:
     assert str(refused.value).endswith(
         'content part is "text" or "refusal", got \'tool_use\' (an Anthropic message? read it with anthropic.calls)'
     )
+
+
+def _constructed(module: ModuleType) -> tuple[Any, Any]:
+    """A response built with the SDK's model_construct (no validation) whose
+    call arguments are an object where the SDK declares a string (as a
+    server other than the provider's may send: read as they are), and one
+    whose role is missing (model_dump gives null)."""
+    if module is anthropic:
+        from anthropic.types import Message, ToolUseBlock
+
+        block = ToolUseBlock.model_construct(type="tool_use", id="t1", name="echo", input={"a": 1})
+        return Message.model_construct(role="assistant", content=[block]), Message.model_construct(content=[block])
+    if module is openai:
+        from openai.types.chat import ChatCompletionMessage
+        from openai.types.chat.chat_completion_message_function_tool_call import (
+            ChatCompletionMessageFunctionToolCall,
+            Function,
+        )
+
+        function = Function.model_construct(name="echo", arguments={"a": 1})
+        call = ChatCompletionMessageFunctionToolCall.model_construct(id="t1", type="function", function=function)
+        return (
+            ChatCompletionMessage.model_construct(role="assistant", tool_calls=[call]),
+            ChatCompletionMessage.model_construct(tool_calls=[call]),
+        )
+    from openai.types.responses import Response, ResponseFunctionToolCall
+
+    item = ResponseFunctionToolCall.model_construct(type="function_call", call_id="t1", name="echo", arguments={"a": 1})
+    return Response.model_construct(output=[item]), None
+
+
+@pytest.mark.parametrize("module", [openai, anthropic, openai_responses])
+def test_an_sdk_object_built_with_model_construct_is_read_without_a_warning(module: ModuleType) -> None:
+    # (pydantic printed a serializer warning for each field holding another
+    # type than the SDK declares: a library prints nothing; and a missing
+    # role was "a None message".)
+    whole, roleless = _constructed(module)
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        assert module.calls(whole) == (ToolCall("t1", "echo", {"a": 1}),)
+    assert [str(warning.message) for warning in caught_warnings] == []
+    if roleless is not None:
+        with pytest.raises(ProviderFormatError) as caught:
+            module.calls(roleless)
+        assert str(caught.value) == 'response.role: must be "assistant", got null'
