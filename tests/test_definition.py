@@ -114,7 +114,10 @@ def test_execute_validates_the_arguments_before_the_body_runs() -> None:
         == 'invalid arguments: missing required property "value.message"; "value.times" must be an integer'
     )
     assert info.value.code is ErrorCode.INVALID_ARGS
-    with pytest.raises(ToolArgsError, match=r'^invalid arguments: "value" must be an object$'):
+    with pytest.raises(
+        ToolArgsError,
+        match=r"^invalid arguments: the arguments must be a JSON object of the tool's parameters, got an array$",
+    ):
         tool.execute(materialize(["not", "an object"]), CTX)
     with pytest.raises(
         ToolArgsError,

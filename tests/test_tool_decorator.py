@@ -513,7 +513,9 @@ def test_bad_arguments_fail_invalid_args_naming_each_path_and_the_body_does_not_
         "invalid arguments: arguments are not valid JSON: invalid literal, expected 'null' at line 1 column 1"
     )
     not_an_object = run(rt, move, '["a point"]')
-    assert not_an_object.error.message == 'invalid arguments: "value" must be an object'
+    assert not_an_object.error.message == (
+        "invalid arguments: the arguments must be a JSON object of the tool's parameters, got an array"
+    )
     assert calls == []
 
 

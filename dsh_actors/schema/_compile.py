@@ -40,7 +40,7 @@ import orjson
 from ..errors import JsonSchemaError, LosslessJsonError, ToolArgsError
 from ..json import FrozenDict, check_lossless, dumps, is_lossless, materialize, text_problem
 from ._paths import child_path, index_path, json_text
-from ._subset import check_json_schema
+from ._subset import check_json_schema, json_kind
 
 __all__ = [
     "CompiledJsonSchema",
@@ -464,10 +464,26 @@ def args_error(args: Any, violations: Sequence[str]) -> ToolArgsError:
     it does not parse) gets what is wrong with its JSON and where
     (``arguments are not valid JSON: unexpected end of data at line 1
     column 17``) instead of ``"value" must be an object``, which would not
-    tell the model what to fix; anything else (a string that is not
-    lossless JSON included), its ``violations``."""
+    tell the model what to fix; arguments that are JSON but no object (the
+    intake keeps the text of a JSON string as sent) are named by their kind,
+    and a JSON string that holds a JSON object as encoded twice; anything
+    else (a string that is not lossless JSON included), its
+    ``violations``."""
     if type(args) is str and is_lossless(args):
         problem = text_problem(args)
         if problem is not None:
             return ToolArgsError([f"arguments are not valid JSON: {problem}"])
+        inner = orjson.loads(args)
+        if type(inner) is str:
+            if inner.lstrip().startswith("{") and text_problem(inner) is None:
+                return ToolArgsError(
+                    [_NOT_AN_OBJECT + "a JSON string that holds one (encoded twice): send the object itself"]
+                )
+            return ToolArgsError([_NOT_AN_OBJECT + "a string"])
+    elif not isinstance(args, Mapping) and is_lossless(args):
+        return ToolArgsError([_NOT_AN_OBJECT + _KIND_SHOWN.get(json_kind(args), "a " + json_kind(args))])
     return ToolArgsError(violations)
+
+
+_NOT_AN_OBJECT: Final = "the arguments must be a JSON object of the tool's parameters, got "
+_KIND_SHOWN: Final = {"integer": "an integer", "array": "an array", "null": "null"}

@@ -216,17 +216,19 @@ def test_argument_text_that_is_not_json_goes_through_the_phases_and_fails_valida
 def test_argument_text_that_is_not_json_tells_the_model_what_is_wrong_and_where(rt: Any) -> None:
     rt.tools.register(echo_tool())
     not_json = "invalid arguments: arguments are not valid JSON: "
-    not_an_object = 'invalid arguments: "value" must be an object'
+    not_an_object = "invalid arguments: the arguments must be a JSON object of the tool's parameters, got "
     cases = {
         '{"message": "hi"': not_json + "unexpected end of data at line 1 column 17",
         '{"message": "hi",}': not_json + "trailing comma is not allowed at line 1 column 17",
         '{\n  "message": hi\n}': not_json + "unexpected character, expected a JSON value at line 2 column 14",
         "{'message': 'hi'}": not_json + "unexpected character, expected a string key at line 1 column 2",
         # JSON, but not an object: an array, an object encoded twice, a string, a number.
-        '["hi"]': not_an_object,
-        '"{\\"message\\": \\"hi\\"}"': not_an_object,
-        '"hi"': not_an_object,
-        "3": not_an_object,
+        '["hi"]': not_an_object + "an array",
+        '"{\\"message\\": \\"hi\\"}"': not_an_object
+        + "a JSON string that holds one (encoded twice): send the object itself",
+        '"hi"': not_an_object + "a string",
+        "3": not_an_object + "an integer",
+        "null": not_an_object + "null",
     }
     batch = run(rt, *(call(arguments=text, id=f"c{i}") for i, text in enumerate(cases)))
     for item, message in zip(batch.results, cases.values(), strict=True):
@@ -267,7 +269,11 @@ def test_a_typed_tool_tells_the_model_what_is_wrong_with_its_json_as_any_tool_do
         "invalid arguments: arguments are not valid JSON: unexpected end of data at line 1 column 17",
         ErrorCode.INVALID_ARGS,
     )
-    assert_failure(batch.results[1].result, 'invalid arguments: "value" must be an object', ErrorCode.INVALID_ARGS)
+    assert_failure(
+        batch.results[1].result,
+        "invalid arguments: the arguments must be a JSON object of the tool's parameters, got an array",
+        ErrorCode.INVALID_ARGS,
+    )
 
 
 # --------------------------------------------------------------------------
