@@ -43,6 +43,7 @@ import signal
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -378,23 +379,31 @@ class Tool:
         return call
 
 
-class Tools:
+class Tools(types.ModuleType):
     """The ``tools`` namespace of a program: one attribute per tool.
     ``getattr(tools, "registered-name")`` works too. ``own``: the
     executor's own tools (``run_code``), which a program cannot call.
     ``repr(tools)`` (``print``) lists the tools, each with the first line
-    of its description; ``help(tools)`` shows that list and how to call
-    them (the instance's own ``__doc__``), not this class."""
+    of its description. A module to ``help``: ``help(tools)`` documents
+    them as a module's functions (``__all__``: the tools), each whole, its
+    signature and description (an instance's ``repr`` pydoc would cut at
+    100 characters), not this class."""
 
     def __init__(self, functions: dict[str, Tool], by_name: dict[str, Tool], own: frozenset[str] = frozenset()) -> None:
+        super().__init__(
+            "tools",
+            "The tools this program can call.\n\n"
+            "Each is a coroutine function: await tools.NAME(...) (keywords, positionals in signature order, "
+            "or one dict of arguments); a failed call raises ToolError.",
+        )
         # Python names never start with "_" (signatures.py prefixes them).
         self.__dict__.update(functions)
         self.__dict__["_by_name"] = by_name
         self.__dict__["_own"] = own
-        self.__dict__["__doc__"] = (
-            "Each is a coroutine function: await tools.NAME(...) (keywords, or one dict of arguments); "
-            "a failed call raises ToolError."
-        )
+
+    @property
+    def __all__(self) -> list[str]:  # (pydoc documents these; dir() leaves the module's own names out)
+        return self.__dir__()
 
     def __getattr__(self, name: str) -> Tool:
         tool: Tool | None = self.__dict__.get("_by_name", {}).get(name)
@@ -410,6 +419,12 @@ class Tools:
 
     def __dir__(self) -> list[str]:
         return sorted(k for k in self.__dict__ if not k.startswith("_"))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"tools is read-only: it holds the tools bound to this program (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"tools is read-only: it holds the tools bound to this program (cannot delete {name!r})")
 
     def __repr__(self) -> str:
         listed = [(name, self.__dict__[name]) for name in self.__dir__()]

@@ -168,9 +168,47 @@ def test_print_and_help_of_tools_list_the_tools_with_their_descriptions(rt: Any)
     listing = "tools:\n  tools.echo: test tool echo\n  tools.read_file: Read a file."
     assert run_code(rt, "return repr(tools)").value["result"] == listing
     shown = run_code(rt, "help(tools)").value["output"]
-    assert shown.splitlines()[2:5] == listing.splitlines(), shown
+    assert shown.splitlines()[:4] == [
+        "Help on module tools:",
+        "",
+        "NAME",
+        "    tools - The tools this program can call.",
+    ], shown
+    lines = [line.strip() for line in shown.splitlines()]
+    for header, summary in (
+        ("echo(message: str | None = None) -> Any", "test tool echo"),
+        ("read_file(**arguments: Any) -> Any", "Read a file."),
+    ):
+        assert header in lines, shown
+        assert lines[lines.index(header) + 1] == summary, shown
     assert "await tools.NAME(...)" in shown
-    assert "__getattr__" not in shown and "Tools(" not in shown and "__main__" not in shown, shown
+    assert "__getattr__" not in shown and "Tools" not in shown and "__main__" not in shown, shown
+
+
+def test_help_of_tools_shows_every_tool_whole_however_many_and_long(rt: Any) -> None:
+    # pydoc cuts an object's repr to 100 characters ("..." in the middle):
+    # help(tools) documents the tools as a module's functions instead.
+    install(rt, timeout_ms=2000)
+    parameters = {
+        "type": "object",
+        "properties": {"pattern": {"type": "string"}, "limit": {"type": "integer"}},
+        "required": ["pattern"],
+    }
+    summaries = [f"Search the files of repository number {n} for the lines that match a pattern." for n in range(6)]
+    for n, summary in enumerate(summaries):
+        output = {"type": "array", "items": {"type": "string"}}
+        rt.tools.register(raw(f"search-{n}", parameters, output=output, description=f"{summary}\n\nMore details."))
+    shown = run_code(rt, "help(tools)").value["output"]
+    lines = [line.strip() for line in shown.splitlines()]
+    for n, summary in enumerate(summaries):
+        header = f"search_{n}(pattern: str, limit: int | None = None) -> list[str]"
+        assert header in lines, shown
+        assert lines[lines.index(header) + 1] == summary, shown
+        assert f"await tools.search_{n}(...)" in shown
+    assert "..." not in shown.replace("(...)", ""), shown
+    assert run_code(rt, "return repr(tools)").value["result"] == "\n".join(
+        ["tools:", *(f"  tools.search_{n}: {summary}" for n, summary in enumerate(summaries))]
+    )
 
 
 def test_repr_and_help_of_one_tool_show_its_signature_and_description(rt: Any) -> None:
@@ -282,3 +320,27 @@ def test_describe_also_returns_the_signature_sections_for_the_described_tools() 
         assert model_input.known_names == ("run_code",)
     finally:
         executor.close()
+
+
+def test_tools_is_read_only_in_a_program(rt: Any) -> None:
+    # (Before, an attribute a program set was listed as a tool, and
+    # repr(tools) then failed on it.)
+    install(rt, timeout_ms=2000)
+    rt.tools.register(raw("ping", {"type": "object"}))
+    code = (
+        "out = []\n"
+        "try:\n"
+        "    tools.x = 1\n"
+        "except AttributeError as e:\n"
+        "    out.append(str(e))\n"
+        "try:\n"
+        "    del tools.ping\n"
+        "except AttributeError as e:\n"
+        "    out.append(str(e))\n"
+        "return [*out, repr(tools)]"
+    )
+    assert run_code(rt, code).value["result"] == (
+        "tools is read-only: it holds the tools bound to this program (cannot set 'x')",
+        "tools is read-only: it holds the tools bound to this program (cannot delete 'ping')",
+        "tools:\n  tools.ping: A tool.",
+    )
