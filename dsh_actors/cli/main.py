@@ -4,8 +4,8 @@
 and returns its exit status; it never lets a traceback reach the user
 (``DSH_ACTORS_DEBUG=1`` shows the one of an internal error).
 
-Exit statuses: ``0`` the command ran (for ``run``: the batch ran, even if
-some calls failed; the summary line counts them); ``1`` it could not run (a
+Exit statuses: ``0`` the command ran (for ``run`` and ``resume``: the
+batch ran, even if some calls failed; the summary line counts them); ``1`` it could not run (a
 one-line ``dsh-actors <command>: error: ...`` on stderr); ``2`` a bad
 command line (argparse's usage message); ``74`` standard output is
 closed or cannot be written (a full disk: one line says which); ``130``
@@ -49,7 +49,7 @@ __all__ = ["build_parser", "main"]
 PROG = "dsh-actors"
 LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
 """The loguru names the command enables while it runs."""
-COMMANDS = ("run", "schemas", "replay", "bench")
+COMMANDS = ("run", "resume", "schemas", "replay", "bench")
 """The commands' names (an error names its command)."""
 BENCH_PACKAGE = "benchmarks"
 """The package ``dsh-actors bench`` runs as ``python -m``."""
@@ -66,6 +66,7 @@ examples:
   dsh-actors run examples/batch.json --tools examples.tools
   dsh-actors run examples/batch_openai.json --tools examples.tools --log run.jsonl
   dsh-actors replay run.jsonl --tools examples.tools
+  dsh-actors resume suspended.json --log run.jsonl --tools my_tools.py --decide c1=yes
   dsh-actors schemas --tools examples.tools --format anthropic
   dsh-actors run examples/batch_mcp.json --mcp "python examples/mcp_server.py"
   dsh-actors bench --quick
@@ -86,6 +87,18 @@ examples:
   dsh-actors run batch.json --tools my_tools.py --mcp "notes_=python -m examples.mcp_server"
   dsh-actors run batch.json --mcp-config ~/.cursor/mcp.json --json
   dsh-actors run - --tools examples.tools --approve no < examples/batch_anthropic.json
+"""
+
+_RESUME_EPILOG = f"""\
+exit status: 0 when the batch ran on (even if some calls failed, or it suspended again), 1 when it could not \
+(a wrong suspension file or log, a decision for a call that does not wait, a suspension resumed already; \
+nothing ran), {_EXIT_TAIL}
+
+examples:
+  dsh-actors run batch.json --tools my_tools.py --log run.jsonl --json > suspended.json
+  dsh-actors resume suspended.json --log run.jsonl --tools my_tools.py --decide c1=yes --decide c2=no
+  dsh-actors resume suspended.json --log run.jsonl --tools my_tools.py --approve prompt
+  dsh-actors resume - --log run.jsonl --tools my_tools.py --approve yes --json < suspended.json
 """
 
 _SCHEMAS_EPILOG = f"""\
@@ -157,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     parsing: its options belong to the benchmarks)."""
     from .batchfile import ACCEPTED_SHAPES
     from .loading import EXECUTORS
+    from .resume import DECIDE_ANSWERS, decision
     from .run import APPROVE_MODES
     from .schemas import FORMATS
 
@@ -228,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
     run.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
     run.set_defaults(command_parser=run)
-    run.add_argument("--executor", choices=EXECUTORS, default="native", help="the batch executor (default native)")
+    executor_help = "the batch executor (default native)"
+    run.add_argument("--executor", choices=EXECUTORS, default="native", help=executor_help)
     run.add_argument(
         "--log",
         metavar="FILE",
@@ -251,19 +266,74 @@ def build_parser() -> argparse.ArgumentParser:
             "else prompt when stdin and stderr are terminals, else none: asking calls are denied)"
         ),
     )
-    run.add_argument(
-        "--no-timeout",
-        dest="timeout",
-        action="store_false",
-        help="do not enforce the tools' timeout_ms (default: policies.timeout fails a call past its tool's "
-        "timeout_ms with TOOL_TIMEOUT; a --tools module that applies it itself still does)",
+    no_timeout_help = (
+        "do not enforce the tools' timeout_ms (default: policies.timeout fails a call past its tool's "
+        "timeout_ms with TOOL_TIMEOUT; a --tools module that applies it itself still does)"
     )
-    run.add_argument(
-        "--json",
-        action="store_true",
-        help="print the results as one JSON document instead of cards (the calls a suspended batch left open "
-        "are under 'pending')",
+    run.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
+    json_help = (
+        "print the results as one JSON document instead of cards (the calls a suspended batch left open "
+        "are under 'pending')"
     )
+    run.add_argument("--json", action="store_true", help=json_help)
+
+    resume = commands.add_parser(
+        "resume",
+        parents=[display],
+        help="finish a batch that run suspended on a deferred approval",
+        description=(
+            "Finish a batch that 'dsh-actors run --log FILE' suspended (its approval service answered "
+            "'deferred'): read its suspension (what 'run --json' printed, or its 'suspension' value), decide the "
+            "deferred calls, and run the batch on with the same tools, in the same log; the results are printed "
+            "as run prints them. A suspension is resumed once: the log records the decisions."
+        ),
+        epilog=_RESUME_EPILOG,
+        formatter_class=_HelpFormatter,
+    )
+    resume.add_argument(
+        "suspension",
+        metavar="SUSPENSION.json",
+        help="the 'run --json' (or 'resume --json') document of a suspended batch, or its 'suspension' value "
+        "('-': standard input)",
+    )
+    resume.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (the run's)")
+    resume.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
+    resume.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
+    resume.set_defaults(command_parser=resume)
+    resume.add_argument("--executor", choices=EXECUTORS, default="native", help=executor_help)
+    resume.add_argument(
+        "--log",
+        metavar="FILE",
+        help="the session log the suspended batch's run wrote (run --log FILE); the resumed batch goes on in it",
+    )
+    resume.add_argument(
+        "--agent",
+        metavar="ID",
+        help="the agent the batch ran as (default: the one the suspension names; another is refused)",
+    )
+    resume.add_argument(
+        "--decide",
+        action="append",
+        default=[],
+        type=decision,
+        metavar="CALL_ID=ANSWER",
+        help=(
+            f"answer a deferred call (repeatable): ANSWER is {', '.join(DECIDE_ANSWERS)} (yes and allowed-once "
+            "run it, no and rejected reject it, cancelled cancels it, deferred leaves it waiting)"
+        ),
+    )
+    resume.add_argument(
+        "--approve",
+        choices=APPROVE_MODES,
+        help=(
+            "answer each deferred call --decide does not, and the calls that ask for approval as they run: yes, "
+            "no, or prompt on the terminal (default: prompt when stdin and stderr are terminals, else the "
+            "deferred calls without a --decide stay deferred, and the batch suspends again; with no --decide at "
+            "all, nothing would be decided: refused)"
+        ),
+    )
+    resume.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
+    resume.add_argument("--json", action="store_true", help=json_help)
 
     schemas = commands.add_parser(
         "schemas",
@@ -522,7 +592,12 @@ def _main(args_list: list[str], lead: int) -> int:
                 getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
             if args.command is None:
                 parser.error("the following arguments are required: COMMAND")
-            if args.command in ("run", "schemas") and args.tools is None and not args.mcp and not args.mcp_config:
+            if (
+                args.command in ("run", "resume", "schemas")
+                and args.tools is None
+                and not args.mcp
+                and not args.mcp_config
+            ):
                 args.command_parser.error("one of the arguments --tools, --mcp or --mcp-config is required")
         except SystemExit as exit:
             return exit.code if isinstance(exit.code, int) else 2
@@ -542,11 +617,13 @@ def _bench_command(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .loading import CliError, loader_path_scope
     from .replay import replay_command
+    from .resume import resume_command
     from .run import run_command
     from .schemas import schemas_command
 
     handlers = {
         "run": run_command,
+        "resume": resume_command,
         "schemas": schemas_command,
         "replay": replay_command,
         "bench": _bench_command,

@@ -319,7 +319,7 @@ class McpServers:
                 except DshError as err:
                     self._failure = f"{where}: {_mount_problem(err, server)}"
                 except Exception as err:  # noqa: BLE001 - one line for the user (anyio may wrap it in a group)
-                    self._failure = f"{where}: {_describe(err, prefix)}"
+                    self._failure = f"{where}: {_describe(err, prefix, server)}"
                 if self._failure is not None:
                     break
             self._ready.set()
@@ -393,11 +393,38 @@ def _mount_problem(err: DshError, server: _Server) -> str:
     return text
 
 
-def _describe(err: BaseException, prefix: str = "") -> str:
+def _split_command_hint(argv: list[str]) -> str:
+    """When ``argv[0]``, an ``--mcp-config`` server's ``"command"``, holds
+    whitespace (a whole command line, ``"npx -y pkg"``, which is run as the
+    name of one program), the fix to append to its failure to start: the
+    program in ``command``, its arguments (then ``args``'s) in ``args``;
+    else ``""``."""
+    command = argv[0]
+    if not any(char.isspace() for char in command):
+        return ""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    if len(words) < 2:
+        return ""
+    program, arguments = (
+        json.dumps(words[0], ensure_ascii=False),
+        json.dumps([*words[1:], *argv[1:]], ensure_ascii=False),
+    )
+    return (
+        ' ("command" is the program alone, run as it is, without a shell: put its arguments in "args", '
+        f'"command": {program}, "args": {arguments})'
+    )
+
+
+def _describe(err: BaseException, prefix: str = "", server: _Server | None = None) -> str:
     """``err``, which starting a server raised, in one line; when spawning
     it failed and its ``--mcp`` value had a ``prefix``, a shell's habit is
     named too: ``NAME=VALUE COMMAND`` reads ``NAME`` as the prefix here,
-    not as an environment variable."""
+    not as an environment variable; and when an ``--mcp-config`` file's
+    ``command`` is a whole command line (it holds whitespace), the fix:
+    its arguments in ``args`` (:func:`_split_command_hint`)."""
     leaves: list[BaseException] = []
 
     def collect(e: BaseException) -> None:
@@ -416,6 +443,8 @@ def _describe(err: BaseException, prefix: str = "") -> str:
                 f" (the text before the first '=' is the tools' prefix, {prefix!r}, and the command follows it; "
                 f"to set an environment variable, start the command with env: --mcp 'env {prefix}=VALUE COMMAND ...')"
             )
+        if server is not None and server.instead:  # (a file's server: its "command" is one word, the program)
+            shown += _split_command_hint(server.argv)
         return shown
     if type(first).__name__ == "ValidationError":  # pydantic's: an answer the SDK cannot read as what it expects
         from ..mcp._mount import _problems

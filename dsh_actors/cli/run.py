@@ -18,6 +18,10 @@ summary as the cards' summary line counts them. Its ``version``
 (:data:`JSON_VERSION`) says which shape a consumer reads (the keys
 ``dsh_actors/cli/README.md`` lists for it).
 
+``dsh-actors resume`` (:mod:`.resume`) finishes a batch that suspended,
+from its ``--json`` document and its log, through the same
+:func:`run_batch`: the same loading, approvals, Ctrl-C and output.
+
 With no approval channel (no ``--approve``, stdin or stderr not a
 terminal, and no service of the ``--tools`` module), a call a policy asks
 approval for is denied with the policy's reason as its error; then one
@@ -70,8 +74,8 @@ from ..json import thaw
 from ..model import Agent, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
 from ..runtime import ToolRuntime
 from ..session import Session, error_to_json
-from ..signals import AbortController
-from .batchfile import Batch, BatchFileError, read_batch
+from ..signals import AbortController, AbortSignal
+from .batchfile import BatchFileError, read_batch
 from .exits import EXIT_INTERRUPTED, OutputError, write_output
 from .loading import (
     CliError,
@@ -85,7 +89,15 @@ from .loading import (
 from .mcp_servers import McpServers
 from .render import Tally, choose_style, log_entries, render_log, resolve_views, summary_line
 
-__all__ = ["APPROVE_MODES", "JSON_VERSION", "run_command"]
+__all__ = [
+    "APPROVE_ANSWERS",
+    "APPROVE_MODES",
+    "JSON_VERSION",
+    "approver",
+    "check_prompt_input",
+    "run_batch",
+    "run_command",
+]
 
 APPROVE_MODES: Final = ("yes", "no", "prompt")
 JSON_VERSION: Final = 1
@@ -94,11 +106,17 @@ beside this module documents. A key added keeps it; a key removed, renamed
 or given another meaning raises it."""
 
 
-def _approver(mode: str) -> Any:
-    if mode == "yes":
-        return lambda request: "allowed-once"
-    if mode == "no":
-        return lambda request: "rejected"
+APPROVE_ANSWERS: Final = {"yes": "allowed-once", "no": "rejected"}
+"""The approval answer each of ``--approve``'s fixed choices gives (and
+``resume --decide``'s ``yes``/``no``)."""
+
+
+def approver(mode: str) -> Any:
+    """The approval service of ``--approve MODE``: a fixed answer, or the
+    terminal prompt."""
+    answer = APPROVE_ANSWERS.get(mode)
+    if answer is not None:
+        return lambda request: answer
     return terminal_prompt()
 
 
@@ -139,12 +157,12 @@ def _open_log(path: str | None) -> Session:
         raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
 
 
-def _quit_now(signum: int, frame: Any) -> None:
+def _quit_now(command: str) -> None:
     """The second Ctrl-C: exit 130 at once, without waiting for anything
     (a body that ignores its signal would hold a normal exit until
     ``rt.stop()`` gives up). What was printed and logged so far is flushed."""
     try:
-        sys.stderr.write("dsh-actors run: interrupted again; quitting\n")
+        sys.stderr.write(f"dsh-actors {command}: interrupted again; quitting\n")
         sys.stderr.flush()
         sys.stdout.flush()
     finally:
@@ -156,6 +174,7 @@ class Interrupts:
     submitted (so a Ctrl-C at any moment of the run counts, even before the
     main thread waits): the first Ctrl-C aborts the batch and the run keeps
     waiting for it to settle; the second exits at once (130, ``_quit_now``).
+    ``command`` (``run``, ``resume``) names the command in its messages.
     The handler runs on the main thread between two bytecodes: it aborts
     only while that thread waits for the batch (holding none of the
     runtime's locks), else :meth:`wait` aborts when it begins. A Ctrl-C
@@ -163,18 +182,19 @@ class Interrupts:
     servers and the runtime stop) has nothing to abort: the command ends
     as it would, with exit status 130 (``seen``)."""
 
-    def __init__(self, controller: AbortController) -> None:
+    def __init__(self, controller: AbortController, command: str = "run") -> None:
         self.controller = controller
+        self.command = command  # (the messages name it)
         self.seen = False  # a Ctrl-C came
         self.waiting = False  # the main thread waits for the batch
         self.settled = False  # the wait returned the batch's result
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.seen:
-            _quit_now(signum, frame)
+            _quit_now(self.command)
         self.seen = True
         doing = "the batch has ended; finishing" if self.settled else "aborting the batch"
-        sys.stderr.write(f"dsh-actors run: interrupted; {doing} (Ctrl-C again to quit at once)\n")
+        sys.stderr.write(f"dsh-actors {self.command}: interrupted; {doing} (Ctrl-C again to quit at once)\n")
         sys.stderr.flush()
         if self.waiting and not self.settled:
             self._abort()
@@ -372,7 +392,13 @@ class Unasked:
         if count == 0:
             return None
         calls = "1 call that asks for approval was" if count == 1 else f"{count} calls that ask for approval were"
-        if _stdin_holds_batch(args):
+        command = _command(args)
+        if command == "resume":  # (a resumed batch is not resumed again: its calls ended)
+            way = (
+                "--approve yes (allow them), --approve no (reject them) or --approve prompt answers such calls "
+                "of the next batch you run or resume"
+            )
+        elif _stdin_input(args) is not None:
             way = (
                 "rerun with --approve yes (allow them) or --approve no (reject them), or save the batch to a "
                 "file for --approve prompt (it reads the answers from standard input)"
@@ -382,7 +408,10 @@ class Unasked:
                 "rerun with --approve yes (allow them), --approve no (reject them) or --approve prompt "
                 "(ask, reading the answers from standard input)"
             )
-        return f"dsh-actors run: note: {calls} denied: there is no terminal to ask on and no approval service; {way}\n"
+        return (
+            f"dsh-actors {command}: note: {calls} denied: there is no terminal to ask on and no approval service; "
+            f"{way}\n"
+        )
 
 
 def _install(
@@ -399,7 +428,7 @@ def _install(
         install_tools(source, rt)
     servers.start(rt)
     if explicit:
-        rt.approvals.set(_approver(args.approve))  # asked for: it wins
+        rt.approvals.set(approver(args.approve))  # asked for: it wins
     if args.timeout:
         install_timeout(rt)  # a tool's timeout_ms holds here as in an application that applies it
     install_executor(args.executor, rt)
@@ -411,18 +440,25 @@ def _install(
 
 
 def _print(
-    args: argparse.Namespace, rt: ToolRuntime, batch: ToolBatchResult, session: Session, batch_file: Batch
+    args: argparse.Namespace,
+    rt: ToolRuntime,
+    batch: ToolBatchResult,
+    session: Session,
+    names: dict[str, str],
+    shape: str,
 ) -> None:
+    """The results, as cards drawn from the log's events or as the
+    ``--json`` document (``names``: each call's tool; ``shape``: the batch
+    file's family)."""
     entries = log_entries(session.events())
     lookup = rt.tools.get
     out = sys.stdout
     if args.json:
         views = {e.call_id: resolve_views(e, lookup) for e in entries}
-        names = {call.id: call.name for call in batch_file.calls}
         tally = Tally()
         for entry in entries:
             tally.add(entry)
-        write_output(out, [_json_document(batch, names, views, batch_file.shape, tally).decode("utf-8")], json=True)
+        write_output(out, [_json_document(batch, names, views, shape, tally).decode("utf-8")], json=True)
     else:
         style = choose_style(out, args.color)
         verbose = bool(getattr(args, "verbose", False))
@@ -430,35 +466,82 @@ def _print(
         write_output(out, [*(line + "\n" for line in lines), summary_line(entries) + "\n"])
 
 
-def _stdin_holds_batch(args: argparse.Namespace) -> bool:
-    """Whether the batch is read from standard input (``-``) that is not a
-    terminal: reading it takes that input to its end, so the prompt could
-    read no answer from it. (On a terminal the prompt reads on after the
-    batch's Ctrl-D.)"""
-    return args.batch == "-" and sys.stdin is not None and not sys.stdin.isatty()
+def _command(args: argparse.Namespace) -> str:
+    """The command ``args`` are of: ``run``, or ``resume`` (whose input is
+    a suspension, not a batch)."""
+    return "resume" if hasattr(args, "suspension") else "run"
 
 
-def _check_prompt_input(args: argparse.Namespace) -> None:
-    """Refuse ``--approve prompt`` with the batch on standard input that is
-    not a terminal (:func:`_stdin_holds_batch`): no question could ever be
+def _stdin_input(args: argparse.Namespace) -> str | None:
+    """What the command reads from standard input (``-``: ``"batch"``,
+    or ``"suspension"``) when that input is not a terminal, else None:
+    reading it takes that input to its end, so the prompt could read no
+    answer from it. (On a terminal the prompt reads on after its Ctrl-D.)"""
+    what = "suspension" if _command(args) == "resume" else "batch"
+    path = args.suspension if what == "suspension" else args.batch
+    return what if path == "-" and sys.stdin is not None and not sys.stdin.isatty() else None
+
+
+def check_prompt_input(args: argparse.Namespace) -> None:
+    """Refuse ``--approve prompt`` with the input on standard input that is
+    not a terminal (:func:`_stdin_input`): no question could ever be
     answered (every asking call would be denied)."""
-    if args.approve != "prompt" or not _stdin_holds_batch(args):
+    what = _stdin_input(args)
+    if args.approve != "prompt" or what is None:
         return
     raise CliError(
-        "--approve prompt reads its answers from standard input, which holds the batch ('-'): "
-        "save the batch to a file and name it instead of '-', or answer every call with --approve yes or no"
+        f"--approve prompt reads its answers from standard input, which holds the {what} ('-'): "
+        f"save the {what} to a file and name it instead of '-', or answer every call with --approve yes or no"
     )
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the batch; see the module docstring for the exit status."""
-    _check_prompt_input(args)
+    check_prompt_input(args)
     try:
         batch_file = read_batch(args.batch)
     except BatchFileError as err:
         raise CliError(str(err)) from None
     existed = args.log is not None and os.path.exists(args.log)  # (False for a name too long: _open_log says so)
     session = _open_log(args.log)  # (first: a log that cannot be used is refused before anything runs)
+
+    def submit(rt: ToolRuntime) -> Callable[[AbortSignal], Future[ToolBatchResult]]:
+        return lambda abort: rt.tools.submit(
+            ToolBatchInput(
+                calls=batch_file.calls,
+                signal=abort,
+                max_parallel_tool_calls=args.max_parallel,
+                agent=Agent(args.agent, session=session),
+                log=LogStep(turn=1, step=1),
+            )
+        )
+
+    names = {call.id: call.name for call in batch_file.calls}
+    return run_batch(args, session, submit, names, batch_file.shape, keep_log=existed, failed="the batch failed")
+
+
+def run_batch(
+    args: argparse.Namespace,
+    session: Session,
+    prepare: Callable[[ToolRuntime], Callable[[AbortSignal], Future[ToolBatchResult]]],
+    names: dict[str, str],
+    shape: str,
+    *,
+    keep_log: bool,
+    failed: str,
+) -> int:
+    """What ``run`` and ``resume`` share once their input is read and their
+    ``session`` open: load the tools (``--tools``, ``--mcp``,
+    ``--mcp-config``), start a runtime with them and the approval service,
+    timeout policy and executor the options ask for (:func:`_install`),
+    ``prepare(rt)`` the batch (``resume`` asks its decisions then), start it
+    (the returned function, given the batch's signal) under :class:`Interrupts`,
+    and print its results (:func:`_print`: ``names`` and ``shape`` for
+    ``--json``). A :class:`DshError` the batch ends with is a one-line
+    error starting ``failed``. ``session`` is closed at the end; its file is
+    removed when nothing ran, unless ``keep_log``. Returns the exit
+    status."""
+    command = _command(args)
     ran = False
     on_main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if on_main_thread else None
@@ -469,24 +552,18 @@ def run_command(args: argparse.Namespace) -> int:
         with ToolRuntime() as rt, servers:
             unasked = _install(rt, args, source, servers)
             rt.events.on("tools/progress", ProgressLines(sys.stderr))
+            start = prepare(rt)
             controller = AbortController()
-            batch_input = ToolBatchInput(
-                calls=batch_file.calls,
-                signal=controller.signal,
-                max_parallel_tool_calls=args.max_parallel,
-                agent=Agent(args.agent, session=session),
-                log=LogStep(turn=1, step=1),
-            )
-            interrupts = Interrupts(controller)
+            interrupts = Interrupts(controller, command)
             if on_main_thread:
                 signal.signal(signal.SIGINT, interrupts)  # (put back below)
             ran = True
             try:
-                batch, _ = interrupts.wait(rt.tools.submit(batch_input))
+                batch, _ = interrupts.wait(start(controller.signal))
             except DshError as err:
-                raise CliError(f"the batch failed: {err.message}") from None
+                raise CliError(f"{failed}: {err.message}") from None
             try:
-                _print(args, rt, batch, session, batch_file)
+                _print(args, rt, batch, session, names, shape)
             except OutputError as err:  # (not a reason to run it again: its calls ran)
                 log = "" if session.path is None else f"; dsh-actors replay {session.path} shows its results"
                 raise OutputError(f"{err}; the batch ran{log}") from None
@@ -497,6 +574,6 @@ def run_command(args: argparse.Namespace) -> int:
         if sigint is not None and interrupts is not None and signal.getsignal(signal.SIGINT) is interrupts:
             signal.signal(signal.SIGINT, sigint)
         session.close()
-        if not ran and not existed and session.path is not None:
+        if not ran and not keep_log and session.path is not None:
             session.path.unlink(missing_ok=True)  # the batch never ran: leave no empty log behind
     return EXIT_INTERRUPTED if interrupts is not None and interrupts.seen else 0

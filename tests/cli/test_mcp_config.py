@@ -129,3 +129,24 @@ def test_the_help_names_the_option_and_the_files_shape(cli: Cli) -> None:
         outcome = cli(command, "--help")
         assert outcome.code == 0
         assert "--mcp-config FILE" in outcome.out and '{"mcpServers": {"NAME": {"command":' in outcome.out
+
+
+def test_a_command_that_is_a_whole_command_line_and_cannot_start_is_told_to_put_its_arguments_in_args(
+    cli: Cli, root: Path
+) -> None:
+    # ("command": "npx -y pkg" is run as one program's name: it failed with
+    # "cannot start the server: ...: npx -y pkg" and no word of "args".)
+    config = _config(root, {"mcpServers": {"github": {"command": "no-such-mcp-server -y @scope/pkg"}}})
+    outcome = cli("schemas", "--mcp-config", config)
+    assert_one_line_error(
+        outcome,
+        "schemas",
+        f'--mcp-config {config}: server "github": cannot start the server',
+        'put its arguments in "args", "command": "no-such-mcp-server", "args": ["-y", "@scope/pkg"])',
+    )
+    # One word that cannot start: no such hint (nothing to split).
+    plain = cli(
+        "schemas", "--mcp-config", _config(root, {"mcpServers": {"x": {"command": "no-such-mcp-server"}}}, "b.json")
+    )
+    assert_one_line_error(plain, "schemas", "cannot start the server")
+    assert '"args"' not in plain.err

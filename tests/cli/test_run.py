@@ -913,7 +913,7 @@ def test_an_unknown_option_before_the_command_is_reported_as_such(cli: Cli) -> N
 def test_help_and_version_exit_0(cli: Cli) -> None:
     top = cli("--help")
     assert top.code == 0
-    for command in ("run", "schemas", "replay", "bench"):
+    for command in ("run", "resume", "schemas", "replay", "bench"):
         assert command in top.out
     assert "exit status" in top.out
     run_help = cli("run", "--help")
@@ -928,6 +928,7 @@ def test_help_and_version_exit_0(cli: Cli) -> None:
         ("run", '  dsh-actors run examples/batch_mcp.json --mcp "python -m examples.mcp_server"\n'),
         ("schemas", "  dsh-actors schemas --tools examples.tools --format anthropic\n"),
         ("replay", "  dsh-actors replay run.jsonl --tools examples.tools\n"),
+        ("resume", "  dsh-actors resume suspended.json --log run.jsonl --tools my_tools.py --approve prompt\n"),
     ],
 )
 def test_each_commands_help_shows_examples_one_a_line_and_every_exit_status(
