@@ -124,9 +124,10 @@ class RayExecutor(NativeExecutor):
     ``address`` joins an existing cluster (``"auto"``, ``"host:port"``,
     ``"ray://..."``); ``None`` starts a local one (no dashboard,
     ``local_cpus`` CPUs, a small object store), shut down on :meth:`close`
-    by the last executor of this process that used it. If the application
-    has already called ``ray.init``, that connection is used and never
-    shut down here.
+    by the last executor of this process that used it. ``rt.stop()``
+    closes an executor installed in that runtime (``set_executor``). If
+    the application has already called ``ray.init``, that connection is
+    used and never shut down here.
 
     Which bodies run on Ray: ``remote`` (a predicate over definitions, a
     collection of tool names, or a mapping of names to placements; see
@@ -638,8 +639,26 @@ class RayExecutor(NativeExecutor):
             pass
 
     def bind(self, runtime: Any) -> None:
+        """Attach to ``runtime`` (``set_executor`` calls it): ``rt.stop()``
+        then cancels the remote calls in flight (:meth:`_on_runtime_stop`)
+        and, once this executor's batches have drained, runs :meth:`close`
+        (:meth:`_shutdown`)."""
         super().bind(runtime)
         runtime.on_stop(self._on_runtime_stop)
+
+    def _shutdown(self) -> None:
+        """``rt.stop()``: native's drain of this executor's batches, then
+        :meth:`close` within the stop's deadline. An executor serves one
+        runtime, so a stopped runtime's could run nothing again; closing it
+        releases the connection (the last executor of the process shuts
+        down one they made, stopping a local cluster they started; never
+        the application's own ``ray.init``)."""
+        rt = self._rt
+        assert rt is not None  # (bound: its stop runs this)
+        try:
+            super()._shutdown()
+        finally:
+            self.close(timeout=rt.teardown_remaining())
 
     def _on_runtime_stop(self) -> None:
         """``rt.stop()``: cancel every remote call in flight at once (no

@@ -10,7 +10,7 @@ import ray
 import ray_tools as rt_tools
 from ray_helpers import gate_wait, result_of
 
-from dsh_actors import Agent, ErrorCode, TextBlock, ToolBatchInput, ToolCall, UserMessage
+from dsh_actors import Agent, ErrorCode, TextBlock, ToolBatchInput, ToolCall, ToolRuntime, UserMessage
 from executors.ray import RayActor
 
 REMOTE = {"ray": True}
@@ -267,6 +267,23 @@ def test_a_closed_executor_fails_calls_as_unavailable(rt: Any, make_executor: An
     assert failure.error.message == (
         "ray unavailable: the RayExecutor is closed: make a new RayExecutor (and set it) to run these tools on Ray again"
     )
+
+
+def test_stop_closes_the_executor_and_leaves_the_applications_connection(make_executor: Any, gate: Any) -> None:
+    # rt.stop() cancelled the executor's calls but left it open: the Ray
+    # connection (and a local cluster it started) stayed held until the
+    # application called close(), though the executor could run nothing
+    # again (one runtime per executor).
+    executor = make_executor()
+    with ToolRuntime() as rt:
+        rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta=REMOTE))
+        rt.tools.set_executor(executor)
+        assert not rt.tools.execute(batch(("w", "who", {}))).results[0].result.is_error
+        assert not executor.closed
+    assert executor.closed and executor.in_flight() == 0
+    # The module's own ray.init: closing the executor left it alone.
+    assert ray.is_initialized()
+    assert ray.get(rt_tools.warm.remote(), timeout=30) > 0
 
 
 def test_a_body_whose_module_the_workers_cannot_import_fails_with_a_hint(

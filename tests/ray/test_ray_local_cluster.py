@@ -78,6 +78,30 @@ def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_i
     assert not [t.name for t in leaked if t.is_alive()]
 
 
+def test_stop_closes_the_runtimes_executor_and_the_last_one_shuts_the_cluster_down() -> None:
+    # rt.stop() left the executor open: the local cluster it started ran on
+    # until the application called close().
+    assert not ray.is_initialized()
+    children_before = set(children())
+    executor = RayExecutor(local_cpus=1, object_store_memory=80 * 1024 * 1024, init_options=options())
+    other = RayExecutor()  # the same connection, in no runtime
+    try:
+        assert executor.owns_connection and executor.started_cluster
+        with ToolRuntime() as rt:
+            rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta={"ray": True}))
+            rt.tools.set_executor(executor)
+            who = rt.tools.execute(ToolBatchInput(calls=[ToolCall("w", "who", "{}")])).results[0].result
+            assert who.value["pid"] != os.getpid()
+        assert executor.closed and not other.closed
+        assert ray.is_initialized()  # the other executor still uses the connection
+        other.close()
+        assert not ray.is_initialized()  # the last close shut the cluster down
+    finally:
+        other.close()
+        executor.close()
+    wait_until(lambda: not (set(children()) - children_before), "Ray's processes to exit", timeout=15)
+
+
 def test_joining_another_cluster_than_the_connected_one_is_refused() -> None:
     assert not ray.is_initialized()
     executor = RayExecutor(local_cpus=1, object_store_memory=80 * 1024 * 1024, init_options=options())
