@@ -605,6 +605,25 @@ def test_every_frozen_dict_mutator_raises(mutate: Any) -> None:
     assert frozen == {"a": 1}
 
 
+def test_calling_a_frozen_dict_init_again_raises_and_changes_nothing() -> None:
+    # dict's __init__ refilled the FrozenDict in place (unchecked, its
+    # cached hash then stale), an empty one included.
+    frozen: Any = FrozenDict(a=1)
+    before = hash(frozen)
+    empty: Any = FrozenDict()
+    for target in (frozen, empty):
+        with pytest.raises(TypeError, match=r"FrozenDict is read-only: __init__ cannot fill one again; make a new one"):
+            target.__init__({"a": 2, "b": [3]}, c=math.nan)
+        with pytest.raises(TypeError, match="FrozenDict is read-only"):
+            target.__init__()
+    assert frozen == {"a": 1} and hash(frozen) == before
+    assert empty == {}
+    # Building, copying and pickling never call it.
+    assert FrozenDict({"x": {"y": [1]}}, z={}) == {"x": {"y": (1,)}, "z": {}}
+    assert copy.deepcopy(frozen) is frozen
+    assert pickle.loads(pickle.dumps(FrozenDict(x=[frozen]))) == {"x": ({"a": 1},)}
+
+
 def test_frozen_dict_item_assignment_and_in_place_or_raise() -> None:
     frozen = FrozenDict(a=1)
     with pytest.raises(TypeError):

@@ -93,8 +93,9 @@ class FrozenDict(dict[str, JsonValue], metaclass=_FrozenDictType):
     natively, and it compares equal to the same plain dict
     (``FrozenDict({"a": 1}) == {"a": 1}``; a nested tuple is not equal to a
     list, so compare ``thaw(fd)`` with a plain value). Every mutator raises
-    ``TypeError("FrozenDict is read-only")``. The hash is computed once, from
-    the items regardless of order, and cached; it cannot fail since every
+    ``TypeError("FrozenDict is read-only")``, and so does calling
+    ``fd.__init__(...)`` (it would refill the dict in place). The hash is
+    computed once, from the items regardless of order, and cached; it cannot fail since every
     value is frozen. ``copy()``, ``copy.copy`` and ``copy.deepcopy`` return
     the same object; pickling round-trips at any depth (it pickles thawed, as plain
     dicts and lists). ``fd | other`` returns a new
@@ -109,6 +110,13 @@ class FrozenDict(dict[str, JsonValue], metaclass=_FrozenDictType):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         raise InvalidTypeError("FrozenDict cannot be subclassed")
+
+    def __init__(self, *_args: object, **_kwargs: object) -> None:
+        # (Never called to make one: _new_frozen fills it without.)
+        raise InvalidTypeError(
+            "FrozenDict is read-only: __init__ cannot fill one again; make a new one instead: FrozenDict(...), or "
+            "fd | {...} for a merged copy"
+        )
 
     __setitem__ = _read_only
     __delitem__ = _read_only
@@ -182,8 +190,13 @@ def _cache_hashes(root: FrozenDict) -> None:
         frozen._hash = hash(frozenset(dict.items(frozen)))
 
 
-# FrozenDict(d) without the metaclass: dict's C constructor, no validation.
-_new_frozen: Any = type.__call__.__get__(FrozenDict)
+# FrozenDict(d) without the metaclass, no validation: an empty one from
+# dict's C constructor, filled by dict's own update (FrozenDict.__init__
+# refuses: a call again would refill a FrozenDict). The walk inlines the two
+# calls (`out = _new_frozen(FrozenDict); _dict_update(out, d)`), as it
+# inlines its tests.
+_new_frozen: Any = dict.__new__
+_dict_update = dict.update
 
 
 def scalar_ok(value: object, check_surrogates: bool) -> bool | None:
@@ -237,8 +250,9 @@ def walk(
     if is_dict:
         it: Any = iter(root.items())
         if build:
+            out: Any = _new_frozen(FrozenDict)
             try:
-                out: Any = _new_frozen(root)
+                _dict_update(out, root)
             except Exception:  # noqa: BLE001 - see uncopyable
                 raise uncopyable(root_path, stack, key, root) from None
         else:
@@ -300,7 +314,11 @@ def walk(
                 else:
                     if t is not dict or not check_surrogates or all(map(_isascii, v)):
                         if build and t is not tuple:
-                            leaf = _new_frozen(v) if t is dict else tuple(v)
+                            if t is dict:
+                                leaf = _new_frozen(FrozenDict)
+                                _dict_update(leaf, v)
+                            else:
+                                leaf = tuple(v)
                             if is_dict:
                                 _dict_setitem(out, k, leaf)
                             else:
@@ -315,8 +333,9 @@ def walk(
                     is_dict = True
                     it = iter(v.items())
                     if build:
+                        out = _new_frozen(FrozenDict)
                         try:
-                            out = _new_frozen(v)
+                            _dict_update(out, v)
                         except Exception:  # noqa: BLE001 - see uncopyable
                             raise uncopyable(root_path, stack, key, v) from None
                 else:
