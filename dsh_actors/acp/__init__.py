@@ -84,7 +84,9 @@ While a session is attached:
   response, a JSON-RPC error, a malformed response) fails the approval:
   the call fails ``POLICY_FAILED``, ``approval: <what the client sent>``
   (of a JSON-RPC error, its message and what its data says: ``Internal
-  error (<the text of the exception the client's handler raised>)``).
+  error (<the text of the exception the client's handler raised>)``);
+  each text the client sent in it is cut to 200 characters and shown
+  with :func:`dsh_actors.printable` (the model reads it, the log holds it).
   Calls of other agents go to the approval service installed before the
   session attached;
 * :meth:`AcpSession.cancel` (the handler of ``session/cancel``) aborts the

@@ -40,7 +40,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from ..definition import ToolDefinition
-from ..errors import InvalidStateError, InvalidTypeError, ToolPolicyError, printable, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, ToolPolicyError, safe_str
 from ..events import Disposer, in_scope
 from ..execution import ToolExecution, ToolExecutionToken
 from ..model import Agent, ApprovalRequest, ToolExecutionFailure, ToolExecutionSuccess, ToolProgress
@@ -49,6 +49,7 @@ from ..presentation._projection import checked_view
 from ..runtime import ToolRuntime
 from ..signals import AbortController, AbortSignal
 from ._cards import call_fields, raw_output, result_fields, text_content
+from ._stdio import peer_text
 
 __all__ = ["PERMISSION_OPTIONS", "AcpSession", "Turn", "attach"]
 
@@ -73,8 +74,6 @@ _KIND_OF_OPTION: Final = {option_id: kind for option_id, _, kind in PERMISSION_O
 #: JSON-RPC "method not found": a client that does not take permission requests.
 _METHOD_NOT_FOUND: Final = -32601
 _META_KEY: Final = "dsh_actors"
-#: The most of a client's error data a failure shows.
-_SAID_LIMIT: Final = 200
 _UNSEEN: Final[Any] = object()
 _RUNTIME_STOPPED: Final = "stopped: the runtime stopped before the call ended"
 _TURN_CANCELLED: Final = "stopped: the prompt turn was cancelled before the call ended"
@@ -600,7 +599,11 @@ class AcpSession:
                 _refuse(item.answer, f"the ACP client answered the permission request with an error: {_said(exc)}")
             return
         except ValidationError as exc:
-            shown = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in exc.errors()[:3])
+            # (A message may repeat what the client sent: a tag that matches no outcome.)
+            shown = "; ".join(
+                f"{peer_text('.'.join(map(str, e['loc'])) or 'result')}: {peer_text(e['msg'])}"
+                for e in exc.errors()[:3]
+            )
             _refuse(item.answer, f"the ACP client's answer to the permission request is not valid ({shown})")
             return
         except Exception as exc:  # noqa: BLE001 - a closed connection: no channel
@@ -654,9 +657,9 @@ def _number(value: float) -> str:
 def _said(error: RequestError) -> str:
     """A JSON-RPC error the client sent, as a failure names it: its message,
     then what its ``data`` says (the SDK's client puts the text of the
-    exception its handler raised in ``data["details"]``), at most
-    :data:`_SAID_LIMIT` characters of it, shown with :func:`printable`."""
-    text = safe_str(error)
+    exception its handler raised in ``data["details"]``), each as
+    :func:`~._stdio.peer_text` shows it."""
+    text = peer_text(safe_str(error))
     data = error.data
     if isinstance(data, Mapping) and isinstance(data.get("details"), str):
         data = data["details"]
@@ -668,9 +671,7 @@ def _said(error: RequestError) -> str:
         return text
     if not said:
         return text
-    if len(said) > _SAID_LIMIT:
-        said = f"{said[:_SAID_LIMIT]}..."
-    return f"{text} ({printable(said)})"
+    return f"{text} ({peer_text(said)})"
 
 
 def _refuse(future: concurrent.futures.Future[str], detail: str) -> None:

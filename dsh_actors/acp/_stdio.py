@@ -22,13 +22,14 @@ import asyncio
 import contextlib
 import json
 import math
+import sys
 from typing import Any, Final
 
 from acp import run_agent, stdio_streams
 from acp.interfaces import Agent
 from loguru import logger
 
-from ..errors import InvalidTypeError, safe_str
+from ..errors import InvalidTypeError, printable, safe_str
 
 __all__ = ["CheckedTransport", "serve"]
 
@@ -37,6 +38,18 @@ INVALID_REQUEST: Final = -32600
 _RESPONSE_KEYS: Final = ("id", "result", "error")
 STREAM_LIMIT: Final = 50 * 1024 * 1024
 """The longest line read at once (the SDK's default for stdio)."""
+PEER_TEXT_LIMIT: Final = 200
+"""The most characters of a text the peer sent that a message of ours shows."""
+
+
+def peer_text(text: str) -> str:
+    """Text the peer sent (an id, an error's message), as a failure or a log
+    line shows it: at most :data:`PEER_TEXT_LIMIT` characters of it, shown
+    with :func:`printable` (no escape sequence of the peer's reaches the
+    model, the session log or a terminal)."""
+    if len(text) > PEER_TEXT_LIMIT:
+        text = f"{text[:PEER_TEXT_LIMIT]}..."
+    return printable(text)
 
 
 def _usable_id(value: object) -> bool:
@@ -160,7 +173,7 @@ class CheckedTransport:
                 # Not answered: JSON-RPC answers requests, and an error sent
                 # back for a response could start the two peers answering
                 # each other's errors.
-                logger.warning("ACP: ignored a malformed response (id {}): {}", safe_str(ident), problem)
+                logger.warning("ACP: ignored a malformed response (id {}): {}", peer_text(safe_str(ident)), problem)
                 if _answers_a_request(message):
                     # The request of ours it may answer fails with the problem
                     # (a JSON-RPC error the SDK raises) instead of waiting for
@@ -170,11 +183,20 @@ class CheckedTransport:
             await self._answer(ident if _usable_id(ident) else None, INVALID_REQUEST, "Invalid Request", problem)
 
     async def close(self) -> None:
+        """Close the writer. What the peer has not read by then is dropped
+        (the transport aborted): a send waiting for it to read ends, and
+        later ones fail (``ConnectionResetError``). A peer that closed our
+        input and stopped reading would otherwise keep that send, and the
+        agent's exit that waits for it, waiting for ever."""
         if self._closed:
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            self._writer.close()
+            transport = self._writer.transport
+            if transport.get_write_buffer_size():
+                transport.abort()
+            else:
+                self._writer.close()
 
     async def _answer(self, ident: object, code: int, message: str, detail: str) -> None:
         logger.warning("ACP: answered a malformed message with {} ({}): {}", code, message, detail)
@@ -200,6 +222,22 @@ class CheckedTransport:
             return b""
 
 
+async def _stdio_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """This process's stdin and stdout as streams. On POSIX the writer's
+    protocol is asyncio's own, which ends a send waiting to drain once the
+    pipe is lost (the peer closed it, or :meth:`CheckedTransport.close`
+    aborted it); the SDK's stdio writer ignores the loss, and the send
+    waited for ever. (Windows: the SDK's streams, which read stdin on a
+    thread.)"""
+    if sys.platform == "win32":
+        return await stdio_streams(limit=STREAM_LIMIT)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout)
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
 async def serve(
     agent: Agent,
     reader: asyncio.StreamReader | None = None,
@@ -209,9 +247,12 @@ async def serve(
     ``writer`` (default: this process's stdin and stdout) until the client
     closes its end; malformed messages are answered (see the module
     docstring). Returns when the client disconnected; the SDK has then
-    cancelled the handlers still running."""
+    cancelled the handlers still running, and what the client had not
+    read of the agent's output is dropped: a client that closed stdin and
+    stopped reading stdout does not keep the agent from exiting (its sends
+    end instead of waiting for ever)."""
     if reader is None or writer is None:
         if reader is not None or writer is not None:
             raise InvalidTypeError("serve(): pass both reader and writer, or neither (stdio)")
-        reader, writer = await stdio_streams(limit=STREAM_LIMIT)
+        reader, writer = await _stdio_streams()
     await run_agent(agent, CheckedTransport(reader, writer))

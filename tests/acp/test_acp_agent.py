@@ -11,6 +11,8 @@ that the test controls; the test waits for that and for the call's
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ pytest.importorskip("acp", reason="the acp extra is part of the test extra")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from acp import RequestError
-from harness import BOUND, Fifo, RecordingClient, Running, agent_process, call, run
+from harness import BOUND, REPO, Fifo, RecordingClient, Running, agent_process, call, run
 
 pytestmark = pytest.mark.slow
 
@@ -310,6 +312,54 @@ def test_a_permission_answer_that_is_no_answer_fails_the_call_naming_what_the_cl
     run(scenario)
 
 
+def test_what_a_client_s_bad_permission_answer_says_is_shown_printable_and_cut(tmp_path: Path) -> None:
+    # The failure repeats what the client sent (an error's message, an
+    # outcome tag that matches none): the model reads it and the session
+    # log holds it, so escape sequences are shown as escapes and it is cut
+    # to 200 characters (the client's message went in whole and raw).
+    class Holding(RecordingClient):
+        async def request_permission(self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+            self.permissions.append((tool_call, options))
+            await self._note()
+            await asyncio.Event().wait()  # the test answers with a raw line
+
+    said = "\x1b]0;owned\x07" + "m" * 300  # (10 characters, then 300)
+    tag = "\x1b[2J" + "t" * 300  # (4 characters, then 300)
+    answers: list[tuple[dict[str, Any], str]] = [
+        (
+            {"error": {"code": -32000, "message": said}},
+            "approval: the ACP client answered the permission request with an error: "
+            "\\x1b]0;owned\\x07" + "m" * 190 + "...",
+        ),
+        (
+            {"result": {"outcome": {"outcome": tag}}},
+            "approval: the ACP client's answer to the permission request is not valid "
+            "(outcome: Input tag '\\x1b[2J" + "t" * 185 + "...)",
+        ),
+    ]
+
+    async def answered(n: int, answer: dict[str, Any], message: str) -> None:
+        holding = Holding()
+        async with agent_process(tmp_path / str(n), client=holding) as agent:
+            turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
+            await holding.wait_for(lambda: len(holding.permissions) == 1)
+            asked = [m for m in holding.incoming if m.get("method") == "session/request_permission"][-1]
+            await agent.send_raw(json.dumps({"jsonrpc": "2.0", "id": asked["id"], **answer}).encode() + b"\n")
+            assert (await asyncio.wait_for(turn, BOUND)).stop_reason == "end_turn"
+            error = holding.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+            assert error["info"]["code"] == "POLICY_FAILED"
+            assert error["message"] == message
+            assert _results(agent.log_events())["call_1_1"]["error"]["message"] == message
+            assert not (agent.root / "a.txt").exists()
+        assert "\x1b" not in agent.stderr
+
+    async def scenario() -> None:
+        for n, (answer, message) in enumerate(answers):
+            await answered(n, answer, message)
+
+    run(scenario)
+
+
 def test_a_client_that_disconnects_mid_batch_leaves_the_agent_exiting_cleanly_with_a_complete_log(
     tmp_path: Path,
 ) -> None:
@@ -328,6 +378,77 @@ def test_a_client_that_disconnects_mid_batch_leaves_the_agent_exiting_cleanly_wi
         results = _results(events)
         assert results["call_1_1"]["error"]["message"] == "tool call aborted"
         assert results["call_1_2"]["error"]["message"] == "tool call aborted before dispatch"
+
+    run(scenario)
+
+
+def test_a_client_that_closes_stdin_and_stops_reading_stdout_leaves_the_agent_exiting(tmp_path: Path) -> None:
+    # A raw client (the SDK's reads all the time): it never reads the
+    # agent's stdout past session/new, so the updates of a big batch fill
+    # the pipe and the agent's sends wait; then it closes stdin. The agent
+    # waited for ever for a drain the SDK's stdio writer never ended.
+    async def scenario() -> None:
+        root = tmp_path / "project"
+        root.mkdir()
+        (root / "big.txt").write_text(("a line of the big file\n") * 50_000)
+        up = Fifo(root, "up.fifo")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "examples.acp_agent",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            cwd=REPO,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        stdin = process.stdin
+        pidfd = os.pidfd_open(process.pid)
+        exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def ended() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        asyncio.get_running_loop().add_reader(pidfd, ended)
+        try:
+
+            def send(method: str, ident: int, params: dict[str, Any]) -> None:
+                message = {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+                stdin.write(json.dumps(message).encode() + b"\n")
+
+            send("initialize", 0, {"protocolVersion": 1})
+            send("session/new", 1, {"cwd": str(root), "mcpServers": []})
+            await asyncio.wait_for(process.stdout.readline(), BOUND)
+            session_id = json.loads(await asyncio.wait_for(process.stdout.readline(), BOUND))["result"]["sessionId"]
+            # Twenty big reads, then (the shell runs alone, after them) a call
+            # that tells the test the reads ended.
+            calls = [call("read_file", path="big.txt")] * 20 + [call("run_shell", command="echo up > up.fifo")]
+            prompt = [{"type": "text", "text": "\n".join(calls)}]
+            send("session/prompt", 2, {"sessionId": session_id, "prompt": prompt})
+            await stdin.drain()
+            assert await up.read() == "up\n"
+            stdin.close()
+            try:
+                await asyncio.wait_for(exited, BOUND)  # (no reading of stdout)
+            except TimeoutError:
+                raise AssertionError("the agent did not exit after its client closed stdin") from None
+        finally:
+            asyncio.get_running_loop().remove_reader(pidfd)
+            os.close(pidfd)
+            if not exited.done():
+                process.kill()
+            await process.stdout.read()
+            stderr = (await process.stderr.read()).decode()
+            await process.wait()
+        assert process.returncode == 0, stderr
+        events = [
+            json.loads(line) for path in (tmp_path / "logs").glob("*.jsonl") for line in path.read_text().splitlines()
+        ]
+        _assert_log_complete(events)
+        assert len(_results(events)) == 21
 
     run(scenario)
 

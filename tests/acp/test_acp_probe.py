@@ -6,10 +6,11 @@ connection whose event loop ended without detaching its session."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,29 @@ def test_an_error_without_an_integer_code_and_a_string_message_fails_the_approva
             )
 
     asyncio.run(scenario())
+
+
+def test_a_malformed_response_s_id_is_logged_printable_and_cut(
+    rt: ToolRuntime, tmp_path: Path, log_records: Callable[[str], Any]
+) -> None:
+    # The warning showed the peer's id as it was: its escape sequences
+    # reached the terminal of whoever reads the agent's stderr, whole.
+    records = log_records("WARNING")
+
+    async def scenario() -> None:
+        async with wired(rt, tmp_path, RecordingClient()) as running:
+            ident = "\x1b]0;owned\x07" + "i" * 300  # (10 characters, then 300)
+            running.raw.write(json.dumps({"jsonrpc": "2.0", "id": ident, "error": "nope"}).encode() + b"\n")
+            # The next request is read after it: its answer means the line was logged.
+            await asyncio.wait_for(running.conn.initialize(protocol_version=PROTOCOL_VERSION), BOUND)
+
+    asyncio.run(scenario())
+    logged = [r["message"] for r in records.items if "malformed response" in r["message"]]
+    assert logged == [
+        "ACP: ignored a malformed response (id \\x1b]0;owned\\x07"
+        + "i" * 190
+        + "...): a response's error must be an object"
+    ]
 
 
 def test_message_problem_requires_a_responses_error_to_be_a_json_rpc_error() -> None:
