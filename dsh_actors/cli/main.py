@@ -4,8 +4,9 @@
 and returns its exit status; it never lets a traceback reach the user
 (``DSH_ACTORS_DEBUG=1`` shows the one of an internal error).
 
-Exit statuses: ``0`` the command ran (for ``run`` and ``resume``: the
-batch ran, even if some calls failed; the summary line counts them); ``1`` it could not run (a
+Exit statuses: ``0`` the command ran (for ``run``, ``resume`` and
+``recover``: the batch ran, even if some calls failed; the summary line
+counts them; ``recover`` also when the log has nothing to recover); ``1`` it could not run (a
 one-line ``dsh-actors <command>: error: ...`` on stderr); ``2`` a bad
 command line (argparse's usage message); ``74`` standard output is
 closed or cannot be written (a full disk: one line says which); ``130``
@@ -49,7 +50,7 @@ __all__ = ["build_parser", "main"]
 PROG = "dsh-actors"
 LIBRARY_LOGGERS = ("dsh_actors", "policies", "executors")
 """The loguru names the command enables while it runs."""
-COMMANDS = ("run", "resume", "schemas", "replay", "bench")
+COMMANDS = ("run", "resume", "recover", "schemas", "replay", "bench")
 """The commands' names (an error names its command)."""
 BENCH_PACKAGE = "benchmarks"
 """The package ``dsh-actors bench`` runs as ``python -m``."""
@@ -58,7 +59,7 @@ BENCH_PROG_ENV = "DSH_ACTORS_BENCH_PROG"
 program name while ``dsh-actors bench`` runs them."""
 
 _EPILOG = """\
-exit status: 0 the command ran (run: the batch ran, even if calls failed);
+exit status: 0 the command ran (run, resume, recover: the batch ran, even if calls failed);
 1 it could not run (one line on stderr says why); 2 a bad command line;
 74 standard output is closed or cannot be written; 130 interrupted.
 
@@ -67,6 +68,7 @@ examples:
   dsh-actors run examples/batch_openai.json --tools examples.tools --log run.jsonl
   dsh-actors replay run.jsonl --tools examples.tools
   dsh-actors resume suspended.json --log run.jsonl --tools my_tools.py --decide c1=yes
+  dsh-actors recover --log run.jsonl --tools my_tools.py
   dsh-actors schemas --tools examples.tools --format anthropic
   dsh-actors run examples/batch_mcp.json --mcp "python examples/mcp_server.py"
   dsh-actors bench --quick
@@ -99,6 +101,18 @@ examples:
   dsh-actors resume suspended.json --log run.jsonl --tools my_tools.py --decide c1=yes --decide c2=no
   dsh-actors resume suspended.json --log run.jsonl --tools my_tools.py --approve prompt
   dsh-actors resume - --log run.jsonl --tools my_tools.py --approve yes --json < suspended.json
+"""
+
+_RECOVER_EPILOG = f"""\
+exit status: 0 when the step was finished (even if some calls failed), and when the log has nothing to recover \
+(stderr says so); 1 when it could not be (no such log, several unfinished steps and none named, a step the log \
+does not have, a tool the step needs missing, the log held by a process still running it; nothing ran), \
+{_EXIT_TAIL}
+
+examples:
+  dsh-actors run batch.json --tools my_tools.py --log run.jsonl   # killed before the batch ended
+  dsh-actors recover --log run.jsonl --tools my_tools.py
+  dsh-actors recover --log run.jsonl --tools my_tools.py --turn 1 --step 2 --approve no --json
 """
 
 _SCHEMAS_EPILOG = f"""\
@@ -334,6 +348,56 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
     resume.add_argument("--json", action="store_true", help=json_help)
+
+    recover = commands.add_parser(
+        "recover",
+        parents=[display],
+        help="finish a batch a crash interrupted, from its log",
+        description=(
+            "Finish a batch whose 'dsh-actors run --log FILE' was interrupted by a crash (the process killed, "
+            "the machine stopped), from its log: each call with a logged result keeps it, each that never "
+            "started runs, each that started runs again only if its tool is idempotent, else ends INTERRUPTED "
+            "(rt.tools.recover); the log then holds a result for every call, and the step's results are printed "
+            "as run prints them. The log's one unfinished step is taken; with several, name one with --turn and "
+            "--step. A batch that suspended is unfinished too: recover asks its deferred approvals again (its "
+            "suspension can no longer be resumed)."
+        ),
+        epilog=_RECOVER_EPILOG,
+        formatter_class=_HelpFormatter,
+    )
+    recover.add_argument(
+        "--log",
+        metavar="FILE",
+        required=True,
+        help="the session log the interrupted batch's run wrote (run --log FILE); the step is finished in it",
+    )
+    recover.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (the run's)")
+    recover.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
+    recover.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
+    recover.set_defaults(command_parser=recover)
+    recover.add_argument("--executor", choices=EXECUTORS, default="native", help=executor_help)
+    recover.add_argument(
+        "--agent",
+        metavar="ID",
+        help="the agent whose step to recover (default: any; the log names the agent each step ran as)",
+    )
+    recover.add_argument("--turn", type=int, metavar="T", help="the turn of the step to recover (with --step)")
+    recover.add_argument(
+        "--step",
+        type=int,
+        metavar="S",
+        help="the step to recover (with --turn; default: the log's one unfinished step; run logs turn 1, step 1)",
+    )
+    recover.add_argument(
+        "--approve",
+        choices=APPROVE_MODES,
+        help=(
+            "answer the calls that ask for approval as they run, the deferred ones asked again included: yes, no, "
+            "or prompt on the terminal (default: as for run)"
+        ),
+    )
+    recover.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
+    recover.add_argument("--json", action="store_true", help=json_help)
 
     schemas = commands.add_parser(
         "schemas",
@@ -593,7 +657,7 @@ def _main(args_list: list[str], lead: int) -> int:
             if args.command is None:
                 parser.error("the following arguments are required: COMMAND")
             if (
-                args.command in ("run", "resume", "schemas")
+                args.command in ("run", "resume", "recover", "schemas")
                 and args.tools is None
                 and not args.mcp
                 and not args.mcp_config
@@ -616,6 +680,7 @@ def _bench_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from .loading import CliError, loader_path_scope
+    from .recover import recover_command
     from .replay import replay_command
     from .resume import resume_command
     from .run import run_command
@@ -624,6 +689,7 @@ def _run(args: argparse.Namespace) -> int:
     handlers = {
         "run": run_command,
         "resume": resume_command,
+        "recover": recover_command,
         "schemas": schemas_command,
         "replay": replay_command,
         "bench": _bench_command,

@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Final
 
-from ..errors import DshError, safe_str
+from ..errors import safe_str
 from ..model import Agent, ApprovalRequest, ToolBatchResult
 from ..pipeline.stages import DECISIONS
 from ..runtime import ToolRuntime
@@ -54,7 +53,7 @@ from ..session import Session
 from ..signals import AbortController, AbortSignal
 from .batchfile import read_json_file
 from .loading import CliError
-from .run import APPROVE_ANSWERS, approver, check_prompt_input, run_batch
+from .run import APPROVE_ANSWERS, approver, check_prompt_input, in_thread, open_written_log, run_batch
 
 __all__ = ["DECIDE_ANSWERS", "decision", "read_suspension", "resume_command"]
 
@@ -152,18 +151,7 @@ def _open_log(path: str | None, suspension: Mapping[str, Any], source: str) -> S
             "'dsh-actors run --log FILE' wrote (a batch run without --log kept its log in memory, so it cannot be "
             "resumed: run it again with --log FILE)"
         )
-    if not path:
-        raise CliError("--log needs a file name (got an empty one)")
-    try:
-        return Session.open(path)
-    except FileNotFoundError:
-        raise CliError(f"--log {path}: no such file; name the log the suspended batch's run wrote") from None
-    except IsADirectoryError:
-        raise CliError(f"--log {path}: is a directory; name the log the suspended batch's run wrote") from None
-    except OSError as err:
-        raise CliError(f"--log {path}: cannot read it: {err.strerror or err}") from None
-    except DshError as err:  # a bad line, say
-        raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
+    return open_written_log(path, "the suspended batch's")
 
 
 def _agent_ids(args: argparse.Namespace, suspension: Mapping[str, Any], source: str) -> list[str]:
@@ -221,24 +209,6 @@ def _asked(mode: str, agent: Agent, deferred: list[Mapping[str, Any]], decided: 
     return answers
 
 
-def _in_thread(work: Callable[[], ToolBatchResult]) -> Future[ToolBatchResult]:
-    """``work()`` (``rt.tools.resume``, which blocks) on a thread of its
-    own, as a future: the main thread waits for it as ``run`` waits for
-    its batch (:class:`.run.Interrupts`, so a Ctrl-C aborts the batch)."""
-    future: Future[ToolBatchResult] = Future()
-
-    def target() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(work())
-        except BaseException as err:  # noqa: BLE001 - the waiting thread reports it
-            future.set_exception(err)
-
-    threading.Thread(target=target, name="dsh-actors resume", daemon=True).start()
-    return future
-
-
 def resume_command(args: argparse.Namespace) -> int:
     """Resume the suspension; see the module docstring for the exit status."""
     check_prompt_input(args)
@@ -261,7 +231,9 @@ def resume_command(args: argparse.Namespace) -> int:
 
     def prepare(rt: ToolRuntime) -> Callable[[AbortSignal], Future[ToolBatchResult]]:
         answers = decided if mode is None else _asked(mode, agent, deferred, decided)
-        return lambda abort: _in_thread(lambda: rt.tools.resume(suspension, answers, agent=agent, signal=abort))
+        return lambda abort: in_thread(
+            lambda: rt.tools.resume(suspension, answers, agent=agent, signal=abort), "resume"
+        )
 
     names = {call["id"]: call["name"] for call in calls}
     return run_batch(args, session, prepare, names, shape, keep_log=True, failed="cannot resume the batch")

@@ -19,7 +19,8 @@ summary as the cards' summary line counts them. Its ``version``
 ``dsh_actors/cli/README.md`` lists for it).
 
 ``dsh-actors resume`` (:mod:`.resume`) finishes a batch that suspended,
-from its ``--json`` document and its log, through the same
+from its ``--json`` document and its log, and ``dsh-actors recover``
+(:mod:`.recover`) one a crash interrupted, from its log, through the same
 :func:`run_batch`: the same loading, approvals, Ctrl-C and output.
 
 With no approval channel (no ``--approve``, stdin or stderr not a
@@ -54,7 +55,9 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import selectors
+import shlex
 import signal
 import socket
 import stat
@@ -73,7 +76,7 @@ from ..execution import ToolExecution
 from ..json import thaw
 from ..model import Agent, LogStep, ToolBatchInput, ToolBatchResult, content_to_json
 from ..runtime import ToolRuntime
-from ..session import Session, error_to_json
+from ..session import Session, StepKey, error_to_json, same_step
 from ..signals import AbortController, AbortSignal
 from .batchfile import BatchFileError, read_batch
 from .exits import EXIT_INTERRUPTED, OutputError, write_output
@@ -95,6 +98,8 @@ __all__ = [
     "JSON_VERSION",
     "approver",
     "check_prompt_input",
+    "in_thread",
+    "open_written_log",
     "run_batch",
     "run_command",
 ]
@@ -157,6 +162,44 @@ def _open_log(path: str | None) -> Session:
         raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
 
 
+def open_written_log(path: str | None, whose: str) -> Session:
+    """The session log at ``path`` that a run wrote, opened to go on in it
+    (``Session.open``), for ``resume`` and ``recover``: one line naming
+    the fix when there is none there or it cannot be read (``whose``: the
+    batch whose run wrote it, ``"the suspended batch's"``)."""
+    if not path:
+        raise CliError("--log needs a file name (got an empty one)")
+    try:
+        return Session.open(path)
+    except FileNotFoundError:
+        raise CliError(f"--log {path}: no such file; name the log {whose} run wrote") from None
+    except IsADirectoryError:
+        raise CliError(f"--log {path}: is a directory; name the log {whose} run wrote") from None
+    except OSError as err:
+        raise CliError(f"--log {path}: cannot read it: {err.strerror or err}") from None
+    except DshError as err:  # a bad line, say
+        raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
+
+
+def in_thread(work: Callable[[], ToolBatchResult], command: str) -> Future[ToolBatchResult]:
+    """``work()`` (``rt.tools.resume`` or ``rt.tools.recover``, which
+    block) on a thread of its own, as a future: the main thread waits for
+    it as ``run`` waits for its batch (:class:`Interrupts`, so a Ctrl-C
+    aborts the batch). ``command`` names the thread."""
+    future: Future[ToolBatchResult] = Future()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(work())
+        except BaseException as err:  # noqa: BLE001 - the waiting thread reports it
+            future.set_exception(err)
+
+    threading.Thread(target=target, name=f"dsh-actors {command}", daemon=True).start()
+    return future
+
+
 def _quit_now(command: str) -> None:
     """The second Ctrl-C: exit 130 at once, without waiting for anything
     (a body that ignores its signal would hold a normal exit until
@@ -174,7 +217,7 @@ class Interrupts:
     submitted (so a Ctrl-C at any moment of the run counts, even before the
     main thread waits): the first Ctrl-C aborts the batch and the run keeps
     waiting for it to settle; the second exits at once (130, ``_quit_now``).
-    ``command`` (``run``, ``resume``) names the command in its messages.
+    ``command`` (``run``, ``resume``, ``recover``) names the command in its messages.
     The handler runs on the main thread between two bytecodes: it aborts
     only while that thread waits for the batch (holding none of the
     runtime's locks), else :meth:`wait` aborts when it begins. A Ctrl-C
@@ -393,7 +436,7 @@ class Unasked:
             return None
         calls = "1 call that asks for approval was" if count == 1 else f"{count} calls that ask for approval were"
         command = _command(args)
-        if command == "resume":  # (a resumed batch is not resumed again: its calls ended)
+        if command in ("resume", "recover"):  # (a resumed or recovered batch is not run again: its calls ended)
             way = (
                 "--approve yes (allow them), --approve no (reject them) or --approve prompt answers such calls "
                 "of the next batch you run or resume"
@@ -446,11 +489,19 @@ def _print(
     session: Session,
     names: dict[str, str],
     shape: str,
+    step: StepKey | None = None,
 ) -> None:
     """The results, as cards drawn from the log's events or as the
     ``--json`` document (``names``: each call's tool; ``shape``: the batch
-    file's family)."""
+    file's family; ``step``: the batch's step, when the log may hold
+    others: only its calls are shown and counted)."""
     entries = log_entries(session.events())
+    if step is not None:
+        entries = [
+            e
+            for e in entries
+            if e.turn is not None and e.step is not None and same_step((e.turn, e.step, e.agent), step)
+        ]
     lookup = rt.tools.get
     out = sys.stdout
     if args.json:
@@ -467,17 +518,23 @@ def _print(
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The command ``args`` are of: ``run``, or ``resume`` (whose input is
-    a suspension, not a batch)."""
-    return "resume" if hasattr(args, "suspension") else "run"
+    """The command ``args`` are of: ``run``, ``resume`` (whose input is
+    a suspension, not a batch), or ``recover`` (whose input is the log)."""
+    if hasattr(args, "suspension"):
+        return "resume"
+    return "run" if hasattr(args, "batch") else "recover"
 
 
 def _stdin_input(args: argparse.Namespace) -> str | None:
     """What the command reads from standard input (``-``: ``"batch"``,
     or ``"suspension"``) when that input is not a terminal, else None:
     reading it takes that input to its end, so the prompt could read no
-    answer from it. (On a terminal the prompt reads on after its Ctrl-D.)"""
-    what = "suspension" if _command(args) == "resume" else "batch"
+    answer from it. (On a terminal the prompt reads on after its Ctrl-D.)
+    ``recover`` reads nothing from it: None."""
+    command = _command(args)
+    if command == "recover":
+        return None
+    what = "suspension" if command == "resume" else "batch"
     path = args.suspension if what == "suspension" else args.batch
     return what if path == "-" and sys.stdin is not None and not sys.stdin.isatty() else None
 
@@ -529,16 +586,20 @@ def run_batch(
     *,
     keep_log: bool,
     failed: str,
+    step: StepKey | None = None,
 ) -> int:
-    """What ``run`` and ``resume`` share once their input is read and their
-    ``session`` open: load the tools (``--tools``, ``--mcp``,
+    """What ``run``, ``resume`` and ``recover`` share once their input is
+    read and their ``session`` open: load the tools (``--tools``, ``--mcp``,
     ``--mcp-config``), start a runtime with them and the approval service,
     timeout policy and executor the options ask for (:func:`_install`),
     ``prepare(rt)`` the batch (``resume`` asks its decisions then), start it
     (the returned function, given the batch's signal) under :class:`Interrupts`,
     and print its results (:func:`_print`: ``names`` and ``shape`` for
-    ``--json``). A :class:`DshError` the batch ends with is a one-line
-    error starting ``failed``. ``session`` is closed at the end; its file is
+    ``--json``, ``step`` the batch's step when the log may hold others). A
+    :class:`DshError` the batch ends with is a one-line error starting
+    ``failed`` (where it tells a program to finish a step with
+    ``rt.tools.recover``, it names ``dsh-actors recover --log FILE``:
+    :func:`cli_recover`). ``session`` is closed at the end; its file is
     removed when nothing ran, unless ``keep_log``. Returns the exit
     status."""
     command = _command(args)
@@ -561,9 +622,9 @@ def run_batch(
             try:
                 batch, _ = interrupts.wait(start(controller.signal))
             except DshError as err:
-                raise CliError(f"{failed}: {err.message}") from None
+                raise CliError(f"{failed}: {cli_recover(err.message, session)}") from None
             try:
-                _print(args, rt, batch, session, names, shape)
+                _print(args, rt, batch, session, names, shape, step)
             except OutputError as err:  # (not a reason to run it again: its calls ran)
                 log = "" if session.path is None else f"; dsh-actors replay {session.path} shows its results"
                 raise OutputError(f"{err}; the batch ran{log}") from None
@@ -577,3 +638,18 @@ def run_batch(
         if not ran and not keep_log and session.path is not None:
             session.path.unlink(missing_ok=True)  # the batch never ran: leave no empty log behind
     return EXIT_INTERRUPTED if interrupts is not None and interrupts.seen else 0
+
+
+#: How the library tells a program to finish an interrupted step.
+_LIBRARY_RECOVER: Final = re.compile(r"rt\.tools\.recover\([^()]*\)")
+
+
+def cli_recover(message: str, session: Session) -> str:
+    """``message`` (the library's) with each ``rt.tools.recover(agent,
+    turn, step)`` it tells the reader to call given as the command that
+    does it, ``dsh-actors recover --log FILE`` (the log of ``session``);
+    unchanged for a session without a file, which nothing can recover."""
+    if session.path is None:
+        return message
+    command = f"dsh-actors recover --log {shlex.quote(str(session.path))}"
+    return _LIBRARY_RECOVER.sub(lambda _: command, message)

@@ -1,0 +1,277 @@
+"""``dsh-actors recover``: a batch whose ``run --log`` a crash interrupted
+is finished from its log (``rt.tools.recover``), printed as ``run``
+prints; what cannot be recovered is one line naming the fix, and a log
+with nothing to recover says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_actors.model import ToolExecutionSuccess
+from dsh_actors.session import Session, batch_event, call_event, result_event
+
+from .conftest import Cli, assert_one_line_error
+from .test_resume import CALLS
+
+#: ``hold`` (not idempotent), in the process whose environment has
+#: DSH_TEST_HOLD, says its body started and blocks until the process is
+#: killed; elsewhere it returns at once (were it run again, the test sees it).
+CRASHING_TOOLS = """
+import os
+import sys
+import threading
+
+from dsh_actors import tool
+
+
+@tool
+def echo(text: str) -> str:
+    \"\"\"Say it back.\"\"\"
+    return f"echo {text}"
+
+
+@tool
+def hold(what: str) -> str:
+    \"\"\"Hold on.\"\"\"
+    if os.environ.get("DSH_TEST_HOLD"):
+        sys.stderr.write("body started\\n")
+        sys.stderr.flush()
+        threading.Event().wait()  # until the process is killed
+    return f"held {what}"
+
+
+def register(rt):
+    rt.tools.register(echo)
+    rt.tools.register(hold)
+"""
+
+BATCH = [
+    {"id": "e1", "name": "echo", "arguments": {"text": "one"}},  # settles before the crash
+    {"id": "h", "name": "hold", "arguments": {"what": "x"}},  # started when the process is killed
+    {"id": "e2", "name": "echo", "arguments": {"text": "two"}},  # never started
+]
+
+
+def _holding_run(root: Path, module: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A ``run --log`` process whose ``hold`` body runs (``e1`` settled,
+    ``e2`` waits behind it), and its log; the caller kills it."""
+    (root / "batch.json").write_text(json.dumps({"calls": BATCH}))
+    log = root / "run.jsonl"
+    command = [sys.executable, "-m", "dsh_actors.cli", "run", "batch.json", "--tools", str(module)]
+    command += ["--log", str(log), "--max-parallel", "1"]
+    proc = subprocess.Popen(
+        command,
+        cwd=root,
+        env={**os.environ, "DSH_TEST_HOLD": "1"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "body started\n"
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=30)
+        raise
+    return proc, log
+
+
+def _killed_run(root: Path, module: Path) -> Path:
+    """The log of ``run --log`` whose process was killed (SIGKILL) while
+    ``hold``'s body ran: ``e1`` settled, ``h`` started, ``e2`` never did."""
+    proc, log = _holding_run(root, module)
+    proc.kill()  # SIGKILL: a crash, nothing runs after it
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    return log
+
+
+@pytest.fixture
+def crashed(root: Path, write_module: Any) -> tuple[Path, Path]:
+    """(the log of a killed run, its tools module)."""
+    module = write_module("crashing_tools", CRASHING_TOOLS)
+    return _killed_run(root, module), module
+
+
+def _open_calls(log: Path) -> list[str]:
+    session = Session.open(log)
+    try:
+        return session.pending_calls()
+    finally:
+        session.close()
+
+
+def test_a_run_killed_mid_batch_is_finished_by_recover_from_its_log(
+    cli: Cli, crashed: tuple[Path, Path], root: Path
+) -> None:
+    # (The command line could not finish it: only rt.tools.recover in a program could.)
+    log, module = crashed
+    assert _open_calls(log) == ["h"]  # e2 never reached its tool/call
+    outcome = cli("recover", "--log", log, "--tools", module)
+    assert outcome.code == 0 and outcome.err == "", outcome.err
+    assert "echo one" in outcome.out and "echo two" in outcome.out and "held x" not in outcome.out
+    assert '✗ h hold · {"what":"x"}  INTERRUPTED\n    Error: tool call interrupted' in outcome.out
+    assert outcome.out.endswith("3 calls: 2 ok, 1 error\n")
+    assert _open_calls(log) == []
+    cards = cli("replay", log, "--tools", module)
+    assert cards.code == 0 and cards.out.endswith("3 calls: 2 ok, 1 error\n")
+
+    again = cli("recover", "--log", log, "--tools", module)  # the log is complete now
+    assert again.code == 0 and again.out == ""
+    assert again.err == (
+        f"dsh-actors recover: nothing to recover: every call of the log {log} has its result "
+        f"(dsh-actors replay {log} shows them)\n"
+    )
+
+
+def test_recover_json_prints_the_steps_results_as_run_json_does(cli: Cli, crashed: tuple[Path, Path]) -> None:
+    log, module = crashed
+    outcome = cli("recover", "--log", log, "--tools", module, "--json")
+    assert outcome.code == 0, outcome.err
+    document = json.loads(outcome.out)
+    assert document["version"] == 1 and document["shape"] == "dsh"
+    assert [(r["call_id"], r["name"], r["is_error"]) for r in document["results"]] == [
+        ("e1", "echo", False),
+        ("h", "hold", True),
+        ("e2", "echo", False),
+    ]
+    assert document["results"][1]["error"]["info"]["code"] == "INTERRUPTED"
+    assert document["results"][2]["value"] == "echo two"  # ran now
+    assert document["results"][0]["value"] is None  # kept from the log, which holds no value
+    assert document["summary"]["ok"] == 2 and document["summary"]["error"] == 1
+    assert document["summary"]["without_result"] == 0
+
+
+def test_what_cannot_be_recovered_is_one_line_naming_the_fix(
+    cli: Cli, crashed: tuple[Path, Path], root: Path, write_module: Any
+) -> None:
+    log, module = crashed
+    before = log.read_bytes()
+
+    def refused(*argv: Any) -> str:
+        outcome = cli("recover", *argv)
+        assert_one_line_error(outcome, "recover")
+        assert log.read_bytes() == before  # nothing ran, nothing was written
+        return outcome.err
+
+    missing = root / "missing.jsonl"
+    assert f"--log {missing}: no such file; name the log the interrupted batch's run wrote" in refused(
+        "--log", missing, "--tools", module
+    )
+    assert "--turn and --step name a step together: give both" in refused(
+        "--log", log, "--tools", module, "--turn", "1"
+    )
+    assert (
+        f"--log {log}: the log has no call of turn 2, step 1 (its unfinished steps: turn 1, step 1 of agent "
+        "'cli' (2 of 3 calls without a result)); name a step the log holds"
+    ) in refused("--log", log, "--tools", module, "--turn", "2", "--step", "1")
+    echo_only = write_module("echo_only", CRASHING_TOOLS.replace("    rt.tools.register(hold)\n", ""))
+    assert "cannot recover the step: " in refused("--log", log, "--tools", echo_only)
+    assert "nothing to recover" in cli("recover", "--log", log, "--tools", module, "--agent", "bob").err
+
+
+def test_a_log_whose_run_still_runs_is_refused_and_nothing_runs(cli: Cli, root: Path, write_module: Any) -> None:
+    module = write_module("crashing_tools", CRASHING_TOOLS)
+    proc, log = _holding_run(root, module)
+    try:
+        before = log.read_bytes()
+        outcome = cli("recover", "--log", log, "--tools", module)
+        assert_one_line_error(outcome, "recover", f"cannot recover the step: the session log {log} is being written")
+        assert log.read_bytes() == before
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
+def _unfinished_log(path: Path) -> None:
+    """A log with two unfinished steps of agent ``cli`` (their batches
+    logged, no call started) and a complete one."""
+    session = Session(path)
+    try:
+        session.append(batch_event(1, 1, [("a", "echo", {"text": "a"})], agent="cli"))
+        session.append(batch_event(1, 2, [("b", "echo", {"text": "b"})], agent="cli"))
+        session.append(batch_event(1, 3, [("c", "echo", {"text": "c"})], agent="cli"))
+        session.append(call_event(1, 3, "c", "echo", {"text": "c"}, agent="cli"))
+        done = ToolExecutionSuccess(value="echo c", content=())
+        session.append(result_event("c", done, turn=1, step=3, agent="cli"))
+    finally:
+        session.close()
+
+
+def test_several_unfinished_steps_are_listed_and_turn_and_step_name_one(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    module = write_module("crashing_tools", CRASHING_TOOLS)
+    log = root / "steps.jsonl"
+    _unfinished_log(log)
+    outcome = cli("recover", "--log", log, "--tools", module)
+    assert_one_line_error(
+        outcome,
+        "recover",
+        f"--log {log}: 2 steps are unfinished: turn 1, step 1 of agent 'cli' (1 of 1 calls without a result); "
+        "turn 1, step 2 of agent 'cli' (1 of 1 calls without a result); name the one to recover with "
+        "--turn T --step S",
+    )
+    complete = cli("recover", "--log", log, "--tools", module, "--turn", "1", "--step", "3")
+    assert (
+        complete.code == 0
+        and complete.out == ""
+        and "nothing to recover: every call of turn 1, step 3" in (complete.err)
+    )
+
+    second = cli("recover", "--log", log, "--tools", module, "--turn", "1", "--step", "2")
+    assert second.code == 0 and second.err == "", second.err
+    assert "echo b" in second.out and "echo a" not in second.out and "echo c" not in second.out
+    assert second.out.endswith("1 call: 1 ok, 0 errors\n")  # only the recovered step's calls
+    first = cli("recover", "--log", log, "--tools", module)  # the one unfinished step left
+    assert first.code == 0 and "echo a" in first.out and first.out.endswith("1 call: 1 ok, 0 errors\n")
+    assert _open_calls(log) == []
+
+
+def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recover(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # (Its refusals told a command-line user to call rt.tools.recover(agent, turn, step).)
+    from .test_run import DEFERRING_TOOLS
+
+    module = write_module("deferring_tools", DEFERRING_TOOLS)
+    (root / "batch.json").write_text(json.dumps({"calls": CALLS}))
+    log = root / "run.jsonl"
+    run = cli("run", root / "batch.json", "--tools", module, "--log", log, "--json")
+    assert run.code == 0, run.err
+    document = root / "suspended.json"
+    document.write_text(run.out)
+    lines = log.read_text().splitlines(keepends=True)
+    lost = root / "lost.jsonl"  # the log as a machine that stopped left it: its last events did not reach the disk
+    lost.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "approval-request" in line)]))
+    cut = cli("resume", document, "--tools", module, "--log", lost, "--decide", "a=yes")
+    assert_one_line_error(cut, "resume", "the log lost its last events", f"dsh-actors recover --log {lost} finishes")
+    assert "rt.tools.recover" not in cut.err
+    recovered = cli("recover", "--log", lost, "--tools", module, "--approve", "yes")  # what it names works
+    assert recovered.code == 0 and "paid bob" in recovered.out, recovered.err
+    assert recovered.out.endswith("3 calls: 3 ok, 0 errors\n")
+
+    options = ("--tools", module, "--log", log, "--decide", "a=yes")
+    assert cli("resume", document, *options).code == 0
+    again = cli("resume", document, *options)  # resumed already
+    assert_one_line_error(again, "resume", f"its process or runtime stopped, dsh-actors recover --log {log} finishes")
+    assert "rt.tools.recover" not in again.err
+
+
+def test_help_of_recover_states_its_exit_statuses(cli: Cli) -> None:
+    outcome = cli("recover", "--help")
+    assert outcome.code == 0
+    text = " ".join(outcome.out.split())
+    assert "exit status: 0 when the step was finished" in text and "nothing to recover" in text
+    assert "130 when interrupted" in text
+    assert "  dsh-actors recover --log run.jsonl --tools my_tools.py\n" in outcome.out
