@@ -135,7 +135,8 @@ class ToolRuntime:
         self._tools: ToolsService | None = None
         self._native: NativeExecutor | None = None
         # The hooks of on_stop, in registration order (a key each: see on_stop).
-        self._stop_hooks: dict[int, Callable[[], Any]] = {}
+        # (Each with whether it runs last: see on_stop.)
+        self._stop_hooks: dict[int, tuple[Callable[[], Any], bool]] = {}
         self._hook_keys = itertools.count()
         self._stop_controller = AbortController()
         # Callers blocked on the runtime (a batch, a registry ask) and on a
@@ -460,7 +461,8 @@ class ToolRuntime:
         return escaped
 
     def _run_stop_hooks(self, abandoned: list[str]) -> BaseException | None:
-        """Run the :meth:`on_stop` hooks, the last registered first, each
+        """Run the :meth:`on_stop` hooks, the last registered first (those
+        registered with ``last=True`` after all the others), each
         on a thread of its own (``dsh-stop-hook (<its name>)``), waited for
         until the stop's deadline and then twice :attr:`STOP_GRACE` (a hook
         may give what it tells to end at the deadline the grace itself, as
@@ -475,7 +477,8 @@ class ToolRuntime:
         unbounded."""
         hooks, self._stop_hooks = self._stop_hooks, {}
         escaped: BaseException | None = None
-        for hook in reversed(list(hooks.values())):
+        ordered = list(reversed(hooks.values()))
+        for hook in [hook for hook, last in ordered if not last] + [hook for hook, last in ordered if last]:
             run = _StopHookRun(hook)
             thread = threading.Thread(
                 target=contextvars.copy_context().run,
@@ -675,10 +678,14 @@ class ToolRuntime:
                 self._workers = BlockingPool("dsh-worker")
             return self._workers
 
-    def on_stop(self, hook: Callable[[], Any]) -> Disposer:
+    def on_stop(self, hook: Callable[[], Any], *, last: bool = False) -> Disposer:
         """Run ``hook`` early in :meth:`stop` (after ``stop_signal`` fired;
         hooks run last-registered first): executors close pools, policies
-        stop their threads. Each hook runs on a thread of its own
+        stop their threads. ``last=True``: after every other hook, so after
+        the executors' drains (which answer every batch, and commit what
+        they can): for a hook that looks at what the stop left unfinished
+        (``policies.otel`` ends the spans of calls still open there); such
+        hooks too run last-registered first. Each hook runs on a thread of its own
         (``dsh-stop-hook (<its name>)``, in the context of the ``stop()``
         call that began the stop, even on a thread of the runtime) and is
         waited for until the stop's deadline, then twice
@@ -693,10 +700,12 @@ class ToolRuntime:
         abandoned). The disposer unregisters the hook (it
         takes no lock of the runtime's: it may run in a weakref callback,
         wherever the collector runs, e.g. once an executor is freed)."""
+        if type(last) is not bool:
+            raise InvalidTypeError(f"on_stop's last must be True or False, got {type(last).__name__}")
         with self._lock:
             key = next(self._hook_keys)
             hooks = self._stop_hooks  # (a stop that begins takes them all: a removal then is moot)
-            hooks[key] = hook
+            hooks[key] = (hook, last)
 
         def remove() -> None:
             hooks.pop(key, None)

@@ -93,14 +93,14 @@ scopes). Span events (attributes in ``dsh.*``):
     the policy was disposed while the call was in flight: its span ends
     there (status unset, no duration recorded).
 ``dsh.runtime.stopped``
-    the runtime stopped and the call had not settled by the stop's
-    deadline (its thread ignores the stop's signal: a body run inline on
-    its batch's thread, a sync listener or approval service that does not
-    return; the stop answers its batch without it). The policy's
-    ``rt.on_stop`` hook waits for the calls in flight to settle, until that
-    deadline (``rt.stop_remaining()``), and then ends the spans of those
-    that have not: status ``ERROR`` (``the runtime stopped before the call
-    settled``), ``error.type`` ``_OTHER``, no duration recorded. Its
+    the runtime stopped and the call had not settled when the executors'
+    drains were done (its thread ignores the stop's signal: a body run
+    inline on its batch's thread, a sync listener or approval service that
+    does not return; the stop answers its batch without it; a call the
+    drain commits ``ABORTED`` at the deadline ends as aborted). The
+    policy's ``rt.on_stop(..., last=True)`` hook, run after the drains,
+    ends those spans: status ``ERROR`` (``the runtime stopped before the
+    call settled``), ``error.type`` ``_OTHER``, no duration recorded. Its
     ``tools/result``, should the call settle later, adds nothing (nor does
     anything else the call's thread does when it comes back).
 
@@ -326,9 +326,9 @@ class OtelPolicy:
         # The spans started and not ended, by the execution's token: whoever
         # takes one out ends it (its tools/result or deferral, the disposer
         # or the runtime's stop, which end those of the calls still in
-        # flight). Changed under _ends, notified as it empties.
+        # flight). Changed under _ends.
         self._open: dict[Any, _CallSpan] = {}
-        self._ends = threading.Condition()
+        self._ends = threading.Lock()
         self._closed = False  # disposed: a span started from now on ends at once
 
     def shared_provider(self, other: OtelPolicy) -> str | None:
@@ -448,10 +448,7 @@ class OtelPolicy:
 
     def _pop(self, token: Any) -> _CallSpan | None:
         with self._ends:
-            state = self._open.pop(token, None)
-            if not self._open:
-                self._ends.notify_all()
-        return state
+            return self._open.pop(token, None)
 
     def _event(self, state: _CallSpan, name: str, attributes: dict[str, Any]) -> None:
         """Add an event to ``state``'s span, unless it was ended meanwhile
@@ -474,13 +471,13 @@ class OtelPolicy:
             state.span.end()
 
     def runtime_stopping(self) -> None:
-        """The ``rt.on_stop`` hook: wait for the calls in flight to settle,
-        until the stop's deadline, and end the spans of those that have not
-        (their thread ignores the stop's signal: the stop answers their
-        batch without them, and their tools/result, if it ever comes, comes
-        late)."""
+        """The ``rt.on_stop(..., last=True)`` hook, run once the executors'
+        drains are done (every batch answered, every call they could commit
+        committed, an abort at the deadline included): end the spans of the
+        calls still in flight (their thread ignores the stop's signal: the
+        stop answered their batch without them, and their tools/result, if
+        it ever comes, comes late)."""
         with self._ends:
-            self._ends.wait_for(lambda: not self._open, self._rt.stop_remaining())
             left = list(self._open.values())
             self._open.clear()  # (taken out: their late tools/result ends nothing)
         for state in left:
@@ -692,7 +689,7 @@ def apply(
     undo.add(policy.close)  # (steps undo last first: its listeners are gone by then)
     events = rt.events
     try:
-        undo.add(rt.on_stop(policy.runtime_stopping))
+        undo.add(rt.on_stop(policy.runtime_stopping, last=True))
         undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
         undo.add(events.on("tools/result", policy.on_result, prepend=True))
         undo.add(events.on("tools/deferred", policy.on_deferred, prepend=True))

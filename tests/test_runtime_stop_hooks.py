@@ -255,3 +255,49 @@ def test_an_interrupt_as_the_stop_begins_does_not_leave_it_unfinished(
     finally:
         rt.stop()  # (finishes a stop left unfinished; done: nothing left to raise)
     assert_no_new_threads(before)
+
+
+def test_hooks_registered_last_run_after_every_other_hook_the_drains_included() -> None:
+    # last=True: after the others, the native executor's drain among them
+    # (registered at start, so it runs after the hooks registered later):
+    # a late hook sees every batch answered. Each group last-registered first.
+    before = live_threads()
+    rt = ToolRuntime().start()
+    running, early_ran = threading.Event(), threading.Event()
+
+    @tool
+    def waits(ctx: ToolRunContext) -> str:
+        """Ends once the stop began and the early hooks ran."""
+        running.set()
+        ctx.signal.wait(GUARD)
+        early_ran.wait(GUARD)
+        return "done"
+
+    rt.tools.register(waits)
+    future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("c1", "waits", "{}")]))
+    assert running.wait(GUARD)
+    order: list[str] = []
+
+    def early(name: str) -> Callable[[], None]:
+        def hook() -> None:
+            order.append(f"{name}: batch answered {future.done()}")
+            if name == "early 1":  # (the last of them to run: the body may end now)
+                early_ran.set()
+
+        return hook
+
+    rt.on_stop(lambda: order.append(f"late 1: batch answered {future.done()}"), last=True)
+    rt.on_stop(early("early 1"))
+    rt.on_stop(lambda: order.append(f"late 2: batch answered {future.done()}"), last=True)
+    rt.on_stop(early("early 2"))
+    with pytest.raises(TypeError, match="on_stop's last must be True or False, got str"):
+        rt.on_stop(lambda: None, last="yes")  # type: ignore[arg-type]
+    assert _stop_in_thread(rt, GUARD) == []
+    assert order == [
+        "early 2: batch answered False",
+        "early 1: batch answered False",
+        "late 2: batch answered True",
+        "late 1: batch answered True",
+    ]
+    assert future.result(0).results[0].result.error.info.code == "ABORTED"  # (it ended after the stop's abort)
+    assert_no_new_threads(before)

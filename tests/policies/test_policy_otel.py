@@ -696,6 +696,40 @@ def test_a_stop_ends_once_the_span_of_a_call_it_could_not_wait_for(
     assert_no_new_threads(before)
 
 
+def test_calls_the_drain_commits_aborted_at_the_deadline_keep_their_aborted_spans(
+    monkeypatch: pytest.MonkeyPatch, otel: Otel
+) -> None:
+    # Bodies on call actors that ignore the stop's signal past its deadline:
+    # the drain commits them ABORTED there (their batch's thread is free),
+    # and their spans say so, with their durations; only what is still in
+    # flight after the drains ends as dsh.runtime.stopped.
+    monkeypatch.setattr(ToolRuntime, "STOP_GRACE", 0.05)
+    before = live_threads()
+    rt = ToolRuntime().start()
+    release = threading.Event()
+    running = threading.Barrier(3)
+
+    def body(args: Any, ctx: Any) -> Any:
+        running.wait(WAIT)
+        assert release.wait(WAIT), "the stop's last hook to release the body"  # ignores its signal
+        return {"answer": 42}
+
+    rt.tools.register(tool(execute=body))
+    rt.on_stop(release.set, last=True)  # (after the drains, and after the policy's own: registered before it)
+    use(rt, otel)
+    future = rt.tools.submit(ToolBatchInput(calls=[ToolCall("c1", "lookup", "{}"), ToolCall("c2", "lookup", "{}")]))
+    running.wait(WAIT)
+    rt.stop(0)
+    assert isinstance(future.exception(0), ToolBatchExecutionError)
+    spans = otel.tool_spans()
+    assert sorted(span.attributes["gen_ai.tool.call.id"] for span in spans) == ["c1", "c2"]
+    for span in spans:
+        assert span.attributes["error.type"] == "ABORTED"
+        assert [name for name, _ in events(span)] == ["dsh.tool.aborted"]
+    assert [count for _, count in otel.durations()] == [2]
+    assert_no_new_threads(before)
+
+
 def test_a_call_that_settles_by_the_stop_s_deadline_ends_its_span_itself(rt: Any, otel: Otel) -> None:
     # Only a call still unsettled at the deadline is ended by the stop: one
     # whose body ends on the stop's signal keeps its own outcome and duration.
