@@ -46,7 +46,16 @@ from ..model import ToolCall
 from ..providers import ProviderFormatError, anthropic, openai, openai_responses
 from ..providers._common import kind as _kind
 
-__all__ = ["ACCEPTED_SHAPES", "Batch", "BatchFileError", "BatchShape", "parse_batch", "read_batch", "read_json_file"]
+__all__ = [
+    "ACCEPTED_SHAPES",
+    "Batch",
+    "BatchFileError",
+    "BatchShape",
+    "parse_batch",
+    "read_batch",
+    "read_json_file",
+    "unreadable",
+]
 
 BatchShape: TypeAlias = Literal["dsh", "openai", "openai-responses", "anthropic"]
 
@@ -113,18 +122,26 @@ def read_json_file(
     shown = source if label is None else label
     try:
         data = sys.stdin.buffer.read() if from_stdin else Path(path).read_bytes()
-    except FileNotFoundError:
-        raise error(f"{shown}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"{shown}: is a directory, not a {what}") from None
     except OSError as err:
-        raise error(f"{shown}: cannot read: {err.strerror or err}") from None
+        raise error(unreadable(shown, err, what)) from None
     text = _text(data, shown, holds, error)
     try:
         return loads(text, frozen=False, path=root), source
     except LosslessJsonError as err:
         where = "" if err.path == root else f" at {err.path}"
         raise error(f"{shown}: not valid JSON{where}: {err.problem}") from None
+
+
+def unreadable(shown: str, err: OSError, what: str, fix: str = "") -> str:
+    """The one-line message of a file the command could not read (``err``,
+    from opening or reading it): ``shown`` names the file, ``what`` says
+    what it should be (a directory is not a ``batch file``), and ``fix``
+    (``"; name the log ..."``) follows a missing file or a directory."""
+    if isinstance(err, FileNotFoundError):
+        return f"{shown}: no such file{fix}"
+    if isinstance(err, IsADirectoryError):
+        return f"{shown}: is a directory, not a {what}{fix}"
+    return f"{shown}: cannot read: {err.strerror or err}"
 
 
 def _text(data: bytes, source: str, holds: str, error: type[Exception]) -> str:

@@ -237,6 +237,33 @@ def build_parser() -> argparse.ArgumentParser:
         'only; "disabled": true leaves one out); each is mounted as --mcp mounts a server, its tools under '
         "their own names"
     )
+    executor_help = "the batch executor (default native)"
+    no_timeout_help = (
+        "do not enforce the tools' timeout_ms (default: policies.timeout fails a call past its tool's "
+        "timeout_ms with TOOL_TIMEOUT; a --tools module that applies it itself still does)"
+    )
+    json_help = (
+        "print the results as one JSON document instead of cards (the calls a suspended batch left open "
+        "are under 'pending')"
+    )
+
+    def add_tool_sources(command: argparse.ArgumentParser, tools: str, executor: str = executor_help) -> None:
+        # The tools a command loads (--tools, --mcp, --mcp-config) and the
+        # executor it offers them with; the command's parser is the one its
+        # errors are reported by (main's command_parser).
+        command.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools)
+        command.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
+        command.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
+        command.set_defaults(command_parser=command)
+        command.add_argument("--executor", choices=EXECUTORS, default="native", help=executor)
+
+    def add_batch_options(command: argparse.ArgumentParser, approve: str) -> None:
+        # How a command that runs a batch answers approvals (each says when
+        # it asks), enforces timeouts and prints the results: run, resume
+        # and recover alike.
+        command.add_argument("--approve", choices=APPROVE_MODES, help=approve)
+        command.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
+        command.add_argument("--json", action="store_true", help=json_help)
 
     run = commands.add_parser(
         "run",
@@ -252,12 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     run.add_argument("batch", metavar="BATCH.json", help="the batch file ('-': standard input)")
-    run.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
-    run.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
-    run.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
-    run.set_defaults(command_parser=run)
-    executor_help = "the batch executor (default native)"
-    run.add_argument("--executor", choices=EXECUTORS, default="native", help=executor_help)
+    add_tool_sources(run, tools_help)
     run.add_argument(
         "--log",
         metavar="FILE",
@@ -271,25 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run at most N calls at once (default: the executor's, 10)",
     )
     run.add_argument("--agent", default="cli", metavar="ID", help="the agent id the batch runs as (default cli)")
-    run.add_argument(
-        "--approve",
-        choices=APPROVE_MODES,
-        help=(
-            "answer the calls a policy asks approval for: yes, no, or prompt on the terminal; it wins over "
-            "an approval service the --tools module sets (default: the module's own service if it sets one, "
-            "else prompt when stdin and stderr are terminals, else none: asking calls are denied)"
-        ),
+    add_batch_options(
+        run,
+        "answer the calls a policy asks approval for: yes, no, or prompt on the terminal; it wins over "
+        "an approval service the --tools module sets (default: the module's own service if it sets one, "
+        "else prompt when stdin and stderr are terminals, else none: asking calls are denied)",
     )
-    no_timeout_help = (
-        "do not enforce the tools' timeout_ms (default: policies.timeout fails a call past its tool's "
-        "timeout_ms with TOOL_TIMEOUT; a --tools module that applies it itself still does)"
-    )
-    run.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
-    json_help = (
-        "print the results as one JSON document instead of cards (the calls a suspended batch left open "
-        "are under 'pending')"
-    )
-    run.add_argument("--json", action="store_true", help=json_help)
 
     resume = commands.add_parser(
         "resume",
@@ -310,11 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the 'run --json' (or 'resume --json') document of a suspended batch, or its 'suspension' value "
         "('-': standard input)",
     )
-    resume.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (the run's)")
-    resume.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
-    resume.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
-    resume.set_defaults(command_parser=resume)
-    resume.add_argument("--executor", choices=EXECUTORS, default="native", help=executor_help)
+    add_tool_sources(resume, f"{tools_help} (the run's)")
     resume.add_argument(
         "--log",
         metavar="FILE",
@@ -336,18 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
             "run it, no and rejected reject it, cancelled cancels it, deferred leaves it waiting)"
         ),
     )
-    resume.add_argument(
-        "--approve",
-        choices=APPROVE_MODES,
-        help=(
-            "answer each deferred call --decide does not, and the calls that ask for approval as they run: yes, "
-            "no, or prompt on the terminal (default: prompt when stdin and stderr are terminals, else the "
-            "deferred calls without a --decide stay deferred, and the batch suspends again; with no --decide at "
-            "all, nothing would be decided: refused)"
-        ),
+    add_batch_options(
+        resume,
+        "answer each deferred call --decide does not, and the calls that ask for approval as they run: yes, "
+        "no, or prompt on the terminal (default: prompt when stdin and stderr are terminals, else the "
+        "deferred calls without a --decide stay deferred, and the batch suspends again; with no --decide at "
+        "all, nothing would be decided: refused)",
     )
-    resume.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
-    resume.add_argument("--json", action="store_true", help=json_help)
 
     recover = commands.add_parser(
         "recover",
@@ -371,11 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the session log the interrupted batch's run wrote (run --log FILE); the step is finished in it",
     )
-    recover.add_argument("--tools", metavar="MODULE[:ATTR]", help=f"{tools_help} (the run's)")
-    recover.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
-    recover.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
-    recover.set_defaults(command_parser=recover)
-    recover.add_argument("--executor", choices=EXECUTORS, default="native", help=executor_help)
+    add_tool_sources(recover, f"{tools_help} (the run's)")
     recover.add_argument(
         "--agent",
         metavar="ID",
@@ -388,16 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="the step to recover (with --turn; default: the log's one unfinished step; run logs turn 1, step 1)",
     )
-    recover.add_argument(
-        "--approve",
-        choices=APPROVE_MODES,
-        help=(
-            "answer the calls that ask for approval as they run, the deferred ones asked again included: yes, no, "
-            "or prompt on the terminal (default: as for run)"
-        ),
+    add_batch_options(
+        recover,
+        "answer the calls that ask for approval as they run, the deferred ones asked again included: yes, no, "
+        "or prompt on the terminal (default: as for run)",
     )
-    recover.add_argument("--no-timeout", dest="timeout", action="store_false", help=no_timeout_help)
-    recover.add_argument("--json", action="store_true", help=json_help)
 
     schemas = commands.add_parser(
         "schemas",
@@ -407,10 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_SCHEMAS_EPILOG,
         formatter_class=_HelpFormatter,
     )
-    schemas.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools_help)
-    schemas.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
-    schemas.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
-    schemas.set_defaults(command_parser=schemas)
+    add_tool_sources(schemas, tools_help, "whose model input to describe (ptc: run_code)")
     schemas.add_argument(
         "--format",
         choices=FORMATS,
@@ -418,9 +406,6 @@ def build_parser() -> argparse.ArgumentParser:
         help='openai: Chat Completions {"type": "function", "function": {...}} (default); '
         'openai-responses: {"type": "function", "name", ..., "strict": false}; '
         'anthropic: {"name", "description", "input_schema"}; raw: ours',
-    )
-    schemas.add_argument(
-        "--executor", choices=EXECUTORS, default="native", help="whose model input to describe (ptc: run_code)"
     )
 
     replay = commands.add_parser(

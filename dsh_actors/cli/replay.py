@@ -50,6 +50,7 @@ from ..errors import DshError, LosslessJsonError
 from ..json import loads
 from ..runtime import ToolRuntime
 from ..session import Session, whole_json
+from .batchfile import unreadable
 from .exits import file_descriptor, write_output
 from .loading import CliError, install_tools, load_tool_source
 from .render import (
@@ -75,12 +76,8 @@ def _open_log(path: str) -> IO[bytes]:
         raise CliError("the session log needs a file name (got an empty one; '-' is standard input)")
     try:
         file = _stdin() if path == "-" else open(path, "rb")  # (closed by replay_command)
-    except FileNotFoundError:
-        raise CliError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CliError(f"{path}: is a directory, not a session log") from None
     except OSError as err:
-        raise _cannot_read(path, err) from None
+        raise CliError(unreadable(path, err, "session log")) from None
     if file.seekable():
         return file
     with file:
@@ -89,7 +86,7 @@ def _open_log(path: str) -> IO[bytes]:
             shutil.copyfileobj(file, spool)
         except OSError as err:
             spool.close()
-            raise _cannot_read(path, err) from None
+            raise CliError(unreadable(path, err, "session log")) from None
     return spool
 
 
@@ -100,10 +97,6 @@ def _stdin() -> IO[bytes]:
     if fd < 0:
         raise CliError("standard input is closed; name the session log, or pipe the log to '-'")
     return open(os.dup(fd), "rb")
-
-
-def _cannot_read(path: str, err: OSError) -> CliError:
-    return CliError(f"{path}: cannot read: {err.strerror or err}")
 
 
 class _LogReader:
@@ -138,7 +131,7 @@ class _LogReader:
                     yield (*held, False)
                 held = (number, line, terminated)
         except OSError as err:
-            raise _cannot_read(self.path, err) from None
+            raise CliError(unreadable(self.path, err, "session log")) from None
         if held is not None:
             yield (*held, True)
 

@@ -44,9 +44,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Final
 
-from ..errors import safe_str
+from ..errors import safe_str, shown_value
 from ..model import Agent, ApprovalRequest, ToolBatchResult
 from ..pipeline.stages import DECISIONS
+from ..providers import _common
 from ..runtime import ToolRuntime
 from ..scheduling.suspension import DEFERRED, FORMAT
 from ..session import Session
@@ -101,6 +102,14 @@ def read_suspension(path: str) -> tuple[Mapping[str, Any], str, str]:
     raise CliError(f"{source}: not a suspension; {fix}")
 
 
+def _shown(value: object) -> str:
+    """A value read from the suspension file, as a message shows it: an int
+    as itself (:func:`shown_value`: a huge one by its size), anything else
+    as ``providers._common.shown`` does (a string quoted, escaped and cut
+    to 60 characters; else what it is: ``an object``)."""
+    return shown_value(value) if type(value) is int else _common.shown(value)
+
+
 def _calls(suspension: Mapping[str, Any], source: str) -> list[Mapping[str, Any]]:
     """The suspension's calls, each with a str ``id`` and ``name`` (what
     the command reads of them before ``rt.tools.resume`` checks the rest)."""
@@ -126,7 +135,11 @@ def _given_decisions(args: argparse.Namespace, calls: list[Mapping[str, Any]], d
         shown = safe_str(repr(call_id))
         if call_id not in deferred:
             state = states.get(call_id)
-            what = "is no call of this suspension" if state is None else f"does not await an approval (it is {state})"
+            what = (
+                "is no call of this suspension"
+                if state is None
+                else f"does not await an approval (it is {_shown(state)})"
+            )
             raise CliError(f"--decide {shown}: that {what}; decide the calls that do: {waiting}")
         if call_id in decided:
             raise CliError(f"--decide {shown}: given twice; decide each call once")
@@ -144,7 +157,9 @@ def _open_log(path: str | None, suspension: Mapping[str, Any], source: str) -> S
             f'{source}: its batch was not logged ("log" is null): this command resumes a logged batch, as '
             "dsh-actors run --log FILE suspends one; resume this one with rt.tools.resume in the program that ran it"
         )
-    where = f"turn {step.get('turn')}, step {step.get('step')}" if isinstance(step, Mapping) else "its step"
+    where = (
+        f"turn {_shown(step.get('turn'))}, step {_shown(step.get('step'))}" if isinstance(step, Mapping) else "its step"
+    )
     if path is None:
         raise CliError(
             f"the suspended batch is logged ({where}): name its log with --log FILE, the file its "
@@ -165,7 +180,7 @@ def _agent_ids(args: argparse.Namespace, suspension: Mapping[str, Any], source: 
         )
     if args.agent is not None and [args.agent] != ids:
         raise CliError(
-            f"--agent {args.agent}: the suspended batch ran as agent {'/'.join(ids)!r}; leave out --agent "
+            f"--agent {args.agent}: the suspended batch ran as agent {_shown('/'.join(ids))}; leave out --agent "
             "(the suspension names its agent)"
         )
     return ids

@@ -78,7 +78,7 @@ from ..model import Agent, LogStep, ToolBatchInput, ToolBatchResult, content_to_
 from ..runtime import ToolRuntime
 from ..session import Session, StepKey, error_to_json, same_step
 from ..signals import AbortController, AbortSignal
-from .batchfile import BatchFileError, read_batch
+from .batchfile import BatchFileError, read_batch, unreadable
 from .exits import EXIT_INTERRUPTED, OutputError, write_output
 from .loading import (
     CliError,
@@ -171,12 +171,8 @@ def open_written_log(path: str | None, whose: str) -> Session:
         raise CliError("--log needs a file name (got an empty one)")
     try:
         return Session.open(path)
-    except FileNotFoundError:
-        raise CliError(f"--log {path}: no such file; name the log {whose} run wrote") from None
-    except IsADirectoryError:
-        raise CliError(f"--log {path}: is a directory; name the log {whose} run wrote") from None
     except OSError as err:
-        raise CliError(f"--log {path}: cannot read it: {err.strerror or err}") from None
+        raise CliError(unreadable(f"--log {path}", err, "session log", f"; name the log {whose} run wrote")) from None
     except DshError as err:  # a bad line, say
         raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
 

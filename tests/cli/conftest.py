@@ -1,12 +1,16 @@
 """Fixtures for the command-line tests: the CLI run in-process, a root
-folder for the example tools, and tool modules written on the fly."""
+folder for the example tools, tool modules written on the fly, a pipe
+as standard input (``piped_stdin``), and the command run as a process of
+its own (``run_cli``, ``started_cli``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,3 +97,69 @@ def assert_one_line_error(outcome: Outcome, command: str, *fragments: str) -> No
     assert "Traceback" not in outcome.err
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+class PipedStdin:
+    """A pipe as ``sys.stdin``, as a shell's ``|`` gives it: the prompt waits
+    on its descriptor until a line comes (or the write end is closed)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        read_end, self.write_end = os.pipe()
+        self.stream = os.fdopen(read_end, "r")
+        monkeypatch.setattr(sys, "stdin", self.stream)
+
+    def send(self, text: str) -> None:
+        os.write(self.write_end, text.encode())
+
+    def close(self) -> None:
+        """End of input (once; later calls do nothing)."""
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self.write_end = -1
+
+
+@pytest.fixture
+def piped_stdin(monkeypatch: pytest.MonkeyPatch) -> Iterator[PipedStdin]:
+    stdin = PipedStdin(monkeypatch)
+    try:
+        yield stdin
+    finally:
+        stdin.close()
+        stdin.stream.close()
+
+
+def run_cli(*argv: object, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m dsh_actors.cli ARGV`` run to its end in ``cwd``, with no
+    input, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_actors.cli", *map(str, argv)],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def started_cli(command: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """``command`` (a dsh-actors command line) started in ``cwd`` with no
+    input and its output piped, returned once a tool body says ``body
+    started`` on its stderr (killed if it says anything else first)."""
+    proc = subprocess.Popen(
+        list(command),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "body started\n"
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=30)
+        raise
+    return proc

@@ -18,8 +18,7 @@ import pytest
 from dsh_actors.model import ToolExecutionSuccess
 from dsh_actors.session import Session, batch_event, call_event, result_event
 
-from .conftest import Cli, assert_one_line_error
-from .test_resume import CALLS
+from .conftest import Cli, assert_one_line_error, started_cli
 
 #: ``hold`` (not idempotent), in the process whose environment has
 #: DSH_TEST_HOLD, says its body started and blocks until the process is
@@ -67,23 +66,7 @@ def _holding_run(root: Path, module: Path) -> tuple[subprocess.Popen[str], Path]
     log = root / "run.jsonl"
     command = [sys.executable, "-m", "dsh_actors.cli", "run", "batch.json", "--tools", str(module)]
     command += ["--log", str(log), "--max-parallel", "1"]
-    proc = subprocess.Popen(
-        command,
-        cwd=root,
-        env={**os.environ, "DSH_TEST_HOLD": "1"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        assert proc.stderr.readline() == "body started\n"
-    except BaseException:
-        proc.kill()
-        proc.communicate(timeout=30)
-        raise
-    return proc, log
+    return started_cli(command, root, {**os.environ, "DSH_TEST_HOLD": "1"}), log
 
 
 def _killed_run(root: Path, module: Path) -> Path:
@@ -242,10 +225,10 @@ def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recove
     cli: Cli, root: Path, write_module: Any
 ) -> None:
     # (Its refusals told a command-line user to call rt.tools.recover(agent, turn, step).)
-    from .test_run import DEFERRING_TOOLS
+    from .test_run import DEFERRING_CALLS, DEFERRING_TOOLS
 
     module = write_module("deferring_tools", DEFERRING_TOOLS)
-    (root / "batch.json").write_text(json.dumps({"calls": CALLS}))
+    (root / "batch.json").write_text(json.dumps({"calls": DEFERRING_CALLS}))
     log = root / "run.jsonl"
     run = cli("run", root / "batch.json", "--tools", module, "--log", log, "--json")
     assert run.code == 0, run.err

@@ -7,32 +7,14 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import Cli, assert_one_line_error
-from .test_run import DEFERRING_TOOLS, PipedStdin
-
-CALLS = [
-    {"id": "a", "name": "pay", "arguments": {"to": "bob"}},  # deferred by the module's service
-    {"id": "b", "name": "look", "arguments": {"q": "x"}},  # runs beside it
-    {"id": "c", "name": "write", "arguments": {"path": "p"}},  # exclusive: waits for it
-]
-
-
-@pytest.fixture
-def piped_stdin(monkeypatch: pytest.MonkeyPatch) -> Iterator[PipedStdin]:
-    stdin = PipedStdin(monkeypatch)
-    try:
-        yield stdin
-    finally:
-        stdin.close()
-        stdin.stream.close()
+from .conftest import Cli, PipedStdin, assert_one_line_error, run_cli, started_cli
+from .test_run import DEFERRING_CALLS, DEFERRING_TOOLS
 
 
 @pytest.fixture
@@ -41,7 +23,7 @@ def suspended(cli: Cli, root: Path, write_module: Any) -> tuple[Path, Path, Path
     ``run --json`` document, its log, the tools module)."""
     module = write_module("deferring_tools", DEFERRING_TOOLS)
     batch = root / "batch.json"
-    batch.write_text(json.dumps({"calls": CALLS}))
+    batch.write_text(json.dumps({"calls": DEFERRING_CALLS}))
     log = root / "run.jsonl"
     outcome = cli("run", batch, "--tools", module, "--log", log, "--json")
     assert outcome.code == 0, outcome.err
@@ -51,32 +33,20 @@ def suspended(cli: Cli, root: Path, write_module: Any) -> tuple[Path, Path, Path
     return document, log, module
 
 
-def _dsh(*argv: Any, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dsh_actors.cli", *map(str, argv)],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_a_suspended_run_is_resumed_in_another_process_with_its_decisions_and_only_once(
     root: Path, write_module: Any
 ) -> None:
     # (There was no way to resume from the command line: run ended with a
     # suspension that only rt.tools.resume could take.)
     module = write_module("deferring_tools", DEFERRING_TOOLS)
-    (root / "batch.json").write_text(json.dumps({"calls": CALLS}))
-    run = _dsh("run", "batch.json", "--tools", module, "--log", "run.jsonl", "--json", cwd=root)
+    (root / "batch.json").write_text(json.dumps({"calls": DEFERRING_CALLS}))
+    run = run_cli("run", "batch.json", "--tools", module, "--log", "run.jsonl", "--json", cwd=root)
     assert run.returncode == 0 and run.stderr == "", run.stderr
     assert json.loads(run.stdout)["summary"]["awaiting_approval"] == 1
     (root / "suspended.json").write_text(run.stdout)
 
     options = ("--tools", module, "--log", "run.jsonl", "--decide", "a=yes")
-    resumed = _dsh("resume", "suspended.json", *options, "--json", cwd=root)
+    resumed = run_cli("resume", "suspended.json", *options, "--json", cwd=root)
     assert resumed.returncode == 0 and resumed.stderr == "", resumed.stderr
     document = json.loads(resumed.stdout)
     assert document["version"] == 1 and document["shape"] == "dsh"
@@ -87,10 +57,10 @@ def test_a_suspended_run_is_resumed_in_another_process_with_its_decisions_and_on
     ]
     assert document["pending"] == [] and document["suspension"] is None
     assert document["summary"]["ok"] == 3
-    cards = _dsh("replay", "run.jsonl", cwd=root)
+    cards = run_cli("replay", "run.jsonl", cwd=root)
     assert "decision: allowed-once" in cards.stdout and cards.stdout.endswith("3 calls: 3 ok, 0 errors\n")
 
-    again = _dsh("resume", "suspended.json", *options, cwd=root)
+    again = run_cli("resume", "suspended.json", *options, cwd=root)
     assert again.returncode == 1 and again.stdout == ""
     assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
     assert again.stderr.startswith("dsh-actors resume: error: cannot resume the batch: suspension ")
@@ -148,11 +118,14 @@ def test_what_cannot_be_resumed_is_one_line_naming_the_fix_and_nothing_runs(
     assert "--decide 'z': that is no call of this suspension; decide the calls that do: a" in refused(
         document, *base, "--decide", "z=yes"
     )
-    assert "--decide 'b': that does not await an approval (it is settled)" in refused(
+    assert "--decide 'b': that does not await an approval (it is 'settled')" in refused(
         document, *base, "--decide", "b=no"
     )
     assert "give --decide a=yes (or no, cancelled, deferred) for each, or --approve" in refused(document, *base)
     assert "name its log with --log FILE" in refused(document, "--tools", module, "--decide", "a=yes")
+    assert f"--log {root}: is a directory, not a session log; name the log the suspended batch's run wrote" in (
+        refused(document, "--tools", module, "--log", root, "--decide", "a=yes")
+    )
     other = root / "other.jsonl"
     other.write_text("")
     assert "the suspension comes from another log" in refused(
@@ -161,6 +134,31 @@ def test_what_cannot_be_resumed_is_one_line_naming_the_fix_and_nothing_runs(
     assert "--agent bob: the suspended batch ran as agent 'cli'" in refused(
         document, *base, "--decide", "a=yes", "--agent", "bob"
     )
+
+
+def test_values_of_the_suspension_file_in_a_refusal_are_shown_printable_and_cut(
+    cli: Cli, suspended: tuple[Path, Path, Path], root: Path
+) -> None:
+    # A suspension file is input: a call's state, the logged step's turn and
+    # the agent id went into the refusal whole (10,000 characters of it).
+    document, _log, module = suspended
+    hostile = "\x1b]0;owned\x07" + "x" * 10_000
+    value = json.loads(document.read_text())
+    suspension = value["suspension"]
+    next(call for call in suspension["calls"] if call["id"] == "b")["state"] = hostile
+    suspension["log"]["turn"] = hostile
+    suspension["agent"] = [hostile]
+    edited = root / "edited.json"
+    edited.write_text(json.dumps(value))
+    for argv, fragment in [
+        (("--decide", "b=no"), "--decide 'b': that does not await an approval (it is '\\x1b]0;owned\\x07xxx"),
+        (("--decide", "a=yes"), "the suspended batch is logged (turn '\\x1b]0;owned\\x07xxx"),
+        (("--decide", "a=yes", "--agent", "bob"), "--agent bob: the suspended batch ran as agent '\\x1b]0;owned"),
+    ]:
+        outcome = cli("resume", edited, "--tools", module, *argv)
+        assert_one_line_error(outcome, "resume", fragment)
+        assert "\x1b" not in outcome.err and "\x07" not in outcome.err
+        assert len(outcome.err) < 500, len(outcome.err)
 
 
 def test_a_bad_decision_is_a_bad_command_line(cli: Cli, suspended: tuple[Path, Path, Path]) -> None:
@@ -224,17 +222,13 @@ def test_ctrl_c_while_the_resumed_batch_runs_aborts_it_prints_the_results_and_ex
     module = write_module("holding_tools", HOLDING_TOOLS)
     calls = [{"id": "a", "name": "pay", "arguments": {"to": "bob"}}, {"id": "h", "name": "hold", "arguments": {}}]
     (root / "batch.json").write_text(json.dumps({"calls": calls}))
-    run = _dsh("run", "batch.json", "--tools", module, "--log", "run.jsonl", "--json", cwd=root)
+    run = run_cli("run", "batch.json", "--tools", module, "--log", "run.jsonl", "--json", cwd=root)
     assert run.returncode == 0, run.stderr
     (root / "suspended.json").write_text(run.stdout)
     command = [sys.executable, "-m", "dsh_actors.cli", "resume", "suspended.json", "--tools", str(module)]
     command += ["--log", "run.jsonl", "--decide", "a=yes"]
-    proc = subprocess.Popen(
-        command, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = started_cli(command, root)
     try:
-        assert proc.stderr is not None
-        assert proc.stderr.readline() == "body started\n"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:

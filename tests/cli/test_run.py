@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from dsh_actors import ToolBatchResult
 from dsh_actors.cli.run import Interrupts
 from dsh_actors.signals import AbortController
 
-from .conftest import EXAMPLES, Cli, assert_one_line_error
+from .conftest import EXAMPLES, Cli, PipedStdin, assert_one_line_error, run_cli, started_cli
 
 BATCH = EXAMPLES / "batch.json"
 HELLO = 'def greet(name):\n    return f"hello, {name}"\n\n\nprint(greet("world"))\n'
@@ -121,6 +119,13 @@ def register(rt):
     rt.approvals.set(lambda request: "deferred")
 """
 
+DEFERRING_CALLS = [
+    {"id": "a", "name": "pay", "arguments": {"to": "bob"}},  # deferred by the module's service
+    {"id": "b", "name": "look", "arguments": {"q": "x"}},  # runs beside it
+    {"id": "c", "name": "write", "arguments": {"path": "p"}},  # exclusive: waits for it
+]
+"""A batch of DEFERRING_TOOLS' calls that suspends."""
+
 
 def test_json_output_shows_the_calls_a_suspended_batch_left_open_and_counts_them_as_the_cards_do(
     cli: Cli, root: Path, write_module: Any
@@ -128,12 +133,7 @@ def test_json_output_shows_the_calls_a_suspended_batch_left_open_and_counts_them
     # The module's approval service defers "a": "b" runs beside it, "c"
     # (exclusive) waits for it. The JSON listed "b" alone and counted 1 call.
     module = write_module("deferring_tools", DEFERRING_TOOLS)
-    batch = _batch(
-        root,
-        {"id": "a", "name": "pay", "arguments": {"to": "bob"}},
-        {"id": "b", "name": "look", "arguments": {"q": "x"}},
-        {"id": "c", "name": "write", "arguments": {"path": "p"}},
-    )
+    batch = _batch(root, *DEFERRING_CALLS)
     cards = cli("run", batch, "--tools", module)
     outcome = cli("run", batch, "--tools", module, "--json")
 
@@ -184,13 +184,7 @@ def test_json_output_states_its_version_first_and_the_readme_documents_each_key_
     from dsh_actors.cli.run import JSON_VERSION
 
     module = write_module("deferring_tools", DEFERRING_TOOLS)
-    batch = _batch(
-        root,
-        {"id": "a", "name": "pay", "arguments": {"to": "bob"}},
-        {"id": "b", "name": "look", "arguments": {"q": "x"}},
-        {"id": "c", "name": "write", "arguments": {"path": "p"}},
-        {"id": "d", "name": "unknown_tool", "arguments": {}},
-    )
+    batch = _batch(root, *DEFERRING_CALLS, {"id": "d", "name": "unknown_tool", "arguments": {}})
     document = json.loads(cli("run", batch, "--tools", module, "--json").out)
     assert JSON_VERSION == 1 and list(document)[0] == "version" and document["version"] == JSON_VERSION
     readme = (Path(__file__).parents[2] / "dsh_actors" / "cli" / "README.md").read_text()
@@ -465,15 +459,7 @@ def test_a_module_beside_a_tools_file_never_stands_in_for_one_the_command_import
         "TOOLS = [greet]\n"
     )
     batch = _batch(tmp_path, {"id": "c1", "name": "greet", "arguments": {"name": "ada"}})
-    done = subprocess.run(
-        [sys.executable, "-m", "dsh_actors.cli", "run", str(batch), "--tools", str(folder / "tools.py")],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("run", batch, "--tools", folder / "tools.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "hello ada" in done.stdout
     assert done.stdout.endswith("1 call: 1 ok, 0 errors\n"), done.stdout
@@ -611,17 +597,9 @@ def test_a_second_ctrl_c_exits_130_at_once_while_a_body_ignores_its_signal(tmp_p
     script = Path(sys.executable).parent / "dsh-actors"
     if not script.exists():
         pytest.skip("the dsh-actors console script is not installed (./dev setup installs it)")
-    proc = subprocess.Popen(
-        [str(script), "run", str(batch), "--tools", "stubborn_tools"],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = started_cli([str(script), "run", str(batch), "--tools", "stubborn_tools"], tmp_path)
     try:
         assert proc.stderr is not None
-        assert proc.stderr.readline() == "body started\n"
         proc.send_signal(signal.SIGINT)
         assert proc.stderr.readline().startswith("dsh-actors run: interrupted; aborting the batch")
         proc.send_signal(signal.SIGINT)
@@ -963,35 +941,6 @@ def test_a_command_leaves_no_thread_behind(cli: Cli, root: Path) -> None:
     before = set(threading.enumerate())
     cli("run", BATCH, "--tools", "examples.tools")
     assert {t for t in threading.enumerate() if t.is_alive()} - before == set()
-
-
-class PipedStdin:
-    """A pipe as ``sys.stdin``, as a shell's ``|`` gives it: the prompt waits
-    on its descriptor until a line comes (or the write end is closed)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        read_end, self.write_end = os.pipe()
-        self.stream = os.fdopen(read_end, "r")
-        monkeypatch.setattr(sys, "stdin", self.stream)
-
-    def send(self, text: str) -> None:
-        os.write(self.write_end, text.encode())
-
-    def close(self) -> None:
-        """End of input (once; later calls do nothing)."""
-        if self.write_end >= 0:
-            os.close(self.write_end)
-            self.write_end = -1
-
-
-@pytest.fixture
-def piped_stdin(monkeypatch: pytest.MonkeyPatch) -> Iterator[PipedStdin]:
-    stdin = PipedStdin(monkeypatch)
-    try:
-        yield stdin
-    finally:
-        stdin.close()
-        stdin.stream.close()
 
 
 @pytest.mark.parametrize(
