@@ -134,11 +134,10 @@ def _given_decisions(args: argparse.Namespace, calls: list[Mapping[str, Any]], d
     for call_id, answer in args.decide:
         shown = safe_str(repr(call_id))
         if call_id not in deferred:
-            state = states.get(call_id)
             what = (
                 "is no call of this suspension"
-                if state is None
-                else f"does not await an approval (it is {_shown(state)})"
+                if call_id not in states
+                else f"does not await an approval (it is {_shown(states[call_id])})"
             )
             raise CliError(f"--decide {shown}: that {what}; decide the calls that do: {waiting}")
         if call_id in decided:

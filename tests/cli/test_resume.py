@@ -159,6 +159,11 @@ def test_values_of_the_suspension_file_in_a_refusal_are_shown_printable_and_cut(
         assert_one_line_error(outcome, "resume", fragment)
         assert "\x1b" not in outcome.err and "\x07" not in outcome.err
         assert len(outcome.err) < 500, len(outcome.err)
+    # A call of the file without a state is one of its calls all the same.
+    del next(call for call in suspension["calls"] if call["id"] == "b")["state"]
+    edited.write_text(json.dumps(value))
+    outcome = cli("resume", edited, "--tools", module, "--decide", "b=no")
+    assert_one_line_error(outcome, "resume", "--decide 'b': that does not await an approval (it is null)")
 
 
 def test_a_bad_decision_is_a_bad_command_line(cli: Cli, suspended: tuple[Path, Path, Path]) -> None:
