@@ -65,9 +65,11 @@ def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_i
                 reply = json.loads(proc.stdout.strip().splitlines()[-1])
                 assert reply["value"]["total"] == 8
                 assert reply["value"]["calls"] == ["from-1", "also-1", "from-2"]
+                two.stop()  # (a runtime's stop closes its executor: the first one still uses the connection)
+                assert second.closed and ray.is_initialized()
+            assert first.closed  # (the last executor: its runtime's stop shut down the cluster it started)
         finally:
             second.close()
-        assert ray.is_initialized()  # the first executor still uses it
     finally:
         first.close()
     assert not ray.is_initialized()
