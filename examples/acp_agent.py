@@ -138,9 +138,11 @@ class ScriptedAgent:
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         session = self._session(session_id)
         if session.turn_running:  # (ACP: one prompt at a time; a turn not started takes no turn number)
-            raise RequestError.invalid_request(
-                {"sessionId": f"session {session_id!r} is already running a prompt: wait for its answer or cancel it"}
-            )
+            if session.turn_cancelled:
+                why = "is still finishing its cancelled prompt: send this prompt once that prompt's response arrives"
+            else:
+                why = "is already running a prompt: wait for its answer or cancel it"
+            raise RequestError.invalid_request({"sessionId": f"session {session_id!r} {why}"})
         self.turns[session_id] += 1
         turn_number = self.turns[session_id]
         text = "\n".join(block.text for block in prompt if getattr(block, "type", None) == "text")
@@ -178,7 +180,10 @@ class ScriptedAgent:
 
     async def _say(self, session: AcpSession, text: str) -> None:
         assert self.client is not None
-        await self.client.session_update(session.session_id, update_agent_message_text(text))
+        try:
+            await self.client.session_update(session.session_id, update_agent_message_text(text))
+        except ConnectionError:  # (the SDK's, once the client left): nobody is left to read it
+            logger.debug("ACP session {}: the client left; reply not sent", session.session_id)
 
     async def aclose(self) -> None:
         """The client went away: cancel every turn and detach every session."""

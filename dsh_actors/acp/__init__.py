@@ -100,7 +100,8 @@ While a session is attached:
   (ACP has no cancelled status), its content the line ``stopped: the
   prompt turn was cancelled before the call ended`` (or ``stopped: the
   runtime stopped before the call ended``), and nothing more of that call
-  is shown, its own late end included. Only a call that outlives its
+  is shown, its own late end included (even when a later turn's call
+  reuses its call id: that call gets its own card, with that id). Only a call that outlives its
   batch is still open then (a batch drains before it answers): a body
   that ignores its signal on the batch's own thread, whose batch the stop
   answered (the reference, section 7), or a batch the turn did not await.

@@ -87,6 +87,7 @@ _TURN_CANCELLED: Final = "stopped: the prompt turn was cancelled before the call
 @dataclass(frozen=True, slots=True)
 class _Appeared:
     call_id: str
+    token: ToolExecutionToken
     parent_id: str | None
     fields: dict[str, Any]
 
@@ -94,6 +95,7 @@ class _Appeared:
 @dataclass(frozen=True, slots=True)
 class _Started:
     call_id: str
+    token: ToolExecutionToken
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +105,13 @@ class _Progressed:
     replace it)."""
 
     call_id: str
+    token: ToolExecutionToken
 
 
 @dataclass(frozen=True, slots=True)
 class _Settled:
     call_id: str
+    token: ToolExecutionToken
     parent_id: str | None
     call: dict[str, Any]
     """The call card's fields, used when the call never appeared (it ran no
@@ -144,6 +148,7 @@ _Item: TypeAlias = _Appeared | _Started | _Progressed | _Settled | _Ask | _Flush
 class _Known:
     """What the pump knows of a call that appeared."""
 
+    token: ToolExecutionToken
     title: str
     fields: dict[str, Any]
 
@@ -171,9 +176,9 @@ class _State:
     """The fields several threads touch, under :attr:`AcpSession._lock`."""
 
     remembered: dict[str, str] = field(default_factory=dict)
-    progress: dict[str, ToolProgress] = field(default_factory=dict)
+    progress: dict[ToolExecutionToken, ToolProgress] = field(default_factory=dict)
     """Each call's latest progress report not sent yet (its ``_Progressed``
-    is queued)."""
+    is queued), by execution (a call id may be reused)."""
     turn: AbortController | None = None
     detached: bool = False
 
@@ -210,9 +215,11 @@ class AcpSession:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         # Invariant: only the pump task reads or writes _known and _closed.
         self._known: dict[str, _Known] = {}
-        # The calls whose card a stopped turn's end closed while they ran:
-        # nothing more of them is shown (their own end removes them).
-        self._closed: set[str] = set()
+        # The executions whose card a stopped turn's end closed while they
+        # ran: nothing more of them is shown (their own end removes them).
+        # By token, not call id: a later turn's call may reuse the id, and
+        # its card is shown (with that id, as the model named the call).
+        self._closed: set[ToolExecutionToken] = set()
         self._asks: dict[asyncio.Task[None], _Ask] = {}
         # The definition each prepared call runs with (from its pre-execute
         # phase to its result): its result card is that definition's, even
@@ -270,6 +277,15 @@ class AcpSession:
             elif controller.signal.aborted:
                 self._post(_Stopped(_TURN_CANCELLED))
             await self.flush()
+
+    @property
+    def turn_cancelled(self) -> bool:
+        """Whether the running prompt turn was cancelled and is still
+        finishing (its batches ending): a ``session/prompt`` handler that
+        refuses a second prompt says to send it once the cancelled
+        prompt's response arrives."""
+        with self._lock:
+            return self._state.turn is not None and self._state.turn.signal.aborted
 
     @property
     def turn_running(self) -> bool:
@@ -381,14 +397,14 @@ class AcpSession:
         try:
             definition = self._definitions[execution.token] = execution.definition
             fields = self._call_card(execution, definition)
-            self._post(_Appeared(execution.call_id, self._parent_id(execution), fields))
+            self._post(_Appeared(execution.call_id, execution.token, self._parent_id(execution), fields))
         except Exception as exc:  # noqa: BLE001 - showing a call never decides it
             logger.opt(exception=exc).error("ACP session {}: cannot show call {}", self.session_id, execution.call_id)
         return next()
 
     def _on_execute(self, execution: ToolExecution, next: Callable[[], Any]) -> Any:
         """Outermost ``tools/execute`` wrapper: the body starts (in progress)."""
-        self._post(_Started(execution.call_id))
+        self._post(_Started(execution.call_id, execution.token))
         return next()
 
     def _on_progress(self, execution: ToolExecution, progress: ToolProgress) -> None:
@@ -398,12 +414,12 @@ class AcpSession:
         order on the wire. Reports are merged: while one is queued and not
         yet sent, a newer one replaces it (the latest progress wins), so a
         body that reports faster than the client reads costs no backlog."""
-        call_id = execution.call_id
+        token = execution.token
         with self._lock:
-            queued = call_id in self._state.progress
-            self._state.progress[call_id] = progress
-            if not queued and not self._post(_Progressed(call_id)):
-                del self._state.progress[call_id]  # no pump will send it
+            queued = token in self._state.progress
+            self._state.progress[token] = progress
+            if not queued and not self._post(_Progressed(execution.call_id, token)):
+                del self._state.progress[token]  # no pump will send it
 
     def _on_result(self, execution: ToolExecution, result: ToolExecutionSuccess | ToolExecutionFailure) -> None:
         """``tools/result``: the call ends, completed or failed, with its result card."""
@@ -413,6 +429,7 @@ class AcpSession:
         self._post(
             _Settled(
                 call_id=execution.call_id,
+                token=execution.token,
                 parent_id=self._parent_id(execution),
                 call=self._call_card(execution, definition),
                 failed=result.is_error,
@@ -495,23 +512,23 @@ class AcpSession:
             case _Flush(done=done):
                 if not done.done():
                     done.set_result(None)
-            case _Appeared(call_id=call_id, parent_id=parent_id, fields=fields):
-                if call_id not in self._known and call_id not in self._closed:  # (prepared again: shown already)
-                    await self._appear(call_id, parent_id, fields)
-            case _Started(call_id=call_id):
-                if call_id in self._known:
+            case _Appeared(call_id=call_id, token=token, parent_id=parent_id, fields=fields):
+                if call_id not in self._known and token not in self._closed:  # (prepared again: shown already)
+                    await self._appear(call_id, token, parent_id, fields)
+            case _Started(call_id=call_id, token=token):
+                if self._showing(call_id, token):
                     await self._update(call_id, {"status": "in_progress"})
-            case _Progressed(call_id=call_id):
+            case _Progressed(call_id=call_id, token=token):
                 with self._lock:
-                    progress = self._state.progress.pop(call_id)
-                if call_id in self._known:
+                    progress = self._state.progress.pop(token)
+                if self._showing(call_id, token):
                     await self._update(call_id, _progress_fields(progress))
             case _Settled():
-                if item.call_id in self._closed:  # its card ended with its turn
-                    self._closed.discard(item.call_id)
+                if item.token in self._closed:  # its card ended with its turn
+                    self._closed.discard(item.token)
                     return
                 if item.call_id not in self._known:
-                    await self._appear(item.call_id, item.parent_id, item.call)
+                    await self._appear(item.call_id, item.token, item.parent_id, item.call)
                 fields = {"status": "failed" if item.failed else "completed", **item.fields}
                 title = fields.get("title")
                 if title is not None:
@@ -522,8 +539,8 @@ class AcpSession:
                 await self._update(item.call_id, fields)
             case _Stopped(text=text):
                 still_open = list(reversed(self._known))  # (nested calls first)
+                self._closed.update(known.token for known in self._known.values())
                 self._known.clear()
-                self._closed.update(still_open)
                 for call_id in still_open:
                     await self._update(call_id, {"status": "failed", "content": [text_content(text)]})
             case _Ask():
@@ -553,17 +570,25 @@ class AcpSession:
             except RuntimeError:
                 pass  # the loop is closed: nothing left to withdraw
 
+    def _showing(self, call_id: str, token: ToolExecutionToken) -> bool:
+        """Whether ``call_id`` has an open card this execution updates: not
+        when its card ended with a stopped turn (the id's open card, if
+        any, is then a later turn's call reusing the id)."""
+        return call_id in self._known and token not in self._closed
+
     def _titled(self, parent_id: str | None, title: str) -> str:
         """A nested call's title shows its parent's first (ACP has no nesting)."""
         parent = None if parent_id is None else self._known.get(parent_id)
         return title if parent is None else f"{parent.title} \u203a {title}"
 
-    async def _appear(self, call_id: str, parent_id: str | None, fields: dict[str, Any]) -> None:
+    async def _appear(
+        self, call_id: str, token: ToolExecutionToken, parent_id: str | None, fields: dict[str, Any]
+    ) -> None:
         title = self._titled(parent_id, fields["title"])
         wire = {**fields, "title": title, "sessionUpdate": "tool_call", "toolCallId": call_id, "status": "pending"}
         if parent_id is not None:
             wire["_meta"] = {_META_KEY: {"parentToolCallId": parent_id}}
-        self._known[call_id] = _Known(title=title, fields=fields)
+        self._known[call_id] = _Known(token=token, title=title, fields=fields)
         await self.client.session_update(self.session_id, ToolCallStart.model_validate(wire))
 
     async def _update(self, call_id: str, fields: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("acp", reason="the acp extra is part of the test extra")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from acp import PROTOCOL_VERSION, connect_to_agent, text_block
+from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
 from acp.client.connection import ClientSideConnection
 from harness import BOUND, RecordingClient, call
 
@@ -57,6 +57,7 @@ class Wired:
     client: RecordingClient
     session_id: str
     raw: asyncio.StreamWriter
+    agent: ScriptedAgent
 
     async def answer_permission_with(self, line: bytes) -> None:
         """Answer the open permission request with ``line`` % its id, as it is."""
@@ -79,7 +80,7 @@ async def wired(rt: ToolRuntime, root: Path, client: RecordingClient) -> AsyncIt
     try:
         await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), BOUND)
         session = await asyncio.wait_for(conn.new_session(cwd=str(root), mcp_servers=[]), BOUND)
-        yield Wired(conn, client, session.session_id, client_writer)
+        yield Wired(conn, client, session.session_id, client_writer, agent)
     finally:
         await conn.close()
         client_writer.close()
@@ -571,3 +572,161 @@ def test_a_sub_agent_s_call_is_carded_by_the_tool_its_own_scope_runs(rt: ToolRun
 
     asyncio.run(scenario())
     assert [update["title"] for update in client.updates if "title" in update] == ["the child's look"]
+
+
+def _held(started: threading.Event, aborted: threading.Event, release: threading.Event) -> Any:
+    """A tool whose body notes its signal abort (``aborted``) and returns
+    only once ``release`` is set: a cancelled turn still finishing."""
+
+    def body(args: Any, ctx: Any) -> str:
+        started.set()
+        assert ctx.signal.wait(BOUND), "the turn to be cancelled"
+        aborted.set()
+        assert release.wait(BOUND), "the test to release the call"
+        return "value"
+
+    return define_tool(
+        name="held", description="Held.", parameters={}, output=ToolOutput(schema={"type": "string"}), execute=body
+    )
+
+
+def test_a_prompt_sent_while_a_cancelled_turn_finishes_is_told_to_wait_for_that_turns_response(
+    rt: ToolRuntime, tmp_path: Path
+) -> None:
+    # (It was told "...or cancel it", which the client had done already.)
+    started, aborted, release = threading.Event(), threading.Event(), threading.Event()
+
+    async def scenario() -> None:
+        async with wired(rt, tmp_path, RecordingClient()) as running:
+            session = running.agent.sessions[running.session_id]
+            unregister = rt.tools.scope(session.agent).register(_held(started, aborted, release))
+            turn = asyncio.ensure_future(
+                running.conn.prompt(session_id=running.session_id, prompt=[text_block(call("held"))])
+            )
+            assert await asyncio.to_thread(started.wait, BOUND)
+            await running.conn.cancel(session_id=running.session_id)
+            assert await asyncio.to_thread(aborted.wait, BOUND)
+            with pytest.raises(RequestError) as second:
+                await asyncio.wait_for(
+                    running.conn.prompt(session_id=running.session_id, prompt=[text_block(call("held"))]), BOUND
+                )
+            assert second.value.data == {
+                "sessionId": f"session {running.session_id!r} is still finishing its cancelled prompt: "
+                "send this prompt once that prompt's response arrives"
+            }
+            release.set()
+            assert (await asyncio.wait_for(turn, BOUND)).stop_reason == "cancelled"
+            unregister()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+
+
+def test_a_later_turns_call_reusing_a_call_id_still_running_from_a_cancelled_turn_is_shown(
+    rt: ToolRuntime,
+) -> None:
+    # The cancelled turn's c1 ignores its signal and outlives its card;
+    # the next turn's c1 (the model reused the id) gets its own card, and
+    # the old call's late end shows nothing.
+    first_started, first_release = threading.Event(), threading.Event()
+    second_started, second_release = threading.Event(), threading.Event()
+    runs = [(first_started, first_release), (second_started, second_release)]
+
+    def body(args: Any, ctx: Any) -> str:
+        started, release = runs.pop(0)
+        started.set()
+        assert release.wait(BOUND), "the test to release the call"
+        return "value"
+
+    async def scenario() -> None:
+        agent = Agent("a")
+        rt.tools.scope(agent).register(
+            define_tool(
+                name="carded",
+                description="A tool with cards.",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}),
+                execute=body,
+                present_call=lambda args: GenericCallView(title="the call card"),
+            )
+        )
+        client = Updates()
+        async with attach(rt, client, "s1", agent=agent) as session:  # type: ignore[arg-type]
+            with pytest.raises(LookupError, match="the model failed"):
+                async with session.turn() as turn:
+                    first = asyncio.ensure_future(
+                        rt.tools.execute_async(
+                            ToolBatchInput(calls=[ToolCall(id="c1", name="carded")], agent=agent, signal=turn.signal)
+                        )
+                    )
+                    assert await asyncio.to_thread(first_started.wait, BOUND)
+                    raise LookupError("the model failed")
+            shown = len(client.updates)
+            async with session.turn() as turn:
+                second = rt.tools.execute_async(
+                    ToolBatchInput(calls=[ToolCall(id="c1", name="carded")], agent=agent, signal=turn.signal)
+                )
+                second_release.set()
+                result = (await asyncio.wait_for(second, BOUND)).results[0].result
+                assert result.value == "value"
+            first_release.set()
+            await asyncio.wait_for(first, BOUND)
+            await session.flush()
+            later = [(u["sessionUpdate"], u["toolCallId"], u.get("status")) for u in client.updates[shown:]]
+            assert later == [
+                ("tool_call", "c1", "pending"),
+                ("tool_call_update", "c1", "in_progress"),
+                ("tool_call_update", "c1", "completed"),
+            ]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        first_release.set()
+        second_release.set()
+
+
+class Leaving(Updates):
+    """A client connection that the client left once :attr:`gone` is set:
+    every send raises the SDK's ``ConnectionError``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gone = False
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if self.gone:
+            raise ConnectionError("Connection closed")
+        await super().session_update(session_id, update, **kwargs)
+
+
+def test_a_client_that_leaves_after_a_cancel_ends_the_example_s_turn_quietly(rt: ToolRuntime, tmp_path: Path) -> None:
+    # The cancelled turn's reply found the connection closed and raised
+    # into the SDK, which logged "Unhandled error ... Connection closed".
+    started, aborted, release = threading.Event(), threading.Event(), threading.Event()
+
+    async def scenario() -> None:
+        client = Leaving()
+        agent = ScriptedAgent(rt)
+        agent.on_connect(client)  # type: ignore[arg-type]
+        session_id = (await agent.new_session(cwd=str(tmp_path))).session_id
+        rt.tools.scope(agent.sessions[session_id].agent).register(_held(started, aborted, release))
+        try:
+            turn = asyncio.ensure_future(agent.prompt([text_block(call("held"))], session_id))
+            assert await asyncio.to_thread(started.wait, BOUND)
+            await agent.cancel(session_id)
+            assert await asyncio.to_thread(aborted.wait, BOUND)
+            client.gone = True
+            release.set()
+            assert (await asyncio.wait_for(turn, BOUND)).stop_reason == "cancelled"
+        finally:
+            await agent.aclose()
+            for undo in agent.undo:
+                undo()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
