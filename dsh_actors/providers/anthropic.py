@@ -47,7 +47,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import safe_repr
 from ..model import ContentBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCall, ToolExecutionFailure
 from ._common import (
     CHAT_KEYS,
@@ -212,7 +211,7 @@ def _read_block(reader: Reader, block: Any, at: str) -> None:
     if block_type != "tool_use":
         raise reader.fail(
             f"{at}.type",
-            f'unknown content block type {safe_repr(block_type)[:60]}: "tool_use" blocks are run and the known '
+            f'unknown content block type {shown(block_type)}: "tool_use" blocks are run and the known '
             "blocks without a call skipped (a Responses API item? read it with openai_responses.calls)",
         )
     arguments = block.get("input")

@@ -196,8 +196,8 @@ def _keys(data: Mapping[str, Any]) -> str:
     keys = list(data)
     if not keys:
         return "an empty object"
-    shown = ", ".join(safe_repr(key)[:40] for key in keys[:6])
-    return f"an object with the keys {shown}{', ...' if len(keys) > 6 else ''}"
+    listed = ", ".join(safe_repr(key)[:40] for key in keys[:6])
+    return f"an object with the keys {listed}{', ...' if len(keys) > 6 else ''}"
 
 
 def _read_tool_calls(reader: Reader, items: Iterable[Any], where: str) -> None:

@@ -187,7 +187,7 @@ def _calls(response: Any, where: str) -> tuple[ToolCall, ...]:
             _read_item(reader, data, where)
             return _unfinished_calls(reader, reader.done(), {data["call_id"]: data})
         if _is_stream_event(data.get("type")):
-            raise reader.fail(f"{where}.type", f"{safe_repr(data['type'])[:60]} {_STREAMED}")
+            raise reader.fail(f"{where}.type", f"{shown(data['type'])} {_STREAMED}")
         if "output" not in data:
             raise reader.fail(where, f'expected a response (with "output") or its output items{_hint(data)}')
         status = data.get("status")
@@ -264,7 +264,7 @@ def _read_item(reader: Reader, item: Any, at: str) -> None:
             at, "a response, not an output item (a list is read as response.output): pass the response itself"
         )
     if _is_stream_event(item_type):
-        raise reader.fail(f"{at}.type", f"{safe_repr(item_type)[:60]} {_STREAMED}")
+        raise reader.fail(f"{at}.type", f"{shown(item_type)} {_STREAMED}")
     if item_type == "message" or (item_type is None and "role" in item):
         _read_message(reader, item, at)
         return
@@ -281,7 +281,7 @@ def _read_item(reader: Reader, item: Any, at: str) -> None:
     if item_type != "function_call":
         raise reader.fail(
             f"{at}.type",
-            f'unknown output item type {safe_repr(item_type)[:60]}: "function_call" items are run and the known '
+            f'unknown output item type {shown(item_type)}: "function_call" items are run and the known '
             "items without a call skipped (an Anthropic content block? read it with anthropic.calls)",
         )
     reader.add(reader.text(item, "call_id", at), reader.text(item, "name", at), item.get("arguments"), at, "arguments")
