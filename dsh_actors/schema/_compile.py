@@ -481,9 +481,8 @@ def args_error(args: Any, violations: Sequence[str]) -> ToolArgsError:
                 )
             return ToolArgsError([_NOT_AN_OBJECT + "a string"])
     elif not isinstance(args, Mapping) and is_lossless(args):
-        return ToolArgsError([_NOT_AN_OBJECT + _KIND_SHOWN.get(json_kind(args), "a " + json_kind(args))])
+        return ToolArgsError([_NOT_AN_OBJECT + _TYPE_WORDS[json_kind(args)]])
     return ToolArgsError(violations)
 
 
 _NOT_AN_OBJECT: Final = "the arguments must be a JSON object of the tool's parameters, got "
-_KIND_SHOWN: Final = {"integer": "an integer", "array": "an array", "null": "null"}
