@@ -461,8 +461,17 @@ class OtelPolicy:
         """End the spans of the calls still in flight (the policy is being
         disposed: their tools/result will not reach it)."""
         self._closed = True
-        for token in list(self._open):
-            self._end_disposed(token)
+        for state in self._take_all():
+            state.span.add_event("dsh.policy.disposed", {})
+            state.span.end()
+
+    def _take_all(self) -> list[_CallSpan]:
+        """Take every open span out, to end it (their late tools/result
+        ends nothing)."""
+        with self._ends:
+            left = list(self._open.values())
+            self._open.clear()
+        return left
 
     def _end_disposed(self, token: Any) -> None:
         state = self._pop(token)
@@ -477,10 +486,7 @@ class OtelPolicy:
         calls still in flight (their thread ignores the stop's signal: the
         stop answered their batch without them, and their tools/result, if
         it ever comes, comes late)."""
-        with self._ends:
-            left = list(self._open.values())
-            self._open.clear()  # (taken out: their late tools/result ends nothing)
-        for state in left:
+        for state in self._take_all():
             span = state.span
             span.add_event("dsh.runtime.stopped", {})
             span.set_attribute("error.type", OTHER_ERROR)
