@@ -54,6 +54,7 @@ __all__ = [
     "install_timeout",
     "install_tools",
     "load_tool_source",
+    "one_line",
     "loader_path_scope",
     "terminal_prompt",
 ]
@@ -74,10 +75,16 @@ class CliError(Exception):
     (exit status 1)."""
 
 
+def one_line(err: DshError) -> str:
+    """``err``'s message on one line (line breaks and runs of spaces as
+    single spaces), as the CLI shows every error."""
+    return " ".join(err.message.split())
+
+
 def _describe(err: BaseException) -> str:
     """``Type: message`` for an unexpected exception, on one line."""
     if isinstance(err, DshError):
-        return " ".join(err.message.split())
+        return one_line(err)
     message = safe_str(err)
     if isinstance(err, SyntaxError) and err.filename:
         message = f"{err.msg} ({err.filename}, line {err.lineno})"

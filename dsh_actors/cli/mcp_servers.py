@@ -58,7 +58,7 @@ from ..errors import DshError, RegistrationError, safe_str
 from ..providers._common import kind
 from ..runtime import ToolRuntime
 from .batchfile import read_json_file
-from .loading import CliError
+from .loading import CliError, one_line
 
 __all__ = ["McpServers", "read_config"]
 
@@ -387,7 +387,7 @@ def _mount_problem(err: DshError, server: _Server) -> str:
 
     if isinstance(err, McpConnectionError):
         return "the server exited or closed its connection before its tools were mounted (its stderr may say why)"
-    text = " ".join(err.message.split())
+    text = one_line(err)
     if isinstance(err, RegistrationError):
         text = _PREFIX_FIX.sub(lambda fix: f"--mcp {shlex.quote(fix[1] + '=' + server.line)}{server.instead}", text)
     return text

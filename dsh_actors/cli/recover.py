@@ -43,7 +43,7 @@ from ..model import Agent, ToolBatchResult
 from ..runtime import ToolRuntime
 from ..session import BATCH, CALL, LoggedCall, Session, StepKey, agent_matches, step_key
 from ..signals import AbortSignal
-from .loading import CliError
+from .loading import CliError, one_line
 from .run import in_thread, open_written_log, run_batch
 
 __all__ = ["recover_command", "unfinished_steps"]
@@ -126,7 +126,7 @@ def recover_command(args: argparse.Namespace) -> int:
             steps = unfinished_steps(session, args.agent)
             chosen = _chosen(args, path, steps, session)
         except DshError as err:  # (a malformed event of a step: its line is named)
-            raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
+            raise CliError(f"--log {path}: {one_line(err)}") from None
     except BaseException:
         session.close()
         raise

@@ -87,6 +87,7 @@ from .loading import (
     install_timeout,
     install_tools,
     load_tool_source,
+    one_line,
     terminal_prompt,
 )
 from .mcp_servers import McpServers
@@ -159,7 +160,7 @@ def _open_log(path: str | None) -> Session:
     except OSError as err:
         raise CliError(f"--log {path}: cannot write it: {err.strerror or err}") from None
     except DshError as err:  # another session holds the file, say
-        raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
+        raise CliError(f"--log {path}: {one_line(err)}") from None
 
 
 def open_written_log(path: str | None, whose: str) -> Session:
@@ -174,7 +175,7 @@ def open_written_log(path: str | None, whose: str) -> Session:
     except OSError as err:
         raise CliError(unreadable(f"--log {path}", err, "session log", f"; name the log {whose} run wrote")) from None
     except DshError as err:  # a bad line, say
-        raise CliError(f"--log {path}: {' '.join(err.message.split())}") from None
+        raise CliError(f"--log {path}: {one_line(err)}") from None
 
 
 def in_thread(work: Callable[[], ToolBatchResult], command: str) -> Future[ToolBatchResult]:
@@ -431,7 +432,7 @@ class Unasked:
         if count == 0:
             return None
         calls = "1 call that asks for approval was" if count == 1 else f"{count} calls that ask for approval were"
-        command = _command(args)
+        command = args.command
         if command in ("resume", "recover"):  # (a resumed or recovered batch is not run again: its calls ended)
             way = (
                 "--approve yes (allow them), --approve no (reject them) or --approve prompt answers such calls "
@@ -513,21 +514,13 @@ def _print(
         write_output(out, [*(line + "\n" for line in lines), summary_line(entries) + "\n"])
 
 
-def _command(args: argparse.Namespace) -> str:
-    """The command ``args`` are of: ``run``, ``resume`` (whose input is
-    a suspension, not a batch), or ``recover`` (whose input is the log)."""
-    if hasattr(args, "suspension"):
-        return "resume"
-    return "run" if hasattr(args, "batch") else "recover"
-
-
 def _stdin_input(args: argparse.Namespace) -> str | None:
     """What the command reads from standard input (``-``: ``"batch"``,
     or ``"suspension"``) when that input is not a terminal, else None:
     reading it takes that input to its end, so the prompt could read no
     answer from it. (On a terminal the prompt reads on after its Ctrl-D.)
     ``recover`` reads nothing from it: None."""
-    command = _command(args)
+    command = args.command
     if command == "recover":
         return None
     what = "suspension" if command == "resume" else "batch"
@@ -598,7 +591,7 @@ def run_batch(
     :func:`cli_recover`). ``session`` is closed at the end; its file is
     removed when nothing ran, unless ``keep_log``. Returns the exit
     status."""
-    command = _command(args)
+    command = args.command
     ran = False
     on_main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if on_main_thread else None
