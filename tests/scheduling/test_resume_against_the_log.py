@@ -268,9 +268,12 @@ def test_a_suspension_whose_log_lost_its_last_events_is_told_to_recover_the_step
     with started_runtime() as rt:
         install(rt, world)
         who = Agent("main", session=Session(log))
-        # c0 deferred, c1 settled after it; or c1 settled, c0 deferred after it.
+        # c0 deferred, c1 settled after it; or c1 settled, c0 deferred after it
+        # (one call at a time: otherwise c1's result and c0's request race for
+        # the last line).
         calls = (c("c0", ask=True), c("c1")) if lost == "the settled call's result" else (c("c1"), c("c0", ask=True))
-        suspension = roundtrip(rt.tools.execute(ToolBatchInput(calls=calls, agent=who, log=LogStep(1, 1))).suspension)
+        batch = ToolBatchInput(calls=calls, agent=who, log=LogStep(1, 1), max_parallel_tool_calls=1)
+        suspension = roundtrip(rt.tools.execute(batch).suspension)
         assert who.session is not None
         who.session.close()
         lines = log.read_bytes().splitlines(keepends=True)
