@@ -250,11 +250,15 @@ def build_parser() -> argparse.ArgumentParser:
     def add_tool_sources(command: argparse.ArgumentParser, tools: str, executor: str = executor_help) -> None:
         # The tools a command loads (--tools, --mcp, --mcp-config) and the
         # executor it offers them with; the command's parser is the one its
-        # errors are reported by (main's command_parser).
-        command.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools)
-        command.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help)
-        command.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help)
-        command.set_defaults(command_parser=command)
+        # errors are reported by (main's command_parser). tool_sources: the
+        # options, one of which main requires (the commands that call this
+        # are the ones that take tools).
+        sources = (
+            command.add_argument("--tools", metavar="MODULE[:ATTR]", help=tools),
+            command.add_argument("--mcp", action="append", default=[], metavar='"[PREFIX=]COMMAND ..."', help=mcp_help),
+            command.add_argument("--mcp-config", action="append", default=[], metavar="FILE", help=mcp_config_help),
+        )
+        command.set_defaults(command_parser=command, tool_sources=sources)
         command.add_argument("--executor", choices=EXECUTORS, default="native", help=executor)
 
     def add_batch_options(command: argparse.ArgumentParser, approve: str) -> None:
@@ -641,13 +645,11 @@ def _main(args_list: list[str], lead: int) -> int:
                 getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
             if args.command is None:
                 parser.error("the following arguments are required: COMMAND")
-            if (
-                args.command in ("run", "resume", "recover", "schemas")
-                and args.tools is None
-                and not args.mcp
-                and not args.mcp_config
-            ):
-                args.command_parser.error("one of the arguments --tools, --mcp or --mcp-config is required")
+            sources = getattr(args, "tool_sources", ())
+            if sources and all(getattr(args, source.dest) == source.default for source in sources):
+                options = [source.option_strings[0] for source in sources]
+                listed = f"{', '.join(options[:-1])} or {options[-1]}"
+                args.command_parser.error(f"one of the arguments {listed} is required")
         except SystemExit as exit:
             return exit.code if isinstance(exit.code, int) else 2
         verbose = getattr(args, "verbose", False)

@@ -17,7 +17,9 @@ servers' stderr is the command's stderr, or, when the command runs
 in-process with a ``sys.stderr`` that has no file descriptor, the
 process's own (else ``os.devnull``): :func:`dsh_actors.mcp.server_errlog`.
 A server has 30 s to answer the MCP handshake; one that does not is a one-line error and is stopped (the
-SDK closes its stdin, then terminates and kills it). An answer the SDK
+SDK closes its stdin, then terminates and kills it). Every error names the server as the user gave it
+(its ``--mcp`` value, or its ``--mcp-config`` file and name), the backstop's too (a server still
+starting when :meth:`McpServers.start` stops waiting for them, past every step's own bound). An answer the SDK
 cannot read fails the handshake at once, naming what is wrong; Ctrl-C
 while a server starts (:meth:`McpServers.close` before it is ready) stops
 it at once. A server's output is read as UTF-8, with ``U+FFFD`` for bytes
@@ -79,6 +81,9 @@ _PREFIX: Final = re.compile(r"[A-Za-z0-9_-]*")
 _PREFIX_FIX: Final = re.compile(rf'prefix="({_PREFIX.pattern})"')
 
 
+#: The options a server comes from (_Server.option).
+_MCP: Final = "--mcp"
+_MCP_CONFIG: Final = "--mcp-config"
 #: The shape of a server of an --mcp-config file, and of the file, for its errors.
 _SERVER_SHAPE: Final = '{"command": "...", "args": ["..."], "env": {"KEY": "VALUE"}}'
 _CONFIG_SHAPE: Final = f'{{"mcpServers": {{"NAME": {_SERVER_SHAPE}}}}}'
@@ -87,13 +92,16 @@ _CONFIG_SHAPE: Final = f'{{"mcpServers": {{"NAME": {_SERVER_SHAPE}}}}}'
 @dataclass(frozen=True, slots=True)
 class _Server:
     """One stdio server to mount, from an ``--mcp`` value or an
-    ``--mcp-config`` file: how messages name it (``where``), the command
+    ``--mcp-config`` file: the option it came from (``option``), how
+    messages name it (``where``: the option's value, and a file's server by
+    its name), the command
     that starts it (``argv``, ``python`` already this interpreter), its
     tools' ``prefix``, the environment variables it adds (``env``), and
     how a mount refusal's prefix fix names it: the ``--mcp`` value that
     mounts it without the prefix (``line``), and, for a file's server,
     which server of which file that value stands in for (``instead``)."""
 
+    option: str
     where: str
     argv: list[str]
     prefix: str
@@ -111,14 +119,14 @@ def _own_python(argv: list[str]) -> list[str]:
 def _from_option(command: str) -> _Server:
     """The server of one ``--mcp`` value."""
     prefix, line = split_prefix(command)
-    where = f"--mcp {command!r}"
+    where = f"{_MCP} {command!r}"
     try:
         argv = shlex.split(line)
     except ValueError as err:
         raise CliError(f"{where}: {err}") from None
     if not argv:
         raise CliError(f"{where}: needs a command line (got an empty one)")
-    return _Server(where, _own_python(argv), prefix, line)
+    return _Server(_MCP, where, _own_python(argv), prefix, line)
 
 
 def read_config(path: str) -> list[_Server]:
@@ -126,7 +134,7 @@ def read_config(path: str) -> list[_Server]:
     the file's order, the disabled ones left out; :class:`CliError` with a
     one-line message naming the file, the server and the fix for a file
     that cannot be used."""
-    where = f"--mcp-config {shlex.quote(path)}"
+    where = f"{_MCP_CONFIG} {shlex.quote(path)}"
     value, source = read_json_file(
         path,
         what="config file of MCP servers",
@@ -207,7 +215,7 @@ def _config_server(where: str, source: str, name: str, entry: Any) -> _Server | 
     # (the --mcp value a prefix fix names: the variables' values are not shown)
     line = shlex.join(["env", *(f"{key}=..." for key in env), *argv] if env else argv)
     instead = f", given instead of server {json.dumps(name, ensure_ascii=False)} of {shlex.quote(source)},"
-    return _Server(where, _own_python(argv), "", line, dict(env) or None, instead)
+    return _Server(_MCP_CONFIG, where, _own_python(argv), "", line, dict(env) or None, instead)
 
 
 def split_prefix(command: str) -> tuple[str, str]:
@@ -235,6 +243,9 @@ class McpServers:
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._failure: str | None = None
+        # The server being started (they start one at a time, in order):
+        # the one a failure that is no server's own, and the backstop, name.
+        self._starting = self._servers[0] if self._servers else None
         # Set as the servers' thread ends (close() waits for it, not for a
         # join: on Python < 3.13 a join a Ctrl-C interrupted takes the thread
         # for ended, and a later one returns at once).
@@ -246,15 +257,20 @@ class McpServers:
         try:
             import mcp  # noqa: F401 - the optional "mcp" extra: only --mcp needs it
         except ImportError:
-            option = self._servers[0].where.split(" ", 1)[0]
-            raise CliError(f"{option} needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
+            raise CliError(f"{self._servers[0].option} needs the MCP SDK: pip install 'dsh-actors[mcp]'") from None
         self._loop = asyncio.new_event_loop()
         self._task = self._loop.create_task(self._serve(rt))  # (the loop runs it once the thread starts)
         self._thread = threading.Thread(target=self._main, name="dsh-cli-mcp", daemon=True)
         self._thread.start()
-        if not self._ready.wait((_HANDSHAKE_S + _LISTING_S + _SLACK_S) * len(self._servers)):
+        waited = (_HANDSHAKE_S + _LISTING_S + _SLACK_S) * len(self._servers)
+        if not self._ready.wait(waited):
+            where = self._where()
             self.close()
-            raise CliError("--mcp: the servers did not start")
+            raise CliError(
+                f"{where}: the server had not finished starting {waited:g} s after the MCP servers began to "
+                "start (spawning it, its MCP handshake, listing its tools); its stderr may say why: check that "
+                "its command starts an MCP server that answers over stdio, or leave the server out"
+            )
         if self._failure is not None:
             failure = self._failure
             self.close()
@@ -270,9 +286,10 @@ class McpServers:
             pass  # close() while the servers were starting (Ctrl-C): each one started is stopped
         except Exception as err:  # noqa: BLE001 - a server's transport failing as it stops: one line, no traceback
             if self._ready.is_set():
-                logger.warning("--mcp: a server did not stop cleanly: {}", _describe(err))
+                options = "/".join(dict.fromkeys(server.option for server in self._servers))
+                logger.warning("{}: a server did not stop cleanly: {}", options, _describe(err))
             elif self._failure is None:
-                self._failure = f"--mcp: {_describe(err)}"
+                self._failure = f"{self._where()}: {_describe(err)}"
         finally:
             self._ready.set()
             try:
@@ -292,6 +309,7 @@ class McpServers:
         self._stop = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
             for server in self._servers:
+                self._starting = server
                 where, argv, prefix = server.where, server.argv, server.prefix
                 try:
                     # "replace": a server's bytes that are not UTF-8 become U+FFFD; with the
@@ -325,6 +343,12 @@ class McpServers:
             self._ready.set()
             if self._failure is None:
                 await self._stop.wait()
+
+    def _where(self) -> str:
+        """How messages name the server being started (there is one once
+        :meth:`start` goes on to start them)."""
+        assert self._starting is not None
+        return self._starting.where
 
     def close(self) -> None:
         """Stop the servers and wait until they are (each within the SDK's

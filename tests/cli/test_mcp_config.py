@@ -150,3 +150,41 @@ def test_a_command_that_is_a_whole_command_line_and_cannot_start_is_told_to_put_
     )
     assert_one_line_error(plain, "schemas", "cannot start the server")
     assert '"args"' not in plain.err
+
+
+#: A server that answers the handshake but never lists its tools (it ends with its input).
+NEVER_LISTS = r"""
+import json
+import sys
+
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        info = {"name": "slow", "version": "1"}
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": info}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+        sys.stdout.flush()
+"""
+
+
+def test_a_server_of_the_file_still_starting_at_the_backstop_is_named_by_the_file_and_its_name(
+    cli: Cli, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (It was "--mcp: the servers did not start": the option the user did
+    # not give, no server, no fix.) The backstop, shortened, runs out while
+    # the server lists its tools (the listing's own bound is 60 s).
+    import dsh_actors.cli.mcp_servers as mcp_servers
+
+    monkeypatch.setattr(mcp_servers, "_HANDSHAKE_S", 2.0)
+    monkeypatch.setattr(mcp_servers, "_LISTING_S", 0.0)
+    monkeypatch.setattr(mcp_servers, "_SLACK_S", 0.0)
+    (tmp_path / "slow.py").write_text(NEVER_LISTS)
+    config = _config(root, {"mcpServers": {"slow": {"command": sys.executable, "args": [str(tmp_path / "slow.py")]}}})
+    outcome = cli("schemas", "--mcp-config", config)
+    assert_one_line_error(
+        outcome,
+        "schemas",
+        f'--mcp-config {config}: server "slow": the server had not finished starting 2 s after',
+        "check that its command starts an MCP server that answers over stdio, or leave the server out",
+    )
+    assert "--mcp:" not in outcome.err
