@@ -823,3 +823,46 @@ def test_a_field_alias_in_the_hint_is_the_name_offered_and_two_parameters_offere
     assert str(caught.value) == (
         "cannot register tool \"clash\": parameters 'a' and 'b' are both offered to the model as \"a\" (Field(alias=...)); give each its own name"
     )
+
+
+def test_a_tools_schema_refs_are_collected_once_not_once_per_failed_validation(
+    rt: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (violations_of walked the whole core schema for its refs on every
+    # failure that needed them: once per refused call, once per bad value.)
+    import dsh_actors.typed._pydantic as typed_pydantic
+
+    collect = typed_pydantic._collect_refs
+    walks: list[Any] = []
+    depth = [0]
+
+    def counted(node: Any, definitions: dict[str, Any]) -> None:
+        if depth[0] == 0:
+            walks.append(node)
+        depth[0] += 1
+        try:
+            collect(node, definitions)
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(typed_pydantic, "_collect_refs", counted)
+
+    class Point(BaseModel):
+        x: int
+        near: Point | None = None
+
+    @tool
+    def pick(at: Point | None = None, n: int | None = None) -> int | None:
+        """Pick."""
+        return "q"  # type: ignore[return-value]
+
+    for arguments, message in [
+        ({"n": "a"}, '"value.n" must be an integer or null'),
+        ({"at": {"x": 1, "near": {"x": "b"}}}, '"value.at.near.x" must be an integer'),
+        ({"at": 1}, '"value.at" must be an object or null'),
+    ]:
+        assert run(rt, pick, arguments).error.message == f"invalid arguments: {message}"
+    for _ in range(2):
+        returned = run(rt, pick, {})
+        assert returned.error.message == 'tool "pick" returned invalid output: "value" must be an integer or null'
+    assert len(walks) == 2  # the arguments' schema and the return value's, each once

@@ -37,6 +37,7 @@ from ..errors import ToolOutputError, safe_str
 from ..json import FrozenDict, dumps, path_for_index, path_for_key, thaw
 
 __all__ = [
+    "CoreSchemaRefs",
     "PydanticEnforcer",
     "ToolJsonSchema",
     "bytes_error",
@@ -185,13 +186,40 @@ class _Error:
     got: str  # the Python type of a value JSON has no word for, as " (got T)"
 
 
+class CoreSchemaRefs:
+    """A core schema for :func:`violations_of` (``schema``), with its refs
+    (:func:`_collect_refs`), collected the first time a violation needs
+    them and kept: one per validator (:class:`PydanticEnforcer`), so a
+    tool's schema is walked for its refs at most once, not once per failed
+    validation, and they go with it. Any thread may read it (two that
+    collect at once each build the same refs; one is kept)."""
+
+    __slots__ = ("schema", "_definitions")
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self._definitions: dict[str, Any] | None = None
+
+    def definitions(self) -> dict[str, Any]:
+        found = self._definitions
+        if found is None:
+            found = {}
+            _collect_refs(self.schema, found)
+            self._definitions = found
+        return found
+
+
 def violations_of(
-    err: ValidationError, data: Any, root: str = "value", schema: Any = None, under: Collection[str] = ()
+    err: ValidationError,
+    data: Any,
+    root: str = "value",
+    schema: CoreSchemaRefs | None = None,
+    under: Collection[str] = (),
 ) -> list[str]:
     """``err``'s errors as violations naming their data paths from ``root``,
-    in pydantic's order, each once. With the core ``schema`` that made
-    ``err``, a value that must be of a type (or one of a few values) where
-    ``null`` is allowed too is told so (``int | None``: ``"value.x" must be
+    in pydantic's order, each once. With ``schema`` (the core schema that
+    made ``err``, with its refs), a value that must be of a type (or one of
+    a few values) where ``null`` is allowed too is told so (``int | None``: ``"value.x" must be
     an integer or null``; pydantic reports only the inner type's error). The types one value failed (each member
     of a union, ``int | str``) are one violation: ``"value.v" must be an
     integer or a string``, not one a member, which would read as a
@@ -209,7 +237,6 @@ def violations_of(
     the errors inside those properties of ``data`` (the key an error's
     location starts with; as if ``err`` had no other)."""
     errors: list[_Error] = []
-    definitions: dict[str, Any] | None = None  # (the schema's refs, collected once, when first needed)
     for error in err.errors(include_url=False):
         kind = _KINDS.get(error["type"], error["type"])
         loc = error["loc"]
@@ -230,10 +257,7 @@ def violations_of(
         got = "" if type(error.get("input")) in _JSON_TYPES else f" (got {type(error['input']).__qualname__})"
         nullable = False
         if word is not None and schema is not None:
-            if definitions is None:
-                definitions = {}
-                _collect_refs(schema, definitions)
-            nullable = _nullable_at(schema, loc, definitions)
+            nullable = _nullable_at(schema.schema, loc, schema.definitions())
         errors.append(_Error(subject, path, key, members, kind, word, nullable, error["msg"], got))
     return _violations(errors, 0) or [f'"{root}" does not match the schema']
 
@@ -656,7 +680,8 @@ class PydanticEnforcer:
 
     def __init__(self, validator: Any, schema: Any, *, hand_over: bool = False, core: Any = None) -> None:
         self.schema = schema
-        self._core = core  # the core schema ``validator`` was built from: read for violations only
+        # The core schema ``validator`` was built from: read for violations only.
+        self._core = None if core is None else CoreSchemaRefs(core)
         self._validate_json = validator.validate_json
         self._validate_python = validator.validate_python
         self._stash: dict[int, tuple[Any, Any]] | None = {} if hand_over else None
@@ -704,10 +729,13 @@ class PydanticEnforcer:
             return [f'"{path}" is not JSON ({type(err).__name__})']
         return []
 
-    def violations(self, err: ValidationError, value: Any, path: str = "value") -> list[str]:
+    def violations(
+        self, err: ValidationError, value: Any, path: str = "value", under: Collection[str] = ()
+    ) -> list[str]:
         """The violations of ``err``, raised for ``value`` by this
-        validator (see :func:`violations_of`)."""
-        return violations_of(err, value, path, self._core)
+        validator, or by another built from the same core schema (see
+        :func:`violations_of`)."""
+        return violations_of(err, value, path, self._core, under)
 
     def __repr__(self) -> str:
         return f"PydanticEnforcer({dumps(self.schema).decode()[:77]})"

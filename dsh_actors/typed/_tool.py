@@ -47,7 +47,6 @@ from ._pydantic import (
     bytes_error,
     json_validator,
     serialization_error,
-    violations_of,
     without_negative_zero,
 )
 
@@ -508,13 +507,22 @@ def _build(
 
     arguments_core = arguments_model.__pydantic_core_schema__
     arguments = PydanticEnforcer(json_validator(arguments_core), parameters, hand_over=True, core=arguments_core)
-    refused = _refused_default(parameters, arguments, arguments_core, offered)
+    refused = _refused_default(parameters, arguments, offered)
     if refused is not None:
         raise refuse(refused)
     output_core = output_adapter.core_schema
     output = PydanticEnforcer(json_validator(output_core, dumped=True), output_json_schema, core=output_core)
     body = _execute(
-        shown, fn, arguments, output_adapter, dump, tuple(by_name), tuple(positional), context, context_positional
+        shown,
+        fn,
+        arguments,
+        output_adapter,
+        output,
+        dump,
+        tuple(by_name),
+        tuple(positional),
+        context,
+        context_positional,
     )
     execute = _ToolExecute(body, shown, (fn, options.name, hints))
     setattr(execute, OWN_VALIDATORS, OwnValidators(parameters=arguments, output=output, function=fn))
@@ -571,7 +579,7 @@ _KEEP_NON_FINITE: Final = ConfigDict(ser_json_inf_nan="constants")
 _NEGATIVE_ZERO: Final = value_problem(-0.0)
 
 
-def _refused_default(parameters: Any, arguments: PydanticEnforcer, core: Any, offered: Mapping[str, str]) -> str | None:
+def _refused_default(parameters: Any, arguments: PydanticEnforcer, offered: Mapping[str, str]) -> str | None:
     """Why a default the schema shows is one its own parameter refuses
     (``n: Annotated[int, Field(le=10)] = 20``), with the fix, or None. A
     ``None`` default is the implicit-optional idiom (``limit: int = None``),
@@ -595,7 +603,7 @@ def _refused_default(parameters: Any, arguments: PydanticEnforcer, core: Any, of
         arguments.parse(probe)
     except ValidationError as err:
         failing = {error["loc"][0] for error in err.errors(include_url=False) if error["loc"]}
-        problems = [_default_problem(err, probe, core, prop, offered[prop]) for prop in shown if prop in failing]
+        problems = [_default_problem(err, probe, arguments, prop, offered[prop]) for prop in shown if prop in failing]
         if problems:
             return (
                 "; ".join(problems) + " (pydantic does not check defaults: the schema would offer the model a "
@@ -605,11 +613,11 @@ def _refused_default(parameters: Any, arguments: PydanticEnforcer, core: Any, of
     return None
 
 
-def _default_problem(err: ValidationError, probe: Any, core: Any, prop: str, param: str) -> str:
+def _default_problem(err: ValidationError, probe: Any, arguments: PydanticEnforcer, prop: str, param: str) -> str:
     """Parameter ``param``'s refusal of its default (``probe[prop]``, which
     ``err`` found invalid), and the fix."""
     default = probe[prop]
-    why = "; ".join(violations_of(err, probe, "value", core, under=(prop,)))
+    why = "; ".join(arguments.violations(err, probe, "value", under=(prop,)))
     return (
         f"parameter {param!r} has the default {dumps(default).decode()}, which it refuses itself ({why}): give it "
         "a default it accepts, or loosen its type or constraint to take this one"
@@ -677,6 +685,7 @@ def _execute(
     fn: _Function,
     arguments: PydanticEnforcer,
     output: TypeAdapter[Any],
+    checked: PydanticEnforcer,
     dump: Callable[[Any], Any],
     by_name: tuple[tuple[str, str], ...],
     positional: tuple[str | None, ...],
@@ -685,7 +694,8 @@ def _execute(
 ) -> Any:
     """The body the runtime calls as ``execute(args, ctx)``: arguments
     validated into typed values, the function called with them, its value
-    validated and dumped as JSON."""
+    validated and dumped as JSON (``checked``: the output's enforcer, built
+    from ``output``'s core schema, tells a value's violations)."""
     parse = arguments.parse
     # pydantic-core's own validator and serializer (``dump``, see
     # _output_adapter): TypeAdapter's methods forward to them with their
@@ -714,7 +724,7 @@ def _execute(
             # TypedDict or a model has its fields' names for keys, by_name.)
             out = dump(validate_value(value, by_name=True))
         except ValidationError as err:
-            violations = violations_of(err, value, schema=output.core_schema)
+            violations = checked.violations(err, value)
             if value is None:
                 violations.append(f"{getattr(fn, '__name__', name)} returned None: is a return statement missing?")
             raise ToolOutputError(name, violations) from None
