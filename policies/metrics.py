@@ -49,9 +49,9 @@ call dispatched before it had, is taken for a call of that one's batch.
     two waits are also kept apart (``wait`` minus both is the time in the
     pre-execute listeners):
 ``approval``
-    from the end of the pre-execute listeners (they returned an ``Ask``
-    that no approval given earlier answers) to the approval service's
-    answer (sync or async), whatever it is (``tools/approval``): one that
+    from the request (``tools/approval-request``: the pre-execute
+    listeners returned an ``Ask`` that no approval given earlier answers)
+    to the approval service's answer (sync or async), whatever it is (``tools/approval``): one that
     allows the call, a denial, or ``"deferred"`` (sampled as the batch
     suspends; the decision given at resume, perhaps in another process, is
     not timed, so nothing counts twice). One sample per call (a call
@@ -115,8 +115,8 @@ may be installed on another runtime. Its listeners stay on the stopping
 runtime, and count the calls its stop drains, until :meth:`Metrics.dispose`
 or the next install removes them.
 
-Threads: the pre-execute listener and the ``tools/approval``, ``tools/deferred``
-and ``tools/result`` observers run on the thread that prepares and finalizes the call (an
+Threads: the pre-execute listener and the ``tools/approval-request``,
+``tools/approval``, ``tools/deferred`` and ``tools/result`` observers run on the thread that prepares and finalizes the call (an
 executor's thread), the wrapper on the call actor's thread; they share a
 lock held for a few dict operations (a call's own hooks, one at a time,
 write its trip). The gauges are read on the collecting thread. No thread
@@ -137,7 +137,6 @@ from typing import Any, Final
 
 from dsh_actors import (
     AbortSignal,
-    Ask,
     InvalidStateError,
     InvalidTypeError,
     InvalidValueError,
@@ -196,7 +195,7 @@ class _Trip:
     started: float  # when its batch opened (see _opened; a nested call: its pre-execute entry)
     entered: float  # its (first) pre-execute entry: from started to here, in the queue
     ready: float  # the end of the pre-execute listeners (or the approval's answer): from here, the queue
-    asked: float | None = None  # its Ask waits for an answer since (the end of the listeners)
+    asked: float | None = None  # its Ask waits for an answer since (tools/approval-request)
     approval: float | None = None  # seconds until the approval service answered (summed, if asked again)
     dispatched: float | None = None
     body: float = 0.0
@@ -413,6 +412,7 @@ class Metrics:
             undo.add(rt.events.on("tools/pre-execute", self._on_pre_execute, prepend=True))
             undo.add(rt.events.on("tools/execute", self._on_execute, prepend=True))
             undo.add(rt.events.on("tools/result", self._on_result))
+            undo.add(rt.events.on("tools/approval-request", self._on_request))
             undo.add(rt.events.on("tools/approval", self._on_approval))
             undo.add(rt.events.on("tools/deferred", self._on_deferred))
         except BaseException:
@@ -448,10 +448,10 @@ class Metrics:
             if trip is None:  # (else prepared again: it keeps its start)
                 trip = self._trips[execution.token] = _Trip(self._opened(execution, entered), entered, entered)
         decision = next_()
-        # The listeners decided (prepared again, once more): an Ask waits for
-        # its answer (tools/approval), unless an approval given stands.
-        trip.ready = ended = self._clock()
-        trip.asked = ended if type(decision) is Ask and not execution.approval_stands(decision) else None
+        # The listeners decided (prepared again, once more): the call is
+        # ready, unless the pipeline asks for an approval (_on_request).
+        trip.ready = self._clock()
+        trip.asked = None
         return decision
 
     def _opened(self, execution: ToolExecution, entered: float) -> float:
@@ -463,6 +463,15 @@ class Metrics:
         call (``parent`` set: a dispatch, a PTC sub-call) starts at its own
         entry. Lock held."""
         return entered if execution.parent is not None else self._batches.of(execution, entered)
+
+    def _on_request(self, execution: ToolExecution, ask: Any) -> None:
+        # The pipeline asks the approval service (an Ask no approval given
+        # stands for): the call waits for its answer (tools/approval) from here.
+        asked = self._clock()
+        with self._lock:
+            trip = self._trips.get(execution.token)
+            if trip is not None:
+                trip.asked = asked
 
     def _on_approval(self, execution: ToolExecution, ask: Any, answer: str) -> None:
         # The approval service answered, whatever it said: the approval ends

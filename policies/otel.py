@@ -57,7 +57,8 @@ scopes). Span events (attributes in ``dsh.*``):
     an ``Ask`` no one could be asked about (no approval service, no agent)
     or for a nested call's deferral.
 ``dsh.tool.approval.requested``
-    the pre-execute waterfall returned an ``Ask`` (``dsh.reason``) that no
+    the pipeline asks for an approval (``tools/approval-request``): the
+    pre-execute waterfall returned an ``Ask`` (``dsh.reason``) that no
     approval given earlier stands for (``execution.approval_stands``): the
     call waits for an approval from here (the event's time is when it was
     asked).
@@ -106,7 +107,8 @@ scopes). Span events (attributes in ``dsh.*``):
 
 The policy sees a call through a prepended ``tools/pre-execute`` listener,
 a guard (guards run once a call is allowed, the approval included: this
-one marks the call cleared), a ``tools/approval`` observer (the answers),
+one marks the call cleared), a ``tools/approval-request`` observer (the
+requests), a ``tools/approval`` observer (the answers),
 a ``tools/deferred`` observer and a ``tools/result`` observer; nothing else,
 so it adds no phase to a call that had none (and an ``rt.on_stop`` hook,
 above).
@@ -163,7 +165,6 @@ from typing import Any, Final
 from loguru import logger
 
 from dsh_actors import (
-    Ask,
     Cancel,
     Deny,
     InvalidStateError,
@@ -509,19 +510,21 @@ class OtelPolicy:
             state = self._begin(execution)
         decision = next_()
         kind = type(decision)
-        if kind is Ask:
-            # Routed to the approval service (its answer: on_approval), unless
-            # the approval it had stands (nothing asked, nothing answered).
-            if not execution.approval_stands(decision):
-                state.asked = time.perf_counter()
-                self._event(state, "dsh.tool.approval.requested", _reason(decision.reason))
-        elif kind is Deny:
+        if kind is Deny:
             state.denied = True
             self._event(state, "dsh.tool.denied", _reason(decision.reason))
         elif kind is Cancel:
             state.aborted = True
             self._event(state, "dsh.tool.aborted", {})
         return decision
+
+    def on_request(self, execution: ToolExecution, ask: Any) -> None:
+        # Routed to the approval service (its answer: on_approval): an Ask
+        # that no approval given earlier stands for, whichever listener made it.
+        state = self._mine(execution)
+        if state is not None:
+            state.asked = time.perf_counter()
+            self._event(state, "dsh.tool.approval.requested", _reason(ask.reason))
 
     def on_approval(self, execution: ToolExecution, ask: Any, answer: str) -> None:
         # The approval service answered (before the answer takes effect):
@@ -699,6 +702,7 @@ def apply(
         undo.add(events.on("tools/pre-execute", policy.pre_execute, prepend=True))
         undo.add(events.on("tools/result", policy.on_result, prepend=True))
         undo.add(events.on("tools/deferred", policy.on_deferred, prepend=True))
+        undo.add(events.on("tools/approval-request", policy.on_request, prepend=True))
         undo.add(events.on("tools/approval", policy.on_approval, prepend=True))
         undo.add(events.on("tools/change", policy._forget_tools))
         undo.add(tools.guard(policy.guard))

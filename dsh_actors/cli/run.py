@@ -402,26 +402,23 @@ def _pending_entries(batch: ToolBatchResult, views: dict[str, Any]) -> list[dict
 
 
 class Unasked:
-    """The outermost ``tools/pre-execute`` listener of a run with no
-    approval channel (no ``--approve``, no terminal to prompt on): it
-    notes each call whose waterfall asks for an approval (an ``Ask`` that
-    no approval given earlier stands for) while no approval service is
-    installed, which the pipeline then denies with the ``Ask``'s reason,
-    so the run can tell the user the way on (:meth:`note`). It only
-    watches: the decision passes through unchanged. Runs on the calls'
-    threads; the lock keeps the set whole."""
+    """The ``tools/approval-request`` observer of a run with no approval
+    channel (no ``--approve``, no terminal to prompt on): it notes each
+    call the pipeline asks an approval for (an ``Ask`` that no approval
+    given earlier stands for) while no approval service is installed,
+    which the pipeline then denies with the ``Ask``'s reason, so the run
+    can tell the user the way on (:meth:`note`). It only watches. Runs on
+    the calls' threads; the lock keeps the set whole."""
 
     def __init__(self, rt: ToolRuntime) -> None:
         self._approvals = rt.approvals
         self._lock = threading.Lock()
         self._calls: set[str] = set()
 
-    def __call__(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
-        decision = next_()
-        if type(decision) is Ask and self._approvals.service is None and not execution.approval_stands(decision):
+    def __call__(self, execution: ToolExecution, ask: Ask) -> None:
+        if self._approvals.service is None:
             with self._lock:
                 self._calls.add(execution.call_id)
-        return decision
 
     def note(self, args: argparse.Namespace) -> str | None:
         """The line for stderr when a call was denied for want of an
@@ -475,7 +472,7 @@ def _install(
     if explicit or terminal:
         return None
     unasked = Unasked(rt)
-    rt.events.on("tools/pre-execute", unasked, prepend=True)  # outermost: it sees the decision the call gets
+    rt.events.on("tools/approval-request", unasked)
     return unasked
 
 

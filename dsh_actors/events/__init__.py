@@ -18,6 +18,7 @@ Event names and listener signatures (``docs/reference.md``, section 8):
 ``tools/progress``          emit      ``fn(execution, progress) -> None``
 ``tools/deferred``          emit      ``fn(execution, ask) -> None``
 ``tools/approval``          emit      ``fn(execution, ask, answer) -> None``
+``tools/approval-request``  emit      ``fn(execution, ask) -> None``
 ==========================  ========  ==========================================
 
 Decisions: a ``tools/pre-execute`` listener returns :class:`Allow`,
@@ -73,6 +74,20 @@ Which thread runs a listener (none of them may assume another):
   the call stands), for a service that raised or answered anything else
   (the call fails ``POLICY_FAILED``), nor when a recovery applies again a
   decision the log holds (it was published when it was given).
+* ``tools/approval-request`` observers run on the thread that prepares the
+  call, when the pipeline asks for an approval: the pre-execute
+  waterfall's decision is an ``Ask`` (``ask``) that no approval given
+  earlier for the call stands for, whichever listener (or the tool's
+  ``requires_approval``) made it; published before the approval service
+  is asked, for a call of a batch, a nested call or a PTC sub-call alike,
+  and also when no one can be asked (no service is installed, or the call
+  has no agent: the call is then denied, and ``rt.approvals.service``
+  tells the first case). Once per request: its answer, if a valid one
+  comes, is the ``tools/approval`` that follows (a service that raised or
+  answered anything else gives none; the call's ``tools/result`` ends the
+  wait). Not published for a decision given at resume (the request was
+  published in the batch that deferred the call), nor when a recovery
+  applies again a decision the log holds.
 
 Every listener, guard, approval service, renderer and body of a call runs
 in that call's copy of the caller's ``contextvars.Context`` (the one

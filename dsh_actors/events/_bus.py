@@ -73,6 +73,7 @@ EventName: TypeAlias = Literal[
     "tools/progress",
     "tools/deferred",
     "tools/approval",
+    "tools/approval-request",
 ]
 """The events the runtime and the PTC executor dispatch (the bus itself
 accepts any name: a plugin may dispatch events of its own)."""
@@ -106,6 +107,7 @@ LISTENER_ARGUMENTS: Final[dict[str, tuple[str, ...]]] = {
     "tools/progress": ("execution", "progress"),
     "tools/deferred": ("execution", "ask"),
     "tools/approval": ("execution", "ask", "answer"),
+    "tools/approval-request": ("execution", "ask"),
 }
 
 

@@ -262,10 +262,15 @@ def _route_approval(
     ``_Deferred`` for ``"deferred"`` (the batch suspends the call), else a
     denial (a failure). A raising service, or an answer that is none of
     :data:`ANSWERS`, propagates (the caller makes it a ``POLICY_FAILED``
-    failure). A valid answer is published first (``tools/approval``, in
-    the call's context: ``prepare`` runs in it), before it takes effect."""
+    failure). The request is published first (``tools/approval-request``,
+    also when no one can be asked: no service, no agent), and a valid
+    answer before it takes effect (``tools/approval``), both in the call's
+    context (``prepare`` runs in it)."""
     execution = call.execution
     name = execution.name
+    events = rt.events
+    if events.has_listeners("tools/approval-request"):
+        events.emit("tools/approval-request", execution, ask, agent=execution.agent)
     service = rt.approvals.service
     if service is None:
         return failure(

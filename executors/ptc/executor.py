@@ -22,9 +22,9 @@ there; sub-calls are prepared and committed on the executor actors and
 dispatched on the runtime's call actors, like any batch's calls
 (``tools/ptc-dispatch-log`` listeners run on the executor actor that
 commits the sub-call). ``bind`` (``set_executor``) starts the spare
-workers and subscribes a prepended ``tools/pre-execute`` listener and a
-``tools/approval`` observer, through which a run's deadline stands still
-while one of its sub-calls waits for the approval service; ``close()``
+workers and subscribes ``tools/approval-request`` and ``tools/approval``
+observers, through which a run's deadline stands still while one of its
+sub-calls waits for the approval service; ``close()``
 (also run first thing by ``rt.stop()``) removes them, kills every worker
 and waits for the runs to end.
 """
@@ -42,7 +42,6 @@ from loguru import logger
 
 from dsh_actors import (
     LONGEST_WAIT_MS,
-    Ask,
     CodeRunFailedError,
     InvalidStateError,
     InvalidTypeError,
@@ -312,7 +311,7 @@ class PtcExecutor(NativeExecutor):
         events = runtime.events
         hooks = (
             runtime.on_stop(lambda: self.close(timeout=runtime.teardown_remaining())),
-            events.on("tools/pre-execute", self._approval_asked, prepend=True),
+            events.on("tools/approval-request", self._approval_asked),
             events.on("tools/approval", self._approval_answered),
         )
         with self._ptc_lock:
@@ -422,18 +421,18 @@ class PtcExecutor(NativeExecutor):
 
     # -- approvals of sub-calls: the time a person takes does not count ------
 
-    def _approval_asked(self, execution: ToolExecution, next_: Callable[[], Any]) -> Any:
-        """``tools/pre-execute`` (prepended at bind): a sub-call of a run
-        whose decision is an ``Ask`` that no earlier approval stands for is
-        routed to the approval service now; its run's deadline stands still
-        until it is answered (:meth:`_approval_answered`) or settles."""
-        decision = next_()
+    def _approval_asked(self, execution: ToolExecution, ask: Any) -> None:
+        """``tools/approval-request``: a sub-call of a run is routed to the
+        approval service now (the pipeline publishes it for an ``Ask`` that
+        no earlier approval stands for, whatever listener made it); its
+        run's deadline stands still until it is answered
+        (:meth:`_approval_answered`) or settles (no one to ask: denied at
+        once; the service raised)."""
         parent = execution.parent
-        if parent is not None and type(decision) is Ask:
+        if parent is not None:
             run = self._runs.get(parent)
-            if run is not None and not execution.approval_stands(decision):
+            if run is not None:
                 run.approval_asked(execution.call_id)
-        return decision
 
     def _approval_answered(self, execution: ToolExecution, ask: Any, answer: str) -> None:
         """``tools/approval``: the service answered (published before the

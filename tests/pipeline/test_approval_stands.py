@@ -1,7 +1,8 @@
 """``ToolExecution.approval_stands``: the pipeline's one rule for an approval
 that stands when a call is prepared again (the pipeline asks it before it
-routes an ``Ask``; ``policies.otel`` asks it in the waterfall to tell a
-request from an approval that stands: tests/policies/test_policy_otel.py)."""
+routes an ``Ask``, and publishes ``tools/approval-request`` only for an
+``Ask`` it does not stand for: tests/scheduling/test_executor_pool.py,
+tests/policies/test_policy_otel.py)."""
 
 from __future__ import annotations
 

@@ -527,6 +527,32 @@ def test_a_denied_approval_is_timed_to_its_answer(rt: Any, answer: str, is_async
     assert (latency["approval"]["max"], latency["total"]["max"]) == (3000.0, 3000.0)
 
 
+def test_an_ask_a_listener_outside_the_policy_makes_is_timed_as_any(rt: Any) -> None:
+    # The approval starts at the pipeline's request (tools/approval-request),
+    # whichever listener asked: one subscribed after the policy, outside it,
+    # that turns Allow into Ask is timed too.
+    clock = FakeClock()
+
+    def person(request: Any) -> str:
+        clock.advance(3.0)
+        return "allowed-once"
+
+    rt.approvals.set(person)
+    metrics = policies.metrics.install(rt, clock=clock)
+
+    def outer(execution: Any, next_: Any) -> Any:
+        next_()
+        return Ask(reason="check")
+
+    rt.events.on("tools/pre-execute", outer, prepend=True)
+    rt.tools.register(tool("echo"))
+
+    run_one(rt, call("echo"), agent=MAIN)
+
+    latency = metrics.snapshot()["tools"]["echo"]["latency_ms"]
+    assert (latency["approval"]["count"], latency["approval"]["max"]) == (1, 3000.0)
+
+
 @pytest.mark.parametrize("service", [None, "raises", "nonsense"])
 def test_an_approval_no_service_answered_leaves_no_approval_sample(rt: Any, service: str | None) -> None:
     def person(request: Any) -> str:

@@ -24,6 +24,7 @@ from dsh_actors import (
     AbortController,
     AbortSignal,
     Agent,
+    Allow,
     Ask,
     Block,
     Deny,
@@ -324,6 +325,33 @@ def test_an_approval_is_requested_and_answered_with_the_answer_and_how_long_it_t
         assert span.status.status_code is StatusCode.ERROR
         assert span.status.description == outcome.result.error.message
         assert span.attributes["error.type"] == "_OTHER"
+
+
+@pytest.mark.parametrize("turn", ["allow into ask", "ask into allow"])
+def test_the_request_is_the_one_the_pipeline_makes_whichever_listener_decided(rt: Any, otel: Otel, turn: str) -> None:
+    """A listener subscribed after the policy (outside its own) turns the
+    decision around: the span records the question the pipeline asked
+    (``tools/approval-request``), not the one the policy's listener saw."""
+    rt.tools.register(tool())
+    use(rt, otel)
+    asks = turn == "allow into ask"
+    if not asks:
+        rt.events.on("tools/pre-execute", lambda execution, next_: Ask(reason="inner"))
+
+    def outer(execution: Any, next_: Any) -> Any:
+        next_()
+        return Ask(reason="outer") if asks else Allow()
+
+    rt.events.on("tools/pre-execute", outer, prepend=True)
+    rt.approvals.set(lambda request: "allowed-once")
+    [outcome] = run(rt, ToolCall("c1", "lookup", "{}"), agent=Agent("main")).results
+    assert not outcome.result.is_error
+    [span] = otel.tool_spans()
+    expected = [
+        ("dsh.tool.approval.requested", {"dsh.reason": "outer"}),
+        ("dsh.tool.approval.answered", {"dsh.answer": "allowed-once"}),
+    ]
+    assert untimed(span) == (expected if asks else [])
 
 
 def test_an_approval_a_guard_then_overrides_keeps_its_answer_and_the_guard_s_denial(rt: Any, otel: Otel) -> None:
@@ -1028,8 +1056,8 @@ def test_a_call_approved_then_prepared_again_records_one_question_as_the_pipelin
     """Every call is asked (the same Ask) and allowed; a registry change
     while c2 and c3 wait prepared ahead prepares them again: the pipeline
     does not ask again, and the span records one question and one answer,
-    then that it was prepared again (the policy asks the pipeline's own
-    rule, ``execution.approval_stands``, whoever provides the tool)."""
+    then that it was prepared again (the policy observes the pipeline's
+    own request, ``tools/approval-request``, whoever provides the tool)."""
     release, c3_prepared = _prepared_ahead(rt, otel, own=kind != "registered")
     asked, c3_allowed = _ask_every_call_and_allow(rt)
     calls = _four_lookups()

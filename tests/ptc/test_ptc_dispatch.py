@@ -269,6 +269,91 @@ def test_a_sub_call_asked_about_with_no_one_to_answer_stops_the_clock_only_until
     assert result.error.message.startswith("code run failed (timeout): the program did not finish within 2000 ms")
 
 
+def test_the_clock_stands_still_for_an_ask_a_listener_subscribed_after_the_executor_makes(
+    rt: Any, monkeypatch: Any
+) -> None:
+    # The pause follows the request the pipeline makes (tools/approval-request),
+    # not a listener of the executor's inside the waterfall: a listener
+    # prepended later (outside it) that turns Allow into Ask is asked about
+    # as any Ask, and the person's minute does not count.
+    from dsh_actors import Agent, Ask
+
+    clock = _approving(rt, monkeypatch)
+    rt.tools.register(tool("careful", lambda args, ctx: "done"))
+
+    def outer(execution: Any, next_: Any) -> Any:
+        decision = next_()
+        return Ask(reason="check") if execution.name == "careful" else decision
+
+    rt.events.on("tools/pre-execute", outer, prepend=True)
+
+    def service(request: Any) -> str:
+        clock.now += 60.0  # a minute to decide; the program has 2 s
+        return "allowed-once"
+
+    rt.approvals.set(service)
+    result = run_code(rt, "return await tools.careful()", agent=Agent("a"))
+    assert code_of(result) is None
+    assert result.value["result"] == "done"
+
+
+def test_the_clock_runs_on_for_an_ask_a_listener_subscribed_after_the_executor_allows(
+    rt: Any, monkeypatch: Any
+) -> None:
+    # A listener prepended later that turns the tool's Ask into Allow: no
+    # one is asked, so nothing stands still (the call's own 2.5 s count).
+    import dataclasses
+
+    from dsh_actors import Agent, Allow, Ask
+
+    clock = _approving(rt, monkeypatch)
+
+    def slow(args: Any, ctx: Any) -> str:
+        clock.now += 2.5
+        return "slow"
+
+    rt.tools.register(dataclasses.replace(tool("careful", slow), requires_approval=True))
+
+    def outer(execution: Any, next_: Any) -> Any:
+        decision = next_()
+        return Allow() if type(decision) is Ask else decision
+
+    rt.events.on("tools/pre-execute", outer, prepend=True)
+    asked: list[str] = []
+    rt.approvals.set(lambda request: asked.append(request.call_id) or "allowed-once")
+    result = run_code(rt, "return await tools.careful()", agent=Agent("a"))
+    assert asked == []
+    assert code_of(result) == "CODE_RUN_FAILED"
+    assert result.error.message.startswith("code run failed (timeout): the program did not finish within 2000 ms")
+
+
+def test_a_bound_executor_adds_no_pre_execute_waterfall_to_calls_that_have_no_listener(
+    rt: Any, ptc: Any, monkeypatch: Any
+) -> None:
+    # (Its approval pause observes tools/approval-request: it once prepended
+    # a pre-execute listener, which made every call of the runtime, program
+    # or not, run the waterfall the pipeline skips when none is subscribed.)
+    from dsh_actors.events import EventBus
+
+    rt.tools.register(echo_tool())
+    waterfalls: list[str] = []
+    waterfall = EventBus.waterfall
+
+    def counting(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        waterfalls.append(name)
+        return waterfall(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(EventBus, "waterfall", counting)
+    # Neither run_code nor its sub-call runs the waterfall.
+    assert run_code(rt, "return await tools.echo(message='sub')").value["result"] == {"message": "sub"}
+    assert waterfalls.count("tools/pre-execute") == 0
+    assert rt.events.listeners("tools/pre-execute") == ()
+    # (The spy sees them once a listener is subscribed: one each.)
+    rt.events.on("tools/pre-execute", lambda execution, next_: next_())
+    assert run_code(rt, "return await tools.echo(message='sub')").value["result"] == {"message": "sub"}
+    assert waterfalls.count("tools/pre-execute") == 2
+
+
 def test_a_value_too_deep_to_send_fails_only_that_call(rt: Any, ptc: Any) -> None:
     deep: Any = "leaf"
     for _ in range(256):  # as deep as the core allows: the result envelope is one level more

@@ -260,9 +260,12 @@ def _ask_every_call(rt: Any) -> tuple[list[str], threading.Event]:
 def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepares_it_again(rt: Any) -> None:
     """A registry change on the calls' chain (here a global registration)
     prepares the calls waiting prepared ahead again; the person who allowed
-    one of them is not asked again, while listeners and guards run again."""
+    one of them is not asked again, while listeners and guards run again
+    (nor is the request published again: tools/approval-request)."""
     ahead = _prepared_ahead(rt)
     asked, c3_allowed = _ask_every_call(rt)
+    requested: list[str] = []
+    rt.events.on("tools/approval-request", lambda execution, ask: requested.append(execution.call_id))
     future = rt.tools.submit(ahead.batch())
     try:
         ahead.ready()
@@ -275,6 +278,7 @@ def test_an_approval_given_to_a_call_prepared_ahead_stands_when_a_change_prepare
     prepared = {cid: len(seqs) for cid, seqs in ahead.timeline.pre.items()}
     assert prepared == {"c0": 1, "c1": 1, "c2": 2, "c3": 2, "c4": 1, "c5": 1}
     assert sorted(asked) == [f"c{i}" for i in range(6)]  # once each
+    assert sorted(requested) == sorted(asked)
 
 
 def test_a_tool_replaced_while_its_calls_wait_prepared_ahead_is_asked_about_again(rt: Any) -> None:
