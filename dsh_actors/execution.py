@@ -25,17 +25,13 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic
+from typing import Any, Generic
 
 from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, shown_value
 from .json._frozen import materialize
 from .json._rules import MAX_INT, surrogate_index, value_problem
-from .model import Agent, TextBlock, ToolProgress, UserMessage, slot_setters
+from .model import Agent, TextBlock, ToolProgress, ToolSetRef, UserMessage, slot_setters
 from .signals import AbortController, AbortSignal, follow, fuse_late
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .definition import ToolSchema
-    from .toolset import ResolvedToolSet
 
 if sys.version_info >= (3, 13):
     from typing import TypeVar
@@ -82,9 +78,9 @@ class ToolExecutionInput:
     arguments: Any
     signal: AbortSignal
     root_call_id: str | None = None
-    schema: ToolSchema | Mapping[str, Any] | None = None
+    schema: Mapping[str, Any] | None = None
     agent: Agent | None = None
-    tool_set: ResolvedToolSet | None = None
+    tool_set: ToolSetRef | None = None
     parent: ToolExecutionToken | None = None
     deps: Any = field(default=None, compare=False, repr=False)
     """The application's dependencies for this call (``ctx.deps``); None:
@@ -135,7 +131,7 @@ class ToolExecution:
     name: str
     arguments: Any
     agent: Agent | None
-    tool_set: ResolvedToolSet | None
+    tool_set: ToolSetRef | None
     parent: ToolExecutionToken | None
     token: ToolExecutionToken
     schema: Any
@@ -160,7 +156,7 @@ class ToolExecution:
         signal: AbortSignal,
         root_call_id: str | None = None,
         agent: Agent | None = None,
-        tool_set: ResolvedToolSet | None = None,
+        tool_set: ToolSetRef | None = None,
         parent: ToolExecutionToken | None = None,
         schema: Any = None,
         token: ToolExecutionToken | None = None,

@@ -12,14 +12,12 @@ import contextvars
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 from .errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str, utf8_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .session import Session
     from .signals import AbortSignal
-    from .toolset import ResolvedToolSet
 
 __all__ = [
     "UNSET",
@@ -317,6 +315,27 @@ class UserMessage:
 # --------------------------------------------------------------------------
 
 
+class SessionLog(Protocol):
+    """An agent's durable log (``Agent.session``): a
+    :class:`~dsh_actors.session.Session`, which this module does not name
+    (the session package imports it); the scheduler reads it as one."""
+
+
+class ToolSetRef(Protocol):
+    """A step's admission as the values that carry it know it
+    (``ToolBatchInput.tool_set``, ``ToolExecution.tool_set``): a
+    :class:`~dsh_actors.toolset.ResolvedToolSet`, which this module does not
+    name (the tool sets' module imports it). ``state`` is a
+    ``RegistryState``; ``admitted_in`` maps names to its registrations."""
+
+    @property
+    def disposed(self) -> bool: ...
+
+    def check_usable(self, agent: Agent | None, subject: str, role: str, fix: str, *, state: Any = None) -> None: ...
+
+    def admitted_in(self, state: Any, agent: Agent | None) -> Mapping[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Agent:
     """A scope key: who is calling. ``parent`` makes scope chains (a
@@ -334,7 +353,7 @@ class Agent:
 
     id: str
     parent: Agent | None = None
-    session: Session | None = None
+    session: SessionLog | None = None
 
     def __post_init__(self) -> None:
         if type(self.id) is not str:
@@ -453,7 +472,7 @@ class ToolBatchInput:
     signal: AbortSignal | None = None
     max_parallel_tool_calls: int | None = None
     agent: Agent | None = None
-    tool_set: ResolvedToolSet | None = None
+    tool_set: ToolSetRef | None = None
     log: LogStep | None = None
     deps: Any = field(default=None, compare=False, repr=False)
     context: contextvars.Context | None = field(default=None, compare=False, repr=False)

@@ -48,7 +48,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 import orjson
 
@@ -59,12 +59,11 @@ from .definition import (
 from .errors import callable_name, exception_text
 from .events import in_scope
 from .json import dumps
-from .model import Agent, ToolActivationContext, ToolRestriction
+from .model import Agent, ToolActivationContext, ToolRestriction, ToolSetRef
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import CheckedDefinition, SchemaEnforcer, ToolDefinition, ToolSchema
     from .execution import ToolExecution
-    from .toolset import Admission, ResolvedToolSet
 
 __all__ = [
     "RESERVED_NAMES",
@@ -313,6 +312,17 @@ def _forget_view(cache: _ViewCache, key: int) -> Callable[[weakref.ref[Agent]], 
     return forget
 
 
+class LiveToolSet(Protocol):
+    """A tool set being resolved or live, as :class:`RegistryState` lists it
+    for the scope actors: a :class:`~dsh_actors.toolset.Admission`, which
+    this module does not name (the tool sets' module imports it)."""
+
+    @property
+    def agent(self) -> Agent | None: ...
+
+    def note_visible(self, current: Mapping[str, Registration]) -> None: ...
+
+
 class RegistryState:
     """The published registry of one runtime.
 
@@ -354,11 +364,11 @@ class RegistryState:
         # Resolved tool sets that are being resolved or are live: scope
         # actors tell them what became invisible after every committed change.
         # Weak: a set its owner dropped without disposing stops being told.
-        self._toolsets: weakref.WeakValueDictionary[int, Admission] = weakref.WeakValueDictionary()
+        self._toolsets: weakref.WeakValueDictionary[int, LiveToolSet] = weakref.WeakValueDictionary()
         # The same admissions filed under every agent on their agent's chain,
         # so a change of one agent's scope tells only the sets it can affect
         # (not every live set of a farm's thousands of agents).
-        self._toolsets_in: weakref.WeakKeyDictionary[Agent, weakref.WeakValueDictionary[int, Admission]] = (
+        self._toolsets_in: weakref.WeakKeyDictionary[Agent, weakref.WeakValueDictionary[int, LiveToolSet]] = (
             weakref.WeakKeyDictionary()
         )
         self._toolsets_lock = threading.Lock()
@@ -448,7 +458,7 @@ class RegistryState:
 
     # -- live admissions (tool-set actors add them, scope actors read them) ---
 
-    def add_toolset(self, admission: Admission) -> None:
+    def add_toolset(self, admission: LiveToolSet) -> None:
         """List ``admission`` as live: scope actors tell it what every later
         change withdrew."""
         key = id(admission)
@@ -457,7 +467,7 @@ class RegistryState:
             for node in _chain(admission.agent):
                 self._toolsets_in.setdefault(node, weakref.WeakValueDictionary())[key] = admission
 
-    def remove_toolset(self, admission: Admission) -> None:
+    def remove_toolset(self, admission: LiveToolSet) -> None:
         key = id(admission)
         with self._toolsets_lock:
             if self._toolsets.get(key) is not admission:
@@ -470,7 +480,7 @@ class RegistryState:
                     if not filed:
                         del self._toolsets_in[node]
 
-    def live_toolsets(self, scope: Agent | None = None) -> tuple[Admission, ...]:
+    def live_toolsets(self, scope: Agent | None = None) -> tuple[LiveToolSet, ...]:
         """The admissions being resolved or live now that a change of
         ``scope`` can affect (:func:`in_chain`): those of ``scope`` and its
         descendants (every one for the global scope, ``None``)."""
@@ -626,7 +636,7 @@ def committed(state: RegistryState, agent: Agent | None) -> Mapping[str, Registr
 
 
 def visible(
-    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+    state: RegistryState, agent: Agent | None, tool_set: ToolSetRef | None = None
 ) -> Mapping[str, Registration]:
     """The registrations ``agent`` (``None``: the global view) sees, by name,
     in registration order (read-only; do not keep it across changes).
@@ -641,7 +651,7 @@ def visible(
 
 
 def lookup(
-    state: RegistryState, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+    state: RegistryState, name: str, agent: Agent | None, tool_set: ToolSetRef | None = None
 ) -> Registration | None:
     """``get``: the registration ``agent`` resolves ``name`` to, conditional
     ones included when no ``tool_set`` is given."""
@@ -649,7 +659,7 @@ def lookup(
 
 
 def callable_view(
-    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+    state: RegistryState, agent: Agent | None, tool_set: ToolSetRef | None = None
 ) -> Mapping[str, Registration]:
     """What decides the calls of ``agent`` and the tools it is offered, by
     name: with ``tool_set``, what the set admits; without one, what
@@ -662,7 +672,7 @@ def callable_view(
 
 
 def executable(
-    state: RegistryState, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None = None
+    state: RegistryState, name: str, agent: Agent | None, tool_set: ToolSetRef | None = None
 ) -> Registration | None:
     """The registration a call of ``name`` by ``agent`` may run, or ``None``
     (the call fails as ``UNKNOWN_TOOL``), from :func:`callable_view`. With
@@ -674,22 +684,20 @@ def executable(
     return reg
 
 
-def is_callable(reg: Registration, tool_set: ResolvedToolSet | None) -> bool:
+def is_callable(reg: Registration, tool_set: ToolSetRef | None) -> bool:
     """Whether ``reg``, read from :func:`callable_view` with ``tool_set``,
     may be called: the set decides; without one, a conditional tool may not
     (only a step that admitted it calls it)."""
     return tool_set is not None or reg.when is None
 
 
-def definitions(
-    state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None
-) -> list[ToolDefinition]:
+def definitions(state: RegistryState, agent: Agent | None, tool_set: ToolSetRef | None = None) -> list[ToolDefinition]:
     """The visible definitions (see :func:`visible`), in registration order.
     A fresh list of the registered (borrowed) definitions."""
     return [reg.definition for reg in visible(state, agent, tool_set).values()]
 
 
-def schemas(state: RegistryState, agent: Agent | None, tool_set: ResolvedToolSet | None = None) -> list[ToolSchema]:
+def schemas(state: RegistryState, agent: Agent | None, tool_set: ToolSetRef | None = None) -> list[ToolSchema]:
     """One fresh ``{"name", "description", "parameters"}`` dict per visible
     tool (see :func:`visible`: without ``tool_set``, conditional tools
     included, which the model is offered only by a set that admits them).
@@ -785,7 +793,7 @@ def execution_mode(
     name: str,
     args: Any,
     agent: Agent | None,
-    tool_set: ResolvedToolSet | None = None,
+    tool_set: ToolSetRef | None = None,
 ) -> ExecutionMode:
     """``"parallel"`` only when the executable definition's
     ``is_concurrency_safe(args)`` returns exactly ``True``; a missing

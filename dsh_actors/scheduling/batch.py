@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from loguru import logger
 
@@ -637,7 +637,7 @@ class BatchRun:
         policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
         agent = batch.agent
         if batch.log is not None and agent is not None:
-            self.session = agent.session
+            self.session = cast("Session | None", agent.session)
             if self.session is not None and batch.calls and self.starts is None:
                 # (A continued batch continues a step whose tool/batch is logged.)
                 self._log_batch()

@@ -22,15 +22,16 @@ dispatcher's queue for that batch, its state under the dispatcher's lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
+    import threading
+
+    from ..actors import Address
     from ..model import Ask, ToolBatchInput, ToolExecutionResult
     from ..pipeline.stages import Call
-    from .dispatcher import Dispatcher
-    from .pool import WorkMailbox
 
 
 class Reply(Protocol):
@@ -47,6 +48,34 @@ class Reply(Protocol):
     def done(self) -> bool: ...
 
 
+class Capacity(Protocol):
+    """The runtime's :class:`~.dispatcher.Dispatcher` as a batch and its
+    :class:`~.pool.WorkMailbox` (each ``mailbox`` here) use it: both
+    modules import this one, which names neither."""
+
+    @property
+    def lock(self) -> threading.Lock: ...
+
+    @property
+    def wanting(self) -> Collection[Any]: ...
+
+    def opened(self, mailbox: Any) -> None: ...
+
+    def closed_mailbox_locked(self, mailbox: Any) -> None: ...
+
+    def want_locked(self, mailbox: Any) -> list[tuple[Address | None, Any]]: ...
+
+    def send(self, sends: list[tuple[Address | None, Any]]) -> None: ...
+
+    def waits_for(self, mailbox: Any) -> bool: ...
+
+    def yields(self, mailbox: Any) -> bool: ...
+
+    def repays_locked(self, worker: Address) -> bool: ...
+
+    def assert_invariants(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchPolicy:
     """What a batch takes from its executor, as values (the executor's
@@ -59,7 +88,7 @@ class BatchPolicy:
     """``tool_body(definition)``, or None (the definitions' own bodies run)."""
     hint: Callable[[str], str | None] | None
     """``direct_call_hint(name)``, or None (it always answers None)."""
-    dispatcher: Dispatcher
+    dispatcher: Capacity
     """The runtime's capacity (the work mailbox asks it for servers)."""
 
     def route(self, name: str) -> tuple[Any, str | None]:
@@ -144,8 +173,8 @@ class Serve:
     """Serve ``mailbox``: take its calls, dispatch each, report each
     ``Settled``, until a LEAVE; then go back to the dispatcher."""
 
-    mailbox: WorkMailbox
-    """The batch's work mailbox (a reference, like an actor ref)."""
+    mailbox: Any
+    """The batch's work mailbox, a ``WorkMailbox`` (a reference, like an actor ref)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import ExecutorUnavailableError, exception_text
 from ..pipeline.results import failure_from_exception
-from .messages import Returned, Settled
+from .messages import Capacity, Returned, Settled
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..actors import Address
     from ..pipeline.stages import Call
-    from .dispatcher import Dispatcher
     from .inbox import BatchInbox
 
 __all__ = ["LEAVE", "WorkMailbox"]
@@ -133,7 +132,7 @@ class WorkMailbox:
     )
 
     def __init__(
-        self, limit: int, dispatcher: Dispatcher, inbox: BatchInbox, stale: Callable[[Call], bool] | None = None
+        self, limit: int, dispatcher: Capacity, inbox: BatchInbox, stale: Callable[[Call], bool] | None = None
     ) -> None:
         self._items: deque[Any] = deque()
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()

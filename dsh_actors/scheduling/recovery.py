@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, cast
 
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_str
 from ..json import dumps, thaw
@@ -67,6 +67,7 @@ from ..model import (
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolFailure,
+    ToolSetRef,
 )
 from ..session import (
     BATCH,
@@ -124,7 +125,7 @@ def logged_arguments(logged: Any) -> Any:
     return dumps(thaw(logged)).decode()
 
 
-def _idempotent(rt: Kernel, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None) -> bool:
+def _idempotent(rt: Kernel, name: str, agent: Agent | None, tool_set: ToolSetRef | None) -> bool:
     registration = executable(rt.state, name, agent, tool_set)
     return registration is not None and registration.definition.idempotent is True
 
@@ -231,7 +232,7 @@ def unknown_calls(
     state: RegistryState,
     calls: Iterable[ToolCall],
     agent: Agent | None,
-    tool_set: ResolvedToolSet | None,
+    tool_set: ToolSetRef | None,
     policy: BatchPolicy | None,
 ) -> list[str]:
     """The ids of ``calls`` that run no tool, so that they fail
@@ -373,7 +374,7 @@ def close_nested(rt: Kernel, plan: RecoveryPlan) -> None:
     batch = plan.batch
     agent, log = batch.agent, batch.log
     assert agent is not None and log is not None
-    turn, step, session = log.turn, log.step, agent.session
+    turn, step, session = log.turn, log.step, cast("Session | None", agent.session)
     assert session is not None  # (recovery_plan refuses an agent without one)
     held: list[tuple[int, int, str]] = []
     try:
@@ -403,7 +404,7 @@ def recovery_session(agent: Any, turn: Any, step: Any, signal: Any) -> Session:
     ``AbortSignal``."""
     if not isinstance(agent, Agent):
         raise InvalidTypeError(f"recover() takes the Agent whose step it finishes, not {type(agent).__qualname__}")
-    session = agent.session
+    session = cast("Session | None", agent.session)
     if session is None:
         raise InvalidValueError(
             f"agent {agent.id!r} has no session to recover from: open its log with "
