@@ -1418,6 +1418,45 @@ def test_a_copied_tool_call_line_of_an_agents_batch_is_not_a_second_pending_call
         assert reopened.read_step(1, 1, "a").calls[0].call_id == "c0"
 
 
+@pytest.mark.parametrize("settled", [True, False])
+def test_a_copied_tool_call_line_of_an_older_step_is_no_call_for_the_session_as_for_read_step(
+    tmp_path: Path, settled: bool
+) -> None:
+    # A copy of step 1's tool/call line logged after the agent's next
+    # batch (step 2's). Before, the session kept only the agent's latest
+    # run, so the copy was a pending call of step 1 (repair() closed it, and
+    # running step 1 again was refused) where read_step had it a copy: step
+    # 1 settled. With its call still open (awaiting its approval), the
+    # result then closed the copy and left the call awaiting.
+    from dsh_actors.session import batch_event
+
+    path = tmp_path / "log.jsonl"
+    call = call_event(1, 1, "c0", "t", {}, agent="a")
+    result = result_event("c0", ok(1, "one"), turn=1, step=1, agent="a")
+    with Session(path) as session:
+        session.append(batch_event(1, 1, [("c0", "t", {})], agent="a"))
+        session.append(call)
+        session.append(approval_request_event("c0", "s1", "t", "why", None, turn=1, step=1, agent="a"))
+        if settled:
+            session.decide("s1", {"c0": "allowed-once"})
+            session.append(result)
+        session.append(batch_event(1, 2, [("c1", "t", {})], agent="a"))  # the agent's next batch
+        session.append(call_event(1, 2, "c1", "t", {}, agent="a"))
+        session.append(call)  # the copy
+        if not settled:
+            session.decide("s1", {"c0": "allowed-once"})
+            session.append(result)
+        session.append(result_event("c1", ok(2, "two"), turn=1, step=2, agent="a"))
+        with Session.open(path) as reopened:
+            for read in (session, reopened):  # (as logged, and as read back)
+                assert read.pending_calls() == [] and read.awaiting_approval() == [] and read.call_count == 2
+                assert read.open_calls(1, 1, "a") == []
+                (step1,) = read.read_step(1, 1, "a").calls
+                assert (step1.state, step1.decision) == ("settled", "allowed-once")
+                assert read.read_step(1, 1, "a") == read_step(read.events(), 1, 1, "a")
+        assert session.repair() == []
+
+
 def test_a_tool_call_of_another_agent_or_with_no_agent_or_batch_is_its_own_call() -> None:
     from dsh_actors.session import batch_event
 
@@ -1450,6 +1489,73 @@ def test_a_request_of_another_step_is_that_step_s_call_s_not_the_one_deferred_ag
     session.decide("s2", {"c0": "allowed-once"})
     session.decide("s3", {"c0": "rejected"})
     assert session.awaiting_approval() == []
+
+
+def test_a_call_settled_after_a_deferred_decision_leaves_nothing_behind(tmp_path: Path) -> None:
+    # A resume that defers a call again and halts before asking (or a
+    # repair) settles it without the request that decision waits for.
+    # Before, the session kept the "deferred again" entry of each such call
+    # for good: memory grew with every one, however short its steps.
+    import gc
+    import tracemalloc
+
+    from dsh_actors.session import INTERRUPTED
+
+    def step(i: int) -> list[dict[str, Any]]:
+        return [
+            call_event(1, i, f"call-{i:06d}", "refund", {}, agent="a"),
+            approval_request_event(f"call-{i:06d}", f"s{i}", "refund", "why", None, turn=1, step=i, agent="a"),
+        ]
+
+    with Session(tmp_path / "log.jsonl") as session:
+        for event in step(0):  # (the first steps allocate what every later one reuses)
+            session.append(event)
+        session.decide("s0", {"call-000000": "deferred"})
+        session.append(result_event("call-000000", INTERRUPTED, turn=1, step=0, agent="a"))
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(1, 2_001):
+                for event in step(i):
+                    session.append(event)
+                session.decide(f"s{i}", {f"call-{i:06d}": "deferred"})
+                session.append(result_event(f"call-{i:06d}", INTERRUPTED, turn=1, step=i, agent="a"))
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert session.pending_calls() == [] and session.awaiting_approval() == []
+        assert held < 32 * 1024, held
+        # A new call of a settled one's id and step is paired as any call.
+        session.append(call_event(1, 7, "call-000007", "refund", {}, agent="a"))
+        session.append(approval_request_event("call-000007", "t7", "refund", "why", None, turn=1, step=7, agent="a"))
+        assert session.awaiting_approval() == [("call-000007", "t7")]
+
+
+def test_a_request_after_a_deferred_call_settled_is_the_open_calls_in_read_step_as_in_the_session() -> None:
+    # A log whose requests and results name no step (written before they
+    # carried it): c0 deferred again, then settled without a new request;
+    # c0 logged again and asked. Before, read_step paired the request with
+    # the settled call (its "deferred" entry was kept): the open c0 awaited
+    # nothing there, and suspension s2 in the session.
+    from dsh_actors.session import INTERRUPTED
+
+    def request(suspension: str) -> dict[str, Any]:
+        event = approval_request_event("c0", suspension, "t", "why", None)
+        assert "turn" not in event
+        return event
+
+    session = Session()
+    session.append(call_event(1, 1, "c0", "t", {}))
+    session.append(request("s1"))
+    session.decide("s1", {"c0": "deferred"})
+    session.append(result_event("c0", INTERRUPTED))
+    session.append(call_event(1, 1, "c0", "t", {}))
+    session.append(request("s2"))
+    assert session.awaiting_approval() == [("c0", "s2")]
+    for calls in (session.step_calls(1, 1), read_step(session.events(), 1, 1).calls):
+        assert [(c.state, c.awaiting) for c in calls] == [("unstarted", "s2")]
 
 
 def test_an_in_memory_session_that_keeps_no_events_pairs_calls_and_refuses_reads() -> None:

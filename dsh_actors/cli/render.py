@@ -435,6 +435,9 @@ class LogTree:
         del self._open[root]
         if self._latest.get(root.call_id) is root:
             del self._latest[root.call_id]
+        for waiting in ((root.call_id, root.agent), (root.call_id, None)):
+            if self._redeferred.get(waiting) is root:  # (deferred again, then settled without a new request)
+                del self._redeferred[waiting]
         if root.turn is not None and root.step is not None:
             key = (root.turn, root.step, root.agent, root.call_id)
             if self._stepped.get(key) is root:

@@ -14,6 +14,9 @@ kinds, built by the functions below, and two more for approvals (keys are snake_
     ``{"type", "turn", "step", "call_id", "name", "arguments"}``:
     ``arguments`` is the call's normalized arguments as JSON, or the raw
     string when the model sent text that is not JSON (or a JSON string).
+    One for each call of the step's ``tool/batch``: another line (a copy)
+    is no call (:class:`CallLines` says which are, for the session,
+    ``read_step`` and replay alike).
 ``tool/start``
     ``{"type", "call_id", "turn", "step"}``: the call's body is about to be
     invoked (written by whoever runs it, after the call's ``tool/call``), so
@@ -138,6 +141,7 @@ from ._events import (
     REPAIR_MESSAGE,
     RESULT,
     START,
+    CallLines,
     LoggedResult,
     SessionCorruptError,
     StepKey,
@@ -180,6 +184,7 @@ __all__ = [
     "APPROVAL",
     "APPROVAL_REQUEST",
     "CALL",
+    "CallLines",
     "ENCLOSING_CALL",
     "INTERRUPTED",
     "LOST_END",

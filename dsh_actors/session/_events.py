@@ -327,6 +327,67 @@ def take_redeferred(
     return None
 
 
+class CallLines:
+    """Which ``tool/call`` lines are calls: the one rule the session,
+    ``read_step`` and replay share (each feeds it the ``tool/batch`` and
+    ``tool/call`` events it reads, in log order).
+
+    An agent's batch logs a ``tool/call`` once for each call of its
+    ``tool/batch`` (a batch's ids are unique), after that batch. So once an
+    agent has logged a ``tool/batch``, a ``tool/call`` naming one of its
+    steps is a call only as one of that step's latest ``tool/batch``'s
+    calls that has no ``tool/call`` in that run yet; any other line is not
+    a call: a copy of a line (by hand, a tool that rewrote the file),
+    whenever it was logged (after its call's result, or after the agent's next
+    batch), or a line its step's batch does not name. A ``tool/call`` that
+    names no step or no agent, or of an agent that has logged no
+    ``tool/batch`` (a log written before events carried them, or by hand),
+    is a call.
+
+    It keeps the agents that logged a ``tool/batch`` and, for each step, its
+    latest batch's calls without a ``tool/call`` yet (until each has one):
+    what is open, never a step's history."""
+
+    __slots__ = ("_agents", "_unlogged")
+
+    def __init__(self) -> None:
+        self._agents: set[str] = set()
+        self._unlogged: dict[StepKey, set[str]] = {}
+
+    def batch(self, event: Mapping[str, Any]) -> None:
+        """Take a ``tool/batch`` event: a new run of its step, whose calls
+        are new calls (a malformed ``calls`` names none)."""
+        at = step_key(event)
+        if at is None or at[2] is None:
+            return  # (a batch of no step, or of no agent, is none of an agent's runs)
+        self._agents.add(at[2])
+        calls = event.get("calls")
+        ids = (
+            {item["call_id"] for item in calls if isinstance(item, Mapping) and type(item.get("call_id")) is str}
+            if type(calls) is list
+            else set()
+        )
+        if ids:
+            self._unlogged[at] = ids
+        else:
+            self._unlogged.pop(at, None)
+
+    def is_call(self, event: Mapping[str, Any]) -> bool:
+        """Whether ``tool/call`` ``event`` (its ``call_id`` a str) is a call,
+        and not a line to pass over (see the class); a call of its step's
+        batch is no longer awaited."""
+        at = step_key(event)
+        if at is None or at[2] is None or at[2] not in self._agents:
+            return True
+        waiting = self._unlogged.get(at)
+        if waiting is None or event["call_id"] not in waiting:
+            return False
+        waiting.discard(event["call_id"])
+        if not waiting:
+            del self._unlogged[at]
+        return True
+
+
 def same_step(a: StepKey, b: StepKey) -> bool:
     """Whether two step keys name the same step: the same turn and step,
     and the same agent unless one of them names none (an event written

@@ -37,6 +37,7 @@ from ._events import (
     PTC_DISPATCH_START,
     RESULT,
     START,
+    CallLines,
     LoggedResult,
     SessionCorruptError,
     StepKey,
@@ -270,11 +271,9 @@ class Session:
         self._open: dict[str, list[int]] = {}
         # serial -> the (turn, step) its tool/call named (None: none), while open
         self._call_steps: dict[int, StepKey | None] = {}
-        # agent id -> (the step of its latest tool/batch, the call ids its
-        # tool/calls named since): an agent's batch logs each id once a run,
-        # so a second tool/call of one of them is a copy of the line (as
-        # read_step has it). Only the latest run of each agent is kept.
-        self._latest_run: dict[str, tuple[StepKey, set[str]]] = {}
+        # Which tool/call lines are calls (a copy of a line is not), as
+        # read_step and replay have it: the one rule, CallLines.
+        self._call_lines = CallLines()
         self._serial = 0
         # sub_call_id -> (root_call_id, parent_call_id, name) of each started
         # sub-call without a settle event, in start order
@@ -288,7 +287,8 @@ class Session:
         self._requests: dict[int, tuple[str, str]] = {}
         # (call id, its agent) -> the serial of the call a "deferred" decision left
         # waiting: the new request that follows is that call's, even when
-        # another open call shares its id.
+        # another open call shares its id. Only open calls: an entry goes
+        # with that request, or with its call's tool/result.
         self._redeferred: dict[tuple[str, str | None], int] = {}
         # Whether this session holds its file's lock (see hold()), and the
         # file's size when this session read it (another writer since then
@@ -555,39 +555,36 @@ class Session:
         without a settle event."""
         if kind == CALL:
             # Calls and results always have a str call_id (_shape_problem).
+            if not self._call_lines.is_call(event):
+                return  # a copy of a line (or one its batch does not name): no call of its own
             call_id = event["call_id"]
-            at = step_key(event)
-            if at is not None and at[2] is not None:
-                # (Within the agent's latest run, after its tool/batch:
-                # without one, read_step takes each tool/call as it comes.)
-                run = self._latest_run.get(at[2])
-                if run is not None and run[0] == at:
-                    if call_id in run[1]:
-                        return  # a copy of the line: its call's start and result are the first's
-                    run[1].add(call_id)
             self._serial += 1
             self._pending[self._serial] = call_id
             self._open.setdefault(call_id, []).append(self._serial)
-            self._call_steps[self._serial] = at
+            self._call_steps[self._serial] = step_key(event)
         elif kind == BATCH:
-            at = step_key(event)
-            if at is not None and at[2] is not None:
-                self._latest_run[at[2]] = (at, set())  # a new run of the agent: its ids are new calls
+            self._call_lines.batch(event)  # a new run of its step: its ids are new calls
         elif kind == RESULT:
             serial = self._latest_open(event["call_id"], step_key(event), pop=True)
             if serial is not None:
-                del self._pending[serial]
-                del self._call_steps[serial]
+                call_id = self._pending.pop(serial)
+                step = self._call_steps.pop(serial)
                 key = self._requests.pop(serial, None)
                 if key is not None:
                     del self._awaiting[key]
+                # A call settled while a "deferred" decision left it waiting
+                # (its resume halted before asking again, repair()): no
+                # request is for it any more.
+                waiting = (call_id, None if step is None else step[2])
+                if self._redeferred.get(waiting) == serial:
+                    del self._redeferred[waiting]
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
                 # The call a "deferred" decision was for, if this is its
                 # request again; else the latest open call of its step.
                 serial = take_redeferred(self._redeferred, call_id, event, self._call_steps.get)
-                if serial is None or serial not in self._pending:
+                if serial is None:
                     serial = self._latest_open(call_id, step_key(event))
                 if serial is not None:  # (a request without its tool/call awaits nothing)
                     earlier = self._requests.pop(serial, None)
@@ -903,7 +900,9 @@ class Session:
         step)`` (of ``agent``, when given: events naming another agent are
         left out), in log order, as fresh dicts: the ``tool/batch``,
         ``tool/call``, ``tool/start``, ``tool/result`` and
-        ``tool/approval-request`` events naming the step, and the
+        ``tool/approval-request`` events naming the step, the first
+        ``tool/batch`` of each of their agents (whether a ``tool/call`` is a
+        call: :class:`~dsh_actors.session.CallLines`), and the
         ``tool/approval`` decisions of the suspensions its requests name.
 
         Only their lines are read and parsed: the session keeps where each
@@ -930,7 +929,7 @@ class Session:
             pairs = {(turn, step) for turn, step, _ in keys}
             found = self._events_at(
                 sorted({span for turn, step, agent in keys for span in index.step_spans(turn, step, agent)}),
-                lambda event: (event.get("turn"), event.get("step")) in pairs,
+                lambda event: (event.get("turn"), event.get("step")) in pairs or event.get("type") == BATCH,
             )
             suspensions = {
                 e["suspension"]
@@ -1058,10 +1057,10 @@ class Session:
     @property
     def call_count(self) -> int:
         """The number of ``tool/call`` events taken as calls: one more
-        after each one appended, except a copy of the line (a second
-        ``tool/call`` of one id in the latest run of an agent's step, after
-        its ``tool/batch``: :meth:`pending_calls` does not list it either).
-        Replay reads it to pair calls as the session does."""
+        after each one appended, except a line that is not a call (a copy
+        of a line: :class:`~dsh_actors.session.CallLines` says which, as
+        for :func:`read_step`; :meth:`pending_calls` does not list it
+        either). Replay reads it to pair calls as the session does."""
         return self._serial
 
     def open_calls(self, turn: int, step: int, agent: str | None = None) -> list[str]:

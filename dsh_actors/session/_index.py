@@ -12,8 +12,11 @@ reads a step's lines where it says.
 What reading step ``(turn, step)`` of an agent needs (so that
 ``read_step`` over them says what it says over every event): the events
 that name that step and that agent (``tool/batch``, ``tool/call``,
-``tool/start``, ``tool/result``, ``tool/approval-request``), and the
-``tool/approval`` decisions of the suspensions its requests name. An event
+``tool/start``, ``tool/result``, ``tool/approval-request``), the agent's
+first ``tool/batch`` (which step it names: once the agent logged one, a
+``tool/call`` line is a call only as its step's batch names it,
+``CallLines``), and the ``tool/approval`` decisions of the suspensions its
+requests name. An event
 that names no step or no agent (a log written before events carried them,
 or by hand) pairs with the calls of any step or agent: once the log holds
 one, a step's read reads every event (:attr:`StepIndex.whole`).
@@ -37,7 +40,7 @@ class StepIndex:
     ``end``: what is indexed, the offset of the first byte (a file) or the
     number of the first line (in memory) not indexed yet."""
 
-    __slots__ = ("end", "whole", "_steps", "_approvals", "_requests", "_children")
+    __slots__ = ("end", "whole", "_steps", "_approvals", "_requests", "_children", "_first_batches")
 
     def __init__(self) -> None:
         self.end = 0
@@ -55,6 +58,10 @@ class StepIndex:
         # parent, in log order (the keys of a dict: a step run again is not
         # added twice, and finding it costs no scan of the others)
         self._children: dict[tuple[StepKey, str], dict[StepKey, None]] = {}
+        # agent id -> the (start, end) of its first tool/batch: whether the
+        # agent logged one before a tool/call decides whether that line is a
+        # call (CallLines)
+        self._first_batches: dict[str, tuple[int, int]] = {}
 
     def add(self, start: int, end: int, event: Mapping[str, Any]) -> None:
         """Index ``event``, the line from ``start`` to ``end`` (log order)."""
@@ -75,6 +82,8 @@ class StepIndex:
             parent = parent_of(event)
             if parent is not None:
                 self._children.setdefault(parent, {}).setdefault(key)
+            if key[2] is not None and not self.whole:
+                self._first_batches.setdefault(key[2], (start, end))
         elif kind == APPROVAL_REQUEST and (
             type(event.get("call_id")) is not str or type(event.get("suspension")) is not str
         ):
@@ -91,17 +100,21 @@ class StepIndex:
         self._steps.clear()
         self._approvals.clear()
         self._requests.clear()
+        self._first_batches.clear()
 
     def step_spans(self, turn: int, step: int, agent: str | None) -> list[tuple[int, int]]:
         """Where the events of step ``(turn, step)`` of ``agent`` (None: of
-        every agent) are, in log order (not :attr:`whole`)."""
+        every agent) are, with the first ``tool/batch`` of each of their
+        agents (of another step, it tells that the agent's ``tool/call``
+        lines after it are calls only as its batches name them:
+        ``CallLines``), in log order (not :attr:`whole`)."""
         by_agent = self._steps.get((turn, step))
         if not by_agent:
             return []
-        if agent is None:
-            return sorted(span for positions in by_agent.values() for span in _pairs(positions))
-        positions = by_agent.get(agent)
-        return [] if positions is None else list(_pairs(positions))
+        found = by_agent.items() if agent is None else [(agent, by_agent[agent])] if agent in by_agent else []
+        spans = {span for _, positions in found for span in _pairs(positions)}
+        spans.update(self._first_batches[named] for named, _ in found if named in self._first_batches)
+        return sorted(spans)
 
     def approval_spans(self, suspensions: Collection[str]) -> list[tuple[int, int]]:
         """Where the ``tool/approval`` events of ``suspensions`` are, in log order."""

@@ -18,6 +18,7 @@ from ._events import (
     CALL,
     RESULT,
     START,
+    CallLines,
     LoggedResult,
     StepKey,
     agent_matches,
@@ -150,7 +151,9 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
 
     The step's last ``tool/batch`` gives its calls (a step run again is
     read from its latest run); without one (a log written before that
-    event existed, or a crash that tore it) its ``tool/call`` events do.
+    event existed, or a crash that tore it) its ``tool/call`` events do; a
+    ``tool/call`` line that is not a call (:class:`CallLines`: a copy of a
+    line, as the session has it) is passed over.
     A ``tool/start``, ``tool/result`` or ``tool/approval-request`` pairs
     with the latest ``tool/call`` of its id and of its step (its ``turn``
     and ``step``, and its agent; of any step for one that names none, as
@@ -172,6 +175,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
     redeferred: dict[tuple[str, str | None], _Entry] = {}
     here: StepKey = (turn, step, agent)  # (the step of every entry)
     fallback: dict[str, _Entry] = {}  # the step's tool/call events, when there is no tool/batch
+    lines = CallLines()  # (which tool/call lines are calls, as the session has it)
     entry: _Entry | None
     for event in events:
         kind = event.get("type")
@@ -194,8 +198,11 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 for key, (_, named) in requests.items():
                     requests[key] = (None, named)
                 redeferred.clear()
+            lines.batch(event)
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
+            if not lines.is_call(event):
+                continue  # a copy of a line (or one its batch does not name): its call's start and result are the first's
             ours = (
                 event.get("turn") == turn
                 and event.get("step") == step
@@ -207,12 +214,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 if entries is not None:
                     entry = by_id.get(call_id)
                     if entry is not None and entry.logged:
-                        if agent is not None and event.get("agent") == agent:
-                            # The agent's own batch logs an id once a run (a
-                            # batch's ids are unique): a copy of the line.
-                            # Its call's start and result are the first's.
-                            continue
-                        entry = None  # a second tool/call of one id in a run: not the batch's
+                        entry = None  # a second tool/call of one id in a run (naming no agent): not the batch's
                 else:
                     entry = _Entry(call_id, _str(event.get("name"), "event.name"), event.get("arguments"))
                     fallback.pop(call_id, None)
@@ -247,6 +249,12 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 entry.started = True
             elif kind == RESULT:
                 entry.result = LoggedResult.from_event(event)
+                # Settled: a "deferred" decision no longer leaves it waiting
+                # for a request (its resume halted before asking again), as
+                # the session has it.
+                for waiting in ((call_id, agent_of(event)), (call_id, None)):
+                    if redeferred.get(waiting) is entry:
+                        del redeferred[waiting]
             else:
                 entry.awaiting = _str(event.get("suspension"), "event.suspension")
                 requests[(entry.awaiting, call_id)] = (entry, agent_of(event))

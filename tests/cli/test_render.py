@@ -298,3 +298,49 @@ def test_a_sub_call_logged_after_its_call_is_complete_is_one_whose_call_is_not_i
     handed = [[entry.call_id for entry in tree.feed(event, index)] for index, event in enumerate(events)]
     assert handed == [[], [], [], ["rc"], []]
     assert [entry.call_id for entry in tree.finish()] == ["rc"]
+
+
+def test_a_call_deferred_again_then_settled_is_forgotten_once_drawn() -> None:
+    # A resume that defers a call again and halts before asking settles it
+    # without the request that decision waits for. Before, the tree kept
+    # each such call (its result's content too) after drawing it: a replay
+    # held every one of a long log's.
+    import gc
+    import tracemalloc
+
+    from dsh_actors.session import INTERRUPTED, approval_event, approval_request_event, batch_event
+
+    def step(i: int) -> list[dict[str, Any]]:
+        call_id = f"call-{i:06d}"
+        return [
+            batch_event(1, i, [(call_id, "refund", {})], agent="a"),
+            call_event(1, i, call_id, "refund", {}, agent="a"),
+            approval_request_event(call_id, f"s{i}", "refund", "why", None, turn=1, step=i, agent="a"),
+            approval_event(call_id, f"s{i}", "deferred"),
+            result_event(call_id, INTERRUPTED, turn=1, step=i, agent="a"),
+        ]
+
+    tree = LogTree()
+    index = 0
+
+    def feed(steps: range) -> None:
+        nonlocal index
+        for i in steps:
+            for event in step(i):
+                assert [entry.call_id for entry in tree.feed(event, index)] == (
+                    [] if index % 5 < 4 else [event["call_id"]]
+                )
+                index += 1
+
+    feed(range(10))  # (what the first steps allocate and every later one reuses)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        feed(range(10, 1_010))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 32 * 1024, held
+    assert tree.finish() == []

@@ -408,6 +408,34 @@ def test_a_copy_of_a_tool_call_line_is_the_same_call_as_the_session_has_it(cli: 
     assert replayed.out == "── turn 1 · step 1 ──\n✓ a echo\n    fine\n1 call: 1 ok, 0 errors\n"
 
 
+def test_a_copy_of_an_older_steps_tool_call_line_is_no_call_of_its_own(cli: Cli, root: Path) -> None:
+    # A copy of step 1's line logged after the agent's next batch. Before,
+    # the session (whose call_count replay reads) took it for a call, where
+    # read_step had it a copy: replay drew a third call, without a result.
+    from dsh_actors.session import Session
+
+    call = call_event(1, 1, "a", "echo", {}, agent="cli")
+    log = _log(
+        root / "log.jsonl",
+        batch_event(1, 1, [("a", "echo", "{}")], agent="cli"),
+        call,
+        result_event("a", _ok("fine"), turn=1, step=1, agent="cli"),
+        batch_event(1, 2, [("b", "echo", "{}")], agent="cli"),
+        call_event(1, 2, "b", "echo", {}, agent="cli"),
+        call,
+        result_event("b", _ok("good"), turn=1, step=2, agent="cli"),
+    )
+    with Session.open(log) as session:
+        assert session.pending_calls() == [] and session.call_count == 2
+        assert [c.state for c in session.read_step(1, 1, "cli").calls] == ["settled"]
+    replayed = cli("replay", log)
+    assert replayed.code == 0 and replayed.err == ""
+    assert replayed.out == (
+        "── turn 1 · step 1 ──\n✓ a echo\n    fine\n── turn 1 · step 2 ──\n✓ b echo\n    good\n"
+        "2 calls: 2 ok, 0 errors\n"
+    )
+
+
 def test_each_reading_appends_each_event_once_to_one_session_as_read(
     cli: Cli, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -125,8 +125,10 @@ def test_recovering_an_agent_parses_its_step_s_lines_not_the_other_agents(
         ]
         assert session.pending_calls() == ["c1"] * (agents - 2)
     # What a0's recovery logged since (one result), and a1's step (batch,
-    # calls, starts, c0's result): whatever else the log holds.
-    assert parsed == 1 + 6
+    # calls, starts, c0's result) with a1's first batch (step 1's: it tells
+    # that a1's tool/call lines are calls as its batches name them),
+    # whatever else the log holds.
+    assert parsed == 1 + 6 + 1
 
 
 @pytest.mark.parametrize("on_file", [True, False])
