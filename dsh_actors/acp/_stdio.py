@@ -14,6 +14,10 @@ without a method) is not answered (JSON-RPC answers requests; answering a respon
 could start the peers answering each other's errors): it is logged, and
 the SDK gets it as an error response (``-32600``, the problem as its
 message), so the agent's request it answers fails instead of waiting.
+A line longer than :data:`STREAM_LIMIT` bytes is not read whole: it is
+skipped to its end (no more of it held than the limit) and answered with
+a ``-32600`` error naming the limit, without an id (none was read); the
+agent reads on.
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 _RESPONSE_KEYS: Final = ("id", "result", "error")
 STREAM_LIMIT: Final = 50 * 1024 * 1024
-"""The longest line read at once (the SDK's default for stdio)."""
+"""The longest message line read, in bytes, its newline not counted (the
+SDK's default for stdio): a longer one is skipped and answered with an
+error."""
 PEER_TEXT_LIMIT: Final = 200
 """The most characters of a text the peer sent that a message of ours shows."""
 
@@ -152,6 +158,16 @@ class CheckedTransport:
     async def receive(self) -> dict[str, Any] | None:
         while True:
             line = await self._read_line()
+            if line is None:
+                limit = STREAM_LIMIT
+                await self._answer(
+                    None,
+                    INVALID_REQUEST,
+                    "Invalid Request",
+                    f"a message line longer than the limit of {limit:,} bytes was skipped unread: "
+                    f"send each message on one line of at most {limit:,} bytes",
+                )
+                continue
             if not line:
                 return None
             line = line.strip()
@@ -206,20 +222,32 @@ class CheckedTransport:
         except Exception as exc:  # noqa: BLE001 - the peer is gone: nothing to answer
             logger.debug("ACP: could not answer a malformed message: {}", safe_str(exc))
 
-    async def _read_line(self) -> bytes:
-        chunks: list[bytes] = []
-        try:
-            while True:
+    async def _read_line(self) -> bytes | None:
+        """The next line (``b""`` at the end of the input), or ``None`` for
+        one longer than :data:`STREAM_LIMIT` bytes: read to its end (or the
+        input's) and dropped, holding no more of it than the limit."""
+        chunks: list[bytes] | None = []
+        size = 0  # (the line's bytes read so far, its newline not counted)
+        while True:
+            try:
                 try:
-                    chunks.append(await self._reader.readuntil(b"\n"))
-                    return b"".join(chunks)
-                except asyncio.LimitOverrunError as exc:
-                    chunks.append(await self._reader.readexactly(exc.consumed))
-        except asyncio.IncompleteReadError as exc:
-            chunks.append(exc.partial)
-            return b"".join(chunks)
-        except (ConnectionError, OSError):
-            return b""
+                    chunk = await self._reader.readuntil(b"\n")
+                    ended = True
+                except asyncio.LimitOverrunError as exc:  # (longer than the reader's own limit: in parts)
+                    chunk = await self._reader.readexactly(exc.consumed)
+                    ended = False
+            except asyncio.IncompleteReadError as exc:  # the input ended within the line
+                chunk = exc.partial
+                ended = True
+            except (ConnectionError, OSError):
+                return b""
+            size += len(chunk) - (1 if chunk.endswith(b"\n") else 0)
+            if chunks is not None and size > STREAM_LIMIT:
+                chunks = None  # too long: the rest is read and dropped
+            if chunks is not None:
+                chunks.append(chunk)
+            if ended:
+                return None if chunks is None else b"".join(chunks)
 
 
 async def _stdio_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

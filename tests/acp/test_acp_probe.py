@@ -37,7 +37,7 @@ from dsh_actors import (
     define_tool,
     text,
 )
-from dsh_actors.acp import attach, message_problem, serve
+from dsh_actors.acp import _stdio, attach, message_problem, serve
 from examples.acp_agent import ScriptedAgent
 
 
@@ -183,6 +183,40 @@ def test_message_problem_requires_a_responses_error_to_be_a_json_rpc_error() -> 
     assert message_problem({"jsonrpc": "2.0", "id": 1, "error": {"code": True, "message": "x"}}) == problem
     assert message_problem({"jsonrpc": "2.0", "id": 1, "error": {"message": "x"}}) == problem
     assert message_problem({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "x", "data": [1]}}) is None
+
+
+def test_a_line_longer_than_the_limit_is_skipped_and_answered_naming_it_and_the_agent_reads_on(
+    rt: ToolRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The transport read a line of any length into memory (a peer that never
+    # sent a newline grew the agent without bound). Now a line over the
+    # limit is read to its end and dropped, and answered -32600 naming the
+    # limit; a line of exactly the limit is read (here 100,000 bytes: longer
+    # than the socket reader's own 64 KiB limit, so both are read in parts).
+    monkeypatch.setattr(_stdio, "STREAM_LIMIT", 100_000)
+
+    def initialize(ident: str, size: int) -> bytes:
+        head = json.dumps({"jsonrpc": "2.0", "id": ident, "method": "initialize", "params": {"protocolVersion": 1}})
+        return head[:-1].encode() + b" " * (size - len(head)) + b"}\n"  # (spaces inside the object)
+
+    async def scenario() -> None:
+        async with wired(rt, tmp_path, RecordingClient()) as running:
+            client = running.client
+            running.raw.write(initialize("too long", 100_001) + initialize("fits", 100_000))
+            await running.raw.drain()
+            await client.wait_for(lambda: any(m.get("id") == "fits" for m in client.incoming))
+            answered = [m for m in client.incoming if "id" in m and m["id"] in (None, "too long", "fits")]
+            assert [(m.get("id"), "result" in m) for m in answered] == [(None, False), ("fits", True)]
+            assert answered[0]["error"] == {
+                "code": -32600,
+                "message": "Invalid Request",
+                "data": {
+                    "details": "a message line longer than the limit of 100,000 bytes was skipped unread: "
+                    "send each message on one line of at most 100,000 bytes"
+                },
+            }
+
+    asyncio.run(scenario())
 
 
 class Updates:
