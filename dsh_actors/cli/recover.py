@@ -18,6 +18,11 @@ A batch that suspended on a deferred approval is unfinished too: recovering
 it asks for its deferred calls' approvals again (``--approve``, as in
 ``run``), and its suspension can no longer be resumed; ``dsh-actors
 resume`` with its ``run --json`` document keeps the decisions instead.
+So when the step recovered was suspended (a call awaits a deferred
+approval, ``tool/approval-request`` with no decision, and no call was cut
+by a crash: none started without a result), one note on stderr after the
+results says so and names ``dsh-actors resume SUSPENSION.json --log
+FILE`` (:func:`_suspended_note`); the output and exit status are unchanged.
 
 The tools, the executor, ``--no-timeout``, ``--approve``, the output
 (cards of the step's calls drawn from the log, or ``--json``, whose
@@ -34,6 +39,7 @@ fix, nothing runs); 2, 74 and 130 as for every command.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -41,7 +47,7 @@ from concurrent.futures import Future
 from ..errors import DshError
 from ..model import Agent, ToolBatchResult
 from ..runtime import ToolRuntime
-from ..session import BATCH, CALL, LoggedCall, Session, StepKey, agent_matches, step_key
+from ..session import BATCH, CALL, STARTED, LoggedCall, Session, StepKey, agent_matches, step_key
 from ..signals import AbortSignal
 from .loading import CliError, one_line
 from .run import in_thread, open_written_log, run_batch
@@ -80,6 +86,27 @@ def _listed(steps: list[tuple[StepKey, tuple[LoggedCall, ...]]]) -> str:
         open_calls = sum(call.result is None for call in calls)
         shown.append(f"{_step_name(key)} ({open_calls} of {len(calls)} calls without a result)")
     return "; ".join(shown)
+
+
+def _suspended_note(key: StepKey, calls: tuple[LoggedCall, ...], path: str) -> str | None:
+    """The line for stderr when step ``key``, whose calls are ``calls``,
+    was suspended, not interrupted: a call awaits a deferred approval (its
+    ``tool/approval-request`` has no decision) and none was cut by a crash
+    (started without a result); else None. It names the suspension and
+    ``dsh-actors resume`` with the log ``path``, which finishes such a step
+    by deciding the approvals it asked for, without asking them again."""
+    if any(call.state == STARTED for call in calls):
+        return None
+    suspension = next((call.awaiting for call in calls if call.awaiting is not None), None)
+    if suspension is None:
+        return None
+    return (
+        f"dsh-actors recover: note: {_step_name(key)} was suspended on a deferred approval (suspension "
+        f"{suspension}), not interrupted, so this recovery asked for its approvals again; dsh-actors resume "
+        f"SUSPENSION.json --log {shlex.quote(path)} (SUSPENSION.json: the run --json document holding the "
+        "suspension) finishes a suspended step by deciding the approvals already asked for (--decide "
+        "CALL_ID=ANSWER), with no new question\n"
+    )
 
 
 def _chosen(
@@ -147,4 +174,8 @@ def recover_command(args: argparse.Namespace) -> int:
         return lambda abort: in_thread(lambda: rt.tools.recover(agent, turn, step, signal=abort), "recover")
 
     names = {call.call_id: call.name for call in calls}
-    return run_batch(args, session, prepare, names, "dsh", keep_log=True, failed="cannot recover the step", step=key)
+    status = run_batch(args, session, prepare, names, "dsh", keep_log=True, failed="cannot recover the step", step=key)
+    note = _suspended_note(key, calls, path)
+    if note is not None:
+        sys.stderr.write(note)  # (after the results, as run's notes)
+    return status

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from dsh_actors.model import ToolExecutionSuccess
-from dsh_actors.session import Session, batch_event, call_event, result_event
+from dsh_actors.session import (
+    Session,
+    approval_request_event,
+    batch_event,
+    call_event,
+    result_event,
+    start_event,
+)
 
 from .conftest import Cli, assert_one_line_error, started_cli
 
@@ -249,6 +256,79 @@ def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recove
     again = cli("resume", document, *options)  # resumed already
     assert_one_line_error(again, "resume", f"its process or runtime stopped, dsh-actors recover --log {log} finishes")
     assert "rt.tools.recover" not in again.err
+
+
+def _suspended_note(log: Path, suspension: str) -> str:
+    return (
+        f"dsh-actors recover: note: turn 1, step 1 of agent 'cli' was suspended on a deferred approval (suspension "
+        f"{suspension}), not interrupted, so this recovery asked for its approvals again; dsh-actors resume "
+        f"SUSPENSION.json --log '{log}' (SUSPENSION.json: the run --json document holding the suspension) "
+        "finishes a suspended step by deciding the approvals already asked for (--decide CALL_ID=ANSWER), with "
+        "no new question\n"
+    )
+
+
+def test_recovering_a_suspended_step_notes_that_resume_finishes_it_without_asking_again(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # (recover asked the step's approvals again and printed a new suspension
+    # id, never naming dsh-actors resume, which decides the ones asked for.)
+    from .test_run import DEFERRING_CALLS, DEFERRING_TOOLS
+
+    module = write_module("deferring_tools", DEFERRING_TOOLS)
+    (root / "batch.json").write_text(json.dumps({"calls": DEFERRING_CALLS}))
+    log = root / "run.jsonl"
+    run = cli("run", root / "batch.json", "--tools", module, "--log", log, "--json")
+    assert run.code == 0, run.err
+    document = root / "suspended.json"
+    document.write_text(run.out)
+    suspension = json.loads(run.out)["suspension"]["id"]
+    cards_log, json_log, resumed_log = (root / f"{name} log.jsonl" for name in ("cards", "json", "resumed"))
+    for copy in (cards_log, json_log, resumed_log):
+        copy.write_bytes(log.read_bytes())
+
+    cards = cli("recover", "--log", cards_log, "--tools", module)
+    assert cards.code == 0 and cards.err == _suspended_note(cards_log, suspension)  # one line, the path quoted
+    assert cards.out.endswith("3 calls: 1 ok, 0 errors, 2 without a result (1 awaiting approval, 1 never started)\n")
+    assert "dsh-actors" not in cards.out
+
+    as_json = cli("recover", "--log", json_log, "--tools", module, "--json")
+    assert as_json.code == 0 and as_json.err == _suspended_note(json_log, suspension)
+    again = json.loads(as_json.out)  # stdout holds the document alone
+    assert again["suspension"]["id"] != suspension and again["summary"]["awaiting_approval"] == 1
+
+    resumed = cli("resume", document, "--log", resumed_log, "--tools", module, "--decide", "a=yes")  # what it names
+    assert resumed.code == 0 and resumed.err == "", resumed.err
+    assert "paid bob" in resumed.out and resumed.out.endswith("3 calls: 3 ok, 0 errors\n")
+
+
+def test_recovering_a_step_a_crash_cut_has_no_note_even_with_a_deferred_approval(
+    cli: Cli, crashed: tuple[Path, Path], root: Path, write_module: Any
+) -> None:
+    log, module = crashed  # no approval asked, a call started
+    outcome = cli("recover", "--log", log, "--tools", module, "--json")
+    assert outcome.code == 0 and outcome.err == "", outcome.err
+    assert json.loads(outcome.out)["summary"]["error"] == 1
+
+    # The run was killed after "a" was deferred, while "b"'s body ran: a
+    # crash (its suspension was never returned), not a suspension to resume.
+    from .test_run import DEFERRING_TOOLS
+
+    deferring = write_module("deferring_tools", DEFERRING_TOOLS)
+    cut = root / "cut.jsonl"
+    session = Session(cut)
+    try:
+        calls = [("a", "pay", {"to": "bob"}), ("b", "look", {"q": "x"}), ("c", "write", {"path": "p"})]
+        session.append(batch_event(1, 1, calls, agent="cli", unknown=()))
+        session.append(call_event(1, 1, "a", "pay", {"to": "bob"}, agent="cli"))
+        session.append(approval_request_event("a", "s1", "pay", None, None, turn=1, step=1, agent="cli"))
+        session.append(call_event(1, 1, "b", "look", {"q": "x"}, agent="cli"))
+        session.append(start_event("b", 1, 1, agent="cli"))
+    finally:
+        session.close()
+    recovered = cli("recover", "--log", cut, "--tools", deferring, "--approve", "yes")
+    assert recovered.code == 0 and recovered.err == "", recovered.err
+    assert "paid bob" in recovered.out and "INTERRUPTED" in recovered.out and "wrote p" in recovered.out
 
 
 def test_help_of_recover_states_its_exit_statuses(cli: Cli) -> None:
