@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 from .errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str, utf8_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from contextlib import AbstractContextManager
+    from pathlib import Path
+
     from .signals import AbortSignal
 
 __all__ = [
@@ -318,7 +321,35 @@ class UserMessage:
 class SessionLog(Protocol):
     """An agent's durable log (``Agent.session``): a
     :class:`~dsh_actors.session.Session`, which this module does not name
-    (the session package imports it); the scheduler reads it as one."""
+    (the session package imports it), as the runtime's layers use it: a
+    batch appends its events, a resume or recovery holds the log and reads
+    and closes steps. A step is ``(turn, step, agent id or None)``
+    (``session.StepKey``); ``read_step`` returns a ``session.LoggedStep``."""
+
+    @property
+    def path(self) -> Path | None: ...
+
+    def append(self, event: Mapping[str, Any]) -> None: ...
+
+    def append_lossless(self, event: dict[str, Any]) -> None: ...
+
+    def holding(self) -> AbstractContextManager[None]: ...
+
+    def decide(self, suspension: str, decisions: Mapping[str, str]) -> None: ...
+
+    def open_calls(self, turn: int, step: int, agent: str | None = None) -> list[str]: ...
+
+    def read_step(self, turn: int, step: int, agent: str | None = None) -> Any: ...
+
+    def step_events(self, turn: int, step: int, agent: str | None = None) -> list[dict[str, Any]]: ...
+
+    def child_steps(
+        self, turn: int, step: int, agent: str | None, call_id: str
+    ) -> tuple[tuple[int, int, str | None], ...]: ...
+
+    def close_steps(self, steps: Collection[tuple[int, int, str | None]]) -> list[dict[str, Any]]: ...
+
+    def close_sub_calls(self, root_call_ids: Collection[str]) -> list[dict[str, Any]]: ...
 
 
 class ToolSetRef(Protocol):

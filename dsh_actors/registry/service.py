@@ -56,6 +56,7 @@ from ..messages import (
 from ..model import (
     Agent,
     ModelSelection,
+    SessionLog,
     ToolActivationContext,
     ToolBatchInput,
     ToolBatchResult,
@@ -619,7 +620,7 @@ class ToolsService:
                 lambda r: self._resume_claimed(plan, session, r, loop),
             )
 
-    def _resume_claimed(self, plan: Any, session: Any, reply: Reply, loop: Any) -> None:
+    def _resume_claimed(self, plan: Any, session: SessionLog | None, reply: Reply, loop: Any) -> None:
         # The log is taken for this session's writes (no other process
         # writes it meanwhile); a refusal that wrote nothing gives it back.
         with nullcontext() if session is None else session.holding():

@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from loguru import logger
 
@@ -91,7 +91,7 @@ from .suspension import new_suspension_id, suspension_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
-    from ..session import Session
+    from ..model import SessionLog
     from .messages import BatchHost
 
 __all__ = ["BatchRun", "CallState"]
@@ -329,7 +329,7 @@ class BatchRun:
         # results are not held until it ends, and its reply holds none).
         self.results: list[ToolCallResult] = []
         self.committed = 0  # results whose tool/result reached the session (a sub-batch's: its sink)
-        self.session: Session | None = None
+        self.session: SessionLog | None = None
         # The batch's signal (without one, the stop's until _open).
         self.signal: AbortSignal = rt.stop_signal if batch.signal is None else batch.signal
         # The batch's signal and the runtime's stop, the first abort wins:
@@ -637,7 +637,7 @@ class BatchRun:
         policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
         agent = batch.agent
         if batch.log is not None and agent is not None:
-            self.session = cast("Session | None", agent.session)
+            self.session = agent.session
             if self.session is not None and batch.calls and self.starts is None:
                 # (A continued batch continues a step whose tool/batch is logged.)
                 self._log_batch()

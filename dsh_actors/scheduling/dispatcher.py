@@ -62,6 +62,7 @@ from .messages import Resume, RunBatch, Serve
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
+    from .messages import Begin
     from .pool import WorkMailbox
 
 __all__ = ["Dispatcher"]
@@ -297,7 +298,9 @@ class Dispatcher:
         if interrupted is not None:
             raise interrupted
 
-    def _undelivered(self, message: Any, exc: BaseException, retrying: bool) -> list[tuple[Address | None, Any]]:
+    def _undelivered(
+        self, message: Serve[WorkMailbox] | RunBatch | Begin | Resume, exc: BaseException, retrying: bool
+    ) -> list[tuple[Address | None, Any]]:
         """``message`` could not be sent: its actor could not be started (no
         thread could be: ``RuntimeError``), or the runtime stops (its group
         refuses new actors, or the actor had stopped: an idle actor leaves
@@ -323,6 +326,7 @@ class Dispatcher:
         * ``retrying`` (the retry timer's sends, on the loop's thread): a
           step of any kind waits so, and nothing is answered there."""
         stopping = isinstance(exc, (RuntimeStoppedError, pykka.ActorDeadError))
+        served: WorkMailbox | None = None  # a Serve's mailbox
         unserved: list[Any] = []
         refuse = arm = False
         with self.lock:
@@ -330,7 +334,8 @@ class Dispatcher:
             starved = self.starved
             if type(message) is Serve:
                 self.serving -= 1
-                unserved = message.mailbox.refused_locked(reclaim=not stopping)
+                served = message.mailbox
+                unserved = served.refused_locked(reclaim=not stopping)
             else:
                 self.stepping -= 1
                 if stopping or (type(message) is RunBatch and not retrying):
@@ -348,8 +353,8 @@ class Dispatcher:
         if not stopping and not retrying and not (starved and type(message) is not Serve):
             # (Once a starved spell, not at every retry.)
             logger.opt(exception=exc).error("the dispatcher could not start an actor for {}", type(message).__name__)
-        if unserved:
-            message.mailbox.fail_unserved(unserved, exc)
+        if served is not None and unserved:
+            served.fail_unserved(unserved, exc)
         if refuse:
             self._refuse_step(message, None if stopping else exc)
         if arm:
@@ -395,7 +400,7 @@ class Dispatcher:
         except BaseException as exc:  # noqa: BLE001 - never into the loop
             logger.opt(exception=exc).error("retrying the queued steps failed")
 
-    def refused(self, message: Any) -> None:
+    def refused(self, message: Serve[WorkMailbox] | RunBatch | Begin | Resume) -> None:
         """A send :meth:`_assign` decided reached its actor after it retired
         (the runtime stops), and the actor refuses it: answered as any send
         that could not be made in a stop (:meth:`_undelivered`: the slot

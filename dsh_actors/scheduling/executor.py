@@ -762,7 +762,7 @@ class CallActor(MailboxActor):
         self.address = Address(self)
         self.lends = 0  # the waits its slot is lent for (see Lent); its own thread only
 
-    def handle(self, message: Serve) -> None:
+    def handle(self, message: Serve[WorkMailbox]) -> None:
         match message:
             case Serve():
                 mailbox: WorkMailbox | None = message.mailbox
@@ -771,7 +771,7 @@ class CallActor(MailboxActor):
             case _:
                 assert_never(message)
 
-    def refuse(self, message: Serve) -> None:
+    def refuse(self, message: Serve[WorkMailbox]) -> None:
         """``message`` reached this actor after it retired: its slot goes
         back and its mailbox hears that nobody comes (any thread: see
         ``MailboxActor``)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     import threading
@@ -48,28 +48,47 @@ class Reply(Protocol):
     def done(self) -> bool: ...
 
 
-class Capacity(Protocol):
+class ServedMailbox(Protocol):
+    """A batch's :class:`~.pool.WorkMailbox` as the dispatcher and these
+    messages know it (the bound of ``MailboxT``: ``Capacity``'s mailboxes,
+    ``Serve.mailbox``): the servers it holds, and what it is told when a
+    granted one will never come. The pool module imports this one, which
+    does not name it."""
+
+    def granted(self) -> int: ...
+
+    def refused_locked(self, *, reclaim: bool) -> list[Call]: ...
+
+    def fail_unserved(self, calls: list[Call], cause: BaseException) -> None: ...
+
+
+#: The mailbox type a ``Capacity`` is given, a ``Serve`` carries: a
+#: ``WorkMailbox`` (``Capacity[WorkMailbox]``, ``Serve[WorkMailbox]``).
+MailboxT = TypeVar("MailboxT", bound=ServedMailbox)
+
+
+class Capacity(Protocol[MailboxT]):
     """The runtime's :class:`~.dispatcher.Dispatcher` as a batch and its
-    :class:`~.pool.WorkMailbox` (each ``mailbox`` here) use it: both
-    modules import this one, which names neither."""
+    :class:`~.pool.WorkMailbox` (each ``mailbox`` here, ``MailboxT``) use
+    it: both modules import this one, which names neither."""
 
     @property
     def lock(self) -> threading.Lock: ...
 
     @property
-    def wanting(self) -> Collection[Any]: ...
+    def wanting(self) -> Collection[MailboxT]: ...
 
-    def opened(self, mailbox: Any) -> None: ...
+    def opened(self, mailbox: MailboxT) -> None: ...
 
-    def closed_mailbox_locked(self, mailbox: Any) -> None: ...
+    def closed_mailbox_locked(self, mailbox: MailboxT) -> None: ...
 
-    def want_locked(self, mailbox: Any) -> list[tuple[Address | None, Any]]: ...
+    def want_locked(self, mailbox: MailboxT) -> list[tuple[Address | None, Any]]: ...
 
     def send(self, sends: list[tuple[Address | None, Any]]) -> None: ...
 
-    def waits_for(self, mailbox: Any) -> bool: ...
+    def waits_for(self, mailbox: MailboxT) -> bool: ...
 
-    def yields(self, mailbox: Any) -> bool: ...
+    def yields(self, mailbox: MailboxT) -> bool: ...
 
     def repays_locked(self, worker: Address) -> bool: ...
 
@@ -88,8 +107,9 @@ class BatchPolicy:
     """``tool_body(definition)``, or None (the definitions' own bodies run)."""
     hint: Callable[[str], str | None] | None
     """``direct_call_hint(name)``, or None (it always answers None)."""
-    dispatcher: Capacity
-    """The runtime's capacity (the work mailbox asks it for servers)."""
+    dispatcher: Capacity[Any]
+    """The runtime's capacity (the work mailbox asks it for servers): a
+    ``Capacity[WorkMailbox]``, which this module does not name."""
 
     def route(self, name: str) -> tuple[Any, str | None]:
         """Where a model's call of ``name`` goes, before the registry: the
@@ -169,11 +189,11 @@ class RunBatch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Serve:
+class Serve(Generic[MailboxT]):
     """Serve ``mailbox``: take its calls, dispatch each, report each
     ``Settled``, until a LEAVE; then go back to the dispatcher."""
 
-    mailbox: Any
+    mailbox: MailboxT
     """The batch's work mailbox, a ``WorkMailbox`` (a reference, like an actor ref)."""
 
 

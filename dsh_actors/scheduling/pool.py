@@ -132,7 +132,11 @@ class WorkMailbox:
     )
 
     def __init__(
-        self, limit: int, dispatcher: Capacity, inbox: BatchInbox, stale: Callable[[Call], bool] | None = None
+        self,
+        limit: int,
+        dispatcher: Capacity[WorkMailbox],
+        inbox: BatchInbox,
+        stale: Callable[[Call], bool] | None = None,
     ) -> None:
         self._items: deque[Any] = deque()
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()

@@ -54,13 +54,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_str
 from ..json import dumps, thaw
 from ..model import (
     Agent,
     LogStep,
+    SessionLog,
     ToolBatchInput,
     ToolCall,
     ToolExecutionFailure,
@@ -76,7 +77,7 @@ from ..session import (
     START,
     LoggedCall,
     LoggedResult,
-    Session,
+    LoggedStep,
     StepKey,
     same_step,
     step_key,
@@ -152,7 +153,7 @@ NestedCall: TypeAlias = tuple[StepKey, str, str, bool | None]
 
 
 def _nested_steps(
-    session: Session, here: StepKey, open_ids: Collection[str]
+    session: SessionLog, here: StepKey, open_ids: Collection[str]
 ) -> dict[str, tuple[set[StepKey], list[NestedCall]]]:
     """For each call of ``open_ids`` (the started calls without a result of
     step ``here``): the logged steps its body ran, directly or through
@@ -374,7 +375,7 @@ def close_nested(rt: Kernel, plan: RecoveryPlan) -> None:
     batch = plan.batch
     agent, log = batch.agent, batch.log
     assert agent is not None and log is not None
-    turn, step, session = log.turn, log.step, cast("Session | None", agent.session)
+    turn, step, session = log.turn, log.step, agent.session
     assert session is not None  # (recovery_plan refuses an agent without one)
     held: list[tuple[int, int, str]] = []
     try:
@@ -395,7 +396,7 @@ def close_nested(rt: Kernel, plan: RecoveryPlan) -> None:
             rt.claims.release_step(session, t, s_, owner)
 
 
-def recovery_session(agent: Any, turn: Any, step: Any, signal: Any) -> Session:
+def recovery_session(agent: Any, turn: Any, step: Any, signal: Any) -> SessionLog:
     """The session a recovery of step ``(turn, step)`` of ``agent`` reads,
     once its arguments are checked: asked before anything is claimed or
     held, so a wrong argument is named whatever holds the log. Raises
@@ -404,7 +405,7 @@ def recovery_session(agent: Any, turn: Any, step: Any, signal: Any) -> Session:
     ``AbortSignal``."""
     if not isinstance(agent, Agent):
         raise InvalidTypeError(f"recover() takes the Agent whose step it finishes, not {type(agent).__qualname__}")
-    session = cast("Session | None", agent.session)
+    session = agent.session
     if session is None:
         raise InvalidValueError(
             f"agent {agent.id!r} has no session to recover from: open its log with "
@@ -435,7 +436,7 @@ def recovery_plan(
     naming the fix: what :func:`recovery_session` refuses, a step the log
     has no call of."""
     session = recovery_session(agent, turn, step, signal)
-    logged = session.read_step(turn, step, agent.id)  # (its own step: agents may share the session)
+    logged: LoggedStep = session.read_step(turn, step, agent.id)  # (its own step: agents may share the session)
     if not logged.calls:
         where = "" if session.path is None else f" ({session.path})"
         raise InvalidValueError(
