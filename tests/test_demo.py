@@ -39,12 +39,15 @@ def _demo(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_help_describes_the_demo_and_exits_0_without_running_it() -> None:
-    done = _demo("--help")
-    assert done.returncode == 0 and done.stderr == ""
-    assert done.stdout.startswith("usage: python -m dsh_actors.demo [-h]\n")
-    assert "A two-second tour of dsh-actors (./dev demo)" in done.stdout
-    assert "dsh-actors demo:" not in done.stdout and "session log:" not in done.stdout  # (it ran the tour)
+def test_help_describes_the_demo_and_exits_0_without_running_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # In this process: the test below runs the command line as a process.
+    with pytest.raises(SystemExit) as exited:
+        demo.main(["--help"])
+    done = capsys.readouterr()
+    assert exited.value.code == 0 and done.err == ""
+    assert done.out.startswith("usage: python -m dsh_actors.demo [-h]\n")
+    assert "A two-second tour of dsh-actors (./dev demo)" in done.out
+    assert "dsh-actors demo:" not in done.out and "session log:" not in done.out  # (it ran the tour)
 
 
 def test_an_unknown_argument_is_refused_naming_it_with_exit_2() -> None:

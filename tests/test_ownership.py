@@ -18,6 +18,7 @@ states and who owns what" and "Layers").
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,11 +133,19 @@ class _Scan(ast.NodeVisitor):
         return node.attr in self.module_members  # a module-level function of the owning module
 
 
+@functools.cache  # parsed once for every test here (the visitors only read the trees)
+def _parsed() -> tuple[tuple[str, ast.Module, Path], ...]:
+    return tuple(
+        (path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path)), path)
+        for path in sorted(PACKAGE.rglob("*.py"))
+    )
+
+
 def _modules() -> Iterator[tuple[str, ast.Module, Path]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path)), path
+    yield from _parsed()
 
 
+@functools.cache  # (two tests read it; neither changes it)
 def private_accesses() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for name, tree, path in _modules():

@@ -34,7 +34,7 @@ def suspended(cli: Cli, root: Path, write_module: Any) -> tuple[Path, Path, Path
 
 
 def test_a_suspended_run_is_resumed_in_another_process_with_its_decisions_and_only_once(
-    root: Path, write_module: Any
+    cli: Cli, root: Path, write_module: Any
 ) -> None:
     # (There was no way to resume from the command line: run ended with a
     # suspension that only rt.tools.resume could take.)
@@ -57,8 +57,8 @@ def test_a_suspended_run_is_resumed_in_another_process_with_its_decisions_and_on
     ]
     assert document["pending"] == [] and document["suspension"] is None
     assert document["summary"]["ok"] == 3
-    cards = run_cli("replay", "run.jsonl", cwd=root)
-    assert "decision: allowed-once" in cards.stdout and cards.stdout.endswith("3 calls: 3 ok, 0 errors\n")
+    cards = cli("replay", "run.jsonl")  # (replay only reads the log: in this process)
+    assert "decision: allowed-once" in cards.out and cards.out.endswith("3 calls: 3 ok, 0 errors\n")
 
     again = run_cli("resume", "suspended.json", *options, cwd=root)
     assert again.returncode == 1 and again.stdout == ""
@@ -222,14 +222,14 @@ def register(rt):
 
 
 def test_ctrl_c_while_the_resumed_batch_runs_aborts_it_prints_the_results_and_exits_130(
-    root: Path, write_module: Any
+    cli: Cli, root: Path, write_module: Any
 ) -> None:
     module = write_module("holding_tools", HOLDING_TOOLS)
     calls = [{"id": "a", "name": "pay", "arguments": {"to": "bob"}}, {"id": "h", "name": "hold", "arguments": {}}]
     (root / "batch.json").write_text(json.dumps({"calls": calls}))
-    run = run_cli("run", "batch.json", "--tools", module, "--log", "run.jsonl", "--json", cwd=root)
-    assert run.returncode == 0, run.stderr
-    (root / "suspended.json").write_text(run.stdout)
+    run = cli("run", "batch.json", "--tools", module, "--log", "run.jsonl", "--json")  # (the resume is the process)
+    assert run.code == 0, run.err
+    (root / "suspended.json").write_text(run.out)
     command = [sys.executable, "-m", "dsh_actors.cli", "resume", "suspended.json", "--tools", str(module)]
     command += ["--log", "run.jsonl", "--decide", "a=yes"]
     proc = started_cli(command, root)

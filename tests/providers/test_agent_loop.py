@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -72,24 +73,34 @@ def test_python_dash_m_runs_the_loop_in_either_shape() -> None:
         assert marker in done.stdout and "tool/result  " in done.stdout
 
 
-def test_help_prints_the_usage_and_runs_nothing() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.agent_loop", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: python -m examples.agent_loop [-h] [--provider {openai,anthropic}]")
-    assert '"role"' not in done.stdout and "tool/result" not in done.stdout
+def _run_as_main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str
+) -> tuple[int | str | None, str, str]:
+    """examples/agent_loop.py run as ``__main__`` with ``ARGV``, in this
+    process (the test above runs it as a process): its exit code, standard
+    output and error."""
+    monkeypatch.setattr(sys, "argv", ["agent_loop.py", *argv])
+    monkeypatch.setenv("COLUMNS", "80")  # (argparse's width, as on a pipe)
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(REPO / "examples" / "agent_loop.py"), run_name="__main__")
+    done = capsys.readouterr()
+    return exited.value.code, done.out, done.err
 
 
-def test_an_unknown_provider_is_a_usage_error() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.agent_loop", "--provider", "bogus"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert "argument --provider: invalid choice: 'bogus' (choose from" in done.stderr
-    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr
+def test_help_prints_the_usage_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run_as_main(monkeypatch, capsys, "--help")
+    assert code == 0, err
+    assert out.startswith("usage: python -m examples.agent_loop [-h] [--provider {openai,anthropic}]")
+    assert '"role"' not in out and "tool/result" not in out
+
+
+def test_an_unknown_provider_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run_as_main(monkeypatch, capsys, "--provider", "bogus")
+    assert code == 2
+    assert out == ""
+    assert "argument --provider: invalid choice: 'bogus' (choose from" in err
+    assert "Traceback" not in err and "KeyError" not in err

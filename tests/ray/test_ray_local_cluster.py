@@ -80,7 +80,7 @@ def test_an_executor_starts_a_local_cluster_shares_it_and_the_last_close_shuts_i
     assert not [t.name for t in leaked if t.is_alive()]
 
 
-def test_stop_closes_the_runtimes_executor_and_the_last_one_shuts_the_cluster_down() -> None:
+def test_stop_closes_the_runtimes_executor_the_last_one_shuts_the_cluster_down_and_joining_another_is_refused() -> None:
     # rt.stop() left the executor open: the local cluster it started ran on
     # until the application called close().
     assert not ray.is_initialized()
@@ -89,6 +89,10 @@ def test_stop_closes_the_runtimes_executor_and_the_last_one_shuts_the_cluster_do
     other = RayExecutor()  # the same connection, in no runtime
     try:
         assert executor.owns_connection and executor.started_cluster
+        # Joining another cluster than the connected one is refused (and
+        # holds no share of the connection: the last close below shuts it down).
+        with pytest.raises(ValueError, match="already connected to the Ray cluster at"):
+            RayExecutor("127.0.0.1:1")
         with ToolRuntime() as rt:
             rt.tools.register(rt_tools.tool("who", rt_tools.identify, meta={"ray": True}))
             rt.tools.set_executor(executor)
@@ -102,17 +106,6 @@ def test_stop_closes_the_runtimes_executor_and_the_last_one_shuts_the_cluster_do
         other.close()
         executor.close()
     wait_until(lambda: not (set(children()) - children_before), "Ray's processes to exit", timeout=15)
-
-
-def test_joining_another_cluster_than_the_connected_one_is_refused() -> None:
-    assert not ray.is_initialized()
-    executor = RayExecutor(local_cpus=1, object_store_memory=80 * 1024 * 1024, init_options=options())
-    try:
-        with pytest.raises(ValueError, match="already connected to the Ray cluster at"):
-            RayExecutor("127.0.0.1:1")
-    finally:
-        executor.close()
-    assert not ray.is_initialized()
 
 
 def test_options_are_checked() -> None:
