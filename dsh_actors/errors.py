@@ -17,9 +17,12 @@ import unicodedata
 from collections.abc import Sequence
 from enum import Enum
 from types import TracebackType
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import ToolBatchResult, ToolCallResult
 
 __all__ = [
     "AbortError",
@@ -505,33 +508,6 @@ class RuntimeStoppedError(DshError, RuntimeError):
     code = ErrorCode.RUNTIME_STOPPED
 
 
-class _CallResult(Protocol):
-    """A :class:`~dsh_actors.model.ToolCallResult` (the model imports this
-    module, which names it by shape)."""
-
-    @property
-    def call_id(self) -> str: ...
-
-    @property
-    def result(self) -> object: ...
-
-
-class _BatchResult(Protocol):
-    """A :class:`~dsh_actors.model.ToolBatchResult` (named by shape, as above)."""
-
-    @property
-    def results(self) -> tuple[_CallResult, ...]: ...
-
-    @property
-    def concluded(self) -> bool: ...
-
-    @property
-    def pending(self) -> tuple[str, ...]: ...
-
-    @property
-    def suspension(self) -> Any: ...
-
-
 class ToolBatchExecutionError(DshError):
     """The batch could not complete (a bug, a session write failure). Raised
     only after every started call settled; ``results`` holds the outcomes
@@ -543,8 +519,8 @@ class ToolBatchExecutionError(DshError):
         self,
         detail: str,
         *,
-        results: Sequence[_CallResult] = (),
-        partial: _BatchResult | None = None,
+        results: Sequence[ToolCallResult] = (),
+        partial: ToolBatchResult | None = None,
     ) -> None:
         self.detail = detail
         self.results = tuple(results)

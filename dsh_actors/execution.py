@@ -25,13 +25,16 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, shown_value
 from .json._frozen import materialize
 from .json._rules import MAX_INT, surrogate_index, value_problem
-from .model import Agent, TextBlock, ToolProgress, ToolSetRef, UserMessage, slot_setters
+from .model import Agent, TextBlock, ToolProgress, UserMessage, slot_setters
 from .signals import AbortController, AbortSignal, follow, fuse_late
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .toolset import ResolvedToolSet
 
 if sys.version_info >= (3, 13):
     from typing import TypeVar
@@ -80,7 +83,7 @@ class ToolExecutionInput:
     root_call_id: str | None = None
     schema: Mapping[str, Any] | None = None
     agent: Agent | None = None
-    tool_set: ToolSetRef | None = None
+    tool_set: ResolvedToolSet | None = None
     parent: ToolExecutionToken | None = None
     deps: Any = field(default=None, compare=False, repr=False)
     """The application's dependencies for this call (``ctx.deps``); None:
@@ -131,7 +134,7 @@ class ToolExecution:
     name: str
     arguments: Any
     agent: Agent | None
-    tool_set: ToolSetRef | None
+    tool_set: ResolvedToolSet | None
     parent: ToolExecutionToken | None
     token: ToolExecutionToken
     schema: Any
@@ -156,7 +159,7 @@ class ToolExecution:
         signal: AbortSignal,
         root_call_id: str | None = None,
         agent: Agent | None = None,
-        tool_set: ToolSetRef | None = None,
+        tool_set: ResolvedToolSet | None = None,
         parent: ToolExecutionToken | None = None,
         schema: Any = None,
         token: ToolExecutionToken | None = None,

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from .errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_str, utf8_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from contextlib import AbstractContextManager
-    from pathlib import Path
-
+    from .session import Session
     from .signals import AbortSignal
+    from .toolset import ResolvedToolSet
 
 __all__ = [
     "UNSET",
@@ -318,55 +317,6 @@ class UserMessage:
 # --------------------------------------------------------------------------
 
 
-class SessionLog(Protocol):
-    """An agent's durable log (``Agent.session``): a
-    :class:`~dsh_actors.session.Session`, which this module does not name
-    (the session package imports it), as the runtime's layers use it: a
-    batch appends its events, a resume or recovery holds the log and reads
-    and closes steps. A step is ``(turn, step, agent id or None)``
-    (``session.StepKey``); ``read_step`` returns a ``session.LoggedStep``."""
-
-    @property
-    def path(self) -> Path | None: ...
-
-    def append(self, event: Mapping[str, Any]) -> None: ...
-
-    def append_lossless(self, event: dict[str, Any]) -> None: ...
-
-    def holding(self) -> AbstractContextManager[None]: ...
-
-    def decide(self, suspension: str, decisions: Mapping[str, str]) -> None: ...
-
-    def open_calls(self, turn: int, step: int, agent: str | None = None) -> list[str]: ...
-
-    def read_step(self, turn: int, step: int, agent: str | None = None) -> Any: ...
-
-    def step_events(self, turn: int, step: int, agent: str | None = None) -> list[dict[str, Any]]: ...
-
-    def child_steps(
-        self, turn: int, step: int, agent: str | None, call_id: str
-    ) -> tuple[tuple[int, int, str | None], ...]: ...
-
-    def close_steps(self, steps: Collection[tuple[int, int, str | None]]) -> list[dict[str, Any]]: ...
-
-    def close_sub_calls(self, root_call_ids: Collection[str]) -> list[dict[str, Any]]: ...
-
-
-class ToolSetRef(Protocol):
-    """A step's admission as the values that carry it know it
-    (``ToolBatchInput.tool_set``, ``ToolExecution.tool_set``): a
-    :class:`~dsh_actors.toolset.ResolvedToolSet`, which this module does not
-    name (the tool sets' module imports it). ``state`` is a
-    ``RegistryState``; ``admitted_in`` maps names to its registrations."""
-
-    @property
-    def disposed(self) -> bool: ...
-
-    def check_usable(self, agent: Agent | None, subject: str, role: str, fix: str, *, state: Any = None) -> None: ...
-
-    def admitted_in(self, state: Any, agent: Agent | None) -> Mapping[str, Any]: ...
-
-
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Agent:
     """A scope key: who is calling. ``parent`` makes scope chains (a
@@ -384,7 +334,7 @@ class Agent:
 
     id: str
     parent: Agent | None = None
-    session: SessionLog | None = None
+    session: Session | None = None
 
     def __post_init__(self) -> None:
         if type(self.id) is not str:
@@ -503,7 +453,7 @@ class ToolBatchInput:
     signal: AbortSignal | None = None
     max_parallel_tool_calls: int | None = None
     agent: Agent | None = None
-    tool_set: ToolSetRef | None = None
+    tool_set: ResolvedToolSet | None = None
     log: LogStep | None = None
     deps: Any = field(default=None, compare=False, repr=False)
     context: contextvars.Context | None = field(default=None, compare=False, repr=False)

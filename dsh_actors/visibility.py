@@ -59,7 +59,7 @@ from .definition import (
 from .errors import callable_name, exception_text
 from .events import in_scope
 from .json import dumps
-from .model import Agent, ToolActivationContext, ToolRestriction, ToolSetRef
+from .model import Agent, ToolActivationContext, ToolRestriction
 
 if TYPE_CHECKING:  # pragma: no cover
     from .definition import CheckedDefinition, SchemaEnforcer, ToolDefinition, ToolSchema
@@ -321,6 +321,14 @@ class LiveToolSet(Protocol):
     def agent(self) -> Agent | None: ...
 
     def note_visible(self, current: Mapping[str, Registration]) -> None: ...
+
+
+class ToolSetRef(Protocol):
+    """A step's tool set as the read functions below take it (their
+    ``tool_set``): a :class:`~dsh_actors.toolset.ResolvedToolSet`, which
+    this module does not name (the tool sets' module imports it)."""
+
+    def admitted_in(self, state: RegistryState, agent: Agent | None) -> Mapping[str, Registration]: ...
 
 
 class RegistryState:

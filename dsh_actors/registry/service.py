@@ -56,7 +56,6 @@ from ..messages import (
 from ..model import (
     Agent,
     ModelSelection,
-    SessionLog,
     ToolActivationContext,
     ToolBatchInput,
     ToolBatchResult,
@@ -93,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..execution import ToolExecution
     from ..executor_protocol import ToolModelInput
     from ..kernel import Claims, Kernel
+    from ..session import Session
 
 __all__ = ["ToolsService"]
 
@@ -620,7 +620,7 @@ class ToolsService:
                 lambda r: self._resume_claimed(plan, session, r, loop),
             )
 
-    def _resume_claimed(self, plan: Any, session: SessionLog | None, reply: Reply, loop: Any) -> None:
+    def _resume_claimed(self, plan: Any, session: Session | None, reply: Reply, loop: Any) -> None:
         # The log is taken for this session's writes (no other process
         # writes it meanwhile); a refusal that wrote nothing gives it back.
         with nullcontext() if session is None else session.holding():

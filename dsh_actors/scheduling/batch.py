@@ -91,7 +91,7 @@ from .suspension import new_suspension_id, suspension_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
-    from ..model import SessionLog
+    from ..session import Session
     from .messages import BatchHost
 
 __all__ = ["BatchRun", "CallState"]
@@ -329,7 +329,7 @@ class BatchRun:
         # results are not held until it ends, and its reply holds none).
         self.results: list[ToolCallResult] = []
         self.committed = 0  # results whose tool/result reached the session (a sub-batch's: its sink)
-        self.session: SessionLog | None = None
+        self.session: Session | None = None
         # The batch's signal (without one, the stop's until _open).
         self.signal: AbortSignal = rt.stop_signal if batch.signal is None else batch.signal
         # The batch's signal and the runtime's stop, the first abort wins:

@@ -61,14 +61,12 @@ from ..json import dumps, thaw
 from ..model import (
     Agent,
     LogStep,
-    SessionLog,
     ToolBatchInput,
     ToolCall,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolFailure,
-    ToolSetRef,
 )
 from ..session import (
     BATCH,
@@ -77,7 +75,7 @@ from ..session import (
     START,
     LoggedCall,
     LoggedResult,
-    LoggedStep,
+    Session,
     StepKey,
     same_step,
     step_key,
@@ -126,7 +124,7 @@ def logged_arguments(logged: Any) -> Any:
     return dumps(thaw(logged)).decode()
 
 
-def _idempotent(rt: Kernel, name: str, agent: Agent | None, tool_set: ToolSetRef | None) -> bool:
+def _idempotent(rt: Kernel, name: str, agent: Agent | None, tool_set: ResolvedToolSet | None) -> bool:
     registration = executable(rt.state, name, agent, tool_set)
     return registration is not None and registration.definition.idempotent is True
 
@@ -153,7 +151,7 @@ NestedCall: TypeAlias = tuple[StepKey, str, str, bool | None]
 
 
 def _nested_steps(
-    session: SessionLog, here: StepKey, open_ids: Collection[str]
+    session: Session, here: StepKey, open_ids: Collection[str]
 ) -> dict[str, tuple[set[StepKey], list[NestedCall]]]:
     """For each call of ``open_ids`` (the started calls without a result of
     step ``here``): the logged steps its body ran, directly or through
@@ -233,7 +231,7 @@ def unknown_calls(
     state: RegistryState,
     calls: Iterable[ToolCall],
     agent: Agent | None,
-    tool_set: ToolSetRef | None,
+    tool_set: ResolvedToolSet | None,
     policy: BatchPolicy | None,
 ) -> list[str]:
     """The ids of ``calls`` that run no tool, so that they fail
@@ -396,7 +394,7 @@ def close_nested(rt: Kernel, plan: RecoveryPlan) -> None:
             rt.claims.release_step(session, t, s_, owner)
 
 
-def recovery_session(agent: Any, turn: Any, step: Any, signal: Any) -> SessionLog:
+def recovery_session(agent: Any, turn: Any, step: Any, signal: Any) -> Session:
     """The session a recovery of step ``(turn, step)`` of ``agent`` reads,
     once its arguments are checked: asked before anything is claimed or
     held, so a wrong argument is named whatever holds the log. Raises
@@ -436,7 +434,7 @@ def recovery_plan(
     naming the fix: what :func:`recovery_session` refuses, a step the log
     has no call of."""
     session = recovery_session(agent, turn, step, signal)
-    logged: LoggedStep = session.read_step(turn, step, agent.id)  # (its own step: agents may share the session)
+    logged = session.read_step(turn, step, agent.id)  # (its own step: agents may share the session)
     if not logged.calls:
         where = "" if session.path is None else f" ({session.path})"
         raise InvalidValueError(

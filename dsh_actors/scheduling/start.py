@@ -23,7 +23,7 @@ from ..errors import (
     ToolBatchExecutionError,
     safe_str,
 )
-from ..model import SessionLog, ToolBatchInput, ToolBatchResult
+from ..model import ToolBatchInput, ToolBatchResult
 from ..pipeline.intake import bind_context, check_batch, check_limit
 from ..visibility import describe_scope, select_executor
 from .executor import NativeExecutor, lend_waiter
@@ -32,6 +32,7 @@ from .suspension import in_step, logged_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
+    from ..session import Session
     from ..signals import AbortSignal
 
 __all__ = ["check_continuable", "continue_batch", "start_batch"]
@@ -94,7 +95,7 @@ def start_batch(
         _refuse(reply, exc)
 
 
-def refuse_open_step(session: SessionLog, turn: int, step: int, agent: str) -> None:
+def refuse_open_step(session: Session, turn: int, step: int, agent: str) -> None:
     """Refuse running logged step ``(turn, step)`` of agent ``agent`` again
     while its last run left calls without a result (a crash, a suspension):
     their bodies may have run, and a new run would run them again. Raises

@@ -35,7 +35,6 @@ from ..model import (
     Agent,
     Ask,
     LogStep,
-    SessionLog,
     ToolBatchInput,
     ToolCall,
     ToolExecutionFailure,
@@ -48,7 +47,7 @@ from ..model import (
 )
 from ..pipeline.intake import batch_arguments, parse_arguments, stand_in
 from ..pipeline.stages import DECISIONS
-from ..session import LOST_END, LoggedCall, LoggedResult, LoggedStep, approval_refusal, error_from_json, error_to_json
+from ..session import LOST_END, LoggedCall, LoggedResult, Session, approval_refusal, error_from_json, error_to_json
 from .messages import CallStart
 from .recovery import logged_arguments
 
@@ -469,7 +468,7 @@ def _result_difference(given: ToolExecutionResult, logged: LoggedResult) -> str 
     return None
 
 
-def checked_with_log(plan: ResumePlan, session: SessionLog) -> ResumePlan:
+def checked_with_log(plan: ResumePlan, session: Session) -> ResumePlan:
     """``plan`` (a logged batch's) checked against what its session's log
     says of the step (``Session.read_step``): the same calls in the same
     order, each with the same tool and arguments; each deferred call still
@@ -489,7 +488,7 @@ def checked_with_log(plan: ResumePlan, session: SessionLog) -> ResumePlan:
     where = f"the log {session.path}" if session.path is not None else "the session's log"
     step = f"turn {log.turn}, step {log.step}"
     agent_id = None if batch.agent is None else batch.agent.id
-    read: LoggedStep = session.read_step(log.turn, log.step, agent_id)
+    read = session.read_step(log.turn, log.step, agent_id)
     logged = read.calls
     tail = "; resume the suspension value its batch returned, unchanged (nothing ran)"
     if not logged:
@@ -615,7 +614,7 @@ class ReleasingReply:
 
 
 def in_step(
-    claims: Claims, session: SessionLog, turn: int, step: int, agent: str, reply: Any, start: Callable[[Any], None]
+    claims: Claims, session: Session, turn: int, step: int, agent: str, reply: Any, start: Callable[[Any], None]
 ) -> None:
     """``start(reply)`` holding logged step ``(turn, step)`` of agent
     ``agent`` (its id) in ``session``: one batch of a runtime runs a step at
@@ -635,7 +634,7 @@ def in_step(
         raise
 
 
-def logged_step(batch: ToolBatchInput) -> tuple[SessionLog, int, int, str] | None:
+def logged_step(batch: ToolBatchInput) -> tuple[Session, int, int, str] | None:
     """``(session, turn, step, agent id)`` of a batch that logs its step
     (checked already: ``check_batch``), or None."""
     log, agent = batch.log, batch.agent
