@@ -344,6 +344,8 @@ class Agent:
 
     def chain(self) -> tuple[Agent, ...]:
         """This agent and its ancestors, farthest first (root ... self)."""
+        if self.parent is None:
+            return (self,)  # (a root agent: the guards walk this per call)
         out: list[Agent] = []
         node: Agent | None = self
         while node is not None:

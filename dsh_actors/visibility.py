@@ -83,6 +83,7 @@ __all__ = [
     "definitions",
     "describe_scope",
     "executable",
+    "executable_in",
     "execution_mode",
     "in_chain",
     "inherited",
@@ -686,7 +687,15 @@ def executable(
     (the call fails as ``UNKNOWN_TOOL``), from :func:`callable_view`. With
     ``tool_set`` the set decides; without one, conditional registrations
     are not executable."""
-    reg = callable_view(state, agent, tool_set).get(name)
+    return executable_in(callable_view(state, agent, tool_set), name, tool_set)
+
+
+def executable_in(
+    view: Mapping[str, Registration], name: str, tool_set: ToolSetRef | None = None
+) -> Registration | None:
+    """:func:`executable`, in ``view``: a :func:`callable_view` read once
+    for many names (the calls of a batch)."""
+    reg = view.get(name)
     if reg is None or not is_callable(reg, tool_set):
         return None
     return reg

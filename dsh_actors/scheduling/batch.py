@@ -263,6 +263,7 @@ class BatchRun:
         "results",
         "committed",
         "session",
+        "log_step",
         "signal",
         "body_parent",
         "owns_body_parent",
@@ -330,6 +331,13 @@ class BatchRun:
         self.results: list[ToolCallResult] = []
         self.committed = 0  # results whose tool/result reached the session (a sub-batch's: its sink)
         self.session: Session | None = None
+        # The step (turn, step, agent id) of a logged batch, set with
+        # ``session``: every event it logs names it, so its tool/start,
+        # tool/result and approval requests pair with its calls even while
+        # another open call (another step's, another agent's sharing the
+        # session) has the same id; agents sharing a session number their
+        # steps alike.
+        self.log_step: tuple[int, int, str | None] | None = None
         # The batch's signal (without one, the stop's until _open).
         self.signal: AbortSignal = rt.stop_signal if batch.signal is None else batch.signal
         # The batch's signal and the runtime's stop, the first abort wins:
@@ -636,11 +644,14 @@ class BatchRun:
         self.unsubscribe = self.body_parent.add_callback(wake)
         policy = self.policy = self.native.batch_policy(nested=self.sink is not None)
         agent = batch.agent
-        if batch.log is not None and agent is not None:
+        log = batch.log
+        if log is not None and agent is not None:
             self.session = agent.session
-            if self.session is not None and batch.calls and self.starts is None:
-                # (A continued batch continues a step whose tool/batch is logged.)
-                self._log_batch()
+            if self.session is not None:
+                self.log_step = (log.turn, log.step, agent.id)
+                if batch.calls and self.starts is None:
+                    # (A continued batch continues a step whose tool/batch is logged.)
+                    self._log_batch()
         self.hook = policy.hook
         route = policy.route
         calls = self.calls
@@ -1230,8 +1241,7 @@ class BatchRun:
         call.body_hook = self.hook
         call.loop = self.loop
         call.start_log = self.session
-        if self.session is not None:
-            call.start_step = self._log_step()
+        call.start_step = self.log_step  # (None: not logged)
         starts = self.starts
         if starts is not None:
             start = starts[index]
@@ -1282,20 +1292,22 @@ class BatchRun:
         the batch."""
         session = self.session
         batch = self.batch
-        log = batch.log
-        assert session is not None and log is not None
+        at = self.log_step
+        assert session is not None and at is not None
+        turn, step, agent = at
         calls = [(c.id, c.name, batch_arguments(c.arguments)) for c in batch.calls]
         try:
-            # (One registry lookup per call: recovery tells these calls, which
-            # fail UNKNOWN_TOOL, from calls of a tool its runtime lacks.)
+            # (The registry read once for the batch: recovery tells these
+            # calls, which fail UNKNOWN_TOOL, from calls of a tool its
+            # runtime lacks.)
             unknown = self.unknown = unknown_calls(self.rt.state, batch.calls, batch.agent, batch.tool_set, self.policy)
             session.append_lossless(
                 batch_event(
-                    log.turn,
-                    log.step,
+                    turn,
+                    step,
                     calls,
                     batch.max_parallel_tool_calls,
-                    self._log_agent(),
+                    agent,
                     self._enclosing_call(),
                     unknown,
                 )
@@ -1337,17 +1349,16 @@ class BatchRun:
         starts = self.starts
         if starts is not None and starts[call.index].logged:
             return True  # (a continued batch: logged when the call first started)
-        log = self.batch.log
-        assert log is not None
+        at = self.log_step
+        assert at is not None
+        turn, step, agent = at
         execution = call.execution
         arguments = execution.arguments
         # Materialized arguments are lossless JSON as they are (orjson writes
         # the frozen mapping and tuples); others get a readable stand-in.
         logged = arguments if arguments is not None else loggable(call.raw_arguments)
         try:
-            session.append_lossless(
-                call_event(log.turn, log.step, execution.call_id, execution.name, logged, self._log_agent())
-            )
+            session.append_lossless(call_event(turn, step, execution.call_id, execution.name, logged, agent))
         except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch after draining
             self.log_error = exc
             return False
@@ -1378,8 +1389,10 @@ class BatchRun:
             return
         session = self.session
         if start.log_result and session is not None:
+            at = self.log_step
+            assert at is not None  # (set with the session)
             try:
-                turn, step, agent = self._log_step()
+                turn, step, agent = at
                 session.append(result_event(call_id, result, turn=turn, step=step, agent=agent))
             except BaseException as exc:  # noqa: BLE001
                 self.log_error = exc
@@ -1392,22 +1405,6 @@ class BatchRun:
             execution = call.execution
             freeze(execution)
             call.context.run(self.rt.events.emit, "tools/result", execution, result, agent=execution.agent)
-
-    def _log_step(self) -> tuple[int, int, str | None]:
-        """The step ``(turn, step, agent id)`` of this logged batch: its
-        ``tool/start``, ``tool/result`` and approval requests name it, so
-        they pair with its calls even while another open call (another
-        step's, another agent's sharing the session) has the same id."""
-        log = self.batch.log
-        assert log is not None  # (self.session is set only for a logged batch)
-        return (log.turn, log.step, self._log_agent())
-
-    def _log_agent(self) -> str | None:
-        """The id of the agent whose step this logged batch is (every
-        event it logs names it: agents sharing a session number their
-        steps alike)."""
-        agent = self.batch.agent
-        return None if agent is None else agent.id
 
     def _defer(self, call: Call) -> None:
         """``call`` is DEFERRED (the approval service answered
@@ -1422,7 +1419,9 @@ class BatchRun:
         session = self.session
         if session is not None and self.log_error is None:
             ask = call.ask
-            turn, step, agent = self._log_step()
+            at = self.log_step
+            assert at is not None  # (set with the session)
+            turn, step, agent = at
             try:
                 session.append(
                     approval_request_event(
@@ -1520,9 +1519,11 @@ class BatchRun:
             self.log_error = call.start_error  # its tool/start could not be written: it did not run
         if self.log_error is not None:
             return
+        at = self.log_step
+        assert at is not None  # (set with the session)
         try:
             # The final result is frozen: every value in it is lossless JSON.
-            turn, step, agent = self._log_step()
+            turn, step, agent = at
             session.append_lossless(result_event(call.execution.call_id, result, turn=turn, step=step, agent=agent))
         except BaseException as exc:  # noqa: BLE001
             self.log_error = exc

@@ -81,13 +81,13 @@ from ..session import (
     step_key,
 )
 from ..signals import AbortSignal
-from ..visibility import executable, select_executor
+from ..visibility import callable_view, executable, executable_in, select_executor
 from .messages import BatchPolicy, CallStart
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..kernel import Kernel
     from ..toolset import ResolvedToolSet
-    from ..visibility import RegistryState
+    from ..visibility import Registration, RegistryState
 
 __all__ = [
     "RecoveryPlan",
@@ -242,12 +242,20 @@ def unknown_calls(
     and, if conditional, admitted by ``tool_set``). ``policy``: the
     executor's (None: an executor without one). What a logged batch records
     (its ``tool/batch``'s ``unknown``, written as it opens) and what
-    :func:`refuse_missing_tools` checks."""
+    :func:`refuse_missing_tools` checks. The registry is read once, for
+    all of them."""
     unknown = []
+    view: Mapping[str, Registration] | None = None
     for c in calls:
         override, hint = (None, None) if policy is None else policy.route(c.name)
-        if override is None and (hint is not None or executable(state, c.name, agent, tool_set) is None):
-            unknown.append(c.id)
+        if override is not None:
+            continue
+        if hint is None:
+            if view is None:
+                view = callable_view(state, agent, tool_set)
+            if executable_in(view, c.name, tool_set) is not None:
+                continue
+        unknown.append(c.id)
     return unknown
 
 
