@@ -15,9 +15,14 @@ could start the peers answering each other's errors): it is logged, and
 the SDK gets it as an error response (``-32600``, the problem as its
 message), so the agent's request it answers fails instead of waiting.
 A line longer than :data:`STREAM_LIMIT` bytes is not read whole: it is
-skipped to its end (no more of it held than the limit) and answered with
-a ``-32600`` error naming the limit, without an id (none was read); the
-agent reads on.
+read to its end in parts (the stdio reader's limit is :data:`READ_LIMIT`)
+and dropped (no more of it held than the limit, besides the reader's
+buffer and the part just read: under 1 MiB) and answered with a
+``-32600`` error naming the limit, without an id, the agent reading on;
+but when its first :data:`HEAD_LIMIT` bytes show a response (a
+``"result"`` or ``"error"`` member, no ``"method"``) with an id a request
+of ours may have, it is not answered: that request fails with the
+problem, as for a malformed response.
 """
 
 from __future__ import annotations
@@ -41,9 +46,15 @@ PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 _RESPONSE_KEYS: Final = ("id", "result", "error")
 STREAM_LIMIT: Final = 50 * 1024 * 1024
-"""The longest message line read, in bytes, its newline not counted (the
-SDK's default for stdio): a longer one is skipped and answered with an
-error."""
+"""The longest message line read, in bytes, its newline (``\\n`` or
+``\\r\\n``) not counted (the SDK's default for stdio): a longer one is
+skipped and answered with an error."""
+READ_LIMIT: Final = 64 * 1024
+"""The stdio reader's own limit, in bytes: a longer line is read in parts
+of about this size (its buffer holds at most about twice it)."""
+HEAD_LIMIT: Final = 4096
+"""How many bytes of a line longer than :data:`STREAM_LIMIT` are kept to
+tell whether it is a response, and to what (its ``"id"``)."""
 PEER_TEXT_LIMIT: Final = 200
 """The most characters of a text the peer sent that a message of ours shows."""
 
@@ -110,6 +121,64 @@ def _answers_a_request(message: object) -> bool:
     )
 
 
+class Overlong:
+    """A line longer than :data:`STREAM_LIMIT`, dropped: its first
+    :data:`HEAD_LIMIT` bytes kept (``head``)."""
+
+    __slots__ = ("head",)
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+
+    def members(self) -> dict[str, Any]:
+        """The members of the JSON object the head begins, in order, that it
+        holds whole (a later one of the same name replacing an earlier, as
+        ``json.loads`` has it); a member whose value is cut by the head's
+        end is there with the value None. Empty when the head begins no
+        object; the members up to where it stops being JSON."""
+        text = self.head.decode("utf-8", "replace")
+        decoder = json.JSONDecoder(parse_constant=_not_json)
+        members: dict[str, Any] = {}
+        at = _skip_space(text, 0)
+        if not text.startswith("{", at):
+            return members
+        at += 1
+        try:
+            while True:
+                at = _skip_space(text, at)
+                if not text.startswith('"', at):
+                    return members
+                name, at = decoder.raw_decode(text, at)
+                at = _skip_space(text, at)
+                if not text.startswith(":", at):
+                    return members
+                at = _skip_space(text, at + 1)
+                if at >= len(text):
+                    return members
+                members[name] = None  # (its value cut, until read whole)
+                members[name], at = decoder.raw_decode(text, at)
+                at = _skip_space(text, at)
+                if not text.startswith(",", at):
+                    return members
+                at += 1
+        except (ValueError, RecursionError):  # cut, or not JSON from here
+            return members
+
+    def answers(self) -> object:
+        """The id of the request of ours this line answers, as far as its
+        head shows (a response, see the module docstring), or None."""
+        members = self.members()
+        if ("result" in members or "error" in members) and _answers_a_request(members):
+            return members["id"]
+        return None
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\n\r":
+        at += 1
+    return at
+
+
 def _not_json(constant: str) -> Any:
     """``NaN``, ``Infinity``, ``-Infinity``: Python's JSON reads them, JSON
     has no such words (a peer that sent one sent a line that is not JSON)."""
@@ -158,15 +227,19 @@ class CheckedTransport:
     async def receive(self) -> dict[str, Any] | None:
         while True:
             line = await self._read_line()
-            if line is None:
+            if isinstance(line, Overlong):
                 limit = STREAM_LIMIT
-                await self._answer(
-                    None,
-                    INVALID_REQUEST,
-                    "Invalid Request",
+                too_long = (
                     f"a message line longer than the limit of {limit:,} bytes was skipped unread: "
-                    f"send each message on one line of at most {limit:,} bytes",
+                    f"send each message on one line of at most {limit:,} bytes"
                 )
+                answered = line.answers()
+                if answered is not None:  # a response: not answered, its request fails
+                    logger.warning(
+                        "ACP: ignored a malformed response (id {}): {}", peer_text(safe_str(answered)), too_long
+                    )
+                    return _failed(answered, too_long)
+                await self._answer(None, INVALID_REQUEST, "Invalid Request", too_long)
                 continue
             if not line:
                 return None
@@ -194,7 +267,7 @@ class CheckedTransport:
                     # The request of ours it may answer fails with the problem
                     # (a JSON-RPC error the SDK raises) instead of waiting for
                     # an answer that will not come.
-                    return {"jsonrpc": "2.0", "id": ident, "error": {"code": INVALID_REQUEST, "message": problem}}
+                    return _failed(ident, problem)
                 continue
             await self._answer(ident if _usable_id(ident) else None, INVALID_REQUEST, "Invalid Request", problem)
 
@@ -222,12 +295,16 @@ class CheckedTransport:
         except Exception as exc:  # noqa: BLE001 - the peer is gone: nothing to answer
             logger.debug("ACP: could not answer a malformed message: {}", safe_str(exc))
 
-    async def _read_line(self) -> bytes | None:
-        """The next line (``b""`` at the end of the input), or ``None`` for
-        one longer than :data:`STREAM_LIMIT` bytes: read to its end (or the
-        input's) and dropped, holding no more of it than the limit."""
+    async def _read_line(self) -> bytes | Overlong:
+        """The next line (``b""`` at the end of the input), or an
+        :class:`Overlong` for one longer than :data:`STREAM_LIMIT` bytes
+        (its newline, ``\\n`` or ``\\r\\n``, not counted): read to its end
+        (or the input's) in the parts the reader gives and dropped, holding
+        no more of it than the limit besides the part just read."""
         chunks: list[bytes] | None = []
-        size = 0  # (the line's bytes read so far, its newline not counted)
+        head = b""  # (the line's first HEAD_LIMIT bytes)
+        size = 0  # (the line's bytes read so far)
+        tail = b""  # (its last two bytes: a newline read in two parts is still one)
         while True:
             try:
                 try:
@@ -241,13 +318,27 @@ class CheckedTransport:
                 ended = True
             except (ConnectionError, OSError):
                 return b""
-            size += len(chunk) - (1 if chunk.endswith(b"\n") else 0)
-            if chunks is not None and size > STREAM_LIMIT:
+            size += len(chunk)
+            if len(head) < HEAD_LIMIT:
+                head += chunk[: HEAD_LIMIT - len(head)]
+            tail = (tail + chunk[-2:])[-2:]
+            # The newline does not count; nor a "\r" that may be its first
+            # byte (the "\n" not read yet).
+            newline = 2 if tail == b"\r\n" else 1 if tail.endswith(b"\n") or (not ended and tail.endswith(b"\r")) else 0
+            if chunks is not None and size - newline > STREAM_LIMIT:
                 chunks = None  # too long: the rest is read and dropped
             if chunks is not None:
                 chunks.append(chunk)
             if ended:
-                return None if chunks is None else b"".join(chunks)
+                return Overlong(head) if chunks is None else b"".join(chunks)
+
+
+def _failed(ident: object, problem: str) -> dict[str, Any]:
+    """What the SDK gets for a malformed response of ``ident``: an error
+    response, so that the request of ours it answers fails with
+    ``problem`` (a JSON-RPC error the SDK raises) instead of waiting for an
+    answer that will not come."""
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": INVALID_REQUEST, "message": problem}}
 
 
 async def _stdio_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -258,9 +349,9 @@ async def _stdio_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     waited for ever. (Windows: the SDK's streams, which read stdin on a
     thread.)"""
     if sys.platform == "win32":
-        return await stdio_streams(limit=STREAM_LIMIT)
+        return await stdio_streams(limit=READ_LIMIT)
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+    reader = asyncio.StreamReader(limit=READ_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout)
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
