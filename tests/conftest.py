@@ -67,6 +67,19 @@ def log_records(library_logs: None) -> Iterator[Callable[[str], LogRecords]]:
 
 
 @pytest.fixture
+def errors(library_logs: None) -> Iterator[list[str]]:
+    """The libraries' ERROR log messages while the test runs."""
+    from loguru import logger
+
+    messages: list[str] = []
+    sink = logger.add(lambda message: messages.append(message.record["message"]), level="ERROR")
+    try:
+        yield messages
+    finally:
+        logger.remove(sink)
+
+
+@pytest.fixture
 def library_logs() -> Iterator[None]:
     """The libraries' loguru messages on (they are disabled at import, as a
     library's should be), and off again afterwards. Tests that capture log

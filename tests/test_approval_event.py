@@ -9,11 +9,9 @@ from __future__ import annotations
 import contextvars
 import enum
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from dsh_actors import (
     AbortSignal,
@@ -191,17 +189,6 @@ def test_scoped_observers_hear_their_agent_and_its_descendants_only(rt: Any) -> 
 
     assert [execution.call_id for execution, _, _ in world.heard] == ["main", "child"]
     assert everyone == ["main", "child", "other"]
-
-
-@pytest.fixture
-def errors(library_logs: None) -> Iterator[list[str]]:
-    """The library's ERROR log messages while the test runs."""
-    messages: list[str] = []
-    sink = logger.add(lambda message: messages.append(message.record["message"]), level="ERROR")
-    try:
-        yield messages
-    finally:
-        logger.remove(sink)
 
 
 @pytest.mark.parametrize("answer", ["allowed-once", "rejected"])

@@ -11,11 +11,9 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from dsh_actors import (
     AbortSignal,
@@ -190,17 +188,6 @@ def test_a_nested_call_that_asks_publishes_its_request_too(rt: Any) -> None:
 
     assert not rt.tools.dispatch(nested).is_error
     assert world.order == ["request n1", "service n1", "answer allowed-once"]
-
-
-@pytest.fixture
-def errors(library_logs: None) -> Iterator[list[str]]:
-    """The library's ERROR log messages while the test runs."""
-    messages: list[str] = []
-    sink = logger.add(lambda message: messages.append(message.record["message"]), level="ERROR")
-    try:
-        yield messages
-    finally:
-        logger.remove(sink)
 
 
 def test_an_observer_that_raises_or_returns_a_coroutine_is_contained_and_logged(rt: Any, errors: list[str]) -> None:
