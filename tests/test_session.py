@@ -1558,6 +1558,25 @@ def test_a_request_after_a_deferred_call_settled_is_the_open_calls_in_read_step_
         assert [(c.state, c.awaiting) for c in calls] == [("unstarted", "s2")]
 
 
+def test_a_request_after_a_deferred_call_settled_by_a_result_naming_no_agent_is_the_open_calls() -> None:
+    # The call and its requests name agent "a", the result that settles it
+    # after a "deferred" decision names none. Before, read_step dropped the
+    # deferred entry by the result's agent (the session by the call's): it
+    # kept it and paired the next request with the settled call, so the
+    # open c0 awaited nothing there and s2 in the session.
+    from dsh_actors.session import INTERRUPTED
+
+    session = Session()
+    session.append(call_event(1, 1, "c0", "t", {}, agent="a"))
+    session.append(approval_request_event("c0", "s1", "t", "why", None, turn=1, step=1, agent="a"))
+    session.decide("s1", {"c0": "deferred"})
+    session.append(result_event("c0", INTERRUPTED))
+    session.append(call_event(1, 1, "c0", "t", {}, agent="a"))
+    session.append(approval_request_event("c0", "s2", "t", "why", None, turn=1, step=1, agent="a"))
+    assert session.awaiting_approval() == [("c0", "s2")]
+    assert [(c.state, c.awaiting) for c in read_step(session.events(), 1, 1, "a").calls] == [("unstarted", "s2")]
+
+
 def test_an_in_memory_session_that_keeps_no_events_pairs_calls_and_refuses_reads() -> None:
     # (What replay feeds a log of any length: it holds what is open, as a
     # session on a file does, not every line.)

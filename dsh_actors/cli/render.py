@@ -73,6 +73,8 @@ from ..session import (
     Session,
     StepKey,
     agent_of,
+    drop_redeferred,
+    leave_redeferred,
     step_of,
     take_redeferred,
 )
@@ -391,8 +393,8 @@ class LogTree:
         self._subs: dict[str, tuple[CallEntry, CallEntry]] = {}
         # (turn, step, agent) -> the calls its latest tool/batch names that have no tool/call yet
         self._announced: dict[tuple[int, int, str | None], dict[str, CallEntry]] = {}
-        # (suspension, call id) -> its request, and the agent the request named
-        self._requests: dict[tuple[str, str], tuple[CallEntry, Approval, str | None]] = {}
+        # (suspension, call id) -> its request
+        self._requests: dict[tuple[str, str], tuple[CallEntry, Approval]] = {}
         # (call id, agent) -> the call a "deferred" decision left waiting
         self._redeferred: dict[tuple[str, str | None], CallEntry] = {}
         self.agents: set[str | None] = set()
@@ -435,9 +437,7 @@ class LogTree:
         del self._open[root]
         if self._latest.get(root.call_id) is root:
             del self._latest[root.call_id]
-        for waiting in ((root.call_id, root.agent), (root.call_id, None)):
-            if self._redeferred.get(waiting) is root:  # (deferred again, then settled without a new request)
-                del self._redeferred[waiting]
+        drop_redeferred(self._redeferred, root.call_id, _entry_step(root), root)  # (deferred again, then settled)
         if root.turn is not None and root.step is not None:
             key = (root.turn, root.step, root.agent, root.call_id)
             if self._stepped.get(key) is root:
@@ -584,7 +584,7 @@ class LogTree:
             replaced = self._requests.get((suspension, call_id))
             if replaced is not None:
                 self._request_done(replaced[0])
-            self._requests[(suspension, call_id)] = (entry_or_none, approval, agent_of(event))
+            self._requests[(suspension, call_id)] = (entry_or_none, approval)
             state = self._open.get(entry_or_none)
             if state is not None:
                 state.requests += 1
@@ -593,10 +593,10 @@ class LogTree:
             key = (_str_field(event, "suspension", index), _str_field(event, "call_id", index))
             request = self._requests.pop(key, None)
             if request is not None:
-                asked, approval, named = request
+                asked, approval = request
                 approval.decision = _str_field(event, "decision", index)
-                if approval.decision == "deferred":
-                    self._redeferred[(key[1], named)] = asked  # the request that follows (of its agent) is this call's
+                if approval.decision == "deferred":  # (the request that follows is this call's)
+                    leave_redeferred(self._redeferred, key[1], _entry_step(asked), asked)
                 self._request_done(asked)
         elif kind == PTC_DISPATCH_START:
             sub_id = _str_field(event, "sub_call_id", index)

@@ -306,6 +306,35 @@ def redeferred_key(
 _Waiting = TypeVar("_Waiting")
 
 
+def _redeferred_at(call_id: str, step: StepKey | None) -> tuple[str, str | None]:
+    return (call_id, None if step is None else step[2])
+
+
+def leave_redeferred(
+    waiting: MutableMapping[tuple[str, str | None], _Waiting], call_id: str, step: StepKey | None, call: _Waiting
+) -> None:
+    """Keep ``call`` (of ``call_id``, its ``tool/call`` naming ``step``, or
+    None when it names none) in ``waiting`` as the call a "deferred"
+    decision left waiting for its next request (:func:`take_redeferred`
+    finds it): under ``(call_id, the agent of step)``, the one key rule
+    the session, ``read_step`` and replay share with
+    :func:`drop_redeferred`."""
+    waiting[_redeferred_at(call_id, step)] = call
+
+
+def drop_redeferred(
+    waiting: MutableMapping[tuple[str, str | None], _Waiting], call_id: str, step: StepKey | None, call: _Waiting
+) -> None:
+    """``call`` (as :func:`leave_redeferred` took it) settled: no request
+    is for it any more (its resume halted before asking again), so a
+    "deferred" decision no longer leaves it waiting; a later call of the
+    id that waits there instead stays. The session, ``read_step`` and
+    replay drop it alike."""
+    key = _redeferred_at(call_id, step)
+    if key in waiting and waiting[key] == call:
+        del waiting[key]
+
+
 def take_redeferred(
     waiting: MutableMapping[tuple[str, str | None], _Waiting],
     call_id: str,

@@ -43,6 +43,8 @@ from ._events import (
     StepKey,
     _interrupted_dispatch,
     approval_event,
+    drop_redeferred,
+    leave_redeferred,
     result_event,
     results_by_call,
     same_step,
@@ -575,9 +577,7 @@ class Session:
                 # A call settled while a "deferred" decision left it waiting
                 # (its resume halted before asking again, repair()): no
                 # request is for it any more.
-                waiting = (call_id, None if step is None else step[2])
-                if self._redeferred.get(waiting) == serial:
-                    del self._redeferred[waiting]
+                drop_redeferred(self._redeferred, call_id, step, serial)
         elif kind == APPROVAL_REQUEST:
             call_id, suspension = event.get("call_id"), event.get("suspension")
             if type(call_id) is str and type(suspension) is str:
@@ -607,8 +607,7 @@ class Session:
                 if serial is not None:
                     del self._requests[serial]
                     if event.get("decision") == "deferred":
-                        step = self._call_steps.get(serial)
-                        self._redeferred[(call_id, None if step is None else step[2])] = serial
+                        leave_redeferred(self._redeferred, call_id, self._call_steps.get(serial), serial)
         elif kind == PTC_DISPATCH_START:
             sub_call_id = event.get("sub_call_id")
             if type(sub_call_id) is str:

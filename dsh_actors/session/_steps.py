@@ -22,7 +22,8 @@ from ._events import (
     LoggedResult,
     StepKey,
     agent_matches,
-    agent_of,
+    drop_redeferred,
+    leave_redeferred,
     same_step,
     step_key,
     take_redeferred,
@@ -73,7 +74,7 @@ class LoggedCall:
 
 
 class _Entry:
-    __slots__ = ("call_id", "name", "arguments", "logged", "started", "result", "awaiting", "decision", "known")
+    __slots__ = ("call_id", "name", "arguments", "logged", "step", "started", "result", "awaiting", "decision", "known")
 
     def __init__(self, call_id: str, name: str, arguments: Any, known: bool | None = None) -> None:
         self.call_id = call_id
@@ -81,6 +82,7 @@ class _Entry:
         self.arguments = arguments
         self.known = known
         self.logged = False
+        self.step: StepKey | None = None  # (the step its tool/call named, once logged)
         self.started = False
         self.result: LoggedResult | None = None
         self.awaiting: str | None = None
@@ -168,8 +170,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
     # call id -> its open tool/calls' (step, entry), latest last (entry None:
     # another step's, or an earlier run's)
     open_calls: dict[str, list[tuple[StepKey | None, _Entry | None]]] = {}
-    # (suspension, call id) -> the requesting entry, and the agent the request named
-    requests: dict[tuple[str, str], tuple[_Entry | None, str | None]] = {}
+    # (suspension, call id) -> the requesting entry
+    requests: dict[tuple[str, str], _Entry | None] = {}
     # (call id, agent) -> the entry a "deferred" decision left waiting (its
     # next request is that entry's; agents sharing a session reuse ids)
     redeferred: dict[tuple[str, str | None], _Entry] = {}
@@ -195,8 +197,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 # An earlier run's calls are not this run's.
                 for stack in open_calls.values():
                     stack[:] = [(at, None) for at, _ in stack]
-                for key, (_, named) in requests.items():
-                    requests[key] = (None, named)
+                for key in requests:
+                    requests[key] = None
                 redeferred.clear()
             lines.batch(event)
         elif kind == CALL:
@@ -221,6 +223,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                     fallback[call_id] = entry
             if entry is not None:
                 entry.logged = True
+                entry.step = step_key(event)
             open_calls.setdefault(call_id, []).append((step_key(event), entry))
         elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST:
             call_id = _str(event.get("call_id"), "event.call_id")
@@ -252,23 +255,21 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                 # Settled: a "deferred" decision no longer leaves it waiting
                 # for a request (its resume halted before asking again), as
                 # the session has it.
-                for waiting in ((call_id, agent_of(event)), (call_id, None)):
-                    if redeferred.get(waiting) is entry:
-                        del redeferred[waiting]
+                drop_redeferred(redeferred, call_id, entry.step, entry)
             else:
                 entry.awaiting = _str(event.get("suspension"), "event.suspension")
-                requests[(entry.awaiting, call_id)] = (entry, agent_of(event))
+                requests[(entry.awaiting, call_id)] = entry
         elif kind == APPROVAL:
             call_id = _str(event.get("call_id"), "event.call_id")
             suspension = _str(event.get("suspension"), "event.suspension")
-            entry, named = requests.pop((suspension, call_id), (None, None))
+            entry = requests.pop((suspension, call_id), None)
             if entry is None:
                 continue
             if entry.awaiting == suspension:
                 entry.awaiting = None
             entry.decision = _str(event.get("decision"), "event.decision")
             if entry.decision == "deferred":
-                redeferred[(call_id, named)] = entry
+                leave_redeferred(redeferred, call_id, entry.step, entry)
     chosen = entries if entries is not None else list(fallback.values())
     return LoggedStep(tuple(entry.frozen() for entry in chosen), limit)
 
