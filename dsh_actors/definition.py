@@ -45,7 +45,7 @@ from .errors import (
     shown_value as _shown,
 )
 from .json import dumps, thaw
-from .model import ContentBlock, TextBlock, ToolExecutionResult
+from .model import ContentBlock, TextBlock, ToolExecutionResult, text
 from .presentation import PresentedResult, ToolCallView, ToolResultView
 from .presentation._projection import checked_view, first_failure
 from .schema import (
@@ -201,7 +201,7 @@ def default_text(value: Any) -> TextBlock:
     """The content of a value when its tool has no ``render``: a ``str`` as
     it is, anything else (a lossless JSON value) as its compact JSON text
     (never a Python repr)."""
-    return TextBlock(value if type(value) is str else dumps(value).decode())
+    return text(value if type(value) is str else dumps(value).decode())
 
 
 def _required_output() -> ToolOutput:

@@ -25,6 +25,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic
 
 from .errors import InvalidStateError, InvalidTypeError, InvalidValueError, shown_value
@@ -182,15 +183,28 @@ class ToolExecution:
         _set_mutable_signal(self, False)
         _set_frozen(self, False)
 
-    @property
-    def signal(self) -> AbortSignal:
-        """The caller's cancellation signal (a wrapper's replacement while
-        ``tools/execute`` runs)."""
-        return self._signal
+    if TYPE_CHECKING:
 
-    @signal.setter
-    def signal(self, value: AbortSignal) -> None:
-        self.__setattr__("signal", value)  # (where the rule is: __setattr__ sees every assignment)
+        @property
+        def signal(self) -> AbortSignal:
+            """The caller's cancellation signal (a wrapper's replacement while
+            ``tools/execute`` runs)."""
+
+        @signal.setter
+        def signal(self, value: AbortSignal) -> None: ...
+
+    else:
+
+        def _set_signal_attribute(self, value: AbortSignal) -> None:
+            self.__setattr__("signal", value)  # (where the rule is: __setattr__ sees every assignment)
+
+        # (Its getter a C one: read per call on the pipeline's path.)
+        signal = property(
+            attrgetter("_signal"),
+            _set_signal_attribute,
+            doc="The caller's cancellation signal (a wrapper's replacement while ``tools/execute`` runs).",
+        )
+        del _set_signal_attribute
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "signal":

@@ -202,7 +202,13 @@ _BLOCK_TYPES: Final = (TextBlock, ImageBlock, ReasoningBlock)
 
 def text(value: str) -> TextBlock:
     """``text("x") == TextBlock("x")``."""
-    return TextBlock(value)
+    # Built through the slot descriptors (a frozen dataclass's __init__ goes
+    # through object.__setattr__ per field): a call's default content, and
+    # most renders', is one.
+    block = _new_text(TextBlock)
+    _set_text_text(block, value)
+    _set_text_type(block, "text")
+    return block
 
 
 def _check_str(value: object, where: str) -> str:
@@ -779,6 +785,9 @@ def slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any]
         raise ImportError(f"a fast constructor of {cls.__qualname__} must set exactly its fields {names}")
     return tuple(vars(cls)[name].__set__ for name in names)
 
+
+_new_text = TextBlock.__new__
+_set_text_text, _set_text_type = slot_setters(TextBlock, ("text", "type"))
 
 _new_image = ImageBlock.__new__
 _set_image_data, _set_image_mime_type, _set_image_type = slot_setters(ImageBlock, ("data", "mime_type", "type"))

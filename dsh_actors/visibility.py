@@ -47,6 +47,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
@@ -163,18 +164,25 @@ class Registration:
         """Whether a step must admit it (``when`` given)."""
         return self.when is not None
 
-    @property
-    def output_validator(self) -> SchemaEnforcer:
-        return self.checked.output_validator
+    # (Read per call on the pipeline's path: C getters, not Python frames.)
+    if TYPE_CHECKING:
 
-    @property
-    def parameter_validator(self) -> SchemaEnforcer:
-        return self.checked.parameter_validator
+        @property
+        def output_validator(self) -> SchemaEnforcer: ...
 
-    @property
-    def is_async(self) -> bool:
-        """Whether the body is an ``async def`` (runs on the loop thread)."""
-        return self.checked.is_async
+        @property
+        def parameter_validator(self) -> SchemaEnforcer: ...
+
+        @property
+        def is_async(self) -> bool:
+            """Whether the body is an ``async def`` (runs on the loop thread)."""
+
+    else:
+        output_validator = property(attrgetter("checked.output_validator"))
+        parameter_validator = property(attrgetter("checked.parameter_validator"))
+        is_async = property(
+            attrgetter("checked.is_async"), doc="Whether the body is an ``async def`` (runs on the loop thread)."
+        )
 
     def __repr__(self) -> str:
         cond = " conditional" if self.when is not None else ""

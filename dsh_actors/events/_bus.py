@@ -437,6 +437,8 @@ class EventBus:
     def emit(self, name: str, *args: Any, agent: Agent | None = None) -> None:
         """Call every listener with ``args``; a listener that raises is
         logged (loguru) and the others still run."""
+        if name not in self._lists:
+            return  # (the executor emits per call: no frame for no listener)
         for fn in self.listeners(name, agent):
             try:
                 result = fn(*args)

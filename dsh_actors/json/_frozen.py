@@ -428,8 +428,8 @@ def materialize(value: object, path: str = "value") -> JsonValue:
     a FrozenDict (``./dev python -m benchmarks.bench_json``).
     """
     t = type(value)
-    if t is FrozenDict:
-        return value  # type: ignore[return-value]
+    if t is FrozenDict or (t is str and value.isascii()):  # type: ignore[attr-defined]
+        return value  # type: ignore[return-value]  # (frozen, or ASCII text: a tool's usual value, no frame)
     if t is dict or t is list or t is tuple:
         return walk(value, path, True, True, None)  # type: ignore[no-any-return]
     return check(value, path, True, True)  # type: ignore[no-any-return]

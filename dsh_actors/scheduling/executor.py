@@ -101,7 +101,11 @@ class NativeExecutor:
         self.max_parallel_tool_calls = check_limit(max_parallel_tool_calls)
         self._rt: Kernel | None = None
         self._dispatcher: Dispatcher | None = None  # the runtime's (set with _rt)
-        self._lock = threading.Condition()
+        # A plain lock (taken twice a batch, and once more by a submit); the
+        # stop waits for the running batches on a condition of it, which a
+        # batch's end notifies only once the stop has closed the executor.
+        self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._closed = False
         self._checked_own: dict[int, Any] = {}
         # The inboxes of the batches running now (for rt.stop()'s drain).
@@ -344,8 +348,8 @@ class NativeExecutor:
         """``run`` has replied (or was answered by the stop)."""
         with self._lock:
             self._running.pop(id(run), None)
-            if not self._running:
-                self._lock.notify_all()
+            if self._closed and not self._running:
+                self._drained.notify_all()  # (only the stop waits for it, after closing)
 
     def _shutdown(self) -> None:
         """Runtime stop (after ``rt.stop_signal`` fired, which every running
@@ -369,7 +373,7 @@ class NativeExecutor:
         assert rt is not None
         with self._lock:
             self._closed = True
-            self._lock.wait_for(lambda: not self._running, timeout=rt.stop_remaining())
+            self._drained.wait_for(lambda: not self._running, timeout=rt.stop_remaining())
             late = list(self._running.values())
         for run in late:
             try:
@@ -379,7 +383,7 @@ class NativeExecutor:
         if not late:
             return
         with self._lock:
-            self._lock.wait_for(lambda: not self._running, timeout=rt.teardown_remaining())
+            self._drained.wait_for(lambda: not self._running, timeout=rt.teardown_remaining())
             stuck = list(self._running.values())
         dispatcher = self._dispatcher
         assert dispatcher is not None
@@ -633,11 +637,14 @@ class Lent:
 
     __slots__ = ("_actor",)
 
-    def __init__(self) -> None:
-        self._actor: ExecutorActor | CallActor | None = None
+    _actor: ExecutorActor | CallActor | None  # (set as it is entered: no __init__ frame per wait)
 
     def __enter__(self) -> None:
-        lend_waiter()  # (in an on-demand waiter's flight, on any thread: its slot too)
+        self._actor = None
+        # lend_waiter(), inline: in an on-demand waiter's flight, on any thread, its slot too.
+        waiter = _WAITER.get()
+        if waiter is not None:
+            waiter.lend()
         actor = actor_thread_ident()
         if type(actor) is ExecutorActor or type(actor) is CallActor:
             # Waits nest, and on a loop this thread runs they interleave (two
@@ -692,7 +699,7 @@ class LentOnDemand(Lent):
     __slots__ = ("_context", "_lock", "_state")
 
     def __init__(self, context: contextvars.Context) -> None:
-        super().__init__()
+        self._actor = None
         self._context = context
         self._lock = threading.Lock()
         self._state = _HOLDING
