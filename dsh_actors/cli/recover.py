@@ -18,11 +18,15 @@ A batch that suspended on a deferred approval is unfinished too: recovering
 it asks for its deferred calls' approvals again (``--approve``, as in
 ``run``), and its suspension can no longer be resumed; ``dsh-actors
 resume`` with its ``run --json`` document keeps the decisions instead.
-So when the step recovered was suspended (a call awaits a deferred
-approval, ``tool/approval-request`` with no decision, and no call was cut
-by a crash: none started without a result), one note on stderr after the
-results says so and names ``dsh-actors resume SUSPENSION.json --log
-FILE`` (:func:`_suspended_note`); the output and exit status are unchanged.
+The log cannot tell a suspended step from one a crash cut right after
+an approval request, so when a call of the step recovered waits for a
+deferred approval (its ``tool/approval-request`` has no decision) and
+none started without a result, one note on stderr after the results says
+that this recovery asked for it again and that, if the run that suspended
+it printed its suspension (``run --json``), ``dsh-actors resume
+SUSPENSION.json --log FILE`` finishes the step with the decisions already
+asked for (:func:`_suspended_note`); the output and exit status are
+unchanged.
 
 The tools, the executor, ``--no-timeout``, ``--approve``, the output
 (cards of the step's calls drawn from the log, or ``--json``, whose
@@ -44,7 +48,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from ..errors import DshError
+from ..errors import DshError, printable
 from ..model import Agent, ToolBatchResult
 from ..runtime import ToolRuntime
 from ..session import BATCH, CALL, STARTED, LoggedCall, Session, StepKey, agent_matches, step_key
@@ -73,9 +77,15 @@ def unfinished_steps(session: Session, agent: str | None = None) -> list[tuple[S
     return found
 
 
+def _quoted(agent: str) -> str:
+    """``'cli'``: an agent id as messages show it, its control and format
+    characters escaped (:func:`~dsh_actors.printable`), no Python repr."""
+    return f"'{printable(agent)}'"
+
+
 def _step_name(key: StepKey) -> str:
     """``turn 1, step 1 of agent 'cli'`` (no agent when the log names none)."""
-    agent = "" if key[2] is None else f" of agent {key[2]!r}"
+    agent = "" if key[2] is None else f" of agent {_quoted(key[2])}"
     return f"turn {key[0]}, step {key[1]}{agent}"
 
 
@@ -89,23 +99,25 @@ def _listed(steps: list[tuple[StepKey, tuple[LoggedCall, ...]]]) -> str:
 
 
 def _suspended_note(key: StepKey, calls: tuple[LoggedCall, ...], path: str) -> str | None:
-    """The line for stderr when step ``key``, whose calls are ``calls``,
-    was suspended, not interrupted: a call awaits a deferred approval (its
-    ``tool/approval-request`` has no decision) and none was cut by a crash
-    (started without a result); else None. It names the suspension and
-    ``dsh-actors resume`` with the log ``path``, which finishes such a step
-    by deciding the approvals it asked for, without asking them again."""
+    """The line for stderr when a call of step ``key``, whose calls are
+    ``calls``, waits for a deferred approval (its ``tool/approval-request``
+    has no decision) and none started without a result (cut by a crash);
+    else None. The log cannot tell whether the step suspended or a crash
+    cut it right after the request, so the note claims neither: it says
+    this recovery asked for the approval again and names, for a run that
+    printed its suspension, ``dsh-actors resume`` with the log ``path``,
+    which would have finished the step with the decisions already asked
+    for, without asking again."""
     if any(call.state == STARTED for call in calls):
         return None
     suspension = next((call.awaiting for call in calls if call.awaiting is not None), None)
     if suspension is None:
         return None
     return (
-        f"dsh-actors recover: note: {_step_name(key)} was suspended on a deferred approval (suspension "
-        f"{suspension}), not interrupted, so this recovery asked for its approvals again; dsh-actors resume "
-        f"SUSPENSION.json --log {shlex.quote(path)} (SUSPENSION.json: the run --json document holding the "
-        "suspension) finishes a suspended step by deciding the approvals already asked for (--decide "
-        "CALL_ID=ANSWER), with no new question\n"
+        f"dsh-actors recover: note: {_step_name(key)} waits for a deferred approval (suspension "
+        f"{printable(suspension)}): this recovery asked for it again; if the run that suspended it printed its "
+        f"suspension (run --json), dsh-actors resume SUSPENSION.json --log {printable(shlex.quote(path))} "
+        "finishes the step with the decisions already asked for, without asking again\n"
     )
 
 
@@ -138,7 +150,7 @@ def _chosen(
         )
     if session.step_calls(args.turn, args.step, args.agent):
         return None  # the step is complete
-    where = f"turn {args.turn}, step {args.step}" + ("" if args.agent is None else f" of agent {args.agent!r}")
+    where = f"turn {args.turn}, step {args.step}" + ("" if args.agent is None else f" of agent {_quoted(args.agent)}")
     unfinished = f"its unfinished steps: {_listed(steps)}" if steps else "it has no unfinished step"
     raise CliError(f"--log {path}: the log has no call of {where} ({unfinished}); name a step the log holds")
 
@@ -160,7 +172,7 @@ def recover_command(args: argparse.Namespace) -> int:
     if chosen is None:
         session.close()
         which = "" if args.turn is None else f"turn {args.turn}, step {args.step} of "
-        whose = "" if args.agent is None else f" (agent {args.agent!r})"
+        whose = "" if args.agent is None else f" (agent {_quoted(args.agent)})"
         sys.stderr.write(
             f"dsh-actors recover: nothing to recover: every call of {which}the log {path}{whose} has its result "
             f"(dsh-actors replay {path} shows them)\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -228,10 +229,10 @@ def test_several_unfinished_steps_are_listed_and_turn_and_step_name_one(
     assert _open_calls(log) == []
 
 
-def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recover(
-    cli: Cli, root: Path, write_module: Any
-) -> None:
-    # (Its refusals told a command-line user to call rt.tools.recover(agent, turn, step).)
+def _suspended_run(cli: Cli, root: Path, write_module: Any) -> tuple[Path, Path, Path, str]:
+    """A batch of DEFERRING_CALLS run with ``--log`` and ``--json``, which
+    suspended: (its tools module, its log, its ``run --json`` document,
+    its suspension id)."""
     from .test_run import DEFERRING_CALLS, DEFERRING_TOOLS
 
     module = write_module("deferring_tools", DEFERRING_TOOLS)
@@ -241,6 +242,26 @@ def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recove
     assert run.code == 0, run.err
     document = root / "suspended.json"
     document.write_text(run.out)
+    return module, log, document, json.loads(run.out)["suspension"]["id"]
+
+
+def _cut_after_an_approval_request(path: Path, agent: str = "cli", suspension: str = "s1") -> Session:
+    """A session log at ``path`` as a run of DEFERRING_CALLS left it when
+    killed right after "a"'s approval request, before "b" was logged (the
+    log opened: the caller appends more, or closes it)."""
+    session = Session(path)
+    calls = [("a", "pay", {"to": "bob"}), ("b", "look", {"q": "x"}), ("c", "write", {"path": "p"})]
+    session.append(batch_event(1, 1, calls, agent=agent, unknown=()))
+    session.append(call_event(1, 1, "a", "pay", {"to": "bob"}, agent=agent))
+    session.append(approval_request_event("a", suspension, "pay", None, None, turn=1, step=1, agent=agent))
+    return session
+
+
+def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recover(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # (Its refusals told a command-line user to call rt.tools.recover(agent, turn, step).)
+    module, log, document, _ = _suspended_run(cli, root, write_module)
     lines = log.read_text().splitlines(keepends=True)
     lost = root / "lost.jsonl"  # the log as a machine that stopped left it: its last events did not reach the disk
     lost.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "approval-request" in line)]))
@@ -258,13 +279,12 @@ def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recove
     assert "rt.tools.recover" not in again.err
 
 
-def _suspended_note(log: Path, suspension: str) -> str:
+def _suspended_note(log: Path, suspension: str, agent: str = "'cli'") -> str:
     return (
-        f"dsh-actors recover: note: turn 1, step 1 of agent 'cli' was suspended on a deferred approval (suspension "
-        f"{suspension}), not interrupted, so this recovery asked for its approvals again; dsh-actors resume "
-        f"SUSPENSION.json --log '{log}' (SUSPENSION.json: the run --json document holding the suspension) "
-        "finishes a suspended step by deciding the approvals already asked for (--decide CALL_ID=ANSWER), with "
-        "no new question\n"
+        f"dsh-actors recover: note: turn 1, step 1 of agent {agent} waits for a deferred approval (suspension "
+        f"{suspension}): this recovery asked for it again; if the run that suspended it printed its suspension "
+        f"(run --json), dsh-actors resume SUSPENSION.json --log {shlex.quote(str(log))} finishes the step with the decisions "
+        "already asked for, without asking again\n"
     )
 
 
@@ -273,16 +293,7 @@ def test_recovering_a_suspended_step_notes_that_resume_finishes_it_without_askin
 ) -> None:
     # (recover asked the step's approvals again and printed a new suspension
     # id, never naming dsh-actors resume, which decides the ones asked for.)
-    from .test_run import DEFERRING_CALLS, DEFERRING_TOOLS
-
-    module = write_module("deferring_tools", DEFERRING_TOOLS)
-    (root / "batch.json").write_text(json.dumps({"calls": DEFERRING_CALLS}))
-    log = root / "run.jsonl"
-    run = cli("run", root / "batch.json", "--tools", module, "--log", log, "--json")
-    assert run.code == 0, run.err
-    document = root / "suspended.json"
-    document.write_text(run.out)
-    suspension = json.loads(run.out)["suspension"]["id"]
+    module, log, document, suspension = _suspended_run(cli, root, write_module)
     cards_log, json_log, resumed_log = (root / f"{name} log.jsonl" for name in ("cards", "json", "resumed"))
     for copy in (cards_log, json_log, resumed_log):
         copy.write_bytes(log.read_bytes())
@@ -316,12 +327,8 @@ def test_recovering_a_step_a_crash_cut_has_no_note_even_with_a_deferred_approval
 
     deferring = write_module("deferring_tools", DEFERRING_TOOLS)
     cut = root / "cut.jsonl"
-    session = Session(cut)
+    session = _cut_after_an_approval_request(cut)
     try:
-        calls = [("a", "pay", {"to": "bob"}), ("b", "look", {"q": "x"}), ("c", "write", {"path": "p"})]
-        session.append(batch_event(1, 1, calls, agent="cli", unknown=()))
-        session.append(call_event(1, 1, "a", "pay", {"to": "bob"}, agent="cli"))
-        session.append(approval_request_event("a", "s1", "pay", None, None, turn=1, step=1, agent="cli"))
         session.append(call_event(1, 1, "b", "look", {"q": "x"}, agent="cli"))
         session.append(start_event("b", 1, 1, agent="cli"))
     finally:
@@ -329,6 +336,33 @@ def test_recovering_a_step_a_crash_cut_has_no_note_even_with_a_deferred_approval
     recovered = cli("recover", "--log", cut, "--tools", deferring, "--approve", "yes")
     assert recovered.code == 0 and recovered.err == "", recovered.err
     assert "paid bob" in recovered.out and "INTERRUPTED" in recovered.out and "wrote p" in recovered.out
+
+
+def test_the_note_does_not_claim_a_suspension_the_log_cannot_prove(cli: Cli, root: Path, write_module: Any) -> None:
+    # A run killed right after "a"'s approval request, before "b" was
+    # logged, looks suspended; the note said "was suspended ..., not
+    # interrupted" and pointed to a SUSPENSION.json that never existed.
+    from .test_run import DEFERRING_TOOLS
+
+    module = write_module("deferring_tools", DEFERRING_TOOLS)
+    cut = root / "cut.jsonl"
+    _cut_after_an_approval_request(cut).close()
+    recovered = cli("recover", "--log", cut, "--tools", module, "--approve", "yes")
+    assert recovered.code == 0 and recovered.err == _suspended_note(cut, "s1"), recovered.err
+    assert recovered.out.endswith("3 calls: 3 ok, 0 errors\n")
+
+
+def test_the_note_shows_the_logs_ids_escaped_on_one_line(cli: Cli, root: Path, write_module: Any) -> None:
+    # (The suspension id reached the terminal raw, its newline and escape
+    # sequence too; the agent id as a Python repr.)
+    from .test_run import DEFERRING_TOOLS
+
+    module = write_module("deferring_tools", DEFERRING_TOOLS)
+    cut = root / "odd.jsonl"
+    _cut_after_an_approval_request(cut, agent="ag\u00e9nt\u200b'x", suspension="s1\n\x1b[31mRED").close()
+    recovered = cli("recover", "--log", cut, "--tools", module, "--approve", "yes")
+    note = _suspended_note(cut, "s1\\x0a\\x1b[31mRED", agent="'ag\u00e9nt\\u200b'x'")
+    assert recovered.code == 0 and recovered.err == note, recovered.err
 
 
 def test_help_of_recover_states_its_exit_statuses(cli: Cli) -> None:
