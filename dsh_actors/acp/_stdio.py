@@ -134,7 +134,8 @@ class Overlong:
         """The members of the JSON object the head begins, in order, that it
         holds whole (a later one of the same name replacing an earlier, as
         ``json.loads`` has it); a member whose value is cut by the head's
-        end is there with the value None. Empty when the head begins no
+        end is there with the value None, as is one whose value no ``,``
+        or ``}`` follows inside the head (a number cut there reads whole). Empty when the head begins no
         object; the members up to where it stops being JSON."""
         text = self.head.decode("utf-8", "replace")
         decoder = json.JSONDecoder(parse_constant=_not_json)
@@ -156,8 +157,11 @@ class Overlong:
                 if at >= len(text):
                     return members
                 members[name] = None  # (its value cut, until read whole)
-                members[name], at = decoder.raw_decode(text, at)
+                value, at = decoder.raw_decode(text, at)
                 at = _skip_space(text, at)
+                if not text.startswith((",", "}"), at):
+                    return members  # (a number the head's end cut reads whole: 12 of 12345)
+                members[name] = value
                 if not text.startswith(",", at):
                     return members
                 at += 1

@@ -76,6 +76,21 @@ def test_an_overlong_line_not_shown_a_response_to_us_is_answered_without_an_id(
     assert [(m["id"], m["error"]["data"]["details"]) for m in sent] == [(None, TOO_LONG)]
 
 
+def test_an_overlong_response_whose_id_the_head_cuts_is_answered_without_an_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The head ended two digits into "id":12345, which read whole as 12:
+    # request 12 failed, and 12345 waited for ever.
+    monkeypatch.setattr(_stdio, "STREAM_LIMIT", LIMIT)
+    monkeypatch.setattr(_stdio, "HEAD_LIMIT", 100)
+    start = '{"jsonrpc":"2.0","result":null,'
+    head = start + " " * (100 - len(start) - len('"id":12')) + '"id":12'
+    line = head + '345,"x":"' + "y" * 300 + '"}'
+    got, sent = asyncio.run(_received(line.encode() + b"\n" + json.dumps(NOTE).encode() + b"\n"))
+    assert got == [NOTE]
+    assert [(m["id"], m["error"]["data"]["details"]) for m in sent] == [(None, TOO_LONG)]
+
+
 def test_a_line_of_the_limit_ended_by_crlf_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # The "\r" of "\r\n" was counted: a line of exactly the limit was dropped.
     monkeypatch.setattr(_stdio, "STREAM_LIMIT", LIMIT)
