@@ -87,13 +87,20 @@ CLUSTER = SharedCluster()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the modules here that use the cluster before the others here (a
-    stable sort: each module's tests stay together, in their order)."""
+    """Run the tests here together, where the first of them was selected,
+    the modules that use the cluster first (a stable sort: each module's
+    tests stay together, in their order), so a selection that names other
+    tests between them does not split a cluster module and start the
+    cluster again; every other test keeps its order."""
     places = [index for index, item in enumerate(items) if HERE in item.path.resolve().parents]
+    if not places:
+        return
     ours = [items[index] for index in places]
     CLUSTER.modules = {item.path for item in ours if "cluster" in item.fixturenames}
-    for index, item in zip(places, sorted(ours, key=lambda item: item.path not in CLUSTER.modules), strict=True):
-        items[index] = item
+    ours.sort(key=lambda item: item.path not in CLUSTER.modules)
+    chosen = set(places)
+    others = [item for index, item in enumerate(items) if index not in chosen]
+    items[:] = others[: places[0]] + ours + others[places[0] :]
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)

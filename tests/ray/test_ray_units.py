@@ -3,6 +3,7 @@ contexts, the mapping of Ray's exceptions to failures with codes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +133,34 @@ def test_the_benchmark_names_the_logger_of_rays_token_auth_notice() -> None:
     from benchmarks.ray import AUTH_NOTICE_LOGGER
 
     assert setup.logger.name == AUTH_NOTICE_LOGGER
+
+
+def test_a_selection_runs_the_tests_here_together_where_the_first_was_selected(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (They kept their places: a cluster module split around the tests
+    # selected between its tests started the cluster a second time.)
+    here = Path(__file__).resolve().parent
+    conftest = next(
+        plugin
+        for plugin in request.config.pluginmanager.get_plugins()
+        if getattr(plugin, "__file__", None) == str(here / "conftest.py")
+    )
+    monkeypatch.setattr(conftest.CLUSTER, "modules", set())  # (the run's own, restored)
+
+    class Item:
+        def __init__(self, path: Path, *fixturenames: str) -> None:
+            self.path, self.fixturenames = path, list(fixturenames)
+
+    first, units, other, probe, probe_too, last = (
+        Item(here.parent / "test_a.py"),
+        Item(here / "test_ray_units.py"),
+        Item(here.parent / "test_ownership.py"),
+        Item(here / "test_ray_probe.py", "cluster"),
+        Item(here / "test_ray_probe.py", "cluster"),
+        Item(here.parent / "test_z.py"),
+    )
+    items = [first, probe, other, units, probe_too, last]
+    conftest.pytest_collection_modifyitems(items)
+    assert items == [first, probe, probe_too, units, other, last]
+    assert conftest.CLUSTER.modules == {probe.path}
