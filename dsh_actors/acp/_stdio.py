@@ -18,11 +18,15 @@ A line longer than :data:`STREAM_LIMIT` bytes is not read whole: it is
 read to its end in parts (the stdio reader's limit is :data:`READ_LIMIT`)
 and dropped (no more of it held than the limit, besides the reader's
 buffer and the part just read: under 1 MiB) and answered with a
-``-32600`` error naming the limit, without an id, the agent reading on;
-but when its first :data:`HEAD_LIMIT` bytes show a response (a
-``"result"`` or ``"error"`` member, no ``"method"``) with an id a request
-of ours may have, it is not answered: that request fails with the
-problem, as for a malformed response.
+``-32600`` error naming the limit, the agent reading on: with the
+request's id when its first :data:`HEAD_LIMIT` bytes show a request (a
+``"method"`` member and a string or integer ``"id"`` whole in them), so
+the client's request fails instead of waiting; else without an id
+(``null``: JSON-RPC's answer to an invalid request whose id is not known,
+as for a notification, which a line not read whole cannot be told to be).
+But when those bytes show a response (a ``"result"`` or ``"error"``
+member, no ``"method"``) with an id a request of ours may have, it is not
+answered: that request fails with the problem, as for a malformed response.
 """
 
 from __future__ import annotations
@@ -176,6 +180,15 @@ class Overlong:
             return members["id"]
         return None
 
+    def request(self) -> object:
+        """The id of the request this line is, as far as its head shows (a
+        ``"method"`` member and a string or integer ``"id"`` whole in it),
+        or None: a notification, an id the head does not show, or no
+        method there (the line may be a response)."""
+        members = self.members()
+        ident = members.get("id")
+        return ident if "method" in members and _usable_id(ident) else None
+
 
 def _skip_space(text: str, at: int) -> int:
     while at < len(text) and text[at] in " \t\n\r":
@@ -243,7 +256,7 @@ class CheckedTransport:
                         "ACP: ignored a malformed response (id {}): {}", peer_text(safe_str(answered)), too_long
                     )
                     return _failed(answered, too_long)
-                await self._answer(None, INVALID_REQUEST, "Invalid Request", too_long)
+                await self._answer(line.request(), INVALID_REQUEST, "Invalid Request", too_long)
                 continue
             if not line:
                 return None

@@ -191,7 +191,7 @@ def test_a_line_longer_than_the_limit_is_skipped_and_answered_naming_it_and_the_
     # The transport read a line of any length into memory (a peer that never
     # sent a newline grew the agent without bound). Now a line over the
     # limit is read to its end and dropped, and answered -32600 naming the
-    # limit; a line of exactly the limit is read (here 100,000 bytes: longer
+    # limit (with the request's id); a line of exactly the limit is read (here 100,000 bytes: longer
     # than the socket reader's own 64 KiB limit, so both are read in parts).
     monkeypatch.setattr(_stdio, "STREAM_LIMIT", 100_000)
 
@@ -206,7 +206,7 @@ def test_a_line_longer_than_the_limit_is_skipped_and_answered_naming_it_and_the_
             await running.raw.drain()
             await client.wait_for(lambda: any(m.get("id") == "fits" for m in client.incoming))
             answered = [m for m in client.incoming if "id" in m and m["id"] in (None, "too long", "fits")]
-            assert [(m.get("id"), "result" in m) for m in answered] == [(None, False), ("fits", True)]
+            assert [(m.get("id"), "result" in m) for m in answered] == [("too long", False), ("fits", True)]
             assert answered[0]["error"] == {
                 "code": -32600,
                 "message": "Invalid Request",

@@ -61,7 +61,9 @@ def test_an_overlong_response_fails_the_request_it_answers_unanswered(
     "line",
     [
         {"jsonrpc": "2.0", "result": {"content": "x" * 300}, "id": 7},  # (its id past the head: not known)
-        {"jsonrpc": "2.0", "id": 7, "method": "session/prompt", "params": {"x": "x" * 300}},  # a request
+        {"jsonrpc": "2.0", "method": "session/prompt", "params": {"x": "x" * 300}, "id": 7},  # (id past the head)
+        {"jsonrpc": "2.0", "method": "session/cancel", "params": {"x": "x" * 300}},  # (an id may follow: not known)
+        {"jsonrpc": "2.0", "id": True, "method": "session/prompt", "params": "x" * 300},  # not an id
         {"jsonrpc": "2.0", "id": 7, "params": {"x": "x" * 300}},  # (a request's method may follow)
         {"jsonrpc": "2.0", "id": True, "result": "x" * 300},  # no id of ours
     ],
@@ -72,6 +74,43 @@ def test_an_overlong_line_not_shown_a_response_to_us_is_answered_without_an_id(
     monkeypatch.setattr(_stdio, "STREAM_LIMIT", LIMIT)
     monkeypatch.setattr(_stdio, "HEAD_LIMIT", 100)
     got, sent = asyncio.run(_received(json.dumps(line).encode() + b"\n" + json.dumps(NOTE).encode() + b"\n"))
+    assert got == [NOTE]
+    assert [(m["id"], m["error"]["data"]["details"]) for m in sent] == [(None, TOO_LONG)]
+
+
+@pytest.mark.parametrize("ident", [7, "r-7"])
+@pytest.mark.parametrize("id_first", [True, False])
+def test_an_overlong_request_is_answered_with_its_id(
+    monkeypatch: pytest.MonkeyPatch, ident: object, id_first: bool
+) -> None:
+    # It was answered -32600 with id null: the client's request waited for ever.
+    monkeypatch.setattr(_stdio, "STREAM_LIMIT", LIMIT)
+    monkeypatch.setattr(_stdio, "HEAD_LIMIT", 100)
+    members: list[tuple[str, object]] = [("id", ident), ("method", "session/prompt")]
+    line = dict([("jsonrpc", "2.0"), *(members if id_first else members[::-1]), ("params", {"x": "x" * 300})])
+    got, sent = asyncio.run(_received(json.dumps(line).encode() + b"\n" + json.dumps(NOTE).encode() + b"\n"))
+    assert got == [NOTE]
+    assert sent == [
+        {
+            "jsonrpc": "2.0",
+            "id": ident,
+            "error": {"code": -32600, "message": "Invalid Request", "data": {"details": TOO_LONG}},
+        }
+    ]
+
+
+@pytest.mark.parametrize("cut", ['"id":12', '"id":"r-1'])
+def test_an_overlong_request_whose_id_the_head_cuts_is_answered_without_an_id(
+    monkeypatch: pytest.MonkeyPatch, cut: str
+) -> None:
+    monkeypatch.setattr(_stdio, "STREAM_LIMIT", LIMIT)
+    monkeypatch.setattr(_stdio, "HEAD_LIMIT", 100)
+    start = '{"jsonrpc":"2.0","method":"session/prompt",'
+    head = start + " " * (100 - len(start) - len(cut)) + cut
+    rest = "345," if cut.endswith("12") else '2",'
+    line = head + rest + '"params":{"x":"' + "y" * 300 + '"}}'
+    assert json.loads(line)["id"] in (12345, "r-12")
+    got, sent = asyncio.run(_received(line.encode() + b"\n" + json.dumps(NOTE).encode() + b"\n"))
     assert got == [NOTE]
     assert [(m["id"], m["error"]["data"]["details"]) for m in sent] == [(None, TOO_LONG)]
 
