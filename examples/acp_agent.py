@@ -58,17 +58,17 @@ from dsh_actors.acp import AcpSession, attach, serve
 _CALL_LINE = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(\{.*)?$")
 
 
-def scripted_calls(text: str, turn: int) -> list[ToolCall]:
+def scripted_calls(text: str, turn: int) -> tuple[ToolCall, ...]:
     """The scripted model: one call per ``TOOL JSON_ARGS`` line (a bare
     ``TOOL`` has no arguments). Arguments that are not JSON are passed on as
     they are: the tool fails them ``INVALID_ARGS``, as it would a model's."""
-    calls = []
+    calls: list[ToolCall] = []
     for line in text.splitlines():
         match = _CALL_LINE.match(line)
         if match is not None:
             name, arguments = match.group(1), (match.group(2) or "").strip()
             calls.append(ToolCall(id=f"call_{turn}_{len(calls) + 1}", name=name, arguments=arguments))
-    return calls
+    return tuple(calls)
 
 
 def summary(batch: ToolBatchResult, cancelled: bool) -> str:
@@ -211,7 +211,9 @@ class _StdlibToLoguru(logging.Handler):
 
 async def run(agent: ScriptedAgent) -> None:
     try:
-        await serve(agent)
+        # The SDK's Agent protocol lists every ACP method; this agent has the
+        # ones it needs, and the SDK answers the others "method not found".
+        await serve(agent)  # type: ignore[arg-type]
     finally:
         await agent.aclose()
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import examples.tools
 import policies
@@ -18,7 +19,7 @@ PLAN = [("read_file", {"path": "notes.txt"}), ("search_text", {"pattern": "TODO"
         ("write_file", {"path": "todo.md", "content": "- tests\n- docs\n"})]  # fmt: skip
 
 
-def scripted_model(provider: str, messages: list, tools: list) -> dict:
+def scripted_model(provider: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
     """Stands in for client.chat.completions.create(...) / client.messages.create(...)."""
     step = sum(m["role"] == "assistant" for m in messages)
     name, args = PLAN[step] if step < len(PLAN) else (None, None)
@@ -34,7 +35,7 @@ def scripted_model(provider: str, messages: list, tools: list) -> dict:
     return {"choices": [{"message": message, "finish_reason": "tool_calls" if name else "stop"}]}
 
 
-def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list]:
+def main(provider: str = "openai", root: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     if provider not in WIRES:
         raise ValueError(f"unknown provider {provider!r}: choose one of {', '.join(WIRES)}")
     wire = WIRES[provider]
@@ -62,13 +63,14 @@ def main(provider: str = "openai", root: Path | None = None) -> tuple[list, list
             messages.extend(results)
             if results.concluded:
                 break  # a tool ended the turn
+    assert agent.session is not None  # (it has the one made above)
     events = agent.session.events()  # the durable log: tool/batch, tool/call, tool/start, tool/result
     print(*map(json.dumps, messages), sep="\n")
     print(*map(log_line, events), sep="\n")
     return messages, events
 
 
-def log_line(e: dict) -> str:
+def log_line(e: dict[str, Any]) -> str:
     if e["type"] == "tool/batch":
         return f"{e['type']:12} step {e['step']}: {', '.join(c['call_id'] for c in e['calls'])}"
     outcome = ("error" if e["is_error"] else "ok") if e["type"] == "tool/result" else ""

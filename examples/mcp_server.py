@@ -43,7 +43,7 @@ def add(title: str = Field(min_length=1), body: str = "", tags: list[str] | None
     return note
 
 
-@app.tool(title="Search notes", annotations=ToolAnnotations(readOnlyHint=True))
+@app.tool(title="Search notes", annotations=ToolAnnotations(read_only_hint=True))
 def search(query: str = Field(min_length=1), limit: int = Field(default=10, ge=1, le=100)) -> Found:
     """Notes whose title or body contains the query (case-insensitive)."""
     needle = query.lower()
@@ -51,7 +51,7 @@ def search(query: str = Field(min_length=1), limit: int = Field(default=10, ge=1
     return Found(query=query, notes=hits[:limit])
 
 
-@app.tool(title="Read a note", annotations=ToolAnnotations(readOnlyHint=True))
+@app.tool(title="Read a note", annotations=ToolAnnotations(read_only_hint=True))
 def read(id: int = Field(ge=1)) -> str:
     """The note's text."""
     note = NOTES.get(id)

@@ -6,7 +6,7 @@ package ships ``py.typed``): ``mypy --strict`` accepts a program that uses
 that named one of them by a narrower shape (to keep its annotations out of
 an import cycle) would fail this test; docs/ARCHITECTURE.md ("No cycles
 through annotations") lists the annotation edges that keep the concrete
-types instead."""
+types instead. The examples (what a new user copies) pass the same check."""
 
 from __future__ import annotations
 
@@ -61,10 +61,20 @@ def test_a_typed_application_reads_the_public_values_as_their_concrete_types(tmp
     pytest.importorskip("mypy", reason="mypy is in the dev extra (./dev setup installs it)")
     application = tmp_path / "application.py"
     application.write_text(APPLICATION)
+    _assert_type_clean(application)
+
+
+@pytest.mark.slow  # (about 20 s with no cache, 1 s with it)
+def test_the_examples_are_type_clean() -> None:
+    pytest.importorskip("mypy", reason="mypy is in the dev extra (./dev setup installs it)")
+    _assert_type_clean(ROOT / "examples")
+
+
+def _assert_type_clean(path: Path) -> None:
     # The repository's configuration (strict) and the cache `./dev mypy`
     # keeps, so the package is analysed again only when it changed.
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / ".mypy_cache"), str(application)],
+        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / ".mypy_cache"), str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
