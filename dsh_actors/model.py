@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
@@ -457,7 +457,7 @@ class ToolBatchInput:
     current when the batch is submitted. Never compared.
     """
 
-    calls: tuple[ToolCall, ...]
+    calls: Sequence[ToolCall]  # (a list or tuple; kept as a tuple)
     signal: AbortSignal | None = None
     max_parallel_tool_calls: int | None = None
     agent: Agent | None = None

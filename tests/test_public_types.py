@@ -26,9 +26,14 @@ from dsh_actors import (
     ToolBatchExecutionError,
     ToolBatchInput,
     ToolBatchResult,
+    ToolCall,
     ToolCallResult,
     ToolExecution,
 )
+
+
+def one_call_batch() -> ToolBatchInput:
+    return ToolBatchInput(calls=[ToolCall(id="c1", name="add", arguments={"a": 1})])  # a list, as the README writes it
 
 
 def pending(agent: Agent) -> list[str]:

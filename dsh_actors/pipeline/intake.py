@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any, Final
 
@@ -206,7 +207,7 @@ _ADAPTERS: Final = {
 }
 
 
-def _not_a_call(calls: tuple[Any, ...], i: int) -> str:
+def _not_a_call(calls: Sequence[Any], i: int) -> str:
     """Why ``calls[i]`` is refused, naming the fix: the provider adapter
     that converts it when it is an SDK's call (known by its module, no SDK
     imported), a provider's call as a dict, or an SDK response or message
@@ -252,7 +253,7 @@ def _provider_of_call(call: object) -> str | None:
     return "anthropic" if module.startswith("anthropic.") else None
 
 
-def _provider_of_pairs(calls: tuple[Any, ...]) -> str | None:
+def _provider_of_pairs(calls: Sequence[Any]) -> str | None:
     """The adapter for ``calls`` made of an SDK object's ``(field, value)``
     pairs (what ``tuple(message)`` gives), by its fields; None for anything
     else."""
@@ -266,7 +267,7 @@ def _provider_of_pairs(calls: tuple[Any, ...]) -> str | None:
     return "openai" if fields & {"choices", "message", "tool_calls"} else None
 
 
-def _refuse_duplicate_ids(calls: tuple[ToolCall, ...]) -> None:
+def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:
     first: dict[str, int] = {}
     for i, call in enumerate(calls):
         earlier = first.setdefault(call.id, i)
