@@ -402,11 +402,11 @@ class CallLines:
         else:
             self._unlogged.pop(at, None)
 
-    def is_call(self, event: Mapping[str, Any]) -> bool:
-        """Whether ``tool/call`` ``event`` (its ``call_id`` a str) is a call,
-        and not a line to pass over (see the class); a call of its step's
-        batch is no longer awaited."""
-        at = step_key(event)
+    def is_call(self, event: Mapping[str, Any], at: StepKey | None) -> bool:
+        """Whether ``tool/call`` ``event`` (its ``call_id`` a str), naming
+        step ``at`` (its :func:`step_key`, which the caller keeps too), is a
+        call, and not a line to pass over (see the class); a call of its
+        step's batch is no longer awaited."""
         if at is None or at[2] is None or at[2] not in self._agents:
             return True
         waiting = self._unlogged.get(at)

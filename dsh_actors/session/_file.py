@@ -88,10 +88,10 @@ def _shape_problem(event: Mapping[str, Any]) -> str | None:
     """Why ``event`` cannot be a session event, or None. Checks only what
     the session itself relies on: a non-empty str ``type`` and, for calls
     results and starts, a str ``call_id``."""
-    if "type" not in event:
-        return 'an event needs a "type" (a non-empty str)'
     kind = event.get("type")
     if type(kind) is not str or not kind:
+        if "type" not in event:
+            return 'an event needs a "type" (a non-empty str)'
         return f'"type" must be a non-empty str, got {safe_str(kind)!r}'
     if (kind == CALL or kind == RESULT or kind == START) and type(event.get("call_id")) is not str:
         return f'a {kind} event needs a str "call_id"'
@@ -557,13 +557,14 @@ class Session:
         without a settle event."""
         if kind == CALL:
             # Calls and results always have a str call_id (_shape_problem).
-            if not self._call_lines.is_call(event):
+            at = step_key(event)
+            if not self._call_lines.is_call(event, at):
                 return  # a copy of a line (or one its batch does not name): no call of its own
             call_id = event["call_id"]
             self._serial += 1
             self._pending[self._serial] = call_id
             self._open.setdefault(call_id, []).append(self._serial)
-            self._call_steps[self._serial] = step_key(event)
+            self._call_steps[self._serial] = at
         elif kind == BATCH:
             self._call_lines.batch(event)  # a new run of its step: its ids are new calls
         elif kind == RESULT:
@@ -633,7 +634,9 @@ class Session:
             steps = self._call_steps
             while at >= 0:
                 key = steps[serials[at]]
-                if key is not None and same_step(key, step):
+                # (Equal keys first: a result names its call's step as its
+                # tool/call did, and a tuple compare is no Python call.)
+                if key is not None and (key == step or same_step(key, step)):
                     break
                 at -= 1
             if at < 0:

@@ -203,7 +203,7 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
             lines.batch(event)
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
-            if not lines.is_call(event):
+            if not lines.is_call(event, step_key(event)):
                 continue  # a copy of a line (or one its batch does not name): its call's start and result are the first's
             ours = (
                 event.get("turn") == turn
