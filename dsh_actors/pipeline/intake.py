@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 import json
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import replace
 from typing import Any, Final
 
 import orjson
@@ -14,7 +14,7 @@ import orjson
 from ..errors import InvalidTypeError, InvalidValueError, LosslessJsonError, safe_repr, safe_str
 from ..execution import CALL_DEPS
 from ..json import loads, materialize, path_for_index, path_for_key
-from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str, slot_setters
+from ..model import Agent, LogStep, ToolBatchInput, ToolCall, _check_str
 from ..signals import AbortSignal
 from ..toolset import ResolvedToolSet
 from ..visibility import RegistryState
@@ -308,31 +308,9 @@ def bind_context(
         deps = base.get(CALL_DEPS)
     elif base.get(CALL_DEPS) is not deps:
         base.run(CALL_DEPS.set, deps)
-    # What ``replace(batch, context=base, deps=deps[, signal=signal])``
-    # builds, field by field through the slot descriptors, without its
-    # generic walk and ``__init__`` (per batch, on the caller's thread): a
-    # batch's ``calls`` is a tuple already, so its ``__post_init__`` would
-    # change nothing.
-    bound = _new_batch(ToolBatchInput)
-    _set_calls(bound, batch.calls)
-    _set_signal(bound, batch.signal if signal is None else signal)
-    _set_limit(bound, batch.max_parallel_tool_calls)
-    _set_agent(bound, batch.agent)
-    _set_tool_set(bound, batch.tool_set)
-    _set_log(bound, batch.log)
-    _set_deps(bound, deps)
-    _set_context(bound, base)
-    return bound
-
-
-_new_batch = ToolBatchInput.__new__
-_BOUND_FIELDS: Final = ("calls", "signal", "max_parallel_tool_calls", "agent", "tool_set", "log", "deps", "context")
-# (Every field of the batch, so a field added to ToolBatchInput fails here,
-# at import, until bind_context copies it too.)
-assert _BOUND_FIELDS == tuple(f.name for f in fields(ToolBatchInput)), "bind_context: copy every ToolBatchInput field"
-_set_calls, _set_signal, _set_limit, _set_agent, _set_tool_set, _set_log, _set_deps, _set_context = slot_setters(
-    ToolBatchInput, _BOUND_FIELDS
-)
+    if signal is not None:
+        return replace(batch, context=base, deps=deps, signal=signal)
+    return replace(batch, context=base, deps=deps)
 
 
 def batch_arguments(raw: object) -> Any:

@@ -641,10 +641,7 @@ class Lent:
 
     def __enter__(self) -> None:
         self._actor = None
-        # lend_waiter(), inline: in an on-demand waiter's flight, on any thread, its slot too.
-        waiter = _WAITER.get()
-        if waiter is not None:
-            waiter.lend()
+        lend_waiter()  # (in an on-demand waiter's flight, on any thread: its slot too)
         actor = actor_thread_ident()
         if type(actor) is ExecutorActor or type(actor) is CallActor:
             # Waits nest, and on a loop this thread runs they interleave (two

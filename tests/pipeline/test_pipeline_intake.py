@@ -4,6 +4,8 @@ anything reaches the session log."""
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import threading
 from typing import Any
 
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 from dsh_actors import Agent, LogStep, Session, ToolBatchInput, ToolCall
 from dsh_actors.messages import ExecuteBatch
+from dsh_actors.pipeline.intake import bind_context
 
 from .helpers import HI, echo_tool
 
@@ -364,3 +367,16 @@ def test_a_whole_sdk_response_as_calls_is_refused_as_one_not_as_a_tuple() -> Non
         assert "is a tuple" not in said, said
         assert said.startswith("calls is a model response or message, not a list of ToolCall"), said
         assert f"dsh_actors.providers.{adapter}.calls(" in said, said
+
+
+def test_binding_a_batch_keeps_its_class_and_every_field_of_it() -> None:
+    # (A field-by-field binding built a plain ToolBatchInput: a subclass's
+    # own fields were lost.)
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Tagged(ToolBatchInput):
+        tag: str = "x"
+
+    batch = Tagged([ToolCall("c1", "t", {})], max_parallel_tool_calls=3, tag="mine")
+    bound = bind_context(batch, contextvars.copy_context())
+    assert type(bound) is Tagged and bound.tag == "mine"
+    assert bound.calls == batch.calls and bound.max_parallel_tool_calls == 3 and bound.context is not None
