@@ -274,8 +274,7 @@ def step_key(event: Mapping[str, Any]) -> StepKey | None:
     their steps apart."""
     turn, step = event.get("turn"), event.get("step")
     if type(turn) is int and type(step) is int:
-        agent = event.get("agent")  # (agent_of, inline: the session indexes two events a call by it)
-        return (turn, step, agent if type(agent) is str else None)
+        return (turn, step, agent_of(event))
     return None
 
 

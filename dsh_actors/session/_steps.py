@@ -203,7 +203,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
             lines.batch(event)
         elif kind == CALL:
             call_id = _str(event.get("call_id"), "event.call_id")
-            if not lines.is_call(event, step_key(event)):
+            call_step = step_key(event)
+            if not lines.is_call(event, call_step):
                 continue  # a copy of a line (or one its batch does not name): its call's start and result are the first's
             ours = (
                 event.get("turn") == turn
@@ -223,8 +224,8 @@ def read_step(events: Iterable[Mapping[str, Any]], turn: int, step: int, agent: 
                     fallback[call_id] = entry
             if entry is not None:
                 entry.logged = True
-                entry.step = step_key(event)
-            open_calls.setdefault(call_id, []).append((step_key(event), entry))
+                entry.step = call_step
+            open_calls.setdefault(call_id, []).append((call_step, entry))
         elif kind == START or kind == RESULT or kind == APPROVAL_REQUEST:
             call_id = _str(event.get("call_id"), "event.call_id")
             latest = open_calls.get(call_id)
