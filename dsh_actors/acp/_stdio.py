@@ -129,12 +129,20 @@ class Overlong:
     """A line longer than :data:`STREAM_LIMIT`, dropped: its first
     :data:`HEAD_LIMIT` bytes kept (``head``)."""
 
-    __slots__ = ("head",)
+    __slots__ = ("_members", "head")
 
     def __init__(self, head: bytes) -> None:
         self.head = head
+        self._members: dict[str, Any] | None = None
 
     def members(self) -> dict[str, Any]:
+        """:meth:`_read_members`, read once (:meth:`answers` and
+        :meth:`request` both ask)."""
+        if self._members is None:
+            self._members = self._read_members()
+        return self._members
+
+    def _read_members(self) -> dict[str, Any]:
         """The members of the JSON object the head begins, in order, that it
         holds whole (a later one of the same name replacing an earlier, as
         ``json.loads`` has it); a member whose value is cut by the head's
