@@ -413,7 +413,7 @@ def _mount_problem(err: DshError, server: _Server) -> str:
         return "the server exited or closed its connection before its tools were mounted (its stderr may say why)"
     text = one_line(err)
     if isinstance(err, RegistrationError):
-        text = _PREFIX_FIX.sub(lambda fix: f"--mcp {shlex.quote(fix[1] + '=' + server.line)}{server.instead}", text)
+        text = _PREFIX_FIX.sub(lambda fix: f"{_MCP} {shlex.quote(fix[1] + '=' + server.line)}{server.instead}", text)
     return text
 
 
