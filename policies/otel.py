@@ -463,8 +463,7 @@ class OtelPolicy:
         disposed: their tools/result will not reach it)."""
         self._closed = True
         for state in self._take_all():
-            state.span.add_event("dsh.policy.disposed", {})
-            state.span.end()
+            _end_as_disposed(state)
 
     def _take_all(self) -> list[_CallSpan]:
         """Take every open span out, to end it (their late tools/result
@@ -477,8 +476,7 @@ class OtelPolicy:
     def _end_disposed(self, token: Any) -> None:
         state = self._pop(token)
         if state is not None:
-            state.span.add_event("dsh.policy.disposed", {})
-            state.span.end()
+            _end_as_disposed(state)
 
     def runtime_stopping(self) -> None:
         """The ``rt.on_stop(..., last=True)`` hook, run once the executors'
@@ -614,6 +612,13 @@ class OtelPolicy:
 
 #: The duration histogram made on each meter provider.
 _HISTOGRAMS: Final[PerProvider[Any]] = PerProvider()
+
+
+def _end_as_disposed(state: _CallSpan) -> None:
+    """End a call's span that the policy's disposal took out (its
+    tools/result will not reach the policy)."""
+    state.span.add_event("dsh.policy.disposed", {})
+    state.span.end()
 
 
 def _duration_histogram(meter_provider: Any) -> Any:

@@ -268,9 +268,7 @@ def _route_approval(
     context (``prepare`` runs in it)."""
     execution = call.execution
     name = execution.name
-    events = rt.events
-    if events.has_listeners("tools/approval-request"):
-        events.emit("tools/approval-request", execution, ask, agent=execution.agent)
+    rt.events.emit("tools/approval-request", execution, ask, agent=execution.agent)  # (none listening: one dict test)
     service = rt.approvals.service
     if service is None:
         return failure(
