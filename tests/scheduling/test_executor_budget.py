@@ -760,15 +760,29 @@ def test_a_call_actor_back_above_the_budget_after_an_inline_body_gives_its_slot_
                 decided.set()  # (A's call actor leaves A before its next call)
             return release(*args)
 
+        step_ended = rt.dispatcher.step_ended
+        a_step_ended = threading.Event()
+
+        def watched_step_ended(*args: Any) -> Any:
+            try:
+                return step_ended(*args)
+            finally:
+                a_step_ended.set()
+
         rt.dispatcher.release = watched_release  # type: ignore[method-assign]
+        rt.dispatcher.step_ended = watched_step_ended  # type: ignore[method-assign]
         rt.tools.register(make_tool("s", body))
         rt.tools.register(make_tool("x", body, classifier=None))
         a = rt.tools.submit(ToolBatchInput(calls=calls("s", "x", "s", "s"), max_parallel_tool_calls=2))
         try:
             must(a0_running, "a0 to run")
+            # (The executor actor that ran A's first step has left it: a0 ending
+            # before that would leave A's next step, and a1, to that actor.)
+            must(a_step_ended, "the executor actor to end A's first step")
             b = rt.tools.submit(ToolBatchInput(calls=batch_b("s", "s"), max_parallel_tool_calls=2))
             a0_go.set()
             must(a1_running, "a1 to run inline on A's call actor")
+            assert inline[0].name == "dsh-CallActor", f"a1 ran on {inline[0].name}, not on A's call actor"
             must(b0_running, "b0 to run on the slot a1 lent")
             a1_go.set()
         finally:
@@ -776,7 +790,6 @@ def test_a_call_actor_back_above_the_budget_after_an_inline_body_gives_its_slot_
             a1_go.set()
         assert [r.result.value for r in a.result(GUARD).results] == ["ok"] * 4
         assert [r.result.value for r in b.result(GUARD).results] == ["ok"] * 2
-        assert inline and inline[0].name == "dsh-CallActor"
         assert len(worst) == 1, f"bodies ran at once on call actors holding a slot of a budget of one: {worst}"
         rt.dispatcher.assert_invariants()
         assert not rt.dispatcher.owing
