@@ -269,15 +269,22 @@ def test_a_permission_answer_that_is_no_answer_fails_the_call_naming_what_the_cl
     # An option that was not offered fails the approval (POLICY_FAILED,
     # saying so); so does a response whose error is not an object, at once
     # (the request it answers is failed, not left waiting for another).
+    # One agent takes the three answers, a prompt each (one process: the
+    # session goes on after each).
     class Holding(RecordingClient):
+        """Answers from ``choices`` while it has some; then leaves the
+        request open (the test answers with a raw line)."""
+
         async def request_permission(self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+            if self.choices:
+                return await super().request_permission(options, session_id, tool_call, **kwargs)
             self.permissions.append((tool_call, options))
             await self._note()
-            await asyncio.Event().wait()  # the test answers with a raw line
+            await asyncio.Event().wait()
 
     async def scenario() -> None:
-        client = RecordingClient(choices=["allow-sometimes"])
-        async with agent_process(tmp_path / "offered", client=client) as agent:
+        client = Holding(choices=["allow-sometimes"])
+        async with agent_process(tmp_path, client=client) as agent:
             response = await agent.prompt(call("write_file", path="a.txt", content="1\n"))
             assert response.stop_reason == "end_turn"
             error = client.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
@@ -286,24 +293,23 @@ def test_a_permission_answer_that_is_no_answer_fails_the_call_naming_what_the_cl
                 "approval: the ACP client selected the option 'allow-sometimes', which was not offered (offered: "
             )
             assert not (agent.root / "a.txt").exists()
-        # A response whose error is not an object; an allowing one without
-        # "jsonrpc": "2.0" (it is not a JSON-RPC response: it allows nothing).
-        allowing = b'{"outcome": {"outcome": "selected", "optionId": "allow-once"}}'
-        for n, (answer, problem) in enumerate(
-            (
-                (b'{"jsonrpc": "2.0", "id": %d, "error": "nope"}\n', "a response's error must be an object"),
-                (b'{"id": %d, "result": ' + allowing + b"}\n", 'a JSON-RPC message has "jsonrpc": "2.0"'),
-            )
-        ):
-            holding = Holding()
-            async with agent_process(tmp_path / f"raw{n}", client=holding) as agent:
+            # A response whose error is not an object; an allowing one without
+            # "jsonrpc": "2.0" (it is not a JSON-RPC response: it allows nothing).
+            allowing = b'{"outcome": {"outcome": "selected", "optionId": "allow-once"}}'
+            for turn_number, (answer, problem) in enumerate(
+                (
+                    (b'{"jsonrpc": "2.0", "id": %d, "error": "nope"}\n', "a response's error must be an object"),
+                    (b'{"id": %d, "result": ' + allowing + b"}\n", 'a JSON-RPC message has "jsonrpc": "2.0"'),
+                ),
+                start=2,
+            ):
                 turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
-                await holding.wait_for(lambda held=holding: len(held.permissions) == 1)
-                asked = [m for m in holding.incoming if m.get("method") == "session/request_permission"][-1]
+                await client.wait_for(lambda asked=turn_number: len(client.permissions) == asked)
+                asked = [m for m in client.incoming if m.get("method") == "session/request_permission"][-1]
                 await agent.send_raw(answer % asked["id"])
                 response = await asyncio.wait_for(turn, BOUND)
                 assert response.stop_reason == "end_turn"
-                error = holding.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
+                error = client.tool_updates(f"call_{turn_number}_1")[-1]["rawOutput"]["error"]
                 assert error["message"] == (
                     f"approval: the ACP client answered the permission request with an error: {problem}"
                 )
@@ -338,24 +344,22 @@ def test_what_a_client_s_bad_permission_answer_says_is_shown_printable_and_cut(t
         ),
     ]
 
-    async def answered(n: int, answer: dict[str, Any], message: str) -> None:
-        holding = Holding()
-        async with agent_process(tmp_path / str(n), client=holding) as agent:
-            turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
-            await holding.wait_for(lambda: len(holding.permissions) == 1)
-            asked = [m for m in holding.incoming if m.get("method") == "session/request_permission"][-1]
-            await agent.send_raw(json.dumps({"jsonrpc": "2.0", "id": asked["id"], **answer}).encode() + b"\n")
-            assert (await asyncio.wait_for(turn, BOUND)).stop_reason == "end_turn"
-            error = holding.tool_updates("call_1_1")[-1]["rawOutput"]["error"]
-            assert error["info"]["code"] == "POLICY_FAILED"
-            assert error["message"] == message
-            assert _results(agent.log_events())["call_1_1"]["error"]["message"] == message
-            assert not (agent.root / "a.txt").exists()
-        assert "\x1b" not in agent.stderr
-
     async def scenario() -> None:
-        for n, (answer, message) in enumerate(answers):
-            await answered(n, answer, message)
+        holding = Holding()
+        async with agent_process(tmp_path, client=holding) as agent:  # one agent, a prompt an answer
+            for turn_number, (answer, message) in enumerate(answers, start=1):
+                turn = agent.start_prompt(call("write_file", path="a.txt", content="1\n"))
+                await holding.wait_for(lambda asked=turn_number: len(holding.permissions) == asked)
+                asked = [m for m in holding.incoming if m.get("method") == "session/request_permission"][-1]
+                await agent.send_raw(json.dumps({"jsonrpc": "2.0", "id": asked["id"], **answer}).encode() + b"\n")
+                assert (await asyncio.wait_for(turn, BOUND)).stop_reason == "end_turn"
+                call_id = f"call_{turn_number}_1"
+                error = holding.tool_updates(call_id)[-1]["rawOutput"]["error"]
+                assert error["info"]["code"] == "POLICY_FAILED"
+                assert error["message"] == message
+                assert _results(agent.log_events())[call_id]["error"]["message"] == message
+                assert not (agent.root / "a.txt").exists()
+        assert "\x1b" not in agent.stderr
 
     run(scenario)
 
