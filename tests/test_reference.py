@@ -58,6 +58,7 @@ def test_the_log_table_gives_exactly_the_keys_the_session_writes() -> None:
         session.ptc_dispatch_event("c", None, "c:ptc:1", "t", True, failure.content, failure.error, None),
         session.approval_request_event("c", "s1", "t", "why", {"en": "May I?"}, turn=1, step=2, agent="a"),
         session.approval_event("c", "s1", "allowed-once"),
+        session.suspend_event("s1", turn=1, step=2, agent="a"),
     ]
     table = logged_keys()
     assert set(table) == {event["type"] for event in written}

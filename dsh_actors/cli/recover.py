@@ -18,15 +18,18 @@ A batch that suspended on a deferred approval is unfinished too: recovering
 it asks for its deferred calls' approvals again (``--approve``, as in
 ``run``), and its suspension can no longer be resumed; ``dsh-actors
 resume`` with its ``run --json`` document keeps the decisions instead.
-The log cannot tell a suspended step from one a crash cut right after
-an approval request, so when a call of the step recovered waits for a
-deferred approval (its ``tool/approval-request`` has no decision) and
-none started without a result, one note on stderr after the results says
-that this recovery asked for it again and that, if the run that suspended
-it printed its suspension (``run --json``), ``dsh-actors resume
-SUSPENSION.json --log FILE`` finishes the step with the decisions already
-asked for (:func:`_suspended_note`); the output and exit status are
-unchanged.
+The log tells a suspended step from one a crash cut right after an
+approval request: a batch that suspends logs its ``tool/suspend``. So
+when a call of the step recovered waits for a deferred approval (its
+``tool/approval-request`` has no decision) under a suspension the log
+holds the ``tool/suspend`` of, one note on stderr after the results says
+that the step had suspended, that this recovery asked for the approval
+again, and that ``dsh-actors resume SUSPENSION.json --log FILE``, given
+the ``run --json`` document that printed the suspension, finishes such a
+step with the decisions already asked for (:func:`_suspended_note`). A
+step a crash cut before it suspended (or logged before that event
+existed) has no note: there was no suspension to resume. The output and
+exit status are the same either way.
 
 The tools, the executor, ``--no-timeout``, ``--approve``, the output
 (cards of the step's calls drawn from the log, or ``--json``, whose
@@ -51,7 +54,7 @@ from concurrent.futures import Future
 from ..errors import DshError, printable
 from ..model import Agent, ToolBatchResult
 from ..runtime import ToolRuntime
-from ..session import BATCH, CALL, STARTED, LoggedCall, Session, StepKey, agent_matches, step_key
+from ..session import BATCH, CALL, SUSPEND, LoggedCall, Session, StepKey, agent_matches, step_key
 from ..signals import AbortSignal
 from .loading import CliError, one_line
 from .run import in_thread, open_written_log, run_batch
@@ -98,26 +101,28 @@ def _listed(steps: list[tuple[StepKey, tuple[LoggedCall, ...]]]) -> str:
     return "; ".join(shown)
 
 
-def _suspended_note(key: StepKey, calls: tuple[LoggedCall, ...], path: str) -> str | None:
-    """The line for stderr when a call of step ``key``, whose calls are
-    ``calls``, waits for a deferred approval (its ``tool/approval-request``
-    has no decision) and none started without a result (cut by a crash);
-    else None. The log cannot tell whether the step suspended or a crash
-    cut it right after the request, so the note claims neither: it says
-    this recovery asked for the approval again and names, for a run that
-    printed its suspension, ``dsh-actors resume`` with the log ``path``,
-    which would have finished the step with the decisions already asked
-    for, without asking again."""
-    if any(call.state == STARTED for call in calls):
+def _suspended(session: Session, calls: tuple[LoggedCall, ...]) -> str | None:
+    """The suspension a call of ``calls`` waits under (its
+    ``tool/approval-request`` has no decision) when the log holds its
+    ``tool/suspend`` (the step's batch suspended); else None (no call
+    waits, or a crash cut the step before it suspended)."""
+    awaited = {call.awaiting for call in calls if call.awaiting is not None}
+    if not awaited:
         return None
-    suspension = next((call.awaiting for call in calls if call.awaiting is not None), None)
-    if suspension is None:
-        return None
+    found = (event.get("suspension") for event in session.events() if event.get("type") == SUSPEND)
+    return next((suspension for suspension in found if suspension in awaited), None)
+
+
+def _suspended_note(key: StepKey, suspension: str, path: str) -> str:
+    """The line for stderr after the recovery of step ``key``, which had
+    suspended as ``suspension``: this recovery asked for its approvals
+    again, and ``dsh-actors resume`` with the log ``path`` would have
+    finished it with the decisions already asked for."""
     return (
-        f"dsh-actors recover: note: {_step_name(key)} waits for a deferred approval (suspension "
-        f"{printable(suspension)}): this recovery asked for it again; if the run that suspended it printed its "
-        f"suspension (run --json), dsh-actors resume SUSPENSION.json --log {printable(shlex.quote(path))} "
-        "finishes the step with the decisions already asked for, without asking again\n"
+        f"dsh-actors recover: note: {_step_name(key)} had suspended (suspension {printable(suspension)}), "
+        "waiting for a deferred approval, and this recovery asked for it again; to finish a suspended step with "
+        "the decisions already asked for, resume it instead: dsh-actors resume SUSPENSION.json --log "
+        f"{printable(shlex.quote(path))}, SUSPENSION.json being the document run --json printed for it\n"
     )
 
 
@@ -164,6 +169,8 @@ def recover_command(args: argparse.Namespace) -> int:
         try:
             steps = unfinished_steps(session, args.agent)
             chosen = _chosen(args, path, steps, session)
+            # (Read before the recovery logs anything.)
+            suspension = None if chosen is None else _suspended(session, chosen[1])
         except DshError as err:  # (a malformed event of a step: its line is named)
             raise CliError(f"--log {path}: {one_line(err)}") from None
     except BaseException:
@@ -187,7 +194,6 @@ def recover_command(args: argparse.Namespace) -> int:
 
     names = {call.call_id: call.name for call in calls}
     status = run_batch(args, session, prepare, names, "dsh", keep_log=True, failed="cannot recover the step", step=key)
-    note = _suspended_note(key, calls, path)
-    if note is not None:
-        sys.stderr.write(note)  # (after the results, as run's notes)
+    if suspension is not None:
+        sys.stderr.write(_suspended_note(key, suspension, path))  # (after the results, as run's notes)
     return status

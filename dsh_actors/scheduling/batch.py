@@ -80,7 +80,14 @@ from ..pipeline.stages import (
     waits_on_loop,
     wants_loop,
 )
-from ..session import ENCLOSING_CALL, approval_request_event, batch_event, call_event, result_event
+from ..session import (
+    ENCLOSING_CALL,
+    approval_request_event,
+    batch_event,
+    call_event,
+    result_event,
+    suspend_event,
+)
 from ..signals import AbortController, AbortSignal
 from ..visibility import definition_mode
 from .inbox import RUNNING, BatchInbox
@@ -756,6 +763,7 @@ class BatchRun:
         try:
             if self.count[_DEFERRED] and self.bug is None and self.log_error is None and not self.stuck:
                 self._commit_behind_waiting()
+                self._log_suspend()
         finally:
             if self.owns_body_parent:
                 # (After the last commits: their post-execute listeners and
@@ -1451,6 +1459,22 @@ class BatchRun:
             if state[index] is _HELD:
                 self._commit_one(index, _HELD)
                 self.late = True
+
+    def _log_suspend(self) -> None:
+        """The batch suspends: a logged batch logs it (``tool/suspend``,
+        after every result it committed), so that its log tells a step that
+        suspended from one a crash cut after its approval requests. A write
+        that fails fails the batch, as every log write does."""
+        session = self.session
+        if session is None or self.log_error is not None:
+            return
+        at = self.log_step
+        assert at is not None and self.suspension_id is not None  # (set with the session; minted by _defer)
+        turn, step, agent = at
+        try:
+            session.append(suspend_event(self.suspension_id, turn=turn, step=step, agent=agent))
+        except BaseException as exc:  # noqa: BLE001 - a write failure fails the batch
+            self.log_error = exc
 
     def _abort_deferred(self) -> None:
         """The batch halted: its deferred calls will not wait for a decision.

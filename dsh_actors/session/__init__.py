@@ -3,7 +3,7 @@ object per line.
 
 A :class:`Session` records what a batch did, in commit order, as *events*:
 plain JSON objects, each with a ``"type"`` key. The executor writes six
-kinds, built by the functions below, and two more for approvals (keys are snake_case):
+kinds, built by the functions below, and three more for approvals (keys are snake_case):
 
 ``tool/batch``
     ``{"type", "turn", "step", "calls"}``, ``calls`` a list of ``{"call_id",
@@ -44,6 +44,12 @@ kinds, built by the functions below, and two more for approvals (keys are snake_
     ``{"type", "call_id", "suspension", "decision"}``: the decision a
     resume of that suspension gave, written before anything of the resumed
     batch runs (``"deferred"`` again is followed by a new request).
+``tool/suspend``
+    ``{"type", "suspension", "turn", "step", "agent"}``: the step's batch
+    suspended as ``suspension``, written after every result it committed,
+    as it returns the suspension (a batch, a resume or a recovery that
+    suspends again). A request whose suspension has none was cut by a
+    crash before its batch suspended, or logged before this event existed.
 
 A request is keyed by its suspension and call id (what names one step's
 call even when ids repeat across steps, or agents share the session); a
@@ -141,6 +147,7 @@ from ._events import (
     REPAIR_MESSAGE,
     RESULT,
     START,
+    SUSPEND,
     CallLines,
     LoggedResult,
     SessionCorruptError,
@@ -165,6 +172,7 @@ from ._events import (
     start_event,
     step_key,
     step_of,
+    suspend_event,
     take_redeferred,
 )
 from ._file import Session, whole_json
@@ -198,6 +206,7 @@ __all__ = [
     "RESULT",
     "SETTLED",
     "START",
+    "SUSPEND",
     "StepKey",
     "agent_matches",
     "agent_of",
@@ -229,6 +238,7 @@ __all__ = [
     "results_by_call",
     "start_event",
     "step_of",
+    "suspend_event",
     "read_step",
     "step_calls",
     "whole_json",

@@ -41,6 +41,7 @@ PTC_DISPATCH_START: Final = "tool/ptc-dispatch-start"
 PTC_DISPATCH: Final = "tool/ptc-dispatch"
 APPROVAL_REQUEST: Final = "tool/approval-request"
 APPROVAL: Final = "tool/approval"
+SUSPEND: Final = "tool/suspend"
 
 REPAIR_MESSAGE: Final = "tool call interrupted: the session ended before its result was recorded"
 """The message of the synthetic failure :meth:`Session.repair` appends."""
@@ -550,6 +551,21 @@ def approval_event(call_id: str, suspension: str, decision: str) -> dict[str, An
         "suspension": _plain_str(suspension, "suspension"),
         "decision": _plain_str(decision, "decision"),
     }
+
+
+def suspend_event(
+    suspension: str, *, turn: int | None = None, step: int | None = None, agent: str | None = None
+) -> dict[str, Any]:
+    """A ``tool/suspend`` event: the batch of step ``(turn, step)`` (of
+    ``agent``) suspended as ``suspension`` (its id), waiting for the
+    decisions its ``tool/approval-request`` events ask; written after every
+    result it committed, as it returns the suspension. A request whose
+    suspension has none was cut by a crash before its batch suspended (or
+    logged before this event existed)."""
+    event = _stepped({"type": SUSPEND, "suspension": _plain_str(suspension, "suspension")}, turn, step)
+    if agent is not None:
+        event["agent"] = _plain_str(agent, "agent")
+    return event
 
 
 def ptc_dispatch_start_event(

@@ -24,6 +24,7 @@ from dsh_actors.session import (
     call_event,
     result_event,
     start_event,
+    suspend_event,
 )
 
 from .conftest import Cli, assert_one_line_error, started_cli
@@ -245,6 +246,33 @@ def _suspended_run(cli: Cli, root: Path, write_module: Any) -> tuple[Path, Path,
     return module, log, document, json.loads(run.out)["suspension"]["id"]
 
 
+#: DEFERRING_TOOLS (``{tools}``) whose ``tools/deferred`` listener, in the
+#: process whose environment has DSH_TEST_HOLD, says ``body started`` (what
+#: ``started_cli`` waits for) and blocks until the process is killed: the
+#: run is held right after the deferral is logged, before its batch suspends.
+HELD_AFTER_DEFERRAL = """{tools}
+import os
+import sys
+import threading
+
+_register = register
+
+
+def register(rt):
+    _register(rt)
+    if os.environ.get("DSH_TEST_HOLD"):
+        def hold(execution, ask):
+            sys.stderr.write("body started\\n")
+            sys.stderr.flush()
+            threading.Event().wait()  # until the process is killed
+
+        rt.events.on("tools/deferred", hold)
+"""
+
+DEFERRED_PAY = {"id": "a", "name": "pay", "arguments": {"to": "bob"}}
+EXCLUSIVE_WRITE = {"id": "c", "name": "write", "arguments": {"path": "p"}}  # (waits for "a": never logged)
+
+
 def _cut_after_an_approval_request(path: Path, agent: str = "cli", suspension: str = "s1") -> Session:
     """A session log at ``path`` as a run of DEFERRING_CALLS left it when
     killed right after "a"'s approval request, before "b" was logged (the
@@ -281,11 +309,36 @@ def test_resume_names_dsh_actors_recover_where_the_library_names_rt_tools_recove
 
 def _suspended_note(log: Path, suspension: str, agent: str = "'cli'") -> str:
     return (
-        f"dsh-actors recover: note: turn 1, step 1 of agent {agent} waits for a deferred approval (suspension "
-        f"{suspension}): this recovery asked for it again; if the run that suspended it printed its suspension "
-        f"(run --json), dsh-actors resume SUSPENSION.json --log {shlex.quote(str(log))} finishes the step with the decisions "
-        "already asked for, without asking again\n"
+        f"dsh-actors recover: note: turn 1, step 1 of agent {agent} had suspended (suspension {suspension}), waiting "
+        "for a deferred approval, and this recovery asked for it again; to finish a suspended step with the "
+        f"decisions already asked for, resume it instead: dsh-actors resume SUSPENSION.json --log "
+        f"{shlex.quote(str(log))}, SUSPENSION.json being the document run --json printed for it\n"
     )
+
+
+def test_a_batch_that_suspends_logs_it_after_its_results_and_a_resume_that_suspends_again_too(
+    cli: Cli, root: Path, write_module: Any
+) -> None:
+    # (The log held the approval requests alone: a step that suspended
+    # looked like one a crash cut right after them.)
+    module, log, document, suspension = _suspended_run(cli, root, write_module)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["type"] for e in events][-2:] == ["tool/result", "tool/suspend"]  # after "b"'s result
+    assert events[-1] == {"type": "tool/suspend", "suspension": suspension, "turn": 1, "step": 1, "agent": "cli"}
+    replayed = cli("replay", log, "--tools", module)  # (a log with the event reads as before)
+    assert replayed.code == 0 and replayed.err == "", replayed.err
+    assert replayed.out.endswith("3 calls: 1 ok, 0 errors, 2 without a result (1 awaiting approval, 1 never started)\n")
+
+    again = cli("resume", document, "--log", log, "--tools", module, "--decide", "a=deferred", "--json")
+    assert again.code == 0 and again.err == "", again.err
+    second = json.loads(again.out)["suspension"]["id"]
+    assert second != suspension
+    assert json.loads(log.read_text().splitlines()[-1]) == {
+        "type": "tool/suspend", "suspension": second, "turn": 1, "step": 1, "agent": "cli"
+    }  # fmt: skip
+    recovered = cli("recover", "--log", log, "--tools", module, "--approve", "yes")
+    assert recovered.code == 0 and recovered.err == _suspended_note(log, second), recovered.err
+    assert recovered.out.endswith("3 calls: 3 ok, 0 errors\n")
 
 
 def test_recovering_a_suspended_step_notes_that_resume_finishes_it_without_asking_again(
@@ -338,17 +391,33 @@ def test_recovering_a_step_a_crash_cut_has_no_note_even_with_a_deferred_approval
     assert "paid bob" in recovered.out and "INTERRUPTED" in recovered.out and "wrote p" in recovered.out
 
 
-def test_the_note_does_not_claim_a_suspension_the_log_cannot_prove(cli: Cli, root: Path, write_module: Any) -> None:
-    # A run killed right after "a"'s approval request, before "b" was
-    # logged, looks suspended; the note said "was suspended ..., not
-    # interrupted" and pointed to a SUSPENSION.json that never existed.
+def test_a_step_cut_before_it_suspended_has_no_note(cli: Cli, root: Path, write_module: Any) -> None:
+    # A run killed right after "a"'s approval request (its tools/deferred
+    # listener holds it there), before the batch suspended: no suspension
+    # was ever printed, yet the note named dsh-actors resume SUSPENSION.json,
+    # hedged ("if the run that suspended it printed its suspension").
     from .test_run import DEFERRING_TOOLS
 
-    module = write_module("deferring_tools", DEFERRING_TOOLS)
-    cut = root / "cut.jsonl"
-    _cut_after_an_approval_request(cut).close()
-    recovered = cli("recover", "--log", cut, "--tools", module, "--approve", "yes")
-    assert recovered.code == 0 and recovered.err == _suspended_note(cut, "s1"), recovered.err
+    module = write_module("held_after_deferral", HELD_AFTER_DEFERRAL.format(tools=DEFERRING_TOOLS))
+    (root / "batch.json").write_text(json.dumps({"calls": [DEFERRED_PAY, EXCLUSIVE_WRITE]}))
+    log = root / "cut.jsonl"
+    command = [sys.executable, "-m", "dsh_actors.cli", "run", "batch.json", "--tools", str(module), "--log", str(log)]
+    proc = started_cli(command, root, {**os.environ, "DSH_TEST_HOLD": "1"})
+    proc.kill()  # SIGKILL: a crash, nothing runs after it
+    proc.communicate(timeout=30)
+    assert [json.loads(line)["type"] for line in log.read_text().splitlines()] == [
+        "tool/batch", "tool/call", "tool/approval-request"
+    ]  # fmt: skip
+    recovered = cli("recover", "--log", log, "--tools", module, "--approve", "yes")
+    assert recovered.code == 0 and recovered.err == "", recovered.err
+    assert "paid bob" in recovered.out and recovered.out.endswith("2 calls: 2 ok, 0 errors\n")
+
+    # A log written before batches logged their suspension reads as that
+    # one: recovered, without a note.
+    old = root / "old.jsonl"
+    _cut_after_an_approval_request(old).close()
+    recovered = cli("recover", "--log", old, "--tools", module, "--approve", "yes")
+    assert recovered.code == 0 and recovered.err == "", recovered.err
     assert recovered.out.endswith("3 calls: 3 ok, 0 errors\n")
 
 
@@ -359,7 +428,11 @@ def test_the_note_shows_the_logs_ids_escaped_on_one_line(cli: Cli, root: Path, w
 
     module = write_module("deferring_tools", DEFERRING_TOOLS)
     cut = root / "odd.jsonl"
-    _cut_after_an_approval_request(cut, agent="ag\u00e9nt\u200b'x", suspension="s1\n\x1b[31mRED").close()
+    session = _cut_after_an_approval_request(cut, agent="ag\u00e9nt\u200b'x", suspension="s1\n\x1b[31mRED")
+    try:
+        session.append(suspend_event("s1\n\x1b[31mRED", turn=1, step=1, agent="ag\u00e9nt\u200b'x"))
+    finally:
+        session.close()
     recovered = cli("recover", "--log", cut, "--tools", module, "--approve", "yes")
     note = _suspended_note(cut, "s1\\x0a\\x1b[31mRED", agent="'ag\u00e9nt\\u200b'x'")
     assert recovered.code == 0 and recovered.err == note, recovered.err

@@ -253,11 +253,12 @@ def test_a_logged_suspension_is_resumed_once_across_runtimes_that_share_its_log(
         ("tool/call", "c1"),
         ("tool/start", "c1"),
         ("tool/result", "c1"),
+        ("tool/suspend", None),
         ("tool/approval", "c0"),
         ("tool/start", "c0"),
         ("tool/result", "c0"),
     ]
-    assert events[6]["decision"] == "allowed-once"
+    assert events[7]["decision"] == "allowed-once"
 
 
 def test_an_approval_deferred_again_suspends_again_and_only_the_new_suspension_resumes() -> None:

@@ -277,10 +277,11 @@ def test_a_suspension_whose_log_lost_its_last_events_is_told_to_recover_the_step
         assert who.session is not None
         who.session.close()
         lines = log.read_bytes().splitlines(keepends=True)
-        assert lines[-1].startswith(
+        assert lines[-1].startswith(b'{"type":"tool/suspend"')
+        assert lines[-2].startswith(
             b'{"type":"tool/result"' if lost != "the request" else b'{"type":"tool/approval-req'
         )
-        log.write_bytes(b"".join(lines[:-1]) + lines[-1][:20])  # its last event lost, the one before torn
+        log.write_bytes(b"".join(lines[:-2]) + lines[-2][:20])  # its last events lost, the one before them torn
         with Session.open(log) as session:
             agent = Agent("main", session=session)
             with pytest.raises(InvalidValueError) as refused:
