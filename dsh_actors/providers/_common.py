@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel
 
-from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, safe_repr, safe_str
+from ..errors import InvalidStateError, InvalidTypeError, InvalidValueError, printable, safe_repr, safe_str
 from ..executor_protocol import ToolModelInput
 from ..model import (
     ContentBlock,
@@ -102,6 +102,13 @@ def shown(value: Any) -> str:
     message: a string quoted (at most 60 characters), anything else by
     :func:`kind`."""
     return safe_repr(value)[:60] if type(value) is str else kind(value)
+
+
+def quoted(text: str) -> str:
+    """An id the response holds, for an error message: in double quotes,
+    its control and format characters escaped (:func:`~dsh_actors.printable`,
+    no Python repr), cut to 60 characters."""
+    return f'"{printable(text if len(text) <= 60 else text[:57] + "...")}"'
 
 
 CHAT_KEYS: Final = ("tool_calls", "function_call", "refusal")
@@ -206,7 +213,12 @@ class Reader:
             raise self.fail(f"{where}.{key}", f"must be an object or JSON text, got {kind(arguments)}")
         place = self.places.get(call_id)
         if place is not None:
-            raise self.fail(where, f"duplicate call id {safe_repr(call_id)} (also at {place})")
+            raise self.fail(
+                where,
+                f"duplicate call id {quoted(call_id)} (also the id of {place}): the model gave two tool calls one "
+                "id, and each result is paired with its call by id, so none is run; ask the model again (send the "
+                "same request) for calls with distinct ids",
+            )
         self.calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
         self.places[call_id] = where
 

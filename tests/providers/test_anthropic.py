@@ -274,7 +274,7 @@ def test_whitespace_only_text_is_left_out_and_no_error_is_empty(tools_rt: ToolRu
         ([{"type": "tool_use", "name": "x", "input": {}}], "response[0]: missing 'id'"),
         ([{"text": "no type"}], "response[0].type: a content block needs a string type, got null"),
         ([{"type": "tool_use", "id": "a", "name": "x"}, {"type": "tool_use", "id": "a", "name": "y"}],
-         "response[1]: duplicate call id 'a' (also at response[0])"),
+         'response[1]: duplicate call id "a" (also the id of response[0])'),
     ],
 )  # fmt: skip
 def test_a_message_it_cannot_read_is_one_error_naming_the_field(response: Any, expected: str) -> None:

@@ -8,6 +8,7 @@ exception. About 1,500 generated inputs per reader."""
 
 from __future__ import annotations
 
+import copy
 from types import ModuleType
 from typing import Any, get_args
 
@@ -102,6 +103,41 @@ def test_the_chat_reader_names_what_it_was_given_instead() -> None:
     assert str(_refused(openai, {"object": "response", "output": []})).endswith(
         "(a Responses API response? read it with openai_responses.calls)"
     )
+
+
+def test_two_calls_of_one_id_are_refused_naming_the_id_both_places_and_the_fix() -> None:
+    # (It said "duplicate call id 'a' (also at ...)": a Python repr, and
+    # nothing of what to do.)
+    from anthropic.types import Message
+    from openai.types.chat import ChatCompletion
+    from openai.types.responses import Response
+
+    from .test_anthropic import MESSAGE
+    from .test_openai import COMPLETION
+    from .test_openai_responses import RESPONSE
+
+    completion = copy.deepcopy(COMPLETION)
+    chat_calls = completion["choices"][0]["message"]["tool_calls"]
+    chat_calls[1]["id"] = chat_calls[0]["id"] = "call_\x1b[2J1"
+    message = copy.deepcopy(MESSAGE)
+    message["content"][3]["id"] = message["content"][2]["id"]
+    response = copy.deepcopy(RESPONSE)
+    response["output"][2]["call_id"] = response["output"][1]["call_id"]
+    fix = (
+        "the model gave two tool calls one id, and each result is paired with its call by id, so none is run; "
+        "ask the model again (send the same request) for calls with distinct ids"
+    )
+    at = "response.choices[0].message.tool_calls"
+    for module, sdk_object, expected in (
+        (openai, ChatCompletion.model_validate(completion),
+         f'{at}[1].function: duplicate call id "call_\\x1b[2J1" (also the id of {at}[0].function): {fix}'),
+        (anthropic, Message.model_validate(message),
+         f'response.content[3]: duplicate call id "{MESSAGE["content"][2]["id"]}" (also the id of response.content[2]): '
+         f"{fix}"),
+        (openai_responses, Response.model_validate(response),
+         f'response.output[2]: duplicate call id "call_12345xyz" (also the id of response.output[1]): {fix}'),
+    ):  # fmt: skip
+        assert str(_refused(module, sdk_object)) == expected
 
 
 def test_an_sdk_object_whose_model_dump_raises_is_named_with_its_error() -> None:

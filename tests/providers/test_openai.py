@@ -226,7 +226,7 @@ def test_a_choice_cut_inside_a_tool_call_runs_no_call(reason: str) -> None:
         ({"tool_calls": [{"id": "a", "function": {"name": "x", "arguments": 3}}]},
          "response.tool_calls[0].function.arguments: must be an object or JSON text, got a number"),
         ({"tool_calls": [{"id": "a", "function": {"name": "x"}}, {"id": "a", "function": {"name": "y"}}]},
-         "response.tool_calls[1].function: duplicate call id 'a' (also at response.tool_calls[0].function)"),
+         'response.tool_calls[1].function: duplicate call id "a" (also the id of response.tool_calls[0].function)'),
         (42, "response: expected a chat completion (with \"choices\"), a choice (with \"message\") or an assistant message (with \"role\": \"assistant\"), got a number"),
     ],
 )  # fmt: skip
