@@ -12,6 +12,11 @@
   a stream event, or the conversation's list of messages, is named as such
   with what to pass instead. A message cut off or stopped early
   (:data:`CUT_OFF`) with a ``tool_use`` block in it is refused: none runs.
+  A message with ``stop_reason`` ``"pause_turn"`` (the API paused a long
+  turn of server tools, such as web search) is read as usual: its blocks
+  are whole, and it holds no ``tool_use`` block, so it gives ``()``; but
+  the turn is not over: append the message as it is and send the request
+  again (no user message in between), and the model goes on from it.
 * :func:`results` gives the one user message that follows the assistant
   message: its content is a ``{"type": "tool_result", "tool_use_id",
   "content", "is_error"}`` block per call, in model order, then the blocks
@@ -31,6 +36,8 @@ In a loop::
     calls = anthropic.calls(message)          # () when it has no tool_use block
     if calls:
         messages.extend(anthropic.results(rt.tools.execute(ToolBatchInput(calls=calls, agent=agent))))
+    elif message.stop_reason != "pause_turn":  # (paused: the turn goes on, ask again as it is)
+        break                                   # the model's answer: the turn is over
 
 Content: a result that is one text block is a string; otherwise a list of
 ``text`` and ``image`` blocks (a ``tool_result`` takes images directly, as
@@ -117,7 +124,8 @@ CUT_OFF: Final[Mapping[str, tuple[str, str]]] = {
 """The stop reasons of a message whose output was cut off or stopped early:
 how it stopped and the fix. A ``tool_use`` block in such a message may hold
 input the stop cut short, so none is run. (``pause_turn`` is a server
-tool's loop pausing: its blocks are whole, and it holds no client call.)"""
+tool's loop pausing: its blocks are whole, and it holds no client call:
+read as usual, ``()``, though the turn goes on; see the module docstring.)"""
 
 _STREAM_EVENTS: Final = frozenset(
     {

@@ -134,6 +134,42 @@ def test_a_text_only_answer_has_no_calls() -> None:
     assert anthropic.calls({"role": "assistant", "content": "Done."}) == ()
 
 
+def test_a_paused_turn_has_no_calls_and_goes_on_with_the_message_as_it_is() -> None:
+    # pause_turn: the API paused a long turn of server tools; its blocks are
+    # whole (not cut off: no refusal), a server tool call may wait for its
+    # result, and it holds no tool_use for the client to run.
+    search = {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {"query": "pykka"}}
+    found = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [
+        {"type": "web_search_result", "url": "https://pykka.org", "title": "Pykka", "encrypted_content": "Eo8B",
+         "page_age": None},
+    ]}  # fmt: skip
+    paused = Message.model_validate(
+        dict(
+            MESSAGE,
+            content=[
+                {"type": "text", "text": "Let me search."},
+                search,
+                found,
+                {**search, "id": "srvtoolu_02"},  # (paused before its result)
+            ],
+            stop_reason="pause_turn",
+        )
+    )
+    assert paused.stop_reason == "pause_turn"
+    assert anthropic.calls(paused) == ()
+    # The next request carries the paused message as it is, with no user
+    # message after it (the module docstring's loop).
+    request = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "messages": [
+            {"role": "user", "content": "What is pykka?"},
+            {"role": "assistant", "content": [block.model_dump() for block in paused.content]},
+        ],
+    }
+    validate(MessageCreateParamsNonStreaming, request, exact=False)
+
+
 def test_a_message_cut_off_at_max_tokens_inside_a_tool_call_runs_no_call() -> None:
     # The SDK's stream accumulator completes the cut-off partial JSON: the
     # input reads as a whole object, shorter than the model meant it.
