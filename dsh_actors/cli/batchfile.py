@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
-from ..errors import LosslessJsonError
+from ..errors import LosslessJsonError, printable
 from ..json import loads
 from ..model import ToolCall
 from ..providers import ProviderFormatError, anthropic, openai, openai_responses
@@ -170,7 +170,10 @@ def parse_batch(data: Any, source: str = "batch") -> Batch:
     seen: dict[str, str] = {}
     for call, where in zip(calls, parser.places, strict=True):
         if call.id in seen:
-            raise BatchFileError(f"{source}: duplicate call id {call.id!r} ({seen[call.id]} and {where})")
+            raise BatchFileError(
+                f'{source}: duplicate call id "{printable(call.id)}" ({seen[call.id]} and {where}): '
+                "each result is paired with its call by id; give each call an id of its own"
+            )
         seen[call.id] = where
     return Batch(tuple(calls), shape)
 

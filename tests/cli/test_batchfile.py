@@ -145,7 +145,10 @@ def test_an_unknown_shape_says_which_shapes_are_accepted() -> None:
         ({"calls": [{"name": "x", "args": {}}]}, "batch.calls[0]: unknown key 'args'"),
         ({"calls": [{"name": "x", "arguments": [1]}]}, "batch.calls[0].arguments: must be an object or JSON text, got a list"),
         ({"calls": [{"id": "a", "name": "x"}, {"id": "a", "name": "y"}]},
-         "duplicate call id 'a' (batch.calls[0] and batch.calls[1])"),
+         'duplicate call id "a" (batch.calls[0] and batch.calls[1]): each result is paired with its call by id; '
+         "give each call an id of its own"),
+        ({"calls": [{"id": "a\x1b[2J", "name": "x"}, {"id": "a\x1b[2J", "name": "y"}]},
+         'duplicate call id "a\\x1b[2J" (batch.calls[0] and batch.calls[1])'),
         ([{"id": "a", "type": "custom", "function": {"name": "x"}}], "batch[0].type: must be \"function\", got 'custom'"),
         ([{"id": "a", "function": "x"}], "batch[0].function: must be an object, got a string"),
         ([{"type": "function", "function": {"name": "x", "arguments": "{}"}}], "batch[0]: missing 'id'"),
