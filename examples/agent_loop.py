@@ -57,6 +57,8 @@ def main(provider: str = "openai", root: Path | None = None) -> tuple[list[dict[
             messages.append(reply["choices"][0]["message"] if provider == "openai" else reply)
             calls = wire.calls(reply)
             if not calls:
+                if reply.get("stop_reason") == "pause_turn":
+                    continue  # Anthropic paused its server tools' turn: send the message back as it is
                 break  # the final answer
             batch = rt.tools.execute(ToolBatchInput(calls=calls, agent=agent, log=LogStep(turn=1, step=step)))
             results = wire.results(batch)
