@@ -141,10 +141,12 @@ def test_an_abort_while_a_call_waits_for_approval_ends_it_and_the_calls_after_it
 
 def test_a_stop_while_a_call_waits_for_approval_is_prompt_and_leaves_no_thread() -> None:
     later_ran = threading.Event()
+    a_committed = threading.Event()
     asked = threading.Event()
     with started_runtime() as rt:  # (asserts no thread is left, the approval's included)
         for definition in _tools(later_ran):
             rt.tools.register(definition)
+        rt.events.on("tools/result", lambda execution, result: a_committed.set() if execution.call_id == "a" else None)
 
         def person(request: Any) -> str:
             asked.set()
@@ -159,6 +161,9 @@ def test_a_stop_while_a_call_waits_for_approval_is_prompt_and_leaves_no_thread()
             )
         )
         must(asked, "the approval service is asked")
+        # ("a" is launched before b's approval is asked, not started: a stop
+        # before its body starts ends it unstarted, as it should.)
+        must(a_committed, "a commits while b waits")
         rt.stop()
         result = future.result(GUARD)
     assert result.results[0].result.value == "fast 1"
