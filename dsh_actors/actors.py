@@ -30,10 +30,10 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -101,22 +101,25 @@ class PendingReplies:
         self._items: dict[int, tuple[Any, Callable[[], BaseException]]] = {}
         self._closed = False
 
-    @contextmanager
-    def tracked(self, reply: Any, error: Callable[[], BaseException]) -> Iterator[None]:
+    def tracked(self, reply: Any, error: Callable[[], BaseException]) -> _Tracked:
         """While the block runs, ``reply`` is failed with ``error()`` by
-        :meth:`fail_all` (unless it has settled before)."""
-        key = id(reply)
+        :meth:`fail_all` (unless it has settled before). A plain object,
+        not a generator: it wraps every blocking ``rt.tools.execute``."""
+        return _Tracked(self, reply, error)
+
+    def track(self, reply: Any, error: Callable[[], BaseException]) -> None:
+        """From now until :meth:`untrack`, ``reply`` is failed with
+        ``error()`` by :meth:`fail_all` (at once if that has run)."""
         with self._lock:
             closed = self._closed
             if not closed:
-                self._items[key] = (reply, error)
+                self._items[id(reply)] = (reply, error)
         if closed:
             settle(reply, error=error())
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._items.pop(key, None)
+
+    def untrack(self, reply: Any) -> None:
+        with self._lock:
+            self._items.pop(id(reply), None)
 
     def fail_all(self) -> None:
         with self._lock:
@@ -124,6 +127,23 @@ class PendingReplies:
             items, self._items = list(self._items.values()), {}
         for reply, error in items:
             settle(reply, error=error())
+
+
+class _Tracked:
+    """``PendingReplies.tracked``: tracks its reply while the block runs."""
+
+    __slots__ = ("_replies", "_reply", "_error")
+
+    def __init__(self, replies: PendingReplies, reply: Any, error: Callable[[], BaseException]) -> None:
+        self._replies = replies
+        self._reply = reply
+        self._error = error
+
+    def __enter__(self) -> None:
+        self._replies.track(self._reply, self._error)
+
+    def __exit__(self, *exc: object) -> None:
+        self._replies.untrack(self._reply)
 
 
 class _Member:
