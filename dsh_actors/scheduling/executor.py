@@ -108,6 +108,9 @@ class NativeExecutor:
         self._drained = threading.Condition(self._lock)
         self._closed = False
         self._checked_own: dict[int, Any] = {}
+        # The batch policies without tools of its own (a batch's, a
+        # sub-batch's), made as it is bound (see batch_policy).
+        self._plain: tuple[BatchPolicy, BatchPolicy] | None = None
         # The inboxes of the batches running now (for rt.stop()'s drain).
         self._running: dict[int, BatchRun] = {}
 
@@ -172,11 +175,21 @@ class NativeExecutor:
         """What a batch of this executor takes from it (internal: asked by
         the batch as it opens, on its executor actor). ``nested``: a
         sub-batch's (its calls are not the model's: neither the executor's
-        own tools nor its direct-call hint apply)."""
+        own tools nor its direct-call hint apply). Without tools of its own
+        (:meth:`executor_tools` answered none) the policy is the one made
+        as the executor was bound: the rest of it is fixed by its class."""
+        own = {} if nested else self._own()
+        if own:
+            return self._policy(own, nested)
+        plain = self._plain
+        assert plain is not None  # (bound: its batches run only then)
+        return plain[nested]
+
+    def _policy(self, own: dict[str, Any], nested: bool) -> BatchPolicy:
         dispatcher = self._dispatcher
         assert dispatcher is not None
         return BatchPolicy(
-            own={} if nested else self._own(),
+            own=own,
             hook=self._body_hook(),
             hint=self.direct_call_hint if self._hints() and not nested else None,
             dispatcher=dispatcher,
@@ -200,6 +213,7 @@ class NativeExecutor:
                 )
             self._rt = kernel
             self._dispatcher = runtime.dispatcher
+            self._plain = (self._policy({}, False), self._policy({}, True))  # (see batch_policy)
         _ShutdownHook.register(self._shutdown, runtime)
 
     def describe(self, tools: Sequence[ToolDefinition]) -> ToolModelInput:
