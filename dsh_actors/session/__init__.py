@@ -3,7 +3,8 @@ object per line.
 
 A :class:`Session` records what a batch did, in commit order, as *events*:
 plain JSON objects, each with a ``"type"`` key. The executor writes six
-kinds, built by the functions below, and three more for approvals (keys are snake_case):
+kinds, built by the functions below, and three more for deferred approvals: a request, a decision and a
+batch's suspension (keys are snake_case):
 
 ``tool/batch``
     ``{"type", "turn", "step", "calls"}``, ``calls`` a list of ``{"call_id",
