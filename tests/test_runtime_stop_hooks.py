@@ -146,10 +146,15 @@ def test_a_signal_to_the_main_thread_waiting_in_stop_does_not_cut_the_stop_short
     main = threading.main_thread().ident
     assert main is not None
     handled = threading.Event()
+    ran_once: list[bool] = []
 
     def handle(signum: int, frame: Any) -> None:
-        if handled.is_set():
-            return  # (the signal sent again, see interrupts(): raised once)
+        # (The signal sent again, see interrupts(): raised once. Checked on a
+        # list, not on handled: a second signal landing inside handled.set(),
+        # which holds the event's lock, ran this again and deadlocked there.)
+        if ran_once:
+            return
+        ran_once.append(True)
         handled.set()
         handler(signum, frame)
 
