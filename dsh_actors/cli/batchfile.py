@@ -40,11 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
-from ..errors import LosslessJsonError, printable
+from ..errors import LosslessJsonError
 from ..json import loads
 from ..model import ToolCall
 from ..providers import ProviderFormatError, anthropic, openai, openai_responses
 from ..providers._common import kind as _kind
+from ..providers._common import quoted as _quoted
 
 __all__ = [
     "ACCEPTED_SHAPES",
@@ -171,7 +172,7 @@ def parse_batch(data: Any, source: str = "batch") -> Batch:
     for call, where in zip(calls, parser.places, strict=True):
         if call.id in seen:
             raise BatchFileError(
-                f'{source}: duplicate call id "{printable(call.id)}" ({seen[call.id]} and {where}): '
+                f"{source}: duplicate call id {_quoted(call.id)} ({seen[call.id]} and {where}): "
                 "each result is paired with its call by id; give each call an id of its own"
             )
         seen[call.id] = where
